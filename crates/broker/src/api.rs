@@ -1,0 +1,141 @@
+//! The broker's one API: `Command`s in, `Effect`s out.
+//!
+//! The session (AMQP connections) and the management API both drive the broker through these types.
+//! Every effect is addressed to one connection; the driver forwards it to that connection's
+//! session, in order. Effects for one connection are emitted in the order AMQP requires (a
+//! basic.return before the basic.ack of the same publish, deliveries before a channel.close-ok).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hourglass_wire::{BasicProperties, FieldTable, Method, ShortStr};
+
+use crate::message::Message;
+
+/// Identifies one client connection for the lifetime of the process.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionId(pub u64);
+
+/// An AMQP channel number on one connection (1 ..= channel_max).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChannelId(pub u16);
+
+/// What the session learned during the handshake, handed to the broker on `connection.open`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConnectionInfo {
+    pub user: String,
+    pub vhost: String,
+    /// The peer's socket address, e.g. `127.0.0.1:50312`.
+    pub peer: String,
+    pub client_properties: FieldTable,
+    pub capabilities: ClientCapabilities,
+    pub frame_max: u32,
+    pub channel_max: u16,
+    pub heartbeat_s: u16,
+}
+
+/// Client capabilities (client-properties `capabilities` table) the broker acts on.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientCapabilities {
+    /// The client understands a server-sent basic.cancel (sent when a consumed queue goes away).
+    pub consumer_cancel_notify: bool,
+    /// The client understands connection.blocked / connection.unblocked.
+    pub connection_blocked: bool,
+}
+
+/// A complete basic.publish: method fields, content header and the assembled body.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Publish {
+    pub exchange: ShortStr,
+    pub routing_key: ShortStr,
+    pub mandatory: bool,
+    pub properties: BasicProperties,
+    pub body: Bytes,
+}
+
+/// An input to the broker.
+// `Publish` dominates the size; boxing it would cost an allocation per published message, while a
+// larger enum only costs a memcpy through the broker's input queue.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// The handshake finished (connection.open accepted).
+    ConnectionOpen { conn: ConnectionId, info: ConnectionInfo },
+    /// The connection is gone (closed cleanly, by error, or the socket dropped). The broker
+    /// requeues its unacked messages, cancels its consumers and deletes its exclusive queues.
+    /// Idempotent.
+    ConnectionClosed { conn: ConnectionId },
+    /// A channel-level method from the client, including channel.open / channel.close /
+    /// channel.flow and every exchange, queue, basic (except publish), tx and confirm method.
+    /// The broker answers with `Effect::Send` (e.g. channel.open-ok, channel.close-ok after
+    /// releasing the channel's deliveries) or `Effect::ChannelError`.
+    Method { conn: ConnectionId, channel: ChannelId, method: Method },
+    /// A fully assembled basic.publish.
+    Publish { conn: ConnectionId, channel: ChannelId, publish: Publish },
+    /// The session closed this channel itself with an error (e.g. a content frame too large);
+    /// the broker drops the channel's state as for channel.close but sends nothing.
+    ChannelAborted { conn: ConnectionId, channel: ChannelId },
+}
+
+impl Command {
+    pub fn conn(&self) -> ConnectionId {
+        match self {
+            Command::ConnectionOpen { conn, .. }
+            | Command::ConnectionClosed { conn }
+            | Command::Method { conn, .. }
+            | Command::Publish { conn, .. }
+            | Command::ChannelAborted { conn, .. } => *conn,
+        }
+    }
+}
+
+/// A protocol error with the fields of channel.close / connection.close.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AmqpError {
+    pub reply_code: u16,
+    /// RabbitMQ's text, e.g. `NOT_FOUND - no queue 'q' in vhost '/'`.
+    pub reply_text: String,
+    /// The class and method that failed (0, 0 when none did).
+    pub class_id: u16,
+    pub method_id: u16,
+}
+
+impl AmqpError {
+    /// An error whose text is `NAME - detail`, as RabbitMQ writes reply texts.
+    pub fn new(reply_code: u16, detail: impl std::fmt::Display) -> Self {
+        let name = hourglass_wire::reply_code_name(reply_code);
+        AmqpError { reply_code, reply_text: format!("{name} - {detail}"), class_id: 0, method_id: 0 }
+    }
+
+    /// The same error, naming the method that caused it.
+    pub fn on(mut self, method: &Method) -> Self {
+        self.class_id = method.class_id();
+        self.method_id = method.method_id();
+        self
+    }
+}
+
+/// An output of the broker, addressed to one connection.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Send a method (with its content, for deliver / get-ok / return) on a channel.
+    Send { conn: ConnectionId, channel: ChannelId, method: Method, content: Option<Arc<Message>> },
+    /// The broker has already dropped the channel's state; the session sends channel.close with
+    /// this error and discards the channel's frames until channel.close-ok.
+    ChannelError { conn: ConnectionId, channel: ChannelId, error: AmqpError },
+    /// Close the whole connection with this error (connection.close).
+    ConnectionError { conn: ConnectionId, error: AmqpError },
+    /// Tell the client to stop publishing (connection.blocked) or that it may resume.
+    Blocked { conn: ConnectionId, reason: Option<String> },
+}
+
+impl Effect {
+    pub fn conn(&self) -> ConnectionId {
+        match self {
+            Effect::Send { conn, .. }
+            | Effect::ChannelError { conn, .. }
+            | Effect::ConnectionError { conn, .. }
+            | Effect::Blocked { conn, .. } => *conn,
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The broker: every vhost, queue, connection and channel, driven by `Command`s.
+//!
+//! One `Broker` owns all state (ADR 0001: one broker task); the driver feeds it commands and
+//! timeouts and forwards the effects it emits. Methods of each AMQP class live in `methods/`.
+
+use std::collections::{HashMap, VecDeque};
+
+use hourglass_wire::reply_code::is_connection_error;
+use hourglass_wire::Method;
+
+use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Effect};
+use crate::channel::{Channel, Unacked};
+use crate::naming::NameGenerator;
+use crate::queue::{Queue, QueueId};
+use crate::time::Timestamp;
+use crate::vhost::VHost;
+
+/// Settings the driver hands the broker at start.
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    /// Virtual hosts that exist from the start.
+    pub vhosts: Vec<String>,
+    /// Seed for server-generated names (queue names, consumer tags).
+    pub name_seed: u64,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        // RabbitMQ creates vhost "/" on first start.
+        BrokerConfig { vhosts: vec!["/".to_owned()], name_seed: 0x5EED }
+    }
+}
+
+/// A connection as the broker knows it.
+#[derive(Debug)]
+pub(crate) struct ConnectionState {
+    pub info: ConnectionInfo,
+    pub channels: Vec<ChannelId>,
+}
+
+pub struct Broker {
+    pub(crate) vhosts: HashMap<String, VHost>,
+    pub(crate) queues: HashMap<QueueId, Queue>,
+    pub(crate) connections: HashMap<ConnectionId, ConnectionState>,
+    pub(crate) channels: HashMap<(ConnectionId, ChannelId), Channel>,
+    pub(crate) names: NameGenerator,
+    next_queue_id: u64,
+    pub(crate) effects: VecDeque<Effect>,
+    /// Reused buffer for deliveries being settled, so an ack allocates nothing.
+    pub(crate) settle_scratch: Vec<Unacked>,
+}
+
+impl Broker {
+    pub fn new(config: BrokerConfig) -> Self {
+        let vhosts = config.vhosts.iter().map(|name| (name.clone(), VHost::new())).collect();
+        Broker {
+            vhosts,
+            queues: HashMap::new(),
+            connections: HashMap::new(),
+            channels: HashMap::new(),
+            names: NameGenerator::new(config.name_seed),
+            next_queue_id: 1,
+            effects: VecDeque::new(),
+            settle_scratch: Vec::new(),
+        }
+    }
+
+    /// Applies one command.
+    pub fn handle_command(&mut self, command: Command, now: Timestamp) {
+        match command {
+            Command::ConnectionOpen { conn, info } => {
+                self.connections.insert(conn, ConnectionState { info, channels: Vec::new() });
+            }
+            Command::ConnectionClosed { conn } => self.release_connection(conn, now),
+            Command::Method { conn, channel, method } => {
+                if let Err(error) = self.handle_method(conn, channel, &method, now) {
+                    self.fail(conn, channel, error.on(&method), now);
+                }
+            }
+            Command::Publish { conn, channel, publish } => {
+                if let Err(error) = self.publish(conn, channel, publish, now) {
+                    let method = Method::BasicPublish(Default::default());
+                    self.fail(conn, channel, error.on(&method), now);
+                }
+            }
+            Command::ChannelAborted { conn, channel } => self.release_channel(conn, channel, now),
+        }
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, _now: Timestamp) {}
+
+    /// The earliest time `handle_timeout` has work to do.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        None
+    }
+
+    /// The next effect for the driver to carry out.
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// Whether a vhost exists (the session checks this on connection.open).
+    pub fn has_vhost(&self, name: &str) -> bool {
+        self.vhosts.contains_key(name)
+    }
+
+    pub(crate) fn emit(&mut self, effect: Effect) {
+        self.effects.push_back(effect);
+    }
+
+    pub(crate) fn send(&mut self, conn: ConnectionId, channel: ChannelId, method: impl Into<Method>) {
+        self.effects.push_back(Effect::Send { conn, channel, method: method.into(), content: None });
+    }
+
+    pub(crate) fn new_queue_id(&mut self) -> QueueId {
+        let id = QueueId(self.next_queue_id);
+        self.next_queue_id += 1;
+        id
+    }
+
+    /// The vhost name of a connection; `None` when the connection is unknown (already gone).
+    pub(crate) fn vhost_of(&self, conn: ConnectionId) -> Option<String> {
+        self.connections.get(&conn).map(|c| c.info.vhost.clone())
+    }
+
+    /// Closes the channel (soft error) or the whole connection (hard error), releasing what it held.
+    fn fail(&mut self, conn: ConnectionId, channel: ChannelId, error: AmqpError, now: Timestamp) {
+        tracing::debug!(conn = conn.0, channel = channel.0, code = error.reply_code, text = %error.reply_text, "protocol error");
+        if is_connection_error(error.reply_code) {
+            self.release_connection(conn, now);
+            self.emit(Effect::ConnectionError { conn, error });
+        } else {
+            self.release_channel(conn, channel, now);
+            self.emit(Effect::ChannelError { conn, channel, error });
+        }
+    }
+
+    /// Forgets a connection: its channels (requeueing their deliveries) and its exclusive queues.
+    fn release_connection(&mut self, conn: ConnectionId, now: Timestamp) {
+        let Some(state) = self.connections.get(&conn) else { return };
+        let channels = state.channels.clone();
+        for channel in channels {
+            self.release_channel(conn, channel, now);
+        }
+        self.connections.remove(&conn);
+        let exclusive: Vec<QueueId> =
+            self.queues.values().filter(|q| q.spec.exclusive_owner == Some(conn)).map(|q| q.id).collect();
+        for id in exclusive {
+            self.delete_queue(id);
+        }
+    }
+
+    /// Forgets a channel: cancels its consumers and requeues its unacked deliveries, in order.
+    pub(crate) fn release_channel(&mut self, conn: ConnectionId, channel_id: ChannelId, now: Timestamp) {
+        let Some(mut channel) = self.channels.remove(&(conn, channel_id)) else { return };
+        if let Some(state) = self.connections.get_mut(&conn) {
+            state.channels.retain(|c| *c != channel_id);
+        }
+        let mut touched: Vec<QueueId> = Vec::new();
+        for (tag, queue_id) in channel.consumers.drain(..) {
+            if let Some(queue) = self.queues.get_mut(&queue_id) {
+                queue.consumers.remove(conn, channel_id, &tag);
+                touched.push(queue_id);
+            }
+        }
+        let mut unacked = std::mem::take(&mut self.settle_scratch);
+        channel.take_all(&mut unacked);
+        if let crate::channel::Mode::Tx(tx) = &mut channel.mode {
+            unacked.extend(tx.settlements.drain(..).map(|(u, _)| u));
+        }
+        for delivery in unacked.drain(..) {
+            if let Some(queue) = self.queues.get_mut(&delivery.queue) {
+                queue.requeue(delivery.entry);
+                touched.push(delivery.queue);
+            }
+        }
+        self.settle_scratch = unacked;
+        touched.sort_unstable();
+        touched.dedup();
+        for queue_id in touched {
+            if !self.delete_if_unused_auto_delete(queue_id) {
+                self.dispatch(queue_id, now);
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! A channel's delivery state, as the broker keeps it: delivery tags, unacked deliveries, basic.qos
+//! limits, confirm and tx modes, and the consumers opened on it.
+//!
+//! Delivery tags count from 1 per channel (AMQP 0-9-1 basic.deliver); unacked deliveries are kept
+//! in tag order so `multiple=true` settles a prefix.
+
+use std::collections::VecDeque;
+
+use hourglass_wire::ShortStr;
+
+use crate::api::{AmqpError, Publish};
+use crate::errors;
+use crate::queue::entry::Entry;
+use crate::queue::QueueId;
+
+/// A delivery the client has not settled yet.
+#[derive(Debug)]
+pub(crate) struct Unacked {
+    pub tag: u64,
+    pub queue: QueueId,
+    pub entry: Entry,
+    /// The consumer it went to; `None` for basic.get.
+    pub consumer_tag: Option<ShortStr>,
+}
+
+/// How a settled delivery leaves the channel.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Settlement {
+    /// basic.ack: the message is done.
+    Ack,
+    /// basic.nack / basic.reject with requeue=true, or recover: back to the queue.
+    Requeue,
+    /// basic.nack / basic.reject with requeue=false: dead-lettered or dropped.
+    Discard,
+}
+
+/// Publishing mode: plain, publisher confirms (confirm.select) or transactional (tx.select).
+#[derive(Debug, Default)]
+pub(crate) enum Mode {
+    #[default]
+    Plain,
+    Confirm {
+        /// The sequence number the next publish gets (basic.ack delivery-tag).
+        next_publish_seq: u64,
+    },
+    Tx(TxBuffer),
+}
+
+/// Work held back until tx.commit.
+#[derive(Debug, Default)]
+pub(crate) struct TxBuffer {
+    pub publishes: Vec<Publish>,
+    pub settlements: Vec<(Unacked, Settlement)>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Channel {
+    next_delivery_tag: u64,
+    unacked: VecDeque<Unacked>,
+    /// basic.qos prefetch-count with global=false: applies to consumers created afterwards.
+    pub consumer_prefetch: u16,
+    /// basic.qos prefetch-count with global=true: shared by all consumers on the channel.
+    pub channel_prefetch: u16,
+    /// Unacked deliveries to consumers (what the channel-wide limit counts).
+    pub consumer_unacked: u32,
+    pub mode: Mode,
+    /// Consumers opened on this channel and the queue each consumes from.
+    pub consumers: Vec<(ShortStr, QueueId)>,
+    /// The last queue declared on this channel, which an empty queue name refers to.
+    pub last_queue: Option<ShortStr>,
+}
+
+impl Channel {
+    pub fn new() -> Self {
+        Channel {
+            next_delivery_tag: 1,
+            unacked: VecDeque::new(),
+            consumer_prefetch: 0,
+            channel_prefetch: 0,
+            consumer_unacked: 0,
+            mode: Mode::Plain,
+            consumers: Vec::new(),
+            last_queue: None,
+        }
+    }
+
+    /// Allocates the next delivery tag.
+    pub fn next_tag(&mut self) -> u64 {
+        let tag = self.next_delivery_tag;
+        self.next_delivery_tag += 1;
+        tag
+    }
+
+    /// Records a delivery that awaits settlement.
+    pub fn track(&mut self, unacked: Unacked) {
+        debug_assert!(self.unacked.back().is_none_or(|last| last.tag < unacked.tag));
+        if unacked.consumer_tag.is_some() {
+            self.consumer_unacked += 1;
+        }
+        self.unacked.push_back(unacked);
+    }
+
+    /// Puts back deliveries taken by `take_settled` (tx.rollback), keeping tag order.
+    pub fn untake(&mut self, unacked: Unacked) {
+        if unacked.consumer_tag.is_some() {
+            self.consumer_unacked += 1;
+        }
+        let at = self.unacked.partition_point(|u| u.tag < unacked.tag);
+        self.unacked.insert(at, unacked);
+    }
+
+    /// Moves the deliveries that basic.ack/nack/reject (`tag`, `multiple`) settle into `out`.
+    /// `multiple` with tag 0 means every unacked delivery (AMQP 0-9-1 basic.ack). An unknown tag
+    /// is RabbitMQ's 406 "unknown delivery tag".
+    pub fn take_settled(
+        &mut self,
+        tag: u64,
+        multiple: bool,
+        out: &mut Vec<Unacked>,
+    ) -> Result<(), AmqpError> {
+        if multiple && tag == 0 {
+            self.take_all(out);
+            return Ok(());
+        }
+        let at = self.unacked.partition_point(|u| u.tag < tag);
+        if self.unacked.get(at).is_none_or(|u| u.tag != tag) {
+            return Err(errors::unknown_delivery_tag(tag));
+        }
+        let before = out.len();
+        if multiple {
+            out.extend(self.unacked.drain(..=at));
+        } else if let Some(one) = self.unacked.remove(at) {
+            out.push(one);
+        }
+        let to_consumers = out[before..].iter().filter(|u| u.consumer_tag.is_some()).count();
+        self.consumer_unacked -= to_consumers as u32;
+        Ok(())
+    }
+
+    /// Moves every unacked delivery into `out`, in tag order.
+    pub fn take_all(&mut self, out: &mut Vec<Unacked>) {
+        out.extend(self.unacked.drain(..));
+        self.consumer_unacked = 0;
+    }
+
+    /// Whether the channel-wide prefetch allows one more consumer delivery.
+    pub fn has_credit(&self) -> bool {
+        self.channel_prefetch == 0 || self.consumer_unacked < u32::from(self.channel_prefetch)
+    }
+
+    /// The next confirm sequence number, when in confirm mode.
+    pub fn next_publish_seq(&mut self) -> Option<u64> {
+        match &mut self.mode {
+            Mode::Confirm { next_publish_seq } => {
+                let seq = *next_publish_seq;
+                *next_publish_seq += 1;
+                Some(seq)
+            }
+            _ => None,
+        }
+    }
+}

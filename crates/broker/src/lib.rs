@@ -1,0 +1,25 @@
+//! Hourglass broker core: vhosts, exchanges, bindings, queues, consumers and their timers.
+//!
+//! Sans-IO: no sockets, files, tasks or clocks. Drive it with [`Broker::handle_command`] and
+//! [`Broker::handle_timeout`], passing `now`; collect what it wants done with
+//! [`Broker::poll_effect`]; sleep until [`Broker::next_deadline`].
+
+pub mod api;
+mod broker;
+mod channel;
+mod errors;
+pub mod exchange;
+pub mod message;
+mod methods;
+mod naming;
+pub mod queue;
+mod routing;
+pub mod time;
+mod vhost;
+
+pub use api::{
+    AmqpError, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect, Publish,
+};
+pub use broker::{Broker, BrokerConfig};
+pub use message::Message;
+pub use time::Timestamp;

@@ -1,0 +1,386 @@
+//! basic.* methods: publish, consume, cancel, get, ack/nack/reject, recover, qos — and the
+//! dispatcher that hands ready messages to consumers with credit.
+
+use std::sync::Arc;
+
+use hourglass_wire::reply_code::NO_ROUTE;
+use hourglass_wire::{
+    BasicAck, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicDeliver, BasicGet,
+    BasicGetEmpty, BasicGetOk, BasicNack, BasicQos, BasicQosOk, BasicRecoverOk, BasicReject, BasicReturn,
+    Method, ShortStr,
+};
+
+use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Publish};
+use crate::broker::Broker;
+use crate::channel::{Mode, Settlement, Unacked};
+use crate::errors;
+use crate::message::Message;
+use crate::queue::consumers::Consumer;
+use crate::queue::QueueId;
+use crate::routing;
+use crate::time::Timestamp;
+
+impl Broker {
+    /// basic.publish with its content. In tx mode it waits for tx.commit.
+    pub(crate) fn publish(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        publish: Publish,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
+        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        if let Mode::Tx(buffer) = &mut channel.mode {
+            buffer.publishes.push(publish);
+            return Ok(());
+        }
+        self.route_and_enqueue(conn, ch, publish, now)
+    }
+
+    /// Routes a publish into its queues, returning it when unroutable and mandatory, and
+    /// confirming it in confirm mode (the return goes first, as RabbitMQ orders them).
+    pub(crate) fn route_and_enqueue(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        publish: Publish,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
+        let Some(connection) = self.connections.get(&conn) else { return Ok(()) };
+        let vhost_name = connection.info.vhost.clone();
+        if let Some(user_id) = &publish.properties.user_id {
+            if user_id.as_bytes() != connection.info.user.as_bytes() {
+                return Err(errors::precondition_failed(format!(
+                    "user_id property set to '{user_id}' but authenticated user was '{}'",
+                    connection.info.user
+                )));
+            }
+        }
+        let vhost = self
+            .vhosts
+            .get(&vhost_name)
+            .ok_or_else(|| errors::not_allowed(format!("vhost {vhost_name} not found")))?;
+        let exchange = vhost
+            .exchanges
+            .get(&publish.exchange)
+            .ok_or_else(|| errors::no_exchange(&publish.exchange, &vhost_name))?;
+        if exchange.spec.internal {
+            return Err(errors::access_refused(format!(
+                "cannot publish to internal exchange '{}' in vhost '{vhost_name}'",
+                publish.exchange
+            )));
+        }
+        let mandatory = publish.mandatory;
+        let message = Arc::new(Message {
+            exchange: publish.exchange,
+            routing_key: publish.routing_key,
+            properties: publish.properties,
+            body: publish.body,
+        });
+        let mut targets: Vec<QueueId> = Vec::new();
+        routing::route(vhost, &message.exchange, &message, &mut targets);
+        if targets.is_empty() && mandatory {
+            let method = BasicReturn {
+                reply_code: NO_ROUTE,
+                reply_text: ShortStr::from_static("NO_ROUTE"),
+                exchange: message.exchange.clone(),
+                routing_key: message.routing_key.clone(),
+            };
+            self.emit(Effect::Send {
+                conn,
+                channel: ch,
+                method: method.into(),
+                content: Some(message.clone()),
+            });
+        }
+        for id in targets {
+            if let Some(queue) = self.queues.get_mut(&id) {
+                queue.enqueue(message.clone());
+                self.dispatch(id, now);
+            }
+        }
+        if let Some(seq) = self.channels.get_mut(&(conn, ch)).and_then(|c| c.next_publish_seq()) {
+            self.send(conn, ch, BasicAck { delivery_tag: seq, multiple: false });
+        }
+        Ok(())
+    }
+
+    pub(super) fn basic_qos(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &BasicQos,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
+        if m.prefetch_size != 0 {
+            return Err(errors::not_implemented(format!("prefetch_size!=0 ({})", m.prefetch_size)));
+        }
+        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        // RabbitMQ 3.3+: global=false limits each consumer created afterwards; global=true the channel.
+        if m.global {
+            channel.channel_prefetch = m.prefetch_count;
+        } else {
+            channel.consumer_prefetch = m.prefetch_count;
+        }
+        let queues: Vec<QueueId> = channel.consumers.iter().map(|(_, q)| *q).collect();
+        self.send(conn, ch, BasicQosOk {});
+        for id in queues {
+            self.dispatch(id, now);
+        }
+        Ok(())
+    }
+
+    pub(super) fn basic_consume(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &BasicConsume,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
+        let name = self.queue_name_or_last(conn, ch, &m.queue)?;
+        let id = self.lookup_queue(&vhost, &name)?;
+        self.check_exclusive_access(id, conn)?;
+        let tag = if m.consumer_tag.is_empty() { self.names.consumer_tag() } else { m.consumer_tag.clone() };
+        let channel = &self.channels[&(conn, ch)];
+        if channel.consumers.iter().any(|(t, _)| t == &tag) {
+            return Err(errors::not_allowed(format!("attempt to reuse consumer tag '{tag}'")));
+        }
+        let prefetch_count = channel.consumer_prefetch;
+        let queue = self.queues.get_mut(&id).ok_or_else(|| errors::no_queue(&name, &vhost))?;
+        if queue.consumers.has_exclusive() || (m.exclusive && !queue.consumers.is_empty()) {
+            return Err(errors::access_refused(format!(
+                "queue '{name}' in vhost '{vhost}' in exclusive use"
+            )));
+        }
+        queue.consumers.add(Consumer {
+            tag: tag.clone(),
+            conn,
+            channel: ch,
+            no_ack: m.no_ack,
+            exclusive: m.exclusive,
+            prefetch_count,
+            unacked: 0,
+        });
+        queue.had_consumer = true;
+        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+            channel.consumers.push((tag.clone(), id));
+        }
+        if !m.nowait {
+            self.send(conn, ch, BasicConsumeOk { consumer_tag: tag });
+        }
+        self.dispatch(id, now);
+        Ok(())
+    }
+
+    /// Cancels a consumer; its unacked deliveries stay with the channel. An unknown tag is
+    /// answered with cancel-ok, as RabbitMQ does.
+    pub(super) fn basic_cancel(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &BasicCancel,
+    ) -> Result<(), AmqpError> {
+        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let found = channel.consumers.iter().position(|(t, _)| t == &m.consumer_tag);
+        let queue_id = found.map(|at| channel.consumers.remove(at).1);
+        if !m.nowait {
+            self.send(conn, ch, BasicCancelOk { consumer_tag: m.consumer_tag.clone() });
+        }
+        if let Some(id) = queue_id {
+            if let Some(queue) = self.queues.get_mut(&id) {
+                queue.consumers.remove(conn, ch, &m.consumer_tag);
+            }
+            self.delete_if_unused_auto_delete(id);
+        }
+        Ok(())
+    }
+
+    pub(super) fn basic_get(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &BasicGet,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
+        let name = self.queue_name_or_last(conn, ch, &m.queue)?;
+        let id = self.lookup_queue(&vhost, &name)?;
+        self.check_exclusive_access(id, conn)?;
+        let Some(queue) = self.queues.get_mut(&id) else { return Ok(()) };
+        let Some(entry) = queue.take_for_delivery(!m.no_ack) else {
+            self.send(conn, ch, BasicGetEmpty {});
+            return Ok(());
+        };
+        let message_count = queue.message_count() as u32;
+        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let tag = channel.next_tag();
+        let message = entry.message.clone();
+        let method = BasicGetOk {
+            delivery_tag: tag,
+            redelivered: entry.redelivered,
+            exchange: message.exchange.clone(),
+            routing_key: message.routing_key.clone(),
+            message_count,
+        };
+        if !m.no_ack {
+            channel.track(Unacked { tag, queue: id, entry, consumer_tag: None });
+        }
+        self.emit(Effect::Send { conn, channel: ch, method: method.into(), content: Some(message) });
+        Ok(())
+    }
+
+    pub(super) fn basic_ack(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &BasicAck,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
+        self.settle(conn, ch, m.delivery_tag, m.multiple, Settlement::Ack, now)
+    }
+
+    pub(super) fn basic_nack(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &BasicNack,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
+        let settlement = if m.requeue { Settlement::Requeue } else { Settlement::Discard };
+        self.settle(conn, ch, m.delivery_tag, m.multiple, settlement, now)
+    }
+
+    pub(super) fn basic_reject(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &BasicReject,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
+        let settlement = if m.requeue { Settlement::Requeue } else { Settlement::Discard };
+        self.settle(conn, ch, m.delivery_tag, false, settlement, now)
+    }
+
+    /// basic.recover(-async) requeue=true: every unacked delivery goes back to its queue.
+    /// requeue=false is not supported by RabbitMQ either (540).
+    pub(super) fn basic_recover(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        requeue: bool,
+        reply: bool,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
+        if !requeue {
+            return Err(errors::not_implemented("requeue=false"));
+        }
+        let mut all = std::mem::take(&mut self.settle_scratch);
+        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+            channel.take_all(&mut all);
+        }
+        self.apply_settlements(conn, ch, &mut all, Settlement::Requeue, now);
+        self.settle_scratch = all;
+        if reply {
+            self.send(conn, ch, BasicRecoverOk {});
+        }
+        Ok(())
+    }
+
+    fn settle(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        tag: u64,
+        multiple: bool,
+        settlement: Settlement,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
+        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let mut taken = std::mem::take(&mut self.settle_scratch);
+        let result = channel.take_settled(tag, multiple, &mut taken);
+        if let Mode::Tx(buffer) = &mut channel.mode {
+            buffer.settlements.extend(taken.drain(..).map(|u| (u, settlement)));
+        } else {
+            self.apply_settlements(conn, ch, &mut taken, settlement, now);
+        }
+        self.settle_scratch = taken;
+        result
+    }
+
+    /// Carries out settlements (drained from `deliveries`), then lets the affected queues deliver
+    /// again: the settled deliveries freed consumer and channel credit.
+    pub(crate) fn apply_settlements(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        deliveries: &mut Vec<Unacked>,
+        settlement: Settlement,
+        now: Timestamp,
+    ) {
+        let mut touched: Vec<QueueId> = Vec::new();
+        for delivery in deliveries.drain(..) {
+            let Some(queue) = self.queues.get_mut(&delivery.queue) else { continue };
+            if let Some(tag) = &delivery.consumer_tag {
+                if let Some(consumer) = queue.consumers.find_mut(conn, ch, tag) {
+                    consumer.unacked = consumer.unacked.saturating_sub(1);
+                }
+            }
+            match settlement {
+                Settlement::Ack | Settlement::Discard => queue.settle(),
+                Settlement::Requeue => queue.requeue(delivery.entry),
+            }
+            if !touched.contains(&delivery.queue) {
+                touched.push(delivery.queue);
+            }
+        }
+        if let Some(channel) = self.channels.get(&(conn, ch)) {
+            if channel.channel_prefetch != 0 {
+                for (_, id) in &channel.consumers {
+                    if !touched.contains(id) {
+                        touched.push(*id);
+                    }
+                }
+            }
+        }
+        for id in touched {
+            self.dispatch(id, now);
+        }
+    }
+
+    /// Hands ready messages to consumers, round robin, while one has credit (its own prefetch and
+    /// its channel's).
+    pub(crate) fn dispatch(&mut self, id: QueueId, _now: Timestamp) {
+        let Some(queue) = self.queues.get_mut(&id) else { return };
+        let channels = &mut self.channels;
+        while !queue.ready.is_empty() {
+            let picked = queue.consumers.pick(|c| {
+                c.has_credit()
+                    && (c.no_ack || channels.get(&(c.conn, c.channel)).is_some_and(|ch| ch.has_credit()))
+            });
+            let Some(at) = picked else { break };
+            let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
+            let Some(entry) = queue.take_for_delivery(expect_ack) else { break };
+            let Some(consumer) = queue.consumers.get_mut(at) else { break };
+            let Some(channel) = channels.get_mut(&(consumer.conn, consumer.channel)) else { break };
+            let tag = channel.next_tag();
+            let message = entry.message.clone();
+            let method = Method::BasicDeliver(BasicDeliver {
+                consumer_tag: consumer.tag.clone(),
+                delivery_tag: tag,
+                redelivered: entry.redelivered,
+                exchange: message.exchange.clone(),
+                routing_key: message.routing_key.clone(),
+            });
+            if expect_ack {
+                consumer.unacked += 1;
+                channel.track(Unacked { tag, queue: id, entry, consumer_tag: Some(consumer.tag.clone()) });
+            }
+            self.effects.push_back(Effect::Send {
+                conn: consumer.conn,
+                channel: consumer.channel,
+                method,
+                content: Some(message),
+            });
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! exchange.declare / delete / bind / unbind.
+
+use hourglass_wire::{
+    ExchangeBind, ExchangeBindOk, ExchangeDeclare, ExchangeDeclareOk, ExchangeDelete, ExchangeDeleteOk,
+    ExchangeUnbind, ExchangeUnbindOk, ShortStr,
+};
+
+use crate::api::{AmqpError, ChannelId, ConnectionId};
+use crate::broker::Broker;
+use crate::errors;
+use crate::exchange::{Binding, Destination, Exchange, ExchangeKind, ExchangeSpec};
+use crate::vhost::VHost;
+
+impl Broker {
+    pub(super) fn exchange_declare(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &ExchangeDeclare,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
+        let vhost = self.vhost_mut(&vhost_name)?;
+        if m.passive {
+            if !vhost.exchanges.contains_key(&m.exchange) {
+                return Err(errors::no_exchange(&m.exchange, &vhost_name));
+            }
+        } else {
+            // rabbit_channel: the type is checked first (a hard 503), then the default exchange.
+            let kind = ExchangeKind::parse(m.kind.as_bytes())
+                .ok_or_else(|| errors::command_invalid(format!("invalid exchange type '{}'", m.kind)))?;
+            if m.exchange.is_empty() {
+                return Err(errors::default_exchange_refused());
+            }
+            let spec = ExchangeSpec {
+                name: m.exchange.clone(),
+                kind,
+                durable: m.durable,
+                auto_delete: m.auto_delete,
+                internal: m.internal,
+                arguments: m.arguments.clone(),
+            };
+            match vhost.exchanges.get(&m.exchange) {
+                Some(existing) => existing.check_equivalent(&spec, &vhost_name)?,
+                None => {
+                    check_name("exchange", &m.exchange)?;
+                    vhost.exchanges.insert(spec.name.clone(), Exchange::new(spec));
+                }
+            }
+        }
+        if !m.nowait {
+            self.send(conn, ch, ExchangeDeclareOk {});
+        }
+        Ok(())
+    }
+
+    pub(super) fn exchange_delete(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &ExchangeDelete,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
+        if m.exchange.is_empty() {
+            return Err(errors::default_exchange_refused());
+        }
+        if m.exchange.as_bytes().starts_with(b"amq.") {
+            return Err(errors::access_refused(format!(
+                "deletion of system exchange '{}' in vhost '{vhost_name}' is not allowed",
+                m.exchange
+            )));
+        }
+        let vhost = self.vhost_mut(&vhost_name)?;
+        // Deleting an exchange that does not exist succeeds (RabbitMQ 3.x: delete is idempotent).
+        if let Some(exchange) = vhost.exchanges.get(&m.exchange) {
+            // RabbitMQ counts only bindings with the exchange as source.
+            if m.if_unused && exchange.has_bindings() {
+                return Err(errors::precondition_failed(format!(
+                    "exchange '{}' in vhost '{vhost_name}' in use",
+                    m.exchange
+                )));
+            }
+            remove_exchange(vhost, &m.exchange);
+        }
+        if !m.nowait {
+            self.send(conn, ch, ExchangeDeleteOk {});
+        }
+        Ok(())
+    }
+
+    pub(super) fn exchange_bind(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &ExchangeBind,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
+        let vhost = self.vhost_mut(&vhost_name)?;
+        let binding =
+            exchange_binding(vhost, &vhost_name, &m.source, &m.destination, &m.routing_key, &m.arguments)?;
+        if let Some(source) = vhost.exchanges.get_mut(&m.source) {
+            source.bind(binding);
+        }
+        if !m.nowait {
+            self.send(conn, ch, ExchangeBindOk {});
+        }
+        Ok(())
+    }
+
+    pub(super) fn exchange_unbind(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &ExchangeUnbind,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
+        let vhost = self.vhost_mut(&vhost_name)?;
+        let binding =
+            exchange_binding(vhost, &vhost_name, &m.source, &m.destination, &m.routing_key, &m.arguments)?;
+        unbind_from(vhost, &m.source, &binding);
+        if !m.nowait {
+            self.send(conn, ch, ExchangeUnbindOk {});
+        }
+        Ok(())
+    }
+
+    pub(crate) fn vhost_mut(&mut self, name: &str) -> Result<&mut VHost, AmqpError> {
+        self.vhosts.get_mut(name).ok_or_else(|| errors::not_allowed(format!("vhost {name} not found")))
+    }
+}
+
+/// RabbitMQ reserves the `amq.` prefix for names the broker makes.
+pub(super) fn check_name(kind: &str, name: &ShortStr) -> Result<(), AmqpError> {
+    if name.as_bytes().starts_with(b"amq.") {
+        return Err(errors::access_refused(format!("{kind} name '{name}' contains reserved prefix 'amq.*'")));
+    }
+    Ok(())
+}
+
+/// Checks both ends of an exchange-to-exchange binding and builds it.
+fn exchange_binding(
+    vhost: &VHost,
+    vhost_name: &str,
+    source: &ShortStr,
+    destination: &ShortStr,
+    routing_key: &ShortStr,
+    arguments: &hourglass_wire::FieldTable,
+) -> Result<Binding, AmqpError> {
+    if source.is_empty() || destination.is_empty() {
+        return Err(errors::default_exchange_refused());
+    }
+    for name in [destination, source] {
+        if !vhost.exchanges.contains_key(name) {
+            return Err(errors::no_exchange(name, vhost_name));
+        }
+    }
+    if vhost.exchanges.get(source).is_some_and(|x| x.spec.kind == ExchangeKind::Headers) {
+        crate::exchange::validate_headers_binding(arguments)?;
+    }
+    Ok(Binding {
+        destination: Destination::Exchange(destination.clone()),
+        routing_key: routing_key.clone(),
+        arguments: arguments.clone(),
+    })
+}
+
+/// Removes a binding from `source`, deleting `source` when it is auto-delete and that was its
+/// last binding.
+pub(crate) fn unbind_from(vhost: &mut VHost, source: &ShortStr, binding: &Binding) {
+    let Some(exchange) = vhost.exchanges.get_mut(source) else { return };
+    if exchange.unbind(binding) && exchange.spec.auto_delete && !exchange.has_bindings() {
+        remove_exchange(vhost, source);
+    }
+}
+
+/// Removes every binding leading to `destination`, auto-deleting exchanges left without any.
+pub(crate) fn unbind_destination(vhost: &mut VHost, destination: &Destination) {
+    let mut emptied = Vec::new();
+    for exchange in vhost.exchanges.values_mut() {
+        if exchange.unbind_destination(destination) > 0
+            && exchange.spec.auto_delete
+            && !exchange.has_bindings()
+        {
+            emptied.push(exchange.name().clone());
+        }
+    }
+    for name in emptied {
+        remove_exchange(vhost, &name);
+    }
+}
+
+/// Deletes an exchange and every binding from or to it.
+fn remove_exchange(vhost: &mut VHost, name: &ShortStr) {
+    if vhost.exchanges.remove(name).is_some() {
+        unbind_destination(vhost, &Destination::Exchange(name.clone()));
+    }
+}

@@ -1,0 +1,309 @@
+//! queue.declare / bind / unbind / purge / delete, and queue removal (explicit, exclusive owner
+//! gone, auto-delete).
+
+use hourglass_wire::{
+    BasicCancel, QueueBind, QueueBindOk, QueueDeclare, QueueDeclareOk, QueueDelete, QueueDeleteOk,
+    QueuePurge, QueuePurgeOk, QueueUnbind, QueueUnbindOk, ShortStr,
+};
+
+use super::exchange::{check_name, unbind_destination, unbind_from};
+use crate::api::{AmqpError, ChannelId, ConnectionId, Effect};
+use crate::broker::Broker;
+use crate::errors;
+use crate::exchange::{Binding, Destination, ExchangeKind};
+use crate::queue::args::first_inequivalent;
+use crate::queue::{Queue, QueueArgs, QueueId, QueueSpec};
+
+impl Broker {
+    pub(super) fn queue_declare(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &QueueDeclare,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
+        let id = if m.passive {
+            let id = self.lookup_queue(&vhost, &m.queue)?;
+            self.check_exclusive_access(id, conn)?;
+            id
+        } else {
+            let name = if m.queue.is_empty() {
+                self.names.queue_name()
+            } else {
+                check_name("queue", &m.queue)?;
+                m.queue.clone()
+            };
+            let spec = QueueSpec {
+                name,
+                durable: m.durable,
+                exclusive_owner: m.exclusive.then_some(conn),
+                auto_delete: m.auto_delete,
+                arguments: m.arguments.clone(),
+            };
+            match self.vhost_mut(&vhost)?.queues.get(&spec.name).copied() {
+                Some(id) => {
+                    self.check_redeclare(id, conn, &spec)?;
+                    id
+                }
+                None => self.create_queue(&vhost, spec)?,
+            }
+        };
+        let queue = &self.queues[&id];
+        let (name, message_count, consumer_count) =
+            (queue.name().clone(), queue.message_count() as u32, queue.consumer_count() as u32);
+        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+            channel.last_queue = Some(name.clone());
+        }
+        if !m.nowait {
+            self.send(conn, ch, QueueDeclareOk { queue: name, message_count, consumer_count });
+        }
+        Ok(())
+    }
+
+    pub(super) fn queue_bind(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &QueueBind,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
+        let (binding, source) =
+            self.queue_binding(conn, ch, &vhost_name, &m.queue, &m.exchange, &m.routing_key, &m.arguments)?;
+        if let Some(exchange) = self.vhost_mut(&vhost_name)?.exchanges.get_mut(&source) {
+            exchange.bind(binding);
+        }
+        if !m.nowait {
+            self.send(conn, ch, QueueBindOk {});
+        }
+        Ok(())
+    }
+
+    pub(super) fn queue_unbind(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &QueueUnbind,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
+        let (binding, source) =
+            self.queue_binding(conn, ch, &vhost_name, &m.queue, &m.exchange, &m.routing_key, &m.arguments)?;
+        // Unbinding what is not bound succeeds, as in RabbitMQ 3.x.
+        unbind_from(self.vhost_mut(&vhost_name)?, &source, &binding);
+        self.send(conn, ch, QueueUnbindOk {});
+        Ok(())
+    }
+
+    pub(super) fn queue_purge(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &QueuePurge,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
+        let name = self.queue_name_or_last(conn, ch, &m.queue)?;
+        let id = self.lookup_queue(&vhost, &name)?;
+        self.check_exclusive_access(id, conn)?;
+        let purged = self.queues.get_mut(&id).map_or(0, |q| q.ready.purge());
+        if !m.nowait {
+            self.send(conn, ch, QueuePurgeOk { message_count: purged as u32 });
+        }
+        Ok(())
+    }
+
+    pub(super) fn queue_delete(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        m: &QueueDelete,
+    ) -> Result<(), AmqpError> {
+        let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
+        let name = self.queue_name_or_last(conn, ch, &m.queue)?;
+        // Deleting a queue that does not exist succeeds with a count of 0 (RabbitMQ 3.x).
+        let message_count = match self.vhosts.get(&vhost).and_then(|v| v.queues.get(&name)).copied() {
+            None => 0,
+            Some(id) => {
+                self.check_exclusive_access(id, conn)?;
+                let queue = &self.queues[&id];
+                if m.if_unused && queue.consumer_count() > 0 {
+                    return Err(errors::precondition_failed(format!(
+                        "queue '{name}' in vhost '{vhost}' in use"
+                    )));
+                }
+                if m.if_empty && queue.message_count() > 0 {
+                    return Err(errors::precondition_failed(format!(
+                        "queue '{name}' in vhost '{vhost}' not empty"
+                    )));
+                }
+                self.delete_queue(id)
+            }
+        };
+        if !m.nowait {
+            self.send(conn, ch, QueueDeleteOk { message_count: message_count as u32 });
+        }
+        Ok(())
+    }
+
+    /// Deletes a queue: its bindings go, its consumers are told (basic.cancel, when their client
+    /// understands it), its ready messages are dropped. Deliveries still unacked stay with their
+    /// channels; settling them later is harmless. Returns the number of ready messages dropped.
+    pub(crate) fn delete_queue(&mut self, id: QueueId) -> usize {
+        let Some(queue) = self.queues.remove(&id) else { return 0 };
+        if let Some(vhost) = self.vhosts.get_mut(&queue.vhost) {
+            vhost.queues.remove(queue.name());
+            unbind_destination(vhost, &Destination::Queue(id));
+        }
+        for consumer in queue.consumers.iter() {
+            if let Some(channel) = self.channels.get_mut(&(consumer.conn, consumer.channel)) {
+                channel.consumers.retain(|(tag, _)| tag != &consumer.tag);
+            }
+            let notify = self
+                .connections
+                .get(&consumer.conn)
+                .is_some_and(|c| c.info.capabilities.consumer_cancel_notify);
+            if notify {
+                let cancel = BasicCancel { consumer_tag: consumer.tag.clone(), nowait: true };
+                self.emit(Effect::Send {
+                    conn: consumer.conn,
+                    channel: consumer.channel,
+                    method: cancel.into(),
+                    content: None,
+                });
+            }
+        }
+        queue.message_count()
+    }
+
+    /// Deletes an auto-delete queue whose last consumer has gone; returns whether it did.
+    pub(crate) fn delete_if_unused_auto_delete(&mut self, id: QueueId) -> bool {
+        let unused = self
+            .queues
+            .get(&id)
+            .is_some_and(|q| q.spec.auto_delete && q.had_consumer && q.consumers.is_empty());
+        if unused {
+            self.delete_queue(id);
+        }
+        unused
+    }
+
+    pub(crate) fn lookup_queue(&self, vhost: &str, name: &ShortStr) -> Result<QueueId, AmqpError> {
+        self.vhosts
+            .get(vhost)
+            .and_then(|v| v.queues.get(name))
+            .copied()
+            .ok_or_else(|| errors::no_queue(name, vhost))
+    }
+
+    /// An empty queue name means the last queue declared on the channel (AMQP 0-9-1 §1.7.2).
+    pub(crate) fn queue_name_or_last(
+        &self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        name: &ShortStr,
+    ) -> Result<ShortStr, AmqpError> {
+        if !name.is_empty() {
+            return Ok(name.clone());
+        }
+        self.channels
+            .get(&(conn, ch))
+            .and_then(|c| c.last_queue.clone())
+            .ok_or_else(errors::not_found_no_previous_queue)
+    }
+
+    /// 405 when another connection owns the (exclusive) queue.
+    pub(crate) fn check_exclusive_access(&self, id: QueueId, conn: ConnectionId) -> Result<(), AmqpError> {
+        let queue = &self.queues[&id];
+        if queue.is_exclusive_to_other(conn) {
+            return Err(errors::queue_locked(queue.name(), &queue.vhost));
+        }
+        Ok(())
+    }
+
+    fn create_queue(&mut self, vhost: &str, spec: QueueSpec) -> Result<QueueId, AmqpError> {
+        let args = QueueArgs::parse(&spec.arguments, &spec.name.as_str(), vhost, spec.durable)?;
+        let id = self.new_queue_id();
+        self.vhost_mut(vhost)?.queues.insert(spec.name.clone(), id);
+        self.queues.insert(id, Queue::new(id, vhost.to_owned(), spec, args));
+        Ok(id)
+    }
+
+    /// A redeclare must come from the owner (for exclusive queues) and match the declaration.
+    fn check_redeclare(&self, id: QueueId, conn: ConnectionId, spec: &QueueSpec) -> Result<(), AmqpError> {
+        let queue = &self.queues[&id];
+        let current = &queue.spec;
+        if current.exclusive_owner.is_some() != spec.exclusive_owner.is_some()
+            || queue.is_exclusive_to_other(conn)
+        {
+            return Err(errors::queue_locked(queue.name(), &queue.vhost));
+        }
+        let mismatch = |field: &str, received: bool, now: bool| {
+            errors::precondition_failed(format!(
+                "inequivalent arg '{field}' for queue '{}' in vhost '{}': received '{received}' but current is '{now}'",
+                current.name, queue.vhost
+            ))
+        };
+        if current.durable != spec.durable {
+            return Err(mismatch("durable", spec.durable, current.durable));
+        }
+        if current.auto_delete != spec.auto_delete {
+            return Err(mismatch("auto_delete", spec.auto_delete, current.auto_delete));
+        }
+        if let Some(key) = first_inequivalent(&current.arguments, &spec.arguments) {
+            return Err(errors::precondition_failed(format!(
+                "inequivalent arg '{key}' for queue '{}' in vhost '{}': received {} but current is {}",
+                current.name,
+                queue.vhost,
+                describe_arg(spec.arguments.get(key)),
+                describe_arg(current.arguments.get(key)),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks a queue binding's ends and builds it; returns it with its source exchange.
+    #[allow(clippy::too_many_arguments)]
+    fn queue_binding(
+        &self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        vhost_name: &str,
+        queue: &ShortStr,
+        exchange: &ShortStr,
+        routing_key: &ShortStr,
+        arguments: &hourglass_wire::FieldTable,
+    ) -> Result<(Binding, ShortStr), AmqpError> {
+        let queue_name = self.queue_name_or_last(conn, ch, queue)?;
+        if exchange.is_empty() {
+            return Err(errors::default_exchange_refused());
+        }
+        let id = self.lookup_queue(vhost_name, &queue_name)?;
+        let vhost = &self.vhosts[vhost_name];
+        let source =
+            vhost.exchanges.get(exchange).ok_or_else(|| errors::no_exchange(exchange, vhost_name))?;
+        self.check_exclusive_access(id, conn)?;
+        if source.spec.kind == ExchangeKind::Headers {
+            crate::exchange::validate_headers_binding(arguments)?;
+        }
+        // AMQP 0-9-1: an empty routing key with an empty queue name binds with the queue's name.
+        let routing_key =
+            if routing_key.is_empty() && queue.is_empty() { queue_name } else { routing_key.clone() };
+        let binding =
+            Binding { destination: Destination::Queue(id), routing_key, arguments: arguments.clone() };
+        Ok((binding, exchange.clone()))
+    }
+}
+
+/// An argument value as RabbitMQ's inequivalence texts show it.
+fn describe_arg(value: Option<hourglass_wire::FieldValue>) -> String {
+    match value {
+        None => "none".to_owned(),
+        Some(v) => match v.as_bytes() {
+            Some(bytes) => {
+                format!("the value '{}' of type '{}'", String::from_utf8_lossy(bytes), v.type_name())
+            }
+            None => match v.as_i64() {
+                Some(n) => format!("the value '{n}' of type '{}'", v.type_name()),
+                None => format!("the value '{v:?}' of type '{}'", v.type_name()),
+            },
+        },
+    }
+}

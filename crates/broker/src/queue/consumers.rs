@@ -1,0 +1,102 @@
+//! A queue's consumers and the round-robin choice of who gets the next message.
+//!
+//! Credit (prefetch) is per consumer here; the channel-wide limit (basic.qos global=true) is the
+//! channel's, so the broker asks both before delivering.
+
+use hourglass_wire::ShortStr;
+
+use crate::api::{ChannelId, ConnectionId};
+
+#[derive(Clone, Debug)]
+pub(crate) struct Consumer {
+    pub tag: ShortStr,
+    pub conn: ConnectionId,
+    pub channel: ChannelId,
+    pub no_ack: bool,
+    pub exclusive: bool,
+    /// basic.qos prefetch-count with global=false at consume time; 0 = unlimited.
+    pub prefetch_count: u16,
+    /// Deliveries to this consumer not yet settled.
+    pub unacked: u32,
+}
+
+impl Consumer {
+    /// Whether the consumer's own prefetch allows one more delivery.
+    pub fn has_credit(&self) -> bool {
+        self.no_ack || self.prefetch_count == 0 || self.unacked < u32::from(self.prefetch_count)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Consumers {
+    list: Vec<Consumer>,
+    /// Index of the consumer to try first next time (round robin).
+    next: usize,
+}
+
+impl Consumers {
+    pub fn add(&mut self, consumer: Consumer) {
+        self.list.push(consumer);
+    }
+
+    /// Removes the consumer with this tag on this channel.
+    pub fn remove(&mut self, conn: ConnectionId, channel: ChannelId, tag: &ShortStr) -> Option<Consumer> {
+        let at = self.list.iter().position(|c| c.conn == conn && c.channel == channel && &c.tag == tag)?;
+        if at < self.next {
+            self.next -= 1;
+        }
+        let consumer = self.list.remove(at);
+        if self.next >= self.list.len() {
+            self.next = 0;
+        }
+        Some(consumer)
+    }
+
+    /// The consumer with this tag on this channel.
+    pub fn find_mut(
+        &mut self,
+        conn: ConnectionId,
+        channel: ChannelId,
+        tag: &ShortStr,
+    ) -> Option<&mut Consumer> {
+        self.list.iter_mut().find(|c| c.conn == conn && c.channel == channel && &c.tag == tag)
+    }
+
+    /// Picks the next consumer, in round-robin order, that `eligible` accepts, and advances the
+    /// rotation past it. Returns its index for `get_mut`.
+    pub fn pick(&mut self, mut eligible: impl FnMut(&Consumer) -> bool) -> Option<usize> {
+        let count = self.list.len();
+        for step in 0..count {
+            let at = (self.next + step) % count;
+            if eligible(&self.list[at]) {
+                self.next = (at + 1) % count;
+                return Some(at);
+            }
+        }
+        None
+    }
+
+    pub fn get(&self, at: usize) -> Option<&Consumer> {
+        self.list.get(at)
+    }
+
+    pub fn get_mut(&mut self, at: usize) -> Option<&mut Consumer> {
+        self.list.get_mut(at)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Consumer> {
+        self.list.iter()
+    }
+
+    pub fn count(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn has_exclusive(&self) -> bool {
+        self.list.iter().any(|c| c.exclusive)
+    }
+}

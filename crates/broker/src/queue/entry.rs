@@ -1,0 +1,22 @@
+//! One message's place in one queue: the shared message plus this queue's bookkeeping.
+
+use std::sync::Arc;
+
+use crate::message::Message;
+
+/// A message's position in its queue; requeued messages go back to their old position.
+pub(crate) type Seq = u64;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub seq: Seq,
+    pub message: Arc<Message>,
+    /// Set once the message has been delivered and came back (AMQP basic.deliver `redelivered`).
+    pub redelivered: bool,
+}
+
+impl Entry {
+    pub fn body_size(&self) -> usize {
+        self.message.body_size()
+    }
+}

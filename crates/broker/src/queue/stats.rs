@@ -1,0 +1,103 @@
+//! What a queue reports about itself: counts for declare-ok, the management API and metrics.
+
+use crate::broker::Broker;
+use crate::exchange::{Destination, ExchangeSpec};
+use crate::queue::args::QueueType;
+use crate::queue::Queue;
+
+/// A snapshot of one queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueStats {
+    pub vhost: String,
+    pub name: String,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub exclusive: bool,
+    pub queue_type: QueueType,
+    /// Ready messages (deliverable now).
+    pub messages_ready: usize,
+    /// Delivered, not yet settled.
+    pub messages_unacked: usize,
+    /// Body bytes of the ready messages.
+    pub message_bytes_ready: usize,
+    pub consumers: usize,
+}
+
+impl QueueStats {
+    fn of(queue: &Queue) -> Self {
+        QueueStats {
+            vhost: queue.vhost.clone(),
+            name: queue.name().as_str().into_owned(),
+            durable: queue.spec.durable,
+            auto_delete: queue.spec.auto_delete,
+            exclusive: queue.spec.exclusive_owner.is_some(),
+            queue_type: queue.args.queue_type,
+            messages_ready: queue.message_count(),
+            messages_unacked: queue.unacked_count,
+            message_bytes_ready: queue.ready.body_bytes(),
+            consumers: queue.consumer_count(),
+        }
+    }
+}
+
+/// A binding as listings show it: source exchange, destination, key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindingInfo {
+    pub source: String,
+    /// `queue` or `exchange`.
+    pub destination_kind: &'static str,
+    pub destination: String,
+    pub routing_key: String,
+}
+
+impl Broker {
+    /// One queue's statistics.
+    pub fn queue_stats(&self, vhost: &str, name: &str) -> Option<QueueStats> {
+        let id = self.vhosts.get(vhost)?.queues.iter().find(|(n, _)| n.as_bytes() == name.as_bytes())?.1;
+        self.queues.get(id).map(QueueStats::of)
+    }
+
+    /// Every queue's statistics, sorted by vhost and name.
+    pub fn list_queues(&self) -> Vec<QueueStats> {
+        let mut all: Vec<QueueStats> = self.queues.values().map(QueueStats::of).collect();
+        all.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+        all
+    }
+
+    /// Every exchange of a vhost, sorted by name.
+    pub fn list_exchanges(&self, vhost: &str) -> Vec<ExchangeSpec> {
+        let mut all: Vec<ExchangeSpec> = self
+            .vhosts
+            .get(vhost)
+            .map(|v| v.exchanges.values().map(|x| x.spec.clone()).collect())
+            .unwrap_or_default();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// Every binding of a vhost, in source order.
+    pub fn list_bindings(&self, vhost: &str) -> Vec<BindingInfo> {
+        let Some(v) = self.vhosts.get(vhost) else { return Vec::new() };
+        let mut sources: Vec<_> = v.exchanges.values().collect();
+        sources.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut out = Vec::new();
+        for exchange in sources {
+            for binding in exchange.bindings() {
+                let (destination_kind, destination) = match &binding.destination {
+                    Destination::Queue(id) => (
+                        "queue",
+                        self.queues.get(id).map(|q| q.name().as_str().into_owned()).unwrap_or_default(),
+                    ),
+                    Destination::Exchange(name) => ("exchange", name.as_str().into_owned()),
+                };
+                out.push(BindingInfo {
+                    source: exchange.name().as_str().into_owned(),
+                    destination_kind,
+                    destination,
+                    routing_key: binding.routing_key.as_str().into_owned(),
+                });
+            }
+        }
+        out
+    }
+}

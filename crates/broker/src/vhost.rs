@@ -1,0 +1,41 @@
+//! A virtual host: its exchanges and the names of its queues.
+
+use std::collections::HashMap;
+
+use hourglass_wire::{FieldTable, ShortStr};
+
+use crate::exchange::{Exchange, ExchangeKind, ExchangeSpec};
+use crate::queue::QueueId;
+
+#[derive(Debug)]
+pub(crate) struct VHost {
+    pub exchanges: HashMap<ShortStr, Exchange>,
+    pub queues: HashMap<ShortStr, QueueId>,
+}
+
+impl VHost {
+    /// A vhost with the default exchange and the `amq.*` exchanges every RabbitMQ vhost has.
+    pub fn new() -> Self {
+        let mut vhost = VHost { exchanges: HashMap::new(), queues: HashMap::new() };
+        let standard = [
+            ("", ExchangeKind::Direct),
+            ("amq.direct", ExchangeKind::Direct),
+            ("amq.fanout", ExchangeKind::Fanout),
+            ("amq.topic", ExchangeKind::Topic),
+            ("amq.headers", ExchangeKind::Headers),
+            ("amq.match", ExchangeKind::Headers),
+        ];
+        for (name, kind) in standard {
+            let spec = ExchangeSpec {
+                name: ShortStr::from_static(name),
+                kind,
+                durable: true,
+                auto_delete: false,
+                internal: false,
+                arguments: FieldTable::new(),
+            };
+            vhost.exchanges.insert(spec.name.clone(), Exchange::new(spec));
+        }
+        vhost
+    }
+}

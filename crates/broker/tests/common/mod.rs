@@ -1,0 +1,66 @@
+//! Shorthands for broker tests.
+#![allow(dead_code)]
+
+use hourglass_broker::{AmqpError, Effect};
+use hourglass_testkit::{methods, short, Chan, TestBroker};
+use hourglass_wire::*;
+
+pub fn declare(tb: &mut TestBroker, chan: Chan, name: &str) -> Vec<Effect> {
+    tb.call(chan, QueueDeclare { queue: short(name), ..Default::default() })
+}
+
+pub fn declare_with(tb: &mut TestBroker, chan: Chan, m: QueueDeclare) -> QueueDeclareOk {
+    let effects = tb.call(chan, m);
+    match methods(&effects).as_slice() {
+        [Method::QueueDeclareOk(ok)] => ok.clone(),
+        other => panic!("expected queue.declare-ok, got {other:?}"),
+    }
+}
+
+pub fn declare_exchange(tb: &mut TestBroker, chan: Chan, name: &str, kind: &str) -> Vec<Effect> {
+    tb.call(chan, ExchangeDeclare { exchange: short(name), kind: short(kind), ..Default::default() })
+}
+
+pub fn bind(tb: &mut TestBroker, chan: Chan, queue: &str, exchange: &str, key: &str) -> Vec<Effect> {
+    tb.call(
+        chan,
+        QueueBind {
+            queue: short(queue),
+            exchange: short(exchange),
+            routing_key: short(key),
+            ..Default::default()
+        },
+    )
+}
+
+/// Starts a consumer with a given tag; returns the effects (consume-ok and any deliveries).
+pub fn consume(tb: &mut TestBroker, chan: Chan, queue: &str, tag: &str, no_ack: bool) -> Vec<Effect> {
+    tb.call(
+        chan,
+        BasicConsume { queue: short(queue), consumer_tag: short(tag), no_ack, ..Default::default() },
+    )
+}
+
+pub fn ack(tb: &mut TestBroker, chan: Chan, tag: u64, multiple: bool) -> Vec<Effect> {
+    tb.call(chan, BasicAck { delivery_tag: tag, multiple })
+}
+
+/// The channel error among `effects`, if any.
+pub fn channel_error(effects: &[Effect]) -> Option<AmqpError> {
+    effects.iter().find_map(|e| match e {
+        Effect::ChannelError { error, .. } => Some(error.clone()),
+        _ => None,
+    })
+}
+
+/// The connection error among `effects`, if any.
+pub fn connection_error(effects: &[Effect]) -> Option<AmqpError> {
+    effects.iter().find_map(|e| match e {
+        Effect::ConnectionError { error, .. } => Some(error.clone()),
+        _ => None,
+    })
+}
+
+pub fn bodies(effects: &[Effect]) -> Vec<Vec<u8>> {
+    hourglass_testkit::deliveries(effects).iter().map(|d| d.body().to_vec()).collect()
+}

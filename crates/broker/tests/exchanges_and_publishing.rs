@@ -1,0 +1,278 @@
+//! Exchanges, bindings, routing, mandatory returns, publisher confirms and transactions.
+
+mod common;
+
+use common::*;
+use hourglass_broker::Effect;
+use hourglass_testkit::{methods, short, TestBroker};
+use hourglass_wire::*;
+
+fn ready(tb: &TestBroker, queue: &str) -> usize {
+    tb.broker.queue_stats("/", queue).map_or(0, |s| s.messages_ready)
+}
+
+/// Topic bindings route with `*` and `#`; a message reaches each matching queue once.
+#[test]
+fn topic_exchange_routes_by_pattern() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    for q in ["all", "usd", "none"] {
+        declare(&mut tb, c, q);
+    }
+    bind(&mut tb, c, "all", "amq.topic", "#");
+    bind(&mut tb, c, "all", "amq.topic", "stock.#");
+    bind(&mut tb, c, "usd", "amq.topic", "stock.usd.*");
+    bind(&mut tb, c, "none", "amq.topic", "bond.*");
+    tb.publish(c, "amq.topic", "stock.usd.nyse", b"x");
+    assert_eq!((ready(&tb, "all"), ready(&tb, "usd"), ready(&tb, "none")), (1, 1, 0));
+}
+
+/// A fanout exchange copies to every bound queue whatever the key; direct matches keys exactly.
+#[test]
+fn fanout_and_direct_routing() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "a");
+    declare(&mut tb, c, "b");
+    bind(&mut tb, c, "a", "amq.fanout", "");
+    bind(&mut tb, c, "b", "amq.fanout", "ignored");
+    tb.publish(c, "amq.fanout", "anything", b"x");
+    assert_eq!((ready(&tb, "a"), ready(&tb, "b")), (1, 1));
+    bind(&mut tb, c, "a", "amq.direct", "k1");
+    tb.publish(c, "amq.direct", "k2", b"x");
+    tb.publish(c, "amq.direct", "k1", b"x");
+    assert_eq!(ready(&tb, "a"), 2);
+}
+
+/// A headers exchange routes on message headers with x-match.
+#[test]
+fn headers_exchange_routes_on_headers() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "h");
+    let args = FieldTable::from_entries([
+        ("x-match", FieldValue::LongStr("all".into())),
+        ("format", FieldValue::LongStr("pdf".into())),
+    ]);
+    tb.call(
+        c,
+        QueueBind {
+            queue: short("h"),
+            exchange: short("amq.headers"),
+            arguments: args,
+            ..Default::default()
+        },
+    );
+    let pdf = BasicProperties {
+        headers: Some(FieldTable::from_entries([("format", FieldValue::LongStr("pdf".into()))])),
+        ..Default::default()
+    };
+    tb.publish_with(c, "amq.headers", "", pdf, b"x", false);
+    tb.publish(c, "amq.headers", "", b"no headers");
+    assert_eq!(ready(&tb, "h"), 1);
+}
+
+/// Exchange-to-exchange bindings forward messages; a cycle delivers once and terminates.
+#[test]
+fn exchange_to_exchange_bindings_follow_and_stop_at_cycles() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_exchange(&mut tb, c, "e1", "fanout");
+    declare_exchange(&mut tb, c, "e2", "fanout");
+    tb.call(c, ExchangeBind { destination: short("e2"), source: short("e1"), ..Default::default() });
+    tb.call(c, ExchangeBind { destination: short("e1"), source: short("e2"), ..Default::default() });
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "e2", "");
+    tb.publish(c, "e1", "", b"x");
+    assert_eq!(ready(&tb, "q"), 1);
+}
+
+/// An exchange's alternate exchange receives what it cannot route.
+#[test]
+fn alternate_exchange_takes_unroutable_messages() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_exchange(&mut tb, c, "ae", "fanout");
+    declare(&mut tb, c, "unrouted");
+    bind(&mut tb, c, "unrouted", "ae", "");
+    let args = FieldTable::from_entries([("alternate-exchange", FieldValue::LongStr("ae".into()))]);
+    tb.call(
+        c,
+        ExchangeDeclare {
+            exchange: short("main"),
+            kind: short("direct"),
+            arguments: args,
+            ..Default::default()
+        },
+    );
+    tb.publish(c, "main", "nobody", b"x");
+    assert_eq!(ready(&tb, "unrouted"), 1);
+}
+
+/// An unroutable mandatory publish comes back as basic.return 312 NO_ROUTE, before its confirm.
+#[test]
+fn mandatory_unroutable_is_returned_before_the_confirm() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    tb.call(c, ConfirmSelect { nowait: false });
+    let effects = tb.publish_with(c, "amq.direct", "nowhere", BasicProperties::default(), b"x", true);
+    match methods(&effects).as_slice() {
+        [Method::BasicReturn(ret), Method::BasicAck(ack)] => {
+            assert_eq!((ret.reply_code, ret.reply_text.as_str().as_ref()), (312, "NO_ROUTE"));
+            assert_eq!((ack.delivery_tag, ack.multiple), (1, false));
+        }
+        other => panic!("{other:?}"),
+    }
+    let routed = tb.publish(c, "", "nowhere", b"x");
+    assert!(matches!(methods(&routed).as_slice(), [Method::BasicAck(a)] if a.delivery_tag == 2));
+}
+
+/// Publishing to a missing exchange is 404; to an internal one 403.
+#[test]
+fn publish_to_missing_or_internal_exchange_fails() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let err = channel_error(&tb.publish(c, "missing", "k", b"x")).expect("404");
+    assert_eq!(err.reply_text, "NOT_FOUND - no exchange 'missing' in vhost '/'");
+    assert_eq!((err.class_id, err.method_id), (60, 40));
+    let c = tb.channel();
+    tb.call(
+        c,
+        ExchangeDeclare {
+            exchange: short("int"),
+            kind: short("fanout"),
+            internal: true,
+            ..Default::default()
+        },
+    );
+    let err = channel_error(&tb.publish(c, "int", "", b"x")).expect("403");
+    assert_eq!(err.reply_code, 403);
+}
+
+/// An unknown exchange type is a 503 connection error; redeclaring with another type is 406.
+#[test]
+fn exchange_declare_errors() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let err = connection_error(&declare_exchange(&mut tb, c, "x", "bogus")).expect("503");
+    assert_eq!(err.reply_text, "COMMAND_INVALID - invalid exchange type 'bogus'");
+    let c = tb.channel();
+    declare_exchange(&mut tb, c, "x", "direct");
+    let err = channel_error(&declare_exchange(&mut tb, c, "x", "fanout")).expect("406");
+    assert_eq!(
+        err.reply_text,
+        "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '/': received 'fanout' but current is 'direct'"
+    );
+    let c = tb.channel();
+    let err = channel_error(&declare_exchange(&mut tb, c, "amq.custom", "direct")).expect("403");
+    assert_eq!(
+        err.reply_text,
+        "ACCESS_REFUSED - exchange name 'amq.custom' contains reserved prefix 'amq.*'"
+    );
+    assert!(channel_error(&declare_exchange(&mut tb, c, "amq.direct", "direct")).is_none());
+}
+
+/// exchange.delete if-unused refuses an exchange with bindings; binding to the default exchange is refused.
+#[test]
+fn exchange_delete_if_unused_and_default_exchange_rules() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_exchange(&mut tb, c, "x", "direct");
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "x", "k");
+    let err =
+        channel_error(&tb.call(c, ExchangeDelete { exchange: short("x"), if_unused: true, nowait: false }));
+    assert_eq!(err.unwrap().reply_text, "PRECONDITION_FAILED - exchange 'x' in vhost '/' in use");
+    let c = tb.channel();
+    let err = channel_error(&bind(&mut tb, c, "q", "", "q")).expect("403");
+    assert_eq!(err.reply_text, "ACCESS_REFUSED - operation not permitted on the default exchange");
+}
+
+/// An auto-delete exchange goes when its last binding is removed.
+#[test]
+fn auto_delete_exchange_goes_with_its_last_binding() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    tb.call(
+        c,
+        ExchangeDeclare {
+            exchange: short("ax"),
+            kind: short("fanout"),
+            auto_delete: true,
+            ..Default::default()
+        },
+    );
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "ax", "");
+    tb.call(c, QueueUnbind { queue: short("q"), exchange: short("ax"), ..Default::default() });
+    let err = channel_error(
+        &tb.call(c, ExchangeDeclare { exchange: short("ax"), passive: true, ..Default::default() }),
+    );
+    assert_eq!(err.expect("gone").reply_code, 404);
+}
+
+/// In a transaction, publishes and acks take effect at commit; rollback discards them.
+#[test]
+fn transactions_commit_and_roll_back() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    tb.call(c, TxSelect {});
+    tb.publish(c, "", "q", b"1");
+    assert_eq!(ready(&tb, "q"), 0);
+    let committed = tb.call(c, TxCommit {});
+    assert!(matches!(methods(&committed).as_slice(), [Method::TxCommitOk(_)]));
+    assert_eq!(ready(&tb, "q"), 1);
+    tb.publish(c, "", "q", b"2");
+    tb.call(c, TxRollback {});
+    tb.call(c, TxCommit {});
+    assert_eq!(ready(&tb, "q"), 1);
+    tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    ack(&mut tb, c, 1, false);
+    tb.call(c, TxRollback {});
+    assert_eq!(
+        tb.broker.queue_stats("/", "q").unwrap().messages_unacked,
+        1,
+        "rolled-back ack leaves it unacked"
+    );
+    ack(&mut tb, c, 1, false);
+    tb.call(c, TxCommit {});
+    assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_unacked, 0);
+}
+
+/// A channel cannot switch between tx and confirm modes; commit needs tx.select.
+#[test]
+fn tx_and_confirm_modes_exclude_each_other() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let err = channel_error(&tb.call(c, TxCommit {})).expect("406");
+    assert_eq!(err.reply_text, "PRECONDITION_FAILED - channel is not transactional");
+    let c = tb.channel();
+    tb.call(c, TxSelect {});
+    let err = channel_error(&tb.call(c, ConfirmSelect { nowait: false })).expect("406");
+    assert_eq!(err.reply_text, "PRECONDITION_FAILED - cannot switch from tx to confirm mode");
+}
+
+/// A user_id property that is not the connection's user is refused with 406.
+#[test]
+fn user_id_must_match_the_authenticated_user() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    let props = BasicProperties { user_id: Some(short("mallory")), ..Default::default() };
+    let err = channel_error(&tb.publish_with(c, "", "q", props, b"x", false)).expect("406");
+    assert_eq!(
+        err.reply_text,
+        "PRECONDITION_FAILED - user_id property set to 'mallory' but authenticated user was 'guest'"
+    );
+}
+
+/// Methods on a channel the broker already closed are ignored (they were in flight).
+#[test]
+fn methods_on_a_closed_channel_are_ignored() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    tb.publish(c, "missing", "", b"x");
+    let effects: Vec<Effect> = declare(&mut tb, c, "q");
+    assert!(effects.is_empty());
+}

@@ -1,0 +1,309 @@
+//! Queues, consumers, acknowledgements and prefetch, driven through the broker core.
+
+mod common;
+
+use common::*;
+use hourglass_broker::Effect;
+use hourglass_testkit::{deliveries, methods, short, TestBroker};
+use hourglass_wire::*;
+
+/// A message published to the default exchange reaches the queue named by its routing key and is
+/// delivered to its consumer with delivery tag 1.
+#[test]
+fn default_exchange_routes_by_queue_name() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "jobs");
+    consume(&mut tb, c, "jobs", "worker", false);
+    let effects = tb.publish(c, "", "jobs", b"hello");
+    let d = deliveries(&effects);
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].body(), b"hello");
+    assert_eq!(d[0].method.delivery_tag, 1);
+    assert_eq!(d[0].method.consumer_tag, "worker");
+    assert!(!d[0].method.redelivered);
+}
+
+/// Messages are spread round robin across a queue's consumers.
+#[test]
+fn consumers_receive_round_robin() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    consume(&mut tb, c, "q", "a", true);
+    consume(&mut tb, c, "q", "b", true);
+    let tags: Vec<String> = (0..4)
+        .flat_map(|i| deliveries(&tb.publish(c, "", "q", &[i])))
+        .map(|d| d.method.consumer_tag.to_string())
+        .collect();
+    assert_eq!(tags, ["a", "b", "a", "b"]);
+}
+
+/// basic.qos prefetch-count (per consumer) stops deliveries until an ack frees credit.
+#[test]
+fn prefetch_limits_unacked_deliveries() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    tb.call(c, BasicQos { prefetch_count: 2, ..Default::default() });
+    consume(&mut tb, c, "q", "w", false);
+    let delivered: usize = (0..5).map(|i| deliveries(&tb.publish(c, "", "q", &[i])).len()).sum();
+    assert_eq!(delivered, 2);
+    assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_ready, 3);
+    let after_ack = ack(&mut tb, c, 1, false);
+    assert_eq!(bodies(&after_ack), vec![vec![2u8]]);
+}
+
+/// basic.qos global=true shares one limit among all consumers of the channel.
+#[test]
+fn global_prefetch_is_shared_by_the_channel() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q1");
+    declare(&mut tb, c, "q2");
+    tb.call(c, BasicQos { prefetch_count: 1, global: true, ..Default::default() });
+    consume(&mut tb, c, "q1", "a", false);
+    consume(&mut tb, c, "q2", "b", false);
+    assert_eq!(deliveries(&tb.publish(c, "", "q1", b"1")).len(), 1);
+    assert_eq!(deliveries(&tb.publish(c, "", "q2", b"2")).len(), 0);
+    let freed = ack(&mut tb, c, 1, false);
+    assert_eq!(bodies(&freed), vec![b"2".to_vec()]);
+}
+
+/// A nack with requeue puts the message back at its original place, marked redelivered.
+#[test]
+fn nacked_message_is_requeued_in_place_and_redelivered() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    for b in [b"1", b"2", b"3"] {
+        tb.publish(c, "", "q", b);
+    }
+    let first = tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    assert!(matches!(&methods(&first)[0], Method::BasicGetOk(ok) if ok.message_count == 2));
+    tb.call(c, BasicNack { delivery_tag: 1, multiple: false, requeue: true });
+    let again = tb.call(c, BasicGet { queue: short("q"), no_ack: true });
+    match &methods(&again)[0] {
+        Method::BasicGetOk(ok) => {
+            assert!(ok.redelivered);
+            assert_eq!(ok.message_count, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    let Effect::Send { content: Some(message), .. } = &again[0] else { panic!() };
+    assert_eq!(&message.body[..], b"1");
+}
+
+/// Acking an unknown or already acked delivery tag closes the channel with 406.
+#[test]
+fn unknown_delivery_tag_is_precondition_failed() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    tb.publish(c, "", "q", b"x");
+    tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    assert!(channel_error(&ack(&mut tb, c, 1, false)).is_none());
+    let c2 = tb.open_channel(c.conn, 2);
+    declare(&mut tb, c2, "q");
+    let err = channel_error(&ack(&mut tb, c2, 7, false)).expect("channel error");
+    assert_eq!(err.reply_code, 406);
+    assert_eq!(err.reply_text, "PRECONDITION_FAILED - unknown delivery tag 7");
+    assert_eq!((err.class_id, err.method_id), (60, 80));
+}
+
+/// ack with multiple=true settles every delivery up to the tag; tag 0 settles all.
+#[test]
+fn multiple_ack_settles_a_prefix() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    consume(&mut tb, c, "q", "w", false);
+    for i in 0..5u8 {
+        tb.publish(c, "", "q", &[i]);
+    }
+    ack(&mut tb, c, 3, true);
+    assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_unacked, 2);
+    ack(&mut tb, c, 0, true);
+    assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_unacked, 0);
+}
+
+/// Closing a channel requeues its unacked messages in their original order, redelivered.
+#[test]
+fn channel_close_requeues_unacked_in_order() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    consume(&mut tb, c, "q", "w", false);
+    for i in 0..3u8 {
+        tb.publish(c, "", "q", &[i]);
+    }
+    let closed = tb.call(c, ChannelClose::default());
+    assert!(matches!(methods(&closed).last(), Some(Method::ChannelCloseOk(_))));
+    let c2 = tb.open_channel(c.conn, 2);
+    let redelivered = consume(&mut tb, c2, "q", "w2", true);
+    let d = deliveries(&redelivered);
+    assert_eq!(d.iter().map(|d| d.body()[0]).collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert!(d.iter().all(|d| d.method.redelivered));
+}
+
+/// basic.recover requeue=true returns every unacked delivery of the channel.
+#[test]
+fn recover_requeues_unacked() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    tb.publish(c, "", "q", b"x");
+    tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    let effects = tb.call(c, BasicRecover { requeue: true });
+    assert!(matches!(methods(&effects).as_slice(), [Method::BasicRecoverOk(_)]));
+    assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_ready, 1);
+    let err = connection_error(&tb.call(c, BasicRecover { requeue: false })).expect("540");
+    assert_eq!(err.reply_text, "NOT_IMPLEMENTED - requeue=false");
+}
+
+/// basic.get answers get-empty on an empty queue, and get-ok counts the messages left.
+#[test]
+fn get_reports_remaining_messages() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    let empty = tb.call(c, BasicGet { queue: short("q"), no_ack: true });
+    assert!(matches!(methods(&empty).as_slice(), [Method::BasicGetEmpty(_)]));
+    tb.publish(c, "", "q", b"a");
+    tb.publish(c, "", "q", b"b");
+    let got = tb.call(c, BasicGet { queue: short("q"), no_ack: true });
+    assert!(
+        matches!(&methods(&got)[0], Method::BasicGetOk(ok) if ok.message_count == 1 && ok.delivery_tag == 1)
+    );
+}
+
+/// Closing the owning connection deletes its exclusive queue; others get 405 meanwhile.
+#[test]
+fn exclusive_queue_is_locked_to_its_connection_and_deleted_with_it() {
+    let mut tb = TestBroker::new();
+    let owner = tb.channel();
+    let other = tb.channel();
+    tb.call(owner, QueueDeclare { queue: short("mine"), exclusive: true, ..Default::default() });
+    let err = channel_error(
+        &tb.call(other, QueueDeclare { queue: short("mine"), passive: true, ..Default::default() }),
+    )
+    .expect("locked");
+    assert_eq!(err.reply_code, 405);
+    assert!(err
+        .reply_text
+        .starts_with("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'mine' in vhost '/'"));
+    tb.close_connection(owner.conn);
+    assert!(tb.broker.queue_stats("/", "mine").is_none());
+}
+
+/// Redeclaring a queue with another durable flag fails with RabbitMQ's 406 text.
+#[test]
+fn inequivalent_redeclare_names_the_field() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    tb.call(c, QueueDeclare { queue: short("q"), durable: true, ..Default::default() });
+    let err = channel_error(&declare(&mut tb, c, "q")).expect("inequivalent");
+    assert_eq!(
+        err.reply_text,
+        "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'q' in vhost '/': received 'false' but current is 'true'"
+    );
+}
+
+/// A passive declare of a missing queue is 404 with RabbitMQ's text; of an existing one, its counts.
+#[test]
+fn passive_declare_reports_or_fails() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let err = channel_error(
+        &tb.call(c, QueueDeclare { queue: short("nope"), passive: true, ..Default::default() }),
+    )
+    .expect("404");
+    assert_eq!(err.reply_text, "NOT_FOUND - no queue 'nope' in vhost '/'");
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    tb.publish(c, "", "q", b"1");
+    consume(&mut tb, c, "q", "w", false);
+    tb.publish(c, "", "q", b"2");
+    let ok =
+        declare_with(&mut tb, c, QueueDeclare { queue: short("q"), passive: true, ..Default::default() });
+    assert_eq!((ok.message_count, ok.consumer_count), (0, 1));
+}
+
+/// An empty queue name gets a server-generated `amq.gen-` name; `amq.` names are reserved.
+#[test]
+fn server_named_queues_and_reserved_prefix() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let ok = declare_with(&mut tb, c, QueueDeclare::default());
+    assert!(ok.queue.as_str().starts_with("amq.gen-"));
+    let err = channel_error(&declare(&mut tb, c, "amq.mine")).expect("403");
+    assert_eq!(err.reply_text, "ACCESS_REFUSED - queue name 'amq.mine' contains reserved prefix 'amq.*'");
+}
+
+/// purge returns the number of ready messages removed; delete honours if-unused and if-empty.
+#[test]
+fn purge_and_conditional_delete() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    tb.publish(c, "", "q", b"1");
+    tb.publish(c, "", "q", b"2");
+    let err =
+        channel_error(&tb.call(c, QueueDelete { queue: short("q"), if_empty: true, ..Default::default() }));
+    assert_eq!(err.unwrap().reply_text, "PRECONDITION_FAILED - queue 'q' in vhost '/' not empty");
+    let c = tb.open_channel(c.conn, 2);
+    let purged = tb.call(c, QueuePurge { queue: short("q"), nowait: false });
+    assert!(matches!(methods(&purged).as_slice(), [Method::QueuePurgeOk(ok)] if ok.message_count == 2));
+    consume(&mut tb, c, "q", "w", true);
+    let err =
+        channel_error(&tb.call(c, QueueDelete { queue: short("q"), if_unused: true, ..Default::default() }));
+    assert_eq!(err.unwrap().reply_text, "PRECONDITION_FAILED - queue 'q' in vhost '/' in use");
+}
+
+/// An auto-delete queue goes when its last consumer cancels, not before it had one.
+#[test]
+fn auto_delete_queue_goes_with_its_last_consumer() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    tb.call(c, QueueDeclare { queue: short("ad"), auto_delete: true, ..Default::default() });
+    consume(&mut tb, c, "ad", "a", true);
+    consume(&mut tb, c, "ad", "b", true);
+    tb.call(c, BasicCancel { consumer_tag: short("a"), nowait: false });
+    assert!(tb.broker.queue_stats("/", "ad").is_some());
+    tb.call(c, BasicCancel { consumer_tag: short("b"), nowait: false });
+    assert!(tb.broker.queue_stats("/", "ad").is_none());
+}
+
+/// Deleting a queue tells its consumers with a server-sent basic.cancel.
+#[test]
+fn deleting_a_queue_cancels_its_consumers() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    consume(&mut tb, c, "q", "w", true);
+    let other = tb.channel();
+    let effects = tb.call(other, QueueDelete { queue: short("q"), ..Default::default() });
+    let cancel = effects.iter().find_map(|e| match e {
+        Effect::Send { conn, method: Method::BasicCancel(m), .. } if *conn == c.conn => Some(m.clone()),
+        _ => None,
+    });
+    assert_eq!(cancel.expect("basic.cancel").consumer_tag, "w");
+}
+
+/// Reusing a consumer tag on a channel is a 530 connection error; an exclusive consumer locks
+/// the queue against others (403).
+#[test]
+fn consumer_tag_reuse_and_exclusive_consumers() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    tb.call(
+        c,
+        BasicConsume { queue: short("q"), consumer_tag: short("x"), exclusive: true, ..Default::default() },
+    );
+    let other = tb.channel();
+    let err = channel_error(&consume(&mut tb, other, "q", "y", false)).expect("403");
+    assert_eq!(err.reply_text, "ACCESS_REFUSED - queue 'q' in vhost '/' in exclusive use");
+    let err = connection_error(&consume(&mut tb, c, "q", "x", false)).expect("530");
+    assert_eq!(err.reply_code, 530);
+}

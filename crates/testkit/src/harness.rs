@@ -1,0 +1,127 @@
+//! `TestBroker`: a broker, a manual clock and helpers to open connections and channels.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use hourglass_broker::{
+    Broker, BrokerConfig, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect,
+    Publish,
+};
+use hourglass_wire::{BasicProperties, ChannelOpen, FieldTable, Method, ShortStr};
+
+use crate::clock::ManualClock;
+
+/// A channel the harness opened: the connection and channel number.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Chan {
+    pub conn: ConnectionId,
+    pub channel: ChannelId,
+}
+
+pub struct TestBroker {
+    pub broker: Broker,
+    pub clock: ManualClock,
+    next_conn: u64,
+}
+
+impl TestBroker {
+    pub fn new() -> Self {
+        TestBroker { broker: Broker::new(BrokerConfig::default()), clock: ManualClock::new(), next_conn: 1 }
+    }
+
+    /// Opens a connection as `guest` on vhost `/`, with every client capability.
+    pub fn connect(&mut self) -> ConnectionId {
+        let conn = ConnectionId(self.next_conn);
+        self.next_conn += 1;
+        let info = ConnectionInfo {
+            user: "guest".to_owned(),
+            vhost: "/".to_owned(),
+            peer: format!("127.0.0.1:{}", 40000 + conn.0),
+            client_properties: FieldTable::new(),
+            capabilities: ClientCapabilities { consumer_cancel_notify: true, connection_blocked: true },
+            frame_max: 131072,
+            channel_max: 2047,
+            heartbeat_s: 60,
+        };
+        self.command(Command::ConnectionOpen { conn, info });
+        conn
+    }
+
+    /// Opens channel `number` on `conn`; panics unless the broker answers channel.open-ok.
+    pub fn open_channel(&mut self, conn: ConnectionId, number: u16) -> Chan {
+        let chan = Chan { conn, channel: ChannelId(number) };
+        let effects = self.call(chan, ChannelOpen {});
+        assert!(
+            matches!(effects.as_slice(), [Effect::Send { method: Method::ChannelOpenOk(_), .. }]),
+            "channel.open answered with {effects:?}"
+        );
+        chan
+    }
+
+    /// A new connection with channel 1 open.
+    pub fn channel(&mut self) -> Chan {
+        let conn = self.connect();
+        self.open_channel(conn, 1)
+    }
+
+    /// Sends a method on a channel; returns the effects it caused.
+    pub fn call(&mut self, chan: Chan, method: impl Into<Method>) -> Vec<Effect> {
+        self.command(Command::Method { conn: chan.conn, channel: chan.channel, method: method.into() })
+    }
+
+    /// Publishes `body` with default properties.
+    pub fn publish(&mut self, chan: Chan, exchange: &str, routing_key: &str, body: &[u8]) -> Vec<Effect> {
+        self.publish_with(chan, exchange, routing_key, BasicProperties::default(), body, false)
+    }
+
+    pub fn publish_with(
+        &mut self,
+        chan: Chan,
+        exchange: &str,
+        routing_key: &str,
+        properties: BasicProperties,
+        body: &[u8],
+        mandatory: bool,
+    ) -> Vec<Effect> {
+        let publish = Publish {
+            exchange: short(exchange),
+            routing_key: short(routing_key),
+            mandatory,
+            properties,
+            body: Bytes::copy_from_slice(body),
+        };
+        self.command(Command::Publish { conn: chan.conn, channel: chan.channel, publish })
+    }
+
+    pub fn close_connection(&mut self, conn: ConnectionId) -> Vec<Effect> {
+        self.command(Command::ConnectionClosed { conn })
+    }
+
+    /// Applies a command at the current time; returns the effects it caused.
+    pub fn command(&mut self, command: Command) -> Vec<Effect> {
+        self.broker.handle_command(command, self.clock.now());
+        self.drain()
+    }
+
+    /// Moves the clock forward and fires what fell due; returns the effects.
+    pub fn advance(&mut self, by: Duration) -> Vec<Effect> {
+        let now = self.clock.advance(by);
+        self.broker.handle_timeout(now);
+        self.drain()
+    }
+
+    fn drain(&mut self) -> Vec<Effect> {
+        std::iter::from_fn(|| self.broker.poll_effect()).collect()
+    }
+}
+
+impl Default for TestBroker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A shortstr from a test literal.
+pub fn short(s: &str) -> ShortStr {
+    ShortStr::try_from(s).expect("test strings are short")
+}
