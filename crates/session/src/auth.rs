@@ -1,0 +1,211 @@
+//! Who may log in (SASL PLAIN and AMQPLAIN in connection.start-ok) and which vhosts they may open.
+//!
+//! Both mechanisms carry a username and password in one response, so authentication is a single
+//! step: we never send connection.secure. Checking credentials is the [`Authenticator`]'s job;
+//! this file only extracts them from the response bytes.
+
+use bytes::Bytes;
+use hourglass_wire::{FieldTable, FieldValue};
+
+/// The mechanisms offered in connection.start, space-separated as AMQP 0-9-1 §1.4.2.1 requires.
+pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
+
+/// Decides whether a login succeeds and whether a user may open a vhost.
+pub trait Authenticator: Send + Sync {
+    /// True when `username` / `password` is a valid login from this peer (`peer_is_loopback` lets
+    /// an implementation keep some users, like RabbitMQ's `guest`, to local connections).
+    fn authenticate(&self, username: &str, password: &str, peer_is_loopback: bool) -> bool;
+    /// Whether an authenticated `username` may open `vhost` (connection.open).
+    fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess;
+}
+
+/// The answer to "may this user open this vhost?".
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum VhostAccess {
+    Allowed,
+    /// No such vhost (530 "vhost {v} not found").
+    NotFound,
+    /// The vhost exists but this user has no access (530 "access to vhost ... refused").
+    Refused,
+}
+
+/// A fixed list of users and vhosts; every user may open every vhost.
+///
+/// The default is RabbitMQ's out-of-the-box setup: user `guest` / `guest`, allowed only from a
+/// loopback address (RabbitMQ's `loopback_users`), and the vhost `/`.
+#[derive(Clone, Debug)]
+pub struct StaticUsers {
+    users: Vec<StaticUser>,
+    vhosts: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+struct StaticUser {
+    name: String,
+    password: String,
+    loopback_only: bool,
+}
+
+impl StaticUsers {
+    /// No users and no vhosts: nobody can log in.
+    pub fn empty() -> Self {
+        StaticUsers { users: Vec::new(), vhosts: Vec::new() }
+    }
+
+    /// Adds (or replaces) a user; `loopback_only` refuses its logins from non-loopback peers.
+    pub fn with_user(mut self, name: &str, password: &str, loopback_only: bool) -> Self {
+        self.users.retain(|u| u.name != name);
+        self.users.push(StaticUser { name: name.to_owned(), password: password.to_owned(), loopback_only });
+        self
+    }
+
+    /// Adds a vhost (idempotent).
+    pub fn with_vhost(mut self, name: &str) -> Self {
+        if !self.vhosts.iter().any(|v| v == name) {
+            self.vhosts.push(name.to_owned());
+        }
+        self
+    }
+}
+
+impl Default for StaticUsers {
+    fn default() -> Self {
+        StaticUsers::empty().with_user("guest", "guest", true).with_vhost("/")
+    }
+}
+
+impl Authenticator for StaticUsers {
+    fn authenticate(&self, username: &str, password: &str, peer_is_loopback: bool) -> bool {
+        self.users.iter().any(|u| {
+            u.name == username
+                && constant_time_eq(u.password.as_bytes(), password.as_bytes())
+                && (peer_is_loopback || !u.loopback_only)
+        })
+    }
+
+    fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess {
+        if !self.vhosts.iter().any(|v| v == vhost) {
+            VhostAccess::NotFound
+        } else if self.users.iter().any(|u| u.name == username) {
+            VhostAccess::Allowed
+        } else {
+            VhostAccess::Refused
+        }
+    }
+}
+
+/// A username and password taken from a start-ok response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+/// Why a start-ok response could not be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum AuthError {
+    /// The response is not well-formed for its mechanism (502 SYNTAX_ERROR).
+    Malformed(&'static str),
+    /// Well-formed but unusable (non-UTF-8 name, foreign authzid): refused like a bad password.
+    Refused,
+}
+
+/// The SASL mechanisms we implement.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Mechanism {
+    Plain,
+    AmqPlain,
+}
+
+impl Mechanism {
+    /// The mechanism named in start-ok, if we offer it.
+    pub(crate) fn parse(name: &[u8]) -> Option<Mechanism> {
+        match name {
+            b"PLAIN" => Some(Mechanism::Plain),
+            b"AMQPLAIN" => Some(Mechanism::AmqPlain),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Mechanism::Plain => "PLAIN",
+            Mechanism::AmqPlain => "AMQPLAIN",
+        }
+    }
+
+    /// Extracts the credentials from a start-ok `response`.
+    pub(crate) fn credentials(self, response: Bytes) -> Result<Credentials, AuthError> {
+        match self {
+            Mechanism::Plain => plain_credentials(&response),
+            Mechanism::AmqPlain => amqplain_credentials(response),
+        }
+    }
+}
+
+/// RFC 4616: `[authzid] NUL authcid NUL passwd`. An authzid naming another user would ask us to
+/// act on that user's behalf, which we do not support, so only an empty or identical one passes.
+fn plain_credentials(response: &[u8]) -> Result<Credentials, AuthError> {
+    let mut parts = response.split(|&b| b == 0);
+    let (Some(authzid), Some(user), Some(pass), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(AuthError::Malformed("response invalid"));
+    };
+    let username = std::str::from_utf8(user).map_err(|_| AuthError::Refused)?;
+    let password = std::str::from_utf8(pass).map_err(|_| AuthError::Refused)?;
+    if !authzid.is_empty() && authzid != user {
+        return Err(AuthError::Refused);
+    }
+    Ok(Credentials { username: username.to_owned(), password: password.to_owned() })
+}
+
+/// AMQPLAIN: a field table's entries (without its length prefix) holding LOGIN and PASSWORD.
+fn amqplain_credentials(response: Bytes) -> Result<Credentials, AuthError> {
+    const MISSING: &str = "AMQPLAIN auth info is missing LOGIN or PASSWORD field";
+    const BAD_TYPE: &str = "AMQPLAIN auth info uses unsupported type for LOGIN or PASSWORD field";
+    let table = FieldTable::from_raw(response)
+        .map_err(|_| AuthError::Malformed("AMQPLAIN auth info is not a field table"))?;
+    let (Some(login), Some(password)) = (table.get("LOGIN"), table.get("PASSWORD")) else {
+        return Err(AuthError::Malformed(MISSING));
+    };
+    let (FieldValue::LongStr(login), FieldValue::LongStr(password)) = (login, password) else {
+        return Err(AuthError::Malformed(BAD_TYPE));
+    };
+    let username = std::str::from_utf8(login.as_bytes()).map_err(|_| AuthError::Refused)?;
+    let password = std::str::from_utf8(password.as_bytes()).map_err(|_| AuthError::Refused)?;
+    Ok(Credentials { username: username.to_owned(), password: password.to_owned() })
+}
+
+/// Compares secrets in time that depends only on their lengths, not on where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PLAIN accepts an empty authzid or one equal to the user, and rejects a malformed response.
+    #[test]
+    fn plain_response_forms() {
+        let ok = Credentials { username: "u".into(), password: "p".into() };
+        assert_eq!(plain_credentials(b"\0u\0p"), Ok(ok.clone()));
+        assert_eq!(plain_credentials(b"u\0u\0p"), Ok(ok));
+        assert_eq!(plain_credentials(b"x\0u\0p"), Err(AuthError::Refused));
+        assert!(matches!(plain_credentials(b"\0u"), Err(AuthError::Malformed(_))));
+        assert!(matches!(plain_credentials(b"\0u\0p\0q"), Err(AuthError::Malformed(_))));
+    }
+
+    /// The default users are RabbitMQ's: guest/guest from loopback only, vhost "/".
+    #[test]
+    fn default_static_users_match_rabbitmq() {
+        let users = StaticUsers::default();
+        assert!(users.authenticate("guest", "guest", true));
+        assert!(!users.authenticate("guest", "guest", false));
+        assert!(!users.authenticate("guest", "nope", true));
+        assert_eq!(users.vhost_access("guest", "/"), VhostAccess::Allowed);
+        assert_eq!(users.vhost_access("guest", "other"), VhostAccess::NotFound);
+        assert_eq!(users.vhost_access("nobody", "/"), VhostAccess::Refused);
+    }
+}

@@ -1,0 +1,287 @@
+//! Channel numbers of one connection: which are free, opening, open or closing, and what each
+//! state does with client frames and broker effects.
+//!
+//! ```text
+//!            client channel.open (forwarded)        broker channel.open-ok
+//!   Free ──────────────────────────────► Opening ─────────────────────────► Open
+//!    ▲                                      │ client channel.close            │
+//!    │ broker channel.close-ok              ▼ (forwarded)                     │
+//!    ├──────────────────────────── ClosingByClient ◄──────────────────────────┤
+//!    │                                                                        │ broker ChannelError,
+//!    │ client channel.close-ok, or client channel.close (we reply close-ok)   │ or our own 406
+//!    └──────────────────────────── ClosingByServer ◄──────────────────────────┘
+//! ```
+//! Opening behaves like Open for client frames (clients may pipeline methods after
+//! channel.open), but drops broker effects other than channel.open-ok: they are stale ones from an
+//! earlier incarnation of the same channel number. The closing states drop what AMQP 0-9-1 §4.2.9
+//! tells the closing side to discard. Texts are RabbitMQ's (rabbit_channel, rabbit_reader).
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use hourglass_broker::{AmqpError, Publish};
+use hourglass_wire::reply_code::{CHANNEL_ERROR, COMMAND_INVALID, NOT_ALLOWED, NOT_IMPLEMENTED};
+use hourglass_wire::{ChannelCloseOk, ContentHeader, Method};
+
+use crate::content::Assembly;
+use crate::fault::Fault;
+
+/// The channels of one connection, at most `channel_max` of them at once.
+#[derive(Debug)]
+pub(crate) struct Channels {
+    states: HashMap<u16, ChannelState>,
+    /// The negotiated channel_max: the most channels that may exist at once (RabbitMQ counts
+    /// channels, not channel numbers).
+    channel_max: u16,
+}
+
+#[derive(Debug)]
+enum ChannelState {
+    Opening(Assembly),
+    Open(Assembly),
+    ClosingByClient,
+    ClosingByServer,
+}
+
+/// What the connection does with a client frame on a channel.
+// A short-lived return value whose `Publish` moves on into `Command::Publish` (itself unboxed);
+// boxing it would add an allocation per message for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, PartialEq)]
+pub(crate) enum Inbound {
+    /// Consumed or dropped; nothing to do.
+    Nothing,
+    /// Hand the method to the broker (`Command::Method`).
+    Forward(Method),
+    /// Hand the assembled message to the broker (`Command::Publish`).
+    Publish(Publish),
+    /// Answer the client on this channel.
+    Reply(Method),
+    /// The frame broke a rule.
+    Fault(Fault),
+}
+
+/// What the connection does with a broker `ChannelError` for a channel.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum OnBrokerError {
+    /// Send channel.close; the channel now waits for the client's close-ok.
+    SendClose,
+    /// The client is already closing it: complete its close with channel.close-ok.
+    SendCloseOk,
+    /// The channel is free or already closing by us.
+    Drop,
+}
+
+impl Channels {
+    pub(crate) fn new(channel_max: u16) -> Self {
+        Channels { states: HashMap::new(), channel_max }
+    }
+
+    /// A method frame from the client on `channel` (never 0).
+    pub(crate) fn on_method(&mut self, channel: u16, method: Method) -> Inbound {
+        let count = self.states.len();
+        let Some(state) = self.states.get_mut(&channel) else {
+            return self.on_method_free(channel, count, method);
+        };
+        match state {
+            ChannelState::ClosingByClient => Inbound::Nothing,
+            ChannelState::ClosingByServer => match method {
+                Method::ChannelCloseOk(_) => {
+                    self.states.remove(&channel);
+                    Inbound::Nothing
+                }
+                Method::ChannelClose(_) => {
+                    // Both sides closed at once: each answers the other (§4.2.9 "close").
+                    self.states.remove(&channel);
+                    Inbound::Reply(ChannelCloseOk {}.into())
+                }
+                _ => Inbound::Nothing,
+            },
+            ChannelState::Opening(assembly) | ChannelState::Open(assembly) => {
+                if !assembly.is_idle() {
+                    return Inbound::Fault(assembly.unexpected_frame());
+                }
+                match method {
+                    Method::ChannelOpen(_) => fault_on(CHANNEL_ERROR, "second 'channel.open' seen", &method),
+                    Method::BasicPublish(publish) if publish.immediate => {
+                        let method = Method::BasicPublish(publish);
+                        fault_on(NOT_IMPLEMENTED, "immediate=true", &method)
+                    }
+                    Method::BasicPublish(publish) => {
+                        assembly.start(publish);
+                        Inbound::Nothing
+                    }
+                    Method::ChannelClose(_) => {
+                        *state = ChannelState::ClosingByClient;
+                        Inbound::Forward(method)
+                    }
+                    // We never send channel.flow, so a flow-ok answers nothing (RabbitMQ ignores
+                    // it too).
+                    Method::ChannelFlowOk(_) => Inbound::Nothing,
+                    method if is_client_channel_method(&method) => Inbound::Forward(method),
+                    method => fault_on(COMMAND_INVALID, "unimplemented method", &method),
+                }
+            }
+        }
+    }
+
+    fn on_method_free(&mut self, channel: u16, count: usize, method: Method) -> Inbound {
+        if !matches!(method, Method::ChannelOpen(_)) {
+            return fault_on(CHANNEL_ERROR, "expected 'channel.open'", &method);
+        }
+        let max = self.effective_channel_max();
+        if count >= usize::from(max) {
+            let detail =
+                format!("number of channels opened ({count}) has reached the negotiated channel_max ({max})");
+            return Inbound::Fault(Fault::connection(NOT_ALLOWED, detail));
+        }
+        self.states.insert(channel, ChannelState::Opening(Assembly::Idle));
+        Inbound::Forward(method)
+    }
+
+    /// A content header from the client on `channel`.
+    pub(crate) fn on_header(
+        &mut self,
+        channel: u16,
+        header: ContentHeader,
+        max_message_size: u64,
+    ) -> Inbound {
+        match self.states.get_mut(&channel) {
+            None => Inbound::Fault(Assembly::Idle.unexpected_frame()),
+            Some(ChannelState::Opening(assembly) | ChannelState::Open(assembly)) => {
+                assembled(assembly.on_header(header, max_message_size))
+            }
+            Some(ChannelState::ClosingByClient | ChannelState::ClosingByServer) => Inbound::Nothing,
+        }
+    }
+
+    /// A content body frame from the client on `channel`.
+    pub(crate) fn on_body(&mut self, channel: u16, payload: Bytes) -> Inbound {
+        match self.states.get_mut(&channel) {
+            None => Inbound::Fault(Assembly::Idle.unexpected_frame()),
+            Some(ChannelState::Opening(assembly) | ChannelState::Open(assembly)) => {
+                assembled(assembly.on_body(payload))
+            }
+            Some(ChannelState::ClosingByClient | ChannelState::ClosingByServer) => Inbound::Nothing,
+        }
+    }
+
+    /// Whether a broker `Send` of `method` on `channel` reaches the client, updating the state
+    /// for channel.open-ok and channel.close-ok.
+    pub(crate) fn admit_send(&mut self, channel: u16, method: &Method) -> bool {
+        let Some(state) = self.states.get_mut(&channel) else {
+            return false;
+        };
+        match state {
+            ChannelState::Opening(assembly) => {
+                let open_ok = matches!(method, Method::ChannelOpenOk(_));
+                if open_ok {
+                    let assembly = std::mem::take(assembly);
+                    *state = ChannelState::Open(assembly);
+                }
+                open_ok
+            }
+            // The broker answers channel.open and channel.close exactly once each; a second
+            // answer on an open channel would confuse the client.
+            ChannelState::Open(_) => match method {
+                Method::ChannelOpenOk(_) | Method::ChannelCloseOk(_) => false,
+                // The broker should close with `Effect::ChannelError`; if it sends channel.close
+                // itself, the channel still waits for the client's close-ok.
+                Method::ChannelClose(_) => {
+                    *state = ChannelState::ClosingByServer;
+                    true
+                }
+                _ => true,
+            },
+            ChannelState::ClosingByClient => {
+                let close_ok = matches!(method, Method::ChannelCloseOk(_));
+                if close_ok {
+                    self.states.remove(&channel);
+                }
+                close_ok
+            }
+            ChannelState::ClosingByServer => false,
+        }
+    }
+
+    /// The broker closed `channel` with an error (it has already dropped the channel's state).
+    pub(crate) fn on_broker_error(&mut self, channel: u16) -> OnBrokerError {
+        match self.states.get_mut(&channel) {
+            None | Some(ChannelState::ClosingByServer) => OnBrokerError::Drop,
+            Some(ChannelState::ClosingByClient) => {
+                self.states.remove(&channel);
+                OnBrokerError::SendCloseOk
+            }
+            Some(state) => {
+                *state = ChannelState::ClosingByServer;
+                OnBrokerError::SendClose
+            }
+        }
+    }
+
+    /// We close `channel` ourselves (a soft error of our own, such as 406 message too large).
+    pub(crate) fn close_by_server(&mut self, channel: u16) {
+        if let Some(state) = self.states.get_mut(&channel) {
+            *state = ChannelState::ClosingByServer;
+        }
+    }
+
+    /// The negotiated channel_max (0 = no limit).
+    pub(crate) fn channel_max(&self) -> u16 {
+        self.channel_max
+    }
+
+    /// channel_max 0 means "no limit" in connection.tune; the wire format caps it at 65535.
+    fn effective_channel_max(&self) -> u16 {
+        if self.channel_max == 0 {
+            u16::MAX
+        } else {
+            self.channel_max
+        }
+    }
+}
+
+fn assembled(result: Result<Option<Publish>, Fault>) -> Inbound {
+    match result {
+        Ok(Some(publish)) => Inbound::Publish(publish),
+        Ok(None) => Inbound::Nothing,
+        Err(fault) => Inbound::Fault(fault),
+    }
+}
+
+fn fault_on(code: u16, detail: &str, method: &Method) -> Inbound {
+    Inbound::Fault(Fault::Connection(AmqpError::new(code, detail).on(method)))
+}
+
+/// Channel-level methods a client may send, all but publish and the channel open/close
+/// handshake passed to the broker as they are. Everything else on a channel (connection.*,
+/// server-only methods such as basic.deliver or queue.declare-ok) is RabbitMQ's "unimplemented
+/// method".
+fn is_client_channel_method(method: &Method) -> bool {
+    matches!(
+        method,
+        Method::ChannelFlow(_)
+            | Method::ExchangeDeclare(_)
+            | Method::ExchangeDelete(_)
+            | Method::ExchangeBind(_)
+            | Method::ExchangeUnbind(_)
+            | Method::QueueDeclare(_)
+            | Method::QueueBind(_)
+            | Method::QueuePurge(_)
+            | Method::QueueDelete(_)
+            | Method::QueueUnbind(_)
+            | Method::BasicQos(_)
+            | Method::BasicConsume(_)
+            | Method::BasicCancel(_)
+            | Method::BasicGet(_)
+            | Method::BasicAck(_)
+            | Method::BasicReject(_)
+            | Method::BasicRecoverAsync(_)
+            | Method::BasicRecover(_)
+            | Method::BasicNack(_)
+            | Method::TxSelect(_)
+            | Method::TxCommit(_)
+            | Method::TxRollback(_)
+            | Method::ConfirmSelect(_)
+    )
+}

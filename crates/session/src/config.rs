@@ -1,0 +1,77 @@
+//! What one AMQP connection may negotiate, with RabbitMQ's defaults.
+//!
+//! The server builds one [`SessionConfig`] from its own configuration file and shares it (`Arc`)
+//! with every connection; the session never reads configuration from anywhere else.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::auth::Authenticator;
+
+/// Largest frame we offer in connection.tune: RabbitMQ's `frame_max` default (128 KiB), large
+/// enough that a typical message fits in one body frame, small enough to bound each read.
+pub const DEFAULT_FRAME_MAX: u32 = 131_072;
+
+/// Highest channel number we offer in connection.tune: RabbitMQ's `channel_max` default (2047).
+/// Each open channel costs broker state, so a peer may not open an unbounded number of them.
+pub const DEFAULT_CHANNEL_MAX: u16 = 2047;
+
+/// Heartbeat interval we offer in connection.tune: RabbitMQ's default of 60 s, which detects a
+/// dead peer within two to three minutes without noticeable traffic.
+pub const DEFAULT_HEARTBEAT_S: u16 = 60;
+
+/// Largest message body we accept: RabbitMQ's `max_message_size` default (128 MiB). A publish
+/// declaring more is refused with 406 before any of its body is buffered.
+pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 134_217_728;
+
+/// Negotiation limits and identity for every connection of one listener.
+#[derive(Clone)]
+pub struct SessionConfig {
+    /// The largest frame (header, payload and end octet) we accept and offer in connection.tune.
+    pub frame_max: u32,
+    /// The most channels one connection may have open at once, offered in connection.tune.
+    pub channel_max: u16,
+    /// The heartbeat interval we propose in connection.tune; the client's tune-ok value wins.
+    pub heartbeat_s: u16,
+    /// The largest message body a client may publish (capped at
+    /// [`crate::content::MAX_MESSAGE_SIZE_LIMIT`]).
+    pub max_message_size: u64,
+    /// `product` in connection.start's server-properties.
+    pub product: String,
+    /// `version` in connection.start's server-properties.
+    pub version: String,
+    /// `cluster_name` in connection.start's server-properties.
+    pub cluster_name: String,
+    /// Checks credentials (connection.start-ok) and vhost access (connection.open).
+    pub authenticator: Arc<dyn Authenticator>,
+}
+
+impl SessionConfig {
+    /// RabbitMQ's defaults, with `authenticator` deciding who may log in.
+    pub fn new(authenticator: Arc<dyn Authenticator>) -> Self {
+        SessionConfig {
+            frame_max: DEFAULT_FRAME_MAX,
+            channel_max: DEFAULT_CHANNEL_MAX,
+            heartbeat_s: DEFAULT_HEARTBEAT_S,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            product: "Hourglass".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            cluster_name: "hourglass".to_owned(),
+            authenticator,
+        }
+    }
+}
+
+impl fmt::Debug for SessionConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionConfig")
+            .field("frame_max", &self.frame_max)
+            .field("channel_max", &self.channel_max)
+            .field("heartbeat_s", &self.heartbeat_s)
+            .field("max_message_size", &self.max_message_size)
+            .field("product", &self.product)
+            .field("version", &self.version)
+            .field("cluster_name", &self.cluster_name)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,532 @@
+//! One AMQP 0-9-1 connection: protocol header, frame dispatch by state, the connection-level
+//! methods of an open connection, heartbeats and closing. The handshake steps live in
+//! `connection/handshake.rs`; channel frames go to [`Channels`].
+//!
+//! Sans-IO: bytes and broker effects come in through `handle_*` with `now`; broker commands come
+//! out of [`Connection::poll_command`] and bytes for the socket out of [`Connection::take_output`].
+//! Behaviour and reply texts follow RabbitMQ's `rabbit_reader`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use hourglass_broker::{AmqpError, ChannelId, ClientCapabilities, Command, ConnectionId, Effect, Timestamp};
+use hourglass_wire::reply_code::{CHANNEL_ERROR, CONNECTION_FORCED};
+use hourglass_wire::{
+    decode_protocol_header, BasicProperties, ChannelClose, ChannelCloseOk, ConnectionClose,
+    ConnectionCloseOk, ConnectionUpdateSecretOk, DecodeError, FieldTable, Frame, FrameDecoder, Method,
+    ProtocolHeader, FRAME_MIN_SIZE, PROTOCOL_HEADER,
+};
+use tracing::{debug, info, warn};
+
+use crate::channels::{Channels, Inbound, OnBrokerError};
+use crate::config::SessionConfig;
+use crate::fault::{reply_text, unexpected_frame, Fault};
+use crate::heartbeat::{Heartbeat, HeartbeatAction};
+use crate::output::Output;
+
+mod handshake;
+
+/// How long a client has from connecting to connection.open-ok: RabbitMQ's `handshake_timeout`
+/// (10 s). Bounds how long a silent or slow peer holds a socket before it is authenticated.
+pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
+/// How long we wait for connection.close-ok before the tune: RabbitMQ's `?NORMAL_TIMEOUT` (3 s).
+pub const HANDSHAKE_CLOSE_TIMEOUT_MS: u64 = 3_000;
+
+/// The longest we wait for connection.close-ok once tuned: RabbitMQ waits the heartbeat interval,
+/// but never more than `?CLOSING_TIMEOUT` (30 s), so a peer cannot hold a closing connection.
+pub const CLOSING_TIMEOUT_MAX_MS: u64 = 30_000;
+
+/// After a frame error we cannot find the next frame, so we stop reading and only give the
+/// connection.close this long to reach the peer: RabbitMQ's `?SILENT_CLOSE_DELAY` (3 s).
+pub const SILENT_CLOSE_DELAY_MS: u64 = 3_000;
+
+/// Who is on the other end of the socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// The peer's socket address, e.g. `127.0.0.1:50312`.
+    pub addr: String,
+    /// True for a loopback peer (some users, like `guest`, may only log in from one).
+    pub is_loopback: bool,
+}
+
+/// Where the connection is. Handshake states are named for what they wait for.
+///
+/// ```text
+///  ExpectProtocolHeader ──AMQP 0-9-1──► ExpectStartOk ──login ok──► ExpectTuneOk
+///        │ any other header                  │                          │ limits ok
+///        │ (we answer with ours)             │                          ▼
+///        │                                   │                      ExpectOpen ──vhost ok──► Open
+///        │            our error (connection.close sent)                 │                      │
+///        │                 ┌─────────────────┴──────────────────────────┴──────────────────────┘
+///        ▼                 ▼
+///      Closed ◄──────── Closing   (left on close-ok, on close (we answer close-ok), or on timeout)
+///        ▲
+///        └── from any state: client connection.close (we answer close-ok), EOF, handshake
+///            timeout, missed heartbeats, close_forced before Open
+/// ```
+/// There is no `ExpectSecureOk`: PLAIN and AMQPLAIN finish in start-ok, so we never send
+/// connection.secure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    ExpectProtocolHeader,
+    ExpectStartOk,
+    ExpectTuneOk,
+    ExpectOpen,
+    Open,
+    /// We sent connection.close and wait for close-ok until `deadline`. With `discard_input`
+    /// (after a frame error) we no longer parse what the peer sends.
+    Closing {
+        deadline: Timestamp,
+        discard_input: bool,
+    },
+    Closed,
+}
+
+/// One client connection's AMQP state machine.
+#[derive(Debug)]
+pub struct Connection {
+    id: ConnectionId,
+    peer: PeerInfo,
+    config: Arc<SessionConfig>,
+    state: State,
+    connected_at: Timestamp,
+    decoder: FrameDecoder,
+    out: Output,
+    commands: VecDeque<Command>,
+    channels: Channels,
+    /// Present from tune-ok on (RabbitMQ starts its heartbeater there).
+    heartbeat: Option<Heartbeat>,
+    user: Option<String>,
+    client_properties: FieldTable,
+    capabilities: ClientCapabilities,
+    frame_max: u32,
+    heartbeat_s: u16,
+    /// True once connection.open-ok was sent (and `Command::ConnectionOpen` emitted).
+    opened: bool,
+    /// True while the client has been told connection.blocked and not yet unblocked.
+    blocked_sent: bool,
+}
+
+impl Connection {
+    /// A connection whose socket was just accepted; it waits for the protocol header.
+    pub fn new(id: ConnectionId, peer: PeerInfo, config: Arc<SessionConfig>, now: Timestamp) -> Self {
+        Connection {
+            id,
+            peer,
+            config,
+            state: State::ExpectProtocolHeader,
+            connected_at: now,
+            // Until tune-ok only frames up to the spec's minimum are accepted (AMQP 0-9-1
+            // §4.2.3; RabbitMQ's initial_frame_max), so an unauthenticated peer cannot make us
+            // buffer large frames.
+            decoder: FrameDecoder::new(FRAME_MIN_SIZE),
+            out: Output::new(FRAME_MIN_SIZE, now),
+            commands: VecDeque::new(),
+            channels: Channels::new(0),
+            heartbeat: None,
+            user: None,
+            client_properties: FieldTable::new(),
+            capabilities: ClientCapabilities::default(),
+            frame_max: FRAME_MIN_SIZE,
+            heartbeat_s: 0,
+            opened: false,
+            blocked_sent: false,
+        }
+    }
+
+    /// Consumes every complete frame in `input`, leaving a partial frame in place.
+    pub fn handle_input(&mut self, input: &mut BytesMut, now: Timestamp) {
+        if input.is_empty() {
+            return;
+        }
+        // Any octet from the peer shows it is alive (RabbitMQ counts received octets).
+        if let Some(heartbeat) = &mut self.heartbeat {
+            heartbeat.on_received(now);
+        }
+        if self.state == State::ExpectProtocolHeader {
+            match decode_protocol_header(input) {
+                None => return,
+                Some(ProtocolHeader::Amqp091) => self.send_start(now),
+                Some(ProtocolHeader::Other) => {
+                    // AMQP 0-9-1 §4.2.2: answer with the header we support, then close.
+                    info!(conn = self.id.0, peer = %self.peer.addr, "unsupported protocol header");
+                    self.out.raw(PROTOCOL_HEADER, now);
+                    self.state = State::Closed;
+                }
+            }
+        }
+        while !self.discards_input() {
+            let len_before = input.len();
+            match self.decoder.decode(input) {
+                Ok(Some(frame)) => self.handle_frame(frame, now),
+                Ok(None) => return,
+                Err(error) => {
+                    let consumed = input.len() < len_before;
+                    self.handle_decode_error(error, consumed, now);
+                }
+            }
+        }
+        input.clear();
+    }
+
+    /// An effect from the broker addressed to this connection.
+    pub fn handle_effect(&mut self, effect: Effect, now: Timestamp) {
+        if effect.conn() != self.id {
+            warn!(conn = self.id.0, to = effect.conn().0, "effect for another connection dropped");
+            return;
+        }
+        if self.state != State::Open {
+            // Closing: the client was told the connection is over; nothing else may follow.
+            return;
+        }
+        match effect {
+            Effect::Send { channel, method, content, .. } => {
+                if !self.channels.admit_send(channel.0, &method) {
+                    debug!(
+                        conn = self.id.0,
+                        channel = channel.0,
+                        method = method.name(),
+                        "stale effect dropped"
+                    );
+                    return;
+                }
+                match (method.has_content(), content) {
+                    (true, Some(message)) => {
+                        self.out.content(channel.0, &method, &message.properties, &message.body, now)
+                    }
+                    (true, None) => {
+                        warn!(
+                            conn = self.id.0,
+                            method = method.name(),
+                            "content method sent without content"
+                        );
+                        self.out.content(channel.0, &method, &BasicProperties::default(), &[], now);
+                    }
+                    (false, _) => self.out.method(channel.0, &method, now),
+                }
+            }
+            Effect::ChannelError { channel, error, .. } => match self.channels.on_broker_error(channel.0) {
+                OnBrokerError::SendClose => self.send_channel_close(channel.0, &error, now),
+                OnBrokerError::SendCloseOk => self.out.method(channel.0, &ChannelCloseOk {}.into(), now),
+                OnBrokerError::Drop => {}
+            },
+            Effect::ConnectionError { error, .. } => self.close_with(error, now),
+            Effect::Blocked { reason, .. } => self.on_blocked(reason, now),
+        }
+    }
+
+    /// Runs whatever timer is due at `now`: handshake timeout, close timeout, heartbeats.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        match self.state {
+            State::Closed => {}
+            State::Closing { deadline, .. } => {
+                if now >= deadline {
+                    info!(conn = self.id.0, "no connection.close-ok in time; dropping the socket");
+                    self.state = State::Closed;
+                }
+            }
+            State::Open => self.poll_heartbeat(now),
+            State::ExpectProtocolHeader | State::ExpectStartOk | State::ExpectTuneOk | State::ExpectOpen => {
+                if now >= self.handshake_deadline() {
+                    warn!(conn = self.id.0, peer = %self.peer.addr, state = ?self.state, "handshake timeout");
+                    self.state = State::Closed;
+                } else {
+                    self.poll_heartbeat(now);
+                }
+            }
+        }
+    }
+
+    /// Graceful shutdown: connection.close 320, then wait for close-ok (or the close timeout).
+    /// Before the handshake finished there is nobody to tell: the connection just closes.
+    pub fn close_forced(&mut self, reason: &str, now: Timestamp) {
+        match self.state {
+            State::Open => {
+                let detail = format!("broker forced connection closure with reason '{reason}'");
+                self.close_with(AmqpError::new(CONNECTION_FORCED, detail), now);
+            }
+            State::Closing { .. } | State::Closed => {}
+            _ => self.state = State::Closed,
+        }
+    }
+
+    /// The socket reached EOF or failed: nothing more can be sent or received.
+    pub fn handle_eof(&mut self, _now: Timestamp) {
+        if self.state != State::Closed {
+            if !matches!(self.state, State::Closing { .. }) {
+                info!(conn = self.id.0, peer = %self.peer.addr, "client unexpectedly closed TCP connection");
+            }
+            self.state = State::Closed;
+        }
+    }
+
+    /// The next command for the broker, in order.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// Everything encoded for the socket so far (empty when nothing is pending).
+    pub fn take_output(&mut self) -> BytesMut {
+        self.out.take()
+    }
+
+    /// When `handle_timeout` next has something to do.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        let heartbeat = self.heartbeat.as_ref().and_then(|h| h.next_deadline(self.out.last_write()));
+        match self.state {
+            State::Closed => None,
+            State::Closing { deadline, .. } => Some(deadline),
+            State::Open => heartbeat,
+            _ => Some(heartbeat.map_or(self.handshake_deadline(), |h| h.min(self.handshake_deadline()))),
+        }
+    }
+
+    /// The connection is over: flush `take_output()` and drop the socket.
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// True once the handshake completed (`Command::ConnectionOpen` was emitted), so the broker
+    /// must be told `Command::ConnectionClosed` when the connection ends.
+    pub fn opened(&self) -> bool {
+        self.opened
+    }
+
+    /// This connection's id.
+    pub fn id(&self) -> ConnectionId {
+        self.id
+    }
+
+    fn handle_frame(&mut self, frame: Frame, now: Timestamp) {
+        match self.state {
+            State::ExpectProtocolHeader | State::Closed => {}
+            State::Closing { .. } => self.on_frame_closing(frame, now),
+            State::Open => self.on_frame_open(frame, now),
+            State::ExpectStartOk | State::ExpectTuneOk | State::ExpectOpen => match frame {
+                Frame::Heartbeat { channel: 0 } => {}
+                Frame::Method { channel: 0, method } => self.on_handshake_method(method, now),
+                other => self.fail(0, unexpected_frame(&other), now),
+            },
+        }
+    }
+
+    /// While closing only connection.close-ok and connection.close matter (AMQP 0-9-1 §4.2.9
+    /// "close": after sending close, discard everything else).
+    fn on_frame_closing(&mut self, frame: Frame, now: Timestamp) {
+        match frame {
+            Frame::Method { channel: 0, method: Method::ConnectionCloseOk(_) } => {
+                self.state = State::Closed;
+            }
+            Frame::Method { channel: 0, method: Method::ConnectionClose(_) } => {
+                self.out.method(0, &ConnectionCloseOk {}.into(), now);
+                self.state = State::Closed;
+            }
+            _ => {}
+        }
+    }
+
+    fn on_frame_open(&mut self, frame: Frame, now: Timestamp) {
+        let max_message_size = self.config.max_message_size;
+        let inbound = match frame {
+            Frame::Heartbeat { channel: 0 } => return,
+            Frame::Method { channel: 0, method } => return self.on_connection_method(method, now),
+            Frame::Heartbeat { .. } | Frame::Header { channel: 0, .. } | Frame::Body { channel: 0, .. } => {
+                return self.fail(0, unexpected_frame(&frame), now);
+            }
+            Frame::Method { channel, method } => (channel, self.channels.on_method(channel, method)),
+            Frame::Header { channel, header } => {
+                (channel, self.channels.on_header(channel, header, max_message_size))
+            }
+            Frame::Body { channel, payload } => (channel, self.channels.on_body(channel, payload)),
+        };
+        let (channel, inbound) = inbound;
+        let conn = self.id;
+        match inbound {
+            Inbound::Nothing => {}
+            Inbound::Forward(method) => {
+                self.commands.push_back(Command::Method { conn, channel: ChannelId(channel), method });
+            }
+            Inbound::Publish(publish) => {
+                self.commands.push_back(Command::Publish { conn, channel: ChannelId(channel), publish });
+            }
+            Inbound::Reply(method) => self.out.method(channel, &method, now),
+            Inbound::Fault(fault) => self.fail(channel, fault, now),
+        }
+    }
+
+    fn on_handshake_method(&mut self, method: Method, now: Timestamp) {
+        match (&self.state, method) {
+            // A client may give up at any point of the handshake; answer and close.
+            (_, Method::ConnectionClose(_)) => {
+                self.out.method(0, &ConnectionCloseOk {}.into(), now);
+                self.state = State::Closed;
+            }
+            (State::ExpectStartOk, Method::ConnectionStartOk(start_ok)) => self.on_start_ok(start_ok, now),
+            (State::ExpectTuneOk, Method::ConnectionTuneOk(tune_ok)) => self.on_tune_ok(tune_ok, now),
+            (State::ExpectOpen, Method::ConnectionOpen(open)) => self.on_open(open, now),
+            (_, method) => {
+                let fault = self.unexpected_method(&method);
+                self.fail(0, fault, now);
+            }
+        }
+    }
+
+    /// Connection-class methods once open (the others on channel 0 are errors).
+    fn on_connection_method(&mut self, method: Method, now: Timestamp) {
+        match method {
+            Method::ConnectionClose(close) => {
+                info!(conn = self.id.0, code = close.reply_code, text = %close.reply_text, "client closed the connection");
+                self.out.method(0, &ConnectionCloseOk {}.into(), now);
+                self.state = State::Closed;
+            }
+            // RabbitMQ re-authenticates with the new secret (e.g. a refreshed OAuth token). Our
+            // authenticators check passwords only at login, so the secret is accepted and
+            // ignored.
+            Method::ConnectionUpdateSecret(update) => {
+                debug!(conn = self.id.0, reason = %update.reason, "update-secret accepted and ignored");
+                self.out.method(0, &ConnectionUpdateSecretOk {}.into(), now);
+            }
+            method => {
+                let fault = self.unexpected_method(&method);
+                self.fail(0, fault, now);
+            }
+        }
+    }
+
+    fn on_blocked(&mut self, reason: Option<String>, now: Timestamp) {
+        // RabbitMQ tells only clients that announced the capability, once per blocked period.
+        if !self.capabilities.connection_blocked {
+            return;
+        }
+        match reason {
+            Some(reason) if !self.blocked_sent => {
+                let method = hourglass_wire::ConnectionBlocked { reason: reply_text(&reason) };
+                self.out.method(0, &method.into(), now);
+                self.blocked_sent = true;
+            }
+            None if self.blocked_sent => {
+                self.out.method(0, &hourglass_wire::ConnectionUnblocked {}.into(), now);
+                self.blocked_sent = false;
+            }
+            _ => {}
+        }
+    }
+
+    fn handle_decode_error(&mut self, error: DecodeError, consumed: bool, now: Timestamp) {
+        // A frame error (or any error that did not consume the bad frame) loses our place in the
+        // byte stream: nothing after it can be parsed.
+        let lost_sync = matches!(error, DecodeError::Frame(_)) || !consumed;
+        if let State::Closing { deadline, .. } = self.state {
+            // Already closing: nothing more to tell the peer (RabbitMQ only logs these).
+            if lost_sync {
+                self.state = State::Closing { deadline, discard_input: true };
+            }
+            return;
+        }
+        let (class_id, method_id) = error.class_method();
+        let amqp =
+            AmqpError { reply_code: error.reply_code(), reply_text: error.reply_text(), class_id, method_id };
+        self.close_with(amqp, now);
+        if lost_sync {
+            let deadline = now.saturating_add_millis(SILENT_CLOSE_DELAY_MS);
+            self.state = State::Closing { deadline, discard_input: true };
+        }
+    }
+
+    /// Acts on a fault: a channel fault closes `channel`, a connection fault the connection.
+    fn fail(&mut self, channel: u16, fault: Fault, now: Timestamp) {
+        match fault {
+            Fault::Connection(error) => self.close_with(error, now),
+            Fault::Channel(error) => {
+                self.channels.close_by_server(channel);
+                self.send_channel_close(channel, &error, now);
+                self.commands
+                    .push_back(Command::ChannelAborted { conn: self.id, channel: ChannelId(channel) });
+            }
+        }
+    }
+
+    fn send_channel_close(&mut self, channel: u16, error: &AmqpError, now: Timestamp) {
+        debug!(conn = self.id.0, channel, code = error.reply_code, text = %error.reply_text, "closing channel");
+        let close = ChannelClose {
+            reply_code: error.reply_code,
+            reply_text: reply_text(&error.reply_text),
+            class_id: error.class_id,
+            method_id: error.method_id,
+        };
+        self.out.method(channel, &close.into(), now);
+    }
+
+    /// Sends connection.close and waits for close-ok (unless already closing or closed).
+    fn close_with(&mut self, error: AmqpError, now: Timestamp) {
+        if matches!(self.state, State::Closing { .. } | State::Closed) {
+            return;
+        }
+        warn!(conn = self.id.0, peer = %self.peer.addr, code = error.reply_code, text = %error.reply_text, "closing connection");
+        let close = ConnectionClose {
+            reply_code: error.reply_code,
+            reply_text: reply_text(&error.reply_text),
+            class_id: error.class_id,
+            method_id: error.method_id,
+        };
+        self.out.method(0, &close.into(), now);
+        let deadline = now.saturating_add_millis(self.close_timeout_ms());
+        self.state = State::Closing { deadline, discard_input: false };
+    }
+
+    fn poll_heartbeat(&mut self, now: Timestamp) {
+        let Some(heartbeat) = &self.heartbeat else {
+            return;
+        };
+        match heartbeat.poll(now, self.out.last_write()) {
+            HeartbeatAction::None => {}
+            HeartbeatAction::Send => self.out.heartbeat(now),
+            HeartbeatAction::PeerDead => {
+                let timeout_s = heartbeat.interval_s();
+                warn!(conn = self.id.0, peer = %self.peer.addr, timeout_s, "missed heartbeats from client");
+                self.state = State::Closed;
+            }
+        }
+    }
+
+    /// RabbitMQ's "unexpected method in connection state {starting|tuning|opening|running}".
+    fn unexpected_method(&self, method: &Method) -> Fault {
+        let state = match self.state {
+            State::ExpectProtocolHeader | State::ExpectStartOk => "starting",
+            State::ExpectTuneOk => "tuning",
+            State::ExpectOpen => "opening",
+            State::Open => "running",
+            State::Closing { .. } | State::Closed => "closing",
+        };
+        let detail = format!("unexpected method in connection state {state}");
+        Fault::Connection(AmqpError::new(CHANNEL_ERROR, detail).on(method))
+    }
+
+    fn discards_input(&self) -> bool {
+        matches!(self.state, State::Closed | State::Closing { discard_input: true, .. })
+    }
+
+    fn handshake_deadline(&self) -> Timestamp {
+        self.connected_at.saturating_add_millis(HANDSHAKE_TIMEOUT_MS)
+    }
+
+    /// RabbitMQ waits for close-ok as long as the heartbeat interval, capped at 30 s; before the
+    /// tune it waits 3 s.
+    fn close_timeout_ms(&self) -> u64 {
+        match &self.heartbeat {
+            None => HANDSHAKE_CLOSE_TIMEOUT_MS,
+            Some(heartbeat) => match heartbeat.interval_s().saturating_mul(1000) {
+                0 => CLOSING_TIMEOUT_MAX_MS,
+                ms => ms.min(CLOSING_TIMEOUT_MAX_MS),
+            },
+        }
+    }
+
+    /// The frame_max we offer: the configured one, but never below the spec's minimum (a
+    /// configured 0, "no limit", would let any peer make us buffer 4 GiB frames).
+    fn offered_frame_max(&self) -> u32 {
+        self.config.frame_max.max(FRAME_MIN_SIZE)
+    }
+}

@@ -1,0 +1,194 @@
+//! The handshake proper: connection.start, start-ok (login), tune / tune-ok (limits) and open
+//! (vhost), with RabbitMQ's rules and reply texts (rabbit_reader `handle_method0`).
+
+use hourglass_broker::{AmqpError, ClientCapabilities, Command, ConnectionInfo, Timestamp};
+use hourglass_wire::reply_code::{ACCESS_REFUSED, COMMAND_INVALID, NOT_ALLOWED, SYNTAX_ERROR};
+use hourglass_wire::{
+    ConnectionOpen, ConnectionOpenOk, ConnectionStart, ConnectionStartOk, ConnectionTune, ConnectionTuneOk,
+    FieldTable, FieldValue, LongStr, Method, FRAME_MIN_SIZE,
+};
+use tracing::{info, warn};
+
+use super::{Connection, State};
+use crate::auth::{AuthError, Mechanism, VhostAccess, MECHANISMS};
+use crate::channels::Channels;
+use crate::config::SessionConfig;
+use crate::heartbeat::Heartbeat;
+
+/// The lowest channel_max a client may ask for (RabbitMQ's `?CHANNEL_MIN`); 0 means "no limit".
+const CHANNEL_MIN: u32 = 1;
+
+/// Shown to clients in connection.start's server-properties.
+const COPYRIGHT: &str = "Copyright (c) The Hourglass authors";
+const INFORMATION: &str = "Licensed under the Apache License 2.0";
+const PLATFORM: &str = "Rust";
+
+/// Capabilities we advertise in connection.start, each implemented. (RabbitMQ also advertises
+/// `direct_reply_to`, which we do not implement.)
+const SERVER_CAPABILITIES: [&str; 8] = [
+    "publisher_confirms",
+    "exchange_exchange_bindings",
+    "basic.nack",
+    "consumer_cancel_notify",
+    "connection.blocked",
+    "consumer_priorities",
+    "authentication_failure_close",
+    "per_consumer_qos",
+];
+
+impl Connection {
+    pub(super) fn send_start(&mut self, now: Timestamp) {
+        let start = ConnectionStart {
+            // RabbitMQ announces 0-9: connection.start has no field for the revision.
+            version_major: 0,
+            version_minor: 9,
+            server_properties: server_properties(&self.config),
+            mechanisms: LongStr::from(MECHANISMS),
+            locales: LongStr::from("en_US"),
+        };
+        self.out.method(0, &start.into(), now);
+        self.state = State::ExpectStartOk;
+    }
+
+    pub(super) fn on_start_ok(&mut self, start_ok: ConnectionStartOk, now: Timestamp) {
+        self.capabilities = client_capabilities(&start_ok.client_properties);
+        self.client_properties = start_ok.client_properties;
+        let on_start_ok = Method::ConnectionStartOk(ConnectionStartOk::default());
+        let mechanism = match Mechanism::parse(start_ok.mechanism.as_bytes()) {
+            Some(mechanism) => mechanism,
+            None => {
+                let detail = format!("unknown authentication mechanism '{}'", start_ok.mechanism.as_str());
+                let error = AmqpError::new(COMMAND_INVALID, detail).on(&on_start_ok);
+                return self.close_with(error, now);
+            }
+        };
+        let credentials = match mechanism.credentials(start_ok.response.into_bytes()) {
+            Ok(credentials) => credentials,
+            Err(AuthError::Malformed(detail)) => {
+                let error = AmqpError::new(SYNTAX_ERROR, detail).on(&on_start_ok);
+                return self.close_with(error, now);
+            }
+            Err(AuthError::Refused) => {
+                return self.refuse_login(mechanism, "<unusable credentials>", now);
+            }
+        };
+        let authenticator = &self.config.authenticator;
+        if !authenticator.authenticate(&credentials.username, &credentials.password, self.peer.is_loopback) {
+            return self.refuse_login(mechanism, &credentials.username, now);
+        }
+        self.user = Some(credentials.username);
+        let tune = ConnectionTune {
+            channel_max: self.config.channel_max,
+            frame_max: self.offered_frame_max(),
+            heartbeat: self.config.heartbeat_s,
+        };
+        self.out.method(0, &tune.into(), now);
+        self.state = State::ExpectTuneOk;
+    }
+
+    /// RabbitMQ's authentication_failure_close reply, sent to every client: the text names only
+    /// the mechanism; why the login failed goes to our log.
+    fn refuse_login(&mut self, mechanism: Mechanism, username: &str, now: Timestamp) {
+        warn!(conn = self.id.0, peer = %self.peer.addr, user = username, mechanism = mechanism.name(), "login refused");
+        let detail = format!(
+            "Login was refused using authentication mechanism {}. For details see the broker logfile.",
+            mechanism.name()
+        );
+        self.close_with(AmqpError::new(ACCESS_REFUSED, detail), now);
+    }
+
+    pub(super) fn on_tune_ok(&mut self, tune_ok: ConnectionTuneOk, now: Timestamp) {
+        let frame_max = negotiate("frame_max", FRAME_MIN_SIZE, self.offered_frame_max(), tune_ok.frame_max);
+        let channel_max = negotiate(
+            "channel_max",
+            CHANNEL_MIN,
+            u32::from(self.config.channel_max),
+            u32::from(tune_ok.channel_max),
+        );
+        if let Err(detail) = frame_max.and(channel_max) {
+            let on_tune = Method::ConnectionTune(ConnectionTune::default());
+            return self.close_with(AmqpError::new(NOT_ALLOWED, detail).on(&on_tune), now);
+        }
+        self.frame_max = tune_ok.frame_max;
+        self.heartbeat_s = tune_ok.heartbeat;
+        self.decoder.set_max_frame_size(tune_ok.frame_max);
+        self.out.set_frame_max(tune_ok.frame_max);
+        self.channels = Channels::new(tune_ok.channel_max);
+        self.heartbeat = Some(Heartbeat::new(tune_ok.heartbeat, now));
+        self.state = State::ExpectOpen;
+    }
+
+    pub(super) fn on_open(&mut self, open: ConnectionOpen, now: Timestamp) {
+        let vhost = open.virtual_host.as_str().into_owned();
+        let user = self.user.clone().unwrap_or_default();
+        let on_open = Method::ConnectionOpen(ConnectionOpen::default());
+        let detail = match self.config.authenticator.vhost_access(&user, &vhost) {
+            VhostAccess::Allowed => None,
+            VhostAccess::NotFound => Some(format!("vhost {vhost} not found")),
+            VhostAccess::Refused => Some(format!("access to vhost '{vhost}' refused for user '{user}'")),
+        };
+        if let Some(detail) = detail {
+            return self.close_with(AmqpError::new(NOT_ALLOWED, detail).on(&on_open), now);
+        }
+        self.out.method(0, &ConnectionOpenOk {}.into(), now);
+        self.state = State::Open;
+        self.opened = true;
+        info!(conn = self.id.0, peer = %self.peer.addr, user = %user, vhost = %vhost, "connection opened");
+        let info = ConnectionInfo {
+            user,
+            vhost,
+            peer: self.peer.addr.clone(),
+            client_properties: self.client_properties.clone(),
+            capabilities: self.capabilities,
+            frame_max: self.frame_max,
+            channel_max: self.channels.channel_max(),
+            heartbeat_s: self.heartbeat_s,
+        };
+        self.commands.push_back(Command::ConnectionOpen { conn: self.id, info });
+    }
+}
+
+/// RabbitMQ's `validate_negotiated_integer_value`: the client's value must be at least `min`
+/// (0 excepted) and, when we have a limit, not above it (0, "no limit", is above any limit).
+fn negotiate(field: &str, min: u32, ours: u32, theirs: u32) -> Result<(), String> {
+    let no_limit = if field == "channel_max" && theirs == 0 { " (no limit)" } else { "" };
+    if theirs != 0 && theirs < min {
+        Err(format!(
+            "negotiated {field} = {theirs}{no_limit} is lower than the minimum allowed value ({min})"
+        ))
+    } else if ours != 0 && (theirs == 0 || theirs > ours) {
+        Err(format!(
+            "negotiated {field} = {theirs}{no_limit} is higher than the maximum allowed value ({ours})"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The client capabilities the broker acts on, from client-properties `capabilities`.
+fn client_capabilities(client_properties: &FieldTable) -> ClientCapabilities {
+    let Some(FieldValue::Table(capabilities)) = client_properties.get("capabilities") else {
+        return ClientCapabilities::default();
+    };
+    let flag = |key: &str| matches!(capabilities.get(key), Some(FieldValue::Bool(true)));
+    ClientCapabilities {
+        consumer_cancel_notify: flag("consumer_cancel_notify"),
+        connection_blocked: flag("connection.blocked"),
+    }
+}
+
+/// connection.start's server-properties, keys sorted as RabbitMQ sends them.
+fn server_properties(config: &SessionConfig) -> FieldTable {
+    let capabilities =
+        FieldTable::from_entries(SERVER_CAPABILITIES.iter().map(|name| (*name, FieldValue::Bool(true))));
+    let text = |s: &str| FieldValue::LongStr(LongStr::from(s));
+    FieldTable::from_entries([
+        ("capabilities", FieldValue::Table(capabilities)),
+        ("cluster_name", text(&config.cluster_name)),
+        ("copyright", text(COPYRIGHT)),
+        ("information", text(INFORMATION)),
+        ("platform", text(PLATFORM)),
+        ("product", text(&config.product)),
+        ("version", text(&config.version)),
+    ])
+}

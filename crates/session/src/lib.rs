@@ -1,0 +1,40 @@
+//! Hourglass session: the sans-IO AMQP 0-9-1 connection state machine.
+//!
+//! Bytes from the socket and `now` go in ([`Connection::handle_input`]), with the broker's
+//! effects for this connection ([`Connection::handle_effect`]) and timer ticks
+//! ([`Connection::handle_timeout`]); bytes for the socket ([`Connection::take_output`]) and
+//! commands for the broker ([`Connection::poll_command`]) come out. No sockets, tasks or clocks.
+//!
+//! | file | job |
+//! |---|---|
+//! | `connection.rs` | protocol header, handshake (start, tune, open), connection methods, closing |
+//! | `auth.rs` | SASL PLAIN / AMQPLAIN, the [`Authenticator`] trait, [`StaticUsers`] |
+//! | `heartbeat.rs` | when to send a heartbeat and when the peer is dead |
+//! | `channels.rs` | channel number states, what each does with client frames and broker effects |
+//! | `content.rs` | basic.publish + content header + body frames → one `Publish` |
+//! | `output.rs` | encoding frames into the output buffer |
+//! | `fault.rs` | channel vs connection errors, RabbitMQ's reply texts |
+//! | `config.rs` | [`SessionConfig`] and RabbitMQ's defaults |
+
+mod auth;
+mod channels;
+mod config;
+mod connection;
+mod content;
+mod fault;
+mod heartbeat;
+mod output;
+
+pub use auth::{Authenticator, StaticUsers, VhostAccess, MECHANISMS};
+pub use config::{
+    SessionConfig, DEFAULT_CHANNEL_MAX, DEFAULT_FRAME_MAX, DEFAULT_HEARTBEAT_S, DEFAULT_MAX_MESSAGE_SIZE,
+};
+pub use connection::{
+    Connection, PeerInfo, CLOSING_TIMEOUT_MAX_MS, HANDSHAKE_CLOSE_TIMEOUT_MS, HANDSHAKE_TIMEOUT_MS,
+    SILENT_CLOSE_DELAY_MS,
+};
+pub use content::MAX_MESSAGE_SIZE_LIMIT;
+pub use heartbeat::MISSED_HEARTBEATS_LIMIT;
+
+#[cfg(test)]
+mod tests;
