@@ -1,0 +1,88 @@
+//! The broker task: owns the `Broker`, applies commands in arrival order, fires its timers, and
+//! forwards effects to the connection tasks (ADR 0001).
+
+use std::collections::HashMap;
+
+use hourglass_broker::{Broker, Command, ConnectionId, Effect};
+use tokio::sync::mpsc;
+
+use crate::clock::Clock;
+
+/// How many queued inputs the task applies before it flushes effects: large enough to amortise
+/// wake-ups under load, small enough to keep latency low.
+const MAX_INPUTS_PER_BATCH: usize = 256;
+
+/// Inputs are bounded so a flood of publishes slows publishers down (their connection tasks wait
+/// on `send`) instead of growing memory without limit.
+pub const INPUT_QUEUE_CAPACITY: usize = 8192;
+
+/// Effects for one connection, in order.
+pub type Mailbox = mpsc::UnboundedSender<Vec<Effect>>;
+
+// Sized by `Command` (see its note): boxing would allocate per published message.
+#[allow(clippy::large_enum_variant)]
+pub enum BrokerInput {
+    /// A new connection's mailbox; sent before any of its commands.
+    Register {
+        conn: ConnectionId,
+        mailbox: Mailbox,
+    },
+    Command(Command),
+}
+
+pub async fn run(mut broker: Broker, mut inputs: mpsc::Receiver<BrokerInput>, clock: Clock) {
+    let mut mailboxes: HashMap<ConnectionId, Mailbox> = HashMap::new();
+    let mut outbox: HashMap<ConnectionId, Vec<Effect>> = HashMap::new();
+    loop {
+        let deadline = broker.next_deadline().map(|d| clock.instant_of(d));
+        tokio::select! {
+            input = inputs.recv() => {
+                let Some(input) = input else { break };
+                apply(&mut broker, &mut mailboxes, input, &clock);
+                for _ in 1..MAX_INPUTS_PER_BATCH {
+                    match inputs.try_recv() {
+                        Ok(input) => apply(&mut broker, &mut mailboxes, input, &clock),
+                        Err(_) => break,
+                    }
+                }
+            }
+            _ = sleep_until(deadline) => broker.handle_timeout(clock.now()),
+        }
+        while let Some(effect) = broker.poll_effect() {
+            outbox.entry(effect.conn()).or_default().push(effect);
+        }
+        for (conn, effects) in outbox.drain() {
+            if let Some(mailbox) = mailboxes.get(&conn) {
+                // A closed mailbox means the connection task has ended; its
+                // ConnectionClosed command is on its way.
+                let _ = mailbox.send(effects);
+            }
+        }
+    }
+}
+
+fn apply(
+    broker: &mut Broker,
+    mailboxes: &mut HashMap<ConnectionId, Mailbox>,
+    input: BrokerInput,
+    clock: &Clock,
+) {
+    match input {
+        BrokerInput::Register { conn, mailbox } => {
+            mailboxes.insert(conn, mailbox);
+        }
+        BrokerInput::Command(command) => {
+            if let Command::ConnectionClosed { conn } = &command {
+                mailboxes.remove(conn);
+            }
+            broker.handle_command(command, clock.now());
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,130 @@
+//! Server settings: command line, environment (`HOURGLASS_*`), TOML file, defaults — in that
+//! order of precedence. Every default lives here with the reason for its value.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Parser;
+use serde::Deserialize;
+
+/// RabbitMQ's AMQP port, so existing clients connect unchanged.
+pub const DEFAULT_AMQP_PORT: u16 = 5672;
+/// RabbitMQ's management plugin port.
+pub const DEFAULT_HTTP_PORT: u16 = 15672;
+/// RabbitMQ's Prometheus plugin port.
+pub const DEFAULT_METRICS_PORT: u16 = 15692;
+/// Listen on every interface, as RabbitMQ does (guest stays loopback-only regardless).
+pub const DEFAULT_BIND: &str = "0.0.0.0";
+pub const DEFAULT_DATA_DIR: &str = "./data";
+
+/// Command-line flags; each is also read from the environment variable shown.
+#[derive(Debug, Default, Parser)]
+#[command(
+    name = "hourglass",
+    version,
+    about = "A RabbitMQ-compatible AMQP 0-9-1 broker with exact TTL, delays and visibility timeouts"
+)]
+pub struct Cli {
+    /// Address to listen on.
+    #[arg(long, env = "HOURGLASS_BIND")]
+    pub bind: Option<IpAddr>,
+    /// AMQP 0-9-1 port.
+    #[arg(long, env = "HOURGLASS_AMQP_PORT")]
+    pub amqp_port: Option<u16>,
+    /// Management HTTP API port.
+    #[arg(long, env = "HOURGLASS_HTTP_PORT")]
+    pub http_port: Option<u16>,
+    /// Prometheus metrics port.
+    #[arg(long, env = "HOURGLASS_METRICS_PORT")]
+    pub metrics_port: Option<u16>,
+    /// Directory for durable data.
+    #[arg(long, env = "HOURGLASS_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// TOML configuration file.
+    #[arg(long, env = "HOURGLASS_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// The same settings as they may appear in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub bind: Option<IpAddr>,
+    pub amqp_port: Option<u16>,
+    pub http_port: Option<u16>,
+    pub metrics_port: Option<u16>,
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Resolved settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub bind: IpAddr,
+    pub amqp_port: u16,
+    pub http_port: u16,
+    pub metrics_port: u16,
+    pub data_dir: PathBuf,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: DEFAULT_BIND.parse().unwrap_or(IpAddr::from([0, 0, 0, 0])),
+            amqp_port: DEFAULT_AMQP_PORT,
+            http_port: DEFAULT_HTTP_PORT,
+            metrics_port: DEFAULT_METRICS_PORT,
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+        }
+    }
+}
+
+impl Config {
+    /// Merges flags/environment over the file (if any) over the defaults.
+    pub fn resolve(cli: Cli) -> anyhow::Result<Config> {
+        let file = match &cli.config {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+        let defaults = Config::default();
+        Ok(Config {
+            bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
+            amqp_port: cli.amqp_port.or(file.amqp_port).unwrap_or(defaults.amqp_port),
+            http_port: cli.http_port.or(file.http_port).unwrap_or(defaults.http_port),
+            metrics_port: cli.metrics_port.or(file.metrics_port).unwrap_or(defaults.metrics_port),
+            data_dir: cli.data_dir.or(file.data_dir).unwrap_or(defaults.data_dir),
+        })
+    }
+}
+
+fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Flags beat the file, the file beats the defaults.
+    #[test]
+    fn flags_override_file_override_defaults() {
+        let dir = std::env::temp_dir().join(format!("hourglass-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("hourglass.toml");
+        std::fs::write(&path, "amqp_port = 6000\nhttp_port = 6001\n").unwrap();
+        let cli = Cli { amqp_port: Some(7000), config: Some(path), ..Cli::default() };
+        let config = Config::resolve(cli).unwrap();
+        assert_eq!(config.amqp_port, 7000);
+        assert_eq!(config.http_port, 6001);
+        assert_eq!(config.metrics_port, DEFAULT_METRICS_PORT);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A misspelt option in the file is an error, not silently ignored.
+    #[test]
+    fn unknown_file_option_is_refused() {
+        assert!(toml::from_str::<FileConfig>("amqp_prot = 1").is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! One task per client connection: read → decode → session → broker, and broker effects →
+//! session → a writer task, sleeping until the session's next deadline (heartbeats, timeouts).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use hourglass_broker::{Command, ConnectionId};
+use hourglass_session::{Connection, PeerInfo, SessionConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+
+use crate::broker_task::BrokerInput;
+use crate::clock::Clock;
+
+/// Read buffer growth step: big enough for many small frames per read system call.
+const READ_CHUNK: usize = 64 * 1024;
+/// How long the writer may take to flush the last bytes (connection.close) before we drop the socket.
+const FINAL_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+pub struct ConnectionContext {
+    pub id: ConnectionId,
+    pub peer: SocketAddr,
+    pub broker: mpsc::Sender<BrokerInput>,
+    pub session_config: Arc<SessionConfig>,
+    pub clock: Clock,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
+    let _ = stream.set_nodelay(true);
+    let (mailbox_tx, mut mailbox) = mpsc::unbounded_channel();
+    if cx.broker.send(BrokerInput::Register { conn: cx.id, mailbox: mailbox_tx }).await.is_err() {
+        return;
+    }
+    let peer = PeerInfo { addr: cx.peer.to_string(), is_loopback: cx.peer.ip().to_canonical().is_loopback() };
+    let mut session = Connection::new(cx.id, peer, cx.session_config.clone(), cx.clock.now());
+    let (mut reader, writer) = stream.into_split();
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
+    let writer_task = tokio::spawn(write_loop(writer, out_rx));
+    let mut input = BytesMut::with_capacity(READ_CHUNK);
+    let mut reading = true;
+    loop {
+        let deadline = session.next_deadline().map(|d| cx.clock.instant_of(d));
+        if input.capacity() - input.len() < READ_CHUNK / 4 {
+            input.reserve(READ_CHUNK);
+        }
+        tokio::select! {
+            read = reader.read_buf(&mut input), if reading => match read {
+                Ok(0) | Err(_) => {
+                    reading = false;
+                    session.handle_eof(cx.clock.now());
+                }
+                Ok(_) => session.handle_input(&mut input, cx.clock.now()),
+            },
+            effects = mailbox.recv() => {
+                let now = cx.clock.now();
+                for effect in effects.into_iter().flatten() {
+                    session.handle_effect(effect, now);
+                }
+                while let Ok(effects) = mailbox.try_recv() {
+                    for effect in effects {
+                        session.handle_effect(effect, now);
+                    }
+                }
+            }
+            _ = sleep_until(deadline) => session.handle_timeout(cx.clock.now()),
+            changed = cx.shutdown.changed() => {
+                if changed.is_ok() && *cx.shutdown.borrow() {
+                    session.close_forced("shutdown", cx.clock.now());
+                }
+            }
+        }
+        while let Some(command) = session.poll_command() {
+            if cx.broker.send(BrokerInput::Command(command)).await.is_err() {
+                break;
+            }
+        }
+        let output = session.take_output();
+        if !output.is_empty() && out_tx.send(output.freeze()).is_err() {
+            session.handle_eof(cx.clock.now());
+        }
+        if session.is_closed() {
+            break;
+        }
+    }
+    let _ = cx.broker.send(BrokerInput::Command(Command::ConnectionClosed { conn: cx.id })).await;
+    drop(out_tx);
+    let _ = tokio::time::timeout(FINAL_FLUSH_TIMEOUT, writer_task).await;
+}
+
+/// Writes what the session produced, coalescing queued chunks into one write.
+async fn write_loop(mut writer: OwnedWriteHalf, mut chunks: mpsc::UnboundedReceiver<Bytes>) {
+    let mut pending = BytesMut::new();
+    while let Some(first) = chunks.recv().await {
+        let mut batch = first;
+        if let Ok(next) = chunks.try_recv() {
+            pending.clear();
+            pending.extend_from_slice(&batch);
+            pending.extend_from_slice(&next);
+            while let Ok(more) = chunks.try_recv() {
+                pending.extend_from_slice(&more);
+            }
+            batch = pending.split().freeze();
+        }
+        if writer.write_all(&batch).await.is_err() {
+            return;
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

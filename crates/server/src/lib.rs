@@ -1,0 +1,134 @@
+//! Hourglass server: the only crate with sockets, tasks and the OS clock. It wires accepted TCP
+//! connections to `hourglass_session` state machines and all of them to one broker task.
+
+pub mod broker_task;
+pub mod clock;
+pub mod config;
+pub mod connection;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use hourglass_broker::{Broker, BrokerConfig, ConnectionId};
+use hourglass_session::{SessionConfig, StaticUsers};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+pub use config::{Cli, Config};
+
+/// How long connections get to finish the connection.close handshake at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A bound listener, ready to serve.
+pub struct Server {
+    config: Config,
+    amqp: TcpListener,
+}
+
+impl Server {
+    /// Binds the listeners named by `config`.
+    pub async fn bind(config: Config) -> anyhow::Result<Server> {
+        let addr = SocketAddr::new(config.bind, config.amqp_port);
+        let amqp =
+            TcpListener::bind(addr).await.with_context(|| format!("binding AMQP listener on {addr}"))?;
+        Ok(Server { config, amqp })
+    }
+
+    /// The AMQP listener's address (useful when bound to port 0).
+    pub fn amqp_addr(&self) -> std::io::Result<SocketAddr> {
+        self.amqp.local_addr()
+    }
+
+    /// Serves until `shutdown` completes, then closes every connection with 320
+    /// CONNECTION_FORCED and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let clock = clock::Clock::new();
+        let seed = clock.now().as_millis() ^ u64::from(std::process::id()).rotate_left(32);
+        let broker = Broker::new(BrokerConfig { name_seed: seed, ..BrokerConfig::default() });
+        let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
+        let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock));
+        let session_config = Arc::new(SessionConfig::new(Arc::new(StaticUsers::default())));
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let next_id = AtomicU64::new(1);
+        let mut connections = JoinSet::new();
+        tracing::info!(
+            amqp = %self.amqp_addr()?,
+            http_port = self.config.http_port,
+            metrics_port = self.config.metrics_port,
+            data_dir = %self.config.data_dir.display(),
+            "hourglass listening (AMQP 0-9-1; management and metrics listeners arrive with the operations work)"
+        );
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = self.amqp.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(pair) => pair,
+                        Err(error) => {
+                            // Out of file descriptors and the like: back off instead of spinning.
+                            tracing::warn!(%error, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let cx = connection::ConnectionContext {
+                        id: ConnectionId(next_id.fetch_add(1, Ordering::Relaxed)),
+                        peer,
+                        broker: broker_tx.clone(),
+                        session_config: session_config.clone(),
+                        clock,
+                        shutdown: shutdown_rx.clone(),
+                    };
+                    connections.spawn(connection::run(stream, cx));
+                }
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        tracing::info!(connections = connections.len(), "shutting down");
+        drop(self.amqp);
+        let _ = shutdown_tx.send(true);
+        let drained =
+            tokio::time::timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} })
+                .await;
+        if drained.is_err() {
+            connections.abort_all();
+        }
+        drop(broker_tx);
+        let _ = broker_handle.await;
+        Ok(())
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Installs the `tracing` subscriber: `RUST_LOG` filters, `info` by default.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+}

@@ -1,0 +1,233 @@
+//! End to end over loopback with lapin: the real binary, a real client.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{connect, RunningBroker};
+use futures_lite::StreamExt;
+use lapin::options::*;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, ExchangeKind};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Bounds every wait on the broker so a bug fails the test instead of hanging it.
+const STEP: Duration = Duration::from_secs(10);
+
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(STEP, future).await.unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// A publisher's confirmed messages reach a consumer in order, and acks settle them.
+#[tokio::test]
+async fn publish_with_confirms_and_consume_with_acks() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel
+        .queue_declare("work".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    for i in 0..100u32 {
+        let confirm = channel
+            .basic_publish(
+                "".into(),
+                "work".into(),
+                BasicPublishOptions::default(),
+                &i.to_be_bytes(),
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap();
+        assert!(within("confirm", confirm).await.unwrap().is_ack());
+    }
+    let consumer_channel = conn.create_channel().await.unwrap();
+    consumer_channel.basic_qos(10, BasicQosOptions::default()).await.unwrap();
+    let mut consumer = consumer_channel
+        .basic_consume("work".into(), "c1".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    for expected in 0..100u32 {
+        let delivery = within("delivery", consumer.next()).await.expect("stream open").expect("delivery");
+        assert_eq!(delivery.data, expected.to_be_bytes());
+        delivery.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    let queue = channel
+        .queue_declare(
+            "work".into(),
+            QueueDeclareOptions { passive: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(queue.message_count(), 0);
+    assert_eq!(queue.consumer_count(), 1);
+}
+
+/// basic.get returns messages with the remaining count, then get-empty.
+#[tokio::test]
+async fn basic_get_polling() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel
+        .queue_declare("poll".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    for body in [b"a", b"b"] {
+        channel
+            .basic_publish(
+                "".into(),
+                "poll".into(),
+                BasicPublishOptions::default(),
+                body,
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let first = within("get", channel.basic_get("poll".into(), BasicGetOptions { no_ack: false }))
+        .await
+        .unwrap()
+        .expect("message");
+    assert_eq!(first.delivery.data, b"a");
+    assert_eq!(first.message_count, 1);
+    first.delivery.ack(BasicAckOptions::default()).await.unwrap();
+    let second =
+        channel.basic_get("poll".into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("message");
+    assert_eq!(second.delivery.data, b"b");
+    assert!(channel.basic_get("poll".into(), BasicGetOptions { no_ack: true }).await.unwrap().is_none());
+}
+
+/// A mandatory publish that routes nowhere comes back to the publisher (basic.return 312).
+#[tokio::test]
+async fn mandatory_unroutable_message_is_returned() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let confirm = channel
+        .basic_publish(
+            "amq.direct".into(),
+            "nobody-home".into(),
+            BasicPublishOptions { mandatory: true, ..Default::default() },
+            b"lost?",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+    let confirmation = within("confirm", confirm).await.unwrap();
+    let returned = confirmation.take_message().expect("returned message");
+    assert_eq!(returned.reply_code, 312);
+    assert_eq!(returned.data, b"lost?");
+}
+
+/// A channel error (404) closes only that channel; the connection keeps serving.
+#[tokio::test]
+async fn channel_error_leaves_the_connection_usable() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let doomed = conn.create_channel().await.unwrap();
+    let err = doomed
+        .queue_declare(
+            "missing".into(),
+            QueueDeclareOptions { passive: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("NOT_FOUND"), "{err}");
+    let channel = conn.create_channel().await.unwrap();
+    channel
+        .queue_declare("still-fine".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    assert!(conn.status().connected());
+}
+
+/// Topic routing through a declared exchange, seen by a consumer.
+#[tokio::test]
+async fn topic_exchange_routes_to_matching_consumer() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel
+        .exchange_declare(
+            "events".into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let queue = channel
+        .queue_declare(
+            "".into(),
+            QueueDeclareOptions { exclusive: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    channel
+        .queue_bind(
+            queue.name().clone(),
+            "events".into(),
+            "order.*.created".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let mut consumer = channel
+        .basic_consume(
+            queue.name().clone(),
+            "".into(),
+            BasicConsumeOptions { no_ack: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    for key in ["order.eu.deleted", "order.eu.created"] {
+        channel
+            .basic_publish(
+                "events".into(),
+                key.into(),
+                BasicPublishOptions::default(),
+                key.as_bytes(),
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let delivery = within("delivery", consumer.next()).await.unwrap().unwrap();
+    assert_eq!(delivery.routing_key.as_str(), "order.eu.created");
+}
+
+/// A client speaking another protocol version gets AMQP 0-9-1's header back and a closed socket.
+#[tokio::test]
+async fn wrong_protocol_header_is_answered_with_ours() {
+    let broker = RunningBroker::start();
+    let mut socket = tokio::net::TcpStream::connect(broker.amqp).await.unwrap();
+    socket.write_all(b"AMQP\x01\x01\x00\x0a").await.unwrap();
+    let mut reply = Vec::new();
+    within("close", socket.read_to_end(&mut reply)).await.unwrap();
+    assert_eq!(reply, b"AMQP\x00\x00\x09\x01");
+}
+
+/// SIGTERM closes client connections with 320 CONNECTION_FORCED and the process exits 0.
+#[tokio::test]
+async fn sigterm_closes_connections_and_exits_cleanly() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let status = tokio::task::spawn_blocking(move || broker.terminate()).await.unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    // The client processes the server's connection.close on its own task; poll, bounded.
+    let closed = within("client sees the close", async {
+        while conn.status().connected() {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    closed.await;
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Smoke tests with real third-party clients (pika) against the built binary, on loopback.
+# Installs what it needs; starts the broker on a free port; stops only the process it started.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+python3 -c 'import pika' 2>/dev/null || python3 -m pip install --quiet 'pika==1.3.2'
+cargo build --release --locked --quiet
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+data=$(mktemp -d)
+target/release/hourglass --bind 127.0.0.1 --amqp-port "$port" --http-port 0 --metrics-port 0 --data-dir "$data" > "$data/broker.log" 2>&1 &
+pid=$!
+trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data"' EXIT
+for _ in $(seq 1 100); do
+  python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),timeout=0.2)" 2>/dev/null && break
+  sleep 0.1
+done
+failed=0
+for script in tests/clients/*.py; do
+  if timeout 60 python3 "$script" "$port"; then echo "ok   $script"; else echo "FAIL $script"; failed=$((failed+1)); fi
+done
+total=$(ls tests/clients/*.py | wc -l)
+echo "$((total-failed)) passed, $failed failed"
+[ "$failed" -eq 0 ] || { cat "$data/broker.log"; exit 1; }

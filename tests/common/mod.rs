@@ -1,0 +1,117 @@
+//! Starts the real `hourglass` binary on loopback for end-to-end tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long the binary may take to log its listeners.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A running broker process; killed when dropped.
+pub struct RunningBroker {
+    child: Child,
+    pub amqp: SocketAddr,
+    pub data_dir: std::path::PathBuf,
+}
+
+impl RunningBroker {
+    /// Starts the binary on 127.0.0.1 with OS-chosen ports and a fresh data directory.
+    pub fn start() -> Self {
+        let data_dir =
+            std::env::temp_dir().join(format!("hourglass-e2e-{}-{}", std::process::id(), unique()));
+        Self::start_in(data_dir)
+    }
+
+    pub fn start_in(data_dir: std::path::PathBuf) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hourglass"))
+            .args(["--bind", "127.0.0.1", "--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start hourglass");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if !sent {
+                    if let Some(addr) = parse_amqp_addr(&line) {
+                        let _ = tx.send(addr);
+                        sent = true;
+                    }
+                }
+            }
+        });
+        let amqp = match rx.recv_timeout(START_TIMEOUT) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("hourglass did not log its AMQP listener within {START_TIMEOUT:?}");
+            }
+        };
+        RunningBroker { child, amqp, data_dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("amqp://guest:guest@{}/%2f", self.amqp)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let status = wait_with_timeout(&mut self.child, Duration::from_secs(15));
+        std::mem::forget(self);
+        status
+    }
+}
+
+impl Drop for RunningBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hourglass did not exit within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Finds `amqp=127.0.0.1:PORT` in the start-up log line.
+fn parse_amqp_addr(line: &str) -> Option<SocketAddr> {
+    let start = line.find("amqp=")? + "amqp=".len();
+    let rest = &line[start..];
+    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+pub async fn connect(broker: &RunningBroker) -> lapin::Connection {
+    lapin::Connection::connect(&broker.url(), lapin::ConnectionProperties::default()).await.expect("connect")
+}
