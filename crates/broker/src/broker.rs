@@ -10,9 +10,11 @@ use hourglass_wire::Method;
 
 use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Effect};
 use crate::channel::{Channel, Unacked};
+use crate::dead_lettering::DeadLetterQueue;
 use crate::naming::NameGenerator;
 use crate::queue::{Queue, QueueId};
 use crate::time::Timestamp;
+use crate::timers::TimerIndex;
 use crate::vhost::VHost;
 
 /// Settings the driver hands the broker at start.
@@ -48,6 +50,8 @@ pub struct Broker {
     pub(crate) effects: VecDeque<Effect>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
     pub(crate) settle_scratch: Vec<Unacked>,
+    pub(crate) timers: TimerIndex,
+    pub(crate) dead_letters: DeadLetterQueue,
 }
 
 impl Broker {
@@ -62,6 +66,8 @@ impl Broker {
             next_queue_id: 1,
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),
+            timers: TimerIndex::default(),
+            dead_letters: DeadLetterQueue::new(),
         }
     }
 
@@ -85,14 +91,7 @@ impl Broker {
             }
             Command::ChannelAborted { conn, channel } => self.release_channel(conn, channel, now),
         }
-    }
-
-    /// Fires every timer due at `now`.
-    pub fn handle_timeout(&mut self, _now: Timestamp) {}
-
-    /// The earliest time `handle_timeout` has work to do.
-    pub fn next_deadline(&self) -> Option<Timestamp> {
-        None
+        self.run_dead_letters(now);
     }
 
     /// The next effect for the driver to carry out.
@@ -161,6 +160,7 @@ impl Broker {
         for (tag, queue_id) in channel.consumers.drain(..) {
             if let Some(queue) = self.queues.get_mut(&queue_id) {
                 queue.consumers.remove(conn, channel_id, &tag);
+                queue.touch(now);
                 touched.push(queue_id);
             }
         }

@@ -7,6 +7,9 @@
 pub mod api;
 mod broker;
 mod channel;
+mod dead_lettering;
+mod dispatch;
+mod enqueue;
 mod errors;
 pub mod exchange;
 pub mod message;
@@ -15,6 +18,7 @@ mod naming;
 pub mod queue;
 mod routing;
 pub mod time;
+mod timers;
 mod vhost;
 
 pub use api::{

@@ -13,9 +13,19 @@ pub struct Message {
     pub routing_key: ShortStr,
     pub properties: BasicProperties,
     pub body: Bytes,
+    /// The `expiration` property as milliseconds, parsed once at publish (contract §1).
+    pub expiration_ms: Option<u64>,
 }
 
 impl Message {
+    pub fn new(exchange: ShortStr, routing_key: ShortStr, properties: BasicProperties, body: Bytes) -> Self {
+        let expiration_ms = properties
+            .expiration
+            .as_ref()
+            .and_then(|e| crate::queue::ttl::parse_expiration(e.as_bytes()).ok());
+        Message { exchange, routing_key, properties, body, expiration_ms }
+    }
+
     /// Body bytes, as `x-max-length-bytes` and statistics count them.
     pub fn body_size(&self) -> usize {
         self.body.len()

@@ -1,22 +1,22 @@
-//! basic.* methods: publish, consume, cancel, get, ack/nack/reject, recover, qos — and the
-//! dispatcher that hands ready messages to consumers with credit.
+//! basic.* methods: publish, consume, cancel, get, ack/nack/reject, recover, qos.
+//! Handing messages to consumers lives in `dispatch.rs`.
 
 use std::sync::Arc;
 
 use hourglass_wire::reply_code::NO_ROUTE;
 use hourglass_wire::{
-    BasicAck, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicDeliver, BasicGet,
-    BasicGetEmpty, BasicGetOk, BasicNack, BasicQos, BasicQosOk, BasicRecoverOk, BasicReject, BasicReturn,
-    Method, ShortStr,
+    BasicAck, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicGet, BasicGetEmpty, BasicGetOk,
+    BasicNack, BasicQos, BasicQosOk, BasicRecoverOk, BasicReject, BasicReturn, ShortStr,
 };
 
 use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Publish};
 use crate::broker::Broker;
 use crate::channel::{Mode, Settlement, Unacked};
+use crate::enqueue::Enqueued;
 use crate::errors;
 use crate::message::Message;
 use crate::queue::consumers::Consumer;
-use crate::queue::QueueId;
+use crate::queue::{ttl, DeathReason, QueueId};
 use crate::routing;
 use crate::time::Timestamp;
 
@@ -38,7 +38,8 @@ impl Broker {
     }
 
     /// Routes a publish into its queues, returning it when unroutable and mandatory, and
-    /// confirming it in confirm mode (the return goes first, as RabbitMQ orders them).
+    /// confirming it in confirm mode (the return goes first, as RabbitMQ orders them; a queue
+    /// refusing it under x-overflow reject-publish turns the ack into a nack).
     pub(crate) fn route_and_enqueue(
         &mut self,
         conn: ConnectionId,
@@ -48,13 +49,11 @@ impl Broker {
     ) -> Result<(), AmqpError> {
         let Some(connection) = self.connections.get(&conn) else { return Ok(()) };
         let vhost_name = connection.info.vhost.clone();
-        if let Some(user_id) = &publish.properties.user_id {
-            if user_id.as_bytes() != connection.info.user.as_bytes() {
-                return Err(errors::precondition_failed(format!(
-                    "user_id property set to '{user_id}' but authenticated user was '{}'",
-                    connection.info.user
-                )));
-            }
+        check_user_id(&publish, &connection.info.user)?;
+        if let Some(expiration) = &publish.properties.expiration {
+            ttl::parse_expiration(expiration.as_bytes()).map_err(|why| {
+                errors::precondition_failed(format!("invalid expiration '{expiration}': {why}"))
+            })?;
         }
         let vhost = self
             .vhosts
@@ -71,12 +70,8 @@ impl Broker {
             )));
         }
         let mandatory = publish.mandatory;
-        let message = Arc::new(Message {
-            exchange: publish.exchange,
-            routing_key: publish.routing_key,
-            properties: publish.properties,
-            body: publish.body,
-        });
+        let message =
+            Arc::new(Message::new(publish.exchange, publish.routing_key, publish.properties, publish.body));
         let mut targets: Vec<QueueId> = Vec::new();
         routing::route(vhost, &message.exchange, &message, &mut targets);
         if targets.is_empty() && mandatory {
@@ -93,14 +88,16 @@ impl Broker {
                 content: Some(message.clone()),
             });
         }
+        let mut rejected = false;
         for id in targets {
-            if let Some(queue) = self.queues.get_mut(&id) {
-                queue.enqueue(message.clone());
-                self.dispatch(id, now);
-            }
+            rejected |= self.enqueue(id, message.clone(), now) == Enqueued::Rejected;
         }
         if let Some(seq) = self.channels.get_mut(&(conn, ch)).and_then(|c| c.next_publish_seq()) {
-            self.send(conn, ch, BasicAck { delivery_tag: seq, multiple: false });
+            if rejected {
+                self.send(conn, ch, BasicNack { delivery_tag: seq, multiple: false, requeue: false });
+            } else {
+                self.send(conn, ch, BasicAck { delivery_tag: seq, multiple: false });
+            }
         }
         Ok(())
     }
@@ -163,6 +160,7 @@ impl Broker {
             unacked: 0,
         });
         queue.had_consumer = true;
+        queue.touch(now);
         if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
             channel.consumers.push((tag.clone(), id));
         }
@@ -180,6 +178,7 @@ impl Broker {
         conn: ConnectionId,
         ch: ChannelId,
         m: &BasicCancel,
+        now: Timestamp,
     ) -> Result<(), AmqpError> {
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
         let found = channel.consumers.iter().position(|(t, _)| t == &m.consumer_tag);
@@ -190,8 +189,11 @@ impl Broker {
         if let Some(id) = queue_id {
             if let Some(queue) = self.queues.get_mut(&id) {
                 queue.consumers.remove(conn, ch, &m.consumer_tag);
+                queue.touch(now);
             }
-            self.delete_if_unused_auto_delete(id);
+            if !self.delete_if_unused_auto_delete(id) {
+                self.reschedule(id);
+            }
         }
         Ok(())
     }
@@ -201,17 +203,22 @@ impl Broker {
         conn: ConnectionId,
         ch: ChannelId,
         m: &BasicGet,
+        now: Timestamp,
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
         let name = self.queue_name_or_last(conn, ch, &m.queue)?;
         let id = self.lookup_queue(&vhost, &name)?;
         self.check_exclusive_access(id, conn)?;
+        self.expire_messages(id, now);
         let Some(queue) = self.queues.get_mut(&id) else { return Ok(()) };
-        let Some(entry) = queue.take_for_delivery(!m.no_ack) else {
+        queue.touch(now);
+        let taken = queue.take_for_delivery(!m.no_ack);
+        let message_count = queue.message_count() as u32;
+        self.reschedule(id);
+        let Some(entry) = taken else {
             self.send(conn, ch, BasicGetEmpty {});
             return Ok(());
         };
-        let message_count = queue.message_count() as u32;
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
         let tag = channel.next_tag();
         let message = entry.message.clone();
@@ -326,8 +333,12 @@ impl Broker {
                 }
             }
             match settlement {
-                Settlement::Ack | Settlement::Discard => queue.settle(),
+                Settlement::Ack => queue.settle(),
                 Settlement::Requeue => queue.requeue(delivery.entry),
+                Settlement::Discard => {
+                    queue.settle();
+                    self.dead_letter_later(delivery.queue, delivery.entry.message, DeathReason::Rejected);
+                }
             }
             if !touched.contains(&delivery.queue) {
                 touched.push(delivery.queue);
@@ -346,41 +357,14 @@ impl Broker {
             self.dispatch(id, now);
         }
     }
+}
 
-    /// Hands ready messages to consumers, round robin, while one has credit (its own prefetch and
-    /// its channel's).
-    pub(crate) fn dispatch(&mut self, id: QueueId, _now: Timestamp) {
-        let Some(queue) = self.queues.get_mut(&id) else { return };
-        let channels = &mut self.channels;
-        while !queue.ready.is_empty() {
-            let picked = queue.consumers.pick(|c| {
-                c.has_credit()
-                    && (c.no_ack || channels.get(&(c.conn, c.channel)).is_some_and(|ch| ch.has_credit()))
-            });
-            let Some(at) = picked else { break };
-            let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
-            let Some(entry) = queue.take_for_delivery(expect_ack) else { break };
-            let Some(consumer) = queue.consumers.get_mut(at) else { break };
-            let Some(channel) = channels.get_mut(&(consumer.conn, consumer.channel)) else { break };
-            let tag = channel.next_tag();
-            let message = entry.message.clone();
-            let method = Method::BasicDeliver(BasicDeliver {
-                consumer_tag: consumer.tag.clone(),
-                delivery_tag: tag,
-                redelivered: entry.redelivered,
-                exchange: message.exchange.clone(),
-                routing_key: message.routing_key.clone(),
-            });
-            if expect_ack {
-                consumer.unacked += 1;
-                channel.track(Unacked { tag, queue: id, entry, consumer_tag: Some(consumer.tag.clone()) });
-            }
-            self.effects.push_back(Effect::Send {
-                conn: consumer.conn,
-                channel: consumer.channel,
-                method,
-                content: Some(message),
-            });
-        }
+/// A `user_id` property must name the authenticated user (RabbitMQ's validated user-id).
+fn check_user_id(publish: &Publish, user: &str) -> Result<(), AmqpError> {
+    match &publish.properties.user_id {
+        Some(user_id) if user_id.as_bytes() != user.as_bytes() => Err(errors::precondition_failed(format!(
+            "user_id property set to '{user_id}' but authenticated user was '{user}'"
+        ))),
+        _ => Ok(()),
     }
 }

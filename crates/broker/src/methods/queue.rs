@@ -13,6 +13,7 @@ use crate::errors;
 use crate::exchange::{Binding, Destination, ExchangeKind};
 use crate::queue::args::first_inequivalent;
 use crate::queue::{Queue, QueueArgs, QueueId, QueueSpec};
+use crate::time::Timestamp;
 
 impl Broker {
     pub(super) fn queue_declare(
@@ -20,6 +21,7 @@ impl Broker {
         conn: ConnectionId,
         ch: ChannelId,
         m: &QueueDeclare,
+        now: Timestamp,
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
         let id = if m.passive {
@@ -45,9 +47,16 @@ impl Broker {
                     self.check_redeclare(id, conn, &spec)?;
                     id
                 }
-                None => self.create_queue(&vhost, spec)?,
+                None => self.create_queue(&vhost, spec, now)?,
             }
         };
+        // A declare (passive too) is a use of the queue for x-expires; its count never includes
+        // an expired message (contract §1).
+        if let Some(queue) = self.queues.get_mut(&id) {
+            queue.touch(now);
+        }
+        self.expire_messages(id, now);
+        self.reschedule(id);
         let queue = &self.queues[&id];
         let (name, message_count, consumer_count) =
             (queue.name().clone(), queue.message_count() as u32, queue.consumer_count() as u32);
@@ -103,7 +112,8 @@ impl Broker {
         let name = self.queue_name_or_last(conn, ch, &m.queue)?;
         let id = self.lookup_queue(&vhost, &name)?;
         self.check_exclusive_access(id, conn)?;
-        let purged = self.queues.get_mut(&id).map_or(0, |q| q.ready.purge());
+        let purged = self.queues.get_mut(&id).map_or(0, |q| q.purge());
+        self.reschedule(id);
         if !m.nowait {
             self.send(conn, ch, QueuePurgeOk { message_count: purged as u32 });
         }
@@ -148,6 +158,7 @@ impl Broker {
     /// channels; settling them later is harmless. Returns the number of ready messages dropped.
     pub(crate) fn delete_queue(&mut self, id: QueueId) -> usize {
         let Some(queue) = self.queues.remove(&id) else { return 0 };
+        self.unschedule(id, queue.scheduled);
         if let Some(vhost) = self.vhosts.get_mut(&queue.vhost) {
             vhost.queues.remove(queue.name());
             unbind_destination(vhost, &Destination::Queue(id));
@@ -218,11 +229,11 @@ impl Broker {
         Ok(())
     }
 
-    fn create_queue(&mut self, vhost: &str, spec: QueueSpec) -> Result<QueueId, AmqpError> {
+    fn create_queue(&mut self, vhost: &str, spec: QueueSpec, now: Timestamp) -> Result<QueueId, AmqpError> {
         let args = QueueArgs::parse(&spec.arguments, &spec.name.as_str(), vhost, spec.durable)?;
         let id = self.new_queue_id();
         self.vhost_mut(vhost)?.queues.insert(spec.name.clone(), id);
-        self.queues.insert(id, Queue::new(id, vhost.to_owned(), spec, args));
+        self.queues.insert(id, Queue::new(id, vhost.to_owned(), spec, args, now));
         Ok(id)
     }
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::message::Message;
+use crate::time::Timestamp;
 
 /// A message's position in its queue; requeued messages go back to their old position.
 pub(crate) type Seq = u64;
@@ -13,6 +14,8 @@ pub(crate) struct Entry {
     pub message: Arc<Message>,
     /// Set once the message has been delivered and came back (AMQP basic.deliver `redelivered`).
     pub redelivered: bool,
+    /// When the message expires (contract §1): fixed when it became ready, kept across requeues.
+    pub expires_at: Option<Timestamp>,
 }
 
 impl Entry {

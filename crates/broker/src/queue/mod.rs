@@ -1,14 +1,16 @@
 //! A queue: its ready messages, its consumers and its counts. Each contract feature lives in its
-//! own file beside this one; this file holds only what every queue has.
+//! own file beside this one; this file holds only what every queue has and keeps the feature
+//! indexes in step with the ready messages.
 
 pub(crate) mod args;
 pub(crate) mod consumers;
+pub(crate) mod dead_letter;
 pub(crate) mod entry;
+pub(crate) mod expires;
+pub(crate) mod overflow;
 pub(crate) mod ready;
 mod stats;
-
-pub use args::QueueType;
-pub use stats::{BindingInfo, QueueStats};
+pub(crate) mod ttl;
 
 use std::sync::Arc;
 
@@ -16,10 +18,14 @@ use hourglass_wire::{FieldTable, ShortStr};
 
 use crate::api::ConnectionId;
 use crate::message::Message;
-pub use args::QueueArgs;
+use crate::time::Timestamp;
+pub use args::{DeadLetterStrategy, Overflow, QueueArgs, QueueType};
 use consumers::Consumers;
+pub use dead_letter::DeathReason;
 use entry::{Entry, Seq};
 use ready::Ready;
+pub use stats::{BindingInfo, QueueStats};
+use ttl::DeadlineIndex;
 
 /// A queue's identity for the life of the process; a queue deleted and declared again under the
 /// same name gets a new id, so late acks for the old one are told apart.
@@ -49,11 +55,28 @@ pub(crate) struct Queue {
     pub unacked_count: usize,
     /// An auto-delete queue is deleted when its last consumer goes, once it has had one.
     pub had_consumer: bool,
+    /// Last declare, basic.get or consumer change, for `x-expires`.
+    pub last_used: Timestamp,
+    /// The deadline this queue is filed under in the broker's timer index.
+    pub scheduled: Option<Timestamp>,
+    pub counters: QueueCounters,
+    ttl: DeadlineIndex,
     next_seq: Seq,
 }
 
+/// Events counted over a queue's life (contract §7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueCounters {
+    pub expired: u64,
+    pub dead_lettered_rejected: u64,
+    pub dead_lettered_expired: u64,
+    pub dead_lettered_maxlen: u64,
+    pub dead_lettered_delivery_limit: u64,
+    pub redelivered: u64,
+}
+
 impl Queue {
-    pub fn new(id: QueueId, vhost: String, spec: QueueSpec, args: QueueArgs) -> Self {
+    pub fn new(id: QueueId, vhost: String, spec: QueueSpec, args: QueueArgs, now: Timestamp) -> Self {
         Queue {
             id,
             vhost,
@@ -63,6 +86,10 @@ impl Queue {
             consumers: Consumers::default(),
             unacked_count: 0,
             had_consumer: false,
+            last_used: now,
+            scheduled: None,
+            counters: QueueCounters::default(),
+            ttl: DeadlineIndex::default(),
             next_seq: 0,
         }
     }
@@ -71,20 +98,38 @@ impl Queue {
         &self.spec.name
     }
 
-    /// Appends a newly routed message.
-    pub fn enqueue(&mut self, message: Arc<Message>) {
+    /// A new entry for a message entering this queue now; its TTL starts now (contract §1).
+    pub fn new_entry(&mut self, message: Arc<Message>, now: Timestamp) -> Entry {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.ready.push_back(Entry { seq, message, redelivered: false });
+        let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, message.expiration_ms);
+        let expires_at = ttl_ms.map(|ms| now.saturating_add_millis(ms));
+        Entry { seq, message, redelivered: false, expires_at }
     }
 
-    /// Takes the next ready message for a delivery that will be settled later.
+    /// Appends an entry to the ready messages.
+    pub fn push_ready(&mut self, entry: Entry) {
+        if let Some(at) = entry.expires_at {
+            self.ttl.insert(at, entry.seq);
+        }
+        self.ready.push_back(entry);
+    }
+
+    /// Takes the next ready message for a delivery.
     pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
         let entry = self.ready.pop_front()?;
+        if let Some(at) = entry.expires_at {
+            self.ttl.remove(at, entry.seq);
+        }
+        self.mark_delivered(expect_ack);
+        Some(entry)
+    }
+
+    /// Counts a delivery made without passing through the ready messages.
+    pub fn mark_delivered(&mut self, expect_ack: bool) {
         if expect_ack {
             self.unacked_count += 1;
         }
-        Some(entry)
     }
 
     /// A delivery was acked (or dropped): it leaves the queue for good.
@@ -93,11 +138,57 @@ impl Queue {
         self.unacked_count = self.unacked_count.saturating_sub(1);
     }
 
-    /// A delivery came back unsettled: it becomes ready again at its old place.
+    /// A delivery came back unsettled: it becomes ready again at its old place, keeping its
+    /// deadline (contract §1: "when they come back their deadline still applies").
     pub fn requeue(&mut self, mut entry: Entry) {
         self.settle();
         entry.redelivered = true;
+        self.counters.redelivered += 1;
+        if let Some(at) = entry.expires_at {
+            self.ttl.insert(at, entry.seq);
+        }
         self.ready.requeue(entry);
+    }
+
+    /// Removes the ready messages whose deadline is at or before `now`, earliest first.
+    pub fn take_expired(&mut self, now: Timestamp, out: &mut Vec<Entry>) {
+        while let Some(seq) = self.ttl.pop_due(now) {
+            if let Some(entry) = self.ready.remove(seq) {
+                self.counters.expired += 1;
+                out.push(entry);
+            }
+        }
+    }
+
+    /// Removes the oldest ready message (x-overflow drop-head).
+    pub fn drop_head(&mut self) -> Option<Entry> {
+        self.take_for_delivery(false)
+    }
+
+    /// Drops every ready message; returns how many there were.
+    pub fn purge(&mut self) -> usize {
+        self.ttl.clear();
+        self.ready.purge()
+    }
+
+    /// Notes a use of the queue for `x-expires` (declare, basic.get, consumer change).
+    pub fn touch(&mut self, now: Timestamp) {
+        self.last_used = now;
+    }
+
+    /// The earliest time this queue has timer work: a message deadline or its own expiry.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        let expiry = expires::deadline(self.args.expires_ms, self.last_used, !self.consumers.is_empty());
+        match (self.ttl.next(), expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether the queue is due for deletion under `x-expires` at `now`.
+    pub fn is_expired(&self, now: Timestamp) -> bool {
+        expires::deadline(self.args.expires_ms, self.last_used, !self.consumers.is_empty())
+            .is_some_and(|at| at <= now)
     }
 
     /// Ready messages (never unacked or expired ones), as declare-ok and get-ok count them.

@@ -1,50 +1,77 @@
 //! Ready messages in queue order.
 //!
 //! Kept sorted by sequence number so a requeued message returns to its original place, as
-//! RabbitMQ's classic queues do. Requeues land near the head (messages are delivered from the
-//! head), where `VecDeque::insert` shifts only the short side.
+//! RabbitMQ's classic queues do. Messages removed from the middle (expired by TTL) leave a
+//! tombstone, found by binary search in O(log n) and skipped at the head; tombstones are swept
+//! once they outnumber live entries, so removal stays amortised O(log n) wherever a message sits.
 
 use std::collections::VecDeque;
 
 use super::entry::{Entry, Seq};
 
+/// Sweep tombstones only past this many, so small queues never pay for a sweep.
+const MIN_TOMBSTONES_TO_SWEEP: usize = 1024;
+
 #[derive(Debug, Default)]
 pub(crate) struct Ready {
-    entries: VecDeque<Entry>,
+    slots: VecDeque<Slot>,
+    live: usize,
     body_bytes: usize,
+}
+
+#[derive(Debug)]
+struct Slot {
+    seq: Seq,
+    entry: Option<Entry>,
 }
 
 impl Ready {
     /// Appends a newly published message (its seq is greater than any queued one).
     pub fn push_back(&mut self, entry: Entry) {
-        debug_assert!(self.entries.back().is_none_or(|last| last.seq < entry.seq));
-        self.body_bytes += entry.body_size();
-        self.entries.push_back(entry);
+        debug_assert!(self.slots.back().is_none_or(|last| last.seq < entry.seq));
+        self.add_counts(&entry);
+        self.slots.push_back(Slot { seq: entry.seq, entry: Some(entry) });
     }
 
-    /// Puts a message back at its original position.
+    /// Puts a message back at its original position. Requeues land near the head (messages are
+    /// delivered from the head), where `VecDeque::insert` shifts only the short side.
     pub fn requeue(&mut self, entry: Entry) {
-        self.body_bytes += entry.body_size();
-        let at = self.position_for(entry.seq);
-        self.entries.insert(at, entry);
+        self.add_counts(&entry);
+        let at = self.slots.partition_point(|s| s.seq < entry.seq);
+        self.slots.insert(at, Slot { seq: entry.seq, entry: Some(entry) });
     }
 
     pub fn pop_front(&mut self) -> Option<Entry> {
-        let entry = self.entries.pop_front()?;
-        self.body_bytes -= entry.body_size();
+        while let Some(slot) = self.slots.pop_front() {
+            if let Some(entry) = slot.entry {
+                self.remove_counts(&entry);
+                return Some(entry);
+            }
+        }
+        None
+    }
+
+    /// Removes the message with this seq, wherever it is.
+    pub fn remove(&mut self, seq: Seq) -> Option<Entry> {
+        let at = self.slots.partition_point(|s| s.seq < seq);
+        let slot = self.slots.get_mut(at).filter(|s| s.seq == seq)?;
+        let entry = slot.entry.take()?;
+        self.remove_counts(&entry);
+        self.sweep_if_sparse();
         Some(entry)
     }
 
     /// Removes every ready message; returns how many there were.
     pub fn purge(&mut self) -> usize {
-        let count = self.entries.len();
-        self.entries.clear();
+        let count = self.live;
+        self.slots.clear();
+        self.live = 0;
         self.body_bytes = 0;
         count
     }
 
     pub fn message_count(&self) -> usize {
-        self.entries.len()
+        self.live
     }
 
     pub fn body_bytes(&self) -> usize {
@@ -52,15 +79,23 @@ impl Ready {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.live == 0
     }
 
-    fn position_for(&self, seq: Seq) -> usize {
-        // Fast path: most requeues go in front of everything still ready.
-        match self.entries.front() {
-            None => 0,
-            Some(front) if seq < front.seq => 0,
-            _ => self.entries.partition_point(|e| e.seq < seq),
+    fn add_counts(&mut self, entry: &Entry) {
+        self.live += 1;
+        self.body_bytes += entry.body_size();
+    }
+
+    fn remove_counts(&mut self, entry: &Entry) {
+        self.live -= 1;
+        self.body_bytes -= entry.body_size();
+    }
+
+    fn sweep_if_sparse(&mut self) {
+        let tombstones = self.slots.len() - self.live;
+        if tombstones > MIN_TOMBSTONES_TO_SWEEP && tombstones > self.live {
+            self.slots.retain(|s| s.entry.is_some());
         }
     }
 }
@@ -72,13 +107,13 @@ mod tests {
     use std::sync::Arc;
 
     fn entry(seq: Seq) -> Entry {
-        let message = Message {
-            exchange: Default::default(),
-            routing_key: Default::default(),
-            properties: Default::default(),
-            body: bytes::Bytes::from(vec![0u8; 3]),
-        };
-        Entry { seq, message: Arc::new(message), redelivered: false }
+        let message =
+            Message::new(Default::default(), Default::default(), Default::default(), vec![0u8; 3].into());
+        Entry { seq, message: Arc::new(message), redelivered: false, expires_at: None }
+    }
+
+    fn drain(ready: &mut Ready) -> Vec<Seq> {
+        std::iter::from_fn(|| ready.pop_front()).map(|e| e.seq).collect()
     }
 
     /// A requeued message goes back to its original place among the ready ones.
@@ -90,20 +125,38 @@ mod tests {
         }
         ready.requeue(entry(4));
         ready.requeue(entry(0));
-        let order: Vec<Seq> = std::iter::from_fn(|| ready.pop_front()).map(|e| e.seq).collect();
-        assert_eq!(order, vec![0, 1, 3, 4, 5]);
+        assert_eq!(drain(&mut ready), vec![0, 1, 3, 4, 5]);
     }
 
-    /// Body bytes follow pushes, requeues, pops and purges.
+    /// Body bytes and counts follow pushes, requeues, removals, pops and purges.
     #[test]
-    fn body_bytes_are_tracked() {
+    fn counts_are_tracked() {
         let mut ready = Ready::default();
         ready.push_back(entry(1));
+        ready.push_back(entry(2));
         ready.requeue(entry(0));
-        assert_eq!(ready.body_bytes(), 6);
+        assert_eq!((ready.message_count(), ready.body_bytes()), (3, 9));
+        assert!(ready.remove(1).is_some());
+        assert!(ready.remove(1).is_none(), "a removed message is gone");
         ready.pop_front();
-        assert_eq!(ready.body_bytes(), 3);
+        assert_eq!((ready.message_count(), ready.body_bytes()), (1, 3));
         assert_eq!(ready.purge(), 1);
         assert_eq!(ready.body_bytes(), 0);
+    }
+
+    /// Removing from the middle keeps order and never yields the removed message; mass removal
+    /// sweeps tombstones without losing live entries.
+    #[test]
+    fn removal_anywhere_keeps_order() {
+        let mut ready = Ready::default();
+        for seq in 0..5000 {
+            ready.push_back(entry(seq));
+        }
+        for seq in (0..5000).filter(|s| s % 3 != 0) {
+            assert!(ready.remove(seq).is_some());
+        }
+        assert_eq!(ready.message_count(), 1667);
+        let order = drain(&mut ready);
+        assert_eq!(order, (0..5000).filter(|s| s % 3 == 0).collect::<Vec<_>>());
     }
 }

@@ -173,12 +173,7 @@ fn send_with_content_is_split_by_frame_max() {
     c.commands();
     c.open_channel(1);
     let body: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-    let message = Message {
-        exchange: short("x"),
-        routing_key: short("rk"),
-        properties: properties(),
-        body: Bytes::from(body.clone()),
-    };
+    let message = Message::new(short("x"), short("rk"), properties(), Bytes::from(body.clone()));
     let deliver = BasicDeliver {
         consumer_tag: short("ctag"),
         delivery_tag: 1,

@@ -1,0 +1,81 @@
+//! Carrying out dead-lettering (contract §2): the rewritten message is routed through the source
+//! queue's dead-letter exchange into its targets, minus those that would close a cycle. Work is
+//! collected in a list and run after the operation that caused it, so one death cannot recurse
+//! into another while a queue is being changed.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::broker::Broker;
+use crate::message::Message;
+use crate::queue::dead_letter::{self, DeadLetter};
+use crate::queue::{DeathReason, QueueId};
+use crate::routing;
+use crate::time::Timestamp;
+
+/// A bound on dead-letterings carried out per operation: a pathological topology (a rejection
+/// ping-pong through max-length-0 queues) stops here instead of spinning; the rest are dropped
+/// and logged.
+const MAX_DEAD_LETTERS_PER_RUN: usize = 1_000_000;
+
+/// Dead-letterings waiting to be carried out, with the queue each leaves.
+pub(crate) type DeadLetterQueue = VecDeque<(QueueId, DeadLetter)>;
+
+impl Broker {
+    /// Notes a message leaving queue `from` for `reason`; carried out by `run_dead_letters`.
+    pub(crate) fn dead_letter_later(&mut self, from: QueueId, message: Arc<Message>, reason: DeathReason) {
+        let Some(queue) = self.queues.get_mut(&from) else { return };
+        let counter = match reason {
+            DeathReason::Rejected => &mut queue.counters.dead_lettered_rejected,
+            DeathReason::Expired => &mut queue.counters.dead_lettered_expired,
+            DeathReason::Maxlen => &mut queue.counters.dead_lettered_maxlen,
+            DeathReason::DeliveryLimit => &mut queue.counters.dead_lettered_delivery_limit,
+        };
+        if queue.args.dead_letter_exchange.is_some() {
+            *counter += 1;
+            self.dead_letters.push_back((from, DeadLetter { message, reason }));
+        }
+    }
+
+    /// Carries out every pending dead-lettering, including those it causes in turn.
+    pub(crate) fn run_dead_letters(&mut self, now: Timestamp) {
+        let mut done = 0usize;
+        while let Some((from, dead)) = self.dead_letters.pop_front() {
+            done += 1;
+            if done > MAX_DEAD_LETTERS_PER_RUN {
+                tracing::warn!(dropped = self.dead_letters.len() + 1, "dead-letter run limit reached");
+                self.dead_letters.clear();
+                break;
+            }
+            self.republish_dead(from, dead, now);
+        }
+    }
+
+    fn republish_dead(&mut self, from: QueueId, dead: DeadLetter, now: Timestamp) {
+        let Some(queue) = self.queues.get(&from) else { return };
+        let Some(dlx) = queue.args.dead_letter_exchange.clone() else { return };
+        let rewritten = dead_letter::rewrite(
+            &dead.message,
+            queue.name(),
+            dead.reason,
+            now,
+            &dlx,
+            queue.args.dead_letter_routing_key.as_ref(),
+        );
+        let Some(vhost) = self.vhosts.get(&queue.vhost) else { return };
+        // A missing dead-letter exchange drops the message without error, as RabbitMQ.
+        if !vhost.exchanges.contains_key(&dlx) {
+            return;
+        }
+        let mut targets = Vec::new();
+        routing::route(vhost, &dlx, &rewritten, &mut targets);
+        let headers = rewritten.properties.headers.clone();
+        targets.retain(|id| {
+            self.queues.get(id).is_some_and(|q| !dead_letter::is_cycle(headers.as_ref(), q.name()))
+        });
+        let message = Arc::new(rewritten);
+        for id in targets {
+            self.enqueue(id, message.clone(), now);
+        }
+    }
+}

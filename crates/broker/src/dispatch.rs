@@ -1,0 +1,80 @@
+//! Handing ready messages to consumers: round robin among those with credit (their own prefetch
+//! and their channel's), never an expired message (contract §1).
+
+use std::collections::{HashMap, VecDeque};
+
+use hourglass_wire::{BasicDeliver, Method};
+
+use crate::api::{ChannelId, ConnectionId, Effect};
+use crate::broker::Broker;
+use crate::channel::{Channel, Unacked};
+use crate::queue::entry::Entry;
+use crate::queue::{Queue, QueueId};
+use crate::time::Timestamp;
+
+impl Broker {
+    /// Delivers ready messages of queue `id` while a consumer has credit.
+    pub(crate) fn dispatch(&mut self, id: QueueId, now: Timestamp) {
+        self.expire_messages(id, now);
+        if let Some(queue) = self.queues.get_mut(&id) {
+            while !queue.ready.is_empty() {
+                let Some(at) = pick_consumer(queue, &self.channels) else { break };
+                let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
+                let Some(entry) = queue.take_for_delivery(expect_ack) else { break };
+                deliver(queue, at, entry, &mut self.channels, &mut self.effects);
+            }
+        }
+        self.reschedule(id);
+    }
+
+    /// Delivers `entry` to a consumer of queue `id` that can take it now, without queueing it;
+    /// gives it back when none can.
+    pub(crate) fn deliver_now(&mut self, id: QueueId, entry: Entry) -> Option<Entry> {
+        let Some(queue) = self.queues.get_mut(&id) else { return Some(entry) };
+        let Some(at) = pick_consumer(queue, &self.channels) else { return Some(entry) };
+        let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
+        queue.mark_delivered(expect_ack);
+        deliver(queue, at, entry, &mut self.channels, &mut self.effects);
+        None
+    }
+}
+
+/// The next consumer, round robin, whose own and whose channel's prefetch allow a delivery.
+fn pick_consumer(queue: &mut Queue, channels: &HashMap<(ConnectionId, ChannelId), Channel>) -> Option<usize> {
+    queue.consumers.pick(|c| {
+        c.has_credit() && (c.no_ack || channels.get(&(c.conn, c.channel)).is_some_and(|ch| ch.has_credit()))
+    })
+}
+
+/// Sends `entry` to consumer `at` of `queue` as basic.deliver, tracking it on the channel when it
+/// awaits an ack.
+fn deliver(
+    queue: &mut Queue,
+    at: usize,
+    entry: Entry,
+    channels: &mut HashMap<(ConnectionId, ChannelId), Channel>,
+    effects: &mut VecDeque<Effect>,
+) {
+    let queue_id = queue.id;
+    let Some(consumer) = queue.consumers.get_mut(at) else { return };
+    let Some(channel) = channels.get_mut(&(consumer.conn, consumer.channel)) else { return };
+    let tag = channel.next_tag();
+    let message = entry.message.clone();
+    let method = Method::BasicDeliver(BasicDeliver {
+        consumer_tag: consumer.tag.clone(),
+        delivery_tag: tag,
+        redelivered: entry.redelivered,
+        exchange: message.exchange.clone(),
+        routing_key: message.routing_key.clone(),
+    });
+    if !consumer.no_ack {
+        consumer.unacked += 1;
+        channel.track(Unacked { tag, queue: queue_id, entry, consumer_tag: Some(consumer.tag.clone()) });
+    }
+    effects.push_back(Effect::Send {
+        conn: consumer.conn,
+        channel: consumer.channel,
+        method,
+        content: Some(message),
+    });
+}

@@ -1,0 +1,234 @@
+//! `x-dead-letter-exchange`, `x-dead-letter-routing-key` (contract §2): how a dead-lettered
+//! message is rewritten — `x-death` and `x-first-death-*` / `x-last-death-*` headers as RabbitMQ
+//! 3.13+, `expiration` moved into `original-expiration` — and which targets would form a cycle.
+//!
+//! Leaves to others: routing the rewritten message and enqueueing it (`Broker::dead_letter`).
+
+use std::sync::Arc;
+
+use hourglass_wire::{FieldArray, FieldTable, FieldValue, LongStr, ShortStr};
+
+use crate::message::Message;
+use crate::time::Timestamp;
+
+/// A bound on `x-death` entries, so a message bouncing between many queues cannot grow its headers
+/// without limit (one entry per queue+reason; RabbitMQ has no bound).
+const MAX_X_DEATH_ENTRIES: usize = 64;
+
+/// Why a message was dead-lettered, with RabbitMQ's reason names.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DeathReason {
+    Rejected,
+    Expired,
+    Maxlen,
+    DeliveryLimit,
+}
+
+impl DeathReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeathReason::Rejected => "rejected",
+            DeathReason::Expired => "expired",
+            DeathReason::Maxlen => "maxlen",
+            DeathReason::DeliveryLimit => "delivery_limit",
+        }
+    }
+}
+
+/// The message as it is republished to the dead-letter exchange `dlx` from `queue`.
+pub(crate) fn rewrite(
+    message: &Message,
+    queue: &ShortStr,
+    reason: DeathReason,
+    now: Timestamp,
+    dlx: &ShortStr,
+    routing_key: Option<&ShortStr>,
+) -> Message {
+    let old_headers = message.properties.headers.clone().unwrap_or_default();
+    let deaths = updated_deaths(&old_headers, message, queue, reason, now);
+    let reason_value = || FieldValue::LongStr(LongStr::from(reason.name()));
+    let queue_value = || FieldValue::LongStr(LongStr::new(queue.clone().into_bytes()));
+    let exchange_value = || FieldValue::LongStr(LongStr::new(message.exchange.clone().into_bytes()));
+    let mut headers = old_headers.with_entry("x-death", FieldValue::Array(deaths));
+    if !headers.contains_key("x-first-death-reason") {
+        headers = headers
+            .with_entry("x-first-death-reason", reason_value())
+            .with_entry("x-first-death-queue", queue_value())
+            .with_entry("x-first-death-exchange", exchange_value());
+    }
+    headers = headers
+        .with_entry("x-last-death-reason", reason_value())
+        .with_entry("x-last-death-queue", queue_value())
+        .with_entry("x-last-death-exchange", exchange_value());
+    let mut properties = message.properties.clone();
+    properties.headers = Some(headers);
+    properties.expiration = None;
+    let routing_key = routing_key.cloned().unwrap_or_else(|| message.routing_key.clone());
+    Message::new(dlx.clone(), routing_key, properties, message.body.clone())
+}
+
+/// Whether delivering a message carrying `headers` (already rewritten) to `target` would close a
+/// dead-letter cycle with no rejection in it: RabbitMQ's rule, which drops such copies.
+pub(crate) fn is_cycle(headers: Option<&FieldTable>, target: &ShortStr) -> bool {
+    let Some(FieldValue::Array(deaths)) = headers.and_then(|h| h.get("x-death")) else { return false };
+    for death in deaths.iter() {
+        let FieldValue::Table(death) = death else { continue };
+        if death.get("reason").and_then(|r| r.as_bytes().map(|b| b == b"rejected")).unwrap_or(false) {
+            return false;
+        }
+        if death.get("queue").and_then(|q| q.as_bytes().map(|b| b == target.as_bytes())).unwrap_or(false) {
+            return true;
+        }
+    }
+    false
+}
+
+/// `x-death` with this death recorded: the entry for (queue, reason) counts one more and moves to
+/// the front; otherwise a new entry goes in front. Most recent first.
+fn updated_deaths(
+    headers: &FieldTable,
+    message: &Message,
+    queue: &ShortStr,
+    reason: DeathReason,
+    now: Timestamp,
+) -> FieldArray {
+    let existing: Vec<FieldTable> = match headers.get("x-death") {
+        Some(FieldValue::Array(deaths)) => deaths
+            .iter()
+            .filter_map(|d| match d {
+                FieldValue::Table(t) => Some(t),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let same = |d: &FieldTable| {
+        d.get("queue").and_then(|q| q.as_bytes().map(|b| b == queue.as_bytes())).unwrap_or(false)
+            && d.get("reason")
+                .and_then(|r| r.as_bytes().map(|b| b == reason.name().as_bytes()))
+                .unwrap_or(false)
+    };
+    let (matching, others): (Vec<FieldTable>, Vec<FieldTable>) = existing.into_iter().partition(same);
+    let front = match matching.into_iter().next() {
+        Some(previous) => {
+            let count = previous.get("count").and_then(|c| c.as_i64()).unwrap_or(0) + 1;
+            previous
+                .with_entry("count", FieldValue::I64(count))
+                .with_entry("time", FieldValue::Timestamp(now.as_secs()))
+        }
+        None => new_death(message, queue, reason, now),
+    };
+    let values = std::iter::once(front).chain(others).take(MAX_X_DEATH_ENTRIES).map(FieldValue::Table);
+    FieldArray::from_values(values)
+}
+
+fn new_death(message: &Message, queue: &ShortStr, reason: DeathReason, now: Timestamp) -> FieldTable {
+    let long = |b: &ShortStr| FieldValue::LongStr(LongStr::new(b.clone().into_bytes()));
+    let routing_keys = FieldArray::from_values([long(&message.routing_key)]);
+    let mut entries = vec![
+        ("count", FieldValue::I64(1)),
+        ("reason", FieldValue::LongStr(LongStr::from(reason.name()))),
+        ("queue", long(queue)),
+        ("time", FieldValue::Timestamp(now.as_secs())),
+        ("exchange", long(&message.exchange)),
+        ("routing-keys", FieldValue::Array(routing_keys)),
+    ];
+    if let Some(expiration) = &message.properties.expiration {
+        entries.push(("original-expiration", long(expiration)));
+    }
+    FieldTable::from_entries(entries)
+}
+
+/// A dead-lettering to carry out: the message leaving `queue` for `reason`.
+#[derive(Debug)]
+pub(crate) struct DeadLetter {
+    pub message: Arc<Message>,
+    pub reason: DeathReason,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hourglass_wire::BasicProperties;
+
+    fn s(v: &str) -> ShortStr {
+        ShortStr::try_from(v).unwrap()
+    }
+
+    fn message(expiration: Option<&str>) -> Message {
+        let properties = BasicProperties { expiration: expiration.map(s), ..Default::default() };
+        Message::new(s("orders"), s("eu.created"), properties, bytes::Bytes::from_static(b"body"))
+    }
+
+    fn text(table: &FieldTable, key: &str) -> String {
+        String::from_utf8(table.get(key).and_then(|v| v.as_bytes().map(<[u8]>::to_vec)).unwrap()).unwrap()
+    }
+
+    fn deaths(m: &Message) -> Vec<FieldTable> {
+        match m.properties.headers.as_ref().unwrap().get("x-death") {
+            Some(FieldValue::Array(a)) => a
+                .iter()
+                .map(|v| match v {
+                    FieldValue::Table(t) => t,
+                    other => panic!("{other:?}"),
+                })
+                .collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The first dead-lettering writes an x-death entry with RabbitMQ's fields, the first/last
+    /// death headers, moves `expiration` to `original-expiration` and re-addresses the message
+    /// (contract §2).
+    #[test]
+    fn first_death_writes_rabbitmq_headers() {
+        let now = Timestamp::from_millis(1_700_000_000_123);
+        let out = rewrite(&message(Some("5000")), &s("work"), DeathReason::Expired, now, &s("dlx"), None);
+        assert_eq!(out.exchange, "dlx");
+        assert_eq!(out.routing_key, "eu.created");
+        assert_eq!(out.properties.expiration, None);
+        assert_eq!(out.expiration_ms, None);
+        let d = deaths(&out);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].get("count"), Some(FieldValue::I64(1)));
+        assert_eq!(text(&d[0], "reason"), "expired");
+        assert_eq!(text(&d[0], "queue"), "work");
+        assert_eq!(text(&d[0], "exchange"), "orders");
+        assert_eq!(text(&d[0], "original-expiration"), "5000");
+        assert_eq!(d[0].get("time"), Some(FieldValue::Timestamp(1_700_000_000)));
+        let headers = out.properties.headers.as_ref().unwrap();
+        assert_eq!(text(headers, "x-first-death-reason"), "expired");
+        assert_eq!(text(headers, "x-last-death-queue"), "work");
+    }
+
+    /// Dying again in the same queue for the same reason counts up and moves that entry first;
+    /// the first-death headers stay, the last-death ones follow (contract §2).
+    #[test]
+    fn repeated_death_counts_per_queue_and_reason() {
+        let now = Timestamp::from_millis(0);
+        let once = rewrite(&message(None), &s("a"), DeathReason::Rejected, now, &s("dlx"), Some(&s("b")));
+        let twice = rewrite(&once, &s("b"), DeathReason::Expired, now, &s("dlx"), Some(&s("a")));
+        let thrice = rewrite(&twice, &s("a"), DeathReason::Rejected, now, &s("dlx"), None);
+        let d = deaths(&thrice);
+        assert_eq!(d.len(), 2);
+        assert_eq!((text(&d[0], "queue"), d[0].get("count")), ("a".to_owned(), Some(FieldValue::I64(2))));
+        assert_eq!(text(&d[1], "queue"), "b");
+        let headers = thrice.properties.headers.as_ref().unwrap();
+        assert_eq!(text(headers, "x-first-death-queue"), "a");
+        assert_eq!(text(headers, "x-first-death-reason"), "rejected");
+        assert_eq!(text(headers, "x-last-death-reason"), "rejected");
+    }
+
+    /// A queue already in x-death with no rejection since is a cycle; a rejection breaks it
+    /// (contract §2 "A dead-letter cycle with no rejected in it drops the message").
+    #[test]
+    fn cycles_without_rejection_are_detected() {
+        let now = Timestamp::from_millis(0);
+        let expired = rewrite(&message(None), &s("a"), DeathReason::Expired, now, &s("dlx"), None);
+        assert!(is_cycle(expired.properties.headers.as_ref(), &s("a")));
+        assert!(!is_cycle(expired.properties.headers.as_ref(), &s("other")));
+        let rejected = rewrite(&message(None), &s("a"), DeathReason::Rejected, now, &s("dlx"), None);
+        assert!(!is_cycle(rejected.properties.headers.as_ref(), &s("a")));
+        assert!(!is_cycle(None, &s("a")));
+    }
+}

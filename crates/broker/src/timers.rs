@@ -1,0 +1,83 @@
+//! The broker's timer index: each queue filed under its earliest deadline, so finding the next
+//! wake-up is O(log queues) and `handle_timeout` visits only queues with work due.
+
+use std::collections::BTreeSet;
+
+use crate::broker::Broker;
+use crate::queue::entry::Entry;
+use crate::queue::{DeathReason, QueueId};
+use crate::time::Timestamp;
+
+#[derive(Debug, Default)]
+pub(crate) struct TimerIndex {
+    due: BTreeSet<(Timestamp, QueueId)>,
+}
+
+impl TimerIndex {
+    pub fn next(&self) -> Option<Timestamp> {
+        self.due.first().map(|(at, _)| *at)
+    }
+
+    fn pop_due(&mut self, now: Timestamp) -> Option<QueueId> {
+        match self.due.first() {
+            Some(&(at, _)) if at <= now => self.due.pop_first().map(|(_, id)| id),
+            _ => None,
+        }
+    }
+}
+
+impl Broker {
+    /// Fires every timer due at `now`: expires messages (dead-lettering them) and deletes queues
+    /// unused for their `x-expires`.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        while let Some(id) = self.timers.pop_due(now) {
+            let Some(queue) = self.queues.get_mut(&id) else { continue };
+            queue.scheduled = None;
+            if queue.is_expired(now) {
+                self.delete_queue(id);
+                continue;
+            }
+            self.dispatch(id, now);
+        }
+        self.run_dead_letters(now);
+    }
+
+    /// The earliest time `handle_timeout` has work to do.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.timers.next()
+    }
+
+    /// Files a queue under its current earliest deadline (call after anything that may change it).
+    pub(crate) fn reschedule(&mut self, id: QueueId) {
+        let Some(queue) = self.queues.get_mut(&id) else { return };
+        let next = queue.next_deadline();
+        if next == queue.scheduled {
+            return;
+        }
+        if let Some(old) = queue.scheduled {
+            self.timers.due.remove(&(old, id));
+        }
+        if let Some(at) = next {
+            self.timers.due.insert((at, id));
+        }
+        queue.scheduled = next;
+    }
+
+    /// Takes a queue out of the timer index (it is being deleted).
+    pub(crate) fn unschedule(&mut self, id: QueueId, scheduled: Option<Timestamp>) {
+        if let Some(at) = scheduled {
+            self.timers.due.remove(&(at, id));
+        }
+    }
+
+    /// Removes a queue's expired ready messages and queues them for dead-lettering (contract §1:
+    /// an expired message is never delivered).
+    pub(crate) fn expire_messages(&mut self, id: QueueId, now: Timestamp) {
+        let Some(queue) = self.queues.get_mut(&id) else { return };
+        let mut expired: Vec<Entry> = Vec::new();
+        queue.take_expired(now, &mut expired);
+        for entry in expired {
+            self.dead_letter_later(id, entry.message, DeathReason::Expired);
+        }
+    }
+}
