@@ -24,12 +24,15 @@ pub struct BrokerConfig {
     pub vhosts: Vec<String>,
     /// Seed for server-generated names (queue names, consumer tags).
     pub name_seed: u64,
+    /// ApsaraMQ compatibility (contract §3): a `delay` header delays a message on any exchange.
+    /// Off by default: a header named `delay` may mean something else to an application.
+    pub apsaramq_delay_header: bool,
 }
 
 impl Default for BrokerConfig {
     fn default() -> Self {
         // RabbitMQ creates vhost "/" on first start.
-        BrokerConfig { vhosts: vec!["/".to_owned()], name_seed: 0x5EED }
+        BrokerConfig { vhosts: vec!["/".to_owned()], name_seed: 0x5EED, apsaramq_delay_header: false }
     }
 }
 
@@ -46,6 +49,7 @@ pub struct Broker {
     pub(crate) connections: HashMap<ConnectionId, ConnectionState>,
     pub(crate) channels: HashMap<(ConnectionId, ChannelId), Channel>,
     pub(crate) names: NameGenerator,
+    pub(crate) apsaramq_delay_header: bool,
     next_queue_id: u64,
     pub(crate) effects: VecDeque<Effect>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
@@ -63,6 +67,7 @@ impl Broker {
             connections: HashMap::new(),
             channels: HashMap::new(),
             names: NameGenerator::new(config.name_seed),
+            apsaramq_delay_header: config.apsaramq_delay_header,
             next_queue_id: 1,
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),

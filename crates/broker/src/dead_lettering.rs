@@ -75,7 +75,7 @@ impl Broker {
         });
         let message = Arc::new(rewritten);
         for id in targets {
-            self.enqueue(id, message.clone(), now);
+            self.enqueue(id, message.clone(), now, None);
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::time::Timestamp;
 impl Broker {
     /// Delivers ready messages of queue `id` while a consumer has credit.
     pub(crate) fn dispatch(&mut self, id: QueueId, now: Timestamp) {
+        self.promote_due(id, now);
         self.expire_messages(id, now);
         if let Some(queue) = self.queues.get_mut(&id) {
             while !queue.ready.is_empty() {
@@ -24,6 +25,7 @@ impl Broker {
                 deliver(queue, at, entry, &mut self.channels, &mut self.effects);
             }
         }
+        self.drop_overflowing_head(id);
         self.reschedule(id);
     }
 

@@ -29,6 +29,7 @@ impl VHost {
             let spec = ExchangeSpec {
                 name: ShortStr::from_static(name),
                 kind,
+                delayed: false,
                 durable: true,
                 auto_delete: false,
                 internal: false,

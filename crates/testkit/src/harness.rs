@@ -26,7 +26,11 @@ pub struct TestBroker {
 
 impl TestBroker {
     pub fn new() -> Self {
-        TestBroker { broker: Broker::new(BrokerConfig::default()), clock: ManualClock::new(), next_conn: 1 }
+        Self::with_config(BrokerConfig::default())
+    }
+
+    pub fn with_config(config: BrokerConfig) -> Self {
+        TestBroker { broker: Broker::new(config), clock: ManualClock::new(), next_conn: 1 }
     }
 
     /// Opens a connection as `guest` on vhost `/`, with every client capability.

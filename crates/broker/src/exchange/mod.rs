@@ -1,6 +1,7 @@
 //! Exchanges and their bindings. Each exchange type's matching rule has its own file; this file
 //! holds the exchange record, its bindings and the declare-time checks.
 
+pub(crate) mod delayed;
 mod direct;
 mod fanout;
 mod headers;
@@ -63,11 +64,25 @@ pub struct Binding {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExchangeSpec {
     pub name: ShortStr,
+    /// How the exchange routes (for a delayed exchange: its `x-delayed-type`).
     pub kind: ExchangeKind,
+    /// An `x-delayed-message` exchange: messages wait in their queues for their `x-delay`.
+    pub delayed: bool,
     pub durable: bool,
     pub auto_delete: bool,
     pub internal: bool,
     pub arguments: FieldTable,
+}
+
+impl ExchangeSpec {
+    /// The type as declared: `x-delayed-message` or the routing type's name.
+    pub fn type_name(&self) -> &'static str {
+        if self.delayed {
+            delayed::TYPE_NAME
+        } else {
+            self.kind.name()
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -142,8 +157,11 @@ impl Exchange {
                 current.name
             )))
         };
+        if current.type_name() != spec.type_name() {
+            return mismatch("type", &spec.type_name(), &current.type_name());
+        }
         if current.kind != spec.kind {
-            return mismatch("type", &spec.kind.name(), &current.kind.name());
+            return mismatch("x-delayed-type", &spec.kind.name(), &current.kind.name());
         }
         if current.durable != spec.durable {
             return mismatch("durable", &spec.durable, &current.durable);

@@ -14,6 +14,7 @@ use crate::broker::Broker;
 use crate::channel::{Mode, Settlement, Unacked};
 use crate::enqueue::Enqueued;
 use crate::errors;
+use crate::exchange::delayed;
 use crate::message::Message;
 use crate::queue::consumers::Consumer;
 use crate::queue::{ttl, DeathReason, QueueId};
@@ -70,8 +71,14 @@ impl Broker {
             )));
         }
         let mandatory = publish.mandatory;
-        let message =
-            Arc::new(Message::new(publish.exchange, publish.routing_key, publish.properties, publish.body));
+        let delay_ms = requested_delay(exchange.spec.delayed, self.apsaramq_delay_header, &publish)?;
+        let mut properties = publish.properties;
+        if let (Some(delay), Some(headers)) = (delay_ms, &properties.headers) {
+            if exchange.spec.delayed {
+                properties.headers = Some(headers.with_entry("x-delay", delayed::delivered_header(delay)));
+            }
+        }
+        let message = Arc::new(Message::new(publish.exchange, publish.routing_key, properties, publish.body));
         let mut targets: Vec<QueueId> = Vec::new();
         routing::route(vhost, &message.exchange, &message, &mut targets);
         if targets.is_empty() && mandatory {
@@ -90,7 +97,7 @@ impl Broker {
         }
         let mut rejected = false;
         for id in targets {
-            rejected |= self.enqueue(id, message.clone(), now) == Enqueued::Rejected;
+            rejected |= self.enqueue(id, message.clone(), now, delay_ms) == Enqueued::Rejected;
         }
         if let Some(seq) = self.channels.get_mut(&(conn, ch)).and_then(|c| c.next_publish_seq()) {
             if rejected {
@@ -357,6 +364,23 @@ impl Broker {
             self.dispatch(id, now);
         }
     }
+}
+
+/// The delay a publish asks for: `x-delay` through a delayed exchange, or ApsaraMQ's `delay`
+/// header on any exchange when that is switched on (contract §3).
+fn requested_delay(
+    delayed_exchange: bool,
+    apsaramq: bool,
+    publish: &Publish,
+) -> Result<Option<u64>, AmqpError> {
+    let headers = publish.properties.headers.as_ref();
+    if delayed_exchange {
+        return delayed::delay_ms(headers, "x-delay");
+    }
+    if apsaramq {
+        return delayed::delay_ms(headers, "delay");
+    }
+    Ok(None)
 }
 
 /// A `user_id` property must name the authenticated user (RabbitMQ's validated user-id).

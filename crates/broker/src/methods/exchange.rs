@@ -8,7 +8,7 @@ use hourglass_wire::{
 use crate::api::{AmqpError, ChannelId, ConnectionId};
 use crate::broker::Broker;
 use crate::errors;
-use crate::exchange::{Binding, Destination, Exchange, ExchangeKind, ExchangeSpec};
+use crate::exchange::{delayed, Binding, Destination, Exchange, ExchangeKind, ExchangeSpec};
 use crate::vhost::VHost;
 
 impl Broker {
@@ -26,14 +26,20 @@ impl Broker {
             }
         } else {
             // rabbit_channel: the type is checked first (a hard 503), then the default exchange.
-            let kind = ExchangeKind::parse(m.kind.as_bytes())
-                .ok_or_else(|| errors::command_invalid(format!("invalid exchange type '{}'", m.kind)))?;
+            let delayed = m.kind.as_bytes() == delayed::TYPE_NAME.as_bytes();
+            let kind = if delayed {
+                delayed::routing_kind(&m.arguments)?
+            } else {
+                ExchangeKind::parse(m.kind.as_bytes())
+                    .ok_or_else(|| errors::command_invalid(format!("invalid exchange type '{}'", m.kind)))?
+            };
             if m.exchange.is_empty() {
                 return Err(errors::default_exchange_refused());
             }
             let spec = ExchangeSpec {
                 name: m.exchange.clone(),
                 kind,
+                delayed,
                 durable: m.durable,
                 auto_delete: m.auto_delete,
                 internal: m.internal,

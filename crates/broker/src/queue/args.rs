@@ -26,6 +26,7 @@ pub(crate) const EQUIVALENCE_KEYS: &[&str] = &[
     "x-delivery-limit",
     "x-single-active-consumer",
     "x-dead-letter-strategy",
+    "x-delivery-delay",
 ];
 
 /// Typed queue arguments.
@@ -44,6 +45,8 @@ pub struct QueueArgs {
     /// `x-max-length-bytes`: ready body bytes at most.
     pub max_length_bytes: Option<u64>,
     pub overflow: Overflow,
+    /// `x-delivery-delay`: every message entering the queue waits this long (contract §3).
+    pub delivery_delay_ms: Option<u64>,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -102,6 +105,9 @@ impl QueueArgs {
                     args.message_ttl_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?)
                 }
                 "x-expires" => args.expires_ms = Some(time_arg(&value, 1).map_err(|w| invalid(key, w))?),
+                "x-delivery-delay" => {
+                    args.delivery_delay_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?)
+                }
                 "x-max-length" => args.max_length = Some(count_arg(&value).map_err(|w| invalid(key, w))?),
                 "x-max-length-bytes" => {
                     args.max_length_bytes = Some(count_arg(&value).map_err(|w| invalid(key, w))?)

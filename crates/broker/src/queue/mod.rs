@@ -5,6 +5,7 @@
 pub(crate) mod args;
 pub(crate) mod consumers;
 pub(crate) mod dead_letter;
+pub(crate) mod delay;
 pub(crate) mod entry;
 pub(crate) mod expires;
 pub(crate) mod overflow;
@@ -22,6 +23,8 @@ use crate::time::Timestamp;
 pub use args::{DeadLetterStrategy, Overflow, QueueArgs, QueueType};
 use consumers::Consumers;
 pub use dead_letter::DeathReason;
+pub use delay::DelayedInfo;
+use delay::{DelayIndex, Waiting};
 use entry::{Entry, Seq};
 use ready::Ready;
 pub use stats::{BindingInfo, QueueStats};
@@ -60,6 +63,8 @@ pub(crate) struct Queue {
     /// The deadline this queue is filed under in the broker's timer index.
     pub scheduled: Option<Timestamp>,
     pub counters: QueueCounters,
+    /// Messages waiting for their due time (contract §3).
+    pub delayed: DelayIndex,
     ttl: DeadlineIndex,
     next_seq: Seq,
 }
@@ -89,6 +94,7 @@ impl Queue {
             last_used: now,
             scheduled: None,
             counters: QueueCounters::default(),
+            delayed: DelayIndex::default(),
             ttl: DeadlineIndex::default(),
             next_seq: 0,
         }
@@ -105,6 +111,14 @@ impl Queue {
         let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, message.expiration_ms);
         let expires_at = ttl_ms.map(|ms| now.saturating_add_millis(ms));
         Entry { seq, message, redelivered: false, expires_at }
+    }
+
+    /// Holds a newly arrived message until `due`; its TTL will start then (contract §3).
+    pub fn delay(&mut self, message: Arc<Message>, due: Timestamp) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let entry = Entry { seq, message, redelivered: false, expires_at: None };
+        self.delayed.insert(due, Waiting { entry, returning: false });
     }
 
     /// Appends an entry to the ready messages.
@@ -144,6 +158,11 @@ impl Queue {
         self.settle();
         entry.redelivered = true;
         self.counters.redelivered += 1;
+        self.return_to_ready(entry);
+    }
+
+    /// Puts an entry that was ready before back at its place, with its deadline.
+    pub fn return_to_ready(&mut self, entry: Entry) {
         if let Some(at) = entry.expires_at {
             self.ttl.insert(at, entry.seq);
         }
@@ -179,10 +198,7 @@ impl Queue {
     /// The earliest time this queue has timer work: a message deadline or its own expiry.
     pub fn next_deadline(&self) -> Option<Timestamp> {
         let expiry = expires::deadline(self.args.expires_ms, self.last_used, !self.consumers.is_empty());
-        match (self.ttl.next(), expiry) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.ttl.next(), expiry, self.delayed.next()].into_iter().flatten().min()
     }
 
     /// Whether the queue is due for deletion under `x-expires` at `now`.

@@ -3,7 +3,8 @@
 use crate::broker::Broker;
 use crate::exchange::{Destination, ExchangeSpec};
 use crate::queue::args::QueueType;
-use crate::queue::Queue;
+use crate::queue::{DelayedInfo, Queue, QueueCounters};
+use crate::time::Timestamp;
 
 /// A snapshot of one queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,7 +21,13 @@ pub struct QueueStats {
     pub messages_unacked: usize,
     /// Body bytes of the ready messages.
     pub message_bytes_ready: usize,
+    /// Waiting for their due time (contract §3, §7): neither ready nor unacked.
+    pub messages_delayed: usize,
+    pub message_bytes_delayed: usize,
+    /// When the next delayed message falls due.
+    pub next_due: Option<Timestamp>,
     pub consumers: usize,
+    pub counters: QueueCounters,
 }
 
 impl QueueStats {
@@ -35,7 +42,11 @@ impl QueueStats {
             messages_ready: queue.message_count(),
             messages_unacked: queue.unacked_count,
             message_bytes_ready: queue.ready.body_bytes(),
+            messages_delayed: queue.delayed.message_count(),
+            message_bytes_delayed: queue.delayed.body_bytes(),
+            next_due: queue.delayed.next(),
             consumers: queue.consumer_count(),
+            counters: queue.counters,
         }
     }
 }
@@ -55,6 +66,12 @@ impl Broker {
     pub fn queue_stats(&self, vhost: &str, name: &str) -> Option<QueueStats> {
         let id = self.vhosts.get(vhost)?.queues.iter().find(|(n, _)| n.as_bytes() == name.as_bytes())?.1;
         self.queues.get(id).map(QueueStats::of)
+    }
+
+    /// The first `limit` delayed messages of a queue, in due order, without taking them.
+    pub fn list_delayed(&self, vhost: &str, name: &str, limit: usize) -> Option<Vec<DelayedInfo>> {
+        let id = self.vhosts.get(vhost)?.queues.iter().find(|(n, _)| n.as_bytes() == name.as_bytes())?.1;
+        self.queues.get(id).map(|q| q.delayed.list(limit))
     }
 
     /// Every queue's statistics, sorted by vhost and name.

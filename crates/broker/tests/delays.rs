@@ -1,0 +1,282 @@
+//! Delayed messages: the delayed exchange and delay queues (contract §3), with a manual clock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hourglass_broker::{BrokerConfig, Effect};
+use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
+use hourglass_wire::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn text(v: &str) -> FieldValue {
+    FieldValue::LongStr(v.into())
+}
+
+fn delayed_exchange(tb: &mut TestBroker, c: Chan, name: &str, routing: &str) -> Vec<Effect> {
+    let arguments = FieldTable::from_entries([("x-delayed-type", text(routing))]);
+    tb.call(
+        c,
+        ExchangeDeclare {
+            exchange: short(name),
+            kind: short("x-delayed-message"),
+            arguments,
+            ..Default::default()
+        },
+    )
+}
+
+fn with_delay(delay: FieldValue) -> BasicProperties {
+    BasicProperties { headers: Some(FieldTable::from_entries([("x-delay", delay)])), ..Default::default() }
+}
+
+fn stats(tb: &TestBroker, queue: &str) -> (usize, usize) {
+    let s = tb.broker.queue_stats("/", queue).unwrap();
+    (s.messages_ready, s.messages_delayed)
+}
+
+fn declare_args(tb: &mut TestBroker, c: Chan, name: &str, args: &[(&str, FieldValue)]) -> Vec<Effect> {
+    let arguments = FieldTable::from_entries(args.iter().cloned());
+    tb.call(c, QueueDeclare { queue: short(name), arguments, ..Default::default() })
+}
+
+/// contract §3: a message through a delayed exchange is invisible and counted as delayed until
+/// due, then ready exactly at its due time; the queue reports the next due time.
+#[test]
+fn delayed_message_becomes_ready_exactly_when_due() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    delayed_exchange(&mut tb, c, "later", "direct");
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "later", "k");
+    tb.publish_with(c, "later", "k", with_delay(FieldValue::I32(1500)), b"x", false);
+    assert_eq!(stats(&tb, "q"), (0, 1));
+    let due = tb.clock.now().saturating_add_millis(1500);
+    assert_eq!(tb.broker.queue_stats("/", "q").unwrap().next_due, Some(due));
+    assert_eq!(tb.broker.next_deadline(), Some(due));
+    assert!(methods(&tb.call(c, BasicGet { queue: short("q"), no_ack: true }))
+        .iter()
+        .all(|m| matches!(m, Method::BasicGetEmpty(_))));
+    tb.advance(ms(1499));
+    assert_eq!(stats(&tb, "q"), (0, 1));
+    tb.advance(ms(1));
+    assert_eq!(stats(&tb, "q"), (1, 0));
+}
+
+/// contract §3: every x-delayed-type routes as its type; the delayed copy waits in each target.
+#[test]
+fn each_delayed_type_routes_as_its_type() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    for (exchange, kind, key, binding_key) in [
+        ("d-direct", "direct", "k", "k"),
+        ("d-fanout", "fanout", "any", ""),
+        ("d-topic", "topic", "a.b", "a.*"),
+    ] {
+        delayed_exchange(&mut tb, c, exchange, kind);
+        declare(&mut tb, c, exchange);
+        bind(&mut tb, c, exchange, exchange, binding_key);
+        tb.publish_with(c, exchange, key, with_delay(FieldValue::I32(10)), b"x", false);
+        assert_eq!(stats(&tb, exchange), (0, 1), "{kind}");
+    }
+    delayed_exchange(&mut tb, c, "d-headers", "headers");
+    declare(&mut tb, c, "h");
+    let arguments = FieldTable::from_entries([("kind", text("a"))]);
+    tb.call(
+        c,
+        QueueBind { queue: short("h"), exchange: short("d-headers"), arguments, ..Default::default() },
+    );
+    let headers = FieldTable::from_entries([("x-delay", FieldValue::I32(10)), ("kind", text("a"))]);
+    tb.publish_with(
+        c,
+        "d-headers",
+        "",
+        BasicProperties { headers: Some(headers), ..Default::default() },
+        b"x",
+        false,
+    );
+    assert_eq!(stats(&tb, "h"), (0, 1));
+    tb.advance(ms(10));
+    for q in ["d-direct", "d-fanout", "d-topic", "h"] {
+        assert_eq!(stats(&tb, q), (1, 0), "{q}");
+    }
+}
+
+/// contract §3: a missing or unknown x-delayed-type fails exchange.declare with 406 naming it.
+#[test]
+fn delayed_exchange_needs_a_delayed_type() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let err = channel_error(&tb.call(
+        c,
+        ExchangeDeclare { exchange: short("d"), kind: short("x-delayed-message"), ..Default::default() },
+    ))
+    .expect("406");
+    assert_eq!(
+        err.reply_text,
+        "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must be an existing exchange type"
+    );
+    let c = tb.channel();
+    assert_eq!(channel_error(&delayed_exchange(&mut tb, c, "d", "bogus")).unwrap().reply_code, 406);
+}
+
+/// contract §3: on delivery the x-delay header reads the negative of the delay, as the plugin.
+#[test]
+fn delivered_x_delay_is_negative() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    delayed_exchange(&mut tb, c, "later", "fanout");
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "later", "");
+    consume(&mut tb, c, "q", "w", true);
+    tb.publish_with(c, "later", "", with_delay(text("250")), b"x", false);
+    let delivered = deliveries(&tb.advance(ms(250)));
+    let headers = delivered[0].message.properties.headers.as_ref().unwrap();
+    assert_eq!(headers.get("x-delay"), Some(FieldValue::I32(-250)));
+}
+
+/// contract §3: due messages become ready in due order, ties in publish order.
+#[test]
+fn due_order_and_ties_in_publish_order() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    delayed_exchange(&mut tb, c, "later", "fanout");
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "later", "");
+    for (body, delay) in [(b"c", 300), (b"a", 100), (b"b", 100), (b"d", 300)] {
+        tb.publish_with(c, "later", "", with_delay(FieldValue::I32(delay)), body, false);
+    }
+    consume(&mut tb, c, "q", "w", true);
+    let got = bodies(&tb.advance(ms(300)));
+    assert_eq!(got, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]);
+}
+
+/// contract §1/§3: TTL starts when a delayed message becomes ready, not at publish.
+#[test]
+fn ttl_starts_when_the_delay_ends() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    delayed_exchange(&mut tb, c, "later", "fanout");
+    declare_args(&mut tb, c, "q", &[("x-message-ttl", FieldValue::I32(100))]);
+    bind(&mut tb, c, "q", "later", "");
+    tb.publish_with(c, "later", "", with_delay(FieldValue::I32(500)), b"x", false);
+    tb.advance(ms(599));
+    assert_eq!(stats(&tb, "q"), (1, 0));
+    tb.advance(ms(1));
+    assert_eq!(stats(&tb, "q"), (0, 0));
+}
+
+/// contract §3 delay queue: x-delivery-delay holds every entering message, dead-lettered ones
+/// too; a delayed exchange's own delay wins.
+#[test]
+fn delay_queue_holds_every_entering_message_and_exchange_delay_wins() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "slow", &[("x-delivery-delay", FieldValue::I32(1000))]);
+    tb.publish(c, "", "slow", b"plain");
+    assert_eq!(stats(&tb, "slow"), (0, 1));
+    delayed_exchange(&mut tb, c, "later", "fanout");
+    bind(&mut tb, c, "slow", "later", "");
+    tb.publish_with(c, "later", "", with_delay(FieldValue::I32(200)), b"own", false);
+    tb.advance(ms(200));
+    assert_eq!(stats(&tb, "slow"), (1, 1));
+    tb.advance(ms(800));
+    assert_eq!(stats(&tb, "slow"), (2, 0));
+    // Dead-lettered into a delay queue: it waits too.
+    declare_exchange(&mut tb, c, "retry", "fanout");
+    bind(&mut tb, c, "slow", "retry", "");
+    declare_args(&mut tb, c, "work", &[("x-dead-letter-exchange", text("retry"))]);
+    tb.publish(c, "", "work", b"failing");
+    tb.call(c, BasicGet { queue: short("work"), no_ack: false });
+    let tag = 1;
+    tb.call(c, BasicReject { delivery_tag: tag, requeue: false });
+    assert_eq!(stats(&tb, "slow"), (2, 1));
+}
+
+/// contract §3: routing happens at publish: mandatory returns 312 when nothing routes now, and the
+/// confirm is sent at once (every delayed copy is stored).
+#[test]
+fn mandatory_and_confirms_apply_at_publish() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    delayed_exchange(&mut tb, c, "later", "direct");
+    tb.call(c, ConfirmSelect { nowait: false });
+    let effects = tb.publish_with(c, "later", "nobody", with_delay(FieldValue::I32(100)), b"x", true);
+    assert!(
+        matches!(methods(&effects).as_slice(), [Method::BasicReturn(r), Method::BasicAck(_)] if r.reply_code == 312)
+    );
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "later", "k");
+    let effects = tb.publish_with(c, "later", "k", with_delay(FieldValue::I32(100)), b"x", true);
+    assert!(matches!(methods(&effects).as_slice(), [Method::BasicAck(a)] if a.delivery_tag == 2));
+}
+
+/// contract §3: an alternate exchange's copy waits too (the delay belongs to the message).
+#[test]
+fn alternate_exchange_copy_waits() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_exchange(&mut tb, c, "ae", "fanout");
+    declare(&mut tb, c, "unrouted");
+    bind(&mut tb, c, "unrouted", "ae", "");
+    let arguments =
+        FieldTable::from_entries([("x-delayed-type", text("direct")), ("alternate-exchange", text("ae"))]);
+    tb.call(
+        c,
+        ExchangeDeclare {
+            exchange: short("later"),
+            kind: short("x-delayed-message"),
+            arguments,
+            ..Default::default()
+        },
+    );
+    tb.publish_with(c, "later", "nobody", with_delay(FieldValue::I32(100)), b"x", false);
+    assert_eq!(stats(&tb, "unrouted"), (0, 1));
+}
+
+/// contract §3: a delay beyond ten years is a channel error 406; no delay header means no delay.
+#[test]
+fn too_long_delay_is_refused_and_no_header_is_no_delay() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    delayed_exchange(&mut tb, c, "later", "fanout");
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "later", "");
+    tb.publish(c, "later", "", b"now");
+    assert_eq!(stats(&tb, "q"), (1, 0));
+    let err = channel_error(&tb.publish_with(
+        c,
+        "later",
+        "",
+        with_delay(FieldValue::I64(315_360_000_001)),
+        b"x",
+        false,
+    ));
+    assert_eq!(err.unwrap().reply_code, 406);
+}
+
+/// contract §3 ApsaraMQ: with the option on, a `delay` header delays on any exchange; off, it is ignored.
+#[test]
+fn apsaramq_delay_header_is_opt_in() {
+    let headers = || BasicProperties {
+        headers: Some(FieldTable::from_entries([("delay", FieldValue::I32(50))])),
+        ..Default::default()
+    };
+    let mut off = TestBroker::new();
+    let c = off.channel();
+    declare(&mut off, c, "q");
+    off.publish_with(c, "", "q", headers(), b"x", false);
+    assert_eq!(stats(&off, "q"), (1, 0));
+    let mut on =
+        TestBroker::with_config(BrokerConfig { apsaramq_delay_header: true, ..BrokerConfig::default() });
+    let c = on.channel();
+    declare(&mut on, c, "q");
+    on.publish_with(c, "", "q", headers(), b"x", false);
+    assert_eq!(stats(&on, "q"), (0, 1));
+    on.advance(ms(50));
+    assert_eq!(stats(&on, "q"), (1, 0));
+}
