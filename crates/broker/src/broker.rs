@@ -176,8 +176,9 @@ impl Broker {
         }
         for delivery in unacked.drain(..) {
             if let Some(queue) = self.queues.get_mut(&delivery.queue) {
-                queue.requeue(delivery.entry);
+                queue.forget_delivery(conn, channel_id, &delivery);
                 touched.push(delivery.queue);
+                self.return_to_queue(delivery.queue, delivery.entry, now);
             }
         }
         self.settle_scratch = unacked;

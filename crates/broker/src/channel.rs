@@ -4,7 +4,7 @@
 //! Delivery tags count from 1 per channel (AMQP 0-9-1 basic.deliver); unacked deliveries are kept
 //! in tag order so `multiple=true` settles a prefix.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use hourglass_wire::ShortStr;
 
@@ -12,6 +12,11 @@ use crate::api::{AmqpError, Publish};
 use crate::errors;
 use crate::queue::entry::Entry;
 use crate::queue::QueueId;
+use crate::time::Timestamp;
+
+/// How many timed-out delivery tags a channel remembers, so a late ack of one is ignored rather
+/// than refused (contract §4). Older ones are forgotten; acking those is an unknown tag again.
+const MAX_STALE_TAGS: usize = 65_536;
 
 /// A delivery the client has not settled yet.
 #[derive(Debug)]
@@ -21,6 +26,8 @@ pub(crate) struct Unacked {
     pub entry: Entry,
     /// The consumer it went to; `None` for basic.get.
     pub consumer_tag: Option<ShortStr>,
+    /// When its visibility timeout runs out (contract §4); `None` without one.
+    pub visible_at: Option<Timestamp>,
 }
 
 /// How a settled delivery leaves the channel.
@@ -68,6 +75,8 @@ pub(crate) struct Channel {
     pub consumers: Vec<(ShortStr, QueueId)>,
     /// The last queue declared on this channel, which an empty queue name refers to.
     pub last_queue: Option<ShortStr>,
+    /// Tags of deliveries whose visibility timed out: a late settle of these is ignored.
+    stale_tags: BTreeSet<u64>,
 }
 
 impl Channel {
@@ -81,6 +90,7 @@ impl Channel {
             mode: Mode::Plain,
             consumers: Vec::new(),
             last_queue: None,
+            stale_tags: BTreeSet::new(),
         }
     }
 
@@ -111,7 +121,8 @@ impl Channel {
 
     /// Moves the deliveries that basic.ack/nack/reject (`tag`, `multiple`) settle into `out`.
     /// `multiple` with tag 0 means every unacked delivery (AMQP 0-9-1 basic.ack). An unknown tag
-    /// is RabbitMQ's 406 "unknown delivery tag".
+    /// is RabbitMQ's 406 "unknown delivery tag". A tag whose visibility already ran out is
+    /// ignored, and `multiple` across such tags settles the live ones (contract §4).
     pub fn take_settled(
         &mut self,
         tag: u64,
@@ -120,21 +131,52 @@ impl Channel {
     ) -> Result<(), AmqpError> {
         if multiple && tag == 0 {
             self.take_all(out);
+            self.stale_tags.clear();
             return Ok(());
         }
         let at = self.unacked.partition_point(|u| u.tag < tag);
-        if self.unacked.get(at).is_none_or(|u| u.tag != tag) {
+        let found = self.unacked.get(at).is_some_and(|u| u.tag == tag);
+        if !found && !self.stale_tags.contains(&tag) {
             return Err(errors::unknown_delivery_tag(tag));
+        }
+        if multiple {
+            self.stale_tags = self.stale_tags.split_off(&(tag + 1));
+        } else {
+            self.stale_tags.remove(&tag);
         }
         let before = out.len();
         if multiple {
-            out.extend(self.unacked.drain(..=at));
-        } else if let Some(one) = self.unacked.remove(at) {
-            out.push(one);
+            let end = if found { at + 1 } else { at };
+            out.extend(self.unacked.drain(..end));
+        } else if found {
+            out.extend(self.unacked.remove(at));
         }
         let to_consumers = out[before..].iter().filter(|u| u.consumer_tag.is_some()).count();
         self.consumer_unacked -= to_consumers as u32;
         Ok(())
+    }
+
+    /// Takes back one delivery whose visibility ran out, remembering its tag as stale.
+    pub fn take_timed_out(&mut self, tag: u64) -> Option<Unacked> {
+        let at = self.unacked.partition_point(|u| u.tag < tag);
+        if self.unacked.get(at).is_none_or(|u| u.tag != tag) {
+            return None;
+        }
+        let unacked = self.unacked.remove(at)?;
+        if unacked.consumer_tag.is_some() {
+            self.consumer_unacked -= 1;
+        }
+        self.stale_tags.insert(tag);
+        if self.stale_tags.len() > MAX_STALE_TAGS {
+            self.stale_tags.pop_first();
+        }
+        Some(unacked)
+    }
+
+    /// The unacked delivery with this tag.
+    pub fn unacked_mut(&mut self, tag: u64) -> Option<&mut Unacked> {
+        let at = self.unacked.partition_point(|u| u.tag < tag);
+        self.unacked.get_mut(at).filter(|u| u.tag == tag)
     }
 
     /// Moves every unacked delivery into `out`, in tag order.

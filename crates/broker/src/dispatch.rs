@@ -9,12 +9,15 @@ use crate::api::{ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
 use crate::channel::{Channel, Unacked};
 use crate::queue::entry::Entry;
+use crate::queue::visibility::DeliveryRef;
 use crate::queue::{Queue, QueueId};
+use crate::redelivery::decorate;
 use crate::time::Timestamp;
 
 impl Broker {
     /// Delivers ready messages of queue `id` while a consumer has credit.
     pub(crate) fn dispatch(&mut self, id: QueueId, now: Timestamp) {
+        self.expire_visibility(id, now);
         self.promote_due(id, now);
         self.expire_messages(id, now);
         if let Some(queue) = self.queues.get_mut(&id) {
@@ -22,7 +25,7 @@ impl Broker {
                 let Some(at) = pick_consumer(queue, &self.channels) else { break };
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
                 let Some(entry) = queue.take_for_delivery(expect_ack) else { break };
-                deliver(queue, at, entry, &mut self.channels, &mut self.effects);
+                deliver(queue, at, entry, &mut self.channels, &mut self.effects, now);
             }
         }
         self.drop_overflowing_head(id);
@@ -31,12 +34,12 @@ impl Broker {
 
     /// Delivers `entry` to a consumer of queue `id` that can take it now, without queueing it;
     /// gives it back when none can.
-    pub(crate) fn deliver_now(&mut self, id: QueueId, entry: Entry) -> Option<Entry> {
+    pub(crate) fn deliver_now(&mut self, id: QueueId, entry: Entry, now: Timestamp) -> Option<Entry> {
         let Some(queue) = self.queues.get_mut(&id) else { return Some(entry) };
         let Some(at) = pick_consumer(queue, &self.channels) else { return Some(entry) };
         let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
         queue.mark_delivered(expect_ack);
-        deliver(queue, at, entry, &mut self.channels, &mut self.effects);
+        deliver(queue, at, entry, &mut self.channels, &mut self.effects, now);
         None
     }
 }
@@ -49,19 +52,24 @@ fn pick_consumer(queue: &mut Queue, channels: &HashMap<(ConnectionId, ChannelId)
 }
 
 /// Sends `entry` to consumer `at` of `queue` as basic.deliver, tracking it on the channel when it
-/// awaits an ack.
+/// awaits an ack (and in the queue's visibility index when a timeout applies, contract §4).
 fn deliver(
     queue: &mut Queue,
     at: usize,
     entry: Entry,
     channels: &mut HashMap<(ConnectionId, ChannelId), Channel>,
     effects: &mut VecDeque<Effect>,
+    now: Timestamp,
 ) {
     let queue_id = queue.id;
+    let queue_timeout = queue.args.visibility_timeout_ms;
     let Some(consumer) = queue.consumers.get_mut(at) else { return };
     let Some(channel) = channels.get_mut(&(consumer.conn, consumer.channel)) else { return };
     let tag = channel.next_tag();
-    let message = entry.message.clone();
+    let delivery = DeliveryRef { conn: consumer.conn, channel: consumer.channel, tag };
+    let timeout = if consumer.no_ack { None } else { consumer.visibility_timeout_ms.or(queue_timeout) };
+    let visible_at = timeout.map(|ms| now.saturating_add_millis(ms));
+    let message = decorate(&entry, visible_at.map(|_| delivery.receipt_handle(queue_id.0)));
     let method = Method::BasicDeliver(BasicDeliver {
         consumer_tag: consumer.tag.clone(),
         delivery_tag: tag,
@@ -71,7 +79,16 @@ fn deliver(
     });
     if !consumer.no_ack {
         consumer.unacked += 1;
-        channel.track(Unacked { tag, queue: queue_id, entry, consumer_tag: Some(consumer.tag.clone()) });
+        channel.track(Unacked {
+            tag,
+            queue: queue_id,
+            entry,
+            consumer_tag: Some(consumer.tag.clone()),
+            visible_at,
+        });
+        if let Some(at) = visible_at {
+            queue.visibility.insert(at, delivery);
+        }
     }
     effects.push_back(Effect::Send {
         conn: consumer.conn,

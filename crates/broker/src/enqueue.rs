@@ -65,7 +65,7 @@ impl Broker {
         let entry = queue.new_entry(message, ready_at);
         if entry.expires_at.is_some_and(|at| at <= ready_at) {
             // TTL 0: a consumer that can take it now gets it, else it expires at once (contract §1).
-            if let Some(entry) = self.deliver_now(id, entry) {
+            if let Some(entry) = self.deliver_now(id, entry, ready_at) {
                 if let Some(queue) = self.queues.get_mut(&id) {
                     queue.counters.expired += 1;
                 }

@@ -16,6 +16,7 @@ pub mod message;
 mod methods;
 mod naming;
 pub mod queue;
+mod redelivery;
 mod routing;
 pub mod time;
 mod timers;
@@ -26,4 +27,5 @@ pub use api::{
 };
 pub use broker::{Broker, BrokerConfig};
 pub use message::Message;
+pub use redelivery::VisibilityError;
 pub use time::Timestamp;

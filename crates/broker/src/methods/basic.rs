@@ -17,7 +17,9 @@ use crate::errors;
 use crate::exchange::delayed;
 use crate::message::Message;
 use crate::queue::consumers::Consumer;
-use crate::queue::{ttl, DeathReason, QueueId};
+use crate::queue::visibility::{self, DeliveryRef};
+use crate::queue::{args, ttl, DeathReason, QueueId};
+use crate::redelivery::decorate;
 use crate::routing;
 use crate::time::Timestamp;
 
@@ -151,6 +153,7 @@ impl Broker {
             return Err(errors::not_allowed(format!("attempt to reuse consumer tag '{tag}'")));
         }
         let prefetch_count = channel.consumer_prefetch;
+        let visibility_timeout_ms = consumer_visibility(&m.arguments, &name, &vhost)?;
         let queue = self.queues.get_mut(&id).ok_or_else(|| errors::no_queue(&name, &vhost))?;
         if queue.consumers.has_exclusive() || (m.exclusive && !queue.consumers.is_empty()) {
             return Err(errors::access_refused(format!(
@@ -165,6 +168,7 @@ impl Broker {
             exclusive: m.exclusive,
             prefetch_count,
             unacked: 0,
+            visibility_timeout_ms,
         });
         queue.had_consumer = true;
         queue.touch(now);
@@ -226,9 +230,13 @@ impl Broker {
             self.send(conn, ch, BasicGetEmpty {});
             return Ok(());
         };
+        let visibility_ms =
+            self.queues.get(&id).and_then(|q| q.args.visibility_timeout_ms).filter(|_| !m.no_ack);
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
         let tag = channel.next_tag();
-        let message = entry.message.clone();
+        let delivery = DeliveryRef { conn, channel: ch, tag };
+        let visible_at = visibility_ms.map(|ms| now.saturating_add_millis(ms));
+        let message = decorate(&entry, visible_at.map(|_| delivery.receipt_handle(id.0)));
         let method = BasicGetOk {
             delivery_tag: tag,
             redelivered: entry.redelivered,
@@ -237,7 +245,11 @@ impl Broker {
             message_count,
         };
         if !m.no_ack {
-            channel.track(Unacked { tag, queue: id, entry, consumer_tag: None });
+            channel.track(Unacked { tag, queue: id, entry, consumer_tag: None, visible_at });
+            if let (Some(at), Some(queue)) = (visible_at, self.queues.get_mut(&id)) {
+                queue.visibility.insert(at, delivery);
+                self.reschedule(id);
+            }
         }
         self.emit(Effect::Send { conn, channel: ch, method: method.into(), content: Some(message) });
         Ok(())
@@ -333,22 +345,19 @@ impl Broker {
     ) {
         let mut touched: Vec<QueueId> = Vec::new();
         for delivery in deliveries.drain(..) {
-            let Some(queue) = self.queues.get_mut(&delivery.queue) else { continue };
-            if let Some(tag) = &delivery.consumer_tag {
-                if let Some(consumer) = queue.consumers.find_mut(conn, ch, tag) {
-                    consumer.unacked = consumer.unacked.saturating_sub(1);
-                }
-            }
+            let id = delivery.queue;
+            let Some(queue) = self.queues.get_mut(&id) else { continue };
+            queue.forget_delivery(conn, ch, &delivery);
             match settlement {
                 Settlement::Ack => queue.settle(),
-                Settlement::Requeue => queue.requeue(delivery.entry),
+                Settlement::Requeue => self.return_to_queue(id, delivery.entry, now),
                 Settlement::Discard => {
                     queue.settle();
-                    self.dead_letter_later(delivery.queue, delivery.entry.message, DeathReason::Rejected);
+                    self.dead_letter_later(id, delivery.entry.message, DeathReason::Rejected);
                 }
             }
-            if !touched.contains(&delivery.queue) {
-                touched.push(delivery.queue);
+            if !touched.contains(&id) {
+                touched.push(id);
             }
         }
         if let Some(channel) = self.channels.get(&(conn, ch)) {
@@ -381,6 +390,20 @@ fn requested_delay(
         return delayed::delay_ms(headers, "delay");
     }
     Ok(None)
+}
+
+/// `x-visibility-timeout` in basic.consume arguments (contract §4): 406 naming it when invalid.
+fn consumer_visibility(
+    arguments: &hourglass_wire::FieldTable,
+    queue: &ShortStr,
+    vhost: &str,
+) -> Result<Option<u64>, AmqpError> {
+    let Some(value) = arguments.get("x-visibility-timeout") else { return Ok(None) };
+    args::count_arg(&value).and_then(visibility::check_range).map(Some).map_err(|why| {
+        errors::precondition_failed(format!(
+            "invalid arg 'x-visibility-timeout' for consumer on queue '{queue}' in vhost '{vhost}': {why}"
+        ))
+    })
 }
 
 /// A `user_id` property must name the authenticated user (RabbitMQ's validated user-id).

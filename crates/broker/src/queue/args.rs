@@ -27,6 +27,9 @@ pub(crate) const EQUIVALENCE_KEYS: &[&str] = &[
     "x-single-active-consumer",
     "x-dead-letter-strategy",
     "x-delivery-delay",
+    "x-visibility-timeout",
+    "x-redelivery-delay",
+    "x-redelivery-delay-max",
 ];
 
 /// Typed queue arguments.
@@ -47,6 +50,13 @@ pub struct QueueArgs {
     pub overflow: Overflow,
     /// `x-delivery-delay`: every message entering the queue waits this long (contract §3).
     pub delivery_delay_ms: Option<u64>,
+    /// `x-visibility-timeout`: unsettled deliveries come back after this long (contract §4).
+    pub visibility_timeout_ms: Option<u64>,
+    /// `x-delivery-limit`: failed deliveries allowed before dead-lettering (contract §5).
+    pub delivery_limit: Option<u64>,
+    /// `x-redelivery-delay` / `x-redelivery-delay-max`: back-off for returning messages (contract §5).
+    pub redelivery_delay_ms: Option<u64>,
+    pub redelivery_delay_max_ms: Option<u64>,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -108,6 +118,23 @@ impl QueueArgs {
                 "x-delivery-delay" => {
                     args.delivery_delay_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?)
                 }
+                "x-visibility-timeout" => {
+                    let ms = count_arg(&value).and_then(super::visibility::check_range);
+                    args.visibility_timeout_ms = Some(ms.map_err(|w| invalid(key, w))?)
+                }
+                "x-delivery-limit" => {
+                    let limit = count_arg(&value).map_err(|w| invalid(key, w))?;
+                    if limit == 0 {
+                        return Err(invalid(key, "{value_zero,0}".to_owned()));
+                    }
+                    args.delivery_limit = Some(limit)
+                }
+                "x-redelivery-delay" => {
+                    args.redelivery_delay_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?)
+                }
+                "x-redelivery-delay-max" => {
+                    args.redelivery_delay_max_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?)
+                }
                 "x-max-length" => args.max_length = Some(count_arg(&value).map_err(|w| invalid(key, w))?),
                 "x-max-length-bytes" => {
                     args.max_length_bytes = Some(count_arg(&value).map_err(|w| invalid(key, w))?)
@@ -133,6 +160,20 @@ impl QueueArgs {
                         Some(b"at-least-once") => DeadLetterStrategy::AtLeastOnce,
                         _ => return Err(invalid(key, describe(&value))),
                     }
+                }
+                _ => {}
+            }
+        }
+        if let Some(max) = args.redelivery_delay_max_ms {
+            match args.redelivery_delay_ms {
+                None => {
+                    return Err(invalid("x-redelivery-delay-max", "requires x-redelivery-delay".to_owned()))
+                }
+                Some(delay) if max < delay => {
+                    return Err(invalid(
+                        "x-redelivery-delay-max",
+                        format!("{{less_than_delay,{max},{delay}}}"),
+                    ))
                 }
                 _ => {}
             }
@@ -175,7 +216,7 @@ pub(crate) fn time_arg(value: &FieldValue, min: i64) -> Result<u64, String> {
 }
 
 /// A non-negative count: any AMQP integer type.
-fn count_arg(value: &FieldValue) -> Result<u64, String> {
+pub(crate) fn count_arg(value: &FieldValue) -> Result<u64, String> {
     let n = integer_arg(value)?;
     u64::try_from(n).map_err(|_| format!("{{value_negative,{n}}}"))
 }

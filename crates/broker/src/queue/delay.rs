@@ -83,7 +83,13 @@ mod tests {
         let message =
             Message::new(Default::default(), Default::default(), Default::default(), vec![1u8; 2].into());
         Waiting {
-            entry: Entry { seq, message: Arc::new(message), redelivered: false, expires_at: None },
+            entry: Entry {
+                seq,
+                message: Arc::new(message),
+                redelivered: false,
+                expires_at: None,
+                delivery_count: 0,
+            },
             returning: false,
         }
     }

@@ -16,6 +16,8 @@ pub(crate) struct Entry {
     pub redelivered: bool,
     /// When the message expires (contract §1): fixed when it became ready, kept across requeues.
     pub expires_at: Option<Timestamp>,
+    /// Deliveries that came back unacknowledged (contract §5, `x-delivery-count`).
+    pub delivery_count: u32,
 }
 
 impl Entry {

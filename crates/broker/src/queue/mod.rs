@@ -6,18 +6,21 @@ pub(crate) mod args;
 pub(crate) mod consumers;
 pub(crate) mod dead_letter;
 pub(crate) mod delay;
+pub(crate) mod delivery_limit;
 pub(crate) mod entry;
 pub(crate) mod expires;
 pub(crate) mod overflow;
 pub(crate) mod ready;
 mod stats;
 pub(crate) mod ttl;
+pub(crate) mod visibility;
 
 use std::sync::Arc;
 
 use hourglass_wire::{FieldTable, ShortStr};
 
-use crate::api::ConnectionId;
+use crate::api::{ChannelId, ConnectionId};
+use crate::channel::Unacked;
 use crate::message::Message;
 use crate::time::Timestamp;
 pub use args::{DeadLetterStrategy, Overflow, QueueArgs, QueueType};
@@ -29,6 +32,7 @@ use entry::{Entry, Seq};
 use ready::Ready;
 pub use stats::{BindingInfo, QueueStats};
 use ttl::DeadlineIndex;
+use visibility::VisibilityIndex;
 
 /// A queue's identity for the life of the process; a queue deleted and declared again under the
 /// same name gets a new id, so late acks for the old one are told apart.
@@ -65,6 +69,8 @@ pub(crate) struct Queue {
     pub counters: QueueCounters,
     /// Messages waiting for their due time (contract §3).
     pub delayed: DelayIndex,
+    /// Deliveries that come back when their visibility timeout runs out (contract §4).
+    pub visibility: VisibilityIndex,
     ttl: DeadlineIndex,
     next_seq: Seq,
 }
@@ -78,6 +84,7 @@ pub struct QueueCounters {
     pub dead_lettered_maxlen: u64,
     pub dead_lettered_delivery_limit: u64,
     pub redelivered: u64,
+    pub visibility_expired: u64,
 }
 
 impl Queue {
@@ -95,6 +102,7 @@ impl Queue {
             scheduled: None,
             counters: QueueCounters::default(),
             delayed: DelayIndex::default(),
+            visibility: VisibilityIndex::default(),
             ttl: DeadlineIndex::default(),
             next_seq: 0,
         }
@@ -110,14 +118,14 @@ impl Queue {
         self.next_seq += 1;
         let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, message.expiration_ms);
         let expires_at = ttl_ms.map(|ms| now.saturating_add_millis(ms));
-        Entry { seq, message, redelivered: false, expires_at }
+        Entry { seq, message, redelivered: false, expires_at, delivery_count: 0 }
     }
 
     /// Holds a newly arrived message until `due`; its TTL will start then (contract §3).
     pub fn delay(&mut self, message: Arc<Message>, due: Timestamp) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let entry = Entry { seq, message, redelivered: false, expires_at: None };
+        let entry = Entry { seq, message, redelivered: false, expires_at: None, delivery_count: 0 };
         self.delayed.insert(due, Waiting { entry, returning: false });
     }
 
@@ -146,6 +154,19 @@ impl Queue {
         }
     }
 
+    /// A delivery is leaving its channel (settled or its channel gone): its consumer gets the
+    /// credit back and its visibility timer stops.
+    pub(crate) fn forget_delivery(&mut self, conn: ConnectionId, channel: ChannelId, delivery: &Unacked) {
+        if let Some(tag) = &delivery.consumer_tag {
+            if let Some(consumer) = self.consumers.find_mut(conn, channel, tag) {
+                consumer.unacked = consumer.unacked.saturating_sub(1);
+            }
+        }
+        if let Some(at) = delivery.visible_at {
+            self.visibility.remove(at, visibility::DeliveryRef { conn, channel, tag: delivery.tag });
+        }
+    }
+
     /// A delivery was acked (or dropped): it leaves the queue for good.
     pub fn settle(&mut self) {
         debug_assert!(self.unacked_count > 0);
@@ -159,6 +180,14 @@ impl Queue {
         entry.redelivered = true;
         self.counters.redelivered += 1;
         self.return_to_ready(entry);
+    }
+
+    /// Holds a returning message for its redelivery back-off (contract §5); it keeps its place.
+    pub fn delay_return(&mut self, mut entry: Entry, due: Timestamp) {
+        self.settle();
+        entry.redelivered = true;
+        self.counters.redelivered += 1;
+        self.delayed.insert(due, Waiting { entry, returning: true });
     }
 
     /// Puts an entry that was ready before back at its place, with its deadline.
@@ -198,7 +227,7 @@ impl Queue {
     /// The earliest time this queue has timer work: a message deadline or its own expiry.
     pub fn next_deadline(&self) -> Option<Timestamp> {
         let expiry = expires::deadline(self.args.expires_ms, self.last_used, !self.consumers.is_empty());
-        [self.ttl.next(), expiry, self.delayed.next()].into_iter().flatten().min()
+        [self.ttl.next(), expiry, self.delayed.next(), self.visibility.next()].into_iter().flatten().min()
     }
 
     /// Whether the queue is due for deletion under `x-expires` at `now`.

@@ -109,7 +109,7 @@ mod tests {
     fn entry(seq: Seq) -> Entry {
         let message =
             Message::new(Default::default(), Default::default(), Default::default(), vec![0u8; 3].into());
-        Entry { seq, message: Arc::new(message), redelivered: false, expires_at: None }
+        Entry { seq, message: Arc::new(message), redelivered: false, expires_at: None, delivery_count: 0 }
     }
 
     fn drain(ready: &mut Ready) -> Vec<Seq> {

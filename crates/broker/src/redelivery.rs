@@ -1,0 +1,116 @@
+//! Messages coming back unacknowledged (contract §4, §5): visibility timeouts running out, the
+//! failed-delivery count with its limit and back-off, the headers a redelivery carries, and
+//! changing one delivery's remaining invisibility by receipt handle.
+
+use std::sync::Arc;
+
+use hourglass_wire::{FieldValue, LongStr};
+
+use crate::broker::Broker;
+use crate::message::Message;
+use crate::queue::delivery_limit::{self, Return};
+use crate::queue::entry::Entry;
+use crate::queue::visibility::DeliveryRef;
+use crate::queue::{DeathReason, QueueId};
+use crate::time::Timestamp;
+
+/// Why a visibility change was refused (the HTTP API answers 404 for both).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum VisibilityError {
+    /// No such queue.
+    QueueNotFound,
+    /// The handle is unknown, or its delivery was already settled or timed out.
+    HandleNotFound,
+}
+
+impl Broker {
+    /// A delivery of queue `id` came back unsettled: it counts one failed delivery, then goes back
+    /// to ready, waits out its back-off, or is dead-lettered over its limit (contract §5).
+    pub(crate) fn return_to_queue(&mut self, id: QueueId, mut entry: Entry, now: Timestamp) {
+        let Some(queue) = self.queues.get_mut(&id) else { return };
+        entry.delivery_count = entry.delivery_count.saturating_add(1);
+        match delivery_limit::on_return(&queue.args, entry.delivery_count) {
+            Return::Ready => queue.requeue(entry),
+            Return::After { delay_ms } => queue.delay_return(entry, now.saturating_add_millis(delay_ms)),
+            Return::OverLimit => {
+                queue.settle();
+                self.dead_letter_later(id, entry.message, DeathReason::DeliveryLimit);
+            }
+        }
+    }
+
+    /// Takes back the deliveries of queue `id` whose visibility ran out at `now`; their channels
+    /// stay open and their consumers get the credit back (contract §4).
+    pub(crate) fn expire_visibility(&mut self, id: QueueId, now: Timestamp) {
+        loop {
+            let Some(queue) = self.queues.get_mut(&id) else { return };
+            let Some(delivery) = queue.visibility.pop_due(now) else { return };
+            let Some(channel) = self.channels.get_mut(&(delivery.conn, delivery.channel)) else { continue };
+            let Some(unacked) = channel.take_timed_out(delivery.tag) else { continue };
+            if let Some(tag) = &unacked.consumer_tag {
+                if let Some(consumer) = queue.consumers.find_mut(delivery.conn, delivery.channel, tag) {
+                    consumer.unacked = consumer.unacked.saturating_sub(1);
+                }
+            }
+            queue.counters.visibility_expired += 1;
+            self.return_to_queue(id, unacked.entry, now);
+        }
+    }
+
+    /// Sets the remaining invisibility of the delivery named by `receipt_handle` to `timeout_ms`
+    /// from `now`; 0 makes it visible at once (contract §4).
+    pub fn change_visibility(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        receipt_handle: &str,
+        timeout_ms: u64,
+        now: Timestamp,
+    ) -> Result<(), VisibilityError> {
+        let id = self
+            .vhosts
+            .get(vhost)
+            .and_then(|v| v.queues.iter().find(|(n, _)| n.as_bytes() == queue.as_bytes()).map(|(_, id)| *id))
+            .ok_or(VisibilityError::QueueNotFound)?;
+        let (queue_id, delivery) =
+            DeliveryRef::parse_receipt_handle(receipt_handle).ok_or(VisibilityError::HandleNotFound)?;
+        if queue_id != id.0 {
+            return Err(VisibilityError::HandleNotFound);
+        }
+        let channel = self
+            .channels
+            .get_mut(&(delivery.conn, delivery.channel))
+            .ok_or(VisibilityError::HandleNotFound)?;
+        let unacked = channel.unacked_mut(delivery.tag).ok_or(VisibilityError::HandleNotFound)?;
+        let (Some(old), true) = (unacked.visible_at, unacked.queue == id) else {
+            return Err(VisibilityError::HandleNotFound);
+        };
+        let new = now.saturating_add_millis(timeout_ms);
+        unacked.visible_at = Some(new);
+        if let Some(queue) = self.queues.get_mut(&id) {
+            queue.visibility.remove(old, delivery);
+            queue.visibility.insert(new, delivery);
+        }
+        self.dispatch(id, now);
+        self.run_dead_letters(now);
+        Ok(())
+    }
+}
+
+/// The message as this delivery carries it: `x-delivery-count` on redeliveries (contract §5) and
+/// `x-receipt-handle` under a visibility timeout (contract §4). The stored message is unchanged.
+pub(crate) fn decorate(entry: &Entry, receipt_handle: Option<String>) -> Arc<Message> {
+    if entry.delivery_count == 0 && receipt_handle.is_none() {
+        return entry.message.clone();
+    }
+    let mut headers = entry.message.properties.headers.clone().unwrap_or_default();
+    if entry.delivery_count > 0 {
+        headers = headers.with_entry("x-delivery-count", FieldValue::I64(i64::from(entry.delivery_count)));
+    }
+    if let Some(handle) = receipt_handle {
+        headers = headers.with_entry("x-receipt-handle", FieldValue::LongStr(LongStr::from(handle)));
+    }
+    let mut message = (*entry.message).clone();
+    message.properties.headers = Some(headers);
+    Arc::new(message)
+}

@@ -1,0 +1,261 @@
+//! Visibility timeouts, delivery limits and redelivery back-off (contract §4, §5), with a manual clock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hourglass_broker::{Effect, VisibilityError};
+use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
+use hourglass_wire::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn int(v: i64) -> FieldValue {
+    FieldValue::I64(v)
+}
+
+fn declare_args(tb: &mut TestBroker, c: Chan, name: &str, args: &[(&str, FieldValue)]) -> Vec<Effect> {
+    let arguments = FieldTable::from_entries(args.iter().cloned());
+    tb.call(c, QueueDeclare { queue: short(name), arguments, ..Default::default() })
+}
+
+fn stats(tb: &TestBroker, queue: &str) -> hourglass_broker::queue::QueueStats {
+    tb.broker.queue_stats("/", queue).unwrap()
+}
+
+fn header(d: &hourglass_testkit::Delivery, key: &str) -> Option<FieldValue> {
+    d.message.properties.headers.as_ref().and_then(|h| h.get(key))
+}
+
+fn receipt(d: &hourglass_testkit::Delivery) -> String {
+    match header(d, "x-receipt-handle") {
+        Some(FieldValue::LongStr(s)) => s.as_str().into_owned(),
+        other => panic!("no receipt handle: {other:?}"),
+    }
+}
+
+/// contract §4: an unsettled delivery becomes ready again after the timeout, redelivered, while
+/// its channel stays open; the consumer's prefetch credit comes back so it gets it again.
+#[test]
+fn unsettled_delivery_comes_back_after_the_timeout() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-visibility-timeout", int(30_000))]);
+    tb.call(c, BasicQos { prefetch_count: 1, ..Default::default() });
+    consume(&mut tb, c, "q", "w", false);
+    let first = deliveries(&tb.publish(c, "", "q", b"job"));
+    assert!(!first[0].method.redelivered);
+    assert!(deliveries(&tb.advance(ms(29_999))).is_empty());
+    let again = deliveries(&tb.advance(ms(1)));
+    assert_eq!(again.len(), 1, "back and delivered to the consumer whose credit was returned");
+    assert!(again[0].method.redelivered);
+    assert_eq!(again[0].method.delivery_tag, 2);
+    assert_eq!(stats(&tb, "q").counters.visibility_expired, 1);
+}
+
+/// contract §4: a late ack of a timed-out delivery is ignored — no channel error, no double ack.
+#[test]
+fn late_ack_is_ignored() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-visibility-timeout", int(1_000))]);
+    tb.publish(c, "", "q", b"job");
+    tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    tb.advance(ms(1_000));
+    let late = ack(&mut tb, c, 1, false);
+    assert!(channel_error(&late).is_none());
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_unacked), (1, 0), "still there, exactly once");
+    assert!(channel_error(&ack(&mut tb, c, 1, false)).is_some(), "a second late ack is an unknown tag");
+}
+
+/// contract §4 (issue 5): ack multiple=true spanning live and timed-out tags settles the live
+/// ones and ignores the stale ones.
+#[test]
+fn multiple_ack_spanning_live_and_stale_tags() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-visibility-timeout", int(1_000))]);
+    for b in [b"1", b"2"] {
+        tb.publish(c, "", "q", b);
+    }
+    tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    tb.advance(ms(500));
+    tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    tb.advance(ms(500));
+    // tag 1 timed out (its message is ready again); tag 2 is live.
+    assert_eq!((stats(&tb, "q").messages_ready, stats(&tb, "q").messages_unacked), (1, 1));
+    let effects = ack(&mut tb, c, 2, true);
+    assert!(channel_error(&effects).is_none());
+    assert_eq!((stats(&tb, "q").messages_ready, stats(&tb, "q").messages_unacked), (1, 0));
+    tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    assert!(channel_error(&ack(&mut tb, c, 3, false)).is_none(), "tags keep counting after stale ones");
+}
+
+/// contract §4: a basic.get poller that takes a message and stalls leaves it to come back after
+/// the timeout, exactly once.
+#[test]
+fn stalled_poller_message_comes_back_exactly_once() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-visibility-timeout", int(5_000))]);
+    tb.publish(c, "", "q", b"job");
+    let stalled = tb.channel();
+    tb.call(stalled, BasicGet { queue: short("q"), no_ack: false });
+    let worker = tb.channel();
+    assert!(matches!(
+        methods(&tb.call(worker, BasicGet { queue: short("q"), no_ack: false }))[0],
+        Method::BasicGetEmpty(_)
+    ));
+    tb.advance(ms(5_000));
+    let got = tb.call(worker, BasicGet { queue: short("q"), no_ack: false });
+    assert!(matches!(&methods(&got)[0], Method::BasicGetOk(ok) if ok.redelivered && ok.message_count == 0));
+    ack(&mut tb, worker, 1, false);
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_unacked), (0, 0));
+}
+
+/// contract §4: a consumer can set its own timeout on a queue without one; an invalid one is 406.
+#[test]
+fn consumer_override_and_its_validation() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    let arguments = FieldTable::from_entries([("x-visibility-timeout", int(2_000))]);
+    tb.call(c, BasicConsume { queue: short("q"), consumer_tag: short("w"), arguments, ..Default::default() });
+    tb.publish(c, "", "q", b"job");
+    assert_eq!(deliveries(&tb.advance(ms(2_000))).len(), 1);
+    let c2 = tb.channel();
+    let bad = FieldTable::from_entries([("x-visibility-timeout", int(10))]);
+    let err =
+        channel_error(&tb.call(c2, BasicConsume { queue: short("q"), arguments: bad, ..Default::default() }));
+    let err = err.expect("406");
+    assert_eq!(err.reply_code, 406);
+    assert!(err.reply_text.contains("'x-visibility-timeout'"), "{}", err.reply_text);
+}
+
+/// contract §4: deliveries carry x-receipt-handle; the handle extends or ends the invisibility of
+/// that one message; a stale or unknown handle is not found.
+#[test]
+fn receipt_handle_changes_visibility() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-visibility-timeout", int(1_000))]);
+    consume(&mut tb, c, "q", "w", false);
+    let d = deliveries(&tb.publish(c, "", "q", b"job")).remove(0);
+    let handle = receipt(&d);
+    let now = tb.clock.now();
+    tb.broker.change_visibility("/", "q", &handle, 10_000, now).unwrap();
+    assert!(deliveries(&tb.advance(ms(9_999))).is_empty(), "extended");
+    let now = tb.clock.now();
+    tb.broker.change_visibility("/", "q", &handle, 0, now).unwrap();
+    let effects: Vec<Effect> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    assert_eq!(deliveries(&effects).len(), 1, "visible at once with 0");
+    assert_eq!(tb.broker.change_visibility("/", "q", &handle, 5, now), Err(VisibilityError::HandleNotFound));
+    assert_eq!(
+        tb.broker.change_visibility("/", "q", "garbage", 5, now),
+        Err(VisibilityError::HandleNotFound)
+    );
+    assert_eq!(
+        tb.broker.change_visibility("/", "nope", &handle, 5, now),
+        Err(VisibilityError::QueueNotFound)
+    );
+}
+
+/// contract §5: each nack with requeue counts a failed delivery, shown as x-delivery-count; past
+/// x-delivery-limit the message is dead-lettered with reason delivery_limit.
+#[test]
+fn delivery_limit_dead_letters_with_reason_delivery_limit() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_exchange(&mut tb, c, "dlx", "fanout");
+    declare(&mut tb, c, "dlq");
+    bind(&mut tb, c, "dlq", "dlx", "");
+    declare_args(
+        &mut tb,
+        c,
+        "q",
+        &[("x-delivery-limit", int(2)), ("x-dead-letter-exchange", FieldValue::LongStr("dlx".into()))],
+    );
+    consume(&mut tb, c, "q", "w", false);
+    let mut delivered = deliveries(&tb.publish(c, "", "q", b"poison"));
+    let mut counts = Vec::new();
+    for _ in 0..3 {
+        let d = delivered.remove(0);
+        counts.push(header(&d, "x-delivery-count"));
+        delivered = deliveries(
+            &tb.call(c, BasicNack { delivery_tag: d.method.delivery_tag, multiple: false, requeue: true }),
+        );
+    }
+    assert_eq!(counts, vec![None, Some(int(1)), Some(int(2))]);
+    assert!(delivered.is_empty());
+    assert_eq!(stats(&tb, "dlq").messages_ready, 1);
+    let c2 = tb.channel();
+    let got = tb.call(c2, BasicGet { queue: short("dlq"), no_ack: true });
+    let Effect::Send { content: Some(dead), .. } = &got[0] else { panic!("{got:?}") };
+    let Some(FieldValue::Array(deaths)) = dead.properties.headers.as_ref().unwrap().get("x-death") else {
+        panic!()
+    };
+    let Some(FieldValue::Table(first)) = deaths.iter().next() else { panic!() };
+    assert_eq!(first.get("reason"), Some(FieldValue::LongStr("delivery_limit".into())));
+}
+
+/// contract §5: a closed channel counts as a failed delivery; without a DLX an over-limit message is dropped.
+#[test]
+fn channel_close_counts_and_over_limit_without_dlx_drops() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-delivery-limit", int(1))]);
+    tb.publish(c, "", "q", b"x");
+    for _ in 0..2 {
+        let worker = tb.channel();
+        tb.call(worker, BasicGet { queue: short("q"), no_ack: false });
+        tb.close_connection(worker.conn);
+    }
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_unacked, s.messages_delayed), (0, 0, 0));
+}
+
+/// contract §5: a returning message waits min(delay * 2^(count-1), max), counted as delayed.
+#[test]
+fn redelivery_backoff_doubles_up_to_the_max() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-redelivery-delay", int(100)), ("x-redelivery-delay-max", int(300))]);
+    consume(&mut tb, c, "q", "w", false);
+    let mut tag = deliveries(&tb.publish(c, "", "q", b"x"))[0].method.delivery_tag;
+    for wait in [100u64, 200, 300, 300] {
+        assert!(deliveries(&tb.call(c, BasicNack { delivery_tag: tag, multiple: false, requeue: true }))
+            .is_empty());
+        assert_eq!(stats(&tb, "q").messages_delayed, 1);
+        assert!(deliveries(&tb.advance(ms(wait - 1))).is_empty(), "waits {wait} ms");
+        let back = deliveries(&tb.advance(ms(1)));
+        assert_eq!(back.len(), 1);
+        assert!(back[0].method.redelivered);
+        tag = back[0].method.delivery_tag;
+    }
+}
+
+/// contract §4, §5: argument validation with 406 naming the argument.
+#[test]
+fn argument_validation() {
+    let mut tb = TestBroker::new();
+    for (args, name) in [
+        (vec![("x-visibility-timeout", int(999))], "x-visibility-timeout"),
+        (vec![("x-visibility-timeout", int(43_200_001))], "x-visibility-timeout"),
+        (vec![("x-delivery-limit", int(0))], "x-delivery-limit"),
+        (vec![("x-redelivery-delay-max", int(100))], "x-redelivery-delay-max"),
+        (
+            vec![("x-redelivery-delay", int(200)), ("x-redelivery-delay-max", int(100))],
+            "x-redelivery-delay-max",
+        ),
+    ] {
+        let c = tb.channel();
+        let err = channel_error(&declare_args(&mut tb, c, "q", &args)).expect("406");
+        assert_eq!(err.reply_code, 406);
+        assert!(err.reply_text.contains(&format!("'{name}'")), "{}", err.reply_text);
+    }
+}
