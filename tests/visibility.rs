@@ -1,0 +1,61 @@
+//! End to end with lapin: a visibility timeout returns an unacked delivery on an open channel.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{connect, RunningBroker};
+use futures_lite::StreamExt;
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::BasicProperties;
+
+const STEP: Duration = Duration::from_secs(10);
+
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(STEP, future).await.unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// A consumer that does not ack within x-visibility-timeout gets the message again (redelivered,
+/// with x-receipt-handle and x-delivery-count), its channel still open; its late ack of the first
+/// delivery is ignored and the ack of the second settles the message.
+#[tokio::test]
+async fn unacked_delivery_returns_after_the_visibility_timeout() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert(ShortString::from("x-visibility-timeout"), AMQPValue::LongInt(1_000));
+    channel.queue_declare("tasks".into(), Default::default(), args).await.unwrap();
+    channel
+        .basic_publish("".into(), "tasks".into(), Default::default(), b"t", BasicProperties::default())
+        .await
+        .unwrap();
+    let mut consumer = channel
+        .basic_consume("tasks".into(), "".into(), Default::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let first = within("first delivery", consumer.next()).await.unwrap().unwrap();
+    assert!(!first.redelivered);
+    let headers = first.properties.headers().clone().unwrap_or_default();
+    assert!(headers.inner().contains_key("x-receipt-handle"));
+    let taken = Instant::now();
+    let second = within("redelivery", consumer.next()).await.unwrap().unwrap();
+    assert!(taken.elapsed() >= Duration::from_millis(950), "came back early: {:?}", taken.elapsed());
+    assert!(second.redelivered);
+    let count = second.properties.headers().as_ref().and_then(|h| h.inner().get("x-delivery-count").cloned());
+    assert_eq!(count, Some(AMQPValue::LongLongInt(1)));
+    first.ack(BasicAckOptions::default()).await.unwrap();
+    second.ack(BasicAckOptions::default()).await.unwrap();
+    let probe = conn.create_channel().await.unwrap();
+    let queue = probe
+        .queue_declare(
+            "tasks".into(),
+            QueueDeclareOptions { passive: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(queue.message_count(), 0);
+    assert!(channel.status().connected(), "the late ack did not close the channel");
+}
