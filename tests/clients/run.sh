@@ -3,7 +3,13 @@
 # Installs what it needs; starts the broker on a free port; stops only the process it started.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-python3 -c 'import pika' 2>/dev/null || python3 -m pip install --quiet 'pika==1.3.2'
+python3 -c 'import pika' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check 'pika==1.3.2'
+java_cp=/usr/share/java/amqp-client.jar:/usr/share/java/slf4j-api.jar
+if [ ! -f /usr/share/java/amqp-client.jar ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q librabbitmq-client-java) >/dev/null
+fi
+java_out=$(mktemp -d)
+javac -d "$java_out" -cp "$java_cp" tests/clients/JavaClientFlows.java
 cargo build --release --locked --quiet
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
 data=$(mktemp -d)
@@ -18,6 +24,8 @@ failed=0
 for script in tests/clients/*.py; do
   if timeout 60 python3 "$script" "$port"; then echo "ok   $script"; else echo "FAIL $script"; failed=$((failed+1)); fi
 done
-total=$(ls tests/clients/*.py | wc -l)
+if timeout 60 java -cp "$java_out:$java_cp" JavaClientFlows "$port"; then echo "ok   JavaClientFlows"; else echo "FAIL JavaClientFlows"; failed=$((failed+1)); fi
+rm -rf "$java_out"
+total=$(( $(ls tests/clients/*.py | wc -l) + 1 ))
 echo "$((total-failed)) passed, $failed failed"
 [ "$failed" -eq 0 ] || { cat "$data/broker.log"; exit 1; }
