@@ -3,7 +3,7 @@
 # Installs what it needs; starts the broker on a free port; stops only the process it started.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-python3 -c 'import pika' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check 'pika==1.3.2'
+python3 -c 'import pika, kombu' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check 'pika==1.3.2' 'kombu==5.7.0'
 java_cp=/usr/share/java/amqp-client.jar:/usr/share/java/slf4j-api.jar
 if [ ! -f /usr/share/java/amqp-client.jar ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q librabbitmq-client-java) >/dev/null
