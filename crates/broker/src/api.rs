@@ -75,6 +75,9 @@ pub enum Command {
     /// The session closed this channel itself with an error (e.g. a content frame too large);
     /// the broker drops the channel's state as for channel.close but sends nothing.
     ChannelAborted { conn: ConnectionId, channel: ChannelId },
+    /// The connection's socket is not keeping up (`paused`) or has caught up: while paused, its
+    /// consumers get no deliveries, so a slow reader cannot make the broker buffer without bound.
+    DeliveryPaused { conn: ConnectionId, paused: bool },
 }
 
 impl Command {
@@ -84,7 +87,8 @@ impl Command {
             | Command::ConnectionClosed { conn }
             | Command::Method { conn, .. }
             | Command::Publish { conn, .. }
-            | Command::ChannelAborted { conn, .. } => *conn,
+            | Command::ChannelAborted { conn, .. }
+            | Command::DeliveryPaused { conn, .. } => *conn,
         }
     }
 }

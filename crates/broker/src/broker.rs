@@ -95,6 +95,7 @@ impl Broker {
                 }
             }
             Command::ChannelAborted { conn, channel } => self.release_channel(conn, channel, now),
+            Command::DeliveryPaused { conn, paused } => self.pause_deliveries(conn, paused, now),
         }
         self.run_dead_letters(now);
     }
@@ -126,6 +127,25 @@ impl Broker {
     /// The vhost name of a connection; `None` when the connection is unknown (already gone).
     pub(crate) fn vhost_of(&self, conn: ConnectionId) -> Option<String> {
         self.connections.get(&conn).map(|c| c.info.vhost.clone())
+    }
+
+    /// Pauses or resumes deliveries to every consumer of a connection; resuming lets their queues
+    /// deliver what waited.
+    fn pause_deliveries(&mut self, conn: ConnectionId, paused: bool, now: Timestamp) {
+        let mut queues = Vec::new();
+        for ((c, _), channel) in self.channels.iter_mut() {
+            if *c == conn {
+                channel.paused = paused;
+                queues.extend(channel.consumers.iter().map(|(_, q)| *q));
+            }
+        }
+        if !paused {
+            queues.sort_unstable();
+            queues.dedup();
+            for id in queues {
+                self.dispatch(id, now);
+            }
+        }
     }
 
     /// Closes the channel (soft error) or the whole connection (hard error), releasing what it held.

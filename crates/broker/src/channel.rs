@@ -77,6 +77,8 @@ pub(crate) struct Channel {
     pub last_queue: Option<ShortStr>,
     /// Tags of deliveries whose visibility timed out: a late settle of these is ignored.
     stale_tags: BTreeSet<u64>,
+    /// The connection's socket is behind: no deliveries to this channel's consumers for now.
+    pub paused: bool,
 }
 
 impl Channel {
@@ -91,6 +93,7 @@ impl Channel {
             consumers: Vec::new(),
             last_queue: None,
             stale_tags: BTreeSet::new(),
+            paused: false,
         }
     }
 

@@ -47,7 +47,10 @@ impl Broker {
 /// The next consumer, round robin, whose own and whose channel's prefetch allow a delivery.
 fn pick_consumer(queue: &mut Queue, channels: &HashMap<(ConnectionId, ChannelId), Channel>) -> Option<usize> {
     queue.consumers.pick(|c| {
-        c.has_credit() && (c.no_ack || channels.get(&(c.conn, c.channel)).is_some_and(|ch| ch.has_credit()))
+        c.has_credit()
+            && channels
+                .get(&(c.conn, c.channel))
+                .is_some_and(|ch| !ch.paused && (c.no_ack || ch.has_credit()))
     })
 }
 

@@ -307,3 +307,18 @@ fn consumer_tag_reuse_and_exclusive_consumers() {
     let err = connection_error(&consume(&mut tb, c, "q", "x", false)).expect("530");
     assert_eq!(err.reply_code, 530);
 }
+
+/// A connection whose socket is behind gets no deliveries until it catches up; the messages wait
+/// in the queue meanwhile (bounded memory for slow no-ack consumers).
+#[test]
+fn paused_connection_gets_no_deliveries_until_resumed() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    consume(&mut tb, c, "q", "fast-but-unread", true);
+    tb.command(hourglass_broker::Command::DeliveryPaused { conn: c.conn, paused: true });
+    assert!(deliveries(&tb.publish(c, "", "q", b"1")).is_empty());
+    assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_ready, 1);
+    let resumed = tb.command(hourglass_broker::Command::DeliveryPaused { conn: c.conn, paused: false });
+    assert_eq!(bodies(&resumed), vec![b"1".to_vec()]);
+}

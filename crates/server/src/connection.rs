@@ -7,10 +7,11 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use hourglass_broker::{Command, ConnectionId};
 use hourglass_session::{Connection, PeerInfo, SessionConfig};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 
 use crate::broker_task::BrokerInput;
 use crate::clock::Clock;
@@ -19,6 +20,18 @@ use crate::clock::Clock;
 const READ_CHUNK: usize = 64 * 1024;
 /// How long the writer may take to flush the last bytes (connection.close) before we drop the socket.
 const FINAL_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// Output waiting for a slow socket beyond which the broker stops delivering to this connection:
+/// enough to keep a fast link busy, small enough that a stalled reader costs little memory.
+const OUTPUT_HIGH_WATERMARK: usize = 4 * 1024 * 1024;
+/// Deliveries resume once the waiting output has drained below this.
+const OUTPUT_LOW_WATERMARK: usize = 1024 * 1024;
+
+/// Bytes handed to the writer task and not yet written, shared by both tasks.
+#[derive(Default)]
+struct OutputGauge {
+    queued: AtomicUsize,
+    drained: Notify,
+}
 
 pub struct ConnectionContext {
     pub id: ConnectionId,
@@ -39,9 +52,11 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let mut session = Connection::new(cx.id, peer, cx.session_config.clone(), cx.clock.now());
     let (mut reader, writer) = stream.into_split();
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
-    let writer_task = tokio::spawn(write_loop(writer, out_rx));
+    let gauge = Arc::new(OutputGauge::default());
+    let writer_task = tokio::spawn(write_loop(writer, out_rx, gauge.clone()));
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut reading = true;
+    let mut paused = false;
     loop {
         let deadline = session.next_deadline().map(|d| cx.clock.instant_of(d));
         if input.capacity() - input.len() < READ_CHUNK / 4 {
@@ -67,6 +82,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
                 }
             }
             _ = sleep_until(deadline) => session.handle_timeout(cx.clock.now()),
+            _ = gauge.drained.notified(), if paused => {}
             changed = cx.shutdown.changed() => {
                 if changed.is_ok() && *cx.shutdown.borrow() {
                     session.close_forced("shutdown", cx.clock.now());
@@ -79,8 +95,20 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
             }
         }
         let output = session.take_output();
-        if !output.is_empty() && out_tx.send(output.freeze()).is_err() {
-            session.handle_eof(cx.clock.now());
+        if !output.is_empty() {
+            gauge.queued.fetch_add(output.len(), Ordering::Relaxed);
+            if out_tx.send(output.freeze()).is_err() {
+                session.handle_eof(cx.clock.now());
+            }
+        }
+        let queued = gauge.queued.load(Ordering::Relaxed);
+        let pause = if paused { queued >= OUTPUT_LOW_WATERMARK } else { queued > OUTPUT_HIGH_WATERMARK };
+        if pause != paused {
+            paused = pause;
+            let command = Command::DeliveryPaused { conn: cx.id, paused };
+            if cx.broker.send(BrokerInput::Command(command)).await.is_err() {
+                break;
+            }
         }
         if session.is_closed() {
             break;
@@ -92,7 +120,11 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
 }
 
 /// Writes what the session produced, coalescing queued chunks into one write.
-async fn write_loop(mut writer: OwnedWriteHalf, mut chunks: mpsc::UnboundedReceiver<Bytes>) {
+async fn write_loop(
+    mut writer: OwnedWriteHalf,
+    mut chunks: mpsc::UnboundedReceiver<Bytes>,
+    gauge: Arc<OutputGauge>,
+) {
     let mut pending = BytesMut::new();
     while let Some(first) = chunks.recv().await {
         let mut batch = first;
@@ -107,6 +139,10 @@ async fn write_loop(mut writer: OwnedWriteHalf, mut chunks: mpsc::UnboundedRecei
         }
         if writer.write_all(&batch).await.is_err() {
             return;
+        }
+        let before = gauge.queued.fetch_sub(batch.len(), Ordering::Relaxed);
+        if before >= OUTPUT_LOW_WATERMARK && before - batch.len() < OUTPUT_LOW_WATERMARK {
+            gauge.drained.notify_one();
         }
     }
     let _ = writer.shutdown().await;
