@@ -67,6 +67,9 @@ struct Dir {
 struct FileBytes {
     data: Vec<u8>,
     synced: Vec<u8>,
+    /// Lowest offset written or cut since the last sync (`None`: clean), so a sync copies only
+    /// what changed and stays cheap on large files.
+    dirty_from: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -113,7 +116,7 @@ impl MemImage {
         let mut files = BTreeMap::new();
         for (name, file) in &self.files {
             let surviving = file.surviving(crash);
-            let bytes = FileBytes { data: surviving.clone(), synced: surviving };
+            let bytes = FileBytes { data: surviving.clone(), synced: surviving, dirty_from: None };
             files.insert(name.clone(), Arc::new(Mutex::new(bytes)));
         }
         MemStorage { shared: Arc::new(Mutex::new(Dir { files, ..Dir::default() })) }
@@ -149,6 +152,12 @@ impl FileBytes {
             }
         }
         out
+    }
+}
+
+impl FileBytes {
+    fn mark_dirty(&mut self, from: usize) {
+        self.dirty_from = Some(self.dirty_from.map_or(from, |d| d.min(from)));
     }
 }
 
@@ -245,13 +254,17 @@ impl StorageFile for MemFile {
             file.data.resize(end, 0);
         }
         file.data[start..end].copy_from_slice(data);
+        file.mark_dirty(start);
         Ok(())
     }
 
     fn set_len(&self, len_bytes: u64) -> io::Result<()> {
         lock(&self.dir).check(false)?;
         let len = usize::try_from(len_bytes).map_err(|_| io::ErrorKind::InvalidInput)?;
-        lock(&self.bytes).data.resize(len, 0);
+        let mut file = lock(&self.bytes);
+        let cut_from = len.min(file.data.len());
+        file.data.resize(len, 0);
+        file.mark_dirty(cut_from);
         Ok(())
     }
 
@@ -260,7 +273,12 @@ impl StorageFile for MemFile {
         dir.check(true)?;
         dir.before_durable_event();
         let mut file = lock(&self.bytes);
-        file.synced = file.data.clone();
+        if let Some(from) = file.dirty_from.take() {
+            let FileBytes { data, synced, .. } = &mut *file;
+            synced.truncate(from);
+            let kept = synced.len();
+            synced.extend_from_slice(&data[kept..]);
+        }
         Ok(())
     }
 }
@@ -299,6 +317,20 @@ mod tests {
         assert_eq!(&bytes[..9], b"durable-v");
         assert_ne!(bytes[9], b'o');
         assert_eq!(storage.image().unsynced_bytes_max(), 9);
+    }
+
+    /// A sync after a truncation or an overwrite makes exactly the new bytes durable.
+    #[test]
+    fn sync_after_truncate_and_overwrite_is_exact() {
+        let storage = MemStorage::new();
+        let file = storage.create("f").unwrap();
+        file.write_all_at(0, b"0123456789").unwrap();
+        file.sync().unwrap();
+        file.set_len(4).unwrap();
+        file.write_all_at(2, b"ab").unwrap();
+        assert_eq!(read_all(&storage.crash(Crash::LoseUnsynced), "f"), b"0123456789");
+        file.sync().unwrap();
+        assert_eq!(read_all(&storage.crash(Crash::LoseUnsynced), "f"), b"01ab");
     }
 
     /// Recording captures the state before each sync, create, remove and rename.
