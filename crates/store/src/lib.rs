@@ -1,1 +1,34 @@
-//! hourglass-store
+//! hourglass-store: Hourglass's durable message log. It knows records and bytes, not AMQP
+//! (ARCHITECTURE rule 6): a queue is a `u64` id, a message a `u64` id with an opaque body and a
+//! small opaque metadata blob.
+//!
+//! - [`Store`]: one append-only log of checksummed records per broker (enqueue, settle, update,
+//!   purge) in bounded segment files; group commit (`append_*` then one `commit` = one sync);
+//!   bodies read back on demand by [`Location`]; compaction deletes segments nothing live needs.
+//! - [`Store::open`] recovers: verifies checksums, cuts a torn tail, rebuilds every queue's live
+//!   messages in enqueue order with their latest metadata ([`Recovered`]).
+//! - [`snapshot`]: small atomically replaced files for durable definitions.
+//! - [`storage`]: the seam ([`Storage`], [`StorageFile`]) with a real-file backend
+//!   ([`FsStorage`]) and an in-memory one ([`MemStorage`]) that crash tests freeze at any sync point.
+//!
+//! Synchronous, no tokio: the server calls it from a blocking thread. docs/storage.md describes the
+//! format and the recovery rules; docs/adr/0005-storage.md says why this design.
+
+mod error;
+mod index;
+pub mod limits;
+mod record;
+mod recovery;
+pub mod snapshot;
+pub mod storage;
+mod store;
+mod types;
+
+pub use error::{AppendError, CommitError, Defect, OpenError, ReadError};
+pub use record::{HeaderDefect, FORMAT_VERSION};
+pub use storage::{Crash, Fault, FsStorage, MemImage, MemStorage, Storage, StorageFile};
+pub use store::Store;
+pub use types::{
+    Appended, Committed, Compacted, Damage, Enqueued, Location, OnCorruption, Purged, RecordSeq, Recovered,
+    RecoveredMessage, RecoveryReport, StoreConfig, StoreStats,
+};

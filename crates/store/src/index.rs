@@ -1,0 +1,235 @@
+//! The live index: which messages are live, the segment holding each, and what keeps each segment
+//! from being deleted. About 16 bytes per live message (a `msg_id → segment` entry in its queue's
+//! map) plus the hash table's control byte and slack; bodies and metadata are not held here.
+//!
+//! A segment may be deleted when both hold:
+//! - it holds no live enqueue (`live == 0`), and
+//! - every older segment that a settle, update or purge record in it refers to is already gone
+//!   (`refs` is empty). Otherwise deleting it would drop a settle whose enqueue is still on disk,
+//!   and recovery would bring a settled message back (or an update, and lose the newer metadata).
+//!
+//! Recovery and the running store drive the same index, so both count alike.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Message ids to the sequence of the segment holding their enqueue record.
+type QueueLive = HashMap<u64, u64, IdBuild>;
+
+#[derive(Debug, Default)]
+pub(crate) struct LiveIndex {
+    queues: HashMap<u64, QueueLive, IdBuild>,
+    segments: BTreeMap<u64, SegmentLive>,
+    live_messages: u64,
+}
+
+/// What pins one segment.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct SegmentLive {
+    /// Live messages whose enqueue record is in this segment.
+    pub(crate) live: u64,
+    /// Older, still present segments holding enqueues that records in this segment settle or update.
+    pub(crate) refs: BTreeSet<u64>,
+}
+
+/// The enqueue of a message that is already live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AlreadyLive;
+
+impl LiveIndex {
+    /// Starts tracking segment `seq` (records may now land in it).
+    pub(crate) fn add_segment(&mut self, seq: u64) {
+        self.segments.entry(seq).or_default();
+    }
+
+    /// Records that `msg_id` entered `queue` with its enqueue in segment `seg`.
+    pub(crate) fn enqueue(&mut self, queue: u64, msg_id: u64, seg: u64) -> Result<(), AlreadyLive> {
+        let messages = self.queues.entry(queue).or_default();
+        if messages.contains_key(&msg_id) {
+            return Err(AlreadyLive);
+        }
+        messages.insert(msg_id, seg);
+        self.segments.entry(seg).or_default().live += 1;
+        self.live_messages += 1;
+        Ok(())
+    }
+
+    /// Records a settle written in segment `at`; returns the segment of the enqueue, if live.
+    pub(crate) fn settle(&mut self, queue: u64, msg_id: u64, at: u64) -> Option<u64> {
+        let messages = self.queues.get_mut(&queue)?;
+        let seg = messages.remove(&msg_id)?;
+        if messages.is_empty() {
+            self.queues.remove(&queue);
+        }
+        self.unpin(seg, at);
+        Some(seg)
+    }
+
+    /// Records an update written in segment `at`; returns the segment of the enqueue, if live.
+    pub(crate) fn update(&mut self, queue: u64, msg_id: u64, at: u64) -> Option<u64> {
+        let seg = *self.queues.get(&queue)?.get(&msg_id)?;
+        self.add_ref(at, seg);
+        Some(seg)
+    }
+
+    /// Records a purge written in segment `at`; returns how many messages it settled.
+    pub(crate) fn purge(&mut self, queue: u64, at: u64) -> u64 {
+        let Some(messages) = self.queues.remove(&queue) else {
+            return 0;
+        };
+        let settled = messages.len() as u64;
+        for seg in messages.into_values() {
+            self.unpin(seg, at);
+        }
+        settled
+    }
+
+    /// Whether `msg_id` is live in `queue`.
+    pub(crate) fn contains(&self, queue: u64, msg_id: u64) -> bool {
+        self.queues.get(&queue).is_some_and(|m| m.contains_key(&msg_id))
+    }
+
+    /// Segments that may be deleted now, oldest first; `active` (being appended to) never is.
+    pub(crate) fn dead_segments(&self, active: Option<u64>) -> Vec<u64> {
+        self.segments
+            .iter()
+            .filter(|(seq, s)| Some(**seq) != active && s.live == 0 && s.refs.is_empty())
+            .map(|(seq, _)| *seq)
+            .collect()
+    }
+
+    /// Forgets a deleted segment, releasing the segments that referred to it.
+    pub(crate) fn remove_segment(&mut self, seq: u64) {
+        let removed = self.segments.remove(&seq);
+        debug_assert!(removed.is_none_or(|s| s.live == 0 && s.refs.is_empty()));
+        // Only newer segments can refer to it.
+        for (_, later) in self.segments.range_mut(seq..) {
+            later.refs.remove(&seq);
+        }
+    }
+
+    /// What pins segment `seq`, if tracked.
+    #[cfg(test)]
+    pub(crate) fn segment(&self, seq: u64) -> Option<&SegmentLive> {
+        self.segments.get(&seq)
+    }
+
+    /// Live messages in all queues.
+    pub(crate) fn live_messages(&self) -> u64 {
+        self.live_messages
+    }
+
+    /// Live messages per queue id.
+    pub(crate) fn queue_messages(&self, queue: u64) -> u64 {
+        self.queues.get(&queue).map_or(0, |m| m.len() as u64)
+    }
+
+    fn unpin(&mut self, seg: u64, at: u64) {
+        self.live_messages -= 1;
+        if let Some(s) = self.segments.get_mut(&seg) {
+            debug_assert!(s.live > 0, "segment {seg} live count underflow");
+            s.live -= 1;
+        }
+        self.add_ref(at, seg);
+    }
+
+    fn add_ref(&mut self, at: u64, seg: u64) {
+        if at != seg {
+            debug_assert!(seg < at, "records refer only to older segments");
+            self.segments.entry(at).or_default().refs.insert(seg);
+        }
+    }
+}
+
+/// A fast hasher for `u64` ids (multiply-rotate, as rustc's FxHash). Ids are chosen by the broker,
+/// never by a peer, so the DoS resistance of the default SipHash buys nothing here.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+pub(crate) type IdBuild = BuildHasherDefault<IdHasher>;
+
+const ID_HASH_MULTIPLIER: u64 = 0x517c_c1b7_2722_0a95;
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(ID_HASH_MULTIPLIER);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A segment whose messages are all settled in the same segment is dead at once.
+    #[test]
+    fn settled_segment_without_refs_is_dead() {
+        let mut index = LiveIndex::default();
+        index.enqueue(1, 10, 1).unwrap();
+        index.enqueue(1, 11, 1).unwrap();
+        index.add_segment(2);
+        assert_eq!(index.settle(1, 10, 1), Some(1));
+        assert!(index.dead_segments(Some(2)).is_empty());
+        assert_eq!(index.settle(1, 11, 1), Some(1));
+        assert_eq!(index.dead_segments(Some(2)), [1]);
+        assert_eq!(index.live_messages(), 0);
+    }
+
+    /// A segment holding a settle for an older segment's message stays until that segment goes.
+    #[test]
+    fn settle_record_pins_its_segment_until_the_enqueue_segment_goes() {
+        let mut index = LiveIndex::default();
+        index.enqueue(1, 10, 1).unwrap(); // long-lived, pins segment 1
+        index.enqueue(1, 20, 2).unwrap();
+        index.enqueue(1, 30, 3).unwrap();
+        index.add_segment(4);
+        index.settle(1, 20, 2);
+        index.settle(1, 30, 3);
+        // Segment 3 holds no settle for an older segment: dead. Segment 2 is dead too.
+        assert_eq!(index.dead_segments(Some(4)), [2, 3]);
+        index.settle(1, 10, 4); // settle of segment 1's message written into segment 4
+        index.add_segment(5);
+        assert_eq!(index.dead_segments(Some(5)), [1, 2, 3]);
+        for seq in [1, 2, 3] {
+            index.remove_segment(seq);
+        }
+        // Segment 4's settle referred to segment 1 only; with 1 gone, 4 is free.
+        assert_eq!(index.dead_segments(Some(5)), [4]);
+    }
+
+    /// An update pins its segment while the updated message lives; a duplicate enqueue is refused.
+    #[test]
+    fn update_pins_and_duplicates_are_refused() {
+        let mut index = LiveIndex::default();
+        index.enqueue(7, 1, 1).unwrap();
+        assert_eq!(index.enqueue(7, 1, 2), Err(AlreadyLive));
+        index.add_segment(2);
+        index.add_segment(3);
+        assert_eq!(index.update(7, 1, 2), Some(1));
+        assert_eq!(index.dead_segments(Some(3)), Vec::<u64>::new());
+        assert_eq!(index.update(7, 99, 2), None);
+    }
+
+    /// A purge settles every live message of the queue and refers to their segments.
+    #[test]
+    fn purge_settles_the_whole_queue() {
+        let mut index = LiveIndex::default();
+        index.enqueue(1, 1, 1).unwrap();
+        index.enqueue(1, 2, 2).unwrap();
+        index.enqueue(2, 1, 2).unwrap();
+        assert_eq!(index.purge(1, 3), 2);
+        assert_eq!(index.queue_messages(1), 0);
+        assert_eq!(index.queue_messages(2), 1);
+        assert_eq!(index.segment(3).unwrap().refs, BTreeSet::from([1, 2]));
+        assert_eq!(index.purge(1, 3), 0);
+    }
+}
