@@ -1,5 +1,8 @@
 //! One task per client connection: read → decode → session → broker, and broker effects →
-//! session → a writer task, sleeping until the session's next deadline (heartbeats, timeouts).
+//! session → socket, sleeping until the session's next deadline (heartbeats, timeouts).
+//!
+//! Output is written straight from this task when the socket takes it; what it cannot take goes
+//! to a writer task, so a client that is slow to read never blocks this task from reading.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 use hourglass_broker::{Command, ConnectionId};
 use hourglass_session::{Connection, PeerInfo, SessionConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
@@ -51,9 +54,10 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let peer = PeerInfo { addr: cx.peer.to_string(), is_loopback: cx.peer.ip().to_canonical().is_loopback() };
     let mut session = Connection::new(cx.id, peer, cx.session_config.clone(), cx.clock.now());
     let (mut reader, writer) = stream.into_split();
+    let writer = Arc::new(writer);
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
     let gauge = Arc::new(OutputGauge::default());
-    let writer_task = tokio::spawn(write_loop(writer, out_rx, gauge.clone()));
+    let writer_task = tokio::spawn(write_loop(writer.clone(), out_rx, gauge.clone()));
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut reading = true;
     let mut paused = false;
@@ -94,9 +98,20 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
                 break;
             }
         }
-        let output = session.take_output();
+        let mut output = session.take_output();
+        if !output.is_empty() && gauge.queued.load(Ordering::Acquire) == 0 {
+            // The writer task holds nothing, so writing here keeps the byte order.
+            match writer.try_write(&output) {
+                Ok(written) => drop(output.split_to(written)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => {
+                    output.clear();
+                    session.handle_eof(cx.clock.now());
+                }
+            }
+        }
         if !output.is_empty() {
-            gauge.queued.fetch_add(output.len(), Ordering::Relaxed);
+            gauge.queued.fetch_add(output.len(), Ordering::AcqRel);
             if out_tx.send(output.freeze()).is_err() {
                 session.handle_eof(cx.clock.now());
             }
@@ -119,9 +134,10 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let _ = tokio::time::timeout(FINAL_FLUSH_TIMEOUT, writer_task).await;
 }
 
-/// Writes what the session produced, coalescing queued chunks into one write.
+/// Writes what the connection task could not, coalescing queued chunks into one write. The
+/// socket's write side shuts down when both tasks have dropped it.
 async fn write_loop(
-    mut writer: OwnedWriteHalf,
+    writer: Arc<OwnedWriteHalf>,
     mut chunks: mpsc::UnboundedReceiver<Bytes>,
     gauge: Arc<OutputGauge>,
 ) {
@@ -137,15 +153,26 @@ async fn write_loop(
             }
             batch = pending.split().freeze();
         }
-        if writer.write_all(&batch).await.is_err() {
+        if write_all(&writer, &batch).await.is_err() {
             return;
         }
-        let before = gauge.queued.fetch_sub(batch.len(), Ordering::Relaxed);
+        let before = gauge.queued.fetch_sub(batch.len(), Ordering::AcqRel);
         if before >= OUTPUT_LOW_WATERMARK && before - batch.len() < OUTPUT_LOW_WATERMARK {
             gauge.drained.notify_one();
         }
     }
-    let _ = writer.shutdown().await;
+}
+
+async fn write_all(writer: &OwnedWriteHalf, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        writer.writable().await?;
+        match writer.try_write(bytes) {
+            Ok(written) => bytes = &bytes[written..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
