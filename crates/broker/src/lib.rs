@@ -4,6 +4,7 @@
 //! [`Broker::handle_timeout`], passing `now`; collect what it wants done with
 //! [`Broker::poll_effect`]; sleep until [`Broker::next_deadline`].
 
+pub mod admin;
 pub mod api;
 mod broker;
 mod channel;

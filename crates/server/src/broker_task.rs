@@ -28,6 +28,9 @@ pub enum BrokerInput {
         mailbox: Mailbox,
     },
     Command(Command),
+    /// Work from the management API, run in order with commands; its effects are flushed like
+    /// a command's (a queue deleted over HTTP cancels its consumers).
+    Job(hourglass_broker::admin::Job),
 }
 
 pub async fn run(mut broker: Broker, mut inputs: mpsc::Receiver<BrokerInput>, clock: Clock) {
@@ -77,6 +80,7 @@ fn apply(
             }
             broker.handle_command(command, clock.now());
         }
+        BrokerInput::Job(job) => job(broker, clock.now()),
     }
 }
 

@@ -17,6 +17,9 @@ pub const DEFAULT_METRICS_PORT: u16 = 15692;
 /// Listen on every interface, as RabbitMQ does (guest stays loopback-only regardless).
 pub const DEFAULT_BIND: &str = "0.0.0.0";
 pub const DEFAULT_DATA_DIR: &str = "./data";
+/// RabbitMQ's `loopback_users` default: guest/guest works only from the local machine, so a
+/// broker reachable from the network is not open to the well-known password.
+pub const DEFAULT_LOOPBACK_USERS: &[&str] = &["guest"];
 
 /// Command-line flags; each is also read from the environment variable shown.
 #[derive(Debug, Default, Parser)]
@@ -41,6 +44,10 @@ pub struct Cli {
     /// Directory for durable data.
     #[arg(long, env = "HOURGLASS_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Users that may log in only from loopback, comma-separated; `none` for nobody
+    /// (RabbitMQ's `loopback_users`).
+    #[arg(long, env = "HOURGLASS_LOOPBACK_USERS", value_delimiter = ',')]
+    pub loopback_users: Option<Vec<String>>,
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -55,6 +62,8 @@ pub struct FileConfig {
     pub http_port: Option<u16>,
     pub metrics_port: Option<u16>,
     pub data_dir: Option<PathBuf>,
+    /// A list of user names, or `[]` / `["none"]` for none.
+    pub loopback_users: Option<Vec<String>>,
 }
 
 /// Resolved settings.
@@ -65,6 +74,7 @@ pub struct Config {
     pub http_port: u16,
     pub metrics_port: u16,
     pub data_dir: PathBuf,
+    pub loopback_users: Vec<String>,
 }
 
 impl Default for Config {
@@ -75,6 +85,7 @@ impl Default for Config {
             http_port: DEFAULT_HTTP_PORT,
             metrics_port: DEFAULT_METRICS_PORT,
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            loopback_users: DEFAULT_LOOPBACK_USERS.iter().map(|u| (*u).to_owned()).collect(),
         }
     }
 }
@@ -93,6 +104,17 @@ impl Config {
             http_port: cli.http_port.or(file.http_port).unwrap_or(defaults.http_port),
             metrics_port: cli.metrics_port.or(file.metrics_port).unwrap_or(defaults.metrics_port),
             data_dir: cli.data_dir.or(file.data_dir).unwrap_or(defaults.data_dir),
+            loopback_users: cli
+                .loopback_users
+                .or(file.loopback_users)
+                .map(|users| {
+                    users
+                        .into_iter()
+                        .map(|u| u.trim().to_owned())
+                        .filter(|u| !u.is_empty() && u != "none")
+                        .collect()
+                })
+                .unwrap_or(defaults.loopback_users),
         })
     }
 }
@@ -120,6 +142,16 @@ mod tests {
         assert_eq!(config.http_port, 6001);
         assert_eq!(config.metrics_port, DEFAULT_METRICS_PORT);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `none` (RabbitMQ's spelling) and an empty list both mean no loopback-only users.
+    #[test]
+    fn loopback_users_none_means_nobody() {
+        let cli = Cli { loopback_users: Some(vec!["none".into()]), ..Cli::default() };
+        assert!(Config::resolve(cli).unwrap().loopback_users.is_empty());
+        let file: FileConfig = toml::from_str("loopback_users = []").unwrap();
+        assert_eq!(file.loopback_users, Some(vec![]));
+        assert_eq!(Config::default().loopback_users, vec!["guest".to_owned()]);
     }
 
     /// A misspelt option in the file is an error, not silently ignored.

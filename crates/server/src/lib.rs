@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hourglass_broker::{Broker, BrokerConfig, ConnectionId};
-use hourglass_session::{SessionConfig, StaticUsers};
+use hourglass_mgmt::{AppState, BrokerHandle, NodeInfo, UserStore};
+use hourglass_session::SessionConfig;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -24,10 +25,15 @@ pub use config::{Cli, Config};
 /// How long connections get to finish the connection.close handshake at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// A bound listener, ready to serve.
+/// Management jobs waiting for the broker task: few are in flight at once (one per HTTP request).
+const JOB_QUEUE_CAPACITY: usize = 64;
+
+/// Bound listeners, ready to serve.
 pub struct Server {
     config: Config,
     amqp: TcpListener,
+    http: TcpListener,
+    metrics: TcpListener,
 }
 
 impl Server {
@@ -36,7 +42,23 @@ impl Server {
         let addr = SocketAddr::new(config.bind, config.amqp_port);
         let amqp =
             TcpListener::bind(addr).await.with_context(|| format!("binding AMQP listener on {addr}"))?;
-        Ok(Server { config, amqp })
+        let addr = SocketAddr::new(config.bind, config.http_port);
+        let http =
+            TcpListener::bind(addr).await.with_context(|| format!("binding HTTP API listener on {addr}"))?;
+        let addr = SocketAddr::new(config.bind, config.metrics_port);
+        let metrics =
+            TcpListener::bind(addr).await.with_context(|| format!("binding metrics listener on {addr}"))?;
+        Ok(Server { config, amqp, http, metrics })
+    }
+
+    /// The management HTTP API's address.
+    pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
+        self.http.local_addr()
+    }
+
+    /// The Prometheus listener's address.
+    pub fn metrics_addr(&self) -> std::io::Result<SocketAddr> {
+        self.metrics.local_addr()
     }
 
     /// The AMQP listener's address (useful when bound to port 0).
@@ -52,16 +74,40 @@ impl Server {
         let broker = Broker::new(BrokerConfig { name_seed: seed, ..BrokerConfig::default() });
         let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
         let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock));
-        let session_config = Arc::new(SessionConfig::new(Arc::new(StaticUsers::default())));
+        let users = Arc::new(UserStore::with_defaults(self.config.loopback_users.clone()));
+        let session_config = Arc::new(SessionConfig::new(users.clone()));
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (amqp_addr, http_addr, metrics_addr) =
+            (self.amqp_addr()?, self.http_addr()?, self.metrics_addr()?);
+        let mgmt = AppState {
+            broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
+            users,
+            node: Arc::new(NodeInfo::new(
+                self.config.bind,
+                amqp_addr.port(),
+                http_addr.port(),
+                metrics_addr.port(),
+            )),
+        };
+        let mut http_tasks = JoinSet::new();
+        for (listener, router) in [
+            (self.http, hourglass_mgmt::api_router(mgmt.clone())),
+            (self.metrics, hourglass_mgmt::metrics_router(mgmt)),
+        ] {
+            let mut stop = shutdown_rx.clone();
+            let stopped = async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            };
+            http_tasks.spawn(hourglass_mgmt::serve(listener, router, stopped));
+        }
         let next_id = AtomicU64::new(1);
         let mut connections = JoinSet::new();
         tracing::info!(
-            amqp = %self.amqp_addr()?,
-            http_port = self.config.http_port,
-            metrics_port = self.config.metrics_port,
+            amqp = %amqp_addr,
+            http = %http_addr,
+            metrics = %metrics_addr,
             data_dir = %self.config.data_dir.display(),
-            "hourglass listening (AMQP 0-9-1; management and metrics listeners arrive with the operations work)"
+            "hourglass listening (AMQP 0-9-1, management API, Prometheus metrics)"
         );
         tokio::pin!(shutdown);
         loop {
@@ -99,10 +145,30 @@ impl Server {
         if drained.is_err() {
             connections.abort_all();
         }
+        let _ =
+            tokio::time::timeout(SHUTDOWN_GRACE, async { while http_tasks.join_next().await.is_some() {} })
+                .await;
+        http_tasks.abort_all();
         drop(broker_tx);
         let _ = broker_handle.await;
         Ok(())
     }
+}
+
+/// A job queue for the management API whose jobs are forwarded, in order, into the broker's input
+/// queue; the forwarder ends when the broker's queue closes or every job sender is gone.
+fn forward_jobs(
+    broker: mpsc::Sender<broker_task::BrokerInput>,
+) -> mpsc::Sender<hourglass_broker::admin::Job> {
+    let (tx, mut rx) = mpsc::channel(JOB_QUEUE_CAPACITY);
+    tokio::spawn(async move {
+        while let Some(job) = rx.recv().await {
+            if broker.send(broker_task::BrokerInput::Job(job)).await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -1,0 +1,195 @@
+//! Read-only views for the management API and metrics: connections, channels, consumers, queues
+//! with their arguments, bindings with theirs.
+
+use hourglass_wire::FieldTable;
+
+use super::ADMIN_CONNECTION;
+use crate::api::{ChannelId, ConnectionId, ConnectionInfo};
+use crate::broker::Broker;
+use crate::channel::Mode;
+use crate::exchange::Destination;
+use crate::queue::QueueStats;
+
+/// A client connection as listings show it.
+#[derive(Clone, Debug)]
+pub struct ConnectionSummary {
+    pub id: ConnectionId,
+    pub info: ConnectionInfo,
+    pub channels: usize,
+}
+
+/// An open channel.
+#[derive(Clone, Debug)]
+pub struct ChannelSummary {
+    pub conn: ConnectionId,
+    pub channel: ChannelId,
+    pub user: String,
+    pub vhost: String,
+    pub peer: String,
+    pub consumers: usize,
+    /// Deliveries to this channel's consumers not yet settled (basic.get deliveries not counted).
+    pub messages_unacknowledged: u32,
+    /// basic.qos prefetch-count, global=false.
+    pub prefetch_count: u16,
+    /// basic.qos prefetch-count, global=true.
+    pub global_prefetch_count: u16,
+    pub confirm: bool,
+    pub transactional: bool,
+}
+
+/// A consumer on a queue.
+#[derive(Clone, Debug)]
+pub struct ConsumerSummary {
+    pub vhost: String,
+    pub queue: String,
+    pub consumer_tag: String,
+    pub conn: ConnectionId,
+    pub channel: ChannelId,
+    pub peer: String,
+    pub user: String,
+    pub ack_required: bool,
+    pub exclusive: bool,
+    pub prefetch_count: u16,
+}
+
+/// A queue's statistics with its declaration arguments.
+#[derive(Clone, Debug)]
+pub struct QueueDetails {
+    pub stats: QueueStats,
+    pub arguments: FieldTable,
+}
+
+/// A binding with its arguments; the default exchange's implicit bindings are included.
+#[derive(Clone, Debug)]
+pub struct BindingDetails {
+    pub vhost: String,
+    pub source: String,
+    /// `queue` or `exchange`.
+    pub destination_type: &'static str,
+    pub destination: String,
+    pub routing_key: String,
+    pub arguments: FieldTable,
+}
+
+impl Broker {
+    /// Every client connection, by id.
+    pub fn list_connections(&self) -> Vec<ConnectionSummary> {
+        let mut all: Vec<ConnectionSummary> = self
+            .connections
+            .iter()
+            .filter(|(id, _)| **id != ADMIN_CONNECTION)
+            .map(|(id, c)| ConnectionSummary { id: *id, info: c.info.clone(), channels: c.channels.len() })
+            .collect();
+        all.sort_by_key(|c| c.id);
+        all
+    }
+
+    /// Every open channel, by connection and number.
+    pub fn list_channels(&self) -> Vec<ChannelSummary> {
+        let mut all: Vec<ChannelSummary> = self
+            .channels
+            .iter()
+            .filter(|((conn, _), _)| *conn != ADMIN_CONNECTION)
+            .filter_map(|((conn, number), channel)| {
+                let info = &self.connections.get(conn)?.info;
+                Some(ChannelSummary {
+                    conn: *conn,
+                    channel: *number,
+                    user: info.user.clone(),
+                    vhost: info.vhost.clone(),
+                    peer: info.peer.clone(),
+                    consumers: channel.consumers.len(),
+                    messages_unacknowledged: channel.consumer_unacked,
+                    prefetch_count: channel.consumer_prefetch,
+                    global_prefetch_count: channel.channel_prefetch,
+                    confirm: matches!(channel.mode, Mode::Confirm { .. }),
+                    transactional: matches!(channel.mode, Mode::Tx(_)),
+                })
+            })
+            .collect();
+        all.sort_by_key(|c| (c.conn, c.channel));
+        all
+    }
+
+    /// Every consumer, by vhost, queue and tag.
+    pub fn list_consumers(&self) -> Vec<ConsumerSummary> {
+        let mut all = Vec::new();
+        for queue in self.queues.values() {
+            for consumer in queue.consumers.iter() {
+                let Some(connection) = self.connections.get(&consumer.conn) else { continue };
+                all.push(ConsumerSummary {
+                    vhost: queue.vhost.clone(),
+                    queue: queue.name().as_str().into_owned(),
+                    consumer_tag: consumer.tag.as_str().into_owned(),
+                    conn: consumer.conn,
+                    channel: consumer.channel,
+                    peer: connection.info.peer.clone(),
+                    user: connection.info.user.clone(),
+                    ack_required: !consumer.no_ack,
+                    exclusive: consumer.exclusive,
+                    prefetch_count: consumer.prefetch_count,
+                });
+            }
+        }
+        all.sort_by(|a, b| (&a.vhost, &a.queue, &a.consumer_tag).cmp(&(&b.vhost, &b.queue, &b.consumer_tag)));
+        all
+    }
+
+    /// Every queue with its arguments, sorted by vhost and name.
+    pub fn list_queue_details(&self) -> Vec<QueueDetails> {
+        self.list_queues()
+            .into_iter()
+            .map(|stats| {
+                let arguments = self
+                    .vhosts
+                    .get(&stats.vhost)
+                    .and_then(|v| v.queues.iter().find(|(n, _)| n.as_bytes() == stats.name.as_bytes()))
+                    .and_then(|(_, id)| self.queues.get(id))
+                    .map(|q| q.spec.arguments.clone())
+                    .unwrap_or_default();
+                QueueDetails { stats, arguments }
+            })
+            .collect()
+    }
+
+    /// Every binding of a vhost: first the default exchange's implicit one per queue (as RabbitMQ
+    /// lists them), then the declared ones by source exchange.
+    pub fn list_binding_details(&self, vhost: &str) -> Vec<BindingDetails> {
+        let Some(v) = self.vhosts.get(vhost) else { return Vec::new() };
+        let mut out = Vec::new();
+        let mut queue_names: Vec<String> = v.queues.keys().map(|n| n.as_str().into_owned()).collect();
+        queue_names.sort();
+        for name in queue_names {
+            out.push(BindingDetails {
+                vhost: vhost.to_owned(),
+                source: String::new(),
+                destination_type: "queue",
+                destination: name.clone(),
+                routing_key: name,
+                arguments: FieldTable::new(),
+            });
+        }
+        let mut sources: Vec<_> = v.exchanges.values().collect();
+        sources.sort_by(|a, b| a.name().cmp(b.name()));
+        for exchange in sources {
+            for binding in exchange.bindings() {
+                let (destination_type, destination) = match &binding.destination {
+                    Destination::Queue(id) => {
+                        let Some(queue) = self.queues.get(id) else { continue };
+                        ("queue", queue.name().as_str().into_owned())
+                    }
+                    Destination::Exchange(name) => ("exchange", name.as_str().into_owned()),
+                };
+                out.push(BindingDetails {
+                    vhost: vhost.to_owned(),
+                    source: exchange.name().as_str().into_owned(),
+                    destination_type,
+                    destination,
+                    routing_key: binding.routing_key.as_str().into_owned(),
+                    arguments: binding.arguments.clone(),
+                });
+            }
+        }
+        out
+    }
+}

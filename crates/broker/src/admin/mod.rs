@@ -1,0 +1,163 @@
+//! The management side's access to the broker: jobs run on the broker task, listings, and an
+//! admin channel that drives the same method handlers as AMQP clients.
+//!
+//! Operations from the HTTP API (declare, bind, purge, publish, get, delete) go through
+//! [`AdminChannel`]: a synthetic connection and channel, opened and closed inside one job, that
+//! sends wire methods to `handle_method` exactly as a client would. So every rule (name checks,
+//! argument validation, equivalence, exclusivity) lives in one place, and the effects on other
+//! connections (basic.cancel to consumers of a deleted queue, deliveries after a publish) are left
+//! in the broker's effect queue for the driver to flush.
+
+mod listing;
+mod vhosts;
+
+pub use listing::{BindingDetails, ChannelSummary, ConnectionSummary, ConsumerSummary, QueueDetails};
+
+use std::sync::Arc;
+
+use hourglass_wire::{ChannelOpen, FieldTable, Method};
+
+use crate::api::{
+    AmqpError, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect, Publish,
+};
+use crate::broker::Broker;
+use crate::message::Message;
+use crate::time::Timestamp;
+
+/// Work for the broker task: runs with exclusive access to the broker, between commands.
+pub type Job = Box<dyn FnOnce(&mut Broker, Timestamp) + Send>;
+
+/// The connection id the admin channel uses. Client connection ids count up from 1, so this one
+/// never collides; an admin session is opened and closed within one job, so one id suffices.
+pub const ADMIN_CONNECTION: ConnectionId = ConnectionId(u64::MAX);
+const ADMIN_CHANNEL: ChannelId = ChannelId(1);
+
+/// A method (with its content, for get-ok and return) the broker sent to the admin channel.
+pub type Reply = (Method, Option<Arc<Message>>);
+
+/// A channel on a synthetic connection, for the management API.
+pub struct AdminChannel<'b> {
+    broker: &'b mut Broker,
+    now: Timestamp,
+}
+
+impl AdminChannel<'_> {
+    /// Sends a channel-level method; returns what the broker answered on this channel, or the
+    /// error that closed it (after which the channel is gone and further calls do nothing).
+    pub fn call(&mut self, method: impl Into<Method>) -> Result<Vec<Reply>, AmqpError> {
+        let command =
+            Command::Method { conn: ADMIN_CONNECTION, channel: ADMIN_CHANNEL, method: method.into() };
+        self.broker.handle_command(command, self.now);
+        self.broker.take_admin_replies()
+    }
+
+    /// Publishes a message; returns the replies (a basic.return when unroutable and mandatory).
+    pub fn publish(&mut self, publish: Publish) -> Result<Vec<Reply>, AmqpError> {
+        let command = Command::Publish { conn: ADMIN_CONNECTION, channel: ADMIN_CHANNEL, publish };
+        self.broker.handle_command(command, self.now);
+        self.broker.take_admin_replies()
+    }
+}
+
+impl Broker {
+    /// Opens an admin connection as `user` on `vhost` with one channel, runs `f` on it and closes
+    /// it (which requeues whatever it left unacked, as closing a client channel does).
+    pub fn with_admin_channel<T>(
+        &mut self,
+        user: &str,
+        vhost: &str,
+        now: Timestamp,
+        f: impl FnOnce(&mut AdminChannel<'_>) -> T,
+    ) -> T {
+        let info = ConnectionInfo {
+            user: user.to_owned(),
+            vhost: vhost.to_owned(),
+            peer: "management".to_owned(),
+            client_properties: FieldTable::new(),
+            capabilities: ClientCapabilities::default(),
+            frame_max: 0,
+            channel_max: 0,
+            heartbeat_s: 0,
+        };
+        self.handle_command(Command::ConnectionOpen { conn: ADMIN_CONNECTION, info }, now);
+        let open = Command::Method {
+            conn: ADMIN_CONNECTION,
+            channel: ADMIN_CHANNEL,
+            method: ChannelOpen::default().into(),
+        };
+        self.handle_command(open, now);
+        let _ = self.take_admin_replies();
+        let result = f(&mut AdminChannel { broker: self, now });
+        self.handle_command(Command::ConnectionClosed { conn: ADMIN_CONNECTION }, now);
+        let _ = self.take_admin_replies();
+        result
+    }
+
+    /// Removes the effects addressed to the admin connection, keeping every other one in order.
+    fn take_admin_replies(&mut self) -> Result<Vec<Reply>, AmqpError> {
+        let mut replies = Vec::new();
+        let mut error = None;
+        let mut kept = std::collections::VecDeque::with_capacity(self.effects.len());
+        for effect in self.effects.drain(..) {
+            if effect.conn() != ADMIN_CONNECTION {
+                kept.push_back(effect);
+                continue;
+            }
+            match effect {
+                Effect::Send { method, content, .. } => replies.push((method, content)),
+                Effect::ChannelError { error: e, .. } | Effect::ConnectionError { error: e, .. } => {
+                    error = Some(e)
+                }
+                Effect::Blocked { .. } => {}
+            }
+        }
+        self.effects = kept;
+        match error {
+            Some(e) => Err(e),
+            None => Ok(replies),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hourglass_wire::{QueueDeclare, QueueDeclareOk, ShortStr};
+
+    use super::*;
+
+    fn declare(name: &'static str) -> QueueDeclare {
+        QueueDeclare { queue: ShortStr::from_static(name), durable: true, ..Default::default() }
+    }
+
+    /// The admin channel answers like a client channel, reports errors, and leaves no trace.
+    #[test]
+    fn admin_channel_declares_and_reports_errors() {
+        let mut broker = Broker::new(crate::BrokerConfig::default());
+        let replies = broker.with_admin_channel("guest", "/", Timestamp::ZERO, |ch| ch.call(declare("q")));
+        let replies = replies.unwrap();
+        assert!(
+            matches!(&replies[0].0, Method::QueueDeclareOk(QueueDeclareOk { queue, .. }) if queue == "q")
+        );
+        let err = broker
+            .with_admin_channel("guest", "/", Timestamp::ZERO, |ch| {
+                ch.call(QueueDeclare { durable: false, ..declare("q") })
+            })
+            .unwrap_err();
+        assert_eq!(err.reply_code, 406);
+        assert!(broker.list_connections().is_empty());
+        assert!(broker.poll_effect().is_none());
+        assert_eq!(broker.list_queue_details().len(), 1);
+    }
+
+    /// Deleting a vhost removes its queues; a second delete reports it gone.
+    #[test]
+    fn vhost_add_and_delete() {
+        let mut broker = Broker::new(crate::BrokerConfig::default());
+        assert!(broker.add_vhost("v"));
+        assert!(!broker.add_vhost("v"));
+        broker.with_admin_channel("guest", "v", Timestamp::ZERO, |ch| ch.call(declare("q"))).unwrap();
+        assert!(broker.delete_vhost("v", Timestamp::ZERO));
+        assert!(broker.list_queues().is_empty());
+        assert!(!broker.delete_vhost("v", Timestamp::ZERO));
+    }
+}

@@ -1,0 +1,58 @@
+//! Creating and deleting virtual hosts, and closing connections, on the management API's behalf.
+
+use hourglass_wire::reply_code::CONNECTION_FORCED;
+
+use crate::api::{AmqpError, Command, ConnectionId, Effect};
+use crate::broker::Broker;
+use crate::queue::QueueId;
+use crate::time::Timestamp;
+use crate::vhost::VHost;
+
+impl Broker {
+    /// Names of every vhost, sorted.
+    pub fn vhost_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.vhosts.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Creates a vhost with the standard exchanges; returns false when it already existed.
+    pub fn add_vhost(&mut self, name: &str) -> bool {
+        if self.vhosts.contains_key(name) {
+            return false;
+        }
+        self.vhosts.insert(name.to_owned(), VHost::new());
+        true
+    }
+
+    /// Deletes a vhost: its connections are closed with 320 CONNECTION_FORCED, its queues deleted
+    /// (their consumers get basic.cancel). Returns false when there was no such vhost.
+    pub fn delete_vhost(&mut self, name: &str, now: Timestamp) -> bool {
+        if !self.vhosts.contains_key(name) {
+            return false;
+        }
+        let connections: Vec<ConnectionId> =
+            self.connections.iter().filter(|(_, c)| c.info.vhost == name).map(|(id, _)| *id).collect();
+        for conn in connections {
+            self.close_connection(conn, "vhost deleted", now);
+        }
+        let queues: Vec<QueueId> = self.queues.values().filter(|q| q.vhost == name).map(|q| q.id).collect();
+        for id in queues {
+            self.delete_queue(id);
+        }
+        self.vhosts.remove(name);
+        true
+    }
+
+    /// Closes a client connection with 320 CONNECTION_FORCED and `reason`, releasing what it
+    /// held now. Returns false when there is no such connection.
+    pub fn close_connection(&mut self, conn: ConnectionId, reason: &str, now: Timestamp) -> bool {
+        if !self.connections.contains_key(&conn) {
+            return false;
+        }
+        let error = AmqpError::new(CONNECTION_FORCED, reason);
+        self.handle_command(Command::ConnectionClosed { conn }, now);
+        self.emit(Effect::ConnectionError { conn, error });
+        true
+    }
+}

@@ -1,0 +1,43 @@
+//! hourglass-ctl: rabbitmqctl's verbs over the Hourglass management HTTP API.
+//!
+//! Output is tab-separated like `rabbitmqctl -q`: one line per object, the requested columns in
+//! order (rabbitmqctl's default columns when none are given).
+
+mod client;
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(name = "hourglass-ctl", version, about = "Manage a Hourglass broker over its HTTP API")]
+struct Cli {
+    /// Base URL of the management API.
+    #[arg(long, env = "HOURGLASS_CTL_URL", default_value = "http://127.0.0.1:15672")]
+    url: String,
+    #[arg(long, env = "HOURGLASS_CTL_USER", default_value = "guest")]
+    user: String,
+    #[arg(long, env = "HOURGLASS_CTL_PASSWORD", default_value = "guest")]
+    password: String,
+    /// Virtual host for the commands that take one.
+    #[arg(short = 'p', long, default_value = "/", global = true)]
+    vhost: String,
+    #[command(subcommand)]
+    command: commands::Command,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let client = client::Client::new(&cli.url, &cli.user, &cli.password);
+    match commands::run(&client, &cli.vhost, cli.command) {
+        Ok(output) => {
+            print!("{output}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("Error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

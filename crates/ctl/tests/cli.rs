@@ -1,0 +1,84 @@
+//! hourglass-ctl against a broker served in process on loopback.
+
+use std::process::Command;
+
+use hourglass_server::{Config, Server};
+
+/// Starts a broker on OS-chosen loopback ports in a background runtime; returns its API URL.
+fn start_broker() -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        runtime.block_on(async move {
+            let config = Config {
+                bind: [127, 0, 0, 1].into(),
+                amqp_port: 0,
+                http_port: 0,
+                metrics_port: 0,
+                ..Config::default()
+            };
+            let server = Server::bind(config).await.expect("bind");
+            tx.send(server.http_addr().expect("addr")).expect("send");
+            server.run(std::future::pending()).await.expect("run");
+        });
+    });
+    format!("http://{}", rx.recv().expect("broker started"))
+}
+
+fn ctl(url: &str, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_hourglass-ctl"))
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .output()
+        .expect("run ctl");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The rabbitmqctl verbs work end to end and print tab-separated rows.
+#[test]
+fn rabbitmqctl_verbs_against_a_running_broker() {
+    let url = start_broker();
+    assert!(ctl(&url, &["add_vhost", "dev"]).0);
+    let (_, out, _) = ctl(&url, &["list_vhosts"]);
+    assert_eq!(out, "/\ndev\n");
+    assert!(ctl(&url, &["add_user", "ann", "secret"]).0);
+    assert!(ctl(&url, &["set_user_tags", "ann", "management"]).0);
+    assert!(ctl(&url, &["-p", "dev", "set_permissions", "ann", ".*", ".*", ".*"]).0);
+    let (_, out, _) = ctl(&url, &["-p", "dev", "list_permissions"]);
+    assert!(out.contains("ann\t.*\t.*\t.*\n"), "{out}");
+    let (_, out, _) = ctl(&url, &["list_users"]);
+    assert!(out.contains("ann\t[management]\n") && out.contains("guest\t[administrator]\n"), "{out}");
+    let (ok, _, err) = ctl(&url, &["--user", "ann", "--password", "wrong", "list_queues"]);
+    assert!(!ok && err.contains("401"), "{err}");
+
+    let export = std::env::temp_dir().join(format!("hourglass-ctl-defs-{}.json", std::process::id()));
+    let defs = serde_json::json!({"queues": [{"name": "jobs", "vhost": "dev", "durable": true, "auto_delete": false, "arguments": {}}],
+        "bindings": [{"source": "amq.direct", "vhost": "dev", "destination": "jobs", "destination_type": "queue", "routing_key": "j", "arguments": {}}]});
+    std::fs::write(&export, defs.to_string()).unwrap();
+    let (ok, _, err) = ctl(&url, &["import_definitions", export.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let (_, out, _) = ctl(&url, &["-p", "dev", "list_queues", "name", "messages", "consumers"]);
+    assert_eq!(out, "jobs\t0\t0\n");
+    let (_, out, _) = ctl(&url, &["-p", "dev", "list_bindings"]);
+    assert!(out.contains("amq.direct\texchange\tjobs\tqueue\tj\t{}\n"), "{out}");
+    let (_, out, _) = ctl(&url, &["-p", "dev", "list_exchanges"]);
+    assert!(out.contains("amq.topic\ttopic\n"), "{out}");
+    assert!(ctl(&url, &["export_definitions", export.to_str().unwrap()]).0);
+    let exported: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
+    assert_eq!(exported["queues"][0]["name"], "jobs");
+    let _ = std::fs::remove_file(&export);
+
+    assert!(ctl(&url, &["-p", "dev", "purge_queue", "jobs"]).0);
+    assert!(ctl(&url, &["-p", "dev", "delete_queue", "jobs"]).0);
+    let (ok, _, err) = ctl(&url, &["-p", "dev", "delete_queue", "jobs"]);
+    assert!(!ok && err.contains("404"), "{err}");
+    assert_eq!(ctl(&url, &["list_connections"]).1, "");
+    assert!(ctl(&url, &["delete_user", "ann"]).0);
+    assert!(ctl(&url, &["delete_vhost", "dev"]).0);
+}

@@ -1,0 +1,98 @@
+//! Hourglass management: a RabbitMQ-shaped HTTP API (`/api/...`), Prometheus metrics, and the
+//! user/vhost/permission store shared with the AMQP side.
+//!
+//! Handlers reach the broker through [`BrokerHandle`]: a closure sent to the broker task, run
+//! between commands, its result returned over a oneshot. Nothing here holds broker state.
+//!
+//! | file | job |
+//! |---|---|
+//! | `handle.rs` | [`BrokerHandle`]: jobs to the broker task |
+//! | `users.rs` | [`UserStore`]: users, password hashes, permissions, vhost records |
+//! | `auth.rs` | HTTP basic auth against the store |
+//! | `error.rs` | errors as RabbitMQ's `{"error", "reason"}` bodies |
+//! | `json.rs` | field tables and message properties as JSON |
+//! | `listing.rs` | `columns`, `sort`, `sort_reverse`, `page`, `page_size` |
+//! | `routes/*.rs` | one file per resource |
+//! | `metrics.rs` | Prometheus text exposition |
+
+mod auth;
+mod error;
+mod handle;
+pub mod json;
+mod listing;
+pub mod metrics;
+mod routes;
+pub mod users;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use error::ApiError;
+pub use handle::BrokerHandle;
+pub use users::UserStore;
+
+/// The product version every response reports.
+pub const PRODUCT_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The RabbitMQ version whose management API these shapes follow.
+pub const RABBITMQ_COMPAT_VERSION: &str = "3.13.7";
+
+/// What the API says about this node.
+#[derive(Clone, Debug)]
+pub struct NodeInfo {
+    /// `hourglass@<host>`, in RabbitMQ's `name@host` form.
+    pub name: String,
+    pub bind: IpAddr,
+    pub amqp_port: u16,
+    pub http_port: u16,
+    pub metrics_port: u16,
+    pub started: Instant,
+}
+
+impl NodeInfo {
+    pub fn new(bind: IpAddr, amqp_port: u16, http_port: u16, metrics_port: u16) -> Self {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_owned());
+        NodeInfo {
+            name: format!("hourglass@{host}"),
+            bind,
+            amqp_port,
+            http_port,
+            metrics_port,
+            started: Instant::now(),
+        }
+    }
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub broker: BrokerHandle,
+    pub users: Arc<UserStore>,
+    pub node: Arc<NodeInfo>,
+}
+
+/// The management API's routes (`/api/...`), behind basic auth.
+pub fn api_router(state: AppState) -> axum::Router {
+    routes::router(state)
+}
+
+/// The Prometheus routes (`/metrics`, `/metrics/per-object`), without auth as in RabbitMQ.
+pub fn metrics_router(state: AppState) -> axum::Router {
+    metrics::router(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, passing peers' addresses to the
+/// handlers (the loopback-only users need them).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,157 @@
+//! Prometheus text exposition with the RabbitMQ plugin's metric names: `/metrics` aggregates
+//! queue metrics over all queues, `/metrics/per-object` labels them by `vhost` and `queue`.
+//!
+//! Written by hand rather than with `prometheus-client`: every value is sampled from one broker
+//! snapshot at scrape time (a collector, not long-lived counters), and the format is a few lines.
+
+use std::fmt::Write;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use hourglass_broker::queue::QueueStats;
+
+use crate::error::ApiError;
+use crate::AppState;
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(aggregated))
+        .route("/metrics/per-object", get(per_object))
+        .with_state(state)
+}
+
+struct Snapshot {
+    queues: Vec<QueueStats>,
+    connections: usize,
+    channels: usize,
+    consumers: usize,
+}
+
+async fn snapshot(state: &AppState) -> Result<Snapshot, ApiError> {
+    state
+        .broker
+        .run(|b, _| Snapshot {
+            queues: b.list_queues(),
+            connections: b.list_connections().len(),
+            channels: b.list_channels().len(),
+            consumers: b.list_consumers().len(),
+        })
+        .await
+}
+
+async fn aggregated(State(state): State<AppState>) -> Result<Response, ApiError> {
+    Ok(text(render(&state, &snapshot(&state).await?, false)))
+}
+
+async fn per_object(State(state): State<AppState>) -> Result<Response, ApiError> {
+    Ok(text(render(&state, &snapshot(&state).await?, true)))
+}
+
+fn text(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+/// The queue gauges: name, help, and how to read one queue.
+type QueueGauge = (&'static str, &'static str, fn(&QueueStats) -> usize);
+
+const QUEUE_GAUGES: &[QueueGauge] = &[
+    ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers", |q| q.messages_ready),
+    ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged", |q| {
+        q.messages_unacked
+    }),
+    ("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages - total queue depth", |q| {
+        q.messages_ready + q.messages_unacked
+    }),
+    ("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages", |q| q.message_bytes_ready),
+    ("rabbitmq_queue_consumers", "Consumers on a queue", |q| q.consumers),
+];
+
+fn render(state: &AppState, s: &Snapshot, per_object: bool) -> String {
+    let mut out = String::new();
+    let node = &state.node.name;
+    gauge(
+        &mut out,
+        "rabbitmq_identity_info",
+        "RabbitMQ node & cluster identity info",
+        &[(format!("rabbitmq_node=\"{}\",rabbitmq_cluster=\"{}\"", escape(node), escape(node)), 1)],
+    );
+    gauge(
+        &mut out,
+        "rabbitmq_build_info",
+        "RabbitMQ & Erlang/OTP version info",
+        &[(
+            format!(
+                "rabbitmq_version=\"{}\",product_version=\"{}\"",
+                crate::RABBITMQ_COMPAT_VERSION,
+                crate::PRODUCT_VERSION
+            ),
+            1,
+        )],
+    );
+    gauge(
+        &mut out,
+        "rabbitmq_connections",
+        "Connections currently open",
+        &[(String::new(), s.connections as u64)],
+    );
+    gauge(&mut out, "rabbitmq_channels", "Channels currently open", &[(String::new(), s.channels as u64)]);
+    gauge(&mut out, "rabbitmq_queues", "Queues available", &[(String::new(), s.queues.len() as u64)]);
+    gauge(
+        &mut out,
+        "rabbitmq_consumers",
+        "Consumers currently connected",
+        &[(String::new(), s.consumers as u64)],
+    );
+    for (name, help, read) in QUEUE_GAUGES {
+        let samples: Vec<(String, u64)> = if per_object {
+            s.queues
+                .iter()
+                .map(|q| {
+                    (format!("vhost=\"{}\",queue=\"{}\"", escape(&q.vhost), escape(&q.name)), read(q) as u64)
+                })
+                .collect()
+        } else {
+            vec![(String::new(), s.queues.iter().map(|q| read(q) as u64).sum())]
+        };
+        gauge(&mut out, name, help, &samples);
+    }
+    gauge(
+        &mut out,
+        "rabbitmq_process_resident_memory_bytes",
+        "Memory used in bytes",
+        &[(String::new(), resident_memory_bytes())],
+    );
+    let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(0);
+    gauge(&mut out, "rabbitmq_process_open_fds", "Open file descriptors", &[(String::new(), fds)]);
+    let uptime = state.node.started.elapsed().as_secs_f64();
+    let _ = writeln!(out, "# HELP rabbitmq_erlang_uptime_seconds Node uptime\n# TYPE rabbitmq_erlang_uptime_seconds gauge\nrabbitmq_erlang_uptime_seconds {uptime}");
+    out
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, samples: &[(String, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    for (labels, value) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {value}");
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    }
+}
+
+/// Prometheus label escaping: backslash, double quote, newline.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// Resident set size from /proc (0 where there is none).
+pub(crate) fn resident_memory_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .unwrap_or(0);
+    pages * 4096
+}

@@ -1,0 +1,220 @@
+//! /api/bindings: list, and create / show / delete between an exchange and a queue or exchange.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use hourglass_broker::admin::BindingDetails;
+use hourglass_wire::{ExchangeBind, ExchangeUnbind, FieldTable, QueueBind, QueueUnbind};
+use serde_json::{json, Value};
+
+use super::exchanges::short;
+use super::{body_json, exchange_name, require_vhost, str_field};
+use crate::auth::AuthUser;
+use crate::error::ApiError;
+use crate::json::{json_to_table, table_to_json};
+use crate::listing::{self, Params};
+use crate::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/bindings", get(list_all))
+        .route("/api/bindings/{vhost}", get(list_vhost))
+        .route("/api/bindings/{vhost}/e/{source}/{kind}/{destination}", get(list_between).post(create))
+        .route("/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}", get(show).delete(delete))
+}
+
+/// RabbitMQ's `properties_key`: the routing key (`~` when empty), plus a digest of the arguments.
+fn properties_key(routing_key: &str, arguments: &FieldTable) -> String {
+    let key = if routing_key.is_empty() { "~".to_owned() } else { routing_key.to_owned() };
+    if arguments.is_empty() {
+        return key;
+    }
+    // FNV-1a over the encoded table: stable across runs, which is all the key needs.
+    let hash = arguments
+        .raw()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
+    format!("{key}~{hash:016x}")
+}
+
+pub(crate) fn binding_json(b: &BindingDetails) -> Value {
+    json!({
+        "source": b.source,
+        "vhost": b.vhost,
+        "destination": b.destination,
+        "destination_type": b.destination_type,
+        "routing_key": b.routing_key,
+        "arguments": table_to_json(&b.arguments),
+        "properties_key": properties_key(&b.routing_key, &b.arguments),
+    })
+}
+
+pub(crate) async fn vhost_bindings(state: &AppState, vhost: &str) -> Result<Vec<Value>, ApiError> {
+    require_vhost(state, vhost)?;
+    let vhost = vhost.to_owned();
+    let all = state.broker.run(move |b, _| b.list_binding_details(&vhost)).await?;
+    Ok(all.iter().map(binding_json).collect())
+}
+
+async fn list_all(State(state): State<AppState>, Query(params): Query<Params>) -> Result<Response, ApiError> {
+    let all = state
+        .broker
+        .run(|b, _| b.vhost_names().iter().flat_map(|v| b.list_binding_details(v)).collect::<Vec<_>>())
+        .await?;
+    listing::respond(all.iter().map(binding_json).collect(), &params)
+}
+
+async fn list_vhost(
+    State(state): State<AppState>,
+    Path(vhost): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    listing::respond(vhost_bindings(&state, &vhost).await?, &params)
+}
+
+fn destination_type(kind: &str) -> Result<&'static str, ApiError> {
+    match kind {
+        "q" => Ok("queue"),
+        "e" => Ok("exchange"),
+        _ => Err(ApiError::not_found()),
+    }
+}
+
+async fn between(
+    state: &AppState,
+    vhost: &str,
+    source: &str,
+    kind: &str,
+    destination: &str,
+) -> Result<Vec<Value>, ApiError> {
+    let kind = destination_type(kind)?;
+    let source = exchange_name(source);
+    Ok(vhost_bindings(state, vhost)
+        .await?
+        .into_iter()
+        .filter(|b| b["source"] == source && b["destination_type"] == kind && b["destination"] == destination)
+        .collect())
+}
+
+async fn list_between(
+    State(state): State<AppState>,
+    Path((vhost, source, kind, destination)): Path<(String, String, String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(Value::Array(between(&state, &vhost, &source, &kind, &destination).await?)))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path((vhost, source, kind, destination, props)): Path<(String, String, String, String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let all = between(&state, &vhost, &source, &kind, &destination).await?;
+    all.into_iter().find(|b| b["properties_key"] == props.as_str()).map(Json).ok_or_else(ApiError::not_found)
+}
+
+/// Body: `routing_key`, `arguments`. 201 with the new binding's location.
+async fn create(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, source, kind, destination)): Path<(String, String, String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let kind = destination_type(&kind)?;
+    let body = body_json(&body)?;
+    let routing_key = str_field(&body, "routing_key")?.unwrap_or_default().to_owned();
+    let arguments =
+        json_to_table(body.get("arguments").unwrap_or(&Value::Null)).map_err(ApiError::bad_request)?;
+    let location = properties_key(&routing_key, &arguments);
+    bind(
+        &state,
+        &user.name,
+        &vhost,
+        exchange_name(&source),
+        kind,
+        &destination,
+        &routing_key,
+        arguments,
+        true,
+    )
+    .await?;
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)]).into_response())
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, source, kind, destination, props)): Path<(String, String, String, String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let all = between(&state, &vhost, &source, &kind, &destination).await?;
+    let found =
+        all.into_iter().find(|b| b["properties_key"] == props.as_str()).ok_or_else(ApiError::not_found)?;
+    let routing_key = found["routing_key"].as_str().unwrap_or_default().to_owned();
+    let arguments = json_to_table(&found["arguments"]).map_err(ApiError::bad_request)?;
+    let kind = destination_type(&kind)?;
+    bind(
+        &state,
+        &user.name,
+        &vhost,
+        exchange_name(&source),
+        kind,
+        &destination,
+        &routing_key,
+        arguments,
+        false,
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Binds (or unbinds) through the admin channel, so the broker's checks apply.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn bind(
+    state: &AppState,
+    user: &str,
+    vhost: &str,
+    source: &str,
+    destination_type: &str,
+    destination: &str,
+    routing_key: &str,
+    arguments: FieldTable,
+    create: bool,
+) -> Result<(), ApiError> {
+    let (source, destination, routing_key) = (short(source)?, short(destination)?, short(routing_key)?);
+    let to_queue = destination_type == "queue";
+    let (user, vhost) = (user.to_owned(), vhost.to_owned());
+    state
+        .broker
+        .run(move |b, now| {
+            b.with_admin_channel(&user, &vhost, now, |ch| match (to_queue, create) {
+                (true, true) => ch.call(QueueBind {
+                    queue: destination,
+                    exchange: source,
+                    routing_key,
+                    arguments,
+                    ..Default::default()
+                }),
+                (true, false) => {
+                    ch.call(QueueUnbind { queue: destination, exchange: source, routing_key, arguments })
+                }
+                (false, true) => ch.call(ExchangeBind {
+                    destination,
+                    source,
+                    routing_key,
+                    arguments,
+                    ..Default::default()
+                }),
+                (false, false) => ch.call(ExchangeUnbind {
+                    destination,
+                    source,
+                    routing_key,
+                    arguments,
+                    ..Default::default()
+                }),
+            })
+        })
+        .await??;
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! /api/connections (list, show, close), /api/channels, /api/consumers.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::get;
+use axum::{Json, Router};
+use hourglass_broker::admin::{ChannelSummary, ConnectionSummary, ConsumerSummary};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::json::table_to_json;
+use crate::listing::{self, Params};
+use crate::{AppState, NodeInfo};
+
+/// RabbitMQ's default consumer_timeout (30 minutes), reported per consumer.
+const CONSUMER_TIMEOUT_MS: u64 = 30 * 60 * 1000;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/connections", get(list_connections))
+        .route("/api/connections/{name}", get(show_connection).delete(close_connection))
+        .route("/api/connections/{name}/channels", get(connection_channels))
+        .route("/api/vhosts/{vhost}/connections", get(vhost_connections))
+        .route("/api/channels", get(list_channels))
+        .route("/api/vhosts/{vhost}/channels", get(vhost_channels))
+        .route("/api/consumers", get(list_consumers))
+        .route("/api/consumers/{vhost}", get(vhost_consumers))
+}
+
+/// `peer -> listener`, as RabbitMQ names connections.
+fn connection_name(node: &NodeInfo, peer: &str) -> String {
+    format!("{peer} -> {}:{}", node.bind, node.amqp_port)
+}
+
+fn split_peer(peer: &str) -> (String, u16) {
+    match peer.rsplit_once(':') {
+        Some((host, port)) => (host.trim_matches(['[', ']']).to_owned(), port.parse().unwrap_or(0)),
+        None => (peer.to_owned(), 0),
+    }
+}
+
+fn connection_json(node: &NodeInfo, c: &ConnectionSummary) -> Value {
+    let (peer_host, peer_port) = split_peer(&c.info.peer);
+    json!({
+        "name": connection_name(node, &c.info.peer),
+        "node": node.name,
+        "state": "running",
+        "type": "network",
+        "protocol": "AMQP 0-9-1",
+        "auth_mechanism": "PLAIN",
+        "ssl": false,
+        "user": c.info.user,
+        "user_who_performed_action": c.info.user,
+        "vhost": c.info.vhost,
+        "host": node.bind.to_string(),
+        "port": node.amqp_port,
+        "peer_host": peer_host,
+        "peer_port": peer_port,
+        "connected_at": 0,
+        "channel_max": c.info.channel_max,
+        "frame_max": c.info.frame_max,
+        "timeout": c.info.heartbeat_s,
+        "channels": c.channels,
+        "client_properties": table_to_json(&c.info.client_properties),
+    })
+}
+
+fn channel_json(node: &NodeInfo, c: &ChannelSummary) -> Value {
+    let connection = connection_name(node, &c.peer);
+    let (peer_host, peer_port) = split_peer(&c.peer);
+    json!({
+        "name": format!("{connection} ({})", c.channel.0),
+        "number": c.channel.0,
+        "node": node.name,
+        "state": "running",
+        "user": c.user,
+        "vhost": c.vhost,
+        "connection_details": {"name": connection, "peer_host": peer_host, "peer_port": peer_port},
+        "consumer_count": c.consumers,
+        "confirm": c.confirm,
+        "transactional": c.transactional,
+        "prefetch_count": c.prefetch_count,
+        "global_prefetch_count": c.global_prefetch_count,
+        "messages_unacknowledged": c.messages_unacknowledged,
+        "messages_unconfirmed": 0,
+        "messages_uncommitted": 0,
+        "acks_uncommitted": 0,
+    })
+}
+
+fn consumer_json(node: &NodeInfo, c: &ConsumerSummary) -> Value {
+    let connection = connection_name(node, &c.peer);
+    let (peer_host, peer_port) = split_peer(&c.peer);
+    json!({
+        "consumer_tag": c.consumer_tag,
+        "active": true,
+        "activity_status": "up",
+        "ack_required": c.ack_required,
+        "exclusive": c.exclusive,
+        "prefetch_count": c.prefetch_count,
+        "arguments": {},
+        "consumer_timeout": CONSUMER_TIMEOUT_MS,
+        "queue": {"name": c.queue, "vhost": c.vhost},
+        "channel_details": {
+            "number": c.channel.0,
+            "name": format!("{connection} ({})", c.channel.0),
+            "connection_name": connection,
+            "node": node.name,
+            "peer_host": peer_host,
+            "peer_port": peer_port,
+            "user": c.user,
+        },
+    })
+}
+
+async fn connections(state: &AppState) -> Result<Vec<(ConnectionSummary, Value)>, ApiError> {
+    let all = state.broker.run(|b, _| b.list_connections()).await?;
+    Ok(all
+        .into_iter()
+        .map(|c| {
+            let json = connection_json(&state.node, &c);
+            (c, json)
+        })
+        .collect())
+}
+
+async fn list_connections(
+    State(state): State<AppState>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    listing::respond(connections(&state).await?.into_iter().map(|(_, j)| j).collect(), &params)
+}
+
+async fn vhost_connections(
+    State(state): State<AppState>,
+    Path(vhost): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    super::require_vhost(&state, &vhost)?;
+    let items = connections(&state)
+        .await?
+        .into_iter()
+        .filter(|(c, _)| c.info.vhost == vhost)
+        .map(|(_, j)| j)
+        .collect();
+    listing::respond(items, &params)
+}
+
+async fn show_connection(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    connections(&state)
+        .await?
+        .into_iter()
+        .map(|(_, j)| j)
+        .find(|j| j["name"] == name.as_str())
+        .map(Json)
+        .ok_or_else(ApiError::not_found)
+}
+
+/// Closes with 320 CONNECTION_FORCED; the `X-Reason` header gives the text, as in RabbitMQ.
+async fn close_connection(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let (found, _) = connections(&state)
+        .await?
+        .into_iter()
+        .find(|(_, j)| j["name"] == name.as_str())
+        .ok_or_else(ApiError::not_found)?;
+    let reason = headers
+        .get("x-reason")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("Closed via management plugin")
+        .to_owned();
+    state.broker.run(move |b, now| b.close_connection(found.id, &reason, now)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn channels(state: &AppState) -> Result<Vec<(ChannelSummary, Value)>, ApiError> {
+    let all = state.broker.run(|b, _| b.list_channels()).await?;
+    Ok(all
+        .into_iter()
+        .map(|c| {
+            let json = channel_json(&state.node, &c);
+            (c, json)
+        })
+        .collect())
+}
+
+async fn list_channels(
+    State(state): State<AppState>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    listing::respond(channels(&state).await?.into_iter().map(|(_, j)| j).collect(), &params)
+}
+
+async fn vhost_channels(
+    State(state): State<AppState>,
+    Path(vhost): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    super::require_vhost(&state, &vhost)?;
+    let items =
+        channels(&state).await?.into_iter().filter(|(c, _)| c.vhost == vhost).map(|(_, j)| j).collect();
+    listing::respond(items, &params)
+}
+
+async fn connection_channels(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let items = channels(&state)
+        .await?
+        .into_iter()
+        .filter(|(_, j)| j["connection_details"]["name"] == name.as_str())
+        .map(|(_, j)| j)
+        .collect();
+    listing::respond(items, &params)
+}
+
+async fn consumers(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
+    let all = state.broker.run(|b, _| b.list_consumers()).await?;
+    Ok(all
+        .iter()
+        .filter(|c| only.as_ref().is_none_or(|v| &c.vhost == v))
+        .map(|c| consumer_json(&state.node, c))
+        .collect())
+}
+
+async fn list_consumers(
+    State(state): State<AppState>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    listing::respond(consumers(&state, None).await?, &params)
+}
+
+async fn vhost_consumers(
+    State(state): State<AppState>,
+    Path(vhost): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    super::require_vhost(&state, &vhost)?;
+    listing::respond(consumers(&state, Some(vhost)).await?, &params)
+}

@@ -1,0 +1,204 @@
+//! /api/definitions: export and import users, vhosts, permissions, exchanges, queues, bindings
+//! in RabbitMQ's format (policies and parameters are exported empty and ignored on import).
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use serde_json::{json, Value};
+
+use super::bindings::bind;
+use super::exchanges::short;
+use super::{body_json, bool_field, str_field, tags_field};
+use crate::auth::AuthUser;
+use crate::error::ApiError;
+use crate::json::json_to_table;
+use crate::users::{Permission, User, VhostRecord};
+use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/api/definitions", get(export).post(import))
+}
+
+async fn export(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+) -> Result<Json<Value>, ApiError> {
+    auth.require_admin()?;
+    let strip = |mut v: Value, keys: &[&str]| {
+        if let Value::Object(map) = &mut v {
+            map.retain(|k, _| keys.contains(&k.as_str()));
+        }
+        v
+    };
+    let queues: Vec<Value> = super::queues::all_queues(&state, None)
+        .await?
+        .into_iter()
+        .filter(|q| q["exclusive"] != true)
+        .map(|q| strip(q, &["name", "vhost", "durable", "auto_delete", "arguments"]))
+        .collect();
+    let exchanges: Vec<Value> = super::exchanges::all_exchanges(&state, None)
+        .await?
+        .into_iter()
+        .filter(|x| x["name"].as_str().is_some_and(|n| !n.is_empty() && !n.starts_with("amq.")))
+        .map(|x| strip(x, &["name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"]))
+        .collect();
+    let mut bindings = Vec::new();
+    for vhost in state.users.vhosts() {
+        for b in super::bindings::vhost_bindings(&state, &vhost.name).await? {
+            if b["source"] != "" {
+                bindings.push(strip(
+                    b,
+                    &["source", "vhost", "destination", "destination_type", "routing_key", "arguments"],
+                ));
+            }
+        }
+    }
+    Ok(Json(json!({
+        "rabbit_version": RABBITMQ_COMPAT_VERSION,
+        "rabbitmq_version": RABBITMQ_COMPAT_VERSION,
+        "product_name": "Hourglass",
+        "product_version": PRODUCT_VERSION,
+        "users": state.users.users().iter().map(super::users::user_json).collect::<Vec<_>>(),
+        "vhosts": state.users.vhosts().iter().map(|v| json!({
+            "name": v.name, "description": v.description, "tags": v.tags,
+            "metadata": {"description": v.description, "tags": v.tags},
+        })).collect::<Vec<_>>(),
+        "permissions": state.users.permissions().iter().map(super::users::permission_json).collect::<Vec<_>>(),
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [],
+        "policies": [],
+        "queues": queues,
+        "exchanges": exchanges,
+        "bindings": bindings,
+    })))
+}
+
+fn items<'a>(body: &'a Value, key: &str) -> Result<&'a [Value], ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(items)) => Ok(items),
+        Some(_) => Err(ApiError::bad_request(format!("{key} must be a list"))),
+    }
+}
+
+fn required<'a>(item: &'a Value, key: &str) -> Result<&'a str, ApiError> {
+    str_field(item, key)?.ok_or_else(|| ApiError::bad_request(format!("definition without {key}: {item}")))
+}
+
+/// Applies each section in dependency order; stops at the first error (400 naming it).
+async fn import(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    auth.require_admin()?;
+    let body = body_json(&body)?;
+    for v in items(&body, "vhosts")? {
+        let name = required(v, "name")?.to_owned();
+        let meta = v.get("metadata").cloned().unwrap_or(Value::Null);
+        let description =
+            str_field(v, "description")?.or(str_field(&meta, "description")?).unwrap_or_default();
+        let mut tags = tags_field(v)?;
+        if tags.is_empty() {
+            tags = tags_field(&meta)?;
+        }
+        state.users.put_vhost(VhostRecord {
+            name: name.clone(),
+            description: description.to_owned(),
+            tags,
+            default_queue_type: str_field(v, "default_queue_type")?.map(str::to_owned),
+        });
+        state.broker.run(move |b, _| b.add_vhost(&name)).await?;
+    }
+    for u in items(&body, "users")? {
+        let name = required(u, "name")?.to_owned();
+        let password_hash = match (str_field(u, "password_hash")?, str_field(u, "password")?) {
+            (Some(hash), _) => hash.to_owned(),
+            (None, Some(password)) => state.users.hash_password(password),
+            (None, None) => String::new(),
+        };
+        if let Some(algorithm) = str_field(u, "hashing_algorithm")? {
+            if algorithm != crate::users::HASHING_ALGORITHM {
+                return Err(ApiError::bad_request(format!(
+                    "user {name}: unsupported hashing_algorithm {algorithm}"
+                )));
+            }
+        }
+        state.users.put_user(User { name, password_hash, tags: tags_field(u)? });
+    }
+    for p in items(&body, "permissions")? {
+        let (user, vhost) = (required(p, "user")?, required(p, "vhost")?);
+        super::require_vhost(&state, vhost)?;
+        state.users.put_permission(Permission {
+            user: user.to_owned(),
+            vhost: vhost.to_owned(),
+            configure: required(p, "configure")?.to_owned(),
+            write: required(p, "write")?.to_owned(),
+            read: required(p, "read")?.to_owned(),
+        });
+    }
+    for x in items(&body, "exchanges")? {
+        let vhost = required(x, "vhost")?.to_owned();
+        super::require_vhost(&state, &vhost)?;
+        let declare = hourglass_wire::ExchangeDeclare {
+            exchange: short(required(x, "name")?)?,
+            kind: short(required(x, "type")?)?,
+            durable: bool_field(x, "durable", true)?,
+            auto_delete: bool_field(x, "auto_delete", false)?,
+            internal: bool_field(x, "internal", false)?,
+            arguments: json_to_table(x.get("arguments").unwrap_or(&Value::Null))
+                .map_err(ApiError::bad_request)?,
+            ..Default::default()
+        };
+        let user = auth.name.clone();
+        state
+            .broker
+            .run(move |b, now| b.with_admin_channel(&user, &vhost, now, |ch| ch.call(declare)))
+            .await??;
+    }
+    for q in items(&body, "queues")? {
+        let vhost = required(q, "vhost")?.to_owned();
+        super::require_vhost(&state, &vhost)?;
+        let declare = hourglass_wire::QueueDeclare {
+            queue: short(required(q, "name")?)?,
+            durable: bool_field(q, "durable", true)?,
+            auto_delete: bool_field(q, "auto_delete", false)?,
+            arguments: json_to_table(q.get("arguments").unwrap_or(&Value::Null))
+                .map_err(ApiError::bad_request)?,
+            ..Default::default()
+        };
+        let user = auth.name.clone();
+        state
+            .broker
+            .run(move |b, now| b.with_admin_channel(&user, &vhost, now, |ch| ch.call(declare)))
+            .await??;
+    }
+    for b in items(&body, "bindings")? {
+        let vhost = required(b, "vhost")?;
+        super::require_vhost(&state, vhost)?;
+        let kind = match required(b, "destination_type")? {
+            "queue" => "queue",
+            "exchange" => "exchange",
+            other => return Err(ApiError::bad_request(format!("unknown destination_type {other}"))),
+        };
+        let arguments =
+            json_to_table(b.get("arguments").unwrap_or(&Value::Null)).map_err(ApiError::bad_request)?;
+        let routing_key = str_field(b, "routing_key")?.unwrap_or_default();
+        bind(
+            &state,
+            &auth.name,
+            vhost,
+            required(b, "source")?,
+            kind,
+            required(b, "destination")?,
+            routing_key,
+            arguments,
+            true,
+        )
+        .await?;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}

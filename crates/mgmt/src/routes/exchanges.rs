@@ -1,0 +1,204 @@
+//! /api/exchanges: list, show, declare (PUT), delete, publish, and an exchange's bindings.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use base64::Engine;
+use hourglass_broker::exchange::ExchangeSpec;
+use hourglass_broker::Publish;
+use hourglass_wire::{ExchangeDeclare, ExchangeDelete, Method, ShortStr};
+use serde_json::{json, Value};
+
+use super::{body_json, bool_field, exchange_name, require_vhost, str_field};
+use crate::auth::AuthUser;
+use crate::error::ApiError;
+use crate::json::{json_to_properties, json_to_table, table_to_json};
+use crate::listing::{self, Params};
+use crate::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/exchanges", get(list_all))
+        .route("/api/exchanges/{vhost}", get(list_vhost))
+        .route("/api/exchanges/{vhost}/{name}", get(show).put(put).delete(delete))
+        .route("/api/exchanges/{vhost}/{name}/publish", post(publish))
+        .route("/api/exchanges/{vhost}/{name}/bindings/source", get(bindings_source))
+        .route("/api/exchanges/{vhost}/{name}/bindings/destination", get(bindings_destination))
+}
+
+pub(crate) fn exchange_json(vhost: &str, x: &ExchangeSpec) -> Value {
+    json!({
+        "name": x.name.as_str(),
+        "vhost": vhost,
+        "type": x.kind.name(),
+        "durable": x.durable,
+        "auto_delete": x.auto_delete,
+        "internal": x.internal,
+        "arguments": table_to_json(&x.arguments),
+        "user_who_performed_action": "rmq-internal",
+        "policy": null,
+    })
+}
+
+pub(crate) async fn all_exchanges(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
+    let list = state
+        .broker
+        .run(move |b, _| {
+            let vhosts = match only {
+                Some(v) => vec![v],
+                None => b.vhost_names(),
+            };
+            vhosts
+                .into_iter()
+                .flat_map(|v| b.list_exchanges(&v).into_iter().map(move |x| (v.clone(), x)))
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    Ok(list.iter().map(|(v, x)| exchange_json(v, x)).collect())
+}
+
+async fn list_all(State(state): State<AppState>, Query(params): Query<Params>) -> Result<Response, ApiError> {
+    listing::respond(all_exchanges(&state, None).await?, &params)
+}
+
+async fn list_vhost(
+    State(state): State<AppState>,
+    Path(vhost): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    require_vhost(&state, &vhost)?;
+    listing::respond(all_exchanges(&state, Some(vhost)).await?, &params)
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let name = exchange_name(&name).to_owned();
+    let all = all_exchanges(&state, Some(vhost)).await?;
+    all.into_iter().find(|x| x["name"] == name.as_str()).map(Json).ok_or_else(ApiError::not_found)
+}
+
+async fn put(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let body = body_json(&body)?;
+    let kind = str_field(&body, "type")?.ok_or_else(|| ApiError::bad_request("type is required"))?;
+    let declare = ExchangeDeclare {
+        exchange: short(exchange_name(&name))?,
+        kind: short(kind)?,
+        durable: bool_field(&body, "durable", true)?,
+        auto_delete: bool_field(&body, "auto_delete", false)?,
+        internal: bool_field(&body, "internal", false)?,
+        arguments: json_to_table(body.get("arguments").unwrap_or(&Value::Null))
+            .map_err(ApiError::bad_request)?,
+        ..Default::default()
+    };
+    let created = state
+        .broker
+        .run(move |b, now| {
+            let existed = b.list_exchanges(&vhost).iter().any(|x| x.name == declare.exchange);
+            b.with_admin_channel(&user.name, &vhost, now, |ch| ch.call(declare)).map(|_| !existed)
+        })
+        .await??;
+    Ok(if created { StatusCode::CREATED } else { StatusCode::NO_CONTENT })
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> Result<StatusCode, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let delete = ExchangeDelete {
+        exchange: short(exchange_name(&name))?,
+        if_unused: params.get("if-unused").is_some_and(|v| v == "true"),
+        ..Default::default()
+    };
+    state
+        .broker
+        .run(move |b, now| {
+            if !b.list_exchanges(&vhost).iter().any(|x| x.name == delete.exchange) {
+                return Err(ApiError::not_found());
+            }
+            b.with_admin_channel(&user.name, &vhost, now, |ch| ch.call(delete)).map_err(ApiError::from)
+        })
+        .await??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Body: `routing_key`, `payload`, `payload_encoding` (`string` or `base64`), `properties`.
+/// Answers `{"routed": bool}`.
+async fn publish(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let body = body_json(&body)?;
+    let payload = str_field(&body, "payload")?.unwrap_or_default();
+    let payload = match str_field(&body, "payload_encoding")?.unwrap_or("string") {
+        "string" => bytes::Bytes::copy_from_slice(payload.as_bytes()),
+        "base64" => base64::engine::general_purpose::STANDARD
+            .decode(payload)
+            .map(bytes::Bytes::from)
+            .map_err(|_| ApiError::bad_request("payload is not valid base64"))?,
+        other => return Err(ApiError::bad_request(format!("unknown payload_encoding {other}"))),
+    };
+    let publish = Publish {
+        exchange: short(exchange_name(&name))?,
+        routing_key: short(str_field(&body, "routing_key")?.unwrap_or_default())?,
+        mandatory: true,
+        properties: json_to_properties(body.get("properties").unwrap_or(&Value::Null))
+            .map_err(ApiError::bad_request)?,
+        body: payload,
+    };
+    let replies = state
+        .broker
+        .run(move |b, now| {
+            if !b.list_exchanges(&vhost).iter().any(|x| x.name == publish.exchange) {
+                return Err(ApiError::not_found());
+            }
+            b.with_admin_channel(&user.name, &vhost, now, |ch| ch.publish(publish)).map_err(ApiError::from)
+        })
+        .await??;
+    let returned = replies.iter().any(|(m, _)| matches!(m, Method::BasicReturn(_)));
+    Ok(Json(json!({"routed": !returned})))
+}
+
+async fn bindings_source(
+    State(state): State<AppState>,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let name = exchange_name(&name).to_owned();
+    let all = super::bindings::vhost_bindings(&state, &vhost).await?;
+    listing::respond(all.into_iter().filter(|b| b["source"] == name.as_str()).collect(), &params)
+}
+
+async fn bindings_destination(
+    State(state): State<AppState>,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let all = super::bindings::vhost_bindings(&state, &vhost).await?;
+    let items = all
+        .into_iter()
+        .filter(|b| b["destination_type"] == "exchange" && b["destination"] == name.as_str())
+        .collect();
+    listing::respond(items, &params)
+}
+
+pub(crate) fn short(s: &str) -> Result<ShortStr, ApiError> {
+    ShortStr::try_from(s).map_err(|_| ApiError::bad_request(format!("name too long (over 255 bytes): {s}")))
+}

@@ -1,0 +1,98 @@
+//! The `/api` routes, one file per resource, as in RabbitMQ's management plugin.
+
+mod bindings;
+mod connections;
+mod definitions;
+mod exchanges;
+mod overview;
+mod queues;
+mod users;
+mod vhosts;
+
+use axum::routing::get;
+use axum::Router;
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::AppState;
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(overview::routes())
+        .merge(vhosts::routes())
+        .merge(users::routes())
+        .merge(exchanges::routes())
+        .merge(queues::routes())
+        .merge(bindings::routes())
+        .merge(connections::routes())
+        .merge(definitions::routes())
+        .fallback(get(|| async { ApiError::not_found() }))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))
+        .with_state(state)
+}
+
+/// 404 unless the vhost exists.
+pub(crate) fn require_vhost(state: &AppState, vhost: &str) -> Result<(), ApiError> {
+    state.users.vhost(vhost).map(|_| ()).ok_or_else(ApiError::not_found)
+}
+
+/// The default exchange is `amq.default` in URLs (its real name is empty).
+pub(crate) fn exchange_name(url_name: &str) -> &str {
+    if url_name == "amq.default" {
+        ""
+    } else {
+        url_name
+    }
+}
+
+/// A JSON request body; an empty body is an empty object. Bad JSON is a 400, never a panic.
+pub(crate) fn body_json(body: &[u8]) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(Default::default()));
+    }
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    Ok(value)
+}
+
+pub(crate) fn bool_field(body: &Value, key: &str, default: bool) -> Result<bool, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) if s == "true" || s == "false" => Ok(s == "true"),
+        Some(_) => Err(ApiError::bad_request(format!("{key} must be a boolean"))),
+    }
+}
+
+pub(crate) fn str_field<'a>(body: &'a Value, key: &str) -> Result<Option<&'a str>, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ApiError::bad_request(format!("{key} must be a string"))),
+    }
+}
+
+/// Tags as a list or RabbitMQ's comma-separated string.
+pub(crate) fn tags_field(body: &Value) -> Result<Vec<String>, ApiError> {
+    match body.get("tags") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => {
+            Ok(s.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect())
+        }
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|t| {
+                t.as_str().map(str::to_owned).ok_or_else(|| ApiError::bad_request("tags must be strings"))
+            })
+            .collect(),
+        Some(_) => Err(ApiError::bad_request("tags must be a list or a comma-separated string")),
+    }
+}
+
+/// `{"rate": 0.0}`: we keep no rates yet.
+pub(crate) fn zero_rate() -> Value {
+    serde_json::json!({"rate": 0.0})
+}

@@ -1,0 +1,194 @@
+//! /api/overview, /api/whoami, /api/nodes, the health checks and the aliveness test.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use hourglass_wire::{BasicGet, QueueDeclare, ShortStr};
+use serde_json::{json, Value};
+
+use super::zero_rate;
+use crate::auth::AuthUser;
+use crate::error::ApiError;
+use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/overview", get(overview))
+        .route("/api/whoami", get(whoami))
+        .route("/api/nodes", get(nodes))
+        .route("/api/nodes/{node}", get(node))
+        .route("/api/health/checks/alarms", get(ok))
+        .route("/api/health/checks/local-alarms", get(ok))
+        .route("/api/health/checks/ready-to-serve-clients", get(ok))
+        .route("/api/health/checks/virtual-hosts", get(virtual_hosts))
+        .route("/api/health/checks/port-listener/{port}", get(port_listener))
+        .route("/api/aliveness-test/{vhost}", get(aliveness))
+}
+
+async fn overview(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let (queues, connections, channels, consumers, exchanges) = state
+        .broker
+        .run(|b, _| {
+            let exchanges: usize = b.vhost_names().iter().map(|v| b.list_exchanges(v).len()).sum();
+            (
+                b.list_queues(),
+                b.list_connections().len(),
+                b.list_channels().len(),
+                b.list_consumers().len(),
+                exchanges,
+            )
+        })
+        .await?;
+    let ready: usize = queues.iter().map(|q| q.messages_ready).sum();
+    let unacked: usize = queues.iter().map(|q| q.messages_unacked).sum();
+    let exchange_types: Vec<Value> = ["direct", "fanout", "headers", "topic"]
+        .iter()
+        .map(|t| json!({"name": t, "description": "", "enabled": true}))
+        .collect();
+    let node = &state.node;
+    let listener = |protocol: &str, port: u16| json!({"node": node.name, "protocol": protocol, "ip_address": node.bind.to_string(), "port": port});
+    Ok(Json(json!({
+        "management_version": RABBITMQ_COMPAT_VERSION,
+        "rates_mode": "none",
+        "exchange_types": exchange_types,
+        "product_version": PRODUCT_VERSION,
+        "product_name": "Hourglass",
+        "rabbitmq_version": RABBITMQ_COMPAT_VERSION,
+        "cluster_name": node.name,
+        "erlang_version": "none (Rust)",
+        "erlang_full_version": "none (Rust)",
+        "disable_stats": false,
+        "enable_queue_totals": true,
+        "statistics_db_event_queue": 0,
+        "node": node.name,
+        "churn_rates": {
+            "connection_created": 0, "connection_closed": 0, "queue_declared": 0, "queue_created": 0,
+            "queue_deleted": 0, "channel_created": 0, "channel_closed": 0,
+        },
+        "message_stats": {},
+        "queue_totals": {
+            "messages": ready + unacked, "messages_details": zero_rate(),
+            "messages_ready": ready, "messages_ready_details": zero_rate(),
+            "messages_unacknowledged": unacked, "messages_unacknowledged_details": zero_rate(),
+        },
+        "object_totals": {
+            "connections": connections, "channels": channels, "exchanges": exchanges,
+            "queues": queues.len(), "consumers": consumers,
+        },
+        "listeners": [
+            listener("amqp", node.amqp_port),
+            listener("http", node.http_port),
+            listener("http/prometheus", node.metrics_port),
+        ],
+        "contexts": [{"node": node.name, "description": "RabbitMQ Management", "path": "/", "port": node.http_port.to_string()}],
+    })))
+}
+
+async fn whoami(Extension(user): Extension<AuthUser>) -> Json<Value> {
+    Json(json!({"name": user.name, "tags": user.tags, "is_internal_user": true}))
+}
+
+fn node_json(state: &AppState) -> Value {
+    let node = &state.node;
+    let uptime_ms = u64::try_from(node.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let processors = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let fd_used = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    json!({
+        "name": node.name,
+        "type": "disc",
+        "running": true,
+        "uptime": uptime_ms.min(u64::from(u32::MAX)),
+        "run_queue": 0,
+        "processors": processors,
+        "os_pid": std::process::id().to_string(),
+        "fd_total": 1_048_576,
+        "fd_used": fd_used,
+        "sockets_total": 0,
+        "sockets_used": 0,
+        "proc_total": 0,
+        "proc_used": 0,
+        "mem_limit": 0,
+        "mem_used": crate::metrics::resident_memory_bytes(),
+        "mem_alarm": false,
+        "disk_free_limit": 0,
+        "disk_free": 0,
+        "disk_free_alarm": false,
+        "rates_mode": "none",
+        "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
+        "being_drained": false,
+        "applications": [],
+        "rabbitmq_version": RABBITMQ_COMPAT_VERSION,
+    })
+}
+
+async fn nodes(State(state): State<AppState>) -> Json<Value> {
+    Json(json!([node_json(&state)]))
+}
+
+async fn node(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    if name != state.node.name {
+        return Err(ApiError::not_found());
+    }
+    Ok(Json(node_json(&state)))
+}
+
+async fn ok() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+fn failed(reason: String, extra: Value) -> Response {
+    let mut body = json!({"status": "failed", "reason": reason});
+    if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+        body.extend(extra);
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+async fn virtual_hosts(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let running = state.broker.run(|b, _| b.vhost_names()).await?;
+    let down: Vec<String> =
+        state.users.vhosts().into_iter().map(|v| v.name).filter(|v| !running.contains(v)).collect();
+    if down.is_empty() {
+        return Ok(ok().await.into_response());
+    }
+    Ok(failed("Some virtual hosts are down".into(), json!({"virtual-hosts": down})))
+}
+
+async fn port_listener(State(state): State<AppState>, Path(port): Path<String>) -> Response {
+    let node = &state.node;
+    let ports = [node.amqp_port, node.http_port, node.metrics_port];
+    match port.parse::<u16>() {
+        Ok(p) if ports.contains(&p) => Json(json!({"status": "ok", "port": p})).into_response(),
+        Ok(p) => failed(format!("No active listener on port {p}"), json!({"missing": p, "ports": ports})),
+        Err(_) => ApiError::bad_request(format!("invalid port {port}")).into_response(),
+    }
+}
+
+/// Declares `aliveness-test`, publishes to it and gets the message back, as RabbitMQ does.
+async fn aliveness(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path(vhost): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    super::require_vhost(&state, &vhost)?;
+    state
+        .broker
+        .run(move |b, now| {
+            b.with_admin_channel(&user.name, &vhost, now, |ch| {
+                let queue = ShortStr::from_static("aliveness-test");
+                ch.call(QueueDeclare { queue: queue.clone(), ..Default::default() })?;
+                ch.publish(hourglass_broker::Publish {
+                    exchange: ShortStr::default(),
+                    routing_key: queue.clone(),
+                    mandatory: false,
+                    properties: Default::default(),
+                    body: bytes::Bytes::from_static(b"test_message"),
+                })?;
+                ch.call(BasicGet { queue, no_ack: true })
+            })
+        })
+        .await??;
+    Ok(Json(json!({"status": "ok"})))
+}

@@ -1,0 +1,283 @@
+//! /api/queues: list, show, declare (PUT), delete, purge (`contents`), get, bindings.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{delete as delete_route, get, post};
+use axum::{Extension, Json, Router};
+use base64::Engine;
+use hourglass_broker::admin::QueueDetails;
+use hourglass_broker::queue::QueueType;
+use hourglass_wire::{BasicAck, BasicGet, BasicNack, Method, QueueDeclare, QueueDelete, QueuePurge};
+use serde_json::{json, Value};
+
+use super::exchanges::short;
+use super::{body_json, bool_field, require_vhost, str_field, zero_rate};
+use crate::auth::AuthUser;
+use crate::error::ApiError;
+use crate::json::{json_to_table, properties_to_json, table_to_json};
+use crate::listing::{self, Params};
+use crate::AppState;
+
+/// The most messages one `…/get` returns: the request's count is clamped to it.
+const GET_COUNT_MAX: u64 = 1000;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/queues", get(list_all))
+        .route("/api/queues/{vhost}", get(list_vhost))
+        .route("/api/queues/{vhost}/{name}", get(show).put(put).delete(delete))
+        .route("/api/queues/{vhost}/{name}/contents", delete_route(purge))
+        .route("/api/queues/{vhost}/{name}/get", post(get_messages))
+        .route("/api/queues/{vhost}/{name}/bindings", get(bindings))
+}
+
+pub(crate) fn queue_json(q: &QueueDetails, node: &str) -> Value {
+    let s = &q.stats;
+    let messages = s.messages_ready + s.messages_unacked;
+    json!({
+        "name": s.name,
+        "vhost": s.vhost,
+        "type": match s.queue_type { QueueType::Classic => "classic", QueueType::Quorum => "quorum" },
+        "durable": s.durable,
+        "auto_delete": s.auto_delete,
+        "exclusive": s.exclusive,
+        "arguments": table_to_json(&q.arguments),
+        "node": node,
+        "state": "running",
+        "consumers": s.consumers,
+        "consumer_capacity": if s.consumers > 0 { 1.0 } else { 0.0 },
+        "consumer_utilisation": if s.consumers > 0 { 1.0 } else { 0.0 },
+        "exclusive_consumer_tag": null,
+        "policy": null,
+        "operator_policy": null,
+        "effective_policy_definition": {},
+        "memory": 0,
+        "messages": messages, "messages_details": zero_rate(),
+        "messages_ready": s.messages_ready, "messages_ready_details": zero_rate(),
+        "messages_unacknowledged": s.messages_unacked, "messages_unacknowledged_details": zero_rate(),
+        "messages_ram": messages,
+        "messages_persistent": 0,
+        "message_bytes": s.message_bytes_ready,
+        "message_bytes_ready": s.message_bytes_ready,
+        "message_bytes_unacknowledged": 0,
+        "message_bytes_ram": s.message_bytes_ready,
+        "message_bytes_persistent": 0,
+    })
+}
+
+pub(crate) async fn all_queues(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
+    let all = state.broker.run(|b, _| b.list_queue_details()).await?;
+    let node = state.node.name.clone();
+    Ok(all
+        .iter()
+        .filter(|q| only.as_ref().is_none_or(|v| &q.stats.vhost == v))
+        .map(|q| queue_json(q, &node))
+        .collect())
+}
+
+async fn list_all(State(state): State<AppState>, Query(params): Query<Params>) -> Result<Response, ApiError> {
+    listing::respond(all_queues(&state, None).await?, &params)
+}
+
+async fn list_vhost(
+    State(state): State<AppState>,
+    Path(vhost): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    require_vhost(&state, &vhost)?;
+    listing::respond(all_queues(&state, Some(vhost)).await?, &params)
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let all = all_queues(&state, Some(vhost)).await?;
+    all.into_iter().find(|q| q["name"] == name.as_str()).map(Json).ok_or_else(ApiError::not_found)
+}
+
+/// Body: `durable` (default true), `auto_delete`, `arguments`. 201 when created, 204 when an
+/// equivalent queue existed, 400 when it differs.
+async fn put(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let body = body_json(&body)?;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("queue name must not be empty"));
+    }
+    let declare = QueueDeclare {
+        queue: short(&name)?,
+        durable: bool_field(&body, "durable", true)?,
+        auto_delete: bool_field(&body, "auto_delete", false)?,
+        arguments: json_to_table(body.get("arguments").unwrap_or(&Value::Null))
+            .map_err(ApiError::bad_request)?,
+        ..Default::default()
+    };
+    let created = state
+        .broker
+        .run(move |b, now| {
+            let existed = b.queue_stats(&vhost, &name).is_some();
+            b.with_admin_channel(&user.name, &vhost, now, |ch| ch.call(declare)).map(|_| !existed)
+        })
+        .await??;
+    Ok(if created { StatusCode::CREATED } else { StatusCode::NO_CONTENT })
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> Result<StatusCode, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let delete = QueueDelete {
+        queue: short(&name)?,
+        if_unused: params.get("if-unused").is_some_and(|v| v == "true"),
+        if_empty: params.get("if-empty").is_some_and(|v| v == "true"),
+        ..Default::default()
+    };
+    state
+        .broker
+        .run(move |b, now| {
+            if b.queue_stats(&vhost, &name).is_none() {
+                return Err(ApiError::not_found());
+            }
+            b.with_admin_channel(&user.name, &vhost, now, |ch| ch.call(delete)).map_err(ApiError::from)
+        })
+        .await??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn purge(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let purge = QueuePurge { queue: short(&name)?, ..Default::default() };
+    state
+        .broker
+        .run(move |b, now| b.with_admin_channel(&user.name, &vhost, now, |ch| ch.call(purge)))
+        .await??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// How `…/get` settles what it took.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum AckMode {
+    AckRequeueTrue,
+    AckRequeueFalse,
+    RejectRequeueTrue,
+    RejectRequeueFalse,
+}
+
+/// Body: `count`, `ackmode`, `encoding` (`auto` or `base64`), `truncate`. Gets up to `count`
+/// messages, then settles them all at once (a requeue after each would return the same message).
+async fn get_messages(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let body = body_json(&body)?;
+    let count = match body.get("count") {
+        None => 1,
+        Some(Value::Number(n)) => {
+            n.as_u64().ok_or_else(|| ApiError::bad_request("count must be a positive integer"))?
+        }
+        Some(Value::String(s)) => {
+            s.parse().map_err(|_| ApiError::bad_request("count must be a positive integer"))?
+        }
+        Some(_) => return Err(ApiError::bad_request("count must be a positive integer")),
+    }
+    .min(GET_COUNT_MAX);
+    let ackmode =
+        match str_field(&body, "ackmode")?.ok_or_else(|| ApiError::bad_request("ackmode is required"))? {
+            "ack_requeue_true" => AckMode::AckRequeueTrue,
+            "ack_requeue_false" => AckMode::AckRequeueFalse,
+            "reject_requeue_true" => AckMode::RejectRequeueTrue,
+            "reject_requeue_false" => AckMode::RejectRequeueFalse,
+            other => return Err(ApiError::bad_request(format!("unknown ackmode {other}"))),
+        };
+    let base64_always = match str_field(&body, "encoding")?.unwrap_or("auto") {
+        "auto" => false,
+        "base64" => true,
+        other => return Err(ApiError::bad_request(format!("unknown encoding {other}"))),
+    };
+    let truncate = body.get("truncate").and_then(Value::as_u64).map(|t| t as usize);
+    let _ = bool_field(&body, "requeue", false)?;
+    let queue = short(&name)?;
+    let replies = state
+        .broker
+        .run(move |b, now| {
+            b.with_admin_channel(&user.name, &vhost, now, |ch| {
+                let mut got = Vec::new();
+                for _ in 0..count {
+                    let mut replies = ch.call(BasicGet { queue: queue.clone(), no_ack: false })?;
+                    match replies.pop() {
+                        Some((Method::BasicGetOk(ok), Some(message))) => got.push((ok, message)),
+                        _ => break,
+                    }
+                }
+                if let Some((last, _)) = got.last() {
+                    let tag = last.delivery_tag;
+                    match ackmode {
+                        AckMode::AckRequeueFalse => {
+                            ch.call(BasicAck { delivery_tag: tag, multiple: true })?
+                        }
+                        AckMode::AckRequeueTrue | AckMode::RejectRequeueTrue => {
+                            ch.call(BasicNack { delivery_tag: tag, multiple: true, requeue: true })?
+                        }
+                        AckMode::RejectRequeueFalse => {
+                            ch.call(BasicNack { delivery_tag: tag, multiple: true, requeue: false })?
+                        }
+                    };
+                }
+                Ok::<_, hourglass_broker::AmqpError>(got)
+            })
+        })
+        .await??;
+    let items = replies
+        .iter()
+        .map(|(ok, message)| {
+            let body = &message.body[..truncate.unwrap_or(usize::MAX).min(message.body.len())];
+            let (payload, encoding) = match (base64_always, std::str::from_utf8(body)) {
+                (false, Ok(text)) => (text.to_owned(), "string"),
+                _ => (base64::engine::general_purpose::STANDARD.encode(body), "base64"),
+            };
+            json!({
+                "payload_bytes": message.body.len(),
+                "redelivered": ok.redelivered,
+                "exchange": ok.exchange.as_str(),
+                "routing_key": ok.routing_key.as_str(),
+                "message_count": ok.message_count,
+                "properties": properties_to_json(&message.properties),
+                "payload": payload,
+                "payload_encoding": encoding,
+            })
+        })
+        .collect();
+    Ok(Json(Value::Array(items)))
+}
+
+async fn bindings(
+    State(state): State<AppState>,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    require_vhost(&state, &vhost)?;
+    let all = super::bindings::vhost_bindings(&state, &vhost).await?;
+    let items = all
+        .into_iter()
+        .filter(|b| b["destination_type"] == "queue" && b["destination"] == name.as_str())
+        .collect();
+    listing::respond(items, &params)
+}

@@ -1,0 +1,196 @@
+//! /api/users and /api/permissions.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use serde_json::{json, Value};
+
+use super::{body_json, str_field, tags_field};
+use crate::auth::AuthUser;
+use crate::error::ApiError;
+use crate::listing::{self, Params};
+use crate::users::{Permission, User, HASHING_ALGORITHM};
+use crate::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/users", get(list))
+        .route("/api/users/without-permissions", get(without_permissions))
+        .route("/api/users/{user}", get(show).put(put).delete(delete))
+        .route("/api/users/{user}/permissions", get(user_permissions))
+        .route("/api/permissions", get(list_permissions))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            get(show_permission).put(put_permission).delete(delete_permission),
+        )
+}
+
+pub(crate) fn user_json(u: &User) -> Value {
+    json!({
+        "name": u.name,
+        "password_hash": u.password_hash,
+        "hashing_algorithm": HASHING_ALGORITHM,
+        "tags": u.tags,
+        "limits": {},
+    })
+}
+
+pub(crate) fn permission_json(p: &Permission) -> Value {
+    json!({"user": p.user, "vhost": p.vhost, "configure": p.configure, "write": p.write, "read": p.read})
+}
+
+async fn list(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    auth.require_admin()?;
+    listing::respond(state.users.users().iter().map(user_json).collect(), &params)
+}
+
+async fn without_permissions(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+) -> Result<Json<Value>, ApiError> {
+    auth.require_admin()?;
+    let permissions = state.users.permissions();
+    let users: Vec<Value> = state
+        .users
+        .users()
+        .iter()
+        .filter(|u| !permissions.iter().any(|p| p.user == u.name))
+        .map(user_json)
+        .collect();
+    Ok(Json(Value::Array(users)))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    auth.require_admin()?;
+    state.users.user(&name).map(|u| Json(user_json(&u))).ok_or_else(ApiError::not_found)
+}
+
+/// Body: `password` (hashed here) or `password_hash` (+ `hashing_algorithm`), and `tags`.
+async fn put(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    auth.require_admin()?;
+    let body = body_json(&body)?;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("user names must not be empty"));
+    }
+    let tags = tags_field(&body)?;
+    let password_hash = match (str_field(&body, "password")?, str_field(&body, "password_hash")?) {
+        (Some(password), _) => state.users.hash_password(password),
+        (None, Some(hash)) => {
+            if let Some(algorithm) = str_field(&body, "hashing_algorithm")? {
+                if algorithm != HASHING_ALGORITHM {
+                    return Err(ApiError::bad_request(format!("unsupported hashing_algorithm {algorithm}")));
+                }
+            }
+            hash.to_owned()
+        }
+        (None, None) => match state.users.user(&name) {
+            // Updating tags keeps the password.
+            Some(existing) => existing.password_hash,
+            None => String::new(),
+        },
+    };
+    let existed = state.users.user(&name).is_some();
+    state.users.put_user(User { name, password_hash, tags });
+    Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    auth.require_admin()?;
+    if state.users.delete_user(&name) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found())
+    }
+}
+
+async fn user_permissions(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    auth.require_admin()?;
+    state.users.user(&name).ok_or_else(ApiError::not_found)?;
+    let items = state.users.permissions().iter().filter(|p| p.user == name).map(permission_json).collect();
+    listing::respond(items, &params)
+}
+
+async fn list_permissions(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    auth.require_admin()?;
+    listing::respond(state.users.permissions().iter().map(permission_json).collect(), &params)
+}
+
+async fn show_permission(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path((vhost, user)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    auth.require_admin()?;
+    state.users.permission(&vhost, &user).map(|p| Json(permission_json(&p))).ok_or_else(ApiError::not_found)
+}
+
+async fn put_permission(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path((vhost, user)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    auth.require_admin()?;
+    let body = body_json(&body)?;
+    super::require_vhost(&state, &vhost)?;
+    if state.users.user(&user).is_none() {
+        return Err(ApiError::bad_request(format!("user {user} does not exist")));
+    }
+    let field = |key: &str| -> Result<String, ApiError> {
+        str_field(&body, key)?
+            .map(str::to_owned)
+            .ok_or_else(|| ApiError::bad_request(format!("{key} is required")))
+    };
+    let permission = Permission {
+        user: user.clone(),
+        vhost: vhost.clone(),
+        configure: field("configure")?,
+        write: field("write")?,
+        read: field("read")?,
+    };
+    let existed = state.users.permission(&vhost, &user).is_some();
+    state.users.put_permission(permission);
+    Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
+}
+
+async fn delete_permission(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path((vhost, user)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    auth.require_admin()?;
+    if state.users.delete_permission(&vhost, &user) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found())
+    }
+}

@@ -1,0 +1,347 @@
+//! The management API in process: a standalone broker task, requests through the router.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use hourglass_mgmt::{AppState, BrokerHandle, NodeInfo, UserStore};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+fn state() -> AppState {
+    AppState {
+        broker: BrokerHandle::standalone(),
+        users: Arc::new(UserStore::with_defaults(vec!["guest".into()])),
+        node: Arc::new(NodeInfo::new(IpAddr::from([127, 0, 0, 1]), 5672, 15672, 15692)),
+    }
+}
+
+const GUEST: &str = "Basic Z3Vlc3Q6Z3Vlc3Q="; // guest:guest
+
+async fn call(state: &AppState, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+    call_as(state, GUEST, method, uri, body).await
+}
+
+async fn call_as(
+    state: &AppState,
+    auth: &str,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", auth)
+        .header("content-type", "application/json")
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+        .unwrap();
+    let response = hourglass_mgmt::api_router(state.clone()).oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// Bad or missing credentials are 401 with RabbitMQ's error body; good ones see whoami.
+#[tokio::test]
+async fn basic_auth_is_required() {
+    let s = state();
+    let (status, body) = call_as(&s, "Basic Z3Vlc3Q6bm9wZQ==", "GET", "/api/whoami", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["error"], "not_authorized");
+    let (status, body) = call(&s, "GET", "/api/whoami", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, json!({"name": "guest", "tags": ["administrator"], "is_internal_user": true}));
+}
+
+/// Overview and nodes carry the fields rabbitmqadmin reads.
+#[tokio::test]
+async fn overview_and_nodes_shapes() {
+    let s = state();
+    let (status, body) = call(&s, "GET", "/api/overview", None).await;
+    assert_eq!(status, StatusCode::OK);
+    for key in ["rabbitmq_version", "erlang_version", "product_name", "node", "cluster_name", "listeners"] {
+        assert!(body.get(key).is_some(), "overview lacks {key}");
+    }
+    assert_eq!(body["object_totals"]["exchanges"], 6);
+    assert_eq!(body["queue_totals"]["messages"], 0);
+    let (status, body) = call(&s, "GET", "/api/nodes", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body[0]["os_pid"].is_string());
+}
+
+/// Queue lifecycle: 201 create, 204 redeclare, 400 inequivalent, publish, get with requeue,
+/// purge, delete, 404 after.
+#[tokio::test]
+async fn queue_lifecycle_publish_get_purge_delete() {
+    let s = state();
+    let (status, _) = call(
+        &s,
+        "PUT",
+        "/api/queues/%2F/q1",
+        Some(json!({"durable": true, "arguments": {"x-queue-type": "classic"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = call(
+        &s,
+        "PUT",
+        "/api/queues/%2F/q1",
+        Some(json!({"durable": true, "arguments": {"x-queue-type": "classic"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, body) = call(&s, "PUT", "/api/queues/%2F/q1", Some(json!({"durable": false}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["reason"].as_str().unwrap().contains("inequivalent arg 'durable'"));
+    let publish = json!({"routing_key": "q1", "payload": "hello", "payload_encoding": "string", "properties": {"delivery_mode": 2}});
+    let (status, body) = call(&s, "POST", "/api/exchanges/%2F/amq.default/publish", Some(publish)).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"routed": true})));
+    let (_, body) = call(
+        &s,
+        "POST",
+        "/api/exchanges/%2F/amq.direct/publish",
+        Some(json!({"routing_key": "nowhere", "payload": ""})),
+    )
+    .await;
+    assert_eq!(body, json!({"routed": false}));
+    let get = json!({"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"});
+    let (status, body) = call(&s, "POST", "/api/queues/%2F/q1/get", Some(get.clone())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body[0]["payload"], "hello");
+    assert_eq!(body[0]["payload_encoding"], "string");
+    assert_eq!(body[0]["properties"]["delivery_mode"], 2);
+    let (_, body) = call(&s, "POST", "/api/queues/%2F/q1/get", Some(get)).await;
+    assert_eq!(body[0]["redelivered"], true, "ack_requeue_true puts the message back");
+    let (_, body) = call(&s, "GET", "/api/queues/%2F/q1", None).await;
+    for key in [
+        "name",
+        "vhost",
+        "type",
+        "durable",
+        "auto_delete",
+        "exclusive",
+        "arguments",
+        "node",
+        "state",
+        "messages",
+        "messages_ready",
+        "messages_unacknowledged",
+        "consumers",
+    ] {
+        assert!(body.get(key).is_some(), "queue lacks {key}");
+    }
+    assert_eq!(body["messages_ready"], 1);
+    assert_eq!(body["arguments"], json!({"x-queue-type": "classic"}));
+    let (status, _) = call(&s, "DELETE", "/api/queues/%2F/q1/contents", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, body) = call(&s, "GET", "/api/queues/%2F/q1", None).await;
+    assert_eq!(body["messages"], 0);
+    let (status, _) = call(&s, "DELETE", "/api/queues/%2F/q1", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = call(&s, "GET", "/api/queues/%2F/q1", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(&s, "DELETE", "/api/queues/%2F/q1", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(&s, "GET", "/api/queues/nope", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Exchanges and bindings: declare, bind a queue, list the binding, delete it by properties key.
+#[tokio::test]
+async fn exchanges_and_bindings() {
+    let s = state();
+    let (status, _) =
+        call(&s, "PUT", "/api/exchanges/%2F/logs", Some(json!({"type": "topic", "durable": true}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = call(&s, "PUT", "/api/exchanges/%2F/bad", Some(json!({"type": "nope"}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = call(&s, "PUT", "/api/exchanges/%2F/amq.custom", Some(json!({"type": "direct"}))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (_, body) = call(&s, "GET", "/api/exchanges/%2F/logs", None).await;
+    assert_eq!(body["type"], "topic");
+    assert_eq!(body["vhost"], "/");
+    call(&s, "PUT", "/api/queues/%2F/q", None).await;
+    let (status, _) =
+        call(&s, "POST", "/api/bindings/%2F/e/logs/q/q", Some(json!({"routing_key": "a.#"}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) =
+        call(&s, "POST", "/api/bindings/%2F/e/logs/q/missing", Some(json!({"routing_key": "a"}))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, body) = call(&s, "GET", "/api/bindings/%2F/e/logs/q/q", None).await;
+    assert_eq!(body[0]["routing_key"], "a.#");
+    assert_eq!(body[0]["properties_key"], "a.#");
+    let (_, body) = call(&s, "GET", "/api/queues/%2F/q/bindings", None).await;
+    assert_eq!(body.as_array().unwrap().len(), 2, "the default exchange's binding and ours");
+    let (_, routed) = call(
+        &s,
+        "POST",
+        "/api/exchanges/%2F/logs/publish",
+        Some(json!({"routing_key": "a.b", "payload": "x"})),
+    )
+    .await;
+    assert_eq!(routed["routed"], true);
+    let (status, _) = call(&s, "DELETE", "/api/bindings/%2F/e/logs/q/q/a.%23", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, body) = call(&s, "GET", "/api/bindings/%2F/e/logs/q/q", None).await;
+    assert_eq!(body, json!([]));
+    let (status, _) = call(&s, "DELETE", "/api/exchanges/%2F/logs", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+}
+
+/// Vhosts, users and permissions; a new user with a password can log in, and is refused
+/// the admin endpoints without the administrator tag.
+#[tokio::test]
+async fn vhosts_users_permissions() {
+    let s = state();
+    assert_eq!(
+        call(&s, "PUT", "/api/vhosts/dev", Some(json!({"description": "d"}))).await.0,
+        StatusCode::CREATED
+    );
+    let (_, body) = call(&s, "GET", "/api/vhosts", None).await;
+    assert_eq!(body.as_array().unwrap().len(), 2);
+    assert_eq!(
+        call(&s, "PUT", "/api/users/bob", Some(json!({"password": "pw", "tags": "monitoring"}))).await.0,
+        StatusCode::CREATED
+    );
+    let (_, body) = call(&s, "GET", "/api/users/bob", None).await;
+    assert_eq!(body["hashing_algorithm"], "rabbit_password_hashing_sha256");
+    assert_eq!(body["tags"], json!(["monitoring"]));
+    let perm = json!({"configure": ".*", "write": ".*", "read": ".*"});
+    assert_eq!(call(&s, "PUT", "/api/permissions/dev/bob", Some(perm.clone())).await.0, StatusCode::CREATED);
+    assert_eq!(call(&s, "PUT", "/api/permissions/nope/bob", Some(perm)).await.0, StatusCode::NOT_FOUND);
+    let (_, body) = call(&s, "GET", "/api/permissions", None).await;
+    assert_eq!(body.as_array().unwrap().len(), 3);
+    let bob = "Basic Ym9iOnB3"; // bob:pw
+    assert_eq!(call_as(&s, bob, "GET", "/api/whoami", None).await.0, StatusCode::OK);
+    assert_eq!(call_as(&s, bob, "GET", "/api/users", None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(call(&s, "PUT", "/api/queues/dev/q", None).await.0, StatusCode::CREATED);
+    assert_eq!(call(&s, "DELETE", "/api/vhosts/dev", None).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(call(&s, "GET", "/api/queues/dev/q", None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(call(&s, "DELETE", "/api/users/bob", None).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(call(&s, "DELETE", "/api/users/bob", None).await.0, StatusCode::NOT_FOUND);
+}
+
+/// Pagination, column selection and sorting follow RabbitMQ's query parameters.
+#[tokio::test]
+async fn list_query_parameters() {
+    let s = state();
+    for q in ["b", "a", "c"] {
+        call(&s, "PUT", &format!("/api/queues/%2F/{q}"), None).await;
+    }
+    let (_, body) = call(&s, "GET", "/api/queues?columns=name&sort=name&sort_reverse=true", None).await;
+    assert_eq!(body, json!([{"name": "c"}, {"name": "b"}, {"name": "a"}]));
+    let (_, body) = call(&s, "GET", "/api/queues?page=2&page_size=2&columns=name", None).await;
+    assert_eq!(body["items"], json!([{"name": "c"}]));
+    assert_eq!((body["page_count"].as_u64(), body["total_count"].as_u64()), (Some(2), Some(3)));
+    assert_eq!(call(&s, "GET", "/api/queues?page=0", None).await.0, StatusCode::BAD_REQUEST);
+}
+
+/// Definitions exported from one broker import into a fresh one and export identically.
+#[tokio::test]
+async fn definitions_round_trip() {
+    let a = state();
+    call(&a, "PUT", "/api/vhosts/v2", None).await;
+    call(&a, "PUT", "/api/users/ann", Some(json!({"password": "x", "tags": ["management"]}))).await;
+    call(
+        &a,
+        "PUT",
+        "/api/exchanges/v2/ex",
+        Some(json!({"type": "fanout", "arguments": {"alternate-exchange": "amq.fanout"}})),
+    )
+    .await;
+    call(&a, "PUT", "/api/queues/v2/q", Some(json!({"arguments": {"x-message-ttl": 1000}}))).await;
+    call(&a, "POST", "/api/bindings/v2/e/ex/q/q", Some(json!({"routing_key": "k"}))).await;
+    call(&a, "POST", "/api/bindings/v2/e/amq.topic/e/ex", Some(json!({"routing_key": "t.*"}))).await;
+    let (status, exported) = call(&a, "GET", "/api/definitions", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(exported["bindings"].as_array().unwrap().len(), 2);
+    let b = state();
+    let (status, body) = call(&b, "POST", "/api/definitions", Some(exported.clone())).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (_, again) = call(&b, "GET", "/api/definitions", None).await;
+    for key in ["users", "vhosts", "permissions", "queues", "exchanges", "bindings"] {
+        assert_eq!(again[key], exported[key], "{key} differs after the round trip");
+    }
+    let (status, _) = call(&b, "POST", "/api/definitions", Some(json!({"queues": [{"name": "q"}]}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+/// Health checks answer ok; a port nobody listens on is a 503.
+#[tokio::test]
+async fn health_checks() {
+    let s = state();
+    for path in [
+        "/api/health/checks/alarms",
+        "/api/health/checks/virtual-hosts",
+        "/api/health/checks/ready-to-serve-clients",
+        "/api/health/checks/port-listener/5672",
+        "/api/aliveness-test/%2F",
+    ] {
+        let (status, body) = call(&s, "GET", path, None).await;
+        assert_eq!((status, &body["status"]), (StatusCode::OK, &json!("ok")), "{path}");
+    }
+    let (status, body) = call(&s, "GET", "/api/health/checks/port-listener/1", None).await;
+    assert_eq!((status, &body["status"]), (StatusCode::SERVICE_UNAVAILABLE, &json!("failed")));
+}
+
+/// Bad input is a 4xx, never a panic.
+#[tokio::test]
+async fn malformed_requests_are_rejected() {
+    let s = state();
+    let request = Request::builder()
+        .method("PUT")
+        .uri("/api/queues/%2F/q")
+        .header("authorization", GUEST)
+        .body(Body::from("{not json"))
+        .unwrap();
+    let response = hourglass_mgmt::api_router(s.clone()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        call(&s, "PUT", "/api/queues/%2F/q", Some(json!({"arguments": [1]}))).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        call(&s, "PUT", "/api/queues/%2F/q", Some(json!({"durable": "maybe"}))).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    call(&s, "PUT", "/api/queues/%2F/q", None).await;
+    assert_eq!(
+        call(&s, "POST", "/api/queues/%2F/q/get", Some(json!({"ackmode": "nope"}))).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    let long = "x".repeat(300);
+    assert_eq!(call(&s, "PUT", &format!("/api/queues/%2F/{long}"), None).await.0, StatusCode::BAD_REQUEST);
+}
+
+/// The metrics router serves RabbitMQ's names, aggregated and per object.
+#[tokio::test]
+async fn prometheus_metrics() {
+    let s = state();
+    call(&s, "PUT", "/api/queues/%2F/m", None).await;
+    call(
+        &s,
+        "POST",
+        "/api/exchanges/%2F/amq.default/publish",
+        Some(json!({"routing_key": "m", "payload": "abc"})),
+    )
+    .await;
+    let text = |path: &'static str| {
+        let s = s.clone();
+        async move {
+            let response = hourglass_mgmt::metrics_router(s)
+                .oneshot(Request::get(path).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            String::from_utf8(axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap().to_vec())
+                .unwrap()
+        }
+    };
+    let aggregated = text("/metrics").await;
+    assert!(aggregated.contains("\nrabbitmq_queue_messages_ready 1\n"), "{aggregated}");
+    assert!(aggregated.contains("\nrabbitmq_queues 1\n"));
+    assert!(aggregated.contains("\nrabbitmq_connections 0\n"));
+    let per_object = text("/metrics/per-object").await;
+    assert!(per_object.contains("rabbitmq_queue_messages{vhost=\"/\",queue=\"m\"} 1"), "{per_object}");
+}
