@@ -59,3 +59,37 @@ async fn unacked_delivery_returns_after_the_visibility_timeout() {
     assert_eq!(queue.message_count(), 0);
     assert!(channel.status().connected(), "the late ack did not close the channel");
 }
+
+/// contract §4: POST /api/queues/{vhost}/{queue}/visibility with a delivery's x-receipt-handle and
+/// timeout_ms 0 makes that message visible at once: the consumer gets it again right away; the
+/// same handle is stale afterwards (404).
+#[tokio::test]
+async fn receipt_handle_over_http_makes_the_message_visible_now() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert(ShortString::from("x-visibility-timeout"), AMQPValue::LongInt(600_000));
+    channel.queue_declare("jobs".into(), Default::default(), args).await.unwrap();
+    channel
+        .basic_publish("".into(), "jobs".into(), Default::default(), b"j", BasicProperties::default())
+        .await
+        .unwrap();
+    let mut consumer = channel
+        .basic_consume("jobs".into(), "".into(), Default::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let first = within("delivery", consumer.next()).await.unwrap().unwrap();
+    let handle =
+        match first.properties.headers().as_ref().and_then(|h| h.inner().get("x-receipt-handle").cloned()) {
+            Some(AMQPValue::LongString(s)) => s.to_string(),
+            other => panic!("no receipt handle: {other:?}"),
+        };
+    let body = format!(r#"{{"receipt_handle":"{handle}","timeout_ms":0}}"#);
+    let (status, _) = common::http(&broker, "POST", "/api/queues/%2F/jobs/visibility", &body).await;
+    assert_eq!(status, 204);
+    let again = within("visible again", consumer.next()).await.unwrap().unwrap();
+    assert!(again.redelivered);
+    let (status, _) = common::http(&broker, "POST", "/api/queues/%2F/jobs/visibility", &body).await;
+    assert_eq!(status, 404);
+}

@@ -14,6 +14,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct RunningBroker {
     child: Child,
     pub amqp: SocketAddr,
+    pub http: SocketAddr,
     pub data_dir: std::path::PathBuf,
 }
 
@@ -42,21 +43,22 @@ impl RunningBroker {
             let mut sent = false;
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if !sent {
-                    if let Some(addr) = parse_amqp_addr(&line) {
-                        let _ = tx.send(addr);
+                    if let (Some(amqp), Some(http)) = (parse_addr(&line, "amqp="), parse_addr(&line, "http="))
+                    {
+                        let _ = tx.send((amqp, http));
                         sent = true;
                     }
                 }
             }
         });
-        let amqp = match rx.recv_timeout(START_TIMEOUT) {
-            Ok(addr) => addr,
+        let (amqp, http) = match rx.recv_timeout(START_TIMEOUT) {
+            Ok(addrs) => addrs,
             Err(_) => {
                 let _ = child.kill();
                 panic!("hourglass did not log its AMQP listener within {START_TIMEOUT:?}");
             }
         };
-        RunningBroker { child, amqp, data_dir }
+        RunningBroker { child, amqp, http, data_dir }
     }
 
     pub fn url(&self) -> String {
@@ -98,9 +100,9 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::process::Exit
     }
 }
 
-/// Finds `amqp=127.0.0.1:PORT` in the start-up log line.
-fn parse_amqp_addr(line: &str) -> Option<SocketAddr> {
-    let start = line.find("amqp=")? + "amqp=".len();
+/// Finds `amqp=127.0.0.1:PORT` (or `http=…`) in the start-up log line.
+fn parse_addr(line: &str, key: &str) -> Option<SocketAddr> {
+    let start = line.find(key)? + key.len();
     let rest = &line[start..];
     let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
     rest[..end].parse().ok()
@@ -114,4 +116,22 @@ fn unique() -> u64 {
 
 pub async fn connect(broker: &RunningBroker) -> lapin::Connection {
     lapin::Connection::connect(&broker.url(), lapin::ConnectionProperties::default()).await.expect("connect")
+}
+
+/// A minimal HTTP/1.1 request as guest to the management API; returns the status code and body.
+pub async fn http(broker: &RunningBroker, method: &str, path: &str, body: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(broker.http).await.expect("connect http");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    socket.write_all(request.as_bytes()).await.expect("send http");
+    let mut response = Vec::new();
+    socket.read_to_end(&mut response).await.expect("read http");
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
 }

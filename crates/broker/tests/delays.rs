@@ -280,3 +280,28 @@ fn apsaramq_delay_header_is_opt_in() {
     on.advance(ms(50));
     assert_eq!(stats(&on, "q"), (1, 0));
 }
+
+/// contract §7: delayed messages can be listed and peeked without consuming, cancelled, and
+/// rescheduled (to now: ready at once).
+#[test]
+fn delayed_messages_can_be_peeked_cancelled_and_rescheduled() {
+    use hourglass_broker::admin::DelayedError;
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "slow", &[("x-delivery-delay", FieldValue::I32(60_000))]);
+    for body in [b"a", b"b", b"c"] {
+        tb.publish(c, "", "slow", body);
+    }
+    let waiting = tb.broker.peek_delayed("/", "slow", 10).unwrap();
+    assert_eq!(
+        waiting.iter().map(|d| d.message.body.to_vec()).collect::<Vec<_>>(),
+        vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+    );
+    assert_eq!(stats(&tb, "slow"), (0, 3), "peeking consumed nothing");
+    tb.broker.cancel_delayed("/", "slow", waiting[0].id).unwrap();
+    assert_eq!(tb.broker.cancel_delayed("/", "slow", waiting[0].id), Err(DelayedError::MessageNotFound));
+    let now = tb.clock.now();
+    tb.broker.reschedule_delayed("/", "slow", waiting[2].id, now, now).unwrap();
+    assert_eq!(stats(&tb, "slow"), (1, 1));
+    assert_eq!(tb.broker.peek_delayed("/", "nope", 1).unwrap_err(), DelayedError::QueueNotFound);
+}

@@ -345,3 +345,66 @@ async fn prometheus_metrics() {
     let per_object = text("/metrics/per-object").await;
     assert!(per_object.contains("rabbitmq_queue_messages{vhost=\"/\",queue=\"m\"} 1"), "{per_object}");
 }
+
+/// contract §7: a queue's delayed messages are listed without being consumed, can be
+/// rescheduled (delay 0: ready at once) and cancelled; the queue shows its delayed count.
+#[tokio::test]
+async fn delayed_messages_endpoints() {
+    let s = state();
+    let (status, _) =
+        call(&s, "PUT", "/api/queues/%2F/later", Some(json!({"arguments": {"x-delivery-delay": 60000}})))
+            .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for payload in ["one", "two"] {
+        let publish = json!({"routing_key": "later", "payload": payload, "payload_encoding": "string", "properties": {}});
+        let (status, body) = call(&s, "POST", "/api/exchanges/%2F/amq.default/publish", Some(publish)).await;
+        assert_eq!((status, body["routed"].clone()), (StatusCode::OK, json!(true)));
+    }
+    let (_, queue) = call(&s, "GET", "/api/queues/%2F/later", None).await;
+    assert_eq!((queue["messages_ready"].clone(), queue["messages_delayed"].clone()), (json!(0), json!(2)));
+    assert!(queue["next_due_ms"].as_u64().is_some());
+    let (status, listed) = call(&s, "GET", "/api/queues/%2F/later/delayed", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let listed = listed.as_array().unwrap().clone();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0]["payload_bytes"], json!(3));
+    assert!(listed[0]["due_in_ms"].as_u64().unwrap() <= 60000);
+    let first = listed[0]["id"].as_u64().unwrap();
+    let second = listed[1]["id"].as_u64().unwrap();
+    let (status, _) =
+        call(&s, "POST", &format!("/api/queues/%2F/later/delayed/{first}"), Some(json!({"delay_ms": 0})))
+            .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = call(&s, "DELETE", &format!("/api/queues/%2F/later/delayed/{second}"), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = call(&s, "DELETE", &format!("/api/queues/%2F/later/delayed/{second}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, queue) = call(&s, "GET", "/api/queues/%2F/later", None).await;
+    assert_eq!((queue["messages_ready"].clone(), queue["messages_delayed"].clone()), (json!(1), json!(0)));
+    let bad = json!({"delay_ms": 1, "due_ms": 2});
+    let (status, _) = call(&s, "POST", &format!("/api/queues/%2F/later/delayed/{first}"), Some(bad)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+/// contract §4: the visibility endpoint answers 404 for an unknown queue or a stale/unknown
+/// receipt handle, and 400 for a malformed body.
+#[tokio::test]
+async fn visibility_endpoint_status_codes() {
+    let s = state();
+    call(&s, "PUT", "/api/queues/%2F/tasks", Some(json!({"arguments": {"x-visibility-timeout": 5000}})))
+        .await;
+    let stale = json!({"receipt_handle": "1.2.3.4", "timeout_ms": 0});
+    let (status, body) = call(&s, "POST", "/api/queues/%2F/tasks/visibility", Some(stale.clone())).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["reason"], "receipt handle is stale or unknown");
+    let (status, _) = call(&s, "POST", "/api/queues/%2F/missing/visibility", Some(stale)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(
+        &s,
+        "POST",
+        "/api/queues/%2F/tasks/visibility",
+        Some(json!({"receipt_handle": "x", "timeout_ms": -1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}

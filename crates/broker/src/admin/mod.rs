@@ -8,9 +8,11 @@
 //! connections (basic.cancel to consumers of a deleted queue, deliveries after a publish) are left
 //! in the broker's effect queue for the driver to flush.
 
+mod delayed;
 mod listing;
 mod vhosts;
 
+pub use delayed::{DelayedError, DelayedMessage};
 pub use listing::{BindingDetails, ChannelSummary, ConnectionSummary, ConsumerSummary, QueueDetails};
 
 use std::sync::Arc;

@@ -63,6 +63,19 @@ impl DelayIndex {
         self.body_bytes
     }
 
+    /// Takes out the waiting message with this seq (a scan: an operator action, not a hot path).
+    pub fn remove(&mut self, seq: Seq) -> Option<(Timestamp, Waiting)> {
+        let key = *self.waiting.keys().find(|(_, s)| *s == seq)?;
+        let waiting = self.waiting.remove(&key)?;
+        self.body_bytes -= waiting.entry.body_size();
+        Some((key.0, waiting))
+    }
+
+    /// The first `limit` waiting messages in due order with their content, without taking them.
+    pub fn peek(&self, limit: usize) -> impl Iterator<Item = (Timestamp, &Entry)> {
+        self.waiting.iter().take(limit).map(|((due, _), w)| (*due, &w.entry))
+    }
+
     /// The first `limit` waiting messages in due order, without taking them.
     pub fn list(&self, limit: usize) -> Vec<DelayedInfo> {
         self.waiting

@@ -6,6 +6,7 @@ mod definitions;
 mod exchanges;
 mod overview;
 mod queues;
+mod time;
 mod users;
 mod vhosts;
 
@@ -23,6 +24,7 @@ pub fn router(state: AppState) -> Router {
         .merge(users::routes())
         .merge(exchanges::routes())
         .merge(queues::routes())
+        .merge(time::routes())
         .merge(bindings::routes())
         .merge(connections::routes())
         .merge(definitions::routes())

@@ -64,6 +64,19 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str) -> Value {
         "message_bytes_unacknowledged": 0,
         "message_bytes_ram": s.message_bytes_ready,
         "message_bytes_persistent": 0,
+        // Hourglass's time statistics (contract §7).
+        "messages_delayed": s.messages_delayed,
+        "message_bytes_delayed": s.message_bytes_delayed,
+        "next_due_ms": s.next_due.map(|t| t.as_millis()),
+        "messages_expired": s.counters.expired,
+        "messages_dead_lettered": {
+            "rejected": s.counters.dead_lettered_rejected,
+            "expired": s.counters.dead_lettered_expired,
+            "maxlen": s.counters.dead_lettered_maxlen,
+            "delivery_limit": s.counters.dead_lettered_delivery_limit,
+        },
+        "messages_visibility_expired": s.counters.visibility_expired,
+        "messages_redelivered": s.counters.redelivered,
     })
 }
 
