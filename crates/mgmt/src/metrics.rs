@@ -56,6 +56,42 @@ fn text(body: String) -> Response {
 
 /// The queue gauges: name, help, and how to read one queue.
 type QueueGauge = (&'static str, &'static str, fn(&QueueStats) -> usize);
+type QueueCounter = (&'static str, &'static str, fn(&QueueStats) -> u64);
+
+/// Counters of time events (contract §7): RabbitMQ's dead-lettering names, ours for the rest.
+const QUEUE_COUNTERS: &[QueueCounter] = &[
+    (
+        "rabbitmq_global_messages_dead_lettered_rejected_total",
+        "Messages dead-lettered because they were rejected",
+        |q| q.counters.dead_lettered_rejected,
+    ),
+    (
+        "rabbitmq_global_messages_dead_lettered_expired_total",
+        "Messages dead-lettered because their TTL expired",
+        |q| q.counters.dead_lettered_expired,
+    ),
+    (
+        "rabbitmq_global_messages_dead_lettered_maxlen_total",
+        "Messages dead-lettered by a length limit",
+        |q| q.counters.dead_lettered_maxlen,
+    ),
+    (
+        "rabbitmq_global_messages_dead_lettered_delivery_limit_total",
+        "Messages dead-lettered past their delivery limit",
+        |q| q.counters.dead_lettered_delivery_limit,
+    ),
+    (
+        "hourglass_queue_messages_expired_total",
+        "Messages that expired (TTL), dead-lettered or dropped",
+        |q| q.counters.expired,
+    ),
+    ("hourglass_queue_visibility_expired_total", "Deliveries whose visibility timeout ran out", |q| {
+        q.counters.visibility_expired
+    }),
+    ("hourglass_queue_messages_redelivered_total", "Messages that came back unacknowledged", |q| {
+        q.counters.redelivered
+    }),
+];
 
 const QUEUE_GAUGES: &[QueueGauge] = &[
     ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers", |q| q.messages_ready),
@@ -67,6 +103,12 @@ const QUEUE_GAUGES: &[QueueGauge] = &[
     }),
     ("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages", |q| q.message_bytes_ready),
     ("rabbitmq_queue_consumers", "Consumers on a queue", |q| q.consumers),
+    ("hourglass_queue_messages_delayed", "Messages waiting for their due time (delayed, back-off)", |q| {
+        q.messages_delayed
+    }),
+    ("hourglass_queue_messages_delayed_bytes", "Size in bytes of delayed messages", |q| {
+        q.message_bytes_delayed
+    }),
 ];
 
 fn render(state: &AppState, s: &Snapshot, per_object: bool) -> String {
@@ -106,17 +148,12 @@ fn render(state: &AppState, s: &Snapshot, per_object: bool) -> String {
         &[(String::new(), s.consumers as u64)],
     );
     for (name, help, read) in QUEUE_GAUGES {
-        let samples: Vec<(String, u64)> = if per_object {
-            s.queues
-                .iter()
-                .map(|q| {
-                    (format!("vhost=\"{}\",queue=\"{}\"", escape(&q.vhost), escape(&q.name)), read(q) as u64)
-                })
-                .collect()
-        } else {
-            vec![(String::new(), s.queues.iter().map(|q| read(q) as u64).sum())]
-        };
+        let samples = queue_samples(&s.queues, per_object, |q| read(q) as u64);
         gauge(&mut out, name, help, &samples);
+    }
+    for (name, help, read) in QUEUE_COUNTERS {
+        let samples = queue_samples(&s.queues, per_object, read);
+        metric(&mut out, "counter", name, help, &samples);
     }
     gauge(
         &mut out,
@@ -131,8 +168,28 @@ fn render(state: &AppState, s: &Snapshot, per_object: bool) -> String {
     out
 }
 
+/// One sample per queue (labelled by vhost and queue), or their sum.
+fn queue_samples(
+    queues: &[QueueStats],
+    per_object: bool,
+    read: impl Fn(&QueueStats) -> u64,
+) -> Vec<(String, u64)> {
+    if per_object {
+        queues
+            .iter()
+            .map(|q| (format!("vhost=\"{}\",queue=\"{}\"", escape(&q.vhost), escape(&q.name)), read(q)))
+            .collect()
+    } else {
+        vec![(String::new(), queues.iter().map(read).sum())]
+    }
+}
+
 fn gauge(out: &mut String, name: &str, help: &str, samples: &[(String, u64)]) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    metric(out, "gauge", name, help, samples);
+}
+
+fn metric(out: &mut String, kind: &str, name: &str, help: &str, samples: &[(String, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     for (labels, value) in samples {
         if labels.is_empty() {
             let _ = writeln!(out, "{name} {value}");

@@ -342,8 +342,11 @@ async fn prometheus_metrics() {
     assert!(aggregated.contains("\nrabbitmq_queue_messages_ready 1\n"), "{aggregated}");
     assert!(aggregated.contains("\nrabbitmq_queues 1\n"));
     assert!(aggregated.contains("\nrabbitmq_connections 0\n"));
+    assert!(aggregated.contains("# TYPE hourglass_queue_messages_delayed gauge\nhourglass_queue_messages_delayed 0\n"));
+    assert!(aggregated.contains("# TYPE rabbitmq_global_messages_dead_lettered_expired_total counter\n"));
     let per_object = text("/metrics/per-object").await;
     assert!(per_object.contains("rabbitmq_queue_messages{vhost=\"/\",queue=\"m\"} 1"), "{per_object}");
+    assert!(per_object.contains("hourglass_queue_visibility_expired_total{vhost=\"/\",queue=\"m\"} 0"));
 }
 
 /// contract §7: a queue's delayed messages are listed without being consumed, can be
