@@ -46,7 +46,8 @@ impl Broker {
 
 /// The next consumer, round robin, whose own and whose channel's prefetch allow a delivery.
 fn pick_consumer(queue: &mut Queue, channels: &HashMap<(ConnectionId, ChannelId), Channel>) -> Option<usize> {
-    queue.consumers.pick(|c| {
+    let single_active = queue.args.single_active_consumer;
+    queue.consumers.pick(single_active, |c| {
         c.has_credit()
             && channels
                 .get(&(c.conn, c.channel))

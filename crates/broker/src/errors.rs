@@ -6,6 +6,8 @@ use hourglass_wire::reply_code::{
     RESOURCE_LOCKED,
 };
 
+use hourglass_wire::FieldValue;
+
 use crate::api::AmqpError;
 
 pub(crate) fn precondition_failed(detail: impl std::fmt::Display) -> AmqpError {
@@ -58,4 +60,30 @@ pub(crate) fn unknown_delivery_tag(tag: u64) -> AmqpError {
 /// An empty queue name on a channel that has declared no queue yet.
 pub(crate) fn not_found_no_previous_queue() -> AmqpError {
     AmqpError::new(NOT_FOUND, "no previously declared queue")
+}
+
+/// `received X but current is Y` for an inequivalent argument, as RabbitMQ words it: plain values
+/// when both exist with the same type, else `the value 'v' of type 't'` or `none`.
+pub(crate) fn received_but_current(received: Option<FieldValue>, current: Option<FieldValue>) -> String {
+    match (&received, &current) {
+        (Some(r), Some(c)) if r.type_name() == c.type_name() => {
+            format!("received '{}' but current is '{}'", plain(r), plain(c))
+        }
+        _ => format!("received {} but current is {}", typed(received.as_ref()), typed(current.as_ref())),
+    }
+}
+
+fn plain(value: &FieldValue) -> String {
+    match (value.as_bytes(), value.as_i64()) {
+        (Some(bytes), _) => String::from_utf8_lossy(bytes).into_owned(),
+        (None, Some(n)) => n.to_string(),
+        (None, None) => format!("{value:?}"),
+    }
+}
+
+fn typed(value: Option<&FieldValue>) -> String {
+    match value {
+        None => "none".to_owned(),
+        Some(v) => format!("the value '{}' of type '{}'", plain(v), v.type_name()),
+    }
 }

@@ -24,6 +24,7 @@ impl VHost {
             ("amq.topic", ExchangeKind::Topic),
             ("amq.headers", ExchangeKind::Headers),
             ("amq.match", ExchangeKind::Headers),
+            ("amq.rabbitmq.trace", ExchangeKind::Topic),
         ];
         for (name, kind) in standard {
             let spec = ExchangeSpec {
@@ -32,7 +33,8 @@ impl VHost {
                 delayed: false,
                 durable: true,
                 auto_delete: false,
-                internal: false,
+                // RabbitMQ's firehose exchange is internal: clients may bind to it, not publish.
+                internal: name == "amq.rabbitmq.trace",
                 arguments: FieldTable::new(),
             };
             vhost.exchanges.insert(spec.name.clone(), Exchange::new(spec));

@@ -276,3 +276,32 @@ fn methods_on_a_closed_channel_are_ignored() {
     let effects: Vec<Effect> = declare(&mut tb, c, "q");
     assert!(effects.is_empty());
 }
+
+/// As RabbitMQ: unbinding from a missing exchange, a missing queue or something never bound
+/// succeeds; a passive declare of the default exchange is refused; amq.rabbitmq.trace exists.
+#[test]
+fn unbind_is_lenient_and_system_exchanges_are_as_rabbitmq() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    for (queue, exchange) in [("q", "missing"), ("missing", "amq.direct"), ("q", "amq.direct")] {
+        let effects =
+            tb.call(c, QueueUnbind { queue: short(queue), exchange: short(exchange), ..Default::default() });
+        assert!(
+            matches!(methods(&effects).as_slice(), [Method::QueueUnbindOk(_)]),
+            "{queue} from {exchange}"
+        );
+    }
+    let effects =
+        tb.call(c, ExchangeUnbind { destination: short("a"), source: short("b"), ..Default::default() });
+    assert!(matches!(methods(&effects).as_slice(), [Method::ExchangeUnbindOk(_)]));
+    let trace = tb.call(
+        c,
+        ExchangeDeclare { exchange: short("amq.rabbitmq.trace"), passive: true, ..Default::default() },
+    );
+    assert!(matches!(methods(&trace).as_slice(), [Method::ExchangeDeclareOk(_)]));
+    let err = channel_error(
+        &tb.call(c, ExchangeDeclare { exchange: short(""), passive: true, ..Default::default() }),
+    );
+    assert_eq!(err.unwrap().reply_code, 403);
+}

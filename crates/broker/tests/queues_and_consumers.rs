@@ -322,3 +322,50 @@ fn paused_connection_gets_no_deliveries_until_resumed() {
     let resumed = tb.command(hourglass_broker::Command::DeliveryPaused { conn: c.conn, paused: false });
     assert_eq!(bodies(&resumed), vec![b"1".to_vec()]);
 }
+
+/// Consumer priorities (x-priority, advertised as the consumer_priorities capability): the
+/// highest-priority consumer with credit gets messages; lower ones only when it has none.
+#[test]
+fn higher_priority_consumer_gets_messages_first() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    tb.call(c, BasicQos { prefetch_count: 2, ..Default::default() });
+    for (tag, priority) in [("low", 1), ("high", 5)] {
+        let arguments = FieldTable::from_entries([("x-priority", FieldValue::I32(priority))]);
+        tb.call(
+            c,
+            BasicConsume { queue: short("q"), consumer_tag: short(tag), arguments, ..Default::default() },
+        );
+    }
+    let tags: Vec<String> = (0..4u8)
+        .flat_map(|i| deliveries(&tb.publish(c, "", "q", &[i])))
+        .map(|d| d.method.consumer_tag.to_string())
+        .collect();
+    assert_eq!(tags, ["high", "high", "low", "low"], "low gets messages only once high is out of credit");
+}
+
+/// x-single-active-consumer: only the first consumer gets messages; when it goes, the next one does.
+#[test]
+fn single_active_consumer_gets_everything_until_it_leaves() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let arguments = FieldTable::from_entries([("x-single-active-consumer", FieldValue::Bool(true))]);
+    tb.call(c, QueueDeclare { queue: short("sac"), arguments, ..Default::default() });
+    consume(&mut tb, c, "sac", "first", true);
+    consume(&mut tb, c, "sac", "second", true);
+    let tags: Vec<String> = (0..3u8)
+        .flat_map(|i| deliveries(&tb.publish(c, "", "sac", &[i])))
+        .map(|d| d.method.consumer_tag.to_string())
+        .collect();
+    assert_eq!(tags, ["first", "first", "first"]);
+    tb.call(c, BasicCancel { consumer_tag: short("first"), nowait: false });
+    let next = deliveries(&tb.publish(c, "", "sac", b"x"));
+    assert_eq!(next[0].method.consumer_tag, "second");
+    let c2 = tb.channel();
+    let bad = FieldTable::from_entries([("x-single-active-consumer", FieldValue::LongStr("true".into()))]);
+    let err = channel_error(
+        &tb.call(c2, QueueDeclare { queue: short("sac2"), arguments: bad, ..Default::default() }),
+    );
+    assert_eq!(err.unwrap().reply_code, 406);
+}

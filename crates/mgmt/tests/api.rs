@@ -64,7 +64,8 @@ async fn overview_and_nodes_shapes() {
     for key in ["rabbitmq_version", "erlang_version", "product_name", "node", "cluster_name", "listeners"] {
         assert!(body.get(key).is_some(), "overview lacks {key}");
     }
-    assert_eq!(body["object_totals"]["exchanges"], 6);
+    // A fresh vhost has RabbitMQ's seven: the default, amq.direct/fanout/topic/headers/match, amq.rabbitmq.trace.
+    assert_eq!(body["object_totals"]["exchanges"], 7);
     assert_eq!(body["queue_totals"]["messages"], 0);
     let (status, body) = call(&s, "GET", "/api/nodes", None).await;
     assert_eq!(status, StatusCode::OK);
@@ -342,7 +343,8 @@ async fn prometheus_metrics() {
     assert!(aggregated.contains("\nrabbitmq_queue_messages_ready 1\n"), "{aggregated}");
     assert!(aggregated.contains("\nrabbitmq_queues 1\n"));
     assert!(aggregated.contains("\nrabbitmq_connections 0\n"));
-    assert!(aggregated.contains("# TYPE hourglass_queue_messages_delayed gauge\nhourglass_queue_messages_delayed 0\n"));
+    assert!(aggregated
+        .contains("# TYPE hourglass_queue_messages_delayed gauge\nhourglass_queue_messages_delayed 0\n"));
     assert!(aggregated.contains("# TYPE rabbitmq_global_messages_dead_lettered_expired_total counter\n"));
     let per_object = text("/metrics/per-object").await;
     assert!(per_object.contains("rabbitmq_queue_messages{vhost=\"/\",queue=\"m\"} 1"), "{per_object}");

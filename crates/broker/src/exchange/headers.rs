@@ -27,10 +27,15 @@ pub(crate) fn validate_binding_arguments(arguments: &FieldTable) -> Result<(), A
     match arguments.get("x-match") {
         None => Ok(()),
         Some(value) if parse_mode(&value).is_some() => Ok(()),
-        Some(value) => Err(errors::precondition_failed(format!(
-            "Invalid x-match field value {}; expected all, any, all-with-x, or any-with-x",
-            crate::queue::args::describe(&value)
-        ))),
+        Some(value) => {
+            let shown = match value.as_bytes() {
+                Some(bytes) => format!("<<\"{}\">>", String::from_utf8_lossy(bytes)),
+                None => format!("{value:?}"),
+            };
+            Err(errors::precondition_failed(format!(
+                "Invalid x-match field value {shown}; expected all, any, all-with-x, or any-with-x"
+            )))
+        }
     }
 }
 

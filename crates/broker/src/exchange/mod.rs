@@ -175,8 +175,9 @@ impl Exchange {
         let key = "alternate-exchange";
         if current.arguments.get(key) != spec.arguments.get(key) {
             return Err(errors::precondition_failed(format!(
-                "inequivalent arg '{key}' for exchange '{}' in vhost '{vhost}'",
-                current.name
+                "inequivalent arg '{key}' for exchange '{}' in vhost '{vhost}': {}",
+                current.name,
+                errors::received_but_current(spec.arguments.get(key), current.arguments.get(key)),
             )));
         }
         Ok(())

@@ -103,7 +103,8 @@ impl Broker {
         }
         if let Some(seq) = self.channels.get_mut(&(conn, ch)).and_then(|c| c.next_publish_seq()) {
             if rejected {
-                self.send(conn, ch, BasicNack { delivery_tag: seq, multiple: false, requeue: false });
+                // RabbitMQ sets the requeue bit on the nack of a publish a full queue refused.
+                self.send(conn, ch, BasicNack { delivery_tag: seq, multiple: false, requeue: true });
             } else {
                 self.send(conn, ch, BasicAck { delivery_tag: seq, multiple: false });
             }
@@ -154,6 +155,7 @@ impl Broker {
         }
         let prefetch_count = channel.consumer_prefetch;
         let visibility_timeout_ms = consumer_visibility(&m.arguments, &name, &vhost)?;
+        let priority = consumer_priority(&m.arguments, &name, &vhost)?;
         let queue = self.queues.get_mut(&id).ok_or_else(|| errors::no_queue(&name, &vhost))?;
         if queue.consumers.has_exclusive() || (m.exclusive && !queue.consumers.is_empty()) {
             return Err(errors::access_refused(format!(
@@ -169,6 +171,7 @@ impl Broker {
             prefetch_count,
             unacked: 0,
             visibility_timeout_ms,
+            priority,
         });
         queue.had_consumer = true;
         queue.touch(now);
@@ -404,6 +407,23 @@ fn consumer_visibility(
             "invalid arg 'x-visibility-timeout' for consumer on queue '{queue}' in vhost '{vhost}': {why}"
         ))
     })
+}
+
+/// `x-priority` in basic.consume arguments: an integer (RabbitMQ's consumer priorities).
+fn consumer_priority(
+    arguments: &hourglass_wire::FieldTable,
+    queue: &ShortStr,
+    vhost: &str,
+) -> Result<i64, AmqpError> {
+    match arguments.get("x-priority") {
+        None => Ok(0),
+        Some(value) => value.as_i64().filter(|_| value.as_bytes().is_none()).ok_or_else(|| {
+            errors::precondition_failed(format!(
+                "invalid arg 'x-priority' for queue '{queue}' in vhost '{vhost}': {{unacceptable_type,{}}}",
+                value.type_name()
+            ))
+        }),
+    }
 }
 
 /// A `user_id` property must name the authenticated user (RabbitMQ's validated user-id).

@@ -21,6 +21,9 @@ impl Broker {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
         let vhost = self.vhost_mut(&vhost_name)?;
         if m.passive {
+            if m.exchange.is_empty() {
+                return Err(errors::default_exchange_refused());
+            }
             if !vhost.exchanges.contains_key(&m.exchange) {
                 return Err(errors::no_exchange(&m.exchange, &vhost_name));
             }
@@ -71,7 +74,7 @@ impl Broker {
         }
         if m.exchange.as_bytes().starts_with(b"amq.") {
             return Err(errors::access_refused(format!(
-                "deletion of system exchange '{}' in vhost '{vhost_name}' is not allowed",
+                "deletion of system exchange '{}' in vhost '{vhost_name}' not allowed",
                 m.exchange
             )));
         }
@@ -112,6 +115,7 @@ impl Broker {
         Ok(())
     }
 
+    /// Unbinding what is not bound, or from or to what does not exist, succeeds, as in RabbitMQ.
     pub(super) fn exchange_unbind(
         &mut self,
         conn: ConnectionId,
@@ -119,10 +123,15 @@ impl Broker {
         m: &ExchangeUnbind,
     ) -> Result<(), AmqpError> {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
-        let vhost = self.vhost_mut(&vhost_name)?;
-        let binding =
-            exchange_binding(vhost, &vhost_name, &m.source, &m.destination, &m.routing_key, &m.arguments)?;
-        unbind_from(vhost, &m.source, &binding);
+        if m.source.is_empty() || m.destination.is_empty() {
+            return Err(errors::default_exchange_refused());
+        }
+        let binding = Binding {
+            destination: Destination::Exchange(m.destination.clone()),
+            routing_key: m.routing_key.clone(),
+            arguments: m.arguments.clone(),
+        };
+        unbind_from(self.vhost_mut(&vhost_name)?, &m.source, &binding);
         if !m.nowait {
             self.send(conn, ch, ExchangeUnbindOk {});
         }

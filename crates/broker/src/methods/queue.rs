@@ -94,10 +94,20 @@ impl Broker {
         m: &QueueUnbind,
     ) -> Result<(), AmqpError> {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
-        let (binding, source) =
-            self.queue_binding(conn, ch, &vhost_name, &m.queue, &m.exchange, &m.routing_key, &m.arguments)?;
-        // Unbinding what is not bound succeeds, as in RabbitMQ 3.x.
-        unbind_from(self.vhost_mut(&vhost_name)?, &source, &binding);
+        // Unbinding what is not bound, a missing queue or exchange, or another connection's
+        // exclusive queue, all succeed as in RabbitMQ; only the default exchange is refused.
+        if m.exchange.is_empty() {
+            return Err(errors::default_exchange_refused());
+        }
+        let queue_name = self.queue_name_or_last(conn, ch, &m.queue)?;
+        if let Ok(id) = self.lookup_queue(&vhost_name, &queue_name) {
+            let binding = Binding {
+                destination: Destination::Queue(id),
+                routing_key: m.routing_key.clone(),
+                arguments: m.arguments.clone(),
+            };
+            unbind_from(self.vhost_mut(&vhost_name)?, &m.exchange, &binding);
+        }
         self.send(conn, ch, QueueUnbindOk {});
         Ok(())
     }
@@ -260,11 +270,10 @@ impl Broker {
         }
         if let Some(key) = first_inequivalent(&current.arguments, &spec.arguments) {
             return Err(errors::precondition_failed(format!(
-                "inequivalent arg '{key}' for queue '{}' in vhost '{}': received {} but current is {}",
+                "inequivalent arg '{key}' for queue '{}' in vhost '{}': {}",
                 current.name,
                 queue.vhost,
-                describe_arg(spec.arguments.get(key)),
-                describe_arg(current.arguments.get(key)),
+                errors::received_but_current(spec.arguments.get(key), current.arguments.get(key)),
             )));
         }
         Ok(())
@@ -300,21 +309,5 @@ impl Broker {
         let binding =
             Binding { destination: Destination::Queue(id), routing_key, arguments: arguments.clone() };
         Ok((binding, exchange.clone()))
-    }
-}
-
-/// An argument value as RabbitMQ's inequivalence texts show it.
-fn describe_arg(value: Option<hourglass_wire::FieldValue>) -> String {
-    match value {
-        None => "none".to_owned(),
-        Some(v) => match v.as_bytes() {
-            Some(bytes) => {
-                format!("the value '{}' of type '{}'", String::from_utf8_lossy(bytes), v.type_name())
-            }
-            None => match v.as_i64() {
-                Some(n) => format!("the value '{n}' of type '{}'", v.type_name()),
-                None => format!("the value '{v:?}' of type '{}'", v.type_name()),
-            },
-        },
     }
 }

@@ -9,6 +9,8 @@ use crate::errors;
 
 /// The largest time argument accepted: 10 years in milliseconds, as RabbitMQ (contract.md).
 pub const MAX_TIME_MS: u64 = 315_360_000_000;
+/// The highest `x-max-priority` RabbitMQ accepts.
+pub const MAX_PRIORITY: u8 = 255;
 
 /// Arguments whose values must match when a queue is redeclared (RabbitMQ compares these and
 /// ignores the rest).
@@ -57,6 +59,8 @@ pub struct QueueArgs {
     /// `x-redelivery-delay` / `x-redelivery-delay-max`: back-off for returning messages (contract §5).
     pub redelivery_delay_ms: Option<u64>,
     pub redelivery_delay_max_ms: Option<u64>,
+    /// `x-single-active-consumer`: one consumer at a time gets messages, the others wait.
+    pub single_active_consumer: bool,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -99,6 +103,12 @@ impl QueueArgs {
                 "invalid arg '{key}' for queue '{queue}' in vhost '{vhost}': {why}"
             ))
         };
+        let invalid_type = |key: &str, value: &FieldValue| {
+            errors::precondition_failed(format!(
+                "invalid type '{}' for arg '{key}' in queue '{queue}' in vhost '{vhost}'",
+                value.type_name()
+            ))
+        };
         let mut args = QueueArgs::default();
         for (key, value) in table.iter() {
             let key = key.as_str();
@@ -108,9 +118,25 @@ impl QueueArgs {
                     args.queue_type = match value.as_bytes() {
                         Some(b"classic") => QueueType::Classic,
                         Some(b"quorum") => QueueType::Quorum,
-                        _ => return Err(invalid(key, describe(&value))),
+                        _ => return Err(invalid(key, unsupported("queue type", &value))),
                     }
                 }
+                // Accepted for compatibility; every Hourglass queue keeps an index in memory.
+                "x-queue-mode" if !matches!(value.as_bytes(), Some(b"default" | b"lazy")) => {
+                    return Err(invalid(key, unsupported("queue mode", &value)));
+                }
+                "x-max-priority" => {
+                    let max = count_arg(&value).map_err(|w| invalid(key, w))?;
+                    if max > u64::from(MAX_PRIORITY) {
+                        return Err(invalid(key, format!("{{max_value_exceeded,{max}}}")));
+                    }
+                }
+                "x-single-active-consumer" => match value {
+                    FieldValue::Bool(on) => args.single_active_consumer = on,
+                    other => {
+                        return Err(invalid(key, format!("{{unacceptable_type,{}}}", other.type_name())))
+                    }
+                },
                 "x-message-ttl" => {
                     args.message_ttl_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?)
                 }
@@ -140,25 +166,26 @@ impl QueueArgs {
                     args.max_length_bytes = Some(count_arg(&value).map_err(|w| invalid(key, w))?)
                 }
                 "x-dead-letter-exchange" => {
-                    args.dead_letter_exchange = Some(short_string_arg(&value).map_err(|w| invalid(key, w))?)
+                    args.dead_letter_exchange =
+                        Some(short_string_arg(&value).map_err(|_| invalid_type(key, &value))?)
                 }
                 "x-dead-letter-routing-key" => {
                     args.dead_letter_routing_key =
-                        Some(short_string_arg(&value).map_err(|w| invalid(key, w))?)
+                        Some(short_string_arg(&value).map_err(|_| invalid_type(key, &value))?)
                 }
                 "x-overflow" => {
                     args.overflow = match value.as_bytes() {
                         Some(b"drop-head") => Overflow::DropHead,
                         Some(b"reject-publish") => Overflow::RejectPublish,
                         Some(b"reject-publish-dlx") => Overflow::RejectPublishDlx,
-                        _ => return Err(invalid(key, describe(&value))),
+                        _ => return Err(invalid(key, "invalid_overflow".to_owned())),
                     }
                 }
                 "x-dead-letter-strategy" => {
                     args.dead_letter_strategy = match value.as_bytes() {
                         Some(b"at-most-once") => DeadLetterStrategy::AtMostOnce,
                         Some(b"at-least-once") => DeadLetterStrategy::AtLeastOnce,
-                        _ => return Err(invalid(key, describe(&value))),
+                        _ => return Err(invalid(key, unsupported("dead letter strategy", &value))),
                     }
                 }
                 _ => {}
@@ -210,7 +237,7 @@ pub(crate) fn time_arg(value: &FieldValue, min: i64) -> Result<u64, String> {
     }
     let ms = ms as u64;
     if ms > MAX_TIME_MS {
-        return Err(format!("{{value_too_large,{ms},{MAX_TIME_MS}}}"));
+        return Err(format!("{{value_too_large,{ms}}}"));
     }
     Ok(ms)
 }
@@ -240,21 +267,23 @@ fn short_string_arg(value: &FieldValue) -> Result<ShortStr, String> {
     ShortStr::new(bytes::Bytes::copy_from_slice(bytes)).map_err(|_| "{value_too_long}".to_owned())
 }
 
+/// RabbitMQ's text for a non-integer where an integer belongs.
 fn unacceptable(value: &FieldValue) -> String {
-    format!("{{unacceptable_type,{}}}", value.type_name())
+    format!("\"expected integer, got {}\"", value.type_name())
+}
+
+/// RabbitMQ's text for an unknown enumerated value, e.g. `"unsupported queue type 'banana'"`.
+fn unsupported(what: &str, value: &FieldValue) -> String {
+    let shown = value
+        .as_bytes()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_else(|| format!("{value:?}"));
+    format!("\"unsupported {what} '{shown}'\"")
 }
 
 /// Compares the arguments RabbitMQ holds equivalent on redeclare; names the first that differs.
 pub(crate) fn first_inequivalent(current: &FieldTable, received: &FieldTable) -> Option<&'static str> {
     EQUIVALENCE_KEYS.iter().copied().find(|key| current.get(key) != received.get(key))
-}
-
-/// A value as RabbitMQ's error texts show it.
-pub(crate) fn describe(value: &FieldValue) -> String {
-    match value.as_bytes() {
-        Some(bytes) => format!("{{unknown_type,<<\"{}\">>}}", String::from_utf8_lossy(bytes)),
-        None => format!("{value:?}"),
-    }
 }
 
 #[cfg(test)]
@@ -307,7 +336,7 @@ mod tests {
     #[test]
     fn wrong_type_and_too_large_are_refused() {
         let err = parse(&[("x-message-ttl", FieldValue::LongStr("100".into()))]).unwrap_err();
-        assert!(err.reply_text.ends_with("{unacceptable_type,longstr}"), "{}", err.reply_text);
+        assert!(err.reply_text.ends_with("\"expected integer, got longstr\""), "{}", err.reply_text);
         assert!(parse(&[("x-expires", FieldValue::I64(MAX_TIME_MS as i64))]).is_ok());
         let err = parse(&[("x-expires", FieldValue::I64(MAX_TIME_MS as i64 + 1))]).unwrap_err();
         assert!(err.reply_text.contains("'x-expires'"));

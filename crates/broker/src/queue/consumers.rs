@@ -1,4 +1,6 @@
-//! A queue's consumers and the round-robin choice of who gets the next message.
+//! A queue's consumers and the choice of who gets the next message: the highest `x-priority`
+//! among those with credit, round robin among equals (RabbitMQ's consumer priorities); with
+//! `x-single-active-consumer`, only the longest-standing consumer.
 //!
 //! Credit (prefetch) is per consumer here; the channel-wide limit (basic.qos global=true) is the
 //! channel's, so the broker asks both before delivering.
@@ -20,6 +22,8 @@ pub(crate) struct Consumer {
     pub unacked: u32,
     /// `x-visibility-timeout` from basic.consume arguments, overriding the queue's (contract §4).
     pub visibility_timeout_ms: Option<u64>,
+    /// `x-priority` from basic.consume arguments (default 0).
+    pub priority: i64,
 }
 
 impl Consumer {
@@ -34,11 +38,14 @@ pub(crate) struct Consumers {
     list: Vec<Consumer>,
     /// Index of the consumer to try first next time (round robin).
     next: usize,
+    /// Whether all consumers share one priority, so the first eligible one is the pick.
+    uniform_priority: bool,
 }
 
 impl Consumers {
     pub fn add(&mut self, consumer: Consumer) {
         self.list.push(consumer);
+        self.note_priorities();
     }
 
     /// Removes the consumer with this tag on this channel.
@@ -51,6 +58,7 @@ impl Consumers {
         if self.next >= self.list.len() {
             self.next = 0;
         }
+        self.note_priorities();
         Some(consumer)
     }
 
@@ -64,18 +72,34 @@ impl Consumers {
         self.list.iter_mut().find(|c| c.conn == conn && c.channel == channel && &c.tag == tag)
     }
 
-    /// Picks the next consumer, in round-robin order, that `eligible` accepts, and advances the
-    /// rotation past it. Returns its index for `get_mut`.
-    pub fn pick(&mut self, mut eligible: impl FnMut(&Consumer) -> bool) -> Option<usize> {
+    /// Picks the consumer that gets the next message among those `eligible` accepts (see the
+    /// module doc) and advances the rotation past it. Returns its index for `get_mut`.
+    pub fn pick(
+        &mut self,
+        single_active: bool,
+        mut eligible: impl FnMut(&Consumer) -> bool,
+    ) -> Option<usize> {
+        if single_active {
+            return self.list.first().filter(|c| eligible(c)).map(|_| 0);
+        }
         let count = self.list.len();
+        let mut best: Option<usize> = None;
         for step in 0..count {
             let at = (self.next + step) % count;
+            if best.is_some_and(|b| self.list[b].priority >= self.list[at].priority) {
+                continue;
+            }
             if eligible(&self.list[at]) {
-                self.next = (at + 1) % count;
-                return Some(at);
+                best = Some(at);
+                if self.uniform_priority {
+                    break;
+                }
             }
         }
-        None
+        if let Some(at) = best {
+            self.next = (at + 1) % count;
+        }
+        best
     }
 
     pub fn get(&self, at: usize) -> Option<&Consumer> {
@@ -100,5 +124,10 @@ impl Consumers {
 
     pub fn has_exclusive(&self) -> bool {
         self.list.iter().any(|c| c.exclusive)
+    }
+
+    fn note_priorities(&mut self) {
+        let first = self.list.first().map(|c| c.priority);
+        self.uniform_priority = self.list.iter().all(|c| Some(c.priority) == first);
     }
 }

@@ -51,10 +51,11 @@ pub(crate) fn rewrite(
     let exchange_value = || FieldValue::LongStr(LongStr::new(message.exchange.clone().into_bytes()));
     let mut headers = old_headers.with_entry("x-death", FieldValue::Array(deaths));
     if !headers.contains_key("x-first-death-reason") {
+        // RabbitMQ writes them in this order: exchange, queue, reason.
         headers = headers
-            .with_entry("x-first-death-reason", reason_value())
+            .with_entry("x-first-death-exchange", exchange_value())
             .with_entry("x-first-death-queue", queue_value())
-            .with_entry("x-first-death-exchange", exchange_value());
+            .with_entry("x-first-death-reason", reason_value());
     }
     headers = headers
         .with_entry("x-last-death-reason", reason_value())

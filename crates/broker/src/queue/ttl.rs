@@ -55,11 +55,21 @@ pub(crate) fn effective_ttl_ms(queue_ttl_ms: Option<u64>, message_ttl_ms: Option
 /// (contract §1); the error names what is wrong in RabbitMQ's terms.
 pub(crate) fn parse_expiration(expiration: &[u8]) -> Result<u64, String> {
     let text = std::str::from_utf8(expiration).map_err(|_| "no_integer".to_owned())?;
-    match text.parse::<i64>() {
+    // As Erlang's string:to_integer: a leading integer, then whatever is left over.
+    let digits_end = text
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && (c == '-' || c == '+'))))
+        .map_or(text.len(), |(i, _)| i);
+    let (number, rest) = text.split_at(digits_end);
+    if !number.bytes().any(|b| b.is_ascii_digit()) {
+        return Err("no_integer".to_owned());
+    }
+    if !rest.is_empty() {
+        return Err(format!("{{leftover_string,\"{rest}\"}}"));
+    }
+    match number.parse::<i128>() {
         Ok(ms) if ms < 0 => Err(format!("{{value_negative,{ms}}}")),
-        Ok(ms) if ms as u64 > super::args::MAX_TIME_MS => {
-            Err(format!("{{value_too_large,{ms},{}}}", super::args::MAX_TIME_MS))
-        }
+        Ok(ms) if ms > i128::from(super::args::MAX_TIME_MS) => Err(format!("{{value_too_large,{ms}}}")),
         Ok(ms) => Ok(ms as u64),
         Err(_) => Err("no_integer".to_owned()),
     }
@@ -86,7 +96,7 @@ mod tests {
         assert_eq!(parse_expiration(b"0"), Ok(0));
         assert_eq!(parse_expiration(b"-5"), Err("{value_negative,-5}".to_owned()));
         assert_eq!(parse_expiration(b"soon"), Err("no_integer".to_owned()));
-        assert_eq!(parse_expiration(b"1.5"), Err("no_integer".to_owned()));
+        assert_eq!(parse_expiration(b"1.5"), Err("{leftover_string,\".5\"}".to_owned()));
         assert!(parse_expiration(b"999999999999999").is_err());
     }
 
