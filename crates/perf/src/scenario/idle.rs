@@ -10,16 +10,28 @@ use serde_json::json;
 use super::Run;
 use crate::cli::IdleArgs;
 use crate::measure::{round3, Window};
+use crate::probe::Probe;
 use crate::report;
 
 /// A bound on N: each connection is a socket (file descriptor) in this process too.
 const MAX_CONNECTIONS: u32 = 50_000;
 /// Progress while connecting, every this many connections.
 const PROGRESS_EVERY: u32 = 100;
+/// Before the baseline, wait until the broker's RSS moves less than this between two samples:
+/// a garbage-collected broker (RabbitMQ) may still be returning memory from an earlier run,
+/// which would make per-connection growth come out too small, even negative.
+const SETTLED_RSS_DELTA_KIB: u64 = 256;
+/// Time between those samples.
+const SETTLE_STEP: Duration = Duration::from_millis(500);
+/// The longest the settling may take; past it the baseline is taken anyway (and said so).
+const SETTLE_LIMIT: Duration = Duration::from_secs(15);
 
 pub fn run(run: &Run, args: &IdleArgs) -> anyhow::Result<()> {
     if args.connections == 0 || args.connections > MAX_CONNECTIONS {
         bail!("--connections must be within 1..={MAX_CONNECTIONS}");
+    }
+    if let Some(probe) = run.broker.as_ref() {
+        settle(probe)?;
     }
     let window = Window::open(run.broker.as_ref())?;
     let connecting = Instant::now();
@@ -57,5 +69,21 @@ pub fn run(run: &Run, args: &IdleArgs) -> anyhow::Result<()> {
     results["rss_kib_per_connection"] = json!(per_conn_kib.map(round3));
     let params = json!({ "connections": n, "hold_s": args.hold_s });
     report::print("idle-connections", run.label.as_deref(), &run.target(), &human, params, results);
+    Ok(())
+}
+
+/// Waits (bounded) until the broker's RSS is steady.
+fn settle(probe: &Probe) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut last = probe.sample()?.rss_kib;
+    while started.elapsed() < SETTLE_LIMIT {
+        std::thread::sleep(SETTLE_STEP);
+        let now = probe.sample()?.rss_kib;
+        if now.abs_diff(last) < SETTLED_RSS_DELTA_KIB {
+            return Ok(());
+        }
+        last = now;
+    }
+    eprintln!("broker RSS still moving after {SETTLE_LIMIT:?}; taking the baseline anyway");
     Ok(())
 }
