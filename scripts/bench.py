@@ -34,8 +34,8 @@ RUN_TIMEOUT_S = 180
 def matrix(seconds):
     """(name, what it measures, hourglass-perf arguments, runs on Hourglass?)
 
-    Idle connections go first: a broker that has just handled a big queue is still returning
-    memory, which would hide the growth per connection."""
+    Idle connections are measured on a fresh Hourglass process each time (see main): a process
+    that has freed memory reuses it for new connections, which would hide their cost."""
     d = ["--duration-s", str(seconds)]
     return [
         ("200 idle connections", "200 connections with one channel each, heartbeats off, held 3 s; RSS growth ÷ 200",
@@ -82,7 +82,7 @@ def wait_for_port(port, timeout_s=30):
 
 def start_hourglass(tmp):
     port = free_port()
-    log = open(tmp / "hourglass.log", "w")
+    log = open(tmp / "hourglass.log", "a")
     proc = subprocess.Popen(
         [str(HOURGLASS), "--bind", "127.0.0.1", "--amqp-port", str(port), "--http-port", "0",
          "--metrics-port", "0", "--data-dir", str(tmp / "data")],
@@ -91,6 +91,15 @@ def start_hourglass(tmp):
         proc.kill()
         sys.exit(f"hourglass did not listen on {port}; see {tmp / 'hourglass.log'}")
     return proc, port
+
+
+def stop_hourglass(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def start_rabbitmq():
@@ -228,31 +237,36 @@ def main():
     failures = []
     try:
         with open(raw_path, "w") as log:
-            for rep in range(opts.reps):
-                for name, _, args, on_hg in scenarios:
-                    print(f"[rep {rep + 1}/{opts.reps}] {name}", flush=True)
-                    brokers = [("hourglass", hg_port, hg.pid), ("rabbitmq", RMQ_PORT, rmq_pid)]
-                    if rep % 2:
-                        brokers.reverse()
-                    for label, port, pid in brokers:
-                        if label == "hourglass" and not on_hg:
-                            continue
-                        if label == "hourglass" and hg.poll() is not None:
-                            failures.append(f"{name} rep {rep + 1}: Hourglass had exited (rc {hg.returncode})")
-                            continue
-                        r = run_one(label, port, pid, args, log)
-                        if "error" in r:
-                            failures.append(f"{name} rep {rep + 1} on {label}: {r['error']}")
-                        elif r.get("complete") is False:
-                            failures.append(f"{name} rep {rep + 1} on {label}: drain timed out, "
-                                            f"{r['consumed']} of {r['published']} consumed")
-                        collected[name][label].append(r)
+            # Idle connections first, before any load has grown either broker's heap (a
+            # garbage-collected broker returning memory during the window reads as negative growth).
+            def idle(s):
+                return s[2][0] == "idle-connections"
+            plan = [(rep, s) for s in scenarios if idle(s) for rep in range(opts.reps)]
+            plan += [(rep, s) for rep in range(opts.reps) for s in scenarios if not idle(s)]
+            for rep, (name, _, args, on_hg) in plan:
+                if args[0] == "idle-connections":
+                    # A fresh Hourglass, so freed memory of earlier runs is not reused.
+                    stop_hourglass(hg)
+                    hg, hg_port = start_hourglass(tmp)
+                print(f"[rep {rep + 1}/{opts.reps}] {name}", flush=True)
+                brokers = [("hourglass", hg_port, hg.pid), ("rabbitmq", RMQ_PORT, rmq_pid)]
+                if rep % 2:
+                    brokers.reverse()
+                for label, port, pid in brokers:
+                    if label == "hourglass" and not on_hg:
+                        continue
+                    if label == "hourglass" and hg.poll() is not None:
+                        failures.append(f"{name} rep {rep + 1}: Hourglass had exited (rc {hg.returncode})")
+                        continue
+                    r = run_one(label, port, pid, args, log)
+                    if "error" in r:
+                        failures.append(f"{name} rep {rep + 1} on {label}: {r['error']}")
+                    elif r.get("complete") is False:
+                        failures.append(f"{name} rep {rep + 1} on {label}: drain timed out, "
+                                        f"{r['consumed']} of {r['published']} consumed")
+                    collected[name][label].append(r)
     finally:
-        hg.terminate()
-        try:
-            hg.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            hg.kill()
+        stop_hourglass(hg)
         if rmq_ours:
             subprocess.run([str(RABBITMQ_REF), "stop"], timeout=120)
     log_tail = (tmp / "hourglass.log").read_text()[-3000:]
