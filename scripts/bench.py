@@ -29,6 +29,8 @@ RABBITMQ_REF = ROOT.parent / "shared/tools/rabbitmq-ref"
 RMQ_PORT = 5673
 # A run that takes longer than this has stalled; it is killed and reported as a failure.
 RUN_TIMEOUT_S = 180
+# In docs/benchmarks.md, everything from this line on is hand-written and kept on regeneration.
+NOTES_MARKER = "<!-- notes below are kept by scripts/bench.py -->"
 
 
 def matrix(seconds):
@@ -215,6 +217,10 @@ def write_report(out, scenarios, collected, failures, meta):
     ]
     lines += [f"- {f}" for f in failures] or ["- none in this run"]
     lines += ["", "Raw results (one JSON line per run): `docs/benchmarks.jsonl`.", ""]
+    # Hand-written analysis below the marker survives regeneration.
+    previous = Path(out).read_text() if Path(out).exists() else ""
+    if NOTES_MARKER in previous:
+        lines += [NOTES_MARKER + previous.split(NOTES_MARKER, 1)[1].rstrip("\n"), ""]
     Path(out).write_text("\n".join(lines))
 
 
