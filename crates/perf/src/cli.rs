@@ -1,0 +1,134 @@
+//! Command-line flags: global ones (`--url`, `--broker-pid`, `--label`) and one subcommand per
+//! scenario. Every scenario is bounded in time *and* count, so a stalled broker cannot make a
+//! run (or the benchmark matrix) hang.
+
+use clap::{Args, Parser, Subcommand};
+
+/// RabbitMQ's default URL: guest on loopback, vhost `/`.
+pub const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// Load generator for AMQP 0-9-1 brokers (Hourglass, RabbitMQ, …).
+#[derive(Debug, Parser)]
+#[command(name = "hourglass-perf", version)]
+pub struct Cli {
+    /// Broker to load.
+    #[arg(long, global = true, default_value = DEFAULT_URL)]
+    pub url: String,
+    /// The broker's process id: report its CPU time per message and its RSS from /proc.
+    #[arg(long, global = true)]
+    pub broker_pid: Option<u32>,
+    /// A name for the broker in the result lines (e.g. "hourglass", "rabbitmq").
+    #[arg(long, global = true)]
+    pub label: Option<String>,
+    #[command(subcommand)]
+    pub scenario: Scenario,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Scenario {
+    /// P producers → Q queues → C consumers as fast as they go (or at --rate).
+    Throughput(ThroughputArgs),
+    /// One producer at a fixed rate, one consumer; latency from timestamps in the body.
+    Latency(LatencyArgs),
+    /// basic.get polling: gets per second per poller.
+    Get(GetArgs),
+    /// N idle connections held open: broker memory per connection.
+    IdleConnections(IdleArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ThroughputArgs {
+    /// Producer connections.
+    #[arg(long, short = 'P', default_value_t = 1)]
+    pub producers: u16,
+    /// Consumer connections.
+    #[arg(long, short = 'C', default_value_t = 1)]
+    pub consumers: u16,
+    /// Queues; producer i publishes to queue i mod Q, consumer j consumes queue j mod Q.
+    #[arg(long, short = 'Q', default_value_t = 1)]
+    pub queues: u16,
+    /// Body size in octets.
+    #[arg(long, default_value_t = 16)]
+    pub size: usize,
+    /// Stop publishing after this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration_s: f64,
+    /// Stop publishing after this many messages in total (split over the producers).
+    #[arg(long, default_value_t = 5_000_000)]
+    pub count: u64,
+    /// Publish at most this many msg/s per producer (0 = as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Publisher confirms with at most this many unconfirmed messages per producer (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub confirm: u32,
+    /// Publish with delivery-mode 2 (persistent).
+    #[arg(long)]
+    pub persistent: bool,
+    /// Declare the queues durable.
+    #[arg(long)]
+    pub durable: bool,
+    /// Consumers' basic.qos prefetch-count (0 = unlimited); ignored with --auto-ack.
+    #[arg(long, default_value_t = 1000)]
+    pub prefetch: u16,
+    /// Consume with no-ack (auto-ack).
+    #[arg(long)]
+    pub auto_ack: bool,
+    /// Manual ack: one basic.ack (multiple=true) every K deliveries; 1 = one ack per message.
+    #[arg(long, default_value_t = 1)]
+    pub ack_every: u32,
+    /// After publishing stops, wait at most this long for consumers to receive the rest.
+    #[arg(long, default_value_t = 30.0)]
+    pub drain_timeout_s: f64,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct LatencyArgs {
+    /// Messages per second.
+    #[arg(long, default_value_t = 1000)]
+    pub rate: u64,
+    /// Body size in octets (at least 8: the send time is in the first 8).
+    #[arg(long, default_value_t = 16)]
+    pub size: usize,
+    /// Publishing time.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration_s: f64,
+    /// At most this many messages.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub count: u64,
+    /// After publishing stops, wait at most this long for the last messages.
+    #[arg(long, default_value_t = 10.0)]
+    pub drain_timeout_s: f64,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct GetArgs {
+    /// Polling connections, each doing one basic.get at a time.
+    #[arg(long, default_value_t = 1)]
+    pub pollers: u16,
+    /// Messages put in the queue before the measured window (polls after it runs dry get get-empty).
+    #[arg(long, default_value_t = 100_000)]
+    pub prefill: u64,
+    /// Body size in octets.
+    #[arg(long, default_value_t = 16)]
+    pub size: usize,
+    /// Polling time.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration_s: f64,
+    /// At most this many gets in total.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub count: u64,
+    /// Ack each fetched message (basic.get no-ack=false) instead of no-ack.
+    #[arg(long)]
+    pub ack: bool,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct IdleArgs {
+    /// Connections to open (each with one open channel).
+    #[arg(long, default_value_t = 200)]
+    pub connections: u32,
+    /// Hold them this long before measuring and closing.
+    #[arg(long, default_value_t = 5.0)]
+    pub hold_s: f64,
+}

@@ -1,0 +1,157 @@
+//! A producer → queue → consumer flow shared by the throughput and latency scenarios: the
+//! counters every worker updates, the workers themselves, and the wait for the last message.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::consumer::{Consumed, Consumer, ConsumerSpec, STAMP_LEN};
+use super::publisher::{Published, Publisher, PublisherSpec, Stamp};
+use super::{Crew, Run};
+use crate::measure::{Measured, Window};
+use crate::progress::Progress;
+
+/// How often the coordinator checks whether the last message is in (the window's precision).
+const DRAIN_POLL: Duration = Duration::from_millis(1);
+
+/// Counters shared by the workers of one run.
+#[derive(Default)]
+pub struct Shared {
+    pub published: AtomicU64,
+    pub consumed: AtomicU64,
+    pub publishers_running: AtomicU64,
+    /// Tells consumers to stop (after the window closed).
+    pub stop: AtomicBool,
+    /// Tells publishers to stop early (a worker failed).
+    pub abort: AtomicBool,
+}
+
+/// What one worker did.
+pub enum Tally {
+    Published(Published),
+    Consumed(Consumed),
+}
+
+/// A flow's workers, before they start.
+pub struct Flow {
+    pub shared: Arc<Shared>,
+    crew: Crew<Tally>,
+}
+
+/// A finished flow.
+pub struct FlowOutcome {
+    pub measured: Measured,
+    pub published: u64,
+    pub consumed: u64,
+    pub nacked: u64,
+    pub latencies_ns: Vec<u64>,
+    /// Every published message was consumed before the drain timeout.
+    pub complete: bool,
+}
+
+impl Flow {
+    pub fn new() -> Flow {
+        Flow { shared: Arc::default(), crew: Crew::new() }
+    }
+
+    /// Adds a consumer connection.
+    pub fn add_consumer(&mut self, run: &Run, spec: ConsumerSpec) -> anyhow::Result<()> {
+        let url = run.url.clone();
+        let shared = self.shared.clone();
+        self.crew.spawn(
+            move || Consumer::setup(Run::client(&url)?, spec),
+            move |consumer| Ok(Tally::Consumed(consumer.run(&shared.consumed, &shared.stop)?)),
+        );
+        Ok(())
+    }
+
+    /// Adds a publisher connection; `latency_epoch` makes it stamp each body with the send time.
+    pub fn add_publisher(&mut self, run: &Run, spec: PublisherSpec, latency_epoch: Option<Instant>) {
+        let url = run.url.clone();
+        let shared = self.shared.clone();
+        shared.publishers_running.fetch_add(1, Ordering::Relaxed);
+        self.crew.spawn(
+            move || Publisher::setup(Run::client(&url)?, spec),
+            move |publisher| {
+                let stamp = latency_epoch.map(|epoch| {
+                    move |body: &mut [u8]| {
+                        let now_ns = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                        if let Some(slot) = body.get_mut(..STAMP_LEN) {
+                            slot.copy_from_slice(&now_ns.to_be_bytes());
+                        }
+                    }
+                });
+                let stamp_ref = stamp.as_ref().map(|f| f as Stamp<'_>);
+                let outcome = publisher.run(&shared.published, &shared.abort, stamp_ref);
+                shared.publishers_running.fetch_sub(1, Ordering::Relaxed);
+                Ok(Tally::Published(outcome?))
+            },
+        );
+    }
+
+    /// Starts every worker at once, measures until the last published message is consumed (or
+    /// `drain_timeout` after publishing stopped), then stops the consumers.
+    pub fn run(
+        mut self,
+        run: &Run,
+        drain_timeout: Duration,
+        hard_limit: Duration,
+    ) -> anyhow::Result<FlowOutcome> {
+        self.crew.start()?;
+        let window = Window::open(run.broker.as_ref())?;
+        let counters = self.shared.clone();
+        let progress = Progress::start(move || {
+            format!(
+                "published {} consumed {}",
+                counters.published.load(Ordering::Relaxed),
+                counters.consumed.load(Ordering::Relaxed)
+            )
+        });
+        let complete = self.wait_for_last_message(drain_timeout, hard_limit);
+        let measured = window.close()?;
+        progress.stop();
+        self.shared.abort.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let consumed_in_window = self.shared.consumed.load(Ordering::Relaxed);
+        let mut outcome = FlowOutcome {
+            measured,
+            published: 0,
+            consumed: consumed_in_window,
+            nacked: 0,
+            latencies_ns: Vec::new(),
+            complete,
+        };
+        for tally in self.crew.join()? {
+            match tally {
+                Tally::Published(p) => {
+                    outcome.published += p.published;
+                    outcome.nacked += p.nacked;
+                }
+                Tally::Consumed(c) => outcome.latencies_ns.extend(c.latencies_ns),
+            }
+        }
+        Ok(outcome)
+    }
+
+    fn wait_for_last_message(&self, drain_timeout: Duration, hard_limit: Duration) -> bool {
+        let started = Instant::now();
+        let mut publishing_stopped: Option<Instant> = None;
+        while started.elapsed() < hard_limit && !self.crew.failed() {
+            let running = self.shared.publishers_running.load(Ordering::Acquire);
+            let published = self.shared.published.load(Ordering::Acquire);
+            let consumed = self.shared.consumed.load(Ordering::Acquire);
+            if running == 0 {
+                if consumed >= published {
+                    return true;
+                }
+                let since = *publishing_stopped.get_or_insert_with(Instant::now);
+                if since.elapsed() >= drain_timeout {
+                    eprintln!("drain timeout: {consumed} of {published} messages consumed");
+                    return false;
+                }
+            }
+            std::thread::sleep(DRAIN_POLL);
+        }
+        false
+    }
+}
