@@ -34,6 +34,31 @@ pub enum Scenario {
     Get(GetArgs),
     /// N idle connections held open: broker memory per connection.
     IdleConnections(IdleArgs),
+    /// Messages with random per-message TTLs behind a long-TTL head: expiry lateness, memory.
+    Ttl(DeadlineArgs),
+    /// Messages through an x-delayed-message exchange with random x-delay: lateness, memory.
+    Delayed(DeadlineArgs),
+    /// Unacked deliveries under x-visibility-timeout (--min-ms): lateness of their return.
+    Visibility(DeadlineArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct DeadlineArgs {
+    /// Messages to publish.
+    #[arg(long, default_value_t = 100_000)]
+    pub count: u64,
+    /// Shortest wait (TTL, delay) in ms; for `visibility`, the visibility timeout.
+    #[arg(long, default_value_t = 1_000)]
+    pub min_ms: u64,
+    /// Longest wait in ms (waits are drawn uniformly from min..=max).
+    #[arg(long, default_value_t = 60_000)]
+    pub max_ms: u64,
+    /// After the last deadline, wait at most this long for stragglers, then count the rest as missing.
+    #[arg(long, default_value_t = 10.0)]
+    pub grace_s: f64,
+    /// Seed of the wait generator (the same seed draws the same waits against every broker).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
 }
 
 #[derive(Clone, Debug, Args)]

@@ -25,5 +25,10 @@ fn main() -> anyhow::Result<()> {
         Scenario::Latency(args) => scenario::latency::run(&run, args),
         Scenario::Get(args) => scenario::get::run(&run, args),
         Scenario::IdleConnections(args) => scenario::idle::run(&run, args),
+        Scenario::Ttl(args) => scenario::deadlines::run(&run, args, scenario::deadlines::Kind::Ttl),
+        Scenario::Delayed(args) => scenario::deadlines::run(&run, args, scenario::deadlines::Kind::Delayed),
+        Scenario::Visibility(args) => {
+            scenario::deadlines::run(&run, args, scenario::deadlines::Kind::Visibility)
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 mod confirms;
 mod consumer;
+pub mod deadlines;
 mod flow;
 pub mod get;
 pub mod idle;
