@@ -5,6 +5,7 @@ pub mod broker_task;
 pub mod clock;
 pub mod config;
 pub mod connection;
+pub mod persistence;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,19 +25,35 @@ pub use config::{Cli, Config};
 /// How long connections get to finish the connection.close handshake at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// A bound listener, ready to serve.
+/// A bound listener and a recovered broker, ready to serve.
 pub struct Server {
     config: Config,
     amqp: TcpListener,
+    clock: clock::Clock,
+    broker: Broker,
+    data: persistence::DataDir,
 }
 
 impl Server {
-    /// Binds the listeners named by `config`.
+    /// Opens and recovers the data directory (locking it), then binds the listeners named by
+    /// `config`: nothing is accepted before the broker holds everything the store kept.
     pub async fn bind(config: Config) -> anyhow::Result<Server> {
+        let clock = clock::Clock::new();
+        let seed = clock.now().as_millis() ^ u64::from(std::process::id()).rotate_left(32);
+        let mut broker =
+            Broker::new(BrokerConfig { name_seed: seed, persistence: true, ..BrokerConfig::default() });
+        let data_dir = config.data_dir.clone();
+        let (data, broker) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let mut data = persistence::DataDir::open(&data_dir)?;
+            persistence::recover(&mut data, &mut broker, clock.now())?;
+            Ok((data, broker))
+        })
+        .await
+        .context("recovery task")??;
         let addr = SocketAddr::new(config.bind, config.amqp_port);
         let amqp =
             TcpListener::bind(addr).await.with_context(|| format!("binding AMQP listener on {addr}"))?;
-        Ok(Server { config, amqp })
+        Ok(Server { config, amqp, clock, broker, data })
     }
 
     /// The AMQP listener's address (useful when bound to port 0).
@@ -47,27 +64,30 @@ impl Server {
     /// Serves until `shutdown` completes, then closes every connection with 320
     /// CONNECTION_FORCED and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let clock = clock::Clock::new();
-        let seed = clock.now().as_millis() ^ u64::from(std::process::id()).rotate_left(32);
-        let broker = Broker::new(BrokerConfig { name_seed: seed, ..BrokerConfig::default() });
+        let amqp_addr = self.amqp_addr()?;
+        let Server { config, amqp, clock, broker, data } = self;
         let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
-        let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock));
+        let (store_tx, store_rx) = std::sync::mpsc::channel();
+        // Weak: the store thread must not keep the broker task alive at shutdown.
+        let store_thread = persistence::spawn_store_thread(data, store_rx, broker_tx.downgrade())
+            .context("starting the store thread")?;
+        let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock, Some(store_tx)));
         let session_config = Arc::new(SessionConfig::new(Arc::new(StaticUsers::default())));
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let next_id = AtomicU64::new(1);
         let mut connections = JoinSet::new();
         tracing::info!(
-            amqp = %self.amqp_addr()?,
-            http_port = self.config.http_port,
-            metrics_port = self.config.metrics_port,
-            data_dir = %self.config.data_dir.display(),
+            amqp = %amqp_addr,
+            http_port = config.http_port,
+            metrics_port = config.metrics_port,
+            data_dir = %config.data_dir.display(),
             "hourglass listening (AMQP 0-9-1; management and metrics listeners arrive with the operations work)"
         );
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                accepted = self.amqp.accept() => {
+                accepted = amqp.accept() => {
                     let (stream, peer) = match accepted {
                         Ok(pair) => pair,
                         Err(error) => {
@@ -91,7 +111,7 @@ impl Server {
             }
         }
         tracing::info!(connections = connections.len(), "shutting down");
-        drop(self.amqp);
+        drop(amqp);
         let _ = shutdown_tx.send(true);
         let drained =
             tokio::time::timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} })
@@ -99,8 +119,11 @@ impl Server {
         if drained.is_err() {
             connections.abort_all();
         }
+        // The broker task ends when the last sender goes; then it drops the op sender, the store
+        // thread commits what it has and ends.
         drop(broker_tx);
         let _ = broker_handle.await;
+        let _ = tokio::task::spawn_blocking(move || store_thread.join()).await;
         Ok(())
     }
 }
