@@ -69,6 +69,16 @@ impl RunningBroker {
         self.child.id()
     }
 
+    /// Kills the process with SIGKILL (`kill -9`: no shutdown, no flush) and waits for it;
+    /// returns the data directory, kept for a restart with `start_in`.
+    pub fn kill9(mut self) -> std::path::PathBuf {
+        let _ = Command::new("kill").args(["-KILL", &self.child.id().to_string()]).status();
+        let _ = wait_with_timeout(&mut self.child, Duration::from_secs(15));
+        let data_dir = self.data_dir.clone();
+        std::mem::forget(self);
+        data_dir
+    }
+
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();

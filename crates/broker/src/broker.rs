@@ -12,6 +12,7 @@ use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Ef
 use crate::channel::{Channel, Unacked};
 use crate::dead_lettering::DeadLetterQueue;
 use crate::naming::NameGenerator;
+use crate::persist::Persistence;
 use crate::queue::{Queue, QueueId};
 use crate::time::Timestamp;
 use crate::timers::TimerIndex;
@@ -27,12 +28,20 @@ pub struct BrokerConfig {
     /// ApsaraMQ compatibility (contract §3): a `delay` header delays a message on any exchange.
     /// Off by default: a header named `delay` may mean something else to an application.
     pub apsaramq_delay_header: bool,
+    /// A store is attached: emit `StoreOp`s (`poll_store_op`) and hold confirms until
+    /// `handle_persisted`. Off, nothing is written and nothing waits (tests, no data dir).
+    pub persistence: bool,
 }
 
 impl Default for BrokerConfig {
     fn default() -> Self {
         // RabbitMQ creates vhost "/" on first start.
-        BrokerConfig { vhosts: vec!["/".to_owned()], name_seed: 0x5EED, apsaramq_delay_header: false }
+        BrokerConfig {
+            vhosts: vec!["/".to_owned()],
+            name_seed: 0x5EED,
+            apsaramq_delay_header: false,
+            persistence: false,
+        }
     }
 }
 
@@ -50,12 +59,13 @@ pub struct Broker {
     pub(crate) channels: HashMap<(ConnectionId, ChannelId), Channel>,
     pub(crate) names: NameGenerator,
     pub(crate) apsaramq_delay_header: bool,
-    next_queue_id: u64,
+    pub(crate) next_queue_id: u64,
     pub(crate) effects: VecDeque<Effect>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
     pub(crate) settle_scratch: Vec<Unacked>,
     pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
+    pub(crate) persist: Persistence,
 }
 
 impl Broker {
@@ -73,11 +83,14 @@ impl Broker {
             settle_scratch: Vec::new(),
             timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
+            persist: Persistence::new(config.persistence),
         }
     }
 
     /// Applies one command.
     pub fn handle_command(&mut self, command: Command, now: Timestamp) {
+        let mark = self.mark();
+        let replies_of = crate::persist::holds_replies(&command);
         match command {
             Command::ConnectionOpen { conn, info } => {
                 self.connections.insert(conn, ConnectionState { info, channels: Vec::new() });
@@ -98,6 +111,7 @@ impl Broker {
             Command::DeliveryPaused { conn, paused } => self.pause_deliveries(conn, paused, now),
         }
         self.run_dead_letters(now);
+        self.hold_after(mark, replies_of);
     }
 
     /// The next effect for the driver to carry out.
@@ -168,6 +182,7 @@ impl Broker {
             self.release_channel(conn, channel, now);
         }
         self.connections.remove(&conn);
+        self.forget_held(conn);
         let exclusive: Vec<QueueId> =
             self.queues.values().filter(|q| q.spec.exclusive_owner == Some(conn)).map(|q| q.id).collect();
         for id in exclusive {

@@ -23,7 +23,16 @@ pub(crate) type DeadLetterQueue = VecDeque<(QueueId, DeadLetter)>;
 
 impl Broker {
     /// Notes a message leaving queue `from` for `reason`; carried out by `run_dead_letters`.
-    pub(crate) fn dead_letter_later(&mut self, from: QueueId, message: Arc<Message>, reason: DeathReason) {
+    /// A persisted source (`persist_id`) is settled in the store only after its copies are
+    /// enqueued into the targets (contract §2: at-least-once, also across a crash); without a
+    /// dead-letter exchange it is settled at once.
+    pub(crate) fn dead_letter_later(
+        &mut self,
+        from: QueueId,
+        message: Arc<Message>,
+        reason: DeathReason,
+        persist_id: Option<u64>,
+    ) {
         let Some(queue) = self.queues.get_mut(&from) else { return };
         let counter = match reason {
             DeathReason::Rejected => &mut queue.counters.dead_lettered_rejected,
@@ -33,7 +42,9 @@ impl Broker {
         };
         if queue.args.dead_letter_exchange.is_some() {
             *counter += 1;
-            self.dead_letters.push_back((from, DeadLetter { message, reason }));
+            self.dead_letters.push_back((from, DeadLetter { message, reason, persist_id }));
+        } else {
+            self.persist_settle(from, persist_id);
         }
     }
 
@@ -44,10 +55,15 @@ impl Broker {
             done += 1;
             if done > MAX_DEAD_LETTERS_PER_RUN {
                 tracing::warn!(dropped = self.dead_letters.len() + 1, "dead-letter run limit reached");
-                self.dead_letters.clear();
+                for (from, dead) in std::mem::take(&mut self.dead_letters) {
+                    self.persist_settle(from, dead.persist_id);
+                }
                 break;
             }
+            let source = dead.persist_id;
             self.republish_dead(from, dead, now);
+            // After the copies' Enqueue ops: a crash in between keeps both, never neither.
+            self.persist_settle(from, source);
         }
     }
 

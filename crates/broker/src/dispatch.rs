@@ -25,7 +25,9 @@ impl Broker {
                 let Some(at) = pick_consumer(queue, &self.channels) else { break };
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
                 let Some(entry) = queue.take_for_delivery(expect_ack) else { break };
-                deliver(queue, at, entry, &mut self.channels, &mut self.effects, now);
+                if let Some(msg_id) = deliver(queue, at, entry, &mut self.channels, &mut self.effects, now) {
+                    self.persist.settle(id, msg_id);
+                }
             }
         }
         self.drop_overflowing_head(id);
@@ -39,7 +41,9 @@ impl Broker {
         let Some(at) = pick_consumer(queue, &self.channels) else { return Some(entry) };
         let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
         queue.mark_delivered(expect_ack);
-        deliver(queue, at, entry, &mut self.channels, &mut self.effects, now);
+        if let Some(msg_id) = deliver(queue, at, entry, &mut self.channels, &mut self.effects, now) {
+            self.persist.settle(id, msg_id);
+        }
         None
     }
 }
@@ -57,6 +61,7 @@ fn pick_consumer(queue: &mut Queue, channels: &HashMap<(ConnectionId, ChannelId)
 
 /// Sends `entry` to consumer `at` of `queue` as basic.deliver, tracking it on the channel when it
 /// awaits an ack (and in the queue's visibility index when a timeout applies, contract §4).
+/// Returns the store id of a persisted message delivered without ack: it left the queue.
 fn deliver(
     queue: &mut Queue,
     at: usize,
@@ -64,11 +69,11 @@ fn deliver(
     channels: &mut HashMap<(ConnectionId, ChannelId), Channel>,
     effects: &mut VecDeque<Effect>,
     now: Timestamp,
-) {
+) -> Option<u64> {
     let queue_id = queue.id;
     let queue_timeout = queue.args.visibility_timeout_ms;
-    let Some(consumer) = queue.consumers.get_mut(at) else { return };
-    let Some(channel) = channels.get_mut(&(consumer.conn, consumer.channel)) else { return };
+    let Some(consumer) = queue.consumers.get_mut(at) else { return entry.persist_id };
+    let Some(channel) = channels.get_mut(&(consumer.conn, consumer.channel)) else { return entry.persist_id };
     let tag = channel.next_tag();
     let delivery = DeliveryRef { conn: consumer.conn, channel: consumer.channel, tag };
     let timeout = if consumer.no_ack { None } else { consumer.visibility_timeout_ms.or(queue_timeout) };
@@ -81,6 +86,7 @@ fn deliver(
         exchange: message.exchange.clone(),
         routing_key: message.routing_key.clone(),
     });
+    let settled = if consumer.no_ack { entry.persist_id } else { None };
     if !consumer.no_ack {
         consumer.unacked += 1;
         channel.track(Unacked {
@@ -100,4 +106,5 @@ fn deliver(
         method,
         content: Some(message),
     });
+    settled
 }

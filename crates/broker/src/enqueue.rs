@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::broker::Broker;
 use crate::message::Message;
+use crate::queue::entry::Entry;
 use crate::queue::{overflow, DeathReason, Overflow, QueueId};
 use crate::time::Timestamp;
 
@@ -26,15 +27,52 @@ impl Broker {
         now: Timestamp,
         delay_ms: Option<u64>,
     ) -> Enqueued {
+        let Some(queue) = self.queues.get(&id) else { return Enqueued::Accepted };
+        let delay = delay_ms.or(queue.args.delivery_delay_ms).filter(|ms| *ms > 0);
+        if delay.is_none() && self.refuses(id, &message) {
+            return Enqueued::Rejected;
+        }
+        let persist_id = self.persist_id_for(id, &message);
         let Some(queue) = self.queues.get_mut(&id) else { return Enqueued::Accepted };
-        if let Some(delay) = delay_ms.or(queue.args.delivery_delay_ms).filter(|ms| *ms > 0) {
-            queue.delay(message, now.saturating_add_millis(delay));
+        if let Some(delay) = delay {
+            let due = now.saturating_add_millis(delay);
+            queue.delay(message.clone(), due, persist_id);
+            if persist_id.is_some() {
+                let entry = Entry {
+                    seq: 0,
+                    message,
+                    redelivered: false,
+                    expires_at: None,
+                    delivery_count: 0,
+                    persist_id,
+                    ready_at: None,
+                };
+                self.persist_enqueue(id, &entry, Some(due));
+            }
             self.reschedule(id);
             return Enqueued::Accepted;
         }
-        let outcome = self.admit(id, message, now);
+        let entry = queue.new_entry(message, now, persist_id);
+        // Before admitting: a TTL-0 expiry or an overflow drop settles it right away.
+        self.persist_enqueue(id, &entry, None);
+        self.admit(id, entry);
         self.dispatch(id, now);
-        outcome
+        Enqueued::Accepted
+    }
+
+    /// Whether an x-overflow reject-publish(-dlx) limit refuses `message` now; the -dlx variant
+    /// dead-letters the refused message (it was never stored, so nothing to settle).
+    fn refuses(&mut self, id: QueueId, message: &Arc<Message>) -> bool {
+        let Some(queue) = self.queues.get(&id) else { return false };
+        let body_size = message.body_size();
+        if !overflow::rejects_publish(&queue.args, queue.message_count(), queue.ready.body_bytes(), body_size)
+        {
+            return false;
+        }
+        if queue.args.overflow == Overflow::RejectPublishDlx {
+            self.dead_letter_later(id, message.clone(), DeathReason::Maxlen, None);
+        }
+        true
     }
 
     /// Moves the delayed messages due at `now` to ready, in due order (contract §3). A message
@@ -45,36 +83,35 @@ impl Broker {
             if waiting.returning {
                 queue.return_to_ready(waiting.entry);
             } else {
-                self.admit(id, waiting.entry.message, due);
+                // Nothing to write: stored as "waiting until `due`", recovery reads "ready since".
+                let entry = waiting.entry;
+                let entry = queue.new_entry(entry.message, due, entry.persist_id);
+                if self.refuses(id, &entry.message) {
+                    self.persist_settle(id, entry.persist_id);
+                    continue;
+                }
+                self.admit(id, entry);
             }
         }
     }
 
-    /// A message becoming ready at `ready_at`: refused if over a reject-publish limit, delivered
-    /// or expired at once with TTL 0, else appended to the ready messages.
-    fn admit(&mut self, id: QueueId, message: Arc<Message>, ready_at: Timestamp) -> Enqueued {
-        let Some(queue) = self.queues.get_mut(&id) else { return Enqueued::Accepted };
-        let body_size = message.body_size();
-        if overflow::rejects_publish(&queue.args, queue.message_count(), queue.ready.body_bytes(), body_size)
-        {
-            if queue.args.overflow == Overflow::RejectPublishDlx {
-                self.dead_letter_later(id, message, DeathReason::Maxlen);
-            }
-            return Enqueued::Rejected;
-        }
-        let entry = queue.new_entry(message, ready_at);
+    /// A message becoming ready (at `entry.ready_at`): delivered or expired at once with TTL 0,
+    /// else appended to the ready messages. The caller checked reject-publish limits.
+    fn admit(&mut self, id: QueueId, entry: Entry) {
+        let ready_at = entry.ready_at.unwrap_or_default();
         if entry.expires_at.is_some_and(|at| at <= ready_at) {
             // TTL 0: a consumer that can take it now gets it, else it expires at once (contract §1).
             if let Some(entry) = self.deliver_now(id, entry, ready_at) {
                 if let Some(queue) = self.queues.get_mut(&id) {
                     queue.counters.expired += 1;
                 }
-                self.dead_letter_later(id, entry.message, DeathReason::Expired);
+                self.dead_letter_later(id, entry.message, DeathReason::Expired, entry.persist_id);
             }
-            return Enqueued::Accepted;
+            return;
         }
-        queue.push_ready(entry);
-        Enqueued::Accepted
+        if let Some(queue) = self.queues.get_mut(&id) {
+            queue.push_ready(entry);
+        }
     }
 
     /// x-overflow drop-head: the oldest ready messages go (dead-lettered, reason `maxlen`) until the
@@ -89,7 +126,7 @@ impl Broker {
             }
         }
         for entry in dropped {
-            self.dead_letter_later(id, entry.message, DeathReason::Maxlen);
+            self.dead_letter_later(id, entry.message, DeathReason::Maxlen, entry.persist_id);
         }
     }
 }

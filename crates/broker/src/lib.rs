@@ -16,6 +16,7 @@ pub mod exchange;
 pub mod message;
 mod methods;
 mod naming;
+pub mod persist;
 pub mod queue;
 mod redelivery;
 mod routing;
@@ -28,5 +29,6 @@ pub use api::{
 };
 pub use broker::{Broker, BrokerConfig};
 pub use message::Message;
+pub use persist::{RestoreReport, SequencedOp, StoreOp, StoredMessage, DEFINITIONS_SCHEMA_VERSION};
 pub use redelivery::VisibilityError;
 pub use time::Timestamp;

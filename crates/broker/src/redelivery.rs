@@ -30,11 +30,24 @@ impl Broker {
         let Some(queue) = self.queues.get_mut(&id) else { return };
         entry.delivery_count = entry.delivery_count.saturating_add(1);
         match delivery_limit::on_return(&queue.args, entry.delivery_count) {
-            Return::Ready => queue.requeue(entry),
-            Return::After { delay_ms } => queue.delay_return(entry, now.saturating_add_millis(delay_ms)),
+            Return::Ready => {
+                entry.redelivered = true;
+                self.persist_update(id, &entry, None);
+                if let Some(queue) = self.queues.get_mut(&id) {
+                    queue.requeue(entry);
+                }
+            }
+            Return::After { delay_ms } => {
+                let due = now.saturating_add_millis(delay_ms);
+                entry.redelivered = true;
+                self.persist_update(id, &entry, Some(due));
+                if let Some(queue) = self.queues.get_mut(&id) {
+                    queue.delay_return(entry, due);
+                }
+            }
             Return::OverLimit => {
                 queue.settle();
-                self.dead_letter_later(id, entry.message, DeathReason::DeliveryLimit);
+                self.dead_letter_later(id, entry.message, DeathReason::DeliveryLimit, entry.persist_id);
             }
         }
     }
@@ -91,8 +104,10 @@ impl Broker {
             queue.visibility.remove(old, delivery);
             queue.visibility.insert(new, delivery);
         }
+        let mark = self.mark();
         self.dispatch(id, now);
         self.run_dead_letters(now);
+        self.hold_after(mark, None);
         Ok(())
     }
 }

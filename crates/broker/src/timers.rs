@@ -30,6 +30,7 @@ impl Broker {
     /// Fires every timer due at `now`: expires messages (dead-lettering them) and deletes queues
     /// unused for their `x-expires`.
     pub fn handle_timeout(&mut self, now: Timestamp) {
+        let mark = self.mark();
         while let Some(id) = self.timers.pop_due(now) {
             let Some(queue) = self.queues.get_mut(&id) else { continue };
             queue.scheduled = None;
@@ -40,6 +41,7 @@ impl Broker {
             self.dispatch(id, now);
         }
         self.run_dead_letters(now);
+        self.hold_after(mark, None);
     }
 
     /// The earliest time `handle_timeout` has work to do.
@@ -77,7 +79,7 @@ impl Broker {
         let mut expired: Vec<Entry> = Vec::new();
         queue.take_expired(now, &mut expired);
         for entry in expired {
-            self.dead_letter_later(id, entry.message, DeathReason::Expired);
+            self.dead_letter_later(id, entry.message, DeathReason::Expired, entry.persist_id);
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use hourglass_broker::{Broker, Command, ConnectionId, Effect};
+use hourglass_broker::{Broker, Command, ConnectionId, Effect, SequencedOp};
 use tokio::sync::mpsc;
 
 use crate::clock::Clock;
@@ -31,12 +31,52 @@ pub enum BrokerInput {
     /// Work from the management API, run in order with commands; its effects are flushed like
     /// a command's (a queue deleted over HTTP cancels its consumers).
     Job(hourglass_broker::admin::Job),
+    /// From the store thread: every store op up to `op_seq` is durable.
+    Persisted {
+        op_seq: u64,
+    },
 }
 
-pub async fn run(mut broker: Broker, mut inputs: mpsc::Receiver<BrokerInput>, clock: Clock) {
+/// Where the broker's store ops go: the store thread (`persistence.rs`), in op_seq order.
+pub type StoreSender = std::sync::mpsc::Sender<Vec<SequencedOp>>;
+
+pub async fn run(
+    mut broker: Broker,
+    mut inputs: mpsc::Receiver<BrokerInput>,
+    clock: Clock,
+    store: Option<StoreSender>,
+) {
     let mut mailboxes: HashMap<ConnectionId, Mailbox> = HashMap::new();
     let mut outbox: HashMap<ConnectionId, Vec<Effect>> = HashMap::new();
     loop {
+        // Ops first (restore may have left some), so the store starts syncing them before the
+        // effects are handed out.
+        let ops: Vec<SequencedOp> = std::iter::from_fn(|| broker.poll_store_op()).collect();
+        if !ops.is_empty() {
+            match &store {
+                Some(store) => {
+                    if store.send(ops).is_err() {
+                        tracing::error!("store thread gone; stopping the broker");
+                        break;
+                    }
+                }
+                None => {
+                    if let Some(last) = ops.last() {
+                        broker.handle_persisted(last.op_seq, clock.now());
+                    }
+                }
+            }
+        }
+        while let Some(effect) = broker.poll_effect() {
+            outbox.entry(effect.conn()).or_default().push(effect);
+        }
+        for (conn, effects) in outbox.drain() {
+            if let Some(mailbox) = mailboxes.get(&conn) {
+                // A closed mailbox means the connection task has ended; its
+                // ConnectionClosed command is on its way.
+                let _ = mailbox.send(effects);
+            }
+        }
         let deadline = broker.next_deadline().map(|d| clock.instant_of(d));
         tokio::select! {
             input = inputs.recv() => {
@@ -50,16 +90,6 @@ pub async fn run(mut broker: Broker, mut inputs: mpsc::Receiver<BrokerInput>, cl
                 }
             }
             _ = sleep_until(deadline) => broker.handle_timeout(clock.now()),
-        }
-        while let Some(effect) = broker.poll_effect() {
-            outbox.entry(effect.conn()).or_default().push(effect);
-        }
-        for (conn, effects) in outbox.drain() {
-            if let Some(mailbox) = mailboxes.get(&conn) {
-                // A closed mailbox means the connection task has ended; its
-                // ConnectionClosed command is on its way.
-                let _ = mailbox.send(effects);
-            }
         }
     }
 }
@@ -81,6 +111,7 @@ fn apply(
             broker.handle_command(command, clock.now());
         }
         BrokerInput::Job(job) => job(broker, clock.now()),
+        BrokerInput::Persisted { op_seq } => broker.handle_persisted(op_seq, clock.now()),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod broker_task;
 pub mod clock;
 pub mod config;
 pub mod connection;
+pub mod persistence;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -28,17 +29,33 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Management jobs waiting for the broker task: few are in flight at once (one per HTTP request).
 const JOB_QUEUE_CAPACITY: usize = 64;
 
-/// Bound listeners, ready to serve.
+/// Bound listeners and a recovered broker, ready to serve.
 pub struct Server {
     config: Config,
     amqp: TcpListener,
     http: TcpListener,
     metrics: TcpListener,
+    clock: clock::Clock,
+    broker: Broker,
+    data: persistence::DataDir,
 }
 
 impl Server {
-    /// Binds the listeners named by `config`.
+    /// Opens and recovers the data directory (locking it), then binds the listeners named by
+    /// `config`: nothing is accepted before the broker holds everything the store kept.
     pub async fn bind(config: Config) -> anyhow::Result<Server> {
+        let clock = clock::Clock::new();
+        let seed = clock.now().as_millis() ^ u64::from(std::process::id()).rotate_left(32);
+        let mut broker =
+            Broker::new(BrokerConfig { name_seed: seed, persistence: true, ..BrokerConfig::default() });
+        let data_dir = config.data_dir.clone();
+        let (data, broker) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let mut data = persistence::DataDir::open(&data_dir)?;
+            persistence::recover(&mut data, &mut broker, clock.now())?;
+            Ok((data, broker))
+        })
+        .await
+        .context("recovery task")??;
         let addr = SocketAddr::new(config.bind, config.amqp_port);
         let amqp =
             TcpListener::bind(addr).await.with_context(|| format!("binding AMQP listener on {addr}"))?;
@@ -48,7 +65,7 @@ impl Server {
         let addr = SocketAddr::new(config.bind, config.metrics_port);
         let metrics =
             TcpListener::bind(addr).await.with_context(|| format!("binding metrics listener on {addr}"))?;
-        Ok(Server { config, amqp, http, metrics })
+        Ok(Server { config, amqp, http, metrics, clock, broker, data })
     }
 
     /// The management HTTP API's address.
@@ -69,21 +86,23 @@ impl Server {
     /// Serves until `shutdown` completes, then closes every connection with 320
     /// CONNECTION_FORCED and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let clock = clock::Clock::new();
-        let seed = clock.now().as_millis() ^ u64::from(std::process::id()).rotate_left(32);
-        let broker = Broker::new(BrokerConfig { name_seed: seed, ..BrokerConfig::default() });
-        let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
-        let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock));
-        let users = Arc::new(UserStore::with_defaults(self.config.loopback_users.clone()));
-        let session_config = Arc::new(SessionConfig::new(users.clone()));
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (amqp_addr, http_addr, metrics_addr) =
             (self.amqp_addr()?, self.http_addr()?, self.metrics_addr()?);
+        let Server { config, amqp, http, metrics, clock, broker, data } = self;
+        let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
+        let (store_tx, store_rx) = std::sync::mpsc::channel();
+        // Weak: the store thread must not keep the broker task alive at shutdown.
+        let store_thread = persistence::spawn_store_thread(data, store_rx, broker_tx.downgrade())
+            .context("starting the store thread")?;
+        let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock, Some(store_tx)));
+        let users = Arc::new(UserStore::with_defaults(config.loopback_users.clone()));
+        let session_config = Arc::new(SessionConfig::new(users.clone()));
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
             users,
             node: Arc::new(NodeInfo::new(
-                self.config.bind,
+                config.bind,
                 amqp_addr.port(),
                 http_addr.port(),
                 metrics_addr.port(),
@@ -91,8 +110,8 @@ impl Server {
         };
         let mut http_tasks = JoinSet::new();
         for (listener, router) in [
-            (self.http, hourglass_mgmt::api_router(mgmt.clone())),
-            (self.metrics, hourglass_mgmt::metrics_router(mgmt)),
+            (http, hourglass_mgmt::api_router(mgmt.clone())),
+            (metrics, hourglass_mgmt::metrics_router(mgmt)),
         ] {
             let mut stop = shutdown_rx.clone();
             let stopped = async move {
@@ -106,14 +125,14 @@ impl Server {
             amqp = %amqp_addr,
             http = %http_addr,
             metrics = %metrics_addr,
-            data_dir = %self.config.data_dir.display(),
+            data_dir = %config.data_dir.display(),
             "hourglass listening (AMQP 0-9-1, management API, Prometheus metrics)"
         );
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                accepted = self.amqp.accept() => {
+                accepted = amqp.accept() => {
                     let (stream, peer) = match accepted {
                         Ok(pair) => pair,
                         Err(error) => {
@@ -137,7 +156,7 @@ impl Server {
             }
         }
         tracing::info!(connections = connections.len(), "shutting down");
-        drop(self.amqp);
+        drop(amqp);
         let _ = shutdown_tx.send(true);
         let drained =
             tokio::time::timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} })
@@ -149,8 +168,12 @@ impl Server {
             tokio::time::timeout(SHUTDOWN_GRACE, async { while http_tasks.join_next().await.is_some() {} })
                 .await;
         http_tasks.abort_all();
+        // The broker task ends when the last sender goes (the management job forwarder's too,
+        // now that the HTTP tasks are gone); then it drops the op sender, and the store thread
+        // commits what it has and ends.
         drop(broker_tx);
         let _ = broker_handle.await;
+        let _ = tokio::task::spawn_blocking(move || store_thread.join()).await;
         Ok(())
     }
 }

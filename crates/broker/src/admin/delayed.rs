@@ -44,7 +44,8 @@ impl Broker {
     pub fn cancel_delayed(&mut self, vhost: &str, queue: &str, id: u64) -> Result<(), DelayedError> {
         let queue_id = self.queue_id(vhost, queue)?;
         let queue = self.queues.get_mut(&queue_id).ok_or(DelayedError::QueueNotFound)?;
-        queue.delayed.remove(id).ok_or(DelayedError::MessageNotFound)?;
+        let (_, waiting) = queue.delayed.remove(id).ok_or(DelayedError::MessageNotFound)?;
+        self.persist_settle(queue_id, waiting.entry.persist_id);
         self.reschedule(queue_id);
         Ok(())
     }
@@ -61,7 +62,10 @@ impl Broker {
         let queue_id = self.queue_id(vhost, queue)?;
         let queue = self.queues.get_mut(&queue_id).ok_or(DelayedError::QueueNotFound)?;
         let (_, waiting) = queue.delayed.remove(id).ok_or(DelayedError::MessageNotFound)?;
+        let entry = waiting.entry.clone();
         queue.delayed.insert(due, waiting);
+        // The stored due time follows (a restart keeps the new schedule).
+        self.persist_update(queue_id, &entry, Some(due));
         self.dispatch(queue_id, now);
         self.run_dead_letters(now);
         Ok(())

@@ -233,6 +233,9 @@ impl Broker {
             self.send(conn, ch, BasicGetEmpty {});
             return Ok(());
         };
+        if m.no_ack {
+            self.persist_settle(id, entry.persist_id);
+        }
         let visibility_ms =
             self.queues.get(&id).and_then(|q| q.args.visibility_timeout_ms).filter(|_| !m.no_ack);
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
@@ -352,11 +355,15 @@ impl Broker {
             let Some(queue) = self.queues.get_mut(&id) else { continue };
             queue.forget_delivery(conn, ch, &delivery);
             match settlement {
-                Settlement::Ack => queue.settle(),
+                Settlement::Ack => {
+                    queue.settle();
+                    self.persist_settle(id, delivery.entry.persist_id);
+                }
                 Settlement::Requeue => self.return_to_queue(id, delivery.entry, now),
                 Settlement::Discard => {
                     queue.settle();
-                    self.dead_letter_later(id, delivery.entry.message, DeathReason::Rejected);
+                    let entry = delivery.entry;
+                    self.dead_letter_later(id, entry.message, DeathReason::Rejected, entry.persist_id);
                 }
             }
             if !touched.contains(&id) {

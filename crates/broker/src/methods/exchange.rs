@@ -52,7 +52,11 @@ impl Broker {
                 Some(existing) => existing.check_equivalent(&spec, &vhost_name)?,
                 None => {
                     check_name("exchange", &m.exchange)?;
+                    let durable = spec.durable;
                     vhost.exchanges.insert(spec.name.clone(), Exchange::new(spec));
+                    if durable {
+                        self.definitions_changed();
+                    }
                 }
             }
         }
@@ -88,7 +92,9 @@ impl Broker {
                     m.exchange
                 )));
             }
-            remove_exchange(vhost, &m.exchange);
+            if remove_exchange(vhost, &m.exchange) {
+                self.definitions_changed();
+            }
         }
         if !m.nowait {
             self.send(conn, ch, ExchangeDeleteOk {});
@@ -106,8 +112,12 @@ impl Broker {
         let vhost = self.vhost_mut(&vhost_name)?;
         let binding =
             exchange_binding(vhost, &vhost_name, &m.source, &m.destination, &m.routing_key, &m.arguments)?;
-        if let Some(source) = vhost.exchanges.get_mut(&m.source) {
+        let durable = self.is_durable_binding(&vhost_name, &m.source, &binding.destination);
+        if let Some(source) = self.vhost_mut(&vhost_name)?.exchanges.get_mut(&m.source) {
             source.bind(binding);
+        }
+        if durable {
+            self.definitions_changed();
         }
         if !m.nowait {
             self.send(conn, ch, ExchangeBindOk {});
@@ -131,7 +141,10 @@ impl Broker {
             routing_key: m.routing_key.clone(),
             arguments: m.arguments.clone(),
         };
-        unbind_from(self.vhost_mut(&vhost_name)?, &m.source, &binding);
+        let durable = self.is_durable_binding(&vhost_name, &m.source, &binding.destination);
+        if unbind_from(self.vhost_mut(&vhost_name)?, &m.source, &binding) || durable {
+            self.definitions_changed();
+        }
         if !m.nowait {
             self.send(conn, ch, ExchangeUnbindOk {});
         }
@@ -140,6 +153,22 @@ impl Broker {
 
     pub(crate) fn vhost_mut(&mut self, name: &str) -> Result<&mut VHost, AmqpError> {
         self.vhosts.get_mut(name).ok_or_else(|| errors::not_allowed(format!("vhost {name} not found")))
+    }
+
+    /// Whether a binding from `source` to `destination` outlives a restart: both ends do.
+    pub(crate) fn is_durable_binding(
+        &self,
+        vhost: &str,
+        source: &ShortStr,
+        destination: &Destination,
+    ) -> bool {
+        let Some(vhost) = self.vhosts.get(vhost) else { return false };
+        let source_durable = vhost.exchanges.get(source).is_some_and(|x| x.spec.durable);
+        let destination_durable = match destination {
+            Destination::Queue(id) => self.queues.get(id).is_some_and(|q| q.is_persisted()),
+            Destination::Exchange(name) => vhost.exchanges.get(name).is_some_and(|x| x.spec.durable),
+        };
+        source_durable && destination_durable
     }
 }
 
@@ -179,16 +208,18 @@ fn exchange_binding(
 }
 
 /// Removes a binding from `source`, deleting `source` when it is auto-delete and that was its
-/// last binding.
-pub(crate) fn unbind_from(vhost: &mut VHost, source: &ShortStr, binding: &Binding) {
-    let Some(exchange) = vhost.exchanges.get_mut(source) else { return };
+/// last binding. Returns whether a durable exchange went with it.
+pub(crate) fn unbind_from(vhost: &mut VHost, source: &ShortStr, binding: &Binding) -> bool {
+    let Some(exchange) = vhost.exchanges.get_mut(source) else { return false };
     if exchange.unbind(binding) && exchange.spec.auto_delete && !exchange.has_bindings() {
-        remove_exchange(vhost, source);
+        return remove_exchange(vhost, source);
     }
+    false
 }
 
 /// Removes every binding leading to `destination`, auto-deleting exchanges left without any.
-pub(crate) fn unbind_destination(vhost: &mut VHost, destination: &Destination) {
+/// Returns whether a durable exchange went with them.
+pub(crate) fn unbind_destination(vhost: &mut VHost, destination: &Destination) -> bool {
     let mut emptied = Vec::new();
     for exchange in vhost.exchanges.values_mut() {
         if exchange.unbind_destination(destination) > 0
@@ -198,14 +229,17 @@ pub(crate) fn unbind_destination(vhost: &mut VHost, destination: &Destination) {
             emptied.push(exchange.name().clone());
         }
     }
+    let mut durable_removed = false;
     for name in emptied {
-        remove_exchange(vhost, &name);
+        durable_removed |= remove_exchange(vhost, &name);
     }
+    durable_removed
 }
 
-/// Deletes an exchange and every binding from or to it.
-fn remove_exchange(vhost: &mut VHost, name: &ShortStr) {
-    if vhost.exchanges.remove(name).is_some() {
-        unbind_destination(vhost, &Destination::Exchange(name.clone()));
-    }
+/// Deletes an exchange and every binding from or to it. Returns whether a durable exchange
+/// (this one or one auto-deleted with it) was removed.
+fn remove_exchange(vhost: &mut VHost, name: &ShortStr) -> bool {
+    let Some(exchange) = vhost.exchanges.remove(name) else { return false };
+    let cascaded = unbind_destination(vhost, &Destination::Exchange(name.clone()));
+    exchange.spec.durable || cascaded
 }

@@ -78,8 +78,12 @@ impl Broker {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
         let (binding, source) =
             self.queue_binding(conn, ch, &vhost_name, &m.queue, &m.exchange, &m.routing_key, &m.arguments)?;
+        let durable = self.is_durable_binding(&vhost_name, &source, &binding.destination);
         if let Some(exchange) = self.vhost_mut(&vhost_name)?.exchanges.get_mut(&source) {
             exchange.bind(binding);
+        }
+        if durable {
+            self.definitions_changed();
         }
         if !m.nowait {
             self.send(conn, ch, QueueBindOk {});
@@ -106,7 +110,10 @@ impl Broker {
                 routing_key: m.routing_key.clone(),
                 arguments: m.arguments.clone(),
             };
-            unbind_from(self.vhost_mut(&vhost_name)?, &m.exchange, &binding);
+            let durable = self.is_durable_binding(&vhost_name, &m.exchange, &binding.destination);
+            if unbind_from(self.vhost_mut(&vhost_name)?, &m.exchange, &binding) || durable {
+                self.definitions_changed();
+            }
         }
         self.send(conn, ch, QueueUnbindOk {});
         Ok(())
@@ -122,7 +129,11 @@ impl Broker {
         let name = self.queue_name_or_last(conn, ch, &m.queue)?;
         let id = self.lookup_queue(&vhost, &name)?;
         self.check_exclusive_access(id, conn)?;
-        let purged = self.queues.get_mut(&id).map_or(0, |q| q.purge());
+        let mut settled = Vec::new();
+        let purged = self.queues.get_mut(&id).map_or(0, |q| q.purge(&mut settled));
+        for msg_id in settled {
+            self.persist.settle(id, msg_id);
+        }
         self.reschedule(id);
         if !m.nowait {
             self.send(conn, ch, QueuePurgeOk { message_count: purged as u32 });
@@ -169,9 +180,12 @@ impl Broker {
     pub(crate) fn delete_queue(&mut self, id: QueueId) -> usize {
         let Some(queue) = self.queues.remove(&id) else { return 0 };
         self.unschedule(id, queue.scheduled);
+        self.persist_purge(id, queue.is_persisted());
         if let Some(vhost) = self.vhosts.get_mut(&queue.vhost) {
             vhost.queues.remove(queue.name());
-            unbind_destination(vhost, &Destination::Queue(id));
+            if unbind_destination(vhost, &Destination::Queue(id)) {
+                self.definitions_changed();
+            }
         }
         for consumer in queue.consumers.iter() {
             if let Some(channel) = self.channels.get_mut(&(consumer.conn, consumer.channel)) {
@@ -243,7 +257,11 @@ impl Broker {
         let args = QueueArgs::parse(&spec.arguments, &spec.name.as_str(), vhost, spec.durable)?;
         let id = self.new_queue_id();
         self.vhost_mut(vhost)?.queues.insert(spec.name.clone(), id);
-        self.queues.insert(id, Queue::new(id, vhost.to_owned(), spec, args, now));
+        let queue = Queue::new(id, vhost.to_owned(), spec, args, now);
+        if queue.is_persisted() {
+            self.definitions_changed();
+        }
+        self.queues.insert(id, queue);
         Ok(id)
     }
 

@@ -145,6 +145,8 @@ fn new_death(message: &Message, queue: &ShortStr, reason: DeathReason, now: Time
 pub(crate) struct DeadLetter {
     pub message: Arc<Message>,
     pub reason: DeathReason,
+    /// The source's store id: settled only after the copies are enqueued (at-least-once).
+    pub persist_id: Option<u64>,
 }
 
 #[cfg(test)]

@@ -102,6 +102,8 @@ mod tests {
                 redelivered: false,
                 expires_at: None,
                 delivery_count: 0,
+                persist_id: None,
+                ready_at: None,
             },
             returning: false,
         }

@@ -18,6 +18,12 @@ pub(crate) struct Entry {
     pub expires_at: Option<Timestamp>,
     /// Deliveries that came back unacknowledged (contract §5, `x-delivery-count`).
     pub delivery_count: u32,
+    /// The message's id in the store (`persist.rs`) when it is persistent and its queue durable;
+    /// kept from publish to settle, across delays and requeues (unlike `seq`).
+    pub persist_id: Option<u64>,
+    /// When the message became ready in this queue (its TTL counts from here); `None` while it
+    /// has never been ready (a delayed message not yet due).
+    pub ready_at: Option<Timestamp>,
 }
 
 impl Entry {

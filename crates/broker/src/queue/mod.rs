@@ -113,20 +113,61 @@ impl Queue {
     }
 
     /// A new entry for a message entering this queue now; its TTL starts now (contract §1).
-    pub fn new_entry(&mut self, message: Arc<Message>, now: Timestamp) -> Entry {
+    pub fn new_entry(&mut self, message: Arc<Message>, now: Timestamp, persist_id: Option<u64>) -> Entry {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, message.expiration_ms);
-        let expires_at = ttl_ms.map(|ms| now.saturating_add_millis(ms));
-        Entry { seq, message, redelivered: false, expires_at, delivery_count: 0 }
+        let expires_at = self.deadline_from(&message, now);
+        Entry {
+            seq,
+            message,
+            redelivered: false,
+            expires_at,
+            delivery_count: 0,
+            persist_id,
+            ready_at: Some(now),
+        }
     }
 
     /// Holds a newly arrived message until `due`; its TTL will start then (contract §3).
-    pub fn delay(&mut self, message: Arc<Message>, due: Timestamp) {
+    pub fn delay(&mut self, message: Arc<Message>, due: Timestamp, persist_id: Option<u64>) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let entry = Entry { seq, message, redelivered: false, expires_at: None, delivery_count: 0 };
+        let entry = Entry {
+            seq,
+            message,
+            redelivered: false,
+            expires_at: None,
+            delivery_count: 0,
+            persist_id,
+            ready_at: None,
+        };
         self.delayed.insert(due, Waiting { entry, returning: false });
+    }
+
+    /// The TTL deadline of `message` when it becomes ready at `ready_at` (contract §1).
+    pub fn deadline_from(&self, message: &Message, ready_at: Timestamp) -> Option<Timestamp> {
+        let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, message.expiration_ms);
+        ttl_ms.map(|ms| ready_at.saturating_add_millis(ms))
+    }
+
+    /// Whether this queue's persistent messages go to the store: durable and not exclusive
+    /// (an exclusive queue dies with its connection, so it never outlives a restart).
+    pub fn is_persisted(&self) -> bool {
+        self.spec.durable && self.spec.exclusive_owner.is_none()
+    }
+
+    /// Puts a message recovered from the store back, after the ones already restored (they come
+    /// in enqueue order): delayed until `wait_until` when set, else ready.
+    pub(crate) fn restore_entry(&mut self, mut entry: Entry, wait_until: Option<Timestamp>) {
+        entry.seq = self.next_seq;
+        self.next_seq += 1;
+        match wait_until {
+            Some(due) => {
+                let returning = entry.ready_at.is_some();
+                self.delayed.insert(due, Waiting { entry, returning });
+            }
+            None => self.push_ready(entry),
+        }
     }
 
     /// Appends an entry to the ready messages.
@@ -213,10 +254,11 @@ impl Queue {
         self.take_for_delivery(false)
     }
 
-    /// Drops every ready message; returns how many there were.
-    pub fn purge(&mut self) -> usize {
+    /// Drops every ready message; returns how many there were and appends the store ids of the
+    /// persisted ones to `settled`.
+    pub fn purge(&mut self, settled: &mut Vec<u64>) -> usize {
         self.ttl.clear();
-        self.ready.purge()
+        self.ready.purge(settled)
     }
 
     /// Notes a use of the queue for `x-expires` (declare, basic.get, consumer change).

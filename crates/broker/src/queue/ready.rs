@@ -61,9 +61,11 @@ impl Ready {
         Some(entry)
     }
 
-    /// Removes every ready message; returns how many there were.
-    pub fn purge(&mut self) -> usize {
+    /// Removes every ready message; returns how many there were and appends the store ids of the
+    /// persisted ones to `settled`.
+    pub fn purge(&mut self, settled: &mut Vec<u64>) -> usize {
         let count = self.live;
+        settled.extend(self.slots.iter().filter_map(|s| s.entry.as_ref().and_then(|e| e.persist_id)));
         self.slots.clear();
         self.live = 0;
         self.body_bytes = 0;
@@ -109,7 +111,15 @@ mod tests {
     fn entry(seq: Seq) -> Entry {
         let message =
             Message::new(Default::default(), Default::default(), Default::default(), vec![0u8; 3].into());
-        Entry { seq, message: Arc::new(message), redelivered: false, expires_at: None, delivery_count: 0 }
+        Entry {
+            seq,
+            message: Arc::new(message),
+            redelivered: false,
+            expires_at: None,
+            delivery_count: 0,
+            persist_id: None,
+            ready_at: None,
+        }
     }
 
     fn drain(ready: &mut Ready) -> Vec<Seq> {
@@ -140,7 +150,7 @@ mod tests {
         assert!(ready.remove(1).is_none(), "a removed message is gone");
         ready.pop_front();
         assert_eq!((ready.message_count(), ready.body_bytes()), (1, 3));
-        assert_eq!(ready.purge(), 1);
+        assert_eq!(ready.purge(&mut Vec::new()), 1);
         assert_eq!(ready.body_bytes(), 0);
     }
 

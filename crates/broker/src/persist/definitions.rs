@@ -1,0 +1,220 @@
+//! The durable definitions as one payload for the store's snapshot file (docs/storage.md):
+//! vhosts, durable exchanges (not the built-in ones), durable non-exclusive queues with their ids
+//! and arguments, and bindings whose both ends are durable.
+//!
+//! Encoded as an AMQP field table (the wire crate's codec, no new dependency), schema version 1:
+//! ```text
+//! { next_queue_id: l,
+//!   vhosts: A[ { name: S,
+//!                exchanges: A[ { name: S, type: S, delayed: t, auto_delete: t, internal: t,
+//!                                arguments: F } ],
+//!                queues:    A[ { name: S, id: l, auto_delete: t, arguments: F } ],
+//!                bindings:  A[ { source: S, destination_kind: S ("queue" | "exchange"),
+//!                                destination: S, routing_key: S, arguments: F } ] } ] }
+//! ```
+
+use bytes::Bytes;
+use hourglass_wire::{FieldArray, FieldTable, FieldValue, LongStr, ShortStr};
+
+use crate::broker::Broker;
+use crate::exchange::{Destination, ExchangeKind, ExchangeSpec};
+use crate::queue::{Queue, QueueId};
+use crate::vhost::VHost;
+
+/// The snapshot's schema version for this payload (the store's header carries it).
+pub const DEFINITIONS_SCHEMA_VERSION: u32 = 1;
+
+/// Definitions as decoded, before they are applied.
+#[derive(Debug, Default)]
+pub(crate) struct Definitions {
+    pub next_queue_id: u64,
+    pub vhosts: Vec<VHostDefinitions>,
+}
+
+#[derive(Debug)]
+pub(crate) struct VHostDefinitions {
+    pub name: String,
+    pub exchanges: Vec<ExchangeSpec>,
+    /// (id, name, auto_delete, arguments)
+    pub queues: Vec<(QueueId, ShortStr, bool, FieldTable)>,
+    pub bindings: Vec<BindingDefinition>,
+}
+
+#[derive(Debug)]
+pub(crate) struct BindingDefinition {
+    pub source: ShortStr,
+    pub to_queue: bool,
+    pub destination: ShortStr,
+    pub routing_key: ShortStr,
+    pub arguments: FieldTable,
+}
+
+impl Broker {
+    /// Every durable definition, encoded.
+    pub(crate) fn encode_definitions(&self) -> Bytes {
+        let mut names: Vec<&String> = self.vhosts.keys().collect();
+        names.sort();
+        let vhosts =
+            names.into_iter().map(|name| FieldValue::Table(self.encode_vhost(name, &self.vhosts[name])));
+        let table = FieldTable::from_entries([
+            ("next_queue_id", FieldValue::I64(self.next_queue_id as i64)),
+            ("vhosts", FieldValue::Array(FieldArray::from_values(vhosts))),
+        ]);
+        table.raw().clone()
+    }
+
+    fn encode_vhost(&self, name: &str, vhost: &VHost) -> FieldTable {
+        let mut exchanges: Vec<&ExchangeSpec> = vhost
+            .exchanges
+            .values()
+            .map(|x| &x.spec)
+            .filter(|spec| spec.durable && !is_built_in(&spec.name))
+            .collect();
+        exchanges.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut queues: Vec<&Queue> =
+            vhost.queues.values().filter_map(|id| self.queues.get(id)).filter(|q| q.is_persisted()).collect();
+        queues.sort_by_key(|q| q.id);
+        let mut sources: Vec<_> = vhost.exchanges.values().filter(|x| x.spec.durable).collect();
+        sources.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut bindings = Vec::new();
+        for source in sources {
+            for binding in source.bindings() {
+                let (kind, destination) = match &binding.destination {
+                    Destination::Queue(id) => match self.queues.get(id).filter(|q| q.is_persisted()) {
+                        Some(queue) => ("queue", queue.name().clone()),
+                        None => continue,
+                    },
+                    Destination::Exchange(name)
+                        if vhost.exchanges.get(name).is_some_and(|x| x.spec.durable) =>
+                    {
+                        ("exchange", name.clone())
+                    }
+                    Destination::Exchange(_) => continue,
+                };
+                bindings.push(FieldValue::Table(FieldTable::from_entries([
+                    ("source", text(source.name())),
+                    ("destination_kind", FieldValue::LongStr(LongStr::from(kind))),
+                    ("destination", text(&destination)),
+                    ("routing_key", text(&binding.routing_key)),
+                    ("arguments", FieldValue::Table(binding.arguments.clone())),
+                ])));
+            }
+        }
+        let exchanges = exchanges.into_iter().map(|spec| {
+            FieldValue::Table(FieldTable::from_entries([
+                ("name", text(&spec.name)),
+                ("type", FieldValue::LongStr(LongStr::from(spec.kind.name()))),
+                ("delayed", FieldValue::Bool(spec.delayed)),
+                ("auto_delete", FieldValue::Bool(spec.auto_delete)),
+                ("internal", FieldValue::Bool(spec.internal)),
+                ("arguments", FieldValue::Table(spec.arguments.clone())),
+            ]))
+        });
+        let queues = queues.into_iter().map(|queue| {
+            FieldValue::Table(FieldTable::from_entries([
+                ("name", text(queue.name())),
+                ("id", FieldValue::I64(queue.id.0 as i64)),
+                ("auto_delete", FieldValue::Bool(queue.spec.auto_delete)),
+                ("arguments", FieldValue::Table(queue.spec.arguments.clone())),
+            ]))
+        });
+        FieldTable::from_entries([
+            ("name", FieldValue::LongStr(LongStr::from(name))),
+            ("exchanges", FieldValue::Array(FieldArray::from_values(exchanges))),
+            ("queues", FieldValue::Array(FieldArray::from_values(queues))),
+            ("bindings", FieldValue::Array(FieldArray::from_values(bindings))),
+        ])
+    }
+}
+
+/// Decodes [`Broker::encode_definitions`]'s payload; the error names what is wrong.
+pub(crate) fn decode_definitions(payload: Bytes) -> Result<Definitions, String> {
+    let table = FieldTable::from_raw(payload).map_err(|e| format!("definitions do not parse: {e}"))?;
+    let next_queue_id = int(&table, "next_queue_id")? as u64;
+    let mut vhosts = Vec::new();
+    for vhost in tables(&table, "vhosts")? {
+        let name = short(&vhost, "name")?.as_str().into_owned();
+        let mut exchanges = Vec::new();
+        for x in tables(&vhost, "exchanges")? {
+            let kind_name = short(&x, "type")?;
+            let kind = ExchangeKind::parse(kind_name.as_bytes())
+                .ok_or_else(|| format!("unknown exchange type '{kind_name}'"))?;
+            exchanges.push(ExchangeSpec {
+                name: short(&x, "name")?,
+                kind,
+                delayed: flag(&x, "delayed")?,
+                durable: true,
+                auto_delete: flag(&x, "auto_delete")?,
+                internal: flag(&x, "internal")?,
+                arguments: nested(&x, "arguments")?,
+            });
+        }
+        let mut queues = Vec::new();
+        for q in tables(&vhost, "queues")? {
+            let id = QueueId(int(&q, "id")? as u64);
+            queues.push((id, short(&q, "name")?, flag(&q, "auto_delete")?, nested(&q, "arguments")?));
+        }
+        let mut bindings = Vec::new();
+        for b in tables(&vhost, "bindings")? {
+            bindings.push(BindingDefinition {
+                source: short(&b, "source")?,
+                to_queue: short(&b, "destination_kind")?.as_bytes() == b"queue",
+                destination: short(&b, "destination")?,
+                routing_key: short(&b, "routing_key")?,
+                arguments: nested(&b, "arguments")?,
+            });
+        }
+        vhosts.push(VHostDefinitions { name, exchanges, queues, bindings });
+    }
+    Ok(Definitions { next_queue_id, vhosts })
+}
+
+/// The default exchange and the `amq.*` ones exist in every vhost from the start.
+fn is_built_in(name: &ShortStr) -> bool {
+    name.is_empty() || name.as_bytes().starts_with(b"amq.")
+}
+
+fn text(s: &ShortStr) -> FieldValue {
+    FieldValue::LongStr(LongStr::new(s.clone().into_bytes()))
+}
+
+fn field(table: &FieldTable, key: &str) -> Result<FieldValue, String> {
+    table.get(key).ok_or_else(|| format!("definitions: missing '{key}'"))
+}
+
+fn int(table: &FieldTable, key: &str) -> Result<i64, String> {
+    field(table, key)?.as_i64().ok_or_else(|| format!("definitions: '{key}' is not an integer"))
+}
+
+fn flag(table: &FieldTable, key: &str) -> Result<bool, String> {
+    match field(table, key)? {
+        FieldValue::Bool(b) => Ok(b),
+        _ => Err(format!("definitions: '{key}' is not a boolean")),
+    }
+}
+
+fn short(table: &FieldTable, key: &str) -> Result<ShortStr, String> {
+    let value = field(table, key)?;
+    let bytes = value.as_bytes().ok_or_else(|| format!("definitions: '{key}' is not a string"))?;
+    ShortStr::new(Bytes::copy_from_slice(bytes)).map_err(|_| format!("definitions: '{key}' is too long"))
+}
+
+fn nested(table: &FieldTable, key: &str) -> Result<FieldTable, String> {
+    match field(table, key)? {
+        FieldValue::Table(t) => Ok(t),
+        _ => Err(format!("definitions: '{key}' is not a table")),
+    }
+}
+
+fn tables(table: &FieldTable, key: &str) -> Result<Vec<FieldTable>, String> {
+    let FieldValue::Array(array) = field(table, key)? else {
+        return Err(format!("definitions: '{key}' is not an array"));
+    };
+    array
+        .iter()
+        .map(|v| match v {
+            FieldValue::Table(t) => Ok(t),
+            _ => Err(format!("definitions: '{key}' holds a non-table")),
+        })
+        .collect()
+}

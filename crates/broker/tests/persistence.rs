@@ -1,0 +1,324 @@
+//! Persistence without I/O (issue 6): which store ops each event emits, confirms held until the
+//! driver reports their ops durable, dead-letter ordering, and restoring a broker from the ops.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use hourglass_broker::{BrokerConfig, Effect, SequencedOp, StoreOp, StoredMessage};
+use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
+use hourglass_wire::*;
+
+/// A stand-in for the store: applies ops as the store's recovery would see them.
+#[derive(Default)]
+struct Model {
+    definitions: Option<Bytes>,
+    queues: BTreeMap<u64, Vec<StoredMessage>>,
+}
+
+impl Model {
+    fn apply(&mut self, op: &StoreOp) {
+        match op {
+            StoreOp::Enqueue { queue, msg_id, metadata, record } => {
+                self.queues.entry(*queue).or_default().push(StoredMessage {
+                    msg_id: *msg_id,
+                    metadata: metadata.clone(),
+                    record: record.clone(),
+                });
+            }
+            StoreOp::Settle { queue, msg_id } => {
+                if let Some(messages) = self.queues.get_mut(queue) {
+                    messages.retain(|m| m.msg_id != *msg_id);
+                }
+            }
+            StoreOp::Update { queue, msg_id, metadata } => {
+                for m in self.queues.get_mut(queue).into_iter().flatten() {
+                    if m.msg_id == *msg_id {
+                        m.metadata = metadata.clone();
+                    }
+                }
+            }
+            StoreOp::Purge { queue } => {
+                self.queues.remove(queue);
+            }
+            StoreOp::Definitions { payload } => self.definitions = Some(payload.clone()),
+        }
+        self.queues.retain(|_, m| !m.is_empty());
+    }
+
+    /// A new broker restored from this model, `later` after `tb`'s clock.
+    fn restore(&self, tb: &TestBroker, later: Duration) -> TestBroker {
+        let mut restored = durable_broker();
+        let gap = tb.clock.now().saturating_duration_since(restored.clock.now()) + later;
+        let now = restored.clock.advance(gap);
+        restored.broker.restore(self.definitions.clone(), self.queues.clone(), now).expect("restore");
+        restored
+    }
+}
+
+fn durable_broker() -> TestBroker {
+    TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() })
+}
+
+fn ops(tb: &mut TestBroker) -> Vec<SequencedOp> {
+    std::iter::from_fn(|| tb.broker.poll_store_op()).collect()
+}
+
+fn kinds(ops: &[SequencedOp]) -> Vec<&'static str> {
+    ops.iter()
+        .map(|o| match o.op {
+            StoreOp::Enqueue { .. } => "enqueue",
+            StoreOp::Settle { .. } => "settle",
+            StoreOp::Update { .. } => "update",
+            StoreOp::Purge { .. } => "purge",
+            StoreOp::Definitions { .. } => "definitions",
+        })
+        .collect()
+}
+
+/// Writes every pending op to `model` and reports them durable; returns the released effects.
+fn sync(tb: &mut TestBroker, model: &mut Model) -> Vec<Effect> {
+    let pending = ops(tb);
+    for op in &pending {
+        model.apply(&op.op);
+    }
+    if let Some(last) = pending.last() {
+        let now = tb.clock.now();
+        tb.broker.handle_persisted(last.op_seq, now);
+    }
+    std::iter::from_fn(|| tb.broker.poll_effect()).collect()
+}
+
+fn durable_queue(tb: &mut TestBroker, c: Chan, name: &str, arguments: FieldTable) {
+    tb.call(c, QueueDeclare { queue: short(name), durable: true, arguments, ..Default::default() });
+}
+
+fn persistent() -> BasicProperties {
+    BasicProperties { delivery_mode: Some(2), ..Default::default() }
+}
+
+fn confirm(tb: &mut TestBroker, c: Chan) {
+    tb.call(c, ConfirmSelect { nowait: false });
+}
+
+fn acks(effects: &[Effect]) -> Vec<u64> {
+    methods(effects)
+        .into_iter()
+        .filter_map(|m| match m {
+            Method::BasicAck(a) => Some(a.delivery_tag),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A durable broker with a declared (and synced) durable queue `q` and channel in confirm mode.
+fn setup(arguments: FieldTable) -> (TestBroker, Chan, Model) {
+    let mut tb = durable_broker();
+    let mut model = Model::default();
+    let c = tb.channel();
+    tb.call(c, QueueDeclare { queue: short("q"), durable: true, arguments, ..Default::default() });
+    sync(&mut tb, &mut model);
+    confirm(&mut tb, c);
+    (tb, c, model)
+}
+
+/// Only persistent messages in durable queues are written: transient messages and non-durable
+/// queues never touch the store, and their confirms are not held.
+#[test]
+fn only_persistent_messages_in_durable_queues_are_written() {
+    let (mut tb, c, _) = setup(FieldTable::new());
+    declare(&mut tb, c, "transient-q");
+    let _ = ops(&mut tb);
+    assert_eq!(acks(&tb.publish(c, "", "q", b"transient")), vec![1]);
+    assert_eq!(acks(&tb.publish_with(c, "", "transient-q", persistent(), b"p", false)), vec![2]);
+    assert!(ops(&mut tb).is_empty());
+    let effects = tb.publish_with(c, "", "q", persistent(), b"p", false);
+    assert!(acks(&effects).is_empty(), "the confirm waits for the store");
+    assert_eq!(kinds(&ops(&mut tb)), vec!["enqueue"]);
+}
+
+/// A confirm is released only by handle_persisted covering its op, in publish order per channel;
+/// another channel's confirms are not held behind it.
+#[test]
+fn confirms_are_held_until_their_ops_are_durable() {
+    let (mut tb, c, _) = setup(FieldTable::new());
+    tb.publish_with(c, "", "q", persistent(), b"1", false);
+    tb.publish_with(c, "", "q", persistent(), b"2", false);
+    let pending = ops(&mut tb);
+    assert_eq!(pending.len(), 2);
+    let other = tb.open_channel(c.conn, 2);
+    confirm(&mut tb, other);
+    assert_eq!(acks(&tb.publish(other, "", "q", b"transient")), vec![1], "other channel not held");
+    let now = tb.clock.now();
+    tb.broker.handle_persisted(pending[0].op_seq, now);
+    let released: Vec<Effect> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    assert_eq!(acks(&released), vec![1]);
+    tb.broker.handle_persisted(pending[1].op_seq, now);
+    let released: Vec<Effect> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    assert_eq!(acks(&released), vec![2]);
+    assert_eq!(tb.broker.held_effects(), 0);
+}
+
+/// Effects after a held confirm on the same channel wait behind it (channel.close-ok too).
+#[test]
+fn later_effects_of_a_channel_wait_behind_a_held_confirm() {
+    let (mut tb, c, mut model) = setup(FieldTable::new());
+    tb.publish_with(c, "", "q", persistent(), b"1", false);
+    let effects = tb.call(c, ChannelClose::default());
+    assert!(methods(&effects).is_empty(), "close-ok waits behind the ack: {effects:?}");
+    let released = sync(&mut tb, &mut model);
+    assert!(matches!(methods(&released).as_slice(), [Method::BasicAck(_), Method::ChannelCloseOk(_)]));
+}
+
+/// queue.declare-ok of a durable queue waits for its definitions to be written.
+#[test]
+fn durable_declare_ok_waits_for_definitions() {
+    let mut tb = durable_broker();
+    let mut model = Model::default();
+    let c = tb.channel();
+    let effects = tb.call(c, QueueDeclare { queue: short("d"), durable: true, ..Default::default() });
+    assert!(methods(&effects).is_empty());
+    assert_eq!(kinds(&ops(&mut tb)), vec!["definitions"]);
+    tb.broker.handle_persisted(u64::MAX, tb.clock.now());
+    let released: Vec<Effect> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    assert!(matches!(methods(&released).as_slice(), [Method::QueueDeclareOk(_)]));
+    let effects = tb.call(c, QueueDeclare { queue: short("t"), ..Default::default() });
+    assert!(matches!(methods(&effects).as_slice(), [Method::QueueDeclareOk(_)]), "transient: no wait");
+    assert!(sync(&mut tb, &mut model).is_empty());
+}
+
+/// ack settles; nack with requeue updates the delivery count; no-ack delivery settles at once.
+#[test]
+fn ack_settles_and_requeue_updates() {
+    let (mut tb, c, mut model) = setup(FieldTable::new());
+    tb.publish_with(c, "", "q", persistent(), b"1", false);
+    tb.publish_with(c, "", "q", persistent(), b"2", false);
+    sync(&mut tb, &mut model);
+    let d = deliveries(&consume(&mut tb, c, "q", "ctag", false));
+    assert_eq!(d.len(), 2);
+    tb.call(c, BasicNack { delivery_tag: d[0].method.delivery_tag, multiple: false, requeue: true });
+    let written = ops(&mut tb);
+    assert_eq!(kinds(&written), vec!["update"]);
+    ack(&mut tb, c, d[1].method.delivery_tag, false);
+    assert_eq!(kinds(&ops(&mut tb)), vec!["settle"]);
+    tb.call(c, BasicCancel { consumer_tag: short("ctag"), nowait: false });
+    let c2 = tb.channel();
+    tb.publish_with(c2, "", "q", persistent(), b"3", false);
+    tb.call(c2, BasicGet { queue: short("q"), no_ack: true });
+    assert_eq!(kinds(&ops(&mut tb)), vec!["enqueue", "settle"], "a no-ack delivery settles at once");
+}
+
+/// Dead-lettering writes the copy's Enqueue into the DLQ before the source's Settle (contract §2:
+/// at-least-once across a crash).
+#[test]
+fn dead_letter_copy_is_written_before_the_source_is_settled() {
+    let dlx = FieldTable::from_entries([
+        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
+        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
+    ]);
+    let (mut tb, c, mut model) = setup(dlx);
+    durable_queue(&mut tb, c, "dlq", FieldTable::new());
+    tb.publish_with(c, "", "q", persistent(), b"1", false);
+    sync(&mut tb, &mut model);
+    tb.call(c, BasicGet { queue: short("q"), ..Default::default() });
+    tb.call(c, BasicReject { delivery_tag: 1, requeue: false });
+    let written = ops(&mut tb);
+    assert_eq!(kinds(&written), vec!["enqueue", "settle"]);
+    let StoreOp::Enqueue { queue: target, .. } = &written[0].op else { unreachable!() };
+    let StoreOp::Settle { queue: source, .. } = &written[1].op else { unreachable!() };
+    assert_ne!(target, source);
+}
+
+/// A delayed message is written once with its due time; falling due writes nothing.
+#[test]
+fn delayed_message_is_written_once() {
+    let delay = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(1000))]);
+    let (mut tb, c, mut model) = setup(delay);
+    tb.publish_with(c, "", "q", persistent(), b"later", false);
+    assert_eq!(kinds(&ops(&mut tb)), vec!["enqueue"]);
+    tb.advance(Duration::from_millis(1000));
+    assert!(ops(&mut tb).is_empty());
+    assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_ready, 1);
+    let _ = sync(&mut tb, &mut model);
+}
+
+/// Restoring from the written ops rebuilds definitions (same queue ids, bindings), ready messages
+/// in order with redelivered=true and their delivery counts, delayed ones still delayed, and
+/// nothing acked.
+#[test]
+fn restore_round_trip() {
+    let (mut tb, c, mut model) = setup(FieldTable::new());
+    let delay = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(60_000))]);
+    durable_queue(&mut tb, c, "later", delay);
+    tb.call(
+        c,
+        ExchangeDeclare { exchange: short("x"), kind: short("fanout"), durable: true, ..Default::default() },
+    );
+    bind(&mut tb, c, "q", "x", "");
+    bind(&mut tb, c, "later", "x", "");
+    for body in [b"1", b"2", b"3"] {
+        tb.publish_with(c, "x", "", persistent(), body, false);
+    }
+    sync(&mut tb, &mut model);
+    let d = tb.call(c, BasicGet { queue: short("q"), ..Default::default() });
+    assert_eq!(methods(&d).len(), 1);
+    ack(&mut tb, c, 1, false);
+    let d = tb.call(c, BasicGet { queue: short("q"), ..Default::default() });
+    assert_eq!(methods(&d).len(), 1);
+    tb.call(c, BasicReject { delivery_tag: 2, requeue: true });
+    sync(&mut tb, &mut model);
+
+    let mut restored = model.restore(&tb, Duration::from_millis(10));
+    let q = restored.broker.queue_stats("/", "q").unwrap();
+    assert_eq!((q.messages_ready, q.messages_delayed), (2, 0));
+    let later = restored.broker.queue_stats("/", "later").unwrap();
+    assert_eq!((later.messages_ready, later.messages_delayed), (0, 3));
+    assert_eq!(restored.broker.list_bindings("/").len(), tb.broker.list_bindings("/").len());
+    let rc = restored.channel();
+    let d = deliveries(&consume(&mut restored, rc, "q", "t", true));
+    let bodies: Vec<&[u8]> = d.iter().map(|d| d.body()).collect();
+    assert_eq!(bodies, vec![b"2".as_slice(), b"3".as_slice()]);
+    assert!(d.iter().all(|d| d.method.redelivered));
+    let count = d[0].message.properties.headers.as_ref().and_then(|h| h.get("x-delivery-count"));
+    assert_eq!(count.and_then(|v| v.as_i64()), Some(1), "delivery count kept");
+    // A new publish after restore goes to the same queue through the restored binding.
+    restored.publish_with(rc, "x", "", persistent(), b"4", false);
+    assert_eq!(restored.broker.queue_stats("/", "later").unwrap().messages_delayed, 4);
+    let d = restored.advance(Duration::from_millis(59_995));
+    assert!(d.is_empty());
+    assert_eq!(restored.broker.queue_stats("/", "later").unwrap().messages_ready, 3);
+}
+
+/// A message whose TTL ran out while the broker was down is dead-lettered on restore.
+#[test]
+fn message_expired_while_down_is_dead_lettered_on_restore() {
+    let args = FieldTable::from_entries([
+        ("x-message-ttl", FieldValue::I64(1000)),
+        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
+        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
+    ]);
+    let (mut tb, c, mut model) = setup(args);
+    durable_queue(&mut tb, c, "dlq", FieldTable::new());
+    tb.publish_with(c, "", "q", persistent(), b"x", false);
+    sync(&mut tb, &mut model);
+    let mut restored = model.restore(&tb, Duration::from_millis(5000));
+    assert_eq!(restored.broker.queue_stats("/", "q").unwrap().messages_ready, 0);
+    assert_eq!(restored.broker.queue_stats("/", "dlq").unwrap().messages_ready, 1);
+    assert_eq!(kinds(&ops(&mut restored)), vec!["enqueue", "settle"]);
+}
+
+/// Messages of a queue whose definition is gone are purged from the store on restore.
+#[test]
+fn messages_of_deleted_queues_are_purged_on_restore() {
+    let (mut tb, c, mut model) = setup(FieldTable::new());
+    tb.publish_with(c, "", "q", persistent(), b"x", false);
+    sync(&mut tb, &mut model);
+    let mut restored = durable_broker();
+    let now = restored.clock.now();
+    let report = restored.broker.restore(None, model.queues.clone(), now).unwrap();
+    assert_eq!(report.orphan_queues, 1);
+    assert_eq!(kinds(&ops(&mut restored)), vec!["purge"]);
+}

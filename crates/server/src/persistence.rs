@@ -1,0 +1,242 @@
+//! The data directory and the store thread (issue 6, docs/storage.md).
+//!
+//! - [`DataDir::open`] creates the directory, takes its lock file (one broker per directory),
+//!   opens the message log (`messages/`, recovering it) and reads the definitions snapshot.
+//! - [`recover`] hands both to `Broker::restore`, reading bodies eagerly.
+//! - [`spawn_store_thread`]: one plain thread owns the `Store`. It takes every batch of broker
+//!   ops waiting, appends them (a `Definitions` op replaces `definitions.snap`), commits once
+//!   (one fsync covers the whole batch: group commit, no timer), then reports the last op_seq
+//!   durable back to the broker task, which releases the confirms waiting on it.
+//! - [`apply_batch`] is that step on its own, so crash tests drive it over `MemStorage`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use hourglass_broker::{Broker, RestoreReport, SequencedOp, StoreOp, StoredMessage, Timestamp};
+use hourglass_store::snapshot::{read_snapshot, write_snapshot};
+use hourglass_store::{CommitError, FsStorage, Recovered, Storage, Store, StoreConfig};
+use tokio::sync::mpsc;
+
+use crate::broker_task::BrokerInput;
+
+/// The definitions snapshot's file name in the data directory.
+pub const DEFINITIONS_FILE: &str = "definitions.snap";
+/// Held (locked) while a broker uses the data directory.
+pub const LOCK_FILE: &str = "hourglass.lock";
+/// Settled messages after which the store thread compacts: often enough that disk use follows
+/// the backlog, rarely enough that the directory scan costs nothing measurable.
+const COMPACT_AFTER_SETTLES: u64 = 50_000;
+/// Wait before retrying a commit that failed to write (e.g. disk full): nothing is lost meanwhile,
+/// the records stay buffered and their confirms wait.
+const WRITE_RETRY: Duration = Duration::from_millis(500);
+
+/// An open data directory: the lock, the message log and the definitions storage.
+pub struct DataDir {
+    pub store: Store,
+    pub definitions: Arc<dyn Storage>,
+    /// Recovered at open; taken by [`recover`].
+    recovered: Option<Recovered>,
+    _lock: File,
+}
+
+impl DataDir {
+    /// Creates `dir` if missing, locks it, recovers the message log.
+    pub fn open(dir: &Path) -> anyhow::Result<DataDir> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .with_context(|| format!("opening {}", lock_path.display()))?;
+        lock.try_lock()
+            .map_err(|e| anyhow::anyhow!("data dir {} is in use by another broker ({e})", dir.display()))?;
+        let messages = FsStorage::open(dir.join("messages")).context("opening the message log directory")?;
+        let definitions = FsStorage::open(dir).context("opening the data directory")?;
+        let (store, recovered) =
+            Store::open(Arc::new(messages), StoreConfig::default()).context("recovering the message log")?;
+        let report = &recovered.report;
+        tracing::info!(
+            segments = report.segments,
+            records = report.records,
+            torn_tail_bytes = report.torn_tail_bytes,
+            queues = recovered.queues.len(),
+            "message log recovered"
+        );
+        Ok(DataDir { store, definitions: Arc::new(definitions), recovered: Some(recovered), _lock: lock })
+    }
+}
+
+/// Restores `broker` from the data directory: definitions, then every recovered message.
+pub fn recover(data: &mut DataDir, broker: &mut Broker, now: Timestamp) -> anyhow::Result<RestoreReport> {
+    let recovered = data.recovered.take().unwrap_or_default();
+    restore_into(broker, &data.store, data.definitions.as_ref(), recovered, now)
+}
+
+/// Restores `broker` from a recovered log and the definitions in `definitions`. Bodies are read
+/// eagerly (keeping only `Location`s for big queues is a later optimisation).
+pub fn restore_into(
+    broker: &mut Broker,
+    store: &Store,
+    definitions: &dyn Storage,
+    recovered: Recovered,
+    now: Timestamp,
+) -> anyhow::Result<RestoreReport> {
+    let snapshot = read_snapshot(definitions, DEFINITIONS_FILE).context("reading definitions")?;
+    let payload = match snapshot {
+        Some(s) if s.schema_version == hourglass_broker::DEFINITIONS_SCHEMA_VERSION => Some(s.payload),
+        Some(s) => anyhow::bail!("definitions schema version {} is not supported", s.schema_version),
+        None => None,
+    };
+    let mut messages: BTreeMap<u64, Vec<StoredMessage>> = BTreeMap::new();
+    for (queue, recovered) in recovered.queues {
+        let mut stored = Vec::with_capacity(recovered.len());
+        for message in recovered {
+            let record = store
+                .read_message(message.location)
+                .with_context(|| format!("reading message {} of queue {queue}", message.msg_id))?;
+            stored.push(StoredMessage { msg_id: message.msg_id, metadata: message.metadata, record });
+        }
+        messages.insert(queue, stored);
+    }
+    let report = broker.restore(payload, messages, now).map_err(|e| anyhow::anyhow!(e))?;
+    tracing::info!(?report, "broker restored");
+    Ok(report)
+}
+
+/// Why a batch could not be made durable.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// Writing failed (disk full...): the records stay buffered; retry `commit`.
+    #[error("{0}")]
+    WriteFailed(CommitError),
+    /// Unknown state on disk: restart and recover.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// What one batch did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Every op up to this is durable.
+    pub durable_op_seq: u64,
+    pub settles: u64,
+}
+
+/// Appends `ops` to the log (the last `Definitions` replaces the snapshot, at its place in the
+/// order), then commits once. Ops must come in op_seq order.
+pub fn apply_batch(
+    store: &mut Store,
+    definitions: &dyn Storage,
+    ops: &[SequencedOp],
+) -> Result<BatchOutcome, BatchError> {
+    let last_definitions = ops.iter().rposition(|o| matches!(o.op, StoreOp::Definitions { .. }));
+    let mut outcome = BatchOutcome::default();
+    for (i, sequenced) in ops.iter().enumerate() {
+        let appended = match &sequenced.op {
+            StoreOp::Enqueue { queue, msg_id, metadata, record } => {
+                store.append_enqueue(*queue, *msg_id, metadata, record).map(|_| ())
+            }
+            StoreOp::Settle { queue, msg_id } => {
+                outcome.settles += 1;
+                store.append_settle(*queue, *msg_id).map(|_| ())
+            }
+            StoreOp::Update { queue, msg_id, metadata } => {
+                store.append_update(*queue, *msg_id, metadata).map(|_| ())
+            }
+            StoreOp::Purge { queue } => store.append_purge(*queue).map(|_| ()),
+            StoreOp::Definitions { payload } => {
+                // Only the last one of a batch is written: a later snapshot at an earlier place
+                // only drops what the log will drop anyway (purged queues' messages).
+                if Some(i) == last_definitions {
+                    write_definitions(definitions, payload)?;
+                }
+                Ok(())
+            }
+        };
+        if let Err(error) = appended {
+            // Only a record over the store's limits fails here (the frame limit keeps bodies far
+            // below); the message stays in memory but will not survive a restart.
+            tracing::error!(op_seq = sequenced.op_seq, %error, "store refused a record");
+        }
+        outcome.durable_op_seq = sequenced.op_seq;
+    }
+    match store.commit() {
+        Ok(_) => Ok(outcome),
+        Err(e @ CommitError::WriteFailed { .. }) => Err(BatchError::WriteFailed(e)),
+        Err(e) => Err(BatchError::Fatal(e.to_string())),
+    }
+}
+
+fn write_definitions(storage: &dyn Storage, payload: &Bytes) -> Result<(), BatchError> {
+    write_snapshot(storage, DEFINITIONS_FILE, hourglass_broker::DEFINITIONS_SCHEMA_VERSION, payload)
+        .map_err(|e| BatchError::Fatal(format!("writing definitions: {e}")))
+}
+
+/// Starts the store thread: it owns `data` and runs until `ops` closes.
+pub fn spawn_store_thread(
+    mut data: DataDir,
+    ops: std::sync::mpsc::Receiver<Vec<SequencedOp>>,
+    persisted: mpsc::WeakSender<BrokerInput>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("hourglass-store".to_owned()).spawn(move || {
+        let mut settles_since_compaction = 0u64;
+        while let Ok(mut batch) = ops.recv() {
+            // Group commit: everything that arrived while the last sync ran goes in this one.
+            while let Ok(more) = ops.try_recv() {
+                batch.extend(more);
+            }
+            let outcome = commit_with_retry(&mut data, &batch);
+            settles_since_compaction += outcome.settles;
+            let Some(broker) = persisted.upgrade() else { break };
+            if broker.blocking_send(BrokerInput::Persisted { op_seq: outcome.durable_op_seq }).is_err() {
+                break;
+            }
+            if settles_since_compaction >= COMPACT_AFTER_SETTLES {
+                settles_since_compaction = 0;
+                match data.store.compact() {
+                    Ok(c) => tracing::debug!(segments_removed = c.segments_removed, "store compacted"),
+                    Err(error) => tracing::warn!(%error, "store compaction failed"),
+                }
+            }
+        }
+    })
+}
+
+/// Applies a batch; a failed write is retried until it succeeds (the records stay buffered,
+/// their confirms wait). A failed sync leaves the disk in an unknown state: the process exits so
+/// that recovery at the next start decides what is durable (docs/storage.md).
+fn commit_with_retry(data: &mut DataDir, batch: &[SequencedOp]) -> BatchOutcome {
+    let mut result = apply_batch(&mut data.store, data.definitions.as_ref(), batch);
+    loop {
+        match result {
+            Ok(outcome) => return outcome,
+            Err(BatchError::WriteFailed(error)) => {
+                tracing::error!(%error, "store write failed; retrying");
+                std::thread::sleep(WRITE_RETRY);
+                result = data
+                    .store
+                    .commit()
+                    .map(|_| BatchOutcome {
+                        durable_op_seq: batch.last().map_or(0, |o| o.op_seq),
+                        settles: batch.iter().filter(|o| matches!(o.op, StoreOp::Settle { .. })).count()
+                            as u64,
+                    })
+                    .map_err(|e| match e {
+                        e @ CommitError::WriteFailed { .. } => BatchError::WriteFailed(e),
+                        e => BatchError::Fatal(e.to_string()),
+                    });
+            }
+            Err(BatchError::Fatal(error)) => {
+                tracing::error!(%error, "store failed; exiting so that recovery decides what is durable");
+                std::process::exit(70);
+            }
+        }
+    }
+}
