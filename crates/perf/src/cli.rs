@@ -59,6 +59,11 @@ pub struct DeadlineArgs {
     /// Seed of the wait generator (the same seed draws the same waits against every broker).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Publish at most this many msg/s (0 = as fast as possible). Deadlines are stamped at
+    /// publish time, so a publisher outrunning the broker counts the broker's backlog as
+    /// lateness; pacing keeps the figure about the timers.
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
 }
 
 #[derive(Clone, Debug, Args)]

@@ -166,7 +166,15 @@ fn publish(client: &mut Client, names: &Names, kind: Kind, args: &DeadlineArgs) 
     }
     let plain = client.publish_template(CHANNEL, publish.clone(), BasicProperties::default(), BODY_LEN);
     let mut last = Instant::now();
+    let started = Instant::now();
     for i in 0..args.count {
+        if args.rate > 0 && i % 256 == 0 {
+            let due = started + Duration::from_secs_f64(i as f64 / args.rate as f64);
+            client.flush()?;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
         let wait_ms = args.min_ms + random.next() % (args.max_ms - args.min_ms + 1);
         let now_ms = wall_ms();
         let mut body = [0u8; BODY_LEN];
@@ -300,7 +308,7 @@ fn report_run(
         "broker_rss_kib": rss.map(|(_, after)| after),
     });
     let params =
-        json!({ "count": args.count, "min_ms": args.min_ms, "max_ms": args.max_ms, "grace_s": args.grace_s });
+        json!({ "count": args.count, "min_ms": args.min_ms, "max_ms": args.max_ms, "grace_s": args.grace_s, "rate": args.rate });
     report::print(kind.name(), run.label.as_deref(), &run.target(), &human, params, results);
     Ok(())
 }
