@@ -231,3 +231,17 @@ async fn sigterm_closes_connections_and_exits_cleanly() {
     });
     closed.await;
 }
+
+/// Above the memory high watermark (here set to ~0 so it is always exceeded) the broker tells
+/// clients connection.blocked, as RabbitMQ does; lapin then holds its publishes.
+#[tokio::test]
+async fn memory_alarm_blocks_publishers() {
+    let broker = RunningBroker::start_with(&["--vm-memory-high-watermark", "0.0000001"]);
+    let conn = connect(&broker).await;
+    within("connection.blocked", async {
+        while !conn.status().blocked() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}

@@ -21,14 +21,24 @@ pub struct RunningBroker {
 impl RunningBroker {
     /// Starts the binary on 127.0.0.1 with OS-chosen ports and a fresh data directory.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts with extra flags and a fresh data directory.
+    pub fn start_with(extra: &[&str]) -> Self {
         let data_dir =
             std::env::temp_dir().join(format!("hourglass-e2e-{}-{}", std::process::id(), unique()));
-        Self::start_in(data_dir)
+        Self::spawn(data_dir, extra)
     }
 
     pub fn start_in(data_dir: std::path::PathBuf) -> Self {
+        Self::spawn(data_dir, &[])
+    }
+
+    fn spawn(data_dir: std::path::PathBuf, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hourglass"))
             .args(["--bind", "127.0.0.1", "--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"])
+            .args(extra)
             .arg("--data-dir")
             .arg(&data_dir)
             .env("RUST_LOG", "info")

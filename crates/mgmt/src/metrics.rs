@@ -205,7 +205,7 @@ fn escape(value: &str) -> String {
 }
 
 /// Resident set size from /proc (0 where there is none).
-pub(crate) fn resident_memory_bytes() -> u64 {
+pub fn resident_memory_bytes() -> u64 {
     let pages = std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))

@@ -17,6 +17,8 @@ pub const DEFAULT_METRICS_PORT: u16 = 15692;
 /// Listen on every interface, as RabbitMQ does (guest stays loopback-only regardless).
 pub const DEFAULT_BIND: &str = "0.0.0.0";
 pub const DEFAULT_DATA_DIR: &str = "./data";
+/// RabbitMQ's default: publishers are blocked past 40 % of the machine's memory.
+pub const DEFAULT_VM_MEMORY_HIGH_WATERMARK: f64 = 0.4;
 /// RabbitMQ's `loopback_users` default: guest/guest works only from the local machine, so a
 /// broker reachable from the network is not open to the well-known password.
 pub const DEFAULT_LOOPBACK_USERS: &[&str] = &["guest"];
@@ -48,6 +50,13 @@ pub struct Cli {
     /// (RabbitMQ's `loopback_users`).
     #[arg(long, env = "HOURGLASS_LOOPBACK_USERS", value_delimiter = ',')]
     pub loopback_users: Option<Vec<String>>,
+    /// Fraction of the machine's memory above which publishers are blocked (RabbitMQ's
+    /// `vm_memory_high_watermark`).
+    #[arg(long, env = "HOURGLASS_VM_MEMORY_HIGH_WATERMARK")]
+    pub vm_memory_high_watermark: Option<f64>,
+    /// Let a `delay` header delay a message on any exchange (ApsaraMQ for RabbitMQ's interface).
+    #[arg(long, env = "HOURGLASS_APSARAMQ_DELAY_HEADER")]
+    pub apsaramq_delay_header: Option<bool>,
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -64,10 +73,12 @@ pub struct FileConfig {
     pub data_dir: Option<PathBuf>,
     /// A list of user names, or `[]` / `["none"]` for none.
     pub loopback_users: Option<Vec<String>>,
+    pub vm_memory_high_watermark: Option<f64>,
+    pub apsaramq_delay_header: Option<bool>,
 }
 
 /// Resolved settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub bind: IpAddr,
     pub amqp_port: u16,
@@ -75,6 +86,8 @@ pub struct Config {
     pub metrics_port: u16,
     pub data_dir: PathBuf,
     pub loopback_users: Vec<String>,
+    pub vm_memory_high_watermark: f64,
+    pub apsaramq_delay_header: bool,
 }
 
 impl Default for Config {
@@ -86,6 +99,8 @@ impl Default for Config {
             metrics_port: DEFAULT_METRICS_PORT,
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             loopback_users: DEFAULT_LOOPBACK_USERS.iter().map(|u| (*u).to_owned()).collect(),
+            vm_memory_high_watermark: DEFAULT_VM_MEMORY_HIGH_WATERMARK,
+            apsaramq_delay_header: false,
         }
     }
 }
@@ -115,6 +130,14 @@ impl Config {
                         .collect()
                 })
                 .unwrap_or(defaults.loopback_users),
+            vm_memory_high_watermark: cli
+                .vm_memory_high_watermark
+                .or(file.vm_memory_high_watermark)
+                .unwrap_or(defaults.vm_memory_high_watermark),
+            apsaramq_delay_header: cli
+                .apsaramq_delay_header
+                .or(file.apsaramq_delay_header)
+                .unwrap_or(defaults.apsaramq_delay_header),
         })
     }
 }

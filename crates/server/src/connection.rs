@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use hourglass_broker::{Command, ConnectionId};
+use hourglass_broker::{Command, ConnectionId, Effect};
 use hourglass_session::{Connection, PeerInfo, SessionConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::AsyncReadExt;
@@ -16,6 +16,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 
+use crate::alarm::BLOCKED_REASON;
 use crate::broker_task::BrokerInput;
 use crate::clock::Clock;
 
@@ -43,6 +44,8 @@ pub struct ConnectionContext {
     pub session_config: Arc<SessionConfig>,
     pub clock: Clock,
     pub shutdown: watch::Receiver<bool>,
+    /// Raised while memory is above the high watermark (crate::alarm).
+    pub memory_alarm: watch::Receiver<bool>,
 }
 
 pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
@@ -61,13 +64,21 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut reading = true;
     let mut paused = false;
+    // A connection that has published is not read from while the memory alarm is up (RabbitMQ
+    // blocks publishing connections; consumers keep sending acks).
+    let mut published = false;
+    let mut alarm = *cx.memory_alarm.borrow();
+    // What the session was last told: it can pass connection.blocked on only once open.
+    let mut told_blocked = false;
+    let mut alarm_live = true;
+    let mut shutdown_live = true;
     loop {
         let deadline = session.next_deadline().map(|d| cx.clock.instant_of(d));
         if input.capacity() - input.len() < READ_CHUNK / 4 {
             input.reserve(READ_CHUNK);
         }
         tokio::select! {
-            read = reader.read_buf(&mut input), if reading => match read {
+            read = reader.read_buf(&mut input), if reading && !(alarm && published) => match read {
                 Ok(0) | Err(_) => {
                     reading = false;
                     session.handle_eof(cx.clock.now());
@@ -87,13 +98,26 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
             }
             _ = sleep_until(deadline) => session.handle_timeout(cx.clock.now()),
             _ = gauge.drained.notified(), if paused => {}
-            changed = cx.shutdown.changed() => {
-                if changed.is_ok() && *cx.shutdown.borrow() {
+            changed = cx.memory_alarm.changed(), if alarm_live => {
+                alarm_live = changed.is_ok();
+                if alarm_live {
+                    alarm = *cx.memory_alarm.borrow();
+                }
+            }
+            changed = cx.shutdown.changed(), if shutdown_live => {
+                shutdown_live = changed.is_ok();
+                if shutdown_live && *cx.shutdown.borrow() {
                     session.close_forced("shutdown", cx.clock.now());
                 }
             }
         }
+        if told_blocked != alarm && session.opened() {
+            told_blocked = alarm;
+            let reason = alarm.then(|| BLOCKED_REASON.to_owned());
+            session.handle_effect(Effect::Blocked { conn: cx.id, reason }, cx.clock.now());
+        }
         while let Some(command) = session.poll_command() {
+            published |= matches!(command, Command::Publish { .. });
             if cx.broker.send(BrokerInput::Command(command)).await.is_err() {
                 break;
             }

@@ -1,6 +1,7 @@
 //! Hourglass server: the only crate with sockets, tasks and the OS clock. It wires accepted TCP
 //! connections to `hourglass_session` state machines and all of them to one broker task.
 
+pub mod alarm;
 pub mod broker_task;
 pub mod clock;
 pub mod config;
@@ -46,8 +47,12 @@ impl Server {
     pub async fn bind(config: Config) -> anyhow::Result<Server> {
         let clock = clock::Clock::new();
         let seed = clock.now().as_millis() ^ u64::from(std::process::id()).rotate_left(32);
-        let mut broker =
-            Broker::new(BrokerConfig { name_seed: seed, persistence: true, ..BrokerConfig::default() });
+        let mut broker = Broker::new(BrokerConfig {
+            name_seed: seed,
+            persistence: true,
+            apsaramq_delay_header: config.apsaramq_delay_header,
+            ..BrokerConfig::default()
+        });
         let data_dir = config.data_dir.clone();
         let (data, broker) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let mut data = persistence::DataDir::open(&data_dir)?;
@@ -98,6 +103,8 @@ impl Server {
         let users = Arc::new(UserStore::with_defaults(config.loopback_users.clone()));
         let session_config = Arc::new(SessionConfig::new(users.clone()));
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (alarm_tx, alarm_rx) = watch::channel(false);
+        let alarm_task = tokio::spawn(alarm::monitor(config.vm_memory_high_watermark, alarm_tx));
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
             users,
@@ -149,6 +156,7 @@ impl Server {
                         session_config: session_config.clone(),
                         clock,
                         shutdown: shutdown_rx.clone(),
+                        memory_alarm: alarm_rx.clone(),
                     };
                     connections.spawn(connection::run(stream, cx));
                 }
@@ -156,6 +164,7 @@ impl Server {
             }
         }
         tracing::info!(connections = connections.len(), "shutting down");
+        alarm_task.abort();
         drop(amqp);
         let _ = shutdown_tx.send(true);
         let drained =
