@@ -307,8 +307,7 @@ fn report_run(
         "broker_bytes_per_message": bytes_per_message.map(|b| b.round()),
         "broker_rss_kib": rss.map(|(_, after)| after),
     });
-    let params =
-        json!({ "count": args.count, "min_ms": args.min_ms, "max_ms": args.max_ms, "grace_s": args.grace_s, "rate": args.rate });
+    let params = json!({ "count": args.count, "min_ms": args.min_ms, "max_ms": args.max_ms, "grace_s": args.grace_s, "rate": args.rate });
     report::print(kind.name(), run.label.as_deref(), &run.target(), &human, params, results);
     Ok(())
 }
