@@ -32,7 +32,7 @@ fn request(tb: &mut TestBroker, chan: Chan, queue: &str, body: &[u8]) -> Vec<Eff
 
 /// The reply address a responder sees on the request it got from `queue`.
 fn reply_address(tb: &mut TestBroker, responder: Chan, queue: &str) -> String {
-    let effects = tb.call(responder, BasicGet { queue: short(queue), no_ack: true, ..Default::default() });
+    let effects = tb.call(responder, BasicGet { queue: short(queue), no_ack: true });
     let message = effects
         .iter()
         .find_map(|e| match e {
