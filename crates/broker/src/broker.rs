@@ -14,6 +14,7 @@ use crate::dead_lettering::DeadLetterQueue;
 use crate::naming::NameGenerator;
 use crate::persist::Persistence;
 use crate::queue::{Queue, QueueId};
+use crate::reply_to::ReplyConsumers;
 use crate::time::Timestamp;
 use crate::timers::TimerIndex;
 use crate::vhost::VHost;
@@ -66,6 +67,8 @@ pub struct Broker {
     pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
     pub(crate) persist: Persistence,
+    /// Direct reply-to consumers (`amq.rabbitmq.reply-to`), by channel and by reply address.
+    pub(crate) reply_consumers: ReplyConsumers,
 }
 
 impl Broker {
@@ -84,6 +87,7 @@ impl Broker {
             timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
             persist: Persistence::new(config.persistence),
+            reply_consumers: ReplyConsumers::default(),
         }
     }
 
@@ -193,6 +197,7 @@ impl Broker {
     /// Forgets a channel: cancels its consumers and requeues its unacked deliveries, in order.
     pub(crate) fn release_channel(&mut self, conn: ConnectionId, channel_id: ChannelId, now: Timestamp) {
         let Some(mut channel) = self.channels.remove(&(conn, channel_id)) else { return };
+        self.reply_consumers.forget(conn, channel_id);
         if let Some(state) = self.connections.get_mut(&conn) {
             state.channels.retain(|c| *c != channel_id);
         }

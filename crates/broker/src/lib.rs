@@ -19,6 +19,7 @@ mod naming;
 pub mod persist;
 pub mod queue;
 mod redelivery;
+mod reply_to;
 mod routing;
 pub mod time;
 mod timers;

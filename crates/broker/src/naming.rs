@@ -27,16 +27,20 @@ impl NameGenerator {
         self.name("amq.ctag-")
     }
 
-    fn name(&mut self, prefix: &str) -> ShortStr {
-        let mut name = String::with_capacity(prefix.len() + 22);
-        name.push_str(prefix);
+    /// 22 URL-safe base64 characters (128 random bits), e.g. for a direct reply-to address.
+    pub fn token(&mut self) -> String {
+        let mut token = String::with_capacity(22);
         let (a, b) = (self.next_u64(), self.next_u64());
         for i in 0..22u32 {
             let bits = if i < 11 { a >> (i * 6) } else { b >> ((i - 11) * 6) };
-            name.push(char::from(URL_SAFE[(bits & 63) as usize]));
+            token.push(char::from(URL_SAFE[(bits & 63) as usize]));
         }
+        token
+    }
+
+    fn name(&mut self, prefix: &str) -> ShortStr {
         // A prefix and 22 characters are far below the 255-byte limit of a shortstr.
-        ShortStr::try_from(name).unwrap_or_default()
+        ShortStr::try_from(format!("{prefix}{}", self.token())).unwrap_or_default()
     }
 
     fn next_u64(&mut self) -> u64 {

@@ -20,6 +20,7 @@ use crate::queue::consumers::Consumer;
 use crate::queue::visibility::{self, DeliveryRef};
 use crate::queue::{args, ttl, DeathReason, QueueId};
 use crate::redelivery::decorate;
+use crate::reply_to;
 use crate::routing;
 use crate::time::Timestamp;
 
@@ -32,6 +33,8 @@ impl Broker {
         publish: Publish,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
+        let mut publish = publish;
+        self.address_replies(conn, ch, &mut publish)?;
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
         if let Mode::Tx(buffer) = &mut channel.mode {
             buffer.publishes.push(publish);
@@ -73,6 +76,7 @@ impl Broker {
             )));
         }
         let mandatory = publish.mandatory;
+        let direct_reply = reply_to::is_direct_reply(&publish);
         let delay_ms = requested_delay(exchange.spec.delayed, self.apsaramq_delay_header, &publish)?;
         let mut properties = publish.properties;
         if let (Some(delay), Some(headers)) = (delay_ms, &properties.headers) {
@@ -82,8 +86,11 @@ impl Broker {
         }
         let message = Arc::new(Message::new(publish.exchange, publish.routing_key, properties, publish.body));
         let mut targets: Vec<QueueId> = Vec::new();
-        routing::route(vhost, &message.exchange, &message, &mut targets);
-        if targets.is_empty() && mandatory {
+        if !direct_reply {
+            routing::route(vhost, &message.exchange, &message, &mut targets);
+        }
+        let routed = if direct_reply { self.deliver_reply(&message) } else { !targets.is_empty() };
+        if !routed && mandatory {
             let method = BasicReturn {
                 reply_code: NO_ROUTE,
                 reply_text: ShortStr::from_static("NO_ROUTE"),
@@ -146,11 +153,14 @@ impl Broker {
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
         let name = self.queue_name_or_last(conn, ch, &m.queue)?;
+        if name == reply_to::REPLY_QUEUE {
+            return self.consume_replies(conn, ch, m);
+        }
         let id = self.lookup_queue(&vhost, &name)?;
         self.check_exclusive_access(id, conn)?;
         let tag = if m.consumer_tag.is_empty() { self.names.consumer_tag() } else { m.consumer_tag.clone() };
         let channel = &self.channels[&(conn, ch)];
-        if channel.consumers.iter().any(|(t, _)| t == &tag) {
+        if channel.consumers.iter().any(|(t, _)| t == &tag) || self.reply_consumers.is_tag(conn, ch, &tag) {
             return Err(errors::not_allowed(format!("attempt to reuse consumer tag '{tag}'")));
         }
         let prefetch_count = channel.consumer_prefetch;
@@ -194,6 +204,9 @@ impl Broker {
         m: &BasicCancel,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
+        if self.cancel_replies(conn, ch, m) {
+            return Ok(());
+        }
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
         let found = channel.consumers.iter().position(|(t, _)| t == &m.consumer_tag);
         let queue_id = found.map(|at| channel.consumers.remove(at).1);

@@ -24,6 +24,9 @@ impl Broker {
         now: Timestamp,
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
+        if crate::reply_to::is_reply_name(&m.queue) {
+            return self.declare_reply_queue(conn, ch, m, &vhost);
+        }
         let id = if m.passive {
             let id = self.lookup_queue(&vhost, &m.queue)?;
             self.check_exclusive_access(id, conn)?;
