@@ -15,6 +15,8 @@ fn start_broker() -> String {
                 amqp_port: 0,
                 http_port: 0,
                 metrics_port: 0,
+                // Its own data directory: the default ./data would land in the source tree.
+                data_dir: std::env::temp_dir().join(format!("hourglass-ctl-test-{}", std::process::id())),
                 ..Config::default()
             };
             let server = Server::bind(config).await.expect("bind");

@@ -46,7 +46,7 @@ impl Server {
     /// `config`: nothing is accepted before the broker holds everything the store kept.
     pub async fn bind(config: Config) -> anyhow::Result<Server> {
         let clock = clock::Clock::new();
-        let seed = clock.now().as_millis() ^ u64::from(std::process::id()).rotate_left(32);
+        let seed = name_seed(clock);
         let mut broker = Broker::new(BrokerConfig {
             name_seed: seed,
             persistence: true,
@@ -201,6 +201,17 @@ fn forward_jobs(
         }
     });
     tx
+}
+
+/// Seed for server-generated names (queue names, consumer tags, direct reply-to addresses):
+/// OS entropy, so reply addresses cannot be guessed; the clock and pid only where it is missing.
+fn name_seed(clock: clock::Clock) -> u64 {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)) {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => clock.now().as_millis() ^ u64::from(std::process::id()).rotate_left(32),
+    }
 }
 
 /// Completes on SIGINT or SIGTERM.

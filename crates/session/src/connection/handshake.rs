@@ -23,9 +23,8 @@ const COPYRIGHT: &str = "Copyright (c) The Hourglass authors";
 const INFORMATION: &str = "Licensed under the Apache License 2.0";
 const PLATFORM: &str = "Rust";
 
-/// Capabilities we advertise in connection.start, each implemented. (RabbitMQ also advertises
-/// `direct_reply_to`, which we do not implement.)
-const SERVER_CAPABILITIES: [&str; 8] = [
+/// Capabilities we advertise in connection.start, each implemented, as RabbitMQ advertises them.
+const SERVER_CAPABILITIES: [&str; 9] = [
     "publisher_confirms",
     "exchange_exchange_bindings",
     "basic.nack",
@@ -34,6 +33,7 @@ const SERVER_CAPABILITIES: [&str; 8] = [
     "consumer_priorities",
     "authentication_failure_close",
     "per_consumer_qos",
+    "direct_reply_to",
 ];
 
 impl Connection {

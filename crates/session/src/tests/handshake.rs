@@ -30,7 +30,8 @@ fn plain_handshake_opens_the_connection() {
             "connection.blocked",
             "consumer_priorities",
             "authentication_failure_close",
-            "per_consumer_qos"
+            "per_consumer_qos",
+            "direct_reply_to"
         ]
     );
     assert!(caps.iter().all(|(_, v)| v == FieldValue::Bool(true)));
