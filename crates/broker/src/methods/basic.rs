@@ -156,8 +156,7 @@ impl Broker {
         if name == reply_to::REPLY_QUEUE {
             return self.consume_replies(conn, ch, m);
         }
-        let id = self.lookup_queue(&vhost, &name)?;
-        self.check_exclusive_access(id, conn)?;
+        let (_, id) = self.usable_queue(conn, ch, &vhost, &name)?;
         let tag = if m.consumer_tag.is_empty() { self.names.consumer_tag() } else { m.consumer_tag.clone() };
         let channel = &self.channels[&(conn, ch)];
         if channel.consumers.iter().any(|(t, _)| t == &tag) || self.reply_consumers.is_tag(conn, ch, &tag) {
@@ -233,9 +232,7 @@ impl Broker {
         now: Timestamp,
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
-        let name = self.queue_name_or_last(conn, ch, &m.queue)?;
-        let id = self.lookup_queue(&vhost, &name)?;
-        self.check_exclusive_access(id, conn)?;
+        let (_, id) = self.usable_queue(conn, ch, &vhost, &m.queue)?;
         self.expire_messages(id, now);
         let Some(queue) = self.queues.get_mut(&id) else { return Ok(()) };
         queue.touch(now);

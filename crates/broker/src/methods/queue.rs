@@ -129,9 +129,7 @@ impl Broker {
         m: &QueuePurge,
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
-        let name = self.queue_name_or_last(conn, ch, &m.queue)?;
-        let id = self.lookup_queue(&vhost, &name)?;
-        self.check_exclusive_access(id, conn)?;
+        let (_, id) = self.usable_queue(conn, ch, &vhost, &m.queue)?;
         let mut settled = Vec::new();
         let purged = self.queues.get_mut(&id).map_or(0, |q| q.purge(&mut settled));
         for msg_id in settled {
@@ -229,6 +227,21 @@ impl Broker {
             .and_then(|v| v.queues.get(name))
             .copied()
             .ok_or_else(|| errors::no_queue(name, vhost))
+    }
+
+    /// The queue a method names (empty: the channel's last declared one) if it exists and this
+    /// connection may use it (404 / 405 otherwise).
+    pub(crate) fn usable_queue(
+        &self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        vhost: &str,
+        name: &ShortStr,
+    ) -> Result<(ShortStr, QueueId), AmqpError> {
+        let name = self.queue_name_or_last(conn, ch, name)?;
+        let id = self.lookup_queue(vhost, &name)?;
+        self.check_exclusive_access(id, conn)?;
+        Ok((name, id))
     }
 
     /// An empty queue name means the last queue declared on the channel (AMQP 0-9-1 §1.7.2).
