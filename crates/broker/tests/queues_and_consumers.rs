@@ -369,3 +369,33 @@ fn single_active_consumer_gets_everything_until_it_leaves() {
     );
     assert_eq!(err.unwrap().reply_code, 406);
 }
+
+/// x-max-priority: higher-priority messages are delivered first, equal ones in order; a priority
+/// above the maximum counts as the maximum and none as 0 (RabbitMQ's priority queues).
+#[test]
+fn priority_queue_delivers_highest_priority_first() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let arguments = FieldTable::from_entries([("x-max-priority", FieldValue::I32(10))]);
+    tb.call(c, QueueDeclare { queue: short("pq"), arguments, ..Default::default() });
+    for (body, priority) in [
+        ("p1", Some(1)),
+        ("p9", Some(9)),
+        ("p5", Some(5)),
+        ("none", None),
+        ("p20", Some(20)),
+        ("p9b", Some(9)),
+    ] {
+        let props = BasicProperties { priority, ..Default::default() };
+        tb.publish_with(c, "", "pq", props, body.as_bytes(), false);
+    }
+    let order: Vec<String> = (0..6)
+        .filter_map(|_| {
+            tb.call(c, BasicGet { queue: short("pq"), no_ack: true }).into_iter().find_map(|e| match e {
+                Effect::Send { content: Some(m), .. } => Some(String::from_utf8_lossy(&m.body).into_owned()),
+                _ => None,
+            })
+        })
+        .collect();
+    assert_eq!(order, ["p20", "p9", "p9b", "p5", "p1", "none"]);
+}

@@ -61,6 +61,8 @@ pub struct QueueArgs {
     pub redelivery_delay_max_ms: Option<u64>,
     /// `x-single-active-consumer`: one consumer at a time gets messages, the others wait.
     pub single_active_consumer: bool,
+    /// `x-max-priority`: a priority queue with levels 0 ..= this.
+    pub max_priority: Option<u8>,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -130,6 +132,7 @@ impl QueueArgs {
                     if max > u64::from(MAX_PRIORITY) {
                         return Err(invalid(key, format!("{{max_value_exceeded,{max}}}")));
                     }
+                    args.max_priority = Some(max as u8);
                 }
                 "x-single-active-consumer" => match value {
                     FieldValue::Bool(on) => args.single_active_consumer = on,

@@ -89,12 +89,13 @@ pub struct QueueCounters {
 
 impl Queue {
     pub fn new(id: QueueId, vhost: String, spec: QueueSpec, args: QueueArgs, now: Timestamp) -> Self {
+        let max_priority = args.max_priority.unwrap_or(0);
         Queue {
             id,
             vhost,
             spec,
             args,
-            ready: Ready::default(),
+            ready: Ready::with_max_priority(max_priority),
             consumers: Consumers::default(),
             unacked_count: 0,
             had_consumer: false,

@@ -1,6 +1,8 @@
-//! Ready messages in queue order.
+//! Ready messages in queue order, per priority (`x-max-priority`: a level per priority, the
+//! highest non-empty level delivers first; messages above the maximum count as the maximum,
+//! messages without one as 0, as RabbitMQ's priority queues).
 //!
-//! Kept sorted by sequence number so a requeued message returns to its original place, as
+//! Within a level, kept sorted by sequence number so a requeued message returns to its original place, as
 //! RabbitMQ's classic queues do. Messages removed from the middle (expired by TTL) leave a
 //! tombstone, found by binary search in O(log n) and skipped at the head; tombstones are swept
 //! once they outnumber live entries, so removal stays amortised O(log n) wherever a message sits.
@@ -12,61 +14,62 @@ use super::entry::{Entry, Seq};
 /// Sweep tombstones only past this many, so small queues never pay for a sweep.
 const MIN_TOMBSTONES_TO_SWEEP: usize = 1024;
 
-#[derive(Debug, Default)]
+/// The ready messages of a queue: one level without `x-max-priority`, else one per priority.
+#[derive(Debug)]
 pub(crate) struct Ready {
-    slots: VecDeque<Slot>,
+    levels: Vec<Level>,
     live: usize,
     body_bytes: usize,
 }
 
-#[derive(Debug)]
-struct Slot {
-    seq: Seq,
-    entry: Option<Entry>,
+impl Default for Ready {
+    fn default() -> Self {
+        Ready::with_max_priority(0)
+    }
 }
 
 impl Ready {
+    /// Ready messages with priorities 0 ..= `max_priority`.
+    pub fn with_max_priority(max_priority: u8) -> Self {
+        let levels = (0..=max_priority).map(|_| Level::default()).collect();
+        Ready { levels, live: 0, body_bytes: 0 }
+    }
+
     /// Appends a newly published message (its seq is greater than any queued one).
     pub fn push_back(&mut self, entry: Entry) {
-        debug_assert!(self.slots.back().is_none_or(|last| last.seq < entry.seq));
-        self.add_counts(&entry);
-        self.slots.push_back(Slot { seq: entry.seq, entry: Some(entry) });
+        self.count_in(&entry);
+        let level = self.level_of(&entry);
+        self.levels[level].push_back(entry);
     }
 
-    /// Puts a message back at its original position. Requeues land near the head (messages are
-    /// delivered from the head), where `VecDeque::insert` shifts only the short side.
+    /// Puts a message back at its original position in its level.
     pub fn requeue(&mut self, entry: Entry) {
-        self.add_counts(&entry);
-        let at = self.slots.partition_point(|s| s.seq < entry.seq);
-        self.slots.insert(at, Slot { seq: entry.seq, entry: Some(entry) });
+        self.count_in(&entry);
+        let level = self.level_of(&entry);
+        self.levels[level].requeue(entry);
     }
 
+    /// The next message: the oldest of the highest non-empty priority.
     pub fn pop_front(&mut self) -> Option<Entry> {
-        while let Some(slot) = self.slots.pop_front() {
-            if let Some(entry) = slot.entry {
-                self.remove_counts(&entry);
-                return Some(entry);
-            }
-        }
-        None
+        let entry = self.levels.iter_mut().rev().find_map(Level::pop_front)?;
+        self.count_out(&entry);
+        Some(entry)
     }
 
     /// Removes the message with this seq, wherever it is.
     pub fn remove(&mut self, seq: Seq) -> Option<Entry> {
-        let at = self.slots.partition_point(|s| s.seq < seq);
-        let slot = self.slots.get_mut(at).filter(|s| s.seq == seq)?;
-        let entry = slot.entry.take()?;
-        self.remove_counts(&entry);
-        self.sweep_if_sparse();
+        let entry = self.levels.iter_mut().find_map(|level| level.remove(seq))?;
+        self.count_out(&entry);
         Some(entry)
     }
 
     /// Removes every ready message; returns how many there were and appends the store ids of the
     /// persisted ones to `settled`.
     pub fn purge(&mut self, settled: &mut Vec<u64>) -> usize {
+        for level in &mut self.levels {
+            level.purge(settled);
+        }
         let count = self.live;
-        settled.extend(self.slots.iter().filter_map(|s| s.entry.as_ref().and_then(|e| e.persist_id)));
-        self.slots.clear();
         self.live = 0;
         self.body_bytes = 0;
         count
@@ -82,6 +85,83 @@ impl Ready {
 
     pub fn is_empty(&self) -> bool {
         self.live == 0
+    }
+
+    fn level_of(&self, entry: &Entry) -> usize {
+        let priority = usize::from(entry.message.properties.priority.unwrap_or(0));
+        priority.min(self.levels.len() - 1)
+    }
+
+    fn count_in(&mut self, entry: &Entry) {
+        self.live += 1;
+        self.body_bytes += entry.body_size();
+    }
+
+    fn count_out(&mut self, entry: &Entry) {
+        self.live -= 1;
+        self.body_bytes -= entry.body_size();
+    }
+}
+
+/// One priority's messages in queue order.
+#[derive(Debug, Default)]
+struct Level {
+    slots: VecDeque<Slot>,
+    live: usize,
+    body_bytes: usize,
+}
+
+#[derive(Debug)]
+struct Slot {
+    seq: Seq,
+    entry: Option<Entry>,
+}
+
+impl Level {
+    /// Appends a newly published message (its seq is greater than any queued one).
+    fn push_back(&mut self, entry: Entry) {
+        debug_assert!(self.slots.back().is_none_or(|last| last.seq < entry.seq));
+        self.add_counts(&entry);
+        self.slots.push_back(Slot { seq: entry.seq, entry: Some(entry) });
+    }
+
+    /// Puts a message back at its original position. Requeues land near the head (messages are
+    /// delivered from the head), where `VecDeque::insert` shifts only the short side.
+    fn requeue(&mut self, entry: Entry) {
+        self.add_counts(&entry);
+        let at = self.slots.partition_point(|s| s.seq < entry.seq);
+        self.slots.insert(at, Slot { seq: entry.seq, entry: Some(entry) });
+    }
+
+    fn pop_front(&mut self) -> Option<Entry> {
+        while let Some(slot) = self.slots.pop_front() {
+            if let Some(entry) = slot.entry {
+                self.remove_counts(&entry);
+                return Some(entry);
+            }
+        }
+        None
+    }
+
+    /// Removes the message with this seq, wherever it is.
+    fn remove(&mut self, seq: Seq) -> Option<Entry> {
+        let at = self.slots.partition_point(|s| s.seq < seq);
+        let slot = self.slots.get_mut(at).filter(|s| s.seq == seq)?;
+        let entry = slot.entry.take()?;
+        self.remove_counts(&entry);
+        self.sweep_if_sparse();
+        Some(entry)
+    }
+
+    /// Removes every ready message; returns how many there were and appends the store ids of the
+    /// persisted ones to `settled`.
+    fn purge(&mut self, settled: &mut Vec<u64>) -> usize {
+        let count = self.live;
+        settled.extend(self.slots.iter().filter_map(|s| s.entry.as_ref().and_then(|e| e.persist_id)));
+        self.slots.clear();
+        self.live = 0;
+        self.body_bytes = 0;
+        count
     }
 
     fn add_counts(&mut self, entry: &Entry) {
