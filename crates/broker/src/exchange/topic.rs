@@ -12,42 +12,43 @@ pub(super) fn route(bindings: &[Binding], routing_key: &[u8], out: &mut Vec<Dest
     );
 }
 
-/// Whether `pattern` matches `key`: glob matching over words with one backtrack point,
-/// O(words²) at worst.
+/// Whether `pattern` matches `key`: glob matching over words, where `#` is the star, with one
+/// backtrack point (the latest `#`); O(words²) at worst and no allocation.
 pub(crate) fn matches(pattern: &[u8], key: &[u8]) -> bool {
-    let pattern = words(pattern);
-    let key = words(key);
-    // Standard wildcard matching where `#` behaves like `*` in glob matching over words.
-    let (mut p, mut k) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    while k < key.len() {
-        if p < pattern.len() && pattern[p] == b"#" {
-            star = Some((p, k));
-            p += 1;
-        } else if p < pattern.len() && (pattern[p] == b"*" || pattern[p] == key[k]) {
-            p += 1;
-            k += 1;
-        } else if let Some((sp, sk)) = star {
-            p = sp + 1;
-            k = sk + 1;
-            star = Some((sp, sk + 1));
-        } else {
+    let mut p = words(pattern);
+    let mut k = words(key);
+    // After the latest `#`: the pattern's rest, and where the key resumes if that fails.
+    let mut backtrack = None;
+    loop {
+        let (mut p_next, mut k_next) = (p.clone(), k.clone());
+        match (p_next.next(), k_next.next()) {
+            (None, None) => return true,
+            (Some(b"#"), _) => {
+                backtrack = Some((p_next.clone(), k.clone()));
+                p = p_next;
+                continue;
+            }
+            (Some(pw), Some(kw)) if pw == b"*" || pw == kw => {
+                (p, k) = (p_next, k_next);
+                continue;
+            }
+            _ => {}
+        }
+        // Mismatch: let the latest `#` swallow one more key word and retry from there.
+        let Some((after_hash, mut resume)) = backtrack.take() else { return false };
+        if resume.next().is_none() {
             return false;
         }
+        (p, k) = (after_hash.clone(), resume.clone());
+        backtrack = Some((after_hash, resume));
     }
-    while p < pattern.len() && pattern[p] == b"#" {
-        p += 1;
-    }
-    p == pattern.len()
 }
 
-/// An empty key has no words (RabbitMQ's split_topic_key), so `*` does not match it.
-fn words(key: &[u8]) -> Vec<&[u8]> {
-    if key.is_empty() {
-        Vec::new()
-    } else {
-        key.split(|&b| b == b'.').collect()
-    }
+/// The dot-separated words of a key; an empty key has none (RabbitMQ's split_topic_key), so `*`
+/// does not match it.
+fn words(key: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
+    let count = if key.is_empty() { 0 } else { usize::MAX };
+    key.split(|&b| b == b'.').take(count)
 }
 
 #[cfg(test)]
@@ -87,5 +88,39 @@ mod tests {
         assert!(!matches(b"stock.usd.nyse", b"stock.eur.nyse"));
         assert!(matches(b"", b""));
         assert!(!matches(b"a", b""));
+    }
+
+    /// The matcher agrees with a plain recursive reading of the rules on every pattern of up to
+    /// four words from {a, b, *, #} against every key of up to four words from {a, b}.
+    #[test]
+    fn agrees_with_the_recursive_definition_exhaustively() {
+        fn reference(p: &[&str], k: &[&str]) -> bool {
+            match p.split_first() {
+                None => k.is_empty(),
+                Some((&"#", rest)) => (0..=k.len()).any(|skip| reference(rest, &k[skip..])),
+                Some((&w, rest)) => k
+                    .split_first()
+                    .is_some_and(|(&kw, krest)| (w == "*" || w == kw) && reference(rest, krest)),
+            }
+        }
+        fn all(alphabet: &[&'static str], max: usize) -> Vec<Vec<&'static str>> {
+            let mut out = vec![vec![]];
+            let mut frontier = vec![vec![]];
+            for _ in 0..max {
+                let next: Vec<Vec<&str>> = frontier
+                    .iter()
+                    .flat_map(|w: &Vec<&str>| alphabet.iter().map(move |a| [w.clone(), vec![*a]].concat()))
+                    .collect();
+                out.extend(next.iter().cloned());
+                frontier = next;
+            }
+            out
+        }
+        for pattern in all(&["a", "b", "*", "#"], 4) {
+            for key in all(&["a", "b"], 4) {
+                let (p, k) = (pattern.join("."), key.join("."));
+                assert_eq!(matches(p.as_bytes(), k.as_bytes()), reference(&pattern, &key), "{p:?} vs {k:?}");
+            }
+        }
     }
 }
