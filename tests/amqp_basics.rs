@@ -245,3 +245,46 @@ async fn memory_alarm_blocks_publishers() {
     })
     .await;
 }
+
+/// `--load-definitions` imports a RabbitMQ definitions file at start (RabbitMQ's
+/// `load_definitions`): its exchange, queue and binding exist before any client connects.
+#[tokio::test]
+async fn definitions_file_is_imported_at_start() {
+    let path = std::env::temp_dir().join(format!("hourglass-defs-{}.json", std::process::id()));
+    let definitions = r#"{
+        "vhosts": [{"name": "/"}],
+        "exchanges": [{"name": "orders", "vhost": "/", "type": "topic", "durable": true,
+                       "auto_delete": false, "internal": false, "arguments": {}}],
+        "queues": [{"name": "order-events", "vhost": "/", "durable": true, "auto_delete": false,
+                    "arguments": {"x-message-ttl": 60000}}],
+        "bindings": [{"source": "orders", "vhost": "/", "destination": "order-events",
+                      "destination_type": "queue", "routing_key": "order.#", "arguments": {}}]
+    }"#;
+    std::fs::write(&path, definitions).unwrap();
+    let broker = RunningBroker::start_with(&["--load-definitions", path.to_str().unwrap()]);
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel
+        .basic_publish(
+            "orders".into(),
+            "order.created".into(),
+            Default::default(),
+            b"o",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+    let got = within("routed through the imported binding", async {
+        loop {
+            if let Some(m) =
+                channel.basic_get("order-events".into(), BasicGetOptions { no_ack: true }).await.unwrap()
+            {
+                return m;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(got.delivery.data, b"o");
+    std::fs::remove_file(&path).unwrap();
+}

@@ -76,6 +76,17 @@ pub struct AppState {
 }
 
 /// The management API's routes (`/api/...`), behind basic auth.
+/// Imports a definitions file (RabbitMQ's export format) as RabbitMQ's `load_definitions` does at
+/// boot; the error names the file and what failed.
+pub async fn load_definitions_file(state: &AppState, path: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let body: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", path.display()))?;
+    routes::import_definitions(state, "rmq-internal", &body)
+        .await
+        .map_err(|e| format!("importing {}: {}", path.display(), e.reason))
+}
+
 pub fn api_router(state: AppState) -> axum::Router {
     routes::router(state)
 }

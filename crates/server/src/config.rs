@@ -57,6 +57,9 @@ pub struct Cli {
     /// Let a `delay` header delay a message on any exchange (ApsaraMQ for RabbitMQ's interface).
     #[arg(long, env = "HOURGLASS_APSARAMQ_DELAY_HEADER")]
     pub apsaramq_delay_header: Option<bool>,
+    /// A definitions file (RabbitMQ's export format) imported at start (RabbitMQ's `load_definitions`).
+    #[arg(long, env = "HOURGLASS_LOAD_DEFINITIONS")]
+    pub load_definitions: Option<PathBuf>,
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -75,6 +78,7 @@ pub struct FileConfig {
     pub loopback_users: Option<Vec<String>>,
     pub vm_memory_high_watermark: Option<f64>,
     pub apsaramq_delay_header: Option<bool>,
+    pub load_definitions: Option<PathBuf>,
 }
 
 /// Resolved settings.
@@ -88,6 +92,7 @@ pub struct Config {
     pub loopback_users: Vec<String>,
     pub vm_memory_high_watermark: f64,
     pub apsaramq_delay_header: bool,
+    pub load_definitions: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -101,6 +106,7 @@ impl Default for Config {
             loopback_users: DEFAULT_LOOPBACK_USERS.iter().map(|u| (*u).to_owned()).collect(),
             vm_memory_high_watermark: DEFAULT_VM_MEMORY_HIGH_WATERMARK,
             apsaramq_delay_header: false,
+            load_definitions: None,
         }
     }
 }
@@ -138,6 +144,7 @@ impl Config {
                 .apsaramq_delay_header
                 .or(file.apsaramq_delay_header)
                 .unwrap_or(defaults.apsaramq_delay_header),
+            load_definitions: cli.load_definitions.or(file.load_definitions),
         })
     }
 }

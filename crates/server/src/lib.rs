@@ -115,6 +115,11 @@ impl Server {
                 metrics_addr.port(),
             )),
         };
+        if let Some(path) = &config.load_definitions {
+            // Before the AMQP listener accepts anyone, as RabbitMQ imports at boot.
+            hourglass_mgmt::load_definitions_file(&mgmt, path).await.map_err(anyhow::Error::msg)?;
+            tracing::info!(file = %path.display(), "definitions imported");
+        }
         let mut http_tasks = JoinSet::new();
         for (listener, router) in [
             (http, hourglass_mgmt::api_router(mgmt.clone())),

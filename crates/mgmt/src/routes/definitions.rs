@@ -88,15 +88,23 @@ fn required<'a>(item: &'a Value, key: &str) -> Result<&'a str, ApiError> {
     str_field(item, key)?.ok_or_else(|| ApiError::bad_request(format!("definition without {key}: {item}")))
 }
 
-/// Applies each section in dependency order; stops at the first error (400 naming it).
+/// POST /api/definitions: imports as the requesting administrator.
 async fn import(
     State(state): State<AppState>,
     Extension(auth): Extension<AuthUser>,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     auth.require_admin()?;
-    let body = body_json(&body)?;
-    for v in items(&body, "vhosts")? {
+    import_definitions(&state, &auth.name, &body_json(&body)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Applies each section of a definitions document (RabbitMQ's export format) in dependency order,
+/// declaring as `user`; stops at the first error (400 naming it). Also used at boot for
+/// `load_definitions`.
+pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> Result<(), ApiError> {
+    let auth = AuthUser { name: user.to_owned(), tags: vec!["administrator".to_owned()] };
+    for v in items(body, "vhosts")? {
         let name = required(v, "name")?.to_owned();
         let meta = v.get("metadata").cloned().unwrap_or(Value::Null);
         let description =
@@ -113,7 +121,7 @@ async fn import(
         });
         state.broker.run(move |b, _| b.add_vhost(&name)).await?;
     }
-    for u in items(&body, "users")? {
+    for u in items(body, "users")? {
         let name = required(u, "name")?.to_owned();
         let password_hash = match (str_field(u, "password_hash")?, str_field(u, "password")?) {
             (Some(hash), _) => hash.to_owned(),
@@ -129,7 +137,7 @@ async fn import(
         }
         state.users.put_user(User { name, password_hash, tags: tags_field(u)? });
     }
-    for p in items(&body, "permissions")? {
+    for p in items(body, "permissions")? {
         let (user, vhost) = (required(p, "user")?, required(p, "vhost")?);
         super::require_vhost(&state, vhost)?;
         state.users.put_permission(Permission {
@@ -140,7 +148,7 @@ async fn import(
             read: required(p, "read")?.to_owned(),
         });
     }
-    for x in items(&body, "exchanges")? {
+    for x in items(body, "exchanges")? {
         let vhost = required(x, "vhost")?.to_owned();
         super::require_vhost(&state, &vhost)?;
         let declare = hourglass_wire::ExchangeDeclare {
@@ -159,7 +167,7 @@ async fn import(
             .run(move |b, now| b.with_admin_channel(&user, &vhost, now, |ch| ch.call(declare)))
             .await??;
     }
-    for q in items(&body, "queues")? {
+    for q in items(body, "queues")? {
         let vhost = required(q, "vhost")?.to_owned();
         super::require_vhost(&state, &vhost)?;
         let declare = hourglass_wire::QueueDeclare {
@@ -176,7 +184,7 @@ async fn import(
             .run(move |b, now| b.with_admin_channel(&user, &vhost, now, |ch| ch.call(declare)))
             .await??;
     }
-    for b in items(&body, "bindings")? {
+    for b in items(body, "bindings")? {
         let vhost = required(b, "vhost")?;
         super::require_vhost(&state, vhost)?;
         let kind = match required(b, "destination_type")? {
@@ -200,5 +208,5 @@ async fn import(
         )
         .await?;
     }
-    Ok(StatusCode::NO_CONTENT)
+    Ok(())
 }

@@ -3,6 +3,7 @@
 mod bindings;
 mod connections;
 mod definitions;
+pub(crate) use definitions::import_definitions;
 mod exchanges;
 mod overview;
 mod queues;
