@@ -139,7 +139,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
     }
     for p in items(body, "permissions")? {
         let (user, vhost) = (required(p, "user")?, required(p, "vhost")?);
-        super::require_vhost(&state, vhost)?;
+        super::require_vhost(state, vhost)?;
         state.users.put_permission(Permission {
             user: user.to_owned(),
             vhost: vhost.to_owned(),
@@ -150,7 +150,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
     }
     for x in items(body, "exchanges")? {
         let vhost = required(x, "vhost")?.to_owned();
-        super::require_vhost(&state, &vhost)?;
+        super::require_vhost(state, &vhost)?;
         let declare = hourglass_wire::ExchangeDeclare {
             exchange: short(required(x, "name")?)?,
             kind: short(required(x, "type")?)?,
@@ -169,7 +169,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
     }
     for q in items(body, "queues")? {
         let vhost = required(q, "vhost")?.to_owned();
-        super::require_vhost(&state, &vhost)?;
+        super::require_vhost(state, &vhost)?;
         let declare = hourglass_wire::QueueDeclare {
             queue: short(required(q, "name")?)?,
             durable: bool_field(q, "durable", true)?,
@@ -186,7 +186,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
     }
     for b in items(body, "bindings")? {
         let vhost = required(b, "vhost")?;
-        super::require_vhost(&state, vhost)?;
+        super::require_vhost(state, vhost)?;
         let kind = match required(b, "destination_type")? {
             "queue" => "queue",
             "exchange" => "exchange",
@@ -196,7 +196,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
             json_to_table(b.get("arguments").unwrap_or(&Value::Null)).map_err(ApiError::bad_request)?;
         let routing_key = str_field(b, "routing_key")?.unwrap_or_default();
         bind(
-            &state,
+            state,
             &auth.name,
             vhost,
             required(b, "source")?,
