@@ -9,8 +9,7 @@ use axum::{Extension, Json, Router};
 use serde_json::{json, Value};
 
 use super::bindings::bind;
-use super::exchanges::short;
-use super::{body_json, bool_field, str_field, tags_field};
+use super::{body_json, str_field, tags_field};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::json_to_table;
@@ -151,38 +150,14 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
     for x in items(body, "exchanges")? {
         let vhost = required(x, "vhost")?.to_owned();
         super::require_vhost(state, &vhost)?;
-        let declare = hourglass_wire::ExchangeDeclare {
-            exchange: short(required(x, "name")?)?,
-            kind: short(required(x, "type")?)?,
-            durable: bool_field(x, "durable", true)?,
-            auto_delete: bool_field(x, "auto_delete", false)?,
-            internal: bool_field(x, "internal", false)?,
-            arguments: json_to_table(x.get("arguments").unwrap_or(&Value::Null))
-                .map_err(ApiError::bad_request)?,
-            ..Default::default()
-        };
-        let user = auth.name.clone();
-        state
-            .broker
-            .run(move |b, now| b.with_admin_channel(&user, &vhost, now, |ch| ch.call(declare)))
-            .await??;
+        let declare = super::exchanges::exchange_declare(required(x, "name")?, x)?;
+        super::call_as(state, &auth.name, vhost, declare).await?;
     }
     for q in items(body, "queues")? {
         let vhost = required(q, "vhost")?.to_owned();
         super::require_vhost(state, &vhost)?;
-        let declare = hourglass_wire::QueueDeclare {
-            queue: short(required(q, "name")?)?,
-            durable: bool_field(q, "durable", true)?,
-            auto_delete: bool_field(q, "auto_delete", false)?,
-            arguments: json_to_table(q.get("arguments").unwrap_or(&Value::Null))
-                .map_err(ApiError::bad_request)?,
-            ..Default::default()
-        };
-        let user = auth.name.clone();
-        state
-            .broker
-            .run(move |b, now| b.with_admin_channel(&user, &vhost, now, |ch| ch.call(declare)))
-            .await??;
+        let declare = super::queues::queue_declare(required(q, "name")?, q)?;
+        super::call_as(state, &auth.name, vhost, declare).await?;
     }
     for b in items(body, "bindings")? {
         let vhost = required(b, "vhost")?;

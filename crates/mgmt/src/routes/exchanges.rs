@@ -83,6 +83,22 @@ async fn show(
     all.into_iter().find(|x| x["name"] == name.as_str()).map(Json).ok_or_else(ApiError::not_found)
 }
 
+/// exchange.declare from a JSON object (a PUT body or a definitions entry): `type` required,
+/// `durable` (default true), `auto_delete`, `internal`, `arguments`.
+pub(crate) fn exchange_declare(name: &str, body: &Value) -> Result<ExchangeDeclare, ApiError> {
+    let kind = str_field(body, "type")?.ok_or_else(|| ApiError::bad_request("type is required"))?;
+    Ok(ExchangeDeclare {
+        exchange: short(name)?,
+        kind: short(kind)?,
+        durable: bool_field(body, "durable", true)?,
+        auto_delete: bool_field(body, "auto_delete", false)?,
+        internal: bool_field(body, "internal", false)?,
+        arguments: json_to_table(body.get("arguments").unwrap_or(&Value::Null))
+            .map_err(ApiError::bad_request)?,
+        ..Default::default()
+    })
+}
+
 async fn put(
     State(state): State<AppState>,
     Extension(user): Extension<AuthUser>,
@@ -90,18 +106,7 @@ async fn put(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     require_vhost(&state, &vhost)?;
-    let body = body_json(&body)?;
-    let kind = str_field(&body, "type")?.ok_or_else(|| ApiError::bad_request("type is required"))?;
-    let declare = ExchangeDeclare {
-        exchange: short(exchange_name(&name))?,
-        kind: short(kind)?,
-        durable: bool_field(&body, "durable", true)?,
-        auto_delete: bool_field(&body, "auto_delete", false)?,
-        internal: bool_field(&body, "internal", false)?,
-        arguments: json_to_table(body.get("arguments").unwrap_or(&Value::Null))
-            .map_err(ApiError::bad_request)?,
-        ..Default::default()
-    };
+    let declare = exchange_declare(exchange_name(&name), &body_json(&body)?)?;
     let created = state
         .broker
         .run(move |b, now| {

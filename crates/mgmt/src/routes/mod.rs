@@ -35,6 +35,19 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// 404 unless the vhost exists.
+/// Sends one channel method as `user` on an admin channel in `vhost` (the AMQP handlers do the
+/// checks); a channel error becomes the HTTP error RabbitMQ's API would give.
+pub(crate) async fn call_as(
+    state: &AppState,
+    user: &str,
+    vhost: String,
+    method: impl Into<hourglass_wire::Method>,
+) -> Result<(), ApiError> {
+    let (user, method) = (user.to_owned(), method.into());
+    state.broker.run(move |b, now| b.with_admin_channel(&user, &vhost, now, |ch| ch.call(method))).await??;
+    Ok(())
+}
+
 pub(crate) fn require_vhost(state: &AppState, vhost: &str) -> Result<(), ApiError> {
     state.users.vhost(vhost).map(|_| ()).ok_or_else(ApiError::not_found)
 }

@@ -112,6 +112,19 @@ async fn show(
     all.into_iter().find(|q| q["name"] == name.as_str()).map(Json).ok_or_else(ApiError::not_found)
 }
 
+/// queue.declare from a JSON object (a PUT body or a definitions entry): `durable` (default
+/// true), `auto_delete`, `arguments`.
+pub(crate) fn queue_declare(name: &str, body: &Value) -> Result<QueueDeclare, ApiError> {
+    Ok(QueueDeclare {
+        queue: short(name)?,
+        durable: bool_field(body, "durable", true)?,
+        auto_delete: bool_field(body, "auto_delete", false)?,
+        arguments: json_to_table(body.get("arguments").unwrap_or(&Value::Null))
+            .map_err(ApiError::bad_request)?,
+        ..Default::default()
+    })
+}
+
 /// Body: `durable` (default true), `auto_delete`, `arguments`. 201 when created, 204 when an
 /// equivalent queue existed, 400 when it differs.
 async fn put(
@@ -121,18 +134,10 @@ async fn put(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     require_vhost(&state, &vhost)?;
-    let body = body_json(&body)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("queue name must not be empty"));
     }
-    let declare = QueueDeclare {
-        queue: short(&name)?,
-        durable: bool_field(&body, "durable", true)?,
-        auto_delete: bool_field(&body, "auto_delete", false)?,
-        arguments: json_to_table(body.get("arguments").unwrap_or(&Value::Null))
-            .map_err(ApiError::bad_request)?,
-        ..Default::default()
-    };
+    let declare = queue_declare(&name, &body_json(&body)?)?;
     let created = state
         .broker
         .run(move |b, now| {
@@ -175,10 +180,7 @@ async fn purge(
 ) -> Result<StatusCode, ApiError> {
     require_vhost(&state, &vhost)?;
     let purge = QueuePurge { queue: short(&name)?, ..Default::default() };
-    state
-        .broker
-        .run(move |b, now| b.with_admin_channel(&user.name, &vhost, now, |ch| ch.call(purge)))
-        .await??;
+    super::call_as(&state, &user.name, vhost, purge).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
