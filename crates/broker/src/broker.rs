@@ -64,6 +64,9 @@ pub struct Broker {
     pub(crate) effects: VecDeque<Effect>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
     pub(crate) settle_scratch: Vec<Unacked>,
+    /// Reused buffer for the queues a publish routes to or a settlement touches, so neither
+    /// allocates per message (taken with `mem::take`, so a nested use just starts empty).
+    pub(crate) queue_scratch: Vec<QueueId>,
     pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
     pub(crate) persist: Persistence,
@@ -84,6 +87,7 @@ impl Broker {
             next_queue_id: 1,
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),
+            queue_scratch: Vec::new(),
             timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
             persist: Persistence::new(config.persistence),

@@ -85,7 +85,8 @@ impl Broker {
             }
         }
         let message = Arc::new(Message::new(publish.exchange, publish.routing_key, properties, publish.body));
-        let mut targets: Vec<QueueId> = Vec::new();
+        let mut targets = std::mem::take(&mut self.queue_scratch);
+        targets.clear();
         if !direct_reply {
             routing::route(vhost, &message.exchange, &message, &mut targets);
         }
@@ -105,9 +106,10 @@ impl Broker {
             });
         }
         let mut rejected = false;
-        for id in targets {
+        for &id in &targets {
             rejected |= self.enqueue(id, message.clone(), now, delay_ms) == Enqueued::Rejected;
         }
+        self.queue_scratch = targets;
         if let Some(seq) = self.channels.get_mut(&(conn, ch)).and_then(|c| c.next_publish_seq()) {
             if rejected {
                 // RabbitMQ sets the requeue bit on the nack of a publish a full queue refused.
@@ -359,7 +361,8 @@ impl Broker {
         settlement: Settlement,
         now: Timestamp,
     ) {
-        let mut touched: Vec<QueueId> = Vec::new();
+        let mut touched = std::mem::take(&mut self.queue_scratch);
+        touched.clear();
         for delivery in deliveries.drain(..) {
             let id = delivery.queue;
             let Some(queue) = self.queues.get_mut(&id) else { continue };
@@ -389,9 +392,10 @@ impl Broker {
                 }
             }
         }
-        for id in touched {
+        for &id in &touched {
             self.dispatch(id, now);
         }
+        self.queue_scratch = touched;
     }
 }
 
