@@ -246,6 +246,28 @@ async fn memory_alarm_blocks_publishers() {
     .await;
 }
 
+/// With less free disk than `--disk-free-limit` (here more than any disk has) the broker raises
+/// RabbitMQ's disk alarm: clients get connection.blocked, the alarm health check fails with 503
+/// naming the disk, and /api/nodes reports it.
+#[tokio::test]
+async fn disk_alarm_blocks_publishers_and_fails_the_health_check() {
+    let broker = RunningBroker::start_with(&["--disk-free-limit", "1000000000GB"]);
+    let conn = connect(&broker).await;
+    within("connection.blocked", async {
+        while !conn.status().blocked() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let (status, body) = common::http(&broker, "GET", "/api/health/checks/alarms", "").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains(r#""resource":"disk""#), "{body}");
+    let (status, body) = common::http(&broker, "GET", "/api/nodes", "").await;
+    assert_eq!(status, 200);
+    assert!(body.contains(r#""disk_free_alarm":true"#), "{body}");
+    assert!(body.contains(r#""mem_alarm":false"#), "{body}");
+}
+
 /// `--load-definitions` imports a RabbitMQ definitions file at start (RabbitMQ's
 /// `load_definitions`): its exchange, queue and binding exist before any client connects.
 #[tokio::test]

@@ -14,6 +14,7 @@
 //! | `listing.rs` | `columns`, `sort`, `sort_reverse`, `page`, `page_size` |
 //! | `routes/*.rs` | one file per resource |
 //! | `metrics.rs` | Prometheus text exposition |
+//! | `resources.rs` | the memory and disk alarms |
 
 mod auth;
 mod error;
@@ -21,6 +22,7 @@ mod handle;
 pub mod json;
 mod listing;
 pub mod metrics;
+pub mod resources;
 mod routes;
 pub mod users;
 
@@ -47,6 +49,8 @@ pub struct NodeInfo {
     pub http_port: u16,
     pub metrics_port: u16,
     pub started: Instant,
+    /// Memory and disk against their limits, and the alarms they raise.
+    pub resources: resources::ResourceWatch,
 }
 
 impl NodeInfo {
@@ -63,7 +67,13 @@ impl NodeInfo {
             http_port,
             metrics_port,
             started: Instant::now(),
+            resources: resources::unmonitored(),
         }
+    }
+
+    /// Reports the alarms of the monitor behind `resources`.
+    pub fn with_resources(self, resources: resources::ResourceWatch) -> Self {
+        NodeInfo { resources, ..self }
     }
 }
 

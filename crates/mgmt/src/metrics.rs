@@ -161,6 +161,28 @@ fn render(state: &AppState, s: &Snapshot, per_object: bool) -> String {
         "Memory used in bytes",
         &[(String::new(), resident_memory_bytes())],
     );
+    let resources = *state.node.resources.borrow();
+    for (name, help, value) in [
+        ("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", resources.mem_limit),
+        ("rabbitmq_disk_space_available_bytes", "Disk space available in bytes", resources.disk_free),
+        (
+            "rabbitmq_disk_space_available_limit_bytes",
+            "Free disk space low watermark in bytes",
+            resources.disk_free_limit,
+        ),
+        (
+            "rabbitmq_alarms_memory_used_watermark",
+            "is 1 if VM memory watermark alarm is in effect",
+            u64::from(resources.mem_alarm),
+        ),
+        (
+            "rabbitmq_alarms_free_disk_space_watermark",
+            "is 1 if free disk space watermark alarm is in effect",
+            u64::from(resources.disk_free_alarm),
+        ),
+    ] {
+        gauge(&mut out, name, help, &[(String::new(), value)]);
+    }
     let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(0);
     gauge(&mut out, "rabbitmq_process_open_fds", "Open file descriptors", &[(String::new(), fds)]);
     let uptime = state.node.started.elapsed().as_secs_f64();

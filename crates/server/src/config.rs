@@ -19,6 +19,8 @@ pub const DEFAULT_BIND: &str = "0.0.0.0";
 pub const DEFAULT_DATA_DIR: &str = "./data";
 /// RabbitMQ's default: publishers are blocked past 40 % of the machine's memory.
 pub const DEFAULT_VM_MEMORY_HIGH_WATERMARK: f64 = 0.4;
+/// RabbitMQ's default `disk_free_limit`: publishers are blocked when less than 50 MB is free.
+pub const DEFAULT_DISK_FREE_LIMIT: u64 = 50_000_000;
 /// RabbitMQ's `loopback_users` default: guest/guest works only from the local machine, so a
 /// broker reachable from the network is not open to the well-known password.
 pub const DEFAULT_LOOPBACK_USERS: &[&str] = &["guest"];
@@ -54,6 +56,14 @@ pub struct Cli {
     /// `vm_memory_high_watermark`).
     #[arg(long, env = "HOURGLASS_VM_MEMORY_HIGH_WATERMARK")]
     pub vm_memory_high_watermark: Option<f64>,
+    /// Free space on the data directory's file system under which publishers are blocked, in
+    /// RabbitMQ's units (`50MB`, `2GB`, `1GiB`, `512000000`) — RabbitMQ's `disk_free_limit.absolute`.
+    #[arg(long, env = "HOURGLASS_DISK_FREE_LIMIT")]
+    pub disk_free_limit: Option<String>,
+    /// The same limit as a multiple of the machine's memory (`disk_free_limit.relative`); beats
+    /// the absolute limit when both are given.
+    #[arg(long, env = "HOURGLASS_DISK_FREE_LIMIT_RELATIVE")]
+    pub disk_free_limit_relative: Option<f64>,
     /// Let a `delay` header delay a message on any exchange (ApsaraMQ for RabbitMQ's interface).
     #[arg(long, env = "HOURGLASS_APSARAMQ_DELAY_HEADER")]
     pub apsaramq_delay_header: Option<bool>,
@@ -77,8 +87,39 @@ pub struct FileConfig {
     /// A list of user names, or `[]` / `["none"]` for none.
     pub loopback_users: Option<Vec<String>>,
     pub vm_memory_high_watermark: Option<f64>,
+    /// A size string (`"50MB"`) or a number of bytes.
+    pub disk_free_limit: Option<SizeSetting>,
+    pub disk_free_limit_relative: Option<f64>,
     pub apsaramq_delay_header: Option<bool>,
     pub load_definitions: Option<PathBuf>,
+}
+
+/// A size in the TOML file: `"50MB"` or `50000000`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum SizeSetting {
+    Bytes(u64),
+    Text(String),
+}
+
+/// `disk_free_limit`: bytes, or a multiple of the machine's memory.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DiskFreeLimit {
+    Absolute(u64),
+    MemRelative(f64),
+}
+
+impl DiskFreeLimit {
+    /// The limit in bytes on a machine with `total_memory` bytes of memory.
+    pub fn bytes(self, total_memory: Option<u64>) -> u64 {
+        match self {
+            DiskFreeLimit::Absolute(bytes) => bytes,
+            DiskFreeLimit::MemRelative(factor) => match total_memory {
+                Some(total) => (factor.max(0.0) * total as f64) as u64,
+                None => DEFAULT_DISK_FREE_LIMIT,
+            },
+        }
+    }
 }
 
 /// Resolved settings.
@@ -91,6 +132,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub loopback_users: Vec<String>,
     pub vm_memory_high_watermark: f64,
+    pub disk_free_limit: DiskFreeLimit,
     pub apsaramq_delay_header: bool,
     pub load_definitions: Option<PathBuf>,
 }
@@ -105,6 +147,7 @@ impl Default for Config {
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             loopback_users: DEFAULT_LOOPBACK_USERS.iter().map(|u| (*u).to_owned()).collect(),
             vm_memory_high_watermark: DEFAULT_VM_MEMORY_HIGH_WATERMARK,
+            disk_free_limit: DiskFreeLimit::Absolute(DEFAULT_DISK_FREE_LIMIT),
             apsaramq_delay_header: false,
             load_definitions: None,
         }
@@ -119,6 +162,16 @@ impl Config {
             None => FileConfig::default(),
         };
         let defaults = Config::default();
+        let disk_free_limit =
+            match (cli.disk_free_limit_relative.or(file.disk_free_limit_relative), cli.disk_free_limit) {
+                (Some(factor), _) => DiskFreeLimit::MemRelative(factor),
+                (None, Some(text)) => DiskFreeLimit::Absolute(parse_size(&text)?),
+                (None, None) => match file.disk_free_limit {
+                    Some(SizeSetting::Bytes(bytes)) => DiskFreeLimit::Absolute(bytes),
+                    Some(SizeSetting::Text(text)) => DiskFreeLimit::Absolute(parse_size(&text)?),
+                    None => defaults.disk_free_limit,
+                },
+            };
         Ok(Config {
             bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
             amqp_port: cli.amqp_port.or(file.amqp_port).unwrap_or(defaults.amqp_port),
@@ -140,6 +193,7 @@ impl Config {
                 .vm_memory_high_watermark
                 .or(file.vm_memory_high_watermark)
                 .unwrap_or(defaults.vm_memory_high_watermark),
+            disk_free_limit,
             apsaramq_delay_header: cli
                 .apsaramq_delay_header
                 .or(file.apsaramq_delay_header)
@@ -147,6 +201,26 @@ impl Config {
             load_definitions: cli.load_definitions.or(file.load_definitions),
         })
     }
+}
+
+/// A size in RabbitMQ's notation: a number of bytes with an optional unit — `k`/`kiB`, `M`/`MiB`,
+/// `G`/`GiB` are powers of 1024; `kB`, `MB`, `GB` powers of 1000 (rabbitmq.conf's data size type).
+pub fn parse_size(text: &str) -> anyhow::Result<u64> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number.parse().with_context(|| format!("size {text:?}: expected a number of bytes"))?;
+    let multiplier: u64 = match unit.trim() {
+        "" => 1,
+        "k" | "K" | "kiB" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => anyhow::bail!("size {text:?}: unknown unit {other:?} (k, kiB, M, MiB, G, GiB, kB, MB, GB)"),
+    };
+    number.checked_mul(multiplier).with_context(|| format!("size {text:?} is too large"))
 }
 
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -182,6 +256,38 @@ mod tests {
         let file: FileConfig = toml::from_str("loopback_users = []").unwrap();
         assert_eq!(file.loopback_users, Some(vec![]));
         assert_eq!(Config::default().loopback_users, vec!["guest".to_owned()]);
+    }
+
+    /// Sizes take RabbitMQ's units: binary for k/M/G and kiB/MiB/GiB, decimal for kB/MB/GB.
+    #[test]
+    fn sizes_use_rabbitmq_units() {
+        assert_eq!(parse_size("50MB").unwrap(), 50_000_000);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
+        assert_eq!(parse_size("512000").unwrap(), 512_000);
+        assert_eq!(parse_size("3kB").unwrap(), 3_000);
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("MB").is_err());
+        assert!(parse_size("99999999999999999999GB").is_err());
+    }
+
+    /// The disk limit defaults to RabbitMQ's 50 MB; the file may give it as text or bytes, and a
+    /// relative limit beats an absolute one.
+    #[test]
+    fn disk_free_limit_from_file_flags_and_default() {
+        assert_eq!(Config::default().disk_free_limit, DiskFreeLimit::Absolute(50_000_000));
+        let file: FileConfig = toml::from_str("disk_free_limit = \"1GB\"").unwrap();
+        assert_eq!(file.disk_free_limit, Some(SizeSetting::Text("1GB".into())));
+        let cli = Cli { disk_free_limit: Some("2GB".into()), ..Cli::default() };
+        assert_eq!(Config::resolve(cli).unwrap().disk_free_limit, DiskFreeLimit::Absolute(2_000_000_000));
+        let cli = Cli {
+            disk_free_limit: Some("2GB".into()),
+            disk_free_limit_relative: Some(1.5),
+            ..Cli::default()
+        };
+        let limit = Config::resolve(cli).unwrap().disk_free_limit;
+        assert_eq!(limit, DiskFreeLimit::MemRelative(1.5));
+        assert_eq!(limit.bytes(Some(1000)), 1500);
     }
 
     /// A misspelt option in the file is an error, not silently ignored.

@@ -16,9 +16,9 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::alarm::BLOCKED_REASON;
 use crate::broker_task::BrokerInput;
 use crate::clock::Clock;
+use hourglass_mgmt::resources::ResourceWatch;
 
 /// Read buffer growth step: big enough for many small frames per read system call.
 const READ_CHUNK: usize = 64 * 1024;
@@ -44,8 +44,8 @@ pub struct ConnectionContext {
     pub session_config: Arc<SessionConfig>,
     pub clock: Clock,
     pub shutdown: watch::Receiver<bool>,
-    /// Raised while memory is above the high watermark (crate::alarm).
-    pub memory_alarm: watch::Receiver<bool>,
+    /// The memory and disk alarms (crate::alarm).
+    pub resources: ResourceWatch,
 }
 
 pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
@@ -64,10 +64,10 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut reading = true;
     let mut paused = false;
-    // A connection that has published is not read from while the memory alarm is up (RabbitMQ
+    // A connection that has published is not read from while a resource alarm is up (RabbitMQ
     // blocks publishing connections; consumers keep sending acks).
     let mut published = false;
-    let mut alarm = *cx.memory_alarm.borrow();
+    let mut alarm = cx.resources.borrow().any_alarm();
     // What the session was last told: it can pass connection.blocked on only once open.
     let mut told_blocked = false;
     let mut alarm_live = true;
@@ -98,10 +98,10 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
             }
             _ = sleep_until(deadline) => session.handle_timeout(cx.clock.now()),
             _ = gauge.drained.notified(), if paused => {}
-            changed = cx.memory_alarm.changed(), if alarm_live => {
+            changed = cx.resources.changed(), if alarm_live => {
                 alarm_live = changed.is_ok();
                 if alarm_live {
-                    alarm = *cx.memory_alarm.borrow();
+                    alarm = cx.resources.borrow().any_alarm();
                 }
             }
             changed = cx.shutdown.changed(), if shutdown_live => {
@@ -113,7 +113,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
         }
         if told_blocked != alarm && session.opened() {
             told_blocked = alarm;
-            let reason = alarm.then(|| BLOCKED_REASON.to_owned());
+            let reason = if alarm { cx.resources.borrow().blocked_reason() } else { None };
             session.handle_effect(Effect::Blocked { conn: cx.id, reason }, cx.clock.now());
         }
         while let Some(command) = session.poll_command() {

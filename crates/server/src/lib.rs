@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hourglass_broker::{Broker, BrokerConfig, ConnectionId};
+use hourglass_mgmt::resources::ResourceStatus;
 use hourglass_mgmt::{AppState, BrokerHandle, NodeInfo, UserStore};
 use hourglass_session::SessionConfig;
 use tokio::net::TcpListener;
@@ -103,17 +104,19 @@ impl Server {
         let users = Arc::new(UserStore::with_defaults(config.loopback_users.clone()));
         let session_config = Arc::new(SessionConfig::new(users.clone()));
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let (alarm_tx, alarm_rx) = watch::channel(false);
-        let alarm_task = tokio::spawn(alarm::monitor(config.vm_memory_high_watermark, alarm_tx));
+        let (alarm_tx, alarm_rx) = watch::channel(ResourceStatus::default());
+        let limits = alarm::Limits {
+            memory_fraction: config.vm_memory_high_watermark,
+            disk_free_limit: config.disk_free_limit.bytes(alarm::total_memory_bytes()),
+        };
+        let alarm_task = tokio::spawn(alarm::monitor(limits, config.data_dir.clone(), alarm_tx));
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
             users,
-            node: Arc::new(NodeInfo::new(
-                config.bind,
-                amqp_addr.port(),
-                http_addr.port(),
-                metrics_addr.port(),
-            )),
+            node: Arc::new(
+                NodeInfo::new(config.bind, amqp_addr.port(), http_addr.port(), metrics_addr.port())
+                    .with_resources(alarm_rx.clone()),
+            ),
         };
         if let Some(path) = &config.load_definitions {
             // Before the AMQP listener accepts anyone, as RabbitMQ imports at boot.
@@ -161,7 +164,7 @@ impl Server {
                         session_config: session_config.clone(),
                         clock,
                         shutdown: shutdown_rx.clone(),
-                        memory_alarm: alarm_rx.clone(),
+                        resources: alarm_rx.clone(),
                     };
                     connections.spawn(connection::run(stream, cx));
                 }

@@ -19,8 +19,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/whoami", get(whoami))
         .route("/api/nodes", get(nodes))
         .route("/api/nodes/{node}", get(node))
-        .route("/api/health/checks/alarms", get(ok))
-        .route("/api/health/checks/local-alarms", get(ok))
+        .route("/api/health/checks/alarms", get(alarms))
+        .route("/api/health/checks/local-alarms", get(local_alarms))
         .route("/api/health/checks/ready-to-serve-clients", get(ok))
         .route("/api/health/checks/virtual-hosts", get(virtual_hosts))
         .route("/api/health/checks/port-listener/{port}", get(port_listener))
@@ -95,6 +95,7 @@ fn node_json(state: &AppState) -> Value {
     let uptime_ms = u64::try_from(node.started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let processors = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let fd_used = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let resources = *node.resources.borrow();
     json!({
         "name": node.name,
         "type": "disc",
@@ -109,12 +110,12 @@ fn node_json(state: &AppState) -> Value {
         "sockets_used": 0,
         "proc_total": 0,
         "proc_used": 0,
-        "mem_limit": 0,
+        "mem_limit": resources.mem_limit,
         "mem_used": crate::metrics::resident_memory_bytes(),
-        "mem_alarm": false,
-        "disk_free_limit": 0,
-        "disk_free": 0,
-        "disk_free_alarm": false,
+        "mem_alarm": resources.mem_alarm,
+        "disk_free_limit": resources.disk_free_limit,
+        "disk_free": resources.disk_free,
+        "disk_free_alarm": resources.disk_free_alarm,
         "rates_mode": "none",
         "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
         "being_drained": false,
@@ -136,6 +137,31 @@ async fn node(State(state): State<AppState>, Path(name): Path<String>) -> Result
 
 async fn ok() -> Json<Value> {
     Json(json!({"status": "ok"}))
+}
+
+/// 200 without alarms; 503 naming each alarmed resource, as RabbitMQ's health check.
+fn alarm_check(state: &AppState, scope: &str) -> Response {
+    let resources = *state.node.resources.borrow();
+    let alarmed = resources.alarmed_resources();
+    if alarmed.is_empty() {
+        return Json(json!({"status": "ok"})).into_response();
+    }
+    let alarms: Vec<Value> =
+        alarmed.iter().map(|resource| json!({"node": state.node.name, "resource": resource})).collect();
+    let body = json!({
+        "status": "failed",
+        "reason": format!("resource alarm(s) in effect {scope}"),
+        "alarms": alarms,
+    });
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+async fn alarms(State(state): State<AppState>) -> Response {
+    alarm_check(&state, "in the cluster")
+}
+
+async fn local_alarms(State(state): State<AppState>) -> Response {
+    alarm_check(&state, "on the node")
 }
 
 fn failed(reason: String, extra: Value) -> Response {
