@@ -40,6 +40,22 @@ pub enum Scenario {
     Delayed(DeadlineArgs),
     /// Unacked deliveries under x-visibility-timeout (--min-ms): lateness of their return.
     Visibility(DeadlineArgs),
+    /// Waits until a queue holds at least N messages (e.g. while a broker recovers after a
+    /// restart): the time it took, polling a passive queue.declare on fresh connections.
+    Depth(DepthArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct DepthArgs {
+    /// The queue to watch.
+    #[arg(long)]
+    pub queue: String,
+    /// Done once the queue reports at least this many messages.
+    #[arg(long)]
+    pub messages: u64,
+    /// Give up after this long.
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout_s: f64,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -71,12 +87,19 @@ pub struct ThroughputArgs {
     /// Producer connections.
     #[arg(long, short = 'P', default_value_t = 1)]
     pub producers: u16,
-    /// Consumer connections.
+    /// Consumer connections; 0 fills the queues (the window closes when publishing ends and the
+    /// report adds the broker's RSS growth per message).
     #[arg(long, short = 'C', default_value_t = 1)]
     pub consumers: u16,
     /// Queues; producer i publishes to queue i mod Q, consumer j consumes queue j mod Q.
     #[arg(long, short = 'Q', default_value_t = 1)]
     pub queues: u16,
+    /// Name the queues NAME-0, NAME-1, … instead of a name unique to this run.
+    #[arg(long)]
+    pub queue_name: Option<String>,
+    /// Leave the queues (and what is in them) behind instead of deleting them.
+    #[arg(long)]
+    pub keep_queues: bool,
     /// Body size in octets.
     #[arg(long, default_value_t = 16)]
     pub size: usize,

@@ -30,5 +30,6 @@ fn main() -> anyhow::Result<()> {
         Scenario::Visibility(args) => {
             scenario::deadlines::run(&run, args, scenario::deadlines::Kind::Visibility)
         }
+        Scenario::Depth(args) => scenario::depth::run(&run, args),
     }
 }

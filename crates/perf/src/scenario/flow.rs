@@ -36,6 +36,8 @@ pub enum Tally {
 pub struct Flow {
     pub shared: Arc<Shared>,
     crew: Crew<Tally>,
+    /// Without consumers the flow fills queues: it is over when publishing is.
+    consumers: usize,
 }
 
 /// A finished flow.
@@ -51,13 +53,14 @@ pub struct FlowOutcome {
 
 impl Flow {
     pub fn new() -> Flow {
-        Flow { shared: Arc::default(), crew: Crew::new() }
+        Flow { shared: Arc::default(), crew: Crew::new(), consumers: 0 }
     }
 
     /// Adds a consumer connection.
     pub fn add_consumer(&mut self, run: &Run, spec: ConsumerSpec) -> anyhow::Result<()> {
         let url = run.url.clone();
         let shared = self.shared.clone();
+        self.consumers += 1;
         self.crew.spawn(
             move || Consumer::setup(Run::client(&url)?, spec),
             move |consumer| Ok(Tally::Consumed(consumer.run(&shared.consumed, &shared.stop)?)),
@@ -141,7 +144,7 @@ impl Flow {
             let published = self.shared.published.load(Ordering::Acquire);
             let consumed = self.shared.consumed.load(Ordering::Acquire);
             if running == 0 {
-                if consumed >= published {
+                if consumed >= published || self.consumers == 0 {
                     return true;
                 }
                 let since = *publishing_stopped.get_or_insert_with(Instant::now);

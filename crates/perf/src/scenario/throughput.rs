@@ -22,13 +22,18 @@ const HARD_LIMIT_SLACK: Duration = Duration::from_secs(60);
 const MAX_WORKERS: u16 = 1000;
 
 pub fn run(run: &Run, args: &ThroughputArgs) -> anyhow::Result<()> {
-    if args.producers == 0 || args.consumers == 0 || args.queues == 0 {
-        bail!("producers, consumers and queues must be at least 1");
+    if args.producers == 0 || args.queues == 0 {
+        bail!("producers and queues must be at least 1");
     }
     if args.producers > MAX_WORKERS || args.consumers > MAX_WORKERS {
         bail!("at most {MAX_WORKERS} producers and consumers");
     }
-    let names: Vec<String> = (0..args.queues).map(|i| queue_name("tp", i)).collect();
+    let names: Vec<String> = (0..args.queues)
+        .map(|i| match &args.queue_name {
+            Some(name) => format!("{name}-{i}"),
+            None => queue_name("tp", i),
+        })
+        .collect();
     let mut admin = run.connect()?;
     declare_queues(&mut admin, &names, args.durable)?;
     let mut flow = Flow::new();
@@ -59,22 +64,33 @@ pub fn run(run: &Run, args: &ThroughputArgs) -> anyhow::Result<()> {
     }
     let drain = Duration::from_secs_f64(args.drain_timeout_s);
     let outcome = flow.run(run, drain, duration + drain + HARD_LIMIT_SLACK)?;
-    delete_queues(&mut admin, &names)?;
+    if !args.keep_queues {
+        delete_queues(&mut admin, &names)?;
+    }
     let _ = admin.close();
 
     let m = &outcome.measured;
-    let mut human = m.human(outcome.consumed, "msg");
+    // Filling (no consumers) counts what went in; otherwise what came all the way through.
+    let filling = args.consumers == 0;
+    let through = if filling { outcome.published } else { outcome.consumed };
+    let mut human = m.human(through, "msg");
     human += &format!(" ({} published, {} consumed", outcome.published, outcome.consumed);
     if args.confirm > 0 {
         human += &format!(", {} nacked", outcome.nacked);
     }
     human += if outcome.complete { ")" } else { ", INCOMPLETE: drain timed out)" };
-    let mut results = m.json(outcome.consumed);
+    let mut results = m.json(through);
+    if let (true, Some(usage)) = (filling, m.broker) {
+        let grown = usage.rss_end_kib.saturating_sub(usage.rss_start_kib) * 1024;
+        let per_message = grown as f64 / outcome.published.max(1) as f64;
+        human += &format!(", broker RSS +{per_message:.0} B/msg queued");
+        results["broker_rss_bytes_per_queued_msg"] = json!(round3(per_message));
+    }
     results["published"] = json!(outcome.published);
     results["consumed"] = json!(outcome.consumed);
     results["nacked"] = json!(outcome.nacked);
     results["complete"] = json!(outcome.complete);
-    results["msg_per_s"] = json!(round3(m.rate_per_s(outcome.consumed)));
+    results["msg_per_s"] = json!(round3(m.rate_per_s(through)));
     let params = json!({
         "producers": args.producers, "consumers": args.consumers, "queues": args.queues,
         "size": args.size, "duration_s": args.duration_s, "count": args.count, "rate": args.rate,
