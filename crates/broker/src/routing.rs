@@ -2,14 +2,18 @@
 //! bindings (followed once each, so cycles end) and alternate exchanges.
 
 use hourglass_wire::ShortStr;
+use smallvec::SmallVec;
 
-use crate::exchange::Destination;
+use crate::exchange::{Destination, Destinations};
 use crate::message::Message;
 use crate::queue::QueueId;
 use crate::vhost::VHost;
 
 /// A bound on exchange-to-exchange hops, so a pathological topology cannot make routing costly.
 const MAX_EXCHANGES_PER_ROUTE: usize = 64;
+
+/// Exchanges on a route, kept on the stack for the usual few (no allocation per publish).
+type ExchangeList<'v> = SmallVec<[&'v ShortStr; 4]>;
 
 /// Appends to `queues` each queue `message` reaches from `exchange`, once.
 pub(crate) fn route(vhost: &VHost, exchange: &ShortStr, message: &Message, queues: &mut Vec<QueueId>) {
@@ -20,7 +24,7 @@ pub(crate) fn route(vhost: &VHost, exchange: &ShortStr, message: &Message, queue
         }
         return;
     }
-    let mut visited: Vec<&ShortStr> = Vec::new();
+    let mut visited = ExchangeList::new();
     let mut next = Some(exchange);
     // Alternate exchanges: when the exchange reaches no queue, try its alternate, and so on.
     while let Some(name) = next.take() {
@@ -41,10 +45,11 @@ fn route_through_bindings<'v>(
     start: &'v ShortStr,
     message: &Message,
     queues: &mut Vec<QueueId>,
-    visited: &mut Vec<&'v ShortStr>,
+    visited: &mut ExchangeList<'v>,
 ) {
-    let mut pending: Vec<&'v ShortStr> = vec![start];
-    let mut destinations = Vec::new();
+    let mut pending = ExchangeList::new();
+    pending.push(start);
+    let mut destinations = Destinations::new();
     while let Some(name) = pending.pop() {
         if visited.contains(&name) || visited.len() >= MAX_EXCHANGES_PER_ROUTE {
             continue;

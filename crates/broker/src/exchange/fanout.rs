@@ -1,7 +1,7 @@
 //! Fanout exchange: every binding matches, whatever the routing key.
 
-use super::{Binding, Destination};
+use super::{Binding, Destinations};
 
-pub(super) fn route(bindings: &[Binding], out: &mut Vec<Destination>) {
-    out.extend(bindings.iter().map(|b| b.destination.clone()));
+pub(super) fn route<'b>(bindings: impl Iterator<Item = &'b Binding>, out: &mut Destinations) {
+    out.extend(bindings.map(|b| b.destination.clone()));
 }

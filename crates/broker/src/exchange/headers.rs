@@ -4,7 +4,7 @@
 
 use hourglass_wire::{FieldTable, FieldValue};
 
-use super::{Binding, Destination};
+use super::{Binding, Destinations};
 use crate::api::AmqpError;
 use crate::errors;
 
@@ -16,10 +16,14 @@ enum MatchMode {
     AnyWithX,
 }
 
-pub(super) fn route(bindings: &[Binding], headers: Option<&FieldTable>, out: &mut Vec<Destination>) {
+pub(super) fn route<'b>(
+    bindings: impl Iterator<Item = &'b Binding>,
+    headers: Option<&FieldTable>,
+    out: &mut Destinations,
+) {
     let empty = FieldTable::new();
     let headers = headers.unwrap_or(&empty);
-    out.extend(bindings.iter().filter(|b| matches(&b.arguments, headers)).map(|b| b.destination.clone()));
+    out.extend(bindings.filter(|b| matches(&b.arguments, headers)).map(|b| b.destination.clone()));
 }
 
 /// Rejects an `x-match` value RabbitMQ would refuse at bind time.

@@ -8,6 +8,7 @@ mod headers;
 mod topic;
 
 use hourglass_wire::{FieldTable, ShortStr};
+use indexmap::IndexSet;
 
 use crate::api::AmqpError;
 use crate::errors;
@@ -46,6 +47,9 @@ impl ExchangeKind {
     }
 }
 
+/// What one exchange's bindings select for a message, on the stack for the usual few.
+pub(crate) type Destinations = smallvec::SmallVec<[Destination; 4]>;
+
 /// Where a binding leads.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Destination {
@@ -53,7 +57,7 @@ pub enum Destination {
     Exchange(ShortStr),
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Binding {
     pub destination: Destination,
     pub routing_key: ShortStr,
@@ -90,8 +94,46 @@ pub(crate) struct Exchange {
     pub spec: ExchangeSpec,
     /// `alternate-exchange` argument: where unroutable messages go.
     pub alternate: Option<ShortStr>,
-    /// Bindings with this exchange as source, in the order they were made.
-    bindings: Vec<Binding>,
+    /// Bindings with this exchange as source, in the order they were made (a set: binding twice
+    /// is one binding).
+    bindings: IndexSet<Binding>,
+    /// The bindings arranged for routing by key, for the exchange types that route by key.
+    index: RouteIndex,
+}
+
+/// What routing consults instead of testing every binding.
+#[derive(Clone, Debug)]
+enum RouteIndex {
+    Direct(direct::DirectIndex),
+    Topic(topic::TopicTrie),
+    /// Fanout and headers exchanges look at every binding anyway.
+    Bindings,
+}
+
+impl RouteIndex {
+    fn for_kind(kind: ExchangeKind) -> RouteIndex {
+        match kind {
+            ExchangeKind::Direct => RouteIndex::Direct(Default::default()),
+            ExchangeKind::Topic => RouteIndex::Topic(Default::default()),
+            ExchangeKind::Fanout | ExchangeKind::Headers => RouteIndex::Bindings,
+        }
+    }
+
+    fn insert(&mut self, binding: &Binding) {
+        match self {
+            RouteIndex::Direct(index) => index.insert(&binding.routing_key, &binding.destination),
+            RouteIndex::Topic(trie) => trie.insert(binding.routing_key.as_bytes(), &binding.destination),
+            RouteIndex::Bindings => {}
+        }
+    }
+
+    fn remove(&mut self, binding: &Binding) {
+        match self {
+            RouteIndex::Direct(index) => index.remove(&binding.routing_key, &binding.destination),
+            RouteIndex::Topic(trie) => trie.remove(binding.routing_key.as_bytes(), &binding.destination),
+            RouteIndex::Bindings => {}
+        }
+    }
 }
 
 impl Exchange {
@@ -100,7 +142,8 @@ impl Exchange {
             .arguments
             .get("alternate-exchange")
             .and_then(|v| v.as_bytes().and_then(|b| ShortStr::new(bytes::Bytes::copy_from_slice(b)).ok()));
-        Exchange { spec, alternate, bindings: Vec::new() }
+        let index = RouteIndex::for_kind(spec.kind);
+        Exchange { spec, alternate, bindings: IndexSet::new(), index }
     }
 
     pub fn name(&self) -> &ShortStr {
@@ -110,25 +153,35 @@ impl Exchange {
     /// Adds a binding; binding twice is a no-op (AMQP 0-9-1 queue.bind is idempotent).
     pub fn bind(&mut self, binding: Binding) {
         if !self.bindings.contains(&binding) {
-            self.bindings.push(binding);
+            self.index.insert(&binding);
+            self.bindings.insert(binding);
         }
     }
 
     /// Removes a binding; returns whether it existed.
     pub fn unbind(&mut self, binding: &Binding) -> bool {
-        let before = self.bindings.len();
-        self.bindings.retain(|b| b != binding);
-        self.bindings.len() != before
+        let existed = self.bindings.shift_remove(binding);
+        if existed {
+            self.index.remove(binding);
+        }
+        existed
     }
 
     /// Removes every binding to a destination; returns how many there were.
     pub fn unbind_destination(&mut self, destination: &Destination) -> usize {
         let before = self.bindings.len();
-        self.bindings.retain(|b| &b.destination != destination);
+        let index = &mut self.index;
+        self.bindings.retain(|b| {
+            let keep = &b.destination != destination;
+            if !keep {
+                index.remove(b);
+            }
+            keep
+        });
         before - self.bindings.len()
     }
 
-    pub fn bindings(&self) -> &[Binding] {
+    pub fn bindings(&self) -> &IndexSet<Binding> {
         &self.bindings
     }
 
@@ -138,13 +191,14 @@ impl Exchange {
 
     /// Appends to `out` the destinations this exchange's own bindings select for `message`
     /// (duplicates possible; the caller de-duplicates across the whole route).
-    pub fn route(&self, message: &Message, out: &mut Vec<Destination>) {
-        let key = message.routing_key.as_bytes();
-        match self.spec.kind {
-            ExchangeKind::Direct => direct::route(&self.bindings, key, out),
-            ExchangeKind::Fanout => fanout::route(&self.bindings, out),
-            ExchangeKind::Topic => topic::route(&self.bindings, key, out),
-            ExchangeKind::Headers => headers::route(&self.bindings, message.properties.headers.as_ref(), out),
+    pub fn route(&self, message: &Message, out: &mut Destinations) {
+        match (&self.index, self.spec.kind) {
+            (RouteIndex::Direct(index), _) => index.route(&message.routing_key, out),
+            (RouteIndex::Topic(trie), _) => trie.route(message.routing_key.as_bytes(), out),
+            (RouteIndex::Bindings, ExchangeKind::Headers) => {
+                headers::route(self.bindings.iter(), message.properties.headers.as_ref(), out)
+            }
+            (RouteIndex::Bindings, _) => fanout::route(self.bindings.iter(), out),
         }
     }
 
@@ -181,5 +235,67 @@ impl Exchange {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> ShortStr {
+        ShortStr::try_from(v).unwrap()
+    }
+
+    fn exchange(kind: ExchangeKind) -> Exchange {
+        Exchange::new(ExchangeSpec {
+            name: s("x"),
+            kind,
+            delayed: false,
+            durable: false,
+            auto_delete: false,
+            internal: false,
+            arguments: FieldTable::new(),
+        })
+    }
+
+    fn binding(queue: u64, key: &str) -> Binding {
+        Binding {
+            destination: Destination::Queue(QueueId(queue)),
+            routing_key: s(key),
+            arguments: FieldTable::new(),
+        }
+    }
+
+    /// What the exchange's routing index selects for `key` (direct and topic exchanges).
+    fn routed(exchange: &Exchange, key: &str) -> Vec<Destination> {
+        let mut out = Destinations::new();
+        match &exchange.index {
+            RouteIndex::Direct(index) => index.route(&s(key), &mut out),
+            RouteIndex::Topic(trie) => trie.route(key.as_bytes(), &mut out),
+            RouteIndex::Bindings => unreachable!("fanout and headers route over the bindings"),
+        }
+        out.into_vec()
+    }
+
+    /// The routing index follows bind, idempotent rebind, unbind and unbinding a destination.
+    #[test]
+    fn routing_index_follows_bindings() {
+        for kind in [ExchangeKind::Direct, ExchangeKind::Topic] {
+            let mut x = exchange(kind);
+            x.bind(binding(1, "k"));
+            x.bind(binding(1, "k"));
+            x.bind(binding(2, "k"));
+            x.bind(binding(2, "other"));
+            assert_eq!(x.bindings().len(), 3, "{kind:?}: binding twice is one binding");
+            let mut hit = routed(&x, "k");
+            hit.sort_by_key(|d| format!("{d:?}"));
+            assert_eq!(hit, vec![Destination::Queue(QueueId(1)), Destination::Queue(QueueId(2))], "{kind:?}");
+            assert!(x.unbind(&binding(1, "k")));
+            assert!(!x.unbind(&binding(1, "k")), "{kind:?}: unbinding twice finds nothing");
+            assert_eq!(routed(&x, "k"), vec![Destination::Queue(QueueId(2))], "{kind:?}");
+            assert_eq!(x.unbind_destination(&Destination::Queue(QueueId(2))), 2);
+            assert!(routed(&x, "k").is_empty() && routed(&x, "other").is_empty(), "{kind:?}");
+            assert!(!x.has_bindings());
+        }
     }
 }

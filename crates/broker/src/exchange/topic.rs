@@ -1,20 +1,141 @@
 //! Topic exchange: binding keys are dot-separated words where `*` matches exactly one word and
 //! `#` matches zero or more (AMQP 0-9-1 §3.1.3.3, as RabbitMQ implements it).
 
-use super::{Binding, Destination};
+use std::collections::HashMap;
 
-pub(super) fn route(bindings: &[Binding], routing_key: &[u8], out: &mut Vec<Destination>) {
-    out.extend(
-        bindings
-            .iter()
-            .filter(|b| matches(b.routing_key.as_bytes(), routing_key))
-            .map(|b| b.destination.clone()),
-    );
+use super::{Destination, Destinations};
+
+/// The bindings of a topic exchange as a trie of binding-key words, so a publish visits only the
+/// branches its routing key can match (literal words by hash lookup, then `*` and `#`) instead of
+/// testing every binding.
+#[derive(Clone, Debug, Default)]
+pub(super) struct TopicTrie {
+    root: Node,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Node {
+    /// Children by literal word.
+    words: HashMap<Box<[u8]>, Node>,
+    /// The `*` child.
+    star: Option<Box<Node>>,
+    /// The `#` child.
+    hash: Option<Box<Node>>,
+    /// Destinations of the binding keys that end here (once per binding).
+    destinations: Vec<Destination>,
+}
+
+impl Node {
+    fn is_empty(&self) -> bool {
+        self.words.is_empty() && self.star.is_none() && self.hash.is_none() && self.destinations.is_empty()
+    }
+}
+
+impl TopicTrie {
+    pub fn insert(&mut self, binding_key: &[u8], destination: &Destination) {
+        let mut node = &mut self.root;
+        for word in words(binding_key) {
+            node = match word {
+                b"*" => node.star.get_or_insert_with(Box::default),
+                b"#" => node.hash.get_or_insert_with(Box::default),
+                literal => node.words.entry(literal.into()).or_default(),
+            };
+        }
+        node.destinations.push(destination.clone());
+    }
+
+    /// Removes one binding of `destination` under `binding_key`, pruning emptied branches.
+    pub fn remove(&mut self, binding_key: &[u8], destination: &Destination) {
+        fn remove_below<'k>(
+            node: &mut Node,
+            mut rest: impl Iterator<Item = &'k [u8]>,
+            destination: &Destination,
+        ) {
+            let Some(word) = rest.next() else {
+                if let Some(at) = node.destinations.iter().position(|d| d == destination) {
+                    node.destinations.swap_remove(at);
+                }
+                return;
+            };
+            match word {
+                b"*" | b"#" => {
+                    let slot = if word == b"*" { &mut node.star } else { &mut node.hash };
+                    if let Some(child) = slot {
+                        remove_below(child, rest, destination);
+                        if child.is_empty() {
+                            *slot = None;
+                        }
+                    }
+                }
+                literal => {
+                    if let Some(child) = node.words.get_mut(literal) {
+                        remove_below(child, rest, destination);
+                        if child.is_empty() {
+                            node.words.remove(literal);
+                        }
+                    }
+                }
+            }
+        }
+        remove_below(&mut self.root, words(binding_key), destination);
+    }
+
+    /// Appends the destinations of every binding key matching `routing_key` (a destination
+    /// bound by several matching keys appears several times; routing de-duplicates).
+    pub fn route(&self, routing_key: &[u8], out: &mut Destinations) {
+        collect(&self.root, Words::of(routing_key), out);
+    }
+}
+
+/// The words of a routing key still to match, without allocating: `None` once every word is used
+/// (an empty key has no words, as RabbitMQ's split_topic_key; `"a."` has two, `a` and ``).
+#[derive(Clone, Copy)]
+struct Words<'k>(Option<&'k [u8]>);
+
+impl<'k> Words<'k> {
+    fn of(key: &'k [u8]) -> Self {
+        Words((!key.is_empty()).then_some(key))
+    }
+
+    fn next(self) -> Option<(&'k [u8], Words<'k>)> {
+        let rest = self.0?;
+        Some(match rest.iter().position(|&b| b == b'.') {
+            Some(dot) => (&rest[..dot], Words(Some(&rest[dot + 1..]))),
+            None => (rest, Words(None)),
+        })
+    }
+}
+
+fn collect(node: &Node, key: Words<'_>, out: &mut Destinations) {
+    if let Some(hash) = &node.hash {
+        // `#` swallows zero or more words: try the rest of the pattern after each of them.
+        let mut rest = key;
+        loop {
+            collect(hash, rest, out);
+            match rest.next() {
+                Some((_, after)) => rest = after,
+                None => break,
+            }
+        }
+    }
+    match key.next() {
+        None => out.extend(node.destinations.iter().cloned()),
+        Some((word, rest)) => {
+            if let Some(child) = node.words.get(word) {
+                collect(child, rest, out);
+            }
+            if let Some(star) = &node.star {
+                collect(star, rest, out);
+            }
+        }
+    }
 }
 
 /// Whether `pattern` matches `key`: glob matching over words, where `#` is the star, with one
-/// backtrack point (the latest `#`); O(words²) at worst and no allocation.
-pub(crate) fn matches(pattern: &[u8], key: &[u8]) -> bool {
+/// backtrack point (the latest `#`); O(words²) at worst and no allocation. Routing uses the trie;
+/// this one-binding matcher is the reference the trie is tested against.
+#[cfg(test)]
+fn matches(pattern: &[u8], key: &[u8]) -> bool {
     let mut p = words(pattern);
     let mut k = words(key);
     // After the latest `#`: the pattern's rest, and where the key resumes if that fails.
@@ -44,7 +165,7 @@ pub(crate) fn matches(pattern: &[u8], key: &[u8]) -> bool {
     }
 }
 
-/// The dot-separated words of a key; an empty key has none (RabbitMQ's split_topic_key), so `*`
+/// The dot-separated words of a key (binding keys; routing keys use [`Words`]); an empty key has none (RabbitMQ's split_topic_key), so `*`
 /// does not match it.
 fn words(key: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
     let count = if key.is_empty() { 0 } else { usize::MAX };
@@ -53,7 +174,8 @@ fn words(key: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
 
 #[cfg(test)]
 mod tests {
-    use super::matches;
+    use super::{matches, TopicTrie};
+    use crate::exchange::Destination;
 
     /// `*` matches exactly one word.
     #[test]
@@ -122,5 +244,70 @@ mod tests {
                 assert_eq!(matches(p.as_bytes(), k.as_bytes()), reference(&pattern, &key), "{p:?} vs {k:?}");
             }
         }
+    }
+
+    /// The trie routes exactly as testing every binding with `matches` would: all patterns of up
+    /// to three words from {a, b, *, #} bound at once (each to its own destination), against every
+    /// key of up to four words from {a, b} — then again after unbinding every other pattern.
+    #[test]
+    fn trie_agrees_with_matching_every_binding() {
+        let alphabet = ["a", "b", "*", "#"];
+        let mut patterns = vec![String::new()];
+        let mut frontier = vec![String::new()];
+        for _ in 0..3 {
+            frontier = frontier
+                .iter()
+                .flat_map(|p| {
+                    alphabet
+                        .iter()
+                        .map(move |w| if p.is_empty() { (*w).to_owned() } else { format!("{p}.{w}") })
+                })
+                .collect();
+            patterns.extend(frontier.iter().cloned());
+        }
+        let mut keys = vec![String::new(), ".".to_owned(), "a.".to_owned()];
+        let mut frontier = vec![String::new()];
+        for _ in 0..4 {
+            frontier = frontier
+                .iter()
+                .flat_map(|k| {
+                    ["a", "b"]
+                        .iter()
+                        .map(move |w| if k.is_empty() { (*w).to_owned() } else { format!("{k}.{w}") })
+                })
+                .collect();
+            keys.extend(frontier.iter().cloned());
+        }
+        let exchange = |i: usize| {
+            Destination::Exchange(hourglass_wire::ShortStr::new(bytes::Bytes::from(format!("d{i}"))).unwrap())
+        };
+        let mut trie = TopicTrie::default();
+        for (i, pattern) in patterns.iter().enumerate() {
+            trie.insert(pattern.as_bytes(), &exchange(i));
+        }
+        let check = |trie: &TopicTrie, bound: &dyn Fn(usize) -> bool| {
+            for key in &keys {
+                let mut routed = super::Destinations::new();
+                trie.route(key.as_bytes(), &mut routed);
+                let mut routed = routed.into_vec();
+                routed.sort_by_key(|d| format!("{d:?}"));
+                routed.dedup();
+                let mut expected: Vec<Destination> = (0..patterns.len())
+                    .filter(|&i| bound(i) && matches(patterns[i].as_bytes(), key.as_bytes()))
+                    .map(exchange)
+                    .collect();
+                expected.sort_by_key(|d| format!("{d:?}"));
+                assert_eq!(routed, expected, "key {key:?}");
+            }
+        };
+        check(&trie, &|_| true);
+        for (i, pattern) in patterns.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+            trie.remove(pattern.as_bytes(), &exchange(i));
+        }
+        check(&trie, &|i| i % 2 == 1);
+        for (i, pattern) in patterns.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+            trie.remove(pattern.as_bytes(), &exchange(i));
+        }
+        assert!(trie.root.is_empty(), "unbinding everything leaves an empty trie");
     }
 }
