@@ -127,6 +127,8 @@ pub struct BatchOutcome {
     /// Every op up to this is durable.
     pub durable_op_seq: u64,
     pub settles: u64,
+    /// Bytes the commit wrote to the log.
+    pub bytes_written: u64,
 }
 
 /// Appends `ops` to the log (the last `Definitions` replaces the snapshot, at its place in the
@@ -137,8 +139,16 @@ pub fn apply_batch(
     ops: &[SequencedOp],
 ) -> Result<BatchOutcome, BatchError> {
     let last_definitions = ops.iter().rposition(|o| matches!(o.op, StoreOp::Definitions { .. }));
+    let gone = settled_within(ops);
     let mut outcome = BatchOutcome::default();
     for (i, sequenced) in ops.iter().enumerate() {
+        if let Some(key) = message_key(&sequenced.op) {
+            if gone.contains(&key) {
+                // Entered and left within this batch: nothing about it needs to reach the disk.
+                outcome.durable_op_seq = sequenced.op_seq;
+                continue;
+            }
+        }
         let appended = match &sequenced.op {
             StoreOp::Enqueue { queue, msg_id, metadata, record } => {
                 store.append_enqueue(*queue, *msg_id, metadata, record).map(|_| ())
@@ -168,10 +178,42 @@ pub fn apply_batch(
         outcome.durable_op_seq = sequenced.op_seq;
     }
     match store.commit() {
-        Ok(_) => Ok(outcome),
+        Ok(committed) => Ok(BatchOutcome { bytes_written: committed.bytes, ..outcome }),
         Err(e @ CommitError::WriteFailed { .. }) => Err(BatchError::WriteFailed(e)),
         Err(e) => Err(BatchError::Fatal(e.to_string())),
     }
+}
+
+/// The (queue, message) an op is about, for the ops about one message in one queue.
+fn message_key(op: &StoreOp) -> Option<(u64, u64)> {
+    match op {
+        StoreOp::Enqueue { queue, msg_id, .. }
+        | StoreOp::Settle { queue, msg_id }
+        | StoreOp::Update { queue, msg_id, .. } => Some((*queue, *msg_id)),
+        StoreOp::Purge { .. } | StoreOp::Definitions { .. } => None,
+    }
+}
+
+/// Messages enqueued and settled within `ops` (a consumer took and acked them before the batch
+/// reached the disk, the usual case with a consumer keeping up): their enqueue, updates and
+/// settle are all skipped, so such a message costs no write and no fsync — RabbitMQ's classic
+/// queues do the same for messages acked before they are written. Their confirms still wait for
+/// the batch's commit, so a confirm never comes before the fsync covering what was written.
+fn settled_within(ops: &[SequencedOp]) -> std::collections::HashSet<(u64, u64)> {
+    let mut enqueued = std::collections::HashSet::new();
+    let mut gone = std::collections::HashSet::new();
+    for sequenced in ops {
+        match &sequenced.op {
+            StoreOp::Enqueue { queue, msg_id, .. } => {
+                enqueued.insert((*queue, *msg_id));
+            }
+            StoreOp::Settle { queue, msg_id } if enqueued.contains(&(*queue, *msg_id)) => {
+                gone.insert((*queue, *msg_id));
+            }
+            _ => {}
+        }
+    }
+    gone
 }
 
 fn write_definitions(storage: &dyn Storage, payload: &Bytes) -> Result<(), BatchError> {
@@ -223,8 +265,9 @@ fn commit_with_retry(data: &mut DataDir, batch: &[SequencedOp]) -> BatchOutcome 
                 result = data
                     .store
                     .commit()
-                    .map(|_| BatchOutcome {
+                    .map(|committed| BatchOutcome {
                         durable_op_seq: batch.last().map_or(0, |o| o.op_seq),
+                        bytes_written: committed.bytes,
                         settles: batch.iter().filter(|o| matches!(o.op, StoreOp::Settle { .. })).count()
                             as u64,
                     })
@@ -238,5 +281,50 @@ fn commit_with_retry(data: &mut DataDir, batch: &[SequencedOp]) -> BatchOutcome 
                 std::process::exit(70);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hourglass_store::MemStorage;
+
+    use super::*;
+
+    fn enqueue(op_seq: u64, msg_id: u64) -> SequencedOp {
+        let op = StoreOp::Enqueue {
+            queue: 1,
+            msg_id,
+            metadata: Bytes::from_static(&[0; 22]),
+            record: Bytes::from(format!("message {msg_id}")),
+        };
+        SequencedOp { op_seq, op }
+    }
+
+    fn settle(op_seq: u64, msg_id: u64) -> SequencedOp {
+        SequencedOp { op_seq, op: StoreOp::Settle { queue: 1, msg_id } }
+    }
+
+    fn live_messages(storage: &MemStorage) -> Vec<u64> {
+        let (_, recovered) = Store::open(Arc::new(storage.clone()), StoreConfig::default()).unwrap();
+        recovered.queues.get(&1).map(|q| q.iter().map(|m| m.msg_id).collect()).unwrap_or_default()
+    }
+
+    /// A message enqueued and settled in one batch is never written, and the batch is still
+    /// reported durable through its last op; one settled in a later batch is written, then
+    /// settled, as before.
+    #[test]
+    fn a_message_settled_within_its_batch_is_not_written() {
+        let storage = MemStorage::new();
+        let (mut store, _) = Store::open(Arc::new(storage.clone()), StoreConfig::default()).unwrap();
+        let outcome = apply_batch(&mut store, &storage, &[enqueue(1, 10), settle(2, 10)]).unwrap();
+        assert_eq!(outcome.durable_op_seq, 2);
+        assert_eq!((outcome.settles, outcome.bytes_written), (0, 0), "nothing reached the disk");
+        let outcome =
+            apply_batch(&mut store, &storage, &[enqueue(3, 11), enqueue(4, 12), settle(5, 11)]).unwrap();
+        assert!(outcome.bytes_written > 0, "message 12 was written");
+        assert_eq!(live_messages(&storage), vec![12]);
+        let outcome = apply_batch(&mut store, &storage, &[settle(6, 12)]).unwrap();
+        assert_eq!(outcome.settles, 1);
+        assert!(live_messages(&storage).is_empty());
     }
 }
