@@ -115,9 +115,13 @@ impl Broker {
     }
 
     /// x-overflow drop-head: the oldest ready messages go (dead-lettered, reason `maxlen`) until the
-    /// queue is within its limits.
+    /// queue is within its limits. Under reject-publish a queue over its limits (a limit lowered
+    /// by policy, requeued messages) keeps them, as RabbitMQ's maybe_drop_head does.
     pub(crate) fn drop_overflowing_head(&mut self, id: QueueId) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
+        if queue.args.overflow != Overflow::DropHead {
+            return;
+        }
         let mut dropped = Vec::new();
         while overflow::is_over(&queue.args, queue.message_count(), queue.ready.body_bytes()) {
             match queue.drop_head() {

@@ -17,6 +17,7 @@ pub mod message;
 mod methods;
 mod naming;
 pub mod persist;
+pub mod policy;
 pub mod queue;
 mod redelivery;
 mod reply_to;

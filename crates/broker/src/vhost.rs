@@ -1,22 +1,26 @@
-//! A virtual host: its exchanges and the names of its queues.
+//! A virtual host: its exchanges, the names of its queues and its policies.
 
 use std::collections::HashMap;
 
 use hourglass_wire::{FieldTable, ShortStr};
 
 use crate::exchange::{Exchange, ExchangeKind, ExchangeSpec};
+use crate::policy::Policies;
 use crate::queue::QueueId;
 
 #[derive(Debug)]
 pub(crate) struct VHost {
     pub exchanges: HashMap<ShortStr, Exchange>,
     pub queues: HashMap<ShortStr, QueueId>,
+    /// Policies and operator policies (contract §6).
+    pub policies: Policies,
 }
 
 impl VHost {
     /// A vhost with the default exchange and the `amq.*` exchanges every RabbitMQ vhost has.
     pub fn new() -> Self {
-        let mut vhost = VHost { exchanges: HashMap::new(), queues: HashMap::new() };
+        let mut vhost =
+            VHost { exchanges: HashMap::new(), queues: HashMap::new(), policies: Policies::default() };
         let standard = [
             ("", ExchangeKind::Direct),
             ("amq.direct", ExchangeKind::Direct),

@@ -1,5 +1,5 @@
 //! Read-only views for the management API and metrics: connections, channels, consumers, queues
-//! with their arguments, bindings with theirs.
+//! and exchanges with their arguments and policies, bindings with theirs.
 
 use hourglass_wire::FieldTable;
 
@@ -7,7 +7,8 @@ use super::ADMIN_CONNECTION;
 use crate::api::{ChannelId, ConnectionId, ConnectionInfo};
 use crate::broker::Broker;
 use crate::channel::Mode;
-use crate::exchange::Destination;
+use crate::exchange::{Destination, ExchangeSpec};
+use crate::policy::{merge, Policies, PolicyKind};
 use crate::queue::QueueStats;
 
 /// A client connection as listings show it.
@@ -52,11 +53,38 @@ pub struct ConsumerSummary {
     pub prefetch_count: u16,
 }
 
-/// A queue's statistics with its declaration arguments.
+/// A queue's statistics with its declaration arguments and policies.
 #[derive(Clone, Debug)]
 pub struct QueueDetails {
     pub stats: QueueStats,
     pub arguments: FieldTable,
+    pub policies: PolicyNames,
+}
+
+/// An exchange's declaration with its policies.
+#[derive(Clone, Debug)]
+pub struct ExchangeDetails {
+    pub spec: ExchangeSpec,
+    pub policies: PolicyNames,
+}
+
+/// The policies that apply to a queue or exchange (contract §6), as RabbitMQ's listings show them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PolicyNames {
+    pub policy: Option<String>,
+    pub operator_policy: Option<String>,
+    /// Both definitions merged (`merge::effective_definition`); empty when none applies.
+    pub effective_definition: FieldTable,
+}
+
+impl PolicyNames {
+    fn of(policies: &Policies, policy: &Option<String>, operator_policy: &Option<String>) -> Self {
+        let effective_definition = merge::effective_definition(
+            policies.definition(PolicyKind::User, policy.as_ref()),
+            policies.definition(PolicyKind::Operator, operator_policy.as_ref()),
+        );
+        PolicyNames { policy: policy.clone(), operator_policy: operator_policy.clone(), effective_definition }
+    }
 }
 
 /// A binding with its arguments; the default exchange's implicit bindings are included.
@@ -135,21 +163,40 @@ impl Broker {
         all
     }
 
-    /// Every queue with its arguments, sorted by vhost and name.
+    /// Every queue with its arguments and policies, sorted by vhost and name.
     pub fn list_queue_details(&self) -> Vec<QueueDetails> {
         self.list_queues()
             .into_iter()
             .map(|stats| {
-                let arguments = self
-                    .vhosts
-                    .get(&stats.vhost)
+                let vhost = self.vhosts.get(&stats.vhost);
+                let queue = vhost
                     .and_then(|v| v.queues.iter().find(|(n, _)| n.as_bytes() == stats.name.as_bytes()))
-                    .and_then(|(_, id)| self.queues.get(id))
-                    .map(|q| q.spec.arguments.clone())
-                    .unwrap_or_default();
-                QueueDetails { stats, arguments }
+                    .and_then(|(_, id)| self.queues.get(id));
+                let (arguments, policies) = match (vhost, queue) {
+                    (Some(v), Some(q)) => (
+                        q.spec.arguments.clone(),
+                        PolicyNames::of(&v.policies, &q.policy, &q.operator_policy),
+                    ),
+                    _ => Default::default(),
+                };
+                QueueDetails { stats, arguments, policies }
             })
             .collect()
+    }
+
+    /// Every exchange of a vhost with its policies, sorted by name.
+    pub fn list_exchange_details(&self, vhost: &str) -> Vec<ExchangeDetails> {
+        let Some(v) = self.vhosts.get(vhost) else { return Vec::new() };
+        let mut all: Vec<ExchangeDetails> = v
+            .exchanges
+            .values()
+            .map(|x| ExchangeDetails {
+                spec: x.spec.clone(),
+                policies: PolicyNames::of(&v.policies, &x.policy, &x.operator_policy),
+            })
+            .collect();
+        all.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+        all
     }
 
     /// Every binding of a vhost: first the default exchange's implicit one per queue (as RabbitMQ

@@ -10,10 +10,14 @@
 
 mod delayed;
 mod listing;
+mod policies;
 mod vhosts;
 
 pub use delayed::{DelayedError, DelayedMessage};
-pub use listing::{BindingDetails, ChannelSummary, ConnectionSummary, ConsumerSummary, QueueDetails};
+pub use listing::{
+    BindingDetails, ChannelSummary, ConnectionSummary, ConsumerSummary, ExchangeDetails, PolicyNames,
+    QueueDetails,
+};
 
 use std::sync::Arc;
 

@@ -22,6 +22,7 @@ impl Broker {
             return false;
         }
         self.vhosts.insert(name.to_owned(), VHost::new());
+        self.vhosts_changed();
         true
     }
 
@@ -41,7 +42,16 @@ impl Broker {
             self.delete_queue(id);
         }
         self.vhosts.remove(name);
+        // Its policies go with it, also from the stored definitions.
+        self.vhosts_changed();
         true
+    }
+
+    /// Writes the definitions (they list every vhost with its policies).
+    fn vhosts_changed(&mut self) {
+        let mark = self.mark();
+        self.definitions_changed();
+        self.hold_after(mark, None);
     }
 
     /// Closes a client connection with 320 CONNECTION_FORCED and `reason`, releasing what it

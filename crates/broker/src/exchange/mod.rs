@@ -13,6 +13,7 @@ use indexmap::IndexSet;
 use crate::api::AmqpError;
 use crate::errors;
 use crate::message::Message;
+use crate::policy::Policy;
 use crate::queue::QueueId;
 
 pub(crate) use headers::validate_binding_arguments as validate_headers_binding;
@@ -92,8 +93,11 @@ impl ExchangeSpec {
 #[derive(Clone, Debug)]
 pub(crate) struct Exchange {
     pub spec: ExchangeSpec,
-    /// `alternate-exchange` argument: where unroutable messages go.
+    /// Where unroutable messages go: the `alternate-exchange` argument, else the policy's.
     pub alternate: Option<ShortStr>,
+    /// The policy and operator policy that apply (contract §6), by name.
+    pub policy: Option<String>,
+    pub operator_policy: Option<String>,
     /// Bindings with this exchange as source, in the order they were made (a set: binding twice
     /// is one binding).
     bindings: IndexSet<Binding>,
@@ -138,12 +142,18 @@ impl RouteIndex {
 
 impl Exchange {
     pub fn new(spec: ExchangeSpec) -> Self {
-        let alternate = spec
-            .arguments
-            .get("alternate-exchange")
-            .and_then(|v| v.as_bytes().and_then(|b| ShortStr::new(bytes::Bytes::copy_from_slice(b)).ok()));
+        let alternate = argument_alternate(&spec);
         let index = RouteIndex::for_kind(spec.kind);
-        Exchange { spec, alternate, bindings: IndexSet::new(), index }
+        Exchange { spec, alternate, policy: None, operator_policy: None, bindings: IndexSet::new(), index }
+    }
+
+    /// Takes the policies that now apply: the argument beats the policy for the alternate
+    /// exchange (RabbitMQ's rabbit_policy:get_arg).
+    pub(crate) fn apply_policies(&mut self, policy: Option<&Policy>, operator: Option<&Policy>) {
+        self.alternate =
+            argument_alternate(&self.spec).or_else(|| policy.and_then(|p| p.alternate_exchange.clone()));
+        self.policy = policy.map(|p| p.spec.name.clone());
+        self.operator_policy = operator.map(|p| p.spec.name.clone());
     }
 
     pub fn name(&self) -> &ShortStr {
@@ -236,6 +246,13 @@ impl Exchange {
         }
         Ok(())
     }
+}
+
+/// The `alternate-exchange` argument, when it is a string.
+fn argument_alternate(spec: &ExchangeSpec) -> Option<ShortStr> {
+    spec.arguments
+        .get("alternate-exchange")
+        .and_then(|v| v.as_bytes().and_then(|b| ShortStr::new(bytes::Bytes::copy_from_slice(b)).ok()))
 }
 
 #[cfg(test)]

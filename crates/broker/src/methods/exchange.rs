@@ -54,6 +54,7 @@ impl Broker {
                     check_name("exchange", &m.exchange)?;
                     let durable = spec.durable;
                     vhost.exchanges.insert(spec.name.clone(), Exchange::new(spec));
+                    self.apply_exchange_policies(&vhost_name, &m.exchange);
                     if durable {
                         self.definitions_changed();
                     }

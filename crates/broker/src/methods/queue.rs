@@ -278,6 +278,7 @@ impl Broker {
             self.definitions_changed();
         }
         self.queues.insert(id, queue);
+        self.apply_queue_policies(id, now);
         Ok(id)
     }
 

@@ -10,14 +10,18 @@
 //!                                arguments: F } ],
 //!                queues:    A[ { name: S, id: l, auto_delete: t, arguments: F } ],
 //!                bindings:  A[ { source: S, destination_kind: S ("queue" | "exchange"),
-//!                                destination: S, routing_key: S, arguments: F } ] } ] }
+//!                                destination: S, routing_key: S, arguments: F } ],
+//!                policies, operator_policies:
+//!                           A[ { name: S, pattern: S, apply_to: S, priority: l, definition: F } ] } ] }
 //! ```
+//! The two policy lists came later within version 1: a snapshot without them has no policies.
 
 use bytes::Bytes;
 use hourglass_wire::{FieldArray, FieldTable, FieldValue, LongStr, ShortStr};
 
 use crate::broker::Broker;
 use crate::exchange::{Destination, ExchangeKind, ExchangeSpec};
+use crate::policy::{PolicyKind, PolicySpec};
 use crate::queue::{Queue, QueueId};
 use crate::vhost::VHost;
 
@@ -38,6 +42,7 @@ pub(crate) struct VHostDefinitions {
     /// (id, name, auto_delete, arguments)
     pub queues: Vec<(QueueId, ShortStr, bool, FieldTable)>,
     pub bindings: Vec<BindingDefinition>,
+    pub policies: Vec<(PolicyKind, PolicySpec)>,
 }
 
 #[derive(Debug)]
@@ -118,13 +123,54 @@ impl Broker {
                 ("arguments", FieldValue::Table(queue.spec.arguments.clone())),
             ]))
         });
+        let policies = |kind| {
+            let specs = vhost.policies.of(kind).values().map(|p| encode_policy(&p.spec));
+            FieldValue::Array(FieldArray::from_values(specs))
+        };
         FieldTable::from_entries([
             ("name", FieldValue::LongStr(LongStr::from(name))),
             ("exchanges", FieldValue::Array(FieldArray::from_values(exchanges))),
             ("queues", FieldValue::Array(FieldArray::from_values(queues))),
             ("bindings", FieldValue::Array(FieldArray::from_values(bindings))),
+            ("policies", policies(PolicyKind::User)),
+            ("operator_policies", policies(PolicyKind::Operator)),
         ])
     }
+}
+
+fn encode_policy(spec: &PolicySpec) -> FieldValue {
+    FieldValue::Table(FieldTable::from_entries([
+        ("name", FieldValue::LongStr(LongStr::from(spec.name.as_str()))),
+        ("pattern", FieldValue::LongStr(LongStr::from(spec.pattern.as_str()))),
+        ("apply_to", FieldValue::LongStr(LongStr::from(spec.apply_to.as_str()))),
+        ("priority", FieldValue::I64(spec.priority)),
+        ("definition", FieldValue::Table(spec.definition.clone())),
+    ]))
+}
+
+fn decode_policies(
+    vhost: &FieldTable,
+    key: &str,
+    kind: PolicyKind,
+) -> Result<Vec<(PolicyKind, PolicySpec)>, String> {
+    if !vhost.contains_key(key) {
+        return Ok(Vec::new());
+    }
+    tables(vhost, key)?
+        .iter()
+        .map(|p| {
+            Ok((
+                kind,
+                PolicySpec {
+                    name: long(p, "name")?,
+                    pattern: long(p, "pattern")?,
+                    apply_to: long(p, "apply_to")?,
+                    priority: int(p, "priority")?,
+                    definition: nested(p, "definition")?,
+                },
+            ))
+        })
+        .collect()
 }
 
 /// Decodes [`Broker::encode_definitions`]'s payload; the error names what is wrong.
@@ -164,7 +210,9 @@ pub(crate) fn decode_definitions(payload: Bytes) -> Result<Definitions, String> 
                 arguments: nested(&b, "arguments")?,
             });
         }
-        vhosts.push(VHostDefinitions { name, exchanges, queues, bindings });
+        let mut policies = decode_policies(&vhost, "policies", PolicyKind::User)?;
+        policies.extend(decode_policies(&vhost, "operator_policies", PolicyKind::Operator)?);
+        vhosts.push(VHostDefinitions { name, exchanges, queues, bindings, policies });
     }
     Ok(Definitions { next_queue_id, vhosts })
 }
@@ -197,6 +245,13 @@ fn short(table: &FieldTable, key: &str) -> Result<ShortStr, String> {
     let value = field(table, key)?;
     let bytes = value.as_bytes().ok_or_else(|| format!("definitions: '{key}' is not a string"))?;
     ShortStr::new(Bytes::copy_from_slice(bytes)).map_err(|_| format!("definitions: '{key}' is too long"))
+}
+
+/// A string of any length (policy patterns may pass 255 bytes).
+fn long(table: &FieldTable, key: &str) -> Result<String, String> {
+    let value = field(table, key)?;
+    let bytes = value.as_bytes().ok_or_else(|| format!("definitions: '{key}' is not a string"))?;
+    String::from_utf8(bytes.to_vec()).map_err(|_| format!("definitions: '{key}' is not UTF-8"))
 }
 
 fn nested(table: &FieldTable, key: &str) -> Result<FieldTable, String> {

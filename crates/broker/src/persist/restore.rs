@@ -19,6 +19,7 @@ use super::definitions::{decode_definitions, Definitions};
 use super::{decode_record, MessageMeta, StoreOp};
 use crate::broker::Broker;
 use crate::exchange::{Binding, Destination, Exchange};
+use crate::policy::Policy;
 use crate::queue::entry::Entry;
 use crate::queue::{Queue, QueueArgs, QueueId, QueueSpec};
 use crate::time::Timestamp;
@@ -48,6 +49,8 @@ pub struct RestoreReport {
     pub undecodable: usize,
     /// Queue definitions refused (arguments no longer valid), logged.
     pub refused_queues: usize,
+    /// Policies and operator policies put back.
+    pub policies: usize,
 }
 
 impl Broker {
@@ -104,6 +107,16 @@ impl Broker {
         report: &mut RestoreReport,
     ) {
         let vhost = self.vhosts.entry(defs.name.clone()).or_insert_with(VHost::new);
+        // Policies first: queues and exchanges are matched against them as they come back.
+        for (kind, spec) in &defs.policies {
+            let inserted = Policy::new(*kind, spec.clone()).and_then(|p| vhost.policies.insert(*kind, p));
+            match inserted {
+                Ok(_) => report.policies += 1,
+                Err(reason) => {
+                    tracing::warn!(policy = %spec.name, vhost = %defs.name, %reason, "stored policy refused");
+                }
+            }
+        }
         for spec in &defs.exchanges {
             vhost.exchanges.insert(spec.name.clone(), Exchange::new(spec.clone()));
             report.exchanges += 1;
@@ -129,7 +142,13 @@ impl Broker {
                 vhost.queues.insert(name.clone(), *id);
             }
             self.queues.insert(*id, Queue::new(*id, defs.name.clone(), spec, args, now));
+            self.apply_queue_policies(*id, now);
             report.queues += 1;
+        }
+        let exchanges: Vec<_> =
+            self.vhosts.get(&defs.name).map(|v| v.exchanges.keys().cloned().collect()).unwrap_or_default();
+        for name in exchanges {
+            self.apply_exchange_policies(&defs.name, &name);
         }
         let Some(vhost) = self.vhosts.get_mut(&defs.name) else { return };
         for b in &defs.bindings {

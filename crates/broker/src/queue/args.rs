@@ -34,7 +34,8 @@ pub(crate) const EQUIVALENCE_KEYS: &[&str] = &[
     "x-redelivery-delay-max",
 ];
 
-/// Typed queue arguments.
+/// Typed queue arguments: the effective values (policies applied, contract §6) that every feature
+/// reads, and the settings as declared.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueArgs {
     pub queue_type: QueueType,
@@ -63,6 +64,36 @@ pub struct QueueArgs {
     pub single_active_consumer: bool,
     /// `x-max-priority`: a priority queue with levels 0 ..= this.
     pub max_priority: Option<u8>,
+    /// The settings a policy can also give, as the queue's own arguments gave them (before
+    /// policies): what `policy::merge` starts from when policies change.
+    pub declared: QueueSettings,
+}
+
+/// The queue arguments a policy can set as well (contract §6), each `None` when not given. The
+/// declared arguments, a policy's definition and their merge all take this shape.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueSettings {
+    pub message_ttl_ms: Option<u64>,
+    pub expires_ms: Option<u64>,
+    pub dead_letter_exchange: Option<ShortStr>,
+    pub dead_letter_routing_key: Option<ShortStr>,
+    pub max_length: Option<u64>,
+    pub max_length_bytes: Option<u64>,
+    pub overflow: Option<Overflow>,
+    pub delivery_limit: Option<u64>,
+    pub delivery_delay_ms: Option<u64>,
+    pub visibility_timeout_ms: Option<u64>,
+    pub redelivery_delay_ms: Option<u64>,
+    pub redelivery_delay_max_ms: Option<u64>,
+}
+
+/// Why a setting's value was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SettingError {
+    /// Out of range or not one of the accepted values; RabbitMQ's detail, e.g. `{value_negative,-1}`.
+    Invalid(String),
+    /// A string setting given something that is not a string (RabbitMQ words this one apart).
+    WrongType,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -112,6 +143,7 @@ impl QueueArgs {
             ))
         };
         let mut args = QueueArgs::default();
+        let mut declared = QueueSettings::default();
         for (key, value) in table.iter() {
             let key = key.as_str();
             let key = key.as_ref();
@@ -140,50 +172,6 @@ impl QueueArgs {
                         return Err(invalid(key, format!("{{unacceptable_type,{}}}", other.type_name())))
                     }
                 },
-                "x-message-ttl" => {
-                    args.message_ttl_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?)
-                }
-                "x-expires" => args.expires_ms = Some(time_arg(&value, 1).map_err(|w| invalid(key, w))?),
-                "x-delivery-delay" => {
-                    args.delivery_delay_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?)
-                }
-                "x-visibility-timeout" => {
-                    let ms = count_arg(&value).and_then(super::visibility::check_range);
-                    args.visibility_timeout_ms = Some(ms.map_err(|w| invalid(key, w))?)
-                }
-                "x-delivery-limit" => {
-                    let limit = count_arg(&value).map_err(|w| invalid(key, w))?;
-                    if limit == 0 {
-                        return Err(invalid(key, "{value_zero,0}".to_owned()));
-                    }
-                    args.delivery_limit = Some(limit)
-                }
-                "x-redelivery-delay" => {
-                    args.redelivery_delay_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?)
-                }
-                "x-redelivery-delay-max" => {
-                    args.redelivery_delay_max_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?)
-                }
-                "x-max-length" => args.max_length = Some(count_arg(&value).map_err(|w| invalid(key, w))?),
-                "x-max-length-bytes" => {
-                    args.max_length_bytes = Some(count_arg(&value).map_err(|w| invalid(key, w))?)
-                }
-                "x-dead-letter-exchange" => {
-                    args.dead_letter_exchange =
-                        Some(short_string_arg(&value).map_err(|_| invalid_type(key, &value))?)
-                }
-                "x-dead-letter-routing-key" => {
-                    args.dead_letter_routing_key =
-                        Some(short_string_arg(&value).map_err(|_| invalid_type(key, &value))?)
-                }
-                "x-overflow" => {
-                    args.overflow = match value.as_bytes() {
-                        Some(b"drop-head") => Overflow::DropHead,
-                        Some(b"reject-publish") => Overflow::RejectPublish,
-                        Some(b"reject-publish-dlx") => Overflow::RejectPublishDlx,
-                        _ => return Err(invalid(key, "invalid_overflow".to_owned())),
-                    }
-                }
                 "x-dead-letter-strategy" => {
                     args.dead_letter_strategy = match value.as_bytes() {
                         Some(b"at-most-once") => DeadLetterStrategy::AtMostOnce,
@@ -191,11 +179,18 @@ impl QueueArgs {
                         _ => return Err(invalid(key, unsupported("dead letter strategy", &value))),
                     }
                 }
-                _ => {}
+                _ => {
+                    let Some(name) = key.strip_prefix("x-") else { continue };
+                    match declared.set(name, &value) {
+                        Ok(_) => {}
+                        Err(SettingError::Invalid(why)) => return Err(invalid(key, why)),
+                        Err(SettingError::WrongType) => return Err(invalid_type(key, &value)),
+                    }
+                }
             }
         }
-        if let Some(max) = args.redelivery_delay_max_ms {
-            match args.redelivery_delay_ms {
+        if let Some(max) = declared.redelivery_delay_max_ms {
+            match declared.redelivery_delay_ms {
                 None => {
                     return Err(invalid("x-redelivery-delay-max", "requires x-redelivery-delay".to_owned()))
                 }
@@ -208,7 +203,7 @@ impl QueueArgs {
                 _ => {}
             }
         }
-        if args.dead_letter_routing_key.is_some() && args.dead_letter_exchange.is_none() {
+        if declared.dead_letter_routing_key.is_some() && declared.dead_letter_exchange.is_none() {
             return Err(invalid("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined".to_owned()));
         }
         if args.queue_type == QueueType::Quorum {
@@ -218,14 +213,92 @@ impl QueueArgs {
                     "invalid property 'non-durable' for queue '{queue}' in vhost '{vhost}'"
                 )));
             }
-            if args.overflow == Overflow::RejectPublishDlx {
+            if declared.overflow == Some(Overflow::RejectPublishDlx) {
                 return Err(invalid(
                     "x-overflow",
                     "reject-publish-dlx is not supported by quorum queues".to_owned(),
                 ));
             }
         }
+        args.apply(&declared);
+        args.declared = declared;
         Ok(args)
+    }
+
+    /// Makes `settings` (the declared ones merged with policies) the effective values. A merge
+    /// can combine what no single declaration may (checked in `parse`), so it is made sane here:
+    /// - reject-publish-dlx on a quorum queue falls back to drop-head, as RabbitMQ's
+    ///   rabbit_quorum_queue does for a policy value it does not support;
+    /// - a back-off maximum below the delay is raised to the delay (the back-off stays flat).
+    pub(crate) fn apply(&mut self, settings: &QueueSettings) {
+        let overflow = settings.overflow.unwrap_or_default();
+        self.overflow = match (self.queue_type, overflow) {
+            (QueueType::Quorum, Overflow::RejectPublishDlx) => Overflow::DropHead,
+            (_, overflow) => overflow,
+        };
+        self.message_ttl_ms = settings.message_ttl_ms;
+        self.expires_ms = settings.expires_ms;
+        self.dead_letter_exchange = settings.dead_letter_exchange.clone();
+        self.dead_letter_routing_key = settings.dead_letter_routing_key.clone();
+        self.max_length = settings.max_length;
+        self.max_length_bytes = settings.max_length_bytes;
+        self.delivery_limit = settings.delivery_limit;
+        self.delivery_delay_ms = settings.delivery_delay_ms;
+        self.visibility_timeout_ms = settings.visibility_timeout_ms;
+        self.redelivery_delay_ms = settings.redelivery_delay_ms;
+        self.redelivery_delay_max_ms = match (settings.redelivery_delay_ms, settings.redelivery_delay_max_ms)
+        {
+            (Some(delay), Some(max)) => Some(max.max(delay)),
+            (_, max) => max,
+        };
+    }
+}
+
+impl QueueSettings {
+    /// Checks `value` for the setting `name` (an argument's name without its `x-`, or a policy
+    /// key) and records it. `Ok(false)`: `name` is not one of these settings.
+    pub(crate) fn set(&mut self, name: &str, value: &FieldValue) -> Result<bool, SettingError> {
+        let invalid = SettingError::Invalid;
+        match name {
+            "message-ttl" => self.message_ttl_ms = Some(time_arg(value, 0).map_err(invalid)?),
+            "expires" => self.expires_ms = Some(time_arg(value, 1).map_err(invalid)?),
+            "delivery-delay" => self.delivery_delay_ms = Some(time_arg(value, 0).map_err(invalid)?),
+            "visibility-timeout" => {
+                let ms = count_arg(value).and_then(super::visibility::check_range);
+                self.visibility_timeout_ms = Some(ms.map_err(invalid)?)
+            }
+            "delivery-limit" => {
+                let limit = count_arg(value).map_err(invalid)?;
+                if limit == 0 {
+                    return Err(invalid("{value_zero,0}".to_owned()));
+                }
+                self.delivery_limit = Some(limit)
+            }
+            "redelivery-delay" => self.redelivery_delay_ms = Some(time_arg(value, 0).map_err(invalid)?),
+            "redelivery-delay-max" => {
+                self.redelivery_delay_max_ms = Some(time_arg(value, 0).map_err(invalid)?)
+            }
+            "max-length" => self.max_length = Some(count_arg(value).map_err(invalid)?),
+            "max-length-bytes" => self.max_length_bytes = Some(count_arg(value).map_err(invalid)?),
+            "dead-letter-exchange" => {
+                self.dead_letter_exchange =
+                    Some(short_string_arg(value).map_err(|_| SettingError::WrongType)?)
+            }
+            "dead-letter-routing-key" => {
+                self.dead_letter_routing_key =
+                    Some(short_string_arg(value).map_err(|_| SettingError::WrongType)?)
+            }
+            "overflow" => {
+                self.overflow = Some(match value.as_bytes() {
+                    Some(b"drop-head") => Overflow::DropHead,
+                    Some(b"reject-publish") => Overflow::RejectPublish,
+                    Some(b"reject-publish-dlx") => Overflow::RejectPublishDlx,
+                    _ => return Err(invalid("invalid_overflow".to_owned())),
+                })
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 }
 

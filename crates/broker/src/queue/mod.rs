@@ -23,7 +23,8 @@ use crate::api::{ChannelId, ConnectionId};
 use crate::channel::Unacked;
 use crate::message::Message;
 use crate::time::Timestamp;
-pub use args::{DeadLetterStrategy, Overflow, QueueArgs, QueueType};
+pub(crate) use args::SettingError;
+pub use args::{DeadLetterStrategy, Overflow, QueueArgs, QueueSettings, QueueType};
 use consumers::Consumers;
 pub use dead_letter::DeathReason;
 pub use delay::DelayedInfo;
@@ -55,7 +56,11 @@ pub(crate) struct Queue {
     pub id: QueueId,
     pub vhost: String,
     pub spec: QueueSpec,
+    /// Effective arguments: the declared ones merged with the policies that apply (contract §6).
     pub args: QueueArgs,
+    /// The policy and operator policy that apply, by name.
+    pub policy: Option<String>,
+    pub operator_policy: Option<String>,
     pub ready: Ready,
     pub consumers: Consumers,
     /// Deliveries of this queue's messages not yet settled (held by channels).
@@ -95,6 +100,8 @@ impl Queue {
             vhost,
             spec,
             args,
+            policy: None,
+            operator_policy: None,
             ready: Ready::with_max_priority(max_priority),
             consumers: Consumers::default(),
             unacked_count: 0,
