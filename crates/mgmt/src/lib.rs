@@ -12,7 +12,7 @@
 //! | `error.rs` | errors as RabbitMQ's `{"error", "reason"}` bodies |
 //! | `json.rs` | field tables and message properties as JSON |
 //! | `listing.rs` | `columns`, `sort`, `sort_reverse`, `page`, `page_size` |
-//! | `routes/*.rs` | one file per resource |
+//! | `routes/*.rs` | one file per resource (`routes/policies.rs`: policies and operator policies) |
 //! | `metrics.rs` | Prometheus text exposition |
 //! | `resources.rs` | the memory and disk alarms |
 

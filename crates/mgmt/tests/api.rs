@@ -413,3 +413,120 @@ async fn visibility_endpoint_status_codes() {
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+/// contract §6: /api/policies in RabbitMQ's shapes and status codes — 201 create, 204 replace,
+/// 400 with RabbitMQ's reason for a bad definition or pattern, 404 for a missing vhost or policy.
+#[tokio::test]
+async fn policies_endpoints() {
+    let s = state();
+    let ttl =
+        json!({"pattern": "^q", "definition": {"message-ttl": 1000}, "priority": 1, "apply-to": "queues"});
+    assert_eq!(call(&s, "PUT", "/api/policies/%2F/ttl", Some(ttl.clone())).await.0, StatusCode::CREATED);
+    assert_eq!(call(&s, "PUT", "/api/policies/%2F/ttl", Some(ttl)).await.0, StatusCode::NO_CONTENT);
+    let expected = json!({"vhost": "/", "name": "ttl", "pattern": "^q", "apply-to": "queues",
+        "definition": {"message-ttl": 1000}, "priority": 1});
+    assert_eq!(call(&s, "GET", "/api/policies/%2F/ttl", None).await.1, expected);
+    assert_eq!(call(&s, "GET", "/api/policies", None).await.1, json!([expected]));
+    assert_eq!(call(&s, "GET", "/api/policies/%2F", None).await.1, json!([expected]));
+    let defaults = json!({"pattern": ".*", "definition": {"max-length": 5}});
+    assert_eq!(call(&s, "PUT", "/api/policies/%2F/len", Some(defaults)).await.0, StatusCode::CREATED);
+    let (_, len) = call(&s, "GET", "/api/policies/%2F/len", None).await;
+    assert_eq!((&len["apply-to"], &len["priority"]), (&json!("all"), &json!(0)));
+
+    let (status, body) =
+        call(&s, "PUT", "/api/policies/%2F/bad", Some(json!({"pattern": ".*", "definition": {"foo": 1}})))
+            .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["reason"], "Validation failed\n\n[{<<\"foo\">>,1}] are not recognised policy settings\n");
+    let bad_pattern = json!({"pattern": "(", "definition": {"expires": 10}});
+    let (status, body) = call(&s, "PUT", "/api/policies/%2F/bad", Some(bad_pattern)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["reason"].as_str().unwrap().contains("pattern should be regular expression"), "{body}");
+    let negative = json!({"pattern": ".*", "definition": {"message-ttl": -1}});
+    assert_eq!(call(&s, "PUT", "/api/policies/%2F/bad", Some(negative)).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        call(&s, "PUT", "/api/policies/%2F/bad", Some(json!({"pattern": ".*"}))).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    let fine = json!({"pattern": ".*", "definition": {"expires": 10}});
+    assert_eq!(call(&s, "PUT", "/api/policies/nope/p", Some(fine)).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(call(&s, "GET", "/api/policies/nope", None).await.0, StatusCode::NOT_FOUND);
+
+    assert_eq!(call(&s, "DELETE", "/api/policies/%2F/ttl", None).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(call(&s, "DELETE", "/api/policies/%2F/ttl", None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(call(&s, "GET", "/api/policies/%2F/ttl", None).await.0, StatusCode::NOT_FOUND);
+}
+
+/// contract §6: operator policies take limits only; queue and exchange listings name the
+/// policies that apply and show their merged definition (the lower max-length).
+#[tokio::test]
+async fn operator_policies_and_listings() {
+    let s = state();
+    let dlx = json!({"pattern": ".*", "definition": {"dead-letter-exchange": "dlx"}});
+    let (status, body) = call(&s, "PUT", "/api/operator-policies/%2F/dl", Some(dlx)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["reason"].as_str().unwrap().contains("are not recognised policy settings"), "{body}");
+    let cap =
+        json!({"pattern": "^jobs$", "definition": {"max-length": 5, "expires": 60000}, "apply-to": "queues"});
+    assert_eq!(call(&s, "PUT", "/api/operator-policies/%2F/cap", Some(cap)).await.0, StatusCode::CREATED);
+    let user = json!({"pattern": "^jobs$", "definition": {"max-length": 10, "dead-letter-exchange": "dlx"}});
+    assert_eq!(call(&s, "PUT", "/api/policies/%2F/user", Some(user)).await.0, StatusCode::CREATED);
+    assert_eq!(call(&s, "PUT", "/api/queues/%2F/jobs", None).await.0, StatusCode::CREATED);
+    let (_, q) = call(&s, "GET", "/api/queues/%2F/jobs", None).await;
+    assert_eq!((&q["policy"], &q["operator_policy"]), (&json!("user"), &json!("cap")));
+    assert_eq!(
+        q["effective_policy_definition"],
+        json!({"dead-letter-exchange": "dlx", "expires": 60000, "max-length": 5})
+    );
+    call(&s, "PUT", "/api/exchanges/%2F/jobs", Some(json!({"type": "direct"}))).await;
+    let (_, x) = call(&s, "GET", "/api/exchanges/%2F/jobs", None).await;
+    assert_eq!(x["policy"], "user", "apply-to all reaches exchanges");
+    assert_eq!(x["operator_policy"], Value::Null);
+    let (_, list) = call(&s, "GET", "/api/operator-policies", None).await;
+    assert_eq!(list[0]["name"], "cap");
+    assert_eq!(call(&s, "DELETE", "/api/operator-policies/%2F/cap", None).await.0, StatusCode::NO_CONTENT);
+    let (_, q) = call(&s, "GET", "/api/queues/%2F/jobs", None).await;
+    assert_eq!(q["operator_policy"], Value::Null);
+    assert_eq!(q["effective_policy_definition"], json!({"dead-letter-exchange": "dlx", "max-length": 10}));
+
+    // Policymakers may set policies but not operator policies (RabbitMQ's tags).
+    call(&s, "PUT", "/api/users/pm", Some(json!({"password": "pw", "tags": "policymaker"}))).await;
+    let pm = "Basic cG06cHc="; // pm:pw
+    let body = json!({"pattern": "x", "definition": {"expires": 5}});
+    assert_eq!(
+        call_as(&s, pm, "PUT", "/api/policies/%2F/pm", Some(body.clone())).await.0,
+        StatusCode::CREATED
+    );
+    let status = call_as(&s, pm, "PUT", "/api/operator-policies/%2F/pm", Some(body)).await.0;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+/// A RabbitMQ export with policies imports (keys without effect here, such as ha-mode, included)
+/// and exports them again in the same shape.
+#[tokio::test]
+async fn definitions_carry_policies() {
+    let s = state();
+    let policies = json!([
+        {"vhost": "/", "name": "ha", "pattern": "^(?!amq\\.).*", "apply-to": "queues",
+         "definition": {"ha-mode": "all", "message-ttl": 60000}, "priority": 0},
+        {"vhost": "/", "name": "ae", "pattern": "^orders$", "apply-to": "exchanges",
+         "definition": {"alternate-exchange": "lost"}, "priority": 2},
+    ]);
+    let defs = json!({"policies": policies, "queues": [{"name": "work", "vhost": "/", "durable": true,
+        "auto_delete": false, "arguments": {}}]});
+    let (status, body) = call(&s, "POST", "/api/definitions", Some(defs)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (_, q) = call(&s, "GET", "/api/queues/%2F/work", None).await;
+    assert_eq!(q["policy"], "ha");
+    let (_, exported) = call(&s, "GET", "/api/definitions", None).await;
+    let mut names: Vec<&str> =
+        exported["policies"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["ae", "ha"]);
+    assert_eq!(
+        exported["policies"].as_array().unwrap().iter().find(|p| p["name"] == "ha").unwrap(),
+        &policies[0]
+    );
+    let bad = json!({"policies": [{"vhost": "/", "name": "x", "pattern": ".*", "definition": {"nope": 1}}]});
+    assert_eq!(call(&s, "POST", "/api/definitions", Some(bad)).await.0, StatusCode::BAD_REQUEST);
+}

@@ -1,5 +1,6 @@
-//! /api/definitions: export and import users, vhosts, permissions, exchanges, queues, bindings
-//! in RabbitMQ's format (policies and parameters are exported empty and ignored on import).
+//! /api/definitions: export and import users, vhosts, permissions, policies, exchanges, queues,
+//! bindings in RabbitMQ's format (parameters are exported empty and ignored on import; operator
+//! policies are not part of the file, as in RabbitMQ).
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -15,6 +16,7 @@ use crate::error::ApiError;
 use crate::json::json_to_table;
 use crate::users::{Permission, User, VhostRecord};
 use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
+use hourglass_broker::policy::PolicyKind;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route("/api/definitions", get(export).post(import))
@@ -43,6 +45,8 @@ async fn export(
         .filter(|x| x["name"].as_str().is_some_and(|n| !n.is_empty() && !n.starts_with("amq.")))
         .map(|x| strip(x, &["name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"]))
         .collect();
+    let policies = state.broker.run(|b, _| b.list_policies(PolicyKind::User, None)).await?;
+    let policies: Vec<Value> = policies.iter().map(super::policies::policy_json).collect();
     let mut bindings = Vec::new();
     for vhost in state.users.vhosts() {
         for b in super::bindings::vhost_bindings(&state, &vhost.name).await? {
@@ -68,7 +72,7 @@ async fn export(
         "topic_permissions": [],
         "parameters": [],
         "global_parameters": [],
-        "policies": [],
+        "policies": policies,
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
@@ -146,6 +150,11 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
             write: required(p, "write")?.to_owned(),
             read: required(p, "read")?.to_owned(),
         });
+    }
+    for p in items(body, "policies")? {
+        let vhost = required(p, "vhost")?.to_owned();
+        let spec = super::policies::policy_spec(required(p, "name")?, p)?;
+        super::policies::set(state, PolicyKind::User, vhost, spec).await?;
     }
     for x in items(body, "exchanges")? {
         let vhost = required(x, "vhost")?.to_owned();

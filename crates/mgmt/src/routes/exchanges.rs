@@ -7,7 +7,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine;
-use hourglass_broker::exchange::ExchangeSpec;
+use hourglass_broker::admin::ExchangeDetails;
 use hourglass_broker::Publish;
 use hourglass_wire::{ExchangeDeclare, ExchangeDelete, Method, ShortStr};
 use serde_json::{json, Value};
@@ -29,7 +29,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/exchanges/{vhost}/{name}/bindings/destination", get(bindings_destination))
 }
 
-pub(crate) fn exchange_json(vhost: &str, x: &ExchangeSpec) -> Value {
+pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails) -> Value {
+    let x = &details.spec;
     json!({
         "name": x.name.as_str(),
         "vhost": vhost,
@@ -39,7 +40,9 @@ pub(crate) fn exchange_json(vhost: &str, x: &ExchangeSpec) -> Value {
         "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
         "user_who_performed_action": "rmq-internal",
-        "policy": null,
+        "policy": details.policies.policy,
+        "operator_policy": details.policies.operator_policy,
+        "effective_policy_definition": table_to_json(&details.policies.effective_definition),
     })
 }
 
@@ -53,7 +56,7 @@ pub(crate) async fn all_exchanges(state: &AppState, only: Option<String>) -> Res
             };
             vhosts
                 .into_iter()
-                .flat_map(|v| b.list_exchanges(&v).into_iter().map(move |x| (v.clone(), x)))
+                .flat_map(|v| b.list_exchange_details(&v).into_iter().map(move |x| (v.clone(), x)))
                 .collect::<Vec<_>>()
         })
         .await?;

@@ -6,6 +6,7 @@ mod definitions;
 pub(crate) use definitions::import_definitions;
 mod exchanges;
 mod overview;
+mod policies;
 mod queues;
 mod time;
 mod users;
@@ -25,6 +26,7 @@ pub fn router(state: AppState) -> Router {
         .merge(users::routes())
         .merge(exchanges::routes())
         .merge(queues::routes())
+        .merge(policies::routes())
         .merge(time::routes())
         .merge(bindings::routes())
         .merge(connections::routes())
