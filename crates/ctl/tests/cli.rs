@@ -76,6 +76,38 @@ fn rabbitmqctl_verbs_against_a_running_broker() {
     assert_eq!(exported["queues"][0]["name"], "jobs");
     let _ = std::fs::remove_file(&export);
 
+    // Policies: rabbitmqctl's arguments and list_policies' columns; the queue takes the policy.
+    let (ok, _, err) = ctl(
+        &url,
+        &[
+            "-p",
+            "dev",
+            "set_policy",
+            "--priority",
+            "2",
+            "--apply-to",
+            "queues",
+            "ttl",
+            "^jobs$",
+            r#"{"message-ttl":60000}"#,
+        ],
+    );
+    assert!(ok, "{err}");
+    let (_, out, _) = ctl(&url, &["-p", "dev", "list_policies"]);
+    assert_eq!(out, "dev\tttl\t^jobs$\tqueues\t{\"message-ttl\":60000}\t2\n");
+    let (_, out, _) = ctl(&url, &["-p", "dev", "list_queues", "name", "policy"]);
+    assert_eq!(out, "jobs\tttl\n");
+    let (ok, _, err) = ctl(&url, &["-p", "dev", "set_policy", "bad", ".*", r#"{"nope":1}"#]);
+    assert!(!ok && err.contains("400") && err.contains("not recognised"), "{err}");
+    assert!(ctl(&url, &["-p", "dev", "set_operator_policy", "cap", ".*", r#"{"max-length":5}"#]).0);
+    let (_, out, _) = ctl(&url, &["-p", "dev", "list_operator_policies"]);
+    assert_eq!(out, "dev\tcap\t.*\tall\t{\"max-length\":5}\t0\n");
+    assert!(ctl(&url, &["-p", "dev", "clear_operator_policy", "cap"]).0);
+    assert!(ctl(&url, &["-p", "dev", "clear_policy", "ttl"]).0);
+    let (ok, _, err) = ctl(&url, &["-p", "dev", "clear_policy", "ttl"]);
+    assert!(!ok && err.contains("404"), "{err}");
+    assert_eq!(ctl(&url, &["-p", "dev", "list_policies"]).1, "");
+
     assert!(ctl(&url, &["-p", "dev", "purge_queue", "jobs"]).0);
     assert!(ctl(&url, &["-p", "dev", "delete_queue", "jobs"]).0);
     let (ok, _, err) = ctl(&url, &["-p", "dev", "delete_queue", "jobs"]);

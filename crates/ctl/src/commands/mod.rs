@@ -65,6 +65,26 @@ pub enum Command {
     DeleteQueue {
         queue: String,
     },
+    /// Sets a policy: NAME, PATTERN (a regular expression on names), DEFINITION (JSON).
+    SetPolicy {
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    ClearPolicy {
+        name: String,
+    },
+    /// Policies of the vhost: vhost, name, pattern, apply-to, definition, priority.
+    ListPolicies,
+    /// Sets an operator policy (limits that win where lower), arguments as set_policy.
+    SetOperatorPolicy {
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    ClearOperatorPolicy {
+        name: String,
+    },
+    /// Operator policies of the vhost, columns as list_policies.
+    ListOperatorPolicies,
     /// Writes the definitions as JSON to a file, or to stdout with `-`.
     ExportDefinitions {
         path: String,
@@ -74,6 +94,23 @@ pub enum Command {
         path: String,
     },
 }
+
+/// rabbitmqctl set_policy's arguments.
+#[derive(Debug, clap::Args)]
+pub struct PolicyArgs {
+    /// Higher wins when several policies match.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i64,
+    /// queues, classic_queues, quorum_queues, exchanges or all.
+    #[arg(long, default_value = "all")]
+    apply_to: String,
+    name: String,
+    pattern: String,
+    definition: String,
+}
+
+/// rabbitmqctl list_policies' columns.
+const POLICY_COLUMNS: &[&str] = &["vhost", "name", "pattern", "apply-to", "definition", "priority"];
 
 pub fn run(client: &Client, vhost: &str, command: Command) -> anyhow::Result<String> {
     let v = segment(vhost);
@@ -153,6 +190,22 @@ pub fn run(client: &Client, vhost: &str, command: Command) -> anyhow::Result<Str
             client.delete(&format!("/api/queues/{v}/{}", segment(&queue)))?;
             Ok(String::new())
         }
+        Command::SetPolicy { policy } => set_policy(client, &format!("/api/policies/{v}"), policy),
+        Command::SetOperatorPolicy { policy } => {
+            set_policy(client, &format!("/api/operator-policies/{v}"), policy)
+        }
+        Command::ClearPolicy { name } => {
+            client.delete(&format!("/api/policies/{v}/{}", segment(&name)))?;
+            Ok(String::new())
+        }
+        Command::ClearOperatorPolicy { name } => {
+            client.delete(&format!("/api/operator-policies/{v}/{}", segment(&name)))?;
+            Ok(String::new())
+        }
+        Command::ListPolicies => table(client.get(&format!("/api/policies/{v}"))?, &[], POLICY_COLUMNS),
+        Command::ListOperatorPolicies => {
+            table(client.get(&format!("/api/operator-policies/{v}"))?, &[], POLICY_COLUMNS)
+        }
         Command::ExportDefinitions { path } => {
             let text = serde_json::to_string_pretty(&client.get("/api/definitions")?)?;
             if path == "-" {
@@ -172,6 +225,20 @@ pub fn run(client: &Client, vhost: &str, command: Command) -> anyhow::Result<Str
             Ok(String::new())
         }
     }
+}
+
+/// PUTs a policy under `base` (the vhost's policies or operator policies).
+fn set_policy(client: &Client, base: &str, policy: PolicyArgs) -> anyhow::Result<String> {
+    let definition: Value = serde_json::from_str(&policy.definition)
+        .with_context(|| format!("Could not parse JSON document: {}", policy.definition))?;
+    let body = json!({
+        "pattern": policy.pattern,
+        "definition": definition,
+        "priority": policy.priority,
+        "apply-to": policy.apply_to,
+    });
+    client.put(&format!("{base}/{}", segment(&policy.name)), &body)?;
+    Ok(String::new())
 }
 
 /// One tab-separated line per item.
