@@ -159,6 +159,22 @@ fn a_new_max_length_policy_trims_an_existing_queue_at_once() {
     assert_eq!(ready(&tb, "q"), 6);
 }
 
+/// Under reject-publish a lowered max-length keeps what is there (RabbitMQ's maybe_drop_head
+/// drops only under drop-head) and refuses publishes until the queue is below the limit.
+#[test]
+fn a_lower_limit_under_reject_publish_keeps_messages_and_refuses_new_ones() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-overflow", text("reject-publish"))]);
+    for _ in 0..4 {
+        tb.publish(c, "", "q", b"m");
+    }
+    set(&mut tb, PolicyKind::User, spec("short", "^q$", 0, &[("max-length", int(2))]));
+    assert_eq!(ready(&tb, "q"), 4);
+    tb.publish(c, "", "q", b"refused");
+    assert_eq!(ready(&tb, "q"), 4);
+}
+
 fn bodies_of_get(effects: &[Effect]) -> Vec<u8> {
     effects
         .iter()

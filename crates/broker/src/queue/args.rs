@@ -432,6 +432,22 @@ mod tests {
         assert!(err.reply_text.ends_with("routing_key_but_no_dlx_defined"));
     }
 
+    /// A merge of arguments and policies is made sane: a back-off maximum below the delay is
+    /// raised to it, and reject-publish-dlx on a quorum queue falls back to drop-head (RabbitMQ).
+    #[test]
+    fn merged_settings_are_made_sane() {
+        let mut args = parse(&[("x-queue-type", FieldValue::LongStr("quorum".into()))]).unwrap();
+        args.apply(&QueueSettings {
+            redelivery_delay_ms: Some(500),
+            redelivery_delay_max_ms: Some(100),
+            overflow: Some(Overflow::RejectPublishDlx),
+            ..Default::default()
+        });
+        assert_eq!(args.redelivery_delay_max_ms, Some(500));
+        assert_eq!(args.overflow, Overflow::DropHead);
+        assert_eq!(args.declared, QueueSettings::default(), "the declaration is kept apart");
+    }
+
     /// x-overflow takes RabbitMQ's three values; reject-publish-dlx is not for quorum queues.
     #[test]
     fn overflow_values() {
