@@ -85,7 +85,7 @@ impl Broker {
         }
         let mut targets = Vec::new();
         routing::route(vhost, &dlx, &rewritten, &mut targets);
-        let headers = rewritten.properties.headers.clone();
+        let headers = rewritten.properties().headers();
         targets.retain(|id| {
             self.queues.get(id).is_some_and(|q| !dead_letter::is_cycle(headers.as_ref(), q.name()))
         });

@@ -144,7 +144,9 @@ impl Exchange {
             ExchangeKind::Direct => direct::route(&self.bindings, key, out),
             ExchangeKind::Fanout => fanout::route(&self.bindings, out),
             ExchangeKind::Topic => topic::route(&self.bindings, key, out),
-            ExchangeKind::Headers => headers::route(&self.bindings, message.properties.headers.as_ref(), out),
+            ExchangeKind::Headers => {
+                headers::route(&self.bindings, message.properties().headers().as_ref(), out)
+            }
         }
     }
 

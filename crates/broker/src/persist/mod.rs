@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use hourglass_wire::{BasicProperties, ShortStr};
+use hourglass_wire::{EncodedProperties, ShortStr};
 
 use crate::api::{ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
@@ -125,7 +125,7 @@ impl MessageMeta {
 /// A message as stored: `exchange (u8 length + bytes), routing key (u8 length + bytes),
 /// properties (AMQP content-header property encoding), body (the rest)`.
 pub fn encode_record(message: &Message) -> Bytes {
-    let properties_bytes = message.properties.encoded_len();
+    let properties_bytes = message.properties().encoded_len();
     let mut out = BytesMut::with_capacity(
         2 + message.exchange.len() + message.routing_key.len() + properties_bytes + message.body.len(),
     );
@@ -134,7 +134,8 @@ pub fn encode_record(message: &Message) -> Bytes {
         out.put_u8(name.len() as u8);
         out.put_slice(name.as_bytes());
     }
-    message.properties.encode(&mut out);
+    // The bytes as received: the same AMQP encoding the record format always had.
+    message.properties().encode(&mut out);
     out.put_slice(&message.body);
     out.freeze()
 }
@@ -151,7 +152,7 @@ pub fn decode_record(mut record: Bytes) -> Option<Message> {
     };
     let exchange = short(&mut record)?;
     let routing_key = short(&mut record)?;
-    let properties = BasicProperties::decode(&mut record).ok()?;
+    let properties = EncodedProperties::split_from(&mut record).ok()?;
     Some(Message::new(exchange, routing_key, properties, record))
 }
 
@@ -282,7 +283,7 @@ impl Broker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hourglass_wire::{FieldTable, FieldValue};
+    use hourglass_wire::{BasicProperties, FieldTable, FieldValue};
 
     /// Metadata round-trips, and another version or length is refused rather than guessed at.
     #[test]
@@ -310,12 +311,12 @@ mod tests {
         let message = Message::new(
             ShortStr::from_static("x"),
             ShortStr::from_static("rk"),
-            properties,
+            properties.into(),
             Bytes::from_static(b"body"),
         );
         let decoded = decode_record(encode_record(&message)).unwrap();
         assert_eq!(decoded, message);
-        assert_eq!(decoded.expiration_ms, Some(5000));
+        assert_eq!(decoded.expiration_ms(), Some(5000));
         assert!(decode_record(Bytes::from_static(&[5, b'a'])).is_none());
     }
 }

@@ -147,7 +147,7 @@ impl Queue {
 
     /// The TTL deadline of `message` when it becomes ready at `ready_at` (contract §1).
     pub fn deadline_from(&self, message: &Message, ready_at: Timestamp) -> Option<Timestamp> {
-        let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, message.expiration_ms);
+        let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, message.expiration_ms());
         ttl_ms.map(|ms| ready_at.saturating_add_millis(ms))
     }
 

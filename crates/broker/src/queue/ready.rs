@@ -88,7 +88,7 @@ impl Ready {
     }
 
     fn level_of(&self, entry: &Entry) -> usize {
-        let priority = usize::from(entry.message.properties.priority.unwrap_or(0));
+        let priority = usize::from(entry.message.priority());
         priority.min(self.levels.len() - 1)
     }
 
