@@ -141,3 +141,16 @@ impl Effect {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every publish moves a `Command` through the broker's input queue: 160 bytes (bounded by
+    /// `Method`, 144), down from 496 when it carried decoded properties (ADR 0006).
+    #[test]
+    fn command_stays_small() {
+        let size = std::mem::size_of::<Command>();
+        assert!(size <= 160, "Command is {size} bytes");
+    }
+}
