@@ -47,7 +47,7 @@ impl Broker {
             }
             Return::OverLimit => {
                 queue.settle();
-                self.dead_letter_later(id, entry.message, DeathReason::DeliveryLimit, entry.persist_id);
+                self.dead_letter_entry(id, entry, DeathReason::DeliveryLimit);
             }
         }
     }

@@ -248,7 +248,7 @@ impl Broker {
             return Ok(());
         };
         if m.no_ack {
-            self.persist_settle(id, entry.persist_id);
+            self.persist_settle(id, entry.persist_id());
         }
         let visibility_ms =
             self.queues.get(&id).and_then(|q| q.args.visibility_timeout_ms).filter(|_| !m.no_ack);
@@ -372,13 +372,13 @@ impl Broker {
             match settlement {
                 Settlement::Ack => {
                     queue.settle();
-                    self.persist_settle(id, delivery.entry.persist_id);
+                    self.persist_settle(id, delivery.entry.persist_id());
                 }
                 Settlement::Requeue => self.return_to_queue(id, delivery.entry, now),
                 Settlement::Discard => {
                     queue.settle();
                     let entry = delivery.entry;
-                    self.dead_letter_later(id, entry.message, DeathReason::Rejected, entry.persist_id);
+                    self.dead_letter_entry(id, entry, DeathReason::Rejected);
                 }
             }
             if !touched.contains(&id) {

@@ -114,7 +114,7 @@ impl MessageMeta {
 
     fn of(entry: &Entry, wait_until: Option<Timestamp>) -> MessageMeta {
         MessageMeta {
-            ready_at_ms: entry.ready_at.map(Timestamp::as_millis),
+            ready_at_ms: entry.ready_at().map(Timestamp::as_millis),
             wait_until_ms: wait_until.map_or(0, Timestamp::as_millis),
             delivery_count: entry.delivery_count,
             redelivered: entry.redelivered,
@@ -234,7 +234,7 @@ impl Broker {
 
     /// `Enqueue` for an entry that just entered queue `id` (waiting until `wait_until`, if set).
     pub(crate) fn persist_enqueue(&mut self, id: QueueId, entry: &Entry, wait_until: Option<Timestamp>) {
-        let Some(msg_id) = entry.persist_id else { return };
+        let Some(msg_id) = entry.persist_id() else { return };
         let metadata = MessageMeta::of(entry, wait_until).encode();
         let record = self.persist.record_of(&entry.message);
         self.persist.push(StoreOp::Enqueue { queue: id.0, msg_id, metadata, record });
@@ -249,7 +249,7 @@ impl Broker {
 
     /// `Update` for a persisted message whose count or back-off changed.
     pub(crate) fn persist_update(&mut self, id: QueueId, entry: &Entry, wait_until: Option<Timestamp>) {
-        if let Some(msg_id) = entry.persist_id {
+        if let Some(msg_id) = entry.persist_id() {
             let metadata = MessageMeta::of(entry, wait_until).encode();
             self.persist.push(StoreOp::Update { queue: id.0, msg_id, metadata });
         }

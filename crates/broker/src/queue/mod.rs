@@ -118,30 +118,14 @@ impl Queue {
         let seq = self.next_seq;
         self.next_seq += 1;
         let expires_at = self.deadline_from(&message, now);
-        Entry {
-            seq,
-            message,
-            redelivered: false,
-            expires_at,
-            delivery_count: 0,
-            persist_id,
-            ready_at: Some(now),
-        }
+        Entry::new(seq, message, Some(now), expires_at, persist_id)
     }
 
     /// Holds a newly arrived message until `due`; its TTL will start then (contract §3).
     pub fn delay(&mut self, message: Arc<Message>, due: Timestamp, persist_id: Option<u64>) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let entry = Entry {
-            seq,
-            message,
-            redelivered: false,
-            expires_at: None,
-            delivery_count: 0,
-            persist_id,
-            ready_at: None,
-        };
+        let entry = Entry::new(seq, message, None, None, persist_id);
         self.delayed.insert(due, Waiting { entry, returning: false });
     }
 
@@ -164,7 +148,7 @@ impl Queue {
         self.next_seq += 1;
         match wait_until {
             Some(due) => {
-                let returning = entry.ready_at.is_some();
+                let returning = entry.ready_at().is_some();
                 self.delayed.insert(due, Waiting { entry, returning });
             }
             None => self.push_ready(entry),
@@ -173,7 +157,7 @@ impl Queue {
 
     /// Appends an entry to the ready messages.
     pub fn push_ready(&mut self, entry: Entry) {
-        if let Some(at) = entry.expires_at {
+        if let Some(at) = entry.expires_at() {
             self.ttl.insert(at, entry.seq);
         }
         self.ready.push_back(entry);
@@ -182,7 +166,7 @@ impl Queue {
     /// Takes the next ready message for a delivery.
     pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
         let entry = self.ready.pop_front()?;
-        if let Some(at) = entry.expires_at {
+        if let Some(at) = entry.expires_at() {
             self.ttl.remove(at, entry.seq);
         }
         self.mark_delivered(expect_ack);
@@ -234,7 +218,7 @@ impl Queue {
 
     /// Puts an entry that was ready before back at its place, with its deadline.
     pub fn return_to_ready(&mut self, entry: Entry) {
-        if let Some(at) = entry.expires_at {
+        if let Some(at) = entry.expires_at() {
             self.ttl.insert(at, entry.seq);
         }
         self.ready.requeue(entry);
