@@ -319,4 +319,19 @@ mod tests {
         assert_eq!(decoded.expiration_ms(), Some(5000));
         assert!(decode_record(Bytes::from_static(&[5, b'a'])).is_none());
     }
+
+    /// A record as earlier versions wrote it (properties encoded from decoded fields) still reads:
+    /// the format did not change when properties started to be stored as received.
+    #[test]
+    fn record_in_the_stored_format_reads() {
+        // exchange "x", routing key "rk", properties {delivery-mode 2, expiration "50"}, body.
+        let record = [1, b'x', 2, b'r', b'k', 0x11, 0x00, 2, 2, b'5', b'0', b'b', b'o', b'd', b'y'];
+        let message = decode_record(Bytes::copy_from_slice(&record)).unwrap();
+        assert_eq!((message.exchange.as_bytes(), message.routing_key.as_bytes()), (&b"x"[..], &b"rk"[..]));
+        assert_eq!(
+            (message.is_persistent(), message.expiration_ms(), &message.body[..]),
+            (true, Some(50), &b"body"[..])
+        );
+        assert_eq!(encode_record(&message), Bytes::copy_from_slice(&record));
+    }
 }
