@@ -153,22 +153,22 @@ impl BasicProperties {
         while let Some((bit, span)) = walk.next_property()? {
             let value = buf.slice(span);
             // A short string's length came from one octet, so `ShortStr::new` cannot fail.
-            let short = || ShortStr::new(value.clone()).ok();
+            let short = |value: Bytes| ShortStr::new(value).ok();
             match bit {
-                CONTENT_TYPE => props.content_type = short(),
-                CONTENT_ENCODING => props.content_encoding = short(),
+                CONTENT_TYPE => props.content_type = short(value),
+                CONTENT_ENCODING => props.content_encoding = short(value),
                 HEADERS => props.headers = Some(FieldTable::validated(value)?),
                 DELIVERY_MODE => props.delivery_mode = value.first().copied(),
                 PRIORITY => props.priority = value.first().copied(),
-                CORRELATION_ID => props.correlation_id = short(),
-                REPLY_TO => props.reply_to = short(),
-                EXPIRATION => props.expiration = short(),
-                MESSAGE_ID => props.message_id = short(),
+                CORRELATION_ID => props.correlation_id = short(value),
+                REPLY_TO => props.reply_to = short(value),
+                EXPIRATION => props.expiration = short(value),
+                MESSAGE_ID => props.message_id = short(value),
                 TIMESTAMP => props.timestamp = <[u8; 8]>::try_from(&value[..]).ok().map(u64::from_be_bytes),
-                TYPE => props.kind = short(),
-                USER_ID => props.user_id = short(),
-                APP_ID => props.app_id = short(),
-                CLUSTER_ID => props.cluster_id = short(),
+                TYPE => props.kind = short(value),
+                USER_ID => props.user_id = short(value),
+                APP_ID => props.app_id = short(value),
+                CLUSTER_ID => props.cluster_id = short(value),
                 _ => {}
             }
         }
