@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::broker::Broker;
 use crate::message::Message;
 use crate::queue::dead_letter::{self, DeadLetter};
+use crate::queue::entry::Entry;
 use crate::queue::{DeathReason, QueueId};
 use crate::routing;
 use crate::time::Timestamp;
@@ -22,6 +23,12 @@ const MAX_DEAD_LETTERS_PER_RUN: usize = 1_000_000;
 pub(crate) type DeadLetterQueue = VecDeque<(QueueId, DeadLetter)>;
 
 impl Broker {
+    /// Notes a queued message leaving queue `from` for `reason` (see `dead_letter_later`).
+    pub(crate) fn dead_letter_entry(&mut self, from: QueueId, entry: Entry, reason: DeathReason) {
+        let persist_id = entry.persist_id();
+        self.dead_letter_later(from, entry.message, reason, persist_id);
+    }
+
     /// Notes a message leaving queue `from` for `reason`; carried out by `run_dead_letters`.
     /// A persisted source (`persist_id`) is settled in the store only after its copies are
     /// enqueued into the targets (contract §2: at-least-once, also across a crash); without a
@@ -85,7 +92,7 @@ impl Broker {
         }
         let mut targets = Vec::new();
         routing::route(vhost, &dlx, &rewritten, &mut targets);
-        let headers = rewritten.properties.headers.clone();
+        let headers = rewritten.properties().headers();
         targets.retain(|id| {
             self.queues.get(id).is_some_and(|q| !dead_letter::is_cycle(headers.as_ref(), q.name()))
         });

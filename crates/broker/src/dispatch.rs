@@ -72,8 +72,10 @@ fn deliver(
 ) -> Option<u64> {
     let queue_id = queue.id;
     let queue_timeout = queue.args.visibility_timeout_ms;
-    let Some(consumer) = queue.consumers.get_mut(at) else { return entry.persist_id };
-    let Some(channel) = channels.get_mut(&(consumer.conn, consumer.channel)) else { return entry.persist_id };
+    let Some(consumer) = queue.consumers.get_mut(at) else { return entry.persist_id() };
+    let Some(channel) = channels.get_mut(&(consumer.conn, consumer.channel)) else {
+        return entry.persist_id();
+    };
     let tag = channel.next_tag();
     let delivery = DeliveryRef { conn: consumer.conn, channel: consumer.channel, tag };
     let timeout = if consumer.no_ack { None } else { consumer.visibility_timeout_ms.or(queue_timeout) };
@@ -86,7 +88,7 @@ fn deliver(
         exchange: message.exchange.clone(),
         routing_key: message.routing_key.clone(),
     });
-    let settled = if consumer.no_ack { entry.persist_id } else { None };
+    let settled = if consumer.no_ack { entry.persist_id() } else { None };
     if !consumer.no_ack {
         consumer.unacked += 1;
         channel.track(Unacked {

@@ -38,15 +38,7 @@ impl Broker {
             let due = now.saturating_add_millis(delay);
             queue.delay(message.clone(), due, persist_id);
             if persist_id.is_some() {
-                let entry = Entry {
-                    seq: 0,
-                    message,
-                    redelivered: false,
-                    expires_at: None,
-                    delivery_count: 0,
-                    persist_id,
-                    ready_at: None,
-                };
+                let entry = Entry::new(0, message, None, None, persist_id);
                 self.persist_enqueue(id, &entry, Some(due));
             }
             self.reschedule(id);
@@ -84,10 +76,10 @@ impl Broker {
                 queue.return_to_ready(waiting.entry);
             } else {
                 // Nothing to write: stored as "waiting until `due`", recovery reads "ready since".
-                let entry = waiting.entry;
-                let entry = queue.new_entry(entry.message, due, entry.persist_id);
+                let persist_id = waiting.entry.persist_id();
+                let entry = queue.new_entry(waiting.entry.message, due, persist_id);
                 if self.refuses(id, &entry.message) {
-                    self.persist_settle(id, entry.persist_id);
+                    self.persist_settle(id, entry.persist_id());
                     continue;
                 }
                 self.admit(id, entry);
@@ -95,17 +87,17 @@ impl Broker {
         }
     }
 
-    /// A message becoming ready (at `entry.ready_at`): delivered or expired at once with TTL 0,
+    /// A message becoming ready (at `entry.ready_at()`): delivered or expired at once with TTL 0,
     /// else appended to the ready messages. The caller checked reject-publish limits.
     fn admit(&mut self, id: QueueId, entry: Entry) {
-        let ready_at = entry.ready_at.unwrap_or_default();
-        if entry.expires_at.is_some_and(|at| at <= ready_at) {
+        let ready_at = entry.ready_at().unwrap_or_default();
+        if entry.expires_at().is_some_and(|at| at <= ready_at) {
             // TTL 0: a consumer that can take it now gets it, else it expires at once (contract §1).
             if let Some(entry) = self.deliver_now(id, entry, ready_at) {
                 if let Some(queue) = self.queues.get_mut(&id) {
                     queue.counters.expired += 1;
                 }
-                self.dead_letter_later(id, entry.message, DeathReason::Expired, entry.persist_id);
+                self.dead_letter_entry(id, entry, DeathReason::Expired);
             }
             return;
         }
@@ -130,7 +122,7 @@ impl Broker {
             }
         }
         for entry in dropped {
-            self.dead_letter_later(id, entry.message, DeathReason::Maxlen, entry.persist_id);
+            self.dead_letter_entry(id, entry, DeathReason::Maxlen);
         }
     }
 }

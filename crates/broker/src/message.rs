@@ -1,29 +1,47 @@
 //! A published message: what the broker routes, stores and delivers.
 //!
-//! One `Arc<Message>` is shared by every queue a message was routed to (a fanout copies no body);
-//! the body is a `Bytes` slice of the connection's read buffer, never copied on the way through.
+//! One `Arc<Message>` is shared by every queue a message was routed to (a fanout copies no body).
+//! The body and the properties are `Bytes` slices of the connection's read buffer, never copied on
+//! the way through: a delivery writes the properties exactly as they came (ADR 0006). The few
+//! properties the broker reads per message — persistence, priority, expiration — are read once,
+//! here; the rest are read in place when a feature needs them (headers for the headers exchange,
+//! `x-delay`, dead-lettering), and whatever changes properties builds a new `Message`.
 
 use bytes::Bytes;
-use hourglass_wire::{BasicProperties, ShortStr};
+use hourglass_wire::{EncodedProperties, ShortStr};
+
+use crate::queue::args::MAX_TIME_MS;
+use crate::queue::ttl::parse_expiration;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Message {
     /// The exchange the message was published to (reported in basic.deliver / basic.get-ok).
     pub exchange: ShortStr,
     pub routing_key: ShortStr,
-    pub properties: BasicProperties,
+    properties: EncodedProperties,
     pub body: Bytes,
-    /// The `expiration` property as milliseconds, parsed once at publish (contract §1).
-    pub expiration_ms: Option<u64>,
+    hot: Hot,
 }
 
 impl Message {
-    pub fn new(exchange: ShortStr, routing_key: ShortStr, properties: BasicProperties, body: Bytes) -> Self {
-        let expiration_ms = properties
-            .expiration
-            .as_ref()
-            .and_then(|e| crate::queue::ttl::parse_expiration(e.as_bytes()).ok());
-        Message { exchange, routing_key, properties, body, expiration_ms }
+    pub fn new(
+        exchange: ShortStr,
+        routing_key: ShortStr,
+        properties: EncodedProperties,
+        body: Bytes,
+    ) -> Self {
+        let hot = Hot::read(&properties);
+        Message { exchange, routing_key, properties, body, hot }
+    }
+
+    /// The same message with other properties (dead-lettering, redelivery headers).
+    pub fn with_properties(&self, properties: EncodedProperties) -> Self {
+        Message::new(self.exchange.clone(), self.routing_key.clone(), properties, self.body.clone())
+    }
+
+    /// The properties as published (or as the broker last rewrote them).
+    pub fn properties(&self) -> &EncodedProperties {
+        &self.properties
     }
 
     /// Body bytes, as `x-max-length-bytes` and statistics count them.
@@ -33,6 +51,104 @@ impl Message {
 
     /// `delivery_mode` 2 marks a persistent message (AMQP 0-9-1 basic class).
     pub fn is_persistent(&self) -> bool {
-        self.properties.delivery_mode == Some(2)
+        self.hot.persistent()
+    }
+
+    /// The `priority` property; 0 when absent.
+    pub fn priority(&self) -> u8 {
+        self.hot.priority()
+    }
+
+    /// The `expiration` property as milliseconds (contract §1); `None` when absent or invalid
+    /// (publish refuses an invalid one with 406 before a message is made).
+    pub fn expiration_ms(&self) -> Option<u64> {
+        self.hot.expiration_ms()
+    }
+}
+
+/// The properties the broker reads for every message, packed into 8 bytes so that a `Message`
+/// with its `Arc` counts fits a 160-byte allocation (ADR 0006). Bits 0..48 hold the expiration
+/// in ms plus one (0: none; valid expirations are at most 10 years, under 2^39 ms), bits 48..56
+/// the priority, bit 56 whether the message is persistent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Hot(u64);
+
+impl Hot {
+    const EXPIRATION_MASK: u64 = (1 << 48) - 1;
+    const PRIORITY_SHIFT: u32 = 48;
+    const PERSISTENT: u64 = 1 << 56;
+
+    fn read(properties: &EncodedProperties) -> Hot {
+        let expiration_ms = properties.expiration().and_then(|e| parse_expiration(e.as_bytes()).ok());
+        Hot::new(expiration_ms, properties.priority().unwrap_or(0), properties.delivery_mode() == Some(2))
+    }
+
+    fn new(expiration_ms: Option<u64>, priority: u8, persistent: bool) -> Hot {
+        // parse_expiration refuses more than MAX_TIME_MS; the min keeps the bits apart regardless.
+        let expiration = expiration_ms.map_or(0, |ms| ms.min(MAX_TIME_MS) + 1);
+        let persistent = if persistent { Hot::PERSISTENT } else { 0 };
+        Hot(expiration | u64::from(priority) << Hot::PRIORITY_SHIFT | persistent)
+    }
+
+    fn expiration_ms(self) -> Option<u64> {
+        (self.0 & Hot::EXPIRATION_MASK).checked_sub(1)
+    }
+
+    fn priority(self) -> u8 {
+        (self.0 >> Hot::PRIORITY_SHIFT) as u8
+    }
+
+    fn persistent(self) -> bool {
+        self.0 & Hot::PERSISTENT != 0
+    }
+}
+
+impl std::fmt::Debug for Hot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hot")
+            .field("expiration_ms", &self.expiration_ms())
+            .field("priority", &self.priority())
+            .field("persistent", &self.persistent())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hourglass_wire::BasicProperties;
+
+    fn message(properties: BasicProperties) -> Message {
+        Message::new(ShortStr::default(), ShortStr::default(), properties.into(), Bytes::new())
+    }
+
+    /// A queued message costs one `Arc<Message>`: kept within glibc's 160-byte size class (136
+    /// bytes of message, 16 of counts, 8 of malloc header), so growing it fails here first.
+    #[test]
+    fn message_stays_small() {
+        assert!(std::mem::size_of::<Message>() <= 136, "Message is {} bytes", std::mem::size_of::<Message>());
+    }
+
+    /// Persistence, priority and expiration are read from the properties once; the extremes of
+    /// each survive the packing.
+    #[test]
+    fn hot_properties_are_read_once() {
+        let short = |s: &str| ShortStr::try_from(s).ok();
+        let max = MAX_TIME_MS.to_string();
+        let full = message(BasicProperties {
+            delivery_mode: Some(2),
+            priority: Some(255),
+            expiration: short(&max),
+            ..Default::default()
+        });
+        assert_eq!(
+            (full.is_persistent(), full.priority(), full.expiration_ms()),
+            (true, 255, Some(MAX_TIME_MS))
+        );
+        let zero =
+            message(BasicProperties { delivery_mode: Some(1), expiration: short("0"), ..Default::default() });
+        assert_eq!((zero.is_persistent(), zero.priority(), zero.expiration_ms()), (false, 0, Some(0)));
+        let none = message(BasicProperties { expiration: short("soon"), ..Default::default() });
+        assert_eq!((none.is_persistent(), none.priority(), none.expiration_ms()), (false, 0, None));
     }
 }

@@ -47,7 +47,7 @@ impl Broker {
             }
             Return::OverLimit => {
                 queue.settle();
-                self.dead_letter_later(id, entry.message, DeathReason::DeliveryLimit, entry.persist_id);
+                self.dead_letter_entry(id, entry, DeathReason::DeliveryLimit);
             }
         }
     }
@@ -118,14 +118,13 @@ pub(crate) fn decorate(entry: &Entry, receipt_handle: Option<String>) -> Arc<Mes
     if entry.delivery_count == 0 && receipt_handle.is_none() {
         return entry.message.clone();
     }
-    let mut headers = entry.message.properties.headers.clone().unwrap_or_default();
+    let mut headers = entry.message.properties().headers().unwrap_or_default();
     if entry.delivery_count > 0 {
         headers = headers.with_entry("x-delivery-count", FieldValue::I64(i64::from(entry.delivery_count)));
     }
     if let Some(handle) = receipt_handle {
         headers = headers.with_entry("x-receipt-handle", FieldValue::LongStr(LongStr::from(handle)));
     }
-    let mut message = (*entry.message).clone();
-    message.properties.headers = Some(headers);
-    Arc::new(message)
+    let properties = entry.message.properties().edited(|p| p.headers = Some(headers));
+    Arc::new(entry.message.with_properties(properties))
 }

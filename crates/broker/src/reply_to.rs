@@ -116,13 +116,14 @@ impl Broker {
         ch: ChannelId,
         publish: &mut Publish,
     ) -> Result<(), AmqpError> {
-        let Some(reply_to) = &mut publish.properties.reply_to else { return Ok(()) };
-        if *reply_to != REPLY_QUEUE {
+        let Some(reply_to) = publish.properties.reply_to() else { return Ok(()) };
+        if reply_to != REPLY_QUEUE {
             return Ok(());
         }
         match self.reply_consumers.by_channel.get(&(conn, ch)) {
             Some(consumer) => {
-                *reply_to = consumer.address.clone();
+                publish.properties =
+                    publish.properties.edited(|p| p.reply_to = Some(consumer.address.clone()));
                 Ok(())
             }
             None => Err(errors::precondition_failed("fast reply consumer does not exist")),

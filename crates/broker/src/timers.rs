@@ -79,7 +79,7 @@ impl Broker {
         let mut expired: Vec<Entry> = Vec::new();
         queue.take_expired(now, &mut expired);
         for entry in expired {
-            self.dead_letter_later(id, entry.message, DeathReason::Expired, entry.persist_id);
+            self.dead_letter_entry(id, entry, DeathReason::Expired);
         }
     }
 }

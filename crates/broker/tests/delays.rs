@@ -135,7 +135,7 @@ fn delivered_x_delay_is_negative() {
     consume(&mut tb, c, "q", "w", true);
     tb.publish_with(c, "later", "", with_delay(text("250")), b"x", false);
     let delivered = deliveries(&tb.advance(ms(250)));
-    let headers = delivered[0].message.properties.headers.as_ref().unwrap();
+    let headers = delivered[0].message.properties().headers().unwrap();
     assert_eq!(headers.get("x-delay"), Some(FieldValue::I32(-250)));
 }
 

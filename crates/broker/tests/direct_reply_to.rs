@@ -40,7 +40,7 @@ fn reply_address(tb: &mut TestBroker, responder: Chan, queue: &str) -> String {
             _ => None,
         })
         .expect("basic.get-ok");
-    message.properties.reply_to.as_ref().expect("reply_to set").to_string()
+    message.properties().reply_to().expect("reply_to set").to_string()
 }
 
 /// A full RPC round trip: the requester's reply_to is rewritten, the responder on another
@@ -65,7 +65,7 @@ fn rpc_round_trip_between_connections() {
     assert_eq!(d[0].method.consumer_tag, tag.as_str());
     assert_eq!(d[0].method.exchange, "");
     assert_eq!(d[0].method.routing_key, address.as_str());
-    assert_eq!(d[0].message.properties.correlation_id, Some(short("corr-1")));
+    assert_eq!(d[0].message.properties().decode().correlation_id, Some(short("corr-1")));
     assert_eq!(tb.broker.queue_stats("/", &address), None, "no queue is involved");
 }
 

@@ -2,9 +2,10 @@
 
 mod common;
 
+use bytes::Bytes;
 use common::*;
-use hourglass_broker::Effect;
-use hourglass_testkit::{methods, short, TestBroker};
+use hourglass_broker::{Command, Effect, Publish};
+use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
 fn ready(tb: &TestBroker, queue: &str) -> usize {
@@ -304,4 +305,45 @@ fn unbind_is_lenient_and_system_exchanges_are_as_rabbitmq() {
         &tb.call(c, ExchangeDeclare { exchange: short(""), passive: true, ..Default::default() }),
     );
     assert_eq!(err.unwrap().reply_code, 403);
+}
+
+/// Publishes `properties` (an encoding as a client sent it) with a raw `Command::Publish`.
+fn publish_raw(
+    tb: &mut TestBroker,
+    c: Chan,
+    routing_key: &str,
+    properties: &EncodedProperties,
+) -> Vec<Effect> {
+    let publish = Publish {
+        exchange: short(""),
+        routing_key: short(routing_key),
+        mandatory: true,
+        properties: properties.clone(),
+        body: Bytes::from_static(b"x"),
+    };
+    tb.command(Command::Publish { conn: c.conn, channel: c.channel, publish })
+}
+
+/// A message the broker does not change goes out with the very property bytes it came with —
+/// on basic.deliver, basic.get-ok and basic.return — as RabbitMQ reuses a message's received
+/// encoding (ADR 0006); here one with a continuation flags word no encoder of ours would write.
+#[test]
+fn unchanged_properties_go_out_as_published() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    let raw = Bytes::from_static(&[0x90, 0x01, 0x00, 0x00, 4, b't', b'e', b'x', b't', 2]);
+    let properties = EncodedProperties::split_from(&mut raw.clone()).expect("valid properties");
+    let same_bytes = |p: &EncodedProperties| p.as_bytes() == raw && p.as_bytes().as_ptr() == raw.as_ptr();
+    publish_raw(&mut tb, c, "q", &properties);
+    let got = tb.call(c, BasicGet { queue: short("q"), no_ack: true });
+    let Some(Effect::Send { content: Some(message), .. }) = got.first() else { panic!("{got:?}") };
+    assert!(same_bytes(message.properties()), "basic.get-ok: {:?}", message.properties().as_bytes());
+    let returned = publish_raw(&mut tb, c, "nowhere", &properties);
+    let Some(Effect::Send { content: Some(message), .. }) = returned.first() else { panic!("{returned:?}") };
+    assert!(same_bytes(message.properties()), "basic.return");
+    consume(&mut tb, c, "q", "ctag", true);
+    let delivered = deliveries(&publish_raw(&mut tb, c, "q", &properties));
+    assert!(same_bytes(delivered[0].message.properties()), "basic.deliver");
+    assert!(delivered[0].message.is_persistent(), "delivery-mode 2 is read in place");
 }

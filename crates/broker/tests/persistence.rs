@@ -282,7 +282,7 @@ fn restore_round_trip() {
     let bodies: Vec<&[u8]> = d.iter().map(|d| d.body()).collect();
     assert_eq!(bodies, vec![b"2".as_slice(), b"3".as_slice()]);
     assert!(d.iter().all(|d| d.method.redelivered));
-    let count = d[0].message.properties.headers.as_ref().and_then(|h| h.get("x-delivery-count"));
+    let count = d[0].message.properties().headers().and_then(|h| h.get("x-delivery-count"));
     assert_eq!(count.and_then(|v| v.as_i64()), Some(1), "delivery count kept");
     // A new publish after restore goes to the same queue through the restored binding.
     restored.publish_with(rc, "x", "", persistent(), b"4", false);

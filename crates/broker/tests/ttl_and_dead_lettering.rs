@@ -46,7 +46,7 @@ fn with_dlq(tb: &mut TestBroker, c: Chan, source: &str, args: &[(&str, FieldValu
 }
 
 fn x_death(message: &hourglass_broker::Message) -> Vec<FieldTable> {
-    match message.properties.headers.as_ref().and_then(|h| h.get("x-death")) {
+    match message.properties().headers().and_then(|h| h.get("x-death")) {
         Some(FieldValue::Array(a)) => a
             .iter()
             .filter_map(|v| match v {
@@ -184,7 +184,7 @@ fn rejected_message_is_dead_lettered_with_x_death() {
     tb.call(c, BasicReject { delivery_tag: 1, requeue: false });
     let dead = get_one(&mut tb, c, "dlq").expect("dead-lettered");
     assert_eq!((dead.exchange.as_str().as_ref(), dead.routing_key.as_str().as_ref()), ("dlx", "failed"));
-    assert_eq!(dead.properties.expiration, None);
+    assert_eq!(dead.properties().expiration(), None);
     let deaths = x_death(&dead);
     assert_eq!(deaths.len(), 1);
     assert_eq!(deaths[0].get("reason"), Some(text("rejected")));
@@ -193,7 +193,7 @@ fn rejected_message_is_dead_lettered_with_x_death() {
     assert_eq!(deaths[0].get("count"), Some(FieldValue::I64(1)));
     assert_eq!(deaths[0].get("original-expiration"), Some(text("60000")));
     assert_eq!(deaths[0].get("routing-keys"), Some(FieldValue::Array(FieldArray::from_values([text("q")]))));
-    let headers = dead.properties.headers.as_ref().unwrap();
+    let headers = dead.properties().headers().unwrap();
     assert_eq!(headers.get("x-first-death-reason"), Some(text("rejected")));
     assert_eq!(headers.get("x-last-death-queue"), Some(text("q")));
 }

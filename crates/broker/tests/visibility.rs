@@ -27,7 +27,7 @@ fn stats(tb: &TestBroker, queue: &str) -> hourglass_broker::queue::QueueStats {
 }
 
 fn header(d: &hourglass_testkit::Delivery, key: &str) -> Option<FieldValue> {
-    d.message.properties.headers.as_ref().and_then(|h| h.get(key))
+    d.message.properties().headers().and_then(|h| h.get(key))
 }
 
 fn receipt(d: &hourglass_testkit::Delivery) -> String {
@@ -196,7 +196,7 @@ fn delivery_limit_dead_letters_with_reason_delivery_limit() {
     let c2 = tb.channel();
     let got = tb.call(c2, BasicGet { queue: short("dlq"), no_ack: true });
     let Effect::Send { content: Some(dead), .. } = &got[0] else { panic!("{got:?}") };
-    let Some(FieldValue::Array(deaths)) = dead.properties.headers.as_ref().unwrap().get("x-death") else {
+    let Some(FieldValue::Array(deaths)) = dead.properties().headers().unwrap().get("x-death") else {
         panic!()
     };
     let Some(FieldValue::Table(first)) = deaths.iter().next() else { panic!() };

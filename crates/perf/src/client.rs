@@ -111,6 +111,7 @@ impl Client {
     ) -> PublishTemplate {
         let mut prefix = BytesMut::new();
         encode_method_frame(channel, &Method::BasicPublish(publish), &mut prefix);
+        let properties = properties.into();
         let header = ContentHeader { class_id: BASIC_CLASS_ID, body_size: body_size as u64, properties };
         encode_header_frame(channel, &header, &mut prefix);
         PublishTemplate { channel, prefix, body_size }

@@ -13,8 +13,8 @@ use bytes::BytesMut;
 use hourglass_broker::{AmqpError, ChannelId, ClientCapabilities, Command, ConnectionId, Effect, Timestamp};
 use hourglass_wire::reply_code::{CHANNEL_ERROR, CONNECTION_FORCED};
 use hourglass_wire::{
-    decode_protocol_header, BasicProperties, ChannelClose, ChannelCloseOk, ConnectionClose,
-    ConnectionCloseOk, ConnectionUpdateSecretOk, DecodeError, FieldTable, Frame, FrameDecoder, Method,
+    decode_protocol_header, ChannelClose, ChannelCloseOk, ConnectionClose, ConnectionCloseOk,
+    ConnectionUpdateSecretOk, DecodeError, EncodedProperties, FieldTable, Frame, FrameDecoder, Method,
     ProtocolHeader, FRAME_MIN_SIZE, PROTOCOL_HEADER,
 };
 use tracing::{debug, info, warn};
@@ -194,7 +194,7 @@ impl Connection {
                 }
                 match (method.has_content(), content) {
                     (true, Some(message)) => {
-                        self.out.content(channel.0, &method, &message.properties, &message.body, now)
+                        self.out.content(channel.0, &method, message.properties(), &message.body, now)
                     }
                     (true, None) => {
                         warn!(
@@ -202,7 +202,7 @@ impl Connection {
                             method = method.name(),
                             "content method sent without content"
                         );
-                        self.out.content(channel.0, &method, &BasicProperties::default(), &[], now);
+                        self.out.content(channel.0, &method, &EncodedProperties::default(), &[], now);
                     }
                     (false, _) => self.out.method(channel.0, &method, now),
                 }

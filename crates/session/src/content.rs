@@ -3,14 +3,15 @@
 //!
 //! The rules and reply texts are RabbitMQ's `rabbit_command_assembler` and `rabbit_channel`
 //! (`check_msg_size`). A body that arrives in one frame is passed on as that frame's `Bytes`
-//! (no copy); a body in several frames is copied once into a buffer sized from the header.
+//! (no copy); a body in several frames is copied once into a buffer sized from the header. The
+//! properties stay as the header frame carried them (a slice of it, validated by the decoder).
 //! Only what the header declared is ever buffered, and the header may declare at most
 //! `max_message_size` bytes.
 
 use bytes::{Bytes, BytesMut};
 use hourglass_broker::{AmqpError, Publish};
 use hourglass_wire::reply_code::{FRAME_ERROR, PRECONDITION_FAILED, UNEXPECTED_FRAME};
-use hourglass_wire::{BasicProperties, BasicPublish, ContentHeader, Method};
+use hourglass_wire::{BasicPublish, ContentHeader, EncodedProperties, Method};
 
 use crate::fault::Fault;
 
@@ -19,9 +20,6 @@ use crate::fault::Fault;
 pub const MAX_MESSAGE_SIZE_LIMIT: u64 = 536_870_912;
 
 /// Where one channel is in receiving a published message.
-// Kept inline in each channel's state: boxing the large variant would cost an allocation per
-// published message, while the size is paid once per open channel.
-#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, Default)]
 pub(crate) enum Assembly {
     /// Between messages: the next frame must be a method frame.
@@ -30,7 +28,7 @@ pub(crate) enum Assembly {
     /// basic.publish arrived; its content header must come next.
     ExpectHeader { publish: BasicPublish },
     /// The header arrived; body frames follow until `body_size` bytes have.
-    ExpectBody { publish: BasicPublish, properties: BasicProperties, body_size: u64, body: Body },
+    ExpectBody { publish: BasicPublish, properties: EncodedProperties, body_size: u64, body: Body },
 }
 
 /// The body bytes received so far.
@@ -184,7 +182,7 @@ impl Body {
     }
 }
 
-fn finish(publish: BasicPublish, properties: BasicProperties, body: Bytes) -> Publish {
+fn finish(publish: BasicPublish, properties: EncodedProperties, body: Bytes) -> Publish {
     Publish {
         exchange: publish.exchange,
         routing_key: publish.routing_key,

@@ -3,7 +3,7 @@
 
 use bytes::BytesMut;
 use hourglass_broker::Timestamp;
-use hourglass_wire::{BasicProperties, Method};
+use hourglass_wire::{EncodedProperties, Method};
 
 /// The encoded frames not yet handed to the server.
 #[derive(Debug)]
@@ -30,12 +30,13 @@ impl Output {
         self.wrote(now);
     }
 
-    /// A method frame, its content header and its body split into frames of at most frame_max.
+    /// A method frame, its content header (the properties copied as they are encoded) and its
+    /// body split into frames of at most frame_max.
     pub(crate) fn content(
         &mut self,
         channel: u16,
         method: &Method,
-        properties: &BasicProperties,
+        properties: &EncodedProperties,
         body: &[u8],
         now: Timestamp,
     ) {

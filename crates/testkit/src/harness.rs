@@ -91,7 +91,7 @@ impl TestBroker {
             exchange: short(exchange),
             routing_key: short(routing_key),
             mandatory,
-            properties,
+            properties: properties.into(),
             body: Bytes::copy_from_slice(body),
         };
         self.command(Command::Publish { conn: chan.conn, channel: chan.channel, publish })

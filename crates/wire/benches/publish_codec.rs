@@ -3,7 +3,7 @@
 //! Run with `cargo bench -p hourglass-wire`.
 
 use bytes::BytesMut;
-use hourglass_wire::{encode_content, BasicProperties, BasicPublish, FrameDecoder, Method, ShortStr};
+use hourglass_wire::{encode_content, BasicPublish, EncodedProperties, FrameDecoder, Method, ShortStr};
 
 /// RabbitMQ's default frame-max.
 const FRAME_MAX: u32 = 131_072;
@@ -22,7 +22,7 @@ fn publish() -> Method {
 /// Encodes one publish (three frames) into a reused buffer.
 #[divan::bench(args = SIZES)]
 fn encode_publish(bencher: divan::Bencher, size: usize) {
-    let (method, properties, body) = (publish(), BasicProperties::default(), vec![0u8; size]);
+    let (method, properties, body) = (publish(), EncodedProperties::default(), vec![0u8; size]);
     let mut out = BytesMut::with_capacity(2 * size + 128);
     bencher.bench_local(|| {
         out.clear();
@@ -35,7 +35,7 @@ fn encode_publish(bencher: divan::Bencher, size: usize) {
 #[divan::bench(args = SIZES)]
 fn decode_publish(bencher: divan::Bencher, size: usize) {
     let mut encoded = BytesMut::new();
-    encode_content(1, &publish(), &BasicProperties::default(), &vec![0u8; size], FRAME_MAX, &mut encoded);
+    encode_content(1, &publish(), &EncodedProperties::default(), &vec![0u8; size], FRAME_MAX, &mut encoded);
     let encoded = encoded.freeze();
     let mut decoder = FrameDecoder::new(FRAME_MAX);
     bencher.with_inputs(|| BytesMut::from(&encoded[..])).bench_local_values(|mut input| {

@@ -300,6 +300,17 @@ impl FieldTable {
         Ok(FieldTable { raw })
     }
 
+    /// A top-level table from its content (no length prefix), validated fully.
+    pub(crate) fn validated(raw: Bytes) -> Res<Self> {
+        validate_table(&raw, 1)?;
+        Ok(FieldTable { raw })
+    }
+
+    /// A table from content validated before (a slice of an `EncodedProperties`).
+    pub(crate) fn prevalidated(raw: Bytes) -> Self {
+        FieldTable { raw }
+    }
+
     /// Decodes a length-prefixed table from `buf`, validating it fully.
     pub(crate) fn decode(buf: &mut Bytes) -> Res<Self> {
         FieldTable::read_nested(buf, Some(0))

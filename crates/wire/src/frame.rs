@@ -7,7 +7,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::DecodeError;
 use crate::method::Method;
-use crate::properties::BasicProperties;
+use crate::properties::EncodedProperties;
 
 /// The octet that ends every frame (§4.2.3).
 pub const FRAME_END: u8 = 0xCE;
@@ -30,9 +30,6 @@ const FRAME_HEARTBEAT: u8 = 8;
 const CONTENT_HEADER_FIXED: usize = 12;
 
 /// One decoded frame.
-// Header frames are as common as method frames on the publish path, so
-// boxing the larger variant would only add an allocation per message.
-#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Frame {
     /// A method frame (type 1).
@@ -72,8 +69,8 @@ pub struct ContentHeader {
     pub class_id: u16,
     /// Total size of the following body frames.
     pub body_size: u64,
-    /// The message properties.
-    pub properties: BasicProperties,
+    /// The message properties as received: a slice of the frame, validated.
+    pub properties: EncodedProperties,
 }
 
 impl ContentHeader {
@@ -103,7 +100,7 @@ impl ContentHeader {
         let class_id = payload.get_u16();
         let _weight = payload.get_u16();
         let body_size = payload.get_u64();
-        let properties = BasicProperties::decode(&mut payload).map_err(|e| match e {
+        let properties = EncodedProperties::split_from(&mut payload).map_err(|e| match e {
             DecodeError::Syntax { detail, .. } => DecodeError::Syntax { class_id, method_id: 0, detail },
             other => other,
         })?;
@@ -264,11 +261,12 @@ pub fn encode_heartbeat_frame(out: &mut BytesMut) {
 
 /// Appends method + content header + body frames of at most `frame_max`
 /// octets each (`frame_max` includes the 8-octet overhead; 0 = unlimited).
-/// An empty body produces no body frame, as RabbitMQ does.
+/// The properties are copied as they are encoded; an empty body produces no
+/// body frame, as RabbitMQ does.
 pub fn encode_content(
     channel: u16,
     method: &Method,
-    properties: &BasicProperties,
+    properties: &EncodedProperties,
     body: &[u8],
     frame_max: u32,
     out: &mut BytesMut,

@@ -25,6 +25,6 @@ pub use frame::{
     FRAME_MIN_SIZE, FRAME_OVERHEAD, PROTOCOL_HEADER,
 };
 pub use method::*;
-pub use properties::BasicProperties;
+pub use properties::{BasicProperties, EncodedProperties};
 pub use reply_code::*;
 pub use types::{LongStr, ShortStr, TooLong};

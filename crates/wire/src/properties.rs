@@ -6,31 +6,17 @@
 //! another flags word follows — then each present property in order. Only
 //! present properties occupy space.
 
-use bytes::{BufMut, Bytes, BytesMut};
+mod encoded;
+mod layout;
 
-use crate::codec::{get_short_str, get_u16, get_u64, get_u8, put_short_str, Malformed, Res};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::codec::{put_short_str, Malformed, Res};
 use crate::error::DecodeError;
 use crate::field_table::FieldTable;
 use crate::types::ShortStr;
-
-const CONTENT_TYPE: u16 = 1 << 15;
-const CONTENT_ENCODING: u16 = 1 << 14;
-const HEADERS: u16 = 1 << 13;
-const DELIVERY_MODE: u16 = 1 << 12;
-const PRIORITY: u16 = 1 << 11;
-const CORRELATION_ID: u16 = 1 << 10;
-const REPLY_TO: u16 = 1 << 9;
-const EXPIRATION: u16 = 1 << 8;
-const MESSAGE_ID: u16 = 1 << 7;
-const TIMESTAMP: u16 = 1 << 6;
-const TYPE: u16 = 1 << 5;
-const USER_ID: u16 = 1 << 4;
-const APP_ID: u16 = 1 << 3;
-const CLUSTER_ID: u16 = 1 << 2;
-/// Bit 0: another property-flags word follows (§4.2.6.1).
-const CONTINUATION: u16 = 1;
-/// All flags the basic class defines.
-const KNOWN: u16 = 0xFFFC;
+pub use encoded::EncodedProperties;
+use layout::*;
 
 /// Class id of `basic`, the only class with content properties.
 const BASIC_CLASS_ID: u16 = 60;
@@ -158,73 +144,42 @@ impl BasicProperties {
     /// define (bit 1, or any bit of a continuation word) or a truncated
     /// property is a [`DecodeError::Syntax`] for class 60, method 0.
     pub fn decode(buf: &mut Bytes) -> Result<Self, DecodeError> {
-        Self::decode_inner(buf).map_err(|Malformed(detail)| DecodeError::Syntax {
-            class_id: BASIC_CLASS_ID,
-            method_id: 0,
-            detail,
-        })
+        Self::decode_inner(buf).map_err(syntax_error)
     }
 
     fn decode_inner(buf: &mut Bytes) -> Res<Self> {
-        let flags = get_u16(buf, "property flags")?;
-        if flags & !(KNOWN | CONTINUATION) != 0 {
-            return Err(Malformed(format!("unknown property flags 0x{flags:04x}")));
-        }
-        let mut more = flags & CONTINUATION != 0;
-        while more {
-            let extra = get_u16(buf, "property flags")?;
-            if extra & !CONTINUATION != 0 {
-                return Err(Malformed(format!("unknown property flags 0x{extra:04x}")));
+        let mut walk = Walk::new(buf)?;
+        let mut props = BasicProperties::default();
+        while let Some((bit, span)) = walk.next_property()? {
+            let value = buf.slice(span);
+            // A short string's length came from one octet, so `ShortStr::new` cannot fail.
+            let short = |value: Bytes| ShortStr::new(value).ok();
+            match bit {
+                CONTENT_TYPE => props.content_type = short(value),
+                CONTENT_ENCODING => props.content_encoding = short(value),
+                HEADERS => props.headers = Some(FieldTable::validated(value)?),
+                DELIVERY_MODE => props.delivery_mode = value.first().copied(),
+                PRIORITY => props.priority = value.first().copied(),
+                CORRELATION_ID => props.correlation_id = short(value),
+                REPLY_TO => props.reply_to = short(value),
+                EXPIRATION => props.expiration = short(value),
+                MESSAGE_ID => props.message_id = short(value),
+                TIMESTAMP => props.timestamp = <[u8; 8]>::try_from(&value[..]).ok().map(u64::from_be_bytes),
+                TYPE => props.kind = short(value),
+                USER_ID => props.user_id = short(value),
+                APP_ID => props.app_id = short(value),
+                CLUSTER_ID => props.cluster_id = short(value),
+                _ => {}
             }
-            more = extra & CONTINUATION != 0;
         }
-        let has = |bit: u16| flags & bit != 0;
-        let str_if = |buf: &mut Bytes, bit: u16, what: &str| -> Res<Option<ShortStr>> {
-            if has(bit) {
-                get_short_str(buf, what).map(Some)
-            } else {
-                Ok(None)
-            }
-        };
-        let content_type = str_if(buf, CONTENT_TYPE, "content-type")?;
-        let content_encoding = str_if(buf, CONTENT_ENCODING, "content-encoding")?;
-        let headers = match has(HEADERS) {
-            true => Some(FieldTable::decode(buf)?),
-            false => None,
-        };
-        let delivery_mode = match has(DELIVERY_MODE) {
-            true => Some(get_u8(buf, "delivery-mode")?),
-            false => None,
-        };
-        let priority = match has(PRIORITY) {
-            true => Some(get_u8(buf, "priority")?),
-            false => None,
-        };
-        let correlation_id = str_if(buf, CORRELATION_ID, "correlation-id")?;
-        let reply_to = str_if(buf, REPLY_TO, "reply-to")?;
-        let expiration = str_if(buf, EXPIRATION, "expiration")?;
-        let message_id = str_if(buf, MESSAGE_ID, "message-id")?;
-        let timestamp = match has(TIMESTAMP) {
-            true => Some(get_u64(buf, "timestamp")?),
-            false => None,
-        };
-        Ok(BasicProperties {
-            content_type,
-            content_encoding,
-            headers,
-            delivery_mode,
-            priority,
-            correlation_id,
-            reply_to,
-            expiration,
-            message_id,
-            timestamp,
-            kind: str_if(buf, TYPE, "type")?,
-            user_id: str_if(buf, USER_ID, "user-id")?,
-            app_id: str_if(buf, APP_ID, "app-id")?,
-            cluster_id: str_if(buf, CLUSTER_ID, "cluster-id")?,
-        })
+        buf.advance(walk.position());
+        Ok(props)
     }
+}
+
+/// Maps a malformed property list to the syntax error of the basic class's content header.
+fn syntax_error(Malformed(detail): Malformed) -> DecodeError {
+    DecodeError::Syntax { class_id: BASIC_CLASS_ID, method_id: 0, detail }
 }
 
 #[cfg(test)]

@@ -40,6 +40,26 @@ proptest! {
         prop_assert!(buf.is_empty());
     }
 
+    /// Properties kept encoded read in place exactly what a full decode gives, and splitting
+    /// them off a buffer keeps the exact bytes and leaves what follows.
+    #[test]
+    fn encoded_properties_read_like_decoded(props in properties(), tail in bytes(8)) {
+        let encoded = EncodedProperties::from(&props);
+        prop_assert_eq!(encoded.decode(), props.clone());
+        prop_assert_eq!(encoded.headers(), props.headers.clone());
+        prop_assert_eq!(encoded.delivery_mode(), props.delivery_mode);
+        prop_assert_eq!(encoded.priority(), props.priority);
+        prop_assert_eq!(encoded.reply_to(), props.reply_to.clone());
+        prop_assert_eq!(encoded.expiration(), props.expiration.clone());
+        prop_assert_eq!(encoded.user_id(), props.user_id.clone());
+        let mut buf = BytesMut::new();
+        props.encode(&mut buf);
+        buf.extend_from_slice(&tail);
+        let mut buf = buf.freeze();
+        prop_assert_eq!(EncodedProperties::split_from(&mut buf).unwrap(), encoded);
+        prop_assert_eq!(buf, tail);
+    }
+
     /// Methods with arbitrary arguments round-trip and encoded_len is exact.
     #[test]
     fn method_roundtrip(method in method()) {
@@ -78,7 +98,7 @@ proptest! {
                                  props in properties()) {
         let method = Method::from(BasicPublish::default());
         let mut out = BytesMut::new();
-        encode_content(5, &method, &props, &body, frame_max, &mut out);
+        encode_content(5, &method, &EncodedProperties::from(&props), &body, frame_max, &mut out);
         let mut decoder = FrameDecoder::new(0);
         let mut reassembled = Vec::new();
         let mut header = None;
@@ -94,7 +114,7 @@ proptest! {
         }
         let header = header.unwrap();
         prop_assert_eq!(header.body_size, body.len() as u64);
-        prop_assert_eq!(header.properties, props);
+        prop_assert_eq!(header.properties.decode(), props);
         prop_assert_eq!(Bytes::from(reassembled), body);
     }
 }

@@ -45,7 +45,7 @@ impl Broker {
         let queue_id = self.queue_id(vhost, queue)?;
         let queue = self.queues.get_mut(&queue_id).ok_or(DelayedError::QueueNotFound)?;
         let (_, waiting) = queue.delayed.remove(id).ok_or(DelayedError::MessageNotFound)?;
-        self.persist_settle(queue_id, waiting.entry.persist_id);
+        self.persist_settle(queue_id, waiting.entry.persist_id());
         self.reschedule(queue_id);
         Ok(())
     }

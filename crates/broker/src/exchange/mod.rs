@@ -206,7 +206,7 @@ impl Exchange {
             (RouteIndex::Direct(index), _) => index.route(&message.routing_key, out),
             (RouteIndex::Topic(trie), _) => trie.route(message.routing_key.as_bytes(), out),
             (RouteIndex::Bindings, ExchangeKind::Headers) => {
-                headers::route(self.bindings.iter(), message.properties.headers.as_ref(), out)
+                headers::route(self.bindings.iter(), message.properties().headers().as_ref(), out)
             }
             (RouteIndex::Bindings, _) => fanout::route(self.bindings.iter(), out),
         }

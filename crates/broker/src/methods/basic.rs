@@ -56,7 +56,7 @@ impl Broker {
         let Some(connection) = self.connections.get(&conn) else { return Ok(()) };
         let vhost_name = connection.info.vhost.clone();
         check_user_id(&publish, &connection.info.user)?;
-        if let Some(expiration) = &publish.properties.expiration {
+        if let Some(expiration) = publish.properties.expiration() {
             ttl::parse_expiration(expiration.as_bytes()).map_err(|why| {
                 errors::precondition_failed(format!("invalid expiration '{expiration}': {why}"))
             })?;
@@ -78,12 +78,14 @@ impl Broker {
         let mandatory = publish.mandatory;
         let direct_reply = reply_to::is_direct_reply(&publish);
         let delay_ms = requested_delay(exchange.spec.delayed, self.apsaramq_delay_header, &publish)?;
-        let mut properties = publish.properties;
-        if let (Some(delay), Some(headers)) = (delay_ms, &properties.headers) {
-            if exchange.spec.delayed {
-                properties.headers = Some(headers.with_entry("x-delay", delayed::delivered_header(delay)));
-            }
-        }
+        let properties = match delay_ms {
+            // The plugin rewrites x-delay to what it delivers; other messages keep their bytes.
+            Some(delay) if exchange.spec.delayed => publish.properties.edited(|p| {
+                p.headers =
+                    p.headers.as_ref().map(|h| h.with_entry("x-delay", delayed::delivered_header(delay)));
+            }),
+            _ => publish.properties,
+        };
         let message = Arc::new(Message::new(publish.exchange, publish.routing_key, properties, publish.body));
         let mut targets = std::mem::take(&mut self.queue_scratch);
         targets.clear();
@@ -246,7 +248,7 @@ impl Broker {
             return Ok(());
         };
         if m.no_ack {
-            self.persist_settle(id, entry.persist_id);
+            self.persist_settle(id, entry.persist_id());
         }
         let visibility_ms =
             self.queues.get(&id).and_then(|q| q.args.visibility_timeout_ms).filter(|_| !m.no_ack);
@@ -370,13 +372,13 @@ impl Broker {
             match settlement {
                 Settlement::Ack => {
                     queue.settle();
-                    self.persist_settle(id, delivery.entry.persist_id);
+                    self.persist_settle(id, delivery.entry.persist_id());
                 }
                 Settlement::Requeue => self.return_to_queue(id, delivery.entry, now),
                 Settlement::Discard => {
                     queue.settle();
                     let entry = delivery.entry;
-                    self.dead_letter_later(id, entry.message, DeathReason::Rejected, entry.persist_id);
+                    self.dead_letter_entry(id, entry, DeathReason::Rejected);
                 }
             }
             if !touched.contains(&id) {
@@ -406,12 +408,11 @@ fn requested_delay(
     apsaramq: bool,
     publish: &Publish,
 ) -> Result<Option<u64>, AmqpError> {
-    let headers = publish.properties.headers.as_ref();
     if delayed_exchange {
-        return delayed::delay_ms(headers, "x-delay");
+        return delayed::delay_ms(publish.properties.headers().as_ref(), "x-delay");
     }
     if apsaramq {
-        return delayed::delay_ms(headers, "delay");
+        return delayed::delay_ms(publish.properties.headers().as_ref(), "delay");
     }
     Ok(None)
 }
@@ -449,7 +450,7 @@ fn consumer_priority(
 
 /// A `user_id` property must name the authenticated user (RabbitMQ's validated user-id).
 fn check_user_id(publish: &Publish, user: &str) -> Result<(), AmqpError> {
-    match &publish.properties.user_id {
+    match publish.properties.user_id() {
         Some(user_id) if user_id.as_bytes() != user.as_bytes() => Err(errors::precondition_failed(format!(
             "user_id property set to '{user_id}' but authenticated user was '{user}'"
         ))),

@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use hourglass_wire::{BasicProperties, ShortStr};
+use hourglass_wire::{EncodedProperties, ShortStr};
 
 use crate::api::{ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
@@ -114,7 +114,7 @@ impl MessageMeta {
 
     fn of(entry: &Entry, wait_until: Option<Timestamp>) -> MessageMeta {
         MessageMeta {
-            ready_at_ms: entry.ready_at.map(Timestamp::as_millis),
+            ready_at_ms: entry.ready_at().map(Timestamp::as_millis),
             wait_until_ms: wait_until.map_or(0, Timestamp::as_millis),
             delivery_count: entry.delivery_count,
             redelivered: entry.redelivered,
@@ -125,7 +125,7 @@ impl MessageMeta {
 /// A message as stored: `exchange (u8 length + bytes), routing key (u8 length + bytes),
 /// properties (AMQP content-header property encoding), body (the rest)`.
 pub fn encode_record(message: &Message) -> Bytes {
-    let properties_bytes = message.properties.encoded_len();
+    let properties_bytes = message.properties().encoded_len();
     let mut out = BytesMut::with_capacity(
         2 + message.exchange.len() + message.routing_key.len() + properties_bytes + message.body.len(),
     );
@@ -134,7 +134,8 @@ pub fn encode_record(message: &Message) -> Bytes {
         out.put_u8(name.len() as u8);
         out.put_slice(name.as_bytes());
     }
-    message.properties.encode(&mut out);
+    // The bytes as received: the same AMQP encoding the record format always had.
+    message.properties().encode(&mut out);
     out.put_slice(&message.body);
     out.freeze()
 }
@@ -151,7 +152,7 @@ pub fn decode_record(mut record: Bytes) -> Option<Message> {
     };
     let exchange = short(&mut record)?;
     let routing_key = short(&mut record)?;
-    let properties = BasicProperties::decode(&mut record).ok()?;
+    let properties = EncodedProperties::split_from(&mut record).ok()?;
     Some(Message::new(exchange, routing_key, properties, record))
 }
 
@@ -233,7 +234,7 @@ impl Broker {
 
     /// `Enqueue` for an entry that just entered queue `id` (waiting until `wait_until`, if set).
     pub(crate) fn persist_enqueue(&mut self, id: QueueId, entry: &Entry, wait_until: Option<Timestamp>) {
-        let Some(msg_id) = entry.persist_id else { return };
+        let Some(msg_id) = entry.persist_id() else { return };
         let metadata = MessageMeta::of(entry, wait_until).encode();
         let record = self.persist.record_of(&entry.message);
         self.persist.push(StoreOp::Enqueue { queue: id.0, msg_id, metadata, record });
@@ -248,7 +249,7 @@ impl Broker {
 
     /// `Update` for a persisted message whose count or back-off changed.
     pub(crate) fn persist_update(&mut self, id: QueueId, entry: &Entry, wait_until: Option<Timestamp>) {
-        if let Some(msg_id) = entry.persist_id {
+        if let Some(msg_id) = entry.persist_id() {
             let metadata = MessageMeta::of(entry, wait_until).encode();
             self.persist.push(StoreOp::Update { queue: id.0, msg_id, metadata });
         }
@@ -282,7 +283,7 @@ impl Broker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hourglass_wire::{FieldTable, FieldValue};
+    use hourglass_wire::{BasicProperties, FieldTable, FieldValue};
 
     /// Metadata round-trips, and another version or length is refused rather than guessed at.
     #[test]
@@ -310,12 +311,27 @@ mod tests {
         let message = Message::new(
             ShortStr::from_static("x"),
             ShortStr::from_static("rk"),
-            properties,
+            properties.into(),
             Bytes::from_static(b"body"),
         );
         let decoded = decode_record(encode_record(&message)).unwrap();
         assert_eq!(decoded, message);
-        assert_eq!(decoded.expiration_ms, Some(5000));
+        assert_eq!(decoded.expiration_ms(), Some(5000));
         assert!(decode_record(Bytes::from_static(&[5, b'a'])).is_none());
+    }
+
+    /// A record as earlier versions wrote it (properties encoded from decoded fields) still reads:
+    /// the format did not change when properties started to be stored as received.
+    #[test]
+    fn record_in_the_stored_format_reads() {
+        // exchange "x", routing key "rk", properties {delivery-mode 2, expiration "50"}, body.
+        let record = [1, b'x', 2, b'r', b'k', 0x11, 0x00, 2, 2, b'5', b'0', b'b', b'o', b'd', b'y'];
+        let message = decode_record(Bytes::copy_from_slice(&record)).unwrap();
+        assert_eq!((message.exchange.as_bytes(), message.routing_key.as_bytes()), (&b"x"[..], &b"rk"[..]));
+        assert_eq!(
+            (message.is_persistent(), message.expiration_ms(), &message.body[..]),
+            (true, Some(50), &b"body"[..])
+        );
+        assert_eq!(encode_record(&message), Bytes::copy_from_slice(&record));
     }
 }

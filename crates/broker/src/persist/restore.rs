@@ -190,16 +190,11 @@ impl Broker {
         let wait_until = (meta.wait_until_ms != 0).then(|| Timestamp::from_millis(meta.wait_until_ms));
         // A message stored as neither waiting nor ready (not written by this broker) is ready.
         let ready_at = meta.ready_at_ms.map(Timestamp::from_millis).or(wait_until.is_none().then_some(now));
-        let entry = Entry {
-            seq: 0,
-            expires_at: ready_at.and_then(|at| queue.deadline_from(&message, at)),
-            message,
-            // Never ready means never delivered; otherwise it may have been (see the module doc).
-            redelivered: ready_at.is_some(),
-            delivery_count: meta.delivery_count,
-            persist_id: Some(stored.msg_id),
-            ready_at,
-        };
+        let expires_at = ready_at.and_then(|at| queue.deadline_from(&message, at));
+        let mut entry = Entry::new(0, message, ready_at, expires_at, Some(stored.msg_id));
+        // Never ready means never delivered; otherwise it may have been (see the module doc).
+        entry.redelivered = ready_at.is_some();
+        entry.delivery_count = meta.delivery_count;
         if wait_until.is_some() {
             report.delayed += 1;
         } else {

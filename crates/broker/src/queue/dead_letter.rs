@@ -44,7 +44,7 @@ pub(crate) fn rewrite(
     dlx: &ShortStr,
     routing_key: Option<&ShortStr>,
 ) -> Message {
-    let old_headers = message.properties.headers.clone().unwrap_or_default();
+    let old_headers = message.properties().headers().unwrap_or_default();
     let deaths = updated_deaths(&old_headers, message, queue, reason, now);
     let reason_value = || FieldValue::LongStr(LongStr::from(reason.name()));
     let queue_value = || FieldValue::LongStr(LongStr::new(queue.clone().into_bytes()));
@@ -61,9 +61,10 @@ pub(crate) fn rewrite(
         .with_entry("x-last-death-reason", reason_value())
         .with_entry("x-last-death-queue", queue_value())
         .with_entry("x-last-death-exchange", exchange_value());
-    let mut properties = message.properties.clone();
-    properties.headers = Some(headers);
-    properties.expiration = None;
+    let properties = message.properties().edited(|p| {
+        p.headers = Some(headers);
+        p.expiration = None;
+    });
     let routing_key = routing_key.cloned().unwrap_or_else(|| message.routing_key.clone());
     Message::new(dlx.clone(), routing_key, properties, message.body.clone())
 }
@@ -134,8 +135,8 @@ fn new_death(message: &Message, queue: &ShortStr, reason: DeathReason, now: Time
         ("exchange", long(&message.exchange)),
         ("routing-keys", FieldValue::Array(routing_keys)),
     ];
-    if let Some(expiration) = &message.properties.expiration {
-        entries.push(("original-expiration", long(expiration)));
+    if let Some(expiration) = message.properties().expiration() {
+        entries.push(("original-expiration", long(&expiration)));
     }
     FieldTable::from_entries(entries)
 }
@@ -160,7 +161,7 @@ mod tests {
 
     fn message(expiration: Option<&str>) -> Message {
         let properties = BasicProperties { expiration: expiration.map(s), ..Default::default() };
-        Message::new(s("orders"), s("eu.created"), properties, bytes::Bytes::from_static(b"body"))
+        Message::new(s("orders"), s("eu.created"), properties.into(), bytes::Bytes::from_static(b"body"))
     }
 
     fn text(table: &FieldTable, key: &str) -> String {
@@ -168,7 +169,7 @@ mod tests {
     }
 
     fn deaths(m: &Message) -> Vec<FieldTable> {
-        match m.properties.headers.as_ref().unwrap().get("x-death") {
+        match m.properties().headers().unwrap().get("x-death") {
             Some(FieldValue::Array(a)) => a
                 .iter()
                 .map(|v| match v {
@@ -189,8 +190,8 @@ mod tests {
         let out = rewrite(&message(Some("5000")), &s("work"), DeathReason::Expired, now, &s("dlx"), None);
         assert_eq!(out.exchange, "dlx");
         assert_eq!(out.routing_key, "eu.created");
-        assert_eq!(out.properties.expiration, None);
-        assert_eq!(out.expiration_ms, None);
+        assert_eq!(out.properties().expiration(), None);
+        assert_eq!(out.expiration_ms(), None);
         let d = deaths(&out);
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].get("count"), Some(FieldValue::I64(1)));
@@ -199,9 +200,9 @@ mod tests {
         assert_eq!(text(&d[0], "exchange"), "orders");
         assert_eq!(text(&d[0], "original-expiration"), "5000");
         assert_eq!(d[0].get("time"), Some(FieldValue::Timestamp(1_700_000_000)));
-        let headers = out.properties.headers.as_ref().unwrap();
-        assert_eq!(text(headers, "x-first-death-reason"), "expired");
-        assert_eq!(text(headers, "x-last-death-queue"), "work");
+        let headers = out.properties().headers().unwrap();
+        assert_eq!(text(&headers, "x-first-death-reason"), "expired");
+        assert_eq!(text(&headers, "x-last-death-queue"), "work");
     }
 
     /// Dying again in the same queue for the same reason counts up and moves that entry first;
@@ -216,10 +217,10 @@ mod tests {
         assert_eq!(d.len(), 2);
         assert_eq!((text(&d[0], "queue"), d[0].get("count")), ("a".to_owned(), Some(FieldValue::I64(2))));
         assert_eq!(text(&d[1], "queue"), "b");
-        let headers = thrice.properties.headers.as_ref().unwrap();
-        assert_eq!(text(headers, "x-first-death-queue"), "a");
-        assert_eq!(text(headers, "x-first-death-reason"), "rejected");
-        assert_eq!(text(headers, "x-last-death-reason"), "rejected");
+        let headers = thrice.properties().headers().unwrap();
+        assert_eq!(text(&headers, "x-first-death-queue"), "a");
+        assert_eq!(text(&headers, "x-first-death-reason"), "rejected");
+        assert_eq!(text(&headers, "x-last-death-reason"), "rejected");
     }
 
     /// A queue already in x-death with no rejection since is a cycle; a rejection breaks it
@@ -228,10 +229,10 @@ mod tests {
     fn cycles_without_rejection_are_detected() {
         let now = Timestamp::from_millis(0);
         let expired = rewrite(&message(None), &s("a"), DeathReason::Expired, now, &s("dlx"), None);
-        assert!(is_cycle(expired.properties.headers.as_ref(), &s("a")));
-        assert!(!is_cycle(expired.properties.headers.as_ref(), &s("other")));
+        assert!(is_cycle(expired.properties().headers().as_ref(), &s("a")));
+        assert!(!is_cycle(expired.properties().headers().as_ref(), &s("other")));
         let rejected = rewrite(&message(None), &s("a"), DeathReason::Rejected, now, &s("dlx"), None);
-        assert!(!is_cycle(rejected.properties.headers.as_ref(), &s("a")));
+        assert!(!is_cycle(rejected.properties().headers().as_ref(), &s("a")));
         assert!(!is_cycle(None, &s("a")));
     }
 }

@@ -95,18 +95,7 @@ mod tests {
     fn waiting(seq: Seq) -> Waiting {
         let message =
             Message::new(Default::default(), Default::default(), Default::default(), vec![1u8; 2].into());
-        Waiting {
-            entry: Entry {
-                seq,
-                message: Arc::new(message),
-                redelivered: false,
-                expires_at: None,
-                delivery_count: 0,
-                persist_id: None,
-                ready_at: None,
-            },
-            returning: false,
-        }
+        Waiting { entry: Entry::new(seq, Arc::new(message), None, None, None), returning: false }
     }
 
     /// Due messages come out in due order, ties in publish (seq) order, only once due.

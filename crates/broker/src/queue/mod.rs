@@ -125,36 +125,20 @@ impl Queue {
         let seq = self.next_seq;
         self.next_seq += 1;
         let expires_at = self.deadline_from(&message, now);
-        Entry {
-            seq,
-            message,
-            redelivered: false,
-            expires_at,
-            delivery_count: 0,
-            persist_id,
-            ready_at: Some(now),
-        }
+        Entry::new(seq, message, Some(now), expires_at, persist_id)
     }
 
     /// Holds a newly arrived message until `due`; its TTL will start then (contract §3).
     pub fn delay(&mut self, message: Arc<Message>, due: Timestamp, persist_id: Option<u64>) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let entry = Entry {
-            seq,
-            message,
-            redelivered: false,
-            expires_at: None,
-            delivery_count: 0,
-            persist_id,
-            ready_at: None,
-        };
+        let entry = Entry::new(seq, message, None, None, persist_id);
         self.delayed.insert(due, Waiting { entry, returning: false });
     }
 
     /// The TTL deadline of `message` when it becomes ready at `ready_at` (contract §1).
     pub fn deadline_from(&self, message: &Message, ready_at: Timestamp) -> Option<Timestamp> {
-        let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, message.expiration_ms);
+        let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, message.expiration_ms());
         ttl_ms.map(|ms| ready_at.saturating_add_millis(ms))
     }
 
@@ -171,7 +155,7 @@ impl Queue {
         self.next_seq += 1;
         match wait_until {
             Some(due) => {
-                let returning = entry.ready_at.is_some();
+                let returning = entry.ready_at().is_some();
                 self.delayed.insert(due, Waiting { entry, returning });
             }
             None => self.push_ready(entry),
@@ -180,7 +164,7 @@ impl Queue {
 
     /// Appends an entry to the ready messages.
     pub fn push_ready(&mut self, entry: Entry) {
-        if let Some(at) = entry.expires_at {
+        if let Some(at) = entry.expires_at() {
             self.ttl.insert(at, entry.seq);
         }
         self.ready.push_back(entry);
@@ -189,7 +173,7 @@ impl Queue {
     /// Takes the next ready message for a delivery.
     pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
         let entry = self.ready.pop_front()?;
-        if let Some(at) = entry.expires_at {
+        if let Some(at) = entry.expires_at() {
             self.ttl.remove(at, entry.seq);
         }
         self.mark_delivered(expect_ack);
@@ -241,7 +225,7 @@ impl Queue {
 
     /// Puts an entry that was ready before back at its place, with its deadline.
     pub fn return_to_ready(&mut self, entry: Entry) {
-        if let Some(at) = entry.expires_at {
+        if let Some(at) = entry.expires_at() {
             self.ttl.insert(at, entry.seq);
         }
         self.ready.requeue(entry);

@@ -88,7 +88,7 @@ impl Ready {
     }
 
     fn level_of(&self, entry: &Entry) -> usize {
-        let priority = usize::from(entry.message.properties.priority.unwrap_or(0));
+        let priority = usize::from(entry.message.priority());
         priority.min(self.levels.len() - 1)
     }
 
@@ -111,31 +111,49 @@ struct Level {
     body_bytes: usize,
 }
 
+/// A queued message, or the tombstone of one removed from the middle. One word smaller than
+/// `(Seq, Option<Entry>)`: the tombstone's seq fits beside `Entry`'s niche (size checked below).
 #[derive(Debug)]
-struct Slot {
-    seq: Seq,
-    entry: Option<Entry>,
+enum Slot {
+    Live(Entry),
+    Removed(Seq),
+}
+
+impl Slot {
+    fn seq(&self) -> Seq {
+        match self {
+            Slot::Live(entry) => entry.seq,
+            Slot::Removed(seq) => *seq,
+        }
+    }
+
+    fn entry(&self) -> Option<&Entry> {
+        match self {
+            Slot::Live(entry) => Some(entry),
+            Slot::Removed(_) => None,
+        }
+    }
 }
 
 impl Level {
     /// Appends a newly published message (its seq is greater than any queued one).
     fn push_back(&mut self, entry: Entry) {
-        debug_assert!(self.slots.back().is_none_or(|last| last.seq < entry.seq));
+        debug_assert!(self.slots.back().is_none_or(|last| last.seq() < entry.seq));
         self.add_counts(&entry);
-        self.slots.push_back(Slot { seq: entry.seq, entry: Some(entry) });
+        self.slots.push_back(Slot::Live(entry));
     }
 
     /// Puts a message back at its original position. Requeues land near the head (messages are
     /// delivered from the head), where `VecDeque::insert` shifts only the short side.
     fn requeue(&mut self, entry: Entry) {
         self.add_counts(&entry);
-        let at = self.slots.partition_point(|s| s.seq < entry.seq);
-        self.slots.insert(at, Slot { seq: entry.seq, entry: Some(entry) });
+        let at = self.slots.partition_point(|s| s.seq() < entry.seq);
+        self.slots.insert(at, Slot::Live(entry));
     }
 
     fn pop_front(&mut self) -> Option<Entry> {
         while let Some(slot) = self.slots.pop_front() {
-            if let Some(entry) = slot.entry {
+            if let Slot::Live(entry) = slot {
                 self.remove_counts(&entry);
                 return Some(entry);
             }
@@ -145,9 +163,10 @@ impl Level {
 
     /// Removes the message with this seq, wherever it is.
     fn remove(&mut self, seq: Seq) -> Option<Entry> {
-        let at = self.slots.partition_point(|s| s.seq < seq);
-        let slot = self.slots.get_mut(at).filter(|s| s.seq == seq)?;
-        let entry = slot.entry.take()?;
+        let at = self.slots.partition_point(|s| s.seq() < seq);
+        let slot = self.slots.get_mut(at).filter(|s| s.seq() == seq)?;
+        // A tombstone stays a tombstone: removing twice finds nothing.
+        let Slot::Live(entry) = std::mem::replace(slot, Slot::Removed(seq)) else { return None };
         self.remove_counts(&entry);
         self.sweep_if_sparse();
         Some(entry)
@@ -157,7 +176,7 @@ impl Level {
     /// persisted ones to `settled`.
     fn purge(&mut self, settled: &mut Vec<u64>) -> usize {
         let count = self.live;
-        settled.extend(self.slots.iter().filter_map(|s| s.entry.as_ref().and_then(|e| e.persist_id)));
+        settled.extend(self.slots.iter().filter_map(|s| s.entry().and_then(Entry::persist_id)));
         self.slots.clear();
         self.live = 0;
         self.body_bytes = 0;
@@ -177,7 +196,7 @@ impl Level {
     fn sweep_if_sparse(&mut self) {
         let tombstones = self.slots.len() - self.live;
         if tombstones > MIN_TOMBSTONES_TO_SWEEP && tombstones > self.live {
-            self.slots.retain(|s| s.entry.is_some());
+            self.slots.retain(|s| matches!(s, Slot::Live(_)));
         }
     }
 }
@@ -191,19 +210,17 @@ mod tests {
     fn entry(seq: Seq) -> Entry {
         let message =
             Message::new(Default::default(), Default::default(), Default::default(), vec![0u8; 3].into());
-        Entry {
-            seq,
-            message: Arc::new(message),
-            redelivered: false,
-            expires_at: None,
-            delivery_count: 0,
-            persist_id: None,
-            ready_at: None,
-        }
+        Entry::new(seq, Arc::new(message), None, None, None)
     }
 
     fn drain(ready: &mut Ready) -> Vec<Seq> {
         std::iter::from_fn(|| ready.pop_front()).map(|e| e.seq).collect()
+    }
+
+    /// A queued message costs one slot: 48 bytes (an `Entry`), so a regression fails here first.
+    #[test]
+    fn slot_is_no_bigger_than_an_entry() {
+        assert_eq!(std::mem::size_of::<Slot>(), std::mem::size_of::<Entry>());
     }
 
     /// A requeued message goes back to its original place among the ready ones.

@@ -168,7 +168,8 @@ async fn publish(
         routing_key: short(str_field(&body, "routing_key")?.unwrap_or_default())?,
         mandatory: true,
         properties: json_to_properties(body.get("properties").unwrap_or(&Value::Null))
-            .map_err(ApiError::bad_request)?,
+            .map_err(ApiError::bad_request)?
+            .into(),
         body: payload,
     };
     let replies = state

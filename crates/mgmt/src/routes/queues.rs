@@ -274,7 +274,7 @@ async fn get_messages(
                 "exchange": ok.exchange.as_str(),
                 "routing_key": ok.routing_key.as_str(),
                 "message_count": ok.message_count,
-                "properties": properties_to_json(&message.properties),
+                "properties": properties_to_json(&message.properties().decode()),
                 "payload": payload,
                 "payload_encoding": encoding,
             })

@@ -130,7 +130,7 @@ fn delayed_json(d: &DelayedMessage, now: Timestamp) -> Value {
         "due_in_ms": d.due.as_millis().saturating_sub(now.as_millis()),
         "exchange": m.exchange.as_str(),
         "routing_key": m.routing_key.as_str(),
-        "properties": properties_to_json(&m.properties),
+        "properties": properties_to_json(&m.properties().decode()),
         "payload_bytes": m.body.len(),
         "payload": base64::engine::general_purpose::STANDARD.encode(&m.body),
         "payload_encoding": "base64",

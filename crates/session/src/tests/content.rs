@@ -31,6 +31,28 @@ fn publish_with_one_body_frame_is_zero_copy() {
     assert!(range.contains(&(publish.body.as_ptr() as usize)), "body was copied");
 }
 
+/// The properties are handed on as the header frame carried them: a slice of the input, with an
+/// unusual but valid encoding (a continuation flags word) kept byte for byte.
+#[test]
+fn publish_properties_are_a_slice_of_the_header_frame() {
+    let mut c = Client::local();
+    c.open(60);
+    c.open_channel(1);
+    c.publish(1, "rk");
+    // delivery-mode 2 behind a continuation word (§4.2.6.1), as RabbitMQ accepts it.
+    let raw = [0x10, 0x01, 0x00, 0x00, 2];
+    let properties = EncodedProperties::split_from(&mut Bytes::copy_from_slice(&raw)).unwrap();
+    let mut input = BytesMut::new();
+    encode_header_frame(1, &ContentHeader { class_id: 60, body_size: 0, properties }, &mut input);
+    let range = input.as_ptr() as usize..input.as_ptr() as usize + input.len();
+    c.conn.handle_input(&mut input, c.now);
+    let commands = c.commands();
+    let [Command::Publish { publish, .. }] = &commands[..] else { panic!("{commands:?}") };
+    assert_eq!(publish.properties.as_bytes(), raw);
+    assert_eq!(publish.properties.delivery_mode(), Some(2));
+    assert!(range.contains(&(publish.properties.as_bytes().as_ptr() as usize)), "properties were copied");
+}
+
 /// Three body frames are joined into one body; the message is emitted only when complete.
 #[test]
 fn publish_with_three_body_frames() {
@@ -200,4 +222,32 @@ fn send_with_content_is_split_by_frame_max() {
         joined.extend_from_slice(payload);
     }
     assert_eq!(joined, body);
+}
+
+/// A delivered message's properties are written exactly as they were received, not re-encoded
+/// (RabbitMQ reuses the received encoding of a message it did not change).
+#[test]
+fn delivered_properties_are_the_received_bytes() {
+    let mut c = Client::local();
+    c.open(60);
+    c.open_channel(1);
+    let raw = [0x10, 0x01, 0x00, 0x00, 2];
+    let properties = EncodedProperties::split_from(&mut Bytes::copy_from_slice(&raw)).unwrap();
+    let message = Message::new(short("x"), short("rk"), properties, Bytes::from_static(b"body"));
+    let get_ok = BasicGetOk {
+        delivery_tag: 1,
+        redelivered: false,
+        exchange: short("x"),
+        routing_key: short("rk"),
+        message_count: 0,
+    };
+    c.effect(Effect::Send {
+        conn: CONN,
+        channel: ChannelId(1),
+        method: get_ok.into(),
+        content: Some(Arc::new(message)),
+    });
+    let frames = c.frames();
+    let Some(Frame::Header { header, .. }) = frames.get(1) else { panic!("{frames:?}") };
+    assert_eq!(header.properties.as_bytes(), raw);
 }

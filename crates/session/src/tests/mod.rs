@@ -155,8 +155,9 @@ fn short(s: &str) -> ShortStr {
     ShortStr::try_from(s).expect("short")
 }
 
-fn properties() -> BasicProperties {
+fn properties() -> EncodedProperties {
     BasicProperties { content_type: Some(short("text/plain")), delivery_mode: Some(2), ..Default::default() }
+        .into()
 }
 
 fn start_ok(mechanism: &str, response: &[u8]) -> ConnectionStartOk {

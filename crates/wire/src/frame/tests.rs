@@ -5,6 +5,7 @@ use bytes::{BufMut, BytesMut};
 
 use super::*;
 use crate::method::{BasicPublish, ChannelOpen, ConnectionTune};
+use crate::properties::BasicProperties;
 use crate::types::ShortStr;
 
 fn decode_all(decoder: &mut FrameDecoder, buf: &mut BytesMut) -> Vec<Frame> {
@@ -30,6 +31,7 @@ fn sample_stream() -> (Vec<Frame>, BytesMut) {
     };
     let body = b"hello, world";
     let mut out = BytesMut::new();
+    let props = EncodedProperties::from(&props);
     encode_content(3, &method, &props, body, 8 + 7, &mut out);
     encode_heartbeat_frame(&mut out);
     let frames = vec![
@@ -159,7 +161,7 @@ fn content_splitting() {
     let method = Method::from(BasicPublish::default());
     for (frame_max, bodies) in [(4096u32, 3usize), (0, 1), (10_008, 1), (10_007, 2)] {
         let mut out = BytesMut::new();
-        encode_content(1, &method, &BasicProperties::default(), &body, frame_max, &mut out);
+        encode_content(1, &method, &EncodedProperties::default(), &body, frame_max, &mut out);
         let mut decoder = FrameDecoder::new(0);
         let frames = decode_all(&mut decoder, &mut out);
         let sizes: Vec<usize> = frames
@@ -176,7 +178,7 @@ fn content_splitting() {
         }
     }
     let mut out = BytesMut::new();
-    encode_content(1, &method, &BasicProperties::default(), &[], 4096, &mut out);
+    encode_content(1, &method, &EncodedProperties::default(), &[], 4096, &mut out);
     assert_eq!(decode_all(&mut FrameDecoder::new(4096), &mut out).len(), 2);
 }
 

@@ -211,6 +211,7 @@ pub fn frame() -> impl Strategy<Value = Frame> {
         (any::<u16>(), method()).prop_map(|(channel, method)| Frame::Method { channel, method }),
         (any::<u16>(), any::<u16>(), any::<u64>(), properties()).prop_map(
             |(channel, class_id, body_size, properties)| {
+                let properties = EncodedProperties::from(&properties);
                 Frame::Header { channel, header: ContentHeader { class_id, body_size, properties } }
             }
         ),
