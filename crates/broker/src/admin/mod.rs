@@ -80,6 +80,8 @@ impl Broker {
             frame_max: 0,
             channel_max: 0,
             heartbeat_s: 0,
+            // The HTTP API checked its user already; its operations are not limited further.
+            permissions: crate::permissions::Permissions::full(),
         };
         self.handle_command(Command::ConnectionOpen { conn: ADMIN_CONNECTION, info }, now);
         let open = Command::Method {

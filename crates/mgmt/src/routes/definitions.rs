@@ -117,7 +117,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
             description: description.to_owned(),
             tags,
             default_queue_type: str_field(v, "default_queue_type")?.map(str::to_owned),
-        });
+        })?;
         state.broker.run(move |b, _| b.add_vhost(&name)).await?;
     }
     for u in items(body, "users")? {
@@ -134,7 +134,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
                 )));
             }
         }
-        state.users.put_user(User { name, password_hash, tags: tags_field(u)? });
+        state.users.put_user(User { name, password_hash, tags: tags_field(u)? })?;
     }
     for p in items(body, "permissions")? {
         let (user, vhost) = (required(p, "user")?, required(p, "vhost")?);
@@ -145,7 +145,8 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
             configure: required(p, "configure")?.to_owned(),
             write: required(p, "write")?.to_owned(),
             read: required(p, "read")?.to_owned(),
-        });
+        })?;
+        super::push_permissions(state, user, vhost).await?;
     }
     for x in items(body, "exchanges")? {
         let vhost = required(x, "vhost")?.to_owned();

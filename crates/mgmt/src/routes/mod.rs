@@ -48,6 +48,14 @@ pub(crate) async fn call_as(
     Ok(())
 }
 
+/// Hands `user`'s permissions in `vhost`, as the store has them now (none when removed), to
+/// the user's open connections there: the next operation on them is checked against these.
+pub(crate) async fn push_permissions(state: &AppState, user: &str, vhost: &str) -> Result<(), ApiError> {
+    let permissions = state.users.compiled_permissions(vhost, user);
+    let (user, vhost) = (user.to_owned(), vhost.to_owned());
+    state.broker.run(move |b, _| b.set_permissions(&user, &vhost, permissions)).await
+}
+
 pub(crate) fn require_vhost(state: &AppState, vhost: &str) -> Result<(), ApiError> {
     state.users.vhost(vhost).map(|_| ()).ok_or_else(ApiError::not_found)
 }
