@@ -269,6 +269,55 @@ async fn definitions_round_trip() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
+/// A definitions file exported by RabbitMQ 3.10.8 (`rabbitmqctl export_definitions`, trimmed to one
+/// vhost) imports: the user logs in with the password RabbitMQ hashed, a look-ahead permission
+/// pattern is kept, bindings naming an internal exchange RabbitMQ left out of its export are
+/// skipped as RabbitMQ skips them, and the export gives queues their `type`.
+#[tokio::test]
+async fn rabbitmq_export_imports() {
+    let s = state();
+    let export = json!({
+        "rabbit_version": "3.10.8", "rabbitmq_version": "3.10.8",
+        "users": [{"hashing_algorithm": "rabbit_password_hashing_sha256", "limits": {}, "name": "hg-alice",
+                   "password_hash": "lnHZu0skgPuUQUq5mgoaa1QRYQ2Y36zA5G6jkq2Bobx6cE4B", "tags": ["monitoring", "management"]}],
+        "vhosts": [{"limits": [], "metadata": {"description": "", "tags": ""}, "name": "hg-src"}],
+        "permissions": [{"configure": "^alice-", "read": "^(?!amq\\.).*", "user": "hg-alice", "vhost": "hg-src", "write": ".*"}],
+        "topic_permissions": [], "parameters": [], "global_parameters": [], "policies": [],
+        "queues": [
+            {"arguments": {"x-dead-letter-exchange": "orders-ae", "x-max-length": 1000, "x-message-ttl": 60000},
+             "auto_delete": false, "durable": true, "name": "orders.created", "type": "classic", "vhost": "hg-src"},
+            {"arguments": {"x-queue-type": "quorum"}, "auto_delete": false, "durable": true, "name": "qq", "type": "quorum", "vhost": "hg-src"}
+        ],
+        "exchanges": [
+            {"arguments": {}, "auto_delete": false, "durable": true, "name": "orders", "type": "topic", "vhost": "hg-src"},
+            {"arguments": {}, "auto_delete": false, "durable": true, "name": "orders-ae", "type": "fanout", "vhost": "hg-src"}
+        ],
+        "bindings": [
+            {"arguments": {}, "destination": "internal-x", "destination_type": "exchange", "routing_key": "order.#", "source": "orders", "vhost": "hg-src"},
+            {"arguments": {}, "destination": "orders.created", "destination_type": "queue", "routing_key": "order.created.#", "source": "orders", "vhost": "hg-src"}
+        ]
+    });
+    let (status, body) = call(&s, "POST", "/api/definitions", Some(export)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert!(s.users.check_login("hg-alice", "alicepw", false).is_some());
+    assert_eq!(s.users.permission("hg-src", "hg-alice").unwrap().read, "^(?!amq\\.).*");
+    let (_, exported) = call(&s, "GET", "/api/definitions", None).await;
+    assert_eq!(exported["bindings"].as_array().unwrap().len(), 1, "{}", exported["bindings"]);
+    let types: Vec<&str> =
+        exported["queues"].as_array().unwrap().iter().map(|q| q["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["classic", "quorum"]);
+}
+
+/// A permission pattern that does not compile is refused with 400, as RabbitMQ refuses it.
+#[tokio::test]
+async fn invalid_permission_pattern_is_bad_request() {
+    let s = state();
+    let perm = json!({"configure": "(", "write": ".*", "read": ".*"});
+    let (status, body) = call(&s, "PUT", "/api/permissions/%2F/guest", Some(perm)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["reason"].as_str().unwrap().contains("invalid configure regexp '('"), "{body}");
+}
+
 /// Health checks answer ok; a port nobody listens on is a 503.
 #[tokio::test]
 async fn health_checks() {

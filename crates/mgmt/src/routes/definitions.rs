@@ -35,7 +35,7 @@ async fn export(
         .await?
         .into_iter()
         .filter(|q| q["exclusive"] != true)
-        .map(|q| strip(q, &["name", "vhost", "durable", "auto_delete", "arguments"]))
+        .map(|q| strip(q, &["name", "vhost", "type", "durable", "auto_delete", "arguments"]))
         .collect();
     let exchanges: Vec<Value> = super::exchanges::all_exchanges(&state, None)
         .await?
@@ -63,6 +63,7 @@ async fn export(
         "vhosts": state.users.vhosts().iter().map(|v| json!({
             "name": v.name, "description": v.description, "tags": v.tags,
             "metadata": {"description": v.description, "tags": v.tags},
+            "limits": [],
         })).collect::<Vec<_>>(),
         "permissions": state.users.permissions().iter().map(super::users::permission_json).collect::<Vec<_>>(),
         "topic_permissions": [],
@@ -171,18 +172,17 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
         let arguments =
             json_to_table(b.get("arguments").unwrap_or(&Value::Null)).map_err(ApiError::bad_request)?;
         let routing_key = str_field(b, "routing_key")?.unwrap_or_default();
-        bind(
-            state,
-            &auth.name,
-            vhost,
-            required(b, "source")?,
-            kind,
-            required(b, "destination")?,
-            routing_key,
-            arguments,
-            true,
-        )
-        .await?;
+        let (source, destination) = (required(b, "source")?, required(b, "destination")?);
+        let bound =
+            bind(state, &auth.name, vhost, source, kind, destination, routing_key, arguments, true).await;
+        match bound {
+            // RabbitMQ skips a binding whose source or destination is missing (its own exports
+            // name internal exchanges they leave out) and imports the rest.
+            Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => {
+                tracing::warn!(vhost, source, destination, reason = %e.reason, "definitions: binding skipped");
+            }
+            bound => bound?,
+        }
     }
     Ok(())
 }
