@@ -318,6 +318,52 @@ async fn invalid_permission_pattern_is_bad_request() {
     assert!(body["reason"].as_str().unwrap().contains("invalid configure regexp '('"), "{body}");
 }
 
+/// The listings rabbitmqadmin v2 reads for things Hourglass does not have answer empty lists;
+/// a vhost's definitions export without `vhost` keys and import into another vhost; a user's
+/// connections list (rabbitmqadmin `list user_connections`).
+#[tokio::test]
+async fn rabbitmqadmin_v2_endpoints() {
+    let s = state();
+    for path in [
+        "/api/vhost-limits",
+        "/api/vhost-limits/%2F",
+        "/api/user-limits",
+        "/api/user-limits/guest",
+        "/api/parameters",
+        "/api/feature-flags",
+        "/api/deprecated-features",
+        "/api/deprecated-features/used",
+        "/api/connections/username/guest",
+    ] {
+        assert_eq!(call(&s, "GET", path, None).await, (StatusCode::OK, json!([])), "{path}");
+    }
+    let (status, _) = call(&s, "GET", "/api/health/checks/node-is-quorum-critical", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(&s, "GET", "/api/health/checks/protocol-listener/amqp091", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = call(&s, "GET", "/api/health/checks/protocol-listener/stomp", None).await;
+    assert_eq!((status, &body["status"]), (StatusCode::SERVICE_UNAVAILABLE, &json!("failed")));
+    call(&s, "PUT", "/api/queues/%2F/q1", Some(json!({"durable": true}))).await;
+    call(&s, "POST", "/api/bindings/%2F/e/amq.direct/q/q1", Some(json!({"routing_key": "k"}))).await;
+    let (status, vhost_defs) = call(&s, "GET", "/api/definitions/%2F", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(vhost_defs["queues"][0]["name"], "q1");
+    assert!(vhost_defs["queues"][0].get("vhost").is_none(), "{vhost_defs}");
+    assert!(vhost_defs.get("users").is_none());
+    call(&s, "PUT", "/api/vhosts/copy", None).await;
+    let (status, body) = call(&s, "POST", "/api/definitions/copy", Some(vhost_defs)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (_, q) = call(&s, "GET", "/api/queues/copy/q1", None).await;
+    assert_eq!(q["durable"], true);
+    let (_, bindings) = call(&s, "GET", "/api/bindings/copy", None).await;
+    assert!(bindings
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["source"] == "amq.direct" && b["routing_key"] == "k"));
+    assert_eq!(call(&s, "GET", "/api/definitions/nope", None).await.0, StatusCode::NOT_FOUND);
+}
+
 /// Health checks answer ok; a port nobody listens on is a 503.
 #[tokio::test]
 async fn health_checks() {

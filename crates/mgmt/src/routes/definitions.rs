@@ -1,8 +1,10 @@
 //! /api/definitions: export and import users, vhosts, permissions, exchanges, queues, bindings
 //! in RabbitMQ's format (policies and parameters are exported empty and ignored on import).
+//! /api/definitions/{vhost}: one vhost's exchanges, queues, bindings (and policies), without
+//! `vhost` keys, imported into whichever vhost is named, as RabbitMQ's management plugin does.
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
@@ -17,27 +19,96 @@ use crate::users::{Permission, User, VhostRecord};
 use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route("/api/definitions", get(export).post(import))
+    Router::new()
+        .route("/api/definitions", get(export).post(import))
+        .route("/api/definitions/{vhost}", get(export_vhost).post(import_vhost))
 }
+
+/// The sections that belong to one vhost.
+const VHOST_SECTIONS: [&str; 4] = ["queues", "exchanges", "bindings", "policies"];
 
 async fn export(
     State(state): State<AppState>,
     Extension(auth): Extension<AuthUser>,
 ) -> Result<Json<Value>, ApiError> {
     auth.require_admin()?;
+    Ok(Json(export_document(&state).await?))
+}
+
+/// GET /api/definitions/{vhost}: the vhost's items from the full export, `vhost` keys removed.
+async fn export_vhost(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path(vhost): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    auth.require_admin()?;
+    super::require_vhost(&state, &vhost)?;
+    let mut all = export_document(&state).await?;
+    let mut out = json!({
+        "rabbit_version": RABBITMQ_COMPAT_VERSION,
+        "rabbitmq_version": RABBITMQ_COMPAT_VERSION,
+        "parameters": [],
+    });
+    for key in VHOST_SECTIONS {
+        let items = match all.get_mut(key).map(Value::take) {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        };
+        let mine: Vec<Value> = items
+            .into_iter()
+            .filter(|item| item["vhost"] == vhost.as_str())
+            .map(|mut item| {
+                if let Value::Object(map) = &mut item {
+                    map.remove("vhost");
+                }
+                item
+            })
+            .collect();
+        out[key] = Value::Array(mine);
+    }
+    Ok(Json(out))
+}
+
+/// POST /api/definitions/{vhost}: a vhost export (or a full one: its users, vhosts and
+/// permissions are ignored) imported into this vhost.
+async fn import_vhost(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path(vhost): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    auth.require_admin()?;
+    super::require_vhost(&state, &vhost)?;
+    let body = body_json(&body)?;
+    let mut scoped = json!({});
+    for key in VHOST_SECTIONS {
+        let mut items = items(&body, key)?.to_vec();
+        for item in &mut items {
+            if let Value::Object(map) = item {
+                map.insert("vhost".to_owned(), Value::String(vhost.clone()));
+            }
+        }
+        scoped[key] = Value::Array(items);
+    }
+    import_definitions(&state, &auth.name, &scoped).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Every section, as GET /api/definitions answers.
+async fn export_document(state: &AppState) -> Result<Value, ApiError> {
     let strip = |mut v: Value, keys: &[&str]| {
         if let Value::Object(map) = &mut v {
             map.retain(|k, _| keys.contains(&k.as_str()));
         }
         v
     };
-    let queues: Vec<Value> = super::queues::all_queues(&state, None)
+    let queues: Vec<Value> = super::queues::all_queues(state, None)
         .await?
         .into_iter()
         .filter(|q| q["exclusive"] != true)
         .map(|q| strip(q, &["name", "vhost", "type", "durable", "auto_delete", "arguments"]))
         .collect();
-    let exchanges: Vec<Value> = super::exchanges::all_exchanges(&state, None)
+    let exchanges: Vec<Value> = super::exchanges::all_exchanges(state, None)
         .await?
         .into_iter()
         .filter(|x| x["name"].as_str().is_some_and(|n| !n.is_empty() && !n.starts_with("amq.")))
@@ -45,7 +116,7 @@ async fn export(
         .collect();
     let mut bindings = Vec::new();
     for vhost in state.users.vhosts() {
-        for b in super::bindings::vhost_bindings(&state, &vhost.name).await? {
+        for b in super::bindings::vhost_bindings(state, &vhost.name).await? {
             if b["source"] != "" {
                 bindings.push(strip(
                     b,
@@ -54,7 +125,7 @@ async fn export(
             }
         }
     }
-    Ok(Json(json!({
+    Ok(json!({
         "rabbit_version": RABBITMQ_COMPAT_VERSION,
         "rabbitmq_version": RABBITMQ_COMPAT_VERSION,
         "product_name": "Hourglass",
@@ -73,7 +144,7 @@ async fn export(
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
-    })))
+    }))
 }
 
 fn items<'a>(body: &'a Value, key: &str) -> Result<&'a [Value], ApiError> {

@@ -5,6 +5,7 @@ mod connections;
 mod definitions;
 pub(crate) use definitions::import_definitions;
 mod exchanges;
+mod none_set;
 mod overview;
 mod queues;
 mod time;
@@ -29,6 +30,7 @@ pub fn router(state: AppState) -> Router {
         .merge(bindings::routes())
         .merge(connections::routes())
         .merge(definitions::routes())
+        .merge(none_set::routes())
         .fallback(get(|| async { ApiError::not_found() }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))
         .with_state(state)
