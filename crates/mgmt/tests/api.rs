@@ -364,6 +364,26 @@ async fn rabbitmqadmin_v2_endpoints() {
     assert_eq!(call(&s, "GET", "/api/definitions/nope", None).await.0, StatusCode::NOT_FOUND);
 }
 
+/// Operations through the API run with the HTTP user's own AMQP permissions in the vhost, as
+/// RabbitMQ's management plugin does: a management user without configure on a queue cannot
+/// declare it; definitions import (administrators) is not limited.
+#[tokio::test]
+async fn api_operations_use_the_users_permissions() {
+    let s = state();
+    let bob = "Basic Ym9iOmJvYnB3"; // bob:bobpw
+    call(&s, "PUT", "/api/users/bob", Some(json!({"password": "bobpw", "tags": "management"}))).await;
+    let (status, body) = call_as(&s, bob, "PUT", "/api/queues/%2F/q", Some(json!({}))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["reason"], "access to queue 'q' in vhost '/' refused for user 'bob'");
+    let perm = json!({"configure": "^bob-", "write": ".*", "read": ".*"});
+    call(&s, "PUT", "/api/permissions/%2F/bob", Some(perm)).await;
+    assert_eq!(
+        call_as(&s, bob, "PUT", "/api/queues/%2F/bob-q", Some(json!({}))).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(call_as(&s, bob, "PUT", "/api/queues/%2F/q", Some(json!({}))).await.0, StatusCode::FORBIDDEN);
+}
+
 /// Health checks answer ok; a port nobody listens on is a 503.
 #[tokio::test]
 async fn health_checks() {

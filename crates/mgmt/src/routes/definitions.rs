@@ -17,6 +17,7 @@ use crate::error::ApiError;
 use crate::json::json_to_table;
 use crate::users::{Permission, User, VhostRecord};
 use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
+use hourglass_broker::Permissions;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -224,13 +225,13 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
         let vhost = required(x, "vhost")?.to_owned();
         super::require_vhost(state, &vhost)?;
         let declare = super::exchanges::exchange_declare(required(x, "name")?, x)?;
-        super::call_as(state, &auth.name, vhost, declare).await?;
+        super::call_as(state, &auth.name, Permissions::full(), vhost, declare).await?;
     }
     for q in items(body, "queues")? {
         let vhost = required(q, "vhost")?.to_owned();
         super::require_vhost(state, &vhost)?;
         let declare = super::queues::queue_declare(required(q, "name")?, q)?;
-        super::call_as(state, &auth.name, vhost, declare).await?;
+        super::call_as(state, &auth.name, Permissions::full(), vhost, declare).await?;
     }
     for b in items(body, "bindings")? {
         let vhost = required(b, "vhost")?;
@@ -244,8 +245,10 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
             json_to_table(b.get("arguments").unwrap_or(&Value::Null)).map_err(ApiError::bad_request)?;
         let routing_key = str_field(b, "routing_key")?.unwrap_or_default();
         let (source, destination) = (required(b, "source")?, required(b, "destination")?);
+        let full = Permissions::full();
         let bound =
-            bind(state, &auth.name, vhost, source, kind, destination, routing_key, arguments, true).await;
+            bind(state, &auth.name, full, vhost, source, kind, destination, routing_key, arguments, true)
+                .await;
         match bound {
             // RabbitMQ skips a binding whose source or destination is missing (its own exports
             // name internal exchanges they leave out) and imports the rest.

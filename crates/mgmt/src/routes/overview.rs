@@ -192,10 +192,11 @@ async fn aliveness(
     Path(vhost): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     super::require_vhost(&state, &vhost)?;
+    let permissions = super::permissions_of(&state, &user, &vhost);
     state
         .broker
         .run(move |b, now| {
-            b.with_admin_channel(&user.name, &vhost, now, |ch| {
+            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| {
                 let queue = ShortStr::from_static("aliveness-test");
                 ch.call(QueueDeclare { queue: queue.clone(), ..Default::default() })?;
                 ch.publish(hourglass_broker::Publish {
