@@ -25,7 +25,7 @@
 //! Topic permissions (per routing key) are not implemented.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use fancy_regex::Regex;
 
@@ -113,14 +113,19 @@ impl Permissions {
         })
     }
 
-    /// `.*` for all three: everything is allowed.
+    /// `.*` for all three: everything is allowed. Compiled once, shared.
     pub fn full() -> Arc<Self> {
-        Arc::new(Self::compile(".*", ".*", ".*").expect("'.*' is a valid pattern"))
+        static FULL: LazyLock<Arc<Permissions>> = LazyLock::new(|| {
+            Arc::new(Permissions::compile(".*", ".*", ".*").expect("'.*' is a valid pattern"))
+        });
+        FULL.clone()
     }
 
     /// Empty patterns: nothing is allowed (a user whose permission entry was removed).
     pub fn none() -> Arc<Self> {
-        Arc::new(Self::compile("", "", "").expect("the empty pattern is always valid"))
+        static NONE: LazyLock<Arc<Permissions>> =
+            LazyLock::new(|| Arc::new(Permissions::compile("", "", "").expect("the empty pattern is valid")));
+        NONE.clone()
     }
 
     /// Whether `access` to the resource called `name` is granted. The default exchange (empty

@@ -148,7 +148,7 @@ fn publish_needs_write_on_exchange() {
 #[test]
 fn get_and_consume_need_read() {
     let (mut tb, _, bob) = setup();
-    refused(&tb.call(bob, BasicGet { queue: short("q"), no_ack: true, ..Default::default() }), "queue", "q");
+    refused(&tb.call(bob, BasicGet { queue: short("q"), no_ack: true }), "queue", "q");
     let bob = reopen(&mut tb, bob);
     refused(&consume(&mut tb, bob, "q", "c1", true), "queue", "q");
     let bob = reopen(&mut tb, bob);

@@ -114,13 +114,14 @@ impl std::fmt::Debug for UserStore {
 }
 
 impl UserStore {
-    /// RabbitMQ's first-start setup: vhost `/`, user guest/guest tagged administrator with full
+    /// RabbitMQ's first-start setup: vhost `/` ("Default virtual host"), user guest/guest tagged administrator with full
     /// permissions on `/`; `loopback_users` may log in only from loopback (default: guest).
     pub fn with_defaults(loopback_users: Vec<String>) -> Self {
         let store = UserStore::default();
         store.write().loopback_users = loopback_users;
         let defaults = || -> Result<(), StoreError> {
-            store.put_vhost(VhostRecord { name: "/".into(), ..VhostRecord::default() })?;
+            let description = "Default virtual host".to_owned();
+            store.put_vhost(VhostRecord { name: "/".into(), description, ..VhostRecord::default() })?;
             store.put_user_with_password("guest", "guest", vec!["administrator".into()])?;
             store.put_permission(Permission::full("guest", "/"))?;
             Ok(())
