@@ -11,6 +11,7 @@ use bytes::Bytes;
 use hourglass_wire::{EncodedProperties, FieldTable, Method, ShortStr};
 
 use crate::message::Message;
+use crate::permissions::Permissions;
 
 /// Identifies one client connection for the lifetime of the process.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,6 +33,9 @@ pub struct ConnectionInfo {
     pub frame_max: u32,
     pub channel_max: u16,
     pub heartbeat_s: u16,
+    /// The user's configure / write / read patterns in this vhost, checked on every operation
+    /// (`permissions.rs`); the management API replaces them when they change.
+    pub permissions: Arc<Permissions>,
 }
 
 /// Client capabilities (client-properties `capabilities` table) the broker acts on.

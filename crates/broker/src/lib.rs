@@ -16,6 +16,7 @@ pub mod exchange;
 pub mod message;
 mod methods;
 mod naming;
+pub mod permissions;
 pub mod persist;
 pub mod policy;
 pub mod queue;
@@ -31,6 +32,7 @@ pub use api::{
 };
 pub use broker::{Broker, BrokerConfig};
 pub use message::Message;
+pub use permissions::{Access, InvalidPattern, Permissions, Resource};
 pub use persist::{RestoreReport, SequencedOp, StoreOp, StoredMessage, DEFINITIONS_SCHEMA_VERSION};
 pub use redelivery::VisibilityError;
 pub use time::Timestamp;

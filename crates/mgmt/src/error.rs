@@ -5,6 +5,8 @@ use axum::response::{IntoResponse, Response};
 use hourglass_broker::AmqpError;
 use hourglass_wire::reply_code::{ACCESS_REFUSED, NOT_FOUND};
 
+use crate::users::StoreError;
+
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -29,6 +31,10 @@ impl ApiError {
         ApiError { status: StatusCode::FORBIDDEN, error: "not_authorised", reason: reason.into() }
     }
 
+    pub fn internal(reason: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, error: "internal_error", reason: reason.into() }
+    }
+
     pub fn unavailable() -> Self {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
@@ -48,6 +54,18 @@ impl ApiError {
             NOT_FOUND => ApiError { status: StatusCode::NOT_FOUND, error: "not_found", reason },
             ACCESS_REFUSED => ApiError { status: StatusCode::FORBIDDEN, error: "access_refused", reason },
             _ => ApiError::bad_request(reason),
+        }
+    }
+}
+
+/// A pattern that does not compile is the client's mistake (400); a failed save is ours (500).
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            e @ (StoreError::InvalidPattern(_) | StoreError::Unknown(_)) => {
+                ApiError::bad_request(e.to_string())
+            }
+            e @ StoreError::NotSaved(_) => ApiError::internal(e.to_string()),
         }
     }
 }

@@ -234,3 +234,18 @@ pub fn resident_memory_bytes() -> u64 {
         .unwrap_or(0);
     pages * 4096
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Label values are escaped as the text format 0.0.4 requires (checked with promtool and
+    /// prometheus_client's parser: a queue named `q"weird\name` parses back).
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("q\"weird\\name\n"), "q\\\"weird\\\\name\\n");
+        let mut out = String::new();
+        gauge(&mut out, "x", "help", &[(format!("queue=\"{}\"", escape("a\"b")), 1)]);
+        assert_eq!(out, "# HELP x help\n# TYPE x gauge\nx{queue=\"a\\\"b\"} 1\n");
+    }
+}

@@ -5,15 +5,25 @@
 //! `base64(salt ++ sha256(salt ++ utf8(password)))` with a 4-byte salt, so definitions exported
 //! from RabbitMQ import here and back unchanged.
 //!
-//! Not yet enforced: the configure/write/read regexes on each AMQP operation. A permission entry
-//! only decides whether a user may open a vhost.
+//! Each permission entry is compiled once when set ([`Permissions`]); connection.open hands the
+//! compiled set to the broker, which checks every operation against it. The API pushes changed
+//! sets to open connections (`routes::push_permissions`).
+//!
+//! With a saver attached ([`UserStore::persist_with`]), every change is written (users, vhosts,
+//! permissions: `users/file.rs`) before it is visible; a failed write leaves the store as it was
+//! and reports the error.
+
+mod file;
 
 use std::collections::BTreeMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use base64::Engine;
+use hourglass_broker::{InvalidPattern, Permissions};
 use hourglass_session::{Authenticator, VhostAccess};
 use sha2::{Digest, Sha256};
+
+pub use file::{FileError, FILE_SCHEMA_VERSION};
 
 pub const HASHING_ALGORITHM: &str = "rabbit_password_hashing_sha256";
 /// RabbitMQ's salt size for its password hashes.
@@ -44,56 +54,127 @@ pub struct VhostRecord {
     pub default_queue_type: Option<String>,
 }
 
-#[derive(Debug, Default)]
+/// A permission entry with its compiled patterns.
+#[derive(Clone, Debug)]
+struct Granted {
+    permission: Permission,
+    compiled: Arc<Permissions>,
+}
+
+/// Everything the file holds, plus the (configured, not saved) loopback users.
+#[derive(Clone, Debug, Default)]
 struct State {
     users: BTreeMap<String, User>,
     vhosts: BTreeMap<String, VhostRecord>,
     /// Keyed by (vhost, user).
-    permissions: BTreeMap<(String, String), Permission>,
+    permissions: BTreeMap<(String, String), Granted>,
     /// Users that may log in only from a loopback address (RabbitMQ's `loopback_users`).
     loopback_users: Vec<String>,
 }
 
-/// The user and vhost records. Locks are held only for a lookup or an update, never across an
-/// `.await`.
-#[derive(Debug, Default)]
+/// Writes the encoded store durably (the server: an atomic file in the data directory).
+pub type Saver = Box<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
+
+/// Why a change was not made.
+#[derive(Debug)]
+pub enum StoreError {
+    /// A permission pattern does not compile (RabbitMQ refuses it too).
+    InvalidPattern(InvalidPattern),
+    /// A permission for a user or vhost that does not exist.
+    Unknown(String),
+    /// The change could not be saved; the store is as it was.
+    NotSaved(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::InvalidPattern(e) => e.fmt(f),
+            StoreError::Unknown(what) => write!(f, "{what} does not exist"),
+            StoreError::NotSaved(e) => write!(f, "saving users, vhosts and permissions failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// The user and vhost records. Locks are held only for a lookup or an update (with its save),
+/// never across an `.await`.
+#[derive(Default)]
 pub struct UserStore {
     state: RwLock<State>,
     salt_counter: std::sync::atomic::AtomicU64,
+    saver: Option<Saver>,
+}
+
+impl std::fmt::Debug for UserStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserStore").field("state", &self.state).field("saved", &self.saver.is_some()).finish()
+    }
 }
 
 impl UserStore {
-    /// RabbitMQ's first-start setup: vhost `/`, user guest/guest tagged administrator with full
+    /// RabbitMQ's first-start setup: vhost `/` ("Default virtual host"), user guest/guest tagged administrator with full
     /// permissions on `/`; `loopback_users` may log in only from loopback (default: guest).
     pub fn with_defaults(loopback_users: Vec<String>) -> Self {
         let store = UserStore::default();
         store.write().loopback_users = loopback_users;
-        store.put_vhost(VhostRecord { name: "/".into(), ..VhostRecord::default() });
-        store.put_user_with_password("guest", "guest", vec!["administrator".into()]);
-        store.put_permission(Permission {
-            user: "guest".into(),
-            vhost: "/".into(),
-            configure: ".*".into(),
-            write: ".*".into(),
-            read: ".*".into(),
-        });
+        let defaults = || -> Result<(), StoreError> {
+            let description = "Default virtual host".to_owned();
+            store.put_vhost(VhostRecord { name: "/".into(), description, ..VhostRecord::default() })?;
+            store.put_user_with_password("guest", "guest", vec!["administrator".into()])?;
+            store.put_permission(Permission::full("guest", "/"))?;
+            Ok(())
+        };
+        // No saver yet and valid patterns: nothing here can fail.
+        defaults().expect("the default records are valid");
         store
     }
 
-    pub fn put_user(&self, user: User) {
-        self.write().users.insert(user.name.clone(), user);
+    /// The records a saved file holds (`users/file.rs`), with `loopback_users` from the
+    /// configuration.
+    pub fn from_file(payload: &[u8], loopback_users: Vec<String>) -> Result<Self, FileError> {
+        let store = UserStore::default();
+        let mut state = file::decode(payload)?;
+        state.loopback_users = loopback_users;
+        *store.write() = state;
+        Ok(store)
     }
 
-    pub fn put_user_with_password(&self, name: &str, password: &str, tags: Vec<String>) {
+    /// From now on every change is saved with `saver` before it is visible.
+    pub fn persist_with(mut self, saver: Saver) -> Self {
+        self.saver = Some(saver);
+        self
+    }
+
+    /// Saves the current records (e.g. the defaults of a first start).
+    pub fn save(&self) -> Result<(), StoreError> {
+        self.update(|_| Ok(()))
+    }
+
+    pub fn put_user(&self, user: User) -> Result<(), StoreError> {
+        self.update(|state| {
+            state.users.insert(user.name.clone(), user);
+            Ok(())
+        })
+    }
+
+    pub fn put_user_with_password(
+        &self,
+        name: &str,
+        password: &str,
+        tags: Vec<String>,
+    ) -> Result<(), StoreError> {
         let hash = self.hash_password(password);
-        self.put_user(User { name: name.to_owned(), password_hash: hash, tags });
+        self.put_user(User { name: name.to_owned(), password_hash: hash, tags })
     }
 
     /// Deletes a user and its permissions; false when there was no such user.
-    pub fn delete_user(&self, name: &str) -> bool {
-        let mut state = self.write();
-        state.permissions.retain(|(_, user), _| user != name);
-        state.users.remove(name).is_some()
+    pub fn delete_user(&self, name: &str) -> Result<bool, StoreError> {
+        self.update(|state| {
+            state.permissions.retain(|(_, user), _| user != name);
+            Ok(state.users.remove(name).is_some())
+        })
     }
 
     pub fn user(&self, name: &str) -> Option<User> {
@@ -104,15 +185,19 @@ impl UserStore {
         self.read().users.values().cloned().collect()
     }
 
-    pub fn put_vhost(&self, vhost: VhostRecord) {
-        self.write().vhosts.insert(vhost.name.clone(), vhost);
+    pub fn put_vhost(&self, vhost: VhostRecord) -> Result<(), StoreError> {
+        self.update(|state| {
+            state.vhosts.insert(vhost.name.clone(), vhost);
+            Ok(())
+        })
     }
 
     /// Deletes a vhost record and its permissions; false when there was none.
-    pub fn delete_vhost(&self, name: &str) -> bool {
-        let mut state = self.write();
-        state.permissions.retain(|(vhost, _), _| vhost != name);
-        state.vhosts.remove(name).is_some()
+    pub fn delete_vhost(&self, name: &str) -> Result<bool, StoreError> {
+        self.update(|state| {
+            state.permissions.retain(|(vhost, _), _| vhost != name);
+            Ok(state.vhosts.remove(name).is_some())
+        })
     }
 
     pub fn vhost(&self, name: &str) -> Option<VhostRecord> {
@@ -123,22 +208,43 @@ impl UserStore {
         self.read().vhosts.values().cloned().collect()
     }
 
-    pub fn put_permission(&self, permission: Permission) {
-        let key = (permission.vhost.clone(), permission.user.clone());
-        self.write().permissions.insert(key, permission);
+    /// Sets a user's permissions in a vhost; returns the compiled set for open connections.
+    pub fn put_permission(&self, permission: Permission) -> Result<Arc<Permissions>, StoreError> {
+        let granted = Granted::compile(permission)?;
+        let compiled = granted.compiled.clone();
+        self.update(|state| {
+            let (user, vhost) = (&granted.permission.user, &granted.permission.vhost);
+            if !state.users.contains_key(user) {
+                return Err(StoreError::Unknown(format!("user {user}")));
+            }
+            if !state.vhosts.contains_key(vhost) {
+                return Err(StoreError::Unknown(format!("vhost {vhost}")));
+            }
+            let key = (vhost.clone(), user.clone());
+            state.permissions.insert(key, granted);
+            Ok(())
+        })?;
+        Ok(compiled)
     }
 
-    pub fn delete_permission(&self, vhost: &str, user: &str) -> bool {
-        self.write().permissions.remove(&(vhost.to_owned(), user.to_owned())).is_some()
+    pub fn delete_permission(&self, vhost: &str, user: &str) -> Result<bool, StoreError> {
+        self.update(|state| Ok(state.permissions.remove(&(vhost.to_owned(), user.to_owned())).is_some()))
     }
 
     pub fn permission(&self, vhost: &str, user: &str) -> Option<Permission> {
-        self.read().permissions.get(&(vhost.to_owned(), user.to_owned())).cloned()
+        self.read().permissions.get(&(vhost.to_owned(), user.to_owned())).map(|g| g.permission.clone())
+    }
+
+    /// What a user may do in a vhost now: its compiled entry, or nothing at all.
+    pub fn compiled_permissions(&self, vhost: &str, user: &str) -> Arc<Permissions> {
+        let state = self.read();
+        let granted = state.permissions.get(&(vhost.to_owned(), user.to_owned()));
+        granted.map_or_else(Permissions::none, |g| g.compiled.clone())
     }
 
     /// Every permission, by vhost then user.
     pub fn permissions(&self) -> Vec<Permission> {
-        self.read().permissions.values().cloned().collect()
+        self.read().permissions.values().map(|g| g.permission.clone()).collect()
     }
 
     /// Checks a login; `peer_is_loopback` matters for the users in `loopback_users`.
@@ -165,6 +271,21 @@ impl UserStore {
         hash_with_salt(&salt, password)
     }
 
+    /// Applies a change and saves the result before anyone sees it; when the save fails, the
+    /// change is undone. The write lock is held across the save, so saves land in change order.
+    fn update<T>(&self, change: impl FnOnce(&mut State) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut state = self.write();
+        let before = self.saver.as_ref().map(|_| state.clone());
+        let out = change(&mut state)?;
+        if let (Some(saver), Some(before)) = (&self.saver, before) {
+            if let Err(e) = saver(&file::encode(&state)) {
+                *state = before;
+                return Err(StoreError::NotSaved(e));
+            }
+        }
+        Ok(out)
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
         // A poisoned lock only means a panic elsewhere mid-update of plain maps; keep serving.
         self.state.read().unwrap_or_else(|e| e.into_inner())
@@ -183,12 +304,33 @@ impl Authenticator for UserStore {
     fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess {
         let state = self.read();
         if !state.vhosts.contains_key(vhost) {
-            VhostAccess::NotFound
-        } else if state.permissions.contains_key(&(vhost.to_owned(), username.to_owned())) {
-            VhostAccess::Allowed
-        } else {
-            VhostAccess::Refused
+            return VhostAccess::NotFound;
         }
+        match state.permissions.get(&(vhost.to_owned(), username.to_owned())) {
+            Some(granted) => VhostAccess::Allowed(granted.compiled.clone()),
+            None => VhostAccess::Refused,
+        }
+    }
+}
+
+impl Permission {
+    /// `.*` for all three, as RabbitMQ gives guest on `/` and a vhost's creator.
+    pub fn full(user: &str, vhost: &str) -> Self {
+        Permission {
+            user: user.to_owned(),
+            vhost: vhost.to_owned(),
+            configure: ".*".into(),
+            write: ".*".into(),
+            read: ".*".into(),
+        }
+    }
+}
+
+impl Granted {
+    fn compile(permission: Permission) -> Result<Granted, StoreError> {
+        let compiled = Permissions::compile(&permission.configure, &permission.write, &permission.read)
+            .map_err(StoreError::InvalidPattern)?;
+        Ok(Granted { permission, compiled: Arc::new(compiled) })
     }
 }
 
@@ -239,9 +381,9 @@ mod tests {
         assert!(store.authenticate("guest", "guest", true));
         assert!(!store.authenticate("guest", "guest", false));
         assert!(!store.authenticate("guest", "nope", true));
-        assert_eq!(store.vhost_access("guest", "/"), VhostAccess::Allowed);
+        assert_eq!(store.vhost_access("guest", "/"), VhostAccess::Allowed(Permissions::full()));
         assert_eq!(store.vhost_access("guest", "other"), VhostAccess::NotFound);
-        store.put_user_with_password("bob", "pw", vec![]);
+        store.put_user_with_password("bob", "pw", vec![]).unwrap();
         assert_eq!(store.vhost_access("bob", "/"), VhostAccess::Refused);
         assert!(store.authenticate("bob", "pw", false));
         let open = UserStore::with_defaults(vec![]);

@@ -269,6 +269,121 @@ async fn definitions_round_trip() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
+/// A definitions file exported by RabbitMQ 3.10.8 (`rabbitmqctl export_definitions`, trimmed to one
+/// vhost) imports: the user logs in with the password RabbitMQ hashed, a look-ahead permission
+/// pattern is kept, bindings naming an internal exchange RabbitMQ left out of its export are
+/// skipped as RabbitMQ skips them, and the export gives queues their `type`.
+#[tokio::test]
+async fn rabbitmq_export_imports() {
+    let s = state();
+    let export = json!({
+        "rabbit_version": "3.10.8", "rabbitmq_version": "3.10.8",
+        "users": [{"hashing_algorithm": "rabbit_password_hashing_sha256", "limits": {}, "name": "hg-alice",
+                   "password_hash": "lnHZu0skgPuUQUq5mgoaa1QRYQ2Y36zA5G6jkq2Bobx6cE4B", "tags": ["monitoring", "management"]}],
+        "vhosts": [{"limits": [], "metadata": {"description": "", "tags": ""}, "name": "hg-src"}],
+        "permissions": [{"configure": "^alice-", "read": "^(?!amq\\.).*", "user": "hg-alice", "vhost": "hg-src", "write": ".*"}],
+        "topic_permissions": [], "parameters": [], "global_parameters": [], "policies": [],
+        "queues": [
+            {"arguments": {"x-dead-letter-exchange": "orders-ae", "x-max-length": 1000, "x-message-ttl": 60000},
+             "auto_delete": false, "durable": true, "name": "orders.created", "type": "classic", "vhost": "hg-src"},
+            {"arguments": {"x-queue-type": "quorum"}, "auto_delete": false, "durable": true, "name": "qq", "type": "quorum", "vhost": "hg-src"}
+        ],
+        "exchanges": [
+            {"arguments": {}, "auto_delete": false, "durable": true, "name": "orders", "type": "topic", "vhost": "hg-src"},
+            {"arguments": {}, "auto_delete": false, "durable": true, "name": "orders-ae", "type": "fanout", "vhost": "hg-src"}
+        ],
+        "bindings": [
+            {"arguments": {}, "destination": "internal-x", "destination_type": "exchange", "routing_key": "order.#", "source": "orders", "vhost": "hg-src"},
+            {"arguments": {}, "destination": "orders.created", "destination_type": "queue", "routing_key": "order.created.#", "source": "orders", "vhost": "hg-src"}
+        ]
+    });
+    let (status, body) = call(&s, "POST", "/api/definitions", Some(export)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert!(s.users.check_login("hg-alice", "alicepw", false).is_some());
+    assert_eq!(s.users.permission("hg-src", "hg-alice").unwrap().read, "^(?!amq\\.).*");
+    let (_, exported) = call(&s, "GET", "/api/definitions", None).await;
+    assert_eq!(exported["bindings"].as_array().unwrap().len(), 1, "{}", exported["bindings"]);
+    let types: Vec<&str> =
+        exported["queues"].as_array().unwrap().iter().map(|q| q["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["classic", "quorum"]);
+}
+
+/// A permission pattern that does not compile is refused with 400, as RabbitMQ refuses it.
+#[tokio::test]
+async fn invalid_permission_pattern_is_bad_request() {
+    let s = state();
+    let perm = json!({"configure": "(", "write": ".*", "read": ".*"});
+    let (status, body) = call(&s, "PUT", "/api/permissions/%2F/guest", Some(perm)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["reason"].as_str().unwrap().contains("invalid configure regexp '('"), "{body}");
+}
+
+/// The listings rabbitmqadmin v2 reads for things Hourglass does not have answer empty lists;
+/// a vhost's definitions export without `vhost` keys and import into another vhost; a user's
+/// connections list (rabbitmqadmin `list user_connections`).
+#[tokio::test]
+async fn rabbitmqadmin_v2_endpoints() {
+    let s = state();
+    for path in [
+        "/api/vhost-limits",
+        "/api/vhost-limits/%2F",
+        "/api/user-limits",
+        "/api/user-limits/guest",
+        "/api/parameters",
+        "/api/feature-flags",
+        "/api/deprecated-features",
+        "/api/deprecated-features/used",
+        "/api/connections/username/guest",
+    ] {
+        assert_eq!(call(&s, "GET", path, None).await, (StatusCode::OK, json!([])), "{path}");
+    }
+    let (status, _) = call(&s, "GET", "/api/health/checks/node-is-quorum-critical", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(&s, "GET", "/api/health/checks/protocol-listener/amqp091", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = call(&s, "GET", "/api/health/checks/protocol-listener/stomp", None).await;
+    assert_eq!((status, &body["status"]), (StatusCode::SERVICE_UNAVAILABLE, &json!("failed")));
+    call(&s, "PUT", "/api/queues/%2F/q1", Some(json!({"durable": true}))).await;
+    call(&s, "POST", "/api/bindings/%2F/e/amq.direct/q/q1", Some(json!({"routing_key": "k"}))).await;
+    let (status, vhost_defs) = call(&s, "GET", "/api/definitions/%2F", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(vhost_defs["queues"][0]["name"], "q1");
+    assert!(vhost_defs["queues"][0].get("vhost").is_none(), "{vhost_defs}");
+    assert!(vhost_defs.get("users").is_none());
+    call(&s, "PUT", "/api/vhosts/copy", None).await;
+    let (status, body) = call(&s, "POST", "/api/definitions/copy", Some(vhost_defs)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (_, q) = call(&s, "GET", "/api/queues/copy/q1", None).await;
+    assert_eq!(q["durable"], true);
+    let (_, bindings) = call(&s, "GET", "/api/bindings/copy", None).await;
+    assert!(bindings
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["source"] == "amq.direct" && b["routing_key"] == "k"));
+    assert_eq!(call(&s, "GET", "/api/definitions/nope", None).await.0, StatusCode::NOT_FOUND);
+}
+
+/// Operations through the API run with the HTTP user's own AMQP permissions in the vhost, as
+/// RabbitMQ's management plugin does: a management user without configure on a queue cannot
+/// declare it; definitions import (administrators) is not limited.
+#[tokio::test]
+async fn api_operations_use_the_users_permissions() {
+    let s = state();
+    let bob = "Basic Ym9iOmJvYnB3"; // bob:bobpw
+    call(&s, "PUT", "/api/users/bob", Some(json!({"password": "bobpw", "tags": "management"}))).await;
+    let (status, body) = call_as(&s, bob, "PUT", "/api/queues/%2F/q", Some(json!({}))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["reason"], "access to queue 'q' in vhost '/' refused for user 'bob'");
+    let perm = json!({"configure": "^bob-", "write": ".*", "read": ".*"});
+    call(&s, "PUT", "/api/permissions/%2F/bob", Some(perm)).await;
+    assert_eq!(
+        call_as(&s, bob, "PUT", "/api/queues/%2F/bob-q", Some(json!({}))).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(call_as(&s, bob, "PUT", "/api/queues/%2F/q", Some(json!({}))).await.0, StatusCode::FORBIDDEN);
+}
+
 /// Health checks answer ok; a port nobody listens on is a 503.
 #[tokio::test]
 async fn health_checks() {

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod persistence;
+pub mod users_file;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -40,6 +41,7 @@ pub struct Server {
     clock: clock::Clock,
     broker: Broker,
     data: persistence::DataDir,
+    users: Arc<UserStore>,
 }
 
 impl Server {
@@ -55,10 +57,12 @@ impl Server {
             ..BrokerConfig::default()
         });
         let data_dir = config.data_dir.clone();
-        let (data, broker) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let loopback_users = config.loopback_users.clone();
+        let (data, broker, users) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let mut data = persistence::DataDir::open(&data_dir)?;
             persistence::recover(&mut data, &mut broker, clock.now())?;
-            Ok((data, broker))
+            let users = users_file::open(data.definitions.clone(), loopback_users, &mut broker, clock.now())?;
+            Ok((data, broker, Arc::new(users)))
         })
         .await
         .context("recovery task")??;
@@ -71,7 +75,7 @@ impl Server {
         let addr = SocketAddr::new(config.bind, config.metrics_port);
         let metrics =
             TcpListener::bind(addr).await.with_context(|| format!("binding metrics listener on {addr}"))?;
-        Ok(Server { config, amqp, http, metrics, clock, broker, data })
+        Ok(Server { config, amqp, http, metrics, clock, broker, data, users })
     }
 
     /// The management HTTP API's address.
@@ -94,14 +98,13 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let (amqp_addr, http_addr, metrics_addr) =
             (self.amqp_addr()?, self.http_addr()?, self.metrics_addr()?);
-        let Server { config, amqp, http, metrics, clock, broker, data } = self;
+        let Server { config, amqp, http, metrics, clock, broker, data, users } = self;
         let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
         let (store_tx, store_rx) = std::sync::mpsc::channel();
         // Weak: the store thread must not keep the broker task alive at shutdown.
         let store_thread = persistence::spawn_store_thread(data, store_rx, broker_tx.downgrade())
             .context("starting the store thread")?;
         let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock, Some(store_tx)));
-        let users = Arc::new(UserStore::with_defaults(config.loopback_users.clone()));
         let session_config = Arc::new(SessionConfig::new(users.clone()));
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (alarm_tx, alarm_rx) = watch::channel(ResourceStatus::default());

@@ -4,7 +4,10 @@
 //! step: we never send connection.secure. Checking credentials is the [`Authenticator`]'s job;
 //! this file only extracts them from the response bytes.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
+use hourglass_broker::Permissions;
 use hourglass_wire::{FieldTable, FieldValue};
 
 /// The mechanisms offered in connection.start, space-separated as AMQP 0-9-1 §1.4.2.1 requires.
@@ -15,21 +18,23 @@ pub trait Authenticator: Send + Sync {
     /// True when `username` / `password` is a valid login from this peer (`peer_is_loopback` lets
     /// an implementation keep some users, like RabbitMQ's `guest`, to local connections).
     fn authenticate(&self, username: &str, password: &str, peer_is_loopback: bool) -> bool;
-    /// Whether an authenticated `username` may open `vhost` (connection.open).
+    /// Whether an authenticated `username` may open `vhost` (connection.open), and with which
+    /// configure / write / read permissions.
     fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess;
 }
 
 /// The answer to "may this user open this vhost?".
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum VhostAccess {
-    Allowed,
+    /// Yes; the broker checks each operation against these permissions.
+    Allowed(Arc<Permissions>),
     /// No such vhost (530 "vhost {v} not found").
     NotFound,
     /// The vhost exists but this user has no access (530 "access to vhost ... refused").
     Refused,
 }
 
-/// A fixed list of users and vhosts; every user may open every vhost.
+/// A fixed list of users and vhosts; every user may do anything in every vhost.
 ///
 /// The default is RabbitMQ's out-of-the-box setup: user `guest` / `guest`, allowed only from a
 /// loopback address (RabbitMQ's `loopback_users`), and the vhost `/`.
@@ -87,7 +92,7 @@ impl Authenticator for StaticUsers {
         if !self.vhosts.iter().any(|v| v == vhost) {
             VhostAccess::NotFound
         } else if self.users.iter().any(|u| u.name == username) {
-            VhostAccess::Allowed
+            VhostAccess::Allowed(Permissions::full())
         } else {
             VhostAccess::Refused
         }
@@ -204,7 +209,7 @@ mod tests {
         assert!(users.authenticate("guest", "guest", true));
         assert!(!users.authenticate("guest", "guest", false));
         assert!(!users.authenticate("guest", "nope", true));
-        assert_eq!(users.vhost_access("guest", "/"), VhostAccess::Allowed);
+        assert_eq!(users.vhost_access("guest", "/"), VhostAccess::Allowed(Permissions::full()));
         assert_eq!(users.vhost_access("guest", "other"), VhostAccess::NotFound);
         assert_eq!(users.vhost_access("nobody", "/"), VhostAccess::Refused);
     }

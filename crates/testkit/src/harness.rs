@@ -35,10 +35,19 @@ impl TestBroker {
 
     /// Opens a connection as `guest` on vhost `/`, with every client capability.
     pub fn connect(&mut self) -> ConnectionId {
+        self.connect_as("guest", hourglass_broker::Permissions::full())
+    }
+
+    /// Opens a connection as `user` on vhost `/` with these permissions.
+    pub fn connect_as(
+        &mut self,
+        user: &str,
+        permissions: std::sync::Arc<hourglass_broker::Permissions>,
+    ) -> ConnectionId {
         let conn = ConnectionId(self.next_conn);
         self.next_conn += 1;
         let info = ConnectionInfo {
-            user: "guest".to_owned(),
+            user: user.to_owned(),
             vhost: "/".to_owned(),
             peer: format!("127.0.0.1:{}", 40000 + conn.0),
             client_properties: FieldTable::new(),
@@ -46,6 +55,7 @@ impl TestBroker {
             frame_max: 131072,
             channel_max: 2047,
             heartbeat_s: 60,
+            permissions,
         };
         self.command(Command::ConnectionOpen { conn, info });
         conn

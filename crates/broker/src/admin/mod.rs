@@ -66,12 +66,26 @@ impl AdminChannel<'_> {
 }
 
 impl Broker {
-    /// Opens an admin connection as `user` on `vhost` with one channel, runs `f` on it and closes
-    /// it (which requeues whatever it left unacked, as closing a client channel does).
+    /// Opens an admin connection as `user` on `vhost` with one channel and every permission,
+    /// runs `f` on it and closes it (which requeues whatever it left unacked, as closing a client
+    /// channel does).
     pub fn with_admin_channel<T>(
         &mut self,
         user: &str,
         vhost: &str,
+        now: Timestamp,
+        f: impl FnOnce(&mut AdminChannel<'_>) -> T,
+    ) -> T {
+        self.with_admin_channel_as(user, vhost, crate::permissions::Permissions::full(), now, f)
+    }
+
+    /// [`Self::with_admin_channel`] limited to `permissions` (the HTTP user's in `vhost`), so the
+    /// API refuses what the user could not do over AMQP.
+    pub fn with_admin_channel_as<T>(
+        &mut self,
+        user: &str,
+        vhost: &str,
+        permissions: std::sync::Arc<crate::permissions::Permissions>,
         now: Timestamp,
         f: impl FnOnce(&mut AdminChannel<'_>) -> T,
     ) -> T {
@@ -84,6 +98,7 @@ impl Broker {
             frame_max: 0,
             channel_max: 0,
             heartbeat_s: 0,
+            permissions,
         };
         self.handle_command(Command::ConnectionOpen { conn: ADMIN_CONNECTION, info }, now);
         let open = Command::Method {

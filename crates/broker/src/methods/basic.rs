@@ -16,6 +16,7 @@ use crate::enqueue::Enqueued;
 use crate::errors;
 use crate::exchange::delayed;
 use crate::message::Message;
+use crate::permissions::{Access, Resource};
 use crate::queue::consumers::Consumer;
 use crate::queue::visibility::{self, DeliveryRef};
 use crate::queue::{args, ttl, DeathReason, QueueId};
@@ -33,6 +34,8 @@ impl Broker {
         publish: Publish,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
+        // rabbit_channel checks write on the exchange before looking it up.
+        self.check_access(conn, Access::Write, Resource::Exchange, &publish.exchange.as_str())?;
         let mut publish = publish;
         self.address_replies(conn, ch, &mut publish)?;
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
@@ -160,7 +163,7 @@ impl Broker {
         if name == reply_to::REPLY_QUEUE {
             return self.consume_replies(conn, ch, m);
         }
-        let (_, id) = self.usable_queue(conn, ch, &vhost, &name)?;
+        let (_, id) = self.readable_queue(conn, ch, &vhost, &name)?;
         let tag = if m.consumer_tag.is_empty() { self.names.consumer_tag() } else { m.consumer_tag.clone() };
         let channel = &self.channels[&(conn, ch)];
         if channel.consumers.iter().any(|(t, _)| t == &tag) || self.reply_consumers.is_tag(conn, ch, &tag) {
@@ -236,7 +239,7 @@ impl Broker {
         now: Timestamp,
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
-        let (_, id) = self.usable_queue(conn, ch, &vhost, &m.queue)?;
+        let (_, id) = self.readable_queue(conn, ch, &vhost, &m.queue)?;
         self.expire_messages(id, now);
         let Some(queue) = self.queues.get_mut(&id) else { return Ok(()) };
         queue.touch(now);

@@ -9,6 +9,7 @@ use crate::api::{AmqpError, ChannelId, ConnectionId};
 use crate::broker::Broker;
 use crate::errors;
 use crate::exchange::{delayed, Binding, Destination, Exchange, ExchangeKind, ExchangeSpec};
+use crate::permissions::{Access, Resource};
 use crate::vhost::VHost;
 
 impl Broker {
@@ -19,12 +20,11 @@ impl Broker {
         m: &ExchangeDeclare,
     ) -> Result<(), AmqpError> {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
-        let vhost = self.vhost_mut(&vhost_name)?;
         if m.passive {
             if m.exchange.is_empty() {
                 return Err(errors::default_exchange_refused());
             }
-            if !vhost.exchanges.contains_key(&m.exchange) {
+            if !self.vhost_mut(&vhost_name)?.exchanges.contains_key(&m.exchange) {
                 return Err(errors::no_exchange(&m.exchange, &vhost_name));
             }
         } else {
@@ -39,6 +39,7 @@ impl Broker {
             if m.exchange.is_empty() {
                 return Err(errors::default_exchange_refused());
             }
+            self.check_access(conn, Access::Configure, Resource::Exchange, &m.exchange.as_str())?;
             let spec = ExchangeSpec {
                 name: m.exchange.clone(),
                 kind,
@@ -48,10 +49,12 @@ impl Broker {
                 internal: m.internal,
                 arguments: m.arguments.clone(),
             };
-            match vhost.exchanges.get(&m.exchange) {
+            match self.vhost_mut(&vhost_name)?.exchanges.get(&m.exchange) {
                 Some(existing) => existing.check_equivalent(&spec, &vhost_name)?,
                 None => {
                     check_name("exchange", &m.exchange)?;
+                    self.check_alternate_access(conn, &spec)?;
+                    let vhost = self.vhost_mut(&vhost_name)?;
                     let durable = spec.durable;
                     vhost.exchanges.insert(spec.name.clone(), Exchange::new(spec));
                     self.apply_exchange_policies(&vhost_name, &m.exchange);
@@ -83,6 +86,7 @@ impl Broker {
                 m.exchange
             )));
         }
+        self.check_access(conn, Access::Configure, Resource::Exchange, &m.exchange.as_str())?;
         let vhost = self.vhost_mut(&vhost_name)?;
         // Deleting an exchange that does not exist succeeds (RabbitMQ 3.x: delete is idempotent).
         if let Some(exchange) = vhost.exchanges.get(&m.exchange) {
@@ -110,6 +114,7 @@ impl Broker {
         m: &ExchangeBind,
     ) -> Result<(), AmqpError> {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
+        self.check_binding_access(conn, &m.source, Resource::Exchange, &m.destination)?;
         let vhost = self.vhost_mut(&vhost_name)?;
         let binding =
             exchange_binding(vhost, &vhost_name, &m.source, &m.destination, &m.routing_key, &m.arguments)?;
@@ -134,9 +139,7 @@ impl Broker {
         m: &ExchangeUnbind,
     ) -> Result<(), AmqpError> {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
-        if m.source.is_empty() || m.destination.is_empty() {
-            return Err(errors::default_exchange_refused());
-        }
+        self.check_binding_access(conn, &m.source, Resource::Exchange, &m.destination)?;
         let binding = Binding {
             destination: Destination::Exchange(m.destination.clone()),
             routing_key: m.routing_key.clone(),
@@ -150,6 +153,31 @@ impl Broker {
             self.send(conn, ch, ExchangeUnbindOk {});
         }
         Ok(())
+    }
+
+    /// rabbit_channel's binding checks, in its order: write on the destination, neither end the
+    /// default exchange, read on the source.
+    pub(super) fn check_binding_access(
+        &self,
+        conn: ConnectionId,
+        source: &ShortStr,
+        destination_kind: Resource,
+        destination: &ShortStr,
+    ) -> Result<(), AmqpError> {
+        self.check_access(conn, Access::Write, destination_kind, &destination.as_str())?;
+        let default_destination = destination_kind == Resource::Exchange && destination.is_empty();
+        if source.is_empty() || default_destination {
+            return Err(errors::default_exchange_refused());
+        }
+        self.check_access(conn, Access::Read, Resource::Exchange, &source.as_str())
+    }
+
+    /// A new exchange with an `alternate-exchange` needs read on itself and write on the AE.
+    fn check_alternate_access(&self, conn: ConnectionId, spec: &ExchangeSpec) -> Result<(), AmqpError> {
+        let Some(alternate) = spec.arguments.get("alternate-exchange") else { return Ok(()) };
+        let Some(alternate) = alternate.as_bytes() else { return Ok(()) };
+        self.check_access(conn, Access::Read, Resource::Exchange, &spec.name.as_str())?;
+        self.check_access(conn, Access::Write, Resource::Exchange, &String::from_utf8_lossy(alternate))
     }
 
     pub(crate) fn vhost_mut(&mut self, name: &str) -> Result<&mut VHost, AmqpError> {

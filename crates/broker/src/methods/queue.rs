@@ -11,6 +11,7 @@ use crate::api::{AmqpError, ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
 use crate::errors;
 use crate::exchange::{Binding, Destination, ExchangeKind};
+use crate::permissions::{Access, Resource};
 use crate::queue::args::first_inequivalent;
 use crate::queue::{Queue, QueueArgs, QueueId, QueueSpec};
 use crate::time::Timestamp;
@@ -38,6 +39,8 @@ impl Broker {
                 check_name("queue", &m.queue)?;
                 m.queue.clone()
             };
+            // Server-named queues too: RabbitMQ checks the name it generated.
+            self.check_access(conn, Access::Configure, Resource::Queue, &name.as_str())?;
             let spec = QueueSpec {
                 name,
                 durable: m.durable,
@@ -50,7 +53,10 @@ impl Broker {
                     self.check_redeclare(id, conn, &spec)?;
                     id
                 }
-                None => self.create_queue(&vhost, spec, now)?,
+                None => {
+                    self.check_dead_letter_access(conn, &spec)?;
+                    self.create_queue(&vhost, spec, now)?
+                }
             }
         };
         // A declare (passive too) is a use of the queue for x-expires; its count never includes
@@ -103,10 +109,8 @@ impl Broker {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
         // Unbinding what is not bound, a missing queue or exchange, or another connection's
         // exclusive queue, all succeed as in RabbitMQ; only the default exchange is refused.
-        if m.exchange.is_empty() {
-            return Err(errors::default_exchange_refused());
-        }
         let queue_name = self.queue_name_or_last(conn, ch, &m.queue)?;
+        self.check_binding_access(conn, &m.exchange, Resource::Queue, &queue_name)?;
         if let Ok(id) = self.lookup_queue(&vhost_name, &queue_name) {
             let binding = Binding {
                 destination: Destination::Queue(id),
@@ -129,7 +133,7 @@ impl Broker {
         m: &QueuePurge,
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
-        let (_, id) = self.usable_queue(conn, ch, &vhost, &m.queue)?;
+        let (_, id) = self.readable_queue(conn, ch, &vhost, &m.queue)?;
         let mut settled = Vec::new();
         let purged = self.queues.get_mut(&id).map_or(0, |q| q.purge(&mut settled));
         for msg_id in settled {
@@ -150,6 +154,7 @@ impl Broker {
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
         let name = self.queue_name_or_last(conn, ch, &m.queue)?;
+        self.check_access(conn, Access::Configure, Resource::Queue, &name.as_str())?;
         // Deleting a queue that does not exist succeeds with a count of 0 (RabbitMQ 3.x).
         let message_count = match self.vhosts.get(&vhost).and_then(|v| v.queues.get(&name)).copied() {
             None => 0,
@@ -244,6 +249,20 @@ impl Broker {
         Ok((name, id))
     }
 
+    /// [`Self::usable_queue`] for taking messages out (purge, get, consume): the user needs read
+    /// on it (403), checked before whether it exists, as RabbitMQ does.
+    pub(crate) fn readable_queue(
+        &self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        vhost: &str,
+        name: &ShortStr,
+    ) -> Result<(ShortStr, QueueId), AmqpError> {
+        let name = self.queue_name_or_last(conn, ch, name)?;
+        self.check_access(conn, Access::Read, Resource::Queue, &name.as_str())?;
+        self.usable_queue(conn, ch, vhost, &name)
+    }
+
     /// An empty queue name means the last queue declared on the channel (AMQP 0-9-1 §1.7.2).
     pub(crate) fn queue_name_or_last(
         &self,
@@ -280,6 +299,14 @@ impl Broker {
         self.queues.insert(id, queue);
         self.apply_queue_policies(id, now);
         Ok(id)
+    }
+
+    /// A new queue with an `x-dead-letter-exchange` needs read on itself and write on the DLX.
+    fn check_dead_letter_access(&self, conn: ConnectionId, spec: &QueueSpec) -> Result<(), AmqpError> {
+        let Some(dlx) = spec.arguments.get("x-dead-letter-exchange") else { return Ok(()) };
+        let Some(dlx) = dlx.as_bytes() else { return Ok(()) };
+        self.check_access(conn, Access::Read, Resource::Queue, &spec.name.as_str())?;
+        self.check_access(conn, Access::Write, Resource::Exchange, &String::from_utf8_lossy(dlx))
     }
 
     /// A redeclare must come from the owner (for exclusive queues) and match the declaration.
@@ -327,9 +354,7 @@ impl Broker {
         arguments: &hourglass_wire::FieldTable,
     ) -> Result<(Binding, ShortStr), AmqpError> {
         let queue_name = self.queue_name_or_last(conn, ch, queue)?;
-        if exchange.is_empty() {
-            return Err(errors::default_exchange_refused());
-        }
+        self.check_binding_access(conn, exchange, Resource::Queue, &queue_name)?;
         let id = self.lookup_queue(vhost_name, &queue_name)?;
         let vhost = &self.vhosts[vhost_name];
         let source =

@@ -131,6 +131,7 @@ async fn create(
     bind(
         &state,
         &user.name,
+        super::permissions_of(&state, &user, &vhost),
         &vhost,
         exchange_name(&source),
         kind,
@@ -157,6 +158,7 @@ async fn delete(
     bind(
         &state,
         &user.name,
+        super::permissions_of(&state, &user, &vhost),
         &vhost,
         exchange_name(&source),
         kind,
@@ -174,6 +176,7 @@ async fn delete(
 pub(crate) async fn bind(
     state: &AppState,
     user: &str,
+    permissions: std::sync::Arc<hourglass_broker::Permissions>,
     vhost: &str,
     source: &str,
     destination_type: &str,
@@ -188,7 +191,7 @@ pub(crate) async fn bind(
     state
         .broker
         .run(move |b, now| {
-            b.with_admin_channel(&user, &vhost, now, |ch| match (to_queue, create) {
+            b.with_admin_channel_as(&user, &vhost, permissions, now, |ch| match (to_queue, create) {
                 (true, true) => ch.call(QueueBind {
                     queue: destination,
                     exchange: source,

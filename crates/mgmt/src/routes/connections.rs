@@ -1,13 +1,14 @@
-//! /api/connections (list, show, close), /api/channels, /api/consumers.
+//! /api/connections (list, show, close; by user), /api/channels, /api/consumers.
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use hourglass_broker::admin::{ChannelSummary, ConnectionSummary, ConsumerSummary};
 use serde_json::{json, Value};
 
+use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::table_to_json;
 use crate::listing::{self, Params};
@@ -21,6 +22,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/connections", get(list_connections))
         .route("/api/connections/{name}", get(show_connection).delete(close_connection))
         .route("/api/connections/{name}/channels", get(connection_channels))
+        .route("/api/connections/username/{user}", get(user_connections).delete(close_user_connections))
         .route("/api/vhosts/{vhost}/connections", get(vhost_connections))
         .route("/api/channels", get(list_channels))
         .route("/api/vhosts/{vhost}/channels", get(vhost_channels))
@@ -147,6 +149,46 @@ async fn vhost_connections(
     listing::respond(items, &params)
 }
 
+async fn user_connections(
+    State(state): State<AppState>,
+    Path(user): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let items =
+        connections(&state).await?.into_iter().filter(|(c, _)| c.info.user == user).map(|(_, j)| j).collect();
+    listing::respond(items, &params)
+}
+
+/// Closes every connection of a user (320 CONNECTION_FORCED; `X-Reason` gives the text).
+async fn close_user_connections(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path(user): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    auth.require_admin()?;
+    let ids: Vec<_> = connections(&state)
+        .await?
+        .into_iter()
+        .filter(|(c, _)| c.info.user == user)
+        .map(|(c, _)| c.id)
+        .collect();
+    let reason = close_reason(&headers);
+    state
+        .broker
+        .run(move |b, now| {
+            for id in ids {
+                b.close_connection(id, &reason, now);
+            }
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn close_reason(headers: &HeaderMap) -> String {
+    headers.get("x-reason").and_then(|v| v.to_str().ok()).unwrap_or("Closed via management plugin").to_owned()
+}
+
 async fn show_connection(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -171,11 +213,7 @@ async fn close_connection(
         .into_iter()
         .find(|(_, j)| j["name"] == name.as_str())
         .ok_or_else(ApiError::not_found)?;
-    let reason = headers
-        .get("x-reason")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("Closed via management plugin")
-        .to_owned();
+    let reason = close_reason(&headers);
     state.broker.run(move |b, now| b.close_connection(found.id, &reason, now)).await?;
     Ok(StatusCode::NO_CONTENT)
 }

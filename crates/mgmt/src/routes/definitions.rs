@@ -1,9 +1,11 @@
 //! /api/definitions: export and import users, vhosts, permissions, policies, exchanges, queues,
 //! bindings in RabbitMQ's format (parameters are exported empty and ignored on import; operator
 //! policies are not part of the file, as in RabbitMQ).
+//! /api/definitions/{vhost}: one vhost's exchanges, queues, bindings (and policies), without
+//! `vhost` keys, imported into whichever vhost is named, as RabbitMQ's management plugin does.
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
@@ -17,29 +19,99 @@ use crate::json::json_to_table;
 use crate::users::{Permission, User, VhostRecord};
 use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
 use hourglass_broker::policy::PolicyKind;
+use hourglass_broker::Permissions;
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route("/api/definitions", get(export).post(import))
+    Router::new()
+        .route("/api/definitions", get(export).post(import))
+        .route("/api/definitions/{vhost}", get(export_vhost).post(import_vhost))
 }
+
+/// The sections that belong to one vhost.
+const VHOST_SECTIONS: [&str; 4] = ["queues", "exchanges", "bindings", "policies"];
 
 async fn export(
     State(state): State<AppState>,
     Extension(auth): Extension<AuthUser>,
 ) -> Result<Json<Value>, ApiError> {
     auth.require_admin()?;
+    Ok(Json(export_document(&state).await?))
+}
+
+/// GET /api/definitions/{vhost}: the vhost's items from the full export, `vhost` keys removed.
+async fn export_vhost(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path(vhost): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    auth.require_admin()?;
+    super::require_vhost(&state, &vhost)?;
+    let mut all = export_document(&state).await?;
+    let mut out = json!({
+        "rabbit_version": RABBITMQ_COMPAT_VERSION,
+        "rabbitmq_version": RABBITMQ_COMPAT_VERSION,
+        "parameters": [],
+    });
+    for key in VHOST_SECTIONS {
+        let items = match all.get_mut(key).map(Value::take) {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        };
+        let mine: Vec<Value> = items
+            .into_iter()
+            .filter(|item| item["vhost"] == vhost.as_str())
+            .map(|mut item| {
+                if let Value::Object(map) = &mut item {
+                    map.remove("vhost");
+                }
+                item
+            })
+            .collect();
+        out[key] = Value::Array(mine);
+    }
+    Ok(Json(out))
+}
+
+/// POST /api/definitions/{vhost}: a vhost export (or a full one: its users, vhosts and
+/// permissions are ignored) imported into this vhost.
+async fn import_vhost(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path(vhost): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    auth.require_admin()?;
+    super::require_vhost(&state, &vhost)?;
+    let body = body_json(&body)?;
+    let mut scoped = json!({});
+    for key in VHOST_SECTIONS {
+        let mut items = items(&body, key)?.to_vec();
+        for item in &mut items {
+            if let Value::Object(map) = item {
+                map.insert("vhost".to_owned(), Value::String(vhost.clone()));
+            }
+        }
+        scoped[key] = Value::Array(items);
+    }
+    import_definitions(&state, &auth.name, &scoped).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Every section, as GET /api/definitions answers.
+async fn export_document(state: &AppState) -> Result<Value, ApiError> {
     let strip = |mut v: Value, keys: &[&str]| {
         if let Value::Object(map) = &mut v {
             map.retain(|k, _| keys.contains(&k.as_str()));
         }
         v
     };
-    let queues: Vec<Value> = super::queues::all_queues(&state, None)
+    let queues: Vec<Value> = super::queues::all_queues(state, None)
         .await?
         .into_iter()
         .filter(|q| q["exclusive"] != true)
-        .map(|q| strip(q, &["name", "vhost", "durable", "auto_delete", "arguments"]))
+        .map(|q| strip(q, &["name", "vhost", "type", "durable", "auto_delete", "arguments"]))
         .collect();
-    let exchanges: Vec<Value> = super::exchanges::all_exchanges(&state, None)
+    let exchanges: Vec<Value> = super::exchanges::all_exchanges(state, None)
         .await?
         .into_iter()
         .filter(|x| x["name"].as_str().is_some_and(|n| !n.is_empty() && !n.starts_with("amq.")))
@@ -49,7 +121,7 @@ async fn export(
     let policies: Vec<Value> = policies.iter().map(super::policies::policy_json).collect();
     let mut bindings = Vec::new();
     for vhost in state.users.vhosts() {
-        for b in super::bindings::vhost_bindings(&state, &vhost.name).await? {
+        for b in super::bindings::vhost_bindings(state, &vhost.name).await? {
             if b["source"] != "" {
                 bindings.push(strip(
                     b,
@@ -58,7 +130,7 @@ async fn export(
             }
         }
     }
-    Ok(Json(json!({
+    Ok(json!({
         "rabbit_version": RABBITMQ_COMPAT_VERSION,
         "rabbitmq_version": RABBITMQ_COMPAT_VERSION,
         "product_name": "Hourglass",
@@ -67,6 +139,7 @@ async fn export(
         "vhosts": state.users.vhosts().iter().map(|v| json!({
             "name": v.name, "description": v.description, "tags": v.tags,
             "metadata": {"description": v.description, "tags": v.tags},
+            "limits": [],
         })).collect::<Vec<_>>(),
         "permissions": state.users.permissions().iter().map(super::users::permission_json).collect::<Vec<_>>(),
         "topic_permissions": [],
@@ -76,7 +149,7 @@ async fn export(
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
-    })))
+    }))
 }
 
 fn items<'a>(body: &'a Value, key: &str) -> Result<&'a [Value], ApiError> {
@@ -121,7 +194,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
             description: description.to_owned(),
             tags,
             default_queue_type: str_field(v, "default_queue_type")?.map(str::to_owned),
-        });
+        })?;
         state.broker.run(move |b, _| b.add_vhost(&name)).await?;
     }
     for u in items(body, "users")? {
@@ -138,7 +211,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
                 )));
             }
         }
-        state.users.put_user(User { name, password_hash, tags: tags_field(u)? });
+        state.users.put_user(User { name, password_hash, tags: tags_field(u)? })?;
     }
     for p in items(body, "permissions")? {
         let (user, vhost) = (required(p, "user")?, required(p, "vhost")?);
@@ -149,7 +222,8 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
             configure: required(p, "configure")?.to_owned(),
             write: required(p, "write")?.to_owned(),
             read: required(p, "read")?.to_owned(),
-        });
+        })?;
+        super::push_permissions(state, user, vhost).await?;
     }
     for p in items(body, "policies")? {
         let vhost = required(p, "vhost")?.to_owned();
@@ -160,13 +234,13 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
         let vhost = required(x, "vhost")?.to_owned();
         super::require_vhost(state, &vhost)?;
         let declare = super::exchanges::exchange_declare(required(x, "name")?, x)?;
-        super::call_as(state, &auth.name, vhost, declare).await?;
+        super::call_as(state, &auth.name, Permissions::full(), vhost, declare).await?;
     }
     for q in items(body, "queues")? {
         let vhost = required(q, "vhost")?.to_owned();
         super::require_vhost(state, &vhost)?;
         let declare = super::queues::queue_declare(required(q, "name")?, q)?;
-        super::call_as(state, &auth.name, vhost, declare).await?;
+        super::call_as(state, &auth.name, Permissions::full(), vhost, declare).await?;
     }
     for b in items(body, "bindings")? {
         let vhost = required(b, "vhost")?;
@@ -179,18 +253,19 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
         let arguments =
             json_to_table(b.get("arguments").unwrap_or(&Value::Null)).map_err(ApiError::bad_request)?;
         let routing_key = str_field(b, "routing_key")?.unwrap_or_default();
-        bind(
-            state,
-            &auth.name,
-            vhost,
-            required(b, "source")?,
-            kind,
-            required(b, "destination")?,
-            routing_key,
-            arguments,
-            true,
-        )
-        .await?;
+        let (source, destination) = (required(b, "source")?, required(b, "destination")?);
+        let full = Permissions::full();
+        let bound =
+            bind(state, &auth.name, full, vhost, source, kind, destination, routing_key, arguments, true)
+                .await;
+        match bound {
+            // RabbitMQ skips a binding whose source or destination is missing (its own exports
+            // name internal exchanges they leave out) and imports the rest.
+            Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => {
+                tracing::warn!(vhost, source, destination, reason = %e.reason, "definitions: binding skipped");
+            }
+            bound => bound?,
+        }
     }
     Ok(())
 }

@@ -110,11 +110,13 @@ async fn put(
 ) -> Result<StatusCode, ApiError> {
     require_vhost(&state, &vhost)?;
     let declare = exchange_declare(exchange_name(&name), &body_json(&body)?)?;
+    let permissions = super::permissions_of(&state, &user, &vhost);
     let created = state
         .broker
         .run(move |b, now| {
             let existed = b.list_exchanges(&vhost).iter().any(|x| x.name == declare.exchange);
-            b.with_admin_channel(&user.name, &vhost, now, |ch| ch.call(declare)).map(|_| !existed)
+            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(declare))
+                .map(|_| !existed)
         })
         .await??;
     Ok(if created { StatusCode::CREATED } else { StatusCode::NO_CONTENT })
@@ -132,13 +134,15 @@ async fn delete(
         if_unused: params.get("if-unused").is_some_and(|v| v == "true"),
         ..Default::default()
     };
+    let permissions = super::permissions_of(&state, &user, &vhost);
     state
         .broker
         .run(move |b, now| {
             if !b.list_exchanges(&vhost).iter().any(|x| x.name == delete.exchange) {
                 return Err(ApiError::not_found());
             }
-            b.with_admin_channel(&user.name, &vhost, now, |ch| ch.call(delete)).map_err(ApiError::from)
+            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(delete))
+                .map_err(ApiError::from)
         })
         .await??;
     Ok(StatusCode::NO_CONTENT)
@@ -172,13 +176,15 @@ async fn publish(
             .into(),
         body: payload,
     };
+    let permissions = super::permissions_of(&state, &user, &vhost);
     let replies = state
         .broker
         .run(move |b, now| {
             if !b.list_exchanges(&vhost).iter().any(|x| x.name == publish.exchange) {
                 return Err(ApiError::not_found());
             }
-            b.with_admin_channel(&user.name, &vhost, now, |ch| ch.publish(publish)).map_err(ApiError::from)
+            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.publish(publish))
+                .map_err(ApiError::from)
         })
         .await??;
     let returned = replies.iter().any(|(m, _)| matches!(m, Method::BasicReturn(_)));

@@ -5,6 +5,7 @@ mod connections;
 mod definitions;
 pub(crate) use definitions::import_definitions;
 mod exchanges;
+mod none_set;
 mod overview;
 mod policies;
 mod queues;
@@ -12,10 +13,14 @@ mod time;
 mod users;
 mod vhosts;
 
+use std::sync::Arc;
+
 use axum::routing::get;
 use axum::Router;
+use hourglass_broker::Permissions;
 use serde_json::Value;
 
+use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::AppState;
 
@@ -31,23 +36,42 @@ pub fn router(state: AppState) -> Router {
         .merge(bindings::routes())
         .merge(connections::routes())
         .merge(definitions::routes())
+        .merge(none_set::routes())
         .fallback(get(|| async { ApiError::not_found() }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))
         .with_state(state)
 }
 
 /// 404 unless the vhost exists.
-/// Sends one channel method as `user` on an admin channel in `vhost` (the AMQP handlers do the
-/// checks); a channel error becomes the HTTP error RabbitMQ's API would give.
+/// Sends one channel method as `user` with `permissions` on an admin channel in `vhost` (the
+/// AMQP handlers do the checks); a channel error becomes the HTTP error RabbitMQ's API would give.
 pub(crate) async fn call_as(
     state: &AppState,
     user: &str,
+    permissions: Arc<Permissions>,
     vhost: String,
     method: impl Into<hourglass_wire::Method>,
 ) -> Result<(), ApiError> {
     let (user, method) = (user.to_owned(), method.into());
-    state.broker.run(move |b, now| b.with_admin_channel(&user, &vhost, now, |ch| ch.call(method))).await??;
+    state
+        .broker
+        .run(move |b, now| b.with_admin_channel_as(&user, &vhost, permissions, now, |ch| ch.call(method)))
+        .await??;
     Ok(())
+}
+
+/// What an API user may do in `vhost`: its AMQP permissions there (none without an entry), as
+/// RabbitMQ's management plugin acts with the user's own rights.
+pub(crate) fn permissions_of(state: &AppState, user: &AuthUser, vhost: &str) -> Arc<Permissions> {
+    state.users.compiled_permissions(vhost, &user.name)
+}
+
+/// Hands `user`'s permissions in `vhost`, as the store has them now (none when removed), to
+/// the user's open connections there: the next operation on them is checked against these.
+pub(crate) async fn push_permissions(state: &AppState, user: &str, vhost: &str) -> Result<(), ApiError> {
+    let permissions = state.users.compiled_permissions(vhost, user);
+    let (user, vhost) = (user.to_owned(), vhost.to_owned());
+    state.broker.run(move |b, _| b.set_permissions(&user, &vhost, permissions)).await
 }
 
 pub(crate) fn require_vhost(state: &AppState, vhost: &str) -> Result<(), ApiError> {

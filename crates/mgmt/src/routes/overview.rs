@@ -22,8 +22,12 @@ pub fn routes() -> Router<AppState> {
         .route("/api/health/checks/alarms", get(alarms))
         .route("/api/health/checks/local-alarms", get(local_alarms))
         .route("/api/health/checks/ready-to-serve-clients", get(ok))
+        // A single node: no quorum queue or mirror depends on it staying up for a quorum.
+        .route("/api/health/checks/node-is-quorum-critical", get(ok))
+        .route("/api/health/checks/node-is-mirror-sync-critical", get(ok))
         .route("/api/health/checks/virtual-hosts", get(virtual_hosts))
         .route("/api/health/checks/port-listener/{port}", get(port_listener))
+        .route("/api/health/checks/protocol-listener/{protocol}", get(protocol_listener))
         .route("/api/aliveness-test/{vhost}", get(aliveness))
 }
 
@@ -192,6 +196,21 @@ async fn port_listener(State(state): State<AppState>, Path(port): Path<String>) 
     }
 }
 
+/// Our listeners under RabbitMQ's protocol names (with its aliases for AMQP 0-9-1).
+async fn protocol_listener(Path(protocol): Path<String>) -> Response {
+    const LISTENERS: [&str; 3] = ["amqp", "http", "http/prometheus"];
+    let normalized = match protocol.to_ascii_lowercase().as_str() {
+        "amqp" | "amqp091" | "amqp0.9.1" | "amqp0-9-1" | "amqp0_9_1" => "amqp".to_owned(),
+        "prometheus" | "http/prometheus" => "http/prometheus".to_owned(),
+        other => other.to_owned(),
+    };
+    if LISTENERS.contains(&normalized.as_str()) {
+        Json(json!({"status": "ok", "protocol": normalized})).into_response()
+    } else {
+        failed("No active listener".to_owned(), json!({"missing": normalized, "protocols": LISTENERS}))
+    }
+}
+
 /// Declares `aliveness-test`, publishes to it and gets the message back, as RabbitMQ does.
 async fn aliveness(
     State(state): State<AppState>,
@@ -199,10 +218,11 @@ async fn aliveness(
     Path(vhost): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     super::require_vhost(&state, &vhost)?;
+    let permissions = super::permissions_of(&state, &user, &vhost);
     state
         .broker
         .run(move |b, now| {
-            b.with_admin_channel(&user.name, &vhost, now, |ch| {
+            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| {
                 let queue = ShortStr::from_static("aliveness-test");
                 ch.call(QueueDeclare { queue: queue.clone(), ..Default::default() })?;
                 ch.publish(hourglass_broker::Publish {

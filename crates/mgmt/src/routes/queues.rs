@@ -138,11 +138,13 @@ async fn put(
         return Err(ApiError::bad_request("queue name must not be empty"));
     }
     let declare = queue_declare(&name, &body_json(&body)?)?;
+    let permissions = super::permissions_of(&state, &user, &vhost);
     let created = state
         .broker
         .run(move |b, now| {
             let existed = b.queue_stats(&vhost, &name).is_some();
-            b.with_admin_channel(&user.name, &vhost, now, |ch| ch.call(declare)).map(|_| !existed)
+            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(declare))
+                .map(|_| !existed)
         })
         .await??;
     Ok(if created { StatusCode::CREATED } else { StatusCode::NO_CONTENT })
@@ -161,13 +163,15 @@ async fn delete(
         if_empty: params.get("if-empty").is_some_and(|v| v == "true"),
         ..Default::default()
     };
+    let permissions = super::permissions_of(&state, &user, &vhost);
     state
         .broker
         .run(move |b, now| {
             if b.queue_stats(&vhost, &name).is_none() {
                 return Err(ApiError::not_found());
             }
-            b.with_admin_channel(&user.name, &vhost, now, |ch| ch.call(delete)).map_err(ApiError::from)
+            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(delete))
+                .map_err(ApiError::from)
         })
         .await??;
     Ok(StatusCode::NO_CONTENT)
@@ -180,7 +184,8 @@ async fn purge(
 ) -> Result<StatusCode, ApiError> {
     require_vhost(&state, &vhost)?;
     let purge = QueuePurge { queue: short(&name)?, ..Default::default() };
-    super::call_as(&state, &user.name, vhost, purge).await?;
+    let permissions = super::permissions_of(&state, &user, &vhost);
+    super::call_as(&state, &user.name, permissions, vhost, purge).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -230,10 +235,11 @@ async fn get_messages(
     let truncate = body.get("truncate").and_then(Value::as_u64).map(|t| t as usize);
     let _ = bool_field(&body, "requeue", false)?;
     let queue = short(&name)?;
+    let permissions = super::permissions_of(&state, &user, &vhost);
     let replies = state
         .broker
         .run(move |b, now| {
-            b.with_admin_channel(&user.name, &vhost, now, |ch| {
+            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| {
                 let mut got = Vec::new();
                 for _ in 0..count {
                     let mut replies = ch.call(BasicGet { queue: queue.clone(), no_ack: false })?;

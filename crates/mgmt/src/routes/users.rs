@@ -106,7 +106,7 @@ async fn put(
         },
     };
     let existed = state.users.user(&name).is_some();
-    state.users.put_user(User { name, password_hash, tags });
+    state.users.put_user(User { name, password_hash, tags })?;
     Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
 }
 
@@ -116,11 +116,15 @@ async fn delete(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     auth.require_admin()?;
-    if state.users.delete_user(&name) {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::not_found())
+    let vhosts: Vec<String> =
+        state.users.permissions().into_iter().filter(|p| p.user == name).map(|p| p.vhost).collect();
+    if !state.users.delete_user(&name)? {
+        return Err(ApiError::not_found());
     }
+    for vhost in vhosts {
+        super::push_permissions(&state, &name, &vhost).await?;
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn user_permissions(
@@ -178,7 +182,8 @@ async fn put_permission(
         read: field("read")?,
     };
     let existed = state.users.permission(&vhost, &user).is_some();
-    state.users.put_permission(permission);
+    state.users.put_permission(permission)?;
+    super::push_permissions(&state, &user, &vhost).await?;
     Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
 }
 
@@ -188,9 +193,9 @@ async fn delete_permission(
     Path((vhost, user)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     auth.require_admin()?;
-    if state.users.delete_permission(&vhost, &user) {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::not_found())
+    if !state.users.delete_permission(&vhost, &user)? {
+        return Err(ApiError::not_found());
     }
+    super::push_permissions(&state, &user, &vhost).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -92,18 +92,12 @@ async fn put(
         default_queue_type: str_field(&body, "default_queue_type")?.map(str::to_owned),
     };
     let existed = state.users.vhost(&vhost).is_some();
-    state.users.put_vhost(record);
+    state.users.put_vhost(record)?;
     let name = vhost.clone();
     state.broker.run(move |b, _| b.add_vhost(&name)).await?;
     // The creator gets full permissions, as RabbitMQ's management plugin grants them.
     if !existed && state.users.permission(&vhost, &user.name).is_none() {
-        state.users.put_permission(crate::users::Permission {
-            user: user.name.clone(),
-            vhost: vhost.clone(),
-            configure: ".*".into(),
-            write: ".*".into(),
-            read: ".*".into(),
-        });
+        state.users.put_permission(crate::users::Permission::full(&user.name, &vhost))?;
     }
     Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
 }
@@ -114,7 +108,7 @@ async fn delete(
     Path(vhost): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     user.require_admin()?;
-    if !state.users.delete_vhost(&vhost) {
+    if !state.users.delete_vhost(&vhost)? {
         return Err(ApiError::not_found());
     }
     state.broker.run(move |b, now| b.delete_vhost(&vhost, now)).await?;

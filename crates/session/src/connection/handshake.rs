@@ -122,14 +122,15 @@ impl Connection {
         let vhost = open.virtual_host.as_str().into_owned();
         let user = self.user.clone().unwrap_or_default();
         let on_open = Method::ConnectionOpen(ConnectionOpen::default());
-        let detail = match self.config.authenticator.vhost_access(&user, &vhost) {
-            VhostAccess::Allowed => None,
-            VhostAccess::NotFound => Some(format!("vhost {vhost} not found")),
-            VhostAccess::Refused => Some(format!("access to vhost '{vhost}' refused for user '{user}'")),
+        let access = match self.config.authenticator.vhost_access(&user, &vhost) {
+            VhostAccess::Allowed(permissions) => Ok(permissions),
+            VhostAccess::NotFound => Err(format!("vhost {vhost} not found")),
+            VhostAccess::Refused => Err(format!("access to vhost '{vhost}' refused for user '{user}'")),
         };
-        if let Some(detail) = detail {
-            return self.close_with(AmqpError::new(NOT_ALLOWED, detail).on(&on_open), now);
-        }
+        let permissions = match access {
+            Ok(permissions) => permissions,
+            Err(detail) => return self.close_with(AmqpError::new(NOT_ALLOWED, detail).on(&on_open), now),
+        };
         self.out.method(0, &ConnectionOpenOk {}.into(), now);
         self.state = State::Open;
         self.opened = true;
@@ -143,6 +144,7 @@ impl Connection {
             frame_max: self.frame_max,
             channel_max: self.channels.channel_max(),
             heartbeat_s: self.heartbeat_s,
+            permissions,
         };
         self.commands.push_back(Command::ConnectionOpen { conn: self.id, info });
     }

@@ -1,0 +1,283 @@
+//! Who may do what to which exchange or queue: RabbitMQ's per-vhost configure / write / read
+//! regexes (`rabbit_auth_backend_internal:check_resource_access`), compiled once.
+//!
+//! This file only decides; the method handlers say *which* access an operation needs, in
+//! RabbitMQ's order (`rabbit_channel`), through [`Broker::check_access`]:
+//!
+//! | operation | needs |
+//! |---|---|
+//! | exchange.declare (not passive) | configure on the exchange; a new one with `alternate-exchange` also read on it and write on the AE |
+//! | exchange.delete | configure on the exchange |
+//! | queue.declare (not passive; server-named `amq.gen-*` too) | configure on the queue; a new one with `x-dead-letter-exchange` also read on it and write on the DLX |
+//! | queue.delete | configure on the queue |
+//! | queue.purge, basic.get, basic.consume | read on the queue |
+//! | queue.bind / unbind | write on the queue, read on the exchange |
+//! | exchange.bind / unbind | write on the destination, read on the source |
+//! | basic.publish | write on the exchange (the default exchange is `amq.default`) |
+//!
+//! Passive declares, and declares of / consumes from `amq.rabbitmq.reply-to`, need nothing.
+//!
+//! A pattern matches anywhere in the name unless anchored (Erlang's `re:run`); an empty pattern
+//! matches only the empty name, so it grants nothing. Patterns are PCRE in RabbitMQ: look-around
+//! (`^(?!amq\.).*`) and back-references are supported here too (fancy-regex); a match that gives
+//! up (the backtracking limit) counts as no match, so access is refused rather than granted.
+//!
+//! Topic permissions (per routing key) are not implemented.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+
+use fancy_regex::Regex;
+
+use crate::api::{AmqpError, ConnectionId};
+use crate::broker::Broker;
+use crate::errors;
+
+/// RabbitMQ's three permissions.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Create, delete or change a resource.
+    Configure,
+    /// Put messages into it (publish, be a binding's destination).
+    Write,
+    /// Take messages out of it (get, consume, purge, be a binding's source).
+    Read,
+}
+
+/// What a permission applies to.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Resource {
+    Exchange,
+    Queue,
+}
+
+impl Access {
+    /// RabbitMQ's name for it, as in `set_permissions` and the definitions file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Access::Configure => "configure",
+            Access::Write => "write",
+            Access::Read => "read",
+        }
+    }
+}
+
+impl Resource {
+    fn kind(self) -> &'static str {
+        match self {
+            Resource::Exchange => "exchange",
+            Resource::Queue => "queue",
+        }
+    }
+}
+
+/// One user's compiled permissions in one vhost.
+#[derive(Clone)]
+pub struct Permissions {
+    configure: Pattern,
+    write: Pattern,
+    read: Pattern,
+}
+
+/// A pattern that does not compile, naming which of the three it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidPattern {
+    pub access: Access,
+    pub pattern: String,
+    pub reason: String,
+}
+
+impl fmt::Display for InvalidPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {} regexp '{}': {}", self.access.name(), self.pattern, self.reason)
+    }
+}
+
+impl std::error::Error for InvalidPattern {}
+
+#[derive(Clone)]
+struct Pattern {
+    source: String,
+    /// `None` for the empty pattern, which matches only the empty name (RabbitMQ turns "" into
+    /// "^$"); names are never empty (the default exchange is checked as `amq.default`).
+    regex: Option<Regex>,
+}
+
+impl Permissions {
+    /// Compiles the three patterns.
+    pub fn compile(configure: &str, write: &str, read: &str) -> Result<Self, InvalidPattern> {
+        Ok(Permissions {
+            configure: Pattern::compile(Access::Configure, configure)?,
+            write: Pattern::compile(Access::Write, write)?,
+            read: Pattern::compile(Access::Read, read)?,
+        })
+    }
+
+    /// `.*` for all three: everything is allowed. Compiled once, shared.
+    pub fn full() -> Arc<Self> {
+        static FULL: LazyLock<Arc<Permissions>> = LazyLock::new(|| {
+            Arc::new(Permissions::compile(".*", ".*", ".*").expect("'.*' is a valid pattern"))
+        });
+        FULL.clone()
+    }
+
+    /// Empty patterns: nothing is allowed (a user whose permission entry was removed).
+    pub fn none() -> Arc<Self> {
+        static NONE: LazyLock<Arc<Permissions>> =
+            LazyLock::new(|| Arc::new(Permissions::compile("", "", "").expect("the empty pattern is valid")));
+        NONE.clone()
+    }
+
+    /// Whether `access` to the resource called `name` is granted. The default exchange (empty
+    /// name) is checked as `amq.default`, as RabbitMQ does.
+    pub fn allows(&self, access: Access, resource: Resource, name: &str) -> bool {
+        let name = if resource == Resource::Exchange && name.is_empty() { "amq.default" } else { name };
+        self.pattern(access).matches(name)
+    }
+
+    fn pattern(&self, access: Access) -> &Pattern {
+        match access {
+            Access::Configure => &self.configure,
+            Access::Write => &self.write,
+            Access::Read => &self.read,
+        }
+    }
+}
+
+impl Pattern {
+    fn compile(access: Access, source: &str) -> Result<Pattern, InvalidPattern> {
+        let regex = if source.is_empty() {
+            None
+        } else {
+            let compiled = Regex::new(source).map_err(|e| InvalidPattern {
+                access,
+                pattern: source.to_owned(),
+                reason: e.to_string(),
+            })?;
+            Some(compiled)
+        };
+        Ok(Pattern { source: source.to_owned(), regex })
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        match &self.regex {
+            None => name.is_empty(),
+            // Err: the backtracking limit was hit; refuse rather than grant.
+            Some(regex) => regex.is_match(name).unwrap_or(false),
+        }
+    }
+}
+
+impl fmt::Debug for Permissions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permissions")
+            .field("configure", &self.configure.source)
+            .field("write", &self.write.source)
+            .field("read", &self.read.source)
+            .finish()
+    }
+}
+
+/// Two permission sets are equal when their patterns are the same text.
+impl PartialEq for Permissions {
+    fn eq(&self, other: &Self) -> bool {
+        self.configure.source == other.configure.source
+            && self.write.source == other.write.source
+            && self.read.source == other.read.source
+    }
+}
+
+impl Broker {
+    /// 403 ACCESS_REFUSED unless the connection's user has `access` to the named resource in its
+    /// vhost, with RabbitMQ's text (3.x: `access to queue 'q' in vhost '/' refused for user
+    /// 'bob'`). A connection the broker no longer knows passes: its methods are dropped anyway.
+    pub(crate) fn check_access(
+        &self,
+        conn: ConnectionId,
+        access: Access,
+        resource: Resource,
+        name: &str,
+    ) -> Result<(), AmqpError> {
+        let Some(connection) = self.connections.get(&conn) else { return Ok(()) };
+        let info = &connection.info;
+        if info.permissions.allows(access, resource, name) {
+            return Ok(());
+        }
+        let shown = if resource == Resource::Exchange && name.is_empty() { "amq.default" } else { name };
+        Err(errors::access_refused(format!(
+            "access to {} '{shown}' in vhost '{}' refused for user '{}'",
+            resource.kind(),
+            info.vhost,
+            info.user
+        )))
+    }
+
+    /// Replaces the permissions of every open connection of `user` on `vhost` (the management API
+    /// changed or removed them). RabbitMQ caches up to 12 granted checks per channel, so there
+    /// a change may wait for a new channel; here it applies to the next operation.
+    pub fn set_permissions(&mut self, user: &str, vhost: &str, permissions: Arc<Permissions>) {
+        for connection in self.connections.values_mut() {
+            if connection.info.user == user && connection.info.vhost == vhost {
+                connection.info.permissions = permissions.clone();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn perms(configure: &str, write: &str, read: &str) -> Permissions {
+        Permissions::compile(configure, write, read).unwrap()
+    }
+
+    /// Patterns match anywhere unless anchored, as Erlang's re:run does.
+    #[test]
+    fn patterns_are_unanchored_searches() {
+        let p = perms("app", "^app-", "^app-.*$");
+        assert!(p.allows(Access::Configure, Resource::Queue, "my-app-queue"));
+        assert!(!p.allows(Access::Write, Resource::Queue, "my-app-queue"));
+        assert!(p.allows(Access::Write, Resource::Queue, "app-q"));
+        assert!(p.allows(Access::Read, Resource::Queue, "app-q"));
+        assert!(!p.allows(Access::Read, Resource::Exchange, "other"));
+    }
+
+    /// An empty pattern grants nothing; ".*" grants everything.
+    #[test]
+    fn empty_denies_and_dot_star_allows() {
+        let p = perms("", ".*", "");
+        assert!(!p.allows(Access::Configure, Resource::Queue, "q"));
+        assert!(p.allows(Access::Write, Resource::Queue, "q"));
+        assert!(!p.allows(Access::Read, Resource::Exchange, ""));
+        let none = Permissions::none();
+        assert!(!none.allows(Access::Write, Resource::Exchange, "amq.direct"));
+        let full = Permissions::full();
+        assert!(full.allows(Access::Configure, Resource::Queue, "amq.gen-abc"));
+    }
+
+    /// The default exchange is checked under the name amq.default.
+    #[test]
+    fn default_exchange_is_amq_default() {
+        let p = perms("", "^amq\\.default$", "");
+        assert!(p.allows(Access::Write, Resource::Exchange, ""));
+        assert!(!p.allows(Access::Write, Resource::Queue, ""));
+    }
+
+    /// PCRE look-ahead works, as in RabbitMQ ("everything but amq.*").
+    #[test]
+    fn lookahead_patterns_work() {
+        let p = perms("^(?!amq\\.).*", ".*", ".*");
+        assert!(p.allows(Access::Configure, Resource::Queue, "orders"));
+        assert!(!p.allows(Access::Configure, Resource::Queue, "amq.gen-x"));
+    }
+
+    /// A pattern that does not compile is reported with which permission it was.
+    #[test]
+    fn invalid_pattern_names_the_permission() {
+        let err = Permissions::compile(".*", "(", ".*").unwrap_err();
+        assert_eq!(err.access, Access::Write);
+        assert_eq!(err.pattern, "(");
+        assert!(err.to_string().starts_with("invalid write regexp '('"), "{err}");
+    }
+}

@@ -1,0 +1,179 @@
+//! The saved form of the user store: users (with RabbitMQ's password hashes, never plain
+//! passwords), vhosts and permissions as JSON, in the shapes of RabbitMQ's definitions file.
+//!
+//! The server keeps it in `<data-dir>/users.snap` (an atomic snapshot file, docs/storage.md), with
+//! [`FILE_SCHEMA_VERSION`] in the snapshot header. `loopback_users` is configuration and is not
+//! saved. Reading checks what the store relies on: known hashing algorithm, patterns that
+//! compile, permissions naming a user and a vhost that exist.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Granted, Permission, State, User, VhostRecord, HASHING_ALGORITHM};
+
+/// The layout of the JSON below; bump it (and read the old one) when it changes.
+pub const FILE_SCHEMA_VERSION: u32 = 1;
+
+/// Why a saved file could not be read.
+#[derive(Debug)]
+pub struct FileError(pub String);
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FileError {}
+
+#[derive(Serialize, Deserialize)]
+struct SavedFile {
+    users: Vec<SavedUser>,
+    vhosts: Vec<SavedVhost>,
+    permissions: Vec<SavedPermission>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedUser {
+    name: String,
+    password_hash: String,
+    hashing_algorithm: String,
+    tags: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedVhost {
+    name: String,
+    description: String,
+    tags: Vec<String>,
+    default_queue_type: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedPermission {
+    user: String,
+    vhost: String,
+    configure: String,
+    write: String,
+    read: String,
+}
+
+/// The JSON for `state` (sorted by name: equal states give equal bytes).
+pub(super) fn encode(state: &State) -> Vec<u8> {
+    let file = SavedFile {
+        users: state
+            .users
+            .values()
+            .map(|u| SavedUser {
+                name: u.name.clone(),
+                password_hash: u.password_hash.clone(),
+                hashing_algorithm: HASHING_ALGORITHM.to_owned(),
+                tags: u.tags.clone(),
+            })
+            .collect(),
+        vhosts: state
+            .vhosts
+            .values()
+            .map(|v| SavedVhost {
+                name: v.name.clone(),
+                description: v.description.clone(),
+                tags: v.tags.clone(),
+                default_queue_type: v.default_queue_type.clone(),
+            })
+            .collect(),
+        permissions: state
+            .permissions
+            .values()
+            .map(|g| {
+                let p = &g.permission;
+                SavedPermission {
+                    user: p.user.clone(),
+                    vhost: p.vhost.clone(),
+                    configure: p.configure.clone(),
+                    write: p.write.clone(),
+                    read: p.read.clone(),
+                }
+            })
+            .collect(),
+    };
+    // Serialising plain strings and vectors to a Vec cannot fail.
+    serde_json::to_vec_pretty(&file).expect("plain data serialises")
+}
+
+/// The records in a saved file (without `loopback_users`).
+pub(super) fn decode(payload: &[u8]) -> Result<State, FileError> {
+    let file: SavedFile =
+        serde_json::from_slice(payload).map_err(|e| FileError(format!("users file is not valid: {e}")))?;
+    let mut state = State::default();
+    for u in file.users {
+        if u.hashing_algorithm != HASHING_ALGORITHM {
+            return Err(FileError(format!(
+                "user {}: unsupported hashing_algorithm {}",
+                u.name, u.hashing_algorithm
+            )));
+        }
+        state
+            .users
+            .insert(u.name.clone(), User { name: u.name, password_hash: u.password_hash, tags: u.tags });
+    }
+    for v in file.vhosts {
+        let record = VhostRecord {
+            name: v.name.clone(),
+            description: v.description,
+            tags: v.tags,
+            default_queue_type: v.default_queue_type,
+        };
+        state.vhosts.insert(v.name, record);
+    }
+    let mut permissions = BTreeMap::new();
+    for p in file.permissions {
+        if !state.users.contains_key(&p.user) || !state.vhosts.contains_key(&p.vhost) {
+            return Err(FileError(format!("permission of {} on {}: no such user or vhost", p.user, p.vhost)));
+        }
+        let permission =
+            Permission { user: p.user, vhost: p.vhost, configure: p.configure, write: p.write, read: p.read };
+        let granted = Granted::compile(permission).map_err(|e| FileError(e.to_string()))?;
+        permissions.insert((granted.permission.vhost.clone(), granted.permission.user.clone()), granted);
+    }
+    state.permissions = permissions;
+    Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::UserStore;
+    use super::*;
+
+    /// A store saved and read back has the same users (hashes, not passwords), vhosts and
+    /// permissions, and its users still log in.
+    #[test]
+    fn saved_store_reads_back() {
+        let store = UserStore::with_defaults(vec![]);
+        store.put_user_with_password("bob", "secret", vec!["monitoring".into()]).unwrap();
+        store
+            .put_vhost(VhostRecord { name: "dev".into(), description: "d".into(), ..Default::default() })
+            .unwrap();
+        let p = Permission { configure: "^bob-".into(), ..Permission::full("bob", "dev") };
+        store.put_permission(p.clone()).unwrap();
+        let bytes = encode(&store.read());
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(!text.contains("secret"), "{text}");
+        let back = UserStore::from_file(&bytes, vec![]).unwrap();
+        assert_eq!(back.users(), store.users());
+        assert_eq!(back.vhosts(), store.vhosts());
+        assert_eq!(back.permissions(), store.permissions());
+        assert!(back.check_login("bob", "secret", false).is_some());
+        assert_eq!(back.permission("dev", "bob"), Some(p));
+    }
+
+    /// A damaged or inconsistent file is refused with a reason, never half-loaded.
+    #[test]
+    fn bad_files_are_refused() {
+        assert!(decode(b"{").is_err());
+        let orphan = br#"{"users":[],"vhosts":[],"permissions":[{"user":"x","vhost":"/","configure":"","write":"","read":""}]}"#;
+        assert!(decode(orphan).unwrap_err().0.contains("no such user or vhost"));
+        let bad_regex = br#"{"users":[{"name":"x","password_hash":"","hashing_algorithm":"rabbit_password_hashing_sha256","tags":[]}],"vhosts":[{"name":"/","description":"","tags":[],"default_queue_type":null}],"permissions":[{"user":"x","vhost":"/","configure":"(","write":"","read":""}]}"#;
+        assert!(decode(bad_regex).unwrap_err().0.contains("invalid configure regexp"));
+    }
+}
