@@ -47,6 +47,17 @@ impl Client {
         self.finish(path, response)
     }
 
+    /// DELETE with RabbitMQ's `X-Reason` header (the text a closed connection is given).
+    pub fn delete_with_reason(&self, path: &str, reason: &str) -> anyhow::Result<Value> {
+        let response = self
+            .agent
+            .delete(self.url(path))
+            .header("Authorization", &self.auth)
+            .header("X-Reason", reason)
+            .call();
+        self.finish(path, response)
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

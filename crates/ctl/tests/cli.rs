@@ -6,6 +6,9 @@ use hourglass_server::{Config, Server};
 
 /// Starts a broker on OS-chosen loopback ports in a background runtime; returns its API URL.
 fn start_broker() -> String {
+    // One data directory per broker: tests run in parallel and a directory takes one broker.
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -16,7 +19,7 @@ fn start_broker() -> String {
                 http_port: 0,
                 metrics_port: 0,
                 // Its own data directory: the default ./data would land in the source tree.
-                data_dir: std::env::temp_dir().join(format!("hourglass-ctl-test-{}", std::process::id())),
+                data_dir: std::env::temp_dir().join(format!("hourglass-ctl-test-{}-{n}", std::process::id())),
                 ..Config::default()
             };
             let server = Server::bind(config).await.expect("bind");
@@ -115,4 +118,42 @@ fn rabbitmqctl_verbs_against_a_running_broker() {
     assert_eq!(ctl(&url, &["list_connections"]).1, "");
     assert!(ctl(&url, &["delete_user", "ann"]).0);
     assert!(ctl(&url, &["delete_vhost", "dev"]).0);
+}
+
+/// The time verbs: a message published through the API into a delay queue is listed, rescheduled
+/// and cancelled; a visibility change with an unknown receipt handle is refused with 404.
+#[test]
+fn delayed_and_visibility_verbs_against_a_running_broker() {
+    let url = start_broker();
+    let defs = serde_json::json!({"queues": [{"name": "later", "vhost": "/", "durable": false,
+        "auto_delete": false, "arguments": {"x-delivery-delay": 60000}}]});
+    let path = std::env::temp_dir().join(format!("hourglass-ctl-delayed-{}.json", std::process::id()));
+    std::fs::write(&path, defs.to_string()).unwrap();
+    assert!(ctl(&url, &["import_definitions", path.to_str().unwrap()]).0);
+    let _ = std::fs::remove_file(&path);
+
+    let (ok, out, err) = ctl(&url, &["publish_message", "", "later", "hello", "--header", "n=7"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "routed\ttrue\n");
+    let (_, listed, _) = ctl(&url, &["list_delayed", "later"]);
+    let row: Vec<&str> = listed.trim_end().split('\t').collect();
+    assert_eq!(row.len(), 4, "{listed}");
+    let (id, due_in_ms) = (row[0], row[1].parse::<u64>().unwrap());
+    assert!(due_in_ms <= 60_000 && due_in_ms > 50_000, "{listed}");
+    assert_eq!(&row[2..], ["later", "5"]);
+
+    let (ok, _, err) = ctl(&url, &["reschedule_delayed", "later", id, "--delay-ms", "3600000"]);
+    assert!(ok, "{err}");
+    let (_, listed, _) = ctl(&url, &["list_delayed", "later"]);
+    let due_in_ms: u64 = listed.split('\t').nth(1).unwrap().parse().unwrap();
+    assert!(due_in_ms > 3_500_000, "{listed}");
+    assert!(ctl(&url, &["cancel_delayed", "later", id]).0);
+    assert_eq!(ctl(&url, &["list_delayed", "later"]).1, "");
+    let (ok, _, err) = ctl(&url, &["cancel_delayed", "later", id]);
+    assert!(!ok && err.contains("404"), "{err}");
+
+    let (ok, _, err) = ctl(&url, &["change_visibility", "later", "no-such-handle", "1000"]);
+    assert!(!ok && err.contains("404") && err.contains("receipt handle"), "{err}");
+    assert_eq!(ctl(&url, &["list_channels"]).1, "");
+    assert_eq!(ctl(&url, &["list_consumers"]).1, "");
 }

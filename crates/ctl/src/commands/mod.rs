@@ -85,6 +85,56 @@ pub enum Command {
     },
     /// Operator policies of the vhost, columns as list_policies.
     ListOperatorPolicies,
+    /// Channels: columns default to `connection number user consumer_count messages_unacknowledged`.
+    ListChannels {
+        columns: Vec<String>,
+    },
+    /// Consumers of the vhost: columns default to `queue_name channel_pid consumer_tag ack_required prefetch_count`.
+    ListConsumers {
+        columns: Vec<String>,
+    },
+    /// Closes a connection (by its name, as list_connections' `name` column shows it).
+    CloseConnection {
+        name: String,
+        #[arg(default_value = "Closed via hourglass-ctl")]
+        reason: String,
+    },
+    /// Publishes a message through the HTTP API (rabbitmqadmin's `publish`); `""` is the default
+    /// exchange. Headers as `--header name=value` (values that parse as integers are sent as such).
+    PublishMessage {
+        exchange: String,
+        routing_key: String,
+        payload: String,
+        #[arg(long = "header", value_parser = parse_header)]
+        headers: Vec<(String, Value)>,
+    },
+    /// A queue's delayed messages in due order, without consuming them: id, due_in_ms, routing_key, payload_bytes.
+    ListDelayed {
+        queue: String,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Makes a delayed message due `--delay-ms` from now or at `--due-ms` (ms since the epoch).
+    RescheduleDelayed {
+        queue: String,
+        id: u64,
+        #[arg(long = "delay-ms", conflicts_with = "due_ms", required_unless_present = "due_ms")]
+        delay_ms: Option<u64>,
+        #[arg(long = "due-ms")]
+        due_ms: Option<u64>,
+    },
+    /// Drops a delayed message before it is due.
+    CancelDelayed {
+        queue: String,
+        id: u64,
+    },
+    /// Keeps an unacknowledged delivery invisible TIMEOUT_MS more from now (0: visible at once),
+    /// by the `x-receipt-handle` header it was delivered with (contract §4).
+    ChangeVisibility {
+        queue: String,
+        receipt_handle: String,
+        timeout_ms: u64,
+    },
     /// Writes the definitions as JSON to a file, or to stdout with `-`.
     ExportDefinitions {
         path: String,
@@ -93,6 +143,13 @@ pub enum Command {
     ImportDefinitions {
         path: String,
     },
+}
+
+/// `name=value`: an integer value stays an integer (an `x-delay` must be one), anything else is a string.
+fn parse_header(text: &str) -> Result<(String, Value), String> {
+    let (name, value) = text.split_once('=').ok_or_else(|| format!("expected name=value, got {text:?}"))?;
+    let value = value.parse::<i64>().map_or_else(|_| Value::from(value), Value::from);
+    Ok((name.to_owned(), value))
 }
 
 /// rabbitmqctl set_policy's arguments.
@@ -206,6 +263,54 @@ pub fn run(client: &Client, vhost: &str, command: Command) -> anyhow::Result<Str
         Command::ListOperatorPolicies => {
             table(client.get(&format!("/api/operator-policies/{v}"))?, &[], POLICY_COLUMNS)
         }
+        Command::ListChannels { columns } => table(
+            client.get("/api/channels")?,
+            &columns,
+            &["connection_details.name", "number", "user", "consumer_count", "messages_unacknowledged"],
+        ),
+        Command::ListConsumers { columns } => table(
+            client.get(&format!("/api/consumers/{v}"))?,
+            &columns,
+            &["queue.name", "channel_details.name", "consumer_tag", "ack_required", "prefetch_count"],
+        ),
+        Command::CloseConnection { name, reason } => {
+            client.delete_with_reason(&format!("/api/connections/{}", segment(&name)), &reason)?;
+            Ok(String::new())
+        }
+        Command::PublishMessage { exchange, routing_key, payload, headers } => {
+            let exchange = if exchange.is_empty() { "amq.default".to_owned() } else { exchange };
+            let headers: serde_json::Map<String, Value> = headers.into_iter().collect();
+            let body = json!({
+                "routing_key": routing_key,
+                "payload": payload,
+                "payload_encoding": "string",
+                "properties": {"headers": headers},
+            });
+            let reply = client.post(&format!("/api/exchanges/{v}/{}/publish", segment(&exchange)), &body)?;
+            Ok(format!("routed\t{}\n", reply["routed"]))
+        }
+        Command::ListDelayed { queue, limit } => table(
+            client.get(&format!("/api/queues/{v}/{}/delayed?limit={limit}", segment(&queue)))?,
+            &[],
+            &["id", "due_in_ms", "routing_key", "payload_bytes"],
+        ),
+        Command::RescheduleDelayed { queue, id, delay_ms, due_ms } => {
+            let body = match (delay_ms, due_ms) {
+                (Some(delay), _) => json!({"delay_ms": delay}),
+                (None, due) => json!({"due_ms": due}),
+            };
+            client.post(&format!("/api/queues/{v}/{}/delayed/{id}", segment(&queue)), &body)?;
+            Ok(String::new())
+        }
+        Command::CancelDelayed { queue, id } => {
+            client.delete(&format!("/api/queues/{v}/{}/delayed/{id}", segment(&queue)))?;
+            Ok(String::new())
+        }
+        Command::ChangeVisibility { queue, receipt_handle, timeout_ms } => {
+            let body = json!({"receipt_handle": receipt_handle, "timeout_ms": timeout_ms});
+            client.post(&format!("/api/queues/{v}/{}/visibility", segment(&queue)), &body)?;
+            Ok(String::new())
+        }
         Command::ExportDefinitions { path } => {
             let text = serde_json::to_string_pretty(&client.get("/api/definitions")?)?;
             if path == "-" {
@@ -261,7 +366,8 @@ fn cell(item: &Value, column: &str) -> String {
         "destination_name" => &item["destination"],
         "destination_kind" => &item["destination_type"],
         "source_kind" => return "exchange".to_owned(),
-        other => &item[other],
+        // Nested fields by path, e.g. `queue.name`, `channel_details.name`.
+        other => other.split('.').fold(item, |value, key| &value[key]),
     };
     match value {
         Value::Null => String::new(),
