@@ -23,6 +23,7 @@ pub mod queue;
 mod redelivery;
 mod reply_to;
 mod routing;
+mod sender_selected;
 pub mod time;
 mod timers;
 mod vhost;

@@ -7,6 +7,7 @@ mod fanout;
 mod headers;
 mod topic;
 
+use bytes::Bytes;
 use hourglass_wire::{FieldTable, ShortStr};
 use indexmap::IndexSet;
 
@@ -199,12 +200,24 @@ impl Exchange {
         !self.bindings.is_empty()
     }
 
-    /// Appends to `out` the destinations this exchange's own bindings select for `message`
-    /// (duplicates possible; the caller de-duplicates across the whole route).
-    pub fn route(&self, message: &Message, out: &mut Destinations) {
+    /// Appends to `out` the destinations this exchange's own bindings select for `message` with its
+    /// routing key or one of `extra_keys` (`CC`/`BCC`; duplicates possible, the caller
+    /// de-duplicates across the whole route).
+    pub fn route(&self, message: &Message, extra_keys: &[Bytes], out: &mut Destinations) {
         match (&self.index, self.spec.kind) {
-            (RouteIndex::Direct(index), _) => index.route(&message.routing_key, out),
-            (RouteIndex::Topic(trie), _) => trie.route(message.routing_key.as_bytes(), out),
+            (RouteIndex::Direct(index), _) => {
+                index.route(&message.routing_key, out);
+                // A key over 255 octets equals no binding key.
+                for key in extra_keys.iter().filter_map(|k| ShortStr::new(k.clone()).ok()) {
+                    index.route(&key, out);
+                }
+            }
+            (RouteIndex::Topic(trie), _) => {
+                trie.route(message.routing_key.as_bytes(), out);
+                for key in extra_keys {
+                    trie.route(key, out);
+                }
+            }
             (RouteIndex::Bindings, ExchangeKind::Headers) => {
                 headers::route(self.bindings.iter(), message.properties().headers().as_ref(), out)
             }

@@ -23,6 +23,7 @@ use crate::queue::{args, ttl, DeathReason, QueueId};
 use crate::redelivery::decorate;
 use crate::reply_to;
 use crate::routing;
+use crate::sender_selected::HeaderRoutes;
 use crate::time::Timestamp;
 
 impl Broker {
@@ -78,6 +79,7 @@ impl Broker {
                 publish.exchange
             )));
         }
+        let header_routes = HeaderRoutes::read(&publish.properties)?;
         let mandatory = publish.mandatory;
         let direct_reply = reply_to::is_direct_reply(&publish);
         let delay_ms = requested_delay(exchange.spec.delayed, self.apsaramq_delay_header, &publish)?;
@@ -89,11 +91,12 @@ impl Broker {
             }),
             _ => publish.properties,
         };
+        let properties = header_routes.strip(properties);
         let message = Arc::new(Message::new(publish.exchange, publish.routing_key, properties, publish.body));
         let mut targets = std::mem::take(&mut self.queue_scratch);
         targets.clear();
         if !direct_reply {
-            routing::route(vhost, &message.exchange, &message, &mut targets);
+            routing::route(vhost, &message.exchange, &message, header_routes.keys(), &mut targets);
         }
         let routed = if direct_reply { self.deliver_reply(&message) } else { !targets.is_empty() };
         if !routed && mandatory {
