@@ -14,6 +14,7 @@ mod enqueue;
 mod errors;
 pub mod exchange;
 pub mod message;
+pub mod message_stats;
 mod methods;
 mod naming;
 pub mod permissions;

@@ -8,6 +8,7 @@ use crate::api::{ChannelId, ConnectionId, ConnectionInfo};
 use crate::broker::Broker;
 use crate::channel::Mode;
 use crate::exchange::{Destination, ExchangeSpec};
+use crate::message_stats::MessageStats;
 use crate::policy::{merge, Policies, PolicyKind};
 use crate::queue::QueueStats;
 
@@ -36,6 +37,8 @@ pub struct ChannelSummary {
     pub global_prefetch_count: u16,
     pub confirm: bool,
     pub transactional: bool,
+    /// What was published, delivered and acked on the channel.
+    pub message_stats: MessageStats,
 }
 
 /// A consumer on a queue.
@@ -132,6 +135,7 @@ impl Broker {
                     global_prefetch_count: channel.channel_prefetch,
                     confirm: matches!(channel.mode, Mode::Confirm { .. }),
                     transactional: matches!(channel.mode, Mode::Tx(_)),
+                    message_stats: channel.stats,
                 })
             })
             .collect();

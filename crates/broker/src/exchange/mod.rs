@@ -14,6 +14,7 @@ use indexmap::IndexSet;
 use crate::api::AmqpError;
 use crate::errors;
 use crate::message::Message;
+use crate::message_stats::ExchangeCounters;
 use crate::policy::Policy;
 use crate::queue::QueueId;
 
@@ -104,6 +105,8 @@ pub(crate) struct Exchange {
     bindings: IndexSet<Binding>,
     /// The bindings arranged for routing by key, for the exchange types that route by key.
     index: RouteIndex,
+    /// Messages published to it and routed on (`message_stats.rs`).
+    pub(crate) counters: ExchangeCounters,
 }
 
 /// What routing consults instead of testing every binding.
@@ -145,7 +148,15 @@ impl Exchange {
     pub fn new(spec: ExchangeSpec) -> Self {
         let alternate = argument_alternate(&spec);
         let index = RouteIndex::for_kind(spec.kind);
-        Exchange { spec, alternate, policy: None, operator_policy: None, bindings: IndexSet::new(), index }
+        Exchange {
+            spec,
+            alternate,
+            policy: None,
+            operator_policy: None,
+            bindings: IndexSet::new(),
+            index,
+            counters: ExchangeCounters::default(),
+        }
     }
 
     /// Takes the policies that now apply: the argument beats the policy for the alternate
