@@ -138,12 +138,6 @@ impl Broker {
         self.message_stats
     }
 
-    /// Each exchange's counters in `vhost`, by name (the default exchange's name is empty).
-    pub fn exchange_stats(&self, vhost: &str) -> Vec<(String, ExchangeStats)> {
-        let Some(v) = self.vhosts.get(vhost) else { return Vec::new() };
-        v.exchanges.values().map(|x| (x.name().as_str().into_owned(), x.counters.snapshot())).collect()
-    }
-
     /// A direct reply-to publish goes through the default exchange without routing there.
     pub(crate) fn count_reply_on_default_exchange(&self, vhost: &str, routed: bool) {
         let default = self.vhosts.get(vhost).and_then(|v| v.exchanges.get(&ShortStr::from_static("")));

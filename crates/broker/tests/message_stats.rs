@@ -76,7 +76,7 @@ fn known_traffic_gives_known_counts() {
     let subscriber = subscriber.expect("channel").message_stats;
     assert_eq!((subscriber.deliver, subscriber.deliver_no_ack, subscriber.ack), (2, 1, 1));
 
-    let exchanges = tb.broker.exchange_stats("/");
-    let direct = exchanges.iter().find(|(name, _)| name == "amq.direct").expect("amq.direct").1;
-    assert_eq!(direct, ExchangeStats { publish_in: 7, publish_out: 5 });
+    let exchanges = tb.broker.list_exchange_details("/");
+    let direct = exchanges.iter().find(|x| x.spec.name == "amq.direct").expect("amq.direct");
+    assert_eq!(direct.message_stats, ExchangeStats { publish_in: 7, publish_out: 5 });
 }

@@ -8,7 +8,7 @@ use crate::api::{ChannelId, ConnectionId, ConnectionInfo};
 use crate::broker::Broker;
 use crate::channel::Mode;
 use crate::exchange::{Destination, ExchangeSpec};
-use crate::message_stats::MessageStats;
+use crate::message_stats::{ExchangeStats, MessageStats};
 use crate::policy::{merge, Policies, PolicyKind};
 use crate::queue::QueueStats;
 
@@ -69,6 +69,8 @@ pub struct QueueDetails {
 pub struct ExchangeDetails {
     pub spec: ExchangeSpec,
     pub policies: PolicyNames,
+    /// Messages published to it and routed on.
+    pub message_stats: ExchangeStats,
 }
 
 /// The policies that apply to a queue or exchange (contract §6), as RabbitMQ's listings show them.
@@ -197,6 +199,7 @@ impl Broker {
             .map(|x| ExchangeDetails {
                 spec: x.spec.clone(),
                 policies: PolicyNames::of(&v.policies, &x.policy, &x.operator_policy),
+                message_stats: x.counters.snapshot(),
             })
             .collect();
         all.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
