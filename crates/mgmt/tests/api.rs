@@ -605,14 +605,27 @@ async fn operator_policies_and_listings() {
     assert_eq!(q["operator_policy"], Value::Null);
     assert_eq!(q["effective_policy_definition"], json!({"dead-letter-exchange": "dlx", "max-length": 10}));
 
-    // Policymakers may set policies but not operator policies (RabbitMQ's tags).
+    // Policymakers may set policies in vhosts where they have permissions, never operator
+    // policies (RabbitMQ's rabbit_mgmt_util:is_authorized_policies: 401 otherwise).
     call(&s, "PUT", "/api/users/pm", Some(json!({"password": "pw", "tags": "policymaker"}))).await;
     let pm = "Basic cG06cHc="; // pm:pw
     let body = json!({"pattern": "x", "definition": {"expires": 5}});
+    let (status, refused) = call_as(&s, pm, "PUT", "/api/policies/%2F/pm", Some(body.clone())).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "no permissions in / yet");
+    assert_eq!(refused, json!({"error": "not_authorized", "reason": "User not authorised to access object"}));
+    assert_eq!(call_as(&s, pm, "GET", "/api/policies/%2F", None).await.0, StatusCode::UNAUTHORIZED);
+    let (status, all) = call_as(&s, pm, "GET", "/api/policies", None).await;
+    assert_eq!((status, all), (StatusCode::OK, json!([])), "policies of vhosts it cannot see are hidden");
+    let none = json!({"configure": "", "write": "", "read": ""});
+    call(&s, "PUT", "/api/permissions/%2F/pm", Some(none)).await;
     assert_eq!(
         call_as(&s, pm, "PUT", "/api/policies/%2F/pm", Some(body.clone())).await.0,
-        StatusCode::CREATED
+        StatusCode::CREATED,
+        "any permission entry in the vhost will do"
     );
+    let (_, all) = call_as(&s, pm, "GET", "/api/policies", None).await;
+    assert!(all.as_array().is_some_and(|a| a.iter().any(|p| p["name"] == "pm")));
+    assert_eq!(call_as(&s, pm, "GET", "/api/policies/nope", None).await.0, StatusCode::NOT_FOUND);
     let status = call_as(&s, pm, "PUT", "/api/operator-policies/%2F/pm", Some(body)).await.0;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
