@@ -693,9 +693,12 @@ async fn message_stats_count_known_traffic() {
         assert_eq!(stats[key], count, "queue {key}: {stats}");
         assert!(stats[format!("{key}_details")]["rate"].is_f64());
     }
+    let (_, vhost) = call(&s, "GET", "/api/vhosts/%2F", None).await;
     for key in ["messages_details", "messages_ready_details", "messages_unacknowledged_details"] {
         assert!(queue[key]["rate"].is_f64(), "queue lacks {key}");
+        assert!(vhost[key]["rate"].is_f64(), "vhost lacks {key}");
     }
+    assert_eq!(vhost["messages_ready"], 1);
 
     let (_, default) = call(&s, "GET", "/api/exchanges/%2F/amq.default", None).await;
     assert_eq!(
