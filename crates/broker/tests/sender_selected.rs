@@ -105,6 +105,13 @@ fn non_array_cc_is_precondition_failed_and_odd_elements_are_skipped() {
         "PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"BCC\",longstr}"
     );
     assert_eq!(ready(&tb, "q1"), 1, "nothing routed");
+
+    // In a transaction the publish itself is refused, not the commit.
+    let tx = tb.channel();
+    tb.call(tx, TxSelect {});
+    let effects = tb.publish_with(tx, "x", "k1", with_headers(vec![("CC", FieldValue::I32(1))]), b"m", false);
+    let error = channel_error(&effects).expect("refused at publish");
+    assert!(error.reply_text.ends_with("{unacceptable_type_in_header,\"CC\",signedint}"));
 }
 
 /// Dead-lettering without a dead-letter routing key routes again with the CC keys and records

@@ -42,6 +42,8 @@ impl Broker {
         self.address_replies(conn, ch, &mut publish)?;
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
         if let Mode::Tx(buffer) = &mut channel.mode {
+            // rabbit_channel reads CC/BCC when it makes the message, before a transaction holds it.
+            HeaderRoutes::read(&publish.properties)?;
             buffer.publishes.push(publish);
             return Ok(());
         }
