@@ -310,3 +310,53 @@ async fn definitions_file_is_imported_at_start() {
     assert_eq!(got.delivery.data, b"o");
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Sender-selected distribution: CC and BCC headers add routing keys; the consumer of a queue
+/// reached only by BCC sees the CC header but no BCC (RabbitMQ's extension).
+#[tokio::test]
+async fn cc_and_bcc_headers_add_routing_keys_and_bcc_is_hidden() {
+    use lapin::types::{AMQPValue, FieldArray};
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    for queue in ["to", "cc", "bcc"] {
+        channel
+            .queue_declare(queue.into(), QueueDeclareOptions::default(), FieldTable::default())
+            .await
+            .unwrap();
+        channel
+            .queue_bind(
+                queue.into(),
+                "amq.direct".into(),
+                queue.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let keys = |key: &str| AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::LongString(key.into())]));
+    let mut headers = FieldTable::default();
+    headers.insert("CC".into(), keys("cc"));
+    headers.insert("BCC".into(), keys("bcc"));
+    channel
+        .basic_publish(
+            "amq.direct".into(),
+            "to".into(),
+            BasicPublishOptions::default(),
+            b"memo",
+            BasicProperties::default().with_headers(headers),
+        )
+        .await
+        .unwrap();
+    for queue in ["to", "cc", "bcc"] {
+        let got = within("get", channel.basic_get(queue.into(), BasicGetOptions { no_ack: true }))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{queue} got the message"));
+        assert_eq!(got.delivery.routing_key.as_str(), "to");
+        let headers = got.delivery.properties.headers().as_ref().expect("headers").inner();
+        assert_eq!(headers.get("CC"), Some(&keys("cc")));
+        assert!(!headers.contains_key("BCC"), "BCC is never delivered");
+    }
+}

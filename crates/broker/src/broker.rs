@@ -11,6 +11,7 @@ use hourglass_wire::Method;
 use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Effect};
 use crate::channel::{Channel, Unacked};
 use crate::dead_lettering::DeadLetterQueue;
+use crate::message_stats::MessageStats;
 use crate::naming::NameGenerator;
 use crate::persist::Persistence;
 use crate::queue::{Queue, QueueId};
@@ -67,6 +68,8 @@ pub struct Broker {
     /// Reused buffer for the queues a publish routes to or a settlement touches, so neither
     /// allocates per message (taken with `mem::take`, so a nested use just starts empty).
     pub(crate) queue_scratch: Vec<QueueId>,
+    /// The broker-wide message counters (`message_stats.rs`).
+    pub(crate) message_stats: MessageStats,
     pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
     pub(crate) persist: Persistence,
@@ -88,6 +91,7 @@ impl Broker {
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),
             queue_scratch: Vec::new(),
+            message_stats: MessageStats::default(),
             timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
             persist: Persistence::new(config.persistence),

@@ -10,6 +10,7 @@ use hourglass_wire::ShortStr;
 
 use crate::api::{AmqpError, Publish};
 use crate::errors;
+use crate::message_stats::MessageStats;
 use crate::queue::entry::Entry;
 use crate::queue::QueueId;
 use crate::time::Timestamp;
@@ -75,6 +76,8 @@ pub(crate) struct Channel {
     pub consumers: Vec<(ShortStr, QueueId)>,
     /// The last queue declared on this channel, which an empty queue name refers to.
     pub last_queue: Option<ShortStr>,
+    /// What was published, delivered and acked on this channel (`message_stats.rs`).
+    pub stats: MessageStats,
     /// Tags of deliveries whose visibility timed out: a late settle of these is ignored.
     stale_tags: BTreeSet<u64>,
     /// The connection's socket is behind: no deliveries to this channel's consumers for now.
@@ -92,6 +95,7 @@ impl Channel {
             mode: Mode::Plain,
             consumers: Vec::new(),
             last_queue: None,
+            stats: MessageStats::default(),
             stale_tags: BTreeSet::new(),
             paused: false,
         }

@@ -12,6 +12,7 @@ use crate::queue::dead_letter::{self, DeadLetter};
 use crate::queue::entry::Entry;
 use crate::queue::{DeathReason, QueueId};
 use crate::routing;
+use crate::sender_selected::HeaderRoutes;
 use crate::time::Timestamp;
 
 /// A bound on dead-letterings carried out per operation: a pathological topology (a rejection
@@ -90,8 +91,11 @@ impl Broker {
         if !vhost.exchanges.contains_key(&dlx) {
             return;
         }
+        // The CC keys the message still carries route it again (rabbit_dead_letter); a
+        // dead-letter routing key replaces them (rewrite drops the header). Read when made.
+        let cc = HeaderRoutes::read(rewritten.properties()).unwrap_or_default();
         let mut targets = Vec::new();
-        routing::route(vhost, &dlx, &rewritten, &mut targets);
+        routing::route(vhost, &dlx, &rewritten, cc.keys(), &mut targets);
         let headers = rewritten.properties().headers();
         targets.retain(|id| {
             self.queues.get(id).is_some_and(|q| !dead_letter::is_cycle(headers.as_ref(), q.name()))

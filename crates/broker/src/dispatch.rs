@@ -8,6 +8,7 @@ use hourglass_wire::{BasicDeliver, Method};
 use crate::api::{ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
 use crate::channel::{Channel, Unacked};
+use crate::message_stats::{DeliveryKind, MessageStats};
 use crate::queue::entry::Entry;
 use crate::queue::visibility::DeliveryRef;
 use crate::queue::{Queue, QueueId};
@@ -25,7 +26,10 @@ impl Broker {
                 let Some(at) = pick_consumer(queue, &self.channels) else { break };
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
                 let Some(entry) = queue.take_for_delivery(expect_ack) else { break };
-                if let Some(msg_id) = deliver(queue, at, entry, &mut self.channels, &mut self.effects, now) {
+                let stats = &mut self.message_stats;
+                if let Some(msg_id) =
+                    deliver(queue, at, entry, &mut self.channels, &mut self.effects, stats, now)
+                {
                     self.persist.settle(id, msg_id);
                 }
             }
@@ -41,7 +45,8 @@ impl Broker {
         let Some(at) = pick_consumer(queue, &self.channels) else { return Some(entry) };
         let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
         queue.mark_delivered(expect_ack);
-        if let Some(msg_id) = deliver(queue, at, entry, &mut self.channels, &mut self.effects, now) {
+        let stats = &mut self.message_stats;
+        if let Some(msg_id) = deliver(queue, at, entry, &mut self.channels, &mut self.effects, stats, now) {
             self.persist.settle(id, msg_id);
         }
         None
@@ -68,6 +73,7 @@ fn deliver(
     entry: Entry,
     channels: &mut HashMap<(ConnectionId, ChannelId), Channel>,
     effects: &mut VecDeque<Effect>,
+    stats: &mut MessageStats,
     now: Timestamp,
 ) -> Option<u64> {
     let queue_id = queue.id;
@@ -77,6 +83,10 @@ fn deliver(
         return entry.persist_id();
     };
     let tag = channel.next_tag();
+    let kind = DeliveryKind::of_consumer(consumer.no_ack);
+    for counters in [&mut queue.counters.messages, &mut channel.stats, stats] {
+        counters.delivered(kind, entry.redelivered);
+    }
     let delivery = DeliveryRef { conn: consumer.conn, channel: consumer.channel, tag };
     let timeout = if consumer.no_ack { None } else { consumer.visibility_timeout_ms.or(queue_timeout) };
     let visible_at = timeout.map(|ms| now.saturating_add_millis(ms));

@@ -23,8 +23,12 @@ pub struct AuthUser {
 }
 
 impl AuthUser {
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| t == tag)
+    }
+
     pub fn require_admin(&self) -> Result<(), ApiError> {
-        if self.tags.iter().any(|t| t == "administrator") {
+        if self.has_tag("administrator") {
             Ok(())
         } else {
             Err(ApiError::unauthorized("Not administrator user"))

@@ -22,6 +22,7 @@ mod handle;
 pub mod json;
 mod listing;
 pub mod metrics;
+pub mod rates;
 pub mod resources;
 mod routes;
 pub mod users;
@@ -83,6 +84,8 @@ pub struct AppState {
     pub broker: BrokerHandle,
     pub users: Arc<UserStore>,
     pub node: Arc<NodeInfo>,
+    /// Samples behind the API's rates (`rates.rs`).
+    pub rates: Arc<rates::Rates>,
 }
 
 /// The management API's routes (`/api/...`), behind basic auth.

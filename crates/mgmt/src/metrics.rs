@@ -11,6 +11,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use hourglass_broker::message_stats::MessageStats;
 use hourglass_broker::queue::QueueStats;
 
 use crate::error::ApiError;
@@ -28,6 +29,7 @@ struct Snapshot {
     connections: usize,
     channels: usize,
     consumers: usize,
+    messages: MessageStats,
 }
 
 async fn snapshot(state: &AppState) -> Result<Snapshot, ApiError> {
@@ -38,6 +40,7 @@ async fn snapshot(state: &AppState) -> Result<Snapshot, ApiError> {
             connections: b.list_connections().len(),
             channels: b.list_channels().len(),
             consumers: b.list_consumers().len(),
+            messages: b.message_stats(),
         })
         .await
 }
@@ -90,6 +93,60 @@ const QUEUE_COUNTERS: &[QueueCounter] = &[
     }),
     ("hourglass_queue_messages_redelivered_total", "Messages that came back unacknowledged", |q| {
         q.counters.redelivered
+    }),
+];
+
+type GlobalCounter = (&'static str, &'static str, fn(&MessageStats) -> u64);
+
+/// The RabbitMQ plugin's global message counters (rabbit_global_counters), broker-wide.
+const GLOBAL_COUNTERS: &[GlobalCounter] = &[
+    ("rabbitmq_global_messages_received_total", "Total number of messages received from publishers", |m| {
+        m.publish
+    }),
+    ("rabbitmq_global_messages_routed_total", "Total number of messages routed to queues or streams", |m| {
+        m.routed
+    }),
+    (
+        "rabbitmq_global_messages_unroutable_dropped_total",
+        "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
+        |m| m.drop_unroutable,
+    ),
+    (
+        "rabbitmq_global_messages_unroutable_returned_total",
+        "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable",
+        |m| m.return_unroutable,
+    ),
+    ("rabbitmq_global_messages_confirmed_total", "Total number of messages confirmed to publishers", |m| {
+        m.confirm
+    }),
+    ("rabbitmq_global_messages_delivered_total", "Total number of messages delivered to consumers", |m| {
+        m.deliver_get()
+    }),
+    (
+        "rabbitmq_global_messages_delivered_consume_manual_ack_total",
+        "Total number of messages delivered to consumers using basic.consume with manual acknowledgment",
+        |m| m.deliver,
+    ),
+    (
+        "rabbitmq_global_messages_delivered_consume_auto_ack_total",
+        "Total number of messages delivered to consumers using basic.consume with automatic acknowledgment",
+        |m| m.deliver_no_ack,
+    ),
+    (
+        "rabbitmq_global_messages_delivered_get_manual_ack_total",
+        "Total number of messages delivered to consumers using basic.get with manual acknowledgment",
+        |m| m.get,
+    ),
+    (
+        "rabbitmq_global_messages_delivered_get_auto_ack_total",
+        "Total number of messages delivered to consumers using basic.get with automatic acknowledgment",
+        |m| m.get_no_ack,
+    ),
+    ("rabbitmq_global_messages_redelivered_total", "Total number of messages redelivered to consumers", |m| {
+        m.redeliver
+    }),
+    ("rabbitmq_global_messages_acknowledged_total", "Total number of messages acknowledged by consumers", |m| {
+        m.ack
     }),
 ];
 
@@ -150,6 +207,9 @@ fn render(state: &AppState, s: &Snapshot, per_object: bool) -> String {
     for (name, help, read) in QUEUE_GAUGES {
         let samples = queue_samples(&s.queues, per_object, |q| read(q) as u64);
         gauge(&mut out, name, help, &samples);
+    }
+    for (name, help, read) in GLOBAL_COUNTERS {
+        metric(&mut out, "counter", name, help, &[(String::new(), read(&s.messages))]);
     }
     for (name, help, read) in QUEUE_COUNTERS {
         let samples = queue_samples(&s.queues, per_object, read);

@@ -14,6 +14,7 @@ fn state() -> AppState {
         broker: BrokerHandle::standalone(),
         users: Arc::new(UserStore::with_defaults(vec!["guest".into()])),
         node: Arc::new(NodeInfo::new(IpAddr::from([127, 0, 0, 1]), 5672, 15672, 15692)),
+        rates: Default::default(),
     }
 }
 
@@ -604,14 +605,27 @@ async fn operator_policies_and_listings() {
     assert_eq!(q["operator_policy"], Value::Null);
     assert_eq!(q["effective_policy_definition"], json!({"dead-letter-exchange": "dlx", "max-length": 10}));
 
-    // Policymakers may set policies but not operator policies (RabbitMQ's tags).
+    // Policymakers may set policies in vhosts where they have permissions, never operator
+    // policies (RabbitMQ's rabbit_mgmt_util:is_authorized_policies: 401 otherwise).
     call(&s, "PUT", "/api/users/pm", Some(json!({"password": "pw", "tags": "policymaker"}))).await;
     let pm = "Basic cG06cHc="; // pm:pw
     let body = json!({"pattern": "x", "definition": {"expires": 5}});
+    let (status, refused) = call_as(&s, pm, "PUT", "/api/policies/%2F/pm", Some(body.clone())).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "no permissions in / yet");
+    assert_eq!(refused, json!({"error": "not_authorized", "reason": "User not authorised to access object"}));
+    assert_eq!(call_as(&s, pm, "GET", "/api/policies/%2F", None).await.0, StatusCode::UNAUTHORIZED);
+    let (status, all) = call_as(&s, pm, "GET", "/api/policies", None).await;
+    assert_eq!((status, all), (StatusCode::OK, json!([])), "policies of vhosts it cannot see are hidden");
+    let none = json!({"configure": "", "write": "", "read": ""});
+    call(&s, "PUT", "/api/permissions/%2F/pm", Some(none)).await;
     assert_eq!(
         call_as(&s, pm, "PUT", "/api/policies/%2F/pm", Some(body.clone())).await.0,
-        StatusCode::CREATED
+        StatusCode::CREATED,
+        "any permission entry in the vhost will do"
     );
+    let (_, all) = call_as(&s, pm, "GET", "/api/policies", None).await;
+    assert!(all.as_array().is_some_and(|a| a.iter().any(|p| p["name"] == "pm")));
+    assert_eq!(call_as(&s, pm, "GET", "/api/policies/nope", None).await.0, StatusCode::NOT_FOUND);
     let status = call_as(&s, pm, "PUT", "/api/operator-policies/%2F/pm", Some(body)).await.0;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
@@ -644,4 +658,76 @@ async fn definitions_carry_policies() {
     );
     let bad = json!({"policies": [{"vhost": "/", "name": "x", "pattern": ".*", "definition": {"nope": 1}}]});
     assert_eq!(call(&s, "POST", "/api/definitions", Some(bad)).await.0, StatusCode::BAD_REQUEST);
+}
+
+/// issue #7: known traffic shows as RabbitMQ's `message_stats` counts (with `*_details` rates)
+/// on the overview, the queue and the exchanges, and as the global Prometheus counters.
+#[tokio::test]
+async fn message_stats_count_known_traffic() {
+    let s = state();
+    call(&s, "PUT", "/api/queues/%2F/counted", None).await;
+    for _ in 0..3 {
+        let publish = json!({"routing_key": "counted", "payload": "m"});
+        call(&s, "POST", "/api/exchanges/%2F/amq.default/publish", Some(publish)).await;
+    }
+    // The API publishes with mandatory set (as RabbitMQ's), so this one is returned.
+    let unroutable = json!({"routing_key": "nowhere", "payload": "m"});
+    call(&s, "POST", "/api/exchanges/%2F/amq.direct/publish", Some(unroutable)).await;
+    let get = json!({"count": 2, "ackmode": "ack_requeue_false", "encoding": "auto"});
+    call(&s, "POST", "/api/queues/%2F/counted/get", Some(get)).await;
+
+    let (_, overview) = call(&s, "GET", "/api/overview", None).await;
+    let stats = &overview["message_stats"];
+    for (key, count) in [("publish", 4), ("return_unroutable", 1), ("get", 2), ("ack", 2), ("deliver_get", 2)]
+    {
+        assert_eq!(stats[key], count, "overview {key}: {stats}");
+    }
+    assert_eq!(stats["deliver_no_ack"], 0);
+    assert_eq!(stats["publish_details"], json!({"rate": 0.0}), "one sample so far");
+    assert_eq!(overview["queue_totals"]["messages_ready"], 1);
+    assert!(overview["queue_totals"]["messages_ready_details"]["rate"].is_f64());
+
+    let (_, queue) = call(&s, "GET", "/api/queues/%2F/counted", None).await;
+    let stats = &queue["message_stats"];
+    for (key, count) in [("publish", 3), ("get", 2), ("ack", 2), ("deliver_get", 2), ("redeliver", 0)] {
+        assert_eq!(stats[key], count, "queue {key}: {stats}");
+        assert!(stats[format!("{key}_details")]["rate"].is_f64());
+    }
+    let (_, vhost) = call(&s, "GET", "/api/vhosts/%2F", None).await;
+    for key in ["messages_details", "messages_ready_details", "messages_unacknowledged_details"] {
+        assert!(queue[key]["rate"].is_f64(), "queue lacks {key}");
+        assert!(vhost[key]["rate"].is_f64(), "vhost lacks {key}");
+    }
+    assert_eq!(vhost["messages_ready"], 1);
+
+    let (_, default) = call(&s, "GET", "/api/exchanges/%2F/amq.default", None).await;
+    assert_eq!(
+        (&default["message_stats"]["publish_in"], &default["message_stats"]["publish_out"]),
+        (&json!(3), &json!(3))
+    );
+    let (_, direct) = call(&s, "GET", "/api/exchanges/%2F/amq.direct", None).await;
+    assert_eq!(
+        (&direct["message_stats"]["publish_in"], &direct["message_stats"]["publish_out"]),
+        (&json!(1), &json!(0))
+    );
+
+    let response = hourglass_mgmt::metrics_router(s.clone())
+        .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let text = String::from_utf8(axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap().to_vec())
+        .unwrap();
+    for line in [
+        "rabbitmq_global_messages_received_total 4",
+        "rabbitmq_global_messages_routed_total 3",
+        "rabbitmq_global_messages_unroutable_dropped_total 0",
+        "rabbitmq_global_messages_unroutable_returned_total 1",
+        "rabbitmq_global_messages_delivered_total 2",
+        "rabbitmq_global_messages_delivered_get_manual_ack_total 2",
+        "rabbitmq_global_messages_acknowledged_total 2",
+        "rabbitmq_global_messages_confirmed_total 0",
+        "rabbitmq_global_messages_redelivered_total 0",
+    ] {
+        assert!(text.contains(&format!("\n{line}\n")), "metrics lack {line}");
+    }
 }

@@ -120,6 +120,7 @@ impl Server {
                 NodeInfo::new(config.bind, amqp_addr.port(), http_addr.port(), metrics_addr.port())
                     .with_resources(alarm_rx.clone()),
             ),
+            rates: Default::default(),
         };
         if let Some(path) = &config.load_definitions {
             // Before the AMQP listener accepts anyone, as RabbitMQ imports at boot.

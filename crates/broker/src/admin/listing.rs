@@ -8,6 +8,7 @@ use crate::api::{ChannelId, ConnectionId, ConnectionInfo};
 use crate::broker::Broker;
 use crate::channel::Mode;
 use crate::exchange::{Destination, ExchangeSpec};
+use crate::message_stats::{ExchangeStats, MessageStats};
 use crate::policy::{merge, Policies, PolicyKind};
 use crate::queue::QueueStats;
 
@@ -36,6 +37,8 @@ pub struct ChannelSummary {
     pub global_prefetch_count: u16,
     pub confirm: bool,
     pub transactional: bool,
+    /// What was published, delivered and acked on the channel.
+    pub message_stats: MessageStats,
 }
 
 /// A consumer on a queue.
@@ -66,6 +69,8 @@ pub struct QueueDetails {
 pub struct ExchangeDetails {
     pub spec: ExchangeSpec,
     pub policies: PolicyNames,
+    /// Messages published to it and routed on.
+    pub message_stats: ExchangeStats,
 }
 
 /// The policies that apply to a queue or exchange (contract §6), as RabbitMQ's listings show them.
@@ -132,6 +137,7 @@ impl Broker {
                     global_prefetch_count: channel.channel_prefetch,
                     confirm: matches!(channel.mode, Mode::Confirm { .. }),
                     transactional: matches!(channel.mode, Mode::Tx(_)),
+                    message_stats: channel.stats,
                 })
             })
             .collect();
@@ -193,6 +199,7 @@ impl Broker {
             .map(|x| ExchangeDetails {
                 spec: x.spec.clone(),
                 policies: PolicyNames::of(&v.policies, &x.policy, &x.operator_policy),
+                message_stats: x.counters.snapshot(),
             })
             .collect();
         all.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));

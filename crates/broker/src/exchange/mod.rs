@@ -7,12 +7,14 @@ mod fanout;
 mod headers;
 mod topic;
 
+use bytes::Bytes;
 use hourglass_wire::{FieldTable, ShortStr};
 use indexmap::IndexSet;
 
 use crate::api::AmqpError;
 use crate::errors;
 use crate::message::Message;
+use crate::message_stats::ExchangeCounters;
 use crate::policy::Policy;
 use crate::queue::QueueId;
 
@@ -103,6 +105,8 @@ pub(crate) struct Exchange {
     bindings: IndexSet<Binding>,
     /// The bindings arranged for routing by key, for the exchange types that route by key.
     index: RouteIndex,
+    /// Messages published to it and routed on (`message_stats.rs`).
+    pub(crate) counters: ExchangeCounters,
 }
 
 /// What routing consults instead of testing every binding.
@@ -144,7 +148,15 @@ impl Exchange {
     pub fn new(spec: ExchangeSpec) -> Self {
         let alternate = argument_alternate(&spec);
         let index = RouteIndex::for_kind(spec.kind);
-        Exchange { spec, alternate, policy: None, operator_policy: None, bindings: IndexSet::new(), index }
+        Exchange {
+            spec,
+            alternate,
+            policy: None,
+            operator_policy: None,
+            bindings: IndexSet::new(),
+            index,
+            counters: ExchangeCounters::default(),
+        }
     }
 
     /// Takes the policies that now apply: the argument beats the policy for the alternate
@@ -199,12 +211,24 @@ impl Exchange {
         !self.bindings.is_empty()
     }
 
-    /// Appends to `out` the destinations this exchange's own bindings select for `message`
-    /// (duplicates possible; the caller de-duplicates across the whole route).
-    pub fn route(&self, message: &Message, out: &mut Destinations) {
+    /// Appends to `out` the destinations this exchange's own bindings select for `message` with its
+    /// routing key or one of `extra_keys` (`CC`/`BCC`; duplicates possible, the caller
+    /// de-duplicates across the whole route).
+    pub fn route(&self, message: &Message, extra_keys: &[Bytes], out: &mut Destinations) {
         match (&self.index, self.spec.kind) {
-            (RouteIndex::Direct(index), _) => index.route(&message.routing_key, out),
-            (RouteIndex::Topic(trie), _) => trie.route(message.routing_key.as_bytes(), out),
+            (RouteIndex::Direct(index), _) => {
+                index.route(&message.routing_key, out);
+                // A key over 255 octets equals no binding key.
+                for key in extra_keys.iter().filter_map(|k| ShortStr::new(k.clone()).ok()) {
+                    index.route(&key, out);
+                }
+            }
+            (RouteIndex::Topic(trie), _) => {
+                trie.route(message.routing_key.as_bytes(), out);
+                for key in extra_keys {
+                    trie.route(key, out);
+                }
+            }
             (RouteIndex::Bindings, ExchangeKind::Headers) => {
                 headers::route(self.bindings.iter(), message.properties().headers().as_ref(), out)
             }

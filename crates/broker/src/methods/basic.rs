@@ -16,6 +16,7 @@ use crate::enqueue::Enqueued;
 use crate::errors;
 use crate::exchange::delayed;
 use crate::message::Message;
+use crate::message_stats::{DeliveryKind, PublishOutcome};
 use crate::permissions::{Access, Resource};
 use crate::queue::consumers::Consumer;
 use crate::queue::visibility::{self, DeliveryRef};
@@ -23,6 +24,7 @@ use crate::queue::{args, ttl, DeathReason, QueueId};
 use crate::redelivery::decorate;
 use crate::reply_to;
 use crate::routing;
+use crate::sender_selected::HeaderRoutes;
 use crate::time::Timestamp;
 
 impl Broker {
@@ -40,6 +42,8 @@ impl Broker {
         self.address_replies(conn, ch, &mut publish)?;
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
         if let Mode::Tx(buffer) = &mut channel.mode {
+            // rabbit_channel reads CC/BCC when it makes the message, before a transaction holds it.
+            HeaderRoutes::read(&publish.properties)?;
             buffer.publishes.push(publish);
             return Ok(());
         }
@@ -78,6 +82,7 @@ impl Broker {
                 publish.exchange
             )));
         }
+        let header_routes = HeaderRoutes::read(&publish.properties)?;
         let mandatory = publish.mandatory;
         let direct_reply = reply_to::is_direct_reply(&publish);
         let delay_ms = requested_delay(exchange.spec.delayed, self.apsaramq_delay_header, &publish)?;
@@ -89,13 +94,18 @@ impl Broker {
             }),
             _ => publish.properties,
         };
+        let properties = header_routes.strip(properties);
         let message = Arc::new(Message::new(publish.exchange, publish.routing_key, properties, publish.body));
         let mut targets = std::mem::take(&mut self.queue_scratch);
         targets.clear();
         if !direct_reply {
-            routing::route(vhost, &message.exchange, &message, &mut targets);
+            routing::route(vhost, &message.exchange, &message, header_routes.keys(), &mut targets);
+            exchange.counters.published(!targets.is_empty());
         }
         let routed = if direct_reply { self.deliver_reply(&message) } else { !targets.is_empty() };
+        if direct_reply {
+            self.count_reply_on_default_exchange(&vhost_name, routed);
+        }
         if !routed && mandatory {
             let method = BasicReturn {
                 reply_code: NO_ROUTE,
@@ -112,10 +122,23 @@ impl Broker {
         }
         let mut rejected = false;
         for &id in &targets {
+            if let Some(queue) = self.queues.get_mut(&id) {
+                queue.counters.messages.publish += 1;
+            }
             rejected |= self.enqueue(id, message.clone(), now, delay_ms) == Enqueued::Rejected;
         }
         self.queue_scratch = targets;
-        if let Some(seq) = self.channels.get_mut(&(conn, ch)).and_then(|c| c.next_publish_seq()) {
+        let outcome = match (routed, mandatory) {
+            (true, _) => PublishOutcome::Routed,
+            (false, true) => PublishOutcome::Returned,
+            (false, false) => PublishOutcome::Dropped,
+        };
+        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let seq = channel.next_publish_seq();
+        let confirmed = seq.is_some() && !rejected;
+        channel.stats.published(outcome, confirmed);
+        self.message_stats.published(outcome, confirmed);
+        if let Some(seq) = seq {
             if rejected {
                 // RabbitMQ sets the requeue bit on the nack of a publish a full queue refused.
                 self.send(conn, ch, BasicNack { delivery_tag: seq, multiple: false, requeue: true });
@@ -253,9 +276,15 @@ impl Broker {
         if m.no_ack {
             self.persist_settle(id, entry.persist_id());
         }
-        let visibility_ms =
-            self.queues.get(&id).and_then(|q| q.args.visibility_timeout_ms).filter(|_| !m.no_ack);
+        let kind = DeliveryKind::of_get(m.no_ack);
+        self.message_stats.delivered(kind, entry.redelivered);
+        let queue = self.queues.get_mut(&id);
+        let visibility_ms = queue.and_then(|q| {
+            q.counters.messages.delivered(kind, entry.redelivered);
+            q.args.visibility_timeout_ms.filter(|_| !m.no_ack)
+        });
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        channel.stats.delivered(kind, entry.redelivered);
         let tag = channel.next_tag();
         let delivery = DeliveryRef { conn, channel: ch, tag };
         let visible_at = visibility_ms.map(|ms| now.saturating_add_millis(ms));
@@ -368,6 +397,7 @@ impl Broker {
     ) {
         let mut touched = std::mem::take(&mut self.queue_scratch);
         touched.clear();
+        let mut acked = 0;
         for delivery in deliveries.drain(..) {
             let id = delivery.queue;
             let Some(queue) = self.queues.get_mut(&id) else { continue };
@@ -375,6 +405,8 @@ impl Broker {
             match settlement {
                 Settlement::Ack => {
                     queue.settle();
+                    queue.counters.messages.ack += 1;
+                    acked += 1;
                     self.persist_settle(id, delivery.entry.persist_id());
                 }
                 Settlement::Requeue => self.return_to_queue(id, delivery.entry, now),
@@ -388,7 +420,9 @@ impl Broker {
                 touched.push(id);
             }
         }
-        if let Some(channel) = self.channels.get(&(conn, ch)) {
+        self.message_stats.ack += acked;
+        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+            channel.stats.ack += acked;
             if channel.channel_prefetch != 0 {
                 for (_, id) in &channel.consumers {
                     if !touched.contains(id) {

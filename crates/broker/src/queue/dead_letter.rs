@@ -9,6 +9,7 @@ use std::sync::Arc;
 use hourglass_wire::{FieldArray, FieldTable, FieldValue, LongStr, ShortStr};
 
 use crate::message::Message;
+use crate::sender_selected::HeaderRoutes;
 use crate::time::Timestamp;
 
 /// A bound on `x-death` entries, so a message bouncing between many queues cannot grow its headers
@@ -61,6 +62,10 @@ pub(crate) fn rewrite(
         .with_entry("x-last-death-reason", reason_value())
         .with_entry("x-last-death-queue", queue_value())
         .with_entry("x-last-death-exchange", exchange_value());
+    if routing_key.is_some() {
+        // A dead-letter routing key replaces every routing key, CC included (rabbit_dead_letter).
+        headers = headers.without_key("CC");
+    }
     let properties = message.properties().edited(|p| {
         p.headers = Some(headers);
         p.expiration = None;
@@ -126,7 +131,10 @@ fn updated_deaths(
 
 fn new_death(message: &Message, queue: &ShortStr, reason: DeathReason, now: Timestamp) -> FieldTable {
     let long = |b: &ShortStr| FieldValue::LongStr(LongStr::new(b.clone().into_bytes()));
-    let routing_keys = FieldArray::from_values([long(&message.routing_key)]);
+    // All the keys the message was routed with: its routing key and its CC keys.
+    let cc = HeaderRoutes::read(message.properties()).unwrap_or_default();
+    let cc_keys = cc.keys().iter().map(|k| FieldValue::LongStr(LongStr::new(k.clone())));
+    let routing_keys = FieldArray::from_values(std::iter::once(long(&message.routing_key)).chain(cc_keys));
     let mut entries = vec![
         ("count", FieldValue::I64(1)),
         ("reason", FieldValue::LongStr(LongStr::from(reason.name()))),

@@ -22,6 +22,7 @@ use hourglass_wire::{FieldTable, ShortStr};
 use crate::api::{ChannelId, ConnectionId};
 use crate::channel::Unacked;
 use crate::message::Message;
+use crate::message_stats::MessageStats;
 use crate::time::Timestamp;
 pub(crate) use args::SettingError;
 pub use args::{DeadLetterStrategy, Overflow, QueueArgs, QueueSettings, QueueType};
@@ -90,6 +91,8 @@ pub struct QueueCounters {
     pub dead_lettered_delivery_limit: u64,
     pub redelivered: u64,
     pub visibility_expired: u64,
+    /// Published into, delivered from and acked (`message_stats.rs`).
+    pub messages: MessageStats,
 }
 
 impl Queue {

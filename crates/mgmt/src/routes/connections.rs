@@ -1,5 +1,7 @@
 //! /api/connections (list, show, close; by user), /api/channels, /api/consumers.
 
+use std::time::Instant;
+
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -12,6 +14,7 @@ use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::table_to_json;
 use crate::listing::{self, Params};
+use crate::rates::{self, Rates};
 use crate::{AppState, NodeInfo};
 
 /// RabbitMQ's default consumer_timeout (30 minutes), reported per consumer.
@@ -68,7 +71,9 @@ fn connection_json(node: &NodeInfo, c: &ConnectionSummary) -> Value {
     })
 }
 
-fn channel_json(node: &NodeInfo, c: &ChannelSummary) -> Value {
+fn channel_json(node: &NodeInfo, c: &ChannelSummary, rates: &Rates, at: Instant) -> Value {
+    let key = format!("channel\0{:?}\0{}", c.conn, c.channel.0);
+    let message_stats = rates.details(&key, at, &rates::publisher_fields(&c.message_stats));
     let connection = connection_name(node, &c.peer);
     let (peer_host, peer_port) = split_peer(&c.peer);
     json!({
@@ -88,6 +93,7 @@ fn channel_json(node: &NodeInfo, c: &ChannelSummary) -> Value {
         "messages_unconfirmed": 0,
         "messages_uncommitted": 0,
         "acks_uncommitted": 0,
+        "message_stats": message_stats,
     })
 }
 
@@ -220,10 +226,12 @@ async fn close_connection(
 
 async fn channels(state: &AppState) -> Result<Vec<(ChannelSummary, Value)>, ApiError> {
     let all = state.broker.run(|b, _| b.list_channels()).await?;
+    let at = Instant::now();
+    state.rates.forget_stale(at);
     Ok(all
         .into_iter()
         .map(|c| {
-            let json = channel_json(&state.node, &c);
+            let json = channel_json(&state.node, &c, &state.rates, at);
             (c, json)
         })
         .collect())

@@ -1,5 +1,7 @@
 //! /api/exchanges: list, show, declare (PUT), delete, publish, and an exchange's bindings.
 
+use std::time::Instant;
+
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -17,6 +19,7 @@ use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::{json_to_properties, json_to_table, table_to_json};
 use crate::listing::{self, Params};
+use crate::rates::{self, Rates};
 use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -29,8 +32,10 @@ pub fn routes() -> Router<AppState> {
         .route("/api/exchanges/{vhost}/{name}/bindings/destination", get(bindings_destination))
 }
 
-pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails) -> Value {
+pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails, rates: &Rates, at: Instant) -> Value {
     let x = &details.spec;
+    let key = format!("exchange\0{vhost}\0{}", x.name);
+    let message_stats = rates.details(&key, at, &rates::exchange_fields(&details.message_stats));
     json!({
         "name": x.name.as_str(),
         "vhost": vhost,
@@ -43,6 +48,7 @@ pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails) -> Value {
         "policy": details.policies.policy,
         "operator_policy": details.policies.operator_policy,
         "effective_policy_definition": table_to_json(&details.policies.effective_definition),
+        "message_stats": message_stats,
     })
 }
 
@@ -60,7 +66,9 @@ pub(crate) async fn all_exchanges(state: &AppState, only: Option<String>) -> Res
                 .collect::<Vec<_>>()
         })
         .await?;
-    Ok(list.iter().map(|(v, x)| exchange_json(v, x)).collect())
+    let at = Instant::now();
+    state.rates.forget_stale(at);
+    Ok(list.iter().map(|(v, x)| exchange_json(v, x, &state.rates, at)).collect())
 }
 
 async fn list_all(State(state): State<AppState>, Query(params): Query<Params>) -> Result<Response, ApiError> {

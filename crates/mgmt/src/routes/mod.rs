@@ -133,8 +133,3 @@ pub(crate) fn tags_field(body: &Value) -> Result<Vec<String>, ApiError> {
         Some(_) => Err(ApiError::bad_request("tags must be a list or a comma-separated string")),
     }
 }
-
-/// `{"rate": 0.0}`: we keep no rates yet.
-pub(crate) fn zero_rate() -> Value {
-    serde_json::json!({"rate": 0.0})
-}

@@ -1,5 +1,11 @@
 //! /api/overview, /api/whoami, /api/nodes, the health checks and the aliveness test.
 
+use std::time::Instant;
+
+use crate::auth::AuthUser;
+use crate::error::ApiError;
+use crate::rates;
+use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -7,11 +13,6 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 use hourglass_wire::{BasicGet, QueueDeclare, ShortStr};
 use serde_json::{json, Value};
-
-use super::zero_rate;
-use crate::auth::AuthUser;
-use crate::error::ApiError;
-use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -32,7 +33,7 @@ pub fn routes() -> Router<AppState> {
 }
 
 async fn overview(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let (queues, connections, channels, consumers, exchanges) = state
+    let (queues, connections, channels, consumers, exchanges, stats) = state
         .broker
         .run(|b, _| {
             let exchanges: usize = b.vhost_names().iter().map(|v| b.list_exchanges(v).len()).sum();
@@ -42,11 +43,16 @@ async fn overview(State(state): State<AppState>) -> Result<Json<Value>, ApiError
                 b.list_channels().len(),
                 b.list_consumers().len(),
                 exchanges,
+                b.message_stats(),
             )
         })
         .await?;
     let ready: usize = queues.iter().map(|q| q.messages_ready).sum();
     let unacked: usize = queues.iter().map(|q| q.messages_unacked).sum();
+    let at = Instant::now();
+    let message_stats = state.rates.details("overview", at, &rates::publisher_fields(&stats));
+    let queue_totals =
+        state.rates.details("overview\0queue_totals", at, &rates::depth_fields(ready, unacked));
     let exchange_types: Vec<Value> = ["direct", "fanout", "headers", "topic"]
         .iter()
         .map(|t| json!({"name": t, "description": "", "enabled": true}))
@@ -55,7 +61,7 @@ async fn overview(State(state): State<AppState>) -> Result<Json<Value>, ApiError
     let listener = |protocol: &str, port: u16| json!({"node": node.name, "protocol": protocol, "ip_address": node.bind.to_string(), "port": port});
     Ok(Json(json!({
         "management_version": RABBITMQ_COMPAT_VERSION,
-        "rates_mode": "none",
+        "rates_mode": "basic",
         "exchange_types": exchange_types,
         "product_version": PRODUCT_VERSION,
         "product_name": "Hourglass",
@@ -71,12 +77,8 @@ async fn overview(State(state): State<AppState>) -> Result<Json<Value>, ApiError
             "connection_created": 0, "connection_closed": 0, "queue_declared": 0, "queue_created": 0,
             "queue_deleted": 0, "channel_created": 0, "channel_closed": 0,
         },
-        "message_stats": {},
-        "queue_totals": {
-            "messages": ready + unacked, "messages_details": zero_rate(),
-            "messages_ready": ready, "messages_ready_details": zero_rate(),
-            "messages_unacknowledged": unacked, "messages_unacknowledged_details": zero_rate(),
-        },
+        "message_stats": message_stats,
+        "queue_totals": queue_totals,
         "object_totals": {
             "connections": connections, "channels": channels, "exchanges": exchanges,
             "queues": queues.len(), "consumers": consumers,
@@ -120,7 +122,7 @@ fn node_json(state: &AppState) -> Value {
         "disk_free_limit": resources.disk_free_limit,
         "disk_free": resources.disk_free,
         "disk_free_alarm": resources.disk_free_alarm,
-        "rates_mode": "none",
+        "rates_mode": "basic",
         "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
         "being_drained": false,
         "applications": [],

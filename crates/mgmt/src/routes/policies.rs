@@ -1,6 +1,7 @@
 //! /api/policies and /api/operator-policies (contract §6): list, show, set (PUT), clear (DELETE),
-//! in RabbitMQ's shapes. Policies need the `policymaker` or `administrator` tag, operator policies
-//! `administrator`, as in RabbitMQ. The broker checks the policy and applies it at once.
+//! in RabbitMQ's shapes. Policies need the `administrator` tag, or `policymaker` and permissions in
+//! the vhost; operator policies `administrator`, as in RabbitMQ. The broker checks the policy and
+//! applies it at once.
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -94,13 +95,34 @@ fn policy_error(error: PolicyError) -> ApiError {
     }
 }
 
-/// RabbitMQ: policies are for policymakers and administrators, operator policies for administrators.
-fn authorize(user: &AuthUser, kind: PolicyKind) -> Result<(), ApiError> {
-    let policymaker = user.tags.iter().any(|t| t == "policymaker");
-    match kind {
-        PolicyKind::User if policymaker => Ok(()),
-        _ => user.require_admin(),
+/// RabbitMQ's rabbit_mgmt_util:is_authorized_policies: administrators may; a policymaker may in a
+/// vhost where it has permissions (an entry, whatever its patterns), and may ask for the list of
+/// all vhosts' policies (filtered by `visible`). A vhost that does not exist is left to the 404.
+/// Operator policies are for administrators only (is_authorized_admin). Refusals are 401.
+fn authorize(
+    state: &AppState,
+    user: &AuthUser,
+    kind: PolicyKind,
+    vhost: Option<&str>,
+) -> Result<(), ApiError> {
+    if matches!(kind, PolicyKind::Operator) || user.has_tag("administrator") {
+        return user.require_admin();
     }
+    let in_vhost =
+        |v: &str| state.users.vhost(v).is_none() || state.users.permission(v, &user.name).is_some();
+    if user.has_tag("policymaker") && vhost.is_none_or(in_vhost) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized("User not authorised to access object"))
+    }
+}
+
+/// Whether `user` sees `vhost`'s policies in a listing: RabbitMQ's filter_vhost shows
+/// administrators and monitoring users every vhost, others those they have permissions in.
+fn visible(state: &AppState, user: &AuthUser, vhost: &str) -> bool {
+    user.has_tag("administrator")
+        || user.has_tag("monitoring")
+        || state.users.permission(vhost, &user.name).is_some()
 }
 
 async fn list(
@@ -110,12 +132,13 @@ async fn list(
     vhost: Option<String>,
     params: &Params,
 ) -> Result<Response, ApiError> {
-    authorize(user, kind)?;
+    authorize(state, user, kind, vhost.as_deref())?;
     if let Some(vhost) = &vhost {
         require_vhost(state, vhost)?;
     }
     let all = state.broker.run(move |b, _| b.list_policies(kind, vhost.as_deref())).await?;
-    listing::respond(all.iter().map(policy_json).collect(), params)
+    let shown = all.iter().filter(|p| visible(state, user, &p.vhost)).map(policy_json).collect();
+    listing::respond(shown, params)
 }
 
 async fn show(
@@ -125,7 +148,7 @@ async fn show(
     vhost: String,
     name: String,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(user, kind)?;
+    authorize(state, user, kind, Some(&vhost))?;
     require_vhost(state, &vhost)?;
     let all = state.broker.run(move |b, _| b.list_policies(kind, Some(&vhost))).await?;
     all.iter().find(|p| p.spec.name == name).map(|p| Json(policy_json(p))).ok_or_else(ApiError::not_found)
@@ -139,7 +162,7 @@ async fn put(
     name: String,
     body: &[u8],
 ) -> Result<StatusCode, ApiError> {
-    authorize(user, kind)?;
+    authorize(state, user, kind, Some(&vhost))?;
     require_vhost(state, &vhost)?;
     let spec = policy_spec(&name, &body_json(body)?)?;
     set(state, kind, vhost, spec).await
@@ -152,7 +175,7 @@ async fn delete(
     vhost: String,
     name: String,
 ) -> Result<StatusCode, ApiError> {
-    authorize(user, kind)?;
+    authorize(state, user, kind, Some(&vhost))?;
     require_vhost(state, &vhost)?;
     let cleared = state.broker.run(move |b, now| b.clear_policy(kind, &vhost, &name, now)).await?;
     cleared.map_err(policy_error)?;

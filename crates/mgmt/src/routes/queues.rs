@@ -1,5 +1,7 @@
 //! /api/queues: list, show, declare (PUT), delete, purge (`contents`), get, bindings.
 
+use std::time::Instant;
+
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -13,11 +15,12 @@ use hourglass_wire::{BasicAck, BasicGet, BasicNack, Method, QueueDeclare, QueueD
 use serde_json::{json, Value};
 
 use super::exchanges::short;
-use super::{body_json, bool_field, require_vhost, str_field, zero_rate};
+use super::{body_json, bool_field, require_vhost, str_field};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::{json_to_table, properties_to_json, table_to_json};
 use crate::listing::{self, Params};
+use crate::rates::{self, Rates};
 use crate::AppState;
 
 /// The most messages one `…/get` returns: the request's count is clamped to it.
@@ -33,10 +36,17 @@ pub fn routes() -> Router<AppState> {
         .route("/api/queues/{vhost}/{name}/bindings", get(bindings))
 }
 
-pub(crate) fn queue_json(q: &QueueDetails, node: &str) -> Value {
+pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, at: Instant) -> Value {
     let s = &q.stats;
     let messages = s.messages_ready + s.messages_unacked;
-    json!({
+    let key = format!("queue\0{}\0{}", s.vhost, s.name);
+    let message_stats = rates.details(&key, at, &rates::queue_fields(&s.counters.messages));
+    let depth = rates.details(
+        &format!("{key}\0depth"),
+        at,
+        &rates::depth_fields(s.messages_ready, s.messages_unacked),
+    );
+    let mut json = json!({
         "name": s.name,
         "vhost": s.vhost,
         "type": match s.queue_type { QueueType::Classic => "classic", QueueType::Quorum => "quorum" },
@@ -54,9 +64,7 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str) -> Value {
         "operator_policy": q.policies.operator_policy,
         "effective_policy_definition": table_to_json(&q.policies.effective_definition),
         "memory": 0,
-        "messages": messages, "messages_details": zero_rate(),
-        "messages_ready": s.messages_ready, "messages_ready_details": zero_rate(),
-        "messages_unacknowledged": s.messages_unacked, "messages_unacknowledged_details": zero_rate(),
+        "message_stats": message_stats,
         "messages_ram": messages,
         "messages_persistent": 0,
         "message_bytes": s.message_bytes_ready,
@@ -77,16 +85,22 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str) -> Value {
         },
         "messages_visibility_expired": s.counters.visibility_expired,
         "messages_redelivered": s.counters.redelivered,
-    })
+    });
+    if let Value::Object(fields) = &mut json {
+        fields.extend(depth);
+    }
+    json
 }
 
 pub(crate) async fn all_queues(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
     let all = state.broker.run(|b, _| b.list_queue_details()).await?;
     let node = state.node.name.clone();
+    let at = Instant::now();
+    state.rates.forget_stale(at);
     Ok(all
         .iter()
         .filter(|q| only.as_ref().is_none_or(|v| &q.stats.vhost == v))
-        .map(|q| queue_json(q, &node))
+        .map(|q| queue_json(q, &node, &state.rates, at))
         .collect())
 }
 

@@ -1,6 +1,7 @@
 //! /api/vhosts: list, show, create (PUT), delete, and a vhost's permissions.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -10,10 +11,11 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 use serde_json::{json, Value};
 
-use super::{body_json, str_field, tags_field, users::permission_json, zero_rate};
+use super::{body_json, str_field, tags_field, users::permission_json};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::listing::{self, Params};
+use crate::rates::{self, Rates};
 use crate::users::VhostRecord;
 use crate::AppState;
 
@@ -24,9 +26,15 @@ pub fn routes() -> Router<AppState> {
         .route("/api/vhosts/{vhost}/permissions", get(permissions))
 }
 
-pub(crate) fn vhost_json(v: &VhostRecord, counts: Option<&(usize, usize)>) -> Value {
+pub(crate) fn vhost_json(
+    v: &VhostRecord,
+    counts: Option<&(usize, usize)>,
+    rates: &Rates,
+    at: Instant,
+) -> Value {
     let (ready, unacked) = counts.copied().unwrap_or_default();
-    json!({
+    let depth = rates.details(&format!("vhost\0{}\0depth", v.name), at, &rates::depth_fields(ready, unacked));
+    let mut json = json!({
         "name": v.name,
         "description": v.description,
         "tags": v.tags,
@@ -35,10 +43,11 @@ pub(crate) fn vhost_json(v: &VhostRecord, counts: Option<&(usize, usize)>) -> Va
             "default_queue_type": v.default_queue_type.clone().unwrap_or_else(|| "classic".into())},
         "tracing": false,
         "cluster_state": {},
-        "messages": ready + unacked, "messages_details": zero_rate(),
-        "messages_ready": ready, "messages_ready_details": zero_rate(),
-        "messages_unacknowledged": unacked, "messages_unacknowledged_details": zero_rate(),
-    })
+    });
+    if let Value::Object(fields) = &mut json {
+        fields.extend(depth);
+    }
+    json
 }
 
 async fn counts(state: &AppState) -> Result<HashMap<String, (usize, usize)>, ApiError> {
@@ -55,12 +64,14 @@ async fn counts(state: &AppState) -> Result<HashMap<String, (usize, usize)>, Api
 async fn list(State(state): State<AppState>, Query(params): Query<Params>) -> Result<Response, ApiError> {
     let counts = counts(&state).await?;
     let node = state.node.name.clone();
+    let at = Instant::now();
+    state.rates.forget_stale(at);
     let items = state
         .users
         .vhosts()
         .iter()
         .map(|v| {
-            let mut item = vhost_json(v, counts.get(&v.name));
+            let mut item = vhost_json(v, counts.get(&v.name), &state.rates, at);
             item["cluster_state"] = json!({ node.clone(): "running" });
             item
         })
@@ -71,7 +82,7 @@ async fn list(State(state): State<AppState>, Query(params): Query<Params>) -> Re
 async fn show(State(state): State<AppState>, Path(vhost): Path<String>) -> Result<Json<Value>, ApiError> {
     let record = state.users.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let counts = counts(&state).await?;
-    Ok(Json(vhost_json(&record, counts.get(&vhost))))
+    Ok(Json(vhost_json(&record, counts.get(&vhost), &state.rates, Instant::now())))
 }
 
 async fn put(

@@ -1,0 +1,165 @@
+//! Message counters behind the management API's `message_stats` and the Prometheus
+//! `rabbitmq_global_messages_*_total` counters: plain `u64` increments on paths a message takes
+//! anyway, kept for the broker as a whole, per queue, per channel and per exchange. Rates are not
+//! kept here: the management side derives them from samples of these counters (`mgmt/src/rates.rs`).
+//!
+//! What each counter counts, as RabbitMQ's rabbit_channel does:
+//! - `publish`: basic.publish messages received (broker, channel); messages routed into the
+//!   queue by a publish (queue; dead-lettered copies are not counted, as in RabbitMQ).
+//! - `confirm`: publishes confirmed with basic.ack in confirm mode.
+//! - `deliver` / `deliver_no_ack` / `get` / `get_no_ack`: basic.deliver with and without ack,
+//!   basic.get-ok with and without ack; `redeliver`: those of them with the redelivered flag.
+//! - `ack`: deliveries settled by basic.ack.
+//! - `routed` / `return_unroutable` / `drop_unroutable`: publishes that reached a queue, came back
+//!   to a mandatory publisher, or were dropped.
+
+use std::cell::Cell;
+
+use hourglass_wire::ShortStr;
+
+use crate::broker::Broker;
+
+/// Counters of one object (or of the broker); fields that do not apply to a kind stay 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MessageStats {
+    pub publish: u64,
+    pub confirm: u64,
+    pub deliver: u64,
+    pub deliver_no_ack: u64,
+    pub get: u64,
+    pub get_no_ack: u64,
+    pub ack: u64,
+    pub redeliver: u64,
+    pub routed: u64,
+    pub return_unroutable: u64,
+    pub drop_unroutable: u64,
+}
+
+/// How a message left a queue for a client.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum DeliveryKind {
+    /// basic.deliver to a consumer that acks.
+    Deliver,
+    /// basic.deliver to a no-ack consumer.
+    DeliverNoAck,
+    /// basic.get-ok expecting an ack.
+    Get,
+    /// basic.get-ok with no-ack.
+    GetNoAck,
+}
+
+impl DeliveryKind {
+    pub(crate) fn of_consumer(no_ack: bool) -> DeliveryKind {
+        if no_ack {
+            DeliveryKind::DeliverNoAck
+        } else {
+            DeliveryKind::Deliver
+        }
+    }
+
+    pub(crate) fn of_get(no_ack: bool) -> DeliveryKind {
+        if no_ack {
+            DeliveryKind::GetNoAck
+        } else {
+            DeliveryKind::Get
+        }
+    }
+}
+
+/// What a publish came to, for the publisher's counters.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PublishOutcome {
+    Routed,
+    Returned,
+    Dropped,
+}
+
+impl MessageStats {
+    /// Counts one message handed to a client.
+    pub(crate) fn delivered(&mut self, kind: DeliveryKind, redelivered: bool) {
+        let counter = match kind {
+            DeliveryKind::Deliver => &mut self.deliver,
+            DeliveryKind::DeliverNoAck => &mut self.deliver_no_ack,
+            DeliveryKind::Get => &mut self.get,
+            DeliveryKind::GetNoAck => &mut self.get_no_ack,
+        };
+        *counter += 1;
+        self.redeliver += u64::from(redelivered);
+    }
+
+    /// Counts one basic.publish received, what routing made of it and whether it was confirmed.
+    pub(crate) fn published(&mut self, outcome: PublishOutcome, confirmed: bool) {
+        self.publish += 1;
+        self.confirm += u64::from(confirmed);
+        let counter = match outcome {
+            PublishOutcome::Routed => &mut self.routed,
+            PublishOutcome::Returned => &mut self.return_unroutable,
+            PublishOutcome::Dropped => &mut self.drop_unroutable,
+        };
+        *counter += 1;
+    }
+
+    /// RabbitMQ's `deliver_get`: every message handed to a client, however.
+    pub fn deliver_get(&self) -> u64 {
+        self.deliver + self.deliver_no_ack + self.get + self.get_no_ack
+    }
+}
+
+/// An exchange's counters: messages published to it (`publish_in`) and those of them it routed to
+/// at least one queue (`publish_out`, as RabbitMQ counts it on the exchange published to). Cells,
+/// so routing counts through the shared borrow it already holds.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ExchangeCounters {
+    publish_in: Cell<u64>,
+    publish_out: Cell<u64>,
+}
+
+/// A snapshot of an exchange's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExchangeStats {
+    pub publish_in: u64,
+    pub publish_out: u64,
+}
+
+impl ExchangeCounters {
+    pub(crate) fn published(&self, routed: bool) {
+        self.publish_in.set(self.publish_in.get() + 1);
+        self.publish_out.set(self.publish_out.get() + u64::from(routed));
+    }
+
+    pub(crate) fn snapshot(&self) -> ExchangeStats {
+        ExchangeStats { publish_in: self.publish_in.get(), publish_out: self.publish_out.get() }
+    }
+}
+
+impl Broker {
+    /// The broker-wide counters (the overview's `message_stats`, Prometheus' global counters).
+    pub fn message_stats(&self) -> MessageStats {
+        self.message_stats
+    }
+
+    /// A direct reply-to publish goes through the default exchange without routing there.
+    pub(crate) fn count_reply_on_default_exchange(&self, vhost: &str, routed: bool) {
+        let default = self.vhosts.get(vhost).and_then(|v| v.exchanges.get(&ShortStr::from_static("")));
+        if let Some(exchange) = default {
+            exchange.counters.published(routed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each delivery kind has its counter; deliver_get sums them and redeliver counts the flag.
+    #[test]
+    fn deliveries_are_counted_by_kind() {
+        let mut stats = MessageStats::default();
+        stats.delivered(DeliveryKind::of_consumer(false), false);
+        stats.delivered(DeliveryKind::of_consumer(true), true);
+        stats.delivered(DeliveryKind::of_get(false), true);
+        stats.delivered(DeliveryKind::of_get(true), false);
+        assert_eq!((stats.deliver, stats.deliver_no_ack, stats.get, stats.get_no_ack), (1, 1, 1, 1));
+        assert_eq!((stats.deliver_get(), stats.redeliver), (4, 2));
+    }
+}
