@@ -20,8 +20,11 @@ use crate::broker_task::BrokerInput;
 use crate::clock::Clock;
 use hourglass_mgmt::resources::ResourceWatch;
 
-/// Read buffer growth step: big enough for many small frames per read system call.
-const READ_CHUNK: usize = 64 * 1024;
+/// Read buffer growth step of a new connection: an idle connection keeps only this much.
+const READ_CHUNK_MIN: usize = 4 * 1024;
+/// The step a busy connection grows to (doubling each time a read fills the buffer): big enough
+/// for many small frames per read system call.
+const READ_CHUNK_MAX: usize = 64 * 1024;
 /// How long the writer may take to flush the last bytes (connection.close) before we drop the socket.
 const FINAL_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Output waiting for a slow socket beyond which the broker stops delivering to this connection:
@@ -61,7 +64,8 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
     let gauge = Arc::new(OutputGauge::default());
     let writer_task = tokio::spawn(write_loop(writer.clone(), out_rx, gauge.clone()));
-    let mut input = BytesMut::with_capacity(READ_CHUNK);
+    let mut read_chunk = READ_CHUNK_MIN;
+    let mut input = BytesMut::with_capacity(read_chunk);
     let mut reading = true;
     let mut paused = false;
     // A connection that has published is not read from while a resource alarm is up (RabbitMQ
@@ -74,16 +78,23 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let mut shutdown_live = true;
     loop {
         let deadline = session.next_deadline().map(|d| cx.clock.instant_of(d));
-        if input.capacity() - input.len() < READ_CHUNK / 4 {
-            input.reserve(READ_CHUNK);
+        if input.capacity() - input.len() < read_chunk / 4 {
+            input.reserve(read_chunk);
         }
+        let spare = input.capacity() - input.len();
         tokio::select! {
             read = reader.read_buf(&mut input), if reading && !(alarm && published) => match read {
                 Ok(0) | Err(_) => {
                     reading = false;
                     session.handle_eof(cx.clock.now());
                 }
-                Ok(_) => session.handle_input(&mut input, cx.clock.now()),
+                Ok(n) => {
+                    if n == spare {
+                        // The socket had more than the buffer could take: read more per call.
+                        read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);
+                    }
+                    session.handle_input(&mut input, cx.clock.now());
+                }
             },
             effects = mailbox.recv() => {
                 let now = cx.clock.now();
