@@ -14,6 +14,7 @@ use crate::dead_lettering::DeadLetterQueue;
 use crate::message_stats::MessageStats;
 use crate::naming::NameGenerator;
 use crate::persist::Persistence;
+use crate::queue::paging::Pager;
 use crate::queue::{Queue, QueueId};
 use crate::reply_to::ReplyConsumers;
 use crate::time::Timestamp;
@@ -75,6 +76,8 @@ pub struct Broker {
     pub(crate) persist: Persistence,
     /// Direct reply-to consumers (`amq.rabbitmq.reply-to`), by channel and by reply address.
     pub(crate) reply_consumers: ReplyConsumers,
+    /// What each new queue gets to page messages out and read them back (ADR 0007).
+    pub(crate) pager: Pager,
 }
 
 impl Broker {
@@ -96,6 +99,7 @@ impl Broker {
             dead_letters: DeadLetterQueue::new(),
             persist: Persistence::new(config.persistence),
             reply_consumers: ReplyConsumers::default(),
+            pager: Pager::default(),
         }
     }
 

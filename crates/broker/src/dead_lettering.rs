@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::broker::Broker;
 use crate::message::Message;
 use crate::queue::dead_letter::{self, DeadLetter};
-use crate::queue::entry::Entry;
+use crate::queue::entry::{Entry, Payload};
 use crate::queue::{DeathReason, QueueId};
 use crate::routing;
 use crate::sender_selected::HeaderRoutes;
@@ -25,9 +25,22 @@ pub(crate) type DeadLetterQueue = VecDeque<(QueueId, DeadLetter)>;
 
 impl Broker {
     /// Notes a queued message leaving queue `from` for `reason` (see `dead_letter_later`).
-    pub(crate) fn dead_letter_entry(&mut self, from: QueueId, entry: Entry, reason: DeathReason) {
+    /// A paged-out message is read back only when there is a dead-letter exchange to send it
+    /// to; one that cannot be read is dropped (and settled) like an expired one without a DLX.
+    pub(crate) fn dead_letter_entry(&mut self, from: QueueId, mut entry: Entry, reason: DeathReason) {
         let persist_id = entry.persist_id();
-        self.dead_letter_later(from, entry.message, reason, persist_id);
+        if entry.resident().is_none() {
+            let Some(queue) = self.queues.get_mut(&from) else { return };
+            if queue.args.dead_letter_exchange.is_some() && !queue.pager.page_in(&mut entry) {
+                // Noted lost by page_in: settled with the queue's other lost messages.
+                return;
+            }
+        }
+        match entry.payload {
+            Payload::Resident(message) => self.dead_letter_later(from, message, reason, persist_id),
+            // No dead-letter exchange: the body is not needed, the message just leaves.
+            Payload::Paged(_) => self.persist_settle(from, persist_id),
+        }
     }
 
     /// Notes a message leaving queue `from` for `reason`; carried out by `run_dead_letters`.

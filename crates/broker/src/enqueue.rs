@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::broker::Broker;
 use crate::message::Message;
-use crate::queue::entry::Entry;
+use crate::queue::entry::{Entry, Payload};
 use crate::queue::{overflow, DeathReason, Overflow, QueueId};
 use crate::time::Timestamp;
 
@@ -36,7 +36,7 @@ impl Broker {
         let Some(queue) = self.queues.get_mut(&id) else { return Enqueued::Accepted };
         if let Some(delay) = delay {
             let due = now.saturating_add_millis(delay);
-            queue.delay(message.clone(), due, persist_id);
+            queue.delay(Payload::Resident(message.clone()), due, persist_id);
             if persist_id.is_some() {
                 let entry = Entry::new(0, message, None, None, persist_id);
                 self.persist_enqueue(id, &entry, Some(due));
@@ -44,7 +44,7 @@ impl Broker {
             self.reschedule(id);
             return Enqueued::Accepted;
         }
-        let entry = queue.new_entry(message, now, persist_id);
+        let entry = queue.new_entry(Payload::Resident(message), now, persist_id);
         // Before admitting: a TTL-0 expiry or an overflow drop settles it right away.
         self.persist_enqueue(id, &entry, None);
         self.admit(id, entry);
@@ -55,16 +55,20 @@ impl Broker {
     /// Whether an x-overflow reject-publish(-dlx) limit refuses `message` now; the -dlx variant
     /// dead-letters the refused message (it was never stored, so nothing to settle).
     fn refuses(&mut self, id: QueueId, message: &Arc<Message>) -> bool {
-        let Some(queue) = self.queues.get(&id) else { return false };
-        let body_size = message.body_size();
-        if !overflow::rejects_publish(&queue.args, queue.message_count(), queue.ready.body_bytes(), body_size)
-        {
+        if !self.over_publish_limit(id, message.body_size()) {
             return false;
         }
-        if queue.args.overflow == Overflow::RejectPublishDlx {
+        if self.queues.get(&id).is_some_and(|q| q.args.overflow == Overflow::RejectPublishDlx) {
             self.dead_letter_later(id, message.clone(), DeathReason::Maxlen, None);
         }
         true
+    }
+
+    /// Whether an x-overflow reject-publish(-dlx) limit refuses a message of `body_size` now.
+    fn over_publish_limit(&self, id: QueueId, body_size: usize) -> bool {
+        self.queues.get(&id).is_some_and(|queue| {
+            overflow::rejects_publish(&queue.args, queue.message_count(), queue.ready.body_bytes(), body_size)
+        })
     }
 
     /// Moves the delayed messages due at `now` to ready, in due order (contract §3). A message
@@ -77,9 +81,15 @@ impl Broker {
             } else {
                 // Nothing to write: stored as "waiting until `due`", recovery reads "ready since".
                 let persist_id = waiting.entry.persist_id();
-                let entry = queue.new_entry(waiting.entry.message, due, persist_id);
-                if self.refuses(id, &entry.message) {
-                    self.persist_settle(id, entry.persist_id());
+                let entry = queue.new_entry(waiting.entry.payload, due, persist_id);
+                if self.over_publish_limit(id, entry.body_size()) {
+                    // Refused: dead-lettered under reject-publish-dlx (settled after its copies
+                    // are stored), else dropped and settled.
+                    if self.queues.get(&id).is_some_and(|q| q.args.overflow == Overflow::RejectPublishDlx) {
+                        self.dead_letter_entry(id, entry, DeathReason::Maxlen);
+                    } else {
+                        self.persist_settle(id, persist_id);
+                    }
                     continue;
                 }
                 self.admit(id, entry);

@@ -35,6 +35,10 @@ pub use api::{
 pub use broker::{Broker, BrokerConfig};
 pub use message::Message;
 pub use permissions::{Access, InvalidPattern, Permissions, Resource};
-pub use persist::{RestoreReport, SequencedOp, StoreOp, StoredMessage, DEFINITIONS_SCHEMA_VERSION};
+pub use persist::{
+    MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody, StoredMessage,
+    DEFINITIONS_SCHEMA_VERSION,
+};
+pub use queue::PagingLimits;
 pub use redelivery::VisibilityError;
 pub use time::Timestamp;

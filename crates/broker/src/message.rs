@@ -64,6 +64,11 @@ impl Message {
     pub fn expiration_ms(&self) -> Option<u64> {
         self.hot.expiration_ms()
     }
+
+    /// The packed persistence, priority and expiration (kept by a paged-out entry, ADR 0007).
+    pub(crate) fn hot(&self) -> Hot {
+        self.hot
+    }
 }
 
 /// The properties the broker reads for every message, packed into 8 bytes so that a `Message`
@@ -71,7 +76,7 @@ impl Message {
 /// in ms plus one (0: none; valid expirations are at most 10 years, under 2^39 ms), bits 48..56
 /// the priority, bit 56 whether the message is persistent.
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct Hot(u64);
+pub(crate) struct Hot(u64);
 
 impl Hot {
     const EXPIRATION_MASK: u64 = (1 << 48) - 1;
@@ -83,22 +88,31 @@ impl Hot {
         Hot::new(expiration_ms, properties.priority().unwrap_or(0), properties.delivery_mode() == Some(2))
     }
 
-    fn new(expiration_ms: Option<u64>, priority: u8, persistent: bool) -> Hot {
+    pub(crate) fn new(expiration_ms: Option<u64>, priority: u8, persistent: bool) -> Hot {
         // parse_expiration refuses more than MAX_TIME_MS; the min keeps the bits apart regardless.
         let expiration = expiration_ms.map_or(0, |ms| ms.min(MAX_TIME_MS) + 1);
         let persistent = if persistent { Hot::PERSISTENT } else { 0 };
         Hot(expiration | u64::from(priority) << Hot::PRIORITY_SHIFT | persistent)
     }
 
-    fn expiration_ms(self) -> Option<u64> {
+    /// The packed form, as stored in a message's metadata (`persist::MessageMeta`).
+    pub(crate) fn to_bits(self) -> u64 {
+        self.0
+    }
+
+    pub(crate) fn from_bits(bits: u64) -> Hot {
+        Hot(bits)
+    }
+
+    pub(crate) fn expiration_ms(self) -> Option<u64> {
         (self.0 & Hot::EXPIRATION_MASK).checked_sub(1)
     }
 
-    fn priority(self) -> u8 {
+    pub(crate) fn priority(self) -> u8 {
         (self.0 >> Hot::PRIORITY_SHIFT) as u8
     }
 
-    fn persistent(self) -> bool {
+    pub(crate) fn persistent(self) -> bool {
         self.0 & Hot::PERSISTENT != 0
     }
 }

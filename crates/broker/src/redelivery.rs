@@ -114,17 +114,28 @@ impl Broker {
 
 /// The message as this delivery carries it: `x-delivery-count` on redeliveries (contract §5) and
 /// `x-receipt-handle` under a visibility timeout (contract §4). The stored message is unchanged.
+/// `entry` comes from `take_for_delivery`, so its message is in memory; a paged one (a bug) goes
+/// out empty rather than stopping the broker.
 pub(crate) fn decorate(entry: &Entry, receipt_handle: Option<String>) -> Arc<Message> {
+    let Some(message) = entry.resident() else {
+        debug_assert!(false, "a paged message reached delivery");
+        return Arc::new(Message::new(
+            Default::default(),
+            Default::default(),
+            Default::default(),
+            Default::default(),
+        ));
+    };
     if entry.delivery_count == 0 && receipt_handle.is_none() {
-        return entry.message.clone();
+        return message.clone();
     }
-    let mut headers = entry.message.properties().headers().unwrap_or_default();
+    let mut headers = message.properties().headers().unwrap_or_default();
     if entry.delivery_count > 0 {
         headers = headers.with_entry("x-delivery-count", FieldValue::I64(i64::from(entry.delivery_count)));
     }
     if let Some(handle) = receipt_handle {
         headers = headers.with_entry("x-receipt-handle", FieldValue::LongStr(LongStr::from(handle)));
     }
-    let properties = entry.message.properties().edited(|p| p.headers = Some(headers));
-    Arc::new(entry.message.with_properties(properties))
+    let properties = message.properties().edited(|p| p.headers = Some(headers));
+    Arc::new(message.with_properties(properties))
 }

@@ -50,8 +50,12 @@ impl Broker {
     }
 
     /// Files a queue under its current earliest deadline (call after anything that may change it).
+    /// Also settles the messages the queue dropped because they could not be read back.
     pub(crate) fn reschedule(&mut self, id: QueueId) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
+        for msg_id in queue.pager.take_lost() {
+            self.persist.settle(id, msg_id);
+        }
         let next = queue.next_deadline();
         if next == queue.scheduled {
             return;

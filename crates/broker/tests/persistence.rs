@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use hourglass_broker::{BrokerConfig, Effect, SequencedOp, StoreOp, StoredMessage};
+use hourglass_broker::{BrokerConfig, Effect, SequencedOp, StoreOp, StoredBody, StoredMessage};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -26,7 +26,7 @@ impl Model {
                 self.queues.entry(*queue).or_default().push(StoredMessage {
                     msg_id: *msg_id,
                     metadata: metadata.clone(),
-                    record: record.clone(),
+                    body: StoredBody::Record(record.clone()),
                 });
             }
             StoreOp::Settle { queue, msg_id } => {

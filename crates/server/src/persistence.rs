@@ -2,7 +2,8 @@
 //!
 //! - [`DataDir::open`] creates the directory, takes its lock file (one broker per directory),
 //!   opens the message log (`messages/`, recovering it) and reads the definitions snapshot.
-//! - [`recover`] hands both to `Broker::restore`, reading bodies eagerly.
+//! - [`recover`] hands both to `Broker::restore`: messages come back as store locations, read
+//!   when needed through a [`StoreSource`] (ADR 0007).
 //! - [`spawn_store_thread`]: one plain thread owns the `Store`. It takes every batch of broker
 //!   ops waiting, appends them (a `Definitions` op replaces `definitions.snap`), commits once
 //!   (one fsync covers the whole batch: group commit, no timer), then reports the last op_seq
@@ -17,9 +18,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
-use hourglass_broker::{Broker, RestoreReport, SequencedOp, StoreOp, StoredMessage, Timestamp};
+use hourglass_broker::{
+    Broker, MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody, StoredMessage,
+    Timestamp,
+};
 use hourglass_store::snapshot::{read_snapshot, write_snapshot};
-use hourglass_store::{CommitError, FsStorage, Recovered, Storage, Store, StoreConfig};
+use hourglass_store::{
+    CommitError, FsStorage, Location, Recovered, SegmentReader, Storage, Store, StoreConfig,
+};
 use tokio::sync::mpsc;
 
 use crate::broker_task::BrokerInput;
@@ -79,8 +85,21 @@ pub fn recover(data: &mut DataDir, broker: &mut Broker, now: Timestamp) -> anyho
     restore_into(broker, &data.store, data.definitions.as_ref(), recovered, now)
 }
 
-/// Restores `broker` from a recovered log and the definitions in `definitions`. Bodies are read
-/// eagerly (keeping only `Location`s for big queues is a later optimisation).
+/// The broker's [`MessageSource`]: reads records from the segment files with handles of its own
+/// (positioned reads, safe beside the store thread's appends; ADR 0007).
+#[derive(Debug)]
+pub struct StoreSource(SegmentReader);
+
+impl MessageSource for StoreSource {
+    fn read(&self, at: RecordLocation) -> Result<Bytes, String> {
+        let location = Location { segment: at.segment, offset: at.offset, record_bytes: at.record_bytes };
+        self.0.read_message(location).map_err(|e| e.to_string())
+    }
+}
+
+/// Restores `broker` from a recovered log and the definitions in `definitions`. Messages come
+/// back as locations (their metadata carries what the queue needs); the broker reads a record
+/// through the [`StoreSource`] attached here when it needs the message.
 pub fn restore_into(
     broker: &mut Broker,
     store: &Store,
@@ -94,17 +113,22 @@ pub fn restore_into(
         Some(s) => anyhow::bail!("definitions schema version {} is not supported", s.schema_version),
         None => None,
     };
-    let mut messages: BTreeMap<u64, Vec<StoredMessage>> = BTreeMap::new();
-    for (queue, recovered) in recovered.queues {
-        let mut stored = Vec::with_capacity(recovered.len());
-        for message in recovered {
-            let record = store
-                .read_message(message.location)
-                .with_context(|| format!("reading message {} of queue {queue}", message.msg_id))?;
-            stored.push(StoredMessage { msg_id: message.msg_id, metadata: message.metadata, record });
-        }
-        messages.insert(queue, stored);
-    }
+    broker.set_message_source(Arc::new(StoreSource(store.reader())));
+    let messages: BTreeMap<u64, Vec<StoredMessage>> = recovered
+        .queues
+        .into_iter()
+        .map(|(queue, recovered)| {
+            let stored = recovered
+                .into_iter()
+                .map(|m| {
+                    let Location { segment, offset, record_bytes } = m.location;
+                    let at = RecordLocation { segment, offset, record_bytes };
+                    StoredMessage { msg_id: m.msg_id, metadata: m.metadata, body: StoredBody::At(at) }
+                })
+                .collect();
+            (queue, stored)
+        })
+        .collect();
     let report = broker.restore(payload, messages, now).map_err(|e| anyhow::anyhow!(e))?;
     tracing::info!(?report, "broker restored");
     Ok(report)

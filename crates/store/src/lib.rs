@@ -17,6 +17,7 @@
 mod error;
 mod index;
 pub mod limits;
+mod reader;
 mod record;
 mod recovery;
 pub mod snapshot;
@@ -25,6 +26,7 @@ mod store;
 mod types;
 
 pub use error::{AppendError, CommitError, Defect, OpenError, ReadError};
+pub use reader::SegmentReader;
 pub use record::{HeaderDefect, FORMAT_VERSION};
 pub use storage::{Crash, Fault, FsStorage, MemImage, MemStorage, Storage, StorageFile};
 pub use store::Store;

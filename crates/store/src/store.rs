@@ -251,6 +251,11 @@ impl Store {
         Ok(Bytes::from(buf).slice(body_at..))
     }
 
+    /// A reader of durable records with its own file handles, for another thread.
+    pub fn reader(&self) -> crate::SegmentReader {
+        crate::SegmentReader::new(self.storage.clone())
+    }
+
     /// Whether `msg_id` is live (enqueued, not settled) in `queue`.
     pub fn is_live(&self, queue: u64, msg_id: u64) -> bool {
         self.index.contains(queue, msg_id)
@@ -408,7 +413,7 @@ fn check_metadata(metadata: &[u8]) -> Result<(), AppendError> {
 }
 
 /// Checks a whole record read back for `location`; returns where its body starts.
-fn check_enqueue(buf: &[u8], location: Location) -> Result<usize, ReadError> {
+pub(crate) fn check_enqueue(buf: &[u8], location: Location) -> Result<usize, ReadError> {
     let corrupt = |defect| ReadError::Corrupt { location, defect };
     let mut header_bytes = [0; RECORD_HEADER_BYTES];
     header_bytes.copy_from_slice(&buf[..RECORD_HEADER_BYTES]);

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::broker::Broker;
 use crate::message::Message;
+use crate::queue::entry::Payload;
 use crate::queue::QueueId;
 use crate::time::Timestamp;
 
@@ -24,7 +25,8 @@ pub enum DelayedError {
 }
 
 impl Broker {
-    /// The first `limit` delayed messages of a queue in due order, with their content.
+    /// The first `limit` delayed messages of a queue in due order, with their content (a paged
+    /// one is read back; one that cannot be is left out and logged).
     pub fn peek_delayed(
         &self,
         vhost: &str,
@@ -35,7 +37,19 @@ impl Broker {
         Ok(queue
             .delayed
             .peek(limit)
-            .map(|(due, entry)| DelayedMessage { id: entry.seq, due, message: entry.message.clone() })
+            .filter_map(|(due, entry)| {
+                let message = match &entry.payload {
+                    Payload::Resident(message) => message.clone(),
+                    Payload::Paged(paged) => match queue.pager.read(paged) {
+                        Ok(message) => message,
+                        Err(reason) => {
+                            tracing::warn!(seq = entry.seq, %reason, "delayed message cannot be read back");
+                            return None;
+                        }
+                    },
+                };
+                Some(DelayedMessage { id: entry.seq, due, message })
+            })
             .collect())
     }
 

@@ -292,7 +292,7 @@ impl Broker {
         let args = QueueArgs::parse(&spec.arguments, &spec.name.as_str(), vhost, spec.durable)?;
         let id = self.new_queue_id();
         self.vhost_mut(vhost)?.queues.insert(spec.name.clone(), id);
-        let queue = Queue::new(id, vhost.to_owned(), spec, args, now);
+        let queue = Queue::new(id, vhost.to_owned(), spec, args, self.pager.clone(), now);
         if queue.is_persisted() {
             self.definitions_changed();
         }

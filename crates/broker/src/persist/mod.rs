@@ -16,6 +16,7 @@
 mod definitions;
 mod hold;
 mod restore;
+mod source;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -32,7 +33,8 @@ use crate::time::Timestamp;
 
 pub use definitions::DEFINITIONS_SCHEMA_VERSION;
 pub(crate) use hold::holds_replies;
-pub use restore::{RestoreReport, StoredMessage};
+pub use restore::{RestoreReport, StoredBody, StoredMessage};
+pub use source::{MessageSource, RecordLocation};
 
 /// One thing for the store to write. Queue ids and message ids are the broker's.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,9 +60,12 @@ pub struct SequencedOp {
     pub op: StoreOp,
 }
 
-/// A message's queue bookkeeping as stored (format version 1, 22 bytes):
-/// `version u8 = 1, flags u8 (bit 0: delivered before, bit 1: has been ready),
-/// delivery_count u32, ready_at_ms u64, wait_until_ms u64 (0: not waiting)`, little-endian.
+/// A message's queue bookkeeping as stored. Format version 2 (34 bytes):
+/// `version u8 = 2, flags u8 (bit 0: delivered before, bit 1: has been ready),
+/// delivery_count u32, ready_at_ms u64, wait_until_ms u64 (0: not waiting), hot u64 (the
+/// message's packed persistence, priority and expiration, `message::Hot`), body_size u32`,
+/// little-endian. Version 1 (22 bytes, written before paging, ADR 0007) is the same without the
+/// last two fields; such a message is read whole at restore.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct MessageMeta {
     /// When it became ready in the queue; its TTL counts from here. `None` while never ready.
@@ -69,17 +74,30 @@ pub struct MessageMeta {
     pub wait_until_ms: u64,
     pub delivery_count: u32,
     pub redelivered: bool,
+    /// What a queue reads of the message without its body; `None` in version 1 metadata.
+    pub facts: Option<MessageFacts>,
 }
 
-const META_VERSION: u8 = 1;
-const META_BYTES: usize = 22;
+/// The properties and size of a message a queue keeps when its body is paged out (ADR 0007).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MessageFacts {
+    /// `message::Hot` packed: expiration, priority, persistence.
+    pub hot_bits: u64,
+    /// Content bytes (what `x-max-length-bytes` and statistics count).
+    pub body_size: u32,
+}
+
+const META_VERSION_1: u8 = 1;
+const META_VERSION: u8 = 2;
+const META_BYTES_1: usize = 22;
+const META_BYTES: usize = 34;
 const FLAG_REDELIVERED: u8 = 1;
 const FLAG_HAS_BEEN_READY: u8 = 2;
 
 impl MessageMeta {
     pub fn encode(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(META_BYTES);
-        out.put_u8(META_VERSION);
+        out.put_u8(if self.facts.is_some() { META_VERSION } else { META_VERSION_1 });
         let mut flags = 0;
         if self.redelivered {
             flags |= FLAG_REDELIVERED;
@@ -91,24 +109,33 @@ impl MessageMeta {
         out.put_u32_le(self.delivery_count);
         out.put_u64_le(self.ready_at_ms.unwrap_or(0));
         out.put_u64_le(self.wait_until_ms);
+        if let Some(facts) = self.facts {
+            out.put_u64_le(facts.hot_bits);
+            out.put_u32_le(facts.body_size);
+        }
         out.freeze()
     }
 
     /// `None` for another version or a wrong length (never guessed at).
     pub fn decode(mut bytes: &[u8]) -> Option<MessageMeta> {
-        if bytes.len() != META_BYTES || bytes[0] != META_VERSION {
-            return None;
-        }
+        let with_facts = match (bytes.first(), bytes.len()) {
+            (Some(&META_VERSION_1), META_BYTES_1) => false,
+            (Some(&META_VERSION), META_BYTES) => true,
+            _ => return None,
+        };
         bytes.advance(1);
         let flags = bytes.get_u8();
         let delivery_count = bytes.get_u32_le();
         let ready_at_ms = bytes.get_u64_le();
         let wait_until_ms = bytes.get_u64_le();
+        let facts =
+            with_facts.then(|| MessageFacts { hot_bits: bytes.get_u64_le(), body_size: bytes.get_u32_le() });
         Some(MessageMeta {
             ready_at_ms: (flags & FLAG_HAS_BEEN_READY != 0).then_some(ready_at_ms),
             wait_until_ms,
             delivery_count,
             redelivered: flags & FLAG_REDELIVERED != 0,
+            facts,
         })
     }
 
@@ -118,6 +145,11 @@ impl MessageMeta {
             wait_until_ms: wait_until.map_or(0, Timestamp::as_millis),
             delivery_count: entry.delivery_count,
             redelivered: entry.redelivered,
+            // Bodies are limited far below 4 GiB (frame and store limits); a larger one would
+            // simply be read whole at restore.
+            facts: u32::try_from(entry.body_size())
+                .ok()
+                .map(|body_size| MessageFacts { hot_bits: entry.payload.hot().to_bits(), body_size }),
         }
     }
 }
@@ -235,8 +267,10 @@ impl Broker {
     /// `Enqueue` for an entry that just entered queue `id` (waiting until `wait_until`, if set).
     pub(crate) fn persist_enqueue(&mut self, id: QueueId, entry: &Entry, wait_until: Option<Timestamp>) {
         let Some(msg_id) = entry.persist_id() else { return };
+        // A message entering a queue is always in memory (paging happens once it is stored).
+        let Some(message) = entry.resident() else { return };
         let metadata = MessageMeta::of(entry, wait_until).encode();
-        let record = self.persist.record_of(&entry.message);
+        let record = self.persist.record_of(message);
         self.persist.push(StoreOp::Enqueue { queue: id.0, msg_id, metadata, record });
     }
 
@@ -288,13 +322,24 @@ mod tests {
     /// Metadata round-trips, and another version or length is refused rather than guessed at.
     #[test]
     fn metadata_round_trips() {
-        let meta =
-            MessageMeta { ready_at_ms: Some(7), wait_until_ms: 9, delivery_count: 3, redelivered: true };
+        let facts = Some(MessageFacts { hot_bits: 1 << 56 | 5001, body_size: 1024 });
+        let meta = MessageMeta {
+            ready_at_ms: Some(7),
+            wait_until_ms: 9,
+            delivery_count: 3,
+            redelivered: true,
+            facts,
+        };
+        assert_eq!(meta.encode().len(), META_BYTES);
         assert_eq!(MessageMeta::decode(&meta.encode()), Some(meta));
         let never_ready = MessageMeta { ready_at_ms: None, ..meta };
         assert_eq!(MessageMeta::decode(&never_ready.encode()), Some(never_ready));
+        // Version 1, as written before paging: still read, without the facts.
+        let v1 = MessageMeta { facts: None, ..meta };
+        assert_eq!(v1.encode().len(), META_BYTES_1);
+        assert_eq!(MessageMeta::decode(&v1.encode()), Some(v1));
         let mut other = meta.encode().to_vec();
-        other[0] = 2;
+        other[0] = 3;
         assert_eq!(MessageMeta::decode(&other), None);
         assert_eq!(MessageMeta::decode(&meta.encode()[..10]), None);
     }

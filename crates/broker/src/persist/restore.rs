@@ -16,11 +16,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::definitions::{decode_definitions, Definitions};
-use super::{decode_record, MessageMeta, StoreOp};
+use super::{decode_record, MessageMeta, RecordLocation, StoreOp};
 use crate::broker::Broker;
 use crate::exchange::{Binding, Destination, Exchange};
+use crate::message::Hot;
 use crate::policy::Policy;
-use crate::queue::entry::Entry;
+use crate::queue::entry::{Entry, Paged, Payload};
+use crate::queue::paging::Pager;
 use crate::queue::{Queue, QueueArgs, QueueId, QueueSpec};
 use crate::time::Timestamp;
 use crate::vhost::VHost;
@@ -30,7 +32,18 @@ use crate::vhost::VHost;
 pub struct StoredMessage {
     pub msg_id: u64,
     pub metadata: Bytes,
-    pub record: Bytes,
+    pub body: StoredBody,
+}
+
+/// A recovered message's record: read already, or where to read it when needed (ADR 0007).
+#[derive(Clone, Debug)]
+pub enum StoredBody {
+    /// The record's bytes (`encode_record`).
+    Record(Bytes),
+    /// Where the record is; read through the broker's `MessageSource` when the message is
+    /// needed (at restore only for metadata written before paging, which lacks the message's
+    /// priority, expiration and size).
+    At(RecordLocation),
 }
 
 /// What `restore` rebuilt.
@@ -141,7 +154,8 @@ impl Broker {
             if let Some(vhost) = self.vhosts.get_mut(&defs.name) {
                 vhost.queues.insert(name.clone(), *id);
             }
-            self.queues.insert(*id, Queue::new(*id, defs.name.clone(), spec, args, now));
+            let queue = Queue::new(*id, defs.name.clone(), spec, args, self.pager.clone(), now);
+            self.queues.insert(*id, queue);
             self.apply_queue_policies(*id, now);
             report.queues += 1;
         }
@@ -178,20 +192,20 @@ impl Broker {
         now: Timestamp,
         report: &mut RestoreReport,
     ) {
-        let decoded = MessageMeta::decode(&stored.metadata).zip(decode_record(stored.record));
         let Some(queue) = self.queues.get_mut(&id) else { return };
-        let Some((meta, message)) = decoded else {
+        let meta = MessageMeta::decode(&stored.metadata);
+        let payload = meta.as_ref().and_then(|meta| stored_payload(&queue.pager, meta, stored.body));
+        let Some((meta, payload)) = meta.zip(payload) else {
             tracing::warn!(queue = id.0, msg_id = stored.msg_id, "stored message does not decode; dropped");
             report.undecodable += 1;
             self.persist.settle(id, stored.msg_id);
             return;
         };
-        let message = Arc::new(message);
         let wait_until = (meta.wait_until_ms != 0).then(|| Timestamp::from_millis(meta.wait_until_ms));
         // A message stored as neither waiting nor ready (not written by this broker) is ready.
         let ready_at = meta.ready_at_ms.map(Timestamp::from_millis).or(wait_until.is_none().then_some(now));
-        let expires_at = ready_at.and_then(|at| queue.deadline_from(&message, at));
-        let mut entry = Entry::new(0, message, ready_at, expires_at, Some(stored.msg_id));
+        let expires_at = ready_at.and_then(|at| queue.deadline_from(payload.hot().expiration_ms(), at));
+        let mut entry = Entry::with_payload(0, payload, ready_at, expires_at, Some(stored.msg_id));
         // Never ready means never delivered; otherwise it may have been (see the module doc).
         entry.redelivered = ready_at.is_some();
         entry.delivery_count = meta.delivery_count;
@@ -201,5 +215,28 @@ impl Broker {
             report.ready += 1;
         }
         queue.restore_entry(entry, wait_until);
+    }
+}
+
+/// What a queue keeps of a recovered message: only its location when its metadata says what
+/// the queue needs without the body (and the store can be read), else the decoded record.
+fn stored_payload(pager: &Pager, meta: &MessageMeta, body: StoredBody) -> Option<Payload> {
+    match body {
+        StoredBody::Record(record) => decode_record(record).map(|m| Payload::Resident(Arc::new(m))),
+        StoredBody::At(location) => {
+            let paged = meta.facts.filter(|_| pager.enabled()).and_then(|facts| {
+                Paged::new(location, Hot::from_bits(facts.hot_bits), facts.body_size as usize)
+            });
+            match paged {
+                Some(paged) => Some(Payload::Paged(paged)),
+                None => match pager.read_record(location) {
+                    Ok(message) => Some(Payload::Resident(Arc::new(message))),
+                    Err(reason) => {
+                        tracing::warn!(?location, %reason, "stored message cannot be read");
+                        None
+                    }
+                },
+            }
+        }
     }
 }

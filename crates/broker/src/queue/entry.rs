@@ -1,21 +1,81 @@
-//! One message's place in one queue: the shared message plus this queue's bookkeeping.
+//! One message's place in one queue: the message (in memory, or only where the store keeps it)
+//! plus this queue's bookkeeping.
 //!
-//! An entry exists per queued message, so it is kept to 48 bytes (ADR 0006): the optional times
-//! and the store id are stored without `Option`'s extra word each.
+//! An entry exists per queued message, so it is kept to 64 bytes (ADR 0006, ADR 0007): the
+//! optional times and the store id are stored without `Option`'s extra word each, and the
+//! payload enum needs no tag of its own (the paged variant's non-zero record size is its niche).
 
-use std::num::NonZeroU64;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 
-use crate::message::Message;
+use crate::message::{Hot, Message};
+use crate::persist::RecordLocation;
 use crate::time::Timestamp;
 
 /// A message's position in its queue; requeued messages go back to their old position.
 pub(crate) type Seq = u64;
 
+/// The message of an entry: held in memory, or paged out to the store (ADR 0007).
+#[derive(Clone, Debug)]
+pub(crate) enum Payload {
+    Resident(Arc<Message>),
+    Paged(Paged),
+}
+
+/// What a queue keeps of a paged-out message: where its record is and the few properties the
+/// queue reads without the body (priority, expiration, sizes). 24 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub(crate) struct Paged {
+    hot: Hot,
+    segment: u32,
+    offset: u32,
+    body_size: u32,
+    record_bytes: NonZeroU32,
+}
+
+impl Paged {
+    /// `None` when the location does not fit the compact form (a segment number past 2^32 or an
+    /// empty record: neither is written by the store) or the body is over 4 GiB.
+    pub fn new(location: RecordLocation, hot: Hot, body_size: usize) -> Option<Paged> {
+        Some(Paged {
+            hot,
+            segment: u32::try_from(location.segment).ok()?,
+            offset: location.offset,
+            body_size: u32::try_from(body_size).ok()?,
+            record_bytes: NonZeroU32::new(location.record_bytes)?,
+        })
+    }
+
+    pub fn location(&self) -> RecordLocation {
+        RecordLocation {
+            segment: u64::from(self.segment),
+            offset: self.offset,
+            record_bytes: self.record_bytes.get(),
+        }
+    }
+}
+
+impl Payload {
+    pub fn hot(&self) -> Hot {
+        match self {
+            Payload::Resident(message) => message.hot(),
+            Payload::Paged(paged) => paged.hot,
+        }
+    }
+
+    pub fn body_size(&self) -> usize {
+        match self {
+            Payload::Resident(message) => message.body_size(),
+            Payload::Paged(paged) => paged.body_size as usize,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Entry {
     pub seq: Seq,
-    pub message: Arc<Message>,
+    pub payload: Payload,
     /// The message's id in the store (`persist.rs`) when it is persistent and its queue durable;
     /// kept from publish to settle, across delays and requeues (unlike `seq`). Store ids start
     /// at 1.
@@ -41,9 +101,20 @@ impl Entry {
         expires_at: Option<Timestamp>,
         persist_id: Option<u64>,
     ) -> Self {
+        Entry::with_payload(seq, Payload::Resident(message), ready_at, expires_at, persist_id)
+    }
+
+    /// [`Entry::new`] for a message in memory or paged out.
+    pub fn with_payload(
+        seq: Seq,
+        payload: Payload,
+        ready_at: Option<Timestamp>,
+        expires_at: Option<Timestamp>,
+        persist_id: Option<u64>,
+    ) -> Self {
         Entry {
             seq,
-            message,
+            payload,
             persist_id: persist_id.and_then(NonZeroU64::new),
             expires_at: OptionalTime::new(expires_at),
             ready_at: OptionalTime::new(ready_at),
@@ -52,8 +123,21 @@ impl Entry {
         }
     }
 
+    /// The message when it is in memory. Entries handed out for delivery (`take_for_delivery`)
+    /// and the ones a channel holds unacknowledged always are.
+    pub fn resident(&self) -> Option<&Arc<Message>> {
+        match &self.payload {
+            Payload::Resident(message) => Some(message),
+            Payload::Paged(_) => None,
+        }
+    }
+
     pub fn body_size(&self) -> usize {
-        self.message.body_size()
+        self.payload.body_size()
+    }
+
+    pub fn priority(&self) -> u8 {
+        self.payload.hot().priority()
     }
 
     pub fn persist_id(&self) -> Option<u64> {
@@ -98,10 +182,12 @@ impl std::fmt::Debug for OptionalTime {
 mod tests {
     use super::*;
 
-    /// Every queued message has an entry: 48 bytes, so a regression fails here first.
+    /// Every queued message has an entry: 64 bytes, paged or not, so a regression fails here
+    /// first; the payload enum costs no tag.
     #[test]
     fn entry_stays_small() {
-        assert!(std::mem::size_of::<Entry>() <= 48, "Entry is {} bytes", std::mem::size_of::<Entry>());
+        assert_eq!(std::mem::size_of::<Payload>(), 24);
+        assert!(std::mem::size_of::<Entry>() <= 64, "Entry is {} bytes", std::mem::size_of::<Entry>());
     }
 
     /// Absent and present times and store ids read back as they were given.
@@ -121,5 +207,23 @@ mod tests {
         );
         let waiting = Entry::new(4, message, None, None, None);
         assert_eq!((waiting.ready_at(), waiting.expires_at(), waiting.persist_id()), (None, None, None));
+    }
+
+    /// A paged entry keeps its location, sizes and hot properties; locations that do not fit
+    /// the compact form are refused rather than truncated.
+    #[test]
+    fn paged_entry_keeps_what_the_queue_reads() {
+        let location = RecordLocation { segment: 7, offset: 4096, record_bytes: 1100 };
+        let hot = Hot::new(Some(5000), 3, true);
+        let paged = Paged::new(location, hot, 1024).unwrap();
+        assert_eq!(paged.location(), location);
+        let entry = Entry::with_payload(1, Payload::Paged(paged), None, None, Some(9));
+        assert_eq!(
+            (entry.body_size(), entry.priority(), entry.payload.hot().expiration_ms()),
+            (1024, 3, Some(5000))
+        );
+        assert!(entry.resident().is_none());
+        assert!(Paged::new(RecordLocation { segment: 1 << 32, ..location }, hot, 1).is_none());
+        assert!(Paged::new(RecordLocation { record_bytes: 0, ..location }, hot, 1).is_none());
     }
 }

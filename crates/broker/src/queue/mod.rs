@@ -10,18 +10,16 @@ pub(crate) mod delivery_limit;
 pub(crate) mod entry;
 pub(crate) mod expires;
 pub(crate) mod overflow;
+pub(crate) mod paging;
 pub(crate) mod ready;
 mod stats;
 pub(crate) mod ttl;
 pub(crate) mod visibility;
 
-use std::sync::Arc;
-
 use hourglass_wire::{FieldTable, ShortStr};
 
 use crate::api::{ChannelId, ConnectionId};
 use crate::channel::Unacked;
-use crate::message::Message;
 use crate::message_stats::MessageStats;
 use crate::time::Timestamp;
 pub(crate) use args::SettingError;
@@ -30,7 +28,9 @@ use consumers::Consumers;
 pub use dead_letter::DeathReason;
 pub use delay::DelayedInfo;
 use delay::{DelayIndex, Waiting};
-use entry::{Entry, Seq};
+use entry::{Entry, Payload, Seq};
+use paging::Pager;
+pub use paging::PagingLimits;
 use ready::Ready;
 pub use stats::{BindingInfo, QueueStats};
 use ttl::DeadlineIndex;
@@ -77,6 +77,8 @@ pub(crate) struct Queue {
     pub delayed: DelayIndex,
     /// Deliveries that come back when their visibility timeout runs out (contract §4).
     pub visibility: VisibilityIndex,
+    /// Reading paged-out messages back (ADR 0007).
+    pub pager: Pager,
     ttl: DeadlineIndex,
     next_seq: Seq,
 }
@@ -96,7 +98,14 @@ pub struct QueueCounters {
 }
 
 impl Queue {
-    pub fn new(id: QueueId, vhost: String, spec: QueueSpec, args: QueueArgs, now: Timestamp) -> Self {
+    pub fn new(
+        id: QueueId,
+        vhost: String,
+        spec: QueueSpec,
+        args: QueueArgs,
+        pager: Pager,
+        now: Timestamp,
+    ) -> Self {
         let max_priority = args.max_priority.unwrap_or(0);
         Queue {
             id,
@@ -114,6 +123,7 @@ impl Queue {
             counters: QueueCounters::default(),
             delayed: DelayIndex::default(),
             visibility: VisibilityIndex::default(),
+            pager,
             ttl: DeadlineIndex::default(),
             next_seq: 0,
         }
@@ -124,24 +134,25 @@ impl Queue {
     }
 
     /// A new entry for a message entering this queue now; its TTL starts now (contract §1).
-    pub fn new_entry(&mut self, message: Arc<Message>, now: Timestamp, persist_id: Option<u64>) -> Entry {
+    pub fn new_entry(&mut self, payload: Payload, now: Timestamp, persist_id: Option<u64>) -> Entry {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let expires_at = self.deadline_from(&message, now);
-        Entry::new(seq, message, Some(now), expires_at, persist_id)
+        let expires_at = self.deadline_from(payload.hot().expiration_ms(), now);
+        Entry::with_payload(seq, payload, Some(now), expires_at, persist_id)
     }
 
     /// Holds a newly arrived message until `due`; its TTL will start then (contract §3).
-    pub fn delay(&mut self, message: Arc<Message>, due: Timestamp, persist_id: Option<u64>) {
+    pub fn delay(&mut self, payload: Payload, due: Timestamp, persist_id: Option<u64>) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let entry = Entry::new(seq, message, None, None, persist_id);
+        let entry = Entry::with_payload(seq, payload, None, None, persist_id);
         self.delayed.insert(due, Waiting { entry, returning: false });
     }
 
-    /// The TTL deadline of `message` when it becomes ready at `ready_at` (contract §1).
-    pub fn deadline_from(&self, message: &Message, ready_at: Timestamp) -> Option<Timestamp> {
-        let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, message.expiration_ms());
+    /// The TTL deadline of a message with this `expiration` property when it becomes ready at
+    /// `ready_at` (contract §1).
+    pub fn deadline_from(&self, expiration_ms: Option<u64>, ready_at: Timestamp) -> Option<Timestamp> {
+        let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, expiration_ms);
         ttl_ms.map(|ms| ready_at.saturating_add_millis(ms))
     }
 
@@ -173,14 +184,24 @@ impl Queue {
         self.ready.push_back(entry);
     }
 
-    /// Takes the next ready message for a delivery.
+    /// Takes the next ready message for a delivery, in memory: a paged head is read back first,
+    /// with a batch behind it (ADR 0007); one that cannot be read is dropped (`Pager::page_in`)
+    /// and the next one taken.
     pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
-        let entry = self.ready.pop_front()?;
-        if let Some(at) = entry.expires_at() {
-            self.ttl.remove(at, entry.seq);
+        loop {
+            if self.ready.head_is_paged() {
+                let pager = &self.pager;
+                self.ready.page_in_head(pager.limits.read_ahead(), |paged| pager.read(paged).ok());
+            }
+            let mut entry = self.ready.pop_front()?;
+            if let Some(at) = entry.expires_at() {
+                self.ttl.remove(at, entry.seq);
+            }
+            if self.pager.page_in(&mut entry) {
+                self.mark_delivered(expect_ack);
+                return Some(entry);
+            }
         }
-        self.mark_delivered(expect_ack);
-        Some(entry)
     }
 
     /// Counts a delivery made without passing through the ready messages.

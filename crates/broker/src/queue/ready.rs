@@ -8,8 +8,10 @@
 //! once they outnumber live entries, so removal stays amortised O(log n) wherever a message sits.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use super::entry::{Entry, Seq};
+use super::entry::{Entry, Paged, Payload, Seq};
+use crate::message::Message;
 
 /// Sweep tombstones only past this many, so small queues never pay for a sweep.
 const MIN_TOMBSTONES_TO_SWEEP: usize = 1024;
@@ -20,6 +22,9 @@ pub(crate) struct Ready {
     levels: Vec<Level>,
     live: usize,
     body_bytes: usize,
+    /// Of those, the messages held in memory and their body bytes (the rest are paged out).
+    resident: usize,
+    resident_bytes: usize,
 }
 
 impl Default for Ready {
@@ -32,7 +37,7 @@ impl Ready {
     /// Ready messages with priorities 0 ..= `max_priority`.
     pub fn with_max_priority(max_priority: u8) -> Self {
         let levels = (0..=max_priority).map(|_| Level::default()).collect();
-        Ready { levels, live: 0, body_bytes: 0 }
+        Ready { levels, live: 0, body_bytes: 0, resident: 0, resident_bytes: 0 }
     }
 
     /// Appends a newly published message (its seq is greater than any queued one).
@@ -72,7 +77,35 @@ impl Ready {
         let count = self.live;
         self.live = 0;
         self.body_bytes = 0;
+        self.resident = 0;
+        self.resident_bytes = 0;
         count
+    }
+
+    /// Whether the next message is paged out.
+    pub fn head_is_paged(&self) -> bool {
+        let head = self.levels.iter().rev().find_map(|level| level.slots.iter().find_map(Slot::entry));
+        head.is_some_and(|entry| entry.resident().is_none())
+    }
+
+    /// Reads back up to `max` paged messages at the head of the highest non-empty level, in
+    /// order; a message `read` cannot give stays paged (and is dropped when it is taken).
+    pub fn page_in_head(&mut self, max: usize, mut read: impl FnMut(&Paged) -> Option<Arc<Message>>) {
+        let Some(level) = self.levels.iter_mut().rev().find(|level| level.live > 0) else { return };
+        let mut seen = 0;
+        for slot in level.slots.iter_mut() {
+            let Slot::Live(entry) = slot else { continue };
+            if seen == max {
+                break;
+            }
+            seen += 1;
+            let Payload::Paged(paged) = &entry.payload else { continue };
+            if let Some(message) = read(paged) {
+                self.resident += 1;
+                self.resident_bytes += entry.body_size();
+                entry.payload = Payload::Resident(message);
+            }
+        }
     }
 
     pub fn message_count(&self) -> usize {
@@ -88,18 +121,26 @@ impl Ready {
     }
 
     fn level_of(&self, entry: &Entry) -> usize {
-        let priority = usize::from(entry.message.priority());
+        let priority = usize::from(entry.priority());
         priority.min(self.levels.len() - 1)
     }
 
     fn count_in(&mut self, entry: &Entry) {
         self.live += 1;
         self.body_bytes += entry.body_size();
+        if entry.resident().is_some() {
+            self.resident += 1;
+            self.resident_bytes += entry.body_size();
+        }
     }
 
     fn count_out(&mut self, entry: &Entry) {
         self.live -= 1;
         self.body_bytes -= entry.body_size();
+        if entry.resident().is_some() {
+            self.resident -= 1;
+            self.resident_bytes -= entry.body_size();
+        }
     }
 }
 

@@ -1,0 +1,149 @@
+//! Paging (ADR 0007): a durable queue keeps the bodies of its head in memory and only the store
+//! location of the rest. This file holds the policy (when to page out, how much to read ahead)
+//! and each queue's [`Pager`]: the injected [`MessageSource`] and the ids of messages that could
+//! not be read back (settled by the broker, `Broker::reschedule`).
+
+use std::sync::Arc;
+
+use super::entry::{Entry, Paged, Payload};
+use crate::message::Message;
+use crate::persist::{decode_record, MessageSource, RecordLocation};
+
+/// Resident messages a queue keeps before it pages newly stored ones out (default).
+pub const MAX_RESIDENT_MESSAGES_DEFAULT: usize = 10_000;
+/// Resident body bytes a queue keeps before it pages newly stored ones out (default: 64 MiB).
+pub const MAX_RESIDENT_BYTES_DEFAULT: usize = 64 << 20;
+/// Paged messages read back at once when the head of a queue is paged: enough to amortise the
+/// reads, few enough that a consumer never waits long for the first one.
+pub const READ_AHEAD: usize = 256;
+
+/// How much of a queue stays in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PagingLimits {
+    pub max_resident_messages: usize,
+    pub max_resident_bytes: usize,
+}
+
+impl Default for PagingLimits {
+    fn default() -> Self {
+        PagingLimits {
+            max_resident_messages: MAX_RESIDENT_MESSAGES_DEFAULT,
+            max_resident_bytes: MAX_RESIDENT_BYTES_DEFAULT,
+        }
+    }
+}
+
+impl PagingLimits {
+    /// Whether a queue with `resident` messages of `resident_bytes` in memory pages out a
+    /// message the store has just made durable (it sits behind all of them).
+    pub fn pages_out(&self, resident: usize, resident_bytes: usize) -> bool {
+        resident > self.max_resident_messages || resident_bytes > self.max_resident_bytes
+    }
+
+    /// How many paged messages to read back when the head of a queue is paged: a batch, never
+    /// more than the queue may hold in memory (at least one, or nothing could be delivered).
+    pub fn read_ahead(&self) -> usize {
+        READ_AHEAD.min(self.max_resident_messages).max(1)
+    }
+}
+
+/// A queue's access to the store for its paged messages.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Pager {
+    /// None: nothing is ever paged (no store; tests; non-durable queues still get one but never
+    /// hold paged entries, as only persisted messages are paged).
+    source: Option<Arc<dyn MessageSource>>,
+    pub limits: PagingLimits,
+    /// Store ids of messages whose record could not be read back: dropped, to be settled.
+    lost: Vec<u64>,
+    /// Messages dropped because they could not be read back, over the queue's life.
+    pub unreadable: u64,
+}
+
+impl Pager {
+    pub fn new(source: Option<Arc<dyn MessageSource>>, limits: PagingLimits) -> Self {
+        Pager { source, limits, lost: Vec::new(), unreadable: 0 }
+    }
+
+    /// Whether messages may be paged out (a source to read them back is attached).
+    pub fn enabled(&self) -> bool {
+        self.source.is_some()
+    }
+
+    /// Reads and decodes the record at `location`.
+    pub fn read_record(&self, location: RecordLocation) -> Result<Message, String> {
+        let source = self.source.as_ref().ok_or("no message source attached")?;
+        let record = source.read(location)?;
+        decode_record(record).ok_or_else(|| "the stored record does not decode".to_owned())
+    }
+
+    /// The message of a paged entry, read back.
+    pub fn read(&self, paged: &Paged) -> Result<Arc<Message>, String> {
+        self.read_record(paged.location()).map(Arc::new)
+    }
+
+    /// Makes `entry` resident. On failure the message is counted and noted as lost (its store
+    /// id is settled later) and `false` comes back: drop the entry.
+    pub fn page_in(&mut self, entry: &mut Entry) -> bool {
+        let Payload::Paged(paged) = &entry.payload else { return true };
+        match self.read(paged) {
+            Ok(message) => {
+                entry.payload = Payload::Resident(message);
+                true
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    msg_id = entry.persist_id(),
+                    location = ?paged.location(),
+                    %reason,
+                    "paged message cannot be read back; dropped"
+                );
+                self.unreadable += 1;
+                self.lost.extend(entry.persist_id());
+                false
+            }
+        }
+    }
+
+    /// The store ids of messages dropped as unreadable since the last call.
+    pub fn take_lost(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.lost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A queue pages out only past either limit; at the limit it keeps everything.
+    #[test]
+    fn pages_out_past_either_limit() {
+        let limits = PagingLimits { max_resident_messages: 10, max_resident_bytes: 1000 };
+        assert!(!limits.pages_out(10, 1000));
+        assert!(limits.pages_out(11, 0));
+        assert!(limits.pages_out(1, 1001));
+    }
+
+    /// Read-ahead is a batch, bounded by the resident limit but never zero.
+    #[test]
+    fn read_ahead_is_bounded() {
+        assert_eq!(PagingLimits::default().read_ahead(), READ_AHEAD);
+        let small = PagingLimits { max_resident_messages: 3, max_resident_bytes: 0 };
+        assert_eq!(small.read_ahead(), 3);
+        let none = PagingLimits { max_resident_messages: 0, max_resident_bytes: 0 };
+        assert_eq!(none.read_ahead(), 1);
+    }
+
+    /// Without a source a paged entry cannot be read: it is counted, noted lost, and dropped.
+    #[test]
+    fn an_unreadable_entry_is_noted_lost() {
+        use crate::message::Hot;
+        let location = RecordLocation { segment: 1, offset: 64, record_bytes: 100 };
+        let paged = Paged::new(location, Hot::new(None, 0, true), 10).unwrap();
+        let mut entry = Entry::with_payload(0, Payload::Paged(paged), None, None, Some(42));
+        let mut pager = Pager::default();
+        assert!(!pager.page_in(&mut entry));
+        assert_eq!((pager.unreadable, pager.take_lost()), (1, vec![42]));
+        assert!(pager.take_lost().is_empty());
+    }
+}
