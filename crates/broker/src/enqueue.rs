@@ -36,9 +36,9 @@ impl Broker {
         let Some(queue) = self.queues.get_mut(&id) else { return Enqueued::Accepted };
         if let Some(delay) = delay {
             let due = now.saturating_add_millis(delay);
-            queue.delay(Payload::Resident(message.clone()), due, persist_id);
+            let seq = queue.delay(Payload::Resident(message.clone()), due, persist_id);
             if persist_id.is_some() {
-                let entry = Entry::new(0, message, None, None, persist_id);
+                let entry = Entry::new(seq, message, None, None, persist_id);
                 self.persist_enqueue(id, &entry, Some(due));
             }
             self.reschedule(id);

@@ -36,8 +36,8 @@ pub use broker::{Broker, BrokerConfig};
 pub use message::Message;
 pub use permissions::{Access, InvalidPattern, Permissions, Resource};
 pub use persist::{
-    MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody, StoredMessage,
-    DEFINITIONS_SCHEMA_VERSION,
+    MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody, StoredLocation,
+    StoredMessage, DEFINITIONS_SCHEMA_VERSION,
 };
 pub use queue::PagingLimits;
 pub use redelivery::VisibilityError;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use hourglass_broker::{Broker, Command, ConnectionId, Effect, SequencedOp};
+use hourglass_broker::{Broker, Command, ConnectionId, Effect, SequencedOp, StoredLocation};
 use tokio::sync::mpsc;
 
 use crate::clock::Clock;
@@ -31,9 +31,11 @@ pub enum BrokerInput {
     /// Work from the management API, run in order with commands; its effects are flushed like
     /// a command's (a queue deleted over HTTP cancels its consumers).
     Job(hourglass_broker::admin::Job),
-    /// From the store thread: every store op up to `op_seq` is durable.
+    /// From the store thread: every store op up to `op_seq` is durable, and where the enqueue
+    /// records it wrote lie (so queues over their paging limits can drop bodies, ADR 0007).
     Persisted {
         op_seq: u64,
+        stored: Vec<StoredLocation>,
     },
 }
 
@@ -111,7 +113,10 @@ fn apply(
             broker.handle_command(command, clock.now());
         }
         BrokerInput::Job(job) => job(broker, clock.now()),
-        BrokerInput::Persisted { op_seq } => broker.handle_persisted(op_seq, clock.now()),
+        BrokerInput::Persisted { op_seq, stored } => {
+            broker.handle_stored(op_seq, &stored);
+            broker.handle_persisted(op_seq, clock.now());
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Parser;
+use hourglass_broker::PagingLimits;
 use serde::Deserialize;
 
 /// RabbitMQ's AMQP port, so existing clients connect unchanged.
@@ -70,6 +71,13 @@ pub struct Cli {
     /// A definitions file (RabbitMQ's export format) imported at start (RabbitMQ's `load_definitions`).
     #[arg(long, env = "HOURGLASS_LOAD_DEFINITIONS")]
     pub load_definitions: Option<PathBuf>,
+    /// Persistent messages a durable queue keeps in memory; past this, stored messages keep only
+    /// their location until they near the head of the queue (ADR 0007).
+    #[arg(long, env = "HOURGLASS_QUEUE_RESIDENT_MESSAGES")]
+    pub queue_resident_messages: Option<usize>,
+    /// The same limit on body bytes (`64MiB`, RabbitMQ's size units).
+    #[arg(long, env = "HOURGLASS_QUEUE_RESIDENT_BYTES")]
+    pub queue_resident_bytes: Option<String>,
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -92,6 +100,9 @@ pub struct FileConfig {
     pub disk_free_limit_relative: Option<f64>,
     pub apsaramq_delay_header: Option<bool>,
     pub load_definitions: Option<PathBuf>,
+    pub queue_resident_messages: Option<usize>,
+    /// A size string (`"64MiB"`) or a number of bytes.
+    pub queue_resident_bytes: Option<SizeSetting>,
 }
 
 /// A size in the TOML file: `"50MB"` or `50000000`.
@@ -135,6 +146,8 @@ pub struct Config {
     pub disk_free_limit: DiskFreeLimit,
     pub apsaramq_delay_header: bool,
     pub load_definitions: Option<PathBuf>,
+    /// How much of each durable queue stays in memory (ADR 0007).
+    pub paging: PagingLimits,
 }
 
 impl Default for Config {
@@ -150,6 +163,10 @@ impl Default for Config {
             disk_free_limit: DiskFreeLimit::Absolute(DEFAULT_DISK_FREE_LIMIT),
             apsaramq_delay_header: false,
             load_definitions: None,
+            // 10,000 messages or 64 MiB of bodies per queue: a consumer never waits on the disk
+            // for a queue of ordinary depth, and ten million queued messages need no more than
+            // their compact index in memory.
+            paging: PagingLimits::default(),
         }
     }
 }
@@ -172,6 +189,19 @@ impl Config {
                     None => defaults.disk_free_limit,
                 },
             };
+        let resident_bytes = match (cli.queue_resident_bytes, file.queue_resident_bytes) {
+            (Some(text), _) | (None, Some(SizeSetting::Text(text))) => Some(parse_size(&text)?),
+            (None, Some(SizeSetting::Bytes(bytes))) => Some(bytes),
+            (None, None) => None,
+        };
+        let paging = PagingLimits {
+            max_resident_messages: cli
+                .queue_resident_messages
+                .or(file.queue_resident_messages)
+                .unwrap_or(defaults.paging.max_resident_messages),
+            max_resident_bytes: resident_bytes
+                .map_or(defaults.paging.max_resident_bytes, |b| usize::try_from(b).unwrap_or(usize::MAX)),
+        };
         Ok(Config {
             bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
             amqp_port: cli.amqp_port.or(file.amqp_port).unwrap_or(defaults.amqp_port),
@@ -199,6 +229,7 @@ impl Config {
                 .or(file.apsaramq_delay_header)
                 .unwrap_or(defaults.apsaramq_delay_header),
             load_definitions: cli.load_definitions.or(file.load_definitions),
+            paging,
         })
     }
 }
@@ -288,6 +319,21 @@ mod tests {
         let limit = Config::resolve(cli).unwrap().disk_free_limit;
         assert_eq!(limit, DiskFreeLimit::MemRelative(1.5));
         assert_eq!(limit.bytes(Some(1000)), 1500);
+    }
+
+    /// Paging limits default to 10,000 messages / 64 MiB per queue; flags and the file set them.
+    #[test]
+    fn paging_limits_from_flags_and_file() {
+        assert_eq!(Config::default().paging, PagingLimits::default());
+        let cli = Cli {
+            queue_resident_messages: Some(500),
+            queue_resident_bytes: Some("1MiB".into()),
+            ..Cli::default()
+        };
+        let paging = Config::resolve(cli).unwrap().paging;
+        assert_eq!((paging.max_resident_messages, paging.max_resident_bytes), (500, 1 << 20));
+        let file: FileConfig = toml::from_str("queue_resident_bytes = 4096").unwrap();
+        assert_eq!(file.queue_resident_bytes, Some(SizeSetting::Bytes(4096)));
     }
 
     /// A misspelt option in the file is an error, not silently ignored.

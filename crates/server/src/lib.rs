@@ -56,6 +56,7 @@ impl Server {
             apsaramq_delay_header: config.apsaramq_delay_header,
             ..BrokerConfig::default()
         });
+        broker.set_paging_limits(config.paging);
         let data_dir = config.data_dir.clone();
         let loopback_users = config.loopback_users.clone();
         let (data, broker, users) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {

@@ -19,8 +19,8 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use hourglass_broker::{
-    Broker, MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody, StoredMessage,
-    Timestamp,
+    Broker, MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody, StoredLocation,
+    StoredMessage, Timestamp,
 };
 use hourglass_store::snapshot::{read_snapshot, write_snapshot};
 use hourglass_store::{
@@ -146,13 +146,15 @@ pub enum BatchError {
 }
 
 /// What one batch did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BatchOutcome {
     /// Every op up to this is durable.
     pub durable_op_seq: u64,
     pub settles: u64,
     /// Bytes the commit wrote to the log.
     pub bytes_written: u64,
+    /// Where the enqueue records of the batch were written (for paging, ADR 0007).
+    pub stored: Vec<StoredLocation>,
 }
 
 /// Appends `ops` to the log (the last `Definitions` replaces the snapshot, at its place in the
@@ -175,7 +177,11 @@ pub fn apply_batch(
         }
         let appended = match &sequenced.op {
             StoreOp::Enqueue { queue, msg_id, metadata, record } => {
-                store.append_enqueue(*queue, *msg_id, metadata, record).map(|_| ())
+                store.append_enqueue(*queue, *msg_id, metadata, record).map(|enqueued| {
+                    let Location { segment, offset, record_bytes } = enqueued.location;
+                    let location = RecordLocation { segment, offset, record_bytes };
+                    outcome.stored.push(StoredLocation { queue: *queue, msg_id: *msg_id, location });
+                })
             }
             StoreOp::Settle { queue, msg_id } => {
                 outcome.settles += 1;
@@ -261,7 +267,8 @@ pub fn spawn_store_thread(
             let outcome = commit_with_retry(&mut data, &batch);
             settles_since_compaction += outcome.settles;
             let Some(broker) = persisted.upgrade() else { break };
-            if broker.blocking_send(BrokerInput::Persisted { op_seq: outcome.durable_op_seq }).is_err() {
+            let persisted = BrokerInput::Persisted { op_seq: outcome.durable_op_seq, stored: outcome.stored };
+            if broker.blocking_send(persisted).is_err() {
                 break;
             }
             if settles_since_compaction >= COMPACT_AFTER_SETTLES {
@@ -289,7 +296,9 @@ fn commit_with_retry(data: &mut DataDir, batch: &[SequencedOp]) -> BatchOutcome 
                 result = data
                     .store
                     .commit()
+                    // The locations of the first attempt are lost: those messages stay in memory.
                     .map(|committed| BatchOutcome {
+                        stored: Vec::new(),
                         durable_op_seq: batch.last().map_or(0, |o| o.op_seq),
                         bytes_written: committed.bytes,
                         settles: batch.iter().filter(|o| matches!(o.op, StoreOp::Settle { .. })).count()

@@ -15,6 +15,7 @@
 
 mod definitions;
 mod hold;
+mod page_out;
 mod restore;
 mod source;
 
@@ -33,6 +34,7 @@ use crate::time::Timestamp;
 
 pub use definitions::DEFINITIONS_SCHEMA_VERSION;
 pub(crate) use hold::holds_replies;
+pub use page_out::StoredLocation;
 pub use restore::{RestoreReport, StoredBody, StoredMessage};
 pub use source::{MessageSource, RecordLocation};
 
@@ -205,6 +207,8 @@ pub(crate) struct Persistence {
     held: HashMap<(ConnectionId, ChannelId), VecDeque<(u64, Effect)>>,
     /// Durable definitions changed since the last `Definitions` op.
     definitions_dirty: bool,
+    /// Messages to page out once the store reports where it wrote them (`page_out.rs`).
+    page_out: page_out::PageOutWaiting,
     /// The last record encoded, so a fanout to many durable queues encodes the message once.
     /// Holding the `Arc` keeps the pointer from being reused by another message.
     last_record: Option<(Arc<Message>, Bytes)>,
@@ -272,6 +276,7 @@ impl Broker {
         let metadata = MessageMeta::of(entry, wait_until).encode();
         let record = self.persist.record_of(message);
         self.persist.push(StoreOp::Enqueue { queue: id.0, msg_id, metadata, record });
+        self.wait_to_page_out(id, entry, wait_until);
     }
 
     /// `Settle` for a persisted message leaving queue `id` for good.

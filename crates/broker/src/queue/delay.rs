@@ -7,7 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use super::entry::{Entry, Seq};
+use super::entry::{Entry, Paged, Payload, Seq};
+use crate::message::Message;
 use crate::time::Timestamp;
 
 /// A waiting message and whether it is new to the queue (its TTL starts when it becomes ready)
@@ -71,6 +72,25 @@ impl DelayIndex {
         Some((key.0, waiting))
     }
 
+    /// Replaces the message of waiting entry (`due`, `seq`) — if it is still `persist_id`'s and
+    /// in memory — with what `page_out` makes of it (ADR 0007); returns whether it did.
+    pub fn page_out(
+        &mut self,
+        due: Timestamp,
+        seq: Seq,
+        persist_id: u64,
+        page_out: impl FnOnce(&Message) -> Option<Paged>,
+    ) -> bool {
+        let Some(waiting) = self.waiting.get_mut(&(due, seq)) else { return false };
+        let entry = &mut waiting.entry;
+        if entry.persist_id() != Some(persist_id) {
+            return false;
+        }
+        let Some(paged) = entry.resident().and_then(|message| page_out(message)) else { return false };
+        entry.payload = Payload::Paged(paged);
+        true
+    }
+
     /// The first `limit` waiting messages in due order with their content, without taking them.
     pub fn peek(&self, limit: usize) -> impl Iterator<Item = (Timestamp, &Entry)> {
         self.waiting.iter().take(limit).map(|((due, _), w)| (*due, &w.entry))
@@ -89,7 +109,6 @@ impl DelayIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Message;
     use std::sync::Arc;
 
     fn waiting(seq: Seq) -> Waiting {

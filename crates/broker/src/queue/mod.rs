@@ -20,7 +20,9 @@ use hourglass_wire::{FieldTable, ShortStr};
 
 use crate::api::{ChannelId, ConnectionId};
 use crate::channel::Unacked;
+use crate::message::Message;
 use crate::message_stats::MessageStats;
+use crate::persist::RecordLocation;
 use crate::time::Timestamp;
 pub(crate) use args::SettingError;
 pub use args::{DeadLetterStrategy, Overflow, QueueArgs, QueueSettings, QueueType};
@@ -28,7 +30,7 @@ use consumers::Consumers;
 pub use dead_letter::DeathReason;
 pub use delay::DelayedInfo;
 use delay::{DelayIndex, Waiting};
-use entry::{Entry, Payload, Seq};
+use entry::{Entry, Paged, Payload, Seq};
 use paging::Pager;
 pub use paging::PagingLimits;
 use ready::Ready;
@@ -142,11 +144,40 @@ impl Queue {
     }
 
     /// Holds a newly arrived message until `due`; its TTL will start then (contract §3).
-    pub fn delay(&mut self, payload: Payload, due: Timestamp, persist_id: Option<u64>) {
+    /// Returns its seq.
+    pub fn delay(&mut self, payload: Payload, due: Timestamp, persist_id: Option<u64>) -> Seq {
         let seq = self.next_seq;
         self.next_seq += 1;
         let entry = Entry::with_payload(seq, payload, None, None, persist_id);
         self.delayed.insert(due, Waiting { entry, returning: false });
+        seq
+    }
+
+    /// Whether a message entering now (ready, or `delayed`) is to be paged out once stored: the
+    /// queue already holds more than its paging limits in memory (ADR 0007).
+    pub fn pages_out(&self, delayed: bool) -> bool {
+        if !self.pager.enabled() {
+            return false;
+        }
+        let (count, bytes) = if delayed {
+            (self.delayed.message_count(), self.delayed.body_bytes())
+        } else {
+            self.ready.resident()
+        };
+        self.pager.limits.pages_out(count, bytes)
+    }
+
+    /// The store made message `persist_id` (entry `seq`, waiting until `due` if delayed) durable
+    /// at `location`: keeps only the location if the queue is still over its paging limits.
+    pub fn page_out(&mut self, seq: Seq, due: Option<Timestamp>, persist_id: u64, location: RecordLocation) {
+        if !self.pages_out(due.is_some()) {
+            return;
+        }
+        let paged = |message: &Message| Paged::new(location, message.hot(), message.body_size());
+        match due {
+            Some(due) => self.delayed.page_out(due, seq, persist_id, paged),
+            None => self.ready.page_out(seq, persist_id, paged),
+        };
     }
 
     /// The TTL deadline of a message with this `expiration` property when it becomes ready at

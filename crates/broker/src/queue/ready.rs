@@ -112,6 +112,30 @@ impl Ready {
         self.live
     }
 
+    /// Ready messages held in memory and their body bytes.
+    pub fn resident(&self) -> (usize, usize) {
+        (self.resident, self.resident_bytes)
+    }
+
+    /// Replaces the message of ready entry `seq` (if it is still `persist_id`'s and in memory)
+    /// with what `page_out` makes of it; returns whether it did.
+    pub fn page_out(
+        &mut self,
+        seq: Seq,
+        persist_id: u64,
+        page_out: impl FnOnce(&Message) -> Option<Paged>,
+    ) -> bool {
+        let Some(entry) = self.levels.iter_mut().find_map(|level| level.get_mut(seq)) else { return false };
+        if entry.persist_id() != Some(persist_id) {
+            return false;
+        }
+        let Some(paged) = entry.resident().and_then(|message| page_out(message)) else { return false };
+        entry.payload = Payload::Paged(paged);
+        self.resident -= 1;
+        self.resident_bytes -= entry.body_size();
+        true
+    }
+
     pub fn body_bytes(&self) -> usize {
         self.body_bytes
     }
@@ -200,6 +224,14 @@ impl Level {
             }
         }
         None
+    }
+
+    fn get_mut(&mut self, seq: Seq) -> Option<&mut Entry> {
+        let at = self.slots.partition_point(|s| s.seq() < seq);
+        match self.slots.get_mut(at) {
+            Some(Slot::Live(entry)) if entry.seq == seq => Some(entry),
+            _ => None,
+        }
     }
 
     /// Removes the message with this seq, wherever it is.

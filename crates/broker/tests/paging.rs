@@ -1,0 +1,304 @@
+//! Paging (ADR 0007) without I/O: durable queues past their paging limits keep only the store
+//! location of messages behind their head, and read them back through the injected
+//! `MessageSource` (here a map standing in for the segment files) when they are needed.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use hourglass_broker::{
+    BrokerConfig, Effect, MessageSource, PagingLimits, RecordLocation, StoreOp, StoredBody, StoredLocation,
+    StoredMessage,
+};
+use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
+use hourglass_wire::*;
+
+/// The segment files: records by location, and how many reads were made.
+#[derive(Debug, Default)]
+struct MapSource {
+    records: Mutex<HashMap<RecordLocation, Bytes>>,
+    reads: AtomicUsize,
+}
+
+impl MessageSource for MapSource {
+    fn read(&self, at: RecordLocation) -> Result<Bytes, String> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.records.lock().unwrap().get(&at).cloned().ok_or_else(|| "no such record".to_owned())
+    }
+}
+
+/// A stand-in for the store: applies ops, assigns locations, reports them back.
+#[derive(Default)]
+struct Disk {
+    source: Arc<MapSource>,
+    next_offset: u32,
+    definitions: Option<Bytes>,
+    queues: BTreeMap<u64, Vec<StoredMessage>>,
+}
+
+impl Disk {
+    /// Writes every pending op, reports the batch durable with its locations; returns the
+    /// released effects.
+    fn sync(&mut self, tb: &mut TestBroker) -> Vec<Effect> {
+        let ops: Vec<_> = std::iter::from_fn(|| tb.broker.poll_store_op()).collect();
+        let mut stored = Vec::new();
+        for op in &ops {
+            match &op.op {
+                StoreOp::Enqueue { queue, msg_id, metadata, record } => {
+                    self.next_offset += 1000;
+                    let location = RecordLocation { segment: 1, offset: self.next_offset, record_bytes: 100 };
+                    self.source.records.lock().unwrap().insert(location, record.clone());
+                    self.queues.entry(*queue).or_default().push(StoredMessage {
+                        msg_id: *msg_id,
+                        metadata: metadata.clone(),
+                        body: StoredBody::At(location),
+                    });
+                    stored.push(StoredLocation { queue: *queue, msg_id: *msg_id, location });
+                }
+                StoreOp::Settle { queue, msg_id } => {
+                    if let Some(messages) = self.queues.get_mut(queue) {
+                        messages.retain(|m| m.msg_id != *msg_id);
+                    }
+                }
+                StoreOp::Update { queue, msg_id, metadata } => {
+                    for m in self.queues.get_mut(queue).into_iter().flatten() {
+                        if m.msg_id == *msg_id {
+                            m.metadata = metadata.clone();
+                        }
+                    }
+                }
+                StoreOp::Purge { queue } => {
+                    self.queues.remove(queue);
+                }
+                StoreOp::Definitions { payload } => self.definitions = Some(payload.clone()),
+            }
+        }
+        self.queues.retain(|_, m| !m.is_empty());
+        if let Some(last) = ops.last() {
+            tb.broker.handle_stored(last.op_seq, &stored);
+            tb.broker.handle_persisted(last.op_seq, tb.clock.now());
+        }
+        std::iter::from_fn(|| tb.broker.poll_effect()).collect()
+    }
+
+    fn live(&self) -> usize {
+        self.queues.values().map(Vec::len).sum()
+    }
+
+    fn reads(&self) -> usize {
+        self.source.reads.load(Ordering::SeqCst)
+    }
+
+    /// A new broker restored from what was written, reading through the same source.
+    fn restart(&self, tb: &TestBroker, limits: PagingLimits) -> TestBroker {
+        let mut restored = paging_broker(&self.source, limits);
+        let gap = tb.clock.now().saturating_duration_since(restored.clock.now());
+        let now = restored.clock.advance(gap);
+        restored.broker.restore(self.definitions.clone(), self.queues.clone(), now).expect("restore");
+        restored
+    }
+}
+
+fn paging_broker(source: &Arc<MapSource>, limits: PagingLimits) -> TestBroker {
+    let mut tb = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
+    tb.broker.set_message_source(source.clone());
+    tb.broker.set_paging_limits(limits);
+    tb
+}
+
+/// Two messages stay in memory per queue; the rest are paged once stored.
+fn two_resident() -> PagingLimits {
+    PagingLimits { max_resident_messages: 2, max_resident_bytes: 1 << 20 }
+}
+
+fn setup(arguments: FieldTable) -> (TestBroker, Chan, Disk) {
+    let mut disk = Disk::default();
+    let mut tb = paging_broker(&disk.source, two_resident());
+    let c = tb.channel();
+    tb.call(c, QueueDeclare { queue: short("q"), durable: true, arguments, ..Default::default() });
+    disk.sync(&mut tb);
+    (tb, c, disk)
+}
+
+fn properties(n: usize) -> BasicProperties {
+    BasicProperties {
+        delivery_mode: Some(2),
+        content_type: Some(short("text/plain")),
+        message_id: Some(short(&format!("m{n}"))),
+        headers: Some(FieldTable::from_entries([("n", FieldValue::I64(n as i64))])),
+        ..Default::default()
+    }
+}
+
+fn publish_n(tb: &mut TestBroker, c: Chan, routing_key: &str, n: usize) {
+    for i in 0..n {
+        tb.publish_with(c, "", routing_key, properties(i), format!("body {i}").as_bytes(), false);
+    }
+}
+
+fn bodies(effects: &[Effect]) -> Vec<String> {
+    deliveries(effects).iter().map(|d| String::from_utf8_lossy(d.body()).into_owned()).collect()
+}
+
+fn expected(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("body {i}")).collect()
+}
+
+/// Messages past the limit are paged once stored and read back in batches as the head reaches
+/// them: each is delivered with its exact bytes, properties and routing, in order.
+#[test]
+fn paged_messages_are_delivered_exactly() {
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 6);
+    disk.sync(&mut tb);
+    assert_eq!(disk.reads(), 0);
+    let effects = consume(&mut tb, c, "q", "ctag", true);
+    assert_eq!(bodies(&effects), expected(0..6));
+    // Messages 3..6 (past two resident plus the one that tipped the limit) were read back,
+    // in batches of the read-ahead (two here).
+    assert_eq!(disk.reads(), 3);
+    for (i, d) in deliveries(&effects).iter().enumerate() {
+        let sent: EncodedProperties = properties(i).into();
+        assert_eq!(d.message.properties().decode(), sent.decode());
+        assert_eq!((d.method.routing_key.as_bytes(), d.method.redelivered), (&b"q"[..], false));
+    }
+    disk.sync(&mut tb);
+    assert_eq!(disk.live(), 0, "no-ack deliveries settled every message");
+}
+
+/// A paged message comes back requeued with redelivered set, and after a restart every message
+/// comes back as a location and is read only when delivered.
+#[test]
+fn requeued_and_restored_paged_messages() {
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 5);
+    disk.sync(&mut tb);
+    let got = tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    assert!(matches!(methods(&got).as_slice(), [Method::BasicGetOk(_)]));
+    tb.call(c, BasicNack { delivery_tag: 1, multiple: false, requeue: true });
+    disk.sync(&mut tb);
+    let mut restored = disk.restart(&tb, two_resident());
+    let reads = disk.reads();
+    let c2 = restored.channel();
+    let effects = consume(&mut restored, c2, "q", "ctag", false);
+    assert_eq!(bodies(&effects), expected(0..5));
+    assert!(deliveries(&effects).iter().all(|d| d.method.redelivered), "ready after a restart");
+    assert_eq!(disk.reads() - reads, 5, "each restored message read once, at delivery");
+    assert_eq!(
+        deliveries(&effects)[0].message.properties().decode().headers.unwrap().get("x-delivery-count"),
+        Some(FieldValue::I64(1))
+    );
+    ack(&mut restored, c2, 5, true);
+    disk.sync(&mut restored);
+    assert_eq!(disk.live(), 0);
+}
+
+/// Paged messages expire on time and are dead-lettered with their content and x-death.
+#[test]
+fn paged_messages_expire_and_are_dead_lettered() {
+    let arguments = FieldTable::from_entries([
+        ("x-message-ttl", FieldValue::I64(1000)),
+        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
+        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
+    ]);
+    let (mut tb, c, mut disk) = setup(arguments);
+    tb.call(c, QueueDeclare { queue: short("dlq"), durable: true, ..Default::default() });
+    publish_n(&mut tb, c, "q", 5);
+    disk.sync(&mut tb);
+    tb.advance(Duration::from_millis(1000));
+    disk.sync(&mut tb);
+    let effects = consume(&mut tb, c, "dlq", "ctag", true);
+    assert_eq!(bodies(&effects), expected(0..5));
+    for d in deliveries(&effects) {
+        let headers = d.message.properties().decode().headers.unwrap();
+        let Some(FieldValue::Array(deaths)) = headers.get("x-death") else {
+            panic!("no x-death: {headers:?}")
+        };
+        assert_eq!(deaths.len(), 1);
+    }
+    disk.sync(&mut tb);
+    assert_eq!(disk.live(), 0);
+}
+
+/// An expired paged message without a dead-letter exchange is dropped without being read.
+#[test]
+fn expired_paged_messages_without_dlx_are_not_read() {
+    let (mut tb, c, mut disk) = setup(FieldTable::from_entries([("x-message-ttl", FieldValue::I64(1000))]));
+    publish_n(&mut tb, c, "q", 5);
+    disk.sync(&mut tb);
+    tb.advance(Duration::from_millis(1000));
+    disk.sync(&mut tb);
+    assert_eq!((disk.reads(), disk.live()), (0, 0));
+}
+
+/// Delayed messages past the limit are paged; the admin peek reads them, and they fall due and
+/// are delivered in order.
+#[test]
+fn delayed_paged_messages_fall_due() {
+    let (mut tb, c, mut disk) =
+        setup(FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(5000))]));
+    publish_n(&mut tb, c, "q", 5);
+    disk.sync(&mut tb);
+    assert_eq!(disk.reads(), 0);
+    let peeked = tb.broker.peek_delayed("/", "q", 10).unwrap();
+    let peeked: Vec<_> =
+        peeked.iter().map(|m| String::from_utf8_lossy(&m.message.body).into_owned()).collect();
+    assert_eq!(peeked, expected(0..5));
+    assert!(disk.reads() > 0, "the peek read paged messages back");
+    assert!(bodies(&consume(&mut tb, c, "q", "ctag", true)).is_empty());
+    let effects = tb.advance(Duration::from_millis(5000));
+    assert_eq!(bodies(&effects), expected(0..5));
+}
+
+/// Priorities still order paged messages.
+#[test]
+fn priorities_order_paged_messages() {
+    let (mut tb, c, mut disk) = setup(FieldTable::from_entries([("x-max-priority", FieldValue::I64(5))]));
+    for (i, priority) in [1u8, 5, 1, 5, 1, 5].into_iter().enumerate() {
+        let props = BasicProperties { priority: Some(priority), ..properties(i) };
+        tb.publish_with(c, "", "q", props, format!("body {i}").as_bytes(), false);
+    }
+    disk.sync(&mut tb);
+    let effects = consume(&mut tb, c, "q", "ctag", true);
+    assert_eq!(bodies(&effects), ["body 1", "body 3", "body 5", "body 0", "body 2", "body 4"]);
+    assert!(disk.reads() > 0);
+}
+
+/// Purge and delete settle paged messages without reading them.
+#[test]
+fn purge_and_delete_settle_paged_messages() {
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 5);
+    disk.sync(&mut tb);
+    let mut purged = tb.call(c, QueuePurge { queue: short("q"), ..Default::default() });
+    purged.extend(disk.sync(&mut tb));
+    assert!(matches!(methods(&purged).as_slice(), [Method::QueuePurgeOk(ok)] if ok.message_count == 5));
+    assert_eq!(disk.live(), 0);
+    publish_n(&mut tb, c, "q", 5);
+    disk.sync(&mut tb);
+    tb.call(c, QueueDelete { queue: short("q"), ..Default::default() });
+    disk.sync(&mut tb);
+    assert_eq!((disk.live(), disk.reads()), (0, 0));
+}
+
+/// A paged message whose record cannot be read is dropped, counted and settled; the consumer
+/// gets the next one instead of waiting.
+#[test]
+fn an_unreadable_paged_message_is_dropped() {
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 5);
+    disk.sync(&mut tb);
+    let lost = disk.queues.values().next().unwrap()[3].clone();
+    let StoredBody::At(location) = lost.body else { unreachable!() };
+    disk.source.records.lock().unwrap().remove(&location);
+    let effects = consume(&mut tb, c, "q", "ctag", true);
+    assert_eq!(bodies(&effects), ["body 0", "body 1", "body 2", "body 4"]);
+    assert_eq!(tb.broker.unreadable_messages(), 1);
+    disk.sync(&mut tb);
+    assert_eq!(disk.live(), 0, "the unreadable message was settled too");
+}
