@@ -35,6 +35,16 @@ impl RunningBroker {
         Self::spawn(data_dir, &[])
     }
 
+    /// Starts on an existing data directory with extra flags.
+    pub fn start_in_with(data_dir: std::path::PathBuf, extra: &[&str]) -> Self {
+        Self::spawn(data_dir, extra)
+    }
+
+    /// The data directory, kept when the broker is killed or terminated.
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self.data_dir.clone()
+    }
+
     fn spawn(data_dir: std::path::PathBuf, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hourglass"))
             .args(["--bind", "127.0.0.1", "--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"])
