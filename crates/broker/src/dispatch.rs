@@ -10,6 +10,7 @@ use crate::broker::Broker;
 use crate::channel::{Channel, Unacked};
 use crate::message_stats::{DeliveryKind, MessageStats};
 use crate::queue::entry::Entry;
+use crate::queue::paging::MAX_READS_PER_DISPATCH;
 use crate::queue::visibility::DeliveryRef;
 use crate::queue::{Queue, QueueId};
 use crate::redelivery::decorate;
@@ -22,7 +23,14 @@ impl Broker {
         self.promote_due(id, now);
         self.expire_messages(id, now);
         if let Some(queue) = self.queues.get_mut(&id) {
+            queue.dispatch_again = None;
+            let reads_before = queue.pager.reads;
             while !queue.ready.is_empty() {
+                if queue.pager.reads - reads_before >= MAX_READS_PER_DISPATCH {
+                    // Enough read back for now (paging.rs): go on after the driver's next turn.
+                    queue.dispatch_again = Some(now.saturating_add_millis(1));
+                    break;
+                }
                 let Some(at) = pick_consumer(queue, &self.channels) else { break };
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
                 let Some(entry) = queue.take_for_delivery(expect_ack) else { break };

@@ -51,6 +51,8 @@ pub struct Store {
     durable_through: u64,
     /// A sync failed: nothing more is written until the store is reopened.
     poisoned: bool,
+    /// The handles of the readers this store made (`reader`), closed as segments are deleted.
+    reader_handles: crate::reader::OpenSegments,
 }
 
 #[derive(Debug)]
@@ -113,6 +115,7 @@ impl Store {
             last_appended: 0,
             durable_through: 0,
             poisoned: false,
+            reader_handles: Default::default(),
         };
         Ok((store, state.recovered))
     }
@@ -207,6 +210,7 @@ impl Store {
             for seq in dead {
                 // Close the handle first: some systems refuse to delete an open file.
                 let segment = self.segments.remove(&seq);
+                crate::SegmentReader::forget(&self.reader_handles, seq);
                 match self.storage.remove(&segment_name(seq)) {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::NotFound && segment.is_none() => {}
@@ -251,9 +255,10 @@ impl Store {
         Ok(Bytes::from(buf).slice(body_at..))
     }
 
-    /// A reader of durable records with its own file handles, for another thread.
+    /// A reader of durable records with its own file handles, for another thread; the handles
+    /// of segments this store deletes are closed.
     pub fn reader(&self) -> crate::SegmentReader {
-        crate::SegmentReader::new(self.storage.clone())
+        crate::SegmentReader::sharing(self.storage.clone(), self.reader_handles.clone())
     }
 
     /// Whether `msg_id` is live (enqueued, not settled) in `queue`.

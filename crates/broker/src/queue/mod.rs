@@ -81,6 +81,8 @@ pub(crate) struct Queue {
     pub visibility: VisibilityIndex,
     /// Reading paged-out messages back (ADR 0007).
     pub pager: Pager,
+    /// A dispatch stopped after reading its share of paged messages: go on at this time.
+    pub dispatch_again: Option<Timestamp>,
     ttl: DeadlineIndex,
     next_seq: Seq,
 }
@@ -126,6 +128,7 @@ impl Queue {
             delayed: DelayIndex::default(),
             visibility: VisibilityIndex::default(),
             pager,
+            dispatch_again: None,
             ttl: DeadlineIndex::default(),
             next_seq: 0,
         }
@@ -221,8 +224,13 @@ impl Queue {
     pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
         loop {
             if self.ready.head_is_paged() {
-                let pager = &self.pager;
-                self.ready.page_in_head(pager.limits.read_ahead(), |paged| pager.read(paged).ok());
+                let (pager, mut reads) = (&self.pager, 0);
+                self.ready.page_in_head(pager.limits.read_ahead(), |paged| {
+                    let message = pager.read(paged).ok();
+                    reads += u64::from(message.is_some());
+                    message
+                });
+                self.pager.reads += reads;
             }
             let mut entry = self.ready.pop_front()?;
             if let Some(at) = entry.expires_at() {
@@ -316,7 +324,10 @@ impl Queue {
     /// The earliest time this queue has timer work: a message deadline or its own expiry.
     pub fn next_deadline(&self) -> Option<Timestamp> {
         let expiry = expires::deadline(self.args.expires_ms, self.last_used, !self.consumers.is_empty());
-        [self.ttl.next(), expiry, self.delayed.next(), self.visibility.next()].into_iter().flatten().min()
+        [self.ttl.next(), expiry, self.delayed.next(), self.visibility.next(), self.dispatch_again]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether the queue is due for deletion under `x-expires` at `now`.

@@ -17,6 +17,12 @@ pub const MAX_RESIDENT_BYTES_DEFAULT: usize = 64 << 20;
 /// reads, few enough that a consumer never waits long for the first one.
 pub const READ_AHEAD: usize = 256;
 
+/// Paged messages one dispatch reads back at most; past this it stops and the queue is filed
+/// to go on 1 ms later, so a consumer without prefetch limit (no-ack) on a deep paged queue
+/// cannot make the broker read the whole queue into memory in one go, and the driver flushes
+/// deliveries (and hears of a connection that cannot keep up) in between.
+pub const MAX_READS_PER_DISPATCH: u64 = 1024;
+
 /// How much of a queue stays in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PagingLimits {
@@ -58,11 +64,13 @@ pub(crate) struct Pager {
     lost: Vec<u64>,
     /// Messages dropped because they could not be read back, over the queue's life.
     pub unreadable: u64,
+    /// Messages read back, over the queue's life.
+    pub reads: u64,
 }
 
 impl Pager {
     pub fn new(source: Option<Arc<dyn MessageSource>>, limits: PagingLimits) -> Self {
-        Pager { source, limits, lost: Vec::new(), unreadable: 0 }
+        Pager { source, limits, lost: Vec::new(), unreadable: 0, reads: 0 }
     }
 
     /// Whether messages may be paged out (a source to read them back is attached).
@@ -89,6 +97,7 @@ impl Pager {
         match self.read(paged) {
             Ok(message) => {
                 entry.payload = Payload::Resident(message);
+                self.reads += 1;
                 true
             }
             Err(reason) => {
