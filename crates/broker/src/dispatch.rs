@@ -1,7 +1,9 @@
 //! Handing ready messages to consumers: round robin among those with credit (their own prefetch
 //! and their channel's), never an expired message (contract §1).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::broker::IdMap;
 
 use hourglass_wire::{BasicDeliver, Method};
 
@@ -62,7 +64,7 @@ impl Broker {
 }
 
 /// The next consumer, round robin, whose own and whose channel's prefetch allow a delivery.
-fn pick_consumer(queue: &mut Queue, channels: &HashMap<(ConnectionId, ChannelId), Channel>) -> Option<usize> {
+fn pick_consumer(queue: &mut Queue, channels: &IdMap<(ConnectionId, ChannelId), Channel>) -> Option<usize> {
     let single_active = queue.args.single_active_consumer;
     queue.consumers.pick(single_active, |c| {
         c.has_credit()
@@ -79,7 +81,7 @@ fn deliver(
     queue: &mut Queue,
     at: usize,
     entry: Entry,
-    channels: &mut HashMap<(ConnectionId, ChannelId), Channel>,
+    channels: &mut IdMap<(ConnectionId, ChannelId), Channel>,
     effects: &mut VecDeque<Effect>,
     stats: &mut MessageStats,
     now: Timestamp,

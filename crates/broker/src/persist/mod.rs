@@ -19,7 +19,7 @@ mod page_out;
 mod restore;
 mod source;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -204,7 +204,7 @@ pub(crate) struct Persistence {
     /// Every op up to this is durable (reported by the driver).
     durable_through: u64,
     /// Effects waiting for ops, per channel, in order (`hold.rs`).
-    held: HashMap<(ConnectionId, ChannelId), VecDeque<(u64, Effect)>>,
+    held: crate::broker::IdMap<(ConnectionId, ChannelId), VecDeque<(u64, Effect)>>,
     /// Durable definitions changed since the last `Definitions` op.
     definitions_dirty: bool,
     /// Messages to page out once the store reports where it wrote them (`page_out.rs`).

@@ -3,8 +3,6 @@
 //! reports where the store wrote it ([`Broker::handle_stored`]), the queue swaps the message for
 //! its location — if it is still queued and the queue still over its limits.
 
-use std::collections::HashMap;
-
 use super::RecordLocation;
 use crate::broker::Broker;
 use crate::queue::entry::{Entry, Seq};
@@ -23,7 +21,7 @@ pub struct StoredLocation {
 /// Messages waiting for their location: (queue, store id) → (seq, due time if delayed, op_seq
 /// of the enqueue). Holds only ops in flight to the store: a report through an op_seq forgets
 /// every one up to it (an enqueue settled within its batch is never written, so never located).
-pub(crate) type PageOutWaiting = HashMap<(QueueId, u64), (Seq, Option<Timestamp>, u64)>;
+pub(crate) type PageOutWaiting = crate::broker::IdMap<(QueueId, u64), (Seq, Option<Timestamp>, u64)>;
 
 impl Broker {
     /// Notes `entry` (just written to the store, waiting until `wait_until` if delayed) for

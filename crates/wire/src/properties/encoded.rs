@@ -101,6 +101,12 @@ impl EncodedProperties {
 
     /// Where the value of the property with flag `bit` sits, when present.
     fn span(&self, bit: u16) -> Option<Range<usize>> {
+        // Most messages set few properties: the first flags word (validated when made) says
+        // whether this one is there at all, without walking.
+        let first_word = self.raw.get(..2).map(|w| u16::from_be_bytes([w[0], w[1]]))?;
+        if first_word & bit == 0 {
+            return None;
+        }
         let found = Walk::new(&self.raw).and_then(|walk| walk.find(bit));
         debug_assert!(found.is_ok(), "validated when made");
         found.ok().flatten()
