@@ -52,6 +52,8 @@ def matrix(seconds):
          ["throughput", "-P", "4", "-C", "4", "-Q", "4", "--size", "16", "--auto-ack"] + d, True),
         ("1-1-1 16 B persistent confirms", "durable queue, delivery-mode 2, confirms window 100, consumer no-ack",
          ["throughput", "--size", "16", "--confirm", "100", "--persistent", "--durable", "--auto-ack"] + d, True),
+        ("4-4-4 16 B persistent confirms", "4 producers → 4 durable queues → 4 consumers, delivery-mode 2, confirms window 100 each, no-ack",
+         ["throughput", "-P", "4", "-C", "4", "-Q", "4", "--size", "16", "--confirm", "100", "--persistent", "--durable", "--auto-ack"] + d, True),
         ("latency @1000 msg/s", "1 → 1 → 1, 16 B, paced at 1000 msg/s, send time in the body, no-ack consumer",
          ["latency", "--rate", "1000", "--size", "16"] + d, True),
         ("basic.get 1 poller", "queue pre-filled with 200k 16 B messages, one connection doing basic.get no-ack back to back",
