@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,8 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use hourglass_broker::{
-    BrokerConfig, Effect, MessageSource, PagingLimits, RecordLocation, StoreOp, StoredBody, StoredLocation,
-    StoredMessage,
+    BrokerConfig, Effect, MessageSource, PagingLimits, RecordLocation, StoredBody, StoredLocation,
 };
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
@@ -37,8 +36,7 @@ impl MessageSource for MapSource {
 struct Disk {
     source: Arc<MapSource>,
     next_offset: u32,
-    definitions: Option<Bytes>,
-    queues: BTreeMap<u64, Vec<StoredMessage>>,
+    stored: StoredModel,
 }
 
 impl Disk {
@@ -47,38 +45,16 @@ impl Disk {
     fn sync(&mut self, tb: &mut TestBroker) -> Vec<Effect> {
         let ops: Vec<_> = std::iter::from_fn(|| tb.broker.poll_store_op()).collect();
         let mut stored = Vec::new();
+        let (source, next_offset) = (&self.source, &mut self.next_offset);
         for op in &ops {
-            match &op.op {
-                StoreOp::Enqueue { queue, msg_id, metadata, record } => {
-                    self.next_offset += 1000;
-                    let location = RecordLocation { segment: 1, offset: self.next_offset, record_bytes: 100 };
-                    self.source.records.lock().unwrap().insert(location, record.clone());
-                    self.queues.entry(*queue).or_default().push(StoredMessage {
-                        msg_id: *msg_id,
-                        metadata: metadata.clone(),
-                        body: StoredBody::At(location),
-                    });
-                    stored.push(StoredLocation { queue: *queue, msg_id: *msg_id, location });
-                }
-                StoreOp::Settle { queue, msg_id } => {
-                    if let Some(messages) = self.queues.get_mut(queue) {
-                        messages.retain(|m| m.msg_id != *msg_id);
-                    }
-                }
-                StoreOp::Update { queue, msg_id, metadata } => {
-                    for m in self.queues.get_mut(queue).into_iter().flatten() {
-                        if m.msg_id == *msg_id {
-                            m.metadata = metadata.clone();
-                        }
-                    }
-                }
-                StoreOp::Purge { queue } => {
-                    self.queues.remove(queue);
-                }
-                StoreOp::Definitions { payload } => self.definitions = Some(payload.clone()),
-            }
+            self.stored.apply(&op.op, |queue, msg_id, record| {
+                *next_offset += 1000;
+                let location = RecordLocation { segment: 1, offset: *next_offset, record_bytes: 100 };
+                source.records.lock().unwrap().insert(location, record.clone());
+                stored.push(StoredLocation { queue, msg_id, location });
+                StoredBody::At(location)
+            });
         }
-        self.queues.retain(|_, m| !m.is_empty());
         if let Some(last) = ops.last() {
             tb.broker.handle_stored(last.op_seq, &stored);
             tb.broker.handle_persisted(last.op_seq, tb.clock.now());
@@ -87,7 +63,7 @@ impl Disk {
     }
 
     fn live(&self) -> usize {
-        self.queues.values().map(Vec::len).sum()
+        self.stored.live()
     }
 
     fn reads(&self) -> usize {
@@ -99,7 +75,10 @@ impl Disk {
         let mut restored = paging_broker(&self.source, limits);
         let gap = tb.clock.now().saturating_duration_since(restored.clock.now());
         let now = restored.clock.advance(gap);
-        restored.broker.restore(self.definitions.clone(), self.queues.clone(), now).expect("restore");
+        restored
+            .broker
+            .restore(self.stored.definitions.clone(), self.stored.queues.clone(), now)
+            .expect("restore");
         restored
     }
 }
@@ -293,7 +272,7 @@ fn an_unreadable_paged_message_is_dropped() {
     let (mut tb, c, mut disk) = setup(FieldTable::new());
     publish_n(&mut tb, c, "q", 5);
     disk.sync(&mut tb);
-    let lost = disk.queues.values().next().unwrap()[3].clone();
+    let lost = disk.stored.queues.values().next().unwrap()[3].clone();
     let StoredBody::At(location) = lost.body else { unreachable!() };
     disk.source.records.lock().unwrap().remove(&location);
     let effects = consume(&mut tb, c, "q", "ctag", true);
@@ -311,7 +290,7 @@ fn version_1_metadata_is_read_at_restore() {
     let (mut tb, c, mut disk) = setup(FieldTable::new());
     publish_n(&mut tb, c, "q", 3);
     disk.sync(&mut tb);
-    for m in disk.queues.values_mut().flatten() {
+    for m in disk.stored.queues.values_mut().flatten() {
         let meta = MessageMeta::decode(&m.metadata).expect("version 2");
         assert!(meta.facts.is_some());
         m.metadata = MessageMeta { facts: None, ..meta }.encode();

@@ -3,50 +3,20 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::*;
-use hourglass_broker::{BrokerConfig, Effect, SequencedOp, StoreOp, StoredBody, StoredMessage};
+use hourglass_broker::{BrokerConfig, Effect, SequencedOp, StoreOp, StoredBody};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
-/// A stand-in for the store: applies ops as the store's recovery would see them.
+/// The store's recovered view, with bodies kept as records.
 #[derive(Default)]
-struct Model {
-    definitions: Option<Bytes>,
-    queues: BTreeMap<u64, Vec<StoredMessage>>,
-}
+struct Model(StoredModel);
 
 impl Model {
     fn apply(&mut self, op: &StoreOp) {
-        match op {
-            StoreOp::Enqueue { queue, msg_id, metadata, record } => {
-                self.queues.entry(*queue).or_default().push(StoredMessage {
-                    msg_id: *msg_id,
-                    metadata: metadata.clone(),
-                    body: StoredBody::Record(record.clone()),
-                });
-            }
-            StoreOp::Settle { queue, msg_id } => {
-                if let Some(messages) = self.queues.get_mut(queue) {
-                    messages.retain(|m| m.msg_id != *msg_id);
-                }
-            }
-            StoreOp::Update { queue, msg_id, metadata } => {
-                for m in self.queues.get_mut(queue).into_iter().flatten() {
-                    if m.msg_id == *msg_id {
-                        m.metadata = metadata.clone();
-                    }
-                }
-            }
-            StoreOp::Purge { queue } => {
-                self.queues.remove(queue);
-            }
-            StoreOp::Definitions { payload } => self.definitions = Some(payload.clone()),
-        }
-        self.queues.retain(|_, m| !m.is_empty());
+        self.0.apply(op, |_, _, record| StoredBody::Record(record.clone()));
     }
 
     /// A new broker restored from this model, `later` after `tb`'s clock.
@@ -54,7 +24,7 @@ impl Model {
         let mut restored = durable_broker();
         let gap = tb.clock.now().saturating_duration_since(restored.clock.now()) + later;
         let now = restored.clock.advance(gap);
-        restored.broker.restore(self.definitions.clone(), self.queues.clone(), now).expect("restore");
+        restored.broker.restore(self.0.definitions.clone(), self.0.queues.clone(), now).expect("restore");
         restored
     }
 }
@@ -318,7 +288,7 @@ fn messages_of_deleted_queues_are_purged_on_restore() {
     sync(&mut tb, &mut model);
     let mut restored = durable_broker();
     let now = restored.clock.now();
-    let report = restored.broker.restore(None, model.queues.clone(), now).unwrap();
+    let report = restored.broker.restore(None, model.0.queues.clone(), now).unwrap();
     assert_eq!(report.orphan_queues, 1);
     assert_eq!(kinds(&ops(&mut restored)), vec!["purge"]);
 }

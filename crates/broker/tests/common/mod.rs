@@ -1,7 +1,10 @@
 //! Shorthands for broker tests.
 #![allow(dead_code)]
 
-use hourglass_broker::{AmqpError, Effect};
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use hourglass_broker::{AmqpError, Effect, StoreOp, StoredBody, StoredMessage};
 use hourglass_testkit::{methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -63,4 +66,51 @@ pub fn connection_error(effects: &[Effect]) -> Option<AmqpError> {
 
 pub fn bodies(effects: &[Effect]) -> Vec<Vec<u8>> {
     hourglass_testkit::deliveries(effects).iter().map(|d| d.body().to_vec()).collect()
+}
+
+/// A stand-in for the store as recovery sees it: the last definitions and each durable queue's
+/// live messages, kept by applying the broker's store ops in order.
+#[derive(Default)]
+pub struct StoredModel {
+    pub definitions: Option<Bytes>,
+    pub queues: BTreeMap<u64, Vec<StoredMessage>>,
+}
+
+impl StoredModel {
+    /// Applies `op`; an enqueued message is kept as `body` makes it from its record (the record
+    /// itself, or where it was written).
+    pub fn apply(&mut self, op: &StoreOp, body: impl FnOnce(u64, u64, &Bytes) -> StoredBody) {
+        match op {
+            StoreOp::Enqueue { queue, msg_id, metadata, record } => {
+                let body = body(*queue, *msg_id, record);
+                self.queues.entry(*queue).or_default().push(StoredMessage {
+                    msg_id: *msg_id,
+                    metadata: metadata.clone(),
+                    body,
+                });
+            }
+            StoreOp::Settle { queue, msg_id } => {
+                if let Some(messages) = self.queues.get_mut(queue) {
+                    messages.retain(|m| m.msg_id != *msg_id);
+                }
+            }
+            StoreOp::Update { queue, msg_id, metadata } => {
+                for m in self.queues.get_mut(queue).into_iter().flatten() {
+                    if m.msg_id == *msg_id {
+                        m.metadata = metadata.clone();
+                    }
+                }
+            }
+            StoreOp::Purge { queue } => {
+                self.queues.remove(queue);
+            }
+            StoreOp::Definitions { payload } => self.definitions = Some(payload.clone()),
+        }
+        self.queues.retain(|_, m| !m.is_empty());
+    }
+
+    /// Live messages over every queue.
+    pub fn live(&self) -> usize {
+        self.queues.values().map(Vec::len).sum()
+    }
 }
