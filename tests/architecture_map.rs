@@ -1,0 +1,136 @@
+//! Every path that ARCHITECTURE.md's "Where is X?" table names exists, so the map a newcomer reads
+//! first never sends them to a file that moved or was renamed.
+//!
+//! A cell names paths in backticks: full paths from the repository root (`crates/…`, `tests/…`,
+//! `scripts/…`, `fuzz/…`, `docs/…`, `src/…`), with `{a,b}` alternatives, `*` or `<placeholder>` for
+//! any one name; or short paths (`routes/time.rs`, `topic.rs`) that are read inside the crate of the
+//! last full path before them in the same row.
+
+use std::path::{Path, PathBuf};
+
+const ROOT_DIRS: [&str; 6] = ["crates/", "tests/", "scripts/", "fuzz/", "docs/", "src/"];
+
+/// The architecture map names only files and folders that exist.
+#[test]
+fn every_path_in_the_where_is_x_table_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let table = map.split("## Where is X?").nth(1).expect("a \"Where is X?\" section");
+    let files = all_files(root);
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for row in table.lines().filter(|line| line.starts_with('|')) {
+        let mut crate_dir: Option<String> = None;
+        for token in backticked(row).filter(|token| looks_like_path(token)) {
+            checked += 1;
+            if let Some(dir) = crate_of(token) {
+                crate_dir = Some(dir);
+            }
+            if !exists(token, crate_dir.as_deref(), &files) {
+                missing.push(format!("{token}   (in: {})", row.trim()));
+            }
+        }
+    }
+    assert!(checked > 50, "the table should name many paths; found {checked}");
+    assert!(missing.is_empty(), "ARCHITECTURE.md names paths that do not exist:\n{}", missing.join("\n"));
+}
+
+/// The pieces of a table row between backticks.
+fn backticked(row: &str) -> impl Iterator<Item = &str> {
+    row.split('`').skip(1).step_by(2)
+}
+
+/// A token is a path when it names a file with an extension we keep or a folder from the root.
+fn looks_like_path(token: &str) -> bool {
+    !token.contains(' ')
+        && (ROOT_DIRS.iter().any(|dir| token.starts_with(dir))
+            || [".rs", ".py", ".sh", ".md", ".java"].iter().any(|ext| token.ends_with(ext)))
+}
+
+/// `crates/NAME/` when the token is a full path inside a crate.
+fn crate_of(token: &str) -> Option<String> {
+    let rest = token.strip_prefix("crates/")?;
+    let name = rest.split('/').next()?;
+    Some(format!("crates/{name}/"))
+}
+
+/// Whether some repository file matches the token, read as a full path or inside `crate_dir`.
+fn exists(token: &str, crate_dir: Option<&str>, files: &[String]) -> bool {
+    let patterns = expand_braces(token);
+    let full = ROOT_DIRS.iter().any(|dir| token.starts_with(dir));
+    patterns.iter().all(|pattern| {
+        files.iter().any(|file| {
+            if full {
+                return matches(pattern, file);
+            }
+            let in_crate = crate_dir.is_none_or(|dir| file.starts_with(dir));
+            matches(&format!("crates/{pattern}"), file) || (in_crate && ends_with_pattern(file, pattern))
+        })
+    })
+}
+
+/// `a/{b,c}.rs` → `a/b.rs`, `a/c.rs` (one level of braces, as the table uses).
+fn expand_braces(token: &str) -> Vec<String> {
+    let (Some(open), Some(close)) = (token.find('{'), token.find('}')) else {
+        return vec![token.to_string()];
+    };
+    let (head, tail) = (&token[..open], &token[close + 1..]);
+    token[open + 1..close].split(',').map(|alt| format!("{head}{alt}{tail}")).collect()
+}
+
+/// Whether `file` ends with the path `pattern` at a `/` boundary.
+fn ends_with_pattern(file: &str, pattern: &str) -> bool {
+    let parts = file.split('/').count();
+    let wanted = pattern.trim_end_matches('/').split('/').count();
+    parts >= wanted && {
+        let suffix: Vec<&str> = file.split('/').skip(parts - wanted).collect();
+        matches(pattern, &suffix.join("/"))
+    }
+}
+
+/// Path match where `*` and `<name>` stand for one path component or part of one; a pattern ending
+/// in `/` names a folder, matched by any file inside it.
+fn matches(pattern: &str, file: &str) -> bool {
+    if let Some(dir) = pattern.strip_suffix('/') {
+        return file.starts_with(&format!("{dir}/"));
+    }
+    let (pattern_parts, file_parts): (Vec<&str>, Vec<&str>) =
+        (pattern.split('/').collect(), file.split('/').collect());
+    pattern_parts.len() == file_parts.len()
+        && pattern_parts.iter().zip(&file_parts).all(|(pattern, name)| component_matches(pattern, name))
+}
+
+fn component_matches(pattern: &str, name: &str) -> bool {
+    let wildcard = match (pattern.find('<'), pattern.find('>')) {
+        (Some(open), Some(close)) if open < close => Some((&pattern[..open], &pattern[close + 1..])),
+        _ => pattern.find('*').map(|star| (&pattern[..star], &pattern[star + 1..])),
+    };
+    match wildcard {
+        Some((head, tail)) => {
+            name.len() > head.len() + tail.len() && name.starts_with(head) && name.ends_with(tail)
+        }
+        None => pattern == name,
+    }
+}
+
+/// Every file under the repository root, as `/`-separated relative paths (build output skipped).
+fn all_files(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut dirs: Vec<PathBuf> = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if name == "target" || name == ".git" || name == "node_modules" {
+                continue;
+            }
+            if path.is_dir() {
+                dirs.push(path);
+            } else if let Ok(relative) = path.strip_prefix(root) {
+                files.push(relative.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    files
+}
