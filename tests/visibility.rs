@@ -16,6 +16,44 @@ async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> 
     tokio::time::timeout(STEP, future).await.unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
+/// Every settle of a delivery whose visibility ran out is ignored, not only the first: a reject
+/// then a nack then an ack of the same stale tag leave the channel open (semantics §4).
+#[tokio::test]
+async fn repeated_settles_of_a_timed_out_delivery_are_all_ignored() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert(ShortString::from("x-visibility-timeout"), AMQPValue::LongInt(1_000));
+    channel.queue_declare("stale".into(), Default::default(), args).await.unwrap();
+    channel
+        .basic_publish("".into(), "stale".into(), Default::default(), b"s", BasicProperties::default())
+        .await
+        .unwrap();
+    let mut consumer = channel
+        .basic_consume("stale".into(), "".into(), Default::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let first = within("first delivery", consumer.next()).await.unwrap().unwrap();
+    let second = within("redelivery", consumer.next()).await.unwrap().unwrap();
+    first.reject(BasicRejectOptions { requeue: true }).await.unwrap();
+    first.nack(BasicNackOptions { requeue: true, multiple: false }).await.unwrap();
+    first.ack(BasicAckOptions::default()).await.unwrap();
+    second.ack(BasicAckOptions::default()).await.unwrap();
+    // a round trip on the same channel proves it is still open after all four settles
+    let queue = within(
+        "passive declare",
+        channel.queue_declare(
+            "stale".into(),
+            QueueDeclareOptions { passive: true, ..Default::default() },
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .expect("the channel stays open after repeated stale settles");
+    assert_eq!(queue.message_count(), 0, "the message was settled once, by the live ack");
+}
+
 /// A consumer that does not ack within x-visibility-timeout gets the message again (redelivered,
 /// with x-receipt-handle and x-delivery-count), its channel still open; its late ack of the first
 /// delivery is ignored and the ack of the second settles the message.

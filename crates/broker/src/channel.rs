@@ -129,7 +129,8 @@ impl Channel {
     /// Moves the deliveries that basic.ack/nack/reject (`tag`, `multiple`) settle into `out`.
     /// `multiple` with tag 0 means every unacked delivery (AMQP 0-9-1 basic.ack). An unknown tag
     /// is RabbitMQ's 406 "unknown delivery tag". A tag whose visibility already ran out is
-    /// ignored, and `multiple` across such tags settles the live ones (contract §4).
+    /// ignored, however often it is settled, and `multiple` across such tags settles the live
+    /// ones (semantics §4).
     pub fn take_settled(
         &mut self,
         tag: u64,
@@ -138,7 +139,6 @@ impl Channel {
     ) -> Result<(), AmqpError> {
         if multiple && tag == 0 {
             self.take_all(out);
-            self.stale_tags.clear();
             return Ok(());
         }
         let at = self.unacked.partition_point(|u| u.tag < tag);
@@ -146,11 +146,9 @@ impl Channel {
         if !found && !self.stale_tags.contains(&tag) {
             return Err(errors::unknown_delivery_tag(tag));
         }
-        if multiple {
-            self.stale_tags = self.stale_tags.split_off(&(tag + 1));
-        } else {
-            self.stale_tags.remove(&tag);
-        }
+        // Stale tags stay remembered after a settle: every later ack, nack or reject of the same
+        // delivery is ignored too (semantics §4), not only the first. Tags are never reused, so
+        // keeping them is harmless; MAX_STALE_TAGS bounds the set.
         let before = out.len();
         if multiple {
             let end = if found { at + 1 } else { at };

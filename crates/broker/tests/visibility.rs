@@ -56,7 +56,7 @@ fn unsettled_delivery_comes_back_after_the_timeout() {
     assert_eq!(stats(&tb, "q").counters.visibility_expired, 1);
 }
 
-/// contract §4: a late ack of a timed-out delivery is ignored — no channel error, no double ack.
+/// semantics §4: late acks of a timed-out delivery are ignored — no channel error, no double ack.
 #[test]
 fn late_ack_is_ignored() {
     let mut tb = TestBroker::new();
@@ -69,7 +69,11 @@ fn late_ack_is_ignored() {
     assert!(channel_error(&late).is_none());
     let s = stats(&tb, "q");
     assert_eq!((s.messages_ready, s.messages_unacked), (1, 0), "still there, exactly once");
-    assert!(channel_error(&ack(&mut tb, c, 1, false)).is_some(), "a second late ack is an unknown tag");
+    // every later settle of the same stale tag is ignored too (issue 13), not an unknown tag
+    assert!(channel_error(&ack(&mut tb, c, 1, false)).is_none(), "a second late ack is ignored");
+    let nack = tb.call(c, BasicNack { delivery_tag: 1, multiple: false, requeue: true });
+    assert!(channel_error(&nack).is_none(), "a late nack after it is ignored");
+    assert_eq!(stats(&tb, "q").messages_ready, 1, "still there, exactly once");
 }
 
 /// contract §4 (issue 5): ack multiple=true spanning live and timed-out tags settles the live
