@@ -39,7 +39,7 @@ pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails, rates: &Rate
     json!({
         "name": x.name.as_str(),
         "vhost": vhost,
-        "type": x.kind.name(),
+        "type": x.type_name(),
         "durable": x.durable,
         "auto_delete": x.auto_delete,
         "internal": x.internal,
