@@ -22,6 +22,16 @@ impl Client {
         self.finish(path, response)
     }
 
+    /// Whether GET `path` finds the object (200) rather than 404.
+    pub fn exists(&self, path: &str) -> anyhow::Result<bool> {
+        let response = self.agent.get(self.url(path)).header("Authorization", &self.auth).call();
+        let response = response.with_context(|| format!("requesting {}{path}", self.base))?;
+        if response.status().as_u16() == 404 {
+            return Ok(false);
+        }
+        self.finish(path, Ok(response)).map(|_| true)
+    }
+
     pub fn put(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         let response = self
             .agent

@@ -35,9 +35,15 @@ fn main() -> ExitCode {
             print!("{output}");
             ExitCode::SUCCESS
         }
-        Err(error) => {
-            eprintln!("Error: {error:#}");
-            ExitCode::from(2)
-        }
+        Err(error) => match error.downcast_ref::<commands::Refused>() {
+            Some(refused) => {
+                eprintln!("Error:\n{refused}");
+                ExitCode::from(commands::Refused::EXIT_CODE)
+            }
+            None => {
+                eprintln!("Error: {error:#}");
+                ExitCode::from(2)
+            }
+        },
     }
 }

@@ -44,6 +44,28 @@ fn ctl(url: &str, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// add_user of an existing user is refused as rabbitmqctl refuses it (user_already_exists, exit
+/// code 70), and the user keeps its password and tags.
+#[test]
+fn add_user_refuses_an_existing_user() {
+    let url = start_broker();
+    assert!(ctl(&url, &["add_user", "bob", "first"]).0);
+    assert!(ctl(&url, &["set_user_tags", "bob", "monitoring"]).0);
+    let output = Command::new(env!("CARGO_BIN_EXE_hourglass-ctl"))
+        .args(["--url", &url, "add_user", "bob", "second"])
+        .output()
+        .expect("run ctl");
+    assert_eq!(output.status.code(), Some(70));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("user_already_exists: bob"), "{err}");
+    let (_, out, _) = ctl(&url, &["list_users"]);
+    assert!(out.contains("bob\t[monitoring]\n"), "tags kept: {out}");
+    let (_, _, err) = ctl(&url, &["--user", "bob", "--password", "second", "list_queues"]);
+    assert!(err.contains("Login failed"), "the second password was not set: {err}");
+    let (_, _, err) = ctl(&url, &["--user", "bob", "--password", "first", "list_queues"]);
+    assert!(!err.contains("Login failed"), "the first password still works: {err}");
+}
+
 /// The rabbitmqctl verbs work end to end and print tab-separated rows.
 #[test]
 fn rabbitmqctl_verbs_against_a_running_broker() {

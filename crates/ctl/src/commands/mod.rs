@@ -6,6 +6,18 @@ use serde_json::{json, Value};
 
 use crate::client::{segment, Client};
 
+/// What rabbitmqctl refuses with exit code 70 (EX_SOFTWARE) and an error of its own name.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("user_already_exists: {0}")]
+    UserAlreadyExists(String),
+}
+
+impl Refused {
+    /// rabbitmqctl's exit code for these errors.
+    pub const EXIT_CODE: u8 = 70;
+}
+
 #[derive(Debug, Subcommand)]
 #[command(rename_all = "snake_case")]
 pub enum Command {
@@ -200,10 +212,12 @@ pub fn run(client: &Client, vhost: &str, command: Command) -> anyhow::Result<Str
             table(all, &[], &["user", "configure", "write", "read"])
         }
         Command::AddUser { username, password } => {
-            client.put(
-                &format!("/api/users/{}", segment(&username)),
-                &json!({"password": password, "tags": ""}),
-            )?;
+            // rabbitmqctl refuses to overwrite a user (its password and tags would be lost).
+            let path = format!("/api/users/{}", segment(&username));
+            if client.exists(&path)? {
+                return Err(Refused::UserAlreadyExists(username).into());
+            }
+            client.put(&path, &json!({"password": password, "tags": ""}))?;
             Ok(String::new())
         }
         Command::DeleteUser { username } => {
