@@ -1,9 +1,22 @@
-//! Server-generated names: `amq.gen-…` queues and `amq.ctag-…` consumer tags.
+//! Server-generated names (`amq.gen-…` queues, `amq.ctag-…` consumer tags), and the clean-up
+//! RabbitMQ applies to the names clients give.
 //!
 //! Randomness comes from a seed handed in by the driver (the core reads no OS entropy), stretched
 //! with SplitMix64; names only need to be unique and hard to guess, not cryptographic.
 
 use hourglass_wire::ShortStr;
+
+/// The name without carriage returns and line feeds, when it has any: rabbit_channel strips them
+/// from the exchange or queue name of exchange.declare/delete and queue.declare/delete, so a client
+/// that declared `"jobs\n"` finds it later as `"jobs"`.
+pub(crate) fn without_cr_lf(name: &ShortStr) -> Option<ShortStr> {
+    if !name.as_bytes().iter().any(|b| matches!(b, b'\r' | b'\n')) {
+        return None;
+    }
+    let kept: Vec<u8> = name.as_bytes().iter().copied().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
+    // Removing bytes never makes a short string longer than it was.
+    ShortStr::new(kept.into()).ok()
+}
 
 const URL_SAFE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -57,6 +70,13 @@ mod tests {
     use super::*;
 
     /// Generated names carry RabbitMQ's prefixes and do not repeat.
+    #[test]
+    fn carriage_returns_and_line_feeds_are_stripped() {
+        let name = ShortStr::try_from("jo\r\nbs\n").unwrap();
+        assert_eq!(without_cr_lf(&name).unwrap(), "jobs");
+        assert!(without_cr_lf(&ShortStr::try_from("jobs").unwrap()).is_none());
+    }
+
     #[test]
     fn names_have_prefix_and_differ() {
         let mut names = NameGenerator::new(7);

@@ -6,11 +6,12 @@ mod exchange;
 mod queue;
 mod tx;
 
-use hourglass_wire::Method;
+use hourglass_wire::{ExchangeDeclare, ExchangeDelete, Method, QueueDeclare, QueueDelete};
 
 use crate::api::{AmqpError, ChannelId, ConnectionId};
 use crate::broker::Broker;
 use crate::errors;
+use crate::naming::without_cr_lf;
 use crate::time::Timestamp;
 
 impl Broker {
@@ -34,15 +35,27 @@ impl Broker {
             Method::ChannelClose(_) => self.channel_close(conn, ch, now),
             Method::ChannelCloseOk(_) => Ok(()),
             Method::ChannelFlow(m) => self.channel_flow(conn, ch, m),
-            Method::ExchangeDeclare(m) => self.exchange_declare(conn, ch, m),
-            Method::ExchangeDelete(m) => self.exchange_delete(conn, ch, m),
+            Method::ExchangeDeclare(m) => match without_cr_lf(&m.exchange) {
+                Some(exchange) => self.exchange_declare(conn, ch, &ExchangeDeclare { exchange, ..m.clone() }),
+                None => self.exchange_declare(conn, ch, m),
+            },
+            Method::ExchangeDelete(m) => match without_cr_lf(&m.exchange) {
+                Some(exchange) => self.exchange_delete(conn, ch, &ExchangeDelete { exchange, ..m.clone() }),
+                None => self.exchange_delete(conn, ch, m),
+            },
             Method::ExchangeBind(m) => self.exchange_bind(conn, ch, m),
             Method::ExchangeUnbind(m) => self.exchange_unbind(conn, ch, m),
-            Method::QueueDeclare(m) => self.queue_declare(conn, ch, m, now),
+            Method::QueueDeclare(m) => match without_cr_lf(&m.queue) {
+                Some(queue) => self.queue_declare(conn, ch, &QueueDeclare { queue, ..m.clone() }, now),
+                None => self.queue_declare(conn, ch, m, now),
+            },
             Method::QueueBind(m) => self.queue_bind(conn, ch, m),
             Method::QueueUnbind(m) => self.queue_unbind(conn, ch, m),
             Method::QueuePurge(m) => self.queue_purge(conn, ch, m),
-            Method::QueueDelete(m) => self.queue_delete(conn, ch, m),
+            Method::QueueDelete(m) => match without_cr_lf(&m.queue) {
+                Some(queue) => self.queue_delete(conn, ch, &QueueDelete { queue, ..m.clone() }),
+                None => self.queue_delete(conn, ch, m),
+            },
             Method::BasicQos(m) => self.basic_qos(conn, ch, m, now),
             Method::BasicConsume(m) => self.basic_consume(conn, ch, m, now),
             Method::BasicCancel(m) => self.basic_cancel(conn, ch, m, now),
