@@ -358,8 +358,20 @@ fn unsupported(what: &str, value: &FieldValue) -> String {
 }
 
 /// Compares the arguments RabbitMQ holds equivalent on redeclare; names the first that differs.
+/// Integers compare by value whatever their AMQP type: a TTL declared as a short and redeclared as
+/// a long is the same TTL (the Java client's `PerQueueTTL#queueReDeclareSemanticEquivalence`).
 pub(crate) fn first_inequivalent(current: &FieldTable, received: &FieldTable) -> Option<&'static str> {
-    EQUIVALENCE_KEYS.iter().copied().find(|key| current.get(key) != received.get(key))
+    EQUIVALENCE_KEYS.iter().copied().find(|key| !equivalent(current.get(key), received.get(key)))
+}
+
+fn equivalent(current: Option<FieldValue>, received: Option<FieldValue>) -> bool {
+    match (&current, &received) {
+        (Some(a), Some(b)) => match (a.as_i64(), b.as_i64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => a == b,
+        },
+        _ => current == received,
+    }
 }
 
 #[cfg(test)]
@@ -387,6 +399,16 @@ mod tests {
         assert_eq!(first_inequivalent(&a, &b), None);
         let c = FieldTable::from_entries([("x-max-length", FieldValue::I32(2))]);
         assert_eq!(first_inequivalent(&a, &c), Some("x-max-length"));
+    }
+
+    /// The same TTL redeclared in another integer type is equivalent; another value is not.
+    #[test]
+    fn integer_arguments_are_equivalent_across_types() {
+        let short = FieldTable::from_entries([("x-message-ttl", FieldValue::I16(500))]);
+        let long = FieldTable::from_entries([("x-message-ttl", FieldValue::I64(500))]);
+        let other = FieldTable::from_entries([("x-message-ttl", FieldValue::U32(501))]);
+        assert_eq!(first_inequivalent(&short, &long), None);
+        assert_eq!(first_inequivalent(&short, &other), Some("x-message-ttl"));
     }
 
     /// Time arguments take any integer type (contract "Conventions").
