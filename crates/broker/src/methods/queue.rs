@@ -107,11 +107,13 @@ impl Broker {
         m: &QueueUnbind,
     ) -> Result<(), AmqpError> {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
-        // Unbinding what is not bound, a missing queue or exchange, or another connection's
-        // exclusive queue, all succeed as in RabbitMQ; only the default exchange is refused.
+        // Unbinding what is not bound, or a missing queue or exchange, succeeds as in RabbitMQ;
+        // the default exchange is refused, and another connection's exclusive queue is 405
+        // RESOURCE_LOCKED (the Java client's `QueueExclusivity#queueExclusiveForUnbind`).
         let queue_name = self.queue_name_or_last(conn, ch, &m.queue)?;
         self.check_binding_access(conn, &m.exchange, Resource::Queue, &queue_name)?;
         if let Ok(id) = self.lookup_queue(&vhost_name, &queue_name) {
+            self.check_exclusive_access(id, conn)?;
             let binding = Binding {
                 destination: Destination::Queue(id),
                 routing_key: m.routing_key.clone(),
