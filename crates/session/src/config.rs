@@ -38,13 +38,20 @@ pub struct SessionConfig {
     pub max_message_size: u64,
     /// `product` in connection.start's server-properties.
     pub product: String,
-    /// `version` in connection.start's server-properties.
+    /// `version` in connection.start's server-properties: the RabbitMQ version whose behaviour we
+    /// follow, since clients turn features on by it (the Java client checks for 3.10 and 4.0).
     pub version: String,
+    /// `hourglass_version` in connection.start's server-properties: our own version.
+    pub hourglass_version: String,
     /// `cluster_name` in connection.start's server-properties.
     pub cluster_name: String,
     /// Checks credentials (connection.start-ok) and vhost access (connection.open).
     pub authenticator: Arc<dyn Authenticator>,
 }
+
+/// The RabbitMQ release whose AMQP behaviour Hourglass follows (x-death layout, error texts,
+/// capabilities): 3.13, the last 3.x. Not 4.x: clients would then expect 4.0-only behaviour.
+pub const RABBITMQ_COMPATIBLE_VERSION: &str = "3.13.7";
 
 impl SessionConfig {
     /// RabbitMQ's defaults, with `authenticator` deciding who may log in.
@@ -55,7 +62,8 @@ impl SessionConfig {
             heartbeat_s: DEFAULT_HEARTBEAT_S,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             product: "Hourglass".to_owned(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
+            version: RABBITMQ_COMPATIBLE_VERSION.to_owned(),
+            hourglass_version: env!("CARGO_PKG_VERSION").to_owned(),
             cluster_name: "hourglass".to_owned(),
             authenticator,
         }
@@ -71,6 +79,7 @@ impl fmt::Debug for SessionConfig {
             .field("max_message_size", &self.max_message_size)
             .field("product", &self.product)
             .field("version", &self.version)
+            .field("hourglass_version", &self.hourglass_version)
             .field("cluster_name", &self.cluster_name)
             .finish_non_exhaustive()
     }

@@ -86,10 +86,16 @@ impl Connection {
         self.state = State::ExpectTuneOk;
     }
 
-    /// RabbitMQ's authentication_failure_close reply, sent to every client: the text names only
-    /// the mechanism; why the login failed goes to our log.
+    /// A refused login. A client that announced the `authentication_failure_close` capability gets
+    /// RabbitMQ's 403 connection.close, whose text names only the mechanism; any other client has
+    /// its socket closed without a word, as rabbit_reader does (older clients cannot read a close
+    /// before tune). Why the login failed goes to our log.
     fn refuse_login(&mut self, mechanism: Mechanism, username: &str, now: Timestamp) {
         warn!(conn = self.id.0, peer = %self.peer.addr, user = username, mechanism = mechanism.name(), "login refused");
+        if !announces(&self.client_properties, "authentication_failure_close") {
+            self.state = State::Closed;
+            return;
+        }
         let detail = format!(
             "Login was refused using authentication mechanism {}. For details see the broker logfile.",
             mechanism.name()
@@ -169,14 +175,18 @@ fn negotiate(field: &str, min: u32, ours: u32, theirs: u32) -> Result<(), String
 
 /// The client capabilities the broker acts on, from client-properties `capabilities`.
 fn client_capabilities(client_properties: &FieldTable) -> ClientCapabilities {
-    let Some(FieldValue::Table(capabilities)) = client_properties.get("capabilities") else {
-        return ClientCapabilities::default();
-    };
-    let flag = |key: &str| matches!(capabilities.get(key), Some(FieldValue::Bool(true)));
     ClientCapabilities {
-        consumer_cancel_notify: flag("consumer_cancel_notify"),
-        connection_blocked: flag("connection.blocked"),
+        consumer_cancel_notify: announces(client_properties, "consumer_cancel_notify"),
+        connection_blocked: announces(client_properties, "connection.blocked"),
     }
+}
+
+/// Whether client-properties `capabilities` has `key` set to true.
+fn announces(client_properties: &FieldTable, key: &str) -> bool {
+    let Some(FieldValue::Table(capabilities)) = client_properties.get("capabilities") else {
+        return false;
+    };
+    matches!(capabilities.get(key), Some(FieldValue::Bool(true)))
 }
 
 /// connection.start's server-properties, keys sorted as RabbitMQ sends them.
@@ -188,6 +198,7 @@ fn server_properties(config: &SessionConfig) -> FieldTable {
         ("capabilities", FieldValue::Table(capabilities)),
         ("cluster_name", text(&config.cluster_name)),
         ("copyright", text(COPYRIGHT)),
+        ("hourglass_version", text(&config.hourglass_version)),
         ("information", text(INFORMATION)),
         ("platform", text(PLATFORM)),
         ("product", text(&config.product)),

@@ -36,6 +36,10 @@ fn plain_handshake_opens_the_connection() {
     );
     assert!(caps.iter().all(|(_, v)| v == FieldValue::Bool(true)));
     assert_eq!(start.server_properties.get("platform"), Some(FieldValue::LongStr("Rust".into())));
+    // clients gate features on `version`: it names the RabbitMQ release we follow
+    assert_eq!(start.server_properties.get("version"), Some(FieldValue::LongStr("3.13.7".into())));
+    let ours = FieldValue::LongStr(env!("CARGO_PKG_VERSION").into());
+    assert_eq!(start.server_properties.get("hourglass_version"), Some(ours));
 
     c.send_method(0, start_ok("PLAIN", b"\0guest\0guest"));
     assert_eq!(
@@ -85,6 +89,21 @@ fn bad_password_is_refused_with_403() {
     assert_eq!(c.connection_close(), close_of(403, text, 0, 0));
     assert!(!c.conn.is_closed());
     c.send_method(0, ConnectionCloseOk {});
+    assert!(c.conn.is_closed() && !c.conn.opened());
+}
+
+/// A client that did not announce `authentication_failure_close` has its socket closed on a failed
+/// login, without a connection.close (rabbit_reader; the Java client's
+/// `SaslMechanisms#connectionCloseAuthFailure*`).
+#[test]
+fn bad_password_without_the_capability_closes_the_socket() {
+    let mut c = Client::local();
+    c.send_bytes(PROTOCOL_HEADER);
+    c.frames();
+    let start_ok =
+        ConnectionStartOk { client_properties: FieldTable::new(), ..start_ok("PLAIN", b"\0guest\0wrong") };
+    c.send_method(0, start_ok);
+    assert!(c.methods().is_empty(), "no connection.close is sent");
     assert!(c.conn.is_closed() && !c.conn.opened());
 }
 

@@ -164,6 +164,7 @@ fn start_ok(mechanism: &str, response: &[u8]) -> ConnectionStartOk {
     let capabilities = FieldTable::from_entries([
         ("connection.blocked", FieldValue::Bool(true)),
         ("consumer_cancel_notify", FieldValue::Bool(true)),
+        ("authentication_failure_close", FieldValue::Bool(true)),
     ]);
     ConnectionStartOk {
         client_properties: FieldTable::from_entries([("capabilities", FieldValue::Table(capabilities))]),
