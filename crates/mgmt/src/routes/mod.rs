@@ -25,6 +25,14 @@ use crate::error::ApiError;
 use crate::AppState;
 
 pub fn router(state: AppState) -> Router {
+    // The trailing slash is trimmed before routing, so `GET /api/connections/` is
+    // `GET /api/connections` (RabbitMQ's API accepts both; amqp091-go's tests use the former).
+    Router::new()
+        .fallback_service(api_router(state))
+        .layer(axum::middleware::map_request(trim_trailing_slash))
+}
+
+fn api_router(state: AppState) -> Router {
     Router::new()
         .merge(overview::routes())
         .merge(vhosts::routes())
@@ -40,6 +48,23 @@ pub fn router(state: AppState) -> Router {
         .fallback(get(|| async { ApiError::not_found() }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))
         .with_state(state)
+}
+
+/// `/api/connections/` → `/api/connections` (the query string kept).
+async fn trim_trailing_slash(mut request: axum::extract::Request) -> axum::extract::Request {
+    let uri = request.uri();
+    let path = uri.path();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = path.trim_end_matches('/');
+        let rebuilt = match uri.query() {
+            Some(query) => format!("{trimmed}?{query}"),
+            None => trimmed.to_owned(),
+        };
+        if let Ok(parsed) = rebuilt.parse() {
+            *request.uri_mut() = parsed;
+        }
+    }
+    request
 }
 
 /// 404 unless the vhost exists.
