@@ -11,6 +11,7 @@ use crate::api::{ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
 use crate::channel::{Channel, Unacked};
 use crate::message_stats::{DeliveryKind, MessageStats};
+use crate::persist::Persistence;
 use crate::queue::entry::Entry;
 use crate::queue::paging::MAX_READS_PER_DISPATCH;
 use crate::queue::visibility::DeliveryRef;
@@ -37,11 +38,16 @@ impl Broker {
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
                 let Some(entry) = queue.take_for_delivery(expect_ack) else { break };
                 let stats = &mut self.message_stats;
-                if let Some(msg_id) =
-                    deliver(queue, at, entry, &mut self.channels, &mut self.effects, stats, now)
-                {
-                    self.persist.settle(id, msg_id);
-                }
+                deliver(
+                    queue,
+                    at,
+                    entry,
+                    &mut self.channels,
+                    &mut self.effects,
+                    stats,
+                    &mut self.persist,
+                    now,
+                );
             }
         }
         self.drop_overflowing_head(id);
@@ -56,9 +62,7 @@ impl Broker {
         let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
         queue.mark_delivered(expect_ack);
         let stats = &mut self.message_stats;
-        if let Some(msg_id) = deliver(queue, at, entry, &mut self.channels, &mut self.effects, stats, now) {
-            self.persist.settle(id, msg_id);
-        }
+        deliver(queue, at, entry, &mut self.channels, &mut self.effects, stats, &mut self.persist, now);
         None
     }
 }
@@ -76,7 +80,8 @@ fn pick_consumer(queue: &mut Queue, channels: &IdMap<(ConnectionId, ChannelId), 
 
 /// Sends `entry` to consumer `at` of `queue` as basic.deliver, tracking it on the channel when it
 /// awaits an ack (and in the queue's visibility index when a timeout applies, contract §4).
-/// Returns the store id of a persisted message delivered without ack: it left the queue.
+/// Tells the store what the delivery means for a persisted message (`Persistence::handed_out`).
+#[allow(clippy::too_many_arguments)]
 fn deliver(
     queue: &mut Queue,
     at: usize,
@@ -84,14 +89,21 @@ fn deliver(
     channels: &mut IdMap<(ConnectionId, ChannelId), Channel>,
     effects: &mut VecDeque<Effect>,
     stats: &mut MessageStats,
+    persist: &mut Persistence,
     now: Timestamp,
-) -> Option<u64> {
+) {
     let queue_id = queue.id;
     let queue_timeout = queue.args.visibility_timeout_ms;
-    let Some(consumer) = queue.consumers.get_mut(at) else { return entry.persist_id() };
-    let Some(channel) = channels.get_mut(&(consumer.conn, consumer.channel)) else {
-        return entry.persist_id();
+    let consumer = queue.consumers.get_mut(at);
+    let channel = consumer.as_ref().and_then(|consumer| channels.get_mut(&(consumer.conn, consumer.channel)));
+    let (Some(consumer), Some(channel)) = (consumer, channel) else {
+        // Nobody to hand it to (a bug: pick_consumer just chose them): it leaves the queue.
+        if let Some(msg_id) = entry.persist_id() {
+            persist.settle(queue_id, msg_id);
+        }
+        return;
     };
+    persist.handed_out(queue_id, &entry, consumer.no_ack);
     let tag = channel.next_tag();
     let kind = DeliveryKind::of_consumer(consumer.no_ack);
     for counters in [&mut queue.counters.messages, &mut channel.stats, stats] {
@@ -108,7 +120,6 @@ fn deliver(
         exchange: message.exchange.clone(),
         routing_key: message.routing_key.clone(),
     });
-    let settled = if consumer.no_ack { entry.persist_id() } else { None };
     if !consumer.no_ack {
         consumer.unacked += 1;
         channel.track(Unacked {
@@ -128,5 +139,4 @@ fn deliver(
         method,
         content: Some(message),
     });
-    settled
 }

@@ -160,7 +160,8 @@ fn durable_declare_ok_waits_for_definitions() {
     assert!(sync(&mut tb, &mut model).is_empty());
 }
 
-/// ack settles; nack with requeue updates the delivery count; no-ack delivery settles at once.
+/// A first delivery marks the message delivered; ack settles; nack with requeue updates the
+/// delivery count; no-ack delivery settles at once.
 #[test]
 fn ack_settles_and_requeue_updates() {
     let (mut tb, c, mut model) = setup(FieldTable::new());
@@ -169,6 +170,7 @@ fn ack_settles_and_requeue_updates() {
     sync(&mut tb, &mut model);
     let d = deliveries(&consume(&mut tb, c, "q", "ctag", false));
     assert_eq!(d.len(), 2);
+    assert_eq!(kinds(&ops(&mut tb)), vec!["update", "update"], "first deliveries are marked");
     tb.call(c, BasicNack { delivery_tag: d[0].method.delivery_tag, multiple: false, requeue: true });
     let written = ops(&mut tb);
     assert_eq!(kinds(&written), vec!["update"]);
@@ -194,6 +196,7 @@ fn dead_letter_copy_is_written_before_the_source_is_settled() {
     tb.publish_with(c, "", "q", persistent(), b"1", false);
     sync(&mut tb, &mut model);
     tb.call(c, BasicGet { queue: short("q"), ..Default::default() });
+    assert_eq!(kinds(&ops(&mut tb)), vec!["update"], "the delivered mark");
     tb.call(c, BasicReject { delivery_tag: 1, requeue: false });
     let written = ops(&mut tb);
     assert_eq!(kinds(&written), vec!["enqueue", "settle"]);
@@ -216,8 +219,8 @@ fn delayed_message_is_written_once() {
 }
 
 /// Restoring from the written ops rebuilds definitions (same queue ids, bindings), ready messages
-/// in order with redelivered=true and their delivery counts, delayed ones still delayed, and
-/// nothing acked.
+/// in order with their delivery counts (redelivered=true only for the one delivered before),
+/// delayed ones still delayed, and nothing acked.
 #[test]
 fn restore_round_trip() {
     let (mut tb, c, mut model) = setup(FieldTable::new());
@@ -251,7 +254,8 @@ fn restore_round_trip() {
     let d = deliveries(&consume(&mut restored, rc, "q", "t", true));
     let bodies: Vec<&[u8]> = d.iter().map(|d| d.body()).collect();
     assert_eq!(bodies, vec![b"2".as_slice(), b"3".as_slice()]);
-    assert!(d.iter().all(|d| d.method.redelivered));
+    let redelivered: Vec<bool> = d.iter().map(|d| d.method.redelivered).collect();
+    assert_eq!(redelivered, [true, false], "only the message delivered before the restart");
     let count = d[0].message.properties().headers().and_then(|h| h.get("x-delivery-count"));
     assert_eq!(count.and_then(|v| v.as_i64()), Some(1), "delivery count kept");
     // A new publish after restore goes to the same queue through the restored binding.

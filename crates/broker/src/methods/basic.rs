@@ -273,9 +273,7 @@ impl Broker {
             self.send(conn, ch, BasicGetEmpty {});
             return Ok(());
         };
-        if m.no_ack {
-            self.persist_settle(id, entry.persist_id());
-        }
+        self.persist.handed_out(id, &entry, m.no_ack);
         let kind = DeliveryKind::of_get(m.no_ack);
         self.message_stats.delivered(kind, entry.redelivered);
         let queue = self.queues.get_mut(&id);

@@ -63,7 +63,8 @@ pub struct SequencedOp {
 }
 
 /// A message's queue bookkeeping as stored. Format version 2 (34 bytes):
-/// `version u8 = 2, flags u8 (bit 0: delivered before, bit 1: has been ready),
+/// `version u8 = 2, flags u8 (bit 0: delivered before, bit 1: has been ready, bit 2: deliveries
+/// are tracked, so bit 0 clear means never delivered),
 /// delivery_count u32, ready_at_ms u64, wait_until_ms u64 (0: not waiting), hot u64 (the
 /// message's packed persistence, priority and expiration, `message::Hot`), body_size u32`,
 /// little-endian. Version 1 (22 bytes, written before paging, ADR 0007) is the same without the
@@ -75,7 +76,10 @@ pub struct MessageMeta {
     /// A delay or a redelivery back-off: not ready before this time. 0 when not waiting.
     pub wait_until_ms: u64,
     pub delivery_count: u32,
+    /// Delivered before (and, with `deliveries_tracked`, only then).
     pub redelivered: bool,
+    /// Written by a broker that marks first deliveries: `redelivered` false means never delivered.
+    pub deliveries_tracked: bool,
     /// What a queue reads of the message without its body; `None` in version 1 metadata.
     pub facts: Option<MessageFacts>,
 }
@@ -95,6 +99,10 @@ const META_BYTES_1: usize = 22;
 const META_BYTES: usize = 34;
 const FLAG_REDELIVERED: u8 = 1;
 const FLAG_HAS_BEEN_READY: u8 = 2;
+/// Set by brokers that write a delivered mark at first delivery (`Persistence::handed_out`): then
+/// a clear FLAG_REDELIVERED means "never delivered". Without it (older data) any message that was
+/// ready may have been delivered.
+const FLAG_DELIVERIES_TRACKED: u8 = 4;
 
 impl MessageMeta {
     pub fn encode(&self) -> Bytes {
@@ -106,6 +114,9 @@ impl MessageMeta {
         }
         if self.ready_at_ms.is_some() {
             flags |= FLAG_HAS_BEEN_READY;
+        }
+        if self.deliveries_tracked {
+            flags |= FLAG_DELIVERIES_TRACKED;
         }
         out.put_u8(flags);
         out.put_u32_le(self.delivery_count);
@@ -137,6 +148,7 @@ impl MessageMeta {
             wait_until_ms,
             delivery_count,
             redelivered: flags & FLAG_REDELIVERED != 0,
+            deliveries_tracked: flags & FLAG_DELIVERIES_TRACKED != 0,
             facts,
         })
     }
@@ -147,6 +159,7 @@ impl MessageMeta {
             wait_until_ms: wait_until.map_or(0, Timestamp::as_millis),
             delivery_count: entry.delivery_count,
             redelivered: entry.redelivered,
+            deliveries_tracked: true,
             // Bodies are limited far below 4 GiB (frame and store limits); a larger one would
             // simply be read whole at restore.
             facts: u32::try_from(entry.body_size())
@@ -227,6 +240,21 @@ impl Persistence {
     /// `Settle` of message `msg_id` of queue `id` (for callers holding a queue borrow).
     pub fn settle(&mut self, id: QueueId, msg_id: u64) {
         self.push(StoreOp::Settle { queue: id.0, msg_id });
+    }
+
+    /// What the store learns when `entry` of queue `id` is handed to a client: a message taken
+    /// without ack left the queue (`Settle`); one delivered for the first time is marked delivered
+    /// (`Update`), so after a restart it comes back redelivered=true while a message never
+    /// delivered comes back redelivered=false, as RabbitMQ's queue index records deliveries. Call
+    /// before the entry moves on. Nothing for transient messages.
+    pub fn handed_out(&mut self, id: QueueId, entry: &Entry, no_ack: bool) {
+        let Some(msg_id) = entry.persist_id() else { return };
+        if no_ack {
+            self.settle(id, msg_id);
+        } else if !entry.redelivered {
+            let delivered = MessageMeta { redelivered: true, ..MessageMeta::of(entry, None) };
+            self.push(StoreOp::Update { queue: id.0, msg_id, metadata: delivered.encode() });
+        }
     }
 
     fn push(&mut self, op: StoreOp) {
@@ -333,6 +361,7 @@ mod tests {
             wait_until_ms: 9,
             delivery_count: 3,
             redelivered: true,
+            deliveries_tracked: true,
             facts,
         };
         assert_eq!(meta.encode().len(), META_BYTES);

@@ -1,9 +1,11 @@
 //! Rebuilding the broker from what the store kept (issue 6): definitions first (exchanges, queues
 //! under their old ids, bindings), then each durable queue's messages in enqueue order.
 //!
-//! - A ready message comes back with redelivered=true: deliveries are not written (that would
-//!   cost a write per delivery), so the store cannot tell a delivered message from one that was
-//!   not, and AMQP says redelivered=true means "may have been delivered before".
+//! - A message comes back with redelivered=true when it was delivered before: the first delivery
+//!   of a persistent message writes a delivered mark (`Persistence::handed_out`), as RabbitMQ's
+//!   queue index does, so one never delivered comes back with redelivered=false. Data written
+//!   before those marks existed cannot tell: any message that was ready comes back redelivered
+//!   (AMQP: redelivered=true means "may have been delivered before").
 //! - A delayed message keeps its due time; one never ready yet gets its TTL when it falls due.
 //! - TTL deadlines count from the stored ready time: a message that expired while the broker was
 //!   down is dead-lettered (or dropped) on restore, exactly as it would have been.
@@ -206,8 +208,8 @@ impl Broker {
         let ready_at = meta.ready_at_ms.map(Timestamp::from_millis).or(wait_until.is_none().then_some(now));
         let expires_at = ready_at.and_then(|at| queue.deadline_from(payload.hot().expiration_ms(), at));
         let mut entry = Entry::with_payload(0, payload, ready_at, expires_at, Some(stored.msg_id));
-        // Never ready means never delivered; otherwise it may have been (see the module doc).
-        entry.redelivered = ready_at.is_some();
+        // See the module doc: the delivered mark where it is written, else "was it ever ready".
+        entry.redelivered = if meta.deliveries_tracked { meta.redelivered } else { ready_at.is_some() };
         entry.delivery_count = meta.delivery_count;
         if wait_until.is_some() {
             report.delayed += 1;
