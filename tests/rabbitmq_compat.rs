@@ -1,0 +1,270 @@
+//! End to end: behaviours RabbitMQ's own clients and their test suites rely on, each seen to
+//! differ from RabbitMQ 3.10 before it was fixed (issue #13).
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use common::{connect, http, RunningBroker};
+use hourglass_wire::{
+    encode_method_frame, ConnectionStartOk, FieldTable as WireTable, FieldValue, Frame, FrameDecoder,
+    LongStr, Method, ShortStr, PROTOCOL_HEADER,
+};
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::BasicProperties;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const STEP: Duration = Duration::from_secs(10);
+
+fn table(entries: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut table = FieldTable::default();
+    for (key, value) in entries {
+        table.insert(ShortString::from(*key), value.clone());
+    }
+    table
+}
+
+/// A delayed exchange is listed and exported as `x-delayed-message` with its `x-delayed-type`
+/// argument (as RabbitMQ's plugin), and importing that export makes a delayed exchange again.
+#[tokio::test]
+async fn delayed_exchange_keeps_its_type_in_listings_and_definitions() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    let args = table(&[("x-delayed-type", AMQPValue::LongString("topic".into()))]);
+    channel
+        .exchange_declare(
+            "later".into(),
+            lapin::ExchangeKind::Custom("x-delayed-message".into()),
+            Default::default(),
+            args,
+        )
+        .await
+        .unwrap();
+    let (status, body) = http(&broker, "GET", "/api/exchanges/%2F/later", "").await;
+    assert_eq!(status, 200, "{body}");
+    let shown: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(shown["type"], "x-delayed-message");
+    assert_eq!(shown["arguments"]["x-delayed-type"], "topic");
+
+    let (_, export) = http(&broker, "GET", "/api/definitions", "").await;
+    let defs: serde_json::Value = serde_json::from_str(&export).unwrap();
+    let exported =
+        defs["exchanges"].as_array().unwrap().iter().find(|x| x["name"] == "later").unwrap().clone();
+    assert_eq!(exported["type"], "x-delayed-message");
+
+    let fresh = RunningBroker::start();
+    let import = serde_json::json!({"exchanges": [exported]}).to_string();
+    let (status, body) = http(&fresh, "POST", "/api/definitions", &import).await;
+    assert!(status < 300, "{status} {body}");
+    // The application's own redeclare is equivalent: the imported exchange is a delayed one.
+    let conn = connect(&fresh).await;
+    let channel = conn.create_channel().await.unwrap();
+    let args = table(&[("x-delayed-type", AMQPValue::LongString("topic".into()))]);
+    channel
+        .exchange_declare(
+            "later".into(),
+            lapin::ExchangeKind::Custom("x-delayed-message".into()),
+            Default::default(),
+            args,
+        )
+        .await
+        .expect("the imported exchange is x-delayed-message");
+}
+
+/// RabbitMQ strips `\r` and `\n` from the names given to exchange.declare and queue.declare, so the
+/// clean name finds them later (the Java client's `*LineFeed*StrippedFrom*Name` tests).
+#[tokio::test]
+async fn line_feeds_and_carriage_returns_are_stripped_from_declared_names() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel
+        .exchange_declare(
+            "ex\r\nchange".into(),
+            lapin::ExchangeKind::Fanout,
+            Default::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let declared =
+        channel.queue_declare("qu\neue\r".into(), Default::default(), Default::default()).await.unwrap();
+    assert_eq!(declared.name().as_str(), "queue");
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    channel
+        .queue_declare("queue".into(), passive, Default::default())
+        .await
+        .expect("found by the clean name");
+    let passive = ExchangeDeclareOptions { passive: true, ..Default::default() };
+    channel
+        .exchange_declare("exchange".into(), lapin::ExchangeKind::Fanout, passive, Default::default())
+        .await
+        .expect("found by the clean name");
+    channel
+        .queue_delete("queue\n".into(), Default::default())
+        .await
+        .expect("deleted by a name with a line feed");
+}
+
+/// `x-message-ttl` in any integer type is accepted, and a redeclare with the same value in another
+/// type is equivalent (`PerQueueTTL#multipleTTLTypes`, `#queueReDeclareSemanticEquivalence`); a
+/// different value still is not.
+#[tokio::test]
+async fn message_ttl_redeclared_in_another_integer_type_is_equivalent() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    let short = table(&[("x-message-ttl", AMQPValue::ShortInt(500))]);
+    channel.queue_declare("ttl".into(), Default::default(), short).await.unwrap();
+    for value in [AMQPValue::LongInt(500), AMQPValue::LongLongInt(500), AMQPValue::ShortShortUInt(244)] {
+        let equivalent = matches!(value, AMQPValue::LongInt(_) | AMQPValue::LongLongInt(_));
+        let result =
+            channel.queue_declare("ttl".into(), Default::default(), table(&[("x-message-ttl", value)])).await;
+        assert_eq!(result.is_ok(), equivalent, "{result:?}");
+        if !equivalent {
+            let error = result.unwrap_err().to_string();
+            assert!(error.contains("406") || error.contains("PRECONDITION_FAILED"), "{error}");
+        }
+    }
+}
+
+/// queue.unbind of another connection's exclusive queue is 405 RESOURCE_LOCKED
+/// (`QueueExclusivity#queueExclusiveForUnbind`).
+#[tokio::test]
+async fn unbinding_another_connections_exclusive_queue_is_resource_locked() {
+    let broker = RunningBroker::start();
+    let owner = connect(&broker).await;
+    let mine = owner.create_channel().await.unwrap();
+    let exclusive = QueueDeclareOptions { exclusive: true, ..Default::default() };
+    mine.queue_declare("private".into(), exclusive, Default::default()).await.unwrap();
+    mine.queue_bind(
+        "private".into(),
+        "amq.direct".into(),
+        "k".into(),
+        Default::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    let other = connect(&broker).await;
+    let theirs = other.create_channel().await.unwrap();
+    let error = theirs
+        .queue_unbind("private".into(), "amq.direct".into(), "k".into(), Default::default())
+        .await
+        .expect_err("another connection may not unbind an exclusive queue");
+    assert!(error.to_string().contains("RESOURCE_LOCKED"), "{error}");
+}
+
+/// The management API accepts a trailing slash on collection paths, as RabbitMQ's does.
+#[tokio::test]
+async fn api_paths_accept_a_trailing_slash() {
+    let broker = RunningBroker::start();
+    for path in ["/api/connections/", "/api/queues/", "/api/queues/%2F/", "/api/overview/"] {
+        let (status, body) = http(&broker, "GET", path, "").await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+}
+
+/// Reads frames from a raw socket until one method arrives (or the socket closes: None).
+async fn next_method(socket: &mut tokio::net::TcpStream, input: &mut BytesMut) -> Option<Method> {
+    let mut decoder = FrameDecoder::new(131_072);
+    loop {
+        if let Ok(Some(Frame::Method { method, .. })) = decoder.decode(input) {
+            return Some(method);
+        }
+        let mut chunk = [0u8; 4096];
+        let read = tokio::time::timeout(STEP, socket.read(&mut chunk)).await.expect("broker answers in time");
+        match read {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => input.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// connection.start says which RabbitMQ version we behave as (clients gate features on it) and
+/// gives our own version separately.
+#[tokio::test]
+async fn server_properties_name_the_rabbitmq_version_followed() {
+    let broker = RunningBroker::start();
+    let mut socket = tokio::net::TcpStream::connect(broker.amqp).await.unwrap();
+    socket.write_all(PROTOCOL_HEADER).await.unwrap();
+    let mut input = BytesMut::new();
+    let Some(Method::ConnectionStart(start)) = next_method(&mut socket, &mut input).await else {
+        panic!("no connection.start");
+    };
+    let text = |key: &str| match start.server_properties.get(key) {
+        Some(FieldValue::LongStr(value)) => value.as_str().into_owned(),
+        other => panic!("{key}: {other:?}"),
+    };
+    let version: Vec<u32> = text("version").split('.').map(|part| part.parse().unwrap()).collect();
+    assert!(version >= vec![3, 10, 0] && version < vec![4, 0, 0], "{version:?}");
+    assert_eq!(text("hourglass_version"), env!("CARGO_PKG_VERSION"));
+}
+
+/// A client that did not announce `authentication_failure_close` has its TCP connection dropped on
+/// a failed login, with no connection.close (`SaslMechanisms#connectionCloseAuthFailure*`).
+#[tokio::test]
+async fn failed_login_without_the_capability_drops_the_socket() {
+    let broker = RunningBroker::start();
+    let mut socket = tokio::net::TcpStream::connect(broker.amqp).await.unwrap();
+    socket.write_all(PROTOCOL_HEADER).await.unwrap();
+    let mut input = BytesMut::new();
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionStart(_))));
+    let start_ok = ConnectionStartOk {
+        client_properties: WireTable::new(),
+        mechanism: ShortStr::from_static("PLAIN"),
+        response: LongStr::from("\0guest\0wrong"),
+        locale: ShortStr::from_static("en_US"),
+    };
+    let mut out = BytesMut::new();
+    encode_method_frame(0, &start_ok.into(), &mut out);
+    socket.write_all(&out).await.unwrap();
+    assert_eq!(next_method(&mut socket, &mut input).await, None, "the socket is closed without a method");
+}
+
+/// A persistent message never delivered before a restart comes back with redelivered=false
+/// (`MessageRecovery#messageRecovery`); one delivered and not acked comes back redelivered.
+#[tokio::test]
+async fn undelivered_persistent_message_is_not_redelivered_after_a_restart() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    channel.queue_declare("kept".into(), durable, Default::default()).await.unwrap();
+    channel.confirm_select(Default::default()).await.unwrap();
+    let persistent = BasicProperties::default().with_delivery_mode(2);
+    for body in [b"first", b"never"] {
+        channel
+            .basic_publish("".into(), "kept".into(), Default::default(), body, persistent.clone())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let taken = channel.basic_get("kept".into(), BasicGetOptions { no_ack: false }).await.unwrap().unwrap();
+    assert_eq!(taken.delivery.data, b"first");
+    // The delivered mark is written like any store op, not fsynced on its own (as RabbitMQ's
+    // queue index): a confirmed publish after it makes sure it is on disk before the kill.
+    channel.queue_declare("barrier".into(), durable, Default::default()).await.unwrap();
+    channel
+        .basic_publish("".into(), "barrier".into(), Default::default(), b"b", persistent.clone())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let data_dir = broker.kill9();
+    let broker = RunningBroker::start_in(data_dir);
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    let mut seen = Vec::new();
+    while let Some(message) =
+        channel.basic_get("kept".into(), BasicGetOptions { no_ack: true }).await.unwrap()
+    {
+        seen.push((String::from_utf8(message.delivery.data.clone()).unwrap(), message.delivery.redelivered));
+    }
+    seen.sort();
+    assert_eq!(seen, [("first".to_owned(), true), ("never".to_owned(), false)]);
+}
