@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::BytesMut;
 use common::{connect, http, RunningBroker};
 use hourglass_wire::{
-    encode_method_frame, ConnectionStartOk, FieldTable as WireTable, FieldValue, Frame, FrameDecoder,
-    LongStr, Method, ShortStr, PROTOCOL_HEADER,
+    encode_method_frame, ChannelOpen, ConnectionOpen, ConnectionStartOk, ConnectionTuneOk,
+    FieldTable as WireTable, FieldValue, Frame, FrameDecoder, LongStr, Method, ShortStr, PROTOCOL_HEADER,
 };
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
@@ -267,4 +267,43 @@ async fn undelivered_persistent_message_is_not_redelivered_after_a_restart() {
     }
     seen.sort();
     assert_eq!(seen, [("first".to_owned(), true), ("never".to_owned(), false)]);
+}
+
+/// Sends methods as frames on a raw socket.
+async fn send(socket: &mut tokio::net::TcpStream, frames: &[(u16, Method)]) {
+    let mut out = BytesMut::new();
+    for (channel, method) in frames {
+        encode_method_frame(*channel, method, &mut out);
+    }
+    socket.write_all(&out).await.unwrap();
+}
+
+/// A content header frame where a method frame is due is 505 UNEXPECTED_FRAME, decided before its
+/// payload is parsed (`UnexpectedFrames#missingMethod`; a malformed payload used to win as 502).
+#[tokio::test]
+async fn content_header_where_a_method_is_due_is_unexpected_frame() {
+    let broker = RunningBroker::start();
+    let mut socket = tokio::net::TcpStream::connect(broker.amqp).await.unwrap();
+    socket.write_all(PROTOCOL_HEADER).await.unwrap();
+    let mut input = BytesMut::new();
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionStart(_))));
+    let start_ok = ConnectionStartOk {
+        client_properties: WireTable::new(),
+        mechanism: ShortStr::from_static("PLAIN"),
+        response: LongStr::from("\0guest\0guest"),
+        locale: ShortStr::from_static("en_US"),
+    };
+    send(&mut socket, &[(0, start_ok.into())]).await;
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionTune(_))));
+    let tune_ok = ConnectionTuneOk { channel_max: 16, frame_max: 131_072, heartbeat: 0 };
+    let open = ConnectionOpen { virtual_host: ShortStr::from_static("/") };
+    send(&mut socket, &[(0, tune_ok.into()), (0, open.into()), (1, ChannelOpen {}.into())]).await;
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionOpenOk(_))));
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ChannelOpenOk(_))));
+    // a header frame on channel 1 whose 2-octet payload is not even a header
+    socket.write_all(&[2, 0, 1, 0, 0, 0, 2, 0, 60, 0xCE]).await.unwrap();
+    let Some(Method::ConnectionClose(close)) = next_method(&mut socket, &mut input).await else {
+        panic!("no connection.close");
+    };
+    assert_eq!(close.reply_code, 505, "{:?}", close.reply_text);
 }

@@ -155,6 +155,19 @@ impl Channels {
         }
     }
 
+    /// RabbitMQ's 505 when a content header on `channel` is not due (no basic.publish before it,
+    /// or a body is due), decided before the header's payload is parsed; `None` when one is due
+    /// or the channel is closing (its frames are dropped).
+    pub(crate) fn unexpected_header(&self, channel: u16) -> Option<Fault> {
+        match self.states.get(&channel) {
+            None => Some(Assembly::Idle.unexpected_frame()),
+            Some(ChannelState::Opening(assembly) | ChannelState::Open(assembly)) => {
+                (!assembly.expects_header()).then(|| assembly.unexpected_frame())
+            }
+            Some(ChannelState::ClosingByClient | ChannelState::ClosingByServer) => None,
+        }
+    }
+
     /// A content body frame from the client on `channel`.
     pub(crate) fn on_body(&mut self, channel: u16, payload: Bytes) -> Inbound {
         match self.states.get_mut(&channel) {

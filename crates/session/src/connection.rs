@@ -158,6 +158,10 @@ impl Connection {
             }
         }
         while !self.discards_input() {
+            if let Some((channel, fault)) = self.unexpected_header(input) {
+                self.fail(channel, fault, now);
+                continue;
+            }
             let len_before = input.len();
             match self.decoder.decode(input) {
                 Ok(Some(frame)) => self.handle_frame(frame, now),
@@ -412,6 +416,18 @@ impl Connection {
             }
             _ => {}
         }
+    }
+
+    /// A content header where a method frame is due is 505 UNEXPECTED_FRAME whatever its payload
+    /// holds (the Java client's `UnexpectedFrames#missingMethod`): decided from the frame's first
+    /// octets, before the payload is decoded (which could otherwise fail first, as 502).
+    fn unexpected_header(&self, input: &[u8]) -> Option<(u16, Fault)> {
+        if self.state != State::Open {
+            return None;
+        }
+        // Channel 0 carries no content: the decoded frame gets its own 505 (`on_frame_open`).
+        let channel = hourglass_wire::peek_content_header_channel(input).filter(|&channel| channel != 0)?;
+        self.channels.unexpected_header(channel).map(|fault| (channel, fault))
     }
 
     fn handle_decode_error(&mut self, error: DecodeError, consumed: bool, now: Timestamp) {

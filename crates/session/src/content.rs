@@ -123,6 +123,11 @@ impl Assembly {
         Ok(Some(finish(publish, properties, body.into_bytes())))
     }
 
+    /// Whether a content header is the next frame due.
+    pub(crate) fn expects_header(&self) -> bool {
+        matches!(self, Assembly::ExpectHeader { .. })
+    }
+
     /// RabbitMQ's 505 for a frame this state does not expect: a header or body while idle, or
     /// anything but the header (body) while the header (body) is due.
     pub(crate) fn unexpected_frame(&self) -> Fault {

@@ -232,6 +232,16 @@ fn put_frame_header(out: &mut BytesMut, kind: u8, channel: u16, size: usize) {
     out.put_u32(u32::try_from(size).unwrap_or(u32::MAX));
 }
 
+/// The channel of the frame at the start of `buf` when it is a content header frame, read from its
+/// first three octets, so a receiver can decide whether one is expected at all before the header's
+/// payload arrives or is parsed (RabbitMQ answers an unexpected one with 505, whatever it holds).
+pub fn peek_content_header_channel(buf: &[u8]) -> Option<u16> {
+    match buf {
+        [FRAME_HEADER, high, low, ..] => Some(u16::from_be_bytes([*high, *low])),
+        _ => None,
+    }
+}
+
 /// Appends a method frame.
 pub fn encode_method_frame(channel: u16, method: &Method, out: &mut BytesMut) {
     put_frame_header(out, FRAME_METHOD, channel, method.encoded_len());

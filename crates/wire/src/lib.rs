@@ -21,8 +21,8 @@ pub use field_table::{
 };
 pub use frame::{
     decode_protocol_header, encode_body_frame, encode_content, encode_header_frame, encode_heartbeat_frame,
-    encode_method_frame, ContentHeader, Frame, FrameDecoder, ProtocolHeader, FRAME_END, FRAME_HEADER_SIZE,
-    FRAME_MIN_SIZE, FRAME_OVERHEAD, PROTOCOL_HEADER,
+    encode_method_frame, peek_content_header_channel, ContentHeader, Frame, FrameDecoder, ProtocolHeader,
+    FRAME_END, FRAME_HEADER_SIZE, FRAME_MIN_SIZE, FRAME_OVERHEAD, PROTOCOL_HEADER,
 };
 pub use method::*;
 pub use properties::{BasicProperties, EncodedProperties};

@@ -30,6 +30,20 @@ fn header_on_unopened_channel_is_505() {
     assert_eq!(c.connection_close(), close_of(505, text, 0, 0));
 }
 
+/// A content header where a method is due is 505 whatever its payload holds: one too short to be
+/// a header at all is not parsed first (and so not 502), as the Java client's
+/// `UnexpectedFrames#missingMethod` expects.
+#[test]
+fn malformed_header_where_a_method_is_due_is_505() {
+    let mut c = Client::local();
+    c.open(60);
+    c.open_channel(1);
+    // type 2 (header), channel 1, size 2, payload [0, 60], frame end
+    c.send_bytes(&[2, 0, 1, 0, 0, 0, 2, 0, 60, 0xCE]);
+    let text = "UNEXPECTED_FRAME - expected method frame, got non method frame instead";
+    assert_eq!(c.connection_close(), close_of(505, text, 0, 0));
+}
+
 /// Opening an open channel again is RabbitMQ's 504 "second 'channel.open' seen".
 #[test]
 fn second_channel_open_is_504() {
