@@ -346,7 +346,12 @@ fn arguments_nested_as_deep_as_accepted_survive_a_restore() {
     );
     tb.call(
         c,
-        QueueBind { queue: short("q"), exchange: short("x"), arguments: deepest.clone(), ..Default::default() },
+        QueueBind {
+            queue: short("q"),
+            exchange: short("x"),
+            arguments: deepest.clone(),
+            ..Default::default()
+        },
     );
     tb.publish_with(c, "", "q", persistent(), b"m", false);
     sync(&mut tb, &mut model);

@@ -1,6 +1,8 @@
 //! AMQP field tables and message properties as the management API's JSON shows them.
 
-use hourglass_wire::{BasicProperties, FieldArray, FieldTable, FieldValue, LongStr, ShortStr, MAX_NESTING_DEPTH};
+use hourglass_wire::{
+    BasicProperties, FieldArray, FieldTable, FieldValue, LongStr, ShortStr, MAX_NESTING_DEPTH,
+};
 use serde_json::{Map, Number, Value};
 
 /// A field table as a JSON object (wire order kept).

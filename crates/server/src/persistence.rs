@@ -22,9 +22,9 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use hourglass_broker::{
-    check_definitions, Broker, MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody,
-    StoredLocation, StoredMessage, Timestamp, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST,
-    ORPHANED_QUEUE_PREFIX,
+    check_definitions, Broker, MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp,
+    StoredBody, StoredLocation, StoredMessage, Timestamp, DEFINITIONS_SCHEMA_VERSION,
+    DEFINITIONS_SCHEMA_VERSION_OLDEST, ORPHANED_QUEUE_PREFIX,
 };
 use hourglass_store::snapshot::{read_snapshot, write_snapshot};
 use hourglass_store::{

@@ -224,7 +224,8 @@ fn recover(image: &MemImage, crash: Crash) -> Recovered {
     let mut tb = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
     tb.clock.advance(Duration::from_millis(1_000));
     let now = tb.clock.now();
-    restore_into(&mut tb.broker, &store, &storage, recovered, DamagedDefinitions::Refuse, now).expect("restores");
+    restore_into(&mut tb.broker, &store, &storage, recovered, DamagedDefinitions::Refuse, now)
+        .expect("restores");
     let chan = tb.channel();
     let q = get_all(&mut tb, chan, "q");
     let dlq = get_all(&mut tb, chan, "dlq");

@@ -276,7 +276,9 @@ fn table_bytes(table: &FieldTable) -> FieldValue {
 /// A client's table: its content in a byte array (schema 2), or a nested table (schema 1).
 fn nested(table: &FieldTable, key: &str) -> Result<FieldTable, String> {
     match field(table, key)? {
-        FieldValue::ByteArray(raw) => FieldTable::from_raw(raw).map_err(|e| format!("definitions: '{key}': {e}")),
+        FieldValue::ByteArray(raw) => {
+            FieldTable::from_raw(raw).map_err(|e| format!("definitions: '{key}': {e}"))
+        }
         FieldValue::Table(t) => Ok(t),
         _ => Err(format!("definitions: '{key}' is not a table")),
     }
