@@ -36,8 +36,9 @@ pub use broker::{Broker, BrokerConfig};
 pub use message::Message;
 pub use permissions::{Access, InvalidPattern, Permissions, Resource};
 pub use persist::{
-    MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody, StoredLocation,
-    StoredMessage, DEFINITIONS_SCHEMA_VERSION,
+    check_definitions, MessageSource, OrphanedQueue, RecordLocation, RestoreReport, SequencedOp, StoreOp,
+    StoredBody, StoredLocation, StoredMessage, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST,
+    ORPHANED_QUEUE_PREFIX, ORPHANED_VHOST,
 };
 pub use queue::PagingLimits;
 pub use redelivery::VisibilityError;

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hourglass_broker::{BrokerConfig, Effect, SequencedOp, StoreOp, StoredBody};
+use hourglass_broker::{BrokerConfig, Effect, OrphanedQueue, SequencedOp, StoreOp, StoredBody};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -284,15 +284,89 @@ fn message_expired_while_down_is_dead_lettered_on_restore() {
     assert_eq!(kinds(&ops(&mut restored)), vec!["enqueue", "settle"]);
 }
 
-/// Messages of a queue whose definition is gone are purged from the store on restore.
+/// Issue 12: messages whose queue definition is missing (the definitions file lost) are never
+/// purged: their queue comes back, under its old id, as `hourglass.orphaned.<id>` in `/`, and
+/// goes into the definitions, so it is still there at the next restore.
 #[test]
-fn messages_of_deleted_queues_are_purged_on_restore() {
+fn messages_of_a_queue_missing_from_the_definitions_are_kept_in_a_recreated_queue() {
     let (mut tb, c, mut model) = setup(FieldTable::new());
-    tb.publish_with(c, "", "q", persistent(), b"x", false);
+    for body in [b"1", b"2"] {
+        tb.publish_with(c, "", "q", persistent(), body, false);
+    }
     sync(&mut tb, &mut model);
+    let id = *model.0.queues.keys().next().expect("a stored queue");
     let mut restored = durable_broker();
     let now = restored.clock.now();
     let report = restored.broker.restore(None, model.0.queues.clone(), now).unwrap();
-    assert_eq!(report.orphan_queues, 1);
-    assert_eq!(kinds(&ops(&mut restored)), vec!["purge"]);
+    let name = format!("hourglass.orphaned.{id}");
+    assert_eq!(
+        report.orphaned,
+        vec![OrphanedQueue { id, vhost: "/".into(), name: name.clone(), messages: 2 }]
+    );
+    assert_eq!(restored.broker.queue_stats("/", &name).unwrap().messages_ready, 2);
+    let written = ops(&mut restored);
+    assert_eq!(kinds(&written), vec!["definitions"], "nothing purged, the new queue written");
+
+    // The next restore, from the definitions just written, finds the queue and its messages.
+    let mut after = Model(StoredModel { queues: model.0.queues.clone(), ..Default::default() });
+    for op in &written {
+        after.apply(&op.op);
+    }
+    let mut again = durable_broker();
+    let now = again.clock.now();
+    let report = again.broker.restore(after.0.definitions.clone(), after.0.queues.clone(), now).unwrap();
+    assert!(report.orphaned.is_empty(), "{report:?}");
+    assert_eq!(again.broker.queue_stats("/", &name).unwrap().messages_ready, 2);
+    assert!(ops(&mut again).is_empty());
+}
+
+/// A table nested `depth` levels (the outermost is level 1) in one entry `x-deep`.
+fn nested_table(depth: usize) -> FieldTable {
+    let mut table = FieldTable::from_entries([("leaf", FieldValue::I64(1))]);
+    for _ in 1..depth {
+        table = FieldTable::from_entries([("x-deep", FieldValue::Table(table))]);
+    }
+    table
+}
+
+/// Issue 12: arguments as deep as a client may send them (the decoder's limit) on a durable
+/// queue, exchange and binding survive the definitions snapshot: the snapshot's own nesting does
+/// not count against the client's limit, so the restore finds all three, arguments intact.
+#[test]
+fn arguments_nested_as_deep_as_accepted_survive_a_restore() {
+    let deepest = nested_table(MAX_NESTING_DEPTH);
+    assert!(FieldTable::from_raw(deepest.raw().clone()).is_ok(), "the decoder accepts it");
+    assert!(FieldTable::from_raw(nested_table(MAX_NESTING_DEPTH + 1).raw().clone()).is_err());
+    let (mut tb, c, mut model) = setup(deepest.clone());
+    tb.call(
+        c,
+        ExchangeDeclare {
+            exchange: short("x"),
+            kind: short("headers"),
+            durable: true,
+            arguments: deepest.clone(),
+            ..Default::default()
+        },
+    );
+    tb.call(
+        c,
+        QueueBind {
+            queue: short("q"),
+            exchange: short("x"),
+            arguments: deepest.clone(),
+            ..Default::default()
+        },
+    );
+    tb.publish_with(c, "", "q", persistent(), b"m", false);
+    sync(&mut tb, &mut model);
+
+    let restored = model.restore(&tb, Duration::from_millis(1));
+    assert_eq!(restored.broker.queue_stats("/", "q").unwrap().messages_ready, 1);
+    let queue = restored.broker.list_queue_details().into_iter().find(|q| q.stats.name == "q").unwrap();
+    assert_eq!(queue.arguments, deepest);
+    let exchange = restored.broker.list_exchanges("/").into_iter().find(|x| x.name.as_bytes() == b"x");
+    assert_eq!(exchange.expect("exchange x").arguments, deepest);
+    let bindings = restored.broker.list_binding_details("/");
+    let binding = bindings.iter().find(|b| b.source == "x").expect("binding from x");
+    assert_eq!(binding.arguments, deepest);
 }

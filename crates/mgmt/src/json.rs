@@ -1,6 +1,8 @@
 //! AMQP field tables and message properties as the management API's JSON shows them.
 
-use hourglass_wire::{BasicProperties, FieldArray, FieldTable, FieldValue, LongStr, ShortStr};
+use hourglass_wire::{
+    BasicProperties, FieldArray, FieldTable, FieldValue, LongStr, ShortStr, MAX_NESTING_DEPTH,
+};
 use serde_json::{Map, Number, Value};
 
 /// A field table as a JSON object (wire order kept).
@@ -32,25 +34,51 @@ fn float(f: f64) -> Value {
     Number::from_f64(f).map_or(Value::Null, Value::Number)
 }
 
+/// Deepest nesting of JSON objects and arrays accepted as a field table (the outermost object is
+/// level 1): the AMQP decoder's limit, so that whatever the API accepts is something a client
+/// could have sent over AMQP, and decodes wherever the broker reads it back — the definitions
+/// snapshot at the next start, a stored message's headers (issue 12). RabbitMQ's API takes
+/// deeper tables; ours answers 400 naming the limit.
+pub const TABLE_DEPTH_MAX: usize = MAX_NESTING_DEPTH;
+
 /// A JSON object as a field table, typed as RabbitMQ's management plugin does: integers as
-/// long, other numbers as double, strings as longstr. Anything but an object (or null) is refused.
+/// long, other numbers as double, strings as longstr. Anything but an object (or null) is refused,
+/// and so is nesting deeper than [`TABLE_DEPTH_MAX`].
 pub fn json_to_table(value: &Value) -> Result<FieldTable, String> {
+    table_at(value, 1)
+}
+
+/// The table at nesting `level`.
+fn table_at(value: &Value, level: usize) -> Result<FieldTable, String> {
     match value {
         Value::Null => Ok(FieldTable::new()),
         Value::Object(map) => {
-            for key in map.keys() {
+            let mut entries = Vec::with_capacity(map.len());
+            for (key, value) in map {
                 if key.len() > 255 {
                     return Err(format!("argument name too long: {key}"));
                 }
+                entries.push((key.as_str(), value_at(value, level)?));
             }
-            Ok(FieldTable::from_entries(map.iter().map(|(k, v)| (k.as_str(), json_to_value(v)))))
+            Ok(FieldTable::from_entries(entries))
         }
         _ => Err("arguments must be a JSON object".to_owned()),
     }
 }
 
-fn json_to_value(value: &Value) -> FieldValue {
-    match value {
+/// A value inside a container at nesting `level`; a nested object or array sits one level deeper.
+fn value_at(value: &Value, level: usize) -> Result<FieldValue, String> {
+    let deeper = || {
+        if level >= TABLE_DEPTH_MAX {
+            Err(format!(
+                "field table nested deeper than {TABLE_DEPTH_MAX} levels (the AMQP 0-9-1 limit for \
+                 arguments and headers)"
+            ))
+        } else {
+            Ok(level + 1)
+        }
+    };
+    Ok(match value {
         Value::Null => FieldValue::Void,
         Value::Bool(b) => FieldValue::Bool(*b),
         Value::Number(n) => match n.as_i64() {
@@ -58,9 +86,13 @@ fn json_to_value(value: &Value) -> FieldValue {
             None => FieldValue::F64(n.as_f64().unwrap_or(0.0)),
         },
         Value::String(s) => FieldValue::LongStr(LongStr::from(s.as_str())),
-        Value::Array(items) => FieldValue::Array(FieldArray::from_values(items.iter().map(json_to_value))),
-        Value::Object(_) => FieldValue::Table(json_to_table(value).unwrap_or_default()),
-    }
+        Value::Array(items) => {
+            let level = deeper()?;
+            let values = items.iter().map(|v| value_at(v, level)).collect::<Result<Vec<_>, _>>()?;
+            FieldValue::Array(FieldArray::from_values(values))
+        }
+        Value::Object(_) => FieldValue::Table(table_at(value, deeper()?)?),
+    })
 }
 
 /// Message properties as RabbitMQ's `…/get` shows them: only the ones present.
@@ -136,7 +168,7 @@ pub fn json_to_properties(value: &Value) -> Result<BasicProperties, String> {
                 p.timestamp =
                     Some(v.as_u64().ok_or_else(|| "property timestamp must be an integer".to_owned())?)
             }
-            "headers" => p.headers = Some(json_to_table(v)?),
+            "headers" => p.headers = Some(json_to_table(v).map_err(|e| format!("property headers: {e}"))?),
             _ => return Err(format!("unknown property {key}")),
         }
     }
@@ -165,5 +197,31 @@ mod tests {
         assert_eq!(properties_to_json(&p), serde_json::json!({"delivery_mode": 2, "headers": {"a": 1}}));
         assert!(json_to_properties(&serde_json::json!({"delivery_mode": 300})).is_err());
         assert!(json_to_properties(&serde_json::json!({"bogus": 1})).is_err());
+    }
+
+    /// `depth` nested objects (the outermost is level 1), the innermost `{"leaf": 1}`; or the
+    /// innermost level an array.
+    fn nested(depth: usize, innermost_array: bool) -> serde_json::Value {
+        let mut value = if innermost_array { serde_json::json!([1]) } else { serde_json::json!({"leaf": 1}) };
+        for _ in 1..depth {
+            value = serde_json::json!({ "x-deep": value });
+        }
+        value
+    }
+
+    /// Issue 12: a table as deep as the AMQP decoder accepts converts, and the converted table
+    /// decodes; one level more (an object or an array) is refused naming the limit.
+    #[test]
+    fn tables_deeper_than_the_amqp_limit_are_refused() {
+        for innermost_array in [false, true] {
+            let table = json_to_table(&nested(TABLE_DEPTH_MAX, innermost_array)).unwrap();
+            assert!(FieldTable::from_raw(table.raw().clone()).is_ok());
+            let refused = json_to_table(&nested(TABLE_DEPTH_MAX + 1, innermost_array)).unwrap_err();
+            assert!(refused.contains("deeper than 32"), "{refused}");
+        }
+        let headers = serde_json::json!({"headers": nested(TABLE_DEPTH_MAX + 1, false)});
+        assert!(json_to_properties(&headers).unwrap_err().starts_with("property headers: "));
+        let long_key = "k".repeat(256);
+        assert!(json_to_table(&serde_json::json!({"a": {long_key: 1}})).is_err(), "nested keys checked too");
     }
 }

@@ -81,6 +81,12 @@ pub struct Cli {
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
+    /// One-shot recovery: when the data directory's definitions file is damaged or unreadable,
+    /// move it aside (`definitions.snap.damaged-<ms>`) and start without it; every stored message
+    /// is kept, in queues recreated as `hourglass.orphaned.<id>` (docs/security.md). Flag only,
+    /// never a file setting: it is an operator's decision for one start.
+    #[arg(long)]
+    pub set_aside_damaged_definitions: bool,
 }
 
 /// The same settings as they may appear in the TOML file.
@@ -148,6 +154,8 @@ pub struct Config {
     pub load_definitions: Option<PathBuf>,
     /// How much of each durable queue stays in memory (ADR 0007).
     pub paging: PagingLimits,
+    /// Start even if the definitions file does not read, moving it aside (`Cli` says more).
+    pub set_aside_damaged_definitions: bool,
 }
 
 impl Default for Config {
@@ -167,6 +175,8 @@ impl Default for Config {
             // for a queue of ordinary depth, and ten million queued messages need no more than
             // their compact index in memory.
             paging: PagingLimits::default(),
+            // A damaged definitions file stops the start: never guess on the operator's behalf.
+            set_aside_damaged_definitions: false,
         }
     }
 }
@@ -230,6 +240,7 @@ impl Config {
                 .unwrap_or(defaults.apsaramq_delay_header),
             load_definitions: cli.load_definitions.or(file.load_definitions),
             paging,
+            set_aside_damaged_definitions: cli.set_aside_damaged_definitions,
         })
     }
 }

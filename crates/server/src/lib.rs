@@ -59,10 +59,18 @@ impl Server {
         broker.set_paging_limits(config.paging);
         let data_dir = config.data_dir.clone();
         let loopback_users = config.loopback_users.clone();
+        let damaged = if config.set_aside_damaged_definitions {
+            persistence::DamagedDefinitions::SetAside
+        } else {
+            persistence::DamagedDefinitions::Refuse
+        };
         let (data, broker, users) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let mut data = persistence::DataDir::open(&data_dir)?;
-            persistence::recover(&mut data, &mut broker, clock.now())?;
-            let users = users_file::open(data.definitions.clone(), loopback_users, &mut broker, clock.now())?;
+            let report = persistence::recover(&mut data, &mut broker, damaged, clock.now())?;
+            // A vhost holding queues recreated for orphaned messages stays, whatever users.snap says.
+            let keep: Vec<String> = report.orphaned.iter().map(|o| o.vhost.clone()).collect();
+            let users =
+                users_file::open(data.definitions.clone(), loopback_users, &keep, &mut broker, clock.now())?;
             Ok((data, broker, Arc::new(users)))
         })
         .await

@@ -3,7 +3,10 @@
 //! - [`DataDir::open`] creates the directory, takes its lock file (one broker per directory),
 //!   opens the message log (`messages/`, recovering it) and reads the definitions snapshot.
 //! - [`recover`] hands both to `Broker::restore`: messages come back as store locations, read
-//!   when needed through a [`StoreSource`] (ADR 0007).
+//!   when needed through a [`StoreSource`] (ADR 0007). A definitions file that does not read
+//!   stops the start with one line naming it and the way out ([`DamagedDefinitions`]); a missing
+//!   one starts empty. Either way no stored message is dropped: the broker recreates the queues
+//!   its definitions lack (issue 12, docs/security.md).
 //! - [`spawn_store_thread`]: one plain thread owns the `Store`. It takes every batch of broker
 //!   ops waiting, appends them (a `Definitions` op replaces `definitions.snap`), commits once
 //!   (one fsync covers the whole batch: group commit, no timer), then reports the last op_seq
@@ -19,8 +22,9 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use hourglass_broker::{
-    Broker, MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody, StoredLocation,
-    StoredMessage, Timestamp,
+    check_definitions, Broker, MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp,
+    StoredBody, StoredLocation, StoredMessage, Timestamp, DEFINITIONS_SCHEMA_VERSION,
+    DEFINITIONS_SCHEMA_VERSION_OLDEST, ORPHANED_QUEUE_PREFIX,
 };
 use hourglass_store::snapshot::{read_snapshot, write_snapshot};
 use hourglass_store::{
@@ -41,8 +45,21 @@ const COMPACT_AFTER_SETTLES: u64 = 50_000;
 /// the records stay buffered and their confirms wait.
 const WRITE_RETRY: Duration = Duration::from_millis(500);
 
+/// What start-up does when the definitions file does not read (damaged, unsupported version,
+/// undecodable payload).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DamagedDefinitions {
+    /// Refuse to start, changing nothing (the default): the operator decides.
+    Refuse,
+    /// Move the file aside as `definitions.snap.damaged-<ms>` and start without it
+    /// (`--set-aside-damaged-definitions`); the stored messages are kept in recreated queues.
+    SetAside,
+}
+
 /// An open data directory: the lock, the message log and the definitions storage.
 pub struct DataDir {
+    /// Where it is (named in start-up errors).
+    pub dir: std::path::PathBuf,
     pub store: Store,
     pub definitions: Arc<dyn Storage>,
     /// Recovered at open; taken by [`recover`].
@@ -75,14 +92,27 @@ impl DataDir {
             queues = recovered.queues.len(),
             "message log recovered"
         );
-        Ok(DataDir { store, definitions: Arc::new(definitions), recovered: Some(recovered), _lock: lock })
+        Ok(DataDir {
+            dir: dir.to_owned(),
+            store,
+            definitions: Arc::new(definitions),
+            recovered: Some(recovered),
+            _lock: lock,
+        })
     }
 }
 
-/// Restores `broker` from the data directory: definitions, then every recovered message.
-pub fn recover(data: &mut DataDir, broker: &mut Broker, now: Timestamp) -> anyhow::Result<RestoreReport> {
+/// Restores `broker` from the data directory: definitions, then every recovered message. An error
+/// is one line naming the data directory.
+pub fn recover(
+    data: &mut DataDir,
+    broker: &mut Broker,
+    damaged: DamagedDefinitions,
+    now: Timestamp,
+) -> anyhow::Result<RestoreReport> {
     let recovered = data.recovered.take().unwrap_or_default();
-    restore_into(broker, &data.store, data.definitions.as_ref(), recovered, now)
+    restore_into(broker, &data.store, data.definitions.as_ref(), recovered, damaged, now)
+        .map_err(|e| anyhow::anyhow!("data dir {}: {e:#}", data.dir.display()))
 }
 
 /// The broker's [`MessageSource`]: reads records from the segment files with handles of its own
@@ -105,14 +135,10 @@ pub fn restore_into(
     store: &Store,
     definitions: &dyn Storage,
     recovered: Recovered,
+    damaged: DamagedDefinitions,
     now: Timestamp,
 ) -> anyhow::Result<RestoreReport> {
-    let snapshot = read_snapshot(definitions, DEFINITIONS_FILE).context("reading definitions")?;
-    let payload = match snapshot {
-        Some(s) if s.schema_version == hourglass_broker::DEFINITIONS_SCHEMA_VERSION => Some(s.payload),
-        Some(s) => anyhow::bail!("definitions schema version {} is not supported", s.schema_version),
-        None => None,
-    };
+    let payload = read_definitions(definitions, damaged, now)?;
     broker.set_message_source(Arc::new(StoreSource(store.reader())));
     let messages: BTreeMap<u64, Vec<StoredMessage>> = recovered
         .queues
@@ -132,6 +158,46 @@ pub fn restore_into(
     let report = broker.restore(payload, messages, now).map_err(|e| anyhow::anyhow!(e))?;
     tracing::info!(?report, "broker restored");
     Ok(report)
+}
+
+/// The definitions payload, checked to restore; `None` when there is none (a new data directory,
+/// a lost file, or a damaged one set aside as `damaged` allows).
+fn read_definitions(
+    storage: &dyn Storage,
+    damaged: DamagedDefinitions,
+    now: Timestamp,
+) -> anyhow::Result<Option<Bytes>> {
+    let readable = DEFINITIONS_SCHEMA_VERSION_OLDEST..=DEFINITIONS_SCHEMA_VERSION;
+    let problem = match read_snapshot(storage, DEFINITIONS_FILE) {
+        Ok(None) => return Ok(None),
+        Ok(Some(s)) if !readable.contains(&s.schema_version) => {
+            format!("schema version {} is not supported; this build reads {readable:?}", s.schema_version)
+        }
+        Ok(Some(s)) => match check_definitions(s.payload.clone()) {
+            Ok(()) => return Ok(Some(s.payload)),
+            Err(reason) => reason,
+        },
+        Err(error) => error.to_string(),
+    };
+    match damaged {
+        DamagedDefinitions::Refuse => anyhow::bail!(
+            "{DEFINITIONS_FILE} does not read ({problem}); refusing to start, nothing was changed. \
+             To start without it (the file is moved aside, every stored message is kept in a queue \
+             named {ORPHANED_QUEUE_PREFIX}<id>), start once with --set-aside-damaged-definitions"
+        ),
+        DamagedDefinitions::SetAside => {
+            let aside = format!("{DEFINITIONS_FILE}.damaged-{}", now.as_millis());
+            storage
+                .rename(DEFINITIONS_FILE, &aside)
+                .with_context(|| format!("moving {DEFINITIONS_FILE} aside to {aside}"))?;
+            tracing::error!(
+                %problem, moved_to = %aside,
+                "{DEFINITIONS_FILE} does not read: moved aside, starting without its definitions \
+                 (stored messages are kept in recreated queues)"
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// Why a batch could not be made durable.

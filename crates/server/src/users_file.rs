@@ -25,10 +25,13 @@ use hourglass_store::Storage;
 pub const USERS_FILE: &str = "users.snap";
 
 /// Loads (or creates) the user store kept in `storage`, brings `broker`'s vhosts in line with it,
-/// and makes every later change save to `storage`.
+/// and makes every later change save to `storage`. A vhost in `keep` (it holds queues recreated
+/// for orphaned messages, issue 12) is added to the file rather than deleted from the broker:
+/// deleting it would purge those messages.
 pub fn open(
     storage: Arc<dyn Storage>,
     loopback_users: Vec<String>,
+    keep: &[String],
     broker: &mut Broker,
     now: Timestamp,
 ) -> anyhow::Result<UserStore> {
@@ -42,13 +45,20 @@ pub fn open(
         Some(s) if s.schema_version == FILE_SCHEMA_VERSION => {
             let users = UserStore::from_file(&s.payload, loopback_users).context("reading users")?;
             let kept: Vec<String> = users.vhosts().into_iter().map(|v| v.name).collect();
+            let users = users.persist_with(saver);
             for name in broker.vhost_names() {
-                if !kept.contains(&name) {
+                if kept.contains(&name) {
+                    continue;
+                }
+                if keep.contains(&name) {
+                    tracing::error!(vhost = %name, "vhost not in {USERS_FILE} holds orphaned messages: kept");
+                    users.put_vhost(VhostRecord { name, ..VhostRecord::default() })?;
+                } else {
                     tracing::warn!(vhost = %name, "vhost not in {USERS_FILE}: deleting it");
                     broker.delete_vhost(&name, now);
                 }
             }
-            users.persist_with(saver)
+            users
         }
         Some(s) => anyhow::bail!("{USERS_FILE} schema version {} is not supported", s.schema_version),
         None => {
@@ -85,14 +95,14 @@ mod tests {
     #[test]
     fn changes_survive_a_restart() {
         let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
-        let users = open(storage.clone(), vec![], &mut broker(), Timestamp::ZERO).unwrap();
+        let users = open(storage.clone(), vec![], &[], &mut broker(), Timestamp::ZERO).unwrap();
         assert!(read_snapshot(storage.as_ref(), USERS_FILE).unwrap().is_some());
         users.put_user_with_password("bob", "pw", vec![]).unwrap();
         users.put_vhost(VhostRecord { name: "dev".into(), ..Default::default() }).unwrap();
         users.put_permission(Permission::full("bob", "dev")).unwrap();
         drop(users);
         let mut restarted = broker();
-        let users = open(storage, vec![], &mut restarted, Timestamp::ZERO).unwrap();
+        let users = open(storage, vec![], &[], &mut restarted, Timestamp::ZERO).unwrap();
         assert!(users.check_login("bob", "pw", false).is_some());
         assert_eq!(users.permission("dev", "bob"), Some(Permission::full("bob", "dev")));
         assert!(restarted.has_vhost("dev"));
@@ -102,12 +112,25 @@ mod tests {
     #[test]
     fn broker_vhosts_follow_the_file() {
         let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
-        drop(open(storage.clone(), vec![], &mut broker(), Timestamp::ZERO).unwrap());
+        drop(open(storage.clone(), vec![], &[], &mut broker(), Timestamp::ZERO).unwrap());
         let mut restarted = broker();
         restarted.add_vhost("stale");
-        open(storage, vec![], &mut restarted, Timestamp::ZERO).unwrap();
+        open(storage, vec![], &[], &mut restarted, Timestamp::ZERO).unwrap();
         assert!(!restarted.has_vhost("stale"));
         assert!(restarted.has_vhost("/"));
+    }
+
+    /// Issue 12: a vhost the file lacks but that holds queues recreated for orphaned messages is
+    /// added to the file, not deleted (that would purge the messages).
+    #[test]
+    fn a_vhost_holding_orphaned_messages_is_kept() {
+        let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+        drop(open(storage.clone(), vec![], &[], &mut broker(), Timestamp::ZERO).unwrap());
+        let mut restarted = broker();
+        restarted.add_vhost("orphans");
+        let users = open(storage, vec![], &["orphans".to_owned()], &mut restarted, Timestamp::ZERO).unwrap();
+        assert!(restarted.has_vhost("orphans"));
+        assert!(users.vhost("orphans").is_some());
     }
 
     /// Without a file (an older data directory), the broker's vhosts are adopted.
@@ -116,7 +139,7 @@ mod tests {
         let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
         let mut old = broker();
         old.add_vhost("legacy");
-        let users = open(storage, vec![], &mut old, Timestamp::ZERO).unwrap();
+        let users = open(storage, vec![], &[], &mut old, Timestamp::ZERO).unwrap();
         assert!(users.vhost("legacy").is_some());
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hourglass_broker::{BrokerConfig, Effect, SequencedOp};
-use hourglass_server::persistence::{apply_batch, restore_into};
+use hourglass_server::persistence::{apply_batch, restore_into, DamagedDefinitions};
 use hourglass_store::{Crash, MemImage, MemStorage, Store, StoreConfig};
 use hourglass_testkit::{methods, short, Chan, TestBroker};
 use hourglass_wire::*;
@@ -224,7 +224,8 @@ fn recover(image: &MemImage, crash: Crash) -> Recovered {
     let mut tb = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
     tb.clock.advance(Duration::from_millis(1_000));
     let now = tb.clock.now();
-    restore_into(&mut tb.broker, &store, &storage, recovered, now).expect("restores");
+    restore_into(&mut tb.broker, &store, &storage, recovered, DamagedDefinitions::Refuse, now)
+        .expect("restores");
     let chan = tb.channel();
     let q = get_all(&mut tb, chan, "q");
     let dlq = get_all(&mut tb, chan, "dlq");

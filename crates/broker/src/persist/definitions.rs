@@ -2,19 +2,23 @@
 //! vhosts, durable exchanges (not the built-in ones), durable non-exclusive queues with their ids
 //! and arguments, and bindings whose both ends are durable.
 //!
-//! Encoded as an AMQP field table (the wire crate's codec, no new dependency), schema version 1:
+//! Encoded as an AMQP field table (the wire crate's codec, no new dependency), schema version 2:
 //! ```text
 //! { next_queue_id: l,
 //!   vhosts: A[ { name: S,
 //!                exchanges: A[ { name: S, type: S, delayed: t, auto_delete: t, internal: t,
-//!                                arguments: F } ],
-//!                queues:    A[ { name: S, id: l, auto_delete: t, arguments: F } ],
+//!                                arguments: x } ],
+//!                queues:    A[ { name: S, id: l, auto_delete: t, arguments: x } ],
 //!                bindings:  A[ { source: S, destination_kind: S ("queue" | "exchange"),
-//!                                destination: S, routing_key: S, arguments: F } ],
+//!                                destination: S, routing_key: S, arguments: x } ],
 //!                policies, operator_policies:
-//!                           A[ { name: S, pattern: S, apply_to: S, priority: l, definition: F } ] } ] }
+//!                           A[ { name: S, pattern: S, apply_to: S, priority: l, definition: x } ] } ] }
 //! ```
-//! The two policy lists came later within version 1: a snapshot without them has no policies.
+//! `x` is a byte array holding a field table's content, decoded on its own (issue 12): a client's
+//! table is accepted up to [`hourglass_wire::MAX_NESTING_DEPTH`] levels, and the five levels of this wrapper must
+//! not count against it, or a table accepted at declare would make the snapshot unreadable and
+//! the next start fail. Schema 1 (read, never written) had `F` tables in those places; the two
+//! policy lists came later within version 1: a snapshot without them has no policies.
 
 use bytes::Bytes;
 use hourglass_wire::{FieldArray, FieldTable, FieldValue, LongStr, ShortStr};
@@ -25,8 +29,12 @@ use crate::policy::{PolicyKind, PolicySpec};
 use crate::queue::{Queue, QueueId};
 use crate::vhost::VHost;
 
-/// The snapshot's schema version for this payload (the store's header carries it).
-pub const DEFINITIONS_SCHEMA_VERSION: u32 = 1;
+/// The snapshot's schema version for this payload (the store's header carries it): 2 since client
+/// tables are kept as byte arrays (issue 12). An older build refuses it by this number rather
+/// than by a confusing decode error.
+pub const DEFINITIONS_SCHEMA_VERSION: u32 = 2;
+/// The oldest schema version still read (1: tables nested in the payload).
+pub const DEFINITIONS_SCHEMA_VERSION_OLDEST: u32 = 1;
 
 /// Definitions as decoded, before they are applied.
 #[derive(Debug, Default)]
@@ -101,7 +109,7 @@ impl Broker {
                     ("destination_kind", FieldValue::LongStr(LongStr::from(kind))),
                     ("destination", text(&destination)),
                     ("routing_key", text(&binding.routing_key)),
-                    ("arguments", FieldValue::Table(binding.arguments.clone())),
+                    ("arguments", table_bytes(&binding.arguments)),
                 ])));
             }
         }
@@ -112,7 +120,7 @@ impl Broker {
                 ("delayed", FieldValue::Bool(spec.delayed)),
                 ("auto_delete", FieldValue::Bool(spec.auto_delete)),
                 ("internal", FieldValue::Bool(spec.internal)),
-                ("arguments", FieldValue::Table(spec.arguments.clone())),
+                ("arguments", table_bytes(&spec.arguments)),
             ]))
         });
         let queues = queues.into_iter().map(|queue| {
@@ -120,7 +128,7 @@ impl Broker {
                 ("name", text(queue.name())),
                 ("id", FieldValue::I64(queue.id.0 as i64)),
                 ("auto_delete", FieldValue::Bool(queue.spec.auto_delete)),
-                ("arguments", FieldValue::Table(queue.spec.arguments.clone())),
+                ("arguments", table_bytes(&queue.spec.arguments)),
             ]))
         });
         let policies = |kind| {
@@ -144,7 +152,7 @@ fn encode_policy(spec: &PolicySpec) -> FieldValue {
         ("pattern", FieldValue::LongStr(LongStr::from(spec.pattern.as_str()))),
         ("apply_to", FieldValue::LongStr(LongStr::from(spec.apply_to.as_str()))),
         ("priority", FieldValue::I64(spec.priority)),
-        ("definition", FieldValue::Table(spec.definition.clone())),
+        ("definition", table_bytes(&spec.definition)),
     ]))
 }
 
@@ -171,6 +179,12 @@ fn decode_policies(
             ))
         })
         .collect()
+}
+
+/// Whether a snapshot payload would restore: `Err` names what does not decode. Lets the driver
+/// refuse to start (or set the file aside, when told to) before anything is restored.
+pub fn check_definitions(payload: Bytes) -> Result<(), String> {
+    decode_definitions(payload).map(|_| ())
 }
 
 /// Decodes [`Broker::encode_definitions`]'s payload; the error names what is wrong.
@@ -254,8 +268,17 @@ fn long(table: &FieldTable, key: &str) -> Result<String, String> {
     String::from_utf8(bytes.to_vec()).map_err(|_| format!("definitions: '{key}' is not UTF-8"))
 }
 
+/// A client's table, kept as its encoded content so that it decodes on its own (module doc).
+fn table_bytes(table: &FieldTable) -> FieldValue {
+    FieldValue::ByteArray(table.raw().clone())
+}
+
+/// A client's table: its content in a byte array (schema 2), or a nested table (schema 1).
 fn nested(table: &FieldTable, key: &str) -> Result<FieldTable, String> {
     match field(table, key)? {
+        FieldValue::ByteArray(raw) => {
+            FieldTable::from_raw(raw).map_err(|e| format!("definitions: '{key}': {e}"))
+        }
         FieldValue::Table(t) => Ok(t),
         _ => Err(format!("definitions: '{key}' is not a table")),
     }
@@ -272,4 +295,44 @@ fn tables(table: &FieldTable, key: &str) -> Result<Vec<FieldTable>, String> {
             _ => Err(format!("definitions: '{key}' holds a non-table")),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A schema 1 snapshot (client tables nested as `F`, as written before issue 12) still reads,
+    /// and a damaged byte-array table is reported, never taken as empty.
+    #[test]
+    fn schema_1_tables_still_read_and_a_bad_table_is_reported() {
+        let args = FieldTable::from_entries([("x-max-length", FieldValue::I64(5))]);
+        let queue = |arguments: FieldValue| {
+            FieldValue::Table(FieldTable::from_entries([
+                ("name", FieldValue::LongStr(LongStr::from("q"))),
+                ("id", FieldValue::I64(3)),
+                ("auto_delete", FieldValue::Bool(false)),
+                ("arguments", arguments),
+            ]))
+        };
+        let payload = |arguments: FieldValue| {
+            let vhost = FieldTable::from_entries([
+                ("name", FieldValue::LongStr(LongStr::from("/"))),
+                ("exchanges", FieldValue::Array(FieldArray::new())),
+                ("queues", FieldValue::Array(FieldArray::from_values([queue(arguments)]))),
+                ("bindings", FieldValue::Array(FieldArray::new())),
+            ]);
+            let vhosts = FieldArray::from_values([FieldValue::Table(vhost)]);
+            let top = FieldTable::from_entries([
+                ("next_queue_id", FieldValue::I64(4)),
+                ("vhosts", FieldValue::Array(vhosts)),
+            ]);
+            top.raw().clone()
+        };
+        let decoded = decode_definitions(payload(FieldValue::Table(args.clone()))).unwrap();
+        assert_eq!(decoded.vhosts[0].queues[0].3, args);
+        let decoded = decode_definitions(payload(table_bytes(&args))).unwrap();
+        assert_eq!(decoded.vhosts[0].queues[0].3, args);
+        let damaged = FieldValue::ByteArray(Bytes::from_static(&[3, b'a', b'b']));
+        assert!(decode_definitions(payload(damaged)).unwrap_err().contains("'arguments'"));
+    }
 }

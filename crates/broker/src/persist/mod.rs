@@ -32,10 +32,12 @@ use crate::queue::entry::Entry;
 use crate::queue::QueueId;
 use crate::time::Timestamp;
 
-pub use definitions::DEFINITIONS_SCHEMA_VERSION;
+pub use definitions::{check_definitions, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST};
 pub(crate) use hold::holds_replies;
 pub use page_out::StoredLocation;
-pub use restore::{RestoreReport, StoredBody, StoredMessage};
+pub use restore::{
+    OrphanedQueue, RestoreReport, StoredBody, StoredMessage, ORPHANED_QUEUE_PREFIX, ORPHANED_VHOST,
+};
 pub use source::{MessageSource, RecordLocation};
 
 /// One thing for the store to write. Queue ids and message ids are the broker's.

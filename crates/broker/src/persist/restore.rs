@@ -10,15 +10,23 @@
 //! - TTL deadlines count from the stored ready time: a message that expired while the broker was
 //!   down is dead-lettered (or dropped) on restore, exactly as it would have been.
 //! - Delivery counts are kept (contract §5).
-//! - Messages of queues the definitions no longer hold are purged from the store.
+//! - Messages whose queue the definitions do not hold (the definitions file was lost, set aside
+//!   as damaged, or the queue's stored arguments are no longer valid) are never purged (issue 12):
+//!   their queue comes back under its old id, so the messages are reachable and putting back a
+//!   backup of the definitions later puts them back in their own queue. It is named
+//!   `hourglass.orphaned.<id>` in vhost `/` (its name and vhost when the definitions knew them),
+//!   has no arguments, and is logged at ERROR with its message count. One cost: the messages of
+//!   a queue deleted just before a crash (its purge not yet synced, the new definitions already
+//!   written; the delete-ok not yet sent) come back in such a queue — at-least-once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use hourglass_wire::{FieldTable, ShortStr};
 
 use super::definitions::{decode_definitions, Definitions};
-use super::{decode_record, MessageMeta, RecordLocation, StoreOp};
+use super::{decode_record, MessageMeta, RecordLocation};
 use crate::broker::Broker;
 use crate::exchange::{Binding, Destination, Exchange};
 use crate::message::Hot;
@@ -58,8 +66,8 @@ pub struct RestoreReport {
     pub ready: usize,
     /// Messages put back waiting for a delay or back-off.
     pub delayed: usize,
-    /// Queues whose messages were purged because their definition is gone.
-    pub orphan_queues: usize,
+    /// Queues recreated to keep messages whose queue definition is missing (module doc).
+    pub orphaned: Vec<OrphanedQueue>,
     /// Messages whose stored bytes did not decode (settled, logged).
     pub undecodable: usize,
     /// Queue definitions refused (arguments no longer valid), logged.
@@ -68,11 +76,27 @@ pub struct RestoreReport {
     pub policies: usize,
 }
 
+/// The vhost a queue recreated for orphaned messages goes to when its own is unknown.
+pub const ORPHANED_VHOST: &str = "/";
+/// The name of a queue recreated for orphaned messages is this prefix and the queue's id.
+pub const ORPHANED_QUEUE_PREFIX: &str = "hourglass.orphaned.";
+
+/// A queue recreated at restore to keep messages whose queue definition was missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrphanedQueue {
+    /// The queue's id in the store (kept, so restored definitions find the messages again).
+    pub id: u64,
+    pub vhost: String,
+    pub name: String,
+    pub messages: usize,
+}
+
 impl Broker {
     /// Rebuilds definitions (`definitions`: the snapshot payload, if any) and the messages of
     /// each durable queue (`messages`: per queue id, in enqueue order), at `now`. Call once, on a
-    /// new broker, before any connection. Ops it needs written (purges of orphaned queues,
-    /// settles of expired messages) come out of `poll_store_op` as usual.
+    /// new broker, before any connection. Ops it needs written (the definitions of queues
+    /// recreated for orphaned messages, settles of expired messages) come out of
+    /// `poll_store_op` as usual.
     pub fn restore(
         &mut self,
         definitions: Option<Bytes>,
@@ -85,8 +109,9 @@ impl Broker {
             None => Definitions::default(),
         };
         self.next_queue_id = self.next_queue_id.max(definitions.next_queue_id);
+        let mut refused = BTreeMap::new();
         for vhost in &definitions.vhosts {
-            self.restore_vhost(vhost, now, &mut report);
+            self.restore_vhost(vhost, now, &mut report, &mut refused);
         }
         if let Some(max) = messages.keys().next_back() {
             self.next_queue_id = self.next_queue_id.max(max + 1);
@@ -94,10 +119,12 @@ impl Broker {
         let mut restored = Vec::new();
         for (queue, stored) in messages {
             let id = QueueId(queue);
-            if !self.queues.contains_key(&id) {
-                report.orphan_queues += 1;
-                self.persist.push(StoreOp::Purge { queue });
+            if stored.is_empty() {
                 continue;
+            }
+            if !self.queues.contains_key(&id) {
+                let orphaned = self.recreate_orphaned(id, refused.remove(&id), stored.len(), now);
+                report.orphaned.push(orphaned);
             }
             for message in stored {
                 self.persist.next_msg_id = self.persist.next_msg_id.max(message.msg_id + 1);
@@ -111,8 +138,62 @@ impl Broker {
             self.dispatch(id, now);
         }
         self.run_dead_letters(now);
+        if !report.orphaned.is_empty() {
+            self.definitions_changed();
+            self.flush_definitions();
+        }
         self.hold_after(mark, None);
         Ok(report)
+    }
+
+    /// Recreates queue `id` to keep its orphaned messages (module doc): under its own vhost and
+    /// name when the definitions knew them (`known`, its arguments refused) and they are free,
+    /// else as `hourglass.orphaned.<id>` in `/`.
+    fn recreate_orphaned(
+        &mut self,
+        id: QueueId,
+        known: Option<(String, ShortStr)>,
+        messages: usize,
+        now: Timestamp,
+    ) -> OrphanedQueue {
+        let is_free = |broker: &Broker, vhost: &str, name: &ShortStr| {
+            broker.vhosts.get(vhost).is_none_or(|v| !v.queues.contains_key(name))
+        };
+        let (vhost, name) = match known {
+            Some((vhost, name)) if is_free(self, &vhost, &name) => (vhost, name),
+            _ => {
+                let base = format!("{ORPHANED_QUEUE_PREFIX}{}", id.0);
+                // A user queue may hold the name already: add a suffix (bounded: a vhost holds
+                // finitely many queues, and the first free suffix is at most their count).
+                let taken = self.vhosts.get(ORPHANED_VHOST).map_or(0, |v| v.queues.len());
+                let name = (0..=taken)
+                    .map(|n| if n == 0 { base.clone() } else { format!("{base}.{n}") })
+                    .filter_map(|n| ShortStr::try_from(n).ok())
+                    .find(|n| is_free(self, ORPHANED_VHOST, n))
+                    .unwrap_or_default();
+                (ORPHANED_VHOST.to_owned(), name)
+            }
+        };
+        let spec = QueueSpec {
+            name: name.clone(),
+            durable: true,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments: FieldTable::new(),
+        };
+        let args = QueueArgs::default();
+        self.vhosts.entry(vhost.clone()).or_insert_with(VHost::new).queues.insert(name.clone(), id);
+        let queue = Queue::new(id, vhost.clone(), spec, args, self.pager.clone(), now);
+        self.queues.insert(id, queue);
+        self.apply_queue_policies(id, now);
+        let name = name.as_str().into_owned();
+        tracing::error!(
+            queue_id = id.0, %vhost, queue = %name, messages,
+            "the definitions do not hold this queue: its messages are kept in it (durable, no \
+             arguments). Consume or move them, or stop the broker, put back a backup of \
+             definitions.snap and start again to have them in their own queue"
+        );
+        OrphanedQueue { id: id.0, vhost, name, messages }
     }
 
     fn restore_vhost(
@@ -120,6 +201,7 @@ impl Broker {
         defs: &super::definitions::VHostDefinitions,
         now: Timestamp,
         report: &mut RestoreReport,
+        refused: &mut BTreeMap<QueueId, (String, ShortStr)>,
     ) {
         let vhost = self.vhosts.entry(defs.name.clone()).or_insert_with(VHost::new);
         // Policies first: queues and exchanges are matched against them as they come back.
@@ -142,6 +224,7 @@ impl Broker {
                 Err(error) => {
                     tracing::warn!(queue = %name, vhost = %defs.name, text = %error.reply_text, "stored queue refused");
                     report.refused_queues += 1;
+                    refused.insert(*id, (defs.name.clone(), name.clone()));
                     continue;
                 }
             };

@@ -199,6 +199,10 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
     }
     for u in items(body, "users")? {
         let name = required(u, "name")?.to_owned();
+        // No one could log in as "" and it cannot be named in a URL: RabbitMQ refuses it too.
+        if name.is_empty() {
+            return Err(ApiError::bad_request("user name must not be empty"));
+        }
         let password_hash = match (str_field(u, "password_hash")?, str_field(u, "password")?) {
             (Some(hash), _) => hash.to_owned(),
             (None, Some(password)) => state.users.hash_password(password),
