@@ -113,7 +113,9 @@ impl Server {
             memory_fraction: config.vm_memory_high_watermark,
             disk_free_limit: config.disk_free_limit.bytes(alarm::total_memory_bytes()),
         };
-        let alarm_task = tokio::spawn(alarm::monitor(limits, config.data_dir.clone(), alarm_tx));
+        let held = Arc::new(alarm::HeldContent::default());
+        let alarm_task =
+            tokio::spawn(alarm::monitor(limits, config.data_dir.clone(), held.clone(), alarm_tx));
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
             users,
@@ -170,6 +172,7 @@ impl Server {
                         clock,
                         shutdown: shutdown_rx.clone(),
                         resources: alarm_rx.clone(),
+                        held: held.clone(),
                     };
                     connections.spawn(connection::run(stream, cx));
                 }
