@@ -6,6 +6,7 @@ pub mod broker_task;
 pub mod clock;
 pub mod config;
 pub mod connection;
+pub mod failure_log;
 pub mod persistence;
 pub mod users_file;
 
