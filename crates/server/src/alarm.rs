@@ -43,17 +43,19 @@ pub struct HeldContent {
 }
 
 impl HeldContent {
-    /// One connection's holding went from `before` to `after` bytes; wakes the monitor when the
-    /// total passes a multiple of [`RECHECK_STEP_BYTES`] upwards.
-    pub fn update(&self, before: u64, after: u64) {
+    /// One connection's holding went from `before` to `after` bytes; wakes the monitor (and
+    /// returns true) when the total passes a multiple of [`RECHECK_STEP_BYTES`] upwards.
+    pub fn update(&self, before: u64, after: u64) -> bool {
         if after > before {
             let old = self.bytes.fetch_add(after - before, Ordering::AcqRel);
             if (old + (after - before)) / RECHECK_STEP_BYTES > old / RECHECK_STEP_BYTES {
                 self.grown.notify_one();
+                return true;
             }
         } else if before > after {
             self.bytes.fetch_sub(before - after, Ordering::AcqRel);
         }
+        false
     }
 
     /// The total now.
@@ -245,16 +247,16 @@ mod tests {
     #[tokio::test]
     async fn held_content_wakes_the_monitor_at_each_step() {
         let held = HeldContent::default();
-        held.update(0, RECHECK_STEP_BYTES - 1);
+        assert!(!held.update(0, RECHECK_STEP_BYTES - 1));
         assert!(!woken(&held).await);
-        held.update(0, 1);
+        assert!(held.update(0, 1));
         assert_eq!(held.bytes(), RECHECK_STEP_BYTES);
         assert!(woken(&held).await, "passed the first step");
-        held.update(RECHECK_STEP_BYTES - 1, 0);
-        held.update(1, 0);
+        assert!(!held.update(RECHECK_STEP_BYTES - 1, 0));
+        assert!(!held.update(1, 0));
         assert_eq!(held.bytes(), 0);
         assert!(!woken(&held).await, "shrinking wakes nobody");
-        held.update(0, 3 * RECHECK_STEP_BYTES);
+        assert!(held.update(0, 3 * RECHECK_STEP_BYTES));
         assert!(woken(&held).await);
     }
 

@@ -89,6 +89,11 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let mut alarm_live = true;
     let mut shutdown_live = true;
     loop {
+        if alarm_live && cx.resources.has_changed().unwrap_or(false) {
+            // Seen before the next read even when a busy socket keeps the select below from
+            // picking the change first (a load of the watch's version: cheap).
+            alarm = cx.resources.borrow_and_update().any_alarm();
+        }
         let blocked = alarm && (published || session.unfinished_content().messages > 0);
         if blocked != reading_blocked {
             reading_blocked = blocked;
@@ -146,8 +151,14 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
         }
         let held_now = session.unfinished_content().received_bytes;
         if held_now != held_bytes {
-            cx.held.update(held_bytes, held_now);
+            let stepped = cx.held.update(held_bytes, held_now);
             held_bytes = held_now;
+            if stepped {
+                // Let the woken monitor sample before this task reads on: a socket that always
+                // has data would otherwise keep the task running for a whole cooperative budget
+                // (~128 reads, 8 MiB) per turn.
+                tokio::task::yield_now().await;
+            }
         }
         while let Some(command) = session.poll_command() {
             published |= matches!(command, Command::Publish { .. });
@@ -186,7 +197,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
             break;
         }
     }
-    cx.held.update(held_bytes, 0);
+    let _ = cx.held.update(held_bytes, 0);
     let _ = cx.broker.send(BrokerInput::Command(Command::ConnectionClosed { conn: cx.id })).await;
     drop(out_tx);
     let _ = tokio::time::timeout(FINAL_FLUSH_TIMEOUT, writer_task).await;
