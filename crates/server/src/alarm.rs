@@ -6,9 +6,9 @@
 //!
 //! Unfinished messages count too: a connection in the middle of a message is not read while an
 //! alarm is up (RabbitMQ blocks a connection as soon as it publishes under an alarm), and the
-//! body bytes all connections hold for unfinished messages ([`HeldContent`]) wake the monitor
-//! each time they grow by [`RECHECK_STEP_BYTES`], so a flood of partial bodies cannot outrun the
-//! sampling. Close to a limit the monitor samples every [`FAST_CHECK_INTERVAL`].
+//! body bytes all connections hold for unfinished messages, and those they publish
+//! ([`InboundContent`]), wake the monitor each time they grow by [`RECHECK_STEP_BYTES`], so a flood
+//! of bodies, partial or not, cannot outrun the sampling. Close to a limit the monitor samples every [`FAST_CHECK_INTERVAL`].
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,38 +29,52 @@ pub const MEMORY_NEAR_FRACTION: f64 = 0.8;
 /// Free disk is near its limit under twice the limit, or under the limit plus this much: a
 /// writer at disk speed covers 256 MiB in well under a second.
 pub const DISK_NEAR_MARGIN_BYTES: u64 = 256 * 1024 * 1024;
-/// Growth of the unfinished-message bytes held by all connections that triggers a sample at
-/// once: small beside any watermark (RabbitMQ's minimum is tens of MiB), large enough that a
-/// normal large publish wakes the monitor rarely.
+/// Growth of the unfinished-message bytes held by all connections, or of the bytes they publish,
+/// that triggers a sample at once: small beside any watermark, large enough that even 1 GB/s of
+/// publishing costs ~125 samples a second (a few ms of CPU).
 pub const RECHECK_STEP_BYTES: u64 = 8 * 1024 * 1024;
 
-/// Body bytes all connections hold for messages not yet complete (the sum of each session's
-/// `unfinished_content().received_bytes`), shared by the connection tasks and the monitor.
+/// What clients push into the broker, shared by the connection tasks and the monitor: the body
+/// bytes all connections hold for messages not yet complete (the sum of each session's
+/// `unfinished_content().received_bytes`), and a running total of published body bytes (what
+/// makes queues grow). Either passing a multiple of [`RECHECK_STEP_BYTES`] upwards wakes the
+/// monitor, so memory is sampled as it is taken rather than a second later.
 #[derive(Debug, Default)]
-pub struct HeldContent {
-    bytes: AtomicU64,
+pub struct InboundContent {
+    held_bytes: AtomicU64,
+    published_bytes: AtomicU64,
     grown: Notify,
 }
 
-impl HeldContent {
-    /// One connection's holding went from `before` to `after` bytes; wakes the monitor (and
-    /// returns true) when the total passes a multiple of [`RECHECK_STEP_BYTES`] upwards.
-    pub fn update(&self, before: u64, after: u64) -> bool {
+impl InboundContent {
+    /// One connection's unfinished messages went from `before` to `after` bytes. True when the
+    /// monitor was woken (the caller should let it run).
+    pub fn update_held(&self, before: u64, after: u64) -> bool {
         if after > before {
-            let old = self.bytes.fetch_add(after - before, Ordering::AcqRel);
-            if (old + (after - before)) / RECHECK_STEP_BYTES > old / RECHECK_STEP_BYTES {
-                self.grown.notify_one();
-                return true;
-            }
-        } else if before > after {
-            self.bytes.fetch_sub(before - after, Ordering::AcqRel);
+            return self.grow(&self.held_bytes, after - before);
         }
+        self.held_bytes.fetch_sub(before - after, Ordering::AcqRel);
         false
     }
 
-    /// The total now.
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Acquire)
+    /// A connection handed the broker messages with `bytes` of bodies. True when the monitor
+    /// was woken.
+    pub fn add_published(&self, bytes: u64) -> bool {
+        self.grow(&self.published_bytes, bytes)
+    }
+
+    /// The bytes held for unfinished messages now.
+    pub fn held_bytes(&self) -> u64 {
+        self.held_bytes.load(Ordering::Acquire)
+    }
+
+    fn grow(&self, counter: &AtomicU64, bytes: u64) -> bool {
+        let old = counter.fetch_add(bytes, Ordering::AcqRel);
+        let stepped = old.wrapping_add(bytes) / RECHECK_STEP_BYTES > old / RECHECK_STEP_BYTES;
+        if stepped {
+            self.grown.notify_one();
+        }
+        stepped
     }
 }
 
@@ -129,12 +143,12 @@ pub fn evaluate(
 
 /// Samples memory and the data directory's disk until every receiver is gone, raising and
 /// clearing the alarms on `status` (receivers are woken only when an alarm changes; the figures
-/// are refreshed every sample). Samples every [`next_check`], and at once when `held` grows by a
-/// step.
+/// are refreshed every sample). Samples every [`next_check`], and at once when `inbound` grows
+/// by a step.
 pub async fn monitor(
     limits: Limits,
     data_dir: std::path::PathBuf,
-    held: std::sync::Arc<HeldContent>,
+    inbound: std::sync::Arc<InboundContent>,
     status: watch::Sender<ResourceStatus>,
 ) {
     let mem_limit = match total_memory_bytes() {
@@ -148,7 +162,7 @@ pub async fn monitor(
     loop {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = held.grown.notified() => {}
+            _ = inbound.grown.notified() => {}
         }
         let sample = evaluate(
             hourglass_mgmt::metrics::resident_memory_bytes(),
@@ -246,22 +260,33 @@ mod tests {
     /// passes a step upwards (not when it shrinks).
     #[tokio::test]
     async fn held_content_wakes_the_monitor_at_each_step() {
-        let held = HeldContent::default();
-        assert!(!held.update(0, RECHECK_STEP_BYTES - 1));
+        let held = InboundContent::default();
+        assert!(!held.update_held(0, RECHECK_STEP_BYTES - 1));
         assert!(!woken(&held).await);
-        assert!(held.update(0, 1));
-        assert_eq!(held.bytes(), RECHECK_STEP_BYTES);
+        assert!(held.update_held(0, 1));
+        assert_eq!(held.held_bytes(), RECHECK_STEP_BYTES);
         assert!(woken(&held).await, "passed the first step");
-        assert!(!held.update(RECHECK_STEP_BYTES - 1, 0));
-        assert!(!held.update(1, 0));
-        assert_eq!(held.bytes(), 0);
+        assert!(!held.update_held(RECHECK_STEP_BYTES - 1, 0));
+        assert!(!held.update_held(1, 0));
+        assert_eq!(held.held_bytes(), 0);
         assert!(!woken(&held).await, "shrinking wakes nobody");
-        assert!(held.update(0, 3 * RECHECK_STEP_BYTES));
+        assert!(held.update_held(0, 3 * RECHECK_STEP_BYTES));
         assert!(woken(&held).await);
     }
 
-    async fn woken(held: &HeldContent) -> bool {
-        tokio::time::timeout(Duration::from_millis(1), held.grown.notified()).await.is_ok()
+    /// Published bytes wake the monitor at each step of their running total.
+    #[tokio::test]
+    async fn published_content_wakes_the_monitor_at_each_step() {
+        let inbound = InboundContent::default();
+        let message = RECHECK_STEP_BYTES / 4;
+        let woke: Vec<bool> = (0..8).map(|_| inbound.add_published(message)).collect();
+        assert_eq!(woke, [false, false, false, true, false, false, false, true]);
+        assert!(woken(&inbound).await);
+        assert_eq!(inbound.held_bytes(), 0, "published bytes are not held");
+    }
+
+    async fn woken(inbound: &InboundContent) -> bool {
+        tokio::time::timeout(Duration::from_millis(1), inbound.grown.notified()).await.is_ok()
     }
 
     /// The data directory's file system reports free space (the disk alarm depends on it).

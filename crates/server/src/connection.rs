@@ -17,7 +17,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::alarm::HeldContent;
+use crate::alarm::InboundContent;
 use crate::broker_task::BrokerInput;
 use crate::clock::Clock;
 use hourglass_mgmt::resources::ResourceWatch;
@@ -56,7 +56,7 @@ pub struct ConnectionContext {
     /// The memory and disk alarms (crate::alarm).
     pub resources: ResourceWatch,
     /// Body bytes of unfinished messages, summed over connections (counted against the alarm).
-    pub held: Arc<HeldContent>,
+    pub inbound: Arc<InboundContent>,
 }
 
 pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
@@ -81,7 +81,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     // consumers keep sending acks). Its heartbeat monitor pauses meanwhile.
     let mut published = false;
     let mut reading_blocked = false;
-    // This connection's share of `cx.held`.
+    // This connection's share of `cx.inbound`.
     let mut held_bytes = 0u64;
     let mut alarm = cx.resources.borrow().any_alarm();
     // What the session was last told: it can pass connection.blocked on only once open.
@@ -151,7 +151,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
         }
         let held_now = session.unfinished_content().received_bytes;
         if held_now != held_bytes {
-            let stepped = cx.held.update(held_bytes, held_now);
+            let stepped = cx.inbound.update_held(held_bytes, held_now);
             held_bytes = held_now;
             if stepped {
                 // Let the woken monitor sample before this task reads on: a socket that always
@@ -160,11 +160,18 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
                 tokio::task::yield_now().await;
             }
         }
+        let mut published_bytes = 0u64;
         while let Some(command) = session.poll_command() {
-            published |= matches!(command, Command::Publish { .. });
+            if let Command::Publish { publish, .. } = &command {
+                published = true;
+                published_bytes += publish.body.len() as u64;
+            }
             if cx.broker.send(BrokerInput::Command(command)).await.is_err() {
                 break;
             }
+        }
+        if published_bytes > 0 && cx.inbound.add_published(published_bytes) {
+            tokio::task::yield_now().await; // as above: let the monitor sample
         }
         let mut output = session.take_output();
         if !output.is_empty() && gauge.queued.load(Ordering::Acquire) == 0 {
@@ -197,7 +204,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
             break;
         }
     }
-    let _ = cx.held.update(held_bytes, 0);
+    let _ = cx.inbound.update_held(held_bytes, 0);
     let _ = cx.broker.send(BrokerInput::Command(Command::ConnectionClosed { conn: cx.id })).await;
     drop(out_tx);
     let _ = tokio::time::timeout(FINAL_FLUSH_TIMEOUT, writer_task).await;

@@ -114,9 +114,9 @@ impl Server {
             memory_fraction: config.vm_memory_high_watermark,
             disk_free_limit: config.disk_free_limit.bytes(alarm::total_memory_bytes()),
         };
-        let held = Arc::new(alarm::HeldContent::default());
+        let inbound = Arc::new(alarm::InboundContent::default());
         let alarm_task =
-            tokio::spawn(alarm::monitor(limits, config.data_dir.clone(), held.clone(), alarm_tx));
+            tokio::spawn(alarm::monitor(limits, config.data_dir.clone(), inbound.clone(), alarm_tx));
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
             users,
@@ -173,7 +173,7 @@ impl Server {
                         clock,
                         shutdown: shutdown_rx.clone(),
                         resources: alarm_rx.clone(),
-                        held: held.clone(),
+                        inbound: inbound.clone(),
                     };
                     connections.spawn(connection::run(stream, cx));
                 }
