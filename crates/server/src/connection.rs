@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use hourglass_broker::{Command, ConnectionId, Effect};
+use hourglass_broker::{Command, ConnectionId};
 use hourglass_session::{Connection, PeerInfo, SessionConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::AsyncReadExt;
@@ -18,8 +18,11 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::alarm::InboundContent;
+
+mod alarm_gate;
 use crate::broker_task::BrokerInput;
 use crate::clock::Clock;
+use alarm_gate::AlarmGate;
 use hourglass_mgmt::resources::ResourceWatch;
 
 /// Read buffer growth step of a new connection: an idle connection keeps only this much.
@@ -55,7 +58,8 @@ pub struct ConnectionContext {
     pub shutdown: watch::Receiver<bool>,
     /// The memory and disk alarms (crate::alarm).
     pub resources: ResourceWatch,
-    /// Body bytes of unfinished messages, summed over connections (counted against the alarm).
+    /// Body bytes held for unfinished messages and published, summed over connections: their
+    /// growth makes the alarm monitor sample at once (crate::alarm).
     pub inbound: Arc<InboundContent>,
 }
 
@@ -76,29 +80,10 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let mut input = BytesMut::with_capacity(read_chunk);
     let mut reading = true;
     let mut paused = false;
-    // A connection that has published, or is in the middle of a message, is not read from while
-    // a resource alarm is up (RabbitMQ blocks a connection once it publishes under an alarm;
-    // consumers keep sending acks). Its heartbeat monitor pauses meanwhile.
-    let mut published = false;
-    let mut reading_blocked = false;
-    // This connection's share of `cx.inbound`.
-    let mut held_bytes = 0u64;
-    let mut alarm = cx.resources.borrow().any_alarm();
-    // What the session was last told: it can pass connection.blocked on only once open.
-    let mut told_blocked = false;
-    let mut alarm_live = true;
+    let mut gate = AlarmGate::new(cx.resources.clone(), cx.inbound.clone());
     let mut shutdown_live = true;
     loop {
-        if alarm_live && cx.resources.has_changed().unwrap_or(false) {
-            // Seen before the next read even when a busy socket keeps the select below from
-            // picking the change first (a load of the watch's version: cheap).
-            alarm = cx.resources.borrow_and_update().any_alarm();
-        }
-        let blocked = alarm && (published || session.unfinished_content().messages > 0);
-        if blocked != reading_blocked {
-            reading_blocked = blocked;
-            session.set_reading_blocked(blocked, cx.clock.now());
-        }
+        let reading_blocked = gate.reading_blocked(&mut session, cx.clock.now());
         let deadline = session.next_deadline().map(|d| cx.clock.instant_of(d));
         if input.capacity() - input.len() < read_chunk / 4 {
             input.reserve(read_chunk);
@@ -131,12 +116,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
             }
             _ = sleep_until(deadline) => session.handle_timeout(cx.clock.now()),
             _ = gauge.drained.notified(), if paused => {}
-            changed = cx.resources.changed(), if alarm_live => {
-                alarm_live = changed.is_ok();
-                if alarm_live {
-                    alarm = cx.resources.borrow().any_alarm();
-                }
-            }
+            _ = gate.changed(), if gate.live() => {}
             changed = cx.shutdown.changed(), if shutdown_live => {
                 shutdown_live = changed.is_ok();
                 if shutdown_live && *cx.shutdown.borrow() {
@@ -144,35 +124,14 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
                 }
             }
         }
-        if told_blocked != alarm && session.opened() {
-            told_blocked = alarm;
-            let reason = if alarm { cx.resources.borrow().blocked_reason() } else { None };
-            session.handle_effect(Effect::Blocked { conn: cx.id, reason }, cx.clock.now());
-        }
-        let held_now = session.unfinished_content().received_bytes;
-        if held_now != held_bytes {
-            let stepped = cx.inbound.update_held(held_bytes, held_now);
-            held_bytes = held_now;
-            if stepped {
-                // Let the woken monitor sample before this task reads on: a socket that always
-                // has data would otherwise keep the task running for a whole cooperative budget
-                // (~128 reads, 8 MiB) per turn.
-                tokio::task::yield_now().await;
-            }
-        }
-        let mut published_bytes = 0u64;
+        gate.after_session(&mut session, cx.id, cx.clock.now()).await;
         while let Some(command) = session.poll_command() {
-            if let Command::Publish { publish, .. } = &command {
-                published = true;
-                published_bytes += publish.body.len() as u64;
-            }
+            gate.on_command(&command);
             if cx.broker.send(BrokerInput::Command(command)).await.is_err() {
                 break;
             }
         }
-        if published_bytes > 0 && cx.inbound.add_published(published_bytes) {
-            tokio::task::yield_now().await; // as above: let the monitor sample
-        }
+        gate.after_commands().await;
         let mut output = session.take_output();
         if !output.is_empty() && gauge.queued.load(Ordering::Acquire) == 0 {
             // The writer task holds nothing, so writing here keeps the byte order.
@@ -204,7 +163,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
             break;
         }
     }
-    let _ = cx.inbound.update_held(held_bytes, 0);
+    gate.release();
     let _ = cx.broker.send(BrokerInput::Command(Command::ConnectionClosed { conn: cx.id })).await;
     drop(out_tx);
     let _ = tokio::time::timeout(FINAL_FLUSH_TIMEOUT, writer_task).await;
