@@ -100,6 +100,8 @@ fn a_blocked_publisher_is_not_dropped_for_missed_heartbeats() {
     publisher.send_frame(encode_heartbeat_frame);
     let count = publisher.declare_queue(1, "held");
     assert_eq!(count, 2, "both publishes went through once unblocked");
+    publisher.publish(1, "held", b"third");
+    assert_eq!(publisher.declare_queue(1, "held"), 3, "and it publishes on as before");
 }
 
 /// A publisher filling a queue as fast as loopback allows is stopped close to the watermark, not
