@@ -3,17 +3,95 @@
 //! directory's file system falls under the limit, every connection is told (connection.blocked,
 //! to clients that announced the capability) and connections that publish are no longer read
 //! from until the alarm clears. Consumers keep being read, so their acks can free memory.
+//!
+//! Unfinished messages count too: a connection in the middle of a message is not read while an
+//! alarm is up (RabbitMQ blocks a connection as soon as it publishes under an alarm), and the
+//! body bytes all connections hold for unfinished messages, and those they publish
+//! ([`InboundContent`]), wake the monitor each time they grow by [`RECHECK_STEP_BYTES`], so a flood
+//! of bodies, partial or not, cannot outrun the sampling. Close to a limit the monitor samples every [`FAST_CHECK_INTERVAL`].
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hourglass_mgmt::resources::ResourceStatus;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
-/// How often memory and disk are sampled: RabbitMQ's memory monitor checks every 2.5 s and its
-/// disk monitor every 10 s at most; a second keeps a burst of publishes from getting far past
-/// either mark.
+/// How often memory and disk are sampled far from their limits: RabbitMQ's memory monitor
+/// checks every 2.5 s and its disk monitor every 10 s at most; a second costs nothing.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How often they are sampled near a limit (or while an alarm is up): at 1 s a burst of
+/// publishes overshot the memory watermark twice over and filled a small disk before the alarm.
+/// A sample reads /proc/self/statm and calls statvfs, some microseconds: 10 a second is free.
+pub const FAST_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+/// Memory is near its limit past this fraction of the watermark.
+pub const MEMORY_NEAR_FRACTION: f64 = 0.8;
+/// Free disk is near its limit under twice the limit, or under the limit plus this much: a
+/// writer at disk speed covers 256 MiB in well under a second.
+pub const DISK_NEAR_MARGIN_BYTES: u64 = 256 * 1024 * 1024;
+/// Growth of the unfinished-message bytes held by all connections, or of the bytes they publish,
+/// that triggers a sample at once: small beside any watermark, large enough that even 1 GB/s of
+/// publishing costs ~125 samples a second (a few ms of CPU).
+pub const RECHECK_STEP_BYTES: u64 = 8 * 1024 * 1024;
+
+/// What clients push into the broker, shared by the connection tasks and the monitor: the body
+/// bytes all connections hold for messages not yet complete (the sum of each session's
+/// `unfinished_content().received_bytes`), and a running total of published body bytes (what
+/// makes queues grow). Either passing a multiple of [`RECHECK_STEP_BYTES`] upwards wakes the
+/// monitor, so memory is sampled as it is taken rather than a second later.
+#[derive(Debug, Default)]
+pub struct InboundContent {
+    held_bytes: AtomicU64,
+    published_bytes: AtomicU64,
+    grown: Notify,
+}
+
+impl InboundContent {
+    /// One connection's unfinished messages went from `before` to `after` bytes. True when the
+    /// monitor was woken (the caller should let it run).
+    pub fn update_held(&self, before: u64, after: u64) -> bool {
+        if after > before {
+            return self.grow(&self.held_bytes, after - before);
+        }
+        self.held_bytes.fetch_sub(before - after, Ordering::AcqRel);
+        false
+    }
+
+    /// A connection handed the broker messages with `bytes` of bodies. True when the monitor
+    /// was woken.
+    pub fn add_published(&self, bytes: u64) -> bool {
+        self.grow(&self.published_bytes, bytes)
+    }
+
+    /// The bytes held for unfinished messages now.
+    pub fn held_bytes(&self) -> u64 {
+        self.held_bytes.load(Ordering::Acquire)
+    }
+
+    fn grow(&self, counter: &AtomicU64, bytes: u64) -> bool {
+        let old = counter.fetch_add(bytes, Ordering::AcqRel);
+        let stepped = old.wrapping_add(bytes) / RECHECK_STEP_BYTES > old / RECHECK_STEP_BYTES;
+        if stepped {
+            self.grown.notify_one();
+        }
+        stepped
+    }
+}
+
+/// How long until the next sample, given the last one: fast near a limit or in alarm.
+pub fn next_check(status: &ResourceStatus) -> Duration {
+    let memory_near =
+        status.mem_limit > 0 && status.mem_used as f64 >= status.mem_limit as f64 * MEMORY_NEAR_FRACTION;
+    let near_disk =
+        status.disk_free_limit.saturating_mul(2).max(status.disk_free_limit + DISK_NEAR_MARGIN_BYTES);
+    // disk_free 0 with a limit of 0 means unmeasured and unlimited: not near.
+    let disk_near = status.disk_free_limit > 0 && status.disk_free < near_disk;
+    if status.any_alarm() || memory_near || disk_near {
+        FAST_CHECK_INTERVAL
+    } else {
+        CHECK_INTERVAL
+    }
+}
 
 /// The resident size above which the alarm is raised: `fraction` of `total_bytes`.
 pub fn watermark_bytes(fraction: f64, total_bytes: u64) -> u64 {
@@ -65,8 +143,14 @@ pub fn evaluate(
 
 /// Samples memory and the data directory's disk until every receiver is gone, raising and
 /// clearing the alarms on `status` (receivers are woken only when an alarm changes; the figures
-/// are refreshed every sample).
-pub async fn monitor(limits: Limits, data_dir: std::path::PathBuf, status: watch::Sender<ResourceStatus>) {
+/// are refreshed every sample). Samples every [`next_check`], and at once when `inbound` grows
+/// by a step.
+pub async fn monitor(
+    limits: Limits,
+    data_dir: std::path::PathBuf,
+    inbound: std::sync::Arc<InboundContent>,
+    status: watch::Sender<ResourceStatus>,
+) {
     let mem_limit = match total_memory_bytes() {
         Some(total) => watermark_bytes(limits.memory_fraction, total),
         None => {
@@ -74,9 +158,12 @@ pub async fn monitor(limits: Limits, data_dir: std::path::PathBuf, status: watch
             0
         }
     };
-    let mut ticks = tokio::time::interval(CHECK_INTERVAL);
+    let mut wait = Duration::ZERO;
     loop {
-        ticks.tick().await;
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = inbound.grown.notified() => {}
+        }
         let sample = evaluate(
             hourglass_mgmt::metrics::resident_memory_bytes(),
             mem_limit,
@@ -92,6 +179,7 @@ pub async fn monitor(limits: Limits, data_dir: std::path::PathBuf, status: watch
             *current = sample;
             changed
         });
+        wait = next_check(&sample);
         if status.is_closed() {
             return;
         }
@@ -147,6 +235,58 @@ mod tests {
         assert_eq!(disk.disk_free, 499);
         // Unknown memory total or unreadable disk: no alarm rather than a blocked broker.
         assert!(!evaluate(u64::MAX, 0, None, 500).any_alarm());
+    }
+
+    /// Sampling speeds up near either limit and while an alarm is up, and is slow otherwise.
+    #[test]
+    fn sampling_is_fast_near_a_limit() {
+        const MIB: u64 = 1024 * 1024;
+        let far = evaluate(100, 1000, Some(10_000 * MIB), 50 * MIB);
+        assert_eq!(next_check(&far), CHECK_INTERVAL);
+        assert_eq!(next_check(&evaluate(799, 1000, Some(10_000 * MIB), 50 * MIB)), CHECK_INTERVAL);
+        assert_eq!(next_check(&evaluate(800, 1000, Some(10_000 * MIB), 50 * MIB)), FAST_CHECK_INTERVAL);
+        assert_eq!(next_check(&evaluate(1001, 1000, Some(10_000 * MIB), 50 * MIB)), FAST_CHECK_INTERVAL);
+        // A 64 MiB disk with the default 50 MB limit is always near it.
+        assert_eq!(next_check(&evaluate(100, 1000, Some(64 * MIB), 50_000_000)), FAST_CHECK_INTERVAL);
+        assert_eq!(next_check(&evaluate(100, 1000, Some(300 * MIB), 50 * MIB)), FAST_CHECK_INTERVAL);
+        assert_eq!(next_check(&evaluate(100, 1000, Some(307 * MIB), 50 * MIB)), CHECK_INTERVAL);
+        // A big limit: near under twice of it.
+        assert_eq!(next_check(&evaluate(100, 1000, Some(1900 * MIB), 1000 * MIB)), FAST_CHECK_INTERVAL);
+        // Unknown memory and an unreadable disk are never near.
+        assert_eq!(next_check(&evaluate(u64::MAX, 0, None, 0)), CHECK_INTERVAL);
+    }
+
+    /// Held bytes add up across connections, and the monitor is woken each time the total
+    /// passes a step upwards (not when it shrinks).
+    #[tokio::test]
+    async fn held_content_wakes_the_monitor_at_each_step() {
+        let held = InboundContent::default();
+        assert!(!held.update_held(0, RECHECK_STEP_BYTES - 1));
+        assert!(!woken(&held).await);
+        assert!(held.update_held(0, 1));
+        assert_eq!(held.held_bytes(), RECHECK_STEP_BYTES);
+        assert!(woken(&held).await, "passed the first step");
+        assert!(!held.update_held(RECHECK_STEP_BYTES - 1, 0));
+        assert!(!held.update_held(1, 0));
+        assert_eq!(held.held_bytes(), 0);
+        assert!(!woken(&held).await, "shrinking wakes nobody");
+        assert!(held.update_held(0, 3 * RECHECK_STEP_BYTES));
+        assert!(woken(&held).await);
+    }
+
+    /// Published bytes wake the monitor at each step of their running total.
+    #[tokio::test]
+    async fn published_content_wakes_the_monitor_at_each_step() {
+        let inbound = InboundContent::default();
+        let message = RECHECK_STEP_BYTES / 4;
+        let woke: Vec<bool> = (0..8).map(|_| inbound.add_published(message)).collect();
+        assert_eq!(woke, [false, false, false, true, false, false, false, true]);
+        assert!(woken(&inbound).await);
+        assert_eq!(inbound.held_bytes(), 0, "published bytes are not held");
+    }
+
+    async fn woken(inbound: &InboundContent) -> bool {
+        tokio::time::timeout(Duration::from_millis(1), inbound.grown.notified()).await.is_ok()
     }
 
     /// The data directory's file system reports free space (the disk alarm depends on it).

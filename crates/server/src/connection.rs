@@ -8,16 +8,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use hourglass_broker::{Command, ConnectionId, Effect};
+use hourglass_broker::{Command, ConnectionId};
 use hourglass_session::{Connection, PeerInfo, SessionConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::Interest;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 
+use crate::alarm::InboundContent;
+
+mod alarm_gate;
 use crate::broker_task::BrokerInput;
 use crate::clock::Clock;
+use alarm_gate::AlarmGate;
 use hourglass_mgmt::resources::ResourceWatch;
 
 /// Read buffer growth step of a new connection: an idle connection keeps only this much.
@@ -25,6 +30,10 @@ const READ_CHUNK_MIN: usize = 4 * 1024;
 /// The step a busy connection grows to (doubling each time a read fills the buffer): big enough
 /// for many small frames per read system call.
 const READ_CHUNK_MAX: usize = 64 * 1024;
+/// How often a connection that is not read (blocked by an alarm) while its client's data waits
+/// in the socket checks whether the client hung up: a vanished publisher's held content is freed
+/// within this.
+const HANGUP_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// How long the writer may take to flush the last bytes (connection.close) before we drop the socket.
 const FINAL_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Output waiting for a slow socket beyond which the broker stops delivering to this connection:
@@ -49,6 +58,9 @@ pub struct ConnectionContext {
     pub shutdown: watch::Receiver<bool>,
     /// The memory and disk alarms (crate::alarm).
     pub resources: ResourceWatch,
+    /// Body bytes held for unfinished messages and published, summed over connections: their
+    /// growth makes the alarm monitor sample at once (crate::alarm).
+    pub inbound: Arc<InboundContent>,
 }
 
 pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
@@ -68,27 +80,22 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let mut input = BytesMut::with_capacity(read_chunk);
     let mut reading = true;
     let mut paused = false;
-    // A connection that has published is not read from while a resource alarm is up (RabbitMQ
-    // blocks publishing connections; consumers keep sending acks).
-    let mut published = false;
-    let mut alarm = cx.resources.borrow().any_alarm();
-    // What the session was last told: it can pass connection.blocked on only once open.
-    let mut told_blocked = false;
-    let mut alarm_live = true;
+    let mut gate = AlarmGate::new(cx.resources.clone(), cx.inbound.clone());
     let mut shutdown_live = true;
     loop {
+        let reading_blocked = gate.reading_blocked(&mut session, cx.clock.now());
         let deadline = session.next_deadline().map(|d| cx.clock.instant_of(d));
         if input.capacity() - input.len() < read_chunk / 4 {
             input.reserve(read_chunk);
         }
         let spare = input.capacity() - input.len();
         tokio::select! {
-            read = reader.read_buf(&mut input), if reading && !(alarm && published) => match read {
-                Ok(0) | Err(_) => {
+            read = read_or_watch(&mut reader, &mut input, reading_blocked), if reading => match read {
+                Read::Eof => {
                     reading = false;
                     session.handle_eof(cx.clock.now());
                 }
-                Ok(n) => {
+                Read::Bytes(n) => {
                     if n == spare {
                         // The socket had more than the buffer could take: read more per call.
                         read_chunk = (read_chunk * 2).min(READ_CHUNK_MAX);
@@ -109,12 +116,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
             }
             _ = sleep_until(deadline) => session.handle_timeout(cx.clock.now()),
             _ = gauge.drained.notified(), if paused => {}
-            changed = cx.resources.changed(), if alarm_live => {
-                alarm_live = changed.is_ok();
-                if alarm_live {
-                    alarm = cx.resources.borrow().any_alarm();
-                }
-            }
+            _ = gate.changed(), if gate.live() => {}
             changed = cx.shutdown.changed(), if shutdown_live => {
                 shutdown_live = changed.is_ok();
                 if shutdown_live && *cx.shutdown.borrow() {
@@ -122,17 +124,14 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
                 }
             }
         }
-        if told_blocked != alarm && session.opened() {
-            told_blocked = alarm;
-            let reason = if alarm { cx.resources.borrow().blocked_reason() } else { None };
-            session.handle_effect(Effect::Blocked { conn: cx.id, reason }, cx.clock.now());
-        }
+        gate.after_session(&mut session, cx.id, cx.clock.now()).await;
         while let Some(command) = session.poll_command() {
-            published |= matches!(command, Command::Publish { .. });
+            gate.on_command(&command);
             if cx.broker.send(BrokerInput::Command(command)).await.is_err() {
                 break;
             }
         }
+        gate.after_commands().await;
         let mut output = session.take_output();
         if !output.is_empty() && gauge.queued.load(Ordering::Acquire) == 0 {
             // The writer task holds nothing, so writing here keeps the byte order.
@@ -164,6 +163,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
             break;
         }
     }
+    gate.release();
     let _ = cx.broker.send(BrokerInput::Command(Command::ConnectionClosed { conn: cx.id })).await;
     drop(out_tx);
     let _ = tokio::time::timeout(FINAL_FLUSH_TIMEOUT, writer_task).await;
@@ -208,6 +208,43 @@ async fn write_all(writer: &OwnedWriteHalf, mut bytes: &[u8]) -> std::io::Result
         }
     }
     Ok(())
+}
+
+/// What one wait on the socket brought.
+enum Read {
+    /// This many bytes were appended to the input.
+    Bytes(usize),
+    /// End of stream, or the socket failed (also seen while reading is blocked).
+    Eof,
+}
+
+/// Reads into `input`; while `blocked` (a resource alarm), reads nothing but still notices the
+/// peer going away, which a connection that is not read would never see: a vanished publisher
+/// then frees what it held (and the alarm it may have raised).
+async fn read_or_watch(reader: &mut OwnedReadHalf, input: &mut BytesMut, blocked: bool) -> Read {
+    if blocked {
+        peer_hung_up(reader).await;
+        return Read::Eof;
+    }
+    match reader.read_buf(input).await {
+        Ok(0) | Err(_) => Read::Eof,
+        Ok(n) => Read::Bytes(n),
+    }
+}
+
+/// Resolves when the peer has closed or reset the connection, without reading from it. The
+/// socket's readiness is left as it is (clearing it would leave a later read waiting for an event
+/// that unread data never sends again), so while data waits unread this checks again every
+/// [`HANGUP_CHECK_INTERVAL`] instead of waking at once.
+async fn peer_hung_up(reader: &OwnedReadHalf) {
+    loop {
+        match reader.ready(Interest::READABLE).await {
+            Ok(ready) if !(ready.is_read_closed() || ready.is_error()) => {
+                tokio::time::sleep(HANGUP_CHECK_INTERVAL).await;
+            }
+            _ => return,
+        }
+    }
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

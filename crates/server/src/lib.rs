@@ -6,6 +6,7 @@ pub mod broker_task;
 pub mod clock;
 pub mod config;
 pub mod connection;
+pub mod failure_log;
 pub mod persistence;
 pub mod users_file;
 
@@ -121,7 +122,9 @@ impl Server {
             memory_fraction: config.vm_memory_high_watermark,
             disk_free_limit: config.disk_free_limit.bytes(alarm::total_memory_bytes()),
         };
-        let alarm_task = tokio::spawn(alarm::monitor(limits, config.data_dir.clone(), alarm_tx));
+        let inbound = Arc::new(alarm::InboundContent::default());
+        let alarm_task =
+            tokio::spawn(alarm::monitor(limits, config.data_dir.clone(), inbound.clone(), alarm_tx));
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
             users,
@@ -178,6 +181,7 @@ impl Server {
                         clock,
                         shutdown: shutdown_rx.clone(),
                         resources: alarm_rx.clone(),
+                        inbound: inbound.clone(),
                     };
                     connections.spawn(connection::run(stream, cx));
                 }

@@ -33,6 +33,7 @@ use hourglass_store::{
 use tokio::sync::mpsc;
 
 use crate::broker_task::BrokerInput;
+use crate::failure_log::{FailureLog, LogLine, REPEAT_INTERVAL};
 
 /// The definitions snapshot's file name in the data directory.
 pub const DEFINITIONS_FILE: &str = "definitions.snap";
@@ -351,13 +352,24 @@ pub fn spawn_store_thread(
 /// Applies a batch; a failed write is retried until it succeeds (the records stay buffered,
 /// their confirms wait). A failed sync leaves the disk in an unknown state: the process exits so
 /// that recovery at the next start decides what is durable (docs/storage.md).
+///
+/// A disk that stays full is logged once when writes start failing, then once a minute with the
+/// count of failures, and once when a write succeeds again (not at every retry).
 fn commit_with_retry(data: &mut DataDir, batch: &[SequencedOp]) -> BatchOutcome {
     let mut result = apply_batch(&mut data.store, data.definitions.as_ref(), batch);
+    let mut failures = FailureLog::new(REPEAT_INTERVAL);
     loop {
         match result {
-            Ok(outcome) => return outcome,
+            Ok(outcome) => {
+                if let Some(line) = failures.on_success(std::time::Instant::now()) {
+                    log_write_failure(line, None);
+                }
+                return outcome;
+            }
             Err(BatchError::WriteFailed(error)) => {
-                tracing::error!(%error, "store write failed; retrying");
+                if let Some(line) = failures.on_failure(std::time::Instant::now()) {
+                    log_write_failure(line, Some(&error));
+                }
                 std::thread::sleep(WRITE_RETRY);
                 result = data
                     .store
@@ -379,6 +391,25 @@ fn commit_with_retry(data: &mut DataDir, batch: &[SequencedOp]) -> BatchOutcome 
                 tracing::error!(%error, "store failed; exiting so that recovery decides what is durable");
                 std::process::exit(70);
             }
+        }
+    }
+}
+
+fn log_write_failure(line: LogLine, error: Option<&CommitError>) {
+    let error = error.map(|e| e.to_string()).unwrap_or_default();
+    let retry_ms = WRITE_RETRY.as_millis();
+    match line {
+        LogLine::Started => {
+            tracing::error!(%error, retry_ms, "store write failed; retrying, confirms wait until it succeeds")
+        }
+        LogLine::StillFailing { failures, failing_for } => tracing::error!(
+            %error,
+            failures,
+            failing_for_s = failing_for.as_secs(),
+            "store write still failing"
+        ),
+        LogLine::Recovered { failures, failed_for } => {
+            tracing::warn!(failures, failed_for_ms = failed_for.as_millis(), "store write succeeded again")
         }
     }
 }

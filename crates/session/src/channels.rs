@@ -23,7 +23,7 @@ use hourglass_broker::{AmqpError, Publish};
 use hourglass_wire::reply_code::{CHANNEL_ERROR, COMMAND_INVALID, NOT_ALLOWED, NOT_IMPLEMENTED};
 use hourglass_wire::{ChannelCloseOk, ContentHeader, Method};
 
-use crate::content::Assembly;
+use crate::content::{Assembly, UnfinishedContent};
 use crate::fault::Fault;
 
 /// The channels of one connection, at most `channel_max` of them at once.
@@ -33,6 +33,8 @@ pub(crate) struct Channels {
     /// The negotiated channel_max: the most channels that may exist at once (RabbitMQ counts
     /// channels, not channel numbers).
     channel_max: u16,
+    /// The sum of every channel's [`Assembly::unfinished`], kept in step by each change.
+    unfinished: UnfinishedContent,
 }
 
 #[derive(Debug)]
@@ -74,7 +76,7 @@ pub(crate) enum OnBrokerError {
 
 impl Channels {
     pub(crate) fn new(channel_max: u16) -> Self {
-        Channels { states: HashMap::new(), channel_max }
+        Channels { states: HashMap::new(), channel_max, unfinished: UnfinishedContent::default() }
     }
 
     /// A method frame from the client on `channel` (never 0).
@@ -108,7 +110,7 @@ impl Channels {
                         fault_on(NOT_IMPLEMENTED, "immediate=true", &method)
                     }
                     Method::BasicPublish(publish) => {
-                        assembly.start(publish);
+                        tracked(&mut self.unfinished, assembly, |assembly| assembly.start(publish));
                         Inbound::Nothing
                     }
                     Method::ChannelClose(_) => {
@@ -149,7 +151,11 @@ impl Channels {
         match self.states.get_mut(&channel) {
             None => Inbound::Fault(Assembly::Idle.unexpected_frame()),
             Some(ChannelState::Opening(assembly) | ChannelState::Open(assembly)) => {
-                assembled(assembly.on_header(header, max_message_size))
+                let elsewhere =
+                    self.unfinished.announced_bytes.saturating_sub(assembly.unfinished().announced_bytes);
+                assembled(tracked(&mut self.unfinished, assembly, |assembly| {
+                    assembly.on_header(header, max_message_size, elsewhere)
+                }))
             }
             Some(ChannelState::ClosingByClient | ChannelState::ClosingByServer) => Inbound::Nothing,
         }
@@ -173,7 +179,7 @@ impl Channels {
         match self.states.get_mut(&channel) {
             None => Inbound::Fault(Assembly::Idle.unexpected_frame()),
             Some(ChannelState::Opening(assembly) | ChannelState::Open(assembly)) => {
-                assembled(assembly.on_body(payload))
+                assembled(tracked(&mut self.unfinished, assembly, |assembly| assembly.on_body(payload)))
             }
             Some(ChannelState::ClosingByClient | ChannelState::ClosingByServer) => Inbound::Nothing,
         }
@@ -226,7 +232,8 @@ impl Channels {
                 OnBrokerError::SendCloseOk
             }
             Some(state) => {
-                *state = ChannelState::ClosingByServer;
+                let old = std::mem::replace(state, ChannelState::ClosingByServer);
+                self.unfinished.remove(old.unfinished());
                 OnBrokerError::SendClose
             }
         }
@@ -235,8 +242,15 @@ impl Channels {
     /// We close `channel` ourselves (a soft error of our own, such as 406 message too large).
     pub(crate) fn close_by_server(&mut self, channel: u16) {
         if let Some(state) = self.states.get_mut(&channel) {
-            *state = ChannelState::ClosingByServer;
+            // Its unfinished message, if any, is dropped with it.
+            let old = std::mem::replace(state, ChannelState::ClosingByServer);
+            self.unfinished.remove(old.unfinished());
         }
+    }
+
+    /// What the unfinished messages of all channels hold.
+    pub(crate) fn unfinished(&self) -> UnfinishedContent {
+        self.unfinished
     }
 
     /// The negotiated channel_max (0 = no limit).
@@ -252,6 +266,27 @@ impl Channels {
             self.channel_max
         }
     }
+}
+
+impl ChannelState {
+    fn unfinished(&self) -> UnfinishedContent {
+        match self {
+            ChannelState::Opening(assembly) | ChannelState::Open(assembly) => assembly.unfinished(),
+            ChannelState::ClosingByClient | ChannelState::ClosingByServer => UnfinishedContent::default(),
+        }
+    }
+}
+
+/// Runs `step` on a channel's assembly, moving the connection's `total` by what the step changed.
+fn tracked<R>(
+    total: &mut UnfinishedContent,
+    assembly: &mut Assembly,
+    step: impl FnOnce(&mut Assembly) -> R,
+) -> R {
+    total.remove(assembly.unfinished());
+    let result = step(assembly);
+    total.add(assembly.unfinished());
+    result
 }
 
 fn assembled(result: Result<Option<Publish>, Fault>) -> Inbound {

@@ -21,6 +21,7 @@ use tracing::{debug, info, warn};
 
 use crate::channels::{Channels, Inbound, OnBrokerError};
 use crate::config::SessionConfig;
+use crate::content::UnfinishedContent;
 use crate::fault::{reply_text, unexpected_frame, Fault};
 use crate::heartbeat::{Heartbeat, HeartbeatAction};
 use crate::output::Output;
@@ -107,6 +108,9 @@ pub struct Connection {
     opened: bool,
     /// True while the client has been told connection.blocked and not yet unblocked.
     blocked_sent: bool,
+    /// True while the driver does not read the socket for a resource alarm
+    /// ([`Connection::set_reading_blocked`]); a heartbeat monitor started meanwhile starts paused.
+    reading_blocked: bool,
 }
 
 impl Connection {
@@ -133,6 +137,7 @@ impl Connection {
             heartbeat_s: 0,
             opened: false,
             blocked_sent: false,
+            reading_blocked: false,
         }
     }
 
@@ -296,6 +301,23 @@ impl Connection {
     /// must be told `Command::ConnectionClosed` when the connection ends.
     pub fn opened(&self) -> bool {
         self.opened
+    }
+
+    /// What this connection's unfinished messages hold (basic.publish received, body not yet
+    /// complete): the server counts it against the memory alarm and stops reading a connection
+    /// in the middle of a message while an alarm is up.
+    pub fn unfinished_content(&self) -> UnfinishedContent {
+        self.channels.unfinished()
+    }
+
+    /// The driver stopped (`true`) or resumed (`false`) reading the socket because a resource
+    /// alarm blocks this connection: the client's heartbeats cannot reach us meanwhile, so
+    /// missing ones are not counted (RabbitMQ keeps blocked connections open); ours go on.
+    pub fn set_reading_blocked(&mut self, blocked: bool, now: Timestamp) {
+        self.reading_blocked = blocked;
+        if let Some(heartbeat) = &mut self.heartbeat {
+            heartbeat.pause_receive(blocked, now);
+        }
     }
 
     /// This connection's id.

@@ -19,6 +19,41 @@ use crate::fault::Fault;
 /// `?MAX_MSG_SIZE` (512 MiB). Beyond it the whole connection is closed with 501.
 pub const MAX_MESSAGE_SIZE_LIMIT: u64 = 536_870_912;
 
+/// The most body bytes the unfinished messages of one connection may announce together: RabbitMQ's
+/// hard `?MAX_MSG_SIZE` (512 MiB), i.e. four default-size (128 MiB) messages in flight on different
+/// channels at once. RabbitMQ has no such cap; without one, a connection with 2047 channels could
+/// announce 256 GiB and have the broker buffer whatever part of it arrives. A content header
+/// that would pass it closes its channel with 406, before any of its body is buffered.
+pub const MAX_UNFINISHED_CONTENT_BYTES: u64 = MAX_MESSAGE_SIZE_LIMIT;
+
+/// What the unfinished messages of a connection (or one channel) hold: a message is unfinished
+/// from its basic.publish until its last body frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnfinishedContent {
+    /// Channels between a basic.publish and the end of its body.
+    pub messages: u64,
+    /// Body bytes their content headers announced.
+    pub announced_bytes: u64,
+    /// Body bytes received and buffered so far.
+    pub received_bytes: u64,
+}
+
+impl UnfinishedContent {
+    pub(crate) fn add(&mut self, other: UnfinishedContent) {
+        self.messages += other.messages;
+        self.announced_bytes += other.announced_bytes;
+        self.received_bytes += other.received_bytes;
+    }
+
+    pub(crate) fn remove(&mut self, other: UnfinishedContent) {
+        debug_assert!(self.messages >= other.messages && self.announced_bytes >= other.announced_bytes);
+        debug_assert!(self.received_bytes >= other.received_bytes);
+        self.messages = self.messages.saturating_sub(other.messages);
+        self.announced_bytes = self.announced_bytes.saturating_sub(other.announced_bytes);
+        self.received_bytes = self.received_bytes.saturating_sub(other.received_bytes);
+    }
+}
+
 /// Where one channel is in receiving a published message.
 #[derive(Clone, Debug, Default)]
 pub(crate) enum Assembly {
@@ -48,6 +83,17 @@ impl Assembly {
         matches!(self, Assembly::Idle)
     }
 
+    /// What this channel's unfinished message holds (nothing between messages).
+    pub(crate) fn unfinished(&self) -> UnfinishedContent {
+        match self {
+            Assembly::Idle => UnfinishedContent::default(),
+            Assembly::ExpectHeader { .. } => UnfinishedContent { messages: 1, ..Default::default() },
+            Assembly::ExpectBody { body_size, body, .. } => {
+                UnfinishedContent { messages: 1, announced_bytes: *body_size, received_bytes: body.len() }
+            }
+        }
+    }
+
     /// A basic.publish arrived (checked by the caller): expect its content header.
     pub(crate) fn start(&mut self, publish: BasicPublish) {
         debug_assert!(self.is_idle());
@@ -55,10 +101,12 @@ impl Assembly {
     }
 
     /// A content header arrived. Returns the finished message when the body is empty.
+    /// `announced_elsewhere` is what the connection's other unfinished messages announced.
     pub(crate) fn on_header(
         &mut self,
         header: ContentHeader,
         max_message_size: u64,
+        announced_elsewhere: u64,
     ) -> Result<Option<Publish>, Fault> {
         let publish = match std::mem::take(self) {
             Assembly::ExpectHeader { publish } => publish,
@@ -92,6 +140,15 @@ impl Assembly {
         }
         if body_size == 0 {
             return Ok(Some(finish(publish, header.properties, Bytes::new())));
+        }
+        let unfinished = announced_elsewhere.saturating_add(body_size);
+        if unfinished > MAX_UNFINISHED_CONTENT_BYTES {
+            let detail = format!(
+                "message size {body_size} would bring this connection's unfinished messages to \
+                 {unfinished} bytes, more than the limit of {MAX_UNFINISHED_CONTENT_BYTES}"
+            );
+            let error = AmqpError::new(PRECONDITION_FAILED, detail).on(&publish_method());
+            return Err(Fault::Channel(error));
         }
         *self = Assembly::ExpectBody { publish, properties: header.properties, body_size, body: Body::Empty };
         Ok(None)

@@ -4,6 +4,11 @@
 //! so a peer checking every interval always sees traffic). Receiving: when nothing at all arrived
 //! for two intervals, the peer is dead and the connection is dropped without a closing handshake.
 //! Disabled when the client's tune-ok says 0. Time is an argument; this keeps only timestamps.
+//!
+//! While the server stops reading the socket (a resource alarm blocks a publisher), the peer's
+//! silence says nothing: its heartbeats wait unread in the socket. Receiving is then not
+//! monitored, and when reading resumes the peer has two fresh intervals (RabbitMQ's reader pauses
+//! and resumes `rabbit_heartbeat`'s receive monitor the same way). Sending goes on meanwhile.
 
 use hourglass_broker::Timestamp;
 
@@ -16,6 +21,8 @@ pub const MISSED_HEARTBEATS_LIMIT: u64 = 2;
 pub(crate) struct Heartbeat {
     interval_ms: u64,
     last_received: Timestamp,
+    /// True while the driver does not read the socket: the peer cannot be judged dead.
+    receive_paused: bool,
 }
 
 /// What a heartbeat timer wants done at `now`.
@@ -31,7 +38,16 @@ pub(crate) enum HeartbeatAction {
 impl Heartbeat {
     /// Timers for a negotiated interval of `interval_s` seconds (0 disables heartbeats).
     pub(crate) fn new(interval_s: u16, now: Timestamp) -> Self {
-        Heartbeat { interval_ms: u64::from(interval_s) * 1000, last_received: now }
+        Heartbeat { interval_ms: u64::from(interval_s) * 1000, last_received: now, receive_paused: false }
+    }
+
+    /// The driver stopped (`true`) or resumed (`false`) reading the peer's bytes. On resuming,
+    /// the silence is counted from `now`.
+    pub(crate) fn pause_receive(&mut self, paused: bool, now: Timestamp) {
+        if self.receive_paused && !paused {
+            self.on_received(now);
+        }
+        self.receive_paused = paused;
     }
 
     pub(crate) fn on_received(&mut self, now: Timestamp) {
@@ -66,7 +82,7 @@ impl Heartbeat {
     }
 
     fn dead_deadline(&self) -> Option<Timestamp> {
-        (self.interval_ms > 0).then(|| {
+        (self.interval_ms > 0 && !self.receive_paused).then(|| {
             self.last_received.saturating_add_millis(self.interval_ms.saturating_mul(MISSED_HEARTBEATS_LIMIT))
         })
     }
@@ -99,5 +115,19 @@ mod tests {
         assert_eq!(hb.poll(at(21_000), at(20_000)), HeartbeatAction::PeerDead);
         hb.on_received(at(21_000));
         assert_eq!(hb.poll(at(21_000), at(20_000)), HeartbeatAction::None);
+    }
+
+    /// While receiving is paused the peer is never dead, however long it is silent, but our
+    /// heartbeats stay due; on resuming it has two full intervals from then.
+    #[test]
+    fn paused_receiving_never_declares_the_peer_dead() {
+        let mut hb = Heartbeat::new(2, at(0));
+        hb.pause_receive(true, at(1_000));
+        assert_eq!(hb.poll(at(60_000), at(59_000)), HeartbeatAction::Send);
+        assert_eq!(hb.poll(at(60_000), at(60_000)), HeartbeatAction::None);
+        assert_eq!(hb.next_deadline(at(60_000)), Some(at(61_000)), "only our next heartbeat");
+        hb.pause_receive(false, at(60_000));
+        assert_eq!(hb.poll(at(63_999), at(63_999)), HeartbeatAction::None);
+        assert_eq!(hb.poll(at(64_000), at(63_999)), HeartbeatAction::PeerDead);
     }
 }

@@ -33,7 +33,7 @@ pub use connection::{
     Connection, PeerInfo, CLOSING_TIMEOUT_MAX_MS, HANDSHAKE_CLOSE_TIMEOUT_MS, HANDSHAKE_TIMEOUT_MS,
     SILENT_CLOSE_DELAY_MS,
 };
-pub use content::MAX_MESSAGE_SIZE_LIMIT;
+pub use content::{UnfinishedContent, MAX_MESSAGE_SIZE_LIMIT, MAX_UNFINISHED_CONTENT_BYTES};
 pub use heartbeat::MISSED_HEARTBEATS_LIMIT;
 
 #[cfg(test)]

@@ -120,7 +120,9 @@ impl Connection {
         self.decoder.set_max_frame_size(tune_ok.frame_max);
         self.out.set_frame_max(tune_ok.frame_max);
         self.channels = Channels::new(tune_ok.channel_max);
-        self.heartbeat = Some(Heartbeat::new(tune_ok.heartbeat, now));
+        let mut heartbeat = Heartbeat::new(tune_ok.heartbeat, now);
+        heartbeat.pause_receive(self.reading_blocked, now);
+        self.heartbeat = Some(heartbeat);
         self.state = State::ExpectOpen;
     }
 

@@ -196,6 +196,7 @@ fn expected_publish(body: &[u8]) -> Command {
     }
 }
 
+mod alarm;
 mod channels;
 mod closing;
 mod content;

@@ -1,0 +1,124 @@
+//! The resource alarms as one connection sees them (RabbitMQ's reader states `blocking` and
+//! `blocked`): whether its socket may be read, connection.blocked / unblocked for the client, and
+//! its share of [`InboundContent`] (bytes held for unfinished messages, bytes published).
+//!
+//! A connection that has published, or is in the middle of a message, is not read while an alarm
+//! is up (RabbitMQ blocks a connection once it publishes under an alarm); consumers keep being
+//! read so their acks can free memory. The session's heartbeat monitor pauses meanwhile.
+
+use std::sync::Arc;
+
+use hourglass_broker::{Command, ConnectionId, Effect, Timestamp};
+use hourglass_mgmt::resources::ResourceWatch;
+use hourglass_session::Connection;
+
+use crate::alarm::InboundContent;
+
+pub(super) struct AlarmGate {
+    resources: ResourceWatch,
+    inbound: Arc<InboundContent>,
+    /// Any alarm up, as last seen.
+    alarm: bool,
+    /// False once the monitor is gone (the last status stands).
+    live: bool,
+    published: bool,
+    reading_blocked: bool,
+    /// What the session was last told: it can pass connection.blocked on only once open.
+    told_blocked: bool,
+    /// This connection's share of `inbound.held_bytes()`.
+    held_bytes: u64,
+    /// Body bytes published since the last `after_commands`.
+    published_bytes: u64,
+}
+
+impl AlarmGate {
+    pub(super) fn new(resources: ResourceWatch, inbound: Arc<InboundContent>) -> Self {
+        let alarm = resources.borrow().any_alarm();
+        AlarmGate {
+            resources,
+            inbound,
+            alarm,
+            live: true,
+            published: false,
+            reading_blocked: false,
+            told_blocked: false,
+            held_bytes: 0,
+            published_bytes: 0,
+        }
+    }
+
+    /// Before the task waits: picks up an alarm change (even when a busy socket would keep the
+    /// select from choosing [`AlarmGate::changed`] first) and decides whether the socket may be
+    /// read, telling the session when that changes. True while reading is blocked.
+    pub(super) fn reading_blocked(&mut self, session: &mut Connection, now: Timestamp) -> bool {
+        if self.live && self.resources.has_changed().unwrap_or(false) {
+            self.alarm = self.resources.borrow_and_update().any_alarm();
+        }
+        let blocked = self.alarm && (self.published || session.unfinished_content().messages > 0);
+        if blocked != self.reading_blocked {
+            self.reading_blocked = blocked;
+            session.set_reading_blocked(blocked, now);
+        }
+        blocked
+    }
+
+    /// Whether [`AlarmGate::changed`] can still resolve.
+    pub(super) fn live(&self) -> bool {
+        self.live
+    }
+
+    /// Resolves when an alarm is raised or cleared (cancel-safe).
+    pub(super) async fn changed(&mut self) {
+        self.live = self.resources.changed().await.is_ok();
+        if self.live {
+            self.alarm = self.resources.borrow_and_update().any_alarm();
+        }
+    }
+
+    /// After the session ran: connection.blocked / unblocked for the client, and the bytes its
+    /// unfinished messages hold. Yields when that woke the monitor, so it samples before this
+    /// task reads on (a socket that always has data would otherwise keep the task running for a
+    /// whole cooperative budget, ~128 reads or 8 MiB).
+    pub(super) async fn after_session(
+        &mut self,
+        session: &mut Connection,
+        conn: ConnectionId,
+        now: Timestamp,
+    ) {
+        if self.told_blocked != self.alarm && session.opened() {
+            self.told_blocked = self.alarm;
+            let reason = if self.alarm { self.resources.borrow().blocked_reason() } else { None };
+            session.handle_effect(Effect::Blocked { conn, reason }, now);
+        }
+        let held_now = session.unfinished_content().received_bytes;
+        if held_now != self.held_bytes {
+            let stepped = self.inbound.update_held(self.held_bytes, held_now);
+            self.held_bytes = held_now;
+            if stepped {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    /// A command on its way to the broker.
+    pub(super) fn on_command(&mut self, command: &Command) {
+        if let Command::Publish { publish, .. } = command {
+            self.published = true;
+            self.published_bytes += publish.body.len() as u64;
+        }
+    }
+
+    /// After the commands went: counts what was published; yields when that woke the monitor.
+    pub(super) async fn after_commands(&mut self) {
+        let bytes = std::mem::take(&mut self.published_bytes);
+        if bytes > 0 && self.inbound.add_published(bytes) {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The connection is over: what it held is gone.
+    pub(super) fn release(&mut self) {
+        let _ = self.inbound.update_held(self.held_bytes, 0);
+        self.held_bytes = 0;
+    }
+}
