@@ -27,11 +27,21 @@ impl AuthUser {
         self.tags.iter().any(|t| t == tag)
     }
 
+    /// RabbitMQ's `is_admin`: the `administrator` tag.
+    pub fn is_admin(&self) -> bool {
+        self.has_tag("administrator")
+    }
+
+    /// RabbitMQ's `is_monitor`: `administrator` or `monitoring` (sees every user's connections).
+    pub fn is_monitor(&self) -> bool {
+        self.is_admin() || self.has_tag("monitoring")
+    }
+
     pub fn require_admin(&self) -> Result<(), ApiError> {
-        if self.has_tag("administrator") {
+        if self.is_admin() {
             Ok(())
         } else {
-            Err(ApiError::unauthorized("Not administrator user"))
+            Err(ApiError::not_authorised("Not administrator user"))
         }
     }
 }
@@ -49,7 +59,7 @@ pub async fn require_login(State(state): State<AppState>, mut request: Request, 
         return ApiError::unauthorized("Login failed").into_response();
     };
     if !user.tags.iter().any(|t| MANAGEMENT_TAGS.contains(&t.as_str())) {
-        return ApiError::unauthorized("Not management user").into_response();
+        return ApiError::not_authorised("Not management user").into_response();
     }
     request.extensions_mut().insert(AuthUser { name: user.name, tags: user.tags });
     next.run(request).await
