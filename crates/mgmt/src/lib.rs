@@ -88,6 +88,8 @@ pub struct AppState {
     pub node: Arc<NodeInfo>,
     /// Samples behind the API's rates (`rates.rs`).
     pub rates: Arc<rates::Rates>,
+    /// The failed-login slowdown per source address, shared with the AMQP listener.
+    pub logins: Arc<hourglass_session::LoginLimiter>,
 }
 
 /// The management API's routes (`/api/...`), behind basic auth.

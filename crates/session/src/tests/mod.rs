@@ -199,3 +199,4 @@ mod channels;
 mod closing;
 mod content;
 mod handshake;
+mod login;
