@@ -302,7 +302,7 @@ async fn rabbitmq_export_imports() {
     });
     let (status, body) = call(&s, "POST", "/api/definitions", Some(export)).await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
-    assert!(s.users.check_login("hg-alice", "alicepw", false).is_some());
+    assert!(s.users.check_login("hg-alice", "alicepw", false).is_ok());
     assert_eq!(s.users.permission("hg-src", "hg-alice").unwrap().read, "^(?!amq\\.).*");
     let (_, exported) = call(&s, "GET", "/api/definitions", None).await;
     assert_eq!(exported["bindings"].as_array().unwrap().len(), 1, "{}", exported["bindings"]);
