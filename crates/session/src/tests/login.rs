@@ -89,3 +89,18 @@ fn a_burst_of_held_refusals_refuses_further_attempts_unchecked() {
     good.at(LOGIN_FAILURE_DELAY_MAX_MS).timeout();
     assert_eq!(good.connection_close().reply_code, 403);
 }
+
+/// During the hold nothing the peer sends is read (not even a close), and EOF ends the
+/// connection at once without the held answer.
+#[test]
+fn input_during_the_hold_is_ignored_and_eof_ends_it() {
+    let mut c = client_with(limited(100));
+    c.send_method(0, start_ok("PLAIN", b"\0alice\0wrong"));
+    c.send_method(
+        0,
+        ConnectionClose { reply_code: 200, reply_text: short("bye"), class_id: 0, method_id: 0 },
+    );
+    assert!(c.frames().is_empty() && !c.conn.is_closed());
+    c.conn.handle_eof(c.now);
+    assert!(c.conn.is_closed() && c.conn.next_deadline().is_none());
+}
