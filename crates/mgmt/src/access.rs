@@ -9,6 +9,7 @@
 //! | which vhosts does `/api/vhosts` list? | all for `administrator` and `monitoring`; otherwise those with an entry (`list_visible_vhosts`) | left out |
 //! | whose connections, channels and consumers are shown? | everyone's for `administrator` and `monitoring`; otherwise the user's own (`filter_user`) | left out |
 //! | may this user look at / close connection C? | look: `administrator`, `monitoring` or C's own user; close: `administrator` or C's own user (`is_authorized_user`) | 401 `User not authorised to access object` |
+//! | may this user see the node (`/api/nodes`)? | `administrator` or `monitoring` (`is_authorized_monitor`: `AuthUser::require_monitor`) | 401 `Not monitor user` |
 //! | may this user read or steer the messages of queue Q? | vhost access as above, then the AMQP permission the same operation needs over AMQP (here: read on Q) | 401 with the AMQP refusal text |
 //!
 //! What an operation through the admin channel needs (declare, bind, publish, get, purge,

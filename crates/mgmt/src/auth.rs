@@ -41,6 +41,16 @@ impl AuthUser {
         self.is_admin() || self.has_tag("monitoring")
     }
 
+    /// RabbitMQ's `is_authorized_monitor`: 401 `Not monitor user` without `administrator` or
+    /// `monitoring`.
+    pub fn require_monitor(&self) -> Result<(), ApiError> {
+        if self.is_monitor() {
+            Ok(())
+        } else {
+            Err(ApiError::not_authorised("Not monitor user"))
+        }
+    }
+
     pub fn require_admin(&self) -> Result<(), ApiError> {
         if self.is_admin() {
             Ok(())

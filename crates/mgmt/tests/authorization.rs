@@ -257,6 +257,8 @@ async fn listings_leave_out_vhosts_without_access() {
     assert_eq!(names(&call_as(&s, "mon", "GET", "/api/vhosts", None).await.1, "name"), ["/", "secret"]);
     let (_, overview) = call_as(&s, "bob", "GET", "/api/overview", None).await;
     assert_eq!(overview["object_totals"]["queues"], json!(1));
+    assert_eq!(call_as(&s, "bob", "GET", "/api/nodes", None).await, refused("Not monitor user"));
+    assert_eq!(call_as(&s, "mon", "GET", "/api/nodes", None).await.0, StatusCode::OK);
     assert_eq!(call_as(&s, "bob", "GET", "/api/vhosts/%2F", None).await, refused("Not administrator user"));
     assert_eq!(
         call_as(&s, "bob", "GET", "/api/vhosts/%2F/permissions", None).await,

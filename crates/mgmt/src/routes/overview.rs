@@ -139,11 +139,21 @@ fn node_json(state: &AppState) -> Value {
     })
 }
 
-async fn nodes(State(state): State<AppState>) -> Json<Value> {
-    Json(json!([node_json(&state)]))
+/// `administrator` or `monitoring` (RabbitMQ's is_authorized_monitor for /api/nodes).
+async fn nodes(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+) -> Result<Json<Value>, ApiError> {
+    user.require_monitor()?;
+    Ok(Json(json!([node_json(&state)])))
 }
 
-async fn node(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn node(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    user.require_monitor()?;
     if name != state.node.name {
         return Err(ApiError::not_found());
     }
