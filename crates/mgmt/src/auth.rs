@@ -2,12 +2,16 @@
 //! the API at all, and `administrator` to change users, vhosts, permissions or definitions.
 
 use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use hourglass_broker::Timestamp;
+use hourglass_session::{Admission, LoginRefused};
+use tracing::warn;
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -27,32 +31,78 @@ impl AuthUser {
         self.tags.iter().any(|t| t == tag)
     }
 
-    pub fn require_admin(&self) -> Result<(), ApiError> {
-        if self.has_tag("administrator") {
+    /// RabbitMQ's `is_admin`: the `administrator` tag.
+    pub fn is_admin(&self) -> bool {
+        self.has_tag("administrator")
+    }
+
+    /// RabbitMQ's `is_monitor`: `administrator` or `monitoring` (sees every user's connections).
+    pub fn is_monitor(&self) -> bool {
+        self.is_admin() || self.has_tag("monitoring")
+    }
+
+    /// RabbitMQ's `is_authorized_monitor`: 401 `Not monitor user` without `administrator` or
+    /// `monitoring`.
+    pub fn require_monitor(&self) -> Result<(), ApiError> {
+        if self.is_monitor() {
             Ok(())
         } else {
-            Err(ApiError::unauthorized("Not administrator user"))
+            Err(ApiError::not_authorised("Not monitor user"))
+        }
+    }
+
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        if self.is_admin() {
+            Ok(())
+        } else {
+            Err(ApiError::not_authorised("Not administrator user"))
         }
     }
 }
 
+/// Logs in every request with its basic credentials. A refused login is logged with its reason
+/// (never the password) and answered only after the failed-login hold of its source address
+/// (`state.logins`, shared with AMQP), awaited here, so no thread waits; a good login is never
+/// held.
 pub async fn require_login(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
     // Requests without a socket (in-process tests) count as local.
-    let loopback = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .is_none_or(|ConnectInfo(addr)| addr.ip().to_canonical().is_loopback());
+    let loopback = peer.is_none_or(|addr| addr.ip().to_canonical().is_loopback());
     let Some((name, password)) = basic_credentials(&request) else {
         return ApiError::unauthorized("Login failed").into_response();
     };
-    let Some(user) = state.users.check_login(&name, &password, loopback) else {
-        return ApiError::unauthorized("Login failed").into_response();
+    let now = wall_clock_now();
+    let admission = peer.map_or(Admission::Check, |addr| state.logins.admit(addr.ip(), now));
+    let checked = match admission {
+        Admission::Check => state.users.check_login(&name, &password, loopback).map_err(|reason| {
+            let hold_ms = peer.map_or(0, |addr| state.logins.record_failure(addr.ip(), now));
+            (reason, hold_ms)
+        }),
+        Admission::Refuse { hold_ms } => Err((LoginRefused::TooManyFailures, hold_ms)),
+    };
+    let user = match checked {
+        Ok(user) => user,
+        Err((reason, hold_ms)) => {
+            let peer = peer.map(|a| a.to_string()).unwrap_or_default();
+            warn!(%peer, user = %name, %reason, hold_ms, "HTTP access denied");
+            tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+            return ApiError::unauthorized("Login failed").into_response();
+        }
     };
     if !user.tags.iter().any(|t| MANAGEMENT_TAGS.contains(&t.as_str())) {
-        return ApiError::unauthorized("Not management user").into_response();
+        warn!(user = %name, reason = "not a management user", "HTTP access denied");
+        return ApiError::not_authorised("Not management user").into_response();
     }
     request.extensions_mut().insert(AuthUser { name: user.name, tags: user.tags });
     next.run(request).await
+}
+
+/// Wall-clock ms for the login limiter (the AMQP side passes the server clock's `now`, which
+/// follows the same wall clock; a clock step only shortens or lengthens holds, never by more than
+/// their cap).
+fn wall_clock_now() -> Timestamp {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    Timestamp::from_millis(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn basic_credentials(request: &Request) -> Option<(String, String)> {

@@ -7,6 +7,9 @@ use hourglass_wire::reply_code::{ACCESS_REFUSED, NOT_FOUND};
 
 use crate::users::StoreError;
 
+/// The error of a failed login; only it carries a `WWW-Authenticate` challenge.
+const NOT_AUTHENTICATED: &str = "not_authorized";
+
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -23,8 +26,15 @@ impl ApiError {
         ApiError { status: StatusCode::BAD_REQUEST, error: "bad_request", reason: reason.into() }
     }
 
+    /// 401 for a failed login (RabbitMQ's `not_authenticated`): asks for credentials again.
     pub fn unauthorized(reason: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::UNAUTHORIZED, error: "not_authorized", reason: reason.into() }
+        ApiError { status: StatusCode::UNAUTHORIZED, error: NOT_AUTHENTICATED, reason: reason.into() }
+    }
+
+    /// 401 for a logged-in user who may not do this (RabbitMQ's `not_authorised`: its API answers
+    /// 401, not 403, and without a new login challenge).
+    pub fn not_authorised(reason: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::UNAUTHORIZED, error: "not_authorised", reason: reason.into() }
     }
 
     pub fn forbidden(reason: impl Into<String>) -> Self {
@@ -43,8 +53,9 @@ impl ApiError {
         }
     }
 
-    /// A broker error: 404 for NOT_FOUND, 403 for ACCESS_REFUSED, 400 otherwise; the reason is
-    /// the reply text without its `NAME - ` prefix, as RabbitMQ's API shows it.
+    /// A broker error: 404 for NOT_FOUND, 401 `not_authorised` for ACCESS_REFUSED (RabbitMQ's
+    /// `rabbit_mgmt_util` turns an access refusal into not_authorised), 400 otherwise; the reason
+    /// is the reply text without its `NAME - ` prefix, as RabbitMQ's API shows it.
     pub fn from_amqp(error: AmqpError) -> Self {
         let reason = match error.reply_text.split_once(" - ") {
             Some((_, detail)) => detail.to_owned(),
@@ -52,7 +63,7 @@ impl ApiError {
         };
         match error.reply_code {
             NOT_FOUND => ApiError { status: StatusCode::NOT_FOUND, error: "not_found", reason },
-            ACCESS_REFUSED => ApiError { status: StatusCode::FORBIDDEN, error: "access_refused", reason },
+            ACCESS_REFUSED => ApiError::not_authorised(reason),
             _ => ApiError::bad_request(reason),
         }
     }
@@ -80,7 +91,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({"error": self.error, "reason": self.reason});
         let mut response = (self.status, axum::Json(body)).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
+        if self.error == NOT_AUTHENTICATED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Basic realm=\"RabbitMQ Management\""),

@@ -9,6 +9,7 @@
 //! | `handle.rs` | [`BrokerHandle`]: jobs to the broker task |
 //! | `users.rs` | [`UserStore`]: users, password hashes, permissions, vhost records |
 //! | `auth.rs` | HTTP basic auth against the store |
+//! | `access.rs` | who may see and change what (vhost access, owners, listing filters) |
 //! | `error.rs` | errors as RabbitMQ's `{"error", "reason"}` bodies |
 //! | `json.rs` | field tables and message properties as JSON |
 //! | `listing.rs` | `columns`, `sort`, `sort_reverse`, `page`, `page_size` |
@@ -16,6 +17,7 @@
 //! | `metrics.rs` | Prometheus text exposition |
 //! | `resources.rs` | the memory and disk alarms |
 
+mod access;
 mod auth;
 mod error;
 mod handle;
@@ -86,6 +88,8 @@ pub struct AppState {
     pub node: Arc<NodeInfo>,
     /// Samples behind the API's rates (`rates.rs`).
     pub rates: Arc<rates::Rates>,
+    /// The failed-login slowdown per source address, shared with the AMQP listener.
+    pub logins: Arc<hourglass_session::LoginLimiter>,
 }
 
 /// The management API's routes (`/api/...`), behind basic auth.

@@ -20,7 +20,7 @@ use std::sync::{Arc, RwLock};
 
 use base64::Engine;
 use hourglass_broker::{InvalidPattern, Permissions};
-use hourglass_session::{Authenticator, VhostAccess};
+use hourglass_session::{Authenticator, LoginRefused, VhostAccess};
 use sha2::{Digest, Sha256};
 
 pub use file::{FileError, FILE_SCHEMA_VERSION};
@@ -247,14 +247,26 @@ impl UserStore {
         self.read().permissions.values().map(|g| g.permission.clone()).collect()
     }
 
-    /// Checks a login; `peer_is_loopback` matters for the users in `loopback_users`.
-    pub fn check_login(&self, name: &str, password: &str, peer_is_loopback: bool) -> Option<User> {
-        let state = self.read();
-        let user = state.users.get(name)?;
-        if !peer_is_loopback && state.loopback_users.iter().any(|u| u == name) {
-            return None;
+    /// Checks a login as RabbitMQ's internal backend does: a blank password is refused before
+    /// any lookup; `peer_is_loopback` matters for the users in `loopback_users`.
+    pub fn check_login(
+        &self,
+        name: &str,
+        password: &str,
+        peer_is_loopback: bool,
+    ) -> Result<User, LoginRefused> {
+        if password.is_empty() {
+            return Err(LoginRefused::BlankPassword);
         }
-        verify_password(&user.password_hash, password).then(|| user.clone())
+        let state = self.read();
+        let user = state.users.get(name).ok_or(LoginRefused::UnknownUser)?;
+        if !verify_password(&user.password_hash, password) {
+            return Err(LoginRefused::BadPassword);
+        }
+        if !peer_is_loopback && state.loopback_users.iter().any(|u| u == name) {
+            return Err(LoginRefused::LoopbackOnly);
+        }
+        Ok(user.clone())
     }
 
     /// A new salted hash of `password`. The salt needs to be unique, not secret: the process id,
@@ -297,8 +309,13 @@ impl UserStore {
 }
 
 impl Authenticator for UserStore {
-    fn authenticate(&self, username: &str, password: &str, peer_is_loopback: bool) -> bool {
-        self.check_login(username, password, peer_is_loopback).is_some()
+    fn authenticate(
+        &self,
+        username: &str,
+        password: &str,
+        peer_is_loopback: bool,
+    ) -> Result<(), LoginRefused> {
+        self.check_login(username, password, peer_is_loopback).map(|_| ())
     }
 
     fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess {
@@ -378,15 +395,24 @@ mod tests {
     #[test]
     fn defaults_are_rabbitmqs() {
         let store = UserStore::with_defaults(vec!["guest".into()]);
-        assert!(store.authenticate("guest", "guest", true));
-        assert!(!store.authenticate("guest", "guest", false));
-        assert!(!store.authenticate("guest", "nope", true));
+        assert_eq!(store.authenticate("guest", "guest", true), Ok(()));
+        assert_eq!(store.authenticate("guest", "guest", false), Err(LoginRefused::LoopbackOnly));
+        assert_eq!(store.authenticate("guest", "nope", true), Err(LoginRefused::BadPassword));
+        assert_eq!(store.authenticate("nobody", "nope", true), Err(LoginRefused::UnknownUser));
         assert_eq!(store.vhost_access("guest", "/"), VhostAccess::Allowed(Permissions::full()));
         assert_eq!(store.vhost_access("guest", "other"), VhostAccess::NotFound);
         store.put_user_with_password("bob", "pw", vec![]).unwrap();
         assert_eq!(store.vhost_access("bob", "/"), VhostAccess::Refused);
-        assert!(store.authenticate("bob", "pw", false));
+        assert_eq!(store.authenticate("bob", "pw", false), Ok(()));
         let open = UserStore::with_defaults(vec![]);
-        assert!(open.authenticate("guest", "guest", false));
+        assert_eq!(open.authenticate("guest", "guest", false), Ok(()));
+    }
+
+    /// A user whose password is empty cannot log in with it (RabbitMQ refuses blank passwords).
+    #[test]
+    fn blank_password_is_refused() {
+        let store = UserStore::with_defaults(vec![]);
+        store.put_user_with_password("blank", "", vec!["administrator".into()]).unwrap();
+        assert_eq!(store.authenticate("blank", "", true), Err(LoginRefused::BlankPassword));
     }
 }

@@ -22,6 +22,7 @@ fn state() -> AppState {
         users: Arc::new(UserStore::with_defaults(vec!["guest".into()])),
         node: Arc::new(NodeInfo::new(IpAddr::from([127, 0, 0, 1]), 5672, 15672, 15692)),
         rates: Default::default(),
+        logins: Default::default(),
     }
 }
 

@@ -25,6 +25,11 @@ pub const DEFAULT_DISK_FREE_LIMIT: u64 = 50_000_000;
 /// RabbitMQ's `loopback_users` default: guest/guest works only from the local machine, so a
 /// broker reachable from the network is not open to the well-known password.
 pub const DEFAULT_LOOPBACK_USERS: &[&str] = &["guest"];
+/// How long the answer to the first refused login from an address is held (each further one
+/// from it doubles the hold, up to 5 s: `hourglass_session::LoginLimiter`). 200 ms is not felt by
+/// a person who mistyped once and makes a guesser that waits for answers manage a dozen guesses
+/// a minute per connection after a few tries. 0 turns the slowdown off. RabbitMQ has none.
+pub const DEFAULT_LOGIN_FAILURE_DELAY_MS: u64 = 200;
 
 /// Command-line flags; each is also read from the environment variable shown.
 #[derive(Debug, Default, Parser)]
@@ -78,6 +83,9 @@ pub struct Cli {
     /// The same limit on body bytes (`64MiB`, RabbitMQ's size units).
     #[arg(long, env = "HOURGLASS_QUEUE_RESIDENT_BYTES")]
     pub queue_resident_bytes: Option<String>,
+    /// Hold (ms) of the first refused login from an address; doubles per failure, 0: off.
+    #[arg(long, env = "HOURGLASS_LOGIN_FAILURE_DELAY_MS")]
+    pub login_failure_delay_ms: Option<u64>,
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -109,6 +117,7 @@ pub struct FileConfig {
     pub queue_resident_messages: Option<usize>,
     /// A size string (`"64MiB"`) or a number of bytes.
     pub queue_resident_bytes: Option<SizeSetting>,
+    pub login_failure_delay_ms: Option<u64>,
 }
 
 /// A size in the TOML file: `"50MB"` or `50000000`.
@@ -156,6 +165,8 @@ pub struct Config {
     pub paging: PagingLimits,
     /// Start even if the definitions file does not read, moving it aside (`Cli` says more).
     pub set_aside_damaged_definitions: bool,
+    /// The first refused login's hold per address (ms); 0: no slowdown.
+    pub login_failure_delay_ms: u64,
 }
 
 impl Default for Config {
@@ -177,6 +188,7 @@ impl Default for Config {
             paging: PagingLimits::default(),
             // A damaged definitions file stops the start: never guess on the operator's behalf.
             set_aside_damaged_definitions: false,
+            login_failure_delay_ms: DEFAULT_LOGIN_FAILURE_DELAY_MS,
         }
     }
 }
@@ -241,6 +253,10 @@ impl Config {
             load_definitions: cli.load_definitions.or(file.load_definitions),
             paging,
             set_aside_damaged_definitions: cli.set_aside_damaged_definitions,
+            login_failure_delay_ms: cli
+                .login_failure_delay_ms
+                .or(file.login_failure_delay_ms)
+                .unwrap_or(defaults.login_failure_delay_ms),
         })
     }
 }

@@ -115,7 +115,10 @@ impl Server {
         let store_thread = persistence::spawn_store_thread(data, store_rx, broker_tx.downgrade())
             .context("starting the store thread")?;
         let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock, Some(store_tx)));
-        let session_config = Arc::new(SessionConfig::new(users.clone()));
+        // One failed-login slowdown for AMQP and HTTP: a guesser gains nothing by switching.
+        let logins = Arc::new(hourglass_session::LoginLimiter::new(config.login_failure_delay_ms));
+        let session_config =
+            Arc::new(SessionConfig { login_limiter: logins.clone(), ..SessionConfig::new(users.clone()) });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (alarm_tx, alarm_rx) = watch::channel(ResourceStatus::default());
         let limits = alarm::Limits {
@@ -133,6 +136,7 @@ impl Server {
                     .with_resources(alarm_rx.clone()),
             ),
             rates: Default::default(),
+            logins,
         };
         if let Some(path) = &config.load_definitions {
             // Before the AMQP listener accepts anyone, as RabbitMQ imports at boot.

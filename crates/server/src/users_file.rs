@@ -103,7 +103,7 @@ mod tests {
         drop(users);
         let mut restarted = broker();
         let users = open(storage, vec![], &[], &mut restarted, Timestamp::ZERO).unwrap();
-        assert!(users.check_login("bob", "pw", false).is_some());
+        assert!(users.check_login("bob", "pw", false).is_ok());
         assert_eq!(users.permission("dev", "bob"), Some(Permission::full("bob", "dev")));
         assert!(restarted.has_vhost("dev"));
     }

@@ -15,12 +15,58 @@ pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
 
 /// Decides whether a login succeeds and whether a user may open a vhost.
 pub trait Authenticator: Send + Sync {
-    /// True when `username` / `password` is a valid login from this peer (`peer_is_loopback` lets
-    /// an implementation keep some users, like RabbitMQ's `guest`, to local connections).
-    fn authenticate(&self, username: &str, password: &str, peer_is_loopback: bool) -> bool;
+    /// Ok when `username` / `password` is a valid login from this peer (`peer_is_loopback` lets
+    /// an implementation keep some users, like RabbitMQ's `guest`, to local connections); the
+    /// error says why not, for the log only (clients are told nothing more than "refused").
+    fn authenticate(
+        &self,
+        username: &str,
+        password: &str,
+        peer_is_loopback: bool,
+    ) -> Result<(), LoginRefused>;
     /// Whether an authenticated `username` may open `vhost` (connection.open), and with which
     /// configure / write / read permissions.
     fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess;
+}
+
+/// Why a login was refused: logged (never with the password), never sent to the client.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LoginRefused {
+    /// No such user.
+    UnknownUser,
+    /// The password does not match.
+    BadPassword,
+    /// An empty password: refused before any lookup, as RabbitMQ's internal backend does
+    /// (`rabbit_auth_backend_internal`: "attempted to log in with a blank password").
+    BlankPassword,
+    /// The user may log in only from a loopback address (RabbitMQ's `loopback_users`).
+    LoopbackOnly,
+    /// The credentials could not be read as a user name and password (not UTF-8, foreign
+    /// authzid).
+    Unusable,
+    /// Too many refused logins from this address are still being answered
+    /// ([`crate::LoginLimiter`]); the password was not checked.
+    TooManyFailures,
+}
+
+impl LoginRefused {
+    /// The reason as the log shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoginRefused::UnknownUser => "user unknown",
+            LoginRefused::BadPassword => "bad password",
+            LoginRefused::BlankPassword => "blank password",
+            LoginRefused::LoopbackOnly => "user may only log in via localhost",
+            LoginRefused::Unusable => "unusable credentials",
+            LoginRefused::TooManyFailures => "too many failed logins from this address",
+        }
+    }
+}
+
+impl std::fmt::Display for LoginRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The answer to "may this user open this vhost?".
@@ -80,12 +126,23 @@ impl Default for StaticUsers {
 }
 
 impl Authenticator for StaticUsers {
-    fn authenticate(&self, username: &str, password: &str, peer_is_loopback: bool) -> bool {
-        self.users.iter().any(|u| {
-            u.name == username
-                && constant_time_eq(u.password.as_bytes(), password.as_bytes())
-                && (peer_is_loopback || !u.loopback_only)
-        })
+    fn authenticate(
+        &self,
+        username: &str,
+        password: &str,
+        peer_is_loopback: bool,
+    ) -> Result<(), LoginRefused> {
+        if password.is_empty() {
+            return Err(LoginRefused::BlankPassword);
+        }
+        let user = self.users.iter().find(|u| u.name == username).ok_or(LoginRefused::UnknownUser)?;
+        if !constant_time_eq(user.password.as_bytes(), password.as_bytes()) {
+            return Err(LoginRefused::BadPassword);
+        }
+        if !peer_is_loopback && user.loopback_only {
+            return Err(LoginRefused::LoopbackOnly);
+        }
+        Ok(())
     }
 
     fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess {
@@ -206,9 +263,12 @@ mod tests {
     #[test]
     fn default_static_users_match_rabbitmq() {
         let users = StaticUsers::default();
-        assert!(users.authenticate("guest", "guest", true));
-        assert!(!users.authenticate("guest", "guest", false));
-        assert!(!users.authenticate("guest", "nope", true));
+        assert_eq!(users.authenticate("guest", "guest", true), Ok(()));
+        assert_eq!(users.authenticate("guest", "guest", false), Err(LoginRefused::LoopbackOnly));
+        assert_eq!(users.authenticate("guest", "nope", true), Err(LoginRefused::BadPassword));
+        assert_eq!(users.authenticate("nobody", "x", true), Err(LoginRefused::UnknownUser));
+        let blank = StaticUsers::empty().with_user("b", "", false);
+        assert_eq!(blank.authenticate("b", "", false), Err(LoginRefused::BlankPassword));
         assert_eq!(users.vhost_access("guest", "/"), VhostAccess::Allowed(Permissions::full()));
         assert_eq!(users.vhost_access("guest", "other"), VhostAccess::NotFound);
         assert_eq!(users.vhost_access("nobody", "/"), VhostAccess::Refused);

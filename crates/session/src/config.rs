@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::auth::Authenticator;
+use crate::login_limiter::LoginLimiter;
 
 /// Largest frame we offer in connection.tune: RabbitMQ's `frame_max` default (128 KiB), large
 /// enough that a typical message fits in one body frame, small enough to bound each read.
@@ -47,6 +48,8 @@ pub struct SessionConfig {
     pub cluster_name: String,
     /// Checks credentials (connection.start-ok) and vhost access (connection.open).
     pub authenticator: Arc<dyn Authenticator>,
+    /// Holds the answers to refused logins per source address (shared with the HTTP API).
+    pub login_limiter: Arc<LoginLimiter>,
 }
 
 /// The RabbitMQ release whose AMQP behaviour Hourglass follows (x-death layout, error texts,
@@ -66,6 +69,7 @@ impl SessionConfig {
             hourglass_version: env!("CARGO_PKG_VERSION").to_owned(),
             cluster_name: "hourglass".to_owned(),
             authenticator,
+            login_limiter: Arc::new(LoginLimiter::default()),
         }
     }
 }

@@ -56,8 +56,10 @@ pub struct PeerInfo {
 ///
 /// ```text
 ///  ExpectProtocolHeader ──AMQP 0-9-1──► ExpectStartOk ──login ok──► ExpectTuneOk
-///        │ any other header                  │                          │ limits ok
-///        │ (we answer with ours)             │                          ▼
+///        │ any other header                  │ login refused            │ limits ok
+///        │ (we answer with ours)             ├──► LoginRefused ──hold over: close sent──► Closing
+///        │                                   │   (failed-login slowdown; input ignored)
+///        │                                   │                          ▼
 ///        │                                   │                      ExpectOpen ──vhost ok──► Open
 ///        │            our error (connection.close sent)                 │                      │
 ///        │                 ┌─────────────────┴──────────────────────────┴──────────────────────┘
@@ -75,6 +77,12 @@ enum State {
     ExpectStartOk,
     ExpectTuneOk,
     ExpectOpen,
+    /// A login was refused; its connection.close (`held`) is sent at `answer_at`
+    /// (`login_limiter.rs`). Nothing the peer sends meanwhile is read.
+    LoginRefused {
+        answer_at: Timestamp,
+        held: BytesMut,
+    },
     Open,
     /// We sent connection.close and wait for close-ok until `deadline`. With `discard_input`
     /// (after a frame error) we no longer parse what the peer sends.
@@ -111,6 +119,14 @@ pub struct Connection {
     /// True while the driver does not read the socket for a resource alarm
     /// ([`Connection::set_reading_blocked`]); a heartbeat monitor started meanwhile starts paused.
     reading_blocked: bool,
+}
+
+impl PeerInfo {
+    /// The peer's IP address, when `addr` is a socket address (the failed-login slowdown counts
+    /// per address).
+    pub fn ip(&self) -> Option<std::net::IpAddr> {
+        self.addr.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
+    }
 }
 
 impl Connection {
@@ -230,6 +246,11 @@ impl Connection {
     pub fn handle_timeout(&mut self, now: Timestamp) {
         match self.state {
             State::Closed => {}
+            State::LoginRefused { answer_at, .. } => {
+                if now >= answer_at {
+                    self.send_held_refusal(now);
+                }
+            }
             State::Closing { deadline, .. } => {
                 if now >= deadline {
                     info!(conn = self.id.0, "no connection.close-ok in time; dropping the socket");
@@ -287,6 +308,7 @@ impl Connection {
         match self.state {
             State::Closed => None,
             State::Closing { deadline, .. } => Some(deadline),
+            State::LoginRefused { answer_at, .. } => Some(answer_at),
             State::Open => heartbeat,
             _ => Some(heartbeat.map_or(self.handshake_deadline(), |h| h.min(self.handshake_deadline()))),
         }
@@ -327,7 +349,7 @@ impl Connection {
 
     fn handle_frame(&mut self, frame: Frame, now: Timestamp) {
         match self.state {
-            State::ExpectProtocolHeader | State::Closed => {}
+            State::ExpectProtocolHeader | State::LoginRefused { .. } | State::Closed => {}
             State::Closing { .. } => self.on_frame_closing(frame, now),
             State::Open => self.on_frame_open(frame, now),
             State::ExpectStartOk | State::ExpectTuneOk | State::ExpectOpen => match frame {
@@ -532,7 +554,7 @@ impl Connection {
     /// RabbitMQ's "unexpected method in connection state {starting|tuning|opening|running}".
     fn unexpected_method(&self, method: &Method) -> Fault {
         let state = match self.state {
-            State::ExpectProtocolHeader | State::ExpectStartOk => "starting",
+            State::ExpectProtocolHeader | State::ExpectStartOk | State::LoginRefused { .. } => "starting",
             State::ExpectTuneOk => "tuning",
             State::ExpectOpen => "opening",
             State::Open => "running",
@@ -543,7 +565,25 @@ impl Connection {
     }
 
     fn discards_input(&self) -> bool {
-        matches!(self.state, State::Closed | State::Closing { discard_input: true, .. })
+        matches!(
+            self.state,
+            State::Closed | State::LoginRefused { .. } | State::Closing { discard_input: true, .. }
+        )
+    }
+
+    /// The hold of a refused login is over: its connection.close goes out, and we wait for
+    /// close-ok as after any close.
+    fn send_held_refusal(&mut self, now: Timestamp) {
+        let State::LoginRefused { held, .. } = std::mem::replace(&mut self.state, State::Closed) else {
+            return;
+        };
+        if held.is_empty() {
+            // A silent refusal (no authentication_failure_close): the socket just closes.
+            return;
+        }
+        self.out.raw(&held, now);
+        let deadline = now.saturating_add_millis(self.close_timeout_ms());
+        self.state = State::Closing { deadline, discard_input: false };
     }
 
     fn handshake_deadline(&self) -> Timestamp {

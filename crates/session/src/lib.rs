@@ -23,9 +23,10 @@ mod connection;
 mod content;
 mod fault;
 mod heartbeat;
+mod login_limiter;
 mod output;
 
-pub use auth::{Authenticator, StaticUsers, VhostAccess, MECHANISMS};
+pub use auth::{Authenticator, LoginRefused, StaticUsers, VhostAccess, MECHANISMS};
 pub use config::{
     SessionConfig, DEFAULT_CHANNEL_MAX, DEFAULT_FRAME_MAX, DEFAULT_HEARTBEAT_S, DEFAULT_MAX_MESSAGE_SIZE,
 };
@@ -35,6 +36,10 @@ pub use connection::{
 };
 pub use content::{UnfinishedContent, MAX_MESSAGE_SIZE_LIMIT, MAX_UNFINISHED_CONTENT_BYTES};
 pub use heartbeat::MISSED_HEARTBEATS_LIMIT;
+pub use login_limiter::{
+    Admission, LoginLimiter, LOGIN_FAILURES_FORGOTTEN_AFTER_MS, LOGIN_FAILURES_PENDING_MAX,
+    LOGIN_FAILURE_DELAY_MAX_MS, LOGIN_SOURCES_MAX,
+};
 
 #[cfg(test)]
 mod tests;

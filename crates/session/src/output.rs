@@ -88,7 +88,7 @@ impl Output {
         self.wrote(now);
     }
 
-    /// Raw bytes (our protocol header).
+    /// Raw bytes (our protocol header; a held login refusal, already encoded).
     pub(crate) fn raw(&mut self, bytes: &[u8], now: Timestamp) {
         self.last_ack = None;
         self.buf.extend_from_slice(bytes);

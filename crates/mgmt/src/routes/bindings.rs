@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use super::exchanges::short;
 use super::{body_json, exchange_name, require_vhost, str_field};
+use crate::access::{require_vhost_access, VhostFilter};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::{json_to_table, table_to_json};
@@ -59,19 +60,27 @@ pub(crate) async fn vhost_bindings(state: &AppState, vhost: &str) -> Result<Vec<
     Ok(all.iter().map(binding_json).collect())
 }
 
-async fn list_all(State(state): State<AppState>, Query(params): Query<Params>) -> Result<Response, ApiError> {
+async fn list_all(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
     let all = state
         .broker
         .run(|b, _| b.vhost_names().iter().flat_map(|v| b.list_binding_details(v)).collect::<Vec<_>>())
         .await?;
-    listing::respond(all.iter().map(binding_json).collect(), &params)
+    let mut items: Vec<Value> = all.iter().map(binding_json).collect();
+    VhostFilter::new(&state, &user).retain(&mut items);
+    listing::respond(items, &params)
 }
 
 async fn list_vhost(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     listing::respond(vhost_bindings(&state, &vhost).await?, &params)
 }
 
@@ -101,15 +110,19 @@ async fn between(
 
 async fn list_between(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, source, kind, destination)): Path<(String, String, String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     Ok(Json(Value::Array(between(&state, &vhost, &source, &kind, &destination).await?)))
 }
 
 async fn show(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, source, kind, destination, props)): Path<(String, String, String, String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     let all = between(&state, &vhost, &source, &kind, &destination).await?;
     all.into_iter().find(|b| b["properties_key"] == props.as_str()).map(Json).ok_or_else(ApiError::not_found)
 }
@@ -121,6 +134,7 @@ async fn create(
     Path((vhost, source, kind, destination)): Path<(String, String, String, String)>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let kind = destination_type(&kind)?;
     let body = body_json(&body)?;
@@ -149,6 +163,7 @@ async fn delete(
     Extension(user): Extension<AuthUser>,
     Path((vhost, source, kind, destination, props)): Path<(String, String, String, String, String)>,
 ) -> Result<StatusCode, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     let all = between(&state, &vhost, &source, &kind, &destination).await?;
     let found =
         all.into_iter().find(|b| b["properties_key"] == props.as_str()).ok_or_else(ApiError::not_found)?;

@@ -1,4 +1,7 @@
 //! /api/connections (list, show, close; by user), /api/channels, /api/consumers.
+//!
+//! Users without `administrator` or `monitoring` see only their own connections, channels and
+//! consumers, and only administrators close other users' connections (`access.rs`).
 
 use std::time::Instant;
 
@@ -10,6 +13,7 @@ use axum::{Extension, Json, Router};
 use hourglass_broker::admin::{ChannelSummary, ConnectionSummary, ConsumerSummary};
 use serde_json::{json, Value};
 
+use crate::access::{require_owner_or_tag, require_vhost_access, sees_owner, OwnedAction};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::table_to_json;
@@ -122,10 +126,12 @@ fn consumer_json(node: &NodeInfo, c: &ConsumerSummary) -> Value {
     })
 }
 
-async fn connections(state: &AppState) -> Result<Vec<(ConnectionSummary, Value)>, ApiError> {
+/// Every connection `user` may see.
+async fn connections(state: &AppState, user: &AuthUser) -> Result<Vec<(ConnectionSummary, Value)>, ApiError> {
     let all = state.broker.run(|b, _| b.list_connections()).await?;
     Ok(all
         .into_iter()
+        .filter(|c| sees_owner(user, &c.info.user))
         .map(|c| {
             let json = connection_json(&state.node, &c);
             (c, json)
@@ -135,18 +141,21 @@ async fn connections(state: &AppState) -> Result<Vec<(ConnectionSummary, Value)>
 
 async fn list_connections(
     State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    listing::respond(connections(&state).await?.into_iter().map(|(_, j)| j).collect(), &params)
+    listing::respond(connections(&state, &auth).await?.into_iter().map(|(_, j)| j).collect(), &params)
 }
 
 async fn vhost_connections(
     State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    require_vhost_access(&state, &auth, &vhost)?;
     super::require_vhost(&state, &vhost)?;
-    let items = connections(&state)
+    let items = connections(&state, &auth)
         .await?
         .into_iter()
         .filter(|(c, _)| c.info.vhost == vhost)
@@ -157,23 +166,30 @@ async fn vhost_connections(
 
 async fn user_connections(
     State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
     Path(user): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let items =
-        connections(&state).await?.into_iter().filter(|(c, _)| c.info.user == user).map(|(_, j)| j).collect();
+    require_owner_or_tag(&auth, Some(&user), OwnedAction::Inspect)?;
+    let items = connections(&state, &auth)
+        .await?
+        .into_iter()
+        .filter(|(c, _)| c.info.user == user)
+        .map(|(_, j)| j)
+        .collect();
     listing::respond(items, &params)
 }
 
-/// Closes every connection of a user (320 CONNECTION_FORCED; `X-Reason` gives the text).
+/// Closes every connection of a user (320 CONNECTION_FORCED; `X-Reason` gives the text): an
+/// administrator, or the user itself.
 async fn close_user_connections(
     State(state): State<AppState>,
     Extension(auth): Extension<AuthUser>,
     Path(user): Path<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    auth.require_admin()?;
-    let ids: Vec<_> = connections(&state)
+    require_owner_or_tag(&auth, Some(&user), OwnedAction::Close)?;
+    let ids: Vec<_> = connections(&state, &auth)
         .await?
         .into_iter()
         .filter(|(c, _)| c.info.user == user)
@@ -195,41 +211,53 @@ fn close_reason(headers: &HeaderMap) -> String {
     headers.get("x-reason").and_then(|v| v.to_str().ok()).unwrap_or("Closed via management plugin").to_owned()
 }
 
-async fn show_connection(
-    State(state): State<AppState>,
-    Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    connections(&state)
-        .await?
-        .into_iter()
-        .map(|(_, j)| j)
-        .find(|j| j["name"] == name.as_str())
-        .map(Json)
-        .ok_or_else(ApiError::not_found)
+/// The connection called `name`, if `auth` may `action` it (RabbitMQ's is_authorized_user: a
+/// user who may not act on others' connections gets 401 for a name that matches nothing too).
+async fn owned_connection(
+    state: &AppState,
+    auth: &AuthUser,
+    name: &str,
+    action: OwnedAction,
+) -> Result<(ConnectionSummary, Value), ApiError> {
+    let all = state.broker.run(|b, _| b.list_connections()).await?;
+    let found = all.into_iter().find(|c| connection_name(&state.node, &c.info.peer) == name);
+    require_owner_or_tag(auth, found.as_ref().map(|c| c.info.user.as_str()), action)?;
+    let found = found.ok_or_else(ApiError::not_found)?;
+    let json = connection_json(&state.node, &found);
+    Ok((found, json))
 }
 
-/// Closes with 320 CONNECTION_FORCED; the `X-Reason` header gives the text, as in RabbitMQ.
+async fn show_connection(
+    State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (_, json) = owned_connection(&state, &auth, &name, OwnedAction::Inspect).await?;
+    Ok(Json(json))
+}
+
+/// Closes with 320 CONNECTION_FORCED; the `X-Reason` header gives the text, as in RabbitMQ. An
+/// administrator may close any connection, other users only their own.
 async fn close_connection(
     State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let (found, _) = connections(&state)
-        .await?
-        .into_iter()
-        .find(|(_, j)| j["name"] == name.as_str())
-        .ok_or_else(ApiError::not_found)?;
+    let (found, _) = owned_connection(&state, &auth, &name, OwnedAction::Close).await?;
     let reason = close_reason(&headers);
     state.broker.run(move |b, now| b.close_connection(found.id, &reason, now)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn channels(state: &AppState) -> Result<Vec<(ChannelSummary, Value)>, ApiError> {
+/// Every channel `user` may see.
+async fn channels(state: &AppState, user: &AuthUser) -> Result<Vec<(ChannelSummary, Value)>, ApiError> {
     let all = state.broker.run(|b, _| b.list_channels()).await?;
     let at = Instant::now();
     state.rates.forget_stale(at);
     Ok(all
         .into_iter()
+        .filter(|c| sees_owner(user, &c.user))
         .map(|c| {
             let json = channel_json(&state.node, &c, &state.rates, at);
             (c, json)
@@ -239,28 +267,37 @@ async fn channels(state: &AppState) -> Result<Vec<(ChannelSummary, Value)>, ApiE
 
 async fn list_channels(
     State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    listing::respond(channels(&state).await?.into_iter().map(|(_, j)| j).collect(), &params)
+    listing::respond(channels(&state, &auth).await?.into_iter().map(|(_, j)| j).collect(), &params)
 }
 
 async fn vhost_channels(
     State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    require_vhost_access(&state, &auth, &vhost)?;
     super::require_vhost(&state, &vhost)?;
-    let items =
-        channels(&state).await?.into_iter().filter(|(c, _)| c.vhost == vhost).map(|(_, j)| j).collect();
+    let items = channels(&state, &auth)
+        .await?
+        .into_iter()
+        .filter(|(c, _)| c.vhost == vhost)
+        .map(|(_, j)| j)
+        .collect();
     listing::respond(items, &params)
 }
 
 async fn connection_channels(
     State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
     Path(name): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let items = channels(&state)
+    owned_connection(&state, &auth, &name, OwnedAction::Inspect).await?;
+    let items = channels(&state, &auth)
         .await?
         .into_iter()
         .filter(|(_, j)| j["connection_details"]["name"] == name.as_str())
@@ -269,10 +306,12 @@ async fn connection_channels(
     listing::respond(items, &params)
 }
 
-async fn consumers(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
+/// Every consumer `user` may see (RabbitMQ filters consumers by their channel's user only).
+async fn consumers(state: &AppState, user: &AuthUser, only: Option<String>) -> Result<Vec<Value>, ApiError> {
     let all = state.broker.run(|b, _| b.list_consumers()).await?;
     Ok(all
         .iter()
+        .filter(|c| sees_owner(user, &c.user))
         .filter(|c| only.as_ref().is_none_or(|v| &c.vhost == v))
         .map(|c| consumer_json(&state.node, c))
         .collect())
@@ -280,16 +319,18 @@ async fn consumers(state: &AppState, only: Option<String>) -> Result<Vec<Value>,
 
 async fn list_consumers(
     State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    listing::respond(consumers(&state, None).await?, &params)
+    listing::respond(consumers(&state, &auth, None).await?, &params)
 }
 
 async fn vhost_consumers(
     State(state): State<AppState>,
+    Extension(auth): Extension<AuthUser>,
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     super::require_vhost(&state, &vhost)?;
-    listing::respond(consumers(&state, Some(vhost)).await?, &params)
+    listing::respond(consumers(&state, &auth, Some(vhost)).await?, &params)
 }

@@ -15,6 +15,7 @@ use hourglass_wire::{ExchangeDeclare, ExchangeDelete, Method, ShortStr};
 use serde_json::{json, Value};
 
 use super::{body_json, bool_field, exchange_name, require_vhost, str_field};
+use crate::access::{require_vhost_access, VhostFilter};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::{json_to_properties, json_to_table, table_to_json};
@@ -71,23 +72,33 @@ pub(crate) async fn all_exchanges(state: &AppState, only: Option<String>) -> Res
     Ok(list.iter().map(|(v, x)| exchange_json(v, x, &state.rates, at)).collect())
 }
 
-async fn list_all(State(state): State<AppState>, Query(params): Query<Params>) -> Result<Response, ApiError> {
-    listing::respond(all_exchanges(&state, None).await?, &params)
+async fn list_all(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let mut items = all_exchanges(&state, None).await?;
+    VhostFilter::new(&state, &user).retain(&mut items);
+    listing::respond(items, &params)
 }
 
 async fn list_vhost(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     listing::respond(all_exchanges(&state, Some(vhost)).await?, &params)
 }
 
 async fn show(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let name = exchange_name(&name).to_owned();
     let all = all_exchanges(&state, Some(vhost)).await?;
@@ -116,6 +127,7 @@ async fn put(
     Path((vhost, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let declare = exchange_declare(exchange_name(&name), &body_json(&body)?)?;
     let permissions = super::permissions_of(&state, &user, &vhost);
@@ -136,6 +148,7 @@ async fn delete(
     Path((vhost, name)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> Result<StatusCode, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let delete = ExchangeDelete {
         exchange: short(exchange_name(&name))?,
@@ -164,6 +177,7 @@ async fn publish(
     Path((vhost, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let body = body_json(&body)?;
     let payload = str_field(&body, "payload")?.unwrap_or_default();
@@ -201,9 +215,11 @@ async fn publish(
 
 async fn bindings_source(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     let name = exchange_name(&name).to_owned();
     let all = super::bindings::vhost_bindings(&state, &vhost).await?;
     listing::respond(all.into_iter().filter(|b| b["source"] == name.as_str()).collect(), &params)
@@ -211,9 +227,11 @@ async fn bindings_source(
 
 async fn bindings_destination(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     let all = super::bindings::vhost_bindings(&state, &vhost).await?;
     let items = all
         .into_iter()

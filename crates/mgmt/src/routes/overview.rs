@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use crate::access::{sees_owner, VhostFilter};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::rates;
@@ -32,16 +33,24 @@ pub fn routes() -> Router<AppState> {
         .route("/api/aliveness-test/{vhost}", get(aliveness))
 }
 
-async fn overview(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+/// Totals count what the user could list (RabbitMQ's get_overview(User) for users without
+/// `monitoring`): queues and exchanges of its vhosts, its own connections, channels, consumers.
+async fn overview(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+) -> Result<Json<Value>, ApiError> {
+    let vhosts = (!user.is_monitor()).then(|| VhostFilter::new(&state, &user));
     let (queues, connections, channels, consumers, exchanges, stats) = state
         .broker
-        .run(|b, _| {
-            let exchanges: usize = b.vhost_names().iter().map(|v| b.list_exchanges(v).len()).sum();
+        .run(move |b, _| {
+            let sees = |vhost: &str| vhosts.as_ref().is_none_or(|f| f.shows(vhost));
+            let exchanges: usize =
+                b.vhost_names().iter().filter(|v| sees(v)).map(|v| b.list_exchanges(v).len()).sum();
             (
-                b.list_queues(),
-                b.list_connections().len(),
-                b.list_channels().len(),
-                b.list_consumers().len(),
+                b.list_queues().into_iter().filter(|q| sees(&q.vhost)).collect::<Vec<_>>(),
+                b.list_connections().iter().filter(|c| sees_owner(&user, &c.info.user)).count(),
+                b.list_channels().iter().filter(|c| sees_owner(&user, &c.user)).count(),
+                b.list_consumers().iter().filter(|c| sees_owner(&user, &c.user)).count(),
                 exchanges,
                 b.message_stats(),
             )
@@ -130,11 +139,21 @@ fn node_json(state: &AppState) -> Value {
     })
 }
 
-async fn nodes(State(state): State<AppState>) -> Json<Value> {
-    Json(json!([node_json(&state)]))
+/// `administrator` or `monitoring` (RabbitMQ's is_authorized_monitor for /api/nodes).
+async fn nodes(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+) -> Result<Json<Value>, ApiError> {
+    user.require_monitor()?;
+    Ok(Json(json!([node_json(&state)])))
 }
 
-async fn node(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn node(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    user.require_monitor()?;
     if name != state.node.name {
         return Err(ApiError::not_found());
     }
@@ -219,6 +238,7 @@ async fn aliveness(
     Extension(user): Extension<AuthUser>,
     Path(vhost): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    crate::access::require_vhost_access(&state, &user, &vhost)?;
     super::require_vhost(&state, &vhost)?;
     let permissions = super::permissions_of(&state, &user, &vhost);
     state

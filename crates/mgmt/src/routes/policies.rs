@@ -13,6 +13,7 @@ use hourglass_broker::policy::{PolicyError, PolicyInfo, PolicyKind, PolicySpec};
 use serde_json::{json, Value};
 
 use super::{body_json, require_vhost, str_field};
+use crate::access::VhostFilter;
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::{json_to_table, table_to_json};
@@ -97,7 +98,7 @@ fn policy_error(error: PolicyError) -> ApiError {
 
 /// RabbitMQ's rabbit_mgmt_util:is_authorized_policies: administrators may; a policymaker may in a
 /// vhost where it has permissions (an entry, whatever its patterns), and may ask for the list of
-/// all vhosts' policies (filtered by `visible`). A vhost that does not exist is left to the 404.
+/// all vhosts' policies (filtered by `access::VhostFilter`). A vhost that does not exist is left to the 404.
 /// Operator policies are for administrators only (is_authorized_admin). Refusals are 401.
 fn authorize(
     state: &AppState,
@@ -113,16 +114,8 @@ fn authorize(
     if user.has_tag("policymaker") && vhost.is_none_or(in_vhost) {
         Ok(())
     } else {
-        Err(ApiError::unauthorized("User not authorised to access object"))
+        Err(ApiError::not_authorised(crate::access::NOT_AUTHORISED_OBJECT))
     }
-}
-
-/// Whether `user` sees `vhost`'s policies in a listing: RabbitMQ's filter_vhost shows
-/// administrators and monitoring users every vhost, others those they have permissions in.
-fn visible(state: &AppState, user: &AuthUser, vhost: &str) -> bool {
-    user.has_tag("administrator")
-        || user.has_tag("monitoring")
-        || state.users.permission(vhost, &user.name).is_some()
 }
 
 async fn list(
@@ -137,7 +130,8 @@ async fn list(
         require_vhost(state, vhost)?;
     }
     let all = state.broker.run(move |b, _| b.list_policies(kind, vhost.as_deref())).await?;
-    let shown = all.iter().filter(|p| visible(state, user, &p.vhost)).map(policy_json).collect();
+    let filter = VhostFilter::new(state, user);
+    let shown = all.iter().filter(|p| filter.shows(&p.vhost)).map(policy_json).collect();
     listing::respond(shown, params)
 }
 

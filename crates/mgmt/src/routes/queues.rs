@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 use super::exchanges::short;
 use super::{body_json, bool_field, require_vhost, str_field};
+use crate::access::{require_vhost_access, VhostFilter};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::{json_to_table, properties_to_json, table_to_json};
@@ -25,6 +26,10 @@ use crate::AppState;
 
 /// The most messages one `…/get` returns: the request's count is clamped to it.
 const GET_COUNT_MAX: u64 = 1000;
+/// A `…/get` stops taking messages once the bodies it took reach 16 MiB (the first message is
+/// always taken): `count` = 1000 over large messages would otherwise build GiBs of JSON (issue
+/// #12). What it did not take stays in the queue; `truncate` still cuts what is shown.
+const GET_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -104,23 +109,33 @@ pub(crate) async fn all_queues(state: &AppState, only: Option<String>) -> Result
         .collect())
 }
 
-async fn list_all(State(state): State<AppState>, Query(params): Query<Params>) -> Result<Response, ApiError> {
-    listing::respond(all_queues(&state, None).await?, &params)
+async fn list_all(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let mut items = all_queues(&state, None).await?;
+    VhostFilter::new(&state, &user).retain(&mut items);
+    listing::respond(items, &params)
 }
 
 async fn list_vhost(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     listing::respond(all_queues(&state, Some(vhost)).await?, &params)
 }
 
 async fn show(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let all = all_queues(&state, Some(vhost)).await?;
     all.into_iter().find(|q| q["name"] == name.as_str()).map(Json).ok_or_else(ApiError::not_found)
@@ -147,6 +162,7 @@ async fn put(
     Path((vhost, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("queue name must not be empty"));
@@ -170,6 +186,7 @@ async fn delete(
     Path((vhost, name)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> Result<StatusCode, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let delete = QueueDelete {
         queue: short(&name)?,
@@ -196,6 +213,7 @@ async fn purge(
     Extension(user): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let purge = QueuePurge { queue: short(&name)?, ..Default::default() };
     let permissions = super::permissions_of(&state, &user, &vhost);
@@ -220,6 +238,7 @@ async fn get_messages(
     Path((vhost, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let body = body_json(&body)?;
     let count = match body.get("count") {
@@ -255,10 +274,17 @@ async fn get_messages(
         .run(move |b, now| {
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| {
                 let mut got = Vec::new();
+                let mut body_bytes = 0usize;
                 for _ in 0..count {
+                    if body_bytes >= GET_BODY_BYTES_MAX {
+                        break;
+                    }
                     let mut replies = ch.call(BasicGet { queue: queue.clone(), no_ack: false })?;
                     match replies.pop() {
-                        Some((Method::BasicGetOk(ok), Some(message))) => got.push((ok, message)),
+                        Some((Method::BasicGetOk(ok), Some(message))) => {
+                            body_bytes = body_bytes.saturating_add(message.body.len());
+                            got.push((ok, message));
+                        }
                         _ => break,
                     }
                 }
@@ -305,9 +331,11 @@ async fn get_messages(
 
 async fn bindings(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let all = super::bindings::vhost_bindings(&state, &vhost).await?;
     let items = all

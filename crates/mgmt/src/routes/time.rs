@@ -1,18 +1,32 @@
 //! Hourglass's own time endpoints (contract §4, §7): a delivery's visibility by receipt handle,
 //! and the delayed messages of a queue — list and peek without consuming, cancel, reschedule.
+//!
+//! Who may: each endpoint reads or steers messages of one queue, so it needs what the AMQP
+//! analogue needs (`access::require_queue_access`): access to the vhost, then **read** on the
+//! queue. Listing shows payloads as basic.get would; cancelling drops a message as basic.get +
+//! ack or queue.purge would; rescheduling and changing visibility decide when a message is
+//! delivered, as a consumer's basic.reject / nack does — every one of those needs read on the
+//! queue in RabbitMQ, and none changes the queue's definition (configure) or adds a message
+//! (write).
+//!
+//! A listing shows at most [`DELAYED_PAYLOAD_SHOWN_MAX`] bytes of each payload (less with
+//! `truncate`), and stops once [`DELAYED_LIST_BYTES_MAX`] bytes of payloads and properties are
+//! in the response.
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use base64::Engine;
 use hourglass_broker::admin::{DelayedError, DelayedMessage};
-use hourglass_broker::{Timestamp, VisibilityError};
+use hourglass_broker::{Access, Timestamp, VisibilityError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{body_json, require_vhost};
+use crate::access::require_queue_access;
+use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::properties_to_json;
 use crate::AppState;
@@ -21,6 +35,14 @@ use crate::AppState;
 const DELAYED_LIST_MAX: usize = 1000;
 /// The default page of a delayed-message listing.
 const DELAYED_LIST_DEFAULT: usize = 100;
+/// The most bytes of one payload a listing shows (`truncate` asks for fewer): 64 KiB is enough to
+/// recognise a message; a client that needs a whole large body consumes it.
+const DELAYED_PAYLOAD_SHOWN_MAX: usize = 65_536;
+/// The most payload and property bytes (before base64) one listing response carries: 8 MiB, so
+/// a listing of the maximum count over large messages stays a few MiB of JSON instead of GiBs
+/// (issue #12: 1,000 large messages made 1 GiB). Messages after the budget is spent are left out
+/// of that response, and the last listed one's payload is cut to what was left.
+const DELAYED_LIST_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Longest visibility a client may set through the API: 12 h, the queue argument's maximum.
 const VISIBILITY_MAX_MS: u64 = 43_200_000;
 
@@ -35,9 +57,11 @@ pub fn routes() -> Router<AppState> {
 /// now (0: visible at once). 204, or 404 for an unknown queue or a stale/unknown handle.
 async fn change_visibility(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
+    require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
     require_vhost(&state, &vhost)?;
     let body = body_json(&body)?;
     let handle = body
@@ -63,19 +87,31 @@ async fn change_visibility(
 #[derive(Deserialize)]
 struct ListParams {
     limit: Option<usize>,
+    /// Show at most this many bytes of each payload (as RabbitMQ's `…/get` `truncate`).
+    truncate: Option<usize>,
 }
 
-/// The queue's delayed messages in due order, without consuming them.
+/// The queue's delayed messages in due order, without consuming them; payloads are cut as the
+/// module documentation says (`payload_bytes` is always the whole size).
 async fn list_delayed(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
     Query(params): Query<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
+    require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
     require_vhost(&state, &vhost)?;
     let limit = params.limit.unwrap_or(DELAYED_LIST_DEFAULT).min(DELAYED_LIST_MAX);
+    let shown_max = params.truncate.unwrap_or(DELAYED_PAYLOAD_SHOWN_MAX).min(DELAYED_PAYLOAD_SHOWN_MAX);
     let (listed, now) = state.broker.run(move |b, now| (b.peek_delayed(&vhost, &name, limit), now)).await?;
     let listed = listed.map_err(delayed_error)?;
-    Ok(Json(Value::Array(listed.iter().map(|d| delayed_json(d, now)).collect())))
+    let mut budget = DELAYED_LIST_BYTES_MAX;
+    let mut items = Vec::with_capacity(listed.len());
+    for delayed in &listed {
+        let Some(item) = delayed_json(delayed, now, shown_max, &mut budget) else { break };
+        items.push(item);
+    }
+    Ok(Json(Value::Array(items)))
 }
 
 #[derive(Deserialize)]
@@ -89,9 +125,11 @@ struct Reschedule {
 /// Body `{"delay_ms": N}` or `{"due_ms": T}`: the message falls due then instead.
 async fn reschedule(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, name, id)): Path<(String, String, u64)>,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
+    require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
     require_vhost(&state, &vhost)?;
     let body: Reschedule =
         serde_json::from_value(body_json(&body)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -115,26 +153,36 @@ async fn reschedule(
 /// Drops a delayed message before it is due.
 async fn cancel(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost, name, id)): Path<(String, String, u64)>,
 ) -> Result<StatusCode, ApiError> {
+    require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
     require_vhost(&state, &vhost)?;
     let result = state.broker.run(move |b, _| b.cancel_delayed(&vhost, &name, id)).await?;
     result.map(|()| StatusCode::NO_CONTENT).map_err(delayed_error)
 }
 
-fn delayed_json(d: &DelayedMessage, now: Timestamp) -> Value {
+/// One listed message, its properties and (cut) payload charged to `budget`; `None` once the
+/// budget cannot pay for its properties.
+fn delayed_json(d: &DelayedMessage, now: Timestamp, shown_max: usize, budget: &mut usize) -> Option<Value> {
     let m = &d.message;
-    json!({
+    let properties = properties_to_json(&m.properties().decode());
+    let properties_bytes = serde_json::to_vec(&properties).map_or(usize::MAX, |v| v.len());
+    *budget = budget.checked_sub(properties_bytes)?;
+    let shown = m.body.len().min(shown_max).min(*budget);
+    *budget -= shown;
+    Some(json!({
         "id": d.id,
         "due_ms": d.due.as_millis(),
         "due_in_ms": d.due.as_millis().saturating_sub(now.as_millis()),
         "exchange": m.exchange.as_str(),
         "routing_key": m.routing_key.as_str(),
-        "properties": properties_to_json(&m.properties().decode()),
+        "properties": properties,
         "payload_bytes": m.body.len(),
-        "payload": base64::engine::general_purpose::STANDARD.encode(&m.body),
+        "payload": base64::engine::general_purpose::STANDARD.encode(&m.body[..shown]),
         "payload_encoding": "base64",
-    })
+        "payload_truncated": shown < m.body.len(),
+    }))
 }
 
 fn delayed_error(error: DelayedError) -> ApiError {

@@ -1,4 +1,6 @@
-//! /api/vhosts: list, show, create (PUT), delete, and a vhost's permissions.
+//! /api/vhosts: list, show, create (PUT), delete, and a vhost's permissions. The list shows
+//! administrators and monitoring users every vhost, others those they have permissions in; the
+//! rest is for administrators (RabbitMQ 3.10's rabbit_mgmt_wm_vhost, _permissions_vhost).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -12,6 +14,7 @@ use axum::{Extension, Json, Router};
 use serde_json::{json, Value};
 
 use super::{body_json, str_field, tags_field, users::permission_json};
+use crate::access::sees_vhost_record;
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::listing::{self, Params};
@@ -61,7 +64,11 @@ async fn counts(state: &AppState) -> Result<HashMap<String, (usize, usize)>, Api
     Ok(out)
 }
 
-async fn list(State(state): State<AppState>, Query(params): Query<Params>) -> Result<Response, ApiError> {
+async fn list(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
     let counts = counts(&state).await?;
     let node = state.node.name.clone();
     let at = Instant::now();
@@ -70,6 +77,7 @@ async fn list(State(state): State<AppState>, Query(params): Query<Params>) -> Re
         .users
         .vhosts()
         .iter()
+        .filter(|v| sees_vhost_record(&state, &user, &v.name))
         .map(|v| {
             let mut item = vhost_json(v, counts.get(&v.name), &state.rates, at);
             item["cluster_state"] = json!({ node.clone(): "running" });
@@ -79,7 +87,12 @@ async fn list(State(state): State<AppState>, Query(params): Query<Params>) -> Re
     listing::respond(items, &params)
 }
 
-async fn show(State(state): State<AppState>, Path(vhost): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn show(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path(vhost): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    user.require_admin()?;
     let record = state.users.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let counts = counts(&state).await?;
     Ok(Json(vhost_json(&record, counts.get(&vhost), &state.rates, Instant::now())))
@@ -128,9 +141,11 @@ async fn delete(
 
 async fn permissions(
     State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    user.require_admin()?;
     super::require_vhost(&state, &vhost)?;
     let items = state.users.permissions().iter().filter(|p| p.vhost == vhost).map(permission_json).collect();
     listing::respond(items, &params)

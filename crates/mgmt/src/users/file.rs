@@ -163,7 +163,7 @@ mod tests {
         assert_eq!(back.users(), store.users());
         assert_eq!(back.vhosts(), store.vhosts());
         assert_eq!(back.permissions(), store.permissions());
-        assert!(back.check_login("bob", "secret", false).is_some());
+        assert!(back.check_login("bob", "secret", false).is_ok());
         assert_eq!(back.permission("dev", "bob"), Some(p));
     }
 

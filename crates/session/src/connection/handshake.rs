@@ -10,10 +10,11 @@ use hourglass_wire::{
 use tracing::{info, warn};
 
 use super::{Connection, State};
-use crate::auth::{AuthError, Mechanism, VhostAccess, MECHANISMS};
+use crate::auth::{AuthError, LoginRefused, Mechanism, VhostAccess, MECHANISMS};
 use crate::channels::Channels;
 use crate::config::SessionConfig;
 use crate::heartbeat::Heartbeat;
+use crate::login_limiter::Admission;
 
 /// The lowest channel_max a client may ask for (RabbitMQ's `?CHANNEL_MIN`); 0 means "no limit".
 const CHANNEL_MIN: u32 = 1;
@@ -69,12 +70,23 @@ impl Connection {
                 return self.close_with(error, now);
             }
             Err(AuthError::Refused) => {
-                return self.refuse_login(mechanism, "<unusable credentials>", now);
+                return self.refuse_login(mechanism, "<unusable credentials>", LoginRefused::Unusable, now);
             }
         };
+        let source = self.peer.ip();
+        let limiter = self.config.login_limiter.clone();
+        if let Some(Admission::Refuse { hold_ms }) = source.map(|ip| limiter.admit(ip, now)) {
+            let reason = LoginRefused::TooManyFailures;
+            self.refuse_login(mechanism, &credentials.username, reason, now);
+            return self.hold_refusal(hold_ms, now);
+        }
         let authenticator = &self.config.authenticator;
-        if !authenticator.authenticate(&credentials.username, &credentials.password, self.peer.is_loopback) {
-            return self.refuse_login(mechanism, &credentials.username, now);
+        let checked =
+            authenticator.authenticate(&credentials.username, &credentials.password, self.peer.is_loopback);
+        if let Err(reason) = checked {
+            self.refuse_login(mechanism, &credentials.username, reason, now);
+            let hold_ms = source.map_or(0, |ip| limiter.record_failure(ip, now));
+            return self.hold_refusal(hold_ms, now);
         }
         self.user = Some(credentials.username);
         let tune = ConnectionTune {
@@ -89,9 +101,9 @@ impl Connection {
     /// A refused login. A client that announced the `authentication_failure_close` capability gets
     /// RabbitMQ's 403 connection.close, whose text names only the mechanism; any other client has
     /// its socket closed without a word, as rabbit_reader does (older clients cannot read a close
-    /// before tune). Why the login failed goes to our log.
-    fn refuse_login(&mut self, mechanism: Mechanism, username: &str, now: Timestamp) {
-        warn!(conn = self.id.0, peer = %self.peer.addr, user = username, mechanism = mechanism.name(), "login refused");
+    /// before tune). Why the login failed goes to our log (never the password).
+    fn refuse_login(&mut self, mechanism: Mechanism, username: &str, reason: LoginRefused, now: Timestamp) {
+        warn!(conn = self.id.0, peer = %self.peer.addr, user = username, mechanism = mechanism.name(), %reason, "login refused");
         if !announces(&self.client_properties, "authentication_failure_close") {
             self.state = State::Closed;
             return;
@@ -101,6 +113,18 @@ impl Connection {
             mechanism.name()
         );
         self.close_with(AmqpError::new(ACCESS_REFUSED, detail), now);
+    }
+
+    /// Holds the connection.close just encoded by `refuse_login` (nothing, for a silent close) for
+    /// `hold_ms` (the failed-login slowdown, `login_limiter.rs`): it leaves in `handle_timeout`
+    /// once the hold is over.
+    fn hold_refusal(&mut self, hold_ms: u64, now: Timestamp) {
+        if hold_ms == 0 {
+            return;
+        }
+        let held = self.out.take();
+        let answer_at = now.saturating_add_millis(hold_ms);
+        self.state = State::LoginRefused { answer_at, held };
     }
 
     pub(super) fn on_tune_ok(&mut self, tune_ok: ConnectionTuneOk, now: Timestamp) {
@@ -137,7 +161,10 @@ impl Connection {
         };
         let permissions = match access {
             Ok(permissions) => permissions,
-            Err(detail) => return self.close_with(AmqpError::new(NOT_ALLOWED, detail).on(&on_open), now),
+            Err(detail) => {
+                warn!(conn = self.id.0, peer = %self.peer.addr, user = %user, vhost = %vhost, reason = %detail, "connection.open refused");
+                return self.close_with(AmqpError::new(NOT_ALLOWED, detail).on(&on_open), now);
+            }
         };
         self.out.method(0, &ConnectionOpenOk {}.into(), now);
         self.state = State::Open;

@@ -146,8 +146,8 @@ fn unknown_vhost_is_refused_with_530() {
 fn refused_vhost_is_530_naming_user_and_vhost() {
     struct NoVhosts;
     impl Authenticator for NoVhosts {
-        fn authenticate(&self, _: &str, _: &str, _: bool) -> bool {
-            true
+        fn authenticate(&self, _: &str, _: &str, _: bool) -> Result<(), LoginRefused> {
+            Ok(())
         }
         fn vhost_access(&self, _: &str, _: &str) -> VhostAccess {
             VhostAccess::Refused

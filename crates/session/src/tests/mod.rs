@@ -201,3 +201,4 @@ mod channels;
 mod closing;
 mod content;
 mod handshake;
+mod login;
