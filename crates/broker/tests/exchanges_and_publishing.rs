@@ -110,6 +110,37 @@ fn alternate_exchange_takes_unroutable_messages() {
     assert_eq!(ready(&tb, "unrouted"), 1);
 }
 
+/// Issue #12: a route that has reached its cap of 64 exchanges (here through 63
+/// exchange-to-exchange bindings that reach no queue) and then meets a cycle of alternate
+/// exchanges ends: the alternates past the cap are not followed (before, they were never marked
+/// visited and the broker task looped forever). The message is unroutable and returned.
+#[test]
+fn alternate_exchange_cycle_past_the_exchange_cap_ends() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let alternate =
+        |name: &str| FieldTable::from_entries([("alternate-exchange", FieldValue::LongStr(name.into()))]);
+    for (name, ae) in [("src", "x"), ("x", "y"), ("y", "x")] {
+        let declare = ExchangeDeclare {
+            exchange: short(name),
+            kind: short("fanout"),
+            arguments: alternate(ae),
+            ..Default::default()
+        };
+        tb.call(c, declare);
+    }
+    for i in 0..63 {
+        let name = format!("e{i}");
+        declare_exchange(&mut tb, c, &name, "fanout");
+        tb.call(c, ExchangeBind { destination: short(&name), source: short("src"), ..Default::default() });
+    }
+    let effects = tb.publish_with(c, "src", "k", BasicProperties::default(), b"x", true);
+    assert!(
+        methods(&effects).iter().any(|m| matches!(m, Method::BasicReturn(r) if r.reply_code == 312)),
+        "{effects:?}"
+    );
+}
+
 /// An unroutable mandatory publish comes back as basic.return 312 NO_ROUTE, before its confirm.
 #[test]
 fn mandatory_unroutable_is_returned_before_the_confirm() {
