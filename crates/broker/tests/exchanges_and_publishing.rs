@@ -73,6 +73,20 @@ fn headers_exchange_routes_on_headers() {
     assert_eq!(ready(&tb, "h"), 1);
 }
 
+/// Issue #12 finding 2: a binding of eight `#`s and a 60-word routing key route at once through
+/// the broker (the old walk tried each of C(60, 8) ways to split the key and never returned).
+#[test]
+fn many_hash_binding_routes_a_long_key() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "amq.topic", "#.#.#.#.#.#.#.#.b");
+    let key = |last: &str| format!("{}{last}", "w.".repeat(59));
+    tb.publish(c, "amq.topic", &key("b"), b"x");
+    tb.publish(c, "amq.topic", &key("c"), b"x");
+    assert_eq!(ready(&tb, "q"), 1);
+}
+
 /// Exchange-to-exchange bindings forward messages; a cycle delivers once and terminates.
 #[test]
 fn exchange_to_exchange_bindings_follow_and_stop_at_cycles() {
