@@ -51,3 +51,31 @@ fn publish_through_topic_exchange(bencher: divan::Bencher, others: usize) {
     let body = [0u8; 16];
     bencher.bench_local(|| divan::black_box(broker.publish(chan, "t", "stock.usd.nyse", &body)));
 }
+
+/// Words in the routing key of the hostile case (at most 128 fit in a 255-octet shortstr).
+const HOSTILE_KEY_WORDS: [usize; 3] = [30, 60, 120];
+
+/// Issue #12 finding 2: the binding `#.#.#.#.#.#.#.#.b` and a routing key of `words` words that
+/// matches it (`a.a.….b`). Walking every way of splitting the key among the `#`s took seconds to
+/// forever; the walk is bounded by (trie nodes) × (words + 1).
+#[divan::bench(args = HOSTILE_KEY_WORDS)]
+fn publish_through_many_hash_binding(bencher: divan::Bencher, words: usize) {
+    let mut broker = TestBroker::new();
+    let chan = broker.channel();
+    let declare = ExchangeDeclare { exchange: short("t"), kind: short("topic"), ..Default::default() };
+    broker.call(chan, declare);
+    broker.call(chan, QueueDeclare { queue: short("hit"), ..Default::default() });
+    let bind = QueueBind {
+        queue: short("hit"),
+        exchange: short("t"),
+        routing_key: short("#.#.#.#.#.#.#.#.b"),
+        ..Default::default()
+    };
+    broker.call(chan, bind);
+    broker.call(chan, BasicConsume { queue: short("hit"), no_ack: true, ..Default::default() });
+    let key = format!("{}b", "a.".repeat(words - 1));
+    let body = [0u8; 16];
+    let delivered = hourglass_testkit::deliveries(&broker.publish(chan, "t", &key, &body));
+    assert_eq!(delivered.len(), 1, "the key matches the binding");
+    bencher.bench_local(|| divan::black_box(broker.publish(chan, "t", &key, &body)));
+}

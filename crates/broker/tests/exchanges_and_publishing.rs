@@ -73,6 +73,22 @@ fn headers_exchange_routes_on_headers() {
     assert_eq!(ready(&tb, "h"), 1);
 }
 
+/// Issue #12 finding 2: bindings of eight `#`s (adjacent, and apart) and a 60-word routing key
+/// route at once through the broker (the old walk tried each way to split the key among the `#`s,
+/// 10⁸ and more, and did not return).
+#[test]
+fn many_hash_binding_routes_a_long_key() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "amq.topic", "#.#.#.#.#.#.#.#.b");
+    bind(&mut tb, c, "q", "amq.topic", "#.*.#.*.#.*.#.*.#.*.#.*.#.*.#.b");
+    let key = |last: &str| format!("{}{last}", "w.".repeat(59));
+    tb.publish(c, "amq.topic", &key("b"), b"x");
+    tb.publish(c, "amq.topic", &key("c"), b"x");
+    assert_eq!(ready(&tb, "q"), 1);
+}
+
 /// Exchange-to-exchange bindings forward messages; a cycle delivers once and terminates.
 #[test]
 fn exchange_to_exchange_bindings_follow_and_stop_at_cycles() {
@@ -108,6 +124,37 @@ fn alternate_exchange_takes_unroutable_messages() {
     );
     tb.publish(c, "main", "nobody", b"x");
     assert_eq!(ready(&tb, "unrouted"), 1);
+}
+
+/// Issue #12: a route that has reached its cap of 64 exchanges (here through 63
+/// exchange-to-exchange bindings that reach no queue) and then meets a cycle of alternate
+/// exchanges ends: the alternates past the cap are not followed (before, they were never marked
+/// visited and the broker task looped forever). The message is unroutable and returned.
+#[test]
+fn alternate_exchange_cycle_past_the_exchange_cap_ends() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let alternate =
+        |name: &str| FieldTable::from_entries([("alternate-exchange", FieldValue::LongStr(name.into()))]);
+    for (name, ae) in [("src", "x"), ("x", "y"), ("y", "x")] {
+        let declare = ExchangeDeclare {
+            exchange: short(name),
+            kind: short("fanout"),
+            arguments: alternate(ae),
+            ..Default::default()
+        };
+        tb.call(c, declare);
+    }
+    for i in 0..63 {
+        let name = format!("e{i}");
+        declare_exchange(&mut tb, c, &name, "fanout");
+        tb.call(c, ExchangeBind { destination: short(&name), source: short("src"), ..Default::default() });
+    }
+    let effects = tb.publish_with(c, "src", "k", BasicProperties::default(), b"x", true);
+    assert!(
+        methods(&effects).iter().any(|m| matches!(m, Method::BasicReturn(r) if r.reply_code == 312)),
+        "{effects:?}"
+    );
 }
 
 /// An unroutable mandatory publish comes back as basic.return 312 NO_ROUTE, before its confirm.

@@ -101,17 +101,65 @@ pub(crate) fn put_short_str(out: &mut BytesMut, s: &ShortStr) {
     out.put_slice(&bytes[..len]);
 }
 
+/// Whether `bytes` is UTF-8 as RabbitMQ 3.10 checks a method's short strings
+/// (rabbit_binary_parser:assert_utf8, which uses xmerl_ucs:from_utf8): every
+/// sequence of one to four octets in its shortest form. Unlike Rust's `str`,
+/// that admits UTF-16 surrogates (U+D800..U+DFFF) and code points up to
+/// U+1FFFFF; it refuses stray continuation octets, truncated sequences,
+/// overlong forms and five- or six-octet sequences. Checked against RabbitMQ
+/// 3.10.8 over a socket (`ED A0 80` and `F4 90 80 80` are accepted, `C0 80`,
+/// `E0 9F BF`, `F0 8F BF BF` and `F8 88 80 80 80` get 501).
+pub(crate) fn is_rabbit_utf8(bytes: &[u8]) -> bool {
+    if std::str::from_utf8(bytes).is_ok() {
+        return true;
+    }
+    let mut at = 0;
+    while let Some(&lead) = bytes.get(at) {
+        // Continuation octets after the lead, and the least code point that needs them.
+        let (continuations, least) = match lead {
+            0x00..=0x7F => {
+                at += 1;
+                continue;
+            }
+            0xC0..=0xDF => (1, 0x80),
+            0xE0..=0xEF => (2, 0x800),
+            0xF0..=0xF7 => (3, 0x1_0000),
+            _ => return false,
+        };
+        let mut code_point = u32::from(lead & (0x7F >> (continuations + 1)));
+        for offset in 1..=continuations {
+            match bytes.get(at + offset) {
+                Some(&next) if next & 0xC0 == 0x80 => code_point = (code_point << 6) | u32::from(next & 0x3F),
+                _ => return false,
+            }
+        }
+        if code_point < least {
+            return false;
+        }
+        at += continuations + 1;
+    }
+    true
+}
+
 /// Decoding cursor for method arguments, tracking the partially consumed
 /// bit-octet (§4.2.5.2: up to 8 consecutive bits share one octet, LSB first).
 pub(crate) struct ArgReader {
     pub(crate) buf: Bytes,
     bits: u8,
     used: u8,
+    /// Whether short strings must be UTF-8: set for methods without content,
+    /// as RabbitMQ's generated decoder checks them (basic.publish is skipped
+    /// "for speed", so routing keys and exchange names there are not).
+    pub(crate) utf8_required: bool,
+    /// Set when a short string that had to be UTF-8 was not. Reported only
+    /// once the whole method decoded, as RabbitMQ checks after matching the
+    /// layout (a syntax error wins).
+    pub(crate) malformed_utf8: bool,
 }
 
 impl ArgReader {
     pub(crate) fn new(buf: Bytes) -> Self {
-        ArgReader { buf, bits: 0, used: 8 }
+        ArgReader { buf, bits: 0, used: 8, utf8_required: false, malformed_utf8: false }
     }
 
     /// Ends any run of bit arguments (the next bit starts a fresh octet).
@@ -231,7 +279,11 @@ int_arg!(u64, get_u64, put_u64, "longlong");
 impl Arg for ShortStr {
     fn get(r: &mut ArgReader) -> Res<Self> {
         r.end_bits();
-        get_short_str(&mut r.buf, "shortstr")
+        let s = get_short_str(&mut r.buf, "shortstr")?;
+        if r.utf8_required && !is_rabbit_utf8(s.as_bytes()) {
+            r.malformed_utf8 = true;
+        }
+        Ok(s)
     }
     fn put(&self, w: &mut ArgWriter<'_>) {
         w.end_bits();
@@ -303,6 +355,43 @@ mod tests {
         7u8.put(&mut w);
         true.put(&mut w);
         assert_eq!(&out[..], &[1, 7, 1]);
+    }
+
+    /// The UTF-8 check accepts what RabbitMQ 3.10.8 accepted over a socket and
+    /// refuses what it answered with 501.
+    #[test]
+    fn rabbit_utf8_matches_what_rabbitmq_accepts() {
+        let accepted: [&[u8]; 9] = [
+            b"",
+            b"plain",
+            "é€😀".as_bytes(),
+            b"q\x00r",
+            b"q\xed\xa0\x80",
+            b"q\xed\xbf\xbf",
+            b"q\xef\xbf\xbe",
+            b"q\xf4\x90\x80\x80",
+            b"q\xf7\xbf\xbf\xbf",
+        ];
+        for bytes in accepted {
+            assert!(is_rabbit_utf8(bytes), "{bytes:x?}");
+        }
+        let refused: [&[u8]; 12] = [
+            b"x\xff",
+            b"x\x80y",
+            b"q\xc0\x80",
+            b"q\xc1\xbf",
+            b"q\xe0\x9f\xbf",
+            b"q\xf0\x8f\xbf\xbf",
+            b"q\xe2\x82",
+            b"q\xc2",
+            b"q\xc2\xc0",
+            b"q\xfe",
+            b"q\xf8\x88\x80\x80\x80",
+            b"q\xfc\x84\x80\x80\x80\x80",
+        ];
+        for bytes in refused {
+            assert!(!is_rabbit_utf8(bytes), "{bytes:x?}");
+        }
     }
 
     /// Reading past the end yields `Malformed`, never a panic.

@@ -11,7 +11,12 @@
 //! - unknown class/method ids: `lookup_method_name/1` exits with
 //!   `{unknown_method_id, Id}` outside any handler, so RabbitMQ drops the TCP
 //!   connection without a connection.close. We reply 540 NOT_IMPLEMENTED
-//!   (a hard error), which is what the spec's constant describes.
+//!   (a hard error), which is what the spec's constant describes;
+//! - a short-string argument that is not UTF-8, in any method without content
+//!   (`rabbit_binary_parser:assert_utf8`, called by the generated decoder):
+//!   501 "FRAME_ERROR - Malformed UTF-8 in shortstr". RabbitMQ reports class
+//!   and method 0/0, except for connection-class methods, which its reader
+//!   decodes itself (connection.open: 10/40).
 
 use std::fmt;
 
@@ -41,13 +46,22 @@ pub enum DecodeError {
         /// The method id received.
         method_id: u16,
     },
+    /// A short-string argument of a method without content that is not
+    /// UTF-8 (exchange, queue and consumer names, binding keys…): 501
+    /// FRAME_ERROR, as RabbitMQ.
+    MalformedUtf8 {
+        /// Class of the method.
+        class_id: u16,
+        /// The method.
+        method_id: u16,
+    },
 }
 
 impl DecodeError {
     /// The reply code for the connection.close this error causes.
     pub fn reply_code(&self) -> u16 {
         match self {
-            DecodeError::Frame(_) => FRAME_ERROR,
+            DecodeError::Frame(_) | DecodeError::MalformedUtf8 { .. } => FRAME_ERROR,
             DecodeError::Syntax { .. } => SYNTAX_ERROR,
             DecodeError::UnknownMethod { .. } => NOT_IMPLEMENTED,
         }
@@ -66,6 +80,12 @@ impl DecodeError {
             DecodeError::Frame(_) => (0, 0),
             DecodeError::Syntax { class_id, method_id, .. }
             | DecodeError::UnknownMethod { class_id, method_id } => (class_id, method_id),
+            DecodeError::MalformedUtf8 { class_id, method_id }
+                if class_id == crate::method::ConnectionOpen::CLASS_ID =>
+            {
+                (class_id, method_id)
+            }
+            DecodeError::MalformedUtf8 { .. } => (0, 0),
         }
     }
 
@@ -84,6 +104,7 @@ impl DecodeError {
             DecodeError::UnknownMethod { class_id, method_id } => {
                 format!("unknown method class {class_id} method {method_id}")
             }
+            DecodeError::MalformedUtf8 { .. } => "Malformed UTF-8 in shortstr".to_owned(),
         }
     }
 }
@@ -109,6 +130,14 @@ mod tests {
         assert_eq!(e.reply_code(), 502);
         assert_eq!(e.reply_text(), "SYNTAX_ERROR - truncated shortstr in queue.declare");
         assert_eq!(e.class_method(), (50, 10));
+        let e = DecodeError::MalformedUtf8 { class_id: 50, method_id: 10 };
+        assert_eq!(
+            (e.reply_code(), e.reply_text().as_str()),
+            (501, "FRAME_ERROR - Malformed UTF-8 in shortstr")
+        );
+        assert_eq!(e.class_method(), (0, 0), "RabbitMQ names no method for a channel's frame");
+        let e = DecodeError::MalformedUtf8 { class_id: 10, method_id: 40 };
+        assert_eq!(e.class_method(), (10, 40), "but names connection.open");
         let e = DecodeError::UnknownMethod { class_id: 99, method_id: 1 };
         assert_eq!(e.reply_code(), 540);
         assert!(e.reply_text().starts_with("NOT_IMPLEMENTED - "));

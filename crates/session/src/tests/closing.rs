@@ -97,6 +97,46 @@ fn syntax_error_closes_and_still_reads_close_ok() {
     assert!(c.conn.is_closed());
 }
 
+/// Issue #12 finding 9: a name that is not UTF-8 (here queue.declare's `q\xff`) closes the
+/// connection with RabbitMQ 3.10.8's 501 "FRAME_ERROR - Malformed UTF-8 in shortstr", class and
+/// method 0; nothing reaches the broker, and the close-ok is still read (the frame was whole).
+/// basic.publish's routing key is not checked (RabbitMQ skips content methods).
+#[test]
+fn non_utf8_name_closes_with_501_as_rabbitmq() {
+    let mut c = Client::local();
+    c.open(60);
+    c.open_channel(1);
+    c.send_method(
+        1,
+        BasicPublish {
+            routing_key: ShortStr::new(Bytes::from_static(b"k\xff")).unwrap(),
+            ..Default::default()
+        },
+    );
+    c.send_header(1, 60, 0);
+    assert!(matches!(c.commands().as_slice(), [Command::Publish { .. }]), "publish keys are not checked");
+    let queue = ShortStr::new(Bytes::from_static(b"q\xff")).unwrap();
+    c.send_method(1, QueueDeclare { queue, ..Default::default() });
+    assert_eq!(c.connection_close(), close_of(501, "FRAME_ERROR - Malformed UTF-8 in shortstr", 0, 0));
+    assert!(c.commands().is_empty(), "the declare never reaches the broker");
+    c.send_method(0, ConnectionCloseOk {});
+    assert!(c.conn.is_closed());
+}
+
+/// connection.open with a virtual host that is not UTF-8: 501, naming connection.open (10/40) as
+/// RabbitMQ does for the methods its reader decodes.
+#[test]
+fn non_utf8_virtual_host_closes_with_501_naming_connection_open() {
+    let mut c = Client::local();
+    c.send_bytes(PROTOCOL_HEADER);
+    c.send_method(0, start_ok("PLAIN", b"\0guest\0guest"));
+    c.send_method(0, ConnectionTuneOk { channel_max: 2047, frame_max: 131_072, heartbeat: 60 });
+    c.frames();
+    c.send_method(0, ConnectionOpen { virtual_host: ShortStr::new(Bytes::from_static(b"/\xff")).unwrap() });
+    assert_eq!(c.connection_close(), close_of(501, "FRAME_ERROR - Malformed UTF-8 in shortstr", 10, 40));
+    assert!(c.commands().is_empty());
+}
+
 /// After a frame error the rest of the input is unreadable: we close with 501, discard input
 /// and drop the socket after the silent-close delay.
 #[test]

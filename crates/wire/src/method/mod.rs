@@ -84,6 +84,7 @@ macro_rules! amqp_class {
             #[allow(unused_mut, unused_variables, clippy::field_reassign_with_default)]
             pub(crate) fn decode_args(r: &mut ArgReader) -> Res<Self> {
                 let mut m = Self::default();
+                r.utf8_required = !Self::HAS_CONTENT;
                 $(method_arg!(@get $vis m $field $ty, r);)*
                 Ok(m)
             }
@@ -221,8 +222,10 @@ impl Method {
     }
 
     /// Decodes a method frame's payload. Fewer than 4 octets is a frame
-    /// error, unknown ids are [`DecodeError::UnknownMethod`], and malformed,
-    /// missing or trailing argument octets are [`DecodeError::Syntax`].
+    /// error, unknown ids are [`DecodeError::UnknownMethod`], malformed,
+    /// missing or trailing argument octets are [`DecodeError::Syntax`], and a
+    /// short string that is not UTF-8 in a method without content is
+    /// [`DecodeError::MalformedUtf8`].
     pub fn decode(mut payload: Bytes) -> Result<Method, DecodeError> {
         if payload.len() < 4 {
             return Err(DecodeError::Frame(format!(
@@ -240,6 +243,7 @@ impl Method {
             Some(Ok(_)) if !r.buf.is_empty() => {
                 Err(syntax(format!("{} unexpected trailing octets", r.buf.len())))
             }
+            Some(Ok(_)) if r.malformed_utf8 => Err(DecodeError::MalformedUtf8 { class_id, method_id }),
             Some(Ok(method)) => Ok(method),
         }
     }

@@ -223,3 +223,50 @@ fn names_and_rabbitmq_ids() {
     assert_eq!(method_name(40, 51), Some("exchange.unbind-ok"));
     assert_eq!(method_name(85, 10), Some("confirm.select"));
 }
+
+/// Issue #12 finding 9: a short string that is not UTF-8 in a method without content is 501
+/// "Malformed UTF-8 in shortstr", as RabbitMQ 3.10.8 answers queue.declare, exchange.declare,
+/// queue.bind (routing key), channel.open (the reserved out-of-band) and connection.open; in
+/// basic.publish (content follows) RabbitMQ skips the check, and so do we.
+#[test]
+fn non_utf8_short_strings_are_frame_errors_except_in_content_methods() {
+    let bad = ShortStr::new(Bytes::from_static(b"q\xff")).unwrap();
+    let cases: [Method; 4] = [
+        QueueDeclare { queue: bad.clone(), ..Default::default() }.into(),
+        ExchangeDeclare { exchange: ShortStr::from_static("x"), kind: bad.clone(), ..Default::default() }
+            .into(),
+        QueueBind { routing_key: bad.clone(), ..Default::default() }.into(),
+        ConnectionOpen { virtual_host: bad.clone() }.into(),
+    ];
+    for method in cases {
+        let err = Method::decode(Bytes::from(encode(&method))).unwrap_err();
+        let ids = (method.class_id(), method.method_id());
+        assert_eq!(
+            err,
+            DecodeError::MalformedUtf8 { class_id: ids.0, method_id: ids.1 },
+            "{}",
+            method.name()
+        );
+        assert_eq!(err.reply_code(), 501);
+        assert_eq!(err.reply_text(), "FRAME_ERROR - Malformed UTF-8 in shortstr");
+    }
+    // channel.open's reserved out-of-band shortstr is checked too.
+    let err = Method::decode(Bytes::from_static(&[0, 20, 0, 10, 1, 0xff])).unwrap_err();
+    assert_eq!(err, DecodeError::MalformedUtf8 { class_id: 20, method_id: 10 });
+    let publish =
+        Method::from(BasicPublish { exchange: bad.clone(), routing_key: bad, ..Default::default() });
+    assert_eq!(Method::decode(Bytes::from(encode(&publish))), Ok(publish));
+}
+
+/// The layout is checked before the UTF-8 (RabbitMQ matches the binary first): trailing octets
+/// after a non-UTF-8 name are a syntax error.
+#[test]
+fn syntax_errors_win_over_malformed_utf8() {
+    let mut bytes = encode(
+        &QueueDelete { queue: ShortStr::new(Bytes::from_static(b"\xc0\x80")).unwrap(), ..Default::default() }
+            .into(),
+    );
+    bytes.push(0);
+    let err = Method::decode(Bytes::from(bytes)).unwrap_err();
+    assert!(matches!(err, DecodeError::Syntax { class_id: 50, method_id: 40, .. }), "{err:?}");
+}
