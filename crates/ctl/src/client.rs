@@ -22,6 +22,16 @@ impl Client {
         self.finish(path, response)
     }
 
+    /// The same API as another user.
+    pub fn with_credentials(&self, user: &str, password: &str) -> Client {
+        Client::new(&self.base, user, password)
+    }
+
+    /// The management API's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
     /// Whether GET `path` finds the object (200) rather than 404.
     pub fn exists(&self, path: &str) -> anyhow::Result<bool> {
         let response = self.agent.get(self.url(path)).header("Authorization", &self.auth).call();
@@ -83,10 +93,61 @@ impl Client {
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if status >= 400 {
             let reason = body.get("reason").and_then(Value::as_str).unwrap_or(&text);
+            if status == 404 {
+                bail!("{} not found ({status}: {reason})", describe(path));
+            }
             bail!("{status}: {reason}");
         }
         Ok(body)
     }
+}
+
+/// What an API path names, for "not found" errors: `/api/queues/%2F/jobs` → `queue 'jobs' in
+/// vhost '/'`.
+pub fn describe(path: &str) -> String {
+    let path = path.split('?').next().unwrap_or(path);
+    let parts: Vec<String> = path.trim_start_matches("/api/").split('/').map(decode).collect();
+    let part = |i: usize| parts.get(i).map(String::as_str);
+    let in_vhost = |kind: &str| match (part(1), part(2)) {
+        (Some(vhost), Some(name)) => format!("{kind} '{name}' in vhost '{vhost}'"),
+        (Some(vhost), None) => format!("vhost '{vhost}'"),
+        _ => path.to_owned(),
+    };
+    match (part(0), part(3), part(4)) {
+        (Some("queues"), Some("delayed"), Some(id)) => {
+            format!("delayed message {id} of {}", in_vhost("queue"))
+        }
+        (Some("queues"), ..) => in_vhost("queue"),
+        (Some("exchanges"), ..) => in_vhost("exchange"),
+        (Some("policies"), ..) => in_vhost("policy"),
+        (Some("operator-policies"), ..) => in_vhost("operator policy"),
+        (Some("permissions"), ..) => in_vhost("permissions of user"),
+        (Some("users"), ..) => format!("user '{}'", part(1).unwrap_or_default()),
+        (Some("vhosts"), ..) => format!("vhost '{}'", part(1).unwrap_or_default()),
+        (Some("connections"), ..) => format!("connection '{}'", part(1).unwrap_or_default()),
+        _ => path.to_owned(),
+    }
+}
+
+/// Percent-decoding of one path segment (what `segment` encodes).
+fn decode(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A path segment, percent-encoded (vhost `/` becomes `%2F`).
@@ -100,4 +161,22 @@ pub fn segment(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 404 names what was looked for, with the vhost decoded.
+    #[test]
+    fn paths_are_described_for_not_found_errors() {
+        assert_eq!(describe("/api/queues/%2F/jobs"), "queue 'jobs' in vhost '/'");
+        assert_eq!(
+            describe("/api/queues/dev/a%20b/delayed/7"),
+            "delayed message 7 of queue 'a b' in vhost 'dev'"
+        );
+        assert_eq!(describe("/api/users/bob"), "user 'bob'");
+        assert_eq!(describe("/api/exchanges/nope"), "vhost 'nope'");
+        assert_eq!(decode(&segment("a/b c%")), "a/b c%");
+    }
 }

@@ -5,6 +5,7 @@
 
 mod client;
 mod commands;
+mod output;
 
 use std::process::ExitCode;
 
@@ -23,6 +24,15 @@ struct Cli {
     /// Virtual host for the commands that take one.
     #[arg(short = 'p', long, default_value = "/", global = true)]
     vhost: String,
+    /// No informational lines, only results (rabbitmqctl's -q; -s is the same).
+    #[arg(short = 'q', long, visible_short_alias = 's', visible_alias = "silent", global = true)]
+    quiet: bool,
+    /// How results are printed: `table` (tab-separated under a header row) or `json`.
+    #[arg(long, value_enum, default_value_t = output::Formatter::Table, global = true)]
+    formatter: output::Formatter,
+    /// Listings without their header row.
+    #[arg(long, global = true)]
+    no_table_headers: bool,
     #[command(subcommand)]
     command: commands::Command,
 }
@@ -30,7 +40,9 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let client = client::Client::new(&cli.url, &cli.user, &cli.password);
-    match commands::run(&client, &cli.vhost, cli.command) {
+    let format =
+        output::Format { formatter: cli.formatter, quiet: cli.quiet, no_headers: cli.no_table_headers };
+    match commands::run(&client, &cli.vhost, cli.command, &format) {
         Ok(output) => {
             print!("{output}");
             ExitCode::SUCCESS
@@ -38,7 +50,7 @@ fn main() -> ExitCode {
         Err(error) => match error.downcast_ref::<commands::Refused>() {
             Some(refused) => {
                 eprintln!("Error:\n{refused}");
-                ExitCode::from(commands::Refused::EXIT_CODE)
+                ExitCode::from(refused.exit_code())
             }
             None => {
                 eprintln!("Error: {error:#}");

@@ -30,7 +30,14 @@ fn start_broker() -> String {
     format!("http://{}", rx.recv().expect("broker started"))
 }
 
+/// Runs hourglass-ctl with rows only (`-q --no-table-headers`), as scripts use it.
 fn ctl(url: &str, args: &[&str]) -> (bool, String, String) {
+    let quiet: Vec<&str> = ["-q", "--no-table-headers"].into_iter().chain(args.iter().copied()).collect();
+    ctl_as_typed(url, &quiet)
+}
+
+/// Runs hourglass-ctl with exactly these arguments.
+fn ctl_as_typed(url: &str, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_hourglass-ctl"))
         .arg("--url")
         .arg(url)
@@ -64,6 +71,42 @@ fn add_user_refuses_an_existing_user() {
     assert!(err.contains("Login failed"), "the second password was not set: {err}");
     let (_, _, err) = ctl(&url, &["--user", "bob", "--password", "first", "list_queues"]);
     assert!(!err.contains("Login failed"), "the first password still works: {err}");
+}
+
+/// rabbitmqctl's habits: an info line and a header row on listings (-q drops the info line),
+/// JSON with --formatter json, node verbs, errors naming what was not found.
+#[test]
+fn rabbitmqctl_output_habits_and_node_verbs() {
+    let url = start_broker();
+    let (_, out, _) = ctl_as_typed(&url, &["list_vhosts"]);
+    assert_eq!(out, "Listing vhosts ...\nname\n/\n");
+    let (_, out, _) = ctl_as_typed(&url, &["-q", "list_users"]);
+    assert_eq!(out, "name\ttags\nguest\t[administrator]\n");
+    let (_, out, _) = ctl_as_typed(&url, &["--formatter", "json", "list_queues", "name", "messages"]);
+    assert_eq!(out, "[]\n");
+    let (ok, out, _) = ctl_as_typed(&url, &["-q", "ping"]);
+    assert!(ok && out == "Ping succeeded\n", "{out}");
+    let (ok, out, _) = ctl_as_typed(&url, &["--formatter", "json", "status"]);
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(ok && status["rabbitmq_version"] == "3.13.7" && status["memory_alarm"] == false, "{out}");
+    let (ok, out, _) = ctl_as_typed(&url, &["cluster_status"]);
+    assert!(ok && out.contains("Running Nodes") && out.contains("Alarms\n\n(none)"), "{out}");
+    assert!(ctl_as_typed(&url, &["await_startup", "--timeout", "5"]).0);
+    let (ok, out, _) = ctl_as_typed(&url, &["authenticate_user", "guest", "guest"]);
+    assert!(ok && out.ends_with("Success\n"), "{out}");
+    let refused = Command::new(env!("CARGO_BIN_EXE_hourglass-ctl"))
+        .args(["--url", &url, "authenticate_user", "guest", "wrong"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(65));
+    let (ok, _, err) = ctl_as_typed(&url, &["delete_queue", "missing"]);
+    assert!(!ok && err.contains("queue 'missing' in vhost '/' not found"), "{err}");
+    // A node that does not answer is EX_UNAVAILABLE.
+    let down = Command::new(env!("CARGO_BIN_EXE_hourglass-ctl"))
+        .args(["--url", "http://127.0.0.1:9", "ping"])
+        .output()
+        .unwrap();
+    assert_eq!(down.status.code(), Some(69));
 }
 
 /// The rabbitmqctl verbs work end to end and print tab-separated rows.

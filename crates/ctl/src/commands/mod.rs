@@ -5,22 +5,56 @@ use clap::Subcommand;
 use serde_json::{json, Value};
 
 use crate::client::{segment, Client};
+use crate::output::Format;
 
-/// What rabbitmqctl refuses with exit code 70 (EX_SOFTWARE) and an error of its own name.
+mod node;
+
+/// What rabbitmqctl refuses with an error of its own name and a sysexits code.
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
     #[error("user_already_exists: {0}")]
     UserAlreadyExists(String),
+    #[error("failed to authenticate user \"{0}\"")]
+    AuthenticationFailed(String),
+    #[error("unable to perform an operation on node '{0}'. Please see diagnostics information and suggestions below.\n{1}")]
+    NodeUnavailable(String, String),
 }
 
 impl Refused {
-    /// rabbitmqctl's exit code for these errors.
-    pub const EXIT_CODE: u8 = 70;
+    /// rabbitmqctl's exit code: EX_SOFTWARE (70) for what the node refused, EX_DATAERR (65) for
+    /// bad credentials, EX_UNAVAILABLE (69) when the node cannot be reached.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Refused::UserAlreadyExists(_) => 70,
+            Refused::AuthenticationFailed(_) => 65,
+            Refused::NodeUnavailable(..) => 69,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
 #[command(rename_all = "snake_case")]
 pub enum Command {
+    /// The node's state: versions, uptime, listeners, memory and disk with their alarms, totals.
+    Status,
+    /// Checks that the node answers.
+    Ping,
+    /// Waits until the node answers (at most `--timeout` seconds).
+    AwaitStartup {
+        #[arg(long, short = 't', default_value_t = 300)]
+        timeout: u64,
+    },
+    /// This tool's version.
+    Version,
+    /// The node's effective settings.
+    Environment,
+    /// Checks a user's credentials.
+    AuthenticateUser {
+        username: String,
+        password: String,
+    },
+    /// The cluster's name, nodes and alarms (one node until clustering exists).
+    ClusterStatus,
     /// Queues of the vhost: columns default to `name messages`.
     ListQueues {
         columns: Vec<String>,
@@ -181,17 +215,35 @@ pub struct PolicyArgs {
 /// rabbitmqctl list_policies' columns.
 const POLICY_COLUMNS: &[&str] = &["vhost", "name", "pattern", "apply-to", "definition", "priority"];
 
-pub fn run(client: &Client, vhost: &str, command: Command) -> anyhow::Result<String> {
+pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> anyhow::Result<String> {
     let v = segment(vhost);
     match command {
-        Command::ListQueues { columns } => {
-            table(client.get(&format!("/api/queues/{v}"))?, &columns, &["name", "messages"])
+        Command::Status => node::status(client, format),
+        Command::Ping => node::ping(client, format),
+        Command::AwaitStartup { timeout } => {
+            node::await_startup(client, std::time::Duration::from_secs(timeout))
         }
-        Command::ListExchanges { columns } => {
-            table(client.get(&format!("/api/exchanges/{v}"))?, &columns, &["name", "type"])
+        Command::Version => Ok(format!("{}\n", env!("CARGO_PKG_VERSION"))),
+        Command::Environment => node::environment(client, format),
+        Command::AuthenticateUser { username, password } => {
+            node::authenticate_user(client, &username, &password, format)
         }
-        Command::ListBindings { columns } => table(
-            client.get(&format!("/api/bindings/{v}"))?,
+        Command::ClusterStatus => node::cluster_status(client, format),
+        Command::ListQueues { columns } => Ok(format.listing(
+            &format!("Listing queues for vhost {vhost} ..."),
+            &client.get(&format!("/api/queues/{v}"))?,
+            &columns,
+            &["name", "messages"],
+        )),
+        Command::ListExchanges { columns } => Ok(format.listing(
+            &format!("Listing exchanges for vhost {vhost} ..."),
+            &client.get(&format!("/api/exchanges/{v}"))?,
+            &columns,
+            &["name", "type"],
+        )),
+        Command::ListBindings { columns } => Ok(format.listing(
+            &format!("Listing bindings for vhost {vhost}..."),
+            &client.get(&format!("/api/bindings/{v}"))?,
             &columns,
             &[
                 "source_name",
@@ -201,15 +253,27 @@ pub fn run(client: &Client, vhost: &str, command: Command) -> anyhow::Result<Str
                 "routing_key",
                 "arguments",
             ],
-        ),
-        Command::ListConnections { columns } => {
-            table(client.get("/api/connections")?, &columns, &["user", "peer_host", "peer_port", "state"])
+        )),
+        Command::ListConnections { columns } => Ok(format.listing(
+            "Listing connections ...",
+            &client.get("/api/connections")?,
+            &columns,
+            &["user", "peer_host", "peer_port", "state"],
+        )),
+        Command::ListUsers => {
+            Ok(format.listing("Listing users ...", &client.get("/api/users")?, &[], &["name", "tags"]))
         }
-        Command::ListUsers => table(client.get("/api/users")?, &[], &["name", "tags"]),
-        Command::ListVhosts => table(client.get("/api/vhosts")?, &[], &["name"]),
+        Command::ListVhosts => {
+            Ok(format.listing("Listing vhosts ...", &client.get("/api/vhosts")?, &[], &["name"]))
+        }
         Command::ListPermissions => {
             let all = client.get(&format!("/api/vhosts/{v}/permissions"))?;
-            table(all, &[], &["user", "configure", "write", "read"])
+            Ok(format.listing(
+                &format!("Listing permissions for vhost \"{vhost}\" ..."),
+                &all,
+                &[],
+                &["user", "configure", "write", "read"],
+            ))
         }
         Command::AddUser { username, password } => {
             // rabbitmqctl refuses to overwrite a user (its password and tags would be lost).
@@ -273,20 +337,30 @@ pub fn run(client: &Client, vhost: &str, command: Command) -> anyhow::Result<Str
             client.delete(&format!("/api/operator-policies/{v}/{}", segment(&name)))?;
             Ok(String::new())
         }
-        Command::ListPolicies => table(client.get(&format!("/api/policies/{v}"))?, &[], POLICY_COLUMNS),
-        Command::ListOperatorPolicies => {
-            table(client.get(&format!("/api/operator-policies/{v}"))?, &[], POLICY_COLUMNS)
-        }
-        Command::ListChannels { columns } => table(
-            client.get("/api/channels")?,
+        Command::ListPolicies => Ok(format.listing(
+            &format!("Listing policies for vhost \"{vhost}\" ..."),
+            &client.get(&format!("/api/policies/{v}"))?,
+            &[],
+            POLICY_COLUMNS,
+        )),
+        Command::ListOperatorPolicies => Ok(format.listing(
+            &format!("Listing operator policy overrides for vhost \"{vhost}\" ..."),
+            &client.get(&format!("/api/operator-policies/{v}"))?,
+            &[],
+            POLICY_COLUMNS,
+        )),
+        Command::ListChannels { columns } => Ok(format.listing(
+            "Listing channels ...",
+            &client.get("/api/channels")?,
             &columns,
             &["connection_details.name", "number", "user", "consumer_count", "messages_unacknowledged"],
-        ),
-        Command::ListConsumers { columns } => table(
-            client.get(&format!("/api/consumers/{v}"))?,
+        )),
+        Command::ListConsumers { columns } => Ok(format.listing(
+            &format!("Listing consumers in vhost {vhost} ..."),
+            &client.get(&format!("/api/consumers/{v}"))?,
             &columns,
             &["queue.name", "channel_details.name", "consumer_tag", "ack_required", "prefetch_count"],
-        ),
+        )),
         Command::CloseConnection { name, reason } => {
             client.delete_with_reason(&format!("/api/connections/{}", segment(&name)), &reason)?;
             Ok(String::new())
@@ -303,11 +377,12 @@ pub fn run(client: &Client, vhost: &str, command: Command) -> anyhow::Result<Str
             let reply = client.post(&format!("/api/exchanges/{v}/{}/publish", segment(&exchange)), &body)?;
             Ok(format!("routed\t{}\n", reply["routed"]))
         }
-        Command::ListDelayed { queue, limit } => table(
-            client.get(&format!("/api/queues/{v}/{}/delayed?limit={limit}", segment(&queue)))?,
+        Command::ListDelayed { queue, limit } => Ok(format.listing(
+            &format!("Listing delayed messages of queue {queue} in vhost {vhost} ..."),
+            &client.get(&format!("/api/queues/{v}/{}/delayed?limit={limit}", segment(&queue)))?,
             &[],
             &["id", "due_in_ms", "routing_key", "payload_bytes"],
-        ),
+        )),
         Command::RescheduleDelayed { queue, id, delay_ms, due_ms } => {
             let body = match (delay_ms, due_ms) {
                 (Some(delay), _) => json!({"delay_ms": delay}),
@@ -358,39 +433,4 @@ fn set_policy(client: &Client, base: &str, policy: PolicyArgs) -> anyhow::Result
     });
     client.put(&format!("{base}/{}", segment(&policy.name)), &body)?;
     Ok(String::new())
-}
-
-/// One tab-separated line per item.
-fn table(items: Value, columns: &[String], default: &[&str]) -> anyhow::Result<String> {
-    let columns: Vec<&str> =
-        if columns.is_empty() { default.to_vec() } else { columns.iter().map(String::as_str).collect() };
-    let mut out = String::new();
-    for item in items.as_array().map(Vec::as_slice).unwrap_or_default() {
-        let cells: Vec<String> = columns.iter().map(|c| cell(item, c)).collect();
-        out.push_str(&cells.join("\t"));
-        out.push('\n');
-    }
-    Ok(out)
-}
-
-/// A column by rabbitmqctl's name, mapped to the API's field where they differ.
-fn cell(item: &Value, column: &str) -> String {
-    let value = match column {
-        "source_name" => &item["source"],
-        "destination_name" => &item["destination"],
-        "destination_kind" => &item["destination_type"],
-        "source_kind" => return "exchange".to_owned(),
-        // Nested fields by path, e.g. `queue.name`, `channel_details.name`.
-        other => other.split('.').fold(item, |value, key| &value[key]),
-    };
-    match value {
-        Value::Null => String::new(),
-        Value::String(s) => s.clone(),
-        Value::Array(a) => {
-            let parts: Vec<String> =
-                a.iter().map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned)).collect();
-            format!("[{}]", parts.join(", "))
-        }
-        other => other.to_string(),
-    }
 }

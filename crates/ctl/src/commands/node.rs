@@ -1,0 +1,156 @@
+//! The node verbs of rabbitmqctl: status, ping, await_startup, environment, authenticate_user,
+//! cluster_status — answered from the management API's overview and node objects.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::Refused;
+use crate::client::Client;
+use crate::output::{Format, Formatter};
+
+/// How often await_startup asks again.
+const AWAIT_STARTUP_POLL: Duration = Duration::from_millis(500);
+
+pub(super) fn ping(client: &Client, format: &Format) -> anyhow::Result<String> {
+    let overview = reachable(client)?;
+    let node = text(&overview["node"]);
+    Ok(format!(
+        "{}Ping succeeded\n",
+        format.info(&format!("Will ping {node}. This checks that its API answers."))
+    ))
+}
+
+/// Asks until the node answers or `timeout` has passed (then EX_UNAVAILABLE).
+pub(super) fn await_startup(client: &Client, timeout: Duration) -> anyhow::Result<String> {
+    let started = Instant::now();
+    loop {
+        match reachable(client) {
+            Ok(_) => return Ok(String::new()),
+            Err(error) if started.elapsed() >= timeout => return Err(error),
+            Err(_) => std::thread::sleep(AWAIT_STARTUP_POLL),
+        }
+    }
+}
+
+pub(super) fn status(client: &Client, format: &Format) -> anyhow::Result<String> {
+    let overview = reachable(client)?;
+    let node = this_node(client)?;
+    let listeners: Vec<String> = overview["listeners"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|l| format!("{} {}:{}", text(&l["protocol"]), text(&l["ip_address"]), l["port"]))
+        .collect();
+    let totals = &overview["object_totals"];
+    let pairs = [
+        ("node", overview["node"].clone()),
+        (
+            "product",
+            json!(format!("{} {}", text(&overview["product_name"]), text(&overview["product_version"]))),
+        ),
+        ("rabbitmq_version", overview["rabbitmq_version"].clone()),
+        ("os_pid", node["os_pid"].clone()),
+        ("uptime_seconds", json!(node["uptime"].as_u64().unwrap_or(0) / 1000)),
+        ("listeners", json!(listeners)),
+        ("memory_used_bytes", node["mem_used"].clone()),
+        ("memory_limit_bytes", node["mem_limit"].clone()),
+        ("memory_alarm", node["mem_alarm"].clone()),
+        ("disk_free_bytes", node["disk_free"].clone()),
+        ("disk_free_limit_bytes", node["disk_free_limit"].clone()),
+        ("disk_free_alarm", node["disk_free_alarm"].clone()),
+        ("file_descriptors_used", node["fd_used"].clone()),
+        ("connections", totals["connections"].clone()),
+        ("channels", totals["channels"].clone()),
+        ("queues", totals["queues"].clone()),
+        ("consumers", totals["consumers"].clone()),
+    ];
+    Ok(format.pairs(&format!("Status of node {} ...", text(&overview["node"])), &pairs))
+}
+
+pub(super) fn environment(client: &Client, format: &Format) -> anyhow::Result<String> {
+    let overview = reachable(client)?;
+    let node = this_node(client)?;
+    let pairs = [
+        ("cluster_name", overview["cluster_name"].clone()),
+        ("listeners", overview["listeners"].clone()),
+        ("vm_memory_high_watermark_bytes", node["mem_limit"].clone()),
+        ("disk_free_limit_bytes", node["disk_free_limit"].clone()),
+        ("enabled_plugins", node["enabled_plugins"].clone()),
+        ("rates_mode", overview["rates_mode"].clone()),
+    ];
+    Ok(format.pairs("Application environment of node ...", &pairs))
+}
+
+/// Checks `username`'s password against the node (EX_DATAERR when refused).
+pub(super) fn authenticate_user(
+    client: &Client,
+    username: &str,
+    password: &str,
+    format: &Format,
+) -> anyhow::Result<String> {
+    let as_user = client.with_credentials(username, password);
+    match as_user.get("/api/whoami") {
+        Ok(_) => Ok(format!("{}Success\n", format.info(&format!("Authenticating user \"{username}\" ...")))),
+        Err(error) if error.to_string().starts_with("401") => {
+            Err(Refused::AuthenticationFailed(username.to_owned()).into())
+        }
+        Err(error) => Err(error),
+    }
+}
+
+pub(super) fn cluster_status(client: &Client, format: &Format) -> anyhow::Result<String> {
+    let overview = reachable(client)?;
+    let nodes = client.get("/api/nodes")?;
+    let nodes = nodes.as_array().map(Vec::as_slice).unwrap_or_default();
+    let names: Vec<String> = nodes.iter().map(|n| text(&n["name"])).collect();
+    let running: Vec<String> =
+        nodes.iter().filter(|n| n["running"].as_bool().unwrap_or(false)).map(|n| text(&n["name"])).collect();
+    let mut alarms = Vec::new();
+    for node in nodes {
+        if node["mem_alarm"].as_bool().unwrap_or(false) {
+            alarms.push(format!("memory alarm on node {}", text(&node["name"])));
+        }
+        if node["disk_free_alarm"].as_bool().unwrap_or(false) {
+            alarms.push(format!("free disk space alarm on node {}", text(&node["name"])));
+        }
+    }
+    let cluster_name = text(&overview["cluster_name"]);
+    if format.formatter == Formatter::Json {
+        let status = json!({"cluster_name": cluster_name, "disk_nodes": names, "running_nodes": running, "alarms": alarms});
+        return Ok(format!("{status}\n"));
+    }
+    let list = |items: &[String]| {
+        if items.is_empty() {
+            "(none)\n".to_owned()
+        } else {
+            format!("{}\n", items.join("\n"))
+        }
+    };
+    Ok(format!(
+        "{}Basics\n\nCluster name: {cluster_name}\n\nDisk Nodes\n\n{}\nRunning Nodes\n\n{}\nAlarms\n\n{}",
+        format.info(&format!("Cluster status of node {} ...", text(&overview["node"]))),
+        list(&names),
+        list(&running),
+        list(&alarms),
+    ))
+}
+
+/// The overview, or EX_UNAVAILABLE naming the node's API when it does not answer.
+fn reachable(client: &Client) -> anyhow::Result<Value> {
+    client.get("/api/overview").map_err(|error| {
+        let hint = format!(" * the management API at {} did not answer: {error:#}", client.base_url());
+        Refused::NodeUnavailable(client.base_url().to_owned(), hint).into()
+    })
+}
+
+/// This node's object from /api/nodes.
+fn this_node(client: &Client) -> anyhow::Result<Value> {
+    let nodes = client.get("/api/nodes")?;
+    Ok(nodes.as_array().and_then(|n| n.first().cloned()).unwrap_or(Value::Null))
+}
+
+fn text(value: &Value) -> String {
+    value.as_str().map_or_else(|| value.to_string(), str::to_owned)
+}
