@@ -307,3 +307,60 @@ async fn content_header_where_a_method_is_due_is_unexpected_frame() {
     };
     assert_eq!(close.reply_code, 505, "{:?}", close.reply_text);
 }
+
+/// x-death entries carried from older brokers that repeat a {queue, reason} are merged, counts
+/// added, when the message dies again (`XDeathHeaderGrowth#handlingOfXDeathHeadersFromEarlierVersions`).
+#[tokio::test]
+async fn repeated_x_death_entries_from_older_brokers_are_merged() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel.queue_declare("dst".into(), Default::default(), Default::default()).await.unwrap();
+    let dlx = table(&[
+        ("x-dead-letter-exchange", AMQPValue::LongString("".into())),
+        ("x-dead-letter-routing-key", AMQPValue::LongString("dst".into())),
+    ]);
+    channel.queue_declare("src".into(), Default::default(), dlx).await.unwrap();
+    let death = |queue: &str, count: i64| {
+        AMQPValue::FieldTable(table(&[
+            ("queue", AMQPValue::LongString(queue.into())),
+            ("reason", AMQPValue::LongString("rejected".into())),
+            ("count", AMQPValue::LongLongInt(count)),
+        ]))
+    };
+    let old: Vec<AMQPValue> = (0..10).map(|i| death(if i % 2 == 0 { "src" } else { "other" }, 1)).collect();
+    let headers = table(&[("x-death", AMQPValue::FieldArray(old.into()))]);
+    let properties = BasicProperties::default().with_headers(headers);
+    channel.basic_publish("".into(), "src".into(), Default::default(), b"m", properties).await.unwrap();
+    let got = channel.basic_get("src".into(), BasicGetOptions { no_ack: false }).await.unwrap().unwrap();
+    got.reject(BasicRejectOptions { requeue: false }).await.unwrap();
+    let dead = tokio::time::timeout(STEP, async {
+        loop {
+            if let Some(m) = channel.basic_get("dst".into(), BasicGetOptions { no_ack: true }).await.unwrap()
+            {
+                return m;
+            }
+        }
+    })
+    .await
+    .expect("dead-lettered in time");
+    let headers = dead.delivery.properties.headers().clone().unwrap();
+    let Some(AMQPValue::FieldArray(deaths)) = headers.inner().get("x-death") else { panic!("no x-death") };
+    let counts: Vec<(String, i64)> = deaths
+        .as_slice()
+        .iter()
+        .map(|d| {
+            let AMQPValue::FieldTable(t) = d else { panic!("not a table") };
+            let queue = match t.inner().get("queue") {
+                Some(AMQPValue::LongString(q)) => q.to_string(),
+                other => panic!("{other:?}"),
+            };
+            let count = match t.inner().get("count") {
+                Some(AMQPValue::LongLongInt(c)) => *c,
+                other => panic!("{other:?}"),
+            };
+            (queue, count)
+        })
+        .collect();
+    assert_eq!(counts, [("src".to_owned(), 6), ("other".to_owned(), 5)]);
+}

@@ -109,16 +109,12 @@ fn updated_deaths(
             .collect(),
         _ => Vec::new(),
     };
-    let same = |d: &FieldTable| {
-        d.get("queue").and_then(|q| q.as_bytes().map(|b| b == queue.as_bytes())).unwrap_or(false)
-            && d.get("reason")
-                .and_then(|r| r.as_bytes().map(|b| b == reason.name().as_bytes()))
-                .unwrap_or(false)
-    };
-    let (matching, others): (Vec<FieldTable>, Vec<FieldTable>) = existing.into_iter().partition(same);
+    let key = (queue.as_bytes().to_vec(), reason.name().as_bytes().to_vec());
+    let (matching, others): (Vec<FieldTable>, Vec<FieldTable>) =
+        merged_by_queue_and_reason(existing).into_iter().partition(|d| death_key(d) == key);
     let front = match matching.into_iter().next() {
         Some(previous) => {
-            let count = previous.get("count").and_then(|c| c.as_i64()).unwrap_or(0) + 1;
+            let count = death_count(&previous) + 1;
             previous
                 .with_entry("count", FieldValue::I64(count))
                 .with_entry("time", FieldValue::Timestamp(now.as_secs()))
@@ -127,6 +123,35 @@ fn updated_deaths(
     };
     let values = std::iter::once(front).chain(others).take(MAX_X_DEATH_ENTRIES).map(FieldValue::Table);
     FieldArray::from_values(values)
+}
+
+/// One entry per (queue, reason), in first-seen order, counts added up: x-death headers written by
+/// older brokers (or copied by applications) may repeat a pair, and RabbitMQ merges them so the
+/// header cannot grow without bound (the Java client's `XDeathHeaderGrowth`).
+fn merged_by_queue_and_reason(deaths: Vec<FieldTable>) -> Vec<FieldTable> {
+    let mut merged: Vec<FieldTable> = Vec::with_capacity(deaths.len());
+    for death in deaths {
+        let key = death_key(&death);
+        match merged.iter_mut().find(|m| death_key(m) == key) {
+            Some(first) => {
+                let count = death_count(first) + death_count(&death);
+                *first = first.clone().with_entry("count", FieldValue::I64(count));
+            }
+            None => merged.push(death),
+        }
+    }
+    merged
+}
+
+/// An entry's (queue, reason), as raw bytes (empty when missing).
+fn death_key(death: &FieldTable) -> (Vec<u8>, Vec<u8>) {
+    let bytes = |key: &str| death.get(key).and_then(|v| v.as_bytes().map(<[u8]>::to_vec)).unwrap_or_default();
+    (bytes("queue"), bytes("reason"))
+}
+
+/// An entry's count; an entry without one counts once (as RabbitMQ reads them).
+fn death_count(death: &FieldTable) -> i64 {
+    death.get("count").and_then(|c| c.as_i64()).unwrap_or(1)
 }
 
 fn new_death(message: &Message, queue: &ShortStr, reason: DeathReason, now: Timestamp) -> FieldTable {
@@ -233,6 +258,48 @@ mod tests {
 
     /// A queue already in x-death with no rejection since is a cycle; a rejection breaks it
     /// (contract §2 "A dead-letter cycle with no rejected in it drops the message").
+    /// Entries repeating a (queue, reason) pair, as older brokers wrote them, are merged with their
+    /// counts added (an entry without a count counts once) before this death is recorded.
+    #[test]
+    fn repeated_entries_from_older_brokers_are_merged() {
+        let entry = |queue: &str, reason: &str, count: Option<i64>| {
+            let mut entries = vec![
+                ("queue", FieldValue::LongStr(queue.into())),
+                ("reason", FieldValue::LongStr(reason.into())),
+            ];
+            if let Some(count) = count {
+                entries.push(("count", FieldValue::I64(count)));
+            }
+            FieldValue::Table(FieldTable::from_entries(entries))
+        };
+        let old = FieldArray::from_values([
+            entry("a", "expired", Some(2)),
+            entry("b", "rejected", None),
+            entry("a", "expired", Some(3)),
+            entry("b", "rejected", Some(1)),
+            entry("c", "expired", None),
+        ]);
+        let headers = FieldTable::from_entries([("x-death", FieldValue::Array(old))]);
+        let deaths = updated_deaths(
+            &headers,
+            &message(None),
+            &s("c"),
+            DeathReason::Expired,
+            Timestamp::from_millis(0),
+        );
+        let summary: Vec<(String, String, i64)> = deaths
+            .iter()
+            .filter_map(|d| match d {
+                FieldValue::Table(t) => Some((text(&t, "queue"), text(&t, "reason"), death_count(&t))),
+                _ => None,
+            })
+            .collect();
+        let expected = [("c", "expired", 2), ("a", "expired", 5), ("b", "rejected", 2)];
+        let expected: Vec<(String, String, i64)> =
+            expected.iter().map(|(q, r, c)| (q.to_string(), r.to_string(), *c)).collect();
+        assert_eq!(summary, expected);
+    }
+
     #[test]
     fn cycles_without_rejection_are_detected() {
         let now = Timestamp::from_millis(0);
