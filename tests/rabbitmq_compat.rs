@@ -364,3 +364,61 @@ async fn repeated_x_death_entries_from_older_brokers_are_merged() {
         .collect();
     assert_eq!(counts, [("src".to_owned(), 6), ("other".to_owned(), 5)]);
 }
+
+/// A consumer whose client stopped reading (its TCP window full) is disconnected once a socket
+/// write has made no progress for the send timeout (RabbitMQ's tcp_listen_options.send_timeout),
+/// instead of holding its connection for ever (`NoAutoRecoveryWhenTcpWindowIsFullTest`).
+#[tokio::test]
+async fn client_that_stops_reading_is_disconnected_after_the_send_timeout() {
+    let broker = RunningBroker::start_with(&["--tcp-send-timeout-ms", "1000"]);
+    let publisher = connect(&broker).await;
+    let channel = publisher.create_channel().await.unwrap();
+    channel.queue_declare("flood".into(), Default::default(), Default::default()).await.unwrap();
+    // A raw consumer that never reads what the broker sends.
+    let mut socket = tokio::net::TcpStream::connect(broker.amqp).await.unwrap();
+    socket.write_all(PROTOCOL_HEADER).await.unwrap();
+    let mut input = BytesMut::new();
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionStart(_))));
+    let start_ok = ConnectionStartOk {
+        client_properties: WireTable::new(),
+        mechanism: ShortStr::from_static("PLAIN"),
+        response: LongStr::from("\0guest\0guest"),
+        locale: ShortStr::from_static("en_US"),
+    };
+    send(&mut socket, &[(0, start_ok.into())]).await;
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionTune(_))));
+    let tune_ok = ConnectionTuneOk { channel_max: 16, frame_max: 131_072, heartbeat: 0 };
+    let open = ConnectionOpen { virtual_host: ShortStr::from_static("/") };
+    let consume = hourglass_wire::BasicConsume {
+        queue: ShortStr::from_static("flood"),
+        no_ack: true,
+        ..Default::default()
+    };
+    send(
+        &mut socket,
+        &[(0, tune_ok.into()), (0, open.into()), (1, ChannelOpen {}.into()), (1, consume.into())],
+    )
+    .await;
+    let connections =
+        |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap().as_array().unwrap().len();
+    assert_eq!(connections(&http(&broker, "GET", "/api/connections", "").await.1), 2);
+    // 48 MiB of deliveries: far more than the socket buffers and our output watermark hold.
+    let body = vec![7u8; 64 * 1024];
+    for _ in 0..768 {
+        channel
+            .basic_publish("".into(), "flood".into(), Default::default(), &body, Default::default())
+            .await
+            .unwrap();
+    }
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if connections(&http(&broker, "GET", "/api/connections", "").await.1) == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the stalled consumer's connection was not closed");
+    drop(socket);
+}

@@ -30,6 +30,11 @@ pub const DEFAULT_LOOPBACK_USERS: &[&str] = &["guest"];
 /// a person who mistyped once and makes a guesser that waits for answers manage a dozen guesses
 /// a minute per connection after a few tries. 0 turns the slowdown off. RabbitMQ has none.
 pub const DEFAULT_LOGIN_FAILURE_DELAY_MS: u64 = 200;
+/// How long a write to a client's socket may make no progress before the connection is closed:
+/// RabbitMQ's `tcp_listen_options.send_timeout` default (15 s). A client that stopped reading
+/// (its TCP window full) would otherwise keep its connection, its unacked messages and its
+/// consumers for ever, and its own connection.close could not complete.
+pub const DEFAULT_TCP_SEND_TIMEOUT_MS: u64 = 15_000;
 
 /// Command-line flags; each is also read from the environment variable shown.
 #[derive(Debug, Default, Parser)]
@@ -86,6 +91,9 @@ pub struct Cli {
     /// Hold (ms) of the first refused login from an address; doubles per failure, 0: off.
     #[arg(long, env = "HOURGLASS_LOGIN_FAILURE_DELAY_MS")]
     pub login_failure_delay_ms: Option<u64>,
+    /// Close a connection whose socket write makes no progress for this long (ms).
+    #[arg(long, env = "HOURGLASS_TCP_SEND_TIMEOUT_MS")]
+    pub tcp_send_timeout_ms: Option<u64>,
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -118,6 +126,7 @@ pub struct FileConfig {
     /// A size string (`"64MiB"`) or a number of bytes.
     pub queue_resident_bytes: Option<SizeSetting>,
     pub login_failure_delay_ms: Option<u64>,
+    pub tcp_send_timeout_ms: Option<u64>,
 }
 
 /// A size in the TOML file: `"50MB"` or `50000000`.
@@ -167,6 +176,8 @@ pub struct Config {
     pub set_aside_damaged_definitions: bool,
     /// The first refused login's hold per address (ms); 0: no slowdown.
     pub login_failure_delay_ms: u64,
+    /// A socket write making no progress this long closes the connection (ms).
+    pub tcp_send_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -189,6 +200,7 @@ impl Default for Config {
             // A damaged definitions file stops the start: never guess on the operator's behalf.
             set_aside_damaged_definitions: false,
             login_failure_delay_ms: DEFAULT_LOGIN_FAILURE_DELAY_MS,
+            tcp_send_timeout_ms: DEFAULT_TCP_SEND_TIMEOUT_MS,
         }
     }
 }
@@ -257,6 +269,10 @@ impl Config {
                 .login_failure_delay_ms
                 .or(file.login_failure_delay_ms)
                 .unwrap_or(defaults.login_failure_delay_ms),
+            tcp_send_timeout_ms: cli
+                .tcp_send_timeout_ms
+                .or(file.tcp_send_timeout_ms)
+                .unwrap_or(defaults.tcp_send_timeout_ms),
         })
     }
 }

@@ -47,6 +47,8 @@ const OUTPUT_LOW_WATERMARK: usize = 1024 * 1024;
 struct OutputGauge {
     queued: AtomicUsize,
     drained: Notify,
+    /// The writer task gave up: the socket failed or made no progress within the send timeout.
+    failed: Notify,
 }
 
 pub struct ConnectionContext {
@@ -61,6 +63,8 @@ pub struct ConnectionContext {
     /// Body bytes held for unfinished messages and published, summed over connections: their
     /// growth makes the alarm monitor sample at once (crate::alarm).
     pub inbound: Arc<InboundContent>,
+    /// A socket write making no progress this long ends the connection (`DEFAULT_TCP_SEND_TIMEOUT_MS`).
+    pub send_timeout: std::time::Duration,
 }
 
 pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
@@ -75,7 +79,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
     let writer = Arc::new(writer);
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
     let gauge = Arc::new(OutputGauge::default());
-    let writer_task = tokio::spawn(write_loop(writer.clone(), out_rx, gauge.clone()));
+    let writer_task = tokio::spawn(write_loop(writer.clone(), out_rx, gauge.clone(), cx.send_timeout, cx.id));
     let mut read_chunk = READ_CHUNK_MIN;
     let mut input = BytesMut::with_capacity(read_chunk);
     let mut reading = true;
@@ -116,6 +120,7 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
             }
             _ = sleep_until(deadline) => session.handle_timeout(cx.clock.now()),
             _ = gauge.drained.notified(), if paused => {}
+            _ = gauge.failed.notified() => session.handle_eof(cx.clock.now()),
             _ = gate.changed(), if gate.live() => {}
             changed = cx.shutdown.changed(), if shutdown_live => {
                 shutdown_live = changed.is_ok();
@@ -175,6 +180,8 @@ async fn write_loop(
     writer: Arc<OwnedWriteHalf>,
     mut chunks: mpsc::UnboundedReceiver<Bytes>,
     gauge: Arc<OutputGauge>,
+    send_timeout: std::time::Duration,
+    conn: ConnectionId,
 ) {
     let mut pending = BytesMut::new();
     while let Some(first) = chunks.recv().await {
@@ -188,7 +195,16 @@ async fn write_loop(
             }
             batch = pending.split().freeze();
         }
-        if write_all(&writer, &batch).await.is_err() {
+        if let Err(error) = write_all(&writer, &batch, send_timeout).await {
+            if error.kind() == std::io::ErrorKind::TimedOut {
+                let timeout_ms = send_timeout.as_millis() as u64;
+                tracing::warn!(
+                    conn = conn.0,
+                    timeout_ms,
+                    "client stopped reading (socket write made no progress); closing the connection"
+                );
+            }
+            gauge.failed.notify_one();
             return;
         }
         let before = gauge.queued.fetch_sub(batch.len(), Ordering::AcqRel);
@@ -198,9 +214,17 @@ async fn write_loop(
     }
 }
 
-async fn write_all(writer: &OwnedWriteHalf, mut bytes: &[u8]) -> std::io::Result<()> {
+/// Writes all of `bytes`; fails with `TimedOut` when the socket takes nothing for `send_timeout`.
+async fn write_all(
+    writer: &OwnedWriteHalf,
+    mut bytes: &[u8],
+    send_timeout: std::time::Duration,
+) -> std::io::Result<()> {
     while !bytes.is_empty() {
-        writer.writable().await?;
+        match tokio::time::timeout(send_timeout, writer.writable()).await {
+            Ok(ready) => ready?,
+            Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+        }
         match writer.try_write(bytes) {
             Ok(written) => bytes = &bytes[written..],
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}

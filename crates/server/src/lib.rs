@@ -186,6 +186,7 @@ impl Server {
                         shutdown: shutdown_rx.clone(),
                         resources: alarm_rx.clone(),
                         inbound: inbound.clone(),
+                        send_timeout: std::time::Duration::from_millis(config.tcp_send_timeout_ms),
                     };
                     connections.spawn(connection::run(stream, cx));
                 }
