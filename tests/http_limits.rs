@@ -63,8 +63,8 @@ async fn keep_alive_get(socket: &mut TcpStream, path: &str) -> (u16, String) {
     }
 }
 
-/// An idle socket and one that trickles its header a byte at a time are both closed within the
-/// request timeout (finding 3: both were held for 100 s and more; RabbitMQ closes at 5 s).
+/// An idle socket, an idle kept-alive one and one that trickles its header a byte at a time are
+/// all closed within the request timeout (finding 3: both were held for 100 s and more; RabbitMQ closes at 5 s).
 #[tokio::test]
 async fn idle_and_trickling_http_sockets_are_closed_within_the_request_timeout() {
     let broker = RunningBroker::start_with(&["--http-request-timeout-ms", "500"]);
@@ -81,7 +81,10 @@ async fn idle_and_trickling_http_sockets_are_closed_within_the_request_timeout()
         }
         false
     };
+    let mut kept_alive = TcpStream::connect(broker.http).await.unwrap();
+    assert_eq!(keep_alive_get(&mut kept_alive, "/api/overview").await.0, 200);
     let (trickle_refused, idle_closed) = tokio::join!(trickle, read_until_closed(&mut idle));
+    assert!(read_until_closed(&mut kept_alive).await.is_some(), "an idle keep-alive socket stayed open");
     assert!(idle_closed.is_some(), "an idle HTTP socket was still open after {WAIT:?}");
     assert!(
         trickle_refused || read_until_closed(&mut trickler).await.is_some(),

@@ -123,19 +123,24 @@ const QUEUE_ORDERS: &[listing::RowOrder<QueueDetails>] = &[
     ("consumers", |a, b| a.stats.consumers.cmp(&b.stats.consumers)),
 ];
 
-/// A queue listing: filtered, sorted and paged on the rows, only what is shown rendered.
+/// A queue listing: filtered, sorted and paged on the rows, only what is shown rendered — on a
+/// blocking thread, as a full listing of 100,000 queues takes seconds to render and must not
+/// hold up the runtime's workers (and the AMQP connections they serve).
 async fn list(state: &AppState, only: Option<String>, params: &Params) -> Result<Response, ApiError> {
     let rows = queue_rows(state, only).await?;
-    let node = state.node.name.clone();
-    let at = Instant::now();
-    state.rates.forget_stale(at);
-    listing::respond_rows(
-        rows,
-        params,
-        |q| q.stats.name.as_str(),
-        QUEUE_ORDERS,
-        |q| queue_json(q, &node, &state.rates, at),
-    )
+    let (state, params) = (state.clone(), params.clone());
+    let render = move || {
+        let at = Instant::now();
+        state.rates.forget_stale(at);
+        listing::respond_rows(
+            rows,
+            &params,
+            |q| q.stats.name.as_str(),
+            QUEUE_ORDERS,
+            |q| queue_json(q, &state.node.name, &state.rates, at),
+        )
+    };
+    tokio::task::spawn_blocking(render).await.map_err(|e| ApiError::internal(e.to_string()))?
 }
 
 async fn list_all(State(state): State<AppState>, Query(params): Query<Params>) -> Result<Response, ApiError> {
