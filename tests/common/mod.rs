@@ -46,7 +46,10 @@ impl RunningBroker {
     }
 
     fn spawn(data_dir: std::path::PathBuf, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hourglass"))
+        // HOURGLASS_E2E_BIN: another build of the binary (a release one, for measurements).
+        let binary =
+            std::env::var("HOURGLASS_E2E_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_hourglass").to_owned());
+        let mut child = Command::new(binary)
             .args(["--bind", "127.0.0.1", "--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"])
             .args(extra)
             .arg("--data-dir")
@@ -146,6 +149,11 @@ fn unique() -> u64 {
 
 pub async fn connect(broker: &RunningBroker) -> lapin::Connection {
     lapin::Connection::connect(&broker.url(), lapin::ConnectionProperties::default()).await.expect("connect")
+}
+
+/// A connection attempt that may fail.
+pub async fn connect_result(broker: &RunningBroker) -> lapin::Result<lapin::Connection> {
+    lapin::Connection::connect(&broker.url(), lapin::ConnectionProperties::default()).await
 }
 
 /// A minimal HTTP/1.1 request as guest to the management API; returns the status code and body.

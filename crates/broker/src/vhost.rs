@@ -45,4 +45,10 @@ impl VHost {
         }
         vhost
     }
+
+    /// The queue named `name`, by hash lookup (names longer than a short string are no queue's).
+    pub fn queue_id(&self, name: &str) -> Option<QueueId> {
+        let name = ShortStr::try_from(name).ok()?;
+        self.queues.get(&name).copied()
+    }
 }

@@ -12,6 +12,7 @@
 //! | `access.rs` | who may see and change what (vhost access, owners, listing filters) |
 //! | `error.rs` | errors as RabbitMQ's `{"error", "reason"}` bodies |
 //! | `json.rs` | field tables and message properties as JSON |
+//! | `listener.rs` | the HTTP accept loop and its limits: timeouts, body size, connections |
 //! | `listing.rs` | `columns`, `sort`, `sort_reverse`, `page`, `page_size` |
 //! | `routes/*.rs` | one file per resource (`routes/policies.rs`: policies and operator policies) |
 //! | `metrics.rs` | Prometheus text exposition |
@@ -22,6 +23,7 @@ mod auth;
 mod error;
 mod handle;
 pub mod json;
+mod listener;
 mod listing;
 pub mod metrics;
 pub mod rates;
@@ -29,7 +31,7 @@ pub mod resources;
 mod routes;
 pub mod users;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -113,14 +115,4 @@ pub fn metrics_router(state: AppState) -> axum::Router {
     metrics::router(state)
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, passing peers' addresses to the
-/// handlers (the loopback-only users need them).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
-}
+pub use listener::{serve, HttpLimits};

@@ -18,50 +18,124 @@ pub type Params = HashMap<String, String>;
 /// Filters, sorts, pages and trims `items` as the query asks.
 pub fn respond(mut items: Vec<Value>, params: &Params) -> Result<Response, ApiError> {
     let total_count = items.len();
-    if let Some(name) = params.get("name").filter(|n| !n.is_empty()) {
-        items.retain(|item| {
-            item.get("name").and_then(Value::as_str).is_some_and(|n| n.contains(name.as_str()))
-        });
+    if let Some(name) = name_filter(params) {
+        items.retain(|item| item.get("name").and_then(Value::as_str).is_some_and(|n| n.contains(name)));
     }
     if let Some(key) = params.get("sort").filter(|k| !k.is_empty()) {
         items.sort_by(|a, b| compare(lookup(a, key), lookup(b, key)));
     }
-    if params.get("sort_reverse").is_some_and(|v| v == "true") {
+    if sort_reverse(params) {
         items.reverse();
     }
+    let Some(page) = page_of(params, items.len())? else {
+        return Ok(Json(trim(items, params)).into_response());
+    };
+    let filtered_count = items.len();
+    let items: Vec<Value> = items.into_iter().skip(page.skip()).take(page.size).collect();
+    Ok(page.response(trim(items, params), filtered_count, total_count))
+}
+
+/// A sort key that rows know without being rendered, with their order under it.
+pub type RowOrder<T> = (&'static str, fn(&T, &T) -> std::cmp::Ordering);
+
+/// [`respond`] for rows not yet rendered to JSON (issue #12, finding 7): the name filter, a sort
+/// on one of `orders` and the page are applied to the rows, and only the page is rendered — so
+/// `page=1&page_size=1` over 100,000 queues renders one. A sort on any other key renders every
+/// row and sorts the JSON, as before. `rows` come in the listing's natural order.
+pub fn respond_rows<T>(
+    mut rows: Vec<T>,
+    params: &Params,
+    name_of: impl Fn(&T) -> &str,
+    orders: &[RowOrder<T>],
+    render: impl Fn(&T) -> Value,
+) -> Result<Response, ApiError> {
+    let order = match params.get("sort").filter(|k| !k.is_empty()) {
+        None => None,
+        Some(key) => match orders.iter().find(|(name, _)| name == key) {
+            Some((_, order)) => Some(*order),
+            None => return respond(rows.iter().map(render).collect(), params),
+        },
+    };
+    let total_count = rows.len();
+    if let Some(name) = name_filter(params) {
+        rows.retain(|row| name_of(row).contains(name));
+    }
+    if let Some(order) = order {
+        rows.sort_by(order);
+    }
+    if sort_reverse(params) {
+        rows.reverse();
+    }
+    let Some(page) = page_of(params, rows.len())? else {
+        return Ok(Json(trim(rows.iter().map(render).collect(), params)).into_response());
+    };
+    let items: Vec<Value> = rows.iter().skip(page.skip()).take(page.size).map(render).collect();
+    Ok(page.response(trim(items, params), rows.len(), total_count))
+}
+
+fn name_filter(params: &Params) -> Option<&str> {
+    params.get("name").map(String::as_str).filter(|n| !n.is_empty())
+}
+
+fn sort_reverse(params: &Params) -> bool {
+    params.get("sort_reverse").is_some_and(|v| v == "true")
+}
+
+/// Only the `columns` asked for, if any.
+fn trim(items: Vec<Value>, params: &Params) -> Vec<Value> {
     let columns: Vec<&str> =
         params.get("columns").map(|c| c.split(',').filter(|c| !c.is_empty()).collect()).unwrap_or_default();
-    if !columns.is_empty() {
-        items = items.iter().map(|item| select(item, &columns)).collect();
+    if columns.is_empty() {
+        return items;
     }
-    let Some(page) = params.get("page") else { return Ok(Json(items).into_response()) };
-    let page: usize = page
+    items.iter().map(|item| select(item, &columns)).collect()
+}
+
+/// The page asked for, over `filtered_count` items.
+struct Page {
+    number: usize,
+    size: usize,
+    count: usize,
+}
+
+impl Page {
+    fn skip(&self) -> usize {
+        (self.number - 1).saturating_mul(self.size)
+    }
+
+    fn response(&self, items: Vec<Value>, filtered_count: usize, total_count: usize) -> Response {
+        Json(serde_json::json!({
+            "filtered_count": filtered_count,
+            "item_count": items.len(),
+            "items": items,
+            "page": self.number,
+            "page_count": self.count,
+            "page_size": self.size,
+            "total_count": total_count,
+        }))
+        .into_response()
+    }
+}
+
+/// `page` and `page_size` checked as RabbitMQ does; `None` when no page is asked for.
+fn page_of(params: &Params, filtered_count: usize) -> Result<Option<Page>, ApiError> {
+    let Some(page) = params.get("page") else { return Ok(None) };
+    let number: usize = page
         .parse()
         .ok()
         .filter(|p| *p >= 1)
         .ok_or_else(|| ApiError::bad_request("page must be a positive integer"))?;
-    let page_size: usize = match params.get("page_size") {
+    let size: usize = match params.get("page_size") {
         None => PAGE_SIZE_DEFAULT,
         Some(s) => s.parse().ok().filter(|s| (1..=PAGE_SIZE_MAX).contains(s)).ok_or_else(|| {
             ApiError::bad_request(format!("page_size must be between 1 and {PAGE_SIZE_MAX}"))
         })?,
     };
-    let filtered_count = items.len();
-    let page_count = filtered_count.div_ceil(page_size).max(1);
-    if page > page_count {
-        return Err(ApiError::bad_request(format!("page {page} out of range: there are {page_count} pages")));
+    let count = filtered_count.div_ceil(size).max(1);
+    if number > count {
+        return Err(ApiError::bad_request(format!("page {number} out of range: there are {count} pages")));
     }
-    let page_items: Vec<Value> = items.into_iter().skip((page - 1) * page_size).take(page_size).collect();
-    Ok(Json(serde_json::json!({
-        "filtered_count": filtered_count,
-        "item_count": page_items.len(),
-        "items": page_items,
-        "page": page,
-        "page_count": page_count,
-        "page_size": page_size,
-        "total_count": total_count,
-    }))
-    .into_response())
+    Ok(Some(Page { number, size, count }))
 }
 
 /// A dotted path (`message_stats.publish`) into an object.
@@ -98,5 +172,95 @@ fn compare(a: Option<&Value>, b: Option<&Value>) -> std::cmp::Ordering {
         (None, Some(_)) => Ordering::Less,
         (Some(_), None) => Ordering::Greater,
         _ => Ordering::Equal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    struct Row {
+        vhost: &'static str,
+        name: String,
+        messages: u64,
+    }
+
+    fn render(row: &Row) -> Value {
+        serde_json::json!({"vhost": row.vhost, "name": row.name, "messages": row.messages})
+    }
+
+    const ORDERS: &[RowOrder<Row>] =
+        &[("name", |a, b| a.name.cmp(&b.name)), ("messages", |a, b| a.messages.cmp(&b.messages))];
+
+    /// Rows in the listing's natural order (vhost, name), with names and counts that collide.
+    fn rows() -> Vec<Row> {
+        let mut rows: Vec<Row> = (0..40u64)
+            .map(|i| Row {
+                vhost: if i % 3 == 0 { "/" } else { "other" },
+                name: format!("q{}", (i * 7) % 13),
+                messages: (i * 5) % 4,
+            })
+            .collect();
+        rows.sort_by(|a, b| (a.vhost, &a.name).cmp(&(b.vhost, &b.name)));
+        rows
+    }
+
+    async fn body(response: Response) -> Value {
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    fn params(pairs: &[(&str, &str)]) -> Params {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    /// Filtering, sorting and paging the rows before rendering gives exactly what rendering
+    /// everything and then filtering, sorting and paging the JSON gives (finding 7's fix must not
+    /// change a listing), for sort keys the rows know and for others.
+    #[tokio::test]
+    async fn paging_rows_before_rendering_matches_paging_the_json() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("page", "2"), ("page_size", "7")],
+            &[("sort", "name")],
+            &[("sort", "name"), ("sort_reverse", "true"), ("page", "3"), ("page_size", "5")],
+            &[("sort", "messages"), ("page", "1"), ("page_size", "9"), ("columns", "name,messages")],
+            &[("sort", "vhost"), ("name", "q1"), ("page", "1"), ("page_size", "4")],
+            &[("name", "q1"), ("sort_reverse", "true")],
+            &[("page", "9"), ("page_size", "5")],
+        ];
+        for case in cases {
+            let params = params(case);
+            let all: Vec<Value> = rows().iter().map(render).collect();
+            let expected = respond(all, &params);
+            let got = respond_rows(rows(), &params, |r| r.name.as_str(), ORDERS, render);
+            match (expected, got) {
+                (Ok(expected), Ok(got)) => assert_eq!(body(got).await, body(expected).await, "{case:?}"),
+                (Err(expected), Err(got)) => assert_eq!(got.reason, expected.reason, "{case:?}"),
+                (expected, got) => panic!("{case:?}: {:?} vs {:?}", expected.is_ok(), got.is_ok()),
+            }
+        }
+    }
+
+    /// A page renders only its own rows (`page_size=1` over 10,000 rows renders one), and only a
+    /// sort on a key the rows do not know renders them all.
+    #[test]
+    fn a_page_renders_only_its_rows() {
+        let rendered = Cell::new(0usize);
+        let many =
+            || (0..10_000u64).map(|i| Row { vhost: "/", name: format!("q{i:05}"), messages: i }).collect();
+        let counting = |row: &Row| {
+            rendered.set(rendered.get() + 1);
+            render(row)
+        };
+        let asked = params(&[("page", "1"), ("page_size", "1"), ("sort", "name"), ("sort_reverse", "true")]);
+        respond_rows(many(), &asked, |r| r.name.as_str(), ORDERS, counting).unwrap();
+        assert_eq!(rendered.get(), 1);
+        rendered.set(0);
+        let asked = params(&[("page", "1"), ("page_size", "1"), ("sort", "vhost")]);
+        respond_rows(many(), &asked, |r| r.name.as_str(), ORDERS, counting).unwrap();
+        assert_eq!(rendered.get(), 10_000);
     }
 }

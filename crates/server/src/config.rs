@@ -3,10 +3,12 @@
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use hourglass_broker::PagingLimits;
+use hourglass_mgmt::HttpLimits;
 use serde::Deserialize;
 
 /// RabbitMQ's AMQP port, so existing clients connect unchanged.
@@ -35,6 +37,29 @@ pub const DEFAULT_LOGIN_FAILURE_DELAY_MS: u64 = 200;
 /// (its TCP window full) would otherwise keep its connection, its unacked messages and its
 /// consumers for ever, and its own connection.close could not complete.
 pub const DEFAULT_TCP_SEND_TIMEOUT_MS: u64 = 15_000;
+/// HTTP listeners: how long a socket may go without sending a whole request head once the
+/// server is ready for one — a new socket, or a kept-alive one after its last response. Cowboy's
+/// `request_timeout` default, which RabbitMQ's management listener keeps: idle and trickling
+/// sockets are closed after 5 s, so they cannot pile up and eat the process's file descriptors.
+pub const DEFAULT_HTTP_REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// HTTP listeners: how long a request body may take to arrive in full. Cowboy's `idle_timeout`
+/// default (60 s); a 20 MB definitions file needs only ~340 kB/s to make it.
+pub const DEFAULT_HTTP_BODY_TIMEOUT_MS: u64 = 60_000;
+/// HTTP listeners: the largest request body — RabbitMQ's `management.http.max_body_size` default
+/// (20,000,000 bytes): a 100,000-queue definitions export (~13 MB) fits.
+pub const DEFAULT_HTTP_MAX_BODY_BYTES: u64 = 20_000_000;
+/// HTTP listeners: open sockets per listener (management and metrics each) — ranch's default
+/// `max_connections`, which RabbitMQ's management listener inherits. Beyond it new sockets get
+/// 503 and are closed; at most ~1,024 × 20 MB of bodies can be buffered at once.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 1_024;
+/// AMQP connections (counted from accept, so sockets still in the 10 s handshake count too).
+/// RabbitMQ has no limit but the file-descriptor table; ours is explicit so that it, not the fd
+/// table, is what a flood hits — and the HTTP API and the store keep their descriptors. It is
+/// lowered at start to what the process's fd limit leaves room for (see [`FD_RESERVE`]).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
+/// File descriptors kept out of the AMQP connection limit: the HTTP listeners' sockets (their own
+/// limits), the store's segment and snapshot files, the listeners themselves, logs.
+pub const FD_RESERVE: u64 = 256;
 
 /// Command-line flags; each is also read from the environment variable shown.
 #[derive(Debug, Default, Parser)]
@@ -94,6 +119,22 @@ pub struct Cli {
     /// Close a connection whose socket write makes no progress for this long (ms).
     #[arg(long, env = "HOURGLASS_TCP_SEND_TIMEOUT_MS")]
     pub tcp_send_timeout_ms: Option<u64>,
+    /// HTTP listeners: ms a socket may take to send a whole request head (also the idle
+    /// keep-alive timeout).
+    #[arg(long, env = "HOURGLASS_HTTP_REQUEST_TIMEOUT_MS")]
+    pub http_request_timeout_ms: Option<u64>,
+    /// HTTP listeners: ms a request body may take to arrive.
+    #[arg(long, env = "HOURGLASS_HTTP_BODY_TIMEOUT_MS")]
+    pub http_body_timeout_ms: Option<u64>,
+    /// HTTP listeners: largest request body (`20MB`; RabbitMQ's `management.http.max_body_size`).
+    #[arg(long, env = "HOURGLASS_HTTP_MAX_BODY_SIZE")]
+    pub http_max_body_size: Option<String>,
+    /// HTTP listeners: open sockets per listener.
+    #[arg(long, env = "HOURGLASS_HTTP_MAX_CONNECTIONS")]
+    pub http_max_connections: Option<usize>,
+    /// AMQP connections at once, handshakes included.
+    #[arg(long, env = "HOURGLASS_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -127,6 +168,12 @@ pub struct FileConfig {
     pub queue_resident_bytes: Option<SizeSetting>,
     pub login_failure_delay_ms: Option<u64>,
     pub tcp_send_timeout_ms: Option<u64>,
+    pub http_request_timeout_ms: Option<u64>,
+    pub http_body_timeout_ms: Option<u64>,
+    /// A size string (`"20MB"`) or a number of bytes.
+    pub http_max_body_size: Option<SizeSetting>,
+    pub http_max_connections: Option<usize>,
+    pub max_connections: Option<usize>,
 }
 
 /// A size in the TOML file: `"50MB"` or `50000000`.
@@ -178,6 +225,10 @@ pub struct Config {
     pub login_failure_delay_ms: u64,
     /// A socket write making no progress this long closes the connection (ms).
     pub tcp_send_timeout_ms: u64,
+    /// What each HTTP listener allows a client.
+    pub http: HttpLimits,
+    /// AMQP connections at once (before the fd limit is taken into account).
+    pub max_connections: usize,
 }
 
 impl Default for Config {
@@ -201,6 +252,13 @@ impl Default for Config {
             set_aside_damaged_definitions: false,
             login_failure_delay_ms: DEFAULT_LOGIN_FAILURE_DELAY_MS,
             tcp_send_timeout_ms: DEFAULT_TCP_SEND_TIMEOUT_MS,
+            http: HttpLimits {
+                request_timeout: Duration::from_millis(DEFAULT_HTTP_REQUEST_TIMEOUT_MS),
+                body_timeout: Duration::from_millis(DEFAULT_HTTP_BODY_TIMEOUT_MS),
+                max_body_bytes: DEFAULT_HTTP_MAX_BODY_BYTES as usize,
+                max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
+            },
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -213,6 +271,7 @@ impl Config {
             None => FileConfig::default(),
         };
         let defaults = Config::default();
+        let http = http_limits(&cli, &file, defaults.http)?;
         let disk_free_limit =
             match (cli.disk_free_limit_relative.or(file.disk_free_limit_relative), cli.disk_free_limit) {
                 (Some(factor), _) => DiskFreeLimit::MemRelative(factor),
@@ -237,6 +296,8 @@ impl Config {
                 .map_or(defaults.paging.max_resident_bytes, |b| usize::try_from(b).unwrap_or(usize::MAX)),
         };
         Ok(Config {
+            http,
+            max_connections: cli.max_connections.or(file.max_connections).unwrap_or(defaults.max_connections),
             bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
             amqp_port: cli.amqp_port.or(file.amqp_port).unwrap_or(defaults.amqp_port),
             http_port: cli.http_port.or(file.http_port).unwrap_or(defaults.http_port),
@@ -275,6 +336,32 @@ impl Config {
                 .unwrap_or(defaults.tcp_send_timeout_ms),
         })
     }
+}
+
+/// The HTTP listeners' limits from flags over the file over `defaults`.
+fn http_limits(cli: &Cli, file: &FileConfig, defaults: HttpLimits) -> anyhow::Result<HttpLimits> {
+    let max_body_bytes = match (&cli.http_max_body_size, &file.http_max_body_size) {
+        (Some(text), _) | (None, Some(SizeSetting::Text(text))) => parse_size(text)?,
+        (None, Some(SizeSetting::Bytes(bytes))) => *bytes,
+        (None, None) => defaults.max_body_bytes as u64,
+    };
+    let ms = |flag: Option<u64>, key: Option<u64>, default: Duration| {
+        flag.or(key).map_or(default, Duration::from_millis)
+    };
+    Ok(HttpLimits {
+        request_timeout: ms(
+            cli.http_request_timeout_ms,
+            file.http_request_timeout_ms,
+            defaults.request_timeout,
+        ),
+        body_timeout: ms(cli.http_body_timeout_ms, file.http_body_timeout_ms, defaults.body_timeout),
+        max_body_bytes: usize::try_from(max_body_bytes).unwrap_or(usize::MAX),
+        max_connections: cli
+            .http_max_connections
+            .or(file.http_max_connections)
+            .unwrap_or(defaults.max_connections)
+            .max(1),
+    })
 }
 
 /// A size in RabbitMQ's notation: a number of bytes with an optional unit — `k`/`kiB`, `M`/`MiB`,
@@ -377,6 +464,27 @@ mod tests {
         assert_eq!((paging.max_resident_messages, paging.max_resident_bytes), (500, 1 << 20));
         let file: FileConfig = toml::from_str("queue_resident_bytes = 4096").unwrap();
         assert_eq!(file.queue_resident_bytes, Some(SizeSetting::Bytes(4096)));
+    }
+
+    /// The HTTP limits default to RabbitMQ's (5 s request timeout, 20 MB bodies, 1,024 sockets);
+    /// flags and the file set them.
+    #[test]
+    fn http_limits_from_flags_and_file() {
+        let http = Config::default().http;
+        assert_eq!(http.request_timeout, Duration::from_secs(5));
+        assert_eq!((http.max_body_bytes, http.max_connections), (20_000_000, 1_024));
+        let cli = Cli {
+            http_request_timeout_ms: Some(300),
+            http_max_body_size: Some("1MiB".into()),
+            max_connections: Some(10),
+            ..Cli::default()
+        };
+        let config = Config::resolve(cli).unwrap();
+        assert_eq!(config.http.request_timeout, Duration::from_millis(300));
+        assert_eq!((config.http.max_body_bytes, config.max_connections), (1 << 20, 10));
+        let file: FileConfig = toml::from_str("http_max_connections = 7\nhttp_body_timeout_ms = 9").unwrap();
+        let limits = http_limits(&Cli::default(), &file, http).unwrap();
+        assert_eq!((limits.max_connections, limits.body_timeout), (7, Duration::from_millis(9)));
     }
 
     /// A misspelt option in the file is an error, not silently ignored.

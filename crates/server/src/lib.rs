@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod failure_log;
+pub mod fd_limit;
 pub mod persistence;
 pub mod users_file;
 
@@ -22,7 +23,7 @@ use hourglass_mgmt::resources::ResourceStatus;
 use hourglass_mgmt::{AppState, BrokerHandle, NodeInfo, UserStore};
 use hourglass_session::SessionConfig;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 
 pub use config::{Cli, Config};
@@ -33,9 +34,14 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Management jobs waiting for the broker task: few are in flight at once (one per HTTP request).
 const JOB_QUEUE_CAPACITY: usize = 64;
 
+/// Refused connections are logged at most this often, so a flood does not flood the log too.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Bound listeners and a recovered broker, ready to serve.
 pub struct Server {
     config: Config,
+    /// AMQP connections at once: the configured limit, fitted under the fd limit.
+    max_connections: usize,
     amqp: TcpListener,
     http: TcpListener,
     metrics: TcpListener,
@@ -50,6 +56,17 @@ impl Server {
     /// `config`: nothing is accepted before the broker holds everything the store kept.
     pub async fn bind(config: Config) -> anyhow::Result<Server> {
         let clock = clock::Clock::new();
+        let fds = fd_limit::raise_to_hard_limit();
+        let max_connections =
+            fd_limit::amqp_connection_limit(config.max_connections, fds, config.http.max_connections);
+        if max_connections < config.max_connections {
+            tracing::warn!(
+                configured = config.max_connections,
+                max_connections,
+                fd_limit = ?fds,
+                "AMQP connection limit lowered to fit the open-files limit"
+            );
+        }
         let seed = name_seed(clock);
         let mut broker = Broker::new(BrokerConfig {
             name_seed: seed,
@@ -85,7 +102,7 @@ impl Server {
         let addr = SocketAddr::new(config.bind, config.metrics_port);
         let metrics =
             TcpListener::bind(addr).await.with_context(|| format!("binding metrics listener on {addr}"))?;
-        Ok(Server { config, amqp, http, metrics, clock, broker, data, users })
+        Ok(Server { config, max_connections, amqp, http, metrics, clock, broker, data, users })
     }
 
     /// The management HTTP API's address.
@@ -108,7 +125,7 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let (amqp_addr, http_addr, metrics_addr) =
             (self.amqp_addr()?, self.http_addr()?, self.metrics_addr()?);
-        let Server { config, amqp, http, metrics, clock, broker, data, users } = self;
+        let Server { config, max_connections, amqp, http, metrics, clock, broker, data, users } = self;
         let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
         let (store_tx, store_rx) = std::sync::mpsc::channel();
         // Weak: the store thread must not keep the broker task alive at shutdown.
@@ -152,9 +169,11 @@ impl Server {
             let stopped = async move {
                 let _ = stop.wait_for(|stop| *stop).await;
             };
-            http_tasks.spawn(hourglass_mgmt::serve(listener, router, stopped));
+            http_tasks.spawn(hourglass_mgmt::serve(listener, router, config.http, stopped));
         }
         let next_id = AtomicU64::new(1);
+        let slots = Arc::new(Semaphore::new(max_connections));
+        let mut refusals = RefusalLog::default();
         let mut connections = JoinSet::new();
         tracing::info!(
             amqp = %amqp_addr,
@@ -177,6 +196,11 @@ impl Server {
                             continue;
                         }
                     };
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        // Closed at once: the socket costs nothing more than the accept.
+                        refusals.record(peer, max_connections);
+                        continue;
+                    };
                     let cx = connection::ConnectionContext {
                         id: ConnectionId(next_id.fetch_add(1, Ordering::Relaxed)),
                         peer,
@@ -188,7 +212,10 @@ impl Server {
                         inbound: inbound.clone(),
                         send_timeout: std::time::Duration::from_millis(config.tcp_send_timeout_ms),
                     };
-                    connections.spawn(connection::run(stream, cx));
+                    connections.spawn(async move {
+                        connection::run(stream, cx).await;
+                        drop(slot);
+                    });
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
@@ -214,6 +241,27 @@ impl Server {
         let _ = broker_handle.await;
         let _ = tokio::task::spawn_blocking(move || store_thread.join()).await;
         Ok(())
+    }
+}
+
+/// Counts AMQP sockets refused at the connection limit; logs them at most once per
+/// [`REFUSAL_LOG_INTERVAL`], with the count since the last line.
+#[derive(Default)]
+struct RefusalLog {
+    unlogged: u64,
+    last: Option<std::time::Instant>,
+}
+
+impl RefusalLog {
+    fn record(&mut self, peer: SocketAddr, limit: usize) {
+        self.unlogged += 1;
+        let now = std::time::Instant::now();
+        if self.last.is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_INTERVAL) {
+            return;
+        }
+        tracing::warn!(%peer, refused = self.unlogged, limit, "AMQP connection limit reached: closing new sockets");
+        self.unlogged = 0;
+        self.last = Some(now);
     }
 }
 

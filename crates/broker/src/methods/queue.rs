@@ -294,6 +294,9 @@ impl Broker {
         let args = QueueArgs::parse(&spec.arguments, &spec.name.as_str(), vhost, spec.durable)?;
         let id = self.new_queue_id();
         self.vhost_mut(vhost)?.queues.insert(spec.name.clone(), id);
+        if let Some(owner) = spec.exclusive_owner.and_then(|conn| self.connections.get_mut(&conn)) {
+            owner.exclusive_queues.push(id);
+        }
         let queue = Queue::new(id, vhost.to_owned(), spec, args, self.pager.clone(), now);
         if queue.is_persisted() {
             self.definitions_changed();

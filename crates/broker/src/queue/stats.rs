@@ -31,7 +31,7 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
-    fn of(queue: &Queue) -> Self {
+    pub(crate) fn of(queue: &Queue) -> Self {
         QueueStats {
             vhost: queue.vhost.clone(),
             name: queue.name().as_str().into_owned(),
@@ -64,14 +64,14 @@ pub struct BindingInfo {
 impl Broker {
     /// One queue's statistics.
     pub fn queue_stats(&self, vhost: &str, name: &str) -> Option<QueueStats> {
-        let id = self.vhosts.get(vhost)?.queues.iter().find(|(n, _)| n.as_bytes() == name.as_bytes())?.1;
-        self.queues.get(id).map(QueueStats::of)
+        let id = self.vhosts.get(vhost)?.queue_id(name)?;
+        self.queues.get(&id).map(QueueStats::of)
     }
 
     /// The first `limit` delayed messages of a queue, in due order, without taking them.
     pub fn list_delayed(&self, vhost: &str, name: &str, limit: usize) -> Option<Vec<DelayedInfo>> {
-        let id = self.vhosts.get(vhost)?.queues.iter().find(|(n, _)| n.as_bytes() == name.as_bytes())?.1;
-        self.queues.get(id).map(|q| q.delayed.list(limit))
+        let id = self.vhosts.get(vhost)?.queue_id(name)?;
+        self.queues.get(&id).map(|q| q.delayed.list(limit))
     }
 
     /// Every queue's statistics, sorted by vhost and name.

@@ -97,16 +97,62 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, at: Instan
     json
 }
 
+/// Every queue of `only`'s vhost (all vhosts without one) as the broker's compact rows, sorted
+/// by vhost and name; rendering is left to the caller, so a page renders only its own rows.
+async fn queue_rows(state: &AppState, only: Option<String>) -> Result<Vec<QueueDetails>, ApiError> {
+    let mut all = state.broker.run(|b, _| b.list_queue_details()).await?;
+    if let Some(vhost) = only {
+        all.retain(|q| q.stats.vhost == vhost);
+    }
+    Ok(all)
+}
+
 pub(crate) async fn all_queues(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
-    let all = state.broker.run(|b, _| b.list_queue_details()).await?;
+    let rows = queue_rows(state, only).await?;
     let node = state.node.name.clone();
     let at = Instant::now();
     state.rates.forget_stale(at);
-    Ok(all
-        .iter()
-        .filter(|q| only.as_ref().is_none_or(|v| &q.stats.vhost == v))
-        .map(|q| queue_json(q, &node, &state.rates, at))
-        .collect())
+    Ok(rows.iter().map(|q| queue_json(q, &node, &state.rates, at)).collect())
+}
+
+/// Sort keys a listing can apply to the rows before rendering them (the JSON field of the same
+/// name orders the same way); any other key sorts the rendered JSON.
+const QUEUE_ORDERS: &[listing::RowOrder<QueueDetails>] = &[
+    ("name", |a, b| a.stats.name.cmp(&b.stats.name)),
+    ("vhost", |a, b| a.stats.vhost.cmp(&b.stats.vhost)),
+    ("messages", |a, b| {
+        (a.stats.messages_ready + a.stats.messages_unacked)
+            .cmp(&(b.stats.messages_ready + b.stats.messages_unacked))
+    }),
+    ("messages_ready", |a, b| a.stats.messages_ready.cmp(&b.stats.messages_ready)),
+    ("consumers", |a, b| a.stats.consumers.cmp(&b.stats.consumers)),
+];
+
+/// A queue listing: filtered, sorted and paged on the rows, only what is shown rendered — on a
+/// blocking thread, as a full listing of 100,000 queues takes seconds to render and must not
+/// hold up the runtime's workers (and the AMQP connections they serve).
+/// Only the vhosts `visible` accepts are listed (`access.rs`: vhosts the user may see).
+async fn list(
+    state: &AppState,
+    only: Option<String>,
+    params: &Params,
+    visible: impl Fn(&str) -> bool,
+) -> Result<Response, ApiError> {
+    let mut rows = queue_rows(state, only).await?;
+    rows.retain(|q| visible(&q.stats.vhost));
+    let (state, params) = (state.clone(), params.clone());
+    let render = move || {
+        let at = Instant::now();
+        state.rates.forget_stale(at);
+        listing::respond_rows(
+            rows,
+            &params,
+            |q| q.stats.name.as_str(),
+            QUEUE_ORDERS,
+            |q| queue_json(q, &state.node.name, &state.rates, at),
+        )
+    };
+    tokio::task::spawn_blocking(render).await.map_err(|e| ApiError::internal(e.to_string()))?
 }
 
 async fn list_all(
@@ -114,9 +160,8 @@ async fn list_all(
     Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let mut items = all_queues(&state, None).await?;
-    VhostFilter::new(&state, &user).retain(&mut items);
-    listing::respond(items, &params)
+    let filter = VhostFilter::new(&state, &user);
+    list(&state, None, &params, |vhost| filter.shows(vhost)).await
 }
 
 async fn list_vhost(
@@ -127,7 +172,7 @@ async fn list_vhost(
 ) -> Result<Response, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
-    listing::respond(all_queues(&state, Some(vhost)).await?, &params)
+    list(&state, Some(vhost), &params, |_| true).await
 }
 
 async fn show(
@@ -137,8 +182,9 @@ async fn show(
 ) -> Result<Json<Value>, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
-    let all = all_queues(&state, Some(vhost)).await?;
-    all.into_iter().find(|q| q["name"] == name.as_str()).map(Json).ok_or_else(ApiError::not_found)
+    let rows = queue_rows(&state, Some(vhost)).await?;
+    let row = rows.iter().find(|q| q.stats.name == name).ok_or_else(ApiError::not_found)?;
+    Ok(Json(queue_json(row, &state.node.name, &state.rates, Instant::now())))
 }
 
 /// queue.declare from a JSON object (a PUT body or a definitions entry): `durable` (default
