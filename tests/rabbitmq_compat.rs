@@ -399,6 +399,9 @@ async fn client_that_stops_reading_is_disconnected_after_the_send_timeout() {
         &[(0, tune_ok.into()), (0, open.into()), (1, ChannelOpen {}.into()), (1, consume.into())],
     )
     .await;
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionOpenOk(_))));
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ChannelOpenOk(_))));
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::BasicConsumeOk(_))));
     let connections =
         |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap().as_array().unwrap().len();
     assert_eq!(connections(&http(&broker, "GET", "/api/connections", "").await.1), 2);
@@ -421,4 +424,42 @@ async fn client_that_stops_reading_is_disconnected_after_the_send_timeout() {
     .await;
     assert!(closed.is_ok(), "the stalled consumer's connection was not closed");
     drop(socket);
+}
+
+/// One consumer per queue on a channel with global prefetch 1: acking one delivery at a time
+/// drains every queue, none is left behind (`QosTests#fairness`).
+#[tokio::test]
+async fn global_prefetch_serves_every_queue_of_the_channel() {
+    use futures_lite::StreamExt;
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel.basic_qos(1, BasicQosOptions { global: true }).await.unwrap();
+    let queues = ["fair1", "fair2", "fair3"];
+    let mut consumers = Vec::new();
+    for q in queues {
+        channel.queue_declare(q.into(), Default::default(), Default::default()).await.unwrap();
+        for _ in 0..20 {
+            channel
+                .basic_publish("".into(), q.into(), Default::default(), q.as_bytes(), Default::default())
+                .await
+                .unwrap();
+        }
+        consumers.push(
+            channel.basic_consume(q.into(), q.into(), Default::default(), Default::default()).await.unwrap(),
+        );
+    }
+    let mut consumers = consumers.into_iter();
+    let (a, b, c) = (consumers.next().unwrap(), consumers.next().unwrap(), consumers.next().unwrap());
+    let mut merged = a.or(b).or(c);
+    for _ in 0..19 {
+        let delivery = tokio::time::timeout(STEP, merged.next()).await.expect("a delivery").unwrap().unwrap();
+        delivery.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    let probe = conn.create_channel().await.unwrap();
+    for q in queues {
+        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+        let left = probe.queue_declare(q.into(), passive, Default::default()).await.unwrap().message_count();
+        assert!(left < 20, "{q} was never served: {left} left");
+    }
 }

@@ -82,6 +82,8 @@ pub(crate) struct Channel {
     stale_tags: BTreeSet<u64>,
     /// The connection's socket is behind: no deliveries to this channel's consumers for now.
     pub paused: bool,
+    /// Where `queues_in_turn` starts next time.
+    turn: usize,
 }
 
 impl Channel {
@@ -98,6 +100,7 @@ impl Channel {
             stats: MessageStats::default(),
             stale_tags: BTreeSet::new(),
             paused: false,
+            turn: 0,
         }
     }
 
@@ -188,6 +191,23 @@ impl Channel {
     pub fn take_all(&mut self, out: &mut Vec<Unacked>) {
         out.extend(self.unacked.drain(..));
         self.consumer_unacked = 0;
+    }
+
+    /// The queues this channel consumes from, each once, starting one further than last time:
+    /// the order in which freed channel-wide credit is offered.
+    pub fn queues_in_turn(&mut self) -> Vec<QueueId> {
+        let mut queues: Vec<QueueId> = Vec::with_capacity(self.consumers.len());
+        for (_, id) in &self.consumers {
+            if !queues.contains(id) {
+                queues.push(*id);
+            }
+        }
+        if !queues.is_empty() {
+            let start = self.turn % queues.len();
+            queues.rotate_left(start);
+            self.turn = self.turn.wrapping_add(1);
+        }
+        queues
     }
 
     /// Whether the channel-wide prefetch allows one more consumer delivery.

@@ -74,7 +74,10 @@ fn pick_consumer(queue: &mut Queue, channels: &IdMap<(ConnectionId, ChannelId), 
         c.has_credit()
             && channels
                 .get(&(c.conn, c.channel))
-                .is_some_and(|ch| !ch.paused && (c.no_ack || ch.has_credit()))
+                // A channel at its global prefetch holds no-ack consumers too (rabbit_limiter's
+                // can_send; the Java client's `QosTests#noAckObeysLimit`): their deliveries just
+                // do not count against it.
+                .is_some_and(|ch| !ch.paused && ch.has_credit())
     })
 }
 

@@ -70,6 +70,56 @@ fn global_prefetch_is_shared_by_the_channel() {
     assert_eq!(bodies(&freed), vec![b"2".to_vec()]);
 }
 
+/// A channel at its global prefetch holds its no-ack consumers too (rabbit_limiter; the Java
+/// client's `QosTests#noAckObeysLimit`); once credit is freed the no-ack consumer is served.
+#[test]
+fn global_prefetch_holds_no_ack_consumers_at_the_limit() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "acked");
+    declare(&mut tb, c, "auto");
+    tb.call(c, BasicQos { prefetch_count: 1, global: true, ..Default::default() });
+    consume(&mut tb, c, "acked", "a", false);
+    assert_eq!(deliveries(&tb.publish(c, "", "acked", b"1")).len(), 1);
+    consume(&mut tb, c, "auto", "b", true);
+    assert!(deliveries(&tb.publish(c, "", "auto", b"2")).is_empty(), "held at the channel's limit");
+    let freed = ack(&mut tb, c, 1, false);
+    assert_eq!(bodies(&freed), vec![b"2".to_vec()]);
+}
+
+/// Freed channel-wide credit goes to the channel's queues in turn, so one consumer per queue
+/// under global prefetch 1 drains every queue, not only the one it acks (`QosTests#fairness`).
+#[test]
+fn global_prefetch_credit_goes_to_the_queues_in_turn() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    tb.call(c, BasicQos { prefetch_count: 1, global: true, ..Default::default() });
+    for q in ["q1", "q2", "q3"] {
+        declare(&mut tb, c, q);
+        for _ in 0..10 {
+            tb.publish(c, "", q, q.as_bytes());
+        }
+    }
+    let mut next = Vec::new();
+    for (q, tag) in [("q1", "a"), ("q2", "b"), ("q3", "c")] {
+        next.extend(
+            deliveries(&consume(&mut tb, c, q, tag, false)).into_iter().map(|d| d.method.delivery_tag),
+        );
+    }
+    let mut served = std::collections::BTreeMap::new();
+    for _ in 0..9 {
+        let tag = next.pop().expect("one delivery in flight");
+        let freed = ack(&mut tb, c, tag, false);
+        for d in deliveries(&freed) {
+            *served.entry(d.body().to_vec()).or_insert(0) += 1;
+            next.push(d.method.delivery_tag);
+        }
+    }
+    for q in ["q1", "q2", "q3"] {
+        assert!(served.get(q.as_bytes()).copied().unwrap_or(0) >= 2, "{q} starved: {served:?}");
+    }
+}
+
 /// A nack with requeue puts the message back at its original place, marked redelivered.
 #[test]
 fn nacked_message_is_requeued_in_place_and_redelivered() {

@@ -422,11 +422,17 @@ impl Broker {
         if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
             channel.stats.ack += acked;
             if channel.channel_prefetch != 0 {
-                for (_, id) in &channel.consumers {
-                    if !touched.contains(id) {
-                        touched.push(*id);
+                // The freed channel-wide credit goes to the channel's queues in turn, starting one
+                // further each time, not to the queue just acked first: otherwise that queue
+                // takes it back every time and the others starve (RabbitMQ's limiter notifies
+                // blocked queues in varying order; the Java client's `QosTests#fairness`).
+                let mut fair = channel.queues_in_turn();
+                for id in &touched {
+                    if !fair.contains(id) {
+                        fair.push(*id);
                     }
                 }
+                touched = fair;
             }
         }
         for &id in &touched {
