@@ -463,3 +463,40 @@ async fn global_prefetch_serves_every_queue_of_the_channel() {
         assert!(left < 20, "{q} was never served: {left} left");
     }
 }
+
+/// A client that sends connection.close while still flushing frames behind it gets its close-ok:
+/// the broker reads and discards the rest until the client closes the socket, instead of closing
+/// with unread bytes (a TCP reset that loses the close-ok: amqplib's "find high watermark" test).
+#[tokio::test]
+async fn close_ok_reaches_a_client_still_flushing_frames() {
+    let broker = RunningBroker::start();
+    let mut socket = tokio::net::TcpStream::connect(broker.amqp).await.unwrap();
+    socket.write_all(PROTOCOL_HEADER).await.unwrap();
+    let mut input = BytesMut::new();
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionStart(_))));
+    let start_ok = ConnectionStartOk {
+        client_properties: WireTable::new(),
+        mechanism: ShortStr::from_static("PLAIN"),
+        response: LongStr::from("\0guest\0guest"),
+        locale: ShortStr::from_static("en_US"),
+    };
+    send(&mut socket, &[(0, start_ok.into())]).await;
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionTune(_))));
+    let tune_ok = ConnectionTuneOk { channel_max: 16, frame_max: 131_072, heartbeat: 0 };
+    let open = ConnectionOpen { virtual_host: ShortStr::from_static("/") };
+    send(&mut socket, &[(0, tune_ok.into()), (0, open.into()), (1, ChannelOpen {}.into())]).await;
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionOpenOk(_))));
+    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ChannelOpenOk(_))));
+    let close = hourglass_wire::ConnectionClose {
+        reply_code: 200,
+        reply_text: ShortStr::from_static("bye"),
+        class_id: 0,
+        method_id: 0,
+    };
+    let qos = hourglass_wire::BasicQos { prefetch_size: 0, prefetch_count: 1, global: false };
+    let mut frames = vec![(0, close.into())];
+    frames.extend((0..20_000).map(|_| (1, qos.clone().into())));
+    send(&mut socket, &frames).await;
+    let answer = next_method(&mut socket, &mut input).await;
+    assert!(matches!(answer, Some(Method::ConnectionCloseOk(_))), "{answer:?}");
+}

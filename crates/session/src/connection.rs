@@ -43,6 +43,12 @@ pub const CLOSING_TIMEOUT_MAX_MS: u64 = 30_000;
 /// connection.close this long to reach the peer: RabbitMQ's `?SILENT_CLOSE_DELAY` (3 s).
 pub const SILENT_CLOSE_DELAY_MS: u64 = 3_000;
 
+/// After answering the client's connection.close we keep reading (and discarding) until the client
+/// closes the socket, at most this long: closing with the client's unread frames still in our
+/// receive buffer would make the kernel send a reset, and a client still flushing publishes would
+/// see EPIPE instead of our close-ok (amqplib's tests; RabbitMQ waits for the client too).
+pub const DRAIN_AFTER_CLOSE_OK_MS: u64 = 3_000;
+
 /// Who is on the other end of the socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerInfo {
@@ -66,8 +72,9 @@ pub struct PeerInfo {
 ///        ▼                 ▼
 ///      Closed ◄──────── Closing   (left on close-ok, on close (we answer close-ok), or on timeout)
 ///        ▲
-///        └── from any state: client connection.close (we answer close-ok), EOF, handshake
-///            timeout, missed heartbeats, close_forced before Open
+///        ├── Draining ◄── client connection.close (we answer close-ok; we read and discard
+///        │                until the client closes the socket or DRAIN_AFTER_CLOSE_OK_MS)
+///        └── from any state: EOF, handshake timeout, missed heartbeats, close_forced before Open
 /// ```
 /// There is no `ExpectSecureOk`: PLAIN and AMQPLAIN finish in start-ok, so we never send
 /// connection.secure.
@@ -89,6 +96,11 @@ enum State {
     Closing {
         deadline: Timestamp,
         discard_input: bool,
+    },
+    /// The client closed and got close-ok; what it still sends is discarded until it closes the
+    /// socket or `until`.
+    Draining {
+        until: Timestamp,
     },
     Closed,
 }
@@ -257,6 +269,11 @@ impl Connection {
                     self.state = State::Closed;
                 }
             }
+            State::Draining { until } => {
+                if now >= until {
+                    self.state = State::Closed;
+                }
+            }
             State::Open => self.poll_heartbeat(now),
             State::ExpectProtocolHeader | State::ExpectStartOk | State::ExpectTuneOk | State::ExpectOpen => {
                 if now >= self.handshake_deadline() {
@@ -277,7 +294,7 @@ impl Connection {
                 let detail = format!("broker forced connection closure with reason '{reason}'");
                 self.close_with(AmqpError::new(CONNECTION_FORCED, detail), now);
             }
-            State::Closing { .. } | State::Closed => {}
+            State::Closing { .. } | State::Draining { .. } | State::Closed => {}
             _ => self.state = State::Closed,
         }
     }
@@ -285,7 +302,7 @@ impl Connection {
     /// The socket reached EOF or failed: nothing more can be sent or received.
     pub fn handle_eof(&mut self, _now: Timestamp) {
         if self.state != State::Closed {
-            if !matches!(self.state, State::Closing { .. }) {
+            if !matches!(self.state, State::Closing { .. } | State::Draining { .. }) {
                 info!(conn = self.id.0, peer = %self.peer.addr, "client unexpectedly closed TCP connection");
             }
             self.state = State::Closed;
@@ -308,6 +325,7 @@ impl Connection {
         match self.state {
             State::Closed => None,
             State::Closing { deadline, .. } => Some(deadline),
+            State::Draining { until } => Some(until),
             State::LoginRefused { answer_at, .. } => Some(answer_at),
             State::Open => heartbeat,
             _ => Some(heartbeat.map_or(self.handshake_deadline(), |h| h.min(self.handshake_deadline()))),
@@ -349,7 +367,10 @@ impl Connection {
 
     fn handle_frame(&mut self, frame: Frame, now: Timestamp) {
         match self.state {
-            State::ExpectProtocolHeader | State::LoginRefused { .. } | State::Closed => {}
+            State::ExpectProtocolHeader
+            | State::LoginRefused { .. }
+            | State::Draining { .. }
+            | State::Closed => {}
             State::Closing { .. } => self.on_frame_closing(frame, now),
             State::Open => self.on_frame_open(frame, now),
             State::ExpectStartOk | State::ExpectTuneOk | State::ExpectOpen => match frame {
@@ -427,7 +448,7 @@ impl Connection {
             Method::ConnectionClose(close) => {
                 info!(conn = self.id.0, code = close.reply_code, text = %close.reply_text, "client closed the connection");
                 self.out.method(0, &ConnectionCloseOk {}.into(), now);
-                self.state = State::Closed;
+                self.state = State::Draining { until: now.saturating_add_millis(DRAIN_AFTER_CLOSE_OK_MS) };
             }
             // RabbitMQ re-authenticates with the new secret (e.g. a refreshed OAuth token). Our
             // authenticators check passwords only at login, so the secret is accepted and
@@ -558,7 +579,7 @@ impl Connection {
             State::ExpectTuneOk => "tuning",
             State::ExpectOpen => "opening",
             State::Open => "running",
-            State::Closing { .. } | State::Closed => "closing",
+            State::Closing { .. } | State::Draining { .. } | State::Closed => "closing",
         };
         let detail = format!("unexpected method in connection state {state}");
         Fault::Connection(AmqpError::new(CHANNEL_ERROR, detail).on(method))
@@ -567,7 +588,10 @@ impl Connection {
     fn discards_input(&self) -> bool {
         matches!(
             self.state,
-            State::Closed | State::LoginRefused { .. } | State::Closing { discard_input: true, .. }
+            State::Closed
+                | State::LoginRefused { .. }
+                | State::Closing { discard_input: true, .. }
+                | State::Draining { .. }
         )
     }
 

@@ -44,14 +44,35 @@ fn heartbeat_on_a_channel_is_505() {
     assert_eq!(c.connection_close(), close_of(505, text, 0, 0));
 }
 
-/// The client's connection.close is answered with close-ok and ends the connection.
+/// The client's connection.close is answered with close-ok; the connection ends when the client
+/// closes the socket.
 #[test]
 fn client_close_is_answered_and_ends_the_connection() {
     let mut c = Client::local();
     c.open(60);
     c.send_method(0, close_of(200, "bye", 0, 0));
     assert_eq!(c.methods(), vec![(0, ConnectionCloseOk {}.into())]);
-    assert!(c.conn.is_closed() && c.conn.opened());
+    assert!(!c.conn.is_closed() && c.conn.opened(), "waits for the client to close the socket");
+    c.conn.handle_eof(c.now);
+    assert!(c.conn.is_closed());
+}
+
+/// What a client still sends after its connection.close (publishes it was flushing) is read and
+/// discarded until it closes the socket, or for DRAIN_AFTER_CLOSE_OK_MS at most: closing with
+/// unread bytes would reset the socket before the client reads close-ok (amqplib's tests).
+#[test]
+fn frames_after_the_clients_close_are_drained_then_the_socket_closes() {
+    let mut c = Client::local();
+    c.open(60);
+    c.open_channel(1);
+    c.send_method(0, close_of(200, "bye", 0, 0));
+    assert_eq!(c.methods(), vec![(0, ConnectionCloseOk {}.into())]);
+    c.send_method(1, BasicQos { prefetch_size: 0, prefetch_count: 1, global: false });
+    assert!(c.methods().is_empty() && c.commands().is_empty(), "discarded, unanswered");
+    assert!(c.inbox.is_empty(), "but read");
+    assert_eq!(c.conn.next_deadline(), Some(c.now.saturating_add_millis(DRAIN_AFTER_CLOSE_OK_MS)));
+    c.at(DRAIN_AFTER_CLOSE_OK_MS).timeout();
+    assert!(c.conn.is_closed());
 }
 
 /// close_forced sends RabbitMQ's 320 text, ignores other frames, and ends on close-ok.
