@@ -500,3 +500,41 @@ async fn close_ok_reaches_a_client_still_flushing_frames() {
     let answer = next_method(&mut socket, &mut input).await;
     assert!(matches!(answer, Some(Method::ConnectionCloseOk(_))), "{answer:?}");
 }
+
+/// A user with the `impersonator` tag may publish with another user's `user_id`; a user without
+/// it is refused with 406 (`UserIDHeader#impersonatedUserId`).
+#[tokio::test]
+async fn impersonator_tag_allows_another_user_id() {
+    let broker = RunningBroker::start();
+    for (user, tags) in [("imp", "impersonator"), ("plain", "")] {
+        let body = format!(r#"{{"password":"pw","tags":"{tags}"}}"#);
+        assert!(http(&broker, "PUT", &format!("/api/users/{user}"), &body).await.0 < 300);
+        let permissions = r#"{"configure":".*","write":".*","read":".*"}"#;
+        assert!(http(&broker, "PUT", &format!("/api/permissions/%2F/{user}"), permissions).await.0 < 300);
+    }
+    let as_user = |user: &str| format!("amqp://{user}:pw@{}/%2f", broker.amqp);
+    let properties = BasicProperties::default().with_user_id("someone-else".into());
+
+    let imp = lapin::Connection::connect(&as_user("imp"), Default::default()).await.unwrap();
+    let channel = imp.create_channel().await.unwrap();
+    channel.queue_declare("ids".into(), Default::default(), Default::default()).await.unwrap();
+    channel.confirm_select(Default::default()).await.unwrap();
+    let confirm = channel
+        .basic_publish("".into(), "ids".into(), Default::default(), b"x", properties.clone())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(confirm.is_ack());
+    let got = channel.basic_get("ids".into(), BasicGetOptions { no_ack: true }).await.unwrap().unwrap();
+    assert_eq!(got.delivery.properties.user_id().as_ref().map(|u| u.as_str()), Some("someone-else"));
+
+    let plain = lapin::Connection::connect(&as_user("plain"), Default::default()).await.unwrap();
+    let channel = plain.create_channel().await.unwrap();
+    channel.confirm_select(Default::default()).await.unwrap();
+    let refused = async {
+        channel.basic_publish("".into(), "ids".into(), Default::default(), b"x", properties).await?.await
+    };
+    let error = refused.await.expect_err("refused without the tag").to_string();
+    assert!(error.contains("PRECONDITION_FAILED"), "{error}");
+}

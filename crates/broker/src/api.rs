@@ -36,6 +36,8 @@ pub struct ConnectionInfo {
     /// The user's configure / write / read patterns in this vhost, checked on every operation
     /// (`permissions.rs`); the management API replaces them when they change.
     pub permissions: Arc<Permissions>,
+    /// The user has the `impersonator` tag: a `user_id` property naming someone else is allowed.
+    pub may_impersonate: bool,
 }
 
 /// Client capabilities (client-properties `capabilities` table) the broker acts on.

@@ -328,6 +328,10 @@ impl Authenticator for UserStore {
             None => VhostAccess::Refused,
         }
     }
+
+    fn may_impersonate(&self, username: &str) -> bool {
+        self.read().users.get(username).is_some_and(|user| user.tags.iter().any(|tag| tag == "impersonator"))
+    }
 }
 
 impl Permission {

@@ -145,6 +145,7 @@ async fn fake_connection(s: &AppState, id: u64, user: &str, peer: &str) -> Strin
         channel_max: 2047,
         heartbeat_s: 60,
         permissions: Permissions::full(),
+        may_impersonate: false,
     };
     let conn = ConnectionId(id);
     s.broker

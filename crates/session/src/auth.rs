@@ -27,6 +27,11 @@ pub trait Authenticator: Send + Sync {
     /// Whether an authenticated `username` may open `vhost` (connection.open), and with which
     /// configure / write / read permissions.
     fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess;
+    /// Whether `username` has RabbitMQ's `impersonator` tag: its publishes may carry another
+    /// user's `user_id`. Read once at connection.open, as RabbitMQ reads a user's tags at login.
+    fn may_impersonate(&self, _username: &str) -> bool {
+        false
+    }
 }
 
 /// Why a login was refused: logged (never with the password), never sent to the client.

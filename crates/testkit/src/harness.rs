@@ -56,6 +56,7 @@ impl TestBroker {
             channel_max: 2047,
             heartbeat_s: 60,
             permissions,
+            may_impersonate: false,
         };
         self.command(Command::ConnectionOpen { conn, info });
         conn

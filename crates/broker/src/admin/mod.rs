@@ -99,6 +99,7 @@ impl Broker {
             channel_max: 0,
             heartbeat_s: 0,
             permissions,
+            may_impersonate: false,
         };
         self.handle_command(Command::ConnectionOpen { conn: ADMIN_CONNECTION, info }, now);
         let open = Command::Method {

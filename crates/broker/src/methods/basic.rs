@@ -62,7 +62,9 @@ impl Broker {
     ) -> Result<(), AmqpError> {
         let Some(connection) = self.connections.get(&conn) else { return Ok(()) };
         let vhost_name = connection.info.vhost.clone();
-        check_user_id(&publish, &connection.info.user)?;
+        if !connection.info.may_impersonate {
+            check_user_id(&publish, &connection.info.user)?;
+        }
         if let Some(expiration) = publish.properties.expiration() {
             ttl::parse_expiration(expiration.as_bytes()).map_err(|why| {
                 errors::precondition_failed(format!("invalid expiration '{expiration}': {why}"))

@@ -170,6 +170,7 @@ impl Connection {
         self.state = State::Open;
         self.opened = true;
         info!(conn = self.id.0, peer = %self.peer.addr, user = %user, vhost = %vhost, "connection opened");
+        let may_impersonate = self.config.authenticator.may_impersonate(&user);
         let info = ConnectionInfo {
             user,
             vhost,
@@ -179,6 +180,7 @@ impl Connection {
             frame_max: self.frame_max,
             channel_max: self.channels.channel_max(),
             heartbeat_s: self.heartbeat_s,
+            may_impersonate,
             permissions,
         };
         self.commands.push_back(Command::ConnectionOpen { conn: self.id, info });
