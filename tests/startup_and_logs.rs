@@ -72,8 +72,10 @@ fn port_in_use_is_one_line_and_data_dir_untouched() {
     command.args(["--bind", "127.0.0.1", "--amqp-port", &port, "--http-port", "0", "--metrics-port", "0"]);
     command.arg("--data-dir").arg(&data_dir);
     let output = run_to_failure(command);
+    let touched = data_dir.exists();
+    let _ = std::fs::remove_dir_all(&data_dir);
     assert_one_line_failure(&output, &format!("cannot listen on 127.0.0.1:{port} (AMQP): address in use"));
-    assert!(!data_dir.exists(), "the data directory was touched");
+    assert!(!touched, "the data directory was touched");
 }
 
 /// A second broker on the same data directory: one line saying it is locked, non-zero exit.
@@ -169,6 +171,62 @@ fn logs_off_a_terminal_have_no_escape_bytes_or_debug_dumps() {
         assert!(!line.contains("Report {"), "Debug dump in {line:?}");
     }
     assert!(started.lines.iter().any(|l| l.contains("broker restored") && l.contains("queues=0")));
+}
+
+/// On a terminal (a pty from util-linux `script`) the text format has colours, and `NO_COLOR=1`
+/// takes them away. Skipped where `script` is missing.
+#[test]
+fn no_color_is_honoured_on_a_terminal() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` to give the broker a terminal");
+        return;
+    }
+    let coloured = lines_on_a_terminal("tty", None);
+    assert!(coloured.iter().any(|l| l.contains('\u{1b}')), "a terminal gets colours: {coloured:#?}");
+    let plain = lines_on_a_terminal("nocolor", Some("1"));
+    assert!(plain.iter().all(|l| !l.contains('\u{1b}')), "NO_COLOR=1 still coloured: {plain:#?}");
+}
+
+/// The broker's lines up to its listening line, its stdout a pty; the broker dies with the pty.
+fn lines_on_a_terminal(tag: &str, no_color: Option<&str>) -> Vec<String> {
+    let data_dir = fresh_dir(tag);
+    let broker = format!(
+        "exec {} --bind 127.0.0.1 --amqp-port 0 --http-port 0 --metrics-port 0 --data-dir {}",
+        env!("CARGO_BIN_EXE_hourglass"),
+        data_dir.display()
+    );
+    let mut command = Command::new("script");
+    command.args(["-qfec", &broker, "/dev/null"]).env("RUST_LOG", "info").env_remove("NO_COLOR");
+    if let Some(value) = no_color {
+        command.env("NO_COLOR", value);
+    }
+    let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).spawn().expect("start script");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.contains("hourglass listening")) {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => lines.push(line),
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    // The broker gets SIGHUP when the pty closes; wait (bounded) for it to release the data dir.
+    for _ in 0..LISTING_TRIES {
+        if std::fs::remove_dir_all(&data_dir).is_ok() || !data_dir.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(lines.iter().any(|l| l.contains("hourglass listening")), "no listening line: {lines:#?}");
+    lines
 }
 
 /// `--log-format json`: every line is a JSON object; the listening line carries the addresses.

@@ -171,6 +171,16 @@ pub enum Bind {
     Addr(IpAddr),
 }
 
+/// An explicit address, as `IpAddr` converts (`[127, 0, 0, 1].into()`).
+impl<T> From<T> for Bind
+where
+    IpAddr: From<T>,
+{
+    fn from(ip: T) -> Bind {
+        Bind::Addr(IpAddr::from(ip))
+    }
+}
+
 /// Resolved settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
