@@ -304,6 +304,32 @@ fn health_check_mode_answers() {
     assert_one_line_failure(&output, "cannot reach the management API");
 }
 
+/// With a disk alarm in effect (a free-space limit no disk meets) the health check fails: exit 1,
+/// one line with the 503 of `/api/health/checks/local-alarms`.
+#[test]
+fn health_check_fails_while_an_alarm_is_in_effect() {
+    let broker = RunningBroker::start_with(&["--disk-free-limit", "1000000000GB"]);
+    let port = broker.http.port().to_string();
+    // The alarm monitor takes its first sample just after start: poll, bounded.
+    let mut output = None;
+    for _ in 0..LISTING_TRIES {
+        let mut command = hourglass();
+        command.args(["--health-check", "--bind", "127.0.0.1", "--http-port", &port]);
+        let run = run_to_failure_or_success(command);
+        if !run.status.success() {
+            output = Some(run);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = output.expect("the health check never failed under a disk alarm");
+    assert_one_line_failure(&output, "answered 503");
+}
+
+fn run_to_failure_or_success(mut command: Command) -> Output {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped()).output().expect("run health check")
+}
+
 /// A blocking HTTP GET as guest on 127.0.0.1; returns the whole response.
 fn get_as_guest(port: u16, path: &str) -> String {
     use std::io::Write;
