@@ -1,12 +1,34 @@
 //! The `hourglass` broker binary: parse settings, serve until SIGINT/SIGTERM.
+//!
+//! A start-up error (port in use, data dir locked or unwritable, a bad setting) is one line on
+//! stderr, `hourglass: <what>: <why>`, and exit status 1 — never a backtrace, whatever
+//! `RUST_BACKTRACE` says: the error is printed here, not returned from `main`.
+
+use std::process::ExitCode;
 
 use clap::Parser;
 use hourglass_server::{Cli, Config, Server};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    hourglass_server::init_logging();
-    let config = Config::resolve(Cli::parse())?;
-    let server = Server::bind(config).await?;
-    server.run(hourglass_server::shutdown_signal()).await
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let health_check = cli.health_check;
+    let result = Config::resolve(cli).and_then(|config| {
+        if health_check {
+            return hourglass_server::health_check::check(&config).map_err(anyhow::Error::from);
+        }
+        hourglass_server::init_logging(config.log_format);
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        runtime.block_on(async {
+            let server = Server::bind(config).await?;
+            server.run(hourglass_server::shutdown_signal()).await
+        })
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // `{:#}`: the error and its causes on one line, no backtrace.
+            eprintln!("hourglass: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -11,14 +11,17 @@ use hourglass_broker::PagingLimits;
 use hourglass_mgmt::HttpLimits;
 use serde::Deserialize;
 
+pub use crate::logging::LogFormat;
+
 /// RabbitMQ's AMQP port, so existing clients connect unchanged.
 pub const DEFAULT_AMQP_PORT: u16 = 5672;
 /// RabbitMQ's management plugin port.
 pub const DEFAULT_HTTP_PORT: u16 = 15672;
 /// RabbitMQ's Prometheus plugin port.
 pub const DEFAULT_METRICS_PORT: u16 = 15692;
-/// Listen on every interface, as RabbitMQ does (guest stays loopback-only regardless).
-pub const DEFAULT_BIND: &str = "0.0.0.0";
+/// Listen on every interface, IPv6 and IPv4 on one socket (`::`, `IPV6_V6ONLY` off), as RabbitMQ
+/// does; `0.0.0.0` on a machine without IPv6 (`listen::resolve_bind`). guest stays loopback-only.
+pub const DEFAULT_BIND: Bind = Bind::DualStack;
 pub const DEFAULT_DATA_DIR: &str = "./data";
 /// RabbitMQ's default: publishers are blocked past 40 % of the machine's memory.
 pub const DEFAULT_VM_MEMORY_HIGH_WATERMARK: f64 = 0.4;
@@ -69,7 +72,7 @@ pub const FD_RESERVE: u64 = 256;
     about = "A RabbitMQ-compatible AMQP 0-9-1 broker with exact TTL, delays and visibility timeouts"
 )]
 pub struct Cli {
-    /// Address to listen on.
+    /// Address to listen on; default `::` (IPv6 and IPv4), `0.0.0.0` where there is no IPv6.
     #[arg(long, env = "HOURGLASS_BIND")]
     pub bind: Option<IpAddr>,
     /// AMQP 0-9-1 port.
@@ -135,9 +138,18 @@ pub struct Cli {
     /// AMQP connections at once, handshakes included.
     #[arg(long, env = "HOURGLASS_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Log lines as `text` (colours only on a terminal, none with NO_COLOR) or `json`.
+    #[arg(long, env = "HOURGLASS_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Do not start: ask the broker on this machine (the HTTP port of these settings) whether it
+    /// is up with no resource alarm (`/api/health/checks/local-alarms`, as hourglass-ctl's user
+    /// HOURGLASS_CTL_USER / HOURGLASS_CTL_PASSWORD, guest/guest by default); exit 0 if so, 1 if not.
+    /// For container health checks.
+    #[arg(long)]
+    pub health_check: bool,
     /// One-shot recovery: when the data directory's definitions file is damaged or unreadable,
     /// move it aside (`definitions.snap.damaged-<ms>`) and start without it; every stored message
     /// is kept, in queues recreated as `hourglass.orphaned.<id>` (docs/security.md). Flag only,
@@ -174,6 +186,8 @@ pub struct FileConfig {
     pub http_max_body_size: Option<SizeSetting>,
     pub http_max_connections: Option<usize>,
     pub max_connections: Option<usize>,
+    /// `"text"` or `"json"`.
+    pub log_format: Option<LogFormat>,
 }
 
 /// A size in the TOML file: `"50MB"` or `50000000`.
@@ -204,10 +218,29 @@ impl DiskFreeLimit {
     }
 }
 
+/// Where the listeners bind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bind {
+    /// No address given: `::` with IPv4 too, or `0.0.0.0` where there is no IPv6.
+    DualStack,
+    /// An address given by the operator, bound as it is (`::` still accepts IPv4 too).
+    Addr(IpAddr),
+}
+
+/// An explicit address, as `IpAddr` converts (`[127, 0, 0, 1].into()`).
+impl<T> From<T> for Bind
+where
+    IpAddr: From<T>,
+{
+    fn from(ip: T) -> Bind {
+        Bind::Addr(IpAddr::from(ip))
+    }
+}
+
 /// Resolved settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    pub bind: IpAddr,
+    pub bind: Bind,
     pub amqp_port: u16,
     pub http_port: u16,
     pub metrics_port: u16,
@@ -229,12 +262,13 @@ pub struct Config {
     pub http: HttpLimits,
     /// AMQP connections at once (before the fd limit is taken into account).
     pub max_connections: usize,
+    pub log_format: LogFormat,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            bind: DEFAULT_BIND.parse().unwrap_or(IpAddr::from([0, 0, 0, 0])),
+            bind: DEFAULT_BIND,
             amqp_port: DEFAULT_AMQP_PORT,
             http_port: DEFAULT_HTTP_PORT,
             metrics_port: DEFAULT_METRICS_PORT,
@@ -259,6 +293,8 @@ impl Default for Config {
                 max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
             },
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            // People read a terminal; log shippers opt in to JSON.
+            log_format: LogFormat::Text,
         }
     }
 }
@@ -298,7 +334,7 @@ impl Config {
         Ok(Config {
             http,
             max_connections: cli.max_connections.or(file.max_connections).unwrap_or(defaults.max_connections),
-            bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
+            bind: cli.bind.or(file.bind).map_or(defaults.bind, Bind::Addr),
             amqp_port: cli.amqp_port.or(file.amqp_port).unwrap_or(defaults.amqp_port),
             http_port: cli.http_port.or(file.http_port).unwrap_or(defaults.http_port),
             metrics_port: cli.metrics_port.or(file.metrics_port).unwrap_or(defaults.metrics_port),
@@ -334,6 +370,7 @@ impl Config {
                 .tcp_send_timeout_ms
                 .or(file.tcp_send_timeout_ms)
                 .unwrap_or(defaults.tcp_send_timeout_ms),
+            log_format: cli.log_format.or(file.log_format).unwrap_or(defaults.log_format),
         })
     }
 }
@@ -485,6 +522,19 @@ mod tests {
         let file: FileConfig = toml::from_str("http_max_connections = 7\nhttp_body_timeout_ms = 9").unwrap();
         let limits = http_limits(&Cli::default(), &file, http).unwrap();
         assert_eq!((limits.max_connections, limits.body_timeout), (7, Duration::from_millis(9)));
+    }
+
+    /// No `--bind` means dual stack; an explicit address (even `0.0.0.0`) is kept as given; the
+    /// log format comes from the flag, else the file, else text.
+    #[test]
+    fn bind_and_log_format_defaults() {
+        assert_eq!(Config::default().bind, Bind::DualStack);
+        let cli = Cli { bind: Some("0.0.0.0".parse().unwrap()), ..Cli::default() };
+        assert_eq!(Config::resolve(cli).unwrap().bind, Bind::Addr("0.0.0.0".parse().unwrap()));
+        assert_eq!(Config::default().log_format, LogFormat::Text);
+        let file: FileConfig = toml::from_str("log_format = \"json\"").unwrap();
+        assert_eq!(file.log_format, Some(LogFormat::Json));
+        assert!(toml::from_str::<FileConfig>("log_format = \"xml\"").is_err());
     }
 
     /// A misspelt option in the file is an error, not silently ignored.

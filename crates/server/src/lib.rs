@@ -8,6 +8,9 @@ pub mod config;
 pub mod connection;
 pub mod failure_log;
 pub mod fd_limit;
+pub mod health_check;
+pub mod listen;
+pub mod logging;
 pub mod persistence;
 pub mod users_file;
 
@@ -27,6 +30,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 
 pub use config::{Cli, Config};
+pub use logging::init_logging;
 
 /// How long connections get to finish the connection.close handshake at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -52,9 +56,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Opens and recovers the data directory (locking it), then binds the listeners named by
-    /// `config`: nothing is accepted before the broker holds everything the store kept.
+    /// Binds the listeners named by `config` (a port in use fails here, before the data directory
+    /// is touched), then opens and recovers the data directory (locking it): nothing is accepted
+    /// before the broker holds everything the store kept. Errors are one line each.
     pub async fn bind(config: Config) -> anyhow::Result<Server> {
+        let ip = listen::resolve_bind(config.bind);
+        let amqp = listen::bind(ip, config.amqp_port, "AMQP")?;
+        let http = listen::bind(ip, config.http_port, "HTTP API")?;
+        let metrics = listen::bind(ip, config.metrics_port, "metrics")?;
         let clock = clock::Clock::new();
         let fds = fd_limit::raise_to_hard_limit();
         let max_connections =
@@ -93,15 +102,6 @@ impl Server {
         })
         .await
         .context("recovery task")??;
-        let addr = SocketAddr::new(config.bind, config.amqp_port);
-        let amqp =
-            TcpListener::bind(addr).await.with_context(|| format!("binding AMQP listener on {addr}"))?;
-        let addr = SocketAddr::new(config.bind, config.http_port);
-        let http =
-            TcpListener::bind(addr).await.with_context(|| format!("binding HTTP API listener on {addr}"))?;
-        let addr = SocketAddr::new(config.bind, config.metrics_port);
-        let metrics =
-            TcpListener::bind(addr).await.with_context(|| format!("binding metrics listener on {addr}"))?;
         Ok(Server { config, max_connections, amqp, http, metrics, clock, broker, data, users })
     }
 
@@ -144,12 +144,12 @@ impl Server {
         };
         let inbound = Arc::new(alarm::InboundContent::default());
         let alarm_task =
-            tokio::spawn(alarm::monitor(limits, config.data_dir.clone(), inbound.clone(), alarm_tx));
+            tokio::spawn(alarm::monitor(limits.clone(), config.data_dir.clone(), inbound.clone(), alarm_tx));
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
             users,
             node: Arc::new(
-                NodeInfo::new(config.bind, amqp_addr.port(), http_addr.port(), metrics_addr.port())
+                NodeInfo::new(amqp_addr.ip(), amqp_addr.port(), http_addr.port(), metrics_addr.port())
                     .with_resources(alarm_rx.clone()),
             ),
             rates: Default::default(),
@@ -175,13 +175,7 @@ impl Server {
         let slots = Arc::new(Semaphore::new(max_connections));
         let mut refusals = RefusalLog::default();
         let mut connections = JoinSet::new();
-        tracing::info!(
-            amqp = %amqp_addr,
-            http = %http_addr,
-            metrics = %metrics_addr,
-            data_dir = %config.data_dir.display(),
-            "hourglass listening (AMQP 0-9-1, management API, Prometheus metrics)"
-        );
+        log_start(&config, &limits, amqp_addr, http_addr, metrics_addr);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -196,6 +190,9 @@ impl Server {
                             continue;
                         }
                     };
+                    // On the dual-stack socket an IPv4 client is `::ffff:a.b.c.d`: name it as
+                    // IPv4 in logs, connection names and per-address login limits.
+                    let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
                     let Ok(slot) = slots.clone().try_acquire_owned() else {
                         // Closed at once: the socket costs nothing more than the accept.
                         refusals.record(peer, max_connections);
@@ -265,6 +262,36 @@ impl RefusalLog {
     }
 }
 
+/// The start-up lines, one per subject: listeners (tests and scripts parse `amqp=`), data
+/// directory, limits.
+fn log_start(
+    config: &Config,
+    limits: &alarm::Limits,
+    amqp: SocketAddr,
+    http: SocketAddr,
+    metrics: SocketAddr,
+) {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        %amqp,
+        %http,
+        %metrics,
+        "hourglass listening: AMQP 0-9-1, management API, Prometheus metrics"
+    );
+    tracing::info!(data_dir = %config.data_dir.display(), "durable data in");
+    let loopback_users =
+        if config.loopback_users.is_empty() { "none".to_owned() } else { config.loopback_users.join(",") };
+    tracing::info!(
+        vm_memory_high_watermark = limits.memory_fraction,
+        disk_free_limit_bytes = limits.disk_free_limit,
+        queue_resident_messages = config.paging.max_resident_messages,
+        queue_resident_bytes = config.paging.max_resident_bytes,
+        login_failure_delay_ms = config.login_failure_delay_ms,
+        %loopback_users,
+        "limits"
+    );
+}
+
 /// A job queue for the management API whose jobs are forwarded, in order, into the broker's input
 /// queue; the forwarder ends when the broker's queue closes or every job sender is gone.
 fn forward_jobs(
@@ -311,11 +338,4 @@ pub async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-}
-
-/// Installs the `tracing` subscriber: `RUST_LOG` filters, `info` by default.
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
 }

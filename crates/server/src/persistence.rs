@@ -71,16 +71,24 @@ pub struct DataDir {
 impl DataDir {
     /// Creates `dir` if missing, locks it, recovers the message log.
     pub fn open(dir: &Path) -> anyhow::Result<DataDir> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {}", dir.display(), io_reason(&e)))?;
         let lock_path = dir.join(LOCK_FILE);
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .with_context(|| format!("opening {}", lock_path.display()))?;
-        lock.try_lock()
-            .map_err(|e| anyhow::anyhow!("data dir {} is in use by another broker ({e})", dir.display()))?;
+        let lock =
+            File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| {
+                anyhow::anyhow!("cannot write to data dir {}: {}", dir.display(), io_reason(&e))
+            })?;
+        lock.try_lock().map_err(|e| match e {
+            std::fs::TryLockError::WouldBlock => {
+                anyhow::anyhow!(
+                    "data dir {} is locked by another process (another broker uses it)",
+                    dir.display()
+                )
+            }
+            std::fs::TryLockError::Error(e) => {
+                anyhow::anyhow!("cannot lock data dir {}: {}", dir.display(), io_reason(&e))
+            }
+        })?;
         let messages = FsStorage::open(dir.join("messages")).context("opening the message log directory")?;
         let definitions = FsStorage::open(dir).context("opening the data directory")?;
         let (store, recovered) =
@@ -157,8 +165,30 @@ pub fn restore_into(
         })
         .collect();
     let report = broker.restore(payload, messages, now).map_err(|e| anyhow::anyhow!(e))?;
-    tracing::info!(?report, "broker restored");
+    tracing::info!(
+        exchanges = report.exchanges,
+        queues = report.queues,
+        bindings = report.bindings,
+        ready = report.ready,
+        delayed = report.delayed,
+        policies = report.policies,
+        orphaned_queues = report.orphaned.len(),
+        undecodable = report.undecodable,
+        refused_queues = report.refused_queues,
+        "broker restored"
+    );
     Ok(report)
+}
+
+/// An OS error in a few words, without "(os error 13)".
+fn io_reason(error: &std::io::Error) -> String {
+    match error.kind() {
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        std::io::ErrorKind::NotADirectory => "a path component is not a directory".to_owned(),
+        std::io::ErrorKind::ReadOnlyFilesystem => "read-only file system".to_owned(),
+        std::io::ErrorKind::StorageFull => "no space left on device".to_owned(),
+        _ => error.to_string(),
+    }
 }
 
 /// The definitions payload, checked to restore; `None` when there is none (a new data directory,

@@ -39,7 +39,8 @@ pub fn routes() -> Router<AppState> {
 
 /// `peer -> listener`, as RabbitMQ names connections.
 fn connection_name(node: &NodeInfo, peer: &str) -> String {
-    format!("{peer} -> {}:{}", node.bind, node.amqp_port)
+    // A socket address, so an IPv6 listener reads `[::]:5672`, not `:::5672`.
+    format!("{peer} -> {}", std::net::SocketAddr::new(node.bind, node.amqp_port))
 }
 
 fn split_peer(peer: &str) -> (String, u16) {
