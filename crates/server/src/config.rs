@@ -78,6 +78,12 @@ pub struct Cli {
     /// The same limit on body bytes (`64MiB`, RabbitMQ's size units).
     #[arg(long, env = "HOURGLASS_QUEUE_RESIDENT_BYTES")]
     pub queue_resident_bytes: Option<String>,
+    /// Start even if the message log has damage recovery cannot bound (a damaged segment
+    /// header, or damage running to the end of an older segment): skip it, log it, and lose the
+    /// messages in it. Without it such a start is refused (docs/storage.md, "Recovery rules").
+    /// Deliberately not a file setting: it is an operator's decision for one start.
+    #[arg(long, env = "HOURGLASS_RECOVER_SKIP_CORRUPT")]
+    pub recover_skip_corrupt: bool,
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -148,6 +154,8 @@ pub struct Config {
     pub load_definitions: Option<PathBuf>,
     /// How much of each durable queue stays in memory (ADR 0007).
     pub paging: PagingLimits,
+    /// Skip, rather than refuse, message-log damage recovery cannot bound.
+    pub recover_skip_corrupt: bool,
 }
 
 impl Default for Config {
@@ -167,6 +175,9 @@ impl Default for Config {
             // for a queue of ordinary depth, and ten million queued messages need no more than
             // their compact index in memory.
             paging: PagingLimits::default(),
+            // Off: damage that cannot be bounded means confirmed messages gone without a trace of
+            // how many; an operator decides that, not the default (RabbitMQ has no such switch).
+            recover_skip_corrupt: false,
         }
     }
 }
@@ -230,6 +241,7 @@ impl Config {
                 .unwrap_or(defaults.apsaramq_delay_header),
             load_definitions: cli.load_definitions.or(file.load_definitions),
             paging,
+            recover_skip_corrupt: cli.recover_skip_corrupt,
         })
     }
 }

@@ -20,6 +20,7 @@ use hourglass_broker::{Broker, BrokerConfig, ConnectionId};
 use hourglass_mgmt::resources::ResourceStatus;
 use hourglass_mgmt::{AppState, BrokerHandle, NodeInfo, UserStore};
 use hourglass_session::SessionConfig;
+use hourglass_store::OnCorruption;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -59,8 +60,10 @@ impl Server {
         broker.set_paging_limits(config.paging);
         let data_dir = config.data_dir.clone();
         let loopback_users = config.loopback_users.clone();
+        let on_corruption =
+            if config.recover_skip_corrupt { OnCorruption::Skip } else { OnCorruption::Refuse };
         let (data, broker, users) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let mut data = persistence::DataDir::open(&data_dir)?;
+            let mut data = persistence::DataDir::open(&data_dir, on_corruption)?;
             persistence::recover(&mut data, &mut broker, clock.now())?;
             let users = users_file::open(data.definitions.clone(), loopback_users, &mut broker, clock.now())?;
             Ok((data, broker, Arc::new(users)))
@@ -100,6 +103,7 @@ impl Server {
         let (amqp_addr, http_addr, metrics_addr) =
             (self.amqp_addr()?, self.http_addr()?, self.metrics_addr()?);
         let Server { config, amqp, http, metrics, clock, broker, data, users } = self;
+        let store_damage = data.damage();
         let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
         let (store_tx, store_rx) = std::sync::mpsc::channel();
         // Weak: the store thread must not keep the broker task alive at shutdown.
@@ -119,7 +123,8 @@ impl Server {
             users,
             node: Arc::new(
                 NodeInfo::new(config.bind, amqp_addr.port(), http_addr.port(), metrics_addr.port())
-                    .with_resources(alarm_rx.clone()),
+                    .with_resources(alarm_rx.clone())
+                    .with_store_damage(store_damage),
             ),
             rates: Default::default(),
         };

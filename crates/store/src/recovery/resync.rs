@@ -4,14 +4,18 @@
 //! ```text
 //! bad record at X (header may or may not decode; E = end of file)
 //!   header decodes, X+len < E, record at X+len verifies ─► skip exactly [X, X+len)
-//!   header decodes, X+len = E ─► the bad record is the segment's last: torn tail (last segment)
-//!                                or damage to the end (any other segment)
-//!   header decodes, X+len > E, last segment ─► a torn write, unless the first valid record after X
-//!                                starts a chain of valid records ending exactly at E (the length
+//!   last segment, header decodes, X+len = E ─► the last record was torn: cut the tail
+//!   last segment, header decodes, X+len > E ─► a torn write, unless the first valid record after
+//!                                X starts a chain of valid records ending exactly at E (the length
 //!                                field was what got damaged): then skip [X, that record)
 //!   otherwise ─► scan forward byte by byte from X+1 for the first offset where a whole record
 //!                verifies; found: skip [X, it); none: torn tail (last segment) or damage to the end
 //! ```
+//!
+//! Segments other than the last were synced whole, so a bad record there is always damage and is
+//! always scanned past. Only the last segment's rules look at the end of the file, and they give
+//! the same answer once the segment is no longer the last (its torn tail cut): a later recovery
+//! repeats every skip an earlier one made.
 //!
 //! Why the header's own length is tried first and trusted where the file ends inside it: message
 //! bodies are client bytes, and a client can put a well-formed record (a purge of some queue, say)
@@ -55,10 +59,10 @@ pub(super) fn after_damage(window: &mut Window<'_>, at: u64, is_last: bool) -> i
         if claimed_end < file_bytes && check_record(window, claimed_end)?.is_ok() {
             return Ok(AfterDamage::ResumeAt(claimed_end));
         }
-        if claimed_end == file_bytes {
-            return Ok(if is_last { AfterDamage::TornTail } else { AfterDamage::ToEnd });
+        if is_last && claimed_end == file_bytes {
+            return Ok(AfterDamage::TornTail);
         }
-        if claimed_end > file_bytes && is_last {
+        if is_last && claimed_end > file_bytes {
             return Ok(match scan(window, at + 1)? {
                 Scan::Found(next) if chain_reaches_end(window, next)? => AfterDamage::ResumeAt(next),
                 // The usual crash: the last write was cut short. Also when the scan gives up:
