@@ -190,3 +190,24 @@ fn appends_after_damage_go_to_a_new_segment_and_recovery_repeats_itself() {
     assert_eq!(ids(&second, 1), [0, 1, 3, 4, 5, 6, 7, 8, 100]);
     assert_eq!(store.read_message(new.location).unwrap(), "new");
 }
+
+/// The trade-off on the last segment: a header whose length runs past the end of the file reads as
+/// a torn write. When valid records after it run cleanly to the end, the length was what got
+/// damaged and they are kept; when they do not (more damage further on), the tail is cut as torn.
+#[test]
+fn length_past_the_end_is_a_torn_tail_unless_valid_records_run_to_the_end() {
+    let storage = MemStorage::new();
+    let locations = nine_messages(&storage);
+    xor_byte(&storage, SEGMENT_1, u64::from(locations[4].offset) + 6, 0x01);
+    let (_, recovered) = open(&storage).unwrap();
+    assert_eq!(ids(&recovered, 1), [0, 1, 2, 3, 5, 6, 7, 8]);
+
+    let storage = MemStorage::new();
+    let locations = nine_messages(&storage);
+    xor_byte(&storage, SEGMENT_1, u64::from(locations[4].offset) + 6, 0x01);
+    xor_byte(&storage, SEGMENT_1, u64::from(locations[7].offset) + 60, 0x01);
+    let (_, recovered) = open(&storage).unwrap();
+    assert_eq!(ids(&recovered, 1), [0, 1, 2, 3]);
+    assert!(recovered.report.damaged.is_empty());
+    assert!(recovered.report.torn_tail_bytes > 0);
+}
