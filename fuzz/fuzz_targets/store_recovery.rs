@@ -1,9 +1,9 @@
 //! Fuzzes the store's recovery over damaged files. A store in memory (`MemStorage`) is built from
 //! an input-chosen sequence of enqueues, settles, updates, purges, commits and compactions (bodies
 //! and metadata are pseudo-random bytes from an input-chosen seed), and a definitions snapshot is
-//! written beside it; then input-chosen damage is applied — bytes flipped, stretches overwritten
-//! with pseudo-random bytes or zeros, files cut short — and the store is opened under both
-//! corruption policies. Checked:
+//! written beside it; then input-chosen damage (read from the front of the input) is applied and
+//! synced — bytes flipped, stretches overwritten with pseudo-random bytes or zeros, files cut
+//! short — and the store is opened under both corruption policies. Checked:
 //! - nothing panics; with `Skip` the open succeeds; with `Refuse` it succeeds or names the damage;
 //! - no readable record is dropped: the recovered queues equal a replay of exactly the records
 //!   whose bytes are intact, minus those inside a stretch recovery reported as damaged, minus
@@ -173,34 +173,58 @@ fn header_reaches_end(bytes: &[u8], at: usize) -> bool {
     fits && h[9] == 0 && at + RECORD_HEADER_BYTES + payload >= bytes.len()
 }
 
-fn damage(u: &mut Unstructured<'_>, storage: &MemStorage, names: &[String], rng: &mut Rng) -> ArbResult<()> {
-    for _ in 0..u.int_in_range(0..=DAMAGE_MAX)? {
-        let name = &names[u.choose_index(names.len())?];
-        let file = storage.open(name).expect("open");
+/// One damage, read from the front of the input (so that it survives however many operations
+/// follow): which file (an index taken modulo the number of files), where (a fraction of the
+/// file's length, applied once the store is built), what kind, and how much.
+struct DamageSpec {
+    file: u8,
+    at: u16,
+    kind: u8,
+    amount: u16,
+}
+
+fn damage_specs(u: &mut Unstructured<'_>) -> ArbResult<Vec<DamageSpec>> {
+    let count = u.int_in_range(0..=DAMAGE_MAX)?;
+    let mut specs = Vec::with_capacity(count);
+    for _ in 0..count {
+        specs.push(DamageSpec {
+            file: u.arbitrary()?,
+            at: u.arbitrary()?,
+            kind: u.arbitrary()?,
+            amount: u.arbitrary()?,
+        });
+    }
+    Ok(specs)
+}
+
+fn damage(specs: &[DamageSpec], storage: &MemStorage, names: &[String], rng: &mut Rng) {
+    for spec in specs {
+        let file = storage.open(&names[usize::from(spec.file) % names.len()]).expect("open");
         let len = file.len_bytes().expect("len");
         if len == 0 {
             continue;
         }
-        let at = u.int_in_range(0..=len - 1)?;
-        match u.int_in_range(0u8..=3)? {
+        let at = len * u64::from(spec.at) / 65_536;
+        match spec.kind % 4 {
             0 => {
                 let mut byte = [0];
                 file.read_exact_at(at, &mut byte).expect("read");
-                let mask = u.int_in_range(1u8..=255)?;
+                let mask = (spec.amount as u8).max(1);
                 file.write_all_at(at, &[byte[0] ^ mask]).expect("write");
             }
             1 => {
-                let n = u64::from(u.int_in_range(1u8..=64)?).min(len - at);
+                let n = (u64::from(spec.amount) % 64 + 1).min(len - at);
                 file.write_all_at(at, &rng.bytes(n as usize)).expect("write");
             }
             2 => {
-                let n = u64::from(u.int_in_range(1u16..=600)?).min(len - at);
+                let n = (u64::from(spec.amount) % 600 + 1).min(len - at);
                 file.write_all_at(at, &vec![0; n as usize]).expect("write");
             }
             _ => file.set_len(at).expect("truncate"),
         }
+        // Damage is what the disk holds: make it durable, or the crash copy below drops it.
+        file.sync().expect("sync");
     }
-    Ok(())
 }
 
 /// Replays `records` as recovery applies them.
@@ -291,6 +315,7 @@ fn check_cut(before_recovery: &[u8], cut_at: usize, original: &[Record]) {
 fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
     let storage = MemStorage::new();
     let mut rng = Rng(u.arbitrary::<u64>()? | 1);
+    let specs = damage_specs(u)?;
     let segment_bytes_target = build(u, &storage, &mut rng)?;
     let payload = rng.bytes(usize::from(u.int_in_range(0u8..=200)?));
     write_snapshot(&storage, SNAPSHOT, 1, &payload).expect("snapshot");
@@ -300,7 +325,7 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
     let mut names: Vec<String> = files.iter().map(|(_, n)| n.clone()).collect();
     names.push(SNAPSHOT.to_owned());
     let snapshot_before = read_file(&storage, SNAPSHOT);
-    damage(u, &storage, &names, &mut rng)?;
+    damage(&specs, &storage, &names, &mut rng);
 
     // The snapshot: intact → read back; damaged → an error, never other data.
     match read_snapshot(&storage, SNAPSHOT) {
