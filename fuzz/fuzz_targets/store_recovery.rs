@@ -364,10 +364,12 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
             store.commit().expect("commit after recovery");
             drop(store);
             let (store, again) = Store::open(Arc::new(damaged), config).expect("second recovery");
-            assert_eq!(
-                again.report.damaged, recovered.report.damaged,
-                "a second recovery skipped differently"
-            );
+            // The same stretches; not necessarily the same defect names: a record that ran past a
+            // torn tail since cut reads as `Truncated` where it read as `Checksum` before.
+            let stretches = |r: &Recovered| -> Vec<(u64, u64, u64)> {
+                r.report.damaged.iter().map(|d| (d.segment, d.offset, d.bytes_skipped)).collect()
+            };
+            assert_eq!(stretches(&again), stretches(&recovered), "a second recovery skipped differently");
             let mut expected = recovered.queues.clone();
             let ids = |q: &BTreeMap<u64, Vec<hourglass_store::RecoveredMessage>>| -> Vec<(u64, u64)> {
                 q.iter().flat_map(|(queue, m)| m.iter().map(move |m| (*queue, m.msg_id))).collect()
