@@ -211,3 +211,37 @@ fn length_past_the_end_is_a_torn_tail_unless_valid_records_run_to_the_end() {
     assert!(recovered.report.damaged.is_empty());
     assert!(recovered.report.torn_tail_bytes > 0);
 }
+
+/// Found by the `store_recovery` fuzz target: a later recovery repeats the earlier one's skips
+/// after the earlier one cut a torn tail behind them, even where a damaged header now claims more
+/// bytes than the file holds (its defect then reads `Truncated`, not `Checksum`).
+#[test]
+fn recovery_after_a_torn_cut_repeats_the_same_skips() {
+    let storage = MemStorage::new();
+    let locations = nine_messages(&storage);
+    let (first_bad, next, last) = (locations[6], locations[7], locations[8]);
+    // Record 6 now claims to end 10 bytes into record 8; record 8 (the last) is damaged: torn.
+    let file = storage.open(SEGMENT_1).unwrap();
+    let mut length = [0; 4];
+    file.read_exact_at(u64::from(first_bad.offset) + 4, &mut length).unwrap();
+    let claimed = u32::from_le_bytes(length) + next.record_bytes + 10;
+    file.write_all_at(u64::from(first_bad.offset) + 4, &claimed.to_le_bytes()).unwrap();
+    xor_byte(&storage, SEGMENT_1, u64::from(last.offset) + 50, 0x01);
+    let (mut store, first) = open(&storage).unwrap();
+    assert_eq!(ids(&first, 1), [0, 1, 2, 3, 4, 5, 7]);
+    assert_eq!(first.report.torn_tail_bytes, u64::from(last.record_bytes));
+    store.append_enqueue(1, 100, b"", b"new").unwrap();
+    store.commit().unwrap();
+    drop(store);
+    let (_, second) = open(&storage).unwrap();
+    let stretches = |r: &Recovered| -> Vec<(u64, u64, u64)> {
+        r.report.damaged.iter().map(|d| (d.segment, d.offset, d.bytes_skipped)).collect()
+    };
+    assert_eq!(stretches(&second), stretches(&first));
+    assert_eq!(stretches(&first), [(1, u64::from(first_bad.offset), u64::from(first_bad.record_bytes))]);
+    assert_eq!(ids(&second, 1), [0, 1, 2, 3, 4, 5, 7, 100]);
+    assert_eq!(
+        (first.report.damaged[0].defect, second.report.damaged[0].defect),
+        (Defect::Checksum, Defect::Truncated)
+    );
+}
