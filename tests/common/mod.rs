@@ -16,6 +16,8 @@ pub struct RunningBroker {
     pub amqp: SocketAddr,
     pub http: SocketAddr,
     pub data_dir: std::path::PathBuf,
+    /// Every line the broker logged so far (stdout).
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl RunningBroker {
@@ -62,9 +64,14 @@ impl RunningBroker {
             .expect("start hourglass");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = log.clone();
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(mut lines) = lines.lock() {
+                    lines.push(line.clone());
+                }
                 if !sent {
                     if let (Some(amqp), Some(http)) = (parse_addr(&line, "amqp="), parse_addr(&line, "http="))
                     {
@@ -81,7 +88,13 @@ impl RunningBroker {
                 panic!("hourglass did not log its AMQP listener within {START_TIMEOUT:?}");
             }
         };
-        RunningBroker { child, amqp, http, data_dir }
+        RunningBroker { child, amqp, http, data_dir, log }
+    }
+
+    /// The lines logged so far that contain `text`.
+    pub fn log_lines_with(&self, text: &str) -> Vec<String> {
+        let lines = self.log.lock().map(|l| l.clone()).unwrap_or_default();
+        lines.into_iter().filter(|l| l.contains(text)).collect()
     }
 
     pub fn url(&self) -> String {

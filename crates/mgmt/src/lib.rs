@@ -56,6 +56,16 @@ pub struct NodeInfo {
     pub started: Instant,
     /// Memory and disk against their limits, and the alarms they raise.
     pub resources: resources::ResourceWatch,
+    /// Damage the message log's recovery skipped at start (docs/storage.md "Recovery rules").
+    pub store_damage: StoreDamage,
+}
+
+/// Damaged stretches of the message log skipped by recovery at start: each means confirmed
+/// messages lost (or settled ones back). Shown in `/api/nodes` and as Prometheus gauges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreDamage {
+    pub regions: u64,
+    pub bytes: u64,
 }
 
 impl NodeInfo {
@@ -73,7 +83,13 @@ impl NodeInfo {
             metrics_port,
             started: Instant::now(),
             resources: resources::unmonitored(),
+            store_damage: StoreDamage::default(),
         }
+    }
+
+    /// Reports what the message log's recovery skipped.
+    pub fn with_store_damage(self, store_damage: StoreDamage) -> Self {
+        NodeInfo { store_damage, ..self }
     }
 
     /// Reports the alarms of the monitor behind `resources`.

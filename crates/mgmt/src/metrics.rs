@@ -240,6 +240,16 @@ fn render(state: &AppState, s: &Snapshot, per_object: bool) -> String {
             "is 1 if free disk space watermark alarm is in effect",
             u64::from(resources.disk_free_alarm),
         ),
+        (
+            "hourglass_store_recovery_damaged_regions",
+            "Damaged stretches of the message log skipped by recovery at start",
+            state.node.store_damage.regions,
+        ),
+        (
+            "hourglass_store_recovery_damaged_bytes",
+            "Bytes of the message log skipped as damaged by recovery at start",
+            state.node.store_damage.bytes,
+        ),
     ] {
         gauge(&mut out, name, help, &[(String::new(), value)]);
     }

@@ -141,6 +141,12 @@ pub struct Cli {
     /// Log lines as `text` (colours only on a terminal, none with NO_COLOR) or `json`.
     #[arg(long, env = "HOURGLASS_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Start even if the message log has damage recovery cannot bound (a damaged segment
+    /// header, or damage running to the end of an older segment): skip it, log it, and lose the
+    /// messages in it. Without it such a start is refused (docs/storage.md, "Recovery rules").
+    /// Deliberately not a file setting: it is an operator's decision for one start.
+    #[arg(long, env = "HOURGLASS_RECOVER_SKIP_CORRUPT")]
+    pub recover_skip_corrupt: bool,
     /// TOML configuration file.
     #[arg(long, env = "HOURGLASS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -263,6 +269,8 @@ pub struct Config {
     /// AMQP connections at once (before the fd limit is taken into account).
     pub max_connections: usize,
     pub log_format: LogFormat,
+    /// Skip, rather than refuse, message-log damage recovery cannot bound.
+    pub recover_skip_corrupt: bool,
 }
 
 impl Default for Config {
@@ -295,6 +303,9 @@ impl Default for Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             // People read a terminal; log shippers opt in to JSON.
             log_format: LogFormat::Text,
+            // Off: damage that cannot be bounded means confirmed messages gone without a trace of
+            // how many; an operator decides that, not the default (RabbitMQ has no such switch).
+            recover_skip_corrupt: false,
         }
     }
 }
@@ -371,6 +382,7 @@ impl Config {
                 .or(file.tcp_send_timeout_ms)
                 .unwrap_or(defaults.tcp_send_timeout_ms),
             log_format: cli.log_format.or(file.log_format).unwrap_or(defaults.log_format),
+            recover_skip_corrupt: cli.recover_skip_corrupt,
         })
     }
 }

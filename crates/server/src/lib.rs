@@ -25,6 +25,7 @@ use hourglass_broker::{Broker, BrokerConfig, ConnectionId};
 use hourglass_mgmt::resources::ResourceStatus;
 use hourglass_mgmt::{AppState, BrokerHandle, NodeInfo, UserStore};
 use hourglass_session::SessionConfig;
+use hourglass_store::OnCorruption;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -91,8 +92,10 @@ impl Server {
         } else {
             persistence::DamagedDefinitions::Refuse
         };
+        let on_corruption =
+            if config.recover_skip_corrupt { OnCorruption::Skip } else { OnCorruption::Refuse };
         let (data, broker, users) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let mut data = persistence::DataDir::open(&data_dir)?;
+            let mut data = persistence::DataDir::open(&data_dir, on_corruption)?;
             let report = persistence::recover(&mut data, &mut broker, damaged, clock.now())?;
             // A vhost holding queues recreated for orphaned messages stays, whatever users.snap says.
             let keep: Vec<String> = report.orphaned.iter().map(|o| o.vhost.clone()).collect();
@@ -126,6 +129,7 @@ impl Server {
         let (amqp_addr, http_addr, metrics_addr) =
             (self.amqp_addr()?, self.http_addr()?, self.metrics_addr()?);
         let Server { config, max_connections, amqp, http, metrics, clock, broker, data, users } = self;
+        let store_damage = data.damage();
         let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
         let (store_tx, store_rx) = std::sync::mpsc::channel();
         // Weak: the store thread must not keep the broker task alive at shutdown.
@@ -150,7 +154,8 @@ impl Server {
             users,
             node: Arc::new(
                 NodeInfo::new(amqp_addr.ip(), amqp_addr.port(), http_addr.port(), metrics_addr.port())
-                    .with_resources(alarm_rx.clone()),
+                    .with_resources(alarm_rx.clone())
+                    .with_store_damage(store_damage),
             ),
             rates: Default::default(),
             logins,

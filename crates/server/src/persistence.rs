@@ -28,15 +28,19 @@ use hourglass_broker::{
 };
 use hourglass_store::snapshot::{read_snapshot, write_snapshot};
 use hourglass_store::{
-    CommitError, FsStorage, Location, Recovered, SegmentReader, Storage, Store, StoreConfig,
+    CommitError, FsStorage, Location, OnCorruption, OpenError, Recovered, SegmentReader, Storage, Store,
+    StoreConfig,
 };
 use tokio::sync::mpsc;
 
 use crate::broker_task::BrokerInput;
 use crate::failure_log::{FailureLog, LogLine, REPEAT_INTERVAL};
+use hourglass_mgmt::StoreDamage;
 
 /// The definitions snapshot's file name in the data directory.
 pub const DEFINITIONS_FILE: &str = "definitions.snap";
+/// The message log's directory inside the data directory.
+pub const MESSAGES_DIR: &str = "messages";
 /// Held (locked) while a broker uses the data directory.
 pub const LOCK_FILE: &str = "hourglass.lock";
 /// Settled messages after which the store thread compacts: often enough that disk use follows
@@ -65,12 +69,14 @@ pub struct DataDir {
     pub definitions: Arc<dyn Storage>,
     /// Recovered at open; taken by [`recover`].
     recovered: Option<Recovered>,
+    damage: StoreDamage,
     _lock: File,
 }
 
 impl DataDir {
-    /// Creates `dir` if missing, locks it, recovers the message log.
-    pub fn open(dir: &Path) -> anyhow::Result<DataDir> {
+    /// Creates `dir` if missing, locks it, recovers the message log; damage recovery cannot
+    /// bound is refused unless `on_corruption` is `Skip` (`--recover-skip-corrupt`).
+    pub fn open(dir: &Path, on_corruption: OnCorruption) -> anyhow::Result<DataDir> {
         std::fs::create_dir_all(dir)
             .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {}", dir.display(), io_reason(&e)))?;
         let lock_path = dir.join(LOCK_FILE);
@@ -89,26 +95,69 @@ impl DataDir {
                 anyhow::anyhow!("cannot lock data dir {}: {}", dir.display(), io_reason(&e))
             }
         })?;
-        let messages = FsStorage::open(dir.join("messages")).context("opening the message log directory")?;
+        let messages_dir = dir.join(MESSAGES_DIR);
+        let messages = FsStorage::open(&messages_dir).context("opening the message log directory")?;
         let definitions = FsStorage::open(dir).context("opening the data directory")?;
-        let (store, recovered) =
-            Store::open(Arc::new(messages), StoreConfig::default()).context("recovering the message log")?;
+        let config = StoreConfig { on_corruption, ..StoreConfig::default() };
+        let (store, recovered) = match Store::open(Arc::new(messages), config) {
+            Ok(opened) => opened,
+            Err(e @ OpenError::Corrupt { .. }) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "recovering the message log in {}: refusing to start; to skip the damaged bytes \
+                     (the messages in them are lost) start once with --recover-skip-corrupt",
+                    messages_dir.display()
+                )))
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("recovering the message log")),
+        };
+        log_recovery(&messages_dir, &recovered);
         let report = &recovered.report;
-        tracing::info!(
-            segments = report.segments,
-            records = report.records,
-            torn_tail_bytes = report.torn_tail_bytes,
-            queues = recovered.queues.len(),
-            "message log recovered"
-        );
+        let damage = StoreDamage { regions: report.damaged.len() as u64, bytes: report.damaged_bytes() };
         Ok(DataDir {
             dir: dir.to_owned(),
             store,
             definitions: Arc::new(definitions),
             recovered: Some(recovered),
+            damage,
             _lock: lock,
         })
     }
+
+    /// What recovery skipped as damaged (stays the same while the broker runs).
+    pub fn damage(&self) -> StoreDamage {
+        self.damage
+    }
+}
+
+/// One line for the recovery; one ERROR per damaged stretch (corruption is never quiet: each
+/// means confirmed messages lost or settled ones back), naming the file, offset and size.
+fn log_recovery(messages_dir: &Path, recovered: &Recovered) {
+    let report = &recovered.report;
+    for damage in &report.damaged {
+        tracing::error!(
+            file = %messages_dir.join(segment_file_name(damage.segment)).display(),
+            offset = damage.offset,
+            bytes_skipped = damage.bytes_skipped,
+            defect = %damage.defect,
+            "message log is damaged: skipped bytes no valid record could be read from; messages \
+             enqueued there are lost, messages settled there come back"
+        );
+    }
+    let damaged_bytes = report.damaged_bytes();
+    tracing::info!(
+        segments = report.segments,
+        records = report.records,
+        torn_tail_bytes = report.torn_tail_bytes,
+        damaged_regions = report.damaged.len(),
+        damaged_bytes,
+        queues = recovered.queues.len(),
+        "message log recovered"
+    );
+}
+
+/// A segment's file name (the store's naming: 20 digits, `.seg`), for log lines.
+fn segment_file_name(segment: u64) -> String {
+    format!("{segment:020}.seg")
 }
 
 /// Restores `broker` from the data directory: definitions, then every recovered message. An error

@@ -27,6 +27,14 @@ pub const METADATA_BYTES_MAX: usize = 4096;
 /// record sizes (bodies are checksummed as a stream, never held whole).
 pub const RECOVERY_READ_BYTES: usize = 1024 * 1024;
 
+/// Bytes one forward scan for the next valid record after damage may checksum (recovery,
+/// `recovery/resync.rs`). Random damage rarely even decodes as a record header, so a scan
+/// normally checksums almost nothing; a client can, however, fill a body with look-alike headers
+/// that each claim a long record, and without a bound each would be checksummed to its end
+/// (quadratic in the segment). 1 GiB is about a second of CRC32C and page-cache reads; past it the
+/// damage is treated as running to the end of the segment (refused, or skipped by the operator).
+pub const RESYNC_CHECKSUM_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+
 /// Capacity the write buffer keeps between commits. After a commit of a huge batch (or a huge
 /// message) the buffer shrinks back to this, so one 512 MiB message does not pin 512 MiB forever.
 pub const WRITE_BUFFER_RETAIN_BYTES: usize = 8 * 1024 * 1024;

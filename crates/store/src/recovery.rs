@@ -1,13 +1,18 @@
-//! Recovery: read every segment in sequence order, verify each record's checksum, cut the torn
-//! tail of the last segment, and rebuild the live set (per queue, in enqueue order, with the
-//! latest metadata) and the live index.
+//! Recovery: read every segment in sequence order, verify each record's checksum, skip damaged
+//! records that valid records follow, cut the torn tail of the last segment, and rebuild the live
+//! set (per queue, in enqueue order, with the latest metadata) and the live index.
 //!
 //! Rules (docs/storage.md has the full list):
-//! - the last segment's tail after its last valid record is cut (truncate + sync): those bytes
-//!   were never covered by a commit, because a segment is synced whole before the next is created;
+//! - a bad record that a valid record follows is corruption, in any segment: the bytes up to the
+//!   next valid record are skipped and listed in [`RecoveryReport::damaged`] (`recovery/resync.rs`
+//!   finds the next valid record), and the segment is never appended to again;
+//! - the last segment's tail from a bad record that nothing valid follows is cut (truncate +
+//!   sync): those bytes were never covered by a commit, because a segment is synced whole before
+//!   the next is created;
 //! - a last segment whose header never completed (shorter than a header, or exactly a header that
 //!   does not check) is removed: it was created, and the crash came before its header was synced;
-//! - any other bad record or header is corruption, handled as [`OnCorruption`] says;
+//! - a damaged segment header with bytes after it, or damage running to the end of any other
+//!   segment, cannot be bounded: handled as [`OnCorruption`] says;
 //! - a segment with another format version is refused whatever the policy.
 
 use std::collections::{BTreeMap, HashMap};
@@ -25,6 +30,9 @@ use crate::record::{
 };
 use crate::storage::{Storage, StorageFile};
 use crate::types::{Damage, Location, OnCorruption, Recovered, RecoveredMessage, RecoveryReport};
+use resync::AfterDamage;
+
+mod resync;
 
 /// A segment file found on disk, with the length of its valid prefix.
 #[derive(Debug)]
@@ -32,6 +40,9 @@ pub(crate) struct OpenSegment {
     pub(crate) file: Box<dyn StorageFile>,
     /// Bytes up to the end of the last valid record; reads beyond are refused.
     pub(crate) valid_bytes: u64,
+    /// Recovery skipped damage inside it: never append to it (the next recovery must see the
+    /// same bytes, and so make the same decisions).
+    pub(crate) damaged: bool,
 }
 
 /// What the store starts from.
@@ -58,8 +69,8 @@ pub(crate) fn recover(
         let file = storage.open(&segment_name(seq)).map_err(io_err("opening a segment"))?;
         let is_last = Some(seq) == last;
         match scan.segment(seq, file.as_ref(), is_last)? {
-            Some(valid_bytes) => {
-                segments.insert(seq, OpenSegment { file, valid_bytes });
+            Some(Scanned { valid_bytes, damaged }) => {
+                segments.insert(seq, OpenSegment { file, valid_bytes, damaged });
             }
             None => {
                 drop(file);
@@ -96,19 +107,40 @@ struct Scan {
     on_corruption: OnCorruption,
 }
 
-/// Where a segment's scan stopped early.
+/// Where a segment's scan stopped early, and why.
 struct Stop {
     offset: u64,
     defect: Defect,
+    end: StopKind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StopKind {
+    /// The last segment's tail after `offset` was never completed by a commit: cut it.
+    TornTail,
+    /// Damage that no valid record follows (or whose extent could not be bounded): policy decides.
+    ToEnd,
+}
+
+/// A segment's valid length, and whether recovery skipped damage inside it.
+struct Scanned {
+    valid_bytes: u64,
+    damaged: bool,
 }
 
 impl Scan {
     /// Scans one segment; returns its valid length, or `None` if it is a torn new segment.
-    fn segment(&mut self, seq: u64, file: &dyn StorageFile, is_last: bool) -> Result<Option<u64>, OpenError> {
+    fn segment(
+        &mut self,
+        seq: u64,
+        file: &dyn StorageFile,
+        is_last: bool,
+    ) -> Result<Option<Scanned>, OpenError> {
         let file_bytes = file.len_bytes().map_err(io_err("sizing a segment"))?;
         let mut window = Window::new(file, file_bytes);
         self.report.segments += 1;
         self.index.add_segment(seq);
+        let damage_before = self.report.damaged.len();
         let header = match window.bytes(0, SEGMENT_HEADER_BYTES) {
             Ok(Some(bytes)) => {
                 let mut header = [0; SEGMENT_HEADER_BYTES];
@@ -118,13 +150,10 @@ impl Scan {
             Ok(None) => None,
             Err(e) => return Err(io_err("reading a segment header")(e)),
         };
-        let stop = match header {
-            Some(Ok(())) => self.records(seq, &mut window)?,
+        let header_defect = match header {
+            Some(Ok(())) => None,
             Some(Err(SegmentHeaderDefect::UnsupportedVersion(version))) => {
                 return Err(OpenError::UnsupportedVersion { segment: seq, version })
-            }
-            Some(Err(SegmentHeaderDefect::WrongSequence(found))) => {
-                Some(Stop { offset: 0, defect: Defect::WrongSequence(found) })
             }
             // A header that never completed: written but not synced when the machine stopped.
             None | Some(Err(SegmentHeaderDefect::Damaged))
@@ -132,89 +161,86 @@ impl Scan {
             {
                 return Ok(None)
             }
-            _ => Some(Stop { offset: 0, defect: Defect::SegmentHeader }),
+            Some(Err(SegmentHeaderDefect::WrongSequence(found))) => Some(Defect::WrongSequence(found)),
+            _ => Some(Defect::SegmentHeader),
         };
-        let Some(Stop { offset, defect }) = stop else {
-            return Ok(Some(file_bytes));
-        };
-        if is_last && offset >= SEGMENT_HEADER_BYTES as u64 {
-            file.set_len(offset).map_err(io_err("cutting a torn tail"))?;
-            file.sync().map_err(io_err("syncing a cut tail"))?;
-            self.report.torn_tail_bytes += file_bytes - offset;
-            return Ok(Some(offset));
+        if let Some(defect) = header_defect {
+            // Headers are synced before any record: a bad one with bytes after it is corruption.
+            // Under `Skip` the records behind it are still read (they carry their own checksums).
+            let header_bytes = (SEGMENT_HEADER_BYTES as u64).min(file_bytes);
+            self.refuse_or_skip(seq, 0, header_bytes, defect)?;
         }
+        let stop = self.records(seq, &mut window, is_last)?;
+        let valid_bytes = match stop {
+            None => file_bytes,
+            Some(Stop { offset, end: StopKind::TornTail, .. }) => {
+                file.set_len(offset).map_err(io_err("cutting a torn tail"))?;
+                file.sync().map_err(io_err("syncing a cut tail"))?;
+                self.report.torn_tail_bytes += file_bytes - offset;
+                offset
+            }
+            Some(Stop { offset, defect, end: StopKind::ToEnd }) => {
+                self.refuse_or_skip(seq, offset, file_bytes - offset, defect)?;
+                offset
+            }
+        };
+        Ok(Some(Scanned { valid_bytes, damaged: self.report.damaged.len() > damage_before }))
+    }
+
+    /// Damage recovery cannot bound: refused by default, skipped and reported under `Skip`.
+    fn refuse_or_skip(
+        &mut self,
+        segment: u64,
+        offset: u64,
+        bytes_skipped: u64,
+        defect: Defect,
+    ) -> Result<(), OpenError> {
         match self.on_corruption {
-            OnCorruption::Refuse => Err(OpenError::Corrupt { segment: seq, offset, defect }),
-            OnCorruption::SkipRestOfSegment => {
-                self.report.damaged.push(Damage {
-                    segment: seq,
-                    offset,
-                    bytes_skipped: file_bytes - offset,
-                    defect,
-                });
-                Ok(Some(offset))
+            OnCorruption::Refuse => Err(OpenError::Corrupt { segment, offset, defect }),
+            OnCorruption::Skip => {
+                self.report.damaged.push(Damage { segment, offset, bytes_skipped, defect });
+                Ok(())
             }
         }
     }
 
-    /// Reads records until the end of the file (`None`) or the first bad one.
-    fn records(&mut self, seq: u64, window: &mut Window<'_>) -> Result<Option<Stop>, OpenError> {
+    /// Reads records until the end of the file (`None`), skipping (and reporting) damaged stretches
+    /// that a valid record follows, or stops at damage nothing valid follows.
+    fn records(
+        &mut self,
+        seq: u64,
+        window: &mut Window<'_>,
+        is_last: bool,
+    ) -> Result<Option<Stop>, OpenError> {
+        let read_failed = io_err("reading a segment");
         let mut offset = SEGMENT_HEADER_BYTES as u64;
         while offset < window.file_bytes {
-            match self.record(seq, window, offset) {
-                Ok(Ok(record_bytes)) => {
-                    offset += record_bytes;
+            let defect = match check_record(window, offset).map_err(&read_failed)? {
+                Ok(record) => {
+                    // In range: check_record refuses records ending past u32::MAX.
+                    let location = Location {
+                        segment: seq,
+                        offset: offset as u32,
+                        record_bytes: record.header.record_bytes() as u32,
+                    };
+                    self.apply(&record.header, location, record.metadata);
                     self.report.records += 1;
+                    offset += record.header.record_bytes();
+                    continue;
                 }
-                Ok(Err(defect)) => return Ok(Some(Stop { offset, defect })),
-                Err(e) => return Err(io_err("reading a segment")(e)),
+                Err(defect) => defect,
+            };
+            match resync::after_damage(window, offset, is_last).map_err(&read_failed)? {
+                AfterDamage::ResumeAt(next) => {
+                    let damage = Damage { segment: seq, offset, bytes_skipped: next - offset, defect };
+                    self.report.damaged.push(damage);
+                    offset = next;
+                }
+                AfterDamage::TornTail => return Ok(Some(Stop { offset, defect, end: StopKind::TornTail })),
+                AfterDamage::ToEnd => return Ok(Some(Stop { offset, defect, end: StopKind::ToEnd })),
             }
         }
         Ok(None)
-    }
-
-    /// Checks and applies the record at `offset`; returns its length.
-    fn record(&mut self, seq: u64, window: &mut Window<'_>, offset: u64) -> io::Result<Result<u64, Defect>> {
-        let Some(header_bytes) = window.bytes(offset, RECORD_HEADER_BYTES)? else {
-            return Ok(Err(Defect::Truncated));
-        };
-        let mut header_array = [0; RECORD_HEADER_BYTES];
-        header_array.copy_from_slice(header_bytes);
-        let header = match RecordHeader::decode(&header_array) {
-            Ok(header) => header,
-            Err(defect) => return Ok(Err(Defect::RecordHeader(defect))),
-        };
-        let end = offset + header.record_bytes();
-        // Offsets are u32 in a Location; a longer segment is not one we wrote.
-        if end > window.file_bytes || end > u64::from(u32::MAX) {
-            return Ok(Err(Defect::Truncated));
-        }
-        let mut crc = crc32c::crc32c(&header_array[4..]);
-        let metadata_at = offset + RECORD_HEADER_BYTES as u64;
-        let metadata_bytes = usize::from(header.metadata_bytes);
-        let metadata = match window.bytes(metadata_at, metadata_bytes)? {
-            Some(metadata) => metadata,
-            None => return Ok(Err(Defect::Truncated)),
-        };
-        crc = crc32c::crc32c_append(crc, metadata);
-        let metadata = Bytes::copy_from_slice(metadata);
-        let mut at = metadata_at + metadata_bytes as u64;
-        while at < end {
-            let n = (end - at).min(RECOVERY_READ_BYTES as u64) as usize;
-            let Some(chunk) = window.bytes(at, n)? else {
-                return Ok(Err(Defect::Truncated));
-            };
-            crc = crc32c::crc32c_append(crc, chunk);
-            at += n as u64;
-        }
-        if crc != header.crc {
-            return Ok(Err(Defect::Checksum));
-        }
-        // In range: end <= u32::MAX was checked above.
-        let location =
-            Location { segment: seq, offset: offset as u32, record_bytes: header.record_bytes() as u32 };
-        self.apply(&header, location, metadata);
-        Ok(Ok(header.record_bytes()))
     }
 
     fn apply(&mut self, header: &RecordHeader, location: Location, metadata: Bytes) {
@@ -311,6 +337,52 @@ impl QueueLive {
             }
         }
     }
+}
+
+/// A record whose lengths and checksum verified.
+struct CheckedRecord {
+    header: RecordHeader,
+    metadata: Bytes,
+}
+
+/// Reads and verifies the record at `offset` (header checks, extent inside the file, CRC32C over
+/// header and payload, the body checksummed as a stream); applies nothing.
+fn check_record(window: &mut Window<'_>, offset: u64) -> io::Result<Result<CheckedRecord, Defect>> {
+    let Some(header_bytes) = window.bytes(offset, RECORD_HEADER_BYTES)? else {
+        return Ok(Err(Defect::Truncated));
+    };
+    let mut header_array = [0; RECORD_HEADER_BYTES];
+    header_array.copy_from_slice(header_bytes);
+    let header = match RecordHeader::decode(&header_array) {
+        Ok(header) => header,
+        Err(defect) => return Ok(Err(Defect::RecordHeader(defect))),
+    };
+    let end = offset + header.record_bytes();
+    // Offsets are u32 in a Location; a longer segment is not one we wrote.
+    if end > window.file_bytes || end > u64::from(u32::MAX) {
+        return Ok(Err(Defect::Truncated));
+    }
+    let mut crc = crc32c::crc32c(&header_array[4..]);
+    let metadata_at = offset + RECORD_HEADER_BYTES as u64;
+    let metadata_bytes = usize::from(header.metadata_bytes);
+    let Some(metadata) = window.bytes(metadata_at, metadata_bytes)? else {
+        return Ok(Err(Defect::Truncated));
+    };
+    crc = crc32c::crc32c_append(crc, metadata);
+    let metadata = Bytes::copy_from_slice(metadata);
+    let mut at = metadata_at + metadata_bytes as u64;
+    while at < end {
+        let n = (end - at).min(RECOVERY_READ_BYTES as u64) as usize;
+        let Some(chunk) = window.bytes(at, n)? else {
+            return Ok(Err(Defect::Truncated));
+        };
+        crc = crc32c::crc32c_append(crc, chunk);
+        at += n as u64;
+    }
+    if crc != header.crc {
+        return Ok(Err(Defect::Checksum));
+    }
+    Ok(Ok(CheckedRecord { header, metadata }))
 }
 
 /// Sequential reads through a buffer of [`RECOVERY_READ_BYTES`].

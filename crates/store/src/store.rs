@@ -89,8 +89,11 @@ impl Store {
         let state = recover(&storage, config.on_corruption)?;
         let header_bytes = SEGMENT_HEADER_BYTES as u64;
         let tail = match state.segments.iter().next_back() {
-            Some((&segment, s)) if s.valid_bytes >= header_bytes => Tail { segment, end: s.valid_bytes },
-            // A last segment skipped whole as damaged: start a fresh one after it.
+            Some((&segment, s)) if s.valid_bytes >= header_bytes && !s.damaged => {
+                Tail { segment, end: s.valid_bytes }
+            }
+            // A last segment with damage left in it: start a fresh one after it, so the damaged
+            // one never changes and every later recovery reads it as this one did.
             Some((&segment, _)) => Tail { segment: segment + 1, end: header_bytes },
             None => {
                 Tail { segment: state.recovered.report.torn_segment_removed.unwrap_or(1), end: header_bytes }

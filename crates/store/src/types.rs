@@ -14,24 +14,31 @@ pub struct StoreConfig {
     /// Size a segment grows to before the log rotates (a single larger record still fits whole).
     /// Between [`crate::limits::SEGMENT_BYTES_MIN`] and [`crate::limits::SEGMENT_BYTES_MAX`].
     pub segment_bytes_target: u64,
-    /// What recovery does with a damaged record that is not in the torn tail.
+    /// What recovery does with damage it cannot bound (see [`OnCorruption`]).
     pub on_corruption: OnCorruption,
 }
 
-/// What recovery does with a damaged record in a segment other than the last one.
+/// What recovery does with damage it cannot bound.
 ///
-/// A torn tail of the *last* segment is always cut: it holds only writes no commit covered. A bad
-/// record anywhere else was synced once, so it is damage to confirmed data.
+/// Damage that valid records follow is always skipped and listed in [`RecoveryReport::damaged`]:
+/// those records are readable, and refusing would only make an operator restart with `Skip` to
+/// get the same result. The last segment's torn tail (a bad record that nothing valid follows) is
+/// always cut: it holds only writes no commit covered. What remains is damage recovery cannot
+/// bound: a bad segment header with bytes after it, or damage that runs to the end of a segment
+/// that was synced whole (not the last one). That is confirmed data gone without a trace of where
+/// it ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum OnCorruption {
     /// Refuse to open, naming the segment and offset; the operator decides (the default: losing
-    /// confirmed messages, or resurrecting settled ones, silently is worse than not starting).
+    /// confirmed messages, or resurrecting settled ones, without an operator's say is worse than
+    /// not starting).
     #[default]
     Refuse,
-    /// Keep the records before the damage, skip the rest of that segment, go on with the next one
-    /// and list the damage in [`RecoveryReport::damaged`]. Messages whose enqueue was skipped are
-    /// lost; messages whose settle was skipped come back (at-least-once).
-    SkipRestOfSegment,
+    /// Skip it too (a damaged segment header: the records behind it are still read; damage to the
+    /// end: the rest of that segment), list it in [`RecoveryReport::damaged`] and go on. Messages
+    /// whose enqueue was skipped are lost; messages whose settle was skipped come back
+    /// (at-least-once). The server's `--recover-skip-corrupt`.
+    Skip,
 }
 
 /// The sequence number of an appended record, increasing by one per record from 1 in each
@@ -149,17 +156,26 @@ pub struct RecoveryReport {
     pub torn_tail_bytes: u64,
     /// A last segment whose header was never completed, removed.
     pub torn_segment_removed: Option<u64>,
-    /// Damage skipped under [`OnCorruption::SkipRestOfSegment`] (always empty with `Refuse`).
+    /// Damaged stretches skipped, in log order: corruption, never a crash's doing. Each means
+    /// records lost (an enqueue: a message; a settle: a message back). Unbounded damage appears
+    /// here only under [`OnCorruption::Skip`].
     pub damaged: Vec<Damage>,
+}
+
+impl RecoveryReport {
+    /// Total bytes skipped as damaged.
+    pub fn damaged_bytes(&self) -> u64 {
+        self.damaged.iter().map(|d| d.bytes_skipped).sum()
+    }
 }
 
 /// A damaged stretch of a segment that recovery skipped.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Damage {
     pub segment: u64,
-    /// Offset of the first bad byte.
+    /// Offset of the first bad byte: where the record that failed its checks starts.
     pub offset: u64,
-    /// Bytes skipped (to the end of the segment).
+    /// Bytes skipped: to the next valid record, or to the end of the segment.
     pub bytes_skipped: u64,
     pub defect: Defect,
 }

@@ -240,7 +240,7 @@ fn corruption_before_the_tail_is_refused_or_skipped_by_policy() {
     file.write_all_at(70, b"XX").unwrap();
     let err = Store::open(Arc::new(storage.clone()), config(200)).unwrap_err();
     assert!(matches!(err, OpenError::Corrupt { segment: 2, offset: 32, .. }), "{err}");
-    let skip = StoreConfig { on_corruption: OnCorruption::SkipRestOfSegment, ..config(200) };
+    let skip = StoreConfig { on_corruption: OnCorruption::Skip, ..config(200) };
     let (_, recovered) = Store::open(Arc::new(storage), skip).unwrap();
     assert_eq!(ids(&recovered, 1), [0, 2, 3]);
     assert_eq!(recovered.report.damaged.len(), 1);

@@ -131,6 +131,9 @@ fn node_json(state: &AppState) -> Value {
         "disk_free_limit": resources.disk_free_limit,
         "disk_free": resources.disk_free,
         "disk_free_alarm": resources.disk_free_alarm,
+        // Ours (RabbitMQ has no such field): damage the message log's recovery skipped.
+        "store_damaged_regions": node.store_damage.regions,
+        "store_damaged_bytes": node.store_damage.bytes,
         "rates_mode": "basic",
         "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
         "being_drained": false,

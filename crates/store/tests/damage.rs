@@ -1,0 +1,247 @@
+//! Damaged segment files (issue #12, finding 8): a bad record that valid records follow is
+//! corruption, skipped and reported, never a reason to drop what follows; a bad record that
+//! nothing valid follows is the last segment's torn tail and is cut quietly; damage recovery
+//! cannot bound is refused unless the operator asks to skip it. docs/storage.md "Recovery rules".
+
+use std::sync::Arc;
+
+use hourglass_store::{
+    Defect, Location, MemStorage, OnCorruption, OpenError, Recovered, Storage, Store, StoreConfig,
+};
+
+const SEGMENT_1: &str = "00000000000000000001.seg";
+
+fn config(on_corruption: OnCorruption) -> StoreConfig {
+    StoreConfig { segment_bytes_target: 1 << 20, on_corruption }
+}
+
+fn open(storage: &MemStorage) -> Result<(Store, Recovered), OpenError> {
+    Store::open(Arc::new(storage.clone()), config(OnCorruption::Refuse))
+}
+
+fn ids(recovered: &Recovered, queue: u64) -> Vec<u64> {
+    recovered.queues.get(&queue).map_or(Vec::new(), |m| m.iter().map(|m| m.msg_id).collect())
+}
+
+/// Nine committed enqueues of queue 1 in one segment; their locations.
+fn nine_messages(storage: &MemStorage) -> Vec<Location> {
+    let (mut store, _) = open(storage).unwrap();
+    let locations = (0..9u64)
+        .map(|id| store.append_enqueue(1, id, b"meta", &[id as u8; 100]).unwrap().location)
+        .collect();
+    store.commit().unwrap();
+    locations
+}
+
+fn xor_byte(storage: &MemStorage, name: &str, offset: u64, mask: u8) {
+    let file = storage.open(name).unwrap();
+    let mut byte = [0];
+    file.read_exact_at(offset, &mut byte).unwrap();
+    file.write_all_at(offset, &[byte[0] ^ mask]).unwrap();
+}
+
+/// The issue's case: a flipped byte in the body of the middle record of the last segment loses
+/// that one message, reported with its offset and size; every record after it is recovered.
+#[test]
+fn flipped_byte_in_middle_record_of_last_segment_loses_only_that_record() {
+    let storage = MemStorage::new();
+    let locations = nine_messages(&storage);
+    let middle = locations[4];
+    xor_byte(&storage, SEGMENT_1, u64::from(middle.offset) + 60, 0x01);
+    let (_, recovered) = open(&storage).unwrap();
+    assert_eq!(ids(&recovered, 1), [0, 1, 2, 3, 5, 6, 7, 8]);
+    let report = &recovered.report;
+    assert_eq!(report.torn_tail_bytes, 0);
+    assert_eq!(report.damaged.len(), 1);
+    let damage = &report.damaged[0];
+    assert_eq!((damage.segment, damage.offset), (1, u64::from(middle.offset)));
+    assert_eq!((damage.bytes_skipped, damage.defect), (u64::from(middle.record_bytes), Defect::Checksum));
+    assert_eq!(report.damaged_bytes(), u64::from(middle.record_bytes));
+}
+
+/// Damage to a record header (its kind byte, or its length so that it claims to run past the end
+/// of the file) is skipped by scanning forward to the next record that verifies.
+#[test]
+fn damaged_record_headers_are_skipped_by_scanning_to_the_next_valid_record() {
+    for (byte_in_record, mask) in [(8, 0x40), (7, 0x10), (5, 0x80)] {
+        let storage = MemStorage::new();
+        let locations = nine_messages(&storage);
+        xor_byte(&storage, SEGMENT_1, u64::from(locations[4].offset) + byte_in_record, mask);
+        let (_, recovered) = open(&storage).unwrap();
+        assert_eq!(ids(&recovered, 1), [0, 1, 2, 3, 5, 6, 7, 8], "byte {byte_in_record}");
+        let damage = &recovered.report.damaged[0];
+        assert_eq!(damage.bytes_skipped, u64::from(locations[4].record_bytes), "byte {byte_in_record}");
+        assert_eq!(recovered.report.torn_tail_bytes, 0);
+    }
+}
+
+/// A torn tail — damage in the last record, or a last record cut short — is still cut as before,
+/// reported only as torn tail bytes, not as damage.
+#[test]
+fn damage_in_the_last_record_is_a_torn_tail_and_is_cut() {
+    let storage = MemStorage::new();
+    let locations = nine_messages(&storage);
+    let last = locations[8];
+    xor_byte(&storage, SEGMENT_1, u64::from(last.offset) + 100, 0x01);
+    let (_, recovered) = open(&storage).unwrap();
+    assert_eq!(ids(&recovered, 1), [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(recovered.report.torn_tail_bytes, u64::from(last.record_bytes));
+    assert!(recovered.report.damaged.is_empty());
+
+    let storage = MemStorage::new();
+    let locations = nine_messages(&storage);
+    storage.open(SEGMENT_1).unwrap().set_len(u64::from(locations[8].offset) + 50).unwrap();
+    let (_, recovered) = open(&storage).unwrap();
+    assert_eq!(ids(&recovered, 1), [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(recovered.report.torn_tail_bytes, 50);
+    assert!(recovered.report.damaged.is_empty());
+}
+
+/// The encoded bytes of a purge of `queue`, as the store writes them.
+fn purge_record(queue: u64) -> Vec<u8> {
+    let scratch = MemStorage::new();
+    let (mut store, _) = open(&scratch).unwrap();
+    store.append_purge(queue).unwrap();
+    store.commit().unwrap();
+    let file = scratch.open(SEGMENT_1).unwrap();
+    let mut bytes = vec![0; 28];
+    file.read_exact_at(32, &mut bytes).unwrap();
+    bytes
+}
+
+/// A client can put a well-formed record inside a message body. Damage to that message's record,
+/// or a crash that tears it, must never make recovery take the embedded record for a real one.
+#[test]
+fn a_record_inside_a_body_is_never_taken_for_a_real_record() {
+    let mut body = vec![0xAA; 40];
+    body.extend(purge_record(7));
+    body.extend([0xBB; 40]);
+    for damage in ["flip in the body", "torn inside the body"] {
+        let storage = MemStorage::new();
+        let (mut store, _) = open(&storage).unwrap();
+        store.append_enqueue(7, 1, b"", b"victim").unwrap();
+        let hostile = store.append_enqueue(8, 2, b"", &body).unwrap().location;
+        store.append_enqueue(7, 3, b"", b"after").unwrap();
+        store.commit().unwrap();
+        drop(store);
+        let hostile_at = u64::from(hostile.offset);
+        if damage == "flip in the body" {
+            xor_byte(&storage, SEGMENT_1, hostile_at + 28 + 10, 0x01);
+        } else {
+            storage.open(SEGMENT_1).unwrap().set_len(hostile_at + 28 + 100).unwrap();
+        }
+        let (_, recovered) = open(&storage).unwrap();
+        let expected: &[u64] = if damage == "flip in the body" { &[1, 3] } else { &[1] };
+        assert_eq!(ids(&recovered, 7), expected, "{damage}: the embedded purge was applied");
+        assert_eq!(ids(&recovered, 8), [0u64; 0], "{damage}");
+    }
+}
+
+/// Corruption in an older segment with valid records after it is skipped by default, like in
+/// the last one (it used to refuse to start).
+#[test]
+fn corruption_in_an_older_segment_is_skipped_when_valid_records_follow() {
+    let storage = MemStorage::new();
+    let small = StoreConfig { segment_bytes_target: 600, on_corruption: OnCorruption::Refuse };
+    let (mut store, _) = Store::open(Arc::new(storage.clone()), small).unwrap();
+    let locations: Vec<Location> =
+        (0..8u64).map(|id| store.append_enqueue(1, id, b"", &[1; 100]).unwrap().location).collect();
+    store.commit().unwrap();
+    drop(store);
+    assert_eq!(locations[1].segment, 1);
+    assert!(locations[7].segment > 1);
+    xor_byte(&storage, SEGMENT_1, u64::from(locations[1].offset) + 50, 0x20);
+    let (_, recovered) = Store::open(Arc::new(storage), small).unwrap();
+    assert_eq!(ids(&recovered, 1), [0, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(recovered.report.damaged.len(), 1);
+}
+
+/// A damaged segment header with records behind it is refused by default; with `Skip` it is
+/// reported and the records behind it (which carry their own checksums) are still read.
+#[test]
+fn damaged_segment_header_is_refused_or_its_records_read_with_skip() {
+    let storage = MemStorage::new();
+    nine_messages(&storage);
+    xor_byte(&storage, SEGMENT_1, 3, 0x01);
+    let err = open(&storage).unwrap_err();
+    assert!(
+        matches!(err, OpenError::Corrupt { segment: 1, offset: 0, defect: Defect::SegmentHeader }),
+        "{err}"
+    );
+    let (_, recovered) = Store::open(Arc::new(storage), config(OnCorruption::Skip)).unwrap();
+    assert_eq!(ids(&recovered, 1), (0..9).collect::<Vec<_>>());
+    assert_eq!(recovered.report.damaged[0].bytes_skipped, 32);
+}
+
+/// After damage in the last segment the store appends to a fresh segment, so the damaged one
+/// never changes; the next recovery reports the same damage and keeps the new records.
+#[test]
+fn appends_after_damage_go_to_a_new_segment_and_recovery_repeats_itself() {
+    let storage = MemStorage::new();
+    let locations = nine_messages(&storage);
+    xor_byte(&storage, SEGMENT_1, u64::from(locations[2].offset) + 40, 0x04);
+    let (mut store, first) = open(&storage).unwrap();
+    let new = store.append_enqueue(1, 100, b"", b"new").unwrap();
+    store.commit().unwrap();
+    assert_eq!(new.location.segment, 2);
+    drop(store);
+    let (store, second) = open(&storage).unwrap();
+    assert_eq!(second.report.damaged, first.report.damaged);
+    assert_eq!(ids(&second, 1), [0, 1, 3, 4, 5, 6, 7, 8, 100]);
+    assert_eq!(store.read_message(new.location).unwrap(), "new");
+}
+
+/// The trade-off on the last segment: a header whose length runs past the end of the file reads as
+/// a torn write. When valid records after it run cleanly to the end, the length was what got
+/// damaged and they are kept; when they do not (more damage further on), the tail is cut as torn.
+#[test]
+fn length_past_the_end_is_a_torn_tail_unless_valid_records_run_to_the_end() {
+    let storage = MemStorage::new();
+    let locations = nine_messages(&storage);
+    xor_byte(&storage, SEGMENT_1, u64::from(locations[4].offset) + 6, 0x01);
+    let (_, recovered) = open(&storage).unwrap();
+    assert_eq!(ids(&recovered, 1), [0, 1, 2, 3, 5, 6, 7, 8]);
+
+    let storage = MemStorage::new();
+    let locations = nine_messages(&storage);
+    xor_byte(&storage, SEGMENT_1, u64::from(locations[4].offset) + 6, 0x01);
+    xor_byte(&storage, SEGMENT_1, u64::from(locations[7].offset) + 60, 0x01);
+    let (_, recovered) = open(&storage).unwrap();
+    assert_eq!(ids(&recovered, 1), [0, 1, 2, 3]);
+    assert!(recovered.report.damaged.is_empty());
+    assert!(recovered.report.torn_tail_bytes > 0);
+}
+
+/// Found by the `store_recovery` fuzz target: a later recovery repeats the earlier one's skips
+/// after the earlier one cut a torn tail behind them, even where a damaged header now claims more
+/// bytes than the file holds (its defect then reads `Truncated`, not `Checksum`).
+#[test]
+fn recovery_after_a_torn_cut_repeats_the_same_skips() {
+    let storage = MemStorage::new();
+    let locations = nine_messages(&storage);
+    let (first_bad, next, last) = (locations[6], locations[7], locations[8]);
+    // Record 6 now claims to end 10 bytes into record 8; record 8 (the last) is damaged: torn.
+    let file = storage.open(SEGMENT_1).unwrap();
+    let mut length = [0; 4];
+    file.read_exact_at(u64::from(first_bad.offset) + 4, &mut length).unwrap();
+    let claimed = u32::from_le_bytes(length) + next.record_bytes + 10;
+    file.write_all_at(u64::from(first_bad.offset) + 4, &claimed.to_le_bytes()).unwrap();
+    xor_byte(&storage, SEGMENT_1, u64::from(last.offset) + 50, 0x01);
+    let (mut store, first) = open(&storage).unwrap();
+    assert_eq!(ids(&first, 1), [0, 1, 2, 3, 4, 5, 7]);
+    assert_eq!(first.report.torn_tail_bytes, u64::from(last.record_bytes));
+    store.append_enqueue(1, 100, b"", b"new").unwrap();
+    store.commit().unwrap();
+    drop(store);
+    let (_, second) = open(&storage).unwrap();
+    let stretches = |r: &Recovered| -> Vec<(u64, u64, u64)> {
+        r.report.damaged.iter().map(|d| (d.segment, d.offset, d.bytes_skipped)).collect()
+    };
+    assert_eq!(stretches(&second), stretches(&first));
+    assert_eq!(stretches(&first), [(1, u64::from(first_bad.offset), u64::from(first_bad.record_bytes))]);
+    assert_eq!(ids(&second, 1), [0, 1, 2, 3, 4, 5, 7, 100]);
+    assert_eq!(
+        (first.report.damaged[0].defect, second.report.damaged[0].defect),
+        (Defect::Checksum, Defect::Truncated)
+    );
+}
