@@ -10,6 +10,7 @@ use hourglass_wire::Method;
 
 use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Effect};
 use crate::channel::{Channel, Unacked};
+use crate::churn::ChurnStats;
 use crate::dead_lettering::DeadLetterQueue;
 use crate::message_stats::MessageStats;
 use crate::naming::NameGenerator;
@@ -75,6 +76,8 @@ pub struct Broker {
     pub(crate) queue_scratch: Vec<QueueId>,
     /// The broker-wide message counters (`message_stats.rs`).
     pub(crate) message_stats: MessageStats,
+    /// Connections, channels and queues opened and closed (`churn.rs`).
+    pub(crate) churn: ChurnStats,
     pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
     pub(crate) persist: Persistence,
@@ -99,6 +102,7 @@ impl Broker {
             settle_scratch: Vec::new(),
             queue_scratch: Vec::new(),
             message_stats: MessageStats::default(),
+            churn: ChurnStats::default(),
             timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
             persist: Persistence::new(config.persistence),
@@ -113,6 +117,7 @@ impl Broker {
         let replies_of = crate::persist::holds_replies(&command);
         match command {
             Command::ConnectionOpen { conn, info } => {
+                self.churn.connection_opened(conn);
                 self.connections.insert(conn, ConnectionState { info, channels: Vec::new() });
             }
             Command::ConnectionClosed { conn } => self.release_connection(conn, now),
@@ -197,6 +202,7 @@ impl Broker {
     /// Forgets a connection: its channels (requeueing their deliveries) and its exclusive queues.
     fn release_connection(&mut self, conn: ConnectionId, now: Timestamp) {
         let Some(state) = self.connections.get(&conn) else { return };
+        self.churn.connection_closed(conn);
         let channels = state.channels.clone();
         for channel in channels {
             self.release_channel(conn, channel, now);
@@ -213,6 +219,7 @@ impl Broker {
     /// Forgets a channel: cancels its consumers and requeues its unacked deliveries, in order.
     pub(crate) fn release_channel(&mut self, conn: ConnectionId, channel_id: ChannelId, now: Timestamp) {
         let Some(mut channel) = self.channels.remove(&(conn, channel_id)) else { return };
+        self.churn.channel_closed(conn);
         self.reply_consumers.forget(conn, channel_id);
         if let Some(state) = self.connections.get_mut(&conn) {
             state.channels.retain(|c| *c != channel_id);

@@ -6,9 +6,11 @@
 //! What each counter counts, as RabbitMQ's rabbit_channel does:
 //! - `publish`: basic.publish messages received (broker, channel); messages routed into the
 //!   queue by a publish (queue; dead-lettered copies are not counted, as in RabbitMQ).
-//! - `confirm`: publishes confirmed with basic.ack in confirm mode.
+//! - `confirm`: publishes confirmed with basic.ack in confirm mode; `received_confirm`: publishes
+//!   received on a channel in confirm mode (acked or nacked).
 //! - `deliver` / `deliver_no_ack` / `get` / `get_no_ack`: basic.deliver with and without ack,
 //!   basic.get-ok with and without ack; `redeliver`: those of them with the redelivered flag.
+//! - `get_empty`: basic.get answered with basic.get-empty.
 //! - `ack`: deliveries settled by basic.ack.
 //! - `routed` / `return_unroutable` / `drop_unroutable`: publishes that reached a queue, came back
 //!   to a mandatory publisher, or were dropped.
@@ -24,10 +26,12 @@ use crate::broker::Broker;
 pub struct MessageStats {
     pub publish: u64,
     pub confirm: u64,
+    pub received_confirm: u64,
     pub deliver: u64,
     pub deliver_no_ack: u64,
     pub get: u64,
     pub get_no_ack: u64,
+    pub get_empty: u64,
     pub ack: u64,
     pub redeliver: u64,
     pub routed: u64,
@@ -66,6 +70,17 @@ impl DeliveryKind {
     }
 }
 
+/// What the publisher was told of a publish, in confirm mode.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Confirm {
+    /// The channel is not in confirm mode.
+    NotRequested,
+    /// basic.ack.
+    Acked,
+    /// basic.nack (a queue refused it).
+    Nacked,
+}
+
 /// What a publish came to, for the publisher's counters.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum PublishOutcome {
@@ -88,9 +103,10 @@ impl MessageStats {
     }
 
     /// Counts one basic.publish received, what routing made of it and whether it was confirmed.
-    pub(crate) fn published(&mut self, outcome: PublishOutcome, confirmed: bool) {
+    pub(crate) fn published(&mut self, outcome: PublishOutcome, confirm: Confirm) {
         self.publish += 1;
-        self.confirm += u64::from(confirmed);
+        self.confirm += u64::from(confirm == Confirm::Acked);
+        self.received_confirm += u64::from(confirm != Confirm::NotRequested);
         let counter = match outcome {
             PublishOutcome::Routed => &mut self.routed,
             PublishOutcome::Returned => &mut self.return_unroutable,
