@@ -380,6 +380,26 @@ pub(crate) fn render(state: &AppState, s: &Snapshot, scope: &Scope) -> String {
     if scope.wants(Family::Queue) {
         out.rows(QUEUE, &queue_rows, per_object);
     }
+    object_families(&mut out, node, s, scope, &queues);
+    if detailed {
+        cluster_families(&mut out, s, scope);
+    } else {
+        totals(&mut out, s);
+        out.prefix = "rabbitmq_";
+        out.rows(GLOBAL, &[(String::new(), &s.messages)], false);
+        global_gauges(&mut out, s);
+        out.prefix = "";
+        out.rows(TIME_COUNTERS, &queue_rows, per_object);
+        alarms(&mut out, state);
+    }
+    out.prefix = "rabbitmq_";
+    identity(&mut out, node);
+    out.text
+}
+
+/// The channel and connection families, and the per-queue publish counter.
+fn object_families(out: &mut Out, node: &NodeInfo, s: &Snapshot, scope: &Scope, queues: &[&QueueStats]) {
+    let per_object = scope.per_object();
     let channel_rows: Vec<(String, &ChannelSummary)> =
         s.channels.iter().map(|c| (format!("channel=\"{}\"", escape(&channel_name(node, c))), c)).collect();
     for (family, rows) in [
@@ -406,28 +426,16 @@ pub(crate) fn render(state: &AppState, s: &Snapshot, scope: &Scope) -> String {
             .collect();
         out.rows(QUEUE_PUBLISHED, &rows, per_object);
     }
-    if detailed {
-        cluster_families(&mut out, s, scope);
-    } else {
-        totals(&mut out, s);
-        out.prefix = "rabbitmq_";
-        out.rows(GLOBAL, &[(String::new(), &s.messages)], false);
-        let publishers = s.channels.iter().filter(|c| c.message_stats.publish > 0).count() as u64;
-        out.family(
-            Kind::Gauge,
-            "global_publishers",
-            "Current number of publishers",
-            &[(String::new(), publishers)],
-        );
-        let consumers = vec![(String::new(), s.consumers as u64)];
-        out.family(Kind::Gauge, "global_consumers", "Current number of consumers", &consumers);
-        out.prefix = "";
-        out.rows(TIME_COUNTERS, &queue_rows, per_object);
-        alarms(&mut out, state);
-    }
-    out.prefix = "rabbitmq_";
-    identity(&mut out, node);
-    out.text
+}
+
+/// The plugin's `rabbitmq_global_publishers` and `rabbitmq_global_consumers`: a publisher is an
+/// open channel that has published.
+fn global_gauges(out: &mut Out, s: &Snapshot) {
+    let publishers = s.channels.iter().filter(|c| c.message_stats.publish > 0).count() as u64;
+    let help = "Current number of publishers";
+    out.family(Kind::Gauge, "global_publishers", help, &[(String::new(), publishers)]);
+    let consumers = vec![(String::new(), s.consumers as u64)];
+    out.family(Kind::Gauge, "global_consumers", "Current number of consumers", &consumers);
 }
 
 /// The `/metrics` totals RabbitMQ adds outside the families.
