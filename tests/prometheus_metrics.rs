@@ -20,8 +20,7 @@ const STEP: Duration = Duration::from_secs(10);
 
 /// Every metric name that a PromQL expression of RabbitMQ's `RabbitMQ-Overview` Grafana dashboard
 /// reads, in the versions published with rabbitmq-server 3.8 to 3.13 and on its main branch
-/// (deps/rabbitmq_prometheus/docker/grafana/dashboards/RabbitMQ-Overview.json), less the
-/// `rabbitmq_message_size_bytes` histogram of RabbitMQ 4 (see docs/metrics.md). Label names
+/// (deps/rabbitmq_prometheus/docker/grafana/dashboards/RabbitMQ-Overview.json). Label names
 /// (`rabbitmq_cluster`, `rabbitmq_node`, `rabbitmq_endpoint`) are not metrics.
 const OVERVIEW_DASHBOARD_METRICS: &[&str] = &[
     "rabbitmq_build_info",
@@ -65,6 +64,9 @@ const OVERVIEW_DASHBOARD_METRICS: &[&str] = &[
     "rabbitmq_global_messages_unroutable_returned_total",
     "rabbitmq_global_publishers",
     "rabbitmq_identity_info",
+    "rabbitmq_message_size_bytes_bucket",
+    "rabbitmq_message_size_bytes_count",
+    "rabbitmq_message_size_bytes_sum",
     "rabbitmq_process_max_fds",
     "rabbitmq_process_max_tcp_sockets",
     "rabbitmq_process_open_fds",
@@ -123,6 +125,9 @@ const AFTER_TRAFFIC: &[(&str, u64)] = &[
     ("rabbitmq_global_publishers", 1),
     ("rabbitmq_global_consumers", 1),
     ("rabbitmq_process_open_tcp_sockets", 1),
+    ("rabbitmq_message_size_bytes_count{protocol=\"amqp091\"}", 10),
+    ("rabbitmq_message_size_bytes_sum{protocol=\"amqp091\"}", 10),
+    ("rabbitmq_message_size_bytes_bucket{protocol=\"amqp091\",le=\"100\"}", 10),
 ];
 
 async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {

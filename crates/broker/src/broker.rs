@@ -12,7 +12,7 @@ use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Ef
 use crate::channel::{Channel, Unacked};
 use crate::churn::ChurnStats;
 use crate::dead_lettering::DeadLetterQueue;
-use crate::message_stats::MessageStats;
+use crate::message_stats::{MessageSizes, MessageStats};
 use crate::naming::NameGenerator;
 use crate::persist::Persistence;
 use crate::queue::paging::Pager;
@@ -78,6 +78,8 @@ pub struct Broker {
     pub(crate) message_stats: MessageStats,
     /// Connections, channels and queues opened and closed (`churn.rs`).
     pub(crate) churn: ChurnStats,
+    /// Body sizes of published messages (`message_stats.rs`).
+    pub(crate) message_sizes: MessageSizes,
     pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
     pub(crate) persist: Persistence,
@@ -103,6 +105,7 @@ impl Broker {
             queue_scratch: Vec::new(),
             message_stats: MessageStats::default(),
             churn: ChurnStats::default(),
+            message_sizes: MessageSizes::default(),
             timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
             persist: Persistence::new(config.persistence),

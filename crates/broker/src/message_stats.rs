@@ -121,6 +121,31 @@ impl MessageStats {
     }
 }
 
+/// Upper bounds (bytes, inclusive) of the message-size histogram's buckets, RabbitMQ 4's
+/// (`rabbit_msg_size_metrics`): decades from 100 B to 10 MB, then 50 MB (to help choose a
+/// `max_message_size`) and 100 MB; the last bucket (+Inf) is implicit.
+pub const MESSAGE_SIZE_BUCKETS_BYTES: [u64; 8] =
+    [100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 50_000_000, 100_000_000];
+
+/// Body sizes of messages received from publishers, as a histogram: a count per bucket (not
+/// cumulative) and the sum of sizes. One comparison per bound and two increments per publish.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MessageSizes {
+    /// `counts[i]`: messages of at most `MESSAGE_SIZE_BUCKETS_BYTES[i]` bytes and more than the
+    /// bound before; the last entry counts the larger ones.
+    pub counts: [u64; MESSAGE_SIZE_BUCKETS_BYTES.len() + 1],
+    pub sum_bytes: u64,
+}
+
+impl MessageSizes {
+    pub(crate) fn observe(&mut self, size_bytes: usize) {
+        let size = size_bytes as u64;
+        let bucket = MESSAGE_SIZE_BUCKETS_BYTES.iter().position(|bound| size <= *bound);
+        self.counts[bucket.unwrap_or(MESSAGE_SIZE_BUCKETS_BYTES.len())] += 1;
+        self.sum_bytes += size;
+    }
+}
+
 /// An exchange's counters: messages published to it (`publish_in`) and those of them it routed to
 /// at least one queue (`publish_out`, as RabbitMQ counts it on the exchange published to). Cells,
 /// so routing counts through the shared borrow it already holds.
@@ -154,6 +179,11 @@ impl Broker {
         self.message_stats
     }
 
+    /// Sizes of the message bodies received from publishers (RabbitMQ 4's message-size histogram).
+    pub fn message_sizes(&self) -> MessageSizes {
+        self.message_sizes
+    }
+
     /// A direct reply-to publish goes through the default exchange without routing there.
     pub(crate) fn count_reply_on_default_exchange(&self, vhost: &str, routed: bool) {
         let default = self.vhosts.get(vhost).and_then(|v| v.exchanges.get(&ShortStr::from_static("")));
@@ -177,5 +207,16 @@ mod tests {
         stats.delivered(DeliveryKind::of_get(true), false);
         assert_eq!((stats.deliver, stats.deliver_no_ack, stats.get, stats.get_no_ack), (1, 1, 1, 1));
         assert_eq!((stats.deliver_get(), stats.redeliver), (4, 2));
+    }
+
+    /// A size on a bound falls in that bound's bucket; past the last bound, in +Inf.
+    #[test]
+    fn message_sizes_fall_in_their_buckets() {
+        let mut sizes = MessageSizes::default();
+        for size in [0, 100, 101, 1_000_000, 100_000_001] {
+            sizes.observe(size);
+        }
+        assert_eq!(sizes.counts, [2, 1, 0, 0, 1, 0, 0, 0, 1]);
+        assert_eq!(sizes.sum_bytes, 101_000_202);
     }
 }

@@ -142,6 +142,7 @@ impl Broker {
         };
         channel.stats.published(outcome, confirm);
         self.message_stats.published(outcome, confirm);
+        self.message_sizes.observe(message.body_size());
         if let Some(seq) = seq {
             if rejected {
                 // RabbitMQ sets the requeue bit on the nack of a publish a full queue refused.

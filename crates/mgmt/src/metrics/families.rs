@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use hourglass_broker::admin::{ChannelSummary, ConnectionSummary};
 use hourglass_broker::churn::ChurnStats;
-use hourglass_broker::message_stats::MessageStats;
+use hourglass_broker::message_stats::{MessageSizes, MessageStats, MESSAGE_SIZE_BUCKETS_BYTES};
 use hourglass_broker::queue::QueueStats;
 
 use super::{process, ExchangeRow, Scope, Snapshot};
@@ -388,6 +388,7 @@ pub(crate) fn render(state: &AppState, s: &Snapshot, scope: &Scope) -> String {
         out.prefix = "rabbitmq_";
         out.rows(GLOBAL, &[(String::new(), &s.messages)], false);
         global_gauges(&mut out, s);
+        message_sizes(&mut out, &s.sizes);
         out.prefix = "";
         out.rows(TIME_COUNTERS, &queue_rows, per_object);
         alarms(&mut out, state);
@@ -436,6 +437,21 @@ fn global_gauges(out: &mut Out, s: &Snapshot) {
     out.family(Kind::Gauge, "global_publishers", help, &[(String::new(), publishers)]);
     let consumers = vec![(String::new(), s.consumers as u64)];
     out.family(Kind::Gauge, "global_consumers", "Current number of consumers", &consumers);
+}
+
+/// RabbitMQ 4's `rabbitmq_message_size_bytes` histogram (cumulative buckets, as Prometheus wants).
+fn message_sizes(out: &mut Out, sizes: &MessageSizes) {
+    let name = "rabbitmq_message_size_bytes";
+    let _ = writeln!(out.text, "# HELP {name} Size of messages received from publishers");
+    let _ = writeln!(out.text, "# TYPE {name} histogram");
+    let mut cumulative = 0;
+    for (at, count) in sizes.counts.iter().enumerate() {
+        cumulative += count;
+        let le = MESSAGE_SIZE_BUCKETS_BYTES.get(at).map_or_else(|| "+Inf".to_owned(), |b| b.to_string());
+        let _ = writeln!(out.text, "{name}_bucket{{protocol=\"amqp091\",le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(out.text, "{name}_sum{{protocol=\"amqp091\"}} {}", sizes.sum_bytes);
+    let _ = writeln!(out.text, "{name}_count{{protocol=\"amqp091\"}} {cumulative}");
 }
 
 /// The `/metrics` totals RabbitMQ adds outside the families.

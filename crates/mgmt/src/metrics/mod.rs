@@ -22,7 +22,7 @@ use axum::routing::get;
 use axum::Router;
 use hourglass_broker::admin::{ChannelSummary, ConnectionSummary};
 use hourglass_broker::churn::ChurnStats;
-use hourglass_broker::message_stats::MessageStats;
+use hourglass_broker::message_stats::{MessageSizes, MessageStats};
 use hourglass_broker::queue::QueueStats;
 
 use crate::error::ApiError;
@@ -86,6 +86,7 @@ pub(crate) struct Snapshot {
     connections: Vec<ConnectionSummary>,
     consumers: usize,
     messages: MessageStats,
+    sizes: MessageSizes,
     churn: ChurnStats,
     vhosts: Vec<String>,
     exchanges: Vec<ExchangeRow>,
@@ -111,6 +112,7 @@ async fn snapshot(state: &AppState, with_exchanges: bool) -> Result<Snapshot, Ap
                 connections: b.list_connections(),
                 consumers: b.list_consumers().len(),
                 messages: b.message_stats(),
+                sizes: b.message_sizes(),
                 churn: b.churn_stats(),
                 vhosts,
                 exchanges,
