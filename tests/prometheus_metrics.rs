@@ -185,6 +185,8 @@ async fn metrics_count_traffic_as_rabbitmq_dashboards_read_it() {
     for (name, value) in AFTER_TRAFFIC {
         assert_eq!(metrics.get(*name), Some(&(*value as f64)), "{name} in\n{text}");
     }
+    assert_families_declared_once(&text);
+    assert_families_declared_once(&scrape(&broker, "/metrics/per-object").await);
     let by_name = summed_by_name(&metrics);
     for name in OVERVIEW_DASHBOARD_METRICS {
         let value = by_name.get(*name).unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"));
@@ -341,4 +343,21 @@ fn summed_by_name(samples: &HashMap<String, f64>) -> HashMap<String, f64> {
         *out.entry(name.to_owned()).or_insert(0.0) += value;
     }
     out
+}
+
+/// A valid exposition declares each family once (`# TYPE`), and every sample belongs to the
+/// family declared last (`_bucket`, `_sum`, `_count` to a histogram).
+fn assert_families_declared_once(text: &str) {
+    let mut declared = std::collections::HashSet::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            current = rest.split(' ').next().unwrap_or_default().to_owned();
+            assert!(declared.insert(current.clone()), "{current} declared twice");
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s));
+            assert!(name == current || base == Some(current.as_str()), "{name} outside its family");
+        }
+    }
 }
