@@ -10,8 +10,9 @@ use hourglass_wire::Method;
 
 use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Effect};
 use crate::channel::{Channel, Unacked};
+use crate::churn::ChurnStats;
 use crate::dead_lettering::DeadLetterQueue;
-use crate::message_stats::MessageStats;
+use crate::message_stats::{MessageSizes, MessageStats};
 use crate::naming::NameGenerator;
 use crate::persist::Persistence;
 use crate::queue::paging::Pager;
@@ -79,6 +80,10 @@ pub struct Broker {
     pub(crate) queue_scratch: Vec<QueueId>,
     /// The broker-wide message counters (`message_stats.rs`).
     pub(crate) message_stats: MessageStats,
+    /// Connections, channels and queues opened and closed (`churn.rs`).
+    pub(crate) churn: ChurnStats,
+    /// Body sizes of published messages (`message_stats.rs`).
+    pub(crate) message_sizes: MessageSizes,
     pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
     pub(crate) persist: Persistence,
@@ -103,6 +108,8 @@ impl Broker {
             settle_scratch: Vec::new(),
             queue_scratch: Vec::new(),
             message_stats: MessageStats::default(),
+            churn: ChurnStats::default(),
+            message_sizes: MessageSizes::default(),
             timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
             persist: Persistence::new(config.persistence),
@@ -117,6 +124,7 @@ impl Broker {
         let replies_of = crate::persist::holds_replies(&command);
         match command {
             Command::ConnectionOpen { conn, info } => {
+                self.churn.connection_opened(conn);
                 self.connections.insert(
                     conn,
                     ConnectionState { info, channels: Vec::new(), exclusive_queues: Vec::new() },
@@ -204,6 +212,7 @@ impl Broker {
     /// Forgets a connection: its channels (requeueing their deliveries) and its exclusive queues.
     fn release_connection(&mut self, conn: ConnectionId, now: Timestamp) {
         let Some(state) = self.connections.get(&conn) else { return };
+        self.churn.connection_closed(conn);
         let channels = state.channels.clone();
         for channel in channels {
             self.release_channel(conn, channel, now);
@@ -222,6 +231,7 @@ impl Broker {
     /// Forgets a channel: cancels its consumers and requeues its unacked deliveries, in order.
     pub(crate) fn release_channel(&mut self, conn: ConnectionId, channel_id: ChannelId, now: Timestamp) {
         let Some(mut channel) = self.channels.remove(&(conn, channel_id)) else { return };
+        self.churn.channel_closed(conn);
         self.reply_consumers.forget(conn, channel_id);
         if let Some(state) = self.connections.get_mut(&conn) {
             state.channels.retain(|c| *c != channel_id);

@@ -188,6 +188,11 @@ impl Channel {
     }
 
     /// Moves every unacked delivery into `out`, in tag order.
+    /// Every delivery not yet settled, basic.get ones too.
+    pub fn unacked_count(&self) -> usize {
+        self.unacked.len()
+    }
+
     pub fn take_all(&mut self, out: &mut Vec<Unacked>) {
         out.extend(self.unacked.drain(..));
         self.consumer_unacked = 0;

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod api;
 mod broker;
 mod channel;
+pub mod churn;
 mod dead_lettering;
 mod dispatch;
 mod enqueue;

@@ -6,9 +6,11 @@
 //! What each counter counts, as RabbitMQ's rabbit_channel does:
 //! - `publish`: basic.publish messages received (broker, channel); messages routed into the
 //!   queue by a publish (queue; dead-lettered copies are not counted, as in RabbitMQ).
-//! - `confirm`: publishes confirmed with basic.ack in confirm mode.
+//! - `confirm`: publishes confirmed with basic.ack in confirm mode; `received_confirm`: publishes
+//!   received on a channel in confirm mode (acked or nacked).
 //! - `deliver` / `deliver_no_ack` / `get` / `get_no_ack`: basic.deliver with and without ack,
 //!   basic.get-ok with and without ack; `redeliver`: those of them with the redelivered flag.
+//! - `get_empty`: basic.get answered with basic.get-empty.
 //! - `ack`: deliveries settled by basic.ack.
 //! - `routed` / `return_unroutable` / `drop_unroutable`: publishes that reached a queue, came back
 //!   to a mandatory publisher, or were dropped.
@@ -24,10 +26,12 @@ use crate::broker::Broker;
 pub struct MessageStats {
     pub publish: u64,
     pub confirm: u64,
+    pub received_confirm: u64,
     pub deliver: u64,
     pub deliver_no_ack: u64,
     pub get: u64,
     pub get_no_ack: u64,
+    pub get_empty: u64,
     pub ack: u64,
     pub redeliver: u64,
     pub routed: u64,
@@ -66,6 +70,17 @@ impl DeliveryKind {
     }
 }
 
+/// What the publisher was told of a publish, in confirm mode.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Confirm {
+    /// The channel is not in confirm mode.
+    NotRequested,
+    /// basic.ack.
+    Acked,
+    /// basic.nack (a queue refused it).
+    Nacked,
+}
+
 /// What a publish came to, for the publisher's counters.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum PublishOutcome {
@@ -88,9 +103,10 @@ impl MessageStats {
     }
 
     /// Counts one basic.publish received, what routing made of it and whether it was confirmed.
-    pub(crate) fn published(&mut self, outcome: PublishOutcome, confirmed: bool) {
+    pub(crate) fn published(&mut self, outcome: PublishOutcome, confirm: Confirm) {
         self.publish += 1;
-        self.confirm += u64::from(confirmed);
+        self.confirm += u64::from(confirm == Confirm::Acked);
+        self.received_confirm += u64::from(confirm != Confirm::NotRequested);
         let counter = match outcome {
             PublishOutcome::Routed => &mut self.routed,
             PublishOutcome::Returned => &mut self.return_unroutable,
@@ -102,6 +118,31 @@ impl MessageStats {
     /// RabbitMQ's `deliver_get`: every message handed to a client, however.
     pub fn deliver_get(&self) -> u64 {
         self.deliver + self.deliver_no_ack + self.get + self.get_no_ack
+    }
+}
+
+/// Upper bounds (bytes, inclusive) of the message-size histogram's buckets, RabbitMQ 4's
+/// (`rabbit_msg_size_metrics`): decades from 100 B to 10 MB, then 50 MB (to help choose a
+/// `max_message_size`) and 100 MB; the last bucket (+Inf) is implicit.
+pub const MESSAGE_SIZE_BUCKETS_BYTES: [u64; 8] =
+    [100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 50_000_000, 100_000_000];
+
+/// Body sizes of messages received from publishers, as a histogram: a count per bucket (not
+/// cumulative) and the sum of sizes. One comparison per bound and two increments per publish.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MessageSizes {
+    /// `counts[i]`: messages of at most `MESSAGE_SIZE_BUCKETS_BYTES[i]` bytes and more than the
+    /// bound before; the last entry counts the larger ones.
+    pub counts: [u64; MESSAGE_SIZE_BUCKETS_BYTES.len() + 1],
+    pub sum_bytes: u64,
+}
+
+impl MessageSizes {
+    pub(crate) fn observe(&mut self, size_bytes: usize) {
+        let size = size_bytes as u64;
+        let bucket = MESSAGE_SIZE_BUCKETS_BYTES.iter().position(|bound| size <= *bound);
+        self.counts[bucket.unwrap_or(MESSAGE_SIZE_BUCKETS_BYTES.len())] += 1;
+        self.sum_bytes += size;
     }
 }
 
@@ -138,6 +179,11 @@ impl Broker {
         self.message_stats
     }
 
+    /// Sizes of the message bodies received from publishers (RabbitMQ 4's message-size histogram).
+    pub fn message_sizes(&self) -> MessageSizes {
+        self.message_sizes
+    }
+
     /// A direct reply-to publish goes through the default exchange without routing there.
     pub(crate) fn count_reply_on_default_exchange(&self, vhost: &str, routed: bool) {
         let default = self.vhosts.get(vhost).and_then(|v| v.exchanges.get(&ShortStr::from_static("")));
@@ -161,5 +207,16 @@ mod tests {
         stats.delivered(DeliveryKind::of_get(true), false);
         assert_eq!((stats.deliver, stats.deliver_no_ack, stats.get, stats.get_no_ack), (1, 1, 1, 1));
         assert_eq!((stats.deliver_get(), stats.redeliver), (4, 2));
+    }
+
+    /// A size on a bound falls in that bound's bucket; past the last bound, in +Inf.
+    #[test]
+    fn message_sizes_fall_in_their_buckets() {
+        let mut sizes = MessageSizes::default();
+        for size in [0, 100, 101, 1_000_000, 100_000_001] {
+            sizes.observe(size);
+        }
+        assert_eq!(sizes.counts, [2, 1, 0, 0, 1, 0, 0, 0, 1]);
+        assert_eq!(sizes.sum_bytes, 101_000_202);
     }
 }

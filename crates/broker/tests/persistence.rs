@@ -111,7 +111,8 @@ fn only_persistent_messages_in_durable_queues_are_written() {
 }
 
 /// A confirm is released only by handle_persisted covering its op, in publish order per channel;
-/// another channel's confirms are not held behind it.
+/// another channel's confirms are not held behind it. Held confirms are the channel's
+/// `messages_unconfirmed` (Prometheus `rabbitmq_channel_messages_unconfirmed`).
 #[test]
 fn confirms_are_held_until_their_ops_are_durable() {
     let (mut tb, c, _) = setup(FieldTable::new());
@@ -122,14 +123,22 @@ fn confirms_are_held_until_their_ops_are_durable() {
     let other = tb.open_channel(c.conn, 2);
     confirm(&mut tb, other);
     assert_eq!(acks(&tb.publish(other, "", "q", b"transient")), vec![1], "other channel not held");
+    assert_eq!(unconfirmed(&tb), vec![2, 0]);
     let now = tb.clock.now();
     tb.broker.handle_persisted(pending[0].op_seq, now);
     let released: Vec<Effect> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
     assert_eq!(acks(&released), vec![1]);
+    assert_eq!(unconfirmed(&tb), vec![1, 0]);
     tb.broker.handle_persisted(pending[1].op_seq, now);
     let released: Vec<Effect> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
     assert_eq!(acks(&released), vec![2]);
     assert_eq!(tb.broker.held_effects(), 0);
+    assert_eq!(unconfirmed(&tb), vec![0, 0]);
+}
+
+/// Each channel's confirms still waiting for the store, in channel order.
+fn unconfirmed(tb: &TestBroker) -> Vec<u32> {
+    tb.broker.list_channels().iter().map(|c| c.messages_unconfirmed).collect()
 }
 
 /// Effects after a held confirm on the same channel wait behind it (channel.close-ok too).

@@ -15,7 +15,7 @@
 //! | `listener.rs` | the HTTP accept loop and its limits: timeouts, body size, connections |
 //! | `listing.rs` | `columns`, `sort`, `sort_reverse`, `page`, `page_size` |
 //! | `routes/*.rs` | one file per resource (`routes/policies.rs`: policies and operator policies) |
-//! | `metrics.rs` | Prometheus text exposition |
+//! | `metrics/` | Prometheus text exposition (`/metrics`, `/metrics/per-object`, `/metrics/detailed`) |
 //! | `resources.rs` | the memory and disk alarms |
 
 mod access;
@@ -126,7 +126,8 @@ pub fn api_router(state: AppState) -> axum::Router {
     routes::router(state)
 }
 
-/// The Prometheus routes (`/metrics`, `/metrics/per-object`), without auth as in RabbitMQ.
+/// The Prometheus routes (`/metrics`, `/metrics/per-object`, `/metrics/detailed`), without auth
+/// as in RabbitMQ.
 pub fn metrics_router(state: AppState) -> axum::Router {
     metrics::router(state)
 }

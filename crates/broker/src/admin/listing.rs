@@ -6,7 +6,7 @@ use hourglass_wire::FieldTable;
 use super::ADMIN_CONNECTION;
 use crate::api::{ChannelId, ConnectionId, ConnectionInfo};
 use crate::broker::Broker;
-use crate::channel::Mode;
+use crate::channel::{Mode, Settlement};
 use crate::exchange::{Destination, ExchangeSpec};
 use crate::message_stats::{ExchangeStats, MessageStats};
 use crate::policy::{merge, Policies, PolicyKind};
@@ -31,12 +31,21 @@ pub struct ChannelSummary {
     pub consumers: usize,
     /// Deliveries to this channel's consumers not yet settled (basic.get deliveries not counted).
     pub messages_unacknowledged: u32,
+    /// Every delivery on the channel not yet settled, basic.get ones too (RabbitMQ's
+    /// `messages_unacknowledged` in its Prometheus channel metrics).
+    pub deliveries_unacked: u32,
     /// basic.qos prefetch-count, global=false.
     pub prefetch_count: u16,
     /// basic.qos prefetch-count, global=true.
     pub global_prefetch_count: u16,
     pub confirm: bool,
     pub transactional: bool,
+    /// Publisher confirms not yet sent (waiting for the store).
+    pub messages_unconfirmed: u32,
+    /// Publishes held in an open transaction.
+    pub messages_uncommitted: u32,
+    /// basic.acks held in an open transaction.
+    pub acks_uncommitted: u32,
     /// What was published, delivered and acked on the channel.
     pub message_stats: MessageStats,
 }
@@ -125,6 +134,13 @@ impl Broker {
             .filter(|((conn, _), _)| *conn != ADMIN_CONNECTION)
             .filter_map(|((conn, number), channel)| {
                 let info = &self.connections.get(conn)?.info;
+                let (messages_uncommitted, acks_uncommitted) = match &channel.mode {
+                    Mode::Tx(tx) => (
+                        tx.publishes.len() as u32,
+                        tx.settlements.iter().filter(|(_, s)| *s == Settlement::Ack).count() as u32,
+                    ),
+                    _ => (0, 0),
+                };
                 Some(ChannelSummary {
                     conn: *conn,
                     channel: *number,
@@ -133,10 +149,14 @@ impl Broker {
                     peer: info.peer.clone(),
                     consumers: channel.consumers.len(),
                     messages_unacknowledged: channel.consumer_unacked,
+                    deliveries_unacked: channel.unacked_count() as u32,
                     prefetch_count: channel.consumer_prefetch,
                     global_prefetch_count: channel.channel_prefetch,
                     confirm: matches!(channel.mode, Mode::Confirm { .. }),
                     transactional: matches!(channel.mode, Mode::Tx(_)),
+                    messages_unconfirmed: self.unconfirmed(*conn, *number),
+                    messages_uncommitted,
+                    acks_uncommitted,
                     message_stats: channel.stats,
                 })
             })

@@ -16,7 +16,7 @@ use crate::enqueue::Enqueued;
 use crate::errors;
 use crate::exchange::delayed;
 use crate::message::Message;
-use crate::message_stats::{DeliveryKind, PublishOutcome};
+use crate::message_stats::{Confirm, DeliveryKind, PublishOutcome};
 use crate::permissions::{Access, Resource};
 use crate::queue::consumers::Consumer;
 use crate::queue::visibility::{self, DeliveryRef};
@@ -137,9 +137,14 @@ impl Broker {
         };
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
         let seq = channel.next_publish_seq();
-        let confirmed = seq.is_some() && !rejected;
-        channel.stats.published(outcome, confirmed);
-        self.message_stats.published(outcome, confirmed);
+        let confirm = match (seq, rejected) {
+            (None, _) => Confirm::NotRequested,
+            (Some(_), false) => Confirm::Acked,
+            (Some(_), true) => Confirm::Nacked,
+        };
+        channel.stats.published(outcome, confirm);
+        self.message_stats.published(outcome, confirm);
+        self.message_sizes.observe(message.body_size());
         if let Some(seq) = seq {
             if rejected {
                 // RabbitMQ sets the requeue bit on the nack of a publish a full queue refused.
@@ -272,6 +277,10 @@ impl Broker {
         let message_count = queue.message_count() as u32;
         self.reschedule(id);
         let Some(entry) = taken else {
+            self.message_stats.get_empty += 1;
+            if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+                channel.stats.get_empty += 1;
+            }
             self.send(conn, ch, BasicGetEmpty {});
             return Ok(());
         };

@@ -19,6 +19,7 @@ impl Broker {
         }
         state.channels.push(ch);
         self.channels.insert((conn, ch), Channel::new());
+        self.churn.channel_opened(conn);
         self.send(conn, ch, ChannelOpenOk {});
         Ok(())
     }

@@ -48,7 +48,7 @@ impl Broker {
                 auto_delete: m.auto_delete,
                 arguments: m.arguments.clone(),
             };
-            match self.vhost_mut(&vhost)?.queues.get(&spec.name).copied() {
+            let id = match self.vhost_mut(&vhost)?.queues.get(&spec.name).copied() {
                 Some(id) => {
                     self.check_redeclare(id, conn, &spec)?;
                     id
@@ -57,7 +57,9 @@ impl Broker {
                     self.check_dead_letter_access(conn, &spec)?;
                     self.create_queue(&vhost, spec, now)?
                 }
-            }
+            };
+            self.churn.queues_declared += 1;
+            id
         };
         // A declare (passive too) is a use of the queue for x-expires; its count never includes
         // an expired message (contract §1).
@@ -187,6 +189,7 @@ impl Broker {
     /// channels; settling them later is harmless. Returns the number of ready messages dropped.
     pub(crate) fn delete_queue(&mut self, id: QueueId) -> usize {
         let Some(queue) = self.queues.remove(&id) else { return 0 };
+        self.churn.queues_deleted += 1;
         self.unschedule(id, queue.scheduled);
         self.persist_purge(id, queue.is_persisted());
         if let Some(vhost) = self.vhosts.get_mut(&queue.vhost) {
@@ -302,6 +305,7 @@ impl Broker {
             self.definitions_changed();
         }
         self.queues.insert(id, queue);
+        self.churn.queues_created += 1;
         self.apply_queue_policies(id, now);
         Ok(id)
     }

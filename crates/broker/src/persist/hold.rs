@@ -42,6 +42,17 @@ impl Broker {
         self.persist.held.values().map(VecDeque::len).sum()
     }
 
+    /// Publisher confirms (basic.ack / basic.nack) of a channel still waiting for the store:
+    /// RabbitMQ's `messages_unconfirmed`. Read at scrape time, not per message.
+    pub(crate) fn unconfirmed(&self, conn: ConnectionId, channel: ChannelId) -> u32 {
+        use hourglass_wire::Method as M;
+        let Some(held) = self.persist.held.get(&(conn, channel)) else { return 0 };
+        let confirms = held.iter().filter(|(_, effect)| {
+            matches!(effect, Effect::Send { method: M::BasicAck(_) | M::BasicNack(_), .. })
+        });
+        confirms.count() as u32
+    }
+
     pub(crate) fn mark(&self) -> Mark {
         Mark { effects: self.effects.len(), op_seq: self.persist.last_op_seq() }
     }

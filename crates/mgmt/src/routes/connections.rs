@@ -38,7 +38,7 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// `peer -> listener`, as RabbitMQ names connections.
-fn connection_name(node: &NodeInfo, peer: &str) -> String {
+pub(crate) fn connection_name(node: &NodeInfo, peer: &str) -> String {
     // A socket address, so an IPv6 listener reads `[::]:5672`, not `:::5672`.
     format!("{peer} -> {}", std::net::SocketAddr::new(node.bind, node.amqp_port))
 }
@@ -95,9 +95,9 @@ fn channel_json(node: &NodeInfo, c: &ChannelSummary, rates: &Rates, at: Instant)
         "prefetch_count": c.prefetch_count,
         "global_prefetch_count": c.global_prefetch_count,
         "messages_unacknowledged": c.messages_unacknowledged,
-        "messages_unconfirmed": 0,
-        "messages_uncommitted": 0,
-        "acks_uncommitted": 0,
+        "messages_unconfirmed": c.messages_unconfirmed,
+        "messages_uncommitted": c.messages_uncommitted,
+        "acks_uncommitted": c.acks_uncommitted,
         "message_stats": message_stats,
     })
 }

@@ -3,6 +3,7 @@
 mod bindings;
 mod connections;
 mod definitions;
+pub(crate) use connections::connection_name;
 pub(crate) use definitions::import_definitions;
 mod exchanges;
 mod none_set;
