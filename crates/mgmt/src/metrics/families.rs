@@ -542,7 +542,12 @@ fn alarms(out: &mut Out, state: &AppState) {
     out.family(Kind::Gauge, "rabbitmq_alarms_free_disk_space_watermark", help, &[(String::new(), disk)]);
     let damage = state.node.store_damage;
     let help = "Damaged stretches of the message log skipped by recovery at start";
-    out.family(Kind::Gauge, "hourglass_store_recovery_damaged_regions", help, &[(String::new(), damage.regions)]);
+    out.family(
+        Kind::Gauge,
+        "hourglass_store_recovery_damaged_regions",
+        help,
+        &[(String::new(), damage.regions)],
+    );
     let help = "Bytes of the message log skipped as damaged by recovery at start";
     out.family(Kind::Gauge, "hourglass_store_recovery_damaged_bytes", help, &[(String::new(), damage.bytes)]);
 }
