@@ -1,5 +1,5 @@
 //! End to end with lapin: a policy set over HTTP applies to a queue declared without arguments
-//! (contract §6), and survives a restart. Waits are on the events themselves, each bounded.
+//! (semantics §6), and survives a restart. Waits are on the events themselves, each bounded.
 
 mod common;
 

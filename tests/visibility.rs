@@ -98,7 +98,7 @@ async fn unacked_delivery_returns_after_the_visibility_timeout() {
     assert!(channel.status().connected(), "the late ack did not close the channel");
 }
 
-/// contract §4: POST /api/queues/{vhost}/{queue}/visibility with a delivery's x-receipt-handle and
+/// semantics §4: POST /api/queues/{vhost}/{queue}/visibility with a delivery's x-receipt-handle and
 /// timeout_ms 0 makes that message visible at once: the consumer gets it again right away; the
 /// same handle is stale afterwards (404).
 #[tokio::test]

@@ -33,7 +33,7 @@ pub struct BrokerConfig {
     pub vhosts: Vec<String>,
     /// Seed for server-generated names (queue names, consumer tags).
     pub name_seed: u64,
-    /// ApsaraMQ compatibility (contract §3): a `delay` header delays a message on any exchange.
+    /// ApsaraMQ compatibility (semantics §3): a `delay` header delays a message on any exchange.
     /// Off by default: a header named `delay` may mean something else to an application.
     pub apsaramq_delay_header: bool,
     /// A store is attached: emit `StoreOp`s (`poll_store_op`) and hold confirms until

@@ -16,7 +16,7 @@ use crate::queue::QueueId;
 use crate::time::Timestamp;
 
 /// How many timed-out delivery tags a channel remembers, so a late ack of one is ignored rather
-/// than refused (contract §4). Older ones are forgotten; acking those is an unknown tag again.
+/// than refused (semantics §4). Older ones are forgotten; acking those is an unknown tag again.
 const MAX_STALE_TAGS: usize = 65_536;
 
 /// A delivery the client has not settled yet.
@@ -27,7 +27,7 @@ pub(crate) struct Unacked {
     pub entry: Entry,
     /// The consumer it went to; `None` for basic.get.
     pub consumer_tag: Option<ShortStr>,
-    /// When its visibility timeout runs out (contract §4); `None` without one.
+    /// When its visibility timeout runs out (semantics §4); `None` without one.
     pub visible_at: Option<Timestamp>,
 }
 

@@ -1,4 +1,4 @@
-//! Carrying out dead-lettering (contract §2): the rewritten message is routed through the source
+//! Carrying out dead-lettering (semantics §2): the rewritten message is routed through the source
 //! queue's dead-letter exchange into its targets, minus those that would close a cycle. Work is
 //! collected in a list and run after the operation that caused it, so one death cannot recurse
 //! into another while a queue is being changed.
@@ -45,7 +45,7 @@ impl Broker {
 
     /// Notes a message leaving queue `from` for `reason`; carried out by `run_dead_letters`.
     /// A persisted source (`persist_id`) is settled in the store only after its copies are
-    /// enqueued into the targets (contract §2: at-least-once, also across a crash); without a
+    /// enqueued into the targets (semantics §2: at-least-once, also across a crash); without a
     /// dead-letter exchange it is settled at once.
     pub(crate) fn dead_letter_later(
         &mut self,

@@ -1,5 +1,5 @@
 //! Handing ready messages to consumers: round robin among those with credit (their own prefetch
-//! and their channel's), never an expired message (contract §1).
+//! and their channel's), never an expired message (semantics §1).
 
 use std::collections::VecDeque;
 
@@ -82,7 +82,7 @@ fn pick_consumer(queue: &mut Queue, channels: &IdMap<(ConnectionId, ChannelId), 
 }
 
 /// Sends `entry` to consumer `at` of `queue` as basic.deliver, tracking it on the channel when it
-/// awaits an ack (and in the queue's visibility index when a timeout applies, contract §4).
+/// awaits an ack (and in the queue's visibility index when a timeout applies, semantics §4).
 /// Tells the store what the delivery means for a persisted message (`Persistence::handed_out`).
 #[allow(clippy::too_many_arguments)]
 fn deliver(

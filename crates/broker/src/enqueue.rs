@@ -1,4 +1,4 @@
-//! A message entering one queue (published or dead-lettered): a delay (contract §3), overflow
+//! A message entering one queue (published or dead-lettered): a delay (semantics §3), overflow
 //! limits, TTL 0, then the ready messages and the consumers.
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ pub(crate) enum Enqueued {
 
 impl Broker {
     /// Puts `message` into queue `id` at `now`. `delay_ms` is the delay the message brought from
-    /// a delayed exchange; it wins over the queue's `x-delivery-delay` (contract §3).
+    /// a delayed exchange; it wins over the queue's `x-delivery-delay` (semantics §3).
     pub(crate) fn enqueue(
         &mut self,
         id: QueueId,
@@ -71,7 +71,7 @@ impl Broker {
         })
     }
 
-    /// Moves the delayed messages due at `now` to ready, in due order (contract §3). A message
+    /// Moves the delayed messages due at `now` to ready, in due order (semantics §3). A message
     /// new to the queue starts its TTL at its due time; one coming back keeps its place.
     pub(crate) fn promote_due(&mut self, id: QueueId, now: Timestamp) {
         while let Some(queue) = self.queues.get_mut(&id) {
@@ -102,7 +102,7 @@ impl Broker {
     fn admit(&mut self, id: QueueId, entry: Entry) {
         let ready_at = entry.ready_at().unwrap_or_default();
         if entry.expires_at().is_some_and(|at| at <= ready_at) {
-            // TTL 0: a consumer that can take it now gets it, else it expires at once (contract §1).
+            // TTL 0: a consumer that can take it now gets it, else it expires at once (semantics §1).
             if let Some(entry) = self.deliver_now(id, entry, ready_at) {
                 if let Some(queue) = self.queues.get_mut(&id) {
                     queue.counters.expired += 1;

@@ -59,7 +59,7 @@ impl Message {
         self.hot.priority()
     }
 
-    /// The `expiration` property as milliseconds (contract §1); `None` when absent or invalid
+    /// The `expiration` property as milliseconds (semantics §1); `None` when absent or invalid
     /// (publish refuses an invalid one with 406 before a message is made).
     pub fn expiration_ms(&self) -> Option<u64> {
         self.hot.expiration_ms()

@@ -1,4 +1,4 @@
-//! Messages coming back unacknowledged (contract §4, §5): visibility timeouts running out, the
+//! Messages coming back unacknowledged (semantics §4, §5): visibility timeouts running out, the
 //! failed-delivery count with its limit and back-off, the headers a redelivery carries, and
 //! changing one delivery's remaining invisibility by receipt handle.
 
@@ -25,7 +25,7 @@ pub enum VisibilityError {
 
 impl Broker {
     /// A delivery of queue `id` came back unsettled: it counts one failed delivery, then goes back
-    /// to ready, waits out its back-off, or is dead-lettered over its limit (contract §5).
+    /// to ready, waits out its back-off, or is dead-lettered over its limit (semantics §5).
     pub(crate) fn return_to_queue(&mut self, id: QueueId, mut entry: Entry, now: Timestamp) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
         entry.delivery_count = entry.delivery_count.saturating_add(1);
@@ -53,7 +53,7 @@ impl Broker {
     }
 
     /// Takes back the deliveries of queue `id` whose visibility ran out at `now`; their channels
-    /// stay open and their consumers get the credit back (contract §4).
+    /// stay open and their consumers get the credit back (semantics §4).
     pub(crate) fn expire_visibility(&mut self, id: QueueId, now: Timestamp) {
         loop {
             let Some(queue) = self.queues.get_mut(&id) else { return };
@@ -71,7 +71,7 @@ impl Broker {
     }
 
     /// Sets the remaining invisibility of the delivery named by `receipt_handle` to `timeout_ms`
-    /// from `now`; 0 makes it visible at once (contract §4).
+    /// from `now`; 0 makes it visible at once (semantics §4).
     pub fn change_visibility(
         &mut self,
         vhost: &str,
@@ -112,8 +112,8 @@ impl Broker {
     }
 }
 
-/// The message as this delivery carries it: `x-delivery-count` on redeliveries (contract §5) and
-/// `x-receipt-handle` under a visibility timeout (contract §4). The stored message is unchanged.
+/// The message as this delivery carries it: `x-delivery-count` on redeliveries (semantics §5) and
+/// `x-receipt-handle` under a visibility timeout (semantics §4). The stored message is unchanged.
 /// `entry` comes from `take_for_delivery`, so its message is in memory; a paged one (a bug) goes
 /// out empty rather than stopping the broker.
 pub(crate) fn decorate(entry: &Entry, receipt_handle: Option<String>) -> Arc<Message> {

@@ -76,7 +76,7 @@ impl Broker {
         }
     }
 
-    /// Removes a queue's expired ready messages and queues them for dead-lettering (contract §1:
+    /// Removes a queue's expired ready messages and queues them for dead-lettering (semantics §1:
     /// an expired message is never delivered).
     pub(crate) fn expire_messages(&mut self, id: QueueId, now: Timestamp) {
         let Some(queue) = self.queues.get_mut(&id) else { return };

@@ -12,7 +12,7 @@ use crate::queue::QueueId;
 pub(crate) struct VHost {
     pub exchanges: HashMap<ShortStr, Exchange>,
     pub queues: HashMap<ShortStr, QueueId>,
-    /// Policies and operator policies (contract §6).
+    /// Policies and operator policies (semantics §6).
     pub policies: Policies,
 }
 

@@ -1,4 +1,4 @@
-//! Delayed messages: the delayed exchange and delay queues (contract §3), with a manual clock.
+//! Delayed messages: the delayed exchange and delay queues (semantics §3), with a manual clock.
 
 mod common;
 
@@ -44,7 +44,7 @@ fn declare_args(tb: &mut TestBroker, c: Chan, name: &str, args: &[(&str, FieldVa
     tb.call(c, QueueDeclare { queue: short(name), arguments, ..Default::default() })
 }
 
-/// contract §3: a message through a delayed exchange is invisible and counted as delayed until
+/// semantics §3: a message through a delayed exchange is invisible and counted as delayed until
 /// due, then ready exactly at its due time; the queue reports the next due time.
 #[test]
 fn delayed_message_becomes_ready_exactly_when_due() {
@@ -67,7 +67,7 @@ fn delayed_message_becomes_ready_exactly_when_due() {
     assert_eq!(stats(&tb, "q"), (1, 0));
 }
 
-/// contract §3: every x-delayed-type routes as its type; the delayed copy waits in each target.
+/// semantics §3: every x-delayed-type routes as its type; the delayed copy waits in each target.
 #[test]
 fn each_delayed_type_routes_as_its_type() {
     let mut tb = TestBroker::new();
@@ -106,7 +106,7 @@ fn each_delayed_type_routes_as_its_type() {
     }
 }
 
-/// contract §3: a missing or unknown x-delayed-type fails exchange.declare with 406 naming it.
+/// semantics §3: a missing or unknown x-delayed-type fails exchange.declare with 406 naming it.
 #[test]
 fn delayed_exchange_needs_a_delayed_type() {
     let mut tb = TestBroker::new();
@@ -124,7 +124,7 @@ fn delayed_exchange_needs_a_delayed_type() {
     assert_eq!(channel_error(&delayed_exchange(&mut tb, c, "d", "bogus")).unwrap().reply_code, 406);
 }
 
-/// contract §3: on delivery the x-delay header reads the negative of the delay, as the plugin.
+/// semantics §3: on delivery the x-delay header reads the negative of the delay, as the plugin.
 #[test]
 fn delivered_x_delay_is_negative() {
     let mut tb = TestBroker::new();
@@ -139,7 +139,7 @@ fn delivered_x_delay_is_negative() {
     assert_eq!(headers.get("x-delay"), Some(FieldValue::I32(-250)));
 }
 
-/// contract §3: due messages become ready in due order, ties in publish order.
+/// semantics §3: due messages become ready in due order, ties in publish order.
 #[test]
 fn due_order_and_ties_in_publish_order() {
     let mut tb = TestBroker::new();
@@ -155,7 +155,7 @@ fn due_order_and_ties_in_publish_order() {
     assert_eq!(got, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]);
 }
 
-/// contract §1/§3: TTL starts when a delayed message becomes ready, not at publish.
+/// semantics §1/§3: TTL starts when a delayed message becomes ready, not at publish.
 #[test]
 fn ttl_starts_when_the_delay_ends() {
     let mut tb = TestBroker::new();
@@ -170,7 +170,7 @@ fn ttl_starts_when_the_delay_ends() {
     assert_eq!(stats(&tb, "q"), (0, 0));
 }
 
-/// contract §3 delay queue: x-delivery-delay holds every entering message, dead-lettered ones
+/// semantics §3 delay queue: x-delivery-delay holds every entering message, dead-lettered ones
 /// too; a delayed exchange's own delay wins.
 #[test]
 fn delay_queue_holds_every_entering_message_and_exchange_delay_wins() {
@@ -197,7 +197,7 @@ fn delay_queue_holds_every_entering_message_and_exchange_delay_wins() {
     assert_eq!(stats(&tb, "slow"), (2, 1));
 }
 
-/// contract §3: routing happens at publish: mandatory returns 312 when nothing routes now, and the
+/// semantics §3: routing happens at publish: mandatory returns 312 when nothing routes now, and the
 /// confirm is sent at once (every delayed copy is stored).
 #[test]
 fn mandatory_and_confirms_apply_at_publish() {
@@ -215,7 +215,7 @@ fn mandatory_and_confirms_apply_at_publish() {
     assert!(matches!(methods(&effects).as_slice(), [Method::BasicAck(a)] if a.delivery_tag == 2));
 }
 
-/// contract §3: an alternate exchange's copy waits too (the delay belongs to the message).
+/// semantics §3: an alternate exchange's copy waits too (the delay belongs to the message).
 #[test]
 fn alternate_exchange_copy_waits() {
     let mut tb = TestBroker::new();
@@ -238,7 +238,7 @@ fn alternate_exchange_copy_waits() {
     assert_eq!(stats(&tb, "unrouted"), (0, 1));
 }
 
-/// contract §3: a delay beyond ten years is a channel error 406; no delay header means no delay.
+/// semantics §3: a delay beyond ten years is a channel error 406; no delay header means no delay.
 #[test]
 fn too_long_delay_is_refused_and_no_header_is_no_delay() {
     let mut tb = TestBroker::new();
@@ -259,7 +259,7 @@ fn too_long_delay_is_refused_and_no_header_is_no_delay() {
     assert_eq!(err.unwrap().reply_code, 406);
 }
 
-/// contract §3 ApsaraMQ: with the option on, a `delay` header delays on any exchange; off, it is ignored.
+/// semantics §3 ApsaraMQ: with the option on, a `delay` header delays on any exchange; off, it is ignored.
 #[test]
 fn apsaramq_delay_header_is_opt_in() {
     let headers = || BasicProperties {
@@ -281,7 +281,7 @@ fn apsaramq_delay_header_is_opt_in() {
     assert_eq!(stats(&on, "q"), (1, 0));
 }
 
-/// contract §7: delayed messages can be listed and peeked without consuming, cancelled, and
+/// semantics §7: delayed messages can be listed and peeked without consuming, cancelled, and
 /// rescheduled (to now: ready at once).
 #[test]
 fn delayed_messages_can_be_peeked_cancelled_and_rescheduled() {

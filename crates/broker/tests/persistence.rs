@@ -192,7 +192,7 @@ fn ack_settles_and_requeue_updates() {
     assert_eq!(kinds(&ops(&mut tb)), vec!["enqueue", "settle"], "a no-ack delivery settles at once");
 }
 
-/// Dead-lettering writes the copy's Enqueue into the DLQ before the source's Settle (contract §2:
+/// Dead-lettering writes the copy's Enqueue into the DLQ before the source's Settle (semantics §2:
 /// at-least-once across a crash).
 #[test]
 fn dead_letter_copy_is_written_before_the_source_is_settled() {

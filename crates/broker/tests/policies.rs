@@ -1,4 +1,4 @@
-//! Policies and operator policies (contract §6) with a manual clock: matching, precedence against
+//! Policies and operator policies (semantics §6) with a manual clock: matching, precedence against
 //! queue arguments, live re-application to existing queues, exchanges, and durability.
 
 mod common;
@@ -62,7 +62,7 @@ fn dead_letter_target(tb: &mut TestBroker, c: Chan) {
     bind(tb, c, "dlq", "dlx", "");
 }
 
-/// contract §6 + §1: a 1000 ms message-ttl policy with a dead-letter-exchange policy dead-letters
+/// semantics §6 + §1: a 1000 ms message-ttl policy with a dead-letter-exchange policy dead-letters
 /// a message at exactly 1000 ms, not a millisecond before.
 #[test]
 fn ttl_policy_dead_letters_at_exactly_its_deadline() {
@@ -82,7 +82,7 @@ fn ttl_policy_dead_letters_at_exactly_its_deadline() {
     assert_eq!((ready(&tb, "work"), ready(&tb, "dlq")), (0, 1));
 }
 
-/// contract §6: an operator policy's max-length 5 beats a user policy's 10 (the lower wins).
+/// semantics §6: an operator policy's max-length 5 beats a user policy's 10 (the lower wins).
 #[test]
 fn operator_max_length_beats_a_higher_user_policy() {
     let mut tb = TestBroker::new();
@@ -96,7 +96,7 @@ fn operator_max_length_beats_a_higher_user_policy() {
     assert_eq!(ready(&tb, "q"), 5);
 }
 
-/// contract §6, as RabbitMQ's classic queues: for message-ttl the lowest of argument, policy and
+/// semantics §6, as RabbitMQ's classic queues: for message-ttl the lowest of argument, policy and
 /// operator policy applies. An argument of 2000 ms under a 1000 ms policy expires at 1000 ms
 /// (measured on RabbitMQ 3.10); a 500 ms operator policy beats the argument too.
 #[test]
@@ -121,7 +121,7 @@ fn lowest_ttl_of_argument_policy_and_operator_policy_applies() {
     assert_eq!(ready(&tb, "a.policy-wins"), 0);
 }
 
-/// contract §6: a dead-letter-exchange argument beats the policy's (RabbitMQ's res_arg).
+/// semantics §6: a dead-letter-exchange argument beats the policy's (RabbitMQ's res_arg).
 #[test]
 fn dead_letter_exchange_argument_beats_the_policy() {
     let mut tb = TestBroker::new();

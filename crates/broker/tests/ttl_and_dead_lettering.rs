@@ -1,4 +1,4 @@
-//! Message TTL, dead-lettering, max-length and queue expiry (contract §1, §2), with a manual
+//! Message TTL, dead-lettering, max-length and queue expiry (semantics §1, §2), with a manual
 //! clock: exact to the millisecond, no sleeps.
 
 mod common;
@@ -65,7 +65,7 @@ fn get_one(tb: &mut TestBroker, c: Chan, queue: &str) -> Option<std::sync::Arc<h
     })
 }
 
-/// contract §1: x-message-ttl expires a message exactly at its deadline, counted from publish.
+/// semantics §1: x-message-ttl expires a message exactly at its deadline, counted from publish.
 #[test]
 fn queue_ttl_expires_exactly_on_time() {
     let mut tb = TestBroker::new();
@@ -78,7 +78,7 @@ fn queue_ttl_expires_exactly_on_time() {
     assert_eq!(ready(&tb, "q"), 0);
 }
 
-/// contract §1: when both x-message-ttl and expiration apply, the smaller wins.
+/// semantics §1: when both x-message-ttl and expiration apply, the smaller wins.
 #[test]
 fn smaller_of_queue_and_message_ttl_wins() {
     let mut tb = TestBroker::new();
@@ -92,7 +92,7 @@ fn smaller_of_queue_and_message_ttl_wins() {
     assert_eq!(ready(&tb, "q"), 0);
 }
 
-/// contract §1 "Exact expiry": a short-lived message behind a long-lived head is dead-lettered at
+/// semantics §1 "Exact expiry": a short-lived message behind a long-lived head is dead-lettered at
 /// its own deadline, and the broker's next wake-up is that deadline.
 #[test]
 fn message_behind_a_long_lived_head_expires_on_time() {
@@ -109,7 +109,7 @@ fn message_behind_a_long_lived_head_expires_on_time() {
     assert_eq!(&dead.body[..], b"behind");
 }
 
-/// contract §1: an expired message never reaches a consumer, even before the timer has fired.
+/// semantics §1: an expired message never reaches a consumer, even before the timer has fired.
 #[test]
 fn expired_message_is_never_delivered() {
     let mut tb = TestBroker::new();
@@ -123,7 +123,7 @@ fn expired_message_is_never_delivered() {
     assert_eq!(ok.message_count, 0, "declare-ok never counts an expired message");
 }
 
-/// contract §1 "TTL 0": delivered at once to a consumer that can take it, else expired at once.
+/// semantics §1 "TTL 0": delivered at once to a consumer that can take it, else expired at once.
 #[test]
 fn ttl_zero_delivers_or_expires_at_once() {
     let mut tb = TestBroker::new();
@@ -137,7 +137,7 @@ fn ttl_zero_delivers_or_expires_at_once() {
     assert_eq!(ready(&tb, "dlq"), 1);
 }
 
-/// contract §1: an unacked message does not expire while held; back in the queue its deadline applies.
+/// semantics §1: an unacked message does not expire while held; back in the queue its deadline applies.
 #[test]
 fn unacked_message_keeps_its_deadline_when_it_comes_back() {
     let mut tb = TestBroker::new();
@@ -151,7 +151,7 @@ fn unacked_message_keeps_its_deadline_when_it_comes_back() {
     assert_eq!((ready(&tb, "q"), ready(&tb, "dlq")), (0, 1));
 }
 
-/// contract §1: an invalid expiration fails basic.publish with 406.
+/// semantics §1: an invalid expiration fails basic.publish with 406.
 #[test]
 fn invalid_expiration_is_precondition_failed() {
     let mut tb = TestBroker::new();
@@ -164,7 +164,7 @@ fn invalid_expiration_is_precondition_failed() {
     assert_eq!(err.reply_code, 406);
 }
 
-/// contract §2: a rejected message goes to the DLX with x-death, x-first/last-death headers and the
+/// semantics §2: a rejected message goes to the DLX with x-death, x-first/last-death headers and the
 /// dead-letter routing key; `expiration` becomes `original-expiration`.
 #[test]
 fn rejected_message_is_dead_lettered_with_x_death() {
@@ -198,7 +198,7 @@ fn rejected_message_is_dead_lettered_with_x_death() {
     assert_eq!(headers.get("x-last-death-queue"), Some(text("q")));
 }
 
-/// contract §2: an expired message is dead-lettered with reason expired; a missing DLX drops it
+/// semantics §2: an expired message is dead-lettered with reason expired; a missing DLX drops it
 /// without error.
 #[test]
 fn expired_message_is_dead_lettered_and_missing_dlx_drops() {
@@ -220,7 +220,7 @@ fn expired_message_is_dead_lettered_and_missing_dlx_drops() {
     assert_eq!(ready(&tb, "orphan"), 0);
 }
 
-/// contract §2: a TTL ping-pong between two queues with no rejection is dropped once it would
+/// semantics §2: a TTL ping-pong between two queues with no rejection is dropped once it would
 /// re-enter a queue it already died in; the count grows per queue+reason meanwhile.
 #[test]
 fn dead_letter_cycle_without_rejection_is_dropped() {
@@ -240,7 +240,7 @@ fn dead_letter_cycle_without_rejection_is_dropped() {
     assert_eq!(tb.broker.next_deadline(), None);
 }
 
-/// contract §2: a cycle with a rejection in it keeps going (the consumer chose to send it back).
+/// semantics §2: a cycle with a rejection in it keeps going (the consumer chose to send it back).
 #[test]
 fn dead_letter_cycle_with_rejection_continues() {
     let mut tb = TestBroker::new();
@@ -266,7 +266,7 @@ fn dead_letter_cycle_with_rejection_continues() {
     assert_eq!(rejected.get("count"), Some(FieldValue::I64(3)));
 }
 
-/// contract §2 maxlen: drop-head dead-letters the oldest ready messages with reason maxlen.
+/// semantics §2 maxlen: drop-head dead-letters the oldest ready messages with reason maxlen.
 #[test]
 fn max_length_drop_head_dead_letters_the_oldest() {
     let mut tb = TestBroker::new();
@@ -281,7 +281,7 @@ fn max_length_drop_head_dead_letters_the_oldest() {
     assert_eq!(x_death(&dead)[0].get("reason"), Some(text("maxlen")));
 }
 
-/// contract §2: reject-publish refuses the overflowing message and nacks it in confirm mode;
+/// semantics §2: reject-publish refuses the overflowing message and nacks it in confirm mode;
 /// reject-publish-dlx also dead-letters it.
 #[test]
 fn reject_publish_nacks_and_reject_publish_dlx_dead_letters() {
@@ -304,7 +304,7 @@ fn reject_publish_nacks_and_reject_publish_dlx_dead_letters() {
     assert!(matches!(methods(&tb.publish(c, "", "strict", b"5")).as_slice(), [Method::BasicNack(_)]));
 }
 
-/// contract §1 x-expires: an unused queue is deleted after that long; consumers and basic.get
+/// semantics §1 x-expires: an unused queue is deleted after that long; consumers and basic.get
 /// keep it alive.
 #[test]
 fn unused_queue_is_deleted_after_x_expires() {
@@ -325,7 +325,7 @@ fn unused_queue_is_deleted_after_x_expires() {
     assert!(tb.broker.queue_stats("/", "idle").is_none());
 }
 
-/// contract §2: quorum arguments from Celery/Spring/kombu are accepted on durable queues.
+/// semantics §2: quorum arguments from Celery/Spring/kombu are accepted on durable queues.
 #[test]
 fn quorum_arguments_are_accepted() {
     let mut tb = TestBroker::new();

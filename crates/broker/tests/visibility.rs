@@ -1,4 +1,4 @@
-//! Visibility timeouts, delivery limits and redelivery back-off (contract §4, §5), with a manual clock.
+//! Visibility timeouts, delivery limits and redelivery back-off (semantics §4, §5), with a manual clock.
 
 mod common;
 
@@ -37,7 +37,7 @@ fn receipt(d: &hourglass_testkit::Delivery) -> String {
     }
 }
 
-/// contract §4: an unsettled delivery becomes ready again after the timeout, redelivered, while
+/// semantics §4: an unsettled delivery becomes ready again after the timeout, redelivered, while
 /// its channel stays open; the consumer's prefetch credit comes back so it gets it again.
 #[test]
 fn unsettled_delivery_comes_back_after_the_timeout() {
@@ -76,7 +76,7 @@ fn late_ack_is_ignored() {
     assert_eq!(stats(&tb, "q").messages_ready, 1, "still there, exactly once");
 }
 
-/// contract §4 (issue 5): ack multiple=true spanning live and timed-out tags settles the live
+/// semantics §4 (issue 5): ack multiple=true spanning live and timed-out tags settles the live
 /// ones and ignores the stale ones.
 #[test]
 fn multiple_ack_spanning_live_and_stale_tags() {
@@ -99,7 +99,7 @@ fn multiple_ack_spanning_live_and_stale_tags() {
     assert!(channel_error(&ack(&mut tb, c, 3, false)).is_none(), "tags keep counting after stale ones");
 }
 
-/// contract §4: a basic.get poller that takes a message and stalls leaves it to come back after
+/// semantics §4: a basic.get poller that takes a message and stalls leaves it to come back after
 /// the timeout, exactly once.
 #[test]
 fn stalled_poller_message_comes_back_exactly_once() {
@@ -122,7 +122,7 @@ fn stalled_poller_message_comes_back_exactly_once() {
     assert_eq!((s.messages_ready, s.messages_unacked), (0, 0));
 }
 
-/// contract §4: a consumer can set its own timeout on a queue without one; an invalid one is 406.
+/// semantics §4: a consumer can set its own timeout on a queue without one; an invalid one is 406.
 #[test]
 fn consumer_override_and_its_validation() {
     let mut tb = TestBroker::new();
@@ -141,7 +141,7 @@ fn consumer_override_and_its_validation() {
     assert!(err.reply_text.contains("'x-visibility-timeout'"), "{}", err.reply_text);
 }
 
-/// contract §4: deliveries carry x-receipt-handle; the handle extends or ends the invisibility of
+/// semantics §4: deliveries carry x-receipt-handle; the handle extends or ends the invisibility of
 /// that one message; a stale or unknown handle is not found.
 #[test]
 fn receipt_handle_changes_visibility() {
@@ -169,7 +169,7 @@ fn receipt_handle_changes_visibility() {
     );
 }
 
-/// contract §5: each nack with requeue counts a failed delivery, shown as x-delivery-count; past
+/// semantics §5: each nack with requeue counts a failed delivery, shown as x-delivery-count; past
 /// x-delivery-limit the message is dead-lettered with reason delivery_limit.
 #[test]
 fn delivery_limit_dead_letters_with_reason_delivery_limit() {
@@ -207,7 +207,7 @@ fn delivery_limit_dead_letters_with_reason_delivery_limit() {
     assert_eq!(first.get("reason"), Some(FieldValue::LongStr("delivery_limit".into())));
 }
 
-/// contract §5: a closed channel counts as a failed delivery; without a DLX an over-limit message is dropped.
+/// semantics §5: a closed channel counts as a failed delivery; without a DLX an over-limit message is dropped.
 #[test]
 fn channel_close_counts_and_over_limit_without_dlx_drops() {
     let mut tb = TestBroker::new();
@@ -223,7 +223,7 @@ fn channel_close_counts_and_over_limit_without_dlx_drops() {
     assert_eq!((s.messages_ready, s.messages_unacked, s.messages_delayed), (0, 0, 0));
 }
 
-/// contract §5: a returning message waits min(delay * 2^(count-1), max), counted as delayed.
+/// semantics §5: a returning message waits min(delay * 2^(count-1), max), counted as delayed.
 #[test]
 fn redelivery_backoff_doubles_up_to_the_max() {
     let mut tb = TestBroker::new();
@@ -243,7 +243,7 @@ fn redelivery_backoff_doubles_up_to_the_max() {
     }
 }
 
-/// contract §4, §5: argument validation with 406 naming the argument.
+/// semantics §4, §5: argument validation with 406 naming the argument.
 #[test]
 fn argument_validation() {
     let mut tb = TestBroker::new();

@@ -472,7 +472,7 @@ async fn prometheus_metrics() {
     assert!(per_object.contains("hourglass_queue_visibility_expired_total{vhost=\"/\",queue=\"m\"} 0"));
 }
 
-/// contract §7: a queue's delayed messages are listed without being consumed, can be
+/// semantics §7: a queue's delayed messages are listed without being consumed, can be
 /// rescheduled (delay 0: ready at once) and cancelled; the queue shows its delayed count.
 #[tokio::test]
 async fn delayed_messages_endpoints() {
@@ -512,7 +512,7 @@ async fn delayed_messages_endpoints() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
-/// contract §4: the visibility endpoint answers 404 for an unknown queue or a stale/unknown
+/// semantics §4: the visibility endpoint answers 404 for an unknown queue or a stale/unknown
 /// receipt handle, and 400 for a malformed body.
 #[tokio::test]
 async fn visibility_endpoint_status_codes() {
@@ -535,7 +535,7 @@ async fn visibility_endpoint_status_codes() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
-/// contract §6: /api/policies in RabbitMQ's shapes and status codes — 201 create, 204 replace,
+/// semantics §6: /api/policies in RabbitMQ's shapes and status codes — 201 create, 204 replace,
 /// 400 with RabbitMQ's reason for a bad definition or pattern, 404 for a missing vhost or policy.
 #[tokio::test]
 async fn policies_endpoints() {
@@ -578,7 +578,7 @@ async fn policies_endpoints() {
     assert_eq!(call(&s, "GET", "/api/policies/%2F/ttl", None).await.0, StatusCode::NOT_FOUND);
 }
 
-/// contract §6: operator policies take limits only; queue and exchange listings name the
+/// semantics §6: operator policies take limits only; queue and exchange listings name the
 /// policies that apply and show their merged definition (the lower max-length).
 #[tokio::test]
 async fn operator_policies_and_listings() {

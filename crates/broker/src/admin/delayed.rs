@@ -1,4 +1,4 @@
-//! Seeing and steering delayed messages (contract §7): list and peek without consuming, cancel,
+//! Seeing and steering delayed messages (semantics §7): list and peek without consuming, cancel,
 //! reschedule. Ids are the messages' positions in their queue (stable while they wait).
 
 use std::sync::Arc;

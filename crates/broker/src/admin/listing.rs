@@ -82,7 +82,7 @@ pub struct ExchangeDetails {
     pub message_stats: ExchangeStats,
 }
 
-/// The policies that apply to a queue or exchange (contract §6), as RabbitMQ's listings show them.
+/// The policies that apply to a queue or exchange (semantics §6), as RabbitMQ's listings show them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicyNames {
     pub policy: Option<String>,

@@ -1,5 +1,5 @@
 //! Setting, clearing and listing policies and operator policies on the management API's behalf
-//! (contract §6). A change applies at once to the vhost's queues and exchanges (`policy/apply.rs`)
+//! (semantics §6). A change applies at once to the vhost's queues and exchanges (`policy/apply.rs`)
 //! and is written with the durable definitions.
 
 use crate::broker::Broker;

@@ -1,4 +1,4 @@
-//! The delayed exchange (contract §3): type `x-delayed-message` routing as its `x-delayed-type`,
+//! The delayed exchange (semantics §3): type `x-delayed-message` routing as its `x-delayed-type`,
 //! and the `x-delay` header read as rabbitmq-delayed-message-exchange reads it.
 
 use hourglass_wire::{FieldTable, FieldValue};
@@ -64,7 +64,7 @@ mod tests {
         delay_ms(Some(&FieldTable::from_entries([("x-delay", value)])), "x-delay")
     }
 
-    /// contract §3: integers of any width, numeric strings and floats are read; floats truncate.
+    /// semantics §3: integers of any width, numeric strings and floats are read; floats truncate.
     #[test]
     fn x_delay_reads_integers_strings_and_floats() {
         assert_eq!(delay(FieldValue::U8(200)).unwrap(), Some(200));
@@ -75,7 +75,7 @@ mod tests {
         assert_eq!(delay(FieldValue::F32(2.5)).unwrap(), Some(2));
     }
 
-    /// contract §3: absent, <= 0 or unreadable is no delay.
+    /// semantics §3: absent, <= 0 or unreadable is no delay.
     #[test]
     fn x_delay_absent_non_positive_or_unreadable_is_no_delay() {
         assert_eq!(delay_ms(None, "x-delay").unwrap(), None);
@@ -88,7 +88,7 @@ mod tests {
         assert_eq!(delay(FieldValue::F64(f64::NAN)).unwrap(), None);
     }
 
-    /// contract §3: beyond ten years is a 406; beyond the plugin's 2^32-1 ms is honoured.
+    /// semantics §3: beyond ten years is a 406; beyond the plugin's 2^32-1 ms is honoured.
     #[test]
     fn x_delay_limits() {
         assert_eq!(delay(FieldValue::I64(1 << 33)).unwrap(), Some(1 << 33));
@@ -96,7 +96,7 @@ mod tests {
         assert_eq!(delay(FieldValue::I64(MAX_TIME_MS as i64 + 1)).unwrap_err().reply_code, 406);
     }
 
-    /// contract §3: x-delayed-type must name a routing type.
+    /// semantics §3: x-delayed-type must name a routing type.
     #[test]
     fn delayed_type_is_required() {
         assert!(routing_kind(&FieldTable::new()).is_err());

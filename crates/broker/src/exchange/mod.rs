@@ -97,7 +97,7 @@ pub(crate) struct Exchange {
     pub spec: ExchangeSpec,
     /// Where unroutable messages go: the `alternate-exchange` argument, else the policy's.
     pub alternate: Option<ShortStr>,
-    /// The policy and operator policy that apply (contract §6), by name.
+    /// The policy and operator policy that apply (semantics §6), by name.
     pub policy: Option<String>,
     pub operator_policy: Option<String>,
     /// Bindings with this exchange as source, in the order they were made (a set: binding twice

@@ -454,7 +454,7 @@ impl Broker {
 }
 
 /// The delay a publish asks for: `x-delay` through a delayed exchange, or ApsaraMQ's `delay`
-/// header on any exchange when that is switched on (contract §3).
+/// header on any exchange when that is switched on (semantics §3).
 fn requested_delay(
     delayed_exchange: bool,
     apsaramq: bool,
@@ -469,7 +469,7 @@ fn requested_delay(
     Ok(None)
 }
 
-/// `x-visibility-timeout` in basic.consume arguments (contract §4): 406 naming it when invalid.
+/// `x-visibility-timeout` in basic.consume arguments (semantics §4): 406 naming it when invalid.
 fn consumer_visibility(
     arguments: &hourglass_wire::FieldTable,
     queue: &ShortStr,

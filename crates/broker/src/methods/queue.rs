@@ -62,7 +62,7 @@ impl Broker {
             id
         };
         // A declare (passive too) is a use of the queue for x-expires; its count never includes
-        // an expired message (contract §1).
+        // an expired message (semantics §1).
         if let Some(queue) = self.queues.get_mut(&id) {
             queue.touch(now);
         }

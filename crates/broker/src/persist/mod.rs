@@ -6,7 +6,7 @@
 //!
 //! Which events write what: a message entering a persisted queue (ready or delayed) → `Enqueue`;
 //! leaving it (ack, no-ack delivery, expiry, overflow drop, purge, dead-lettered away) → `Settle`
-//! (the dead-lettered copies' `Enqueue`s come first: at-least-once, contract §2); coming back with
+//! (the dead-lettered copies' `Enqueue`s come first: at-least-once, semantics §2); coming back with
 //! a new delivery count or back-off → `Update`; queue deleted → `Purge`; durable exchanges, queues
 //! and bindings changed → `Definitions` with the whole set (`definitions.rs`).
 //!

@@ -9,7 +9,7 @@
 //! - A delayed message keeps its due time; one never ready yet gets its TTL when it falls due.
 //! - TTL deadlines count from the stored ready time: a message that expired while the broker was
 //!   down is dead-lettered (or dropped) on restore, exactly as it would have been.
-//! - Delivery counts are kept (contract §5).
+//! - Delivery counts are kept (semantics §5).
 //! - Messages whose queue the definitions do not hold (the definitions file was lost, set aside
 //!   as damaged, or the queue's stored arguments are no longer valid) are never purged (issue 12):
 //!   their queue comes back under its old id, so the messages are reachable and putting back a

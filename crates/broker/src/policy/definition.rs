@@ -2,7 +2,7 @@
 //! are checked by the same code as their `x-` arguments (`QueueSettings::set`); a key RabbitMQ
 //! does not know is refused with its "are not recognised policy settings" text.
 //!
-//! - User policies: every queue setting of contract §6, and `alternate-exchange` for exchanges.
+//! - User policies: every queue setting of semantics §6, and `alternate-exchange` for exchanges.
 //! - Operator policies: only the limits RabbitMQ allows there (`expires`, `message-ttl`,
 //!   `max-length`, `max-length-bytes`, `delivery-limit`, `overflow`) and Hourglass's time
 //!   settings (`delivery-delay`, `visibility-timeout`, `redelivery-delay`, `redelivery-delay-max`).

@@ -1,5 +1,5 @@
 //! How a queue's own arguments, its policy and its operator policy combine into the settings it
-//! runs with (contract §6). RabbitMQ's rules, as its classic queues apply them
+//! runs with (semantics §6). RabbitMQ's rules, as its classic queues apply them
 //! (rabbit_amqqueue_process:process_args_policy, rabbit_policies:merge_policy_value) and as
 //! measured on RabbitMQ 3.10:
 //!

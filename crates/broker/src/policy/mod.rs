@@ -1,4 +1,4 @@
-//! Policies and operator policies (contract §6; RabbitMQ's rabbit_policy). Per vhost, a policy is a
+//! Policies and operator policies (semantics §6; RabbitMQ's rabbit_policy). Per vhost, a policy is a
 //! name, a regular expression matched against queue and exchange names, what kinds of object it
 //! applies to, a priority and a definition (settings as RabbitMQ names them, without `x-`). Of the
 //! policies matching an object, the one with the highest priority applies (ties: the name that
@@ -31,7 +31,7 @@ pub const MAX_PATTERN_BYTES: usize = 4096;
 pub const MAX_POLICIES_PER_VHOST: usize = 1024;
 
 /// User policies (`/api/policies`) or operator policies (`/api/operator-policies`), which may set
-/// only resource limits and win where lower (contract §6).
+/// only resource limits and win where lower (semantics §6).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PolicyKind {
     User,

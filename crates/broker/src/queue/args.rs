@@ -1,4 +1,4 @@
-//! `x-` arguments of queue.declare, parsed once into a typed `QueueArgs` (contract.md
+//! `x-` arguments of queue.declare, parsed once into a typed `QueueArgs` (docs/semantics.md
 //! "Conventions"; RabbitMQ's rabbit_amqqueue:declare_args/0). Nothing after `QueueArgs::parse`
 //! reads the raw table, except the redeclare equivalence check, which compares raw values.
 
@@ -7,7 +7,7 @@ use hourglass_wire::{FieldTable, FieldValue, ShortStr};
 use crate::api::AmqpError;
 use crate::errors;
 
-/// The largest time argument accepted: 10 years in milliseconds, as RabbitMQ (contract.md).
+/// The largest time argument accepted: 10 years in milliseconds, as RabbitMQ (docs/semantics.md).
 pub const MAX_TIME_MS: u64 = 315_360_000_000;
 /// The highest `x-max-priority` RabbitMQ accepts.
 pub const MAX_PRIORITY: u8 = 255;
@@ -34,7 +34,7 @@ pub(crate) const EQUIVALENCE_KEYS: &[&str] = &[
     "x-redelivery-delay-max",
 ];
 
-/// Typed queue arguments: the effective values (policies applied, contract §6) that every feature
+/// Typed queue arguments: the effective values (policies applied, semantics §6) that every feature
 /// reads, and the settings as declared.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueArgs {
@@ -51,13 +51,13 @@ pub struct QueueArgs {
     /// `x-max-length-bytes`: ready body bytes at most.
     pub max_length_bytes: Option<u64>,
     pub overflow: Overflow,
-    /// `x-delivery-delay`: every message entering the queue waits this long (contract §3).
+    /// `x-delivery-delay`: every message entering the queue waits this long (semantics §3).
     pub delivery_delay_ms: Option<u64>,
-    /// `x-visibility-timeout`: unsettled deliveries come back after this long (contract §4).
+    /// `x-visibility-timeout`: unsettled deliveries come back after this long (semantics §4).
     pub visibility_timeout_ms: Option<u64>,
-    /// `x-delivery-limit`: failed deliveries allowed before dead-lettering (contract §5).
+    /// `x-delivery-limit`: failed deliveries allowed before dead-lettering (semantics §5).
     pub delivery_limit: Option<u64>,
-    /// `x-redelivery-delay` / `x-redelivery-delay-max`: back-off for returning messages (contract §5).
+    /// `x-redelivery-delay` / `x-redelivery-delay-max`: back-off for returning messages (semantics §5).
     pub redelivery_delay_ms: Option<u64>,
     pub redelivery_delay_max_ms: Option<u64>,
     /// `x-single-active-consumer`: one consumer at a time gets messages, the others wait.
@@ -69,7 +69,7 @@ pub struct QueueArgs {
     pub declared: QueueSettings,
 }
 
-/// The queue arguments a policy can set as well (contract §6), each `None` when not given. The
+/// The queue arguments a policy can set as well (semantics §6), each `None` when not given. The
 /// declared arguments, a policy's definition and their merge all take this shape.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueSettings {
@@ -324,7 +324,7 @@ pub(crate) fn count_arg(value: &FieldValue) -> Result<u64, String> {
     u64::try_from(n).map_err(|_| format!("{{value_negative,{n}}}"))
 }
 
-/// Any AMQP integer type (contract.md: signed or unsigned, 8 to 64 bit).
+/// Any AMQP integer type (docs/semantics.md: signed or unsigned, 8 to 64 bit).
 fn integer_arg(value: &FieldValue) -> Result<i64, String> {
     match value {
         FieldValue::I8(_)
@@ -382,7 +382,7 @@ mod tests {
         QueueArgs::parse(&FieldTable::from_entries(entries.iter().cloned()), "q", "/", true)
     }
 
-    /// A quorum queue must be durable, as in RabbitMQ (contract §2 "a quorum queue must be durable").
+    /// A quorum queue must be durable, as in RabbitMQ (semantics §2 "a quorum queue must be durable").
     #[test]
     fn non_durable_quorum_queue_is_refused() {
         let table = FieldTable::from_entries([("x-queue-type", FieldValue::LongStr("quorum".into()))]);
@@ -411,7 +411,7 @@ mod tests {
         assert_eq!(first_inequivalent(&short, &other), Some("x-message-ttl"));
     }
 
-    /// Time arguments take any integer type (contract "Conventions").
+    /// Time arguments take any integer type (semantics, common ground).
     #[test]
     fn time_arguments_accept_every_integer_width() {
         for value in [FieldValue::U8(5), FieldValue::I16(5), FieldValue::U32(5), FieldValue::I64(5)] {
@@ -419,7 +419,7 @@ mod tests {
         }
     }
 
-    /// A negative TTL is refused with 406 and RabbitMQ's text naming the argument (contract "Conventions").
+    /// A negative TTL is refused with 406 and RabbitMQ's text naming the argument (semantics, common ground).
     #[test]
     fn negative_ttl_is_refused_with_the_argument_named() {
         let err = parse(&[("x-message-ttl", FieldValue::I32(-1))]).unwrap_err();
@@ -430,7 +430,7 @@ mod tests {
         );
     }
 
-    /// Wrong types and values above ten years are refused (contract "Conventions", §1).
+    /// Wrong types and values above ten years are refused (semantics, common ground, §1).
     #[test]
     fn wrong_type_and_too_large_are_refused() {
         let err = parse(&[("x-message-ttl", FieldValue::LongStr("100".into()))]).unwrap_err();
@@ -440,7 +440,7 @@ mod tests {
         assert!(err.reply_text.contains("'x-expires'"));
     }
 
-    /// x-expires must be positive (contract §1 "x-expires (> 0)"); x-message-ttl may be 0.
+    /// x-expires must be positive (semantics §1 "x-expires (> 0)"); x-message-ttl may be 0.
     #[test]
     fn zero_expires_is_refused_but_zero_ttl_is_fine() {
         assert!(parse(&[("x-expires", FieldValue::I32(0))]).is_err());

@@ -20,7 +20,7 @@ pub(crate) struct Consumer {
     pub prefetch_count: u16,
     /// Deliveries to this consumer not yet settled.
     pub unacked: u32,
-    /// `x-visibility-timeout` from basic.consume arguments, overriding the queue's (contract §4).
+    /// `x-visibility-timeout` from basic.consume arguments, overriding the queue's (semantics §4).
     pub visibility_timeout_ms: Option<u64>,
     /// `x-priority` from basic.consume arguments (default 0).
     pub priority: i64,

@@ -1,4 +1,4 @@
-//! `x-dead-letter-exchange`, `x-dead-letter-routing-key` (contract §2): how a dead-lettered
+//! `x-dead-letter-exchange`, `x-dead-letter-routing-key` (semantics §2): how a dead-lettered
 //! message is rewritten — `x-death` and `x-first-death-*` / `x-last-death-*` headers as RabbitMQ
 //! 3.13+, `expiration` moved into `original-expiration` — and which targets would form a cycle.
 //!
@@ -216,7 +216,7 @@ mod tests {
 
     /// The first dead-lettering writes an x-death entry with RabbitMQ's fields, the first/last
     /// death headers, moves `expiration` to `original-expiration` and re-addresses the message
-    /// (contract §2).
+    /// (semantics §2).
     #[test]
     fn first_death_writes_rabbitmq_headers() {
         let now = Timestamp::from_millis(1_700_000_000_123);
@@ -239,7 +239,7 @@ mod tests {
     }
 
     /// Dying again in the same queue for the same reason counts up and moves that entry first;
-    /// the first-death headers stay, the last-death ones follow (contract §2).
+    /// the first-death headers stay, the last-death ones follow (semantics §2).
     #[test]
     fn repeated_death_counts_per_queue_and_reason() {
         let now = Timestamp::from_millis(0);
@@ -257,7 +257,7 @@ mod tests {
     }
 
     /// A queue already in x-death with no rejection since is a cycle; a rejection breaks it
-    /// (contract §2 "A dead-letter cycle with no rejected in it drops the message").
+    /// (semantics §2 "A dead-letter cycle with no rejected in it drops the message").
     /// Entries repeating a (queue, reason) pair, as older brokers wrote them, are merged with their
     /// counts added (an entry without a count counts once) before this death is recorded.
     #[test]

@@ -1,4 +1,4 @@
-//! `x-delivery-delay` and the delayed exchange's `x-delay` (contract §3): messages that wait in
+//! `x-delivery-delay` and the delayed exchange's `x-delay` (semantics §3): messages that wait in
 //! their target queue, invisible and not counted as ready, until due. One ordered index per
 //! queue keyed by (due, seq): no task or timer per message, ties in publish order.
 //!

@@ -1,4 +1,4 @@
-//! `x-delivery-limit`, `x-redelivery-delay`, `x-redelivery-delay-max` (contract §5): what happens
+//! `x-delivery-limit`, `x-redelivery-delay`, `x-redelivery-delay-max` (semantics §5): what happens
 //! to a message that comes back unacknowledged — visibility ran out, nack/reject with requeue,
 //! its channel closed. Each return counts one failed delivery (RabbitMQ's quorum-queue counting).
 
@@ -47,7 +47,7 @@ mod tests {
         }
     }
 
-    /// contract §5: back-off doubles per failure up to the max; 0 means none.
+    /// semantics §5: back-off doubles per failure up to the max; 0 means none.
     #[test]
     fn backoff_doubles_up_to_the_max() {
         assert_eq!(backoff_ms(Some(100), Some(1000), 1), 100);
@@ -59,7 +59,7 @@ mod tests {
         assert_eq!(backoff_ms(None, None, 3), 0);
     }
 
-    /// contract §5: dead-lettered when failures would exceed the limit, at once (no back-off).
+    /// semantics §5: dead-lettered when failures would exceed the limit, at once (no back-off).
     #[test]
     fn over_the_limit_is_dead_lettered_without_backoff() {
         let a = args(Some(2), Some(100), None);

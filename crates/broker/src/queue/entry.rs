@@ -80,12 +80,12 @@ pub(crate) struct Entry {
     /// kept from publish to settle, across delays and requeues (unlike `seq`). Store ids start
     /// at 1.
     persist_id: Option<NonZeroU64>,
-    /// When the message expires (contract §1): fixed when it became ready, kept across requeues.
+    /// When the message expires (semantics §1): fixed when it became ready, kept across requeues.
     expires_at: OptionalTime,
     /// When the message became ready in this queue (its TTL counts from here); none while it has
     /// never been ready (a delayed message not yet due).
     ready_at: OptionalTime,
-    /// Deliveries that came back unacknowledged (contract §5, `x-delivery-count`).
+    /// Deliveries that came back unacknowledged (semantics §5, `x-delivery-count`).
     pub delivery_count: u32,
     /// Set once the message has been delivered and came back (AMQP basic.deliver `redelivered`).
     pub redelivered: bool,

@@ -1,4 +1,4 @@
-//! `x-expires` (contract §1): a queue unused for that long — no consumers, no basic.get, no
+//! `x-expires` (semantics §1): a queue unused for that long — no consumers, no basic.get, no
 //! redeclare — is deleted. One deadline per queue.
 //!
 //! Leaves to others: deleting the queue (`Broker::delete_queue`), noting use (the methods).
@@ -21,7 +21,7 @@ pub(crate) fn deadline(
 mod tests {
     use super::*;
 
-    /// An idle queue expires x-expires after its last use; consumers keep it alive (contract §1).
+    /// An idle queue expires x-expires after its last use; consumers keep it alive (semantics §1).
     #[test]
     fn idle_queue_expires_after_its_last_use() {
         let used = Timestamp::from_millis(1_000);

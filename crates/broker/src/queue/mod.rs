@@ -1,4 +1,4 @@
-//! A queue: its ready messages, its consumers and its counts. Each contract feature lives in its
+//! A queue: its ready messages, its consumers and its counts. Each time feature (docs/semantics.md) lives in its
 //! own file beside this one; this file holds only what every queue has and keeps the feature
 //! indexes in step with the ready messages.
 
@@ -59,7 +59,7 @@ pub(crate) struct Queue {
     pub id: QueueId,
     pub vhost: String,
     pub spec: QueueSpec,
-    /// Effective arguments: the declared ones merged with the policies that apply (contract §6).
+    /// Effective arguments: the declared ones merged with the policies that apply (semantics §6).
     pub args: QueueArgs,
     /// The policy and operator policy that apply, by name.
     pub policy: Option<String>,
@@ -75,9 +75,9 @@ pub(crate) struct Queue {
     /// The deadline this queue is filed under in the broker's timer index.
     pub scheduled: Option<Timestamp>,
     pub counters: QueueCounters,
-    /// Messages waiting for their due time (contract §3).
+    /// Messages waiting for their due time (semantics §3).
     pub delayed: DelayIndex,
-    /// Deliveries that come back when their visibility timeout runs out (contract §4).
+    /// Deliveries that come back when their visibility timeout runs out (semantics §4).
     pub visibility: VisibilityIndex,
     /// Reading paged-out messages back (ADR 0007).
     pub pager: Pager,
@@ -87,7 +87,7 @@ pub(crate) struct Queue {
     next_seq: Seq,
 }
 
-/// Events counted over a queue's life (contract §7).
+/// Events counted over a queue's life (semantics §7).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueCounters {
     pub expired: u64,
@@ -138,7 +138,7 @@ impl Queue {
         &self.spec.name
     }
 
-    /// A new entry for a message entering this queue now; its TTL starts now (contract §1).
+    /// A new entry for a message entering this queue now; its TTL starts now (semantics §1).
     pub fn new_entry(&mut self, payload: Payload, now: Timestamp, persist_id: Option<u64>) -> Entry {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -146,7 +146,7 @@ impl Queue {
         Entry::with_payload(seq, payload, Some(now), expires_at, persist_id)
     }
 
-    /// Holds a newly arrived message until `due`; its TTL will start then (contract §3).
+    /// Holds a newly arrived message until `due`; its TTL will start then (semantics §3).
     /// Returns its seq.
     pub fn delay(&mut self, payload: Payload, due: Timestamp, persist_id: Option<u64>) -> Seq {
         let seq = self.next_seq;
@@ -184,7 +184,7 @@ impl Queue {
     }
 
     /// The TTL deadline of a message with this `expiration` property when it becomes ready at
-    /// `ready_at` (contract §1).
+    /// `ready_at` (semantics §1).
     pub fn deadline_from(&self, expiration_ms: Option<u64>, ready_at: Timestamp) -> Option<Timestamp> {
         let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, expiration_ms);
         ttl_ms.map(|ms| ready_at.saturating_add_millis(ms))
@@ -270,7 +270,7 @@ impl Queue {
     }
 
     /// A delivery came back unsettled: it becomes ready again at its old place, keeping its
-    /// deadline (contract §1: "when they come back their deadline still applies").
+    /// deadline (semantics §1: "when they come back their deadline still applies").
     pub fn requeue(&mut self, mut entry: Entry) {
         self.settle();
         entry.redelivered = true;
@@ -278,7 +278,7 @@ impl Queue {
         self.return_to_ready(entry);
     }
 
-    /// Holds a returning message for its redelivery back-off (contract §5); it keeps its place.
+    /// Holds a returning message for its redelivery back-off (semantics §5); it keeps its place.
     pub fn delay_return(&mut self, mut entry: Entry, due: Timestamp) {
         self.settle();
         entry.redelivered = true;

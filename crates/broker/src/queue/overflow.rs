@@ -1,4 +1,4 @@
-//! `x-max-length`, `x-max-length-bytes`, `x-overflow` (contract §2): limits on a queue's *ready*
+//! `x-max-length`, `x-max-length-bytes`, `x-overflow` (semantics §2): limits on a queue's *ready*
 //! messages and what gives when a publish would pass them.
 //!
 //! Leaves to others: dead-lettering what is dropped (reason `maxlen`), nacking rejected publishes.
@@ -29,7 +29,7 @@ mod tests {
         QueueArgs { max_length, max_length_bytes: max_bytes, overflow, ..Default::default() }
     }
 
-    /// Either limit alone makes a queue over its limits (contract §2 max-length).
+    /// Either limit alone makes a queue over its limits (semantics §2 max-length).
     #[test]
     fn either_limit_applies() {
         assert!(!is_over(&args(Some(2), None, Overflow::DropHead), 2, 1000));

@@ -21,7 +21,7 @@ pub struct QueueStats {
     pub messages_unacked: usize,
     /// Body bytes of the ready messages.
     pub message_bytes_ready: usize,
-    /// Waiting for their due time (contract §3, §7): neither ready nor unacked.
+    /// Waiting for their due time (semantics §3, §7): neither ready nor unacked.
     pub messages_delayed: usize,
     pub message_bytes_delayed: usize,
     /// When the next delayed message falls due.

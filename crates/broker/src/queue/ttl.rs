@@ -1,4 +1,4 @@
-//! `x-message-ttl` and the `expiration` property (contract §1): a deadline index over every ready
+//! `x-message-ttl` and the `expiration` property (semantics §1): a deadline index over every ready
 //! message, not only the head, so a short-lived message expires on time behind long-lived ones.
 //!
 //! Leaves to others: dead-lettering the expired messages (`dead_letter.rs`), choosing when to
@@ -43,7 +43,7 @@ impl DeadlineIndex {
     }
 }
 
-/// The TTL that applies to a message: the smaller of the queue's and the message's (contract §1).
+/// The TTL that applies to a message: the smaller of the queue's and the message's (semantics §1).
 pub(crate) fn effective_ttl_ms(queue_ttl_ms: Option<u64>, message_ttl_ms: Option<u64>) -> Option<u64> {
     match (queue_ttl_ms, message_ttl_ms) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -52,7 +52,7 @@ pub(crate) fn effective_ttl_ms(queue_ttl_ms: Option<u64>, message_ttl_ms: Option
 }
 
 /// Parses the `expiration` property: a string holding a non-negative integer of milliseconds
-/// (contract §1); the error names what is wrong in RabbitMQ's terms.
+/// (semantics §1); the error names what is wrong in RabbitMQ's terms.
 pub(crate) fn parse_expiration(expiration: &[u8]) -> Result<u64, String> {
     let text = std::str::from_utf8(expiration).map_err(|_| "no_integer".to_owned())?;
     // As Erlang's string:to_integer: a leading integer, then whatever is left over.
@@ -79,7 +79,7 @@ pub(crate) fn parse_expiration(expiration: &[u8]) -> Result<u64, String> {
 mod tests {
     use super::*;
 
-    /// The smaller of the queue TTL and the message TTL wins (contract §1 "the smaller wins").
+    /// The smaller of the queue TTL and the message TTL wins (semantics §1 "the smaller wins").
     #[test]
     fn smaller_ttl_wins() {
         assert_eq!(effective_ttl_ms(Some(100), Some(50)), Some(50));
@@ -89,7 +89,7 @@ mod tests {
         assert_eq!(effective_ttl_ms(None, None), None);
     }
 
-    /// Only a non-negative integer string is a valid expiration (contract §1).
+    /// Only a non-negative integer string is a valid expiration (semantics §1).
     #[test]
     fn expiration_must_be_a_non_negative_integer() {
         assert_eq!(parse_expiration(b"60000"), Ok(60000));

@@ -1,4 +1,4 @@
-//! `x-visibility-timeout` (queue argument and basic.consume override; contract §4): a delivery
+//! `x-visibility-timeout` (queue argument and basic.consume override; semantics §4): a delivery
 //! for manual ack that is not settled in time becomes ready again, its channel staying open.
 //! The index orders outstanding deliveries by the time they become visible again.
 //!
@@ -10,9 +10,9 @@ use std::collections::BTreeSet;
 use crate::api::{ChannelId, ConnectionId};
 use crate::time::Timestamp;
 
-/// Shortest visibility timeout: 1 s (contract §4).
+/// Shortest visibility timeout: 1 s (semantics §4).
 pub const MIN_VISIBILITY_MS: u64 = 1_000;
-/// Longest visibility timeout: 12 h, as SQS (contract §4).
+/// Longest visibility timeout: 12 h, as SQS (semantics §4).
 pub const MAX_VISIBILITY_MS: u64 = 43_200_000;
 
 /// One outstanding delivery: the channel that holds it and its delivery tag.
@@ -91,7 +91,7 @@ mod tests {
         assert_eq!(DeliveryRef::parse_receipt_handle("1.2.3.4.5"), None);
     }
 
-    /// contract §4: the timeout is 1 s to 12 h.
+    /// semantics §4: the timeout is 1 s to 12 h.
     #[test]
     fn timeout_range() {
         assert!(check_range(999).is_err());

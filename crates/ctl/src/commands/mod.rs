@@ -175,7 +175,7 @@ pub enum Command {
         id: u64,
     },
     /// Keeps an unacknowledged delivery invisible TIMEOUT_MS more from now (0: visible at once),
-    /// by the `x-receipt-handle` header it was delivered with (contract §4).
+    /// by the `x-receipt-handle` header it was delivered with (semantics §4).
     ChangeVisibility {
         queue: String,
         receipt_handle: String,

@@ -297,7 +297,7 @@ const GLOBAL: &[Row<MessageStats>] = &[
     }),
 ];
 
-/// Per-queue counters of time events (contract §7): RabbitMQ's dead-lettering names, ours for
+/// Per-queue counters of time events (semantics §7): RabbitMQ's dead-lettering names, ours for
 /// the rest. Full names (no endpoint prefix); `/metrics` and `/metrics/per-object` only.
 const TIME_COUNTERS: &[Row<QueueStats>] = &[
     (

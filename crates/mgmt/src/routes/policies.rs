@@ -1,4 +1,4 @@
-//! /api/policies and /api/operator-policies (contract §6): list, show, set (PUT), clear (DELETE),
+//! /api/policies and /api/operator-policies (semantics §6): list, show, set (PUT), clear (DELETE),
 //! in RabbitMQ's shapes. Policies need the `administrator` tag, or `policymaker` and permissions in
 //! the vhost; operator policies `administrator`, as in RabbitMQ. The broker checks the policy and
 //! applies it at once.

@@ -77,7 +77,7 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, at: Instan
         "message_bytes_unacknowledged": 0,
         "message_bytes_ram": s.message_bytes_ready,
         "message_bytes_persistent": 0,
-        // Hourglass's time statistics (contract §7).
+        // Hourglass's time statistics (semantics §7).
         "messages_delayed": s.messages_delayed,
         "message_bytes_delayed": s.message_bytes_delayed,
         "next_due_ms": s.next_due.map(|t| t.as_millis()),

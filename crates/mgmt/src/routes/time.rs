@@ -1,4 +1,4 @@
-//! Hourglass's own time endpoints (contract §4, §7): a delivery's visibility by receipt handle,
+//! Hourglass's own time endpoints (semantics §4, §7): a delivery's visibility by receipt handle,
 //! and the delayed messages of a queue — list and peek without consuming, cancel, reschedule.
 //!
 //! Who may: each endpoint reads or steers messages of one queue, so it needs what the AMQP
