@@ -69,7 +69,11 @@ impl Server {
         let fds = fd_limit::raise_to_hard_limit();
         let max_connections =
             fd_limit::amqp_connection_limit(config.max_connections, fds, config.http.max_connections);
-        if max_connections < config.max_connections {
+        // Fitting the default under the fd limit is routine (the start-up "limits" line shows the
+        // result); only a limit the operator set that cannot be honoured is worth a warning.
+        if max_connections < config.max_connections
+            && config.max_connections != config::DEFAULT_MAX_CONNECTIONS
+        {
             tracing::warn!(
                 configured = config.max_connections,
                 max_connections,
@@ -180,7 +184,7 @@ impl Server {
         let slots = Arc::new(Semaphore::new(max_connections));
         let mut refusals = RefusalLog::default();
         let mut connections = JoinSet::new();
-        log_start(&config, &limits, amqp_addr, http_addr, metrics_addr);
+        log_start(&config, &limits, max_connections, amqp_addr, http_addr, metrics_addr);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -272,6 +276,7 @@ impl RefusalLog {
 fn log_start(
     config: &Config,
     limits: &alarm::Limits,
+    max_connections: usize,
     amqp: SocketAddr,
     http: SocketAddr,
     metrics: SocketAddr,
@@ -292,6 +297,7 @@ fn log_start(
         queue_resident_messages = config.paging.max_resident_messages,
         queue_resident_bytes = config.paging.max_resident_bytes,
         login_failure_delay_ms = config.login_failure_delay_ms,
+        max_connections,
         %loopback_users,
         "limits"
     );
