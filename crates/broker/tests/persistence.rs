@@ -192,6 +192,25 @@ fn ack_settles_and_requeue_updates() {
     assert_eq!(kinds(&ops(&mut tb)), vec!["enqueue", "settle"], "a no-ack delivery settles at once");
 }
 
+/// A message delivered as it is published is marked delivered in its own pending Enqueue record,
+/// not by a second record; after a restart it comes back redelivered.
+#[test]
+fn delivery_at_publish_marks_the_pending_enqueue() {
+    let (mut tb, c, mut model) = setup(FieldTable::new());
+    consume(&mut tb, c, "q", "ctag", false);
+    let d = deliveries(&tb.publish_with(c, "", "q", persistent(), b"1", false));
+    assert_eq!(d.len(), 1);
+    let written = ops(&mut tb);
+    assert_eq!(kinds(&written), vec!["enqueue"], "no separate delivered record");
+    for op in &written {
+        model.apply(&op.op);
+    }
+    let mut restored = model.restore(&tb, Duration::from_millis(10));
+    let rc = restored.channel();
+    let again = deliveries(&consume(&mut restored, rc, "q", "t", true));
+    assert!(again[0].method.redelivered, "the enqueue record says delivered");
+}
+
 /// Dead-lettering writes the copy's Enqueue into the DLQ before the source's Settle (semantics §2:
 /// at-least-once across a crash).
 #[test]

@@ -105,6 +105,10 @@ const FLAG_HAS_BEEN_READY: u8 = 2;
 /// a clear FLAG_REDELIVERED means "never delivered". Without it (older data) any message that was
 /// ready may have been delivered.
 const FLAG_DELIVERIES_TRACKED: u8 = 4;
+/// How many of the newest pending ops `handed_out` looks through for the message's own Enqueue:
+/// one publish routed to a few queues and delivered at once has its Enqueue among them; beyond
+/// that (wide fanouts) a separate Update is written, which is only slower, never wrong.
+const PENDING_ENQUEUE_LOOKBACK: usize = 8;
 
 impl MessageMeta {
     pub fn encode(&self) -> Bytes {
@@ -254,9 +258,27 @@ impl Persistence {
         if no_ack {
             self.settle(id, msg_id);
         } else if !entry.redelivered {
-            let delivered = MessageMeta { redelivered: true, ..MessageMeta::of(entry, None) };
-            self.push(StoreOp::Update { queue: id.0, msg_id, metadata: delivered.encode() });
+            let delivered = MessageMeta { redelivered: true, ..MessageMeta::of(entry, None) }.encode();
+            // A message handed out as it is published still has its Enqueue waiting here: mark
+            // that record instead of writing a second one.
+            if !self.mark_pending_enqueue(id, msg_id, &delivered) {
+                self.push(StoreOp::Update { queue: id.0, msg_id, metadata: delivered });
+            }
         }
+    }
+
+    /// Replaces the metadata of message `msg_id`'s Enqueue into queue `id` if it is among the
+    /// newest ops not yet taken by the store; whether it was.
+    fn mark_pending_enqueue(&mut self, id: QueueId, msg_id: u64, delivered: &Bytes) -> bool {
+        for sequenced in self.ops.iter_mut().rev().take(PENDING_ENQUEUE_LOOKBACK) {
+            if let StoreOp::Enqueue { queue, msg_id: pending, metadata, .. } = &mut sequenced.op {
+                if *queue == id.0 && *pending == msg_id {
+                    *metadata = delivered.clone();
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     fn push(&mut self, op: StoreOp) {
