@@ -273,6 +273,50 @@ async fn default_bind_serves_ipv4_and_ipv6() {
     connection.close(200, "bye".into()).await.expect("close");
 }
 
+/// On the dual-stack listener, IPv4 clients of the HTTP API are counted per IPv4 address by the
+/// failed-login slowdown, not together as one `::ffff:0:0/64` prefix: after escalating refusals
+/// from 127.0.0.1, a first refusal from source address 127.0.0.2 is held only the first hold.
+#[test]
+fn ipv4_http_clients_on_the_dual_stack_listener_have_their_own_login_holds() {
+    if TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: no IPv6 loopback on this machine");
+        return;
+    }
+    let started = Started::new("dual-logins", &["--login-failure-delay-ms", "50"]);
+    let port = started.port("http=");
+    // 50 + 100 + 200 + 400 + 800 ms of holds for 127.0.0.1
+    for _ in 0..5 {
+        assert!(http_status_from([127, 0, 0, 1], port, "Z3Vlc3Q6d3Jvbmc=").contains(" 401 "));
+    }
+    let from_another_address = Instant::now();
+    assert!(http_status_from([127, 0, 0, 2], port, "Z3Vlc3Q6d3Jvbmc=").contains(" 401 "));
+    let held = from_another_address.elapsed();
+    // Sharing 127.0.0.1's count would have held it 1.6 s.
+    assert!(held < Duration::from_millis(1_000), "127.0.0.2's first refusal was held {held:?}");
+}
+
+/// A GET of /api/whoami from a socket bound to `ip` (the kernel would otherwise pick 127.0.0.1 as
+/// the source of any loopback connection) with the Basic credentials `basic`; the status line.
+fn http_status_from(ip: [u8; 4], port: u16, basic: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind((std::net::Ipv4Addr::from(ip), 0).into()).expect("bind source address");
+        let mut stream = socket.connect((std::net::Ipv4Addr::LOCALHOST, port).into()).await.expect("connect http");
+        let request = format!(
+            "GET /api/whoami HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic {basic}\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.expect("send http");
+        let mut response = String::new();
+        tokio::time::timeout(START_TIMEOUT, stream.read_to_string(&mut response))
+            .await
+            .expect("answered in time")
+            .expect("read http");
+        response.lines().next().unwrap_or_default().to_owned() + " "
+    })
+}
+
 /// Sends AMQP 0-9-1's protocol header to `addr` and expects a method frame (connection.start).
 fn assert_connection_start(addr: SocketAddr) {
     use std::io::Write;

@@ -92,6 +92,9 @@ pub async fn serve(
                         continue;
                     }
                 };
+                // On the dual-stack socket an IPv4 client is `::ffff:a.b.c.d`: name it as IPv4 in
+                // logs and in the per-address failed-login limits, as the AMQP listener does.
+                let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
                 match slots.clone().try_acquire_owned() {
                     Ok(slot) => {
                         let conn = serve_connection(stream, peer, router.clone(), limits, stop_rx.clone());
