@@ -1,25 +1,13 @@
 //! The management API in process: a standalone broker task, requests through the router.
 
-use std::net::IpAddr;
-use std::sync::Arc;
+mod common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use hourglass_mgmt::{AppState, BrokerHandle, NodeInfo, UserStore};
+use common::{state, GUEST};
+use hourglass_mgmt::AppState;
 use serde_json::{json, Value};
 use tower::ServiceExt;
-
-fn state() -> AppState {
-    AppState {
-        broker: BrokerHandle::standalone(),
-        users: Arc::new(UserStore::with_defaults(vec!["guest".into()])),
-        node: Arc::new(NodeInfo::new(IpAddr::from([127, 0, 0, 1]), 5672, 15672, 15692)),
-        rates: Default::default(),
-        logins: Default::default(),
-    }
-}
-
-const GUEST: &str = "Basic Z3Vlc3Q6Z3Vlc3Q="; // guest:guest
 
 async fn call(state: &AppState, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
     call_as(state, GUEST, method, uri, body).await
@@ -32,17 +20,7 @@ async fn call_as(
     uri: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("authorization", auth)
-        .header("content-type", "application/json")
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-        .unwrap();
-    let response = hourglass_mgmt::api_router(state.clone()).oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    common::request(state, auth, method, uri, body).await
 }
 
 /// Bad or missing credentials are 401 with RabbitMQ's error body; good ones see whoami.

@@ -2,27 +2,15 @@
 //! RabbitMQ's rules (rabbit_web_dispatch_access_control, rabbit_mgmt_util filter_vhost /
 //! filter_user): refusals are 401 `not_authorised`, listings leave out what the user may not see.
 
-use std::net::IpAddr;
-use std::sync::Arc;
+mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use base64::Engine;
+use common::state;
 use hourglass_broker::{ChannelId, Command, ConnectionId, ConnectionInfo, Permissions};
-use hourglass_mgmt::{AppState, BrokerHandle, NodeInfo, UserStore};
+use hourglass_mgmt::AppState;
 use hourglass_wire::ChannelOpen;
 use serde_json::{json, Value};
-use tower::ServiceExt;
-
-fn state() -> AppState {
-    AppState {
-        broker: BrokerHandle::standalone(),
-        users: Arc::new(UserStore::with_defaults(vec!["guest".into()])),
-        node: Arc::new(NodeInfo::new(IpAddr::from([127, 0, 0, 1]), 5672, 15672, 15692)),
-        rates: Default::default(),
-        logins: Default::default(),
-    }
-}
 
 fn basic(user: &str, password: &str) -> String {
     format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
@@ -36,17 +24,7 @@ async fn call_as(
     body: Option<Value>,
 ) -> (StatusCode, Value) {
     let password = if user == "guest" { "guest" } else { "pw" };
-    let request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("authorization", basic(user, password))
-        .header("content-type", "application/json")
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-        .unwrap();
-    let response = hourglass_mgmt::api_router(s.clone()).oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 64 << 20).await.unwrap();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    common::request(s, &basic(user, password), method, uri, body).await
 }
 
 async fn admin(s: &AppState, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {

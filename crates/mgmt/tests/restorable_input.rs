@@ -4,40 +4,18 @@
 //! definitions import naming a user "" is refused. In process: a standalone broker task, requests
 //! through the router.
 
-use std::net::IpAddr;
-use std::sync::Arc;
+mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use hourglass_mgmt::{AppState, BrokerHandle, NodeInfo, UserStore};
+use axum::http::StatusCode;
+use common::{state, GUEST};
+use hourglass_mgmt::AppState;
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
 /// The AMQP decoder's nesting limit (`hourglass_wire::MAX_NESTING_DEPTH`).
 const DEEPEST: usize = 32;
 
-fn state() -> AppState {
-    AppState {
-        broker: BrokerHandle::standalone(),
-        users: Arc::new(UserStore::with_defaults(vec!["guest".into()])),
-        node: Arc::new(NodeInfo::new(IpAddr::from([127, 0, 0, 1]), 5672, 15672, 15692)),
-        rates: Default::default(),
-        logins: Default::default(),
-    }
-}
-
 async fn call(state: &AppState, method: &str, uri: &str, body: Value) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=") // guest:guest
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let response = hourglass_mgmt::api_router(state.clone()).oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    common::request(state, GUEST, method, uri, Some(body)).await
 }
 
 /// An object nested `depth` levels (the outermost is level 1).
