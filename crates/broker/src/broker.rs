@@ -78,6 +78,8 @@ pub struct Broker {
     /// Reused buffer for the queues a publish routes to or a settlement touches, so neither
     /// allocates per message (taken with `mem::take`, so a nested use just starts empty).
     pub(crate) queue_scratch: Vec<QueueId>,
+    /// Reused by `apply_settlements` to order freed channel credit (no allocation per ack).
+    pub(crate) fair_scratch: Vec<QueueId>,
     /// The broker-wide message counters (`message_stats.rs`).
     pub(crate) message_stats: MessageStats,
     /// Connections, channels and queues opened and closed (`churn.rs`).
@@ -107,6 +109,7 @@ impl Broker {
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),
             queue_scratch: Vec::new(),
+            fair_scratch: Vec::new(),
             message_stats: MessageStats::default(),
             churn: ChurnStats::default(),
             message_sizes: MessageSizes::default(),

@@ -198,10 +198,10 @@ impl Channel {
         self.consumer_unacked = 0;
     }
 
-    /// The queues this channel consumes from, each once, starting one further than last time:
-    /// the order in which freed channel-wide credit is offered.
-    pub fn queues_in_turn(&mut self) -> Vec<QueueId> {
-        let mut queues: Vec<QueueId> = Vec::with_capacity(self.consumers.len());
+    /// The queues this channel consumes from, each once, starting one further than last time,
+    /// into `queues` (cleared first): the order in which freed channel-wide credit is offered.
+    pub fn queues_in_turn(&mut self, queues: &mut Vec<QueueId>) {
+        queues.clear();
         for (_, id) in &self.consumers {
             if !queues.contains(id) {
                 queues.push(*id);
@@ -212,7 +212,6 @@ impl Channel {
             queues.rotate_left(start);
             self.turn = self.turn.wrapping_add(1);
         }
-        queues
     }
 
     /// Whether the channel-wide prefetch allows one more consumer delivery.

@@ -437,13 +437,14 @@ impl Broker {
                 // further each time, not to the queue just acked first: otherwise that queue
                 // takes it back every time and the others starve (RabbitMQ's limiter notifies
                 // blocked queues in varying order; the Java client's `QosTests#fairness`).
-                let mut fair = channel.queues_in_turn();
+                let mut fair = std::mem::take(&mut self.fair_scratch);
+                channel.queues_in_turn(&mut fair);
                 for id in &touched {
                     if !fair.contains(id) {
                         fair.push(*id);
                     }
                 }
-                touched = fair;
+                self.fair_scratch = std::mem::replace(&mut touched, fair);
             }
         }
         for &id in &touched {
