@@ -27,6 +27,27 @@ fn hourglass() -> Command {
     command
 }
 
+/// The lines a starting broker writes, up to its "hourglass listening" line (true) or
+/// START_TIMEOUT (false). A thread keeps draining the pipe afterwards, so the broker never writes
+/// into a closed pipe.
+fn lines_until_listening(stdout: std::process::ChildStdout) -> (Vec<String>, bool) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.contains("hourglass listening")) {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => lines.push(line),
+            Err(_) => return (lines, false),
+        }
+    }
+    (lines, true)
+}
+
 fn fresh_dir(tag: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("hourglass-startup-{tag}-{}", std::process::id()))
 }
@@ -121,25 +142,10 @@ impl Started {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start hourglass");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // Keep draining after start-up, so the broker never writes into a closed pipe.
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + START_TIMEOUT;
-        let mut lines = Vec::new();
-        while !lines.iter().any(|l: &String| l.contains("hourglass listening")) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => lines.push(line),
-                Err(_) => {
-                    let _ = child.kill();
-                    panic!("no listening line within {START_TIMEOUT:?}: {lines:#?}");
-                }
-            }
+        let (lines, listening) = lines_until_listening(child.stdout.take().expect("stdout"));
+        if !listening {
+            let _ = child.kill();
+            panic!("no listening line within {START_TIMEOUT:?}: {lines:#?}");
         }
         Started { child, lines, data_dir }
     }
@@ -201,21 +207,7 @@ fn lines_on_a_terminal(tag: &str, no_color: Option<&str>) -> Vec<String> {
         command.env("NO_COLOR", value);
     }
     let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).spawn().expect("start script");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + START_TIMEOUT;
-    let mut lines = Vec::new();
-    while !lines.iter().any(|l: &String| l.contains("hourglass listening")) {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) => lines.push(line),
-            Err(_) => break,
-        }
-    }
+    let (lines, _) = lines_until_listening(child.stdout.take().expect("stdout"));
     let _ = child.kill();
     let _ = child.wait();
     // The broker gets SIGHUP when the pty closes; wait (bounded) for it to release the data dir.
