@@ -1,0 +1,385 @@
+//! One node's dealings with etcd, on a blocking thread: its lease (kept alive every third of its
+//! TTL), its registration, following the leader, campaigning, and — as leader — the in-sync set
+//! and the links to the followers. Every election and step-down is logged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::election::{decide, min_in_sync, Decision, InSync, Keys, NodeRecord, Observation};
+use crate::etcd::{Etcd, EtcdError};
+use crate::repl::hub::Hub;
+use crate::repl::link::{run_link, LinkTarget};
+use crate::repl::receiver::Fence;
+
+/// How often a node looks at etcd (and so how soon after a lease expires a follower campaigns).
+const POLL: Duration = Duration::from_millis(150);
+/// Each etcd request gives up after this long (then the next endpoint is tried).
+const ETCD_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// What a clustered node is told at start.
+#[derive(Clone, Debug)]
+pub struct ClusterSettings {
+    pub etcd_endpoints: Vec<String>,
+    pub cluster_name: String,
+    pub node: NodeRecord,
+    pub lease_ttl_secs: u64,
+    pub min_in_sync: Option<usize>,
+    pub data_dir: PathBuf,
+}
+
+/// What the node is now, for the proxies and the status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    Follower { leader: Option<NodeRecord>, term: u64 },
+    Leader { term: u64 },
+}
+
+/// Why a leader stopped leading.
+#[derive(Debug, thiserror::Error)]
+pub enum StepDown {
+    #[error("its lease expired (paused or cut off from etcd)")]
+    LeaseLost,
+    #[error("etcd has another leader (term {0})")]
+    Superseded(i64),
+    #[error("etcd unreachable for longer than the lease: {0}")]
+    EtcdLost(EtcdError),
+    #[error("the node is shutting down")]
+    Stopped,
+}
+
+pub struct Coordinator {
+    settings: ClusterSettings,
+    etcd: Etcd,
+    keys: Keys,
+    lease: Mutex<Lease>,
+    pub fence: Arc<Fence>,
+    role: tokio::sync::watch::Sender<Role>,
+    view: Mutex<View>,
+}
+
+struct Lease {
+    id: i64,
+    renewed: Instant,
+}
+
+/// The last look at the cluster, for `/api/cluster`.
+#[derive(Default)]
+struct View {
+    nodes: Vec<NodeRecord>,
+    members: usize,
+    seen: BTreeMap<String, Instant>,
+    hub: Option<Arc<Hub>>,
+    in_sync: Vec<String>,
+}
+
+impl Coordinator {
+    /// Registers this node in etcd (a lease, its record, its membership).
+    pub fn join(settings: ClusterSettings) -> Result<Arc<Coordinator>, EtcdError> {
+        let etcd = Etcd::new(settings.etcd_endpoints.clone(), ETCD_TIMEOUT);
+        let keys = Keys::new(&settings.cluster_name);
+        let id = etcd.grant_lease(settings.lease_ttl_secs)?;
+        let record = serde_json::to_vec(&settings.node).unwrap_or_default();
+        etcd.put(&keys.node(&settings.node.name), &record, id)?;
+        etcd.put(&keys.member(&settings.node.name), &record, 0)?;
+        let (role, _) = tokio::sync::watch::channel(Role::Follower { leader: None, term: 0 });
+        tracing::info!(node = %settings.node.name, cluster = %settings.cluster_name, "joined the cluster");
+        Ok(Arc::new(Coordinator {
+            settings,
+            etcd,
+            keys,
+            lease: Mutex::new(Lease { id, renewed: Instant::now() }),
+            fence: Arc::new(Fence::default()),
+            role,
+            view: Mutex::new(View::default()),
+        }))
+    }
+
+    pub fn roles(&self) -> tokio::sync::watch::Receiver<Role> {
+        self.role.subscribe()
+    }
+
+    pub fn settings(&self) -> &ClusterSettings {
+        &self.settings
+    }
+
+    /// Renews the lease when a third of its TTL has passed. A follower whose lease expired (it was
+    /// paused) takes a new one and registers again; a leader's expiry is a step-down.
+    fn keep_lease(&self, leading: bool) -> Result<(), StepDown> {
+        let mut lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        let ttl = Duration::from_secs(self.settings.lease_ttl_secs);
+        if lease.renewed.elapsed() < ttl / 3 {
+            return Ok(());
+        }
+        match self.etcd.keep_alive(lease.id) {
+            Ok(left) if left > 0 => lease.renewed = Instant::now(),
+            Ok(_) if leading => return Err(StepDown::LeaseLost),
+            Ok(_) => {
+                let record = serde_json::to_vec(&self.settings.node).unwrap_or_default();
+                if let Ok(id) = self.etcd.grant_lease(self.settings.lease_ttl_secs) {
+                    if self.etcd.put(&self.keys.node(&self.settings.node.name), &record, id).is_ok() {
+                        *lease = Lease { id, renewed: Instant::now() };
+                        tracing::info!("lease had expired (this node was paused or cut off): registered again");
+                    }
+                }
+            }
+            Err(error) if leading && lease.renewed.elapsed() >= ttl => return Err(StepDown::EtcdLost(error)),
+            Err(error) => tracing::debug!(%error, "lease renewal failed; retrying"),
+        }
+        Ok(())
+    }
+
+    fn observe(&self) -> Result<Observation, EtcdError> {
+        let leader = match self.etcd.get(&self.keys.leader())? {
+            Some(kv) => serde_json::from_slice::<NodeRecord>(&kv.value).ok().map(|n| (n, kv.create_revision as u64)),
+            None => None,
+        };
+        let in_sync = match self.etcd.get(&self.keys.in_sync())? {
+            Some(kv) => serde_json::from_slice::<InSync>(&kv.value).ok().map(|s| (s, kv.mod_revision)),
+            None => None,
+        };
+        Ok(Observation { leader, in_sync })
+    }
+
+    /// Follows the leaders etcd names until this node wins an election; its term. `None` when
+    /// `stop` was set.
+    pub fn follow_until_elected(&self, stop: &AtomicBool) -> Option<u64> {
+        let mut last_leader: Option<(String, u64)> = None;
+        while !stop.load(Ordering::SeqCst) {
+            let _ = self.keep_lease(false);
+            let seen = match self.observe() {
+                Ok(seen) => seen,
+                Err(error) => {
+                    tracing::debug!(%error, "cannot read the cluster's state from etcd");
+                    std::thread::sleep(POLL);
+                    continue;
+                }
+            };
+            self.refresh_view(&seen);
+            match decide(&self.settings.node.name, &seen) {
+                Decision::Follow(leader, term) => {
+                    // Fencing: from now on no stream of an older term is applied here.
+                    self.fence.admit(term);
+                    if last_leader.as_ref() != Some(&(leader.name.clone(), term)) {
+                        tracing::info!(leader = %leader.name, term, "following the leader");
+                        last_leader = Some((leader.name.clone(), term));
+                    }
+                    self.role.send_if_modified(|role| {
+                        let new = Role::Follower { leader: Some(leader.clone()), term };
+                        std::mem::replace(role, new.clone()) != new
+                    });
+                }
+                Decision::Campaign { in_sync_revision } => {
+                    if let Some(term) = self.campaign(in_sync_revision) {
+                        return Some(term);
+                    }
+                }
+                Decision::Wait => {
+                    self.role.send_if_modified(|role| {
+                        let new = Role::Follower { leader: None, term: 0 };
+                        std::mem::replace(role, new.clone()) != new
+                    });
+                }
+            }
+            std::thread::sleep(POLL);
+        }
+        None
+    }
+
+    fn campaign(&self, in_sync_revision: i64) -> Option<u64> {
+        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner()).id;
+        let record = serde_json::to_vec(&self.settings.node).unwrap_or_default();
+        let won = self.etcd.create_if_absent_and_unchanged(
+            &self.keys.leader(),
+            &record,
+            lease,
+            &self.keys.in_sync(),
+            in_sync_revision,
+        );
+        match won {
+            Ok(Some(term)) => {
+                let term = term as u64;
+                self.fence.admit(term);
+                tracing::info!(node = %self.settings.node.name, term, "elected leader");
+                Some(term)
+            }
+            Ok(None) => None,
+            Err(error) => {
+                tracing::debug!(%error, "campaign failed");
+                None
+            }
+        }
+    }
+
+    /// Leads at `term` until this node must step down: records itself as the in-sync set, keeps
+    /// a link to every other node, keeps the in-sync set in etcd in step with the hub.
+    pub fn lead(&self, hub: Arc<Hub>, term: u64, stop: &AtomicBool) -> StepDown {
+        let _ = self.role.send(Role::Leader { term });
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).hub = Some(hub.clone());
+        let me = self.settings.node.name.clone();
+        let mut in_sync: BTreeSet<String> = BTreeSet::new();
+        let mut links: BTreeMap<String, Arc<AtomicBool>> = BTreeMap::new();
+        let lag_timeout = Duration::from_secs(self.settings.lease_ttl_secs);
+        let step_down = loop {
+            if stop.load(Ordering::SeqCst) {
+                break StepDown::Stopped;
+            }
+            if let Err(why) = self.keep_lease(true) {
+                break why;
+            }
+            match self.etcd.get(&self.keys.leader()) {
+                Ok(Some(kv)) if kv.create_revision as u64 == term => {}
+                Ok(Some(kv)) => break StepDown::Superseded(kv.create_revision),
+                Ok(None) => break StepDown::LeaseLost,
+                Err(_) => {}
+            }
+            self.start_links(&hub, term, &mut links);
+            if let Ok(members) = self.etcd.get_prefix(&self.keys.members()) {
+                hub.set_min_in_sync(min_in_sync(members.len(), self.settings.min_in_sync));
+                self.view.lock().unwrap_or_else(|p| p.into_inner()).members = members.len();
+            }
+            if let Err(why) = self.maintain_in_sync(&hub, term, &me, &mut in_sync, lag_timeout) {
+                break why;
+            }
+            std::thread::sleep(POLL);
+        };
+        hub.depose();
+        for stop in links.values() {
+            stop.store(true, Ordering::SeqCst);
+        }
+        tracing::warn!(node = %me, term, reason = %step_down, "stepping down as leader");
+        step_down
+    }
+
+    fn start_links(&self, hub: &Arc<Hub>, term: u64, links: &mut BTreeMap<String, Arc<AtomicBool>>) {
+        let Ok(nodes) = self.etcd.get_prefix(&self.keys.members()) else { return };
+        for kv in nodes {
+            let Ok(node) = serde_json::from_slice::<NodeRecord>(&kv.value) else { continue };
+            if node.name == self.settings.node.name || links.contains_key(&node.name) {
+                continue;
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            links.insert(node.name.clone(), stop.clone());
+            let target = LinkTarget {
+                follower: node.name.clone(),
+                address: node.replication(),
+                leader: self.settings.node.name.clone(),
+                term,
+                data_dir: self.settings.data_dir.clone(),
+            };
+            let hub = hub.clone();
+            let _ = std::thread::Builder::new()
+                .name(format!("hg-repl-{}", node.name))
+                .spawn(move || run_link(hub, target, stop));
+        }
+    }
+
+    /// Drops lagging followers from the set (etcd first), admits caught-up ones (hub first).
+    fn maintain_in_sync(
+        &self,
+        hub: &Hub,
+        term: u64,
+        me: &str,
+        in_sync: &mut BTreeSet<String>,
+        lag_timeout: Duration,
+    ) -> Result<(), StepDown> {
+        let lagging = hub.lagging(Instant::now(), lag_timeout);
+        let admitted = hub.admit_caught_up();
+        let mut wanted = hub.in_sync();
+        for name in &lagging {
+            wanted.remove(name);
+        }
+        wanted.insert(me.to_owned());
+        if wanted == *in_sync {
+            return Ok(());
+        }
+        let mut nodes: Vec<String> = wanted.iter().filter(|n| n.as_str() != me).cloned().collect();
+        nodes.insert(0, me.to_owned());
+        let value = serde_json::to_vec(&InSync { term, nodes: nodes.clone() }).unwrap_or_default();
+        match self.etcd.put_if_created_at(&self.keys.leader(), term as i64, &self.keys.in_sync(), &value) {
+            Ok(true) => {
+                hub.remove_in_sync(&lagging);
+                for name in &lagging {
+                    tracing::warn!(follower = %name, "follower out of sync: removed from the in-sync set");
+                }
+                for name in &admitted {
+                    tracing::info!(follower = %name, "follower in sync");
+                }
+                *in_sync = wanted;
+                self.view.lock().unwrap_or_else(|p| p.into_inner()).in_sync = nodes;
+                Ok(())
+            }
+            Ok(false) => Err(StepDown::Superseded(0)),
+            Err(error) => {
+                tracing::debug!(%error, "cannot write the in-sync set");
+                Ok(())
+            }
+        }
+    }
+
+    fn refresh_view(&self, seen: &Observation) {
+        let mut view = self.view.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((set, _)) = &seen.in_sync {
+            view.in_sync = set.nodes.clone();
+        }
+        if let Ok(nodes) = self.etcd.get_prefix(&self.keys.nodes()) {
+            let now = Instant::now();
+            view.nodes = nodes.iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok()).collect();
+            for node in view.nodes.clone() {
+                view.seen.insert(node.name, now);
+            }
+        }
+    }
+
+    /// `GET /api/cluster`'s answer.
+    pub fn status_json(&self) -> Value {
+        if let Ok(nodes) = self.etcd.get_prefix(&self.keys.nodes()) {
+            let mut view = self.view.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            view.nodes = nodes.iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok()).collect();
+            for node in view.nodes.clone() {
+                view.seen.insert(node.name, now);
+            }
+        }
+        let members = self.etcd.get_prefix(&self.keys.members()).unwrap_or_default();
+        let view = self.view.lock().unwrap_or_else(|p| p.into_inner());
+        let role = self.role.borrow().clone();
+        let me = &self.settings.node.name;
+        let (leader, term) = match &role {
+            Role::Leader { term } => (Some(me.clone()), *term),
+            Role::Follower { leader, term } => (leader.as_ref().map(|l| l.name.clone()), *term),
+        };
+        let followers = view.hub.as_ref().map(|hub| hub.status(Instant::now())).unwrap_or_default();
+        let now = Instant::now();
+        let nodes: Vec<Value> = members
+            .iter()
+            .filter_map(|kv| serde_json::from_slice::<NodeRecord>(&kv.value).ok())
+            .map(|node| {
+                let is_leader = leader.as_deref() == Some(node.name.as_str());
+                let live = view.nodes.iter().any(|n| n.name == node.name);
+                let follower = followers.iter().find(|f| f.name == node.name);
+                json!({
+                    "name": node.name,
+                    "role": if is_leader { "leader" } else { "follower" },
+                    "running": live,
+                    "in_sync": view.in_sync.contains(&node.name),
+                    "lag_records": if is_leader { 0 } else { follower.map(|f| f.lag_records).unwrap_or(0) },
+                    "amqp": node.amqp(),
+                    "last_seen_ms": view.seen.get(&node.name).map(|at| now.duration_since(*at).as_millis() as u64),
+                })
+            })
+            .collect();
+        json!({ "cluster_name": self.settings.cluster_name, "leader": leader, "term": term, "nodes": nodes })
+    }
+
+    /// Leaves etcd at shutdown: revoking the lease removes the node's record (and the leader
+    /// key, if it leads) at once, instead of after the TTL.
+    pub fn leave(&self) {
+        let id = self.lease.lock().unwrap_or_else(|p| p.into_inner()).id;
+        let _ = self.etcd.revoke(id);
+    }
+}

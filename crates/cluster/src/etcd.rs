@@ -1,0 +1,254 @@
+//! A small, blocking etcd v3 client over etcd's JSON gateway (`POST /v3/...`), for the
+//! coordination thread: leases, reads, puts and the two transactions the cluster needs.
+//!
+//! etcd encodes keys and values as base64 and 64-bit integers as JSON strings; fields equal to
+//! their zero value are left out (so a missing `succeeded` means `false`). Every call tries the
+//! endpoints in turn, starting with the one that answered last.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use serde_json::{json, Value};
+
+/// One key as etcd holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: Vec<u8>,
+    /// The revision that created the key: unique and increasing across the etcd cluster, so the
+    /// leader key's create revision is the leader's term.
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub lease: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    #[error("no etcd endpoint answered ({0})")]
+    Unreachable(String),
+    #[error("etcd refused {path}: HTTP {status}: {body}")]
+    Refused { path: &'static str, status: u16, body: String },
+    #[error("etcd answered {path} with something unreadable: {reason}")]
+    Unreadable { path: &'static str, reason: String },
+}
+
+/// A client for one etcd cluster (any of its endpoints).
+#[derive(Debug)]
+pub struct Etcd {
+    agent: ureq::Agent,
+    endpoints: Vec<String>,
+    preferred: AtomicUsize,
+}
+
+impl Etcd {
+    /// `endpoints` are base URLs (`http://127.0.0.1:2379`); each request gives up after `timeout`.
+    pub fn new(endpoints: Vec<String>, timeout: Duration) -> Etcd {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .build()
+            .into();
+        let endpoints = endpoints.into_iter().map(|e| e.trim_end_matches('/').to_owned()).collect();
+        Etcd { agent, endpoints, preferred: AtomicUsize::new(0) }
+    }
+
+    fn call(&self, path: &'static str, body: Value) -> Result<Value, EtcdError> {
+        let count = self.endpoints.len().max(1);
+        let start = self.preferred.load(Ordering::Relaxed);
+        let mut last_error = String::from("no endpoints configured");
+        for attempt in 0..self.endpoints.len() {
+            let index = (start + attempt) % count;
+            let url = format!("{}{}", self.endpoints[index], path);
+            let response = self.agent.post(&url).header("content-type", "application/json").send(body.to_string());
+            let mut response = match response {
+                Ok(response) => response,
+                Err(error) => {
+                    last_error = format!("{url}: {error}");
+                    continue;
+                }
+            };
+            self.preferred.store(index, Ordering::Relaxed);
+            let status = response.status().as_u16();
+            let text = response.body_mut().read_to_string().unwrap_or_default();
+            if status != 200 {
+                return Err(EtcdError::Refused { path, status, body: text });
+            }
+            return serde_json::from_str(&text)
+                .map_err(|e| EtcdError::Unreadable { path, reason: e.to_string() });
+        }
+        Err(EtcdError::Unreachable(last_error))
+    }
+
+    /// A new lease of `ttl_secs`; its id.
+    pub fn grant_lease(&self, ttl_secs: u64) -> Result<i64, EtcdError> {
+        let answer = self.call("/v3/lease/grant", json!({ "TTL": ttl_secs }))?;
+        let id = int(&answer["ID"]);
+        if id == 0 {
+            return Err(EtcdError::Unreadable { path: "/v3/lease/grant", reason: "no lease id".into() });
+        }
+        Ok(id)
+    }
+
+    /// Renews `lease`; the seconds it has left, 0 when it has already expired.
+    pub fn keep_alive(&self, lease: i64) -> Result<i64, EtcdError> {
+        let answer = self.call("/v3/lease/keepalive", json!({ "ID": lease.to_string() }))?;
+        Ok(int(&answer["result"]["TTL"]))
+    }
+
+    /// Ends `lease` now: every key attached to it goes.
+    pub fn revoke(&self, lease: i64) -> Result<(), EtcdError> {
+        self.call("/v3/lease/revoke", json!({ "ID": lease.to_string() })).map(drop)
+    }
+
+    pub fn get(&self, key: &str) -> Result<Option<KeyValue>, EtcdError> {
+        let answer = self.call("/v3/kv/range", json!({ "key": B64.encode(key) }))?;
+        Ok(kvs(&answer, "/v3/kv/range")?.into_iter().next())
+    }
+
+    /// Every key that starts with `prefix`, in key order.
+    pub fn get_prefix(&self, prefix: &str) -> Result<Vec<KeyValue>, EtcdError> {
+        let body = json!({ "key": B64.encode(prefix), "range_end": B64.encode(prefix_end(prefix)) });
+        kvs(&self.call("/v3/kv/range", body)?, "/v3/kv/range")
+    }
+
+    /// Sets `key` (attached to `lease` unless it is 0).
+    pub fn put(&self, key: &str, value: &[u8], lease: i64) -> Result<(), EtcdError> {
+        self.call("/v3/kv/put", put_request(key, value, lease)).map(drop)
+    }
+
+    /// Creates `key` only if it does not exist and `other` is still at modification revision
+    /// `other_revision` (0: `other` does not exist); the new key's create revision, or `None`.
+    pub fn create_if_absent_and_unchanged(
+        &self,
+        key: &str,
+        value: &[u8],
+        lease: i64,
+        other: &str,
+        other_revision: i64,
+    ) -> Result<Option<i64>, EtcdError> {
+        let other_compare = if other_revision == 0 {
+            json!({ "key": B64.encode(other), "target": "CREATE", "result": "EQUAL", "create_revision": "0" })
+        } else {
+            json!({ "key": B64.encode(other), "target": "MOD", "result": "EQUAL", "mod_revision": other_revision.to_string() })
+        };
+        let body = json!({
+            "compare": [
+                { "key": B64.encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" },
+                other_compare,
+            ],
+            "success": [{ "request_put": put_request(key, value, lease) }],
+        });
+        let answer = self.call("/v3/kv/txn", body)?;
+        if answer["succeeded"].as_bool() != Some(true) {
+            return Ok(None);
+        }
+        Ok(Some(int(&answer["header"]["revision"])))
+    }
+
+    /// Sets `key` only while `guard` still has create revision `revision` (a leader writing while
+    /// its term lasts); whether it was set.
+    pub fn put_if_created_at(&self, guard: &str, revision: i64, key: &str, value: &[u8]) -> Result<bool, EtcdError> {
+        let body = json!({
+            "compare": [{
+                "key": B64.encode(guard), "target": "CREATE", "result": "EQUAL",
+                "create_revision": revision.to_string(),
+            }],
+            "success": [{ "request_put": put_request(key, value, 0) }],
+        });
+        Ok(self.call("/v3/kv/txn", body)?["succeeded"].as_bool() == Some(true))
+    }
+
+    /// Deletes `key` only while it still has create revision `revision`.
+    pub fn delete_if_created_at(&self, key: &str, revision: i64) -> Result<bool, EtcdError> {
+        let body = json!({
+            "compare": [{
+                "key": B64.encode(key), "target": "CREATE", "result": "EQUAL",
+                "create_revision": revision.to_string(),
+            }],
+            "success": [{ "request_delete_range": { "key": B64.encode(key) } }],
+        });
+        Ok(self.call("/v3/kv/txn", body)?["succeeded"].as_bool() == Some(true))
+    }
+}
+
+fn put_request(key: &str, value: &[u8], lease: i64) -> Value {
+    let mut put = json!({ "key": B64.encode(key), "value": B64.encode(value) });
+    if lease != 0 {
+        put["lease"] = Value::String(lease.to_string());
+    }
+    put
+}
+
+/// The smallest key after every key starting with `prefix` (etcd's `range_end` for a prefix).
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// etcd's 64-bit integers arrive as strings (or are missing when zero).
+fn int(value: &Value) -> i64 {
+    match value {
+        Value::String(s) => s.parse().unwrap_or(0),
+        Value::Number(n) => n.as_i64().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn kvs(answer: &Value, path: &'static str) -> Result<Vec<KeyValue>, EtcdError> {
+    let Some(items) = answer["kvs"].as_array() else { return Ok(Vec::new()) };
+    items
+        .iter()
+        .map(|item| {
+            let decode = |field: &str| -> Result<Vec<u8>, EtcdError> {
+                match item[field].as_str() {
+                    None => Ok(Vec::new()),
+                    Some(text) => {
+                        B64.decode(text).map_err(|e| EtcdError::Unreadable { path, reason: e.to_string() })
+                    }
+                }
+            };
+            Ok(KeyValue {
+                key: String::from_utf8_lossy(&decode("key")?).into_owned(),
+                value: decode("value")?,
+                create_revision: int(&item["create_revision"]),
+                mod_revision: int(&item["mod_revision"]),
+                lease: int(&item["lease"]),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_is_the_next_key_after_the_prefix() {
+        assert_eq!(prefix_end("a/"), b"a0".to_vec());
+        assert_eq!(prefix_end("a\u{7f}"), b"a\x80".to_vec());
+    }
+
+    #[test]
+    fn integers_arrive_as_strings_or_not_at_all() {
+        assert_eq!(int(&json!("42")), 42);
+        assert_eq!(int(&json!(7)), 7);
+        assert_eq!(int(&Value::Null), 0);
+    }
+
+    #[test]
+    fn range_answers_decode_keys_values_and_revisions() {
+        let answer = json!({"kvs": [{"key": "Zm9v", "value": "YmFy", "create_revision": "5", "mod_revision": "6", "lease": "9"}]});
+        let kv = &kvs(&answer, "/v3/kv/range").unwrap()[0];
+        assert_eq!((kv.key.as_str(), kv.value.as_slice()), ("foo", b"bar".as_slice()));
+        assert_eq!((kv.create_revision, kv.mod_revision, kv.lease), (5, 6, 9));
+        assert!(kvs(&json!({"count": "0"}), "/v3/kv/range").unwrap().is_empty());
+    }
+}

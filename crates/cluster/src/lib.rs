@@ -1,0 +1,21 @@
+//! Hourglass clustering (docs/clustering.md): one leader at a time, elected through etcd, serving
+//! clients; followers holding a byte-for-byte copy of its data directory, fed by replicating
+//! every file operation of its store; a confirm only once a majority holds it.
+//!
+//! ```text
+//! coordinator.rs  the node's etcd thread: lease, election, in-sync set, follower links
+//! election.rs     etcd keys and records, the election rule (sans-IO)
+//! etcd.rs         a blocking etcd v3 client over its JSON gateway
+//! repl/           replication: frames, the leader's hub and storage wrapper, links, the
+//!                 follower's receiver and applier, catch-up manifests
+//! proxy.rs        followers forward client ports to the leader
+//! ```
+
+pub mod coordinator;
+pub mod election;
+pub mod etcd;
+pub mod proxy;
+pub mod repl;
+
+pub use coordinator::{ClusterSettings, Coordinator, Role, StepDown};
+pub use election::NodeRecord;

@@ -1,0 +1,169 @@
+//! A follower's client ports: every connection is forwarded byte for byte to the leader's port,
+//! so clients (or a load balancer) may name any node. When the leader changes, each forwarded
+//! AMQP connection gets `connection.close` 320 CONNECTION_FORCED — sent between two of the
+//! leader's frames, never inside one — and is closed; clients reconnect as after a restart.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use hourglass_wire::{encode_method_frame, ConnectionClose, Method, ShortStr, FRAME_HEADER_SIZE};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// How long a new client waits for a leader to forward to (during an election) before it is
+/// closed.
+const LEADER_WAIT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The reply text forwarded AMQP clients get when the leader changes.
+pub const LEADER_CHANGED: &str = "CONNECTION_FORCED - the cluster's leader changed; reconnect";
+
+/// Which protocol a forwarded port speaks (only AMQP gets a close frame).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Amqp,
+    Http,
+}
+
+/// Accepts on `listener` and forwards to the address `leader` names (host:port), until the task
+/// is dropped.
+pub async fn forward(listener: TcpListener, leader: watch::Receiver<Option<String>>, protocol: Protocol) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let leader = leader.clone();
+        tokio::spawn(async move {
+            let _ = forward_one(client, leader, protocol).await;
+        });
+    }
+}
+
+async fn forward_one(
+    client: TcpStream,
+    mut leader: watch::Receiver<Option<String>>,
+    protocol: Protocol,
+) -> std::io::Result<()> {
+    let target = tokio::time::timeout(LEADER_WAIT, leader.wait_for(Option::is_some))
+        .await
+        .ok()
+        .and_then(|found| found.ok().and_then(|t| t.clone()));
+    let Some(target) = target else { return Ok(()) };
+    leader.mark_unchanged();
+    let server = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&target)).await??;
+    let _ = server.set_nodelay(true);
+    let _ = client.set_nodelay(true);
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let upstream = async {
+        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+        let _ = server_write.shutdown().await;
+    };
+    let downstream = async {
+        let mut frames = FrameBoundary::default();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            tokio::select! {
+                read = server_read.read(&mut buf) => {
+                    let n = match read { Ok(0) | Err(_) => break, Ok(n) => n };
+                    if client_write.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    frames.advance(&buf[..n]);
+                }
+                changed = leader.changed() => {
+                    if changed.is_ok() && protocol == Protocol::Amqp && frames.at_boundary() {
+                        let _ = client_write.write_all(&connection_forced()).await;
+                    }
+                    break;
+                }
+            }
+        }
+        let _ = client_write.shutdown().await;
+    };
+    tokio::select! {
+        _ = upstream => {}
+        _ = downstream => {}
+    }
+    Ok(())
+}
+
+fn connection_forced() -> BytesMut {
+    let mut out = BytesMut::new();
+    let close = ConnectionClose {
+        reply_code: hourglass_wire::CONNECTION_FORCED,
+        reply_text: ShortStr::from_static(LEADER_CHANGED),
+        class_id: 0,
+        method_id: 0,
+    };
+    encode_method_frame(0, &Method::ConnectionClose(close), &mut out);
+    out
+}
+
+/// Follows the AMQP frames of a byte stream (header: type, channel, size; payload; frame end) to
+/// tell whether the bytes so far end exactly at a frame's end.
+#[derive(Debug, Default)]
+struct FrameBoundary {
+    header: [u8; FRAME_HEADER_SIZE],
+    header_len: usize,
+    /// Payload and frame-end bytes still to come of the current frame.
+    remaining: u64,
+}
+
+impl FrameBoundary {
+    fn advance(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.remaining > 0 {
+                let n = (self.remaining.min(bytes.len() as u64)) as usize;
+                self.remaining -= n as u64;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (FRAME_HEADER_SIZE - self.header_len).min(bytes.len());
+            self.header[self.header_len..self.header_len + n].copy_from_slice(&bytes[..n]);
+            self.header_len += n;
+            bytes = &bytes[n..];
+            if self.header_len == FRAME_HEADER_SIZE {
+                let size = u32::from_be_bytes([self.header[3], self.header[4], self.header[5], self.header[6]]);
+                self.remaining = u64::from(size) + 1;
+                self.header_len = 0;
+            }
+        }
+    }
+
+    fn at_boundary(&self) -> bool {
+        self.header_len == 0 && self.remaining == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hourglass_wire::{encode_heartbeat_frame, Frame, FrameDecoder};
+
+    #[test]
+    fn boundaries_are_found_however_the_bytes_are_split() {
+        let mut stream = BytesMut::new();
+        encode_heartbeat_frame(&mut stream);
+        stream.extend_from_slice(&connection_forced());
+        for split in 0..=stream.len() {
+            let mut frames = FrameBoundary::default();
+            frames.advance(&stream[..split]);
+            let expected = split == 0 || split == 8 || split == stream.len();
+            assert_eq!(frames.at_boundary(), expected, "split at {split}");
+            frames.advance(&stream[split..]);
+            assert!(frames.at_boundary());
+        }
+    }
+
+    #[test]
+    fn the_close_is_a_valid_connection_close_320() {
+        let mut bytes = connection_forced();
+        let frame = FrameDecoder::new(131_072).decode(&mut bytes).unwrap().unwrap();
+        let Frame::Method { channel: 0, method: Method::ConnectionClose(close) } = frame else { panic!("{frame:?}") };
+        assert_eq!(close.reply_code, 320);
+        assert_eq!(close.reply_text, LEADER_CHANGED);
+    }
+}

@@ -1,0 +1,379 @@
+//! The leader's replication state, one owner for it: the op sequence, what each follower has
+//! acknowledged, which followers are in sync, and whether a sync may complete.
+//!
+//! The rule a confirm waits for (docs/clustering.md "What a confirm means"): the record is on the
+//! leader's disk, **every** in-sync follower has acknowledged it (fsynced), and the in-sync set
+//! with the leader numbers at least `min_in_sync`. A follower leaves the in-sync set only after the
+//! coordinator has written the smaller set to etcd (so it can no longer be elected), and joins it
+//! here first (so nothing is confirmed without it from then on), then in etcd.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::repl::frame::FileOp;
+use crate::repl::manifest::{valid_path, LeaderFile, MESSAGES_DIR};
+
+/// How often a waiting sync re-checks whether it was deposed, even without an ack.
+const WAIT_TICK: Duration = Duration::from_millis(100);
+/// Ops queued for one follower at most; past that (a follower far behind) its link is dropped
+/// and it catches up from the files instead of from memory.
+const FOLLOWER_QUEUE_OPS_MAX: usize = 65_536;
+
+/// A leader that lost its term: nothing it writes may be confirmed any more.
+#[derive(Debug, thiserror::Error)]
+#[error("this node is no longer the cluster's leader")]
+pub struct Deposed;
+
+/// A follower's link as registered: the op sequence it starts after, the leader's files at that
+/// point (small files with their content), and the ops that follow.
+pub struct Registration {
+    pub after_seq: u64,
+    pub files: Vec<(LeaderFile, Option<Bytes>)>,
+    pub ops: Receiver<(u64, Arc<FileOp>)>,
+    pub link_id: u64,
+}
+
+/// What the cluster status shows of one follower.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FollowerStatus {
+    pub name: String,
+    pub connected: bool,
+    pub in_sync: bool,
+    pub acked: u64,
+    pub lag_records: u64,
+    pub last_ack_ms_ago: Option<u64>,
+}
+
+#[derive(Default)]
+struct Follower {
+    link: Option<(u64, SyncSender<(u64, Arc<FileOp>)>)>,
+    /// The follower holds everything through this op (acknowledged after fsync).
+    acked: u64,
+    /// The link finished its catch-up: `acked` counts from the live stream.
+    streaming: bool,
+    last_ack: Option<Instant>,
+}
+
+struct State {
+    last_seq: u64,
+    followers: BTreeMap<String, Follower>,
+    in_sync: BTreeSet<String>,
+    min_in_sync: usize,
+    deposed: bool,
+    next_link: u64,
+}
+
+/// Shared by the storage wrappers (writers), the follower links and the coordinator.
+pub struct Hub {
+    data_dir: PathBuf,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Hub {
+    /// A hub for the leader of data directory `data_dir`, with no follower in sync yet.
+    pub fn new(data_dir: PathBuf, min_in_sync: usize) -> Arc<Hub> {
+        Arc::new(Hub {
+            data_dir,
+            state: Mutex::new(State {
+                last_seq: 0,
+                followers: BTreeMap::new(),
+                in_sync: BTreeSet::new(),
+                min_in_sync: min_in_sync.max(1),
+                deposed: false,
+                next_link: 1,
+            }),
+            changed: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs the local file operation and, if it succeeds, sequences `ops` describing it, in one
+    /// step: the op order is exactly the order the leader's files changed in.
+    pub fn apply<T>(&self, local: impl FnOnce() -> io::Result<T>, ops: impl FnOnce() -> Vec<FileOp>) -> io::Result<T> {
+        let mut state = self.lock();
+        let result = local()?;
+        for op in ops() {
+            state.last_seq += 1;
+            let seq = state.last_seq;
+            let op = Arc::new(op);
+            for follower in state.followers.values_mut() {
+                let Some((_, queue)) = &follower.link else { continue };
+                match queue.try_send((seq, op.clone())) {
+                    Ok(()) => {}
+                    // Far behind (or gone): drop the link; it reconnects and catches up from files.
+                    Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                        follower.link = None;
+                        follower.streaming = false;
+                    }
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// The last op sequenced.
+    pub fn last_seq(&self) -> u64 {
+        self.lock().last_seq
+    }
+
+    /// Blocks until every op through `seq` is held as the confirm rule requires.
+    pub fn wait_replicated(&self, seq: u64) -> Result<(), Deposed> {
+        let mut state = self.lock();
+        loop {
+            if state.deposed {
+                return Err(Deposed);
+            }
+            if replicated(&state, seq) {
+                return Ok(());
+            }
+            state = self.changed.wait_timeout(state, WAIT_TICK).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// This node lost its term: every waiting and future sync fails.
+    pub fn depose(&self) {
+        self.lock().deposed = true;
+        self.changed.notify_all();
+    }
+
+    pub fn set_min_in_sync(&self, min_in_sync: usize) {
+        self.lock().min_in_sync = min_in_sync.max(1);
+        self.changed.notify_all();
+    }
+
+    /// Starts a link to `name`: the catch-up point is now.
+    pub fn register(&self, name: &str) -> io::Result<Registration> {
+        let mut state = self.lock();
+        let files = self.files_now()?;
+        let (tx, rx) = sync_channel(FOLLOWER_QUEUE_OPS_MAX);
+        let link_id = state.next_link;
+        state.next_link += 1;
+        let follower = state.followers.entry(name.to_owned()).or_default();
+        follower.link = Some((link_id, tx));
+        follower.streaming = false;
+        Ok(Registration { after_seq: state.last_seq, files, ops: rx, link_id })
+    }
+
+    /// The replicated files and their lengths (small files with their content), under the lock.
+    fn files_now(&self) -> io::Result<Vec<(LeaderFile, Option<Bytes>)>> {
+        let mut files = Vec::new();
+        for (dir, prefix) in [(self.data_dir.clone(), ""), (self.data_dir.join(MESSAGES_DIR), "messages/")] {
+            for entry in fs::read_dir(&dir)? {
+                let entry = entry?;
+                let meta = entry.metadata()?;
+                let path = format!("{prefix}{}", entry.file_name().to_string_lossy());
+                if !meta.is_file() || !valid_path(&path) {
+                    continue;
+                }
+                // Snapshots are replaced by rename: their content now, not later.
+                let content = if path.ends_with(".seg") { None } else { Some(Bytes::from(fs::read(entry.path())?)) };
+                files.push((LeaderFile { path, len: meta.len() }, content));
+            }
+        }
+        Ok(files)
+    }
+
+    /// The follower holds everything through `seq`; `streaming`: its catch-up is done.
+    pub fn ack(&self, name: &str, link_id: u64, seq: u64, streaming: bool) {
+        let mut state = self.lock();
+        if let Some(follower) = state.followers.get_mut(name) {
+            if follower.link.as_ref().is_some_and(|(id, _)| *id == link_id) {
+                follower.acked = follower.acked.max(seq);
+                follower.streaming |= streaming;
+                follower.last_ack = Some(Instant::now());
+            }
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// The link `link_id` to `name` ended.
+    pub fn disconnect(&self, name: &str, link_id: u64) {
+        let mut state = self.lock();
+        if let Some(follower) = state.followers.get_mut(name) {
+            if follower.link.as_ref().is_some_and(|(id, _)| *id == link_id) {
+                follower.link = None;
+                follower.streaming = false;
+            }
+        }
+    }
+
+    /// In-sync followers that have not acknowledged an outstanding op for `lag_timeout` (or are
+    /// not connected at all): the coordinator removes them from etcd's set, then calls
+    /// [`Hub::remove_in_sync`].
+    pub fn lagging(&self, now: Instant, lag_timeout: Duration) -> Vec<String> {
+        let state = self.lock();
+        state
+            .in_sync
+            .iter()
+            .filter(|name| {
+                let Some(f) = state.followers.get(*name) else { return true };
+                let behind = f.acked < state.last_seq;
+                let quiet = f.last_ack.is_none_or(|at| now.duration_since(at) >= lag_timeout);
+                f.link.is_none() || (behind && quiet)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Followers streaming and holding every op, not yet in sync: admitted here at once (so no
+    /// confirm goes without them from now on); the coordinator then records them in etcd.
+    pub fn admit_caught_up(&self) -> Vec<String> {
+        let mut state = self.lock();
+        let last = state.last_seq;
+        let ready: Vec<String> = state
+            .followers
+            .iter()
+            .filter(|(name, f)| f.link.is_some() && f.streaming && f.acked >= last && !state.in_sync.contains(*name))
+            .map(|(name, _)| name.clone())
+            .collect();
+        state.in_sync.extend(ready.iter().cloned());
+        ready
+    }
+
+    pub fn remove_in_sync(&self, names: &[String]) {
+        let mut state = self.lock();
+        for name in names {
+            state.in_sync.remove(name);
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    pub fn in_sync(&self) -> BTreeSet<String> {
+        self.lock().in_sync.clone()
+    }
+
+    pub fn status(&self, now: Instant) -> Vec<FollowerStatus> {
+        let state = self.lock();
+        state
+            .followers
+            .iter()
+            .map(|(name, f)| FollowerStatus {
+                name: name.clone(),
+                connected: f.link.is_some(),
+                in_sync: state.in_sync.contains(name),
+                acked: f.acked,
+                lag_records: state.last_seq.saturating_sub(f.acked),
+                last_ack_ms_ago: f.last_ack.map(|at| now.duration_since(at).as_millis() as u64),
+            })
+            .collect()
+    }
+}
+
+fn replicated(state: &State, seq: u64) -> bool {
+    state.in_sync.len() + 1 >= state.min_in_sync
+        && state.in_sync.iter().all(|name| state.followers.get(name).is_some_and(|f| f.acked >= seq))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub(min_in_sync: usize) -> (tempfile::TempDir, Arc<Hub>) {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join(MESSAGES_DIR)).unwrap();
+        let hub = Hub::new(dir.path().to_owned(), min_in_sync);
+        (dir, hub)
+    }
+
+    fn write(hub: &Hub, n: usize) -> u64 {
+        for _ in 0..n {
+            hub.apply(|| Ok(()), || vec![FileOp::Create { path: "x".into() }]).unwrap();
+        }
+        hub.last_seq()
+    }
+
+    fn snapshot(hub: &Hub, seq: u64) -> bool {
+        replicated(&hub.lock(), seq)
+    }
+
+    #[test]
+    fn a_confirm_needs_every_in_sync_follower_and_enough_of_them() {
+        let (_dir, hub) = hub(2);
+        let seq = write(&hub, 3);
+        assert!(!snapshot(&hub, seq), "alone, below min_in_sync 2: held");
+        let b = hub.register("b").unwrap();
+        hub.ack("b", b.link_id, seq, true);
+        assert_eq!(hub.admit_caught_up(), vec!["b".to_owned()]);
+        assert!(snapshot(&hub, seq));
+        let c = hub.register("c").unwrap();
+        hub.ack("c", c.link_id, seq, true);
+        hub.admit_caught_up();
+        let next = write(&hub, 1);
+        hub.ack("b", b.link_id, next, true);
+        assert!(!snapshot(&hub, next), "c is in sync and has not acknowledged: held");
+        hub.remove_in_sync(&["c".to_owned()]);
+        assert!(snapshot(&hub, next), "c removed (after etcd): b and the leader hold it");
+    }
+
+    #[test]
+    fn only_a_streaming_follower_holding_everything_is_admitted() {
+        let (_dir, hub) = hub(2);
+        let seq = write(&hub, 2);
+        let b = hub.register("b").unwrap();
+        hub.ack("b", b.link_id, seq - 1, false);
+        assert!(hub.admit_caught_up().is_empty(), "still catching up");
+        hub.ack("b", b.link_id, seq - 1, true);
+        assert!(hub.admit_caught_up().is_empty(), "one op behind");
+        hub.ack("b", b.link_id, seq, true);
+        assert_eq!(hub.admit_caught_up(), vec!["b".to_owned()]);
+    }
+
+    #[test]
+    fn acks_from_an_old_link_do_not_count() {
+        let (_dir, hub) = hub(2);
+        let old = hub.register("b").unwrap();
+        let new = hub.register("b").unwrap();
+        let seq = write(&hub, 1);
+        hub.ack("b", old.link_id, seq, true);
+        assert!(hub.admit_caught_up().is_empty());
+        hub.ack("b", new.link_id, seq, true);
+        assert_eq!(hub.admit_caught_up(), vec!["b".to_owned()]);
+    }
+
+    #[test]
+    fn a_silent_or_disconnected_in_sync_follower_is_reported_lagging() {
+        let (_dir, hub) = hub(2);
+        let b = hub.register("b").unwrap();
+        hub.ack("b", b.link_id, 0, true);
+        hub.admit_caught_up();
+        let start = Instant::now();
+        write(&hub, 1);
+        assert!(hub.lagging(start, Duration::from_secs(5)).is_empty());
+        assert_eq!(hub.lagging(start + Duration::from_secs(6), Duration::from_secs(5)), vec!["b".to_owned()]);
+        hub.disconnect("b", b.link_id);
+        assert_eq!(hub.lagging(start, Duration::from_secs(5)), vec!["b".to_owned()]);
+    }
+
+    #[test]
+    fn a_deposed_leader_confirms_nothing() {
+        let (_dir, hub) = hub(1);
+        let seq = write(&hub, 1);
+        assert!(hub.wait_replicated(seq).is_ok());
+        hub.depose();
+        assert!(hub.wait_replicated(seq).is_err());
+    }
+
+    #[test]
+    fn registered_links_receive_every_later_op_in_order() {
+        let (dir, hub) = hub(1);
+        fs::write(dir.path().join("definitions.snap"), b"defs").unwrap();
+        let b = hub.register("b").unwrap();
+        assert_eq!(b.files[0].1.as_deref(), Some(b"defs".as_slice()));
+        write(&hub, 2);
+        let seqs: Vec<u64> = b.ops.try_iter().map(|(seq, _)| seq).collect();
+        assert_eq!(seqs, vec![b.after_seq + 1, b.after_seq + 2]);
+    }
+}

@@ -1,0 +1,185 @@
+//! The leader's link to one follower: dial, hello with the term, read the follower's manifest,
+//! send the catch-up (what its files lack, as of the registration point), then stream every later
+//! op; a second thread reads the follower's acknowledgements into the [`Hub`]. Any error drops
+//! the link and it starts over after a pause, catching up again from the files.
+
+use std::io::{self, BufWriter, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::repl::frame::{write_frame, FileOp, Frame, FrameReader, WRITE_CHUNK_MAX};
+use crate::repl::hub::{Hub, Registration};
+use crate::repl::manifest::{digest, plan_catch_up, LeaderFile, Step};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const RETRY_PAUSE: Duration = Duration::from_millis(300);
+/// How long the follower may take to send its manifest (it digests every file).
+const MANIFEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// A follower that takes no bytes this long (stopped, its window full) is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(200);
+
+/// Who the link is for and whom it speaks for.
+#[derive(Clone, Debug)]
+pub struct LinkTarget {
+    pub follower: String,
+    /// `host:port` of the follower's replication listener.
+    pub address: String,
+    pub leader: String,
+    pub term: u64,
+    pub data_dir: PathBuf,
+}
+
+/// Runs the link until `stop` is set (the follower left, or this node is no longer leader).
+pub fn run_link(hub: Arc<Hub>, target: LinkTarget, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        match connect(&target.address).and_then(|stream| session(&hub, &target, stream, &stop)) {
+            Ok(()) => {}
+            Err(error) => tracing::debug!(follower = %target.follower, %error, "replication link down"),
+        }
+        std::thread::sleep(RETRY_PAUSE);
+    }
+}
+
+fn connect(address: &str) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{address} resolves to nothing"));
+    for addr in address.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn session(hub: &Arc<Hub>, target: &LinkTarget, stream: TcpStream, stop: &AtomicBool) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    stream.set_read_timeout(Some(MANIFEST_TIMEOUT))?;
+    let mut writer = BufWriter::with_capacity(1 << 20, stream.try_clone()?);
+    write_frame(&mut writer, &Frame::Hello { term: target.term, leader: target.leader.clone() })?;
+    writer.flush()?;
+    let mut reader = FrameReader::new(stream.try_clone()?);
+    let manifest = match reader.next()? {
+        Some(Frame::Manifest(files)) => files,
+        _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "expected the follower's manifest")),
+    };
+    let registration = hub.register(&target.follower)?;
+    let link_id = registration.link_id;
+    let acks = spawn_ack_reader(hub.clone(), target.follower.clone(), link_id, reader, stream.try_clone()?);
+    let result = stream_to(hub, target, registration, &manifest, &mut writer, stop);
+    hub.disconnect(&target.follower, link_id);
+    let _ = stream.shutdown(Shutdown::Both);
+    let _ = acks.join();
+    result
+}
+
+fn stream_to(
+    hub: &Hub,
+    target: &LinkTarget,
+    registration: Registration,
+    manifest: &[crate::repl::frame::FileDigest],
+    writer: &mut BufWriter<TcpStream>,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    let leader_files: Vec<LeaderFile> = registration.files.iter().map(|(file, _)| file.clone()).collect();
+    let steps = plan_catch_up(&leader_files, manifest, |path, len| {
+        if let Some((_, Some(content))) = registration.files.iter().find(|(f, _)| f.path == path) {
+            return Ok(crc32c::crc32c(&content[..(len as usize).min(content.len())]));
+        }
+        match digest(&target.data_dir.join(path), len) {
+            Ok((_, crc)) => Ok(crc),
+            // Compacted away since: whatever the follower has is replaced (then removed by the op).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(!0),
+            Err(e) => Err(e),
+        }
+    })?;
+    for step in steps {
+        send_step(&target.data_dir, &registration, step, writer)?;
+    }
+    write_frame(writer, &Frame::CaughtUp { seq: registration.after_seq })?;
+    writer.flush()?;
+    tracing::info!(follower = %target.follower, at = registration.after_seq, "follower caught up from the files; streaming");
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let (seq, op) = match registration.ops.recv_timeout(POLL) {
+            Ok(item) => item,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(io::Error::new(io::ErrorKind::BrokenPipe, "dropped by the hub (too far behind)"))
+            }
+        };
+        write_frame(writer, &Frame::Op { seq, op: (*op).clone() })?;
+        for (seq, op) in registration.ops.try_iter() {
+            write_frame(writer, &Frame::Op { seq, op: (*op).clone() })?;
+        }
+        writer.flush()?;
+        let _ = hub;
+    }
+}
+
+/// One catch-up step as ops with sequence 0.
+fn send_step(dir: &Path, registration: &Registration, step: Step, writer: &mut impl Write) -> io::Result<()> {
+    let (path, from, to, replace) = match step {
+        Step::Remove { path } => return write_frame(writer, &Frame::Op { seq: 0, op: FileOp::Remove { path } }),
+        Step::Send { path, from, to, replace } => (path, from, to, replace),
+    };
+    if replace {
+        write_frame(writer, &Frame::Op { seq: 0, op: FileOp::SetLen { path: path.clone(), len: 0 } })?;
+    }
+    let content = registration.files.iter().find(|(f, _)| f.path == path).and_then(|(_, c)| c.clone());
+    let file = match &content {
+        Some(_) => None,
+        None => match std::fs::File::open(dir.join(&path)) {
+            Ok(file) => Some(file),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        },
+    };
+    let mut offset = from;
+    while offset < to {
+        let n = ((to - offset) as usize).min(WRITE_CHUNK_MAX);
+        let data = match (&content, &file) {
+            (Some(content), _) => content.slice(offset as usize..offset as usize + n),
+            (None, Some(file)) => {
+                let mut buf = vec![0u8; n];
+                file.read_exact_at(&mut buf, offset)?;
+                Bytes::from(buf)
+            }
+            (None, None) => return Ok(()),
+        };
+        write_frame(writer, &Frame::Op { seq: 0, op: FileOp::Write { path: path.clone(), offset, data } })?;
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+fn spawn_ack_reader(
+    hub: Arc<Hub>,
+    follower: String,
+    link_id: u64,
+    mut reader: FrameReader<TcpStream>,
+    stream: TcpStream,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let _ = stream.set_read_timeout(Some(POLL));
+        loop {
+            match reader.next() {
+                Ok(Some(Frame::Ack { seq })) => hub.ack(&follower, link_id, seq, true),
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) => {}
+            }
+        }
+        hub.disconnect(&follower, link_id);
+        let _ = stream.shutdown(Shutdown::Both);
+    })
+}

@@ -1,0 +1,13 @@
+//! Replication of the data directory from the leader to its followers.
+
+pub mod apply;
+pub mod frame;
+pub mod hub;
+pub mod link;
+pub mod manifest;
+pub mod receiver;
+pub mod storage;
+
+pub use hub::{Deposed, Hub};
+pub use receiver::{Fence, Follower};
+pub use storage::ReplicatedStorage;
