@@ -19,6 +19,14 @@ fn main() -> ExitCode {
         hourglass_server::init_logging(config.log_format);
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         runtime.block_on(async {
+            if let Some(cluster) = config.cluster.clone() {
+                return hourglass_server::cluster_mode::run(
+                    config,
+                    cluster,
+                    hourglass_server::shutdown_signal(),
+                )
+                .await;
+            }
             let server = Server::bind(config).await?;
             server.run(hourglass_server::shutdown_signal()).await
         })

@@ -58,6 +58,15 @@ pub struct NodeInfo {
     pub resources: resources::ResourceWatch,
     /// Damage the message log's recovery skipped at start (docs/storage.md "Recovery rules").
     pub store_damage: StoreDamage,
+    /// The cluster this node leads (`None`: a single node).
+    pub cluster: Option<std::sync::Arc<dyn ClusterStatus>>,
+}
+
+/// The cluster as `GET /api/cluster` shows it (docs/clustering.md "Seeing the cluster").
+pub trait ClusterStatus: Send + Sync + std::fmt::Debug {
+    /// `{"cluster_name", "leader", "term", "nodes": [{"name", "role", "in_sync", "lag_records",
+    /// "amqp", "last_seen_ms"}]}`. Called off the runtime (it may ask etcd).
+    fn status(&self) -> serde_json::Value;
 }
 
 /// Damaged stretches of the message log skipped by recovery at start: each means confirmed
@@ -84,7 +93,13 @@ impl NodeInfo {
             started: Instant::now(),
             resources: resources::unmonitored(),
             store_damage: StoreDamage::default(),
+            cluster: None,
         }
+    }
+
+    /// Reports the cluster this node leads.
+    pub fn with_cluster(self, cluster: std::sync::Arc<dyn ClusterStatus>) -> Self {
+        NodeInfo { cluster: Some(cluster), ..self }
     }
 
     /// Reports what the message log's recovery skipped.

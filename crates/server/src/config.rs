@@ -13,6 +13,8 @@ use serde::Deserialize;
 
 pub use crate::logging::LogFormat;
 
+pub mod cluster;
+
 /// RabbitMQ's AMQP port, so existing clients connect unchanged.
 pub const DEFAULT_AMQP_PORT: u16 = 5672;
 /// RabbitMQ's management plugin port.
@@ -162,6 +164,9 @@ pub struct Cli {
     /// never a file setting: it is an operator's decision for one start.
     #[arg(long)]
     pub set_aside_damaged_definitions: bool,
+    /// Clustered mode (`--etcd-endpoints` and the rest: docs/clustering.md).
+    #[command(flatten)]
+    pub cluster: cluster::ClusterCli,
 }
 
 /// The same settings as they may appear in the TOML file.
@@ -194,6 +199,29 @@ pub struct FileConfig {
     pub max_connections: Option<usize>,
     /// `"text"` or `"json"`.
     pub log_format: Option<LogFormat>,
+    // Clustered mode (config/cluster.rs).
+    pub etcd_endpoints: Option<Vec<String>>,
+    pub cluster_name: Option<String>,
+    pub node_name: Option<String>,
+    pub replication_port: Option<u16>,
+    pub advertise_host: Option<String>,
+    pub min_in_sync: Option<usize>,
+    pub etcd_lease_ttl: Option<u64>,
+}
+
+impl FileConfig {
+    /// The clustered-mode keys of the file.
+    fn cluster(&self) -> cluster::ClusterFile {
+        cluster::ClusterFile {
+            etcd_endpoints: self.etcd_endpoints.clone(),
+            cluster_name: self.cluster_name.clone(),
+            node_name: self.node_name.clone(),
+            replication_port: self.replication_port,
+            advertise_host: self.advertise_host.clone(),
+            min_in_sync: self.min_in_sync,
+            etcd_lease_ttl: self.etcd_lease_ttl,
+        }
+    }
 }
 
 /// A size in the TOML file: `"50MB"` or `50000000`.
@@ -271,6 +299,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Skip, rather than refuse, message-log damage recovery cannot bound.
     pub recover_skip_corrupt: bool,
+    /// Clustered mode; `None`: a single node.
+    pub cluster: Option<cluster::ClusterConfig>,
 }
 
 impl Default for Config {
@@ -306,6 +336,8 @@ impl Default for Config {
             // Off: damage that cannot be bounded means confirmed messages gone without a trace of
             // how many; an operator decides that, not the default (RabbitMQ has no such switch).
             recover_skip_corrupt: false,
+            // A single node unless etcd endpoints are given.
+            cluster: None,
         }
     }
 }
@@ -318,6 +350,7 @@ impl Config {
             None => FileConfig::default(),
         };
         let defaults = Config::default();
+        let cluster_file = file.cluster();
         let http = http_limits(&cli, &file, defaults.http)?;
         let disk_free_limit =
             match (cli.disk_free_limit_relative.or(file.disk_free_limit_relative), cli.disk_free_limit) {
@@ -383,6 +416,7 @@ impl Config {
                 .unwrap_or(defaults.tcp_send_timeout_ms),
             log_format: cli.log_format.or(file.log_format).unwrap_or(defaults.log_format),
             recover_skip_corrupt: cli.recover_skip_corrupt,
+            cluster: cluster::resolve(cli.cluster, cluster_file)?,
         })
     }
 }

@@ -4,6 +4,7 @@
 pub mod alarm;
 pub mod broker_task;
 pub mod clock;
+pub mod cluster_mode;
 pub mod config;
 pub mod connection;
 pub mod failure_log;
@@ -54,6 +55,15 @@ pub struct Server {
     broker: Broker,
     data: persistence::DataDir,
     users: Arc<UserStore>,
+    hooks: ServerHooks,
+}
+
+/// What clustered mode adds to a broker (cluster_mode.rs): its storage replicated, its status in
+/// the API. The default is a single node.
+#[derive(Clone, Default)]
+pub struct ServerHooks {
+    pub storage: Option<persistence::StorageWrapper>,
+    pub cluster: Option<Arc<dyn hourglass_mgmt::ClusterStatus>>,
 }
 
 impl Server {
@@ -61,6 +71,11 @@ impl Server {
     /// is touched), then opens and recovers the data directory (locking it): nothing is accepted
     /// before the broker holds everything the store kept. Errors are one line each.
     pub async fn bind(config: Config) -> anyhow::Result<Server> {
+        Server::bind_with(config, ServerHooks::default()).await
+    }
+
+    /// [`Server::bind`] with clustered mode's additions.
+    pub async fn bind_with(config: Config, hooks: ServerHooks) -> anyhow::Result<Server> {
         let ip = listen::resolve_bind(config.bind);
         let amqp = listen::bind(ip, config.amqp_port, "AMQP")?;
         let http = listen::bind(ip, config.http_port, "HTTP API")?;
@@ -98,8 +113,9 @@ impl Server {
         };
         let on_corruption =
             if config.recover_skip_corrupt { OnCorruption::Skip } else { OnCorruption::Refuse };
+        let wrap = hooks.storage.clone();
         let (data, broker, users) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let mut data = persistence::DataDir::open(&data_dir, on_corruption)?;
+            let mut data = persistence::DataDir::open_wrapped(&data_dir, on_corruption, wrap.as_ref())?;
             let report = persistence::recover(&mut data, &mut broker, damaged, clock.now())?;
             // A vhost holding queues recreated for orphaned messages stays, whatever users.snap says.
             let keep: Vec<String> = report.orphaned.iter().map(|o| o.vhost.clone()).collect();
@@ -109,7 +125,7 @@ impl Server {
         })
         .await
         .context("recovery task")??;
-        Ok(Server { config, max_connections, amqp, http, metrics, clock, broker, data, users })
+        Ok(Server { config, max_connections, amqp, http, metrics, clock, broker, data, users, hooks })
     }
 
     /// The management HTTP API's address.
@@ -132,7 +148,7 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let (amqp_addr, http_addr, metrics_addr) =
             (self.amqp_addr()?, self.http_addr()?, self.metrics_addr()?);
-        let Server { config, max_connections, amqp, http, metrics, clock, broker, data, users } = self;
+        let Server { config, max_connections, amqp, http, metrics, clock, broker, data, users, hooks } = self;
         let store_damage = data.damage();
         let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
         let (store_tx, store_rx) = std::sync::mpsc::channel();
@@ -153,14 +169,16 @@ impl Server {
         let inbound = Arc::new(alarm::InboundContent::default());
         let alarm_task =
             tokio::spawn(alarm::monitor(limits.clone(), config.data_dir.clone(), inbound.clone(), alarm_tx));
+        let mut node = NodeInfo::new(amqp_addr.ip(), amqp_addr.port(), http_addr.port(), metrics_addr.port())
+            .with_resources(alarm_rx.clone())
+            .with_store_damage(store_damage);
+        if let Some(cluster) = hooks.cluster {
+            node = node.with_cluster(cluster);
+        }
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
             users,
-            node: Arc::new(
-                NodeInfo::new(amqp_addr.ip(), amqp_addr.port(), http_addr.port(), metrics_addr.port())
-                    .with_resources(alarm_rx.clone())
-                    .with_store_damage(store_damage),
-            ),
+            node: Arc::new(node),
             rates: Default::default(),
             logins,
         };

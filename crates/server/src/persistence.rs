@@ -73,33 +73,35 @@ pub struct DataDir {
     _lock: File,
 }
 
+/// Wraps the data directory's storages (the top directory as `""`, the message log as
+/// `"messages/"`): clustered mode replicates every change through it (hourglass_cluster).
+pub type StorageWrapper = Arc<dyn Fn(Arc<dyn Storage>, &'static str) -> Arc<dyn Storage> + Send + Sync>;
+
 impl DataDir {
     /// Creates `dir` if missing, locks it, recovers the message log; damage recovery cannot
     /// bound is refused unless `on_corruption` is `Skip` (`--recover-skip-corrupt`).
     pub fn open(dir: &Path, on_corruption: OnCorruption) -> anyhow::Result<DataDir> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {}", dir.display(), io_reason(&e)))?;
-        let lock_path = dir.join(LOCK_FILE);
-        let lock =
-            File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| {
-                anyhow::anyhow!("cannot write to data dir {}: {}", dir.display(), io_reason(&e))
-            })?;
-        lock.try_lock().map_err(|e| match e {
-            std::fs::TryLockError::WouldBlock => {
-                anyhow::anyhow!(
-                    "data dir {} is locked by another process (another broker uses it)",
-                    dir.display()
-                )
-            }
-            std::fs::TryLockError::Error(e) => {
-                anyhow::anyhow!("cannot lock data dir {}: {}", dir.display(), io_reason(&e))
-            }
-        })?;
+        DataDir::open_wrapped(dir, on_corruption, None)
+    }
+
+    /// [`DataDir::open`], with both storages passed through `wrap` first.
+    pub fn open_wrapped(
+        dir: &Path,
+        on_corruption: OnCorruption,
+        wrap: Option<&StorageWrapper>,
+    ) -> anyhow::Result<DataDir> {
+        let lock = lock_data_dir(dir)?;
         let messages_dir = dir.join(MESSAGES_DIR);
-        let messages = FsStorage::open(&messages_dir).context("opening the message log directory")?;
-        let definitions = FsStorage::open(dir).context("opening the data directory")?;
+        let mut messages: Arc<dyn Storage> =
+            Arc::new(FsStorage::open(&messages_dir).context("opening the message log directory")?);
+        let mut definitions: Arc<dyn Storage> =
+            Arc::new(FsStorage::open(dir).context("opening the data directory")?);
+        if let Some(wrap) = wrap {
+            messages = wrap(messages, "messages/");
+            definitions = wrap(definitions, "");
+        }
         let config = StoreConfig { on_corruption, ..StoreConfig::default() };
-        let (store, recovered) = match Store::open(Arc::new(messages), config) {
+        let (store, recovered) = match Store::open(messages, config) {
             Ok(opened) => opened,
             Err(e @ OpenError::Corrupt { .. }) => {
                 return Err(anyhow::Error::new(e).context(format!(
@@ -116,7 +118,7 @@ impl DataDir {
         Ok(DataDir {
             dir: dir.to_owned(),
             store,
-            definitions: Arc::new(definitions),
+            definitions,
             recovered: Some(recovered),
             damage,
             _lock: lock,
@@ -127,6 +129,32 @@ impl DataDir {
     pub fn damage(&self) -> StoreDamage {
         self.damage
     }
+}
+
+/// Creates `dir` if missing and takes its lock file (one broker per directory); the lock lasts
+/// as long as the returned file.
+pub fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {}", dir.display(), io_reason(&e)))?;
+    let lock_path = dir.join(LOCK_FILE);
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| anyhow::anyhow!("cannot write to data dir {}: {}", dir.display(), io_reason(&e)))?;
+    lock.try_lock().map_err(|e| match e {
+        std::fs::TryLockError::WouldBlock => {
+            anyhow::anyhow!(
+                "data dir {} is locked by another process (another broker uses it)",
+                dir.display()
+            )
+        }
+        std::fs::TryLockError::Error(e) => {
+            anyhow::anyhow!("cannot lock data dir {}: {}", dir.display(), io_reason(&e))
+        }
+    })?;
+    Ok(lock)
 }
 
 /// One line for the recovery; one ERROR per damaged stretch (corruption is never quiet: each

@@ -1,6 +1,7 @@
 //! The `/api` routes, one file per resource, as in RabbitMQ's management plugin.
 
 mod bindings;
+mod cluster;
 mod connections;
 mod definitions;
 pub(crate) use connections::connection_name;
@@ -46,6 +47,7 @@ fn api_router(state: AppState) -> Router {
         .merge(connections::routes())
         .merge(definitions::routes())
         .merge(none_set::routes())
+        .merge(cluster::routes())
         .fallback(get(|| async { ApiError::not_found() }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))
         .with_state(state)

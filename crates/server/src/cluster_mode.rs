@@ -1,0 +1,210 @@
+//! A clustered node's life (docs/clustering.md): join etcd; follow — take the leader's
+//! replication stream on the replication port and forward the client ports to the leader — until
+//! elected; then lead: serve as the single-node broker does, on the replicated data directory,
+//! with a confirm waiting for the majority. A leader that loses its term steps down by starting
+//! over as a follower (the process re-executes itself: nothing of the old term survives in it).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use hourglass_cluster::proxy::{forward, Protocol};
+use hourglass_cluster::repl::{Follower, Hub, ReplicatedStorage};
+use hourglass_cluster::{ClusterSettings, Coordinator, NodeRecord, Role, StepDown};
+use tokio::sync::{oneshot, watch};
+
+use crate::config::cluster::{host_name, ClusterConfig};
+use crate::persistence::{lock_data_dir, StorageWrapper};
+use crate::{listen, Config, Server, ServerHooks};
+
+/// Runs this node until `shutdown` completes (or, after a step-down, re-executes it).
+pub async fn run(
+    config: Config,
+    cluster: ClusterConfig,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let ip = listen::resolve_bind(config.bind);
+    let host = cluster.advertise_host.clone().unwrap_or_else(|| {
+        if ip.is_unspecified() {
+            host_name()
+        } else {
+            ip.to_string()
+        }
+    });
+    let lock = lock_data_dir(&config.data_dir)?;
+    let settings = ClusterSettings {
+        etcd_endpoints: cluster.etcd_endpoints.clone(),
+        cluster_name: cluster.cluster_name.clone(),
+        node: NodeRecord {
+            name: cluster.node_name.clone(),
+            host,
+            amqp_port: config.amqp_port,
+            http_port: config.http_port,
+            replication_port: cluster.replication_port,
+        },
+        lease_ttl_secs: cluster.lease_ttl_secs,
+        min_in_sync: cluster.min_in_sync,
+        data_dir: config.data_dir.clone(),
+    };
+    let endpoints = cluster.etcd_endpoints.join(",");
+    let coordinator = tokio::task::spawn_blocking(move || Coordinator::join(settings))
+        .await
+        .context("joining the cluster")?
+        .with_context(|| format!("joining the cluster through etcd at {endpoints}"))?;
+    tokio::pin!(shutdown);
+    let Some(term) = follow(&config, &cluster, ip, &coordinator, &mut shutdown).await? else {
+        coordinator.leave();
+        return Ok(());
+    };
+    drop(lock);
+    lead(config, coordinator, term, shutdown).await
+}
+
+/// The follower phase; the term this node was elected at, or `None` on shutdown.
+async fn follow(
+    config: &Config,
+    cluster: &ClusterConfig,
+    ip: std::net::IpAddr,
+    coordinator: &Arc<Coordinator>,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> anyhow::Result<Option<u64>> {
+    let amqp = listen::bind(ip, config.amqp_port, "AMQP")?;
+    let http = listen::bind(ip, config.http_port, "HTTP API")?;
+    let replication = listen::bind(ip, cluster.replication_port, "replication")?.into_std()?;
+    let follower = Follower::new(config.data_dir.clone(), coordinator.fence.clone())
+        .context("opening the data directory for replication")?;
+    let receiver = follower.clone();
+    std::thread::Builder::new().name("hg-repl-listen".into()).spawn(move || receiver.serve(replication))?;
+    let (amqp_leader, http_leader) = leader_addresses(coordinator.roles());
+    let proxies = [
+        tokio::spawn(forward(amqp, amqp_leader, Protocol::Amqp)),
+        tokio::spawn(forward(http, http_leader, Protocol::Http)),
+    ];
+    tracing::info!(
+        node = %cluster.node_name,
+        replication_port = cluster.replication_port,
+        "following: client ports forward to the leader"
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let (elected_coordinator, elected_stop) = (coordinator.clone(), stop.clone());
+    let mut elected =
+        tokio::task::spawn_blocking(move || elected_coordinator.follow_until_elected(&elected_stop));
+    let term = tokio::select! {
+        _ = shutdown.as_mut() => None,
+        term = &mut elected => term.context("election task")?,
+    };
+    stop.store(true, Ordering::SeqCst);
+    for proxy in proxies {
+        proxy.abort();
+        let _ = proxy.await;
+    }
+    if let Some(term) = term {
+        follower.stop(term);
+    }
+    Ok(term)
+}
+
+/// The leader's client addresses (AMQP, HTTP) as the roles change: `None` while this node has no
+/// leader to forward to (an election, or it leads itself).
+fn leader_addresses(
+    mut roles: watch::Receiver<Role>,
+) -> (watch::Receiver<Option<String>>, watch::Receiver<Option<String>>) {
+    let leader = |role: &Role| match role {
+        Role::Follower { leader: Some(node), .. } => Some(node.clone()),
+        _ => None,
+    };
+    let first = leader(&roles.borrow());
+    let (amqp_tx, amqp_rx) = watch::channel(first.as_ref().map(NodeRecord::amqp));
+    let (http_tx, http_rx) = watch::channel(first.as_ref().map(NodeRecord::http));
+    tokio::spawn(async move {
+        while roles.changed().await.is_ok() {
+            let node = leader(&roles.borrow_and_update());
+            amqp_tx.send_if_modified(|now| replace_if_changed(now, node.as_ref().map(NodeRecord::amqp)));
+            http_tx.send_if_modified(|now| replace_if_changed(now, node.as_ref().map(NodeRecord::http)));
+        }
+        // The coordinator is gone (this node leads now): forwarded connections end.
+        amqp_tx.send_replace(None);
+        http_tx.send_replace(None);
+    });
+    (amqp_rx, http_rx)
+}
+
+fn replace_if_changed(now: &mut Option<String>, new: Option<String>) -> bool {
+    if *now == new {
+        return false;
+    }
+    *now = new;
+    true
+}
+
+/// The leader phase: the broker on the replicated data directory, until shutdown or step-down.
+async fn lead(
+    config: Config,
+    coordinator: Arc<Coordinator>,
+    term: u64,
+    shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> anyhow::Result<()> {
+    let min = {
+        let coordinator = coordinator.clone();
+        tokio::task::spawn_blocking(move || coordinator.min_in_sync_now()).await?
+    };
+    let hub = Hub::new(config.data_dir.clone(), min);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (stepped_tx, stepped_rx) = oneshot::channel::<StepDown>();
+    {
+        let (coordinator, hub, stop) = (coordinator.clone(), hub.clone(), stop.clone());
+        std::thread::Builder::new().name("hg-cluster-lead".into()).spawn(move || {
+            let _ = stepped_tx.send(coordinator.lead(hub, term, &stop));
+        })?;
+    }
+    let wrap_hub = hub.clone();
+    let storage: StorageWrapper =
+        Arc::new(move |inner, prefix| Arc::new(ReplicatedStorage::new(inner, prefix, wrap_hub.clone())));
+    let hooks = ServerHooks { storage: Some(storage), cluster: Some(Arc::new(Status(coordinator.clone()))) };
+    let server = Server::bind_with(config, hooks).await?;
+    let stepped_down = Arc::new(AtomicBool::new(false));
+    let flag = stepped_down.clone();
+    let until = async move {
+        tokio::select! {
+            _ = shutdown => {}
+            _ = stepped_rx => flag.store(true, Ordering::SeqCst),
+        }
+    };
+    server.run(until).await?;
+    stop.store(true, Ordering::SeqCst);
+    if stepped_down.load(Ordering::SeqCst) {
+        return Err(restart_as_follower());
+    }
+    hub.depose();
+    coordinator.leave();
+    Ok(())
+}
+
+/// Replaces this process with a fresh one of the same command line: it rejoins as a follower
+/// and catches up. Returns only if that fails.
+fn restart_as_follower() -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    tracing::warn!("restarting as a follower");
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(error) => return anyhow::anyhow!("cannot find this program to restart it: {error}"),
+    };
+    let error = std::process::Command::new(exe).args(std::env::args_os().skip(1)).exec();
+    anyhow::anyhow!("cannot restart as a follower: {error}")
+}
+
+/// `/api/cluster` from the coordinator.
+struct Status(Arc<Coordinator>);
+
+impl std::fmt::Debug for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Status").field(&self.0.settings().node.name).finish()
+    }
+}
+
+impl hourglass_mgmt::ClusterStatus for Status {
+    fn status(&self) -> serde_json::Value {
+        self.0.status_json()
+    }
+}

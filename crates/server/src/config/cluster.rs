@@ -1,0 +1,151 @@
+//! Clustered mode's settings (docs/clustering.md): on when etcd endpoints are given, otherwise
+//! the node runs alone exactly as before.
+
+use clap::Args;
+use serde::Deserialize;
+
+/// The port followers listen on for the leader's replication stream.
+pub const DEFAULT_REPLICATION_PORT: u16 = 5679;
+/// The etcd key prefix's cluster name.
+pub const DEFAULT_CLUSTER_NAME: &str = "hourglass";
+/// Seconds a leader's lease lasts without renewal: after a leader dies or hangs, a follower takes
+/// over within about this long. 3 s keeps failover under 5 s; etcd's smallest usable TTL is
+/// about 2 s with its default heartbeat (100 ms) and election timeout (1 s).
+pub const DEFAULT_LEASE_TTL_SECS: u64 = 3;
+
+/// Clustered mode's flags (each also an environment variable).
+#[derive(Args, Debug, Default, Clone)]
+pub struct ClusterCli {
+    /// etcd endpoints (`http://host:2379[,http://…]`): runs this node as a member of a cluster.
+    #[arg(long, env = "HOURGLASS_ETCD_ENDPOINTS", value_delimiter = ',')]
+    pub etcd_endpoints: Option<Vec<String>>,
+    /// The cluster's name: its etcd key prefix (`/hourglass/NAME/`).
+    #[arg(long, env = "HOURGLASS_CLUSTER_NAME")]
+    pub cluster_name: Option<String>,
+    /// This node's name in the cluster (default: the host name).
+    #[arg(long, env = "HOURGLASS_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// The port this node takes replication streams on when it follows.
+    #[arg(long, env = "HOURGLASS_REPLICATION_PORT")]
+    pub replication_port: Option<u16>,
+    /// The host other nodes and forwarded clients dial to reach this node (default: the bind
+    /// address, or the host name when binding every interface).
+    #[arg(long, env = "HOURGLASS_ADVERTISE_HOST")]
+    pub advertise_host: Option<String>,
+    /// Nodes (the leader included) that must hold a record before it is confirmed (default: a
+    /// majority of the cluster's members).
+    #[arg(long, env = "HOURGLASS_MIN_IN_SYNC")]
+    pub min_in_sync: Option<usize>,
+    /// Seconds a leader's etcd lease lasts without renewal.
+    #[arg(long, env = "HOURGLASS_ETCD_LEASE_TTL")]
+    pub etcd_lease_ttl: Option<u64>,
+}
+
+/// The same settings in the TOML file.
+#[derive(Debug, Default, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    pub etcd_endpoints: Option<Vec<String>>,
+    pub cluster_name: Option<String>,
+    pub node_name: Option<String>,
+    pub replication_port: Option<u16>,
+    pub advertise_host: Option<String>,
+    pub min_in_sync: Option<usize>,
+    pub etcd_lease_ttl: Option<u64>,
+}
+
+/// Clustered mode, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    pub etcd_endpoints: Vec<String>,
+    pub cluster_name: String,
+    pub node_name: String,
+    pub replication_port: u16,
+    /// `None`: derive from the bind address.
+    pub advertise_host: Option<String>,
+    pub min_in_sync: Option<usize>,
+    pub lease_ttl_secs: u64,
+}
+
+/// Flags over the file; `None` when no etcd endpoint is given (a single node).
+pub fn resolve(cli: ClusterCli, file: ClusterFile) -> anyhow::Result<Option<ClusterConfig>> {
+    let endpoints: Vec<String> = cli
+        .etcd_endpoints
+        .or(file.etcd_endpoints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.trim().to_owned())
+        .filter(|e| !e.is_empty())
+        .map(|e| if e.contains("://") { e } else { format!("http://{e}") })
+        .collect();
+    if endpoints.is_empty() {
+        return Ok(None);
+    }
+    let lease_ttl_secs = cli.etcd_lease_ttl.or(file.etcd_lease_ttl).unwrap_or(DEFAULT_LEASE_TTL_SECS);
+    anyhow::ensure!((1..=60).contains(&lease_ttl_secs), "etcd_lease_ttl must be 1..60 seconds");
+    let min_in_sync = cli.min_in_sync.or(file.min_in_sync);
+    anyhow::ensure!(min_in_sync != Some(0), "min_in_sync must be at least 1");
+    let node_name = cli.node_name.or(file.node_name).unwrap_or_else(host_name);
+    anyhow::ensure!(
+        !node_name.is_empty() && !node_name.contains('/'),
+        "node_name must be non-empty and contain no '/'"
+    );
+    Ok(Some(ClusterConfig {
+        etcd_endpoints: endpoints,
+        cluster_name: cli
+            .cluster_name
+            .or(file.cluster_name)
+            .unwrap_or_else(|| DEFAULT_CLUSTER_NAME.to_owned()),
+        node_name,
+        replication_port: cli.replication_port.or(file.replication_port).unwrap_or(DEFAULT_REPLICATION_PORT),
+        advertise_host: cli.advertise_host.or(file.advertise_host),
+        min_in_sync,
+        lease_ttl_secs,
+    }))
+}
+
+/// The machine's host name (RabbitMQ names nodes `rabbit@HOST`).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_endpoints_means_a_single_node() {
+        assert_eq!(resolve(ClusterCli::default(), ClusterFile::default()).unwrap(), None);
+    }
+
+    #[test]
+    fn flags_beat_the_file_and_defaults_fill_the_rest() {
+        let cli = ClusterCli {
+            etcd_endpoints: Some(vec!["127.0.0.1:2379".into()]),
+            node_name: Some("n1".into()),
+            ..ClusterCli::default()
+        };
+        let file =
+            ClusterFile { node_name: Some("file".into()), min_in_sync: Some(2), ..ClusterFile::default() };
+        let config = resolve(cli, file).unwrap().unwrap();
+        assert_eq!(config.etcd_endpoints, vec!["http://127.0.0.1:2379".to_owned()]);
+        assert_eq!((config.node_name.as_str(), config.min_in_sync), ("n1", Some(2)));
+        assert_eq!((config.cluster_name.as_str(), config.replication_port), ("hourglass", 5679));
+        assert_eq!(config.lease_ttl_secs, DEFAULT_LEASE_TTL_SECS);
+    }
+
+    #[test]
+    fn nonsense_is_refused() {
+        let endpoints = Some(vec!["http://e:2379".to_owned()]);
+        let zero =
+            ClusterCli { etcd_endpoints: endpoints.clone(), min_in_sync: Some(0), ..ClusterCli::default() };
+        assert!(resolve(zero, ClusterFile::default()).is_err());
+        let slash =
+            ClusterCli { etcd_endpoints: endpoints, node_name: Some("a/b".into()), ..ClusterCli::default() };
+        assert!(resolve(slash, ClusterFile::default()).is_err());
+    }
+}
