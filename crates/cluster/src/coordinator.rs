@@ -123,7 +123,9 @@ impl Coordinator {
                 if let Ok(id) = self.etcd.grant_lease(self.settings.lease_ttl_secs) {
                     if self.etcd.put(&self.keys.node(&self.settings.node.name), &record, id).is_ok() {
                         *lease = Lease { id, renewed: Instant::now() };
-                        tracing::info!("lease had expired (this node was paused or cut off): registered again");
+                        tracing::info!(
+                            "lease had expired (this node was paused or cut off): registered again"
+                        );
                     }
                 }
             }
@@ -135,7 +137,9 @@ impl Coordinator {
 
     fn observe(&self) -> Result<Observation, EtcdError> {
         let leader = match self.etcd.get(&self.keys.leader())? {
-            Some(kv) => serde_json::from_slice::<NodeRecord>(&kv.value).ok().map(|n| (n, kv.create_revision as u64)),
+            Some(kv) => {
+                serde_json::from_slice::<NodeRecord>(&kv.value).ok().map(|n| (n, kv.create_revision as u64))
+            }
             None => None,
         };
         let in_sync = match self.etcd.get(&self.keys.in_sync())? {
@@ -213,6 +217,13 @@ impl Coordinator {
                 None
             }
         }
+    }
+
+    /// How many nodes must hold a record now (`--min-in-sync`, or a majority of the members
+    /// etcd lists; an unreadable etcd holds every confirm).
+    pub fn min_in_sync_now(&self) -> usize {
+        let members = self.etcd.get_prefix(&self.keys.members()).map(|m| m.len()).unwrap_or(usize::MAX / 2);
+        min_in_sync(members, self.settings.min_in_sync)
     }
 
     /// Leads at `term` until this node must step down: records itself as the in-sync set, keeps

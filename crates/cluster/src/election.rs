@@ -130,7 +130,13 @@ mod tests {
     use super::*;
 
     fn node(name: &str) -> NodeRecord {
-        NodeRecord { name: name.into(), host: "127.0.0.1".into(), amqp_port: 1, http_port: 2, replication_port: 3 }
+        NodeRecord {
+            name: name.into(),
+            host: "127.0.0.1".into(),
+            amqp_port: 1,
+            http_port: 2,
+            replication_port: 3,
+        }
     }
 
     fn in_sync(nodes: &[&str], revision: i64) -> Option<(InSync, i64)> {

@@ -61,7 +61,8 @@ impl Etcd {
         for attempt in 0..self.endpoints.len() {
             let index = (start + attempt) % count;
             let url = format!("{}{}", self.endpoints[index], path);
-            let response = self.agent.post(&url).header("content-type", "application/json").send(body.to_string());
+            let response =
+                self.agent.post(&url).header("content-type", "application/json").send(body.to_string());
             let mut response = match response {
                 Ok(response) => response,
                 Err(error) => {
@@ -149,7 +150,13 @@ impl Etcd {
 
     /// Sets `key` only while `guard` still has create revision `revision` (a leader writing while
     /// its term lasts); whether it was set.
-    pub fn put_if_created_at(&self, guard: &str, revision: i64, key: &str, value: &[u8]) -> Result<bool, EtcdError> {
+    pub fn put_if_created_at(
+        &self,
+        guard: &str,
+        revision: i64,
+        key: &str,
+        value: &[u8],
+    ) -> Result<bool, EtcdError> {
         let body = json!({
             "compare": [{
                 "key": B64.encode(guard), "target": "CREATE", "result": "EQUAL",

@@ -126,7 +126,8 @@ impl FrameBoundary {
             self.header_len += n;
             bytes = &bytes[n..];
             if self.header_len == FRAME_HEADER_SIZE {
-                let size = u32::from_be_bytes([self.header[3], self.header[4], self.header[5], self.header[6]]);
+                let size =
+                    u32::from_be_bytes([self.header[3], self.header[4], self.header[5], self.header[6]]);
                 self.remaining = u64::from(size) + 1;
                 self.header_len = 0;
             }
@@ -162,7 +163,9 @@ mod tests {
     fn the_close_is_a_valid_connection_close_320() {
         let mut bytes = connection_forced();
         let frame = FrameDecoder::new(131_072).decode(&mut bytes).unwrap().unwrap();
-        let Frame::Method { channel: 0, method: Method::ConnectionClose(close) } = frame else { panic!("{frame:?}") };
+        let Frame::Method { channel: 0, method: Method::ConnectionClose(close) } = frame else {
+            panic!("{frame:?}")
+        };
         assert_eq!(close.reply_code, 320);
         assert_eq!(close.reply_text, LEADER_CHANGED);
     }

@@ -18,6 +18,10 @@ use crate::config::cluster::{host_name, ClusterConfig};
 use crate::persistence::{lock_data_dir, StorageWrapper};
 use crate::{listen, Config, Server, ServerHooks};
 
+/// How long a leader that lost its term lets its clients' connections close (320) before it
+/// replaces itself with a follower.
+const STEP_DOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs this node until `shutdown` completes (or, after a step-down, re-executes it).
 pub async fn run(
     config: Config,
@@ -163,17 +167,29 @@ async fn lead(
         Arc::new(move |inner, prefix| Arc::new(ReplicatedStorage::new(inner, prefix, wrap_hub.clone())));
     let hooks = ServerHooks { storage: Some(storage), cluster: Some(Arc::new(Status(coordinator.clone()))) };
     let server = Server::bind_with(config, hooks).await?;
-    let stepped_down = Arc::new(AtomicBool::new(false));
-    let flag = stepped_down.clone();
+    let stepped_down = Arc::new(tokio::sync::Notify::new());
+    let notify = stepped_down.clone();
     let until = async move {
         tokio::select! {
             _ = shutdown => {}
-            _ = stepped_rx => flag.store(true, Ordering::SeqCst),
+            _ = stepped_rx => notify.notify_one(),
         }
     };
-    server.run(until).await?;
+    let run = server.run(until);
+    tokio::pin!(run);
+    // After a step-down, clients get their 320 close; the store's writer is blocked for good
+    // (nothing more may be confirmed), so the process is replaced after a bounded grace instead
+    // of waiting for it.
+    let replaced = async {
+        stepped_down.notified().await;
+        tokio::time::sleep(STEP_DOWN_GRACE).await;
+    };
+    tokio::select! {
+        result = &mut run => result?,
+        _ = replaced => {}
+    }
     stop.store(true, Ordering::SeqCst);
-    if stepped_down.load(Ordering::SeqCst) {
+    if hub.is_deposed() {
         return Err(restart_as_follower());
     }
     hub.depose();

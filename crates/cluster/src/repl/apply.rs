@@ -32,7 +32,10 @@ impl Applier {
 
     fn full(&self, path: &str) -> io::Result<PathBuf> {
         if !valid_path(path) {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("replicated path {path:?} refused")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("replicated path {path:?} refused"),
+            ));
         }
         Ok(self.dir.join(path))
     }
@@ -52,7 +55,8 @@ impl Applier {
             FileOp::Create { path } => {
                 self.open.remove(path);
                 let full = self.full(path)?;
-                let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&full)?;
+                let file =
+                    OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&full)?;
                 file.sync_all()?;
                 self.open.insert(path.clone(), file);
                 sync_dir_of(&full)
@@ -131,9 +135,17 @@ mod tests {
         let mut applier = Applier::new(dir.path().to_owned()).unwrap();
         let ops = [
             FileOp::Create { path: "messages/1.seg".into() },
-            FileOp::Write { path: "messages/1.seg".into(), offset: 0, data: Bytes::from_static(b"hello world") },
+            FileOp::Write {
+                path: "messages/1.seg".into(),
+                offset: 0,
+                data: Bytes::from_static(b"hello world"),
+            },
             FileOp::SetLen { path: "messages/1.seg".into(), len: 5 },
-            FileOp::Write { path: "definitions.snap.tmp".into(), offset: 0, data: Bytes::from_static(b"defs") },
+            FileOp::Write {
+                path: "definitions.snap.tmp".into(),
+                offset: 0,
+                data: Bytes::from_static(b"defs"),
+            },
             FileOp::Rename { from: "definitions.snap.tmp".into(), to: "definitions.snap".into() },
             FileOp::Remove { path: "messages/9.seg".into() },
         ];

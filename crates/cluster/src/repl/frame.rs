@@ -205,7 +205,9 @@ impl<R: Read> FrameReader<R> {
             match self.inner.read(&mut chunk) {
                 Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed")),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => return Ok(None),
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    return Ok(None)
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -253,7 +255,11 @@ struct Cursor {
 
 impl Cursor {
     fn take(&mut self, n: usize) -> io::Result<&[u8]> {
-        let end = self.at.checked_add(n).filter(|end| *end <= self.bytes.len()).ok_or_else(|| invalid("frame too short"))?;
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|end| *end <= self.bytes.len())
+            .ok_or_else(|| invalid("frame too short"))?;
         let slice = &self.bytes[self.at..end];
         self.at = end;
         Ok(slice)

@@ -130,7 +130,9 @@ fn stream_to(
 /// One catch-up step as ops with sequence 0.
 fn send_step(dir: &Path, registration: &Registration, step: Step, writer: &mut impl Write) -> io::Result<()> {
     let (path, from, to, replace) = match step {
-        Step::Remove { path } => return write_frame(writer, &Frame::Op { seq: 0, op: FileOp::Remove { path } }),
+        Step::Remove { path } => {
+            return write_frame(writer, &Frame::Op { seq: 0, op: FileOp::Remove { path } })
+        }
         Step::Send { path, from, to, replace } => (path, from, to, replace),
     };
     if replace {

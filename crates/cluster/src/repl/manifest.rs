@@ -81,8 +81,15 @@ pub struct LeaderFile {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Send bytes `from..to` of `path`; `replace`: the follower empties (or creates) it first.
-    Send { path: String, from: u64, to: u64, replace: bool },
-    Remove { path: String },
+    Send {
+        path: String,
+        from: u64,
+        to: u64,
+        replace: bool,
+    },
+    Remove {
+        path: String,
+    },
 }
 
 /// The steps that turn the follower's files into the leader's. `leader_prefix_crc(path, len)`
@@ -101,7 +108,9 @@ pub fn plan_catch_up(
     for mine in leader {
         let theirs = follower.iter().find(|theirs| theirs.path == mine.path);
         let keep = match theirs {
-            Some(theirs) if theirs.len <= mine.len => leader_prefix_crc(&mine.path, theirs.len)? == theirs.crc,
+            Some(theirs) if theirs.len <= mine.len => {
+                leader_prefix_crc(&mine.path, theirs.len)? == theirs.crc
+            }
             _ => false,
         };
         let (from, replace) = match theirs {
@@ -143,7 +152,10 @@ mod tests {
             crc_of(&[("messages/1.seg", leader)]),
         )
         .unwrap();
-        assert_eq!(steps, vec![Step::Send { path: "messages/1.seg".into(), from: 4, to: 10, replace: false }]);
+        assert_eq!(
+            steps,
+            vec![Step::Send { path: "messages/1.seg".into(), from: 4, to: 10, replace: false }]
+        );
     }
 
     #[test]
@@ -194,6 +206,12 @@ mod tests {
         fs::create_dir(dir.path().join(MESSAGES_DIR)).unwrap();
         fs::write(dir.path().join("messages/00000001.seg"), b"segment").unwrap();
         let manifest = local_manifest(dir.path()).unwrap();
-        assert_eq!(manifest, vec![follower_file("definitions.snap", b"defs"), follower_file("messages/00000001.seg", b"segment")]);
+        assert_eq!(
+            manifest,
+            vec![
+                follower_file("definitions.snap", b"defs"),
+                follower_file("messages/00000001.seg", b"segment")
+            ]
+        );
     }
 }

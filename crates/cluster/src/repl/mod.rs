@@ -8,6 +8,6 @@ pub mod manifest;
 pub mod receiver;
 pub mod storage;
 
-pub use hub::{Deposed, Hub};
+pub use hub::Hub;
 pub use receiver::{Fence, Follower};
 pub use storage::ReplicatedStorage;

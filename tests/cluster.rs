@@ -1,0 +1,207 @@
+//! Three real nodes on a real etcd (docs/clustering.md): a confirming publisher entering through
+//! a follower while the leader is killed (`kill -9`), paused (SIGSTOP, then SIGCONT) and killed
+//! again, each followed by the old node's return. After each fault every confirmed message is in
+//! the queue exactly once, there is one leader, and the returning node is in sync again.
+
+mod cluster_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cluster_support::Cluster;
+use lapin::options::*;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+
+const QUEUE: &str = "ha";
+/// How long a phase may take to elect, catch up or publish.
+const PHASE: Duration = Duration::from_secs(40);
+
+/// What a publisher saw confirmed, and when the first confirm after a fault came.
+#[derive(Default)]
+struct Confirmed {
+    ids: BTreeSet<String>,
+    last_at: Option<Instant>,
+}
+
+/// Publishes persistent messages with confirms through `url()` (re-evaluated on every
+/// reconnect) until `stop`, at most `limit` messages.
+async fn publish(
+    url: impl Fn() -> String,
+    tag: String,
+    limit: usize,
+    confirmed: Arc<Mutex<Confirmed>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut next = 0usize;
+    while !stop.load(Ordering::SeqCst) && next < limit {
+        let Ok(Ok(conn)) = tokio::time::timeout(
+            Duration::from_secs(5),
+            Connection::connect(&url(), ConnectionProperties::default()),
+        )
+        .await
+        else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let _ = publish_on(&conn, &tag, &mut next, limit, &confirmed, &stop).await;
+        let _ = conn.close(200, "bye".into()).await;
+    }
+}
+
+async fn publish_on(
+    conn: &Connection,
+    tag: &str,
+    next: &mut usize,
+    limit: usize,
+    confirmed: &Mutex<Confirmed>,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let e = |e: lapin::Error| e.to_string();
+    let channel = conn.create_channel().await.map_err(e)?;
+    channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(e)?;
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    channel.queue_declare(QUEUE.into(), durable, FieldTable::default()).await.map_err(e)?;
+    while !stop.load(Ordering::SeqCst) && *next < limit {
+        let mut batch = Vec::new();
+        for _ in 0..20 {
+            let id = format!("{tag}-{next}");
+            *next += 1;
+            let props = BasicProperties::default().with_delivery_mode(2);
+            let pending = channel
+                .basic_publish("".into(), QUEUE.into(), BasicPublishOptions::default(), id.as_bytes(), props)
+                .await
+                .map_err(e)?;
+            batch.push((id, pending));
+        }
+        for (id, pending) in batch {
+            match tokio::time::timeout(Duration::from_secs(15), pending).await {
+                Ok(Ok(confirmation)) if confirmation.is_ack() => {
+                    let mut confirmed = confirmed.lock().unwrap();
+                    confirmed.ids.insert(id);
+                    confirmed.last_at = Some(Instant::now());
+                }
+                _ => return Err(format!("no confirm for {id}")),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Takes every message from the queue (through any running node); counts by body.
+async fn drain(cluster: &Cluster) -> BTreeMap<String, usize> {
+    let deadline = Instant::now() + PHASE;
+    loop {
+        let url = cluster.follower_url("");
+        match drain_once(&url).await {
+            Ok(bodies) => return bodies,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "could not drain the queue: {error}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+async fn drain_once(url: &str) -> lapin::Result<BTreeMap<String, usize>> {
+    let conn = Connection::connect(url, ConnectionProperties::default()).await?;
+    let channel = conn.create_channel().await?;
+    let mut bodies = BTreeMap::new();
+    let mut last_tag = None;
+    while let Some(message) = channel.basic_get(QUEUE.into(), BasicGetOptions { no_ack: false }).await? {
+        *bodies.entry(String::from_utf8_lossy(&message.delivery.data).into_owned()).or_insert(0) += 1;
+        last_tag = Some(message.delivery.delivery_tag);
+    }
+    if let Some(tag) = last_tag {
+        channel.basic_ack(tag, BasicAckOptions { multiple: true }).await?;
+    }
+    conn.close(200, "drained".into()).await?;
+    Ok(bodies)
+}
+
+/// Every confirmed message is there exactly once.
+fn assert_exactly_once(confirmed: &BTreeSet<String>, found: &BTreeMap<String, usize>, phase: &str) {
+    let lost: Vec<&String> = confirmed.iter().filter(|id| !found.contains_key(*id)).collect();
+    let doubled: Vec<(&String, &usize)> =
+        found.iter().filter(|(id, n)| **n > 1 && confirmed.contains(*id)).collect();
+    assert!(
+        lost.is_empty(),
+        "{phase}: {} confirmed messages lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert!(doubled.is_empty(), "{phase}: confirmed messages duplicated: {doubled:?}");
+    eprintln!("{phase}: {} confirmed, all there once ({} in the queue)", confirmed.len(), found.len());
+}
+
+enum Fault {
+    Kill,
+    Pause,
+}
+
+/// One phase: publish through a follower, fault the leader once 100 are confirmed, keep
+/// publishing through the new leader, bring the old node back, check.
+async fn phase(cluster: &mut Cluster, fault: Fault, tag: &str) {
+    let leader = cluster.wait_in_sync(PHASE);
+    let confirmed = Arc::new(Mutex::new(Confirmed::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let url_view = Arc::new(Mutex::new(cluster.follower_url(&leader)));
+    let url_source = url_view.clone();
+    let publisher = tokio::spawn(publish(
+        move || url_source.lock().unwrap().clone(),
+        tag.to_owned(),
+        5_000,
+        confirmed.clone(),
+        stop.clone(),
+    ));
+    wait_for_confirms(&confirmed, 100).await;
+    let faulted_at = Instant::now();
+    match fault {
+        Fault::Kill => cluster.node(&leader).kill9(),
+        Fault::Pause => cluster.node(&leader).stop_signal(),
+    }
+    let before = confirmed.lock().unwrap().ids.len();
+    let new_leader = tokio::task::block_in_place(|| cluster.wait_new_leader(&leader, PHASE));
+    *url_view.lock().unwrap() = cluster.follower_url(&leader);
+    wait_for_confirms(&confirmed, before + 100).await;
+    let first_after = confirmed.lock().unwrap().ids.len();
+    eprintln!(
+        "{tag}: leader {leader} faulted; {new_leader} leads; {} confirms after {:?}",
+        first_after - before,
+        faulted_at.elapsed()
+    );
+    stop.store(true, Ordering::SeqCst);
+    publisher.await.unwrap();
+    match fault {
+        Fault::Kill => cluster.node(&leader).start(),
+        Fault::Pause => cluster.node(&leader).cont_signal(),
+    }
+    tokio::task::block_in_place(|| cluster.wait_in_sync(PHASE));
+    let found = drain(cluster).await;
+    assert_exactly_once(&confirmed.lock().unwrap().ids, &found, tag);
+    let leaders = cluster.view().map(|v| {
+        v["nodes"].as_array().map(|nodes| nodes.iter().filter(|n| n["role"] == "leader").count()).unwrap_or(0)
+    });
+    assert_eq!(leaders, Some(1), "{tag}: one leader");
+}
+
+async fn wait_for_confirms(confirmed: &Mutex<Confirmed>, at_least: usize) {
+    let deadline = Instant::now() + PHASE;
+    while confirmed.lock().unwrap().ids.len() < at_least {
+        assert!(Instant::now() < deadline, "fewer than {at_least} confirms within {PHASE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn confirmed_messages_survive_kill_pause_and_kill_of_the_leader() {
+    let Some(mut cluster) = Cluster::start(3, &[]) else { return };
+    phase(&mut cluster, Fault::Kill, "kill-9").await;
+    phase(&mut cluster, Fault::Pause, "sigstop").await;
+    phase(&mut cluster, Fault::Kill, "kill-9-again").await;
+    let stepped_down: usize =
+        cluster.nodes.iter().map(|n| n.log_lines_with("stepping down as leader").len()).sum();
+    assert!(stepped_down >= 1, "the paused leader stepped down when it resumed");
+}

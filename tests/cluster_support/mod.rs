@@ -1,0 +1,308 @@
+//! A real etcd and real `hourglass` nodes on loopback, for the cluster tests: start, `kill -9`,
+//! SIGSTOP/SIGCONT, restart on the same ports and data directory; the cluster's view through
+//! `GET /api/cluster`.
+//!
+//! etcd comes from Debian's `etcd-server` (`.ci/run` installs it). Without it the tests say so
+//! and pass only when `HOURGLASS_REQUIRE_ETCD` is unset; CI sets it, so there they fail.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A free loopback port (bound then released; the OS does not hand it out again at once).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+fn scratch_dir(what: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("hourglass-cluster-{what}-{}-{n}", std::process::id()))
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+/// A single-member etcd on loopback.
+pub struct Etcd {
+    child: Child,
+    pub url: String,
+    dir: PathBuf,
+}
+
+impl Etcd {
+    /// Starts etcd, or `None` (after saying why) when it is not installed and not required.
+    pub fn start() -> Option<Etcd> {
+        let installed = Command::new("etcd").arg("--version").stdout(Stdio::null()).status().is_ok();
+        if !installed {
+            assert!(
+                std::env::var_os("HOURGLASS_REQUIRE_ETCD").is_none(),
+                "etcd is not installed (Debian: apt-get install etcd-server) and HOURGLASS_REQUIRE_ETCD is set"
+            );
+            eprintln!("SKIPPED: etcd is not installed (Debian: apt-get install etcd-server)");
+            return None;
+        }
+        let (client, peer) = (free_port(), free_port());
+        let dir = scratch_dir("etcd");
+        let url = format!("http://127.0.0.1:{client}");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(&dir)
+            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
+            .args(["--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd");
+        let etcd = Etcd { child, url, dir };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while http_request(&format!("127.0.0.1:{client}"), "GET", "/health").map(|(s, _)| s) != Some(200) {
+            assert!(Instant::now() < deadline, "etcd did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(etcd)
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One node's fixed ports and data directory (kept across restarts).
+pub struct Node {
+    pub name: String,
+    pub amqp: u16,
+    pub http: u16,
+    metrics: u16,
+    replication: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Node {
+    fn new(name: &str, etcd: &Etcd, cluster: &str, extra: &[&str]) -> Node {
+        let (amqp, http, metrics, replication) = (free_port(), free_port(), free_port(), free_port());
+        let mut args: Vec<String> = vec![
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--amqp-port".into(),
+            amqp.to_string(),
+            "--http-port".into(),
+            http.to_string(),
+            "--metrics-port".into(),
+            metrics.to_string(),
+            "--replication-port".into(),
+            replication.to_string(),
+            "--etcd-endpoints".into(),
+            etcd.url.clone(),
+            "--cluster-name".into(),
+            cluster.into(),
+            "--node-name".into(),
+            name.into(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let dir = scratch_dir(name);
+        Node {
+            name: name.into(),
+            amqp,
+            http,
+            metrics,
+            replication,
+            dir,
+            args,
+            child: None,
+            log: Default::default(),
+        }
+    }
+
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "{} is running", self.name);
+        let binary =
+            std::env::var("HOURGLASS_E2E_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_hourglass").to_owned());
+        let mut child = Command::new(binary)
+            .args(&self.args)
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start hourglass");
+        let stdout = child.stdout.take().expect("stdout");
+        let log = self.log.clone();
+        let name = self.name.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if std::env::var_os("HOURGLASS_CLUSTER_LOGS").is_some() {
+                    eprintln!("[{name}] {line}");
+                }
+                if let Ok(mut log) = log.lock() {
+                    log.push(line);
+                }
+            }
+        });
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// `kill -9`, and waits for the process to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn stop_signal(&self) {
+        signal(self.pid(), "-STOP");
+    }
+
+    pub fn cont_signal(&self) {
+        signal(self.pid(), "-CONT");
+    }
+
+    pub fn amqp_url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.amqp)
+    }
+
+    /// `GET /api/cluster` on this node (forwarded to the leader by a follower).
+    pub fn cluster_view(&self) -> Option<Value> {
+        let (status, body) = http_request(&format!("127.0.0.1:{}", self.http), "GET", "/api/cluster")?;
+        if status != 200 {
+            return None;
+        }
+        serde_json::from_str(&body).ok()
+    }
+
+    pub fn log_lines_with(&self, text: &str) -> Vec<String> {
+        self.log.lock().map(|l| l.iter().filter(|l| l.contains(text)).cloned().collect()).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "-CONT");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// etcd and the nodes of one cluster.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    pub etcd: Etcd,
+}
+
+impl Cluster {
+    /// `size` nodes named n1…, started together; `None` without etcd (see the module doc).
+    pub fn start(size: usize, extra: &[&str]) -> Option<Cluster> {
+        let etcd = Etcd::start()?;
+        let cluster = format!("test{}", free_port());
+        let mut nodes: Vec<Node> =
+            (1..=size).map(|i| Node::new(&format!("n{i}"), &etcd, &cluster, extra)).collect();
+        for node in &mut nodes {
+            node.start();
+        }
+        Some(Cluster { nodes, etcd })
+    }
+
+    pub fn node(&mut self, name: &str) -> &mut Node {
+        self.nodes.iter_mut().find(|n| n.name == name).expect("node")
+    }
+
+    /// The cluster's view from the first running node that answers.
+    pub fn view(&self) -> Option<Value> {
+        self.nodes.iter().filter(|n| n.running()).find_map(Node::cluster_view)
+    }
+
+    /// Waits until one running node leads and every running node is in sync; the leader's name.
+    pub fn wait_in_sync(&self, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        let running: Vec<&str> = self.nodes.iter().filter(|n| n.running()).map(|n| n.name.as_str()).collect();
+        loop {
+            if let Some(view) = self.view() {
+                let leader = view["leader"].as_str().map(str::to_owned);
+                let in_sync = |name: &str| {
+                    view["nodes"].as_array().is_some_and(|nodes| {
+                        nodes
+                            .iter()
+                            .any(|n| n["name"] == name && n["in_sync"] == true && n["lag_records"] == 0)
+                    })
+                };
+                if let Some(leader) = leader {
+                    if running.contains(&leader.as_str()) && running.iter().all(|n| in_sync(n)) {
+                        return leader;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "cluster not in sync within {within:?}: {:?}", self.view());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until a running node other than `not` leads; its name.
+    pub fn wait_new_leader(&self, not: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let leader = self.view().and_then(|v| v["leader"].as_str().map(str::to_owned));
+            if let Some(leader) = leader.filter(|l| l != not) {
+                if self.nodes.iter().any(|n| n.name == leader && n.running()) {
+                    return leader;
+                }
+            }
+            assert!(Instant::now() < deadline, "no new leader within {within:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A running node that does not lead (clients enter through it), else any running one.
+    pub fn follower_url(&self, leader: &str) -> String {
+        let node = self.nodes.iter().find(|n| n.running() && n.name != leader);
+        node.or_else(|| self.nodes.iter().find(|n| n.running())).expect("a running node").amqp_url()
+    }
+}
+
+/// A minimal blocking HTTP/1.1 request as guest; status and body, `None` if the socket fails.
+pub fn http_request(address: &str, method: &str, path: &str) -> Option<(u16, String)> {
+    let mut socket = TcpStream::connect_timeout(&address.parse().ok()?, Duration::from_secs(2)).ok()?;
+    socket.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    socket.write_all(request.as_bytes()).ok()?;
+    let mut response = Vec::new();
+    socket.read_to_end(&mut response).ok()?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((status, body))
+}
