@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::path::PathBuf;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -22,9 +23,11 @@ use crate::repl::manifest::{valid_path, LeaderFile, MESSAGES_DIR};
 
 /// How often a waiting sync re-checks whether it was deposed, even without an ack.
 const WAIT_TICK: Duration = Duration::from_millis(100);
-/// Ops queued for one follower at most; past that (a follower far behind) its link is dropped
-/// and it catches up from the files instead of from memory.
+/// Ops queued for one follower at most, and their bytes: past either (a follower far behind)
+/// its link is dropped and it catches up from the files instead of from memory. 256 MiB is
+/// seconds of the fastest publishing; a slower follower is better served by the files.
 const FOLLOWER_QUEUE_OPS_MAX: usize = 65_536;
+const FOLLOWER_QUEUE_BYTES_MAX: usize = 256 << 20;
 
 /// A follower's link as registered: the op sequence it starts after, the leader's files at that
 /// point (small files with their content), and the ops that follow.
@@ -33,6 +36,8 @@ pub struct Registration {
     pub files: Vec<(LeaderFile, Option<Bytes>)>,
     pub ops: Receiver<(u64, Arc<FileOp>)>,
     pub link_id: u64,
+    /// Bytes queued in `ops`: the link subtracts each op's [`FileOp::weight`] as it takes it.
+    pub queued_bytes: Arc<AtomicUsize>,
 }
 
 /// What the cluster status shows of one follower.
@@ -46,9 +51,15 @@ pub struct FollowerStatus {
     pub last_ack_ms_ago: Option<u64>,
 }
 
+struct Link {
+    id: u64,
+    queue: SyncSender<(u64, Arc<FileOp>)>,
+    queued_bytes: Arc<AtomicUsize>,
+}
+
 #[derive(Default)]
 struct Follower {
-    link: Option<(u64, SyncSender<(u64, Arc<FileOp>)>)>,
+    link: Option<Link>,
     /// The follower holds everything through this op (acknowledged after fsync).
     acked: u64,
     /// The link finished its catch-up: `acked` counts from the live stream.
@@ -107,14 +118,15 @@ impl Hub {
             let seq = state.last_seq;
             let op = Arc::new(op);
             for follower in state.followers.values_mut() {
-                let Some((_, queue)) = &follower.link else { continue };
-                match queue.try_send((seq, op.clone())) {
-                    Ok(()) => {}
+                let Some(link) = &follower.link else { continue };
+                let weight = op.weight();
+                let full = link.queued_bytes.fetch_add(weight, Ordering::Relaxed) + weight
+                    > FOLLOWER_QUEUE_BYTES_MAX;
+                let sent = !full && link.queue.try_send((seq, op.clone())).is_ok();
+                if !sent {
                     // Far behind (or gone): drop the link; it reconnects and catches up from files.
-                    Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                        follower.link = None;
-                        follower.streaming = false;
-                    }
+                    follower.link = None;
+                    follower.streaming = false;
                 }
             }
         }
@@ -164,10 +176,11 @@ impl Hub {
         let (tx, rx) = sync_channel(FOLLOWER_QUEUE_OPS_MAX);
         let link_id = state.next_link;
         state.next_link += 1;
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
         let follower = state.followers.entry(name.to_owned()).or_default();
-        follower.link = Some((link_id, tx));
+        follower.link = Some(Link { id: link_id, queue: tx, queued_bytes: queued_bytes.clone() });
         follower.streaming = false;
-        Ok(Registration { after_seq: state.last_seq, files, ops: rx, link_id })
+        Ok(Registration { after_seq: state.last_seq, files, ops: rx, link_id, queued_bytes })
     }
 
     /// The replicated files and their lengths (small files with their content), under the lock.
@@ -194,7 +207,7 @@ impl Hub {
     pub fn ack(&self, name: &str, link_id: u64, seq: u64, streaming: bool) {
         let mut state = self.lock();
         if let Some(follower) = state.followers.get_mut(name) {
-            if follower.link.as_ref().is_some_and(|(id, _)| *id == link_id) {
+            if follower.link.as_ref().is_some_and(|link| link.id == link_id) {
                 follower.acked = follower.acked.max(seq);
                 follower.streaming |= streaming;
                 follower.last_ack = Some(Instant::now());
@@ -208,7 +221,7 @@ impl Hub {
     pub fn disconnect(&self, name: &str, link_id: u64) {
         let mut state = self.lock();
         if let Some(follower) = state.followers.get_mut(name) {
-            if follower.link.as_ref().is_some_and(|(id, _)| *id == link_id) {
+            if follower.link.as_ref().is_some_and(|link| link.id == link_id) {
                 follower.link = None;
                 follower.streaming = false;
             }

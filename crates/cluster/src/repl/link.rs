@@ -74,7 +74,7 @@ fn session(hub: &Arc<Hub>, target: &LinkTarget, stream: TcpStream, stop: &Atomic
     let registration = hub.register(&target.follower)?;
     let link_id = registration.link_id;
     let acks = spawn_ack_reader(hub.clone(), target.follower.clone(), link_id, reader, stream.try_clone()?);
-    let result = stream_to(hub, target, registration, &manifest, &mut writer, stop);
+    let result = stream_to(target, registration, &manifest, &mut writer, stop);
     hub.disconnect(&target.follower, link_id);
     let _ = stream.shutdown(Shutdown::Both);
     let _ = acks.join();
@@ -82,7 +82,6 @@ fn session(hub: &Arc<Hub>, target: &LinkTarget, stream: TcpStream, stop: &Atomic
 }
 
 fn stream_to(
-    hub: &Hub,
     target: &LinkTarget,
     registration: Registration,
     manifest: &[crate::repl::frame::FileDigest],
@@ -118,12 +117,14 @@ fn stream_to(
                 return Err(io::Error::new(io::ErrorKind::BrokenPipe, "dropped by the hub (too far behind)"))
             }
         };
+        let taken = |op: &FileOp| registration.queued_bytes.fetch_sub(op.weight(), Ordering::Relaxed);
+        taken(&op);
         write_frame(writer, &Frame::Op { seq, op: (*op).clone() })?;
         for (seq, op) in registration.ops.try_iter() {
+            taken(&op);
             write_frame(writer, &Frame::Op { seq, op: (*op).clone() })?;
         }
         writer.flush()?;
-        let _ = hub;
     }
 }
 
