@@ -213,6 +213,16 @@ async fn confirmed_messages_survive_kill_pause_and_kill_of_the_leader() {
     phase(&mut cluster, Fault::Kill, "kill-9").await;
     phase(&mut cluster, Fault::Pause, "sigstop").await;
     phase(&mut cluster, Fault::Kill, "kill-9-again").await;
+    let leader = tokio::task::block_in_place(|| cluster.wait_in_sync(PHASE));
+    let metrics = cluster_support::http_request(
+        &format!("127.0.0.1:{}", cluster.node(&leader).metrics),
+        "GET",
+        "/metrics",
+    )
+    .map(|(_, body)| body)
+    .unwrap_or_default();
+    assert!(metrics.contains("hourglass_cluster_leader 1"), "the leader's gauges: {metrics}");
+    assert!(metrics.contains("hourglass_cluster_in_sync_replicas 3"), "all three in sync");
     let stepped_down: usize =
         cluster.nodes.iter().map(|n| n.log_lines_with("stepping down as leader").len()).sum();
     assert!(stepped_down >= 1, "the paused leader stepped down when it resumed");

@@ -221,13 +221,12 @@ async fn random_faults_under_random_traffic_lose_nothing_confirmed() {
     let secs =
         std::env::var("HOURGLASS_FAULT_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_FAULT_SECS);
     eprintln!("random faults: seed {seed} (replay with HOURGLASS_FAULT_SEED={seed}), {secs} s");
-    let Some(cluster) = Cluster::start(3, &[]) else { return };
+    let Some(mut cluster) = Cluster::start(3, &[]) else { return };
     let mut rng = Rng(seed | 1);
     tokio::task::block_in_place(|| cluster.wait_in_sync(Duration::from_secs(40)));
-    let cluster = Arc::new(Mutex::new(cluster));
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let stop = Arc::new(AtomicBool::new(false));
-    let urls: Vec<String> = cluster.lock().unwrap().nodes.iter().map(|n| n.amqp_url()).collect();
+    let urls: Vec<String> = cluster.nodes.iter().map(|n| n.amqp_url()).collect();
     let pick = |offset: usize| -> Arc<dyn Fn() -> String + Send + Sync> {
         let urls = urls.clone();
         let turn = std::sync::atomic::AtomicUsize::new(offset);
@@ -239,9 +238,9 @@ async fn random_faults_under_random_traffic_lose_nothing_confirmed() {
     ];
     let until = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < until {
-        let mut guard = cluster.lock().unwrap();
-        let leader = guard.view().and_then(|v| v["leader"].as_str().map(str::to_owned));
-        let names: Vec<String> = guard.nodes.iter().map(|n| n.name.clone()).collect();
+        let leader = tokio::task::block_in_place(|| cluster.view())
+            .and_then(|v| v["leader"].as_str().map(str::to_owned));
+        let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
         let victim = match (rng.below(2), &leader) {
             (0, Some(leader)) => leader.clone(),
             _ => names[rng.below(names.len() as u64) as usize].clone(),
@@ -252,24 +251,18 @@ async fn random_faults_under_random_traffic_lose_nothing_confirmed() {
             "fault: {} {victim} (leader {leader:?}) for {down_ms} ms",
             if pause { "SIGSTOP" } else { "kill -9" }
         );
-        let node = guard.node(&victim);
         if pause {
-            node.stop_signal()
+            cluster.node(&victim).stop_signal();
         } else {
-            node.kill9()
+            cluster.node(&victim).kill9();
         }
-        drop(guard);
         tokio::time::sleep(Duration::from_millis(down_ms)).await;
-        let mut guard = cluster.lock().unwrap();
-        let node = guard.node(&victim);
         if pause {
-            node.cont_signal()
+            cluster.node(&victim).cont_signal();
         } else {
-            node.start()
+            cluster.node(&victim).start();
         }
-        let cluster_ref = &*guard;
-        tokio::task::block_in_place(|| cluster_ref.wait_in_sync(Duration::from_secs(40)));
-        drop(guard);
+        tokio::task::block_in_place(|| cluster.wait_in_sync(Duration::from_secs(40)));
         tokio::time::sleep(Duration::from_millis(rng.below(2_000))).await;
     }
     stop.store(true, Ordering::SeqCst);
@@ -277,9 +270,8 @@ async fn random_faults_under_random_traffic_lose_nothing_confirmed() {
         task.await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(DELAY_MAX_MS + 500)).await;
-    let guard = cluster.lock().unwrap();
-    tokio::task::block_in_place(|| guard.wait_in_sync(Duration::from_secs(40)));
-    let remaining = drain(&guard).await;
+    tokio::task::block_in_place(|| cluster.wait_in_sync(Duration::from_secs(40)));
+    let remaining = drain(&cluster).await;
     let ledger = ledger.lock().unwrap();
     let lost: Vec<&String> = ledger
         .confirmed

@@ -88,7 +88,7 @@ pub struct Node {
     pub name: String,
     pub amqp: u16,
     pub http: u16,
-    metrics: u16,
+    pub metrics: u16,
     replication: u16,
     dir: PathBuf,
     args: Vec<String>,

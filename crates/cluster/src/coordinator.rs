@@ -346,6 +346,22 @@ impl Coordinator {
         }
     }
 
+    /// The Prometheus gauges' values: the role, term, in-sync set and each follower's lag as
+    /// this node last saw them (no etcd round trip).
+    pub fn gauges(&self) -> (bool, u64, u64, Vec<(String, u64)>) {
+        let role = self.role.borrow().clone();
+        let view = self.view.lock().unwrap_or_else(|p| p.into_inner());
+        let lags = view
+            .hub
+            .as_ref()
+            .map(|hub| hub.status(Instant::now()).into_iter().map(|f| (f.name, f.lag_records)).collect())
+            .unwrap_or_default();
+        match role {
+            Role::Leader { term } => (true, term, view.in_sync.len() as u64, lags),
+            Role::Follower { term, .. } => (false, term, view.in_sync.len() as u64, lags),
+        }
+    }
+
     /// `GET /api/cluster`'s answer.
     pub fn status_json(&self) -> Value {
         if let Ok(nodes) = self.etcd.get_prefix(&self.keys.nodes()) {

@@ -67,6 +67,19 @@ pub trait ClusterStatus: Send + Sync + std::fmt::Debug {
     /// `{"cluster_name", "leader", "term", "nodes": [{"name", "role", "in_sync", "lag_records",
     /// "amqp", "last_seen_ms"}]}`. Called off the runtime (it may ask etcd).
     fn status(&self) -> serde_json::Value;
+    /// The Prometheus gauges, from what the node already knows (no etcd round trip).
+    fn gauges(&self) -> ClusterGauges;
+}
+
+/// Clustered mode's Prometheus gauges (docs/metrics.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterGauges {
+    pub leader: bool,
+    pub term: u64,
+    /// Nodes in the in-sync set, the leader included.
+    pub in_sync: u64,
+    /// Per follower: replicated operations not yet acknowledged (the leader's view).
+    pub lag_records: Vec<(String, u64)>,
 }
 
 /// Damaged stretches of the message log skipped by recovery at start: each means confirmed

@@ -223,4 +223,9 @@ impl hourglass_mgmt::ClusterStatus for Status {
     fn status(&self) -> serde_json::Value {
         self.0.status_json()
     }
+
+    fn gauges(&self) -> hourglass_mgmt::ClusterGauges {
+        let (leader, term, in_sync, lag_records) = self.0.gauges();
+        hourglass_mgmt::ClusterGauges { leader, term, in_sync, lag_records }
+    }
 }

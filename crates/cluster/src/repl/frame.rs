@@ -186,7 +186,7 @@ impl<R: Read> FrameReader<R> {
     }
 
     /// The next frame; `None` when the read timed out first. `UnexpectedEof` when the peer closed.
-    pub fn next(&mut self) -> io::Result<Option<Frame>> {
+    pub fn next_frame(&mut self) -> io::Result<Option<Frame>> {
         loop {
             if let Some(total) = self.complete()? {
                 let body = Bytes::copy_from_slice(&self.buf[self.start + 4..self.start + total]);
@@ -335,7 +335,7 @@ mod tests {
         let mut reader = FrameReader::new(Trickle(buf, 0, false));
         let mut got = Vec::new();
         for _ in 0..2 * total + 4 {
-            if let Ok(Some(frame)) = reader.next() {
+            if let Ok(Some(frame)) = reader.next_frame() {
                 got.push(frame);
             }
         }

@@ -67,7 +67,7 @@ fn session(hub: &Arc<Hub>, target: &LinkTarget, stream: TcpStream, stop: &Atomic
     write_frame(&mut writer, &Frame::Hello { term: target.term, leader: target.leader.clone() })?;
     writer.flush()?;
     let mut reader = FrameReader::new(stream.try_clone()?);
-    let manifest = match reader.next()? {
+    let manifest = match reader.next_frame()? {
         Some(Frame::Manifest(files)) => files,
         _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "expected the follower's manifest")),
     };
@@ -176,7 +176,7 @@ fn spawn_ack_reader(
     std::thread::spawn(move || {
         let _ = stream.set_read_timeout(Some(POLL));
         loop {
-            match reader.next() {
+            match reader.next_frame() {
                 Ok(Some(Frame::Ack { seq })) => hub.ack(&follower, link_id, seq, true),
                 Ok(Some(_)) | Err(_) => break,
                 Ok(None) => {}

@@ -155,7 +155,7 @@ impl Follower {
     /// The next frame, waiting through read timeouts unless the follower stops.
     fn next_frame(&self, reader: &mut FrameReader<TcpStream>) -> std::io::Result<Frame> {
         loop {
-            if let Some(frame) = reader.next()? {
+            if let Some(frame) = reader.next_frame()? {
                 return Ok(frame);
             }
             if self.stop.load(Ordering::SeqCst) {

@@ -116,9 +116,35 @@ pub(super) fn cluster_status(client: &Client, format: &Format) -> anyhow::Result
             alarms.push(format!("free disk space alarm on node {}", text(&node["name"])));
         }
     }
-    let cluster_name = text(&overview["cluster_name"]);
+    let mut cluster_name = text(&overview["cluster_name"]);
+    // A clustered node (docs/clustering.md): every member, the leader and replication state.
+    let cluster = client.get("/api/cluster").unwrap_or(Value::Null);
+    let members = cluster["nodes"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let (mut names, mut running) = (names, running);
+    let mut replicas = Vec::new();
+    if cluster["cluster_name"].is_string() {
+        cluster_name = text(&cluster["cluster_name"]);
+        names = members.iter().map(|n| text(&n["name"])).collect();
+        running = members.iter().filter(|n| n["running"] == true).map(|n| text(&n["name"])).collect();
+        replicas = members
+            .iter()
+            .map(|n| {
+                let sync = if n["in_sync"] == true { "in sync" } else { "not in sync" };
+                format!(
+                    "{}: {}, {sync}, lag {} records, AMQP {}",
+                    text(&n["name"]),
+                    text(&n["role"]),
+                    n["lag_records"],
+                    text(&n["amqp"])
+                )
+            })
+            .collect();
+    }
     if format.formatter == Formatter::Json {
-        let status = json!({"cluster_name": cluster_name, "disk_nodes": names, "running_nodes": running, "alarms": alarms});
+        let status = json!({
+            "cluster_name": cluster_name, "disk_nodes": names, "running_nodes": running, "alarms": alarms,
+            "leader": cluster["leader"], "term": cluster["term"], "nodes": cluster["nodes"],
+        });
         return Ok(format!("{status}\n"));
     }
     let list = |items: &[String]| {
@@ -128,8 +154,18 @@ pub(super) fn cluster_status(client: &Client, format: &Format) -> anyhow::Result
             format!("{}\n", items.join("\n"))
         }
     };
+    let leader = if replicas.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\nLeader\n\n{} (term {})\n\nReplicas\n\n{}",
+            text(&cluster["leader"]),
+            cluster["term"],
+            list(&replicas)
+        )
+    };
     Ok(format!(
-        "{}Basics\n\nCluster name: {cluster_name}\n\nDisk Nodes\n\n{}\nRunning Nodes\n\n{}\nAlarms\n\n{}",
+        "{}Basics\n\nCluster name: {cluster_name}\n\nDisk Nodes\n\n{}\nRunning Nodes\n\n{}{leader}\nAlarms\n\n{}",
         format.info(&format!("Cluster status of node {} ...", text(&overview["node"]))),
         list(&names),
         list(&running),

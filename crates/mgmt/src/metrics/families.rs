@@ -392,6 +392,7 @@ pub(crate) fn render(state: &AppState, s: &Snapshot, scope: &Scope) -> String {
         out.prefix = "";
         out.rows(TIME_COUNTERS, &queue_rows, per_object);
         alarms(&mut out, state);
+        replication(&mut out, state);
     }
     out.prefix = "rabbitmq_";
     identity(&mut out, node);
@@ -550,6 +551,22 @@ fn alarms(out: &mut Out, state: &AppState) {
     );
     let help = "Bytes of the message log skipped as damaged by recovery at start";
     out.family(Kind::Gauge, "hourglass_store_recovery_damaged_bytes", help, &[(String::new(), damage.bytes)]);
+}
+
+/// Clustered mode's gauges (only on a clustered node).
+fn replication(out: &mut Out, state: &AppState) {
+    let Some(cluster) = &state.node.cluster else { return };
+    let g = cluster.gauges();
+    let help = "1 if this node is the cluster's leader";
+    out.family(Kind::Gauge, "hourglass_cluster_leader", help, &[(String::new(), u64::from(g.leader))]);
+    let help = "The leader's term (its etcd leader key's create revision)";
+    out.family(Kind::Gauge, "hourglass_cluster_term", help, &[(String::new(), g.term)]);
+    let help = "Nodes holding every confirmed record (the in-sync set, leader included)";
+    out.family(Kind::Gauge, "hourglass_cluster_in_sync_replicas", help, &[(String::new(), g.in_sync)]);
+    let rows: Vec<(String, u64)> =
+        g.lag_records.iter().map(|(name, lag)| (format!("follower=\"{}\"", escape(name)), *lag)).collect();
+    let help = "Replicated operations a follower has not yet acknowledged";
+    out.family(Kind::Gauge, "hourglass_cluster_replication_lag_records", help, &rows);
 }
 
 fn identity(out: &mut Out, node: &NodeInfo) {
