@@ -223,6 +223,16 @@ async fn confirmed_messages_survive_kill_pause_and_kill_of_the_leader() {
     .unwrap_or_default();
     assert!(metrics.contains("hourglass_cluster_leader 1"), "the leader's gauges: {metrics}");
     assert!(metrics.contains("hourglass_cluster_in_sync_replicas 3"), "all three in sync");
+    let nodes = cluster_support::http_request(
+        &format!("127.0.0.1:{}", cluster.node(&leader).http),
+        "GET",
+        "/api/nodes",
+    )
+    .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+    .expect("/api/nodes");
+    let names: Vec<&str> = nodes.as_array().unwrap().iter().filter_map(|n| n["name"].as_str()).collect();
+    assert_eq!(names.len(), 3, "/api/nodes lists every member: {names:?}");
+    assert!(names.contains(&format!("hourglass@{leader}").as_str()));
     let stepped_down: usize =
         cluster.nodes.iter().map(|n| n.log_lines_with("stepping down as leader").len()).sum();
     assert!(stepped_down >= 1, "the paused leader stepped down when it resumed");

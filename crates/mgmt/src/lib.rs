@@ -110,6 +110,11 @@ impl NodeInfo {
         }
     }
 
+    /// Names the node `hourglass@NAME` (a cluster member's name, instead of the host's).
+    pub fn with_node_name(self, name: &str) -> Self {
+        NodeInfo { name: format!("hourglass@{name}"), ..self }
+    }
+
     /// Reports the cluster this node leads.
     pub fn with_cluster(self, cluster: std::sync::Arc<dyn ClusterStatus>) -> Self {
         NodeInfo { cluster: Some(cluster), ..self }

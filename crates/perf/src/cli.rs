@@ -121,6 +121,9 @@ pub struct ThroughputArgs {
     /// Declare the queues durable.
     #[arg(long)]
     pub durable: bool,
+    /// Declare the queues with this `x-queue-type` (`quorum` for RabbitMQ's replicated queues).
+    #[arg(long)]
+    pub queue_type: Option<String>,
     /// Consumers' basic.qos prefetch-count (0 = unlimited); ignored with --auto-ack.
     #[arg(long, default_value_t = 1000)]
     pub prefetch: u16,

@@ -165,7 +165,11 @@ async fn lead(
     let wrap_hub = hub.clone();
     let storage: StorageWrapper =
         Arc::new(move |inner, prefix| Arc::new(ReplicatedStorage::new(inner, prefix, wrap_hub.clone())));
-    let hooks = ServerHooks { storage: Some(storage), cluster: Some(Arc::new(Status(coordinator.clone()))) };
+    let hooks = ServerHooks {
+        storage: Some(storage),
+        cluster: Some(Arc::new(Status(coordinator.clone()))),
+        node_name: Some(coordinator.settings().node.name.clone()),
+    };
     let server = Server::bind_with(config, hooks).await?;
     let stepped_down = Arc::new(tokio::sync::Notify::new());
     let notify = stepped_down.clone();

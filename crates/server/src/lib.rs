@@ -64,6 +64,8 @@ pub struct Server {
 pub struct ServerHooks {
     pub storage: Option<persistence::StorageWrapper>,
     pub cluster: Option<Arc<dyn hourglass_mgmt::ClusterStatus>>,
+    /// The cluster member's name (the node is then `hourglass@NAME`).
+    pub node_name: Option<String>,
 }
 
 impl Server {
@@ -174,6 +176,9 @@ impl Server {
             .with_store_damage(store_damage);
         if let Some(cluster) = hooks.cluster {
             node = node.with_cluster(cluster);
+        }
+        if let Some(name) = &hooks.node_name {
+            node = node.with_node_name(name);
         }
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),

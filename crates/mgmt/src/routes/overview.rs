@@ -148,7 +148,25 @@ async fn nodes(
     Extension(user): Extension<AuthUser>,
 ) -> Result<Json<Value>, ApiError> {
     user.require_monitor()?;
-    Ok(Json(json!([node_json(&state)])))
+    let mut nodes = vec![node_json(&state)];
+    if let Some(cluster) = state.node.cluster.clone() {
+        // Every member, as RabbitMQ lists every cluster node; the others from the cluster status.
+        let status = tokio::task::spawn_blocking(move || cluster.status())
+            .await
+            .map_err(|_| ApiError::internal("cluster status task failed"))?;
+        nodes[0]["cluster_role"] = json!("leader");
+        for member in status["nodes"].as_array().into_iter().flatten() {
+            let name = format!("hourglass@{}", member["name"].as_str().unwrap_or_default());
+            if name == state.node.name {
+                continue;
+            }
+            nodes.push(json!({
+                "name": name, "type": "disc", "running": member["running"], "cluster_role": member["role"],
+                "in_sync": member["in_sync"], "lag_records": member["lag_records"], "being_drained": false,
+            }));
+        }
+    }
+    Ok(Json(json!(nodes)))
 }
 
 async fn node(

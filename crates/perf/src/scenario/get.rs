@@ -35,7 +35,7 @@ pub fn run(run: &Run, args: &GetArgs) -> anyhow::Result<()> {
     }
     let names = vec![queue_name("get", 0)];
     let mut admin = run.connect()?;
-    declare_queues(&mut admin, &names, false)?;
+    declare_queues(&mut admin, &names, false, None)?;
     prefill(run, &names[0], args)?;
 
     let counts = Arc::new(Counts::default());

@@ -27,7 +27,7 @@ pub fn run(run: &Run, args: &LatencyArgs) -> anyhow::Result<()> {
     }
     let names = vec![queue_name("lat", 0)];
     let mut admin = run.connect()?;
-    declare_queues(&mut admin, &names, false)?;
+    declare_queues(&mut admin, &names, false, None)?;
     let epoch = Instant::now();
     let mut flow = Flow::new();
     let consumer = ConsumerSpec {

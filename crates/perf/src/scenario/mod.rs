@@ -64,10 +64,22 @@ pub fn queue_name(scenario: &str, index: u16) -> String {
 }
 
 /// Declares `names` (non-exclusive, not auto-delete; durable if asked).
-pub fn declare_queues(client: &mut Client, names: &[String], durable: bool) -> anyhow::Result<()> {
+/// Declares `names` (`queue_type`: RabbitMQ's `x-queue-type`, e.g. `quorum`).
+pub fn declare_queues(
+    client: &mut Client,
+    names: &[String],
+    durable: bool,
+    queue_type: Option<&str>,
+) -> anyhow::Result<()> {
+    let arguments = match queue_type {
+        Some(kind) => {
+            FieldTable::from_entries([("x-queue-type", hourglass_wire::FieldValue::LongStr(kind.into()))])
+        }
+        None => FieldTable::new(),
+    };
     for name in names {
         let declare =
-            QueueDeclare { queue: short(name)?, durable, arguments: FieldTable::new(), ..Default::default() };
+            QueueDeclare { queue: short(name)?, durable, arguments: arguments.clone(), ..Default::default() };
         match client.call(CHANNEL, declare)? {
             Method::QueueDeclareOk(_) => {}
             other => bail!("expected queue.declare-ok, got {}", other.name()),

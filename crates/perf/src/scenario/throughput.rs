@@ -35,7 +35,7 @@ pub fn run(run: &Run, args: &ThroughputArgs) -> anyhow::Result<()> {
         })
         .collect();
     let mut admin = run.connect()?;
-    declare_queues(&mut admin, &names, args.durable)?;
+    declare_queues(&mut admin, &names, args.durable, args.queue_type.as_deref())?;
     let mut flow = Flow::new();
     for j in 0..args.consumers {
         let spec = ConsumerSpec {
@@ -94,7 +94,7 @@ pub fn run(run: &Run, args: &ThroughputArgs) -> anyhow::Result<()> {
     let params = json!({
         "producers": args.producers, "consumers": args.consumers, "queues": args.queues,
         "size": args.size, "duration_s": args.duration_s, "count": args.count, "rate": args.rate,
-        "confirm": args.confirm, "persistent": args.persistent, "durable": args.durable,
+        "confirm": args.confirm, "persistent": args.persistent, "durable": args.durable, "queue_type": args.queue_type,
         "prefetch": args.prefetch, "auto_ack": args.auto_ack, "ack_every": args.ack_every,
     });
     report::print("throughput", run.label.as_deref(), &run.target(), &human, params, results);

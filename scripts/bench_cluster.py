@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Persistent confirmed publishing through a three-node Hourglass cluster, side by side with the
+single node and with a three-node RabbitMQ 3.10 cluster using quorum queues, on this machine.
+
+CPU per message counts every node of a cluster (utime + stime from /proc), not only the one the
+load tool talks to. Prints a Markdown table for docs/benchmarks.md ("Cluster").
+
+usage: scripts/bench_cluster.py [--seconds 10] [--reps 2] [--skip-rabbitmq]
+needs: target/release/{hourglass,hourglass-perf}, etcd (Debian etcd-server), rabbitmq-ref.
+"""
+import argparse
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import HOURGLASS, PERF, RABBITMQ_REF, free_port, listening_pid, wait_for_port  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+RMQ_PORTS = [5681, 5682, 5683]
+AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
+
+
+def cpu_s(pid):
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def api(port, path):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": AUTH})
+    with urllib.request.urlopen(req, timeout=3) as resp:
+        return json.loads(resp.read())
+
+
+def start_etcd(tmp):
+    client, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{client}"
+    proc = subprocess.Popen(
+        ["etcd", "--data-dir", str(tmp / "etcd"), "--listen-client-urls", url, "--advertise-client-urls", url,
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls",
+         f"http://127.0.0.1:{peer}", "--initial-cluster", f"default=http://127.0.0.1:{peer}", "--log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if not wait_for_port(client):
+        sys.exit("etcd did not start")
+    return proc, url
+
+
+def start_node(tmp, name, extra):
+    amqp, http = free_port(), free_port()
+    args = [str(HOURGLASS), "--bind", "127.0.0.1", "--amqp-port", str(amqp), "--http-port", str(http),
+            "--metrics-port", str(free_port()), "--data-dir", str(tmp / name)] + extra
+    log = open(tmp / f"{name}.log", "a")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "RUST_LOG": "warn", "NO_COLOR": "1"})
+    return {"proc": proc, "amqp": amqp, "http": http, "name": name}
+
+
+def start_hourglass_cluster(tmp, etcd_url):
+    cluster = f"bench{free_port()}"
+    nodes = [start_node(tmp, f"n{i}", ["--etcd-endpoints", etcd_url, "--cluster-name", cluster, "--node-name",
+                                       f"n{i}", "--replication-port", str(free_port())]) for i in (1, 2, 3)]
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            view = api(nodes[0]["http"], "/api/cluster")
+            if view["leader"] and all(n["in_sync"] for n in view["nodes"]) and len(view["nodes"]) == 3:
+                leader = next(n for n in nodes if n["name"] == view["leader"])
+                return nodes, leader
+        except Exception:
+            pass
+        time.sleep(0.2)
+    sys.exit("the Hourglass cluster did not get in sync")
+
+
+def rmq(port, *cmd, check=True):
+    env = {**os.environ, "RMQ_PORT": str(port), "RMQ_BASE": f"/tmp/rmq-cluster-{port}"}
+    return subprocess.run([str(RABBITMQ_REF), *cmd], env=env, check=check, timeout=600, capture_output=True, text=True)
+
+
+def ctl(port, *args):
+    env = {**os.environ, "ERL_EPMD_ADDRESS": "127.0.0.1",
+           "RABBITMQ_CTL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}"}
+    return subprocess.run(["rabbitmqctl", "-n", f"ref{port}@localhost", *args], env=env, check=True,
+                          timeout=120, capture_output=True, text=True)
+
+
+def start_rabbitmq_cluster():
+    for port in RMQ_PORTS:
+        shutil.rmtree(f"/tmp/rmq-cluster-{port}", ignore_errors=True)
+        rmq(port, "start")
+    for port in RMQ_PORTS[1:]:
+        ctl(port, "stop_app")
+        ctl(port, "join_cluster", f"ref{RMQ_PORTS[0]}@localhost")
+        ctl(port, "start_app")
+    status = ctl(RMQ_PORTS[0], "cluster_status").stdout
+    print("  rabbitmq cluster:", " ".join(l.strip() for l in status.splitlines() if "ref568" in l)[:200])
+    return [listening_pid(p) for p in RMQ_PORTS]
+
+
+def stop_rabbitmq_cluster():
+    for port in RMQ_PORTS:
+        rmq(port, "stop", check=False)
+
+
+def perf(port, pids, label, args):
+    before = sum(cpu_s(p) for p in pids)
+    cmd = [str(PERF), "--url", f"amqp://guest:guest@127.0.0.1:{port}/%2f", "--broker-pid", str(pids[0]),
+           "--label", label] + args
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    after = sum(cpu_s(p) for p in pids)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("{")), None)
+    if done.returncode != 0 or line is None:
+        print(f"  {label}: FAILED {done.stderr[-500:]}")
+        return None
+    results = json.loads(line)["results"]
+    ops = max(results["published"], 1)
+    figures = {"msg/s": results["msg_per_s"], "cpu_us": (after - before) * 1e6 / ops, "published": ops}
+    print(f"  {label}: {figures['msg/s']:,.0f} msg/s, {figures['cpu_us']:.2f} µs CPU/msg (all nodes)", flush=True)
+    return figures
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--skip-rabbitmq", action="store_true")
+    opts = parser.parse_args()
+    flows = {
+        "1 producer, 16 B": ["-P", "1", "-C", "0", "-Q", "1"],
+        "4 producers, 16 B": ["-P", "4", "-C", "0", "-Q", "4"],
+        "4 producers, 1 KiB": ["-P", "4", "-C", "0", "-Q", "4", "--size", "1024"],
+    }
+    common = ["--confirm", "100", "--persistent", "--durable", "--duration-s", str(opts.seconds)]
+    results = {}
+    tmp = Path(tempfile.mkdtemp(prefix="hg-bench-cluster-"))
+    etcd, etcd_url = start_etcd(tmp)
+    try:
+        for rep in range(opts.reps):
+            for flow, args in flows.items():
+                size = ["--size", "16"] if "--size" not in args else []
+                single = start_node(tmp, f"single{rep}{len(results)}", [])
+                wait_for_port(single["amqp"])
+                r = perf(single["amqp"], [single["proc"].pid], "hourglass-1", ["throughput"] + args + size + common)
+                results.setdefault((flow, "Hourglass, 1 node"), []).append(r)
+                single["proc"].terminate()
+                single["proc"].wait()
+                run = tmp / f"c{rep}{flow[:1]}{len(results)}"
+                run.mkdir()
+                nodes, leader = start_hourglass_cluster(run, etcd_url)
+                pids = [leader["proc"].pid] + [n["proc"].pid for n in nodes if n is not leader]
+                r = perf(leader["amqp"], pids, "hourglass-3", ["throughput"] + args + size + common)
+                results.setdefault((flow, "Hourglass, 3 nodes"), []).append(r)
+                for n in nodes:
+                    n["proc"].terminate()
+                for n in nodes:
+                    n["proc"].wait()
+        if not opts.skip_rabbitmq:
+            pids = start_rabbitmq_cluster()
+            try:
+                for rep in range(opts.reps):
+                    for flow, args in flows.items():
+                        size = ["--size", "16"] if "--size" not in args else []
+                        r = perf(RMQ_PORTS[0], pids, "rabbitmq-3-quorum",
+                                 ["throughput"] + args + size + common + ["--queue-type", "quorum"])
+                        results.setdefault((flow, "RabbitMQ 3.10, 3 nodes, quorum"), []).append(r)
+            finally:
+                stop_rabbitmq_cluster()
+    finally:
+        etcd.terminate()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("\n| flow | broker | msg/s (median) | CPU µs/msg, all nodes (median) | runs |")
+    print("|---|---|---|---|---|")
+    for (flow, broker), runs in results.items():
+        ok = [r for r in runs if r]
+        if not ok:
+            print(f"| {flow} | {broker} | failed | failed | 0 |")
+            continue
+        med = lambda key: sorted(r[key] for r in ok)[len(ok) // 2]
+        print(f"| {flow} | {broker} | {med('msg/s'):,.0f} | {med('cpu_us'):.2f} | {len(ok)} |")
+
+
+if __name__ == "__main__":
+    main()
