@@ -139,19 +139,20 @@ def main():
     }
     common = ["--confirm", "100", "--persistent", "--durable", "--duration-s", str(opts.seconds)]
     results = {}
+    runs = iter(range(1_000_000))
     tmp = Path(tempfile.mkdtemp(prefix="hg-bench-cluster-"))
     etcd, etcd_url = start_etcd(tmp)
     try:
         for rep in range(opts.reps):
             for flow, args in flows.items():
                 size = ["--size", "16"] if "--size" not in args else []
-                single = start_node(tmp, f"single{rep}{len(results)}", [])
+                single = start_node(tmp, f"single{next(runs)}", [])
                 wait_for_port(single["amqp"])
                 r = perf(single["amqp"], [single["proc"].pid], "hourglass-1", ["throughput"] + args + size + common)
                 results.setdefault((flow, "Hourglass, 1 node"), []).append(r)
                 single["proc"].terminate()
                 single["proc"].wait()
-                run = tmp / f"c{rep}{flow[:1]}{len(results)}"
+                run = tmp / f"cluster{next(runs)}"
                 run.mkdir()
                 nodes, leader = start_hourglass_cluster(run, etcd_url)
                 pids = [leader["proc"].pid] + [n["proc"].pid for n in nodes if n is not leader]

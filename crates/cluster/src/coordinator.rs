@@ -166,8 +166,8 @@ impl Coordinator {
             self.refresh_view(&seen);
             match decide(&self.settings.node.name, &seen) {
                 Decision::Follow(leader, term) => {
-                    // Fencing: from now on no stream of an older term is applied here.
-                    self.fence.admit(term);
+                    // Fencing: from now on only this leader's stream is applied here.
+                    self.fence.leader_seen(&leader.name, term);
                     if last_leader.as_ref() != Some(&(leader.name.clone(), term)) {
                         tracing::info!(leader = %leader.name, term, "following the leader");
                         last_leader = Some((leader.name.clone(), term));

@@ -23,13 +23,29 @@ const POLL: Duration = Duration::from_millis(200);
 /// A follower streaming without pause still acknowledges (and fsyncs) at least this often.
 const ACK_EVERY_OPS: usize = 256;
 
-/// The highest term this node has seen; a stream from a lower term is refused.
+/// The highest term this node has seen, and the leader etcd names for it: a stream from a lower
+/// term, or from anyone but that leader, is refused.
 #[derive(Debug, Default)]
 pub struct Fence {
     max_term: AtomicU64,
+    leader: Mutex<Option<(String, u64)>>,
 }
 
 impl Fence {
+    /// etcd names `leader` at `term` (the coordinator saw it): records the term, and only that
+    /// leader's stream is taken from now on.
+    pub fn leader_seen(&self, leader: &str, term: u64) {
+        if self.admit(term) {
+            *self.leader.lock().unwrap_or_else(|p| p.into_inner()) = Some((leader.to_owned(), term));
+        }
+    }
+
+    /// Whether a stream saying it comes from `leader` at `term` is the one etcd names.
+    pub fn is_named_leader(&self, leader: &str, term: u64) -> bool {
+        let named = self.leader.lock().unwrap_or_else(|p| p.into_inner());
+        named.as_ref().is_some_and(|(name, t)| name == leader && *t == term) && self.current(term)
+    }
+
     /// Records `term`; whether a leader of that term may still write here.
     pub fn admit(&self, term: u64) -> bool {
         self.max_term.fetch_max(term, Ordering::SeqCst) <= term
@@ -107,8 +123,10 @@ impl Follower {
             Frame::Hello { term, leader } => (term, leader),
             _ => return Err(std::io::Error::new(ErrorKind::InvalidData, "expected hello")),
         };
-        if !self.fence.admit(term) || self.stop.load(Ordering::SeqCst) {
-            tracing::warn!(%leader, term, newest = self.fence.max_term(), "refused a replication stream from an old term");
+        if !self.fence.is_named_leader(&leader, term) || self.stop.load(Ordering::SeqCst) {
+            // An old leader back from a pause, a new one this node has not seen in etcd yet (it
+            // retries), or not a leader at all.
+            tracing::info!(%leader, term, newest = self.fence.max_term(), "refused a replication stream: not the leader etcd names");
             return Ok(());
         }
         tracing::info!(%leader, term, "replicating from the leader");
@@ -177,5 +195,18 @@ mod tests {
         assert!(fence.admit(9));
         assert!(!fence.admit(5), "the old leader, back from a pause");
         assert!(!fence.current(5) && fence.current(9));
+    }
+
+    #[test]
+    fn only_the_leader_etcd_names_at_its_term_may_stream() {
+        let fence = Fence::default();
+        assert!(!fence.is_named_leader("n1", 5), "nobody named yet");
+        fence.leader_seen("n1", 5);
+        assert!(fence.is_named_leader("n1", 5));
+        assert!(!fence.is_named_leader("n1", 6) && !fence.is_named_leader("mallory", 5));
+        fence.leader_seen("n2", 9);
+        assert!(!fence.is_named_leader("n1", 5), "n1's term is over");
+        fence.leader_seen("n1", 5);
+        assert!(fence.is_named_leader("n2", 9), "an older sighting does not bring n1 back");
     }
 }
