@@ -223,6 +223,15 @@ async fn confirmed_messages_survive_kill_pause_and_kill_of_the_leader() {
     .unwrap_or_default();
     assert!(metrics.contains("hourglass_cluster_leader 1"), "the leader's gauges: {metrics}");
     assert!(metrics.contains("hourglass_cluster_in_sync_replicas 3"), "all three in sync");
+    let follower = cluster.nodes.iter().find(|n| n.name != leader).expect("a follower");
+    let follower_metrics =
+        cluster_support::http_request(&format!("127.0.0.1:{}", follower.metrics), "GET", "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default();
+    assert!(
+        follower_metrics.contains("hourglass_cluster_leader 0"),
+        "a follower's gauges: {follower_metrics}"
+    );
     let nodes = cluster_support::http_request(
         &format!("127.0.0.1:{}", cluster.node(&leader).http),
         "GET",

@@ -165,4 +165,9 @@ pub fn metrics_router(state: AppState) -> axum::Router {
     metrics::router(state)
 }
 
+/// A clustered follower's Prometheus routes: the cluster gauges (it runs no broker).
+pub fn follower_metrics_router(cluster: std::sync::Arc<dyn ClusterStatus>) -> axum::Router {
+    metrics::follower_router(cluster)
+}
+
 pub use listener::{serve, HttpLimits};

@@ -80,10 +80,16 @@ async fn follow(
         .context("opening the data directory for replication")?;
     let receiver = follower.clone();
     std::thread::Builder::new().name("hg-repl-listen".into()).spawn(move || receiver.serve(replication))?;
+    let metrics = listen::bind(ip, config.metrics_port, "metrics")?;
+    let config_http_limits = config.http;
     let (amqp_leader, http_leader) = leader_addresses(coordinator.roles());
+    let gauges = hourglass_mgmt::follower_metrics_router(Arc::new(Status(coordinator.clone())));
     let proxies = [
         tokio::spawn(forward(amqp, amqp_leader, Protocol::Amqp)),
         tokio::spawn(forward(http, http_leader, Protocol::Http)),
+        tokio::spawn(async move {
+            let _ = hourglass_mgmt::serve(metrics, gauges, config_http_limits, std::future::pending()).await;
+        }),
     ];
     tracing::info!(
         node = %cluster.node_name,

@@ -555,8 +555,19 @@ fn alarms(out: &mut Out, state: &AppState) {
 
 /// Clustered mode's gauges (only on a clustered node).
 fn replication(out: &mut Out, state: &AppState) {
-    let Some(cluster) = &state.node.cluster else { return };
-    let g = cluster.gauges();
+    if let Some(cluster) = &state.node.cluster {
+        cluster_gauges(out, &cluster.gauges());
+    }
+}
+
+/// A follower's whole `/metrics`: it runs no broker, only these gauges.
+pub(crate) fn follower_text(g: &crate::ClusterGauges) -> String {
+    let mut out = Out { text: String::new(), prefix: "" };
+    cluster_gauges(&mut out, g);
+    out.text
+}
+
+fn cluster_gauges(out: &mut Out, g: &crate::ClusterGauges) {
     let help = "1 if this node is the cluster's leader";
     out.family(Kind::Gauge, "hourglass_cluster_leader", help, &[(String::new(), u64::from(g.leader))]);
     let help = "The leader's term (its etcd leader key's create revision)";

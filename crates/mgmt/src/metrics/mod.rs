@@ -39,6 +39,12 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// A follower's Prometheus endpoint (docs/metrics.md "Clustered mode"): the cluster gauges only.
+pub fn follower_router(cluster: std::sync::Arc<dyn crate::ClusterStatus>) -> Router {
+    Router::new()
+        .route("/metrics", get(move || async move { text(families::follower_text(&cluster.gauges())) }))
+}
+
 /// Which endpoint is rendering.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Scope {
