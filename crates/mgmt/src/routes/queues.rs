@@ -126,6 +126,8 @@ const QUEUE_ORDERS: &[listing::RowOrder<QueueDetails>] = &[
     }),
     ("messages_ready", |a, b| a.stats.messages_ready.cmp(&b.stats.messages_ready)),
     ("consumers", |a, b| a.stats.consumers.cmp(&b.stats.consumers)),
+    ("messages_unacknowledged", |a, b| a.stats.messages_unacked.cmp(&b.stats.messages_unacked)),
+    ("messages_delayed", |a, b| a.stats.messages_delayed.cmp(&b.stats.messages_delayed)),
 ];
 
 /// A queue listing: filtered, sorted and paged on the rows, only what is shown rendered — on a

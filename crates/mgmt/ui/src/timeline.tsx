@@ -1,0 +1,66 @@
+// The timeline of what waits in a queue: delayed messages at their due times, deliveries in
+// flight at the time they come back, and how far ahead TTL reaches for ready messages.
+import { duration } from "./format";
+
+export interface TimelineData {
+  now: number;
+  delayed: number[];
+  inFlight: number[];
+  /** Message TTL (ms) if the queue has one: ready messages expire within it. */
+  ttlMs: number | null;
+  /** More than were listed? */
+  delayedTotal: number;
+  inFlightTotal: number;
+}
+
+const W = 760;
+const LANE = 34;
+const PAD_L = 110;
+
+export function Timeline({ data }: { data: TimelineData }) {
+  const ends = [...data.delayed, ...data.inFlight, data.ttlMs !== null ? data.now + data.ttlMs : 0];
+  const horizon = Math.max(10_000, ...ends.map((t) => t - data.now)) * 1.05;
+  const x = (t: number) => PAD_L + Math.max(0, Math.min(1, (t - data.now) / horizon)) * (W - PAD_L - 10);
+  const lanes: { label: string; cls: string; times: number[]; total: number }[] = [
+    { label: "delayed", cls: "delayed", times: data.delayed, total: data.delayedTotal },
+    { label: "in flight", cls: "inflight", times: data.inFlight, total: data.inFlightTotal },
+  ];
+  const H = LANE * 3 + 24;
+  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => f * horizon);
+  return (
+    <svg class="timeline" viewBox={`0 0 ${W} ${H}`} width={W} height={H} role="img" aria-label="timeline">
+      {ticks.map((ms) => (
+        <g key={ms}>
+          <line x1={x(data.now + ms)} y1={4} x2={x(data.now + ms)} y2={H - 18} class="grid" />
+          <text x={x(data.now + ms)} y={H - 4} class="tick" text-anchor={ms === 0 ? "start" : ms === horizon ? "end" : "middle"}>
+            {ms === 0 ? "now" : `+${duration(ms)}`}
+          </text>
+        </g>
+      ))}
+      {lanes.map((lane, i) => (
+        <g key={lane.label}>
+          <text x={4} y={LANE * i + 24} class="lane">
+            {lane.label} ({lane.total})
+          </text>
+          {lane.times.map((t, j) => (
+            <circle key={j} cx={x(t)} cy={LANE * i + 20} r={5} class={lane.cls}>
+              <title>{`${lane.label}: in ${duration(t - data.now)}`}</title>
+            </circle>
+          ))}
+        </g>
+      ))}
+      <text x={4} y={LANE * 2 + 24} class="lane">
+        TTL
+      </text>
+      {data.ttlMs !== null ? (
+        <rect x={x(data.now)} y={LANE * 2 + 12} width={x(data.now + data.ttlMs) - x(data.now)} height={14} class="ttl">
+          <title>{`ready messages expire within ${duration(data.ttlMs)}`}</title>
+        </rect>
+      ) : (
+        <text x={PAD_L} y={LANE * 2 + 24} class="tick">
+          no message TTL
+        </text>
+      )}
+    </svg>
+  );
+}
