@@ -142,6 +142,36 @@ test("a queue added in the UI takes a published message, and get shows it", asyn
   await page.locator("[data-count=ready] .value", { hasText: "0" }).waitFor();
 });
 
+test("the queues list pages, sorts and filters on the server, at once", async () => {
+  for (let i = 0; i < 110; i++) {
+    await api(broker, "PUT", `/api/queues/%2F/page-${String(i).padStart(3, "0")}`, { durable: false });
+  }
+  const asked = [];
+  const listen = (r) => r.url().includes("/api/queues?") && asked.push(new URL(r.url()).searchParams);
+  page.on("request", listen);
+  // Natural order (vhost, name), 100 a page: jobs, page-000 … page-098 | page-099 … page-109, ui-test.
+  await page.goto(`${broker.url}#/queues`);
+  await page.locator(".pager", { hasText: "Page 1 of 2" }).waitFor();
+  // A page change right after the list opens must load now, not at the next 5 s refresh...
+  await page.click(".pager button:has-text('›')");
+  await page.locator("a[href='#/queues/%2F/page-109']").waitFor({ timeout: 2_000 });
+  // ... and stay: nothing (such as the filter's 300 ms debounce starting) may put page 1 back.
+  await page.waitForTimeout(600);
+  assert.equal(await page.locator("a[href='#/queues/%2F/page-109']").count(), 1);
+  assert.equal(await page.locator("a[href='#/queues/%2F/page-098']").count(), 0);
+  await page.fill(".controls input.filter", "page-10");
+  await page.locator(".pager", { hasText: "10 queues shown of 112" }).waitFor({ timeout: 2_000 });
+  await page.click("th:has-text('Name')");
+  await page.click("th:has-text('Name')");
+  await page.locator("table.list tbody tr").first().filter({ hasText: "page-109" }).waitFor({ timeout: 2_000 });
+  page.off("request", listen);
+  const last = asked[asked.length - 1];
+  assert.deepEqual(
+    [last.get("page"), last.get("page_size"), last.get("name"), last.get("sort"), last.get("sort_reverse")],
+    ["1", "100", "page-10", "name", "true"],
+  );
+});
+
 test("a user is created and deleted", async () => {
   await page.goto(`${broker.url}#/users`);
   await page.fill("#add-user input[name=name]", "alice");

@@ -1,6 +1,6 @@
 // Shared pieces: polling, the status line for actions, server-side listings, small tables.
 import type { ComponentChildren } from "preact";
-import { useCallback, useEffect, useRef, useState } from "preact/hooks";
+import { useCallback, useEffect, useState } from "preact/hooks";
 import type { ListQuery } from "./api";
 import type { Args, Page } from "./types";
 import { num } from "./format";
@@ -19,13 +19,15 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[], intervalMs =
   const [data, setData] = useState<T | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [tick, setTick] = useState(0);
-  const busy = useRef(false);
   const reload = useCallback(() => setTick((t) => t + 1), []);
   useEffect(() => {
+    // Per run of the effect: a load for new `deps` starts at once even while an older one is
+    // still out (whose answer is then dropped: `live` is false).
     let live = true;
+    let busy = false;
     const run = async () => {
-      if (busy.current) return;
-      busy.current = true;
+      if (busy) return;
+      busy = true;
       try {
         const value = await load();
         if (live) {
@@ -35,7 +37,7 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[], intervalMs =
       } catch (e) {
         if (live) setError(String((e as Error).message ?? e));
       } finally {
-        busy.current = false;
+        busy = false;
       }
     };
     void run();
@@ -120,7 +122,7 @@ export function ServerTable<T>(props: {
   defaultSort?: string;
   reloadKey?: number;
 }) {
-  const [query, setQuery] = useState<ListQuery>({ page: 1, page_size: 100, sort: props.defaultSort });
+  const [query, setQuery] = useState<ListQuery>({ page: 1, page_size: 100, sort: props.defaultSort, name: "" });
   const [filter, setFilter] = useState("");
   useEffect(() => {
     const t = setTimeout(() => setQuery((q) => (q.name === filter ? q : { ...q, name: filter, page: 1 })), 300);
