@@ -112,6 +112,8 @@ test("a queue's page shows its ready and delayed messages and the delay timeline
   assert.equal(await count("delayed").innerText(), "2");
   await page.locator("#delayed-messages tbody tr[data-id]").nth(1).waitFor();
   assert.equal(await page.locator("svg.timeline circle.delayed").count(), 2);
+  assert.equal(await page.locator("svg.timeline rect.ttl").count(), 1);
+  assert.match(await page.locator("#waiting-summary").innerText(), /3 ready messages expire from/);
   assert.match(await page.locator("#dead-lettering").innerText(), /dlx/);
 });
 
@@ -258,7 +260,8 @@ async function queueScreenshot() {
   await api(broker, "POST", "/api/bindings/%2F/e/later/q/orders", { routing_key: "orders" });
   for (let i = 1; i <= 7; i++) {
     await api(broker, "POST", "/api/exchanges/%2F/amq.default/publish", {
-      routing_key: "orders", payload: `{"order": ${i}}`, payload_encoding: "string", properties: {},
+      routing_key: "orders", payload: `{"order": ${i}}`, payload_encoding: "string",
+      properties: { expiration: String(i * 4 * 60_000) },
     });
   }
   for (const minutes of [2, 4, 7, 11, 12, 18, 25]) {

@@ -140,3 +140,31 @@ async fn in_flight_listing_is_empty_without_deliveries_and_404_for_an_unknown_qu
     let (status, _) = request(&s, GUEST, "GET", "/api/queues/%2F/nope/in-flight", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// semantics §1, the queue page's timeline: a queue reports how many ready messages carry a TTL
+/// deadline and the first and last of those deadlines — the per-message `expiration` and the
+/// queue's `x-message-ttl` alike.
+#[tokio::test]
+async fn a_queue_reports_when_its_ready_messages_expire() {
+    let s = state();
+    let args = json!({"arguments": {"x-message-ttl": 60_000}});
+    assert_eq!(request(&s, GUEST, "PUT", "/api/queues/%2F/brief", Some(args)).await.0, StatusCode::CREATED);
+    let now_ms = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        u64::try_from(since.as_millis()).unwrap()
+    };
+    let before = now_ms();
+    for properties in [json!({}), json!({"expiration": "5000"})] {
+        let publish = json!({"routing_key": "brief", "payload": "x", "payload_encoding": "string", "properties": properties});
+        let (status, _) =
+            request(&s, GUEST, "POST", "/api/exchanges/%2F/amq.default/publish", Some(publish)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let after = now_ms();
+    let (_, queue) = request(&s, GUEST, "GET", "/api/queues/%2F/brief", None).await;
+    assert_eq!(queue["messages_with_ttl"], 2, "{queue}");
+    let first = queue["next_expiry_ms"].as_u64().unwrap();
+    let last = queue["last_expiry_ms"].as_u64().unwrap();
+    assert!((before + 5_000..=after + 5_000).contains(&first), "the 5 s expiration comes first: {queue}");
+    assert!((before + 60_000..=after + 60_000).contains(&last), "the queue's 60 s TTL comes last: {queue}");
+}

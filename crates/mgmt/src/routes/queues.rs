@@ -81,6 +81,9 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, at: Instan
         "messages_delayed": s.messages_delayed,
         "message_bytes_delayed": s.message_bytes_delayed,
         "next_due_ms": s.next_due.map(|t| t.as_millis()),
+        "messages_with_ttl": s.messages_with_ttl,
+        "next_expiry_ms": s.next_expiry.map(|t| t.as_millis()),
+        "last_expiry_ms": s.last_expiry.map(|t| t.as_millis()),
         "messages_expired": s.counters.expired,
         "messages_dead_lettered": {
             "rejected": s.counters.dead_lettered_rejected,

@@ -1,13 +1,13 @@
 // The timeline of what waits in a queue: delayed messages at their due times, deliveries in
-// flight at the time they come back, and how far ahead TTL reaches for ready messages.
+// flight at the time they come back, and the span in which ready messages reach their TTL.
 import { duration } from "./format";
 
 export interface TimelineData {
   now: number;
   delayed: number[];
   inFlight: number[];
-  /** Message TTL (ms) if the queue has one: ready messages expire within it. */
-  ttlMs: number | null;
+  /** When the ready messages with a TTL expire, first and last (if none leaves first). */
+  expiries: { first: number; last: number; count: number } | null;
   /** More than were listed? */
   delayedTotal: number;
   inFlightTotal: number;
@@ -18,7 +18,7 @@ const LANE = 34;
 const PAD_L = 110;
 
 export function Timeline({ data }: { data: TimelineData }) {
-  const ends = [...data.delayed, ...data.inFlight, data.ttlMs !== null ? data.now + data.ttlMs : 0];
+  const ends = [...data.delayed, ...data.inFlight, data.expiries?.last ?? 0];
   const horizon = Math.max(10_000, ...ends.map((t) => t - data.now)) * 1.05;
   const x = (t: number) => PAD_L + Math.max(0, Math.min(1, (t - data.now) / horizon)) * (W - PAD_L - 10);
   const lanes: { label: string; cls: string; times: number[]; total: number }[] = [
@@ -50,15 +50,23 @@ export function Timeline({ data }: { data: TimelineData }) {
         </g>
       ))}
       <text x={4} y={LANE * 2 + 24} class="lane">
-        TTL
+        expiring ({data.expiries?.count ?? 0})
       </text>
-      {data.ttlMs !== null ? (
-        <rect x={x(data.now)} y={LANE * 2 + 12} width={x(data.now + data.ttlMs) - x(data.now)} height={14} class="ttl">
-          <title>{`ready messages expire within ${duration(data.ttlMs)}`}</title>
+      {data.expiries ? (
+        <rect
+          x={x(data.expiries.first)}
+          y={LANE * 2 + 12}
+          width={Math.max(3, x(data.expiries.last) - x(data.expiries.first))}
+          height={14}
+          class="ttl"
+        >
+          <title>{`${data.expiries.count} ready messages expire between ${duration(
+            data.expiries.first - data.now,
+          )} and ${duration(data.expiries.last - data.now)} from now`}</title>
         </rect>
       ) : (
         <text x={PAD_L} y={LANE * 2 + 24} class="tick">
-          no message TTL
+          no ready message has a TTL
         </text>
       )}
     </svg>

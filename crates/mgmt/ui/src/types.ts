@@ -86,6 +86,10 @@ export interface Queue {
   message_bytes: number;
   message_bytes_delayed: number;
   next_due_ms: number | null;
+  /** Ready messages with a TTL deadline; the first and last deadlines (wall-clock ms). */
+  messages_with_ttl: number;
+  next_expiry_ms: number | null;
+  last_expiry_ms: number | null;
   messages_expired: number;
   messages_dead_lettered: { rejected: number; expired: number; maxlen: number; delivery_limit: number };
   messages_visibility_expired: number;

@@ -31,14 +31,23 @@ export function Waiting({ q, reloadQueue }: { q: Queue; reloadQueue: () => void 
           now,
           delayed: (delayed.data ?? []).map((d) => now + d.due_in_ms),
           inFlight: (inFlight.data?.deliveries ?? []).map((d) => now + d.visible_in_ms),
-          ttlMs: typeof ttl === "number" ? ttl : null,
+          expiries:
+            q.next_expiry_ms !== null && q.last_expiry_ms !== null
+              ? { first: q.next_expiry_ms, last: q.last_expiry_ms, count: q.messages_with_ttl }
+              : null,
           delayedTotal: q.messages_delayed,
           inFlightTotal: inFlight.data?.total ?? 0,
         }}
       />
-      <p class="muted">
+      <p class="muted" id="waiting-summary">
         Next delayed message due: {q.next_due_ms ? `${clock(q.next_due_ms)} (in ${duration(q.next_due_ms - now)})` : "none"}
-        . Message TTL: {typeof ttl === "number" ? duration(ttl) : "none"}; expired so far: {num(q.messages_expired)}.
+        . Message TTL: {typeof ttl === "number" ? duration(ttl) : "none"}
+        {q.next_expiry_ms !== null && q.last_expiry_ms !== null
+          ? `; ${num(q.messages_with_ttl)} ready messages expire from ${clock(q.next_expiry_ms)} (in ${duration(
+              q.next_expiry_ms - now,
+            )}) to ${clock(q.last_expiry_ms)} unless consumed`
+          : ""}
+        ; expired so far: {num(q.messages_expired)}.
         Expiry of the queue itself (x-expires): {String(setting(q, "x-expires", "expires") ?? "none")}.
       </p>
       <h3>Delayed messages ({num(q.messages_delayed)})</h3>
