@@ -131,3 +131,56 @@ async fn receipt_handle_over_http_makes_the_message_visible_now() {
     let (status, _) = common::http(&broker, "POST", "/api/queues/%2F/jobs/visibility", &body).await;
     assert_eq!(status, 404);
 }
+
+/// semantics §4, docs/http-api.md: GET /api/queues/{vhost}/{queue}/in-flight lists the
+/// deliveries held under a visibility timeout with their receipt handles, their channel and when
+/// each comes back; a settled delivery leaves the listing.
+#[tokio::test]
+async fn in_flight_listing_shows_each_delivery_and_when_it_returns() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert(ShortString::from("x-visibility-timeout"), AMQPValue::LongInt(600_000));
+    channel.queue_declare("jobs".into(), Default::default(), args).await.unwrap();
+    for body in [b"a", b"b"] {
+        channel
+            .basic_publish("".into(), "jobs".into(), Default::default(), body, BasicProperties::default())
+            .await
+            .unwrap();
+    }
+    let mut consumer = channel
+        .basic_consume("jobs".into(), "".into(), Default::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let mut handles = Vec::new();
+    let mut deliveries = Vec::new();
+    for _ in 0..2 {
+        let d = within("delivery", consumer.next()).await.unwrap().unwrap();
+        match d.properties.headers().as_ref().and_then(|h| h.inner().get("x-receipt-handle").cloned()) {
+            Some(AMQPValue::LongString(s)) => handles.push(s.to_string()),
+            other => panic!("no receipt handle: {other:?}"),
+        }
+        deliveries.push(d);
+    }
+    let (status, body) = common::http(&broker, "GET", "/api/queues/%2F/jobs/in-flight", "").await;
+    assert_eq!(status, 200, "{body}");
+    let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["total"], 2);
+    let items = listed["deliveries"].as_array().unwrap();
+    let listed_handles: Vec<&str> = items.iter().map(|d| d["receipt_handle"].as_str().unwrap()).collect();
+    assert_eq!(listed_handles, handles.iter().map(String::as_str).collect::<Vec<_>>());
+    for item in items {
+        let returns_in = item["visible_in_ms"].as_u64().unwrap();
+        assert!((590_000..=600_000).contains(&returns_in), "{item}");
+        assert!(item["channel"].as_str().unwrap().ends_with("(1)"), "{item}");
+    }
+    deliveries[0].ack(BasicAckOptions::default()).await.unwrap();
+    // A round trip on the same channel: the broker has taken the ack once this answers.
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    channel.queue_declare("jobs".into(), passive, FieldTable::default()).await.unwrap();
+    let (_, body) = common::http(&broker, "GET", "/api/queues/%2F/jobs/in-flight", "").await;
+    let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["total"], 1);
+    assert_eq!(listed["deliveries"][0]["receipt_handle"], handles[1].as_str());
+}

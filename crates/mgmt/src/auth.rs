@@ -16,6 +16,10 @@ use tracing::warn;
 use crate::error::ApiError;
 use crate::AppState;
 
+/// Sent by scripts in a page (jQuery's convention, and our UI's): such a request must not make
+/// the browser open its Basic-auth prompt.
+const FROM_SCRIPT_HEADER: &str = "x-requested-with";
+
 /// Tags that open the management API (RabbitMQ's management user tags).
 const MANAGEMENT_TAGS: &[&str] = &["administrator", "monitoring", "policymaker", "management"];
 
@@ -68,8 +72,9 @@ pub async fn require_login(State(state): State<AppState>, mut request: Request, 
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
     // Requests without a socket (in-process tests) count as local.
     let loopback = peer.is_none_or(|addr| addr.ip().to_canonical().is_loopback());
+    let from_script = request.headers().contains_key(FROM_SCRIPT_HEADER);
     let Some((name, password)) = basic_credentials(&request) else {
-        return ApiError::unauthorized("Login failed").into_response();
+        return login_failed(from_script);
     };
     let now = wall_clock_now();
     let admission = peer.map_or(Admission::Check, |addr| state.logins.admit(addr.ip(), now));
@@ -86,7 +91,7 @@ pub async fn require_login(State(state): State<AppState>, mut request: Request, 
             let peer = peer.map(|a| a.to_string()).unwrap_or_default();
             warn!(%peer, user = %name, %reason, hold_ms, "HTTP access denied");
             tokio::time::sleep(Duration::from_millis(hold_ms)).await;
-            return ApiError::unauthorized("Login failed").into_response();
+            return login_failed(from_script);
         }
     };
     if !user.tags.iter().any(|t| MANAGEMENT_TAGS.contains(&t.as_str())) {
@@ -95,6 +100,17 @@ pub async fn require_login(State(state): State<AppState>, mut request: Request, 
     }
     request.extensions_mut().insert(AuthUser { name: user.name, tags: user.tags });
     next.run(request).await
+}
+
+/// A 401 for a failed login. A page's own script (the web UI, which sends `X-Requested-With`)
+/// gets it without the `WWW-Authenticate` challenge, so the browser shows the page's login form
+/// rather than its Basic-auth prompt; every other client gets the challenge, as from RabbitMQ.
+fn login_failed(from_script: bool) -> Response {
+    let mut response = ApiError::unauthorized("Login failed").into_response();
+    if from_script {
+        response.headers_mut().remove(header::WWW_AUTHENTICATE);
+    }
+    response
 }
 
 /// Wall-clock ms for the login limiter (the AMQP side passes the server clock's `now`, which

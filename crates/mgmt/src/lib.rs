@@ -13,10 +13,11 @@
 //! | `error.rs` | errors as RabbitMQ's `{"error", "reason"}` bodies |
 //! | `json.rs` | field tables and message properties as JSON |
 //! | `listener.rs` | the HTTP accept loop and its limits: timeouts, body size, connections |
-//! | `listing.rs` | `columns`, `sort`, `sort_reverse`, `page`, `page_size` |
+//! | `listing.rs` | `columns`, `sort`, `sort_reverse`, `name`, `page`, `page_size` |
 //! | `routes/*.rs` | one file per resource (`routes/policies.rs`: policies and operator policies) |
 //! | `metrics/` | Prometheus text exposition (`/metrics`, `/metrics/per-object`, `/metrics/detailed`) |
 //! | `resources.rs` | the memory and disk alarms |
+//! | `ui.rs` | the web UI's embedded files at `/` (sources in `ui/src`, docs/ui.md) |
 
 mod access;
 mod auth;
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod rates;
 pub mod resources;
 mod routes;
+mod ui;
 pub mod users;
 
 use std::net::IpAddr;

@@ -85,7 +85,7 @@ impl Broker {
         Ok(())
     }
 
-    fn queue_id(&self, vhost: &str, queue: &str) -> Result<QueueId, DelayedError> {
+    pub(crate) fn queue_id(&self, vhost: &str, queue: &str) -> Result<QueueId, DelayedError> {
         self.vhosts
             .get(vhost)
             .and_then(|v| v.queues.iter().find(|(n, _)| n.as_bytes() == queue.as_bytes()).map(|(_, id)| *id))

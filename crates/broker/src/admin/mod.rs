@@ -9,11 +9,13 @@
 //! in the broker's effect queue for the driver to flush.
 
 mod delayed;
+mod in_flight;
 mod listing;
 mod policies;
 mod vhosts;
 
 pub use delayed::{DelayedError, DelayedMessage};
+pub use in_flight::InFlightDelivery;
 pub use listing::{
     BindingDetails, ChannelSummary, ConnectionSummary, ConsumerSummary, ExchangeDetails, PolicyNames,
     QueueDetails,

@@ -26,6 +26,11 @@ pub struct QueueStats {
     pub message_bytes_delayed: usize,
     /// When the next delayed message falls due.
     pub next_due: Option<Timestamp>,
+    /// Ready messages with a TTL deadline, and the first and last of those deadlines (semantics
+    /// §1): when the queue's next and last expiries happen if nothing consumes them first.
+    pub messages_with_ttl: usize,
+    pub next_expiry: Option<Timestamp>,
+    pub last_expiry: Option<Timestamp>,
     pub consumers: usize,
     pub counters: QueueCounters,
 }
@@ -45,6 +50,9 @@ impl QueueStats {
             messages_delayed: queue.delayed.message_count(),
             message_bytes_delayed: queue.delayed.body_bytes(),
             next_due: queue.delayed.next(),
+            messages_with_ttl: queue.ttl.message_count(),
+            next_expiry: queue.ttl.next(),
+            last_expiry: queue.ttl.last(),
             consumers: queue.consumer_count(),
             counters: queue.counters,
         }

@@ -30,6 +30,16 @@ impl DeadlineIndex {
         self.deadlines.first().map(|(at, _)| *at)
     }
 
+    /// The latest deadline: when the last message with one expires if none leaves first.
+    pub fn last(&self) -> Option<Timestamp> {
+        self.deadlines.last().map(|(at, _)| *at)
+    }
+
+    /// How many ready messages have a deadline.
+    pub fn message_count(&self) -> usize {
+        self.deadlines.len()
+    }
+
     /// Removes and returns one message due at `now` (deadline <= now), earliest first.
     pub fn pop_due(&mut self, now: Timestamp) -> Option<Seq> {
         match self.deadlines.first() {

@@ -59,6 +59,16 @@ impl VisibilityIndex {
         self.invisible_until.first().map(|(at, _)| *at)
     }
 
+    /// The first `limit` outstanding deliveries, soonest back first.
+    pub fn peek(&self, limit: usize) -> impl Iterator<Item = (Timestamp, DeliveryRef)> + '_ {
+        self.invisible_until.iter().take(limit).copied()
+    }
+
+    /// How many deliveries are outstanding under a visibility timeout.
+    pub fn delivery_count(&self) -> usize {
+        self.invisible_until.len()
+    }
+
     /// Removes and returns one delivery whose timeout has run out at `now`.
     pub fn pop_due(&mut self, now: Timestamp) -> Option<DeliveryRef> {
         match self.invisible_until.first() {

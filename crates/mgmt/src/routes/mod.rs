@@ -29,7 +29,9 @@ use crate::AppState;
 pub fn router(state: AppState) -> Router {
     // The trailing slash is trimmed before routing, so `GET /api/connections/` is
     // `GET /api/connections` (RabbitMQ's API accepts both; amqp091-go's tests use the former).
+    // The web UI's files (`/`, `/app.js`, ...) are served without auth; the rest is the API.
     Router::new()
+        .merge(crate::ui::routes())
         .fallback_service(api_router(state))
         .layer(axum::middleware::map_request(trim_trailing_slash))
 }

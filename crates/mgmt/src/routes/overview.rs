@@ -12,8 +12,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
+use hourglass_broker::queue::QueueStats;
 use hourglass_wire::{BasicGet, QueueDeclare, ShortStr};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -59,9 +60,12 @@ async fn overview(
     let ready: usize = queues.iter().map(|q| q.messages_ready).sum();
     let unacked: usize = queues.iter().map(|q| q.messages_unacked).sum();
     let at = Instant::now();
-    let message_stats = state.rates.details("overview", at, &rates::publisher_fields(&stats));
-    let queue_totals =
+    let mut message_stats = state.rates.details("overview", at, &rates::publisher_fields(&stats));
+    message_stats.extend(time_totals(&state, at, &queues));
+    let mut queue_totals =
         state.rates.details("overview\0queue_totals", at, &rates::depth_fields(ready, unacked));
+    let delayed: usize = queues.iter().map(|q| q.messages_delayed).sum();
+    queue_totals.insert("messages_delayed".into(), json!(delayed));
     let exchange_types: Vec<Value> = ["direct", "fanout", "headers", "topic"]
         .iter()
         .map(|t| json!({"name": t, "description": "", "enabled": true}))
@@ -99,6 +103,23 @@ async fn overview(
         ],
         "contexts": [{"node": node.name, "description": "RabbitMQ Management", "path": "/", "port": node.http_port.to_string()}],
     })))
+}
+
+/// Ours (RabbitMQ has no such fields): messages expired and dead-lettered, summed over the
+/// queues that exist now (a deleted queue takes its counts with it), with their rates.
+fn time_totals(state: &AppState, at: Instant, queues: &[QueueStats]) -> Map<String, Value> {
+    let expired: u64 = queues.iter().map(|q| q.counters.expired).sum();
+    let dead_lettered: u64 = queues
+        .iter()
+        .map(|q| {
+            let c = &q.counters;
+            c.dead_lettered_rejected
+                + c.dead_lettered_expired
+                + c.dead_lettered_maxlen
+                + c.dead_lettered_delivery_limit
+        })
+        .sum();
+    state.rates.details("overview\0time", at, &[("expired", expired), ("dead_lettered", dead_lettered)])
 }
 
 async fn whoami(Extension(user): Extension<AuthUser>) -> Json<Value> {

@@ -81,6 +81,9 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, at: Instan
         "messages_delayed": s.messages_delayed,
         "message_bytes_delayed": s.message_bytes_delayed,
         "next_due_ms": s.next_due.map(|t| t.as_millis()),
+        "messages_with_ttl": s.messages_with_ttl,
+        "next_expiry_ms": s.next_expiry.map(|t| t.as_millis()),
+        "last_expiry_ms": s.last_expiry.map(|t| t.as_millis()),
         "messages_expired": s.counters.expired,
         "messages_dead_lettered": {
             "rejected": s.counters.dead_lettered_rejected,
@@ -126,6 +129,8 @@ const QUEUE_ORDERS: &[listing::RowOrder<QueueDetails>] = &[
     }),
     ("messages_ready", |a, b| a.stats.messages_ready.cmp(&b.stats.messages_ready)),
     ("consumers", |a, b| a.stats.consumers.cmp(&b.stats.consumers)),
+    ("messages_unacknowledged", |a, b| a.stats.messages_unacked.cmp(&b.stats.messages_unacked)),
+    ("messages_delayed", |a, b| a.stats.messages_delayed.cmp(&b.stats.messages_delayed)),
 ];
 
 /// A queue listing: filtered, sorted and paged on the rows, only what is shown rendered — on a

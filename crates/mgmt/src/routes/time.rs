@@ -1,5 +1,6 @@
 //! Hourglass's own time endpoints (semantics §4, §7): a delivery's visibility by receipt handle,
-//! and the delayed messages of a queue — list and peek without consuming, cancel, reschedule.
+//! the delayed messages of a queue — list and peek without consuming, cancel, reschedule — and
+//! the deliveries in flight under a visibility timeout, with when each comes back.
 //!
 //! Who may: each endpoint reads or steers messages of one queue, so it needs what the AMQP
 //! analogue needs (`access::require_queue_access`): access to the vhost, then **read** on the
@@ -24,7 +25,9 @@ use hourglass_broker::{Access, Timestamp, VisibilityError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{body_json, require_vhost};
+use std::collections::HashMap;
+
+use super::{body_json, connection_name, require_vhost};
 use crate::access::require_queue_access;
 use crate::auth::AuthUser;
 use crate::error::ApiError;
@@ -51,6 +54,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/queues/{vhost}/{name}/visibility", post(change_visibility))
         .route("/api/queues/{vhost}/{name}/delayed", get(list_delayed))
         .route("/api/queues/{vhost}/{name}/delayed/{id}", post(reschedule).delete(cancel))
+        .route("/api/queues/{vhost}/{name}/in-flight", get(list_in_flight))
 }
 
 /// Body `{"receipt_handle": "...", "timeout_ms": N}`: the message stays invisible N ms more from
@@ -112,6 +116,49 @@ async fn list_delayed(
         items.push(item);
     }
     Ok(Json(Value::Array(items)))
+}
+
+#[derive(Deserialize)]
+struct InFlightParams {
+    limit: Option<usize>,
+}
+
+/// The queue's deliveries under a visibility timeout, soonest back first: who holds each
+/// (connection and channel, as `/api/channels` names them), its receipt handle and when it
+/// returns. `{"deliveries": [...], "total": N}`: `total` counts them all, past `limit` too.
+async fn list_in_flight(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(params): Query<InFlightParams>,
+) -> Result<Json<Value>, ApiError> {
+    require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
+    require_vhost(&state, &vhost)?;
+    let limit = params.limit.unwrap_or(DELAYED_LIST_DEFAULT).min(DELAYED_LIST_MAX);
+    let (listed, peers, now) = state
+        .broker
+        .run(move |b, now| {
+            let peers: HashMap<u64, String> =
+                b.list_connections().into_iter().map(|c| (c.id.0, c.info.peer)).collect();
+            (b.peek_in_flight(&vhost, &name, limit), peers, now)
+        })
+        .await?;
+    let (listed, total) = listed.ok_or_else(ApiError::not_found)?;
+    let deliveries: Vec<Value> = listed
+        .iter()
+        .map(|d| {
+            let connection = peers.get(&d.connection).map(|peer| connection_name(&state.node, peer));
+            json!({
+                "receipt_handle": d.receipt_handle,
+                "connection": connection,
+                "channel": connection.as_ref().map(|c| format!("{c} ({})", d.channel)),
+                "delivery_tag": d.delivery_tag,
+                "visible_at_ms": d.visible_at.as_millis(),
+                "visible_in_ms": d.visible_at.as_millis().saturating_sub(now.as_millis()),
+            })
+        })
+        .collect();
+    Ok(Json(json!({"deliveries": deliveries, "total": total})))
 }
 
 #[derive(Deserialize)]

@@ -1,0 +1,91 @@
+// A plain SVG line chart of rates over time (no chart library: a few polylines and labels).
+import { rate } from "./format";
+
+export interface Series {
+  key: string;
+  label: string;
+  color: string;
+}
+
+export interface Point {
+  /** Wall-clock ms. */
+  t: number;
+  values: Record<string, number>;
+}
+
+const W = 560;
+const H = 150;
+const PAD_L = 44;
+const PAD_B = 18;
+
+export function RateChart({ points, series, title }: { points: Point[]; series: Series[]; title: string }) {
+  const last = points[points.length - 1];
+  const t0 = points.length ? points[0].t : 0;
+  const t1 = last ? last.t : 1;
+  const span = Math.max(t1 - t0, 1);
+  const max = Math.max(1, ...points.flatMap((p) => series.map((s) => p.values[s.key] ?? 0)));
+  const x = (t: number) => PAD_L + ((t - t0) / span) * (W - PAD_L - 4);
+  const y = (v: number) => 4 + (1 - v / max) * (H - PAD_B - 8);
+  return (
+    <figure class="chart">
+      <figcaption>{title}</figcaption>
+      <svg viewBox={`0 0 ${W} ${H}`} width={W} height={H} role="img" aria-label={title}>
+        <line x1={PAD_L} y1={y(0)} x2={W - 4} y2={y(0)} class="axis" />
+        <line x1={PAD_L} y1={y(max)} x2={W - 4} y2={y(max)} class="grid" />
+        <text x={PAD_L - 4} y={y(max) + 4} class="tick" text-anchor="end">
+          {rate(max)}
+        </text>
+        <text x={PAD_L - 4} y={y(0) + 4} class="tick" text-anchor="end">
+          0
+        </text>
+        <text x={W - 4} y={H - 4} class="tick" text-anchor="end">
+          now
+        </text>
+        {points.length > 1 && (
+          <text x={PAD_L} y={H - 4} class="tick">
+            −{Math.round(span / 1000)}s
+          </text>
+        )}
+        {points.length > 1 &&
+          series.map((s) => (
+            <polyline
+              key={s.key}
+              fill="none"
+              stroke={s.color}
+              stroke-width="2"
+              points={points.map((p) => `${x(p.t).toFixed(1)},${y(p.values[s.key] ?? 0).toFixed(1)}`).join(" ")}
+            />
+          ))}
+      </svg>
+      <ul class="legend">
+        {series.map((s) => (
+          <li key={s.key}>
+            <span class="swatch" style={{ background: s.color }} />
+            {s.label}: <b>{rate(last?.values[s.key])}</b>
+          </li>
+        ))}
+      </ul>
+    </figure>
+  );
+}
+
+/**
+ * Rates from successive counter readings: (new − old) / seconds between, never negative (a
+ * deleted queue takes its counts with it). Keeps the last `keep` points.
+ */
+export class RateHistory {
+  private last: { t: number; counters: Record<string, number> } | null = null;
+  points: Point[] = [];
+
+  constructor(private keep: number) {}
+
+  add(t: number, counters: Record<string, number>): void {
+    if (this.last && t > this.last.t) {
+      const seconds = (t - this.last.t) / 1000;
+      const values: Record<string, number> = {};
+      for (const [k, v] of Object.entries(counters)) values[k] = Math.max(0, (v - (this.last.counters[k] ?? v)) / seconds);
+      this.points = [...this.points, { t, values }].slice(-this.keep);
+    }
+    this.last = { t, counters };
+  }
+}

@@ -1,0 +1,233 @@
+// The shapes of the API's answers that the UI reads (docs/http-api.md). Fields the UI does not
+// read are left out; optional ones may be missing on some objects.
+
+export interface Rate {
+  rate: number;
+}
+
+export interface MessageStats {
+  publish?: number;
+  publish_details?: Rate;
+  publish_in?: number;
+  publish_in_details?: Rate;
+  publish_out?: number;
+  publish_out_details?: Rate;
+  deliver_get?: number;
+  deliver_get_details?: Rate;
+  ack?: number;
+  ack_details?: Rate;
+  redeliver?: number;
+  redeliver_details?: Rate;
+  confirm?: number;
+  return_unroutable?: number;
+  /** Hourglass: messages expired in the queues that exist now. */
+  expired?: number;
+  /** Hourglass: messages dead-lettered from the queues that exist now. */
+  dead_lettered?: number;
+}
+
+export interface Listener {
+  node: string;
+  protocol: string;
+  ip_address: string;
+  port: number;
+}
+
+export interface Overview {
+  product_name: string;
+  product_version: string;
+  rabbitmq_version: string;
+  node: string;
+  message_stats: MessageStats;
+  queue_totals: {
+    messages: number;
+    messages_ready: number;
+    messages_unacknowledged: number;
+    messages_delayed?: number;
+  };
+  object_totals: { connections: number; channels: number; exchanges: number; queues: number; consumers: number };
+  listeners: Listener[];
+}
+
+export interface Node {
+  name: string;
+  uptime: number;
+  mem_used: number;
+  mem_limit: number;
+  mem_alarm: boolean;
+  disk_free: number;
+  disk_free_limit: number;
+  disk_free_alarm: boolean;
+  fd_used: number;
+  fd_total: number;
+}
+
+export type Args = Record<string, unknown>;
+
+export interface Queue {
+  name: string;
+  vhost: string;
+  type: string;
+  durable: boolean;
+  auto_delete: boolean;
+  exclusive: boolean;
+  arguments: Args;
+  policy: string | null;
+  operator_policy: string | null;
+  effective_policy_definition: Args;
+  consumers: number;
+  messages: number;
+  messages_details?: Rate;
+  messages_ready: number;
+  messages_ready_details?: Rate;
+  messages_unacknowledged: number;
+  messages_unacknowledged_details?: Rate;
+  messages_delayed: number;
+  message_bytes: number;
+  message_bytes_delayed: number;
+  next_due_ms: number | null;
+  /** Ready messages with a TTL deadline; the first and last deadlines (wall-clock ms). */
+  messages_with_ttl: number;
+  next_expiry_ms: number | null;
+  last_expiry_ms: number | null;
+  messages_expired: number;
+  messages_dead_lettered: { rejected: number; expired: number; maxlen: number; delivery_limit: number };
+  messages_visibility_expired: number;
+  messages_redelivered: number;
+  message_stats?: MessageStats;
+}
+
+export interface Exchange {
+  name: string;
+  vhost: string;
+  type: string;
+  durable: boolean;
+  auto_delete: boolean;
+  internal: boolean;
+  arguments: Args;
+  policy?: string | null;
+  message_stats?: MessageStats;
+}
+
+export interface Binding {
+  source: string;
+  vhost: string;
+  destination: string;
+  destination_type: "queue" | "exchange";
+  routing_key: string;
+  arguments: Args;
+  properties_key: string;
+}
+
+export interface Connection {
+  name: string;
+  user: string;
+  vhost: string;
+  state: string;
+  channels: number;
+  peer_host: string;
+  peer_port: number;
+  protocol: string;
+}
+
+export interface Channel {
+  name: string;
+  number: number;
+  user: string;
+  vhost: string;
+  confirm: boolean;
+  transactional: boolean;
+  prefetch_count: number;
+  messages_unacknowledged: number;
+  consumer_count: number;
+  connection_details: { name: string };
+  message_stats?: MessageStats;
+}
+
+export interface Consumer {
+  consumer_tag: string;
+  ack_required: boolean;
+  prefetch_count: number;
+  exclusive: boolean;
+  queue: { name: string; vhost: string };
+  channel_details: { name: string; connection_name?: string };
+  arguments: Args;
+}
+
+export interface User {
+  name: string;
+  tags: string[] | string;
+}
+
+export interface Whoami {
+  name: string;
+  tags: string[] | string;
+}
+
+export interface Vhost {
+  name: string;
+  description?: string;
+  messages?: number;
+}
+
+export interface Permission {
+  user: string;
+  vhost: string;
+  configure: string;
+  write: string;
+  read: string;
+}
+
+export interface Policy {
+  vhost: string;
+  name: string;
+  pattern: string;
+  "apply-to": string;
+  definition: Args;
+  priority: number;
+}
+
+export interface Page<T> {
+  items: T[];
+  filtered_count: number;
+  item_count: number;
+  page: number;
+  page_count: number;
+  page_size: number;
+  total_count: number;
+}
+
+export interface DelayedMessage {
+  id: number;
+  due_ms: number;
+  due_in_ms: number;
+  exchange: string;
+  routing_key: string;
+  properties: Args;
+  payload: string;
+  payload_bytes: number;
+  payload_truncated: boolean;
+}
+
+export interface InFlight {
+  deliveries: {
+    receipt_handle: string;
+    connection: string | null;
+    channel: string | null;
+    delivery_tag: number;
+    visible_at_ms: number;
+    visible_in_ms: number;
+  }[];
+  total: number;
+}
+
+export interface GotMessage {
+  payload: string;
+  payload_bytes: number;
+  payload_encoding: string;
+  redelivered: boolean;
+  exchange: string;
+  routing_key: string;
+  message_count: number;
+  properties: Args;
+}

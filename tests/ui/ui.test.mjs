@@ -1,0 +1,291 @@
+// Browser tests of the management UI (docs/ui.md): Debian's chromium driven by playwright-core,
+// against the real binary on loopback. Run by tests/ui/run.sh (HOURGLASS_BIN names the binary;
+// UI_SCREENSHOTS=1 also writes the screenshots in docs/, from the repository's root).
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { chromium } from "playwright-core";
+import { api, seed, startBroker } from "./broker.mjs";
+
+const BINARY = process.env.HOURGLASS_BIN ?? "target/debug/hourglass";
+const SCREENSHOTS = process.env.UI_SCREENSHOTS === "1";
+const CHROMIUM_ARGS = [
+  "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+];
+
+let broker;
+let context;
+let page;
+let profile;
+/** Console errors and uncaught exceptions; refused requests are allowed only while `refusing`. */
+const problems = [];
+let refusing = false;
+
+before(async () => {
+  broker = await startBroker(BINARY);
+  await seed(broker);
+  profile = mkdtempSync(join(tmpdir(), "hourglass-ui-profile-"));
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: "/usr/bin/chromium",
+    headless: true,
+    args: CHROMIUM_ARGS,
+    viewport: { width: 1280, height: 900 },
+  });
+  page = context.pages()[0] ?? (await context.newPage());
+  page.setDefaultTimeout(10_000);
+  page.on("pageerror", (e) => problems.push(`uncaught: ${e.message}`));
+  page.on("console", (m) => {
+    if (m.type() !== "error") return;
+    const refused = /Failed to load resource: the server responded with a status of 401/.test(m.text());
+    if (!(refusing && refused)) problems.push(`console: ${m.text()}`);
+  });
+});
+
+after(async () => {
+  await context?.close();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+  await broker?.stop();
+});
+
+async function login(user, password) {
+  await page.goto(broker.url);
+  await page.fill("#login input[name=username]", user);
+  await page.fill("#login input[name=password]", password);
+  await page.click("#login button[type=submit]");
+  await page.locator("#whoami").filter({ hasText: user }).waitFor();
+}
+
+/** Clears the status line, does `action`, and returns the status line it leads to. */
+async function statusOf(action) {
+  const line = page.locator("#status");
+  if (await line.isVisible()) {
+    await line.locator("button.close").click();
+    await line.waitFor({ state: "detached" });
+  }
+  await action();
+  await line.waitFor();
+  return line.innerText();
+}
+
+const count = (name) => page.locator(`[data-count=${name}] .value`);
+
+test("the page is a login form, and guest/guest logs in to the overview", async () => {
+  await page.goto(broker.url);
+  await page.locator("#login").waitFor();
+  await login("guest", "guest");
+  await page.locator("h1", { hasText: "Overview" }).waitFor();
+  await page.locator(".total.delayed .value", { hasText: "2" }).waitFor();
+  assert.equal(await page.locator("table.list td", { hasText: "amqp" }).count(), 1);
+});
+
+test("definitions download as JSON, and an uploaded file is imported", async () => {
+  const [download] = await Promise.all([page.waitForEvent("download"), page.click("#export-definitions")]);
+  const exported = JSON.parse(readFileSync(await download.path(), "utf8"));
+  assert.ok(exported.queues.some((q) => q.name === "jobs"), "the export lists the seeded queue");
+  const imported = { queues: [{ name: "from-file", vhost: "/", durable: true, auto_delete: false, arguments: {} }] };
+  await page.setInputFiles("#definitions-file", {
+    name: "defs.json", mimeType: "application/json", buffer: Buffer.from(JSON.stringify(imported)),
+  });
+  assert.match(await statusOf(() => page.click("#import-definitions")), /imported/);
+  assert.equal((await api(broker, "GET", "/api/queues/%2F/from-file")).name, "from-file");
+  await api(broker, "DELETE", "/api/queues/%2F/from-file");
+});
+
+test("the exchanges page names an x-delayed-message exchange as such", async () => {
+  await page.goto(`${broker.url}#/exchanges`);
+  await page.fill(".controls input.filter", "later");
+  await page.locator("table.list td", { hasText: "delayed message (direct)" }).waitFor();
+  await page.click("a[href='#/exchanges/%2F/later']");
+  assert.equal(await page.locator("#exchange-type").innerText(), "delayed message (direct)");
+  await page.locator("table.list a[href='#/queues/%2F/jobs']").waitFor();
+});
+
+test("a queue's page shows its ready and delayed messages and the delay timeline", async () => {
+  await page.goto(`${broker.url}#/queues`);
+  await page.click("a[href='#/queues/%2F/jobs']");
+  await page.locator("h1 .name", { hasText: "jobs" }).waitFor();
+  await page.locator("[data-count=ready] .value", { hasText: "3" }).waitFor();
+  assert.equal(await count("delayed").innerText(), "2");
+  await page.locator("#delayed-messages tbody tr[data-id]").nth(1).waitFor();
+  assert.equal(await page.locator("svg.timeline circle.delayed").count(), 2);
+  assert.equal(await page.locator("svg.timeline rect.ttl").count(), 1);
+  assert.match(await page.locator("#waiting-summary").innerText(), /3 ready messages expire from/);
+  assert.match(await page.locator("#dead-lettering").innerText(), /dlx/);
+});
+
+test("cancelling a delayed message removes it; rescheduling the other to now makes it ready", async () => {
+  const rows = page.locator("#delayed-messages tbody tr[data-id]");
+  assert.match(await statusOf(() => rows.first().locator("button.cancel").click()), /cancelled/);
+  await page.locator("[data-count=delayed] .value", { hasText: "1" }).waitFor();
+  await page.locator("#delayed-messages tbody tr[data-id]").nth(1).waitFor({ state: "detached" });
+  await rows.first().locator("input.delay").fill("0");
+  await rows.first().locator("button.reschedule").click();
+  await page.locator("[data-count=delayed] .value", { hasText: "0" }).waitFor();
+  await page.locator("[data-count=ready] .value", { hasText: "4" }).waitFor();
+  const queue = await api(broker, "GET", "/api/queues/%2F/jobs");
+  assert.deepEqual([queue.messages_ready, queue.messages_delayed], [4, 0]);
+});
+
+test("a queue added in the UI takes a published message, and get shows it", async () => {
+  await page.goto(`${broker.url}#/queues`);
+  await page.fill("#add-queue input[name=name]", "ui-test");
+  assert.match(await statusOf(() => page.click("#add-queue button[type=submit]")), /declared/);
+  await page.goto(`${broker.url}#/queues/%2F/ui-test`);
+  await page.fill("#publish-message textarea[name=payload]", "hello from the UI");
+  assert.match(await statusOf(() => page.click("#publish-message button[type=submit]")), /published/);
+  await page.locator("[data-count=ready] .value", { hasText: "1" }).waitFor();
+  await page.selectOption("#get-messages select[name=ackmode]", "ack_requeue_false");
+  await page.click("#get-messages button[type=submit]");
+  await page.locator("table.got pre.payload", { hasText: "hello from the UI" }).waitFor();
+  await page.locator("[data-count=ready] .value", { hasText: "0" }).waitFor();
+});
+
+test("the queues list pages, sorts and filters on the server, at once", async () => {
+  for (let i = 0; i < 110; i++) {
+    await api(broker, "PUT", `/api/queues/%2F/page-${String(i).padStart(3, "0")}`, { durable: false });
+  }
+  const asked = [];
+  const listen = (r) => r.url().includes("/api/queues?") && asked.push(new URL(r.url()).searchParams);
+  page.on("request", listen);
+  // Natural order (vhost, name), 100 a page: jobs, page-000 … page-098 | page-099 … page-109, ui-test.
+  await page.goto(`${broker.url}#/queues`);
+  await page.locator(".pager", { hasText: "Page 1 of 2" }).waitFor();
+  // A page change right after the list opens must load now, not at the next 5 s refresh...
+  await page.click(".pager button:has-text('›')");
+  await page.locator("a[href='#/queues/%2F/page-109']").waitFor({ timeout: 2_000 });
+  // ... and stay: nothing (such as the filter's 300 ms debounce starting) may put page 1 back.
+  await page.waitForTimeout(600);
+  assert.equal(await page.locator("a[href='#/queues/%2F/page-109']").count(), 1);
+  assert.equal(await page.locator("a[href='#/queues/%2F/page-098']").count(), 0);
+  await page.fill(".controls input.filter", "page-10");
+  await page.locator(".pager", { hasText: "10 queues shown of 112" }).waitFor({ timeout: 2_000 });
+  await page.click("th:has-text('Name')");
+  await page.click("th:has-text('Name')");
+  await page.locator("table.list tbody tr").first().filter({ hasText: "page-109" }).waitFor({ timeout: 2_000 });
+  page.off("request", listen);
+  const last = asked[asked.length - 1];
+  assert.deepEqual(
+    [last.get("page"), last.get("page_size"), last.get("name"), last.get("sort"), last.get("sort_reverse")],
+    ["1", "100", "page-10", "name", "true"],
+  );
+});
+
+test("a user is created and deleted", async () => {
+  await page.goto(`${broker.url}#/users`);
+  await page.fill("#add-user input[name=name]", "alice");
+  await page.fill("#add-user input[name=password]", "s3cret");
+  await page.fill("#add-user input[name=tags]", "management");
+  await page.click("#add-user button[type=submit]");
+  const del = page.locator("button.delete-user[data-user=alice]");
+  await del.waitFor();
+  await del.click();
+  await del.waitFor({ state: "detached" });
+  const users = await api(broker, "GET", "/api/users");
+  assert.ok(!users.some((u) => u.name === "alice"));
+});
+
+test("a policy is created, applies to a queue, and is deleted", async () => {
+  await page.goto(`${broker.url}#/policies`);
+  await page.selectOption("#add-policy select[name=vhost]", "/");
+  await page.fill("#add-policy input[name=name]", "ui-ttl");
+  await page.fill("#add-policy input[name=pattern]", "^ui-");
+  await page.selectOption("#add-policy select[name=applyTo]", "queues");
+  await page.fill("#add-policy textarea[name=definition]", '{"message-ttl": 60000}');
+  await page.click("#add-policy button[type=submit]");
+  const del = page.locator("button.delete-policy[data-policy=ui-ttl]");
+  await del.waitFor();
+  const queue = await api(broker, "GET", "/api/queues/%2F/ui-test");
+  assert.equal(queue.policy, "ui-ttl");
+  await del.click();
+  await del.waitFor({ state: "detached" });
+  assert.deepEqual(await api(broker, "GET", "/api/policies"), []);
+});
+
+test("a monitoring user sees the queues, but purge, delete, users and policies are refused", async () => {
+  await page.click("#logout");
+  await page.locator("#login").waitFor();
+  refusing = true;
+  await login("watcher", "watcher");
+  await page.goto(`${broker.url}#/queues`);
+  await page.click("a[href='#/queues/%2F/jobs']");
+  await page.locator("[data-count=ready] .value", { hasText: "4" }).waitFor();
+  assert.match(await statusOf(() => page.click("#purge-queue")), /401|refused|not_authorised/);
+  assert.match(await statusOf(() => page.click("#delete-queue")), /401|refused|not_authorised/);
+  await page.goto(`${broker.url}#/users`);
+  await page.fill("#add-user input[name=name]", "mallory");
+  await page.fill("#add-user input[name=password]", "x");
+  assert.match(await statusOf(() => page.click("#add-user button[type=submit]")), /Not administrator/);
+  await page.goto(`${broker.url}#/policies`);
+  await page.fill("#add-policy input[name=name]", "sneaky");
+  await page.fill("#add-policy input[name=pattern]", ".*");
+  await page.fill("#add-policy textarea[name=definition]", '{"message-ttl": 1}');
+  assert.match(await statusOf(() => page.click("#add-policy button[type=submit]")), /not authorised|401/i);
+  refusing = false;
+  const queue = await api(broker, "GET", "/api/queues/%2F/jobs");
+  assert.equal(queue.messages_ready, 4, "nothing purged or deleted");
+  const users = await api(broker, "GET", "/api/users");
+  assert.ok(!users.some((u) => u.name === "mallory"));
+  assert.deepEqual(await api(broker, "GET", "/api/policies"), []);
+});
+
+test("screenshots for docs/ (UI_SCREENSHOTS=1)", { skip: !SCREENSHOTS }, async () => {
+  await page.click("#logout");
+  await login("guest", "guest");
+  await page.goto(`${broker.url}#/`);
+  // Traffic for the charts: publishes, gets with ack and requeue, for three 5 s refreshes.
+  const until = Date.now() + 16_000;
+  for (let i = 0; Date.now() < until; i++) {
+    await api(broker, "POST", "/api/exchanges/%2F/amq.default/publish", {
+      routing_key: "ui-test", payload: `m${i}`, payload_encoding: "string", properties: {},
+    });
+    if (i % 3 === 0) {
+      const ackmode = i % 2 ? "ack_requeue_true" : "ack_requeue_false";
+      await api(broker, "POST", "/api/queues/%2F/ui-test/get", { count: 2, ackmode, encoding: "auto" });
+    }
+    await new Promise((r) => setTimeout(r, 40));
+  }
+  await page.screenshot({ path: "docs/ui-overview.png" });
+  await queueScreenshot();
+});
+
+/** A queue with ready, delayed and in-flight messages (held by a pika consumer) for docs/. */
+async function queueScreenshot() {
+  await api(broker, "PUT", "/api/queues/%2F/orders", {
+    arguments: { "x-message-ttl": 1_800_000, "x-dead-letter-exchange": "dlx", "x-visibility-timeout": 300_000 },
+  });
+  await api(broker, "POST", "/api/bindings/%2F/e/later/q/orders", { routing_key: "orders" });
+  for (let i = 1; i <= 7; i++) {
+    await api(broker, "POST", "/api/exchanges/%2F/amq.default/publish", {
+      routing_key: "orders", payload: `{"order": ${i}}`, payload_encoding: "string",
+      properties: { expiration: String(i * 4 * 60_000) },
+    });
+  }
+  for (const minutes of [2, 4, 7, 11, 12, 18, 25]) {
+    await api(broker, "POST", "/api/exchanges/%2F/later/publish", {
+      routing_key: "orders",
+      payload: `{"reminder": "${minutes} min"}`,
+      payload_encoding: "string",
+      properties: { headers: { "x-delay": minutes * 60_000 } },
+    });
+  }
+  const holder = spawn("python3", ["tests/ui/hold_deliveries.py", String(broker.amqpPort), "orders", "3"]);
+  try {
+    await new Promise((resolve, reject) => {
+      holder.stdout.on("data", (d) => String(d).includes("holding") && resolve());
+      holder.once("exit", (code) => reject(new Error(`hold_deliveries.py exited ${code}`)));
+    });
+    await page.goto(`${broker.url}#/queues/%2F/orders`);
+    await page.locator("svg.timeline circle.inflight").nth(2).waitFor();
+    await page.screenshot({ path: "docs/ui-queue.png" });
+  } finally {
+    holder.kill();
+  }
+}
+
+test("no JavaScript errors in the console during the run", () => {
+  assert.deepEqual(problems, [], problems.join("\n"));
+});
