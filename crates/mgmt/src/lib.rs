@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod rates;
 pub mod resources;
 mod routes;
+pub mod tls;
 pub mod users;
 
 use std::net::IpAddr;
