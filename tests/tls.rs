@@ -249,7 +249,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Amqp<S> {
         let publish = Method::from(BasicPublish { routing_key: queue.clone(), ..Default::default() });
         let mut out = BytesMut::new();
         encode_content(1, &publish, &EncodedProperties::default(), body, 131_072, &mut out);
-        encode_method_frame(1, &BasicGet { queue, no_ack: true, ..Default::default() }.into(), &mut out);
+        encode_method_frame(1, &BasicGet { queue, no_ack: true }.into(), &mut out);
         self.socket.write_all(&out).await.unwrap();
         self.socket.flush().await.unwrap();
         assert!(matches!(self.method().await, Some(Method::BasicGetOk(_))));

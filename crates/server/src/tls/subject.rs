@@ -75,7 +75,7 @@ fn directory_string(value: &[u8]) -> Option<String> {
 /// The contents of the element at the start of `der` if its tag is `tag`, and what follows it.
 fn element(der: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
     match der.first() {
-        Some(&found) if found == tag => any_element(der).map(|(contents, rest)| (contents, rest)),
+        Some(&found) if found == tag => any_element(der),
         _ => None,
     }
 }
