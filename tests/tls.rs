@@ -331,7 +331,19 @@ async fn https_serves_the_api_and_metrics_over_tls() {
     let connector = pki.connector(None);
     let (status, body) = https_get(&connector, https, "/api/overview").await;
     assert_eq!(status, 200, "{body}");
-    assert!(body.contains("\"management_version\""), "{body}");
+    let overview: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let listeners: Vec<(String, u64)> = overview["listeners"]
+        .as_array()
+        .expect("listeners")
+        .iter()
+        .map(|l| (l["protocol"].as_str().unwrap_or("").to_owned(), l["port"].as_u64().unwrap_or(0)))
+        .collect();
+    assert!(listeners.contains(&("https".to_owned(), u64::from(https.port()))), "{listeners:?}");
+    assert!(
+        listeners.contains(&("https/prometheus".to_owned(), u64::from(metrics_tls.port()))),
+        "{listeners:?}"
+    );
+    assert!(listeners.iter().any(|(p, _)| p == "amqp/ssl") && listeners.iter().any(|(p, _)| p == "amqp"));
     let (status, body) = https_get(&connector, metrics_tls, "/metrics").await;
     assert_eq!(status, 200);
     assert!(body.contains("rabbitmq_"), "{body}");
@@ -470,7 +482,16 @@ async fn plain_listeners_can_be_switched_off() {
     assert_eq!(broker.log_lines_with("http=off").len(), 1);
     let tls = tls_connect(&pki.connector(None), amqps).await.expect("handshake");
     assert!(Amqp::start(tls).await.0.login("PLAIN", b"\0guest\0guest").await.is_ok());
-    assert_eq!(https_get(&pki.connector(None), https, "/api/overview").await.0, 200);
+    let (status, body) = https_get(&pki.connector(None), https, "/api/overview").await;
+    assert_eq!(status, 200);
+    let overview: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let protocols: Vec<&str> = overview["listeners"]
+        .as_array()
+        .expect("listeners")
+        .iter()
+        .filter_map(|l| l["protocol"].as_str())
+        .collect();
+    assert_eq!(protocols, ["amqp/ssl", "https", "https/prometheus"], "only the TLS listeners are reported");
 }
 
 fn peer_certificate(tls: &Tls) -> CertificateDer<'static> {

@@ -59,6 +59,18 @@ pub struct NodeInfo {
     pub resources: resources::ResourceWatch,
     /// Damage the message log's recovery skipped at start (docs/storage.md "Recovery rules").
     pub store_damage: StoreDamage,
+    /// Every listener, under RabbitMQ's protocol names (`/api/overview`, the listener health
+    /// checks).
+    pub listeners: Vec<Listener>,
+}
+
+/// One listener as the API reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    /// RabbitMQ's protocol name: `amqp`, `amqp/ssl`, `http`, `https`, `http/prometheus`,
+    /// `https/prometheus`.
+    pub protocol: &'static str,
+    pub port: u16,
 }
 
 /// Damaged stretches of the message log skipped by recovery at start: each means confirmed
@@ -85,7 +97,17 @@ impl NodeInfo {
             started: Instant::now(),
             resources: resources::unmonitored(),
             store_damage: StoreDamage::default(),
+            listeners: vec![
+                Listener { protocol: "amqp", port: amqp_port },
+                Listener { protocol: "http", port: http_port },
+                Listener { protocol: "http/prometheus", port: metrics_port },
+            ],
         }
+    }
+
+    /// Reports exactly these listeners (some plain ones may be off, TLS ones on).
+    pub fn with_listeners(self, listeners: Vec<Listener>) -> Self {
+        NodeInfo { listeners, ..self }
     }
 
     /// Reports what the message log's recovery skipped.

@@ -194,6 +194,7 @@ impl Server {
             users,
             node: Arc::new(
                 NodeInfo::new(addrs.ip(), port(addrs.amqp), port(addrs.http), port(addrs.metrics))
+                    .with_listeners(addrs.listeners())
                     .with_resources(alarm_rx.clone())
                     .with_store_damage(store_damage),
             ),
@@ -387,6 +388,21 @@ impl ListenAddrs {
             https: server.https_addr().ok(),
             metrics_tls: tls.and_then(|tls| tls.metrics.local_addr().ok()),
         }
+    }
+
+    /// The listeners that run, under RabbitMQ's protocol names.
+    fn listeners(&self) -> Vec<hourglass_mgmt::Listener> {
+        [
+            ("amqp", self.amqp),
+            ("amqp/ssl", self.amqps),
+            ("http", self.http),
+            ("https", self.https),
+            ("http/prometheus", self.metrics),
+            ("https/prometheus", self.metrics_tls),
+        ]
+        .into_iter()
+        .filter_map(|(protocol, addr)| addr.map(|a| hourglass_mgmt::Listener { protocol, port: a.port() }))
+        .collect()
     }
 
     /// The address the node reports (the AMQP listener's, else the AMQPS one's).
