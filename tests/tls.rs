@@ -492,6 +492,29 @@ async fn plain_listeners_can_be_switched_off() {
         .filter_map(|l| l["protocol"].as_str())
         .collect();
     assert_eq!(protocols, ["amqp/ssl", "https", "https/prometheus"], "only the TLS listeners are reported");
+    // `--health-check` asks the HTTPS listener, trusting exactly the broker's own certificate.
+    let https_port = https.port().to_string();
+    let health = |cert: &str| {
+        let key = pki.dir.join("server.key");
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hourglass"));
+        command.args([
+            "--health-check",
+            "--bind",
+            "127.0.0.1",
+            "--plain-http",
+            "false",
+            "--https-port",
+            &https_port,
+        ]);
+        command.args(["--tls-cert", cert, "--tls-key", key.to_str().unwrap()]);
+        command.output().expect("run the health check")
+    };
+    let served = pki.dir.join("server.pem");
+    assert!(health(served.to_str().unwrap()).status.success(), "healthy over HTTPS");
+    let other = pki.write("other.pem", &pki.server("localhost").cert_pem);
+    let refused = health(&other);
+    assert_eq!(refused.status.code(), Some(1), "another certificate is not this broker's");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot reach the management API"));
 }
 
 fn peer_certificate(tls: &Tls) -> CertificateDer<'static> {

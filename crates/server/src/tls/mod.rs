@@ -9,6 +9,7 @@
 //! per handshake; connections already up are not touched. Anything wrong is logged and the old
 //! settings stay.
 
+pub mod pinned;
 pub mod subject;
 
 use std::path::Path;
