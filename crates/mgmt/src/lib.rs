@@ -155,4 +155,5 @@ pub fn metrics_router(state: AppState) -> axum::Router {
     metrics::router(state)
 }
 
+pub use axum::Router;
 pub use listener::{serve, HttpLimits};

@@ -206,27 +206,18 @@ impl Server {
             hourglass_mgmt::load_definitions_file(&mgmt, path).await.map_err(anyhow::Error::msg)?;
             tracing::info!(file = %path.display(), "definitions imported");
         }
-        let mut http_tasks = JoinSet::new();
-        let (api, metrics_api) =
-            (hourglass_mgmt::api_router(mgmt.clone()), hourglass_mgmt::metrics_router(mgmt));
-        let (https, metrics_tls, amqps, live_tls) = match tls {
+        let (amqps, amqp_tls, https) = match tls {
             Some(TlsListeners { amqps, https, metrics, live }) => {
+                #[cfg(unix)]
                 if let Some(settings) = config.tls.clone() {
-                    #[cfg(unix)]
                     tls::reload_on_sighup(live.clone(), settings);
                 }
-                (Some(https), Some(metrics), Some(amqps), Some(live))
+                (Some(amqps), Some(live.amqp.clone()), Some((https, metrics, live.http)))
             }
-            None => (None, None, None, None),
+            None => (None, None, None),
         };
-        let http_tls = live_tls.as_ref().map(|live| live.http.clone());
-        for (listener, router, tls) in [
-            (http, api.clone(), None),
-            (metrics, metrics_api.clone(), None),
-            (https, api, http_tls.clone()),
-            (metrics_tls, metrics_api, http_tls),
-        ] {
-            let Some(listener) = listener else { continue };
+        let mut http_tasks = JoinSet::new();
+        for (listener, router, tls) in http_services(http, metrics, https, mgmt) {
             let mut stop = shutdown_rx.clone();
             let stopped = async move {
                 let _ = stop.wait_for(|stop| *stop).await;
@@ -238,7 +229,6 @@ impl Server {
         let mut refusals = RefusalLog::default();
         let mut connections = JoinSet::new();
         log_start(&config, &limits, max_connections, &addrs);
-        let amqp_tls = live_tls.map(|live| live.amqp);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -307,6 +297,30 @@ impl Server {
         let _ = tokio::task::spawn_blocking(move || store_thread.join()).await;
         Ok(())
     }
+}
+
+/// The HTTP listeners that run, each with its router (API or metrics) and, for HTTPS, the TLS
+/// settings: plain API, plain metrics, then `https` = (API, metrics, settings) over TLS.
+fn http_services(
+    http: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+    https: Option<(TcpListener, TcpListener, hourglass_mgmt::tls::LiveTlsConfig)>,
+    mgmt: AppState,
+) -> Vec<(TcpListener, hourglass_mgmt::Router, Option<hourglass_mgmt::tls::LiveTlsConfig>)> {
+    let (api, metrics_api) = (hourglass_mgmt::api_router(mgmt.clone()), hourglass_mgmt::metrics_router(mgmt));
+    let (https, metrics_tls, live) = match https {
+        Some((https, metrics_tls, live)) => (Some(https), Some(metrics_tls), Some(live)),
+        None => (None, None, None),
+    };
+    [
+        (http, api.clone(), None),
+        (metrics, metrics_api.clone(), None),
+        (https, api, live.clone()),
+        (metrics_tls, metrics_api, live),
+    ]
+    .into_iter()
+    .filter_map(|(listener, router, tls)| listener.map(|listener| (listener, router, tls)))
+    .collect()
 }
 
 /// Counts AMQP sockets refused at the connection limit; logs them at most once per
