@@ -310,6 +310,22 @@ async fn amqps_with_server_authentication_carries_messages() {
     let (plain, _) = Amqp::start(TcpStream::connect(broker.amqp).await.unwrap()).await;
     let mut plain = plain.login("PLAIN", b"\0guest\0guest").await.expect("plain login");
     assert_eq!(plain.round_trip("over-tcp", b"open").await, b"open");
+    assert_eq!(connection_logins(&broker).await, [("PLAIN".to_owned(), false), ("PLAIN".to_owned(), true)]);
+}
+
+/// (auth_mechanism, ssl) of every connection in /api/connections, sorted.
+async fn connection_logins(broker: &RunningBroker) -> Vec<(String, bool)> {
+    let (status, body) = common::http(broker, "GET", "/api/connections", "").await;
+    assert_eq!(status, 200, "{body}");
+    let listed: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let mut logins: Vec<(String, bool)> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|c| (c["auth_mechanism"].as_str().unwrap_or("").to_owned(), c["ssl"].as_bool().unwrap_or(false)))
+        .collect();
+    logins.sort();
+    logins
 }
 
 /// A client trusting another CA refuses the broker's certificate.
@@ -365,6 +381,7 @@ async fn external_logs_in_with_a_client_certificate() {
     assert_eq!(mechanisms, "PLAIN AMQPLAIN EXTERNAL");
     let mut client = client.login("EXTERNAL", b"").await.expect("EXTERNAL login as guest");
     assert_eq!(client.round_trip("by-certificate", b"hello").await, b"hello");
+    assert_eq!(connection_logins(&broker).await, [("EXTERNAL".to_owned(), true)]);
 
     let stranger = pki.client("nobody-here");
     let tls = tls_connect(&pki.connector(Some(&stranger)), amqps).await.expect("handshake");

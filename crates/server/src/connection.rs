@@ -80,13 +80,13 @@ pub async fn run(stream: TcpStream, cx: ConnectionContext) {
     serve(reader, writer, cx, None).await;
 }
 
-/// The connection loop over a socket's two halves; `certificate`: the client's verified TLS
-/// certificate, if any.
+/// The connection loop over a socket's two halves; `tls`: the connection came over TLS, with
+/// the client's verified certificate if it presented one.
 async fn serve<R: SocketRead, W: SocketWrite>(
     mut reader: R,
     writer: W,
     mut cx: ConnectionContext,
-    certificate: Option<ClientCertificate>,
+    tls: Option<Option<ClientCertificate>>,
 ) {
     let (mailbox_tx, mut mailbox) = mpsc::unbounded_channel();
     if cx.broker.send(BrokerInput::Register { conn: cx.id, mailbox: mailbox_tx }).await.is_err() {
@@ -94,8 +94,8 @@ async fn serve<R: SocketRead, W: SocketWrite>(
     }
     let peer = PeerInfo { addr: cx.peer.to_string(), is_loopback: cx.peer.ip().to_canonical().is_loopback() };
     let mut session = Connection::new(cx.id, peer, cx.session_config.clone(), cx.clock.now());
-    if let Some(certificate) = certificate {
-        session = session.with_client_certificate(certificate);
+    if let Some(certificate) = tls {
+        session = session.over_tls(certificate);
     }
     let writer = Arc::new(writer);
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();

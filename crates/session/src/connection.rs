@@ -131,6 +131,10 @@ pub struct Connection {
     blocked_sent: bool,
     /// The verified TLS client certificate, if the client presented one (offers EXTERNAL).
     client_certificate: Option<ClientCertificate>,
+    /// The connection came over TLS.
+    over_tls: bool,
+    /// The SASL mechanism of the successful login (PLAIN until one succeeds).
+    login_mechanism: &'static str,
     /// True while the driver does not read the socket for a resource alarm
     /// ([`Connection::set_reading_blocked`]); a heartbeat monitor started meanwhile starts paused.
     reading_blocked: bool,
@@ -170,13 +174,17 @@ impl Connection {
             blocked_sent: false,
             reading_blocked: false,
             client_certificate: None,
+            over_tls: false,
+            login_mechanism: "PLAIN",
         }
     }
 
-    /// Tells a new connection that its client presented `certificate` and the TLS layer verified
-    /// it against the configured CA (the session never sees the socket): EXTERNAL may be offered.
-    pub fn with_client_certificate(mut self, certificate: ClientCertificate) -> Self {
-        self.client_certificate = Some(certificate);
+    /// Tells a new connection that it runs over TLS and, with `certificate`, that its client
+    /// presented one the TLS layer verified against the configured CA (the session never sees
+    /// the socket): EXTERNAL may then be offered.
+    pub fn over_tls(mut self, certificate: Option<ClientCertificate>) -> Self {
+        self.over_tls = true;
+        self.client_certificate = certificate;
         self
     }
 

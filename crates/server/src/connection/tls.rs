@@ -52,7 +52,7 @@ pub async fn run_tls(stream: TcpStream, acceptor: TlsAcceptor, cx: ConnectionCon
         let _ = tokio::io::copy_bidirectional_with_sizes(&mut tls, &mut theirs, sizes.0, sizes.1).await;
     });
     let (reader, writer) = ours.into_split();
-    serve(reader, writer, cx, certificate).await;
+    serve(reader, writer, cx, Some(certificate)).await;
     // The loop closed its end: the pump flushes what is left, sends close_notify and ends.
     if tokio::time::timeout(FINAL_FLUSH_TIMEOUT, &mut pump).await.is_err() {
         pump.abort();

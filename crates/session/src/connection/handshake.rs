@@ -1,7 +1,7 @@
 //! The handshake proper: connection.start, start-ok (login), tune / tune-ok (limits) and open
 //! (vhost), with RabbitMQ's rules and reply texts (rabbit_reader `handle_method0`).
 
-use hourglass_broker::{AmqpError, ClientCapabilities, Command, ConnectionInfo, Timestamp};
+use hourglass_broker::{AmqpError, ClientCapabilities, Command, ConnectionInfo, LoginInfo, Timestamp};
 use hourglass_wire::reply_code::{ACCESS_REFUSED, COMMAND_INVALID, NOT_ALLOWED, SYNTAX_ERROR};
 use hourglass_wire::{
     ConnectionOpen, ConnectionOpenOk, ConnectionStart, ConnectionStartOk, ConnectionTune, ConnectionTuneOk,
@@ -106,6 +106,7 @@ impl Connection {
             return self.hold_refusal(hold_ms, now);
         }
         self.user = Some(login.username().to_owned());
+        self.login_mechanism = mechanism.name();
         let tune = ConnectionTune {
             channel_max: self.config.channel_max,
             frame_max: self.offered_frame_max(),
@@ -222,6 +223,7 @@ impl Connection {
             heartbeat_s: self.heartbeat_s,
             may_impersonate,
             permissions,
+            login: LoginInfo { mechanism: self.login_mechanism, tls: self.over_tls },
         };
         self.commands.push_back(Command::ConnectionOpen { conn: self.id, info });
     }

@@ -14,12 +14,10 @@ fn external_config(enabled: bool) -> SessionConfig {
 fn client_with_certificate(config: SessionConfig, certificate: Option<&str>) -> (Client, String) {
     let mut c = Client::new(config.clone(), false);
     let peer = PeerInfo { addr: "192.0.2.1:5000".into(), is_loopback: false };
-    let mut conn = Connection::new(CONN, peer, Arc::new(config), c.now);
-    if let Some(common_name) = certificate {
-        let common_name = (!common_name.is_empty()).then(|| common_name.to_owned());
-        conn = conn.with_client_certificate(ClientCertificate { common_name });
-    }
-    c.conn = conn;
+    let certificate = certificate.map(|common_name| ClientCertificate {
+        common_name: (!common_name.is_empty()).then(|| common_name.to_owned()),
+    });
+    c.conn = Connection::new(CONN, peer, Arc::new(config), c.now).over_tls(certificate);
     c.send_bytes(PROTOCOL_HEADER);
     let methods = c.methods();
     let [(0, Method::ConnectionStart(start))] = methods.as_slice() else {
