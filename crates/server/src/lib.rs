@@ -57,6 +57,8 @@ pub struct Server {
     /// AMQP connections at once (plain and TLS together): the configured limit, fitted under the
     /// fd limit.
     max_connections: usize,
+    /// Descriptors AMQP connections may hold in all (`None`: no fd limit); AMQPS ones hold three.
+    fd_room: Option<usize>,
     /// Plain listeners; `None` where switched off.
     amqp: Option<TcpListener>,
     http: Option<TcpListener>,
@@ -91,8 +93,10 @@ impl Server {
         };
         let clock = clock::Clock::new();
         let fds = fd_limit::raise_to_hard_limit();
-        let max_connections =
-            fd_limit::amqp_connection_limit(config.max_connections, fds, config.http.max_connections);
+        let http_listeners =
+            [plain.http, plain.metrics, tls.is_some(), tls.is_some()].iter().filter(|on| **on).count();
+        let fd_room = fd_limit::amqp_fd_room(fds, (http_listeners * config.http.max_connections) as u64);
+        let max_connections = fd_limit::amqp_connection_limit(config.max_connections, fd_room);
         // Fitting the default under the fd limit is routine (the start-up "limits" line shows the
         // result); only a limit the operator set that cannot be honoured is worth a warning.
         if max_connections < config.max_connections
@@ -133,7 +137,7 @@ impl Server {
         })
         .await
         .context("recovery task")??;
-        Ok(Server { config, max_connections, amqp, http, metrics, tls, clock, broker, data, users })
+        Ok(Server { config, max_connections, fd_room, amqp, http, metrics, tls, clock, broker, data, users })
     }
 
     /// The management HTTP API's address.
@@ -165,7 +169,8 @@ impl Server {
     /// CONNECTION_FORCED and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let addrs = ListenAddrs::of(&self);
-        let Server { config, max_connections, amqp, http, metrics, tls, clock, broker, data, users } = self;
+        let Server { config, max_connections, fd_room, amqp, http, metrics, tls, clock, broker, data, users } =
+            self;
         let store_damage = data.damage();
         let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
         let (store_tx, store_rx) = std::sync::mpsc::channel();
@@ -226,6 +231,8 @@ impl Server {
         }
         let next_id = AtomicU64::new(1);
         let slots = Arc::new(Semaphore::new(max_connections));
+        let fds =
+            Arc::new(Semaphore::new(fd_room.unwrap_or(Semaphore::MAX_PERMITS).min(Semaphore::MAX_PERMITS)));
         let mut refusals = RefusalLog::default();
         let mut connections = JoinSet::new();
         log_start(&config, &limits, max_connections, &addrs);
@@ -246,7 +253,10 @@ impl Server {
                     // On the dual-stack socket an IPv4 client is `::ffff:a.b.c.d`: name it as
                     // IPv4 in logs, connection names and per-address login limits.
                     let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    let cost = if over_tls { fd_limit::TLS_CONNECTION_FDS } else { 1 };
+                    let (Ok(slot), Ok(held_fds)) =
+                        (slots.clone().try_acquire_owned(), fds.clone().try_acquire_many_owned(cost))
+                    else {
                         // Closed at once: the socket costs nothing more than the accept.
                         refusals.record(peer, max_connections);
                         continue;
@@ -268,7 +278,7 @@ impl Server {
                             Some(acceptor) => connection::run_tls(stream, acceptor, cx).await,
                             None => connection::run(stream, cx).await,
                         }
-                        drop(slot);
+                        drop((slot, held_fds));
                     });
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
