@@ -110,14 +110,7 @@ pub async fn serve(
                             let _ = stream.set_nodelay(true);
                             match acceptor {
                                 None => serve_connection(stream, peer, router, limits, stop).await,
-                                Some(acceptor) => {
-                                    let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream));
-                                    match handshake.await {
-                                        Ok(Ok(tls)) => serve_connection(tls, peer, router, limits, stop).await,
-                                        Ok(Err(error)) => tracing::debug!(%peer, %error, "HTTPS handshake failed"),
-                                        Err(_) => tracing::debug!(%peer, "HTTPS handshake timed out"),
-                                    }
-                                }
+                                Some(acceptor) => serve_tls(acceptor, stream, peer, router, limits, stop).await,
                             }
                             drop(slot);
                         });
@@ -134,6 +127,23 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     while connections.join_next().await.is_some() {}
     Ok(())
+}
+
+/// One HTTPS socket: the TLS handshake (closed if it fails or takes longer than
+/// [`TLS_HANDSHAKE_TIMEOUT`]), then the same HTTP/1 serving as a plain socket.
+async fn serve_tls(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    limits: HttpLimits,
+    stop: watch::Receiver<bool>,
+) {
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => serve_connection(tls, peer, router, limits, stop).await,
+        Ok(Err(error)) => tracing::debug!(%peer, %error, "HTTPS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "HTTPS handshake timed out"),
+    }
 }
 
 /// One socket: hyper's HTTP/1 server with the request timeout, each request's body under the
