@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 java_cp=/usr/share/java/amqp-client.jar:/usr/share/java/slf4j-api.jar
+if ! command -v openssl >/dev/null; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl) >/dev/null
+fi
 certs=$(mktemp -d)
 java_out=$(mktemp -d)
 data=$(mktemp -d)
