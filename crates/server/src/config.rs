@@ -515,6 +515,11 @@ fn tls_settings(cli: &Cli, file: &FileConfig) -> anyhow::Result<Option<TlsSettin
     if verify_peer && ca.is_none() {
         anyhow::bail!("tls_verify_peer needs tls_ca: the CA client certificates must chain to");
     }
+    let external_auth = cli.tls_external_auth.or(file.tls_external_auth).unwrap_or(false);
+    if external_auth && !verify_peer {
+        // RabbitMQ refuses EXTERNAL logins as "configuration unsafe" without verify_peer.
+        anyhow::bail!("tls_external_auth needs tls_verify_peer: only a verified certificate may name a user");
+    }
     Ok(Some(TlsSettings {
         cert,
         key,
@@ -522,7 +527,7 @@ fn tls_settings(cli: &Cli, file: &FileConfig) -> anyhow::Result<Option<TlsSettin
         verify_peer,
         fail_if_no_peer_cert: cli.tls_fail_if_no_peer_cert.or(file.tls_fail_if_no_peer_cert).unwrap_or(false),
         // Off unless asked for, as RabbitMQ needs EXTERNAL in `auth_mechanisms`.
-        external_auth: cli.tls_external_auth.or(file.tls_external_auth).unwrap_or(false),
+        external_auth,
         amqps_port: cli.amqps_port.or(file.amqps_port).unwrap_or(DEFAULT_AMQPS_PORT),
         https_port: cli.https_port.or(file.https_port).unwrap_or(DEFAULT_HTTPS_PORT),
         metrics_port: cli.metrics_tls_port.or(file.metrics_tls_port).unwrap_or(DEFAULT_METRICS_TLS_PORT),
@@ -715,6 +720,13 @@ mod tests {
             ..Cli::default()
         };
         assert!(refused(no_ca).contains("needs tls_ca"));
+        let external_unverified = Cli {
+            tls_cert: Some("c".into()),
+            tls_key: Some("k".into()),
+            tls_external_auth: Some(true),
+            ..Cli::default()
+        };
+        assert!(refused(external_unverified).contains("needs tls_verify_peer"));
     }
 
     /// A misspelt option in the file is an error, not silently ignored.
