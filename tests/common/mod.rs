@@ -73,8 +73,13 @@ impl RunningBroker {
                     lines.push(line.clone());
                 }
                 if !sent {
-                    if let (Some(amqp), Some(http)) = (parse_addr(&line, "amqp="), parse_addr(&line, "http="))
-                    {
+                    // A listener switched off (`--plain-amqp false`) shows as `amqp=off`: 0.0.0.0:0.
+                    let addr = |key: &str| {
+                        let off = format!("{key}off");
+                        parse_addr(&line, key)
+                            .or_else(|| line.contains(&off).then(|| SocketAddr::from(([0, 0, 0, 0], 0))))
+                    };
+                    if let (Some(amqp), Some(http)) = (addr("amqp="), addr("http=")) {
                         let _ = tx.send((amqp, http));
                         sent = true;
                     }
@@ -147,7 +152,7 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::process::Exit
 }
 
 /// Finds `amqp=127.0.0.1:PORT` (or `http=…`) in the start-up log line.
-fn parse_addr(line: &str, key: &str) -> Option<SocketAddr> {
+pub fn parse_addr(line: &str, key: &str) -> Option<SocketAddr> {
     let start = line.find(key)? + key.len();
     let rest = &line[start..];
     let end = rest.find(char::is_whitespace).unwrap_or(rest.len());

@@ -38,6 +38,25 @@ pub struct ConnectionInfo {
     pub permissions: Arc<Permissions>,
     /// The user has the `impersonator` tag: a `user_id` property naming someone else is allowed.
     pub may_impersonate: bool,
+    /// How the client logged in and whether over TLS, for the API's connection listings
+    /// (`auth_mechanism`, `ssl`).
+    pub login: LoginInfo,
+}
+
+/// How a connection authenticated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoginInfo {
+    /// The SASL mechanism: `PLAIN`, `AMQPLAIN` or `EXTERNAL`.
+    pub mechanism: &'static str,
+    /// The connection came over TLS (AMQPS).
+    pub tls: bool,
+}
+
+impl Default for LoginInfo {
+    /// PLAIN over plain TCP, what a connection without more to say did.
+    fn default() -> Self {
+        LoginInfo { mechanism: "PLAIN", tls: false }
+    }
 }
 
 /// Client capabilities (client-properties `capabilities` table) the broker acts on.

@@ -31,7 +31,8 @@ mod timers;
 mod vhost;
 
 pub use api::{
-    AmqpError, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect, Publish,
+    AmqpError, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect, LoginInfo,
+    Publish,
 };
 pub use broker::{Broker, BrokerConfig};
 pub use message::Message;

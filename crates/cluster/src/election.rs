@@ -22,6 +22,11 @@ pub struct NodeRecord {
     pub amqp_port: u16,
     pub http_port: u16,
     pub replication_port: u16,
+    /// TLS client ports, when the node serves them (docs/tls.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amqps_port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub https_port: Option<u16>,
 }
 
 impl NodeRecord {
@@ -33,6 +38,12 @@ impl NodeRecord {
     }
     pub fn replication(&self) -> String {
         join_host_port(&self.host, self.replication_port)
+    }
+    pub fn amqps(&self) -> Option<String> {
+        self.amqps_port.map(|port| join_host_port(&self.host, port))
+    }
+    pub fn https(&self) -> Option<String> {
+        self.https_port.map(|port| join_host_port(&self.host, port))
     }
 }
 

@@ -11,6 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::election::NodeRecord;
+
 /// How long a new client waits for a leader to forward to (during an election) before it is
 /// closed.
 const LEADER_WAIT: Duration = Duration::from_secs(10);
@@ -19,16 +21,25 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The reply text forwarded AMQP clients get when the leader changes.
 pub const LEADER_CHANGED: &str = "CONNECTION_FORCED - the cluster's leader changed; reconnect";
 
-/// Which protocol a forwarded port speaks (only AMQP gets a close frame).
+/// Which protocol a forwarded port speaks (only plain AMQP gets a close frame: TLS streams and
+/// HTTP are only closed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
     Amqp,
     Http,
 }
 
-/// Accepts on `listener` and forwards to the address `leader` names (host:port), until the task
+/// Which of the leader's ports a forwarded port goes to (`None`: the leader has none such).
+pub type PortOf = fn(&NodeRecord) -> Option<String>;
+
+/// Accepts on `listener` and forwards to the leader's port that `port_of` picks, until the task
 /// is dropped.
-pub async fn forward(listener: TcpListener, leader: watch::Receiver<Option<String>>, protocol: Protocol) {
+pub async fn forward(
+    listener: TcpListener,
+    leader: watch::Receiver<Option<NodeRecord>>,
+    port_of: PortOf,
+    protocol: Protocol,
+) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -36,20 +47,21 @@ pub async fn forward(listener: TcpListener, leader: watch::Receiver<Option<Strin
         };
         let leader = leader.clone();
         tokio::spawn(async move {
-            let _ = forward_one(client, leader, protocol).await;
+            let _ = forward_one(client, leader, port_of, protocol).await;
         });
     }
 }
 
 async fn forward_one(
     client: TcpStream,
-    mut leader: watch::Receiver<Option<String>>,
+    mut leader: watch::Receiver<Option<NodeRecord>>,
+    port_of: PortOf,
     protocol: Protocol,
 ) -> std::io::Result<()> {
     let target = tokio::time::timeout(LEADER_WAIT, leader.wait_for(Option::is_some))
         .await
         .ok()
-        .and_then(|found| found.ok().and_then(|t| t.clone()));
+        .and_then(|found| found.ok().and_then(|node| node.as_ref().and_then(port_of)));
     let Some(target) = target else { return Ok(()) };
     leader.mark_unchanged();
     let server = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&target)).await??;

@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod rates;
 pub mod resources;
 mod routes;
+pub mod tls;
 mod ui;
 pub mod users;
 
@@ -62,6 +63,18 @@ pub struct NodeInfo {
     pub store_damage: StoreDamage,
     /// The cluster this node leads (`None`: a single node).
     pub cluster: Option<std::sync::Arc<dyn ClusterStatus>>,
+    /// Every listener, under RabbitMQ's protocol names (`/api/overview`, the listener health
+    /// checks).
+    pub listeners: Vec<Listener>,
+}
+
+/// One listener as the API reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    /// RabbitMQ's protocol name: `amqp`, `amqp/ssl`, `http`, `https`, `http/prometheus`,
+    /// `https/prometheus`.
+    pub protocol: &'static str,
+    pub port: u16,
 }
 
 /// The cluster as `GET /api/cluster` shows it (docs/clustering.md "Seeing the cluster").
@@ -109,6 +122,11 @@ impl NodeInfo {
             resources: resources::unmonitored(),
             store_damage: StoreDamage::default(),
             cluster: None,
+            listeners: vec![
+                Listener { protocol: "amqp", port: amqp_port },
+                Listener { protocol: "http", port: http_port },
+                Listener { protocol: "http/prometheus", port: metrics_port },
+            ],
         }
     }
 
@@ -120,6 +138,11 @@ impl NodeInfo {
     /// Reports the cluster this node leads.
     pub fn with_cluster(self, cluster: std::sync::Arc<dyn ClusterStatus>) -> Self {
         NodeInfo { cluster: Some(cluster), ..self }
+    }
+
+    /// Reports exactly these listeners (some plain ones may be off, TLS ones on).
+    pub fn with_listeners(self, listeners: Vec<Listener>) -> Self {
+        NodeInfo { listeners, ..self }
     }
 
     /// Reports what the message log's recovery skipped.
@@ -172,4 +195,5 @@ pub fn follower_metrics_router(cluster: std::sync::Arc<dyn ClusterStatus>) -> ax
     metrics::follower_router(cluster)
 }
 
+pub use axum::Router;
 pub use listener::{serve, HttpLimits};

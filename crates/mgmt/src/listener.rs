@@ -14,6 +14,10 @@
 //!   a canned 503 and is closed at once, the accept loop never waits, and the clients already
 //!   connected keep being served.
 //!
+//! With a [`LiveTlsConfig`] the listener speaks HTTPS: each socket's TLS handshake runs in its own
+//! task under [`TLS_HANDSHAKE_TIMEOUT`] (counted against the connection limit), with the settings
+//! current when it starts; a socket whose handshake fails is closed.
+//!
 //! The values live in the server's config (`crates/server/src/config.rs`).
 
 use std::convert::Infallible;
@@ -32,10 +36,12 @@ use axum::Router;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+
+use crate::tls::{LiveTlsConfig, TLS_HANDSHAKE_TIMEOUT};
 
 /// What each HTTP listener allows one client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,11 +71,12 @@ content-length: 60\r\nconnection: close\r\n\r\n{\"error\":\"unavailable\",\"reas
 
 /// Serves `router` on `listener` within `limits` until `shutdown` completes, passing peers'
 /// addresses to the handlers (the loopback-only users need them); then lets the requests in
-/// flight finish.
+/// flight finish. With `tls`, over HTTPS only.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: HttpLimits,
+    tls: Option<LiveTlsConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let router = router.layer(DefaultBodyLimit::max(limits.max_body_bytes));
@@ -97,9 +104,14 @@ pub async fn serve(
                 let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
                 match slots.clone().try_acquire_owned() {
                     Ok(slot) => {
-                        let conn = serve_connection(stream, peer, router.clone(), limits, stop_rx.clone());
+                        let (router, stop) = (router.clone(), stop_rx.clone());
+                        let acceptor = tls.as_ref().map(LiveTlsConfig::acceptor);
                         connections.spawn(async move {
-                            conn.await;
+                            let _ = stream.set_nodelay(true);
+                            match acceptor {
+                                None => serve_connection(stream, peer, router, limits, stop).await,
+                                Some(acceptor) => serve_tls(acceptor, stream, peer, router, limits, stop).await,
+                            }
                             drop(slot);
                         });
                     }
@@ -117,16 +129,34 @@ pub async fn serve(
     Ok(())
 }
 
-/// One socket: hyper's HTTP/1 server with the request timeout, each request's body under the
-/// body timeout; on shutdown the socket is closed after its request in flight.
-async fn serve_connection(
+/// One HTTPS socket: the TLS handshake (closed if it fails or takes longer than
+/// [`TLS_HANDSHAKE_TIMEOUT`]), then the same HTTP/1 serving as a plain socket.
+async fn serve_tls(
+    acceptor: tokio_rustls::TlsAcceptor,
     stream: TcpStream,
     peer: SocketAddr,
     router: Router,
     limits: HttpLimits,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let _ = stream.set_nodelay(true);
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => serve_connection(tls, peer, router, limits, stop).await,
+        Ok(Err(error)) => tracing::debug!(%peer, %error, "HTTPS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "HTTPS handshake timed out"),
+    }
+}
+
+/// One socket: hyper's HTTP/1 server with the request timeout, each request's body under the
+/// body timeout; on shutdown the socket is closed after its request in flight.
+async fn serve_connection<S>(
+    stream: S,
+    peer: SocketAddr,
+    router: Router,
+    limits: HttpLimits,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         handle(request, peer, router.clone(), limits)
     });

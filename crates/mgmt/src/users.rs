@@ -318,6 +318,19 @@ impl Authenticator for UserStore {
         self.check_login(username, password, peer_is_loopback).map(|_| ())
     }
 
+    /// EXTERNAL (a verified client certificate's CN): the user must exist; loopback-only users
+    /// stay loopback-only, as rabbit_reader checks `loopback_users` for every mechanism.
+    fn authenticate_external(&self, username: &str, peer_is_loopback: bool) -> Result<(), LoginRefused> {
+        let state = self.read();
+        if !state.users.contains_key(username) {
+            return Err(LoginRefused::UnknownUser);
+        }
+        if !peer_is_loopback && state.loopback_users.iter().any(|u| u == username) {
+            return Err(LoginRefused::LoopbackOnly);
+        }
+        Ok(())
+    }
+
     fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess {
         let state = self.read();
         if !state.vhosts.contains_key(vhost) {
@@ -403,6 +416,9 @@ mod tests {
         assert_eq!(store.authenticate("guest", "guest", false), Err(LoginRefused::LoopbackOnly));
         assert_eq!(store.authenticate("guest", "nope", true), Err(LoginRefused::BadPassword));
         assert_eq!(store.authenticate("nobody", "nope", true), Err(LoginRefused::UnknownUser));
+        assert_eq!(store.authenticate_external("guest", true), Ok(()));
+        assert_eq!(store.authenticate_external("guest", false), Err(LoginRefused::LoopbackOnly));
+        assert_eq!(store.authenticate_external("nobody", true), Err(LoginRefused::UnknownUser));
         assert_eq!(store.vhost_access("guest", "/"), VhostAccess::Allowed(Permissions::full()));
         assert_eq!(store.vhost_access("guest", "other"), VhostAccess::NotFound);
         store.put_user_with_password("bob", "pw", vec![]).unwrap();

@@ -124,6 +124,7 @@ async fn fake_connection(s: &AppState, id: u64, user: &str, peer: &str) -> Strin
         heartbeat_s: 60,
         permissions: Permissions::full(),
         may_impersonate: false,
+        login: Default::default(),
     };
     let conn = ConnectionId(id);
     s.broker

@@ -5,6 +5,7 @@
 use clap::{Args, Parser, Subcommand};
 
 /// RabbitMQ's default URL: guest on loopback, vhost `/`.
+/// `amqps://…/%2f?cacertfile=CA.pem` for TLS.
 pub const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 /// Load generator for AMQP 0-9-1 brokers (Hourglass, RabbitMQ, …).

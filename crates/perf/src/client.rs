@@ -3,12 +3,13 @@
 //! and frame-at-a-time reading with a timeout. One client per thread; no tasks, no locks.
 //! See docs/adr/0004-load-tool.md for why this and not lapin.
 //!
+//! `amqps://` URLs go over TLS (rustls, `transport.rs`); the rest is the same.
+//!
 //! Writes are buffered and sent by [`Client::flush`] (also before every blocking read), so a
 //! batch of publishes or acks leaves in one `write` call. Heartbeats are switched off in
 //! tune-ok (0), so an idle connection costs the broker nothing but its state.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -19,6 +20,7 @@ use hourglass_wire::{
     FieldTable, Frame, FrameDecoder, LongStr, Method, ShortStr, FRAME_OVERHEAD, PROTOCOL_HEADER,
 };
 
+use crate::transport::Transport;
 use crate::url::AmqpUrl;
 
 /// The frame-max we ask for when the broker proposes none (RabbitMQ's default, 128 KiB).
@@ -35,7 +37,7 @@ const MAX_FRAMES_BEFORE_REPLY: usize = 1_000_000;
 
 /// One AMQP connection on a blocking socket.
 pub struct Client {
-    stream: TcpStream,
+    stream: Transport,
     read_buf: BytesMut,
     scratch: Box<[u8]>,
     write_buf: BytesMut,
@@ -55,11 +57,10 @@ impl Client {
     /// Connects, authenticates with PLAIN and opens the URL's vhost. Blocking reads give up
     /// after `read_timeout` (then [`Client::next_frame`] returns `Ok(None)`).
     pub fn connect(url: &AmqpUrl, read_timeout: Duration) -> anyhow::Result<Client> {
-        let stream =
-            TcpStream::connect(url.address()).with_context(|| format!("connect to {}", url.address()))?;
+        let stream = Transport::connect(url)?;
         // Latency runs send one message at a time; Nagle would hold it back.
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(read_timeout))?;
+        stream.tcp().set_nodelay(true)?;
+        stream.tcp().set_read_timeout(Some(read_timeout))?;
         let mut client = Client {
             stream,
             read_buf: BytesMut::with_capacity(READ_CHUNK),
@@ -131,6 +132,8 @@ impl Client {
     pub fn flush(&mut self) -> anyhow::Result<()> {
         if !self.write_buf.is_empty() {
             self.stream.write_all(&self.write_buf).context("write to broker")?;
+            // TLS: push out what rustls still holds (a no-op on plain TCP).
+            self.stream.flush().context("write to broker")?;
             self.write_buf.clear();
         }
         Ok(())
@@ -165,9 +168,9 @@ impl Client {
     /// A frame if one is buffered or readable without blocking; used by publishers to notice a
     /// channel.close or connection.blocked without waiting.
     pub fn poll_frame(&mut self) -> anyhow::Result<Option<Frame>> {
-        self.stream.set_nonblocking(true)?;
+        self.stream.tcp().set_nonblocking(true)?;
         let frame = self.next_frame();
-        self.stream.set_nonblocking(false)?;
+        self.stream.tcp().set_nonblocking(false)?;
         frame
     }
 

@@ -8,6 +8,7 @@ mod probe;
 mod progress;
 mod report;
 mod scenario;
+mod transport;
 mod url;
 
 use clap::Parser;

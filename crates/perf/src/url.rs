@@ -1,11 +1,15 @@
 //! `amqp://user:pass@host:port/vhost` as RabbitMQ's URI spec reads it: percent-decoded user,
-//! password and vhost (`%2f` = `/`); an absent path means vhost `/`. TLS (`amqps`) is not
-//! supported: the load tool measures brokers on loopback.
+//! password and vhost (`%2f` = `/`); an absent path means vhost `/`. `amqps://` connects over
+//! TLS (default port 5671) and needs the query parameter `cacertfile` (RabbitMQ's URI query
+//! parameter of that name): the CA the broker's certificate must chain to, as the load tool has
+//! no system trust store. The host is the name checked against the certificate.
 
 use anyhow::{bail, Context};
 
 /// RabbitMQ's AMQP port, the default when the URL names none.
 const DEFAULT_PORT: u16 = 5672;
+/// RabbitMQ's AMQPS port, the default for `amqps://`.
+const DEFAULT_TLS_PORT: u16 = 5671;
 
 /// Where and as whom to connect.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,14 +19,30 @@ pub struct AmqpUrl {
     pub user: String,
     pub password: String,
     pub vhost: String,
+    /// `amqps://`: the CA file (PEM) the broker's certificate must chain to.
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl AmqpUrl {
-    /// Parses an `amqp://` URL.
+    /// Parses an `amqp://` or `amqps://` URL.
     pub fn parse(url: &str) -> anyhow::Result<AmqpUrl> {
-        let Some(rest) = url.strip_prefix("amqp://") else {
-            bail!("only amqp:// URLs are supported, got {url:?}");
+        let (rest, tls) = match (url.strip_prefix("amqp://"), url.strip_prefix("amqps://")) {
+            (Some(rest), _) => (rest, false),
+            (None, Some(rest)) => (rest, true),
+            (None, None) => bail!("only amqp:// and amqps:// URLs are supported, got {url:?}"),
         };
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
+        let tls_ca =
+            match query.into_iter().flat_map(|q| q.split('&')).find_map(|p| p.strip_prefix("cacertfile=")) {
+                Some(path) => Some(std::path::PathBuf::from(percent_decode(path)?)),
+                None => None,
+            };
+        if tls && tls_ca.is_none() {
+            bail!("amqps:// needs ?cacertfile=CA.pem (the CA the broker's certificate chains to)");
+        }
         let (authority, path) = match rest.split_once('/') {
             Some((authority, path)) => (authority, Some(path)),
             None => (rest, None),
@@ -40,7 +60,7 @@ impl AmqpUrl {
         };
         let (host, port) = match hostport.rsplit_once(':') {
             Some((host, port)) => (host, port.parse().with_context(|| format!("bad port in {url:?}"))?),
-            None => (hostport, DEFAULT_PORT),
+            None => (hostport, if tls { DEFAULT_TLS_PORT } else { DEFAULT_PORT }),
         };
         if host.is_empty() {
             bail!("no host in {url:?}");
@@ -49,7 +69,7 @@ impl AmqpUrl {
             None => "/".to_owned(),
             Some(path) => percent_decode(path)?,
         };
-        Ok(AmqpUrl { host: host.to_owned(), port, user, password, vhost })
+        Ok(AmqpUrl { host: host.to_owned(), port, user, password, vhost, tls_ca: tls_ca.filter(|_| tls) })
     }
 
     /// `host:port`, for connecting and for reports (never the password).
@@ -101,9 +121,15 @@ mod tests {
         assert_eq!(url.user, "guest");
     }
 
-    /// Other schemes are refused rather than misread.
+    /// amqps:// takes its CA from `cacertfile` (required) and defaults to port 5671; other
+    /// schemes are refused rather than misread.
     #[test]
-    fn amqps_is_refused() {
+    fn amqps_needs_a_ca_and_defaults_to_5671() {
         assert!(AmqpUrl::parse("amqps://h/").is_err());
+        let url = AmqpUrl::parse("amqps://u:p@localhost/%2f?cacertfile=%2Ftmp%2Fca.pem").unwrap();
+        assert_eq!((url.port, url.vhost.as_str()), (5671, "/"));
+        assert_eq!(url.tls_ca, Some("/tmp/ca.pem".into()));
+        assert_eq!(AmqpUrl::parse("amqp://h/").unwrap().tls_ca, None);
+        assert!(AmqpUrl::parse("http://h/").is_err());
     }
 }

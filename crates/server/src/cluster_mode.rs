@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use hourglass_cluster::proxy::{forward, Protocol};
+use hourglass_cluster::proxy::{forward, PortOf, Protocol};
 use hourglass_cluster::repl::{Follower, Hub, ReplicatedStorage};
 use hourglass_cluster::{ClusterSettings, Coordinator, NodeRecord, Role, StepDown};
 use tokio::sync::{oneshot, watch};
@@ -46,6 +46,8 @@ pub async fn run(
             amqp_port: config.amqp_port,
             http_port: config.http_port,
             replication_port: cluster.replication_port,
+            amqps_port: config.tls.as_ref().map(|tls| tls.amqps_port),
+            https_port: config.tls.as_ref().map(|tls| tls.https_port),
         },
         lease_ttl_secs: cluster.lease_ttl_secs,
         min_in_sync: cluster.min_in_sync,
@@ -73,24 +75,37 @@ async fn follow(
     coordinator: &Arc<Coordinator>,
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> anyhow::Result<Option<u64>> {
-    let amqp = listen::bind(ip, config.amqp_port, "AMQP")?;
-    let http = listen::bind(ip, config.http_port, "HTTP API")?;
     let replication = listen::bind(ip, cluster.replication_port, "replication")?.into_std()?;
     let follower = Follower::new(config.data_dir.clone(), coordinator.fence.clone())
         .context("opening the data directory for replication")?;
     let receiver = follower.clone();
     std::thread::Builder::new().name("hg-repl-listen".into()).spawn(move || receiver.serve(replication))?;
-    let metrics = listen::bind(ip, config.metrics_port, "metrics")?;
-    let config_http_limits = config.http;
-    let (amqp_leader, http_leader) = leader_addresses(coordinator.roles());
-    let gauges = hourglass_mgmt::follower_metrics_router(Arc::new(Status(coordinator.clone())));
-    let proxies = [
-        tokio::spawn(forward(amqp, amqp_leader, Protocol::Amqp)),
-        tokio::spawn(forward(http, http_leader, Protocol::Http)),
-        tokio::spawn(async move {
-            let _ = hourglass_mgmt::serve(metrics, gauges, config_http_limits, std::future::pending()).await;
-        }),
-    ];
+    let leader = leader_watch(coordinator.roles());
+    let mut forwarded: Vec<(u16, &'static str, PortOf, Protocol)> = Vec::new();
+    if config.plain.amqp {
+        forwarded.push((config.amqp_port, "AMQP", |n| Some(n.amqp()), Protocol::Amqp));
+    }
+    if config.plain.http {
+        forwarded.push((config.http_port, "HTTP API", |n| Some(n.http()), Protocol::Http));
+    }
+    if let Some(tls) = &config.tls {
+        // TLS ends on the leader: the bytes pass through; on a leader change they are only cut.
+        forwarded.push((tls.amqps_port, "AMQPS", NodeRecord::amqps, Protocol::Http));
+        forwarded.push((tls.https_port, "HTTPS API", NodeRecord::https, Protocol::Http));
+    }
+    let mut proxies = Vec::new();
+    for (port, what, port_of, protocol) in forwarded {
+        let listener = listen::bind(ip, port, what)?;
+        proxies.push(tokio::spawn(forward(listener, leader.clone(), port_of, protocol)));
+    }
+    if config.plain.metrics {
+        let metrics = listen::bind(ip, config.metrics_port, "metrics")?;
+        let gauges = hourglass_mgmt::follower_metrics_router(Arc::new(Status(coordinator.clone())));
+        let limits = config.http;
+        proxies.push(tokio::spawn(async move {
+            let _ = hourglass_mgmt::serve(metrics, gauges, limits, None, std::future::pending()).await;
+        }));
+    }
     tracing::info!(
         node = %cluster.node_name,
         replication_port = cluster.replication_port,
@@ -115,37 +130,29 @@ async fn follow(
     Ok(term)
 }
 
-/// The leader's client addresses (AMQP, HTTP) as the roles change: `None` while this node has no
-/// leader to forward to (an election, or it leads itself).
-fn leader_addresses(
-    mut roles: watch::Receiver<Role>,
-) -> (watch::Receiver<Option<String>>, watch::Receiver<Option<String>>) {
+/// The leader to forward to as the roles change: `None` while this node has none (an
+/// election, or it leads itself).
+fn leader_watch(mut roles: watch::Receiver<Role>) -> watch::Receiver<Option<NodeRecord>> {
     let leader = |role: &Role| match role {
         Role::Follower { leader: Some(node), .. } => Some(node.clone()),
         _ => None,
     };
-    let first = leader(&roles.borrow());
-    let (amqp_tx, amqp_rx) = watch::channel(first.as_ref().map(NodeRecord::amqp));
-    let (http_tx, http_rx) = watch::channel(first.as_ref().map(NodeRecord::http));
+    let (tx, rx) = watch::channel(leader(&roles.borrow()));
     tokio::spawn(async move {
         while roles.changed().await.is_ok() {
             let node = leader(&roles.borrow_and_update());
-            amqp_tx.send_if_modified(|now| replace_if_changed(now, node.as_ref().map(NodeRecord::amqp)));
-            http_tx.send_if_modified(|now| replace_if_changed(now, node.as_ref().map(NodeRecord::http)));
+            tx.send_if_modified(|now| {
+                if *now == node {
+                    return false;
+                }
+                *now = node;
+                true
+            });
         }
         // The coordinator is gone (this node leads now): forwarded connections end.
-        amqp_tx.send_replace(None);
-        http_tx.send_replace(None);
+        tx.send_replace(None);
     });
-    (amqp_rx, http_rx)
-}
-
-fn replace_if_changed(now: &mut Option<String>, new: Option<String>) -> bool {
-    if *now == new {
-        return false;
-    }
-    *now = new;
-    true
+    rx
 }
 
 /// The leader phase: the broker on the replicated data directory, until shutdown or step-down.

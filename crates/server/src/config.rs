@@ -21,6 +21,12 @@ pub const DEFAULT_AMQP_PORT: u16 = 5672;
 pub const DEFAULT_HTTP_PORT: u16 = 15672;
 /// RabbitMQ's Prometheus plugin port.
 pub const DEFAULT_METRICS_PORT: u16 = 15692;
+/// RabbitMQ's AMQPS port (`listeners.ssl.default`), used when TLS is configured.
+pub const DEFAULT_AMQPS_PORT: u16 = 5671;
+/// RabbitMQ's management plugin HTTPS port (`management.ssl.port`).
+pub const DEFAULT_HTTPS_PORT: u16 = 15671;
+/// RabbitMQ's Prometheus plugin TLS port (`prometheus.ssl.port`).
+pub const DEFAULT_METRICS_TLS_PORT: u16 = 15691;
 /// Listen on every interface, IPv6 and IPv4 on one socket (`::`, `IPV6_V6ONLY` off), as RabbitMQ
 /// does; `0.0.0.0` on a machine without IPv6 (`listen::resolve_bind`). guest stays loopback-only.
 pub const DEFAULT_BIND: Bind = Bind::DualStack;
@@ -86,6 +92,44 @@ pub struct Cli {
     /// Prometheus metrics port.
     #[arg(long, env = "HOURGLASS_METRICS_PORT")]
     pub metrics_port: Option<u16>,
+    /// Serve plain (non-TLS) AMQP on `--amqp-port`; `false` leaves only AMQPS.
+    #[arg(long, env = "HOURGLASS_PLAIN_AMQP")]
+    pub plain_amqp: Option<bool>,
+    /// Serve the management API over plain HTTP on `--http-port`; `false` leaves only HTTPS.
+    #[arg(long, env = "HOURGLASS_PLAIN_HTTP")]
+    pub plain_http: Option<bool>,
+    /// Serve Prometheus metrics over plain HTTP on `--metrics-port`; `false` leaves only TLS.
+    #[arg(long, env = "HOURGLASS_PLAIN_METRICS")]
+    pub plain_metrics: Option<bool>,
+    /// The server's certificate chain (PEM, leaf first); with --tls-key it turns TLS on.
+    #[arg(long, env = "HOURGLASS_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The server's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "HOURGLASS_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) client certificates must chain to (RabbitMQ's `cacertfile`).
+    #[arg(long, env = "HOURGLASS_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Ask AMQPS clients for a certificate and verify it against --tls-ca (`verify_peer`).
+    #[arg(long, env = "HOURGLASS_TLS_VERIFY_PEER")]
+    pub tls_verify_peer: Option<bool>,
+    /// With --tls-verify-peer: refuse AMQPS clients without a certificate
+    /// (`fail_if_no_peer_cert`).
+    #[arg(long, env = "HOURGLASS_TLS_FAIL_IF_NO_PEER_CERT")]
+    pub tls_fail_if_no_peer_cert: Option<bool>,
+    /// Offer SASL EXTERNAL to AMQPS clients with a verified certificate: its subject's CN is
+    /// the user, no password (RabbitMQ's rabbitmq_auth_mechanism_ssl).
+    #[arg(long, env = "HOURGLASS_TLS_EXTERNAL_AUTH")]
+    pub tls_external_auth: Option<bool>,
+    /// AMQPS port (default 5671 when TLS is configured).
+    #[arg(long, env = "HOURGLASS_AMQPS_PORT")]
+    pub amqps_port: Option<u16>,
+    /// Management API HTTPS port (default 15671 when TLS is configured).
+    #[arg(long, env = "HOURGLASS_HTTPS_PORT")]
+    pub https_port: Option<u16>,
+    /// Prometheus over TLS port (default 15691 when TLS is configured).
+    #[arg(long, env = "HOURGLASS_METRICS_TLS_PORT")]
+    pub metrics_tls_port: Option<u16>,
     /// Directory for durable data.
     #[arg(long, env = "HOURGLASS_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -177,6 +221,18 @@ pub struct FileConfig {
     pub amqp_port: Option<u16>,
     pub http_port: Option<u16>,
     pub metrics_port: Option<u16>,
+    pub plain_amqp: Option<bool>,
+    pub plain_http: Option<bool>,
+    pub plain_metrics: Option<bool>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_ca: Option<PathBuf>,
+    pub tls_verify_peer: Option<bool>,
+    pub tls_fail_if_no_peer_cert: Option<bool>,
+    pub tls_external_auth: Option<bool>,
+    pub amqps_port: Option<u16>,
+    pub https_port: Option<u16>,
+    pub metrics_tls_port: Option<u16>,
     pub data_dir: Option<PathBuf>,
     /// A list of user names, or `[]` / `["none"]` for none.
     pub loopback_users: Option<Vec<String>>,
@@ -271,6 +327,33 @@ where
     }
 }
 
+/// Which plain (non-TLS) listeners run; all by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlainListeners {
+    pub amqp: bool,
+    pub http: bool,
+    pub metrics: bool,
+}
+
+/// TLS settings (`docs/tls.md`): present when a certificate and key are configured; then the
+/// three TLS listeners run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// CA certificates client certificates must chain to.
+    pub ca: Option<PathBuf>,
+    /// Ask AMQPS clients for a certificate and verify it (needs `ca`).
+    pub verify_peer: bool,
+    /// Refuse AMQPS clients without a certificate (only with `verify_peer`).
+    pub fail_if_no_peer_cert: bool,
+    /// Offer SASL EXTERNAL to clients with a verified certificate.
+    pub external_auth: bool,
+    pub amqps_port: u16,
+    pub https_port: u16,
+    pub metrics_port: u16,
+}
+
 /// Resolved settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -278,6 +361,10 @@ pub struct Config {
     pub amqp_port: u16,
     pub http_port: u16,
     pub metrics_port: u16,
+    /// Which plain listeners run (all unless switched off; at least one AMQP listener must).
+    pub plain: PlainListeners,
+    /// TLS listeners and their certificate, if configured.
+    pub tls: Option<TlsSettings>,
     pub data_dir: PathBuf,
     pub loopback_users: Vec<String>,
     pub vm_memory_high_watermark: f64,
@@ -310,6 +397,9 @@ impl Default for Config {
             amqp_port: DEFAULT_AMQP_PORT,
             http_port: DEFAULT_HTTP_PORT,
             metrics_port: DEFAULT_METRICS_PORT,
+            plain: PlainListeners { amqp: true, http: true, metrics: true },
+            // TLS needs a certificate, which only the operator can give.
+            tls: None,
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             loopback_users: DEFAULT_LOOPBACK_USERS.iter().map(|u| (*u).to_owned()).collect(),
             vm_memory_high_watermark: DEFAULT_VM_MEMORY_HIGH_WATERMARK,
@@ -352,6 +442,7 @@ impl Config {
         let defaults = Config::default();
         let cluster_file = file.cluster();
         let http = http_limits(&cli, &file, defaults.http)?;
+        let tls = tls_settings(&cli, &file)?;
         let disk_free_limit =
             match (cli.disk_free_limit_relative.or(file.disk_free_limit_relative), cli.disk_free_limit) {
                 (Some(factor), _) => DiskFreeLimit::MemRelative(factor),
@@ -375,7 +466,19 @@ impl Config {
             max_resident_bytes: resident_bytes
                 .map_or(defaults.paging.max_resident_bytes, |b| usize::try_from(b).unwrap_or(usize::MAX)),
         };
+        let plain = PlainListeners {
+            amqp: cli.plain_amqp.or(file.plain_amqp).unwrap_or(defaults.plain.amqp),
+            http: cli.plain_http.or(file.plain_http).unwrap_or(defaults.plain.http),
+            metrics: cli.plain_metrics.or(file.plain_metrics).unwrap_or(defaults.plain.metrics),
+        };
+        if !plain.amqp && tls.is_none() {
+            anyhow::bail!(
+                "plain_amqp = false needs TLS (tls_cert and tls_key): no AMQP listener would be left"
+            );
+        }
         Ok(Config {
+            plain,
+            tls,
             http,
             max_connections: cli.max_connections.or(file.max_connections).unwrap_or(defaults.max_connections),
             bind: cli.bind.or(file.bind).map_or(defaults.bind, Bind::Addr),
@@ -419,6 +522,50 @@ impl Config {
             cluster: cluster::resolve(cli.cluster, cluster_file)?,
         })
     }
+}
+
+/// The TLS settings from flags over the file: none without a certificate and key; a TLS-only
+/// setting without them, or peer verification without a CA, is an error rather than ignored.
+fn tls_settings(cli: &Cli, file: &FileConfig) -> anyhow::Result<Option<TlsSettings>> {
+    let cert = cli.tls_cert.clone().or_else(|| file.tls_cert.clone());
+    let key = cli.tls_key.clone().or_else(|| file.tls_key.clone());
+    let verify_peer = cli.tls_verify_peer.or(file.tls_verify_peer).unwrap_or(false);
+    let (cert, key) = match (cert, key) {
+        (Some(cert), Some(key)) => (cert, key),
+        (None, None) => {
+            let tls_only = [cli.amqps_port.or(file.amqps_port), cli.https_port.or(file.https_port)];
+            if tls_only.iter().any(Option::is_some)
+                || verify_peer
+                || cli.tls_ca.is_some()
+                || file.tls_ca.is_some()
+            {
+                anyhow::bail!("TLS settings given without a certificate: set tls_cert and tls_key");
+            }
+            return Ok(None);
+        }
+        _ => anyhow::bail!("TLS needs both tls_cert and tls_key"),
+    };
+    let ca = cli.tls_ca.clone().or_else(|| file.tls_ca.clone());
+    if verify_peer && ca.is_none() {
+        anyhow::bail!("tls_verify_peer needs tls_ca: the CA client certificates must chain to");
+    }
+    let external_auth = cli.tls_external_auth.or(file.tls_external_auth).unwrap_or(false);
+    if external_auth && !verify_peer {
+        // RabbitMQ refuses EXTERNAL logins as "configuration unsafe" without verify_peer.
+        anyhow::bail!("tls_external_auth needs tls_verify_peer: only a verified certificate may name a user");
+    }
+    Ok(Some(TlsSettings {
+        cert,
+        key,
+        ca,
+        verify_peer,
+        fail_if_no_peer_cert: cli.tls_fail_if_no_peer_cert.or(file.tls_fail_if_no_peer_cert).unwrap_or(false),
+        // Off unless asked for, as RabbitMQ needs EXTERNAL in `auth_mechanisms`.
+        external_auth,
+        amqps_port: cli.amqps_port.or(file.amqps_port).unwrap_or(DEFAULT_AMQPS_PORT),
+        https_port: cli.https_port.or(file.https_port).unwrap_or(DEFAULT_HTTPS_PORT),
+        metrics_port: cli.metrics_tls_port.or(file.metrics_tls_port).unwrap_or(DEFAULT_METRICS_TLS_PORT),
+    }))
 }
 
 /// The HTTP listeners' limits from flags over the file over `defaults`.
@@ -581,6 +728,39 @@ mod tests {
         let file: FileConfig = toml::from_str("log_format = \"json\"").unwrap();
         assert_eq!(file.log_format, Some(LogFormat::Json));
         assert!(toml::from_str::<FileConfig>("log_format = \"xml\"").is_err());
+    }
+
+    /// TLS is off without a certificate; with one, the TLS ports default to RabbitMQ's; the
+    /// file's TLS keys are read; TLS-only settings without a certificate, peer verification
+    /// without a CA, and no AMQP listener at all are refused.
+    #[test]
+    fn tls_settings_defaults_and_refusals() {
+        assert_eq!(Config::default().tls, None);
+        let file: FileConfig = toml::from_str(
+            "tls_cert = \"c.pem\"\ntls_key = \"k.pem\"\nplain_amqp = false\nhttps_port = 8443",
+        )
+        .unwrap();
+        let tls = tls_settings(&Cli::default(), &file).unwrap().unwrap();
+        assert_eq!((tls.amqps_port, tls.https_port, tls.metrics_port), (5671, 8443, 15691));
+        assert!(!tls.verify_peer && !tls.fail_if_no_peer_cert && !tls.external_auth);
+        assert_eq!(file.plain_amqp, Some(false));
+        let refused = |cli: Cli| Config::resolve(cli).unwrap_err().to_string();
+        assert!(refused(Cli { amqps_port: Some(1), ..Cli::default() }).contains("without a certificate"));
+        assert!(refused(Cli { plain_amqp: Some(false), ..Cli::default() }).contains("no AMQP listener"));
+        let no_ca = Cli {
+            tls_cert: Some("c".into()),
+            tls_key: Some("k".into()),
+            tls_verify_peer: Some(true),
+            ..Cli::default()
+        };
+        assert!(refused(no_ca).contains("needs tls_ca"));
+        let external_unverified = Cli {
+            tls_cert: Some("c".into()),
+            tls_key: Some("k".into()),
+            tls_external_auth: Some(true),
+            ..Cli::default()
+        };
+        assert!(refused(external_unverified).contains("needs tls_verify_peer"));
     }
 
     /// A misspelt option in the file is an error, not silently ignored.

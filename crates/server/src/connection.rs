@@ -3,27 +3,33 @@
 //!
 //! Output is written straight from this task when the socket takes it; what it cannot take goes
 //! to a writer task, so a client that is slow to read never blocks this task from reading.
+//!
+//! A TLS connection (`connection/tls.rs`) runs the same loop on one end of a socket pair whose
+//! other end a pump task copies to and from the TLS stream (`connection/socket.rs` says why).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use hourglass_broker::{Command, ConnectionId};
-use hourglass_session::{Connection, PeerInfo, SessionConfig};
+use hourglass_session::{ClientCertificate, Connection, PeerInfo, SessionConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::AsyncReadExt;
 use tokio::io::Interest;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::alarm::InboundContent;
 
 mod alarm_gate;
+mod socket;
+mod tls;
 use crate::broker_task::BrokerInput;
 use crate::clock::Clock;
 use alarm_gate::AlarmGate;
 use hourglass_mgmt::resources::ResourceWatch;
+use socket::{SocketRead, SocketWrite};
+pub use tls::run_tls;
 
 /// Read buffer growth step of a new connection: an idle connection keeps only this much.
 const READ_CHUNK_MIN: usize = 4 * 1024;
@@ -67,15 +73,30 @@ pub struct ConnectionContext {
     pub send_timeout: std::time::Duration,
 }
 
-pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
+/// Serves one plain AMQP connection until it closes.
+pub async fn run(stream: TcpStream, cx: ConnectionContext) {
     let _ = stream.set_nodelay(true);
+    let (reader, writer) = stream.into_split();
+    serve(reader, writer, cx, None).await;
+}
+
+/// The connection loop over a socket's two halves; `tls`: the connection came over TLS, with
+/// the client's verified certificate if it presented one.
+async fn serve<R: SocketRead, W: SocketWrite>(
+    mut reader: R,
+    writer: W,
+    mut cx: ConnectionContext,
+    tls: Option<Option<ClientCertificate>>,
+) {
     let (mailbox_tx, mut mailbox) = mpsc::unbounded_channel();
     if cx.broker.send(BrokerInput::Register { conn: cx.id, mailbox: mailbox_tx }).await.is_err() {
         return;
     }
     let peer = PeerInfo { addr: cx.peer.to_string(), is_loopback: cx.peer.ip().to_canonical().is_loopback() };
     let mut session = Connection::new(cx.id, peer, cx.session_config.clone(), cx.clock.now());
-    let (mut reader, writer) = stream.into_split();
+    if let Some(certificate) = tls {
+        session = session.over_tls(certificate);
+    }
     let writer = Arc::new(writer);
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
     let gauge = Arc::new(OutputGauge::default());
@@ -176,8 +197,8 @@ pub async fn run(stream: TcpStream, mut cx: ConnectionContext) {
 
 /// Writes what the connection task could not, coalescing queued chunks into one write. The
 /// socket's write side shuts down when both tasks have dropped it.
-async fn write_loop(
-    writer: Arc<OwnedWriteHalf>,
+async fn write_loop<W: SocketWrite>(
+    writer: Arc<W>,
     mut chunks: mpsc::UnboundedReceiver<Bytes>,
     gauge: Arc<OutputGauge>,
     send_timeout: std::time::Duration,
@@ -195,7 +216,7 @@ async fn write_loop(
             }
             batch = pending.split().freeze();
         }
-        if let Err(error) = write_all(&writer, &batch, send_timeout).await {
+        if let Err(error) = write_all(writer.as_ref(), &batch, send_timeout).await {
             if error.kind() == std::io::ErrorKind::TimedOut {
                 let timeout_ms = send_timeout.as_millis() as u64;
                 tracing::warn!(
@@ -215,8 +236,8 @@ async fn write_loop(
 }
 
 /// Writes all of `bytes`; fails with `TimedOut` when the socket takes nothing for `send_timeout`.
-async fn write_all(
-    writer: &OwnedWriteHalf,
+async fn write_all<W: SocketWrite>(
+    writer: &W,
     mut bytes: &[u8],
     send_timeout: std::time::Duration,
 ) -> std::io::Result<()> {
@@ -245,7 +266,7 @@ enum Read {
 /// Reads into `input`; while `blocked` (a resource alarm), reads nothing but still notices the
 /// peer going away, which a connection that is not read would never see: a vanished publisher
 /// then frees what it held (and the alarm it may have raised).
-async fn read_or_watch(reader: &mut OwnedReadHalf, input: &mut BytesMut, blocked: bool) -> Read {
+async fn read_or_watch<R: SocketRead>(reader: &mut R, input: &mut BytesMut, blocked: bool) -> Read {
     if blocked {
         peer_hung_up(reader).await;
         return Read::Eof;
@@ -260,7 +281,7 @@ async fn read_or_watch(reader: &mut OwnedReadHalf, input: &mut BytesMut, blocked
 /// socket's readiness is left as it is (clearing it would leave a later read waiting for an event
 /// that unread data never sends again), so while data waits unread this checks again every
 /// [`HANGUP_CHECK_INTERVAL`] instead of waking at once.
-async fn peer_hung_up(reader: &OwnedReadHalf) {
+async fn peer_hung_up<R: SocketRead>(reader: &R) {
     loop {
         match reader.ready(Interest::READABLE).await {
             Ok(ready) if !(ready.is_read_closed() || ready.is_error()) => {

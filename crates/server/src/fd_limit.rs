@@ -24,27 +24,36 @@ pub fn raise_to_hard_limit() -> Option<u64> {
     limit.current
 }
 
-/// The AMQP connection limit that fits in `fd_limit` descriptors beside both HTTP listeners'
-/// connections and [`FD_RESERVE`]: `configured`, or less (but at least one) when the fd table is
-/// smaller.
-pub fn amqp_connection_limit(configured: usize, fd_limit: Option<u64>, http_max_connections: usize) -> usize {
-    let Some(fds) = fd_limit else { return configured.max(1) };
-    let http = 2 * http_max_connections as u64;
-    let room = fds.saturating_sub(http + FD_RESERVE);
-    let room = usize::try_from(room).unwrap_or(usize::MAX);
-    configured.min(room).max(1)
+/// Descriptors an AMQPS connection holds: its TCP socket and the two ends of the socket pair
+/// its connection loop runs on (`connection/socket.rs`).
+pub const TLS_CONNECTION_FDS: u32 = 3;
+
+/// The descriptors left for AMQP connections in `fd_limit` beside `http_sockets` (every running
+/// HTTP listener's connection limit) and [`FD_RESERVE`]; `None` when unlimited or unknown.
+pub fn amqp_fd_room(fd_limit: Option<u64>, http_sockets: u64) -> Option<usize> {
+    let room = fd_limit?.saturating_sub(http_sockets + FD_RESERVE);
+    Some(usize::try_from(room).unwrap_or(usize::MAX))
+}
+
+/// The AMQP connection limit: `configured`, or less (but at least one) when `fd_room` is smaller.
+/// A plain connection holds one descriptor; AMQPS ones hold [`TLS_CONNECTION_FDS`], which the
+/// accept loop counts against the room as well.
+pub fn amqp_connection_limit(configured: usize, fd_room: Option<usize>) -> usize {
+    fd_room.map_or(configured, |room| configured.min(room)).max(1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The AMQP limit leaves room for two HTTP listeners and the reserve.
+    /// The AMQP limit leaves room for the HTTP listeners' sockets and the reserve.
     #[test]
     fn amqp_limit_fits_under_the_fd_limit() {
-        assert_eq!(amqp_connection_limit(100_000, None, 1024), 100_000);
-        assert_eq!(amqp_connection_limit(100_000, Some(1 << 20), 1024), 100_000);
-        assert_eq!(amqp_connection_limit(100_000, Some(65_536), 1024), 65_536 - 2048 - FD_RESERVE as usize);
-        assert_eq!(amqp_connection_limit(100_000, Some(1_024), 1024), 1);
+        let limit = |fds, http_sockets| amqp_connection_limit(100_000, amqp_fd_room(fds, http_sockets));
+        assert_eq!(limit(None, 2048), 100_000);
+        assert_eq!(limit(Some(1 << 20), 2048), 100_000);
+        assert_eq!(limit(Some(65_536), 2048), 65_536 - 2048 - FD_RESERVE as usize);
+        assert_eq!(limit(Some(65_536), 4096), 65_536 - 4096 - FD_RESERVE as usize);
+        assert_eq!(limit(Some(1_024), 2048), 1);
     }
 }

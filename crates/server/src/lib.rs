@@ -13,6 +13,7 @@ pub mod health_check;
 pub mod listen;
 pub mod logging;
 pub mod persistence;
+pub mod tls;
 pub mod users_file;
 
 use std::future::Future;
@@ -43,14 +44,28 @@ const JOB_QUEUE_CAPACITY: usize = 64;
 /// Refused connections are logged at most this often, so a flood does not flood the log too.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
+/// The three TLS listeners and the settings their handshakes use (reloaded on SIGHUP).
+struct TlsListeners {
+    amqps: TcpListener,
+    https: TcpListener,
+    metrics: TcpListener,
+    live: tls::LiveTls,
+}
+
 /// Bound listeners and a recovered broker, ready to serve.
 pub struct Server {
     config: Config,
-    /// AMQP connections at once: the configured limit, fitted under the fd limit.
+    /// AMQP connections at once (plain and TLS together): the configured limit, fitted under the
+    /// fd limit.
     max_connections: usize,
-    amqp: TcpListener,
-    http: TcpListener,
-    metrics: TcpListener,
+    /// Descriptors AMQP connections may hold in all (`None`: no fd limit); AMQPS ones hold three.
+    fd_room: Option<usize>,
+    /// Plain listeners; `None` where switched off.
+    amqp: Option<TcpListener>,
+    http: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+    /// TLS listeners and their live settings, when TLS is configured.
+    tls: Option<TlsListeners>,
     clock: clock::Clock,
     broker: Broker,
     data: persistence::DataDir,
@@ -79,13 +94,26 @@ impl Server {
     /// [`Server::bind`] with clustered mode's additions.
     pub async fn bind_with(config: Config, hooks: ServerHooks) -> anyhow::Result<Server> {
         let ip = listen::resolve_bind(config.bind);
-        let amqp = listen::bind(ip, config.amqp_port, "AMQP")?;
-        let http = listen::bind(ip, config.http_port, "HTTP API")?;
-        let metrics = listen::bind(ip, config.metrics_port, "metrics")?;
+        let plain = config.plain;
+        let amqp = plain.amqp.then(|| listen::bind(ip, config.amqp_port, "AMQP")).transpose()?;
+        let http = plain.http.then(|| listen::bind(ip, config.http_port, "HTTP API")).transpose()?;
+        let metrics = plain.metrics.then(|| listen::bind(ip, config.metrics_port, "metrics")).transpose()?;
+        let tls = match &config.tls {
+            Some(settings) => Some(TlsListeners {
+                // The certificate is read first: a bad one fails the start before anything binds.
+                live: tls::LiveTls::load(settings)?,
+                amqps: listen::bind(ip, settings.amqps_port, "AMQPS")?,
+                https: listen::bind(ip, settings.https_port, "HTTPS API")?,
+                metrics: listen::bind(ip, settings.metrics_port, "metrics over TLS")?,
+            }),
+            None => None,
+        };
         let clock = clock::Clock::new();
         let fds = fd_limit::raise_to_hard_limit();
-        let max_connections =
-            fd_limit::amqp_connection_limit(config.max_connections, fds, config.http.max_connections);
+        let http_listeners =
+            [plain.http, plain.metrics, tls.is_some(), tls.is_some()].iter().filter(|on| **on).count();
+        let fd_room = fd_limit::amqp_fd_room(fds, (http_listeners * config.http.max_connections) as u64);
+        let max_connections = fd_limit::amqp_connection_limit(config.max_connections, fd_room);
         // Fitting the default under the fd limit is routine (the start-up "limits" line shows the
         // result); only a limit the operator set that cannot be honoured is worth a warning.
         if max_connections < config.max_connections
@@ -127,30 +155,65 @@ impl Server {
         })
         .await
         .context("recovery task")??;
-        Ok(Server { config, max_connections, amqp, http, metrics, clock, broker, data, users, hooks })
+        Ok(Server {
+            config,
+            max_connections,
+            fd_room,
+            amqp,
+            http,
+            metrics,
+            tls,
+            clock,
+            broker,
+            data,
+            users,
+            hooks,
+        })
     }
 
     /// The management HTTP API's address.
     pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
-        self.http.local_addr()
+        local_addr(self.http.as_ref())
     }
 
     /// The Prometheus listener's address.
     pub fn metrics_addr(&self) -> std::io::Result<SocketAddr> {
-        self.metrics.local_addr()
+        local_addr(self.metrics.as_ref())
     }
 
     /// The AMQP listener's address (useful when bound to port 0).
     pub fn amqp_addr(&self) -> std::io::Result<SocketAddr> {
-        self.amqp.local_addr()
+        local_addr(self.amqp.as_ref())
+    }
+
+    /// The AMQPS listener's address.
+    pub fn amqps_addr(&self) -> std::io::Result<SocketAddr> {
+        local_addr(self.tls.as_ref().map(|tls| &tls.amqps))
+    }
+
+    /// The HTTPS API listener's address.
+    pub fn https_addr(&self) -> std::io::Result<SocketAddr> {
+        local_addr(self.tls.as_ref().map(|tls| &tls.https))
     }
 
     /// Serves until `shutdown` completes, then closes every connection with 320
     /// CONNECTION_FORCED and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let (amqp_addr, http_addr, metrics_addr) =
-            (self.amqp_addr()?, self.http_addr()?, self.metrics_addr()?);
-        let Server { config, max_connections, amqp, http, metrics, clock, broker, data, users, hooks } = self;
+        let addrs = ListenAddrs::of(&self);
+        let Server {
+            config,
+            max_connections,
+            fd_room,
+            amqp,
+            http,
+            metrics,
+            tls,
+            clock,
+            broker,
+            data,
+            users,
+            hooks,
+        } = self;
         let store_damage = data.damage();
         let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
         let (store_tx, store_rx) = std::sync::mpsc::channel();
@@ -160,8 +223,11 @@ impl Server {
         let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock, Some(store_tx)));
         // One failed-login slowdown for AMQP and HTTP: a guesser gains nothing by switching.
         let logins = Arc::new(hourglass_session::LoginLimiter::new(config.login_failure_delay_ms));
-        let session_config =
-            Arc::new(SessionConfig { login_limiter: logins.clone(), ..SessionConfig::new(users.clone()) });
+        let session_config = Arc::new(SessionConfig {
+            login_limiter: logins.clone(),
+            external_auth: config.tls.as_ref().is_some_and(|tls| tls.external_auth),
+            ..SessionConfig::new(users.clone())
+        });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (alarm_tx, alarm_rx) = watch::channel(ResourceStatus::default());
         let limits = alarm::Limits {
@@ -171,7 +237,8 @@ impl Server {
         let inbound = Arc::new(alarm::InboundContent::default());
         let alarm_task =
             tokio::spawn(alarm::monitor(limits.clone(), config.data_dir.clone(), inbound.clone(), alarm_tx));
-        let mut node = NodeInfo::new(amqp_addr.ip(), amqp_addr.port(), http_addr.port(), metrics_addr.port())
+        let mut node = NodeInfo::new(addrs.ip(), port(addrs.amqp), port(addrs.http), port(addrs.metrics))
+            .with_listeners(addrs.listeners())
             .with_resources(alarm_rx.clone())
             .with_store_damage(store_damage);
         if let Some(cluster) = hooks.cluster {
@@ -192,27 +259,36 @@ impl Server {
             hourglass_mgmt::load_definitions_file(&mgmt, path).await.map_err(anyhow::Error::msg)?;
             tracing::info!(file = %path.display(), "definitions imported");
         }
+        let (amqps, amqp_tls, https) = match tls {
+            Some(TlsListeners { amqps, https, metrics, live }) => {
+                #[cfg(unix)]
+                if let Some(settings) = config.tls.clone() {
+                    tls::reload_on_sighup(live.clone(), settings);
+                }
+                (Some(amqps), Some(live.amqp.clone()), Some((https, metrics, live.http)))
+            }
+            None => (None, None, None),
+        };
         let mut http_tasks = JoinSet::new();
-        for (listener, router) in [
-            (http, hourglass_mgmt::api_router(mgmt.clone())),
-            (metrics, hourglass_mgmt::metrics_router(mgmt)),
-        ] {
+        for (listener, router, tls) in http_services(http, metrics, https, mgmt) {
             let mut stop = shutdown_rx.clone();
             let stopped = async move {
                 let _ = stop.wait_for(|stop| *stop).await;
             };
-            http_tasks.spawn(hourglass_mgmt::serve(listener, router, config.http, stopped));
+            http_tasks.spawn(hourglass_mgmt::serve(listener, router, config.http, tls, stopped));
         }
         let next_id = AtomicU64::new(1);
         let slots = Arc::new(Semaphore::new(max_connections));
+        let fds =
+            Arc::new(Semaphore::new(fd_room.unwrap_or(Semaphore::MAX_PERMITS).min(Semaphore::MAX_PERMITS)));
         let mut refusals = RefusalLog::default();
         let mut connections = JoinSet::new();
-        log_start(&config, &limits, max_connections, amqp_addr, http_addr, metrics_addr);
+        log_start(&config, &limits, max_connections, &addrs);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                accepted = amqp.accept() => {
+                (accepted, over_tls) = accept_either(amqp.as_ref(), amqps.as_ref()) => {
                     let (stream, peer) = match accepted {
                         Ok(pair) => pair,
                         Err(error) => {
@@ -225,7 +301,10 @@ impl Server {
                     // On the dual-stack socket an IPv4 client is `::ffff:a.b.c.d`: name it as
                     // IPv4 in logs, connection names and per-address login limits.
                     let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    let cost = if over_tls { fd_limit::TLS_CONNECTION_FDS } else { 1 };
+                    let (Ok(slot), Ok(held_fds)) =
+                        (slots.clone().try_acquire_owned(), fds.clone().try_acquire_many_owned(cost))
+                    else {
                         // Closed at once: the socket costs nothing more than the accept.
                         refusals.record(peer, max_connections);
                         continue;
@@ -241,9 +320,13 @@ impl Server {
                         inbound: inbound.clone(),
                         send_timeout: std::time::Duration::from_millis(config.tcp_send_timeout_ms),
                     };
+                    let acceptor = over_tls.then(|| amqp_tls.as_ref().map(|live| live.acceptor())).flatten();
                     connections.spawn(async move {
-                        connection::run(stream, cx).await;
-                        drop(slot);
+                        match acceptor {
+                            Some(acceptor) => connection::run_tls(stream, acceptor, cx).await,
+                            None => connection::run(stream, cx).await,
+                        }
+                        drop((slot, held_fds));
                     });
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -252,6 +335,7 @@ impl Server {
         tracing::info!(connections = connections.len(), "shutting down");
         alarm_task.abort();
         drop(amqp);
+        drop(amqps);
         let _ = shutdown_tx.send(true);
         let drained =
             tokio::time::timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} })
@@ -271,6 +355,30 @@ impl Server {
         let _ = tokio::task::spawn_blocking(move || store_thread.join()).await;
         Ok(())
     }
+}
+
+/// The HTTP listeners that run, each with its router (API or metrics) and, for HTTPS, the TLS
+/// settings: plain API, plain metrics, then `https` = (API, metrics, settings) over TLS.
+fn http_services(
+    http: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+    https: Option<(TcpListener, TcpListener, hourglass_mgmt::tls::LiveTlsConfig)>,
+    mgmt: AppState,
+) -> Vec<(TcpListener, hourglass_mgmt::Router, Option<hourglass_mgmt::tls::LiveTlsConfig>)> {
+    let (api, metrics_api) = (hourglass_mgmt::api_router(mgmt.clone()), hourglass_mgmt::metrics_router(mgmt));
+    let (https, metrics_tls, live) = match https {
+        Some((https, metrics_tls, live)) => (Some(https), Some(metrics_tls), Some(live)),
+        None => (None, None, None),
+    };
+    [
+        (http, api.clone(), None),
+        (metrics, metrics_api.clone(), None),
+        (https, api, live.clone()),
+        (metrics_tls, metrics_api, live),
+    ]
+    .into_iter()
+    .filter_map(|(listener, router, tls)| listener.map(|listener| (listener, router, tls)))
+    .collect()
 }
 
 /// Counts AMQP sockets refused at the connection limit; logs them at most once per
@@ -294,23 +402,28 @@ impl RefusalLog {
     }
 }
 
-/// The start-up lines, one per subject: listeners (tests and scripts parse `amqp=`), data
-/// directory, limits.
-fn log_start(
-    config: &Config,
-    limits: &alarm::Limits,
-    max_connections: usize,
-    amqp: SocketAddr,
-    http: SocketAddr,
-    metrics: SocketAddr,
-) {
+/// The start-up lines, one per subject: listeners (tests and scripts parse `amqp=`, `amqps=`),
+/// data directory, limits.
+fn log_start(config: &Config, limits: &alarm::Limits, max_connections: usize, addrs: &ListenAddrs) {
+    let show = |addr: Option<SocketAddr>| addr.map_or_else(|| "off".to_owned(), |a| a.to_string());
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
-        %amqp,
-        %http,
-        %metrics,
+        amqp = %show(addrs.amqp),
+        http = %show(addrs.http),
+        metrics = %show(addrs.metrics),
         "hourglass listening: AMQP 0-9-1, management API, Prometheus metrics"
     );
+    if let Some(tls) = &config.tls {
+        tracing::info!(
+            amqps = %show(addrs.amqps),
+            https = %show(addrs.https),
+            metrics_tls = %show(addrs.metrics_tls),
+            verify_peer = tls.verify_peer,
+            fail_if_no_peer_cert = tls.fail_if_no_peer_cert,
+            external_auth = tls.external_auth,
+            "TLS listeners (TLS 1.3, 1.2)"
+        );
+    }
     tracing::info!(data_dir = %config.data_dir.display(), "durable data in");
     let loopback_users =
         if config.loopback_users.is_empty() { "none".to_owned() } else { config.loopback_users.join(",") };
@@ -324,6 +437,81 @@ fn log_start(
         %loopback_users,
         "limits"
     );
+}
+
+/// Where each listener listens; `None` where it is off.
+struct ListenAddrs {
+    amqp: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+    amqps: Option<SocketAddr>,
+    https: Option<SocketAddr>,
+    metrics_tls: Option<SocketAddr>,
+}
+
+impl ListenAddrs {
+    fn of(server: &Server) -> ListenAddrs {
+        let tls = server.tls.as_ref();
+        ListenAddrs {
+            amqp: server.amqp_addr().ok(),
+            http: server.http_addr().ok(),
+            metrics: server.metrics_addr().ok(),
+            amqps: server.amqps_addr().ok(),
+            https: server.https_addr().ok(),
+            metrics_tls: tls.and_then(|tls| tls.metrics.local_addr().ok()),
+        }
+    }
+
+    /// The listeners that run, under RabbitMQ's protocol names.
+    fn listeners(&self) -> Vec<hourglass_mgmt::Listener> {
+        [
+            ("amqp", self.amqp),
+            ("amqp/ssl", self.amqps),
+            ("http", self.http),
+            ("https", self.https),
+            ("http/prometheus", self.metrics),
+            ("https/prometheus", self.metrics_tls),
+        ]
+        .into_iter()
+        .filter_map(|(protocol, addr)| addr.map(|a| hourglass_mgmt::Listener { protocol, port: a.port() }))
+        .collect()
+    }
+
+    /// The address the node reports (the AMQP listener's, else the AMQPS one's).
+    fn ip(&self) -> std::net::IpAddr {
+        let any = self.amqp.or(self.amqps).or(self.http).or(self.https);
+        any.map_or(std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), |a| a.ip())
+    }
+}
+
+/// A listener's port for the API's node listing; 0 where it is off.
+fn port(addr: Option<SocketAddr>) -> u16 {
+    addr.map_or(0, |a| a.port())
+}
+
+fn local_addr(listener: Option<&TcpListener>) -> std::io::Result<SocketAddr> {
+    match listener {
+        Some(listener) => listener.local_addr(),
+        None => Err(std::io::Error::new(std::io::ErrorKind::NotFound, "listener switched off")),
+    }
+}
+
+/// The next socket from the plain or the TLS AMQP listener (whichever exist), and whether it came
+/// over TLS.
+async fn accept_either(
+    plain: Option<&TcpListener>,
+    tls: Option<&TcpListener>,
+) -> (std::io::Result<(tokio::net::TcpStream, SocketAddr)>, bool) {
+    async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+        match listener {
+            Some(listener) => listener.accept().await,
+            None => std::future::pending().await,
+        }
+    }
+    tokio::select! {
+        accepted = accept(plain) => (accepted, false),
+        accepted = accept(tls) => (accepted, true),
+    }
 }
 
 /// A job queue for the management API whose jobs are forwarded, in order, into the broker's input

@@ -1,8 +1,11 @@
-//! Who may log in (SASL PLAIN and AMQPLAIN in connection.start-ok) and which vhosts they may open.
+//! Who may log in (SASL PLAIN, AMQPLAIN and EXTERNAL in connection.start-ok) and which vhosts they
+//! may open.
 //!
-//! Both mechanisms carry a username and password in one response, so authentication is a single
-//! step: we never send connection.secure. Checking credentials is the [`Authenticator`]'s job;
-//! this file only extracts them from the response bytes.
+//! PLAIN and AMQPLAIN carry a username and password in one response; EXTERNAL takes the user name
+//! from the connection's verified TLS client certificate (its subject's CN, as RabbitMQ's
+//! rabbitmq_auth_mechanism_ssl with its default `ssl_cert_login_from = common_name`) and ignores
+//! the response. Each is a single step: we never send connection.secure. Checking credentials is
+//! the [`Authenticator`]'s job; this file only extracts them from the response bytes.
 
 use std::sync::Arc;
 
@@ -12,6 +15,22 @@ use hourglass_wire::{FieldTable, FieldValue};
 
 /// The mechanisms offered in connection.start, space-separated as AMQP 0-9-1 §1.4.2.1 requires.
 pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
+
+/// The same with EXTERNAL, offered only on a connection that presented a verified client
+/// certificate and only when the operator turned EXTERNAL on (RabbitMQ offers a mechanism when it
+/// is in `auth_mechanisms` and its `should_offer(Sock)` agrees; 3.10's EXTERNAL agrees when the
+/// socket has a peer certificate). Last, so a client that takes the first mechanism it knows
+/// keeps logging in with a password as before.
+pub const MECHANISMS_WITH_EXTERNAL: &str = "PLAIN AMQPLAIN EXTERNAL";
+
+/// What the TLS layer verified about the client, handed to the session as data (the session
+/// never sees the socket): present only when the client's certificate chained to the configured
+/// CA.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientCertificate {
+    /// The first common name (CN) of the certificate's subject, if it has one (and it is text).
+    pub common_name: Option<String>,
+}
 
 /// Decides whether a login succeeds and whether a user may open a vhost.
 pub trait Authenticator: Send + Sync {
@@ -24,6 +43,12 @@ pub trait Authenticator: Send + Sync {
         password: &str,
         peer_is_loopback: bool,
     ) -> Result<(), LoginRefused>;
+    /// Ok when `username`, named by a verified client certificate (SASL EXTERNAL), may log in
+    /// from this peer: the user must exist; there is no password to check (RabbitMQ's
+    /// `check_user_login(Username, [])`). Refused unless an implementation says otherwise.
+    fn authenticate_external(&self, _username: &str, _peer_is_loopback: bool) -> Result<(), LoginRefused> {
+        Err(LoginRefused::UnknownUser)
+    }
     /// Whether an authenticated `username` may open `vhost` (connection.open), and with which
     /// configure / write / read permissions.
     fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess;
@@ -49,6 +74,9 @@ pub enum LoginRefused {
     /// The credentials could not be read as a user name and password (not UTF-8, foreign
     /// authzid).
     Unusable,
+    /// EXTERNAL with a client certificate whose subject has no common name to log in as
+    /// (RabbitMQ: "no name found").
+    NoCertificateName,
     /// Too many refused logins from this address are still being answered
     /// ([`crate::LoginLimiter`]); the password was not checked.
     TooManyFailures,
@@ -63,6 +91,7 @@ impl LoginRefused {
             LoginRefused::BlankPassword => "blank password",
             LoginRefused::LoopbackOnly => "user may only log in via localhost",
             LoginRefused::Unusable => "unusable credentials",
+            LoginRefused::NoCertificateName => "no name found in the client certificate",
             LoginRefused::TooManyFailures => "too many failed logins from this address",
         }
     }
@@ -150,6 +179,14 @@ impl Authenticator for StaticUsers {
         Ok(())
     }
 
+    fn authenticate_external(&self, username: &str, peer_is_loopback: bool) -> Result<(), LoginRefused> {
+        let user = self.users.iter().find(|u| u.name == username).ok_or(LoginRefused::UnknownUser)?;
+        if !peer_is_loopback && user.loopback_only {
+            return Err(LoginRefused::LoopbackOnly);
+        }
+        Ok(())
+    }
+
     fn vhost_access(&self, username: &str, vhost: &str) -> VhostAccess {
         if !self.vhosts.iter().any(|v| v == vhost) {
             VhostAccess::NotFound
@@ -182,6 +219,9 @@ pub(crate) enum AuthError {
 pub(crate) enum Mechanism {
     Plain,
     AmqPlain,
+    /// RFC 4422 appendix A: the identity comes from outside SASL (here: the TLS client
+    /// certificate); the response (an authzid, usually empty) is ignored, as RabbitMQ does.
+    External,
 }
 
 impl Mechanism {
@@ -190,6 +230,7 @@ impl Mechanism {
         match name {
             b"PLAIN" => Some(Mechanism::Plain),
             b"AMQPLAIN" => Some(Mechanism::AmqPlain),
+            b"EXTERNAL" => Some(Mechanism::External),
             _ => None,
         }
     }
@@ -198,14 +239,17 @@ impl Mechanism {
         match self {
             Mechanism::Plain => "PLAIN",
             Mechanism::AmqPlain => "AMQPLAIN",
+            Mechanism::External => "EXTERNAL",
         }
     }
 
-    /// Extracts the credentials from a start-ok `response`.
+    /// Extracts the credentials from a start-ok `response` (PLAIN and AMQPLAIN only: EXTERNAL
+    /// carries none).
     pub(crate) fn credentials(self, response: Bytes) -> Result<Credentials, AuthError> {
         match self {
             Mechanism::Plain => plain_credentials(&response),
             Mechanism::AmqPlain => amqplain_credentials(response),
+            Mechanism::External => Err(AuthError::Refused),
         }
     }
 }
@@ -277,5 +321,15 @@ mod tests {
         assert_eq!(users.vhost_access("guest", "/"), VhostAccess::Allowed(Permissions::full()));
         assert_eq!(users.vhost_access("guest", "other"), VhostAccess::NotFound);
         assert_eq!(users.vhost_access("nobody", "/"), VhostAccess::Refused);
+    }
+
+    /// EXTERNAL needs only an existing user, and keeps the loopback-only rule.
+    #[test]
+    fn external_login_needs_an_existing_user() {
+        let users = StaticUsers::default().with_user("cert-user", "unused", false);
+        assert_eq!(users.authenticate_external("cert-user", false), Ok(()));
+        assert_eq!(users.authenticate_external("guest", true), Ok(()));
+        assert_eq!(users.authenticate_external("guest", false), Err(LoginRefused::LoopbackOnly));
+        assert_eq!(users.authenticate_external("nobody", true), Err(LoginRefused::UnknownUser));
     }
 }

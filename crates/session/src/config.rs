@@ -50,6 +50,10 @@ pub struct SessionConfig {
     pub authenticator: Arc<dyn Authenticator>,
     /// Holds the answers to refused logins per source address (shared with the HTTP API).
     pub login_limiter: Arc<LoginLimiter>,
+    /// Offer SASL EXTERNAL to clients that presented a verified TLS certificate (RabbitMQ's
+    /// `auth_mechanisms` with EXTERNAL in it). Off by default, as in RabbitMQ: a certificate
+    /// then logs its CN's user in without a password, which the operator must ask for.
+    pub external_auth: bool,
 }
 
 /// The RabbitMQ release whose AMQP behaviour Hourglass follows (x-death layout, error texts,
@@ -70,6 +74,7 @@ impl SessionConfig {
             cluster_name: "hourglass".to_owned(),
             authenticator,
             login_limiter: Arc::new(LoginLimiter::default()),
+            external_auth: false,
         }
     }
 }
@@ -85,6 +90,7 @@ impl fmt::Debug for SessionConfig {
             .field("version", &self.version)
             .field("hourglass_version", &self.hourglass_version)
             .field("cluster_name", &self.cluster_name)
+            .field("external_auth", &self.external_auth)
             .finish_non_exhaustive()
     }
 }

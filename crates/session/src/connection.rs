@@ -19,6 +19,7 @@ use hourglass_wire::{
 };
 use tracing::{debug, info, warn};
 
+use crate::auth::ClientCertificate;
 use crate::channels::{Channels, Inbound, OnBrokerError};
 use crate::config::SessionConfig;
 use crate::content::UnfinishedContent;
@@ -76,7 +77,7 @@ pub struct PeerInfo {
 ///        │                until the client closes the socket or DRAIN_AFTER_CLOSE_OK_MS)
 ///        └── from any state: EOF, handshake timeout, missed heartbeats, close_forced before Open
 /// ```
-/// There is no `ExpectSecureOk`: PLAIN and AMQPLAIN finish in start-ok, so we never send
+/// There is no `ExpectSecureOk`: PLAIN, AMQPLAIN and EXTERNAL finish in start-ok, so we never send
 /// connection.secure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum State {
@@ -128,6 +129,12 @@ pub struct Connection {
     opened: bool,
     /// True while the client has been told connection.blocked and not yet unblocked.
     blocked_sent: bool,
+    /// The verified TLS client certificate, if the client presented one (offers EXTERNAL).
+    client_certificate: Option<ClientCertificate>,
+    /// The connection came over TLS.
+    over_tls: bool,
+    /// The SASL mechanism of the successful login (PLAIN until one succeeds).
+    login_mechanism: &'static str,
     /// True while the driver does not read the socket for a resource alarm
     /// ([`Connection::set_reading_blocked`]); a heartbeat monitor started meanwhile starts paused.
     reading_blocked: bool,
@@ -166,7 +173,19 @@ impl Connection {
             opened: false,
             blocked_sent: false,
             reading_blocked: false,
+            client_certificate: None,
+            over_tls: false,
+            login_mechanism: "PLAIN",
         }
+    }
+
+    /// Tells a new connection that it runs over TLS and, with `certificate`, that its client
+    /// presented one the TLS layer verified against the configured CA (the session never sees
+    /// the socket): EXTERNAL may then be offered.
+    pub fn over_tls(mut self, certificate: Option<ClientCertificate>) -> Self {
+        self.over_tls = true;
+        self.client_certificate = certificate;
+        self
     }
 
     /// Consumes every complete frame in `input`, leaving a partial frame in place.

@@ -26,7 +26,10 @@ mod heartbeat;
 mod login_limiter;
 mod output;
 
-pub use auth::{Authenticator, LoginRefused, StaticUsers, VhostAccess, MECHANISMS};
+pub use auth::{
+    Authenticator, ClientCertificate, LoginRefused, StaticUsers, VhostAccess, MECHANISMS,
+    MECHANISMS_WITH_EXTERNAL,
+};
 pub use config::{
     SessionConfig, DEFAULT_CHANNEL_MAX, DEFAULT_FRAME_MAX, DEFAULT_HEARTBEAT_S, DEFAULT_MAX_MESSAGE_SIZE,
 };

@@ -57,6 +57,7 @@ impl TestBroker {
             heartbeat_s: 60,
             permissions,
             may_impersonate: false,
+            login: Default::default(),
         };
         self.command(Command::ConnectionOpen { conn, info });
         conn

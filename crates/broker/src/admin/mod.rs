@@ -102,6 +102,7 @@ impl Broker {
             heartbeat_s: 0,
             permissions,
             may_impersonate: false,
+            login: Default::default(),
         };
         self.handle_command(Command::ConnectionOpen { conn: ADMIN_CONNECTION, info }, now);
         let open = Command::Method {

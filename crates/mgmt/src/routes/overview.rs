@@ -96,11 +96,7 @@ async fn overview(
             "connections": connections, "channels": channels, "exchanges": exchanges,
             "queues": queues.len(), "consumers": consumers,
         },
-        "listeners": [
-            listener("amqp", node.amqp_port),
-            listener("http", node.http_port),
-            listener("http/prometheus", node.metrics_port),
-        ],
+        "listeners": node.listeners.iter().map(|l| listener(l.protocol, l.port)).collect::<Vec<_>>(),
         "contexts": [{"node": node.name, "description": "RabbitMQ Management", "path": "/", "port": node.http_port.to_string()}],
     })))
 }
@@ -251,7 +247,7 @@ async fn virtual_hosts(State(state): State<AppState>) -> Result<Response, ApiErr
 
 async fn port_listener(State(state): State<AppState>, Path(port): Path<String>) -> Response {
     let node = &state.node;
-    let ports = [node.amqp_port, node.http_port, node.metrics_port];
+    let ports: Vec<u16> = node.listeners.iter().map(|l| l.port).collect();
     match port.parse::<u16>() {
         Ok(p) if ports.contains(&p) => Json(json!({"status": "ok", "port": p})).into_response(),
         Ok(p) => failed(format!("No active listener on port {p}"), json!({"missing": p, "ports": ports})),
@@ -259,18 +255,19 @@ async fn port_listener(State(state): State<AppState>, Path(port): Path<String>) 
     }
 }
 
-/// Our listeners under RabbitMQ's protocol names (with its aliases for AMQP 0-9-1).
-async fn protocol_listener(Path(protocol): Path<String>) -> Response {
-    const LISTENERS: [&str; 3] = ["amqp", "http", "http/prometheus"];
+/// Our listeners under RabbitMQ's protocol names (`amqp/ssl`, `https`, `https/prometheus` for
+/// TLS), with its aliases for AMQP 0-9-1.
+async fn protocol_listener(State(state): State<AppState>, Path(protocol): Path<String>) -> Response {
     let normalized = match protocol.to_ascii_lowercase().as_str() {
         "amqp" | "amqp091" | "amqp0.9.1" | "amqp0-9-1" | "amqp0_9_1" => "amqp".to_owned(),
         "prometheus" | "http/prometheus" => "http/prometheus".to_owned(),
         other => other.to_owned(),
     };
-    if LISTENERS.contains(&normalized.as_str()) {
+    let protocols: Vec<&str> = state.node.listeners.iter().map(|l| l.protocol).collect();
+    if protocols.contains(&normalized.as_str()) {
         Json(json!({"status": "ok", "protocol": normalized})).into_response()
     } else {
-        failed("No active listener".to_owned(), json!({"missing": normalized, "protocols": LISTENERS}))
+        failed("No active listener".to_owned(), json!({"missing": normalized, "protocols": protocols}))
     }
 }
 

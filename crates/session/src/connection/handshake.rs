@@ -1,7 +1,7 @@
 //! The handshake proper: connection.start, start-ok (login), tune / tune-ok (limits) and open
 //! (vhost), with RabbitMQ's rules and reply texts (rabbit_reader `handle_method0`).
 
-use hourglass_broker::{AmqpError, ClientCapabilities, Command, ConnectionInfo, Timestamp};
+use hourglass_broker::{AmqpError, ClientCapabilities, Command, ConnectionInfo, LoginInfo, Timestamp};
 use hourglass_wire::reply_code::{ACCESS_REFUSED, COMMAND_INVALID, NOT_ALLOWED, SYNTAX_ERROR};
 use hourglass_wire::{
     ConnectionOpen, ConnectionOpenOk, ConnectionStart, ConnectionStartOk, ConnectionTune, ConnectionTuneOk,
@@ -10,7 +10,9 @@ use hourglass_wire::{
 use tracing::{info, warn};
 
 use super::{Connection, State};
-use crate::auth::{AuthError, LoginRefused, Mechanism, VhostAccess, MECHANISMS};
+use crate::auth::{
+    AuthError, Credentials, LoginRefused, Mechanism, VhostAccess, MECHANISMS, MECHANISMS_WITH_EXTERNAL,
+};
 use crate::channels::Channels;
 use crate::config::SessionConfig;
 use crate::heartbeat::Heartbeat;
@@ -44,7 +46,7 @@ impl Connection {
             version_major: 0,
             version_minor: 9,
             server_properties: server_properties(&self.config),
-            mechanisms: LongStr::from(MECHANISMS),
+            mechanisms: LongStr::from(self.mechanisms()),
             locales: LongStr::from("en_US"),
         };
         self.out.method(0, &start.into(), now);
@@ -56,39 +58,55 @@ impl Connection {
         self.client_properties = start_ok.client_properties;
         let on_start_ok = Method::ConnectionStartOk(ConnectionStartOk::default());
         let mechanism = match Mechanism::parse(start_ok.mechanism.as_bytes()) {
-            Some(mechanism) => mechanism,
-            None => {
-                let detail = format!("unknown authentication mechanism '{}'", start_ok.mechanism.as_str());
+            Some(mechanism) if self.offers(mechanism) => mechanism,
+            offered => {
+                // rabbit_reader: a mechanism it knows but did not offer on this socket is
+                // "invalid", one it does not know "unknown"; both 503 COMMAND_INVALID.
+                let word = if offered.is_some() { "invalid" } else { "unknown" };
+                let detail = format!("{word} authentication mechanism '{}'", start_ok.mechanism.as_str());
                 let error = AmqpError::new(COMMAND_INVALID, detail).on(&on_start_ok);
                 return self.close_with(error, now);
             }
         };
-        let credentials = match mechanism.credentials(start_ok.response.into_bytes()) {
-            Ok(credentials) => credentials,
-            Err(AuthError::Malformed(detail)) => {
-                let error = AmqpError::new(SYNTAX_ERROR, detail).on(&on_start_ok);
-                return self.close_with(error, now);
-            }
-            Err(AuthError::Refused) => {
-                return self.refuse_login(mechanism, "<unusable credentials>", LoginRefused::Unusable, now);
-            }
+        let login = match mechanism {
+            Mechanism::External => Login::Certificate(self.certificate_user()),
+            _ => match mechanism.credentials(start_ok.response.into_bytes()) {
+                Ok(credentials) => Login::Password(credentials),
+                Err(AuthError::Malformed(detail)) => {
+                    let error = AmqpError::new(SYNTAX_ERROR, detail).on(&on_start_ok);
+                    return self.close_with(error, now);
+                }
+                Err(AuthError::Refused) => {
+                    return self.refuse_login(
+                        mechanism,
+                        "<unusable credentials>",
+                        LoginRefused::Unusable,
+                        now,
+                    );
+                }
+            },
         };
         let source = self.peer.ip();
         let limiter = self.config.login_limiter.clone();
         if let Some(Admission::Refuse { hold_ms }) = source.map(|ip| limiter.admit(ip, now)) {
             let reason = LoginRefused::TooManyFailures;
-            self.refuse_login(mechanism, &credentials.username, reason, now);
+            self.refuse_login(mechanism, login.username(), reason, now);
             return self.hold_refusal(hold_ms, now);
         }
         let authenticator = &self.config.authenticator;
-        let checked =
-            authenticator.authenticate(&credentials.username, &credentials.password, self.peer.is_loopback);
+        let loopback = self.peer.is_loopback;
+        let checked = match &login {
+            Login::Password(c) => authenticator.authenticate(&c.username, &c.password, loopback),
+            Login::Certificate(Ok(name)) => authenticator.authenticate_external(name, loopback),
+            Login::Certificate(Err(reason)) => Err(*reason),
+        };
         if let Err(reason) = checked {
-            self.refuse_login(mechanism, &credentials.username, reason, now);
+            self.refuse_login(mechanism, login.username(), reason, now);
             let hold_ms = source.map_or(0, |ip| limiter.record_failure(ip, now));
             return self.hold_refusal(hold_ms, now);
         }
-        self.user = Some(credentials.username);
+        self.user = Some(login.username().to_owned());
+        self.login_mechanism = mechanism.name();
         let tune = ConnectionTune {
             channel_max: self.config.channel_max,
             frame_max: self.offered_frame_max(),
@@ -96,6 +114,29 @@ impl Connection {
         };
         self.out.method(0, &tune.into(), now);
         self.state = State::ExpectTuneOk;
+    }
+
+    /// The mechanisms this connection offers: EXTERNAL only when it is turned on and the client
+    /// presented a verified certificate.
+    fn mechanisms(&self) -> &'static str {
+        if self.offers(Mechanism::External) {
+            MECHANISMS_WITH_EXTERNAL
+        } else {
+            MECHANISMS
+        }
+    }
+
+    fn offers(&self, mechanism: Mechanism) -> bool {
+        match mechanism {
+            Mechanism::Plain | Mechanism::AmqPlain => true,
+            Mechanism::External => self.config.external_auth && self.client_certificate.is_some(),
+        }
+    }
+
+    /// The user EXTERNAL logs in as: the certificate subject's CN.
+    fn certificate_user(&self) -> Result<String, LoginRefused> {
+        let certificate = self.client_certificate.as_ref();
+        certificate.and_then(|c| c.common_name.clone()).ok_or(LoginRefused::NoCertificateName)
     }
 
     /// A refused login. A client that announced the `authentication_failure_close` capability gets
@@ -182,8 +223,28 @@ impl Connection {
             heartbeat_s: self.heartbeat_s,
             may_impersonate,
             permissions,
+            login: LoginInfo { mechanism: self.login_mechanism, tls: self.over_tls },
         };
         self.commands.push_back(Command::ConnectionOpen { conn: self.id, info });
+    }
+}
+
+/// Who a start-ok asks to log in as.
+enum Login {
+    /// PLAIN or AMQPLAIN: a user name and password to check.
+    Password(Credentials),
+    /// EXTERNAL: the name the client certificate gives, or why it gives none.
+    Certificate(Result<String, LoginRefused>),
+}
+
+impl Login {
+    /// The user name for the log (a placeholder when the certificate names nobody).
+    fn username(&self) -> &str {
+        match self {
+            Login::Password(credentials) => &credentials.username,
+            Login::Certificate(Ok(name)) => name,
+            Login::Certificate(Err(_)) => "<no certificate name>",
+        }
     }
 }
 

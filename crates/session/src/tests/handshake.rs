@@ -123,8 +123,8 @@ fn unknown_mechanism_is_command_invalid() {
     let mut c = Client::local();
     c.send_bytes(PROTOCOL_HEADER);
     c.frames();
-    c.send_method(0, start_ok("EXTERNAL", b""));
-    let text = "COMMAND_INVALID - unknown authentication mechanism 'EXTERNAL'";
+    c.send_method(0, start_ok("SCRAM-SHA-256", b""));
+    let text = "COMMAND_INVALID - unknown authentication mechanism 'SCRAM-SHA-256'";
     assert_eq!(c.connection_close(), close_of(503, text, 10, 11));
 }
 

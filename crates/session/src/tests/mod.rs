@@ -200,5 +200,6 @@ mod alarm;
 mod channels;
 mod closing;
 mod content;
+mod external;
 mod handshake;
 mod login;
