@@ -147,6 +147,8 @@ mod tests {
             amqp_port: 1,
             http_port: 2,
             replication_port: 3,
+            amqps_port: None,
+            https_port: None,
         }
     }
 
