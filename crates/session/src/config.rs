@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::auth::Authenticator;
+use crate::client_limits::Occupancy;
 use crate::login_limiter::LoginLimiter;
 
 /// Largest frame we offer in connection.tune: RabbitMQ's `frame_max` default (128 KiB), large
@@ -50,6 +51,9 @@ pub struct SessionConfig {
     pub authenticator: Arc<dyn Authenticator>,
     /// Holds the answers to refused logins per source address (shared with the HTTP API).
     pub login_limiter: Arc<LoginLimiter>,
+    /// Open connections per vhost and user and channels per user, for the limits the
+    /// authenticator knows (`client_limits.rs`); shared by every connection.
+    pub occupancy: Arc<Occupancy>,
 }
 
 /// The RabbitMQ release whose AMQP behaviour Hourglass follows (x-death layout, error texts,
@@ -70,6 +74,7 @@ impl SessionConfig {
             cluster_name: "hourglass".to_owned(),
             authenticator,
             login_limiter: Arc::new(LoginLimiter::default()),
+            occupancy: Arc::new(Occupancy::default()),
         }
     }
 }
