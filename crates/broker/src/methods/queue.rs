@@ -54,6 +54,7 @@ impl Broker {
                     id
                 }
                 None => {
+                    self.check_queue_limit(&vhost, &spec.name)?;
                     self.check_dead_letter_access(conn, &spec)?;
                     self.create_queue(&vhost, spec, now)?
                 }
@@ -308,6 +309,19 @@ impl Broker {
         self.churn.queues_created += 1;
         self.apply_queue_policies(id, now);
         Ok(id)
+    }
+
+    /// The vhost's `max-queues`, checked for a queue that does not exist yet (a redeclare or a
+    /// passive declare of an existing one passes at the limit): RabbitMQ's
+    /// `rabbit_channel:check_vhost_queue_limit`, 406 with its text.
+    fn check_queue_limit(&mut self, vhost: &str, name: &ShortStr) -> Result<(), AmqpError> {
+        let vhost_state = self.vhost_mut(vhost)?;
+        match vhost_state.max_queues {
+            Some(limit) if vhost_state.queues.len() as u64 >= limit => Err(errors::precondition_failed(
+                format!("cannot declare queue '{name}': queue limit in vhost '{vhost}' ({limit}) is reached"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// A new queue with an `x-dead-letter-exchange` needs read on itself and write on the DLX.
