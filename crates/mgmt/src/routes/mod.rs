@@ -6,6 +6,7 @@ mod definitions;
 pub(crate) use connections::connection_name;
 pub(crate) use definitions::import_definitions;
 mod exchanges;
+mod limits;
 mod none_set;
 mod overview;
 mod policies;
@@ -45,6 +46,7 @@ fn api_router(state: AppState) -> Router {
         .merge(bindings::routes())
         .merge(connections::routes())
         .merge(definitions::routes())
+        .merge(limits::routes())
         .merge(none_set::routes())
         .fallback(get(|| async { ApiError::not_found() }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))

@@ -4,13 +4,14 @@
 //! The server keeps it in `<data-dir>/users.snap` (an atomic snapshot file, docs/storage.md), with
 //! [`FILE_SCHEMA_VERSION`] in the snapshot header. `loopback_users` is configuration and is not
 //! saved. Reading checks what the store relies on: known hashing algorithm, patterns that
-//! compile, permissions naming a user and a vhost that exist.
+//! compile, permissions naming a user and a vhost that exist. Limits (users' and vhosts') were
+//! added without a schema change: a file without them reads as "no limits".
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Granted, Permission, State, User, VhostRecord, HASHING_ALGORITHM};
+use super::{Granted, HashingAlgorithm, Limits, Permission, State, User, VhostRecord};
 
 /// The layout of the JSON below; bump it (and read the old one) when it changes.
 pub const FILE_SCHEMA_VERSION: u32 = 1;
@@ -40,6 +41,8 @@ struct SavedUser {
     password_hash: String,
     hashing_algorithm: String,
     tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    limits: BTreeMap<String, i64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -48,6 +51,8 @@ struct SavedVhost {
     description: String,
     tags: Vec<String>,
     default_queue_type: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    limits: BTreeMap<String, i64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -68,8 +73,9 @@ pub(super) fn encode(state: &State) -> Vec<u8> {
             .map(|u| SavedUser {
                 name: u.name.clone(),
                 password_hash: u.password_hash.clone(),
-                hashing_algorithm: HASHING_ALGORITHM.to_owned(),
+                hashing_algorithm: u.hashing_algorithm.name().to_owned(),
                 tags: u.tags.clone(),
+                limits: u.limits.entries().clone(),
             })
             .collect(),
         vhosts: state
@@ -80,6 +86,7 @@ pub(super) fn encode(state: &State) -> Vec<u8> {
                 description: v.description.clone(),
                 tags: v.tags.clone(),
                 default_queue_type: v.default_queue_type.clone(),
+                limits: v.limits.entries().clone(),
             })
             .collect(),
         permissions: state
@@ -107,15 +114,20 @@ pub(super) fn decode(payload: &[u8]) -> Result<State, FileError> {
         serde_json::from_slice(payload).map_err(|e| FileError(format!("users file is not valid: {e}")))?;
     let mut state = State::default();
     for u in file.users {
-        if u.hashing_algorithm != HASHING_ALGORITHM {
+        let Some(hashing_algorithm) = HashingAlgorithm::parse(&u.hashing_algorithm) else {
             return Err(FileError(format!(
                 "user {}: unsupported hashing_algorithm {}",
                 u.name, u.hashing_algorithm
             )));
-        }
-        state
-            .users
-            .insert(u.name.clone(), User { name: u.name, password_hash: u.password_hash, tags: u.tags });
+        };
+        let user = User {
+            name: u.name.clone(),
+            password_hash: u.password_hash,
+            hashing_algorithm,
+            tags: u.tags,
+            limits: Limits::from_entries(u.limits),
+        };
+        state.users.insert(u.name, user);
     }
     for v in file.vhosts {
         let record = VhostRecord {
@@ -123,6 +135,7 @@ pub(super) fn decode(payload: &[u8]) -> Result<State, FileError> {
             description: v.description,
             tags: v.tags,
             default_queue_type: v.default_queue_type,
+            limits: Limits::from_entries(v.limits),
         };
         state.vhosts.insert(v.name, record);
     }
@@ -156,6 +169,21 @@ mod tests {
             .unwrap();
         let p = Permission { configure: "^bob-".into(), ..Permission::full("bob", "dev") };
         store.put_permission(p.clone()).unwrap();
+        let md5 = HashingAlgorithm::Md5;
+        let carol = User {
+            name: "carol".into(),
+            password_hash: md5.hash_with_salt(&[9, 8, 7, 6], "old"),
+            hashing_algorithm: md5,
+            tags: vec![],
+            limits: Limits::default()
+                .with(super::super::LimitsOf::User, "max-channels", &serde_json::json!(3))
+                .unwrap(),
+        };
+        store.put_user(carol).unwrap();
+        let limits = Limits::default()
+            .with(super::super::LimitsOf::Vhost, "max-queues", &serde_json::json!(-1))
+            .unwrap();
+        store.set_vhost_limits("dev", limits.clone()).unwrap();
         let bytes = encode(&store.read());
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(!text.contains("secret"), "{text}");
@@ -164,6 +192,8 @@ mod tests {
         assert_eq!(back.vhosts(), store.vhosts());
         assert_eq!(back.permissions(), store.permissions());
         assert!(back.check_login("bob", "secret", false).is_ok());
+        assert!(back.check_login("carol", "old", false).is_ok(), "an MD5 hash keeps its algorithm");
+        assert_eq!(back.vhost("dev").unwrap().limits, limits, "-1 kept as given");
         assert_eq!(back.permission("dev", "bob"), Some(p));
     }
 
