@@ -142,8 +142,13 @@ impl Server {
         let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock, Some(store_tx)));
         // One failed-login slowdown for AMQP and HTTP: a guesser gains nothing by switching.
         let logins = Arc::new(hourglass_session::LoginLimiter::new(config.login_failure_delay_ms));
-        let session_config =
-            Arc::new(SessionConfig { login_limiter: logins.clone(), ..SessionConfig::new(users.clone()) });
+        let session_config = Arc::new(SessionConfig {
+            login_limiter: logins.clone(),
+            max_message_size: config.amqp.max_message_size,
+            channel_max: config.amqp.channel_max,
+            frame_max: config.amqp.frame_max,
+            ..SessionConfig::new(users.clone())
+        });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (alarm_tx, alarm_rx) = watch::channel(ResourceStatus::default());
         let limits = alarm::Limits {
