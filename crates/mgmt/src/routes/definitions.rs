@@ -187,6 +187,7 @@ async fn import(
 /// `load_definitions`.
 pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> Result<(), ApiError> {
     let auth = AuthUser { name: user.to_owned(), tags: vec!["administrator".to_owned()] };
+    check_queue_limits(state, body).await?;
     for v in items(body, "vhosts")? {
         let name = required(v, "name")?.to_owned();
         let meta = v.get("metadata").cloned().unwrap_or(Value::Null);
@@ -250,7 +251,6 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
         let spec = super::policies::policy_spec(required(p, "name")?, p)?;
         super::policies::set(state, PolicyKind::User, vhost, spec).await?;
     }
-    check_queue_limits(state, body).await?;
     for x in items(body, "exchanges")? {
         let vhost = required(x, "vhost")?.to_owned();
         super::require_vhost(state, &vhost)?;
