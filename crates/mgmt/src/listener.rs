@@ -146,7 +146,7 @@ async fn serve_connection(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.request_timeout)
         .max_headers(HTTP_HEADERS_MAX)
-        .max_buf_size(HTTP_HEAD_MAX_BYTES);
+        .max_header_size(HTTP_HEAD_MAX_BYTES);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     tokio::select! {

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use crate::client::{segment, Client};
 use crate::output::Format;
 
+mod limits;
 mod node;
 
 /// What rabbitmqctl refuses with an error of its own name and a sysexits code.
@@ -180,6 +181,35 @@ pub enum Command {
         queue: String,
         receipt_handle: String,
         timeout_ms: u64,
+    },
+    /// Replaces the vhost's limits with a JSON object: `{"max-connections": 10, "max-queues": 100}`
+    /// (-1: no limit, 0: none allowed).
+    SetVhostLimits {
+        definition: String,
+    },
+    /// Removes every limit of the vhost.
+    ClearVhostLimits,
+    /// The vhost's limits as JSON; `--global`: every vhost's.
+    ListVhostLimits {
+        #[arg(long)]
+        global: bool,
+    },
+    /// Sets the named user limits (`{"max-connections": 2, "max-channels": 20}`), keeping others.
+    SetUserLimits {
+        username: String,
+        definition: String,
+    },
+    /// Removes one limit of the user (`max-connections`, `max-channels`) or `all`.
+    ClearUserLimits {
+        username: String,
+        limit: String,
+    },
+    /// The user's limits as JSON (`--user`, guest by default); `--global`: every user's.
+    ListUserLimits {
+        #[arg(long, default_value = "guest")]
+        user: String,
+        #[arg(long)]
+        global: bool,
     },
     /// Writes the definitions as JSON to a file, or to stdout with `-`.
     ExportDefinitions {
@@ -400,6 +430,18 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             client.post(&format!("/api/queues/{v}/{}/visibility", segment(&queue)), &body)?;
             Ok(String::new())
         }
+        Command::SetVhostLimits { definition } => {
+            limits::set_vhost_limits(client, vhost, &definition, format)
+        }
+        Command::ClearVhostLimits => limits::clear_vhost_limits(client, vhost, format),
+        Command::ListVhostLimits { global } => limits::list_vhost_limits(client, vhost, global, format),
+        Command::SetUserLimits { username, definition } => {
+            limits::set_user_limits(client, &username, &definition, format)
+        }
+        Command::ClearUserLimits { username, limit } => {
+            limits::clear_user_limits(client, &username, &limit, format)
+        }
+        Command::ListUserLimits { user, global } => limits::list_user_limits(client, &user, global, format),
         Command::ExportDefinitions { path } => {
             let text = serde_json::to_string_pretty(&client.get("/api/definitions")?)?;
             if path == "-" {
