@@ -219,6 +219,26 @@ fn limit_verbs_against_a_running_broker() {
     assert_eq!(ctl(&url, &["list_user_limits"]).1, "{}\n", "guest by default");
 }
 
+/// The topic permission verbs: set, list (rabbitmqctl's columns), clear one exchange's, clear all.
+#[test]
+fn topic_permission_verbs_against_a_running_broker() {
+    let url = start_broker();
+    assert!(ctl(&url, &["add_user", "tp", "pw"]).0);
+    assert!(ctl(&url, &["set_topic_permissions", "tp", "amq.topic", "^tp\\.", "^r\\."]).0);
+    assert!(ctl(&url, &["set_topic_permissions", "tp", "logs", ".*", ""]).0);
+    let (_, out, _) = ctl_as_typed(&url, &["list_topic_permissions"]);
+    assert_eq!(
+        out,
+        "Listing topic permissions for vhost \"/\" ...\nuser\texchange\twrite\tread\ntp\tamq.topic\t^tp\\.\t^r\\.\ntp\tlogs\t.*\t\n"
+    );
+    assert!(ctl(&url, &["clear_topic_permissions", "tp", "logs"]).0);
+    assert_eq!(ctl(&url, &["list_topic_permissions"]).1, "tp\tamq.topic\t^tp\\.\t^r\\.\n");
+    let (ok, _, err) = ctl(&url, &["set_topic_permissions", "tp", "amq.topic", "(", ""]);
+    assert!(!ok && err.contains("400"), "{err}");
+    assert!(ctl(&url, &["clear_topic_permissions", "tp"]).0);
+    assert_eq!(ctl(&url, &["list_topic_permissions"]).1, "");
+}
+
 /// The time verbs: a message published through the API into a delay queue is listed, rescheduled
 /// and cancelled; a visibility change with an unknown receipt handle is refused with 404.
 #[test]

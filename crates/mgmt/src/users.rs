@@ -18,6 +18,7 @@
 mod file;
 mod hashing;
 mod limits;
+mod topics;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -30,6 +31,7 @@ pub use file::{FileError, FILE_SCHEMA_VERSION};
 pub use hashing::HashingAlgorithm;
 use hashing::SALT_BYTES;
 pub use limits::{Limits, LimitsOf, USER_LIMIT_NAMES, VHOST_LIMIT_NAMES};
+pub use topics::TopicPermission;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct User {
@@ -76,6 +78,8 @@ struct State {
     vhosts: BTreeMap<String, VhostRecord>,
     /// Keyed by (vhost, user).
     permissions: BTreeMap<(String, String), Granted>,
+    /// Keyed by (vhost, user, exchange); compiled into the (vhost, user) entry of `permissions`.
+    topic_permissions: BTreeMap<(String, String, String), TopicPermission>,
     /// Users that may log in only from a loopback address (RabbitMQ's `loopback_users`).
     loopback_users: Vec<String>,
 }
@@ -208,6 +212,7 @@ impl UserStore {
     pub fn delete_user(&self, name: &str) -> Result<bool, StoreError> {
         self.update(|state| {
             state.permissions.retain(|(_, user), _| user != name);
+            state.topic_permissions.retain(|(_, user, _), _| user != name);
             Ok(state.users.remove(name).is_some())
         })
     }
@@ -231,6 +236,7 @@ impl UserStore {
     pub fn delete_vhost(&self, name: &str) -> Result<bool, StoreError> {
         self.update(|state| {
             state.permissions.retain(|(vhost, _), _| vhost != name);
+            state.topic_permissions.retain(|(vhost, _, _), _| vhost != name);
             Ok(state.vhosts.remove(name).is_some())
         })
     }
@@ -245,7 +251,8 @@ impl UserStore {
 
     /// Sets a user's permissions in a vhost; returns the compiled set for open connections.
     pub fn put_permission(&self, permission: Permission) -> Result<Arc<Permissions>, StoreError> {
-        let granted = Granted::compile(permission)?;
+        let topics = topics::of(&self.read(), &permission.vhost, &permission.user);
+        let granted = Granted::compile(permission, &topics)?;
         let compiled = granted.compiled.clone();
         self.update(|state| {
             let (user, vhost) = (&granted.permission.user, &granted.permission.vhost);
@@ -401,8 +408,11 @@ impl Permission {
 }
 
 impl Granted {
-    fn compile(permission: Permission) -> Result<Granted, StoreError> {
+    /// Compiles an entry with the user's topic permissions in that vhost,
+    /// `(exchange, write, read)`.
+    fn compile(permission: Permission, topics: &[(String, String, String)]) -> Result<Granted, StoreError> {
         let compiled = Permissions::compile(&permission.configure, &permission.write, &permission.read)
+            .and_then(|p| p.with_topics(topics, &permission.user, &permission.vhost))
             .map_err(StoreError::InvalidPattern)?;
         Ok(Granted { permission, compiled: Arc::new(compiled) })
     }

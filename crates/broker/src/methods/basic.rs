@@ -38,6 +38,7 @@ impl Broker {
     ) -> Result<(), AmqpError> {
         // rabbit_channel checks write on the exchange before looking it up.
         self.check_access(conn, Access::Write, Resource::Exchange, &publish.exchange.as_str())?;
+        self.check_topic_access(conn, Access::Write, &publish.exchange, &publish.routing_key.as_str())?;
         let mut publish = publish;
         self.address_replies(conn, ch, &mut publish)?;
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };

@@ -114,7 +114,7 @@ impl Broker {
         // the default exchange is refused, and another connection's exclusive queue is 405
         // RESOURCE_LOCKED (the Java client's `QueueExclusivity#queueExclusiveForUnbind`).
         let queue_name = self.queue_name_or_last(conn, ch, &m.queue)?;
-        self.check_binding_access(conn, &m.exchange, Resource::Queue, &queue_name)?;
+        self.check_binding_access(conn, &m.exchange, Resource::Queue, &queue_name, &m.routing_key)?;
         if let Ok(id) = self.lookup_queue(&vhost_name, &queue_name) {
             self.check_exclusive_access(id, conn)?;
             let binding = Binding {
@@ -377,7 +377,7 @@ impl Broker {
         arguments: &hourglass_wire::FieldTable,
     ) -> Result<(Binding, ShortStr), AmqpError> {
         let queue_name = self.queue_name_or_last(conn, ch, queue)?;
-        self.check_binding_access(conn, exchange, Resource::Queue, &queue_name)?;
+        self.check_binding_access(conn, exchange, Resource::Queue, &queue_name, routing_key)?;
         let id = self.lookup_queue(vhost_name, &queue_name)?;
         let vhost = &self.vhosts[vhost_name];
         let source =

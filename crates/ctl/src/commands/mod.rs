@@ -211,6 +211,21 @@ pub enum Command {
         #[arg(long)]
         global: bool,
     },
+    /// Sets the user's topic permission on EXCHANGE in the vhost: WRITE and READ patterns on
+    /// routing keys (`{username}`, `{vhost}` expanded).
+    SetTopicPermissions {
+        username: String,
+        exchange: String,
+        write: String,
+        read: String,
+    },
+    /// Removes the user's topic permissions in the vhost (only EXCHANGE's when given).
+    ClearTopicPermissions {
+        username: String,
+        exchange: Option<String>,
+    },
+    /// Topic permissions of the vhost: user, exchange, write, read.
+    ListTopicPermissions,
     /// Writes the definitions as JSON to a file, or to stdout with `-`.
     ExportDefinitions {
         path: String,
@@ -442,6 +457,22 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             limits::clear_user_limits(client, &username, &limit, format)
         }
         Command::ListUserLimits { user, global } => limits::list_user_limits(client, &user, global, format),
+        Command::SetTopicPermissions { username, exchange, write, read } => {
+            let body = json!({"exchange": exchange, "write": write, "read": read});
+            client.put(&format!("/api/topic-permissions/{v}/{}", segment(&username)), &body)?;
+            Ok(String::new())
+        }
+        Command::ClearTopicPermissions { username, exchange } => {
+            let only = exchange.map(|x| format!("?exchange={}", segment(&x))).unwrap_or_default();
+            client.delete(&format!("/api/topic-permissions/{v}/{}{only}", segment(&username)))?;
+            Ok(String::new())
+        }
+        Command::ListTopicPermissions => Ok(format.listing(
+            &format!("Listing topic permissions for vhost \"{vhost}\" ..."),
+            &client.get(&format!("/api/vhosts/{v}/topic-permissions"))?,
+            &[],
+            &["user", "exchange", "write", "read"],
+        )),
         Command::ExportDefinitions { path } => {
             let text = serde_json::to_string_pretty(&client.get("/api/definitions")?)?;
             if path == "-" {

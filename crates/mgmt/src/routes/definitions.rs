@@ -1,5 +1,5 @@
-//! /api/definitions: export and import users, vhosts, permissions, policies, exchanges, queues,
-//! bindings in RabbitMQ's format (operator policies are not part of the file, as in RabbitMQ).
+//! /api/definitions: export and import users, vhosts, permissions, topic permissions, policies,
+//! exchanges, queues, bindings in RabbitMQ's format (operator policies are not part of the file, as in RabbitMQ).
 //! Limits travel as RabbitMQ 3.10 writes them: a user's in `users[].limits`, a vhost's as a
 //! `vhost-limits` runtime parameter in `parameters` (and, for show, as pairs in
 //! `vhosts[].limits`, which an import also reads); other parameters are ignored on import.
@@ -147,7 +147,7 @@ async fn export_document(state: &AppState) -> Result<Value, ApiError> {
             "limits": v.limits.entries().iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "permissions": state.users.permissions().iter().map(super::users::permission_json).collect::<Vec<_>>(),
-        "topic_permissions": [],
+        "topic_permissions": state.users.topic_permissions().iter().map(super::topic_permissions::topic_permission_json).collect::<Vec<_>>(),
         "parameters": state.users.vhosts().iter().filter(|v| !v.limits.is_empty()).map(|v| json!({
             "vhost": v.name, "component": VHOST_LIMITS_COMPONENT, "name": "limits", "value": v.limits.to_json(),
         })).collect::<Vec<_>>(),
@@ -243,6 +243,18 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
             configure: required(p, "configure")?.to_owned(),
             write: required(p, "write")?.to_owned(),
             read: required(p, "read")?.to_owned(),
+        })?;
+        super::push_permissions(state, user, vhost).await?;
+    }
+    for t in items(body, "topic_permissions")? {
+        let (user, vhost) = (required(t, "user")?, required(t, "vhost")?);
+        super::require_vhost(state, vhost)?;
+        state.users.put_topic_permission(crate::users::TopicPermission {
+            user: user.to_owned(),
+            vhost: vhost.to_owned(),
+            exchange: required(t, "exchange")?.to_owned(),
+            write: required(t, "write")?.to_owned(),
+            read: required(t, "read")?.to_owned(),
         })?;
         super::push_permissions(state, user, vhost).await?;
     }

@@ -12,6 +12,7 @@ mod overview;
 mod policies;
 mod queues;
 mod time;
+mod topic_permissions;
 mod users;
 mod vhosts;
 
@@ -47,6 +48,7 @@ fn api_router(state: AppState) -> Router {
         .merge(connections::routes())
         .merge(definitions::routes())
         .merge(limits::routes())
+        .merge(topic_permissions::routes())
         .merge(none_set::routes())
         .fallback(get(|| async { ApiError::not_found() }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))

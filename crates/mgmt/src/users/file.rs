@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Granted, HashingAlgorithm, Limits, Permission, State, User, VhostRecord};
+use super::{Granted, HashingAlgorithm, Limits, Permission, State, TopicPermission, User, VhostRecord};
 
 /// The layout of the JSON below; bump it (and read the old one) when it changes.
 pub const FILE_SCHEMA_VERSION: u32 = 1;
@@ -33,6 +33,17 @@ struct SavedFile {
     users: Vec<SavedUser>,
     vhosts: Vec<SavedVhost>,
     permissions: Vec<SavedPermission>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    topic_permissions: Vec<SavedTopicPermission>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedTopicPermission {
+    user: String,
+    vhost: String,
+    exchange: String,
+    write: String,
+    read: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -103,6 +114,17 @@ pub(super) fn encode(state: &State) -> Vec<u8> {
                 }
             })
             .collect(),
+        topic_permissions: state
+            .topic_permissions
+            .values()
+            .map(|t| SavedTopicPermission {
+                user: t.user.clone(),
+                vhost: t.vhost.clone(),
+                exchange: t.exchange.clone(),
+                write: t.write.clone(),
+                read: t.read.clone(),
+            })
+            .collect(),
     };
     // Serialising plain strings and vectors to a Vec cannot fail.
     serde_json::to_vec_pretty(&file).expect("plain data serialises")
@@ -139,6 +161,24 @@ pub(super) fn decode(payload: &[u8]) -> Result<State, FileError> {
         };
         state.vhosts.insert(v.name, record);
     }
+    for t in file.topic_permissions {
+        if !state.users.contains_key(&t.user) || !state.vhosts.contains_key(&t.vhost) {
+            return Err(FileError(format!(
+                "topic permission of {} on {}: no such user or vhost",
+                t.user, t.vhost
+            )));
+        }
+        let topic = TopicPermission {
+            user: t.user,
+            vhost: t.vhost,
+            exchange: t.exchange,
+            write: t.write,
+            read: t.read,
+        };
+        state
+            .topic_permissions
+            .insert((topic.vhost.clone(), topic.user.clone(), topic.exchange.clone()), topic);
+    }
     let mut permissions = BTreeMap::new();
     for p in file.permissions {
         if !state.users.contains_key(&p.user) || !state.vhosts.contains_key(&p.vhost) {
@@ -146,7 +186,8 @@ pub(super) fn decode(payload: &[u8]) -> Result<State, FileError> {
         }
         let permission =
             Permission { user: p.user, vhost: p.vhost, configure: p.configure, write: p.write, read: p.read };
-        let granted = Granted::compile(permission).map_err(|e| FileError(e.to_string()))?;
+        let topics = super::topics::of(&state, &permission.vhost, &permission.user);
+        let granted = Granted::compile(permission, &topics).map_err(|e| FileError(e.to_string()))?;
         permissions.insert((granted.permission.vhost.clone(), granted.permission.user.clone()), granted);
     }
     state.permissions = permissions;
