@@ -303,6 +303,9 @@ fn log_start(
         queue_resident_bytes = config.paging.max_resident_bytes,
         login_failure_delay_ms = config.login_failure_delay_ms,
         max_connections,
+        max_message_size = config.amqp.max_message_size,
+        channel_max = config.amqp.channel_max,
+        frame_max = config.amqp.frame_max,
         %loopback_users,
         "limits"
     );

@@ -222,7 +222,8 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
                 (None, None) => (String::new(), Default::default()),
             };
         let limits = match u.get("limits") {
-            None | Some(Value::Null) => Limits::default(),
+            // A file without limits (older exports) leaves the user's as they are.
+            None | Some(Value::Null) => state.users.user(&name).map(|u| u.limits).unwrap_or_default(),
             Some(limits) => Limits::from_json(LimitsOf::User, limits)
                 .map_err(|e| ApiError::bad_request(format!("user {name}: {e}")))?,
         };
