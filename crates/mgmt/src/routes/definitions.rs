@@ -207,34 +207,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
         state.broker.run(move |b, _| b.add_vhost(&name)).await?;
     }
     let vhost_limits = vhost_limits(body)?;
-    for u in items(body, "users")? {
-        let name = required(u, "name")?.to_owned();
-        // No one could log in as "" and it cannot be named in a URL: RabbitMQ refuses it too.
-        if name.is_empty() {
-            return Err(ApiError::bad_request("user name must not be empty"));
-        }
-        let algorithm = super::users::hashing_algorithm(u)
-            .map_err(|e| ApiError::bad_request(format!("user {name}: {}", e.reason)))?;
-        let (password_hash, hashing_algorithm) =
-            match (str_field(u, "password_hash")?, str_field(u, "password")?) {
-                (Some(hash), _) => (hash.to_owned(), algorithm),
-                (None, Some(password)) => (state.users.hash_password(password), Default::default()),
-                (None, None) => (String::new(), Default::default()),
-            };
-        let limits = match u.get("limits") {
-            // A file without limits (older exports) leaves the user's as they are.
-            None | Some(Value::Null) => state.users.user(&name).map(|u| u.limits).unwrap_or_default(),
-            Some(limits) => Limits::from_json(LimitsOf::User, limits)
-                .map_err(|e| ApiError::bad_request(format!("user {name}: {e}")))?,
-        };
-        state.users.put_user(User {
-            name,
-            password_hash,
-            hashing_algorithm,
-            tags: tags_field(u)?,
-            limits,
-        })?;
-    }
+    import_users(state, body)?;
     for p in items(body, "permissions")? {
         let (user, vhost) = (required(p, "user")?, required(p, "vhost")?);
         super::require_vhost(state, vhost)?;
@@ -247,18 +220,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
         })?;
         super::push_permissions(state, user, vhost).await?;
     }
-    for t in items(body, "topic_permissions")? {
-        let (user, vhost) = (required(t, "user")?, required(t, "vhost")?);
-        super::require_vhost(state, vhost)?;
-        state.users.put_topic_permission(crate::users::TopicPermission {
-            user: user.to_owned(),
-            vhost: vhost.to_owned(),
-            exchange: required(t, "exchange")?.to_owned(),
-            write: required(t, "write")?.to_owned(),
-            read: required(t, "read")?.to_owned(),
-        })?;
-        super::push_permissions(state, user, vhost).await?;
-    }
+    import_topic_permissions(state, body).await?;
     for p in items(body, "policies")? {
         let vhost = required(p, "vhost")?.to_owned();
         let spec = super::policies::policy_spec(required(p, "name")?, p)?;
@@ -304,6 +266,56 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
     for (vhost, limits) in vhost_limits {
         super::require_vhost(state, &vhost)?;
         super::limits::set_vhost_limits(state, &vhost, limits).await?;
+    }
+    Ok(())
+}
+
+/// The `users` section: hashes keep their algorithm, limits come along (RabbitMQ's `put_user`).
+fn import_users(state: &AppState, body: &Value) -> Result<(), ApiError> {
+    for u in items(body, "users")? {
+        let name = required(u, "name")?.to_owned();
+        // No one could log in as "" and it cannot be named in a URL: RabbitMQ refuses it too.
+        if name.is_empty() {
+            return Err(ApiError::bad_request("user name must not be empty"));
+        }
+        let algorithm = super::users::hashing_algorithm(u)
+            .map_err(|e| ApiError::bad_request(format!("user {name}: {}", e.reason)))?;
+        let (password_hash, hashing_algorithm) =
+            match (str_field(u, "password_hash")?, str_field(u, "password")?) {
+                (Some(hash), _) => (hash.to_owned(), algorithm),
+                (None, Some(password)) => (state.users.hash_password(password), Default::default()),
+                (None, None) => (String::new(), Default::default()),
+            };
+        let limits = match u.get("limits") {
+            // A file without limits (older exports) leaves the user's as they are.
+            None | Some(Value::Null) => state.users.user(&name).map(|u| u.limits).unwrap_or_default(),
+            Some(limits) => Limits::from_json(LimitsOf::User, limits)
+                .map_err(|e| ApiError::bad_request(format!("user {name}: {e}")))?,
+        };
+        state.users.put_user(User {
+            name,
+            password_hash,
+            hashing_algorithm,
+            tags: tags_field(u)?,
+            limits,
+        })?;
+    }
+    Ok(())
+}
+
+/// The `topic_permissions` section, pushed to the users' open connections.
+async fn import_topic_permissions(state: &AppState, body: &Value) -> Result<(), ApiError> {
+    for t in items(body, "topic_permissions")? {
+        let (user, vhost) = (required(t, "user")?, required(t, "vhost")?);
+        super::require_vhost(state, vhost)?;
+        state.users.put_topic_permission(crate::users::TopicPermission {
+            user: user.to_owned(),
+            vhost: vhost.to_owned(),
+            exchange: required(t, "exchange")?.to_owned(),
+            write: required(t, "write")?.to_owned(),
+            read: required(t, "read")?.to_owned(),
+        })?;
+        super::push_permissions(state, user, vhost).await?;
     }
     Ok(())
 }
