@@ -245,6 +245,17 @@ impl PartialEq for Permissions {
     }
 }
 
+/// RabbitMQ's 403 text (3.x: `access to queue 'q' in vhost '/' refused for user 'bob'`).
+fn refusal(info: &crate::api::ConnectionInfo, resource: Resource, name: &str) -> AmqpError {
+    let shown = if resource == Resource::Exchange && name.is_empty() { "amq.default" } else { name };
+    errors::access_refused(format!(
+        "access to {} '{shown}' in vhost '{}' refused for user '{}'",
+        resource.kind(),
+        info.vhost,
+        info.user
+    ))
+}
+
 impl Broker {
     /// 403 ACCESS_REFUSED unless the connection's user has `access` to the named resource in its
     /// vhost, with RabbitMQ's text (3.x: `access to queue 'q' in vhost '/' refused for user
@@ -261,13 +272,27 @@ impl Broker {
         if info.permissions.allows(access, resource, name) {
             return Ok(());
         }
-        let shown = if resource == Resource::Exchange && name.is_empty() { "amq.default" } else { name };
-        Err(errors::access_refused(format!(
-            "access to {} '{shown}' in vhost '{}' refused for user '{}'",
-            resource.kind(),
-            info.vhost,
-            info.user
-        )))
+        Err(refusal(info, resource, name))
+    }
+
+    /// basic.publish's checks with one connection lookup: write on the exchange, then (topic
+    /// permissions set) write on the routing key.
+    pub(crate) fn check_publish_access(
+        &self,
+        conn: ConnectionId,
+        exchange: &hourglass_wire::ShortStr,
+        routing_key: &hourglass_wire::ShortStr,
+    ) -> Result<(), AmqpError> {
+        let Some(connection) = self.connections.get(&conn) else { return Ok(()) };
+        let info = &connection.info;
+        let name = exchange.as_str();
+        if !info.permissions.allows(Access::Write, Resource::Exchange, &name) {
+            return Err(refusal(info, Resource::Exchange, &name));
+        }
+        if info.permissions.topics.is_empty() {
+            return Ok(());
+        }
+        self.check_topic_access(conn, Access::Write, exchange, &routing_key.as_str())
     }
 
     /// 403 ACCESS_REFUSED unless the user's topic permissions allow `access` with `routing_key`
