@@ -132,4 +132,4 @@ pub fn metrics_router(state: AppState) -> axum::Router {
     metrics::router(state)
 }
 
-pub use listener::{serve, HttpLimits, HTTP_HEADERS_MAX, HTTP_HEAD_MAX_BYTES};
+pub use listener::{serve, HttpLimits};
