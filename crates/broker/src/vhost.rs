@@ -14,13 +14,20 @@ pub(crate) struct VHost {
     pub queues: HashMap<ShortStr, QueueId>,
     /// Policies and operator policies (semantics §6).
     pub policies: Policies,
+    /// RabbitMQ's vhost limit `max-queues` (`None`: no limit), checked when queue.declare would
+    /// create a queue; set by the management side (`Broker::set_vhost_max_queues`).
+    pub max_queues: Option<u64>,
 }
 
 impl VHost {
     /// A vhost with the default exchange and the `amq.*` exchanges every RabbitMQ vhost has.
     pub fn new() -> Self {
-        let mut vhost =
-            VHost { exchanges: HashMap::new(), queues: HashMap::new(), policies: Policies::default() };
+        let mut vhost = VHost {
+            exchanges: HashMap::new(),
+            queues: HashMap::new(),
+            policies: Policies::default(),
+            max_queues: None,
+        };
         let standard = [
             ("", ExchangeKind::Direct),
             ("amq.direct", ExchangeKind::Direct),

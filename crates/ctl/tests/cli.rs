@@ -185,6 +185,60 @@ fn rabbitmqctl_verbs_against_a_running_broker() {
     assert!(ctl(&url, &["delete_vhost", "dev"]).0);
 }
 
+/// The limit verbs: set_vhost_limits replaces the vhost's limits, set_user_limits adds to the
+/// user's, list_* print rabbitmqctl's JSON object (or rows with --global), clear_* remove them;
+/// a bad definition fails with the API's 400 and RabbitMQ's validation text.
+#[test]
+fn limit_verbs_against_a_running_broker() {
+    let url = start_broker();
+    assert!(ctl(&url, &["add_user", "lim", "pw"]).0);
+    let (ok, out, err) =
+        ctl_as_typed(&url, &["set_vhost_limits", r#"{"max-connections": 10, "max-queues": 5}"#]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "Setting vhost limits to \"{\"max-connections\": 10, \"max-queues\": 5}\" for vhost \"/\" ...\n"
+    );
+    assert!(ctl(&url, &["set_vhost_limits", r#"{"max-queues": -1}"#]).0);
+    assert_eq!(ctl(&url, &["list_vhost_limits"]).1, "{\"max-queues\":-1}\n", "replaced, -1 kept");
+    assert_eq!(ctl(&url, &["list_vhost_limits", "--global"]).1, "/\t{\"max-queues\":-1}\n");
+    let (ok, _, err) = ctl(&url, &["set_vhost_limits", r#"{"max-conn": 1}"#]);
+    assert!(!ok && err.contains("400") && err.contains("Unrecognised terms"), "{err}");
+    assert!(ctl(&url, &["clear_vhost_limits"]).0);
+    assert_eq!(ctl(&url, &["list_vhost_limits"]).1, "{}\n");
+
+    assert!(ctl(&url, &["set_user_limits", "lim", r#"{"max-connections": 2}"#]).0);
+    assert!(ctl(&url, &["set_user_limits", "lim", r#"{"max-channels": 20}"#]).0);
+    let (_, out, _) = ctl(&url, &["list_user_limits", "--user", "lim"]);
+    assert_eq!(out, "{\"max-channels\":20,\"max-connections\":2}\n", "added, not replaced");
+    let (_, out, _) = ctl_as_typed(&url, &["clear_user_limits", "lim", "max-channels"]);
+    assert_eq!(out, "Clearing \"max-channels\" limit for user \"lim\" ...\n");
+    assert_eq!(ctl(&url, &["list_user_limits", "--global"]).1, "lim\t{\"max-connections\":2}\n");
+    assert!(ctl(&url, &["clear_user_limits", "lim", "all"]).0);
+    assert_eq!(ctl(&url, &["list_user_limits", "--user", "lim"]).1, "{}\n");
+    assert_eq!(ctl(&url, &["list_user_limits"]).1, "{}\n", "guest by default");
+}
+
+/// The topic permission verbs: set, list (rabbitmqctl's columns), clear one exchange's, clear all.
+#[test]
+fn topic_permission_verbs_against_a_running_broker() {
+    let url = start_broker();
+    assert!(ctl(&url, &["add_user", "tp", "pw"]).0);
+    assert!(ctl(&url, &["set_topic_permissions", "tp", "amq.topic", "^tp\\.", "^r\\."]).0);
+    assert!(ctl(&url, &["set_topic_permissions", "tp", "logs", ".*", ""]).0);
+    let (_, out, _) = ctl_as_typed(&url, &["list_topic_permissions"]);
+    assert_eq!(
+        out,
+        "Listing topic permissions for vhost \"/\" ...\nuser\texchange\twrite\tread\ntp\tamq.topic\t^tp\\.\t^r\\.\ntp\tlogs\t.*\t\n"
+    );
+    assert!(ctl(&url, &["clear_topic_permissions", "tp", "logs"]).0);
+    assert_eq!(ctl(&url, &["list_topic_permissions"]).1, "tp\tamq.topic\t^tp\\.\t^r\\.\n");
+    let (ok, _, err) = ctl(&url, &["set_topic_permissions", "tp", "amq.topic", "(", ""]);
+    assert!(!ok && err.contains("400"), "{err}");
+    assert!(ctl(&url, &["clear_topic_permissions", "tp"]).0);
+    assert_eq!(ctl(&url, &["list_topic_permissions"]).1, "");
+}
+
 /// The time verbs: a message published through the API into a delay queue is listed, rescheduled
 /// and cancelled; a visibility change with an unknown receipt handle is refused with 404.
 #[test]

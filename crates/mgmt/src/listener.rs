@@ -10,6 +10,9 @@
 //!   socket is closed;
 //! - **body size**: larger bodies get 413 (axum's `DefaultBodyLimit`, checked after login, so an
 //!   anonymous client cannot make us buffer anything);
+//! - **request head size**: at most [`HTTP_HEADERS_MAX`] header lines and [`HTTP_HEAD_MAX_BYTES`]
+//!   bytes of request line and headers; past either, hyper answers 431 and closes the socket, as
+//!   cowboy does for RabbitMQ (before any login, so nothing bigger is ever buffered);
 //! - **connections**: at most `max_connections` sockets per listener; past that a new socket gets
 //!   a canned 503 and is closed at once, the accept loop never waits, and the clients already
 //!   connected keep being served.
@@ -42,6 +45,13 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::tls::{LiveTlsConfig, TLS_HANDSHAKE_TIMEOUT};
+/// Header lines per request: cowboy's `max_headers` default (100), which RabbitMQ's management
+/// listener keeps. Also hyper's default; said here so it is a decision, not an accident.
+pub const HTTP_HEADERS_MAX: usize = 100;
+/// Bytes of request line and headers one request may use: cowboy's `max_request_line_length`
+/// (8,000) plus 100 headers at its `max_header_value_length` (4,096) — what RabbitMQ's listener
+/// would take at most. Caps what a client can make us buffer before its request is even read.
+pub const HTTP_HEAD_MAX_BYTES: usize = 8_000 + HTTP_HEADERS_MAX * 4_096;
 
 /// What each HTTP listener allows one client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,7 +171,11 @@ async fn serve_connection<S>(
         handle(request, peer, router.clone(), limits)
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(limits.request_timeout);
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.request_timeout)
+        .max_headers(HTTP_HEADERS_MAX)
+        .max_header_size(HTTP_HEAD_MAX_BYTES);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     tokio::select! {

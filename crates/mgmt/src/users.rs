@@ -1,9 +1,11 @@
 //! Users, their permissions and the vhost records, shared by the AMQP side (as the session's
 //! [`Authenticator`]) and the HTTP API.
 //!
-//! Passwords are stored as RabbitMQ stores them (`rabbit_password_hashing_sha256`):
-//! `base64(salt ++ sha256(salt ++ utf8(password)))` with a 4-byte salt, so definitions exported
-//! from RabbitMQ import here and back unchanged.
+//! Passwords are stored as RabbitMQ stores them (`users/hashing.rs`): `base64(salt ++
+//! H(salt ++ utf8(password)))` with a 4-byte salt and H the user's hashing algorithm (SHA-256 for
+//! new passwords; SHA-512 and MD5 hashes from RabbitMQ exports are kept), so definitions exported
+//! from RabbitMQ import here and back unchanged. Users and vhosts carry RabbitMQ's limits
+//! (`users/limits.rs`), read by the session at connection.open and channel.open.
 //!
 //! Each permission entry is compiled once when set ([`Permissions`]); connection.open hands the
 //! compiled set to the broker, which checks every operation against it. The API pushes changed
@@ -14,27 +16,33 @@
 //! and reports the error.
 
 mod file;
+mod hashing;
+mod limits;
+mod topics;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use base64::Engine;
 use hourglass_broker::{InvalidPattern, Permissions};
-use hourglass_session::{Authenticator, LoginRefused, VhostAccess};
+use hourglass_session::{Authenticator, ClientLimits, LoginRefused, VhostAccess};
 use sha2::{Digest, Sha256};
 
 pub use file::{FileError, FILE_SCHEMA_VERSION};
-
-pub const HASHING_ALGORITHM: &str = "rabbit_password_hashing_sha256";
-/// RabbitMQ's salt size for its password hashes.
-const SALT_BYTES: usize = 4;
+pub use hashing::HashingAlgorithm;
+use hashing::SALT_BYTES;
+pub use limits::{Limits, LimitsOf, USER_LIMIT_NAMES, VHOST_LIMIT_NAMES};
+pub use topics::TopicPermission;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct User {
     pub name: String,
-    /// `base64(salt ++ sha256(salt ++ password))`; empty means password logins are refused.
+    /// `base64(salt ++ H(salt ++ password))`; empty means password logins are refused.
     pub password_hash: String,
+    /// H above.
+    pub hashing_algorithm: HashingAlgorithm,
     pub tags: Vec<String>,
+    /// `max-connections`, `max-channels`.
+    pub limits: Limits,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +60,8 @@ pub struct VhostRecord {
     pub description: String,
     pub tags: Vec<String>,
     pub default_queue_type: Option<String>,
+    /// `max-connections`, `max-queues`.
+    pub limits: Limits,
 }
 
 /// A permission entry with its compiled patterns.
@@ -68,6 +78,8 @@ struct State {
     vhosts: BTreeMap<String, VhostRecord>,
     /// Keyed by (vhost, user).
     permissions: BTreeMap<(String, String), Granted>,
+    /// Keyed by (vhost, user, exchange); compiled into the (vhost, user) entry of `permissions`.
+    topic_permissions: BTreeMap<(String, String, String), TopicPermission>,
     /// Users that may log in only from a loopback address (RabbitMQ's `loopback_users`).
     loopback_users: Vec<String>,
 }
@@ -166,13 +178,41 @@ impl UserStore {
         tags: Vec<String>,
     ) -> Result<(), StoreError> {
         let hash = self.hash_password(password);
-        self.put_user(User { name: name.to_owned(), password_hash: hash, tags })
+        let user = User {
+            name: name.to_owned(),
+            password_hash: hash,
+            hashing_algorithm: HashingAlgorithm::default(),
+            tags,
+            limits: Limits::default(),
+        };
+        self.put_user(user)
+    }
+
+    /// Replaces a user's limits; `Unknown` when there is no such user.
+    pub fn set_user_limits(&self, name: &str, limits: Limits) -> Result<(), StoreError> {
+        self.update(|state| {
+            let user =
+                state.users.get_mut(name).ok_or_else(|| StoreError::Unknown(format!("user {name}")))?;
+            user.limits = limits;
+            Ok(())
+        })
+    }
+
+    /// Replaces a vhost's limits; `Unknown` when there is no such vhost.
+    pub fn set_vhost_limits(&self, name: &str, limits: Limits) -> Result<(), StoreError> {
+        self.update(|state| {
+            let vhost =
+                state.vhosts.get_mut(name).ok_or_else(|| StoreError::Unknown(format!("vhost {name}")))?;
+            vhost.limits = limits;
+            Ok(())
+        })
     }
 
     /// Deletes a user and its permissions; false when there was no such user.
     pub fn delete_user(&self, name: &str) -> Result<bool, StoreError> {
         self.update(|state| {
             state.permissions.retain(|(_, user), _| user != name);
+            state.topic_permissions.retain(|(_, user, _), _| user != name);
             Ok(state.users.remove(name).is_some())
         })
     }
@@ -196,6 +236,7 @@ impl UserStore {
     pub fn delete_vhost(&self, name: &str) -> Result<bool, StoreError> {
         self.update(|state| {
             state.permissions.retain(|(vhost, _), _| vhost != name);
+            state.topic_permissions.retain(|(vhost, _, _), _| vhost != name);
             Ok(state.vhosts.remove(name).is_some())
         })
     }
@@ -210,7 +251,8 @@ impl UserStore {
 
     /// Sets a user's permissions in a vhost; returns the compiled set for open connections.
     pub fn put_permission(&self, permission: Permission) -> Result<Arc<Permissions>, StoreError> {
-        let granted = Granted::compile(permission)?;
+        let topics = topics::of(&self.read(), &permission.vhost, &permission.user);
+        let granted = Granted::compile(permission, &topics)?;
         let compiled = granted.compiled.clone();
         self.update(|state| {
             let (user, vhost) = (&granted.permission.user, &granted.permission.vhost);
@@ -260,7 +302,7 @@ impl UserStore {
         }
         let state = self.read();
         let user = state.users.get(name).ok_or(LoginRefused::UnknownUser)?;
-        if !verify_password(&user.password_hash, password) {
+        if !user.hashing_algorithm.verify(&user.password_hash, password) {
             return Err(LoginRefused::BadPassword);
         }
         if !peer_is_loopback && state.loopback_users.iter().any(|u| u == name) {
@@ -280,7 +322,7 @@ impl UserStore {
         let mixed = Sha256::digest(format!("{}:{nanos}:{count}", std::process::id()).as_bytes());
         let mut salt = [0u8; SALT_BYTES];
         salt.copy_from_slice(&mixed[..SALT_BYTES]);
-        hash_with_salt(&salt, password)
+        HashingAlgorithm::default().hash_with_salt(&salt, password)
     }
 
     /// Applies a change and saves the result before anyone sees it; when the save fails, the
@@ -345,6 +387,24 @@ impl Authenticator for UserStore {
     fn may_impersonate(&self, username: &str) -> bool {
         self.read().users.get(username).is_some_and(|user| user.tags.iter().any(|tag| tag == "impersonator"))
     }
+
+    fn client_limits(&self, username: &str, vhost: &str) -> ClientLimits {
+        let state = self.read();
+        ClientLimits {
+            vhost_max_connections: state
+                .vhosts
+                .get(vhost)
+                .and_then(|v| v.limits.effective("max-connections")),
+            user_max_connections: state
+                .users
+                .get(username)
+                .and_then(|u| u.limits.effective("max-connections")),
+        }
+    }
+
+    fn user_max_channels(&self, username: &str) -> Option<u64> {
+        self.read().users.get(username).and_then(|u| u.limits.effective("max-channels"))
+    }
 }
 
 impl Permission {
@@ -361,35 +421,14 @@ impl Permission {
 }
 
 impl Granted {
-    fn compile(permission: Permission) -> Result<Granted, StoreError> {
+    /// Compiles an entry with the user's topic permissions in that vhost,
+    /// `(exchange, write, read)`.
+    fn compile(permission: Permission, topics: &[(String, String, String)]) -> Result<Granted, StoreError> {
         let compiled = Permissions::compile(&permission.configure, &permission.write, &permission.read)
+            .and_then(|p| p.with_topics(topics, &permission.user, &permission.vhost))
             .map_err(StoreError::InvalidPattern)?;
         Ok(Granted { permission, compiled: Arc::new(compiled) })
     }
-}
-
-/// `base64(salt ++ sha256(salt ++ password))`.
-pub fn hash_with_salt(salt: &[u8], password: &str) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(salt);
-    hasher.update(password.as_bytes());
-    let mut out = salt.to_vec();
-    out.extend_from_slice(&hasher.finalize());
-    base64::engine::general_purpose::STANDARD.encode(out)
-}
-
-/// Whether `password` matches a stored hash; malformed hashes match nothing.
-pub fn verify_password(stored: &str, password: &str) -> bool {
-    let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(stored) else { return false };
-    if raw.len() != SALT_BYTES + 32 {
-        return false;
-    }
-    let expected = hash_with_salt(&raw[..SALT_BYTES], password);
-    constant_time_eq(expected.as_bytes(), stored.as_bytes())
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -400,12 +439,13 @@ mod tests {
     #[test]
     fn rabbitmq_style_hash_verifies() {
         let hash = "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR";
-        assert_eq!(hash_with_salt(&[0x90, 0x8D, 0xC6, 0x0A], "test12"), hash);
-        assert!(verify_password(hash, "test12"));
-        assert!(!verify_password(hash, "test13"));
-        assert!(!verify_password("not base64!", "x"));
+        let sha256 = HashingAlgorithm::Sha256;
+        assert_eq!(sha256.hash_with_salt(&[0x90, 0x8D, 0xC6, 0x0A], "test12"), hash);
+        assert!(sha256.verify(hash, "test12"));
+        assert!(!sha256.verify(hash, "test13"));
+        assert!(!sha256.verify("not base64!", "x"));
         let store = UserStore::default();
-        assert!(verify_password(&store.hash_password("pw"), "pw"));
+        assert!(sha256.verify(&store.hash_password("pw"), "pw"));
     }
 
     /// Defaults match RabbitMQ's: guest/guest from loopback only, on vhost "/".

@@ -285,3 +285,57 @@ async fn get_stops_at_its_byte_budget() {
     let (_, queue) = admin(&s, "GET", "/api/queues/%2F/big", None).await;
     assert_eq!(queue["messages_ready"], json!(4));
 }
+
+/// RabbitMQ's `policymaker` tag: policies in the vhosts it has permissions in (not operator
+/// policies), and the listings any management user gets — but never users, vhosts,
+/// permissions, limits or definitions, which stay `administrator`'s (401 `Not administrator
+/// user`, as rabbit_mgmt_util:is_authorized_admin answers).
+#[tokio::test]
+async fn policymaker_manages_policies_but_not_users_vhosts_limits_or_definitions() {
+    let s = state();
+    user(&s, "pm", "policymaker", &["/"]).await;
+    assert_eq!(admin(&s, "PUT", "/api/vhosts/hidden", None).await.0, StatusCode::CREATED);
+    let limit = json!({"value": 5});
+    assert!(admin(&s, "PUT", "/api/vhost-limits/hidden/max-queues", Some(limit.clone()))
+        .await
+        .0
+        .is_success());
+    assert!(admin(&s, "PUT", "/api/vhost-limits/%2F/max-queues", Some(limit.clone())).await.0.is_success());
+
+    let policy = json!({"pattern": "^pm\\.", "definition": {"max-length": 10}});
+    assert_eq!(
+        call_as(&s, "pm", "PUT", "/api/policies/%2F/pm", Some(policy.clone())).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(call_as(&s, "pm", "DELETE", "/api/policies/%2F/pm", None).await.0, StatusCode::NO_CONTENT);
+    let (status, _) = call_as(&s, "pm", "PUT", "/api/policies/hidden/pm", Some(policy.clone())).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "no permissions in that vhost");
+    let (status, _) = call_as(&s, "pm", "PUT", "/api/operator-policies/%2F/pm", Some(policy)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "operator policies are administrators'");
+
+    let not_admin = json!({"error": "not_authorised", "reason": "Not administrator user"});
+    let refused: [(&str, &str, Option<Value>); 10] = [
+        ("PUT", "/api/users/new", Some(json!({"password": "x", "tags": ""}))),
+        ("DELETE", "/api/users/guest", None),
+        ("GET", "/api/users", None),
+        ("PUT", "/api/vhosts/mine", Some(json!({}))),
+        ("DELETE", "/api/vhosts/hidden", None),
+        ("PUT", "/api/permissions/%2F/pm", Some(json!({"configure": ".*", "write": ".*", "read": ".*"}))),
+        ("PUT", "/api/vhost-limits/%2F/max-queues", Some(json!({"value": 100}))),
+        ("DELETE", "/api/vhost-limits/%2F/max-queues", None),
+        ("PUT", "/api/user-limits/pm/max-channels", Some(json!({"value": 100}))),
+        ("GET", "/api/definitions", None),
+    ];
+    for (method, uri, body) in refused {
+        assert_eq!(
+            call_as(&s, "pm", method, uri, body).await,
+            (StatusCode::UNAUTHORIZED, not_admin.clone()),
+            "{method} {uri}"
+        );
+    }
+    // Limits are listed for the vhosts it can see only.
+    let (status, listed) = call_as(&s, "pm", "GET", "/api/vhost-limits", None).await;
+    assert_eq!((status, listed), (StatusCode::OK, json!([{"vhost": "/", "value": {"max-queues": 5}}])));
+    assert_eq!(call_as(&s, "pm", "GET", "/api/vhost-limits/hidden", None).await.0, StatusCode::UNAUTHORIZED);
+    assert!(admin(&s, "GET", "/api/vhost-limits/hidden", None).await.1.to_string().contains("max-queues"));
+}

@@ -68,6 +68,24 @@ pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 1_024;
 /// table, is what a flood hits — and the HTTP API and the store keep their descriptors. It is
 /// lowered at start to what the process's fd limit leaves room for (see [`FD_RESERVE`]).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
+/// The largest message body a client may publish: RabbitMQ's `max_message_size` default
+/// (128 MiB). A larger one closes its channel with 406 before any of its body is buffered.
+pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = hourglass_session::DEFAULT_MAX_MESSAGE_SIZE;
+/// The most `--max-message-size` may be: RabbitMQ's hard `?MAX_MSG_SIZE` (512 MiB), past which
+/// it ignores the setting; we refuse to start instead, so the operator knows.
+pub const MAX_MESSAGE_SIZE_LIMIT: u64 = hourglass_session::MAX_MESSAGE_SIZE_LIMIT;
+/// Channels per connection offered in connection.tune: RabbitMQ's `channel_max` default (2047).
+/// 0 means no limit (65,535 channel numbers), as in RabbitMQ.
+pub const DEFAULT_CHANNEL_MAX: u16 = hourglass_session::DEFAULT_CHANNEL_MAX;
+/// The largest frame offered in connection.tune: RabbitMQ's `frame_max` default (128 KiB).
+pub const DEFAULT_FRAME_MAX: u32 = hourglass_session::DEFAULT_FRAME_MAX;
+/// The smallest `--frame-max`: AMQP 0-9-1's minimum frame size (4096, RabbitMQ's
+/// `?FRAME_MIN_SIZE`); a client asking for less in tune-ok gets 530 as from RabbitMQ.
+pub const FRAME_MAX_MIN: u32 = 4_096;
+/// The largest `--frame-max`: 1 MiB. Each connection may buffer a whole frame, and larger frames
+/// save nothing (a body is split into frames anyway). RabbitMQ has no cap (0 = unlimited); we
+/// refuse 0 and anything above this.
+pub const FRAME_MAX_MAX: u32 = 1 << 20;
 /// File descriptors kept out of the AMQP connection limit: the HTTP listeners' sockets (their own
 /// limits), the store's segment and snapshot files, the listeners themselves, logs.
 pub const FD_RESERVE: u64 = 256;
@@ -184,6 +202,16 @@ pub struct Cli {
     /// AMQP connections at once, handshakes included.
     #[arg(long, env = "HOURGLASS_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Largest message body a client may publish (`128MiB`; RabbitMQ's `max_message_size`, at
+    /// most 512MiB).
+    #[arg(long, env = "HOURGLASS_MAX_MESSAGE_SIZE")]
+    pub max_message_size: Option<String>,
+    /// Channels per connection offered in connection.tune (RabbitMQ's `channel_max`; 0: no limit).
+    #[arg(long, env = "HOURGLASS_CHANNEL_MAX")]
+    pub channel_max: Option<u16>,
+    /// Largest frame offered in connection.tune, bytes (RabbitMQ's `frame_max`; 4096 to 1048576).
+    #[arg(long, env = "HOURGLASS_FRAME_MAX")]
+    pub frame_max: Option<u32>,
     /// Log lines as `text` (colours only on a terminal, none with NO_COLOR) or `json`.
     #[arg(long, env = "HOURGLASS_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -253,6 +281,10 @@ pub struct FileConfig {
     pub http_max_body_size: Option<SizeSetting>,
     pub http_max_connections: Option<usize>,
     pub max_connections: Option<usize>,
+    /// A size string (`"128MiB"`) or a number of bytes.
+    pub max_message_size: Option<SizeSetting>,
+    pub channel_max: Option<u16>,
+    pub frame_max: Option<u32>,
     /// `"text"` or `"json"`.
     pub log_format: Option<LogFormat>,
     // Clustered mode (config/cluster.rs).
@@ -306,6 +338,17 @@ impl DiskFreeLimit {
             },
         }
     }
+}
+
+/// What one AMQP connection may negotiate (connection.tune) and publish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AmqpLimits {
+    /// Largest message body, bytes.
+    pub max_message_size: u64,
+    /// Channels per connection offered (0: no limit).
+    pub channel_max: u16,
+    /// Largest frame offered, bytes.
+    pub frame_max: u32,
 }
 
 /// Where the listeners bind.
@@ -383,6 +426,8 @@ pub struct Config {
     pub http: HttpLimits,
     /// AMQP connections at once (before the fd limit is taken into account).
     pub max_connections: usize,
+    /// What each AMQP connection may negotiate and send.
+    pub amqp: AmqpLimits,
     pub log_format: LogFormat,
     /// Skip, rather than refuse, message-log damage recovery cannot bound.
     pub recover_skip_corrupt: bool,
@@ -421,6 +466,11 @@ impl Default for Config {
                 max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
             },
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            amqp: AmqpLimits {
+                max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+                channel_max: DEFAULT_CHANNEL_MAX,
+                frame_max: DEFAULT_FRAME_MAX,
+            },
             // People read a terminal; log shippers opt in to JSON.
             log_format: LogFormat::Text,
             // Off: damage that cannot be bounded means confirmed messages gone without a trace of
@@ -443,6 +493,7 @@ impl Config {
         let cluster_file = file.cluster();
         let http = http_limits(&cli, &file, defaults.http)?;
         let tls = tls_settings(&cli, &file)?;
+        let amqp = amqp_limits(&cli, &file, defaults.amqp)?;
         let disk_free_limit =
             match (cli.disk_free_limit_relative.or(file.disk_free_limit_relative), cli.disk_free_limit) {
                 (Some(factor), _) => DiskFreeLimit::MemRelative(factor),
@@ -480,6 +531,7 @@ impl Config {
             plain,
             tls,
             http,
+            amqp,
             max_connections: cli.max_connections.or(file.max_connections).unwrap_or(defaults.max_connections),
             bind: cli.bind.or(file.bind).map_or(defaults.bind, Bind::Addr),
             amqp_port: cli.amqp_port.or(file.amqp_port).unwrap_or(defaults.amqp_port),
@@ -592,6 +644,26 @@ fn http_limits(cli: &Cli, file: &FileConfig, defaults: HttpLimits) -> anyhow::Re
             .unwrap_or(defaults.max_connections)
             .max(1),
     })
+}
+
+/// The AMQP limits from flags over the file over `defaults`, checked against their bounds.
+fn amqp_limits(cli: &Cli, file: &FileConfig, defaults: AmqpLimits) -> anyhow::Result<AmqpLimits> {
+    let max_message_size = match (&cli.max_message_size, &file.max_message_size) {
+        (Some(text), _) | (None, Some(SizeSetting::Text(text))) => parse_size(text)?,
+        (None, Some(SizeSetting::Bytes(bytes))) => *bytes,
+        (None, None) => defaults.max_message_size,
+    };
+    if max_message_size == 0 || max_message_size > MAX_MESSAGE_SIZE_LIMIT {
+        anyhow::bail!(
+            "max_message_size {max_message_size}: must be 1 to {MAX_MESSAGE_SIZE_LIMIT} bytes (512MiB, RabbitMQ's limit)"
+        );
+    }
+    let frame_max = cli.frame_max.or(file.frame_max).unwrap_or(defaults.frame_max);
+    if !(FRAME_MAX_MIN..=FRAME_MAX_MAX).contains(&frame_max) {
+        anyhow::bail!("frame_max {frame_max}: must be {FRAME_MAX_MIN} to {FRAME_MAX_MAX} bytes");
+    }
+    let channel_max = cli.channel_max.or(file.channel_max).unwrap_or(defaults.channel_max);
+    Ok(AmqpLimits { max_message_size, channel_max, frame_max })
 }
 
 /// A size in RabbitMQ's notation: a number of bytes with an optional unit — `k`/`kiB`, `M`/`MiB`,
@@ -761,6 +833,31 @@ mod tests {
             ..Cli::default()
         };
         assert!(refused(external_unverified).contains("needs tls_verify_peer"));
+    }
+
+    /// The AMQP limits default to RabbitMQ's (128 MiB messages, 2047 channels, 128 KiB frames);
+    /// flags and the file set them, within their bounds.
+    #[test]
+    fn amqp_limits_from_flags_and_file_within_bounds() {
+        let amqp = Config::default().amqp;
+        assert_eq!((amqp.max_message_size, amqp.channel_max, amqp.frame_max), (134_217_728, 2047, 131_072));
+        let cli = Cli { max_message_size: Some("1MiB".into()), channel_max: Some(0), ..Cli::default() };
+        let amqp = Config::resolve(cli).unwrap().amqp;
+        assert_eq!((amqp.max_message_size, amqp.channel_max), (1 << 20, 0));
+        let file: FileConfig = toml::from_str("max_message_size = 4096\nframe_max = 8192").unwrap();
+        let amqp = amqp_limits(&Cli::default(), &file, Config::default().amqp).unwrap();
+        assert_eq!((amqp.max_message_size, amqp.frame_max), (4096, 8192));
+        for cli in [
+            Cli { max_message_size: Some("513MiB".into()), ..Cli::default() },
+            Cli { max_message_size: Some("0".into()), ..Cli::default() },
+            Cli { frame_max: Some(4095), ..Cli::default() },
+            Cli { frame_max: Some(0), ..Cli::default() },
+            Cli { frame_max: Some((1 << 20) + 1), ..Cli::default() },
+        ] {
+            assert!(Config::resolve(cli).is_err());
+        }
+        let cli = Cli { max_message_size: Some("512MiB".into()), frame_max: Some(4096), ..Cli::default() };
+        assert!(Config::resolve(cli).is_ok(), "the bounds themselves are allowed");
     }
 
     /// A misspelt option in the file is an error, not silently ignored.

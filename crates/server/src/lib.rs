@@ -226,6 +226,9 @@ impl Server {
         let session_config = Arc::new(SessionConfig {
             login_limiter: logins.clone(),
             external_auth: config.tls.as_ref().is_some_and(|tls| tls.external_auth),
+            max_message_size: config.amqp.max_message_size,
+            channel_max: config.amqp.channel_max,
+            frame_max: config.amqp.frame_max,
             ..SessionConfig::new(users.clone())
         });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -434,6 +437,9 @@ fn log_start(config: &Config, limits: &alarm::Limits, max_connections: usize, ad
         queue_resident_bytes = config.paging.max_resident_bytes,
         login_failure_delay_ms = config.login_failure_delay_ms,
         max_connections,
+        max_message_size = config.amqp.max_message_size,
+        channel_max = config.amqp.channel_max,
+        frame_max = config.amqp.frame_max,
         %loopback_users,
         "limits"
     );

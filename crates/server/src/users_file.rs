@@ -74,6 +74,7 @@ pub fn open(
     };
     for vhost in users.vhosts() {
         broker.add_vhost(&vhost.name);
+        broker.set_vhost_max_queues(&vhost.name, vhost.limits.effective("max-queues"));
     }
     Ok(users)
 }

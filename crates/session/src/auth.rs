@@ -13,6 +13,8 @@ use bytes::Bytes;
 use hourglass_broker::Permissions;
 use hourglass_wire::{FieldTable, FieldValue};
 
+use crate::client_limits::ClientLimits;
+
 /// The mechanisms offered in connection.start, space-separated as AMQP 0-9-1 §1.4.2.1 requires.
 pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
 
@@ -56,6 +58,15 @@ pub trait Authenticator: Send + Sync {
     /// user's `user_id`. Read once at connection.open, as RabbitMQ reads a user's tags at login.
     fn may_impersonate(&self, _username: &str) -> bool {
         false
+    }
+    /// The connection limits of `vhost` and `username` (RabbitMQ's vhost and user
+    /// `max-connections`), read at connection.open; none by default.
+    fn client_limits(&self, _username: &str, _vhost: &str) -> ClientLimits {
+        ClientLimits::default()
+    }
+    /// The user's `max-channels`, read at every channel.open; none by default.
+    fn user_max_channels(&self, _username: &str) -> Option<u64> {
+        None
     }
 }
 

@@ -23,6 +23,7 @@ use hourglass_broker::{AmqpError, Publish};
 use hourglass_wire::reply_code::{CHANNEL_ERROR, COMMAND_INVALID, NOT_ALLOWED, NOT_IMPLEMENTED};
 use hourglass_wire::{ChannelCloseOk, ContentHeader, Method};
 
+use crate::client_limits::Seat;
 use crate::content::{Assembly, UnfinishedContent};
 use crate::fault::Fault;
 
@@ -35,6 +36,9 @@ pub(crate) struct Channels {
     channel_max: u16,
     /// The sum of every channel's [`Assembly::unfinished`], kept in step by each change.
     unfinished: UnfinishedContent,
+    /// The connection's place in the per-vhost / per-user counts (`client_limits.rs`) from
+    /// connection.open-ok until the connection closes; each channel in `states` is counted in it.
+    pub(crate) seat: Option<Seat>,
 }
 
 #[derive(Debug)]
@@ -76,7 +80,7 @@ pub(crate) enum OnBrokerError {
 
 impl Channels {
     pub(crate) fn new(channel_max: u16) -> Self {
-        Channels { states: HashMap::new(), channel_max, unfinished: UnfinishedContent::default() }
+        Channels { states: HashMap::new(), channel_max, unfinished: UnfinishedContent::default(), seat: None }
     }
 
     /// A method frame from the client on `channel` (never 0).
@@ -89,12 +93,12 @@ impl Channels {
             ChannelState::ClosingByClient => Inbound::Nothing,
             ChannelState::ClosingByServer => match method {
                 Method::ChannelCloseOk(_) => {
-                    self.states.remove(&channel);
+                    self.remove(channel);
                     Inbound::Nothing
                 }
                 Method::ChannelClose(_) => {
                     // Both sides closed at once: each answers the other (§4.2.9 "close").
-                    self.states.remove(&channel);
+                    self.remove(channel);
                     Inbound::Reply(ChannelCloseOk {}.into())
                 }
                 _ => Inbound::Nothing,
@@ -215,7 +219,7 @@ impl Channels {
             ChannelState::ClosingByClient => {
                 let close_ok = matches!(method, Method::ChannelCloseOk(_));
                 if close_ok {
-                    self.states.remove(&channel);
+                    self.remove(channel);
                 }
                 close_ok
             }
@@ -228,7 +232,7 @@ impl Channels {
         match self.states.get_mut(&channel) {
             None | Some(ChannelState::ClosingByServer) => OnBrokerError::Drop,
             Some(ChannelState::ClosingByClient) => {
-                self.states.remove(&channel);
+                self.remove(channel);
                 OnBrokerError::SendCloseOk
             }
             Some(state) => {
@@ -246,6 +250,21 @@ impl Channels {
             let old = std::mem::replace(state, ChannelState::ClosingByServer);
             self.unfinished.remove(old.unfinished());
         }
+    }
+
+    /// The channel (in a closing state) is gone; its user may open another.
+    fn remove(&mut self, channel: u16) {
+        if self.states.remove(&channel).is_some() {
+            if let Some(seat) = &mut self.seat {
+                seat.close_channel();
+            }
+        }
+    }
+
+    /// A channel.open just admitted on `channel` ran into its user's `max-channels`: the
+    /// connection is closing, so the channel is dropped uncounted.
+    pub(crate) fn forget(&mut self, channel: u16) {
+        self.states.remove(&channel);
     }
 
     /// What the unfinished messages of all channels hold.

@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::auth::Authenticator;
+use crate::client_limits::Occupancy;
 use crate::login_limiter::LoginLimiter;
 
 /// Largest frame we offer in connection.tune: RabbitMQ's `frame_max` default (128 KiB), large
@@ -54,6 +55,9 @@ pub struct SessionConfig {
     /// `auth_mechanisms` with EXTERNAL in it). Off by default, as in RabbitMQ: a certificate
     /// then logs its CN's user in without a password, which the operator must ask for.
     pub external_auth: bool,
+    /// Open connections per vhost and user and channels per user, for the limits the
+    /// authenticator knows (`client_limits.rs`); shared by every connection.
+    pub occupancy: Arc<Occupancy>,
 }
 
 /// The RabbitMQ release whose AMQP behaviour Hourglass follows (x-death layout, error texts,
@@ -75,6 +79,7 @@ impl SessionConfig {
             authenticator,
             login_limiter: Arc::new(LoginLimiter::default()),
             external_auth: false,
+            occupancy: Arc::new(Occupancy::default()),
         }
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use hourglass_broker::{AmqpError, ChannelId, ClientCapabilities, Command, ConnectionId, Effect, Timestamp};
-use hourglass_wire::reply_code::{CHANNEL_ERROR, CONNECTION_FORCED};
+use hourglass_wire::reply_code::{CHANNEL_ERROR, CONNECTION_FORCED, NOT_ALLOWED};
 use hourglass_wire::{
     decode_protocol_header, ChannelClose, ChannelCloseOk, ConnectionClose, ConnectionCloseOk,
     ConnectionUpdateSecretOk, DecodeError, EncodedProperties, FieldTable, Frame, FrameDecoder, Method,
@@ -434,6 +434,9 @@ impl Connection {
         match inbound {
             Inbound::Nothing => {}
             Inbound::Forward(method) => {
+                if matches!(method, Method::ChannelOpen(_)) && !self.admit_channel(channel, now) {
+                    return;
+                }
                 self.commands.push_back(Command::Method { conn, channel: ChannelId(channel), method });
             }
             Inbound::Publish(publish) => {
@@ -441,6 +444,21 @@ impl Connection {
             }
             Inbound::Reply(method) => self.out.method(channel, &method, now),
             Inbound::Fault(fault) => self.fail(channel, fault, now),
+        }
+    }
+
+    /// A channel.open the channel rules admitted: counts it for its user, or closes the
+    /// connection with RabbitMQ's 530 when the user's `max-channels` is reached (as
+    /// `rabbit_reader:create_channel`, naming no method). False when refused.
+    fn admit_channel(&mut self, channel: u16, now: Timestamp) -> bool {
+        let Some(seat) = &mut self.channels.seat else { return true };
+        match seat.open_channel(self.config.authenticator.as_ref()) {
+            Ok(()) => true,
+            Err(reached) => {
+                self.channels.forget(channel);
+                self.fail(channel, Fault::connection(NOT_ALLOWED, reached), now);
+                false
+            }
         }
     }
 
@@ -467,6 +485,8 @@ impl Connection {
             Method::ConnectionClose(close) => {
                 info!(conn = self.id.0, code = close.reply_code, text = %close.reply_text, "client closed the connection");
                 self.out.method(0, &ConnectionCloseOk {}.into(), now);
+                // The connection is over for the limits: the client may open its next one now.
+                self.channels.seat = None;
                 self.state = State::Draining { until: now.saturating_add_millis(DRAIN_AFTER_CLOSE_OK_MS) };
             }
             // RabbitMQ re-authenticates with the new secret (e.g. a refreshed OAuth token). Our
@@ -574,6 +594,7 @@ impl Connection {
         self.out.method(0, &close.into(), now);
         let deadline = now.saturating_add_millis(self.close_timeout_ms());
         self.state = State::Closing { deadline, discard_input: false };
+        self.channels.seat = None;
     }
 
     fn poll_heartbeat(&mut self, now: Timestamp) {

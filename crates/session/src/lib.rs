@@ -15,9 +15,11 @@
 //! | `output.rs` | encoding frames into the output buffer |
 //! | `fault.rs` | channel vs connection errors, RabbitMQ's reply texts |
 //! | `config.rs` | [`SessionConfig`] and RabbitMQ's defaults |
+//! | `client_limits.rs` | per-vhost and per-user connection and channel limits: counts and checks |
 
 mod auth;
 mod channels;
+mod client_limits;
 mod config;
 mod connection;
 mod content;
@@ -30,6 +32,7 @@ pub use auth::{
     Authenticator, ClientCertificate, LoginRefused, StaticUsers, VhostAccess, MECHANISMS,
     MECHANISMS_WITH_EXTERNAL,
 };
+pub use client_limits::{ClientLimits, LimitReached, Occupancy, Seat};
 pub use config::{
     SessionConfig, DEFAULT_CHANNEL_MAX, DEFAULT_FRAME_MAX, DEFAULT_HEARTBEAT_S, DEFAULT_MAX_MESSAGE_SIZE,
 };

@@ -26,6 +26,31 @@ impl Broker {
         true
     }
 
+    /// Sets the vhost's `max-queues` (`None`: no limit); queues it already has stay. False
+    /// when there is no such vhost. Not written to the definitions: the management store keeps
+    /// the limits with the vhost records and sets them again at start.
+    pub fn set_vhost_max_queues(&mut self, name: &str, max_queues: Option<u64>) -> bool {
+        match self.vhosts.get_mut(name) {
+            Some(vhost) => {
+                vhost.max_queues = max_queues;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// RabbitMQ's `would_exceed_queue_limit` for a definitions import: how many of `names` the
+    /// vhost lacks, when creating them would pass its `max-queues` — `(adding, limit, current)`.
+    pub fn would_exceed_queue_limit(&self, vhost: &str, names: &[String]) -> Option<(u64, u64, u64)> {
+        let state = self.vhosts.get(vhost)?;
+        let limit = state.max_queues?;
+        let mut new: Vec<&String> = names.iter().filter(|name| state.queue_id(name).is_none()).collect();
+        new.sort();
+        new.dedup();
+        let (adding, current) = (new.len() as u64, state.queues.len() as u64);
+        (adding > 0 && adding + current > limit).then_some((adding, limit, current))
+    }
+
     /// Deletes a vhost: its connections are closed with 320 CONNECTION_FORCED, its queues deleted
     /// (their consumers get basic.cancel). Returns false when there was no such vhost.
     pub fn delete_vhost(&mut self, name: &str, now: Timestamp) -> bool {

@@ -17,7 +17,6 @@ use crate::errors;
 use crate::exchange::delayed;
 use crate::message::Message;
 use crate::message_stats::{Confirm, DeliveryKind, PublishOutcome};
-use crate::permissions::{Access, Resource};
 use crate::queue::consumers::Consumer;
 use crate::queue::visibility::{self, DeliveryRef};
 use crate::queue::{args, ttl, DeathReason, QueueId};
@@ -37,7 +36,7 @@ impl Broker {
         now: Timestamp,
     ) -> Result<(), AmqpError> {
         // rabbit_channel checks write on the exchange before looking it up.
-        self.check_access(conn, Access::Write, Resource::Exchange, &publish.exchange.as_str())?;
+        self.check_publish_access(conn, &publish.exchange, &publish.routing_key)?;
         let mut publish = publish;
         self.address_replies(conn, ch, &mut publish)?;
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };

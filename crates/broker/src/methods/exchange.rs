@@ -114,7 +114,7 @@ impl Broker {
         m: &ExchangeBind,
     ) -> Result<(), AmqpError> {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
-        self.check_binding_access(conn, &m.source, Resource::Exchange, &m.destination)?;
+        self.check_binding_access(conn, &m.source, Resource::Exchange, &m.destination, &m.routing_key)?;
         let vhost = self.vhost_mut(&vhost_name)?;
         let binding =
             exchange_binding(vhost, &vhost_name, &m.source, &m.destination, &m.routing_key, &m.arguments)?;
@@ -139,7 +139,7 @@ impl Broker {
         m: &ExchangeUnbind,
     ) -> Result<(), AmqpError> {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
-        self.check_binding_access(conn, &m.source, Resource::Exchange, &m.destination)?;
+        self.check_binding_access(conn, &m.source, Resource::Exchange, &m.destination, &m.routing_key)?;
         let binding = Binding {
             destination: Destination::Exchange(m.destination.clone()),
             routing_key: m.routing_key.clone(),
@@ -156,20 +156,22 @@ impl Broker {
     }
 
     /// rabbit_channel's binding checks, in its order: write on the destination, neither end the
-    /// default exchange, read on the source.
+    /// default exchange, read on the source, then (a topic source) read on the binding key.
     pub(super) fn check_binding_access(
         &self,
         conn: ConnectionId,
         source: &ShortStr,
         destination_kind: Resource,
         destination: &ShortStr,
+        routing_key: &ShortStr,
     ) -> Result<(), AmqpError> {
         self.check_access(conn, Access::Write, destination_kind, &destination.as_str())?;
         let default_destination = destination_kind == Resource::Exchange && destination.is_empty();
         if source.is_empty() || default_destination {
             return Err(errors::default_exchange_refused());
         }
-        self.check_access(conn, Access::Read, Resource::Exchange, &source.as_str())
+        self.check_access(conn, Access::Read, Resource::Exchange, &source.as_str())?;
+        self.check_topic_access(conn, Access::Read, source, &routing_key.as_str())
     }
 
     /// A new exchange with an `alternate-exchange` needs read on itself and write on the AE.

@@ -54,6 +54,7 @@ impl Broker {
                     id
                 }
                 None => {
+                    self.check_queue_limit(&vhost, &spec.name)?;
                     self.check_dead_letter_access(conn, &spec)?;
                     self.create_queue(&vhost, spec, now)?
                 }
@@ -113,7 +114,7 @@ impl Broker {
         // the default exchange is refused, and another connection's exclusive queue is 405
         // RESOURCE_LOCKED (the Java client's `QueueExclusivity#queueExclusiveForUnbind`).
         let queue_name = self.queue_name_or_last(conn, ch, &m.queue)?;
-        self.check_binding_access(conn, &m.exchange, Resource::Queue, &queue_name)?;
+        self.check_binding_access(conn, &m.exchange, Resource::Queue, &queue_name, &m.routing_key)?;
         if let Ok(id) = self.lookup_queue(&vhost_name, &queue_name) {
             self.check_exclusive_access(id, conn)?;
             let binding = Binding {
@@ -310,6 +311,19 @@ impl Broker {
         Ok(id)
     }
 
+    /// The vhost's `max-queues`, checked for a queue that does not exist yet (a redeclare or a
+    /// passive declare of an existing one passes at the limit): RabbitMQ's
+    /// `rabbit_channel:check_vhost_queue_limit`, 406 with its text.
+    fn check_queue_limit(&mut self, vhost: &str, name: &ShortStr) -> Result<(), AmqpError> {
+        let vhost_state = self.vhost_mut(vhost)?;
+        match vhost_state.max_queues {
+            Some(limit) if vhost_state.queues.len() as u64 >= limit => Err(errors::precondition_failed(
+                format!("cannot declare queue '{name}': queue limit in vhost '{vhost}' ({limit}) is reached"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// A new queue with an `x-dead-letter-exchange` needs read on itself and write on the DLX.
     fn check_dead_letter_access(&self, conn: ConnectionId, spec: &QueueSpec) -> Result<(), AmqpError> {
         let Some(dlx) = spec.arguments.get("x-dead-letter-exchange") else { return Ok(()) };
@@ -363,7 +377,7 @@ impl Broker {
         arguments: &hourglass_wire::FieldTable,
     ) -> Result<(Binding, ShortStr), AmqpError> {
         let queue_name = self.queue_name_or_last(conn, ch, queue)?;
-        self.check_binding_access(conn, exchange, Resource::Queue, &queue_name)?;
+        self.check_binding_access(conn, exchange, Resource::Queue, &queue_name, routing_key)?;
         let id = self.lookup_queue(vhost_name, &queue_name)?;
         let vhost = &self.vhosts[vhost_name];
         let source =

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use crate::client::{segment, Client};
 use crate::output::Format;
 
+mod limits;
 mod node;
 
 /// What rabbitmqctl refuses with an error of its own name and a sysexits code.
@@ -181,6 +182,50 @@ pub enum Command {
         receipt_handle: String,
         timeout_ms: u64,
     },
+    /// Replaces the vhost's limits with a JSON object: `{"max-connections": 10, "max-queues": 100}`
+    /// (-1: no limit, 0: none allowed).
+    SetVhostLimits {
+        definition: String,
+    },
+    /// Removes every limit of the vhost.
+    ClearVhostLimits,
+    /// The vhost's limits as JSON; `--global`: every vhost's.
+    ListVhostLimits {
+        #[arg(long)]
+        global: bool,
+    },
+    /// Sets the named user limits (`{"max-connections": 2, "max-channels": 20}`), keeping others.
+    SetUserLimits {
+        username: String,
+        definition: String,
+    },
+    /// Removes one limit of the user (`max-connections`, `max-channels`) or `all`.
+    ClearUserLimits {
+        username: String,
+        limit: String,
+    },
+    /// The user's limits as JSON (`--user`, guest by default); `--global`: every user's.
+    ListUserLimits {
+        #[arg(long, default_value = "guest")]
+        user: String,
+        #[arg(long)]
+        global: bool,
+    },
+    /// Sets the user's topic permission on EXCHANGE in the vhost: WRITE and READ patterns on
+    /// routing keys (`{username}`, `{vhost}` expanded).
+    SetTopicPermissions {
+        username: String,
+        exchange: String,
+        write: String,
+        read: String,
+    },
+    /// Removes the user's topic permissions in the vhost (only EXCHANGE's when given).
+    ClearTopicPermissions {
+        username: String,
+        exchange: Option<String>,
+    },
+    /// Topic permissions of the vhost: user, exchange, write, read.
+    ListTopicPermissions,
     /// Writes the definitions as JSON to a file, or to stdout with `-`.
     ExportDefinitions {
         path: String,
@@ -400,6 +445,34 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             client.post(&format!("/api/queues/{v}/{}/visibility", segment(&queue)), &body)?;
             Ok(String::new())
         }
+        Command::SetVhostLimits { definition } => {
+            limits::set_vhost_limits(client, vhost, &definition, format)
+        }
+        Command::ClearVhostLimits => limits::clear_vhost_limits(client, vhost, format),
+        Command::ListVhostLimits { global } => limits::list_vhost_limits(client, vhost, global, format),
+        Command::SetUserLimits { username, definition } => {
+            limits::set_user_limits(client, &username, &definition, format)
+        }
+        Command::ClearUserLimits { username, limit } => {
+            limits::clear_user_limits(client, &username, &limit, format)
+        }
+        Command::ListUserLimits { user, global } => limits::list_user_limits(client, &user, global, format),
+        Command::SetTopicPermissions { username, exchange, write, read } => {
+            let body = json!({"exchange": exchange, "write": write, "read": read});
+            client.put(&format!("/api/topic-permissions/{v}/{}", segment(&username)), &body)?;
+            Ok(String::new())
+        }
+        Command::ClearTopicPermissions { username, exchange } => {
+            let only = exchange.map(|x| format!("?exchange={}", segment(&x))).unwrap_or_default();
+            client.delete(&format!("/api/topic-permissions/{v}/{}{only}", segment(&username)))?;
+            Ok(String::new())
+        }
+        Command::ListTopicPermissions => Ok(format.listing(
+            &format!("Listing topic permissions for vhost \"{vhost}\" ..."),
+            &client.get(&format!("/api/vhosts/{v}/topic-permissions"))?,
+            &[],
+            &["user", "exchange", "write", "read"],
+        )),
         Command::ExportDefinitions { path } => {
             let text = serde_json::to_string_pretty(&client.get("/api/definitions")?)?;
             if path == "-" {

@@ -1,6 +1,11 @@
-//! /api/definitions: export and import users, vhosts, permissions, policies, exchanges, queues,
-//! bindings in RabbitMQ's format (parameters are exported empty and ignored on import; operator
-//! policies are not part of the file, as in RabbitMQ).
+//! /api/definitions: export and import users, vhosts, permissions, topic permissions, policies,
+//! exchanges, queues, bindings in RabbitMQ's format (operator policies are not part of the file, as in RabbitMQ).
+//! Limits travel as RabbitMQ 3.10 writes them: a user's in `users[].limits`, a vhost's as a
+//! `vhost-limits` runtime parameter in `parameters` (and, for show, as pairs in
+//! `vhosts[].limits`, which an import also reads); other parameters are ignored on import.
+//! An import's queues are checked against the vhosts' `max-queues` first, as RabbitMQ does, and
+//! the file's own vhost limits are applied after its queues, so an export of a vhost at its
+//! limit imports again.
 //! /api/definitions/{vhost}: one vhost's exchanges, queues, bindings (and policies), without
 //! `vhost` keys, imported into whichever vhost is named, as RabbitMQ's management plugin does.
 
@@ -16,7 +21,7 @@ use super::{body_json, str_field, tags_field};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::json_to_table;
-use crate::users::{Permission, User, VhostRecord};
+use crate::users::{Limits, LimitsOf, Permission, User, VhostRecord};
 use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
 use hourglass_broker::policy::PolicyKind;
 use hourglass_broker::Permissions;
@@ -139,11 +144,13 @@ async fn export_document(state: &AppState) -> Result<Value, ApiError> {
         "vhosts": state.users.vhosts().iter().map(|v| json!({
             "name": v.name, "description": v.description, "tags": v.tags,
             "metadata": {"description": v.description, "tags": v.tags},
-            "limits": [],
+            "limits": v.limits.entries().iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "permissions": state.users.permissions().iter().map(super::users::permission_json).collect::<Vec<_>>(),
-        "topic_permissions": [],
-        "parameters": [],
+        "topic_permissions": state.users.topic_permissions().iter().map(super::topic_permissions::topic_permission_json).collect::<Vec<_>>(),
+        "parameters": state.users.vhosts().iter().filter(|v| !v.limits.is_empty()).map(|v| json!({
+            "vhost": v.name, "component": VHOST_LIMITS_COMPONENT, "name": "limits", "value": v.limits.to_json(),
+        })).collect::<Vec<_>>(),
         "global_parameters": [],
         "policies": policies,
         "queues": queues,
@@ -180,6 +187,7 @@ async fn import(
 /// `load_definitions`.
 pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> Result<(), ApiError> {
     let auth = AuthUser { name: user.to_owned(), tags: vec!["administrator".to_owned()] };
+    check_queue_limits(state, body).await?;
     for v in items(body, "vhosts")? {
         let name = required(v, "name")?.to_owned();
         let meta = v.get("metadata").cloned().unwrap_or(Value::Null);
@@ -194,29 +202,12 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
             description: description.to_owned(),
             tags,
             default_queue_type: str_field(v, "default_queue_type")?.map(str::to_owned),
+            limits: state.users.vhost(&name).map(|v| v.limits).unwrap_or_default(),
         })?;
         state.broker.run(move |b, _| b.add_vhost(&name)).await?;
     }
-    for u in items(body, "users")? {
-        let name = required(u, "name")?.to_owned();
-        // No one could log in as "" and it cannot be named in a URL: RabbitMQ refuses it too.
-        if name.is_empty() {
-            return Err(ApiError::bad_request("user name must not be empty"));
-        }
-        let password_hash = match (str_field(u, "password_hash")?, str_field(u, "password")?) {
-            (Some(hash), _) => hash.to_owned(),
-            (None, Some(password)) => state.users.hash_password(password),
-            (None, None) => String::new(),
-        };
-        if let Some(algorithm) = str_field(u, "hashing_algorithm")? {
-            if algorithm != crate::users::HASHING_ALGORITHM {
-                return Err(ApiError::bad_request(format!(
-                    "user {name}: unsupported hashing_algorithm {algorithm}"
-                )));
-            }
-        }
-        state.users.put_user(User { name, password_hash, tags: tags_field(u)? })?;
-    }
+    let vhost_limits = vhost_limits(body)?;
+    import_users(state, body)?;
     for p in items(body, "permissions")? {
         let (user, vhost) = (required(p, "user")?, required(p, "vhost")?);
         super::require_vhost(state, vhost)?;
@@ -229,6 +220,7 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
         })?;
         super::push_permissions(state, user, vhost).await?;
     }
+    import_topic_permissions(state, body).await?;
     for p in items(body, "policies")? {
         let vhost = required(p, "vhost")?.to_owned();
         let spec = super::policies::policy_spec(required(p, "name")?, p)?;
@@ -269,6 +261,116 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
                 tracing::warn!(vhost, source, destination, reason = %e.reason, "definitions: binding skipped");
             }
             bound => bound?,
+        }
+    }
+    for (vhost, limits) in vhost_limits {
+        super::require_vhost(state, &vhost)?;
+        super::limits::set_vhost_limits(state, &vhost, limits).await?;
+    }
+    Ok(())
+}
+
+/// The `users` section: hashes keep their algorithm, limits come along (RabbitMQ's `put_user`).
+fn import_users(state: &AppState, body: &Value) -> Result<(), ApiError> {
+    for u in items(body, "users")? {
+        let name = required(u, "name")?.to_owned();
+        // No one could log in as "" and it cannot be named in a URL: RabbitMQ refuses it too.
+        if name.is_empty() {
+            return Err(ApiError::bad_request("user name must not be empty"));
+        }
+        let algorithm = super::users::hashing_algorithm(u)
+            .map_err(|e| ApiError::bad_request(format!("user {name}: {}", e.reason)))?;
+        let (password_hash, hashing_algorithm) =
+            match (str_field(u, "password_hash")?, str_field(u, "password")?) {
+                (Some(hash), _) => (hash.to_owned(), algorithm),
+                (None, Some(password)) => (state.users.hash_password(password), Default::default()),
+                (None, None) => (String::new(), Default::default()),
+            };
+        let limits = match u.get("limits") {
+            // A file without limits (older exports) leaves the user's as they are.
+            None | Some(Value::Null) => state.users.user(&name).map(|u| u.limits).unwrap_or_default(),
+            Some(limits) => Limits::from_json(LimitsOf::User, limits)
+                .map_err(|e| ApiError::bad_request(format!("user {name}: {e}")))?,
+        };
+        state.users.put_user(User {
+            name,
+            password_hash,
+            hashing_algorithm,
+            tags: tags_field(u)?,
+            limits,
+        })?;
+    }
+    Ok(())
+}
+
+/// The `topic_permissions` section, pushed to the users' open connections.
+async fn import_topic_permissions(state: &AppState, body: &Value) -> Result<(), ApiError> {
+    for t in items(body, "topic_permissions")? {
+        let (user, vhost) = (required(t, "user")?, required(t, "vhost")?);
+        super::require_vhost(state, vhost)?;
+        state.users.put_topic_permission(crate::users::TopicPermission {
+            user: user.to_owned(),
+            vhost: vhost.to_owned(),
+            exchange: required(t, "exchange")?.to_owned(),
+            write: required(t, "write")?.to_owned(),
+            read: required(t, "read")?.to_owned(),
+        })?;
+        super::push_permissions(state, user, vhost).await?;
+    }
+    Ok(())
+}
+
+/// The runtime-parameter component RabbitMQ keeps vhost limits under.
+const VHOST_LIMITS_COMPONENT: &str = "vhost-limits";
+
+/// The vhost limits a document sets: `vhosts[].limits` (an object, or RabbitMQ's list of
+/// pairs), then `vhost-limits` parameters, which win.
+fn vhost_limits(body: &Value) -> Result<Vec<(String, Limits)>, ApiError> {
+    let mut found = Vec::new();
+    for v in items(body, "vhosts")? {
+        let object = match v.get("limits") {
+            Some(Value::Array(pairs)) if !pairs.is_empty() => Value::Object(
+                pairs
+                    .iter()
+                    .filter_map(|pair| Some((pair.get(0)?.as_str()?.to_owned(), pair.get(1)?.clone())))
+                    .collect(),
+            ),
+            Some(object @ Value::Object(map)) if !map.is_empty() => object.clone(),
+            _ => continue,
+        };
+        found.push((required(v, "name")?.to_owned(), object));
+    }
+    for p in items(body, "parameters")? {
+        if str_field(p, "component")? == Some(VHOST_LIMITS_COMPONENT) {
+            found.push((required(p, "vhost")?.to_owned(), p.get("value").cloned().unwrap_or(Value::Null)));
+        }
+    }
+    found
+        .into_iter()
+        .map(|(vhost, value)| {
+            Limits::from_json(LimitsOf::Vhost, &value).map(|limits| (vhost.clone(), limits)).map_err(|e| {
+                ApiError::bad_request(format!("Validation failed\n\n{e}\n ({vhost}/vhost-limits/limits)"))
+            })
+        })
+        .collect()
+}
+
+/// RabbitMQ's `validate_limits`: refuses the whole import, before anything of it is declared,
+/// when its new queues would pass a vhost's `max-queues` (its text).
+async fn check_queue_limits(state: &AppState, body: &Value) -> Result<(), ApiError> {
+    let mut by_vhost: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for q in items(body, "queues")? {
+        by_vhost.entry(required(q, "vhost")?.to_owned()).or_default().push(required(q, "name")?.to_owned());
+    }
+    for (vhost, names) in by_vhost {
+        let name = vhost.clone();
+        if let Some((adding, limit, current)) =
+            state.broker.run(move |b, _| b.would_exceed_queue_limit(&name, &names)).await?
+        {
+            return Err(ApiError::bad_request(format!(
+                "Adding {adding} queue(s) to virtual host \"{vhost}\" would exceed the limit of {limit} \
+                 queue(s).\n\nThis virtual host currently has {current} queue(s) defined.\n\nImport aborted!"
+            )));
         }
     }
     Ok(())

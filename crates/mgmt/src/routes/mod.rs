@@ -7,11 +7,13 @@ mod definitions;
 pub(crate) use connections::connection_name;
 pub(crate) use definitions::import_definitions;
 mod exchanges;
+mod limits;
 mod none_set;
 mod overview;
 mod policies;
 mod queues;
 mod time;
+mod topic_permissions;
 mod users;
 mod vhosts;
 
@@ -48,6 +50,8 @@ fn api_router(state: AppState) -> Router {
         .merge(bindings::routes())
         .merge(connections::routes())
         .merge(definitions::routes())
+        .merge(limits::routes())
+        .merge(topic_permissions::routes())
         .merge(none_set::routes())
         .merge(cluster::routes())
         .fallback(get(|| async { ApiError::not_found() }))

@@ -1,7 +1,7 @@
 //! Listings of things Hourglass does not have, answered as RabbitMQ answers when none exist, so
-//! that tools listing them (rabbitmqadmin v2 `list vhost_limits`, `list feature_flags`, ...) work:
-//! resource limits (none are enforced, so none are set), runtime parameters (no federation or
-//! shovel), feature flags and deprecated features (there are none). Setting any of these stays
+//! that tools listing them (rabbitmqadmin v2 `list parameters`, `list feature_flags`, ...) work:
+//! runtime parameters (no federation or shovel), feature flags and deprecated features (there
+//! are none). Limits have their own routes (`limits.rs`). Setting any of these stays
 //! unsupported (404 / 405).
 
 use axum::extract::Query;
@@ -15,10 +15,6 @@ use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
     let paths = [
-        "/api/vhost-limits",
-        "/api/vhost-limits/{vhost}",
-        "/api/user-limits",
-        "/api/user-limits/{user}",
         "/api/parameters",
         "/api/feature-flags",
         "/api/deprecated-features",

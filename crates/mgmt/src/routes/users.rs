@@ -12,7 +12,7 @@ use super::{body_json, str_field, tags_field};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::listing::{self, Params};
-use crate::users::{Permission, User, HASHING_ALGORITHM};
+use crate::users::{HashingAlgorithm, Permission, User};
 use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -32,9 +32,9 @@ pub(crate) fn user_json(u: &User) -> Value {
     json!({
         "name": u.name,
         "password_hash": u.password_hash,
-        "hashing_algorithm": HASHING_ALGORITHM,
+        "hashing_algorithm": u.hashing_algorithm.name(),
         "tags": u.tags,
-        "limits": {},
+        "limits": u.limits.to_json(),
     })
 }
 
@@ -89,25 +89,31 @@ async fn put(
         return Err(ApiError::bad_request("user names must not be empty"));
     }
     let tags = tags_field(&body)?;
-    let password_hash = match (str_field(&body, "password")?, str_field(&body, "password_hash")?) {
-        (Some(password), _) => state.users.hash_password(password),
-        (None, Some(hash)) => {
-            if let Some(algorithm) = str_field(&body, "hashing_algorithm")? {
-                if algorithm != HASHING_ALGORITHM {
-                    return Err(ApiError::bad_request(format!("unsupported hashing_algorithm {algorithm}")));
-                }
-            }
-            hash.to_owned()
-        }
-        (None, None) => match state.users.user(&name) {
+    let existing = state.users.user(&name);
+    let (password_hash, hashing_algorithm) =
+        match (str_field(&body, "password")?, str_field(&body, "password_hash")?) {
+            (Some(password), _) => (state.users.hash_password(password), HashingAlgorithm::default()),
+            (None, Some(hash)) => (hash.to_owned(), hashing_algorithm(&body)?),
             // Updating tags keeps the password.
-            Some(existing) => existing.password_hash,
-            None => String::new(),
-        },
-    };
-    let existed = state.users.user(&name).is_some();
-    state.users.put_user(User { name, password_hash, tags })?;
+            (None, None) => existing.as_ref().map_or((String::new(), HashingAlgorithm::default()), |u| {
+                (u.password_hash.clone(), u.hashing_algorithm)
+            }),
+        };
+    let existed = existing.is_some();
+    // Limits are changed through /api/user-limits only; updating a user keeps them.
+    let limits = existing.map(|u| u.limits).unwrap_or_default();
+    state.users.put_user(User { name, password_hash, hashing_algorithm, tags, limits })?;
     Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
+}
+
+/// The `hashing_algorithm` of a body with a `password_hash`: one of RabbitMQ's three modules,
+/// SHA-256 when absent (RabbitMQ's default); another name is 400.
+pub(crate) fn hashing_algorithm(body: &Value) -> Result<HashingAlgorithm, ApiError> {
+    match str_field(body, "hashing_algorithm")? {
+        None => Ok(HashingAlgorithm::default()),
+        Some(name) => HashingAlgorithm::parse(name)
+            .ok_or_else(|| ApiError::bad_request(format!("unsupported hashing_algorithm {name}"))),
+    }
 }
 
 async fn delete(

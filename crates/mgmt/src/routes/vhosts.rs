@@ -114,6 +114,8 @@ async fn put(
         description: str_field(&body, "description")?.unwrap_or_default().to_owned(),
         tags: tags_field(&body)?,
         default_queue_type: str_field(&body, "default_queue_type")?.map(str::to_owned),
+        // Limits are changed through /api/vhost-limits only; updating a vhost keeps them.
+        limits: state.users.vhost(&vhost).map(|v| v.limits).unwrap_or_default(),
     };
     let existed = state.users.vhost(&vhost).is_some();
     state.users.put_vhost(record)?;

@@ -4,13 +4,14 @@
 //! The server keeps it in `<data-dir>/users.snap` (an atomic snapshot file, docs/storage.md), with
 //! [`FILE_SCHEMA_VERSION`] in the snapshot header. `loopback_users` is configuration and is not
 //! saved. Reading checks what the store relies on: known hashing algorithm, patterns that
-//! compile, permissions naming a user and a vhost that exist.
+//! compile, permissions naming a user and a vhost that exist. Limits (users' and vhosts') were
+//! added without a schema change: a file without them reads as "no limits".
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Granted, Permission, State, User, VhostRecord, HASHING_ALGORITHM};
+use super::{Granted, HashingAlgorithm, Limits, Permission, State, TopicPermission, User, VhostRecord};
 
 /// The layout of the JSON below; bump it (and read the old one) when it changes.
 pub const FILE_SCHEMA_VERSION: u32 = 1;
@@ -32,6 +33,17 @@ struct SavedFile {
     users: Vec<SavedUser>,
     vhosts: Vec<SavedVhost>,
     permissions: Vec<SavedPermission>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    topic_permissions: Vec<SavedTopicPermission>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedTopicPermission {
+    user: String,
+    vhost: String,
+    exchange: String,
+    write: String,
+    read: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -40,6 +52,8 @@ struct SavedUser {
     password_hash: String,
     hashing_algorithm: String,
     tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    limits: BTreeMap<String, i64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -48,6 +62,8 @@ struct SavedVhost {
     description: String,
     tags: Vec<String>,
     default_queue_type: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    limits: BTreeMap<String, i64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -68,8 +84,9 @@ pub(super) fn encode(state: &State) -> Vec<u8> {
             .map(|u| SavedUser {
                 name: u.name.clone(),
                 password_hash: u.password_hash.clone(),
-                hashing_algorithm: HASHING_ALGORITHM.to_owned(),
+                hashing_algorithm: u.hashing_algorithm.name().to_owned(),
                 tags: u.tags.clone(),
+                limits: u.limits.entries().clone(),
             })
             .collect(),
         vhosts: state
@@ -80,6 +97,7 @@ pub(super) fn encode(state: &State) -> Vec<u8> {
                 description: v.description.clone(),
                 tags: v.tags.clone(),
                 default_queue_type: v.default_queue_type.clone(),
+                limits: v.limits.entries().clone(),
             })
             .collect(),
         permissions: state
@@ -96,6 +114,17 @@ pub(super) fn encode(state: &State) -> Vec<u8> {
                 }
             })
             .collect(),
+        topic_permissions: state
+            .topic_permissions
+            .values()
+            .map(|t| SavedTopicPermission {
+                user: t.user.clone(),
+                vhost: t.vhost.clone(),
+                exchange: t.exchange.clone(),
+                write: t.write.clone(),
+                read: t.read.clone(),
+            })
+            .collect(),
     };
     // Serialising plain strings and vectors to a Vec cannot fail.
     serde_json::to_vec_pretty(&file).expect("plain data serialises")
@@ -107,15 +136,20 @@ pub(super) fn decode(payload: &[u8]) -> Result<State, FileError> {
         serde_json::from_slice(payload).map_err(|e| FileError(format!("users file is not valid: {e}")))?;
     let mut state = State::default();
     for u in file.users {
-        if u.hashing_algorithm != HASHING_ALGORITHM {
+        let Some(hashing_algorithm) = HashingAlgorithm::parse(&u.hashing_algorithm) else {
             return Err(FileError(format!(
                 "user {}: unsupported hashing_algorithm {}",
                 u.name, u.hashing_algorithm
             )));
-        }
-        state
-            .users
-            .insert(u.name.clone(), User { name: u.name, password_hash: u.password_hash, tags: u.tags });
+        };
+        let user = User {
+            name: u.name.clone(),
+            password_hash: u.password_hash,
+            hashing_algorithm,
+            tags: u.tags,
+            limits: Limits::from_entries(u.limits),
+        };
+        state.users.insert(u.name, user);
     }
     for v in file.vhosts {
         let record = VhostRecord {
@@ -123,8 +157,27 @@ pub(super) fn decode(payload: &[u8]) -> Result<State, FileError> {
             description: v.description,
             tags: v.tags,
             default_queue_type: v.default_queue_type,
+            limits: Limits::from_entries(v.limits),
         };
         state.vhosts.insert(v.name, record);
+    }
+    for t in file.topic_permissions {
+        if !state.users.contains_key(&t.user) || !state.vhosts.contains_key(&t.vhost) {
+            return Err(FileError(format!(
+                "topic permission of {} on {}: no such user or vhost",
+                t.user, t.vhost
+            )));
+        }
+        let topic = TopicPermission {
+            user: t.user,
+            vhost: t.vhost,
+            exchange: t.exchange,
+            write: t.write,
+            read: t.read,
+        };
+        state
+            .topic_permissions
+            .insert((topic.vhost.clone(), topic.user.clone(), topic.exchange.clone()), topic);
     }
     let mut permissions = BTreeMap::new();
     for p in file.permissions {
@@ -133,7 +186,8 @@ pub(super) fn decode(payload: &[u8]) -> Result<State, FileError> {
         }
         let permission =
             Permission { user: p.user, vhost: p.vhost, configure: p.configure, write: p.write, read: p.read };
-        let granted = Granted::compile(permission).map_err(|e| FileError(e.to_string()))?;
+        let topics = super::topics::of(&state, &permission.vhost, &permission.user);
+        let granted = Granted::compile(permission, &topics).map_err(|e| FileError(e.to_string()))?;
         permissions.insert((granted.permission.vhost.clone(), granted.permission.user.clone()), granted);
     }
     state.permissions = permissions;
@@ -156,6 +210,21 @@ mod tests {
             .unwrap();
         let p = Permission { configure: "^bob-".into(), ..Permission::full("bob", "dev") };
         store.put_permission(p.clone()).unwrap();
+        let md5 = HashingAlgorithm::Md5;
+        let carol = User {
+            name: "carol".into(),
+            password_hash: md5.hash_with_salt(&[9, 8, 7, 6], "old"),
+            hashing_algorithm: md5,
+            tags: vec![],
+            limits: Limits::default()
+                .with(super::super::LimitsOf::User, "max-channels", &serde_json::json!(3))
+                .unwrap(),
+        };
+        store.put_user(carol).unwrap();
+        let limits = Limits::default()
+            .with(super::super::LimitsOf::Vhost, "max-queues", &serde_json::json!(-1))
+            .unwrap();
+        store.set_vhost_limits("dev", limits.clone()).unwrap();
         let bytes = encode(&store.read());
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(!text.contains("secret"), "{text}");
@@ -164,6 +233,8 @@ mod tests {
         assert_eq!(back.vhosts(), store.vhosts());
         assert_eq!(back.permissions(), store.permissions());
         assert!(back.check_login("bob", "secret", false).is_ok());
+        assert!(back.check_login("carol", "old", false).is_ok(), "an MD5 hash keeps its algorithm");
+        assert_eq!(back.vhost("dev").unwrap().limits, limits, "-1 kept as given");
         assert_eq!(back.permission("dev", "bob"), Some(p));
     }
 

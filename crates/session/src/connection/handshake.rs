@@ -195,13 +195,25 @@ impl Connection {
         let vhost = open.virtual_host.as_str().into_owned();
         let user = self.user.clone().unwrap_or_default();
         let on_open = Method::ConnectionOpen(ConnectionOpen::default());
-        let access = match self.config.authenticator.vhost_access(&user, &vhost) {
-            VhostAccess::Allowed(permissions) => Ok(permissions),
+        let authenticator = &self.config.authenticator;
+        // RabbitMQ's order (rabbit_reader, connection.open): the vhost's and the user's
+        // connection limits, then the user's access to the vhost.
+        let access = match authenticator.vhost_access(&user, &vhost) {
             VhostAccess::NotFound => Err(format!("vhost {vhost} not found")),
-            VhostAccess::Refused => Err(format!("access to vhost '{vhost}' refused for user '{user}'")),
+            access => {
+                let limits = authenticator.client_limits(&user, &vhost);
+                match (self.config.occupancy.admit(&user, &vhost, limits), access) {
+                    (Err(reached), _) => Err(reached.to_string()),
+                    (Ok(seat), VhostAccess::Allowed(permissions)) => Ok((seat, permissions)),
+                    (Ok(_), _) => Err(format!("access to vhost '{vhost}' refused for user '{user}'")),
+                }
+            }
         };
         let permissions = match access {
-            Ok(permissions) => permissions,
+            Ok((seat, permissions)) => {
+                self.channels.seat = Some(seat);
+                permissions
+            }
             Err(detail) => {
                 warn!(conn = self.id.0, peer = %self.peer.addr, user = %user, vhost = %vhost, reason = %detail, "connection.open refused");
                 return self.close_with(AmqpError::new(NOT_ALLOWED, detail).on(&on_open), now);

@@ -178,3 +178,92 @@ fn effects_for_free_channels_are_dropped() {
     c.effect(Effect::ChannelError { conn: CONN, channel: ChannelId(5), error: AmqpError::new(404, "x") });
     assert!(c.frames().is_empty());
 }
+
+/// Users and vhosts with RabbitMQ's limits, for the tests below: guest may have 2 channels,
+/// and vhost `/` 2 connections.
+struct Limited;
+
+impl Authenticator for Limited {
+    fn authenticate(&self, user: &str, password: &str, loopback: bool) -> Result<(), LoginRefused> {
+        StaticUsers::default().authenticate(user, password, loopback)
+    }
+    fn vhost_access(&self, user: &str, vhost: &str) -> VhostAccess {
+        StaticUsers::default().vhost_access(user, vhost)
+    }
+    fn client_limits(&self, _user: &str, _vhost: &str) -> ClientLimits {
+        ClientLimits { vhost_max_connections: Some(2), user_max_connections: None }
+    }
+    fn user_max_channels(&self, _user: &str) -> Option<u64> {
+        Some(2)
+    }
+}
+
+/// A user's `max-channels` counts channels across its connections; past it the connection
+/// closes with RabbitMQ's 530 naming no method, and the channel.open never reaches the broker.
+/// A channel's close-ok, and a connection's close, give the places back.
+#[test]
+fn user_channel_limit_closes_the_connection_and_closes_give_places_back() {
+    let config = Arc::new(SessionConfig::new(Arc::new(Limited)));
+    let occupancy = config.occupancy.clone();
+    let client = |config: &Arc<SessionConfig>| {
+        let mut c = Client::new(SessionConfig::clone(config), true);
+        c.open(0);
+        c
+    };
+    let (mut first, mut second) = (client(&config), client(&config));
+    assert_eq!(occupancy.vhost_connections("/"), 2);
+    first.open_channel(1);
+    second.open_channel(1);
+    second.send_method(2, ChannelOpen {});
+    assert!(second.commands().is_empty(), "the refused channel.open is not forwarded");
+    let text = "NOT_ALLOWED - number of channels opened for user 'guest' has reached the maximum allowed user limit of (2)";
+    assert_eq!(second.connection_close(), close_of(530, text, 0, 0));
+    assert_eq!(occupancy.user_connections_and_channels("guest"), (1, 1), "the closing connection let go");
+
+    first.open_channel(2);
+    first.send_method(
+        2,
+        ChannelClose { reply_code: 200, reply_text: short("bye"), class_id: 0, method_id: 0 },
+    );
+    first.effect(send(2, ChannelCloseOk {}));
+    assert_eq!(first.methods(), vec![(2, ChannelCloseOk {}.into())]);
+    first.commands();
+    assert_eq!(occupancy.user_connections_and_channels("guest"), (1, 1));
+    first.open_channel(3);
+    first.send_method(
+        0,
+        ConnectionClose { reply_code: 200, reply_text: short("bye"), class_id: 0, method_id: 0 },
+    );
+    assert_eq!(
+        occupancy.user_connections_and_channels("guest"),
+        (0, 0),
+        "freed at close-ok, not at the socket's end"
+    );
+    assert_eq!(occupancy.vhost_connections("/"), 0);
+}
+
+/// A vhost's `max-connections` refuses connection.open past it with RabbitMQ's 530 on
+/// connection.open; a connection dropped without a close gives its place back.
+#[test]
+fn vhost_connection_limit_refuses_open_and_a_dropped_connection_frees_its_place() {
+    let config = Arc::new(SessionConfig::new(Arc::new(Limited)));
+    let open = |config: &Arc<SessionConfig>| {
+        let mut c = Client::new(SessionConfig::clone(config), true);
+        c.send_bytes(PROTOCOL_HEADER);
+        c.send_method(0, start_ok("PLAIN", b"\0guest\0guest"));
+        c.send_method(0, ConnectionTuneOk { channel_max: 2047, frame_max: 131_072, heartbeat: 0 });
+        c.frames();
+        c.send_method(0, ConnectionOpen { virtual_host: short("/") });
+        c
+    };
+    let (mut a, mut b) = (open(&config), open(&config));
+    a.frames();
+    b.frames();
+    let mut third = open(&config);
+    let text = "NOT_ALLOWED - access to vhost '/' refused for user 'guest': connection limit (2) is reached";
+    assert_eq!(third.connection_close(), close_of(530, text, 10, 40));
+    assert!(third.commands().is_empty(), "the broker never hears of it");
+    drop(a);
+    let mut fourth = open(&config);
+    assert!(matches!(fourth.methods().as_slice(), [(0, Method::ConnectionOpenOk(_))]));
+}
