@@ -19,16 +19,13 @@ fn main() -> ExitCode {
         hourglass_server::init_logging(config.log_format);
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         runtime.block_on(async {
+            // Before anything is bound: a SIGTERM at any point after start-up closes cleanly.
+            let shutdown = hourglass_server::shutdown_signal();
             if let Some(cluster) = config.cluster.clone() {
-                return hourglass_server::cluster_mode::run(
-                    config,
-                    cluster,
-                    hourglass_server::shutdown_signal(),
-                )
-                .await;
+                return hourglass_server::cluster_mode::run(config, cluster, shutdown).await;
             }
             let server = Server::bind(config).await?;
-            server.run(hourglass_server::shutdown_signal()).await
+            server.run(shutdown).await
         })
     });
     match result {

@@ -548,22 +548,36 @@ fn name_seed(clock: clock::Clock) -> u64 {
 }
 
 /// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    // The handlers are installed here, at once — not when the future is first polled, which may
+    // be after the start-up line: a SIGTERM sent as soon as the broker says it listens must
+    // still close it cleanly, not kill it with the default action.
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
+    let mut handlers = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (signal(SignalKind::terminate()).ok(), signal(SignalKind::interrupt()).ok())
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let term = async {
+                match handlers.0.as_mut() {
+                    Some(term) => drop(term.recv().await),
+                    None => std::future::pending().await,
+                }
+            };
+            let int = async {
+                match handlers.1.as_mut() {
+                    Some(int) => drop(int.recv().await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = term => {}
+                _ = int => {}
             }
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
         }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
