@@ -83,7 +83,8 @@ pub struct Publish {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     /// The handshake finished (connection.open accepted).
-    ConnectionOpen { conn: ConnectionId, info: ConnectionInfo },
+    /// Boxed: it is sent once per connection, and every publish moves a `Command`.
+    ConnectionOpen { conn: ConnectionId, info: Box<ConnectionInfo> },
     /// The connection is gone (closed cleanly, by error, or the socket dropped). The broker
     /// requeues its unacked messages, cancels its consumers and deletes its exclusive queues.
     /// Idempotent.

@@ -130,7 +130,7 @@ impl Broker {
                 self.churn.connection_opened(conn);
                 self.connections.insert(
                     conn,
-                    ConnectionState { info, channels: Vec::new(), exclusive_queues: Vec::new() },
+                    ConnectionState { info: *info, channels: Vec::new(), exclusive_queues: Vec::new() },
                 );
             }
             Command::ConnectionClosed { conn } => self.release_connection(conn, now),

@@ -129,7 +129,7 @@ async fn fake_connection(s: &AppState, id: u64, user: &str, peer: &str) -> Strin
     let conn = ConnectionId(id);
     s.broker
         .run(move |b, now| {
-            b.handle_command(Command::ConnectionOpen { conn, info }, now);
+            b.handle_command(Command::ConnectionOpen { conn, info: Box::new(info) }, now);
             let open = Command::Method { conn, channel: ChannelId(1), method: ChannelOpen::default().into() };
             b.handle_command(open, now);
         })

@@ -59,7 +59,7 @@ impl TestBroker {
             may_impersonate: false,
             login: Default::default(),
         };
-        self.command(Command::ConnectionOpen { conn, info });
+        self.command(Command::ConnectionOpen { conn, info: Box::new(info) });
         conn
     }
 

@@ -104,7 +104,7 @@ impl Broker {
             may_impersonate: false,
             login: Default::default(),
         };
-        self.handle_command(Command::ConnectionOpen { conn: ADMIN_CONNECTION, info }, now);
+        self.handle_command(Command::ConnectionOpen { conn: ADMIN_CONNECTION, info: Box::new(info) }, now);
         let open = Command::Method {
             conn: ADMIN_CONNECTION,
             channel: ADMIN_CHANNEL,

@@ -237,7 +237,7 @@ impl Connection {
             permissions,
             login: LoginInfo { mechanism: self.login_mechanism, tls: self.over_tls },
         };
-        self.commands.push_back(Command::ConnectionOpen { conn: self.id, info });
+        self.commands.push_back(Command::ConnectionOpen { conn: self.id, info: Box::new(info) });
     }
 }
 

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The RabbitMQ side of docs/benchmarks.md "TLS": the same hourglass-perf flows as
+# scripts/bench_tls.sh, over amqp:// and amqps://, against a RabbitMQ 3.10.8 of its own
+# (rabbitmq-ref on 127.0.0.1:5695, TLS on 5696, the same test PKI), alternating, ROUNDS times;
+# JSON result lines to OUT (default /tmp/bench_tls_rabbitmq.jsonl). Stops that RabbitMQ at the end.
+# usage: scripts/bench_tls_rabbitmq.sh [ROUNDS] [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+seconds=${2:-10}
+out=${OUT:-/tmp/bench_tls_rabbitmq.jsonl}
+ref=../shared/tools/rabbitmq-ref
+plain=5695
+tls=5696
+certs=$(mktemp -d)
+export RMQ_PORT=$plain RMQ_BASE=/tmp/rmq-tls-bench
+trap 'RMQ_PORT=$plain RMQ_BASE=/tmp/rmq-tls-bench "$ref" stop >/dev/null 2>&1 || true; rm -rf "$certs"' EXIT
+tests/clients/tls/make_certs.sh "$certs"
+chmod 755 "$certs" && chmod 644 "$certs"/*
+export RMQ_EXTRA_CONF="listeners.ssl.default = 127.0.0.1:$tls
+ssl_options.cacertfile = $certs/ca.pem
+ssl_options.certfile = $certs/server.pem
+ssl_options.keyfile = $certs/server.key
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false"
+"$ref" start
+pid=$(ss -Hltnp "sport = :$plain" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
+: > "$out"
+for round in $(seq 1 "$rounds"); do
+  for proto in amqp amqps; do
+    if [ "$proto" = amqp ]; then
+      url="amqp://guest:guest@127.0.0.1:$plain/%2f"
+    else
+      url="amqps://guest:guest@localhost:$tls/%2f?cacertfile=$certs/ca.pem"
+    fi
+    perf() { target/release/hourglass-perf --url "$url" --broker-pid "$pid" --label "rabbitmq-$proto" "$@" 2>/dev/null | grep '^{' >> "$out"; }
+    echo "round $round: $proto" >&2
+    perf throughput --size 16 --auto-ack --duration-s "$seconds"
+    perf throughput --size 1024 --prefetch 1000 --ack-every 10 --duration-s "$seconds"
+    perf idle-connections --connections 500 --hold-s 0.5
+  done
+done
+echo "results in $out" >&2
