@@ -89,7 +89,7 @@ pub struct Node {
     pub amqp: u16,
     pub http: u16,
     pub metrics: u16,
-    replication: u16,
+    pub replication: u16,
     dir: PathBuf,
     args: Vec<String>,
     child: Option<Child>,
@@ -117,7 +117,10 @@ impl Node {
             "--node-name".into(),
             name.into(),
         ];
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        // `{port}` in an extra flag: a port of this node's own (e.g. its TLS listeners).
+        args.extend(
+            extra.iter().map(|s| if *s == "{port}" { free_port().to_string() } else { (*s).to_owned() }),
+        );
         let dir = scratch_dir(name);
         Node {
             name: name.into(),

@@ -30,6 +30,8 @@ pub struct ClusterSettings {
     pub lease_ttl_secs: u64,
     pub min_in_sync: Option<usize>,
     pub data_dir: PathBuf,
+    /// Mutual TLS on the replication port (`--replication-tls`).
+    pub replication_tls: Option<crate::repl::ReplicationTls>,
 }
 
 /// What the node is now, for the proxies and the status.
@@ -278,6 +280,8 @@ impl Coordinator {
             let target = LinkTarget {
                 follower: node.name.clone(),
                 address: node.replication(),
+                host: node.host.clone(),
+                tls: self.settings.replication_tls.clone(),
                 leader: self.settings.node.name.clone(),
                 term,
                 data_dir: self.settings.data_dir.clone(),

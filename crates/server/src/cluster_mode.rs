@@ -37,6 +37,11 @@ pub async fn run(
         }
     });
     let lock = lock_data_dir(&config.data_dir)?;
+    let replication_tls = match (&config.tls, cluster.replication_tls) {
+        (_, false) => None,
+        (Some(tls), true) => Some(crate::tls::replication(tls).context("replication TLS")?),
+        (None, true) => anyhow::bail!("replication_tls needs tls_cert, tls_key and tls_ca"),
+    };
     let settings = ClusterSettings {
         etcd_endpoints: cluster.etcd_endpoints.clone(),
         cluster_name: cluster.cluster_name.clone(),
@@ -52,6 +57,7 @@ pub async fn run(
         lease_ttl_secs: cluster.lease_ttl_secs,
         min_in_sync: cluster.min_in_sync,
         data_dir: config.data_dir.clone(),
+        replication_tls,
     };
     let endpoints = cluster.etcd_endpoints.join(",");
     let coordinator = tokio::task::spawn_blocking(move || Coordinator::join(settings))
@@ -76,8 +82,12 @@ async fn follow(
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> anyhow::Result<Option<u64>> {
     let replication = listen::bind(ip, cluster.replication_port, "replication")?.into_std()?;
-    let follower = Follower::new(config.data_dir.clone(), coordinator.fence.clone())
-        .context("opening the data directory for replication")?;
+    let follower = Follower::new(
+        config.data_dir.clone(),
+        coordinator.fence.clone(),
+        coordinator.settings().replication_tls.clone(),
+    )
+    .context("opening the data directory for replication")?;
     let receiver = follower.clone();
     std::thread::Builder::new().name("hg-repl-listen".into()).spawn(move || receiver.serve(replication))?;
     let leader = leader_watch(coordinator.roles());

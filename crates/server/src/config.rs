@@ -295,6 +295,7 @@ pub struct FileConfig {
     pub advertise_host: Option<String>,
     pub min_in_sync: Option<usize>,
     pub etcd_lease_ttl: Option<u64>,
+    pub replication_tls: Option<bool>,
 }
 
 impl FileConfig {
@@ -308,6 +309,7 @@ impl FileConfig {
             advertise_host: self.advertise_host.clone(),
             min_in_sync: self.min_in_sync,
             etcd_lease_ttl: self.etcd_lease_ttl,
+            replication_tls: self.replication_tls,
         }
     }
 }

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use crate::repl::frame::{write_frame, FileOp, Frame, FrameReader, WRITE_CHUNK_MAX};
 use crate::repl::hub::{Hub, Registration};
 use crate::repl::manifest::{digest, plan_catch_up, LeaderFile, Step};
+use crate::repl::transport::{self, ReplicationTls};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_PAUSE: Duration = Duration::from_millis(300);
@@ -32,6 +33,10 @@ pub struct LinkTarget {
     pub follower: String,
     /// `host:port` of the follower's replication listener.
     pub address: String,
+    /// The follower's advertised host: with replication TLS, its certificate must name it.
+    pub host: String,
+    /// Mutual TLS for the stream (`--replication-tls`).
+    pub tls: Option<ReplicationTls>,
     pub leader: String,
     pub term: u64,
     pub data_dir: PathBuf,
@@ -63,10 +68,12 @@ fn session(hub: &Arc<Hub>, target: &LinkTarget, stream: TcpStream, stop: &Atomic
     stream.set_nodelay(true)?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
     stream.set_read_timeout(Some(MANIFEST_TIMEOUT))?;
-    let mut writer = BufWriter::with_capacity(1 << 20, stream.try_clone()?);
+    let duplex = transport::connect(stream, &target.host, target.tls.as_ref())?;
+    let stream = duplex.socket;
+    let mut writer = BufWriter::with_capacity(1 << 20, duplex.write);
     write_frame(&mut writer, &Frame::Hello { term: target.term, leader: target.leader.clone() })?;
     writer.flush()?;
-    let mut reader = FrameReader::new(stream.try_clone()?);
+    let mut reader = FrameReader::new(duplex.read);
     let manifest = match reader.next_frame()? {
         Some(Frame::Manifest(files)) => files,
         _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "expected the follower's manifest")),
@@ -85,7 +92,7 @@ fn stream_to(
     target: &LinkTarget,
     registration: Registration,
     manifest: &[crate::repl::frame::FileDigest],
-    writer: &mut BufWriter<TcpStream>,
+    writer: &mut BufWriter<Box<dyn Write + Send>>,
     stop: &AtomicBool,
 ) -> io::Result<()> {
     let leader_files: Vec<LeaderFile> = registration.files.iter().map(|(file, _)| file.clone()).collect();
@@ -170,7 +177,7 @@ fn spawn_ack_reader(
     hub: Arc<Hub>,
     follower: String,
     link_id: u64,
-    mut reader: FrameReader<TcpStream>,
+    mut reader: FrameReader<Box<dyn std::io::Read + Send>>,
     stream: TcpStream,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {

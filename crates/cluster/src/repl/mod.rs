@@ -7,7 +7,9 @@ pub mod link;
 pub mod manifest;
 pub mod receiver;
 pub mod storage;
+pub mod transport;
 
 pub use hub::Hub;
 pub use receiver::{Fence, Follower};
 pub use storage::ReplicatedStorage;
+pub use transport::ReplicationTls;

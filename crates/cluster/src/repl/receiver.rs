@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::repl::apply::Applier;
 use crate::repl::frame::{write_frame, Frame, FrameReader};
 use crate::repl::manifest::local_manifest;
+use crate::repl::transport::{self, ReplicationTls};
 
 /// How often blocked reads and the accept loop look at the stop flag and the fence.
 const POLL: Duration = Duration::from_millis(200);
@@ -68,11 +69,18 @@ pub struct Follower {
     stop: AtomicBool,
     /// The op sequence (of the current leader's stream) held on disk.
     pub applied_seq: AtomicU64,
+    /// Mutual TLS for leaders' streams (`--replication-tls`).
+    tls: Option<ReplicationTls>,
 }
 
 impl Follower {
-    pub fn new(dir: PathBuf, fence: Arc<Fence>) -> std::io::Result<Arc<Follower>> {
+    pub fn new(
+        dir: PathBuf,
+        fence: Arc<Fence>,
+        tls: Option<ReplicationTls>,
+    ) -> std::io::Result<Arc<Follower>> {
         Ok(Arc::new(Follower {
+            tls,
             fence,
             applier: Mutex::new(Applier::new(dir)?),
             stop: AtomicBool::new(false),
@@ -116,9 +124,10 @@ impl Follower {
     fn session(&self, stream: TcpStream) -> std::io::Result<()> {
         stream.set_nonblocking(false)?;
         stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(POLL))?;
-        let mut reader = FrameReader::new(stream.try_clone()?);
-        let mut writer = BufWriter::new(stream);
+        let duplex = transport::accept(stream, self.tls.as_ref())?;
+        duplex.socket.set_read_timeout(Some(POLL))?;
+        let mut reader = FrameReader::new(duplex.read);
+        let mut writer = BufWriter::new(duplex.write);
         let (term, leader) = match self.next_frame(&mut reader)? {
             Frame::Hello { term, leader } => (term, leader),
             _ => return Err(std::io::Error::new(ErrorKind::InvalidData, "expected hello")),
@@ -171,7 +180,7 @@ impl Follower {
     }
 
     /// The next frame, waiting through read timeouts unless the follower stops.
-    fn next_frame(&self, reader: &mut FrameReader<TcpStream>) -> std::io::Result<Frame> {
+    fn next_frame(&self, reader: &mut FrameReader<Box<dyn std::io::Read + Send>>) -> std::io::Result<Frame> {
         loop {
             if let Some(frame) = reader.next_frame()? {
                 return Ok(frame);

@@ -39,6 +39,10 @@ pub struct ClusterCli {
     /// Seconds a leader's etcd lease lasts without renewal.
     #[arg(long, env = "HOURGLASS_ETCD_LEASE_TTL")]
     pub etcd_lease_ttl: Option<u64>,
+    /// Mutual TLS on the replication port with --tls-cert/--tls-key, peers verified against
+    /// --tls-ca (`true`/`false`).
+    #[arg(long, env = "HOURGLASS_REPLICATION_TLS")]
+    pub replication_tls: Option<bool>,
 }
 
 /// The same settings in the TOML file.
@@ -52,6 +56,7 @@ pub struct ClusterFile {
     pub advertise_host: Option<String>,
     pub min_in_sync: Option<usize>,
     pub etcd_lease_ttl: Option<u64>,
+    pub replication_tls: Option<bool>,
 }
 
 /// Clustered mode, resolved.
@@ -65,6 +70,8 @@ pub struct ClusterConfig {
     pub advertise_host: Option<String>,
     pub min_in_sync: Option<usize>,
     pub lease_ttl_secs: u64,
+    /// Mutual TLS on the replication port (needs the TLS certificate, key and CA).
+    pub replication_tls: bool,
 }
 
 /// Flags over the file; `None` when no etcd endpoint is given (a single node).
@@ -101,6 +108,7 @@ pub fn resolve(cli: ClusterCli, file: ClusterFile) -> anyhow::Result<Option<Clus
         advertise_host: cli.advertise_host.or(file.advertise_host),
         min_in_sync,
         lease_ttl_secs,
+        replication_tls: cli.replication_tls.or(file.replication_tls).unwrap_or(false),
     }))
 }
 

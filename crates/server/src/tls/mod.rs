@@ -91,6 +91,29 @@ fn build(settings: &TlsSettings) -> Result<(Arc<ServerConfig>, Arc<ServerConfig>
     Ok((Arc::new(amqp), Arc::new(http)))
 }
 
+/// Mutual TLS for the cluster's replication port (docs/clustering.md): this node's certificate on
+/// both ends, and the other end's verified against `--tls-ca` — required, so only cluster members
+/// can stream to a follower.
+pub fn replication(settings: &TlsSettings) -> Result<hourglass_cluster::repl::ReplicationTls, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let ca = settings.ca.as_ref().ok_or_else(|| TlsError::Verifier("replication TLS needs tls_ca".into()))?;
+    let chain = certificates(&settings.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&settings.key).map_err(|e| unreadable(&settings.key, e))?;
+    let server = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(PROTOCOL_VERSIONS)?
+        .with_client_cert_verifier(client_verifier(ca, true, &provider)?)
+        .with_single_cert(chain.clone(), key.clone_key())?;
+    let mut roots = RootCertStore::empty();
+    for certificate in certificates(ca)? {
+        roots.add(certificate)?;
+    }
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(PROTOCOL_VERSIONS)?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)?;
+    Ok(hourglass_cluster::repl::ReplicationTls { server: Arc::new(server), client: Arc::new(client) })
+}
+
 /// Verifies client certificates against the CAs in `ca`; without `fail_if_no_peer_cert` a client
 /// may also come without one (RabbitMQ's `verify_peer` with `fail_if_no_peer_cert = false`), but
 /// a certificate it does present must verify.
