@@ -26,8 +26,15 @@ pub const LEADER_CHANGED: &str = "CONNECTION_FORCED - the cluster's leader chang
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
     Amqp,
+    /// Plain HTTP: a client arriving while there is no leader gets a 503 (and the reason).
     Http,
+    /// TLS (AMQPS, HTTPS): bytes only; TLS ends on the leader.
+    Tls,
 }
+
+/// The answer of a follower's HTTP port while the cluster has no leader (an election).
+const NO_LEADER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+content-length: 70\r\nconnection: close\r\n\r\n{\"error\":\"unavailable\",\"reason\":\"the cluster has no leader right now\"}";
 
 /// Which of the leader's ports a forwarded port goes to (`None`: the leader has none such).
 pub type PortOf = fn(&NodeRecord) -> Option<String>;
@@ -62,7 +69,14 @@ async fn forward_one(
         .await
         .ok()
         .and_then(|found| found.ok().and_then(|node| node.as_ref().and_then(port_of)));
-    let Some(target) = target else { return Ok(()) };
+    let Some(target) = target else {
+        if protocol == Protocol::Http {
+            let mut client = client;
+            client.write_all(NO_LEADER).await?;
+            client.shutdown().await?;
+        }
+        return Ok(());
+    };
     leader.mark_unchanged();
     let server = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&target)).await??;
     let _ = server.set_nodelay(true);
@@ -169,6 +183,15 @@ mod tests {
             frames.advance(&stream[split..]);
             assert!(frames.at_boundary());
         }
+    }
+
+    #[test]
+    fn the_no_leader_answer_is_a_complete_http_response() {
+        let text = std::str::from_utf8(NO_LEADER).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 503"));
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        assert!(serde_json::from_str::<serde_json::Value>(body).is_ok());
     }
 
     #[test]

@@ -100,8 +100,8 @@ async fn follow(
     }
     if let Some(tls) = &config.tls {
         // TLS ends on the leader: the bytes pass through; on a leader change they are only cut.
-        forwarded.push((tls.amqps_port, "AMQPS", NodeRecord::amqps, Protocol::Http));
-        forwarded.push((tls.https_port, "HTTPS API", NodeRecord::https, Protocol::Http));
+        forwarded.push((tls.amqps_port, "AMQPS", NodeRecord::amqps, Protocol::Tls));
+        forwarded.push((tls.https_port, "HTTPS API", NodeRecord::https, Protocol::Tls));
     }
     let mut proxies = Vec::new();
     for (port, what, port_of, protocol) in forwarded {
