@@ -73,7 +73,6 @@ struct Lease {
 #[derive(Default)]
 struct View {
     nodes: Vec<NodeRecord>,
-    members: usize,
     seen: BTreeMap<String, Instant>,
     hub: Option<Arc<Hub>>,
     in_sync: Vec<String>,
@@ -250,10 +249,9 @@ impl Coordinator {
                 Ok(None) => break StepDown::LeaseLost,
                 Err(_) => {}
             }
-            self.start_links(&hub, term, &mut links);
             if let Ok(members) = self.etcd.get_prefix(&self.keys.members()) {
+                self.start_links(&hub, term, &members, &mut links);
                 hub.set_min_in_sync(min_in_sync(members.len(), self.settings.min_in_sync));
-                self.view.lock().unwrap_or_else(|p| p.into_inner()).members = members.len();
             }
             if let Err(why) = self.maintain_in_sync(&hub, term, &me, &mut in_sync, lag_timeout) {
                 break why;
@@ -268,9 +266,14 @@ impl Coordinator {
         step_down
     }
 
-    fn start_links(&self, hub: &Arc<Hub>, term: u64, links: &mut BTreeMap<String, Arc<AtomicBool>>) {
-        let Ok(nodes) = self.etcd.get_prefix(&self.keys.members()) else { return };
-        for kv in nodes {
+    fn start_links(
+        &self,
+        hub: &Arc<Hub>,
+        term: u64,
+        members: &[crate::etcd::KeyValue],
+        links: &mut BTreeMap<String, Arc<AtomicBool>>,
+    ) {
+        for kv in members {
             let Ok(node) = serde_json::from_slice::<NodeRecord>(&kv.value) else { continue };
             if node.name == self.settings.node.name || links.contains_key(&node.name) {
                 continue;
@@ -341,12 +344,18 @@ impl Coordinator {
         if let Some((set, _)) = &seen.in_sync {
             view.in_sync = set.nodes.clone();
         }
-        if let Ok(nodes) = self.etcd.get_prefix(&self.keys.nodes()) {
-            let now = Instant::now();
-            view.nodes = nodes.iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok()).collect();
-            for node in view.nodes.clone() {
-                view.seen.insert(node.name, now);
-            }
+        drop(view);
+        self.refresh_live_nodes();
+    }
+
+    /// Reads the live nodes (those whose lease holds) from etcd into the view.
+    fn refresh_live_nodes(&self) {
+        let Ok(nodes) = self.etcd.get_prefix(&self.keys.nodes()) else { return };
+        let mut view = self.view.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        view.nodes = nodes.iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok()).collect();
+        for node in view.nodes.clone() {
+            view.seen.insert(node.name, now);
         }
     }
 
@@ -358,7 +367,7 @@ impl Coordinator {
         let lags = view
             .hub
             .as_ref()
-            .map(|hub| hub.status(Instant::now()).into_iter().map(|f| (f.name, f.lag_records)).collect())
+            .map(|hub| hub.status().into_iter().map(|f| (f.name, f.lag_records)).collect())
             .unwrap_or_default();
         match role {
             Role::Leader { term } => (true, term, view.in_sync.len() as u64, lags),
@@ -368,14 +377,7 @@ impl Coordinator {
 
     /// `GET /api/cluster`'s answer.
     pub fn status_json(&self) -> Value {
-        if let Ok(nodes) = self.etcd.get_prefix(&self.keys.nodes()) {
-            let mut view = self.view.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            view.nodes = nodes.iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok()).collect();
-            for node in view.nodes.clone() {
-                view.seen.insert(node.name, now);
-            }
-        }
+        self.refresh_live_nodes();
         let members = self.etcd.get_prefix(&self.keys.members()).unwrap_or_default();
         let view = self.view.lock().unwrap_or_else(|p| p.into_inner());
         let role = self.role.borrow().clone();
@@ -384,7 +386,7 @@ impl Coordinator {
             Role::Leader { term } => (Some(me.clone()), *term),
             Role::Follower { leader, term } => (leader.as_ref().map(|l| l.name.clone()), *term),
         };
-        let followers = view.hub.as_ref().map(|hub| hub.status(Instant::now())).unwrap_or_default();
+        let followers = view.hub.as_ref().map(|hub| hub.status()).unwrap_or_default();
         let now = Instant::now();
         let nodes: Vec<Value> = members
             .iter()

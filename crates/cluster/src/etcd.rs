@@ -166,18 +166,6 @@ impl Etcd {
         });
         Ok(self.call("/v3/kv/txn", body)?["succeeded"].as_bool() == Some(true))
     }
-
-    /// Deletes `key` only while it still has create revision `revision`.
-    pub fn delete_if_created_at(&self, key: &str, revision: i64) -> Result<bool, EtcdError> {
-        let body = json!({
-            "compare": [{
-                "key": B64.encode(key), "target": "CREATE", "result": "EQUAL",
-                "create_revision": revision.to_string(),
-            }],
-            "success": [{ "request_delete_range": { "key": B64.encode(key) } }],
-        });
-        Ok(self.call("/v3/kv/txn", body)?["succeeded"].as_bool() == Some(true))
-    }
 }
 
 fn put_request(key: &str, value: &[u8], lease: i64) -> Value {

@@ -44,11 +44,8 @@ pub struct Registration {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FollowerStatus {
     pub name: String,
-    pub connected: bool,
-    pub in_sync: bool,
-    pub acked: u64,
+    /// Replicated ops the follower has not acknowledged yet.
     pub lag_records: u64,
-    pub last_ack_ms_ago: Option<u64>,
 }
 
 struct Link {
@@ -276,19 +273,13 @@ impl Hub {
         self.lock().in_sync.clone()
     }
 
-    pub fn status(&self, now: Instant) -> Vec<FollowerStatus> {
+    pub fn status(&self) -> Vec<FollowerStatus> {
         let state = self.lock();
+        let lag = |f: &Follower| state.last_seq.saturating_sub(f.acked);
         state
             .followers
             .iter()
-            .map(|(name, f)| FollowerStatus {
-                name: name.clone(),
-                connected: f.link.is_some(),
-                in_sync: state.in_sync.contains(name),
-                acked: f.acked,
-                lag_records: state.last_seq.saturating_sub(f.acked),
-                last_ack_ms_ago: f.last_ack.map(|at| now.duration_since(at).as_millis() as u64),
-            })
+            .map(|(name, f)| FollowerStatus { name: name.clone(), lag_records: lag(f) })
             .collect()
     }
 }

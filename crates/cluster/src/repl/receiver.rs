@@ -67,8 +67,6 @@ pub struct Follower {
     pub fence: Arc<Fence>,
     applier: Mutex<Applier>,
     stop: AtomicBool,
-    /// The op sequence (of the current leader's stream) held on disk.
-    pub applied_seq: AtomicU64,
     /// Mutual TLS for leaders' streams (`--replication-tls`).
     tls: Option<ReplicationTls>,
 }
@@ -84,7 +82,6 @@ impl Follower {
             fence,
             applier: Mutex::new(Applier::new(dir)?),
             stop: AtomicBool::new(false),
-            applied_seq: AtomicU64::new(0),
         }))
     }
 
@@ -172,7 +169,6 @@ impl Follower {
                 unacked = 0;
                 applier.sync()?;
                 drop(applier);
-                self.applied_seq.store(last_seq, Ordering::SeqCst);
                 write_frame(&mut writer, &Frame::Ack { seq: last_seq })?;
                 writer.flush()?;
             }
