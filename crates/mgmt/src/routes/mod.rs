@@ -151,6 +151,21 @@ pub(crate) fn str_field<'a>(body: &'a Value, key: &str) -> Result<Option<&'a str
     }
 }
 
+/// A string field the body must have (permission bodies: RabbitMQ decodes them all-required).
+pub(crate) fn required_str(body: &Value, key: &str) -> Result<String, ApiError> {
+    str_field(body, key)?
+        .map(str::to_owned)
+        .ok_or_else(|| ApiError::bad_request(format!("{key} is required")))
+}
+
+/// 400 unless `user` exists (a permission for a missing user is refused, as RabbitMQ does).
+pub(crate) fn require_user(state: &AppState, user: &str) -> Result<(), ApiError> {
+    match state.users.user(user) {
+        Some(_) => Ok(()),
+        None => Err(ApiError::bad_request(format!("user {user} does not exist"))),
+    }
+}
+
 /// Tags as a list or RabbitMQ's comma-separated string.
 pub(crate) fn tags_field(body: &Value) -> Result<Vec<String>, ApiError> {
     match body.get("tags") {

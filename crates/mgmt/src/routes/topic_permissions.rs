@@ -10,7 +10,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use serde_json::{json, Value};
 
-use super::{body_json, str_field};
+use super::body_json;
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::listing::{self, Params};
@@ -92,14 +92,8 @@ async fn put(
     auth.require_admin()?;
     let body = body_json(&body)?;
     super::require_vhost(&state, &vhost)?;
-    if state.users.user(&user).is_none() {
-        return Err(ApiError::bad_request(format!("user {user} does not exist")));
-    }
-    let field = |key: &str| -> Result<String, ApiError> {
-        str_field(&body, key)?
-            .map(str::to_owned)
-            .ok_or_else(|| ApiError::bad_request(format!("{key} is required")))
-    };
+    super::require_user(&state, &user)?;
+    let field = |key: &str| super::required_str(&body, key);
     let topic = TopicPermission {
         user: user.clone(),
         vhost: vhost.clone(),

@@ -172,14 +172,8 @@ async fn put_permission(
     auth.require_admin()?;
     let body = body_json(&body)?;
     super::require_vhost(&state, &vhost)?;
-    if state.users.user(&user).is_none() {
-        return Err(ApiError::bad_request(format!("user {user} does not exist")));
-    }
-    let field = |key: &str| -> Result<String, ApiError> {
-        str_field(&body, key)?
-            .map(str::to_owned)
-            .ok_or_else(|| ApiError::bad_request(format!("{key} is required")))
-    };
+    super::require_user(&state, &user)?;
+    let field = |key: &str| super::required_str(&body, key);
     let permission = Permission {
         user: user.clone(),
         vhost: vhost.clone(),
