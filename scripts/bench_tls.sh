@@ -5,6 +5,7 @@
 # usage: scripts/bench_tls.sh [ROUNDS] [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/tls_flows.sh
 rounds=${1:-3}
 seconds=${2:-10}
 out=${OUT:-/tmp/bench_tls.jsonl}
@@ -23,19 +24,5 @@ for _ in $(seq 1 100); do
   python3 -c "import socket; socket.create_connection(('127.0.0.1',$tls),timeout=0.2)" 2>/dev/null && break
   sleep 0.1
 done
-: > "$out"
-for round in $(seq 1 "$rounds"); do
-  for proto in amqp amqps; do
-    if [ "$proto" = amqp ]; then
-      url="amqp://guest:guest@127.0.0.1:$plain/%2f"
-    else
-      url="amqps://guest:guest@localhost:$tls/%2f?cacertfile=$work/ca.pem"
-    fi
-    perf() { target/release/hourglass-perf --url "$url" --broker-pid "$pid" --label "$proto" "$@" 2>/dev/null | grep '^{' >> "$out"; }
-    echo "round $round: $proto" >&2
-    perf throughput --size 16 --auto-ack --duration-s "$seconds"
-    perf throughput --size 1024 --prefetch 1000 --ack-every 10 --duration-s "$seconds"
-    perf idle-connections --connections 500 --hold-s 0.5
-  done
-done
-echo "results in $out" >&2
+run_tls_flows "" "$pid" "amqp://guest:guest@127.0.0.1:$plain/%2f" \
+  "amqps://guest:guest@localhost:$tls/%2f?cacertfile=$work/ca.pem" "$rounds" "$seconds" "$out"

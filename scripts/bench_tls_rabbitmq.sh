@@ -6,6 +6,7 @@
 # usage: scripts/bench_tls_rabbitmq.sh [ROUNDS] [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/tls_flows.sh
 rounds=${1:-3}
 seconds=${2:-10}
 out=${OUT:-/tmp/bench_tls_rabbitmq.jsonl}
@@ -25,19 +26,5 @@ ssl_options.verify = verify_none
 ssl_options.fail_if_no_peer_cert = false"
 "$ref" start
 pid=$(ss -Hltnp "sport = :$plain" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
-: > "$out"
-for round in $(seq 1 "$rounds"); do
-  for proto in amqp amqps; do
-    if [ "$proto" = amqp ]; then
-      url="amqp://guest:guest@127.0.0.1:$plain/%2f"
-    else
-      url="amqps://guest:guest@localhost:$tls/%2f?cacertfile=$certs/ca.pem"
-    fi
-    perf() { target/release/hourglass-perf --url "$url" --broker-pid "$pid" --label "rabbitmq-$proto" "$@" 2>/dev/null | grep '^{' >> "$out"; }
-    echo "round $round: $proto" >&2
-    perf throughput --size 16 --auto-ack --duration-s "$seconds"
-    perf throughput --size 1024 --prefetch 1000 --ack-every 10 --duration-s "$seconds"
-    perf idle-connections --connections 500 --hold-s 0.5
-  done
-done
-echo "results in $out" >&2
+run_tls_flows "rabbitmq-" "$pid" "amqp://guest:guest@127.0.0.1:$plain/%2f" \
+  "amqps://guest:guest@localhost:$tls/%2f?cacertfile=$certs/ca.pem" "$rounds" "$seconds" "$out"
