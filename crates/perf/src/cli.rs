@@ -44,6 +44,21 @@ pub enum Scenario {
     /// Waits until a queue holds at least N messages (e.g. while a broker recovers after a
     /// restart): the time it took, polling a passive queue.declare on fresh connections.
     Depth(DepthArgs),
+    /// N durable queues declared and bound one at a time: the rate per slice as they add up.
+    Declares(DeclaresArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct DeclaresArgs {
+    /// Durable queues to declare (each also bound to amq.direct).
+    #[arg(long, default_value_t = 20_000)]
+    pub queues: u32,
+    /// Report the rate for every slice of this many queues.
+    #[arg(long, default_value_t = 2_000)]
+    pub step: u32,
+    /// Stop declaring after this long (what was declared is still deleted).
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout_s: f64,
 }
 
 #[derive(Clone, Debug, Args)]

@@ -32,5 +32,6 @@ fn main() -> anyhow::Result<()> {
             scenario::deadlines::run(&run, args, scenario::deadlines::Kind::Visibility)
         }
         Scenario::Depth(args) => scenario::depth::run(&run, args),
+        Scenario::Declares(args) => scenario::declares::run(&run, args),
     }
 }

@@ -4,6 +4,7 @@
 mod confirms;
 mod consumer;
 pub mod deadlines;
+pub mod declares;
 pub mod depth;
 mod flow;
 pub mod get;
