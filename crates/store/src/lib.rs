@@ -7,13 +7,16 @@
 //!   bodies read back on demand by [`Location`]; compaction deletes segments nothing live needs.
 //! - [`Store::open`] recovers: verifies checksums, cuts a torn tail, rebuilds every queue's live
 //!   messages in enqueue order with their latest metadata ([`Recovered`]).
-//! - [`snapshot`]: small atomically replaced files for durable definitions.
+//! - [`catalog`]: the durable key → value map for definitions and identity (a snapshot plus a log
+//!   of changes: one change, one small record).
+//! - [`snapshot`]: small atomically replaced files (the catalog's snapshot, older definitions).
 //! - [`storage`]: the seam ([`Storage`], [`StorageFile`]) with a real-file backend
 //!   ([`FsStorage`]) and an in-memory one ([`MemStorage`]) that crash tests freeze at any sync point.
 //!
 //! Synchronous, no tokio: the server calls it from a blocking thread. docs/storage.md describes the
 //! format and the recovery rules; docs/adr/0005-storage.md says why this design.
 
+pub mod catalog;
 mod error;
 mod index;
 pub mod limits;

@@ -43,5 +43,14 @@ pub const WRITE_BUFFER_RETAIN_BYTES: usize = 8 * 1024 * 1024;
 /// memory; a million bindings encode to well under this.
 pub const SNAPSHOT_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
+/// The catalog's log is folded into a new snapshot once it passes this size (and the snapshot's):
+/// small enough that recovery replays little, large enough that a catalog of a few definitions is
+/// not rewritten every few changes.
+pub const CATALOG_COMPACT_MIN_BYTES: u64 = 1024 * 1024;
+
+/// Largest catalog record (one definition with its key). A definition comes from one AMQP method
+/// or one HTTP request, each far smaller; anything larger is refused rather than written.
+pub const CATALOG_RECORD_BYTES_MAX: usize = 16 * 1024 * 1024;
+
 const _: () = assert!(METADATA_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(SEGMENT_BYTES_MAX + BODY_BYTES_MAX as u64 + 4096 < u32::MAX as u64);

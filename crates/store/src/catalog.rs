@@ -1,0 +1,442 @@
+//! The catalog: a durable key → value map for definitions and identity (exchanges, queues,
+//! bindings, policies, vhosts, users...), kept as a checksummed snapshot plus an append-only log
+//! of changes, so that one change costs one small record and one sync however large the map is.
+//! Keys and values are opaque bytes here; the broker decides what they mean.
+//!
+//! ```text
+//! NAME.snap   the map at generation G (`snapshot::write_snapshot`, schema CATALOG_SCHEMA):
+//!             generation u64, then entries: key length u32, key, value length u32, value
+//! NAME.log    header (24 bytes): magic "HGLSCLOG", format version u32, generation u64,
+//!             CRC32C of bytes 0..20
+//!             records: body length u32, CRC32C of the body u32, body:
+//!               1 put:           key length u32, key, value
+//!               2 delete:        key
+//!               3 delete prefix: every key starting with these bytes
+//! ```
+//!
+//! All lengths little-endian. A change is buffered by [`Catalog::put`] / [`Catalog::delete`] and
+//! durable after [`Catalog::commit`] (one write, one sync). When the log has grown past the
+//! snapshot's size (and [`CatalogConfig::compact_min_bytes`]), the commit writes the whole map as
+//! snapshot G+1 and starts an empty log at G+1: the cost per change stays constant on average.
+//!
+//! Recovery: the snapshot, then the log's records in order. A log of an older generation is what
+//! a crash between those two steps leaves (the new snapshot already holds it): it is replaced by
+//! an empty one. A record that is short or fails its checksum ends the log: it is the torn tail of
+//! a commit that never finished (whose changes were never reported durable); the file is cut
+//! there and the bytes dropped are reported.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::limits::{CATALOG_COMPACT_MIN_BYTES, CATALOG_RECORD_BYTES_MAX, SNAPSHOT_BYTES_MAX};
+use crate::record::{u32_at, FORMAT_VERSION};
+use crate::snapshot::{read_snapshot, write_snapshot, SnapshotError};
+use crate::storage::{Storage, StorageFile};
+
+/// The snapshot's schema version (the layout of its payload above).
+pub const CATALOG_SCHEMA: u32 = 1;
+const LOG_MAGIC: [u8; 8] = *b"HGLSCLOG";
+const LOG_HEADER_BYTES: usize = 24;
+const RECORD_HEADER_BYTES: usize = 8;
+const OP_PUT: u8 = 1;
+const OP_DELETE: u8 = 2;
+const OP_DELETE_PREFIX: u8 = 3;
+const LOG_SUFFIX: &str = ".log";
+const SNAP_SUFFIX: &str = ".snap";
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// Tuning of a catalog.
+#[derive(Clone, Copy, Debug)]
+pub struct CatalogConfig {
+    /// The log is folded into a new snapshot once it is larger than this and than the snapshot.
+    pub compact_min_bytes: u64,
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        CatalogConfig { compact_min_bytes: CATALOG_COMPACT_MIN_BYTES }
+    }
+}
+
+/// Why a catalog could not be opened or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error("catalog I/O failed while {doing}: {source}")]
+    Io {
+        doing: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("catalog {name:?} is corrupt: {reason}")]
+    Corrupt { name: String, reason: String },
+    #[error("a catalog record of {bytes} bytes passes the limit of {CATALOG_RECORD_BYTES_MAX}")]
+    TooLarge { bytes: usize },
+}
+
+/// What opening found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CatalogOpened {
+    /// Records replayed from the log.
+    pub records: u64,
+    /// Bytes of a torn tail cut from the log (an unfinished commit).
+    pub torn_bytes: u64,
+    /// The log was of an older generation than the snapshot (a crash mid-compaction) and was
+    /// replaced.
+    pub stale_log_replaced: bool,
+}
+
+/// What one commit did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CatalogCommitted {
+    /// Bytes appended to the log.
+    pub bytes: u64,
+    /// Whether the commit also folded the log into a new snapshot.
+    pub compacted: bool,
+}
+
+/// An open catalog (module doc). One owner: the store thread.
+#[derive(Debug)]
+pub struct Catalog {
+    storage: Arc<dyn Storage>,
+    name: String,
+    config: CatalogConfig,
+    entries: BTreeMap<Bytes, Bytes>,
+    generation: u64,
+    log: Box<dyn StorageFile>,
+    log_bytes: u64,
+    snapshot_bytes: u64,
+    pending: Vec<u8>,
+}
+
+impl Catalog {
+    /// Opens (or creates) catalog `name` in `storage`, recovering it.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        name: &str,
+        config: CatalogConfig,
+    ) -> Result<(Catalog, CatalogOpened), CatalogError> {
+        let snap_name = format!("{name}{SNAP_SUFFIX}");
+        let (generation, entries, snapshot_bytes) = match read_snapshot(storage.as_ref(), &snap_name)? {
+            None => (0, BTreeMap::new(), 0),
+            Some(s) if s.schema_version != CATALOG_SCHEMA => {
+                return Err(corrupt(
+                    name,
+                    format!("snapshot schema {} is not {CATALOG_SCHEMA}", s.schema_version),
+                ))
+            }
+            Some(s) => {
+                let bytes = s.payload.len() as u64;
+                let (generation, entries) = decode_snapshot(&s.payload).map_err(|r| corrupt(name, r))?;
+                (generation, entries, bytes)
+            }
+        };
+        let mut catalog = Catalog {
+            log: new_log(storage.as_ref(), name, generation, false)?,
+            storage,
+            name: name.to_owned(),
+            config,
+            entries,
+            generation,
+            log_bytes: LOG_HEADER_BYTES as u64,
+            snapshot_bytes,
+            pending: Vec::new(),
+        };
+        let opened = catalog.replay()?;
+        Ok((catalog, opened))
+    }
+
+    /// The map as of the last change (committed or not), in key order.
+    pub fn entries(&self) -> impl Iterator<Item = (&Bytes, &Bytes)> {
+        self.entries.iter()
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&Bytes> {
+        self.entries.get(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Sets `key` to `value` (durable after the next commit). Nothing is written when the key
+    /// already holds that value.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), CatalogError> {
+        if self.entries.get(key).is_some_and(|v| v[..] == *value) {
+            return Ok(());
+        }
+        let mut body = Vec::with_capacity(5 + key.len() + value.len());
+        body.push(OP_PUT);
+        body.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        body.extend_from_slice(key);
+        body.extend_from_slice(value);
+        self.buffer(&body)?;
+        self.entries.insert(Bytes::copy_from_slice(key), Bytes::copy_from_slice(value));
+        Ok(())
+    }
+
+    /// Removes `key` (durable after the next commit); nothing is written when it is absent.
+    pub fn delete(&mut self, key: &[u8]) -> Result<(), CatalogError> {
+        if !self.entries.contains_key(key) {
+            return Ok(());
+        }
+        let mut body = Vec::with_capacity(1 + key.len());
+        body.push(OP_DELETE);
+        body.extend_from_slice(key);
+        self.buffer(&body)?;
+        self.entries.remove(key);
+        Ok(())
+    }
+
+    /// Removes every key that starts with `prefix` (durable after the next commit).
+    pub fn delete_prefix(&mut self, prefix: &[u8]) -> Result<(), CatalogError> {
+        if !self.entries.range::<[u8], _>(from(prefix)).next().is_some_and(|(k, _)| k.starts_with(prefix)) {
+            return Ok(());
+        }
+        let mut body = Vec::with_capacity(1 + prefix.len());
+        body.push(OP_DELETE_PREFIX);
+        body.extend_from_slice(prefix);
+        self.buffer(&body)?;
+        remove_prefix(&mut self.entries, prefix);
+        Ok(())
+    }
+
+    /// Makes every change so far durable: one write and one sync of the log, then, when the log
+    /// has outgrown the snapshot, a new snapshot (module doc).
+    pub fn commit(&mut self) -> Result<CatalogCommitted, CatalogError> {
+        if self.pending.is_empty() {
+            return Ok(CatalogCommitted::default());
+        }
+        self.log.write_all_at(self.log_bytes, &self.pending).map_err(io_err("appending to the log"))?;
+        self.log.sync().map_err(io_err("syncing the log"))?;
+        let bytes = self.pending.len() as u64;
+        self.log_bytes += bytes;
+        self.pending.clear();
+        let records = self.log_bytes - LOG_HEADER_BYTES as u64;
+        let compacted = records > self.config.compact_min_bytes.max(self.snapshot_bytes);
+        if compacted {
+            self.compact()?;
+        }
+        Ok(CatalogCommitted { bytes, compacted })
+    }
+
+    /// Writes the whole map as the next generation's snapshot, then an empty log for it.
+    fn compact(&mut self) -> Result<(), CatalogError> {
+        let payload = encode_snapshot(self.generation + 1, &self.entries);
+        if payload.len() as u64 > SNAPSHOT_BYTES_MAX {
+            // The log keeps growing and stays correct; only the folding waits for room.
+            return Ok(());
+        }
+        write_snapshot(
+            self.storage.as_ref(),
+            &format!("{}{SNAP_SUFFIX}", self.name),
+            CATALOG_SCHEMA,
+            &payload,
+        )?;
+        self.generation += 1;
+        self.snapshot_bytes = payload.len() as u64;
+        self.log = new_log(self.storage.as_ref(), &self.name, self.generation, true)?;
+        self.log_bytes = LOG_HEADER_BYTES as u64;
+        Ok(())
+    }
+
+    fn buffer(&mut self, body: &[u8]) -> Result<(), CatalogError> {
+        if body.len() > CATALOG_RECORD_BYTES_MAX {
+            return Err(CatalogError::TooLarge { bytes: body.len() });
+        }
+        self.pending.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        self.pending.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+        self.pending.extend_from_slice(body);
+        Ok(())
+    }
+
+    /// Applies the log's records to the snapshot's map; cuts a torn tail.
+    fn replay(&mut self) -> Result<CatalogOpened, CatalogError> {
+        let mut opened = CatalogOpened::default();
+        let file_bytes = self.log.len_bytes().map_err(io_err("sizing the log"))?;
+        if file_bytes < LOG_HEADER_BYTES as u64 {
+            return Err(corrupt(&self.name, "log shorter than its header".to_owned()));
+        }
+        let mut header = [0; LOG_HEADER_BYTES];
+        self.log.read_exact_at(0, &mut header).map_err(io_err("reading the log header"))?;
+        let generation = check_log_header(&header).map_err(|r| corrupt(&self.name, r.to_owned()))?;
+        if generation < self.generation {
+            self.log = new_log(self.storage.as_ref(), &self.name, self.generation, true)?;
+            opened.stale_log_replaced = true;
+            return Ok(opened);
+        }
+        if generation > self.generation {
+            return Err(corrupt(&self.name, format!("log generation {generation} is ahead of its snapshot")));
+        }
+        if file_bytes > SNAPSHOT_BYTES_MAX + CATALOG_RECORD_BYTES_MAX as u64 {
+            return Err(corrupt(&self.name, format!("log of {file_bytes} bytes passes every limit")));
+        }
+        let mut bytes = vec![0; (file_bytes - LOG_HEADER_BYTES as u64) as usize];
+        self.log.read_exact_at(LOG_HEADER_BYTES as u64, &mut bytes).map_err(io_err("reading the log"))?;
+        let mut at = 0;
+        while let Some(body) = next_record(&bytes[at..]) {
+            apply(&mut self.entries, body).map_err(|r| corrupt(&self.name, r.to_owned()))?;
+            at += RECORD_HEADER_BYTES + body.len();
+            opened.records += 1;
+        }
+        self.log_bytes = LOG_HEADER_BYTES as u64 + at as u64;
+        if self.log_bytes < file_bytes {
+            opened.torn_bytes = file_bytes - self.log_bytes;
+            self.log.set_len(self.log_bytes).map_err(io_err("cutting the log's torn tail"))?;
+            self.log.sync().map_err(io_err("syncing the log"))?;
+        }
+        Ok(opened)
+    }
+}
+
+/// The body of the record at the start of `bytes`, if it is whole and its checksum matches.
+fn next_record(bytes: &[u8]) -> Option<&[u8]> {
+    if bytes.len() < RECORD_HEADER_BYTES {
+        return None;
+    }
+    let len = u32_at(bytes, 0) as usize;
+    let body = bytes.get(RECORD_HEADER_BYTES..RECORD_HEADER_BYTES.checked_add(len)?)?;
+    (crc32c::crc32c(body) == u32_at(bytes, 4)).then_some(body)
+}
+
+/// Applies one checksummed record body to `entries`.
+fn apply(entries: &mut BTreeMap<Bytes, Bytes>, body: &[u8]) -> Result<(), &'static str> {
+    let (&op, rest) = body.split_first().ok_or("empty record")?;
+    match op {
+        OP_PUT => {
+            let key_len = rest.get(..4).map(|b| u32_at(b, 0) as usize).ok_or("short put record")?;
+            let key = rest.get(4..4 + key_len).ok_or("put record shorter than its key")?;
+            entries.insert(Bytes::copy_from_slice(key), Bytes::copy_from_slice(&rest[4 + key_len..]));
+        }
+        OP_DELETE => {
+            entries.remove(rest);
+        }
+        OP_DELETE_PREFIX => remove_prefix(entries, rest),
+        _ => return Err("unknown record kind"),
+    }
+    Ok(())
+}
+
+/// Every key from `prefix` on, in order.
+fn from(prefix: &[u8]) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (Bound::Included(prefix), Bound::Unbounded)
+}
+
+fn remove_prefix(entries: &mut BTreeMap<Bytes, Bytes>, prefix: &[u8]) {
+    let doomed: Vec<Bytes> = entries
+        .range::<[u8], _>(from(prefix))
+        .take_while(|(k, _)| k.starts_with(prefix))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in doomed {
+        entries.remove(&key);
+    }
+}
+
+/// Creates `NAME.log` with an empty body at `generation`. `replace`: through a temp file renamed
+/// over the old log (atomic); otherwise only when there is none yet.
+fn new_log(
+    storage: &dyn Storage,
+    name: &str,
+    generation: u64,
+    replace: bool,
+) -> Result<Box<dyn StorageFile>, CatalogError> {
+    let log_name = format!("{name}{LOG_SUFFIX}");
+    if !replace {
+        match storage.open(&log_name) {
+            Ok(file) => return Ok(file),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("opening the log")(e)),
+        }
+    }
+    let temp = format!("{log_name}{TEMP_SUFFIX}");
+    match storage.remove(&temp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err("removing a stale temp log")(e)),
+    }
+    let mut header = Vec::with_capacity(LOG_HEADER_BYTES);
+    header.extend_from_slice(&LOG_MAGIC);
+    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header.extend_from_slice(&generation.to_le_bytes());
+    header.extend_from_slice(&crc32c::crc32c(&header).to_le_bytes());
+    let file = storage.create(&temp).map_err(io_err("creating a log"))?;
+    file.write_all_at(0, &header).map_err(io_err("writing a log header"))?;
+    file.sync().map_err(io_err("syncing a new log"))?;
+    drop(file);
+    storage.rename(&temp, &log_name).map_err(io_err("renaming a new log into place"))?;
+    storage.open(&log_name).map_err(io_err("opening the log"))
+}
+
+/// The log header's generation, or why it is not a header we wrote.
+fn check_log_header(header: &[u8; LOG_HEADER_BYTES]) -> Result<u64, &'static str> {
+    if header[..8] != LOG_MAGIC {
+        return Err("log has a bad magic");
+    }
+    if crc32c::crc32c(&header[..20]) != u32_at(header, 20) {
+        return Err("log header fails its checksum");
+    }
+    if u32_at(header, 8) != FORMAT_VERSION {
+        return Err("log has another format version");
+    }
+    let mut generation = [0; 8];
+    generation.copy_from_slice(&header[12..20]);
+    Ok(u64::from_le_bytes(generation))
+}
+
+fn encode_snapshot(generation: u64, entries: &BTreeMap<Bytes, Bytes>) -> Vec<u8> {
+    let size: usize = entries.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
+    let mut out = Vec::with_capacity(8 + size);
+    out.extend_from_slice(&generation.to_le_bytes());
+    for (key, value) in entries {
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key);
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+fn decode_snapshot(payload: &Bytes) -> Result<(u64, BTreeMap<Bytes, Bytes>), String> {
+    let mut generation = [0; 8];
+    generation.copy_from_slice(payload.get(..8).ok_or("snapshot shorter than its generation")?);
+    let mut entries = BTreeMap::new();
+    let mut at = 8;
+    let take = |at: &mut usize| -> Result<Bytes, String> {
+        let len =
+            payload.get(*at..*at + 4).map(|b| u32_at(b, 0) as usize).ok_or("snapshot entry cut short")?;
+        let end = (*at + 4)
+            .checked_add(len)
+            .filter(|end| *end <= payload.len())
+            .ok_or("snapshot entry cut short")?;
+        let field = payload.slice(*at + 4..end);
+        *at = end;
+        Ok(field)
+    };
+    while at < payload.len() {
+        let key = take(&mut at)?;
+        let value = take(&mut at)?;
+        entries.insert(key, value);
+    }
+    Ok((u64::from_le_bytes(generation), entries))
+}
+
+fn corrupt(name: &str, reason: String) -> CatalogError {
+    CatalogError::Corrupt { name: name.to_owned(), reason }
+}
+
+fn io_err(doing: &'static str) -> impl Fn(io::Error) -> CatalogError {
+    move |source| CatalogError::Io { doing, source }
+}
+
+#[cfg(test)]
+mod tests;

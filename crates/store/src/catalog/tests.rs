@@ -1,0 +1,146 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::*;
+use crate::storage::{Crash, MemStorage};
+
+fn open(storage: &MemStorage, compact_min_bytes: u64) -> (Catalog, CatalogOpened) {
+    Catalog::open(Arc::new(storage.clone()), "catalog", CatalogConfig { compact_min_bytes }).unwrap()
+}
+
+fn map(catalog: &Catalog) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    catalog.entries().map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+}
+
+/// Puts, deletes and prefix deletes survive a reopen; a put of the value a key already holds and
+/// a delete of an absent key write nothing.
+#[test]
+fn changes_survive_a_reopen_and_no_ops_write_nothing() {
+    let storage = MemStorage::new();
+    let (mut catalog, opened) = open(&storage, 1 << 20);
+    assert_eq!(opened, CatalogOpened::default());
+    catalog.put(b"q/a", b"1").unwrap();
+    catalog.put(b"q/b", b"2").unwrap();
+    catalog.put(b"x/a", b"3").unwrap();
+    catalog.put(b"q/a", b"4").unwrap();
+    assert!(catalog.commit().unwrap().bytes > 0);
+    catalog.put(b"q/a", b"4").unwrap();
+    catalog.delete(b"nothing").unwrap();
+    catalog.delete_prefix(b"nothing/").unwrap();
+    assert_eq!(catalog.commit().unwrap(), CatalogCommitted::default(), "no-ops write nothing");
+    catalog.delete_prefix(b"q/").unwrap();
+    catalog.put(b"q/c", b"5").unwrap();
+    catalog.delete(b"x/a").unwrap();
+    catalog.put(b"v", b"").unwrap();
+    catalog.commit().unwrap();
+    let expected = map(&catalog);
+    drop(catalog);
+    let (catalog, opened) = open(&storage, 1 << 20);
+    assert_eq!(map(&catalog), expected);
+    assert_eq!(expected.keys().cloned().collect::<Vec<_>>(), vec![b"q/c".to_vec(), b"v".to_vec()]);
+    assert_eq!(opened.records, 8);
+    assert_eq!(catalog.get(b"q/c").map(|v| &v[..]), Some(&b"5"[..]));
+}
+
+/// Once the log outgrows the snapshot it is folded into a new snapshot: the log stays small, and
+/// a reopen reads the same map from the snapshot and the short log after it.
+#[test]
+fn a_grown_log_is_folded_into_a_snapshot() {
+    let storage = MemStorage::new();
+    let (mut catalog, _) = open(&storage, 256);
+    let mut compactions = 0;
+    for i in 0..200u32 {
+        catalog.put(format!("queue/{}", i % 50).as_bytes(), &i.to_le_bytes()).unwrap();
+        compactions += u32::from(catalog.commit().unwrap().compacted);
+    }
+    assert!(compactions >= 3, "{compactions} compactions");
+    let log = storage.open("catalog.log").unwrap().len_bytes().unwrap();
+    assert!(log < 2048, "the log was reset by the compactions ({log} bytes)");
+    let expected = map(&catalog);
+    assert_eq!(expected.len(), 50);
+    drop(catalog);
+    let (catalog, opened) = open(&storage, 256);
+    assert_eq!(map(&catalog), expected);
+    assert!(opened.records < 50, "most of the map came from the snapshot");
+}
+
+/// A crash at any sync point of any commit (compactions included), losing or tearing what was
+/// not synced, reopens to the map as it was just before that commit or just after it: never a
+/// mix, never an older state, never an error.
+#[test]
+fn a_crash_at_any_point_reopens_to_the_state_before_or_after_that_commit() {
+    let storage = MemStorage::new();
+    let (mut catalog, _) = open(&storage, 96);
+    let mut history = vec![map(&catalog)];
+    let mut images = Vec::new();
+    storage.record_sync_points();
+    for i in 0..40u32 {
+        catalog.put(format!("k{}", i % 7).as_bytes(), format!("value {i}").as_bytes()).unwrap();
+        if i % 5 == 4 {
+            catalog.delete_prefix(b"k1").unwrap();
+        }
+        if i % 9 == 8 {
+            catalog.delete(b"k3").unwrap();
+        }
+        catalog.commit().unwrap();
+        history.push(map(&catalog));
+        // Every sync point of this commit: the crash may keep the commit or lose it, no more.
+        images.extend(storage.take_images().into_iter().map(|image| (i as usize, image)));
+    }
+    assert!(images.len() > 40);
+    for (commit, image) in images {
+        for crash in [Crash::LoseUnsynced, Crash::KeepUnsynced, Crash::Torn { bytes: 7, garbled: true }] {
+            let after = image.crash(crash);
+            let (mut reopened, _) = open(&after, 96);
+            let state = map(&reopened);
+            assert!(
+                state == history[commit] || state == history[commit + 1],
+                "commit {commit}, {crash:?}: {state:?}"
+            );
+            // And it goes on from there.
+            reopened.put(b"next", b"1").unwrap();
+            reopened.commit().unwrap();
+            let (again, _) = open(&after, 96);
+            assert_eq!(again.get(b"next").map(|v| &v[..]), Some(&b"1"[..]));
+        }
+    }
+}
+
+/// A torn tail is cut and reported; the records before it stay.
+#[test]
+fn a_torn_tail_is_cut_and_reported() {
+    let storage = MemStorage::new();
+    let (mut catalog, _) = open(&storage, 1 << 20);
+    catalog.put(b"a", b"1").unwrap();
+    catalog.commit().unwrap();
+    drop(catalog);
+    let log = storage.open("catalog.log").unwrap();
+    let end = log.len_bytes().unwrap();
+    log.write_all_at(end, &[9, 0, 0, 0, 1, 2]).unwrap();
+    let (catalog, opened) = open(&storage, 1 << 20);
+    assert_eq!((opened.records, opened.torn_bytes), (1, 6));
+    assert_eq!(catalog.get(b"a").map(|v| &v[..]), Some(&b"1"[..]));
+    assert_eq!(storage.open("catalog.log").unwrap().len_bytes().unwrap(), end);
+}
+
+/// A damaged log header or snapshot is refused (an error naming it), never read as empty.
+#[test]
+fn a_damaged_header_or_snapshot_is_refused() {
+    let storage = MemStorage::new();
+    let (mut catalog, _) = open(&storage, 1 << 20);
+    catalog.put(b"a", b"1").unwrap();
+    catalog.commit().unwrap();
+    drop(catalog);
+    storage.open("catalog.log").unwrap().write_all_at(3, b"X").unwrap();
+    let error = Catalog::open(Arc::new(storage.clone()), "catalog", CatalogConfig::default()).unwrap_err();
+    assert!(matches!(error, CatalogError::Corrupt { .. }), "{error}");
+
+    let storage = MemStorage::new();
+    let (mut catalog, _) = open(&storage, 8);
+    catalog.put(b"a", b"a value long enough to fold the log").unwrap();
+    assert!(catalog.commit().unwrap().compacted);
+    drop(catalog);
+    storage.open("catalog.snap").unwrap().write_all_at(30, b"X").unwrap();
+    let error = Catalog::open(Arc::new(storage.clone()), "catalog", CatalogConfig::default()).unwrap_err();
+    assert!(matches!(error, CatalogError::Snapshot(SnapshotError::Corrupt { .. })), "{error}");
+}
