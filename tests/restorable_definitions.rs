@@ -166,13 +166,22 @@ fn assert_all_500(bodies: &[String]) {
     assert_eq!(unique, (0..500).collect::<BTreeSet<u32>>(), "every confirmed message kept");
 }
 
-/// Issue 12 finding 1: with the definitions file deleted, the broker starts and keeps all 500
+/// The catalog's files in `data_dir` (the snapshot exists once the log was first folded).
+fn catalog_files(data_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    ["catalog.snap", "catalog.log"].iter().map(|f| data_dir.join(f)).filter(|p| p.exists()).collect()
+}
+
+/// Issue 12 finding 1: with the definitions files deleted, the broker starts and keeps all 500
 /// confirmed messages (they were purged: 0 of 500 left), in a recreated durable queue that is
 /// still there after one more restart.
 #[tokio::test]
 async fn a_lost_definitions_file_keeps_every_confirmed_message() {
     let data_dir = five_hundred_confirmed().await;
-    std::fs::remove_file(data_dir.join("definitions.snap")).expect("remove definitions.snap");
+    let files = catalog_files(&data_dir);
+    assert!(!files.is_empty(), "the definitions are in the catalog");
+    for file in files {
+        std::fs::remove_file(file).expect("remove the catalog");
+    }
     let broker = RunningBroker::start_in(data_dir);
     let (_, queues) = get_json(&broker, "/api/queues").await;
     let kept =
@@ -216,23 +225,22 @@ fn refused_start(data_dir: &std::path::Path) -> (Option<i32>, String) {
     (status.code(), printed)
 }
 
-/// Issue 12 finding 1: a damaged definitions file stops the start with one line naming it and
-/// the way out, deleting nothing; started once with that flag, the broker moves the file aside
-/// and keeps all 500 confirmed messages.
+/// Issue 12 finding 1: a damaged definitions file (here the catalog log's header) stops the
+/// start with one line naming it and the way out, deleting nothing; started once with that flag,
+/// the broker moves the file aside and keeps all 500 confirmed messages.
 #[tokio::test]
 async fn a_damaged_definitions_file_refuses_to_start_and_the_flag_keeps_every_message() {
     let data_dir = five_hundred_confirmed().await;
-    let file = data_dir.join("definitions.snap");
+    let file = data_dir.join("catalog.log");
     let mut bytes = std::fs::read(&file).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0xff; // a flipped payload byte: the checksum no longer matches
+    bytes[12] ^= 0xff; // a flipped header byte: the header's checksum no longer matches
     std::fs::write(&file, &bytes).unwrap();
 
     let (code, printed) = refused_start(&data_dir);
     assert_ne!(code, Some(0), "{printed}");
     let line = printed
         .lines()
-        .find(|l| l.contains("definitions.snap does not read"))
+        .find(|l| l.contains("catalog.log does not read"))
         .unwrap_or_else(|| panic!("no refusal naming the file in: {printed}"));
     assert!(line.contains(&data_dir.display().to_string()), "{line}");
     assert!(line.contains("--set-aside-damaged-definitions"), "{line}");
@@ -242,7 +250,7 @@ async fn a_damaged_definitions_file_refuses_to_start_and_the_flag_keeps_every_me
     let aside: Vec<String> = std::fs::read_dir(&data_dir)
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|name| name.starts_with("definitions.snap.damaged-"))
+        .filter(|name| name.starts_with("catalog.log.damaged-"))
         .collect();
     assert_eq!(aside.len(), 1, "the damaged file is kept aside");
     assert_all_500(&drain_orphaned(&broker).await);

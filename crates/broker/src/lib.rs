@@ -38,8 +38,9 @@ pub use broker::{Broker, BrokerConfig};
 pub use message::Message;
 pub use permissions::{Access, InvalidPattern, Permissions, Resource};
 pub use persist::{
-    check_definitions, MessageSource, OrphanedQueue, RecordLocation, RestoreReport, SequencedOp, StoreOp,
-    StoredBody, StoredLocation, StoredMessage, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST,
+    composite_key, decode_catalog, decode_definitions, CatalogChange, Definitions, MessageSource,
+    OrphanedQueue, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody, StoredLocation,
+    StoredMessage, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST, IDENTITY_SCOPE,
     ORPHANED_QUEUE_PREFIX, ORPHANED_VHOST,
 };
 pub use queue::PagingLimits;

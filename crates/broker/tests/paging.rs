@@ -75,10 +75,7 @@ impl Disk {
         let mut restored = paging_broker(&self.source, limits);
         let gap = tb.clock.now().saturating_duration_since(restored.clock.now());
         let now = restored.clock.advance(gap);
-        restored
-            .broker
-            .restore(self.stored.definitions.clone(), self.stored.queues.clone(), now)
-            .expect("restore");
+        restored.broker.restore(self.stored.definitions(), self.stored.queues.clone(), now);
         restored
     }
 }

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hourglass_broker::{BrokerConfig, Effect, OrphanedQueue, SequencedOp, StoreOp, StoredBody};
+use hourglass_broker::{BrokerConfig, Definitions, Effect, OrphanedQueue, SequencedOp, StoreOp, StoredBody};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -24,7 +24,7 @@ impl Model {
         let mut restored = durable_broker();
         let gap = tb.clock.now().saturating_duration_since(restored.clock.now()) + later;
         let now = restored.clock.advance(gap);
-        restored.broker.restore(self.0.definitions.clone(), self.0.queues.clone(), now).expect("restore");
+        restored.broker.restore(self.0.definitions(), self.0.queues.clone(), now);
         restored
     }
 }
@@ -44,7 +44,7 @@ fn kinds(ops: &[SequencedOp]) -> Vec<&'static str> {
             StoreOp::Settle { .. } => "settle",
             StoreOp::Update { .. } => "update",
             StoreOp::Purge { .. } => "purge",
-            StoreOp::Definitions { .. } => "definitions",
+            StoreOp::Catalog(_) => "catalog",
         })
         .collect()
 }
@@ -160,7 +160,7 @@ fn durable_declare_ok_waits_for_definitions() {
     let c = tb.channel();
     let effects = tb.call(c, QueueDeclare { queue: short("d"), durable: true, ..Default::default() });
     assert!(methods(&effects).is_empty());
-    assert_eq!(kinds(&ops(&mut tb)), vec!["definitions"]);
+    assert_eq!(kinds(&ops(&mut tb)), vec!["catalog"; 2], "the queue and the next queue id");
     tb.broker.handle_persisted(u64::MAX, tb.clock.now());
     let released: Vec<Effect> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
     assert!(matches!(methods(&released).as_slice(), [Method::QueueDeclareOk(_)]));
@@ -325,7 +325,7 @@ fn messages_of_a_queue_missing_from_the_definitions_are_kept_in_a_recreated_queu
     let id = *model.0.queues.keys().next().expect("a stored queue");
     let mut restored = durable_broker();
     let now = restored.clock.now();
-    let report = restored.broker.restore(None, model.0.queues.clone(), now).unwrap();
+    let report = restored.broker.restore(Definitions::default(), model.0.queues.clone(), now);
     let name = format!("hourglass.orphaned.{id}");
     assert_eq!(
         report.orphaned,
@@ -333,7 +333,11 @@ fn messages_of_a_queue_missing_from_the_definitions_are_kept_in_a_recreated_queu
     );
     assert_eq!(restored.broker.queue_stats("/", &name).unwrap().messages_ready, 2);
     let written = ops(&mut restored);
-    assert_eq!(kinds(&written), vec!["definitions"], "nothing purged, the new queue written");
+    assert_eq!(
+        kinds(&written),
+        vec!["catalog"; 3],
+        "nothing purged; the vhost, the queue, the next id written"
+    );
 
     // The next restore, from the definitions just written, finds the queue and its messages.
     let mut after = Model(StoredModel { queues: model.0.queues.clone(), ..Default::default() });
@@ -342,7 +346,7 @@ fn messages_of_a_queue_missing_from_the_definitions_are_kept_in_a_recreated_queu
     }
     let mut again = durable_broker();
     let now = again.clock.now();
-    let report = again.broker.restore(after.0.definitions.clone(), after.0.queues.clone(), now).unwrap();
+    let report = again.broker.restore(after.0.definitions(), after.0.queues.clone(), now);
     assert!(report.orphaned.is_empty(), "{report:?}");
     assert_eq!(again.broker.queue_stats("/", &name).unwrap().messages_ready, 2);
     assert!(ops(&mut again).is_empty());

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use hourglass_broker::policy::{PolicyError, PolicyKind, PolicySpec};
-use hourglass_broker::{BrokerConfig, Effect, StoreOp};
+use hourglass_broker::{BrokerConfig, Effect, StoredBody};
 use hourglass_testkit::{deliveries, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -308,17 +308,14 @@ fn policies_survive_a_restart() {
     tb.call(c, QueueDeclare { queue: short("q"), durable: true, ..Default::default() });
     set(&mut tb, PolicyKind::User, spec("ttl", "^q$", 3, &[("message-ttl", int(1000))]));
     set(&mut tb, PolicyKind::Operator, spec("cap", ".*", 0, &[("max-length", int(2))]));
-    let definitions = std::iter::from_fn(|| tb.broker.poll_store_op())
-        .filter_map(|op| match op.op {
-            StoreOp::Definitions { payload } => Some(payload),
-            _ => None,
-        })
-        .last()
-        .expect("definitions written");
+    let mut stored = StoredModel::default();
+    for op in std::iter::from_fn(|| tb.broker.poll_store_op()) {
+        stored.apply(&op.op, |_, _, record| StoredBody::Record(record.clone()));
+    }
 
     let mut restored = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
     let now = restored.clock.now();
-    let report = restored.broker.restore(Some(definitions), BTreeMap::new(), now).expect("restore");
+    let report = restored.broker.restore(stored.definitions(), BTreeMap::new(), now);
     assert_eq!(report.policies, 2);
     let listed = restored.broker.list_policies(PolicyKind::User, Some("/"));
     assert_eq!(listed.len(), 1);

@@ -11,10 +11,11 @@
 //! compiled set to the broker, which checks every operation against it. The API pushes changed
 //! sets to open connections (`routes::push_permissions`).
 //!
-//! With a saver attached ([`UserStore::persist_with`]), every change is written (users, vhosts,
-//! permissions: `users/file.rs`) before it is visible; a failed write leaves the store as it was
-//! and reports the error.
+//! With a saver attached ([`UserStore::persist_with`]), every change is written before it is
+//! visible — the records it changed, as catalog entries (`users/entries.rs`) — and a failed write
+//! leaves the store as it was and reports the error.
 
+mod entries;
 mod file;
 mod hashing;
 mod limits;
@@ -23,7 +24,7 @@ mod topics;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use hourglass_broker::{InvalidPattern, Permissions};
+use hourglass_broker::{CatalogChange, InvalidPattern, Permissions};
 use hourglass_session::{Authenticator, ClientLimits, LoginRefused, VhostAccess};
 use sha2::{Digest, Sha256};
 
@@ -84,8 +85,8 @@ struct State {
     loopback_users: Vec<String>,
 }
 
-/// Writes the encoded store durably (the server: an atomic file in the data directory).
-pub type Saver = Box<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
+/// Writes changed records durably (the server: into the data directory's catalog).
+pub type Saver = Box<dyn Fn(&[CatalogChange]) -> Result<(), String> + Send + Sync>;
 
 /// Why a change was not made.
 #[derive(Debug)]
@@ -153,15 +154,39 @@ impl UserStore {
         Ok(store)
     }
 
+    /// The records the catalog's identity entries hold, with `loopback_users` from the
+    /// configuration; `None` when it has none (a first start, or data from before the catalog).
+    pub fn from_catalog<'a>(
+        entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        loopback_users: Vec<String>,
+    ) -> Result<Option<Self>, FileError> {
+        let Some(mut state) = entries::decode(entries)? else { return Ok(None) };
+        state.loopback_users = loopback_users;
+        let store = UserStore::default();
+        *store.write() = state;
+        Ok(Some(store))
+    }
+
+    /// The records as one JSON document, as older versions kept them in `users.snap` (for
+    /// tests of moving such a file into the catalog).
+    pub fn encoded_file(&self) -> Vec<u8> {
+        file::encode(&self.read())
+    }
+
     /// From now on every change is saved with `saver` before it is visible.
     pub fn persist_with(mut self, saver: Saver) -> Self {
         self.saver = Some(saver);
         self
     }
 
-    /// Saves the current records (e.g. the defaults of a first start).
+    /// Saves every record (the defaults of a first start, or records read from an older
+    /// `users.snap`), marking the first start done.
     pub fn save(&self) -> Result<(), StoreError> {
-        self.update(|_| Ok(()))
+        let state = self.write();
+        match &self.saver {
+            Some(saver) => saver(&entries::all(&state)).map_err(StoreError::NotSaved),
+            None => Ok(()),
+        }
     }
 
     pub fn put_user(&self, user: User) -> Result<(), StoreError> {
@@ -332,7 +357,11 @@ impl UserStore {
         let before = self.saver.as_ref().map(|_| state.clone());
         let out = change(&mut state)?;
         if let (Some(saver), Some(before)) = (&self.saver, before) {
-            if let Err(e) = saver(&file::encode(&state)) {
+            let changes = entries::diff(&before, &state);
+            if changes.is_empty() {
+                return Ok(out);
+            }
+            if let Err(e) = saver(&changes) {
                 *state = before;
                 return Err(StoreError::NotSaved(e));
             }

@@ -233,8 +233,8 @@ pub struct Cli {
     /// For container health checks.
     #[arg(long)]
     pub health_check: bool,
-    /// One-shot recovery: when the data directory's definitions file is damaged or unreadable,
-    /// move it aside (`definitions.snap.damaged-<ms>`) and start without it; every stored message
+    /// One-shot recovery: when the data directory's stored definitions are damaged or unreadable,
+    /// move their files aside (`<file>.damaged-<ms>`) and start without them; every stored message
     /// is kept, in queues recreated as `hourglass.orphaned.<id>` (docs/security.md). Flag only,
     /// never a file setting: it is an operator's decision for one start.
     #[arg(long)]

@@ -3,6 +3,7 @@
 
 pub mod alarm;
 pub mod broker_task;
+pub mod catalog_file;
 pub mod clock;
 pub mod cluster_mode;
 pub mod config;
@@ -10,11 +11,11 @@ pub mod connection;
 pub mod failure_log;
 pub mod fd_limit;
 pub mod health_check;
+pub mod identity;
 pub mod listen;
 pub mod logging;
 pub mod persistence;
 pub mod tls;
-pub mod users_file;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -145,12 +146,18 @@ impl Server {
             if config.recover_skip_corrupt { OnCorruption::Skip } else { OnCorruption::Refuse };
         let wrap = hooks.storage.clone();
         let (data, broker, users) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let mut data = persistence::DataDir::open_wrapped(&data_dir, on_corruption, wrap.as_ref())?;
-            let report = persistence::recover(&mut data, &mut broker, damaged, clock.now())?;
+            let mut data = persistence::DataDir::open(&data_dir, on_corruption, damaged, wrap.as_ref())?;
+            let report = persistence::recover(&mut data, &mut broker, clock.now());
             // A vhost holding queues recreated for orphaned messages stays, whatever users.snap says.
             let keep: Vec<String> = report.orphaned.iter().map(|o| o.vhost.clone()).collect();
-            let users =
-                users_file::open(data.definitions.clone(), loopback_users, &keep, &mut broker, clock.now())?;
+            let users = identity::open(
+                data.catalog.clone(),
+                data.definitions.as_ref(),
+                loopback_users,
+                &keep,
+                &mut broker,
+                clock.now(),
+            )?;
             Ok((data, broker, Arc::new(users)))
         })
         .await

@@ -1,32 +1,32 @@
 //! The data directory and the store thread (issue 6, docs/storage.md).
 //!
 //! - [`DataDir::open`] creates the directory, takes its lock file (one broker per directory),
-//!   opens the message log (`messages/`, recovering it) and reads the definitions snapshot.
+//!   opens the message log (`messages/`, recovering it) and the catalog of definitions
+//!   (`catalog_file.rs`; a catalog that does not read stops the start with one line naming it and
+//!   the way out, [`DamagedDefinitions`]).
 //! - [`recover`] hands both to `Broker::restore`: messages come back as store locations, read
-//!   when needed through a [`StoreSource`] (ADR 0007). A definitions file that does not read
-//!   stops the start with one line naming it and the way out ([`DamagedDefinitions`]); a missing
-//!   one starts empty. Either way no stored message is dropped: the broker recreates the queues
-//!   its definitions lack (issue 12, docs/security.md).
-//! - [`spawn_store_thread`]: one plain thread owns the `Store`. It takes every batch of broker
-//!   ops waiting, appends them (a `Definitions` op replaces `definitions.snap`), commits once
-//!   (one fsync covers the whole batch: group commit, no timer), then reports the last op_seq
-//!   durable back to the broker task, which releases the confirms waiting on it.
+//!   when needed through a [`StoreSource`] (ADR 0007). No stored message is dropped: the broker
+//!   recreates the queues its definitions lack (issue 12, docs/security.md).
+//! - [`spawn_store_thread`]: one plain thread owns the `Store` and the `Catalog`. It takes every
+//!   batch of broker ops waiting, appends them (a `Catalog` op to the catalog), commits the
+//!   catalog, then the log (one fsync each covers the whole batch: group commit, no timer), then
+//!   reports the last op_seq durable back to the broker task, which releases the confirms and
+//!   declare-oks waiting on it.
 //! - [`apply_batch`] is that step on its own, so crash tests drive it over `MemStorage`.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
 use hourglass_broker::{
-    check_definitions, Broker, MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp,
-    StoredBody, StoredLocation, StoredMessage, Timestamp, DEFINITIONS_SCHEMA_VERSION,
-    DEFINITIONS_SCHEMA_VERSION_OLDEST, ORPHANED_QUEUE_PREFIX,
+    Broker, CatalogChange, Definitions, MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp,
+    StoredBody, StoredLocation, StoredMessage, Timestamp,
 };
-use hourglass_store::snapshot::{read_snapshot, write_snapshot};
+use hourglass_store::catalog::{Catalog, CatalogError};
 use hourglass_store::{
     CommitError, FsStorage, Location, OnCorruption, OpenError, Recovered, SegmentReader, Storage, Store,
     StoreConfig,
@@ -34,11 +34,11 @@ use hourglass_store::{
 use tokio::sync::mpsc;
 
 use crate::broker_task::BrokerInput;
+pub use crate::catalog_file::DamagedDefinitions;
+use crate::catalog_file::{apply_change, commit_catalog, lock_catalog, open_catalog};
 use crate::failure_log::{FailureLog, LogLine, REPEAT_INTERVAL};
 use hourglass_mgmt::StoreDamage;
 
-/// The definitions snapshot's file name in the data directory.
-pub const DEFINITIONS_FILE: &str = "definitions.snap";
 /// The message log's directory inside the data directory.
 pub const MESSAGES_DIR: &str = "messages";
 /// Held (locked) while a broker uses the data directory.
@@ -50,25 +50,19 @@ const COMPACT_AFTER_SETTLES: u64 = 50_000;
 /// the records stay buffered and their confirms wait.
 const WRITE_RETRY: Duration = Duration::from_millis(500);
 
-/// What start-up does when the definitions file does not read (damaged, unsupported version,
-/// undecodable payload).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DamagedDefinitions {
-    /// Refuse to start, changing nothing (the default): the operator decides.
-    Refuse,
-    /// Move the file aside as `definitions.snap.damaged-<ms>` and start without it
-    /// (`--set-aside-damaged-definitions`); the stored messages are kept in recreated queues.
-    SetAside,
-}
-
-/// An open data directory: the lock, the message log and the definitions storage.
+/// An open data directory: the lock, the message log, the catalog and the directory's storage.
 pub struct DataDir {
     /// Where it is (named in start-up errors).
     pub dir: std::path::PathBuf,
     pub store: Store,
+    /// Shared by the store thread (the broker's definitions) and the user store's saver.
+    pub catalog: Arc<Mutex<Catalog>>,
+    /// The data directory itself (the catalog's files; an older `users.snap`).
     pub definitions: Arc<dyn Storage>,
     /// Recovered at open; taken by [`recover`].
     recovered: Option<Recovered>,
+    /// Decoded from the catalog at open; taken by [`recover`].
+    stored_definitions: Option<Definitions>,
     damage: StoreDamage,
     _lock: File,
 }
@@ -78,16 +72,14 @@ pub struct DataDir {
 pub type StorageWrapper = Arc<dyn Fn(Arc<dyn Storage>, &'static str) -> Arc<dyn Storage> + Send + Sync>;
 
 impl DataDir {
-    /// Creates `dir` if missing, locks it, recovers the message log; damage recovery cannot
-    /// bound is refused unless `on_corruption` is `Skip` (`--recover-skip-corrupt`).
-    pub fn open(dir: &Path, on_corruption: OnCorruption) -> anyhow::Result<DataDir> {
-        DataDir::open_wrapped(dir, on_corruption, None)
-    }
-
-    /// [`DataDir::open`], with both storages passed through `wrap` first.
-    pub fn open_wrapped(
+    /// Creates `dir` if missing, locks it, recovers the message log (damage recovery cannot
+    /// bound is refused unless `on_corruption` is `Skip`, `--recover-skip-corrupt`) and opens the
+    /// catalog (`damaged`: what to do when it does not read). `wrap`, when given, wraps both
+    /// storages first (clustered mode).
+    pub fn open(
         dir: &Path,
         on_corruption: OnCorruption,
+        damaged: DamagedDefinitions,
         wrap: Option<&StorageWrapper>,
     ) -> anyhow::Result<DataDir> {
         let lock = lock_data_dir(dir)?;
@@ -113,13 +105,20 @@ impl DataDir {
             Err(e) => return Err(anyhow::Error::new(e).context("recovering the message log")),
         };
         log_recovery(&messages_dir, &recovered);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let (catalog, stored_definitions) = open_catalog(definitions.clone(), damaged, now_ms)
+            .map_err(|e| anyhow::anyhow!("data dir {}: {e:#}", dir.display()))?;
         let report = &recovered.report;
         let damage = StoreDamage { regions: report.damaged.len() as u64, bytes: report.damaged_bytes() };
         Ok(DataDir {
             dir: dir.to_owned(),
             store,
+            catalog: Arc::new(Mutex::new(catalog)),
             definitions,
             recovered: Some(recovered),
+            stored_definitions: Some(stored_definitions),
             damage,
             _lock: lock,
         })
@@ -188,17 +187,11 @@ fn segment_file_name(segment: u64) -> String {
     format!("{segment:020}.seg")
 }
 
-/// Restores `broker` from the data directory: definitions, then every recovered message. An error
-/// is one line naming the data directory.
-pub fn recover(
-    data: &mut DataDir,
-    broker: &mut Broker,
-    damaged: DamagedDefinitions,
-    now: Timestamp,
-) -> anyhow::Result<RestoreReport> {
+/// Restores `broker` from the data directory: definitions, then every recovered message.
+pub fn recover(data: &mut DataDir, broker: &mut Broker, now: Timestamp) -> RestoreReport {
     let recovered = data.recovered.take().unwrap_or_default();
-    restore_into(broker, &data.store, data.definitions.as_ref(), recovered, damaged, now)
-        .map_err(|e| anyhow::anyhow!("data dir {}: {e:#}", data.dir.display()))
+    let definitions = data.stored_definitions.take().unwrap_or_default();
+    restore_into(broker, &data.store, definitions, recovered, now)
 }
 
 /// The broker's [`MessageSource`]: reads records from the segment files with handles of its own
@@ -213,18 +206,16 @@ impl MessageSource for StoreSource {
     }
 }
 
-/// Restores `broker` from a recovered log and the definitions in `definitions`. Messages come
-/// back as locations (their metadata carries what the queue needs); the broker reads a record
-/// through the [`StoreSource`] attached here when it needs the message.
+/// Restores `broker` from a recovered log and the stored `definitions`. Messages come back as
+/// locations (their metadata carries what the queue needs); the broker reads a record through
+/// the [`StoreSource`] attached here when it needs the message.
 pub fn restore_into(
     broker: &mut Broker,
     store: &Store,
-    definitions: &dyn Storage,
+    definitions: Definitions,
     recovered: Recovered,
-    damaged: DamagedDefinitions,
     now: Timestamp,
-) -> anyhow::Result<RestoreReport> {
-    let payload = read_definitions(definitions, damaged, now)?;
+) -> RestoreReport {
     broker.set_message_source(Arc::new(StoreSource(store.reader())));
     let messages: BTreeMap<u64, Vec<StoredMessage>> = recovered
         .queues
@@ -241,7 +232,7 @@ pub fn restore_into(
             (queue, stored)
         })
         .collect();
-    let report = broker.restore(payload, messages, now).map_err(|e| anyhow::anyhow!(e))?;
+    let report = broker.restore(definitions, messages, now);
     tracing::info!(
         exchanges = report.exchanges,
         queues = report.queues,
@@ -254,7 +245,7 @@ pub fn restore_into(
         refused_queues = report.refused_queues,
         "broker restored"
     );
-    Ok(report)
+    report
 }
 
 /// An OS error in a few words, without "(os error 13)".
@@ -265,46 +256,6 @@ fn io_reason(error: &std::io::Error) -> String {
         std::io::ErrorKind::ReadOnlyFilesystem => "read-only file system".to_owned(),
         std::io::ErrorKind::StorageFull => "no space left on device".to_owned(),
         _ => error.to_string(),
-    }
-}
-
-/// The definitions payload, checked to restore; `None` when there is none (a new data directory,
-/// a lost file, or a damaged one set aside as `damaged` allows).
-fn read_definitions(
-    storage: &dyn Storage,
-    damaged: DamagedDefinitions,
-    now: Timestamp,
-) -> anyhow::Result<Option<Bytes>> {
-    let readable = DEFINITIONS_SCHEMA_VERSION_OLDEST..=DEFINITIONS_SCHEMA_VERSION;
-    let problem = match read_snapshot(storage, DEFINITIONS_FILE) {
-        Ok(None) => return Ok(None),
-        Ok(Some(s)) if !readable.contains(&s.schema_version) => {
-            format!("schema version {} is not supported; this build reads {readable:?}", s.schema_version)
-        }
-        Ok(Some(s)) => match check_definitions(s.payload.clone()) {
-            Ok(()) => return Ok(Some(s.payload)),
-            Err(reason) => reason,
-        },
-        Err(error) => error.to_string(),
-    };
-    match damaged {
-        DamagedDefinitions::Refuse => anyhow::bail!(
-            "{DEFINITIONS_FILE} does not read ({problem}); refusing to start, nothing was changed. \
-             To start without it (the file is moved aside, every stored message is kept in a queue \
-             named {ORPHANED_QUEUE_PREFIX}<id>), start once with --set-aside-damaged-definitions"
-        ),
-        DamagedDefinitions::SetAside => {
-            let aside = format!("{DEFINITIONS_FILE}.damaged-{}", now.as_millis());
-            storage
-                .rename(DEFINITIONS_FILE, &aside)
-                .with_context(|| format!("moving {DEFINITIONS_FILE} aside to {aside}"))?;
-            tracing::error!(
-                %problem, moved_to = %aside,
-                "{DEFINITIONS_FILE} does not read: moved aside, starting without its definitions \
-                 (stored messages are kept in recreated queues)"
-            );
-            Ok(None)
-        }
     }
 }
 
@@ -331,17 +282,17 @@ pub struct BatchOutcome {
     pub stored: Vec<StoredLocation>,
 }
 
-/// Appends `ops` to the log (the last `Definitions` replaces the snapshot, at its place in the
-/// order), then commits once. Ops must come in op_seq order.
+/// Applies `ops` (in op_seq order): catalog changes to the catalog, the rest to the log; then
+/// commits the catalog and the log, once each. The catalog goes first: a message is never on
+/// disk in a queue whose definition is not.
 pub fn apply_batch(
     store: &mut Store,
-    definitions: &dyn Storage,
+    catalog: &mut Catalog,
     ops: &[SequencedOp],
 ) -> Result<BatchOutcome, BatchError> {
-    let last_definitions = ops.iter().rposition(|o| matches!(o.op, StoreOp::Definitions { .. }));
     let gone = settled_within(ops);
     let mut outcome = BatchOutcome::default();
-    for (i, sequenced) in ops.iter().enumerate() {
+    for sequenced in ops {
         if let Some(key) = message_key(&sequenced.op) {
             if gone.contains(&key) {
                 // Entered and left within this batch: nothing about it needs to reach the disk.
@@ -365,12 +316,8 @@ pub fn apply_batch(
                 store.append_update(*queue, *msg_id, metadata).map(|_| ())
             }
             StoreOp::Purge { queue } => store.append_purge(*queue).map(|_| ()),
-            StoreOp::Definitions { payload } => {
-                // Only the last one of a batch is written: a later snapshot at an earlier place
-                // only drops what the log will drop anyway (purged queues' messages).
-                if Some(i) == last_definitions {
-                    write_definitions(definitions, payload)?;
-                }
+            StoreOp::Catalog(change) => {
+                apply_catalog_change(catalog, change)?;
                 Ok(())
             }
         };
@@ -381,10 +328,24 @@ pub fn apply_batch(
         }
         outcome.durable_op_seq = sequenced.op_seq;
     }
+    commit_catalog(catalog).map_err(|e| BatchError::Fatal(format!("writing definitions: {e}")))?;
     match store.commit() {
         Ok(committed) => Ok(BatchOutcome { bytes_written: committed.bytes, ..outcome }),
         Err(e @ CommitError::WriteFailed { .. }) => Err(BatchError::WriteFailed(e)),
         Err(e) => Err(BatchError::Fatal(e.to_string())),
+    }
+}
+
+/// One definition change into the catalog. A definition over the catalog's record limit is
+/// refused and logged (it lives in memory only), like a message over the store's limits.
+fn apply_catalog_change(catalog: &mut Catalog, change: &CatalogChange) -> Result<(), BatchError> {
+    match apply_change(catalog, change) {
+        Ok(()) => Ok(()),
+        Err(error @ CatalogError::TooLarge { .. }) => {
+            tracing::error!(%error, "catalog refused a definition: it will not survive a restart");
+            Ok(())
+        }
+        Err(error) => Err(BatchError::Fatal(format!("writing definitions: {error}"))),
     }
 }
 
@@ -394,7 +355,7 @@ fn message_key(op: &StoreOp) -> Option<(u64, u64)> {
         StoreOp::Enqueue { queue, msg_id, .. }
         | StoreOp::Settle { queue, msg_id }
         | StoreOp::Update { queue, msg_id, .. } => Some((*queue, *msg_id)),
-        StoreOp::Purge { .. } | StoreOp::Definitions { .. } => None,
+        StoreOp::Purge { .. } | StoreOp::Catalog(_) => None,
     }
 }
 
@@ -418,11 +379,6 @@ fn settled_within(ops: &[SequencedOp]) -> std::collections::HashSet<(u64, u64)> 
         }
     }
     gone
-}
-
-fn write_definitions(storage: &dyn Storage, payload: &Bytes) -> Result<(), BatchError> {
-    write_snapshot(storage, DEFINITIONS_FILE, hourglass_broker::DEFINITIONS_SCHEMA_VERSION, payload)
-        .map_err(|e| BatchError::Fatal(format!("writing definitions: {e}")))
 }
 
 /// Starts the store thread: it owns `data` and runs until `ops` closes.
@@ -463,7 +419,7 @@ pub fn spawn_store_thread(
 /// A disk that stays full is logged once when writes start failing, then once a minute with the
 /// count of failures, and once when a write succeeds again (not at every retry).
 fn commit_with_retry(data: &mut DataDir, batch: &[SequencedOp]) -> BatchOutcome {
-    let mut result = apply_batch(&mut data.store, data.definitions.as_ref(), batch);
+    let mut result = apply_batch(&mut data.store, &mut lock_catalog(&data.catalog), batch);
     let mut failures = FailureLog::new(REPEAT_INTERVAL);
     loop {
         match result {
@@ -553,14 +509,15 @@ mod tests {
     fn a_message_settled_within_its_batch_is_not_written() {
         let storage = MemStorage::new();
         let (mut store, _) = Store::open(Arc::new(storage.clone()), StoreConfig::default()).unwrap();
-        let outcome = apply_batch(&mut store, &storage, &[enqueue(1, 10), settle(2, 10)]).unwrap();
+        let (mut catalog, _) = Catalog::open(Arc::new(MemStorage::new()), "c", Default::default()).unwrap();
+        let outcome = apply_batch(&mut store, &mut catalog, &[enqueue(1, 10), settle(2, 10)]).unwrap();
         assert_eq!(outcome.durable_op_seq, 2);
         assert_eq!((outcome.settles, outcome.bytes_written), (0, 0), "nothing reached the disk");
         let outcome =
-            apply_batch(&mut store, &storage, &[enqueue(3, 11), enqueue(4, 12), settle(5, 11)]).unwrap();
+            apply_batch(&mut store, &mut catalog, &[enqueue(3, 11), enqueue(4, 12), settle(5, 11)]).unwrap();
         assert!(outcome.bytes_written > 0, "message 12 was written");
         assert_eq!(live_messages(&storage), vec![12]);
-        let outcome = apply_batch(&mut store, &storage, &[settle(6, 12)]).unwrap();
+        let outcome = apply_batch(&mut store, &mut catalog, &[settle(6, 12)]).unwrap();
         assert_eq!(outcome.settles, 1);
         assert!(live_messages(&storage).is_empty());
     }

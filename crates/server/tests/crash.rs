@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hourglass_broker::{BrokerConfig, Effect, SequencedOp};
-use hourglass_server::persistence::{apply_batch, restore_into, DamagedDefinitions};
+use hourglass_server::catalog_file::{open_catalog, DamagedDefinitions};
+use hourglass_server::persistence::{apply_batch, restore_into};
+use hourglass_store::catalog::Catalog;
 use hourglass_store::{Crash, MemImage, MemStorage, Store, StoreConfig};
 use hourglass_testkit::{methods, short, Chan, TestBroker};
 use hourglass_wire::*;
@@ -42,6 +44,7 @@ struct Workload {
     tb: TestBroker,
     storage: MemStorage,
     store: Store,
+    catalog: Catalog,
     durable: u64,
     /// The op_seq that must be durable for each body's ack / rejection to count.
     acked_at: BTreeMap<String, u64>,
@@ -58,12 +61,14 @@ impl Workload {
         let storage = MemStorage::new();
         let config = StoreConfig { segment_bytes_target: SEGMENT_BYTES, ..StoreConfig::default() };
         let (store, _) = Store::open(Arc::new(storage.clone()), config).unwrap();
+        let (catalog, _) = open_catalog(Arc::new(storage.clone()), DamagedDefinitions::Refuse, 0).unwrap();
         storage.record_sync_points();
         let tb = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
         Workload {
             tb,
             storage,
             store,
+            catalog,
             durable: 0,
             acked_at: BTreeMap::new(),
             rejected_at: BTreeMap::new(),
@@ -79,7 +84,7 @@ impl Workload {
     fn sync(&mut self, effects: &mut Vec<Effect>) -> u64 {
         let ops: Vec<SequencedOp> = std::iter::from_fn(|| self.tb.broker.poll_store_op()).collect();
         let Some(last) = ops.last().map(|o| o.op_seq) else { return 0 };
-        apply_batch(&mut self.store, &self.storage, &ops).unwrap();
+        apply_batch(&mut self.store, &mut self.catalog, &ops).unwrap();
         for image in self.storage.take_images() {
             self.points.push(Point { image, expect: self.expect.clone() });
         }
@@ -224,8 +229,9 @@ fn recover(image: &MemImage, crash: Crash) -> Recovered {
     let mut tb = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
     tb.clock.advance(Duration::from_millis(1_000));
     let now = tb.clock.now();
-    restore_into(&mut tb.broker, &store, &storage, recovered, DamagedDefinitions::Refuse, now)
-        .expect("restores");
+    let (_, definitions) =
+        open_catalog(Arc::new(storage.clone()), DamagedDefinitions::Refuse, 0).expect("definitions read");
+    restore_into(&mut tb.broker, &store, definitions, recovered, now);
     let chan = tb.channel();
     let q = get_all(&mut tb, chan, "q");
     let dlq = get_all(&mut tb, chan, "dlq");

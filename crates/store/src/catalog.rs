@@ -92,12 +92,14 @@ pub struct CatalogOpened {
 }
 
 /// What one commit did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CatalogCommitted {
     /// Bytes appended to the log.
     pub bytes: u64,
     /// Whether the commit also folded the log into a new snapshot.
     pub compacted: bool,
+    /// Folding was due but failed (the changes are durable; it is tried again next commit).
+    pub compaction_error: Option<String>,
 }
 
 /// An open catalog (module doc). One owner: the store thread.
@@ -112,6 +114,14 @@ pub struct Catalog {
     log_bytes: u64,
     snapshot_bytes: u64,
     pending: Vec<u8>,
+    /// The values the uncommitted changes replaced (`None`: the key was absent), oldest first:
+    /// a failed commit puts them back, so the map never holds what the disk may not.
+    undo: Vec<(Bytes, Option<Bytes>)>,
+    /// A failed commit's records could not be cut yet: the next commit cuts them first.
+    cut_needed: bool,
+    /// A compaction wrote its snapshot but not yet the new, empty log: the next commit starts it
+    /// first.
+    log_outdated: bool,
 }
 
 impl Catalog {
@@ -146,6 +156,9 @@ impl Catalog {
             log_bytes: LOG_HEADER_BYTES as u64,
             snapshot_bytes,
             pending: Vec::new(),
+            undo: Vec::new(),
+            cut_needed: false,
+            log_outdated: false,
         };
         let opened = catalog.replay()?;
         Ok((catalog, opened))
@@ -180,7 +193,9 @@ impl Catalog {
         body.extend_from_slice(key);
         body.extend_from_slice(value);
         self.buffer(&body)?;
-        self.entries.insert(Bytes::copy_from_slice(key), Bytes::copy_from_slice(value));
+        let key = Bytes::copy_from_slice(key);
+        let old = self.entries.insert(key.clone(), Bytes::copy_from_slice(value));
+        self.undo.push((key, old));
         Ok(())
     }
 
@@ -193,7 +208,9 @@ impl Catalog {
         body.push(OP_DELETE);
         body.extend_from_slice(key);
         self.buffer(&body)?;
-        self.entries.remove(key);
+        if let Some((key, old)) = self.entries.remove_entry(key) {
+            self.undo.push((key, Some(old)));
+        }
         Ok(())
     }
 
@@ -206,35 +223,73 @@ impl Catalog {
         body.push(OP_DELETE_PREFIX);
         body.extend_from_slice(prefix);
         self.buffer(&body)?;
-        remove_prefix(&mut self.entries, prefix);
+        for (key, old) in remove_prefix(&mut self.entries, prefix) {
+            self.undo.push((key, Some(old)));
+        }
         Ok(())
     }
 
     /// Makes every change so far durable: one write and one sync of the log, then, when the log
-    /// has outgrown the snapshot, a new snapshot (module doc).
+    /// has outgrown the snapshot, a new snapshot (module doc). When the write or sync fails the
+    /// changes since the last commit are dropped from the map too, and the error returned.
     pub fn commit(&mut self) -> Result<CatalogCommitted, CatalogError> {
         if self.pending.is_empty() {
             return Ok(CatalogCommitted::default());
         }
-        self.log.write_all_at(self.log_bytes, &self.pending).map_err(io_err("appending to the log"))?;
-        self.log.sync().map_err(io_err("syncing the log"))?;
+        let cut = match (self.log_outdated, self.cut_needed) {
+            (true, _) => self.start_new_log(),
+            (false, true) => {
+                self.log.set_len(self.log_bytes).map_err(io_err("cutting a failed commit from the log"))
+            }
+            (false, false) => Ok(()),
+        };
+        let written = cut
+            .and_then(|()| {
+                self.log.write_all_at(self.log_bytes, &self.pending).map_err(io_err("appending to the log"))
+            })
+            .and_then(|()| self.log.sync().map_err(io_err("syncing the log")));
+        if let Err(error) = written {
+            self.roll_back();
+            return Err(error);
+        }
         let bytes = self.pending.len() as u64;
         self.log_bytes += bytes;
         self.pending.clear();
+        self.undo.clear();
+        self.cut_needed = false;
         let records = self.log_bytes - LOG_HEADER_BYTES as u64;
-        let compacted = records > self.config.compact_min_bytes.max(self.snapshot_bytes);
-        if compacted {
-            self.compact()?;
+        let mut committed = CatalogCommitted { bytes, ..CatalogCommitted::default() };
+        if records > self.config.compact_min_bytes.max(self.snapshot_bytes) {
+            // The changes are durable already: a failed folding is reported, not a failed commit.
+            match self.compact() {
+                Ok(folded) => committed.compacted = folded,
+                Err(error) => committed.compaction_error = Some(error.to_string()),
+            }
         }
-        Ok(CatalogCommitted { bytes, compacted })
+        Ok(committed)
+    }
+
+    /// Drops the uncommitted changes: their records (cut from the log, so that a shorter commit
+    /// after them cannot leave whole records of theirs behind it), and their effect on the map.
+    /// The cut is durable with the next commit's sync; until then a crash may keep or lose the
+    /// failed records, as with any failed sync.
+    fn roll_back(&mut self) {
+        self.cut_needed = self.log.set_len(self.log_bytes).is_err();
+        self.pending.clear();
+        for (key, old) in self.undo.drain(..).rev() {
+            match old {
+                Some(value) => self.entries.insert(key, value),
+                None => self.entries.remove(&key),
+            };
+        }
     }
 
     /// Writes the whole map as the next generation's snapshot, then an empty log for it.
-    fn compact(&mut self) -> Result<(), CatalogError> {
+    /// Whether it did: a map too large for a snapshot keeps growing its log instead.
+    fn compact(&mut self) -> Result<bool, CatalogError> {
         let payload = encode_snapshot(self.generation + 1, &self.entries);
         if payload.len() as u64 > SNAPSHOT_BYTES_MAX {
-            // The log keeps growing and stays correct; only the folding waits for room.
-            return Ok(());
+            return Ok(false);
         }
         write_snapshot(
             self.storage.as_ref(),
@@ -242,10 +297,20 @@ impl Catalog {
             CATALOG_SCHEMA,
             &payload,
         )?;
+        // The snapshot holds everything: the log starts over, empty, at the new generation. Until
+        // that new log exists nothing may be appended to the old one (a reopen would drop it as
+        // stale), so a failure here is retried first by the next commit.
         self.generation += 1;
         self.snapshot_bytes = payload.len() as u64;
-        self.log = new_log(self.storage.as_ref(), &self.name, self.generation, true)?;
         self.log_bytes = LOG_HEADER_BYTES as u64;
+        self.log_outdated = true;
+        self.start_new_log()?;
+        Ok(true)
+    }
+
+    fn start_new_log(&mut self) -> Result<(), CatalogError> {
+        self.log = new_log(self.storage.as_ref(), &self.name, self.generation, true)?;
+        self.log_outdated = false;
         Ok(())
     }
 
@@ -320,7 +385,9 @@ fn apply(entries: &mut BTreeMap<Bytes, Bytes>, body: &[u8]) -> Result<(), &'stat
         OP_DELETE => {
             entries.remove(rest);
         }
-        OP_DELETE_PREFIX => remove_prefix(entries, rest),
+        OP_DELETE_PREFIX => {
+            remove_prefix(entries, rest);
+        }
         _ => return Err("unknown record kind"),
     }
     Ok(())
@@ -331,15 +398,14 @@ fn from(prefix: &[u8]) -> (Bound<&[u8]>, Bound<&[u8]>) {
     (Bound::Included(prefix), Bound::Unbounded)
 }
 
-fn remove_prefix(entries: &mut BTreeMap<Bytes, Bytes>, prefix: &[u8]) {
+/// Removes every entry whose key starts with `prefix`; returns them.
+fn remove_prefix(entries: &mut BTreeMap<Bytes, Bytes>, prefix: &[u8]) -> Vec<(Bytes, Bytes)> {
     let doomed: Vec<Bytes> = entries
         .range::<[u8], _>(from(prefix))
         .take_while(|(k, _)| k.starts_with(prefix))
         .map(|(k, _)| k.clone())
         .collect();
-    for key in doomed {
-        entries.remove(&key);
-    }
+    doomed.into_iter().filter_map(|key| entries.remove_entry(&key)).collect()
 }
 
 /// Creates `NAME.log` with an empty body at `generation`. `replace`: through a temp file renamed

@@ -3,6 +3,7 @@
 //! and is written with the durable definitions.
 
 use crate::broker::Broker;
+use crate::persist::Changed;
 use crate::policy::{Policy, PolicyError, PolicyInfo, PolicyKind, PolicySpec};
 use crate::time::Timestamp;
 
@@ -17,8 +18,9 @@ impl Broker {
     ) -> Result<bool, PolicyError> {
         let v = self.vhosts.get_mut(vhost).ok_or_else(|| PolicyError::NoVhost(vhost.to_owned()))?;
         let policy = Policy::new(kind, spec).map_err(PolicyError::Invalid)?;
+        let name = policy.spec.name.clone();
         let created = v.policies.insert(kind, policy).map_err(PolicyError::Invalid)?;
-        self.policies_changed(vhost, now);
+        self.policies_changed(Changed::Policy(vhost.to_owned(), kind, name), vhost, now);
         Ok(created)
     }
 
@@ -35,7 +37,7 @@ impl Broker {
         if v.policies.remove(kind, name).is_none() {
             return Err(PolicyError::NotFound { vhost: vhost.to_owned(), name: name.to_owned() });
         }
-        self.policies_changed(vhost, now);
+        self.policies_changed(Changed::Policy(vhost.to_owned(), kind, name.to_owned()), vhost, now);
         Ok(())
     }
 
@@ -58,9 +60,9 @@ impl Broker {
 
     /// Re-applies a vhost's policies, carries out what that dead-letters, and writes the
     /// definitions (this is an entry point of its own, like `handle_timeout`).
-    fn policies_changed(&mut self, vhost: &str, now: Timestamp) {
+    fn policies_changed(&mut self, changed: Changed, vhost: &str, now: Timestamp) {
         let mark = self.mark();
-        self.definitions_changed();
+        self.definition_changed(changed);
         self.reapply_policies(vhost, now);
         self.run_dead_letters(now);
         self.hold_after(mark, None);

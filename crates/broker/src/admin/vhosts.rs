@@ -4,6 +4,7 @@ use hourglass_wire::reply_code::CONNECTION_FORCED;
 
 use crate::api::{AmqpError, Command, ConnectionId, Effect};
 use crate::broker::Broker;
+use crate::persist::Changed;
 use crate::queue::QueueId;
 use crate::time::Timestamp;
 use crate::vhost::VHost;
@@ -22,7 +23,7 @@ impl Broker {
             return false;
         }
         self.vhosts.insert(name.to_owned(), VHost::new());
-        self.vhosts_changed();
+        self.vhosts_changed(name);
         true
     }
 
@@ -67,15 +68,15 @@ impl Broker {
             self.delete_queue(id);
         }
         self.vhosts.remove(name);
-        // Its policies go with it, also from the stored definitions.
-        self.vhosts_changed();
+        // Everything stored under it goes with it (its policies too).
+        self.vhosts_changed(name);
         true
     }
 
-    /// Writes the definitions (they list every vhost with its policies).
-    fn vhosts_changed(&mut self) {
+    /// Writes the vhost's definition (or, deleted, the absence of everything under it).
+    fn vhosts_changed(&mut self, name: &str) {
         let mark = self.mark();
-        self.definitions_changed();
+        self.definition_changed(Changed::Vhost(name.to_owned()));
         self.hold_after(mark, None);
     }
 

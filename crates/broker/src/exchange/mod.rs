@@ -190,17 +190,19 @@ impl Exchange {
     }
 
     /// Removes every binding to a destination; returns how many there were.
-    pub fn unbind_destination(&mut self, destination: &Destination) -> usize {
-        let before = self.bindings.len();
+    /// Removes every binding to `destination`; returns them.
+    pub fn unbind_destination(&mut self, destination: &Destination) -> Vec<Binding> {
+        let mut removed = Vec::new();
         let index = &mut self.index;
         self.bindings.retain(|b| {
             let keep = &b.destination != destination;
             if !keep {
                 index.remove(b);
+                removed.push(b.clone());
             }
             keep
         });
-        before - self.bindings.len()
+        removed
     }
 
     pub fn bindings(&self) -> &IndexSet<Binding> {
@@ -334,7 +336,7 @@ mod tests {
             assert!(x.unbind(&binding(1, "k")));
             assert!(!x.unbind(&binding(1, "k")), "{kind:?}: unbinding twice finds nothing");
             assert_eq!(routed(&x, "k"), vec![Destination::Queue(QueueId(2))], "{kind:?}");
-            assert_eq!(x.unbind_destination(&Destination::Queue(QueueId(2))), 2);
+            assert_eq!(x.unbind_destination(&Destination::Queue(QueueId(2))).len(), 2);
             assert!(routed(&x, "k").is_empty() && routed(&x, "other").is_empty(), "{kind:?}");
             assert!(!x.has_bindings());
         }

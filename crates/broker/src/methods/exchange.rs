@@ -10,6 +10,7 @@ use crate::broker::Broker;
 use crate::errors;
 use crate::exchange::{delayed, Binding, Destination, Exchange, ExchangeKind, ExchangeSpec};
 use crate::permissions::{Access, Resource};
+use crate::persist::Changed;
 use crate::vhost::VHost;
 
 impl Broker {
@@ -59,7 +60,7 @@ impl Broker {
                     vhost.exchanges.insert(spec.name.clone(), Exchange::new(spec));
                     self.apply_exchange_policies(&vhost_name, &m.exchange);
                     if durable {
-                        self.definitions_changed();
+                        self.definition_changed(Changed::Exchange(vhost_name.clone(), m.exchange.clone()));
                     }
                 }
             }
@@ -97,9 +98,9 @@ impl Broker {
                     m.exchange
                 )));
             }
-            if remove_exchange(vhost, &m.exchange) {
-                self.definitions_changed();
-            }
+            let mut removed = Removed::default();
+            remove_exchange(vhost, &m.exchange, &mut removed);
+            self.mark_removed(&vhost_name, removed, None);
         }
         if !m.nowait {
             self.send(conn, ch, ExchangeDeleteOk {});
@@ -119,11 +120,11 @@ impl Broker {
         let binding =
             exchange_binding(vhost, &vhost_name, &m.source, &m.destination, &m.routing_key, &m.arguments)?;
         let durable = self.is_durable_binding(&vhost_name, &m.source, &binding.destination);
+        if durable {
+            self.binding_changed(&vhost_name, &m.source, false, &m.destination, &binding);
+        }
         if let Some(source) = self.vhost_mut(&vhost_name)?.exchanges.get_mut(&m.source) {
             source.bind(binding);
-        }
-        if durable {
-            self.definitions_changed();
         }
         if !m.nowait {
             self.send(conn, ch, ExchangeBindOk {});
@@ -145,10 +146,9 @@ impl Broker {
             routing_key: m.routing_key.clone(),
             arguments: m.arguments.clone(),
         };
-        let durable = self.is_durable_binding(&vhost_name, &m.source, &binding.destination);
-        if unbind_from(self.vhost_mut(&vhost_name)?, &m.source, &binding) || durable {
-            self.definitions_changed();
-        }
+        let mut removed = Removed::default();
+        unbind_from(self.vhost_mut(&vhost_name)?, &m.source, &binding, &mut removed);
+        self.mark_removed(&vhost_name, removed, None);
         if !m.nowait {
             self.send(conn, ch, ExchangeUnbindOk {});
         }
@@ -240,37 +240,50 @@ fn exchange_binding(
 
 /// Removes a binding from `source`, deleting `source` when it is auto-delete and that was its
 /// last binding. Returns whether a durable exchange went with it.
-pub(crate) fn unbind_from(vhost: &mut VHost, source: &ShortStr, binding: &Binding) -> bool {
-    let Some(exchange) = vhost.exchanges.get_mut(source) else { return false };
-    if exchange.unbind(binding) && exchange.spec.auto_delete && !exchange.has_bindings() {
-        return remove_exchange(vhost, source);
+/// What a removal took with it, for the stored definitions (`persist/changes.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct Removed {
+    /// `(name, durable)` of every exchange removed, auto-deleted ones included.
+    pub exchanges: Vec<(ShortStr, bool)>,
+    /// `(source, source durable, binding)` of every binding removed.
+    pub bindings: Vec<(ShortStr, bool, Binding)>,
+}
+
+/// Removes `binding` from `source`, auto-deleting the source if that left it without any.
+pub(crate) fn unbind_from(vhost: &mut VHost, source: &ShortStr, binding: &Binding, removed: &mut Removed) {
+    let Some(exchange) = vhost.exchanges.get_mut(source) else { return };
+    if exchange.unbind(binding) {
+        removed.bindings.push((source.clone(), exchange.spec.durable, binding.clone()));
+        if exchange.spec.auto_delete && !exchange.has_bindings() {
+            remove_exchange(vhost, source, removed);
+        }
     }
-    false
 }
 
 /// Removes every binding leading to `destination`, auto-deleting exchanges left without any.
-/// Returns whether a durable exchange went with them.
-pub(crate) fn unbind_destination(vhost: &mut VHost, destination: &Destination) -> bool {
+pub(crate) fn unbind_destination(vhost: &mut VHost, destination: &Destination, removed: &mut Removed) {
     let mut emptied = Vec::new();
     for exchange in vhost.exchanges.values_mut() {
-        if exchange.unbind_destination(destination) > 0
-            && exchange.spec.auto_delete
-            && !exchange.has_bindings()
-        {
-            emptied.push(exchange.name().clone());
+        let unbound = exchange.unbind_destination(destination);
+        if unbound.is_empty() {
+            continue;
+        }
+        let (source, durable) = (exchange.name().clone(), exchange.spec.durable);
+        removed.bindings.extend(unbound.into_iter().map(|b| (source.clone(), durable, b)));
+        if exchange.spec.auto_delete && !exchange.has_bindings() {
+            emptied.push(source);
         }
     }
-    let mut durable_removed = false;
     for name in emptied {
-        durable_removed |= remove_exchange(vhost, &name);
+        remove_exchange(vhost, &name, removed);
     }
-    durable_removed
 }
 
-/// Deletes an exchange and every binding from or to it. Returns whether a durable exchange
-/// (this one or one auto-deleted with it) was removed.
-fn remove_exchange(vhost: &mut VHost, name: &ShortStr) -> bool {
-    let Some(exchange) = vhost.exchanges.remove(name) else { return false };
-    let cascaded = unbind_destination(vhost, &Destination::Exchange(name.clone()));
-    exchange.spec.durable || cascaded
+/// Deletes an exchange and every binding from or to it.
+fn remove_exchange(vhost: &mut VHost, name: &ShortStr, removed: &mut Removed) {
+    let Some(exchange) = vhost.exchanges.remove(name) else { return };
+    let durable = exchange.spec.durable;
+    removed.exchanges.push((name.clone(), durable));
+    removed.bindings.extend(exchange.bindings().iter().map(|b| (name.clone(), durable, b.clone())));
+    unbind_destination(vhost, &Destination::Exchange(name.clone()), removed);
 }

@@ -3,6 +3,7 @@
 mod basic;
 mod channel;
 mod exchange;
+pub(crate) use exchange::Removed;
 mod queue;
 mod tx;
 

@@ -6,12 +6,13 @@ use hourglass_wire::{
     QueuePurge, QueuePurgeOk, QueueUnbind, QueueUnbindOk, ShortStr,
 };
 
-use super::exchange::{check_name, unbind_destination, unbind_from};
+use super::exchange::{check_name, unbind_destination, unbind_from, Removed};
 use crate::api::{AmqpError, ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
 use crate::errors;
 use crate::exchange::{Binding, Destination, ExchangeKind};
 use crate::permissions::{Access, Resource};
+use crate::persist::{Changed, GoneQueue};
 use crate::queue::args::first_inequivalent;
 use crate::queue::{Queue, QueueArgs, QueueId, QueueSpec};
 use crate::time::Timestamp;
@@ -90,12 +91,14 @@ impl Broker {
         let Some(vhost_name) = self.vhost_of(conn) else { return Ok(()) };
         let (binding, source) =
             self.queue_binding(conn, ch, &vhost_name, &m.queue, &m.exchange, &m.routing_key, &m.arguments)?;
-        let durable = self.is_durable_binding(&vhost_name, &source, &binding.destination);
+        if self.is_durable_binding(&vhost_name, &source, &binding.destination) {
+            if let Destination::Queue(id) = &binding.destination {
+                let queue = self.queues[id].name().clone();
+                self.binding_changed(&vhost_name, &source, true, &queue, &binding);
+            }
+        }
         if let Some(exchange) = self.vhost_mut(&vhost_name)?.exchanges.get_mut(&source) {
             exchange.bind(binding);
-        }
-        if durable {
-            self.definitions_changed();
         }
         if !m.nowait {
             self.send(conn, ch, QueueBindOk {});
@@ -122,10 +125,9 @@ impl Broker {
                 routing_key: m.routing_key.clone(),
                 arguments: m.arguments.clone(),
             };
-            let durable = self.is_durable_binding(&vhost_name, &m.exchange, &binding.destination);
-            if unbind_from(self.vhost_mut(&vhost_name)?, &m.exchange, &binding) || durable {
-                self.definitions_changed();
-            }
+            let mut removed = Removed::default();
+            unbind_from(self.vhost_mut(&vhost_name)?, &m.exchange, &binding, &mut removed);
+            self.mark_removed(&vhost_name, removed, None);
         }
         self.send(conn, ch, QueueUnbindOk {});
         Ok(())
@@ -195,8 +197,12 @@ impl Broker {
         self.persist_purge(id, queue.is_persisted());
         if let Some(vhost) = self.vhosts.get_mut(&queue.vhost) {
             vhost.queues.remove(queue.name());
-            if unbind_destination(vhost, &Destination::Queue(id)) {
-                self.definitions_changed();
+            let mut removed = Removed::default();
+            unbind_destination(vhost, &Destination::Queue(id), &mut removed);
+            let gone = GoneQueue { id, name: queue.name().clone(), persisted: queue.is_persisted() };
+            self.mark_removed(&queue.vhost, removed, Some(&gone));
+            if gone.persisted {
+                self.definition_changed(Changed::Queue(queue.vhost.clone(), gone.name));
             }
         }
         for consumer in queue.consumers.iter() {
@@ -303,7 +309,7 @@ impl Broker {
         }
         let queue = Queue::new(id, vhost.to_owned(), spec, args, self.pager.clone(), now);
         if queue.is_persisted() {
-            self.definitions_changed();
+            self.definition_changed(Changed::Queue(vhost.to_owned(), queue.name().clone()));
         }
         self.queues.insert(id, queue);
         self.churn.queues_created += 1;

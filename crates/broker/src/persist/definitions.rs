@@ -1,8 +1,8 @@
-//! The durable definitions as one payload for the store's snapshot file (docs/storage.md):
-//! vhosts, durable exchanges (not the built-in ones), durable non-exclusive queues with their ids
-//! and arguments, and bindings whose both ends are durable.
+//! The durable definitions' items as AMQP field tables — one exchange, queue, binding or policy
+//! each — and the whole-file format older data directories kept them in (`definitions.snap`,
+//! read once to move them into the catalog, `catalog.rs`; never written any more).
 //!
-//! Encoded as an AMQP field table (the wire crate's codec, no new dependency), schema version 2:
+//! The whole file, schema version 2:
 //! ```text
 //! { next_queue_id: l,
 //!   vhosts: A[ { name: S,
@@ -14,33 +14,32 @@
 //!                policies, operator_policies:
 //!                           A[ { name: S, pattern: S, apply_to: S, priority: l, definition: x } ] } ] }
 //! ```
-//! `x` is a byte array holding a field table's content, decoded on its own (issue 12): a client's
-//! table is accepted up to [`hourglass_wire::MAX_NESTING_DEPTH`] levels, and the five levels of this wrapper must
-//! not count against it, or a table accepted at declare would make the snapshot unreadable and
-//! the next start fail. Schema 1 (read, never written) had `F` tables in those places; the two
-//! policy lists came later within version 1: a snapshot without them has no policies.
+//! The catalog's values are those item tables. `x` is a byte array holding a field table's
+//! content, decoded on its own (issue 12): a client's table is accepted up to
+//! [`hourglass_wire::MAX_NESTING_DEPTH`] levels, and the levels of this wrapper must not count
+//! against it, or a table accepted at declare would make the definitions unreadable and the next
+//! start fail. Schema 1 (read, never written) had `F` tables in those places; the two policy
+//! lists came later within version 1: a file without them has no policies.
 
 use bytes::Bytes;
-use hourglass_wire::{FieldArray, FieldTable, FieldValue, LongStr, ShortStr};
+use hourglass_wire::{FieldTable, FieldValue, LongStr, ShortStr};
 
-use crate::broker::Broker;
-use crate::exchange::{Destination, ExchangeKind, ExchangeSpec};
+use crate::exchange::{ExchangeKind, ExchangeSpec};
 use crate::policy::{PolicyKind, PolicySpec};
-use crate::queue::{Queue, QueueId};
-use crate::vhost::VHost;
+use crate::queue::QueueId;
 
-/// The snapshot's schema version for this payload (the store's header carries it): 2 since client
-/// tables are kept as byte arrays (issue 12). An older build refuses it by this number rather
-/// than by a confusing decode error.
+/// The whole file's newest schema version (the snapshot header carries it): 2 since client
+/// tables are kept as byte arrays (issue 12).
 pub const DEFINITIONS_SCHEMA_VERSION: u32 = 2;
 /// The oldest schema version still read (1: tables nested in the payload).
 pub const DEFINITIONS_SCHEMA_VERSION_OLDEST: u32 = 1;
 
-/// Definitions as decoded, before they are applied.
+/// Stored definitions as decoded (from the catalog, or an older whole file), before
+/// [`Broker::restore`] applies them. `Default` is none at all (a new data directory).
 #[derive(Debug, Default)]
-pub(crate) struct Definitions {
-    pub next_queue_id: u64,
-    pub vhosts: Vec<VHostDefinitions>,
+pub struct Definitions {
+    pub(crate) next_queue_id: u64,
+    pub(crate) vhosts: Vec<VHostDefinitions>,
 }
 
 #[derive(Debug)]
@@ -53,7 +52,20 @@ pub(crate) struct VHostDefinitions {
     pub policies: Vec<(PolicyKind, PolicySpec)>,
 }
 
-#[derive(Debug)]
+impl VHostDefinitions {
+    pub fn named(name: String) -> VHostDefinitions {
+        VHostDefinitions {
+            name,
+            exchanges: Vec::new(),
+            queues: Vec::new(),
+            bindings: Vec::new(),
+            policies: Vec::new(),
+        }
+    }
+}
+
+/// A binding between durable ends, by name.
+#[derive(Clone, Debug)]
 pub(crate) struct BindingDefinition {
     pub source: ShortStr,
     pub to_queue: bool,
@@ -62,92 +74,43 @@ pub(crate) struct BindingDefinition {
     pub arguments: FieldTable,
 }
 
-impl Broker {
-    /// Every durable definition, encoded.
-    pub(crate) fn encode_definitions(&self) -> Bytes {
-        let mut names: Vec<&String> = self.vhosts.keys().collect();
-        names.sort();
-        let vhosts =
-            names.into_iter().map(|name| FieldValue::Table(self.encode_vhost(name, &self.vhosts[name])));
-        let table = FieldTable::from_entries([
-            ("next_queue_id", FieldValue::I64(self.next_queue_id as i64)),
-            ("vhosts", FieldValue::Array(FieldArray::from_values(vhosts))),
-        ]);
-        table.raw().clone()
-    }
-
-    fn encode_vhost(&self, name: &str, vhost: &VHost) -> FieldTable {
-        let mut exchanges: Vec<&ExchangeSpec> = vhost
-            .exchanges
-            .values()
-            .map(|x| &x.spec)
-            .filter(|spec| spec.durable && !is_built_in(&spec.name))
-            .collect();
-        exchanges.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut queues: Vec<&Queue> =
-            vhost.queues.values().filter_map(|id| self.queues.get(id)).filter(|q| q.is_persisted()).collect();
-        queues.sort_by_key(|q| q.id);
-        let mut sources: Vec<_> = vhost.exchanges.values().filter(|x| x.spec.durable).collect();
-        sources.sort_by(|a, b| a.name().cmp(b.name()));
-        let mut bindings = Vec::new();
-        for source in sources {
-            for binding in source.bindings() {
-                let (kind, destination) = match &binding.destination {
-                    Destination::Queue(id) => match self.queues.get(id).filter(|q| q.is_persisted()) {
-                        Some(queue) => ("queue", queue.name().clone()),
-                        None => continue,
-                    },
-                    Destination::Exchange(name)
-                        if vhost.exchanges.get(name).is_some_and(|x| x.spec.durable) =>
-                    {
-                        ("exchange", name.clone())
-                    }
-                    Destination::Exchange(_) => continue,
-                };
-                bindings.push(FieldValue::Table(FieldTable::from_entries([
-                    ("source", text(source.name())),
-                    ("destination_kind", FieldValue::LongStr(LongStr::from(kind))),
-                    ("destination", text(&destination)),
-                    ("routing_key", text(&binding.routing_key)),
-                    ("arguments", table_bytes(&binding.arguments)),
-                ])));
-            }
-        }
-        let exchanges = exchanges.into_iter().map(|spec| {
-            FieldValue::Table(FieldTable::from_entries([
-                ("name", text(&spec.name)),
-                ("type", FieldValue::LongStr(LongStr::from(spec.kind.name()))),
-                ("delayed", FieldValue::Bool(spec.delayed)),
-                ("auto_delete", FieldValue::Bool(spec.auto_delete)),
-                ("internal", FieldValue::Bool(spec.internal)),
-                ("arguments", table_bytes(&spec.arguments)),
-            ]))
-        });
-        let queues = queues.into_iter().map(|queue| {
-            FieldValue::Table(FieldTable::from_entries([
-                ("name", text(queue.name())),
-                ("id", FieldValue::I64(queue.id.0 as i64)),
-                ("auto_delete", FieldValue::Bool(queue.spec.auto_delete)),
-                ("arguments", table_bytes(&queue.spec.arguments)),
-            ]))
-        });
-        let policies = |kind| {
-            let specs = vhost.policies.of(kind).values().map(|p| encode_policy(&p.spec));
-            FieldValue::Array(FieldArray::from_values(specs))
-        };
-        FieldTable::from_entries([
-            ("name", FieldValue::LongStr(LongStr::from(name))),
-            ("exchanges", FieldValue::Array(FieldArray::from_values(exchanges))),
-            ("queues", FieldValue::Array(FieldArray::from_values(queues))),
-            ("bindings", FieldValue::Array(FieldArray::from_values(bindings))),
-            ("policies", policies(PolicyKind::User)),
-            ("operator_policies", policies(PolicyKind::Operator)),
-        ])
-    }
+pub(crate) fn encode_exchange(spec: &ExchangeSpec) -> Bytes {
+    item(FieldTable::from_entries([
+        ("name", text(&spec.name)),
+        ("type", FieldValue::LongStr(LongStr::from(spec.kind.name()))),
+        ("delayed", FieldValue::Bool(spec.delayed)),
+        ("auto_delete", FieldValue::Bool(spec.auto_delete)),
+        ("internal", FieldValue::Bool(spec.internal)),
+        ("arguments", table_bytes(&spec.arguments)),
+    ]))
 }
 
-fn encode_policy(spec: &PolicySpec) -> FieldValue {
-    FieldValue::Table(FieldTable::from_entries([
+pub(crate) fn encode_queue(id: QueueId, name: &ShortStr, auto_delete: bool, arguments: &FieldTable) -> Bytes {
+    item(FieldTable::from_entries([
+        ("name", text(name)),
+        ("id", FieldValue::I64(id.0 as i64)),
+        ("auto_delete", FieldValue::Bool(auto_delete)),
+        ("arguments", table_bytes(arguments)),
+    ]))
+}
+
+pub(crate) fn encode_binding(binding: &BindingDefinition) -> Bytes {
+    let kind = if binding.to_queue { "queue" } else { "exchange" };
+    item(FieldTable::from_entries([
+        ("source", text(&binding.source)),
+        ("destination_kind", FieldValue::LongStr(LongStr::from(kind))),
+        ("destination", text(&binding.destination)),
+        ("routing_key", text(&binding.routing_key)),
+        ("arguments", table_bytes(&binding.arguments)),
+    ]))
+}
+
+fn item(table: FieldTable) -> Bytes {
+    table.raw().clone()
+}
+
+pub(crate) fn encode_policy(spec: &PolicySpec) -> Bytes {
+    item(FieldTable::from_entries([
         ("name", FieldValue::LongStr(LongStr::from(spec.name.as_str()))),
         ("pattern", FieldValue::LongStr(LongStr::from(spec.pattern.as_str()))),
         ("apply_to", FieldValue::LongStr(LongStr::from(spec.apply_to.as_str()))),
@@ -164,75 +127,70 @@ fn decode_policies(
     if !vhost.contains_key(key) {
         return Ok(Vec::new());
     }
-    tables(vhost, key)?
-        .iter()
-        .map(|p| {
-            Ok((
-                kind,
-                PolicySpec {
-                    name: long(p, "name")?,
-                    pattern: long(p, "pattern")?,
-                    apply_to: long(p, "apply_to")?,
-                    priority: int(p, "priority")?,
-                    definition: nested(p, "definition")?,
-                },
-            ))
-        })
-        .collect()
+    tables(vhost, key)?.iter().map(|p| Ok((kind, decode_policy(p)?))).collect()
 }
 
-/// Whether a snapshot payload would restore: `Err` names what does not decode. Lets the driver
-/// refuse to start (or set the file aside, when told to) before anything is restored.
-pub fn check_definitions(payload: Bytes) -> Result<(), String> {
-    decode_definitions(payload).map(|_| ())
+pub(crate) fn decode_policy(p: &FieldTable) -> Result<PolicySpec, String> {
+    Ok(PolicySpec {
+        name: long(p, "name")?,
+        pattern: long(p, "pattern")?,
+        apply_to: long(p, "apply_to")?,
+        priority: int(p, "priority")?,
+        definition: nested(p, "definition")?,
+    })
 }
 
-/// Decodes [`Broker::encode_definitions`]'s payload; the error names what is wrong.
-pub(crate) fn decode_definitions(payload: Bytes) -> Result<Definitions, String> {
+pub(crate) fn decode_exchange(x: &FieldTable) -> Result<ExchangeSpec, String> {
+    let kind_name = short(x, "type")?;
+    let kind = ExchangeKind::parse(kind_name.as_bytes())
+        .ok_or_else(|| format!("unknown exchange type '{kind_name}'"))?;
+    Ok(ExchangeSpec {
+        name: short(x, "name")?,
+        kind,
+        delayed: flag(x, "delayed")?,
+        durable: true,
+        auto_delete: flag(x, "auto_delete")?,
+        internal: flag(x, "internal")?,
+        arguments: nested(x, "arguments")?,
+    })
+}
+
+pub(crate) fn decode_queue(q: &FieldTable) -> Result<(QueueId, ShortStr, bool, FieldTable), String> {
+    let id = QueueId(int(q, "id")? as u64);
+    Ok((id, short(q, "name")?, flag(q, "auto_delete")?, nested(q, "arguments")?))
+}
+
+pub(crate) fn decode_binding(b: &FieldTable) -> Result<BindingDefinition, String> {
+    Ok(BindingDefinition {
+        source: short(b, "source")?,
+        to_queue: short(b, "destination_kind")?.as_bytes() == b"queue",
+        destination: short(b, "destination")?,
+        routing_key: short(b, "routing_key")?,
+        arguments: nested(b, "arguments")?,
+    })
+}
+
+/// Decodes an older data directory's whole-file definitions (module doc); the error names what
+/// is wrong.
+pub fn decode_definitions(payload: Bytes) -> Result<Definitions, String> {
     let table = FieldTable::from_raw(payload).map_err(|e| format!("definitions do not parse: {e}"))?;
     let next_queue_id = int(&table, "next_queue_id")? as u64;
     let mut vhosts = Vec::new();
     for vhost in tables(&table, "vhosts")? {
-        let name = short(&vhost, "name")?.as_str().into_owned();
-        let mut exchanges = Vec::new();
-        for x in tables(&vhost, "exchanges")? {
-            let kind_name = short(&x, "type")?;
-            let kind = ExchangeKind::parse(kind_name.as_bytes())
-                .ok_or_else(|| format!("unknown exchange type '{kind_name}'"))?;
-            exchanges.push(ExchangeSpec {
-                name: short(&x, "name")?,
-                kind,
-                delayed: flag(&x, "delayed")?,
-                durable: true,
-                auto_delete: flag(&x, "auto_delete")?,
-                internal: flag(&x, "internal")?,
-                arguments: nested(&x, "arguments")?,
-            });
-        }
-        let mut queues = Vec::new();
-        for q in tables(&vhost, "queues")? {
-            let id = QueueId(int(&q, "id")? as u64);
-            queues.push((id, short(&q, "name")?, flag(&q, "auto_delete")?, nested(&q, "arguments")?));
-        }
-        let mut bindings = Vec::new();
-        for b in tables(&vhost, "bindings")? {
-            bindings.push(BindingDefinition {
-                source: short(&b, "source")?,
-                to_queue: short(&b, "destination_kind")?.as_bytes() == b"queue",
-                destination: short(&b, "destination")?,
-                routing_key: short(&b, "routing_key")?,
-                arguments: nested(&b, "arguments")?,
-            });
-        }
-        let mut policies = decode_policies(&vhost, "policies", PolicyKind::User)?;
-        policies.extend(decode_policies(&vhost, "operator_policies", PolicyKind::Operator)?);
-        vhosts.push(VHostDefinitions { name, exchanges, queues, bindings, policies });
+        let mut defs = VHostDefinitions::named(short(&vhost, "name")?.as_str().into_owned());
+        defs.exchanges =
+            tables(&vhost, "exchanges")?.iter().map(decode_exchange).collect::<Result<_, _>>()?;
+        defs.queues = tables(&vhost, "queues")?.iter().map(decode_queue).collect::<Result<_, _>>()?;
+        defs.bindings = tables(&vhost, "bindings")?.iter().map(decode_binding).collect::<Result<_, _>>()?;
+        defs.policies = decode_policies(&vhost, "policies", PolicyKind::User)?;
+        defs.policies.extend(decode_policies(&vhost, "operator_policies", PolicyKind::Operator)?);
+        vhosts.push(defs);
     }
     Ok(Definitions { next_queue_id, vhosts })
 }
 
 /// The default exchange and the `amq.*` ones exist in every vhost from the start.
-fn is_built_in(name: &ShortStr) -> bool {
+pub(crate) fn is_built_in(name: &ShortStr) -> bool {
     name.is_empty() || name.as_bytes().starts_with(b"amq.")
 }
 
@@ -244,7 +202,7 @@ fn field(table: &FieldTable, key: &str) -> Result<FieldValue, String> {
     table.get(key).ok_or_else(|| format!("definitions: missing '{key}'"))
 }
 
-fn int(table: &FieldTable, key: &str) -> Result<i64, String> {
+pub(crate) fn int(table: &FieldTable, key: &str) -> Result<i64, String> {
     field(table, key)?.as_i64().ok_or_else(|| format!("definitions: '{key}' is not an integer"))
 }
 
@@ -300,6 +258,7 @@ fn tables(table: &FieldTable, key: &str) -> Result<Vec<FieldTable>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hourglass_wire::FieldArray;
 
     /// A schema 1 snapshot (client tables nested as `F`, as written before issue 12) still reads,
     /// and a damaged byte-array table is reported, never taken as empty.

@@ -7,12 +7,14 @@
 //! Which events write what: a message entering a persisted queue (ready or delayed) → `Enqueue`;
 //! leaving it (ack, no-ack delivery, expiry, overflow drop, purge, dead-lettered away) → `Settle`
 //! (the dead-lettered copies' `Enqueue`s come first: at-least-once, semantics §2); coming back with
-//! a new delivery count or back-off → `Update`; queue deleted → `Purge`; durable exchanges, queues
-//! and bindings changed → `Definitions` with the whole set (`definitions.rs`).
+//! a new delivery count or back-off → `Update`; queue deleted → `Purge`; a durable vhost, exchange,
+//! queue, binding or policy changed → one `Catalog` change for it (`changes.rs`, `catalog.rs`).
 //!
 //! A delayed message that falls due writes nothing: its metadata says "not ready yet, due at T",
 //! and recovery turns that into "ready since T", which is what happened.
 
+mod catalog;
+mod changes;
 mod definitions;
 mod hold;
 mod page_out;
@@ -32,7 +34,11 @@ use crate::queue::entry::Entry;
 use crate::queue::QueueId;
 use crate::time::Timestamp;
 
-pub use definitions::{check_definitions, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST};
+pub use catalog::{composite_key, decode_catalog, CatalogChange, IDENTITY_SCOPE};
+pub(crate) use changes::{Changed, GoneQueue};
+pub use definitions::{
+    decode_definitions, Definitions, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST,
+};
 pub(crate) use hold::holds_replies;
 pub use page_out::StoredLocation;
 pub use restore::{
@@ -52,8 +58,8 @@ pub enum StoreOp {
     Update { queue: u64, msg_id: u64, metadata: Bytes },
     /// Every message of the queue left it (queue deleted).
     Purge { queue: u64 },
-    /// The whole set of durable definitions, replacing the previous one.
-    Definitions { payload: Bytes },
+    /// A durable definition changed (`catalog.rs`).
+    Catalog(CatalogChange),
 }
 
 /// A [`StoreOp`] with its place in the broker's output: ops must be applied in `op_seq` order,
@@ -224,8 +230,8 @@ pub(crate) struct Persistence {
     durable_through: u64,
     /// Effects waiting for ops, per channel, in order (`hold.rs`).
     held: crate::broker::IdMap<(ConnectionId, ChannelId), VecDeque<(u64, Effect)>>,
-    /// Durable definitions changed since the last `Definitions` op.
-    definitions_dirty: bool,
+    /// Durable definitions that may have changed since the last flush (`changes.rs`).
+    changed: Vec<Changed>,
     /// Messages to page out once the store reports where it wrote them (`page_out.rs`).
     page_out: page_out::PageOutWaiting,
     /// The last record encoded, so a fanout to many durable queues encodes the message once.
@@ -350,24 +356,7 @@ impl Broker {
     pub(crate) fn persist_purge(&mut self, id: QueueId, persisted: bool) {
         if self.persist.enabled && persisted {
             self.persist.push(StoreOp::Purge { queue: id.0 });
-            self.persist.definitions_dirty = true;
         }
-    }
-
-    /// Notes a change to the durable definitions; written at the end of the command.
-    pub(crate) fn definitions_changed(&mut self) {
-        if self.persist.enabled {
-            self.persist.definitions_dirty = true;
-        }
-    }
-
-    /// Emits the `Definitions` op when the durable definitions changed.
-    pub(crate) fn flush_definitions(&mut self) {
-        if !std::mem::take(&mut self.persist.definitions_dirty) {
-            return;
-        }
-        let payload = self.encode_definitions();
-        self.persist.push(StoreOp::Definitions { payload });
     }
 }
 

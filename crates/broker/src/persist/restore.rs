@@ -25,7 +25,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use hourglass_wire::{FieldTable, ShortStr};
 
-use super::definitions::{decode_definitions, Definitions};
+use super::definitions::Definitions;
+use super::Changed;
 use super::{decode_record, MessageMeta, RecordLocation};
 use crate::broker::Broker;
 use crate::exchange::{Binding, Destination, Exchange};
@@ -92,22 +93,19 @@ pub struct OrphanedQueue {
 }
 
 impl Broker {
-    /// Rebuilds definitions (`definitions`: the snapshot payload, if any) and the messages of
+    /// Rebuilds definitions (`definitions`: decoded from the catalog; `Definitions::default()`
+    /// for none) and the messages of
     /// each durable queue (`messages`: per queue id, in enqueue order), at `now`. Call once, on a
     /// new broker, before any connection. Ops it needs written (the definitions of queues
     /// recreated for orphaned messages, settles of expired messages) come out of
     /// `poll_store_op` as usual.
     pub fn restore(
         &mut self,
-        definitions: Option<Bytes>,
+        definitions: Definitions,
         messages: BTreeMap<u64, Vec<StoredMessage>>,
         now: Timestamp,
-    ) -> Result<RestoreReport, String> {
+    ) -> RestoreReport {
         let mut report = RestoreReport::default();
-        let definitions = match definitions {
-            Some(payload) => decode_definitions(payload)?,
-            None => Definitions::default(),
-        };
         self.next_queue_id = self.next_queue_id.max(definitions.next_queue_id);
         let mut refused = BTreeMap::new();
         for vhost in &definitions.vhosts {
@@ -138,12 +136,8 @@ impl Broker {
             self.dispatch(id, now);
         }
         self.run_dead_letters(now);
-        if !report.orphaned.is_empty() {
-            self.definitions_changed();
-            self.flush_definitions();
-        }
         self.hold_after(mark, None);
-        Ok(report)
+        report
     }
 
     /// Recreates queue `id` to keep its orphaned messages (module doc): under its own vhost and
@@ -186,12 +180,14 @@ impl Broker {
         let queue = Queue::new(id, vhost.clone(), spec, args, self.pager.clone(), now);
         self.queues.insert(id, queue);
         self.apply_queue_policies(id, now);
+        self.definition_changed(Changed::Vhost(vhost.clone()));
+        self.definition_changed(Changed::Queue(vhost.clone(), name.clone()));
         let name = name.as_str().into_owned();
         tracing::error!(
             queue_id = id.0, %vhost, queue = %name, messages,
             "the definitions do not hold this queue: its messages are kept in it (durable, no \
-             arguments). Consume or move them, or stop the broker, put back a backup of \
-             definitions.snap and start again to have them in their own queue"
+             arguments). Consume or move them, or stop the broker, put back a backup of the \
+             catalog (catalog.snap, catalog.log) and start again to have them in their own queue"
         );
         OrphanedQueue { id: id.0, vhost, name, messages }
     }

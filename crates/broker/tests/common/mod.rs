@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use hourglass_broker::{AmqpError, Effect, StoreOp, StoredBody, StoredMessage};
+use hourglass_broker::{
+    decode_catalog, AmqpError, CatalogChange, Definitions, Effect, StoreOp, StoredBody, StoredMessage,
+};
 use hourglass_testkit::{methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -68,15 +70,20 @@ pub fn bodies(effects: &[Effect]) -> Vec<Vec<u8>> {
     hourglass_testkit::deliveries(effects).iter().map(|d| d.body().to_vec()).collect()
 }
 
-/// A stand-in for the store as recovery sees it: the last definitions and each durable queue's
+/// A stand-in for the store as recovery sees it: the catalog's entries and each durable queue's
 /// live messages, kept by applying the broker's store ops in order.
 #[derive(Default)]
 pub struct StoredModel {
-    pub definitions: Option<Bytes>,
+    pub catalog: BTreeMap<Bytes, Bytes>,
     pub queues: BTreeMap<u64, Vec<StoredMessage>>,
 }
 
 impl StoredModel {
+    /// The definitions the catalog holds, as recovery decodes them.
+    pub fn definitions(&self) -> Definitions {
+        decode_catalog(self.catalog.iter().map(|(k, v)| (&k[..], &v[..]))).expect("catalog decodes")
+    }
+
     /// Applies `op`; an enqueued message is kept as `body` makes it from its record (the record
     /// itself, or where it was written).
     pub fn apply(&mut self, op: &StoreOp, body: impl FnOnce(u64, u64, &Bytes) -> StoredBody) {
@@ -104,7 +111,15 @@ impl StoredModel {
             StoreOp::Purge { queue } => {
                 self.queues.remove(queue);
             }
-            StoreOp::Definitions { payload } => self.definitions = Some(payload.clone()),
+            StoreOp::Catalog(CatalogChange::Put { key, value }) => {
+                self.catalog.insert(key.clone(), value.clone());
+            }
+            StoreOp::Catalog(CatalogChange::Delete { key }) => {
+                self.catalog.remove(key);
+            }
+            StoreOp::Catalog(CatalogChange::DeletePrefix { prefix }) => {
+                self.catalog.retain(|key, _| !key.starts_with(prefix));
+            }
         }
         self.queues.retain(|_, m| !m.is_empty());
     }

@@ -21,7 +21,7 @@ pub const FRAME_BYTES_MAX: usize = 32 << 20;
 /// Larger writes are split into ops of this size, so frames stay bounded.
 pub const WRITE_CHUNK_MAX: usize = 8 << 20;
 
-/// A file operation, with the path relative to the data directory (`definitions.snap`,
+/// A file operation, with the path relative to the data directory (`catalog.log`,
 /// `messages/00000001.seg`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FileOp {

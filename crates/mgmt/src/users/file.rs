@@ -1,11 +1,11 @@
-//! The saved form of the user store: users (with RabbitMQ's password hashes, never plain
-//! passwords), vhosts and permissions as JSON, in the shapes of RabbitMQ's definitions file.
-//!
-//! The server keeps it in `<data-dir>/users.snap` (an atomic snapshot file, docs/storage.md), with
-//! [`FILE_SCHEMA_VERSION`] in the snapshot header. `loopback_users` is configuration and is not
-//! saved. Reading checks what the store relies on: known hashing algorithm, patterns that
-//! compile, permissions naming a user and a vhost that exist. Limits (users' and vhosts') were
-//! added without a schema change: a file without them reads as "no limits".
+//! The saved form of the user store's records: users (with RabbitMQ's password hashes, never
+//! plain passwords), vhosts and permissions as JSON, in the shapes of RabbitMQ's definitions file
+//! — one JSON value per record in the catalog (`entries.rs`), or all of them in one document in
+//! the `users.snap` older versions kept (read once, to move it into the catalog; schema
+//! [`FILE_SCHEMA_VERSION`]). `loopback_users` is configuration and is not saved. Reading checks
+//! what the store relies on: known hashing algorithm, patterns that compile, permissions naming a
+//! user and a vhost that exist. Limits (users' and vhosts') were added without a schema change: a
+//! record without them reads as "no limits".
 
 use std::collections::BTreeMap;
 
@@ -29,111 +29,121 @@ impl std::fmt::Display for FileError {
 impl std::error::Error for FileError {}
 
 #[derive(Serialize, Deserialize)]
-struct SavedFile {
-    users: Vec<SavedUser>,
-    vhosts: Vec<SavedVhost>,
-    permissions: Vec<SavedPermission>,
+pub(super) struct SavedFile {
+    pub(super) users: Vec<SavedUser>,
+    pub(super) vhosts: Vec<SavedVhost>,
+    pub(super) permissions: Vec<SavedPermission>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    topic_permissions: Vec<SavedTopicPermission>,
+    pub(super) topic_permissions: Vec<SavedTopicPermission>,
 }
 
 #[derive(Serialize, Deserialize)]
-struct SavedTopicPermission {
-    user: String,
-    vhost: String,
-    exchange: String,
-    write: String,
-    read: String,
+pub(super) struct SavedTopicPermission {
+    pub(super) user: String,
+    pub(super) vhost: String,
+    pub(super) exchange: String,
+    pub(super) write: String,
+    pub(super) read: String,
 }
 
 #[derive(Serialize, Deserialize)]
-struct SavedUser {
-    name: String,
-    password_hash: String,
-    hashing_algorithm: String,
-    tags: Vec<String>,
+pub(super) struct SavedUser {
+    pub(super) name: String,
+    pub(super) password_hash: String,
+    pub(super) hashing_algorithm: String,
+    pub(super) tags: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    limits: BTreeMap<String, i64>,
+    pub(super) limits: BTreeMap<String, i64>,
 }
 
 #[derive(Serialize, Deserialize)]
-struct SavedVhost {
-    name: String,
-    description: String,
-    tags: Vec<String>,
-    default_queue_type: Option<String>,
+pub(super) struct SavedVhost {
+    pub(super) name: String,
+    pub(super) description: String,
+    pub(super) tags: Vec<String>,
+    pub(super) default_queue_type: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    limits: BTreeMap<String, i64>,
+    pub(super) limits: BTreeMap<String, i64>,
 }
 
 #[derive(Serialize, Deserialize)]
-struct SavedPermission {
-    user: String,
-    vhost: String,
-    configure: String,
-    write: String,
-    read: String,
+pub(super) struct SavedPermission {
+    pub(super) user: String,
+    pub(super) vhost: String,
+    pub(super) configure: String,
+    pub(super) write: String,
+    pub(super) read: String,
 }
 
-/// The JSON for `state` (sorted by name: equal states give equal bytes).
+impl SavedUser {
+    pub(super) fn of(u: &User) -> SavedUser {
+        SavedUser {
+            name: u.name.clone(),
+            password_hash: u.password_hash.clone(),
+            hashing_algorithm: u.hashing_algorithm.name().to_owned(),
+            tags: u.tags.clone(),
+            limits: u.limits.entries().clone(),
+        }
+    }
+}
+
+impl SavedVhost {
+    pub(super) fn of(v: &VhostRecord) -> SavedVhost {
+        SavedVhost {
+            name: v.name.clone(),
+            description: v.description.clone(),
+            tags: v.tags.clone(),
+            default_queue_type: v.default_queue_type.clone(),
+            limits: v.limits.entries().clone(),
+        }
+    }
+}
+
+impl SavedPermission {
+    pub(super) fn of(p: &Permission) -> SavedPermission {
+        SavedPermission {
+            user: p.user.clone(),
+            vhost: p.vhost.clone(),
+            configure: p.configure.clone(),
+            write: p.write.clone(),
+            read: p.read.clone(),
+        }
+    }
+}
+
+impl SavedTopicPermission {
+    pub(super) fn of(t: &TopicPermission) -> SavedTopicPermission {
+        SavedTopicPermission {
+            user: t.user.clone(),
+            vhost: t.vhost.clone(),
+            exchange: t.exchange.clone(),
+            write: t.write.clone(),
+            read: t.read.clone(),
+        }
+    }
+}
+
+/// The JSON document for `state` (sorted by name: equal states give equal bytes).
 pub(super) fn encode(state: &State) -> Vec<u8> {
     let file = SavedFile {
-        users: state
-            .users
-            .values()
-            .map(|u| SavedUser {
-                name: u.name.clone(),
-                password_hash: u.password_hash.clone(),
-                hashing_algorithm: u.hashing_algorithm.name().to_owned(),
-                tags: u.tags.clone(),
-                limits: u.limits.entries().clone(),
-            })
-            .collect(),
-        vhosts: state
-            .vhosts
-            .values()
-            .map(|v| SavedVhost {
-                name: v.name.clone(),
-                description: v.description.clone(),
-                tags: v.tags.clone(),
-                default_queue_type: v.default_queue_type.clone(),
-                limits: v.limits.entries().clone(),
-            })
-            .collect(),
-        permissions: state
-            .permissions
-            .values()
-            .map(|g| {
-                let p = &g.permission;
-                SavedPermission {
-                    user: p.user.clone(),
-                    vhost: p.vhost.clone(),
-                    configure: p.configure.clone(),
-                    write: p.write.clone(),
-                    read: p.read.clone(),
-                }
-            })
-            .collect(),
-        topic_permissions: state
-            .topic_permissions
-            .values()
-            .map(|t| SavedTopicPermission {
-                user: t.user.clone(),
-                vhost: t.vhost.clone(),
-                exchange: t.exchange.clone(),
-                write: t.write.clone(),
-                read: t.read.clone(),
-            })
-            .collect(),
+        users: state.users.values().map(SavedUser::of).collect(),
+        vhosts: state.vhosts.values().map(SavedVhost::of).collect(),
+        permissions: state.permissions.values().map(|g| SavedPermission::of(&g.permission)).collect(),
+        topic_permissions: state.topic_permissions.values().map(SavedTopicPermission::of).collect(),
     };
     // Serialising plain strings and vectors to a Vec cannot fail.
     serde_json::to_vec_pretty(&file).expect("plain data serialises")
 }
 
-/// The records in a saved file (without `loopback_users`).
+/// The records in a saved document (without `loopback_users`).
 pub(super) fn decode(payload: &[u8]) -> Result<State, FileError> {
     let file: SavedFile =
         serde_json::from_slice(payload).map_err(|e| FileError(format!("users file is not valid: {e}")))?;
+    from_saved(file)
+}
+
+/// The records, checked as the module doc says.
+pub(super) fn from_saved(file: SavedFile) -> Result<State, FileError> {
     let mut state = State::default();
     for u in file.users {
         let Some(hashing_algorithm) = HashingAlgorithm::parse(&u.hashing_algorithm) else {

@@ -144,3 +144,30 @@ fn a_damaged_header_or_snapshot_is_refused() {
     let error = Catalog::open(Arc::new(storage.clone()), "catalog", CatalogConfig::default()).unwrap_err();
     assert!(matches!(error, CatalogError::Snapshot(SnapshotError::Corrupt { .. })), "{error}");
 }
+
+/// A commit whose sync fails leaves the map as it was before the uncommitted changes, and the
+/// next commit writes only what came after: the failed records are cut from the log, even when
+/// the next record covers exactly the first of them (the rest would otherwise read as valid).
+#[test]
+fn a_failed_commit_drops_its_changes() {
+    let storage = MemStorage::new();
+    let (mut catalog, _) = open(&storage, 1 << 20);
+    catalog.put(b"kept", b"1").unwrap();
+    catalog.put(b"gone", b"1").unwrap();
+    catalog.commit().unwrap();
+    catalog.put(b"kept", b"2").unwrap();
+    catalog.delete(b"gone").unwrap();
+    catalog.put(b"new", b"1").unwrap();
+    storage.inject(crate::storage::Fault::SyncFails);
+    assert!(catalog.commit().is_err());
+    storage.inject(crate::storage::Fault::None);
+    let before = BTreeMap::from([(b"gone".to_vec(), b"1".to_vec()), (b"kept".to_vec(), b"1".to_vec())]);
+    assert_eq!(map(&catalog), before);
+    catalog.put(b"kepu", b"3").unwrap();
+    catalog.commit().unwrap();
+    drop(catalog);
+    let (reopened, _) = open(&storage, 1 << 20);
+    let mut expected = before;
+    expected.insert(b"kepu".to_vec(), b"3".to_vec());
+    assert_eq!(map(&reopened), expected);
+}

@@ -1,0 +1,242 @@
+//! The catalog in the data directory (`catalog.snap` + `catalog.log`, docs/storage.md): the
+//! durable definitions, one record per change. Opening it, deciding what to do when it does not
+//! read ([`DamagedDefinitions`]), and moving an older data directory's whole-file
+//! `definitions.snap` into it, once.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::Context;
+use hourglass_broker::{
+    decode_catalog, decode_definitions, CatalogChange, Definitions, DEFINITIONS_SCHEMA_VERSION,
+    DEFINITIONS_SCHEMA_VERSION_OLDEST, ORPHANED_QUEUE_PREFIX,
+};
+use hourglass_store::catalog::{Catalog, CatalogConfig, CatalogError};
+use hourglass_store::snapshot::read_snapshot;
+use hourglass_store::Storage;
+
+/// The catalog's name in the data directory (its files are `catalog.snap` and `catalog.log`).
+pub const CATALOG: &str = "catalog";
+/// The whole-file definitions older versions wrote; read once and moved into the catalog.
+pub const LEGACY_DEFINITIONS_FILE: &str = "definitions.snap";
+
+/// What start-up does when the stored definitions do not read (damaged, unsupported version,
+/// undecodable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DamagedDefinitions {
+    /// Refuse to start, changing nothing (the default): the operator decides.
+    Refuse,
+    /// Move the files aside as `<file>.damaged-<ms>` and start without them
+    /// (`--set-aside-damaged-definitions`); the stored messages are kept in recreated queues.
+    SetAside,
+}
+
+/// The catalog, even if a panic elsewhere poisoned its lock (its map is whole: a change is
+/// applied and committed under the lock, and a failed commit rolls the map back).
+pub fn lock_catalog(catalog: &Mutex<Catalog>) -> MutexGuard<'_, Catalog> {
+    catalog.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Applies one change to the catalog's map (durable with the next [`commit_catalog`]).
+pub fn apply_change(catalog: &mut Catalog, change: &CatalogChange) -> Result<(), CatalogError> {
+    match change {
+        CatalogChange::Put { key, value } => catalog.put(key, value),
+        CatalogChange::Delete { key } => catalog.delete(key),
+        CatalogChange::DeletePrefix { prefix } => catalog.delete_prefix(prefix),
+    }
+}
+
+/// Commits the catalog; a folding of its log that failed (the changes are durable all the same)
+/// is logged.
+pub fn commit_catalog(catalog: &mut Catalog) -> Result<(), CatalogError> {
+    let committed = catalog.commit()?;
+    if let Some(error) = committed.compaction_error {
+        tracing::warn!(%error, "folding the catalog's log into a snapshot failed; retried at the next change");
+    }
+    Ok(())
+}
+
+/// Opens the catalog in `storage`, first moving `definitions.snap` into it if an older version
+/// left one, and decodes the definitions it holds. `now_ms` names files set aside.
+pub fn open_catalog(
+    storage: Arc<dyn Storage>,
+    damaged: DamagedDefinitions,
+    now_ms: u64,
+) -> anyhow::Result<(Catalog, Definitions)> {
+    let opened = Catalog::open(storage.clone(), CATALOG, CatalogConfig::default());
+    let mut catalog = match opened {
+        Ok((catalog, report)) => {
+            if report.torn_bytes > 0 {
+                tracing::warn!(
+                    torn_bytes = report.torn_bytes,
+                    "catalog.log ended in an unfinished write (a crash mid-commit): cut there"
+                );
+            }
+            catalog
+        }
+        Err(error) => {
+            set_aside(storage.as_ref(), damaged, &error.to_string(), now_ms)?;
+            Catalog::open(storage.clone(), CATALOG, CatalogConfig::default())?.0
+        }
+    };
+    move_legacy_definitions(storage.as_ref(), &mut catalog, damaged, now_ms)?;
+    let decoded = decode_catalog(catalog.entries().map(|(k, v)| (&k[..], &v[..])));
+    match decoded {
+        Ok(definitions) => Ok((catalog, definitions)),
+        Err(problem) => {
+            drop(catalog);
+            set_aside(storage.as_ref(), damaged, &problem, now_ms)?;
+            let (catalog, _) = Catalog::open(storage, CATALOG, CatalogConfig::default())?;
+            Ok((catalog, Definitions::default()))
+        }
+    }
+}
+
+/// Puts every definition of an older data directory's `definitions.snap` into the catalog,
+/// commits, then removes the file. A crash before the removal repeats it at the next start,
+/// writing nothing new (the catalog skips puts of values it holds).
+fn move_legacy_definitions(
+    storage: &dyn Storage,
+    catalog: &mut Catalog,
+    damaged: DamagedDefinitions,
+    now_ms: u64,
+) -> anyhow::Result<()> {
+    let readable = DEFINITIONS_SCHEMA_VERSION_OLDEST..=DEFINITIONS_SCHEMA_VERSION;
+    let definitions = match read_snapshot(storage, LEGACY_DEFINITIONS_FILE) {
+        Ok(None) => return Ok(()),
+        Ok(Some(s)) if !readable.contains(&s.schema_version) => Err(format!(
+            "schema version {} is not supported; this build reads {readable:?}",
+            s.schema_version
+        )),
+        Ok(Some(s)) => decode_definitions(s.payload),
+        Err(error) => Err(error.to_string()),
+    };
+    let definitions = match definitions {
+        Ok(definitions) => definitions,
+        Err(problem) => {
+            let files = [LEGACY_DEFINITIONS_FILE.to_owned()];
+            return set_aside_files(storage, damaged, &files, &problem, now_ms);
+        }
+    };
+    for (key, value) in definitions.catalog_entries() {
+        catalog.put(&key, &value).context("moving definitions.snap into the catalog")?;
+    }
+    catalog.commit().context("moving definitions.snap into the catalog")?;
+    storage.remove(LEGACY_DEFINITIONS_FILE).context("removing definitions.snap once moved")?;
+    tracing::info!(entries = catalog.len(), "{LEGACY_DEFINITIONS_FILE} moved into the catalog");
+    Ok(())
+}
+
+/// Handles a catalog that does not read, as `damaged` says: refuse, or move its files aside.
+fn set_aside(
+    storage: &dyn Storage,
+    damaged: DamagedDefinitions,
+    problem: &str,
+    now_ms: u64,
+) -> anyhow::Result<()> {
+    let listed = storage.list().context("listing the data directory")?;
+    let files: Vec<String> = [format!("{CATALOG}.snap"), format!("{CATALOG}.log")]
+        .into_iter()
+        .filter(|f| listed.contains(f))
+        .collect();
+    set_aside_files(storage, damaged, &files, problem, now_ms)
+}
+
+/// Refuses to start naming `files` and the way out, or (`SetAside`) renames each to
+/// `<file>.damaged-<ms>`.
+fn set_aside_files(
+    storage: &dyn Storage,
+    damaged: DamagedDefinitions,
+    files: &[String],
+    problem: &str,
+    now_ms: u64,
+) -> anyhow::Result<()> {
+    let named = files.join(" + ");
+    if damaged == DamagedDefinitions::Refuse {
+        anyhow::bail!(
+            "{named} does not read ({problem}); refusing to start, nothing was changed. To start \
+             without the stored definitions (the file is moved aside, every stored message is kept \
+             in a queue named {ORPHANED_QUEUE_PREFIX}<id>), start once with \
+             --set-aside-damaged-definitions"
+        );
+    }
+    for file in files {
+        let aside = format!("{file}.damaged-{now_ms}");
+        storage.rename(file, &aside).with_context(|| format!("moving {file} aside to {aside}"))?;
+        tracing::error!(
+            %problem, moved_to = %aside,
+            "{file} does not read: moved aside, starting without its definitions (stored messages \
+             are kept in recreated queues)"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use hourglass_store::snapshot::write_snapshot;
+    use hourglass_store::MemStorage;
+    use hourglass_wire::{FieldArray, FieldTable, FieldValue, LongStr};
+
+    use super::*;
+
+    /// `definitions.snap` as version 2 wrote it: vhost `/` with durable queue `q` (id 3).
+    fn legacy_payload() -> Vec<u8> {
+        let text = |s: &str| FieldValue::LongStr(LongStr::from(s));
+        let queue = FieldTable::from_entries([
+            ("name", text("q")),
+            ("id", FieldValue::I64(3)),
+            ("auto_delete", FieldValue::Bool(false)),
+            ("arguments", FieldValue::ByteArray(FieldTable::new().raw().clone())),
+        ]);
+        let empty = || FieldValue::Array(FieldArray::new());
+        let vhost = FieldTable::from_entries([
+            ("name", text("/")),
+            ("exchanges", empty()),
+            ("queues", FieldValue::Array(FieldArray::from_values([FieldValue::Table(queue)]))),
+            ("bindings", empty()),
+        ]);
+        let top = FieldTable::from_entries([
+            ("next_queue_id", FieldValue::I64(4)),
+            ("vhosts", FieldValue::Array(FieldArray::from_values([FieldValue::Table(vhost)]))),
+        ]);
+        top.raw().to_vec()
+    }
+
+    fn queues(definitions: &Definitions) -> String {
+        format!("{definitions:?}")
+    }
+
+    /// An older data directory's `definitions.snap` moves into the catalog once: the same
+    /// definitions come back, the file is gone, and the next start reads the catalog alone. A
+    /// crash before the file's removal only repeats the move.
+    #[test]
+    fn an_older_definitions_file_moves_into_the_catalog() {
+        let storage = MemStorage::new();
+        write_snapshot(&storage, LEGACY_DEFINITIONS_FILE, 2, &legacy_payload()).unwrap();
+        let shared: Arc<dyn Storage> = Arc::new(storage.clone());
+        let (catalog, definitions) = open_catalog(shared.clone(), DamagedDefinitions::Refuse, 0).unwrap();
+        assert!(queues(&definitions).contains("\"q\"") && queues(&definitions).contains("QueueId(3)"));
+        assert!(!storage.list().unwrap().contains(&LEGACY_DEFINITIONS_FILE.to_owned()));
+        let entries = catalog.len();
+        drop(catalog);
+        let (_, again) = open_catalog(shared.clone(), DamagedDefinitions::Refuse, 0).unwrap();
+        assert_eq!(queues(&again), queues(&definitions));
+
+        write_snapshot(&storage, LEGACY_DEFINITIONS_FILE, 2, &legacy_payload()).unwrap();
+        let (catalog, repeated) = open_catalog(shared, DamagedDefinitions::Refuse, 0).unwrap();
+        assert_eq!((catalog.len(), queues(&repeated)), (entries, queues(&definitions)));
+    }
+
+    /// A damaged older file is refused like a damaged catalog, or set aside with the flag.
+    #[test]
+    fn a_damaged_older_definitions_file_is_refused_or_set_aside() {
+        let storage = MemStorage::new();
+        write_snapshot(&storage, LEGACY_DEFINITIONS_FILE, 2, b"\x01not a table").unwrap();
+        let shared: Arc<dyn Storage> = Arc::new(storage.clone());
+        let error = open_catalog(shared.clone(), DamagedDefinitions::Refuse, 0).unwrap_err().to_string();
+        assert!(error.contains("definitions.snap does not read"), "{error}");
+        let (catalog, _) = open_catalog(shared, DamagedDefinitions::SetAside, 7).unwrap();
+        assert!(catalog.is_empty());
+        assert!(storage.list().unwrap().contains(&"definitions.snap.damaged-7".to_owned()));
+    }
+}

@@ -1,0 +1,242 @@
+//! Users, vhost records and permissions across restarts: entries of the data directory's
+//! catalog, the same stream as the durable definitions (docs/storage.md).
+//!
+//! The management user store (`hourglass_mgmt::UserStore`) turns each change into the catalog
+//! entries of the records it changed (`users/entries.rs`); its saver here puts them into the
+//! catalog and commits before the change is visible. On start the store is read back from the
+//! catalog; a data directory from an older version has its `users.snap` moved in once; a first
+//! start writes RabbitMQ's defaults (guest on `/`).
+//!
+//! Vhosts live in two places: the user store (records, permissions) and the broker (exchanges,
+//! queues). The user store is the authority: at start the broker gets every vhost it names and
+//! loses any it has that the store does not (a crash between the two writes of a vhost deletion).
+//! A data directory from before users were kept has only the broker's list: those vhosts are
+//! adopted instead.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use hourglass_broker::{Broker, CatalogChange, Timestamp};
+use hourglass_mgmt::users::{VhostRecord, FILE_SCHEMA_VERSION};
+use hourglass_mgmt::UserStore;
+use hourglass_store::catalog::Catalog;
+
+use crate::catalog_file::{apply_change, commit_catalog, lock_catalog};
+use hourglass_store::snapshot::read_snapshot;
+use hourglass_store::Storage;
+
+/// The whole-file users snapshot older versions kept; read once and moved into the catalog.
+pub const LEGACY_USERS_FILE: &str = "users.snap";
+
+/// Loads (or creates) the user store kept in `catalog`, brings `broker`'s vhosts in line with
+/// it, and makes every later change save to `catalog`. `storage` is the data directory (for an
+/// older `users.snap`). A vhost in `keep` (it holds queues recreated for orphaned messages,
+/// issue 12) is added to the store rather than deleted from the broker: deleting it would purge
+/// those messages.
+pub fn open(
+    catalog: Arc<Mutex<Catalog>>,
+    storage: &dyn Storage,
+    loopback_users: Vec<String>,
+    keep: &[String],
+    broker: &mut Broker,
+    now: Timestamp,
+) -> anyhow::Result<UserStore> {
+    let stored = {
+        let catalog = lock_catalog(&catalog);
+        UserStore::from_catalog(catalog.entries().map(|(k, v)| (&k[..], &v[..])), loopback_users.clone())
+            .context("reading users")?
+    };
+    let legacy = read_snapshot(storage, LEGACY_USERS_FILE).context("reading users.snap")?;
+    let saver = saver(catalog);
+    let users = match (stored, legacy) {
+        (Some(users), legacy) => {
+            if legacy.is_some() {
+                // Moved already; a crash came before the file's removal.
+                storage.remove(LEGACY_USERS_FILE).context("removing users.snap once moved")?;
+            }
+            reconcile(users.persist_with(saver), keep, broker, now)?
+        }
+        (None, Some(s)) if s.schema_version == FILE_SCHEMA_VERSION => {
+            let users = UserStore::from_file(&s.payload, loopback_users).context("reading users.snap")?;
+            let users = users.persist_with(saver);
+            users.save()?;
+            storage.remove(LEGACY_USERS_FILE).context("removing users.snap once moved")?;
+            tracing::info!("{LEGACY_USERS_FILE} moved into the catalog");
+            reconcile(users, keep, broker, now)?
+        }
+        (None, Some(s)) => {
+            anyhow::bail!("{LEGACY_USERS_FILE} schema version {} is not supported", s.schema_version)
+        }
+        (None, None) => {
+            let users = UserStore::with_defaults(loopback_users).persist_with(saver);
+            for name in broker.vhost_names() {
+                if users.vhost(&name).is_none() {
+                    users.put_vhost(VhostRecord { name, ..VhostRecord::default() })?;
+                }
+            }
+            users.save()?;
+            users
+        }
+    };
+    for vhost in users.vhosts() {
+        broker.add_vhost(&vhost.name);
+        broker.set_vhost_max_queues(&vhost.name, vhost.limits.effective("max-queues"));
+    }
+    Ok(users)
+}
+
+/// The saver: puts the changed records into the catalog and commits (one sync) before the
+/// change is visible.
+fn saver(catalog: Arc<Mutex<Catalog>>) -> hourglass_mgmt::users::Saver {
+    Box::new(move |changes: &[CatalogChange]| {
+        let mut catalog = lock_catalog(&catalog);
+        for change in changes {
+            apply_change(&mut catalog, change).map_err(|e| e.to_string())?;
+        }
+        commit_catalog(&mut catalog).map_err(|e| e.to_string())
+    })
+}
+
+/// Drops from `broker` the vhosts the user store does not have (or, for those in `keep`, adds
+/// them to the store).
+fn reconcile(
+    users: UserStore,
+    keep: &[String],
+    broker: &mut Broker,
+    now: Timestamp,
+) -> anyhow::Result<UserStore> {
+    let kept: Vec<String> = users.vhosts().into_iter().map(|v| v.name).collect();
+    for name in broker.vhost_names() {
+        if kept.contains(&name) {
+            continue;
+        }
+        if keep.contains(&name) {
+            tracing::error!(vhost = %name, "vhost not among the stored vhost records holds orphaned messages: kept");
+            users.put_vhost(VhostRecord { name, ..VhostRecord::default() })?;
+        } else {
+            tracing::warn!(vhost = %name, "vhost not among the stored vhost records: deleting it");
+            broker.delete_vhost(&name, now);
+        }
+    }
+    Ok(users)
+}
+
+#[cfg(test)]
+mod tests {
+    use hourglass_broker::BrokerConfig;
+    use hourglass_mgmt::users::Permission;
+    use hourglass_store::catalog::CatalogConfig;
+    use hourglass_store::snapshot::write_snapshot;
+    use hourglass_store::MemStorage;
+
+    use super::*;
+
+    fn broker() -> Broker {
+        Broker::new(BrokerConfig::default())
+    }
+
+    /// The data directory's catalog, as a start opens it.
+    fn catalog(storage: &MemStorage) -> Arc<Mutex<Catalog>> {
+        let (catalog, _) =
+            Catalog::open(Arc::new(storage.clone()), "catalog", CatalogConfig::default()).unwrap();
+        Arc::new(Mutex::new(catalog))
+    }
+
+    fn start(storage: &MemStorage, keep: &[String], broker: &mut Broker) -> UserStore {
+        open(catalog(storage), storage, vec![], keep, broker, Timestamp::ZERO).unwrap()
+    }
+
+    /// A first start saves the defaults; changes are saved and read back at the next start,
+    /// and the broker gets the saved vhosts.
+    #[test]
+    fn changes_survive_a_restart() {
+        let storage = MemStorage::new();
+        let users = start(&storage, &[], &mut broker());
+        users.put_user_with_password("bob", "pw", vec![]).unwrap();
+        users.put_vhost(VhostRecord { name: "dev".into(), ..Default::default() }).unwrap();
+        users.put_permission(Permission::full("bob", "dev")).unwrap();
+        drop(users);
+        let mut restarted = broker();
+        let users = start(&storage, &[], &mut restarted);
+        assert!(users.check_login("bob", "pw", false).is_ok());
+        assert!(users.check_login("guest", "guest", false).is_ok(), "the defaults were saved");
+        assert_eq!(users.permission("dev", "bob"), Some(Permission::full("bob", "dev")));
+        assert!(restarted.has_vhost("dev"));
+    }
+
+    /// A change writes the records it changed, not the whole store: one user more is one entry
+    /// more, and deleting a vhost deletes its record and the permissions on it.
+    #[test]
+    fn a_change_writes_only_its_records() {
+        let storage = MemStorage::new();
+        let shared = catalog(&storage);
+        let users = open(shared.clone(), &storage, vec![], &[], &mut broker(), Timestamp::ZERO).unwrap();
+        let count = || lock_catalog(&shared).len();
+        let before = count();
+        for i in 0..50 {
+            users.put_user_with_password(&format!("u{i}"), "pw", vec![]).unwrap();
+        }
+        assert_eq!(count(), before + 50);
+        let log = || storage.open("catalog.log").unwrap().len_bytes().unwrap();
+        let (at_50, _) = (log(), users.put_user_with_password("u50", "pw", vec![]).unwrap());
+        assert!(log() - at_50 < 512, "one user's record, not the whole store ({} bytes)", log() - at_50);
+        users.put_vhost(VhostRecord { name: "dev".into(), ..Default::default() }).unwrap();
+        users.put_permission(Permission::full("u1", "dev")).unwrap();
+        let with_dev = count();
+        users.delete_vhost("dev").unwrap();
+        assert_eq!(count(), with_dev - 2);
+    }
+
+    /// An older data directory's users.snap moves into the catalog once: its users log in, the
+    /// file is gone, and the next start reads the catalog.
+    #[test]
+    fn an_older_users_file_moves_into_the_catalog() {
+        let older = UserStore::with_defaults(vec![]);
+        older.put_user_with_password("carol", "pw", vec![]).unwrap();
+        let storage = MemStorage::new();
+        write_snapshot(&storage, LEGACY_USERS_FILE, FILE_SCHEMA_VERSION, &older.encoded_file()).unwrap();
+        let users = start(&storage, &[], &mut broker());
+        assert!(users.check_login("carol", "pw", false).is_ok());
+        assert!(read_snapshot(&storage, LEGACY_USERS_FILE).unwrap().is_none(), "moved, then removed");
+        drop(users);
+        let users = start(&storage, &[], &mut broker());
+        assert!(users.check_login("carol", "pw", false).is_ok());
+    }
+
+    /// The stored vhost records decide which vhosts exist: one the broker kept but the store
+    /// lost goes.
+    #[test]
+    fn broker_vhosts_follow_the_stored_records() {
+        let storage = MemStorage::new();
+        drop(start(&storage, &[], &mut broker()));
+        let mut restarted = broker();
+        restarted.add_vhost("stale");
+        start(&storage, &[], &mut restarted);
+        assert!(!restarted.has_vhost("stale"));
+        assert!(restarted.has_vhost("/"));
+    }
+
+    /// Issue 12: a vhost the store lacks but that holds queues recreated for orphaned messages
+    /// is added to the store, not deleted (that would purge the messages).
+    #[test]
+    fn a_vhost_holding_orphaned_messages_is_kept() {
+        let storage = MemStorage::new();
+        drop(start(&storage, &[], &mut broker()));
+        let mut restarted = broker();
+        restarted.add_vhost("orphans");
+        let users = start(&storage, &["orphans".to_owned()], &mut restarted);
+        assert!(restarted.has_vhost("orphans"));
+        assert!(users.vhost("orphans").is_some());
+    }
+
+    /// With no stored users at all (a data directory from before users were kept), the
+    /// broker's vhosts are adopted.
+    #[test]
+    fn older_data_dir_adopts_broker_vhosts() {
+        let storage = MemStorage::new();
+        let mut old = broker();
+        old.add_vhost("legacy");
+        let users = start(&storage, &[], &mut old);
+        assert!(users.vhost("legacy").is_some());
+    }
+}
