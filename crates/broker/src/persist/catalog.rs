@@ -6,7 +6,6 @@
 //! Keys (`comp` = u32 big-endian length, then the bytes; one vhost's keys share its prefix, so a
 //! deleted vhost is one prefix delete):
 //! ```text
-//! v comp(vhost) V                                         the vhost
 //! v comp(vhost) X comp(exchange)                          a durable exchange
 //! v comp(vhost) Q comp(queue)                             a durable queue
 //! v comp(vhost) B comp(source) (q|e) comp(destination) comp(routing key) comp(arguments)
@@ -15,6 +14,9 @@
 //! i ...                                                   users, vhost records, permissions
 //!                                                         (hourglass-mgmt `users/entries.rs`)
 //! ```
+//! A vhost has no entry of the broker's: which vhosts exist is the management store's vhost
+//! records (one owner); at start the broker gets those, and its entries under a vhost the
+//! records lack are dropped (`hourglass-server` `identity.rs`).
 //! Values are AMQP field tables, the same items as the whole-file format of `definitions.rs`
 //! (which is still read, once, to move an older data directory over).
 
@@ -31,7 +33,6 @@ const VHOST_SCOPE: u8 = b'v';
 const GLOBAL_SCOPE: u8 = b'g';
 /// The first byte of the management store's identity keys (users, vhost records, permissions).
 pub const IDENTITY_SCOPE: u8 = b'i';
-const VHOST: u8 = b'V';
 const EXCHANGE: u8 = b'X';
 const QUEUE: u8 = b'Q';
 const BINDING: u8 = b'B';
@@ -63,12 +64,6 @@ pub(crate) fn vhost_prefix(vhost: &str) -> BytesMut {
     key.put_u8(VHOST_SCOPE);
     comp(&mut key, vhost.as_bytes());
     key
-}
-
-pub(crate) fn vhost_key(vhost: &str) -> Bytes {
-    let mut key = vhost_prefix(vhost);
-    key.put_u8(VHOST);
-    key.freeze()
 }
 
 pub(crate) fn exchange_key(vhost: &str, name: &ShortStr) -> Bytes {
@@ -107,11 +102,6 @@ pub(crate) fn next_queue_id_key() -> Bytes {
 
 pub(crate) fn next_queue_id_value(next: u64) -> Bytes {
     FieldTable::from_entries([("next_queue_id", FieldValue::I64(next as i64))]).raw().clone()
-}
-
-/// A vhost's value: nothing yet (its limits and description live with the users).
-pub(crate) fn vhost_value() -> Bytes {
-    FieldTable::new().raw().clone()
 }
 
 fn named_key(vhost: &str, tag: u8, name: &[u8]) -> Bytes {
@@ -153,7 +143,6 @@ impl Definitions {
         let mut entries = vec![(next_queue_id_key(), next_queue_id_value(self.next_queue_id))];
         for vhost in &self.vhosts {
             let name = vhost.name.as_str();
-            entries.push((vhost_key(name), vhost_value()));
             for spec in &vhost.exchanges {
                 entries.push((exchange_key(name, &spec.name), encode_exchange(spec)));
             }
@@ -207,7 +196,6 @@ pub fn decode_catalog<'a>(
 
 fn add_item(vhost: &mut VHostDefinitions, tag: Option<u8>, table: &FieldTable) -> Result<(), String> {
     match tag {
-        Some(VHOST) => {}
         Some(EXCHANGE) => vhost.exchanges.push(decode_exchange(table)?),
         Some(QUEUE) => vhost.queues.push(decode_queue(table)?),
         Some(BINDING) => vhost.bindings.push(decode_binding(table)?),
@@ -260,11 +248,11 @@ mod tests {
         vhost.queues.push((QueueId(7), ShortStr::from_static("q"), false, args));
         vhost.bindings.push(binding);
         vhost.policies.push((PolicyKind::Operator, policy));
-        Definitions { next_queue_id: 8, vhosts: vec![vhost, VHostDefinitions::named("empty".into())] }
+        Definitions { next_queue_id: 8, vhosts: vec![vhost] }
     }
 
-    /// Definitions go into catalog entries and come back the same; a vhost with nothing in it
-    /// is kept.
+    /// Definitions go into catalog entries and come back the same (a vhost with nothing in it has
+    /// no entry: the vhost records are the management store's).
     #[test]
     fn definitions_round_trip_through_catalog_entries() {
         let before = definitions();
@@ -286,10 +274,10 @@ mod tests {
             arguments: FieldTable::new(),
         };
         let a = vhost_prefix("a");
-        for key in [vhost_key("a"), queue_key("a", &ShortStr::from_static("q")), binding_key("a", &binding)] {
+        for key in [queue_key("a", &ShortStr::from_static("q")), binding_key("a", &binding)] {
             assert!(key.starts_with(&a));
         }
-        assert!(!vhost_key("ab").starts_with(&a));
+        assert!(!queue_key("ab", &ShortStr::from_static("q")).starts_with(&a));
     }
 
     /// An entry that does not decode is named, never skipped.
@@ -298,7 +286,7 @@ mod tests {
         let key = queue_key("/", &ShortStr::from_static("q"));
         let error = decode_catalog([(&key[..], &b"\x01"[..])]).unwrap_err();
         assert!(error.contains("catalog entry"), "{error}");
-        let error = decode_catalog([(&b"zz"[..], &vhost_value()[..])]).unwrap_err();
+        let error = decode_catalog([(&b"zz"[..], &FieldTable::new().raw()[..])]).unwrap_err();
         assert!(error.contains("unknown key"), "{error}");
         // Identity entries (JSON, the management store's) are not the broker's to decode.
         let user = composite_key(&[IDENTITY_SCOPE, b'U'], &[b"guest"]);

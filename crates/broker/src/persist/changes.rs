@@ -8,8 +8,8 @@ use bytes::Bytes;
 use hourglass_wire::ShortStr;
 
 use super::catalog::{
-    binding_key, exchange_key, next_queue_id_key, next_queue_id_value, policy_key, queue_key, vhost_key,
-    vhost_prefix, vhost_value, CatalogChange,
+    binding_key, exchange_key, next_queue_id_key, next_queue_id_value, policy_key, queue_key, vhost_prefix,
+    CatalogChange,
 };
 use super::definitions::{
     encode_binding, encode_exchange, encode_policy, encode_queue, is_built_in, BindingDefinition,
@@ -138,8 +138,10 @@ impl Broker {
         let put = |key: Bytes, value: Bytes| CatalogChange::Put { key, value };
         let delete = |key: Bytes| CatalogChange::Delete { key };
         match mark {
+            // A vhost's own record is the management store's (`catalog.rs`); a deleted one takes
+            // everything stored under it.
             Changed::Vhost(name) => match self.vhosts.contains_key(name) {
-                true => vec![put(vhost_key(name), vhost_value())],
+                true => Vec::new(),
                 false => vec![CatalogChange::DeletePrefix { prefix: vhost_prefix(name).freeze() }],
             },
             Changed::Exchange(vhost, name) => {
