@@ -7,7 +7,7 @@
 //! | file | job |
 //! |---|---|
 //! | `handle.rs` | [`BrokerHandle`]: jobs to the broker task |
-//! | `users.rs` | [`UserStore`]: users, password hashes, permissions, vhost records |
+//! | `users` | [`UserStore`] (the `hourglass-identity` crate): users, password hashes, permissions, vhost records |
 //! | `auth.rs` | HTTP basic auth against the store |
 //! | `access.rs` | who may see and change what (vhost access, owners, listing filters) |
 //! | `error.rs` | errors as RabbitMQ's `{"error", "reason"}` bodies |
@@ -32,7 +32,8 @@ pub mod resources;
 mod routes;
 pub mod tls;
 mod ui;
-pub mod users;
+/// The user store (`hourglass-identity`), under its old path.
+pub use hourglass_identity as users;
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! catalog, the same stream as the durable definitions (docs/storage.md).
 //!
 //! The management user store (`hourglass_mgmt::UserStore`) turns each change into the catalog
-//! entries of the records it changed (`users/entries.rs`); its saver here puts them into the
+//! entries of the records it changed (`hourglass-identity` `entries.rs`); its saver here puts them into the
 //! catalog and commits before the change is visible. On start the store is read back from the
 //! catalog; a data directory from an older version has its `users.snap` moved in once; a first
 //! start writes RabbitMQ's defaults (guest on `/`).

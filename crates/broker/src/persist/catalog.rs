@@ -12,7 +12,7 @@
 //! v comp(vhost) P comp(policy)     v comp(vhost) O comp(operator policy)
 //! g next_queue_id                                         the next queue id
 //! i ...                                                   users, vhost records, permissions
-//!                                                         (hourglass-mgmt `users/entries.rs`)
+//!                                                         (hourglass-identity `entries.rs`)
 //! ```
 //! A vhost has no entry of the broker's: which vhosts exist is the management store's vhost
 //! records (one owner); at start the broker gets those, and its entries under a vhost the

@@ -1,18 +1,20 @@
-//! Users, their permissions and the vhost records, shared by the AMQP side (as the session's
-//! [`Authenticator`]) and the HTTP API.
+//! hourglass-identity: users, their permissions and the vhost records — the one owner of who may
+//! connect where and of which vhosts exist — shared by the AMQP side (as the session's
+//! [`Authenticator`]) and the HTTP API, and kept as entries of the store's catalog, beside the
+//! broker's durable definitions (`entries.rs`).
 //!
-//! Passwords are stored as RabbitMQ stores them (`users/hashing.rs`): `base64(salt ++
+//! Passwords are stored as RabbitMQ stores them (`hashing.rs`): `base64(salt ++
 //! H(salt ++ utf8(password)))` with a 4-byte salt and H the user's hashing algorithm (SHA-256 for
 //! new passwords; SHA-512 and MD5 hashes from RabbitMQ exports are kept), so definitions exported
 //! from RabbitMQ import here and back unchanged. Users and vhosts carry RabbitMQ's limits
-//! (`users/limits.rs`), read by the session at connection.open and channel.open.
+//! (`limits.rs`), read by the session at connection.open and channel.open.
 //!
 //! Each permission entry is compiled once when set ([`Permissions`]); connection.open hands the
 //! compiled set to the broker, which checks every operation against it. The API pushes changed
 //! sets to open connections (`routes::push_permissions`).
 //!
 //! With a saver attached ([`UserStore::persist_with`]), every change is written before it is
-//! visible — the records it changed, as catalog entries (`users/entries.rs`) — and a failed write
+//! visible — the records it changed, as catalog entries (`entries.rs`) — and a failed write
 //! leaves the store as it was and reports the error.
 
 mod entries;
@@ -144,7 +146,7 @@ impl UserStore {
         store
     }
 
-    /// The records a saved file holds (`users/file.rs`), with `loopback_users` from the
+    /// The records a saved file holds (`file.rs`), with `loopback_users` from the
     /// configuration.
     pub fn from_file(payload: &[u8], loopback_users: Vec<String>) -> Result<Self, FileError> {
         let store = UserStore::default();
