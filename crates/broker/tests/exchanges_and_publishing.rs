@@ -203,7 +203,7 @@ fn exchange_declare_errors() {
     let mut tb = TestBroker::new();
     let c = tb.channel();
     let err = connection_error(&declare_exchange(&mut tb, c, "x", "bogus")).expect("503");
-    assert_eq!(err.reply_text, "COMMAND_INVALID - invalid exchange type 'bogus'");
+    assert_eq!(err.reply_text, "COMMAND_INVALID - unknown exchange type 'bogus'");
     let c = tb.channel();
     declare_exchange(&mut tb, c, "x", "direct");
     let err = channel_error(&declare_exchange(&mut tb, c, "x", "fanout")).expect("406");

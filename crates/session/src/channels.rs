@@ -8,8 +8,10 @@
 //!    │ broker channel.close-ok              ▼ (forwarded)                     │
 //!    ├──────────────────────────── ClosingByClient ◄──────────────────────────┤
 //!    │                                                                        │ broker ChannelError,
-//!    │ client channel.close-ok, or client channel.close (we reply close-ok)   │ or our own 406
+//!    │ client channel.close-ok                                                │ or our own 406
 //!    └──────────────────────────── ClosingByServer ◄──────────────────────────┘
+//!                                   ▲            │ client channel.close (the two closes crossed):
+//!                                   └────────────┘ we reply close-ok and still wait for its close-ok
 //! ```
 //! Opening behaves like Open for client frames (clients may pipeline methods after
 //! channel.open), but drops broker effects other than channel.open-ok: they are stale ones from an
@@ -96,11 +98,11 @@ impl Channels {
                     self.remove(channel);
                     Inbound::Nothing
                 }
-                Method::ChannelClose(_) => {
-                    // Both sides closed at once: each answers the other (§4.2.9 "close").
-                    self.remove(channel);
-                    Inbound::Reply(ChannelCloseOk {}.into())
-                }
+                // Both sides closed at once: each answers the other (§4.2.9 "close"). The client
+                // still owes a close-ok to ours (clients send it), so the channel stays closing
+                // until it comes, as rabbit_channel's `closing` state; freed now, that close-ok
+                // would land on a free channel and close the connection (504).
+                Method::ChannelClose(_) => Inbound::Reply(ChannelCloseOk {}.into()),
                 _ => Inbound::Nothing,
             },
             ChannelState::Opening(assembly) | ChannelState::Open(assembly) => {

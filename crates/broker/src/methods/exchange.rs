@@ -34,8 +34,10 @@ impl Broker {
             let kind = if delayed {
                 delayed::routing_kind(&m.arguments)?
             } else {
+                // rabbit_exchange:check_type says "unknown" for a name it has never seen (every
+                // name a client makes up); its "invalid" needs the name to be an Erlang atom.
                 ExchangeKind::parse(m.kind.as_bytes())
-                    .ok_or_else(|| errors::command_invalid(format!("invalid exchange type '{}'", m.kind)))?
+                    .ok_or_else(|| errors::command_invalid(format!("unknown exchange type '{}'", m.kind)))?
             };
             if m.exchange.is_empty() {
                 return Err(errors::default_exchange_refused());

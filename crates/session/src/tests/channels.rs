@@ -132,7 +132,9 @@ fn channel_error_closes_the_channel_until_close_ok() {
     c.open_channel(1);
 }
 
-/// When both sides close a channel at once, the client's channel.close gets close-ok.
+/// When both sides close a channel at once, the client's channel.close gets close-ok, and the
+/// channel stays closing until the client's close-ok to ours (rabbit_channel's `closing` state);
+/// that close-ok then frees it, with no fault.
 #[test]
 fn crossing_channel_closes_are_both_answered() {
     let mut c = Client::local();
@@ -143,6 +145,8 @@ fn crossing_channel_closes_are_both_answered() {
     c.send_method(1, ChannelClose { reply_code: 200, reply_text: short(""), class_id: 0, method_id: 0 });
     assert_eq!(c.methods(), vec![(1, ChannelCloseOk {}.into())]);
     assert!(c.commands().is_empty());
+    c.send_method(1, ChannelCloseOk {});
+    assert!(c.commands().is_empty() && c.frames().is_empty(), "the close-ok is taken, not a fault");
     c.open_channel(1);
 }
 
