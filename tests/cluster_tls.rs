@@ -8,37 +8,16 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use cluster_support::Cluster;
+use cluster_support::{Cluster, TestPki};
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
 
-/// The cluster's CA and one certificate every node uses, as a server and as a client.
+/// The cluster's CA and one certificate every node uses, as a server and as a client: the flags.
 fn pki(dir: &std::path::Path) -> Vec<String> {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "Hourglass cluster test CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let mut node = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-    node.distinguished_name.push(DnType::CommonName, "hourglass node");
-    node.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-    let key = KeyPair::generate().unwrap();
-    let cert = node.signed_by(&key, &ca).unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    let write = |name: &str, text: String| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.to_str().unwrap().to_owned()
-    };
-    let (cert, key, ca) =
-        (write("node.pem", cert.pem()), write("node.key", key.serialize_pem()), write("ca.pem", ca.pem()));
+    let pki = TestPki::create(dir);
     let mut flags: Vec<String> =
-        ["--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca, "--replication-tls", "true"]
+        ["--tls-cert", &pki.cert, "--tls-key", &pki.key, "--tls-ca", &pki.ca, "--replication-tls", "true"]
             .into_iter()
             .map(str::to_owned)
             .collect();

@@ -31,6 +31,46 @@ fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
 }
 
+/// PEM files (paths) of a test PKI: one CA, and one certificate for 127.0.0.1 and localhost
+/// that serves as a server's and as a client's.
+pub struct TestPki {
+    pub cert: String,
+    pub key: String,
+    pub ca: String,
+}
+
+impl TestPki {
+    /// Makes the CA and the certificate in `dir`.
+    pub fn create(dir: &std::path::Path) -> TestPki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+            KeyPair, KeyUsagePurpose,
+        };
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(DnType::CommonName, "Hourglass cluster test CA");
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        let mut node = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+        node.distinguished_name.push(DnType::CommonName, "hourglass node");
+        node.extended_key_usages =
+            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = node.signed_by(&key, &ca).unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        let write = |name: &str, text: String| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path.to_str().unwrap().to_owned()
+        };
+        TestPki {
+            cert: write("node.pem", cert.pem()),
+            key: write("node.key", key.serialize_pem()),
+            ca: write("ca.pem", ca.pem()),
+        }
+    }
+}
+
 /// A single-member etcd on loopback.
 pub struct Etcd {
     child: Child,
@@ -41,6 +81,12 @@ pub struct Etcd {
 impl Etcd {
     /// Starts etcd, or `None` (after saying why) when it is not installed and not required.
     pub fn start() -> Option<Etcd> {
+        Etcd::start_with(None)
+    }
+
+    /// [`Etcd::start`]; with `tls`, its clients must use TLS and present a certificate the PKI's
+    /// CA signed (etcd's `--client-cert-auth`).
+    pub fn start_with(tls: Option<&TestPki>) -> Option<Etcd> {
         let installed = Command::new("etcd").arg("--version").stdout(Stdio::null()).status().is_ok();
         if !installed {
             assert!(
@@ -52,8 +98,14 @@ impl Etcd {
         }
         let (client, peer) = (free_port(), free_port());
         let dir = scratch_dir("etcd");
-        let url = format!("http://127.0.0.1:{client}");
-        let child = Command::new("etcd")
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{client}");
+        let mut command = Command::new("etcd");
+        if let Some(pki) = tls {
+            command.args(["--cert-file", &pki.cert, "--key-file", &pki.key, "--trusted-ca-file", &pki.ca]);
+            command.arg("--client-cert-auth");
+        }
+        let child = command
             .arg("--data-dir")
             .arg(&dir)
             .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
@@ -67,7 +119,14 @@ impl Etcd {
             .expect("start etcd");
         let etcd = Etcd { child, url, dir };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while http_request(&format!("127.0.0.1:{client}"), "GET", "/health").map(|(s, _)| s) != Some(200) {
+        let address = format!("127.0.0.1:{client}");
+        // Over TLS only whether it listens can be seen here; the nodes retry nothing at join, so
+        // a first answer must be near: etcd listens once it serves.
+        let up = |address: &str| match tls {
+            Some(_) => std::net::TcpStream::connect(address).is_ok(),
+            None => http_request(address, "GET", "/health").map(|(s, _)| s) == Some(200),
+        };
+        while !up(&address) {
             assert!(Instant::now() < deadline, "etcd did not come up");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -227,14 +286,18 @@ pub struct Cluster {
 impl Cluster {
     /// `size` nodes named n1…, started together; `None` without etcd (see the module doc).
     pub fn start(size: usize, extra: &[&str]) -> Option<Cluster> {
-        let etcd = Etcd::start()?;
+        Some(Cluster::start_on(Etcd::start()?, size, extra))
+    }
+
+    /// [`Cluster::start`] on an etcd already running.
+    pub fn start_on(etcd: Etcd, size: usize, extra: &[&str]) -> Cluster {
         let cluster = format!("test{}", free_port());
         let mut nodes: Vec<Node> =
             (1..=size).map(|i| Node::new(&format!("n{i}"), &etcd, &cluster, extra)).collect();
         for node in &mut nodes {
             node.start();
         }
-        Some(Cluster { nodes, etcd })
+        Cluster { nodes, etcd }
     }
 
     pub fn node(&mut self, name: &str) -> &mut Node {

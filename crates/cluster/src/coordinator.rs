@@ -32,6 +32,8 @@ pub struct ClusterSettings {
     pub data_dir: PathBuf,
     /// Mutual TLS on the replication port (`--replication-tls`).
     pub replication_tls: Option<crate::repl::ReplicationTls>,
+    /// TLS to etcd (`--etcd-cacert`, `--etcd-cert`, `--etcd-key`).
+    pub etcd_tls: Option<crate::etcd::EtcdTls>,
 }
 
 /// What the node is now, for the proxies and the status.
@@ -81,7 +83,7 @@ struct View {
 impl Coordinator {
     /// Registers this node in etcd (a lease, its record, its membership).
     pub fn join(settings: ClusterSettings) -> Result<Arc<Coordinator>, EtcdError> {
-        let etcd = Etcd::new(settings.etcd_endpoints.clone(), ETCD_TIMEOUT);
+        let etcd = Etcd::new(settings.etcd_endpoints.clone(), ETCD_TIMEOUT, settings.etcd_tls.as_ref())?;
         let keys = Keys::new(&settings.cluster_name);
         let id = etcd.grant_lease(settings.lease_ttl_secs)?;
         let record = serde_json::to_vec(&settings.node).unwrap_or_default();

@@ -3,7 +3,9 @@
 //!
 //! etcd encodes keys and values as base64 and 64-bit integers as JSON strings; fields equal to
 //! their zero value are left out (so a missing `succeeded` means `false`). Every call tries the
-//! endpoints in turn, starting with the one that answered last.
+//! endpoints in turn, starting with the one that answered last. `https://` endpoints are reached
+//! over TLS: etcd's certificate is verified against the CA given ([`EtcdTls`]), and a client
+//! certificate is presented when etcd asks for one (its `--client-cert-auth`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -24,8 +26,18 @@ pub struct KeyValue {
     pub lease: i64,
 }
 
+/// TLS to etcd: the CA its server certificate must chain to, and optionally this node's client
+/// certificate chain and key (all PEM).
+#[derive(Clone, Debug)]
+pub struct EtcdTls {
+    pub ca_pem: Vec<u8>,
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
+    #[error("etcd TLS settings unusable: {0}")]
+    Tls(String),
     #[error("no etcd endpoint answered ({0})")]
     Unreachable(String),
     #[error("etcd refused {path}: HTTP {status}: {body}")]
@@ -43,15 +55,17 @@ pub struct Etcd {
 }
 
 impl Etcd {
-    /// `endpoints` are base URLs (`http://127.0.0.1:2379`); each request gives up after `timeout`.
-    pub fn new(endpoints: Vec<String>, timeout: Duration) -> Etcd {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .build()
-            .into();
+    /// `endpoints` are base URLs (`http://127.0.0.1:2379`, `https://…` with `tls`); each request
+    /// gives up after `timeout`.
+    pub fn new(endpoints: Vec<String>, timeout: Duration, tls: Option<&EtcdTls>) -> Result<Etcd, EtcdError> {
+        let mut config =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout));
+        if let Some(tls) = tls {
+            config = config.tls_config(tls_config(tls)?);
+        }
+        let agent = config.build().into();
         let endpoints = endpoints.into_iter().map(|e| e.trim_end_matches('/').to_owned()).collect();
-        Etcd { agent, endpoints, preferred: AtomicUsize::new(0) }
+        Ok(Etcd { agent, endpoints, preferred: AtomicUsize::new(0) })
     }
 
     fn call(&self, path: &'static str, body: Value) -> Result<Value, EtcdError> {
@@ -166,6 +180,35 @@ impl Etcd {
         });
         Ok(self.call("/v3/kv/txn", body)?["succeeded"].as_bool() == Some(true))
     }
+}
+
+/// ureq's TLS settings for `tls`, on the workspace's rustls with its ring provider.
+fn tls_config(tls: &EtcdTls) -> Result<ureq::tls::TlsConfig, EtcdError> {
+    use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+    let certificates = |pem: &[u8], what: &str| -> Result<Vec<Certificate<'static>>, EtcdError> {
+        let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(pem)
+            .filter_map(|item| match item {
+                Ok(PemItem::Certificate(cert)) => Some(cert),
+                _ => None,
+            })
+            .collect();
+        match certs.is_empty() {
+            true => Err(EtcdError::Tls(format!("no certificate in the {what}"))),
+            false => Ok(certs),
+        }
+    };
+    let roots = certificates(&tls.ca_pem, "etcd CA file")?;
+    let mut builder = TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(RootCerts::new_with_certs(&roots))
+        .unversioned_rustls_crypto_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()));
+    if let Some((chain, key)) = &tls.client {
+        let chain = certificates(chain, "etcd client certificate file")?;
+        let key = PrivateKey::from_pem(key)
+            .map_err(|e| EtcdError::Tls(format!("the etcd client key does not read: {e}")))?;
+        builder = builder.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+    }
+    Ok(builder.build())
 }
 
 fn put_request(key: &str, value: &[u8], lease: i64) -> Value {

@@ -42,7 +42,12 @@ pub async fn run(
         (Some(tls), true) => Some(crate::tls::replication(tls).context("replication TLS")?),
         (None, true) => anyhow::bail!("replication_tls needs tls_cert, tls_key and tls_ca"),
     };
+    let etcd_tls = match &cluster.etcd_tls {
+        None => None,
+        Some(files) => Some(read_etcd_tls(files)?),
+    };
     let settings = ClusterSettings {
+        etcd_tls,
         etcd_endpoints: cluster.etcd_endpoints.clone(),
         cluster_name: cluster.cluster_name.clone(),
         node: NodeRecord {
@@ -255,4 +260,18 @@ impl hourglass_mgmt::ClusterStatus for Status {
         let (leader, term, in_sync, lag_records) = self.0.gauges();
         hourglass_mgmt::ClusterGauges { leader, term, in_sync, lag_records }
     }
+}
+
+/// The PEM files for TLS to etcd, read (an unreadable one stops the start, naming it).
+fn read_etcd_tls(
+    files: &crate::config::cluster::EtcdTlsFiles,
+) -> anyhow::Result<hourglass_cluster::etcd::EtcdTls> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).with_context(|| format!("reading the etcd TLS file {}", path.display()))
+    };
+    let client = match &files.client {
+        Some((cert, key)) => Some((read(cert)?, read(key)?)),
+        None => None,
+    };
+    Ok(hourglass_cluster::etcd::EtcdTls { ca_pem: read(&files.ca)?, client })
 }

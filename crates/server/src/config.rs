@@ -299,6 +299,9 @@ pub struct FileConfig {
     pub min_in_sync: Option<usize>,
     pub etcd_lease_ttl: Option<u64>,
     pub replication_tls: Option<bool>,
+    pub etcd_cacert: Option<PathBuf>,
+    pub etcd_cert: Option<PathBuf>,
+    pub etcd_key: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -313,6 +316,9 @@ impl FileConfig {
             min_in_sync: self.min_in_sync,
             etcd_lease_ttl: self.etcd_lease_ttl,
             replication_tls: self.replication_tls,
+            etcd_cacert: self.etcd_cacert.clone(),
+            etcd_cert: self.etcd_cert.clone(),
+            etcd_key: self.etcd_key.clone(),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Clustered mode's settings (docs/clustering.md): on when etcd endpoints are given, otherwise
 //! the node runs alone exactly as before.
 
+use std::path::PathBuf;
+
 use clap::Args;
 use serde::Deserialize;
 
@@ -43,6 +45,16 @@ pub struct ClusterCli {
     /// --tls-ca (`true`/`false`).
     #[arg(long, env = "HOURGLASS_REPLICATION_TLS")]
     pub replication_tls: Option<bool>,
+    /// CA certificate (PEM) etcd's server certificate must chain to; needed for `https://`
+    /// endpoints.
+    #[arg(long, env = "HOURGLASS_ETCD_CACERT")]
+    pub etcd_cacert: Option<PathBuf>,
+    /// Client certificate chain (PEM) this node presents to etcd (etcd's `--client-cert-auth`).
+    #[arg(long, env = "HOURGLASS_ETCD_CERT")]
+    pub etcd_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--etcd-cert`.
+    #[arg(long, env = "HOURGLASS_ETCD_KEY")]
+    pub etcd_key: Option<PathBuf>,
 }
 
 /// The same settings in the TOML file.
@@ -57,6 +69,9 @@ pub struct ClusterFile {
     pub min_in_sync: Option<usize>,
     pub etcd_lease_ttl: Option<u64>,
     pub replication_tls: Option<bool>,
+    pub etcd_cacert: Option<PathBuf>,
+    pub etcd_cert: Option<PathBuf>,
+    pub etcd_key: Option<PathBuf>,
 }
 
 /// Clustered mode, resolved.
@@ -72,6 +87,41 @@ pub struct ClusterConfig {
     pub lease_ttl_secs: u64,
     /// Mutual TLS on the replication port (needs the TLS certificate, key and CA).
     pub replication_tls: bool,
+    /// TLS to etcd: its CA, and this node's client certificate and key if etcd asks for one.
+    pub etcd_tls: Option<EtcdTlsFiles>,
+}
+
+/// Where the PEM files for TLS to etcd are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTlsFiles {
+    pub ca: PathBuf,
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+/// The etcd TLS files given, checked for consistency with the endpoints.
+fn etcd_tls(
+    endpoints: &[String],
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> anyhow::Result<Option<EtcdTlsFiles>> {
+    let client = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => anyhow::bail!("etcd_cert and etcd_key go together"),
+    };
+    let https = endpoints.iter().filter(|e| e.starts_with("https://")).count();
+    match ca {
+        Some(_) if https != endpoints.len() => {
+            anyhow::bail!("etcd_cacert is given: every etcd endpoint must be https://")
+        }
+        Some(ca) => Ok(Some(EtcdTlsFiles { ca, client })),
+        None if https > 0 => {
+            anyhow::bail!("https:// etcd endpoints need etcd_cacert (the CA etcd's certificate chains to)")
+        }
+        None if client.is_some() => anyhow::bail!("etcd_cert needs etcd_cacert and https:// endpoints"),
+        None => Ok(None),
+    }
 }
 
 /// Flags over the file; `None` when no etcd endpoint is given (a single node).
@@ -97,7 +147,14 @@ pub fn resolve(cli: ClusterCli, file: ClusterFile) -> anyhow::Result<Option<Clus
         !node_name.is_empty() && !node_name.contains('/'),
         "node_name must be non-empty and contain no '/'"
     );
+    let etcd_tls = etcd_tls(
+        &endpoints,
+        cli.etcd_cacert.or(file.etcd_cacert),
+        cli.etcd_cert.or(file.etcd_cert),
+        cli.etcd_key.or(file.etcd_key),
+    )?;
     Ok(Some(ClusterConfig {
+        etcd_tls,
         etcd_endpoints: endpoints,
         cluster_name: cli
             .cluster_name
@@ -124,6 +181,34 @@ pub fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// TLS to etcd needs its CA with https:// endpoints, and a client certificate with its key.
+    #[test]
+    fn etcd_tls_settings_must_agree_with_the_endpoints() {
+        let https = Some(vec!["https://127.0.0.1:2379".to_owned()]);
+        let cli = |endpoints: Option<Vec<String>>,
+                   ca: Option<&str>,
+                   cert: Option<&str>,
+                   key: Option<&str>| ClusterCli {
+            etcd_endpoints: endpoints,
+            etcd_cacert: ca.map(PathBuf::from),
+            etcd_cert: cert.map(PathBuf::from),
+            etcd_key: key.map(PathBuf::from),
+            ..ClusterCli::default()
+        };
+        let resolved = |c| resolve(c, ClusterFile::default());
+        let ok = resolved(cli(https.clone(), Some("ca.pem"), Some("c.pem"), Some("k.pem"))).unwrap().unwrap();
+        let files = ok.etcd_tls.unwrap();
+        assert_eq!(files.client, Some((PathBuf::from("c.pem"), PathBuf::from("k.pem"))));
+        assert!(resolved(cli(https.clone(), None, None, None))
+            .unwrap_err()
+            .to_string()
+            .contains("etcd_cacert"));
+        assert!(resolved(cli(https, Some("ca.pem"), Some("c.pem"), None)).is_err());
+        let plain = Some(vec!["127.0.0.1:2379".to_owned()]);
+        assert!(resolved(cli(plain.clone(), Some("ca.pem"), None, None)).is_err());
+        assert_eq!(resolved(cli(plain, None, None, None)).unwrap().unwrap().etcd_tls, None);
+    }
 
     #[test]
     fn no_endpoints_means_a_single_node() {
