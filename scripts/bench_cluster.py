@@ -5,7 +5,10 @@ single node and with a three-node RabbitMQ 3.10 cluster using quorum queues, on 
 CPU per message counts every node of a cluster (utime + stime from /proc), not only the one the
 load tool talks to. Prints a Markdown table for docs/benchmarks.md ("Cluster").
 
-usage: scripts/bench_cluster.py [--seconds 10] [--reps 2] [--skip-rabbitmq]
+With --declares N it measures durable declares instead: N durable queues, each declared and bound
+one at a time (`hourglass-perf declares`), whose -oks wait until a majority holds the definition.
+
+usage: scripts/bench_cluster.py [--seconds 10] [--reps 2] [--skip-rabbitmq] [--declares N]
 needs: target/release/{hourglass,hourglass-perf}, etcd (Debian etcd-server), rabbitmq-ref.
 """
 import argparse
@@ -126,12 +129,70 @@ def perf(port, pids, label, args):
     return figures
 
 
+def perf_declares(port, pids, label, queues):
+    """Durable declare + bind, one at a time; CPU over every node, the queues left in place."""
+    before = sum(cpu_s(p) for p in pids)
+    cmd = [str(PERF), "--url", f"amqp://guest:guest@127.0.0.1:{port}/%2f", "--label", label,
+           "declares", "--queues", str(queues), "--step", str(max(queues // 5, 1)), "--keep-queues"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    after = sum(cpu_s(p) for p in pids)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("{")), None)
+    if done.returncode != 0 or line is None:
+        print(f"  {label}: FAILED {done.stderr[-500:]}")
+        return None
+    results = json.loads(line)["results"]
+    n = max(results["declared"], 1)
+    figures = {"per_s": n / results["declare_s"], "cpu_us": (after - before) * 1e6 / n}
+    print(f"  {label}: {figures['per_s']:,.0f} declare+bind/s, {figures['cpu_us']:.0f} µs CPU each (all nodes)",
+          flush=True)
+    return figures
+
+
+def bench_declares(opts):
+    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="hg-bench-declares-"))
+    etcd, etcd_url = start_etcd(tmp)
+    try:
+        single = start_node(tmp, "single", [])
+        wait_for_port(single["amqp"])
+        rows.append(("Hourglass, 1 node", perf_declares(single["amqp"], [single["proc"].pid], "hourglass-1",
+                                                         opts.declares)))
+        single["proc"].terminate()
+        single["proc"].wait()
+        run = tmp / "cluster"
+        run.mkdir()
+        nodes, leader = start_hourglass_cluster(run, etcd_url)
+        pids = [leader["proc"].pid] + [n["proc"].pid for n in nodes if n is not leader]
+        rows.append(("Hourglass, 3 nodes", perf_declares(leader["amqp"], pids, "hourglass-3", opts.declares)))
+        for n in nodes:
+            n["proc"].terminate()
+        for n in nodes:
+            n["proc"].wait()
+        if not opts.skip_rabbitmq:
+            pids = start_rabbitmq_cluster()
+            try:
+                rows.append(("RabbitMQ 3.10, 3 nodes (classic queues)",
+                             perf_declares(RMQ_PORTS[0], pids, "rabbitmq-3", opts.declares)))
+            finally:
+                stop_rabbitmq_cluster()
+    finally:
+        etcd.terminate()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\n| broker | durable declare + bind /s ({opts.declares} queues) | CPU µs each, all nodes |")
+    print("|---|---|---|")
+    for broker, r in rows:
+        print(f"| {broker} | {r['per_s']:,.0f} | {r['cpu_us']:.0f} |" if r else f"| {broker} | failed | failed |")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--skip-rabbitmq", action="store_true")
+    parser.add_argument("--declares", type=int, default=0)
     opts = parser.parse_args()
+    if opts.declares:
+        return bench_declares(opts)
     flows = {
         "1 producer, 16 B": ["-P", "1", "-C", "0", "-Q", "1"],
         "4 producers, 16 B": ["-P", "4", "-C", "0", "-Q", "4"],

@@ -59,6 +59,10 @@ pub struct DeclaresArgs {
     /// Stop declaring after this long (what was declared is still deleted).
     #[arg(long, default_value_t = 600.0)]
     pub timeout_s: f64,
+    /// Leave the queues behind instead of deleting them (so that a CPU count taken around the
+    /// run covers the declares alone).
+    #[arg(long)]
+    pub keep_queues: bool,
 }
 
 #[derive(Clone, Debug, Args)]

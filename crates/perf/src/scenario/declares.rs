@@ -3,7 +3,7 @@
 //! `*-ok`, which a durable broker sends only once the definition is on disk), and reports the
 //! rate and the broker's CPU per declaration for every slice of `--step` queues: a broker whose
 //! cost per declaration grows with the number of queues it already has shows it here. The
-//! queues are deleted at the end (also timed).
+//! queues are deleted at the end (also timed), unless `--keep-queues`.
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,7 @@ pub fn run(run: &Run, args: &DeclaresArgs) -> anyhow::Result<()> {
     let names: Vec<String> = (0..args.queues).map(|i| format!("{}-{i}", queue_name("declares", 0))).collect();
     let mut slices = Vec::new();
     let mut declared = 0usize;
+    let declaring = Instant::now();
     while declared < names.len() && Instant::now() < deadline {
         let slice = &names[declared..(declared + args.step as usize).min(names.len())];
         let window = Window::open(run.broker.as_ref())?;
@@ -54,8 +55,11 @@ pub fn run(run: &Run, args: &DeclaresArgs) -> anyhow::Result<()> {
             "broker_cpu_us_per_declare": measured.broker_cpu_us_per(n).map(round3),
         }));
     }
+    let declare_s = declaring.elapsed().as_secs_f64();
     let deleting = Instant::now();
-    delete_queues(&mut client, &names[..declared])?;
+    if !args.keep_queues {
+        delete_queues(&mut client, &names[..declared])?;
+    }
     let delete_s = deleting.elapsed().as_secs_f64();
     let _ = client.close();
     let first = slices.first().and_then(|s| s["declares_per_s"].as_f64()).unwrap_or(0.0);
@@ -66,7 +70,12 @@ pub fn run(run: &Run, args: &DeclaresArgs) -> anyhow::Result<()> {
         args.step
     );
     let params = json!({ "queues": args.queues, "step": args.step });
-    let results = json!({ "declared": declared, "slices": slices, "delete_s": round3(delete_s) });
+    let results = json!({
+        "declared": declared,
+        "declare_s": round3(declare_s),
+        "slices": slices,
+        "delete_s": round3(delete_s),
+    });
     report::print("declares", run.label.as_deref(), &run.target(), &human, params, results);
     Ok(())
 }
