@@ -311,6 +311,17 @@ async fn amqps_with_server_authentication_carries_messages() {
     let mut plain = plain.login("PLAIN", b"\0guest\0guest").await.expect("plain login");
     assert_eq!(plain.round_trip("over-tcp", b"open").await, b"open");
     assert_eq!(connection_logins(&broker).await, [("PLAIN".to_owned(), false), ("PLAIN".to_owned(), true)]);
+    // Each connection is named, and shows the port, of the listener it came in on.
+    let (_, body) = common::http(&broker, "GET", "/api/connections", "").await;
+    let listed: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    for connection in listed.as_array().expect("a list") {
+        let port = if connection["ssl"] == true { amqps.port() } else { broker.amqp.port() };
+        assert_eq!(connection["port"], port, "{connection}");
+        let name = connection["name"].as_str().unwrap_or_default();
+        assert!(name.ends_with(&format!(":{port}")), "{name}");
+    }
+    let (_, body) = common::http(&broker, "GET", "/api/channels", "").await;
+    assert!(body.contains(&format!(":{} (1)", amqps.port())), "the TLS connection's channel: {body}");
 }
 
 /// (auth_mechanism, ssl) of every connection in /api/connections, sorted.

@@ -107,6 +107,15 @@ pub struct StoreDamage {
 }
 
 impl NodeInfo {
+    /// The port of the AMQP listener (the AMQPS one with `tls`) clients connect to.
+    pub fn amqp_listener_port(&self, tls: bool) -> u16 {
+        let amqps = self.listeners.iter().find(|l| l.protocol == "amqp/ssl").map(|l| l.port);
+        match (tls, amqps) {
+            (true, Some(port)) => port,
+            _ => self.amqp_port,
+        }
+    }
+
     pub fn new(bind: IpAddr, amqp_port: u16, http_port: u16, metrics_port: u16) -> Self {
         let host = std::fs::read_to_string("/etc/hostname")
             .ok()

@@ -28,6 +28,8 @@ pub struct ChannelSummary {
     pub user: String,
     pub vhost: String,
     pub peer: String,
+    /// The connection came over TLS (it is named after the AMQPS listener).
+    pub tls: bool,
     pub consumers: usize,
     /// Deliveries to this channel's consumers not yet settled (basic.get deliveries not counted).
     pub messages_unacknowledged: u32,
@@ -59,6 +61,8 @@ pub struct ConsumerSummary {
     pub conn: ConnectionId,
     pub channel: ChannelId,
     pub peer: String,
+    /// The connection came over TLS (it is named after the AMQPS listener).
+    pub tls: bool,
     pub user: String,
     pub ack_required: bool,
     pub exclusive: bool,
@@ -147,6 +151,7 @@ impl Broker {
                     user: info.user.clone(),
                     vhost: info.vhost.clone(),
                     peer: info.peer.clone(),
+                    tls: info.login.tls,
                     consumers: channel.consumers.len(),
                     messages_unacknowledged: channel.consumer_unacked,
                     deliveries_unacked: channel.unacked_count() as u32,
@@ -178,6 +183,7 @@ impl Broker {
                     conn: consumer.conn,
                     channel: consumer.channel,
                     peer: connection.info.peer.clone(),
+                    tls: connection.info.login.tls,
                     user: connection.info.user.clone(),
                     ack_required: !consumer.no_ack,
                     exclusive: consumer.exclusive,

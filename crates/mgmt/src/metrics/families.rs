@@ -417,7 +417,9 @@ fn object_families(out: &mut Out, node: &NodeInfo, s: &Snapshot, scope: &Scope, 
         let rows: Vec<(String, &ConnectionSummary)> = s
             .connections
             .iter()
-            .map(|c| (format!("channel=\"{}\"", escape(&connection_name(node, &c.info.peer))), c))
+            .map(|c| {
+                (format!("channel=\"{}\"", escape(&connection_name(node, &c.info.peer, c.info.login.tls))), c)
+            })
             .collect();
         out.rows(CONNECTION, &rows, per_object);
     }
@@ -594,7 +596,7 @@ fn identity(out: &mut Out, node: &NodeInfo) {
 
 /// A channel's name as the management API gives it: its connection's, then the number.
 fn channel_name(node: &NodeInfo, c: &ChannelSummary) -> String {
-    format!("{} ({})", connection_name(node, &c.peer), c.channel.0)
+    format!("{} ({})", connection_name(node, &c.peer, c.tls), c.channel.0)
 }
 
 /// The text being written, and the prefix of the endpoint's names.

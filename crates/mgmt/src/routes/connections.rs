@@ -37,10 +37,10 @@ pub fn routes() -> Router<AppState> {
         .route("/api/consumers/{vhost}", get(vhost_consumers))
 }
 
-/// `peer -> listener`, as RabbitMQ names connections.
-pub(crate) fn connection_name(node: &NodeInfo, peer: &str) -> String {
+/// `peer -> listener`, as RabbitMQ names connections: the AMQPS listener for one over TLS.
+pub(crate) fn connection_name(node: &NodeInfo, peer: &str, tls: bool) -> String {
     // A socket address, so an IPv6 listener reads `[::]:5672`, not `:::5672`.
-    format!("{peer} -> {}", std::net::SocketAddr::new(node.bind, node.amqp_port))
+    format!("{peer} -> {}", std::net::SocketAddr::new(node.bind, node.amqp_listener_port(tls)))
 }
 
 fn split_peer(peer: &str) -> (String, u16) {
@@ -53,7 +53,7 @@ fn split_peer(peer: &str) -> (String, u16) {
 fn connection_json(node: &NodeInfo, c: &ConnectionSummary) -> Value {
     let (peer_host, peer_port) = split_peer(&c.info.peer);
     json!({
-        "name": connection_name(node, &c.info.peer),
+        "name": connection_name(node, &c.info.peer, c.info.login.tls),
         "node": node.name,
         "state": "running",
         "type": "network",
@@ -64,7 +64,7 @@ fn connection_json(node: &NodeInfo, c: &ConnectionSummary) -> Value {
         "user_who_performed_action": c.info.user,
         "vhost": c.info.vhost,
         "host": node.bind.to_string(),
-        "port": node.amqp_port,
+        "port": node.amqp_listener_port(c.info.login.tls),
         "peer_host": peer_host,
         "peer_port": peer_port,
         "connected_at": 0,
@@ -79,7 +79,7 @@ fn connection_json(node: &NodeInfo, c: &ConnectionSummary) -> Value {
 fn channel_json(node: &NodeInfo, c: &ChannelSummary, rates: &Rates, at: Instant) -> Value {
     let key = format!("channel\0{:?}\0{}", c.conn, c.channel.0);
     let message_stats = rates.details(&key, at, &rates::publisher_fields(&c.message_stats));
-    let connection = connection_name(node, &c.peer);
+    let connection = connection_name(node, &c.peer, c.tls);
     let (peer_host, peer_port) = split_peer(&c.peer);
     json!({
         "name": format!("{connection} ({})", c.channel.0),
@@ -103,7 +103,7 @@ fn channel_json(node: &NodeInfo, c: &ChannelSummary, rates: &Rates, at: Instant)
 }
 
 fn consumer_json(node: &NodeInfo, c: &ConsumerSummary) -> Value {
-    let connection = connection_name(node, &c.peer);
+    let connection = connection_name(node, &c.peer, c.tls);
     let (peer_host, peer_port) = split_peer(&c.peer);
     json!({
         "consumer_tag": c.consumer_tag,
@@ -221,7 +221,8 @@ async fn owned_connection(
     action: OwnedAction,
 ) -> Result<(ConnectionSummary, Value), ApiError> {
     let all = state.broker.run(|b, _| b.list_connections()).await?;
-    let found = all.into_iter().find(|c| connection_name(&state.node, &c.info.peer) == name);
+    let found =
+        all.into_iter().find(|c| connection_name(&state.node, &c.info.peer, c.info.login.tls) == name);
     require_owner_or_tag(auth, found.as_ref().map(|c| c.info.user.as_str()), action)?;
     let found = found.ok_or_else(ApiError::not_found)?;
     let json = connection_json(&state.node, &found);

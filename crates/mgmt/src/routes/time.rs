@@ -138,8 +138,8 @@ async fn list_in_flight(
     let (listed, peers, now) = state
         .broker
         .run(move |b, now| {
-            let peers: HashMap<u64, String> =
-                b.list_connections().into_iter().map(|c| (c.id.0, c.info.peer)).collect();
+            let peers: HashMap<u64, (String, bool)> =
+                b.list_connections().into_iter().map(|c| (c.id.0, (c.info.peer, c.info.login.tls))).collect();
             (b.peek_in_flight(&vhost, &name, limit), peers, now)
         })
         .await?;
@@ -147,7 +147,8 @@ async fn list_in_flight(
     let deliveries: Vec<Value> = listed
         .iter()
         .map(|d| {
-            let connection = peers.get(&d.connection).map(|peer| connection_name(&state.node, peer));
+            let connection =
+                peers.get(&d.connection).map(|(peer, tls)| connection_name(&state.node, peer, *tls));
             json!({
                 "receipt_handle": d.receipt_handle,
                 "connection": connection,
