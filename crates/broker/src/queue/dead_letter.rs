@@ -91,7 +91,10 @@ pub(crate) fn is_cycle(headers: Option<&FieldTable>, target: &ShortStr) -> bool 
 }
 
 /// `x-death` with this death recorded: the entry for (queue, reason) counts one more and moves to
-/// the front; otherwise a new entry goes in front. Most recent first.
+/// the front; otherwise a new entry goes in front. Most recent first. Entries already there are
+/// carried only when they read as a death record (a queue, a reason and an integer count): RabbitMQ
+/// 3.13+ keeps its own records and drops what it cannot read, such as the count-less entries of
+/// brokers before 3.5 (`XDeathHeaderGrowth#handlingOfXDeathHeadersFromEarlierVersions`).
 fn updated_deaths(
     headers: &FieldTable,
     message: &Message,
@@ -103,7 +106,7 @@ fn updated_deaths(
         Some(FieldValue::Array(deaths)) => deaths
             .iter()
             .filter_map(|d| match d {
-                FieldValue::Table(t) => Some(t),
+                FieldValue::Table(t) if is_death_record(&t) => Some(t),
                 _ => None,
             })
             .collect(),
@@ -143,13 +146,19 @@ fn merged_by_queue_and_reason(deaths: Vec<FieldTable>) -> Vec<FieldTable> {
     merged
 }
 
+/// Whether an `x-death` entry has what a death record needs: a queue, a reason and an integer count.
+fn is_death_record(death: &FieldTable) -> bool {
+    let text = |key: &str| death.get(key).is_some_and(|v| v.as_bytes().is_some());
+    text("queue") && text("reason") && death.get("count").and_then(|c| c.as_i64()).is_some()
+}
+
 /// An entry's (queue, reason), as raw bytes (empty when missing).
 fn death_key(death: &FieldTable) -> (Vec<u8>, Vec<u8>) {
     let bytes = |key: &str| death.get(key).and_then(|v| v.as_bytes().map(<[u8]>::to_vec)).unwrap_or_default();
     (bytes("queue"), bytes("reason"))
 }
 
-/// An entry's count; an entry without one counts once (as RabbitMQ reads them).
+/// An entry's count (entries without one were dropped before: `is_death_record`).
 fn death_count(death: &FieldTable) -> i64 {
     death.get("count").and_then(|c| c.as_i64()).unwrap_or(1)
 }
@@ -256,10 +265,8 @@ mod tests {
         assert_eq!(text(&headers, "x-last-death-reason"), "rejected");
     }
 
-    /// A queue already in x-death with no rejection since is a cycle; a rejection breaks it
-    /// (semantics §2 "A dead-letter cycle with no rejected in it drops the message").
     /// Entries repeating a (queue, reason) pair, as older brokers wrote them, are merged with their
-    /// counts added (an entry without a count counts once) before this death is recorded.
+    /// counts added before this death is recorded; entries without a count are dropped.
     #[test]
     fn repeated_entries_from_older_brokers_are_merged() {
         let entry = |queue: &str, reason: &str, count: Option<i64>| {
@@ -294,12 +301,14 @@ mod tests {
                 _ => None,
             })
             .collect();
-        let expected = [("c", "expired", 2), ("a", "expired", 5), ("b", "rejected", 2)];
+        let expected = [("c", "expired", 1), ("a", "expired", 5), ("b", "rejected", 1)];
         let expected: Vec<(String, String, i64)> =
             expected.iter().map(|(q, r, c)| (q.to_string(), r.to_string(), *c)).collect();
         assert_eq!(summary, expected);
     }
 
+    /// A queue already in x-death with no rejection since is a cycle; a rejection breaks it
+    /// (semantics §2 "A dead-letter cycle with no rejected in it drops the message").
     #[test]
     fn cycles_without_rejection_are_detected() {
         let now = Timestamp::from_millis(0);
