@@ -276,3 +276,38 @@ fn delayed_and_visibility_verbs_against_a_running_broker() {
     assert_eq!(ctl(&url, &["list_channels"]).1, "");
     assert_eq!(ctl(&url, &["list_consumers"]).1, "");
 }
+
+/// `set_vm_memory_high_watermark` and `set_disk_free_limit` change the alarms' limits of a
+/// running node: a limit below what the node uses raises the alarm at once, a sane one clears it;
+/// nonsense is refused with the reason.
+#[test]
+fn alarm_limit_verbs_raise_and_clear_the_alarms() {
+    let url = start_broker();
+    let alarm_is = |field: &str, expected: bool| {
+        // The monitor samples again as soon as a limit changes; allow it a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let (_, out, _) = ctl_as_typed(&url, &["--formatter", "json", "status"]);
+            let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+            if status[field] == expected {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{field} is not {expected}: {out}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    alarm_is("memory_alarm", false);
+    let (ok, out, err) = ctl_as_typed(&url, &["set_vm_memory_high_watermark", "absolute", "1MB"]);
+    assert!(ok && out.starts_with("Setting memory threshold to absolute 1MB"), "{out}{err}");
+    alarm_is("memory_alarm", true);
+    assert!(ctl(&url, &["set_vm_memory_high_watermark", "0.9"]).0);
+    alarm_is("memory_alarm", false);
+    assert!(ctl(&url, &["set_disk_free_limit", "1000000GB"]).0);
+    alarm_is("disk_free_alarm", true);
+    assert!(ctl(&url, &["set_disk_free_limit", "mem_relative", "0.001"]).0);
+    alarm_is("disk_free_alarm", false);
+    let (ok, _, err) = ctl(&url, &["set_vm_memory_high_watermark", "1.5"]);
+    assert!(!ok && err.contains("\"fraction\" must be a number from 0 to 1"), "{err}");
+    let (ok, _, err) = ctl(&url, &["set_disk_free_limit", "5 parsecs"]);
+    assert!(!ok && err.contains("unknown unit"), "{err}");
+}

@@ -62,6 +62,8 @@ pub struct NodeInfo {
     pub resources: resources::ResourceWatch,
     /// Damage the message log's recovery skipped at start (docs/storage.md "Recovery rules").
     pub store_damage: StoreDamage,
+    /// Where the API changes the alarm limits (`None`: a node without a monitor).
+    pub alarm_limits: Option<std::sync::Arc<resources::AlarmLimitsControl>>,
     /// The cluster this node leads (`None`: a single node).
     pub cluster: Option<std::sync::Arc<dyn ClusterStatus>>,
     /// Every listener, under RabbitMQ's protocol names (`/api/overview`, the listener health
@@ -132,6 +134,7 @@ impl NodeInfo {
             resources: resources::unmonitored(),
             store_damage: StoreDamage::default(),
             cluster: None,
+            alarm_limits: None,
             listeners: vec![
                 Listener { protocol: "amqp", port: amqp_port },
                 Listener { protocol: "http", port: http_port },
@@ -163,6 +166,11 @@ impl NodeInfo {
     /// Reports the alarms of the monitor behind `resources`.
     pub fn with_resources(self, resources: resources::ResourceWatch) -> Self {
         NodeInfo { resources, ..self }
+    }
+
+    /// Lets the API change the alarm limits through `control`.
+    pub fn with_alarm_limits(self, control: std::sync::Arc<resources::AlarmLimitsControl>) -> Self {
+        NodeInfo { alarm_limits: Some(control), ..self }
     }
 }
 

@@ -48,6 +48,57 @@ impl ResourceStatus {
 /// The receiving side every reader holds; the server's monitor owns the sender.
 pub type ResourceWatch = watch::Receiver<ResourceStatus>;
 
+/// The limits the monitor holds memory and disk against, in bytes. Set at start from the
+/// configuration and changed at run time through the API (`routes/alarm_limits.rs`,
+/// rabbitmqctl's `set_vm_memory_high_watermark` and `set_disk_free_limit`); not saved, as on
+/// RabbitMQ: a restart goes back to the configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AlarmLimits {
+    /// The resident size above which the memory alarm is raised (0: off).
+    pub mem_limit: u64,
+    /// Free bytes under which the disk alarm is raised.
+    pub disk_free_limit: u64,
+}
+
+/// Where the API changes the limits; the server's monitor holds the receiver.
+pub type AlarmLimitsControl = watch::Sender<AlarmLimits>;
+
+/// The resident size above which the alarm is raised: `fraction` of `total_bytes`.
+pub fn watermark_bytes(fraction: f64, total_bytes: u64) -> u64 {
+    (fraction.clamp(0.0, 1.0) * total_bytes as f64) as u64
+}
+
+/// The machine's memory from /proc/meminfo (`MemTotal`), in bytes.
+pub fn total_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// A size in RabbitMQ's notation: a number of bytes with an optional unit — `k`/`kiB`, `M`/`MiB`,
+/// `G`/`GiB` are powers of 1024; `kB`, `MB`, `GB` powers of 1000 (rabbitmq.conf's data size type).
+/// The error says what is wrong.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number.parse().map_err(|_| format!("size {text:?}: expected a number of bytes"))?;
+    let multiplier: u64 = match unit.trim() {
+        "" => 1,
+        "k" | "K" | "kiB" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => {
+            return Err(format!("size {text:?}: unknown unit {other:?} (k, kiB, M, MiB, G, GiB, kB, MB, GB)"))
+        }
+    };
+    number.checked_mul(multiplier).ok_or_else(|| format!("size {text:?} is too large"))
+}
+
 /// A watch that never changes: for a node without a monitor (tests, tools).
 pub fn unmonitored() -> ResourceWatch {
     let (sender, receiver) = watch::channel(ResourceStatus::default());
@@ -59,6 +110,14 @@ pub fn unmonitored() -> ResourceWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The watermark is the fraction of total memory, clamped to 0..=1.
+    #[test]
+    fn watermark_is_a_clamped_fraction() {
+        assert_eq!(watermark_bytes(0.4, 1000), 400);
+        assert_eq!(watermark_bytes(2.0, 1000), 1000);
+        assert_eq!(watermark_bytes(-1.0, 1000), 0);
+    }
 
     /// connection.blocked names every alarmed resource as RabbitMQ does.
     #[test]

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use hourglass_mgmt::resources::ResourceStatus;
+use hourglass_mgmt::resources::{total_memory_bytes, watermark_bytes, AlarmLimits, ResourceStatus};
 use tokio::sync::{watch, Notify};
 
 /// How often memory and disk are sampled far from their limits: RabbitMQ's memory monitor
@@ -93,32 +93,35 @@ pub fn next_check(status: &ResourceStatus) -> Duration {
     }
 }
 
-/// The resident size above which the alarm is raised: `fraction` of `total_bytes`.
-pub fn watermark_bytes(fraction: f64, total_bytes: u64) -> u64 {
-    (fraction.clamp(0.0, 1.0) * total_bytes as f64) as u64
-}
-
-/// The machine's memory from /proc/meminfo (`MemTotal`), in bytes.
-pub fn total_memory_bytes() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Bytes available to an unprivileged writer on the file system holding `path`.
 pub fn disk_free_bytes(path: &Path) -> Option<u64> {
     let stats = rustix::fs::statvfs(path).ok()?;
     Some(stats.f_bavail.saturating_mul(stats.f_frsize))
 }
 
-/// The limits the monitor holds memory and disk against.
+/// The limits at start: the watermark as a fraction of the machine's memory, the disk limit in
+/// bytes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Limits {
     /// Fraction of the machine's memory (`vm_memory_high_watermark`).
     pub memory_fraction: f64,
     /// Free bytes under which the disk alarm is raised (`disk_free_limit`).
     pub disk_free_limit: u64,
+}
+
+impl Limits {
+    /// In bytes, as the monitor holds them (the memory alarm is off when the machine's memory
+    /// cannot be read).
+    pub fn in_bytes(&self) -> AlarmLimits {
+        let mem_limit = match total_memory_bytes() {
+            Some(total) => watermark_bytes(self.memory_fraction, total),
+            None => {
+                tracing::warn!("cannot read /proc/meminfo: the memory alarm is off");
+                0
+            }
+        };
+        AlarmLimits { mem_limit, disk_free_limit: self.disk_free_limit }
+    }
 }
 
 /// One sample against the limits: the new status, given resident and free bytes.
@@ -146,29 +149,25 @@ pub fn evaluate(
 /// are refreshed every sample). Samples every [`next_check`], and at once when `inbound` grows
 /// by a step.
 pub async fn monitor(
-    limits: Limits,
+    mut limits: watch::Receiver<AlarmLimits>,
     data_dir: std::path::PathBuf,
     inbound: std::sync::Arc<InboundContent>,
     status: watch::Sender<ResourceStatus>,
 ) {
-    let mem_limit = match total_memory_bytes() {
-        Some(total) => watermark_bytes(limits.memory_fraction, total),
-        None => {
-            tracing::warn!("cannot read /proc/meminfo: the memory alarm is off");
-            0
-        }
-    };
     let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = inbound.grown.notified() => {}
+            // A limit changed through the API: sample against it at once.
+            Ok(()) = limits.changed() => {}
         }
+        let current = *limits.borrow_and_update();
         let sample = evaluate(
             hourglass_mgmt::metrics::resident_memory_bytes(),
-            mem_limit,
+            current.mem_limit,
             disk_free_bytes(&data_dir),
-            limits.disk_free_limit,
+            current.disk_free_limit,
         );
         status.send_if_modified(|current| {
             let changed =
@@ -214,14 +213,6 @@ fn log_change(before: &ResourceStatus, after: &ResourceStatus) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The watermark is the fraction of total memory, clamped to 0..=1.
-    #[test]
-    fn watermark_is_a_clamped_fraction() {
-        assert_eq!(watermark_bytes(0.4, 1000), 400);
-        assert_eq!(watermark_bytes(2.0, 1000), 1000);
-        assert_eq!(watermark_bytes(-1.0, 1000), 0);
-    }
 
     /// Each alarm is raised past its own limit, and only there.
     #[test]

@@ -614,24 +614,9 @@ fn amqp_limits(cli: &Cli, file: &FileConfig, defaults: AmqpLimits) -> anyhow::Re
     Ok(AmqpLimits { max_message_size, channel_max, frame_max })
 }
 
-/// A size in RabbitMQ's notation: a number of bytes with an optional unit — `k`/`kiB`, `M`/`MiB`,
-/// `G`/`GiB` are powers of 1024; `kB`, `MB`, `GB` powers of 1000 (rabbitmq.conf's data size type).
+/// A size in RabbitMQ's notation (`hourglass_mgmt::resources::parse_size`).
 pub fn parse_size(text: &str) -> anyhow::Result<u64> {
-    let text = text.trim();
-    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits);
-    let number: u64 = number.parse().with_context(|| format!("size {text:?}: expected a number of bytes"))?;
-    let multiplier: u64 = match unit.trim() {
-        "" => 1,
-        "k" | "K" | "kiB" | "KiB" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "kB" | "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        other => anyhow::bail!("size {text:?}: unknown unit {other:?} (k, kiB, M, MiB, G, GiB, kB, MB, GB)"),
-    };
-    number.checked_mul(multiplier).with_context(|| format!("size {text:?} is too large"))
+    hourglass_mgmt::resources::parse_size(text).map_err(anyhow::Error::msg)
 }
 
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {

@@ -242,14 +242,16 @@ impl Server {
         let (alarm_tx, alarm_rx) = watch::channel(ResourceStatus::default());
         let limits = alarm::Limits {
             memory_fraction: config.vm_memory_high_watermark,
-            disk_free_limit: config.disk_free_limit.bytes(alarm::total_memory_bytes()),
+            disk_free_limit: config.disk_free_limit.bytes(hourglass_mgmt::resources::total_memory_bytes()),
         };
+        let (limits_tx, limits_rx) = watch::channel(limits.in_bytes());
         let inbound = Arc::new(alarm::InboundContent::default());
         let alarm_task =
-            tokio::spawn(alarm::monitor(limits.clone(), config.data_dir.clone(), inbound.clone(), alarm_tx));
+            tokio::spawn(alarm::monitor(limits_rx, config.data_dir.clone(), inbound.clone(), alarm_tx));
         let mut node = NodeInfo::new(addrs.ip(), port(addrs.amqp), port(addrs.http), port(addrs.metrics))
             .with_listeners(addrs.listeners())
             .with_resources(alarm_rx.clone())
+            .with_alarm_limits(Arc::new(limits_tx))
             .with_store_damage(store_damage);
         if let Some(cluster) = hooks.cluster {
             node = node.with_cluster(cluster);

@@ -56,6 +56,18 @@ pub enum Command {
     },
     /// The cluster's name, nodes and alarms (one node until clustering exists).
     ClusterStatus,
+    /// Sets the memory alarm's watermark until the next restart: a fraction of the machine's
+    /// memory (`0.4`), or `absolute SIZE` (`absolute 2GB`).
+    SetVmMemoryHighWatermark {
+        #[arg(num_args = 1..=2, required = true)]
+        value: Vec<String>,
+    },
+    /// Sets the disk alarm's free-space limit until the next restart: `SIZE` (`50MB`), or
+    /// `mem_relative FACTOR` (a multiple of the machine's memory).
+    SetDiskFreeLimit {
+        #[arg(num_args = 1..=2, required = true)]
+        value: Vec<String>,
+    },
     /// Queues of the vhost: columns default to `name messages`.
     ListQueues {
         columns: Vec<String>,
@@ -274,6 +286,10 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             node::authenticate_user(client, &username, &password, format)
         }
         Command::ClusterStatus => node::cluster_status(client, format),
+        Command::SetVmMemoryHighWatermark { value } => {
+            node::set_vm_memory_high_watermark(client, &value, format)
+        }
+        Command::SetDiskFreeLimit { value } => node::set_disk_free_limit(client, &value, format),
         Command::ListQueues { columns } => Ok(format.listing(
             &format!("Listing queues for vhost {vhost} ..."),
             &client.get(&format!("/api/queues/{v}"))?,

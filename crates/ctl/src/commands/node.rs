@@ -190,3 +190,37 @@ fn this_node(client: &Client) -> anyhow::Result<Value> {
 fn text(value: &Value) -> String {
     value.as_str().map_or_else(|| value.to_string(), str::to_owned)
 }
+
+/// `set_vm_memory_high_watermark FRACTION` or `set_vm_memory_high_watermark absolute SIZE`.
+pub(super) fn set_vm_memory_high_watermark(
+    client: &Client,
+    value: &[String],
+    format: &Format,
+) -> anyhow::Result<String> {
+    let body = match value {
+        [fraction] => json!({ "fraction": number(fraction)? }),
+        [kind, size] if kind == "absolute" => json!({ "absolute": size }),
+        _ => anyhow::bail!("usage: set_vm_memory_high_watermark FRACTION | absolute SIZE"),
+    };
+    client.put("/api/node/memory-high-watermark", &body)?;
+    Ok(format.info(&format!("Setting memory threshold to {} ...", value.join(" "))))
+}
+
+/// `set_disk_free_limit SIZE` or `set_disk_free_limit mem_relative FACTOR`.
+pub(super) fn set_disk_free_limit(
+    client: &Client,
+    value: &[String],
+    format: &Format,
+) -> anyhow::Result<String> {
+    let body = match value {
+        [size] => json!({ "absolute": size }),
+        [kind, factor] if kind == "mem_relative" => json!({ "mem_relative": number(factor)? }),
+        _ => anyhow::bail!("usage: set_disk_free_limit SIZE | mem_relative FACTOR"),
+    };
+    client.put("/api/node/disk-free-limit", &body)?;
+    Ok(format.info(&format!("Setting disk free limit to {} ...", value.join(" "))))
+}
+
+fn number(text: &str) -> anyhow::Result<f64> {
+    text.parse().map_err(|_| anyhow::anyhow!("{text:?} is not a number"))
+}

@@ -1,5 +1,6 @@
 //! The `/api` routes, one file per resource, as in RabbitMQ's management plugin.
 
+mod alarm_limits;
 mod bindings;
 mod cluster;
 mod connections;
@@ -54,6 +55,7 @@ fn api_router(state: AppState) -> Router {
         .merge(topic_permissions::routes())
         .merge(none_set::routes())
         .merge(cluster::routes())
+        .merge(alarm_limits::routes())
         .fallback(get(|| async { ApiError::not_found() }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))
         .with_state(state)
