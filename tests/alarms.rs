@@ -60,8 +60,9 @@ fn unfinished_bodies_cannot_take_memory_past_the_watermark() {
     });
 }
 
-/// A publisher blocked by the memory alarm is not read, so its heartbeats cannot arrive; it must
-/// not be dropped as dead (RabbitMQ keeps it open). With heartbeat 1 s it stays connected for 5 s
+/// A publisher blocked by the memory alarm is told so when it publishes under the alarm, and is
+/// not read, so its heartbeats cannot arrive; it must not be dropped as dead (RabbitMQ keeps it
+/// open). With heartbeat 1 s it stays connected for 5 s
 /// of silence, still receiving our heartbeats, then is unblocked when the alarm clears and its
 /// held-back publish goes through.
 #[test]
@@ -78,10 +79,12 @@ fn a_blocked_publisher_is_not_dropped_for_missed_heartbeats() {
         hog.push_partial_body(1, DEFAULT_BODY_SIZE, 100 * MIB);
         hog
     });
+    wait_until("the memory alarm", || node_status(&broker).contains(r#""mem_alarm":true"#));
+    // Told nothing yet: it has not published (RabbitMQ tells a connection when it blocks it). The
+    // first publish under the alarm is taken; the connection is blocked, and told, after it.
+    publisher.publish(1, "held", b"first");
     let blocked = publisher.expect_method_keeping_alive(WAIT);
     assert!(matches!(blocked, Method::ConnectionBlocked(_)), "{blocked:?}");
-    // The first publish under the alarm is taken; the connection is blocked after it.
-    publisher.publish(1, "held", b"first");
     publisher.publish(1, "held", b"second");
     let silent_from = Instant::now();
     let mut heartbeats = 0;

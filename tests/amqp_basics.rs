@@ -232,12 +232,13 @@ async fn sigterm_closes_connections_and_exits_cleanly() {
     closed.await;
 }
 
-/// Above the memory high watermark (here set to ~0 so it is always exceeded) the broker tells
-/// clients connection.blocked, as RabbitMQ does; lapin then holds its publishes.
+/// Above the memory high watermark (here set to ~0 so it is always exceeded) the broker tells a
+/// client connection.blocked when it publishes, as RabbitMQ does; lapin then holds its publishes.
 #[tokio::test]
 async fn memory_alarm_blocks_publishers() {
     let broker = RunningBroker::start_with(&["--vm-memory-high-watermark", "0.0000001"]);
     let conn = connect(&broker).await;
+    publish_one(&conn).await;
     within("connection.blocked", async {
         while !conn.status().blocked() {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -247,12 +248,13 @@ async fn memory_alarm_blocks_publishers() {
 }
 
 /// With less free disk than `--disk-free-limit` (here more than any disk has) the broker raises
-/// RabbitMQ's disk alarm: clients get connection.blocked, the alarm health check fails with 503
+/// RabbitMQ's disk alarm: a publishing client gets connection.blocked, the alarm health check fails with 503
 /// naming the disk, and /api/nodes reports it.
 #[tokio::test]
 async fn disk_alarm_blocks_publishers_and_fails_the_health_check() {
     let broker = RunningBroker::start_with(&["--disk-free-limit", "1000000000GB"]);
     let conn = connect(&broker).await;
+    publish_one(&conn).await;
     within("connection.blocked", async {
         while !conn.status().blocked() {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -266,6 +268,21 @@ async fn disk_alarm_blocks_publishers_and_fails_the_health_check() {
     assert_eq!(status, 200);
     assert!(body.contains(r#""disk_free_alarm":true"#), "{body}");
     assert!(body.contains(r#""mem_alarm":false"#), "{body}");
+}
+
+/// Publishes one message on a new channel (a connection is blocked by an alarm once it publishes).
+async fn publish_one(conn: &lapin::Connection) {
+    let channel = conn.create_channel().await.unwrap();
+    channel
+        .basic_publish(
+            "".into(),
+            "nowhere".into(),
+            BasicPublishOptions::default(),
+            b"one",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
 }
 
 /// `--load-definitions` imports a RabbitMQ definitions file at start (RabbitMQ's

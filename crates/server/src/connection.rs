@@ -158,6 +158,7 @@ async fn serve<R: SocketRead, W: SocketWrite>(
             }
         }
         gate.after_commands().await;
+        gate.tell(&mut session, cx.id, cx.clock.now());
         let mut output = session.take_output();
         if !output.is_empty() && gauge.queued.load(Ordering::Acquire) == 0 {
             // The writer task holds nothing, so writing here keeps the byte order.

@@ -5,6 +5,13 @@
 //! A connection that has published, or is in the middle of a message, is not read while an alarm
 //! is up (RabbitMQ blocks a connection once it publishes under an alarm); consumers keep being
 //! read so their acks can free memory. The session's heartbeat monitor pauses meanwhile.
+//!
+//! connection.blocked goes to a connection when it is blocked — at once for one that had
+//! published before the alarm, at its first publish for one that had not — and
+//! connection.unblocked when the alarm clears, as RabbitMQ's reader sends them (its `blocking`
+//! state turns `blocked` at a publish). A connection that only consumes is told nothing; one
+//! opened during an alarm hears of it when it publishes, after its client has had the chance to
+//! register a listener (the Java client's `BlockedConnection#initialBlock`).
 
 use std::sync::Arc;
 
@@ -54,12 +61,17 @@ impl AlarmGate {
         if self.live && self.resources.has_changed().unwrap_or(false) {
             self.alarm = self.resources.borrow_and_update().any_alarm();
         }
-        let blocked = self.alarm && (self.published || session.unfinished_content().messages > 0);
+        let blocked = self.blocks(session);
         if blocked != self.reading_blocked {
             self.reading_blocked = blocked;
             session.set_reading_blocked(blocked, now);
         }
         blocked
+    }
+
+    /// Whether the alarm blocks this connection: one is up and it publishes (or is mid-message).
+    fn blocks(&self, session: &Connection) -> bool {
+        self.alarm && (self.published || session.unfinished_content().messages > 0)
     }
 
     /// Whether [`AlarmGate::changed`] can still resolve.
@@ -85,11 +97,7 @@ impl AlarmGate {
         conn: ConnectionId,
         now: Timestamp,
     ) {
-        if self.told_blocked != self.alarm && session.opened() {
-            self.told_blocked = self.alarm;
-            let reason = if self.alarm { self.resources.borrow().blocked_reason() } else { None };
-            session.handle_effect(Effect::Blocked { conn, reason }, now);
-        }
+        self.tell(session, conn, now);
         let held_now = session.unfinished_content().received_bytes;
         if held_now != self.held_bytes {
             let stepped = self.inbound.update_held(self.held_bytes, held_now);
@@ -97,6 +105,18 @@ impl AlarmGate {
             if stepped {
                 tokio::task::yield_now().await;
             }
+        }
+    }
+
+    /// connection.blocked / unblocked when whether the alarm blocks this connection changed since
+    /// the client was last told (after the session ran, and after its commands: a first publish
+    /// under an alarm blocks it).
+    pub(super) fn tell(&mut self, session: &mut Connection, conn: ConnectionId, now: Timestamp) {
+        let blocked = self.blocks(session);
+        if self.told_blocked != blocked && session.opened() {
+            self.told_blocked = blocked;
+            let reason = if blocked { self.resources.borrow().blocked_reason() } else { None };
+            session.handle_effect(Effect::Blocked { conn, reason }, now);
         }
     }
 
