@@ -91,7 +91,11 @@ fn saver(catalog: Arc<Mutex<Catalog>>) -> hourglass_mgmt::users::Saver {
     Box::new(move |changes: &[CatalogChange]| {
         let mut catalog = lock_catalog(&catalog);
         for change in changes {
-            apply_change(&mut catalog, change).map_err(|e| e.to_string())?;
+            if let Err(error) = apply_change(&mut catalog, change) {
+                // All of the change or none of it: the user store undoes it too.
+                catalog.discard();
+                return Err(error.to_string());
+            }
         }
         commit_catalog(&mut catalog).map_err(|e| e.to_string())
     })

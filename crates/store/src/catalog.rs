@@ -269,6 +269,12 @@ impl Catalog {
         Ok(committed)
     }
 
+    /// Drops the changes made since the last commit, from the map too (a caller that could not
+    /// make all of a change's records undoes the ones it made).
+    pub fn discard(&mut self) {
+        self.roll_back();
+    }
+
     /// Drops the uncommitted changes: their records (cut from the log, so that a shorter commit
     /// after them cannot leave whole records of theirs behind it), and their effect on the map.
     /// The cut is durable with the next commit's sync; until then a crash may keep or lose the

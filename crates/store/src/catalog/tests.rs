@@ -106,6 +106,22 @@ fn a_crash_at_any_point_reopens_to_the_state_before_or_after_that_commit() {
     }
 }
 
+/// Discarding drops every change since the last commit, from the map and from the log.
+#[test]
+fn discarded_changes_are_gone() {
+    let storage = MemStorage::new();
+    let (mut catalog, _) = open(&storage, 1 << 20);
+    catalog.put(b"kept", b"1").unwrap();
+    catalog.commit().unwrap();
+    catalog.put(b"dropped", b"1").unwrap();
+    catalog.delete(b"kept").unwrap();
+    catalog.discard();
+    assert_eq!(map(&catalog), BTreeMap::from([(b"kept".to_vec(), b"1".to_vec())]));
+    assert_eq!(catalog.commit().unwrap(), CatalogCommitted::default(), "nothing left to write");
+    drop(catalog);
+    assert_eq!(map(&open(&storage, 1 << 20).0), BTreeMap::from([(b"kept".to_vec(), b"1".to_vec())]));
+}
+
 /// A torn tail is cut and reported; the records before it stay.
 #[test]
 fn a_torn_tail_is_cut_and_reported() {
