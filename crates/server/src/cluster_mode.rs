@@ -21,6 +21,11 @@ use crate::{listen, Config, Server, ServerHooks};
 /// How long a leader that lost its term lets its clients' connections close (320) before it
 /// replaces itself with a follower.
 const STEP_DOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a starting node keeps trying to reach etcd before it gives up: an etcd started
+/// beside it (a compose file, a test) may listen a moment before it serves.
+const JOIN_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(15);
+/// The pause between two tries.
+const JOIN_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Runs this node until `shutdown` completes (or, after a step-down, re-executes it).
 pub async fn run(
@@ -65,7 +70,7 @@ pub async fn run(
         replication_tls,
     };
     let endpoints = cluster.etcd_endpoints.join(",");
-    let coordinator = tokio::task::spawn_blocking(move || Coordinator::join(settings))
+    let coordinator = tokio::task::spawn_blocking(move || join_retrying(settings))
         .await
         .context("joining the cluster")?
         .with_context(|| format!("joining the cluster through etcd at {endpoints}"))?;
@@ -274,4 +279,24 @@ fn read_etcd_tls(
         None => None,
     };
     Ok(hourglass_cluster::etcd::EtcdTls { ca_pem: read(&files.ca)?, client })
+}
+
+/// Joins the cluster, trying again for [`JOIN_RETRY_FOR`] while etcd does not answer (logged
+/// once); the last error after that.
+fn join_retrying(
+    settings: ClusterSettings,
+) -> Result<std::sync::Arc<Coordinator>, hourglass_cluster::etcd::EtcdError> {
+    let started = std::time::Instant::now();
+    loop {
+        match Coordinator::join(settings.clone()) {
+            Ok(coordinator) => return Ok(coordinator),
+            Err(error) if started.elapsed() < JOIN_RETRY_FOR => {
+                if started.elapsed() < JOIN_RETRY_PAUSE {
+                    tracing::warn!(%error, "etcd does not answer yet; trying again");
+                }
+                std::thread::sleep(JOIN_RETRY_PAUSE);
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
