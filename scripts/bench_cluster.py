@@ -112,67 +112,84 @@ def stop_rabbitmq_cluster():
         rmq(port, "stop", check=False)
 
 
-def perf(port, pids, label, args):
+def run_perf(port, pids, label, args, timeout):
+    """Runs the load tool against `port`; its result fields and the CPU seconds every process in
+    `pids` spent meanwhile, or None (said why) when it failed."""
     before = sum(cpu_s(p) for p in pids)
     cmd = [str(PERF), "--url", f"amqp://guest:guest@127.0.0.1:{port}/%2f", "--broker-pid", str(pids[0]),
            "--label", label] + args
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     after = sum(cpu_s(p) for p in pids)
     line = next((l for l in done.stdout.splitlines() if l.startswith("{")), None)
     if done.returncode != 0 or line is None:
         print(f"  {label}: FAILED {done.stderr[-500:]}")
         return None
-    results = json.loads(line)["results"]
+    return json.loads(line)["results"], after - before
+
+
+def perf(port, pids, label, args):
+    ran = run_perf(port, pids, label, args, timeout=300)
+    if ran is None:
+        return None
+    results, cpu = ran
     ops = max(results["published"], 1)
-    figures = {"msg/s": results["msg_per_s"], "cpu_us": (after - before) * 1e6 / ops, "published": ops}
+    figures = {"msg/s": results["msg_per_s"], "cpu_us": cpu * 1e6 / ops, "published": ops}
     print(f"  {label}: {figures['msg/s']:,.0f} msg/s, {figures['cpu_us']:.2f} µs CPU/msg (all nodes)", flush=True)
     return figures
 
 
 def perf_declares(port, pids, label, queues):
     """Durable declare + bind, one at a time; CPU over every node, the queues left in place."""
-    before = sum(cpu_s(p) for p in pids)
-    cmd = [str(PERF), "--url", f"amqp://guest:guest@127.0.0.1:{port}/%2f", "--label", label,
-           "declares", "--queues", str(queues), "--step", str(max(queues // 5, 1)), "--keep-queues"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    after = sum(cpu_s(p) for p in pids)
-    line = next((l for l in done.stdout.splitlines() if l.startswith("{")), None)
-    if done.returncode != 0 or line is None:
-        print(f"  {label}: FAILED {done.stderr[-500:]}")
+    args = ["declares", "--queues", str(queues), "--step", str(max(queues // 5, 1)), "--keep-queues"]
+    ran = run_perf(port, pids, label, args, timeout=900)
+    if ran is None:
         return None
-    results = json.loads(line)["results"]
+    results, cpu = ran
     n = max(results["declared"], 1)
-    figures = {"per_s": n / results["declare_s"], "cpu_us": (after - before) * 1e6 / n}
+    figures = {"per_s": n / results["declare_s"], "cpu_us": cpu * 1e6 / n}
     print(f"  {label}: {figures['per_s']:,.0f} declare+bind/s, {figures['cpu_us']:.0f} µs CPU each (all nodes)",
           flush=True)
     return figures
+
+
+def on_single_node(tmp, name, measure):
+    """`measure(port, pids)` against a fresh single node, stopped afterwards."""
+    single = start_node(tmp, name, [])
+    wait_for_port(single["amqp"])
+    try:
+        return measure(single["amqp"], [single["proc"].pid])
+    finally:
+        single["proc"].terminate()
+        single["proc"].wait()
+
+
+def on_hourglass_cluster(run, etcd_url, measure):
+    """`measure(port, pids)` against the leader of a fresh three-node cluster (pids: leader
+    first, then the followers), stopped afterwards."""
+    run.mkdir()
+    nodes, leader = start_hourglass_cluster(run, etcd_url)
+    try:
+        pids = [leader["proc"].pid] + [n["proc"].pid for n in nodes if n is not leader]
+        return measure(leader["amqp"], pids)
+    finally:
+        for n in nodes:
+            n["proc"].terminate()
+        for n in nodes:
+            n["proc"].wait()
 
 
 def bench_declares(opts):
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="hg-bench-declares-"))
     etcd, etcd_url = start_etcd(tmp)
+    declares = lambda label: lambda port, pids: perf_declares(port, pids, label, opts.declares)  # noqa: E731
     try:
-        single = start_node(tmp, "single", [])
-        wait_for_port(single["amqp"])
-        rows.append(("Hourglass, 1 node", perf_declares(single["amqp"], [single["proc"].pid], "hourglass-1",
-                                                         opts.declares)))
-        single["proc"].terminate()
-        single["proc"].wait()
-        run = tmp / "cluster"
-        run.mkdir()
-        nodes, leader = start_hourglass_cluster(run, etcd_url)
-        pids = [leader["proc"].pid] + [n["proc"].pid for n in nodes if n is not leader]
-        rows.append(("Hourglass, 3 nodes", perf_declares(leader["amqp"], pids, "hourglass-3", opts.declares)))
-        for n in nodes:
-            n["proc"].terminate()
-        for n in nodes:
-            n["proc"].wait()
+        rows.append(("Hourglass, 1 node", on_single_node(tmp, "single", declares("hourglass-1"))))
+        rows.append(("Hourglass, 3 nodes", on_hourglass_cluster(tmp / "cluster", etcd_url, declares("hourglass-3"))))
         if not opts.skip_rabbitmq:
             pids = start_rabbitmq_cluster()
             try:
-                rows.append(("RabbitMQ 3.10, 3 nodes (classic queues)",
-                             perf_declares(RMQ_PORTS[0], pids, "rabbitmq-3", opts.declares)))
+                rows.append(("RabbitMQ 3.10, 3 nodes (classic queues)", declares("rabbitmq-3")(RMQ_PORTS[0], pids)))
             finally:
                 stop_rabbitmq_cluster()
     finally:
@@ -207,22 +224,13 @@ def main():
         for rep in range(opts.reps):
             for flow, args in flows.items():
                 size = ["--size", "16"] if "--size" not in args else []
-                single = start_node(tmp, f"single{next(runs)}", [])
-                wait_for_port(single["amqp"])
-                r = perf(single["amqp"], [single["proc"].pid], "hourglass-1", ["throughput"] + args + size + common)
+                flow_args = ["throughput"] + args + size + common
+                r = on_single_node(tmp, f"single{next(runs)}",
+                                   lambda port, pids: perf(port, pids, "hourglass-1", flow_args))
                 results.setdefault((flow, "Hourglass, 1 node"), []).append(r)
-                single["proc"].terminate()
-                single["proc"].wait()
-                run = tmp / f"cluster{next(runs)}"
-                run.mkdir()
-                nodes, leader = start_hourglass_cluster(run, etcd_url)
-                pids = [leader["proc"].pid] + [n["proc"].pid for n in nodes if n is not leader]
-                r = perf(leader["amqp"], pids, "hourglass-3", ["throughput"] + args + size + common)
+                r = on_hourglass_cluster(tmp / f"cluster{next(runs)}", etcd_url,
+                                         lambda port, pids: perf(port, pids, "hourglass-3", flow_args))
                 results.setdefault((flow, "Hourglass, 3 nodes"), []).append(r)
-                for n in nodes:
-                    n["proc"].terminate()
-                for n in nodes:
-                    n["proc"].wait()
         if not opts.skip_rabbitmq:
             pids = start_rabbitmq_cluster()
             try:
