@@ -10,16 +10,8 @@ if [ ! -f /usr/share/java/amqp-client.jar ]; then
 fi
 java_out=$(mktemp -d)
 javac -d "$java_out" -cp "$java_cp" tests/clients/JavaClientFlows.java
-cargo build --release --locked --quiet
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
-data=$(mktemp -d)
-target/release/hourglass --bind 127.0.0.1 --amqp-port "$port" --http-port 0 --metrics-port 0 --data-dir "$data" > "$data/broker.log" 2>&1 &
-pid=$!
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data"' EXIT
-for _ in $(seq 1 100); do
-  python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),timeout=0.2)" 2>/dev/null && break
-  sleep 0.1
-done
+. tests/clients/start_broker.sh
+start_broker
 failed=0
 for script in tests/clients/*.py; do
   if timeout 60 python3 "$script" "$port"; then echo "ok   $script"; else echo "FAIL $script"; failed=$((failed+1)); fi

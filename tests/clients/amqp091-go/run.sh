@@ -14,17 +14,8 @@ if ! command -v go >/dev/null || [ ! -d "$src" ] || [ ! -d /usr/share/gocode/src
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go \
     golang-github-rabbitmq-amqp091-go-dev golang-uber-goleak-dev) >/dev/null
 fi
-cargo build --release --locked --quiet
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
-data=$(mktemp -d)
-"${CARGO_TARGET_DIR:-target}/release/hourglass" --bind 127.0.0.1 --amqp-port "$port" --http-port 0 --metrics-port 0 \
-  --data-dir "$data" > "$data/broker.log" 2>&1 &
-pid=$!
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data"' EXIT
-for _ in $(seq 1 100); do
-  python3 -c "import socket; socket.create_connection(('127.0.0.1',$port),timeout=0.2)" 2>/dev/null && break
-  sleep 0.1
-done
+. tests/clients/start_broker.sh
+start_broker
 export GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOCACHE="$data/go-cache"
 # The product-gated tests (see above); Go 1.19 has no -skip, so the others are named in -run.
 gated='^(TestIntegrationRecoverNotImplemented|TestRabbitMQQueueTTLGet|TestRabbitMQQueueNackMultipleRequeue)$'
