@@ -3,10 +3,9 @@
 //! leader and come in sync through it, and a node without a client certificate cannot join.
 
 mod cluster_support;
+mod common;
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cluster_support::{free_port, Cluster, Etcd, TestPki};
 
@@ -26,33 +25,18 @@ fn nodes_coordinate_through_an_etcd_that_requires_client_certificates() {
     assert!(leader == "n1" || leader == "n2", "{leader}");
 
     // The CA alone is not enough: etcd asks for a client certificate, and the node stops.
-    let data = dir.join("stranger");
-    let mut stranger = Command::new(env!("CARGO_BIN_EXE_hourglass"))
-        .args(["--bind", "127.0.0.1", "--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"])
-        .args(["--replication-port", &free_port().to_string(), "--node-name", "stranger"])
-        .args(["--etcd-endpoints", &url, "--etcd-cacert", &pki.ca])
-        .arg("--data-dir")
-        .arg(&data)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start hourglass");
-    let deadline = Instant::now() + REFUSAL_WITHIN;
-    let status = loop {
-        if let Some(status) = stranger.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = stranger.kill();
-            panic!("a node without a client certificate kept running");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut printed = String::new();
-    if let Some(mut err) = stranger.stderr.take() {
-        let _ = err.read_to_string(&mut printed);
-    }
+    let replication = free_port().to_string();
+    let stranger = [
+        "--replication-port",
+        &replication,
+        "--node-name",
+        "stranger",
+        "--etcd-endpoints",
+        &url,
+        "--etcd-cacert",
+        &pki.ca,
+    ];
+    let (status, printed) = common::run_until_exit(&dir.join("stranger"), &stranger, REFUSAL_WITHIN);
     assert!(!status.success(), "{printed}");
     assert!(printed.contains("joining the cluster through etcd"), "{printed}");
     drop(cluster);

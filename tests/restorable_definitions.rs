@@ -5,9 +5,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{connect, http, RunningBroker};
 use lapin::options::*;
@@ -191,40 +189,6 @@ async fn a_lost_definitions_file_keeps_every_confirmed_message() {
     assert_all_500(&drain_orphaned(&broker).await);
 }
 
-/// Runs the binary on `data_dir` expecting it to refuse to start; returns its exit code and
-/// everything it printed.
-fn refused_start(data_dir: &std::path::Path) -> (Option<i32>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hourglass"))
-        .args(["--bind", "127.0.0.1", "--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start hourglass");
-    let deadline = Instant::now() + STEP;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("hourglass did not refuse to start within {STEP:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // It printed little (a few log lines and the error): the pipes held it all while it ran.
-    let mut printed = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        let _ = out.read_to_string(&mut printed);
-    }
-    if let Some(mut err) = child.stderr.take() {
-        let _ = err.read_to_string(&mut printed);
-    }
-    (status.code(), printed)
-}
-
 /// Issue 12 finding 1: a damaged definitions file (here the catalog log's header) stops the
 /// start with one line naming it and the way out, deleting nothing; started once with that flag,
 /// the broker moves the file aside and keeps all 500 confirmed messages.
@@ -236,8 +200,8 @@ async fn a_damaged_definitions_file_refuses_to_start_and_the_flag_keeps_every_me
     bytes[12] ^= 0xff; // a flipped header byte: the header's checksum no longer matches
     std::fs::write(&file, &bytes).unwrap();
 
-    let (code, printed) = refused_start(&data_dir);
-    assert_ne!(code, Some(0), "{printed}");
+    let (status, printed) = common::run_until_exit(&data_dir, &[], STEP);
+    assert!(!status.success(), "{printed}");
     let line = printed
         .lines()
         .find(|l| l.contains("catalog.log does not read"))

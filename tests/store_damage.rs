@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{connect, http, RunningBroker};
@@ -115,29 +114,7 @@ async fn damaged_segment_header_refuses_start_until_recover_skip_corrupt() {
     let data_dir = confirmed_messages_then_stop().await;
     xor_byte(&only_segment(&data_dir), 3, 0x01);
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hourglass"))
-        .args(["--bind", "127.0.0.1", "--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"])
-        .arg("--data-dir")
-        .arg(&data_dir)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start hourglass");
-    let deadline = std::time::Instant::now() + STEP;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("a start over a damaged segment header did not exit");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let output = child.wait_with_output().unwrap();
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let (status, text) = common::run_until_exit(&data_dir, &[], STEP);
     assert!(!status.success());
     assert!(text.contains("--recover-skip-corrupt") && text.contains("corrupt at byte 0"), "{text}");
 

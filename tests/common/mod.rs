@@ -137,6 +137,32 @@ impl Drop for RunningBroker {
     }
 }
 
+/// Runs the binary on `data_dir` (loopback, OS-chosen ports, then `extra`) expecting it to stop by
+/// itself within `within` (else it is killed and the test fails): its exit status and everything
+/// it printed, stdout then stderr.
+pub fn run_until_exit(
+    data_dir: &std::path::Path,
+    extra: &[&str],
+    within: Duration,
+) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hourglass"))
+        .args(["--bind", "127.0.0.1", "--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(extra)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start hourglass");
+    // It prints little (a few log lines and the error): the pipes hold it all while it runs.
+    let status = wait_with_timeout(&mut child, within);
+    let output = child.wait_with_output().expect("its output");
+    let printed =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (status, printed)
+}
+
 fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
     let deadline = std::time::Instant::now() + timeout;
     loop {
