@@ -15,9 +15,35 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// A free loopback port (bound then released; the OS does not hand it out again at once).
+/// A free loopback port for a server that a test restarts on the same port.
+///
+/// It comes from below the kernel's ephemeral range (`ip_local_port_range`): a port from inside
+/// it may be taken, while its node is down, as the local port of any outgoing connection on the
+/// machine, and the restarted node then cannot listen ("address in use"). Ports are handed out
+/// in turn from a per-process random start and probed by binding them.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOWEST: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|start| *start > LOWEST + 1_000)
+        .unwrap_or(32_768);
+    let span = ephemeral_start - LOWEST;
+    let _ = NEXT.compare_exchange(
+        0,
+        std::process::id().wrapping_mul(7_919) % span + 1,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..span {
+        let port = (LOWEST + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range")
 }
 
 fn scratch_dir(what: &str) -> PathBuf {
