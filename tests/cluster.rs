@@ -4,6 +4,7 @@
 //! the queue exactly once, there is one leader, and the returning node is in sync again.
 
 mod cluster_support;
+mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -5,6 +5,7 @@
 //! nothing confirmed and never consumed is queued twice, one leader, every node in sync.
 
 mod cluster_support;
+mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

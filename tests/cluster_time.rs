@@ -2,6 +2,7 @@
 //! published to the old leader neither fire early on the new one nor are forgotten.
 
 mod cluster_support;
+mod common;
 
 use std::time::{Duration, Instant};
 

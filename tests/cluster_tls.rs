@@ -3,6 +3,7 @@
 //! and a peer without the cluster's certificate cannot stream to a follower.
 
 mod cluster_support;
+mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

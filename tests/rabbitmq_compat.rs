@@ -5,16 +5,13 @@ mod common;
 
 use std::time::Duration;
 
-use bytes::BytesMut;
+use common::raw_amqp::{plain_start_ok, RawAmqp};
 use common::{connect, http, RunningBroker};
-use hourglass_wire::{
-    encode_method_frame, ChannelOpen, ConnectionOpen, ConnectionStartOk, ConnectionTuneOk,
-    FieldTable as WireTable, FieldValue, Frame, FrameDecoder, LongStr, Method, ShortStr, PROTOCOL_HEADER,
-};
+use hourglass_wire::{FieldValue, Method, ShortStr};
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::BasicProperties;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 const STEP: Duration = Duration::from_secs(10);
 
@@ -168,33 +165,12 @@ async fn api_paths_accept_a_trailing_slash() {
     }
 }
 
-/// Reads frames from a raw socket until one method arrives (or the socket closes: None).
-async fn next_method(socket: &mut tokio::net::TcpStream, input: &mut BytesMut) -> Option<Method> {
-    let mut decoder = FrameDecoder::new(131_072);
-    loop {
-        if let Ok(Some(Frame::Method { method, .. })) = decoder.decode(input) {
-            return Some(method);
-        }
-        let mut chunk = [0u8; 4096];
-        let read = tokio::time::timeout(STEP, socket.read(&mut chunk)).await.expect("broker answers in time");
-        match read {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => input.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
-
 /// connection.start says which RabbitMQ version we behave as (clients gate features on it) and
 /// gives our own version separately.
 #[tokio::test]
 async fn server_properties_name_the_rabbitmq_version_followed() {
     let broker = RunningBroker::start();
-    let mut socket = tokio::net::TcpStream::connect(broker.amqp).await.unwrap();
-    socket.write_all(PROTOCOL_HEADER).await.unwrap();
-    let mut input = BytesMut::new();
-    let Some(Method::ConnectionStart(start)) = next_method(&mut socket, &mut input).await else {
-        panic!("no connection.start");
-    };
+    let (_, start) = RawAmqp::greet(&broker).await;
     let text = |key: &str| match start.server_properties.get(key) {
         Some(FieldValue::LongStr(value)) => value.as_str().into_owned(),
         other => panic!("{key}: {other:?}"),
@@ -209,12 +185,9 @@ async fn server_properties_name_the_rabbitmq_version_followed() {
 #[tokio::test]
 async fn failed_login_without_the_capability_drops_the_socket() {
     let broker = RunningBroker::start();
-    let mut socket = tokio::net::TcpStream::connect(broker.amqp).await.unwrap();
-    socket.write_all(PROTOCOL_HEADER).await.unwrap();
-    let mut input = BytesMut::new();
-    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionStart(_))));
-    send(&mut socket, &[(0, plain_start_ok("wrong").into())]).await;
-    assert_eq!(next_method(&mut socket, &mut input).await, None, "the socket is closed without a method");
+    let (mut raw, _) = RawAmqp::greet(&broker).await;
+    raw.send(&[(0, plain_start_ok("wrong").into())]).await;
+    assert_eq!(raw.next_method().await, None, "the socket is closed without a method");
 }
 
 /// A persistent message never delivered before a restart comes back with redelivered=false
@@ -261,50 +234,15 @@ async fn undelivered_persistent_message_is_not_redelivered_after_a_restart() {
     assert_eq!(seen, [("first".to_owned(), true), ("never".to_owned(), false)]);
 }
 
-/// Sends methods as frames on a raw socket.
-async fn send(socket: &mut tokio::net::TcpStream, frames: &[(u16, Method)]) {
-    let mut out = BytesMut::new();
-    for (channel, method) in frames {
-        encode_method_frame(*channel, method, &mut out);
-    }
-    socket.write_all(&out).await.unwrap();
-}
-
-/// PLAIN start-ok with no client properties (so no capabilities announced).
-fn plain_start_ok(password: &str) -> ConnectionStartOk {
-    ConnectionStartOk {
-        client_properties: WireTable::new(),
-        mechanism: ShortStr::from_static("PLAIN"),
-        response: LongStr::from(format!("\0guest\0{password}").as_str()),
-        locale: ShortStr::from_static("en_US"),
-    }
-}
-
-/// A raw socket as guest on `/` with channel 1 open, heartbeats off; the read buffer goes with it.
-async fn raw_open_channel(broker: &RunningBroker) -> (tokio::net::TcpStream, BytesMut) {
-    let mut socket = tokio::net::TcpStream::connect(broker.amqp).await.unwrap();
-    socket.write_all(PROTOCOL_HEADER).await.unwrap();
-    let mut input = BytesMut::new();
-    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionStart(_))));
-    send(&mut socket, &[(0, plain_start_ok("guest").into())]).await;
-    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionTune(_))));
-    let tune_ok = ConnectionTuneOk { channel_max: 16, frame_max: 131_072, heartbeat: 0 };
-    let open = ConnectionOpen { virtual_host: ShortStr::from_static("/") };
-    send(&mut socket, &[(0, tune_ok.into()), (0, open.into()), (1, ChannelOpen {}.into())]).await;
-    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ConnectionOpenOk(_))));
-    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::ChannelOpenOk(_))));
-    (socket, input)
-}
-
 /// A content header frame where a method frame is due is 505 UNEXPECTED_FRAME, decided before its
 /// payload is parsed (`UnexpectedFrames#missingMethod`; a malformed payload used to win as 502).
 #[tokio::test]
 async fn content_header_where_a_method_is_due_is_unexpected_frame() {
     let broker = RunningBroker::start();
-    let (mut socket, mut input) = raw_open_channel(&broker).await;
+    let mut raw = RawAmqp::open(&broker, &[1]).await;
     // a header frame on channel 1 whose 2-octet payload is not even a header
-    socket.write_all(&[2, 0, 1, 0, 0, 0, 2, 0, 60, 0xCE]).await.unwrap();
-    let Some(Method::ConnectionClose(close)) = next_method(&mut socket, &mut input).await else {
+    raw.socket.write_all(&[2, 0, 1, 0, 0, 0, 2, 0, 60, 0xCE]).await.unwrap();
+    let Some((0, Method::ConnectionClose(close))) = raw.next_method().await else {
         panic!("no connection.close");
     };
     assert_eq!(close.reply_code, 505, "{:?}", close.reply_text);
@@ -399,14 +337,14 @@ async fn client_that_stops_reading_is_disconnected_after_the_send_timeout() {
     let channel = publisher.create_channel().await.unwrap();
     channel.queue_declare("flood".into(), Default::default(), Default::default()).await.unwrap();
     // A raw consumer that never reads what the broker sends.
-    let (mut socket, mut input) = raw_open_channel(&broker).await;
+    let mut raw = RawAmqp::open(&broker, &[1]).await;
     let consume = hourglass_wire::BasicConsume {
         queue: ShortStr::from_static("flood"),
         no_ack: true,
         ..Default::default()
     };
-    send(&mut socket, &[(1, consume.into())]).await;
-    assert!(matches!(next_method(&mut socket, &mut input).await, Some(Method::BasicConsumeOk(_))));
+    raw.send(&[(1, consume.into())]).await;
+    assert!(matches!(raw.next_method().await, Some((1, Method::BasicConsumeOk(_)))));
     let connections =
         |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap().as_array().unwrap().len();
     assert_eq!(connections(&http(&broker, "GET", "/api/connections", "").await.1), 2);
@@ -428,7 +366,7 @@ async fn client_that_stops_reading_is_disconnected_after_the_send_timeout() {
     })
     .await;
     assert!(closed.is_ok(), "the stalled consumer's connection was not closed");
-    drop(socket);
+    drop(raw);
 }
 
 /// One consumer per queue on a channel with global prefetch 1: acking one delivery at a time
@@ -475,7 +413,7 @@ async fn global_prefetch_serves_every_queue_of_the_channel() {
 #[tokio::test]
 async fn close_ok_reaches_a_client_still_flushing_frames() {
     let broker = RunningBroker::start();
-    let (mut socket, mut input) = raw_open_channel(&broker).await;
+    let mut raw = RawAmqp::open(&broker, &[1]).await;
     let close = hourglass_wire::ConnectionClose {
         reply_code: 200,
         reply_text: ShortStr::from_static("bye"),
@@ -485,9 +423,9 @@ async fn close_ok_reaches_a_client_still_flushing_frames() {
     let qos = hourglass_wire::BasicQos { prefetch_size: 0, prefetch_count: 1, global: false };
     let mut frames = vec![(0, close.into())];
     frames.extend((0..20_000).map(|_| (1, qos.clone().into())));
-    send(&mut socket, &frames).await;
-    let answer = next_method(&mut socket, &mut input).await;
-    assert!(matches!(answer, Some(Method::ConnectionCloseOk(_))), "{answer:?}");
+    raw.send(&frames).await;
+    let answer = raw.next_method().await;
+    assert!(matches!(answer, Some((0, Method::ConnectionCloseOk(_)))), "{answer:?}");
 }
 
 /// A user with the `impersonator` tag may publish with another user's `user_id`; a user without

@@ -1,6 +1,6 @@
 //! A real etcd and real `hourglass` nodes on loopback, for the cluster tests: start, `kill -9`,
 //! SIGSTOP/SIGCONT, restart on the same ports and data directory; the cluster's view through
-//! `GET /api/cluster`.
+//! `GET /api/cluster`. Test files that use it also declare `mod common;` (its HTTP text).
 //!
 //! etcd comes from Debian's `etcd-server` (`.ci/run` installs it). Without it the tests say so
 //! and pass only when `HOURGLASS_REQUIRE_ETCD` is unset; CI sets it, so there they fail.
@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use crate::common::http_wire;
 
 /// A free loopback port for a server that a test restarts on the same port.
 ///
@@ -386,15 +388,8 @@ impl Cluster {
 pub fn http_request(address: &str, method: &str, path: &str) -> Option<(u16, String)> {
     let mut socket = TcpStream::connect_timeout(&address.parse().ok()?, Duration::from_secs(2)).ok()?;
     socket.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\
-         Content-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    socket.write_all(request.as_bytes()).ok()?;
+    socket.write_all(http_wire::request(method, path, "").as_bytes()).ok()?;
     let mut response = Vec::new();
     socket.read_to_end(&mut response).ok()?;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    Some((status, body))
+    http_wire::parse_response(&response)
 }

@@ -1,6 +1,9 @@
 //! Starts the real `hourglass` binary on loopback for end-to-end tests.
 #![allow(dead_code)]
 
+pub mod http_wire;
+pub mod raw_amqp;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -204,16 +207,8 @@ pub async fn connect_result(broker: &RunningBroker) -> lapin::Result<lapin::Conn
 pub async fn http(broker: &RunningBroker, method: &str, path: &str, body: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut socket = tokio::net::TcpStream::connect(broker.http).await.expect("connect http");
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    socket.write_all(request.as_bytes()).await.expect("send http");
+    socket.write_all(http_wire::request(method, path, body).as_bytes()).await.expect("send http");
     let mut response = Vec::new();
     socket.read_to_end(&mut response).await.expect("read http");
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
+    http_wire::parse_response(&response).unwrap_or((0, String::new()))
 }
