@@ -6,6 +6,11 @@ use hourglass_server::{Config, Server};
 
 /// Starts a broker on OS-chosen loopback ports in a background runtime; returns its API URL.
 fn start_broker() -> String {
+    start_broker_with_amqp().0
+}
+
+/// Starts a broker as `start_broker`; returns its API URL and its AMQP address.
+fn start_broker_with_amqp() -> (String, std::net::SocketAddr) {
     // One data directory per broker: tests run in parallel and a directory takes one broker.
     static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -23,11 +28,12 @@ fn start_broker() -> String {
                 ..Config::default()
             };
             let server = Server::bind(config).await.expect("bind");
-            tx.send(server.http_addr().expect("addr")).expect("send");
+            tx.send((server.http_addr().expect("addr"), server.amqp_addr().expect("addr"))).expect("send");
             server.run(std::future::pending()).await.expect("run");
         });
     });
-    format!("http://{}", rx.recv().expect("broker started"))
+    let (http, amqp) = rx.recv().expect("broker started");
+    (format!("http://{http}"), amqp)
 }
 
 /// Runs hourglass-ctl with rows only (`-q --no-table-headers`), as scripts use it.
@@ -310,4 +316,38 @@ fn alarm_limit_verbs_raise_and_clear_the_alarms() {
     assert!(!ok && err.contains("\"fraction\" must be a number from 0 to 1"), "{err}");
     let (ok, _, err) = ctl(&url, &["set_disk_free_limit", "5 parsecs"]);
     assert!(!ok && err.contains("unknown unit"), "{err}");
+}
+
+/// close_all_connections closes the vhost's connections (at most `--limit`), or every vhost's
+/// with `--global`.
+#[test]
+fn close_all_connections_closes_a_vhosts_connections_or_all() {
+    let (url, amqp) = start_broker_with_amqp();
+    assert!(ctl(&url, &["add_vhost", "other"]).0);
+    assert!(ctl(&url, &["set_permissions", "-p", "other", "guest", ".*", ".*", ".*"]).0);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let open = |vhost: &str| {
+        let uri = format!("amqp://guest:guest@{amqp}/{}", if vhost == "/" { "%2f" } else { vhost });
+        runtime.block_on(lapin::Connection::connect(&uri, Default::default())).expect("connect")
+    };
+    let (root, other) = ([open("/"), open("/"), open("/")], open("other"));
+    let open_count =
+        |connections: &[&lapin::Connection]| connections.iter().filter(|c| c.status().connected()).count();
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+
+    let (ok, out, err) = ctl_as_typed(&url, &["close_all_connections", "--limit", "2", "maintenance"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Closing all connections in vhost / (limit: 2)"), "{out}");
+    wait_for("two of vhost /'s connections closed", &|| open_count(&[&root[0], &root[1], &root[2]]) == 1);
+    assert!(other.status().connected(), "another vhost's connection is left alone");
+
+    assert!(ctl(&url, &["close_all_connections", "--global", "maintenance"]).0);
+    wait_for("every connection closed", &|| open_count(&[&root[0], &root[1], &root[2], &other]) == 0);
+    assert_eq!(ctl(&url, &["list_connections"]).1, "");
 }

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use crate::client::{segment, Client};
 use crate::output::Format;
 
+mod connections;
 mod limits;
 mod node;
 
@@ -158,6 +159,9 @@ pub enum Command {
         #[arg(default_value = "Closed via hourglass-ctl")]
         reason: String,
     },
+    /// Closes every client connection of the vhost (`--global`: of every vhost), giving them
+    /// the explanation.
+    CloseAllConnections(connections::CloseAllArgs),
     /// Publishes a message through the HTTP API (rabbitmqadmin's `publish`); `""` is the default
     /// exchange. Headers as `--header name=value` (values that parse as integers are sent as such).
     PublishMessage {
@@ -423,8 +427,11 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             &["queue.name", "channel_details.name", "consumer_tag", "ack_required", "prefetch_count"],
         )),
         Command::CloseConnection { name, reason } => {
-            client.delete_with_reason(&format!("/api/connections/{}", segment(&name)), &reason)?;
+            connections::close_connection(client, &name, &reason)?;
             Ok(String::new())
+        }
+        Command::CloseAllConnections(args) => {
+            connections::close_all_connections(client, vhost, &args, format)
         }
         Command::PublishMessage { exchange, routing_key, payload, headers } => {
             let exchange = if exchange.is_empty() { "amq.default".to_owned() } else { exchange };
