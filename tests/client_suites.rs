@@ -14,11 +14,12 @@ use lapin::{ErrorKind, ExchangeKind};
 /// Bounds every wait on the broker so a bug fails the test instead of hanging it.
 const STEP: Duration = Duration::from_secs(10);
 
-/// pika's `TestInvalidExchangeTypeRaisesConnectionClosed`: declaring an exchange of a type the
-/// broker does not have closes the connection with 503 and RabbitMQ 3.10's text, "unknown exchange
-/// type" (RabbitMQ says "invalid" only for names that happen to be Erlang atoms, e.g. `ok`).
+/// pika's `TestInvalidExchangeTypeRaisesConnectionClosed` (1.4.4): declaring an exchange of a
+/// type the broker does not have closes the channel with 406 and RabbitMQ's text, "unknown
+/// exchange type", as RabbitMQ 3.12.14 and 3.13.3 on do; the connection and its other channels
+/// stay open (RabbitMQ 3.10 closed the connection with 503).
 #[tokio::test]
-async fn unknown_exchange_type_closes_the_connection_with_rabbitmqs_text() {
+async fn unknown_exchange_type_closes_the_channel_with_rabbitmqs_text() {
     let broker = RunningBroker::start();
     let conn = connect(&broker).await;
     let channel = conn.create_channel().await.unwrap();
@@ -26,9 +27,11 @@ async fn unknown_exchange_type_closes_the_connection_with_rabbitmqs_text() {
     let declare = channel.exchange_declare("odd".into(), kind, Default::default(), Default::default());
     let err = tokio::time::timeout(STEP, declare).await.expect("an answer").expect_err("refused");
     let ErrorKind::ProtocolError(amqp) = err.kind() else { panic!("not a protocol error: {err}") };
-    assert_eq!(amqp.get_id(), 503);
-    assert_eq!(amqp.get_message().as_str(), "COMMAND_INVALID - unknown exchange type 'ZZwwInvalid'");
-    assert!(!conn.status().connected(), "503 is a connection error: the connection is closed");
+    assert_eq!(amqp.get_id(), 406);
+    assert_eq!(amqp.get_message().as_str(), "PRECONDITION_FAILED - unknown exchange type 'ZZwwInvalid'");
+    assert!(conn.status().connected(), "406 is a channel error: the connection stays open");
+    let other = conn.create_channel().await.unwrap();
+    other.queue_declare("still-served".into(), Default::default(), Default::default()).await.unwrap();
 }
 
 /// amqp091-go's `TestChannelExceptionWithCloseIssue43`: the client closes a channel the broker is

@@ -197,13 +197,14 @@ fn publish_to_missing_or_internal_exchange_fails() {
     assert_eq!(err.reply_code, 403);
 }
 
-/// An unknown exchange type is a 503 connection error; redeclaring with another type is 406.
+/// An unknown exchange type is a 406 channel error (RabbitMQ 3.13's); redeclaring with another
+/// type is 406 too.
 #[test]
 fn exchange_declare_errors() {
     let mut tb = TestBroker::new();
     let c = tb.channel();
-    let err = connection_error(&declare_exchange(&mut tb, c, "x", "bogus")).expect("503");
-    assert_eq!(err.reply_text, "COMMAND_INVALID - unknown exchange type 'bogus'");
+    let err = channel_error(&declare_exchange(&mut tb, c, "x", "bogus")).expect("406");
+    assert_eq!(err.reply_text, "PRECONDITION_FAILED - unknown exchange type 'bogus'");
     let c = tb.channel();
     declare_exchange(&mut tb, c, "x", "direct");
     let err = channel_error(&declare_exchange(&mut tb, c, "x", "fanout")).expect("406");

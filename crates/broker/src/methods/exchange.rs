@@ -29,15 +29,18 @@ impl Broker {
                 return Err(errors::no_exchange(&m.exchange, &vhost_name));
             }
         } else {
-            // rabbit_channel: the type is checked first (a hard 503), then the default exchange.
+            // rabbit_channel: the type is checked first, then the default exchange. An unknown type
+            // is a channel error (406) as since RabbitMQ 3.12.14/3.13.3, the version we announce;
+            // 3.10 closed the whole connection (503) for it.
             let delayed = m.kind.as_bytes() == delayed::TYPE_NAME.as_bytes();
             let kind = if delayed {
                 delayed::routing_kind(&m.arguments)?
             } else {
                 // rabbit_exchange:check_type says "unknown" for a name it has never seen (every
                 // name a client makes up); its "invalid" needs the name to be an Erlang atom.
-                ExchangeKind::parse(m.kind.as_bytes())
-                    .ok_or_else(|| errors::command_invalid(format!("unknown exchange type '{}'", m.kind)))?
+                ExchangeKind::parse(m.kind.as_bytes()).ok_or_else(|| {
+                    errors::precondition_failed(format!("unknown exchange type '{}'", m.kind))
+                })?
             };
             if m.exchange.is_empty() {
                 return Err(errors::default_exchange_refused());
