@@ -465,3 +465,61 @@ async fn impersonator_tag_allows_another_user_id() {
     let error = refused.await.expect_err("refused without the tag").to_string();
     assert!(error.contains("PRECONDITION_FAILED"), "{error}");
 }
+
+/// The firehose tracer switched on through the API (`PUT /api/vhosts/%2F {"tracing": true}`, as
+/// `rabbitmqctl trace_on` and the management UI do): a publish and its basic.get are copied to
+/// `amq.rabbitmq.trace` as `publish.<exchange>` and `deliver.<queue>` (the Java client's
+/// `Firehose` test).
+#[tokio::test]
+async fn firehose_copies_publishes_and_deliveries_when_tracing_is_on() {
+    let broker = RunningBroker::start();
+    assert_eq!(http(&broker, "PUT", "/api/vhosts/%2F", r#"{"tracing": true}"#).await.0, 204);
+    let vhost: serde_json::Value =
+        serde_json::from_str(&http(&broker, "GET", "/api/vhosts/%2F", "").await.1).unwrap();
+    assert_eq!(vhost["tracing"], true);
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    for q in ["work", "firehose"] {
+        channel.queue_declare(q.into(), Default::default(), Default::default()).await.unwrap();
+    }
+    let bind = channel.queue_bind(
+        "firehose".into(),
+        "amq.rabbitmq.trace".into(),
+        "#".into(),
+        Default::default(),
+        FieldTable::default(),
+    );
+    bind.await.unwrap();
+    channel
+        .basic_publish("".into(), "work".into(), Default::default(), b"job", Default::default())
+        .await
+        .unwrap();
+    let got = channel.basic_get("work".into(), BasicGetOptions { no_ack: true }).await.unwrap();
+    assert!(got.is_some(), "the message itself arrives");
+
+    let mut traced = Vec::new();
+    for _ in 0..2 {
+        let copy = channel
+            .basic_get("firehose".into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+            .expect("a copy");
+        let headers = copy.delivery.properties.headers().clone().unwrap_or_default();
+        let routed: Vec<String> = match headers.inner().get("routed_queues") {
+            Some(AMQPValue::FieldArray(queues)) => queues
+                .as_slice()
+                .iter()
+                .filter_map(|q| if let AMQPValue::LongString(q) = q { Some(q.to_string()) } else { None })
+                .collect(),
+            _ => Vec::new(),
+        };
+        traced.push((copy.delivery.routing_key.to_string(), copy.delivery.data.clone(), routed));
+    }
+    assert_eq!(
+        traced,
+        [
+            ("publish.".to_owned(), b"job".to_vec(), vec!["work".to_owned()]),
+            ("deliver.work".to_owned(), b"job".to_vec(), Vec::new())
+        ]
+    );
+}

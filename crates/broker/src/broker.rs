@@ -12,6 +12,7 @@ use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Ef
 use crate::channel::{Channel, Unacked};
 use crate::churn::ChurnStats;
 use crate::dead_lettering::DeadLetterQueue;
+use crate::firehose::Firehose;
 use crate::message_stats::{MessageSizes, MessageStats};
 use crate::naming::NameGenerator;
 use crate::persist::Persistence;
@@ -88,6 +89,8 @@ pub struct Broker {
     pub(crate) message_sizes: MessageSizes,
     pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
+    /// `trace_on`'s vhosts and the deliveries to trace (`firehose.rs`).
+    pub(crate) firehose: Firehose,
     pub(crate) persist: Persistence,
     /// Direct reply-to consumers (`amq.rabbitmq.reply-to`), by channel and by reply address.
     pub(crate) reply_consumers: ReplyConsumers,
@@ -115,6 +118,7 @@ impl Broker {
             message_sizes: MessageSizes::default(),
             timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
+            firehose: Firehose::default(),
             persist: Persistence::new(config.persistence),
             reply_consumers: ReplyConsumers::default(),
             pager: Pager::default(),

@@ -10,6 +10,7 @@ use hourglass_wire::{BasicDeliver, Method};
 use crate::api::{ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
 use crate::channel::{Channel, Unacked};
+use crate::firehose::{Firehose, TracedDelivery};
 use crate::message_stats::{DeliveryKind, MessageStats};
 use crate::persist::Persistence;
 use crate::queue::entry::Entry;
@@ -46,12 +47,14 @@ impl Broker {
                     &mut self.effects,
                     stats,
                     &mut self.persist,
+                    &mut self.firehose,
                     now,
                 );
             }
         }
         self.drop_overflowing_head(id);
         self.reschedule(id);
+        self.trace_deliveries(now);
     }
 
     /// Delivers `entry` to a consumer of queue `id` that can take it now, without queueing it;
@@ -62,7 +65,19 @@ impl Broker {
         let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
         queue.mark_delivered(expect_ack);
         let stats = &mut self.message_stats;
-        deliver(queue, at, entry, &mut self.channels, &mut self.effects, stats, &mut self.persist, now);
+        let firehose = &mut self.firehose;
+        deliver(
+            queue,
+            at,
+            entry,
+            &mut self.channels,
+            &mut self.effects,
+            stats,
+            &mut self.persist,
+            firehose,
+            now,
+        );
+        self.trace_deliveries(now);
         None
     }
 }
@@ -93,6 +108,7 @@ fn deliver(
     effects: &mut VecDeque<Effect>,
     stats: &mut MessageStats,
     persist: &mut Persistence,
+    firehose: &mut Firehose,
     now: Timestamp,
 ) {
     let queue_id = queue.id;
@@ -123,6 +139,7 @@ fn deliver(
         exchange: message.exchange.clone(),
         routing_key: message.routing_key.clone(),
     });
+    let (conn, channel_id, redelivered) = (consumer.conn, consumer.channel, entry.redelivered);
     if !consumer.no_ack {
         consumer.unacked += 1;
         channel.track(Unacked {
@@ -136,10 +153,14 @@ fn deliver(
             queue.visibility.insert(at, delivery);
         }
     }
-    effects.push_back(Effect::Send {
-        conn: consumer.conn,
-        channel: consumer.channel,
-        method,
-        content: Some(message),
-    });
+    let traced = || TracedDelivery {
+        vhost: queue.vhost.clone(),
+        queue: queue.name().clone(),
+        message: message.clone(),
+        redelivered,
+        conn,
+        channel: channel_id,
+    };
+    firehose.note_delivery(traced, &queue.vhost);
+    effects.push_back(Effect::Send { conn, channel: channel_id, method, content: Some(message) });
 }

@@ -14,6 +14,7 @@ mod dispatch;
 mod enqueue;
 mod errors;
 pub mod exchange;
+mod firehose;
 pub mod message;
 pub mod message_stats;
 mod methods;

@@ -351,3 +351,20 @@ fn close_all_connections_closes_a_vhosts_connections_or_all() {
     wait_for("every connection closed", &|| open_count(&[&root[0], &root[1], &root[2], &other]) == 0);
     assert_eq!(ctl(&url, &["list_connections"]).1, "");
 }
+
+/// trace_on / trace_off switch the vhost's firehose, as `list_vhosts name tracing` shows; an
+/// unknown vhost is an error, not created.
+#[test]
+fn trace_on_and_off_switch_the_vhosts_firehose() {
+    let url = start_broker();
+    assert_eq!(ctl(&url, &["list_vhosts", "name", "tracing"]).1, "/\tfalse\n");
+    let (ok, out, err) = ctl_as_typed(&url, &["trace_on"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "Starting tracing for vhost \"/\" ...\n");
+    assert_eq!(ctl(&url, &["list_vhosts", "name", "tracing"]).1, "/\ttrue\n");
+    assert!(ctl(&url, &["trace_off", "-p", "/"]).0);
+    assert_eq!(ctl(&url, &["list_vhosts", "name", "tracing"]).1, "/\tfalse\n");
+    let (ok, _, err) = ctl(&url, &["trace_on", "-p", "nowhere"]);
+    assert!(!ok && err.contains("nowhere"), "{err}");
+    assert_eq!(ctl(&url, &["list_vhosts"]).1, "/\n");
+}

@@ -67,6 +67,7 @@ impl Broker {
         for id in queues {
             self.delete_queue(id);
         }
+        self.forget_tracing(name);
         self.vhosts.remove(name);
         // Everything stored under it goes with it (its policies too).
         self.vhosts_changed(name);

@@ -15,6 +15,7 @@ use crate::channel::{Mode, Settlement, Unacked};
 use crate::enqueue::Enqueued;
 use crate::errors;
 use crate::exchange::delayed;
+use crate::firehose::TracedDelivery;
 use crate::message::Message;
 use crate::message_stats::{Confirm, DeliveryKind, PublishOutcome};
 use crate::queue::consumers::Consumer;
@@ -120,6 +121,10 @@ impl Broker {
                 method: method.into(),
                 content: Some(message.clone()),
             });
+        }
+        if self.firehose.traces(&vhost_name) {
+            // Before the queues take it: its trace comes before any delivery's, as RabbitMQ's.
+            self.trace_publish(conn, ch, &message, header_routes.keys(), &targets, now);
         }
         let mut rejected = false;
         for &id in &targets {
@@ -268,7 +273,7 @@ impl Broker {
         now: Timestamp,
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
-        let (_, id) = self.readable_queue(conn, ch, &vhost, &m.queue)?;
+        let (queue_name, id) = self.readable_queue(conn, ch, &vhost, &m.queue)?;
         self.expire_messages(id, now);
         let Some(queue) = self.queues.get_mut(&id) else { return Ok(()) };
         queue.touch(now);
@@ -304,6 +309,15 @@ impl Broker {
             routing_key: message.routing_key.clone(),
             message_count,
         };
+        let traced = || TracedDelivery {
+            vhost: vhost.clone(),
+            queue: queue_name,
+            message: message.clone(),
+            redelivered: entry.redelivered,
+            conn,
+            channel: ch,
+        };
+        self.firehose.note_delivery(traced, &vhost);
         if !m.no_ack {
             channel.track(Unacked { tag, queue: id, entry, consumer_tag: None, visible_at });
             if let (Some(at), Some(queue)) = (visible_at, self.queues.get_mut(&id)) {
@@ -312,6 +326,7 @@ impl Broker {
             }
         }
         self.emit(Effect::Send { conn, channel: ch, method: method.into(), content: Some(message) });
+        self.trace_deliveries(now);
         Ok(())
     }
 

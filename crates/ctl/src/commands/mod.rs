@@ -86,7 +86,10 @@ pub enum Command {
         columns: Vec<String>,
     },
     ListUsers,
-    ListVhosts,
+    /// Virtual hosts: columns default to `name` (also `tracing`, `description`, `tags`...).
+    ListVhosts {
+        columns: Vec<String>,
+    },
     ListPermissions,
     AddUser {
         username: String,
@@ -116,6 +119,11 @@ pub enum Command {
     AddVhost {
         vhost: String,
     },
+    /// Starts the firehose tracer for the vhost (`-p`): copies of its publishes and deliveries
+    /// go to its `amq.rabbitmq.trace` exchange.
+    TraceOn,
+    /// Stops the firehose tracer for the vhost (`-p`).
+    TraceOff,
     DeleteVhost {
         vhost: String,
     },
@@ -259,6 +267,18 @@ fn parse_header(text: &str) -> Result<(String, Value), String> {
     Ok((name.to_owned(), value))
 }
 
+/// `trace_on` / `trace_off`: the vhost's `tracing` switched through the API (an existing vhost
+/// only: the same PUT would create one).
+fn trace(client: &Client, vhost: &str, on: bool, format: &Format) -> anyhow::Result<String> {
+    let path = format!("/api/vhosts/{}", segment(vhost));
+    if !client.exists(&path)? {
+        anyhow::bail!("vhost '{vhost}' not found");
+    }
+    client.put(&path, &json!({ "tracing": on }))?;
+    let verb = if on { "Starting" } else { "Stopping" };
+    Ok(format.info(&format!("{verb} tracing for vhost \"{vhost}\" ...")))
+}
+
 /// rabbitmqctl set_policy's arguments.
 #[derive(Debug, clap::Args)]
 pub struct PolicyArgs {
@@ -328,8 +348,8 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
         Command::ListUsers => {
             Ok(format.listing("Listing users ...", &client.get("/api/users")?, &[], &["name", "tags"]))
         }
-        Command::ListVhosts => {
-            Ok(format.listing("Listing vhosts ...", &client.get("/api/vhosts")?, &[], &["name"]))
+        Command::ListVhosts { columns } => {
+            Ok(format.listing("Listing vhosts ...", &client.get("/api/vhosts")?, &columns, &["name"]))
         }
         Command::ListPermissions => {
             let all = client.get(&format!("/api/vhosts/{v}/permissions"))?;
@@ -378,6 +398,8 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             client.put(&format!("/api/vhosts/{}", segment(&vhost)), &json!({}))?;
             Ok(String::new())
         }
+        Command::TraceOn => trace(client, vhost, true, format),
+        Command::TraceOff => trace(client, vhost, false, format),
         Command::DeleteVhost { vhost } => {
             client.delete(&format!("/api/vhosts/{}", segment(&vhost)))?;
             Ok(String::new())

@@ -2,7 +2,7 @@
 //! administrators and monitoring users every vhost, others those they have permissions in; the
 //! rest is for administrators (RabbitMQ 3.10's rabbit_mgmt_wm_vhost, _permissions_vhost).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 use serde_json::{json, Value};
 
-use super::{body_json, str_field, tags_field, users::permission_json};
+use super::{body_json, bool_field, str_field, tags_field, users::permission_json};
 use crate::access::sees_vhost_record;
 use crate::auth::AuthUser;
 use crate::error::ApiError;
@@ -29,13 +29,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/vhosts/{vhost}/permissions", get(permissions))
 }
 
-pub(crate) fn vhost_json(
-    v: &VhostRecord,
-    counts: Option<&(usize, usize)>,
-    rates: &Rates,
-    at: Instant,
-) -> Value {
-    let (ready, unacked) = counts.copied().unwrap_or_default();
+pub(crate) fn vhost_json(v: &VhostRecord, view: &BrokerView, rates: &Rates, at: Instant) -> Value {
+    let (ready, unacked) = view.counts.get(&v.name).copied().unwrap_or_default();
     let depth = rates.details(&format!("vhost\0{}\0depth", v.name), at, &rates::depth_fields(ready, unacked));
     let mut json = json!({
         "name": v.name,
@@ -44,7 +39,7 @@ pub(crate) fn vhost_json(
         "default_queue_type": v.default_queue_type.clone().unwrap_or_else(|| "classic".into()),
         "metadata": {"description": v.description, "tags": v.tags,
             "default_queue_type": v.default_queue_type.clone().unwrap_or_else(|| "classic".into())},
-        "tracing": false,
+        "tracing": view.traced.contains(&v.name),
         "cluster_state": {},
     });
     if let Value::Object(fields) = &mut json {
@@ -53,15 +48,21 @@ pub(crate) fn vhost_json(
     json
 }
 
-async fn counts(state: &AppState) -> Result<HashMap<String, (usize, usize)>, ApiError> {
-    let queues = state.broker.run(|b, _| b.list_queues()).await?;
-    let mut out: HashMap<String, (usize, usize)> = HashMap::new();
+/// What the broker knows of the vhosts: ready and unacknowledged messages, and which are traced.
+pub(crate) struct BrokerView {
+    counts: HashMap<String, (usize, usize)>,
+    traced: HashSet<String>,
+}
+
+async fn broker_view(state: &AppState) -> Result<BrokerView, ApiError> {
+    let (queues, traced) = state.broker.run(|b, _| (b.list_queues(), b.traced_vhosts())).await?;
+    let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
     for q in queues {
-        let entry = out.entry(q.vhost).or_default();
+        let entry = counts.entry(q.vhost).or_default();
         entry.0 += q.messages_ready;
         entry.1 += q.messages_unacked;
     }
-    Ok(out)
+    Ok(BrokerView { counts, traced: traced.into_iter().collect() })
 }
 
 async fn list(
@@ -69,7 +70,7 @@ async fn list(
     Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let counts = counts(&state).await?;
+    let view = broker_view(&state).await?;
     let node = state.node.name.clone();
     let at = Instant::now();
     state.rates.forget_stale(at);
@@ -79,7 +80,7 @@ async fn list(
         .iter()
         .filter(|v| sees_vhost_record(&state, &user, &v.name))
         .map(|v| {
-            let mut item = vhost_json(v, counts.get(&v.name), &state.rates, at);
+            let mut item = vhost_json(v, &view, &state.rates, at);
             item["cluster_state"] = json!({ node.clone(): "running" });
             item
         })
@@ -94,8 +95,8 @@ async fn show(
 ) -> Result<Json<Value>, ApiError> {
     user.require_admin()?;
     let record = state.users.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    let counts = counts(&state).await?;
-    Ok(Json(vhost_json(&record, counts.get(&vhost), &state.rates, Instant::now())))
+    let view = broker_view(&state).await?;
+    Ok(Json(vhost_json(&record, &view, &state.rates, Instant::now())))
 }
 
 async fn put(
@@ -109,18 +110,37 @@ async fn put(
     if vhost.is_empty() || vhost.len() > 255 {
         return Err(ApiError::bad_request("vhost names are 1 to 255 bytes"));
     }
+    // Updating a vhost keeps what the body does not give (`tracing` alone switches the firehose);
+    // limits are changed through /api/vhost-limits only.
+    let before = state.users.vhost(&vhost);
+    let existed = before.is_some();
+    let before = before.unwrap_or_default();
     let record = VhostRecord {
         name: vhost.clone(),
-        description: str_field(&body, "description")?.unwrap_or_default().to_owned(),
-        tags: tags_field(&body)?,
-        default_queue_type: str_field(&body, "default_queue_type")?.map(str::to_owned),
-        // Limits are changed through /api/vhost-limits only; updating a vhost keeps them.
-        limits: state.users.vhost(&vhost).map(|v| v.limits).unwrap_or_default(),
+        description: str_field(&body, "description")?.map_or(before.description, str::to_owned),
+        tags: if body.get("tags").is_some() { tags_field(&body)? } else { before.tags },
+        default_queue_type: str_field(&body, "default_queue_type")?
+            .map(str::to_owned)
+            .or(before.default_queue_type),
+        limits: before.limits,
     };
-    let existed = state.users.vhost(&vhost).is_some();
+    let tracing = match body.get("tracing") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(bool_field(&body, "tracing", false)?),
+    };
     state.users.put_vhost(record)?;
-    let name = vhost.clone();
-    state.broker.run(move |b, _| b.add_vhost(&name)).await?;
+    let (name, node) = (vhost.clone(), state.node.name.clone());
+    state
+        .broker
+        .run(move |b, _| {
+            b.add_vhost(&name);
+            match tracing {
+                Some(true) => b.trace_on(&name, &node),
+                Some(false) => b.trace_off(&name),
+                None => true,
+            }
+        })
+        .await?;
     // The creator gets full permissions, as RabbitMQ's management plugin grants them.
     if !existed && state.users.permission(&vhost, &user.name).is_none() {
         state.users.put_permission(crate::users::Permission::full(&user.name, &vhost))?;
