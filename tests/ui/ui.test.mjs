@@ -188,6 +188,17 @@ test("a user is created and deleted", async () => {
   assert.ok(!users.some((u) => u.name === "alice"));
 });
 
+test("tracing is switched on and off from the virtual hosts page", async () => {
+  await page.goto(`${broker.url}#/vhosts`);
+  const toggle = (state) => page.locator(`button.trace-vhost[data-vhost="/"][data-tracing=${state}]`);
+  await toggle("off").click();
+  await toggle("on").waitFor();
+  assert.equal((await api(broker, "GET", "/api/vhosts/%2F")).tracing, true);
+  await toggle("on").click();
+  await toggle("off").waitFor();
+  assert.equal((await api(broker, "GET", "/api/vhosts/%2F")).tracing, false);
+});
+
 test("a policy is created, applies to a queue, and is deleted", async () => {
   await page.goto(`${broker.url}#/policies`);
   await page.selectOption("#add-policy select[name=vhost]", "/");

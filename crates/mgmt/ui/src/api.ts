@@ -162,6 +162,7 @@ export const api = {
   vhostNames: () => get<Vhost[]>("/vhosts?columns=name"),
   putVhost: (name: string, description: string) => request<void>("PUT", `/vhosts/${enc(name)}`, { description }),
   deleteVhost: (name: string) => request<void>("DELETE", `/vhosts/${enc(name)}`),
+  setTracing: (name: string, tracing: boolean) => request<void>("PUT", `/vhosts/${enc(name)}`, { tracing }),
 
   policies: (q: ListQuery) => get<Page<Policy>>(listPath("/policies", q)),
   putPolicy: (p: Policy) =>

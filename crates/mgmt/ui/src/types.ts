@@ -168,6 +168,8 @@ export interface Vhost {
   name: string;
   description?: string;
   messages?: number;
+  /** The firehose tracer is on. */
+  tracing?: boolean;
 }
 
 export interface Permission {

@@ -1,4 +1,4 @@
-// #/vhosts — virtual hosts: list, add, delete; and the vhost picker other forms use.
+// #/vhosts — virtual hosts: list, add, delete, tracing on/off; and the vhost picker other forms use.
 import { useState } from "preact/hooks";
 import { api } from "../api";
 import { act, Field, Section, ServerTable, usePoll, type Column } from "../components";
@@ -36,6 +36,22 @@ export function VhostsPage() {
     { label: "Name", sort: "name", render: (v) => v.name },
     { label: "Description", render: (v) => v.description ?? "" },
     { label: "Messages", sort: "messages", render: (v) => num(v.messages), class: "n" },
+    {
+      label: "Tracing",
+      render: (v) => (
+        <button
+          class="trace-vhost"
+          data-vhost={v.name}
+          data-tracing={v.tracing ? "on" : "off"}
+          title="The firehose: copies of every publish and delivery on amq.rabbitmq.trace"
+          onClick={() =>
+            act(() => api.setTracing(v.name, !v.tracing), `Tracing ${v.tracing ? "stopped" : "started"} for ${v.name}`).then(reload)
+          }
+        >
+          {v.tracing ? "On: stop" : "Off: start"}
+        </button>
+      ),
+    },
     {
       label: "",
       render: (v) => (
