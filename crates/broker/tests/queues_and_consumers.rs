@@ -70,6 +70,29 @@ fn global_prefetch_is_shared_by_the_channel() {
     assert_eq!(bodies(&freed), vec![b"2".to_vec()]);
 }
 
+/// A quorum queue refuses a consumer on a channel with a global prefetch, as RabbitMQ's do (540,
+/// a connection error); a global prefetch of 0 (none) is fine, and so is a classic queue.
+#[test]
+fn quorum_queues_refuse_a_global_prefetch() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let quorum = FieldTable::from_entries([("x-queue-type", FieldValue::LongStr("quorum".into()))]);
+    declare_with(
+        &mut tb,
+        c,
+        QueueDeclare { queue: short("qq"), durable: true, arguments: quorum, ..Default::default() },
+    );
+    declare(&mut tb, c, "classic");
+    tb.call(c, BasicQos { prefetch_count: 0, global: true, ..Default::default() });
+    assert!(methods(&consume(&mut tb, c, "qq", "unlimited", false))
+        .contains(&Method::BasicConsumeOk(BasicConsumeOk { consumer_tag: short("unlimited") })));
+    tb.call(c, BasicQos { prefetch_count: 5, global: true, ..Default::default() });
+    assert!(connection_error(&consume(&mut tb, c, "classic", "fine", false)).is_none());
+    let refused = connection_error(&consume(&mut tb, c, "qq", "limited", false)).expect("540");
+    assert_eq!(refused.reply_code, 540);
+    assert_eq!(refused.reply_text, "NOT_IMPLEMENTED - queue 'qq' in vhost '/' does not support global qos");
+}
+
 /// A channel at its global prefetch holds its no-ack consumers too (rabbit_limiter; the Java
 /// client's `QosTests#noAckObeysLimit`); once credit is freed the no-ack consumer is served.
 #[test]

@@ -18,6 +18,7 @@ use crate::exchange::delayed;
 use crate::firehose::TracedDelivery;
 use crate::message::Message;
 use crate::message_stats::{Confirm, DeliveryKind, PublishOutcome};
+use crate::queue::args::QueueType;
 use crate::queue::consumers::Consumer;
 use crate::queue::visibility::{self, DeliveryRef};
 use crate::queue::{args, ttl, DeathReason, QueueId};
@@ -204,12 +205,20 @@ impl Broker {
             return Err(errors::not_allowed(format!("attempt to reuse consumer tag '{tag}'")));
         }
         let prefetch_count = channel.consumer_prefetch;
+        let channel_limited = channel.channel_prefetch > 0;
         let visibility_timeout_ms = consumer_visibility(&m.arguments, &name, &vhost)?;
         let priority = consumer_priority(&m.arguments, &name, &vhost)?;
         let queue = self.queues.get_mut(&id).ok_or_else(|| errors::no_queue(&name, &vhost))?;
         if queue.consumers.has_exclusive() || (m.exclusive && !queue.consumers.is_empty()) {
             return Err(errors::access_refused(format!(
                 "queue '{name}' in vhost '{vhost}' in exclusive use"
+            )));
+        }
+        // RabbitMQ's quorum queues refuse a channel-wide (global) prefetch: an application that
+        // runs here must not meet that refusal first in production (Celery checks for it).
+        if channel_limited && queue.args.queue_type == QueueType::Quorum {
+            return Err(errors::not_implemented(format!(
+                "queue '{name}' in vhost '{vhost}' does not support global qos"
             )));
         }
         queue.consumers.add(Consumer {
