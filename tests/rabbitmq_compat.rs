@@ -166,7 +166,9 @@ async fn api_paths_accept_a_trailing_slash() {
 }
 
 /// connection.start says which RabbitMQ version we behave as (clients gate features on it) and
-/// gives our own version separately.
+/// gives our own version separately; the product is RabbitMQ's name, as clients also choose
+/// RabbitMQ's semantics by it (kombu's basic.qos `global` flag, ADR 0009), unless the operator
+/// names another with `--server-product`.
 #[tokio::test]
 async fn server_properties_name_the_rabbitmq_version_followed() {
     let broker = RunningBroker::start();
@@ -178,6 +180,11 @@ async fn server_properties_name_the_rabbitmq_version_followed() {
     let version: Vec<u32> = text("version").split('.').map(|part| part.parse().unwrap()).collect();
     assert!(version >= vec![3, 10, 0] && version < vec![4, 0, 0], "{version:?}");
     assert_eq!(text("hourglass_version"), env!("CARGO_PKG_VERSION"));
+    assert_eq!(text("product"), "RabbitMQ");
+
+    let renamed = RunningBroker::start_with(&["--server-product", "Hourglass"]);
+    let (_, start) = RawAmqp::greet(&renamed).await;
+    assert_eq!(start.server_properties.get("product"), Some(FieldValue::LongStr("Hourglass".into())));
 }
 
 /// A client that did not announce `authentication_failure_close` has its TCP connection dropped on

@@ -173,6 +173,10 @@ pub struct Cli {
     /// Let a `delay` header delay a message on any exchange (ApsaraMQ for RabbitMQ's interface).
     #[arg(long, env = "HOURGLASS_APSARAMQ_DELAY_HEADER")]
     pub apsaramq_delay_header: Option<bool>,
+    /// The `product` connection.start names (clients such as kombu choose RabbitMQ's semantics
+    /// by it; ADR 0009).
+    #[arg(long, env = "HOURGLASS_SERVER_PRODUCT")]
+    pub server_product: Option<String>,
     /// A definitions file (RabbitMQ's export format) imported at start (RabbitMQ's `load_definitions`).
     #[arg(long, env = "HOURGLASS_LOAD_DEFINITIONS")]
     pub load_definitions: Option<PathBuf>,
@@ -272,6 +276,7 @@ pub struct FileConfig {
     pub disk_free_limit: Option<SizeSetting>,
     pub disk_free_limit_relative: Option<f64>,
     pub apsaramq_delay_header: Option<bool>,
+    pub server_product: Option<String>,
     pub load_definitions: Option<PathBuf>,
     pub queue_resident_messages: Option<usize>,
     /// A size string (`"64MiB"`) or a number of bytes.
@@ -405,6 +410,8 @@ pub struct Config {
     pub vm_memory_high_watermark: f64,
     pub disk_free_limit: DiskFreeLimit,
     pub apsaramq_delay_header: bool,
+    /// `product` in connection.start's server-properties.
+    pub server_product: String,
     pub load_definitions: Option<PathBuf>,
     /// How much of each durable queue stays in memory (ADR 0007).
     pub paging: PagingLimits,
@@ -442,6 +449,7 @@ impl Default for Config {
             vm_memory_high_watermark: DEFAULT_VM_MEMORY_HIGH_WATERMARK,
             disk_free_limit: DiskFreeLimit::Absolute(DEFAULT_DISK_FREE_LIMIT),
             apsaramq_delay_header: false,
+            server_product: hourglass_session::DEFAULT_SERVER_PRODUCT.to_owned(),
             load_definitions: None,
             // 10,000 messages or 64 MiB of bodies per queue: a consumer never waits on the disk
             // for a queue of ordinary depth, and ten million queued messages need no more than
@@ -550,6 +558,8 @@ impl Config {
                 .apsaramq_delay_header
                 .or(file.apsaramq_delay_header)
                 .unwrap_or(defaults.apsaramq_delay_header),
+            server_product: server_product(cli.server_product.or(file.server_product))?
+                .unwrap_or(defaults.server_product),
             load_definitions: cli.load_definitions.or(file.load_definitions),
             paging,
             set_aside_damaged_definitions: cli.set_aside_damaged_definitions,
@@ -614,6 +624,19 @@ fn amqp_limits(cli: &Cli, file: &FileConfig, defaults: AmqpLimits) -> anyhow::Re
     Ok(AmqpLimits { max_message_size, channel_max, frame_max })
 }
 
+/// The longest `server_product`: a name, not a document (it goes into every connection.start).
+const SERVER_PRODUCT_MAX_BYTES: usize = 64;
+
+/// `server_product` when given: 1 to 64 bytes.
+fn server_product(given: Option<String>) -> anyhow::Result<Option<String>> {
+    match given {
+        Some(name) if name.is_empty() || name.len() > SERVER_PRODUCT_MAX_BYTES => {
+            anyhow::bail!("server_product {name:?}: must be 1 to {SERVER_PRODUCT_MAX_BYTES} bytes")
+        }
+        other => Ok(other),
+    }
+}
+
 /// A size in RabbitMQ's notation (`hourglass_mgmt::resources::parse_size`).
 pub fn parse_size(text: &str) -> anyhow::Result<u64> {
     hourglass_mgmt::resources::parse_size(text).map_err(anyhow::Error::msg)
@@ -642,6 +665,18 @@ mod tests {
         assert_eq!(config.http_port, 6001);
         assert_eq!(config.metrics_port, DEFAULT_METRICS_PORT);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// connection.start names RabbitMQ unless the operator names another product (1 to 64 bytes).
+    #[test]
+    fn server_product_defaults_to_rabbitmq_and_is_bounded() {
+        assert_eq!(Config::default().server_product, "RabbitMQ");
+        let named = Cli { server_product: Some("Hourglass".into()), ..Cli::default() };
+        assert_eq!(Config::resolve(named).unwrap().server_product, "Hourglass");
+        for bad in [String::new(), "x".repeat(SERVER_PRODUCT_MAX_BYTES + 1)] {
+            let cli = Cli { server_product: Some(bad), ..Cli::default() };
+            assert!(Config::resolve(cli).is_err());
+        }
     }
 
     /// `none` (RabbitMQ's spelling) and an empty list both mean no loopback-only users.

@@ -236,6 +236,7 @@ impl Server {
             max_message_size: config.amqp.max_message_size,
             channel_max: config.amqp.channel_max,
             frame_max: config.amqp.frame_max,
+            product: config.server_product.clone(),
             ..SessionConfig::new(users.clone())
         });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);

@@ -38,7 +38,8 @@ pub struct SessionConfig {
     /// The largest message body a client may publish (capped at
     /// [`crate::content::MAX_MESSAGE_SIZE_LIMIT`]).
     pub max_message_size: u64,
-    /// `product` in connection.start's server-properties.
+    /// `product` in connection.start's server-properties ([`DEFAULT_SERVER_PRODUCT`] unless the
+    /// operator names another).
     pub product: String,
     /// `version` in connection.start's server-properties: the RabbitMQ version whose behaviour we
     /// follow, since clients turn features on by it (the Java client checks for 3.10 and 4.0).
@@ -60,6 +61,10 @@ pub struct SessionConfig {
     pub occupancy: Arc<Occupancy>,
 }
 
+/// The `product` connection.start names by default: clients choose RabbitMQ's semantics by it
+/// (kombu's basic.qos `global` flag; ADR 0009).
+pub const DEFAULT_SERVER_PRODUCT: &str = "RabbitMQ";
+
 /// The RabbitMQ release whose AMQP behaviour Hourglass follows (x-death layout, error texts,
 /// capabilities): 3.13, the last 3.x. Not 4.x: clients would then expect 4.0-only behaviour.
 pub const RABBITMQ_COMPATIBLE_VERSION: &str = "3.13.7";
@@ -72,7 +77,7 @@ impl SessionConfig {
             channel_max: DEFAULT_CHANNEL_MAX,
             heartbeat_s: DEFAULT_HEARTBEAT_S,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
-            product: "Hourglass".to_owned(),
+            product: DEFAULT_SERVER_PRODUCT.to_owned(),
             version: RABBITMQ_COMPATIBLE_VERSION.to_owned(),
             hourglass_version: env!("CARGO_PKG_VERSION").to_owned(),
             cluster_name: "hourglass".to_owned(),

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # amqplib's own tests of its channel (promise) and callback APIs against the release binary on
 # loopback: 63 tests that pass on RabbitMQ 3.10.8. amqplib comes from npm, pinned in
-# package-lock.json. Its connect tests are left out: they expect `product: RabbitMQ` in
-# server-properties and a broker on [::1]. Stops only the broker it started.
+# package-lock.json. Its connect tests are left out: they dial both 127.0.0.1 and [::1], and a test
+# broker listens on 127.0.0.1 only (bound to `::`, all 12 pass). Stops only the broker it started.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../../.."
