@@ -26,7 +26,7 @@ impl Broker {
         self.expire_visibility(id, now);
         self.promote_due(id, now);
         self.expire_messages(id, now);
-        if let Some(queue) = self.queues.get_mut(&id) {
+        if let Some((queue, mut sinks)) = self.queue_and_sinks(id) {
             queue.dispatch_again = None;
             let reads_before = queue.pager.reads;
             while !queue.ready.is_empty() {
@@ -35,21 +35,10 @@ impl Broker {
                     queue.dispatch_again = Some(now.saturating_add_millis(1));
                     break;
                 }
-                let Some(at) = pick_consumer(queue, &self.channels) else { break };
+                let Some(at) = pick_consumer(queue, sinks.channels) else { break };
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
                 let Some(entry) = queue.take_for_delivery(expect_ack) else { break };
-                let stats = &mut self.message_stats;
-                deliver(
-                    queue,
-                    at,
-                    entry,
-                    &mut self.channels,
-                    &mut self.effects,
-                    stats,
-                    &mut self.persist,
-                    &mut self.firehose,
-                    now,
-                );
+                deliver(queue, at, entry, &mut sinks, now);
             }
         }
         self.drop_overflowing_head(id);
@@ -60,25 +49,37 @@ impl Broker {
     /// Delivers `entry` to a consumer of queue `id` that can take it now, without queueing it;
     /// gives it back when none can.
     pub(crate) fn deliver_now(&mut self, id: QueueId, entry: Entry, now: Timestamp) -> Option<Entry> {
-        let Some(queue) = self.queues.get_mut(&id) else { return Some(entry) };
-        let Some(at) = pick_consumer(queue, &self.channels) else { return Some(entry) };
+        let Some((queue, mut sinks)) = self.queue_and_sinks(id) else { return Some(entry) };
+        let Some(at) = pick_consumer(queue, sinks.channels) else { return Some(entry) };
         let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
         queue.mark_delivered(expect_ack);
-        let stats = &mut self.message_stats;
-        let firehose = &mut self.firehose;
-        deliver(
-            queue,
-            at,
-            entry,
-            &mut self.channels,
-            &mut self.effects,
-            stats,
-            &mut self.persist,
-            firehose,
-            now,
-        );
+        deliver(queue, at, entry, &mut sinks, now);
         self.trace_deliveries(now);
         None
+    }
+}
+
+/// What a delivery from a queue writes to besides the queue itself.
+struct Sinks<'b> {
+    channels: &'b mut IdMap<(ConnectionId, ChannelId), Channel>,
+    effects: &'b mut VecDeque<Effect>,
+    stats: &'b mut MessageStats,
+    persist: &'b mut Persistence,
+    firehose: &'b mut Firehose,
+}
+
+impl Broker {
+    /// Queue `id` and, borrowed beside it, what its deliveries write to.
+    fn queue_and_sinks(&mut self, id: QueueId) -> Option<(&mut Queue, Sinks<'_>)> {
+        let queue = self.queues.get_mut(&id)?;
+        let sinks = Sinks {
+            channels: &mut self.channels,
+            effects: &mut self.effects,
+            stats: &mut self.message_stats,
+            persist: &mut self.persist,
+            firehose: &mut self.firehose,
+        };
+        Some((queue, sinks))
     }
 }
 
@@ -98,34 +99,25 @@ fn pick_consumer(queue: &mut Queue, channels: &IdMap<(ConnectionId, ChannelId), 
 
 /// Sends `entry` to consumer `at` of `queue` as basic.deliver, tracking it on the channel when it
 /// awaits an ack (and in the queue's visibility index when a timeout applies, semantics §4).
-/// Tells the store what the delivery means for a persisted message (`Persistence::handed_out`).
-#[allow(clippy::too_many_arguments)]
-fn deliver(
-    queue: &mut Queue,
-    at: usize,
-    entry: Entry,
-    channels: &mut IdMap<(ConnectionId, ChannelId), Channel>,
-    effects: &mut VecDeque<Effect>,
-    stats: &mut MessageStats,
-    persist: &mut Persistence,
-    firehose: &mut Firehose,
-    now: Timestamp,
-) {
+/// Tells the store what the delivery means for a persisted message (`Persistence::handed_out`),
+/// and notes the delivery for the firehose.
+fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, now: Timestamp) {
     let queue_id = queue.id;
     let queue_timeout = queue.args.visibility_timeout_ms;
     let consumer = queue.consumers.get_mut(at);
-    let channel = consumer.as_ref().and_then(|consumer| channels.get_mut(&(consumer.conn, consumer.channel)));
+    let channel =
+        consumer.as_ref().and_then(|consumer| sinks.channels.get_mut(&(consumer.conn, consumer.channel)));
     let (Some(consumer), Some(channel)) = (consumer, channel) else {
         // Nobody to hand it to (a bug: pick_consumer just chose them): it leaves the queue.
         if let Some(msg_id) = entry.persist_id() {
-            persist.settle(queue_id, msg_id);
+            sinks.persist.settle(queue_id, msg_id);
         }
         return;
     };
-    persist.handed_out(queue_id, &entry, consumer.no_ack);
+    sinks.persist.handed_out(queue_id, &entry, consumer.no_ack);
     let tag = channel.next_tag();
     let kind = DeliveryKind::of_consumer(consumer.no_ack);
-    for counters in [&mut queue.counters.messages, &mut channel.stats, stats] {
+    for counters in [&mut queue.counters.messages, &mut channel.stats, &mut *sinks.stats] {
         counters.delivered(kind, entry.redelivered);
     }
     let delivery = DeliveryRef { conn: consumer.conn, channel: consumer.channel, tag };
@@ -161,6 +153,6 @@ fn deliver(
         conn,
         channel: channel_id,
     };
-    firehose.note_delivery(traced, &queue.vhost);
-    effects.push_back(Effect::Send { conn, channel: channel_id, method, content: Some(message) });
+    sinks.firehose.note_delivery(traced, &queue.vhost);
+    sinks.effects.push_back(Effect::Send { conn, channel: channel_id, method, content: Some(message) });
 }
