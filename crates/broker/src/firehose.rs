@@ -26,6 +26,9 @@ use crate::time::Timestamp;
 /// The topic exchange every vhost has for the firehose (internal: clients bind, never publish).
 pub(crate) const TRACE_EXCHANGE: &str = "amq.rabbitmq.trace";
 
+/// A routing key is a short string.
+const MAX_ROUTING_KEY_BYTES: usize = 255;
+
 /// Which vhosts are traced, and the deliveries waiting to be traced.
 #[derive(Debug, Default)]
 pub(crate) struct Firehose {
@@ -98,8 +101,10 @@ impl Broker {
 
     /// Traces a publish on `conn`/`channel` that reached `routed` (`routing_keys`: the routing
     /// key, then those of its CC and BCC headers).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn trace_publish(
         &mut self,
+        vhost: &str,
         conn: ConnectionId,
         channel: ChannelId,
         message: &Message,
@@ -107,17 +112,15 @@ impl Broker {
         routed: &[QueueId],
         now: Timestamp,
     ) {
-        let Some(connection) = self.connections.get(&conn) else { return };
-        let vhost = connection.info.vhost.clone();
-        if !self.firehose.traces(&vhost) || is_trace(message) {
+        if is_trace(message) || !self.trace_exchange_bound(vhost) {
             return;
         }
         let queues = routed.iter().filter_map(|id| self.queues.get(id)).map(|q| long(q.name().as_bytes()));
         let mut headers = self.message_headers(message, routing_keys);
-        headers.extend(self.publisher_headers(&vhost, conn, channel));
+        headers.extend(self.publisher_headers(vhost, conn, channel));
         headers.push(("routed_queues", FieldValue::Array(FieldArray::from_values(queues))));
         let key = trace_key("publish.", &message.exchange);
-        self.publish_trace(&vhost, key, message.body.clone(), headers, now);
+        self.publish_trace(vhost, key, message.body.clone(), headers, now);
     }
 
     /// Traces the deliveries noted since the last call.
@@ -126,6 +129,9 @@ impl Broker {
             return;
         }
         for delivery in std::mem::take(&mut self.firehose.deliveries) {
+            if !self.trace_exchange_bound(&delivery.vhost) {
+                continue;
+            }
             let cc = HeaderRoutes::read(delivery.message.properties()).unwrap_or_default();
             let mut headers = self.message_headers(&delivery.message, cc.keys());
             headers.insert(0, ("redelivered", FieldValue::I32(i32::from(delivery.redelivered))));
@@ -133,6 +139,13 @@ impl Broker {
             let key = trace_key("deliver.", &delivery.queue);
             self.publish_trace(&delivery.vhost, key, delivery.message.body.clone(), headers, now);
         }
+    }
+
+    /// Whether anything is bound to the vhost's trace exchange: a copy nobody receives is not
+    /// made (its headers are most of tracing's cost).
+    fn trace_exchange_bound(&self, vhost: &str) -> bool {
+        let exchange = ShortStr::from_static(TRACE_EXCHANGE);
+        self.vhosts.get(vhost).and_then(|v| v.exchanges.get(&exchange)).is_some_and(|x| x.has_bindings())
     }
 
     /// rabbit_trace's `msg_to_table`: the exchange, routing keys and properties of `message`, and
@@ -196,8 +209,9 @@ fn trace_key(prefix: &str, name: &ShortStr) -> ShortStr {
     let mut key = Vec::with_capacity(prefix.len() + name.as_bytes().len());
     key.extend_from_slice(prefix.as_bytes());
     key.extend_from_slice(name.as_bytes());
-    key.truncate(255);
-    ShortStr::new(Bytes::from(key)).unwrap_or_else(|_| ShortStr::from_static("publish."))
+    key.truncate(MAX_ROUTING_KEY_BYTES);
+    // Never too long once cut; the name alone is the fallback that cannot fail either.
+    ShortStr::new(Bytes::from(key)).unwrap_or_else(|_| name.clone())
 }
 
 fn long(bytes: &[u8]) -> FieldValue {

@@ -125,7 +125,7 @@ impl Broker {
         }
         if self.firehose.traces(&vhost_name) {
             // Before the queues take it: its trace comes before any delivery's, as RabbitMQ's.
-            self.trace_publish(conn, ch, &message, header_routes.keys(), &targets, now);
+            self.trace_publish(&vhost_name, conn, ch, &message, header_routes.keys(), &targets, now);
         }
         let mut rejected = false;
         for &id in &targets {
