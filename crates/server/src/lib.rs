@@ -146,7 +146,9 @@ impl Server {
             if config.recover_skip_corrupt { OnCorruption::Skip } else { OnCorruption::Refuse };
         let wrap = hooks.storage.clone();
         let (data, broker, users) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let mut data = persistence::DataDir::open(&data_dir, on_corruption, damaged, wrap.as_ref())?;
+            let opened_at = clock.now();
+            let mut data =
+                persistence::DataDir::open(&data_dir, on_corruption, damaged, wrap.as_ref(), opened_at)?;
             let report = persistence::recover(&mut data, &mut broker, clock.now());
             // A vhost holding queues recreated for orphaned messages stays, whatever users.snap says.
             let keep: Vec<String> = report.orphaned.iter().map(|o| o.vhost.clone()).collect();

@@ -75,12 +75,13 @@ impl DataDir {
     /// Creates `dir` if missing, locks it, recovers the message log (damage recovery cannot
     /// bound is refused unless `on_corruption` is `Skip`, `--recover-skip-corrupt`) and opens the
     /// catalog (`damaged`: what to do when it does not read). `wrap`, when given, wraps both
-    /// storages first (clustered mode).
+    /// storages first (clustered mode). `now` names what is set aside.
     pub fn open(
         dir: &Path,
         on_corruption: OnCorruption,
         damaged: DamagedDefinitions,
         wrap: Option<&StorageWrapper>,
+        now: Timestamp,
     ) -> anyhow::Result<DataDir> {
         let lock = lock_data_dir(dir)?;
         let messages_dir = dir.join(MESSAGES_DIR);
@@ -105,10 +106,7 @@ impl DataDir {
             Err(e) => return Err(anyhow::Error::new(e).context("recovering the message log")),
         };
         log_recovery(&messages_dir, &recovered);
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let (catalog, stored_definitions) = open_catalog(definitions.clone(), damaged, now_ms)
+        let (catalog, stored_definitions) = open_catalog(definitions.clone(), damaged, now.as_millis())
             .map_err(|e| anyhow::anyhow!("data dir {}: {e:#}", dir.display()))?;
         let report = &recovered.report;
         let damage = StoreDamage { regions: report.damaged.len() as u64, bytes: report.damaged_bytes() };
