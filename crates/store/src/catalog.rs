@@ -249,7 +249,7 @@ impl Catalog {
             })
             .and_then(|()| self.log.sync().map_err(io_err("syncing the log")));
         if let Err(error) = written {
-            self.roll_back();
+            self.discard();
             return Err(error);
         }
         let bytes = self.pending.len() as u64;
@@ -269,17 +269,12 @@ impl Catalog {
         Ok(committed)
     }
 
-    /// Drops the changes made since the last commit, from the map too (a caller that could not
-    /// make all of a change's records undoes the ones it made).
-    pub fn discard(&mut self) {
-        self.roll_back();
-    }
-
-    /// Drops the uncommitted changes: their records (cut from the log, so that a shorter commit
+    /// Drops the changes made since the last commit (a failed commit, or a caller that could not
+    /// make all of a change's records): their records (cut from the log, so that a shorter commit
     /// after them cannot leave whole records of theirs behind it), and their effect on the map.
     /// The cut is durable with the next commit's sync; until then a crash may keep or lose the
     /// failed records, as with any failed sync.
-    fn roll_back(&mut self) {
+    pub fn discard(&mut self) {
         self.cut_needed = self.log.set_len(self.log_bytes).is_err();
         self.pending.clear();
         for (key, old) in self.undo.drain(..).rev() {

@@ -180,7 +180,6 @@ impl Broker {
         let queue = Queue::new(id, vhost.clone(), spec, args, self.pager.clone(), now);
         self.queues.insert(id, queue);
         self.apply_queue_policies(id, now);
-        self.definition_changed(Changed::Vhost(vhost.clone()));
         self.definition_changed(Changed::Queue(vhost.clone(), name.clone()));
         let name = name.as_str().into_owned();
         tracing::error!(
