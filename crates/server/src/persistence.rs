@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -282,12 +282,14 @@ pub struct BatchOutcome {
 
 /// Applies `ops` (in op_seq order): catalog changes to the catalog, the rest to the log; then
 /// commits the catalog and the log, once each. The catalog goes first: a message is never on
-/// disk in a queue whose definition is not.
+/// disk in a queue whose definition is not. The catalog (shared with the user store) is locked
+/// from the batch's first change to its commit only, not through the log's commit.
 pub fn apply_batch(
     store: &mut Store,
-    catalog: &mut Catalog,
+    catalog: &Mutex<Catalog>,
     ops: &[SequencedOp],
 ) -> Result<BatchOutcome, BatchError> {
+    let mut locked: Option<MutexGuard<'_, Catalog>> = None;
     let gone = settled_within(ops);
     let mut outcome = BatchOutcome::default();
     for sequenced in ops {
@@ -315,7 +317,7 @@ pub fn apply_batch(
             }
             StoreOp::Purge { queue } => store.append_purge(*queue).map(|_| ()),
             StoreOp::Catalog(change) => {
-                apply_catalog_change(catalog, change)?;
+                apply_catalog_change(locked.get_or_insert_with(|| lock_catalog(catalog)), change)?;
                 Ok(())
             }
         };
@@ -326,7 +328,9 @@ pub fn apply_batch(
         }
         outcome.durable_op_seq = sequenced.op_seq;
     }
-    commit_catalog(catalog).map_err(|e| BatchError::Fatal(format!("writing definitions: {e}")))?;
+    if let Some(mut catalog) = locked {
+        commit_catalog(&mut catalog).map_err(|e| BatchError::Fatal(format!("writing definitions: {e}")))?;
+    }
     match store.commit() {
         Ok(committed) => Ok(BatchOutcome { bytes_written: committed.bytes, ..outcome }),
         Err(e @ CommitError::WriteFailed { .. }) => Err(BatchError::WriteFailed(e)),
@@ -417,7 +421,7 @@ pub fn spawn_store_thread(
 /// A disk that stays full is logged once when writes start failing, then once a minute with the
 /// count of failures, and once when a write succeeds again (not at every retry).
 fn commit_with_retry(data: &mut DataDir, batch: &[SequencedOp]) -> BatchOutcome {
-    let mut result = apply_batch(&mut data.store, &mut lock_catalog(&data.catalog), batch);
+    let mut result = apply_batch(&mut data.store, &data.catalog, batch);
     let mut failures = FailureLog::new(REPEAT_INTERVAL);
     loop {
         match result {
@@ -507,15 +511,16 @@ mod tests {
     fn a_message_settled_within_its_batch_is_not_written() {
         let storage = MemStorage::new();
         let (mut store, _) = Store::open(Arc::new(storage.clone()), StoreConfig::default()).unwrap();
-        let (mut catalog, _) = Catalog::open(Arc::new(MemStorage::new()), "c", Default::default()).unwrap();
-        let outcome = apply_batch(&mut store, &mut catalog, &[enqueue(1, 10), settle(2, 10)]).unwrap();
+        let (catalog, _) = Catalog::open(Arc::new(MemStorage::new()), "c", Default::default()).unwrap();
+        let catalog = Mutex::new(catalog);
+        let outcome = apply_batch(&mut store, &catalog, &[enqueue(1, 10), settle(2, 10)]).unwrap();
         assert_eq!(outcome.durable_op_seq, 2);
         assert_eq!((outcome.settles, outcome.bytes_written), (0, 0), "nothing reached the disk");
         let outcome =
-            apply_batch(&mut store, &mut catalog, &[enqueue(3, 11), enqueue(4, 12), settle(5, 11)]).unwrap();
+            apply_batch(&mut store, &catalog, &[enqueue(3, 11), enqueue(4, 12), settle(5, 11)]).unwrap();
         assert!(outcome.bytes_written > 0, "message 12 was written");
         assert_eq!(live_messages(&storage), vec![12]);
-        let outcome = apply_batch(&mut store, &mut catalog, &[settle(6, 12)]).unwrap();
+        let outcome = apply_batch(&mut store, &catalog, &[settle(6, 12)]).unwrap();
         assert_eq!(outcome.settles, 1);
         assert!(live_messages(&storage).is_empty());
     }

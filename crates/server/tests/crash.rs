@@ -7,7 +7,7 @@
 //! their DLQ.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hourglass_broker::{BrokerConfig, Effect, SequencedOp};
@@ -44,7 +44,7 @@ struct Workload {
     tb: TestBroker,
     storage: MemStorage,
     store: Store,
-    catalog: Catalog,
+    catalog: Mutex<Catalog>,
     durable: u64,
     /// The op_seq that must be durable for each body's ack / rejection to count.
     acked_at: BTreeMap<String, u64>,
@@ -68,7 +68,7 @@ impl Workload {
             tb,
             storage,
             store,
-            catalog,
+            catalog: Mutex::new(catalog),
             durable: 0,
             acked_at: BTreeMap::new(),
             rejected_at: BTreeMap::new(),
@@ -84,7 +84,7 @@ impl Workload {
     fn sync(&mut self, effects: &mut Vec<Effect>) -> u64 {
         let ops: Vec<SequencedOp> = std::iter::from_fn(|| self.tb.broker.poll_store_op()).collect();
         let Some(last) = ops.last().map(|o| o.op_seq) else { return 0 };
-        apply_batch(&mut self.store, &mut self.catalog, &ops).unwrap();
+        apply_batch(&mut self.store, &self.catalog, &ops).unwrap();
         for image in self.storage.take_images() {
             self.points.push(Point { image, expect: self.expect.clone() });
         }
