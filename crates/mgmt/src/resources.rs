@@ -68,6 +68,12 @@ pub fn watermark_bytes(fraction: f64, total_bytes: u64) -> u64 {
     (fraction.clamp(0.0, 1.0) * total_bytes as f64) as u64
 }
 
+/// A disk free limit given as a multiple of the machine's memory (RabbitMQ's `mem_relative`,
+/// not limited to 1; negative counts as 0).
+pub fn mem_relative_bytes(factor: f64, total_bytes: u64) -> u64 {
+    (factor.max(0.0) * total_bytes as f64) as u64
+}
+
 /// The machine's memory from /proc/meminfo (`MemTotal`), in bytes.
 pub fn total_memory_bytes() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;

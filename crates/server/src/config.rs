@@ -349,7 +349,7 @@ impl DiskFreeLimit {
         match self {
             DiskFreeLimit::Absolute(bytes) => bytes,
             DiskFreeLimit::MemRelative(factor) => match total_memory {
-                Some(total) => (factor.max(0.0) * total as f64) as u64,
+                Some(total) => hourglass_mgmt::resources::mem_relative_bytes(factor, total),
                 None => DEFAULT_DISK_FREE_LIMIT,
             },
         }

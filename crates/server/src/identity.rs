@@ -68,12 +68,14 @@ pub fn open(
             anyhow::bail!("{LEGACY_USERS_FILE} schema version {} is not supported", s.schema_version)
         }
         (None, None) => {
-            let users = UserStore::with_defaults(loopback_users).persist_with(saver);
+            // Every record goes in with one save (one catalog commit), not one commit per vhost.
+            let users = UserStore::with_defaults(loopback_users);
             for name in broker.vhost_names() {
                 if users.vhost(&name).is_none() {
                     users.put_vhost(VhostRecord { name, ..VhostRecord::default() })?;
                 }
             }
+            let users = users.persist_with(saver);
             users.save()?;
             users
         }

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::auth::AuthUser;
 use crate::error::ApiError;
-use crate::resources::{parse_size, total_memory_bytes, watermark_bytes, AlarmLimits};
+use crate::resources::{mem_relative_bytes, parse_size, total_memory_bytes, watermark_bytes, AlarmLimits};
 use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -54,7 +54,7 @@ async fn set_disk_free_limit(
                 .as_f64()
                 .filter(|f| f.is_finite() && *f >= 0.0)
                 .ok_or_else(|| ApiError::bad_request("\"mem_relative\" must be a non-negative number"))?;
-            (factor * total_memory()? as f64) as u64
+            mem_relative_bytes(factor, total_memory()?)
         }
         _ => return Err(ApiError::bad_request("give either \"absolute\" or \"mem_relative\"")),
     };
