@@ -33,8 +33,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::limits::{CATALOG_COMPACT_MIN_BYTES, CATALOG_RECORD_BYTES_MAX, SNAPSHOT_BYTES_MAX};
-use crate::record::{u32_at, FORMAT_VERSION};
-use crate::snapshot::{read_snapshot, write_snapshot, SnapshotError};
+use crate::record::{u32_at, u64_at, FORMAT_VERSION};
+use crate::snapshot::{read_snapshot, replace_atomically, write_snapshot, SnapshotError};
 use crate::storage::{Storage, StorageFile};
 
 /// The snapshot's schema version (the layout of its payload above).
@@ -47,7 +47,6 @@ const OP_DELETE: u8 = 2;
 const OP_DELETE_PREFIX: u8 = 3;
 const LOG_SUFFIX: &str = ".log";
 const SNAP_SUFFIX: &str = ".snap";
-const TEMP_SUFFIX: &str = ".tmp";
 
 /// Tuning of a catalog.
 #[derive(Clone, Copy, Debug)]
@@ -425,22 +424,13 @@ fn new_log(
             Err(e) => return Err(io_err("opening the log")(e)),
         }
     }
-    let temp = format!("{log_name}{TEMP_SUFFIX}");
-    match storage.remove(&temp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err("removing a stale temp log")(e)),
-    }
     let mut header = Vec::with_capacity(LOG_HEADER_BYTES);
     header.extend_from_slice(&LOG_MAGIC);
     header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     header.extend_from_slice(&generation.to_le_bytes());
     header.extend_from_slice(&crc32c::crc32c(&header).to_le_bytes());
-    let file = storage.create(&temp).map_err(io_err("creating a log"))?;
-    file.write_all_at(0, &header).map_err(io_err("writing a log header"))?;
-    file.sync().map_err(io_err("syncing a new log"))?;
-    drop(file);
-    storage.rename(&temp, &log_name).map_err(io_err("renaming a new log into place"))?;
+    replace_atomically(storage, &log_name, &header)
+        .map_err(|(doing, source)| CatalogError::Io { doing, source })?;
     storage.open(&log_name).map_err(io_err("opening the log"))
 }
 
@@ -455,9 +445,7 @@ fn check_log_header(header: &[u8; LOG_HEADER_BYTES]) -> Result<u64, &'static str
     if u32_at(header, 8) != FORMAT_VERSION {
         return Err("log has another format version");
     }
-    let mut generation = [0; 8];
-    generation.copy_from_slice(&header[12..20]);
-    Ok(u64::from_le_bytes(generation))
+    Ok(u64_at(header, 12))
 }
 
 fn encode_snapshot(generation: u64, entries: &BTreeMap<Bytes, Bytes>) -> Vec<u8> {
@@ -474,8 +462,7 @@ fn encode_snapshot(generation: u64, entries: &BTreeMap<Bytes, Bytes>) -> Vec<u8>
 }
 
 fn decode_snapshot(payload: &Bytes) -> Result<(u64, BTreeMap<Bytes, Bytes>), String> {
-    let mut generation = [0; 8];
-    generation.copy_from_slice(payload.get(..8).ok_or("snapshot shorter than its generation")?);
+    let generation = u64_at(payload.get(..8).ok_or("snapshot shorter than its generation")?, 0);
     let mut entries = BTreeMap::new();
     let mut at = 8;
     let take = |at: &mut usize| -> Result<Bytes, String> {
@@ -494,7 +481,7 @@ fn decode_snapshot(payload: &Bytes) -> Result<(u64, BTreeMap<Bytes, Bytes>), Str
         let value = take(&mut at)?;
         entries.insert(key, value);
     }
-    Ok((u64::from_le_bytes(generation), entries))
+    Ok((generation, entries))
 }
 
 fn corrupt(name: &str, reason: String) -> CatalogError {

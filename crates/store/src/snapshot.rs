@@ -64,13 +64,6 @@ pub fn write_snapshot(
     if payload.len() as u64 > SNAPSHOT_BYTES_MAX {
         return Err(SnapshotError::TooLarge { bytes: payload.len() as u64 });
     }
-    let temp = format!("{name}{TEMP_SUFFIX}");
-    // A temp file left by a crash mid-write is stale: the rename never happened.
-    match storage.remove(&temp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err("removing a stale temp snapshot")(e)),
-    }
     let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + payload.len());
     bytes.extend_from_slice(&SNAPSHOT_MAGIC);
     bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -79,11 +72,28 @@ pub fn write_snapshot(
     let crc = crc32c::crc32c_append(crc32c::crc32c(&bytes), payload);
     bytes.extend_from_slice(&crc.to_le_bytes());
     bytes.extend_from_slice(payload);
-    let file = storage.create(&temp).map_err(io_err("creating a temp snapshot"))?;
-    file.write_all_at(0, &bytes).map_err(io_err("writing a temp snapshot"))?;
-    file.sync().map_err(io_err("syncing a temp snapshot"))?;
+    replace_atomically(storage, name, &bytes).map_err(|(doing, source)| SnapshotError::Io { doing, source })
+}
+
+/// Makes file `name` hold exactly `bytes`, durably and all at once: written and synced under a
+/// temp name, then renamed over it. On failure, what was being done and why.
+pub(crate) fn replace_atomically(
+    storage: &dyn Storage,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), (&'static str, io::Error)> {
+    let temp = format!("{name}{TEMP_SUFFIX}");
+    // A temp file left by a crash mid-write is stale: the rename never happened.
+    match storage.remove(&temp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(("removing a stale temp file", e)),
+    }
+    let file = storage.create(&temp).map_err(|e| ("creating a temp file", e))?;
+    file.write_all_at(0, bytes).map_err(|e| ("writing a temp file", e))?;
+    file.sync().map_err(|e| ("syncing a temp file", e))?;
     drop(file);
-    storage.rename(&temp, name).map_err(io_err("renaming a snapshot into place"))
+    storage.rename(&temp, name).map_err(|e| ("renaming a file into place", e))
 }
 
 /// Reads snapshot `name`; `None` if it was never written.
