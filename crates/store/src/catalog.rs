@@ -287,10 +287,11 @@ impl Catalog {
     /// Writes the whole map as the next generation's snapshot, then an empty log for it.
     /// Whether it did: a map too large for a snapshot keeps growing its log instead.
     fn compact(&mut self) -> Result<bool, CatalogError> {
-        let payload = encode_snapshot(self.generation + 1, &self.entries);
-        if payload.len() as u64 > SNAPSHOT_BYTES_MAX {
+        // Sized before it is encoded: a map over the limit is not encoded at every commit.
+        if snapshot_bytes(&self.entries) as u64 > SNAPSHOT_BYTES_MAX {
             return Ok(false);
         }
+        let payload = encode_snapshot(self.generation + 1, &self.entries);
         write_snapshot(
             self.storage.as_ref(),
             &format!("{}{SNAP_SUFFIX}", self.name),
@@ -448,9 +449,14 @@ fn check_log_header(header: &[u8; LOG_HEADER_BYTES]) -> Result<u64, &'static str
     Ok(u64_at(header, 12))
 }
 
+/// The length of [`encode_snapshot`]'s payload for `entries`: the generation, then each entry's
+/// two lengths and bytes.
+fn snapshot_bytes(entries: &BTreeMap<Bytes, Bytes>) -> usize {
+    8 + entries.iter().map(|(k, v)| 8 + k.len() + v.len()).sum::<usize>()
+}
+
 fn encode_snapshot(generation: u64, entries: &BTreeMap<Bytes, Bytes>) -> Vec<u8> {
-    let size: usize = entries.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
-    let mut out = Vec::with_capacity(8 + size);
+    let mut out = Vec::with_capacity(snapshot_bytes(entries));
     out.extend_from_slice(&generation.to_le_bytes());
     for (key, value) in entries {
         out.extend_from_slice(&(key.len() as u32).to_le_bytes());
