@@ -71,6 +71,10 @@ pub fn open_catalog(
                     "catalog.log ended in an unfinished write (a crash mid-commit): cut there"
                 );
             }
+            if report.stale_log_replaced {
+                tracing::info!("catalog.log was older than catalog.snap (a crash while folding): replaced");
+            }
+            tracing::debug!(records = report.records, "catalog.log replayed");
             catalog
         }
         Err(error) => {
