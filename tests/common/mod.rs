@@ -205,9 +205,21 @@ pub async fn connect_result(broker: &RunningBroker) -> lapin::Result<lapin::Conn
 
 /// A minimal HTTP/1.1 request as guest to the management API; returns the status code and body.
 pub async fn http(broker: &RunningBroker, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_as(broker, ("guest", "guest"), method, path, body).await
+}
+
+/// The same request as another user (`(name, password)`).
+pub async fn http_as(
+    broker: &RunningBroker,
+    user: (&str, &str),
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut socket = tokio::net::TcpStream::connect(broker.http).await.expect("connect http");
-    socket.write_all(http_wire::request(method, path, body).as_bytes()).await.expect("send http");
+    let request = http_wire::request_as(user, method, path, body);
+    socket.write_all(request.as_bytes()).await.expect("send http");
     let mut response = Vec::new();
     socket.read_to_end(&mut response).await.expect("read http");
     http_wire::parse_response(&response).unwrap_or((0, String::new()))

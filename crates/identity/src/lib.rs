@@ -132,17 +132,38 @@ impl UserStore {
     /// RabbitMQ's first-start setup: vhost `/` ("Default virtual host"), user guest/guest tagged administrator with full
     /// permissions on `/`; `loopback_users` may log in only from loopback (default: guest).
     pub fn with_defaults(loopback_users: Vec<String>) -> Self {
+        // Valid patterns and a plain name: nothing here can fail.
+        Self::with_default_user(loopback_users, "guest", "guest").expect("the default records are valid")
+    }
+
+    /// The first-start setup with `name`/`password` as the administrator instead of guest
+    /// (RabbitMQ's `default_user` and `default_pass`).
+    pub fn with_default_user(
+        loopback_users: Vec<String>,
+        name: &str,
+        password: &str,
+    ) -> Result<Self, StoreError> {
+        let store = UserStore::without_users(loopback_users);
+        store.add_default_user(name, password)?;
+        Ok(store)
+    }
+
+    /// Adds vhost `/` (when missing) and `name`/`password`, tagged administrator with full
+    /// permissions on `/`.
+    pub fn add_default_user(&self, name: &str, password: &str) -> Result<(), StoreError> {
+        if self.vhost("/").is_none() {
+            let description = "Default virtual host".to_owned();
+            self.put_vhost(VhostRecord { name: "/".into(), description, ..VhostRecord::default() })?;
+        }
+        self.put_user_with_password(name, password, vec!["administrator".into()])?;
+        self.put_permission(Permission::full(name, "/")).map(|_| ())
+    }
+
+    /// No users, vhost records or permissions: what a data directory whose catalog was lost
+    /// starts with (no default user is made there, issue 22).
+    pub fn without_users(loopback_users: Vec<String>) -> Self {
         let store = UserStore::default();
         store.write().loopback_users = loopback_users;
-        let defaults = || -> Result<(), StoreError> {
-            let description = "Default virtual host".to_owned();
-            store.put_vhost(VhostRecord { name: "/".into(), description, ..VhostRecord::default() })?;
-            store.put_user_with_password("guest", "guest", vec!["administrator".into()])?;
-            store.put_permission(Permission::full("guest", "/"))?;
-            Ok(())
-        };
-        // No saver yet and valid patterns: nothing here can fail.
-        defaults().expect("the default records are valid");
         store
     }
 

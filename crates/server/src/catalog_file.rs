@@ -10,7 +10,7 @@ use hourglass_broker::{
     decode_catalog, decode_definitions, CatalogChange, Definitions, DEFINITIONS_SCHEMA_VERSION,
     DEFINITIONS_SCHEMA_VERSION_OLDEST, ORPHANED_QUEUE_PREFIX,
 };
-use hourglass_store::catalog::{Catalog, CatalogConfig, CatalogError};
+use hourglass_store::catalog::{Catalog, CatalogConfig, CatalogError, CatalogOpened, Salvaged};
 use hourglass_store::snapshot::read_snapshot;
 use hourglass_store::Storage;
 
@@ -28,6 +28,26 @@ pub enum DamagedDefinitions {
     /// Move the files aside as `<file>.damaged-<ms>` and start without them
     /// (`--set-aside-damaged-definitions`); the stored messages are kept in recreated queues.
     SetAside,
+}
+
+/// Whether this data directory held a catalog before this start. Only a truly first start
+/// gets RabbitMQ's default user: a catalog that was damaged, set aside or emptied never brings
+/// back a guest administrator that was deleted (issue 22).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CatalogHistory {
+    /// Nothing was ever committed to a catalog here, and nothing was set aside.
+    FirstStart,
+    /// A catalog was here before (whatever it holds now).
+    HeldBefore,
+}
+
+/// The opened catalog and what start-up needs to know of it.
+#[derive(Debug)]
+pub struct OpenedCatalog {
+    pub catalog: Catalog,
+    /// The broker's durable definitions it holds.
+    pub definitions: Definitions,
+    pub history: CatalogHistory,
 }
 
 /// The catalog, even if a panic elsewhere poisoned its lock (its map is whole: a change is
@@ -56,43 +76,97 @@ pub fn commit_catalog(catalog: &mut Catalog) -> Result<(), CatalogError> {
 }
 
 /// Opens the catalog in `storage`, first moving `definitions.snap` into it if an older version
-/// left one, and decodes the definitions it holds. `now_ms` names files set aside.
+/// left one, and decodes the definitions it holds. A catalog that does not open is refused, or
+/// (`SetAside`) moved aside and restarted from what of it still reads: its last whole commit
+/// before the damage. `now_ms` names files set aside.
 pub fn open_catalog(
     storage: Arc<dyn Storage>,
     damaged: DamagedDefinitions,
     now_ms: u64,
-) -> anyhow::Result<(Catalog, Definitions)> {
-    let opened = Catalog::open(storage.clone(), CATALOG, CatalogConfig::default());
-    let mut catalog = match opened {
+) -> anyhow::Result<OpenedCatalog> {
+    let listed = storage.list().context("listing the data directory")?;
+    // A file set aside by an earlier start says a catalog (or older definitions) was here.
+    let mut history = if listed.iter().any(|f| f.contains(SET_ASIDE_MARK)) {
+        CatalogHistory::HeldBefore
+    } else {
+        CatalogHistory::FirstStart
+    };
+    let mut catalog = match Catalog::open(storage.clone(), CATALOG, CatalogConfig::default()) {
         Ok((catalog, report)) => {
-            if report.torn_bytes > 0 {
-                tracing::warn!(
-                    torn_bytes = report.torn_bytes,
-                    "catalog.log ended in an unfinished write (a crash mid-commit): cut there"
-                );
+            log_opened(&report);
+            if !report.pristine {
+                history = CatalogHistory::HeldBefore;
             }
-            if report.stale_log_replaced {
-                tracing::info!("catalog.log was older than catalog.snap (a crash while folding): replaced");
-            }
-            tracing::debug!(records = report.records, "catalog.log replayed");
             catalog
         }
         Err(error) => {
+            history = CatalogHistory::HeldBefore;
+            let salvaged = match damaged {
+                DamagedDefinitions::SetAside => Catalog::salvage(storage.as_ref(), CATALOG),
+                DamagedDefinitions::Refuse => Salvaged::default(),
+            };
             set_aside(storage.as_ref(), damaged, &error.to_string(), now_ms)?;
-            Catalog::open(storage.clone(), CATALOG, CatalogConfig::default())?.0
+            let mut catalog = Catalog::open(storage.clone(), CATALOG, CatalogConfig::default())?.0;
+            restore_salvaged(&mut catalog, salvaged)?;
+            catalog
         }
     };
     move_legacy_definitions(storage.as_ref(), &mut catalog, damaged, now_ms)?;
     let decoded = decode_catalog(catalog.entries().map(|(k, v)| (&k[..], &v[..])));
     match decoded {
-        Ok(definitions) => Ok((catalog, definitions)),
+        Ok(definitions) => Ok(OpenedCatalog { catalog, definitions, history }),
         Err(problem) => {
             drop(catalog);
             set_aside(storage.as_ref(), damaged, &problem, now_ms)?;
             let (catalog, _) = Catalog::open(storage, CATALOG, CatalogConfig::default())?;
-            Ok((catalog, Definitions::default()))
+            let history = CatalogHistory::HeldBefore;
+            Ok(OpenedCatalog { catalog, definitions: Definitions::default(), history })
         }
     }
+}
+
+/// What files set aside are named with: `<file>.damaged-<ms>`.
+const SET_ASIDE_MARK: &str = ".damaged-";
+
+fn log_opened(report: &CatalogOpened) {
+    if report.torn_bytes > 0 {
+        tracing::warn!(
+            torn_bytes = report.torn_bytes,
+            "catalog.log ended in an unfinished write (a crash mid-commit): cut there"
+        );
+    }
+    if report.repaired_copies > 0 {
+        tracing::warn!(
+            copies = report.repaired_copies,
+            "catalog.log had damaged commit trailers; their second copies covered them"
+        );
+    }
+    if report.stale_log_replaced {
+        tracing::info!("catalog.log was older than catalog.snap (a crash while folding): replaced");
+    }
+    tracing::debug!(records = report.records, commits = report.commits, "catalog.log replayed");
+}
+
+/// Writes what was salvaged of a set-aside catalog into the new, empty one (one commit).
+fn restore_salvaged(catalog: &mut Catalog, salvaged: Salvaged) -> anyhow::Result<()> {
+    for (key, value) in &salvaged.entries {
+        catalog.put(key, value).context("restoring what of the damaged catalog still reads")?;
+    }
+    commit_catalog(catalog).context("restoring what of the damaged catalog still reads")?;
+    if salvaged.snapshot_read {
+        tracing::error!(
+            entries = salvaged.entries.len(),
+            log_commits = salvaged.commits,
+            "the catalog restarts from its last whole commit before the damage; later changes \
+             (users, permissions, definitions) are lost and must be made again"
+        );
+    } else {
+        tracing::error!(
+            "catalog.snap did not read: the catalog restarts empty (no users, no definitions); \
+             no default user is created on a data directory that held a catalog"
+        );
+    }
+    Ok(())
 }
 
 /// Puts every definition of an older data directory's `definitions.snap` into the catalog,
@@ -158,13 +232,14 @@ fn set_aside_files(
     if damaged == DamagedDefinitions::Refuse {
         anyhow::bail!(
             "{named} does not read ({problem}); refusing to start, nothing was changed. To start \
-             without the stored definitions (the file is moved aside, every stored message is kept \
-             in a queue named {ORPHANED_QUEUE_PREFIX}<id>), start once with \
-             --set-aside-damaged-definitions"
+             from what still reads (the files are moved aside; the catalog restarts from its last \
+             whole commit before the damage, or empty when that is lost; no default user is \
+             created; every stored message is kept, in a queue named {ORPHANED_QUEUE_PREFIX}<id> \
+             where its queue is lost), start once with --set-aside-damaged-definitions"
         );
     }
     for file in files {
-        let aside = format!("{file}.damaged-{now_ms}");
+        let aside = format!("{file}{SET_ASIDE_MARK}{now_ms}");
         storage.rename(file, &aside).with_context(|| format!("moving {file} aside to {aside}"))?;
         tracing::error!(
             %problem, moved_to = %aside,
@@ -206,6 +281,11 @@ mod tests {
         top.raw().to_vec()
     }
 
+    fn opened(storage: Arc<dyn Storage>, damaged: DamagedDefinitions, now_ms: u64) -> (Catalog, Definitions) {
+        let opened = open_catalog(storage, damaged, now_ms).unwrap();
+        (opened.catalog, opened.definitions)
+    }
+
     fn queues(definitions: &Definitions) -> String {
         format!("{definitions:?}")
     }
@@ -218,16 +298,16 @@ mod tests {
         let storage = MemStorage::new();
         write_snapshot(&storage, LEGACY_DEFINITIONS_FILE, 2, &legacy_payload()).unwrap();
         let shared: Arc<dyn Storage> = Arc::new(storage.clone());
-        let (catalog, definitions) = open_catalog(shared.clone(), DamagedDefinitions::Refuse, 0).unwrap();
+        let (catalog, definitions) = opened(shared.clone(), DamagedDefinitions::Refuse, 0);
         assert!(queues(&definitions).contains("\"q\"") && queues(&definitions).contains("QueueId(3)"));
         assert!(!storage.list().unwrap().contains(&LEGACY_DEFINITIONS_FILE.to_owned()));
         let entries = catalog.len();
         drop(catalog);
-        let (_, again) = open_catalog(shared.clone(), DamagedDefinitions::Refuse, 0).unwrap();
+        let (_, again) = opened(shared.clone(), DamagedDefinitions::Refuse, 0);
         assert_eq!(queues(&again), queues(&definitions));
 
         write_snapshot(&storage, LEGACY_DEFINITIONS_FILE, 2, &legacy_payload()).unwrap();
-        let (catalog, repeated) = open_catalog(shared, DamagedDefinitions::Refuse, 0).unwrap();
+        let (catalog, repeated) = opened(shared, DamagedDefinitions::Refuse, 0);
         assert_eq!((catalog.len(), queues(&repeated)), (entries, queues(&definitions)));
     }
 
@@ -239,7 +319,7 @@ mod tests {
         let shared: Arc<dyn Storage> = Arc::new(storage.clone());
         let error = open_catalog(shared.clone(), DamagedDefinitions::Refuse, 0).unwrap_err().to_string();
         assert!(error.contains("definitions.snap does not read"), "{error}");
-        let (catalog, _) = open_catalog(shared, DamagedDefinitions::SetAside, 7).unwrap();
+        let (catalog, _) = opened(shared, DamagedDefinitions::SetAside, 7);
         assert!(catalog.is_empty());
         assert!(storage.list().unwrap().contains(&"definitions.snap.damaged-7".to_owned()));
     }

@@ -14,7 +14,11 @@ use serde::Deserialize;
 pub use crate::logging::LogFormat;
 
 pub mod cluster;
+mod default_user;
 mod tls;
+
+use default_user::default_user;
+pub use default_user::DefaultUser;
 
 pub use tls::TlsSettings;
 
@@ -243,6 +247,13 @@ pub struct Cli {
     /// never a file setting: it is an operator's decision for one start.
     #[arg(long)]
     pub set_aside_damaged_definitions: bool,
+    /// The administrator a blank catalog gets instead of guest/guest (RabbitMQ's
+    /// `default_user`); with `--default-pass`. Also made when a catalog set aside left no user.
+    #[arg(long, env = "HOURGLASS_DEFAULT_USER")]
+    pub default_user: Option<String>,
+    /// The password of `--default-user` (RabbitMQ's `default_pass`).
+    #[arg(long, env = "HOURGLASS_DEFAULT_PASS", hide_env_values = true)]
+    pub default_pass: Option<String>,
     /// Clustered mode (`--etcd-endpoints` and the rest: docs/clustering.md).
     #[command(flatten)]
     pub cluster: cluster::ClusterCli,
@@ -278,6 +289,8 @@ pub struct FileConfig {
     pub apsaramq_delay_header: Option<bool>,
     pub server_product: Option<String>,
     pub load_definitions: Option<PathBuf>,
+    pub default_user: Option<String>,
+    pub default_pass: Option<String>,
     pub queue_resident_messages: Option<usize>,
     /// A size string (`"64MiB"`) or a number of bytes.
     pub queue_resident_bytes: Option<SizeSetting>,
@@ -417,6 +430,8 @@ pub struct Config {
     pub paging: PagingLimits,
     /// Start even if the definitions file does not read, moving it aside (`Cli` says more).
     pub set_aside_damaged_definitions: bool,
+    /// The administrator a blank catalog gets instead of guest (`Cli` says more).
+    pub default_user: Option<DefaultUser>,
     /// The first refused login's hold per address (ms); 0: no slowdown.
     pub login_failure_delay_ms: u64,
     /// A socket write making no progress this long closes the connection (ms).
@@ -457,6 +472,8 @@ impl Default for Config {
             paging: PagingLimits::default(),
             // A damaged definitions file stops the start: never guess on the operator's behalf.
             set_aside_damaged_definitions: false,
+            // RabbitMQ's guest/guest, from loopback only (`DEFAULT_LOOPBACK_USERS`).
+            default_user: None,
             login_failure_delay_ms: DEFAULT_LOGIN_FAILURE_DELAY_MS,
             tcp_send_timeout_ms: DEFAULT_TCP_SEND_TIMEOUT_MS,
             http: HttpLimits {
@@ -563,6 +580,10 @@ impl Config {
             load_definitions: cli.load_definitions.or(file.load_definitions),
             paging,
             set_aside_damaged_definitions: cli.set_aside_damaged_definitions,
+            default_user: default_user(
+                cli.default_user.or(file.default_user),
+                cli.default_pass.or(file.default_pass),
+            )?,
             login_failure_delay_ms: cli
                 .login_failure_delay_ms
                 .or(file.login_failure_delay_ms)

@@ -5,7 +5,9 @@
 //! entries of the records it changed (`hourglass-identity` `entries.rs`); its saver here puts them into the
 //! catalog and commits before the change is visible. On start the store is read back from the
 //! catalog; a data directory from an older version has its `users.snap` moved in once; a first
-//! start writes RabbitMQ's defaults (guest on `/`).
+//! start writes RabbitMQ's defaults (guest on `/`). Only a first start: a data directory that
+//! held a catalog before and now has no users (its catalog was damaged and set aside) starts with
+//! none, so that damage never brings back a guest administrator that was deleted (issue 22).
 //!
 //! Vhosts live in two places: the user store (records, permissions) and the broker (exchanges,
 //! queues). The user store is the authority: at start the broker gets every vhost it names and
@@ -21,7 +23,8 @@ use hourglass_mgmt::users::{VhostRecord, FILE_SCHEMA_VERSION};
 use hourglass_mgmt::UserStore;
 use hourglass_store::catalog::Catalog;
 
-use crate::catalog_file::{apply_change, commit_catalog, lock_catalog};
+use crate::catalog_file::{apply_change, commit_catalog, lock_catalog, CatalogHistory};
+use crate::config::DefaultUser;
 use hourglass_store::snapshot::read_snapshot;
 use hourglass_store::Storage;
 
@@ -35,6 +38,7 @@ pub const LEGACY_USERS_FILE: &str = "users.snap";
 /// those messages.
 pub fn open(
     catalog: Arc<Mutex<Catalog>>,
+    blank: Blank<'_>,
     storage: &dyn Storage,
     loopback_users: Vec<String>,
     keep: &[String],
@@ -54,7 +58,13 @@ pub fn open(
                 // Moved already; a crash came before the file's removal.
                 storage.remove(LEGACY_USERS_FILE).context("removing users.snap once moved")?;
             }
-            reconcile(users.persist_with(saver), keep, broker, now)?
+            let users = users.persist_with(saver);
+            if let (true, Some(user)) = (users.users().is_empty(), blank.default_user) {
+                // A catalog set aside left no users: the configured administrator is the way in.
+                users.add_default_user(&user.name, &user.password)?;
+                tracing::warn!(user = %user.name, "no users were stored: added the --default-user administrator");
+            }
+            reconcile(users, keep, broker, now)?
         }
         (None, Some(s)) if s.schema_version == FILE_SCHEMA_VERSION => {
             let users = UserStore::from_file(&s.payload, loopback_users).context("reading users.snap")?;
@@ -69,7 +79,19 @@ pub fn open(
         }
         (None, None) => {
             // Every record goes in with one save (one catalog commit), not one commit per vhost.
-            let users = UserStore::with_defaults(loopback_users);
+            let users = match (blank.history, blank.default_user) {
+                (_, Some(user)) => UserStore::with_default_user(loopback_users, &user.name, &user.password)?,
+                (CatalogHistory::FirstStart, None) => UserStore::with_defaults(loopback_users),
+                (CatalogHistory::HeldBefore, None) => {
+                    tracing::error!(
+                        "no users are stored, though this data directory held a catalog before \
+                         (it was damaged and set aside): no default user is created, so nobody \
+                         can log in; start with --default-user and --default-pass to add an \
+                         administrator (docs/storage.md)"
+                    );
+                    UserStore::without_users(loopback_users)
+                }
+            };
             for name in broker.vhost_names() {
                 if users.vhost(&name).is_none() {
                     users.put_vhost(VhostRecord { name, ..VhostRecord::default() })?;
@@ -85,6 +107,15 @@ pub fn open(
         broker.set_vhost_max_queues(&vhost.name, vhost.limits.effective("max-queues"));
     }
     Ok(users)
+}
+
+/// What decides the users of a catalog that has none.
+#[derive(Clone, Copy, Debug)]
+pub struct Blank<'a> {
+    /// Only a first start gets guest/guest.
+    pub history: CatalogHistory,
+    /// Made instead of guest, and also where a catalog set aside left no users.
+    pub default_user: Option<&'a DefaultUser>,
 }
 
 /// The saver: puts the changed records into the catalog and commits (one sync) before the
@@ -137,6 +168,10 @@ mod tests {
 
     use super::*;
 
+    fn blank(history: CatalogHistory) -> Blank<'static> {
+        Blank { history, default_user: None }
+    }
+
     fn broker() -> Broker {
         Broker::new(BrokerConfig::default())
     }
@@ -149,7 +184,8 @@ mod tests {
     }
 
     fn start(storage: &MemStorage, keep: &[String], broker: &mut Broker) -> UserStore {
-        open(catalog(storage), storage, vec![], keep, broker, Timestamp::ZERO).unwrap()
+        let history = CatalogHistory::FirstStart;
+        open(catalog(storage), blank(history), storage, vec![], keep, broker, Timestamp::ZERO).unwrap()
     }
 
     /// A first start saves the defaults; changes are saved and read back at the next start,
@@ -176,7 +212,10 @@ mod tests {
     fn a_change_writes_only_its_records() {
         let storage = MemStorage::new();
         let shared = catalog(&storage);
-        let users = open(shared.clone(), &storage, vec![], &[], &mut broker(), Timestamp::ZERO).unwrap();
+        let history = CatalogHistory::FirstStart;
+        let users =
+            open(shared.clone(), blank(history), &storage, vec![], &[], &mut broker(), Timestamp::ZERO)
+                .unwrap();
         let count = || lock_catalog(&shared).len();
         let before = count();
         for i in 0..50 {
@@ -233,6 +272,24 @@ mod tests {
         let users = start(&storage, &["orphans".to_owned()], &mut restarted);
         assert!(restarted.has_vhost("orphans"));
         assert!(users.vhost("orphans").is_some());
+    }
+
+    /// Issue 22: a data directory that held a catalog before gets no default user when its
+    /// users are gone (a damaged catalog set aside): guest does not come back; the broker's
+    /// vhosts are still recorded.
+    #[test]
+    fn no_default_user_where_a_catalog_was_before() {
+        let storage = MemStorage::new();
+        let mut old = broker();
+        old.add_vhost("prod");
+        let history = CatalogHistory::HeldBefore;
+        let users = open(catalog(&storage), blank(history), &storage, vec![], &[], &mut old, Timestamp::ZERO)
+            .unwrap();
+        assert!(users.check_login("guest", "guest", true).is_err());
+        assert!(users.vhost("prod").is_some());
+        drop(users);
+        let again = start(&storage, &[], &mut broker());
+        assert!(again.check_login("guest", "guest", true).is_err(), "nor at the next start");
     }
 
     /// With no stored users at all (a data directory from before users were kept), the

@@ -137,6 +137,7 @@ impl Server {
         broker.set_paging_limits(config.paging);
         let data_dir = config.data_dir.clone();
         let loopback_users = config.loopback_users.clone();
+        let default_user = config.default_user.clone();
         let damaged = if config.set_aside_damaged_definitions {
             persistence::DamagedDefinitions::SetAside
         } else {
@@ -154,6 +155,7 @@ impl Server {
             let keep: Vec<String> = report.orphaned.iter().map(|o| o.vhost.clone()).collect();
             let users = identity::open(
                 data.catalog.clone(),
+                identity::Blank { history: data.catalog_history, default_user: default_user.as_ref() },
                 data.definitions.as_ref(),
                 loopback_users,
                 &keep,

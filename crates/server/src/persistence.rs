@@ -34,8 +34,8 @@ use hourglass_store::{
 use tokio::sync::mpsc;
 
 use crate::broker_task::BrokerInput;
-pub use crate::catalog_file::DamagedDefinitions;
 use crate::catalog_file::{apply_change, commit_catalog, lock_catalog, open_catalog};
+pub use crate::catalog_file::{CatalogHistory, DamagedDefinitions};
 use crate::failure_log::{FailureLog, LogLine, REPEAT_INTERVAL};
 use hourglass_mgmt::StoreDamage;
 
@@ -57,6 +57,8 @@ pub struct DataDir {
     pub store: Store,
     /// Shared by the store thread (the broker's definitions) and the user store's saver.
     pub catalog: Arc<Mutex<Catalog>>,
+    /// Whether a catalog was here before this start (only a first start makes default users).
+    pub catalog_history: CatalogHistory,
     /// The data directory itself (the catalog's files; an older `users.snap`).
     pub definitions: Arc<dyn Storage>,
     /// Recovered at open; taken by [`recover`].
@@ -106,17 +108,18 @@ impl DataDir {
             Err(e) => return Err(anyhow::Error::new(e).context("recovering the message log")),
         };
         log_recovery(&messages_dir, &recovered);
-        let (catalog, stored_definitions) = open_catalog(definitions.clone(), damaged, now.as_millis())
+        let opened = open_catalog(definitions.clone(), damaged, now.as_millis())
             .map_err(|e| anyhow::anyhow!("data dir {}: {e:#}", dir.display()))?;
         let report = &recovered.report;
         let damage = StoreDamage { regions: report.damaged.len() as u64, bytes: report.damaged_bytes() };
         Ok(DataDir {
             dir: dir.to_owned(),
             store,
-            catalog: Arc::new(Mutex::new(catalog)),
+            catalog: Arc::new(Mutex::new(opened.catalog)),
+            catalog_history: opened.history,
             definitions,
             recovered: Some(recovered),
-            stored_definitions: Some(stored_definitions),
+            stored_definitions: Some(opened.definitions),
             damage,
             _lock: lock,
         })

@@ -61,7 +61,7 @@ impl Workload {
         let storage = MemStorage::new();
         let config = StoreConfig { segment_bytes_target: SEGMENT_BYTES, ..StoreConfig::default() };
         let (store, _) = Store::open(Arc::new(storage.clone()), config).unwrap();
-        let (catalog, _) = open_catalog(Arc::new(storage.clone()), DamagedDefinitions::Refuse, 0).unwrap();
+        let catalog = open_catalog(Arc::new(storage.clone()), DamagedDefinitions::Refuse, 0).unwrap().catalog;
         storage.record_sync_points();
         let tb = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
         Workload {
@@ -229,8 +229,9 @@ fn recover(image: &MemImage, crash: Crash) -> Recovered {
     let mut tb = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
     tb.clock.advance(Duration::from_millis(1_000));
     let now = tb.clock.now();
-    let (_, definitions) =
-        open_catalog(Arc::new(storage.clone()), DamagedDefinitions::Refuse, 0).expect("definitions read");
+    let definitions = open_catalog(Arc::new(storage.clone()), DamagedDefinitions::Refuse, 0)
+        .expect("definitions read")
+        .definitions;
     restore_into(&mut tb.broker, &store, definitions, recovered, now);
     let chan = tb.channel();
     let q = get_all(&mut tb, chan, "q");

@@ -6,12 +6,14 @@
 //! ```text
 //! NAME.snap   the map at generation G (`snapshot::write_snapshot`, schema CATALOG_SCHEMA):
 //!             generation u64, then entries: key length u32, key, value length u32, value
-//! NAME.log    header (24 bytes): magic "HGLSCLOG", format version u32, generation u64,
-//!             CRC32C of bytes 0..20
-//!             records: body length u32, CRC32C of the body u32, body:
+//! NAME.log    header (24 bytes): magic "HGLSCLOG", format version u32 (LOG_VERSION),
+//!             generation u64, CRC32C of bytes 0..20
+//!             commits, each its records then its trailer (`catalog/log_scan.rs`);
+//!             a record: body length u32, CRC32C of the body u32, body:
 //!               1 put:           key length u32, key, value
 //!               2 delete:        key
 //!               3 delete prefix: every key starting with these bytes
+//!               4 commit:        the trailer (sequence, record count), written twice
 //! ```
 //!
 //! All lengths little-endian. A change is buffered by [`Catalog::put`] / [`Catalog::delete`] and
@@ -19,11 +21,15 @@
 //! snapshot's size (and [`CatalogConfig::compact_min_bytes`]), the commit writes the whole map as
 //! snapshot G+1 and starts an empty log at G+1: the cost per change stays constant on average.
 //!
-//! Recovery: the snapshot, then the log's records in order. A log of an older generation is what
-//! a crash between those two steps leaves (the new snapshot already holds it): it is replaced by
-//! an empty one. A record that is short or fails its checksum ends the log: it is the torn tail of
-//! a commit that never finished (whose changes were never reported durable); the file is cut
-//! there and the bytes dropped are reported.
+//! Recovery: the snapshot, then the log's whole commits in order, each applied entirely or not
+//! at all. A log of an older generation is what a crash between those two steps leaves (the new
+//! snapshot already holds it): it is replaced by an empty one. What follows the last whole commit
+//! is the torn tail of a commit that never finished (whose changes were never reported durable)
+//! when nothing valid comes after it: the file is cut there and the bytes dropped are reported. A
+//! bad record with a whole commit after it is damage, and opening fails
+//! ([`CatalogError::Damaged`]): damage never silently drops what came after it
+//! (`catalog/log_scan.rs` has the rules). A log of format 1 (records without trailers, before
+//! issue 22) is read record by record as it was written, then folded into a snapshot at once.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -33,15 +39,19 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::limits::{CATALOG_COMPACT_MIN_BYTES, CATALOG_RECORD_BYTES_MAX, SNAPSHOT_BYTES_MAX};
-use crate::record::{u32_at, u64_at, FORMAT_VERSION};
+use crate::record::{u32_at, u64_at};
 use crate::snapshot::{read_snapshot, replace_atomically, write_snapshot, SnapshotError};
 use crate::storage::{Storage, StorageFile};
+pub use log_scan::Damaged;
+use log_scan::{encode_trailer, next_record, scan, RECORD_HEADER_BYTES};
 
 /// The snapshot's schema version (the layout of its payload above).
 pub const CATALOG_SCHEMA: u32 = 1;
 const LOG_MAGIC: [u8; 8] = *b"HGLSCLOG";
+/// The log's format: 2 closes every commit with a trailer; 1 (read, never written) had none.
+const LOG_VERSION: u32 = 2;
+const LOG_VERSION_UNCOMMITTED: u32 = 1;
 const LOG_HEADER_BYTES: usize = 24;
-const RECORD_HEADER_BYTES: usize = 8;
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
 const OP_DELETE_PREFIX: u8 = 3;
@@ -74,6 +84,8 @@ pub enum CatalogError {
     },
     #[error("catalog {name:?} is corrupt: {reason}")]
     Corrupt { name: String, reason: String },
+    #[error("{name}.log is damaged: {damage}")]
+    Damaged { name: String, damage: Damaged },
     #[error("a catalog record of {bytes} bytes passes the limit of {CATALOG_RECORD_BYTES_MAX}")]
     TooLarge { bytes: usize },
 }
@@ -83,6 +95,12 @@ pub enum CatalogError {
 pub struct CatalogOpened {
     /// Records replayed from the log.
     pub records: u64,
+    /// Whole commits replayed from the log.
+    pub commits: u64,
+    /// Damaged copies of commit trailers that their twin covered.
+    pub repaired_copies: u64,
+    /// Nothing was ever committed here: no snapshot, and a log with nothing after its header.
+    pub pristine: bool,
     /// Bytes of a torn tail cut from the log (an unfinished commit).
     pub torn_bytes: u64,
     /// The log was of an older generation than the snapshot (a crash mid-compaction) and was
@@ -101,6 +119,20 @@ pub struct CatalogCommitted {
     pub compaction_error: Option<String>,
 }
 
+/// What could still be read of a catalog that does not open, for a start that sets it aside
+/// (`Catalog::salvage`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Salvaged {
+    /// The snapshot's map (empty when it did not read) and the whole commits of the log before
+    /// its first bad record (none when the snapshot did not read: changes without their base
+    /// are no state the catalog ever had).
+    pub entries: BTreeMap<Bytes, Bytes>,
+    /// The snapshot read, or there was none.
+    pub snapshot_read: bool,
+    /// Whole commits of the log applied.
+    pub commits: u64,
+}
+
 /// An open catalog (module doc). One owner: the store thread.
 #[derive(Debug)]
 pub struct Catalog {
@@ -113,6 +145,10 @@ pub struct Catalog {
     log_bytes: u64,
     snapshot_bytes: u64,
     pending: Vec<u8>,
+    /// Records in `pending`.
+    pending_records: u32,
+    /// The last commit's sequence in this log (0: none yet).
+    sequence: u64,
     /// The values the uncommitted changes replaced (`None`: the key was absent), oldest first:
     /// a failed commit puts them back, so the map never holds what the disk may not.
     undo: Vec<(Bytes, Option<Bytes>)>,
@@ -155,12 +191,41 @@ impl Catalog {
             log_bytes: LOG_HEADER_BYTES as u64,
             snapshot_bytes,
             pending: Vec::new(),
+            pending_records: 0,
+            sequence: 0,
             undo: Vec::new(),
             cut_needed: false,
             log_outdated: false,
         };
-        let opened = catalog.replay()?;
+        let mut opened = catalog.replay()?;
+        opened.pristine &= snapshot_bytes == 0 && generation == 0;
         Ok((catalog, opened))
+    }
+
+    /// The map as of the last whole commit before any damage: the state the catalog had at
+    /// some point, never a mix (module doc). Reads only; the caller sets the files aside.
+    pub fn salvage(storage: &dyn Storage, name: &str) -> Salvaged {
+        let mut salvaged = Salvaged::default();
+        let generation = match read_snapshot(storage, &format!("{name}{SNAP_SUFFIX}")) {
+            Ok(None) => 0,
+            Ok(Some(s)) if s.schema_version == CATALOG_SCHEMA => match decode_snapshot(&s.payload) {
+                Ok((generation, entries)) => {
+                    salvaged.entries = entries;
+                    generation
+                }
+                Err(_) => return salvaged,
+            },
+            _ => return salvaged,
+        };
+        salvaged.snapshot_read = true;
+        let Some(body) = read_log_body(storage, name, generation) else { return salvaged };
+        let (scanned, _) = log_scan::whole_commits(&body);
+        let mut entries = salvaged.entries.clone();
+        if scanned.records.iter().all(|record| apply(&mut entries, record).is_ok()) {
+            salvaged.entries = entries;
+            salvaged.commits = scanned.commits;
+        }
+        salvaged
     }
 
     /// The map as of the last change (committed or not), in key order.
@@ -235,6 +300,7 @@ impl Catalog {
         if self.pending.is_empty() {
             return Ok(CatalogCommitted::default());
         }
+        encode_trailer(self.sequence + 1, self.pending_records, &mut self.pending);
         let cut = match (self.log_outdated, self.cut_needed) {
             (true, _) => self.start_new_log(),
             (false, true) => {
@@ -253,6 +319,8 @@ impl Catalog {
         }
         let bytes = self.pending.len() as u64;
         self.log_bytes += bytes;
+        self.sequence += 1;
+        self.pending_records = 0;
         self.pending.clear();
         self.undo.clear();
         self.cut_needed = false;
@@ -276,6 +344,7 @@ impl Catalog {
     pub fn discard(&mut self) {
         self.cut_needed = self.log.set_len(self.log_bytes).is_err();
         self.pending.clear();
+        self.pending_records = 0;
         for (key, old) in self.undo.drain(..).rev() {
             match old {
                 Some(value) => self.entries.insert(key, value),
@@ -304,6 +373,7 @@ impl Catalog {
         self.generation += 1;
         self.snapshot_bytes = payload.len() as u64;
         self.log_bytes = LOG_HEADER_BYTES as u64;
+        self.sequence = 0;
         self.log_outdated = true;
         self.start_new_log()?;
         Ok(true)
@@ -322,10 +392,11 @@ impl Catalog {
         self.pending.extend_from_slice(&(body.len() as u32).to_le_bytes());
         self.pending.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
         self.pending.extend_from_slice(body);
+        self.pending_records += 1;
         Ok(())
     }
 
-    /// Applies the log's records to the snapshot's map; cuts a torn tail.
+    /// Applies the log's whole commits to the snapshot's map; cuts a torn tail; refuses damage.
     fn replay(&mut self) -> Result<CatalogOpened, CatalogError> {
         let mut opened = CatalogOpened::default();
         let file_bytes = self.log.len_bytes().map_err(io_err("sizing the log"))?;
@@ -334,7 +405,8 @@ impl Catalog {
         }
         let mut header = [0; LOG_HEADER_BYTES];
         self.log.read_exact_at(0, &mut header).map_err(io_err("reading the log header"))?;
-        let generation = check_log_header(&header).map_err(|r| corrupt(&self.name, r.to_owned()))?;
+        let (version, generation) =
+            check_log_header(&header).map_err(|r| corrupt(&self.name, r.to_owned()))?;
         if generation < self.generation {
             self.log = new_log(self.storage.as_ref(), &self.name, self.generation, true)?;
             opened.stale_log_replaced = true;
@@ -346,32 +418,83 @@ impl Catalog {
         if file_bytes > SNAPSHOT_BYTES_MAX + CATALOG_RECORD_BYTES_MAX as u64 {
             return Err(corrupt(&self.name, format!("log of {file_bytes} bytes passes every limit")));
         }
+        opened.pristine = file_bytes == LOG_HEADER_BYTES as u64;
         let mut bytes = vec![0; (file_bytes - LOG_HEADER_BYTES as u64) as usize];
         self.log.read_exact_at(LOG_HEADER_BYTES as u64, &mut bytes).map_err(io_err("reading the log"))?;
+        let whole_bytes = if version == LOG_VERSION_UNCOMMITTED {
+            self.replay_uncommitted(&bytes, &mut opened)?
+        } else {
+            self.replay_commits(&bytes, &mut opened)?
+        };
+        self.log_bytes = LOG_HEADER_BYTES as u64 + whole_bytes as u64;
+        if self.log_bytes < file_bytes {
+            opened.torn_bytes = file_bytes - self.log_bytes;
+            self.log.set_len(self.log_bytes).map_err(io_err("cutting the log's torn tail"))?;
+            self.log.sync().map_err(io_err("syncing the log"))?;
+        }
+        if version == LOG_VERSION_UNCOMMITTED && !self.compact()? {
+            return Err(corrupt(&self.name, "a format 1 log too large to fold into a snapshot".to_owned()));
+        }
+        Ok(opened)
+    }
+
+    /// Applies the whole commits of a log body; where they end.
+    fn replay_commits(&mut self, bytes: &[u8], opened: &mut CatalogOpened) -> Result<usize, CatalogError> {
+        let scanned =
+            scan(bytes).map_err(|damage| CatalogError::Damaged { name: self.name.clone(), damage })?;
+        for body in &scanned.records {
+            apply(&mut self.entries, body).map_err(|r| corrupt(&self.name, r.to_owned()))?;
+        }
+        opened.records = scanned.records.len() as u64;
+        opened.commits = scanned.commits;
+        opened.repaired_copies = scanned.repaired_copies;
+        self.sequence = scanned.commits;
+        if let Some(at) = scanned.rewrite_trailer_at {
+            // The first copy is whole (the scan checked it): the second is written from it.
+            let copy = &bytes[at - log_scan::TRAILER_BYTES..at];
+            let offset = (LOG_HEADER_BYTES + at) as u64;
+            self.log.write_all_at(offset, copy).map_err(io_err("rewriting a commit trailer"))?;
+            self.log.sync().map_err(io_err("syncing the log"))?;
+            opened.repaired_copies += 1;
+        }
+        Ok(scanned.whole_bytes)
+    }
+
+    /// Applies the records of a format 1 log (no commit trailers) up to the first bad one; where
+    /// they end.
+    fn replay_uncommitted(
+        &mut self,
+        bytes: &[u8],
+        opened: &mut CatalogOpened,
+    ) -> Result<usize, CatalogError> {
         let mut at = 0;
         while let Some(body) = next_record(&bytes[at..]) {
             apply(&mut self.entries, body).map_err(|r| corrupt(&self.name, r.to_owned()))?;
             at += RECORD_HEADER_BYTES + body.len();
             opened.records += 1;
         }
-        self.log_bytes = LOG_HEADER_BYTES as u64 + at as u64;
-        if self.log_bytes < file_bytes {
-            opened.torn_bytes = file_bytes - self.log_bytes;
-            self.log.set_len(self.log_bytes).map_err(io_err("cutting the log's torn tail"))?;
-            self.log.sync().map_err(io_err("syncing the log"))?;
-        }
-        Ok(opened)
+        Ok(at)
     }
 }
 
-/// The body of the record at the start of `bytes`, if it is whole and its checksum matches.
-fn next_record(bytes: &[u8]) -> Option<&[u8]> {
-    if bytes.len() < RECORD_HEADER_BYTES {
+/// The body of log `name` after its header, when the header reads, is of format 2 and of
+/// `generation`, and the log is within the limits.
+fn read_log_body(storage: &dyn Storage, name: &str, generation: u64) -> Option<Vec<u8>> {
+    let log = storage.open(&format!("{name}{LOG_SUFFIX}")).ok()?;
+    let file_bytes = log.len_bytes().ok()?;
+    if file_bytes < LOG_HEADER_BYTES as u64
+        || file_bytes > SNAPSHOT_BYTES_MAX + CATALOG_RECORD_BYTES_MAX as u64
+    {
         return None;
     }
-    let len = u32_at(bytes, 0) as usize;
-    let body = bytes.get(RECORD_HEADER_BYTES..RECORD_HEADER_BYTES.checked_add(len)?)?;
-    (crc32c::crc32c(body) == u32_at(bytes, 4)).then_some(body)
+    let mut header = [0; LOG_HEADER_BYTES];
+    log.read_exact_at(0, &mut header).ok()?;
+    if check_log_header(&header).ok()? != (LOG_VERSION, generation) {
+        return None;
+    }
+    let mut body = vec![0; (file_bytes - LOG_HEADER_BYTES as u64) as usize];
+    log.read_exact_at(LOG_HEADER_BYTES as u64, &mut body).ok()?;
+    Some(body)
 }
 
 /// Applies one checksummed record body to `entries`.
@@ -427,7 +550,7 @@ fn new_log(
     }
     let mut header = Vec::with_capacity(LOG_HEADER_BYTES);
     header.extend_from_slice(&LOG_MAGIC);
-    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header.extend_from_slice(&LOG_VERSION.to_le_bytes());
     header.extend_from_slice(&generation.to_le_bytes());
     header.extend_from_slice(&crc32c::crc32c(&header).to_le_bytes());
     replace_atomically(storage, &log_name, &header)
@@ -435,18 +558,19 @@ fn new_log(
     storage.open(&log_name).map_err(io_err("opening the log"))
 }
 
-/// The log header's generation, or why it is not a header we wrote.
-fn check_log_header(header: &[u8; LOG_HEADER_BYTES]) -> Result<u64, &'static str> {
+/// The log header's format version and generation, or why it is not a header we wrote.
+fn check_log_header(header: &[u8; LOG_HEADER_BYTES]) -> Result<(u32, u64), &'static str> {
     if header[..8] != LOG_MAGIC {
         return Err("log has a bad magic");
     }
     if crc32c::crc32c(&header[..20]) != u32_at(header, 20) {
         return Err("log header fails its checksum");
     }
-    if u32_at(header, 8) != FORMAT_VERSION {
+    let version = u32_at(header, 8);
+    if version != LOG_VERSION && version != LOG_VERSION_UNCOMMITTED {
         return Err("log has another format version");
     }
-    Ok(u64_at(header, 12))
+    Ok((version, u64_at(header, 12)))
 }
 
 /// The length of [`encode_snapshot`]'s payload for `entries`: the generation, then each entry's
@@ -498,5 +622,6 @@ fn io_err(doing: &'static str) -> impl Fn(io::Error) -> CatalogError {
     move |source| CatalogError::Io { doing, source }
 }
 
+mod log_scan;
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,10 @@ fn open(storage: &MemStorage, compact_min_bytes: u64) -> (Catalog, CatalogOpened
     Catalog::open(Arc::new(storage.clone()), "catalog", CatalogConfig { compact_min_bytes }).unwrap()
 }
 
-fn map(catalog: &Catalog) -> BTreeMap<Vec<u8>, Vec<u8>> {
+/// A catalog's map as plain bytes, to compare.
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn map(catalog: &Catalog) -> Map {
     catalog.entries().map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
 }
 
@@ -18,7 +21,7 @@ fn map(catalog: &Catalog) -> BTreeMap<Vec<u8>, Vec<u8>> {
 fn changes_survive_a_reopen_and_no_ops_write_nothing() {
     let storage = MemStorage::new();
     let (mut catalog, opened) = open(&storage, 1 << 20);
-    assert_eq!(opened, CatalogOpened::default());
+    assert_eq!(opened, CatalogOpened { pristine: true, ..CatalogOpened::default() });
     catalog.put(b"q/a", b"1").unwrap();
     catalog.put(b"q/b", b"2").unwrap();
     catalog.put(b"x/a", b"3").unwrap();
@@ -234,4 +237,173 @@ proptest::proptest! {
             proptest::prop_assert!(prefixes.contains(&state), "{state:?}");
         }
     }
+}
+
+/// Five commits as the identity store writes them (a user with its permission, a vhost, a user
+/// deleted as three records in one commit...); the map after each commit, and the log's bytes.
+fn five_commits(storage: &MemStorage) -> (Vec<Map>, Vec<u8>) {
+    let (mut catalog, _) = open(storage, 1 << 20);
+    let mut history = vec![map(&catalog)];
+    let steps: [&[(&str, Option<&str>)]; 5] = [
+        &[("iUguest", Some("admin")), ("iH/", Some("{}")), ("iP/guest", Some(".*"))],
+        &[("iUops", Some("admin")), ("iP/ops", Some(".*"))],
+        &[("iHprod", Some("{}")), ("qprod/q1", Some("durable"))],
+        &[("iUguest", None), ("iP/guest", None), ("iT/guest", None)],
+        &[("qprod/q2", Some("durable"))],
+    ];
+    for step in steps {
+        for (key, value) in step {
+            match value {
+                Some(value) => catalog.put(key.as_bytes(), value.as_bytes()).unwrap(),
+                None => catalog.delete(key.as_bytes()).unwrap(),
+            }
+        }
+        catalog.commit().unwrap();
+        history.push(map(&catalog));
+    }
+    drop(catalog);
+    let log = storage.open("catalog.log").unwrap();
+    let mut bytes = vec![0; log.len_bytes().unwrap() as usize];
+    log.read_exact_at(0, &mut bytes).unwrap();
+    (history, bytes)
+}
+
+/// Where `needle` first occurs in `bytes`.
+fn find(bytes: &[u8], needle: &[u8]) -> usize {
+    bytes.windows(needle.len()).position(|w| w == needle).expect("present")
+}
+
+fn rewrite_log(storage: &MemStorage, bytes: &[u8]) {
+    let log = storage.open("catalog.log").unwrap();
+    log.set_len(0).unwrap();
+    log.write_all_at(0, bytes).unwrap();
+    log.sync().unwrap();
+}
+
+fn reopen(storage: &MemStorage) -> Result<(Catalog, CatalogOpened), CatalogError> {
+    Catalog::open(Arc::new(storage.clone()), "catalog", CatalogConfig { compact_min_bytes: 1 << 20 })
+}
+
+/// Issue 22, finding 1: one flipped bit in the first, a middle or the last change record,
+/// with whole commits after it, is damage: opening fails, naming it. It is never taken for a
+/// torn tail, which would drop every later commit (and bring back the deleted guest).
+#[test]
+fn a_flipped_bit_with_commits_after_it_is_damage_not_a_torn_tail() {
+    let storage = MemStorage::new();
+    let (_, bytes) = five_commits(&storage);
+    let body = LOG_HEADER_BYTES;
+    // The first record's key, a record of the third commit, the last commit's record.
+    let last_change = bytes.len() - 2 * log_scan::TRAILER_BYTES - 4;
+    for at in [body + 9, body + 3, find(&bytes, b"qprod/q1"), last_change] {
+        let mut flipped = bytes.clone();
+        flipped[at] ^= 0x04;
+        rewrite_log(&storage, &flipped);
+        let error = reopen(&storage).map(|_| ()).unwrap_err();
+        assert!(matches!(error, CatalogError::Damaged { .. }), "flip at {at}: {error}");
+        assert!(error.to_string().contains("damage, not a torn tail"), "{error}");
+        // Refusing changed nothing on disk.
+        let log = storage.open("catalog.log").unwrap();
+        assert_eq!(log.len_bytes().unwrap() as usize, flipped.len());
+    }
+}
+
+/// A flip in a commit's trailer is covered by the trailer's second copy: every commit reads.
+#[test]
+fn a_flipped_trailer_copy_is_covered_by_its_twin() {
+    let storage = MemStorage::new();
+    let (history, bytes) = five_commits(&storage);
+    for back in [1, log_scan::TRAILER_BYTES + 1] {
+        let mut flipped = bytes.clone();
+        flipped[bytes.len() - back] ^= 0x80;
+        rewrite_log(&storage, &flipped);
+        let (catalog, opened) = reopen(&storage).unwrap();
+        assert_eq!(map(&catalog), history[5], "flip {back} bytes from the end");
+        assert_eq!((opened.commits, opened.repaired_copies), (5, 1));
+    }
+}
+
+/// Issue 22, finding 2: a commit is applied whole or not at all. Cut at every byte (every
+/// record boundary among them), the log reopens to the map as of a whole commit: the user
+/// deletion's three records are never applied in part, and the catalog goes on from there.
+#[test]
+fn a_cut_anywhere_reopens_to_a_whole_commit() {
+    let storage = MemStorage::new();
+    let (history, bytes) = five_commits(&storage);
+    let mut last = 0;
+    for cut in LOG_HEADER_BYTES..=bytes.len() {
+        rewrite_log(&storage, &bytes[..cut]);
+        let (mut catalog, _) = reopen(&storage).unwrap();
+        let state = map(&catalog);
+        let commit =
+            history.iter().position(|h| *h == state).unwrap_or_else(|| panic!("cut {cut}: {state:?}"));
+        assert!(commit >= last, "a longer log never reads as an older state");
+        last = commit;
+        catalog.put(b"next", b"1").unwrap();
+        catalog.commit().unwrap();
+        let (again, _) = reopen(&storage).unwrap();
+        assert_eq!(again.get(b"next").map(|v| &v[..]), Some(&b"1"[..]), "cut {cut}");
+    }
+    assert_eq!(last, 5);
+}
+
+/// Salvage (for `--set-aside-damaged-definitions`) gives the map as of the last whole commit
+/// before the damage, never a mix with what came after.
+#[test]
+fn salvage_keeps_the_whole_commits_before_the_damage() {
+    let storage = MemStorage::new();
+    let (history, bytes) = five_commits(&storage);
+    let mut flipped = bytes.clone();
+    flipped[find(&bytes, b"qprod/q1")] ^= 0x04;
+    rewrite_log(&storage, &flipped);
+    let Err(CatalogError::Damaged { damage, .. }) = reopen(&storage) else { panic!("damage expected") };
+    let salvaged = Catalog::salvage(&storage, "catalog");
+    assert!(salvaged.snapshot_read);
+    assert_eq!(salvaged.commits, damage.commits_before);
+    let entries: BTreeMap<Vec<u8>, Vec<u8>> =
+        salvaged.entries.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    assert_eq!(entries, history[salvaged.commits as usize]);
+}
+
+/// A log of format 1 (records without commit trailers, before issue 22) reads as it was
+/// written and is folded into a snapshot at once, so that only format 2 is appended to.
+#[test]
+fn a_format_1_log_is_read_and_folded() {
+    let storage = MemStorage::new();
+    let mut log = b"HGLSCLOG".to_vec();
+    log.extend_from_slice(&1u32.to_le_bytes());
+    log.extend_from_slice(&0u64.to_le_bytes());
+    log.extend_from_slice(&crc32c::crc32c(&log).to_le_bytes());
+    for (key, value) in [("a", "1"), ("b", "2")] {
+        let mut body = vec![OP_PUT];
+        body.extend_from_slice(&1u32.to_le_bytes());
+        body.extend_from_slice(key.as_bytes());
+        body.extend_from_slice(value.as_bytes());
+        log.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        log.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        log.extend_from_slice(&body);
+    }
+    storage.create("catalog.log").unwrap().write_all_at(0, &log).unwrap();
+    let (mut catalog, opened) = reopen(&storage).unwrap();
+    assert_eq!((opened.records, catalog.len()), (2, 2));
+    assert!(storage.open("catalog.snap").is_ok(), "folded into a snapshot");
+    catalog.put(b"c", b"3").unwrap();
+    catalog.commit().unwrap();
+    drop(catalog);
+    let (again, _) = reopen(&storage).unwrap();
+    assert_eq!(again.len(), 3);
+}
+
+/// Only a catalog where nothing was ever committed is pristine (a first start).
+#[test]
+fn only_a_never_committed_catalog_is_pristine() {
+    let storage = MemStorage::new();
+    let (mut catalog, opened) = open(&storage, 1 << 20);
+    assert!(opened.pristine);
+    catalog.put(b"a", b"1").unwrap();
+    catalog.commit().unwrap();
+    catalog.delete(b"a").unwrap();
+    catalog.commit().unwrap();
+    drop(catalog);
+    let (catalog, opened) = open(&storage, 1 << 20);
+    assert!(catalog.is_empty() && !opened.pristine, "empty now, but not new");
 }
