@@ -31,6 +31,11 @@ fn hourglass() -> Command {
 /// START_TIMEOUT (false). A thread keeps draining the pipe afterwards, so the broker never writes
 /// into a closed pipe.
 fn lines_until_listening(stdout: std::process::ChildStdout) -> (Vec<String>, bool) {
+    lines_until(stdout, "hourglass listening")
+}
+
+/// The lines up to one containing `text` (true) or START_TIMEOUT (false), as above.
+fn lines_until(stdout: std::process::ChildStdout, text: &str) -> (Vec<String>, bool) {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -39,7 +44,7 @@ fn lines_until_listening(stdout: std::process::ChildStdout) -> (Vec<String>, boo
     });
     let deadline = Instant::now() + START_TIMEOUT;
     let mut lines = Vec::new();
-    while !lines.iter().any(|l: &String| l.contains("hourglass listening")) {
+    while !lines.iter().any(|l: &String| l.contains(text)) {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(line) => lines.push(line),
             Err(_) => return (lines, false),
@@ -121,6 +126,54 @@ fn unusable_data_dir_is_one_line() {
     let output = run_to_failure(command);
     std::fs::remove_file(&file).unwrap();
     assert_one_line_failure(&output, "cannot create data dir");
+}
+
+/// The binary under `ulimit -n FDS` (soft and hard: it cannot raise them).
+fn hourglass_with_fd_limit(fds: u32, data_dir: &std::path::Path) -> Command {
+    let mut command = Command::new("sh");
+    command.args(["-c", &format!("ulimit -n {fds} && exec \"$0\" \"$@\"")]);
+    command.arg(env!("CARGO_BIN_EXE_hourglass"));
+    command.args(["--bind", "127.0.0.1", "--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"]);
+    command.arg("--data-dir").arg(data_dir).env("RUST_LOG", "info").env("NO_COLOR", "1");
+    command
+}
+
+/// The number after `key=` in `line`.
+fn field(line: &str, key: &str) -> Option<usize> {
+    line.split_whitespace().find_map(|part| part.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+/// Issue 22 finding 6: at `ulimit -n 2048` the broker serves hundreds of AMQP connections (it
+/// allowed one: the HTTP listeners' limits took the whole table); the HTTP listeners shrink to
+/// fit instead, with a warning. A second AMQP connection is accepted.
+#[test]
+fn a_low_open_files_limit_still_serves_hundreds_of_connections() {
+    let data_dir = fresh_dir("fds2048");
+    let mut child = hourglass_with_fd_limit(2048, &data_dir).stdout(Stdio::piped()).spawn().expect("start");
+    let (lines, listening) = lines_until(child.stdout.take().unwrap(), "login_failure_delay_ms=");
+    let limits = lines.iter().find(|l| l.contains("login_failure_delay_ms=")).cloned();
+    let amqp = lines.iter().find_map(|l| common::parse_addr(l, "amqp="));
+    // Both held open at once: each is sent connection.start.
+    let connected = amqp.map(|addr| [connection_start(addr), connection_start(addr)]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&data_dir);
+    assert!(listening, "{lines:#?}");
+    let limits = limits.expect("the limits line");
+    let max_connections = field(&limits, "max_connections").expect("max_connections");
+    assert!(max_connections >= 1_000, "{limits}");
+    assert!(field(&limits, "http_max_connections").is_some_and(|n| n < 1_024), "{limits}");
+    assert!(lines.iter().any(|l| l.contains("HTTP connection limit lowered")), "{lines:#?}");
+    assert!(connected.is_some());
+}
+
+/// Below what serves a hundred connections the start is refused in one line naming `ulimit -n`.
+#[test]
+fn an_open_files_limit_too_low_to_serve_is_one_line() {
+    let data_dir = fresh_dir("fds300");
+    let output = run_to_failure(hourglass_with_fd_limit(300, &data_dir));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    assert_one_line_failure(&output, "ulimit -n");
 }
 
 /// A broker whose stdout is a pipe; its start-up lines up to the listening line are collected.
@@ -311,6 +364,11 @@ fn http_status_from(ip: [u8; 4], port: u16, basic: &str) -> String {
 
 /// Sends AMQP 0-9-1's protocol header to `addr` and expects a method frame (connection.start).
 fn assert_connection_start(addr: SocketAddr) {
+    connection_start(addr);
+}
+
+/// A socket that sent the protocol header and read the first frame (connection.start), open.
+fn connection_start(addr: SocketAddr) -> std::net::TcpStream {
     use std::io::Write;
     let mut socket = std::net::TcpStream::connect_timeout(&addr, START_TIMEOUT)
         .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
@@ -319,6 +377,7 @@ fn assert_connection_start(addr: SocketAddr) {
     let mut frame_type = [0u8; 1];
     socket.read_exact(&mut frame_type).expect("read connection.start");
     assert_eq!(frame_type[0], 1, "a method frame from {addr}");
+    socket
 }
 
 /// `hourglass --health-check` exits 0 for a running broker and 1 with one line when nothing

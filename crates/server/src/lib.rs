@@ -93,7 +93,7 @@ impl Server {
     }
 
     /// [`Server::bind`] with clustered mode's additions.
-    pub async fn bind_with(config: Config, hooks: ServerHooks) -> anyhow::Result<Server> {
+    pub async fn bind_with(mut config: Config, hooks: ServerHooks) -> anyhow::Result<Server> {
         let ip = listen::resolve_bind(config.bind);
         let plain = config.plain;
         let amqp = plain.amqp.then(|| listen::bind(ip, config.amqp_port, "AMQP")).transpose()?;
@@ -113,7 +113,17 @@ impl Server {
         let fds = fd_limit::raise_to_hard_limit();
         let http_listeners =
             [plain.http, plain.metrics, tls.is_some(), tls.is_some()].iter().filter(|on| **on).count();
-        let fd_room = fd_limit::amqp_fd_room(fds, (http_listeners * config.http.max_connections) as u64);
+        let budget = fd_limit::budget(fds, http_listeners, config.http.max_connections)?;
+        if budget.http_connections < config.http.max_connections {
+            tracing::warn!(
+                configured = config.http.max_connections,
+                http_max_connections = budget.http_connections,
+                fd_limit = ?fds,
+                "HTTP connection limit lowered to fit the open-files limit"
+            );
+            config.http.max_connections = budget.http_connections;
+        }
+        let fd_room = budget.amqp_room;
         let max_connections = fd_limit::amqp_connection_limit(config.max_connections, fd_room);
         // Fitting the default under the fd limit is routine (the start-up "limits" line shows the
         // result); only a limit the operator set that cannot be honoured is worth a warning.
@@ -451,6 +461,7 @@ fn log_start(config: &Config, limits: &alarm::Limits, max_connections: usize, ad
         queue_resident_bytes = config.paging.max_resident_bytes,
         login_failure_delay_ms = config.login_failure_delay_ms,
         max_connections,
+        http_max_connections = config.http.max_connections,
         max_message_size = config.amqp.max_message_size,
         channel_max = config.amqp.channel_max,
         frame_max = config.amqp.frame_max,
