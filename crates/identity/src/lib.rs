@@ -17,6 +17,7 @@
 //! visible — the records it changed, as catalog entries (`entries.rs`) — and a failed write
 //! leaves the store as it was and reports the error.
 
+mod batch;
 mod entries;
 mod file;
 mod hashing;
@@ -30,6 +31,7 @@ use hourglass_broker::{CatalogChange, InvalidPattern, Permissions};
 use hourglass_session::{Authenticator, ClientLimits, LoginRefused, VhostAccess};
 use sha2::{Digest, Sha256};
 
+pub use batch::Batch;
 pub use file::{FileError, FILE_SCHEMA_VERSION};
 pub use hashing::HashingAlgorithm;
 use hashing::SALT_BYTES;
@@ -302,18 +304,7 @@ impl UserStore {
         let topics = topics::of(&self.read(), &permission.vhost, &permission.user);
         let granted = Granted::compile(permission, &topics)?;
         let compiled = granted.compiled.clone();
-        self.update(|state| {
-            let (user, vhost) = (&granted.permission.user, &granted.permission.vhost);
-            if !state.users.contains_key(user) {
-                return Err(StoreError::Unknown(format!("user {user}")));
-            }
-            if !state.vhosts.contains_key(vhost) {
-                return Err(StoreError::Unknown(format!("vhost {vhost}")));
-            }
-            let key = (vhost.clone(), user.clone());
-            state.permissions.insert(key, granted);
-            Ok(())
-        })?;
+        self.update(|state| batch::insert_permission(state, granted))?;
         Ok(compiled)
     }
 
@@ -375,18 +366,28 @@ impl UserStore {
 
     /// Applies a change and saves the result before anyone sees it; when the save fails, the
     /// change is undone. The write lock is held across the save, so saves land in change order.
-    fn update<T>(&self, change: impl FnOnce(&mut State) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    fn update<T, E: From<StoreError>>(
+        &self,
+        change: impl FnOnce(&mut State) -> Result<T, E>,
+    ) -> Result<T, E> {
         let mut state = self.write();
-        let before = self.saver.as_ref().map(|_| state.clone());
-        let out = change(&mut state)?;
-        if let (Some(saver), Some(before)) = (&self.saver, before) {
+        // A change that fails partway (a batch's later record) leaves nothing behind either.
+        let before = state.clone();
+        let out = match change(&mut state) {
+            Ok(out) => out,
+            Err(error) => {
+                *state = before;
+                return Err(error);
+            }
+        };
+        if let Some(saver) = &self.saver {
             let changes = entries::diff(&before, &state);
             if changes.is_empty() {
                 return Ok(out);
             }
             if let Err(e) = saver(&changes) {
                 *state = before;
-                return Err(StoreError::NotSaved(e));
+                return Err(StoreError::NotSaved(e).into());
             }
         }
         Ok(out)

@@ -21,21 +21,8 @@ impl UserStore {
     /// was); the user and vhost must exist and the patterns compile. The user's compiled
     /// permissions in the vhost change with it (push them to open connections).
     pub fn put_topic_permission(&self, topic: TopicPermission) -> Result<(), StoreError> {
-        let check = [(topic.exchange.clone(), topic.write.clone(), topic.read.clone())];
-        Permissions::compile("", "", "")
-            .and_then(|p| p.with_topics(&check, &topic.user, &topic.vhost))
-            .map_err(StoreError::InvalidPattern)?;
-        self.update(|state| {
-            if !state.users.contains_key(&topic.user) {
-                return Err(StoreError::Unknown(format!("user {}", topic.user)));
-            }
-            if !state.vhosts.contains_key(&topic.vhost) {
-                return Err(StoreError::Unknown(format!("vhost {}", topic.vhost)));
-            }
-            let (vhost, user) = (topic.vhost.clone(), topic.user.clone());
-            state.topic_permissions.insert((vhost.clone(), user.clone(), topic.exchange.clone()), topic);
-            recompile(state, &vhost, &user)
-        })
+        check(&topic)?;
+        self.update(|state| insert(state, topic))
     }
 
     /// Removes the user's topic permissions in `vhost`: for `exchange`, or all of them. False when
@@ -71,6 +58,29 @@ pub(super) fn of(state: &State, vhost: &str, user: &str) -> Vec<(String, String,
         .filter(|t| t.vhost == vhost && t.user == user)
         .map(|t| (t.exchange.clone(), t.write.clone(), t.read.clone()))
         .collect()
+}
+
+/// Whether the topic permission's patterns compile (outside any lock: compiling takes time).
+pub(super) fn check(topic: &TopicPermission) -> Result<(), StoreError> {
+    let check = [(topic.exchange.clone(), topic.write.clone(), topic.read.clone())];
+    Permissions::compile("", "", "")
+        .and_then(|p| p.with_topics(&check, &topic.user, &topic.vhost))
+        .map(|_| ())
+        .map_err(StoreError::InvalidPattern)
+}
+
+/// Puts a checked topic permission in, once its user and vhost are known to exist, and
+/// compiles the user's permission entry in the vhost again.
+pub(super) fn insert(state: &mut State, topic: TopicPermission) -> Result<(), StoreError> {
+    if !state.users.contains_key(&topic.user) {
+        return Err(StoreError::Unknown(format!("user {}", topic.user)));
+    }
+    if !state.vhosts.contains_key(&topic.vhost) {
+        return Err(StoreError::Unknown(format!("vhost {}", topic.vhost)));
+    }
+    let (vhost, user) = (topic.vhost.clone(), topic.user.clone());
+    state.topic_permissions.insert((vhost.clone(), user.clone(), topic.exchange.clone()), topic);
+    recompile(state, &vhost, &user)
 }
 
 /// Compiles the (vhost, user) permission entry again with its current topic permissions.

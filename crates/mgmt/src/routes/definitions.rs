@@ -21,7 +21,7 @@ use super::{body_json, str_field, tags_field};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::json_to_table;
-use crate::users::{Limits, LimitsOf, Permission, User, VhostRecord};
+use crate::users::{Batch, Limits, LimitsOf, Permission, User, VhostRecord};
 use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
 use hourglass_broker::policy::PolicyKind;
 use hourglass_broker::Permissions;
@@ -188,39 +188,19 @@ async fn import(
 pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> Result<(), ApiError> {
     let auth = AuthUser { name: user.to_owned(), tags: vec!["administrator".to_owned()] };
     check_queue_limits(state, body).await?;
-    for v in items(body, "vhosts")? {
-        let name = required(v, "name")?.to_owned();
-        let meta = v.get("metadata").cloned().unwrap_or(Value::Null);
-        let description =
-            str_field(v, "description")?.or(str_field(&meta, "description")?).unwrap_or_default();
-        let mut tags = tags_field(v)?;
-        if tags.is_empty() {
-            tags = tags_field(&meta)?;
-        }
-        state.users.put_vhost(VhostRecord {
-            name: name.clone(),
-            description: description.to_owned(),
-            tags,
-            default_queue_type: str_field(v, "default_queue_type")?.map(str::to_owned),
-            limits: state.users.vhost(&name).map(|v| v.limits).unwrap_or_default(),
-        })?;
+    // Vhost records, users, permissions and topic permissions: one save each section, whatever
+    // their number (`hourglass_identity::Batch`).
+    let vhosts = state.users.batch(|batch| import_vhosts(batch, body))?;
+    for name in vhosts {
         state.broker.run(move |b, _| b.add_vhost(&name)).await?;
     }
     let vhost_limits = vhost_limits(body)?;
-    import_users(state, body)?;
-    for p in items(body, "permissions")? {
-        let (user, vhost) = (required(p, "user")?, required(p, "vhost")?);
-        super::require_vhost(state, vhost)?;
-        state.users.put_permission(Permission {
-            user: user.to_owned(),
-            vhost: vhost.to_owned(),
-            configure: required(p, "configure")?.to_owned(),
-            write: required(p, "write")?.to_owned(),
-            read: required(p, "read")?.to_owned(),
-        })?;
-        super::push_permissions(state, user, vhost).await?;
+    state.users.batch(|batch| import_users(state, batch, body))?;
+    let granted = state.users.batch(|batch| import_permissions(batch, body))?;
+    let topics = state.users.batch(|batch| import_topic_permissions(batch, body))?;
+    for (user, vhost) in granted.into_iter().chain(topics) {
+        super::push_permissions(state, &user, &vhost).await?;
     }
-    import_topic_permissions(state, body).await?;
     for p in items(body, "policies")? {
         let vhost = required(p, "vhost")?.to_owned();
         let spec = super::policies::policy_spec(required(p, "name")?, p)?;
@@ -270,8 +250,32 @@ pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> R
     Ok(())
 }
 
+/// The `vhosts` section's records; their names, for the broker.
+fn import_vhosts(batch: &mut Batch<'_>, body: &Value) -> Result<Vec<String>, ApiError> {
+    let mut names = Vec::new();
+    for v in items(body, "vhosts")? {
+        let name = required(v, "name")?.to_owned();
+        let meta = v.get("metadata").cloned().unwrap_or(Value::Null);
+        let description =
+            str_field(v, "description")?.or(str_field(&meta, "description")?).unwrap_or_default();
+        let mut tags = tags_field(v)?;
+        if tags.is_empty() {
+            tags = tags_field(&meta)?;
+        }
+        batch.put_vhost(VhostRecord {
+            name: name.clone(),
+            description: description.to_owned(),
+            tags,
+            default_queue_type: str_field(v, "default_queue_type")?.map(str::to_owned),
+            limits: batch.vhost(&name).map(|v| v.limits.clone()).unwrap_or_default(),
+        });
+        names.push(name);
+    }
+    Ok(names)
+}
+
 /// The `users` section: hashes keep their algorithm, limits come along (RabbitMQ's `put_user`).
-fn import_users(state: &AppState, body: &Value) -> Result<(), ApiError> {
+fn import_users(state: &AppState, batch: &mut Batch<'_>, body: &Value) -> Result<(), ApiError> {
     for u in items(body, "users")? {
         let name = required(u, "name")?.to_owned();
         // No one could log in as "" and it cannot be named in a URL: RabbitMQ refuses it too.
@@ -288,36 +292,50 @@ fn import_users(state: &AppState, body: &Value) -> Result<(), ApiError> {
             };
         let limits = match u.get("limits") {
             // A file without limits (older exports) leaves the user's as they are.
-            None | Some(Value::Null) => state.users.user(&name).map(|u| u.limits).unwrap_or_default(),
+            None | Some(Value::Null) => batch.user(&name).map(|u| u.limits.clone()).unwrap_or_default(),
             Some(limits) => Limits::from_json(LimitsOf::User, limits)
                 .map_err(|e| ApiError::bad_request(format!("user {name}: {e}")))?,
         };
-        state.users.put_user(User {
-            name,
-            password_hash,
-            hashing_algorithm,
-            tags: tags_field(u)?,
-            limits,
-        })?;
+        batch.put_user(User { name, password_hash, hashing_algorithm, tags: tags_field(u)?, limits });
     }
     Ok(())
 }
 
-/// The `topic_permissions` section, pushed to the users' open connections.
-async fn import_topic_permissions(state: &AppState, body: &Value) -> Result<(), ApiError> {
+/// The `permissions` section; the (user, vhost) pairs set, to push to open connections.
+fn import_permissions(batch: &mut Batch<'_>, body: &Value) -> Result<Vec<(String, String)>, ApiError> {
+    let mut granted = Vec::new();
+    for p in items(body, "permissions")? {
+        let (user, vhost) = (required(p, "user")?, required(p, "vhost")?);
+        batch.vhost(vhost).ok_or_else(ApiError::not_found)?;
+        batch.put_permission(Permission {
+            user: user.to_owned(),
+            vhost: vhost.to_owned(),
+            configure: required(p, "configure")?.to_owned(),
+            write: required(p, "write")?.to_owned(),
+            read: required(p, "read")?.to_owned(),
+        })?;
+        granted.push((user.to_owned(), vhost.to_owned()));
+    }
+    Ok(granted)
+}
+
+/// The `topic_permissions` section; the (user, vhost) pairs changed, to push to open
+/// connections.
+fn import_topic_permissions(batch: &mut Batch<'_>, body: &Value) -> Result<Vec<(String, String)>, ApiError> {
+    let mut changed = Vec::new();
     for t in items(body, "topic_permissions")? {
         let (user, vhost) = (required(t, "user")?, required(t, "vhost")?);
-        super::require_vhost(state, vhost)?;
-        state.users.put_topic_permission(crate::users::TopicPermission {
+        batch.vhost(vhost).ok_or_else(ApiError::not_found)?;
+        batch.put_topic_permission(crate::users::TopicPermission {
             user: user.to_owned(),
             vhost: vhost.to_owned(),
             exchange: required(t, "exchange")?.to_owned(),
             write: required(t, "write")?.to_owned(),
             read: required(t, "read")?.to_owned(),
         })?;
-        super::push_permissions(state, user, vhost).await?;
+        changed.push((user.to_owned(), vhost.to_owned()));
     }
-    Ok(())
+    Ok(changed)
 }
 
 /// The runtime-parameter component RabbitMQ keeps vhost limits under.
