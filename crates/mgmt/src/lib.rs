@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod rates;
 pub mod resources;
 mod routes;
+pub mod streamed;
 pub mod tls;
 mod ui;
 /// The user store (`hourglass-identity`), under its old path.
@@ -41,6 +42,7 @@ use std::time::Instant;
 
 pub use error::ApiError;
 pub use handle::BrokerHandle;
+pub use streamed::ListingSlots;
 pub use users::UserStore;
 
 /// The product version every response reports.
@@ -184,6 +186,8 @@ pub struct AppState {
     pub rates: Arc<rates::Rates>,
     /// The failed-login slowdown per source address, shared with the AMQP listener.
     pub logins: Arc<hourglass_session::LoginLimiter>,
+    /// The cap on full listings rendering at once (`streamed.rs`).
+    pub listings: Arc<ListingSlots>,
 }
 
 /// The management API's routes (`/api/...`), behind basic auth.

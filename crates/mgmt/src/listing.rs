@@ -8,6 +8,7 @@ use axum::Json;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::streamed::{self, ListingSlot};
 
 /// RabbitMQ's largest page.
 const PAGE_SIZE_MAX: usize = 500;
@@ -40,14 +41,17 @@ pub type RowOrder<T> = (&'static str, fn(&T, &T) -> std::cmp::Ordering);
 
 /// [`respond`] for rows not yet rendered to JSON (issue #12, finding 7): the name filter, a sort
 /// on one of `orders` and the page are applied to the rows, and only the page is rendered — so
-/// `page=1&page_size=1` over 100,000 queues renders one. A sort on any other key renders every
-/// row and sorts the JSON, as before. `rows` come in the listing's natural order.
-pub fn respond_rows<T>(
+/// `page=1&page_size=1` over 100,000 queues renders one. Without a page the whole listing is
+/// written while it is rendered (`streamed::json_array`, issue 22), holding `slot` until done. A
+/// sort on any other key renders every row and sorts the JSON, as before. `rows` come in the
+/// listing's natural order.
+pub fn respond_rows<T: Send + 'static>(
     mut rows: Vec<T>,
     params: &Params,
     name_of: impl Fn(&T) -> &str,
     orders: &[RowOrder<T>],
-    render: impl Fn(&T) -> Value,
+    render: impl Fn(&T) -> Value + Send + 'static,
+    slot: ListingSlot,
 ) -> Result<Response, ApiError> {
     let order = match params.get("sort").filter(|k| !k.is_empty()) {
         None => None,
@@ -67,7 +71,7 @@ pub fn respond_rows<T>(
         rows.reverse();
     }
     let Some(page) = page_of(params, rows.len())? else {
-        return Ok(Json(trim(rows.iter().map(render).collect(), params)).into_response());
+        return Ok(streamed::json_array(rows, render, columns(params), slot));
     };
     let items: Vec<Value> = rows.iter().skip(page.skip()).take(page.size).map(render).collect();
     Ok(page.response(trim(items, params), rows.len(), total_count))
@@ -83,12 +87,20 @@ fn sort_reverse(params: &Params) -> bool {
 
 /// Only the `columns` asked for, if any.
 fn trim(items: Vec<Value>, params: &Params) -> Vec<Value> {
-    let columns: Vec<&str> =
-        params.get("columns").map(|c| c.split(',').filter(|c| !c.is_empty()).collect()).unwrap_or_default();
+    let columns = columns(params);
     if columns.is_empty() {
         return items;
     }
+    let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
     items.iter().map(|item| select(item, &columns)).collect()
+}
+
+/// The `columns` asked for (none: every field).
+fn columns(params: &Params) -> Vec<String> {
+    params
+        .get("columns")
+        .map(|c| c.split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// The page asked for, over `filtered_count` items.
@@ -144,7 +156,7 @@ fn lookup<'a>(item: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// Only the named columns, keeping their nesting.
-fn select(item: &Value, columns: &[&str]) -> Value {
+pub(crate) fn select(item: &Value, columns: &[&str]) -> Value {
     let mut out = Value::Object(Map::new());
     for column in columns {
         let Some(value) = lookup(item, column) else { continue };
@@ -177,9 +189,11 @@ fn compare(a: Option<&Value>, b: Option<&Value>) -> std::cmp::Ordering {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    use std::sync::Arc;
 
     use super::*;
+    use crate::streamed::ListingSlots;
 
     struct Row {
         vhost: &'static str,
@@ -235,7 +249,8 @@ mod tests {
             let params = params(case);
             let all: Vec<Value> = rows().iter().map(render).collect();
             let expected = respond(all, &params);
-            let got = respond_rows(rows(), &params, |r| r.name.as_str(), ORDERS, render);
+            let slot = ListingSlots::default().take("guest").await.unwrap();
+            let got = respond_rows(rows(), &params, |r| r.name.as_str(), ORDERS, render, slot);
             match (expected, got) {
                 (Ok(expected), Ok(got)) => assert_eq!(body(got).await, body(expected).await, "{case:?}"),
                 (Err(expected), Err(got)) => assert_eq!(got.reason, expected.reason, "{case:?}"),
@@ -246,21 +261,27 @@ mod tests {
 
     /// A page renders only its own rows (`page_size=1` over 10,000 rows renders one), and only a
     /// sort on a key the rows do not know renders them all.
-    #[test]
-    fn a_page_renders_only_its_rows() {
-        let rendered = Cell::new(0usize);
+    #[tokio::test]
+    async fn a_page_renders_only_its_rows() {
+        let rendered = Arc::new(AtomicUsize::new(0));
         let many =
             || (0..10_000u64).map(|i| Row { vhost: "/", name: format!("q{i:05}"), messages: i }).collect();
-        let counting = |row: &Row| {
-            rendered.set(rendered.get() + 1);
-            render(row)
+        let counting = |rendered: &Arc<AtomicUsize>| {
+            let rendered = rendered.clone();
+            move |row: &Row| {
+                rendered.fetch_add(1, Relaxed);
+                render(row)
+            }
         };
+        let slots = ListingSlots::default();
         let asked = params(&[("page", "1"), ("page_size", "1"), ("sort", "name"), ("sort_reverse", "true")]);
-        respond_rows(many(), &asked, |r| r.name.as_str(), ORDERS, counting).unwrap();
-        assert_eq!(rendered.get(), 1);
-        rendered.set(0);
+        let slot = slots.take("guest").await.unwrap();
+        respond_rows(many(), &asked, |r| r.name.as_str(), ORDERS, counting(&rendered), slot).unwrap();
+        assert_eq!(rendered.load(Relaxed), 1);
+        rendered.store(0, Relaxed);
         let asked = params(&[("page", "1"), ("page_size", "1"), ("sort", "vhost")]);
-        respond_rows(many(), &asked, |r| r.name.as_str(), ORDERS, counting).unwrap();
-        assert_eq!(rendered.get(), 10_000);
+        let slot = slots.take("guest").await.unwrap();
+        respond_rows(many(), &asked, |r| r.name.as_str(), ORDERS, counting(&rendered), slot).unwrap();
+        assert_eq!(rendered.load(Relaxed), 10_000);
     }
 }

@@ -280,6 +280,7 @@ impl Server {
             node: Arc::new(node),
             rates: Default::default(),
             logins,
+            listings: Default::default(),
         };
         if let Some(path) = &config.load_definitions {
             // Before the AMQP listener accepts anyone, as RabbitMQ imports at boot.

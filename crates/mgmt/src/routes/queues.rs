@@ -136,25 +136,30 @@ const QUEUE_ORDERS: &[listing::RowOrder<QueueDetails>] = &[
 /// A queue listing: filtered, sorted and paged on the rows, only what is shown rendered — on a
 /// blocking thread, as a full listing of 100,000 queues takes seconds to render and must not
 /// hold up the runtime's workers (and the AMQP connections they serve).
-/// Only the vhosts `visible` accepts are listed (`access.rs`: vhosts the user may see).
+/// Only the vhosts `visible` accepts are listed (`access.rs`: vhosts the user may see). Each
+/// takes one of the `user`'s listing slots (`streamed.rs`) while it renders.
 async fn list(
     state: &AppState,
+    user: &str,
     only: Option<String>,
     params: &Params,
     visible: impl Fn(&str) -> bool,
 ) -> Result<Response, ApiError> {
+    let slot = state.listings.take(user).await?;
     let mut rows = queue_rows(state, only).await?;
     rows.retain(|q| visible(&q.stats.vhost));
     let (state, params) = (state.clone(), params.clone());
     let render = move || {
         let at = Instant::now();
         state.rates.forget_stale(at);
+        let (node, rates) = (state.node.clone(), state.rates.clone());
         listing::respond_rows(
             rows,
             &params,
             |q| q.stats.name.as_str(),
             QUEUE_ORDERS,
-            |q| queue_json(q, &state.node.name, &state.rates, at),
+            move |q| queue_json(q, &node.name, &rates, at),
+            slot,
         )
     };
     tokio::task::spawn_blocking(render).await.map_err(|e| ApiError::internal(e.to_string()))?
@@ -166,7 +171,7 @@ async fn list_all(
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let filter = VhostFilter::new(&state, &user);
-    list(&state, None, &params, |vhost| filter.shows(vhost)).await
+    list(&state, &user.name, None, &params, |vhost| filter.shows(vhost)).await
 }
 
 async fn list_vhost(
@@ -177,7 +182,7 @@ async fn list_vhost(
 ) -> Result<Response, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
-    list(&state, Some(vhost), &params, |_| true).await
+    list(&state, &user.name, Some(vhost), &params, |_| true).await
 }
 
 async fn show(

@@ -25,6 +25,7 @@ pub fn state() -> AppState {
         node: Arc::new(NodeInfo::new(IpAddr::from([127, 0, 0, 1]), 5672, 15672, 15692)),
         rates: Default::default(),
         logins: Default::default(),
+        listings: Default::default(),
     }
 }
 

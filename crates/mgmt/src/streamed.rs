@@ -1,0 +1,230 @@
+//! Full listings written while they are read, and a cap on how many run at once (issue 22: one
+//! `GET /api/queues` over 100,000 queues built 128 MiB of JSON, and a JSON tree many times that,
+//! before the first byte went out: the broker went from 166 MB to 1.9 GB, and three at a time
+//! from a user without permissions to 5.3 GB).
+//!
+//! - [`json_array`] renders rows one at a time on a blocking thread into chunks of
+//!   [`CHUNK_BYTES`], and hands them to the response through a channel of [`CHUNKS_QUEUED`]: a
+//!   listing holds its rows (the broker's compact per-queue figures) and a few chunks, whatever
+//!   the number of rows; a client that reads slowly slows the rendering, not the memory.
+//! - [`ListingSlots`]: at most [`LISTINGS_MAX`] heavy listings render at once, and at most
+//!   [`LISTINGS_PER_USER_MAX`] of them for one user; a user past that gets 429 at once, others
+//!   wait for a slot.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body::Frame;
+use serde_json::Value;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+use crate::error::ApiError;
+
+/// Bytes rendered before a chunk goes to the response: large enough that a chunk's overhead
+/// (a channel send, a write) is small beside it, small enough that queued chunks cost little.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+/// Chunks that may wait for a slow client: with [`CHUNK_BYTES`], 256 KiB per listing.
+pub const CHUNKS_QUEUED: usize = 4;
+/// Heavy listings rendering at once, all users together: two cores' worth of rendering, and
+/// room for an operator's while a dashboard polls.
+pub const LISTINGS_MAX: usize = 4;
+/// Heavy listings one user may have in flight: a dashboard and a script, not a loop of them.
+pub const LISTINGS_PER_USER_MAX: usize = 2;
+
+/// A response body fed by a channel of chunks.
+struct ChannelBody {
+    chunks: mpsc::Receiver<Bytes>,
+}
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.chunks.poll_recv(cx).map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
+    }
+}
+
+/// A JSON array of `render(row)` for every row, in order, written as it is rendered (module
+/// doc). `columns`, when not empty, keeps only those fields of each item. `slot` is held until
+/// the last byte is rendered.
+pub fn json_array<T: Send + 'static>(
+    rows: Vec<T>,
+    render: impl Fn(&T) -> Value + Send + 'static,
+    columns: Vec<String>,
+    slot: ListingSlot,
+) -> Response {
+    let (sender, chunks) = mpsc::channel(CHUNKS_QUEUED);
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let mut chunk = Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 4);
+        chunk.push(b'[');
+        for (i, row) in rows.iter().enumerate() {
+            if i > 0 {
+                chunk.push(b',');
+            }
+            let item = render(row);
+            let item = if columns.is_empty() { item } else { crate::listing::select(&item, &columns) };
+            // Writing a Value into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut chunk, &item);
+            if chunk.len() >= CHUNK_BYTES {
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 4));
+                if sender.blocking_send(Bytes::from(full)).is_err() {
+                    return; // The client went away: stop rendering.
+                }
+            }
+        }
+        chunk.push(b']');
+        let _ = sender.blocking_send(Bytes::from(chunk));
+    });
+    let mut response = Body::new(ChannelBody { chunks }).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The cap on heavy listings (module doc). One per API.
+#[derive(Debug)]
+pub struct ListingSlots {
+    overall: Arc<Semaphore>,
+    per_user: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Default for ListingSlots {
+    fn default() -> Self {
+        ListingSlots { overall: Arc::new(Semaphore::new(LISTINGS_MAX)), per_user: Arc::default() }
+    }
+}
+
+/// One heavy listing's place; freed when dropped.
+#[derive(Debug)]
+pub struct ListingSlot {
+    _overall: OwnedSemaphorePermit,
+    _count: UserCount,
+}
+
+/// One of a user's listings in flight, counted until dropped (also while its slot is awaited,
+/// so a cancelled wait gives the count back).
+#[derive(Debug)]
+struct UserCount {
+    user: String,
+    per_user: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for UserCount {
+    fn drop(&mut self) {
+        release(&self.per_user, &self.user);
+    }
+}
+
+impl ListingSlots {
+    /// A slot for `user`: 429 at once when the user has [`LISTINGS_PER_USER_MAX`] in flight,
+    /// otherwise a wait for one of the [`LISTINGS_MAX`].
+    pub async fn take(&self, user: &str) -> Result<ListingSlot, ApiError> {
+        {
+            let mut per_user = lock(&self.per_user);
+            let count = per_user.entry(user.to_owned()).or_insert(0);
+            if *count >= LISTINGS_PER_USER_MAX {
+                return Err(ApiError {
+                    status: StatusCode::TOO_MANY_REQUESTS,
+                    error: "too_many_requests",
+                    reason: format!("{LISTINGS_PER_USER_MAX} full listings in flight for this user already"),
+                });
+            }
+            *count += 1;
+        }
+        let count = UserCount { user: user.to_owned(), per_user: self.per_user.clone() };
+        let overall =
+            self.overall.clone().acquire_owned().await.map_err(|e| ApiError::internal(e.to_string()))?;
+        Ok(ListingSlot { _overall: overall, _count: count })
+    }
+}
+
+fn release(per_user: &Mutex<HashMap<String, usize>>, user: &str) {
+    let mut per_user = lock(per_user);
+    if let Some(count) = per_user.get_mut(user) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            per_user.remove(user);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain counts: a panic elsewhere cannot leave them half-written.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// A listing larger than many chunks arrives whole and in order, exactly the JSON array of
+    /// its items; `columns` trims each item.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_streamed_listing_is_the_whole_json_array() {
+        let rows: Vec<u32> = (0..20_000).collect();
+        let render = |i: &u32| json!({"name": format!("q{i}"), "messages": i, "pad": "x".repeat(20)});
+        let expected: Vec<Value> = rows.iter().map(render).collect();
+        let slots = ListingSlots::default();
+        let response = json_array(rows, render, vec![], slots.take("guest").await.unwrap());
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        assert!(bytes.len() > 10 * CHUNK_BYTES);
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), Value::Array(expected));
+
+        let response =
+            json_array(vec![7u32], render, vec!["name".into()], slots.take("guest").await.unwrap());
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), json!([{"name": "q7"}]));
+    }
+
+    /// A user gets at most two listings at once (the third is 429), others are not held back
+    /// by it, and a finished listing gives its slot back.
+    #[tokio::test]
+    async fn listings_are_capped_per_user() {
+        let slots = ListingSlots::default();
+        let first = slots.take("bob").await.unwrap();
+        let _second = slots.take("bob").await.unwrap();
+        let refused = slots.take("bob").await.unwrap_err();
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        let _other = slots.take("alice").await.unwrap();
+        drop(first);
+        assert!(slots.take("bob").await.is_ok());
+    }
+
+    /// Past the overall cap a listing waits for a slot; a wait given up returns the user's count.
+    #[tokio::test]
+    async fn past_the_overall_cap_a_listing_waits() {
+        let slots = ListingSlots::default();
+        let held: Vec<ListingSlot> = take_many(&slots, LISTINGS_MAX).await;
+        let mut waiting = Box::pin(slots.take("late"));
+        let pending = std::future::poll_fn(|cx| Poll::Ready(waiting.as_mut().poll(cx).is_pending())).await;
+        assert!(pending, "no slot while {LISTINGS_MAX} are held");
+        drop(waiting);
+        assert!(lock(&slots.per_user).get("late").is_none(), "the given-up wait was uncounted");
+        drop(held);
+        assert!(slots.take("late").await.is_ok());
+    }
+
+    async fn take_many(slots: &ListingSlots, count: usize) -> Vec<ListingSlot> {
+        let mut held = Vec::new();
+        for i in 0..count {
+            held.push(slots.take(&format!("user{i}")).await.unwrap());
+        }
+        held
+    }
+}
