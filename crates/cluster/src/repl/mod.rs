@@ -12,6 +12,6 @@ pub mod transport;
 
 pub use auth::ClusterSecret;
 pub use hub::Hub;
-pub use receiver::{Fence, Follower};
+pub use receiver::{Fence, Follower, ReplicationAuth};
 pub use storage::ReplicatedStorage;
 pub use transport::ReplicationTls;
