@@ -2,7 +2,8 @@
 //! docs/clustering.md "Security model"): posing as the leader with the pre-#21 protocol gets no
 //! manifest and changes no file, and the confirmed messages survive the real leader's `kill -9`;
 //! idle and oversized sockets cost the follower a bounded number of descriptors, are closed at
-//! the handshake deadline or at once, and do not keep it from taking its real leader's stream.
+//! the handshake deadline or at once, and — from a stranger's host, 127.0.0.2, kept up without
+//! pause — do not keep it from taking its real leader's stream.
 
 mod cluster_support;
 mod common;
@@ -11,6 +12,8 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster_support::{Cluster, Node};
@@ -21,8 +24,17 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 /// How long a phase may take to elect, catch up or publish.
 const PHASE: Duration = Duration::from_secs(40);
 
+/// Publishes `count` persistent messages with confirms through `url` (connecting is retried
+/// while a new leader starts; once publishing starts, any error fails the test).
 async fn publish_confirmed(url: &str, queue: &str, count: usize) {
-    let conn = Connection::connect(url, ConnectionProperties::default()).await.unwrap();
+    let deadline = Instant::now() + PHASE;
+    let conn = loop {
+        match Connection::connect(url, ConnectionProperties::default()).await {
+            Ok(conn) => break conn,
+            Err(error) => assert!(Instant::now() < deadline, "cannot connect to {url}: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let channel = conn.create_channel().await.unwrap();
     channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
@@ -179,8 +191,10 @@ fn closed_within(socket: &mut TcpStream, within: Duration) -> Option<Duration> {
     None
 }
 
-/// Unauthenticated sockets a follower holds at most (`receiver::UNAUTHENTICATED_SOCKETS_MAX`).
+/// Unauthenticated sockets a follower holds at most (`receiver::UNAUTHENTICATED_SOCKETS_MAX`),
+/// and from one address (`receiver::UNAUTHENTICATED_PER_ADDRESS_MAX`).
 const CAP: usize = 16;
+const PER_ADDRESS: usize = 4;
 
 /// Whether the peer has closed `socket` (a read would not block and returns nothing or fails).
 fn closed_now(mut socket: &TcpStream) -> bool {
@@ -200,10 +214,45 @@ fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
 }
 
+/// A socket to `port` from `source` (another loopback address: a stranger's host), or `None` if
+/// it cannot be made (the port's backlog is full for a moment).
+fn connect_from(source: [u8; 4], port: u16) -> Option<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
+    socket.bind(&std::net::SocketAddr::from((source, 0)).into()).ok()?;
+    socket
+        .connect_timeout(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into(), Duration::from_secs(1))
+        .ok()?;
+    Some(socket.into())
+}
+
+/// The stranger's host: every socket of the flood comes from here, the nodes use 127.0.0.1.
+const STRANGER: [u8; 4] = [127, 0, 0, 2];
+
+/// Keeps `per_port` idle sockets open from the stranger's host to each of `ports`, opening new
+/// ones as the followers close them, until `stop` (at most `for_at_most`).
+fn sustained_flood(ports: Vec<u16>, per_port: usize, stop: Arc<AtomicBool>, for_at_most: Duration) {
+    let started = Instant::now();
+    let mut open: Vec<(u16, TcpStream)> = Vec::new();
+    while !stop.load(Ordering::SeqCst) && started.elapsed() < for_at_most {
+        open.retain(|(_, socket)| !closed_now(socket));
+        for port in &ports {
+            let held = open.iter().filter(|(p, _)| p == port).count();
+            for _ in held..per_port {
+                if let Some(socket) = connect_from(STRANGER, *port) {
+                    open.push((*port, socket));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Issue #21 finding 2: a silent socket is closed at the 5 s handshake deadline; one announcing
 /// a 30 MiB frame is closed at once, before anything is buffered; 500 idle sockets cost a
-/// follower a bounded number of descriptors (all but the capped few closed at once) and do not
-/// keep it from taking the stream of its new leader after `kill -9` of the old one.
+/// follower a bounded number of descriptors (all but the capped few closed at once); and a
+/// stranger who keeps re-opening idle sockets does not keep a follower from taking the stream of
+/// its new leader after `kill -9` of the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_and_oversized_sockets_do_not_exhaust_a_followers_replication_port() {
     let Some(mut cluster) = Cluster::start(3, &[]) else { return };
@@ -212,14 +261,14 @@ async fn idle_and_oversized_sockets_do_not_exhaust_a_followers_replication_port(
     let followers: Vec<&Node> = cluster.nodes.iter().filter(|n| n.name != leader).collect();
     let port = followers[0].replication;
 
-    let mut silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut silent = connect_from(STRANGER, port).expect("a socket");
     let closed = closed_within(&mut silent, Duration::from_secs(10));
     assert!(
         closed.is_some_and(|at| at >= Duration::from_secs(4)),
         "a silent socket is closed at the 5 s deadline, not before: {closed:?}"
     );
 
-    let mut huge = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut huge = connect_from(STRANGER, port).expect("a socket");
     huge.write_all(&(30u32 << 20).to_be_bytes()).unwrap();
     let _ = huge.write_all(&[0u8; 4096]);
     let closed = closed_within(&mut huge, Duration::from_secs(4));
@@ -228,21 +277,20 @@ async fn idle_and_oversized_sockets_do_not_exhaust_a_followers_replication_port(
     let baseline: Vec<usize> = followers.iter().map(|f| fd_count(f.pid())).collect();
     let mut idle = Vec::new();
     for follower in &followers {
-        for _ in 0..250 {
-            idle.push(TcpStream::connect(("127.0.0.1", follower.replication)).unwrap());
-        }
+        idle.extend((0..250).filter_map(|_| connect_from(STRANGER, follower.replication)));
     }
     // Within 3 s — before the deadline could close them — all but the capped few are closed.
     let started = Instant::now();
     let mut open: Vec<&TcpStream> = idle.iter().collect();
-    while open.len() > 2 * CAP && started.elapsed() < Duration::from_secs(3) {
+    while open.len() > 2 * PER_ADDRESS && started.elapsed() < Duration::from_secs(3) {
         open.retain(|socket| !closed_now(socket));
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(idle.len() >= 450, "the flood: {} sockets", idle.len());
+    let (held, opened) = (open.len(), idle.len());
     assert!(
-        open.len() <= 2 * CAP,
-        "{} of 500 idle sockets still open after {:?}",
-        open.len(),
+        held <= 2 * PER_ADDRESS,
+        "{held} of {opened} idle sockets still open after {:?}",
         started.elapsed()
     );
     for (follower, baseline) in followers.iter().zip(&baseline) {
@@ -254,16 +302,27 @@ async fn idle_and_oversized_sockets_do_not_exhaust_a_followers_replication_port(
         );
     }
 
-    // The idle sockets are still open when the leader dies: the new leader must still get its
-    // stream to the other flooded follower, or nothing more is confirmed (2 of 3 must hold it).
+    // The stranger keeps the followers' unauthenticated places as full as it can while the
+    // leader dies: the new leader must still get its stream to the other follower, or nothing
+    // more is confirmed (2 of 3 must hold it).
+    let stop = Arc::new(AtomicBool::new(false));
+    let ports: Vec<u16> = followers.iter().map(|f| f.replication).collect();
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || sustained_flood(ports, 2 * CAP, stop, 2 * PHASE))
+    };
     cluster.node(&leader).kill9();
-    let new_leader = tokio::task::block_in_place(|| cluster.wait_new_leader(&leader, PHASE));
-    publish_confirmed(&cluster.follower_url(&leader), "bounded", 50).await;
+    tokio::task::block_in_place(|| cluster.wait_new_leader(&leader, PHASE));
+    // Both running nodes in sync: the new leader's stream reached the flooded follower.
+    let new_leader = tokio::task::block_in_place(|| cluster.wait_in_sync(PHASE));
+    publish_confirmed(&cluster.node(&new_leader).amqp_url(), "bounded", 50).await;
     assert_eq!(
         queue_depth(&cluster, "bounded", &leader).await,
         100,
         "every confirmed message, via {new_leader}"
     );
+    stop.store(true, Ordering::SeqCst);
+    flood.join().unwrap();
     drop(idle);
 }
 

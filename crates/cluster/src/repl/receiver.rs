@@ -6,17 +6,19 @@
 //! cluster secret's challenge–response (`auth.rs`), every later frame sealed, or by its
 //! certificate with `--replication-tls`. Only then does its claim of leader and term count, and
 //! only if etcd names that leader at that term. Until then a socket is bounded: at most
-//! [`UNAUTHENTICATED_SOCKETS_MAX`] at once (more are closed at once), [`HANDSHAKE_DEADLINE`] to
+//! [`UNAUTHENTICATED_SOCKETS_MAX`] at once and [`UNAUTHENTICATED_PER_ADDRESS_MAX`] from one
+//! address (more are closed at once), [`HANDSHAKE_DEADLINE`] to
 //! finish, frames of at most `frame::HANDSHAKE_FRAME_BYTES_MAX`.
 //!
 //! Fencing: the follower remembers the highest term it has seen (from leaders' hellos and from
 //! etcd). Ops from a lower term are never applied or acknowledged, so a leader that was paused or
 //! cut off and comes back cannot get anything confirmed: its stream is closed.
 
+use std::collections::HashMap;
 use std::io::{self, BufWriter, ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +36,10 @@ use crate::repl::transport::{self, ReplicationTls};
 /// (issue #21: 6,800 idle sockets had filled a follower's descriptor table). Beyond it, new
 /// sockets are closed at once; each held one is closed at [`HANDSHAKE_DEADLINE`].
 pub const UNAUTHENTICATED_SOCKETS_MAX: usize = 16;
+/// Of those, from one address at most: a leader dials from one address and needs one socket (two
+/// while an old link of its lingers), so 4 is room to spare — and a stranger on one host cannot
+/// take every place and keep a new leader out; it would need four hosts.
+pub const UNAUTHENTICATED_PER_ADDRESS_MAX: usize = 4;
 /// How long a new socket has to authenticate, TLS handshake included: a leader needs two round
 /// trips and two HMACs, milliseconds even across a WAN; 5 s is the HTTP listeners' request
 /// timeout too (`DEFAULT_HTTP_REQUEST_TIMEOUT_MS`).
@@ -105,7 +111,7 @@ pub struct Follower {
     auth: ReplicationAuth,
     rng: SystemRandom,
     /// Sockets accepted and not yet authenticated (see [`UNAUTHENTICATED_SOCKETS_MAX`]).
-    unauthenticated: Arc<AtomicUsize>,
+    unauthenticated: Arc<Mutex<Places>>,
     last_warned: Mutex<Option<Instant>>,
 }
 
@@ -124,7 +130,7 @@ impl Follower {
             applier: Mutex::new(Applier::new(dir)?),
             stop: AtomicBool::new(false),
             rng: SystemRandom::new(),
-            unauthenticated: Arc::new(AtomicUsize::new(0)),
+            unauthenticated: Arc::default(),
             last_warned: Mutex::new(None),
         }))
     }
@@ -146,10 +152,10 @@ impl Follower {
         while !self.stop.load(Ordering::SeqCst) {
             match listener.accept() {
                 Ok((stream, peer)) => {
-                    let Some(slot) = Slot::take(&self.unauthenticated) else {
+                    let Some(slot) = Slot::take(&self.unauthenticated, peer.ip()) else {
                         drop(stream);
                         self.warn_limited(|| {
-                            tracing::warn!(%peer, cap = UNAUTHENTICATED_SOCKETS_MAX, "replication port: too many unauthenticated sockets; closing new ones")
+                            tracing::warn!(%peer, cap = UNAUTHENTICATED_SOCKETS_MAX, per_address = UNAUTHENTICATED_PER_ADDRESS_MAX, "replication port: too many unauthenticated sockets; closing new ones")
                         });
                         continue;
                     };
@@ -328,20 +334,43 @@ type Reader = FrameReader<Box<dyn Read + Send>>;
 type Writer = FrameWriter<BufWriter<Box<dyn Write + Send>>>;
 
 /// One of the [`UNAUTHENTICATED_SOCKETS_MAX`] places on the port, given back when dropped.
-struct Slot(Arc<AtomicUsize>);
+struct Slot {
+    places: Arc<Mutex<Places>>,
+    address: IpAddr,
+}
+
+/// The places taken: in all, and by each address (at most [`UNAUTHENTICATED_SOCKETS_MAX`]
+/// entries, so the map stays small).
+#[derive(Debug, Default)]
+struct Places {
+    total: usize,
+    by_address: HashMap<IpAddr, usize>,
+}
 
 impl Slot {
-    fn take(count: &Arc<AtomicUsize>) -> Option<Slot> {
-        let taken = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n < UNAUTHENTICATED_SOCKETS_MAX).then_some(n + 1)
-        });
-        taken.ok().map(|_| Slot(count.clone()))
+    /// A place for a socket from `address`, if neither cap is reached.
+    fn take(places: &Arc<Mutex<Places>>, address: IpAddr) -> Option<Slot> {
+        let mut taken = places.lock().unwrap_or_else(|p| p.into_inner());
+        let from_address = taken.by_address.get(&address).copied().unwrap_or(0);
+        if taken.total >= UNAUTHENTICATED_SOCKETS_MAX || from_address >= UNAUTHENTICATED_PER_ADDRESS_MAX {
+            return None;
+        }
+        taken.total += 1;
+        *taken.by_address.entry(address).or_default() += 1;
+        Some(Slot { places: places.clone(), address })
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        let mut taken = self.places.lock().unwrap_or_else(|p| p.into_inner());
+        taken.total -= 1;
+        if let Some(count) = taken.by_address.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                taken.by_address.remove(&self.address);
+            }
+        }
     }
 }
 
@@ -358,17 +387,29 @@ fn denied(error: AuthError) -> io::Error {
 mod tests {
     use super::*;
 
-    /// The port holds at most the cap of unauthenticated sockets; a place comes back when its
-    /// socket authenticates or ends.
+    /// The port holds at most the cap of unauthenticated sockets, and a few per address, so a
+    /// stranger on one host leaves room for the leader; a place comes back when its socket
+    /// authenticates or ends.
     #[test]
-    fn unauthenticated_sockets_are_capped_and_their_places_come_back() {
-        let count = Arc::new(AtomicUsize::new(0));
-        let slots: Vec<Slot> = (0..UNAUTHENTICATED_SOCKETS_MAX).map_while(|_| Slot::take(&count)).collect();
-        assert_eq!(slots.len(), UNAUTHENTICATED_SOCKETS_MAX);
-        assert!(Slot::take(&count).is_none(), "one more is closed at once");
-        drop(slots);
-        assert_eq!(count.load(Ordering::SeqCst), 0);
-        assert!(Slot::take(&count).is_some());
+    fn unauthenticated_sockets_are_capped_in_all_and_per_address_and_places_come_back() {
+        let places = Arc::new(Mutex::new(Places::default()));
+        let address = |i: usize| IpAddr::from([10, 0, 0, i as u8]);
+        let stranger: Vec<Slot> = (0..10).map_while(|_| Slot::take(&places, address(66))).collect();
+        assert_eq!(stranger.len(), UNAUTHENTICATED_PER_ADDRESS_MAX, "one host gets only its share");
+        assert!(Slot::take(&places, address(1)).is_some(), "the leader still gets in");
+        let others: Vec<Slot> =
+            (0..UNAUTHENTICATED_SOCKETS_MAX).filter_map(|i| Slot::take(&places, address(100 + i))).collect();
+        assert_eq!(
+            stranger.len() + others.len(),
+            UNAUTHENTICATED_SOCKETS_MAX,
+            "the temporary leader slot was dropped"
+        );
+        assert!(Slot::take(&places, address(1)).is_none(), "beyond the cap, closed at once");
+        drop((stranger, others));
+        let left = places.lock().unwrap();
+        assert_eq!((left.total, left.by_address.len()), (0, 0));
+        drop(left);
+        assert!(Slot::take(&places, address(66)).is_some());
     }
 
     /// A follower of a fresh directory on loopback, following n1 at term 5 with `secret`.
