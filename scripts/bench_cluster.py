@@ -67,8 +67,13 @@ def start_node(tmp, name, extra):
 
 def start_hourglass_cluster(tmp, etcd_url):
     cluster = f"bench{free_port()}"
+    # The shared secret replication connections prove (docs/clustering.md "Security model").
+    secret = tmp / "cluster.secret"
+    secret.write_text(os.urandom(32).hex() + "\n")
+    secret.chmod(0o600)
     nodes = [start_node(tmp, f"n{i}", ["--etcd-endpoints", etcd_url, "--cluster-name", cluster, "--node-name",
-                                       f"n{i}", "--replication-port", str(free_port())]) for i in (1, 2, 3)]
+                                       f"n{i}", "--replication-port", str(free_port()),
+                                       "--cluster-secret-file", str(secret)]) for i in (1, 2, 3)]
     deadline = time.time() + 60
     while time.time() < deadline:
         try:

@@ -26,7 +26,10 @@ fn nodes_coordinate_through_an_etcd_that_requires_client_certificates() {
 
     // The CA alone is not enough: etcd asks for a client certificate, and the node stops.
     let replication = free_port().to_string();
+    let secret = cluster.secret.as_ref().expect("the cluster's secret").as_str().to_owned();
     let stranger = [
+        "--cluster-secret-file",
+        &secret,
         "--replication-port",
         &replication,
         "--node-name",

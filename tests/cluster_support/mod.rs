@@ -260,6 +260,11 @@ impl Node {
         self.child.is_some()
     }
 
+    /// The node's data directory (kept across restarts).
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// `kill -9`, and waits for the process to be gone.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -305,10 +310,44 @@ impl Drop for Node {
     }
 }
 
+/// The secret file a test cluster's nodes share (`--cluster-secret-file`), removed when dropped.
+pub struct SecretFile {
+    pub path: PathBuf,
+}
+
+impl SecretFile {
+    /// A fresh random secret (base64 text, as the docs' command makes) in its own scratch dir.
+    pub fn create() -> SecretFile {
+        use base64::Engine;
+        let dir = scratch_dir("secret");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cluster.secret");
+        let mut random = [0u8; 32];
+        std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut random)).unwrap();
+        let text = base64::engine::general_purpose::STANDARD.encode(random) + "\n";
+        std::fs::write(&path, text).unwrap();
+        SecretFile { path }
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.path.to_str().expect("a UTF-8 temp path")
+    }
+}
+
+impl Drop for SecretFile {
+    fn drop(&mut self) {
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 /// etcd and the nodes of one cluster.
 pub struct Cluster {
     pub nodes: Vec<Node>,
     pub etcd: Etcd,
+    /// The secret every node was given; `None` for a cluster on replication TLS alone.
+    pub secret: Option<SecretFile>,
 }
 
 impl Cluster {
@@ -317,15 +356,22 @@ impl Cluster {
         Some(Cluster::start_on(Etcd::start()?, size, extra))
     }
 
-    /// [`Cluster::start`] on an etcd already running.
+    /// [`Cluster::start`] on an etcd already running. Every node gets one shared secret file
+    /// (`--cluster-secret-file`), unless `extra` turns on `--replication-tls`: that cluster
+    /// authenticates its replication by certificates alone.
     pub fn start_on(etcd: Etcd, size: usize, extra: &[&str]) -> Cluster {
         let cluster = format!("test{}", free_port());
+        let secret = (!extra.contains(&"--replication-tls")).then(SecretFile::create);
+        let mut flags: Vec<&str> = extra.to_vec();
+        if let Some(secret) = &secret {
+            flags.extend(["--cluster-secret-file", secret.as_str()]);
+        }
         let mut nodes: Vec<Node> =
-            (1..=size).map(|i| Node::new(&format!("n{i}"), &etcd, &cluster, extra)).collect();
+            (1..=size).map(|i| Node::new(&format!("n{i}"), &etcd, &cluster, &flags)).collect();
         for node in &mut nodes {
             node.start();
         }
-        Cluster { nodes, etcd }
+        Cluster { nodes, etcd, secret }
     }
 
     pub fn node(&mut self, name: &str) -> &mut Node {

@@ -32,6 +32,9 @@ pub struct ClusterSettings {
     pub data_dir: PathBuf,
     /// Mutual TLS on the replication port (`--replication-tls`).
     pub replication_tls: Option<crate::repl::ReplicationTls>,
+    /// The cluster secret replication connections prove themselves with
+    /// (`--cluster-secret-file`); at least one of it and `replication_tls` is set.
+    pub cluster_secret: Option<crate::repl::ClusterSecret>,
     /// TLS to etcd (`--etcd-cacert`, `--etcd-cert`, `--etcd-key`).
     pub etcd_tls: Option<crate::etcd::EtcdTls>,
 }
@@ -287,6 +290,7 @@ impl Coordinator {
                 address: node.replication(),
                 host: node.host.clone(),
                 tls: self.settings.replication_tls.clone(),
+                secret: self.settings.cluster_secret.clone(),
                 leader: self.settings.node.name.clone(),
                 term,
                 data_dir: self.settings.data_dir.clone(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use hourglass_cluster::proxy::{forward, PortOf, Protocol};
-use hourglass_cluster::repl::{Follower, Hub, ReplicatedStorage};
+use hourglass_cluster::repl::{ClusterSecret, Follower, Hub, ReplicatedStorage, ReplicationAuth};
 use hourglass_cluster::{ClusterSettings, Coordinator, NodeRecord, Role, StepDown};
 use tokio::sync::{oneshot, watch};
 
@@ -47,6 +47,11 @@ pub async fn run(
         (Some(tls), true) => Some(crate::tls::replication(tls).context("replication TLS")?),
         (None, true) => anyhow::bail!("replication_tls needs tls_cert, tls_key and tls_ca"),
     };
+    // config::cluster::resolve made sure there is a secret file or replication TLS.
+    let cluster_secret = match &cluster.cluster_secret_file {
+        Some(path) => Some(ClusterSecret::read(path)?),
+        None => None,
+    };
     let etcd_tls = match &cluster.etcd_tls {
         None => None,
         Some(files) => Some(read_etcd_tls(files)?),
@@ -68,6 +73,7 @@ pub async fn run(
         min_in_sync: cluster.min_in_sync,
         data_dir: config.data_dir.clone(),
         replication_tls,
+        cluster_secret,
     };
     let endpoints = cluster.etcd_endpoints.join(",");
     let coordinator = tokio::task::spawn_blocking(move || join_retrying(settings))
@@ -92,12 +98,14 @@ async fn follow(
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> anyhow::Result<Option<u64>> {
     let replication = listen::bind(ip, cluster.replication_port, "replication")?.into_std()?;
-    let follower = Follower::new(
-        config.data_dir.clone(),
-        coordinator.fence.clone(),
-        coordinator.settings().replication_tls.clone(),
-    )
-    .context("opening the data directory for replication")?;
+    let settings = coordinator.settings();
+    let auth = ReplicationAuth {
+        node: settings.node.name.clone(),
+        secret: settings.cluster_secret.clone(),
+        tls: settings.replication_tls.clone(),
+    };
+    let follower = Follower::new(config.data_dir.clone(), coordinator.fence.clone(), auth)
+        .context("opening the data directory for replication")?;
     let receiver = follower.clone();
     std::thread::Builder::new().name("hg-repl-listen".into()).spawn(move || receiver.serve(replication))?;
     let leader = leader_watch(coordinator.roles());

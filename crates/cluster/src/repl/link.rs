@@ -1,4 +1,5 @@
-//! The leader's link to one follower: dial, hello with the term, read the follower's manifest,
+//! The leader's link to one follower: dial, prove itself and check the follower (the cluster
+//! secret's challenge–response, `auth.rs`, or mutual TLS), read the follower's manifest,
 //! send the catch-up (what its files lack, as of the registration point), then stream every later
 //! op; a second thread reads the follower's acknowledgements into the [`Hub`]. Any error drops
 //! the link and it starts over after a pause, catching up again from the files.
@@ -10,14 +11,20 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use ring::rand::SystemRandom;
 
-use crate::repl::frame::{write_frame, FileOp, Frame, FrameReader, WRITE_CHUNK_MAX};
+use crate::repl::auth::{ClusterSecret, LeaderAwaitingChallenge, Nonce};
+use crate::repl::frame::{FileOp, Frame, FrameReader, FrameWriter, WRITE_CHUNK_MAX};
 use crate::repl::hub::{Hub, Registration};
 use crate::repl::manifest::{digest, plan_catch_up, LeaderFile, Step};
+use crate::repl::receiver::HANDSHAKE_DEADLINE;
 use crate::repl::transport::{self, ReplicationTls};
+
+type Writer = FrameWriter<BufWriter<Box<dyn Write + Send>>>;
+type Reader = FrameReader<Box<dyn std::io::Read + Send>>;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_PAUSE: Duration = Duration::from_millis(300);
@@ -37,6 +44,8 @@ pub struct LinkTarget {
     pub host: String,
     /// Mutual TLS for the stream (`--replication-tls`).
     pub tls: Option<ReplicationTls>,
+    /// The cluster secret: the handshake and sealed frames (`--cluster-secret-file`).
+    pub secret: Option<ClusterSecret>,
     pub leader: String,
     pub term: u64,
     pub data_dir: PathBuf,
@@ -44,9 +53,19 @@ pub struct LinkTarget {
 
 /// Runs the link until `stop` is set (the follower left, or this node is no longer leader).
 pub fn run_link(hub: Arc<Hub>, target: LinkTarget, stop: Arc<AtomicBool>) {
+    let mut last_refusal = None;
     while !stop.load(Ordering::SeqCst) {
         match connect(&target.address).and_then(|stream| session(&hub, &target, stream, &stop)) {
             Ok(()) => {}
+            // A follower that fails authentication (another secret) is worth a warning, once
+            // per distinct reason, not every retry.
+            Err(error) if error.kind() == io::ErrorKind::PermissionDenied => {
+                let reason = error.to_string();
+                if last_refusal.as_ref() != Some(&reason) {
+                    tracing::warn!(follower = %target.follower, %error, "replication link refused");
+                    last_refusal = Some(reason);
+                }
+            }
             Err(error) => tracing::debug!(follower = %target.follower, %error, "replication link down"),
         }
         std::thread::sleep(RETRY_PAUSE);
@@ -65,15 +84,16 @@ fn connect(address: &str) -> io::Result<TcpStream> {
 }
 
 fn session(hub: &Arc<Hub>, target: &LinkTarget, stream: TcpStream, stop: &AtomicBool) -> io::Result<()> {
+    let deadline = Instant::now() + HANDSHAKE_DEADLINE;
     stream.set_nodelay(true)?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-    stream.set_read_timeout(Some(MANIFEST_TIMEOUT))?;
-    let duplex = transport::connect(stream, &target.host, target.tls.as_ref())?;
+    stream.set_read_timeout(Some(HANDSHAKE_DEADLINE))?;
+    let duplex = transport::connect(stream, &target.host, target.tls.as_ref(), deadline)?;
     let stream = duplex.socket;
-    let mut writer = BufWriter::with_capacity(1 << 20, duplex.write);
-    write_frame(&mut writer, &Frame::Hello { term: target.term, leader: target.leader.clone() })?;
-    writer.flush()?;
+    let mut writer = FrameWriter::new(BufWriter::with_capacity(1 << 20, duplex.write));
     let mut reader = FrameReader::new(duplex.read);
+    authenticate(target, &mut reader, &mut writer)?;
+    stream.set_read_timeout(Some(MANIFEST_TIMEOUT))?;
     let manifest = match reader.next_frame()? {
         Some(Frame::Manifest(files)) => files,
         _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "expected the follower's manifest")),
@@ -88,11 +108,37 @@ fn session(hub: &Arc<Hub>, target: &LinkTarget, stream: TcpStream, stop: &Atomic
     result
 }
 
+/// Proves this leader to the follower and checks the follower's proof (with a secret; then
+/// every later frame is sealed), or says hello inside mutual TLS (without one).
+fn authenticate(target: &LinkTarget, reader: &mut Reader, writer: &mut Writer) -> io::Result<()> {
+    let Some(secret) = &target.secret else {
+        writer.send(&Frame::Hello { term: target.term, leader: target.leader.clone() })?;
+        reader.authenticated(None);
+        return writer.flush();
+    };
+    let denied = |e| io::Error::new(io::ErrorKind::PermissionDenied, e);
+    let nonce = Nonce::random(&SystemRandom::new()).map_err(denied)?;
+    let (waiting, hello) =
+        LeaderAwaitingChallenge::start(secret, &target.leader, &target.follower, target.term, nonce)
+            .map_err(denied)?;
+    writer.send(&Frame::AuthHello(hello))?;
+    writer.flush()?;
+    let challenge = match reader.next_frame()? {
+        Some(Frame::AuthChallenge(challenge)) => challenge,
+        _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "expected the follower's challenge")),
+    };
+    let (proof, keys) = waiting.handle_challenge(&challenge).map_err(denied)?;
+    writer.send(&Frame::AuthProof(proof))?;
+    writer.seal_with(keys.seal);
+    reader.authenticated(Some(keys.open));
+    writer.flush()
+}
+
 fn stream_to(
     target: &LinkTarget,
     registration: Registration,
     manifest: &[crate::repl::frame::FileDigest],
-    writer: &mut BufWriter<Box<dyn Write + Send>>,
+    writer: &mut Writer,
     stop: &AtomicBool,
 ) -> io::Result<()> {
     let leader_files: Vec<LeaderFile> = registration.files.iter().map(|(file, _)| file.clone()).collect();
@@ -110,7 +156,7 @@ fn stream_to(
     for step in steps {
         send_step(&target.data_dir, &registration, step, writer)?;
     }
-    write_frame(writer, &Frame::CaughtUp { seq: registration.after_seq })?;
+    writer.send(&Frame::CaughtUp { seq: registration.after_seq })?;
     writer.flush()?;
     tracing::info!(follower = %target.follower, at = registration.after_seq, "follower caught up from the files; streaming");
     loop {
@@ -126,25 +172,23 @@ fn stream_to(
         };
         let taken = |op: &FileOp| registration.queued_bytes.fetch_sub(op.weight(), Ordering::Relaxed);
         taken(&op);
-        write_frame(writer, &Frame::Op { seq, op: (*op).clone() })?;
+        writer.send(&Frame::Op { seq, op: (*op).clone() })?;
         for (seq, op) in registration.ops.try_iter() {
             taken(&op);
-            write_frame(writer, &Frame::Op { seq, op: (*op).clone() })?;
+            writer.send(&Frame::Op { seq, op: (*op).clone() })?;
         }
         writer.flush()?;
     }
 }
 
 /// One catch-up step as ops with sequence 0.
-fn send_step(dir: &Path, registration: &Registration, step: Step, writer: &mut impl Write) -> io::Result<()> {
+fn send_step(dir: &Path, registration: &Registration, step: Step, writer: &mut Writer) -> io::Result<()> {
     let (path, from, to, replace) = match step {
-        Step::Remove { path } => {
-            return write_frame(writer, &Frame::Op { seq: 0, op: FileOp::Remove { path } })
-        }
+        Step::Remove { path } => return writer.send(&Frame::Op { seq: 0, op: FileOp::Remove { path } }),
         Step::Send { path, from, to, replace } => (path, from, to, replace),
     };
     if replace {
-        write_frame(writer, &Frame::Op { seq: 0, op: FileOp::SetLen { path: path.clone(), len: 0 } })?;
+        writer.send(&Frame::Op { seq: 0, op: FileOp::SetLen { path: path.clone(), len: 0 } })?;
     }
     let content = registration.files.iter().find(|(f, _)| f.path == path).and_then(|(_, c)| c.clone());
     let file = match &content {
@@ -167,7 +211,7 @@ fn send_step(dir: &Path, registration: &Registration, step: Step, writer: &mut i
             }
             (None, None) => return Ok(()),
         };
-        write_frame(writer, &Frame::Op { seq: 0, op: FileOp::Write { path: path.clone(), offset, data } })?;
+        writer.send(&Frame::Op { seq: 0, op: FileOp::Write { path: path.clone(), offset, data } })?;
         offset += n as u64;
     }
     Ok(())
@@ -177,7 +221,7 @@ fn spawn_ack_reader(
     hub: Arc<Hub>,
     follower: String,
     link_id: u64,
-    mut reader: FrameReader<Box<dyn std::io::Read + Send>>,
+    mut reader: Reader,
     stream: TcpStream,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {

@@ -1,6 +1,7 @@
 //! Replication of the data directory from the leader to its followers.
 
 pub mod apply;
+pub mod auth;
 pub mod frame;
 pub mod hub;
 pub mod link;
@@ -9,7 +10,8 @@ pub mod receiver;
 pub mod storage;
 pub mod transport;
 
+pub use auth::ClusterSecret;
 pub use hub::Hub;
-pub use receiver::{Fence, Follower};
+pub use receiver::{Fence, Follower, ReplicationAuth};
 pub use storage::ReplicatedStorage;
 pub use transport::ReplicationTls;

@@ -10,12 +10,9 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::Instant;
 
 use rustls::pki_types::ServerName;
-
-/// How long a TLS handshake on the replication port may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Replication TLS settings: the follower's side and the leader's side (each node is both).
 #[derive(Clone, Debug)]
@@ -32,26 +29,31 @@ pub struct Duplex {
     pub socket: TcpStream,
 }
 
-/// The follower's side of a new connection.
-pub fn accept(socket: TcpStream, tls: Option<&ReplicationTls>) -> io::Result<Duplex> {
+/// The follower's side of a new connection; a TLS handshake must be done by `deadline`.
+pub fn accept(socket: TcpStream, tls: Option<&ReplicationTls>, deadline: Instant) -> io::Result<Duplex> {
     match tls {
         None => plain(socket),
         Some(tls) => {
             let conn = rustls::ServerConnection::new(tls.server.clone()).map_err(io::Error::other)?;
-            secure(socket, rustls::Connection::Server(conn))
+            secure(socket, rustls::Connection::Server(conn), deadline)
         }
     }
 }
 
 /// The leader's side: `host` is the follower's advertised host, which its certificate must name.
-pub fn connect(socket: TcpStream, host: &str, tls: Option<&ReplicationTls>) -> io::Result<Duplex> {
+pub fn connect(
+    socket: TcpStream,
+    host: &str,
+    tls: Option<&ReplicationTls>,
+    deadline: Instant,
+) -> io::Result<Duplex> {
     match tls {
         None => plain(socket),
         Some(tls) => {
             let name = ServerName::try_from(host.trim_matches(['[', ']']).to_owned())
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
             let conn = rustls::ClientConnection::new(tls.client.clone(), name).map_err(io::Error::other)?;
-            secure(socket, rustls::Connection::Client(conn))
+            secure(socket, rustls::Connection::Client(conn), deadline)
         }
     }
 }
@@ -60,10 +62,16 @@ fn plain(socket: TcpStream) -> io::Result<Duplex> {
     Ok(Duplex { read: Box::new(socket.try_clone()?), write: Box::new(socket.try_clone()?), socket })
 }
 
-fn secure(mut socket: TcpStream, mut conn: rustls::Connection) -> io::Result<Duplex> {
+fn secure(mut socket: TcpStream, mut conn: rustls::Connection, deadline: Instant) -> io::Result<Duplex> {
     let previous = socket.read_timeout()?;
-    socket.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     while conn.is_handshaking() {
+        // Each step waits only for what is left of the deadline: a peer sending a byte at a
+        // time cannot stretch the handshake.
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake not done by the deadline"));
+        }
+        socket.set_read_timeout(Some(left))?;
         conn.complete_io(&mut socket)?;
     }
     socket.set_read_timeout(previous)?;

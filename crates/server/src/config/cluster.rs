@@ -10,6 +10,9 @@ use serde::Deserialize;
 pub const DEFAULT_REPLICATION_PORT: u16 = 5679;
 /// The etcd key prefix's cluster name.
 pub const DEFAULT_CLUSTER_NAME: &str = "hourglass";
+/// The longest node name: it goes into every replication handshake, whose frames are kept small
+/// before the peer is authenticated (`hourglass_cluster::repl::auth::NAME_BYTES_MAX`).
+pub const NODE_NAME_BYTES_MAX: usize = hourglass_cluster::repl::auth::NAME_BYTES_MAX;
 /// Seconds a leader's lease lasts without renewal: after a leader dies or hangs, a follower takes
 /// over within about this long. 3 s keeps failover under 5 s; etcd's smallest usable TTL is
 /// about 2 s with its default heartbeat (100 ms) and election timeout (1 s).
@@ -45,6 +48,10 @@ pub struct ClusterCli {
     /// --tls-ca (`true`/`false`).
     #[arg(long, env = "HOURGLASS_REPLICATION_TLS")]
     pub replication_tls: Option<bool>,
+    /// A file holding the cluster's shared secret (at least 16 bytes; every node the same):
+    /// replication connections prove it before anything else.
+    #[arg(long, env = "HOURGLASS_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
     /// CA certificate (PEM) etcd's server certificate must chain to; needed for `https://`
     /// endpoints.
     #[arg(long, env = "HOURGLASS_ETCD_CACERT")]
@@ -69,6 +76,7 @@ pub struct ClusterFile {
     pub min_in_sync: Option<usize>,
     pub etcd_lease_ttl: Option<u64>,
     pub replication_tls: Option<bool>,
+    pub cluster_secret_file: Option<PathBuf>,
     pub etcd_cacert: Option<PathBuf>,
     pub etcd_cert: Option<PathBuf>,
     pub etcd_key: Option<PathBuf>,
@@ -87,6 +95,9 @@ pub struct ClusterConfig {
     pub lease_ttl_secs: u64,
     /// Mutual TLS on the replication port (needs the TLS certificate, key and CA).
     pub replication_tls: bool,
+    /// The cluster secret's file (read at start). A clustered node has it, or replication TLS,
+    /// or both: an unauthenticated replication port would let anyone pose as the leader.
+    pub cluster_secret_file: Option<PathBuf>,
     /// TLS to etcd: its CA, and this node's client certificate and key if etcd asks for one.
     pub etcd_tls: Option<EtcdTlsFiles>,
 }
@@ -144,9 +155,17 @@ pub fn resolve(cli: ClusterCli, file: ClusterFile) -> anyhow::Result<Option<Clus
     anyhow::ensure!(min_in_sync != Some(0), "min_in_sync must be at least 1");
     let node_name = cli.node_name.or(file.node_name).unwrap_or_else(host_name);
     anyhow::ensure!(
-        !node_name.is_empty() && !node_name.contains('/'),
-        "node_name must be non-empty and contain no '/'"
+        !node_name.is_empty() && !node_name.contains('/') && node_name.len() <= NODE_NAME_BYTES_MAX,
+        "node_name must be 1 to {NODE_NAME_BYTES_MAX} bytes and contain no '/'"
     );
+    let replication_tls = cli.replication_tls.or(file.replication_tls).unwrap_or(false);
+    let cluster_secret_file = cli.cluster_secret_file.or(file.cluster_secret_file);
+    if cluster_secret_file.is_none() && !replication_tls {
+        anyhow::bail!(
+            "clustered mode needs cluster_secret_file (--cluster-secret-file) or replication_tls: make a secret with `{}` and give every node the same file",
+            hourglass_cluster::repl::auth::MAKE_SECRET
+        );
+    }
     let etcd_tls = etcd_tls(
         &endpoints,
         cli.etcd_cacert.or(file.etcd_cacert),
@@ -165,7 +184,8 @@ pub fn resolve(cli: ClusterCli, file: ClusterFile) -> anyhow::Result<Option<Clus
         advertise_host: cli.advertise_host.or(file.advertise_host),
         min_in_sync,
         lease_ttl_secs,
-        replication_tls: cli.replication_tls.or(file.replication_tls).unwrap_or(false),
+        replication_tls,
+        cluster_secret_file,
     }))
 }
 
@@ -194,6 +214,7 @@ mod tests {
             etcd_cacert: ca.map(PathBuf::from),
             etcd_cert: cert.map(PathBuf::from),
             etcd_key: key.map(PathBuf::from),
+            cluster_secret_file: Some(PathBuf::from("secret")),
             ..ClusterCli::default()
         };
         let resolved = |c| resolve(c, ClusterFile::default());
@@ -222,23 +243,64 @@ mod tests {
             node_name: Some("n1".into()),
             ..ClusterCli::default()
         };
-        let file =
-            ClusterFile { node_name: Some("file".into()), min_in_sync: Some(2), ..ClusterFile::default() };
+        let file = ClusterFile {
+            node_name: Some("file".into()),
+            min_in_sync: Some(2),
+            cluster_secret_file: Some("secret".into()),
+            ..ClusterFile::default()
+        };
         let config = resolve(cli, file).unwrap().unwrap();
         assert_eq!(config.etcd_endpoints, vec!["http://127.0.0.1:2379".to_owned()]);
         assert_eq!((config.node_name.as_str(), config.min_in_sync), ("n1", Some(2)));
         assert_eq!((config.cluster_name.as_str(), config.replication_port), ("hourglass", 5679));
         assert_eq!(config.lease_ttl_secs, DEFAULT_LEASE_TTL_SECS);
+        assert_eq!(config.cluster_secret_file, Some(PathBuf::from("secret")));
+    }
+
+    /// A clustered node without a secret and without replication TLS is refused, with the
+    /// command that makes a secret; either one alone is enough.
+    #[test]
+    fn a_node_with_neither_secret_nor_replication_tls_is_refused() {
+        let endpoints = Some(vec!["http://e:2379".to_owned()]);
+        let bare = ClusterCli { etcd_endpoints: endpoints.clone(), ..ClusterCli::default() };
+        let error = resolve(bare, ClusterFile::default()).unwrap_err().to_string();
+        assert!(
+            error.contains("cluster_secret_file") && error.contains("head -c 32 /dev/urandom"),
+            "{error}"
+        );
+        assert!(!error.contains('\n'), "one line: {error}");
+        let tls = ClusterCli {
+            etcd_endpoints: endpoints.clone(),
+            replication_tls: Some(true),
+            ..ClusterCli::default()
+        };
+        assert!(resolve(tls, ClusterFile::default()).is_ok());
+        let secret = ClusterCli {
+            etcd_endpoints: endpoints,
+            cluster_secret_file: Some("s".into()),
+            ..ClusterCli::default()
+        };
+        assert!(resolve(secret, ClusterFile::default()).is_ok());
     }
 
     #[test]
     fn nonsense_is_refused() {
         let endpoints = Some(vec!["http://e:2379".to_owned()]);
+        let secret = ClusterFile { cluster_secret_file: Some("s".into()), ..ClusterFile::default() };
         let zero =
             ClusterCli { etcd_endpoints: endpoints.clone(), min_in_sync: Some(0), ..ClusterCli::default() };
-        assert!(resolve(zero, ClusterFile::default()).is_err());
-        let slash =
-            ClusterCli { etcd_endpoints: endpoints, node_name: Some("a/b".into()), ..ClusterCli::default() };
-        assert!(resolve(slash, ClusterFile::default()).is_err());
+        assert!(resolve(zero, secret.clone()).is_err());
+        let slash = ClusterCli {
+            etcd_endpoints: endpoints.clone(),
+            node_name: Some("a/b".into()),
+            ..ClusterCli::default()
+        };
+        assert!(resolve(slash, secret.clone()).is_err());
+        let long = ClusterCli {
+            etcd_endpoints: endpoints,
+            node_name: Some("n".repeat(NODE_NAME_BYTES_MAX + 1)),
+            ..ClusterCli::default()
+        };
+        assert!(resolve(long, secret).is_err());
     }
 }
