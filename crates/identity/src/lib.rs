@@ -115,11 +115,14 @@ impl std::fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-/// The user and vhost records. Locks are held only for a lookup or an update (with its save),
-/// never across an `.await`.
+/// The user and vhost records. The records' lock is held only for a lookup or to put a saved
+/// change in place, never across a save (an fsync) nor an `.await`: logins never wait for a
+/// change's sync (issue 22). Changes take `writer` for their whole course, so they are saved
+/// and made visible in order.
 #[derive(Default)]
 pub struct UserStore {
     state: RwLock<State>,
+    writer: std::sync::Mutex<()>,
     salt_counter: std::sync::atomic::AtomicU64,
     saver: Option<Saver>,
 }
@@ -207,7 +210,8 @@ impl UserStore {
     /// Saves every record (the defaults of a first start, or records read from an older
     /// `users.snap`), marking the first start done.
     pub fn save(&self) -> Result<(), StoreError> {
-        let state = self.write();
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.read();
         match &self.saver {
             Some(saver) => saver(&entries::all(&state)).map_err(StoreError::NotSaved),
             None => Ok(()),
@@ -364,32 +368,25 @@ impl UserStore {
         HashingAlgorithm::default().hash_with_salt(&salt, password)
     }
 
-    /// Applies a change and saves the result before anyone sees it; when the save fails, the
-    /// change is undone. The write lock is held across the save, so saves land in change order.
+    /// Applies a change to a copy of the records, saves what it changed, and only then puts
+    /// the copy in place: nobody sees a change before it is saved, a change that fails (partway
+    /// through a batch, or in its save) leaves nothing behind, and readers are never held by a
+    /// save. `writer` keeps changes, their saves and their swaps in one order.
     fn update<T, E: From<StoreError>>(
         &self,
         change: impl FnOnce(&mut State) -> Result<T, E>,
     ) -> Result<T, E> {
-        let mut state = self.write();
-        // A change that fails partway (a batch's later record) leaves nothing behind either.
-        let before = state.clone();
-        let out = match change(&mut state) {
-            Ok(out) => out,
-            Err(error) => {
-                *state = before;
-                return Err(error);
-            }
-        };
+        // A poisoned writer lock guards nothing but the order: keep serving.
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = self.read().clone();
+        let out = change(&mut next)?;
         if let Some(saver) = &self.saver {
-            let changes = entries::diff(&before, &state);
-            if changes.is_empty() {
-                return Ok(out);
-            }
-            if let Err(e) = saver(&changes) {
-                *state = before;
-                return Err(StoreError::NotSaved(e).into());
+            let changes = entries::diff(&self.read(), &next);
+            if !changes.is_empty() {
+                saver(&changes).map_err(StoreError::NotSaved)?;
             }
         }
+        *self.write() = next;
         Ok(out)
     }
 
@@ -527,5 +524,36 @@ mod tests {
         let store = UserStore::with_defaults(vec![]);
         store.put_user_with_password("blank", "", vec!["administrator".into()]).unwrap();
         assert_eq!(store.authenticate("blank", "", true), Err(LoginRefused::BlankPassword));
+    }
+
+    /// Issue 22: a login is not held by a change's save (the save is the catalog's fsync); the
+    /// change is visible only once saved.
+    #[test]
+    fn logins_do_not_wait_for_a_save() {
+        use std::sync::mpsc;
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let release_rx = std::sync::Mutex::new(release_rx);
+        let store = Arc::new(UserStore::with_defaults(vec![]).persist_with(Box::new(move |_| {
+            let _ = entered_tx.send(());
+            let _ = release_rx.lock().unwrap().recv();
+            Ok(())
+        })));
+        let changing = store.clone();
+        let change = std::thread::spawn(move || changing.put_user_with_password("bob", "pw", vec![]));
+        entered.recv().unwrap();
+        // The save is under way and blocked: a login and a lookup still answer (within a bound,
+        // so that a login held by the save fails the test rather than hanging it).
+        let (answer_tx, answer) = mpsc::channel();
+        let reading = store.clone();
+        std::thread::spawn(move || {
+            let login = reading.check_login("guest", "guest", true).is_ok();
+            let _ = answer_tx.send((login, reading.user("bob").is_none()));
+        });
+        let answered = answer.recv_timeout(std::time::Duration::from_secs(10));
+        release.send(()).unwrap();
+        assert_eq!(answered, Ok((true, true)), "a login and a lookup during the save; bob not yet visible");
+        change.join().unwrap().unwrap();
+        assert!(store.check_login("bob", "pw", true).is_ok());
     }
 }
