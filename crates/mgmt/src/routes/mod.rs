@@ -58,6 +58,8 @@ fn api_router(state: AppState) -> Router {
         .merge(alarm_limits::routes())
         .fallback(get(|| async { ApiError::not_found() }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))
+        // Outside the login: a cross-site request is refused before any password is checked.
+        .layer(axum::middleware::from_fn(crate::cross_site::guard))
         .with_state(state)
 }
 
