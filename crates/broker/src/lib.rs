@@ -27,6 +27,7 @@ mod redelivery;
 mod reply_to;
 mod routing;
 mod sender_selected;
+pub mod table_limits;
 pub mod time;
 mod timers;
 mod vhost;
