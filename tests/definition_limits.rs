@@ -149,3 +149,19 @@ async fn policy_definitions_and_user_tags_past_the_limits_are_400() {
     let user = json!({"password": "pw", "tags": "management,monitoring"}).to_string();
     assert_eq!(http(&broker, "PUT", "/api/users/tagged", &user).await.0, 201);
 }
+
+/// A 201 means durable: queues declared over HTTP are all there after a `kill -9` sent right
+/// after the last answer (before, an answer could come before the catalog's fsync).
+#[tokio::test]
+async fn queues_answered_201_survive_a_kill_9_right_after() {
+    let broker = RunningBroker::start();
+    let body = json!({"durable": true}).to_string();
+    for i in 0..50 {
+        let (status, answer) = http(&broker, "PUT", &format!("/api/queues/%2F/kept-{i}"), &body).await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let broker = RunningBroker::start_in(broker.kill9());
+    for i in 0..50 {
+        assert_eq!(get_json(&broker, &format!("/api/queues/%2F/kept-{i}")).await.0, 200, "kept-{i} was lost");
+    }
+}
