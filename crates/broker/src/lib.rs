@@ -27,6 +27,7 @@ mod redelivery;
 mod reply_to;
 mod routing;
 mod sender_selected;
+pub mod table_limits;
 pub mod time;
 mod timers;
 mod vhost;
@@ -39,10 +40,10 @@ pub use broker::{Broker, BrokerConfig};
 pub use message::Message;
 pub use permissions::{Access, InvalidPattern, Permissions, Resource};
 pub use persist::{
-    composite_key, decode_catalog, decode_definitions, CatalogChange, Definitions, MessageSource,
-    OrphanedQueue, RecordLocation, RestoreReport, SequencedOp, StoreOp, StoredBody, StoredLocation,
-    StoredMessage, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST, IDENTITY_SCOPE,
-    ORPHANED_QUEUE_PREFIX, ORPHANED_VHOST,
+    composite_key, decode_catalog, decode_definitions, CatalogChange, CommitNotice, DefinitionNotStored,
+    Definitions, MessageSource, OrphanedQueue, RecordLocation, RestoreReport, SequencedOp, StoreOp,
+    StoredBody, StoredLocation, StoredMessage, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST,
+    IDENTITY_SCOPE, ORPHANED_QUEUE_PREFIX, ORPHANED_VHOST,
 };
 pub use queue::PagingLimits;
 pub use redelivery::VisibilityError;

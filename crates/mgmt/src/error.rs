@@ -2,7 +2,7 @@
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hourglass_broker::AmqpError;
+use hourglass_broker::{AmqpError, DefinitionNotStored};
 use hourglass_wire::reply_code::{ACCESS_REFUSED, NOT_FOUND};
 
 use crate::users::StoreError;
@@ -78,6 +78,14 @@ impl From<StoreError> for ApiError {
             }
             e @ StoreError::NotSaved(_) => ApiError::internal(e.to_string()),
         }
+    }
+}
+
+/// The catalog refused a change the request made: it is in memory only and would not survive a
+/// restart, so the request failed (500, as RabbitMQ answers a failed metadata-store commit).
+impl From<DefinitionNotStored> for ApiError {
+    fn from(error: DefinitionNotStored) -> Self {
+        ApiError::internal(error.to_string())
     }
 }
 

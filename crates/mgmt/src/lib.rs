@@ -10,6 +10,7 @@
 //! | `users` | [`UserStore`] (the `hourglass-identity` crate): users, password hashes, permissions, vhost records |
 //! | `auth.rs` | HTTP basic auth against the store |
 //! | `access.rs` | who may see and change what (vhost access, owners, listing filters) |
+//! | `cross_site.rs` | cross-site requests refused (JSON bodies only, no foreign `Origin`/`Referer`), `nosniff` |
 //! | `error.rs` | errors as RabbitMQ's `{"error", "reason"}` bodies |
 //! | `json.rs` | field tables and message properties as JSON |
 //! | `listener.rs` | the HTTP accept loop and its limits: timeouts, body size, connections |
@@ -21,6 +22,7 @@
 
 mod access;
 mod auth;
+mod cross_site;
 mod error;
 mod handle;
 pub mod json;
@@ -40,6 +42,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use cross_site::{CrossSiteRefusal, ListenerScheme};
 pub use error::ApiError;
 pub use handle::BrokerHandle;
 pub use streamed::ListingSlots;

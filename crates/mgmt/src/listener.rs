@@ -44,6 +44,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::cross_site::ListenerScheme;
 use crate::tls::{LiveTlsConfig, TLS_HANDSHAKE_TIMEOUT};
 /// Header lines per request: cowboy's `max_headers` default (100), which RabbitMQ's management
 /// listener keeps. Also hyper's default; said here so it is a decision, not an accident.
@@ -77,7 +78,7 @@ const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// The reply to a socket over the connection limit.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-content-length: 60\r\nconnection: close\r\n\r\n{\"error\":\"unavailable\",\"reason\":\"too many HTTP connections\"}";
+content-length: 60\r\nx-content-type-options: nosniff\r\nconnection: close\r\n\r\n{\"error\":\"unavailable\",\"reason\":\"too many HTTP connections\"}";
 
 /// Serves `router` on `listener` within `limits` until `shutdown` completes, passing peers'
 /// addresses to the handlers (the loopback-only users need them); then lets the requests in
@@ -89,7 +90,8 @@ pub async fn serve(
     tls: Option<LiveTlsConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = router.layer(DefaultBodyLimit::max(limits.max_body_bytes));
+    let scheme = if tls.is_some() { ListenerScheme::Https } else { ListenerScheme::Http };
+    let router = router.layer(DefaultBodyLimit::max(limits.max_body_bytes)).layer(axum::Extension(scheme));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let lingering = Arc::new(Semaphore::new(REFUSALS_LINGERING_MAX));
     let mut refusals = RefusalLog::default();
@@ -244,6 +246,7 @@ fn closing_error(status: StatusCode, error: &str, reason: String) -> Response<Bo
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }

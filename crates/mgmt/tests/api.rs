@@ -394,6 +394,7 @@ async fn malformed_requests_are_rejected() {
         .method("PUT")
         .uri("/api/queues/%2F/q")
         .header("authorization", GUEST)
+        .header("content-type", "application/json")
         .body(Body::from("{not json"))
         .unwrap();
     let response = hourglass_mgmt::api_router(s.clone()).oneshot(request).await.unwrap();

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use hourglass_broker::{Broker, Command, ConnectionId, Effect, SequencedOp, StoredLocation};
+use hourglass_broker::{
+    Broker, Command, ConnectionId, DefinitionNotStored, Effect, SequencedOp, StoredLocation,
+};
 use tokio::sync::mpsc;
 
 use crate::clock::Clock;
@@ -36,6 +38,8 @@ pub enum BrokerInput {
     Persisted {
         op_seq: u64,
         stored: Vec<StoredLocation>,
+        /// Definition changes among them the catalog refused (so the API answers 500).
+        refused: Vec<DefinitionNotStored>,
     },
 }
 
@@ -113,7 +117,10 @@ fn apply(
             broker.handle_command(command, clock.now());
         }
         BrokerInput::Job(job) => job(broker, clock.now()),
-        BrokerInput::Persisted { op_seq, stored } => {
+        BrokerInput::Persisted { op_seq, stored, refused } => {
+            for refusal in refused {
+                broker.handle_catalog_refused(refusal);
+            }
             broker.handle_stored(op_seq, &stored);
             broker.handle_persisted(op_seq, clock.now());
         }

@@ -23,8 +23,8 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use hourglass_broker::{
-    Broker, CatalogChange, Definitions, MessageSource, RecordLocation, RestoreReport, SequencedOp, StoreOp,
-    StoredBody, StoredLocation, StoredMessage, Timestamp,
+    Broker, CatalogChange, DefinitionNotStored, Definitions, MessageSource, RecordLocation, RestoreReport,
+    SequencedOp, StoreOp, StoredBody, StoredLocation, StoredMessage, Timestamp,
 };
 use hourglass_store::catalog::{Catalog, CatalogError};
 use hourglass_store::{
@@ -263,9 +263,10 @@ fn io_reason(error: &std::io::Error) -> String {
 /// Why a batch could not be made durable.
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
-    /// Writing failed (disk full...): the records stay buffered; retry `commit`.
-    #[error("{0}")]
-    WriteFailed(CommitError),
+    /// Writing failed (disk full...): the records stay buffered; retry `commit`. `refused`:
+    /// the batch's definition changes the catalog refused before the write.
+    #[error("{error}")]
+    WriteFailed { error: CommitError, refused: Vec<DefinitionNotStored> },
     /// Unknown state on disk: restart and recover.
     #[error("{0}")]
     Fatal(String),
@@ -281,6 +282,9 @@ pub struct BatchOutcome {
     pub bytes_written: u64,
     /// Where the enqueue records of the batch were written (for paging, ADR 0007).
     pub stored: Vec<StoredLocation>,
+    /// Definition changes the catalog refused (they live in memory only): reported to the
+    /// broker, so the API job that made one answers 500 instead of 2xx.
+    pub refused: Vec<DefinitionNotStored>,
 }
 
 /// Applies `ops` (in op_seq order): catalog changes to the catalog, the rest to the log; then
@@ -320,7 +324,10 @@ pub fn apply_batch(
             }
             StoreOp::Purge { queue } => store.append_purge(*queue).map(|_| ()),
             StoreOp::Catalog(change) => {
-                apply_catalog_change(locked.get_or_insert_with(|| lock_catalog(catalog)), change)?;
+                let catalog = locked.get_or_insert_with(|| lock_catalog(catalog));
+                if let Some(refusal) = apply_catalog_change(catalog, change, sequenced.op_seq)? {
+                    outcome.refused.push(refusal);
+                }
                 Ok(())
             }
         };
@@ -336,19 +343,27 @@ pub fn apply_batch(
     }
     match store.commit() {
         Ok(committed) => Ok(BatchOutcome { bytes_written: committed.bytes, ..outcome }),
-        Err(e @ CommitError::WriteFailed { .. }) => Err(BatchError::WriteFailed(e)),
+        Err(error @ CommitError::WriteFailed { .. }) => {
+            Err(BatchError::WriteFailed { error, refused: outcome.refused })
+        }
         Err(e) => Err(BatchError::Fatal(e.to_string())),
     }
 }
 
 /// One definition change into the catalog. A definition over the catalog's record limit is
-/// refused and logged (it lives in memory only), like a message over the store's limits.
-fn apply_catalog_change(catalog: &mut Catalog, change: &CatalogChange) -> Result<(), BatchError> {
+/// refused and logged (it lives in memory only), like a message over the store's limits, and
+/// returned so the broker tells the API job that made it (the limits on what a definition holds,
+/// `hourglass_broker::table_limits`, keep this from happening).
+fn apply_catalog_change(
+    catalog: &mut Catalog,
+    change: &CatalogChange,
+    op_seq: u64,
+) -> Result<Option<DefinitionNotStored>, BatchError> {
     match apply_change(catalog, change) {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(None),
         Err(error @ CatalogError::TooLarge { .. }) => {
             tracing::error!(%error, "catalog refused a definition: it will not survive a restart");
-            Ok(())
+            Ok(Some(DefinitionNotStored { op_seq, reason: error.to_string() }))
         }
         Err(error) => Err(BatchError::Fatal(format!("writing definitions: {error}"))),
     }
@@ -402,7 +417,11 @@ pub fn spawn_store_thread(
             let outcome = commit_with_retry(&mut data, &batch);
             settles_since_compaction += outcome.settles;
             let Some(broker) = persisted.upgrade() else { break };
-            let persisted = BrokerInput::Persisted { op_seq: outcome.durable_op_seq, stored: outcome.stored };
+            let persisted = BrokerInput::Persisted {
+                op_seq: outcome.durable_op_seq,
+                stored: outcome.stored,
+                refused: outcome.refused,
+            };
             if broker.blocking_send(persisted).is_err() {
                 break;
             }
@@ -434,11 +453,12 @@ fn commit_with_retry(data: &mut DataDir, batch: &[SequencedOp]) -> BatchOutcome 
                 }
                 return outcome;
             }
-            Err(BatchError::WriteFailed(error)) => {
+            Err(BatchError::WriteFailed { error, refused }) => {
                 if let Some(line) = failures.on_failure(std::time::Instant::now()) {
                     log_write_failure(line, Some(&error));
                 }
                 std::thread::sleep(WRITE_RETRY);
+                let refused_before = refused.clone();
                 result = data
                     .store
                     .commit()
@@ -449,9 +469,10 @@ fn commit_with_retry(data: &mut DataDir, batch: &[SequencedOp]) -> BatchOutcome 
                         bytes_written: committed.bytes,
                         settles: batch.iter().filter(|o| matches!(o.op, StoreOp::Settle { .. })).count()
                             as u64,
+                        refused: refused_before,
                     })
                     .map_err(|e| match e {
-                        e @ CommitError::WriteFailed { .. } => BatchError::WriteFailed(e),
+                        error @ CommitError::WriteFailed { .. } => BatchError::WriteFailed { error, refused },
                         e => BatchError::Fatal(e.to_string()),
                     });
             }
@@ -526,5 +547,27 @@ mod tests {
         let outcome = apply_batch(&mut store, &catalog, &[settle(6, 12)]).unwrap();
         assert_eq!(outcome.settles, 1);
         assert!(live_messages(&storage).is_empty());
+    }
+
+    /// A definition change the catalog refuses (over its record limit) is reported with its
+    /// op_seq, so the API job that made it answers 500 (issue #22); the rest of the batch is kept.
+    #[test]
+    fn a_refused_catalog_change_is_reported_with_its_op_seq() {
+        let (mut store, _) = Store::open(Arc::new(MemStorage::new()), StoreConfig::default()).unwrap();
+        let (catalog, _) = Catalog::open(Arc::new(MemStorage::new()), "c", Default::default()).unwrap();
+        let catalog = Mutex::new(catalog);
+        let put = |op_seq, key: &'static str, bytes: usize| SequencedOp {
+            op_seq,
+            op: StoreOp::Catalog(CatalogChange::Put {
+                key: Bytes::from_static(key.as_bytes()),
+                value: Bytes::from(vec![0u8; bytes]),
+            }),
+        };
+        let too_large = hourglass_store::limits::CATALOG_RECORD_BYTES_MAX + 1;
+        let ops = [put(1, "small", 10), put(2, "huge", too_large), enqueue(3, 1)];
+        let outcome = apply_batch(&mut store, &catalog, &ops).unwrap();
+        assert_eq!(outcome.durable_op_seq, 3);
+        assert_eq!(outcome.refused.iter().map(|r| r.op_seq).collect::<Vec<_>>(), vec![2]);
+        assert!(outcome.refused[0].reason.contains("passes the limit"), "{:?}", outcome.refused);
     }
 }

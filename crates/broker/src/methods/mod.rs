@@ -13,6 +13,7 @@ use crate::api::{AmqpError, ChannelId, ConnectionId};
 use crate::broker::Broker;
 use crate::errors;
 use crate::naming::without_cr_lf;
+use crate::table_limits::{self, TableTooLarge};
 use crate::time::Timestamp;
 
 impl Broker {
@@ -31,6 +32,10 @@ impl Broker {
         }
         if !self.channels.contains_key(&(conn, ch)) {
             return Ok(());
+        }
+        // Before anything is declared: a table past the limits could not be stored (issue #22).
+        if let Some((what, arguments)) = table_limits::method_arguments(method) {
+            table_limits::check_table(what, arguments).map_err(TableTooLarge::into_amqp)?;
         }
         match method {
             Method::ChannelClose(_) => self.channel_close(conn, ch, now),

@@ -35,6 +35,7 @@ impl Broker {
             }
             !queue.is_empty()
         });
+        self.notify_commits();
     }
 
     /// Effects waiting for the store (for statistics and tests).
@@ -96,8 +97,8 @@ impl Broker {
 /// The channel whose replies wait for the ops `command` produced: a publish (its confirm), and
 /// the declare/bind/delete/purge methods and tx.commit (their -ok). Acks, gets, consumes and
 /// channel methods never wait: what they write (settles) costs nothing if lost but a redelivery.
-/// The management API's synthetic connection never waits: it reads its replies within the job
-/// (an HTTP answer does not promise an fsync, as in RabbitMQ).
+/// The management API's synthetic connection never waits: it reads its replies within the job;
+/// the HTTP answer waits instead, for the job's ops (`commits.rs`).
 pub(crate) fn holds_replies(command: &Command) -> Option<(ConnectionId, ChannelId)> {
     use hourglass_wire::Method as M;
     if command.conn() == crate::admin::ADMIN_CONNECTION {

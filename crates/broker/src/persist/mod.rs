@@ -2,7 +2,8 @@
 //! durable queues, and the durable definitions. The broker stays sans-IO: it emits numbered
 //! [`StoreOp`]s on a second output ([`Broker::poll_store_op`]); the driver appends them to the
 //! store, commits, and reports back with [`Broker::handle_persisted`], which releases the
-//! publisher confirms and declare-oks held for them (`hold.rs`).
+//! publisher confirms and declare-oks held for them (`hold.rs`) and tells the management API's
+//! jobs that their changes are durable, or refused by the catalog (`commits.rs`).
 //!
 //! Which events write what: a message entering a persisted queue (ready or delayed) → `Enqueue`;
 //! leaving it (ack, no-ack delivery, expiry, overflow drop, purge, dead-lettered away) → `Settle`
@@ -15,6 +16,7 @@
 
 mod catalog;
 mod changes;
+mod commits;
 mod definitions;
 mod hold;
 mod page_out;
@@ -36,6 +38,7 @@ use crate::time::Timestamp;
 
 pub use catalog::{composite_key, decode_catalog, CatalogChange, IDENTITY_SCOPE};
 pub(crate) use changes::{Changed, GoneQueue};
+pub use commits::{CommitNotice, DefinitionNotStored};
 pub use definitions::{
     decode_definitions, Definitions, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST,
 };
@@ -230,6 +233,8 @@ pub(crate) struct Persistence {
     durable_through: u64,
     /// Effects waiting for ops, per channel, in order (`hold.rs`).
     held: crate::broker::IdMap<(ConnectionId, ChannelId), VecDeque<(u64, Effect)>>,
+    /// Management jobs waiting for their ops to be durable, and catalog refusals (`commits.rs`).
+    pub(crate) commit_notices: commits::CommitNotices,
     /// Durable definitions that may have changed since the last flush (`changes.rs`).
     changed: Vec<Changed>,
     /// Messages to page out once the store reports where it wrote them (`page_out.rs`).

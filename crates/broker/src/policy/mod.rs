@@ -150,6 +150,7 @@ impl Policy {
         if spec.name.is_empty() || spec.name.len() > MAX_POLICY_NAME_BYTES {
             return Err(format!("policy name must be 1 to {MAX_POLICY_NAME_BYTES} bytes long"));
         }
+        crate::table_limits::check_table("policy definition", &spec.definition).map_err(|e| e.to_string())?;
         if spec.pattern.len() > MAX_PATTERN_BYTES {
             return Err(format!("pattern is longer than {MAX_PATTERN_BYTES} bytes"));
         }

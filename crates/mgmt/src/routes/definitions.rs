@@ -184,8 +184,17 @@ async fn import(
 
 /// Applies each section of a definitions document (RabbitMQ's export format) in dependency order,
 /// declaring as `user`; stops at the first error (400 naming it). Also used at boot for
-/// `load_definitions`.
+/// `load_definitions`. Answers once what it applied is durable (a definition the catalog
+/// refused is a 500), waiting once for the whole import rather than once per item.
 pub async fn import_definitions(state: &AppState, user: &str, body: &Value) -> Result<(), ApiError> {
+    let first = state.broker.next_op_seq().await?;
+    let unsynced = AppState { broker: state.broker.unsynced(), ..state.clone() };
+    let imported = import_unsynced(&unsynced, user, body).await;
+    state.broker.durable_since(first).await?;
+    imported
+}
+
+async fn import_unsynced(state: &AppState, user: &str, body: &Value) -> Result<(), ApiError> {
     let auth = AuthUser { name: user.to_owned(), tags: vec!["administrator".to_owned()] };
     check_queue_limits(state, body).await?;
     // Vhost records, users, permissions and topic permissions: one save each section, whatever

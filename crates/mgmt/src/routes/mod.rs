@@ -58,6 +58,8 @@ fn api_router(state: AppState) -> Router {
         .merge(alarm_limits::routes())
         .fallback(get(|| async { ApiError::not_found() }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))
+        // Outside the login: a cross-site request is refused before any password is checked.
+        .layer(axum::middleware::from_fn(crate::cross_site::guard))
         .with_state(state)
 }
 
@@ -168,8 +170,43 @@ pub(crate) fn require_user(state: &AppState, user: &str) -> Result<(), ApiError>
     }
 }
 
-/// Tags as a list or RabbitMQ's comma-separated string.
+/// Most tags of one user or vhost: the same 1,024 as the entries of an argument table
+/// (`hourglass_broker::table_limits`). RabbitMQ's tags are a handful of words; a user record with
+/// a million of them was too large for the catalog (issue #22).
+pub(crate) const TAGS_MAX: usize = hourglass_broker::table_limits::TABLE_ENTRIES_MAX;
+
+/// Most bytes of one user's or vhost's tags together (UTF-8), as for an argument table.
+pub(crate) const TAGS_BYTES_MAX: usize = hourglass_broker::table_limits::TABLE_BYTES_MAX;
+
+/// Tags past [`TAGS_MAX`] or [`TAGS_BYTES_MAX`]: 400.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TagsTooLarge {
+    #[error("{count} tags, more than the limit of {TAGS_MAX}")]
+    Count { count: usize },
+    #[error("tags of {bytes} bytes, more than the limit of {TAGS_BYTES_MAX}")]
+    Bytes { bytes: usize },
+}
+
+impl From<TagsTooLarge> for ApiError {
+    fn from(error: TagsTooLarge) -> Self {
+        ApiError::bad_request(error.to_string())
+    }
+}
+
+/// Tags as a list or RabbitMQ's comma-separated string, within [`TAGS_MAX`] and [`TAGS_BYTES_MAX`].
 pub(crate) fn tags_field(body: &Value) -> Result<Vec<String>, ApiError> {
+    let tags = tags_of(body)?;
+    if tags.len() > TAGS_MAX {
+        return Err(TagsTooLarge::Count { count: tags.len() }.into());
+    }
+    let bytes = tags.iter().map(String::len).sum();
+    if bytes > TAGS_BYTES_MAX {
+        return Err(TagsTooLarge::Bytes { bytes }.into());
+    }
+    Ok(tags)
+}
+
+fn tags_of(body: &Value) -> Result<Vec<String>, ApiError> {
     match body.get("tags") {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) => {
