@@ -81,7 +81,7 @@ fn a_blocked_publisher_is_not_dropped_for_missed_heartbeats() {
     });
     wait_until("the memory alarm", || node_status(&broker).contains(r#""mem_alarm":true"#));
     // Told nothing yet: it has not published (RabbitMQ tells a connection when it blocks it). The
-    // first publish under the alarm is taken; the connection is blocked, and told, after it.
+    // first publish under the alarm is held; the connection is blocked, and told, at it.
     publisher.publish(1, "held", b"first");
     let blocked = publisher.expect_method_keeping_alive(WAIT);
     assert!(matches!(blocked, Method::ConnectionBlocked(_)), "{blocked:?}");
@@ -133,6 +133,99 @@ fn a_fast_publisher_is_stopped_close_to_the_watermark() {
     eprintln!("published {} MiB; broker peaked at {} MiB", sent / MIB, max_rss / MIB);
     assert!(node_status(&broker).contains(r#""mem_alarm":true"#));
     assert!(max_rss < watermark + 32 * MIB, "resident {} MiB at a 96 MiB watermark", max_rss / MIB);
+}
+
+/// Issue 27, case 1: a connection that published before a memory alarm is still served: its
+/// basic.get is answered at once (it waited for the alarm to clear), and it is told nothing,
+/// as RabbitMQ blocks a connection only when it publishes under the alarm.
+#[test]
+fn a_connection_that_published_before_an_alarm_is_still_served() {
+    let broker = RunningBroker::start();
+    let mut client = RawClient::open_told_of_blocks(broker.amqp, 0);
+    client.open_channel(1);
+    client.declare_queue(1, "q");
+    client.publish(1, "q", b"before");
+    assert_eq!(client.declare_queue(1, "q"), 1);
+    raise_memory_alarm(&broker);
+    client.send_method(1, BasicGet { queue: short("q"), no_ack: true });
+    let answer = client.expect_method(Duration::from_secs(5));
+    assert!(matches!(answer, Method::BasicGetOk(_)), "get answered during the alarm: {answer:?}");
+    clear_memory_alarm(&broker);
+}
+
+/// Issue 27, case 2: a publish arriving during an alarm is neither routed nor confirmed until
+/// the alarm clears (RabbitMQ's reader stops at it): another connection sees the queue empty
+/// while the publisher is blocked, and the message once it is unblocked.
+#[test]
+fn a_publish_during_an_alarm_is_routed_only_when_it_clears() {
+    let broker = RunningBroker::start();
+    let mut observer = RawClient::open(broker.amqp, 0);
+    observer.open_channel(1);
+    observer.declare_queue(1, "q");
+    let mut publisher = RawClient::open_told_of_blocks(broker.amqp, 0);
+    publisher.open_channel(1);
+    publisher.send_method(1, ConfirmSelect { nowait: false });
+    assert!(matches!(publisher.expect_method(WAIT), Method::ConfirmSelectOk(_)));
+    raise_memory_alarm(&broker);
+    publisher.publish(1, "q", b"during");
+    let blocked = publisher.expect_method(WAIT);
+    assert!(matches!(blocked, Method::ConnectionBlocked(_)), "{blocked:?}");
+    assert_eq!(observer.declare_queue(1, "q"), 0, "not routed while the alarm is up");
+    assert!(
+        matches!(publisher.next_frame(Duration::from_millis(300)), Err(Ended::TimedOut)),
+        "nor confirmed"
+    );
+    clear_memory_alarm(&broker);
+    let unblocked = publisher.expect_method(WAIT);
+    assert!(matches!(unblocked, Method::ConnectionUnblocked(_)), "{unblocked:?}");
+    assert!(matches!(publisher.expect_method(WAIT), Method::BasicAck(_)), "confirmed once routed");
+    assert_eq!(observer.declare_queue(1, "q"), 1);
+}
+
+/// Issue 27: a consumer on a connection that also publishes keeps receiving during an alarm,
+/// after its publish blocked it: consumers are what drain the memory.
+#[test]
+fn a_consumer_that_also_publishes_keeps_receiving_during_an_alarm() {
+    let broker = RunningBroker::start();
+    let mut other = RawClient::open(broker.amqp, 0);
+    other.open_channel(1);
+    other.declare_queue(1, "work");
+    other.publish(1, "work", b"job");
+    other.send_method(1, BasicConsume { queue: short("work"), ..BasicConsume::default() });
+    assert!(matches!(other.expect_method(WAIT), Method::BasicConsumeOk(_)));
+    assert!(matches!(other.expect_method(WAIT), Method::BasicDeliver(_)), "other holds the job, unacked");
+    let mut both = RawClient::open_told_of_blocks(broker.amqp, 0);
+    both.open_channel(1);
+    let consume = BasicConsume { queue: short("work"), no_ack: true, ..BasicConsume::default() };
+    both.send_method(1, consume);
+    assert!(matches!(both.expect_method(WAIT), Method::BasicConsumeOk(_)));
+    raise_memory_alarm(&broker);
+    both.publish(1, "work", b"more");
+    assert!(matches!(both.expect_method(WAIT), Method::ConnectionBlocked(_)));
+    // The other consumer lets go of the job (its channel closes): it goes to the blocked one.
+    other.send_method(1, ChannelClose::default());
+    let delivered = both.expect_method(WAIT);
+    assert!(matches!(delivered, Method::BasicDeliver(_)), "delivered while blocked: {delivered:?}");
+    clear_memory_alarm(&broker);
+}
+
+/// A memory watermark of one byte: the alarm is up at once (`PUT /api/node/memory-high-watermark`,
+/// what `hourglass-ctl set_vm_memory_high_watermark` calls).
+fn raise_memory_alarm(broker: &RunningBroker) {
+    set_watermark(broker, r#"{"absolute": 1}"#);
+    wait_until("the memory alarm", || node_status(broker).contains(r#""mem_alarm":true"#));
+}
+
+fn clear_memory_alarm(broker: &RunningBroker) {
+    set_watermark(broker, r#"{"fraction": 0.4}"#);
+    wait_until("the alarm to clear", || node_status(broker).contains(r#""mem_alarm":false"#));
+}
+
+fn set_watermark(broker: &RunningBroker, body: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (status, answer) =
+        runtime.block_on(common::http(broker, "PUT", "/api/node/memory-high-watermark", body));
+    assert_eq!(status, 204, "{answer}");
 }
 
 /// `--vm-memory-high-watermark` as the fraction of this machine's memory that is `bytes`.

@@ -151,7 +151,9 @@ async fn serve<R: SocketRead, W: SocketWrite>(
             }
         }
         gate.after_session(&mut session, cx.id, cx.clock.now()).await;
-        while let Some(command) = session.poll_command() {
+        let released = gate.released();
+        let admitted = std::iter::from_fn(|| session.poll_command()).filter_map(|c| gate.admit(c));
+        for command in released.into_iter().chain(admitted.collect::<Vec<_>>()) {
             gate.on_command(&command);
             if cx.broker.send(BrokerInput::Command(command)).await.is_err() {
                 break;

@@ -2,16 +2,20 @@
 //! `blocked`): whether its socket may be read, connection.blocked / unblocked for the client, and
 //! its share of [`InboundContent`] (bytes held for unfinished messages, bytes published).
 //!
-//! A connection that has published, or is in the middle of a message, is not read while an alarm
-//! is up (RabbitMQ blocks a connection once it publishes under an alarm); consumers keep being
-//! read so their acks can free memory. The session's heartbeat monitor pauses meanwhile.
+//! While an alarm is up every connection is read as usual (RabbitMQ's `blocking` state) until it
+//! publishes: that publish, and whatever the connection sent after it, is held — neither routed
+//! nor confirmed — and the socket is no longer read (`blocked`), until the alarm clears and the
+//! held commands go to the broker in order (issue 27: RabbitMQ's reader stops at the publish).
+//! A connection in the middle of a message is not read either (issue 12: its unfinished body is
+//! what takes the memory). Having published before the alarm blocks nothing: its gets, acks,
+//! consumes and deliveries go on, as consumers are what drain the memory. The session's
+//! heartbeat monitor pauses while a connection is not read.
 //!
-//! connection.blocked goes to a connection when it is blocked — at once for one that had
-//! published before the alarm, at its first publish for one that had not — and
-//! connection.unblocked when the alarm clears, as RabbitMQ's reader sends them (its `blocking`
-//! state turns `blocked` at a publish). A connection that only consumes is told nothing; one
-//! opened during an alarm hears of it when it publishes, after its client has had the chance to
-//! register a listener (the Java client's `BlockedConnection#initialBlock`).
+//! connection.blocked goes to a connection when it is blocked, at its first publish under the
+//! alarm, and connection.unblocked when the alarm clears, as RabbitMQ's reader sends them. A
+//! connection that does not publish is told nothing; one opened during an alarm hears of it when
+//! it publishes, after its client has had the chance to register a listener (the Java client's
+//! `BlockedConnection#initialBlock`).
 
 use std::sync::Arc;
 
@@ -28,7 +32,9 @@ pub(super) struct AlarmGate {
     alarm: bool,
     /// False once the monitor is gone (the last status stands).
     live: bool,
-    published: bool,
+    /// A publish made under the alarm and every command after it, in order: sent when the
+    /// alarm clears. At most what one read of the socket held, since it is not read meanwhile.
+    held: Vec<Command>,
     reading_blocked: bool,
     /// What the session was last told: it can pass connection.blocked on only once open.
     told_blocked: bool,
@@ -46,7 +52,7 @@ impl AlarmGate {
             inbound,
             alarm,
             live: true,
-            published: false,
+            held: Vec::new(),
             reading_blocked: false,
             told_blocked: false,
             held_bytes: 0,
@@ -69,9 +75,29 @@ impl AlarmGate {
         blocked
     }
 
-    /// Whether the alarm blocks this connection: one is up and it publishes (or is mid-message).
+    /// Whether the alarm blocks this connection: one is up and it published under it (or is
+    /// mid-message).
     fn blocks(&self, session: &Connection) -> bool {
-        self.alarm && (self.published || session.unfinished_content().messages > 0)
+        self.alarm && (!self.held.is_empty() || session.unfinished_content().messages > 0)
+    }
+
+    /// A command from the session: back to be sent now, or `None` when it is held (a publish
+    /// under the alarm, or anything after one).
+    pub(super) fn admit(&mut self, command: Command) -> Option<Command> {
+        let publish = matches!(command, Command::Publish { .. });
+        if !self.held.is_empty() || (self.alarm && publish) {
+            self.held.push(command);
+            return None;
+        }
+        Some(command)
+    }
+
+    /// Once the alarm has cleared: the held commands, to send before any newer one.
+    pub(super) fn released(&mut self) -> Vec<Command> {
+        if self.alarm {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.held)
     }
 
     /// Whether [`AlarmGate::changed`] can still resolve.
@@ -123,7 +149,6 @@ impl AlarmGate {
     /// A command on its way to the broker.
     pub(super) fn on_command(&mut self, command: &Command) {
         if let Command::Publish { publish, .. } = command {
-            self.published = true;
             self.published_bytes += publish.body.len() as u64;
         }
     }
