@@ -102,6 +102,15 @@ fn amqp_close_code(port: u16) -> Option<u16> {
         .then(|| u16::from_be_bytes([frame[11], frame[12]]))
 }
 
+/// The `rabbitmq_cluster` label of `rabbitmq_identity_info` on the leader's metrics port.
+fn identity_cluster_label(cluster: &Cluster, leader: &str) -> Option<String> {
+    let node = cluster.nodes.iter().find(|n| n.name == leader)?;
+    let (_, text) = cluster_support::http_request(&format!("127.0.0.1:{}", node.metrics), "GET", "/metrics")?;
+    let line = text.lines().find(|l| l.starts_with("rabbitmq_identity_info{"))?;
+    let start = line.find("rabbitmq_cluster=\"")? + "rabbitmq_cluster=\"".len();
+    Some(line[start..].split('"').next()?.to_owned())
+}
+
 /// Waits until `node`'s HTTP port answers; its status to `GET /api/cluster`.
 fn http_status(port: u16, within: Duration) -> Option<u16> {
     let started = Instant::now();
@@ -138,13 +147,17 @@ fn three_nodes_ride_out_a_30_s_etcd_pause_and_confirm_again_within_10_s() {
     let Some(mut cluster) = Cluster::start(3, &[]) else { return };
     let leader = cluster.wait_in_sync(Duration::from_secs(60));
     assert!(time_to_confirm(&cluster, Duration::from_secs(20)).is_some());
+    // Dashboards select by rabbitmq_cluster: the cluster's name, on whichever node leads.
+    let name = cluster.view().and_then(|v| v["cluster_name"].as_str().map(str::to_owned)).unwrap();
+    assert_eq!(identity_cluster_label(&cluster, &leader).as_deref(), Some(name.as_str()));
     cluster.etcd.pause();
     assert_all_alive_for(&mut cluster, PAUSE);
     cluster.etcd.resume();
     let took = time_to_confirm(&cluster, CONFIRMS_AGAIN_WITHIN);
     eprintln!("etcd resumed to first confirm: {took:?}");
     assert!(took.is_some(), "no confirm within {CONFIRMS_AGAIN_WITHIN:?} of etcd's return");
-    cluster.wait_in_sync(Duration::from_secs(30));
+    let new_leader = cluster.wait_in_sync(Duration::from_secs(30));
+    assert_eq!(identity_cluster_label(&cluster, &new_leader).as_deref(), Some(name.as_str()));
     // The leader cut off from etcd stepped down and came back as a node of the cluster.
     let old = cluster.node(&leader);
     assert!(!old.log_lines_with("stepping down as leader").is_empty(), "{leader} never stepped down");

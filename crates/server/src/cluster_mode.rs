@@ -306,6 +306,7 @@ async fn lead(
         storage: Some(storage),
         cluster: Some(Arc::new(Status(coordinator.clone()))),
         node_name: Some(coordinator.settings().node.name.clone()),
+        cluster_name: Some(coordinator.settings().cluster_name.clone()),
         inject_death: inject,
     };
     let server = match Server::bind_with(config, hooks).await {

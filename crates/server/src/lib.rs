@@ -83,6 +83,8 @@ pub struct ServerHooks {
     pub cluster: Option<Arc<dyn hourglass_mgmt::ClusterStatus>>,
     /// The cluster member's name (the node is then `hourglass@NAME`).
     pub node_name: Option<String>,
+    /// The cluster's name (`--cluster-name`), for `/api/overview` and `rabbitmq_identity_info`.
+    pub cluster_name: Option<String>,
     /// Test only: a part made to die (`supervise::INJECT_DEATH_VAR`); `None` in normal use.
     pub inject_death: Option<supervise::InjectedDeath>,
 }
@@ -288,6 +290,9 @@ impl Server {
         }
         if let Some(name) = &hooks.node_name {
             node = node.with_node_name(name);
+        }
+        if let Some(name) = &hooks.cluster_name {
+            node = node.with_cluster_name(name);
         }
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
