@@ -9,6 +9,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use hourglass_server::{Cli, Config, Server};
 
+/// How long blocking tasks may still run once the server is done, before the process exits.
+const EXIT_LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let health_check = cli.health_check;
@@ -18,7 +21,7 @@ fn main() -> ExitCode {
         }
         hourglass_server::init_logging(config.log_format);
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-        runtime.block_on(async {
+        let served = runtime.block_on(async {
             // Before anything is bound: a SIGTERM at any point after start-up closes cleanly.
             let shutdown = hourglass_server::shutdown_signal();
             if let Some(cluster) = config.cluster.clone() {
@@ -26,7 +29,11 @@ fn main() -> ExitCode {
             }
             let server = Server::bind(config).await?;
             server.run(shutdown).await
-        })
+        });
+        // Blocking work still running (an etcd request to an etcd that does not answer) is not
+        // waited for: an exit must not hang on it (issue #21, SIGTERM within 10 s).
+        runtime.shutdown_timeout(EXIT_LINGER);
+        served
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

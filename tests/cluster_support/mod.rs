@@ -99,11 +99,28 @@ impl TestPki {
     }
 }
 
-/// A single-member etcd on loopback.
+/// A single-member etcd on loopback; it can be paused, killed and started again on the same
+/// ports and data directory.
 pub struct Etcd {
-    child: Child,
+    child: Option<Child>,
     pub url: String,
     dir: PathBuf,
+    client: u16,
+    peer: u16,
+    tls: Option<(String, String, String)>,
+}
+
+/// Whether etcd is installed; `false` (after saying so) when it is not and not required.
+fn etcd_installed() -> bool {
+    let installed = Command::new("etcd").arg("--version").stdout(Stdio::null()).status().is_ok();
+    if !installed {
+        assert!(
+            std::env::var_os("HOURGLASS_REQUIRE_ETCD").is_none(),
+            "etcd is not installed (Debian: apt-get install etcd-server) and HOURGLASS_REQUIRE_ETCD is set"
+        );
+        eprintln!("SKIPPED: etcd is not installed (Debian: apt-get install etcd-server)");
+    }
+    installed
 }
 
 impl Etcd {
@@ -115,57 +132,89 @@ impl Etcd {
     /// [`Etcd::start`]; with `tls`, its clients must use TLS and present a certificate the PKI's
     /// CA signed (etcd's `--client-cert-auth`).
     pub fn start_with(tls: Option<&TestPki>) -> Option<Etcd> {
-        let installed = Command::new("etcd").arg("--version").stdout(Stdio::null()).status().is_ok();
-        if !installed {
-            assert!(
-                std::env::var_os("HOURGLASS_REQUIRE_ETCD").is_none(),
-                "etcd is not installed (Debian: apt-get install etcd-server) and HOURGLASS_REQUIRE_ETCD is set"
-            );
-            eprintln!("SKIPPED: etcd is not installed (Debian: apt-get install etcd-server)");
+        let mut etcd = Etcd::unstarted_with(tls)?;
+        etcd.launch();
+        Some(etcd)
+    }
+
+    /// An etcd with its ports and URL chosen but not running yet (nodes started before it);
+    /// [`Etcd::launch`] starts it.
+    pub fn unstarted() -> Option<Etcd> {
+        Etcd::unstarted_with(None)
+    }
+
+    fn unstarted_with(tls: Option<&TestPki>) -> Option<Etcd> {
+        if !etcd_installed() {
             return None;
         }
         let (client, peer) = (free_port(), free_port());
-        let dir = scratch_dir("etcd");
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://127.0.0.1:{client}");
+        let tls = tls.map(|pki| (pki.cert.clone(), pki.key.clone(), pki.ca.clone()));
+        Some(Etcd { child: None, url, dir: scratch_dir("etcd"), client, peer, tls })
+    }
+
+    /// Starts the etcd process (again, after [`Etcd::kill`]: same ports, same data) and waits
+    /// until it serves.
+    pub fn launch(&mut self) {
+        assert!(self.child.is_none(), "etcd is running");
         let mut command = Command::new("etcd");
-        if let Some(pki) = tls {
-            command.args(["--cert-file", &pki.cert, "--key-file", &pki.key, "--trusted-ca-file", &pki.ca]);
+        if let Some((cert, key, ca)) = &self.tls {
+            command.args(["--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca]);
             command.arg("--client-cert-auth");
         }
+        let peer = format!("http://127.0.0.1:{}", self.peer);
         let child = command
             .arg("--data-dir")
-            .arg(&dir)
-            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
+            .arg(&self.dir)
+            .args(["--listen-client-urls", &self.url, "--advertise-client-urls", &self.url])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("default={peer}")])
             .args(["--log-level", "error"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start etcd");
-        let etcd = Etcd { child, url, dir };
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
-        let address = format!("127.0.0.1:{client}");
-        // Over TLS only whether it listens can be seen here; the nodes retry nothing at join, so
-        // a first answer must be near: etcd listens once it serves.
+        let address = format!("127.0.0.1:{}", self.client);
+        // Over TLS only whether it listens can be seen here; etcd listens once it serves.
+        let tls = self.tls.is_some();
         let up = |address: &str| match tls {
-            Some(_) => std::net::TcpStream::connect(address).is_ok(),
-            None => http_request(address, "GET", "/health").map(|(s, _)| s) == Some(200),
+            true => std::net::TcpStream::connect(address).is_ok(),
+            false => http_request(address, "GET", "/health").map(|(s, _)| s) == Some(200),
         };
         while !up(&address) {
             assert!(Instant::now() < deadline, "etcd did not come up");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(etcd)
+    }
+
+    /// SIGSTOP: etcd keeps its sockets but answers nothing (requests time out).
+    pub fn pause(&self) {
+        signal(self.child.as_ref().expect("etcd running").id(), "-STOP");
+    }
+
+    /// SIGCONT after [`Etcd::pause`].
+    pub fn resume(&self) {
+        signal(self.child.as_ref().expect("etcd running").id(), "-CONT");
+    }
+
+    /// `kill -9` (its data stays for [`Etcd::launch`]).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &self.child {
+            signal(child.id(), "-CONT");
+        }
+        self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -181,6 +230,8 @@ pub struct Node {
     args: Vec<String>,
     child: Option<Child>,
     pub log: Arc<Mutex<Vec<String>>>,
+    /// Extra environment variables for the process (the test-only death injection).
+    pub env: Vec<(String, String)>,
 }
 
 impl Node {
@@ -219,6 +270,7 @@ impl Node {
             args,
             child: None,
             log: Default::default(),
+            env: Vec::new(),
         }
     }
 
@@ -232,10 +284,22 @@ impl Node {
             .arg(&self.dir)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start hourglass");
+        // stderr (the exit line) goes to the same log as stdout.
+        let stderr = child.stderr.take().expect("stderr");
+        let (log, name) = (self.log.clone(), self.name.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[{name} stderr] {line}");
+                if let Ok(mut log) = log.lock() {
+                    log.push(line);
+                }
+            }
+        });
         let stdout = child.stdout.take().expect("stdout");
         let log = self.log.clone();
         let name = self.name.clone();
@@ -271,6 +335,32 @@ impl Node {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// The exit status, if the process has ended (it then counts as not running).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok().flatten()?;
+        self.child = None;
+        Some(status)
+    }
+
+    /// Waits up to `within` for the process to end by itself; its status and how long it took,
+    /// or `None` (it still runs).
+    pub fn wait_exit(&mut self, within: Duration) -> Option<(std::process::ExitStatus, Duration)> {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if let Some(status) = self.exited() {
+                return Some((status, started.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// SIGTERM, then [`Node::wait_exit`].
+    pub fn terminate(&mut self, within: Duration) -> Option<(std::process::ExitStatus, Duration)> {
+        signal(self.pid(), "-TERM");
+        self.wait_exit(within)
     }
 
     pub fn stop_signal(&self) {
@@ -360,6 +450,11 @@ impl Cluster {
     /// (`--cluster-secret-file`), unless `extra` turns on `--replication-tls`: that cluster
     /// authenticates its replication by certificates alone.
     pub fn start_on(etcd: Etcd, size: usize, extra: &[&str]) -> Cluster {
+        Cluster::start_on_with_env(etcd, size, extra, &[])
+    }
+
+    /// [`Cluster::start_on`] with extra environment variables for every node.
+    pub fn start_on_with_env(etcd: Etcd, size: usize, extra: &[&str], env: &[(&str, &str)]) -> Cluster {
         let cluster = format!("test{}", free_port());
         let secret = (!extra.contains(&"--replication-tls")).then(SecretFile::create);
         let mut flags: Vec<&str> = extra.to_vec();
@@ -369,6 +464,7 @@ impl Cluster {
         let mut nodes: Vec<Node> =
             (1..=size).map(|i| Node::new(&format!("n{i}"), &etcd, &cluster, &flags)).collect();
         for node in &mut nodes {
+            node.env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
             node.start();
         }
         Cluster { nodes, etcd, secret }

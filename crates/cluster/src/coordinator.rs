@@ -15,6 +15,7 @@ use crate::etcd::{Etcd, EtcdError};
 use crate::repl::hub::Hub;
 use crate::repl::link::{run_link, LinkTarget};
 use crate::repl::receiver::Fence;
+use crate::retry::{pause_unless_stopped, Backoff, OutageLog};
 
 /// How often a node looks at etcd (and so how soon after a lease expires a follower campaigns).
 const POLL: Duration = Duration::from_millis(150);
@@ -105,6 +106,34 @@ impl Coordinator {
         }))
     }
 
+    /// [`Coordinator::join`], tried again with back-off for as long as etcd does not answer
+    /// (a node never gives up on etcd: issue #21), logging at most every 10 s. `Ok(None)` once
+    /// `stop` is set; an error only for a setting that retrying cannot fix (TLS).
+    pub fn join_retrying(
+        settings: ClusterSettings,
+        stop: &AtomicBool,
+    ) -> Result<Option<Arc<Coordinator>>, EtcdError> {
+        let (mut backoff, mut outage) = (Backoff::default(), OutageLog::default());
+        while !stop.load(Ordering::SeqCst) {
+            match Coordinator::join(settings.clone()) {
+                Ok(coordinator) => {
+                    if let Some(line) = outage.on_success(Instant::now()) {
+                        line.write("joining the cluster", None);
+                    }
+                    return Ok(Some(coordinator));
+                }
+                Err(error) if error.is_transient() => {
+                    if let Some(line) = outage.on_failure(Instant::now()) {
+                        line.write("joining the cluster", Some(&error));
+                    }
+                    pause_unless_stopped(stop, backoff.next_delay());
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(None)
+    }
+
     pub fn roles(&self) -> tokio::sync::watch::Receiver<Role> {
         self.role.subscribe()
     }
@@ -159,13 +188,24 @@ impl Coordinator {
     /// `stop` was set.
     pub fn follow_until_elected(&self, stop: &AtomicBool) -> Option<u64> {
         let mut last_leader: Option<(String, u64)> = None;
+        let (mut backoff, mut outage) = (Backoff::default(), OutageLog::default());
         while !stop.load(Ordering::SeqCst) {
             let _ = self.keep_lease(false);
             let seen = match self.observe() {
-                Ok(seen) => seen,
+                Ok(seen) => {
+                    if let Some(line) = outage.on_success(Instant::now()) {
+                        line.write("following", None);
+                    }
+                    backoff.reset();
+                    seen
+                }
                 Err(error) => {
-                    tracing::debug!(%error, "cannot read the cluster's state from etcd");
-                    std::thread::sleep(POLL);
+                    // The role stays as it was: a leader this node forwarded to may still serve
+                    // (its own lease decides that), and the next look at etcd corrects it.
+                    if let Some(line) = outage.on_failure(Instant::now()) {
+                        line.write("following", Some(&error));
+                    }
+                    pause_unless_stopped(stop, backoff.next_delay());
                     continue;
                 }
             };
@@ -195,7 +235,7 @@ impl Coordinator {
                     });
                 }
             }
-            std::thread::sleep(POLL);
+            pause_unless_stopped(stop, POLL);
         }
         None
     }
@@ -235,7 +275,8 @@ impl Coordinator {
     /// Leads at `term` until this node must step down: records itself as the in-sync set, keeps
     /// a link to every other node, keeps the in-sync set in etcd in step with the hub.
     pub fn lead(&self, hub: Arc<Hub>, term: u64, stop: &AtomicBool) -> StepDown {
-        let _ = self.role.send(Role::Leader { term });
+        // send_replace: the value changes even when nobody watches (the proxies are gone now).
+        self.role.send_replace(Role::Leader { term });
         self.view.lock().unwrap_or_else(|p| p.into_inner()).hub = Some(hub.clone());
         let me = self.settings.node.name.clone();
         let mut in_sync: BTreeSet<String> = BTreeSet::new();
@@ -417,8 +458,8 @@ impl Coordinator {
 
     /// Leaves etcd at shutdown: revoking the lease removes the node's record (and the leader
     /// key, if it leads) at once, instead of after the TTL.
-    pub fn leave(&self) {
+    pub fn leave(&self) -> Result<(), EtcdError> {
         let id = self.lease.lock().unwrap_or_else(|p| p.into_inner()).id;
-        let _ = self.etcd.revoke(id);
+        self.etcd.revoke(id)
     }
 }

@@ -36,7 +36,8 @@ pub struct EtcdTls {
 
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
-    #[error("etcd TLS settings unusable: {0}")]
+    /// TLS to etcd failed: bad settings, or a certificate one side refuses. Not retried at join.
+    #[error("TLS to etcd failed: {0}")]
     Tls(String),
     #[error("no etcd endpoint answered ({0})")]
     Unreachable(String),
@@ -44,6 +45,14 @@ pub enum EtcdError {
     Refused { path: &'static str, status: u16, body: String },
     #[error("etcd answered {path} with something unreadable: {reason}")]
     Unreadable { path: &'static str, reason: String },
+}
+
+impl EtcdError {
+    /// Whether trying again later may succeed (etcd away, restarting, or without a leader), as
+    /// opposed to a setting that must be fixed.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, EtcdError::Tls(_))
+    }
 }
 
 /// A client for one etcd cluster (any of its endpoints).
@@ -71,7 +80,7 @@ impl Etcd {
     fn call(&self, path: &'static str, body: Value) -> Result<Value, EtcdError> {
         let count = self.endpoints.len().max(1);
         let start = self.preferred.load(Ordering::Relaxed);
-        let mut last_error = String::from("no endpoints configured");
+        let mut last_error = EtcdError::Unreachable(String::from("no endpoints configured"));
         for attempt in 0..self.endpoints.len() {
             let index = (start + attempt) % count;
             let url = format!("{}{}", self.endpoints[index], path);
@@ -80,7 +89,10 @@ impl Etcd {
             let mut response = match response {
                 Ok(response) => response,
                 Err(error) => {
-                    last_error = format!("{url}: {error}");
+                    last_error = match is_tls_failure(&error) {
+                        true => EtcdError::Tls(format!("{url}: {error}")),
+                        false => EtcdError::Unreachable(format!("{url}: {error}")),
+                    };
                     continue;
                 }
             };
@@ -93,7 +105,7 @@ impl Etcd {
             return serde_json::from_str(&text)
                 .map_err(|e| EtcdError::Unreadable { path, reason: e.to_string() });
         }
-        Err(EtcdError::Unreachable(last_error))
+        Err(last_error)
     }
 
     /// A new lease of `ttl_secs`; its id.
@@ -179,6 +191,16 @@ impl Etcd {
             "success": [{ "request_put": put_request(key, value, 0) }],
         });
         Ok(self.call("/v3/kv/txn", body)?["succeeded"].as_bool() == Some(true))
+    }
+}
+
+/// Whether a failed request failed in TLS (a certificate etcd or this node refuses): a setting
+/// to fix, not an etcd that is away — a starting node stops on it instead of waiting.
+fn is_tls_failure(error: &ureq::Error) -> bool {
+    match error {
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) | ureq::Error::TlsRequired => true,
+        ureq::Error::Io(io) => io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()),
+        _ => false,
     }
 }
 

@@ -5,6 +5,7 @@
 //! ```text
 //! coordinator.rs  the node's etcd thread: lease, election, in-sync set, follower links
 //! election.rs     etcd keys and records, the election rule (sans-IO)
+//! retry.rs        riding out an unreachable etcd: jittered back-off, a rate-limited WARN
 //! etcd.rs         a blocking etcd v3 client over its JSON gateway
 //! repl/           replication: frames, the leader's hub and storage wrapper, links, the
 //!                 follower's receiver and applier, catch-up manifests
@@ -16,6 +17,7 @@ pub mod election;
 pub mod etcd;
 pub mod proxy;
 pub mod repl;
+pub mod retry;
 
 pub use coordinator::{ClusterSettings, Coordinator, Role, StepDown};
 pub use election::NodeRecord;

@@ -2,6 +2,9 @@
 //! so clients (or a load balancer) may name any node. When the leader changes, each forwarded
 //! AMQP connection gets `connection.close` 320 CONNECTION_FORCED — sent between two of the
 //! leader's frames, never inside one — and is closed; clients reconnect as after a restart.
+//! While there is no leader to forward to — an election that lasts, or a node that cannot
+//! reach etcd and so has no role — an AMQP client gets that 320 after its protocol header, an
+//! HTTP client a 503: both answers a client retries, where a closed port or a silent EOF is not.
 
 use std::time::Duration;
 
@@ -18,8 +21,26 @@ use crate::election::NodeRecord;
 const LEADER_WAIT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a client that arrives with no leader known may take to send its protocol header
+/// before its 320 (it is closed either way).
+const HEADER_WAIT: Duration = Duration::from_secs(2);
+
 /// The reply text forwarded AMQP clients get when the leader changes.
 pub const LEADER_CHANGED: &str = "CONNECTION_FORCED - the cluster's leader changed; reconnect";
+/// The reply text of an AMQP client that arrives while there is no leader to forward to.
+pub const NO_LEADER_TEXT: &str = "CONNECTION_FORCED - the cluster has no leader right now; reconnect";
+
+/// Where a node's client ports forward to now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Upstream {
+    /// The leader etcd names.
+    Leader(NodeRecord),
+    /// No leader yet (an election): a new client waits up to [`LEADER_WAIT`] for one.
+    Electing,
+    /// This node has no role (it cannot reach etcd, or it leads itself): clients are answered
+    /// at once, 320 or 503.
+    Unavailable,
+}
 
 /// Which protocol a forwarded port speaks (only plain AMQP gets a close frame: TLS streams and
 /// HTTP are only closed).
@@ -43,7 +64,7 @@ pub type PortOf = fn(&NodeRecord) -> Option<String>;
 /// is dropped.
 pub async fn forward(
     listener: TcpListener,
-    leader: watch::Receiver<Option<NodeRecord>>,
+    leader: watch::Receiver<Upstream>,
     port_of: PortOf,
     protocol: Protocol,
 ) {
@@ -61,22 +82,19 @@ pub async fn forward(
 
 async fn forward_one(
     client: TcpStream,
-    mut leader: watch::Receiver<Option<NodeRecord>>,
+    mut leader: watch::Receiver<Upstream>,
     port_of: PortOf,
     protocol: Protocol,
 ) -> std::io::Result<()> {
-    let target = tokio::time::timeout(LEADER_WAIT, leader.wait_for(Option::is_some))
-        .await
-        .ok()
-        .and_then(|found| found.ok().and_then(|node| node.as_ref().and_then(port_of)));
-    let Some(target) = target else {
-        if protocol == Protocol::Http {
-            let mut client = client;
-            client.write_all(NO_LEADER).await?;
-            client.shutdown().await?;
-        }
-        return Ok(());
-    };
+    let decided = |upstream: &Upstream| !matches!(upstream, Upstream::Electing);
+    let target =
+        tokio::time::timeout(LEADER_WAIT, leader.wait_for(decided)).await.ok().and_then(
+            |found| match &*found.ok()? {
+                Upstream::Leader(node) => port_of(node),
+                Upstream::Electing | Upstream::Unavailable => None,
+            },
+        );
+    let Some(target) = target else { return refuse(client, protocol).await };
     leader.mark_unchanged();
     let server = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&target)).await??;
     let _ = server.set_nodelay(true);
@@ -116,11 +134,31 @@ async fn forward_one(
     Ok(())
 }
 
+/// Answers a client there is no leader for: HTTP a 503; AMQP, once its protocol header is in
+/// (or after [`HEADER_WAIT`]), `connection.close` 320 — what clients retry on, as after a
+/// broker restart; TLS is only closed (it ends on the leader).
+async fn refuse(mut client: TcpStream, protocol: Protocol) -> std::io::Result<()> {
+    match protocol {
+        Protocol::Http => client.write_all(NO_LEADER).await?,
+        Protocol::Amqp => {
+            let mut header = [0u8; 8];
+            let _ = tokio::time::timeout(HEADER_WAIT, client.read_exact(&mut header)).await;
+            client.write_all(&close_frame(NO_LEADER_TEXT)).await?;
+        }
+        Protocol::Tls => {}
+    }
+    client.shutdown().await
+}
+
 fn connection_forced() -> BytesMut {
+    close_frame(LEADER_CHANGED)
+}
+
+fn close_frame(reply_text: &'static str) -> BytesMut {
     let mut out = BytesMut::new();
     let close = ConnectionClose {
         reply_code: hourglass_wire::CONNECTION_FORCED,
-        reply_text: ShortStr::from_static(LEADER_CHANGED),
+        reply_text: ShortStr::from_static(reply_text),
         class_id: 0,
         method_id: 0,
     };

@@ -71,6 +71,9 @@ pub struct NodeInfo {
     pub alarm_limits: Option<std::sync::Arc<resources::AlarmLimitsControl>>,
     /// The cluster this node leads (`None`: a single node).
     pub cluster: Option<std::sync::Arc<dyn ClusterStatus>>,
+    /// The cluster's name (`--cluster-name`), the same on every node and across failovers;
+    /// `None` for a single node, whose cluster is named after the node, as RabbitMQ's is.
+    pub cluster_name: Option<String>,
     /// Every listener, under RabbitMQ's protocol names (`/api/overview`, the listener health
     /// checks).
     pub listeners: Vec<Listener>,
@@ -139,6 +142,7 @@ impl NodeInfo {
             resources: resources::unmonitored(),
             store_damage: StoreDamage::default(),
             cluster: None,
+            cluster_name: None,
             alarm_limits: None,
             listeners: vec![
                 Listener { protocol: "amqp", port: amqp_port },
@@ -151,6 +155,17 @@ impl NodeInfo {
     /// Names the node `hourglass@NAME` (a cluster member's name, instead of the host's).
     pub fn with_node_name(self, name: &str) -> Self {
         NodeInfo { name: format!("hourglass@{name}"), ..self }
+    }
+
+    /// Names the cluster (clustered mode's `--cluster-name`).
+    pub fn with_cluster_name(self, name: &str) -> Self {
+        NodeInfo { cluster_name: Some(name.to_owned()), ..self }
+    }
+
+    /// The cluster's name as RabbitMQ reports it (`/api/overview`, `rabbitmq_identity_info`):
+    /// the cluster's own in a cluster, else the node's.
+    pub fn cluster_name(&self) -> &str {
+        self.cluster_name.as_deref().unwrap_or(&self.name)
     }
 
     /// Reports the cluster this node leads.

@@ -7,33 +7,121 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
-use hourglass_cluster::proxy::{forward, PortOf, Protocol};
+use hourglass_cluster::proxy::{forward, PortOf, Protocol, Upstream};
 use hourglass_cluster::repl::{ClusterSecret, Follower, Hub, ReplicatedStorage, ReplicationAuth};
-use hourglass_cluster::{ClusterSettings, Coordinator, NodeRecord, Role, StepDown};
-use tokio::sync::{oneshot, watch};
+use hourglass_cluster::{ClusterSettings, Coordinator, NodeRecord, Role};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::config::cluster::{host_name, ClusterConfig};
 use crate::persistence::{lock_data_dir, StorageWrapper};
+use crate::supervise::{die_injected, Died, InjectedDeath, Part};
 use crate::{listen, Config, Server, ServerHooks};
 
 /// How long a leader that lost its term lets its clients' connections close (320) before it
 /// replaces itself with a follower.
-const STEP_DOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-/// How long a starting node keeps trying to reach etcd before it gives up: an etcd started
-/// beside it (a compose file, a test) may listen a moment before it serves.
-const JOIN_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(15);
-/// The pause between two tries.
-const JOIN_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+const STEP_DOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long a leader's server gets to close its connections at shutdown before the process
+/// goes on without it: a deposed leader's store writer never returns (nothing more may be
+/// confirmed), and SIGTERM must end the process within 10 s in every state (issue #21).
+const SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
+/// How long revoking the lease may take at exit; an etcd that does not answer lets it expire
+/// by itself, one TTL later.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Runs this node until `shutdown` completes (or, after a step-down, re-executes it).
+/// Whether SIGTERM/SIGINT came, seen from every phase (a leader must not restart itself as a
+/// follower once asked to stop).
+#[derive(Clone)]
+struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    fn watch(signal: impl Future<Output = ()> + Send + 'static) -> Shutdown {
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            signal.await;
+            let _ = tx.send(true);
+            // Keep the sender: a finished watch would read as a shutdown that never comes.
+            std::future::pending::<()>().await;
+        });
+        Shutdown(rx)
+    }
+
+    async fn requested(&self) {
+        let mut rx = self.0.clone();
+        if rx.wait_for(|stop| *stop).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn is_requested(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
+/// Runs this node until `shutdown` completes (or, after a step-down, re-executes it). etcd or
+/// peers that cannot be reached never end it (issue #21): it retries with back-off and its client
+/// ports answer 320 / 503 while it has no role.
 pub async fn run(
     config: Config,
     cluster: ClusterConfig,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let shutdown = Shutdown::watch(shutdown);
     let ip = listen::resolve_bind(config.bind);
+    let lock = lock_data_dir(&config.data_dir)?;
+    let settings = settings(&config, &cluster, ip)?;
+    let endpoints = cluster.etcd_endpoints.join(",");
+    // The client ports listen before etcd answers: a client is told to come back (320 / 503)
+    // rather than refused, and the node is visibly up.
+    let (upstream_tx, upstream) = watch::channel(Upstream::Unavailable);
+    let proxies = bind_client_ports(&config, ip, &upstream)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let joining = {
+        let stop = stop.clone();
+        tokio::task::spawn_blocking(move || Coordinator::join_retrying(settings, &stop))
+    };
+    let joined = tokio::select! {
+        _ = shutdown.requested() => None,
+        joined = joining => Some(joined),
+    };
+    let Some(joined) = joined else {
+        stop.store(true, Ordering::SeqCst);
+        return Ok(());
+    };
+    let coordinator = match joined {
+        Ok(Ok(Some(coordinator))) => coordinator,
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Err(error)) => {
+            return Err(error).with_context(|| format!("joining the cluster through etcd at {endpoints}"))
+        }
+        Err(error) => return Err(Died::new(Part::Coordinator, error.to_string()).into()),
+    };
+    let followed = follow(&config, &cluster, ip, &coordinator, upstream_tx, proxies, &shutdown).await;
+    let term = match followed {
+        Ok(Some(term)) => term,
+        Ok(None) => {
+            leave_bounded(&coordinator).await;
+            return Ok(());
+        }
+        Err(error) => {
+            leave_bounded(&coordinator).await;
+            return Err(error);
+        }
+    };
+    drop(lock);
+    lead(config, coordinator, term, shutdown).await
+}
+
+/// What the coordinator is told, from the node's settings (files read here: a bad one stops
+/// the start, naming it).
+fn settings(
+    config: &Config,
+    cluster: &ClusterConfig,
+    ip: std::net::IpAddr,
+) -> anyhow::Result<ClusterSettings> {
     let host = cluster.advertise_host.clone().unwrap_or_else(|| {
         if ip.is_unspecified() {
             host_name()
@@ -41,7 +129,6 @@ pub async fn run(
             ip.to_string()
         }
     });
-    let lock = lock_data_dir(&config.data_dir)?;
     let replication_tls = match (&config.tls, cluster.replication_tls) {
         (_, false) => None,
         (Some(tls), true) => Some(crate::tls::replication(tls).context("replication TLS")?),
@@ -56,7 +143,7 @@ pub async fn run(
         None => None,
         Some(files) => Some(read_etcd_tls(files)?),
     };
-    let settings = ClusterSettings {
+    Ok(ClusterSettings {
         etcd_tls,
         etcd_endpoints: cluster.etcd_endpoints.clone(),
         cluster_name: cluster.cluster_name.clone(),
@@ -74,41 +161,15 @@ pub async fn run(
         data_dir: config.data_dir.clone(),
         replication_tls,
         cluster_secret,
-    };
-    let endpoints = cluster.etcd_endpoints.join(",");
-    let coordinator = tokio::task::spawn_blocking(move || join_retrying(settings))
-        .await
-        .context("joining the cluster")?
-        .with_context(|| format!("joining the cluster through etcd at {endpoints}"))?;
-    tokio::pin!(shutdown);
-    let Some(term) = follow(&config, &cluster, ip, &coordinator, &mut shutdown).await? else {
-        coordinator.leave();
-        return Ok(());
-    };
-    drop(lock);
-    lead(config, coordinator, term, shutdown).await
+    })
 }
 
-/// The follower phase; the term this node was elected at, or `None` on shutdown.
-async fn follow(
+/// Binds the client ports of a node that does not lead, each forwarding to `upstream`.
+fn bind_client_ports(
     config: &Config,
-    cluster: &ClusterConfig,
     ip: std::net::IpAddr,
-    coordinator: &Arc<Coordinator>,
-    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-) -> anyhow::Result<Option<u64>> {
-    let replication = listen::bind(ip, cluster.replication_port, "replication")?.into_std()?;
-    let settings = coordinator.settings();
-    let auth = ReplicationAuth {
-        node: settings.node.name.clone(),
-        secret: settings.cluster_secret.clone(),
-        tls: settings.replication_tls.clone(),
-    };
-    let follower = Follower::new(config.data_dir.clone(), coordinator.fence.clone(), auth)
-        .context("opening the data directory for replication")?;
-    let receiver = follower.clone();
-    std::thread::Builder::new().name("hg-repl-listen".into()).spawn(move || receiver.serve(replication))?;
-    let leader = leader_watch(coordinator.roles());
+    upstream: &watch::Receiver<Upstream>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut forwarded: Vec<(u16, &'static str, PortOf, Protocol)> = Vec::new();
     if config.plain.amqp {
         forwarded.push((config.amqp_port, "AMQP", |n| Some(n.amqp()), Protocol::Amqp));
@@ -124,8 +185,33 @@ async fn follow(
     let mut proxies = Vec::new();
     for (port, what, port_of, protocol) in forwarded {
         let listener = listen::bind(ip, port, what)?;
-        proxies.push(tokio::spawn(forward(listener, leader.clone(), port_of, protocol)));
+        proxies.push(tokio::spawn(forward(listener, upstream.clone(), port_of, protocol)));
     }
+    Ok(proxies)
+}
+
+/// The follower phase; the term this node was elected at, or `None` on shutdown.
+async fn follow(
+    config: &Config,
+    cluster: &ClusterConfig,
+    ip: std::net::IpAddr,
+    coordinator: &Arc<Coordinator>,
+    upstream: watch::Sender<Upstream>,
+    mut proxies: Vec<JoinHandle<()>>,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Option<u64>> {
+    let replication = listen::bind(ip, cluster.replication_port, "replication")?.into_std()?;
+    let settings = coordinator.settings();
+    let auth = ReplicationAuth {
+        node: settings.node.name.clone(),
+        secret: settings.cluster_secret.clone(),
+        tls: settings.replication_tls.clone(),
+    };
+    let follower = Follower::new(config.data_dir.clone(), coordinator.fence.clone(), auth)
+        .context("opening the data directory for replication")?;
+    let receiver = follower.clone();
+    std::thread::Builder::new().name("hg-repl-listen".into()).spawn(move || receiver.serve(replication))?;
+    proxies.push(track_leader(coordinator.roles(), upstream));
     if config.plain.metrics {
         let metrics = listen::bind(ip, config.metrics_port, "metrics")?;
         let gauges = hourglass_mgmt::follower_metrics_router(Arc::new(Status(coordinator.clone())));
@@ -144,51 +230,65 @@ async fn follow(
     let mut elected =
         tokio::task::spawn_blocking(move || elected_coordinator.follow_until_elected(&elected_stop));
     let term = tokio::select! {
-        _ = shutdown.as_mut() => None,
-        term = &mut elected => term.context("election task")?,
+        _ = shutdown.requested() => Ok(None),
+        term = &mut elected => term,
     };
     stop.store(true, Ordering::SeqCst);
     for proxy in proxies {
         proxy.abort();
         let _ = proxy.await;
     }
+    let term = match term {
+        Ok(term) => term,
+        Err(error) => {
+            let reason = match error.try_into_panic() {
+                Ok(payload) => crate::supervise::panic_message(payload.as_ref()),
+                Err(error) => error.to_string(),
+            };
+            return Err(Died::new(Part::Coordinator, reason).into());
+        }
+    };
     if let Some(term) = term {
         follower.stop(term);
     }
     Ok(term)
 }
 
-/// The leader to forward to as the roles change: `None` while this node has none (an
-/// election, or it leads itself).
-fn leader_watch(mut roles: watch::Receiver<Role>) -> watch::Receiver<Option<NodeRecord>> {
-    let leader = |role: &Role| match role {
-        Role::Follower { leader: Some(node), .. } => Some(node.clone()),
-        _ => None,
+/// Feeds `upstream` the leader to forward to as the coordinator's view of the roles changes.
+fn track_leader(mut roles: watch::Receiver<Role>, upstream: watch::Sender<Upstream>) -> JoinHandle<()> {
+    let of = |role: &Role| match role {
+        Role::Follower { leader: Some(node), .. } => Upstream::Leader(node.clone()),
+        Role::Follower { leader: None, .. } => Upstream::Electing,
+        Role::Leader { .. } => Upstream::Unavailable,
     };
-    let (tx, rx) = watch::channel(leader(&roles.borrow()));
     tokio::spawn(async move {
-        while roles.changed().await.is_ok() {
-            let node = leader(&roles.borrow_and_update());
-            tx.send_if_modified(|now| {
-                if *now == node {
-                    return false;
-                }
-                *now = node;
-                true
-            });
+        loop {
+            let now = of(&roles.borrow_and_update());
+            upstream.send_if_modified(|was| std::mem::replace(was, now.clone()) != now);
+            if roles.changed().await.is_err() {
+                break;
+            }
         }
         // The coordinator is gone (this node leads now): forwarded connections end.
-        tx.send_replace(None);
-    });
-    rx
+        upstream.send_replace(Upstream::Unavailable);
+    })
 }
 
-/// The leader phase: the broker on the replicated data directory, until shutdown or step-down.
+/// How a leader's term ended, as its coordination thread reports it.
+#[derive(Clone, Debug)]
+enum LeadEnd {
+    SteppedDown,
+    /// The coordination thread panicked (supervision).
+    CoordinatorDied(String),
+}
+
+/// The leader phase: the broker on the replicated data directory, until shutdown, step-down or
+/// the death of a part.
 async fn lead(
     config: Config,
     coordinator: Arc<Coordinator>,
     term: u64,
-    shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+    shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let min = {
         let coordinator = coordinator.clone();
@@ -196,13 +296,9 @@ async fn lead(
     };
     let hub = Hub::new(config.data_dir.clone(), min);
     let stop = Arc::new(AtomicBool::new(false));
-    let (stepped_tx, stepped_rx) = oneshot::channel::<StepDown>();
-    {
-        let (coordinator, hub, stop) = (coordinator.clone(), hub.clone(), stop.clone());
-        std::thread::Builder::new().name("hg-cluster-lead".into()).spawn(move || {
-            let _ = stepped_tx.send(coordinator.lead(hub, term, &stop));
-        })?;
-    }
+    let inject = InjectedDeath::from_env();
+    let ended =
+        spawn_lead_thread(&coordinator, &hub, term, &stop, InjectedDeath::of(inject, Part::Coordinator))?;
     let wrap_hub = hub.clone();
     let storage: StorageWrapper =
         Arc::new(move |inner, prefix| Arc::new(ReplicatedStorage::new(inner, prefix, wrap_hub.clone())));
@@ -210,36 +306,123 @@ async fn lead(
         storage: Some(storage),
         cluster: Some(Arc::new(Status(coordinator.clone()))),
         node_name: Some(coordinator.settings().node.name.clone()),
+        cluster_name: Some(coordinator.settings().cluster_name.clone()),
+        inject_death: inject,
     };
-    let server = Server::bind_with(config, hooks).await?;
-    let stepped_down = Arc::new(tokio::sync::Notify::new());
-    let notify = stepped_down.clone();
-    let until = async move {
-        tokio::select! {
-            _ = shutdown => {}
-            _ = stepped_rx => notify.notify_one(),
+    let server = match Server::bind_with(config, hooks).await {
+        Ok(server) => server,
+        Err(error) => {
+            stop.store(true, Ordering::SeqCst);
+            hub.depose();
+            leave_bounded(&coordinator).await;
+            return Err(error);
+        }
+    };
+    let lead_ended = {
+        let mut ended = ended.clone();
+        async move {
+            let _ = ended.wait_for(Option::is_some).await;
+        }
+    };
+    let until = {
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                _ = shutdown.requested() => {}
+                _ = lead_ended => {}
+            }
         }
     };
     let run = server.run(until);
     tokio::pin!(run);
-    // After a step-down, clients get their 320 close; the store's writer is blocked for good
-    // (nothing more may be confirmed), so the process is replaced after a bounded grace instead
-    // of waiting for it.
-    let replaced = async {
-        stepped_down.notified().await;
-        tokio::time::sleep(STEP_DOWN_GRACE).await;
+    // Once the term ends or a stop is asked for, the server gets a bounded time to close its
+    // clients (320): after a step-down the store's writer is blocked for good (nothing more
+    // may be confirmed), so nothing waits for it.
+    let bounded = async {
+        let mut ended = ended.clone();
+        tokio::select! {
+            _ = shutdown.requested() => {}
+            _ = ended.wait_for(Option::is_some) => {}
+        }
+        let grace = if shutdown.is_requested() { SHUTDOWN_BOUND } else { STEP_DOWN_GRACE };
+        tokio::time::sleep(grace).await;
     };
-    tokio::select! {
-        result = &mut run => result?,
-        _ = replaced => {}
-    }
+    let served = tokio::select! {
+        result = &mut run => result,
+        _ = bounded => Ok(()),
+    };
     stop.store(true, Ordering::SeqCst);
-    if hub.is_deposed() {
-        return Err(restart_as_follower());
-    }
     hub.depose();
-    coordinator.leave();
-    Ok(())
+    let end = ended.borrow().clone();
+    if let Err(error) = served {
+        // A part of the server died (supervision): the lease goes first, so that a follower
+        // takes over at once rather than after a TTL.
+        leave_bounded(&coordinator).await;
+        return Err(error);
+    }
+    match end {
+        Some(LeadEnd::CoordinatorDied(reason)) => {
+            let died = Died::new(Part::Coordinator, reason);
+            leave_bounded(&coordinator).await;
+            Err(died.into())
+        }
+        Some(LeadEnd::SteppedDown) if !shutdown.is_requested() => Err(restart_as_follower()),
+        _ => {
+            leave_bounded(&coordinator).await;
+            Ok(())
+        }
+    }
+}
+
+/// Runs the coordinator's leader loop on its own thread; how the term ended appears in the watch
+/// (a panic included: supervision). Test only: with `die_after`, the loop is stopped then and
+/// the thread panics, as a dying coordinator would.
+fn spawn_lead_thread(
+    coordinator: &Arc<Coordinator>,
+    hub: &Arc<Hub>,
+    term: u64,
+    stop: &Arc<AtomicBool>,
+    die_after: Option<Duration>,
+) -> std::io::Result<watch::Receiver<Option<LeadEnd>>> {
+    let (ended_tx, ended) = watch::channel(None::<LeadEnd>);
+    let (coordinator, hub, stop) = (coordinator.clone(), hub.clone(), stop.clone());
+    if let Some(after) = die_after {
+        let timer_stop = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            timer_stop.store(true, Ordering::SeqCst);
+        });
+    }
+    std::thread::Builder::new().name("hg-cluster-lead".into()).spawn(move || {
+        let run = std::panic::AssertUnwindSafe(|| {
+            let why = coordinator.lead(hub, term, &stop);
+            if die_after.is_some() {
+                die_injected(Part::Coordinator);
+            }
+            why
+        });
+        let end = match std::panic::catch_unwind(run) {
+            // The coordinator logged the reason ("stepping down as leader").
+            Ok(_) => LeadEnd::SteppedDown,
+            Err(payload) => LeadEnd::CoordinatorDied(crate::supervise::panic_message(payload.as_ref())),
+        };
+        ended_tx.send_replace(Some(end));
+    })?;
+    Ok(ended)
+}
+
+/// Revokes this node's lease (its record and, if it leads, the leader key go at once), giving up
+/// after [`LEAVE_TIMEOUT`]: an unreachable etcd must not hold up an exit.
+async fn leave_bounded(coordinator: &Arc<Coordinator>) {
+    let leaving = {
+        let coordinator = coordinator.clone();
+        tokio::task::spawn_blocking(move || coordinator.leave())
+    };
+    match tokio::time::timeout(LEAVE_TIMEOUT, leaving).await {
+        Ok(Ok(Ok(()))) => tracing::info!("left the cluster: lease revoked"),
+        Ok(Ok(Err(error))) => tracing::warn!(%error, "could not revoke the lease; it expires by itself"),
+        _ => tracing::warn!("etcd did not take the lease back in time; it expires by itself"),
+    }
 }
 
 /// Replaces this process with a fresh one of the same command line: it rejoins as a follower
@@ -287,24 +470,4 @@ fn read_etcd_tls(
         None => None,
     };
     Ok(hourglass_cluster::etcd::EtcdTls { ca_pem: read(&files.ca)?, client })
-}
-
-/// Joins the cluster, trying again for [`JOIN_RETRY_FOR`] while etcd does not answer (logged
-/// once); the last error after that.
-fn join_retrying(
-    settings: ClusterSettings,
-) -> Result<std::sync::Arc<Coordinator>, hourglass_cluster::etcd::EtcdError> {
-    let started = std::time::Instant::now();
-    loop {
-        match Coordinator::join(settings.clone()) {
-            Ok(coordinator) => return Ok(coordinator),
-            Err(error) if started.elapsed() < JOIN_RETRY_FOR => {
-                if started.elapsed() < JOIN_RETRY_PAUSE {
-                    tracing::warn!(%error, "etcd does not answer yet; trying again");
-                }
-                std::thread::sleep(JOIN_RETRY_PAUSE);
-            }
-            Err(error) => return Err(error),
-        }
-    }
 }

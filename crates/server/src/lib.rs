@@ -15,6 +15,7 @@ pub mod identity;
 pub mod listen;
 pub mod logging;
 pub mod persistence;
+pub mod supervise;
 pub mod tls;
 
 use std::future::Future;
@@ -82,6 +83,10 @@ pub struct ServerHooks {
     pub cluster: Option<Arc<dyn hourglass_mgmt::ClusterStatus>>,
     /// The cluster member's name (the node is then `hourglass@NAME`).
     pub node_name: Option<String>,
+    /// The cluster's name (`--cluster-name`), for `/api/overview` and `rabbitmq_identity_info`.
+    pub cluster_name: Option<String>,
+    /// Test only: a part made to die (`supervise::INJECT_DEATH_VAR`); `None` in normal use.
+    pub inject_death: Option<supervise::InjectedDeath>,
 }
 
 impl Server {
@@ -89,7 +94,8 @@ impl Server {
     /// is touched), then opens and recovers the data directory (locking it): nothing is accepted
     /// before the broker holds everything the store kept. Errors are one line each.
     pub async fn bind(config: Config) -> anyhow::Result<Server> {
-        Server::bind_with(config, ServerHooks::default()).await
+        let hooks = ServerHooks { inject_death: supervise::InjectedDeath::from_env(), ..Default::default() };
+        Server::bind_with(config, hooks).await
     }
 
     /// [`Server::bind`] with clustered mode's additions.
@@ -239,9 +245,20 @@ impl Server {
         let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
         let (store_tx, store_rx) = std::sync::mpsc::channel();
         // Weak: the store thread must not keep the broker task alive at shutdown.
-        let store_thread = persistence::spawn_store_thread(data, store_rx, broker_tx.downgrade())
-            .context("starting the store thread")?;
-        let broker_handle = tokio::spawn(broker_task::run(broker, broker_rx, clock, Some(store_tx)));
+        let inject = hooks.inject_death;
+        let store_thread = persistence::spawn_store_thread(
+            data,
+            store_rx,
+            broker_tx.downgrade(),
+            supervise::InjectedDeath::of(inject, supervise::Part::StoreThread),
+        )
+        .context("starting the store thread")?;
+        // Supervision: the thread's end (or panic) is seen from here while the server runs.
+        let mut store_ended = tokio::task::spawn_blocking(move || store_thread.join());
+        let mut broker_handle = spawn_broker_task(
+            broker_task::run(broker, broker_rx, clock, Some(store_tx)),
+            supervise::InjectedDeath::of(inject, supervise::Part::BrokerTask),
+        );
         // One failed-login slowdown for AMQP and HTTP: a guesser gains nothing by switching.
         let logins = Arc::new(hourglass_session::LoginLimiter::new(config.login_failure_delay_ms));
         let session_config = Arc::new(SessionConfig {
@@ -273,6 +290,9 @@ impl Server {
         }
         if let Some(name) = &hooks.node_name {
             node = node.with_node_name(name);
+        }
+        if let Some(name) = &hooks.cluster_name {
+            node = node.with_cluster_name(name);
         }
         let mgmt = AppState {
             broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
@@ -313,9 +333,28 @@ impl Server {
         let mut connections = JoinSet::new();
         log_start(&config, &limits, max_connections, &addrs);
         tokio::pin!(shutdown);
+        let mut died: Option<supervise::Died> = None;
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
+                ended = &mut broker_handle => {
+                    died = Some(supervise::Died::new(supervise::Part::BrokerTask, broker_end(ended)));
+                    break;
+                }
+                ended = &mut store_ended => {
+                    died = Some(match ended {
+                        Ok(Err(payload)) => {
+                            supervise::Died::new(supervise::Part::StoreThread, supervise::panic_message(payload.as_ref()))
+                        }
+                        // The store thread ends by itself only when the broker task is gone: the
+                        // broker task is the one that died (its panic may be reported just after).
+                        _ => match tokio::time::timeout(Duration::from_secs(1), &mut broker_handle).await {
+                            Ok(ended) => supervise::Died::new(supervise::Part::BrokerTask, broker_end(ended)),
+                            Err(_) => supervise::Died::new(supervise::Part::StoreThread, "it stopped"),
+                        },
+                    });
+                    break;
+                }
                 (accepted, over_tls) = accept_either(amqp.as_ref(), amqps.as_ref()) => {
                     let (stream, peer) = match accepted {
                         Ok(pair) => pair,
@@ -360,6 +399,14 @@ impl Server {
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
         }
+        if let Some(died) = died {
+            // Nothing can be served or made durable any more: no graceful close that would wait
+            // on the dead part; the caller exits non-zero (releasing a cluster lease first).
+            connections.abort_all();
+            http_tasks.abort_all();
+            alarm_task.abort();
+            return Err(died.into());
+        }
         tracing::info!(connections = connections.len(), "shutting down");
         alarm_task.abort();
         drop(amqp);
@@ -380,9 +427,33 @@ impl Server {
         // commits what it has and ends.
         drop(broker_tx);
         let _ = broker_handle.await;
-        let _ = tokio::task::spawn_blocking(move || store_thread.join()).await;
+        let _ = store_ended.await;
         Ok(())
     }
+}
+
+/// Why the broker task ended while the server ran.
+fn broker_end(ended: Result<(), tokio::task::JoinError>) -> String {
+    match ended {
+        Err(error) if error.is_panic() => supervise::panic_message(error.into_panic().as_ref()),
+        Err(error) => error.to_string(),
+        Ok(()) => "it stopped: the store thread is gone".to_owned(),
+    }
+}
+
+/// Spawns the broker task. Test only: with `die_after`, it panics that long after it starts
+/// (`supervise::InjectedDeath`).
+fn spawn_broker_task(
+    task: impl Future<Output = ()> + Send + 'static,
+    die_after: Option<Duration>,
+) -> tokio::task::JoinHandle<()> {
+    let Some(after) = die_after else { return tokio::spawn(task) };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = task => {}
+            _ = tokio::time::sleep(after) => supervise::die_injected(supervise::Part::BrokerTask),
+        }
+    })
 }
 
 /// The HTTP listeners that run, each with its router (API or metrics) and, for HTTPS, the TLS

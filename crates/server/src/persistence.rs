@@ -406,10 +406,12 @@ pub fn spawn_store_thread(
     mut data: DataDir,
     ops: std::sync::mpsc::Receiver<Vec<SequencedOp>>,
     persisted: mpsc::WeakSender<BrokerInput>,
+    die_after: Option<std::time::Duration>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("hourglass-store".to_owned()).spawn(move || {
         let mut settles_since_compaction = 0u64;
-        while let Ok(mut batch) = ops.recv() {
+        let die_at = die_after.map(|after| std::time::Instant::now() + after);
+        while let Some(mut batch) = next_batch(&ops, die_at) {
             // Group commit: everything that arrived while the last sync ran goes in this one.
             while let Ok(more) = ops.try_recv() {
                 batch.extend(more);
@@ -434,6 +436,22 @@ pub fn spawn_store_thread(
             }
         }
     })
+}
+
+/// The next batch of ops; `None` once the broker task is gone. Test only: with `die_at` set
+/// (`supervise::InjectedDeath`), the thread panics at that instant.
+fn next_batch(
+    ops: &std::sync::mpsc::Receiver<Vec<SequencedOp>>,
+    die_at: Option<std::time::Instant>,
+) -> Option<Vec<SequencedOp>> {
+    let Some(at) = die_at else { return ops.recv().ok() };
+    match ops.recv_timeout(at.saturating_duration_since(std::time::Instant::now())) {
+        Ok(batch) => Some(batch),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            crate::supervise::die_injected(crate::supervise::Part::StoreThread)
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => None,
+    }
 }
 
 /// Applies a batch; a failed write is retried until it succeeds (the records stay buffered,

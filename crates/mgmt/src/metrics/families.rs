@@ -583,8 +583,10 @@ fn cluster_gauges(out: &mut Out, g: &crate::ClusterGauges) {
 }
 
 fn identity(out: &mut Out, node: &NodeInfo) {
-    let name = escape(&node.name);
-    let labels = format!("rabbitmq_node=\"{name}\",rabbitmq_cluster=\"{name}\"");
+    // RabbitMQ's dashboards select by `rabbitmq_cluster`: the cluster's name, the same on every
+    // leader, not the node's (issue #21).
+    let (name, cluster) = (escape(&node.name), escape(node.cluster_name()));
+    let labels = format!("rabbitmq_node=\"{name}\",rabbitmq_cluster=\"{cluster}\"");
     out.family(Kind::Gauge, "identity_info", "RabbitMQ node & cluster identity info", &[(labels, 1)]);
     let labels = format!(
         "rabbitmq_version=\"{}\",product_version=\"{}\"",
@@ -652,6 +654,26 @@ mod tests {
         let mut out = Out { text: String::new(), prefix: "" };
         out.family(Kind::Gauge, "x", "help", &[(format!("queue=\"{}\"", escape("a\"b")), 1)]);
         assert_eq!(out.text, "# HELP x help\n# TYPE x gauge\nx{queue=\"a\\\"b\"} 1\n");
+    }
+
+    /// `rabbitmq_cluster` is the cluster's name on any leader (dashboards select by it across
+    /// failovers), the node's only for a single node (as RabbitMQ names a lone node's cluster).
+    #[test]
+    fn identity_names_the_cluster_not_the_leader() {
+        let node = |name: &str| NodeInfo::new([127, 0, 0, 1].into(), 5672, 15672, 15692).with_node_name(name);
+        let label = |node: &NodeInfo| {
+            let mut out = Out { text: String::new(), prefix: "rabbitmq_" };
+            identity(&mut out, node);
+            out.text.lines().find(|l| l.starts_with("rabbitmq_identity_info{")).map(str::to_owned)
+        };
+        let (n1, n2) = (node("n1").with_cluster_name("prod"), node("n2").with_cluster_name("prod"));
+        assert_eq!(
+            label(&n1).as_deref(),
+            Some("rabbitmq_identity_info{rabbitmq_node=\"hourglass@n1\",rabbitmq_cluster=\"prod\"} 1")
+        );
+        assert_eq!(label(&n2).map(|l| l.replace("n2", "n1")), label(&n1));
+        let single = label(&node("solo")).unwrap();
+        assert!(single.contains("rabbitmq_cluster=\"hourglass@solo\""), "{single}");
     }
 
     /// Every family name the detailed endpoint accepts reads back to its family.

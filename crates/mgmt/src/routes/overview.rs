@@ -79,7 +79,7 @@ async fn overview(
         "product_version": PRODUCT_VERSION,
         "product_name": "Hourglass",
         "rabbitmq_version": RABBITMQ_COMPAT_VERSION,
-        "cluster_name": node.name,
+        "cluster_name": node.cluster_name(),
         "erlang_version": "none (Rust)",
         "erlang_full_version": "none (Rust)",
         "disable_stats": false,
