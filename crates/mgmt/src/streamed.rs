@@ -68,7 +68,7 @@ pub fn json_array<T: Send + 'static>(
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
         let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
-        let mut chunk = Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 4);
+        let mut chunk = new_chunk();
         chunk.push(b'[');
         for (i, row) in rows.iter().enumerate() {
             if i > 0 {
@@ -79,7 +79,7 @@ pub fn json_array<T: Send + 'static>(
             // Writing a Value into a Vec cannot fail.
             let _ = serde_json::to_writer(&mut chunk, &item);
             if chunk.len() >= CHUNK_BYTES {
-                let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 4));
+                let full = std::mem::replace(&mut chunk, new_chunk());
                 if sender.blocking_send(Bytes::from(full)).is_err() {
                     return; // The client went away: stop rendering.
                 }
@@ -91,6 +91,11 @@ pub fn json_array<T: Send + 'static>(
     let mut response = Body::new(ChannelBody { chunks }).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
+}
+
+/// An empty chunk with room for [`CHUNK_BYTES`] and the item that takes it past them.
+fn new_chunk() -> Vec<u8> {
+    Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 4)
 }
 
 /// The cap on heavy listings (module doc). One per API.

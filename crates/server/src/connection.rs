@@ -151,9 +151,11 @@ async fn serve<R: SocketRead, W: SocketWrite>(
             }
         }
         gate.after_session(&mut session, cx.id, cx.clock.now()).await;
-        let released = gate.released();
-        let admitted = std::iter::from_fn(|| session.poll_command()).filter_map(|c| gate.admit(c));
-        for command in released.into_iter().chain(admitted.collect::<Vec<_>>()) {
+        // Commands held under an alarm that has cleared go first, then the session's new ones
+        // (those the gate holds wait for the clear).
+        let mut released = gate.released().into_iter();
+        while let Some(command) = released.next().or_else(|| session.poll_command()) {
+            let Some(command) = gate.admit(command) else { continue };
             gate.on_command(&command);
             if cx.broker.send(BrokerInput::Command(command)).await.is_err() {
                 break;

@@ -218,7 +218,15 @@ impl Catalog {
             _ => return salvaged,
         };
         salvaged.snapshot_read = true;
-        let Some(body) = read_log_body(storage, name, generation) else { return salvaged };
+        let log = storage.open(&format!("{name}{LOG_SUFFIX}")).ok();
+        let header = log.as_deref().and_then(|log| read_log_header(log, name).ok());
+        let body = match (log, header) {
+            (Some(log), Some(h)) if (h.version, h.generation) == (LOG_VERSION, generation) => {
+                read_log_body(log.as_ref(), name, h.file_bytes).ok()
+            }
+            _ => None,
+        };
+        let Some(body) = body else { return salvaged };
         let (scanned, _) = log_scan::whole_commits(&body);
         let mut entries = salvaged.entries.clone();
         if scanned.records.iter().all(|record| apply(&mut entries, record).is_ok()) {
@@ -399,14 +407,7 @@ impl Catalog {
     /// Applies the log's whole commits to the snapshot's map; cuts a torn tail; refuses damage.
     fn replay(&mut self) -> Result<CatalogOpened, CatalogError> {
         let mut opened = CatalogOpened::default();
-        let file_bytes = self.log.len_bytes().map_err(io_err("sizing the log"))?;
-        if file_bytes < LOG_HEADER_BYTES as u64 {
-            return Err(corrupt(&self.name, "log shorter than its header".to_owned()));
-        }
-        let mut header = [0; LOG_HEADER_BYTES];
-        self.log.read_exact_at(0, &mut header).map_err(io_err("reading the log header"))?;
-        let (version, generation) =
-            check_log_header(&header).map_err(|r| corrupt(&self.name, r.to_owned()))?;
+        let LogHeader { version, generation, file_bytes } = read_log_header(self.log.as_ref(), &self.name)?;
         if generation < self.generation {
             self.log = new_log(self.storage.as_ref(), &self.name, self.generation, true)?;
             opened.stale_log_replaced = true;
@@ -415,12 +416,8 @@ impl Catalog {
         if generation > self.generation {
             return Err(corrupt(&self.name, format!("log generation {generation} is ahead of its snapshot")));
         }
-        if file_bytes > SNAPSHOT_BYTES_MAX + CATALOG_RECORD_BYTES_MAX as u64 {
-            return Err(corrupt(&self.name, format!("log of {file_bytes} bytes passes every limit")));
-        }
         opened.pristine = file_bytes == LOG_HEADER_BYTES as u64;
-        let mut bytes = vec![0; (file_bytes - LOG_HEADER_BYTES as u64) as usize];
-        self.log.read_exact_at(LOG_HEADER_BYTES as u64, &mut bytes).map_err(io_err("reading the log"))?;
+        let bytes = read_log_body(self.log.as_ref(), &self.name, file_bytes)?;
         let whole_bytes = if version == LOG_VERSION_UNCOMMITTED {
             self.replay_uncommitted(&bytes, &mut opened)?
         } else {
@@ -477,24 +474,33 @@ impl Catalog {
     }
 }
 
-/// The body of log `name` after its header, when the header reads, is of format 2 and of
-/// `generation`, and the log is within the limits.
-fn read_log_body(storage: &dyn Storage, name: &str, generation: u64) -> Option<Vec<u8>> {
-    let log = storage.open(&format!("{name}{LOG_SUFFIX}")).ok()?;
-    let file_bytes = log.len_bytes().ok()?;
-    if file_bytes < LOG_HEADER_BYTES as u64
-        || file_bytes > SNAPSHOT_BYTES_MAX + CATALOG_RECORD_BYTES_MAX as u64
-    {
-        return None;
+/// What a log's header says, and the log's size.
+struct LogHeader {
+    version: u32,
+    generation: u64,
+    file_bytes: u64,
+}
+
+/// Reads and checks the header of `log` (catalog `name`).
+fn read_log_header(log: &dyn StorageFile, name: &str) -> Result<LogHeader, CatalogError> {
+    let file_bytes = log.len_bytes().map_err(io_err("sizing the log"))?;
+    if file_bytes < LOG_HEADER_BYTES as u64 {
+        return Err(corrupt(name, "log shorter than its header".to_owned()));
     }
     let mut header = [0; LOG_HEADER_BYTES];
-    log.read_exact_at(0, &mut header).ok()?;
-    if check_log_header(&header).ok()? != (LOG_VERSION, generation) {
-        return None;
+    log.read_exact_at(0, &mut header).map_err(io_err("reading the log header"))?;
+    let (version, generation) = check_log_header(&header).map_err(|r| corrupt(name, r.to_owned()))?;
+    Ok(LogHeader { version, generation, file_bytes })
+}
+
+/// The body of `log` after its header (`file_bytes` long in all), within the limits.
+fn read_log_body(log: &dyn StorageFile, name: &str, file_bytes: u64) -> Result<Vec<u8>, CatalogError> {
+    if file_bytes > SNAPSHOT_BYTES_MAX + CATALOG_RECORD_BYTES_MAX as u64 {
+        return Err(corrupt(name, format!("log of {file_bytes} bytes passes every limit")));
     }
     let mut body = vec![0; (file_bytes - LOG_HEADER_BYTES as u64) as usize];
-    log.read_exact_at(LOG_HEADER_BYTES as u64, &mut body).ok()?;
-    Some(body)
+    log.read_exact_at(LOG_HEADER_BYTES as u64, &mut body).map_err(io_err("reading the log"))?;
+    Ok(body)
 }
 
 /// Applies one checksummed record body to `entries`.
