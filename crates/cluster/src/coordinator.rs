@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 
 use crate::election::{decide, min_in_sync, Decision, InSync, Keys, NodeRecord, Observation};
 use crate::etcd::{Etcd, EtcdError};
+use crate::in_sync::{InSyncRules, InSyncStep};
+use crate::lease::LeaseClock;
 use crate::repl::hub::Hub;
 use crate::repl::link::{run_link, LinkTarget};
 use crate::repl::receiver::Fence;
@@ -38,6 +40,17 @@ pub struct ClusterSettings {
     pub cluster_secret: Option<crate::repl::ClusterSecret>,
     /// TLS to etcd (`--etcd-cacert`, `--etcd-cert`, `--etcd-key`).
     pub etcd_tls: Option<crate::etcd::EtcdTls>,
+    /// This node does not campaign before then: it has just stepped down (and restarted), and
+    /// another node should get the first chance to lead.
+    pub campaign_not_before: Option<Instant>,
+}
+
+/// What a node won: its term, and the in-sync set etcd recorded when it won (itself left out;
+/// `None`: a new cluster, no set yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Elected {
+    pub term: u64,
+    pub recorded: Option<BTreeSet<String>>,
 }
 
 /// What the node is now, for the proxies and the status.
@@ -56,6 +69,8 @@ pub enum StepDown {
     Superseded(i64),
     #[error("etcd unreachable for longer than the lease: {0}")]
     EtcdLost(EtcdError),
+    #[error("too few followers reachable to confirm, while {} may lead instead", .0.join(", "))]
+    CutOff(Vec<String>),
     #[error("the node is shutting down")]
     Stopped,
 }
@@ -72,7 +87,7 @@ pub struct Coordinator {
 
 struct Lease {
     id: i64,
-    renewed: Instant,
+    clock: LeaseClock,
 }
 
 /// The last look at the cluster, for `/api/cluster`.
@@ -89,7 +104,9 @@ impl Coordinator {
     pub fn join(settings: ClusterSettings) -> Result<Arc<Coordinator>, EtcdError> {
         let etcd = Etcd::new(settings.etcd_endpoints.clone(), ETCD_TIMEOUT, settings.etcd_tls.as_ref())?;
         let keys = Keys::new(&settings.cluster_name);
+        let sent = Instant::now();
         let id = etcd.grant_lease(settings.lease_ttl_secs)?;
+        let clock = LeaseClock::granted(Duration::from_secs(settings.lease_ttl_secs), sent);
         let record = serde_json::to_vec(&settings.node).unwrap_or_default();
         etcd.put(&keys.node(&settings.node.name), &record, id)?;
         etcd.put(&keys.member(&settings.node.name), &record, 0)?;
@@ -99,7 +116,7 @@ impl Coordinator {
             settings,
             etcd,
             keys,
-            lease: Mutex::new(Lease { id, renewed: Instant::now() }),
+            lease: Mutex::new(Lease { id, clock }),
             fence: Arc::new(Fence::default()),
             role,
             view: Mutex::new(View::default()),
@@ -142,51 +159,59 @@ impl Coordinator {
         &self.settings
     }
 
-    /// Renews the lease when a third of its TTL has passed. A follower whose lease expired (it was
-    /// paused) takes a new one and registers again; a leader's expiry is a step-down.
-    fn keep_lease(&self, leading: bool) -> Result<(), StepDown> {
+    /// Renews the lease when a third of its TTL has passed, and says until when it holds. A
+    /// follower whose lease expired (it was paused) takes a new one and registers again. For a
+    /// leader, the lease is over once [`LeaseClock::holds`] says so, whether or not etcd answers:
+    /// a step-down.
+    fn keep_lease(&self, leading: bool) -> Result<Instant, StepDown> {
         let mut lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
         let ttl = Duration::from_secs(self.settings.lease_ttl_secs);
-        if lease.renewed.elapsed() < ttl / 3 {
-            return Ok(());
-        }
-        match self.etcd.keep_alive(lease.id) {
-            Ok(left) if left > 0 => lease.renewed = Instant::now(),
-            Ok(_) if leading => return Err(StepDown::LeaseLost),
-            Ok(_) => {
-                let record = serde_json::to_vec(&self.settings.node).unwrap_or_default();
-                if let Ok(id) = self.etcd.grant_lease(self.settings.lease_ttl_secs) {
-                    if self.etcd.put(&self.keys.node(&self.settings.node.name), &record, id).is_ok() {
-                        *lease = Lease { id, renewed: Instant::now() };
-                        tracing::info!(
-                            "lease had expired (this node was paused or cut off): registered again"
-                        );
+        let sent = Instant::now();
+        if lease.clock.renewal_due(sent) {
+            match self.etcd.keep_alive(lease.id) {
+                Ok(left) if left > 0 => lease.clock.renewed(sent, Duration::from_secs(left as u64)),
+                Ok(_) if leading => return Err(StepDown::LeaseLost),
+                Ok(_) => {
+                    let record = serde_json::to_vec(&self.settings.node).unwrap_or_default();
+                    if let Ok(id) = self.etcd.grant_lease(self.settings.lease_ttl_secs) {
+                        if self.etcd.put(&self.keys.node(&self.settings.node.name), &record, id).is_ok() {
+                            *lease = Lease { id, clock: LeaseClock::granted(ttl, sent) };
+                            tracing::info!(
+                                "lease had expired (this node was paused or cut off): registered again"
+                            );
+                        }
                     }
                 }
+                Err(error) if leading && !lease.clock.holds(Instant::now()) => {
+                    return Err(StepDown::EtcdLost(error))
+                }
+                Err(error) => tracing::debug!(%error, "lease renewal failed; retrying"),
             }
-            Err(error) if leading && lease.renewed.elapsed() >= ttl => return Err(StepDown::EtcdLost(error)),
-            Err(error) => tracing::debug!(%error, "lease renewal failed; retrying"),
         }
-        Ok(())
+        if leading && !lease.clock.holds(Instant::now()) {
+            return Err(StepDown::LeaseLost);
+        }
+        Ok(lease.clock.valid_until())
     }
 
     fn observe(&self) -> Result<Observation, EtcdError> {
-        let leader = match self.etcd.get(&self.keys.leader())? {
-            Some(kv) => {
-                serde_json::from_slice::<NodeRecord>(&kv.value).ok().map(|n| (n, kv.create_revision as u64))
-            }
-            None => None,
+        let (leader, leader_lease) = match self.etcd.get(&self.keys.leader())? {
+            Some(kv) => (
+                serde_json::from_slice::<NodeRecord>(&kv.value).ok().map(|n| (n, kv.create_revision as u64)),
+                kv.lease,
+            ),
+            None => (None, 0),
         };
         let in_sync = match self.etcd.get(&self.keys.in_sync())? {
             Some(kv) => serde_json::from_slice::<InSync>(&kv.value).ok().map(|s| (s, kv.mod_revision)),
             None => None,
         };
-        Ok(Observation { leader, in_sync })
+        Ok(Observation { leader, leader_lease, in_sync })
     }
 
-    /// Follows the leaders etcd names until this node wins an election; its term. `None` when
-    /// `stop` was set.
-    pub fn follow_until_elected(&self, stop: &AtomicBool) -> Option<u64> {
+    /// Follows the leaders etcd names until this node wins an election; its term and the set it
+    /// won against. `None` when `stop` was set.
+    pub fn follow_until_elected(&self, stop: &AtomicBool) -> Option<Elected> {
         let mut last_leader: Option<(String, u64)> = None;
         let (mut backoff, mut outage) = (Backoff::default(), OutageLog::default());
         while !stop.load(Ordering::SeqCst) {
@@ -210,7 +235,8 @@ impl Coordinator {
                 }
             };
             self.refresh_view(&seen);
-            match decide(&self.settings.node.name, &seen) {
+            let my_lease = self.lease.lock().unwrap_or_else(|p| p.into_inner()).id;
+            match decide(&self.settings.node.name, my_lease, &seen) {
                 Decision::Follow(leader, term) => {
                     // Fencing: from now on only this leader's stream is applied here.
                     self.fence.leader_seen(&leader.name, term);
@@ -223,10 +249,17 @@ impl Coordinator {
                         std::mem::replace(role, new.clone()) != new
                     });
                 }
+                Decision::Campaign { .. }
+                    if self.settings.campaign_not_before.is_some_and(|at| Instant::now() < at) => {}
                 Decision::Campaign { in_sync_revision } => {
                     if let Some(term) = self.campaign(in_sync_revision) {
-                        return Some(term);
+                        return Some(self.elected(term, &seen));
                     }
+                }
+                Decision::Lead(term) => {
+                    self.fence.admit(term);
+                    tracing::info!(node = %self.settings.node.name, term, "elected leader (the campaign's answer was lost)");
+                    return Some(self.elected(term, &seen));
                 }
                 Decision::Wait => {
                     self.role.send_if_modified(|role| {
@@ -238,6 +271,15 @@ impl Coordinator {
             pause_unless_stopped(stop, POLL);
         }
         None
+    }
+
+    /// What this node won at `term`, with the in-sync set `seen` before it campaigned (nobody
+    /// but the leader of `term` can have changed it since).
+    fn elected(&self, term: u64, seen: &Observation) -> Elected {
+        let me = &self.settings.node.name;
+        let recorded =
+            seen.in_sync.as_ref().map(|(set, _)| set.nodes.iter().filter(|n| *n != me).cloned().collect());
+        Elected { term, recorded }
     }
 
     fn campaign(&self, in_sync_revision: i64) -> Option<u64> {
@@ -272,22 +314,35 @@ impl Coordinator {
         min_in_sync(members, self.settings.min_in_sync)
     }
 
-    /// Leads at `term` until this node must step down: records itself as the in-sync set, keeps
-    /// a link to every other node, keeps the in-sync set in etcd in step with the hub.
-    pub fn lead(&self, hub: Arc<Hub>, term: u64, stop: &AtomicBool) -> StepDown {
+    /// Leads at `term` until this node must step down: keeps its lease (and tells the hub until
+    /// when it holds), keeps a link to every other node, and keeps etcd's in-sync set in step
+    /// with the hub by the rules of [`InSyncRules`]. `recorded` is the set it was elected against.
+    pub fn lead(&self, hub: Arc<Hub>, elected: &Elected, stop: &AtomicBool) -> StepDown {
+        let term = elected.term;
         // send_replace: the value changes even when nobody watches (the proxies are gone now).
         self.role.send_replace(Role::Leader { term });
         self.view.lock().unwrap_or_else(|p| p.into_inner()).hub = Some(hub.clone());
         let me = self.settings.node.name.clone();
-        let mut in_sync: BTreeSet<String> = BTreeSet::new();
-        let mut links: BTreeMap<String, Arc<AtomicBool>> = BTreeMap::new();
         let lag_timeout = Duration::from_secs(self.settings.lease_ttl_secs);
+        let inherited = elected.recorded.clone().map(|mut set| {
+            set.insert(me.clone());
+            set
+        });
+        let mut rules = InSyncRules::new(
+            &me,
+            inherited,
+            hub.min_in_sync(),
+            lag_timeout / 3,
+            Instant::now() + lag_timeout,
+        );
+        let mut links: BTreeMap<String, Arc<AtomicBool>> = BTreeMap::new();
         let step_down = loop {
             if stop.load(Ordering::SeqCst) {
                 break StepDown::Stopped;
             }
-            if let Err(why) = self.keep_lease(true) {
-                break why;
+            match self.keep_lease(true) {
+                Ok(until) => hub.set_lease_until(until),
+                Err(why) => break why,
             }
             match self.etcd.get(&self.keys.leader()) {
                 Ok(Some(kv)) if kv.create_revision as u64 == term => {}
@@ -297,9 +352,15 @@ impl Coordinator {
             }
             if let Ok(members) = self.etcd.get_prefix(&self.keys.members()) {
                 self.start_links(&hub, term, &members, &mut links);
-                hub.set_min_in_sync(min_in_sync(members.len(), self.settings.min_in_sync));
+                let min = min_in_sync(members.len(), self.settings.min_in_sync);
+                hub.set_min_in_sync(min);
+                rules.set_min_in_sync(min);
             }
-            if let Err(why) = self.maintain_in_sync(&hub, term, &me, &mut in_sync, lag_timeout) {
+            let Ok(alive) = self.alive_nodes() else {
+                std::thread::sleep(POLL);
+                continue;
+            };
+            if let Err(why) = self.maintain_in_sync(&hub, term, &mut rules, &alive, lag_timeout) {
                 break why;
             }
             std::thread::sleep(POLL);
@@ -309,7 +370,25 @@ impl Coordinator {
             stop.store(true, Ordering::SeqCst);
         }
         tracing::warn!(node = %me, term, reason = %step_down, "stepping down as leader");
+        if matches!(step_down, StepDown::CutOff(_)) {
+            // The term is given up at once, not after the lease: a node on the other side of
+            // the cut campaigns now (this one holds off: `campaign_not_before`).
+            if let Err(error) = self.etcd.delete_if_created_at(&self.keys.leader(), term as i64) {
+                tracing::warn!(%error, "could not give up the leader key; it expires with the lease");
+            }
+        }
         step_down
+    }
+
+    /// The names of the nodes whose lease etcd holds.
+    fn alive_nodes(&self) -> Result<BTreeSet<String>, EtcdError> {
+        Ok(self.live_nodes()?.into_iter().map(|node| node.name).collect())
+    }
+
+    /// The records of the nodes whose lease etcd holds.
+    fn live_nodes(&self) -> Result<Vec<NodeRecord>, EtcdError> {
+        let nodes = self.etcd.get_prefix(&self.keys.nodes())?;
+        Ok(nodes.iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok()).collect())
     }
 
     fn start_links(
@@ -343,39 +422,37 @@ impl Coordinator {
         }
     }
 
-    /// Drops lagging followers from the set (etcd first), admits caught-up ones (hub first).
+    /// One look at the in-sync set: admits caught-up followers (hub first), then does what the
+    /// rules say — record a new set in etcd (then drop the removed ones from the hub), hold, or
+    /// step down.
     fn maintain_in_sync(
         &self,
         hub: &Hub,
         term: u64,
-        me: &str,
-        in_sync: &mut BTreeSet<String>,
+        rules: &mut InSyncRules,
+        alive: &BTreeSet<String>,
         lag_timeout: Duration,
     ) -> Result<(), StepDown> {
-        let lagging = hub.lagging(Instant::now(), lag_timeout);
         let admitted = hub.admit_caught_up();
-        let mut wanted = hub.in_sync();
-        for name in &lagging {
-            wanted.remove(name);
-        }
-        wanted.insert(me.to_owned());
-        if wanted == *in_sync {
-            return Ok(());
-        }
-        let mut nodes: Vec<String> = wanted.iter().filter(|n| n.as_str() != me).cloned().collect();
-        nodes.insert(0, me.to_owned());
-        let value = serde_json::to_vec(&InSync { term, nodes: nodes.clone() }).unwrap_or_default();
+        let now = Instant::now();
+        let (set, removed) = match rules.next(now, &hub.replicas(now, lag_timeout), alive) {
+            InSyncStep::Keep => return Ok(()),
+            InSyncStep::StepDown { unreachable } => return Err(StepDown::CutOff(unreachable)),
+            InSyncStep::Record { set, removed } => (set, removed),
+        };
+        let value = serde_json::to_vec(&InSync { term, nodes: set.clone() }).unwrap_or_default();
         match self.etcd.put_if_created_at(&self.keys.leader(), term as i64, &self.keys.in_sync(), &value) {
             Ok(true) => {
-                hub.remove_in_sync(&lagging);
-                for name in &lagging {
+                rules.recorded(&set);
+                hub.set_recorded(set.iter().skip(1).cloned().collect());
+                hub.remove_in_sync(&removed);
+                for name in &removed {
                     tracing::warn!(follower = %name, "follower out of sync: removed from the in-sync set");
                 }
                 for name in &admitted {
                     tracing::info!(follower = %name, "follower in sync");
                 }
-                *in_sync = wanted;
-                self.view.lock().unwrap_or_else(|p| p.into_inner()).in_sync = nodes;
+                self.view.lock().unwrap_or_else(|p| p.into_inner()).in_sync = set;
                 Ok(())
             }
             Ok(false) => Err(StepDown::Superseded(0)),
@@ -397,10 +474,10 @@ impl Coordinator {
 
     /// Reads the live nodes (those whose lease holds) from etcd into the view.
     fn refresh_live_nodes(&self) {
-        let Ok(nodes) = self.etcd.get_prefix(&self.keys.nodes()) else { return };
+        let Ok(nodes) = self.live_nodes() else { return };
         let mut view = self.view.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        view.nodes = nodes.iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok()).collect();
+        view.nodes = nodes;
         for node in view.nodes.clone() {
             view.seen.insert(node.name, now);
         }

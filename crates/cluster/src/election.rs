@@ -97,6 +97,8 @@ impl Keys {
 pub struct Observation {
     /// The leader and its term, if there is one.
     pub leader: Option<(NodeRecord, u64)>,
+    /// The lease the leader key is attached to (0: no leader).
+    pub leader_lease: i64,
     /// The in-sync set and the key's modification revision (0: no set yet, a new cluster).
     pub in_sync: Option<(InSync, i64)>,
 }
@@ -111,11 +113,17 @@ pub enum Decision {
     /// No leader, and this node may not lead (it lacks confirmed data), or the leader key is
     /// this node's own from before a restart: wait for it to expire.
     Wait,
+    /// etcd names this node leader on the lease it holds now: its campaign won, but the answer
+    /// was lost. It leads at this term (waiting would keep the key alive, and nobody would lead).
+    Lead(u64),
 }
 
-/// The election rule for node `me`.
-pub fn decide(me: &str, seen: &Observation) -> Decision {
+/// The election rule for node `me`, which holds lease `my_lease`.
+pub fn decide(me: &str, my_lease: i64, seen: &Observation) -> Decision {
     if let Some((leader, term)) = &seen.leader {
+        if leader.name == me && seen.leader_lease == my_lease && my_lease != 0 {
+            return Decision::Lead(*term);
+        }
         if leader.name == me {
             return Decision::Wait;
         }
@@ -158,27 +166,35 @@ mod tests {
 
     #[test]
     fn a_node_follows_the_leader_it_sees() {
-        let seen = Observation { leader: Some((node("a"), 7)), in_sync: in_sync(&["a"], 9) };
-        assert_eq!(decide("b", &seen), Decision::Follow(node("a"), 7));
+        let seen = Observation { leader: Some((node("a"), 7)), leader_lease: 5, in_sync: in_sync(&["a"], 9) };
+        assert_eq!(decide("b", 6, &seen), Decision::Follow(node("a"), 7));
     }
 
     #[test]
     fn only_an_in_sync_node_campaigns_and_only_against_the_set_it_read() {
-        let seen = Observation { leader: None, in_sync: in_sync(&["a", "b"], 12) };
-        assert_eq!(decide("b", &seen), Decision::Campaign { in_sync_revision: 12 });
-        assert_eq!(decide("c", &seen), Decision::Wait, "c lacks confirmed records");
+        let seen = Observation { leader: None, leader_lease: 0, in_sync: in_sync(&["a", "b"], 12) };
+        assert_eq!(decide("b", 6, &seen), Decision::Campaign { in_sync_revision: 12 });
+        assert_eq!(decide("c", 7, &seen), Decision::Wait, "c lacks confirmed records");
     }
 
     #[test]
     fn a_new_cluster_lets_anyone_campaign() {
-        let seen = Observation { leader: None, in_sync: None };
-        assert_eq!(decide("c", &seen), Decision::Campaign { in_sync_revision: 0 });
+        let seen = Observation { leader: None, leader_lease: 0, in_sync: None };
+        assert_eq!(decide("c", 7, &seen), Decision::Campaign { in_sync_revision: 0 });
     }
 
     #[test]
     fn a_restarted_node_waits_out_its_own_old_leader_key() {
-        let seen = Observation { leader: Some((node("a"), 7)), in_sync: in_sync(&["a"], 9) };
-        assert_eq!(decide("a", &seen), Decision::Wait);
+        let seen = Observation { leader: Some((node("a"), 7)), leader_lease: 5, in_sync: in_sync(&["a"], 9) };
+        assert_eq!(decide("a", 8, &seen), Decision::Wait);
+    }
+
+    #[test]
+    fn a_node_whose_campaign_answer_was_lost_leads_at_the_term_etcd_names() {
+        // Found by the simulation (seed 17): the campaign won, its answer was lost, and the
+        // node waited on its own live key — nobody led.
+        let seen = Observation { leader: Some((node("a"), 7)), leader_lease: 5, in_sync: in_sync(&["a"], 9) };
+        assert_eq!(decide("a", 5, &seen), Decision::Lead(7));
     }
 
     #[test]

@@ -192,6 +192,19 @@ impl Etcd {
         });
         Ok(self.call("/v3/kv/txn", body)?["succeeded"].as_bool() == Some(true))
     }
+
+    /// Deletes `key` only while it still has create revision `revision` (a leader giving up its
+    /// own term, not a successor's); whether it was deleted.
+    pub fn delete_if_created_at(&self, key: &str, revision: i64) -> Result<bool, EtcdError> {
+        let body = json!({
+            "compare": [{
+                "key": B64.encode(key), "target": "CREATE", "result": "EQUAL",
+                "create_revision": revision.to_string(),
+            }],
+            "success": [{ "request_delete_range": { "key": B64.encode(key) } }],
+        });
+        Ok(self.call("/v3/kv/txn", body)?["succeeded"].as_bool() == Some(true))
+    }
 }
 
 /// Whether a failed request failed in TLS (a certificate etcd or this node refuses): a setting

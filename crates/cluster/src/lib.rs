@@ -5,6 +5,8 @@
 //! ```text
 //! coordinator.rs  the node's etcd thread: lease, election, in-sync set, follower links
 //! election.rs     etcd keys and records, the election rule (sans-IO)
+//! in_sync.rs      the leader's in-sync, confirm and step-down rules (sans-IO)
+//! lease.rs        how long the lease holds by this node's clock (sans-IO)
 //! retry.rs        riding out an unreachable etcd: jittered back-off, a rate-limited WARN
 //! etcd.rs         a blocking etcd v3 client over its JSON gateway
 //! repl/           replication: frames, the leader's hub and storage wrapper, links, the
@@ -15,9 +17,11 @@
 pub mod coordinator;
 pub mod election;
 pub mod etcd;
+pub mod in_sync;
+pub mod lease;
 pub mod proxy;
 pub mod repl;
 pub mod retry;
 
-pub use coordinator::{ClusterSettings, Coordinator, Role, StepDown};
+pub use coordinator::{ClusterSettings, Coordinator, Elected, Role, StepDown};
 pub use election::NodeRecord;

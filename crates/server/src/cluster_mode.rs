@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use hourglass_cluster::proxy::{forward, PortOf, Protocol, Upstream};
 use hourglass_cluster::repl::{ClusterSecret, Follower, Hub, ReplicatedStorage, ReplicationAuth};
-use hourglass_cluster::{ClusterSettings, Coordinator, NodeRecord, Role};
+use hourglass_cluster::{ClusterSettings, Coordinator, Elected, NodeRecord, Role};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -31,6 +31,12 @@ const SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
 /// How long revoking the lease may take at exit; an etcd that does not answer lets it expire
 /// by itself, one TTL later.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Set by a stepped-down leader for the process that replaces it: how many milliseconds that
+/// process waits before it may campaign, so that a node on the other side of whatever made it
+/// step down gets the first chance to lead (internal; never set by an operator).
+const CAMPAIGN_HOLDOFF_ENV: &str = "HOURGLASS_INTERNAL_CAMPAIGN_HOLDOFF_MS";
+/// The hold-off, in lease TTLs.
+const CAMPAIGN_HOLDOFF_TTLS: u32 = 2;
 
 /// Whether SIGTERM/SIGINT came, seen from every phase (a leader must not restart itself as a
 /// follower once asked to stop).
@@ -100,8 +106,8 @@ pub async fn run(
         Err(error) => return Err(Died::new(Part::Coordinator, error.to_string()).into()),
     };
     let followed = follow(&config, &cluster, ip, &coordinator, upstream_tx, proxies, &shutdown).await;
-    let term = match followed {
-        Ok(Some(term)) => term,
+    let elected = match followed {
+        Ok(Some(elected)) => elected,
         Ok(None) => {
             leave_bounded(&coordinator).await;
             return Ok(());
@@ -112,7 +118,7 @@ pub async fn run(
         }
     };
     drop(lock);
-    lead(config, coordinator, term, shutdown).await
+    lead(config, coordinator, elected, shutdown).await
 }
 
 /// What the coordinator is told, from the node's settings (files read here: a bad one stops
@@ -156,12 +162,19 @@ fn settings(
             amqps_port: config.tls.as_ref().map(|tls| tls.amqps_port),
             https_port: config.tls.as_ref().map(|tls| tls.https_port),
         },
+        campaign_not_before: campaign_holdoff().map(|holdoff| std::time::Instant::now() + holdoff),
         lease_ttl_secs: cluster.lease_ttl_secs,
         min_in_sync: cluster.min_in_sync,
         data_dir: config.data_dir.clone(),
         replication_tls,
         cluster_secret,
     })
+}
+
+/// The hold-off a stepped-down predecessor of this process asked for ([`CAMPAIGN_HOLDOFF_ENV`]).
+fn campaign_holdoff() -> Option<Duration> {
+    let ms = std::env::var(CAMPAIGN_HOLDOFF_ENV).ok()?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ms.min(60_000)))
 }
 
 /// Binds the client ports of a node that does not lead, each forwarding to `upstream`.
@@ -190,7 +203,7 @@ fn bind_client_ports(
     Ok(proxies)
 }
 
-/// The follower phase; the term this node was elected at, or `None` on shutdown.
+/// The follower phase; what this node was elected to, or `None` on shutdown.
 async fn follow(
     config: &Config,
     cluster: &ClusterConfig,
@@ -199,7 +212,7 @@ async fn follow(
     upstream: watch::Sender<Upstream>,
     mut proxies: Vec<JoinHandle<()>>,
     shutdown: &Shutdown,
-) -> anyhow::Result<Option<u64>> {
+) -> anyhow::Result<Option<Elected>> {
     let replication = listen::bind(ip, cluster.replication_port, "replication")?.into_std()?;
     let settings = coordinator.settings();
     let auth = ReplicationAuth {
@@ -229,17 +242,17 @@ async fn follow(
     let (elected_coordinator, elected_stop) = (coordinator.clone(), stop.clone());
     let mut elected =
         tokio::task::spawn_blocking(move || elected_coordinator.follow_until_elected(&elected_stop));
-    let term = tokio::select! {
+    let elected = tokio::select! {
         _ = shutdown.requested() => Ok(None),
-        term = &mut elected => term,
+        elected = &mut elected => elected,
     };
     stop.store(true, Ordering::SeqCst);
     for proxy in proxies {
         proxy.abort();
         let _ = proxy.await;
     }
-    let term = match term {
-        Ok(term) => term,
+    let elected = match elected {
+        Ok(elected) => elected,
         Err(error) => {
             let reason = match error.try_into_panic() {
                 Ok(payload) => crate::supervise::panic_message(payload.as_ref()),
@@ -248,10 +261,10 @@ async fn follow(
             return Err(Died::new(Part::Coordinator, reason).into());
         }
     };
-    if let Some(term) = term {
-        follower.stop(term);
+    if let Some(elected) = &elected {
+        follower.stop(elected.term);
     }
-    Ok(term)
+    Ok(elected)
 }
 
 /// Feeds `upstream` the leader to forward to as the coordinator's view of the roles changes.
@@ -287,18 +300,18 @@ enum LeadEnd {
 async fn lead(
     config: Config,
     coordinator: Arc<Coordinator>,
-    term: u64,
+    elected: Elected,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let min = {
         let coordinator = coordinator.clone();
         tokio::task::spawn_blocking(move || coordinator.min_in_sync_now()).await?
     };
-    let hub = Hub::new(config.data_dir.clone(), min);
+    let hub = Hub::new(config.data_dir.clone(), min, elected.recorded.clone());
     let stop = Arc::new(AtomicBool::new(false));
     let inject = InjectedDeath::from_env();
     let ended =
-        spawn_lead_thread(&coordinator, &hub, term, &stop, InjectedDeath::of(inject, Part::Coordinator))?;
+        spawn_lead_thread(&coordinator, &hub, elected, &stop, InjectedDeath::of(inject, Part::Coordinator))?;
     let wrap_hub = hub.clone();
     let storage: StorageWrapper =
         Arc::new(move |inner, prefix| Arc::new(ReplicatedStorage::new(inner, prefix, wrap_hub.clone())));
@@ -366,7 +379,10 @@ async fn lead(
             leave_bounded(&coordinator).await;
             Err(died.into())
         }
-        Some(LeadEnd::SteppedDown) if !shutdown.is_requested() => Err(restart_as_follower()),
+        Some(LeadEnd::SteppedDown) if !shutdown.is_requested() => {
+            let holdoff = Duration::from_secs(coordinator.settings().lease_ttl_secs) * CAMPAIGN_HOLDOFF_TTLS;
+            Err(restart_as_follower(holdoff))
+        }
         _ => {
             leave_bounded(&coordinator).await;
             Ok(())
@@ -380,7 +396,7 @@ async fn lead(
 fn spawn_lead_thread(
     coordinator: &Arc<Coordinator>,
     hub: &Arc<Hub>,
-    term: u64,
+    elected: Elected,
     stop: &Arc<AtomicBool>,
     die_after: Option<Duration>,
 ) -> std::io::Result<watch::Receiver<Option<LeadEnd>>> {
@@ -395,7 +411,7 @@ fn spawn_lead_thread(
     }
     std::thread::Builder::new().name("hg-cluster-lead".into()).spawn(move || {
         let run = std::panic::AssertUnwindSafe(|| {
-            let why = coordinator.lead(hub, term, &stop);
+            let why = coordinator.lead(hub, &elected, &stop);
             if die_after.is_some() {
                 die_injected(Part::Coordinator);
             }
@@ -425,16 +441,19 @@ async fn leave_bounded(coordinator: &Arc<Coordinator>) {
     }
 }
 
-/// Replaces this process with a fresh one of the same command line: it rejoins as a follower
-/// and catches up. Returns only if that fails.
-fn restart_as_follower() -> anyhow::Error {
+/// Replaces this process with a fresh one of the same command line: it rejoins as a follower,
+/// catches up, and does not campaign for `holdoff`. Returns only if that fails.
+fn restart_as_follower(holdoff: Duration) -> anyhow::Error {
     use std::os::unix::process::CommandExt;
     tracing::warn!("restarting as a follower");
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(error) => return anyhow::anyhow!("cannot find this program to restart it: {error}"),
     };
-    let error = std::process::Command::new(exe).args(std::env::args_os().skip(1)).exec();
+    let error = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(CAMPAIGN_HOLDOFF_ENV, holdoff.as_millis().to_string())
+        .exec();
     anyhow::anyhow!("cannot restart as a follower: {error}")
 }
 

@@ -1,11 +1,13 @@
 //! The leader's replication state, one owner for it: the op sequence, what each follower has
 //! acknowledged, which followers are in sync, and whether a sync may complete.
 //!
-//! The rule a confirm waits for (docs/clustering.md "What a confirm means"): the record is on the
-//! leader's disk, **every** in-sync follower has acknowledged it (fsynced), and the in-sync set
-//! with the leader numbers at least `min_in_sync`. A follower leaves the in-sync set only after the
-//! coordinator has written the smaller set to etcd (so it can no longer be elected), and joins it
-//! here first (so nothing is confirmed without it from then on), then in etcd.
+//! The rule a confirm waits for (docs/clustering.md "What a confirm means",
+//! [`crate::in_sync::may_confirm`]): the record is on the leader's disk, **every** follower of the
+//! hub's in-sync set and of the set etcd records has acknowledged it (fsynced), the hub's set with
+//! the leader numbers at least `min_in_sync`, and the leader's lease holds by its own clock
+//! ([`crate::lease`]). A follower leaves the hub's set only after the coordinator has written
+//! the smaller set to etcd (so it can no longer be elected). It joins the hub's set first (so
+//! nothing is confirmed without it from then on), then etcd's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::in_sync::{may_confirm, Progress, Replicas};
 use crate::repl::frame::FileOp;
 use crate::repl::manifest::{valid_path, LeaderFile, MESSAGES_DIR};
 
@@ -57,19 +60,28 @@ struct Link {
 #[derive(Default)]
 struct Follower {
     link: Option<Link>,
-    /// The follower holds everything through this op (acknowledged after fsync).
-    acked: u64,
-    /// The link finished its catch-up: `acked` counts from the live stream.
-    streaming: bool,
-    last_ack: Option<Instant>,
+    progress: Progress,
+}
+
+impl Follower {
+    fn drop_link(&mut self) {
+        self.link = None;
+        self.progress.on_disconnect();
+    }
 }
 
 struct State {
     last_seq: u64,
     followers: BTreeMap<String, Follower>,
     in_sync: BTreeSet<String>,
+    /// The in-sync set etcd records (the leader left out): nodes that may win the next election;
+    /// `None` before a new cluster's first set is written.
+    recorded: Option<BTreeSet<String>>,
     min_in_sync: usize,
     deposed: bool,
+    /// From this instant the leader's lease may have expired ([`crate::lease`]); `None`: not
+    /// gated (a hub without a coordinator, in tests).
+    lease_until: Option<Instant>,
     next_link: u64,
 }
 
@@ -81,16 +93,20 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// A hub for the leader of data directory `data_dir`, with no follower in sync yet.
-    pub fn new(data_dir: PathBuf, min_in_sync: usize) -> Arc<Hub> {
+    /// A hub for the leader of data directory `data_dir`, with no follower in sync yet, elected
+    /// against the recorded set `recorded` (the leader left out; `None`: a new cluster): until
+    /// etcd records another set, those nodes acknowledge every confirm too.
+    pub fn new(data_dir: PathBuf, min_in_sync: usize, recorded: Option<BTreeSet<String>>) -> Arc<Hub> {
         Arc::new(Hub {
             data_dir,
             state: Mutex::new(State {
                 last_seq: 0,
                 followers: BTreeMap::new(),
                 in_sync: BTreeSet::new(),
+                recorded,
                 min_in_sync: min_in_sync.max(1),
                 deposed: false,
+                lease_until: None,
                 next_link: 1,
             }),
             changed: Condvar::new(),
@@ -110,6 +126,10 @@ impl Hub {
     ) -> io::Result<T> {
         let mut state = self.lock();
         let result = local()?;
+        let now = Instant::now();
+        for follower in state.followers.values_mut() {
+            follower.progress.on_sequenced(now);
+        }
         for op in ops() {
             state.last_seq += 1;
             let seq = state.last_seq;
@@ -122,8 +142,7 @@ impl Hub {
                 let sent = !full && link.queue.try_send((seq, op.clone())).is_ok();
                 if !sent {
                     // Far behind (or gone): drop the link; it reconnects and catches up from files.
-                    follower.link = None;
-                    follower.streaming = false;
+                    follower.drop_link();
                 }
             }
         }
@@ -166,6 +185,22 @@ impl Hub {
         self.changed.notify_all();
     }
 
+    pub fn min_in_sync(&self) -> usize {
+        self.lock().min_in_sync
+    }
+
+    /// The leader's lease holds until `until` by its clock: no sync completes from then on.
+    pub fn set_lease_until(&self, until: Instant) {
+        self.lock().lease_until = Some(until);
+        self.changed.notify_all();
+    }
+
+    /// etcd now records `recorded` (the leader left out) as the in-sync set.
+    pub fn set_recorded(&self, recorded: BTreeSet<String>) {
+        self.lock().recorded = Some(recorded);
+        self.changed.notify_all();
+    }
+
     /// Starts a link to `name`: the catch-up point is now.
     pub fn register(&self, name: &str) -> io::Result<Registration> {
         let mut state = self.lock();
@@ -176,7 +211,7 @@ impl Hub {
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let follower = state.followers.entry(name.to_owned()).or_default();
         follower.link = Some(Link { id: link_id, queue: tx, queued_bytes: queued_bytes.clone() });
-        follower.streaming = false;
+        follower.progress.on_connect(Instant::now());
         Ok(Registration { after_seq: state.last_seq, files, ops: rx, link_id, queued_bytes })
     }
 
@@ -203,11 +238,10 @@ impl Hub {
     /// The follower holds everything through `seq`; `streaming`: its catch-up is done.
     pub fn ack(&self, name: &str, link_id: u64, seq: u64, streaming: bool) {
         let mut state = self.lock();
+        let last_seq = state.last_seq;
         if let Some(follower) = state.followers.get_mut(name) {
             if follower.link.as_ref().is_some_and(|link| link.id == link_id) {
-                follower.acked = follower.acked.max(seq);
-                follower.streaming |= streaming;
-                follower.last_ack = Some(Instant::now());
+                follower.progress.on_ack(seq, streaming, last_seq, Instant::now());
             }
         }
         drop(state);
@@ -219,28 +253,22 @@ impl Hub {
         let mut state = self.lock();
         if let Some(follower) = state.followers.get_mut(name) {
             if follower.link.as_ref().is_some_and(|link| link.id == link_id) {
-                follower.link = None;
-                follower.streaming = false;
+                follower.drop_link();
             }
         }
     }
 
-    /// In-sync followers that have not acknowledged an outstanding op for `lag_timeout` (or are
-    /// not connected at all): the coordinator removes them from etcd's set, then calls
-    /// [`Hub::remove_in_sync`].
-    pub fn lagging(&self, now: Instant, lag_timeout: Duration) -> Vec<String> {
+    /// The hub's set, and which followers it can replicate to now (connected, and not behind
+    /// without an acknowledgement for `lag_timeout`): what the in-sync rules decide on.
+    pub fn replicas(&self, now: Instant, lag_timeout: Duration) -> Replicas {
         let state = self.lock();
-        state
-            .in_sync
+        let reachable = state
+            .followers
             .iter()
-            .filter(|name| {
-                let Some(f) = state.followers.get(*name) else { return true };
-                let behind = f.acked < state.last_seq;
-                let quiet = f.last_ack.is_none_or(|at| now.duration_since(at) >= lag_timeout);
-                f.link.is_none() || (behind && quiet)
-            })
-            .cloned()
-            .collect()
+            .filter(|(_, f)| f.progress.reachable(state.last_seq, now, lag_timeout))
+            .map(|(name, _)| name.clone())
+            .collect();
+        Replicas { in_sync: state.in_sync.clone(), reachable }
     }
 
     /// Followers streaming and holding every op, not yet in sync: admitted here at once (so no
@@ -251,9 +279,7 @@ impl Hub {
         let ready: Vec<String> = state
             .followers
             .iter()
-            .filter(|(name, f)| {
-                f.link.is_some() && f.streaming && f.acked >= last && !state.in_sync.contains(*name)
-            })
+            .filter(|(name, f)| f.progress.caught_up(last) && !state.in_sync.contains(*name))
             .map(|(name, _)| name.clone())
             .collect();
         state.in_sync.extend(ready.iter().cloned());
@@ -275,7 +301,7 @@ impl Hub {
 
     pub fn status(&self) -> Vec<FollowerStatus> {
         let state = self.lock();
-        let lag = |f: &Follower| state.last_seq.saturating_sub(f.acked);
+        let lag = |f: &Follower| state.last_seq.saturating_sub(f.progress.acked);
         state
             .followers
             .iter()
@@ -285,9 +311,10 @@ impl Hub {
 }
 
 fn confirmable(state: &State, seq: u64) -> bool {
+    let acked = |name: &str| state.followers.get(name).map(|f| f.progress.acked);
     !state.deposed
-        && state.in_sync.len() + 1 >= state.min_in_sync
-        && state.in_sync.iter().all(|name| state.followers.get(name).is_some_and(|f| f.acked >= seq))
+        && state.lease_until.is_none_or(|until| Instant::now() < until)
+        && may_confirm(seq, state.min_in_sync, &state.in_sync, state.recorded.as_ref(), acked)
 }
 
 #[cfg(test)]
@@ -297,7 +324,7 @@ mod tests {
     fn hub(min_in_sync: usize) -> (tempfile::TempDir, Arc<Hub>) {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir(dir.path().join(MESSAGES_DIR)).unwrap();
-        let hub = Hub::new(dir.path().to_owned(), min_in_sync);
+        let hub = Hub::new(dir.path().to_owned(), min_in_sync, Some(BTreeSet::new()));
         (dir, hub)
     }
 
@@ -357,17 +384,45 @@ mod tests {
     }
 
     #[test]
-    fn a_silent_or_disconnected_in_sync_follower_is_reported_lagging() {
+    fn a_silent_or_disconnected_follower_is_reported_unreachable() {
         let (_dir, hub) = hub(2);
+        let lag = Duration::from_secs(5);
         let b = hub.register("b").unwrap();
         hub.ack("b", b.link_id, 0, true);
         hub.admit_caught_up();
         let start = Instant::now();
         write(&hub, 1);
-        assert!(hub.lagging(start, Duration::from_secs(5)).is_empty());
-        assert_eq!(hub.lagging(start + Duration::from_secs(6), Duration::from_secs(5)), vec!["b".to_owned()]);
+        assert!(hub.replicas(start, lag).reachable.contains("b"));
+        let later = start + Duration::from_secs(6);
+        assert!(!hub.replicas(later, lag).reachable.contains("b"), "behind and silent for 6 s");
+        assert!(hub.replicas(later, lag).in_sync.contains("b"), "still in sync until etcd says otherwise");
         hub.disconnect("b", b.link_id);
-        assert_eq!(hub.lagging(start, Duration::from_secs(5)), vec!["b".to_owned()]);
+        assert!(!hub.replicas(start, lag).reachable.contains("b"));
+    }
+
+    #[test]
+    fn the_recorded_set_holds_confirms_until_etcd_records_another() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join(MESSAGES_DIR)).unwrap();
+        // Elected against {a, b, c} (this leader is b): a and c may still win.
+        let hub = Hub::new(dir.path().to_owned(), 2, Some(["a".to_owned(), "c".to_owned()].into()));
+        let seq = write(&hub, 1);
+        let c = hub.register("c").unwrap();
+        hub.ack("c", c.link_id, seq, true);
+        hub.admit_caught_up();
+        assert!(!hub.confirmable(seq), "a is recorded and lacks it");
+        hub.set_recorded(["c".to_owned()].into());
+        assert!(hub.confirmable(seq));
+    }
+
+    #[test]
+    fn nothing_is_confirmed_once_the_lease_may_have_expired() {
+        let (_dir, hub) = hub(1);
+        let seq = write(&hub, 1);
+        hub.set_lease_until(Instant::now() + Duration::from_secs(60));
+        assert!(hub.confirmable(seq));
+        hub.set_lease_until(Instant::now());
+        assert!(!hub.confirmable(seq));
     }
 
     #[test]

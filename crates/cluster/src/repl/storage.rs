@@ -129,7 +129,7 @@ mod tests {
     fn every_change_is_sequenced_and_a_lone_leader_with_min_one_syncs() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("messages")).unwrap();
-        let hub = Hub::new(dir.path().to_owned(), 1);
+        let hub = Hub::new(dir.path().to_owned(), 1, Some(Default::default()));
         let link = hub.register("b").unwrap();
         let storage = ReplicatedStorage::new(Arc::new(MemStorage::new()), "messages/", hub.clone());
         let file = storage.create("1.seg").unwrap();
