@@ -177,6 +177,67 @@ async fn delayed_and_dead_lettered_messages_survive_kill_9() {
     assert_eq!(arrived, b"delayed");
 }
 
+/// The ids of the queue's delayed messages, in due order, with their bodies (base64).
+async fn delayed_ids(broker: &RunningBroker, queue: &str) -> Vec<(u64, String)> {
+    let (status, body) = common::http(broker, "GET", &format!("/api/queues/%2F/{queue}/delayed"), "").await;
+    assert_eq!(status, 200, "{body}");
+    let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let items = listed.as_array().cloned().unwrap_or_default();
+    items.iter().map(|d| (d["id"].as_u64().unwrap(), d["payload"].as_str().unwrap().to_owned())).collect()
+}
+
+/// Issue 23: a delayed message's id names the same message after a restart. Before, ids were
+/// the messages' positions, renumbered at each start: with the first of three cancelled, the
+/// id listed for the second named the third after a restart, and cancelling it dropped the
+/// wrong message.
+#[tokio::test]
+async fn a_delayed_message_keeps_its_id_across_a_restart() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let delay = table(&[("x-delivery-delay", AMQPValue::LongLongInt(600_000))]);
+    channel.queue_declare("parked".into(), durable(), delay).await.unwrap();
+    for body in [&b"first"[..], b"second", b"third"] {
+        let confirm = channel
+            .basic_publish("".into(), "parked".into(), Default::default(), body, persistent())
+            .await
+            .unwrap();
+        assert!(within("confirm", confirm).await.unwrap().is_ack());
+    }
+    let before = delayed_ids(&broker, "parked").await;
+    assert_eq!(before.len(), 3, "{before:?}");
+    let (status, _) =
+        common::http(&broker, "DELETE", &format!("/api/queues/%2F/parked/delayed/{}", before[0].0), "").await;
+    assert_eq!(status, 204);
+    // A durable declare-ok waits for the store, which writes in order: the cancel is durable.
+    channel.queue_declare("sync-point".into(), durable(), FieldTable::default()).await.unwrap();
+    let data_dir = broker.kill9();
+    drop(conn);
+
+    let broker = RunningBroker::start_in(data_dir);
+    let after = delayed_ids(&broker, "parked").await;
+    assert_eq!(after, before[1..].to_vec(), "the same ids for the same messages");
+    let (status, _) =
+        common::http(&broker, "DELETE", &format!("/api/queues/%2F/parked/delayed/{}", before[1].0), "").await;
+    assert_eq!(status, 204);
+    let left = delayed_ids(&broker, "parked").await;
+    assert_eq!(left, before[2..].to_vec(), "cancelling the second's id dropped the second");
+    // An id from before the restart that is gone names nothing, not a newer message.
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let confirm = channel
+        .basic_publish("".into(), "parked".into(), Default::default(), b"fourth", persistent())
+        .await
+        .unwrap();
+    assert!(within("confirm", confirm).await.unwrap().is_ack());
+    let (status, _) =
+        common::http(&broker, "DELETE", &format!("/api/queues/%2F/parked/delayed/{}", before[0].0), "").await;
+    assert_eq!(status, 404);
+    assert_eq!(delayed_ids(&broker, "parked").await.len(), 2);
+}
+
 /// Paging end to end (ADR 0007): with at most 50 messages resident per queue, 1,000 persistent
 /// messages are kept mostly as store locations; some are taken while the broker runs (read back
 /// from the segment files), the rest after a restart (recovered as locations only), all in

@@ -73,6 +73,8 @@ pub struct Broker {
     pub(crate) names: NameGenerator,
     pub(crate) apsaramq_delay_header: bool,
     pub(crate) next_queue_id: u64,
+    /// Every queue entry's id (entry_ids.rs).
+    pub(crate) entry_ids: crate::entry_ids::EntryIds,
     pub(crate) effects: VecDeque<Effect>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
     pub(crate) settle_scratch: Vec<Unacked>,
@@ -109,6 +111,7 @@ impl Broker {
             names: NameGenerator::new(config.name_seed),
             apsaramq_delay_header: config.apsaramq_delay_header,
             next_queue_id: 1,
+            entry_ids: Default::default(),
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),
             queue_scratch: Vec::new(),

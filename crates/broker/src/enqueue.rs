@@ -32,11 +32,12 @@ impl Broker {
         if delay.is_none() && self.refuses(id, &message) {
             return Enqueued::Rejected;
         }
-        let persist_id = self.persist_id_for(id, &message);
+        let seq = self.entry_ids.next();
+        let persist_id = self.persist_id_for(id, &message, seq);
         let Some(queue) = self.queues.get_mut(&id) else { return Enqueued::Accepted };
         if let Some(delay) = delay {
             let due = now.saturating_add_millis(delay);
-            let seq = queue.delay(Payload::Resident(message.clone()), due, persist_id);
+            queue.delay(seq, Payload::Resident(message.clone()), due, persist_id);
             if persist_id.is_some() {
                 let entry = Entry::new(seq, message, None, None, persist_id);
                 self.persist_enqueue(id, &entry, Some(due));
@@ -44,7 +45,7 @@ impl Broker {
             self.reschedule(id);
             return Enqueued::Accepted;
         }
-        let entry = queue.new_entry(Payload::Resident(message), now, persist_id);
+        let entry = queue.new_entry(seq, Payload::Resident(message), now, persist_id);
         // Before admitting: a TTL-0 expiry or an overflow drop settles it right away.
         self.persist_enqueue(id, &entry, None);
         self.admit(id, entry);
@@ -76,12 +77,15 @@ impl Broker {
     pub(crate) fn promote_due(&mut self, id: QueueId, now: Timestamp) {
         while let Some(queue) = self.queues.get_mut(&id) {
             let Some((due, waiting)) = queue.delayed.pop_due(now) else { break };
+            // Ready now: after every message already ready (a new place, a new id).
+            let seq = self.entry_ids.next();
+            let Some(queue) = self.queues.get_mut(&id) else { break };
             if waiting.returning {
                 queue.return_to_ready(waiting.entry);
             } else {
                 // Nothing to write: stored as "waiting until `due`", recovery reads "ready since".
                 let persist_id = waiting.entry.persist_id();
-                let entry = queue.new_entry(waiting.entry.payload, due, persist_id);
+                let entry = queue.new_entry(seq, waiting.entry.payload, due, persist_id);
                 if self.over_publish_limit(id, entry.body_size()) {
                     // Refused: dead-lettered under reject-publish-dlx (settled after its copies
                     // are stored), else dropped and settled.

@@ -12,6 +12,7 @@ pub mod churn;
 mod dead_lettering;
 mod dispatch;
 mod enqueue;
+mod entry_ids;
 mod errors;
 pub mod exchange;
 mod firehose;

@@ -1,5 +1,6 @@
 //! Seeing and steering delayed messages (semantics §7): list and peek without consuming, cancel,
-//! reschedule. Ids are the messages' positions in their queue (stable while they wait).
+//! reschedule. Ids are the entries' ids (`entry_ids.rs`): a persisted message keeps its id across
+//! restarts, and no other message gets it.
 
 use std::sync::Arc;
 

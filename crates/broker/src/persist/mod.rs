@@ -226,8 +226,6 @@ pub(crate) struct Persistence {
     pub enabled: bool,
     /// The op_seq the next op gets; op_seqs start at 1.
     next_op_seq: u64,
-    /// The id the next persisted message gets.
-    next_msg_id: u64,
     ops: VecDeque<SequencedOp>,
     /// Every op up to this is durable (reported by the driver).
     durable_through: u64,
@@ -246,7 +244,7 @@ pub(crate) struct Persistence {
 
 impl Persistence {
     pub fn new(enabled: bool) -> Self {
-        Persistence { enabled, next_op_seq: 1, next_msg_id: 1, ..Persistence::default() }
+        Persistence { enabled, next_op_seq: 1, ..Persistence::default() }
     }
 
     /// The op_seq of the last op emitted (0 before any).
@@ -320,15 +318,12 @@ impl Broker {
         op
     }
 
-    /// A store id for a message entering queue `id`, when it is to be persisted there.
-    pub(crate) fn persist_id_for(&mut self, id: QueueId, message: &Message) -> Option<u64> {
+    /// The store id of entry `seq`, a message entering queue `id`, when it is to be persisted
+    /// there: the entry's own id (`EntryIds`), so that it survives a restart.
+    pub(crate) fn persist_id_for(&self, id: QueueId, message: &Message, seq: u64) -> Option<u64> {
         let queue = self.queues.get(&id)?;
-        if !self.persist.enabled || !queue.is_persisted() || !message.is_persistent() {
-            return None;
-        }
-        let msg_id = self.persist.next_msg_id;
-        self.persist.next_msg_id += 1;
-        Some(msg_id)
+        let persisted = self.persist.enabled && queue.is_persisted() && message.is_persistent();
+        persisted.then_some(seq)
     }
 
     /// `Enqueue` for an entry that just entered queue `id` (waiting until `wait_until`, if set).

@@ -107,6 +107,7 @@ impl Broker {
     ) -> RestoreReport {
         let mut report = RestoreReport::default();
         self.next_queue_id = self.next_queue_id.max(definitions.next_queue_id);
+        self.entry_ids.restarted(now);
         let mut refused = BTreeMap::new();
         for vhost in &definitions.vhosts {
             self.restore_vhost(vhost, now, &mut report, &mut refused);
@@ -115,8 +116,10 @@ impl Broker {
             self.next_queue_id = self.next_queue_id.max(max + 1);
         }
         let mut restored = Vec::new();
-        for (queue, stored) in messages {
+        for (queue, mut stored) in messages {
             let id = QueueId(queue);
+            // Ids are given in enqueue order, and a queue's ready entries are kept in id order.
+            stored.sort_by_key(|message| message.msg_id);
             if stored.is_empty() {
                 continue;
             }
@@ -125,7 +128,7 @@ impl Broker {
                 report.orphaned.push(orphaned);
             }
             for message in stored {
-                self.persist.next_msg_id = self.persist.next_msg_id.max(message.msg_id + 1);
+                self.entry_ids.recovered(message.msg_id);
                 self.restore_message(id, message, now, &mut report);
             }
             restored.push(id);
@@ -285,7 +288,9 @@ impl Broker {
         // A message stored as neither waiting nor ready (not written by this broker) is ready.
         let ready_at = meta.ready_at_ms.map(Timestamp::from_millis).or(wait_until.is_none().then_some(now));
         let expires_at = ready_at.and_then(|at| queue.deadline_from(payload.hot().expiration_ms(), at));
-        let mut entry = Entry::with_payload(0, payload, ready_at, expires_at, Some(stored.msg_id));
+        // The entry keeps its id: a delayed message listed before the restart is the same one.
+        let mut entry =
+            Entry::with_payload(stored.msg_id, payload, ready_at, expires_at, Some(stored.msg_id));
         // See the module doc: the delivered mark where it is written, else "was it ever ready".
         entry.redelivered = if meta.deliveries_tracked { meta.redelivered } else { ready_at.is_some() };
         entry.delivery_count = meta.delivery_count;

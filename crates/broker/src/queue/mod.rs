@@ -84,7 +84,6 @@ pub(crate) struct Queue {
     /// A dispatch stopped after reading its share of paged messages: go on at this time.
     pub dispatch_again: Option<Timestamp>,
     ttl: DeadlineIndex,
-    next_seq: Seq,
 }
 
 /// Events counted over a queue's life (semantics §7).
@@ -130,7 +129,6 @@ impl Queue {
             pager,
             dispatch_again: None,
             ttl: DeadlineIndex::default(),
-            next_seq: 0,
         }
     }
 
@@ -138,22 +136,18 @@ impl Queue {
         &self.spec.name
     }
 
-    /// A new entry for a message entering this queue now; its TTL starts now (semantics §1).
-    pub fn new_entry(&mut self, payload: Payload, now: Timestamp, persist_id: Option<u64>) -> Entry {
-        let seq = self.next_seq;
-        self.next_seq += 1;
+    /// A new entry `seq` (from the broker's `EntryIds`) for a message entering this queue now;
+    /// its TTL starts now (semantics §1).
+    pub fn new_entry(&self, seq: Seq, payload: Payload, now: Timestamp, persist_id: Option<u64>) -> Entry {
         let expires_at = self.deadline_from(payload.hot().expiration_ms(), now);
         Entry::with_payload(seq, payload, Some(now), expires_at, persist_id)
     }
 
-    /// Holds a newly arrived message until `due`; its TTL will start then (semantics §3).
-    /// Returns its seq.
-    pub fn delay(&mut self, payload: Payload, due: Timestamp, persist_id: Option<u64>) -> Seq {
-        let seq = self.next_seq;
-        self.next_seq += 1;
+    /// Holds a newly arrived message, entry `seq`, until `due`; its TTL will start then
+    /// (semantics §3).
+    pub fn delay(&mut self, seq: Seq, payload: Payload, due: Timestamp, persist_id: Option<u64>) {
         let entry = Entry::with_payload(seq, payload, None, None, persist_id);
         self.delayed.insert(due, Waiting { entry, returning: false });
-        seq
     }
 
     /// Whether a message entering now (ready, or `delayed`) is to be paged out once stored: the
@@ -197,10 +191,8 @@ impl Queue {
     }
 
     /// Puts a message recovered from the store back, after the ones already restored (they come
-    /// in enqueue order): delayed until `wait_until` when set, else ready.
-    pub(crate) fn restore_entry(&mut self, mut entry: Entry, wait_until: Option<Timestamp>) {
-        entry.seq = self.next_seq;
-        self.next_seq += 1;
+    /// in id order): delayed until `wait_until` when set, else ready.
+    pub(crate) fn restore_entry(&mut self, entry: Entry, wait_until: Option<Timestamp>) {
         match wait_until {
             Some(due) => {
                 let returning = entry.ready_at().is_some();
