@@ -31,30 +31,28 @@ pub struct Progress {
     pub acked: u64,
     /// The link has finished its catch-up: `acked` counts from the live stream.
     pub streaming: bool,
-    /// Since when the follower has been behind without acknowledging anything new.
-    pub stalled_since: Option<Instant>,
+    /// The last sign of life on the link: an acknowledgement (the link sends a heartbeat when it
+    /// has nothing else to send, and the follower answers it), or a catch-up chunk the follower
+    /// took.
+    pub last_heard: Option<Instant>,
 }
 
 impl Progress {
-    /// Ops through `last_seq` were sequenced at `now`.
-    pub fn on_sequenced(&mut self, now: Instant) {
-        if self.stalled_since.is_none() {
-            self.stalled_since = Some(now);
-        }
-    }
-
-    /// The follower acknowledged `seq` at `now`; `last_seq` is the newest op sequenced.
-    pub fn on_ack(&mut self, seq: u64, streaming: bool, last_seq: u64, now: Instant) {
-        if seq > self.acked {
-            self.acked = seq;
-            self.stalled_since = (seq < last_seq).then_some(now);
-        }
+    /// The follower acknowledged `seq` (an op's, or a heartbeat's answer) at `now`.
+    pub fn on_ack(&mut self, seq: u64, streaming: bool, now: Instant) {
+        self.acked = self.acked.max(seq);
         self.streaming |= streaming;
+        self.last_heard = Some(now);
     }
 
-    /// A new link: catch-up starts over.
+    /// The link catching the follower up got another chunk through at `now`.
+    pub fn on_progress(&mut self, now: Instant) {
+        self.last_heard = Some(now);
+    }
+
+    /// A new link at `now`: catch-up starts over.
     pub fn on_connect(&mut self, now: Instant) {
-        *self = Progress { connected: true, acked: self.acked, streaming: false, stalled_since: Some(now) };
+        *self = Progress { connected: true, acked: self.acked, streaming: false, last_heard: Some(now) };
     }
 
     pub fn on_disconnect(&mut self) {
@@ -62,12 +60,10 @@ impl Progress {
         self.streaming = false;
     }
 
-    /// Whether the leader can replicate to this follower now: connected, and not behind with
-    /// no acknowledgement for `lag_timeout`.
-    pub fn reachable(&self, last_seq: u64, now: Instant, lag_timeout: Duration) -> bool {
-        let stalled = self.acked < last_seq
-            && self.stalled_since.is_some_and(|since| now.saturating_duration_since(since) >= lag_timeout);
-        self.connected && !stalled
+    /// Whether the leader can replicate to this follower now: connected, and heard from within
+    /// `lag_timeout`, traffic or not.
+    pub fn reachable(&self, now: Instant, lag_timeout: Duration) -> bool {
+        self.connected && self.last_heard.is_some_and(|at| now.saturating_duration_since(at) < lag_timeout)
     }
 
     /// Whether the follower may join the hub's set: streaming and holding every op.
@@ -310,34 +306,39 @@ mod tests {
     }
 
     #[test]
-    fn a_follower_is_unreachable_when_disconnected_or_stalled_for_the_lag_timeout() {
+    fn a_follower_is_unreachable_when_disconnected_or_silent_for_the_lag_timeout() {
         let now = Instant::now();
         let lag = Duration::from_secs(3);
         let mut p = Progress::default();
-        assert!(!p.reachable(0, now, lag), "never connected");
+        assert!(!p.reachable(now, lag), "never connected");
         p.on_connect(now);
-        assert!(p.reachable(5, now + lag / 2, lag), "catching up, within the timeout");
-        assert!(!p.reachable(5, now + lag, lag), "no acknowledgement for the timeout");
-        p.on_ack(3, false, 5, now + lag);
-        assert!(p.reachable(5, now + lag + lag / 2, lag), "progress restarts the timeout");
-        p.on_ack(5, true, 5, now + lag);
-        assert!(p.reachable(5, now + lag * 10, lag), "holding everything: never stalled");
+        assert!(p.reachable(now + lag / 2, lag), "just connected");
+        assert!(!p.reachable(now + lag, lag), "nothing heard for the timeout");
+        p.on_progress(now + lag);
+        assert!(p.reachable(now + lag + lag / 2, lag), "a catch-up chunk went through");
+        p.on_ack(5, true, now + lag * 2);
         assert!(p.caught_up(5));
+        assert!(p.reachable(now + lag * 2 + lag / 2, lag));
         p.on_disconnect();
-        assert!(!p.reachable(5, now + lag * 10, lag));
+        assert!(!p.reachable(now + lag * 2, lag));
     }
 
     #[test]
-    fn the_stall_clock_starts_at_the_first_op_a_caught_up_follower_lacks() {
+    fn an_idle_follower_that_answers_heartbeats_stays_reachable_and_a_silent_one_does_not() {
+        // Issue #21 in namespaces: with the leader's path cut and no op to replicate, the leader
+        // noticed nothing until a client's write came 5 s later. Heartbeats are answered by
+        // acks with nothing new: reachability follows them, not the traffic.
         let now = Instant::now();
         let lag = Duration::from_secs(3);
         let mut p = Progress::default();
         p.on_connect(now);
-        p.on_ack(5, true, 5, now);
-        // Idle for a minute, then an op: not stalled until lag after that op.
-        let later = now + Duration::from_secs(60);
-        p.on_sequenced(later);
-        assert!(p.reachable(6, later + lag / 2, lag));
-        assert!(!p.reachable(6, later + lag, lag));
+        p.on_ack(5, true, now);
+        let mut at = now;
+        for _ in 0..20 {
+            at += Duration::from_millis(500);
+            p.on_ack(5, true, at);
+        }
+        assert!(p.reachable(at + lag / 2, lag));
+        assert!(!p.reachable(at + lag, lag), "the heartbeats stopped being answered");
     }
 }

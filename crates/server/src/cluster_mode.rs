@@ -312,71 +312,80 @@ async fn lead(
     let inject = InjectedDeath::from_env();
     let ended =
         spawn_lead_thread(&coordinator, &hub, elected, &stop, InjectedDeath::of(inject, Part::Coordinator))?;
-    let wrap_hub = hub.clone();
+    let bound = Server::bind_with(config, leader_hooks(&coordinator, &hub, inject)).await;
+    let served = match bound {
+        Ok(server) => serve_term(server, &ended, &shutdown).await,
+        Err(error) => Err(error),
+    };
+    stop.store(true, Ordering::SeqCst);
+    hub.depose();
+    let end = ended.borrow().clone();
+    after_term(&coordinator, served, end, &shutdown).await
+}
+
+/// What a leader's server is given: storage replicated through `hub`, the cluster's status and
+/// names.
+fn leader_hooks(
+    coordinator: &Arc<Coordinator>,
+    hub: &Arc<Hub>,
+    inject: Option<InjectedDeath>,
+) -> ServerHooks {
+    let hub = hub.clone();
     let storage: StorageWrapper =
-        Arc::new(move |inner, prefix| Arc::new(ReplicatedStorage::new(inner, prefix, wrap_hub.clone())));
-    let hooks = ServerHooks {
+        Arc::new(move |inner, prefix| Arc::new(ReplicatedStorage::new(inner, prefix, hub.clone())));
+    ServerHooks {
         storage: Some(storage),
         cluster: Some(Arc::new(Status(coordinator.clone()))),
         node_name: Some(coordinator.settings().node.name.clone()),
         cluster_name: Some(coordinator.settings().cluster_name.clone()),
         inject_death: inject,
-    };
-    let server = match Server::bind_with(config, hooks).await {
-        Ok(server) => server,
-        Err(error) => {
-            stop.store(true, Ordering::SeqCst);
-            hub.depose();
-            leave_bounded(&coordinator).await;
-            return Err(error);
-        }
-    };
-    let lead_ended = {
-        let mut ended = ended.clone();
-        async move {
-            let _ = ended.wait_for(Option::is_some).await;
-        }
-    };
-    let until = {
-        let shutdown = shutdown.clone();
-        async move {
-            tokio::select! {
-                _ = shutdown.requested() => {}
-                _ = lead_ended => {}
-            }
-        }
-    };
-    let run = server.run(until);
-    tokio::pin!(run);
-    // Once the term ends or a stop is asked for, the server gets a bounded time to close its
-    // clients (320): after a step-down the store's writer is blocked for good (nothing more
-    // may be confirmed), so nothing waits for it.
-    let bounded = async {
-        let mut ended = ended.clone();
+    }
+}
+
+/// Serves until shutdown or the end of the term. Once either comes, the server gets a bounded
+/// time to close its clients (320): after a step-down the store's writer is blocked for good
+/// (nothing more may be confirmed), so nothing waits for it.
+async fn serve_term(
+    server: Server,
+    ended: &watch::Receiver<Option<LeadEnd>>,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
+    let term_over = |mut ended: watch::Receiver<Option<LeadEnd>>, shutdown: Shutdown| async move {
         tokio::select! {
             _ = shutdown.requested() => {}
             _ = ended.wait_for(Option::is_some) => {}
         }
+    };
+    let run = server.run(term_over(ended.clone(), shutdown.clone()));
+    tokio::pin!(run);
+    let bounded = async {
+        term_over(ended.clone(), shutdown.clone()).await;
         let grace = if shutdown.is_requested() { SHUTDOWN_BOUND } else { STEP_DOWN_GRACE };
         tokio::time::sleep(grace).await;
     };
-    let served = tokio::select! {
+    tokio::select! {
         result = &mut run => result,
         _ = bounded => Ok(()),
-    };
-    stop.store(true, Ordering::SeqCst);
-    hub.depose();
-    let end = ended.borrow().clone();
+    }
+}
+
+/// After the term: a dead part of the server or a dead coordinator gives back the lease first (a
+/// follower takes over at once, not after a TTL) and ends the process; a step-down restarts it
+/// as a follower; a shutdown leaves the cluster.
+async fn after_term(
+    coordinator: &Arc<Coordinator>,
+    served: anyhow::Result<()>,
+    end: Option<LeadEnd>,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
     if let Err(error) = served {
-        // A part of the server died (supervision): the lease goes first, so that a follower
-        // takes over at once rather than after a TTL.
-        leave_bounded(&coordinator).await;
+        leave_bounded(coordinator).await;
         return Err(error);
     }
     match end {
         Some(LeadEnd::CoordinatorDied(reason)) => {
             let died = Died::new(Part::Coordinator, reason);
-            leave_bounded(&coordinator).await;
+            leave_bounded(coordinator).await;
             Err(died.into())
         }
         Some(LeadEnd::SteppedDown) if !shutdown.is_requested() => {
@@ -384,7 +393,7 @@ async fn lead(
             Err(restart_as_follower(holdoff))
         }
         _ => {
-            leave_bounded(&coordinator).await;
+            leave_bounded(coordinator).await;
             Ok(())
         }
     }

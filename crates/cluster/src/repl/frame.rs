@@ -9,7 +9,7 @@
 //!   follower → leader: AuthChallenge{nonce, proof}
 //! handshake, with replication TLS only (inside TLS): leader → follower: Hello{term, leader}
 //! then (sealed when there is a secret):
-//!   leader → follower: Op{seq, op} (seq 0: catch-up) · CaughtUp{seq}
+//!   leader → follower: Op{seq, op} (seq 0: catch-up) · CaughtUp{seq} · Heartbeat (when idle)
 //!   follower → leader: Manifest[{path, len, crc32c}] · Ack{seq}
 //! ```
 //!
@@ -86,6 +86,10 @@ pub enum Frame {
     Ack {
         seq: u64,
     },
+    /// leader → follower, while no op has gone out for a while: answered with an `Ack`, so the
+    /// leader hears from a follower even when nothing is written (a silent path is seen in one
+    /// lag timeout, whatever the traffic).
+    Heartbeat,
 }
 
 const HELLO: u8 = 1;
@@ -100,6 +104,7 @@ const ACK: u8 = 9;
 const AUTH_HELLO: u8 = 10;
 const AUTH_CHALLENGE: u8 = 11;
 const AUTH_PROOF: u8 = 12;
+const HEARTBEAT: u8 = 13;
 
 /// Appends `frame`'s encoding to `out`.
 pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
@@ -136,6 +141,7 @@ fn encode_body(frame: &Frame, out: &mut Vec<u8>) {
             out.push(ACK);
             out.extend_from_slice(&seq.to_be_bytes());
         }
+        Frame::Heartbeat => out.push(HEARTBEAT),
         Frame::AuthHello(hello) => {
             out.push(AUTH_HELLO);
             out.extend_from_slice(&hello.term.to_be_bytes());
@@ -401,6 +407,7 @@ pub fn decode(body: Bytes) -> io::Result<Frame> {
         OP_RENAME => Frame::Op { seq: c.u64()?, op: FileOp::Rename { from: c.string()?, to: c.string()? } },
         CAUGHT_UP => Frame::CaughtUp { seq: c.u64()? },
         ACK => Frame::Ack { seq: c.u64()? },
+        HEARTBEAT => Frame::Heartbeat,
         AUTH_HELLO => Frame::AuthHello(AuthHello {
             term: c.u64()?,
             leader: c.string()?,
@@ -479,6 +486,7 @@ mod tests {
         round_trip(Frame::Op { seq: 5, op: FileOp::Rename { from: "a.tmp".into(), to: "a".into() } });
         round_trip(Frame::CaughtUp { seq: 5 });
         round_trip(Frame::Ack { seq: 5 });
+        round_trip(Frame::Heartbeat);
         let nonce = Nonce([7; auth::NONCE_BYTES]);
         round_trip(Frame::AuthHello(AuthHello {
             term: 9,

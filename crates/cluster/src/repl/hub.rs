@@ -126,10 +126,6 @@ impl Hub {
     ) -> io::Result<T> {
         let mut state = self.lock();
         let result = local()?;
-        let now = Instant::now();
-        for follower in state.followers.values_mut() {
-            follower.progress.on_sequenced(now);
-        }
         for op in ops() {
             state.last_seq += 1;
             let seq = state.last_seq;
@@ -238,14 +234,23 @@ impl Hub {
     /// The follower holds everything through `seq`; `streaming`: its catch-up is done.
     pub fn ack(&self, name: &str, link_id: u64, seq: u64, streaming: bool) {
         let mut state = self.lock();
-        let last_seq = state.last_seq;
         if let Some(follower) = state.followers.get_mut(name) {
             if follower.link.as_ref().is_some_and(|link| link.id == link_id) {
-                follower.progress.on_ack(seq, streaming, last_seq, Instant::now());
+                follower.progress.on_ack(seq, streaming, Instant::now());
             }
         }
         drop(state);
         self.changed.notify_all();
+    }
+
+    /// The link `link_id` to `name` is catching the follower up: it took another chunk.
+    pub fn link_progress(&self, name: &str, link_id: u64) {
+        let mut state = self.lock();
+        if let Some(follower) = state.followers.get_mut(name) {
+            if follower.link.as_ref().is_some_and(|link| link.id == link_id) {
+                follower.progress.on_progress(Instant::now());
+            }
+        }
     }
 
     /// The link `link_id` to `name` ended.
@@ -258,14 +263,14 @@ impl Hub {
         }
     }
 
-    /// The hub's set, and which followers it can replicate to now (connected, and not behind
-    /// without an acknowledgement for `lag_timeout`): what the in-sync rules decide on.
+    /// The hub's set, and which followers it can replicate to now (connected, and heard from
+    /// within `lag_timeout`): what the in-sync rules decide on.
     pub fn replicas(&self, now: Instant, lag_timeout: Duration) -> Replicas {
         let state = self.lock();
         let reachable = state
             .followers
             .iter()
-            .filter(|(_, f)| f.progress.reachable(state.last_seq, now, lag_timeout))
+            .filter(|(_, f)| f.progress.reachable(now, lag_timeout))
             .map(|(name, _)| name.clone())
             .collect();
         Replicas { in_sync: state.in_sync.clone(), reachable }
@@ -394,7 +399,7 @@ mod tests {
         write(&hub, 1);
         assert!(hub.replicas(start, lag).reachable.contains("b"));
         let later = start + Duration::from_secs(6);
-        assert!(!hub.replicas(later, lag).reachable.contains("b"), "behind and silent for 6 s");
+        assert!(!hub.replicas(later, lag).reachable.contains("b"), "silent for 6 s");
         assert!(hub.replicas(later, lag).in_sync.contains("b"), "still in sync until etcd says otherwise");
         hub.disconnect("b", b.link_id);
         assert!(!hub.replicas(start, lag).reachable.contains("b"));

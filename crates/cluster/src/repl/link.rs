@@ -33,6 +33,10 @@ const MANIFEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// A follower that takes no bytes this long (stopped, its window full) is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(200);
+/// A streaming link with no op to send for this long sends a heartbeat (the follower answers
+/// with an ack): the leader hears from every follower at least this often, or knows it cannot
+/// ([`crate::in_sync::Progress::reachable`]).
+const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
 
 /// Who the link is for and whom it speaks for.
 #[derive(Clone, Debug)]
@@ -101,7 +105,7 @@ fn session(hub: &Arc<Hub>, target: &LinkTarget, stream: TcpStream, stop: &Atomic
     let registration = hub.register(&target.follower)?;
     let link_id = registration.link_id;
     let acks = spawn_ack_reader(hub.clone(), target.follower.clone(), link_id, reader, stream.try_clone()?);
-    let result = stream_to(target, registration, &manifest, &mut writer, stop);
+    let result = stream_to(hub, target, registration, &manifest, &mut writer, stop);
     hub.disconnect(&target.follower, link_id);
     let _ = stream.shutdown(Shutdown::Both);
     let _ = acks.join();
@@ -135,6 +139,7 @@ fn authenticate(target: &LinkTarget, reader: &mut Reader, writer: &mut Writer) -
 }
 
 fn stream_to(
+    hub: &Hub,
     target: &LinkTarget,
     registration: Registration,
     manifest: &[crate::repl::frame::FileDigest],
@@ -142,7 +147,9 @@ fn stream_to(
     stop: &AtomicBool,
 ) -> io::Result<()> {
     let leader_files: Vec<LeaderFile> = registration.files.iter().map(|(file, _)| file.clone()).collect();
+    let progress = || hub.link_progress(&target.follower, registration.link_id);
     let steps = plan_catch_up(&leader_files, manifest, |path, len| {
+        progress();
         if let Some((_, Some(content))) = registration.files.iter().find(|(f, _)| f.path == path) {
             return Ok(crc32c::crc32c(&content[..(len as usize).min(content.len())]));
         }
@@ -154,18 +161,26 @@ fn stream_to(
         }
     })?;
     for step in steps {
-        send_step(&target.data_dir, &registration, step, writer)?;
+        send_step(&target.data_dir, &registration, step, writer, &progress)?;
     }
     writer.send(&Frame::CaughtUp { seq: registration.after_seq })?;
     writer.flush()?;
     tracing::info!(follower = %target.follower, at = registration.after_seq, "follower caught up from the files; streaming");
+    let mut last_sent = Instant::now();
     loop {
         if stop.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let (seq, op) = match registration.ops.recv_timeout(POLL) {
+        let (seq, op) = match registration.ops.recv_timeout(POLL.min(HEARTBEAT_EVERY)) {
             Ok(item) => item,
-            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Timeout) => {
+                if last_sent.elapsed() >= HEARTBEAT_EVERY {
+                    writer.send(&Frame::Heartbeat)?;
+                    writer.flush()?;
+                    last_sent = Instant::now();
+                }
+                continue;
+            }
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(io::Error::new(io::ErrorKind::BrokenPipe, "dropped by the hub (too far behind)"))
             }
@@ -178,11 +193,19 @@ fn stream_to(
             writer.send(&Frame::Op { seq, op: (*op).clone() })?;
         }
         writer.flush()?;
+        last_sent = Instant::now();
     }
 }
 
-/// One catch-up step as ops with sequence 0.
-fn send_step(dir: &Path, registration: &Registration, step: Step, writer: &mut Writer) -> io::Result<()> {
+/// One catch-up step as ops with sequence 0; `progress` is told after every chunk the follower
+/// took (a catch-up of gigabytes is a link making progress, not a silent follower).
+fn send_step(
+    dir: &Path,
+    registration: &Registration,
+    step: Step,
+    writer: &mut Writer,
+    progress: &dyn Fn(),
+) -> io::Result<()> {
     let (path, from, to, replace) = match step {
         Step::Remove { path } => return writer.send(&Frame::Op { seq: 0, op: FileOp::Remove { path } }),
         Step::Send { path, from, to, replace } => (path, from, to, replace),
@@ -213,6 +236,7 @@ fn send_step(dir: &Path, registration: &Registration, step: Step, writer: &mut W
         };
         writer.send(&Frame::Op { seq: 0, op: FileOp::Write { path: path.clone(), offset, data } })?;
         offset += n as u64;
+        progress();
     }
     Ok(())
 }

@@ -227,13 +227,17 @@ impl Follower {
                     caught_up = true;
                     last_seq = seq;
                 }
+                // Answered below with an Ack of what is held (nothing new to sync when idle).
+                Frame::Heartbeat => {}
                 _ => return Err(std::io::Error::new(ErrorKind::InvalidData, "unexpected frame")),
             }
             // Acknowledge once the leader has paused (no whole frame buffered): one fsync per run,
             // and at least every ACK_EVERY_OPS ops while it streams without a pause.
             if caught_up && (!reader.has_frame() || unacked >= ACK_EVERY_OPS) {
+                if unacked > 0 {
+                    applier.sync()?;
+                }
                 unacked = 0;
-                applier.sync()?;
                 drop(applier);
                 writer.send(&Frame::Ack { seq: last_seq })?;
                 writer.flush()?;

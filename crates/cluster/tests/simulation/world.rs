@@ -22,6 +22,7 @@ const ETCD_TIMEOUT: Micros = 1_500 * MS;
 const HOLDOFF: Micros = 2 * TTL;
 const RESTART: Micros = 300 * MS;
 const REPLICATE_EVERY: Micros = 20 * MS;
+const HEARTBEAT_EVERY: Micros = 500 * MS;
 const PUBLISH_EVERY: Micros = 50 * MS;
 
 /// How a run is set up.
@@ -535,7 +536,7 @@ impl World {
         let reachable = hub
             .progress
             .iter()
-            .filter(|(_, p)| p.reachable(last, now, Duration::from_micros(TTL)))
+            .filter(|(_, p)| p.reachable(now, Duration::from_micros(TTL)))
             .map(|(name, _)| name.clone())
             .collect();
         let replicas = Replicas { in_sync: hub.in_sync.clone(), reachable };
@@ -597,12 +598,6 @@ impl World {
                 let hash = hash_after(node.hashes.last().copied().unwrap_or(0), record);
                 node.log.push(record);
                 node.hashes.push(hash);
-                let now = self.clock(n);
-                if let Some(hub) = self.nodes[n].hub.as_mut() {
-                    for progress in hub.progress.values_mut() {
-                        progress.on_sequenced(now);
-                    }
-                }
                 self.try_confirm(n)?;
             }
         }
@@ -616,6 +611,7 @@ impl World {
             return;
         }
         let term = hub.term;
+        let heartbeat = (self.now / REPLICATE_EVERY) % (HEARTBEAT_EVERY / REPLICATE_EVERY) == 0;
         let mut sends = Vec::new();
         for to in (0..3).filter(|to| *to != n) {
             let name = &self.nodes[to].name;
@@ -623,7 +619,8 @@ impl World {
             // A new link starts over from the files; a live one sends what the follower lacks.
             let base = if progress.connected { progress.acked as usize } else { 0 };
             let base = base.min(self.nodes[n].log.len());
-            if progress.connected && base == self.nodes[n].log.len() {
+            // Nothing new: every 500 ms the empty delta is the heartbeat the follower answers.
+            if progress.connected && base == self.nodes[n].log.len() && !heartbeat {
                 continue;
             }
             let base_hash = if base == 0 { 0 } else { self.nodes[n].hashes[base - 1] };
@@ -687,7 +684,6 @@ impl World {
 
     fn acked(&mut self, from: usize, to: usize, term: u64, seq: usize) -> Result<(), Violation> {
         let now = self.clock(to);
-        let last = self.nodes[to].log.len() as u64;
         let name = self.nodes[from].name.clone();
         let Some(hub) = self.nodes[to].hub.as_mut().filter(|hub| hub.term == term && !hub.deposed) else {
             return Ok(());
@@ -696,7 +692,7 @@ impl World {
         if !progress.connected {
             progress.on_connect(now);
         }
-        progress.on_ack(seq as u64, true, last, now);
+        progress.on_ack(seq as u64, true, now);
         self.try_confirm(to)
     }
 
