@@ -341,7 +341,10 @@ impl Coordinator {
                 break StepDown::Stopped;
             }
             match self.keep_lease(true) {
-                Ok(until) => hub.set_lease_until(until),
+                Ok(until) => {
+                    hub.set_lease_until(until);
+                    self.etcd.give_up_at(Some(until));
+                }
                 Err(why) => break why,
             }
             match self.etcd.get(&self.keys.leader()) {
@@ -366,6 +369,7 @@ impl Coordinator {
             std::thread::sleep(POLL);
         };
         hub.depose();
+        self.etcd.give_up_at(None);
         for stop in links.values() {
             stop.store(true, Ordering::SeqCst);
         }

@@ -96,7 +96,16 @@ async fn forward_one(
         );
     let Some(target) = target else { return refuse(client, protocol).await };
     leader.mark_unchanged();
-    let server = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&target)).await??;
+    // A leader that does not answer, or one replaced meanwhile, gets the client its 320 / 503
+    // at once (not a reset after the connect timeout): it reconnects and lands on the new one.
+    let connect = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&target));
+    let server = tokio::select! {
+        connected = connect => match connected {
+            Ok(Ok(server)) => server,
+            _ => return refuse(client, protocol).await,
+        },
+        _ = leader.changed() => return refuse(client, protocol).await,
+    };
     let _ = server.set_nodelay(true);
     let _ = client.set_nodelay(true);
     let (mut client_read, mut client_write) = client.into_split();
@@ -221,6 +230,57 @@ mod tests {
             frames.advance(&stream[split..]);
             assert!(frames.at_boundary());
         }
+    }
+
+    /// The first frame a client of `forward` gets after its protocol header, with the upstream
+    /// as `upstream`.
+    async fn first_frame_after_header(upstream: Upstream) -> Frame {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (_tx, rx) = watch::channel(upstream);
+        let proxy = tokio::spawn(forward(listener, rx, |n| Some(n.amqp()), Protocol::Amqp));
+        let mut client = TcpStream::connect(address).await.unwrap();
+        client.write_all(b"AMQP\x00\x00\x09\x01").await.unwrap();
+        let mut bytes = BytesMut::new();
+        let frame = tokio::time::timeout(Duration::from_secs(1), async {
+            loop {
+                if let Some(frame) = FrameDecoder::new(131_072).decode(&mut bytes).unwrap() {
+                    return frame;
+                }
+                let mut buf = [0u8; 512];
+                let n = client.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed without a frame");
+                bytes.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await
+        .expect("a frame within 1 s, not the 2 s connect timeout");
+        proxy.abort();
+        frame
+    }
+
+    fn leader_at(address: &str) -> Upstream {
+        let (host, port) = address.rsplit_once(':').unwrap();
+        Upstream::Leader(NodeRecord {
+            name: "gone".into(),
+            host: host.into(),
+            amqp_port: port.parse().unwrap(),
+            http_port: 0,
+            replication_port: 0,
+            amqps_port: None,
+            https_port: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_refuses_the_connection_gets_the_client_a_320_not_a_reset() {
+        // A port nobody listens on: the connect fails at once.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let frame = first_frame_after_header(leader_at(&closed.to_string())).await;
+        assert!(
+            matches!(frame, Frame::Method { method: Method::ConnectionClose(ref c), .. } if c.reply_code == 320),
+            "{frame:?}"
+        );
     }
 
     #[test]

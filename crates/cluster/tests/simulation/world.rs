@@ -611,7 +611,7 @@ impl World {
             return;
         }
         let term = hub.term;
-        let heartbeat = (self.now / REPLICATE_EVERY) % (HEARTBEAT_EVERY / REPLICATE_EVERY) == 0;
+        let heartbeat = (self.now / REPLICATE_EVERY).is_multiple_of(HEARTBEAT_EVERY / REPLICATE_EVERY);
         let mut sends = Vec::new();
         for to in (0..3).filter(|to| *to != n) {
             let name = &self.nodes[to].name;
