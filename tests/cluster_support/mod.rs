@@ -519,7 +519,12 @@ impl Cluster {
 
     /// One node per placement (n1… in order), on an etcd already running; see
     /// [`Cluster::start_on`] for the secret.
-    pub fn start_placed(etcd: Etcd, placements: &[Placement], extra: &[&str], env: &[(&str, &str)]) -> Cluster {
+    pub fn start_placed(
+        etcd: Etcd,
+        placements: &[Placement],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let cluster = format!("test{}", free_port());
         let secret = (!extra.contains(&"--replication-tls")).then(SecretFile::create);
         let mut flags: Vec<&str> = extra.to_vec();

@@ -1,7 +1,8 @@
 //! A small network of Linux network namespaces for partition tests: one namespace holding a
 //! bridge, and one namespace per member (etcd, each node, the client), each joined to the bridge
 //! by a veth pair, on a /24 of its own. [`Topology::cut`] and [`Topology::heal`] blackhole the
-//! traffic between two members both ways; [`Topology::run_in`] runs test code on a thread that
+//! traffic between two members both ways (by routes, or by rules that lose it silently:
+//! [`CutMode`]); [`Topology::run_in`] runs test code on a thread that
 //! has entered a member's namespace (its sockets, and those of threads it starts, are there).
 //!
 //! Everything is made with `ip` (iproute2) and needs root. Where namespaces cannot be made the
@@ -16,7 +17,8 @@ use std::sync::Mutex;
 
 use crate::cluster_support::Placement;
 
-/// How a cut drops packets; `HOURGLASS_NETNS_CUT=drop` chooses [`CutMode::Drop`].
+/// How a cut drops packets; `HOURGLASS_NETNS_CUT=drop` makes every topology use
+/// [`CutMode::Drop`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum CutMode {
     /// `ip route add blackhole PEER/32` on both sides: a sender's own packets are refused
@@ -28,13 +30,17 @@ pub enum CutMode {
 }
 
 impl CutMode {
-    pub fn from_env() -> CutMode {
+    /// `wanted`, unless `HOURGLASS_NETNS_CUT=drop` asks for [`CutMode::Drop`].
+    fn or_from_env(wanted: CutMode) -> CutMode {
         match std::env::var("HOURGLASS_NETNS_CUT").as_deref() {
             Ok("drop") => CutMode::Drop,
-            _ => CutMode::Blackhole,
+            _ => wanted,
         }
     }
 }
+
+/// The priority of [`CutMode::Drop`]'s rules: before the `local` table's, moved to 100.
+const DROP_RULE_PREF: &str = "10";
 
 /// One member: its namespace and its address on the bridge.
 #[derive(Clone, Debug)]
@@ -82,14 +88,14 @@ fn netns_unavailable(error: &str) -> bool {
 }
 
 impl Topology {
-    /// A bridge and one namespace per name in `members`, or `None` (after saying why) where
-    /// namespaces cannot be made and are not required.
-    pub fn create(members: &[&str]) -> Option<Topology> {
+    /// A bridge and one namespace per name in `members`, whose cuts are made as `mode` says,
+    /// or `None` (after saying why) where namespaces cannot be made and are not required.
+    pub fn create(members: &[&str], mode: CutMode) -> Option<Topology> {
         let (prefix, [a, b, c]) = unique_prefix_and_subnet();
         let mut topology = Topology {
             bridge_netns: format!("{prefix}-br"),
             members: Vec::new(),
-            mode: CutMode::from_env(),
+            mode: CutMode::or_from_env(mode),
             cuts: Mutex::new(BTreeSet::new()),
         };
         if let Err(error) = topology.make_bridge() {
@@ -128,7 +134,18 @@ impl Topology {
         ip(&["-n", bridge, "link", "set", &port, "master", "br0", "up"])?;
         ip(&["-n", ns, "link", "set", "lo", "up"])?;
         ip(&["-n", ns, "addr", "add", &format!("{}/24", member.address), "dev", "eth0"])?;
-        ip(&["-n", ns, "link", "set", "eth0", "up"])
+        ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+        if self.mode == CutMode::Drop {
+            // Packets to local addresses match the `local` table's rule (pref 0) before any
+            // other: it moves behind the drop rules (pref DROP_RULE_PREF).
+            ip(&["-n", ns, "rule", "add", "pref", "100", "lookup", "local"])?;
+            ip(&["-n", ns, "rule", "del", "pref", "0", "lookup", "local"])?;
+        }
+        Ok(())
+    }
+
+    pub fn mode(&self) -> CutMode {
+        self.mode
     }
 
     pub fn member(&self, name: &str) -> &Member {
@@ -191,7 +208,19 @@ impl Topology {
         let (ns, peer) = (self.member(at).netns.as_str(), format!("{}/32", self.member(peer).address));
         let result = match self.mode {
             CutMode::Blackhole => ip(&["-n", ns, "route", change, "blackhole", &peer]),
-            CutMode::Drop => ip(&["-n", ns, "rule", change, "from", &peer, "iif", "eth0", "blackhole"]),
+            CutMode::Drop => ip(&[
+                "-n",
+                ns,
+                "rule",
+                change,
+                "pref",
+                DROP_RULE_PREF,
+                "from",
+                &peer,
+                "iif",
+                "eth0",
+                "blackhole",
+            ]),
         };
         result.unwrap_or_else(|error| panic!("{error}"));
     }
