@@ -510,16 +510,25 @@ fn partition_test(fault: Fault, majority: bool, mode: CutMode) {
     });
 }
 
+/// `at` as a UTC time of day (HH:MM:SS.mmm), to find it in the nodes' logs.
+fn utc_time_of(at: Instant) -> String {
+    let wall = std::time::SystemTime::now() - at.elapsed();
+    let since_epoch = wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let (secs, ms) = (since_epoch.as_secs() % 86_400, since_epoch.subsec_millis());
+    format!("{:02}:{:02}:{:02}.{ms:03}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
 /// Prints fault to first confirm (on any connection, and on a connection opened after the
 /// fault), the confirms during the fault and the publisher's connections since.
 fn report_failover(scenario: &Scenario, fault: Fault, began: Instant, healed: Instant) {
     let seen = lock(&scenario.seen);
     eprintln!(
-        "{fault:?}, {:?} (leader {}, publisher via {}): fault to first confirm {:?}, on a new connection {:?}; \
+        "{fault:?}, {:?} (leader {}, publisher via {}): fault at {} UTC; fault to first confirm {:?}, on a new connection {:?}; \
          {} confirms during the fault of {:?}",
         scenario.net.mode(),
         scenario.roles.leader,
         scenario.roles.publisher_follower,
+        utc_time_of(began),
         seen.first_confirm_after(began),
         seen.first_confirm_on_new_connection(began),
         seen.confirms_between(began, healed),
