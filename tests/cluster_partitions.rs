@@ -3,12 +3,12 @@
 //! persistent messages with confirms (reconnecting, node by node, on any error) and a consumer
 //! that acks, each test makes one fault: the leader cut from etcd only, the leader cut from its
 //! followers only, the leader isolated, a follower isolated, the leader's links flapping, etcd
-//! paused for 30 s. Paths are cut with blackhole routes (connects fail at once); one more test
-//! isolates the leader on a network that loses packets silently (connects hang). Each then
-//! asserts that no confirmed message was lost, none was delivered twice unless flagged
-//! redelivered, confirms flowed through the majority side within 10 s of the fault (of the heal,
-//! where no majority could confirm), and every node is in sync again after the heal. Each prints
-//! its fault-to-first-confirm times and the publisher's connections.
+//! paused for 30 s. Paths are cut with blackhole routes (connects fail at once); two more tests
+//! cut the leader from etcd, and isolate it, on a network that loses packets silently (connects
+//! and requests hang). Each then asserts that no confirmed message was lost, none was delivered
+//! twice unless flagged redelivered, confirms flowed through the majority side within 10 s of
+//! the fault (of the heal, where no majority could confirm), and every node is in sync again
+//! after the heal. Each prints its fault-to-first-confirm times and the publisher's connections.
 
 mod cluster_support;
 mod common;
@@ -524,7 +524,7 @@ fn report_failover(scenario: &Scenario, fault: Fault, began: Instant, healed: In
     let seen = lock(&scenario.seen);
     eprintln!(
         "{fault:?}, {:?} (leader {}, publisher via {}): fault at {} UTC; fault to first confirm {:?}, on a new connection {:?}; \
-         {} confirms during the fault of {:?}",
+         {} confirms during the fault of {:?}, the longest stretch without one {:?}",
         scenario.net.mode(),
         scenario.roles.leader,
         scenario.roles.publisher_follower,
@@ -533,6 +533,7 @@ fn report_failover(scenario: &Scenario, fault: Fault, began: Instant, healed: In
         seen.first_confirm_on_new_connection(began),
         seen.confirms_between(began, healed),
         healed - began,
+        seen.longest_gap(began, healed),
     );
     for line in seen.connections_since(began) {
         eprintln!("{fault:?}:   {line}");
@@ -568,6 +569,13 @@ fn the_leaders_links_flapping() {
 #[test]
 fn etcd_paused_for_30_s() {
     partition_test(Fault::EtcdPaused, false, CutMode::Blackhole);
+}
+
+/// The leader cut from etcd by a network that loses packets silently: its etcd requests hang
+/// until they time out, instead of failing at once.
+#[test]
+fn the_leader_cut_from_etcd_by_a_silent_network() {
+    partition_test(Fault::LeaderFromEtcd, true, CutMode::Drop);
 }
 
 /// The leader isolated by a network that loses packets silently: connects to it hang, as
