@@ -2,6 +2,9 @@
 //! SIGSTOP/SIGCONT, restart on the same ports and data directory; the cluster's view through
 //! `GET /api/cluster`. Test files that use it also declare `mod common;` (its HTTP text).
 //!
+//! A [`Placement`] puts etcd or a node in a network namespace at its own address instead
+//! (tests/netns_support makes the namespaces).
+//!
 //! etcd comes from Debian's `etcd-server` (`.ci/run` installs it). Without it the tests say so
 //! and pass only when `HOURGLASS_REQUIRE_ETCD` is unset; CI sets it, so there they fail.
 #![allow(dead_code)]
@@ -53,6 +56,34 @@ fn scratch_dir(what: &str) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     std::env::temp_dir().join(format!("hourglass-cluster-{what}-{}-{n}", std::process::id()))
+}
+
+/// Where a test process runs: on loopback in the test's own network namespace, or at `host` in
+/// the network namespace `netns` (tests/netns_support: a namespace per process on a bridge).
+#[derive(Clone, Debug)]
+pub struct Placement {
+    pub netns: Option<String>,
+    /// The address it listens on and is reached at.
+    pub host: String,
+}
+
+impl Placement {
+    pub fn loopback() -> Placement {
+        Placement { netns: None, host: "127.0.0.1".to_owned() }
+    }
+
+    /// `program` to be run here: through `ip netns exec`, which enters the namespace and then
+    /// execs `program`, so the child's PID is `program`'s own.
+    fn command(&self, program: &str) -> Command {
+        match &self.netns {
+            None => Command::new(program),
+            Some(netns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", netns, program]);
+                command
+            }
+        }
+    }
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -108,6 +139,7 @@ pub struct Etcd {
     client: u16,
     peer: u16,
     tls: Option<(String, String, String)>,
+    placement: Placement,
 }
 
 /// Whether etcd is installed; `false` (after saying so) when it is not and not required.
@@ -143,27 +175,44 @@ impl Etcd {
         Etcd::unstarted_with(None)
     }
 
+    /// [`Etcd::start`] at `placement` (e.g. in a network namespace); the test's thread must be
+    /// able to reach `placement.host`.
+    pub fn start_at(placement: Placement) -> Option<Etcd> {
+        let mut etcd = Etcd::unstarted_at(None, placement)?;
+        etcd.launch();
+        Some(etcd)
+    }
+
     fn unstarted_with(tls: Option<&TestPki>) -> Option<Etcd> {
+        Etcd::unstarted_at(tls, Placement::loopback())
+    }
+
+    fn unstarted_at(tls: Option<&TestPki>, placement: Placement) -> Option<Etcd> {
         if !etcd_installed() {
             return None;
         }
         let (client, peer) = (free_port(), free_port());
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let url = format!("{scheme}://127.0.0.1:{client}");
+        let url = format!("{scheme}://{}:{client}", placement.host);
         let tls = tls.map(|pki| (pki.cert.clone(), pki.key.clone(), pki.ca.clone()));
-        Some(Etcd { child: None, url, dir: scratch_dir("etcd"), client, peer, tls })
+        Some(Etcd { child: None, url, dir: scratch_dir("etcd"), client, peer, tls, placement })
+    }
+
+    /// The etcd process's PID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Starts the etcd process (again, after [`Etcd::kill`]: same ports, same data) and waits
     /// until it serves.
     pub fn launch(&mut self) {
         assert!(self.child.is_none(), "etcd is running");
-        let mut command = Command::new("etcd");
+        let mut command = self.placement.command("etcd");
         if let Some((cert, key, ca)) = &self.tls {
             command.args(["--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca]);
             command.arg("--client-cert-auth");
         }
-        let peer = format!("http://127.0.0.1:{}", self.peer);
+        let peer = format!("http://{}:{}", self.placement.host, self.peer);
         let child = command
             .arg("--data-dir")
             .arg(&self.dir)
@@ -177,7 +226,7 @@ impl Etcd {
             .expect("start etcd");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
-        let address = format!("127.0.0.1:{}", self.client);
+        let address = format!("{}:{}", self.placement.host, self.client);
         // Over TLS only whether it listens can be seen here; etcd listens once it serves.
         let tls = self.tls.is_some();
         let up = |address: &str| match tls {
@@ -226,6 +275,8 @@ pub struct Node {
     pub http: u16,
     pub metrics: u16,
     pub replication: u16,
+    /// Where it runs and listens (`--bind`; other nodes reach it there too).
+    pub placement: Placement,
     dir: PathBuf,
     args: Vec<String>,
     child: Option<Child>,
@@ -235,11 +286,11 @@ pub struct Node {
 }
 
 impl Node {
-    fn new(name: &str, etcd: &Etcd, cluster: &str, extra: &[&str]) -> Node {
+    fn new(name: &str, etcd: &Etcd, cluster: &str, extra: &[&str], placement: Placement) -> Node {
         let (amqp, http, metrics, replication) = (free_port(), free_port(), free_port(), free_port());
         let mut args: Vec<String> = vec![
             "--bind".into(),
-            "127.0.0.1".into(),
+            placement.host.clone(),
             "--amqp-port".into(),
             amqp.to_string(),
             "--http-port".into(),
@@ -255,6 +306,10 @@ impl Node {
             "--node-name".into(),
             name.into(),
         ];
+        // In a namespace the test's client is another host: guest/guest may log in from it.
+        if placement.netns.is_some() {
+            args.extend(["--loopback-users".into(), "none".into()]);
+        }
         // `{port}` in an extra flag: a port of this node's own (e.g. its TLS listeners).
         args.extend(
             extra.iter().map(|s| if *s == "{port}" { free_port().to_string() } else { (*s).to_owned() }),
@@ -266,6 +321,7 @@ impl Node {
             http,
             metrics,
             replication,
+            placement,
             dir,
             args,
             child: None,
@@ -278,7 +334,9 @@ impl Node {
         assert!(self.child.is_none(), "{} is running", self.name);
         let binary =
             std::env::var("HOURGLASS_E2E_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_hourglass").to_owned());
-        let mut child = Command::new(binary)
+        let mut child = self
+            .placement
+            .command(&binary)
             .args(&self.args)
             .arg("--data-dir")
             .arg(&self.dir)
@@ -372,12 +430,13 @@ impl Node {
     }
 
     pub fn amqp_url(&self) -> String {
-        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.amqp)
+        format!("amqp://guest:guest@{}:{}/%2f", self.placement.host, self.amqp)
     }
 
     /// `GET /api/cluster` on this node (forwarded to the leader by a follower).
     pub fn cluster_view(&self) -> Option<Value> {
-        let (status, body) = http_request(&format!("127.0.0.1:{}", self.http), "GET", "/api/cluster")?;
+        let address = format!("{}:{}", self.placement.host, self.http);
+        let (status, body) = http_request(&address, "GET", "/api/cluster")?;
         if status != 200 {
             return None;
         }
@@ -455,14 +514,28 @@ impl Cluster {
 
     /// [`Cluster::start_on`] with extra environment variables for every node.
     pub fn start_on_with_env(etcd: Etcd, size: usize, extra: &[&str], env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_placed(etcd, &vec![Placement::loopback(); size], extra, env)
+    }
+
+    /// One node per placement (n1… in order), on an etcd already running; see
+    /// [`Cluster::start_on`] for the secret.
+    pub fn start_placed(
+        etcd: Etcd,
+        placements: &[Placement],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let cluster = format!("test{}", free_port());
         let secret = (!extra.contains(&"--replication-tls")).then(SecretFile::create);
         let mut flags: Vec<&str> = extra.to_vec();
         if let Some(secret) = &secret {
             flags.extend(["--cluster-secret-file", secret.as_str()]);
         }
-        let mut nodes: Vec<Node> =
-            (1..=size).map(|i| Node::new(&format!("n{i}"), &etcd, &cluster, &flags)).collect();
+        let mut nodes: Vec<Node> = placements
+            .iter()
+            .enumerate()
+            .map(|(i, at)| Node::new(&format!("n{}", i + 1), &etcd, &cluster, &flags, at.clone()))
+            .collect();
         for node in &mut nodes {
             node.env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
             node.start();
