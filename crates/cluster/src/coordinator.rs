@@ -437,8 +437,8 @@ impl Coordinator {
         alive: &BTreeSet<String>,
         lag_timeout: Duration,
     ) -> Result<(), StepDown> {
-        let admitted = hub.admit_caught_up();
         let now = Instant::now();
+        let admitted = hub.admit_caught_up(now, lag_timeout);
         let (set, removed) = match rules.next(now, &hub.replicas(now, lag_timeout), alive) {
             InSyncStep::Keep => return Ok(()),
             InSyncStep::StepDown { unreachable } => return Err(StepDown::CutOff(unreachable)),

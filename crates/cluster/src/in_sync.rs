@@ -66,9 +66,12 @@ impl Progress {
         self.connected && self.last_heard.is_some_and(|at| now.saturating_duration_since(at) < lag_timeout)
     }
 
-    /// Whether the follower may join the hub's set: streaming and holding every op.
-    pub fn caught_up(&self, last_seq: u64) -> bool {
-        self.connected && self.streaming && self.acked >= last_seq
+    /// Whether the follower may join the hub's set: reachable, streaming and holding every op.
+    /// Reachable too: a follower cut off while no op was written holds every op, and joining
+    /// the set then would hold every later confirm for it while the set etcd records, which
+    /// only reachable followers join, never waits for it again.
+    pub fn caught_up(&self, last_seq: u64, now: Instant, lag_timeout: Duration) -> bool {
+        self.reachable(now, lag_timeout) && self.streaming && self.acked >= last_seq
     }
 }
 
@@ -317,7 +320,8 @@ mod tests {
         p.on_progress(now + lag);
         assert!(p.reachable(now + lag + lag / 2, lag), "a catch-up chunk went through");
         p.on_ack(5, true, now + lag * 2);
-        assert!(p.caught_up(5));
+        assert!(p.caught_up(5, now + lag * 2, lag));
+        assert!(!p.caught_up(5, now + lag * 3, lag), "holding every op, but silent: not caught up");
         assert!(p.reachable(now + lag * 2 + lag / 2, lag));
         p.on_disconnect();
         assert!(!p.reachable(now + lag * 2, lag));

@@ -276,15 +276,18 @@ impl Hub {
         Replicas { in_sync: state.in_sync.clone(), reachable }
     }
 
-    /// Followers streaming and holding every op, not yet in sync: admitted here at once (so no
-    /// confirm goes without them from now on); the coordinator then records them in etcd.
-    pub fn admit_caught_up(&self) -> Vec<String> {
+    /// Followers reachable, streaming and holding every op, not yet in sync: admitted here at
+    /// once (so no confirm goes without them from now on); the coordinator then records them
+    /// in etcd.
+    pub fn admit_caught_up(&self, now: Instant, lag_timeout: Duration) -> Vec<String> {
         let mut state = self.lock();
         let last = state.last_seq;
         let ready: Vec<String> = state
             .followers
             .iter()
-            .filter(|(name, f)| f.progress.caught_up(last) && !state.in_sync.contains(*name))
+            .filter(|(name, f)| {
+                f.progress.caught_up(last, now, lag_timeout) && !state.in_sync.contains(*name)
+            })
             .map(|(name, _)| name.clone())
             .collect();
         state.in_sync.extend(ready.iter().cloned());
@@ -340,6 +343,8 @@ mod tests {
         hub.last_seq()
     }
 
+    const LAG: Duration = Duration::from_secs(5);
+
     fn snapshot(hub: &Hub, seq: u64) -> bool {
         hub.confirmable(seq)
     }
@@ -351,11 +356,11 @@ mod tests {
         assert!(!snapshot(&hub, seq), "alone, below min_in_sync 2: held");
         let b = hub.register("b").unwrap();
         hub.ack("b", b.link_id, seq, true);
-        assert_eq!(hub.admit_caught_up(), vec!["b".to_owned()]);
+        assert_eq!(hub.admit_caught_up(Instant::now(), LAG), vec!["b".to_owned()]);
         assert!(snapshot(&hub, seq));
         let c = hub.register("c").unwrap();
         hub.ack("c", c.link_id, seq, true);
-        hub.admit_caught_up();
+        hub.admit_caught_up(Instant::now(), LAG);
         let next = write(&hub, 1);
         hub.ack("b", b.link_id, next, true);
         assert!(!snapshot(&hub, next), "c is in sync and has not acknowledged: held");
@@ -369,11 +374,11 @@ mod tests {
         let seq = write(&hub, 2);
         let b = hub.register("b").unwrap();
         hub.ack("b", b.link_id, seq - 1, false);
-        assert!(hub.admit_caught_up().is_empty(), "still catching up");
+        assert!(hub.admit_caught_up(Instant::now(), LAG).is_empty(), "still catching up");
         hub.ack("b", b.link_id, seq - 1, true);
-        assert!(hub.admit_caught_up().is_empty(), "one op behind");
+        assert!(hub.admit_caught_up(Instant::now(), LAG).is_empty(), "one op behind");
         hub.ack("b", b.link_id, seq, true);
-        assert_eq!(hub.admit_caught_up(), vec!["b".to_owned()]);
+        assert_eq!(hub.admit_caught_up(Instant::now(), LAG), vec!["b".to_owned()]);
     }
 
     #[test]
@@ -383,9 +388,9 @@ mod tests {
         let new = hub.register("b").unwrap();
         let seq = write(&hub, 1);
         hub.ack("b", old.link_id, seq, true);
-        assert!(hub.admit_caught_up().is_empty());
+        assert!(hub.admit_caught_up(Instant::now(), LAG).is_empty());
         hub.ack("b", new.link_id, seq, true);
-        assert_eq!(hub.admit_caught_up(), vec!["b".to_owned()]);
+        assert_eq!(hub.admit_caught_up(Instant::now(), LAG), vec!["b".to_owned()]);
     }
 
     #[test]
@@ -394,7 +399,7 @@ mod tests {
         let lag = Duration::from_secs(5);
         let b = hub.register("b").unwrap();
         hub.ack("b", b.link_id, 0, true);
-        hub.admit_caught_up();
+        hub.admit_caught_up(Instant::now(), LAG);
         let start = Instant::now();
         write(&hub, 1);
         assert!(hub.replicas(start, lag).reachable.contains("b"));
@@ -414,7 +419,7 @@ mod tests {
         let seq = write(&hub, 1);
         let c = hub.register("c").unwrap();
         hub.ack("c", c.link_id, seq, true);
-        hub.admit_caught_up();
+        hub.admit_caught_up(Instant::now(), LAG);
         assert!(!hub.confirmable(seq), "a is recorded and lacks it");
         hub.set_recorded(["c".to_owned()].into());
         assert!(hub.confirmable(seq));

@@ -126,6 +126,8 @@ pub struct World {
     leaders: Vec<(u64, Vec<u64>)>,
     elected_at: BTreeMap<u64, Micros>,
     pub trace: Vec<String>,
+    /// Whether clients publish (a quiet spell: no op for the followers to acknowledge).
+    traffic: bool,
     pub last_confirm: Micros,
     pub faults_healed_at: Option<Micros>,
 }
@@ -174,6 +176,7 @@ impl World {
             leaders: Vec::new(),
             elected_at: BTreeMap::new(),
             trace: Vec::new(),
+            traffic: true,
             last_confirm: 0,
             faults_healed_at: None,
         };
@@ -267,6 +270,7 @@ impl World {
             Event::Fault => self.fault(),
             Event::HealAll => {
                 self.net.heal_all();
+                self.traffic = true;
                 self.faults_healed_at = Some(self.now);
                 self.log("heal all".into());
             }
@@ -529,7 +533,9 @@ impl World {
         let ready: Vec<String> = hub
             .progress
             .iter()
-            .filter(|(name, p)| p.caught_up(last) && !hub.in_sync.contains(*name))
+            .filter(|(name, p)| {
+                p.caught_up(last, now, Duration::from_micros(TTL)) && !hub.in_sync.contains(*name)
+            })
             .map(|(name, _)| name.clone())
             .collect();
         hub.in_sync.extend(ready);
@@ -588,7 +594,8 @@ impl World {
     // --- replication ------------------------------------------------------------------------
 
     fn publish(&mut self) -> Result<(), Violation> {
-        for n in 0..3 {
+        let publishing = if self.traffic { 0..3 } else { 0..0 };
+        for n in publishing {
             let paused = self.nodes[n].paused_until > self.now;
             let leading = self.nodes[n].hub.as_ref().is_some_and(|hub| !hub.deposed);
             if leading && !self.nodes[n].down && !paused {
@@ -751,6 +758,23 @@ impl World {
         (0..3).find(|n| self.nodes[*n].hub.as_ref().is_some_and(|hub| !hub.deposed))
     }
 
+    /// Clients publish (`true`) or stay quiet.
+    pub fn set_traffic(&mut self, on: bool) {
+        self.traffic = on;
+    }
+
+    /// Cuts `node` from every other node and from etcd.
+    pub fn isolate(&mut self, node: usize) {
+        self.cut_from_peers(node);
+        self.net.cut(End::Node(node), End::Etcd);
+    }
+
+    /// A follower of the current leader (the first by index).
+    pub fn a_follower(&self) -> Option<usize> {
+        let leader = self.leader_now()?;
+        (0..3).find(|n| *n != leader)
+    }
+
     /// Cuts the paths between `node` and every other node (etcd reachable).
     pub fn cut_from_peers(&mut self, node: usize) {
         for other in (0..3).filter(|o| *o != node) {
@@ -786,7 +810,7 @@ impl World {
         let other = (node + 1 + self.rng.between(0, 1) as usize) % 3;
         let target = if self.rng.chance(500) { self.leader_now().unwrap_or(node) } else { node };
         let lasting = self.rng.between(300 * MS, 8 * SECOND);
-        match self.rng.between(0, 8) {
+        match self.rng.between(0, 9) {
             0 => {
                 self.net.cut(End::Node(target), End::Etcd);
                 self.log(format!("cut n{target} from etcd"));
@@ -816,6 +840,10 @@ impl World {
                     self.net.cut(End::Node(n), End::Etcd);
                 }
                 self.log("etcd unreachable".into());
+            }
+            8 => {
+                self.traffic = !self.traffic;
+                self.log(format!("traffic {}", if self.traffic { "on" } else { "off" }));
             }
             _ => {
                 self.net.heal_all();
