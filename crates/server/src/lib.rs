@@ -368,6 +368,12 @@ impl Server {
                     // On the dual-stack socket an IPv4 client is `::ffff:a.b.c.d`: name it as
                     // IPv4 in logs, connection names and per-address login limits.
                     let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
+                    // The name says where the client reached us, as RabbitMQ's
+                    // `127.0.0.1:46300 -> 127.0.0.1:5672`, not the wildcard bind address.
+                    let local = match stream.local_addr() {
+                        Ok(local) => SocketAddr::new(local.ip().to_canonical(), local.port()),
+                        Err(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+                    };
                     let cost = if over_tls { fd_limit::TLS_CONNECTION_FDS } else { 1 };
                     let (Ok(slot), Ok(held_fds)) =
                         (slots.clone().try_acquire_owned(), fds.clone().try_acquire_many_owned(cost))
@@ -379,6 +385,7 @@ impl Server {
                     let cx = connection::ConnectionContext {
                         id: ConnectionId(next_id.fetch_add(1, Ordering::Relaxed)),
                         peer,
+                        local,
                         broker: broker_tx.clone(),
                         session_config: session_config.clone(),
                         clock,
