@@ -1,10 +1,25 @@
 //! What an operator reads (issue 25), over the real binary: connection and channel names carry
-//! the accepted socket's local address.
+//! the accepted socket's local address, and the start-up banner points to the web UI with the
+//! login a first start made.
 
 mod common;
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
 use common::{http, RunningBroker};
+
+/// The lines logged so far containing `text`, waiting up to 10 s for the first.
+fn wait_for_line(broker: &RunningBroker, text: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = broker.log_lines_with(text);
+        if !lines.is_empty() || Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// A broker listening on every address (`--bind ::`, as by default) names a loopback client's
 /// connection `127.0.0.1:PEER -> 127.0.0.1:5672`-style, as RabbitMQ does: the local end of the
@@ -42,4 +57,33 @@ async fn connection_names_use_the_accepted_sockets_local_address() {
     let path = format!("/api/connections/{}", name.replace(' ', "%20").replace('>', "%3E"));
     let (status, body) = http(&broker, "GET", &path, "").await;
     assert_eq!(status, 200, "{body}");
+}
+
+/// A first start's banner gives the UI's URL and guest/guest; a later start on the same data
+/// directory gives the URL only (guest may be gone); `--default-user` is named, its password not.
+#[test]
+fn the_banner_points_to_the_ui_and_the_login_a_first_start_made() {
+    let broker = RunningBroker::start();
+    let url = format!("http://127.0.0.1:{}/", broker.http.port());
+    let lines = wait_for_line(&broker, "management UI at");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains(&format!("management UI at {url} : log in as guest / guest from this machine")),
+        "{lines:?}"
+    );
+    let data_dir = broker.data_dir();
+    let _ = broker.terminate();
+
+    let again = RunningBroker::start_in(data_dir.clone());
+    let lines = wait_for_line(&again, "management UI at");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("management UI at http://127.0.0.1:"), "{lines:?}");
+    assert!(!lines[0].contains("log in as"), "no login claimed at a later start: {lines:?}");
+    let _ = again.terminate();
+    let _ = std::fs::remove_dir_all(&data_dir);
+
+    let admin = RunningBroker::start_with(&["--default-user", "root", "--default-pass", "s3cret-pw"]);
+    let lines = wait_for_line(&admin, "management UI at");
+    assert!(lines.iter().any(|l| l.contains("log in as root with the --default-pass")), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.contains("s3cret-pw")), "the password is never logged: {lines:?}");
 }
