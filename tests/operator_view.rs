@@ -87,3 +87,29 @@ fn the_banner_points_to_the_ui_and_the_login_a_first_start_made() {
     assert!(lines.iter().any(|l| l.contains("log in as root with the --default-pass")), "{lines:?}");
     assert!(!lines.iter().any(|l| l.contains("s3cret-pw")), "the password is never logged: {lines:?}");
 }
+
+/// Every `hourglass_*` family the binary exposes on `/metrics` is in docs/metrics.md (issue 25:
+/// `hourglass_store_recovery_damaged_*` were not).
+#[tokio::test]
+async fn every_hourglass_metric_is_documented() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let broker = RunningBroker::start();
+    let line = broker.log_lines_with("metrics=").into_iter().next().expect("the listening line");
+    let metrics = common::parse_addr(&line, "metrics=").expect("metrics address");
+    let mut socket = tokio::net::TcpStream::connect(metrics).await.expect("connect metrics");
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {metrics}\r\nConnection: close\r\n\r\n");
+    socket.write_all(request.as_bytes()).await.expect("send");
+    let mut scraped = String::new();
+    socket.read_to_string(&mut scraped).await.expect("read");
+    let names: Vec<&str> = scraped
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| name.starts_with("hourglass_"))
+        .collect();
+    assert!(names.len() >= 5, "{scraped}");
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).expect("docs");
+    let undocumented: Vec<&&str> = names.iter().filter(|n| !docs.contains(&format!("`{n}`"))).collect();
+    assert!(undocumented.is_empty(), "not in docs/metrics.md: {undocumented:?}");
+}
