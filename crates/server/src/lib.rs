@@ -580,12 +580,11 @@ fn ui_url(addrs: &ListenAddrs) -> Option<String> {
         (None, Some(https)) => ("https", https),
         (None, None) => return None,
     };
-    let host = if addr.ip().is_unspecified() {
-        "localhost".to_owned()
-    } else {
-        SocketAddr::new(addr.ip(), 0).to_string()
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() => "localhost".to_owned(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        std::net::IpAddr::V4(ip) => ip.to_string(),
     };
-    let host = host.strip_suffix(":0").unwrap_or(&host).to_owned();
     Some(format!("{scheme}://{host}:{}/", addr.port()))
 }
 
