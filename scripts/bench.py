@@ -2,11 +2,12 @@
 """Side-by-side benchmark matrix: Hourglass vs the reference RabbitMQ, same machine, same run.
 
 Builds the release binaries, starts Hourglass (loopback, free port, temp data dir) and the
-reference RabbitMQ (../shared/tools/rabbitmq-ref, 127.0.0.1:5673), runs every scenario of the
+reference RabbitMQ (a `rabbitmq-ref` script, see rabbitmq_ref(); 127.0.0.1:5673), runs every scenario of the
 standard matrix against both, alternating brokers per repetition, and writes docs/benchmarks.md
 (medians, min-max spread, Hourglass/RabbitMQ ratios) plus the raw JSON lines.
 
 usage: scripts/bench.py [--reps N] [--seconds S] [--only NAME[,NAME]] [--out docs/benchmarks.md]
+                        [--rabbitmq-ref PATH]
 Stops only what it started: Hourglass always, RabbitMQ only if it was not already running.
 """
 import argparse
@@ -25,7 +26,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PERF = ROOT / "target/release/hourglass-perf"
 HOURGLASS = ROOT / "target/release/hourglass"
-RABBITMQ_REF = ROOT.parent / "shared/tools/rabbitmq-ref"
+# Where the development machine keeps its reference RabbitMQ; elsewhere, RABBITMQ_REF names it.
+DEFAULT_RABBITMQ_REF = ROOT.parent / "shared/tools/rabbitmq-ref"
+
+
+def rabbitmq_ref():
+    """The reference RabbitMQ's control script: `$RABBITMQ_REF` (or --rabbitmq-ref), else
+    ../shared/tools/rabbitmq-ref where it exists. It takes `start` / `stop` and reads RMQ_PORT
+    (AMQP port, default 5673), RMQ_BASE (its data directory) and RMQ_EXTRA_CONF (rabbitmq.conf
+    lines) from its environment. Exits with what to do when there is none."""
+    named = os.environ.get("RABBITMQ_REF")
+    ref = Path(named) if named else DEFAULT_RABBITMQ_REF
+    if not (ref.is_file() and os.access(ref, os.X_OK)):
+        where = f"RABBITMQ_REF={named} is not an executable file" if named else (
+            f"no reference RabbitMQ: {DEFAULT_RABBITMQ_REF} does not exist")
+        sys.exit(f"{where}. Set RABBITMQ_REF (or pass --rabbitmq-ref) to a script that runs "
+                 "`start` / `stop` for a RabbitMQ 3.x listening on $RMQ_PORT (data in $RMQ_BASE); "
+                 "or skip RabbitMQ where the script offers it (--skip-rabbitmq).")
+    return ref
 RMQ_PORT = 5673
 # A run that takes longer than this has stalled; it is killed and reported as a failure.
 RUN_TIMEOUT_S = 180
@@ -111,7 +129,7 @@ def start_rabbitmq():
     pid = listening_pid(RMQ_PORT)
     if pid:
         return pid, False
-    subprocess.run([str(RABBITMQ_REF), "start"], check=True, timeout=600)
+    subprocess.run([str(rabbitmq_ref()), "start"], check=True, timeout=600)
     pid = listening_pid(RMQ_PORT)
     if not pid:
         sys.exit("rabbitmq-ref started but nothing listens on 5673")
@@ -183,7 +201,7 @@ def write_report(out, scenarios, collected, failures, meta):
         "(below 1 is better for CPU, latency and memory; above 1 is better for rates).",
         "",
         f"Brokers: Hourglass release build (`--bind 127.0.0.1`, in-memory); {meta['rabbitmq']} (Debian",
-        "package via `../shared/tools/rabbitmq-ref`, default settings). Load: `hourglass-perf` (raw client,",
+        "package via `rabbitmq-ref` (`RABBITMQ_REF`), default settings). Load: `hourglass-perf` (raw client,",
         "< 1 µs of its own CPU per message in the plain flows; see docs/adr/0004-load-tool.md).",
         "",
         "| scenario | figure | Hourglass | RabbitMQ | ratio HG/RMQ |",
@@ -233,7 +251,12 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks.md"))
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--rabbitmq-ref", help="the reference RabbitMQ's control script (else $RABBITMQ_REF)")
     opts = ap.parse_args()
+    if opts.rabbitmq_ref:
+        os.environ["RABBITMQ_REF"] = opts.rabbitmq_ref
+    if not listening_pid(RMQ_PORT):
+        rabbitmq_ref()  # before the build: a missing reference broker fails at once, saying why
     if not opts.no_build:
         subprocess.run(["cargo", "build", "--release", "-p", "hourglass", "-p", "hourglass-perf"], cwd=ROOT, check=True)
     scenarios = [s for s in matrix(opts.seconds) if not opts.only or s[0] in opts.only.split(",")]
@@ -276,7 +299,7 @@ def main():
     finally:
         stop_hourglass(hg)
         if rmq_ours:
-            subprocess.run([str(RABBITMQ_REF), "stop"], timeout=120)
+            subprocess.run([str(rabbitmq_ref()), "stop"], timeout=120)
     log_tail = (tmp / "hourglass.log").read_text()[-3000:]
     if log_tail.strip():
         failures.append("Hourglass log (warnings and errors):\n\n```\n" + log_tail + "\n```")

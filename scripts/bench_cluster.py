@@ -9,7 +9,8 @@ With --declares N it measures durable declares instead: N durable queues, each d
 one at a time (`hourglass-perf declares`), whose -oks wait until a majority holds the definition.
 
 usage: scripts/bench_cluster.py [--seconds 10] [--reps 2] [--skip-rabbitmq] [--declares N]
-needs: target/release/{hourglass,hourglass-perf}, etcd (Debian etcd-server), rabbitmq-ref.
+needs: target/release/{hourglass,hourglass-perf}, etcd (Debian etcd-server), the reference
+RabbitMQ (RABBITMQ_REF, see bench.py rabbitmq_ref()).
 """
 import argparse
 import base64
@@ -24,7 +25,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import HOURGLASS, PERF, RABBITMQ_REF, free_port, listening_pid, wait_for_port  # noqa: E402
+from bench import HOURGLASS, PERF, free_port, listening_pid, rabbitmq_ref, wait_for_port  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 RMQ_PORTS = [5681, 5682, 5683]
@@ -89,7 +90,7 @@ def start_hourglass_cluster(tmp, etcd_url):
 
 def rmq(port, *cmd, check=True):
     env = {**os.environ, "RMQ_PORT": str(port), "RMQ_BASE": f"/tmp/rmq-cluster-{port}"}
-    return subprocess.run([str(RABBITMQ_REF), *cmd], env=env, check=check, timeout=600, capture_output=True, text=True)
+    return subprocess.run([str(rabbitmq_ref()), *cmd], env=env, check=check, timeout=600, capture_output=True, text=True)
 
 
 def ctl(port, *args):

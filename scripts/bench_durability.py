@@ -8,9 +8,10 @@
   2. memory: fill a fresh broker's durable queue with M persistent 16 B messages and report the
      broker's resident memory and its growth per queued message.
 
-RabbitMQ runs as a private instance of ../shared/tools/rabbitmq-ref (its own port and data
-directory, so the shared reference on 5673 is left alone) and is stopped at the end; Hourglass runs
-from target/release with a temporary data directory. Results go to docs/benchmarks-durability.md.
+RabbitMQ runs as a private instance of the reference broker (`RABBITMQ_REF`, see bench.py
+rabbitmq_ref(); its own port and data directory, so the shared reference on 5673 is left alone)
+and is stopped at the end; Hourglass runs from target/release with a temporary data directory.
+Results go to docs/benchmarks-durability.md.
 
 usage: scripts/bench_durability.py [--recovery N] [--memory M] [--skip-rabbitmq] [--no-build]
                                    [--reuse-rabbitmq docs/benchmarks-durability.md]
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import HOURGLASS, PERF, RABBITMQ_REF, ROOT, free_port, listening_pid, wait_for_port  # noqa: E402
+from bench import HOURGLASS, PERF, ROOT, free_port, listening_pid, rabbitmq_ref, wait_for_port  # noqa: E402
 
 # Slack over what the figures themselves take; a run past it has stalled.
 STEP_TIMEOUT_S = 1800
@@ -105,17 +106,17 @@ class RabbitMQ:
         self.starter = None
 
     def spawn(self):
-        self.starter = subprocess.Popen([str(RABBITMQ_REF), "start"], env=self.env,
+        self.starter = subprocess.Popen([str(rabbitmq_ref()), "start"], env=self.env,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def start(self):
-        subprocess.run([str(RABBITMQ_REF), "start"], env=self.env, check=True, timeout=600)
+        subprocess.run([str(rabbitmq_ref()), "start"], env=self.env, check=True, timeout=600)
 
     def pid(self):
         return listening_pid(self.port)
 
     def stop(self):
-        subprocess.run([str(RABBITMQ_REF), "stop"], env=self.env, timeout=600)
+        subprocess.run([str(rabbitmq_ref()), "stop"], env=self.env, timeout=600)
         if self.starter:
             self.starter.wait(timeout=600)
 

@@ -271,7 +271,11 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
     let broker = Broker::new(BrokerConfig { persistence: setup & 4 != 0, ..BrokerConfig::default() });
     let peers = (0..CONNECTIONS)
         .map(|i| {
-            let peer = PeerInfo { addr: format!("127.0.0.1:{}", 40000 + i), is_loopback: true };
+            let peer = PeerInfo {
+                addr: format!("127.0.0.1:{}", 40000 + i),
+                local: "127.0.0.1:5672".to_owned(),
+                is_loopback: true,
+            };
             let session = Connection::new(ConnectionId(i as u64 + 1), peer, config.clone(), now);
             let heartbeat = if setup & 8 != 0 { 2 } else { 0 };
             let input = if setup & (1 << i) != 0 { handshake(heartbeat) } else { BytesMut::new() };

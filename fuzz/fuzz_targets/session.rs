@@ -32,7 +32,8 @@ fn handshake() -> BytesMut {
 
 fuzz_target!(|data: &[u8]| {
     let config = Arc::new(SessionConfig::new(Arc::new(StaticUsers::default())));
-    let peer = PeerInfo { addr: "127.0.0.1:1".to_owned(), is_loopback: true };
+    let peer =
+        PeerInfo { addr: "127.0.0.1:1".to_owned(), local: "127.0.0.1:5672".to_owned(), is_loopback: true };
     let mut now = Timestamp::from_millis(1_700_000_000_000);
     let mut session = Connection::new(ConnectionId(1), peer, config, now);
     let mut input = handshake();

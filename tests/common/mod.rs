@@ -54,8 +54,11 @@ impl RunningBroker {
         // HOURGLASS_E2E_BIN: another build of the binary (a release one, for measurements).
         let binary =
             std::env::var("HOURGLASS_E2E_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_hourglass").to_owned());
+        // Loopback unless the test names its own `--bind`.
+        let bind: &[&str] = if extra.contains(&"--bind") { &[] } else { &["--bind", "127.0.0.1"] };
         let mut child = Command::new(binary)
-            .args(["--bind", "127.0.0.1", "--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"])
+            .args(bind)
+            .args(["--amqp-port", "0", "--http-port", "0", "--metrics-port", "0"])
             .args(extra)
             .arg("--data-dir")
             .arg(&data_dir)

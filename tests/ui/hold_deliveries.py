@@ -1,5 +1,5 @@
-"""Screenshots only (UI_SCREENSHOTS=1): takes COUNT deliveries from QUEUE with manual ack and
-holds them unsettled, so the queue's page shows deliveries in flight. Stops after 60 s at most."""
+"""The in-flight test and the screenshots (UI_SCREENSHOTS=1): takes COUNT deliveries from QUEUE
+with manual ack and holds them unsettled, so the queue's page shows deliveries in flight. Stops after 60 s at most."""
 import sys
 import time
 

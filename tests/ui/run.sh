@@ -9,6 +9,9 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm) >/dev/null
 (cd tests/ui && npm ci --no-audit --no-fund --loglevel=error)
+# The in-flight test holds a delivery with a pika consumer (hold_deliveries.py), pinned as in
+# tests/clients/run.sh.
+python3 -c 'import pika' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check 'pika==1.3.2'
 profile=${UI_PROFILE:-release}
 if [ "$profile" = release ]; then
   cargo build --release --locked --quiet --bin hourglass

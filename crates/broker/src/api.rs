@@ -28,6 +28,9 @@ pub struct ConnectionInfo {
     pub vhost: String,
     /// The peer's socket address, e.g. `127.0.0.1:50312`.
     pub peer: String,
+    /// The local address of the accepted socket, e.g. `127.0.0.1:5672` (empty for the
+    /// management API's own connection).
+    pub local: String,
     pub client_properties: FieldTable,
     pub capabilities: ClientCapabilities,
     pub frame_max: u32,

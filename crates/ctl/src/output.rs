@@ -94,6 +94,11 @@ fn column(item: &Value, name: &str) -> Value {
         "destination_name" => item["destination"].clone(),
         "destination_kind" => item["destination_type"].clone(),
         "source_kind" => Value::from("exchange"),
+        // list_consumers: the queue's name; the channel's name stands for rabbitmqctl's pid.
+        "queue_name" if item.get("queue_name").is_none() => item["queue"]["name"].clone(),
+        "channel_pid" => item["channel_details"]["name"].clone(),
+        // list_channels: the connection's name.
+        "connection" if item["connection_details"].is_object() => item["connection_details"]["name"].clone(),
         // Nested fields by path, e.g. `queue.name`, `channel_details.name`.
         other => other.split('.').fold(item, |value, key| &value[key]).clone(),
     }

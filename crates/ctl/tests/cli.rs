@@ -11,6 +11,12 @@ fn start_broker() -> String {
 
 /// Starts a broker as `start_broker`; returns its API URL and its AMQP address.
 fn start_broker_with_amqp() -> (String, std::net::SocketAddr) {
+    start_broker_on([127, 0, 0, 1].into())
+}
+
+/// Starts a broker listening on `bind` (`::` listens on every address, IPv4 too); returns its API
+/// URL and its AMQP address, both on loopback.
+fn start_broker_on(bind: std::net::IpAddr) -> (String, std::net::SocketAddr) {
     // One data directory per broker: tests run in parallel and a directory takes one broker.
     static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -19,7 +25,7 @@ fn start_broker_with_amqp() -> (String, std::net::SocketAddr) {
         let runtime = tokio::runtime::Runtime::new().expect("runtime");
         runtime.block_on(async move {
             let config = Config {
-                bind: [127, 0, 0, 1].into(),
+                bind: bind.into(),
                 amqp_port: 0,
                 http_port: 0,
                 metrics_port: 0,
@@ -32,8 +38,17 @@ fn start_broker_with_amqp() -> (String, std::net::SocketAddr) {
             server.run(std::future::pending()).await.expect("run");
         });
     });
-    let (http, amqp) = rx.recv().expect("broker started");
-    (format!("http://{http}"), amqp)
+    let (http, amqp): (std::net::SocketAddr, std::net::SocketAddr) = rx.recv().expect("broker started");
+    let loopback = |addr: std::net::SocketAddr| match addr.ip() {
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            std::net::SocketAddr::from(([127, 0, 0, 1], addr.port()))
+        }
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            std::net::SocketAddr::from(([127, 0, 0, 1], addr.port()))
+        }
+        _ => addr,
+    };
+    (format!("http://{}", loopback(http)), loopback(amqp))
 }
 
 /// Runs hourglass-ctl with rows only (`-q --no-table-headers`), as scripts use it.
@@ -367,4 +382,70 @@ fn trace_on_and_off_switch_the_vhosts_firehose() {
     let (ok, _, err) = ctl(&url, &["trace_on", "-p", "nowhere"]);
     assert!(!ok && err.contains("nowhere"), "{err}");
     assert_eq!(ctl(&url, &["list_vhosts"]).1, "/\n");
+}
+
+/// Every verb says what it does in `--help` (issue 25: a dozen had an empty line), and the help
+/// no longer says the cluster is "one node until clustering exists".
+#[test]
+fn every_verb_has_a_help_line() {
+    let output = Command::new(env!("CARGO_BIN_EXE_hourglass-ctl")).arg("--help").output().expect("run ctl");
+    let help = String::from_utf8_lossy(&output.stdout);
+    let commands =
+        help.split("Commands:").nth(1).and_then(|c| c.split("Options:").next()).expect("Commands:");
+    let verbs: Vec<&str> =
+        commands.lines().filter(|l| l.starts_with("  ") && !l.starts_with("   ")).collect();
+    assert!(verbs.len() > 40, "{help}");
+    let bare: Vec<&str> =
+        verbs.iter().filter(|l| l.split_whitespace().count() < 2).map(|l| l.trim()).collect();
+    assert!(bare.is_empty(), "verbs without help: {bare:?}");
+    assert!(!help.contains("until clustering exists"), "{help}");
+}
+
+/// list_consumers prints the columns its help names (`queue_name channel_pid ...`), the channel
+/// named as the API names it; list_channels' `connection` column is the connection's name.
+#[test]
+fn list_consumers_prints_the_columns_its_help_names() {
+    let (url, amqp) = start_broker_with_amqp();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let uri = format!("amqp://guest:guest@{amqp}/%2f");
+    let connection = runtime.block_on(lapin::Connection::connect(&uri, Default::default())).expect("connect");
+    let channel = runtime.block_on(connection.create_channel()).expect("channel");
+    runtime
+        .block_on(channel.queue_declare("work".into(), Default::default(), Default::default()))
+        .expect("declare");
+    // Kept: a dropped lapin consumer is cancelled.
+    let _consumer = runtime
+        .block_on(channel.basic_consume(
+            "work".into(),
+            "tag-1".into(),
+            Default::default(),
+            Default::default(),
+        ))
+        .expect("consume");
+    let (ok, out, err) = ctl_as_typed(&url, &["-q", "list_consumers"]);
+    assert!(ok, "{err}");
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("queue_name\tchannel_pid\tconsumer_tag\tack_required\tprefetch_count"));
+    let row: Vec<&str> = lines.next().expect("a row").split('\t').collect();
+    assert_eq!(row[0], "work", "{out}");
+    assert!(row[1].contains(&format!(" -> {amqp} (1)")), "the channel's name: {out}");
+    assert_eq!(row[2..], ["tag-1", "true", "0"], "{out}");
+    let (_, out, _) = ctl_as_typed(&url, &["-q", "list_channels"]);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("connection\tnumber\tuser\tconsumer_count\tmessages_unacknowledged"));
+    let row = lines.next().expect("a row");
+    assert!(row.contains(&format!(" -> {amqp}\t1\tguest\t1\t0")), "{out}");
+}
+
+/// `status` prints a listener on `::` as the socket address `[::]:PORT`, not `:::PORT`.
+#[test]
+fn status_prints_listeners_as_socket_addresses() {
+    let (url, amqp) = start_broker_on(std::net::Ipv6Addr::UNSPECIFIED.into());
+    let (ok, out, err) = ctl_as_typed(&url, &["-q", "status"]);
+    assert!(ok, "{err}");
+    let listeners = out.lines().find(|l| l.starts_with("listeners: ")).expect("listeners line");
+    // A machine without IPv6 listens on 0.0.0.0 instead.
+    let expected = [format!("amqp [::]:{}", amqp.port()), format!("amqp 0.0.0.0:{}", amqp.port())];
+    assert!(expected.iter().any(|e| listeners.contains(e.as_str())), "{listeners}");
+    assert!(!listeners.contains(":::"), "{listeners}");
 }

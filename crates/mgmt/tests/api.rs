@@ -32,7 +32,11 @@ async fn basic_auth_is_required() {
     assert_eq!(body["error"], "not_authorized");
     let (status, body) = call(&s, "GET", "/api/whoami", None).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body, json!({"name": "guest", "tags": ["administrator"], "is_internal_user": true}));
+    let own = json!([{"vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}]);
+    assert_eq!(
+        body,
+        json!({"name": "guest", "tags": ["administrator"], "is_internal_user": true, "permissions": own})
+    );
 }
 
 /// Overview and nodes carry the fields rabbitmqadmin reads.

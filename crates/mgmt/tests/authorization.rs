@@ -117,6 +117,7 @@ async fn fake_connection(s: &AppState, id: u64, user: &str, peer: &str) -> Strin
         user: user.to_owned(),
         vhost: "/".to_owned(),
         peer: peer.to_owned(),
+        local: "127.0.0.1:5672".to_owned(),
         client_properties: Default::default(),
         capabilities: Default::default(),
         frame_max: 131_072,

@@ -60,6 +60,9 @@ struct OutputGauge {
 pub struct ConnectionContext {
     pub id: ConnectionId,
     pub peer: SocketAddr,
+    /// The accepted socket's local address (IPv4-mapped addresses as IPv4), named in the
+    /// connection's name: `peer -> local`.
+    pub local: SocketAddr,
     pub broker: mpsc::Sender<BrokerInput>,
     pub session_config: Arc<SessionConfig>,
     pub clock: Clock,
@@ -92,7 +95,11 @@ async fn serve<R: SocketRead, W: SocketWrite>(
     if cx.broker.send(BrokerInput::Register { conn: cx.id, mailbox: mailbox_tx }).await.is_err() {
         return;
     }
-    let peer = PeerInfo { addr: cx.peer.to_string(), is_loopback: cx.peer.ip().to_canonical().is_loopback() };
+    let peer = PeerInfo {
+        addr: cx.peer.to_string(),
+        local: cx.local.to_string(),
+        is_loopback: cx.peer.ip().to_canonical().is_loopback(),
+    };
     let mut session = Connection::new(cx.id, peer, cx.session_config.clone(), cx.clock.now());
     if let Some(certificate) = tls {
         session = session.over_tls(certificate);

@@ -31,8 +31,16 @@ use hourglass_store::Storage;
 /// The whole-file users snapshot older versions kept; read once and moved into the catalog.
 pub const LEGACY_USERS_FILE: &str = "users.snap";
 
+/// The administrator a start made, for the start-up banner (a first start's guest/guest, or
+/// the `--default-user`); `None` when the users were already stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MadeUser {
+    Guest,
+    DefaultUser(String),
+}
+
 /// Loads (or creates) the user store kept in `catalog`, brings `broker`'s vhosts in line with
-/// it, and makes every later change save to `catalog`. `storage` is the data directory (for an
+/// it, and makes every later change save to `catalog`; says which administrator it made, if any. `storage` is the data directory (for an
 /// older `users.snap`). A vhost in `keep` (it holds queues recreated for orphaned messages,
 /// issue 12) is added to the store rather than deleted from the broker: deleting it would purge
 /// those messages.
@@ -44,7 +52,8 @@ pub fn open(
     keep: &[String],
     broker: &mut Broker,
     now: Timestamp,
-) -> anyhow::Result<UserStore> {
+) -> anyhow::Result<(UserStore, Option<MadeUser>)> {
+    let mut made = None;
     let stored = {
         let catalog = lock_catalog(&catalog);
         UserStore::from_catalog(catalog.entries().map(|(k, v)| (&k[..], &v[..])), loopback_users.clone())
@@ -62,6 +71,7 @@ pub fn open(
             if let (true, Some(user)) = (users.users().is_empty(), blank.default_user) {
                 // A catalog set aside left no users: the configured administrator is the way in.
                 users.add_default_user(&user.name, &user.password)?;
+                made = Some(MadeUser::DefaultUser(user.name.clone()));
                 tracing::warn!(user = %user.name, "no users were stored: added the --default-user administrator");
             }
             reconcile(users, keep, broker, now)?
@@ -80,8 +90,14 @@ pub fn open(
         (None, None) => {
             // Every record goes in with one save (one catalog commit), not one commit per vhost.
             let users = match (blank.history, blank.default_user) {
-                (_, Some(user)) => UserStore::with_default_user(loopback_users, &user.name, &user.password)?,
-                (CatalogHistory::FirstStart, None) => UserStore::with_defaults(loopback_users),
+                (_, Some(user)) => {
+                    made = Some(MadeUser::DefaultUser(user.name.clone()));
+                    UserStore::with_default_user(loopback_users, &user.name, &user.password)?
+                }
+                (CatalogHistory::FirstStart, None) => {
+                    made = Some(MadeUser::Guest);
+                    UserStore::with_defaults(loopback_users)
+                }
                 (CatalogHistory::HeldBefore, None) => {
                     tracing::error!(
                         "no users are stored, though this data directory held a catalog before \
@@ -106,7 +122,7 @@ pub fn open(
         broker.add_vhost(&vhost.name);
         broker.set_vhost_max_queues(&vhost.name, vhost.limits.effective("max-queues"));
     }
-    Ok(users)
+    Ok((users, made))
 }
 
 /// What decides the users of a catalog that has none.
@@ -185,7 +201,7 @@ mod tests {
 
     fn start(storage: &MemStorage, keep: &[String], broker: &mut Broker) -> UserStore {
         let history = CatalogHistory::FirstStart;
-        open(catalog(storage), blank(history), storage, vec![], keep, broker, Timestamp::ZERO).unwrap()
+        open(catalog(storage), blank(history), storage, vec![], keep, broker, Timestamp::ZERO).unwrap().0
     }
 
     /// A first start saves the defaults; changes are saved and read back at the next start,
@@ -213,9 +229,10 @@ mod tests {
         let storage = MemStorage::new();
         let shared = catalog(&storage);
         let history = CatalogHistory::FirstStart;
-        let users =
+        let (users, made) =
             open(shared.clone(), blank(history), &storage, vec![], &[], &mut broker(), Timestamp::ZERO)
                 .unwrap();
+        assert_eq!(made, Some(MadeUser::Guest), "a first start makes guest");
         let count = || lock_catalog(&shared).len();
         let before = count();
         for i in 0..50 {
@@ -283,8 +300,10 @@ mod tests {
         let mut old = broker();
         old.add_vhost("prod");
         let history = CatalogHistory::HeldBefore;
-        let users = open(catalog(&storage), blank(history), &storage, vec![], &[], &mut old, Timestamp::ZERO)
-            .unwrap();
+        let (users, made) =
+            open(catalog(&storage), blank(history), &storage, vec![], &[], &mut old, Timestamp::ZERO)
+                .unwrap();
+        assert_eq!(made, None, "no administrator made");
         assert!(users.check_login("guest", "guest", true).is_err());
         assert!(users.vhost("prod").is_some());
         drop(users);

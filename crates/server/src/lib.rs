@@ -72,6 +72,8 @@ pub struct Server {
     broker: Broker,
     data: persistence::DataDir,
     users: Arc<UserStore>,
+    /// The administrator this start made (a first start's guest), named in the start-up banner.
+    made_user: Option<identity::MadeUser>,
     hooks: ServerHooks,
 }
 
@@ -162,14 +164,14 @@ impl Server {
         let on_corruption =
             if config.recover_skip_corrupt { OnCorruption::Skip } else { OnCorruption::Refuse };
         let wrap = hooks.storage.clone();
-        let (data, broker, users) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let (data, broker, users, made_user) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let opened_at = clock.now();
             let mut data =
                 persistence::DataDir::open(&data_dir, on_corruption, damaged, wrap.as_ref(), opened_at)?;
             let report = persistence::recover(&mut data, &mut broker, clock.now());
             // A vhost holding queues recreated for orphaned messages stays, whatever users.snap says.
             let keep: Vec<String> = report.orphaned.iter().map(|o| o.vhost.clone()).collect();
-            let users = identity::open(
+            let (users, made_user) = identity::open(
                 data.catalog.clone(),
                 identity::Blank { history: data.catalog_history, default_user: default_user.as_ref() },
                 data.definitions.as_ref(),
@@ -178,7 +180,7 @@ impl Server {
                 &mut broker,
                 clock.now(),
             )?;
-            Ok((data, broker, Arc::new(users)))
+            Ok((data, broker, Arc::new(users), made_user))
         })
         .await
         .context("recovery task")??;
@@ -194,6 +196,7 @@ impl Server {
             broker,
             data,
             users,
+            made_user,
             hooks,
         })
     }
@@ -239,6 +242,7 @@ impl Server {
             broker,
             data,
             users,
+            made_user,
             hooks,
         } = self;
         let store_damage = data.damage();
@@ -332,6 +336,7 @@ impl Server {
         let mut refusals = RefusalLog::default();
         let mut connections = JoinSet::new();
         log_start(&config, &limits, max_connections, &addrs);
+        log_ui(&addrs, made_user.as_ref(), &config.loopback_users);
         tokio::pin!(shutdown);
         let mut died: Option<supervise::Died> = None;
         loop {
@@ -368,6 +373,12 @@ impl Server {
                     // On the dual-stack socket an IPv4 client is `::ffff:a.b.c.d`: name it as
                     // IPv4 in logs, connection names and per-address login limits.
                     let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
+                    // The name says where the client reached us, as RabbitMQ's
+                    // `127.0.0.1:46300 -> 127.0.0.1:5672`, not the wildcard bind address.
+                    let local = match stream.local_addr() {
+                        Ok(local) => SocketAddr::new(local.ip().to_canonical(), local.port()),
+                        Err(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+                    };
                     let cost = if over_tls { fd_limit::TLS_CONNECTION_FDS } else { 1 };
                     let (Ok(slot), Ok(held_fds)) =
                         (slots.clone().try_acquire_owned(), fds.clone().try_acquire_many_owned(cost))
@@ -379,6 +390,7 @@ impl Server {
                     let cx = connection::ConnectionContext {
                         id: ConnectionId(next_id.fetch_add(1, Ordering::Relaxed)),
                         peer,
+                        local,
                         broker: broker_tx.clone(),
                         session_config: session_config.clone(),
                         clock,
@@ -540,6 +552,40 @@ fn log_start(config: &Config, limits: &alarm::Limits, max_connections: usize, ad
         %loopback_users,
         "limits"
     );
+}
+
+/// The banner's pointer to the web UI: its URL (HTTPS when plain HTTP is off), and the login a
+/// first start made. The password is printed only for guest, whose is the well-known default.
+fn log_ui(addrs: &ListenAddrs, made: Option<&identity::MadeUser>, loopback_users: &[String]) {
+    let Some(url) = ui_url(addrs) else { return };
+    match made {
+        Some(identity::MadeUser::Guest) => {
+            let from = if loopback_users.iter().any(|u| u == "guest") { " from this machine" } else { "" };
+            tracing::info!(
+                "management UI at {url} : log in as guest / guest{from} (made at this first start; \
+                 add your own administrator and delete guest: docs/configuration.md)"
+            )
+        }
+        Some(identity::MadeUser::DefaultUser(name)) => tracing::info!(
+            "management UI at {url} : log in as {name} with the --default-pass (made at this start)"
+        ),
+        None => tracing::info!("management UI at {url}"),
+    }
+}
+
+/// `http://host:port/` of the management UI; a wildcard bind address shown as `localhost`.
+fn ui_url(addrs: &ListenAddrs) -> Option<String> {
+    let (scheme, addr) = match (addrs.http, addrs.https) {
+        (Some(http), _) => ("http", http),
+        (None, Some(https)) => ("https", https),
+        (None, None) => return None,
+    };
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() => "localhost".to_owned(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+    };
+    Some(format!("{scheme}://{host}:{}/", addr.port()))
 }
 
 /// Where each listener listens; `None` where it is off.

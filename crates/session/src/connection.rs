@@ -55,6 +55,9 @@ pub const DRAIN_AFTER_CLOSE_OK_MS: u64 = 3_000;
 pub struct PeerInfo {
     /// The peer's socket address, e.g. `127.0.0.1:50312`.
     pub addr: String,
+    /// The local address of the accepted socket (the server's side), e.g. `127.0.0.1:5672`:
+    /// connection names read `peer -> local`, as RabbitMQ's.
+    pub local: String,
     /// True for a loopback peer (some users, like `guest`, may only log in from one).
     pub is_loopback: bool,
 }

@@ -50,6 +50,7 @@ impl TestBroker {
             user: user.to_owned(),
             vhost: "/".to_owned(),
             peer: format!("127.0.0.1:{}", 40000 + conn.0),
+            local: "127.0.0.1:5672".to_owned(),
             client_properties: FieldTable::new(),
             capabilities: ClientCapabilities { consumer_cancel_notify: true, connection_blocked: true },
             frame_max: 131072,

@@ -28,6 +28,8 @@ pub struct ChannelSummary {
     pub user: String,
     pub vhost: String,
     pub peer: String,
+    /// The local address of the connection's socket.
+    pub local: String,
     /// The connection came over TLS (it is named after the AMQPS listener).
     pub tls: bool,
     pub consumers: usize,
@@ -61,6 +63,8 @@ pub struct ConsumerSummary {
     pub conn: ConnectionId,
     pub channel: ChannelId,
     pub peer: String,
+    /// The local address of the connection's socket.
+    pub local: String,
     /// The connection came over TLS (it is named after the AMQPS listener).
     pub tls: bool,
     pub user: String,
@@ -151,6 +155,7 @@ impl Broker {
                     user: info.user.clone(),
                     vhost: info.vhost.clone(),
                     peer: info.peer.clone(),
+                    local: info.local.clone(),
                     tls: info.login.tls,
                     consumers: channel.consumers.len(),
                     messages_unacknowledged: channel.consumer_unacked,
@@ -183,6 +188,7 @@ impl Broker {
                     conn: consumer.conn,
                     channel: consumer.channel,
                     peer: connection.info.peer.clone(),
+                    local: connection.info.local.clone(),
                     tls: connection.info.login.tls,
                     user: connection.info.user.clone(),
                     ack_required: !consumer.no_ack,

@@ -95,6 +95,7 @@ impl Broker {
             user: user.to_owned(),
             vhost: vhost.to_owned(),
             peer: "management".to_owned(),
+            local: String::new(),
             client_properties: FieldTable::new(),
             capabilities: ClientCapabilities::default(),
             frame_max: 0,

@@ -51,11 +51,8 @@ pub enum Command {
     /// The node's effective settings.
     Environment,
     /// Checks a user's credentials.
-    AuthenticateUser {
-        username: String,
-        password: String,
-    },
-    /// The cluster's name, nodes and alarms (one node until clustering exists).
+    AuthenticateUser { username: String, password: String },
+    /// The cluster's name, its nodes (each node's role and state when clustered) and alarms.
     ClusterStatus,
     /// Sets the memory alarm's watermark until the next restart: a fraction of the machine's
     /// memory (`0.4`), or `absolute SIZE` (`absolute 2GB`).
@@ -70,77 +67,52 @@ pub enum Command {
         value: Vec<String>,
     },
     /// Queues of the vhost: columns default to `name messages`.
-    ListQueues {
-        columns: Vec<String>,
-    },
+    ListQueues { columns: Vec<String> },
     /// Exchanges of the vhost: columns default to `name type`.
-    ListExchanges {
-        columns: Vec<String>,
-    },
+    ListExchanges { columns: Vec<String> },
     /// Bindings of the vhost: columns default to rabbitmqctl's six.
-    ListBindings {
-        columns: Vec<String>,
-    },
+    ListBindings { columns: Vec<String> },
     /// Client connections: columns default to `user peer_host peer_port state`.
-    ListConnections {
-        columns: Vec<String>,
-    },
+    ListConnections { columns: Vec<String> },
+    /// Users and their tags.
     ListUsers,
     /// Virtual hosts: columns default to `name` (also `tracing`, `description`, `tags`...).
-    ListVhosts {
-        columns: Vec<String>,
-    },
+    ListVhosts { columns: Vec<String> },
+    /// Permissions in the vhost: user, configure, write, read.
     ListPermissions,
-    AddUser {
-        username: String,
-        password: String,
-    },
-    DeleteUser {
-        username: String,
-    },
-    ChangePassword {
-        username: String,
-        password: String,
-    },
+    /// Adds a user with a password and no tags (refused if the user exists).
+    AddUser { username: String, password: String },
+    /// Deletes a user, its permissions, and closes its connections.
+    DeleteUser { username: String },
+    /// Sets a new password for a user.
+    ChangePassword { username: String, password: String },
     /// Replaces the user's tags.
-    SetUserTags {
-        username: String,
-        tags: Vec<String>,
-    },
-    SetPermissions {
-        username: String,
-        configure: String,
-        write: String,
-        read: String,
-    },
-    ClearPermissions {
-        username: String,
-    },
-    AddVhost {
-        vhost: String,
-    },
+    SetUserTags { username: String, tags: Vec<String> },
+    /// Sets a user's permissions in the vhost: CONFIGURE, WRITE and READ regular expressions on
+    /// resource names (`".*"` for all, `""` for none).
+    SetPermissions { username: String, configure: String, write: String, read: String },
+    /// Removes a user's permissions in the vhost.
+    ClearPermissions { username: String },
+    /// Adds a virtual host.
+    AddVhost { vhost: String },
     /// Starts the firehose tracer for the vhost (`-p`): copies of its publishes and deliveries
     /// go to its `amq.rabbitmq.trace` exchange.
     TraceOn,
     /// Stops the firehose tracer for the vhost (`-p`).
     TraceOff,
-    DeleteVhost {
-        vhost: String,
-    },
-    PurgeQueue {
-        queue: String,
-    },
-    DeleteQueue {
-        queue: String,
-    },
+    /// Deletes a virtual host with everything in it.
+    DeleteVhost { vhost: String },
+    /// Removes every ready message of a queue in the vhost (unacked deliveries stay).
+    PurgeQueue { queue: String },
+    /// Deletes a queue of the vhost with its messages.
+    DeleteQueue { queue: String },
     /// Sets a policy: NAME, PATTERN (a regular expression on names), DEFINITION (JSON).
     SetPolicy {
         #[command(flatten)]
         policy: PolicyArgs,
     },
-    ClearPolicy {
-        name: String,
-    },
+    /// Removes a policy of the vhost.
+    ClearPolicy { name: String },
     /// Policies of the vhost: vhost, name, pattern, apply-to, definition, priority.
     ListPolicies,
     /// Sets an operator policy (limits that win where lower), arguments as set_policy.
@@ -148,19 +120,16 @@ pub enum Command {
         #[command(flatten)]
         policy: PolicyArgs,
     },
-    ClearOperatorPolicy {
-        name: String,
-    },
+    /// Removes an operator policy of the vhost.
+    ClearOperatorPolicy { name: String },
     /// Operator policies of the vhost, columns as list_policies.
     ListOperatorPolicies,
-    /// Channels: columns default to `connection number user consumer_count messages_unacknowledged`.
-    ListChannels {
-        columns: Vec<String>,
-    },
-    /// Consumers of the vhost: columns default to `queue_name channel_pid consumer_tag ack_required prefetch_count`.
-    ListConsumers {
-        columns: Vec<String>,
-    },
+    /// Channels: columns default to `connection number user consumer_count messages_unacknowledged`
+    /// (`connection` is the connection's name).
+    ListChannels { columns: Vec<String> },
+    /// Consumers of the vhost: columns default to `queue_name channel_pid consumer_tag ack_required
+    /// prefetch_count` (`channel_pid` is the channel's name: the API has no Erlang pids).
+    ListConsumers { columns: Vec<String> },
     /// Closes a connection (by its name, as list_connections' `name` column shows it).
     CloseConnection {
         name: String,
@@ -195,22 +164,13 @@ pub enum Command {
         due_ms: Option<u64>,
     },
     /// Drops a delayed message before it is due.
-    CancelDelayed {
-        queue: String,
-        id: u64,
-    },
+    CancelDelayed { queue: String, id: u64 },
     /// Keeps an unacknowledged delivery invisible TIMEOUT_MS more from now (0: visible at once),
     /// by the `x-receipt-handle` header it was delivered with (semantics §4).
-    ChangeVisibility {
-        queue: String,
-        receipt_handle: String,
-        timeout_ms: u64,
-    },
+    ChangeVisibility { queue: String, receipt_handle: String, timeout_ms: u64 },
     /// Replaces the vhost's limits with a JSON object: `{"max-connections": 10, "max-queues": 100}`
     /// (-1: no limit, 0: none allowed).
-    SetVhostLimits {
-        definition: String,
-    },
+    SetVhostLimits { definition: String },
     /// Removes every limit of the vhost.
     ClearVhostLimits,
     /// The vhost's limits as JSON; `--global`: every vhost's.
@@ -219,15 +179,9 @@ pub enum Command {
         global: bool,
     },
     /// Sets the named user limits (`{"max-connections": 2, "max-channels": 20}`), keeping others.
-    SetUserLimits {
-        username: String,
-        definition: String,
-    },
+    SetUserLimits { username: String, definition: String },
     /// Removes one limit of the user (`max-connections`, `max-channels`) or `all`.
-    ClearUserLimits {
-        username: String,
-        limit: String,
-    },
+    ClearUserLimits { username: String, limit: String },
     /// The user's limits as JSON (`--user`, guest by default); `--global`: every user's.
     ListUserLimits {
         #[arg(long, default_value = "guest")]
@@ -237,27 +191,15 @@ pub enum Command {
     },
     /// Sets the user's topic permission on EXCHANGE in the vhost: WRITE and READ patterns on
     /// routing keys (`{username}`, `{vhost}` expanded).
-    SetTopicPermissions {
-        username: String,
-        exchange: String,
-        write: String,
-        read: String,
-    },
+    SetTopicPermissions { username: String, exchange: String, write: String, read: String },
     /// Removes the user's topic permissions in the vhost (only EXCHANGE's when given).
-    ClearTopicPermissions {
-        username: String,
-        exchange: Option<String>,
-    },
+    ClearTopicPermissions { username: String, exchange: Option<String> },
     /// Topic permissions of the vhost: user, exchange, write, read.
     ListTopicPermissions,
     /// Writes the definitions as JSON to a file, or to stdout with `-`.
-    ExportDefinitions {
-        path: String,
-    },
+    ExportDefinitions { path: String },
     /// Reads definitions JSON from a file, or from stdin with `-`.
-    ImportDefinitions {
-        path: String,
-    },
+    ImportDefinitions { path: String },
 }
 
 /// `name=value`: an integer value stays an integer (an `x-delay` must be one), anything else is a string.
@@ -440,13 +382,13 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             "Listing channels ...",
             &client.get("/api/channels")?,
             &columns,
-            &["connection_details.name", "number", "user", "consumer_count", "messages_unacknowledged"],
+            &["connection", "number", "user", "consumer_count", "messages_unacknowledged"],
         )),
         Command::ListConsumers { columns } => Ok(format.listing(
             &format!("Listing consumers in vhost {vhost} ..."),
             &client.get(&format!("/api/consumers/{v}"))?,
             &columns,
-            &["queue.name", "channel_details.name", "consumer_tag", "ack_required", "prefetch_count"],
+            &["queue_name", "channel_pid", "consumer_tag", "ack_required", "prefetch_count"],
         )),
         Command::CloseConnection { name, reason } => {
             connections::close_connection(client, &name, &reason)?;

@@ -33,6 +33,14 @@ pub(super) fn await_startup(client: &Client, timeout: Duration) -> anyhow::Resul
     }
 }
 
+/// A listener's address as a socket address: `[::]:5672` for an IPv6 one, never `:::5672`.
+fn listener_address(ip: &str, port: &Value) -> String {
+    match (ip.parse::<std::net::IpAddr>(), port.as_u64().and_then(|p| u16::try_from(p).ok())) {
+        (Ok(ip), Some(port)) => std::net::SocketAddr::new(ip, port).to_string(),
+        _ => format!("{ip}:{port}"),
+    }
+}
+
 pub(super) fn status(client: &Client, format: &Format) -> anyhow::Result<String> {
     let overview = reachable(client)?;
     let node = this_node(client)?;
@@ -41,7 +49,9 @@ pub(super) fn status(client: &Client, format: &Format) -> anyhow::Result<String>
         .map(Vec::as_slice)
         .unwrap_or_default()
         .iter()
-        .map(|l| format!("{} {}:{}", text(&l["protocol"]), text(&l["ip_address"]), l["port"]))
+        .map(|l| {
+            format!("{} {}", text(&l["protocol"]), listener_address(&text(&l["ip_address"]), &l["port"]))
+        })
         .collect();
     let totals = &overview["object_totals"];
     let pairs = [

@@ -418,7 +418,13 @@ fn object_families(out: &mut Out, node: &NodeInfo, s: &Snapshot, scope: &Scope, 
             .connections
             .iter()
             .map(|c| {
-                (format!("channel=\"{}\"", escape(&connection_name(node, &c.info.peer, c.info.login.tls))), c)
+                (
+                    format!(
+                        "channel=\"{}\"",
+                        escape(&connection_name(node, &c.info.peer, &c.info.local, c.info.login.tls))
+                    ),
+                    c,
+                )
             })
             .collect();
         out.rows(CONNECTION, &rows, per_object);
@@ -598,7 +604,7 @@ fn identity(out: &mut Out, node: &NodeInfo) {
 
 /// A channel's name as the management API gives it: its connection's, then the number.
 fn channel_name(node: &NodeInfo, c: &ChannelSummary) -> String {
-    format!("{} ({})", connection_name(node, &c.peer, c.tls), c.channel.0)
+    format!("{} ({})", connection_name(node, &c.peer, &c.local, c.tls), c.channel.0)
 }
 
 /// The text being written, and the prefix of the endpoint's names.

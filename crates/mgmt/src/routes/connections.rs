@@ -37,10 +37,15 @@ pub fn routes() -> Router<AppState> {
         .route("/api/consumers/{vhost}", get(vhost_consumers))
 }
 
-/// `peer -> listener`, as RabbitMQ names connections: the AMQPS listener for one over TLS.
-pub(crate) fn connection_name(node: &NodeInfo, peer: &str, tls: bool) -> String {
-    // A socket address, so an IPv6 listener reads `[::]:5672`, not `:::5672`.
-    format!("{peer} -> {}", std::net::SocketAddr::new(node.bind, node.amqp_listener_port(tls)))
+/// `peer -> local`, as RabbitMQ names connections: the accepted socket's local address
+/// (`127.0.0.1:46300 -> 127.0.0.1:5672`, never the wildcard bind address). Without one (a
+/// stand-in connection) the listener's bind address and port: the AMQPS listener's over TLS.
+pub(crate) fn connection_name(node: &NodeInfo, peer: &str, local: &str, tls: bool) -> String {
+    if local.is_empty() {
+        // A socket address, so an IPv6 listener reads `[::]:5672`, not `:::5672`.
+        return format!("{peer} -> {}", std::net::SocketAddr::new(node.bind, node.amqp_listener_port(tls)));
+    }
+    format!("{peer} -> {local}")
 }
 
 fn split_peer(peer: &str) -> (String, u16) {
@@ -52,8 +57,13 @@ fn split_peer(peer: &str) -> (String, u16) {
 
 fn connection_json(node: &NodeInfo, c: &ConnectionSummary) -> Value {
     let (peer_host, peer_port) = split_peer(&c.info.peer);
+    // RabbitMQ's `host` and `port` are the socket's local end.
+    let (host, port) = match split_peer(&c.info.local) {
+        (host, port) if !host.is_empty() => (host, port),
+        _ => (node.bind.to_string(), node.amqp_listener_port(c.info.login.tls)),
+    };
     json!({
-        "name": connection_name(node, &c.info.peer, c.info.login.tls),
+        "name": connection_name(node, &c.info.peer, &c.info.local, c.info.login.tls),
         "node": node.name,
         "state": "running",
         "type": "network",
@@ -63,8 +73,8 @@ fn connection_json(node: &NodeInfo, c: &ConnectionSummary) -> Value {
         "user": c.info.user,
         "user_who_performed_action": c.info.user,
         "vhost": c.info.vhost,
-        "host": node.bind.to_string(),
-        "port": node.amqp_listener_port(c.info.login.tls),
+        "host": host,
+        "port": port,
         "peer_host": peer_host,
         "peer_port": peer_port,
         "connected_at": 0,
@@ -79,7 +89,7 @@ fn connection_json(node: &NodeInfo, c: &ConnectionSummary) -> Value {
 fn channel_json(node: &NodeInfo, c: &ChannelSummary, rates: &Rates, at: Instant) -> Value {
     let key = format!("channel\0{:?}\0{}", c.conn, c.channel.0);
     let message_stats = rates.details(&key, at, &rates::publisher_fields(&c.message_stats));
-    let connection = connection_name(node, &c.peer, c.tls);
+    let connection = connection_name(node, &c.peer, &c.local, c.tls);
     let (peer_host, peer_port) = split_peer(&c.peer);
     json!({
         "name": format!("{connection} ({})", c.channel.0),
@@ -103,7 +113,7 @@ fn channel_json(node: &NodeInfo, c: &ChannelSummary, rates: &Rates, at: Instant)
 }
 
 fn consumer_json(node: &NodeInfo, c: &ConsumerSummary) -> Value {
-    let connection = connection_name(node, &c.peer, c.tls);
+    let connection = connection_name(node, &c.peer, &c.local, c.tls);
     let (peer_host, peer_port) = split_peer(&c.peer);
     json!({
         "consumer_tag": c.consumer_tag,
@@ -221,8 +231,9 @@ async fn owned_connection(
     action: OwnedAction,
 ) -> Result<(ConnectionSummary, Value), ApiError> {
     let all = state.broker.run(|b, _| b.list_connections()).await?;
-    let found =
-        all.into_iter().find(|c| connection_name(&state.node, &c.info.peer, c.info.login.tls) == name);
+    let found = all
+        .into_iter()
+        .find(|c| connection_name(&state.node, &c.info.peer, &c.info.local, c.info.login.tls) == name);
     require_owner_or_tag(auth, found.as_ref().map(|c| c.info.user.as_str()), action)?;
     let found = found.ok_or_else(ApiError::not_found)?;
     let json = connection_json(&state.node, &found);

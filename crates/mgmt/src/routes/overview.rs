@@ -118,8 +118,18 @@ fn time_totals(state: &AppState, at: Instant, queues: &[QueueStats]) -> Map<Stri
     state.rates.details("overview\0time", at, &[("expired", expired), ("dead_lettered", dead_lettered)])
 }
 
-async fn whoami(Extension(user): Extension<AuthUser>) -> Json<Value> {
-    Json(json!({"name": user.name, "tags": user.tags, "is_internal_user": true}))
+/// RabbitMQ's fields, and ours: `permissions`, the caller's own (configure / write / read per
+/// vhost), so the web UI can hide what the API would refuse (only administrators may list
+/// permissions otherwise).
+async fn whoami(State(state): State<AppState>, Extension(user): Extension<AuthUser>) -> Json<Value> {
+    let permissions: Vec<Value> = state
+        .users
+        .permissions()
+        .iter()
+        .filter(|p| p.user == user.name)
+        .map(|p| json!({"vhost": p.vhost, "configure": p.configure, "write": p.write, "read": p.read}))
+        .collect();
+    Json(json!({"name": user.name, "tags": user.tags, "is_internal_user": true, "permissions": permissions}))
 }
 
 fn node_json(state: &AppState) -> Value {

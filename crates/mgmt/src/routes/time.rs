@@ -138,8 +138,11 @@ async fn list_in_flight(
     let (listed, peers, now) = state
         .broker
         .run(move |b, now| {
-            let peers: HashMap<u64, (String, bool)> =
-                b.list_connections().into_iter().map(|c| (c.id.0, (c.info.peer, c.info.login.tls))).collect();
+            let peers: HashMap<u64, (String, String, bool)> = b
+                .list_connections()
+                .into_iter()
+                .map(|c| (c.id.0, (c.info.peer, c.info.local, c.info.login.tls)))
+                .collect();
             (b.peek_in_flight(&vhost, &name, limit), peers, now)
         })
         .await?;
@@ -147,8 +150,9 @@ async fn list_in_flight(
     let deliveries: Vec<Value> = listed
         .iter()
         .map(|d| {
-            let connection =
-                peers.get(&d.connection).map(|(peer, tls)| connection_name(&state.node, peer, *tls));
+            let connection = peers
+                .get(&d.connection)
+                .map(|(peer, local, tls)| connection_name(&state.node, peer, local, *tls));
             json!({
                 "receipt_handle": d.receipt_handle,
                 "connection": connection,

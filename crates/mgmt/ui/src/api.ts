@@ -114,6 +114,11 @@ export const api = {
     request<void>("POST", `/queues/${enc(vhost)}/${enc(name)}/delayed/${id}`, { delay_ms: delayMs }),
   inFlight: (vhost: string, name: string, limit: number) =>
     get<InFlight>(`/queues/${enc(vhost)}/${enc(name)}/in-flight?limit=${limit}`),
+  changeVisibility: (vhost: string, name: string, receiptHandle: string, timeoutMs: number) =>
+    request<void>("POST", `/queues/${enc(vhost)}/${enc(name)}/visibility`, {
+      receipt_handle: receiptHandle,
+      timeout_ms: timeoutMs,
+    }),
   consumers: (vhost: string) => get<Consumer[]>(`/consumers/${enc(vhost)}`),
 
   exchanges: (q: ListQuery) => get<Page<Exchange>>(listPath("/exchanges", q)),

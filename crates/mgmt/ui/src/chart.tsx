@@ -13,12 +13,14 @@ export interface Point {
   values: Record<string, number>;
 }
 
-const W = 560;
-const H = 150;
 const PAD_L = 44;
 const PAD_B = 18;
 
-export function RateChart({ points, series, title }: { points: Point[]; series: Series[]; title: string }) {
+/** `small`: one of a grid of small charts, one rate each (as RabbitMQ's overview draws them). */
+export function RateChart(props: { points: Point[]; series: Series[]; title: string; small?: boolean }) {
+  const { points, series, title } = props;
+  const W = props.small ? 300 : 560;
+  const H = props.small ? 110 : 150;
   const last = points[points.length - 1];
   const t0 = points.length ? points[0].t : 0;
   const t1 = last ? last.t : 1;
@@ -27,7 +29,7 @@ export function RateChart({ points, series, title }: { points: Point[]; series: 
   const x = (t: number) => PAD_L + ((t - t0) / span) * (W - PAD_L - 4);
   const y = (v: number) => 4 + (1 - v / max) * (H - PAD_B - 8);
   return (
-    <figure class="chart">
+    <figure class={props.small ? "chart small" : "chart"} data-series={series.map((s) => s.key).join(" ")}>
       <figcaption>{title}</figcaption>
       <svg viewBox={`0 0 ${W} ${H}`} width={W} height={H} role="img" aria-label={title}>
         <line x1={PAD_L} y1={y(0)} x2={W - 4} y2={y(0)} class="axis" />

@@ -70,6 +70,14 @@ export async function act(work: () => Promise<unknown>, done: string): Promise<b
   }
 }
 
+/**
+ * A page's load error, with `missing` in place of the API's `404 Object Not Found: Not Found`
+ * when the object does not exist.
+ */
+export function notFound(error: string | null, missing: string): string | null {
+  return error !== null && error.startsWith("404") ? missing : error;
+}
+
 export function ErrorBox({ error }: { error: string | null }) {
   return error ? <p class="error">{error}</p> : null;
 }

@@ -35,12 +35,51 @@ export function duration(ms: number): string {
   return `${Math.floor(h / 24)}d ${h % 24}h`;
 }
 
+/** The browser's local time with its zone: `2026-12-01 15:09:37 UTC`, `… 16:09:37 UTC+01:00`. */
 export function clock(ms: number): string {
   const d = new Date(ms);
   const pad = (n: number) => String(n).padStart(2, "0");
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(
     d.getMinutes(),
-  )}:${pad(d.getSeconds())}`;
+  )}:${pad(d.getSeconds())} ${zone(d)}`;
+}
+
+/** `UTC`, or the offset from it: `UTC+05:30`, `UTC-08:00`. */
+export function zone(d: Date): string {
+  const offset = -d.getTimezoneOffset();
+  if (offset === 0) return "UTC";
+  const abs = Math.abs(offset);
+  const pad = (n: number) => String(n).padStart(2, "0");
+  return `UTC${offset > 0 ? "+" : "-"}${pad(Math.floor(abs / 60))}:${pad(abs % 60)}`;
+}
+
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+const HOUR = 60 * MINUTE;
+const DAY = 24 * HOUR;
+/** Round steps for a time axis. */
+const STEPS = [
+  1, 2, 5, 10, 15, 30, 1 * MINUTE / SECOND, 2 * MINUTE / SECOND, 5 * MINUTE / SECOND, 10 * MINUTE / SECOND,
+  15 * MINUTE / SECOND, 30 * MINUTE / SECOND, HOUR / SECOND, 2 * HOUR / SECOND, 3 * HOUR / SECOND,
+  6 * HOUR / SECOND, 12 * HOUR / SECOND, DAY / SECOND, 2 * DAY / SECOND, 7 * DAY / SECOND,
+].map((s) => s * SECOND);
+
+/** The smallest round step (1 s, 2 s, 5 s, … 1 h, … 1 d) of at least `ms`. */
+export function tickStep(ms: number): number {
+  return STEPS.find((s) => s >= ms) ?? Math.ceil(ms / (7 * DAY)) * 7 * DAY;
+}
+
+/** A round offset as `30s`, `5m`, `1h 30m`, `2d`: no zero parts. */
+export function tickLabel(ms: number): string {
+  const parts: string[] = [];
+  let rest = Math.round(ms / SECOND) * SECOND;
+  for (const [unit, name] of [[DAY, "d"], [HOUR, "h"], [MINUTE, "m"], [SECOND, "s"]] as const) {
+    if (rest >= unit) {
+      parts.push(`${Math.floor(rest / unit)}${name}`);
+      rest %= unit;
+    }
+  }
+  return parts.join(" ") || "0s";
 }
 
 export function json(value: unknown): string {

@@ -1,6 +1,7 @@
 // The app shell: login gate, navigation tabs, hash routing to one module per page.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
+import { setUser } from "./access";
 import { api, credentials, saveCredentials, setLoggedOutHandler } from "./api";
 import { setStatusListener } from "./components";
 import { tags } from "./format";
@@ -35,6 +36,7 @@ function App() {
   const route = useRoute();
   const logout = () => {
     saveCredentials(null);
+    setUser(null);
     setWho(null);
   };
   useEffect(() => {
@@ -59,6 +61,7 @@ function App() {
         }}
       />
     );
+  setUser(who);
   const admin = (Array.isArray(who.tags) ? who.tags : who.tags.split(",")).includes("administrator");
   return (
     <div class="app">

@@ -159,9 +159,18 @@ export interface User {
   tags: string[] | string;
 }
 
+export interface WhoamiPermission {
+  vhost: string;
+  configure: string;
+  write: string;
+  read: string;
+}
+
 export interface Whoami {
   name: string;
   tags: string[] | string;
+  /** The user's own permissions (Hourglass's addition to /api/whoami), for the UI's buttons. */
+  permissions?: WhoamiPermission[];
 }
 
 export interface Vhost {

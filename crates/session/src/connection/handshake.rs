@@ -228,6 +228,7 @@ impl Connection {
             user,
             vhost,
             peer: self.peer.addr.clone(),
+            local: self.peer.local.clone(),
             client_properties: self.client_properties.clone(),
             capabilities: self.capabilities,
             frame_max: self.frame_max,

@@ -13,7 +13,7 @@ fn external_config(enabled: bool) -> SessionConfig {
 /// the mechanisms its connection.start offered.
 fn client_with_certificate(config: SessionConfig, certificate: Option<&str>) -> (Client, String) {
     let mut c = Client::new(config.clone(), false);
-    let peer = PeerInfo { addr: "192.0.2.1:5000".into(), is_loopback: false };
+    let peer = PeerInfo { addr: "192.0.2.1:5000".into(), local: "192.0.2.2:5672".into(), is_loopback: false };
     let certificate = certificate.map(|common_name| ClientCertificate {
         common_name: (!common_name.is_empty()).then(|| common_name.to_owned()),
     });

@@ -25,7 +25,7 @@ struct Client {
 
 impl Client {
     fn new(config: SessionConfig, is_loopback: bool) -> Self {
-        let peer = PeerInfo { addr: "127.0.0.1:5000".into(), is_loopback };
+        let peer = PeerInfo { addr: "127.0.0.1:5000".into(), local: "127.0.0.1:5672".into(), is_loopback };
         let now = Timestamp::from_millis(T0);
         Client {
             conn: Connection::new(CONN, peer, Arc::new(config), now),

@@ -1,11 +1,14 @@
 // #/connections and #/channels — open AMQP connections and channels, with close.
 import { useState } from "preact/hooks";
+import { mayClose } from "../access";
 import { api } from "../api";
 import { act, ServerTable, type Column } from "../components";
 import { num, rate } from "../format";
 import type { Channel, Connection } from "../types";
 
-function closeButton(name: string, reload: () => void) {
+/** Close, for an administrator or the connection's own user (the API refuses others). */
+function closeButton(name: string, owner: string, reload: () => void) {
+  if (!mayClose(owner)) return null;
   return (
     <button class="danger" onClick={() => act(() => api.closeConnection(name), `Connection ${name} closed`).then(reload)}>
       Close connection
@@ -23,7 +26,7 @@ export function ConnectionsPage() {
     { label: "State", render: (c) => c.state },
     { label: "Protocol", render: (c) => c.protocol },
     { label: "Channels", sort: "channels", render: (c) => num(c.channels), class: "n" },
-    { label: "", render: (c) => closeButton(c.name, reload) },
+    { label: "", render: (c) => closeButton(c.name, c.user, reload) },
   ];
   return (
     <div>
@@ -48,7 +51,7 @@ export function ChannelsPage() {
     { label: "Publish", render: (c) => rate(c.message_stats?.publish_details?.rate), class: "n" },
     { label: "Deliver / get", render: (c) => rate(c.message_stats?.deliver_get_details?.rate), class: "n" },
     { label: "Ack", render: (c) => rate(c.message_stats?.ack_details?.rate), class: "n" },
-    { label: "", render: (c) => closeButton(c.connection_details.name, reload) },
+    { label: "", render: (c) => closeButton(c.connection_details.name, c.user, reload) },
   ];
   return (
     <div>

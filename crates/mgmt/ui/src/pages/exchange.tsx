@@ -1,7 +1,7 @@
 // #/exchanges/{vhost}/{name} — one exchange: type, arguments, bindings both ways, publish, delete.
 import { useState } from "preact/hooks";
 import { api } from "../api";
-import { act, ArgsTable, ErrorBox, Section, usePoll } from "../components";
+import { act, notFound, ArgsTable, ErrorBox, Section, usePoll } from "../components";
 import { rate } from "../format";
 import { go, href } from "../router";
 import type { Binding } from "../types";
@@ -29,7 +29,7 @@ export function ExchangePage({ vhost, name: urlName }: { vhost: string; name: st
       <h1>
         Exchange <span class="name">{name || "(AMQP default)"}</span> <span class="muted">in {vhost}</span>
       </h1>
-      <ErrorBox error={exchange.error} />
+      <ErrorBox error={notFound(exchange.error, `No exchange ${name} in virtual host ${vhost}: it does not exist, or was deleted.`)} />
       {e && (
         <Section title="Details">
           <table class="kv">
@@ -104,7 +104,7 @@ export function ExchangePage({ vhost, name: urlName }: { vhost: string; name: st
         <BindingTable bindings={to.data ?? []} side="source" reload={reload} />
       </Section>
       <Section title="Publish message">
-        <PublishForm vhost={vhost} exchange={name} />
+        <PublishForm vhost={vhost} exchange={name} delayed={e?.type === "x-delayed-message"} />
       </Section>
       {name !== "" && !name.startsWith("amq.") && (
         <Section title="Delete">

@@ -1,5 +1,6 @@
 // Getting messages from a queue (RabbitMQ's ack modes) and publishing one to an exchange.
 import { useState } from "preact/hooks";
+import { may, refusedTitle } from "../access";
 import { api } from "../api";
 import { act, Choice, Field, parseObject } from "../components";
 import { payloadText } from "../format";
@@ -41,7 +42,13 @@ export function GetMessages({ vhost, queue, onDone }: { vhost: string; queue: st
           options={[["auto", "Auto string / base64"], ["base64", "base64"]]}
         />
         <Field label="Messages" form={form} set={setForm} name="count" type="number" />
-        <button type="submit">Get message(s)</button>
+        <button
+          type="submit"
+          disabled={!may("read", vhost, queue)}
+          title={may("read", vhost, queue) ? undefined : refusedTitle(`get from ${queue} (needs read permission)`)}
+        >
+          Get message(s)
+        </button>
       </form>
       {got && got.length === 0 && <p class="muted got-none">Queue is empty.</p>}
       {got?.map((m, i) => (
@@ -78,10 +85,21 @@ export function GetMessages({ vhost, queue, onDone }: { vhost: string; queue: st
   );
 }
 
-export function PublishForm(props: { vhost: string; exchange: string; routingKey?: string; onDone?: () => void }) {
+/**
+ * Publishes to `exchange`. `delayed`: the exchange is an `x-delayed-message` one, the only kind
+ * where an `x-delay` header delays the message, so only then is there a "Delay (ms)" field.
+ */
+export function PublishForm(props: {
+  vhost: string;
+  exchange: string;
+  routingKey?: string;
+  delayed?: boolean;
+  onDone?: () => void;
+}) {
   const [form, setForm] = useState({
     routing_key: props.routingKey ?? "",
     delivery_mode: "1",
+    delay: "",
     headers: "",
     properties: "",
     payload: "",
@@ -92,6 +110,11 @@ export function PublishForm(props: { vhost: string; exchange: string; routingKey
     const ok = await act(async () => {
       const properties = parseObject(form.properties, "Properties");
       const headers = parseObject(form.headers, "Headers");
+      if (props.delayed && form.delay.trim() !== "") {
+        const delay = Number(form.delay);
+        if (!Number.isInteger(delay) || delay < 0) throw new Error("Delay must be a whole number of ms, 0 or more");
+        headers["x-delay"] = delay;
+      }
       const answer = await api.publish(props.vhost, props.exchange, {
         routing_key: form.routing_key,
         payload: form.payload,
@@ -103,7 +126,7 @@ export function PublishForm(props: { vhost: string; exchange: string; routingKey
         },
       });
       routed = answer.routed;
-    }, "Message published");
+    }, props.delayed && form.delay.trim() !== "" ? `Message published, delayed ${form.delay} ms` : "Message published");
     if (ok && !routed) await act(() => Promise.reject(new Error("Message published, but not routed to any queue")), "");
     props.onDone?.();
   };
@@ -117,7 +140,8 @@ export function PublishForm(props: { vhost: string; exchange: string; routingKey
         name="delivery_mode"
         options={[["1", "1 - Non-persistent"], ["2", "2 - Persistent"]]}
       />
-      <Field label="Headers (JSON)" form={form} set={setForm} name="headers" placeholder='{"x-delay": 30000}' />
+      {props.delayed && <Field label="Delay (ms)" form={form} set={setForm} name="delay" type="number" placeholder="30000" />}
+      <Field label="Headers (JSON)" form={form} set={setForm} name="headers" placeholder='{"my-header": "value"}' />
       <Field
         label="Properties (JSON)"
         form={form}
@@ -126,7 +150,13 @@ export function PublishForm(props: { vhost: string; exchange: string; routingKey
         placeholder='{"content_type": "text/plain", "expiration": "60000"}'
       />
       <Field label="Payload" form={form} set={setForm} name="payload" textarea />
-      <button type="submit">Publish message</button>
+      <button
+        type="submit"
+        disabled={!may("write", props.vhost, props.exchange)}
+        title={may("write", props.vhost, props.exchange) ? undefined : refusedTitle("publish here (needs write permission)")}
+      >
+        Publish message
+      </button>
     </form>
   );
 }

@@ -43,7 +43,12 @@ export function OverviewPage({ admin }: { admin: boolean }) {
       <ErrorBox error={overview.error} />
       {o && <Totals o={o} />}
       <Section title="Message rates">
-        <RateChart title="Messages per second" points={history.points} series={RATE_SERIES} />
+        {/* One small chart per rate, as RabbitMQ's overview: lines drawn over each other hide all but one. */}
+        <div class="charts">
+          {RATE_SERIES.map((s) => (
+            <RateChart key={s.key} title={`${s.label} /s`} points={history.points} series={[s]} small />
+          ))}
+        </div>
         {history.points.length === 0 && <p class="muted">The chart fills in as the page refreshes (every 5 s).</p>}
       </Section>
       <Section title="Node">
@@ -112,10 +117,11 @@ function Totals({ o }: { o: Overview }) {
   const q = o.queue_totals;
   const t = o.object_totals;
   const s = o.message_stats;
-  const cell = (label: string, value: string, cls = "") => (
-    <div class={`total ${cls}`}>
+  const cell = (label: string, value: string, cls = "", sub = "") => (
+    <div class={`total ${cls}`} data-count={cls || undefined}>
       <span class="value">{value}</span>
       <span class="label">{label}</span>
+      {sub && <span class="sub">{sub}</span>}
     </div>
   );
   return (
@@ -127,7 +133,7 @@ function Totals({ o }: { o: Overview }) {
         {cell("Ready", num(q.messages_ready), "ready")}
         {cell("Unacked", num(q.messages_unacknowledged), "unacked")}
         {cell("Delayed", num(q.messages_delayed ?? 0), "delayed")}
-        {cell("Total", num(q.messages))}
+        {cell("Total", num(q.messages), "total", "ready + unacked (not delayed)")}
         {cell("Publish", rate(s.publish_details?.rate))}
         {cell("Deliver / get", rate(s.deliver_get_details?.rate))}
       </div>
@@ -163,7 +169,7 @@ function Definitions({ admin }: { admin: boolean }) {
   return (
     <Section title="Definitions (export / import)">
       {!admin && <p class="muted">Export and import need the administrator tag.</p>}
-      <button id="export-definitions" onClick={download}>
+      <button id="export-definitions" disabled={!admin} onClick={download}>
         Download broker definitions
       </button>
       <div class="row">
@@ -173,7 +179,7 @@ function Definitions({ admin }: { admin: boolean }) {
           id="definitions-file"
           onChange={(e) => setFile((e.target as HTMLInputElement).files?.[0] ?? null)}
         />
-        <button id="import-definitions" onClick={upload}>
+        <button id="import-definitions" disabled={!admin} onClick={upload}>
           Upload broker definitions
         </button>
       </div>

@@ -1,5 +1,6 @@
 // #/policies — policies: list, add, edit (load into the form), delete.
 import { useState } from "preact/hooks";
+import { mayManagePolicies } from "../access";
 import { api } from "../api";
 import { act, Choice, Field, parseObject, Section, ServerTable, type Column } from "../components";
 import type { Policy } from "../types";
@@ -8,6 +9,20 @@ import { VhostChoice } from "./vhosts";
 const EMPTY = { vhost: "/", name: "", pattern: "", applyTo: "all", priority: "0", definition: "" };
 
 export function PoliciesPage() {
+  // Listing and setting policies both need administrator or policymaker (the API's rule).
+  if (!mayManagePolicies())
+    return (
+      <div>
+        <h1>Policies</h1>
+        <p class="read-only" id="policies-read-only">
+          Policies are seen and set by users tagged administrator or policymaker only.
+        </p>
+      </div>
+    );
+  return <PolicyEditor />;
+}
+
+function PolicyEditor() {
   const [reloadKey, setReloadKey] = useState(0);
   const reload = () => setReloadKey((k) => k + 1);
   const [form, setForm] = useState(EMPTY);

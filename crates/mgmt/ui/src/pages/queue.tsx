@@ -2,7 +2,8 @@
 // arguments and policy, dead-lettering, consumers, bindings, get / publish / purge / delete.
 import { useState } from "preact/hooks";
 import { api } from "../api";
-import { act, ArgsTable, ErrorBox, Section, usePoll } from "../components";
+import { may, refusedTitle } from "../access";
+import { act, ArgsTable, Choice, ErrorBox, notFound, Section, usePoll } from "../components";
 import { bytes, num, rate } from "../format";
 import { go, href } from "../router";
 import type { Args, Queue } from "../types";
@@ -17,7 +18,7 @@ export function QueuePage({ vhost, name }: { vhost: string; name: string }) {
       <h1>
         Queue <span class="name">{name}</span> <span class="muted">in {vhost}</span>
       </h1>
-      <ErrorBox error={queue.error} />
+      <ErrorBox error={notFound(queue.error, `No queue ${name} in virtual host ${vhost}: it does not exist, or was deleted.`)} />
       {q && (
         <>
           <Counts q={q} />
@@ -28,10 +29,7 @@ export function QueuePage({ vhost, name }: { vhost: string; name: string }) {
           <Section title="Get messages">
             <GetMessages vhost={vhost} queue={name} onDone={queue.reload} />
           </Section>
-          <Section title="Publish message">
-            <p class="muted">Published to the default exchange with routing key {name}.</p>
-            <PublishForm vhost={vhost} exchange="" routingKey={name} onDone={queue.reload} />
-          </Section>
+          <QueuePublish vhost={vhost} name={name} onDone={queue.reload} />
           <Danger vhost={vhost} name={name} reload={queue.reload} />
         </>
       )}
@@ -54,7 +52,7 @@ function Counts({ q }: { q: Queue }) {
         {cell("Ready", num(q.messages_ready), rate(q.messages_ready_details?.rate), "ready")}
         {cell("Unacked", num(q.messages_unacknowledged), rate(q.messages_unacknowledged_details?.rate), "unacked")}
         {cell("Delayed", num(q.messages_delayed), bytes(q.message_bytes_delayed), "delayed")}
-        {cell("Total", num(q.messages), bytes(q.message_bytes), "total")}
+        {cell("Total", num(q.messages), `ready + unacked (not delayed), ${bytes(q.message_bytes)}`, "total")}
         {cell("Consumers", num(q.consumers), "", "consumers")}
       </div>
       <table class="kv rates">
@@ -263,11 +261,79 @@ function Bindings({ vhost, name }: { vhost: string; name: string }) {
   );
 }
 
+/**
+ * Publishing from a queue's page: to the default exchange (routing key = the queue's name), or
+ * through one of the `x-delayed-message` exchanges bound to the queue with a delay — the only
+ * place an `x-delay` header works (docs/semantics.md §3).
+ */
+function QueuePublish({ vhost, name, onDone }: { vhost: string; name: string; onDone: () => void }) {
+  const delayedRoutes = usePoll(async () => {
+    const bindings = (await api.queueBindings(vhost, name)).filter((b) => b.source !== "");
+    const sources = [...new Set(bindings.map((b) => b.source))];
+    const types = await Promise.all(
+      sources.map((s) => api.exchange(vhost, s).then((e) => [s, e.type] as const, () => [s, ""] as const)),
+    );
+    const delayed = new Set(types.filter(([, t]) => t === "x-delayed-message").map(([s]) => s));
+    return bindings.filter((b) => delayed.has(b.source)).map((b) => ({ exchange: b.source, key: b.routing_key }));
+  }, [vhost, name]);
+  const routes = delayedRoutes.data ?? [];
+  const [choice, setChoice] = useState({ via: "" });
+  const route = routes.find((r) => `${r.exchange}\u0000${r.key}` === choice.via);
+  return (
+    <Section title="Publish message">
+      {routes.length > 0 && (
+        <form class="form" id="publish-via" onSubmit={(e) => e.preventDefault()}>
+          <Choice
+            label="Publish through"
+            form={choice}
+            set={setChoice}
+            name="via"
+            options={[
+              ["", "the default exchange (now)"],
+              ...routes.map(
+                (r): [string, string] => [`${r.exchange}\u0000${r.key}`, `${r.exchange} (delayed message, key ${r.key})`],
+              ),
+            ]}
+          />
+        </form>
+      )}
+      {route ? (
+        <>
+          <p class="muted">
+            Published to the delayed-message exchange {route.exchange} with routing key {route.key}: the delay holds
+            it there, then it is routed here.
+          </p>
+          <PublishForm
+            key={choice.via}
+            vhost={vhost}
+            exchange={route.exchange}
+            routingKey={route.key}
+            delayed
+            onDone={onDone}
+          />
+        </>
+      ) : (
+        <>
+          <p class="muted">
+            Published to the default exchange with routing key {name}, ready at once
+            {routes.length === 0 ? " (bind an x-delayed-message exchange to this queue to publish with a delay)" : ""}.
+          </p>
+          <PublishForm key="default" vhost={vhost} exchange="" routingKey={name} onDone={onDone} />
+        </>
+      )}
+    </Section>
+  );
+}
+
 function Danger({ vhost, name, reload }: { vhost: string; name: string; reload: () => void }) {
+  const mayPurge = may("read", vhost, name);
+  const mayDelete = may("configure", vhost, name);
   return (
     <Section title="Purge / delete">
       <button
         id="purge-queue"
+        disabled={!mayPurge}
+        title={mayPurge ? undefined : refusedTitle(`purge ${name} (needs read permission)`)}
         onClick={() => act(() => api.purgeQueue(vhost, name), `Queue ${name} purged`).then(reload)}
       >
         Purge messages
@@ -275,6 +341,8 @@ function Danger({ vhost, name, reload }: { vhost: string; name: string; reload: 
       <button
         id="delete-queue"
         class="danger"
+        disabled={!mayDelete}
+        title={mayDelete ? undefined : refusedTitle(`delete ${name} (needs configure permission)`)}
         onClick={async () => {
           if (await act(() => api.deleteQueue(vhost, name), `Queue ${name} deleted`)) go("queues");
         }}

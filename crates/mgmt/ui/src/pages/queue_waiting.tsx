@@ -1,6 +1,7 @@
 // A queue's "what is waiting, and when": the timeline, the delayed messages (cancel,
 // reschedule) and the deliveries in flight under a visibility timeout.
 import { useState } from "preact/hooks";
+import { may, refusedTitle } from "../access";
 import { api } from "../api";
 import { act, ErrorBox, Section, usePoll } from "../components";
 import { bytes, clock, duration, num } from "../format";
@@ -16,8 +17,16 @@ export function setting(q: Queue, arg: string, policyKey: string): unknown {
 }
 
 export function Waiting({ q, reloadQueue }: { q: Queue; reloadQueue: () => void }) {
-  const delayed = usePoll(() => api.delayed(q.vhost, q.name, WAITING_SHOWN), [q.vhost, q.name]);
-  const inFlight = usePoll(() => api.inFlight(q.vhost, q.name, WAITING_SHOWN), [q.vhost, q.name]);
+  // Listing them needs read permission on the queue: without it, nothing is asked (and refused).
+  const readable = may("read", q.vhost, q.name);
+  const delayed = usePoll(
+    () => (readable ? api.delayed(q.vhost, q.name, WAITING_SHOWN) : Promise.resolve([])),
+    [q.vhost, q.name, readable],
+  );
+  const inFlight = usePoll(
+    () => (readable ? api.inFlight(q.vhost, q.name, WAITING_SHOWN) : Promise.resolve({ deliveries: [], total: 0 })),
+    [q.vhost, q.name, readable],
+  );
   const ttl = setting(q, "x-message-ttl", "message-ttl");
   const now = Date.now();
   const reload = () => {
@@ -50,12 +59,17 @@ export function Waiting({ q, reloadQueue }: { q: Queue; reloadQueue: () => void 
         ; expired so far: {num(q.messages_expired)}.
         Expiry of the queue itself (x-expires): {String(setting(q, "x-expires", "expires") ?? "none")}.
       </p>
+      {!readable && (
+        <p class="read-only" id="waiting-unreadable">
+          Listing this queue's delayed messages and deliveries in flight needs read permission on it.
+        </p>
+      )}
       <h3>Delayed messages ({num(q.messages_delayed)})</h3>
       <ErrorBox error={delayed.error} />
       <DelayedTable q={q} messages={delayed.data ?? []} loaded={delayed.data !== null} reload={reload} />
       <h3>In flight under a visibility timeout ({num(inFlight.data?.total ?? 0)})</h3>
       <ErrorBox error={inFlight.error} />
-      <InFlightTable inFlight={inFlight.data} />
+      <InFlightTable q={q} inFlight={inFlight.data} reload={inFlight.reload} />
     </Section>
   );
 }
@@ -63,6 +77,8 @@ export function Waiting({ q, reloadQueue }: { q: Queue; reloadQueue: () => void 
 function DelayedTable(props: { q: Queue; messages: DelayedMessage[]; loaded: boolean; reload: () => void }) {
   const { q, reload } = props;
   const [delays, setDelays] = useState<Record<number, string>>({});
+  const allowed = may("read", q.vhost, q.name);
+  const why = allowed ? undefined : refusedTitle("change this queue's delayed messages (needs read permission)");
   const cancel = (id: number) =>
     act(() => api.cancelDelayed(q.vhost, q.name, id), `Delayed message ${id} cancelled`).then(reload);
   const reschedule = (id: number) => {
@@ -93,7 +109,7 @@ function DelayedTable(props: { q: Queue; messages: DelayedMessage[]; loaded: boo
             <td>{d.routing_key}</td>
             <td class="payload">{preview(d.payload, d.payload_bytes)}</td>
             <td class="actions">
-              <button class="cancel" onClick={() => cancel(d.id)}>
+              <button class="cancel" disabled={!allowed} title={why} onClick={() => cancel(d.id)}>
                 Cancel
               </button>{" "}
               <input
@@ -105,7 +121,7 @@ function DelayedTable(props: { q: Queue; messages: DelayedMessage[]; loaded: boo
                 value={delays[d.id] ?? ""}
                 onInput={(e) => setDelays({ ...delays, [d.id]: (e.target as HTMLInputElement).value })}
               />{" "}
-              <button class="reschedule" onClick={() => reschedule(d.id)}>
+              <button class="reschedule" disabled={!allowed} title={why} onClick={() => reschedule(d.id)}>
                 Reschedule
               </button>
             </td>
@@ -123,7 +139,21 @@ function DelayedTable(props: { q: Queue; messages: DelayedMessage[]; loaded: boo
   );
 }
 
-function InFlightTable({ inFlight }: { inFlight: InFlight | null }) {
+/** The visibility "Set visibility" gives when no number is typed: 30 s, SQS's default timeout. */
+const DEFAULT_EXTEND_S = 30;
+
+function InFlightTable(props: { q: Queue; inFlight: InFlight | null; reload: () => void }) {
+  const { q, inFlight } = props;
+  const [seconds, setSeconds] = useState<Record<string, string>>({});
+  const allowed = may("read", q.vhost, q.name);
+  // Sets the delivery's visibility to N s from now (the API's change_visibility; 0 = back now).
+  const extend = (handle: string, tag: number) => {
+    const s = Number(seconds[handle] || DEFAULT_EXTEND_S);
+    return act(
+      () => api.changeVisibility(q.vhost, q.name, handle, Math.max(0, Math.round(s * 1000))),
+      `Delivery ${tag} now comes back in ${duration(s * 1000)}`,
+    ).then(props.reload);
+  };
   return (
     <table class="list" id="in-flight">
       <thead>
@@ -132,20 +162,41 @@ function InFlightTable({ inFlight }: { inFlight: InFlight | null }) {
           <th>Delivery tag</th>
           <th>Returns at</th>
           <th>In</th>
+          <th>Visibility</th>
         </tr>
       </thead>
       <tbody>
         {(inFlight?.deliveries ?? []).map((d) => (
-          <tr key={d.receipt_handle}>
+          <tr key={d.receipt_handle} data-handle={d.receipt_handle}>
             <td>{d.channel ?? "?"}</td>
             <td>{d.delivery_tag}</td>
             <td>{clock(d.visible_at_ms)}</td>
             <td>{duration(d.visible_in_ms)}</td>
+            <td class="actions">
+              <input
+                class="visibility"
+                type="number"
+                min="0"
+                step="1"
+                placeholder={`${DEFAULT_EXTEND_S} s`}
+                value={seconds[d.receipt_handle] ?? ""}
+                disabled={!allowed}
+                onInput={(e) => setSeconds({ ...seconds, [d.receipt_handle]: (e.target as HTMLInputElement).value })}
+              />{" "}
+              <button
+                class="extend"
+                disabled={!allowed}
+                title={allowed ? "Keep it invisible this many seconds from now (0: back at once)" : refusedTitle("change visibility here")}
+                onClick={() => extend(d.receipt_handle, d.delivery_tag)}
+              >
+                Set visibility
+              </button>
+            </td>
           </tr>
         ))}
         {inFlight?.deliveries.length === 0 && (
           <tr>
-            <td colSpan={4} class="muted">
+            <td colSpan={5} class="muted">
               none
             </td>
           </tr>

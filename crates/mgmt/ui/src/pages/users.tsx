@@ -1,5 +1,6 @@
 // #/users — users (add, change, delete) and their permissions per vhost.
 import { useState } from "preact/hooks";
+import { isAdmin } from "../access";
 import { api } from "../api";
 import { act, ErrorBox, Field, Section, ServerTable, usePoll, type Column } from "../components";
 import { tags } from "../format";
@@ -7,6 +8,19 @@ import type { User } from "../types";
 import { VhostChoice } from "./vhosts";
 
 export function UsersPage() {
+  if (!isAdmin())
+    return (
+      <div>
+        <h1>Users</h1>
+        <p class="read-only" id="users-admin-only">
+          Users and permissions are seen and changed by administrators only (the administrator tag).
+        </p>
+      </div>
+    );
+  return <AdminUsersPage />;
+}
+
+function AdminUsersPage() {
   const [reloadKey, setReloadKey] = useState(0);
   const reload = () => setReloadKey((k) => k + 1);
   const [form, setForm] = useState({ name: "", password: "", tags: "" });

@@ -1,5 +1,6 @@
 // #/vhosts — virtual hosts: list, add, delete, tracing on/off; and the vhost picker other forms use.
 import { useState } from "preact/hooks";
+import { isAdmin, refusedTitle } from "../access";
 import { api } from "../api";
 import { act, Field, Section, ServerTable, usePoll, type Column } from "../components";
 import { num } from "../format";
@@ -41,9 +42,14 @@ export function VhostsPage() {
       render: (v) => (
         <button
           class="trace-vhost"
+          disabled={!isAdmin()}
           data-vhost={v.name}
           data-tracing={v.tracing ? "on" : "off"}
-          title="The firehose: copies of every publish and delivery on amq.rabbitmq.trace"
+          title={
+            isAdmin()
+              ? "The firehose: copies of every publish and delivery on amq.rabbitmq.trace"
+              : refusedTitle("switch tracing (needs the administrator tag)")
+          }
           onClick={() =>
             act(() => api.setTracing(v.name, !v.tracing), `Tracing ${v.tracing ? "stopped" : "started"} for ${v.name}`).then(reload)
           }
@@ -54,11 +60,12 @@ export function VhostsPage() {
     },
     {
       label: "",
-      render: (v) => (
-        <button class="danger" onClick={() => act(() => api.deleteVhost(v.name), `Virtual host ${v.name} deleted`).then(reload)}>
-          Delete
-        </button>
-      ),
+      render: (v) =>
+        isAdmin() && (
+          <button class="danger" onClick={() => act(() => api.deleteVhost(v.name), `Virtual host ${v.name} deleted`).then(reload)}>
+            Delete
+          </button>
+        ),
     },
   ];
   const add = async (e: Event) => {
@@ -69,13 +76,17 @@ export function VhostsPage() {
     <div>
       <h1>Virtual hosts</h1>
       <ServerTable what="virtual hosts" load={api.vhosts} columns={columns} rowKey={(v) => v.name} reloadKey={reloadKey} />
-      <Section title="Add a new virtual host">
-        <form class="form" id="add-vhost" onSubmit={add}>
-          <Field label="Name" form={form} set={setForm} name="name" />
-          <Field label="Description" form={form} set={setForm} name="description" />
-          <button type="submit">Add virtual host</button>
-        </form>
-      </Section>
+      {isAdmin() ? (
+        <Section title="Add a new virtual host">
+          <form class="form" id="add-vhost" onSubmit={add}>
+            <Field label="Name" form={form} set={setForm} name="name" />
+            <Field label="Description" form={form} set={setForm} name="description" />
+            <button type="submit">Add virtual host</button>
+          </form>
+        </Section>
+      ) : (
+        <p class="read-only" id="vhosts-read-only">Adding, deleting and tracing virtual hosts needs the administrator tag.</p>
+      )}
     </div>
   );
 }
