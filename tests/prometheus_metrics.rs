@@ -5,15 +5,13 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{connect, http, RunningBroker};
+use common::{connect, scrape, RunningBroker};
 use futures_lite::StreamExt;
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Bounds every wait on the broker so a bug fails the test instead of hanging it.
 const STEP: Duration = Duration::from_secs(10);
@@ -301,27 +299,6 @@ async fn consume_requeueing_once(channel: &Channel, queue: &str, count: usize) {
     }
     assert_eq!(acked, count);
     declare(channel, queue).await;
-}
-
-/// GET on the Prometheus listener, found through `/api/overview`'s `http/prometheus` listener.
-async fn scrape(broker: &RunningBroker, path: &str) -> String {
-    let (status, body) = http(broker, "GET", "/api/overview", "").await;
-    assert_eq!(status, 200, "{body}");
-    let overview: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let port = overview["listeners"]
-        .as_array()
-        .and_then(|all| all.iter().find(|l| l["protocol"] == "http/prometheus"))
-        .and_then(|l| l["port"].as_u64())
-        .expect("a prometheus listener");
-    let addr = SocketAddr::new(broker.http.ip(), port as u16);
-    let mut socket = within("connect", tokio::net::TcpStream::connect(addr)).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    socket.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    within("scrape", socket.read_to_end(&mut response)).await.unwrap();
-    let text = String::from_utf8(response).expect("UTF-8 exposition");
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
 }
 
 /// Samples by name with labels (`name{labels}`), for every non-comment line.

@@ -206,6 +206,33 @@ pub async fn connect_result(broker: &RunningBroker) -> lapin::Result<lapin::Conn
     lapin::Connection::connect(&broker.url(), lapin::ConnectionProperties::default()).await
 }
 
+/// GET `path` on the Prometheus listener, found through `/api/overview`'s `http/prometheus`
+/// listener; the body of its 200 answer.
+pub async fn scrape(broker: &RunningBroker, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (status, body) = http(broker, "GET", "/api/overview", "").await;
+    assert_eq!(status, 200, "{body}");
+    let overview: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let port = overview["listeners"]
+        .as_array()
+        .and_then(|all| all.iter().find(|l| l["protocol"] == "http/prometheus"))
+        .and_then(|l| l["port"].as_u64())
+        .expect("a prometheus listener");
+    let addr = SocketAddr::new(broker.http.ip(), port as u16);
+    let scraped = async {
+        let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect prometheus");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        socket.write_all(request.as_bytes()).await.expect("send scrape");
+        let mut response = Vec::new();
+        socket.read_to_end(&mut response).await.expect("read scrape");
+        response
+    };
+    let response = tokio::time::timeout(Duration::from_secs(10), scraped).await.expect("scrape in time");
+    let text = String::from_utf8(response).expect("UTF-8 exposition");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
+}
+
 /// A minimal HTTP/1.1 request as guest to the management API; returns the status code and body.
 pub async fn http(broker: &RunningBroker, method: &str, path: &str, body: &str) -> (u16, String) {
     http_as(broker, ("guest", "guest"), method, path, body).await

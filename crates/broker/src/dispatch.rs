@@ -52,7 +52,7 @@ impl Broker {
         let Some((queue, mut sinks)) = self.queue_and_sinks(id) else { return Some(entry) };
         let Some(at) = pick_consumer(queue, sinks.channels) else { return Some(entry) };
         let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
-        queue.mark_delivered(expect_ack);
+        queue.mark_delivered(&entry, expect_ack);
         deliver(queue, at, entry, &mut sinks, now);
         self.trace_deliveries(now);
         None

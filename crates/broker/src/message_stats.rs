@@ -1,7 +1,7 @@
 //! Message counters behind the management API's `message_stats` and the Prometheus
 //! `rabbitmq_global_messages_*_total` counters: plain `u64` increments on paths a message takes
 //! anyway, kept for the broker as a whole, per queue, per channel and per exchange. Rates are not
-//! kept here: the management side derives them from samples of these counters (`mgmt/src/rates.rs`).
+//! kept here: the management side derives them from samples of these counters (`mgmt/src/rates/`).
 //!
 //! What each counter counts, as RabbitMQ's rabbit_channel does:
 //! - `publish`: basic.publish messages received (broker, channel); messages routed into the

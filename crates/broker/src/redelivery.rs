@@ -46,7 +46,7 @@ impl Broker {
                 }
             }
             Return::OverLimit => {
-                queue.settle();
+                queue.settle(&entry);
                 self.dead_letter_entry(id, entry, DeathReason::DeliveryLimit);
             }
         }

@@ -6,7 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hourglass_broker::{BrokerConfig, Definitions, Effect, OrphanedQueue, SequencedOp, StoreOp, StoredBody};
+use hourglass_broker::{
+    BrokerConfig, Definitions, Effect, OrphanedQueue, RestoreReport, SequencedOp, StoreOp, StoredBody,
+};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -21,11 +23,16 @@ impl Model {
 
     /// A new broker restored from this model, `later` after `tb`'s clock.
     fn restore(&self, tb: &TestBroker, later: Duration) -> TestBroker {
+        self.restore_reporting(tb, later).0
+    }
+
+    /// [`Model::restore`], with what the restore reported.
+    fn restore_reporting(&self, tb: &TestBroker, later: Duration) -> (TestBroker, RestoreReport) {
         let mut restored = durable_broker();
         let gap = tb.clock.now().saturating_duration_since(restored.clock.now()) + later;
         let now = restored.clock.advance(gap);
-        restored.broker.restore(self.0.definitions(), self.0.queues.clone(), now);
-        restored
+        let report = restored.broker.restore(self.0.definitions(), self.0.queues.clone(), now);
+        (restored, report)
     }
 }
 
@@ -292,6 +299,30 @@ fn restore_round_trip() {
     let d = restored.advance(Duration::from_millis(59_995));
     assert!(d.is_empty());
     assert_eq!(restored.broker.queue_stats("/", "later").unwrap().messages_ready, 3);
+}
+
+/// The restore report's `delayed` counts only messages still waiting at the restore; those that
+/// fell due while the broker was down are ready at once and counted as ready (issue 25: the log
+/// line said `delayed=11` where 5 were still waiting).
+#[test]
+fn restore_report_counts_as_delayed_only_what_still_waits() {
+    let (mut tb, c, mut model) = setup(FieldTable::new());
+    let delay = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(10_000))]);
+    durable_queue(&mut tb, c, "later", delay);
+    for body in [b"1", b"2"] {
+        tb.publish_with(c, "", "later", persistent(), body, false);
+    }
+    tb.advance(Duration::from_secs(6));
+    for body in [b"3", b"4", b"5"] {
+        tb.publish_with(c, "", "later", persistent(), body, false);
+    }
+    sync(&mut tb, &mut model);
+
+    // Down from 6 s to 12 s: the first two fell due at 10 s, the last three are due at 16 s.
+    let (restored, report) = model.restore_reporting(&tb, Duration::from_secs(6));
+    assert_eq!((report.ready, report.delayed), (2, 3));
+    let later = restored.broker.queue_stats("/", "later").unwrap();
+    assert_eq!((later.messages_ready, later.messages_delayed), (2, 3));
 }
 
 /// A message whose TTL ran out while the broker was down is dead-lettered on restore.

@@ -200,7 +200,7 @@ pub struct AppState {
     pub broker: BrokerHandle,
     pub users: Arc<UserStore>,
     pub node: Arc<NodeInfo>,
-    /// Samples behind the API's rates (`rates.rs`).
+    /// Samples behind the API's rates (`rates/`), written by `rates::sampler::run`.
     pub rates: Arc<rates::Rates>,
     /// The failed-login slowdown per source address, shared with the AMQP listener.
     pub logins: Arc<hourglass_session::LoginLimiter>,

@@ -306,6 +306,13 @@ impl Server {
             logins,
             listings: Default::default(),
         };
+        // Rates from the first look: every object sampled every 5 s (mgmt/src/rates/sampler.rs),
+        // until shutdown.
+        let mut stop_sampling = shutdown_rx.clone();
+        let sampling_stopped = async move {
+            let _ = stop_sampling.wait_for(|stop| *stop).await;
+        };
+        tokio::spawn(hourglass_mgmt::rates::sampler::run(mgmt.clone(), sampling_stopped));
         if let Some(path) = &config.load_definitions {
             // Before the AMQP listener accepts anyone, as RabbitMQ imports at boot.
             hourglass_mgmt::load_definitions_file(&mgmt, path).await.map_err(anyhow::Error::msg)?;

@@ -287,6 +287,7 @@ impl Broker {
         let Some(queue) = self.queues.get_mut(&id) else { return Ok(()) };
         queue.touch(now);
         let taken = queue.take_for_delivery(!m.no_ack);
+        queue.counters.messages.get_empty += u64::from(taken.is_none());
         let message_count = queue.message_count() as u32;
         self.reschedule(id);
         let Some(entry) = taken else {
@@ -436,15 +437,15 @@ impl Broker {
             queue.forget_delivery(conn, ch, &delivery);
             match settlement {
                 Settlement::Ack => {
-                    queue.settle();
+                    queue.settle(&delivery.entry);
                     queue.counters.messages.ack += 1;
                     acked += 1;
                     self.persist_settle(id, delivery.entry.persist_id());
                 }
                 Settlement::Requeue => self.return_to_queue(id, delivery.entry, now),
                 Settlement::Discard => {
-                    queue.settle();
                     let entry = delivery.entry;
+                    queue.settle(&entry);
                     self.dead_letter_entry(id, entry, DeathReason::Rejected);
                 }
             }

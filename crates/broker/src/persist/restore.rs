@@ -63,9 +63,10 @@ pub struct RestoreReport {
     pub exchanges: usize,
     pub queues: usize,
     pub bindings: usize,
-    /// Messages put back ready (or expired on the spot).
+    /// Messages put back ready (or expired on the spot), with those whose delay or back-off ran
+    /// out while the broker was down.
     pub ready: usize,
-    /// Messages put back waiting for a delay or back-off.
+    /// Messages put back still waiting for a delay or back-off.
     pub delayed: usize,
     /// Queues recreated to keep messages whose queue definition is missing (module doc).
     pub orphaned: Vec<OrphanedQueue>,
@@ -294,7 +295,8 @@ impl Broker {
         // See the module doc: the delivered mark where it is written, else "was it ever ready".
         entry.redelivered = if meta.deliveries_tracked { meta.redelivered } else { ready_at.is_some() };
         entry.delivery_count = meta.delivery_count;
-        if wait_until.is_some() {
+        // One that fell due while the broker was down is ready at the dispatch after the restore.
+        if wait_until.is_some_and(|due| due > now) {
             report.delayed += 1;
         } else {
             report.ready += 1;

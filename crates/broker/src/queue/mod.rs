@@ -13,6 +13,7 @@ pub(crate) mod overflow;
 pub(crate) mod paging;
 pub(crate) mod ready;
 mod stats;
+mod tally;
 pub(crate) mod ttl;
 pub(crate) mod visibility;
 
@@ -35,6 +36,7 @@ use paging::Pager;
 pub use paging::PagingLimits;
 use ready::Ready;
 pub use stats::{BindingInfo, QueueStats};
+pub use tally::Tally;
 use ttl::DeadlineIndex;
 use visibility::VisibilityIndex;
 
@@ -66,8 +68,9 @@ pub(crate) struct Queue {
     pub operator_policy: Option<String>,
     pub ready: Ready,
     pub consumers: Consumers,
-    /// Deliveries of this queue's messages not yet settled (held by channels).
-    pub unacked_count: usize,
+    /// Deliveries of this queue's messages not yet settled (held by channels): how many, their
+    /// body bytes, the persistent ones.
+    pub unacked: Tally,
     /// An auto-delete queue is deleted when its last consumer goes, once it has had one.
     pub had_consumer: bool,
     /// Last declare, basic.get or consumer change, for `x-expires`.
@@ -119,7 +122,7 @@ impl Queue {
             operator_policy: None,
             ready: Ready::with_max_priority(max_priority),
             consumers: Consumers::default(),
-            unacked_count: 0,
+            unacked: Tally::default(),
             had_consumer: false,
             last_used: now,
             scheduled: None,
@@ -229,16 +232,17 @@ impl Queue {
                 self.ttl.remove(at, entry.seq);
             }
             if self.pager.page_in(&mut entry) {
-                self.mark_delivered(expect_ack);
+                self.mark_delivered(&entry, expect_ack);
                 return Some(entry);
             }
         }
     }
 
-    /// Counts a delivery made without passing through the ready messages.
-    pub fn mark_delivered(&mut self, expect_ack: bool) {
+    /// Counts a delivery of `entry` as unacked if an ack is expected (every delivery is counted
+    /// here, also those made without passing through the ready messages).
+    pub fn mark_delivered(&mut self, entry: &Entry, expect_ack: bool) {
         if expect_ack {
-            self.unacked_count += 1;
+            self.unacked.add(entry);
         }
     }
 
@@ -255,16 +259,16 @@ impl Queue {
         }
     }
 
-    /// A delivery was acked (or dropped): it leaves the queue for good.
-    pub fn settle(&mut self) {
-        debug_assert!(self.unacked_count > 0);
-        self.unacked_count = self.unacked_count.saturating_sub(1);
+    /// The delivery of `entry` was settled (acked, dropped, or it is coming back): it is no
+    /// longer unacked.
+    pub fn settle(&mut self, entry: &Entry) {
+        self.unacked.remove(entry);
     }
 
     /// A delivery came back unsettled: it becomes ready again at its old place, keeping its
     /// deadline (semantics §1: "when they come back their deadline still applies").
     pub fn requeue(&mut self, mut entry: Entry) {
-        self.settle();
+        self.settle(&entry);
         entry.redelivered = true;
         self.counters.redelivered += 1;
         self.return_to_ready(entry);
@@ -272,7 +276,7 @@ impl Queue {
 
     /// Holds a returning message for its redelivery back-off (semantics §5); it keeps its place.
     pub fn delay_return(&mut self, mut entry: Entry, due: Timestamp) {
-        self.settle();
+        self.settle(&entry);
         entry.redelivered = true;
         self.counters.redelivered += 1;
         self.delayed.insert(due, Waiting { entry, returning: true });

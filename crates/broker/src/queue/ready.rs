@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload, Seq};
+use super::tally::Tally;
 use crate::message::Message;
 
 /// Sweep tombstones only past this many, so small queues never pay for a sweep.
@@ -20,8 +21,8 @@ const MIN_TOMBSTONES_TO_SWEEP: usize = 1024;
 #[derive(Debug)]
 pub(crate) struct Ready {
     levels: Vec<Level>,
-    live: usize,
-    body_bytes: usize,
+    /// Every ready message, its body bytes and the persistent ones.
+    all: Tally,
     /// Of those, the messages held in memory and their body bytes (the rest are paged out).
     resident: usize,
     resident_bytes: usize,
@@ -37,7 +38,7 @@ impl Ready {
     /// Ready messages with priorities 0 ..= `max_priority`.
     pub fn with_max_priority(max_priority: u8) -> Self {
         let levels = (0..=max_priority).map(|_| Level::default()).collect();
-        Ready { levels, live: 0, body_bytes: 0, resident: 0, resident_bytes: 0 }
+        Ready { levels, all: Tally::default(), resident: 0, resident_bytes: 0 }
     }
 
     /// Appends a newly published message (its seq is greater than any queued one).
@@ -74,9 +75,8 @@ impl Ready {
         for level in &mut self.levels {
             level.purge(settled);
         }
-        let count = self.live;
-        self.live = 0;
-        self.body_bytes = 0;
+        let count = self.all.messages;
+        self.all = Tally::default();
         self.resident = 0;
         self.resident_bytes = 0;
         count
@@ -109,7 +109,12 @@ impl Ready {
     }
 
     pub fn message_count(&self) -> usize {
-        self.live
+        self.all.messages
+    }
+
+    /// Every ready message, its body bytes and the persistent ones among them.
+    pub fn tally(&self) -> Tally {
+        self.all
     }
 
     /// Ready messages held in memory and their body bytes.
@@ -137,11 +142,11 @@ impl Ready {
     }
 
     pub fn body_bytes(&self) -> usize {
-        self.body_bytes
+        self.all.bytes
     }
 
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.all.messages == 0
     }
 
     fn level_of(&self, entry: &Entry) -> usize {
@@ -150,8 +155,7 @@ impl Ready {
     }
 
     fn count_in(&mut self, entry: &Entry) {
-        self.live += 1;
-        self.body_bytes += entry.body_size();
+        self.all.add(entry);
         if entry.resident().is_some() {
             self.resident += 1;
             self.resident_bytes += entry.body_size();
@@ -159,8 +163,7 @@ impl Ready {
     }
 
     fn count_out(&mut self, entry: &Entry) {
-        self.live -= 1;
-        self.body_bytes -= entry.body_size();
+        self.all.remove(entry);
         if entry.resident().is_some() {
             self.resident -= 1;
             self.resident_bytes -= entry.body_size();

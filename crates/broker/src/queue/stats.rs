@@ -21,6 +21,16 @@ pub struct QueueStats {
     pub messages_unacked: usize,
     /// Body bytes of the ready messages.
     pub message_bytes_ready: usize,
+    /// Body bytes of the unsettled deliveries.
+    pub message_bytes_unacked: usize,
+    /// Ready messages held in memory (the rest are paged out, ADR 0007) and their body bytes.
+    /// Unsettled deliveries are always in memory.
+    pub messages_ready_ram: usize,
+    pub message_bytes_ready_ram: usize,
+    /// Ready and unsettled messages that are in the store (persistent, in a durable queue), and
+    /// their body bytes: RabbitMQ's `messages_persistent`, `message_bytes_persistent`.
+    pub messages_persistent: usize,
+    pub message_bytes_persistent: usize,
     /// Waiting for their due time (semantics §3, §7): neither ready nor unacked.
     pub messages_delayed: usize,
     pub message_bytes_delayed: usize,
@@ -37,6 +47,9 @@ pub struct QueueStats {
 
 impl QueueStats {
     pub(crate) fn of(queue: &Queue) -> Self {
+        let ready = queue.ready.tally();
+        let in_queue = ready.plus(queue.unacked);
+        let (messages_ready_ram, message_bytes_ready_ram) = queue.ready.resident();
         QueueStats {
             vhost: queue.vhost.clone(),
             name: queue.name().as_str().into_owned(),
@@ -44,9 +57,14 @@ impl QueueStats {
             auto_delete: queue.spec.auto_delete,
             exclusive: queue.spec.exclusive_owner.is_some(),
             queue_type: queue.args.queue_type,
-            messages_ready: queue.message_count(),
-            messages_unacked: queue.unacked_count,
-            message_bytes_ready: queue.ready.body_bytes(),
+            messages_ready: ready.messages,
+            messages_unacked: queue.unacked.messages,
+            message_bytes_ready: ready.bytes,
+            message_bytes_unacked: queue.unacked.bytes,
+            messages_ready_ram,
+            message_bytes_ready_ram,
+            messages_persistent: in_queue.persistent,
+            message_bytes_persistent: in_queue.persistent_bytes,
             messages_delayed: queue.delayed.message_count(),
             message_bytes_delayed: queue.delayed.body_bytes(),
             next_due: queue.delayed.next(),
@@ -56,6 +74,40 @@ impl QueueStats {
             consumers: queue.consumer_count(),
             counters: queue.counters,
         }
+    }
+}
+
+/// RabbitMQ's sums over the fields above (its `rabbit_variable_queue` definitions): delayed
+/// messages are in none of them (RabbitMQ holds them in the delayed exchange, not the queue).
+impl QueueStats {
+    /// Ready and unacknowledged: RabbitMQ's `messages`, the queue depth.
+    pub fn messages(&self) -> usize {
+        self.messages_ready + self.messages_unacked
+    }
+
+    /// Body bytes of ready and unacknowledged messages: `message_bytes`.
+    pub fn message_bytes(&self) -> usize {
+        self.message_bytes_ready + self.message_bytes_unacked
+    }
+
+    /// Ready and unacknowledged messages in memory: `messages_ram`.
+    pub fn messages_ram(&self) -> usize {
+        self.messages_ready_ram + self.messages_unacked
+    }
+
+    /// Their body bytes: `message_bytes_ram`.
+    pub fn message_bytes_ram(&self) -> usize {
+        self.message_bytes_ready_ram + self.message_bytes_unacked
+    }
+
+    /// Ready messages whose bodies are only in the store: `messages_paged_out`.
+    pub fn messages_paged_out(&self) -> usize {
+        self.messages_ready - self.messages_ready_ram
+    }
+
+    /// Their body bytes: `message_bytes_paged_out`.
+    pub fn message_bytes_paged_out(&self) -> usize {
+        self.message_bytes_ready - self.message_bytes_ready_ram
     }
 }
 

@@ -34,6 +34,18 @@ fn random_run(seed: u64, max_drift: f64) -> Setup {
     }
 }
 
+/// A run whose faults the test makes itself, with no etcd request lost.
+fn scripted_run(seed: u64) -> Setup {
+    Setup {
+        seed,
+        max_drift: DRIFT_WITHIN_MARGIN,
+        faults_until: 0,
+        run_until: 60 * SECOND,
+        random_faults: false,
+        etcd_loss_per_mille: 0,
+    }
+}
+
 fn seeds() -> Vec<u64> {
     if let Some(seed) = std::env::var("HOURGLASS_SIM_SEED").ok().and_then(|s| s.parse().ok()) {
         return vec![seed];
@@ -93,15 +105,7 @@ fn the_checker_catches_a_clock_slower_than_the_drift_margin() {
 fn a_leader_cut_from_its_followers_but_not_from_etcd_hands_over_within_10_s() {
     let mut handovers = Vec::new();
     for seed in 0..50 {
-        let setup = Setup {
-            seed,
-            max_drift: DRIFT_WITHIN_MARGIN,
-            faults_until: 0,
-            run_until: 60 * SECOND,
-            random_faults: false,
-            etcd_loss_per_mille: 0,
-        };
-        let mut world = World::new(setup);
+        let mut world = World::new(scripted_run(seed));
         world.run_to(10 * SECOND).unwrap_or_else(|v| fail(seed, &v.what, &v.trace));
         let old = world.leader().unwrap_or_else(|| fail(seed, "no leader after 10 s", &world.trace));
         world.cut_from_peers(old);
@@ -128,15 +132,7 @@ fn a_follower_cut_off_while_nothing_is_written_does_not_hold_later_confirms() {
     // every op, was taken back into the leader's set, and then held every later confirm while
     // etcd's set (reachable followers only) never waited for it again.
     for seed in 0..50 {
-        let setup = Setup {
-            seed,
-            max_drift: DRIFT_WITHIN_MARGIN,
-            faults_until: 0,
-            run_until: 60 * SECOND,
-            random_faults: false,
-            etcd_loss_per_mille: 0,
-        };
-        let mut world = World::new(setup);
+        let mut world = World::new(scripted_run(seed));
         world.run_to(10 * SECOND).unwrap_or_else(|v| fail(seed, &v.what, &v.trace));
         let follower = world.a_follower().unwrap_or_else(|| fail(seed, "no leader after 10 s", &world.trace));
         world.set_traffic(false);

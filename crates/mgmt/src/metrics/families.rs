@@ -99,17 +99,50 @@ const QUEUE_COARSE: &[Row<QueueStats>] = &[
         |q| q.messages_unacked as u64,
     ),
     ("queue_messages", Kind::Gauge, "Sum of ready and unacknowledged messages - total queue depth", |q| {
-        (q.messages_ready + q.messages_unacked) as u64
+        q.messages() as u64
     }),
 ];
 
 const QUEUE_CONSUMERS: Row<QueueStats> =
     ("queue_consumers", Kind::Gauge, "Consumers on a queue", |q| q.consumers as u64);
 
+/// rabbitmq_prometheus's `queue_metrics` counts and bytes, from the queue's own state
+/// (`QueueStats`, as the HTTP API's fields of the same names).
 const QUEUE: &[Row<QueueStats>] = &[
     QUEUE_CONSUMERS,
+    ("queue_messages_ram", Kind::Gauge, "Ready and unacknowledged messages stored in memory", |q| {
+        q.messages_ram() as u64
+    }),
+    (
+        "queue_messages_ram_bytes",
+        Kind::Gauge,
+        "Size of ready and unacknowledged messages stored in memory",
+        |q| q.message_bytes_ram() as u64,
+    ),
+    ("queue_messages_ready_ram", Kind::Gauge, "Ready messages stored in memory", |q| {
+        q.messages_ready_ram as u64
+    }),
+    ("queue_messages_unacked_ram", Kind::Gauge, "Unacknowledged messages stored in memory", |q| {
+        q.messages_unacked as u64
+    }),
+    ("queue_messages_persistent", Kind::Gauge, "Persistent messages", |q| q.messages_persistent as u64),
+    ("queue_messages_persistent_bytes", Kind::Gauge, "Size in bytes of persistent messages", |q| {
+        q.message_bytes_persistent as u64
+    }),
+    ("queue_messages_bytes", Kind::Gauge, "Size in bytes of ready and unacknowledged messages", |q| {
+        q.message_bytes() as u64
+    }),
     ("queue_messages_ready_bytes", Kind::Gauge, "Size in bytes of ready messages", |q| {
         q.message_bytes_ready as u64
+    }),
+    ("queue_messages_unacked_bytes", Kind::Gauge, "Size in bytes of all unacknowledged messages", |q| {
+        q.message_bytes_unacked as u64
+    }),
+    ("queue_messages_paged_out", Kind::Gauge, "Messages paged out to disk", |q| {
+        q.messages_paged_out() as u64
+    }),
+    ("queue_messages_paged_out_bytes", Kind::Gauge, "Size in bytes of messages paged out to disk", |q| {
+        q.message_bytes_paged_out() as u64
     }),
 ];
 

@@ -30,6 +30,7 @@ use crate::AppState;
 
 pub use families::Family;
 pub use process::resident_memory_bytes;
+pub(crate) use process::{max_fds, max_tcp_sockets, open_fds};
 
 pub fn router(state: AppState) -> Router {
     Router::new()

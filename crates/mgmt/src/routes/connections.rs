@@ -3,8 +3,6 @@
 //! Users without `administrator` or `monitoring` see only their own connections, channels and
 //! consumers, and only administrators close other users' connections (`access.rs`).
 
-use std::time::Instant;
-
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -86,9 +84,9 @@ fn connection_json(node: &NodeInfo, c: &ConnectionSummary) -> Value {
     })
 }
 
-fn channel_json(node: &NodeInfo, c: &ChannelSummary, rates: &Rates, at: Instant) -> Value {
-    let key = format!("channel\0{:?}\0{}", c.conn, c.channel.0);
-    let message_stats = rates.details(&key, at, &rates::publisher_fields(&c.message_stats));
+fn channel_json(node: &NodeInfo, c: &ChannelSummary, rates: &Rates) -> Value {
+    let key = rates::key::channel(c.conn, c.channel);
+    let message_stats = rates.details(&key, &rates::publisher_fields(&c.message_stats), None);
     let connection = connection_name(node, &c.peer, &c.local, c.tls);
     let (peer_host, peer_port) = split_peer(&c.peer);
     json!({
@@ -266,13 +264,11 @@ async fn close_connection(
 /// Every channel `user` may see.
 async fn channels(state: &AppState, user: &AuthUser) -> Result<Vec<(ChannelSummary, Value)>, ApiError> {
     let all = state.broker.run(|b, _| b.list_channels()).await?;
-    let at = Instant::now();
-    state.rates.forget_stale(at);
     Ok(all
         .into_iter()
         .filter(|c| sees_owner(user, &c.user))
         .map(|c| {
-            let json = channel_json(&state.node, &c, &state.rates, at);
+            let json = channel_json(&state.node, &c, &state.rates);
             (c, json)
         })
         .collect())

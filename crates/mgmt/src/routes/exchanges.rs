@@ -1,7 +1,5 @@
 //! /api/exchanges: list, show, declare (PUT), delete, publish, and an exchange's bindings.
 
-use std::time::Instant;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -33,10 +31,10 @@ pub fn routes() -> Router<AppState> {
         .route("/api/exchanges/{vhost}/{name}/bindings/destination", get(bindings_destination))
 }
 
-pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails, rates: &Rates, at: Instant) -> Value {
+pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails, rates: &Rates) -> Value {
     let x = &details.spec;
-    let key = format!("exchange\0{vhost}\0{}", x.name);
-    let message_stats = rates.details(&key, at, &rates::exchange_fields(&details.message_stats));
+    let key = rates::key::exchange(vhost, &x.name.as_str());
+    let message_stats = rates.details(&key, &rates::exchange_fields(&details.message_stats), None);
     json!({
         "name": x.name.as_str(),
         "vhost": vhost,
@@ -67,9 +65,7 @@ pub(crate) async fn all_exchanges(state: &AppState, only: Option<String>) -> Res
                 .collect::<Vec<_>>()
         })
         .await?;
-    let at = Instant::now();
-    state.rates.forget_stale(at);
-    Ok(list.iter().map(|(v, x)| exchange_json(v, x, &state.rates, at)).collect())
+    Ok(list.iter().map(|(v, x)| exchange_json(v, x, &state.rates)).collect())
 }
 
 async fn list_all(

@@ -12,7 +12,7 @@ mod limits;
 mod none_set;
 mod overview;
 mod policies;
-mod queues;
+pub(crate) mod queues;
 mod time;
 mod topic_permissions;
 mod users;

@@ -1,20 +1,18 @@
 //! /api/overview, /api/whoami, /api/nodes, the health checks and the aliveness test.
 
-use std::time::Instant;
-
 use crate::access::{sees_owner, VhostFilter};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
-use crate::rates;
+use crate::listing::Params;
+use crate::rates::{self, Ranges};
 use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use hourglass_broker::queue::QueueStats;
 use hourglass_wire::{BasicGet, QueueDeclare, ShortStr};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -36,9 +34,11 @@ pub fn routes() -> Router<AppState> {
 
 /// Totals count what the user could list (RabbitMQ's get_overview(User) for users without
 /// `monitoring`): queues and exchanges of its vhosts, its own connections, channels, consumers.
+/// Their rates are the broker's as a whole (the sampler's, `rates/sampler.rs`), whoever asks.
 async fn overview(
     State(state): State<AppState>,
     Extension(user): Extension<AuthUser>,
+    Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
     let vhosts = (!user.is_monitor()).then(|| VhostFilter::new(&state, &user));
     let (queues, connections, channels, consumers, exchanges, stats) = state
@@ -57,13 +57,15 @@ async fn overview(
             )
         })
         .await?;
-    let ready: usize = queues.iter().map(|q| q.messages_ready).sum();
-    let unacked: usize = queues.iter().map(|q| q.messages_unacked).sum();
-    let at = Instant::now();
-    let mut message_stats = state.rates.details("overview", at, &rates::publisher_fields(&stats));
-    message_stats.extend(time_totals(&state, at, &queues));
-    let mut queue_totals =
-        state.rates.details("overview\0queue_totals", at, &rates::depth_fields(ready, unacked));
+    let (ready, unacked) = rates::sampler::total_depth(&queues);
+    let ranges = Ranges::from_params(&params);
+    let publisher = rates::publisher_fields(&stats);
+    let mut message_stats = state.rates.details(rates::key::OVERVIEW, &publisher, ranges.msg_rates);
+    // Ours (RabbitMQ has no such fields): messages expired and dead-lettered, with their rates.
+    let time_totals = rates::time_total_fields(&queues);
+    message_stats.extend(state.rates.details(rates::key::OVERVIEW_TIME, &time_totals, ranges.msg_rates));
+    let depth = rates::depth_fields(ready, unacked);
+    let mut queue_totals = state.rates.details(rates::key::OVERVIEW_QUEUE_TOTALS, &depth, ranges.lengths);
     let delayed: usize = queues.iter().map(|q| q.messages_delayed).sum();
     queue_totals.insert("messages_delayed".into(), json!(delayed));
     let exchange_types: Vec<Value> = ["direct", "fanout", "headers", "topic"]
@@ -101,23 +103,6 @@ async fn overview(
     })))
 }
 
-/// Ours (RabbitMQ has no such fields): messages expired and dead-lettered, summed over the
-/// queues that exist now (a deleted queue takes its counts with it), with their rates.
-fn time_totals(state: &AppState, at: Instant, queues: &[QueueStats]) -> Map<String, Value> {
-    let expired: u64 = queues.iter().map(|q| q.counters.expired).sum();
-    let dead_lettered: u64 = queues
-        .iter()
-        .map(|q| {
-            let c = &q.counters;
-            c.dead_lettered_rejected
-                + c.dead_lettered_expired
-                + c.dead_lettered_maxlen
-                + c.dead_lettered_delivery_limit
-        })
-        .sum();
-    state.rates.details("overview\0time", at, &[("expired", expired), ("dead_lettered", dead_lettered)])
-}
-
 /// RabbitMQ's fields, and ours: `permissions`, the caller's own (configure / write / read per
 /// vhost), so the web UI can hide what the API would refuse (only administrators may list
 /// permissions otherwise).
@@ -132,11 +117,12 @@ async fn whoami(State(state): State<AppState>, Extension(user): Extension<AuthUs
     Json(json!({"name": user.name, "tags": user.tags, "is_internal_user": true, "permissions": permissions}))
 }
 
-fn node_json(state: &AppState) -> Value {
+/// This node; `sockets_used` is its open AMQP client connections.
+fn node_json(state: &AppState, sockets_used: usize) -> Value {
     let node = &state.node;
     let uptime_ms = u64::try_from(node.started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let processors = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let fd_used = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let fd_total = crate::metrics::max_fds();
     let resources = *node.resources.borrow();
     json!({
         "name": node.name,
@@ -146,10 +132,10 @@ fn node_json(state: &AppState) -> Value {
         "run_queue": 0,
         "processors": processors,
         "os_pid": std::process::id().to_string(),
-        "fd_total": 1_048_576,
-        "fd_used": fd_used,
-        "sockets_total": 0,
-        "sockets_used": 0,
+        "fd_total": fd_total,
+        "fd_used": crate::metrics::open_fds(),
+        "sockets_total": crate::metrics::max_tcp_sockets(fd_total),
+        "sockets_used": sockets_used,
         "proc_total": 0,
         "proc_used": 0,
         "mem_limit": resources.mem_limit,
@@ -175,7 +161,7 @@ async fn nodes(
     Extension(user): Extension<AuthUser>,
 ) -> Result<Json<Value>, ApiError> {
     user.require_monitor()?;
-    let mut nodes = vec![node_json(&state)];
+    let mut nodes = vec![node_json(&state, client_connections(&state).await?)];
     if let Some(cluster) = state.node.cluster.clone() {
         // Every member, as RabbitMQ lists every cluster node; the others from the cluster status.
         let status = tokio::task::spawn_blocking(move || cluster.status())
@@ -205,7 +191,12 @@ async fn node(
     if name != state.node.name {
         return Err(ApiError::not_found());
     }
-    Ok(Json(node_json(&state)))
+    Ok(Json(node_json(&state, client_connections(&state).await?)))
+}
+
+/// Open AMQP client connections: RabbitMQ's `sockets_used`.
+async fn client_connections(state: &AppState) -> Result<usize, ApiError> {
+    state.broker.run(|b, _| b.list_connections().len()).await
 }
 
 async fn ok() -> Json<Value> {

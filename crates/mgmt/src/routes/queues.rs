@@ -1,7 +1,5 @@
 //! /api/queues: list, show, declare (PUT), delete, purge (`contents`), get, bindings.
 
-use std::time::Instant;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -10,7 +8,7 @@ use axum::routing::{delete as delete_route, get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine;
 use hourglass_broker::admin::QueueDetails;
-use hourglass_broker::queue::QueueType;
+use hourglass_broker::queue::{QueueStats, QueueType};
 use hourglass_wire::{BasicAck, BasicGet, BasicNack, Method, QueueDeclare, QueueDelete, QueuePurge};
 use serde_json::{json, Value};
 
@@ -21,7 +19,7 @@ use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::{json_to_table, properties_to_json, table_to_json};
 use crate::listing::{self, Params};
-use crate::rates::{self, Rates};
+use crate::rates::{self, Ranges, Rates};
 use crate::AppState;
 
 /// The most messages one `…/get` returns: the request's count is clamped to it.
@@ -41,15 +39,18 @@ pub fn routes() -> Router<AppState> {
         .route("/api/queues/{vhost}/{name}/bindings", get(bindings))
 }
 
-pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, at: Instant) -> Value {
+/// A queue as RabbitMQ's API shows it; `ranges` lists rate history when the request asked.
+pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, ranges: Ranges) -> Value {
     let s = &q.stats;
-    let messages = s.messages_ready + s.messages_unacked;
-    let key = format!("queue\0{}\0{}", s.vhost, s.name);
-    let message_stats = rates.details(&key, at, &rates::queue_fields(&s.counters.messages));
+    let message_stats = rates.details(
+        &rates::key::queue(&s.vhost, &s.name),
+        &rates::queue_fields(&s.counters.messages),
+        ranges.msg_rates,
+    );
     let depth = rates.details(
-        &format!("{key}\0depth"),
-        at,
+        &rates::key::queue_depth(&s.vhost, &s.name),
         &rates::depth_fields(s.messages_ready, s.messages_unacked),
+        ranges.lengths,
     );
     let mut json = json!({
         "name": s.name,
@@ -70,13 +71,7 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, at: Instan
         "effective_policy_definition": table_to_json(&q.policies.effective_definition),
         "memory": 0,
         "message_stats": message_stats,
-        "messages_ram": messages,
-        "messages_persistent": 0,
-        "message_bytes": s.message_bytes_ready,
-        "message_bytes_ready": s.message_bytes_ready,
-        "message_bytes_unacknowledged": 0,
-        "message_bytes_ram": s.message_bytes_ready,
-        "message_bytes_persistent": 0,
+        "head_message_timestamp": null,
         // Hourglass's time statistics (semantics §7).
         "messages_delayed": s.messages_delayed,
         "message_bytes_delayed": s.message_bytes_delayed,
@@ -96,8 +91,27 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, at: Instan
     });
     if let Value::Object(fields) = &mut json {
         fields.extend(depth);
+        fields.extend(count_fields(s).map(|(name, value)| (name.to_owned(), json!(value))));
     }
     json
+}
+
+/// RabbitMQ's count and byte fields of a queue besides its depth (docs/http-api.md "Queue counts
+/// and bytes"), as the queue's state gives them.
+fn count_fields(s: &QueueStats) -> [(&'static str, usize); 11] {
+    [
+        ("messages_ram", s.messages_ram()),
+        ("messages_ready_ram", s.messages_ready_ram),
+        ("messages_unacknowledged_ram", s.messages_unacked),
+        ("messages_persistent", s.messages_persistent),
+        ("messages_paged_out", s.messages_paged_out()),
+        ("message_bytes", s.message_bytes()),
+        ("message_bytes_ready", s.message_bytes_ready),
+        ("message_bytes_unacknowledged", s.message_bytes_unacked),
+        ("message_bytes_ram", s.message_bytes_ram()),
+        ("message_bytes_persistent", s.message_bytes_persistent),
+        ("message_bytes_paged_out", s.message_bytes_paged_out()),
+    ]
 }
 
 /// Every queue of `only`'s vhost (all vhosts without one) as the broker's compact rows, sorted
@@ -113,9 +127,7 @@ async fn queue_rows(state: &AppState, only: Option<String>) -> Result<Vec<QueueD
 pub(crate) async fn all_queues(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
     let rows = queue_rows(state, only).await?;
     let node = state.node.name.clone();
-    let at = Instant::now();
-    state.rates.forget_stale(at);
-    Ok(rows.iter().map(|q| queue_json(q, &node, &state.rates, at)).collect())
+    Ok(rows.iter().map(|q| queue_json(q, &node, &state.rates, Ranges::default())).collect())
 }
 
 /// Sort keys a listing can apply to the rows before rendering them (the JSON field of the same
@@ -123,10 +135,7 @@ pub(crate) async fn all_queues(state: &AppState, only: Option<String>) -> Result
 const QUEUE_ORDERS: &[listing::RowOrder<QueueDetails>] = &[
     ("name", |a, b| a.stats.name.cmp(&b.stats.name)),
     ("vhost", |a, b| a.stats.vhost.cmp(&b.stats.vhost)),
-    ("messages", |a, b| {
-        (a.stats.messages_ready + a.stats.messages_unacked)
-            .cmp(&(b.stats.messages_ready + b.stats.messages_unacked))
-    }),
+    ("messages", |a, b| a.stats.messages().cmp(&b.stats.messages())),
     ("messages_ready", |a, b| a.stats.messages_ready.cmp(&b.stats.messages_ready)),
     ("consumers", |a, b| a.stats.consumers.cmp(&b.stats.consumers)),
     ("messages_unacknowledged", |a, b| a.stats.messages_unacked.cmp(&b.stats.messages_unacked)),
@@ -149,16 +158,15 @@ async fn list(
     let mut rows = queue_rows(state, only).await?;
     rows.retain(|q| visible(&q.stats.vhost));
     let (state, params) = (state.clone(), params.clone());
+    let ranges = Ranges::from_params(&params);
     let render = move || {
-        let at = Instant::now();
-        state.rates.forget_stale(at);
         let (node, rates) = (state.node.clone(), state.rates.clone());
         listing::respond_rows(
             rows,
             &params,
             |q| q.stats.name.as_str(),
             QUEUE_ORDERS,
-            move |q| queue_json(q, &node.name, &rates, at),
+            move |q| queue_json(q, &node.name, &rates, ranges),
             slot,
         )
     };
@@ -189,12 +197,13 @@ async fn show(
     State(state): State<AppState>,
     Extension(user): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let rows = queue_rows(&state, Some(vhost)).await?;
     let row = rows.iter().find(|q| q.stats.name == name).ok_or_else(ApiError::not_found)?;
-    Ok(Json(queue_json(row, &state.node.name, &state.rates, Instant::now())))
+    Ok(Json(queue_json(row, &state.node.name, &state.rates, Ranges::from_params(&params))))
 }
 
 /// queue.declare from a JSON object (a PUT body or a definitions entry): `durable` (default

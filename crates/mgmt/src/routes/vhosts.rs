@@ -3,7 +3,6 @@
 //! rest is for administrators (RabbitMQ 3.10's rabbit_mgmt_wm_vhost, _permissions_vhost).
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -18,7 +17,7 @@ use crate::access::sees_vhost_record;
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::listing::{self, Params};
-use crate::rates::{self, Rates};
+use crate::rates::{self, Ranges, Rates};
 use crate::users::VhostRecord;
 use crate::AppState;
 
@@ -29,9 +28,13 @@ pub fn routes() -> Router<AppState> {
         .route("/api/vhosts/{vhost}/permissions", get(permissions))
 }
 
-pub(crate) fn vhost_json(v: &VhostRecord, view: &BrokerView, rates: &Rates, at: Instant) -> Value {
+pub(crate) fn vhost_json(v: &VhostRecord, view: &BrokerView, rates: &Rates, ranges: Ranges) -> Value {
     let (ready, unacked) = view.counts.get(&v.name).copied().unwrap_or_default();
-    let depth = rates.details(&format!("vhost\0{}\0depth", v.name), at, &rates::depth_fields(ready, unacked));
+    let depth = rates.details(
+        &rates::key::vhost_depth(&v.name),
+        &rates::depth_fields(ready, unacked),
+        ranges.lengths,
+    );
     let mut json = json!({
         "name": v.name,
         "description": v.description,
@@ -56,12 +59,7 @@ pub(crate) struct BrokerView {
 
 async fn broker_view(state: &AppState) -> Result<BrokerView, ApiError> {
     let (queues, traced) = state.broker.run(|b, _| (b.list_queues(), b.traced_vhosts())).await?;
-    let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
-    for q in queues {
-        let entry = counts.entry(q.vhost).or_default();
-        entry.0 += q.messages_ready;
-        entry.1 += q.messages_unacked;
-    }
+    let counts = rates::sampler::depth_by_vhost(&queues);
     Ok(BrokerView { counts, traced: traced.into_iter().collect() })
 }
 
@@ -72,15 +70,14 @@ async fn list(
 ) -> Result<Response, ApiError> {
     let view = broker_view(&state).await?;
     let node = state.node.name.clone();
-    let at = Instant::now();
-    state.rates.forget_stale(at);
+    let ranges = Ranges::from_params(&params);
     let items = state
         .users
         .vhosts()
         .iter()
         .filter(|v| sees_vhost_record(&state, &user, &v.name))
         .map(|v| {
-            let mut item = vhost_json(v, &view, &state.rates, at);
+            let mut item = vhost_json(v, &view, &state.rates, ranges);
             item["cluster_state"] = json!({ node.clone(): "running" });
             item
         })
@@ -92,11 +89,12 @@ async fn show(
     State(state): State<AppState>,
     Extension(user): Extension<AuthUser>,
     Path(vhost): Path<String>,
+    Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
     user.require_admin()?;
     let record = state.users.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let view = broker_view(&state).await?;
-    Ok(Json(vhost_json(&record, &view, &state.rates, Instant::now())))
+    Ok(Json(vhost_json(&record, &view, &state.rates, Ranges::from_params(&params))))
 }
 
 async fn put(
