@@ -9,7 +9,7 @@
 //! a transient message held before the restart are lost with it; the clock floor keeps them from
 //! being handed out again, as long as the previous run issued fewer than 1,024 ids per
 //! millisecond on average (a million messages a second). The ids stay below 2^53 until the year
-//! 2255, so JavaScript reads them exactly.
+//! 2248, so JavaScript reads them exactly.
 
 use crate::time::Timestamp;
 
