@@ -26,13 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PERF = ROOT / "target/release/hourglass-perf"
 HOURGLASS = ROOT / "target/release/hourglass"
-# Where the development machine keeps its reference RabbitMQ; elsewhere, RABBITMQ_REF names it.
-DEFAULT_RABBITMQ_REF = ROOT.parent / "shared/tools/rabbitmq-ref"
+# The reference RabbitMQ's control script (Debian's rabbitmq-server); RABBITMQ_REF names another.
+DEFAULT_RABBITMQ_REF = ROOT / "scripts/rabbitmq_ref.sh"
 
 
 def rabbitmq_ref():
     """The reference RabbitMQ's control script: `$RABBITMQ_REF` (or --rabbitmq-ref), else
-    ../shared/tools/rabbitmq-ref where it exists. It takes `start` / `stop` and reads RMQ_PORT
+    scripts/rabbitmq_ref.sh. It takes `start` / `stop` and reads RMQ_PORT
     (AMQP port, default 5673), RMQ_BASE (its data directory) and RMQ_EXTRA_CONF (rabbitmq.conf
     lines) from its environment. Exits with what to do when there is none."""
     named = os.environ.get("RABBITMQ_REF")

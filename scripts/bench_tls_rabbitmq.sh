@@ -11,8 +11,8 @@ rounds=${1:-3}
 seconds=${2:-10}
 out=${OUT:-/tmp/bench_tls_rabbitmq.jsonl}
 # The reference RabbitMQ's control script (start/stop, RMQ_PORT, RMQ_BASE, RMQ_EXTRA_CONF in its
-# environment): $RABBITMQ_REF, else the development machine's ../shared/tools/rabbitmq-ref.
-ref=${RABBITMQ_REF:-../shared/tools/rabbitmq-ref}
+# environment): $RABBITMQ_REF, else scripts/rabbitmq_ref.sh (Debian's rabbitmq-server).
+ref=${RABBITMQ_REF:-scripts/rabbitmq_ref.sh}
 if [ ! -x "$ref" ]; then
   echo "bench_tls_rabbitmq.sh: no reference RabbitMQ at $ref: set RABBITMQ_REF to a script that runs" \
     "start / stop for a RabbitMQ 3.x on \$RMQ_PORT with data in \$RMQ_BASE" >&2
