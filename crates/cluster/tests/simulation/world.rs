@@ -57,7 +57,7 @@ enum Event {
     EtcdArrives { node: usize, life: u64, call: u64, op: Op },
     Reply { node: usize, life: u64, call: u64, answer: Option<Answer> },
     Replicate { leader: usize, life: u64 },
-    Entries { from: usize, to: usize, term: u64, base: usize, base_hash: u64, entries: Vec<u64> },
+    Entries(Delta),
     Ack { from: usize, to: usize, term: u64, seq: usize },
     Refused { from: usize, to: usize, term: u64 },
     Publish,
@@ -136,8 +136,27 @@ pub struct World {
     pub faults_healed_at: Option<Micros>,
 }
 
+/// What a leader sends a follower: its log after `base` (whose prefix hashes to `base_hash`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Delta {
+    from: usize,
+    to: usize,
+    term: u64,
+    base: usize,
+    base_hash: u64,
+    entries: Vec<u64>,
+}
+
 fn hash_after(previous: u64, record: u64) -> u64 {
     (previous ^ record).wrapping_mul(0x100_0000_01B3).rotate_left(17)
+}
+
+impl Node {
+    /// Appends `record` to the log, with the hash of the log through it.
+    fn append(&mut self, record: u64) {
+        self.hashes.push(hash_after(self.hashes.last().copied().unwrap_or(0), record));
+        self.log.push(record);
+    }
 }
 
 impl World {
@@ -236,7 +255,7 @@ impl World {
             Event::Wake { node, .. } | Event::Reply { node, .. } | Event::Replicate { leader: node, .. } => {
                 *node
             }
-            Event::Entries { to, .. } | Event::Ack { to, .. } | Event::Refused { to, .. } => *to,
+            Event::Entries(Delta { to, .. }) | Event::Ack { to, .. } | Event::Refused { to, .. } => *to,
             _ => return None,
         };
         (self.nodes[node].paused_until > self.now).then_some(node)
@@ -260,9 +279,7 @@ impl World {
                 }
             }
             Event::Replicate { leader, life } if self.alive(leader, life) => self.replicate(leader),
-            Event::Entries { from, to, term, base, base_hash, entries } => {
-                self.entries(from, to, term, base, base_hash, entries)
-            }
+            Event::Entries(delta) => self.entries(delta),
             Event::Ack { from, to, term, seq } => self.acked(from, to, term, seq)?,
             Event::Refused { from, to, term } => {
                 let name = self.nodes[from].name.clone();

@@ -12,10 +12,7 @@ impl World {
             if leading && !self.nodes[n].down && !paused {
                 let record = self.next_record;
                 self.next_record += 1;
-                let node = &mut self.nodes[n];
-                let hash = hash_after(node.hashes.last().copied().unwrap_or(0), record);
-                node.log.push(record);
-                node.hashes.push(hash);
+                self.nodes[n].append(record);
                 self.try_confirm(n)?;
             }
         }
@@ -42,10 +39,13 @@ impl World {
                 continue;
             }
             let base_hash = if base == 0 { 0 } else { self.nodes[n].hashes[base - 1] };
-            sends.push((to, base, base_hash, self.nodes[n].log[base..].to_vec()));
+            let entries = self.nodes[n].log[base..].to_vec();
+            sends.push(Delta { from: n, to, term, base, base_hash, entries });
         }
-        for (to, base, base_hash, entries) in sends {
-            self.send_entries(n, to, term, base, base_hash, entries);
+        for delta in sends {
+            if let Some(when) = self.path_delivery(delta.from, delta.to) {
+                self.at(when, Event::Entries(delta));
+            }
         }
         let life = self.nodes[n].life;
         self.at(self.now + REPLICATE_EVERY, Event::Replicate { leader: n, life });
@@ -62,44 +62,22 @@ impl World {
         Some(when)
     }
 
-    pub(super) fn send_entries(
-        &mut self,
-        from: usize,
-        to: usize,
-        term: u64,
-        base: usize,
-        base_hash: u64,
-        entries: Vec<u64>,
-    ) {
-        if let Some(when) = self.path_delivery(from, to) {
-            self.at(when, Event::Entries { from, to, term, base, base_hash, entries });
-        }
-    }
-
-    pub(super) fn entries(
-        &mut self,
-        from: usize,
-        to: usize,
-        term: u64,
-        base: usize,
-        base_hash: u64,
-        entries: Vec<u64>,
-    ) {
+    /// A follower takes `delta` if it follows its sender at that term and holds the prefix the
+    /// sender assumed; either way it answers.
+    pub(super) fn entries(&mut self, delta: Delta) {
+        let Delta { from, to, term, base, base_hash, entries } = delta;
         let node = &self.nodes[to];
         let named = node.fence_leader == Some((from, term)) && node.fence_max == term;
-        let reply = if node.down || node.hub.is_some() || !named {
-            Event::Refused { from: to, to: from, term }
-        } else if base > 0 && node.hashes.get(base - 1) != Some(&base_hash) {
-            // Not the prefix the leader assumed: it starts this link over from the files.
+        // Not the prefix the leader assumed: it starts this link over from the files.
+        let prefix_differs = base > 0 && node.hashes.get(base - 1) != Some(&base_hash);
+        let reply = if node.down || node.hub.is_some() || !named || prefix_differs {
             Event::Refused { from: to, to: from, term }
         } else {
             let node = &mut self.nodes[to];
             node.log.truncate(base);
             node.hashes.truncate(base);
             for record in entries {
-                let hash = hash_after(node.hashes.last().copied().unwrap_or(0), record);
-                node.log.push(record);
-                node.hashes.push(hash);
+                node.append(record);
             }
             Event::Ack { from: to, to: from, term, seq: node.log.len() }
         };
