@@ -161,14 +161,29 @@ impl Etcd {
     }
 
     pub fn get(&self, key: &str) -> Result<Option<KeyValue>, EtcdError> {
-        let answer = self.call("/v3/kv/range", json!({ "key": B64.encode(key) }))?;
+        let answer = self.call("/v3/kv/range", Range::Key(key.to_owned()).request())?;
         Ok(kvs(&answer, "/v3/kv/range")?.into_iter().next())
     }
 
     /// Every key that starts with `prefix`, in key order.
     pub fn get_prefix(&self, prefix: &str) -> Result<Vec<KeyValue>, EtcdError> {
-        let body = json!({ "key": B64.encode(prefix), "range_end": B64.encode(prefix_end(prefix)) });
-        kvs(&self.call("/v3/kv/range", body)?, "/v3/kv/range")
+        kvs(&self.call("/v3/kv/range", Range::Prefix(prefix.to_owned()).request())?, "/v3/kv/range")
+    }
+
+    /// Several reads in one transaction: one round trip, all at the same revision. One list of
+    /// key-values per range, in the order asked.
+    pub fn read_many(&self, ranges: &[Range]) -> Result<Vec<Vec<KeyValue>>, EtcdError> {
+        let reads: Vec<Value> =
+            ranges.iter().map(|range| json!({ "request_range": range.request() })).collect();
+        let answer = self.call("/v3/kv/txn", json!({ "compare": [], "success": reads }))?;
+        let responses = answer["responses"].as_array().cloned().unwrap_or_default();
+        if responses.len() != ranges.len() {
+            return Err(EtcdError::Unreadable {
+                path: "/v3/kv/txn",
+                reason: format!("{} answers to {} reads", responses.len(), ranges.len()),
+            });
+        }
+        responses.iter().map(|response| kvs(&response["response_range"], "/v3/kv/txn")).collect()
     }
 
     /// Sets `key` (attached to `lease` unless it is 0).
@@ -275,6 +290,25 @@ fn tls_config(tls: &EtcdTls) -> Result<ureq::tls::TlsConfig, EtcdError> {
         builder = builder.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
     }
     Ok(builder.build())
+}
+
+/// What one read of [`Etcd::read_many`] covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Range {
+    Key(String),
+    /// Every key starting with this.
+    Prefix(String),
+}
+
+impl Range {
+    fn request(&self) -> Value {
+        match self {
+            Range::Key(key) => json!({ "key": B64.encode(key) }),
+            Range::Prefix(prefix) => {
+                json!({ "key": B64.encode(prefix), "range_end": B64.encode(prefix_end(prefix)) })
+            }
+        }
+    }
 }
 
 fn put_request(key: &str, value: &[u8], lease: i64) -> Value {

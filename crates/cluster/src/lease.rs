@@ -60,6 +60,13 @@ impl LeaseClock {
     }
 }
 
+/// The lease a node holds: etcd's id for it, and how long it holds by this node's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldLease {
+    pub id: i64,
+    pub clock: LeaseClock,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

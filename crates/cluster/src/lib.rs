@@ -3,7 +3,9 @@
 //! every file operation of its store; a confirm only once a majority holds it.
 //!
 //! ```text
-//! coordinator.rs  the node's etcd thread: lease, election, in-sync set, follower links
+//! coordinator/    the node's etcd thread: the Following and Leading state machines (every
+//!                 election, lease, in-sync and step-down rule, no I/O) and the shell that
+//!                 performs their requests and effects
 //! election.rs     etcd keys and records, the election rule (sans-IO)
 //! in_sync.rs      the leader's in-sync, confirm and step-down rules (sans-IO)
 //! lease.rs        how long the lease holds by this node's clock (sans-IO)

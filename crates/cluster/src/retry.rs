@@ -26,16 +26,30 @@ pub fn backoff_delay(attempt: u32, jitter: u16) -> Duration {
     half + half.mul_f64(f64::from(jitter) / f64::from(u16::MAX))
 }
 
-/// The retry schedule of one loop: the attempt count since the last success.
-#[derive(Debug, Default)]
+/// The retry schedule of one loop: the attempt count since the last success, and the source of
+/// its jitter.
+#[derive(Debug)]
 pub struct Backoff {
     attempt: u32,
+    jitter: SplitMix64,
+}
+
+impl Default for Backoff {
+    /// Jitter seeded from the system's random numbers.
+    fn default() -> Backoff {
+        Backoff::seeded(random_seed())
+    }
 }
 
 impl Backoff {
-    /// The pause before the next try, drawing the jitter from the system's random numbers.
+    /// Jitter from `seed`: the same pauses for the same seed (the simulation replays them).
+    pub fn seeded(seed: u64) -> Backoff {
+        Backoff { attempt: 0, jitter: SplitMix64::new(seed) }
+    }
+
+    /// The pause before the next try.
     pub fn next_delay(&mut self) -> Duration {
-        let delay = backoff_delay(self.attempt, random_jitter());
+        let delay = backoff_delay(self.attempt, self.jitter.next_u64() as u16);
         self.attempt = self.attempt.saturating_add(1);
         delay
     }
@@ -46,12 +60,30 @@ impl Backoff {
     }
 }
 
-fn random_jitter() -> u16 {
+/// A seed from the system's random numbers (without them, 0: the pauses are still bounded).
+pub fn random_seed() -> u64 {
     use ring::rand::SecureRandom;
-    let mut bytes = [0u8; 2];
-    // Without random numbers the pause is the shortest of its range: still bounded.
+    let mut bytes = [0u8; 8];
     let _ = ring::rand::SystemRandom::new().fill(&mut bytes);
-    u16::from_le_bytes(bytes)
+    u64::from_le_bytes(bytes)
+}
+
+/// SplitMix64: a small seeded generator, the same sequence on every machine.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
 }
 
 /// What to log about an etcd outage, and when.

@@ -4,27 +4,27 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use hourglass_cluster::coordinator::{Reply, Request, Seen};
+use hourglass_cluster::election::{InSync, NodeRecord, Observation};
+use hourglass_cluster::retry::SplitMix64;
+
 /// Global simulated time, in microseconds.
 pub type Micros = u64;
 
 pub const MS: Micros = 1_000;
 pub const SECOND: Micros = 1_000_000;
 
-/// SplitMix64: small, seeded, the same sequence on every machine.
+/// The run's seeded random source (the crate's SplitMix64: the same sequence on every machine).
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+        Rng(SplitMix64::new(seed))
     }
 
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `low..=high`.
@@ -77,46 +77,17 @@ impl Network {
     }
 }
 
-/// A request a node makes of etcd.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Op {
-    /// Grant a lease and register the node's key on it.
-    Join,
-    KeepAlive {
-        lease: i64,
-    },
-    /// Read the leader key, the in-sync key and the live nodes.
-    Observe,
-    Campaign {
-        lease: i64,
-        in_sync_revision: i64,
-    },
-    GetLeader,
-    PutInSyncIfLeader {
-        term: i64,
-        set: Vec<String>,
-    },
-    DeleteLeaderIf {
-        term: i64,
-    },
-}
-
-/// etcd's answer.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Answer {
-    Joined {
-        lease: i64,
-    },
-    TtlLeft(u64),
-    Seen {
-        /// The leader, its term and its lease.
-        leader: Option<(usize, i64, i64)>,
-        in_sync: Option<(Vec<String>, i64)>,
-        alive: BTreeSet<String>,
-    },
-    Won(Option<i64>),
-    Leader(Option<(usize, i64)>),
-    Done(bool),
+/// Node `i`'s record (only its name matters here).
+pub fn record(i: usize) -> NodeRecord {
+    NodeRecord {
+        name: format!("n{i}"),
+        host: String::new(),
+        amqp_port: 0,
+        http_port: 0,
+        replication_port: 0,
+        amqps_port: None,
+        https_port: None,
+    }
 }
 
 struct LeaderKey {
@@ -133,12 +104,13 @@ pub struct ModelEtcd {
     leases: BTreeMap<i64, Micros>,
     leader: Option<LeaderKey>,
     in_sync: Option<(Vec<String>, i64)>,
+    /// The live nodes' leases.
     nodes: BTreeMap<usize, i64>,
-    names: Vec<String>,
+    members: usize,
 }
 
 impl ModelEtcd {
-    pub fn new(ttl: Micros, names: Vec<String>) -> ModelEtcd {
+    pub fn new(ttl: Micros, members: usize) -> ModelEtcd {
         ModelEtcd {
             ttl,
             revision: 1,
@@ -147,7 +119,7 @@ impl ModelEtcd {
             leader: None,
             in_sync: None,
             nodes: BTreeMap::new(),
-            names,
+            members,
         }
     }
 
@@ -167,56 +139,64 @@ impl ModelEtcd {
         }
     }
 
-    /// Applies `op` from node `from` at `now`; the answer, and the term of a won campaign.
-    pub fn apply(&mut self, from: usize, op: &Op, now: Micros) -> Answer {
+    /// Applies `request` from node `from` at `now`; etcd's reply.
+    pub fn apply(&mut self, from: usize, request: &Request, now: Micros) -> Reply {
         self.expire(now);
-        match op {
-            Op::Join => {
+        match request {
+            Request::Register => {
                 let lease = self.next_lease;
                 self.next_lease += 1;
                 self.leases.insert(lease, now + self.ttl);
                 self.nodes.insert(from, lease);
                 self.revision += 1;
-                Answer::Joined { lease }
+                Reply::Registered { lease }
             }
-            Op::KeepAlive { lease } => match self.leases.get_mut(lease) {
+            Request::KeepAlive { lease } => match self.leases.get_mut(lease) {
                 Some(at) => {
                     *at = now + self.ttl;
-                    Answer::TtlLeft(self.ttl / SECOND)
+                    Reply::TtlLeft(self.ttl / SECOND)
                 }
-                None => Answer::TtlLeft(0),
+                None => Reply::TtlLeft(0),
             },
-            Op::Observe => Answer::Seen {
-                leader: self.leader.as_ref().map(|key| (key.node, key.create_revision, key.lease)),
-                in_sync: self.in_sync.clone(),
-                alive: self.nodes.keys().map(|n| self.names[*n].clone()).collect(),
-            },
-            Op::Campaign { lease, in_sync_revision } => {
+            Request::Observe => Reply::Seen(Seen {
+                observation: Observation {
+                    leader: self.leader.as_ref().map(|key| (record(key.node), key.create_revision as u64)),
+                    leader_lease: self.leader.as_ref().map_or(0, |key| key.lease),
+                    in_sync: self.in_sync.clone().map(|(nodes, rev)| (InSync { term: 0, nodes }, rev)),
+                },
+                live: self.nodes.keys().map(|n| record(*n)).collect(),
+                members: (0..self.members).map(record).collect(),
+            }),
+            Request::Campaign { lease, in_sync_revision } => {
                 let set_unchanged = self.in_sync.as_ref().map_or(0, |(_, rev)| *rev) == *in_sync_revision;
                 if self.leader.is_some() || !set_unchanged || !self.leases.contains_key(lease) {
-                    return Answer::Won(None);
+                    return Reply::Won(None);
                 }
                 self.revision += 1;
                 self.leader = Some(LeaderKey { node: from, create_revision: self.revision, lease: *lease });
-                Answer::Won(Some(self.revision))
+                Reply::Won(Some(self.revision as u64))
             }
-            Op::GetLeader => Answer::Leader(self.leader.as_ref().map(|key| (key.node, key.create_revision))),
-            Op::PutInSyncIfLeader { term, set } => {
-                if self.leader.as_ref().is_none_or(|key| key.create_revision != *term) {
-                    return Answer::Done(false);
+            Request::RecordInSync { term, nodes } => {
+                if !self.leads(*term) {
+                    return Reply::Done(false);
                 }
                 self.revision += 1;
-                self.in_sync = Some((set.clone(), self.revision));
-                Answer::Done(true)
+                self.in_sync = Some((nodes.clone(), self.revision));
+                Reply::Done(true)
             }
-            Op::DeleteLeaderIf { term } => {
-                if self.leader.as_ref().is_none_or(|key| key.create_revision != *term) {
-                    return Answer::Done(false);
+            Request::GiveUp { term } => {
+                if !self.leads(*term) {
+                    return Reply::Done(false);
                 }
                 self.leader = None;
                 self.revision += 1;
-                Answer::Done(true)
+                Reply::Done(true)
             }
         }
+    }
+
+    /// Whether the leader key is the one of `term`.
+    fn leads(&self, term: u64) -> bool {
+        self.leader.as_ref().is_some_and(|key| key.create_revision as u64 == term)
     }
 }

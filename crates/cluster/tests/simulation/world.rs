@@ -1,6 +1,7 @@
-//! Three nodes running the coordinator's rules (the crate's sans-IO `election`, `lease` and
-//! `in_sync` modules) in the order the coordinator's loops run them, against the model etcd and
-//! a replication model, driven by one seeded event queue. Each node's clock runs at its own rate.
+//! Three nodes running the coordinator's own state machines (`coordinator::Following` and
+//! `coordinator::Leading`, which hold every election, lease, in-sync and step-down rule) against
+//! the model etcd and a replication model, driven by one seeded event queue. Each node's clock
+//! runs at its own rate.
 //! The two invariants are checked as the run goes:
 //! - no record is confirmed by a term after a later term was elected (two leaders confirming in
 //!   overlapping lease windows);
@@ -10,18 +11,16 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::{Duration, Instant};
 
-use hourglass_cluster::election::{decide, Decision, InSync, NodeRecord, Observation};
-use hourglass_cluster::in_sync::{may_confirm, InSyncRules, InSyncStep, Progress, Replicas};
-use hourglass_cluster::lease::LeaseClock;
+use hourglass_cluster::coordinator::{Following, Leading, Reply, Request};
+use hourglass_cluster::in_sync::{may_confirm, Progress};
 
-use crate::model::{Answer, End, Micros, ModelEtcd, Network, Op, Rng, MS, SECOND};
+use crate::model::{End, Micros, ModelEtcd, Network, Rng, MS, SECOND};
 
 mod faults;
 mod node_loop;
 mod replication;
 
 pub const TTL: Micros = 3 * SECOND;
-const POLL: Micros = 150 * MS;
 const ETCD_TIMEOUT: Micros = 1_500 * MS;
 const HOLDOFF: Micros = 2 * TTL;
 const RESTART: Micros = 300 * MS;
@@ -51,38 +50,89 @@ pub struct Violation {
     pub trace: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug)]
 enum Event {
-    Wake { node: usize, life: u64 },
-    EtcdArrives { node: usize, life: u64, call: u64, op: Op },
-    Reply { node: usize, life: u64, call: u64, answer: Option<Answer> },
-    Replicate { leader: usize, life: u64 },
+    Wake {
+        node: usize,
+        life: u64,
+    },
+    EtcdArrives {
+        node: usize,
+        life: u64,
+        call: u64,
+        request: Request,
+    },
+    /// etcd's reply to `call`, or `None`: the request timed out.
+    Reply {
+        node: usize,
+        life: u64,
+        call: u64,
+        reply: Option<Reply>,
+    },
+    Replicate {
+        leader: usize,
+        life: u64,
+    },
     Entries(Delta),
-    Ack { from: usize, to: usize, term: u64, seq: usize },
-    Refused { from: usize, to: usize, term: u64 },
+    Ack {
+        from: usize,
+        to: usize,
+        term: u64,
+        seq: usize,
+    },
+    Refused {
+        from: usize,
+        to: usize,
+        term: u64,
+    },
     Publish,
     Fault,
     HealAll,
-    Restart { node: usize },
+    Restart {
+        node: usize,
+    },
 }
 
-/// Where a node's loop is, waiting for the answer to `call`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Await {
-    Nothing,
-    Join,
-    KeepAlive { sent: Instant },
-    Observe,
-    Campaign { seen: Observation },
-    LeaderKey,
-    Alive,
-    PutInSync { set: Vec<String>, removed: Vec<String> },
-    GiveUp,
+/// An event due at `when`; ties go in the order they were scheduled (`seq`).
+struct Scheduled {
+    when: Micros,
+    seq: u64,
+    event: Event,
 }
 
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Scheduled) -> bool {
+        (self.when, self.seq) == (other.when, other.seq)
+    }
+}
+
+impl Eq for Scheduled {}
+
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Scheduled) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Scheduled) -> std::cmp::Ordering {
+        (self.when, self.seq).cmp(&(other.when, other.seq))
+    }
+}
+
+/// Which of the coordinator's machines a node runs.
+enum Machine {
+    /// Started, not yet registered in etcd (registering since `sent` if `Some`).
+    Joining {
+        sent: Option<Instant>,
+    },
+    Following(Following),
+    Leading(Leading),
+}
+
+/// The leader's replication hub, as the simulation keeps it.
 struct Hub {
     term: u64,
-    rules: InSyncRules,
     progress: BTreeMap<String, Progress>,
     in_sync: BTreeSet<String>,
     recorded: Option<BTreeSet<String>>,
@@ -102,12 +152,13 @@ struct Node {
     down: bool,
     log: Vec<u64>,
     hashes: Vec<u64>,
-    lease: Option<(i64, LeaseClock)>,
     fence_max: u64,
     fence_leader: Option<(usize, u64)>,
     campaign_not_before: Option<Instant>,
+    machine: Machine,
     hub: Option<Hub>,
-    awaiting: Await,
+    /// Whether the machine waits for etcd's answer to `call`.
+    asking: bool,
     call: u64,
     /// The last delivery time on each outgoing replication path (TCP keeps order).
     path_clock: BTreeMap<usize, Micros>,
@@ -119,7 +170,7 @@ pub struct World {
     now: Micros,
     base: Instant,
     seq: u64,
-    queue: BinaryHeap<Reverse<(Micros, u64, Event)>>,
+    queue: BinaryHeap<Reverse<Scheduled>>,
     etcd: ModelEtcd,
     net: Network,
     nodes: Vec<Node>,
@@ -174,18 +225,18 @@ impl World {
                 down: false,
                 log: Vec::new(),
                 hashes: Vec::new(),
-                lease: None,
                 fence_max: 0,
                 fence_leader: None,
                 campaign_not_before: None,
+                machine: Machine::Joining { sent: None },
                 hub: None,
-                awaiting: Await::Nothing,
+                asking: false,
                 call: 0,
                 path_clock: BTreeMap::new(),
             })
             .collect();
         let mut world = World {
-            etcd: ModelEtcd::new(TTL, names),
+            etcd: ModelEtcd::new(TTL, names.len()),
             setup,
             rng,
             now: 0,
@@ -217,7 +268,7 @@ impl World {
 
     fn at(&mut self, when: Micros, event: Event) {
         self.seq += 1;
-        self.queue.push(Reverse((when, self.seq, event)));
+        self.queue.push(Reverse(Scheduled { when, seq: self.seq, event }));
     }
 
     fn log(&mut self, line: String) {
@@ -237,8 +288,8 @@ impl World {
 
     /// Runs until the end of the setup or the first violation.
     pub fn run(&mut self) -> Result<(), Violation> {
-        while self.queue.peek().is_some_and(|Reverse((when, _, _))| *when <= self.setup.run_until) {
-            let Some(Reverse((when, _, event))) = self.queue.pop() else { break };
+        while self.queue.peek().is_some_and(|Reverse(next)| next.when <= self.setup.run_until) {
+            let Some(Reverse(Scheduled { when, event, .. })) = self.queue.pop() else { break };
             self.now = when;
             if let Some(node) = self.paused_target(&event) {
                 let until = self.nodes[node].paused_until;
@@ -268,14 +319,17 @@ impl World {
     fn handle(&mut self, event: Event) -> Result<(), Violation> {
         match event {
             Event::Restart { node } => self.restart(node),
-            Event::Wake { node, life } if self.alive(node, life) => self.iterate(node),
-            Event::EtcdArrives { node, life, call, op } => self.etcd_arrives(node, life, call, op),
-            Event::Reply { node, life, call, answer } if self.alive(node, life) => {
-                if self.nodes[node].call == call && self.nodes[node].awaiting != Await::Nothing {
-                    self.answered(node, answer)?;
+            Event::Wake { node, life } if self.alive(node, life) => self.iterate(node)?,
+            Event::EtcdArrives { node, life, call, request } => self.etcd_arrives(node, life, call, request),
+            Event::Reply { node, life, call, reply } if self.alive(node, life) => {
+                if self.nodes[node].call == call && self.nodes[node].asking {
+                    self.nodes[node].asking = false;
+                    self.answered(node, reply)?;
                 } else if std::env::var_os("HOURGLASS_SIM_VERBOSE").is_some() {
-                    let current = (self.nodes[node].call, self.nodes[node].awaiting.clone());
-                    self.log(format!("n{node} ignores answer to call {call} {answer:?}: now {current:?}"));
+                    let current = self.nodes[node].call;
+                    self.log(format!(
+                        "n{node} ignores answer to call {call} {reply:?}: now at call {current}"
+                    ));
                 }
             }
             Event::Replicate { leader, life } if self.alive(leader, life) => self.replicate(leader),
