@@ -584,3 +584,28 @@ fn the_leader_cut_from_etcd_by_a_silent_network() {
 fn the_leader_isolated_by_a_silent_network() {
     partition_test(Fault::LeaderIsolated, true, CutMode::Drop);
 }
+
+/// A test run killed before its clean-up (`kill -9`, a CI timeout) leaves its namespaces and the
+/// brokers in them behind; the next run removes those whose maker is gone, and no others.
+#[test]
+fn namespaces_left_by_a_killed_test_run_are_removed_by_the_next() {
+    let mut gone = std::process::Command::new("true").spawn().expect("spawn true");
+    let gone_pid = gone.id();
+    gone.wait().expect("wait for true");
+    let stale = format!("hg{gone_pid}x0-br");
+    let ours = format!("hg{}x9999-keep", std::process::id());
+    let add = |name: &str| std::process::Command::new("ip").args(["netns", "add", name]).status();
+    if !add(&stale).is_ok_and(|s| s.success()) {
+        assert!(std::env::var_os("HOURGLASS_REQUIRE_NETNS").is_none(), "cannot make a namespace");
+        eprintln!("SKIPPED: network namespaces cannot be made here");
+        return;
+    }
+    assert!(add(&ours).is_ok_and(|s| s.success()));
+    netns_support::remove_leftovers();
+    let listing = std::process::Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
+    let names: Vec<&str> = listing.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    let _ = std::process::Command::new("ip").args(["netns", "del", &ours]).status();
+    assert!(!names.contains(&stale.as_str()), "{stale} is still there: {names:?}");
+    assert!(names.contains(&ours.as_str()), "{ours} of a live test process was removed: {names:?}");
+}

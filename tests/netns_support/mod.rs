@@ -91,6 +91,8 @@ impl Topology {
     /// A bridge and one namespace per name in `members`, whose cuts are made as `mode` says,
     /// or `None` (after saying why) where namespaces cannot be made and are not required.
     pub fn create(members: &[&str], mode: CutMode) -> Option<Topology> {
+        static SWEEP: std::sync::Once = std::sync::Once::new();
+        SWEEP.call_once(remove_leftovers);
         let (prefix, [a, b, c]) = unique_prefix_and_subnet();
         let mut topology = Topology {
             bridge_netns: format!("{prefix}-br"),
@@ -230,6 +232,34 @@ impl Topology {
         let output = Command::new("ip").args(["netns", "pids", netns]).output();
         let text = output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
         text.split_whitespace().filter_map(|p| p.parse().ok()).filter(|p| *p != std::process::id()).collect()
+    }
+}
+
+/// The test process that made namespace `netns` (named `hg{pid}x{n}-…` by
+/// [`unique_prefix_and_subnet`]), if the name is one of ours.
+fn maker_pid(netns: &str) -> Option<u32> {
+    let rest = netns.strip_prefix("hg")?;
+    let (pid, rest) = rest.split_once('x')?;
+    let (n, _) = rest.split_once('-')?;
+    n.parse::<u32>().ok()?;
+    pid.parse().ok()
+}
+
+/// Deletes the namespaces a test process left behind when it was killed before its `Drop` ran
+/// (and ends the brokers and etcd it had started in them): those whose maker is gone.
+pub fn remove_leftovers() {
+    let Ok(output) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    let listing = String::from_utf8_lossy(&output.stdout).into_owned();
+    for netns in listing.lines().filter_map(|line| line.split_whitespace().next()) {
+        let Some(pid) = maker_pid(netns) else { continue };
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        for pid in Topology::pids_in(netns) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+        let _ = ip(&["netns", "del", netns]);
+        eprintln!("removed the namespace {netns} left by test process {pid}, which is gone");
     }
 }
 
