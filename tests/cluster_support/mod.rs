@@ -601,9 +601,20 @@ impl Cluster {
 
 /// A minimal blocking HTTP/1.1 request as guest; status and body, `None` if the socket fails.
 pub fn http_request(address: &str, method: &str, path: &str) -> Option<(u16, String)> {
+    http_request_as(address, ("guest", "guest"), method, path, "")
+}
+
+/// [`http_request`] as `user`, with a JSON `body`.
+pub fn http_request_as(
+    address: &str,
+    user: (&str, &str),
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Option<(u16, String)> {
     let mut socket = TcpStream::connect_timeout(&address.parse().ok()?, Duration::from_secs(2)).ok()?;
     socket.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    socket.write_all(http_wire::request(method, path, "").as_bytes()).ok()?;
+    socket.write_all(http_wire::request_as(user, method, path, body).as_bytes()).ok()?;
     let mut response = Vec::new();
     socket.read_to_end(&mut response).ok()?;
     http_wire::parse_response(&response)

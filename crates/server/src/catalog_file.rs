@@ -30,6 +30,23 @@ pub enum DamagedDefinitions {
     SetAside,
 }
 
+/// The stored definitions do not read and start-up was told to refuse ([`DamagedDefinitions::Refuse`]):
+/// nothing was changed. A clustered node that meets this when elected takes a peer's copy instead
+/// (`cluster_mode`).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{files} does not read ({problem}); refusing to start, nothing was changed. To start from what \
+     still reads (the files are moved aside; the catalog restarts from its last whole commit before \
+     the damage, or empty when that is lost; no default user is created; every stored message is \
+     kept, in a queue named {prefix}<id> where its queue is lost), start once with \
+     --set-aside-damaged-definitions",
+    prefix = ORPHANED_QUEUE_PREFIX
+)]
+pub struct DefinitionsRefused {
+    pub files: String,
+    pub problem: String,
+}
+
 /// Whether this data directory held a catalog before this start. Only a truly first start
 /// gets RabbitMQ's default user: a catalog that was damaged, set aside or emptied never brings
 /// back a guest administrator that was deleted (issue 22).
@@ -228,15 +245,8 @@ fn set_aside_files(
     problem: &str,
     now_ms: u64,
 ) -> anyhow::Result<()> {
-    let named = files.join(" + ");
     if damaged == DamagedDefinitions::Refuse {
-        anyhow::bail!(
-            "{named} does not read ({problem}); refusing to start, nothing was changed. To start \
-             from what still reads (the files are moved aside; the catalog restarts from its last \
-             whole commit before the damage, or empty when that is lost; no default user is \
-             created; every stored message is kept, in a queue named {ORPHANED_QUEUE_PREFIX}<id> \
-             where its queue is lost), start once with --set-aside-damaged-definitions"
-        );
+        return Err(DefinitionsRefused { files: files.join(" + "), problem: problem.to_owned() }.into());
     }
     for file in files {
         let aside = format!("{file}{SET_ASIDE_MARK}{now_ms}");

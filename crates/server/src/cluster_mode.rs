@@ -380,6 +380,18 @@ async fn after_term(
 ) -> anyhow::Result<()> {
     if let Err(error) = served {
         leave_bounded(coordinator).await;
+        if refused_definitions(&error) && !shutdown.is_requested() {
+            // Every follower holds a copy of the data directory, and catch-up replaces any file
+            // whose bytes differ from the leader's: this node gives up the term and takes the
+            // copy of whoever leads next, instead of staying down.
+            tracing::error!(
+                %error,
+                "this node's definitions do not read: it gives up the term and restarts as a \
+                 follower, whose catch-up replaces them with the next leader's copy"
+            );
+            let holdoff = Duration::from_secs(coordinator.settings().lease_ttl_secs) * CAMPAIGN_HOLDOFF_TTLS;
+            return Err(restart_as_follower(holdoff));
+        }
         return Err(error);
     }
     match end {
@@ -434,6 +446,11 @@ fn spawn_lead_thread(
         ended_tx.send_replace(Some(end));
     })?;
     Ok(ended)
+}
+
+/// Whether starting the leader's server failed because the stored definitions do not read.
+fn refused_definitions(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| cause.is::<crate::catalog_file::DefinitionsRefused>())
 }
 
 /// Revokes this node's lease (its record and, if it leads, the leader key go at once), giving up

@@ -109,7 +109,7 @@ impl DataDir {
         };
         log_recovery(&messages_dir, &recovered);
         let opened = open_catalog(definitions.clone(), damaged, now.as_millis())
-            .map_err(|e| anyhow::anyhow!("data dir {}: {e:#}", dir.display()))?;
+            .with_context(|| format!("data dir {}", dir.display()))?;
         let report = &recovered.report;
         let damage = StoreDamage { regions: report.damaged.len() as u64, bytes: report.damaged_bytes() };
         Ok(DataDir {
