@@ -14,9 +14,27 @@ pub struct BrokerHandle {
     synced: bool,
 }
 
+/// A [`BrokerHandle`] that does not keep the broker task alive (the task ends when the last
+/// strong handle goes, at shutdown).
+#[derive(Clone)]
+pub struct WeakBrokerHandle {
+    jobs: mpsc::WeakSender<Job>,
+}
+
+impl WeakBrokerHandle {
+    /// The handle, while the broker task still takes jobs.
+    pub fn upgrade(&self) -> Option<BrokerHandle> {
+        self.jobs.upgrade().map(BrokerHandle::new)
+    }
+}
+
 impl BrokerHandle {
     pub fn new(jobs: mpsc::Sender<Job>) -> Self {
         BrokerHandle { jobs, synced: true }
+    }
+
+    pub fn downgrade(&self) -> WeakBrokerHandle {
+        WeakBrokerHandle { jobs: self.jobs.downgrade() }
     }
 
     /// The same broker, with jobs answered as soon as they ran: for a request made of many

@@ -7,6 +7,7 @@
 //! | file | job |
 //! |---|---|
 //! | `handle.rs` | [`BrokerHandle`]: jobs to the broker task |
+//! | `identity_saves.rs` | the user store's changes written through the broker task and the store thread |
 //! | `users` | [`UserStore`] (the `hourglass-identity` crate): users, password hashes, permissions, vhost records |
 //! | `auth.rs` | HTTP basic auth against the store |
 //! | `access.rs` | who may see and change what (vhost access, owners, listing filters) |
@@ -25,6 +26,7 @@ mod auth;
 mod cross_site;
 mod error;
 mod handle;
+mod identity_saves;
 pub mod json;
 mod listener;
 mod listing;
@@ -45,6 +47,7 @@ use std::time::Instant;
 pub use cross_site::{CrossSiteRefusal, ListenerScheme};
 pub use error::ApiError;
 pub use handle::BrokerHandle;
+pub use identity_saves::saver_through_store;
 pub use streamed::ListingSlots;
 pub use users::UserStore;
 

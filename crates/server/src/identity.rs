@@ -9,11 +9,15 @@
 //! held a catalog before and now has no users (its catalog was damaged and set aside) starts with
 //! none, so that damage never brings back a guest administrator that was deleted (issue 22).
 //!
-//! Vhosts live in two places: the user store (records, permissions) and the broker (exchanges,
-//! queues). The user store is the authority: at start the broker gets every vhost it names and
-//! loses any it has that the store does not (a crash between the two writes of a vhost deletion).
-//! A data directory from before users were kept has only the broker's list: those vhosts are
-//! adopted instead.
+//! Once the broker runs, every change goes through the broker task and the store thread like any
+//! other definition (`hourglass_mgmt::saver_through_store`); only start-up writes here directly.
+//!
+//! Which vhosts exist is the user store's vhost records (the one owner): at start the broker gets
+//! every vhost they name. A vhost is created record first and deleted record last, in the one
+//! ordered stream of store ops, so definitions under a vhost without a record cannot arise; a
+//! data directory written before that order (a crash between the two writes of a deletion) has
+//! them dropped at start, once, with a WARN. A data directory from before users were kept has
+//! only the broker's list: those vhosts are adopted instead.
 
 use std::sync::{Arc, Mutex};
 
@@ -39,9 +43,9 @@ pub enum MadeUser {
     DefaultUser(String),
 }
 
-/// Loads (or creates) the user store kept in `catalog`, brings `broker`'s vhosts in line with
-/// it, and makes every later change save to `catalog`; says which administrator it made, if any. `storage` is the data directory (for an
-/// older `users.snap`). A vhost in `keep` (it holds queues recreated for orphaned messages,
+/// Loads (or creates) the user store kept in `catalog`, gives `broker` the vhosts it records, and
+/// makes the start's own changes save to `catalog`; says which administrator it made, if any.
+/// `storage` is the data directory (for an older `users.snap`). A vhost in `keep` (it holds queues recreated for orphaned messages,
 /// issue 12) is added to the store rather than deleted from the broker: deleting it would purge
 /// those messages.
 pub fn open(
@@ -74,7 +78,7 @@ pub fn open(
                 made = Some(MadeUser::DefaultUser(user.name.clone()));
                 tracing::warn!(user = %user.name, "no users were stored: added the --default-user administrator");
             }
-            reconcile(users, keep, broker, now)?
+            drop_definitions_without_a_record(users, keep, broker, now)?
         }
         (None, Some(s)) if s.schema_version == FILE_SCHEMA_VERSION => {
             let users = UserStore::from_file(&s.payload, loopback_users).context("reading users.snap")?;
@@ -82,7 +86,7 @@ pub fn open(
             users.save()?;
             storage.remove(LEGACY_USERS_FILE).context("removing users.snap once moved")?;
             tracing::info!("{LEGACY_USERS_FILE} moved into the catalog");
-            reconcile(users, keep, broker, now)?
+            drop_definitions_without_a_record(users, keep, broker, now)?
         }
         (None, Some(s)) => {
             anyhow::bail!("{LEGACY_USERS_FILE} schema version {} is not supported", s.schema_version)
@@ -150,9 +154,10 @@ fn saver(catalog: Arc<Mutex<Catalog>>) -> hourglass_mgmt::users::Saver {
     })
 }
 
-/// Drops from `broker` the vhosts the user store does not have (or, for those in `keep`, adds
-/// them to the store).
-fn reconcile(
+/// Drops from `broker` the vhosts the user store has no record of (or, for those in `keep`, adds
+/// a record). Only a data directory written before vhost deletions were ordered (definitions
+/// first, record last) has any.
+fn drop_definitions_without_a_record(
     users: UserStore,
     keep: &[String],
     broker: &mut Broker,

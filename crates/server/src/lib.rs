@@ -71,7 +71,7 @@ pub struct Server {
     clock: clock::Clock,
     broker: Broker,
     data: persistence::DataDir,
-    users: Arc<UserStore>,
+    users: UserStore,
     /// The administrator this start made (a first start's guest), named in the start-up banner.
     made_user: Option<identity::MadeUser>,
     hooks: ServerHooks,
@@ -180,7 +180,7 @@ impl Server {
                 &mut broker,
                 clock.now(),
             )?;
-            Ok((data, broker, Arc::new(users), made_user))
+            Ok((data, broker, users, made_user))
         })
         .await
         .context("recovery task")??;
@@ -263,6 +263,10 @@ impl Server {
             broker_task::run(broker, broker_rx, clock, Some(store_tx)),
             supervise::InjectedDeath::of(inject, supervise::Part::BrokerTask),
         );
+        // From now on the user store's changes go through the broker task and the store thread,
+        // like every definition (start-up wrote through the catalog directly: nothing ran yet).
+        let broker_jobs = BrokerHandle::new(forward_jobs(broker_tx.clone()));
+        let users = Arc::new(users.persist_with(hourglass_mgmt::saver_through_store(&broker_jobs)));
         // One failed-login slowdown for AMQP and HTTP: a guesser gains nothing by switching.
         let logins = Arc::new(hourglass_session::LoginLimiter::new(config.login_failure_delay_ms));
         let session_config = Arc::new(SessionConfig {
@@ -299,7 +303,7 @@ impl Server {
             node = node.with_cluster_name(name);
         }
         let mgmt = AppState {
-            broker: BrokerHandle::new(forward_jobs(broker_tx.clone())),
+            broker: broker_jobs,
             users,
             node: Arc::new(node),
             rates: Default::default(),

@@ -15,8 +15,8 @@
 //!                                                         (hourglass-identity `entries.rs`)
 //! ```
 //! A vhost has no entry of the broker's: which vhosts exist is the management store's vhost
-//! records (one owner); at start the broker gets those, and its entries under a vhost the
-//! records lack are dropped (`hourglass-server` `identity.rs`).
+//! records (one owner), written through [`crate::Broker::store_identity`] in the same op stream;
+//! at start the broker gets those (`hourglass-server` `identity.rs`).
 //! Values are AMQP field tables, the same items as the whole-file format of `definitions.rs`
 //! (which is still read, once, to move an older data directory over).
 

@@ -116,6 +116,20 @@ impl Broker {
         }
     }
 
+    /// Stores identity records (users, vhost records, permissions: `hourglass-identity`'s
+    /// catalog entries, keys under [`super::IDENTITY_SCOPE`]) in order with every other store op,
+    /// so they reach the disk through the store thread, in its group commit, and in a cluster
+    /// are on a majority before a job waiting for them is told (ADR 0008's one owner). Nothing
+    /// without persistence.
+    pub fn store_identity(&mut self, changes: Vec<CatalogChange>) {
+        if !self.persist.enabled {
+            return;
+        }
+        for change in changes {
+            self.persist.push(StoreOp::Catalog(change));
+        }
+    }
+
     /// Emits the catalog changes for every definition marked since the last flush.
     pub(crate) fn flush_definitions(&mut self) {
         let changed = std::mem::take(&mut self.persist.changed);
