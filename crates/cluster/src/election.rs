@@ -30,6 +30,20 @@ pub struct NodeRecord {
 }
 
 impl NodeRecord {
+    /// A record with a name and nothing to reach the node at: for tests and the simulation,
+    /// where only who is who matters.
+    pub fn named(name: &str) -> NodeRecord {
+        NodeRecord {
+            name: name.to_owned(),
+            host: String::new(),
+            amqp_port: 0,
+            http_port: 0,
+            replication_port: 0,
+            amqps_port: None,
+            https_port: None,
+        }
+    }
+
     pub fn amqp(&self) -> String {
         join_host_port(&self.host, self.amqp_port)
     }

@@ -199,15 +199,7 @@ mod tests {
     const TTL: Duration = Duration::from_secs(3);
 
     fn node(name: &str) -> NodeRecord {
-        NodeRecord {
-            name: name.into(),
-            host: String::new(),
-            amqp_port: 0,
-            http_port: 0,
-            replication_port: 0,
-            amqps_port: None,
-            https_port: None,
-        }
+        NodeRecord::named(name)
     }
 
     fn seen(leader: Option<(&str, u64, i64)>, in_sync: Option<(&[&str], i64)>) -> Result<Reply, EtcdError> {

@@ -238,15 +238,7 @@ mod tests {
     const TTL: Duration = Duration::from_secs(3);
 
     fn node(name: &str) -> NodeRecord {
-        NodeRecord {
-            name: name.into(),
-            host: String::new(),
-            amqp_port: 0,
-            http_port: 0,
-            replication_port: 0,
-            amqps_port: None,
-            https_port: None,
-        }
+        NodeRecord::named(name)
     }
 
     /// A look at etcd with `leader` at `term` and nodes `a`, `b`, `c` alive and members.

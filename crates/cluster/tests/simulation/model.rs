@@ -79,15 +79,7 @@ impl Network {
 
 /// Node `i`'s record (only its name matters here).
 pub fn record(i: usize) -> NodeRecord {
-    NodeRecord {
-        name: format!("n{i}"),
-        host: String::new(),
-        amqp_port: 0,
-        http_port: 0,
-        replication_port: 0,
-        amqps_port: None,
-        https_port: None,
-    }
+    NodeRecord::named(&format!("n{i}"))
 }
 
 struct LeaderKey {
