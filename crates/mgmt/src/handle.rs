@@ -1,5 +1,6 @@
 //! Jobs to the broker task and their answers.
 
+use hourglass_broker::admin::slices::{self, SliceKey};
 use hourglass_broker::admin::Job;
 use hourglass_broker::{Broker, BrokerConfig, Timestamp};
 use tokio::sync::{mpsc, oneshot};
@@ -68,6 +69,27 @@ impl BrokerHandle {
         .await?;
         durable_rx.await.map_err(|_| ApiError::unavailable())??;
         Ok(())
+    }
+
+    /// A listing's rows, built on the broker task in slices with other work between them
+    /// (`admin/slices.rs`, issue 22): one job takes the listing's `keys`, then each job builds
+    /// `rows` for at most `SLICE_ROWS_MAX` of them. The rows come in the keys' order, not the
+    /// listing's: the caller sorts them, off the broker task.
+    pub(crate) async fn rows_in_slices<K, R>(
+        &self,
+        keys: impl FnOnce(&Broker) -> Vec<K> + Send + 'static,
+        rows: fn(&Broker, &[K]) -> Vec<R>,
+    ) -> Result<Vec<R>, ApiError>
+    where
+        K: SliceKey + Send + 'static,
+        R: Send + 'static,
+    {
+        let keys = self.run_now(move |broker, _| keys(broker)).await?;
+        let mut all = Vec::with_capacity(keys.len());
+        for slice in slices::slices(keys) {
+            all.extend(self.run_now(move |broker, _| rows(broker, &slice)).await?);
+        }
+        Ok(all)
     }
 
     /// Runs `f` and answers as soon as it ran.

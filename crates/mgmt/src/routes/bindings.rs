@@ -6,7 +6,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use hourglass_broker::admin::BindingDetails;
+use hourglass_broker::admin::{sort_bindings, BindingDetails};
+use hourglass_broker::Broker;
 use hourglass_wire::{ExchangeBind, ExchangeUnbind, FieldTable, QueueBind, QueueUnbind};
 use serde_json::{json, Value};
 
@@ -55,9 +56,18 @@ pub(crate) fn binding_json(b: &BindingDetails) -> Value {
 
 pub(crate) async fn vhost_bindings(state: &AppState, vhost: &str) -> Result<Vec<Value>, ApiError> {
     require_vhost(state, vhost)?;
-    let vhost = vhost.to_owned();
-    let all = state.broker.run(move |b, _| b.list_binding_details(&vhost)).await?;
-    Ok(all.iter().map(binding_json).collect())
+    Ok(binding_rows(state, Some(vhost.to_owned())).await?.iter().map(binding_json).collect())
+}
+
+/// Every binding of `only`'s vhost (all vhosts without one), in the listing's order
+/// (`sort_bindings`); the rows are built in slices (`BrokerHandle::rows_in_slices`).
+async fn binding_rows(state: &AppState, only: Option<String>) -> Result<Vec<BindingDetails>, ApiError> {
+    let mut rows = state
+        .broker
+        .rows_in_slices(move |b| b.binding_keys(only.as_deref()), Broker::binding_details)
+        .await?;
+    sort_bindings(&mut rows);
+    Ok(rows)
 }
 
 async fn list_all(
@@ -65,11 +75,7 @@ async fn list_all(
     Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let all = state
-        .broker
-        .run(|b, _| b.vhost_names().iter().flat_map(|v| b.list_binding_details(v)).collect::<Vec<_>>())
-        .await?;
-    let mut items: Vec<Value> = all.iter().map(binding_json).collect();
+    let mut items: Vec<Value> = binding_rows(&state, None).await?.iter().map(binding_json).collect();
     VhostFilter::new(&state, &user).retain(&mut items);
     listing::respond(items, &params)
 }

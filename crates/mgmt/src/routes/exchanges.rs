@@ -7,8 +7,8 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine;
-use hourglass_broker::admin::ExchangeDetails;
-use hourglass_broker::Publish;
+use hourglass_broker::admin::{sort_exchanges, ExchangeDetails};
+use hourglass_broker::{Broker, Publish};
 use hourglass_wire::{ExchangeDeclare, ExchangeDelete, Method, ShortStr};
 use serde_json::{json, Value};
 
@@ -31,8 +31,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/exchanges/{vhost}/{name}/bindings/destination", get(bindings_destination))
 }
 
-pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails, rates: &Rates) -> Value {
-    let x = &details.spec;
+pub(crate) fn exchange_json(details: &ExchangeDetails, rates: &Rates) -> Value {
+    let (vhost, x) = (&details.vhost, &details.spec);
     let key = rates::key::exchange(vhost, &x.name.as_str());
     let message_stats = rates.details(&key, &rates::exchange_fields(&details.message_stats), None);
     json!({
@@ -51,21 +51,15 @@ pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails, rates: &Rate
     })
 }
 
+/// Every exchange of `only`'s vhost (all vhosts without one) as JSON, by vhost and name; the
+/// rows are built in slices (`BrokerHandle::rows_in_slices`).
 pub(crate) async fn all_exchanges(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
-    let list = state
+    let mut rows = state
         .broker
-        .run(move |b, _| {
-            let vhosts = match only {
-                Some(v) => vec![v],
-                None => b.vhost_names(),
-            };
-            vhosts
-                .into_iter()
-                .flat_map(|v| b.list_exchange_details(&v).into_iter().map(move |x| (v.clone(), x)))
-                .collect::<Vec<_>>()
-        })
+        .rows_in_slices(move |b| b.exchange_keys(only.as_deref()), Broker::exchange_details)
         .await?;
-    Ok(list.iter().map(|(v, x)| exchange_json(v, x, &state.rates)).collect())
+    sort_exchanges(&mut rows);
+    Ok(rows.iter().map(|x| exchange_json(x, &state.rates)).collect())
 }
 
 async fn list_all(
