@@ -47,7 +47,7 @@ impl BrokerHandle {
                 broker.with_commit_notice_since(first, |broker| f(broker, now), notice)
             })
             .await?;
-        durable_rx.await.map_err(|_| ApiError::unavailable())??;
+        durable_rx.await.map_err(|_| ApiError::Unavailable)??;
         Ok(value)
     }
 
@@ -67,7 +67,7 @@ impl BrokerHandle {
             broker.with_commit_notice_since(first, |_| (), notice);
         })
         .await?;
-        durable_rx.await.map_err(|_| ApiError::unavailable())??;
+        durable_rx.await.map_err(|_| ApiError::Unavailable)??;
         Ok(())
     }
 
@@ -101,8 +101,8 @@ impl BrokerHandle {
         let job: Job = Box::new(move |broker, now| {
             let _ = tx.send(f(broker, now));
         });
-        self.jobs.send(job).await.map_err(|_| ApiError::unavailable())?;
-        rx.await.map_err(|_| ApiError::unavailable())
+        self.jobs.send(job).await.map_err(|_| ApiError::Unavailable)?;
+        rx.await.map_err(|_| ApiError::Unavailable)
     }
 
     /// A broker of its own on a task that only runs jobs (effects are dropped): for tests of the
@@ -167,8 +167,8 @@ mod tests {
             .run(move |b, now| b.with_admin_channel("guest", "/", now, |ch| ch.call(declare)).map(|_| ()))
             .await;
         let error = declared.expect_err("a refused definition answered success");
-        assert_eq!(error.status, axum::http::StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(error.reason.contains("could not be stored"), "{}", error.reason);
+        assert_eq!(error.status(), axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(error.reason().contains("could not be stored"), "{error}");
         let listed = handle.run(|b, _| b.list_queue_details().len()).await;
         assert_eq!(listed.ok(), Some(1));
     }

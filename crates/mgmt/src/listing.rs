@@ -253,7 +253,7 @@ mod tests {
             let got = respond_rows(rows(), &params, |r| r.name.as_str(), ORDERS, render, slot);
             match (expected, got) {
                 (Ok(expected), Ok(got)) => assert_eq!(body(got).await, body(expected).await, "{case:?}"),
-                (Err(expected), Err(got)) => assert_eq!(got.reason, expected.reason, "{case:?}"),
+                (Err(expected), Err(got)) => assert_eq!(got.reason(), expected.reason(), "{case:?}"),
                 (expected, got) => panic!("{case:?}: {:?} vs {:?}", expected.is_ok(), got.is_ok()),
             }
         }

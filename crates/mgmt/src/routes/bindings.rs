@@ -94,7 +94,7 @@ fn destination_type(kind: &str) -> Result<&'static str, ApiError> {
     match kind {
         "q" => Ok("queue"),
         "e" => Ok("exchange"),
-        _ => Err(ApiError::not_found()),
+        _ => Err(ApiError::NotFound),
     }
 }
 
@@ -130,7 +130,7 @@ async fn show(
 ) -> Result<Json<Value>, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     let all = between(&state, &vhost, &source, &kind, &destination).await?;
-    all.into_iter().find(|b| b["properties_key"] == props.as_str()).map(Json).ok_or_else(ApiError::not_found)
+    all.into_iter().find(|b| b["properties_key"] == props.as_str()).map(Json).ok_or(ApiError::NotFound)
 }
 
 /// Body: `routing_key`, `arguments`. 201 with the new binding's location.
@@ -171,8 +171,7 @@ async fn delete(
 ) -> Result<StatusCode, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     let all = between(&state, &vhost, &source, &kind, &destination).await?;
-    let found =
-        all.into_iter().find(|b| b["properties_key"] == props.as_str()).ok_or_else(ApiError::not_found)?;
+    let found = all.into_iter().find(|b| b["properties_key"] == props.as_str()).ok_or(ApiError::NotFound)?;
     let routing_key = found["routing_key"].as_str().unwrap_or_default().to_owned();
     let arguments = json_to_table(&found["arguments"]).map_err(ApiError::bad_request)?;
     let kind = destination_type(&kind)?;

@@ -243,7 +243,7 @@ async fn owned_connection(
         .into_iter()
         .find(|c| connection_name(&state.node, &c.info.peer, &c.info.local, c.info.login.tls) == name);
     require_owner_or_tag(auth, found.as_ref().map(|c| c.info.user.as_str()), action)?;
-    let found = found.ok_or_else(ApiError::not_found)?;
+    let found = found.ok_or(ApiError::NotFound)?;
     let json = connection_json(&state.node, &found);
     Ok((found, json))
 }

@@ -92,7 +92,7 @@ async fn show(
     require_vhost(&state, &vhost)?;
     let name = exchange_name(&name).to_owned();
     let all = all_exchanges(&state, Some(vhost)).await?;
-    all.into_iter().find(|x| x["name"] == name.as_str()).map(Json).ok_or_else(ApiError::not_found)
+    all.into_iter().find(|x| x["name"] == name.as_str()).map(Json).ok_or(ApiError::NotFound)
 }
 
 /// exchange.declare from a JSON object (a PUT body or a definitions entry): `type` required,
@@ -150,7 +150,7 @@ async fn delete(
         .broker
         .run(move |b, now| {
             if !b.list_exchanges(&vhost).iter().any(|x| x.name == delete.exchange) {
-                return Err(ApiError::not_found());
+                return Err(ApiError::NotFound);
             }
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(delete))
                 .map_err(ApiError::from)
@@ -193,7 +193,7 @@ async fn publish(
         .broker
         .run(move |b, now| {
             if !b.list_exchanges(&vhost).iter().any(|x| x.name == publish.exchange) {
-                return Err(ApiError::not_found());
+                return Err(ApiError::NotFound);
             }
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.publish(publish))
                 .map_err(ApiError::from)

@@ -189,7 +189,7 @@ async fn node(
 ) -> Result<Json<Value>, ApiError> {
     user.require_monitor()?;
     if name != state.node.name {
-        return Err(ApiError::not_found());
+        return Err(ApiError::NotFound);
     }
     Ok(Json(node_json(&state, client_connections(&state).await?)))
 }

@@ -203,7 +203,7 @@ async fn show(
     require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
     let row = state.broker.run(move |b, _| b.queue_details_named(&vhost, &name)).await?;
-    let row = row.ok_or_else(ApiError::not_found)?;
+    let row = row.ok_or(ApiError::NotFound)?;
     Ok(Json(queue_json(&row, &state.node.name, &state.rates, Ranges::from_params(&params))))
 }
 
@@ -265,7 +265,7 @@ async fn delete(
         .broker
         .run(move |b, now| {
             if b.queue_stats(&vhost, &name).is_none() {
-                return Err(ApiError::not_found());
+                return Err(ApiError::NotFound);
             }
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(delete))
                 .map_err(ApiError::from)

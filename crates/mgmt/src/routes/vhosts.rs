@@ -92,7 +92,7 @@ async fn show(
     Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
     user.require_admin()?;
-    let record = state.users.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let record = state.users.vhost(&vhost).ok_or(ApiError::NotFound)?;
     let view = broker_view(&state).await?;
     Ok(Json(vhost_json(&record, &view, &state.rates, Ranges::from_params(&params))))
 }
@@ -153,7 +153,7 @@ async fn delete(
 ) -> Result<StatusCode, ApiError> {
     user.require_admin()?;
     if !state.users.delete_vhost(&vhost)? {
-        return Err(ApiError::not_found());
+        return Err(ApiError::NotFound);
     }
     state.broker.run(move |b, now| b.delete_vhost(&vhost, now)).await?;
     Ok(StatusCode::NO_CONTENT)
