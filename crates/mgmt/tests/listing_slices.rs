@@ -94,6 +94,23 @@ async fn full_listings_are_built_in_slices_of_rows() {
     assert!(binding_jobs > 2 * QUEUES / SLICE_ROWS_MAX, "{} binding rows in {binding_jobs} jobs", 2 * QUEUES);
 }
 
+/// The overview's and the vhosts' queue totals, the rates sampler's pass and Prometheus' queue
+/// metrics read the queues in slices too, and still count every queue.
+#[tokio::test]
+async fn queue_totals_are_read_in_slices() {
+    let (state, jobs) = counting_state();
+    declare_queues(&state).await;
+    for uri in ["/api/overview", "/api/vhosts"] {
+        let (uri_jobs, _) = jobs_of_get(&state, &jobs, uri).await;
+        assert!(uri_jobs > QUEUES / SLICE_ROWS_MAX, "{uri}: {QUEUES} queues in {uri_jobs} jobs");
+    }
+    let before = jobs.load(Relaxed);
+    let sampled = hourglass_mgmt::rates::sampler::Sampled::read(&state.broker).await.unwrap();
+    assert!(jobs.load(Relaxed) - before > QUEUES / SLICE_ROWS_MAX);
+    let queue_keys = sampled.observations().iter().filter(|o| o.key.starts_with("queue\0")).count();
+    assert_eq!(queue_keys, 2 * QUEUES, "counters and depth of each queue");
+}
+
 /// A page of a listing still sees every queue (the page is cut from all the rows), and one
 /// queue is shown without listing the others.
 #[tokio::test]

@@ -41,14 +41,15 @@ async fn overview(
     Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
     let vhosts = (!user.is_monitor()).then(|| VhostFilter::new(&state, &user));
-    let (queues, connections, channels, consumers, exchanges, stats) = state
+    let mut queues = rates::sampler::queue_stats_in_slices(&state.broker).await?;
+    queues.retain(|q| vhosts.as_ref().is_none_or(|f| f.shows(&q.vhost)));
+    let (connections, channels, consumers, exchanges, stats) = state
         .broker
         .run(move |b, _| {
             let sees = |vhost: &str| vhosts.as_ref().is_none_or(|f| f.shows(vhost));
             let exchanges: usize =
                 b.vhost_names().iter().filter(|v| sees(v)).map(|v| b.list_exchanges(v).len()).sum();
             (
-                b.list_queues().into_iter().filter(|q| sees(&q.vhost)).collect::<Vec<_>>(),
                 b.list_connections().iter().filter(|c| sees_owner(&user, &c.info.user)).count(),
                 b.list_channels().iter().filter(|c| sees_owner(&user, &c.user)).count(),
                 b.list_consumers().iter().filter(|c| sees_owner(&user, &c.user)).count(),

@@ -58,7 +58,8 @@ pub(crate) struct BrokerView {
 }
 
 async fn broker_view(state: &AppState) -> Result<BrokerView, ApiError> {
-    let (queues, traced) = state.broker.run(|b, _| (b.list_queues(), b.traced_vhosts())).await?;
+    let queues = rates::sampler::queue_stats_in_slices(&state.broker).await?;
+    let traced = state.broker.run(|b, _| b.traced_vhosts()).await?;
     let counts = rates::sampler::depth_by_vhost(&queues);
     Ok(BrokerView { counts, traced: traced.into_iter().collect() })
 }
