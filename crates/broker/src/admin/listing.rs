@@ -16,6 +16,7 @@ use crate::exchange::{Destination, ExchangeSpec};
 use crate::message_stats::{ExchangeStats, MessageStats};
 use crate::policy::{merge, Policies, PolicyKind};
 use crate::queue::{QueueId, QueueStats};
+use crate::vhost::VHost;
 
 /// A client connection as listings show it.
 #[derive(Clone, Debug)]
@@ -297,7 +298,7 @@ impl Broker {
     /// The keys of [`Self::exchange_details`]: every exchange of `vhost`, of all vhosts without one.
     pub fn exchange_keys(&self, vhost: Option<&str>) -> Vec<ExchangeKey> {
         let mut keys = Vec::new();
-        for (name, v) in self.vhosts.iter().filter(|(name, _)| vhost.is_none_or(|only| only == *name)) {
+        for (name, v) in self.vhosts_in(vhost) {
             keys.extend(v.exchanges.keys().map(|x| ExchangeKey { vhost: name.clone(), name: x.clone() }));
         }
         keys
@@ -319,6 +320,11 @@ impl Broker {
             .collect()
     }
 
+    /// The vhost named `only`, every vhost without a name.
+    fn vhosts_in<'b>(&'b self, only: Option<&'b str>) -> impl Iterator<Item = (&'b String, &'b VHost)> {
+        self.vhosts.iter().filter(move |(name, _)| only.is_none_or(|only| only == name.as_str()))
+    }
+
     /// Every binding of a vhost: first the default exchange's implicit one per queue (as RabbitMQ
     /// lists them), then the declared ones by source exchange.
     pub fn list_binding_details(&self, vhost: &str) -> Vec<BindingDetails> {
@@ -330,7 +336,7 @@ impl Broker {
     /// The keys of [`Self::binding_details`]: every binding of `vhost`, of all vhosts without one.
     pub fn binding_keys(&self, vhost: Option<&str>) -> Vec<BindingKey> {
         let mut keys = Vec::new();
-        for (name, v) in self.vhosts.iter().filter(|(name, _)| vhost.is_none_or(|only| only == *name)) {
+        for (name, v) in self.vhosts_in(vhost) {
             keys.extend(v.queues.values().map(|id| BindingKey::Default(*id)));
             for exchange in v.exchanges.values() {
                 keys.extend(slices::ranges(exchange.bindings().len()).map(|range| BindingKey::Declared {

@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
+use hourglass_broker::Broker;
 use hourglass_wire::{BasicGet, QueueDeclare, ShortStr};
 use serde_json::{json, Value};
 
@@ -43,21 +44,16 @@ async fn overview(
     let vhosts = (!user.is_monitor()).then(|| VhostFilter::new(&state, &user));
     let mut queues = rates::sampler::queue_stats_in_slices(&state.broker).await?;
     queues.retain(|q| vhosts.as_ref().is_none_or(|f| f.shows(&q.vhost)));
-    let (connections, channels, consumers, exchanges, stats) = state
-        .broker
-        .run(move |b, _| {
-            let sees = |vhost: &str| vhosts.as_ref().is_none_or(|f| f.shows(vhost));
-            let exchanges: usize =
-                b.vhost_names().iter().filter(|v| sees(v)).map(|v| b.list_exchanges(v).len()).sum();
-            (
-                b.list_connections().iter().filter(|c| sees_owner(&user, &c.info.user)).count(),
-                b.list_channels().iter().filter(|c| sees_owner(&user, &c.user)).count(),
-                b.list_consumers().iter().filter(|c| sees_owner(&user, &c.user)).count(),
-                exchanges,
-                b.message_stats(),
-            )
-        })
-        .await?;
+    let broker = &state.broker;
+    let connections = broker.rows_in_slices(|b| b.connection_keys(), Broker::connection_summaries).await?;
+    let connections = connections.iter().filter(|c| sees_owner(&user, &c.info.user)).count();
+    let channels = broker.rows_in_slices(|b| b.channel_keys(), Broker::channel_summaries).await?;
+    let channels = channels.iter().filter(|c| sees_owner(&user, &c.user)).count();
+    let consumers = broker.rows_in_slices(|b| b.consumer_keys(), Broker::consumer_summaries).await?;
+    let consumers = consumers.iter().filter(|c| sees_owner(&user, &c.user)).count();
+    let (exchange_keys, stats) = broker.run(|b, _| (b.exchange_keys(None), b.message_stats())).await?;
+    let exchanges =
+        exchange_keys.iter().filter(|x| vhosts.as_ref().is_none_or(|f| f.shows(&x.vhost))).count();
     let (ready, unacked) = rates::sampler::total_depth(&queues);
     let ranges = Ranges::from_params(&params);
     let publisher = rates::publisher_fields(&stats);
