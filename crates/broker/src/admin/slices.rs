@@ -19,9 +19,10 @@ use hourglass_wire::ShortStr;
 use crate::api::{ChannelId, ConnectionId};
 use crate::queue::QueueId;
 
-/// Most rows one job builds: at about 3.5 µs a queue row (345 ms for 100,000), a slice holds
-/// the broker task for a few milliseconds, well under the 50 ms issue 22 allows a confirm to
-/// wait, while 100,000 queues still take only 100 round trips to the broker task.
+/// Most rows one job builds: a slice of queue rows holds the broker task for about 0.2 ms, the
+/// keys of 100,000 queues for 0.6 ms, where the whole listing took 224 ms in one job
+/// (`benches/listing_slices.rs`, docs/benchmarks.md) — far under the 50 ms issue 22 allows a
+/// confirm to wait, while 100,000 queues still take only 100 round trips to the broker task.
 pub const SLICE_ROWS_MAX: usize = 1000;
 
 /// A listing's key: the rows it stands for.
