@@ -7,7 +7,8 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
 use hourglass_broker::admin::slices::SLICE_ROWS_MAX;
 use hourglass_broker::admin::Job;
 use hourglass_broker::{Broker, BrokerConfig, Timestamp};
@@ -15,6 +16,7 @@ use hourglass_mgmt::{AppState, BrokerHandle};
 use hourglass_wire::{QueueBind, QueueDeclare, ShortStr};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tower::ServiceExt;
 
 use common::{request, GUEST};
 
@@ -94,8 +96,8 @@ async fn full_listings_are_built_in_slices_of_rows() {
     assert!(binding_jobs > 2 * QUEUES / SLICE_ROWS_MAX, "{} binding rows in {binding_jobs} jobs", 2 * QUEUES);
 }
 
-/// The overview's and the vhosts' queue totals, the rates sampler's pass and Prometheus' queue
-/// metrics read the queues in slices too, and still count every queue.
+/// The overview's and the vhosts' queue totals, Prometheus' metrics and the rates sampler's pass
+/// read the queues in slices too, and still count every queue and binding.
 #[tokio::test]
 async fn queue_totals_are_read_in_slices() {
     let (state, jobs) = counting_state();
@@ -104,6 +106,19 @@ async fn queue_totals_are_read_in_slices() {
         let (uri_jobs, _) = jobs_of_get(&state, &jobs, uri).await;
         assert!(uri_jobs > QUEUES / SLICE_ROWS_MAX, "{uri}: {QUEUES} queues in {uri_jobs} jobs");
     }
+    let before = jobs.load(Relaxed);
+    let path = "/metrics/detailed?family=queue_coarse_metrics&family=exchange_bindings";
+    let request = Request::builder().uri(path).body(Body::empty()).unwrap();
+    let response = hourglass_mgmt::metrics_router(state.clone()).oneshot(request).await.unwrap();
+    let bytes = axum::body::to_bytes(response.into_body(), 64 << 20).await.unwrap();
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    assert!(jobs.load(Relaxed) - before > QUEUES / SLICE_ROWS_MAX, "Prometheus in one job");
+    for exchange in ["", "amq.direct"] {
+        let line =
+            format!("rabbitmq_cluster_exchange_bindings{{vhost=\"/\",exchange=\"{exchange}\"}} {QUEUES}\n");
+        assert!(text.contains(&line), "{line}");
+    }
+
     let before = jobs.load(Relaxed);
     let sampled = hourglass_mgmt::rates::sampler::Sampled::read(&state.broker).await.unwrap();
     assert!(jobs.load(Relaxed) - before > QUEUES / SLICE_ROWS_MAX);

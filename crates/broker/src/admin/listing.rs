@@ -320,6 +320,19 @@ impl Broker {
             .collect()
     }
 
+    /// How many bindings each exchange is the source of (the default exchange: one per queue of
+    /// its vhost), without building them: a look at each exchange, for Prometheus' counts.
+    pub fn binding_counts(&self) -> Vec<(ExchangeKey, usize)> {
+        let mut out = Vec::new();
+        for (vhost, v) in &self.vhosts {
+            for (name, exchange) in &v.exchanges {
+                let count = if name.is_empty() { v.queues.len() } else { exchange.bindings().len() };
+                out.push((ExchangeKey { vhost: vhost.clone(), name: name.clone() }, count));
+            }
+        }
+        out
+    }
+
     /// The vhost named `only`, every vhost without a name.
     fn vhosts_in<'b>(&'b self, only: Option<&'b str>) -> impl Iterator<Item = (&'b String, &'b VHost)> {
         self.vhosts.iter().filter(move |(name, _)| only.is_none_or(|only| only == name.as_str()))

@@ -139,9 +139,23 @@ fn consumer_json(node: &NodeInfo, c: &ConsumerSummary) -> Value {
 }
 
 /// Every client connection by id, built in slices (`BrokerHandle::rows_in_slices`).
-async fn connection_rows(state: &AppState) -> Result<Vec<ConnectionSummary>, ApiError> {
+pub(crate) async fn connection_rows(state: &AppState) -> Result<Vec<ConnectionSummary>, ApiError> {
     let mut all = state.broker.rows_in_slices(|b| b.connection_keys(), Broker::connection_summaries).await?;
     sort_connections(&mut all);
+    Ok(all)
+}
+
+/// Every client channel by connection and number, built in slices.
+pub(crate) async fn channel_rows(state: &AppState) -> Result<Vec<ChannelSummary>, ApiError> {
+    let mut all = state.broker.rows_in_slices(|b| b.channel_keys(), Broker::channel_summaries).await?;
+    sort_channels(&mut all);
+    Ok(all)
+}
+
+/// Every consumer by vhost, queue and tag, built in slices.
+pub(crate) async fn consumer_rows(state: &AppState) -> Result<Vec<ConsumerSummary>, ApiError> {
+    let mut all = state.broker.rows_in_slices(|b| b.consumer_keys(), Broker::consumer_summaries).await?;
+    sort_consumers(&mut all);
     Ok(all)
 }
 
@@ -273,8 +287,7 @@ async fn close_connection(
 
 /// Every channel `user` may see.
 async fn channels(state: &AppState, user: &AuthUser) -> Result<Vec<(ChannelSummary, Value)>, ApiError> {
-    let mut all = state.broker.rows_in_slices(|b| b.channel_keys(), Broker::channel_summaries).await?;
-    sort_channels(&mut all);
+    let all = channel_rows(state).await?;
     Ok(all
         .into_iter()
         .filter(|c| sees_owner(user, &c.user))
@@ -328,8 +341,7 @@ async fn connection_channels(
 
 /// Every consumer `user` may see (RabbitMQ filters consumers by their channel's user only).
 async fn consumers(state: &AppState, user: &AuthUser, only: Option<String>) -> Result<Vec<Value>, ApiError> {
-    let mut all = state.broker.rows_in_slices(|b| b.consumer_keys(), Broker::consumer_summaries).await?;
-    sort_consumers(&mut all);
+    let all = consumer_rows(state).await?;
     Ok(all
         .iter()
         .filter(|c| sees_owner(user, &c.user))

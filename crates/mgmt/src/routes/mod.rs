@@ -3,7 +3,7 @@
 mod alarm_limits;
 mod bindings;
 mod cluster;
-mod connections;
+pub(crate) mod connections;
 mod definitions;
 pub(crate) use connections::connection_name;
 pub(crate) use definitions::import_definitions;

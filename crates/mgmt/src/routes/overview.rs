@@ -1,5 +1,6 @@
 //! /api/overview, /api/whoami, /api/nodes, the health checks and the aliveness test.
 
+use super::connections;
 use crate::access::{sees_owner, VhostFilter};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
@@ -11,7 +12,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use hourglass_broker::Broker;
 use hourglass_wire::{BasicGet, QueueDeclare, ShortStr};
 use serde_json::{json, Value};
 
@@ -44,14 +44,13 @@ async fn overview(
     let vhosts = (!user.is_monitor()).then(|| VhostFilter::new(&state, &user));
     let mut queues = rates::sampler::queue_stats_in_slices(&state.broker).await?;
     queues.retain(|q| vhosts.as_ref().is_none_or(|f| f.shows(&q.vhost)));
-    let broker = &state.broker;
-    let connections = broker.rows_in_slices(|b| b.connection_keys(), Broker::connection_summaries).await?;
+    let connections = connections::connection_rows(&state).await?;
     let connections = connections.iter().filter(|c| sees_owner(&user, &c.info.user)).count();
-    let channels = broker.rows_in_slices(|b| b.channel_keys(), Broker::channel_summaries).await?;
+    let channels = connections::channel_rows(&state).await?;
     let channels = channels.iter().filter(|c| sees_owner(&user, &c.user)).count();
-    let consumers = broker.rows_in_slices(|b| b.consumer_keys(), Broker::consumer_summaries).await?;
+    let consumers = connections::consumer_rows(&state).await?;
     let consumers = consumers.iter().filter(|c| sees_owner(&user, &c.user)).count();
-    let (exchange_keys, stats) = broker.run(|b, _| (b.exchange_keys(None), b.message_stats())).await?;
+    let (exchange_keys, stats) = state.broker.run(|b, _| (b.exchange_keys(None), b.message_stats())).await?;
     let exchanges =
         exchange_keys.iter().filter(|x| vhosts.as_ref().is_none_or(|f| f.shows(&x.vhost))).count();
     let (ready, unacked) = rates::sampler::total_depth(&queues);
