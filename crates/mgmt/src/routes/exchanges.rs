@@ -124,7 +124,7 @@ async fn put(
     let created = state
         .broker
         .run(move |b, now| {
-            let existed = b.list_exchanges(&vhost).iter().any(|x| x.name == declare.exchange);
+            let existed = b.has_exchange(&vhost, &declare.exchange);
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(declare))
                 .map(|_| !existed)
         })
@@ -149,7 +149,7 @@ async fn delete(
     state
         .broker
         .run(move |b, now| {
-            if !b.list_exchanges(&vhost).iter().any(|x| x.name == delete.exchange) {
+            if !b.has_exchange(&vhost, &delete.exchange) {
                 return Err(ApiError::NotFound);
             }
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(delete))
@@ -192,7 +192,7 @@ async fn publish(
     let replies = state
         .broker
         .run(move |b, now| {
-            if !b.list_exchanges(&vhost).iter().any(|x| x.name == publish.exchange) {
+            if !b.has_exchange(&vhost, &publish.exchange) {
                 return Err(ApiError::NotFound);
             }
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.publish(publish))
