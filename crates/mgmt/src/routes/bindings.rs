@@ -56,18 +56,20 @@ pub(crate) fn binding_json(b: &BindingDetails) -> Value {
 
 pub(crate) async fn vhost_bindings(state: &AppState, vhost: &str) -> Result<Vec<Value>, ApiError> {
     require_vhost(state, vhost)?;
-    Ok(binding_rows(state, Some(vhost.to_owned())).await?.iter().map(binding_json).collect())
+    let rows = binding_rows(state, Some(vhost.to_owned())).await?;
+    listing::off_workers(move || bindings_json(rows)).await
 }
 
-/// Every binding of `only`'s vhost (all vhosts without one), in the listing's order
-/// (`sort_bindings`); the rows are built in slices (`BrokerHandle::rows_in_slices`).
+/// Every binding of `only`'s vhost (all vhosts without one), in no order; the rows are built in
+/// slices (`BrokerHandle::rows_in_slices`).
 async fn binding_rows(state: &AppState, only: Option<String>) -> Result<Vec<BindingDetails>, ApiError> {
-    let mut rows = state
-        .broker
-        .rows_in_slices(move |b| b.binding_keys(only.as_deref()), Broker::binding_details)
-        .await?;
+    state.broker.rows_in_slices(move |b| b.binding_keys(only.as_deref()), Broker::binding_details).await
+}
+
+/// `rows` as JSON in the listing's order (`sort_bindings`).
+fn bindings_json(mut rows: Vec<BindingDetails>) -> Vec<Value> {
     sort_bindings(&mut rows);
-    Ok(rows)
+    rows.iter().map(binding_json).collect()
 }
 
 async fn list_all(
@@ -75,9 +77,14 @@ async fn list_all(
     Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let mut items: Vec<Value> = binding_rows(&state, None).await?.iter().map(binding_json).collect();
-    VhostFilter::new(&state, &user).retain(&mut items);
-    listing::respond(items, &params)
+    let rows = binding_rows(&state, None).await?;
+    let filter = VhostFilter::new(&state, &user);
+    listing::off_workers(move || {
+        let mut items = bindings_json(rows);
+        filter.retain(&mut items);
+        listing::respond(items, &params)
+    })
+    .await?
 }
 
 async fn list_vhost(
@@ -87,7 +94,8 @@ async fn list_vhost(
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
-    listing::respond(vhost_bindings(&state, &vhost).await?, &params)
+    let items = vhost_bindings(&state, &vhost).await?;
+    listing::off_workers(move || listing::respond(items, &params)).await?
 }
 
 fn destination_type(kind: &str) -> Result<&'static str, ApiError> {

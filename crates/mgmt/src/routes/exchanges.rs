@@ -58,8 +58,12 @@ pub(crate) async fn all_exchanges(state: &AppState, only: Option<String>) -> Res
         .broker
         .rows_in_slices(move |b| b.exchange_keys(only.as_deref()), Broker::exchange_details)
         .await?;
-    sort_exchanges(&mut rows);
-    Ok(rows.iter().map(|x| exchange_json(x, &state.rates)).collect())
+    let rates = state.rates.clone();
+    listing::off_workers(move || {
+        sort_exchanges(&mut rows);
+        rows.iter().map(|x| exchange_json(x, &rates)).collect()
+    })
+    .await
 }
 
 async fn list_all(

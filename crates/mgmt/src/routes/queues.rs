@@ -171,7 +171,7 @@ async fn list(
             slot,
         )
     };
-    tokio::task::spawn_blocking(render).await.map_err(|e| ApiError::internal(e.to_string()))?
+    listing::off_workers(render).await?
 }
 
 async fn list_all(
