@@ -90,12 +90,6 @@ impl CrossSiteRefusal {
     }
 }
 
-impl From<CrossSiteRefusal> for ApiError {
-    fn from(refusal: CrossSiteRefusal) -> Self {
-        ApiError { status: refusal.status(), error: refusal.error(), reason: refusal.to_string() }
-    }
-}
-
 /// The middleware: refuses what [`check`] refuses, and marks every answer `nosniff`.
 pub(crate) async fn guard(request: Request, next: Next) -> Response {
     let mut response = match check(&request) {

@@ -1,5 +1,6 @@
 //! Jobs to the broker task and their answers.
 
+use hourglass_broker::admin::slices::{self, SliceKey};
 use hourglass_broker::admin::Job;
 use hourglass_broker::{Broker, BrokerConfig, Timestamp};
 use tokio::sync::{mpsc, oneshot};
@@ -64,7 +65,7 @@ impl BrokerHandle {
                 broker.with_commit_notice_since(first, |broker| f(broker, now), notice)
             })
             .await?;
-        durable_rx.await.map_err(|_| ApiError::unavailable())??;
+        durable_rx.await.map_err(|_| ApiError::Unavailable)??;
         Ok(value)
     }
 
@@ -84,8 +85,29 @@ impl BrokerHandle {
             broker.with_commit_notice_since(first, |_| (), notice);
         })
         .await?;
-        durable_rx.await.map_err(|_| ApiError::unavailable())??;
+        durable_rx.await.map_err(|_| ApiError::Unavailable)??;
         Ok(())
+    }
+
+    /// A listing's rows, built on the broker task in slices with other work between them
+    /// (`admin/slices.rs`, issue 22): one job takes the listing's `keys`, then each job builds
+    /// `rows` for at most `SLICE_ROWS_MAX` of them. The rows come in the keys' order, not the
+    /// listing's: the caller sorts them, off the broker task.
+    pub(crate) async fn rows_in_slices<K, R>(
+        &self,
+        keys: impl FnOnce(&Broker) -> Vec<K> + Send + 'static,
+        rows: fn(&Broker, &[K]) -> Vec<R>,
+    ) -> Result<Vec<R>, ApiError>
+    where
+        K: SliceKey + Send + 'static,
+        R: Send + 'static,
+    {
+        let keys = self.run_now(move |broker, _| keys(broker)).await?;
+        let mut all = Vec::with_capacity(keys.len());
+        for slice in slices::slices(keys) {
+            all.extend(self.run_now(move |broker, _| rows(broker, &slice)).await?);
+        }
+        Ok(all)
     }
 
     /// Runs `f` and answers as soon as it ran.
@@ -97,8 +119,8 @@ impl BrokerHandle {
         let job: Job = Box::new(move |broker, now| {
             let _ = tx.send(f(broker, now));
         });
-        self.jobs.send(job).await.map_err(|_| ApiError::unavailable())?;
-        rx.await.map_err(|_| ApiError::unavailable())
+        self.jobs.send(job).await.map_err(|_| ApiError::Unavailable)?;
+        rx.await.map_err(|_| ApiError::Unavailable)
     }
 
     /// A broker of its own on a task that only runs jobs (effects are dropped): for tests of the
@@ -163,8 +185,8 @@ mod tests {
             .run(move |b, now| b.with_admin_channel("guest", "/", now, |ch| ch.call(declare)).map(|_| ()))
             .await;
         let error = declared.expect_err("a refused definition answered success");
-        assert_eq!(error.status, axum::http::StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(error.reason.contains("could not be stored"), "{}", error.reason);
+        assert_eq!(error.status(), axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(error.reason().contains("could not be stored"), "{error}");
         let listed = handle.run(|b, _| b.list_queue_details().len()).await;
         assert_eq!(listed.ok(), Some(1));
     }

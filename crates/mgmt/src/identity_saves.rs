@@ -17,7 +17,7 @@ pub fn saver_through_store(broker: &BrokerHandle) -> Saver {
         let broker = broker.upgrade().ok_or("the broker is shutting down")?;
         let changes = changes.to_vec();
         wait_off_the_worker(async move { broker.run(move |b, _| b.store_identity(changes)).await })?
-            .map_err(|error| error.reason)
+            .map_err(|error| error.reason())
     })
 }
 

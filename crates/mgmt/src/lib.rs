@@ -220,7 +220,7 @@ pub async fn load_definitions_file(state: &AppState, path: &std::path::Path) -> 
         serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", path.display()))?;
     routes::import_definitions(state, "rmq-internal", &body)
         .await
-        .map_err(|e| format!("importing {}: {}", path.display(), e.reason))
+        .map_err(|e| format!("importing {}: {e}", path.display()))
 }
 
 pub fn api_router(state: AppState) -> axum::Router {

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body::Frame;
@@ -140,11 +140,7 @@ impl ListingSlots {
             let mut per_user = lock(&self.per_user);
             let count = per_user.entry(user.to_owned()).or_insert(0);
             if *count >= LISTINGS_PER_USER_MAX {
-                return Err(ApiError {
-                    status: StatusCode::TOO_MANY_REQUESTS,
-                    error: "too_many_requests",
-                    reason: format!("{LISTINGS_PER_USER_MAX} full listings in flight for this user already"),
-                });
+                return Err(ApiError::TooManyListings);
             }
             *count += 1;
         }
@@ -174,6 +170,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use std::future::Future;
 
+    use axum::http::StatusCode;
     use serde_json::json;
 
     use super::*;
@@ -205,7 +202,7 @@ mod tests {
         let first = slots.take("bob").await.unwrap();
         let _second = slots.take("bob").await.unwrap();
         let refused = slots.take("bob").await.unwrap_err();
-        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
         let _other = slots.take("alice").await.unwrap();
         drop(first);
         assert!(slots.take("bob").await.is_ok());

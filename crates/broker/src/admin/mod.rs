@@ -12,11 +12,13 @@ mod delayed;
 mod in_flight;
 mod listing;
 mod policies;
+pub mod slices;
 mod vhosts;
 
 pub use delayed::{DelayedError, DelayedMessage};
 pub use in_flight::InFlightDelivery;
 pub use listing::{
+    sort_bindings, sort_channels, sort_connections, sort_consumers, sort_exchanges, sort_queues,
     BindingDetails, ChannelSummary, ConnectionSummary, ConsumerSummary, ExchangeDetails, PolicyNames,
     QueueDetails,
 };

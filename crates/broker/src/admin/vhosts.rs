@@ -1,6 +1,7 @@
 //! Creating and deleting virtual hosts, and closing connections, on the management API's behalf.
 
 use hourglass_wire::reply_code::CONNECTION_FORCED;
+use hourglass_wire::ShortStr;
 
 use crate::api::{AmqpError, Command, ConnectionId, Effect};
 use crate::broker::Broker;
@@ -15,6 +16,12 @@ impl Broker {
         let mut names: Vec<String> = self.vhosts.keys().cloned().collect();
         names.sort();
         names
+    }
+
+    /// Whether `vhost` has the exchange `name`: a lookup, where listing the vhost's exchanges
+    /// would copy them all.
+    pub fn has_exchange(&self, vhost: &str, name: &ShortStr) -> bool {
+        self.vhosts.get(vhost).is_some_and(|v| v.exchanges.contains_key(name))
     }
 
     /// Creates a vhost with the standard exchanges; returns false when it already existed.

@@ -3,7 +3,7 @@
 use crate::broker::Broker;
 use crate::exchange::{Destination, ExchangeSpec};
 use crate::queue::args::QueueType;
-use crate::queue::{DelayedInfo, Queue, QueueCounters};
+use crate::queue::{DelayedInfo, Queue, QueueCounters, QueueId};
 use crate::time::Timestamp;
 
 /// A snapshot of one queue.
@@ -122,6 +122,12 @@ pub struct BindingInfo {
 }
 
 impl Broker {
+    /// The statistics of the queues of `keys` still there (`queue_keys`; a slice of them at a
+    /// time: `admin/slices.rs`).
+    pub fn queue_stats_of(&self, keys: &[QueueId]) -> Vec<QueueStats> {
+        keys.iter().filter_map(|id| self.queues.get(id).map(QueueStats::of)).collect()
+    }
+
     /// One queue's statistics.
     pub fn queue_stats(&self, vhost: &str, name: &str) -> Option<QueueStats> {
         let id = self.vhosts.get(vhost)?.queue_id(name)?;
@@ -136,7 +142,7 @@ impl Broker {
 
     /// Every queue's statistics, sorted by vhost and name.
     pub fn list_queues(&self) -> Vec<QueueStats> {
-        let mut all: Vec<QueueStats> = self.queues.values().map(QueueStats::of).collect();
+        let mut all = self.queue_stats_of(&self.queue_keys(None));
         all.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
         all
     }

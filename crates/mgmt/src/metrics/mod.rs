@@ -26,6 +26,7 @@ use hourglass_broker::message_stats::{MessageSizes, MessageStats};
 use hourglass_broker::queue::QueueStats;
 
 use crate::error::ApiError;
+use crate::routes::connections;
 use crate::AppState;
 
 pub use families::Family;
@@ -86,7 +87,7 @@ pub(crate) struct ExchangeRow {
     bindings: usize,
 }
 
-/// Everything one scrape shows, read in one broker job.
+/// Everything one scrape shows, the many objects read in slices (`admin/slices.rs`).
 pub(crate) struct Snapshot {
     queues: Vec<QueueStats>,
     channels: Vec<ChannelSummary>,
@@ -100,32 +101,32 @@ pub(crate) struct Snapshot {
 }
 
 async fn snapshot(state: &AppState, with_exchanges: bool) -> Result<Snapshot, ApiError> {
-    state
+    // The many objects in slices (`admin/slices.rs`): at 100,000 queues one job over them held
+    // confirms up.
+    let mut queues = crate::rates::sampler::queue_stats_in_slices(&state.broker).await?;
+    queues.sort_unstable_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+    let exchanges = if with_exchanges { exchange_rows(state).await? } else { Vec::new() };
+    let channels = connections::channel_rows(state).await?;
+    let connections = connections::connection_rows(state).await?;
+    let consumers = connections::consumer_rows(state).await?.len();
+    let (messages, sizes, churn, vhosts) = state
         .broker
-        .run(move |b, _| {
-            let vhosts = b.vhost_names();
-            let mut exchanges = Vec::new();
-            for vhost in vhosts.iter().filter(|_| with_exchanges) {
-                let bindings = b.list_binding_details(vhost);
-                for x in b.list_exchange_details(vhost) {
-                    let name = x.spec.name.as_str().into_owned();
-                    let count = bindings.iter().filter(|bd| bd.source == name).count();
-                    exchanges.push(ExchangeRow { vhost: vhost.clone(), name, bindings: count });
-                }
-            }
-            Snapshot {
-                queues: b.list_queues(),
-                channels: b.list_channels(),
-                connections: b.list_connections(),
-                consumers: b.list_consumers().len(),
-                messages: b.message_stats(),
-                sizes: b.message_sizes(),
-                churn: b.churn_stats(),
-                vhosts,
-                exchanges,
-            }
-        })
-        .await
+        .run(|b, _| (b.message_stats(), b.message_sizes(), b.churn_stats(), b.vhost_names()))
+        .await?;
+    Ok(Snapshot { queues, channels, connections, consumers, messages, sizes, churn, vhosts, exchanges })
+}
+
+/// Every exchange by vhost and name with its binding count (the default exchange's: one per
+/// queue), counted without building the bindings.
+async fn exchange_rows(state: &AppState) -> Result<Vec<ExchangeRow>, ApiError> {
+    let mut counts = state.broker.run(|b, _| b.binding_counts()).await?;
+    counts.sort_unstable_by(|(a, _), (b, _)| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+    let rows = counts.into_iter().map(|(key, bindings)| ExchangeRow {
+        name: key.name.as_str().into_owned(),
+        vhost: key.vhost,
+        bindings,
+    });
+    Ok(rows.collect())
 }
 
 async fn aggregated(State(state): State<AppState>) -> Result<Response, ApiError> {

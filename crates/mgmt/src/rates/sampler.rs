@@ -1,12 +1,15 @@
-//! The background sampler behind the rates: every [`SAMPLE_INTERVAL`] one broker job reads the
+//! The background sampler behind the rates: every [`SAMPLE_INTERVAL`] the broker's jobs read the
 //! counters and gauges of every object the API shows rates for (the overview, vhosts, queues,
-//! channels, exchanges), and the pass is recorded in [`Rates`]. Its cost is one read of each
+//! channels, exchanges; the many in slices, `Sampled::read`), and the pass is recorded in
+//! [`Rates`] off the runtime's workers. Its cost is one read of each
 //! object's counters per pass, and each object's history is bounded (`OBJECT_HISTORY`,
 //! `TOTALS_HISTORY`).
 
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use hourglass_broker::admin::{ChannelSummary, ExchangeDetails};
+use hourglass_broker::message_stats::MessageStats;
 use hourglass_broker::queue::QueueStats;
 use hourglass_broker::Broker;
 
@@ -14,7 +17,8 @@ use super::{
     depth_fields, exchange_fields, key, publisher_fields, queue_fields, time_total_fields, Observation,
     SampleTime, OBJECT_HISTORY, SAMPLE_INTERVAL, TOTALS_HISTORY,
 };
-use crate::AppState;
+use crate::error::ApiError;
+use crate::{AppState, BrokerHandle};
 
 /// Samples every [`SAMPLE_INTERVAL`] until `stopped` completes (shutdown: its handle on the
 /// broker must go, or the broker task would wait for it) or the broker is gone.
@@ -27,8 +31,14 @@ pub async fn run(state: AppState, stopped: impl std::future::Future<Output = ()>
             _ = &mut stopped => return,
             _ = ticks.tick() => {}
         }
-        let Ok(found) = state.broker.run(|b, _| observe(b)).await else { return };
-        state.rates.record_pass(now(), found);
+        let Ok(sampled) = Sampled::read(&state.broker).await else { return };
+        let time = now();
+        // 200,000 keys at 100,000 queues: off the runtime's workers, which serve the connections.
+        let rates = state.rates.clone();
+        let recorded = tokio::task::spawn_blocking(move || rates.record_pass(time, sampled.observations()));
+        if recorded.await.is_err() {
+            return;
+        }
     }
 }
 
@@ -38,43 +48,85 @@ fn now() -> SampleTime {
     SampleTime { at: Instant::now(), wall_ms }
 }
 
-/// One pass over the broker: every sampled object's values under its key.
-pub fn observe(b: &Broker) -> Vec<Observation> {
-    let queues = b.list_queues();
-    let channels = b.list_channels();
-    let vhosts = b.vhost_names();
-    let mut found = Vec::with_capacity(3 + vhosts.len() + 2 * queues.len() + channels.len());
-    let mut seen = |key: String, fields: &[(&str, u64)], keep: usize| {
-        found.push(Observation { key, values: fields.iter().map(|(_, v)| *v).collect(), keep });
-    };
-    seen(key::OVERVIEW.into(), &publisher_fields(&b.message_stats()), TOTALS_HISTORY);
-    let (ready, unacked) = total_depth(&queues);
-    seen(key::OVERVIEW_QUEUE_TOTALS.into(), &depth_fields(ready, unacked), TOTALS_HISTORY);
-    seen(key::OVERVIEW_TIME.into(), &time_total_fields(&queues), TOTALS_HISTORY);
-    let depths = depth_by_vhost(&queues);
-    for vhost in &vhosts {
-        let (ready, unacked) = depths.get(vhost).copied().unwrap_or_default();
-        seen(key::vhost_depth(vhost), &depth_fields(ready, unacked), TOTALS_HISTORY);
-        for x in b.list_exchange_details(vhost) {
+/// What one pass reads from the broker.
+pub struct Sampled {
+    message_stats: MessageStats,
+    vhosts: Vec<String>,
+    queues: Vec<QueueStats>,
+    exchanges: Vec<ExchangeDetails>,
+    channels: Vec<ChannelSummary>,
+}
+
+impl Sampled {
+    /// Everything at once, in one look at `b` (tests).
+    pub fn of(b: &Broker) -> Sampled {
+        Sampled {
+            message_stats: b.message_stats(),
+            vhosts: b.vhost_names(),
+            queues: b.list_queues(),
+            exchanges: b.exchange_details(&b.exchange_keys(None)),
+            channels: b.list_channels(),
+        }
+    }
+
+    /// The live pass: queues, exchanges and channels in slices between other work on the
+    /// broker task (issue 22: one job over 100,000 queues held confirms up for a second).
+    pub async fn read(broker: &BrokerHandle) -> Result<Sampled, ApiError> {
+        let (message_stats, vhosts) = broker.run(|b, _| (b.message_stats(), b.vhost_names())).await?;
+        Ok(Sampled {
+            message_stats,
+            vhosts,
+            queues: queue_stats_in_slices(broker).await?,
+            exchanges: broker.rows_in_slices(|b| b.exchange_keys(None), Broker::exchange_details).await?,
+            channels: broker.rows_in_slices(|b| b.channel_keys(), Broker::channel_summaries).await?,
+        })
+    }
+
+    /// Every sampled object's values under its key.
+    pub fn observations(self) -> Vec<Observation> {
+        let Sampled { message_stats, vhosts, queues, exchanges, channels } = self;
+        let mut found =
+            Vec::with_capacity(3 + vhosts.len() + 2 * queues.len() + exchanges.len() + channels.len());
+        let mut seen = |key: String, fields: &[(&str, u64)], keep: usize| {
+            found.push(Observation { key, values: fields.iter().map(|(_, v)| *v).collect(), keep });
+        };
+        seen(key::OVERVIEW.into(), &publisher_fields(&message_stats), TOTALS_HISTORY);
+        let (ready, unacked) = total_depth(&queues);
+        seen(key::OVERVIEW_QUEUE_TOTALS.into(), &depth_fields(ready, unacked), TOTALS_HISTORY);
+        seen(key::OVERVIEW_TIME.into(), &time_total_fields(&queues), TOTALS_HISTORY);
+        let depths = depth_by_vhost(&queues);
+        for vhost in &vhosts {
+            let (ready, unacked) = depths.get(vhost).copied().unwrap_or_default();
+            seen(key::vhost_depth(vhost), &depth_fields(ready, unacked), TOTALS_HISTORY);
+        }
+        for x in &exchanges {
+            let key = key::exchange(&x.vhost, &x.spec.name.as_str());
+            seen(key, &exchange_fields(&x.message_stats), OBJECT_HISTORY);
+        }
+        for q in &queues {
+            seen(key::queue(&q.vhost, &q.name), &queue_fields(&q.counters.messages), OBJECT_HISTORY);
             seen(
-                key::exchange(vhost, &x.spec.name.as_str()),
-                &exchange_fields(&x.message_stats),
+                key::queue_depth(&q.vhost, &q.name),
+                &depth_fields(q.messages_ready, q.messages_unacked),
                 OBJECT_HISTORY,
             );
         }
+        for c in &channels {
+            seen(key::channel(c.conn, c.channel), &publisher_fields(&c.message_stats), OBJECT_HISTORY);
+        }
+        found
     }
-    for q in &queues {
-        seen(key::queue(&q.vhost, &q.name), &queue_fields(&q.counters.messages), OBJECT_HISTORY);
-        seen(
-            key::queue_depth(&q.vhost, &q.name),
-            &depth_fields(q.messages_ready, q.messages_unacked),
-            OBJECT_HISTORY,
-        );
-    }
-    for c in &channels {
-        seen(key::channel(c.conn, c.channel), &publisher_fields(&c.message_stats), OBJECT_HISTORY);
-    }
-    found
+}
+
+/// One pass over the broker: every sampled object's values under its key (tests).
+pub fn observe(b: &Broker) -> Vec<Observation> {
+    Sampled::of(b).observations()
+}
+
+/// Every queue's statistics in no order, built in slices on the broker task
+/// (`BrokerHandle::rows_in_slices`).
+pub(crate) async fn queue_stats_in_slices(broker: &BrokerHandle) -> Result<Vec<QueueStats>, ApiError> {
+    broker.rows_in_slices(|b| b.queue_keys(None), Broker::queue_stats_of).await
 }
 
 /// Ready and unacknowledged messages over `queues`.

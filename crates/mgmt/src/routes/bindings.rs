@@ -6,7 +6,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use hourglass_broker::admin::BindingDetails;
+use hourglass_broker::admin::{sort_bindings, BindingDetails};
+use hourglass_broker::Broker;
 use hourglass_wire::{ExchangeBind, ExchangeUnbind, FieldTable, QueueBind, QueueUnbind};
 use serde_json::{json, Value};
 
@@ -55,9 +56,20 @@ pub(crate) fn binding_json(b: &BindingDetails) -> Value {
 
 pub(crate) async fn vhost_bindings(state: &AppState, vhost: &str) -> Result<Vec<Value>, ApiError> {
     require_vhost(state, vhost)?;
-    let vhost = vhost.to_owned();
-    let all = state.broker.run(move |b, _| b.list_binding_details(&vhost)).await?;
-    Ok(all.iter().map(binding_json).collect())
+    let rows = binding_rows(state, Some(vhost.to_owned())).await?;
+    listing::off_workers(move || bindings_json(rows)).await
+}
+
+/// Every binding of `only`'s vhost (all vhosts without one), in no order; the rows are built in
+/// slices (`BrokerHandle::rows_in_slices`).
+async fn binding_rows(state: &AppState, only: Option<String>) -> Result<Vec<BindingDetails>, ApiError> {
+    state.broker.rows_in_slices(move |b| b.binding_keys(only.as_deref()), Broker::binding_details).await
+}
+
+/// `rows` as JSON in the listing's order (`sort_bindings`).
+fn bindings_json(mut rows: Vec<BindingDetails>) -> Vec<Value> {
+    sort_bindings(&mut rows);
+    rows.iter().map(binding_json).collect()
 }
 
 async fn list_all(
@@ -65,13 +77,14 @@ async fn list_all(
     Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let all = state
-        .broker
-        .run(|b, _| b.vhost_names().iter().flat_map(|v| b.list_binding_details(v)).collect::<Vec<_>>())
-        .await?;
-    let mut items: Vec<Value> = all.iter().map(binding_json).collect();
-    VhostFilter::new(&state, &user).retain(&mut items);
-    listing::respond(items, &params)
+    let rows = binding_rows(&state, None).await?;
+    let filter = VhostFilter::new(&state, &user);
+    listing::off_workers(move || {
+        let mut items = bindings_json(rows);
+        filter.retain(&mut items);
+        listing::respond(items, &params)
+    })
+    .await?
 }
 
 async fn list_vhost(
@@ -81,14 +94,15 @@ async fn list_vhost(
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
-    listing::respond(vhost_bindings(&state, &vhost).await?, &params)
+    let items = vhost_bindings(&state, &vhost).await?;
+    listing::off_workers(move || listing::respond(items, &params)).await?
 }
 
 fn destination_type(kind: &str) -> Result<&'static str, ApiError> {
     match kind {
         "q" => Ok("queue"),
         "e" => Ok("exchange"),
-        _ => Err(ApiError::not_found()),
+        _ => Err(ApiError::NotFound),
     }
 }
 
@@ -124,7 +138,7 @@ async fn show(
 ) -> Result<Json<Value>, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     let all = between(&state, &vhost, &source, &kind, &destination).await?;
-    all.into_iter().find(|b| b["properties_key"] == props.as_str()).map(Json).ok_or_else(ApiError::not_found)
+    all.into_iter().find(|b| b["properties_key"] == props.as_str()).map(Json).ok_or(ApiError::NotFound)
 }
 
 /// Body: `routing_key`, `arguments`. 201 with the new binding's location.
@@ -165,8 +179,7 @@ async fn delete(
 ) -> Result<StatusCode, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     let all = between(&state, &vhost, &source, &kind, &destination).await?;
-    let found =
-        all.into_iter().find(|b| b["properties_key"] == props.as_str()).ok_or_else(ApiError::not_found)?;
+    let found = all.into_iter().find(|b| b["properties_key"] == props.as_str()).ok_or(ApiError::NotFound)?;
     let routing_key = found["routing_key"].as_str().unwrap_or_default().to_owned();
     let arguments = json_to_table(&found["arguments"]).map_err(ApiError::bad_request)?;
     let kind = destination_type(&kind)?;

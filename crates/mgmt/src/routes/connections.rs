@@ -8,7 +8,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use hourglass_broker::admin::{ChannelSummary, ConnectionSummary, ConsumerSummary};
+use hourglass_broker::admin::{
+    sort_channels, sort_connections, sort_consumers, ChannelSummary, ConnectionSummary, ConsumerSummary,
+};
+use hourglass_broker::Broker;
 use serde_json::{json, Value};
 
 use crate::access::{require_owner_or_tag, require_vhost_access, sees_owner, OwnedAction};
@@ -135,9 +138,30 @@ fn consumer_json(node: &NodeInfo, c: &ConsumerSummary) -> Value {
     })
 }
 
+/// Every client connection by id, built in slices (`BrokerHandle::rows_in_slices`).
+pub(crate) async fn connection_rows(state: &AppState) -> Result<Vec<ConnectionSummary>, ApiError> {
+    let mut all = state.broker.rows_in_slices(|b| b.connection_keys(), Broker::connection_summaries).await?;
+    sort_connections(&mut all);
+    Ok(all)
+}
+
+/// Every client channel by connection and number, built in slices.
+pub(crate) async fn channel_rows(state: &AppState) -> Result<Vec<ChannelSummary>, ApiError> {
+    let mut all = state.broker.rows_in_slices(|b| b.channel_keys(), Broker::channel_summaries).await?;
+    sort_channels(&mut all);
+    Ok(all)
+}
+
+/// Every consumer by vhost, queue and tag, built in slices.
+pub(crate) async fn consumer_rows(state: &AppState) -> Result<Vec<ConsumerSummary>, ApiError> {
+    let mut all = state.broker.rows_in_slices(|b| b.consumer_keys(), Broker::consumer_summaries).await?;
+    sort_consumers(&mut all);
+    Ok(all)
+}
+
 /// Every connection `user` may see.
 async fn connections(state: &AppState, user: &AuthUser) -> Result<Vec<(ConnectionSummary, Value)>, ApiError> {
-    let all = state.broker.run(|b, _| b.list_connections()).await?;
+    let all = connection_rows(state).await?;
     Ok(all
         .into_iter()
         .filter(|c| sees_owner(user, &c.info.user))
@@ -228,12 +252,12 @@ async fn owned_connection(
     name: &str,
     action: OwnedAction,
 ) -> Result<(ConnectionSummary, Value), ApiError> {
-    let all = state.broker.run(|b, _| b.list_connections()).await?;
+    let all = connection_rows(state).await?;
     let found = all
         .into_iter()
         .find(|c| connection_name(&state.node, &c.info.peer, &c.info.local, c.info.login.tls) == name);
     require_owner_or_tag(auth, found.as_ref().map(|c| c.info.user.as_str()), action)?;
-    let found = found.ok_or_else(ApiError::not_found)?;
+    let found = found.ok_or(ApiError::NotFound)?;
     let json = connection_json(&state.node, &found);
     Ok((found, json))
 }
@@ -263,7 +287,7 @@ async fn close_connection(
 
 /// Every channel `user` may see.
 async fn channels(state: &AppState, user: &AuthUser) -> Result<Vec<(ChannelSummary, Value)>, ApiError> {
-    let all = state.broker.run(|b, _| b.list_channels()).await?;
+    let all = channel_rows(state).await?;
     Ok(all
         .into_iter()
         .filter(|c| sees_owner(user, &c.user))
@@ -317,7 +341,7 @@ async fn connection_channels(
 
 /// Every consumer `user` may see (RabbitMQ filters consumers by their channel's user only).
 async fn consumers(state: &AppState, user: &AuthUser, only: Option<String>) -> Result<Vec<Value>, ApiError> {
-    let all = state.broker.run(|b, _| b.list_consumers()).await?;
+    let all = consumer_rows(state).await?;
     Ok(all
         .iter()
         .filter(|c| sees_owner(user, &c.user))

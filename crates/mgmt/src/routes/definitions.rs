@@ -246,8 +246,8 @@ async fn import_unsynced(state: &AppState, user: &str, body: &Value) -> Result<(
         match bound {
             // RabbitMQ skips a binding whose source or destination is missing (its own exports
             // name internal exchanges they leave out) and imports the rest.
-            Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => {
-                tracing::warn!(vhost, source, destination, reason = %e.reason, "definitions: binding skipped");
+            Err(e) if e.status() == axum::http::StatusCode::NOT_FOUND => {
+                tracing::warn!(vhost, source, destination, reason = %e, "definitions: binding skipped");
             }
             bound => bound?,
         }
@@ -292,7 +292,7 @@ fn import_users(state: &AppState, batch: &mut Batch<'_>, body: &Value) -> Result
             return Err(ApiError::bad_request("user name must not be empty"));
         }
         let algorithm = super::users::hashing_algorithm(u)
-            .map_err(|e| ApiError::bad_request(format!("user {name}: {}", e.reason)))?;
+            .map_err(|e| ApiError::bad_request(format!("user {name}: {e}")))?;
         let (password_hash, hashing_algorithm) =
             match (str_field(u, "password_hash")?, str_field(u, "password")?) {
                 (Some(hash), _) => (hash.to_owned(), algorithm),
@@ -315,7 +315,7 @@ fn import_permissions(batch: &mut Batch<'_>, body: &Value) -> Result<Vec<(String
     let mut granted = Vec::new();
     for p in items(body, "permissions")? {
         let (user, vhost) = (required(p, "user")?, required(p, "vhost")?);
-        batch.vhost(vhost).ok_or_else(ApiError::not_found)?;
+        batch.vhost(vhost).ok_or(ApiError::NotFound)?;
         batch.put_permission(Permission {
             user: user.to_owned(),
             vhost: vhost.to_owned(),
@@ -334,7 +334,7 @@ fn import_topic_permissions(batch: &mut Batch<'_>, body: &Value) -> Result<Vec<(
     let mut changed = Vec::new();
     for t in items(body, "topic_permissions")? {
         let (user, vhost) = (required(t, "user")?, required(t, "vhost")?);
-        batch.vhost(vhost).ok_or_else(ApiError::not_found)?;
+        batch.vhost(vhost).ok_or(ApiError::NotFound)?;
         batch.put_topic_permission(crate::users::TopicPermission {
             user: user.to_owned(),
             vhost: vhost.to_owned(),

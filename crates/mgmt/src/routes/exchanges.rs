@@ -7,8 +7,8 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine;
-use hourglass_broker::admin::ExchangeDetails;
-use hourglass_broker::Publish;
+use hourglass_broker::admin::{sort_exchanges, ExchangeDetails};
+use hourglass_broker::{Broker, Publish};
 use hourglass_wire::{ExchangeDeclare, ExchangeDelete, Method, ShortStr};
 use serde_json::{json, Value};
 
@@ -31,8 +31,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/exchanges/{vhost}/{name}/bindings/destination", get(bindings_destination))
 }
 
-pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails, rates: &Rates) -> Value {
-    let x = &details.spec;
+pub(crate) fn exchange_json(details: &ExchangeDetails, rates: &Rates) -> Value {
+    let (vhost, x) = (&details.vhost, &details.spec);
     let key = rates::key::exchange(vhost, &x.name.as_str());
     let message_stats = rates.details(&key, &rates::exchange_fields(&details.message_stats), None);
     json!({
@@ -51,21 +51,19 @@ pub(crate) fn exchange_json(vhost: &str, details: &ExchangeDetails, rates: &Rate
     })
 }
 
+/// Every exchange of `only`'s vhost (all vhosts without one) as JSON, by vhost and name; the
+/// rows are built in slices (`BrokerHandle::rows_in_slices`).
 pub(crate) async fn all_exchanges(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
-    let list = state
+    let mut rows = state
         .broker
-        .run(move |b, _| {
-            let vhosts = match only {
-                Some(v) => vec![v],
-                None => b.vhost_names(),
-            };
-            vhosts
-                .into_iter()
-                .flat_map(|v| b.list_exchange_details(&v).into_iter().map(move |x| (v.clone(), x)))
-                .collect::<Vec<_>>()
-        })
+        .rows_in_slices(move |b| b.exchange_keys(only.as_deref()), Broker::exchange_details)
         .await?;
-    Ok(list.iter().map(|(v, x)| exchange_json(v, x, &state.rates)).collect())
+    let rates = state.rates.clone();
+    listing::off_workers(move || {
+        sort_exchanges(&mut rows);
+        rows.iter().map(|x| exchange_json(x, &rates)).collect()
+    })
+    .await
 }
 
 async fn list_all(
@@ -98,7 +96,7 @@ async fn show(
     require_vhost(&state, &vhost)?;
     let name = exchange_name(&name).to_owned();
     let all = all_exchanges(&state, Some(vhost)).await?;
-    all.into_iter().find(|x| x["name"] == name.as_str()).map(Json).ok_or_else(ApiError::not_found)
+    all.into_iter().find(|x| x["name"] == name.as_str()).map(Json).ok_or(ApiError::NotFound)
 }
 
 /// exchange.declare from a JSON object (a PUT body or a definitions entry): `type` required,
@@ -130,7 +128,7 @@ async fn put(
     let created = state
         .broker
         .run(move |b, now| {
-            let existed = b.list_exchanges(&vhost).iter().any(|x| x.name == declare.exchange);
+            let existed = b.has_exchange(&vhost, &declare.exchange);
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(declare))
                 .map(|_| !existed)
         })
@@ -155,8 +153,8 @@ async fn delete(
     state
         .broker
         .run(move |b, now| {
-            if !b.list_exchanges(&vhost).iter().any(|x| x.name == delete.exchange) {
-                return Err(ApiError::not_found());
+            if !b.has_exchange(&vhost, &delete.exchange) {
+                return Err(ApiError::NotFound);
             }
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(delete))
                 .map_err(ApiError::from)
@@ -198,8 +196,8 @@ async fn publish(
     let replies = state
         .broker
         .run(move |b, now| {
-            if !b.list_exchanges(&vhost).iter().any(|x| x.name == publish.exchange) {
-                return Err(ApiError::not_found());
+            if !b.has_exchange(&vhost, &publish.exchange) {
+                return Err(ApiError::NotFound);
             }
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.publish(publish))
                 .map_err(ApiError::from)

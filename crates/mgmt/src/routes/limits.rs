@@ -54,7 +54,7 @@ async fn vhost_limits(
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let record = state.users.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let record = state.users.vhost(&vhost).ok_or(ApiError::NotFound)?;
     if !sees_vhost_record(&state, &auth, &vhost) {
         return Err(ApiError::not_authorised(NOT_AUTHORISED_VHOST));
     }
@@ -73,7 +73,7 @@ async fn put_vhost_limit(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     auth.require_admin()?;
-    let record = state.users.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let record = state.users.vhost(&vhost).ok_or(ApiError::NotFound)?;
     let value = required_value(&body)?;
     let limits = record
         .limits
@@ -89,7 +89,7 @@ async fn delete_vhost_limit(
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     auth.require_admin()?;
-    let record = state.users.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let record = state.users.vhost(&vhost).ok_or(ApiError::NotFound)?;
     set_vhost_limits(&state, &vhost, record.limits.without(&name)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -123,7 +123,7 @@ async fn user_limits(
     Path(user): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let record = state.users.user(&user).ok_or_else(ApiError::not_found)?;
+    let record = state.users.user(&user).ok_or(ApiError::NotFound)?;
     let items = match record.limits.is_empty() {
         true => Vec::new(),
         false => vec![json!({"user": user, "value": record.limits.to_json()})],
@@ -138,7 +138,7 @@ async fn put_user_limit(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     auth.require_admin()?;
-    let record = state.users.user(&user).ok_or_else(ApiError::not_found)?;
+    let record = state.users.user(&user).ok_or(ApiError::NotFound)?;
     let value = required_value(&body)?;
     let limits = record.limits.with(LimitsOf::User, &name, &value).map_err(ApiError::bad_request)?;
     state.users.set_user_limits(&user, limits)?;
@@ -151,7 +151,7 @@ async fn delete_user_limit(
     Path((user, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     auth.require_admin()?;
-    let record = state.users.user(&user).ok_or_else(ApiError::not_found)?;
+    let record = state.users.user(&user).ok_or(ApiError::NotFound)?;
     state.users.set_user_limits(&user, record.limits.without(&name))?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -3,7 +3,7 @@
 mod alarm_limits;
 mod bindings;
 mod cluster;
-mod connections;
+pub(crate) mod connections;
 mod definitions;
 pub(crate) use connections::connection_name;
 pub(crate) use definitions::import_definitions;
@@ -56,7 +56,7 @@ fn api_router(state: AppState) -> Router {
         .merge(none_set::routes())
         .merge(cluster::routes())
         .merge(alarm_limits::routes())
-        .fallback(get(|| async { ApiError::not_found() }))
+        .fallback(get(|| async { ApiError::NotFound }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::require_login))
         // Outside the login: a cross-site request is refused before any password is checked.
         .layer(axum::middleware::from_fn(crate::cross_site::guard))
@@ -113,7 +113,7 @@ pub(crate) async fn push_permissions(state: &AppState, user: &str, vhost: &str) 
 }
 
 pub(crate) fn require_vhost(state: &AppState, vhost: &str) -> Result<(), ApiError> {
-    state.users.vhost(vhost).map(|_| ()).ok_or_else(ApiError::not_found)
+    state.users.vhost(vhost).map(|_| ()).ok_or(ApiError::NotFound)
 }
 
 /// The default exchange is `amq.default` in URLs (its real name is empty).

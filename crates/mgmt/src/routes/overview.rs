@@ -1,5 +1,6 @@
 //! /api/overview, /api/whoami, /api/nodes, the health checks and the aliveness test.
 
+use super::connections;
 use crate::access::{sees_owner, VhostFilter};
 use crate::auth::AuthUser;
 use crate::error::ApiError;
@@ -41,22 +42,17 @@ async fn overview(
     Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
     let vhosts = (!user.is_monitor()).then(|| VhostFilter::new(&state, &user));
-    let (queues, connections, channels, consumers, exchanges, stats) = state
-        .broker
-        .run(move |b, _| {
-            let sees = |vhost: &str| vhosts.as_ref().is_none_or(|f| f.shows(vhost));
-            let exchanges: usize =
-                b.vhost_names().iter().filter(|v| sees(v)).map(|v| b.list_exchanges(v).len()).sum();
-            (
-                b.list_queues().into_iter().filter(|q| sees(&q.vhost)).collect::<Vec<_>>(),
-                b.list_connections().iter().filter(|c| sees_owner(&user, &c.info.user)).count(),
-                b.list_channels().iter().filter(|c| sees_owner(&user, &c.user)).count(),
-                b.list_consumers().iter().filter(|c| sees_owner(&user, &c.user)).count(),
-                exchanges,
-                b.message_stats(),
-            )
-        })
-        .await?;
+    let mut queues = rates::sampler::queue_stats_in_slices(&state.broker).await?;
+    queues.retain(|q| vhosts.as_ref().is_none_or(|f| f.shows(&q.vhost)));
+    let connections = connections::connection_rows(&state).await?;
+    let connections = connections.iter().filter(|c| sees_owner(&user, &c.info.user)).count();
+    let channels = connections::channel_rows(&state).await?;
+    let channels = channels.iter().filter(|c| sees_owner(&user, &c.user)).count();
+    let consumers = connections::consumer_rows(&state).await?;
+    let consumers = consumers.iter().filter(|c| sees_owner(&user, &c.user)).count();
+    let (exchange_keys, stats) = state.broker.run(|b, _| (b.exchange_keys(None), b.message_stats())).await?;
+    let exchanges =
+        exchange_keys.iter().filter(|x| vhosts.as_ref().is_none_or(|f| f.shows(&x.vhost))).count();
     let (ready, unacked) = rates::sampler::total_depth(&queues);
     let ranges = Ranges::from_params(&params);
     let publisher = rates::publisher_fields(&stats);
@@ -189,7 +185,7 @@ async fn node(
 ) -> Result<Json<Value>, ApiError> {
     user.require_monitor()?;
     if name != state.node.name {
-        return Err(ApiError::not_found());
+        return Err(ApiError::NotFound);
     }
     Ok(Json(node_json(&state, client_connections(&state).await?)))
 }

@@ -91,7 +91,7 @@ pub(crate) async fn set(
 
 fn policy_error(error: PolicyError) -> ApiError {
     match error {
-        PolicyError::NoVhost(_) | PolicyError::NotFound { .. } => ApiError::not_found(),
+        PolicyError::NoVhost(_) | PolicyError::NotFound { .. } => ApiError::NotFound,
         invalid @ PolicyError::Invalid(_) => ApiError::bad_request(invalid.to_string()),
     }
 }
@@ -145,7 +145,7 @@ async fn show(
     authorize(state, user, kind, Some(&vhost))?;
     require_vhost(state, &vhost)?;
     let all = state.broker.run(move |b, _| b.list_policies(kind, Some(&vhost))).await?;
-    all.iter().find(|p| p.spec.name == name).map(|p| Json(policy_json(p))).ok_or_else(ApiError::not_found)
+    all.iter().find(|p| p.spec.name == name).map(|p| Json(policy_json(p))).ok_or(ApiError::NotFound)
 }
 
 async fn put(

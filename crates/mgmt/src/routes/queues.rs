@@ -7,8 +7,9 @@ use axum::response::Response;
 use axum::routing::{delete as delete_route, get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine;
-use hourglass_broker::admin::QueueDetails;
+use hourglass_broker::admin::{sort_queues, QueueDetails};
 use hourglass_broker::queue::{QueueStats, QueueType};
+use hourglass_broker::Broker;
 use hourglass_wire::{BasicAck, BasicGet, BasicNack, Method, QueueDeclare, QueueDelete, QueuePurge};
 use serde_json::{json, Value};
 
@@ -114,18 +115,17 @@ fn count_fields(s: &QueueStats) -> [(&'static str, usize); 11] {
     ]
 }
 
-/// Every queue of `only`'s vhost (all vhosts without one) as the broker's compact rows, sorted
-/// by vhost and name; rendering is left to the caller, so a page renders only its own rows.
+/// Every queue of `only`'s vhost (all vhosts without one) as the broker's compact rows, built in
+/// slices (`BrokerHandle::rows_in_slices`) and in no order; rendering is left to the caller, so a
+/// page renders only its own rows.
 async fn queue_rows(state: &AppState, only: Option<String>) -> Result<Vec<QueueDetails>, ApiError> {
-    let mut all = state.broker.run(|b, _| b.list_queue_details()).await?;
-    if let Some(vhost) = only {
-        all.retain(|q| q.stats.vhost == vhost);
-    }
-    Ok(all)
+    state.broker.rows_in_slices(move |b| b.queue_keys(only.as_deref()), Broker::queue_details).await
 }
 
+/// Every queue of `only`'s vhost (all vhosts without one) as JSON, sorted by vhost and name.
 pub(crate) async fn all_queues(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
-    let rows = queue_rows(state, only).await?;
+    let mut rows = queue_rows(state, only).await?;
+    sort_queues(&mut rows);
     let node = state.node.name.clone();
     Ok(rows.iter().map(|q| queue_json(q, &node, &state.rates, Ranges::default())).collect())
 }
@@ -160,6 +160,7 @@ async fn list(
     let (state, params) = (state.clone(), params.clone());
     let ranges = Ranges::from_params(&params);
     let render = move || {
+        sort_queues(&mut rows);
         let (node, rates) = (state.node.clone(), state.rates.clone());
         listing::respond_rows(
             rows,
@@ -170,7 +171,7 @@ async fn list(
             slot,
         )
     };
-    tokio::task::spawn_blocking(render).await.map_err(|e| ApiError::internal(e.to_string()))?
+    listing::off_workers(render).await?
 }
 
 async fn list_all(
@@ -201,9 +202,9 @@ async fn show(
 ) -> Result<Json<Value>, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
-    let rows = queue_rows(&state, Some(vhost)).await?;
-    let row = rows.iter().find(|q| q.stats.name == name).ok_or_else(ApiError::not_found)?;
-    Ok(Json(queue_json(row, &state.node.name, &state.rates, Ranges::from_params(&params))))
+    let row = state.broker.run(move |b, _| b.queue_details_named(&vhost, &name)).await?;
+    let row = row.ok_or(ApiError::NotFound)?;
+    Ok(Json(queue_json(&row, &state.node.name, &state.rates, Ranges::from_params(&params))))
 }
 
 /// queue.declare from a JSON object (a PUT body or a definitions entry): `durable` (default
@@ -264,7 +265,7 @@ async fn delete(
         .broker
         .run(move |b, now| {
             if b.queue_stats(&vhost, &name).is_none() {
-                return Err(ApiError::not_found());
+                return Err(ApiError::NotFound);
             }
             b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(delete))
                 .map_err(ApiError::from)

@@ -81,9 +81,9 @@ async fn change_visibility(
         state.broker.run(move |b, now| b.change_visibility(&vhost, &name, &handle, timeout_ms, now)).await?;
     match result {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
-        Err(VisibilityError::QueueNotFound) => Err(ApiError::not_found()),
+        Err(VisibilityError::QueueNotFound) => Err(ApiError::NotFound),
         Err(VisibilityError::HandleNotFound) => {
-            Err(ApiError { reason: "receipt handle is stale or unknown".into(), ..ApiError::not_found() })
+            Err(ApiError::NoSuchItem("receipt handle is stale or unknown"))
         }
     }
 }
@@ -146,7 +146,7 @@ async fn list_in_flight(
             (b.peek_in_flight(&vhost, &name, limit), peers, now)
         })
         .await?;
-    let (listed, total) = listed.ok_or_else(ApiError::not_found)?;
+    let (listed, total) = listed.ok_or(ApiError::NotFound)?;
     let deliveries: Vec<Value> = listed
         .iter()
         .map(|d| {
@@ -239,9 +239,7 @@ fn delayed_json(d: &DelayedMessage, now: Timestamp, shown_max: usize, budget: &m
 
 fn delayed_error(error: DelayedError) -> ApiError {
     match error {
-        DelayedError::QueueNotFound => ApiError::not_found(),
-        DelayedError::MessageNotFound => {
-            ApiError { reason: "no such delayed message".into(), ..ApiError::not_found() }
-        }
+        DelayedError::QueueNotFound => ApiError::NotFound,
+        DelayedError::MessageNotFound => ApiError::NoSuchItem("no such delayed message"),
     }
 }

@@ -55,7 +55,7 @@ async fn of_user(
     Path(user): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    state.users.user(&user).ok_or_else(ApiError::not_found)?;
+    state.users.user(&user).ok_or(ApiError::NotFound)?;
     respond(&state, &auth, &params, |t| t.user == user).await
 }
 
@@ -77,7 +77,7 @@ async fn show(
 ) -> Result<Response, ApiError> {
     auth.require_admin()?;
     if !state.users.topic_permissions().iter().any(|t| t.vhost == vhost && t.user == user) {
-        return Err(ApiError::not_found());
+        return Err(ApiError::NotFound);
     }
     respond(&state, &auth, &params, |t| t.vhost == vhost && t.user == user).await
 }
@@ -126,7 +126,7 @@ async fn delete(
 ) -> Result<StatusCode, ApiError> {
     auth.require_admin()?;
     if !state.users.delete_topic_permissions(&vhost, &user, params.exchange.as_deref())? {
-        return Err(ApiError::not_found());
+        return Err(ApiError::NotFound);
     }
     super::push_permissions(&state, &user, &vhost).await?;
     Ok(StatusCode::NO_CONTENT)

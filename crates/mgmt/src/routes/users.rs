@@ -73,7 +73,7 @@ async fn show(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     auth.require_admin()?;
-    state.users.user(&name).map(|u| Json(user_json(&u))).ok_or_else(ApiError::not_found)
+    state.users.user(&name).map(|u| Json(user_json(&u))).ok_or(ApiError::NotFound)
 }
 
 /// Body: `password` (hashed here) or `password_hash` (+ `hashing_algorithm`), and `tags`.
@@ -125,7 +125,7 @@ async fn delete(
     let vhosts: Vec<String> =
         state.users.permissions().into_iter().filter(|p| p.user == name).map(|p| p.vhost).collect();
     if !state.users.delete_user(&name)? {
-        return Err(ApiError::not_found());
+        return Err(ApiError::NotFound);
     }
     for vhost in vhosts {
         super::push_permissions(&state, &name, &vhost).await?;
@@ -140,7 +140,7 @@ async fn user_permissions(
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     auth.require_admin()?;
-    state.users.user(&name).ok_or_else(ApiError::not_found)?;
+    state.users.user(&name).ok_or(ApiError::NotFound)?;
     let items = state.users.permissions().iter().filter(|p| p.user == name).map(permission_json).collect();
     listing::respond(items, &params)
 }
@@ -160,7 +160,7 @@ async fn show_permission(
     Path((vhost, user)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     auth.require_admin()?;
-    state.users.permission(&vhost, &user).map(|p| Json(permission_json(&p))).ok_or_else(ApiError::not_found)
+    state.users.permission(&vhost, &user).map(|p| Json(permission_json(&p))).ok_or(ApiError::NotFound)
 }
 
 async fn put_permission(
@@ -194,7 +194,7 @@ async fn delete_permission(
 ) -> Result<StatusCode, ApiError> {
     auth.require_admin()?;
     if !state.users.delete_permission(&vhost, &user)? {
-        return Err(ApiError::not_found());
+        return Err(ApiError::NotFound);
     }
     super::push_permissions(&state, &user, &vhost).await?;
     Ok(StatusCode::NO_CONTENT)

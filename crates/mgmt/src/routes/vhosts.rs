@@ -58,7 +58,8 @@ pub(crate) struct BrokerView {
 }
 
 async fn broker_view(state: &AppState) -> Result<BrokerView, ApiError> {
-    let (queues, traced) = state.broker.run(|b, _| (b.list_queues(), b.traced_vhosts())).await?;
+    let queues = rates::sampler::queue_stats_in_slices(&state.broker).await?;
+    let traced = state.broker.run(|b, _| b.traced_vhosts()).await?;
     let counts = rates::sampler::depth_by_vhost(&queues);
     Ok(BrokerView { counts, traced: traced.into_iter().collect() })
 }
@@ -92,7 +93,7 @@ async fn show(
     Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
     user.require_admin()?;
-    let record = state.users.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let record = state.users.vhost(&vhost).ok_or(ApiError::NotFound)?;
     let view = broker_view(&state).await?;
     Ok(Json(vhost_json(&record, &view, &state.rates, Ranges::from_params(&params))))
 }
@@ -153,7 +154,7 @@ async fn delete(
 ) -> Result<StatusCode, ApiError> {
     user.require_admin()?;
     if state.users.vhost(&vhost).is_none() {
-        return Err(ApiError::not_found());
+        return Err(ApiError::NotFound);
     }
     // Its exchanges, queues and bindings go first, then its record: a crash between the two
     // leaves an empty vhost that still exists (the delete did not answer), never definitions

@@ -1,0 +1,144 @@
+//! Full listings are built on the broker task in slices, with other work between them (issue
+//! 22: one `GET /api/queues` over 100,000 queues built every row in one job, and a publisher's
+//! confirm waited behind it for up to 345 ms).
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use hourglass_broker::admin::slices::SLICE_ROWS_MAX;
+use hourglass_broker::admin::Job;
+use hourglass_broker::{Broker, BrokerConfig, Timestamp};
+use hourglass_mgmt::{AppState, BrokerHandle};
+use hourglass_wire::{QueueBind, QueueDeclare, ShortStr};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+
+use common::{request, GUEST};
+
+/// Queues in the test: enough for several slices, and not a multiple of a slice.
+const QUEUES: usize = 2 * SLICE_ROWS_MAX + 500;
+
+/// An API over a broker task that counts the jobs it runs.
+fn counting_state() -> (AppState, Arc<AtomicUsize>) {
+    let (tx, mut rx) = mpsc::channel::<Job>(64);
+    let jobs = Arc::new(AtomicUsize::new(0));
+    let counted = jobs.clone();
+    let mut broker = Broker::new(BrokerConfig::default());
+    tokio::spawn(async move {
+        while let Some(job) = rx.recv().await {
+            counted.fetch_add(1, Relaxed);
+            job(&mut broker, Timestamp::ZERO);
+            while broker.poll_effect().is_some() {}
+        }
+    });
+    (AppState { broker: BrokerHandle::new(tx), ..common::state() }, jobs)
+}
+
+/// `QUEUES` queues in `/`, each also bound to amq.direct, made in one job.
+async fn declare_queues(state: &AppState) {
+    state
+        .broker
+        .run(|b, now| {
+            for i in 0..QUEUES {
+                let queue = ShortStr::try_from(format!("q{i:05}").as_str()).unwrap();
+                let declare = QueueDeclare { queue: queue.clone(), ..Default::default() };
+                let bind = QueueBind {
+                    queue: queue.clone(),
+                    exchange: ShortStr::from_static("amq.direct"),
+                    routing_key: queue,
+                    ..Default::default()
+                };
+                b.with_admin_channel("guest", "/", now, |ch| ch.call(declare).and_then(|_| ch.call(bind)))
+                    .unwrap();
+            }
+        })
+        .await
+        .unwrap();
+}
+
+/// The jobs one GET took, and its answer.
+async fn jobs_of_get(state: &AppState, jobs: &AtomicUsize, uri: &str) -> (usize, Value) {
+    let before = jobs.load(Relaxed);
+    let (status, body) = request(state, GUEST, "GET", uri, None).await;
+    assert_eq!(status, StatusCode::OK, "{uri}: {body}");
+    (jobs.load(Relaxed) - before, body)
+}
+
+/// A full queue listing and a full binding listing take at least one broker job per
+/// SLICE_ROWS_MAX rows (the rows of one job never exceed it: `slices.rs`), and still list every
+/// row in the listing's order.
+#[tokio::test]
+async fn full_listings_are_built_in_slices_of_rows() {
+    let (state, jobs) = counting_state();
+    declare_queues(&state).await;
+
+    let (queue_jobs, queues) = jobs_of_get(&state, &jobs, "/api/queues").await;
+    let names: Vec<&str> = queues.as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+    let expected: Vec<String> = (0..QUEUES).map(|i| format!("q{i:05}")).collect();
+    assert_eq!(names, expected);
+    assert!(queue_jobs > QUEUES / SLICE_ROWS_MAX, "{QUEUES} queue rows in {queue_jobs} jobs");
+
+    let (binding_jobs, bindings) = jobs_of_get(&state, &jobs, "/api/bindings/%2F").await;
+    let bindings = bindings.as_array().unwrap();
+    assert_eq!(bindings.len(), 2 * QUEUES);
+    assert_eq!(
+        (bindings[0]["source"].as_str(), bindings[0]["destination"].as_str()),
+        (Some(""), Some("q00000"))
+    );
+    let last = &bindings[2 * QUEUES - 1];
+    assert_eq!(last["source"], "amq.direct");
+    assert_eq!(last["destination"].as_str(), expected.last().map(String::as_str));
+    assert!(binding_jobs > 2 * QUEUES / SLICE_ROWS_MAX, "{} binding rows in {binding_jobs} jobs", 2 * QUEUES);
+}
+
+/// The overview's and the vhosts' queue totals, Prometheus' metrics and the rates sampler's pass
+/// read the queues in slices too, and still count every queue and binding.
+#[tokio::test]
+async fn queue_totals_are_read_in_slices() {
+    let (state, jobs) = counting_state();
+    declare_queues(&state).await;
+    for uri in ["/api/overview", "/api/vhosts"] {
+        let (uri_jobs, _) = jobs_of_get(&state, &jobs, uri).await;
+        assert!(uri_jobs > QUEUES / SLICE_ROWS_MAX, "{uri}: {QUEUES} queues in {uri_jobs} jobs");
+    }
+    let before = jobs.load(Relaxed);
+    let path = "/metrics/detailed?family=queue_coarse_metrics&family=exchange_bindings";
+    let request = Request::builder().uri(path).body(Body::empty()).unwrap();
+    let response = hourglass_mgmt::metrics_router(state.clone()).oneshot(request).await.unwrap();
+    let bytes = axum::body::to_bytes(response.into_body(), 64 << 20).await.unwrap();
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    assert!(jobs.load(Relaxed) - before > QUEUES / SLICE_ROWS_MAX, "Prometheus in one job");
+    for exchange in ["", "amq.direct"] {
+        let line =
+            format!("rabbitmq_cluster_exchange_bindings{{vhost=\"/\",exchange=\"{exchange}\"}} {QUEUES}\n");
+        assert!(text.contains(&line), "{line}");
+    }
+
+    let before = jobs.load(Relaxed);
+    let sampled = hourglass_mgmt::rates::sampler::Sampled::read(&state.broker).await.unwrap();
+    assert!(jobs.load(Relaxed) - before > QUEUES / SLICE_ROWS_MAX);
+    let queue_keys = sampled.observations().iter().filter(|o| o.key.starts_with("queue\0")).count();
+    assert_eq!(queue_keys, 2 * QUEUES, "counters and depth of each queue");
+}
+
+/// A page of a listing still sees every queue (the page is cut from all the rows), and one
+/// queue is shown without listing the others.
+#[tokio::test]
+async fn paged_and_single_queue_answers_over_slices() {
+    let (state, jobs) = counting_state();
+    declare_queues(&state).await;
+    let (_, page) =
+        jobs_of_get(&state, &jobs, "/api/queues?page=3&page_size=7&sort=name&sort_reverse=true").await;
+    assert_eq!(page["total_count"], QUEUES);
+    let first = format!("q{:05}", QUEUES - 1 - 14);
+    assert_eq!(page["items"][0]["name"].as_str(), Some(first.as_str()));
+
+    let (show_jobs, shown) = jobs_of_get(&state, &jobs, "/api/queues/%2F/q00042").await;
+    assert_eq!(shown["name"], "q00042");
+    assert_eq!(show_jobs, 1);
+}
