@@ -3,11 +3,23 @@
 //! A start-up error (port in use, data dir locked or unwritable, a bad setting) is one line on
 //! stderr, `hourglass: <what>: <why>`, and exit status 1 — never a backtrace, whatever
 //! `RUST_BACKTRACE` says: the error is printed here, not returned from `main`.
+//!
+//! The allocator is chosen here, for the binary alone: jemalloc on Linux, with its background
+//! threads on, so memory freed after a load goes back to the OS within seconds even while the
+//! broker is idle (the memory alarm reads RSS). Why, and what it costs: docs/adr/0010-allocator.md.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use hourglass_server::{Cli, Config, Server};
+
+/// jemalloc, built with `background_thread:true` (the `background_threads` feature) and
+/// `dirty_decay_ms:1000` (`.cargo/config.toml`): a few background threads, asleep until there is
+/// freed memory to purge, return pages freed more than about a second ago without waiting for
+/// the next allocation. `_RJEM_MALLOC_CONF` overrides the settings at start.
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// How long blocking tasks may still run once the server is done, before the process exits.
 const EXIT_LINGER: std::time::Duration = std::time::Duration::from_millis(500);

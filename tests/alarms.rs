@@ -42,10 +42,10 @@ fn unfinished_bodies_cannot_take_memory_past_the_watermark() {
     let started = Instant::now();
     while !hogs.iter().all(|h| h.is_finished()) {
         assert!(started.elapsed() < WAIT * 2, "the attackers neither finished nor were stopped");
-        max_rss = max_rss.max(vm_rss(broker.pid()));
+        max_rss = max_rss.max(broker.rss_bytes());
         std::thread::sleep(Duration::from_millis(10));
     }
-    max_rss = max_rss.max(vm_rss(broker.pid()));
+    max_rss = max_rss.max(broker.rss_bytes());
     let hogs: Vec<RawClient> = hogs.into_iter().map(|h| h.join().expect("attacker thread")).collect();
     let pushed: u64 = hogs.iter().map(|h| h.body_bytes_sent).sum();
     eprintln!("attackers pushed {} MiB; broker peaked at {} MiB", pushed / MIB, max_rss / MIB);
@@ -125,10 +125,10 @@ fn a_fast_publisher_is_stopped_close_to_the_watermark() {
     let started = Instant::now();
     while !publisher.is_finished() {
         assert!(started.elapsed() < WAIT * 2, "the publisher was neither done nor stopped");
-        max_rss = max_rss.max(vm_rss(broker.pid()));
+        max_rss = max_rss.max(broker.rss_bytes());
         std::thread::sleep(Duration::from_millis(5));
     }
-    max_rss = max_rss.max(vm_rss(broker.pid()));
+    max_rss = max_rss.max(broker.rss_bytes());
     let sent = publisher.join().expect("publisher thread");
     eprintln!("published {} MiB; broker peaked at {} MiB", sent / MIB, max_rss / MIB);
     assert!(node_status(&broker).contains(r#""mem_alarm":true"#));
@@ -238,17 +238,6 @@ fn broker_with_watermark(bytes: u64) -> RunningBroker {
         .expect("MemTotal");
     let fraction = format!("{:.12}", bytes as f64 / (total_kib * 1024) as f64);
     RunningBroker::start_with(&["--vm-memory-high-watermark", &fraction])
-}
-
-/// The broker's resident memory (VmRSS), in bytes.
-fn vm_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    kib * 1024
 }
 
 fn node_status(broker: &RunningBroker) -> String {

@@ -66,16 +66,6 @@ impl Figures {
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
 }
@@ -212,7 +202,7 @@ async fn run(
     let sampling = async {
         let (mut rss, mut fds) = (0, 0);
         while Instant::now() < until {
-            rss = rss.max(rss_kib(pid));
+            rss = rss.max(common::rss_bytes(pid) / 1024);
             fds = fds.max(fd_count(pid));
             tokio::time::sleep(Duration::from_millis(250)).await;
         }

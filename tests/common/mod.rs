@@ -116,6 +116,11 @@ impl RunningBroker {
         self.child.id()
     }
 
+    /// The broker's resident memory (VmRSS from /proc), in bytes; 0 once it is gone.
+    pub fn rss_bytes(&self) -> u64 {
+        rss_bytes(self.pid())
+    }
+
     /// Kills the process with SIGKILL (`kill -9`: no shutdown, no flush) and waits for it;
     /// returns the data directory, kept for a restart with `start_in`.
     pub fn kill9(mut self) -> std::path::PathBuf {
@@ -181,6 +186,17 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::process::Exit
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Process `pid`'s resident memory (VmRSS from /proc), in bytes; 0 if it cannot be read.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    kib * 1024
 }
 
 /// Finds `amqp=127.0.0.1:PORT` (or `http=…`) in the start-up log line.

@@ -62,12 +62,14 @@ impl RawAmqp {
     }
 
     /// Reads until the next method frame (its channel and the method), or None once the socket
-    /// closes. Other frames are skipped.
+    /// closes. Other frames are skipped, all those already read before the socket is read again.
     pub async fn next_method(&mut self) -> Option<(u16, Method)> {
         let mut decoder = FrameDecoder::new(FRAME_MAX);
         loop {
-            if let Ok(Some(Frame::Method { channel, method })) = decoder.decode(&mut self.input) {
-                return Some((channel, method));
+            match decoder.decode(&mut self.input) {
+                Ok(Some(Frame::Method { channel, method })) => return Some((channel, method)),
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => {}
             }
             let mut chunk = [0u8; 4096];
             let read = tokio::time::timeout(STEP, self.socket.read(&mut chunk))

@@ -47,6 +47,9 @@ const FINAL_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 const OUTPUT_HIGH_WATERMARK: usize = 4 * 1024 * 1024;
 /// Deliveries resume once the waiting output has drained below this.
 const OUTPUT_LOW_WATERMARK: usize = 1024 * 1024;
+/// The most capacity the writer task keeps in its coalescing buffer between batches: what it
+/// gathers in steady flow, not a burst's worth.
+const PENDING_KEPT_MAX: usize = OUTPUT_HIGH_WATERMARK;
 
 /// Bytes handed to the writer task and not yet written, shared by both tasks.
 #[derive(Default)]
@@ -226,7 +229,13 @@ async fn write_loop<W: SocketWrite>(
             while let Ok(more) = chunks.try_recv() {
                 pending.extend_from_slice(&more);
             }
-            batch = pending.split().freeze();
+            // A large batch takes its buffer along (freed once written) rather than leave the
+            // spare capacity, which shares its allocation, to hold it for good (issue #25).
+            batch = if pending.capacity() > PENDING_KEPT_MAX {
+                std::mem::take(&mut pending).freeze()
+            } else {
+                pending.split().freeze()
+            };
         }
         if let Err(error) = write_all(writer.as_ref(), &batch, send_timeout).await {
             if error.kind() == std::io::ErrorKind::TimedOut {

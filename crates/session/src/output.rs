@@ -11,6 +11,14 @@ use bytes::BytesMut;
 use hourglass_broker::Timestamp;
 use hourglass_wire::{BasicAck, EncodedProperties, Method};
 
+/// The most buffer capacity kept for the next frames when the output is taken. A burst (a
+/// consumer handed a large backlog at once) can grow the buffer to hundreds of MiB; the spare
+/// capacity a split leaves behind shares that allocation, so it would stay allocated (and be
+/// reclaimed whole at the next growth) and an idle connection would hold the burst's memory for
+/// good (issue #25). In steady flow far less is encoded between two takes (the server pauses
+/// deliveries past 4 MiB queued for the socket).
+const KEPT_CAPACITY_MAX: usize = 1024 * 1024;
+
 /// The encoded frames not yet handed to the server.
 #[derive(Debug)]
 pub(crate) struct Output {
@@ -95,10 +103,14 @@ impl Output {
         self.wrote(now);
     }
 
-    /// Everything encoded so far; the buffer keeps its spare capacity for the next frames.
+    /// Everything encoded so far; the buffer keeps its spare capacity for the next frames,
+    /// unless it grew past `KEPT_CAPACITY_MAX`: then the allocation leaves with what is taken.
     pub(crate) fn take(&mut self) -> BytesMut {
         // What is taken is on its way to the socket: no longer ours to rewrite.
         self.last_ack = None;
+        if self.buf.capacity() > KEPT_CAPACITY_MAX {
+            return std::mem::take(&mut self.buf);
+        }
         self.buf.split()
     }
 
@@ -179,5 +191,23 @@ mod tests {
                 acked(1, 8, true)
             ]
         );
+    }
+
+    /// A burst of deliveries taken and written leaves no large buffer behind (issue #25).
+    #[test]
+    fn a_burst_of_output_does_not_stay_allocated_once_taken() {
+        let now = Timestamp::from_millis(0);
+        let mut output = Output::new(131_072, now);
+        let deliver: Method = hourglass_wire::BasicDeliver::default().into();
+        for _ in 0..2_000 {
+            output.content(1, &deliver, &EncodedProperties::default(), &[7; 2048], now);
+        }
+        // Written to the socket and dropped; then more frames than the buffer's spare capacity
+        // held, which reclaimed the burst's whole allocation when the output kept a share of it.
+        drop(output.take());
+        for _ in 0..200 {
+            output.content(1, &deliver, &EncodedProperties::default(), &[7; 2048], now);
+        }
+        assert!(output.buf.capacity() <= KEPT_CAPACITY_MAX, "kept {} bytes", output.buf.capacity());
     }
 }
