@@ -53,7 +53,8 @@ LAV_PORT = 5674
 
 def lavinmq_ref():
     """The reference LavinMQ's control script, `$LAVINMQ_REF` (or --lavinmq-ref): `start` / `stop`,
-    listening on $LAV_PORT (default 5674). `None` when none is named: LavinMQ is then left out."""
+    listening on $LAV_PORT (default 5674); scripts/lavinmq_ref.sh is one, for the `lavinmq` binary
+    `$LAVINMQ_BIN` names. `None` when none is named: LavinMQ is then left out."""
     named = os.environ.get("LAVINMQ_REF")
     if not named:
         return None
