@@ -13,7 +13,7 @@ use crate::lease::{HeldLease, LeaseClock};
 use crate::retry::Backoff;
 
 use super::requests::{Reply, Request, Seen};
-use super::{Elected, POLL};
+use super::{Elected, Step, POLL};
 
 /// What the driver does on the way.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,17 +41,8 @@ pub enum FollowNext {
     Elected(Elected),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FollowStep {
-    pub effects: Vec<FollowEffect>,
-    pub next: FollowNext,
-}
-
-impl FollowStep {
-    fn next(next: FollowNext) -> FollowStep {
-        FollowStep { effects: Vec::new(), next }
-    }
-}
+/// One answer of [`Following`].
+pub type FollowStep = Step<FollowEffect, FollowNext>;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Awaiting {

@@ -15,7 +15,7 @@ use crate::in_sync::{InSyncRules, InSyncStep, Replicas};
 use crate::lease::HeldLease;
 
 use super::requests::{Reply, Request, Seen};
-use super::{Elected, StepDown, POLL};
+use super::{Elected, Step, StepDown, POLL};
 
 /// What the leader knows of its followers (the replication hub).
 pub trait Followers {
@@ -54,17 +54,8 @@ pub enum LeadNext {
     SteppedDown(StepDown),
 }
 
-#[derive(Debug)]
-pub struct LeadStep {
-    pub effects: Vec<LeadEffect>,
-    pub next: LeadNext,
-}
-
-impl LeadStep {
-    fn next(next: LeadNext) -> LeadStep {
-        LeadStep { effects: Vec::new(), next }
-    }
-}
+/// One answer of [`Leading`].
+pub type LeadStep = Step<LeadEffect, LeadNext>;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Awaiting {

@@ -56,6 +56,21 @@ pub struct ClusterSettings {
     pub campaign_not_before: Option<Instant>,
 }
 
+/// What a state machine says after one input: effects for the driver to apply, in order, then
+/// what to do next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step<Effect, Next> {
+    pub effects: Vec<Effect>,
+    pub next: Next,
+}
+
+impl<Effect, Next> Step<Effect, Next> {
+    /// Only what to do next, no effects.
+    fn next(next: Next) -> Self {
+        Step { effects: Vec::new(), next }
+    }
+}
+
 /// What a node won: its term, and the in-sync set etcd recorded when it won (itself left out;
 /// `None`: a new cluster, no set yet).
 #[derive(Clone, Debug, PartialEq, Eq)]
