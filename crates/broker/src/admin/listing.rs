@@ -334,8 +334,14 @@ impl Broker {
     }
 
     /// The vhost named `only`, every vhost without a name.
-    fn vhosts_in<'b>(&'b self, only: Option<&'b str>) -> impl Iterator<Item = (&'b String, &'b VHost)> {
-        self.vhosts.iter().filter(move |(name, _)| only.is_none_or(|only| only == name.as_str()))
+    fn vhosts_in<'b>(
+        &'b self,
+        only: Option<&'b str>,
+    ) -> Box<dyn Iterator<Item = (&'b String, &'b VHost)> + 'b> {
+        match only {
+            None => Box::new(self.vhosts.iter()),
+            Some(only) => Box::new(self.vhosts.get_key_value(only).into_iter()),
+        }
     }
 
     /// Every binding of a vhost: first the default exchange's implicit one per queue (as RabbitMQ

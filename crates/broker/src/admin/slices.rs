@@ -8,7 +8,9 @@
 //! jobs. So a listing's rows are from slightly different moments, as RabbitMQ's are (it reads
 //! its tables row by row); a row whose object went away between its key and its slice is left
 //! out, and an object made meanwhile is not listed. Keys that stand for many rows (an exchange's
-//! bindings, a queue's consumers) are split into ranges of at most [`SLICE_ROWS_MAX`].
+//! bindings, a queue's consumers) are split into ranges of at most [`SLICE_ROWS_MAX`] by
+//! position: when one of them goes away between two slices of the same exchange or queue, the
+//! later positions shift, so one of its other rows can be left out or listed twice.
 //!
 //! What each listing's keys and rows are: `listing.rs`.
 
