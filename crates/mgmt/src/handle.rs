@@ -102,12 +102,34 @@ impl BrokerHandle {
         K: SliceKey + Send + 'static,
         R: Send + 'static,
     {
-        let keys = self.run_now(move |broker, _| keys(broker)).await?;
+        let keys = self.read(keys).await?;
         let mut all = Vec::with_capacity(keys.len());
         for slice in slices::slices(keys) {
-            all.extend(self.run_now(move |broker, _| rows(broker, &slice)).await?);
+            all.extend(self.rows_of(slice, rows).await?);
         }
         Ok(all)
+    }
+
+    /// The rows of one slice of a listing's keys (`slices::slices`), in one job.
+    pub(crate) async fn rows_of<K, R>(
+        &self,
+        slice: Vec<K>,
+        rows: fn(&Broker, &[K]) -> Vec<R>,
+    ) -> Result<Vec<R>, ApiError>
+    where
+        K: Send + 'static,
+        R: Send + 'static,
+    {
+        self.read(move |broker| rows(broker, &slice)).await
+    }
+
+    /// Runs `f`, which only reads, and answers as soon as it ran: nothing it did needs to be
+    /// durable.
+    pub(crate) async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Broker) -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.run_now(move |broker, _| f(broker)).await
     }
 
     /// Runs `f` and answers as soon as it ran.

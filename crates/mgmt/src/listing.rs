@@ -2,12 +2,18 @@
 //! (a substring filter), `page`, `page_size` — and the paginated shape when `page` is given.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{Map, Value};
 
+use hourglass_broker::admin::slices::{self, SliceKey};
+use hourglass_broker::Broker;
+use hourglass_wire::ShortStr;
+
 use crate::error::ApiError;
+use crate::handle::BrokerHandle;
 use crate::streamed::{self, ListingSlot};
 
 /// RabbitMQ's largest page.
@@ -45,45 +51,160 @@ pub fn respond(mut items: Vec<Value>, params: &Params) -> Result<Response, ApiEr
     Ok(page.response(trim(items, params), filtered_count, total_count))
 }
 
-/// A sort key that rows know without being rendered, with their order under it.
-pub type RowOrder<T> = (&'static str, fn(&T, &T) -> std::cmp::Ordering);
+/// How a listing sorted on a key other than the names reads that key from a row without
+/// rendering it (`messages` from a queue's counts); keys without one render each row.
+pub type SortValue<R> = (&'static str, fn(&R) -> Value);
 
-/// [`respond`] for rows not yet rendered to JSON (issue #12, finding 7): the name filter, a sort
-/// on one of `orders` and the page are applied to the rows, and only the page is rendered — so
-/// `page=1&page_size=1` over 100,000 queues renders one. Without a page the whole listing is
-/// written while it is rendered (`streamed::json_array`, issue 22), holding `slot` until done. A
-/// sort on any other key renders every row and sorts the JSON, as before. `rows` come in the
-/// listing's natural order.
-pub fn respond_rows<T: Send + 'static>(
-    mut rows: Vec<T>,
-    params: &Params,
-    name_of: impl Fn(&T) -> &str,
-    orders: &[RowOrder<T>],
-    render: impl Fn(&T) -> Value + Send + 'static,
-    slot: ListingSlot,
-) -> Result<Response, ApiError> {
-    let order = match params.get("sort").filter(|k| !k.is_empty()) {
-        None => None,
-        Some(key) => match orders.iter().find(|(name, _)| name == key) {
-            Some((_, order)) => Some(*order),
-            None => return respond(rows.iter().map(render).collect(), params),
-        },
-    };
-    let total_count = rows.len();
-    if let Some(name) = name_filter(params) {
-        rows.retain(|row| name_of(row).contains(name));
+/// An order a listing's rows take from their names alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameOrder {
+    /// The listing's own order (no `sort`), and `sort=vhost`.
+    VhostThenName,
+    /// `sort=name`: by name, then by vhost (as a stable sort by name of the listing's own order).
+    NameThenVhost,
+}
+
+impl NameOrder {
+    /// The order `params` asks for, when names alone give it; `None` for a sort on anything else.
+    pub fn asked(params: &Params) -> Option<NameOrder> {
+        match params.get("sort").map(String::as_str) {
+            None | Some("") | Some("vhost") => Some(NameOrder::VhostThenName),
+            Some("name") => Some(NameOrder::NameThenVhost),
+            Some(_) => None,
+        }
     }
-    if let Some(order) = order {
-        rows.sort_by(order);
+}
+
+/// The keys of one vhost's rows by the rows' names.
+pub type NamedKeys<K> = (String, Vec<(ShortStr, K)>);
+
+/// The keys of the rows the `name` filter keeps, in `order`, and the number of rows before the
+/// filter. The names are dropped here: a listing then holds a key per row (8 bytes for a
+/// queue), not the row.
+pub fn ordered_keys<K: Copy>(
+    groups: Vec<NamedKeys<K>>,
+    order: NameOrder,
+    params: &Params,
+) -> (Vec<K>, usize) {
+    let total_count = groups.iter().map(|(_, keys)| keys.len()).sum();
+    let filter = name_filter(params);
+    let mut named: Vec<(&str, &ShortStr, K)> = Vec::with_capacity(total_count);
+    for (vhost, keys) in &groups {
+        for (name, key) in keys {
+            if filter.is_none_or(|f| name.as_str().contains(f)) {
+                named.push((vhost.as_str(), name, *key));
+            }
+        }
+    }
+    match order {
+        NameOrder::VhostThenName => named.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1))),
+        NameOrder::NameThenVhost => named.sort_unstable_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0))),
+    }
+    (named.into_iter().map(|(_, _, key)| key).collect(), total_count)
+}
+
+/// The sort field's value as the listing sorts by it: a scalar as it is, a missing field as
+/// `None`, and an object or array (which sorts as equal to anything present) as an empty array,
+/// so a key holds at most a scalar.
+fn sort_field(item: &Value, path: &str) -> Option<Value> {
+    lookup(item, path).map(|v| match v {
+        Value::Array(_) | Value::Object(_) => Value::Array(Vec::new()),
+        scalar => scalar.clone(),
+    })
+}
+
+/// `keyed` (in the listing's own order) stably sorted by their values, as [`respond`] sorts
+/// rendered rows.
+pub fn sort_by_values<K>(mut keyed: Vec<(K, Option<Value>)>) -> Vec<K> {
+    keyed.sort_by(|a, b| compare(a.1.as_ref(), b.1.as_ref()));
+    keyed.into_iter().map(|(key, _)| key).collect()
+}
+
+/// What a listing whose keys are named ([`NamedKeys`]) needs to show its rows.
+pub struct KeyedListing<K: 'static, R: 'static> {
+    /// The rows of some keys (those still there), from the broker.
+    pub rows: fn(&Broker, &[K]) -> Vec<R>,
+    /// A row as the API shows it.
+    pub render: Arc<dyn Fn(&R) -> Value + Send + Sync>,
+    /// Sort keys read from a row without rendering it.
+    pub values: &'static [SortValue<R>],
+}
+
+/// A listing of named keys (issue 22: one that held every row of 100,000 queues cost 2.2 KB per
+/// queue, and a sort on a field the rows did not know rendered all of them into one tree): the
+/// keys are filtered by name and sorted — by the names, or by each row's sort field read slice
+/// by slice and kept beside its key — then paged, and rows are asked of the broker only for what
+/// is shown: a page's in one job, a full listing's slice by slice as its JSON is written
+/// (`streamed::json_array_in_slices`). So a listing holds a key (and a sort value) per row, not
+/// a row. Rows that went away meanwhile are left out.
+pub async fn respond_keyed<K, R>(
+    broker: &BrokerHandle,
+    groups: Vec<NamedKeys<K>>,
+    params: &Params,
+    listing: KeyedListing<K, R>,
+    slot: ListingSlot,
+) -> Result<Response, ApiError>
+where
+    K: SliceKey + Copy + Send + 'static,
+    R: Send + 'static,
+{
+    let asked = params.clone();
+    let order = NameOrder::asked(params);
+    let by_names = order.unwrap_or(NameOrder::VhostThenName);
+    let (mut keys, total_count) = off_workers(move || ordered_keys(groups, by_names, &asked)).await?;
+    if order.is_none() {
+        keys = sorted_by_field(broker, keys, params, &listing).await?;
     }
     if sort_reverse(params) {
-        rows.reverse();
+        keys.reverse();
     }
-    let Some(page) = page_of(params, rows.len())? else {
-        return Ok(streamed::json_array(rows, render, columns(params), slot));
+    let KeyedListing { rows, render, .. } = listing;
+    let Some(page) = page_of(params, keys.len())? else {
+        let render = move |row: &R| render(row);
+        return Ok(streamed::json_array_in_slices(broker.clone(), keys, rows, render, columns(params), slot));
     };
-    let items: Vec<Value> = rows.iter().skip(page.skip()).take(page.size).map(render).collect();
-    Ok(page.response(trim(items, params), rows.len(), total_count))
+    let filtered_count = keys.len();
+    let shown: Vec<K> = keys.into_iter().skip(page.skip()).take(page.size).collect();
+    let items: Vec<Value> = broker.rows_of(shown, rows).await?.iter().map(|row| render(row)).collect();
+    Ok(page.response(trim(items, params), filtered_count, total_count))
+}
+
+/// `keys` stably sorted by the `sort` field of their rows, read a slice of rows at a time (and
+/// rendered, off the runtime's workers, unless `listing.values` reads the field directly).
+async fn sorted_by_field<K, R>(
+    broker: &BrokerHandle,
+    keys: Vec<K>,
+    params: &Params,
+    listing: &KeyedListing<K, R>,
+) -> Result<Vec<K>, ApiError>
+where
+    K: SliceKey + Copy + Send + 'static,
+    R: Send + 'static,
+{
+    let field = params.get("sort").cloned().unwrap_or_default();
+    let direct = listing.values.iter().find(|(name, _)| *name == field).map(|(_, value)| *value);
+    let mut keyed = Vec::with_capacity(keys.len());
+    for slice in slices::slices(keys) {
+        let rows = listing.rows;
+        let slice_rows = broker
+            .read(move |b| {
+                let of_key = |key: &K| rows(b, std::slice::from_ref(key)).pop().map(|row| (*key, row));
+                slice.iter().filter_map(of_key).collect::<Vec<_>>()
+            })
+            .await?;
+        let (render, field) = (listing.render.clone(), field.clone());
+        keyed.extend(
+            off_workers(move || {
+                let value = |row: &R| match direct {
+                    Some(value) => Some(value(row)),
+                    None => sort_field(&render(row), &field),
+                };
+                slice_rows.iter().map(|(key, row)| (*key, value(row))).collect::<Vec<_>>()
+            })
+            .await?,
+        );
+    }
+    Ok(sort_by_values(keyed))
 }
 
 fn name_filter(params: &Params) -> Option<&str> {
@@ -104,8 +225,16 @@ fn trim(items: Vec<Value>, params: &Params) -> Vec<Value> {
     items.iter().map(|item| select(item, &columns)).collect()
 }
 
+/// Whether `params` ask for every item in the listing's own order (no filter, sort or page): a
+/// listing that can be written as its rows are read.
+pub fn whole_in_own_order(params: &Params) -> bool {
+    name_filter(params).is_none()
+        && params.get("sort").is_none_or(String::is_empty)
+        && !params.contains_key("page")
+}
+
 /// The `columns` asked for (none: every field).
-fn columns(params: &Params) -> Vec<String> {
+pub fn columns(params: &Params) -> Vec<String> {
     params
         .get("columns")
         .map(|c| c.split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect())
@@ -198,11 +327,7 @@ fn compare(a: Option<&Value>, b: Option<&Value>) -> std::cmp::Ordering {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    use std::sync::Arc;
-
     use super::*;
-    use crate::streamed::ListingSlots;
 
     struct Row {
         vhost: &'static str,
@@ -213,9 +338,6 @@ mod tests {
     fn render(row: &Row) -> Value {
         serde_json::json!({"vhost": row.vhost, "name": row.name, "messages": row.messages})
     }
-
-    const ORDERS: &[RowOrder<Row>] =
-        &[("name", |a, b| a.name.cmp(&b.name)), ("messages", |a, b| a.messages.cmp(&b.messages))];
 
     /// Rows in the listing's natural order (vhost, name), with names and counts that collide.
     fn rows() -> Vec<Row> {
@@ -239,58 +361,64 @@ mod tests {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
     }
 
-    /// Filtering, sorting and paging the rows before rendering gives exactly what rendering
-    /// everything and then filtering, sorting and paging the JSON gives (finding 7's fix must not
-    /// change a listing), for sort keys the rows know and for others.
+    /// Sorting keys by their rows' sort field, read a row at a time (directly or from the
+    /// rendered row), gives the rows in exactly the order that sorting the rendered JSON gives,
+    /// ties kept in the listing's own order; a missing field sorts first, an object as equal.
     #[tokio::test]
-    async fn paging_rows_before_rendering_matches_paging_the_json() {
-        let cases: &[&[(&str, &str)]] = &[
-            &[],
-            &[("page", "2"), ("page_size", "7")],
-            &[("sort", "name")],
-            &[("sort", "name"), ("sort_reverse", "true"), ("page", "3"), ("page_size", "5")],
-            &[("sort", "messages"), ("page", "1"), ("page_size", "9"), ("columns", "name,messages")],
-            &[("sort", "vhost"), ("name", "q1"), ("page", "1"), ("page_size", "4")],
-            &[("name", "q1"), ("sort_reverse", "true")],
-            &[("page", "9"), ("page_size", "5")],
-        ];
-        for case in cases {
-            let params = params(case);
-            let all: Vec<Value> = rows().iter().map(render).collect();
-            let expected = respond(all, &params);
-            let slot = ListingSlots::default().take("guest").await.unwrap();
-            let got = respond_rows(rows(), &params, |r| r.name.as_str(), ORDERS, render, slot);
-            match (expected, got) {
-                (Ok(expected), Ok(got)) => assert_eq!(body(got).await, body(expected).await, "{case:?}"),
-                (Err(expected), Err(got)) => assert_eq!(got.reason(), expected.reason(), "{case:?}"),
-                (expected, got) => panic!("{case:?}: {:?} vs {:?}", expected.is_ok(), got.is_ok()),
-            }
+    async fn keys_sorted_by_field_values_match_the_rendered_order() {
+        let rows = rows();
+        for field in ["messages", "messages", "nested", "absent"] {
+            let params = params(&[("sort", field)]);
+            let render = |row: &Row| {
+                let mut item = render(row);
+                if row.messages.is_multiple_of(2) {
+                    item["nested"] = serde_json::json!({"rate": row.messages});
+                }
+                item
+            };
+            let expected = body(respond(rows.iter().map(render).collect(), &params).unwrap()).await;
+            let keyed: Vec<(usize, Option<Value>)> =
+                rows.iter().enumerate().map(|(i, row)| (i, sort_field(&render(row), field))).collect();
+            let got: Vec<Value> = sort_by_values(keyed).into_iter().map(|i| render(&rows[i])).collect();
+            assert_eq!(Value::Array(got), expected, "sort={field}");
         }
     }
 
-    /// A page renders only its own rows (`page_size=1` over 10,000 rows renders one), and only a
-    /// sort on a key the rows do not know renders them all.
+    /// Ordering and filtering the keys by names alone (then reversing them, as
+    /// `respond_keyed` does) gives the rows in exactly the order that sorting the rendered JSON
+    /// gives, for the listing's own order, `sort=name` and `sort=vhost`, reversed or not, with or without the name filter; the total counts every row.
     #[tokio::test]
-    async fn a_page_renders_only_its_rows() {
-        let rendered = Arc::new(AtomicUsize::new(0));
-        let many =
-            || (0..10_000u64).map(|i| Row { vhost: "/", name: format!("q{i:05}"), messages: i }).collect();
-        let counting = |rendered: &Arc<AtomicUsize>| {
-            let rendered = rendered.clone();
-            move |row: &Row| {
-                rendered.fetch_add(1, Relaxed);
-                render(row)
+    async fn keys_ordered_by_names_match_the_rendered_order() {
+        let mut unique = rows();
+        unique.dedup_by(|a, b| (a.vhost, &a.name) == (b.vhost, &b.name));
+        let mut groups: Vec<NamedKeys<usize>> = vec![];
+        for (i, row) in unique.iter().enumerate() {
+            let name = ShortStr::try_from(row.name.as_str()).unwrap();
+            match groups.iter_mut().find(|(vhost, _)| vhost == row.vhost) {
+                Some((_, keys)) => keys.insert(0, (name, i)),
+                None => groups.insert(0, (row.vhost.to_owned(), vec![(name, i)])),
             }
-        };
-        let slots = ListingSlots::default();
-        let asked = params(&[("page", "1"), ("page_size", "1"), ("sort", "name"), ("sort_reverse", "true")]);
-        let slot = slots.take("guest").await.unwrap();
-        respond_rows(many(), &asked, |r| r.name.as_str(), ORDERS, counting(&rendered), slot).unwrap();
-        assert_eq!(rendered.load(Relaxed), 1);
-        rendered.store(0, Relaxed);
-        let asked = params(&[("page", "1"), ("page_size", "1"), ("sort", "vhost")]);
-        let slot = slots.take("guest").await.unwrap();
-        respond_rows(many(), &asked, |r| r.name.as_str(), ORDERS, counting(&rendered), slot).unwrap();
-        assert_eq!(rendered.load(Relaxed), 10_000);
+        }
+        let cases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("sort", "name")],
+            &[("sort", "vhost"), ("sort_reverse", "true")],
+            &[("sort", "name"), ("sort_reverse", "true"), ("name", "q1")],
+            &[("name", "q1")],
+        ];
+        for case in cases {
+            let params = params(case);
+            let order = NameOrder::asked(&params).unwrap();
+            let all: Vec<Value> = unique.iter().map(render).collect();
+            let expected = body(respond(all, &params).unwrap()).await;
+            let (mut keys, total) = ordered_keys(groups.clone(), order, &params);
+            if sort_reverse(&params) {
+                keys.reverse();
+            }
+            let got: Vec<Value> = keys.iter().map(|i| render(&unique[*i])).collect();
+            assert_eq!(Value::Array(got), expected, "{case:?}");
+            assert_eq!(total, unique.len());
+        }
+        assert_eq!(NameOrder::asked(&params(&[("sort", "messages")])), None);
     }
 }

@@ -3,16 +3,17 @@
 //! before the first byte went out: the broker went from 166 MB to 1.9 GB, and three at a time
 //! from a user without permissions to 5.3 GB).
 //!
-//! - [`json_array`] renders rows one at a time on a blocking thread into chunks of
-//!   [`CHUNK_BYTES`], and hands them to the response through a channel of [`CHUNKS_QUEUED`]: a
-//!   listing holds its rows (the broker's compact per-queue figures) and a few chunks, whatever
-//!   the number of rows; a client that reads slowly slows the rendering, not the memory.
+//! - [`json_array_in_slices`] asks the broker for one slice of a listing's rows at a time, and
+//!   renders them one at a time on a blocking thread into chunks of [`CHUNK_BYTES`], handed to
+//!   the response through a channel of [`CHUNKS_QUEUED`]: a listing holds its keys, one slice of
+//!   rows and a few chunks, whatever the number of rows; a client that reads slowly slows the
+//!   reading and rendering, not the memory.
 //! - [`ListingSlots`]: at most [`LISTINGS_MAX`] heavy listings render at once, and at most
 //!   [`LISTINGS_PER_USER_MAX`] of them for one user; a user past that gets 429 at once, others
 //!   wait for a slot.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
+use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -21,11 +22,14 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use hourglass_broker::admin::slices::{self, SliceKey};
+use hourglass_broker::Broker;
 use http_body::Frame;
 use serde_json::Value;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
+use crate::handle::BrokerHandle;
 
 /// Bytes rendered before a chunk goes to the response: large enough that a chunk's overhead
 /// (a channel send, a write) is small beside it, small enough that queued chunks cost little.
@@ -38,59 +42,117 @@ pub const LISTINGS_MAX: usize = 4;
 /// Heavy listings one user may have in flight: a dashboard and a script, not a loop of them.
 pub const LISTINGS_PER_USER_MAX: usize = 2;
 
-/// A response body fed by a channel of chunks.
+/// A response body fed by a channel of chunks; an error ends the response unfinished, so a
+/// client never takes a cut listing for a whole one.
 struct ChannelBody {
-    chunks: mpsc::Receiver<Bytes>,
+    chunks: mpsc::Receiver<Result<Bytes, io::Error>>,
 }
 
 impl http_body::Body for ChannelBody {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = io::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.chunks.poll_recv(cx).map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.chunks.poll_recv(cx).map(|chunk| chunk.map(|bytes| bytes.map(Frame::data)))
     }
 }
 
-/// A JSON array of `render(row)` for every row, in order, written as it is rendered (module
-/// doc). `columns`, when not empty, keeps only those fields of each item. `slot` is held until
-/// the last byte is rendered.
-pub fn json_array<T: Send + 'static>(
-    rows: Vec<T>,
-    render: impl Fn(&T) -> Value + Send + 'static,
+/// The client stopped reading (or the response was dropped): rendering stops.
+struct ClientGone;
+
+/// A JSON array written item by item into chunks of [`CHUNK_BYTES`], each sent to the response
+/// as it fills; a send waits while [`CHUNKS_QUEUED`] are queued, so it runs on a blocking thread.
+struct ArrayWriter {
+    sender: mpsc::Sender<Result<Bytes, io::Error>>,
     columns: Vec<String>,
-    slot: ListingSlot,
-) -> Response {
-    let (sender, chunks) = mpsc::channel(CHUNKS_QUEUED);
-    tokio::task::spawn_blocking(move || {
-        let _slot = slot;
-        let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+    chunk: Vec<u8>,
+    items: usize,
+}
+
+impl ArrayWriter {
+    fn new(sender: mpsc::Sender<Result<Bytes, io::Error>>, columns: Vec<String>) -> Self {
         let mut chunk = new_chunk();
         chunk.push(b'[');
-        for (i, row) in rows.iter().enumerate() {
-            if i > 0 {
-                chunk.push(b',');
-            }
-            let item = render(row);
-            let item = if columns.is_empty() { item } else { crate::listing::select(&item, &columns) };
-            // Writing a Value into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut chunk, &item);
-            if chunk.len() >= CHUNK_BYTES {
-                let full = std::mem::replace(&mut chunk, new_chunk());
-                if sender.blocking_send(Bytes::from(full)).is_err() {
-                    return; // The client went away: stop rendering.
-                }
-            }
+        ArrayWriter { sender, columns, chunk, items: 0 }
+    }
+
+    /// Appends `item` (only the `columns` asked for, if any).
+    fn push(&mut self, item: Value) -> Result<(), ClientGone> {
+        if self.items > 0 {
+            self.chunk.push(b',');
         }
-        chunk.push(b']');
-        let _ = sender.blocking_send(Bytes::from(chunk));
-    });
+        self.items += 1;
+        let item = if self.columns.is_empty() {
+            item
+        } else {
+            let columns: Vec<&str> = self.columns.iter().map(String::as_str).collect();
+            crate::listing::select(&item, &columns)
+        };
+        // Writing a Value into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut self.chunk, &item);
+        if self.chunk.len() < CHUNK_BYTES {
+            return Ok(());
+        }
+        let full = std::mem::replace(&mut self.chunk, new_chunk());
+        self.sender.blocking_send(Ok(Bytes::from(full))).map_err(|_| ClientGone)
+    }
+
+    /// Closes the array and sends the rest.
+    fn finish(mut self) {
+        self.chunk.push(b']');
+        let _ = self.sender.blocking_send(Ok(Bytes::from(self.chunk)));
+    }
+
+    /// Ends the response unfinished.
+    fn fail(self, reason: &ApiError) {
+        let _ = self.sender.blocking_send(Err(io::Error::other(reason.to_string())));
+    }
+}
+
+/// The response that [`ArrayWriter`]s fed by `write` fill, `write` running on a blocking thread.
+fn streamed_response(columns: Vec<String>, write: impl FnOnce(ArrayWriter) + Send + 'static) -> Response {
+    let (sender, chunks) = mpsc::channel(CHUNKS_QUEUED);
+    tokio::task::spawn_blocking(move || write(ArrayWriter::new(sender, columns)));
     let mut response = Body::new(ChannelBody { chunks }).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
+}
+
+/// A JSON array of `render(row)` for the rows of every key, in order, where each slice's rows
+/// are asked of the broker only when the one before is written: a listing holds its keys, one
+/// slice of rows and a few chunks, however many rows it lists (issue 22). A key whose object
+/// went away meanwhile is left out. If the broker stops answering, the response ends unfinished.
+pub fn json_array_in_slices<K, R>(
+    broker: BrokerHandle,
+    keys: Vec<K>,
+    rows: fn(&Broker, &[K]) -> Vec<R>,
+    render: impl Fn(&R) -> Value + Send + 'static,
+    columns: Vec<String>,
+    slot: ListingSlot,
+) -> Response
+where
+    K: SliceKey + Send + 'static,
+    R: Send + 'static,
+{
+    let runtime = tokio::runtime::Handle::current();
+    streamed_response(columns, move |mut writer| {
+        let _slot = slot;
+        for slice in slices::slices(keys) {
+            let slice_rows = match runtime.block_on(broker.rows_of(slice, rows)) {
+                Ok(slice_rows) => slice_rows,
+                Err(e) => return writer.fail(&e),
+            };
+            for row in &slice_rows {
+                if writer.push(render(row)).is_err() {
+                    return;
+                }
+            }
+        }
+        writer.finish();
+    })
 }
 
 /// An empty chunk with room for [`CHUNK_BYTES`] and the item that takes it past them.
@@ -171,25 +233,34 @@ mod tests {
     use std::future::Future;
 
     use axum::http::StatusCode;
+    use hourglass_broker::queue::QueueId;
     use serde_json::json;
 
     use super::*;
 
-    /// A listing larger than many chunks arrives whole and in order, exactly the JSON array of
-    /// its items; `columns` trims each item.
+    /// Rows of a key: the key's number (a listing's rows without a broker behind them).
+    fn numbers(_: &Broker, keys: &[QueueId]) -> Vec<u64> {
+        keys.iter().map(|key| key.0).collect()
+    }
+
+    /// A listing larger than many chunks and slices arrives whole and in order, exactly the
+    /// JSON array of its items; `columns` trims each item.
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_streamed_listing_is_the_whole_json_array() {
-        let rows: Vec<u32> = (0..20_000).collect();
-        let render = |i: &u32| json!({"name": format!("q{i}"), "messages": i, "pad": "x".repeat(20)});
-        let expected: Vec<Value> = rows.iter().map(render).collect();
+        let keys: Vec<QueueId> = (0..20_000).map(QueueId).collect();
+        let render = |i: &u64| json!({"name": format!("q{i}"), "messages": i, "pad": "x".repeat(20)});
+        let expected: Vec<Value> = (0..20_000).map(|i| render(&i)).collect();
         let slots = ListingSlots::default();
-        let response = json_array(rows, render, vec![], slots.take("guest").await.unwrap());
+        let broker = BrokerHandle::standalone();
+        let slot = slots.take("guest").await.unwrap();
+        let response = json_array_in_slices(broker.clone(), keys, numbers, render, vec![], slot);
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
         assert!(bytes.len() > 10 * CHUNK_BYTES);
         assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), Value::Array(expected));
 
+        let slot = slots.take("guest").await.unwrap();
         let response =
-            json_array(vec![7u32], render, vec!["name".into()], slots.take("guest").await.unwrap());
+            json_array_in_slices(broker, vec![QueueId(7)], numbers, render, vec!["name".into()], slot);
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), json!([{"name": "q7"}]));
     }

@@ -14,6 +14,7 @@ use hourglass_broker::admin::Job;
 use hourglass_broker::{Broker, BrokerConfig, Timestamp};
 use hourglass_mgmt::{AppState, BrokerHandle};
 use hourglass_wire::{QueueBind, QueueDeclare, ShortStr};
+use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
@@ -96,6 +97,44 @@ async fn full_listings_are_built_in_slices_of_rows() {
     assert!(binding_jobs > 2 * QUEUES / SLICE_ROWS_MAX, "{} binding rows in {binding_jobs} jobs", 2 * QUEUES);
 }
 
+/// A full listing asks for a slice's rows only when the slices before it are written: while
+/// the client has read one chunk, at most two slices of rows have been built (before, every row
+/// was built, and held, before the first byte went out: 2.2 KB per queue at 100,000 queues).
+/// Read to the end, it lists every row in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_listing_builds_each_slice_only_as_the_ones_before_are_written() {
+    let (state, jobs) = counting_state();
+    declare_queues(&state).await;
+    let names: Vec<String> = (0..QUEUES).map(|i| format!("q{i:05}")).collect();
+    // The bindings' slices: the implicit ones (2.5 slices), then amq.direct's in ranges of a slice.
+    let binding_slices = QUEUES.div_ceil(SLICE_ROWS_MAX) + QUEUES.div_ceil(SLICE_ROWS_MAX);
+    for (uri, slices) in [("/api/queues", QUEUES.div_ceil(SLICE_ROWS_MAX)), ("/api/bindings", binding_slices)]
+    {
+        let before = jobs.load(Relaxed);
+        let request = Request::builder().uri(uri).header("authorization", GUEST).body(Body::empty()).unwrap();
+        let response = hourglass_mgmt::api_router(state.clone()).oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut body = response.into_body();
+        let mut bytes = body.frame().await.unwrap().unwrap().into_data().unwrap().to_vec();
+        let built = jobs.load(Relaxed) - before - 1;
+        assert!(built <= 2, "{uri}: {built} of {slices} slices of rows built while one chunk was read");
+
+        while let Some(frame) = body.frame().await {
+            bytes.extend_from_slice(&frame.unwrap().into_data().unwrap());
+        }
+        let items: Value = serde_json::from_slice(&bytes).unwrap();
+        let items = items.as_array().unwrap();
+        let listed: Vec<&str> =
+            items.iter().map(|q| q.get("name").unwrap_or(&q["destination"]).as_str().unwrap()).collect();
+        let expected: Vec<&str> = match uri {
+            "/api/queues" => names.iter().map(String::as_str).collect(),
+            _ => names.iter().chain(&names).map(String::as_str).collect(),
+        };
+        assert_eq!(listed, expected, "{uri}");
+        assert_eq!(jobs.load(Relaxed) - before, 1 + slices, "{uri}: the names, then each slice");
+    }
+}
+
 /// The overview's and the vhosts' queue totals, Prometheus' metrics and the rates sampler's pass
 /// read the queues in slices too, and still count every queue and binding.
 #[tokio::test]
@@ -141,4 +180,73 @@ async fn paged_and_single_queue_answers_over_slices() {
     let (show_jobs, shown) = jobs_of_get(&state, &jobs, "/api/queues/%2F/q00042").await;
     assert_eq!(shown["name"], "q00042");
     assert_eq!(show_jobs, 1);
+}
+
+/// A listing sorted on a field (read from each row slice by slice, as names alone cannot order
+/// it), filtered and paged, shows exactly what sorting the full listing shows: a stable sort of
+/// the listing's own order, reversed on request, cut into the page.
+#[tokio::test]
+async fn listings_sorted_on_a_field_match_the_full_listing_sorted() {
+    let (state, jobs) = counting_state();
+    declare_queues(&state).await;
+    for i in 0..40 {
+        let queue = format!("q{:05}", i * 61);
+        for _ in 0..i % 5 {
+            let publish = serde_json::json!({
+                "routing_key": queue, "payload": "x", "payload_encoding": "string", "properties": {}
+            });
+            let uri = "/api/exchanges/%2F/amq.default/publish";
+            let (status, body) = request(&state, GUEST, "POST", uri, Some(publish)).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+    }
+    let (_, full) = jobs_of_get(&state, &jobs, "/api/queues").await;
+    let full = full.as_array().unwrap().clone();
+    assert_eq!(full.iter().filter(|q| q["messages"] == 4).count(), 8, "queues with 4 messages");
+    let cases = [
+        ("messages", true, "", 2, 25),
+        ("messages_ready", false, "q0", 1, 100),
+        ("durable", true, "", 3, 500),
+        ("message_stats.publish", true, "", 1, 50),
+        ("arguments", false, "1", 2, 30),
+    ];
+    for (field, reverse, name, page, page_size) in cases {
+        let mut expected: Vec<&Value> =
+            full.iter().filter(|q| q["name"].as_str().unwrap().contains(name)).collect();
+        expected.sort_by(|a, b| sort_order(field_of(a, field), field_of(b, field)));
+        if reverse {
+            expected.reverse();
+        }
+        let filtered = expected.len();
+        let expected: Vec<&Value> =
+            expected.into_iter().skip((page - 1) * page_size).take(page_size).collect();
+        let uri = format!(
+            "/api/queues?sort={field}&sort_reverse={reverse}&name={name}&page={page}&page_size={page_size}"
+        );
+        let (_, got) = jobs_of_get(&state, &jobs, &uri).await;
+        let names = |items: Vec<&Value>| items.iter().map(|q| q["name"].clone()).collect::<Vec<_>>();
+        assert_eq!(names(got["items"].as_array().unwrap().iter().collect()), names(expected), "{uri}");
+        assert_eq!(got["filtered_count"], filtered, "{uri}");
+        assert_eq!(got["total_count"], QUEUES, "{uri}");
+    }
+}
+
+fn field_of<'a>(item: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(item, |v, key| v.get(key))
+}
+
+/// RabbitMQ's sort of listing items by a field: numbers, strings and booleans by value, a
+/// missing field first, anything else equal.
+fn sort_order(a: Option<&Value>, b: Option<&Value>) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    match (a, b) {
+        (Some(Value::Number(x)), Some(Value::Number(y))) => {
+            x.as_f64().unwrap().partial_cmp(&y.as_f64().unwrap()).unwrap()
+        }
+        (Some(Value::String(x)), Some(Value::String(y))) => x.cmp(y),
+        (Some(Value::Bool(x)), Some(Value::Bool(y))) => x.cmp(y),
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        _ => Ordering::Equal,
+    }
 }

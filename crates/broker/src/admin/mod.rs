@@ -20,7 +20,7 @@ pub use in_flight::InFlightDelivery;
 pub use listing::{
     sort_bindings, sort_channels, sort_connections, sort_consumers, sort_exchanges, sort_queues,
     BindingDetails, ChannelSummary, ConnectionSummary, ConsumerSummary, ExchangeDetails, PolicyNames,
-    QueueDetails,
+    QueueDetails, QueueNames,
 };
 
 use std::sync::Arc;

@@ -6,7 +6,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use hourglass_broker::admin::{sort_bindings, BindingDetails};
+use hourglass_broker::admin::slices::{BindingKey, ExchangeKey};
+use hourglass_broker::admin::{sort_bindings, BindingDetails, QueueNames};
 use hourglass_broker::Broker;
 use hourglass_wire::{ExchangeBind, ExchangeUnbind, FieldTable, QueueBind, QueueUnbind};
 use serde_json::{json, Value};
@@ -18,6 +19,7 @@ use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::{json_to_table, table_to_json};
 use crate::listing::{self, Params};
+use crate::streamed;
 use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -72,19 +74,93 @@ fn bindings_json(mut rows: Vec<BindingDetails>) -> Vec<Value> {
     rows.iter().map(binding_json).collect()
 }
 
+/// The keys of every binding of `only`'s vhost (all vhosts without one) that `visible` shows, in
+/// the listing's order (`sort_bindings`): by vhost, the implicit ones by queue name, then the
+/// declared ones by source exchange, each exchange's in the order they were made. A key per
+/// binding (or per range of an exchange's), not a row (issue 22).
+async fn ordered_binding_keys(
+    state: &AppState,
+    only: Option<String>,
+    visible: impl Fn(&str) -> bool,
+) -> Result<Vec<BindingKey>, ApiError> {
+    let (mut names, mut declared) = state
+        .broker
+        .read(move |b| (b.queue_names(only.as_deref()), b.declared_binding_keys(only.as_deref())))
+        .await?;
+    names.retain(|group| visible(&group.vhost));
+    declared.retain(|key| exchange_of(key).is_some_and(|x| visible(&x.vhost)));
+    listing::off_workers(move || binding_keys_in_order(names, declared)).await
+}
+
+/// `declared` and the implicit binding of each queue of `names`, in the listing's order.
+fn binding_keys_in_order(mut names: Vec<QueueNames>, mut declared: Vec<BindingKey>) -> Vec<BindingKey> {
+    names.sort_by(|a, b| a.vhost.cmp(&b.vhost));
+    // A stable sort: the ranges of one exchange stay in their order.
+    declared.sort_by(|a, b| {
+        let key = |k| exchange_of(k).map(|x| (&x.vhost, &x.name));
+        key(a).cmp(&key(b))
+    });
+    let mut declared = declared.into_iter().peekable();
+    let mut keys = Vec::new();
+    for group in names {
+        let vhost = group.vhost.clone();
+        let by_name = vec![(group.vhost, group.queues)];
+        let (queues, _) = listing::ordered_keys(by_name, listing::NameOrder::VhostThenName, &Params::new());
+        keys.extend(queues.into_iter().map(BindingKey::Default));
+        while let Some(key) = declared.next_if(|k| exchange_of(k).is_some_and(|x| x.vhost == vhost)) {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+fn exchange_of(key: &BindingKey) -> Option<&ExchangeKey> {
+    match key {
+        BindingKey::Declared { exchange, .. } => Some(exchange),
+        BindingKey::Default(_) => None,
+    }
+}
+
+/// A binding listing. Asked whole in its own order, it is written slice by slice as the rows
+/// are read (`streamed::json_array_in_slices`); filtered, sorted or paged, every row is read
+/// and rendered first. Either takes one of the `user`'s listing slots (`streamed.rs`).
+async fn list(
+    state: &AppState,
+    user: &str,
+    only: Option<String>,
+    params: &Params,
+    visible: impl Fn(&str) -> bool,
+) -> Result<Response, ApiError> {
+    let slot = state.listings.take(user).await?;
+    if listing::whole_in_own_order(params) {
+        let keys = ordered_binding_keys(state, only, visible).await?;
+        let columns = listing::columns(params);
+        return Ok(streamed::json_array_in_slices(
+            state.broker.clone(),
+            keys,
+            Broker::binding_details,
+            binding_json,
+            columns,
+            slot,
+        ));
+    }
+    let mut rows = binding_rows(state, only).await?;
+    rows.retain(|row| visible(&row.vhost));
+    let params = params.clone();
+    listing::off_workers(move || {
+        let _slot = slot;
+        listing::respond(bindings_json(rows), &params)
+    })
+    .await?
+}
+
 async fn list_all(
     State(state): State<AppState>,
     Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let rows = binding_rows(&state, None).await?;
     let filter = VhostFilter::new(&state, &user);
-    listing::off_workers(move || {
-        let mut items = bindings_json(rows);
-        filter.retain(&mut items);
-        listing::respond(items, &params)
-    })
-    .await?
+    list(&state, &user.name, None, &params, |vhost| filter.shows(vhost)).await
 }
 
 async fn list_vhost(
@@ -94,8 +170,8 @@ async fn list_vhost(
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
-    let items = vhost_bindings(&state, &vhost).await?;
-    listing::off_workers(move || listing::respond(items, &params)).await?
+    require_vhost(&state, &vhost)?;
+    list(&state, &user.name, Some(vhost), &params, |_| true).await
 }
 
 fn destination_type(kind: &str) -> Result<&'static str, ApiError> {

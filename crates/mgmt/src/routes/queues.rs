@@ -1,5 +1,7 @@
 //! /api/queues: list, show, declare (PUT), delete, purge (`contents`), get, bindings.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -130,23 +132,20 @@ pub(crate) async fn all_queues(state: &AppState, only: Option<String>) -> Result
     Ok(rows.iter().map(|q| queue_json(q, &node, &state.rates, Ranges::default())).collect())
 }
 
-/// Sort keys a listing can apply to the rows before rendering them (the JSON field of the same
-/// name orders the same way); any other key sorts the rendered JSON.
-const QUEUE_ORDERS: &[listing::RowOrder<QueueDetails>] = &[
-    ("name", |a, b| a.stats.name.cmp(&b.stats.name)),
-    ("vhost", |a, b| a.stats.vhost.cmp(&b.stats.vhost)),
-    ("messages", |a, b| a.stats.messages().cmp(&b.stats.messages())),
-    ("messages_ready", |a, b| a.stats.messages_ready.cmp(&b.stats.messages_ready)),
-    ("consumers", |a, b| a.stats.consumers.cmp(&b.stats.consumers)),
-    ("messages_unacknowledged", |a, b| a.stats.messages_unacked.cmp(&b.stats.messages_unacked)),
-    ("messages_delayed", |a, b| a.stats.messages_delayed.cmp(&b.stats.messages_delayed)),
+/// Sort keys read from a queue's row without rendering it (each the JSON field of that name).
+const QUEUE_SORT_VALUES: &[listing::SortValue<QueueDetails>] = &[
+    ("messages", |q| json!(q.stats.messages())),
+    ("messages_ready", |q| json!(q.stats.messages_ready)),
+    ("messages_unacknowledged", |q| json!(q.stats.messages_unacked)),
+    ("messages_delayed", |q| json!(q.stats.messages_delayed)),
+    ("consumers", |q| json!(q.stats.consumers)),
 ];
 
-/// A queue listing: filtered, sorted and paged on the rows, only what is shown rendered — on a
-/// blocking thread, as a full listing of 100,000 queues takes seconds to render and must not
-/// hold up the runtime's workers (and the AMQP connections they serve).
-/// Only the vhosts `visible` accepts are listed (`access.rs`: vhosts the user may see). Each
-/// takes one of the `user`'s listing slots (`streamed.rs`) while it renders.
+/// A queue listing (`listing::respond_keyed`): the queues' names are filtered, sorted and
+/// paged, and only the rows shown are asked of the broker — a full listing's slice by slice as
+/// it is written — so a listing of 100,000 queues holds a key per queue, not its row. Only the
+/// vhosts `visible` accepts are listed (`access.rs`: vhosts the user may see). Each takes one of
+/// the `user`'s listing slots (`streamed.rs`) while it runs.
 async fn list(
     state: &AppState,
     user: &str,
@@ -155,23 +154,16 @@ async fn list(
     visible: impl Fn(&str) -> bool,
 ) -> Result<Response, ApiError> {
     let slot = state.listings.take(user).await?;
-    let mut rows = queue_rows(state, only).await?;
-    rows.retain(|q| visible(&q.stats.vhost));
-    let (state, params) = (state.clone(), params.clone());
-    let ranges = Ranges::from_params(&params);
-    let render = move || {
-        sort_queues(&mut rows);
-        let (node, rates) = (state.node.clone(), state.rates.clone());
-        listing::respond_rows(
-            rows,
-            &params,
-            |q| q.stats.name.as_str(),
-            QUEUE_ORDERS,
-            move |q| queue_json(q, &node.name, &rates, ranges),
-            slot,
-        )
+    let names = state.broker.read(move |b| b.queue_names(only.as_deref())).await?;
+    let groups = names.into_iter().filter(|g| visible(&g.vhost)).map(|g| (g.vhost, g.queues)).collect();
+    let (node, rates) = (state.node.clone(), state.rates.clone());
+    let ranges = Ranges::from_params(params);
+    let listing = listing::KeyedListing {
+        rows: Broker::queue_details,
+        render: Arc::new(move |q: &QueueDetails| queue_json(q, &node.name, &rates, ranges)),
+        values: QUEUE_SORT_VALUES,
     };
-    listing::off_workers(render).await?
+    listing::respond_keyed(&state.broker, groups, params, listing, slot).await
 }
 
 async fn list_all(
