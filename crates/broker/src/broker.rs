@@ -18,6 +18,7 @@ use crate::naming::NameGenerator;
 use crate::persist::Persistence;
 use crate::queue::paging::Pager;
 use crate::queue::{Queue, QueueId};
+use crate::receipts::ReceiptKey;
 use crate::reply_to::ReplyConsumers;
 use crate::time::Timestamp;
 use crate::timers::TimerIndex;
@@ -75,6 +76,10 @@ pub struct Broker {
     pub(crate) next_queue_id: u64,
     /// Every queue entry's id (entry_ids.rs).
     pub(crate) entry_ids: crate::entry_ids::EntryIds,
+    /// Channels opened so far: the last one's `Channel::opening`.
+    pub(crate) channel_openings: u64,
+    /// Signs and checks receipt handles (receipts.rs).
+    pub(crate) receipts: ReceiptKey,
     pub(crate) effects: VecDeque<Effect>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
     pub(crate) settle_scratch: Vec<Unacked>,
@@ -112,6 +117,8 @@ impl Broker {
             apsaramq_delay_header: config.apsaramq_delay_header,
             next_queue_id: 1,
             entry_ids: Default::default(),
+            channel_openings: 0,
+            receipts: ReceiptKey::random(),
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),
             queue_scratch: Vec::new(),

@@ -63,6 +63,9 @@ pub(crate) struct TxBuffer {
 
 #[derive(Debug)]
 pub(crate) struct Channel {
+    /// Which opening of a channel this is, unique in the broker's life (`Broker::channel_open`):
+    /// a receipt handle names it, so it never acts on a channel reopened under the same number.
+    pub opening: u64,
     next_delivery_tag: u64,
     unacked: VecDeque<Unacked>,
     /// basic.qos prefetch-count with global=false: applies to consumers created afterwards.
@@ -87,8 +90,9 @@ pub(crate) struct Channel {
 }
 
 impl Channel {
-    pub fn new() -> Self {
+    pub fn new(opening: u64) -> Self {
         Channel {
+            opening,
             next_delivery_tag: 1,
             unacked: VecDeque::new(),
             consumer_prefetch: 0,

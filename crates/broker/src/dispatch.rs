@@ -17,6 +17,7 @@ use crate::queue::entry::Entry;
 use crate::queue::paging::MAX_READS_PER_DISPATCH;
 use crate::queue::visibility::DeliveryRef;
 use crate::queue::{Queue, QueueId};
+use crate::receipts::{Receipt, ReceiptKey};
 use crate::redelivery::decorate;
 use crate::time::Timestamp;
 
@@ -66,6 +67,7 @@ struct Sinks<'b> {
     stats: &'b mut MessageStats,
     persist: &'b mut Persistence,
     firehose: &'b mut Firehose,
+    receipts: &'b ReceiptKey,
 }
 
 impl Broker {
@@ -78,6 +80,7 @@ impl Broker {
             stats: &mut self.message_stats,
             persist: &mut self.persist,
             firehose: &mut self.firehose,
+            receipts: &self.receipts,
         };
         Some((queue, sinks))
     }
@@ -123,7 +126,8 @@ fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, no
     let delivery = DeliveryRef { conn: consumer.conn, channel: consumer.channel, tag };
     let timeout = if consumer.no_ack { None } else { consumer.visibility_timeout_ms.or(queue_timeout) };
     let visible_at = timeout.map(|ms| now.saturating_add_millis(ms));
-    let message = decorate(&entry, visible_at.map(|_| delivery.receipt_handle(queue_id.0)));
+    let receipt = Receipt { queue: queue_id, delivery, channel_opening: channel.opening };
+    let message = decorate(&entry, visible_at.map(|_| sinks.receipts.issue(&receipt)));
     let method = Method::BasicDeliver(BasicDeliver {
         consumer_tag: consumer.tag.clone(),
         delivery_tag: tag,

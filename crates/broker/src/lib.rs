@@ -24,6 +24,7 @@ pub mod permissions;
 pub mod persist;
 pub mod policy;
 pub mod queue;
+pub mod receipts;
 mod redelivery;
 mod reply_to;
 mod routing;

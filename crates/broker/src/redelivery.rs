@@ -10,7 +10,6 @@ use crate::broker::Broker;
 use crate::message::Message;
 use crate::queue::delivery_limit::{self, Return};
 use crate::queue::entry::Entry;
-use crate::queue::visibility::DeliveryRef;
 use crate::queue::{DeathReason, QueueId};
 use crate::time::Timestamp;
 
@@ -85,14 +84,15 @@ impl Broker {
             .get(vhost)
             .and_then(|v| v.queues.iter().find(|(n, _)| n.as_bytes() == queue.as_bytes()).map(|(_, id)| *id))
             .ok_or(VisibilityError::QueueNotFound)?;
-        let (queue_id, delivery) =
-            DeliveryRef::parse_receipt_handle(receipt_handle).ok_or(VisibilityError::HandleNotFound)?;
-        if queue_id != id.0 {
+        let receipt = self.receipts.open(receipt_handle).ok_or(VisibilityError::HandleNotFound)?;
+        let delivery = receipt.delivery;
+        if receipt.queue != id {
             return Err(VisibilityError::HandleNotFound);
         }
         let channel = self
             .channels
             .get_mut(&(delivery.conn, delivery.channel))
+            .filter(|channel| channel.opening == receipt.channel_opening)
             .ok_or(VisibilityError::HandleNotFound)?;
         let unacked = channel.unacked_mut(delivery.tag).ok_or(VisibilityError::HandleNotFound)?;
         let (Some(old), true) = (unacked.visible_at, unacked.queue == id) else {

@@ -169,6 +169,45 @@ fn receipt_handle_changes_visibility() {
     );
 }
 
+/// issue 26: a receipt handle cannot be made from what others can see of a delivery (its
+/// connection, channel number and delivery tag are in the channel listings), and a handle of a
+/// closed channel does not act on the delivery with the same tag on the channel reopened under
+/// its number. Before, handles were `queue.connection.channel.tag`.
+#[test]
+fn receipt_handles_cannot_be_forged_or_outlive_their_channel() {
+    let mut tb = TestBroker::new();
+    let admin = tb.channel();
+    declare_args(&mut tb, admin, "q", &[("x-visibility-timeout", int(60_000))]);
+    let victim = tb.channel();
+    consume(&mut tb, victim, "q", "v", false);
+    let first = deliveries(&tb.publish(admin, "", "q", b"a")).remove(0);
+    let now = tb.clock.now();
+    for queue_id in 0..16 {
+        let guess =
+            format!("{queue_id}.{}.{}.{}", victim.conn.0, victim.channel.0, first.method.delivery_tag);
+        assert_eq!(
+            tb.broker.change_visibility("/", "q", &guess, 0, now),
+            Err(VisibilityError::HandleNotFound),
+            "{guess}"
+        );
+    }
+    let effects: Vec<Effect> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    assert!(deliveries(&effects).is_empty(), "no guessed handle made the message visible");
+
+    let stale = receipt(&first);
+    tb.call(victim, ChannelClose { reply_code: 200, ..Default::default() });
+    let reopened = tb.open_channel(victim.conn, victim.channel.0);
+    let again = deliveries(&consume(&mut tb, reopened, "q", "v2", false)).remove(0);
+    assert_eq!(again.method.delivery_tag, first.method.delivery_tag, "the same tag on the reopened channel");
+    let now = tb.clock.now();
+    assert_eq!(
+        tb.broker.change_visibility("/", "q", &stale, 0, now),
+        Err(VisibilityError::HandleNotFound),
+        "the closed channel's handle"
+    );
+    tb.broker.change_visibility("/", "q", &receipt(&again), 0, now).unwrap();
+}
+
 /// semantics §5: each nack with requeue counts a failed delivery, shown as x-delivery-count; past
 /// x-delivery-limit the message is dead-lettered with reason delivery_limit.
 #[test]

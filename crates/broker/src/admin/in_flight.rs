@@ -3,6 +3,9 @@
 //! one's timeout is `Broker::change_visibility` (by receipt handle).
 
 use crate::broker::Broker;
+use crate::queue::visibility::DeliveryRef;
+use crate::queue::QueueId;
+use crate::receipts::Receipt;
 use crate::time::Timestamp;
 
 /// One outstanding delivery as the management API shows it.
@@ -33,7 +36,7 @@ impl Broker {
             .visibility
             .peek(limit)
             .map(|(visible_at, delivery)| InFlightDelivery {
-                receipt_handle: delivery.receipt_handle(id.0),
+                receipt_handle: self.receipt_handle(id, delivery),
                 connection: delivery.conn.0,
                 channel: delivery.channel.0,
                 delivery_tag: delivery.tag,
@@ -41,5 +44,11 @@ impl Broker {
             })
             .collect();
         Some((listed, queue.visibility.delivery_count()))
+    }
+
+    /// The receipt handle of an outstanding delivery of queue `queue` (the one its consumer got).
+    fn receipt_handle(&self, queue: QueueId, delivery: DeliveryRef) -> String {
+        let channel_opening = self.channels.get(&(delivery.conn, delivery.channel)).map_or(0, |c| c.opening);
+        self.receipts.issue(&Receipt { queue, delivery, channel_opening })
     }
 }

@@ -22,6 +22,7 @@ use crate::queue::args::QueueType;
 use crate::queue::consumers::Consumer;
 use crate::queue::visibility::{self, DeliveryRef};
 use crate::queue::{args, ttl, DeathReason, QueueId};
+use crate::receipts::Receipt;
 use crate::redelivery::decorate;
 use crate::reply_to;
 use crate::routing;
@@ -311,7 +312,9 @@ impl Broker {
         let tag = channel.next_tag();
         let delivery = DeliveryRef { conn, channel: ch, tag };
         let visible_at = visibility_ms.map(|ms| now.saturating_add_millis(ms));
-        let message = decorate(&entry, visible_at.map(|_| delivery.receipt_handle(id.0)));
+        let receipt = Receipt { queue: id, delivery, channel_opening: channel.opening };
+        let receipts = &self.receipts;
+        let message = decorate(&entry, visible_at.map(|_| receipts.issue(&receipt)));
         let method = BasicGetOk {
             delivery_tag: tag,
             redelivered: entry.redelivered,

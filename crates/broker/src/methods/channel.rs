@@ -18,7 +18,8 @@ impl Broker {
             ));
         }
         state.channels.push(ch);
-        self.channels.insert((conn, ch), Channel::new());
+        self.channel_openings += 1;
+        self.channels.insert((conn, ch), Channel::new(self.channel_openings));
         self.churn.channel_opened(conn);
         self.send(conn, ch, ChannelOpenOk {});
         Ok(())

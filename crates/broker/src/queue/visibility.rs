@@ -23,24 +23,6 @@ pub struct DeliveryRef {
     pub tag: u64,
 }
 
-impl DeliveryRef {
-    /// The `x-receipt-handle` for this delivery of a message of queue `queue_id`: opaque to
-    /// clients, unique per delivery.
-    pub fn receipt_handle(&self, queue_id: u64) -> String {
-        format!("{queue_id}.{}.{}.{}", self.conn.0, self.channel.0, self.tag)
-    }
-
-    /// Reads a receipt handle back; `None` for anything we did not issue.
-    pub fn parse_receipt_handle(handle: &str) -> Option<(u64, DeliveryRef)> {
-        let mut parts = handle.split('.');
-        let queue = parts.next()?.parse().ok()?;
-        let conn = ConnectionId(parts.next()?.parse().ok()?);
-        let channel = ChannelId(parts.next()?.parse().ok()?);
-        let tag = parts.next()?.parse().ok()?;
-        parts.next().is_none().then_some((queue, DeliveryRef { conn, channel, tag }))
-    }
-}
-
 #[derive(Debug, Default)]
 pub(crate) struct VisibilityIndex {
     invisible_until: BTreeSet<(Timestamp, DeliveryRef)>,
@@ -90,16 +72,6 @@ pub(crate) fn check_range(ms: u64) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A receipt handle reads back to the delivery it names; foreign strings do not.
-    #[test]
-    fn receipt_handles_round_trip() {
-        let d = DeliveryRef { conn: ConnectionId(7), channel: ChannelId(2), tag: 41 };
-        let handle = d.receipt_handle(9);
-        assert_eq!(DeliveryRef::parse_receipt_handle(&handle), Some((9, d)));
-        assert_eq!(DeliveryRef::parse_receipt_handle("nope"), None);
-        assert_eq!(DeliveryRef::parse_receipt_handle("1.2.3.4.5"), None);
-    }
 
     /// semantics §4: the timeout is 1 s to 12 h.
     #[test]
