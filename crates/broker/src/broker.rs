@@ -78,6 +78,8 @@ pub struct Broker {
     pub(crate) entry_ids: crate::entry_ids::EntryIds,
     /// Channels opened so far: the last one's `Channel::opening`.
     pub(crate) channel_openings: u64,
+    /// The SQS endpoint's gateway connections (admin/sqs_gateway.rs).
+    pub(crate) sqs: crate::admin::SqsGateways,
     /// Signs and checks receipt handles (receipts.rs).
     pub(crate) receipts: ReceiptKey,
     pub(crate) effects: VecDeque<Effect>,
@@ -119,6 +121,7 @@ impl Broker {
             entry_ids: Default::default(),
             channel_openings: 0,
             receipts: ReceiptKey::random(),
+            sqs: Default::default(),
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),
             queue_scratch: Vec::new(),

@@ -186,6 +186,12 @@ impl Channel {
     }
 
     /// The unacked delivery with this tag.
+    /// Whether delivery `tag` awaits its settlement here (not settled, not timed out).
+    pub fn holds(&self, tag: u64) -> bool {
+        let at = self.unacked.partition_point(|u| u.tag < tag);
+        self.unacked.get(at).is_some_and(|u| u.tag == tag)
+    }
+
     pub fn unacked_mut(&mut self, tag: u64) -> Option<&mut Unacked> {
         let at = self.unacked.partition_point(|u| u.tag < tag);
         self.unacked.get_mut(at).filter(|u| u.tag == tag)

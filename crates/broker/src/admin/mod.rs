@@ -13,6 +13,7 @@ mod in_flight;
 mod listing;
 mod policies;
 pub mod slices;
+mod sqs_gateway;
 mod vhosts;
 
 pub use delayed::{DelayedError, DelayedMessage};
@@ -22,6 +23,8 @@ pub use listing::{
     BindingDetails, ChannelSummary, ConnectionSummary, ConsumerSummary, ExchangeDetails, PolicyNames,
     QueueDetails, QueueNames,
 };
+pub(crate) use sqs_gateway::SqsGateways;
+pub use sqs_gateway::{SqsGatewayError, SqsReceived, SQS_GATEWAY_PEER, SQS_GATEWAY_USER};
 
 use std::sync::Arc;
 
@@ -58,14 +61,14 @@ impl AdminChannel<'_> {
         let command =
             Command::Method { conn: ADMIN_CONNECTION, channel: ADMIN_CHANNEL, method: method.into() };
         self.broker.handle_command(command, self.now);
-        self.broker.take_admin_replies()
+        self.broker.take_replies_to(ADMIN_CONNECTION)
     }
 
     /// Publishes a message; returns the replies (a basic.return when unroutable and mandatory).
     pub fn publish(&mut self, publish: Publish) -> Result<Vec<Reply>, AmqpError> {
         let command = Command::Publish { conn: ADMIN_CONNECTION, channel: ADMIN_CHANNEL, publish };
         self.broker.handle_command(command, self.now);
-        self.broker.take_admin_replies()
+        self.broker.take_replies_to(ADMIN_CONNECTION)
     }
 }
 
@@ -114,20 +117,21 @@ impl Broker {
             method: ChannelOpen::default().into(),
         };
         self.handle_command(open, now);
-        let _ = self.take_admin_replies();
+        let _ = self.take_replies_to(ADMIN_CONNECTION);
         let result = f(&mut AdminChannel { broker: self, now });
         self.handle_command(Command::ConnectionClosed { conn: ADMIN_CONNECTION }, now);
-        let _ = self.take_admin_replies();
+        let _ = self.take_replies_to(ADMIN_CONNECTION);
         result
     }
 
-    /// Removes the effects addressed to the admin connection, keeping every other one in order.
-    fn take_admin_replies(&mut self) -> Result<Vec<Reply>, AmqpError> {
+    /// Removes the effects addressed to `conn` (a synthetic connection: the admin one, an SQS
+    /// gateway), keeping every other one in order.
+    fn take_replies_to(&mut self, conn: ConnectionId) -> Result<Vec<Reply>, AmqpError> {
         let mut replies = Vec::new();
         let mut error = None;
         let mut kept = std::collections::VecDeque::with_capacity(self.effects.len());
         for effect in self.effects.drain(..) {
-            if effect.conn() != ADMIN_CONNECTION {
+            if effect.conn() != conn {
                 kept.push_back(effect);
                 continue;
             }

@@ -29,6 +29,35 @@ use crate::routing;
 use crate::sender_selected::HeaderRoutes;
 use crate::time::Timestamp;
 
+/// How a get hands its message out (`Broker::get_one`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum HandOut {
+    /// Settled as it is handed out (basic.get no-ack).
+    NoAck,
+    /// Awaiting an ack, under the queue's `x-visibility-timeout` if it has one.
+    QueueVisibility,
+    /// Awaiting an ack, visible again after this many ms whatever the queue says (SQS's
+    /// `VisibilityTimeout`, 0 included).
+    Visibility(u64),
+}
+
+/// A message a get handed out.
+#[derive(Clone, Debug)]
+pub(crate) struct Got {
+    pub tag: u64,
+    /// As delivered: with `x-delivery-count` and `x-receipt-handle` where they apply.
+    pub message: Arc<Message>,
+    pub redelivered: bool,
+    /// Failed deliveries before this one.
+    pub delivery_count: u32,
+    /// The queue entry's id (`entry_ids.rs`).
+    pub entry_id: u64,
+    /// Messages left in the queue.
+    pub message_count: u32,
+    /// The delivery's receipt handle, when it is under a visibility timeout.
+    pub receipt_handle: Option<String>,
+}
+
 impl Broker {
     /// basic.publish with its content. In tx mode it waits for tx.commit.
     pub(crate) fn publish(
@@ -284,10 +313,43 @@ impl Broker {
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
         let (queue_name, id) = self.readable_queue(conn, ch, &vhost, &m.queue)?;
+        let hand_out = if m.no_ack { HandOut::NoAck } else { HandOut::QueueVisibility };
+        let Some(got) = self.get_one(conn, ch, &vhost, queue_name, id, hand_out, now) else {
+            self.send(conn, ch, BasicGetEmpty {});
+            return Ok(());
+        };
+        let method = BasicGetOk {
+            delivery_tag: got.tag,
+            redelivered: got.redelivered,
+            exchange: got.message.exchange.clone(),
+            routing_key: got.message.routing_key.clone(),
+            message_count: got.message_count,
+        };
+        self.emit(Effect::Send { conn, channel: ch, method: method.into(), content: Some(got.message) });
+        self.trace_deliveries(now);
+        Ok(())
+    }
+
+    /// Takes the next message of queue `id` (named `queue_name`, in `vhost`) for a get on
+    /// `(conn, ch)`: counted, tracked on the channel unless `hand_out` is no-ack, and under a
+    /// visibility timeout when `hand_out` or the queue asks for one. `None` (counted as an empty
+    /// get) when the queue has no ready message. The caller sends the answer.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn get_one(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        vhost: &str,
+        queue_name: ShortStr,
+        id: QueueId,
+        hand_out: HandOut,
+        now: Timestamp,
+    ) -> Option<Got> {
+        let no_ack = hand_out == HandOut::NoAck;
         self.expire_messages(id, now);
-        let Some(queue) = self.queues.get_mut(&id) else { return Ok(()) };
+        let queue = self.queues.get_mut(&id)?;
         queue.touch(now);
-        let taken = queue.take_for_delivery(!m.no_ack);
+        let taken = queue.take_for_delivery(!no_ack);
         queue.counters.messages.get_empty += u64::from(taken.is_none());
         let message_count = queue.message_count() as u32;
         self.reschedule(id);
@@ -296,51 +358,46 @@ impl Broker {
             if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
                 channel.stats.get_empty += 1;
             }
-            self.send(conn, ch, BasicGetEmpty {});
-            return Ok(());
+            return None;
         };
-        self.persist.handed_out(id, &entry, m.no_ack);
-        let kind = DeliveryKind::of_get(m.no_ack);
+        self.persist.handed_out(id, &entry, no_ack);
+        let kind = DeliveryKind::of_get(no_ack);
         self.message_stats.delivered(kind, entry.redelivered);
         let queue = self.queues.get_mut(&id);
         let visibility_ms = queue.and_then(|q| {
             q.counters.messages.delivered(kind, entry.redelivered);
-            q.args.visibility_timeout_ms.filter(|_| !m.no_ack)
+            match hand_out {
+                HandOut::NoAck => None,
+                HandOut::QueueVisibility => q.args.visibility_timeout_ms,
+                HandOut::Visibility(ms) => Some(ms),
+            }
         });
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let channel = self.channels.get_mut(&(conn, ch))?;
         channel.stats.delivered(kind, entry.redelivered);
         let tag = channel.next_tag();
         let delivery = DeliveryRef { conn, channel: ch, tag };
         let visible_at = visibility_ms.map(|ms| now.saturating_add_millis(ms));
         let receipt = Receipt { queue: id, delivery, channel_opening: channel.opening };
-        let receipts = &self.receipts;
-        let message = decorate(&entry, visible_at.map(|_| receipts.issue(&receipt)));
-        let method = BasicGetOk {
-            delivery_tag: tag,
-            redelivered: entry.redelivered,
-            exchange: message.exchange.clone(),
-            routing_key: message.routing_key.clone(),
-            message_count,
-        };
+        let receipt_handle = visible_at.map(|_| self.receipts.issue(&receipt));
+        let message = decorate(&entry, receipt_handle.clone());
+        let (redelivered, delivery_count, entry_id) = (entry.redelivered, entry.delivery_count, entry.seq);
         let traced = || TracedDelivery {
-            vhost: vhost.clone(),
+            vhost: vhost.to_owned(),
             queue: queue_name,
             message: message.clone(),
-            redelivered: entry.redelivered,
+            redelivered,
             conn,
             channel: ch,
         };
-        self.firehose.note_delivery(traced, &vhost);
-        if !m.no_ack {
+        self.firehose.note_delivery(traced, vhost);
+        if !no_ack {
             channel.track(Unacked { tag, queue: id, entry, consumer_tag: None, visible_at });
             if let (Some(at), Some(queue)) = (visible_at, self.queues.get_mut(&id)) {
                 queue.visibility.insert(at, delivery);
                 self.reschedule(id);
             }
         }
-        self.emit(Effect::Send { conn, channel: ch, method: method.into(), content: Some(message) });
-        self.trace_deliveries(now);
-        Ok(())
+        Some(Got { tag, message, redelivered, delivery_count, entry_id, message_count, receipt_handle })
     }
 
     pub(super) fn basic_ack(
@@ -400,7 +457,7 @@ impl Broker {
         Ok(())
     }
 
-    fn settle(
+    pub(crate) fn settle(
         &mut self,
         conn: ConnectionId,
         ch: ChannelId,

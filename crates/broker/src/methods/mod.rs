@@ -1,6 +1,7 @@
 //! Channel-level AMQP methods, one file per class. `handle_method` is the dispatch table.
 
 mod basic;
+pub(crate) use basic::HandOut;
 mod channel;
 mod exchange;
 pub(crate) use exchange::Removed;

@@ -1,0 +1,219 @@
+//! What the SQS endpoint received and has not deleted (issue 26). SQS has no connections: a
+//! message received over SQS stays invisible for its visibility timeout, and whoever holds its
+//! receipt handle may delete it or change that timeout. Here such deliveries are held by a
+//! gateway: one synthetic connection per vhost with one channel, opened on first use, that gets
+//! messages for manual ack under a visibility timeout and acks them on DeleteMessage. So an SQS
+//! receive is an ordinary delivery: counted, traced, redelivered with `x-delivery-count` when its
+//! time runs out (`redelivery.rs`), steered by `change_visibility` like any other.
+//!
+//! Leaves to the SQS crate: who may do what (the user's permissions are checked there, as the
+//! gateway holds every vhost's deliveries for every user), SQS's limits and names.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hourglass_wire::{ChannelOpen, EncodedProperties, FieldTable, ShortStr};
+
+use crate::api::{ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo};
+use crate::broker::Broker;
+use crate::channel::Settlement;
+use crate::enqueue::Enqueued;
+use crate::message::Message;
+use crate::message_stats::{Confirm, PublishOutcome};
+use crate::methods::HandOut;
+use crate::queue::QueueId;
+use crate::time::Timestamp;
+
+/// The peer address gateway connections show in listings.
+pub const SQS_GATEWAY_PEER: &str = "sqs-gateway";
+/// The user gateway connections show in listings.
+pub const SQS_GATEWAY_USER: &str = "sqs-gateway";
+/// Gateway connection ids count down from here: client ids count up from 1 and the admin
+/// connection is `u64::MAX`.
+const FIRST_GATEWAY_ID: u64 = u64::MAX - 1;
+const GATEWAY_CHANNEL: ChannelId = ChannelId(1);
+
+/// The gateway connection of each vhost that has one.
+#[derive(Debug)]
+pub(crate) struct SqsGateways {
+    by_vhost: HashMap<String, ConnectionId>,
+    next_id: u64,
+}
+
+impl Default for SqsGateways {
+    fn default() -> Self {
+        SqsGateways { by_vhost: HashMap::new(), next_id: FIRST_GATEWAY_ID }
+    }
+}
+
+impl SqsGateways {
+    /// Whether `conn` is a gateway connection.
+    pub fn holds(&self, conn: ConnectionId) -> bool {
+        conn.0 >= self.next_id && conn.0 <= FIRST_GATEWAY_ID
+    }
+}
+
+/// A message received over SQS.
+#[derive(Clone, Debug)]
+pub struct SqsReceived {
+    pub receipt_handle: String,
+    /// As delivered (with `x-delivery-count` on a redelivery).
+    pub message: Arc<Message>,
+    /// Times it has been received, this one included (SQS's `ApproximateReceiveCount`).
+    pub receive_count: u32,
+    /// The queue entry's id, unique in the broker and kept across restarts for a persisted
+    /// message (what names a message that has no `message_id` property).
+    pub entry_id: u64,
+}
+
+/// Why an SQS gateway operation did nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SqsGatewayError {
+    #[error("the queue does not exist")]
+    QueueNotFound,
+    /// Exclusive to an AMQP connection.
+    #[error("the queue is exclusive to another connection")]
+    QueueLocked,
+    /// The queue's `x-overflow` is `reject-publish` and it is full.
+    #[error("the queue is full")]
+    QueueFull,
+    /// Not a handle the gateway issued for this queue.
+    #[error("the receipt handle is invalid")]
+    ReceiptHandleInvalid,
+}
+
+impl Broker {
+    /// SendMessage: a message into `queue` of `vhost` as the default exchange would route it,
+    /// ready after `delay_ms` (SQS's per-message `DelaySeconds`; `None`: the queue's own
+    /// `x-delivery-delay`). Counted as a publish to the default exchange.
+    pub fn sqs_send(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        properties: EncodedProperties,
+        body: Bytes,
+        delay_ms: Option<u64>,
+        now: Timestamp,
+    ) -> Result<(), SqsGatewayError> {
+        let (name, id) = self.sqs_queue(vhost, queue)?;
+        let message = Arc::new(Message::new(ShortStr::default(), name, properties, body));
+        if let Some(exchange) = self.vhosts.get(vhost).and_then(|v| v.exchanges.get(&ShortStr::default())) {
+            exchange.counters.published(true);
+        }
+        if let Some(queue) = self.queues.get_mut(&id) {
+            queue.counters.messages.publish += 1;
+        }
+        self.message_stats.published(PublishOutcome::Routed, Confirm::NotRequested);
+        self.message_sizes.observe(message.body_size());
+        match self.enqueue(id, message, now, delay_ms) {
+            Enqueued::Rejected => Err(SqsGatewayError::QueueFull),
+            _ => Ok(()),
+        }
+    }
+
+    /// Up to `max` messages of `queue` in `vhost`, each invisible for `visibility_ms` (0: visible
+    /// again at once) unless deleted first.
+    pub fn sqs_receive(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        max: usize,
+        visibility_ms: u64,
+        now: Timestamp,
+    ) -> Result<Vec<SqsReceived>, SqsGatewayError> {
+        let (name, id) = self.sqs_queue(vhost, queue)?;
+        let gateway = self.sqs_gateway(vhost, now);
+        let mut received = Vec::new();
+        while received.len() < max {
+            let hand_out = HandOut::Visibility(visibility_ms);
+            let Some(got) = self.get_one(gateway, GATEWAY_CHANNEL, vhost, name.clone(), id, hand_out, now)
+            else {
+                break;
+            };
+            let Some(receipt_handle) = got.receipt_handle else { break };
+            received.push(SqsReceived {
+                receipt_handle,
+                message: got.message,
+                receive_count: got.delivery_count.saturating_add(1),
+                entry_id: got.entry_id,
+            });
+        }
+        self.trace_deliveries(now);
+        if visibility_ms == 0 {
+            // Visible again at once: back in the queue before anyone asks again.
+            self.dispatch(id, now);
+        }
+        Ok(received)
+    }
+
+    /// Deletes the message `receipt_handle` names (it was received from `queue` over SQS). A
+    /// handle whose delivery is over (deleted already, or visible again and perhaps received by
+    /// someone else) deletes nothing, and is no error, as in SQS.
+    pub fn sqs_delete(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        receipt_handle: &str,
+        now: Timestamp,
+    ) -> Result<(), SqsGatewayError> {
+        let (_, id) = self.sqs_queue(vhost, queue)?;
+        let receipt = self.receipts.open(receipt_handle).ok_or(SqsGatewayError::ReceiptHandleInvalid)?;
+        if receipt.queue != id || !self.sqs.holds(receipt.delivery.conn) {
+            return Err(SqsGatewayError::ReceiptHandleInvalid);
+        }
+        let delivery = receipt.delivery;
+        let current = self
+            .channels
+            .get(&(delivery.conn, delivery.channel))
+            .is_some_and(|channel| channel.opening == receipt.channel_opening && channel.holds(delivery.tag));
+        if current {
+            // The tag is one the channel holds: settling it cannot fail.
+            let _ = self.settle(delivery.conn, delivery.channel, delivery.tag, false, Settlement::Ack, now);
+        }
+        Ok(())
+    }
+
+    /// The queue `queue` of `vhost`, for the gateway.
+    fn sqs_queue(&self, vhost: &str, queue: &str) -> Result<(ShortStr, QueueId), SqsGatewayError> {
+        let name = ShortStr::try_from(queue).map_err(|_| SqsGatewayError::QueueNotFound)?;
+        let id = self.lookup_queue(vhost, &name).map_err(|_| SqsGatewayError::QueueNotFound)?;
+        if self.queues.get(&id).is_some_and(|q| q.spec.exclusive_owner.is_some()) {
+            return Err(SqsGatewayError::QueueLocked);
+        }
+        Ok((name, id))
+    }
+
+    /// The gateway connection of `vhost`, opened when it has none (or when its connection went,
+    /// with a deleted vhost or a forced close).
+    fn sqs_gateway(&mut self, vhost: &str, now: Timestamp) -> ConnectionId {
+        if let Some(conn) = self.sqs.by_vhost.get(vhost).copied() {
+            if self.channels.contains_key(&(conn, GATEWAY_CHANNEL)) {
+                return conn;
+            }
+            self.handle_command(Command::ConnectionClosed { conn }, now);
+        }
+        let conn = ConnectionId(self.sqs.next_id);
+        self.sqs.next_id -= 1;
+        let info = ConnectionInfo {
+            user: SQS_GATEWAY_USER.to_owned(),
+            vhost: vhost.to_owned(),
+            peer: SQS_GATEWAY_PEER.to_owned(),
+            local: String::new(),
+            client_properties: FieldTable::new(),
+            capabilities: ClientCapabilities::default(),
+            frame_max: 0,
+            channel_max: 0,
+            heartbeat_s: 0,
+            permissions: crate::permissions::Permissions::full(),
+            may_impersonate: false,
+            login: Default::default(),
+        };
+        self.handle_command(Command::ConnectionOpen { conn, info: Box::new(info) }, now);
+        let open = Command::Method { conn, channel: GATEWAY_CHANNEL, method: ChannelOpen::default().into() };
+        self.handle_command(open, now);
+        let _ = self.take_replies_to(conn);
+        self.sqs.by_vhost.insert(vhost.to_owned(), conn);
+        conn
+    }
+}

@@ -1,0 +1,124 @@
+//! The SQS endpoint's gateway (issue 26): messages received over SQS stay invisible for their
+//! visibility timeout, come back counted when it runs out, and go when deleted by handle; with a
+//! manual clock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hourglass_broker::admin::SqsGatewayError;
+use hourglass_broker::queue::QueueStats;
+use hourglass_testkit::{deliveries, TestBroker};
+
+fn stats(tb: &TestBroker, queue: &str) -> QueueStats {
+    tb.broker.queue_stats("/", queue).unwrap()
+}
+
+/// A received message is invisible for its timeout, then received again with its receive count
+/// one up; deleted by its newest handle it is gone, and deleting again is no error.
+#[test]
+fn received_messages_come_back_after_their_timeout_until_deleted() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "jobs");
+    tb.publish(c, "", "jobs", b"one");
+    let now = tb.clock.now();
+    let first = tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!((&first[0].message.body[..], first[0].receive_count), (&b"one"[..], 1));
+    assert!(tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap().is_empty(), "invisible");
+    assert_eq!((stats(&tb, "jobs").messages_ready, stats(&tb, "jobs").messages_unacked), (0, 1));
+
+    tb.advance(Duration::from_millis(30_000));
+    let now = tb.clock.now();
+    let second = tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap();
+    assert_eq!((second.len(), second[0].receive_count), (1, 2));
+    assert_eq!(second[0].entry_id, first[0].entry_id, "the same message");
+    tb.broker.sqs_delete("/", "jobs", &first[0].receipt_handle, now).unwrap();
+    assert_eq!(stats(&tb, "jobs").messages_unacked, 1, "the first, stale handle deletes nothing");
+    tb.broker.sqs_delete("/", "jobs", &second[0].receipt_handle, now).unwrap();
+    tb.broker.sqs_delete("/", "jobs", &second[0].receipt_handle, now).unwrap();
+    assert_eq!(stats(&tb, "jobs").messages(), 0);
+    tb.advance(Duration::from_millis(60_000));
+    let now = tb.clock.now();
+    assert!(tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap().is_empty(), "deleted for good");
+}
+
+/// At most `max` messages a receive, in order; with a timeout of 0 a message is ready again at
+/// once, for AMQP consumers too.
+#[test]
+fn receives_take_at_most_max_and_a_zero_timeout_returns_the_message_at_once() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    for body in [b"a", b"b", b"c"] {
+        tb.publish(c, "", "q", body);
+    }
+    let now = tb.clock.now();
+    let two = tb.broker.sqs_receive("/", "q", 2, 0, now).unwrap();
+    let bodies: Vec<&[u8]> = two.iter().map(|r| &r.message.body[..]).collect();
+    assert_eq!(bodies, [&b"a"[..], b"b"]);
+    assert_eq!(stats(&tb, "q").messages_ready, 3, "visible again at once");
+    let consumer = tb.channel();
+    let delivered = deliveries(&consume(&mut tb, consumer, "q", "amqp", true));
+    assert_eq!(delivered.len(), 3, "an AMQP consumer gets them all");
+}
+
+/// Handles are the gateway's own for the queue: another queue's and a made-up one are refused;
+/// a missing queue is named.
+#[test]
+fn only_the_gateway_handles_of_the_queue_delete() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "a");
+    declare(&mut tb, c, "b");
+    tb.publish(c, "", "a", b"x");
+    let now = tb.clock.now();
+    let got = tb.broker.sqs_receive("/", "a", 1, 30_000, now).unwrap().remove(0);
+    let refused = Err(SqsGatewayError::ReceiptHandleInvalid);
+    assert_eq!(tb.broker.sqs_delete("/", "b", &got.receipt_handle, now), refused);
+    assert_eq!(tb.broker.sqs_delete("/", "a", "1.2.1.1", now), refused);
+    assert_eq!(
+        tb.broker.sqs_receive("/", "nope", 1, 30_000, now).unwrap_err(),
+        SqsGatewayError::QueueNotFound
+    );
+    assert_eq!(tb.broker.sqs_delete("/", "a", &got.receipt_handle, now), Ok(()));
+}
+
+/// A message sent with its own delay waits it out, over the queue's `x-delivery-delay`; one sent
+/// without waits the queue's.
+#[test]
+fn sent_messages_wait_their_own_delay_or_the_queues() {
+    use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, QueueDeclare};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(10_000))]);
+    tb.call(c, QueueDeclare { queue: hourglass_testkit::short("d"), arguments, ..Default::default() });
+    let now = tb.clock.now();
+    let properties = EncodedProperties::from(BasicProperties::default());
+    tb.broker
+        .sqs_send("/", "d", properties.clone(), bytes::Bytes::from_static(b"own"), Some(2_000), now)
+        .unwrap();
+    tb.broker.sqs_send("/", "d", properties, bytes::Bytes::from_static(b"queue's"), None, now).unwrap();
+    assert_eq!(stats(&tb, "d").messages_delayed, 2);
+    tb.advance(Duration::from_millis(2_000));
+    let now = tb.clock.now();
+    let got = tb.broker.sqs_receive("/", "d", 10, 30_000, now).unwrap();
+    assert_eq!(got.iter().map(|r| &r.message.body[..]).collect::<Vec<_>>(), [&b"own"[..]]);
+    tb.advance(Duration::from_millis(8_000));
+    let now = tb.clock.now();
+    let got = tb.broker.sqs_receive("/", "d", 10, 30_000, now).unwrap();
+    assert_eq!(got.iter().map(|r| &r.message.body[..]).collect::<Vec<_>>(), [&b"queue's"[..]]);
+    assert_eq!(
+        tb.broker.sqs_send(
+            "/",
+            "none",
+            EncodedProperties::from(BasicProperties::default()),
+            bytes::Bytes::new(),
+            None,
+            now
+        ),
+        Err(SqsGatewayError::QueueNotFound)
+    );
+}
