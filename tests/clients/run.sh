@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Smoke tests with real third-party clients (pika) against the built binary, on loopback.
+# Smoke tests with real third-party clients (pika, kombu, boto3 over the SQS endpoint, Java)
+# against the built binary, on loopback.
 # Installs what it needs; starts the broker on a free port; stops only the process it started.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-python3 -c 'import pika, kombu' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check 'pika==1.3.2' 'kombu==5.7.0'
+python3 -c 'import pika, kombu, boto3' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check \
+  'pika==1.3.2' 'kombu==5.7.0' 'boto3==1.43.11' 'botocore==1.43.11'
 java_cp=/usr/share/java/amqp-client.jar:/usr/share/java/slf4j-api.jar
 if [ ! -f /usr/share/java/amqp-client.jar ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q librabbitmq-client-java) >/dev/null
@@ -11,7 +13,9 @@ fi
 java_out=$(mktemp -d)
 javac -d "$java_out" -cp "$java_cp" tests/clients/JavaClientFlows.java
 . tests/clients/start_broker.sh
-start_broker
+SQS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+export SQS_PORT
+start_broker --sqs-port "$SQS_PORT"
 failed=0
 for script in tests/clients/*.py; do
   if timeout 60 python3 "$script" "$port"; then echo "ok   $script"; else echo "FAIL $script"; failed=$((failed+1)); fi

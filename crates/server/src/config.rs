@@ -117,6 +117,9 @@ pub struct Cli {
     /// Prometheus metrics port.
     #[arg(long, env = "HOURGLASS_METRICS_PORT")]
     pub metrics_port: Option<u16>,
+    /// Serve Amazon SQS's API on this port (docs/sqs.md); off unless set.
+    #[arg(long, env = "HOURGLASS_SQS_PORT")]
+    pub sqs_port: Option<u16>,
     /// Serve plain (non-TLS) AMQP on `--amqp-port`; `false` leaves only AMQPS.
     #[arg(long, env = "HOURGLASS_PLAIN_AMQP")]
     pub plain_amqp: Option<bool>,
@@ -267,6 +270,7 @@ pub struct FileConfig {
     pub amqp_port: Option<u16>,
     pub http_port: Option<u16>,
     pub metrics_port: Option<u16>,
+    pub sqs_port: Option<u16>,
     pub plain_amqp: Option<bool>,
     pub plain_http: Option<bool>,
     pub plain_metrics: Option<bool>,
@@ -416,6 +420,8 @@ pub struct Config {
     pub amqp_port: u16,
     pub http_port: u16,
     pub metrics_port: u16,
+    /// The SQS endpoint's port, when it is served (docs/sqs.md).
+    pub sqs_port: Option<u16>,
     /// Which plain listeners run (all unless switched off; at least one AMQP listener must).
     pub plain: PlainListeners,
     /// TLS listeners and their certificate, if configured.
@@ -458,6 +464,7 @@ impl Default for Config {
             amqp_port: DEFAULT_AMQP_PORT,
             http_port: DEFAULT_HTTP_PORT,
             metrics_port: DEFAULT_METRICS_PORT,
+            sqs_port: None,
             plain: PlainListeners { amqp: true, http: true, metrics: true },
             // TLS needs a certificate, which only the operator can give.
             tls: None,
@@ -556,6 +563,7 @@ impl Config {
             amqp_port: cli.amqp_port.or(file.amqp_port).unwrap_or(defaults.amqp_port),
             http_port: cli.http_port.or(file.http_port).unwrap_or(defaults.http_port),
             metrics_port: cli.metrics_port.or(file.metrics_port).unwrap_or(defaults.metrics_port),
+            sqs_port: cli.sqs_port.or(file.sqs_port),
             data_dir: cli.data_dir.or(file.data_dir).unwrap_or(defaults.data_dir),
             loopback_users: cli
                 .loopback_users

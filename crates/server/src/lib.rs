@@ -66,6 +66,8 @@ pub struct Server {
     amqp: Option<TcpListener>,
     http: Option<TcpListener>,
     metrics: Option<TcpListener>,
+    /// The SQS endpoint's listener, when `--sqs-port` is set.
+    sqs: Option<TcpListener>,
     /// TLS listeners and their live settings, when TLS is configured.
     tls: Option<TlsListeners>,
     clock: clock::Clock,
@@ -107,6 +109,7 @@ impl Server {
         let amqp = plain.amqp.then(|| listen::bind(ip, config.amqp_port, "AMQP")).transpose()?;
         let http = plain.http.then(|| listen::bind(ip, config.http_port, "HTTP API")).transpose()?;
         let metrics = plain.metrics.then(|| listen::bind(ip, config.metrics_port, "metrics")).transpose()?;
+        let sqs = config.sqs_port.map(|port| listen::bind(ip, port, "SQS")).transpose()?;
         let tls = match &config.tls {
             Some(settings) => Some(TlsListeners {
                 // The certificate is read first: a bad one fails the start before anything binds.
@@ -119,8 +122,10 @@ impl Server {
         };
         let clock = clock::Clock::new();
         let fds = fd_limit::raise_to_hard_limit();
-        let http_listeners =
-            [plain.http, plain.metrics, tls.is_some(), tls.is_some()].iter().filter(|on| **on).count();
+        let http_listeners = [plain.http, plain.metrics, tls.is_some(), tls.is_some(), sqs.is_some()]
+            .iter()
+            .filter(|on| **on)
+            .count();
         let budget = fd_limit::budget(fds, http_listeners, config.http.max_connections)?;
         if budget.http_connections < config.http.max_connections {
             tracing::warn!(
@@ -191,6 +196,7 @@ impl Server {
             amqp,
             http,
             metrics,
+            sqs,
             tls,
             clock,
             broker,
@@ -199,6 +205,11 @@ impl Server {
             made_user,
             hooks,
         })
+    }
+
+    /// The SQS endpoint's address.
+    pub fn sqs_addr(&self) -> std::io::Result<SocketAddr> {
+        local_addr(self.sqs.as_ref())
     }
 
     /// The management HTTP API's address.
@@ -237,6 +248,7 @@ impl Server {
             amqp,
             http,
             metrics,
+            sqs,
             tls,
             clock,
             broker,
@@ -333,6 +345,20 @@ impl Server {
             None => (None, None, None),
         };
         let mut http_tasks = JoinSet::new();
+        if let Some(listener) = sqs {
+            let sqs_state = hourglass_sqs::SqsState {
+                broker: mgmt.broker.clone(),
+                users: mgmt.users.clone(),
+                logins: mgmt.logins.clone(),
+                clock: hourglass_sqs::system_clock,
+            };
+            let mut stop = shutdown_rx.clone();
+            let stopped = async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            };
+            let router = hourglass_sqs::router(sqs_state);
+            http_tasks.spawn(hourglass_mgmt::serve(listener, router, config.http, None, stopped));
+        }
         for (listener, router, tls) in http_services(http, metrics, https, mgmt) {
             let mut stop = shutdown_rx.clone();
             let stopped = async move {

@@ -1,0 +1,192 @@
+//! Amazon SQS's API on Hourglass's own queues (issue 26): a boto3 or AWS SDK program sends,
+//! receives and deletes messages of the same queues AMQP clients use, with one set of
+//! visibility, delay and dead-letter rules (docs/sqs.md).
+//!
+//! - `sigv4.rs`: the signature of every request; `credentials.rs`: whose key it is.
+//! - `request.rs`: a request's parameters, checked; `error.rs`: SQS's errors.
+//! - `queues.rs`: queue operations and queue URLs; `messages.rs`: message operations;
+//!   `attributes.rs`: message attributes ↔ AMQP headers and the MD5s SDKs check.
+//! - The broker side is `hourglass_broker::admin` (`sqs_gateway.rs`): what SQS received and has
+//!   not deleted.
+//!
+//! Served: AWS JSON 1.0 (`X-Amz-Target: AmazonSQS.<Op>`, what current SDKs speak), with the
+//! `x-amzn-query-error` header for SDKs that read the Query protocol's codes.
+
+mod attributes;
+mod credentials;
+mod error;
+mod messages;
+mod queues;
+mod request;
+pub mod sigv4;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+use hourglass_broker::Timestamp;
+use hourglass_mgmt::{BrokerHandle, UserStore};
+use hourglass_session::{Admission, LoginLimiter};
+use serde_json::Value;
+
+pub use error::SqsError;
+
+/// The largest request body read: SQS's 256 KiB message (or batch) base64-free, with room for
+/// its JSON and attributes. Larger bodies are refused before they are parsed.
+pub const REQUEST_BYTES_MAX: usize = 1024 * 1024;
+/// The JSON protocol's content type.
+const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+
+/// What the endpoint works with.
+#[derive(Clone)]
+pub struct SqsState {
+    pub broker: BrokerHandle,
+    pub users: Arc<UserStore>,
+    /// Failed signatures are slowed like failed logins, per source address, shared with AMQP and
+    /// the HTTP API.
+    pub logins: Arc<LoginLimiter>,
+    /// Wall-clock Unix milliseconds (a signature's time is checked against it).
+    pub clock: fn() -> u64,
+}
+
+/// The endpoint's routes: every path takes a signed JSON request (SDKs post to the endpoint's
+/// root or to a queue's URL).
+pub fn router(state: SqsState) -> Router {
+    Router::new().route("/", any(handle)).route("/{*path}", any(handle)).with_state(state)
+}
+
+/// The wall clock as Unix milliseconds.
+pub fn system_clock() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Who made a request, and where it was addressed.
+#[derive(Clone, Debug)]
+pub(crate) struct Caller {
+    pub user: String,
+    /// The vhost the caller's queues are in.
+    pub vhost: String,
+    /// `scheme://host[:port]` the request came to: queue URLs are built on it.
+    pub base_url: String,
+    /// The region the request was signed for (what an ARN names).
+    pub region: String,
+}
+
+async fn handle(State(state): State<SqsState>, request: Request) -> Response {
+    match handled(&state, request).await {
+        Ok(body) => json_response(axum::http::StatusCode::OK, &body, None),
+        Err(error) => error_response(&error),
+    }
+}
+
+async fn handled(state: &SqsState, request: Request) -> Result<Value, SqsError> {
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, REQUEST_BYTES_MAX).await.map_err(|_| {
+        SqsError::InvalidParameterValue(format!("Requests are limited to {REQUEST_BYTES_MAX} bytes."))
+    })?;
+    let headers: Vec<(String, String)> = parts
+        .headers
+        .iter()
+        .filter_map(|(name, value)| Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned())))
+        .collect();
+    let signed = sigv4::Request {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query().unwrap_or(""),
+        headers: &headers,
+        body: &body,
+    };
+    let (user, region) = authenticate(state, &signed, peer).await?;
+    let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+    let caller = Caller { user, vhost: "/".to_owned(), base_url: format!("http://{host}"), region };
+    let target = parts
+        .headers
+        .get("x-amz-target")
+        .and_then(|t| t.to_str().ok())
+        .and_then(|t| t.strip_prefix("AmazonSQS."))
+        .ok_or_else(|| {
+            SqsError::UnsupportedOperation(
+                "Only the AWS JSON 1.0 protocol (X-Amz-Target: AmazonSQS.<Action>) is served.".into(),
+            )
+        })?
+        .to_owned();
+    let input: Value = if body.is_empty() {
+        Value::Object(Default::default())
+    } else {
+        serde_json::from_slice(&body).map_err(|e| SqsError::SerializationException(e.to_string()))?
+    };
+    let input = request::Input::new(&input)?;
+    match target.as_str() {
+        "CreateQueue" => queues::create(state, &caller, &input).await,
+        "GetQueueUrl" => queues::get_url(state, &caller, &input).await,
+        "ListQueues" => queues::list(state, &caller, &input).await,
+        "DeleteQueue" => queues::delete(state, &caller, &input).await,
+        "PurgeQueue" => queues::purge(state, &caller, &input).await,
+        "GetQueueAttributes" => queues::attributes(state, &caller, &input).await,
+        "SendMessage" => messages::send(state, &caller, &input).await,
+        "SendMessageBatch" => messages::send_batch(state, &caller, &input).await,
+        "ReceiveMessage" => messages::receive(state, &caller, &input).await,
+        "DeleteMessage" => messages::delete(state, &caller, &input).await,
+        "DeleteMessageBatch" => messages::delete_batch(state, &caller, &input).await,
+        "ChangeMessageVisibility" => messages::change_visibility(state, &caller, &input).await,
+        "ChangeMessageVisibilityBatch" => messages::change_visibility_batch(state, &caller, &input).await,
+        _ => Err(SqsError::InvalidAction),
+    }
+}
+
+/// The user a request is signed by, and the region it was signed for. A refused signature is
+/// answered only after its source's failed-login hold, as a refused AMQP or HTTP login is.
+async fn authenticate(
+    state: &SqsState,
+    request: &sigv4::Request<'_>,
+    peer: Option<SocketAddr>,
+) -> Result<(String, String), SqsError> {
+    let now_ms = (state.clock)();
+    let now = Timestamp::from_millis(now_ms);
+    if let Some(addr) = peer {
+        if let Admission::Refuse { hold_ms } = state.logins.admit(addr.ip(), now) {
+            tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+            return Err(SqsError::InvalidSignature(sigv4::SignatureError::Mismatch));
+        }
+    }
+    let loopback = peer.is_none_or(|addr| addr.ip().to_canonical().is_loopback());
+    let checked = sigv4::parse(request).and_then(|claimed| {
+        let key = credentials::secret_of(&state.users, &claimed.access_key, loopback)?;
+        sigv4::verify(request, &claimed, &key.secret, now_ms)?;
+        Ok((key.user, claimed.region))
+    });
+    match checked {
+        Ok(found) => Ok(found),
+        Err(reason) => {
+            let hold_ms = peer.map_or(0, |addr| state.logins.record_failure(addr.ip(), now));
+            let peer = peer.map(|a| a.to_string()).unwrap_or_default();
+            tracing::warn!(%peer, %reason, hold_ms, "SQS request refused");
+            tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+            Err(SqsError::InvalidSignature(reason))
+        }
+    }
+}
+
+fn json_response(status: axum::http::StatusCode, body: &Value, query_error: Option<String>) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    if let Some(value) = query_error.and_then(|q| HeaderValue::from_str(&q).ok()) {
+        headers.insert("x-amzn-query-error", value);
+    }
+    response
+}
+
+fn error_response(error: &SqsError) -> Response {
+    let body = serde_json::json!({
+        "__type": format!("{}#{}", error.namespace(), error.type_name()),
+        "message": error.to_string(),
+    });
+    json_response(error.status(), &body, Some(error.query_error()))
+}

@@ -1,0 +1,388 @@
+//! Message operations: SendMessage(Batch), ReceiveMessage, DeleteMessage(Batch),
+//! ChangeMessageVisibility(Batch). Messages go through the broker's SQS gateway
+//! (`hourglass_broker::admin`, `sqs_gateway.rs`): a message sent here is an ordinary persistent
+//! message of the queue, and any message of the queue, published over AMQP or SQS, is received.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use hourglass_broker::admin::{SqsGatewayError, SqsReceived};
+use hourglass_broker::{Access, Broker, Resource, Timestamp, VisibilityError};
+use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, ShortStr};
+use ring::rand::{SecureRandom, SystemRandom};
+use serde_json::{json, Map, Value};
+
+use crate::attributes::{self, Attributes};
+use crate::error::SqsError;
+use crate::queues::{self, QueueRef};
+use crate::request::Input;
+use crate::{Caller, SqsState};
+
+/// When a message was sent over SQS (Unix ms): `SentTimestamp`.
+const SENT_HEADER: &str = "x-sqs-sent-timestamp";
+/// How often a long poll looks again while its queue is empty.
+const LONG_POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// AWS: at most 10 messages a receive.
+const RECEIVE_MAX: i64 = 10;
+/// AWS: a batch's messages together at most 256 KiB.
+const BATCH_BYTES_MAX: usize = 262_144;
+
+/// One entry's answer: its fields, or why it failed.
+type Answer = Result<Map<String, Value>, SqsError>;
+
+fn queue_of(input: &Input<'_>) -> Result<QueueRef, SqsError> {
+    queues::queue_of_url(input.required("QueueUrl")?)
+}
+
+fn gateway_error(error: SqsGatewayError, handle: &str) -> SqsError {
+    match error {
+        SqsGatewayError::QueueNotFound => SqsError::QueueDoesNotExist,
+        SqsGatewayError::QueueLocked => {
+            SqsError::AccessDenied("the queue is exclusive to an AMQP connection".into())
+        }
+        SqsGatewayError::QueueFull => SqsError::OverLimit,
+        SqsGatewayError::ReceiptHandleInvalid => SqsError::ReceiptHandleIsInvalid(handle.to_owned()),
+    }
+}
+
+/// SQS's allowed characters: #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to
+/// #x10FFFF.
+fn check_body(body: &str) -> Result<(), SqsError> {
+    let allowed = |c: char| matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}');
+    match body.chars().find(|c| !allowed(*c)) {
+        None if !body.is_empty() => Ok(()),
+        None => Err(SqsError::MissingParameter("MessageBody")),
+        Some(c) => Err(SqsError::InvalidMessageContents(format!("Invalid binary character '#x{:X}' was found in the message body, the set of allowed characters is #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF", c as u32))),
+    }
+}
+
+/// A message ready to send: checked, with its properties and the answer's fields.
+struct Outgoing {
+    properties: EncodedProperties,
+    body: Bytes,
+    delay_ms: Option<u64>,
+    answer: Map<String, Value>,
+}
+
+fn outgoing(input: &Input<'_>, now_ms: u64) -> Result<Outgoing, SqsError> {
+    let body = input.required("MessageBody")?;
+    check_body(body)?;
+    let delay_ms = input.integer("DelaySeconds", 0..=900)?.map(|s| s as u64 * 1000);
+    let attributes = attributes::from_json(input.value("MessageAttributes"))?;
+    let size = body.len() + attributes::size(&attributes);
+    if size > queues::MESSAGE_SIZE_MAX as usize {
+        return Err(SqsError::InvalidParameterValue(format!(
+            "One or more parameters are invalid. Reason: Message must be shorter than {} bytes.",
+            queues::MESSAGE_SIZE_MAX
+        )));
+    }
+    let message_id = new_message_id();
+    let mut headers = attributes::to_headers(&attributes);
+    headers.push((SENT_HEADER.to_owned(), FieldValue::I64(now_ms as i64)));
+    let properties = BasicProperties {
+        delivery_mode: Some(2),
+        message_id: ShortStr::try_from(message_id.as_str()).ok(),
+        timestamp: Some(now_ms / 1000),
+        headers: Some(FieldTable::from_entries(headers)),
+        ..Default::default()
+    };
+    let mut answer = Map::new();
+    answer.insert("MessageId".into(), json!(message_id));
+    answer.insert("MD5OfMessageBody".into(), json!(attributes::md5_of_body(body.as_bytes())));
+    if let Some(md5) = attributes::md5_of_attributes(&attributes) {
+        answer.insert("MD5OfMessageAttributes".into(), json!(md5));
+    }
+    Ok(Outgoing {
+        properties: EncodedProperties::from(properties),
+        body: Bytes::copy_from_slice(body.as_bytes()),
+        delay_ms,
+        answer,
+    })
+}
+
+/// A random (version 4) UUID, as SQS's message ids are.
+fn new_message_id() -> String {
+    let mut bytes = [0u8; 16];
+    // The OS random source failing is not something a broker can go on without.
+    SystemRandom::new().fill(&mut bytes).expect("the operating system's random source failed");
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex = crate::sigv4::hex(&bytes);
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+fn require_send(state: &SqsState, caller: &Caller, queue: &QueueRef) -> Result<(), SqsError> {
+    // A send is a publish to the default exchange: RabbitMQ checks write on it.
+    if queues::permissions(state, caller, &queue.vhost).allows(Access::Write, Resource::Exchange, "") {
+        Ok(())
+    } else {
+        Err(SqsError::AccessDenied(format!("exchange 'amq.default' in vhost '{}'", queue.vhost)))
+    }
+}
+
+/// Applies `each` to every item on `queue` in one broker job, answered once what the job
+/// changed is durable (a message sent to a durable queue: on disk, as a publisher confirm means).
+async fn in_one_job<T: Send + 'static>(
+    state: &SqsState,
+    queue: &QueueRef,
+    items: Vec<T>,
+    each: fn(&mut Broker, &QueueRef, T, Timestamp) -> Answer,
+) -> Result<Vec<Answer>, SqsError> {
+    let queue = queue.clone();
+    Ok(state
+        .broker
+        .run(move |b, now| items.into_iter().map(|item| each(b, &queue, item, now)).collect())
+        .await?)
+}
+
+/// Sends each message.
+async fn send_all(
+    state: &SqsState,
+    queue: &QueueRef,
+    messages: Vec<Outgoing>,
+) -> Result<Vec<Answer>, SqsError> {
+    in_one_job(state, queue, messages, |b, queue, m, now| {
+        b.sqs_send(&queue.vhost, &queue.name, m.properties, m.body, m.delay_ms, now)
+            .map(|()| m.answer)
+            .map_err(|e| gateway_error(e, ""))
+    })
+    .await
+}
+
+pub async fn send(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = queue_of(input)?;
+    require_send(state, caller, &queue)?;
+    let message = outgoing(input, (state.clock)())?;
+    let mut sent = send_all(state, &queue, vec![message]).await?;
+    Ok(Value::Object(sent.remove(0)?))
+}
+
+pub async fn send_batch(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = queue_of(input)?;
+    require_send(state, caller, &queue)?;
+    let entries = input.batch()?;
+    let bytes: usize =
+        entries.iter().filter_map(|(_, e)| e.string("MessageBody").ok().flatten()).map(str::len).sum();
+    if bytes > BATCH_BYTES_MAX {
+        return Err(SqsError::BatchRequestTooLong(bytes));
+    }
+    let now_ms = (state.clock)();
+    run_batch(entries, |entry| outgoing(entry, now_ms), |messages| send_all(state, &queue, messages)).await
+}
+
+/// The answer to a batch: each entry read by `parse` (one it refuses fails alone), the rest
+/// acted on together by `act`, which answers each in order.
+async fn run_batch<T, Fut>(
+    entries: Vec<(String, Input<'_>)>,
+    parse: impl Fn(&Input<'_>) -> Result<T, SqsError>,
+    act: impl FnOnce(Vec<T>) -> Fut,
+) -> Result<Value, SqsError>
+where
+    Fut: std::future::Future<Output = Result<Vec<Answer>, SqsError>>,
+{
+    let (mut ids, mut items, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, entry) in &entries {
+        match parse(entry) {
+            Ok(item) => {
+                ids.push(id.clone());
+                items.push(item);
+            }
+            Err(error) => failed.push(failure(id, &error)),
+        }
+    }
+    let mut successful = Vec::new();
+    for (id, result) in ids.into_iter().zip(act(items).await?) {
+        match result {
+            Ok(mut answer) => {
+                answer.insert("Id".into(), json!(id));
+                successful.push(Value::Object(answer));
+            }
+            Err(error) => failed.push(failure(&id, &error)),
+        }
+    }
+    Ok(json!({"Successful": successful, "Failed": failed}))
+}
+
+/// A batch entry's failure, as `BatchResultErrorEntry`.
+fn failure(id: &str, error: &SqsError) -> Value {
+    let code = error.query_error();
+    let code = code.split(';').next().unwrap_or_default();
+    json!({"Id": id, "SenderFault": !error.status().is_server_error(), "Code": code, "Message": error.to_string()})
+}
+
+pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = queue_of(input)?;
+    queues::require(state, caller, Access::Read, &queue)?;
+    let max = input.integer("MaxNumberOfMessages", 1..=RECEIVE_MAX)?.unwrap_or(1) as usize;
+    let visibility = input.integer("VisibilityTimeout", 0..=queues::VISIBILITY_TIMEOUT_MAX_S)?;
+    let wait = input.integer("WaitTimeSeconds", 0..=queues::WAIT_TIME_MAX_S)?;
+    let mut system = input.strings("AttributeNames")?;
+    system.extend(input.strings("MessageSystemAttributeNames")?);
+    let wanted_attributes = input.strings("MessageAttributeNames")?;
+    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
+    let defaults = state
+        .broker
+        .run(move |b, _| {
+            b.queue_details_named(&vhost, &name).map(|d| {
+                let arg = |n: &str| d.arguments.get(n).and_then(|v| v.as_i64());
+                (arg("x-visibility-timeout"), arg(queues::RECEIVE_WAIT_ARG))
+            })
+        })
+        .await?
+        .ok_or(SqsError::QueueDoesNotExist)?;
+    let visibility_ms = visibility
+        .map(|s| s as u64 * 1000)
+        .or(defaults.0.map(|ms| ms as u64))
+        .unwrap_or(queues::VISIBILITY_TIMEOUT_DEFAULT_S as u64 * 1000);
+    let wait = Duration::from_secs(wait.or(defaults.1).unwrap_or(0) as u64);
+    let deadline = tokio::time::Instant::now() + wait;
+    let received = loop {
+        let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
+        let received = state
+            .broker
+            .run(move |b, now| b.sqs_receive(&vhost, &name, max, visibility_ms, now))
+            .await?
+            .map_err(|e| gateway_error(e, ""))?;
+        if !received.is_empty() || tokio::time::Instant::now() >= deadline {
+            break received;
+        }
+        tokio::time::sleep(LONG_POLL_INTERVAL.min(deadline - tokio::time::Instant::now())).await;
+    };
+    let now_ms = (state.clock)();
+    let messages: Vec<Value> = received
+        .iter()
+        .map(|r| received_json(r, &system, &wanted_attributes, &caller.user, now_ms))
+        .collect();
+    if messages.is_empty() {
+        return Ok(json!({}));
+    }
+    Ok(json!({"Messages": messages}))
+}
+
+/// A received message as ReceiveMessage answers it.
+fn received_json(
+    received: &SqsReceived,
+    system: &[String],
+    wanted: &[String],
+    user: &str,
+    now_ms: u64,
+) -> Value {
+    let properties = received.message.properties().decode();
+    let headers = properties.headers.as_ref();
+    let body = String::from_utf8_lossy(&received.message.body);
+    let message_id =
+        properties.message_id.as_ref().map(|id| id.as_str().into_owned()).unwrap_or_else(|| {
+            format!("00000000-0000-4000-8000-{:012x}", received.entry_id & 0xffff_ffff_ffff)
+        });
+    let mut out = Map::new();
+    out.insert("MessageId".into(), json!(message_id));
+    out.insert("ReceiptHandle".into(), json!(received.receipt_handle));
+    out.insert("MD5OfBody".into(), json!(attributes::md5_of_body(body.as_bytes())));
+    out.insert("Body".into(), json!(body));
+    let wants = |name: &str| system.iter().any(|s| s == "All" || s == name);
+    let mut system_attributes = Map::new();
+    let sent_ms = match headers.and_then(|h| h.get(SENT_HEADER)) {
+        Some(value) => value.as_i64().map(|ms| ms as u64),
+        None => properties.timestamp.map(|s| s * 1000),
+    };
+    if let (true, Some(sent)) = (wants("SentTimestamp"), sent_ms) {
+        system_attributes.insert("SentTimestamp".into(), json!(sent.to_string()));
+    }
+    if wants("ApproximateReceiveCount") {
+        system_attributes.insert("ApproximateReceiveCount".into(), json!(received.receive_count.to_string()));
+    }
+    if wants("ApproximateFirstReceiveTimestamp") && received.receive_count == 1 {
+        system_attributes.insert("ApproximateFirstReceiveTimestamp".into(), json!(now_ms.to_string()));
+    }
+    if wants("SenderId") {
+        let sender = properties.user_id.as_ref().map_or_else(|| user.to_owned(), |u| u.as_str().into_owned());
+        system_attributes.insert("SenderId".into(), json!(sender));
+    }
+    if !system_attributes.is_empty() {
+        out.insert("Attributes".into(), Value::Object(system_attributes));
+    }
+    let chosen: Attributes = attributes::selected(attributes::from_headers(headers), wanted);
+    if let Some(md5) = attributes::md5_of_attributes(&chosen) {
+        out.insert("MD5OfMessageAttributes".into(), json!(md5));
+        out.insert("MessageAttributes".into(), attributes::to_json(&chosen));
+    }
+    Value::Object(out)
+}
+
+pub async fn delete(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = queue_of(input)?;
+    queues::require(state, caller, Access::Read, &queue)?;
+    let handle = input.required("ReceiptHandle")?.to_owned();
+    delete_all(state, &queue, vec![handle]).await?.remove(0)?;
+    Ok(json!({}))
+}
+
+/// Deletes by each handle.
+async fn delete_all(
+    state: &SqsState,
+    queue: &QueueRef,
+    handles: Vec<String>,
+) -> Result<Vec<Answer>, SqsError> {
+    in_one_job(state, queue, handles, |b, queue, handle, now| {
+        b.sqs_delete(&queue.vhost, &queue.name, &handle, now)
+            .map(|()| Map::new())
+            .map_err(|e| gateway_error(e, &handle))
+    })
+    .await
+}
+
+pub async fn delete_batch(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = queue_of(input)?;
+    queues::require(state, caller, Access::Read, &queue)?;
+    let entries = input.batch()?;
+    let handle = |entry: &Input<'_>| entry.required("ReceiptHandle").map(str::to_owned);
+    run_batch(entries, handle, |handles| delete_all(state, &queue, handles)).await
+}
+
+pub async fn change_visibility(
+    state: &SqsState,
+    caller: &Caller,
+    input: &Input<'_>,
+) -> Result<Value, SqsError> {
+    let queue = queue_of(input)?;
+    queues::require(state, caller, Access::Read, &queue)?;
+    let change = visibility_change(input)?;
+    change_all(state, &queue, vec![change]).await?.remove(0)?;
+    Ok(json!({}))
+}
+
+fn visibility_change(input: &Input<'_>) -> Result<(String, u64), SqsError> {
+    let handle = input.required("ReceiptHandle")?.to_owned();
+    let seconds = input
+        .integer("VisibilityTimeout", 0..=queues::VISIBILITY_TIMEOUT_MAX_S)?
+        .ok_or(SqsError::MissingParameter("VisibilityTimeout"))?;
+    Ok((handle, seconds as u64 * 1000))
+}
+
+/// Changes the visibility timeout of each handle's delivery.
+async fn change_all(
+    state: &SqsState,
+    queue: &QueueRef,
+    changes: Vec<(String, u64)>,
+) -> Result<Vec<Answer>, SqsError> {
+    in_one_job(state, queue, changes, |b, queue, (handle, ms), now| {
+        b.change_visibility(&queue.vhost, &queue.name, &handle, ms, now).map(|()| Map::new()).map_err(|e| {
+            match e {
+                VisibilityError::QueueNotFound => SqsError::QueueDoesNotExist,
+                VisibilityError::HandleNotFound => SqsError::ReceiptHandleIsInvalid(handle.clone()),
+            }
+        })
+    })
+    .await
+}
+
+pub async fn change_visibility_batch(
+    state: &SqsState,
+    caller: &Caller,
+    input: &Input<'_>,
+) -> Result<Value, SqsError> {
+    let queue = queue_of(input)?;
+    queues::require(state, caller, Access::Read, &queue)?;
+    let entries = input.batch()?;
+    run_batch(entries, visibility_change, |changes| change_all(state, &queue, changes)).await
+}

@@ -1,0 +1,407 @@
+//! Queue operations (CreateQueue, GetQueueUrl, ListQueues, DeleteQueue, PurgeQueue,
+//! GetQueueAttributes) and queue URLs. An SQS queue is an ordinary durable queue: its SQS
+//! attributes are queue arguments (docs/sqs.md has the table), and every queue of the vhost,
+//! made over AMQP or SQS, is listed and usable.
+
+use std::sync::Arc;
+
+use hourglass_broker::api::AmqpError;
+use hourglass_broker::{Access, Permissions, Resource};
+use hourglass_wire::{FieldTable, FieldValue, LongStr, QueueDeclare, QueueDelete, QueuePurge, ShortStr};
+use serde_json::{json, Map, Value};
+
+use crate::error::SqsError;
+use crate::request::Input;
+use crate::{Caller, SqsState};
+
+/// SQS's defaults and ranges, in seconds (AWS's API reference, CreateQueue).
+pub const VISIBILITY_TIMEOUT_DEFAULT_S: i64 = 30;
+pub const VISIBILITY_TIMEOUT_MAX_S: i64 = 43_200;
+const DELAY_MAX_S: i64 = 900;
+const RETENTION_DEFAULT_S: i64 = 345_600;
+const RETENTION_RANGE_S: std::ops::RangeInclusive<i64> = 60..=1_209_600;
+pub const MESSAGE_SIZE_MAX: i64 = 262_144;
+const MESSAGE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 1_024..=MESSAGE_SIZE_MAX;
+pub const WAIT_TIME_MAX_S: i64 = 20;
+/// The arguments that hold SQS attributes AMQP has no argument for.
+pub const MAXIMUM_MESSAGE_SIZE_ARG: &str = "x-sqs-maximum-message-size";
+pub const RECEIVE_WAIT_ARG: &str = "x-sqs-receive-message-wait-time-seconds";
+/// The account an ARN names for the vhost `/` (other vhosts are named by themselves).
+const DEFAULT_VHOST_ACCOUNT: &str = "000000000000";
+/// ListQueues' most URLs an answer.
+const LIST_MAX: usize = 1000;
+
+/// A queue an operation names: its vhost and name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueRef {
+    pub vhost: String,
+    pub name: String,
+}
+
+/// The queue a `QueueUrl` names: `{base}/{vhost}/{queue}`, each percent-encoded (the vhost `/`
+/// is `%2F`, or AWS's account-shaped `000000000000`).
+pub fn queue_of_url(url: &str) -> Result<QueueRef, SqsError> {
+    let invalid = || {
+        SqsError::InvalidParameterValue(format!(
+            "Value {url} for parameter QueueUrl is invalid. Reason: not a queue URL of this endpoint."
+        ))
+    };
+    let path = url.split_once("://").map_or(url, |(_, rest)| rest.split_once('/').map_or("", |(_, p)| p));
+    let mut segments = path.trim_end_matches('/').split('/');
+    let (Some(vhost), Some(name), None) = (segments.next(), segments.next(), segments.next()) else {
+        return Err(invalid());
+    };
+    let vhost = crate::sigv4::percent_decode(vhost).map_err(|_| invalid())?;
+    let name = crate::sigv4::percent_decode(name).map_err(|_| invalid())?;
+    let vhost = if vhost == DEFAULT_VHOST_ACCOUNT { "/".to_owned() } else { vhost };
+    if name.is_empty() || name.len() > ShortStr::MAX_LEN {
+        return Err(invalid());
+    }
+    Ok(QueueRef { vhost, name })
+}
+
+/// The URL of queue `name` in `vhost`, on the address the caller used.
+pub fn url_of(caller: &Caller, vhost: &str, name: &str) -> String {
+    format!("{}/{}/{}", caller.base_url, encode(vhost), encode(name))
+}
+
+/// The queue's ARN, as RedrivePolicy names a dead-letter queue.
+fn arn_of(caller: &Caller, vhost: &str, name: &str) -> String {
+    let account = if vhost == "/" { DEFAULT_VHOST_ACCOUNT.to_owned() } else { encode(vhost) };
+    format!("arn:aws:sqs:{}:{account}:{name}", caller.region)
+}
+
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// SQS's queue names: 1 to 80 letters, digits, `-` and `_`.
+fn check_sqs_name(name: &str) -> Result<(), SqsError> {
+    if name.ends_with(".fifo") {
+        return Err(SqsError::UnsupportedOperation("FIFO queues are not served yet.".into()));
+    }
+    let valid = (1..=80).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if valid {
+        Ok(())
+    } else {
+        Err(SqsError::InvalidParameterValue(
+            "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length".into(),
+        ))
+    }
+}
+
+/// The caller's permissions in `vhost`.
+pub fn permissions(state: &SqsState, caller: &Caller, vhost: &str) -> Arc<Permissions> {
+    state.users.compiled_permissions(vhost, &caller.user)
+}
+
+/// AccessDenied unless the caller may do `access` on queue `queue`.
+pub fn require(state: &SqsState, caller: &Caller, access: Access, queue: &QueueRef) -> Result<(), SqsError> {
+    if permissions(state, caller, &queue.vhost).allows(access, Resource::Queue, &queue.name) {
+        Ok(())
+    } else {
+        Err(SqsError::AccessDenied(format!("queue '{}' in vhost '{}'", queue.name, queue.vhost)))
+    }
+}
+
+/// An AMQP refusal of an operation on a queue, in SQS's terms.
+fn from_amqp(error: AmqpError) -> SqsError {
+    match error.reply_code {
+        403 => SqsError::AccessDenied(error.reply_text),
+        404 => SqsError::QueueDoesNotExist,
+        406 => SqsError::QueueNameExists(format!(
+            "A queue already exists with the same name and a different value for an attribute ({})",
+            error.reply_text
+        )),
+        _ => SqsError::InvalidParameterValue(error.reply_text),
+    }
+}
+
+/// The queue arguments of CreateQueue's `Attributes` (docs/sqs.md).
+fn arguments(caller: &Caller, vhost: &str, attributes: &[(String, String)]) -> Result<FieldTable, SqsError> {
+    let seconds = |name: &str, value: &str, range: std::ops::RangeInclusive<i64>| -> Result<i64, SqsError> {
+        value.parse::<i64>().ok().filter(|v| range.contains(v)).ok_or_else(|| {
+            SqsError::InvalidAttributeValue(format!("Invalid value for the parameter {name}."))
+        })
+    };
+    let mut visibility_s = VISIBILITY_TIMEOUT_DEFAULT_S;
+    let mut retention_s = RETENTION_DEFAULT_S;
+    let mut args: Vec<(String, FieldValue)> = Vec::new();
+    for (name, value) in attributes {
+        match name.as_str() {
+            "VisibilityTimeout" => visibility_s = seconds(name, value, 1..=VISIBILITY_TIMEOUT_MAX_S)?,
+            "MessageRetentionPeriod" => retention_s = seconds(name, value, RETENTION_RANGE_S)?,
+            "DelaySeconds" => {
+                let delay = seconds(name, value, 0..=DELAY_MAX_S)?;
+                if delay > 0 {
+                    args.push(("x-delivery-delay".into(), FieldValue::I64(delay * 1000)));
+                }
+            }
+            "MaximumMessageSize" => args.push((
+                MAXIMUM_MESSAGE_SIZE_ARG.into(),
+                FieldValue::I64(seconds(name, value, MESSAGE_SIZE_RANGE)?),
+            )),
+            "ReceiveMessageWaitTimeSeconds" => args
+                .push((RECEIVE_WAIT_ARG.into(), FieldValue::I64(seconds(name, value, 0..=WAIT_TIME_MAX_S)?))),
+            "RedrivePolicy" => args.extend(redrive_arguments(caller, vhost, value)?),
+            "FifoQueue" | "ContentBasedDeduplication" | "DeduplicationScope" | "FifoThroughputLimit" => {
+                return Err(SqsError::UnsupportedOperation("FIFO queues are not served yet.".into()))
+            }
+            // Accepted, without effect here: encryption at rest is the disk's, access is by
+            // Hourglass permissions.
+            "Policy"
+            | "KmsMasterKeyId"
+            | "KmsDataKeyReusePeriodSeconds"
+            | "SqsManagedSseEnabled"
+            | "RedriveAllowPolicy" => {}
+            _ => return Err(SqsError::InvalidAttributeName(name.clone())),
+        }
+    }
+    args.push(("x-visibility-timeout".into(), FieldValue::I64(visibility_s * 1000)));
+    args.push(("x-message-ttl".into(), FieldValue::I64(retention_s * 1000)));
+    args.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(FieldTable::from_entries(args))
+}
+
+/// `RedrivePolicy` (`{"deadLetterTargetArn": …, "maxReceiveCount": N}`): dead-lettering to that
+/// queue through the default exchange after N receives, as `x-delivery-limit` N−1 (the limit
+/// counts failed deliveries; the N-th receive's failure goes past it).
+fn redrive_arguments(
+    caller: &Caller,
+    vhost: &str,
+    policy: &str,
+) -> Result<Vec<(String, FieldValue)>, SqsError> {
+    let invalid = |why: &str| {
+        SqsError::InvalidAttributeValue(format!(
+            "Value {policy} for parameter RedrivePolicy is invalid. Reason: {why}"
+        ))
+    };
+    let policy: Value =
+        serde_json::from_str(policy).map_err(|_| invalid("Redrive policy is not a valid JSON map."))?;
+    let target = policy.get("deadLetterTargetArn").and_then(Value::as_str).ok_or_else(|| {
+        invalid("Redrive policy does not contain mandatory attribute: deadLetterTargetArn.")
+    })?;
+    let count = match policy.get("maxReceiveCount") {
+        Some(Value::Number(n)) => n.as_i64(),
+        Some(Value::String(s)) => s.parse().ok(),
+        _ => None,
+    };
+    let count = count
+        .filter(|c| (2..=1000).contains(c))
+        .ok_or_else(|| invalid("maxReceiveCount must be from 2 to 1000 here (1 is not served yet)."))?;
+    let prefix = arn_of(caller, vhost, "");
+    let dead_letter = target
+        .strip_prefix(prefix.as_str())
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| invalid("Dead-letter target must be a queue of the same vhost."))?;
+    Ok(vec![
+        ("x-dead-letter-exchange".into(), FieldValue::LongStr(LongStr::from(String::new()))),
+        ("x-dead-letter-routing-key".into(), FieldValue::LongStr(LongStr::from(dead_letter.to_owned()))),
+        ("x-delivery-limit".into(), FieldValue::I64(count - 1)),
+    ])
+}
+
+fn short(name: &str) -> Result<ShortStr, SqsError> {
+    ShortStr::try_from(name)
+        .map_err(|_| SqsError::InvalidParameterValue(format!("queue name too long: {name}")))
+}
+
+pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let name = input.required("QueueName")?;
+    check_sqs_name(name)?;
+    let vhost = caller.vhost.clone();
+    let arguments = arguments(caller, &vhost, &input.string_map("Attributes")?)?;
+    let declare = QueueDeclare { queue: short(name)?, durable: true, arguments, ..Default::default() };
+    let (user, permissions) = (caller.user.clone(), permissions(state, caller, &vhost));
+    let declared_in = vhost.clone();
+    state
+        .broker
+        .run(move |b, now| {
+            b.with_admin_channel_as(&user, &declared_in, permissions, now, |ch| ch.call(declare))
+        })
+        .await?
+        .map_err(from_amqp)?;
+    Ok(json!({"QueueUrl": url_of(caller, &vhost, name)}))
+}
+
+pub async fn get_url(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = QueueRef { vhost: caller.vhost.clone(), name: input.required("QueueName")?.to_owned() };
+    existing(state, caller, &queue).await?;
+    Ok(json!({"QueueUrl": url_of(caller, &queue.vhost, &queue.name)}))
+}
+
+/// The queue's details, when it exists and the caller may see it (a permission of any kind on
+/// it: without one, SQS's answer is that it does not exist).
+async fn existing(
+    state: &SqsState,
+    caller: &Caller,
+    queue: &QueueRef,
+) -> Result<hourglass_broker::admin::QueueDetails, SqsError> {
+    let permissions = permissions(state, caller, &queue.vhost);
+    let visible = [Access::Configure, Access::Write, Access::Read]
+        .into_iter()
+        .any(|a| permissions.allows(a, Resource::Queue, &queue.name));
+    if !visible {
+        return Err(SqsError::QueueDoesNotExist);
+    }
+    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
+    state
+        .broker
+        .run(move |b, _| b.queue_details_named(&vhost, &name))
+        .await?
+        .ok_or(SqsError::QueueDoesNotExist)
+}
+
+pub async fn list(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let prefix = input.string("QueueNamePrefix")?.unwrap_or("").to_owned();
+    let max = input.integer("MaxResults", 1..=LIST_MAX as i64)?;
+    let after = input.string("NextToken")?.map(str::to_owned);
+    let vhost = caller.vhost.clone();
+    let groups = state.broker.run(move |b, _| b.queue_names(Some(&vhost))).await?;
+    let permissions = permissions(state, caller, &caller.vhost);
+    let mut names: Vec<String> = groups
+        .into_iter()
+        .flat_map(|g| g.queues.into_iter().map(|(name, _)| name.as_str().into_owned()))
+        .filter(|name| name.starts_with(&prefix))
+        .filter(|name| {
+            [Access::Configure, Access::Write, Access::Read]
+                .into_iter()
+                .any(|a| permissions.allows(a, Resource::Queue, name))
+        })
+        .filter(|name| after.as_ref().is_none_or(|after| name > after))
+        .collect();
+    names.sort();
+    let limit = max.map_or(LIST_MAX, |m| m as usize);
+    let more = names.len() > limit && max.is_some();
+    names.truncate(limit);
+    let urls: Vec<String> = names.iter().map(|n| url_of(caller, &caller.vhost, n)).collect();
+    let mut out = Map::new();
+    out.insert("QueueUrls".into(), json!(urls));
+    if more {
+        out.insert("NextToken".into(), json!(names.last()));
+    }
+    Ok(Value::Object(out))
+}
+
+pub async fn delete(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let delete = QueueDelete { queue: short(&queue.name)?, ..Default::default() };
+    run_as(state, caller, &queue, move |ch| ch.call(delete)).await?;
+    Ok(json!({}))
+}
+
+pub async fn purge(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let purge = QueuePurge { queue: short(&queue.name)?, ..Default::default() };
+    run_as(state, caller, &queue, move |ch| ch.call(purge)).await?;
+    Ok(json!({}))
+}
+
+/// Runs `call` on an admin channel as the caller, with the caller's permissions, in the queue's
+/// vhost.
+async fn run_as(
+    state: &SqsState,
+    caller: &Caller,
+    queue: &QueueRef,
+    call: impl FnOnce(
+            &mut hourglass_broker::admin::AdminChannel<'_>,
+        ) -> Result<Vec<hourglass_broker::admin::Reply>, AmqpError>
+        + Send
+        + 'static,
+) -> Result<(), SqsError> {
+    let (user, vhost, permissions) =
+        (caller.user.clone(), queue.vhost.clone(), permissions(state, caller, &queue.vhost));
+    state
+        .broker
+        .run(move |b, now| b.with_admin_channel_as(&user, &vhost, permissions, now, call))
+        .await?
+        .map(|_| ())
+        .map_err(|e| {
+            if e.reply_code == 406 {
+                SqsError::InvalidParameterValue(e.reply_text)
+            } else {
+                from_amqp(e)
+            }
+        })
+}
+
+pub async fn attributes(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let wanted = input.strings("AttributeNames")?;
+    let details = existing(state, caller, &queue).await?;
+    let all = queue_attributes(caller, &queue, &details);
+    let chosen: Map<String, Value> = if wanted.iter().any(|w| w == "All") {
+        all
+    } else {
+        for name in &wanted {
+            if !all.contains_key(name) && !KNOWN_UNSHOWN.contains(&name.as_str()) {
+                return Err(SqsError::InvalidAttributeName(name.clone()));
+            }
+        }
+        all.into_iter().filter(|(k, _)| wanted.contains(k)).collect()
+    };
+    if chosen.is_empty() {
+        return Ok(json!({}));
+    }
+    Ok(json!({"Attributes": chosen}))
+}
+
+/// Attribute names SQS knows that a queue here may not show (FIFO, encryption, policies).
+const KNOWN_UNSHOWN: &[&str] = &[
+    "Policy",
+    "RedrivePolicy",
+    "RedriveAllowPolicy",
+    "FifoQueue",
+    "ContentBasedDeduplication",
+    "KmsMasterKeyId",
+    "KmsDataKeyReusePeriodSeconds",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+    "SqsManagedSseEnabled",
+];
+
+/// A queue's SQS attributes, from its arguments and counts. Each value a string, as SQS sends.
+fn queue_attributes(
+    caller: &Caller,
+    queue: &QueueRef,
+    details: &hourglass_broker::admin::QueueDetails,
+) -> Map<String, Value> {
+    let arg = |name: &str| details.arguments.get(name).and_then(|v| v.as_i64());
+    let stats = &details.stats;
+    let mut out = Map::new();
+    let mut put = |name: &str, value: String| {
+        out.insert(name.to_owned(), Value::String(value));
+    };
+    put("QueueArn", arn_of(caller, &queue.vhost, &queue.name));
+    put("ApproximateNumberOfMessages", stats.messages_ready.to_string());
+    put("ApproximateNumberOfMessagesNotVisible", stats.messages_unacked.to_string());
+    put("ApproximateNumberOfMessagesDelayed", stats.messages_delayed.to_string());
+    put(
+        "VisibilityTimeout",
+        (arg("x-visibility-timeout").unwrap_or(VISIBILITY_TIMEOUT_DEFAULT_S * 1000) / 1000).to_string(),
+    );
+    put("DelaySeconds", (arg("x-delivery-delay").unwrap_or(0) / 1000).to_string());
+    if let Some(ttl) = arg("x-message-ttl") {
+        put("MessageRetentionPeriod", (ttl / 1000).to_string());
+    }
+    put("MaximumMessageSize", arg(MAXIMUM_MESSAGE_SIZE_ARG).unwrap_or(MESSAGE_SIZE_MAX).to_string());
+    put("ReceiveMessageWaitTimeSeconds", arg(RECEIVE_WAIT_ARG).unwrap_or(0).to_string());
+    let dead_letter = details.arguments.get("x-dead-letter-routing-key");
+    if let (Some(FieldValue::LongStr(target)), Some(limit)) = (dead_letter, arg("x-delivery-limit")) {
+        let policy = json!({
+            "deadLetterTargetArn": arn_of(caller, &queue.vhost, &target.as_str()),
+            "maxReceiveCount": limit + 1,
+        });
+        put("RedrivePolicy", policy.to_string());
+    }
+    out
+}

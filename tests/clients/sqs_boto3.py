@@ -1,0 +1,168 @@
+"""boto3 against Hourglass's SQS endpoint (issue 26), as an SQS user's code is written, with pika on
+the same queues: queues made, found and listed; messages sent with attributes (their MD5s checked
+here, independently of the broker), received under a visibility timeout, seen again when it runs
+out, deleted; batches with per-entry failures; redrive to a dead-letter queue; long polls woken by
+an AMQP publish; wrong keys refused with AWS's codes. Usage: sqs_boto3.py AMQP_PORT (the SQS port
+in SQS_PORT)."""
+import hashlib
+import os
+import struct
+import sys
+import threading
+import time
+
+import boto3
+import botocore.exceptions
+import pika
+
+AMQP_PORT = int(sys.argv[1])
+ENDPOINT = f"http://127.0.0.1:{os.environ['SQS_PORT']}"
+
+
+def client(key="guest", secret="guest"):
+    return boto3.client("sqs", endpoint_url=ENDPOINT, region_name="us-east-1",
+                        aws_access_key_id=key, aws_secret_access_key=secret)
+
+
+def md5_of_attributes(attributes):
+    """AWS's MD5OfMessageAttributes, written from its documentation."""
+    digest = hashlib.md5()
+    for name in sorted(attributes):
+        a = attributes[name]
+        for part in (name.encode(), a["DataType"].encode()):
+            digest.update(struct.pack(">I", len(part)) + part)
+        if "BinaryValue" in a:
+            digest.update(b"\x02" + struct.pack(">I", len(a["BinaryValue"])) + a["BinaryValue"])
+        else:
+            value = a["StringValue"].encode()
+            digest.update(b"\x01" + struct.pack(">I", len(value)) + value)
+    return digest.hexdigest()
+
+
+def code_of(call):
+    try:
+        call()
+    except botocore.exceptions.ClientError as e:
+        return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
+    raise AssertionError("no error")
+
+
+sqs = client()
+url = sqs.create_queue(QueueName="boto-jobs", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
+assert url == f"{ENDPOINT}/%2F/boto-jobs", url
+assert sqs.create_queue(QueueName="boto-jobs", Attributes={"VisibilityTimeout": "1"})["QueueUrl"] == url, "idempotent"
+assert sqs.get_queue_url(QueueName="boto-jobs")["QueueUrl"] == url
+assert url in sqs.list_queues(QueueNamePrefix="boto-")["QueueUrls"]
+assert "QueueUrls" not in sqs.list_queues(QueueNamePrefix="zzz") or not sqs.list_queues(QueueNamePrefix="zzz")["QueueUrls"]
+try:
+    sqs.get_queue_url(QueueName="boto-missing")
+    raise AssertionError("a missing queue was found")
+except sqs.exceptions.QueueDoesNotExist:
+    pass
+
+# Send with attributes: the digests are AWS's.
+attributes = {
+    "colour": {"DataType": "String", "StringValue": "blue"},
+    "count": {"DataType": "Number", "StringValue": "42"},
+    "raw": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xff"},
+    "id": {"DataType": "String.uuid", "StringValue": "1b4e28ba-2fa1-11d2-883f-0016d3cca427"},
+}
+sent = sqs.send_message(QueueUrl=url, MessageBody="hello ✓", MessageAttributes=attributes)
+assert sent["MD5OfMessageBody"] == hashlib.md5("hello ✓".encode()).hexdigest()
+assert sent["MD5OfMessageAttributes"] == md5_of_attributes(attributes)
+
+# Receive: invisible for the timeout, then back with its count one up; deleted, gone.
+got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+                          AttributeNames=["All"])["Messages"]
+assert len(got) == 1 and got[0]["Body"] == "hello ✓" and got[0]["MessageId"] == sent["MessageId"], got
+assert got[0]["MessageAttributes"] == attributes, got[0]["MessageAttributes"]
+assert got[0]["MD5OfMessageAttributes"] == md5_of_attributes(attributes)
+assert got[0]["Attributes"]["ApproximateReceiveCount"] == "1"
+assert "Messages" not in sqs.receive_message(QueueUrl=url), "invisible while its timeout runs"
+counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("0", "1"), counts
+assert counts["VisibilityTimeout"] == "1" and counts["QueueArn"].endswith(":boto-jobs"), counts
+again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+assert again[0]["MessageId"] == sent["MessageId"] and again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+assert again[0]["ReceiptHandle"] != got[0]["ReceiptHandle"]
+sqs.delete_message(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"])
+sqs.delete_message(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"])  # deleting twice is no error
+assert code_of(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle="6.2.1.1")) == ("ReceiptHandleIsInvalid", 400)
+assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2), "deleted for good"
+
+# ChangeMessageVisibility to 0: visible again at once.
+sqs.send_message(QueueUrl=url, MessageBody="soon")
+handle = sqs.receive_message(QueueUrl=url, VisibilityTimeout=600)["Messages"][0]["ReceiptHandle"]
+sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
+back = sqs.receive_message(QueueUrl=url)["Messages"][0]
+sqs.delete_message(QueueUrl=url, ReceiptHandle=back["ReceiptHandle"])
+
+# Batches: per-entry failures beside successes; batch-wide errors.
+batch = sqs.send_message_batch(QueueUrl=url, Entries=[
+    {"Id": "a", "MessageBody": "one"},
+    {"Id": "b", "MessageBody": "two", "DelaySeconds": 901},
+    {"Id": "c", "MessageBody": "three", "MessageAttributes": {"AWS.bad": {"DataType": "String", "StringValue": "x"}}},
+])
+assert sorted(e["Id"] for e in batch["Successful"]) == ["a"], batch
+assert sorted(e["Id"] for e in batch["Failed"]) == ["b", "c"], batch
+assert code_of(lambda: sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "x", "MessageBody": "1"}, {"Id": "x", "MessageBody": "2"}])) == ("AWS.SimpleQueueService.BatchEntryIdsNotDistinct", 400)
+assert code_of(lambda: sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "m"} for i in range(11)])) == ("AWS.SimpleQueueService.TooManyEntriesInBatchRequest", 400)
+handles = [m["ReceiptHandle"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]]
+deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": f"d{i}", "ReceiptHandle": h} for i, h in enumerate(handles)])
+assert len(deleted["Successful"]) == len(handles) == 1, deleted
+
+# AMQP and SQS on one queue, both ways; a long poll is woken by an AMQP publish.
+connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", AMQP_PORT))
+channel = connection.channel()
+woken = {}
+
+
+def long_poll():
+    started = time.monotonic()
+    woken["messages"] = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=10, MessageAttributeNames=["All"]).get("Messages")
+    woken["at"] = time.monotonic()
+    woken["started"] = started
+
+
+poller = threading.Thread(target=long_poll)
+poller.start()
+time.sleep(0.3)
+published = time.monotonic()
+channel.basic_publish("", "boto-jobs", b"from amqp", pika.BasicProperties(headers={"n": 5, "who": "pika"}))
+poller.join(15)
+assert woken["messages"][0]["Body"] == "from amqp", woken
+assert woken["messages"][0]["MessageAttributes"] == {
+    "n": {"DataType": "Number", "StringValue": "5"}, "who": {"DataType": "String", "StringValue": "pika"}}
+wake_ms = (woken["at"] - published) * 1000
+assert wake_ms < 1000, f"long poll woke {wake_ms:.0f} ms after the publish"
+sqs.delete_message(QueueUrl=url, ReceiptHandle=woken["messages"][0]["ReceiptHandle"])
+sqs.send_message(QueueUrl=url, MessageBody="to amqp", MessageAttributes={"colour": {"DataType": "String", "StringValue": "red"}})
+method, properties, body = channel.basic_get("boto-jobs", auto_ack=True)
+assert body == b"to amqp" and properties.headers["colour"] in (b"red", "red"), properties
+assert properties.delivery_mode == 2 and properties.message_id, properties
+
+# Redrive: after maxReceiveCount receives without a delete, the message is in the dead-letter queue.
+dlq = sqs.create_queue(QueueName="boto-dlq")["QueueUrl"]
+dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+policy = '{"deadLetterTargetArn": "%s", "maxReceiveCount": "2"}' % dlq_arn
+source = sqs.create_queue(QueueName="boto-source", Attributes={"VisibilityTimeout": "1", "RedrivePolicy": policy})["QueueUrl"]
+assert sqs.get_queue_attributes(QueueUrl=source, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
+sqs.send_message(QueueUrl=source, MessageBody="poison")
+for receive in (1, 2):
+    got = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+    assert got[0]["Attributes"]["ApproximateReceiveCount"] == str(receive), got
+dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=5)["Messages"]
+assert dead[0]["Body"] == "poison", dead
+assert "Messages" not in sqs.receive_message(QueueUrl=source, WaitTimeSeconds=2)
+
+# Wrong keys and malformed requests get AWS's codes; a deleted queue is gone.
+assert code_of(lambda: client(secret="wrong").list_queues()) == ("SignatureDoesNotMatch", 403)
+assert code_of(lambda: client(key="AKIAUNKNOWN").list_queues()) == ("InvalidClientTokenId", 403)
+assert code_of(lambda: sqs.create_queue(QueueName="bad name!")) == ("InvalidParameterValue", 400)
+assert code_of(lambda: sqs.create_queue(QueueName="q", Attributes={"Colour": "1"})) == ("InvalidAttributeName", 400)
+assert code_of(lambda: sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=11)) == ("InvalidParameterValue", 400)
+for queue in (url, dlq, source):
+    sqs.delete_queue(QueueUrl=queue)
+assert code_of(lambda: sqs.get_queue_attributes(QueueUrl=url)) == ("AWS.SimpleQueueService.NonExistentQueue", 400)
+connection.close()
+print(f"boto3 over SQS: every check passed (long poll woke {wake_ms:.0f} ms after an AMQP publish)")
