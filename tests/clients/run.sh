@@ -13,15 +13,21 @@ fi
 java_out=$(mktemp -d)
 javac -d "$java_out" -cp "$java_cp" tests/clients/JavaClientFlows.java
 . tests/clients/start_broker.sh
-SQS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
-export SQS_PORT
-start_broker --sqs-port "$SQS_PORT"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+SQS_PORT=$(free_port)
+HTTP_PORT=$(free_port)
+# The key that seals access keys' secrets, outside the data directory (docs/sqs.md).
+SECRETS_KEY_FILE=$(mktemp -u /tmp/hourglass-secrets.XXXXXX)
+export SQS_PORT HTTP_PORT SECRETS_KEY_FILE
+start_broker --sqs-port "$SQS_PORT" --secrets-key-file "$SECRETS_KEY_FILE"
+export DATA_DIR="$data"
 failed=0
 for script in tests/clients/*.py; do
   if timeout 60 python3 "$script" "$port"; then echo "ok   $script"; else echo "FAIL $script"; failed=$((failed+1)); fi
 done
 if timeout 60 java -cp "$java_out:$java_cp" JavaClientFlows "$port"; then echo "ok   JavaClientFlows"; else echo "FAIL JavaClientFlows"; failed=$((failed+1)); fi
 rm -rf "$java_out"
+rm -f "$SECRETS_KEY_FILE"
 total=$(( $(ls tests/clients/*.py | wc -l) + 1 ))
 echo "$((total-failed)) passed, $failed failed"
 [ "$failed" -eq 0 ] || { cat "$data/broker.log"; exit 1; }

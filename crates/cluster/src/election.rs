@@ -27,6 +27,9 @@ pub struct NodeRecord {
     pub amqps_port: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub https_port: Option<u16>,
+    /// The SQS endpoint's port, when the node serves it (docs/sqs.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sqs_port: Option<u16>,
 }
 
 impl NodeRecord {
@@ -41,6 +44,7 @@ impl NodeRecord {
             replication_port: 0,
             amqps_port: None,
             https_port: None,
+            sqs_port: None,
         }
     }
 
@@ -58,6 +62,9 @@ impl NodeRecord {
     }
     pub fn https(&self) -> Option<String> {
         self.https_port.map(|port| join_host_port(&self.host, port))
+    }
+    pub fn sqs(&self) -> Option<String> {
+        self.sqs_port.map(|port| join_host_port(&self.host, port))
     }
 }
 
@@ -171,6 +178,7 @@ mod tests {
             replication_port: 3,
             amqps_port: None,
             https_port: None,
+            sqs_port: None,
         }
     }
 

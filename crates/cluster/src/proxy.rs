@@ -269,6 +269,7 @@ mod tests {
             replication_port: 0,
             amqps_port: None,
             https_port: None,
+            sqs_port: None,
         })
     }
 

@@ -9,6 +9,7 @@
 //! i H comp(vhost)                             a vhost record
 //! i P comp(vhost) comp(user)                  a permission
 //! i T comp(vhost) comp(user) comp(exchange)   a topic permission
+//! i K comp(key id)                            an access key (its secret sealed: access_keys.rs)
 //! i !                                         written once, at the first start
 //! ```
 
@@ -20,12 +21,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::file::{from_saved, SavedFile, SavedPermission, SavedTopicPermission, SavedUser, SavedVhost};
-use super::{FileError, State};
+use super::{AccessKeyRecord, FileError, State};
 
 const USER: u8 = b'U';
 const VHOST: u8 = b'H';
 const PERMISSION: u8 = b'P';
 const TOPIC_PERMISSION: u8 = b'T';
+const ACCESS_KEY: u8 = b'K';
 const INITIALISED: u8 = b'!';
 
 fn key(kind: u8, parts: &[&[u8]]) -> Bytes {
@@ -81,6 +83,14 @@ pub(super) fn diff(before: &State, after: &State) -> Vec<CatalogChange> {
         |t| json(&SavedTopicPermission::of(t)),
         &mut out,
     );
+    diff_map(
+        &before.access_keys,
+        &after.access_keys,
+        |a, b| a == b,
+        |id| key(ACCESS_KEY, &[id.as_bytes()]),
+        json,
+        &mut out,
+    );
     out
 }
 
@@ -115,6 +125,7 @@ pub(super) fn decode<'a>(
         topic_permissions: Vec::new(),
     };
     let mut found = false;
+    let mut access_keys = Vec::new();
     for (key, value) in entries {
         let Some((&IDENTITY_SCOPE, rest)) = key.split_first() else { continue };
         found = true;
@@ -123,6 +134,7 @@ pub(super) fn decode<'a>(
             Some(&VHOST) => saved.vhosts.push(parse(key, value)?),
             Some(&PERMISSION) => saved.permissions.push(parse(key, value)?),
             Some(&TOPIC_PERMISSION) => saved.topic_permissions.push(parse(key, value)?),
+            Some(&ACCESS_KEY) => access_keys.push(parse::<AccessKeyRecord>(key, value)?),
             Some(&INITIALISED) => {}
             _ => return Err(FileError(format!("unknown identity entry {}", key.escape_ascii()))),
         }
@@ -130,7 +142,14 @@ pub(super) fn decode<'a>(
     if !found {
         return Ok(None);
     }
-    from_saved(saved).map(Some)
+    let mut state = from_saved(saved)?;
+    // A key whose user is gone went with it (a user's deletion removes its keys in one commit).
+    state.access_keys = access_keys
+        .into_iter()
+        .filter(|k| state.users.contains_key(&k.user))
+        .map(|k| (k.id.clone(), k))
+        .collect();
+    Ok(Some(state))
 }
 
 fn parse<T: DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T, FileError> {

@@ -17,6 +17,7 @@
 //! visible — the records it changed, as catalog entries (`entries.rs`) — and a failed write
 //! leaves the store as it was and reports the error.
 
+mod access_keys;
 mod batch;
 mod entries;
 mod file;
@@ -31,6 +32,9 @@ use hourglass_broker::{CatalogChange, InvalidPattern, Permissions};
 use hourglass_session::{Authenticator, ClientLimits, LoginRefused, VhostAccess};
 use sha2::{Digest, Sha256};
 
+pub use access_keys::{
+    new_id_and_secret, AccessKeyRecord, SealedSecret, SecretsKey, ACCESS_KEYS_PER_USER_MAX,
+};
 pub use batch::Batch;
 pub use file::{FileError, FILE_SCHEMA_VERSION};
 pub use hashing::HashingAlgorithm;
@@ -87,6 +91,8 @@ struct State {
     topic_permissions: BTreeMap<(String, String, String), TopicPermission>,
     /// Users that may log in only from a loopback address (RabbitMQ's `loopback_users`).
     loopback_users: Vec<String>,
+    /// The SQS endpoint's access keys by id (`access_keys.rs`).
+    access_keys: BTreeMap<String, AccessKeyRecord>,
 }
 
 /// Writes changed records durably (the server: into the data directory's catalog).
@@ -101,6 +107,8 @@ pub enum StoreError {
     Unknown(String),
     /// The change could not be saved; the store is as it was.
     NotSaved(String),
+    /// The user holds as many access keys as one may.
+    TooManyAccessKeys { user: String },
 }
 
 impl std::fmt::Display for StoreError {
@@ -109,6 +117,12 @@ impl std::fmt::Display for StoreError {
             StoreError::InvalidPattern(e) => e.fmt(f),
             StoreError::Unknown(what) => write!(f, "{what} does not exist"),
             StoreError::NotSaved(e) => write!(f, "saving users, vhosts and permissions failed: {e}"),
+            StoreError::TooManyAccessKeys { user } => {
+                write!(
+                    f,
+                    "user {user} already holds {ACCESS_KEYS_PER_USER_MAX} access keys: revoke one first"
+                )
+            }
         }
     }
 }
@@ -267,6 +281,7 @@ impl UserStore {
         self.update(|state| {
             state.permissions.retain(|(_, user), _| user != name);
             state.topic_permissions.retain(|(_, user, _), _| user != name);
+            state.access_keys.retain(|_, key| key.user != name);
             Ok(state.users.remove(name).is_some())
         })
     }

@@ -141,9 +141,9 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
-            e @ (StoreError::InvalidPattern(_) | StoreError::Unknown(_)) => {
-                ApiError::BadRequest(e.to_string())
-            }
+            e @ (StoreError::InvalidPattern(_)
+            | StoreError::Unknown(_)
+            | StoreError::TooManyAccessKeys { .. }) => ApiError::BadRequest(e.to_string()),
             e @ StoreError::NotSaved(_) => ApiError::IdentityNotSaved(e),
         }
     }

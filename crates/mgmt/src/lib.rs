@@ -209,6 +209,9 @@ pub struct AppState {
     pub logins: Arc<hourglass_session::LoginLimiter>,
     /// The cap on full listings rendering at once (`streamed.rs`).
     pub listings: Arc<ListingSlots>,
+    /// What access keys' secrets are sealed with (`secrets_key_file`); `None`: no access keys
+    /// can be made (`routes/access_keys.rs`).
+    pub secrets: Option<Arc<hourglass_identity::SecretsKey>>,
 }
 
 /// The management API's routes (`/api/...`), behind basic auth.

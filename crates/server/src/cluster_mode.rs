@@ -161,6 +161,7 @@ fn settings(
             replication_port: cluster.replication_port,
             amqps_port: config.tls.as_ref().map(|tls| tls.amqps_port),
             https_port: config.tls.as_ref().map(|tls| tls.https_port),
+            sqs_port: config.sqs_port,
         },
         campaign_not_before: campaign_holdoff().map(|holdoff| std::time::Instant::now() + holdoff),
         lease_ttl_secs: cluster.lease_ttl_secs,
@@ -189,6 +190,10 @@ fn bind_client_ports(
     }
     if config.plain.http {
         forwarded.push((config.http_port, "HTTP API", |n| Some(n.http()), Protocol::Http));
+    }
+    if let Some(port) = config.sqs_port {
+        // Signatures cover the Host header, which passes through unchanged.
+        forwarded.push((port, "SQS", NodeRecord::sqs, Protocol::Http));
     }
     if let Some(tls) = &config.tls {
         // TLS ends on the leader: the bytes pass through; on a leader change they are only cut.

@@ -120,6 +120,10 @@ pub struct Cli {
     /// Serve Amazon SQS's API on this port (docs/sqs.md); off unless set.
     #[arg(long, env = "HOURGLASS_SQS_PORT")]
     pub sqs_port: Option<u16>,
+    /// The key that seals access keys' secrets, outside the data directory; made there when
+    /// missing (docs/sqs.md). Without it only the guest key exists.
+    #[arg(long, env = "HOURGLASS_SECRETS_KEY_FILE")]
+    pub secrets_key_file: Option<PathBuf>,
     /// Serve plain (non-TLS) AMQP on `--amqp-port`; `false` leaves only AMQPS.
     #[arg(long, env = "HOURGLASS_PLAIN_AMQP")]
     pub plain_amqp: Option<bool>,
@@ -271,6 +275,7 @@ pub struct FileConfig {
     pub http_port: Option<u16>,
     pub metrics_port: Option<u16>,
     pub sqs_port: Option<u16>,
+    pub secrets_key_file: Option<PathBuf>,
     pub plain_amqp: Option<bool>,
     pub plain_http: Option<bool>,
     pub plain_metrics: Option<bool>,
@@ -422,6 +427,8 @@ pub struct Config {
     pub metrics_port: u16,
     /// The SQS endpoint's port, when it is served (docs/sqs.md).
     pub sqs_port: Option<u16>,
+    /// The file of the key that seals access keys' secrets (docs/sqs.md).
+    pub secrets_key_file: Option<PathBuf>,
     /// Which plain listeners run (all unless switched off; at least one AMQP listener must).
     pub plain: PlainListeners,
     /// TLS listeners and their certificate, if configured.
@@ -465,6 +472,7 @@ impl Default for Config {
             http_port: DEFAULT_HTTP_PORT,
             metrics_port: DEFAULT_METRICS_PORT,
             sqs_port: None,
+            secrets_key_file: None,
             plain: PlainListeners { amqp: true, http: true, metrics: true },
             // TLS needs a certificate, which only the operator can give.
             tls: None,
@@ -564,6 +572,7 @@ impl Config {
             http_port: cli.http_port.or(file.http_port).unwrap_or(defaults.http_port),
             metrics_port: cli.metrics_port.or(file.metrics_port).unwrap_or(defaults.metrics_port),
             sqs_port: cli.sqs_port.or(file.sqs_port),
+            secrets_key_file: cli.secrets_key_file.or(file.secrets_key_file),
             data_dir: cli.data_dir.or(file.data_dir).unwrap_or(defaults.data_dir),
             loopback_users: cli
                 .loopback_users

@@ -68,6 +68,8 @@ pub struct Server {
     metrics: Option<TcpListener>,
     /// The SQS endpoint's listener, when `--sqs-port` is set.
     sqs: Option<TcpListener>,
+    /// What access keys' secrets are sealed with, when `secrets_key_file` is set.
+    secrets: Option<Arc<hourglass_mgmt::users::SecretsKey>>,
     /// TLS listeners and their live settings, when TLS is configured.
     tls: Option<TlsListeners>,
     clock: clock::Clock,
@@ -118,6 +120,10 @@ impl Server {
                 https: listen::bind(ip, settings.https_port, "HTTPS API")?,
                 metrics: listen::bind(ip, settings.metrics_port, "metrics over TLS")?,
             }),
+            None => None,
+        };
+        let secrets = match &config.secrets_key_file {
+            Some(path) => Some(Arc::new(secrets_key(path, &config.data_dir)?)),
             None => None,
         };
         let clock = clock::Clock::new();
@@ -197,6 +203,7 @@ impl Server {
             http,
             metrics,
             sqs,
+            secrets,
             tls,
             clock,
             broker,
@@ -249,6 +256,7 @@ impl Server {
             http,
             metrics,
             sqs,
+            secrets,
             tls,
             clock,
             broker,
@@ -321,6 +329,7 @@ impl Server {
             rates: Default::default(),
             logins,
             listings: Default::default(),
+            secrets: secrets.clone(),
         };
         // Rates from the first look: every object sampled every 5 s (mgmt/src/rates/sampler.rs),
         // until shutdown.
@@ -350,6 +359,7 @@ impl Server {
                 broker: mgmt.broker.clone(),
                 users: mgmt.users.clone(),
                 logins: mgmt.logins.clone(),
+                secrets: mgmt.secrets.clone(),
                 clock: hourglass_sqs::system_clock,
             };
             let mut stop = shutdown_rx.clone();
@@ -759,5 +769,42 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
         }
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The secrets key in `path` (made when missing), refused inside the data directory: a copy of
+/// the data directory alone must not reveal access keys' secrets (docs/sqs.md).
+fn secrets_key(
+    path: &std::path::Path,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<hourglass_mgmt::users::SecretsKey> {
+    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let (key, data) = (absolute(path), absolute(data_dir));
+    let canonical = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let key_dir = key.parent().map(canonical).unwrap_or_default();
+    if key_dir.starts_with(canonical(&data)) {
+        anyhow::bail!("secrets_key_file {} is inside the data directory {}: put it outside, so a copy of the data directory does not reveal access keys", path.display(), data_dir.display());
+    }
+    hourglass_mgmt::users::SecretsKey::read_or_create(path).map_err(anyhow::Error::msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A secrets key file inside the data directory is refused (a copy of the data directory
+    /// would then reveal access keys' secrets); outside it, it is made and read back.
+    #[test]
+    fn the_secrets_key_must_live_outside_the_data_directory() {
+        let root = std::env::temp_dir().join(format!("hg-secrets-key-{}", std::process::id()));
+        let data = root.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let inside = secrets_key(&data.join("secrets.key"), &data).unwrap_err();
+        assert!(inside.to_string().contains("inside the data directory"), "{inside}");
+        assert!(secrets_key(&data.join("sub/../secrets.key"), &data).is_err());
+        assert!(!data.join("secrets.key").exists(), "nothing made inside");
+        secrets_key(&root.join("secrets.key"), &data).unwrap();
+        secrets_key(&root.join("secrets.key"), &data).unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -1,13 +1,16 @@
-//! Whose access key signed a request, and its secret.
+//! Whose access key signed a request, and its secret (docs/sqs.md, ADR 0011).
 //!
-//! For now one key exists: `guest` / `guest`, the default user's, usable only while `guest`
-//! still logs in with the password `guest` and, like `guest` itself, only from loopback
-//! (`loopback_users`). A changed password or a deleted `guest` disables the key with it.
-//! Keys of other users (`hourglass-ctl add_access_key`) are not built yet (docs/sqs.md).
+//! - `guest` / `guest`, the default user's key, usable only while `guest` still logs in with the
+//!   password `guest` and, like `guest` itself, only from loopback (`loopback_users`): a changed
+//!   password or a deleted `guest` disables it.
+//! - Keys made with `hourglass-ctl add_access_key USER` (or `POST /api/users/{user}/access-keys`),
+//!   kept in the user store with their secrets sealed under the secrets key; a key of a user in
+//!   `loopback_users` works only from loopback, as its user's logins do.
 
-use hourglass_mgmt::UserStore;
+use hourglass_session::Authenticator;
 
 use crate::sigv4::SignatureError;
+use crate::SqsState;
 
 /// The default user's access key id and secret.
 const GUEST: &str = "guest";
@@ -19,9 +22,17 @@ pub struct AccessKey {
 }
 
 /// The secret of `access_key`, for a request from loopback or not.
-pub fn secret_of(users: &UserStore, access_key: &str, loopback: bool) -> Result<AccessKey, SignatureError> {
-    if access_key == GUEST && users.check_login(GUEST, GUEST, loopback).is_ok() {
+pub fn secret_of(state: &SqsState, access_key: &str, loopback: bool) -> Result<AccessKey, SignatureError> {
+    if access_key == GUEST && state.users.check_login(GUEST, GUEST, loopback).is_ok() {
         return Ok(AccessKey { user: GUEST.to_owned(), secret: GUEST.to_owned() });
     }
-    Err(SignatureError::UnknownAccessKey)
+    let (Some(record), Some(secrets)) = (state.users.access_key(access_key), state.secrets.as_ref()) else {
+        return Err(SignatureError::UnknownAccessKey);
+    };
+    // The user still exists, and may log in from here (`loopback_users`).
+    if state.users.authenticate_external(&record.user, loopback).is_err() {
+        return Err(SignatureError::UnknownAccessKey);
+    }
+    let secret = secrets.open(&record).ok_or(SignatureError::UnknownAccessKey)?;
+    Ok(AccessKey { user: record.user, secret })
 }

@@ -50,6 +50,8 @@ pub struct SqsState {
     /// Failed signatures are slowed like failed logins, per source address, shared with AMQP and
     /// the HTTP API.
     pub logins: Arc<LoginLimiter>,
+    /// What access keys' secrets are sealed with; `None`: only the guest key works.
+    pub secrets: Option<Arc<hourglass_identity::SecretsKey>>,
     /// Wall-clock Unix milliseconds (a signature's time is checked against it).
     pub clock: fn() -> u64,
 }
@@ -157,7 +159,7 @@ async fn authenticate(
     }
     let loopback = peer.is_none_or(|addr| addr.ip().to_canonical().is_loopback());
     let checked = sigv4::parse(request).and_then(|claimed| {
-        let key = credentials::secret_of(&state.users, &claimed.access_key, loopback)?;
+        let key = credentials::secret_of(state, &claimed.access_key, loopback)?;
         sigv4::verify(request, &claimed, &key.secret, now_ms)?;
         Ok((key.user, claimed.region))
     });

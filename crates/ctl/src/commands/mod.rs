@@ -82,8 +82,15 @@ pub enum Command {
     ListPermissions,
     /// Adds a user with a password and no tags (refused if the user exists).
     AddUser { username: String, password: String },
-    /// Deletes a user, its permissions, and closes its connections.
+    /// Deletes a user, its permissions and access keys, and closes its connections.
     DeleteUser { username: String },
+    /// Makes an access key for the SQS endpoint acting as the user; prints its id and secret,
+    /// which is shown only this once (docs/sqs.md).
+    AddAccessKey { username: String },
+    /// The user's access key ids and when each was made.
+    ListAccessKeys { username: String },
+    /// Revokes one of the user's access keys.
+    DeleteAccessKey { username: String, access_key_id: String },
     /// Sets a new password for a user.
     ChangePassword { username: String, password: String },
     /// Replaces the user's tags.
@@ -313,6 +320,32 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
         }
         Command::DeleteUser { username } => {
             client.delete(&format!("/api/users/{}", segment(&username)))?;
+            Ok(String::new())
+        }
+        Command::AddAccessKey { username } => {
+            let key = client.post(&format!("/api/users/{}/access-keys", segment(&username)), &json!({}))?;
+            let field = |name: &str| key[name].as_str().unwrap_or_default().to_owned();
+            Ok(format!(
+                "access_key_id\t{}\nsecret_access_key\t{}\n",
+                field("access_key_id"),
+                field("secret_access_key")
+            ))
+        }
+        Command::ListAccessKeys { username } => {
+            let all = client.get(&format!("/api/users/{}/access-keys", segment(&username)))?;
+            Ok(format.listing(
+                &format!("Listing access keys of user \"{username}\" ..."),
+                &all,
+                &[],
+                &["access_key_id", "created_ms"],
+            ))
+        }
+        Command::DeleteAccessKey { username, access_key_id } => {
+            client.delete(&format!(
+                "/api/users/{}/access-keys/{}",
+                segment(&username),
+                segment(&access_key_id)
+            ))?;
             Ok(String::new())
         }
         Command::ChangePassword { username, password } => {

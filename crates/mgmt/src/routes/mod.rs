@@ -1,5 +1,6 @@
 //! The `/api` routes, one file per resource, as in RabbitMQ's management plugin.
 
+mod access_keys;
 mod alarm_limits;
 mod bindings;
 mod cluster;
@@ -44,6 +45,7 @@ fn api_router(state: AppState) -> Router {
         .merge(overview::routes())
         .merge(vhosts::routes())
         .merge(users::routes())
+        .merge(access_keys::routes())
         .merge(exchanges::routes())
         .merge(queues::routes())
         .merge(policies::routes())

@@ -26,6 +26,7 @@ pub fn state() -> AppState {
         rates: Default::default(),
         logins: Default::default(),
         listings: Default::default(),
+        secrets: None,
     }
 }
 
