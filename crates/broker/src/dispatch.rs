@@ -43,6 +43,7 @@ impl Broker {
             }
         }
         self.drop_overflowing_head(id);
+        self.wake_sqs_waiters(id);
         self.reschedule(id);
         self.trace_deliveries(now);
     }

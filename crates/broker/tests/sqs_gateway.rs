@@ -122,3 +122,63 @@ fn sent_messages_wait_their_own_delay_or_the_queues() {
         Err(SqsGatewayError::QueueNotFound)
     );
 }
+
+/// A long poll is woken once, when its queue has a ready message: published, due after a delay
+/// (by the timer, no job of its own), or there already; one taken back is not woken.
+#[test]
+fn long_polls_are_woken_when_their_queue_has_a_ready_message() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+
+    use hourglass_wire::{BasicProperties, EncodedProperties};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    let woken = Arc::new(AtomicUsize::new(0));
+    let wake = || {
+        let woken = woken.clone();
+        Box::new(move || {
+            woken.fetch_add(1, SeqCst);
+        })
+    };
+    tb.broker.sqs_wait("/", "q", wake()).unwrap();
+    let given_up = tb.broker.sqs_wait("/", "q", wake()).unwrap();
+    tb.broker.sqs_unwait(given_up);
+    assert_eq!(woken.load(SeqCst), 0, "nothing to receive yet");
+    tb.publish(c, "", "q", b"now");
+    assert_eq!(woken.load(SeqCst), 1, "woken by the publish, the one taken back not");
+    tb.publish(c, "", "q", b"again");
+    assert_eq!(woken.load(SeqCst), 1, "woken once");
+    tb.broker.sqs_wait("/", "q", wake()).unwrap();
+    assert_eq!(woken.load(SeqCst), 2, "a ready message wakes at once");
+
+    let now = tb.clock.now();
+    tb.broker.sqs_receive("/", "q", 10, 30_000, now).unwrap();
+    tb.broker.sqs_wait("/", "q", wake()).unwrap();
+    let properties = EncodedProperties::from(BasicProperties::default());
+    tb.broker.sqs_send("/", "q", properties, bytes::Bytes::from_static(b"later"), Some(5_000), now).unwrap();
+    assert_eq!(woken.load(SeqCst), 2, "a delayed message is not ready yet");
+    tb.advance(Duration::from_millis(5_000));
+    assert_eq!(woken.load(SeqCst), 3, "woken when it is due");
+    assert_eq!(tb.broker.sqs_wait("/", "nope", wake()).unwrap_err(), SqsGatewayError::QueueNotFound);
+}
+
+/// A message wakes one waiting poll, the longest waiting, not all of them.
+#[test]
+fn a_message_wakes_one_long_poll_not_the_herd() {
+    use std::sync::{Arc, Mutex};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    let woken = Arc::new(Mutex::new(Vec::new()));
+    for poll in 0..3 {
+        let woken = woken.clone();
+        tb.broker.sqs_wait("/", "q", Box::new(move || woken.lock().unwrap().push(poll))).unwrap();
+    }
+    tb.publish(c, "", "q", b"one");
+    assert_eq!(*woken.lock().unwrap(), [0]);
+    let now = tb.clock.now();
+    assert_eq!(tb.broker.sqs_receive("/", "q", 10, 30_000, now).unwrap().len(), 1, "the woken poll takes it");
+    tb.publish(c, "", "q", b"two");
+    assert_eq!(*woken.lock().unwrap(), [0, 1], "the next message: the next poll");
+}

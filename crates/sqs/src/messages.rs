@@ -3,14 +3,17 @@
 //! (`hourglass_broker::admin`, `sqs_gateway.rs`): a message sent here is an ordinary persistent
 //! message of the queue, and any message of the queue, published over AMQP or SQS, is received.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use hourglass_broker::admin::{SqsGatewayError, SqsReceived};
 use hourglass_broker::{Access, Broker, Resource, Timestamp, VisibilityError};
+use hourglass_mgmt::BrokerHandle;
 use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, ShortStr};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{json, Map, Value};
+use tokio::sync::Notify;
 
 use crate::attributes::{self, Attributes};
 use crate::error::SqsError;
@@ -20,8 +23,6 @@ use crate::{Caller, SqsState};
 
 /// When a message was sent over SQS (Unix ms): `SentTimestamp`.
 const SENT_HEADER: &str = "x-sqs-sent-timestamp";
-/// How often a long poll looks again while its queue is empty.
-const LONG_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// AWS: at most 10 messages a receive.
 const RECEIVE_MAX: i64 = 10;
 /// AWS: a batch's messages together at most 256 KiB.
@@ -246,7 +247,7 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
         if !received.is_empty() || tokio::time::Instant::now() >= deadline {
             break received;
         }
-        tokio::time::sleep(LONG_POLL_INTERVAL.min(deadline - tokio::time::Instant::now())).await;
+        wait_for_a_message(state, &queue, deadline).await?;
     };
     let now_ms = (state.clock)();
     let messages: Vec<Value> = received
@@ -257,6 +258,44 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
         return Ok(json!({}));
     }
     Ok(json!({"Messages": messages}))
+}
+
+/// Waits until `queue` has a ready message or `deadline` passes: the broker wakes the wait
+/// (`sqs_wait`), so a waiting long poll runs no job and holds only its entry there and a
+/// `Notify`. A wait that ends without a wake-up, or is dropped with its request, is taken back.
+async fn wait_for_a_message(
+    state: &SqsState,
+    queue: &QueueRef,
+    deadline: tokio::time::Instant,
+) -> Result<(), SqsError> {
+    let woken = Arc::new(Notify::new());
+    let wake = woken.clone();
+    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
+    let waiter = state
+        .broker
+        .run(move |b, _| b.sqs_wait(&vhost, &name, Box::new(move || wake.notify_one())))
+        .await?
+        .map_err(|e| gateway_error(e, ""))?;
+    let _taken_back = TakeBack { broker: state.broker.clone(), waiter };
+    // notify_one keeps a wake-up that comes before this await.
+    let _ = tokio::time::timeout_at(deadline, woken.notified()).await;
+    Ok(())
+}
+
+/// Takes a long poll's wait back from the broker when it ends (`sqs_unwait`; nothing for one
+/// the broker already woke).
+struct TakeBack {
+    broker: BrokerHandle,
+    waiter: u64,
+}
+
+impl Drop for TakeBack {
+    fn drop(&mut self) {
+        let (broker, waiter) = (self.broker.clone(), self.waiter);
+        tokio::spawn(async move {
+            let _ = broker.run(move |b, _| b.sqs_unwait(waiter)).await;
+        });
+    }
 }
 
 /// A received message as ReceiveMessage answers it.

@@ -10,6 +10,8 @@
 //! gateway holds every vhost's deliveries for every user), SQS's limits and names.
 
 use std::collections::HashMap;
+
+use indexmap::IndexMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -34,16 +36,36 @@ pub const SQS_GATEWAY_USER: &str = "sqs-gateway";
 const FIRST_GATEWAY_ID: u64 = u64::MAX - 1;
 const GATEWAY_CHANNEL: ChannelId = ChannelId(1);
 
-/// The gateway connection of each vhost that has one.
-#[derive(Debug)]
+/// Wakes a long poll waiting for a queue (an SQS ReceiveMessage with `WaitTimeSeconds`).
+pub type Wake = Box<dyn FnOnce() + Send>;
+
+/// The gateway connection of each vhost that has one, and the long polls waiting for queues.
 pub(crate) struct SqsGateways {
     by_vhost: HashMap<String, ConnectionId>,
     next_id: u64,
+    /// Long polls by the queue they wait for, each by its id (`Broker::sqs_wait`), and the queue
+    /// of each: waking a queue's and taking one back cost no scan of the others.
+    waiters: HashMap<QueueId, IndexMap<u64, Wake>>,
+    waiter_queues: HashMap<u64, QueueId>,
+    next_waiter: u64,
+}
+
+impl std::fmt::Debug for SqsGateways {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let waiting = self.waiter_queues.len();
+        f.debug_struct("SqsGateways").field("by_vhost", &self.by_vhost).field("waiting", &waiting).finish()
+    }
 }
 
 impl Default for SqsGateways {
     fn default() -> Self {
-        SqsGateways { by_vhost: HashMap::new(), next_id: FIRST_GATEWAY_ID }
+        SqsGateways {
+            by_vhost: HashMap::new(),
+            next_id: FIRST_GATEWAY_ID,
+            waiters: HashMap::new(),
+            waiter_queues: HashMap::new(),
+            next_waiter: 0,
+        }
     }
 }
 
@@ -172,6 +194,54 @@ impl Broker {
             let _ = self.settle(delivery.conn, delivery.channel, delivery.tag, false, Settlement::Ack, now);
         }
         Ok(())
+    }
+
+    /// Registers a long poll on `queue`: `wake` is called once, as soon as the queue has a ready
+    /// message (at once if it has one now), unless [`Self::sqs_unwait`] takes it back first. A
+    /// waiting poll costs its entry here and nothing else: no job runs for it until it is woken
+    /// or gives up. Returns the waiter's id.
+    pub fn sqs_wait(&mut self, vhost: &str, queue: &str, wake: Wake) -> Result<u64, SqsGatewayError> {
+        let (_, id) = self.sqs_queue(vhost, queue)?;
+        let waiter = self.sqs.next_waiter;
+        self.sqs.next_waiter += 1;
+        if self.queues.get(&id).is_some_and(|q| !q.ready.is_empty()) {
+            wake();
+        } else {
+            self.sqs.waiters.entry(id).or_default().insert(waiter, wake);
+            self.sqs.waiter_queues.insert(waiter, id);
+        }
+        Ok(waiter)
+    }
+
+    /// Takes back a long poll that gave up (its time ran out, or its client went away); nothing
+    /// for one already woken.
+    pub fn sqs_unwait(&mut self, waiter: u64) {
+        let Some(queue) = self.sqs.waiter_queues.remove(&waiter) else { return };
+        if let Some(waiting) = self.sqs.waiters.get_mut(&queue) {
+            waiting.swap_remove(&waiter);
+            if waiting.is_empty() {
+                self.sqs.waiters.remove(&queue);
+            }
+        }
+    }
+
+    /// Wakes as many of the long polls waiting for queue `id` as it has ready messages, the
+    /// longest waiting first (after `dispatch` has served its consumers): a message wakes one
+    /// poll, not a herd of them. When the queue is gone, wakes them all.
+    pub(crate) fn wake_sqs_waiters(&mut self, id: QueueId) {
+        if self.sqs.waiters.is_empty() {
+            return;
+        }
+        let ready = self.queues.get(&id).map_or(usize::MAX, |q| q.ready.message_count());
+        let Some(waiting) = self.sqs.waiters.get_mut(&id).filter(|_| ready > 0) else { return };
+        let woken: Vec<(u64, Wake)> = waiting.drain(..ready.min(waiting.len())).collect();
+        if waiting.is_empty() {
+            self.sqs.waiters.remove(&id);
+        }
+        for (waiter, wake) in woken {
+            self.sqs.waiter_queues.remove(&waiter);
+            wake();
+        }
     }
 
     /// The queue `queue` of `vhost`, for the gateway.
