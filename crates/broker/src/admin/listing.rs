@@ -12,7 +12,7 @@ use super::ADMIN_CONNECTION;
 use crate::api::{ChannelId, ConnectionId, ConnectionInfo};
 use crate::broker::Broker;
 use crate::channel::{Mode, Settlement};
-use crate::exchange::{Destination, ExchangeSpec};
+use crate::exchange::{Binding, Destination, Exchange, ExchangeSpec};
 use crate::message_stats::{ExchangeStats, MessageStats};
 use crate::policy::{merge, Policies, PolicyKind};
 use crate::queue::{QueueId, QueueStats};
@@ -398,27 +398,86 @@ impl Broker {
         keys
     }
 
+    /// The keys of the bindings whose source is exchange `source` of `vhost` (`""`: the
+    /// default exchange, whose implicit bindings are one per queue), in their order.
+    pub fn binding_keys_from(&self, vhost: &str, source: &str) -> Vec<BindingKey> {
+        let Some(v) = self.vhosts.get(vhost) else { return Vec::new() };
+        let mut keys: Vec<BindingKey> = Vec::new();
+        if source.is_empty() {
+            let mut queues: Vec<(&ShortStr, QueueId)> =
+                v.queues.iter().map(|(name, id)| (name, *id)).collect();
+            queues.sort_unstable();
+            keys.extend(queues.into_iter().map(|(_, id)| BindingKey::Default(id)));
+        }
+        let Some(exchange) = ShortStr::try_from(source).ok().and_then(|name| v.exchanges.get(&name)) else {
+            return keys;
+        };
+        keys.extend(slices::ranges(exchange.bindings().len()).map(|range| BindingKey::Declared {
+            exchange: ExchangeKey { vhost: vhost.to_owned(), name: exchange.name().clone() },
+            range,
+        }));
+        keys
+    }
+
+    /// The bindings whose destination is the queue or exchange `destination` of `vhost`, in the
+    /// listing's order: a queue's implicit binding to the default exchange first, then by
+    /// source exchange. One pass over the vhost's declared bindings, no row built for others
+    /// (a queue's page asked for every binding of the vhost before: 200,000 rows at 100,000
+    /// queues).
+    pub fn bindings_to(
+        &self,
+        vhost: &str,
+        destination_is_queue: bool,
+        destination: &str,
+    ) -> Vec<BindingDetails> {
+        let Some(v) = self.vhosts.get(vhost) else { return Vec::new() };
+        let Ok(name) = ShortStr::try_from(destination) else { return Vec::new() };
+        let wanted = if destination_is_queue {
+            match v.queues.get(&name) {
+                Some(id) => Destination::Queue(*id),
+                None => return Vec::new(),
+            }
+        } else {
+            Destination::Exchange(name)
+        };
+        let mut out = Vec::new();
+        if let Destination::Queue(id) = wanted {
+            self.binding_details_into(&BindingKey::Default(id), &mut out);
+        }
+        let mut sources: Vec<&Exchange> = v.exchanges.values().collect();
+        sources.sort_unstable_by(|a, b| a.name().cmp(b.name()));
+        for exchange in sources {
+            let to_it = exchange.bindings().iter().filter(|b| b.destination == wanted);
+            out.extend(to_it.filter_map(|binding| self.binding_row(vhost, exchange, binding)));
+        }
+        out
+    }
+
     /// The bindings `keys` name, of queues and exchanges still there.
     pub fn binding_details(&self, keys: &[BindingKey]) -> Vec<BindingDetails> {
         let mut out = Vec::new();
         for key in keys {
-            match key {
-                BindingKey::Default(id) => {
-                    let Some(queue) = self.queues.get(id) else { continue };
-                    let name = queue.name().as_str().into_owned();
-                    out.push(BindingDetails {
-                        vhost: queue.vhost.clone(),
-                        source: String::new(),
-                        destination_type: "queue",
-                        destination: name.clone(),
-                        routing_key: name,
-                        arguments: FieldTable::new(),
-                    });
-                }
-                BindingKey::Declared { exchange, range } => self.declared_bindings(exchange, range, &mut out),
-            }
+            self.binding_details_into(key, &mut out);
         }
         out
+    }
+
+    fn binding_details_into(&self, key: &BindingKey, out: &mut Vec<BindingDetails>) {
+        match key {
+            BindingKey::Default(id) => {
+                let Some(queue) = self.queues.get(id) else { return };
+                let name = queue.name().as_str().into_owned();
+                out.push(BindingDetails {
+                    vhost: queue.vhost.clone(),
+                    source: String::new(),
+                    destination_type: "queue",
+                    destination: name.clone(),
+                    routing_key: name,
+                    arguments: FieldTable::new(),
+                });
+            }
+            BindingKey::Declared { exchange, range } => self.declared_bindings(exchange, range, out),
+        }
     }
 
     fn declared_bindings(&self, key: &ExchangeKey, range: &Range<usize>, out: &mut Vec<BindingDetails>) {
@@ -426,23 +485,23 @@ impl Broker {
             return;
         };
         let Some(bindings) = exchange.bindings().get_range(range.clone()) else { return };
-        for binding in bindings {
-            let (destination_type, destination) = match &binding.destination {
-                Destination::Queue(id) => {
-                    let Some(queue) = self.queues.get(id) else { continue };
-                    ("queue", queue.name().as_str().into_owned())
-                }
-                Destination::Exchange(name) => ("exchange", name.as_str().into_owned()),
-            };
-            out.push(BindingDetails {
-                vhost: key.vhost.clone(),
-                source: exchange.name().as_str().into_owned(),
-                destination_type,
-                destination,
-                routing_key: binding.routing_key.as_str().into_owned(),
-                arguments: binding.arguments.clone(),
-            });
-        }
+        out.extend(bindings.iter().filter_map(|binding| self.binding_row(&key.vhost, exchange, binding)));
+    }
+
+    /// One declared binding of `exchange` as a row; `None` when its queue has gone.
+    fn binding_row(&self, vhost: &str, exchange: &Exchange, binding: &Binding) -> Option<BindingDetails> {
+        let (destination_type, destination) = match &binding.destination {
+            Destination::Queue(id) => ("queue", self.queues.get(id)?.name().as_str().into_owned()),
+            Destination::Exchange(name) => ("exchange", name.as_str().into_owned()),
+        };
+        Some(BindingDetails {
+            vhost: vhost.to_owned(),
+            source: exchange.name().as_str().into_owned(),
+            destination_type,
+            destination,
+            routing_key: binding.routing_key.as_str().into_owned(),
+            arguments: binding.arguments.clone(),
+        })
     }
 }
 

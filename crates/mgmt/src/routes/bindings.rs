@@ -62,6 +62,34 @@ pub(crate) async fn vhost_bindings(state: &AppState, vhost: &str) -> Result<Vec<
     listing::off_workers(move || bindings_json(rows)).await
 }
 
+/// The bindings of `vhost` whose destination is the queue (or exchange) `destination`, as JSON in
+/// the listing's order: looked up on the broker, no other binding's row built.
+pub(crate) async fn bindings_to(
+    state: &AppState,
+    vhost: String,
+    destination_is_queue: bool,
+    destination: String,
+) -> Result<Vec<Value>, ApiError> {
+    require_vhost(state, &vhost)?;
+    let rows = state.broker.read(move |b| b.bindings_to(&vhost, destination_is_queue, &destination)).await?;
+    Ok(rows.iter().map(binding_json).collect())
+}
+
+/// The bindings of `vhost` whose source is exchange `source`, as JSON in their order, built in
+/// slices (`""`, the default exchange, has one implicit binding per queue).
+pub(crate) async fn bindings_from(
+    state: &AppState,
+    vhost: String,
+    source: String,
+) -> Result<Vec<Value>, ApiError> {
+    require_vhost(state, &vhost)?;
+    let rows = state
+        .broker
+        .rows_in_slices(move |b| b.binding_keys_from(&vhost, &source), Broker::binding_details)
+        .await?;
+    listing::off_workers(move || rows.iter().map(binding_json).collect()).await
+}
+
 /// Every binding of `only`'s vhost (all vhosts without one), in no order; the rows are built in
 /// slices (`BrokerHandle::rows_in_slices`).
 async fn binding_rows(state: &AppState, only: Option<String>) -> Result<Vec<BindingDetails>, ApiError> {

@@ -215,8 +215,8 @@ async fn bindings_source(
 ) -> Result<Response, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     let name = exchange_name(&name).to_owned();
-    let all = super::bindings::vhost_bindings(&state, &vhost).await?;
-    listing::respond(all.into_iter().filter(|b| b["source"] == name.as_str()).collect(), &params)
+    let items = super::bindings::bindings_from(&state, vhost, name).await?;
+    listing::respond(items, &params)
 }
 
 async fn bindings_destination(
@@ -226,11 +226,7 @@ async fn bindings_destination(
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
-    let all = super::bindings::vhost_bindings(&state, &vhost).await?;
-    let items = all
-        .into_iter()
-        .filter(|b| b["destination_type"] == "exchange" && b["destination"] == name.as_str())
-        .collect();
+    let items = super::bindings::bindings_to(&state, vhost, false, name).await?;
     listing::respond(items, &params)
 }
 

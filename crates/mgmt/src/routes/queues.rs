@@ -395,10 +395,6 @@ async fn bindings(
 ) -> Result<Response, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
-    let all = super::bindings::vhost_bindings(&state, &vhost).await?;
-    let items = all
-        .into_iter()
-        .filter(|b| b["destination_type"] == "queue" && b["destination"] == name.as_str())
-        .collect();
+    let items = super::bindings::bindings_to(&state, vhost, true, name).await?;
     listing::respond(items, &params)
 }
