@@ -147,6 +147,11 @@ dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["A
 policy = '{"deadLetterTargetArn": "%s", "maxReceiveCount": "2"}' % dlq_arn
 source = sqs.create_queue(QueueName="boto-source", Attributes={"VisibilityTimeout": "1", "RedrivePolicy": policy})["QueueUrl"]
 assert sqs.get_queue_attributes(QueueUrl=source, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
+assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [source]
+first_page = sqs.list_queues(QueueNamePrefix="boto-", MaxResults=1)
+assert len(first_page["QueueUrls"]) == 1 and first_page["NextToken"], first_page
+rest = sqs.list_queues(QueueNamePrefix="boto-", MaxResults=10, NextToken=first_page["NextToken"])["QueueUrls"]
+assert sorted(first_page["QueueUrls"] + rest) == sorted([dlq, url, source]), rest
 sqs.send_message(QueueUrl=source, MessageBody="poison")
 for receive in (1, 2):
     got = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"]

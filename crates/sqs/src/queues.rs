@@ -263,12 +263,10 @@ async fn existing(
 
 pub async fn list(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
     let prefix = input.string("QueueNamePrefix")?.unwrap_or("").to_owned();
-    let max = input.integer("MaxResults", 1..=LIST_MAX as i64)?;
-    let after = input.string("NextToken")?.map(str::to_owned);
     let vhost = caller.vhost.clone();
     let groups = state.broker.run(move |b, _| b.queue_names(Some(&vhost))).await?;
     let permissions = permissions(state, caller, &caller.vhost);
-    let mut names: Vec<String> = groups
+    let names: Vec<String> = groups
         .into_iter()
         .flat_map(|g| g.queues.into_iter().map(|(name, _)| name.as_str().into_owned()))
         .filter(|name| name.starts_with(&prefix))
@@ -277,15 +275,47 @@ pub async fn list(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Resul
                 .into_iter()
                 .any(|a| permissions.allows(a, Resource::Queue, name))
         })
-        .filter(|name| after.as_ref().is_none_or(|after| name > after))
         .collect();
+    url_page(caller, &caller.vhost, names, input, "QueueUrls")
+}
+
+/// The queues whose RedrivePolicy names this one, as `queueUrls` (SQS's own lower case), paged
+/// by name like ListQueues.
+pub async fn dead_letter_sources(
+    state: &SqsState,
+    caller: &Caller,
+    input: &Input<'_>,
+) -> Result<Value, SqsError> {
+    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    existing(state, caller, &queue).await?;
+    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
+    let names = state
+        .broker
+        .run(move |b, _| b.sqs_dead_letter_sources(&vhost, &name))
+        .await?
+        .map_err(|_| SqsError::QueueDoesNotExist)?;
+    url_page(caller, &queue.vhost, names, input, "queueUrls")
+}
+
+/// The URLs of `names` under `field`, in name order, paged by `MaxResults` and `NextToken` (the
+/// last name of the page before); without `MaxResults`, up to 1,000 and no token, as SQS.
+fn url_page(
+    caller: &Caller,
+    vhost: &str,
+    mut names: Vec<String>,
+    input: &Input<'_>,
+    field: &str,
+) -> Result<Value, SqsError> {
+    let max = input.integer("MaxResults", 1..=LIST_MAX as i64)?;
+    let after = input.string("NextToken")?;
+    names.retain(|n| after.is_none_or(|after| n.as_str() > after));
     names.sort();
     let limit = max.map_or(LIST_MAX, |m| m as usize);
     let more = names.len() > limit && max.is_some();
     names.truncate(limit);
-    let urls: Vec<String> = names.iter().map(|n| url_of(caller, &caller.vhost, n)).collect();
+    let urls: Vec<String> = names.iter().map(|n| url_of(caller, vhost, n)).collect();
     let mut out = Map::new();
-    out.insert("QueueUrls".into(), json!(urls));
+    out.insert(field.into(), json!(urls));
     if more {
         out.insert("NextToken".into(), json!(names.last()));
     }

@@ -244,6 +244,30 @@ impl Broker {
         }
     }
 
+    /// The queues of `vhost` whose arguments dead-letter to `queue` through the default exchange
+    /// (SQS's ListDeadLetterSourceQueues: the RedrivePolicy made by CreateQueue), by name.
+    pub fn sqs_dead_letter_sources(&self, vhost: &str, queue: &str) -> Result<Vec<String>, SqsGatewayError> {
+        self.sqs_queue(vhost, queue)?;
+        let v = self.vhosts.get(vhost).ok_or(SqsGatewayError::QueueNotFound)?;
+        let text = |args: &FieldTable, key: &str| match args.get(key) {
+            Some(hourglass_wire::FieldValue::LongStr(s)) => Some(s.as_str().into_owned()),
+            _ => None,
+        };
+        let mut sources: Vec<String> = v
+            .queues
+            .values()
+            .filter_map(|id| self.queues.get(id))
+            .filter(|q| {
+                let args = &q.spec.arguments;
+                text(args, "x-dead-letter-exchange").as_deref() == Some("")
+                    && text(args, "x-dead-letter-routing-key").as_deref() == Some(queue)
+            })
+            .map(|q| q.name().as_str().into_owned())
+            .collect();
+        sources.sort_unstable();
+        Ok(sources)
+    }
+
     /// The queue `queue` of `vhost`, for the gateway.
     fn sqs_queue(&self, vhost: &str, queue: &str) -> Result<(ShortStr, QueueId), SqsGatewayError> {
         let name = ShortStr::try_from(queue).map_err(|_| SqsGatewayError::QueueNotFound)?;
