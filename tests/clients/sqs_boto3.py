@@ -148,6 +148,15 @@ policy = '{"deadLetterTargetArn": "%s", "maxReceiveCount": "2"}' % dlq_arn
 source = sqs.create_queue(QueueName="boto-source", Attributes={"VisibilityTimeout": "1", "RedrivePolicy": policy})["QueueUrl"]
 assert sqs.get_queue_attributes(QueueUrl=source, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
 assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [source]
+# SetQueueAttributes changes the queue in place: a redrive added, a timeout changed, a bad value refused.
+later = sqs.create_queue(QueueName="boto-later")["QueueUrl"]
+sqs.set_queue_attributes(QueueUrl=later, Attributes={"RedrivePolicy": policy, "VisibilityTimeout": "600"})
+assert sorted(sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"]) == sorted([source, later])
+assert sqs.get_queue_attributes(QueueUrl=later, AttributeNames=["VisibilityTimeout"])["Attributes"]["VisibilityTimeout"] == "600"
+sqs.set_queue_attributes(QueueUrl=later, Attributes={"RedrivePolicy": ""})
+assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [source]
+assert code_of(lambda: sqs.set_queue_attributes(QueueUrl=later, Attributes={"VisibilityTimeout": "99999"})) == ("InvalidAttributeValue", 400)
+sqs.delete_queue(QueueUrl=later)
 first_page = sqs.list_queues(QueueNamePrefix="boto-", MaxResults=1)
 assert len(first_page["QueueUrls"]) == 1 and first_page["NextToken"], first_page
 rest = sqs.list_queues(QueueNamePrefix="boto-", MaxResults=10, NextToken=first_page["NextToken"])["QueueUrls"]

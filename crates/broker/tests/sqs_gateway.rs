@@ -182,3 +182,30 @@ fn a_message_wakes_one_long_poll_not_the_herd() {
     tb.publish(c, "", "q", b"two");
     assert_eq!(*woken.lock().unwrap(), [0, 1], "the next message: the next poll");
 }
+
+/// SetQueueAttributes' arguments change in place: a queue's delay removed applies to the next
+/// message; an argument queue.declare refuses is refused, and the queue stays as it was.
+#[test]
+fn arguments_change_in_place_for_what_comes_next() {
+    use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, QueueDeclare};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(10_000))]);
+    tb.call(c, QueueDeclare { queue: hourglass_testkit::short("d"), arguments, ..Default::default() });
+    let now = tb.clock.now();
+    let refused = tb.broker.sqs_set_arguments(
+        "/",
+        "d",
+        vec![("x-visibility-timeout".into(), Some(FieldValue::I64(5)))],
+        now,
+    );
+    assert!(
+        matches!(refused, Err(SqsGatewayError::InvalidArguments(why)) if why.contains("x-visibility-timeout"))
+    );
+    tb.broker.sqs_set_arguments("/", "d", vec![("x-delivery-delay".into(), None)], now).unwrap();
+    let properties = EncodedProperties::from(BasicProperties::default());
+    tb.broker.sqs_send("/", "d", properties, bytes::Bytes::from_static(b"now"), None, now).unwrap();
+    assert_eq!(tb.broker.sqs_receive("/", "d", 10, 30_000, now).unwrap().len(), 1, "no delay any more");
+    let details = tb.broker.queue_details_named("/", "d").unwrap();
+    assert_eq!(details.arguments.get("x-delivery-delay"), None);
+}

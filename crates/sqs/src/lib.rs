@@ -132,6 +132,7 @@ async fn handled(state: &SqsState, request: Request) -> Result<Value, SqsError> 
         "PurgeQueue" => queues::purge(state, &caller, &input).await,
         "GetQueueAttributes" => queues::attributes(state, &caller, &input).await,
         "ListDeadLetterSourceQueues" => queues::dead_letter_sources(state, &caller, &input).await,
+        "SetQueueAttributes" => queues::set_attributes(state, &caller, &input).await,
         "SendMessage" => messages::send(state, &caller, &input).await,
         "SendMessageBatch" => messages::send_batch(state, &caller, &input).await,
         "ReceiveMessage" => messages::receive(state, &caller, &input).await,

@@ -35,13 +35,14 @@ fn queue_of(input: &Input<'_>) -> Result<QueueRef, SqsError> {
     queues::queue_of_url(input.required("QueueUrl")?)
 }
 
-fn gateway_error(error: SqsGatewayError, handle: &str) -> SqsError {
+pub(crate) fn gateway_error(error: SqsGatewayError, handle: &str) -> SqsError {
     match error {
         SqsGatewayError::QueueNotFound => SqsError::QueueDoesNotExist,
         SqsGatewayError::QueueLocked => {
             SqsError::AccessDenied("the queue is exclusive to an AMQP connection".into())
         }
         SqsGatewayError::QueueFull => SqsError::OverLimit,
+        SqsGatewayError::InvalidArguments(why) => SqsError::InvalidAttributeValue(why),
         SqsGatewayError::ReceiptHandleInvalid => SqsError::ReceiptHandleIsInvalid(handle.to_owned()),
     }
 }

@@ -126,51 +126,71 @@ fn from_amqp(error: AmqpError) -> SqsError {
     }
 }
 
-/// The queue arguments of CreateQueue's `Attributes` (docs/sqs.md).
+/// A change to one queue argument: set to a value, or removed (`None`).
+type ArgumentChange = (String, Option<FieldValue>);
+
+/// The queue arguments of CreateQueue's `Attributes` (docs/sqs.md), SQS's defaults for the
+/// visibility timeout and the retention period included.
 fn arguments(caller: &Caller, vhost: &str, attributes: &[(String, String)]) -> Result<FieldTable, SqsError> {
-    let seconds = |name: &str, value: &str, range: std::ops::RangeInclusive<i64>| -> Result<i64, SqsError> {
+    let mut args: Vec<ArgumentChange> = vec![
+        ("x-visibility-timeout".into(), Some(FieldValue::I64(VISIBILITY_TIMEOUT_DEFAULT_S * 1000))),
+        ("x-message-ttl".into(), Some(FieldValue::I64(RETENTION_DEFAULT_S * 1000))),
+    ];
+    for (name, value) in attributes {
+        for (key, value) in attribute_arguments(caller, vhost, name, value)? {
+            args.retain(|(k, _)| *k != key);
+            args.push((key, value));
+        }
+    }
+    let mut set: Vec<(String, FieldValue)> = args.into_iter().filter_map(|(k, v)| Some((k, v?))).collect();
+    set.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(FieldTable::from_entries(set))
+}
+
+/// What one SQS queue attribute sets among the queue's arguments (docs/sqs.md).
+fn attribute_arguments(
+    caller: &Caller,
+    vhost: &str,
+    name: &str,
+    value: &str,
+) -> Result<Vec<ArgumentChange>, SqsError> {
+    let seconds = |range: std::ops::RangeInclusive<i64>| -> Result<i64, SqsError> {
         value.parse::<i64>().ok().filter(|v| range.contains(v)).ok_or_else(|| {
             SqsError::InvalidAttributeValue(format!("Invalid value for the parameter {name}."))
         })
     };
-    let mut visibility_s = VISIBILITY_TIMEOUT_DEFAULT_S;
-    let mut retention_s = RETENTION_DEFAULT_S;
-    let mut args: Vec<(String, FieldValue)> = Vec::new();
-    for (name, value) in attributes {
-        match name.as_str() {
-            "VisibilityTimeout" => visibility_s = seconds(name, value, 1..=VISIBILITY_TIMEOUT_MAX_S)?,
-            "MessageRetentionPeriod" => retention_s = seconds(name, value, RETENTION_RANGE_S)?,
-            "DelaySeconds" => {
-                let delay = seconds(name, value, 0..=DELAY_MAX_S)?;
-                if delay > 0 {
-                    args.push(("x-delivery-delay".into(), FieldValue::I64(delay * 1000)));
-                }
-            }
-            "MaximumMessageSize" => args.push((
-                MAXIMUM_MESSAGE_SIZE_ARG.into(),
-                FieldValue::I64(seconds(name, value, MESSAGE_SIZE_RANGE)?),
-            )),
-            "ReceiveMessageWaitTimeSeconds" => args
-                .push((RECEIVE_WAIT_ARG.into(), FieldValue::I64(seconds(name, value, 0..=WAIT_TIME_MAX_S)?))),
-            "RedrivePolicy" => args.extend(redrive_arguments(caller, vhost, value)?),
-            "FifoQueue" | "ContentBasedDeduplication" | "DeduplicationScope" | "FifoThroughputLimit" => {
-                return Err(SqsError::UnsupportedOperation("FIFO queues are not served yet.".into()))
-            }
-            // Accepted, without effect here: encryption at rest is the disk's, access is by
-            // Hourglass permissions.
-            "Policy"
-            | "KmsMasterKeyId"
-            | "KmsDataKeyReusePeriodSeconds"
-            | "SqsManagedSseEnabled"
-            | "RedriveAllowPolicy" => {}
-            _ => return Err(SqsError::InvalidAttributeName(name.clone())),
+    let set = |key: &str, value: i64| vec![(key.to_owned(), Some(FieldValue::I64(value)))];
+    Ok(match name {
+        "VisibilityTimeout" => set("x-visibility-timeout", seconds(1..=VISIBILITY_TIMEOUT_MAX_S)? * 1000),
+        "MessageRetentionPeriod" => set("x-message-ttl", seconds(RETENTION_RANGE_S)? * 1000),
+        "DelaySeconds" => match seconds(0..=DELAY_MAX_S)? {
+            0 => vec![("x-delivery-delay".to_owned(), None)],
+            delay => set("x-delivery-delay", delay * 1000),
+        },
+        "MaximumMessageSize" => set(MAXIMUM_MESSAGE_SIZE_ARG, seconds(MESSAGE_SIZE_RANGE)?),
+        "ReceiveMessageWaitTimeSeconds" => set(RECEIVE_WAIT_ARG, seconds(0..=WAIT_TIME_MAX_S)?),
+        "RedrivePolicy" if value.is_empty() => {
+            REDRIVE_ARGS.iter().map(|key| ((*key).to_owned(), None)).collect()
         }
-    }
-    args.push(("x-visibility-timeout".into(), FieldValue::I64(visibility_s * 1000)));
-    args.push(("x-message-ttl".into(), FieldValue::I64(retention_s * 1000)));
-    args.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(FieldTable::from_entries(args))
+        "RedrivePolicy" => {
+            redrive_arguments(caller, vhost, value)?.into_iter().map(|(k, v)| (k, Some(v))).collect()
+        }
+        "FifoQueue" | "ContentBasedDeduplication" | "DeduplicationScope" | "FifoThroughputLimit" => {
+            return Err(SqsError::UnsupportedOperation("FIFO queues are not served yet.".into()))
+        }
+        // Accepted, without effect here: encryption at rest is the disk's, access is by
+        // Hourglass permissions.
+        "Policy"
+        | "KmsMasterKeyId"
+        | "KmsDataKeyReusePeriodSeconds"
+        | "SqsManagedSseEnabled"
+        | "RedriveAllowPolicy" => Vec::new(),
+        _ => return Err(SqsError::InvalidAttributeName(name.to_owned())),
+    })
 }
+
+/// The arguments a `RedrivePolicy` sets.
+const REDRIVE_ARGS: [&str; 3] = ["x-dead-letter-exchange", "x-dead-letter-routing-key", "x-delivery-limit"];
 
 /// `RedrivePolicy` (`{"deadLetterTargetArn": …, "maxReceiveCount": N}`): dead-lettering to that
 /// queue through the default exchange after N receives, as `x-delivery-limit` N−1 (the limit
@@ -203,10 +223,11 @@ fn redrive_arguments(
         .strip_prefix(prefix.as_str())
         .filter(|n| !n.is_empty())
         .ok_or_else(|| invalid("Dead-letter target must be a queue of the same vhost."))?;
+    let [exchange, routing_key, limit] = REDRIVE_ARGS;
     Ok(vec![
-        ("x-dead-letter-exchange".into(), FieldValue::LongStr(LongStr::from(String::new()))),
-        ("x-dead-letter-routing-key".into(), FieldValue::LongStr(LongStr::from(dead_letter.to_owned()))),
-        ("x-delivery-limit".into(), FieldValue::I64(count - 1)),
+        (exchange.into(), FieldValue::LongStr(LongStr::from(String::new()))),
+        (routing_key.into(), FieldValue::LongStr(LongStr::from(dead_letter.to_owned()))),
+        (limit.into(), FieldValue::I64(count - 1)),
     ])
 }
 
@@ -320,6 +341,22 @@ fn url_page(
         out.insert("NextToken".into(), json!(names.last()));
     }
     Ok(Value::Object(out))
+}
+
+/// SetQueueAttributes: the attributes' arguments changed in place (configure permission, as
+/// any change to a queue), for what reads them from now on.
+pub async fn set_attributes(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    require(state, caller, Access::Configure, &queue)?;
+    let attributes = input.string_map("Attributes")?;
+    let mut changes: Vec<ArgumentChange> = Vec::new();
+    for (name, value) in &attributes {
+        changes.extend(attribute_arguments(caller, &queue.vhost, name, value)?);
+    }
+    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
+    let set = state.broker.run(move |b, now| b.sqs_set_arguments(&vhost, &name, changes, now)).await?;
+    set.map_err(|e| crate::messages::gateway_error(e, ""))?;
+    Ok(json!({}))
 }
 
 pub async fn delete(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {

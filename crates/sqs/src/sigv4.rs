@@ -201,16 +201,62 @@ pub fn verify(
         }
         _ => {}
     }
+    let to_sign = string_to_sign(request, claimed)?;
+    let key = hmac::Key::new(hmac::HMAC_SHA256, &signing_key(claimed, secret));
+    // `hmac::verify` compares in constant time: a comparison that stopped at the first differing
+    // byte would tell a guesser how much of a signature it has right.
+    hmac::verify(&key, to_sign.as_bytes(), &claimed.signature).map_err(|_| SignatureError::Mismatch)
+}
+
+/// SigV4's string to sign: the algorithm, the time, the scope and the canonical request's hash.
+fn string_to_sign(request: &Request<'_>, claimed: &Claimed) -> Result<String, SignatureError> {
     let canonical = canonical_request(request, claimed)?;
     let scope = format!("{}/{}/{}/aws4_request", claimed.scope_date, claimed.region, claimed.service);
-    let to_sign =
-        format!("{ALGORITHM}\n{}\n{scope}\n{}", claimed.amz_date, hex(&sha256(canonical.as_bytes())));
+    Ok(format!("{ALGORITHM}\n{}\n{scope}\n{}", claimed.amz_date, hex(&sha256(canonical.as_bytes()))))
+}
+
+/// The signing key: the secret through the scope's date, region and service.
+fn signing_key(claimed: &Claimed, secret: &str) -> Vec<u8> {
     let mut key = hmac_sha256(format!("AWS4{secret}").as_bytes(), claimed.scope_date.as_bytes());
     for part in [claimed.region.as_bytes(), claimed.service.as_bytes(), b"aws4_request"] {
         key = hmac_sha256(&key, part);
     }
-    let key = hmac::Key::new(hmac::HMAC_SHA256, &key);
-    hmac::verify(&key, to_sign.as_bytes(), &claimed.signature).map_err(|_| SignatureError::Mismatch)
+    key
+}
+
+/// The `Authorization` header that signs `request` (with `x-amz-date` = `amz_date` and `host`
+/// among its headers, both signed with every other header it has) for `access_key` / `secret`:
+/// what an SDK sends, for tests and tools that talk to the endpoint without one.
+pub fn authorization(
+    request: &Request<'_>,
+    access_key: &str,
+    secret: &str,
+    region: &str,
+    amz_date: &str,
+) -> String {
+    let mut signed_headers: Vec<String> =
+        request.headers.iter().map(|(name, _)| name.to_ascii_lowercase()).collect();
+    signed_headers.sort();
+    signed_headers.dedup();
+    let claimed = Claimed {
+        access_key: access_key.to_owned(),
+        scope_date: amz_date.get(..8).unwrap_or_default().to_owned(),
+        region: region.to_owned(),
+        service: "sqs".to_owned(),
+        amz_date: amz_date.to_owned(),
+        signed_headers,
+        signature: Vec::new(),
+        presigned_for_s: None,
+    };
+    let signature = string_to_sign(request, &claimed)
+        .map(|to_sign| hmac_sha256(&signing_key(&claimed, secret), to_sign.as_bytes()))
+        .unwrap_or_default();
+    format!(
+        "{ALGORITHM} Credential={access_key}/{}/{region}/sqs/aws4_request, SignedHeaders={}, Signature={}",
+        claimed.scope_date,
+        claimed.signed_headers.join(";"),
+        hex(&signature)
+    )
 }
 
 /// SigV4's canonical request: method, the path encoded again (as for every service but S3),
@@ -479,6 +525,17 @@ mod tests {
             let h = headers(&[("Host", "h"), ("X-Amz-Date", "20261201T120000Z"), ("Authorization", authorization)]);
             assert!(matches!(parse(&create_queue(&h)), Err(SignatureError::Malformed(_))), "{authorization}");
         }
+    }
+
+    /// `authorization` signs as botocore does: the same header for the same request.
+    #[test]
+    fn authorization_matches_botocore() {
+        let headers = signed_headers(BOTOCORE_SIGNATURE);
+        let unsigned: Vec<(String, String)> =
+            headers.iter().filter(|(n, _)| n != "Authorization").cloned().collect();
+        let signed =
+            authorization(&create_queue(&unsigned), "guest", "guest", "us-east-1", "20261201T120000Z");
+        assert_eq!(signed, headers[4].1);
     }
 
     /// Dates read and write back, over leap days and years.

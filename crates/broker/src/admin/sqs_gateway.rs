@@ -15,7 +15,7 @@ use indexmap::IndexMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hourglass_wire::{ChannelOpen, EncodedProperties, FieldTable, ShortStr};
+use hourglass_wire::{ChannelOpen, EncodedProperties, FieldTable, FieldValue, ShortStr};
 
 use crate::api::{ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo};
 use crate::broker::Broker;
@@ -24,6 +24,8 @@ use crate::enqueue::Enqueued;
 use crate::message::Message;
 use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
+use crate::persist::Changed;
+use crate::queue::args::QueueArgs;
 use crate::queue::QueueId;
 use crate::time::Timestamp;
 
@@ -97,6 +99,9 @@ pub enum SqsGatewayError {
     /// Exclusive to an AMQP connection.
     #[error("the queue is exclusive to another connection")]
     QueueLocked,
+    /// Arguments queue.declare would refuse (its text).
+    #[error("{0}")]
+    InvalidArguments(String),
     /// The queue's `x-overflow` is `reject-publish` and it is full.
     #[error("the queue is full")]
     QueueFull,
@@ -244,13 +249,52 @@ impl Broker {
         }
     }
 
+    /// SetQueueAttributes: changes some of a queue's arguments in place (`Some`: set, `None`:
+    /// removed), checked as queue.declare checks them, then its policies re-applied and the
+    /// definition written for a durable queue. What reads the arguments when it acts (the
+    /// visibility timeout of the next receive, the delay of the next message, the delivery limit
+    /// of the next failure) follows at once; messages already in the queue keep the expiry they
+    /// entered with.
+    pub fn sqs_set_arguments(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        changes: Vec<(String, Option<FieldValue>)>,
+        now: Timestamp,
+    ) -> Result<(), SqsGatewayError> {
+        let (name, id) = self.sqs_queue(vhost, queue)?;
+        let q = self.queues.get(&id).ok_or(SqsGatewayError::QueueNotFound)?;
+        let kept = q
+            .spec
+            .arguments
+            .iter()
+            .filter(|(key, _)| !changes.iter().any(|(k, _)| k.as_bytes() == key.as_bytes()));
+        let mut entries: Vec<(Vec<u8>, FieldValue)> =
+            kept.map(|(key, value)| (key.as_bytes().to_vec(), value)).collect();
+        entries.extend(changes.into_iter().filter_map(|(key, value)| Some((key.into_bytes(), value?))));
+        let arguments = FieldTable::from_entries(entries);
+        let args = QueueArgs::parse(&arguments, &name.as_str(), vhost, q.spec.durable)
+            .map_err(|e| SqsGatewayError::InvalidArguments(e.reply_text))?;
+        let persisted = q.is_persisted();
+        if let Some(q) = self.queues.get_mut(&id) {
+            q.spec.arguments = arguments;
+            q.args = args;
+        }
+        self.apply_queue_policies(id, now);
+        if persisted {
+            self.definition_changed(Changed::Queue(vhost.to_owned(), name));
+        }
+        self.dispatch(id, now);
+        Ok(())
+    }
+
     /// The queues of `vhost` whose arguments dead-letter to `queue` through the default exchange
     /// (SQS's ListDeadLetterSourceQueues: the RedrivePolicy made by CreateQueue), by name.
     pub fn sqs_dead_letter_sources(&self, vhost: &str, queue: &str) -> Result<Vec<String>, SqsGatewayError> {
         self.sqs_queue(vhost, queue)?;
         let v = self.vhosts.get(vhost).ok_or(SqsGatewayError::QueueNotFound)?;
         let text = |args: &FieldTable, key: &str| match args.get(key) {
-            Some(hourglass_wire::FieldValue::LongStr(s)) => Some(s.as_str().into_owned()),
+            Some(FieldValue::LongStr(s)) => Some(s.as_str().into_owned()),
             _ => None,
         };
         let mut sources: Vec<String> = v
