@@ -156,6 +156,20 @@ assert sqs.get_queue_attributes(QueueUrl=later, AttributeNames=["VisibilityTimeo
 sqs.set_queue_attributes(QueueUrl=later, Attributes={"RedrivePolicy": ""})
 assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [source]
 assert code_of(lambda: sqs.set_queue_attributes(QueueUrl=later, Attributes={"VisibilityTimeout": "99999"})) == ("InvalidAttributeValue", 400)
+# A queue's MaximumMessageSize holds for what is sent to it.
+small = sqs.create_queue(QueueName="boto-small", Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+sqs.send_message(QueueUrl=small, MessageBody="x" * 1024)
+assert code_of(lambda: sqs.send_message(QueueUrl=small, MessageBody="x" * 1025)) == ("InvalidParameterValue", 400)
+sqs.delete_queue(QueueUrl=small)
+
+# Tags: made with the queue, added, listed, removed.
+tagged = sqs.create_queue(QueueName="boto-tagged", tags={"team": "billing"})["QueueUrl"]
+sqs.tag_queue(QueueUrl=tagged, Tags={"env": "test"})
+assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"team": "billing", "env": "test"}
+sqs.untag_queue(QueueUrl=tagged, TagKeys=["team"])
+assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"env": "test"}
+assert code_of(lambda: sqs.tag_queue(QueueUrl=tagged, Tags={"aws:x": "1"})) == ("InvalidParameterValue", 400)
+sqs.delete_queue(QueueUrl=tagged)
 sqs.delete_queue(QueueUrl=later)
 first_page = sqs.list_queues(QueueNamePrefix="boto-", MaxResults=1)
 assert len(first_page["QueueUrls"]) == 1 and first_page["NextToken"], first_page

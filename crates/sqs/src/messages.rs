@@ -66,16 +66,16 @@ struct Outgoing {
     answer: Map<String, Value>,
 }
 
-fn outgoing(input: &Input<'_>, now_ms: u64) -> Result<Outgoing, SqsError> {
+/// A message to send, checked against the queue's `MaximumMessageSize` (`size_max`).
+fn outgoing(input: &Input<'_>, now_ms: u64, size_max: usize) -> Result<Outgoing, SqsError> {
     let body = input.required("MessageBody")?;
     check_body(body)?;
     let delay_ms = input.integer("DelaySeconds", 0..=900)?.map(|s| s as u64 * 1000);
     let attributes = attributes::from_json(input.value("MessageAttributes"))?;
     let size = body.len() + attributes::size(&attributes);
-    if size > queues::MESSAGE_SIZE_MAX as usize {
+    if size > size_max {
         return Err(SqsError::InvalidParameterValue(format!(
-            "One or more parameters are invalid. Reason: Message must be shorter than {} bytes.",
-            queues::MESSAGE_SIZE_MAX
+            "One or more parameters are invalid. Reason: Message must be shorter than {size_max} bytes."
         )));
     }
     let message_id = new_message_id();
@@ -154,7 +154,7 @@ async fn send_all(
 pub async fn send(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
     let queue = queue_of(input)?;
     require_send(state, caller, &queue)?;
-    let message = outgoing(input, (state.clock)())?;
+    let message = outgoing(input, (state.clock)(), size_max(state, &queue).await?)?;
     let mut sent = send_all(state, &queue, vec![message]).await?;
     Ok(Value::Object(sent.remove(0)?))
 }
@@ -168,8 +168,19 @@ pub async fn send_batch(state: &SqsState, caller: &Caller, input: &Input<'_>) ->
     if bytes > BATCH_BYTES_MAX {
         return Err(SqsError::BatchRequestTooLong(bytes));
     }
-    let now_ms = (state.clock)();
-    run_batch(entries, |entry| outgoing(entry, now_ms), |messages| send_all(state, &queue, messages)).await
+    let (now_ms, size_max) = ((state.clock)(), size_max(state, &queue).await?);
+    run_batch(
+        entries,
+        |entry| outgoing(entry, now_ms, size_max),
+        |messages| send_all(state, &queue, messages),
+    )
+    .await
+}
+
+/// The queue's `MaximumMessageSize` (SQS's 256 KiB unless its attribute says less).
+async fn size_max(state: &SqsState, queue: &QueueRef) -> Result<usize, SqsError> {
+    let [found] = queues::integer_arguments(state, queue, [queues::MAXIMUM_MESSAGE_SIZE_ARG]).await?;
+    Ok(found.map_or(queues::MESSAGE_SIZE_MAX, |n| n.clamp(0, queues::MESSAGE_SIZE_MAX)) as usize)
 }
 
 /// The answer to a batch: each entry read by `parse` (one it refuses fails alone), the rest
@@ -221,17 +232,9 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
     let mut system = input.strings("AttributeNames")?;
     system.extend(input.strings("MessageSystemAttributeNames")?);
     let wanted_attributes = input.strings("MessageAttributeNames")?;
-    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
-    let defaults = state
-        .broker
-        .run(move |b, _| {
-            b.queue_details_named(&vhost, &name).map(|d| {
-                let arg = |n: &str| d.arguments.get(n).and_then(|v| v.as_i64());
-                (arg("x-visibility-timeout"), arg(queues::RECEIVE_WAIT_ARG))
-            })
-        })
-        .await?
-        .ok_or(SqsError::QueueDoesNotExist)?;
+    let [queue_visibility, queue_wait] =
+        queues::integer_arguments(state, &queue, ["x-visibility-timeout", queues::RECEIVE_WAIT_ARG]).await?;
+    let defaults = (queue_visibility, queue_wait);
     let visibility_ms = visibility
         .map(|s| s as u64 * 1000)
         .or(defaults.0.map(|ms| ms as u64))

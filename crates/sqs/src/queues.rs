@@ -26,6 +26,12 @@ pub const WAIT_TIME_MAX_S: i64 = 20;
 /// The arguments that hold SQS attributes AMQP has no argument for.
 pub const MAXIMUM_MESSAGE_SIZE_ARG: &str = "x-sqs-maximum-message-size";
 pub const RECEIVE_WAIT_ARG: &str = "x-sqs-receive-message-wait-time-seconds";
+/// The argument that holds a queue's tags (a table of strings).
+const TAGS_ARG: &str = "x-sqs-tags";
+/// AWS's limits on tags: 50 a queue, keys of 1 to 128 characters, values of up to 256.
+const TAGS_MAX: usize = 50;
+const TAG_KEY_LEN_MAX: usize = 128;
+const TAG_VALUE_LEN_MAX: usize = 256;
 /// The account an ARN names for the vhost `/` (other vhosts are named by themselves).
 const DEFAULT_VHOST_ACCOUNT: &str = "000000000000";
 /// ListQueues' most URLs an answer.
@@ -240,7 +246,11 @@ pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
     let name = input.required("QueueName")?;
     check_sqs_name(name)?;
     let vhost = caller.vhost.clone();
-    let arguments = arguments(caller, &vhost, &input.string_map("Attributes")?)?;
+    let mut arguments = arguments(caller, &vhost, &input.string_map("Attributes")?)?;
+    let tags = input.string_map("tags")?;
+    if !tags.is_empty() {
+        arguments = arguments.with_entry(TAGS_ARG, tags_table(tags.into_iter().collect())?);
+    }
     let declare = QueueDeclare { queue: short(name)?, durable: true, arguments, ..Default::default() };
     let (user, permissions) = (caller.user.clone(), permissions(state, caller, &vhost));
     let declared_in = vhost.clone();
@@ -353,10 +363,101 @@ pub async fn set_attributes(state: &SqsState, caller: &Caller, input: &Input<'_>
     for (name, value) in &attributes {
         changes.extend(attribute_arguments(caller, &queue.vhost, name, value)?);
     }
+    change_arguments(state, &queue, changes).await
+}
+
+/// Changes some of `queue`'s arguments in place (`Broker::sqs_set_arguments`).
+async fn change_arguments(
+    state: &SqsState,
+    queue: &QueueRef,
+    changes: Vec<ArgumentChange>,
+) -> Result<Value, SqsError> {
     let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
     let set = state.broker.run(move |b, now| b.sqs_set_arguments(&vhost, &name, changes, now)).await?;
     set.map_err(|e| crate::messages::gateway_error(e, ""))?;
     Ok(json!({}))
+}
+
+/// The integer arguments `names` of `queue` (`None` for one it has not), in one broker job;
+/// `QueueDoesNotExist` when there is no such queue.
+pub async fn integer_arguments<const N: usize>(
+    state: &SqsState,
+    queue: &QueueRef,
+    names: [&'static str; N],
+) -> Result<[Option<i64>; N], SqsError> {
+    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
+    let found = state
+        .broker
+        .run(move |b, _| {
+            b.queue_details_named(&vhost, &name)
+                .map(|d| names.map(|n| d.arguments.get(n).and_then(|v| v.as_i64())))
+        })
+        .await?;
+    found.ok_or(SqsError::QueueDoesNotExist)
+}
+
+/// A queue's tags, from its argument.
+fn tags_of(details: &hourglass_broker::admin::QueueDetails) -> std::collections::BTreeMap<String, String> {
+    let Some(FieldValue::Table(tags)) = details.arguments.get(TAGS_ARG) else { return Default::default() };
+    tags.iter()
+        .filter_map(|(key, value)| match value {
+            FieldValue::LongStr(v) => Some((key.as_str().into_owned(), v.as_str().into_owned())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `tags` as the argument's table, within AWS's limits.
+fn tags_table(tags: std::collections::BTreeMap<String, String>) -> Result<FieldValue, SqsError> {
+    if tags.len() > TAGS_MAX {
+        return Err(SqsError::InvalidParameterValue(format!(
+            "Too many tags: a queue has at most {TAGS_MAX}."
+        )));
+    }
+    for (key, value) in &tags {
+        let reserved = key.to_ascii_lowercase().starts_with("aws:");
+        if key.is_empty() || key.len() > TAG_KEY_LEN_MAX || value.len() > TAG_VALUE_LEN_MAX || reserved {
+            return Err(SqsError::InvalidParameterValue(format!(
+                "Tag '{key}' is invalid: keys are 1 to {TAG_KEY_LEN_MAX} characters and do not start with aws:, values up to {TAG_VALUE_LEN_MAX}."
+            )));
+        }
+    }
+    let entries = tags.into_iter().map(|(k, v)| (k, FieldValue::LongStr(LongStr::from(v))));
+    Ok(FieldValue::Table(FieldTable::from_entries(entries)))
+}
+
+pub async fn list_tags(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
+    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let tags = tags_of(&existing(state, caller, &queue).await?);
+    if tags.is_empty() {
+        return Ok(json!({}));
+    }
+    Ok(json!({"Tags": tags}))
+}
+
+/// TagQueue and UntagQueue: the tags changed (configure permission, as any change to a queue).
+pub async fn tag(
+    state: &SqsState,
+    caller: &Caller,
+    input: &Input<'_>,
+    untag: bool,
+) -> Result<Value, SqsError> {
+    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    require(state, caller, Access::Configure, &queue)?;
+    let mut tags = tags_of(&existing(state, caller, &queue).await?);
+    if untag {
+        for key in input.strings("TagKeys")? {
+            tags.remove(&key);
+        }
+    } else {
+        let added = input.string_map("Tags")?;
+        if added.is_empty() {
+            return Err(SqsError::MissingParameter("Tags"));
+        }
+        tags.extend(added);
+    }
+    let change = if tags.is_empty() { None } else { Some(tags_table(tags)?) };
+    change_arguments(state, &queue, vec![(TAGS_ARG.to_owned(), change)]).await
 }
 
 pub async fn delete(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
