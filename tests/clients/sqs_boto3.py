@@ -182,6 +182,20 @@ for receive in (1, 2):
 dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=5)["Messages"]
 assert dead[0]["Body"] == "poison", dead
 assert "Messages" not in sqs.receive_message(QueueUrl=source, WaitTimeSeconds=2)
+sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=dead[0]["ReceiptHandle"], VisibilityTimeout=0)
+
+# A message-move task redrives the dead-letter queue back to the source.
+task = sqs.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=50)["TaskHandle"]
+for _ in range(100):
+    status = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]
+    if status["Status"] != "RUNNING":
+        break
+    time.sleep(0.05)
+assert (status["Status"], status["ApproximateNumberOfMessagesMoved"]) == ("COMPLETED", 1), status
+redriven = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=5)["Messages"]
+assert redriven[0]["Body"] == "poison", redriven
+sqs.delete_message(QueueUrl=source, ReceiptHandle=redriven[0]["ReceiptHandle"])
+assert code_of(lambda: sqs.cancel_message_move_task(TaskHandle=task)) == ("ResourceNotFoundException", 400)
 
 # Wrong keys and malformed requests get AWS's codes; a deleted queue is gone.
 assert code_of(lambda: client(secret="wrong").list_queues()) == ("SignatureDoesNotMatch", 403)

@@ -209,3 +209,43 @@ fn arguments_change_in_place_for_what_comes_next() {
     let details = tb.broker.queue_details_named("/", "d").unwrap();
     assert_eq!(details.arguments.get("x-delivery-delay"), None);
 }
+
+/// A move takes dead-lettered messages back to the queue each came from, or to a destination;
+/// one that came from nowhere stops it and stays.
+#[test]
+fn moves_take_dead_letters_back_to_their_source() {
+    use hourglass_wire::{BasicNack, FieldTable, FieldValue, LongStr, QueueDeclare};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "dlq");
+    declare(&mut tb, c, "elsewhere");
+    let arguments = FieldTable::from_entries([
+        ("x-dead-letter-exchange", FieldValue::LongStr(LongStr::from(String::new()))),
+        ("x-dead-letter-routing-key", FieldValue::LongStr(LongStr::from("dlq".to_owned()))),
+    ]);
+    tb.call(c, QueueDeclare { queue: hourglass_testkit::short("src"), arguments, ..Default::default() });
+    let worker = tb.channel();
+    consume(&mut tb, worker, "src", "w", false);
+    for body in [b"one", b"two"] {
+        let delivered = deliveries(&tb.publish(c, "", "src", body)).remove(0);
+        let nack = BasicNack { delivery_tag: delivered.method.delivery_tag, multiple: false, requeue: false };
+        tb.call(worker, nack);
+    }
+    tb.call(
+        worker,
+        hourglass_wire::BasicCancel { consumer_tag: hourglass_testkit::short("w"), ..Default::default() },
+    );
+    assert_eq!(stats(&tb, "dlq").messages_ready, 2);
+    let now = tb.clock.now();
+    let step = tb.broker.sqs_move("/", "dlq", None, 1, now).unwrap();
+    assert_eq!((step.moved, step.left, step.stuck), (1, 1, false));
+    assert_eq!(stats(&tb, "src").messages_ready, 1, "back where it came from");
+    let step = tb.broker.sqs_move("/", "dlq", Some("elsewhere"), 10, now).unwrap();
+    assert_eq!((step.moved, step.left), (1, 0));
+    assert_eq!(stats(&tb, "elsewhere").messages_ready, 1);
+
+    tb.publish(c, "", "dlq", b"never dead-lettered");
+    let step = tb.broker.sqs_move("/", "dlq", None, 10, now).unwrap();
+    assert_eq!((step.moved, step.stuck), (0, true));
+    assert_eq!(stats(&tb, "dlq").messages_ready, 1, "left where it was");
+}

@@ -360,6 +360,7 @@ impl Server {
                 users: mgmt.users.clone(),
                 logins: mgmt.logins.clone(),
                 secrets: mgmt.secrets.clone(),
+                moves: Default::default(),
                 clock: hourglass_sqs::system_clock,
             };
             let mut stop = shutdown_rx.clone();

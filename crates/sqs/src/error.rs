@@ -37,6 +37,8 @@ pub enum SqsError {
     BatchRequestTooLong(usize),
     #[error("{0}")]
     UnsupportedOperation(String),
+    #[error("{0}")]
+    ResourceNotFound(String),
     /// The queue is full (`x-overflow` `reject-publish`).
     #[error("The queue is full.")]
     OverLimit,
@@ -73,6 +75,7 @@ impl SqsError {
             SqsError::InvalidBatchEntryId => "InvalidBatchEntryId",
             SqsError::BatchRequestTooLong(_) => "BatchRequestTooLong",
             SqsError::UnsupportedOperation(_) => "UnsupportedOperation",
+            SqsError::ResourceNotFound(_) => "ResourceNotFoundException",
             SqsError::OverLimit => "OverLimit",
             SqsError::AccessDenied(_) => "AccessDeniedException",
             SqsError::InvalidSignature(SignatureError::UnknownAccessKey) => "InvalidClientTokenId",

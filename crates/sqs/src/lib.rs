@@ -5,7 +5,8 @@
 //! - `sigv4.rs`: the signature of every request; `credentials.rs`: whose key it is.
 //! - `request.rs`: a request's parameters, checked; `error.rs`: SQS's errors.
 //! - `queues.rs`: queue operations and queue URLs; `messages.rs`: message operations;
-//!   `attributes.rs`: message attributes ↔ AMQP headers and the MD5s SDKs check.
+//!   `attributes.rs`: message attributes ↔ AMQP headers and the MD5s SDKs check; `moves.rs`:
+//!   message-move tasks (redrive from a dead-letter queue).
 //! - The broker side is `hourglass_broker::admin` (`sqs_gateway.rs`): what SQS received and has
 //!   not deleted.
 //!
@@ -16,6 +17,7 @@ mod attributes;
 mod credentials;
 mod error;
 mod messages;
+mod moves;
 mod queues;
 mod request;
 pub mod sigv4;
@@ -35,6 +37,7 @@ use hourglass_session::{Admission, LoginLimiter};
 use serde_json::Value;
 
 pub use error::SqsError;
+pub use moves::MoveTasks;
 
 /// The largest request body read: SQS's 256 KiB message (or batch) base64-free, with room for
 /// its JSON and attributes. Larger bodies are refused before they are parsed.
@@ -52,6 +55,8 @@ pub struct SqsState {
     pub logins: Arc<LoginLimiter>,
     /// What access keys' secrets are sealed with; `None`: only the guest key works.
     pub secrets: Option<Arc<hourglass_identity::SecretsKey>>,
+    /// The running and recent message-move tasks (`moves.rs`).
+    pub moves: Arc<MoveTasks>,
     /// Wall-clock Unix milliseconds (a signature's time is checked against it).
     pub clock: fn() -> u64,
 }
@@ -136,6 +141,9 @@ async fn handled(state: &SqsState, request: Request) -> Result<Value, SqsError> 
         "TagQueue" => queues::tag(state, &caller, &input, false).await,
         "UntagQueue" => queues::tag(state, &caller, &input, true).await,
         "ListQueueTags" => queues::list_tags(state, &caller, &input).await,
+        "StartMessageMoveTask" => moves::start(state, &caller, &input).await,
+        "ListMessageMoveTasks" => moves::list(state, &caller, &input).await,
+        "CancelMessageMoveTask" => moves::cancel(state, &caller, &input).await,
         "SendMessage" => messages::send(state, &caller, &input).await,
         "SendMessageBatch" => messages::send_batch(state, &caller, &input).await,
         "ReceiveMessage" => messages::receive(state, &caller, &input).await,

@@ -103,7 +103,7 @@ fn outgoing(input: &Input<'_>, now_ms: u64, size_max: usize) -> Result<Outgoing,
 }
 
 /// A random (version 4) UUID, as SQS's message ids are.
-fn new_message_id() -> String {
+pub(crate) fn new_message_id() -> String {
     let mut bytes = [0u8; 16];
     // The OS random source failing is not something a broker can go on without.
     SystemRandom::new().fill(&mut bytes).expect("the operating system's random source failed");

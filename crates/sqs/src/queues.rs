@@ -66,6 +66,24 @@ pub fn queue_of_url(url: &str) -> Result<QueueRef, SqsError> {
     Ok(QueueRef { vhost, name })
 }
 
+/// The queue an ARN names: `arn:aws:sqs:{region}:{account}:{queue}`, the account
+/// `000000000000` for the vhost `/` and the percent-encoded vhost otherwise (`arn_of`).
+pub fn queue_of_arn(arn: &str) -> Result<QueueRef, SqsError> {
+    let invalid =
+        || SqsError::InvalidParameterValue(format!("{arn} is not the ARN of a queue of this endpoint."));
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    let ["arn", "aws", "sqs", _region, account, name] = parts.as_slice() else { return Err(invalid()) };
+    let vhost = if *account == DEFAULT_VHOST_ACCOUNT {
+        "/".to_owned()
+    } else {
+        crate::sigv4::percent_decode(account).map_err(|_| invalid())?
+    };
+    if name.is_empty() || name.len() > ShortStr::MAX_LEN {
+        return Err(invalid());
+    }
+    Ok(QueueRef { vhost, name: (*name).to_owned() })
+}
+
 /// The URL of queue `name` in `vhost`, on the address the caller used.
 pub fn url_of(caller: &Caller, vhost: &str, name: &str) -> String {
     format!("{}/{}/{}", caller.base_url, encode(vhost), encode(name))

@@ -26,6 +26,7 @@ use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
 use crate::persist::Changed;
 use crate::queue::args::QueueArgs;
+use crate::queue::entry::Payload;
 use crate::queue::QueueId;
 use crate::time::Timestamp;
 
@@ -89,6 +90,29 @@ pub struct SqsReceived {
     /// The queue entry's id, unique in the broker and kept across restarts for a persisted
     /// message (what names a message that has no `message_id` property).
     pub entry_id: u64,
+}
+
+/// How long a message being moved is held before it would come back (it is moved within the
+/// same job, so this never runs out in practice).
+const MOVE_HOLD_MS: u64 = 60_000;
+
+/// What one step of a message-move task did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoveStep {
+    pub moved: usize,
+    /// Ready messages left in the source.
+    pub left: usize,
+    /// A message had no queue to go to (no destination, and no `x-first-death-queue` naming an
+    /// existing queue): the task cannot go on.
+    pub stuck: bool,
+}
+
+/// The queue a dead-lettered message came from.
+fn first_death_queue(message: &Message) -> Option<String> {
+    match message.properties().headers()?.get("x-first-death-queue")? {
+        FieldValue::LongStr(queue) => Some(queue.as_str().into_owned()),
+        _ => None,
+    }
 }
 
 /// Why an SQS gateway operation did nothing.
@@ -286,6 +310,58 @@ impl Broker {
         }
         self.dispatch(id, now);
         Ok(())
+    }
+
+    /// A message-move task's step (SQS's StartMessageMoveTask): moves up to `max` ready messages
+    /// of `source` to `destination`, or, without one, each back to the queue it was
+    /// dead-lettered from (`x-first-death-queue`). Each message enters its new queue before it
+    /// leaves the old, so a crash between the two store ops can repeat a move, never lose one.
+    /// A message with no queue to go to stops the step, left where it was.
+    pub fn sqs_move(
+        &mut self,
+        vhost: &str,
+        source: &str,
+        destination: Option<&str>,
+        max: usize,
+        now: Timestamp,
+    ) -> Result<MoveStep, SqsGatewayError> {
+        let (name, id) = self.sqs_queue(vhost, source)?;
+        let gateway = self.sqs_gateway(vhost, now);
+        let mut step = MoveStep::default();
+        while step.moved < max {
+            let hand_out = HandOut::Visibility(MOVE_HOLD_MS);
+            let Some(got) = self.get_one(gateway, GATEWAY_CHANNEL, vhost, name.clone(), id, hand_out, now)
+            else {
+                break;
+            };
+            let target = match destination {
+                Some(d) => Some(d.to_owned()),
+                None => first_death_queue(&got.message),
+            };
+            let target = target.and_then(|t| self.sqs_queue(vhost, &t).ok());
+            let message = self
+                .channels
+                .get_mut(&(gateway, GATEWAY_CHANNEL))
+                .and_then(|c| c.unacked_mut(got.tag))
+                .map(|u| u.entry.payload.clone());
+            let message = match (message, &target) {
+                (Some(Payload::Resident(message)), Some(_)) => Some(message),
+                (Some(Payload::Paged(paged)), Some(_)) => {
+                    self.queues.get(&id).and_then(|q| q.pager.read(&paged).ok())
+                }
+                _ => None,
+            };
+            let (Some((_, target)), Some(message)) = (target, message) else {
+                let _ = self.settle(gateway, GATEWAY_CHANNEL, got.tag, false, Settlement::Requeue, now);
+                step.stuck = true;
+                break;
+            };
+            self.enqueue(target, message, now, None);
+            let _ = self.settle(gateway, GATEWAY_CHANNEL, got.tag, false, Settlement::Ack, now);
+            step.moved += 1;
+        }
+        step.left = self.queues.get(&id).map_or(0, |q| q.ready.message_count());
+        Ok(step)
     }
 
     /// The queues of `vhost` whose arguments dead-letter to `queue` through the default exchange
