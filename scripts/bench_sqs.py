@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The SQS endpoint beside moto's SQS server (issue 26), with the same boto3 client: SendMessageBatch
+and ReceiveMessage (+ DeleteMessageBatch) rates, each server's CPU per message from /proc, and
+long-poll wake-up latency. Bounded: a fixed number of messages per row and 20 long polls.
+
+Usage: scripts/bench_sqs.py [--hourglass target/release/hourglass] [--messages 20000]
+Needs boto3 and moto[server] (pip). Starts both servers on free loopback ports with fresh state and
+stops only them. Prints a Markdown table for docs/benchmarks.md.
+"""
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import boto3
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_for(port):
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+def start_hourglass(binary):
+    port, data = free_port(), tempfile.mkdtemp(prefix="hg-bench-sqs-")
+    proc = subprocess.Popen([binary, "--bind", "127.0.0.1", "--amqp-port", str(free_port()), "--http-port", str(free_port()),
+                             "--metrics-port", str(free_port()), "--sqs-port", str(port), "--data-dir", data],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(port)
+    return proc, port, lambda: shutil.rmtree(data, ignore_errors=True)
+
+
+def start_moto():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(port)
+    return proc, port, lambda: None
+
+
+def measure(name, proc, port, messages):
+    sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                       aws_access_key_id="guest", aws_secret_access_key="guest")
+    url = sqs.create_queue(QueueName="bench")["QueueUrl"]
+    body = "x" * 16
+    cpu, start = cpu_seconds(proc.pid), time.monotonic()
+    for i in range(messages // 10):
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(j), "MessageBody": body} for j in range(10)])
+    send_s, send_cpu = time.monotonic() - start, cpu_seconds(proc.pid) - cpu
+    cpu, start, received = cpu_seconds(proc.pid), time.monotonic(), 0
+    deadline = start + 120
+    while received < messages and time.monotonic() < deadline:
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if got:
+            sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)])
+        received += len(got)
+    receive_s, receive_cpu = time.monotonic() - start, cpu_seconds(proc.pid) - cpu
+    # On a queue of its own: what the rows above left undrained must not answer a long poll.
+    url = sqs.create_queue(QueueName="bench-wake")["QueueUrl"]
+    wakes = []
+    for _ in range(20):
+        answer = {}
+
+        def poll():
+            answer["got"] = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)
+            answer["at"] = time.monotonic()
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        time.sleep(0.2)
+        sent = time.monotonic()
+        sqs.send_message(QueueUrl=url, MessageBody="wake")
+        poller.join(10)
+        if answer.get("got", {}).get("Messages"):
+            wakes.append((answer["at"] - sent) * 1000)
+            m = answer["got"]["Messages"][0]
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    wakes.sort()
+    return {
+        "name": name, "messages": messages, "received": received, "receive_deadline_hit": received < messages,
+        "send_rate": messages / send_s, "send_cpu_us": send_cpu / messages * 1e6,
+        "receive_rate": received / receive_s, "receive_cpu_us": receive_cpu / max(received, 1) * 1e6,
+        "wake_p50": wakes[len(wakes) // 2] if wakes else None, "wake_max": wakes[-1] if wakes else None,
+        "woken": len(wakes),
+    }
+
+
+def main():
+    args = argparse.ArgumentParser()
+    args.add_argument("--hourglass", default="target/release/hourglass")
+    args.add_argument("--messages", type=int, default=20000)
+    opts = args.parse_args()
+    rows = []
+    for name, start in (("Hourglass", lambda: start_hourglass(opts.hourglass)), ("moto", start_moto)):
+        proc, port, cleanup = start()
+        try:
+            rows.append(measure(name, proc, port, opts.messages))
+        finally:
+            proc.terminate()
+            proc.wait()
+            cleanup()
+    print("| server | SendMessageBatch msg/s | server CPU µs/msg sent | Receive+DeleteBatch msg/s | server CPU µs/msg received | long-poll wake p50 / max (of woken) |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        wake = f"{r['wake_p50']:.1f} / {r['wake_max']:.1f} ms ({r['woken']}/20)" if r["woken"] else "none of 20 woken"
+        drained = "" if not r["receive_deadline_hit"] else f" ({r['received']} of {r['messages']} in 120 s)"
+        print(f"| {r['name']} | {r['send_rate']:,.0f} | {r['send_cpu_us']:.1f} | {r['receive_rate']:,.0f}{drained} | {r['receive_cpu_us']:.1f} | {wake} |")
+
+
+if __name__ == "__main__":
+    main()
