@@ -41,6 +41,10 @@ pub struct BrokerConfig {
     /// A store is attached: emit `StoreOp`s (`poll_store_op`) and hold confirms until
     /// `handle_persisted`. Off, nothing is written and nothing waits (tests, no data dir).
     pub persistence: bool,
+    /// Signs receipt handles (receipts.rs). The driver draws it at random
+    /// (`ReceiptKey::random`): the broker reads no random source itself. The default is a fixed
+    /// key, for tests only.
+    pub receipt_key: ReceiptKey,
 }
 
 impl Default for BrokerConfig {
@@ -51,6 +55,7 @@ impl Default for BrokerConfig {
             name_seed: 0x5EED,
             apsaramq_delay_header: false,
             persistence: false,
+            receipt_key: ReceiptKey::from_bytes(&[0; 32]),
         }
     }
 }
@@ -120,7 +125,7 @@ impl Broker {
             next_queue_id: 1,
             entry_ids: Default::default(),
             channel_openings: 0,
-            receipts: ReceiptKey::random(),
+            receipts: config.receipt_key.clone(),
             sqs: Default::default(),
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),

@@ -49,7 +49,8 @@ impl std::fmt::Debug for ReceiptKey {
 }
 
 impl ReceiptKey {
-    /// A fresh key from the operating system's random source.
+    /// A fresh key from the operating system's random source: for the driver to put in
+    /// `BrokerConfig` (the broker itself reads no random source).
     pub fn random() -> ReceiptKey {
         let mut bytes = [0u8; 32];
         // The OS random source failing is not something a broker can go on without.

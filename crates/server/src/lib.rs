@@ -161,6 +161,7 @@ impl Server {
             name_seed: seed,
             persistence: true,
             apsaramq_delay_header: config.apsaramq_delay_header,
+            receipt_key: hourglass_broker::receipts::ReceiptKey::random(),
             ..BrokerConfig::default()
         });
         broker.set_paging_limits(config.paging);

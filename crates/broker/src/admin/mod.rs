@@ -72,6 +72,30 @@ impl AdminChannel<'_> {
     }
 }
 
+/// What a connection opened by the broker's own callers (the admin channel, an SQS gateway)
+/// shows as: `user` on `vhost` from `peer`, with `permissions`.
+pub(crate) fn synthetic_connection(
+    user: &str,
+    vhost: &str,
+    peer: &str,
+    permissions: std::sync::Arc<crate::permissions::Permissions>,
+) -> ConnectionInfo {
+    ConnectionInfo {
+        user: user.to_owned(),
+        vhost: vhost.to_owned(),
+        peer: peer.to_owned(),
+        local: String::new(),
+        client_properties: FieldTable::new(),
+        capabilities: ClientCapabilities::default(),
+        frame_max: 0,
+        channel_max: 0,
+        heartbeat_s: 0,
+        permissions,
+        may_impersonate: false,
+        login: Default::default(),
+    }
+}
+
 impl Broker {
     /// Opens an admin connection as `user` on `vhost` with one channel and every permission,
     /// runs `f` on it and closes it (which requeues whatever it left unacked, as closing a client
@@ -96,20 +120,7 @@ impl Broker {
         now: Timestamp,
         f: impl FnOnce(&mut AdminChannel<'_>) -> T,
     ) -> T {
-        let info = ConnectionInfo {
-            user: user.to_owned(),
-            vhost: vhost.to_owned(),
-            peer: "management".to_owned(),
-            local: String::new(),
-            client_properties: FieldTable::new(),
-            capabilities: ClientCapabilities::default(),
-            frame_max: 0,
-            channel_max: 0,
-            heartbeat_s: 0,
-            permissions,
-            may_impersonate: false,
-            login: Default::default(),
-        };
+        let info = synthetic_connection(user, vhost, "management", permissions);
         self.handle_command(Command::ConnectionOpen { conn: ADMIN_CONNECTION, info: Box::new(info) }, now);
         let open = Command::Method {
             conn: ADMIN_CONNECTION,

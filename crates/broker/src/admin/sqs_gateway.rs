@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use hourglass_wire::{ChannelOpen, EncodedProperties, FieldTable, FieldValue, ShortStr};
 
-use crate::api::{ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo};
+use crate::api::{ChannelId, Command, ConnectionId};
 use crate::broker::Broker;
 use crate::channel::Settlement;
 use crate::enqueue::Enqueued;
@@ -409,20 +409,8 @@ impl Broker {
         }
         let conn = ConnectionId(self.sqs.next_id);
         self.sqs.next_id -= 1;
-        let info = ConnectionInfo {
-            user: SQS_GATEWAY_USER.to_owned(),
-            vhost: vhost.to_owned(),
-            peer: SQS_GATEWAY_PEER.to_owned(),
-            local: String::new(),
-            client_properties: FieldTable::new(),
-            capabilities: ClientCapabilities::default(),
-            frame_max: 0,
-            channel_max: 0,
-            heartbeat_s: 0,
-            permissions: crate::permissions::Permissions::full(),
-            may_impersonate: false,
-            login: Default::default(),
-        };
+        let permissions = crate::permissions::Permissions::full();
+        let info = super::synthetic_connection(SQS_GATEWAY_USER, vhost, SQS_GATEWAY_PEER, permissions);
         self.handle_command(Command::ConnectionOpen { conn, info: Box::new(info) }, now);
         let open = Command::Method { conn, channel: GATEWAY_CHANNEL, method: ChannelOpen::default().into() };
         self.handle_command(open, now);
