@@ -217,7 +217,7 @@ impl Broker {
             queues.sort_unstable();
             queues.dedup();
             for id in queues {
-                self.dispatch(id, now);
+                self.run_queue(id, now);
             }
         }
     }
@@ -286,7 +286,7 @@ impl Broker {
         touched.dedup();
         for queue_id in touched {
             if !self.delete_if_unused_auto_delete(queue_id) {
-                self.dispatch(queue_id, now);
+                self.run_queue(queue_id, now);
             }
         }
     }

@@ -22,11 +22,22 @@ use crate::redelivery::decorate;
 use crate::time::Timestamp;
 
 impl Broker {
-    /// Delivers ready messages of queue `id` while a consumer has credit.
-    pub(crate) fn dispatch(&mut self, id: QueueId, now: Timestamp) {
-        self.expire_visibility(id, now);
-        self.promote_due(id, now);
-        self.expire_messages(id, now);
+    /// Brings queue `id` up to `now` after anything that may have changed it, one job after the
+    /// other: its due timers fire (`fire_due_timers`, timers.rs), its ready messages go to the
+    /// consumers with credit (`deliver_ready`), its length limits hold (`enforce_limits`,
+    /// enqueue.rs). Then the SQS long polls waiting on it are woken, it is filed under its next
+    /// deadline, and the firehose is told of the deliveries.
+    pub(crate) fn run_queue(&mut self, id: QueueId, now: Timestamp) {
+        self.fire_due_timers(id, now);
+        self.deliver_ready(id, now);
+        self.enforce_limits(id);
+        self.wake_sqs_waiters(id);
+        self.reschedule(id);
+        self.trace_deliveries(now);
+    }
+
+    /// Delivers ready messages of queue `id` while a consumer has credit, round robin.
+    fn deliver_ready(&mut self, id: QueueId, now: Timestamp) {
         if let Some((queue, mut sinks)) = self.queue_and_sinks(id) {
             queue.dispatch_again = None;
             let reads_before = queue.pager.reads;
@@ -42,10 +53,6 @@ impl Broker {
                 deliver(queue, at, entry, &mut sinks, now);
             }
         }
-        self.drop_overflowing_head(id);
-        self.wake_sqs_waiters(id);
-        self.reschedule(id);
-        self.trace_deliveries(now);
     }
 
     /// Delivers `entry` to a consumer of queue `id` that can take it now, without queueing it;

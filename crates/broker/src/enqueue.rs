@@ -49,7 +49,7 @@ impl Broker {
         // Before admitting: a TTL-0 expiry or an overflow drop settles it right away.
         self.persist_enqueue(id, &entry, None);
         self.admit(id, entry);
-        self.dispatch(id, now);
+        self.run_queue(id, now);
         Enqueued::Accepted
     }
 
@@ -123,7 +123,7 @@ impl Broker {
     /// x-overflow drop-head: the oldest ready messages go (dead-lettered, reason `maxlen`) until the
     /// queue is within its limits. Under reject-publish a queue over its limits (a limit lowered
     /// by policy, requeued messages) keeps them, as RabbitMQ's maybe_drop_head does.
-    pub(crate) fn drop_overflowing_head(&mut self, id: QueueId) {
+    pub(crate) fn enforce_limits(&mut self, id: QueueId) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
         if queue.args.overflow != Overflow::DropHead {
             return;

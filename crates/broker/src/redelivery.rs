@@ -105,7 +105,7 @@ impl Broker {
             queue.visibility.insert(new, delivery);
         }
         let mark = self.mark();
-        self.dispatch(id, now);
+        self.run_queue(id, now);
         self.run_dead_letters(now);
         self.hold_after(mark, None);
         Ok(())

@@ -38,7 +38,7 @@ impl Broker {
                 self.delete_queue(id);
                 continue;
             }
-            self.dispatch(id, now);
+            self.run_queue(id, now);
         }
         self.run_dead_letters(now);
         self.hold_after(mark, None);
@@ -74,6 +74,15 @@ impl Broker {
         if let Some(at) = scheduled {
             self.timers.due.remove(&(at, id));
         }
+    }
+
+    /// Fires queue `id`'s timers due at `now`, each kind in its own place: deliveries whose
+    /// visibility timeout ran out become ready again (redelivery.rs), delayed messages whose time
+    /// came become ready (enqueue.rs), and messages whose TTL ran out leave for dead-lettering.
+    pub(crate) fn fire_due_timers(&mut self, id: QueueId, now: Timestamp) {
+        self.expire_visibility(id, now);
+        self.promote_due(id, now);
+        self.expire_messages(id, now);
     }
 
     /// Removes a queue's expired ready messages and queues them for dead-lettering (semantics §1:

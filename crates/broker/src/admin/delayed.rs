@@ -81,7 +81,7 @@ impl Broker {
         queue.delayed.insert(due, waiting);
         // The stored due time follows (a restart keeps the new schedule).
         self.persist_update(queue_id, &entry, Some(due));
-        self.dispatch(queue_id, now);
+        self.run_queue(queue_id, now);
         self.run_dead_letters(now);
         Ok(())
     }

@@ -193,7 +193,7 @@ impl Broker {
         self.trace_deliveries(now);
         if visibility_ms == 0 {
             // Visible again at once: back in the queue before anyone asks again.
-            self.dispatch(id, now);
+            self.run_queue(id, now);
         }
         Ok(received)
     }
@@ -255,7 +255,7 @@ impl Broker {
     }
 
     /// Wakes as many of the long polls waiting for queue `id` as it has ready messages, the
-    /// longest waiting first (after `dispatch` has served its consumers): a message wakes one
+    /// longest waiting first (after `run_queue` has served its consumers): a message wakes one
     /// poll, not a herd of them. When the queue is gone, wakes them all.
     pub(crate) fn wake_sqs_waiters(&mut self, id: QueueId) {
         if self.sqs.waiters.is_empty() {
@@ -308,7 +308,7 @@ impl Broker {
         if persisted {
             self.definition_changed(Changed::Queue(vhost.to_owned(), name));
         }
-        self.dispatch(id, now);
+        self.run_queue(id, now);
         Ok(())
     }
 

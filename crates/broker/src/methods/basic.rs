@@ -211,7 +211,7 @@ impl Broker {
         let queues: Vec<QueueId> = channel.consumers.iter().map(|(_, q)| *q).collect();
         self.send(conn, ch, BasicQosOk {});
         for id in queues {
-            self.dispatch(id, now);
+            self.run_queue(id, now);
         }
         Ok(())
     }
@@ -270,7 +270,7 @@ impl Broker {
         if !m.nowait {
             self.send(conn, ch, BasicConsumeOk { consumer_tag: tag });
         }
-        self.dispatch(id, now);
+        self.run_queue(id, now);
         Ok(())
     }
 
@@ -532,7 +532,7 @@ impl Broker {
             }
         }
         for &id in &touched {
-            self.dispatch(id, now);
+            self.run_queue(id, now);
         }
         self.queue_scratch = touched;
     }

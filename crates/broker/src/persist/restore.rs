@@ -137,7 +137,7 @@ impl Broker {
         // Every queue exists now: expiries and due delays may dead-letter into any of them.
         let mark = self.mark();
         for id in restored {
-            self.dispatch(id, now);
+            self.run_queue(id, now);
         }
         self.run_dead_letters(now);
         self.hold_after(mark, None);

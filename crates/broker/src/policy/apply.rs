@@ -57,7 +57,7 @@ impl Broker {
         }
         queue.args = args;
         // Drops what a lower max-length no longer allows, and refiles the queue's deadline.
-        self.dispatch(id, now);
+        self.run_queue(id, now);
     }
 
     /// Matches exchange `name` of `vhost` against the vhost's policies.
