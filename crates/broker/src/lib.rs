@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod api;
 mod broker;
+pub mod calendar;
 mod channel;
 pub mod churn;
 mod dead_lettering;

@@ -305,3 +305,90 @@ fn delayed_messages_can_be_peeked_cancelled_and_rescheduled() {
     assert_eq!(stats(&tb, "slow"), (1, 1));
     assert_eq!(tb.broker.peek_delayed("/", "nope", 1).unwrap_err(), DelayedError::QueueNotFound);
 }
+
+/// semantics §3: `x-delay-until` (epoch ms or RFC 3339) and `x-opt-delivery-time` name when a
+/// message is due: ready exactly then, its due-time header delivered as published, no `x-delay`
+/// added; a time in the past is ready at once; TTL counts from the due time.
+#[test]
+fn a_message_due_at_a_named_time_is_ready_exactly_then() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    delayed_exchange(&mut tb, c, "at", "fanout");
+    declare(&mut tb, c, "q");
+    bind(&mut tb, c, "q", "at", "");
+    let now = tb.clock.now().as_millis();
+    let headers = |entries: Vec<(&str, FieldValue)>| BasicProperties {
+        headers: Some(FieldTable::from_entries(entries)),
+        ..Default::default()
+    };
+    tb.publish_with(
+        c,
+        "at",
+        "",
+        headers(vec![("x-delay-until", FieldValue::I64(now as i64 + 2_000))]),
+        b"a",
+        false,
+    );
+    let named = hourglass_broker::calendar::civil_from_days(((now + 3_000) / 86_400_000) as i64);
+    let seconds = (now + 3_000) % 86_400_000 / 1000;
+    let rfc3339 = format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        named.0,
+        named.1,
+        named.2,
+        seconds / 3600,
+        seconds % 3600 / 60,
+        seconds % 60,
+        (now + 3_000) % 1000
+    );
+    tb.publish_with(c, "at", "", headers(vec![("x-delay-until", text(&rfc3339))]), b"b", false);
+    let delivery_time =
+        vec![("x-opt-delivery-time", FieldValue::I64(now as i64 + 4_000)), ("x-ttl-probe", text("1"))];
+    let mut with_ttl = headers(delivery_time);
+    with_ttl.expiration = Some(short("500"));
+    tb.publish_with(c, "at", "", with_ttl, b"c", false);
+    tb.publish_with(
+        c,
+        "at",
+        "",
+        headers(vec![("x-delay-until", text("2001-09-09T01:46:40Z"))]),
+        b"past",
+        false,
+    );
+    assert_eq!(stats(&tb, "q"), (1, 3));
+    tb.advance(ms(1_999));
+    assert_eq!(stats(&tb, "q"), (1, 3));
+    tb.advance(ms(1));
+    assert_eq!(stats(&tb, "q"), (2, 2));
+    tb.advance(ms(999));
+    assert_eq!(stats(&tb, "q"), (2, 2));
+    tb.advance(ms(1));
+    assert_eq!(stats(&tb, "q"), (3, 1));
+    tb.advance(ms(1_000));
+    assert_eq!(stats(&tb, "q"), (4, 0), "c is ready at 4 s");
+    tb.advance(ms(499));
+    assert_eq!(stats(&tb, "q"), (4, 0), "its 500 ms TTL counts from 4 s");
+    tb.advance(ms(1));
+    assert_eq!(stats(&tb, "q"), (3, 0));
+    let delivered = deliveries(&consume(&mut tb, c, "q", "w", true));
+    let bodies: Vec<&[u8]> = delivered.iter().map(|d| &d.message.body[..]).collect();
+    assert_eq!(bodies, [&b"past"[..], b"a", b"b"]);
+    let headers = delivered[1].message.properties().headers().unwrap();
+    assert_eq!(headers.get("x-delay-until"), Some(FieldValue::I64(now as i64 + 2_000)));
+    assert_eq!(headers.get("x-delay"), None);
+}
+
+/// semantics §3: a due time that is not a time, or is more than 10 years away, is a 406.
+#[test]
+fn a_due_time_that_is_not_one_is_refused() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    delayed_exchange(&mut tb, c, "at", "fanout");
+    let props = BasicProperties {
+        headers: Some(FieldTable::from_entries([("x-delay-until", text("next tuesday"))])),
+        ..Default::default()
+    };
+    let error = channel_error(&tb.publish_with(c, "at", "", props, b"x", false)).expect("406");
+    assert_eq!(error.reply_code, 406);
+    assert!(error.reply_text.contains("invalid x-delay-until"), "{}", error.reply_text);
+}

@@ -118,10 +118,11 @@ impl Broker {
         let header_routes = HeaderRoutes::read(&publish.properties)?;
         let mandatory = publish.mandatory;
         let direct_reply = reply_to::is_direct_reply(&publish);
-        let delay_ms = requested_delay(exchange.spec.delayed, self.apsaramq_delay_header, &publish)?;
-        let properties = match delay_ms {
+        let requested = requested_delay(exchange.spec.delayed, self.apsaramq_delay_header, &publish, now)?;
+        let delay_ms = requested.map(|(delay, _)| delay);
+        let properties = match requested {
             // The plugin rewrites x-delay to what it delivers; other messages keep their bytes.
-            Some(delay) if exchange.spec.delayed => publish.properties.edited(|p| {
+            Some((delay, "x-delay")) if exchange.spec.delayed => publish.properties.edited(|p| {
                 p.headers =
                     p.headers.as_ref().map(|h| h.with_entry("x-delay", delayed::delivered_header(delay)));
             }),
@@ -538,18 +539,20 @@ impl Broker {
     }
 }
 
-/// The delay a publish asks for: `x-delay` through a delayed exchange, or ApsaraMQ's `delay`
-/// header on any exchange when that is switched on (semantics §3).
+/// The delay a publish at `now` asks for, and the header that asked: `x-delay`, `x-delay-until` or
+/// `x-opt-delivery-time` through a delayed exchange, or ApsaraMQ's `delay` header on any exchange
+/// when that is switched on (semantics §3).
 fn requested_delay(
     delayed_exchange: bool,
     apsaramq: bool,
     publish: &Publish,
-) -> Result<Option<u64>, AmqpError> {
+    now: Timestamp,
+) -> Result<Option<(u64, &'static str)>, AmqpError> {
     if delayed_exchange {
-        return delayed::delay_ms(publish.properties.headers().as_ref(), "x-delay");
+        return delayed::requested_delay(publish.properties.headers().as_ref(), now);
     }
     if apsaramq {
-        return delayed::delay_ms(publish.properties.headers().as_ref(), "delay");
+        return Ok(delayed::delay_ms(publish.properties.headers().as_ref(), "delay")?.map(|d| (d, "delay")));
     }
     Ok(None)
 }
