@@ -5,48 +5,10 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
 
+use common::sqs_wire::{free_port, sqs};
 use common::RunningBroker;
-use hourglass_sqs::sigv4;
-use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A port free now, for `--sqs-port` (the broker logs the listeners it binds with port 0 only
-/// for AMQP and HTTP).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// One signed AWS JSON 1.0 request: the status and the answer's JSON.
-async fn sqs(addr: SocketAddr, action: &str, input: Value) -> (u16, Value) {
-    let body = input.to_string();
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
-    let amz_date = sigv4::amz_date_of(now_ms);
-    let headers: Vec<(String, String)> = vec![
-        ("host".into(), addr.to_string()),
-        ("content-type".into(), "application/x-amz-json-1.0".into()),
-        ("x-amz-target".into(), format!("AmazonSQS.{action}")),
-        ("x-amz-date".into(), amz_date.clone()),
-    ];
-    let request =
-        sigv4::Request { method: "POST", path: "/", query: "", headers: &headers, body: body.as_bytes() };
-    let authorization = sigv4::authorization(&request, "guest", "guest", "us-east-1", &amz_date);
-    let mut text = String::from("POST / HTTP/1.1\r\nconnection: close\r\n");
-    for (name, value) in &headers {
-        text.push_str(&format!("{name}: {value}\r\n"));
-    }
-    text.push_str(&format!("authorization: {authorization}\r\ncontent-length: {}\r\n\r\n{body}", body.len()));
-    let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect to the SQS port");
-    socket.write_all(text.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    socket.read_to_end(&mut answer).await.unwrap();
-    let answer = String::from_utf8_lossy(&answer);
-    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let json =
-        answer.split("\r\n\r\n").nth(1).and_then(|b| serde_json::from_str(b).ok()).unwrap_or(Value::Null);
-    (status, json)
-}
+use serde_json::json;
 
 #[tokio::test]
 async fn sqs_queues_attributes_and_messages_outlive_a_restart_and_a_kill() {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Smoke tests with real third-party clients (pika, kombu, boto3 over the SQS endpoint, Java)
+# Smoke tests with real third-party clients (pika, kombu, boto3 over the SQS endpoint, old boto3 and
+# the AWS CLI over its Query protocol, Java)
 # against the built binary, on loopback.
 # Installs what it needs; starts the broker on a free port; stops only the process it started.
 set -euo pipefail
@@ -25,9 +26,20 @@ failed=0
 for script in tests/clients/*.py; do
   if timeout 60 python3 "$script" "$port"; then echo "ok   $script"; else echo "FAIL $script"; failed=$((failed+1)); fi
 done
+# SQS code of the Query protocol's time: botocore 1.31.80 and the AWS CLI v1 of that release, in a
+# venv of their own made from tests/clients/sqs_query/requirements.txt (remade when it changes).
+query_venv="$(pwd)/${CARGO_TARGET_DIR:-target}/sqs-query-venv"
+query_lock=tests/clients/sqs_query/requirements.txt
+if ! cmp -s "$query_lock" "$query_venv/requirements.txt"; then
+  rm -rf "$query_venv"
+  python3 -m venv "$query_venv"
+  "$query_venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$query_lock"
+  cp "$query_lock" "$query_venv/requirements.txt"
+fi
+if timeout 90 "$query_venv/bin/python" tests/clients/sqs_query/sqs_query.py "$port"; then echo "ok   sqs_query/sqs_query.py"; else echo "FAIL sqs_query/sqs_query.py"; failed=$((failed+1)); fi
 if timeout 60 java -cp "$java_out:$java_cp" JavaClientFlows "$port"; then echo "ok   JavaClientFlows"; else echo "FAIL JavaClientFlows"; failed=$((failed+1)); fi
 rm -rf "$java_out"
 rm -f "$SECRETS_KEY_FILE"
-total=$(( $(ls tests/clients/*.py | wc -l) + 1 ))
+total=$(( $(ls tests/clients/*.py | wc -l) + 2 ))
 echo "$((total-failed)) passed, $failed failed"
 [ "$failed" -eq 0 ] || { cat "$data/broker.log"; exit 1; }

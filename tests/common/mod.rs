@@ -3,6 +3,7 @@
 
 pub mod http_wire;
 pub mod raw_amqp;
+pub mod sqs_wire;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

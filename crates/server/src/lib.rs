@@ -363,6 +363,7 @@ impl Server {
                 secrets: mgmt.secrets.clone(),
                 moves: Default::default(),
                 clock: hourglass_sqs::system_clock,
+                resources: mgmt.node.resources.clone(),
             };
             let mut stop = shutdown_rx.clone();
             let stopped = async move {

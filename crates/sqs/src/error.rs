@@ -50,11 +50,18 @@ pub enum SqsError {
     InvalidAction,
     #[error("The request body is not valid JSON: {0}")]
     SerializationException(String),
+    /// A Query protocol request's parameters do not read.
+    #[error("The query string is malformed: {0}")]
+    MalformedQueryString(String),
     #[error("{0}")]
     Internal(String),
     /// The broker task is gone (shutting down).
     #[error("The service is unavailable.")]
     ServiceUnavailable,
+    /// A memory or disk alarm is in effect (`reason`: RabbitMQ's "low on disk"): sends are
+    /// refused until it clears, as AMQP publishers are blocked. SDKs retry a 503.
+    #[error("The service is unavailable: the broker is {0}; sends are refused until the alarm clears.")]
+    ResourceAlarm(String),
 }
 
 impl SqsError {
@@ -84,14 +91,20 @@ impl SqsError {
             SqsError::InvalidSignature(_) => "SignatureDoesNotMatch",
             SqsError::InvalidAction => "UnknownOperationException",
             SqsError::SerializationException(_) => "SerializationException",
+            SqsError::MalformedQueryString(_) => "MalformedQueryString",
             SqsError::Internal(_) => "InternalFailure",
-            SqsError::ServiceUnavailable => "ServiceUnavailable",
+            SqsError::ServiceUnavailable | SqsError::ResourceAlarm(_) => "ServiceUnavailable",
         }
     }
 
     /// The Query protocol's code and fault, as `x-amzn-query-error` carries them.
     pub fn query_error(&self) -> String {
-        let code = match self {
+        format!("{};{}", self.query_code(), self.fault())
+    }
+
+    /// The Query protocol's code (what SDKs speaking it match their exceptions on).
+    pub fn query_code(&self) -> &'static str {
+        match self {
             SqsError::QueueDoesNotExist => "AWS.SimpleQueueService.NonExistentQueue",
             SqsError::QueueNameExists(_) => "QueueAlreadyExists",
             SqsError::InvalidParameterValue(_) => "InvalidParameterValue",
@@ -110,16 +123,23 @@ impl SqsError {
             SqsError::InvalidAction => "InvalidAction",
             SqsError::SerializationException(_) => "MalformedQueryString",
             other => other.type_name(),
-        };
-        let fault = if self.status().is_server_error() { "Receiver" } else { "Sender" };
-        format!("{code};{fault}")
+        }
+    }
+
+    /// Whose fault the error is: the client's (`Sender`) or the service's (`Receiver`).
+    pub fn fault(&self) -> &'static str {
+        if self.status().is_server_error() {
+            "Receiver"
+        } else {
+            "Sender"
+        }
     }
 
     pub fn status(&self) -> StatusCode {
         match self {
             SqsError::AccessDenied(_) | SqsError::InvalidSignature(_) => StatusCode::FORBIDDEN,
             SqsError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            SqsError::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            SqsError::ServiceUnavailable | SqsError::ResourceAlarm(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -131,10 +151,12 @@ impl SqsError {
             | SqsError::AccessDenied(_)
             | SqsError::InvalidAction
             | SqsError::SerializationException(_)
+            | SqsError::MalformedQueryString(_)
             | SqsError::MissingParameter(_)
             | SqsError::InvalidParameterValue(_)
             | SqsError::Internal(_)
-            | SqsError::ServiceUnavailable => "com.amazon.coral.service",
+            | SqsError::ServiceUnavailable
+            | SqsError::ResourceAlarm(_) => "com.amazon.coral.service",
             _ => "com.amazonaws.sqs",
         }
     }

@@ -3,7 +3,8 @@
 //! visibility, delay and dead-letter rules (docs/sqs.md).
 //!
 //! - `sigv4.rs`: the signature of every request; `credentials.rs`: whose key it is.
-//! - `request.rs`: a request's parameters, checked; `error.rs`: SQS's errors.
+//! - `request.rs`: a request's parameters, checked; `error.rs`: SQS's errors; `query.rs`: the
+//!   Query protocol's requests read as JSON ones, and its XML answers.
 //! - `queues.rs`: queue operations and queue URLs; `messages.rs`: message operations;
 //!   `attributes.rs`: message attributes ↔ AMQP headers and the MD5s SDKs check; `moves.rs`:
 //!   message-move tasks (redrive from a dead-letter queue).
@@ -11,13 +12,15 @@
 //!   not deleted.
 //!
 //! Served: AWS JSON 1.0 (`X-Amz-Target: AmazonSQS.<Op>`, what current SDKs speak), with the
-//! `x-amzn-query-error` header for SDKs that read the Query protocol's codes.
+//! `x-amzn-query-error` header for SDKs that read the Query protocol's codes, and the older Query
+//! protocol (`query.rs`: form-encoded `Action=…`, XML answers) that it is turned into.
 
 mod attributes;
 mod credentials;
 mod error;
 mod messages;
 mod moves;
+mod query;
 mod queues;
 mod request;
 pub mod sigv4;
@@ -59,6 +62,9 @@ pub struct SqsState {
     pub moves: Arc<MoveTasks>,
     /// Wall-clock Unix milliseconds (a signature's time is checked against it).
     pub clock: fn() -> u64,
+    /// The node's memory and disk alarms: while one is in effect sends are refused, as AMQP
+    /// publishers are blocked.
+    pub resources: hourglass_mgmt::resources::ResourceWatch,
 }
 
 /// The endpoint's routes: every path takes a signed JSON request (SDKs post to the endpoint's
@@ -84,14 +90,38 @@ pub(crate) struct Caller {
     pub region: String,
 }
 
-async fn handle(State(state): State<SqsState>, request: Request) -> Response {
-    match handled(&state, request).await {
-        Ok(body) => json_response(axum::http::StatusCode::OK, &body, None),
-        Err(error) => error_response(&error),
-    }
+/// The wire protocol a request speaks: AWS JSON 1.0 (it names its operation in `X-Amz-Target`)
+/// or the older Query protocol (`query.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Protocol {
+    Json,
+    Query,
 }
 
-async fn handled(state: &SqsState, request: Request) -> Result<Value, SqsError> {
+async fn handle(State(state): State<SqsState>, request: Request) -> Response {
+    let protocol =
+        if request.headers().contains_key("x-amz-target") { Protocol::Json } else { Protocol::Query };
+    let request_id = messages::random_uuid();
+    let mut response = match (protocol, handled(&state, protocol, request).await) {
+        (Protocol::Json, Ok((_, answer))) => json_response(axum::http::StatusCode::OK, &answer, None),
+        (Protocol::Json, Err(error)) => error_response(&error),
+        (Protocol::Query, Ok((action, answer))) => {
+            xml_response(axum::http::StatusCode::OK, query::answer_xml(&action, &answer, &request_id))
+        }
+        (Protocol::Query, Err(error)) => xml_response(error.status(), query::error_xml(&error, &request_id)),
+    };
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("x-amzn-requestid", value);
+    }
+    response
+}
+
+/// A request's action and its answer.
+async fn handled(
+    state: &SqsState,
+    protocol: Protocol,
+    request: Request,
+) -> Result<(String, Value), SqsError> {
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, REQUEST_BYTES_MAX).await.map_err(|_| {
@@ -112,45 +142,61 @@ async fn handled(state: &SqsState, request: Request) -> Result<Value, SqsError> 
     let (user, region) = authenticate(state, &signed, peer).await?;
     let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
     let caller = Caller { user, vhost: "/".to_owned(), base_url: format!("http://{host}"), region };
-    let target = parts
-        .headers
-        .get("x-amz-target")
-        .and_then(|t| t.to_str().ok())
-        .and_then(|t| t.strip_prefix("AmazonSQS."))
-        .ok_or_else(|| {
-            SqsError::UnsupportedOperation(
-                "Only the AWS JSON 1.0 protocol (X-Amz-Target: AmazonSQS.<Action>) is served.".into(),
-            )
-        })?
-        .to_owned();
-    let input: Value = if body.is_empty() {
-        Value::Object(Default::default())
-    } else {
-        serde_json::from_slice(&body).map_err(|e| SqsError::SerializationException(e.to_string()))?
+    let (action, input) = match protocol {
+        Protocol::Json => {
+            let target = parts.headers.get("x-amz-target").and_then(|t| t.to_str().ok());
+            let action = target.and_then(|t| t.strip_prefix("AmazonSQS.")).ok_or(SqsError::InvalidAction)?;
+            let input: Value = if body.is_empty() {
+                Value::Object(Default::default())
+            } else {
+                serde_json::from_slice(&body).map_err(|e| SqsError::SerializationException(e.to_string()))?
+            };
+            (action.to_owned(), input)
+        }
+        Protocol::Query => {
+            let form = std::str::from_utf8(&body)
+                .map_err(|_| SqsError::MalformedQueryString("the body is not UTF-8".into()))?;
+            // A request sent to a queue's URL names that queue.
+            let path = parts.uri.path();
+            let queue_url = (path != "/").then(|| format!("{}{path}", caller.base_url));
+            let read = query::to_input(&[parts.uri.query().unwrap_or(""), form], queue_url)?;
+            (read.action, read.input)
+        }
     };
     let input = request::Input::new(&input)?;
-    match target.as_str() {
-        "CreateQueue" => queues::create(state, &caller, &input).await,
-        "GetQueueUrl" => queues::get_url(state, &caller, &input).await,
-        "ListQueues" => queues::list(state, &caller, &input).await,
-        "DeleteQueue" => queues::delete(state, &caller, &input).await,
-        "PurgeQueue" => queues::purge(state, &caller, &input).await,
-        "GetQueueAttributes" => queues::attributes(state, &caller, &input).await,
-        "ListDeadLetterSourceQueues" => queues::dead_letter_sources(state, &caller, &input).await,
-        "SetQueueAttributes" => queues::set_attributes(state, &caller, &input).await,
-        "TagQueue" => queues::tag(state, &caller, &input, false).await,
-        "UntagQueue" => queues::tag(state, &caller, &input, true).await,
-        "ListQueueTags" => queues::list_tags(state, &caller, &input).await,
-        "StartMessageMoveTask" => moves::start(state, &caller, &input).await,
-        "ListMessageMoveTasks" => moves::list(state, &caller, &input).await,
-        "CancelMessageMoveTask" => moves::cancel(state, &caller, &input).await,
-        "SendMessage" => messages::send(state, &caller, &input).await,
-        "SendMessageBatch" => messages::send_batch(state, &caller, &input).await,
-        "ReceiveMessage" => messages::receive(state, &caller, &input).await,
-        "DeleteMessage" => messages::delete(state, &caller, &input).await,
-        "DeleteMessageBatch" => messages::delete_batch(state, &caller, &input).await,
-        "ChangeMessageVisibility" => messages::change_visibility(state, &caller, &input).await,
-        "ChangeMessageVisibilityBatch" => messages::change_visibility_batch(state, &caller, &input).await,
+    let answer = perform(state, &caller, &action, &input).await?;
+    Ok((action, answer))
+}
+
+/// Performs one operation, whichever protocol asked for it.
+async fn perform(
+    state: &SqsState,
+    caller: &Caller,
+    action: &str,
+    input: &request::Input<'_>,
+) -> Result<Value, SqsError> {
+    match action {
+        "CreateQueue" => queues::create(state, caller, input).await,
+        "GetQueueUrl" => queues::get_url(state, caller, input).await,
+        "ListQueues" => queues::list(state, caller, input).await,
+        "DeleteQueue" => queues::delete(state, caller, input).await,
+        "PurgeQueue" => queues::purge(state, caller, input).await,
+        "GetQueueAttributes" => queues::attributes(state, caller, input).await,
+        "ListDeadLetterSourceQueues" => queues::dead_letter_sources(state, caller, input).await,
+        "SetQueueAttributes" => queues::set_attributes(state, caller, input).await,
+        "TagQueue" => queues::tag(state, caller, input, false).await,
+        "UntagQueue" => queues::tag(state, caller, input, true).await,
+        "ListQueueTags" => queues::list_tags(state, caller, input).await,
+        "StartMessageMoveTask" => moves::start(state, caller, input).await,
+        "ListMessageMoveTasks" => moves::list(state, caller, input).await,
+        "CancelMessageMoveTask" => moves::cancel(state, caller, input).await,
+        "SendMessage" => messages::send(state, caller, input).await,
+        "SendMessageBatch" => messages::send_batch(state, caller, input).await,
+        "ReceiveMessage" => messages::receive(state, caller, input).await,
+        "DeleteMessage" => messages::delete(state, caller, input).await,
+        "DeleteMessageBatch" => messages::delete_batch(state, caller, input).await,
+        "ChangeMessageVisibility" => messages::change_visibility(state, caller, input).await,
+        "ChangeMessageVisibilityBatch" => messages::change_visibility_batch(state, caller, input).await,
         _ => Err(SqsError::InvalidAction),
     }
 }
@@ -195,6 +241,12 @@ fn json_response(status: axum::http::StatusCode, body: &Value, query_error: Opti
     if let Some(value) = query_error.and_then(|q| HeaderValue::from_str(&q).ok()) {
         headers.insert("x-amzn-query-error", value);
     }
+    response
+}
+
+fn xml_response(status: axum::http::StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
     response
 }
 

@@ -78,7 +78,7 @@ fn outgoing(input: &Input<'_>, now_ms: u64, size_max: usize) -> Result<Outgoing,
             "One or more parameters are invalid. Reason: Message must be shorter than {size_max} bytes."
         )));
     }
-    let message_id = new_message_id();
+    let message_id = random_uuid();
     let mut headers = attributes::to_headers(&attributes);
     headers.push((SENT_HEADER.to_owned(), FieldValue::I64(now_ms as i64)));
     let properties = BasicProperties {
@@ -102,8 +102,8 @@ fn outgoing(input: &Input<'_>, now_ms: u64, size_max: usize) -> Result<Outgoing,
     })
 }
 
-/// A random (version 4) UUID, as SQS's message ids are.
-pub(crate) fn new_message_id() -> String {
+/// A random (version 4) UUID, as SQS's message and request ids are.
+pub(crate) fn random_uuid() -> String {
     let mut bytes = [0u8; 16];
     // The OS random source failing is not something a broker can go on without.
     SystemRandom::new().fill(&mut bytes).expect("the operating system's random source failed");
@@ -113,7 +113,11 @@ pub(crate) fn new_message_id() -> String {
     format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
+/// What a send needs: no memory or disk alarm in effect, and write permission.
 fn require_send(state: &SqsState, caller: &Caller, queue: &QueueRef) -> Result<(), SqsError> {
+    if let Some(reason) = state.resources.borrow().blocked_reason() {
+        return Err(SqsError::ResourceAlarm(reason));
+    }
     // A send is a publish to the default exchange: RabbitMQ checks write on it.
     if queues::permissions(state, caller, &queue.vhost).allows(Access::Write, Resource::Exchange, "") {
         Ok(())

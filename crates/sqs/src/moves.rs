@@ -99,7 +99,7 @@ pub async fn start(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Resu
         .run(move |b, _| b.queue_stats(&vhost, &name).map(|s| s.messages_ready as u64))
         .await?
         .ok_or(SqsError::QueueDoesNotExist)?;
-    let handle = crate::messages::new_message_id();
+    let handle = crate::messages::random_uuid();
     {
         let mut tasks = state.moves.lock();
         if tasks.iter().any(|t| t.source == source && t.status == Status::Running) {

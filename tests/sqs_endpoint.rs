@@ -1,0 +1,170 @@
+//! The SQS endpoint over the real binary (issue 26): the Query protocol that older SDKs speak,
+//! beside AWS JSON 1.0 on the same port, and sends refused while a resource alarm is in effect.
+//! The real clients' runs are `tests/clients/sqs_*.py` and `tests/clients/sqs_node`.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::sqs_wire::{free_port, sqs, sqs_query};
+use common::RunningBroker;
+use serde_json::json;
+
+/// Every wait in these tests ends by this.
+const WAIT: Duration = Duration::from_secs(15);
+
+fn sqs_broker(extra: &[&str]) -> (RunningBroker, SocketAddr) {
+    let port = free_port();
+    let flag = port.to_string();
+    let mut args = vec!["--sqs-port", flag.as_str()];
+    args.extend_from_slice(extra);
+    let broker = RunningBroker::start_with(&args);
+    (broker, format!("127.0.0.1:{port}").parse().unwrap())
+}
+
+async fn node_alarmed(broker: &RunningBroker) -> bool {
+    let (status, body) = common::http(broker, "GET", "/api/nodes", "").await;
+    assert_eq!(status, 200, "{body}");
+    body.contains(r#""disk_free_alarm":true"#)
+}
+
+/// A disk alarm blocks AMQP publishers; an SQS send meanwhile is refused with a 503 that SDKs
+/// retry, and stores nothing. Other operations go on. Once the alarm clears, sends are taken.
+#[tokio::test]
+async fn sqs_sends_are_refused_while_a_resource_alarm_is_in_effect() {
+    // No file system has a petabyte free: the disk alarm is raised at the first sample.
+    let (broker, addr) = sqs_broker(&["--disk-free-limit", "1000000000GB"]);
+    let deadline = Instant::now() + WAIT;
+    while !node_alarmed(&broker).await {
+        assert!(Instant::now() < deadline, "the disk alarm was not raised");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, created) = sqs(addr, "CreateQueue", json!({"QueueName": "held"})).await;
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().unwrap().to_owned();
+    let send = json!({"QueueUrl": url, "MessageBody": "while low on disk"});
+    let (status, refused) = sqs(addr, "SendMessage", send.clone()).await;
+    assert_eq!(status, 503, "{refused}");
+    assert_eq!(refused["__type"], "com.amazon.coral.service#ServiceUnavailable");
+    assert!(refused["message"].as_str().unwrap().contains("low on disk"), "{refused}");
+    let batch = json!({"QueueUrl": url, "Entries": [{"Id": "a", "MessageBody": "x"}]});
+    assert_eq!(sqs(addr, "SendMessageBatch", batch).await.0, 503);
+    let (status, form) =
+        sqs_query(addr, "/", "Action=SendMessage&QueueUrl=http%3A%2F%2Fh%2F%252F%2Fheld&MessageBody=q").await;
+    assert_eq!(status, 503, "{form}");
+    assert!(
+        form.contains("<Code>ServiceUnavailable</Code>") && form.contains("<Type>Receiver</Type>"),
+        "{form}"
+    );
+    let count = json!({"QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessages"]});
+    let (_, attributes) = sqs(addr, "GetQueueAttributes", count.clone()).await;
+    assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessages"], "0");
+
+    let (status, body) =
+        common::http(&broker, "PUT", "/api/node/disk-free-limit", r#"{"absolute": "1MB"}"#).await;
+    assert_eq!(status, 204, "{body}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, sent) = sqs(addr, "SendMessage", send.clone()).await;
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503, "{sent}");
+        assert!(Instant::now() < deadline, "sends still refused after the alarm cleared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, attributes) = sqs(addr, "GetQueueAttributes", count).await;
+    assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessages"], "1");
+}
+
+/// The text of the first `<name>` element of an XML answer.
+fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let start = xml.find(&format!("<{name}>"))? + name.len() + 2;
+    let end = start + xml[start..].find(&format!("</{name}>"))?;
+    Some(&xml[start..end])
+}
+
+/// The Query protocol on the same port and the same queues as JSON: a queue made with a
+/// flattened attribute, a message sent with a message attribute to the queue's own URL (no
+/// `QueueUrl` parameter), received with its attributes and deleted; an error as XML with its
+/// Query code. Old botocore and the AWS CLI run it for real in `tests/clients/sqs_query.py`.
+#[tokio::test]
+async fn query_protocol_requests_act_on_the_same_queues_as_json_ones() {
+    let (_broker, addr) = sqs_broker(&[]);
+    let (status, created) = sqs_query(
+        addr,
+        "/",
+        "Action=CreateQueue&Version=2012-11-05&QueueName=forms\
+         &Attribute.1.Name=VisibilityTimeout&Attribute.1.Value=45",
+    )
+    .await;
+    assert_eq!(status, 200, "{created}");
+    assert!(created.contains("<CreateQueueResponse xmlns=\"http://queue.amazonaws.com/doc/2012-11-05/\">"));
+    let url = element(&created, "QueueUrl").expect("a QueueUrl").to_owned();
+    assert!(url.ends_with("/%2F/forms"), "{url}");
+    let (_, attributes) =
+        sqs(addr, "GetQueueAttributes", json!({"QueueUrl": url, "AttributeNames": ["VisibilityTimeout"]}))
+            .await;
+    assert_eq!(attributes["Attributes"]["VisibilityTimeout"], "45", "{attributes}");
+
+    let path = "/%2F/forms";
+    let (status, sent) = sqs_query(
+        addr,
+        path,
+        "Action=SendMessage&MessageBody=a%26b+%3Cc%3E\
+         &MessageAttribute.1.Name=colour&MessageAttribute.1.Value.DataType=String\
+         &MessageAttribute.1.Value.StringValue=blue",
+    )
+    .await;
+    assert_eq!(status, 200, "{sent}");
+    let message_id = element(&sent, "MessageId").expect("a MessageId").to_owned();
+    // The body's MD5 as AWS computes it: md5("a&b <c>").
+    assert_eq!(element(&sent, "MD5OfMessageBody"), Some("dfca713405194bf4e643de2de404e944"), "{sent}");
+
+    let (status, got) = sqs_query(
+        addr,
+        path,
+        "Action=ReceiveMessage&AttributeName.1=All&MessageAttributeName.1=All&WaitTimeSeconds=5",
+    )
+    .await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(element(&got, "MessageId"), Some(message_id.as_str()), "{got}");
+    assert_eq!(element(&got, "Body"), Some("a&amp;b &lt;c&gt;"), "{got}");
+    assert!(
+        got.contains("<Attribute><Name>ApproximateReceiveCount</Name><Value>1</Value></Attribute>"),
+        "{got}"
+    );
+    assert!(
+        got.contains("<MessageAttribute><Name>colour</Name><Value><DataType>String</DataType><StringValue>blue</StringValue></Value></MessageAttribute>"),
+        "{got}"
+    );
+    let handle = element(&got, "ReceiptHandle").expect("a ReceiptHandle");
+    let form = format!("Action=DeleteMessage&ReceiptHandle={}", form_encode(handle));
+    let (status, deleted) = sqs_query(addr, path, &form).await;
+    assert_eq!(status, 200, "{deleted}");
+    let (_, attributes) = sqs(
+        addr,
+        "GetQueueAttributes",
+        json!({"QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]}),
+    )
+    .await;
+    assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessages"], "0");
+    assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"], "0");
+
+    let (status, error) = sqs_query(addr, "/", "Action=GetQueueUrl&QueueName=nowhere").await;
+    assert_eq!(status, 400);
+    assert_eq!(element(&error, "Code"), Some("AWS.SimpleQueueService.NonExistentQueue"), "{error}");
+    assert_eq!(element(&error, "Type"), Some("Sender"));
+    let (status, error) = sqs_query(addr, "/", "Action=NoSuchThing").await;
+    assert_eq!((status, element(&error, "Code")), (400, Some("InvalidAction")), "{error}");
+}
+
+fn form_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
