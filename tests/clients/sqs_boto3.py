@@ -1,5 +1,5 @@
 """boto3 against Hourglass's SQS endpoint (issue 26), as an SQS user's code is written, with pika on
-the same queues: queues made, found and listed; messages sent with attributes (their MD5s checked
+the same queues: queues made, found and listed; FIFO queues (groups in order, deduplication); messages sent with attributes (their MD5s checked
 here, independently of the broker), received under a visibility timeout, seen again when it runs
 out, deleted; batches with per-entry failures; redrive to a dead-letter queue; long polls woken by
 an AMQP publish; wrong keys refused with AWS's codes. Usage: sqs_boto3.py AMQP_PORT (the SQS port
@@ -196,6 +196,42 @@ redriven = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=5)["Messages"]
 assert redriven[0]["Body"] == "poison", redriven
 sqs.delete_message(QueueUrl=source, ReceiptHandle=redriven[0]["ReceiptHandle"])
 assert code_of(lambda: sqs.cancel_message_move_task(TaskHandle=task)) == ("ResourceNotFoundException", 400)
+
+# A FIFO queue: each group in order, one run in flight at a time, duplicates within 5 minutes
+# answered with the first message's id and not stored again; AMQP publishers deduplicate too.
+fifo = sqs.create_queue(QueueName="boto-orders.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+fifo_attributes = sqs.get_queue_attributes(QueueUrl=fifo, AttributeNames=["All"])["Attributes"]
+assert (fifo_attributes["FifoQueue"], fifo_attributes["ContentBasedDeduplication"]) == ("true", "false"), fifo_attributes
+assert code_of(lambda: sqs.create_queue(QueueName="boto-not-fifo.fifo")) == ("InvalidParameterValue", 400)
+assert code_of(lambda: sqs.send_message(QueueUrl=fifo, MessageBody="x")) == ("MissingParameter", 400)
+assert code_of(lambda: sqs.send_message(QueueUrl=fifo, MessageBody="x", MessageGroupId="g")) == ("InvalidParameterValue", 400)
+first = sqs.send_message(QueueUrl=fifo, MessageBody="g1-a", MessageGroupId="g1", MessageDeduplicationId="a")
+again = sqs.send_message(QueueUrl=fifo, MessageBody="g1-a", MessageGroupId="g1", MessageDeduplicationId="a")
+assert again["MessageId"] == first["MessageId"] and int(first["SequenceNumber"]) > 0, (first, again)
+sqs.send_message_batch(QueueUrl=fifo, Entries=[
+    {"Id": "b", "MessageBody": "g2-b", "MessageGroupId": "g2", "MessageDeduplicationId": "b"},
+    {"Id": "c", "MessageBody": "g1-c", "MessageGroupId": "g1", "MessageDeduplicationId": "c"}])
+connection.channel().basic_publish("", "boto-orders.fifo", b"amqp duplicate",
+                                   pika.BasicProperties(headers={"x-deduplication-header": "c"}))
+taken = sqs.receive_message(QueueUrl=fifo, MaxNumberOfMessages=2, AttributeNames=["All"])["Messages"]
+assert [m["Body"] for m in taken] == ["g1-a", "g2-b"], taken
+assert (taken[0]["Attributes"]["MessageGroupId"], taken[0]["Attributes"]["MessageDeduplicationId"]) == ("g1", "a"), taken
+assert "Messages" not in sqs.receive_message(QueueUrl=fifo), "nothing while g1-a and g2-b are in flight"
+sqs.delete_message_batch(QueueUrl=fifo, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(taken)])
+rest = sqs.receive_message(QueueUrl=fifo, MaxNumberOfMessages=10, WaitTimeSeconds=2)["Messages"]
+assert [m["Body"] for m in rest] == ["g1-c"], rest
+sqs.delete_message(QueueUrl=fifo, ReceiptHandle=rest[0]["ReceiptHandle"])
+content = sqs.create_queue(QueueName="boto-content.fifo",
+                           Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+one = sqs.send_message(QueueUrl=content, MessageBody="same body", MessageGroupId="g")
+two = sqs.send_message(QueueUrl=content, MessageBody="same body", MessageGroupId="g")
+assert one["MessageId"] == two["MessageId"], (one, two)
+assert sqs.get_queue_attributes(QueueUrl=content, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"] == {
+    "ApproximateNumberOfMessages": "1"}
+assert code_of(lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageDeduplicationId="d")) == (
+    "InvalidParameterValue", 400)
+for queue in (fifo, content):
+    sqs.delete_queue(QueueUrl=queue)
 
 # Wrong keys and malformed requests get AWS's codes; a deleted queue is gone.
 assert code_of(lambda: client(secret="wrong").list_queues()) == ("SignatureDoesNotMatch", 403)

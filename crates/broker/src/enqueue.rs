@@ -1,5 +1,5 @@
-//! A message entering one queue (published or dead-lettered): a delay (semantics §3), overflow
-//! limits, TTL 0, then the ready messages and the consumers.
+//! A message entering one queue (published or dead-lettered): deduplication (semantics §8), a
+//! delay (semantics §3), overflow limits, TTL 0, then the ready messages and the consumers.
 
 use std::sync::Arc;
 
@@ -8,13 +8,17 @@ use crate::message::Message;
 use crate::queue::entry::{Entry, Payload};
 use crate::queue::{overflow, DeathReason, Overflow, QueueId};
 use crate::time::Timestamp;
+use hourglass_wire::ShortStr;
 
 /// Whether a queue took a message.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Enqueued {
     Accepted,
     /// Refused by x-overflow reject-publish(-dlx): the publisher gets basic.nack.
     Rejected,
+    /// Dropped as a duplicate of a message the queue took (semantics §8), whose `message_id`
+    /// this is; the publisher's confirm is positive, as LavinMQ's.
+    Duplicate(Option<ShortStr>),
 }
 
 impl Broker {
@@ -27,10 +31,24 @@ impl Broker {
         now: Timestamp,
         delay_ms: Option<u64>,
     ) -> Enqueued {
-        let Some(queue) = self.queues.get(&id) else { return Enqueued::Accepted };
+        let Some(queue) = self.queues.get_mut(&id) else { return Enqueued::Accepted };
+        let dedup = match queue.args.deduplication.as_ref() {
+            Some(spec) => {
+                let headers = message.properties().headers();
+                spec.key_of(headers.as_ref()).map(|key| (key, spec.ttl_of(headers.as_ref()), spec.cache_size))
+            }
+            None => None,
+        };
+        if let Some(original) = dedup.as_ref().and_then(|(key, ..)| queue.dedup.duplicate_of(key, now)) {
+            queue.counters.deduplicated += 1;
+            return Enqueued::Duplicate(original);
+        }
         let delay = delay_ms.or(queue.args.delivery_delay_ms).filter(|ms| *ms > 0);
         if delay.is_none() && self.refuses(id, &message) {
             return Enqueued::Rejected;
+        }
+        if let (Some((key, ttl_ms, cache_size)), Some(queue)) = (dedup, self.queues.get_mut(&id)) {
+            queue.dedup.hold(key, now, ttl_ms, cache_size, message.properties().message_id());
         }
         let seq = self.entry_ids.next();
         let persist_id = self.persist_id_for(id, &message, seq);

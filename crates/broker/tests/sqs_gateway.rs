@@ -249,3 +249,59 @@ fn moves_take_dead_letters_back_to_their_source() {
     assert_eq!((step.moved, step.stuck), (0, true));
     assert_eq!(stats(&tb, "dlq").messages_ready, 1, "left where it was");
 }
+
+/// An SQS FIFO queue (`x-sqs-fifo`) is received from only while none of its messages is in
+/// flight: a receive takes a run of messages in order, and the next waits until they are deleted
+/// or visible again; a long poll is not woken meanwhile.
+#[test]
+fn a_fifo_queue_is_received_from_only_while_nothing_is_in_flight() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let arguments =
+        hourglass_wire::FieldTable::from_entries([("x-sqs-fifo", hourglass_wire::FieldValue::Bool(true))]);
+    declare_with(
+        &mut tb,
+        c,
+        hourglass_wire::QueueDeclare {
+            queue: hourglass_testkit::short("f"),
+            arguments,
+            ..Default::default()
+        },
+    );
+    for body in [b"1", b"2", b"3"] {
+        tb.publish(c, "", "f", body);
+    }
+    let now = tb.clock.now();
+    let first = tb.broker.sqs_receive("/", "f", 2, 30_000, now).unwrap();
+    let bodies: Vec<&[u8]> = first.iter().map(|r| &r.message.body[..]).collect();
+    assert_eq!(bodies, [b"1", b"2"]);
+    assert!(tb.broker.sqs_receive("/", "f", 10, 30_000, now).unwrap().is_empty(), "1 and 2 in flight");
+    let woken = Arc::new(AtomicUsize::new(0));
+    let counter = woken.clone();
+    tb.broker
+        .sqs_wait(
+            "/",
+            "f",
+            Box::new(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap();
+    tb.broker.sqs_delete("/", "f", &first[0].receipt_handle, now).unwrap();
+    assert_eq!(woken.load(Ordering::SeqCst), 0, "2 is still in flight");
+    assert!(tb.broker.sqs_receive("/", "f", 10, 30_000, now).unwrap().is_empty());
+    tb.advance(Duration::from_millis(30_000));
+    assert_eq!(woken.load(Ordering::SeqCst), 1, "2 came back: the poll is woken");
+    let now = tb.clock.now();
+    let again = tb.broker.sqs_receive("/", "f", 10, 30_000, now).unwrap();
+    let bodies: Vec<&[u8]> = again.iter().map(|r| &r.message.body[..]).collect();
+    assert_eq!(bodies, [b"2", b"3"], "2 before 3, in its place");
+    // A standard queue hands out more while some are in flight.
+    declare(&mut tb, c, "s");
+    tb.publish(c, "", "s", b"a");
+    tb.publish(c, "", "s", b"b");
+    assert_eq!(tb.broker.sqs_receive("/", "s", 1, 30_000, now).unwrap().len(), 1);
+    assert_eq!(tb.broker.sqs_receive("/", "s", 1, 30_000, now).unwrap().len(), 1);
+}

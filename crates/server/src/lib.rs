@@ -364,6 +364,7 @@ impl Server {
                 moves: Default::default(),
                 clock: hourglass_sqs::system_clock,
                 resources: mgmt.node.resources.clone(),
+                sequence: Default::default(),
             };
             let mut stop = shutdown_rx.clone();
             let stopped = async move {

@@ -6,6 +6,7 @@
 //! - `request.rs`: a request's parameters, checked; `error.rs`: SQS's errors; `query.rs`: the
 //!   Query protocol's requests read as JSON ones, and its XML answers.
 //! - `queues.rs`: queue operations and queue URLs; `messages.rs`: message operations;
+//!   `fifo.rs`: FIFO queues (groups received in order, deduplication, sequence numbers);
 //!   `attributes.rs`: message attributes ↔ AMQP headers and the MD5s SDKs check; `moves.rs`:
 //!   message-move tasks (redrive from a dead-letter queue).
 //! - The broker side is `hourglass_broker::admin` (`sqs_gateway.rs`): what SQS received and has
@@ -18,6 +19,7 @@
 mod attributes;
 mod credentials;
 mod error;
+mod fifo;
 mod messages;
 mod moves;
 mod query;
@@ -40,6 +42,7 @@ use hourglass_session::{Admission, LoginLimiter};
 use serde_json::Value;
 
 pub use error::SqsError;
+pub use fifo::Sequencer;
 pub use moves::MoveTasks;
 
 /// The largest request body read: SQS's 256 KiB message (or batch) base64-free, with room for
@@ -65,6 +68,8 @@ pub struct SqsState {
     /// The node's memory and disk alarms: while one is in effect sends are refused, as AMQP
     /// publishers are blocked.
     pub resources: hourglass_mgmt::resources::ResourceWatch,
+    /// FIFO messages' sequence numbers (`fifo.rs`).
+    pub sequence: Arc<fifo::Sequencer>,
 }
 
 /// The endpoint's routes: every path takes a signed JSON request (SDKs post to the endpoint's

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hourglass_broker::admin::{SqsGatewayError, SqsReceived};
+use hourglass_broker::admin::{SqsGatewayError, SqsReceived, SqsSent};
 use hourglass_broker::{Access, Broker, Resource, Timestamp, VisibilityError};
 use hourglass_mgmt::BrokerHandle;
 use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, ShortStr};
@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 
 use crate::attributes::{self, Attributes};
 use crate::error::SqsError;
+use crate::fifo::{self, FifoSettings};
 use crate::queues::{self, QueueRef};
 use crate::request::Input;
 use crate::{Caller, SqsState};
@@ -66,10 +67,43 @@ struct Outgoing {
     answer: Map<String, Value>,
 }
 
-/// A message to send, checked against the queue's `MaximumMessageSize` (`size_max`).
-fn outgoing(input: &Input<'_>, now_ms: u64, size_max: usize) -> Result<Outgoing, SqsError> {
+/// What a send to a queue is checked against, read from its arguments.
+struct SendRules {
+    /// `MaximumMessageSize` (SQS's 256 KiB unless its attribute says less).
+    size_max: usize,
+    /// A FIFO queue's settings (`None`: a standard queue).
+    fifo: Option<FifoSettings>,
+}
+
+impl SendRules {
+    async fn of(state: &SqsState, queue: &QueueRef) -> Result<SendRules, SqsError> {
+        let arguments = queues::arguments_of(state, queue).await?;
+        let size = arguments.get(queues::MAXIMUM_MESSAGE_SIZE_ARG).and_then(|v| v.as_i64());
+        Ok(SendRules {
+            size_max: size.map_or(queues::MESSAGE_SIZE_MAX, |n| n.clamp(0, queues::MESSAGE_SIZE_MAX))
+                as usize,
+            fifo: FifoSettings::of(&arguments),
+        })
+    }
+}
+
+/// A message to send, checked against the queue's rules.
+fn outgoing(
+    state: &SqsState,
+    input: &Input<'_>,
+    now_ms: u64,
+    rules: &SendRules,
+) -> Result<Outgoing, SqsError> {
     let body = input.required("MessageBody")?;
     check_body(body)?;
+    let fifo = match &rules.fifo {
+        Some(settings) => Some(settings.send_headers(input, body, &state.sequence, now_ms)?),
+        None => {
+            fifo::check_standard_send(input)?;
+            None
+        }
+    };
+    let size_max = rules.size_max;
     let delay_ms = input.integer("DelaySeconds", 0..=900)?.map(|s| s as u64 * 1000);
     let attributes = attributes::from_json(input.value("MessageAttributes"))?;
     let size = body.len() + attributes::size(&attributes);
@@ -81,6 +115,10 @@ fn outgoing(input: &Input<'_>, now_ms: u64, size_max: usize) -> Result<Outgoing,
     let message_id = random_uuid();
     let mut headers = attributes::to_headers(&attributes);
     headers.push((SENT_HEADER.to_owned(), FieldValue::I64(now_ms as i64)));
+    let sequence_number = fifo.map(|(fifo_headers, sequence)| {
+        headers.extend(fifo_headers);
+        sequence
+    });
     let properties = BasicProperties {
         delivery_mode: Some(2),
         message_id: ShortStr::try_from(message_id.as_str()).ok(),
@@ -93,6 +131,9 @@ fn outgoing(input: &Input<'_>, now_ms: u64, size_max: usize) -> Result<Outgoing,
     answer.insert("MD5OfMessageBody".into(), json!(attributes::md5_of_body(body.as_bytes())));
     if let Some(md5) = attributes::md5_of_attributes(&attributes) {
         answer.insert("MD5OfMessageAttributes".into(), json!(md5));
+    }
+    if let Some(sequence) = sequence_number {
+        answer.insert("SequenceNumber".into(), json!(sequence));
     }
     Ok(Outgoing {
         properties: EncodedProperties::from(properties),
@@ -148,9 +189,18 @@ async fn send_all(
     messages: Vec<Outgoing>,
 ) -> Result<Vec<Answer>, SqsError> {
     in_one_job(state, queue, messages, |b, queue, m, now| {
-        b.sqs_send(&queue.vhost, &queue.name, m.properties, m.body, m.delay_ms, now)
-            .map(|()| m.answer)
-            .map_err(|e| gateway_error(e, ""))
+        let mut answer = m.answer;
+        match b.sqs_send(&queue.vhost, &queue.name, m.properties, m.body, m.delay_ms, now) {
+            Ok(SqsSent::Stored) => Ok(answer),
+            // Accepted and not stored again, as SQS answers: with the first message's id.
+            Ok(SqsSent::Duplicate(original)) => {
+                if let Some(id) = original {
+                    answer.insert("MessageId".into(), json!(id.as_str()));
+                }
+                Ok(answer)
+            }
+            Err(e) => Err(gateway_error(e, "")),
+        }
     })
     .await
 }
@@ -158,7 +208,8 @@ async fn send_all(
 pub async fn send(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
     let queue = queue_of(input)?;
     require_send(state, caller, &queue)?;
-    let message = outgoing(input, (state.clock)(), size_max(state, &queue).await?)?;
+    let rules = SendRules::of(state, &queue).await?;
+    let message = outgoing(state, input, (state.clock)(), &rules)?;
     let mut sent = send_all(state, &queue, vec![message]).await?;
     Ok(Value::Object(sent.remove(0)?))
 }
@@ -172,19 +223,13 @@ pub async fn send_batch(state: &SqsState, caller: &Caller, input: &Input<'_>) ->
     if bytes > BATCH_BYTES_MAX {
         return Err(SqsError::BatchRequestTooLong(bytes));
     }
-    let (now_ms, size_max) = ((state.clock)(), size_max(state, &queue).await?);
+    let (now_ms, rules) = ((state.clock)(), SendRules::of(state, &queue).await?);
     run_batch(
         entries,
-        |entry| outgoing(entry, now_ms, size_max),
+        |entry| outgoing(state, entry, now_ms, &rules),
         |messages| send_all(state, &queue, messages),
     )
     .await
-}
-
-/// The queue's `MaximumMessageSize` (SQS's 256 KiB unless its attribute says less).
-async fn size_max(state: &SqsState, queue: &QueueRef) -> Result<usize, SqsError> {
-    let [found] = queues::integer_arguments(state, queue, [queues::MAXIMUM_MESSAGE_SIZE_ARG]).await?;
-    Ok(found.map_or(queues::MESSAGE_SIZE_MAX, |n| n.clamp(0, queues::MESSAGE_SIZE_MAX)) as usize)
 }
 
 /// The answer to a batch: each entry read by `parse` (one it refuses fails alone), the rest
@@ -341,6 +386,7 @@ fn received_json(
     if wants("ApproximateFirstReceiveTimestamp") && received.receive_count == 1 {
         system_attributes.insert("ApproximateFirstReceiveTimestamp".into(), json!(now_ms.to_string()));
     }
+    fifo::received_attributes(headers, wants, &mut system_attributes);
     if wants("SenderId") {
         let sender = properties.user_id.as_ref().map_or_else(|| user.to_owned(), |u| u.as_str().into_owned());
         system_attributes.insert("SenderId".into(), json!(sender));

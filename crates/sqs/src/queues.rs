@@ -107,10 +107,19 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// SQS's queue names: 1 to 80 letters, digits, `-` and `_`.
-fn check_sqs_name(name: &str) -> Result<(), SqsError> {
-    if name.ends_with(".fifo") {
-        return Err(SqsError::UnsupportedOperation("FIFO queues are not served yet.".into()));
+/// SQS's queue names: 1 to 80 letters, digits, `-` and `_`; a FIFO queue's end in `.fifo`.
+fn check_sqs_name(name: &str, fifo: bool) -> Result<(), SqsError> {
+    if fifo || name.ends_with(".fifo") {
+        return fifo::check_name(name).and_then(|()| {
+            if fifo {
+                Ok(())
+            } else {
+                Err(SqsError::InvalidParameterValue(
+                    "A queue whose name ends in .fifo is a FIFO queue: set its FifoQueue attribute to true."
+                        .into(),
+                ))
+            }
+        });
     }
     let valid = (1..=80).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
@@ -150,18 +159,25 @@ fn from_amqp(error: AmqpError) -> SqsError {
     }
 }
 
-/// A change to one queue argument: set to a value, or removed (`None`).
-type ArgumentChange = (String, Option<FieldValue>);
+use crate::fifo::{self, ArgumentChange, FifoSettings};
 
 /// The queue arguments of CreateQueue's `Attributes` (docs/sqs.md), SQS's defaults for the
 /// visibility timeout and the retention period included.
-fn arguments(caller: &Caller, vhost: &str, attributes: &[(String, String)]) -> Result<FieldTable, SqsError> {
+fn arguments(
+    caller: &Caller,
+    vhost: &str,
+    attributes: &[(String, String)],
+    fifo: bool,
+) -> Result<FieldTable, SqsError> {
     let mut args: Vec<ArgumentChange> = vec![
         ("x-visibility-timeout".into(), Some(FieldValue::I64(VISIBILITY_TIMEOUT_DEFAULT_S * 1000))),
         ("x-message-ttl".into(), Some(FieldValue::I64(RETENTION_DEFAULT_S * 1000))),
     ];
-    for (name, value) in attributes {
-        for (key, value) in attribute_arguments(caller, vhost, name, value)? {
+    if fifo {
+        args.extend(fifo::creation_arguments());
+    }
+    for (name, value) in attributes.iter().filter(|(name, _)| name != "FifoQueue") {
+        for (key, value) in attribute_arguments(caller, vhost, name, value, fifo)? {
             args.retain(|(k, _)| *k != key);
             args.push((key, value));
         }
@@ -177,7 +193,11 @@ fn attribute_arguments(
     vhost: &str,
     name: &str,
     value: &str,
+    fifo: bool,
 ) -> Result<Vec<ArgumentChange>, SqsError> {
+    if let Some(changes) = fifo::attribute_arguments(name, value, fifo) {
+        return changes;
+    }
     let seconds = |range: std::ops::RangeInclusive<i64>| -> Result<i64, SqsError> {
         value.parse::<i64>().ok().filter(|v| range.contains(v)).ok_or_else(|| {
             SqsError::InvalidAttributeValue(format!("Invalid value for the parameter {name}."))
@@ -199,8 +219,10 @@ fn attribute_arguments(
         "RedrivePolicy" => {
             redrive_arguments(caller, vhost, value)?.into_iter().map(|(k, v)| (k, Some(v))).collect()
         }
-        "FifoQueue" | "ContentBasedDeduplication" | "DeduplicationScope" | "FifoThroughputLimit" => {
-            return Err(SqsError::UnsupportedOperation("FIFO queues are not served yet.".into()))
+        "FifoQueue" => {
+            return Err(SqsError::InvalidAttributeValue(
+                "FifoQueue cannot be changed: a queue is FIFO or standard from its creation.".into(),
+            ))
         }
         // Accepted, without effect here: encryption at rest is the disk's, access is by
         // Hourglass permissions.
@@ -262,9 +284,17 @@ fn short(name: &str) -> Result<ShortStr, SqsError> {
 
 pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
     let name = input.required("QueueName")?;
-    check_sqs_name(name)?;
+    let attributes = input.string_map("Attributes")?;
+    let fifo = match attributes.iter().find(|(n, _)| n == "FifoQueue").map(|(_, v)| v.as_str()) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => {
+            return Err(SqsError::InvalidAttributeValue("Invalid value for the parameter FifoQueue.".into()))
+        }
+    };
+    check_sqs_name(name, fifo)?;
     let vhost = caller.vhost.clone();
-    let mut arguments = arguments(caller, &vhost, &input.string_map("Attributes")?)?;
+    let mut arguments = arguments(caller, &vhost, &attributes, fifo)?;
     let tags = input.string_map("tags")?;
     if !tags.is_empty() {
         arguments = arguments.with_entry(TAGS_ARG, tags_table(tags.into_iter().collect())?);
@@ -377,9 +407,10 @@ pub async fn set_attributes(state: &SqsState, caller: &Caller, input: &Input<'_>
     let queue = queue_of_url(input.required("QueueUrl")?)?;
     require(state, caller, Access::Configure, &queue)?;
     let attributes = input.string_map("Attributes")?;
+    let fifo = FifoSettings::of(&existing(state, caller, &queue).await?.arguments).is_some();
     let mut changes: Vec<ArgumentChange> = Vec::new();
     for (name, value) in &attributes {
-        changes.extend(attribute_arguments(caller, &queue.vhost, name, value)?);
+        changes.extend(attribute_arguments(caller, &queue.vhost, name, value, fifo)?);
     }
     change_arguments(state, &queue, changes).await
 }
@@ -394,6 +425,14 @@ async fn change_arguments(
     let set = state.broker.run(move |b, now| b.sqs_set_arguments(&vhost, &name, changes, now)).await?;
     set.map_err(|e| crate::messages::gateway_error(e, ""))?;
     Ok(json!({}))
+}
+
+/// `queue`'s arguments, in one broker job; `QueueDoesNotExist` when there is no such queue.
+pub async fn arguments_of(state: &SqsState, queue: &QueueRef) -> Result<FieldTable, SqsError> {
+    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
+    let found =
+        state.broker.run(move |b, _| b.queue_details_named(&vhost, &name).map(|d| d.arguments)).await?;
+    found.ok_or(SqsError::QueueDoesNotExist)
 }
 
 /// The integer arguments `names` of `queue` (`None` for one it has not), in one broker job;
@@ -589,5 +628,6 @@ fn queue_attributes(
         });
         put("RedrivePolicy", policy.to_string());
     }
+    FifoSettings::queue_attributes(&details.arguments, &mut out);
     out
 }

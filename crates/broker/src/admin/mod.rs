@@ -24,7 +24,9 @@ pub use listing::{
     QueueDetails, QueueNames,
 };
 pub(crate) use sqs_gateway::SqsGateways;
-pub use sqs_gateway::{MoveStep, SqsGatewayError, SqsReceived, Wake, SQS_GATEWAY_PEER, SQS_GATEWAY_USER};
+pub use sqs_gateway::{
+    MoveStep, SqsGatewayError, SqsReceived, SqsSent, Wake, SQS_GATEWAY_PEER, SQS_GATEWAY_USER,
+};
 
 use std::sync::Arc;
 

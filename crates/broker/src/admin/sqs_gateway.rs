@@ -27,7 +27,7 @@ use crate::methods::HandOut;
 use crate::persist::Changed;
 use crate::queue::args::QueueArgs;
 use crate::queue::entry::Payload;
-use crate::queue::QueueId;
+use crate::queue::{Queue, QueueId};
 use crate::time::Timestamp;
 
 /// The peer address gateway connections show in listings.
@@ -77,6 +77,15 @@ impl SqsGateways {
     pub fn holds(&self, conn: ConnectionId) -> bool {
         conn.0 >= self.next_id && conn.0 <= FIRST_GATEWAY_ID
     }
+}
+
+/// What became of a message sent over SQS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SqsSent {
+    Stored,
+    /// Dropped: the queue took a message with the same deduplication id within its interval;
+    /// that message's `message_id`.
+    Duplicate(Option<ShortStr>),
 }
 
 /// A message received over SQS.
@@ -137,7 +146,8 @@ pub enum SqsGatewayError {
 impl Broker {
     /// SendMessage: a message into `queue` of `vhost` as the default exchange would route it,
     /// ready after `delay_ms` (SQS's per-message `DelaySeconds`; `None`: the queue's own
-    /// `x-delivery-delay`). Counted as a publish to the default exchange.
+    /// `x-delivery-delay`), unless the queue deduplicates and holds its id (semantics §8).
+    /// Counted as a publish to the default exchange.
     pub fn sqs_send(
         &mut self,
         vhost: &str,
@@ -146,7 +156,7 @@ impl Broker {
         body: Bytes,
         delay_ms: Option<u64>,
         now: Timestamp,
-    ) -> Result<(), SqsGatewayError> {
+    ) -> Result<SqsSent, SqsGatewayError> {
         let (name, id) = self.sqs_queue(vhost, queue)?;
         let message = Arc::new(Message::new(ShortStr::default(), name, properties, body));
         if let Some(exchange) = self.vhosts.get(vhost).and_then(|v| v.exchanges.get(&ShortStr::default())) {
@@ -159,12 +169,14 @@ impl Broker {
         self.message_sizes.observe(message.body_size());
         match self.enqueue(id, message, now, delay_ms) {
             Enqueued::Rejected => Err(SqsGatewayError::QueueFull),
-            _ => Ok(()),
+            Enqueued::Duplicate(original) => Ok(SqsSent::Duplicate(original)),
+            Enqueued::Accepted => Ok(SqsSent::Stored),
         }
     }
 
     /// Up to `max` messages of `queue` in `vhost`, each invisible for `visibility_ms` (0: visible
-    /// again at once) unless deleted first.
+    /// again at once) unless deleted first. From an SQS FIFO queue, none while any of its messages
+    /// is in flight (`Queue::sqs_may_receive`).
     pub fn sqs_receive(
         &mut self,
         vhost: &str,
@@ -174,6 +186,9 @@ impl Broker {
         now: Timestamp,
     ) -> Result<Vec<SqsReceived>, SqsGatewayError> {
         let (name, id) = self.sqs_queue(vhost, queue)?;
+        if !self.queues.get(&id).is_some_and(Queue::sqs_may_receive) {
+            return Ok(Vec::new());
+        }
         let gateway = self.sqs_gateway(vhost, now);
         let mut received = Vec::new();
         while received.len() < max {
@@ -233,7 +248,7 @@ impl Broker {
         let (_, id) = self.sqs_queue(vhost, queue)?;
         let waiter = self.sqs.next_waiter;
         self.sqs.next_waiter += 1;
-        if self.queues.get(&id).is_some_and(|q| !q.ready.is_empty()) {
+        if self.queues.get(&id).is_some_and(|q| !q.ready.is_empty() && q.sqs_may_receive()) {
             wake();
         } else {
             self.sqs.waiters.entry(id).or_default().insert(waiter, wake);
@@ -256,12 +271,17 @@ impl Broker {
 
     /// Wakes as many of the long polls waiting for queue `id` as it has ready messages, the
     /// longest waiting first (after `run_queue` has served its consumers): a message wakes one
-    /// poll, not a herd of them. When the queue is gone, wakes them all.
+    /// poll, not a herd of them. When the queue is gone, wakes them all; an SQS FIFO queue with
+    /// messages in flight wakes none (its acks and returns run this again).
     pub(crate) fn wake_sqs_waiters(&mut self, id: QueueId) {
         if self.sqs.waiters.is_empty() {
             return;
         }
-        let ready = self.queues.get(&id).map_or(usize::MAX, |q| q.ready.message_count());
+        let ready = match self.queues.get(&id) {
+            Some(queue) if !queue.sqs_may_receive() => return,
+            Some(queue) => queue.ready.message_count(),
+            None => usize::MAX,
+        };
         let Some(waiting) = self.sqs.waiters.get_mut(&id).filter(|_| ready > 0) else { return };
         let woken: Vec<(u64, Wake)> = waiting.drain(..ready.min(waiting.len())).collect();
         if waiting.is_empty() {

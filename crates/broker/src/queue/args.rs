@@ -4,6 +4,7 @@
 
 use hourglass_wire::{FieldTable, FieldValue, ShortStr};
 
+use super::dedup::{self, DedupSpec};
 use crate::api::AmqpError;
 use crate::errors;
 
@@ -64,6 +65,12 @@ pub struct QueueArgs {
     pub single_active_consumer: bool,
     /// `x-max-priority`: a priority queue with levels 0 ..= this.
     pub max_priority: Option<u8>,
+    /// `x-message-deduplication` with `x-cache-size`, `x-cache-ttl`, `x-deduplication-header`
+    /// (semantics §8): `None` unless switched on.
+    pub deduplication: Option<DedupSpec>,
+    /// `x-sqs-fifo` (an SQS FIFO queue, docs/sqs.md): the SQS endpoint receives from it only while
+    /// none of its messages is in flight, so each message group is received in order.
+    pub sqs_fifo: bool,
     /// The settings a policy can also give, as the queue's own arguments gave them (before
     /// policies): what `policy::merge` starts from when policies change.
     pub declared: QueueSettings,
@@ -144,6 +151,7 @@ impl QueueArgs {
         };
         let mut args = QueueArgs::default();
         let mut declared = QueueSettings::default();
+        let (mut deduplicate, mut dedup) = (false, DedupSpec::default());
         for (key, value) in table.iter() {
             let key = key.as_str();
             let key = key.as_ref();
@@ -172,6 +180,30 @@ impl QueueArgs {
                         return Err(invalid(key, format!("{{unacceptable_type,{}}}", other.type_name())))
                     }
                 },
+                "x-message-deduplication" => match value {
+                    FieldValue::Bool(on) => deduplicate = on,
+                    other => {
+                        return Err(invalid(key, format!("{{unacceptable_type,{}}}", other.type_name())))
+                    }
+                },
+                "x-sqs-fifo" => match value {
+                    FieldValue::Bool(on) => args.sqs_fifo = on,
+                    other => {
+                        return Err(invalid(key, format!("{{unacceptable_type,{}}}", other.type_name())))
+                    }
+                },
+                "x-cache-size" => {
+                    let size = count_arg(&value).map_err(|w| invalid(key, w))?;
+                    if !(1..=dedup::CACHE_SIZE_MAX).contains(&size) {
+                        return Err(invalid(key, format!("{{value_out_of_range,{size}}}")));
+                    }
+                    dedup.cache_size = size;
+                }
+                "x-cache-ttl" => dedup.cache_ttl_ms = Some(time_arg(&value, 0).map_err(|w| invalid(key, w))?),
+                "x-deduplication-header" => {
+                    let name = short_string_arg(&value).map_err(|_| invalid_type(key, &value))?;
+                    dedup.header = name.as_str().into_owned();
+                }
                 "x-dead-letter-strategy" => {
                     args.dead_letter_strategy = match value.as_bytes() {
                         Some(b"at-most-once") => DeadLetterStrategy::AtMostOnce,
@@ -220,6 +252,7 @@ impl QueueArgs {
                 ));
             }
         }
+        args.deduplication = deduplicate.then_some(dedup);
         args.apply(&declared);
         args.declared = declared;
         Ok(args)

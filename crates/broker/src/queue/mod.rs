@@ -5,6 +5,7 @@
 pub(crate) mod args;
 pub(crate) mod consumers;
 pub(crate) mod dead_letter;
+pub mod dedup;
 pub(crate) mod delay;
 pub(crate) mod delivery_limit;
 pub(crate) mod entry;
@@ -86,6 +87,8 @@ pub(crate) struct Queue {
     pub pager: Pager,
     /// A dispatch stopped after reading its share of paged messages: go on at this time.
     pub dispatch_again: Option<Timestamp>,
+    /// The deduplication ids held, when the queue deduplicates (semantics §8).
+    pub dedup: dedup::DedupCache,
     ttl: DeadlineIndex,
 }
 
@@ -99,6 +102,8 @@ pub struct QueueCounters {
     pub dead_lettered_delivery_limit: u64,
     pub redelivered: u64,
     pub visibility_expired: u64,
+    /// Messages dropped as duplicates (semantics §8).
+    pub deduplicated: u64,
     /// Published into, delivered from and acked (`message_stats.rs`).
     pub messages: MessageStats,
 }
@@ -131,12 +136,20 @@ impl Queue {
             visibility: VisibilityIndex::default(),
             pager,
             dispatch_again: None,
+            dedup: dedup::DedupCache::default(),
             ttl: DeadlineIndex::default(),
         }
     }
 
     pub fn name(&self) -> &ShortStr {
         &self.spec.name
+    }
+
+    /// Whether the SQS endpoint may receive from this queue now: always, but from an SQS FIFO
+    /// queue only while none of its messages is in flight, so that no message is received while
+    /// one before it in its group is (docs/sqs.md).
+    pub fn sqs_may_receive(&self) -> bool {
+        !self.args.sqs_fifo || self.unacked.messages == 0
     }
 
     /// A new entry `seq` (from the broker's `EntryIds`) for a message entering this queue now;

@@ -370,6 +370,12 @@ const TIME_COUNTERS: &[Row<QueueStats>] = &[
         |q| q.counters.visibility_expired,
     ),
     (
+        "hourglass_queue_messages_deduplicated_total",
+        Kind::Counter,
+        "Messages dropped as duplicates by a deduplicating queue",
+        |q| q.counters.deduplicated,
+    ),
+    (
         "hourglass_queue_messages_redelivered_total",
         Kind::Counter,
         "Messages that came back unacknowledged",

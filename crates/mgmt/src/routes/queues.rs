@@ -91,6 +91,7 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, ranges: Ra
         },
         "messages_visibility_expired": s.counters.visibility_expired,
         "messages_redelivered": s.counters.redelivered,
+        "messages_deduplicated": s.counters.deduplicated,
     });
     if let Value::Object(fields) = &mut json {
         fields.extend(depth);

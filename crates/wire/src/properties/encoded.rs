@@ -16,7 +16,7 @@ use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::layout::{Walk, DELIVERY_MODE, EXPIRATION, HEADERS, PRIORITY, REPLY_TO, USER_ID};
+use super::layout::{Walk, DELIVERY_MODE, EXPIRATION, HEADERS, MESSAGE_ID, PRIORITY, REPLY_TO, USER_ID};
 use super::{syntax_error, BasicProperties};
 use crate::codec::Res;
 use crate::error::DecodeError;
@@ -92,6 +92,11 @@ impl EncodedProperties {
     /// `expiration`: a per-message TTL as text.
     pub fn expiration(&self) -> Option<ShortStr> {
         self.short_str(EXPIRATION)
+    }
+
+    /// `message-id`.
+    pub fn message_id(&self) -> Option<ShortStr> {
+        self.short_str(MESSAGE_ID)
     }
 
     /// `user-id`.

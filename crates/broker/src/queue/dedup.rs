@@ -1,0 +1,202 @@
+//! Message deduplication (semantics §8), LavinMQ's and the rabbitmq-message-deduplication
+//! plugin's interface: a queue declared with `x-message-deduplication` keeps the ids it has taken
+//! (the value of the message header `x-deduplication-header`, or the header that
+//! `x-deduplication-header` names on the queue) and drops a message whose id it holds. An id is
+//! held for `x-cache-ttl` ms (a message's own `x-cache-ttl` header beats it; neither: until it is
+//! pushed out), and the queue holds at most `x-cache-size` ids, the oldest going first. SQS FIFO
+//! queues are such queues, with SQS's 5-minute interval.
+
+use std::collections::{HashMap, VecDeque};
+
+use hourglass_wire::{FieldTable, FieldValue, ShortStr};
+
+use crate::time::Timestamp;
+
+/// The header a message's deduplication id is read from unless the queue names another.
+pub const DEFAULT_HEADER: &str = "x-deduplication-header";
+/// The ids a queue holds unless `x-cache-size` says otherwise (LavinMQ's default).
+pub const DEFAULT_CACHE_SIZE: u64 = 128;
+/// The most ids `x-cache-size` may ask a queue to hold: a bound on its memory.
+pub const CACHE_SIZE_MAX: u64 = 10_000_000;
+/// Ids longer than this are held as their SHA-256 digest: a bound on what one id costs.
+const KEY_BYTES_MAX: usize = 64;
+
+/// A queue's deduplication settings (`QueueArgs::deduplication`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DedupSpec {
+    /// `x-cache-size`: ids held at most.
+    pub cache_size: u64,
+    /// `x-cache-ttl`: how long an id is held (ms); `None`: until pushed out by newer ones.
+    pub cache_ttl_ms: Option<u64>,
+    /// `x-deduplication-header`: the header holding a message's id.
+    pub header: String,
+}
+
+impl Default for DedupSpec {
+    fn default() -> Self {
+        DedupSpec { cache_size: DEFAULT_CACHE_SIZE, cache_ttl_ms: None, header: DEFAULT_HEADER.to_owned() }
+    }
+}
+
+impl DedupSpec {
+    /// A message's deduplication id: its header's value when that is a string, a byte array or
+    /// an integer (other types, or no header: the message is not deduplicated).
+    pub fn key_of(&self, headers: Option<&FieldTable>) -> Option<Vec<u8>> {
+        let value = headers?.get(&self.header)?;
+        let mut key = match &value {
+            FieldValue::LongStr(_) | FieldValue::ByteArray(_) => {
+                let mut key = vec![b'S'];
+                key.extend_from_slice(value.as_bytes()?);
+                key
+            }
+            other => {
+                let mut key = vec![b'l'];
+                key.extend_from_slice(&other.as_i64()?.to_be_bytes());
+                key
+            }
+        };
+        if key.len() > KEY_BYTES_MAX {
+            let digest = ring::digest::digest(&ring::digest::SHA256, &key);
+            key = [b"#".as_slice(), digest.as_ref()].concat();
+        }
+        Some(key)
+    }
+
+    /// How long a message's id is held: its own `x-cache-ttl` header (a non-negative integer),
+    /// else the queue's.
+    pub fn ttl_of(&self, headers: Option<&FieldTable>) -> Option<u64> {
+        let own = headers.and_then(|h| h.get("x-cache-ttl")).and_then(|v| v.as_i64());
+        own.and_then(|ms| u64::try_from(ms).ok()).or(self.cache_ttl_ms)
+    }
+}
+
+/// The ids a queue holds now.
+#[derive(Debug, Default)]
+pub(crate) struct DedupCache {
+    held: HashMap<Vec<u8>, Held>,
+    /// Ids in the order they were taken, with the generation they were taken in (an id taken
+    /// again after it lapsed has a newer one; its older place is skipped when reached).
+    order: VecDeque<(Vec<u8>, u64)>,
+    generation: u64,
+}
+
+#[derive(Debug)]
+struct Held {
+    until: Option<Timestamp>,
+    generation: u64,
+    /// The `message_id` of the message that brought the id (SQS answers a duplicate with it).
+    message_id: Option<ShortStr>,
+}
+
+impl DedupCache {
+    /// The `message_id` of the message whose id `key` is, if the id is held at `now` (the
+    /// message is a duplicate).
+    pub fn duplicate_of(&self, key: &[u8], now: Timestamp) -> Option<Option<ShortStr>> {
+        let held = self.held.get(key)?;
+        held.until.is_none_or(|until| now < until).then(|| held.message_id.clone())
+    }
+
+    /// Holds `key`, the id of a message just taken, from `now` for `ttl_ms` (`None`: until
+    /// pushed out); the oldest ids go past `cache_size`.
+    pub fn hold(
+        &mut self,
+        key: Vec<u8>,
+        now: Timestamp,
+        ttl_ms: Option<u64>,
+        cache_size: u64,
+        message_id: Option<ShortStr>,
+    ) {
+        self.generation += 1;
+        let until = ttl_ms.map(|ms| now.saturating_add_millis(ms));
+        self.held.insert(key.clone(), Held { until, generation: self.generation, message_id });
+        self.order.push_back((key, self.generation));
+        while self.held.len() as u64 > cache_size.max(1) {
+            let Some((oldest, generation)) = self.order.pop_front() else { break };
+            if self.held.get(&oldest).is_some_and(|h| h.generation == generation) {
+                self.held.remove(&oldest);
+            }
+        }
+        // The old places of ids taken again go when they reach half of `order` (amortized O(1)),
+        // so it stays within twice the ids held.
+        if self.order.len() > 2 * self.held.len().max(1) {
+            let held = &self.held;
+            self.order.retain(|(key, generation)| held.get(key).is_some_and(|h| h.generation == *generation));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn short(text: &str) -> ShortStr {
+        ShortStr::try_from(text).unwrap()
+    }
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    /// Takes the message unless its id is held: its duplicate's message id, or `None` when new.
+    fn admit(
+        cache: &mut DedupCache,
+        key: &[u8],
+        now: u64,
+        ttl: Option<u64>,
+        id: &str,
+    ) -> Option<Option<ShortStr>> {
+        let duplicate = cache.duplicate_of(key, at(now));
+        if duplicate.is_none() {
+            cache.hold(key.to_vec(), at(now), ttl, 100, Some(short(id)));
+        }
+        duplicate
+    }
+
+    #[test]
+    fn an_id_is_a_duplicate_within_its_interval_and_new_after() {
+        let mut cache = DedupCache::default();
+        let ttl = Some(300_000);
+        assert_eq!(admit(&mut cache, b"Sorder-1", 0, ttl, "m1"), None);
+        assert_eq!(admit(&mut cache, b"Sorder-1", 299_999, ttl, "-"), Some(Some(short("m1"))));
+        assert_eq!(admit(&mut cache, b"Sorder-1", 300_000, ttl, "m2"), None);
+        assert_eq!(admit(&mut cache, b"Sorder-1", 300_001, ttl, "-"), Some(Some(short("m2"))));
+        // Without a TTL an id is held until newer ones push it out.
+        assert_eq!(admit(&mut cache, b"x", 0, None, "m3"), None);
+        assert_eq!(admit(&mut cache, b"x", u64::MAX, None, "-"), Some(Some(short("m3"))));
+    }
+
+    #[test]
+    fn the_oldest_ids_go_first_and_the_cache_stays_within_its_size() {
+        let mut cache = DedupCache::default();
+        for i in 0..1_000u32 {
+            assert_eq!(admit(&mut cache, &i.to_be_bytes(), 0, None, "m"), None);
+            assert!(cache.held.len() <= 100);
+        }
+        assert_eq!(admit(&mut cache, &899u32.to_be_bytes(), 0, None, "m"), None);
+        assert!(admit(&mut cache, &999u32.to_be_bytes(), 0, None, "m").is_some());
+        // An id retaken after it lapsed, over and over, does not grow the order queue.
+        for t in 0..10_000 {
+            admit(&mut cache, b"again", t * 10, Some(5), "m");
+        }
+        assert!(cache.order.len() <= 200, "{}", cache.order.len());
+    }
+
+    #[test]
+    fn ids_come_from_the_named_header_and_long_ones_are_digested() {
+        let spec = DedupSpec { header: "x-id".into(), ..Default::default() };
+        let table = |v: FieldValue| FieldTable::from_entries([("x-id", v)]);
+        assert_eq!(spec.key_of(Some(&table(FieldValue::LongStr("a".into())))), Some(b"Sa".to_vec()));
+        assert_eq!(spec.key_of(Some(&table(FieldValue::I32(7)))).map(|k| k.len()), Some(9));
+        assert_ne!(
+            spec.key_of(Some(&table(FieldValue::I32(7)))),
+            spec.key_of(Some(&table(FieldValue::LongStr("7".into()))))
+        );
+        assert_eq!(spec.key_of(Some(&table(FieldValue::Bool(true)))), None);
+        assert_eq!(DedupSpec::default().key_of(Some(&table(FieldValue::LongStr("a".into())))), None);
+        let long = spec.key_of(Some(&table(FieldValue::LongStr("z".repeat(10_000).into())))).unwrap();
+        assert_eq!(long.len(), 33);
+        let ttl = FieldTable::from_entries([("x-cache-ttl", FieldValue::I32(50))]);
+        assert_eq!(spec.ttl_of(Some(&ttl)), Some(50));
+        assert_eq!(DedupSpec { cache_ttl_ms: Some(9), ..spec }.ttl_of(None), Some(9));
+    }
+}
