@@ -91,7 +91,10 @@ fn an_elected_node_whose_definitions_do_not_read_takes_a_peers_copy_instead_of_s
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    // It now leads with the whole catalog: the others go, and it is elected.
+    // It now leads with the whole catalog: the others go, and it is elected. Only a node of the
+    // in-sync set etcd records may campaign: the others go only once the leader has caught it
+    // up and etcd records it (a matching file alone does not say so; the CI flake).
+    assert_eq!(cluster.wait_in_sync(IN_SYNC_WITHIN), leader);
     for node in cluster.nodes.iter_mut().filter(|n| n.name != damaged) {
         node.kill9();
     }

@@ -553,6 +553,12 @@ impl Cluster {
     }
 
     /// Waits until one running node leads and every running node is in sync; the leader's name.
+    ///
+    /// In sync means caught up with this leader as well as named by the set etcd records
+    /// (`caught_up` and `in_sync` in the view, lag 0). A new leader inherits the recorded set,
+    /// so a follower still catching up shows `in_sync` with lag 0 from the start, yet leaves the
+    /// set if another follower catches up before it: left as the only node, it may not campaign.
+    /// Once caught up, the set keeps it while it stays reachable.
     pub fn wait_in_sync(&self, within: Duration) -> String {
         let deadline = Instant::now() + within;
         let running: Vec<&str> = self.nodes.iter().filter(|n| n.running()).map(|n| n.name.as_str()).collect();
@@ -561,9 +567,12 @@ impl Cluster {
                 let leader = view["leader"].as_str().map(str::to_owned);
                 let in_sync = |name: &str| {
                     view["nodes"].as_array().is_some_and(|nodes| {
-                        nodes
-                            .iter()
-                            .any(|n| n["name"] == name && n["in_sync"] == true && n["lag_records"] == 0)
+                        nodes.iter().any(|n| {
+                            n["name"] == name
+                                && n["in_sync"] == true
+                                && n["caught_up"] == true
+                                && n["lag_records"] == 0
+                        })
                     })
                 };
                 if let Some(leader) = leader {

@@ -17,7 +17,7 @@ use crate::election::{min_in_sync, Keys, NodeRecord};
 use crate::etcd::{Etcd, EtcdError};
 use crate::in_sync::Replicas;
 use crate::lease::{HeldLease, LeaseClock};
-use crate::repl::hub::Hub;
+use crate::repl::hub::{FollowerStatus, Hub};
 use crate::repl::link::{run_link, LinkTarget};
 use crate::repl::receiver::Fence;
 use crate::retry::{pause_unless_stopped, random_seed, Backoff, OutageLog};
@@ -425,25 +425,15 @@ impl Coordinator {
             Role::Leader { term } => (Some(me.clone()), *term),
             Role::Follower { leader, term } => (leader.as_ref().map(|l| l.name.clone()), *term),
         };
+        // Read under the view's lock: the Recorded effect updates the view before the leader's
+        // next round can admit anyone, so a follower shown caught up and in sync is in the set
+        // etcd holds (see `member_status`).
         let followers = view.hub.as_ref().map(|hub| hub.status()).unwrap_or_default();
         let now = Instant::now();
         let nodes: Vec<Value> = view
             .members
             .iter()
-            .map(|node| {
-                let is_leader = leader.as_deref() == Some(node.name.as_str());
-                let live = view.nodes.iter().any(|n| n.name == node.name);
-                let follower = followers.iter().find(|f| f.name == node.name);
-                json!({
-                    "name": node.name,
-                    "role": if is_leader { "leader" } else { "follower" },
-                    "running": live,
-                    "in_sync": view.in_sync.contains(&node.name),
-                    "lag_records": if is_leader { 0 } else { follower.map(|f| f.lag_records).unwrap_or(0) },
-                    "amqp": node.amqp(),
-                    "last_seen_ms": view.seen.get(&node.name).map(|at| now.duration_since(*at).as_millis() as u64),
-                })
-            })
+            .map(|node| member_status(node, leader.as_deref(), &view, &followers, now))
             .collect();
         json!({ "cluster_name": self.settings.cluster_name, "leader": leader, "term": term, "nodes": nodes })
     }
@@ -454,6 +444,33 @@ impl Coordinator {
         let id = self.lease.lock().unwrap_or_else(|p| p.into_inner()).id;
         self.etcd.revoke(id)
     }
+}
+
+/// One member's entry in `/api/cluster`. `in_sync`: etcd's recorded set names it, so it may
+/// campaign. `caught_up`: it leads, or this leader's hub holds it in its set, so every confirm
+/// waits for it and the recorded set keeps it while it stays reachable. A new leader inherits
+/// the recorded set: a follower of it is `in_sync` before it has caught up with this leader, and
+/// leaves the set if another follower catches up first; `lag_records` is 0 meanwhile (nothing
+/// sequenced yet). Only both together say that it stays eligible.
+fn member_status(
+    node: &NodeRecord,
+    leader: Option<&str>,
+    view: &View,
+    followers: &[FollowerStatus],
+    now: Instant,
+) -> Value {
+    let is_leader = leader == Some(node.name.as_str());
+    let follower = followers.iter().find(|f| f.name == node.name);
+    json!({
+        "name": node.name,
+        "role": if is_leader { "leader" } else { "follower" },
+        "running": view.nodes.iter().any(|n| n.name == node.name),
+        "in_sync": view.in_sync.contains(&node.name),
+        "caught_up": is_leader || follower.is_some_and(|f| f.in_sync),
+        "lag_records": if is_leader { 0 } else { follower.map(|f| f.lag_records).unwrap_or(0) },
+        "amqp": node.amqp(),
+        "last_seen_ms": view.seen.get(&node.name).map(|at| now.duration_since(*at).as_millis() as u64),
+    })
 }
 
 /// The hub as the leader's state machine sees it.
@@ -477,5 +494,34 @@ fn note_outage(outage: &mut OutageLog, doing: &str, reply: &Result<Reply, EtcdEr
     };
     if let Some(line) = line {
         line.write(doing, reply.as_ref().err().map(|e| e as &dyn std::fmt::Display));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_follower_a_new_leader_inherited_is_in_sync_but_not_caught_up_until_its_hub_admits_it() {
+        // The flaky tests/cluster_catalog_damage.rs: the view named the damaged node in sync from
+        // the inherited set, with lag 0, before it had caught up; the other follower caught up
+        // first, the set etcd records left it out, and once the others were killed it could
+        // not campaign. `caught_up` is what says the recorded set keeps it.
+        let members = vec![NodeRecord::named("a"), NodeRecord::named("b"), NodeRecord::named("c")];
+        let view = View { members: members.clone(), in_sync: names(&["a", "b", "c"]), ..View::default() };
+        let status = |followers: &[FollowerStatus], node: usize| {
+            let entry = member_status(&members[node], Some("a"), &view, followers, Instant::now());
+            (entry["in_sync"] == true, entry["caught_up"] == true, entry["lag_records"].as_u64())
+        };
+        let catching_up = [FollowerStatus { name: "b".into(), lag_records: 0, in_sync: false }];
+        assert_eq!(status(&catching_up, 1), (true, false, Some(0)), "inherited, catching up");
+        assert_eq!(status(&catching_up, 2), (true, false, Some(0)), "inherited, not linked yet");
+        let admitted = [FollowerStatus { name: "b".into(), lag_records: 0, in_sync: true }];
+        assert_eq!(status(&admitted, 1), (true, true, Some(0)));
+        assert_eq!(status(&admitted, 0), (true, true, Some(0)), "the leader");
     }
 }

@@ -47,8 +47,12 @@ pub struct Registration {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FollowerStatus {
     pub name: String,
-    /// Replicated ops the follower has not acknowledged yet.
+    /// Replicated ops the follower has not acknowledged yet (0 too for a follower this leader
+    /// has not heard from, and during a catch-up from the files while no op was sequenced).
     pub lag_records: u64,
+    /// In the hub's set: caught up with this leader, and every confirm waits for it from now on
+    /// (etcd records it once the coordinator's next round writes the set).
+    pub in_sync: bool,
 }
 
 struct Link {
@@ -313,7 +317,11 @@ impl Hub {
         state
             .followers
             .iter()
-            .map(|(name, f)| FollowerStatus { name: name.clone(), lag_records: lag(f) })
+            .map(|(name, f)| FollowerStatus {
+                name: name.clone(),
+                lag_records: lag(f),
+                in_sync: state.in_sync.contains(name),
+            })
             .collect()
     }
 }
@@ -379,6 +387,22 @@ mod tests {
         assert!(hub.admit_caught_up(Instant::now(), LAG).is_empty(), "one op behind");
         hub.ack("b", b.link_id, seq, true);
         assert_eq!(hub.admit_caught_up(Instant::now(), LAG), vec!["b".to_owned()]);
+    }
+
+    #[test]
+    fn the_status_shows_a_follower_in_sync_only_once_the_hub_admitted_it() {
+        // A catch-up from the files sequences no op: the follower lags 0 records before it has
+        // caught up, so the lag alone does not say it has.
+        let (_dir, hub) = hub(2);
+        let b = hub.register("b").unwrap();
+        let status = |hub: &Hub| hub.status().into_iter().find(|f| f.name == "b").unwrap();
+        assert_eq!((status(&hub).lag_records, status(&hub).in_sync), (0, false), "catching up");
+        hub.ack("b", b.link_id, 0, true);
+        assert!(!status(&hub).in_sync, "caught up, not admitted yet");
+        hub.admit_caught_up(Instant::now(), LAG);
+        assert!(status(&hub).in_sync);
+        hub.remove_in_sync(&["b".to_owned()]);
+        assert!(!status(&hub).in_sync);
     }
 
     #[test]
