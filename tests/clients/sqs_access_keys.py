@@ -1,6 +1,6 @@
 """Access keys for the SQS endpoint (issue 26), as an operator hands them out: made over the HTTP
-API for a user, used by boto3 with that user's permissions, listed without their secret, not
-readable from the data directory, revoked. Usage: sqs_access_keys.py AMQP_PORT (SQS_PORT,
+API for a user, used by boto3 with that user's permissions, in the vhost the key names, listed
+without their secret, not readable from the data directory, revoked. Usage: sqs_access_keys.py AMQP_PORT (SQS_PORT,
 HTTP_PORT and DATA_DIR in the environment)."""
 import base64
 import json
@@ -77,6 +77,31 @@ for root, _, files in os.walk(os.environ["DATA_DIR"]):
     for name in files:
         with open(os.path.join(root, name), "rb") as f:
             assert secret not in f.read(), f"the secret is readable in {name}"
+
+# A key names the vhost it acts in: its queues are made, found and listed there; it goes with
+# its vhost.
+assert api("PUT", "/api/vhosts/sqs-billing")[0] in (201, 204)
+assert api("PUT", "/api/users/sqs-biller", {"password": "pw", "tags": ""})[0] in (201, 204)
+assert api("PUT", "/api/permissions/sqs-billing/sqs-biller", {"configure": ".*", "write": ".*", "read": ".*"})[0] in (201, 204)
+status, refused = api("POST", "/api/users/sqs-biller/access-keys", {"vhost": "sqs-nowhere"})
+assert status == 400 and "sqs-nowhere" in refused["reason"], (status, refused)
+status, billing_key = api("POST", "/api/users/sqs-biller/access-keys", {"vhost": "sqs-billing"})
+assert status == 201 and billing_key["vhost"] == "sqs-billing", billing_key
+assert [k["vhost"] for k in api("GET", "/api/users/sqs-biller/access-keys")[1]] == ["sqs-billing"]
+assert [k["vhost"] for k in api("GET", "/api/users/sqs-worker/access-keys")[1]] == ["/", "/"]
+biller = sqs_as(billing_key["access_key_id"], billing_key["secret_access_key"])
+invoices = biller.create_queue(QueueName="invoices")["QueueUrl"]
+assert invoices == f"{SQS}/sqs-billing/invoices", invoices
+assert biller.list_queues()["QueueUrls"] == [invoices]
+assert biller.get_queue_url(QueueName="invoices")["QueueUrl"] == invoices
+biller.send_message(QueueUrl=invoices, MessageBody="in billing")
+assert api("GET", "/api/queues/sqs-billing/invoices")[0] == 200
+assert api("GET", "/api/queues/%2F/invoices")[0] == 404
+assert code_of(lambda: biller.get_queue_url(QueueName="keys-jobs")) == "AWS.SimpleQueueService.NonExistentQueue"
+assert api("DELETE", "/api/vhosts/sqs-billing")[0] == 204
+assert code_of(lambda: biller.list_queues()) == "InvalidClientTokenId"
+assert api("GET", "/api/users/sqs-biller/access-keys")[1] == []
+assert api("DELETE", "/api/users/sqs-biller")[0] == 204
 
 # Revoked, the key stops working at once; deleting the user takes its keys.
 assert api("DELETE", f"/api/users/sqs-worker/access-keys/{key['access_key_id']}")[0] == 204

@@ -6,7 +6,7 @@
 //! reveal a secret, and a sealed secret moved to another key or user does not open.
 //!
 //! The records are the user store's like its users (one catalog entry each, `entries.rs`), so
-//! they are durable, replicated in a cluster and gone with their user.
+//! they are durable, replicated in a cluster and gone with their user or their vhost.
 
 use std::io::Write;
 use std::path::Path;
@@ -34,6 +34,17 @@ pub struct AccessKeyRecord {
     /// Unix milliseconds.
     pub created_ms: u64,
     pub sealed: SealedSecret,
+    /// The vhost the key's requests act in (its queues are listed and made there); `None`, as
+    /// keys made before keys named one: the vhost `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhost: Option<String>,
+}
+
+impl AccessKeyRecord {
+    /// The vhost the key acts in.
+    pub fn vhost(&self) -> &str {
+        self.vhost.as_deref().unwrap_or("/")
+    }
 }
 
 /// A secret under AES-256-GCM: the nonce and the ciphertext with its tag, in base64.
@@ -140,11 +151,15 @@ pub fn new_id_and_secret() -> (String, String) {
 }
 
 impl UserStore {
-    /// Adds an access key of an existing user, up to [`ACCESS_KEYS_PER_USER_MAX`] each.
+    /// Adds an access key of an existing user in an existing vhost, up to
+    /// [`ACCESS_KEYS_PER_USER_MAX`] each.
     pub fn add_access_key(&self, record: AccessKeyRecord) -> Result<(), StoreError> {
         self.update(|state| {
             if !state.users.contains_key(&record.user) {
                 return Err(StoreError::Unknown(format!("user {}", record.user)));
+            }
+            if !state.vhosts.contains_key(record.vhost()) {
+                return Err(StoreError::Unknown(format!("vhost {}", record.vhost())));
             }
             let held = state.access_keys.values().filter(|k| k.user == record.user).count();
             if held >= ACCESS_KEYS_PER_USER_MAX {
@@ -182,6 +197,7 @@ impl UserStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::VhostRecord;
 
     fn record(key: &SecretsKey, id: &str, user: &str, secret: &str) -> AccessKeyRecord {
         AccessKeyRecord {
@@ -189,6 +205,7 @@ mod tests {
             user: user.into(),
             created_ms: 1,
             sealed: key.seal(id, user, secret),
+            vhost: None,
         }
     }
 
@@ -273,6 +290,28 @@ mod tests {
         let catalog = catalog.lock().unwrap();
         let keys_left = catalog.keys().filter(|k| k.windows(4).any(|w| w == b"HGAK")).count();
         assert_eq!(keys_left, 0, "deleted in the catalog with the user");
+    }
+
+    /// A key acts in an existing vhost (`/` when it names none), and goes with its vhost.
+    #[test]
+    fn keys_name_an_existing_vhost_and_go_with_it() {
+        let store = UserStore::with_defaults(vec![]);
+        store.put_user_with_password("ops", "pw", vec![]).unwrap();
+        let key = SecretsKey::from_bytes(&[9; 32]);
+        let in_vhost = |id: &str, vhost: &str| AccessKeyRecord {
+            vhost: Some(vhost.into()),
+            ..record(&key, id, "ops", "s")
+        };
+        assert!(matches!(store.add_access_key(in_vhost("HGAK1", "billing")), Err(StoreError::Unknown(_))));
+        let billing = VhostRecord { name: "billing".into(), ..store.vhost("/").unwrap() };
+        store.put_vhost(billing).unwrap();
+        store.add_access_key(in_vhost("HGAK1", "billing")).unwrap();
+        store.add_access_key(record(&key, "HGAK2", "ops", "s")).unwrap();
+        assert_eq!(store.access_key("HGAK1").unwrap().vhost(), "billing");
+        assert_eq!(store.access_key("HGAK2").unwrap().vhost(), "/");
+        store.delete_vhost("billing").unwrap();
+        assert_eq!(store.access_key("HGAK1"), None);
+        assert!(store.access_key("HGAK2").is_some());
     }
 
     #[test]

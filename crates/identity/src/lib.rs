@@ -306,6 +306,7 @@ impl UserStore {
         self.update(|state| {
             state.permissions.retain(|(vhost, _), _| vhost != name);
             state.topic_permissions.retain(|(vhost, _, _), _| vhost != name);
+            state.access_keys.retain(|_, key| key.vhost() != name);
             Ok(state.vhosts.remove(name).is_some())
         })
     }

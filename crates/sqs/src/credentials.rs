@@ -15,16 +15,17 @@ use crate::SqsState;
 /// The default user's access key id and secret.
 const GUEST: &str = "guest";
 
-/// An access key's user and secret.
+/// An access key's user, the vhost it acts in, and its secret.
 pub struct AccessKey {
     pub user: String,
+    pub vhost: String,
     pub secret: String,
 }
 
 /// The secret of `access_key`, for a request from loopback or not.
 pub fn secret_of(state: &SqsState, access_key: &str, loopback: bool) -> Result<AccessKey, SignatureError> {
     if access_key == GUEST && state.users.check_login(GUEST, GUEST, loopback).is_ok() {
-        return Ok(AccessKey { user: GUEST.to_owned(), secret: GUEST.to_owned() });
+        return Ok(AccessKey { user: GUEST.to_owned(), vhost: "/".to_owned(), secret: GUEST.to_owned() });
     }
     let (Some(record), Some(secrets)) = (state.users.access_key(access_key), state.secrets.as_ref()) else {
         return Err(SignatureError::UnknownAccessKey);
@@ -34,5 +35,5 @@ pub fn secret_of(state: &SqsState, access_key: &str, loopback: bool) -> Result<A
         return Err(SignatureError::UnknownAccessKey);
     }
     let secret = secrets.open(&record).ok_or(SignatureError::UnknownAccessKey)?;
-    Ok(AccessKey { user: record.user, secret })
+    Ok(AccessKey { vhost: record.vhost().to_owned(), user: record.user, secret })
 }

@@ -144,9 +144,9 @@ async fn handled(
         headers: &headers,
         body: &body,
     };
-    let (user, region) = authenticate(state, &signed, peer).await?;
+    let (user, vhost, region) = authenticate(state, &signed, peer).await?;
     let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
-    let caller = Caller { user, vhost: "/".to_owned(), base_url: format!("http://{host}"), region };
+    let caller = Caller { user, vhost, base_url: format!("http://{host}"), region };
     let (action, input) = match protocol {
         Protocol::Json => {
             let target = parts.headers.get("x-amz-target").and_then(|t| t.to_str().ok());
@@ -206,13 +206,13 @@ async fn perform(
     }
 }
 
-/// The user a request is signed by, and the region it was signed for. A refused signature is
+/// The user a request is signed by, the vhost its key acts in, and the region it was signed for. A refused signature is
 /// answered only after its source's failed-login hold, as a refused AMQP or HTTP login is.
 async fn authenticate(
     state: &SqsState,
     request: &sigv4::Request<'_>,
     peer: Option<SocketAddr>,
-) -> Result<(String, String), SqsError> {
+) -> Result<(String, String, String), SqsError> {
     let now_ms = (state.clock)();
     let now = Timestamp::from_millis(now_ms);
     if let Some(addr) = peer {
@@ -225,7 +225,7 @@ async fn authenticate(
     let checked = sigv4::parse(request).and_then(|claimed| {
         let key = credentials::secret_of(state, &claimed.access_key, loopback)?;
         sigv4::verify(request, &claimed, &key.secret, now_ms)?;
-        Ok((key.user, claimed.region))
+        Ok((key.user, key.vhost, claimed.region))
     });
     match checked {
         Ok(found) => Ok(found),

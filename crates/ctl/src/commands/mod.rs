@@ -84,10 +84,10 @@ pub enum Command {
     AddUser { username: String, password: String },
     /// Deletes a user, its permissions and access keys, and closes its connections.
     DeleteUser { username: String },
-    /// Makes an access key for the SQS endpoint acting as the user; prints its id and secret,
-    /// which is shown only this once (docs/sqs.md).
+    /// Makes an access key for the SQS endpoint acting as the user in the vhost (`-p`); prints
+    /// its id and secret, which is shown only this once (docs/sqs.md).
     AddAccessKey { username: String },
-    /// The user's access key ids and when each was made.
+    /// The user's access key ids, the vhost each acts in and when each was made.
     ListAccessKeys { username: String },
     /// Revokes one of the user's access keys.
     DeleteAccessKey { username: String, access_key_id: String },
@@ -323,7 +323,8 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             Ok(String::new())
         }
         Command::AddAccessKey { username } => {
-            let key = client.post(&format!("/api/users/{}/access-keys", segment(&username)), &json!({}))?;
+            let path = format!("/api/users/{}/access-keys", segment(&username));
+            let key = client.post(&path, &json!({"vhost": vhost}))?;
             let field = |name: &str| key[name].as_str().unwrap_or_default().to_owned();
             Ok(format!(
                 "access_key_id\t{}\nsecret_access_key\t{}\n",
@@ -337,7 +338,7 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
                 &format!("Listing access keys of user \"{username}\" ..."),
                 &all,
                 &[],
-                &["access_key_id", "created_ms"],
+                &["access_key_id", "vhost", "created_ms"],
             ))
         }
         Command::DeleteAccessKey { username, access_key_id } => {
