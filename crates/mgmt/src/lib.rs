@@ -93,8 +93,8 @@ pub struct Listener {
 
 /// The cluster as `GET /api/cluster` shows it (docs/clustering.md "Seeing the cluster").
 pub trait ClusterStatus: Send + Sync + std::fmt::Debug {
-    /// `{"cluster_name", "leader", "term", "nodes": [{"name", "role", "in_sync", "lag_records",
-    /// "amqp", "last_seen_ms"}]}`. Called off the runtime (it may ask etcd).
+    /// `{"cluster_name", "leader", "term", "nodes": [{"name", "role", "in_sync", "caught_up",
+    /// "lag_records", "amqp", "last_seen_ms"}]}`. Called off the runtime (it may ask etcd).
     fn status(&self) -> serde_json::Value;
     /// The Prometheus gauges, from what the node already knows (no etcd round trip).
     fn gauges(&self) -> ClusterGauges;

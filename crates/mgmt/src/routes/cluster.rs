@@ -21,7 +21,7 @@ async fn cluster(State(state): State<AppState>) -> Result<Json<Value>, ApiError>
             "leader": node.name,
             "term": 0,
             "nodes": [{
-                "name": node.name, "role": "leader", "in_sync": true, "lag_records": 0,
+                "name": node.name, "role": "leader", "in_sync": true, "caught_up": true, "lag_records": 0,
                 "amqp": format!("{}:{}", node.bind, node.amqp_port), "last_seen_ms": 0,
             }],
         })));
