@@ -21,15 +21,18 @@ async function freePort() {
   });
 }
 
-export async function startBroker(binary) {
+/**
+ * `secretsKey`: start with `--secrets-key-file` (made by the broker, in a temporary folder of its
+ * own: it must be outside the data directory), so access keys can be made.
+ */
+export async function startBroker(binary, { secretsKey = false } = {}) {
   const [amqp, http, metrics] = [await freePort(), await freePort(), await freePort()];
   const dataDir = mkdtempSync(join(tmpdir(), "hourglass-ui-data-"));
-  const child = spawn(
-    binary,
-    ["--bind", "127.0.0.1", "--amqp-port", String(amqp), "--http-port", String(http), "--metrics-port",
-      String(metrics), "--data-dir", dataDir],
-    { stdio: ["ignore", "ignore", "pipe"] },
-  );
+  const secretsDir = secretsKey ? mkdtempSync(join(tmpdir(), "hourglass-ui-secrets-")) : null;
+  const args = ["--bind", "127.0.0.1", "--amqp-port", String(amqp), "--http-port", String(http), "--metrics-port",
+    String(metrics), "--data-dir", dataDir];
+  if (secretsDir) args.push("--secrets-key-file", join(secretsDir, "secrets.key"));
+  const child = spawn(binary, args, { stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
   child.stderr.on("data", (d) => (log = (log + d).slice(-20000)));
   const broker = {
@@ -42,6 +45,7 @@ export async function startBroker(binary) {
         await new Promise((r) => child.once("exit", r));
       }
       rmSync(dataDir, { recursive: true, force: true });
+      if (secretsDir) rmSync(secretsDir, { recursive: true, force: true });
     },
   };
   for (let i = 0; i < START_TRIES; i++) {

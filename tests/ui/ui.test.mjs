@@ -21,12 +21,17 @@ let broker;
 let context;
 let page;
 let profile;
-/** Console errors and uncaught exceptions; a 404 is allowed only while `missing` (a missing object's page). */
+/**
+ * Console errors and uncaught exceptions; a 404 is allowed only while `missing` (a missing
+ * object's page), a 400 only while `refusal` (an action the API is expected to refuse).
+ */
 const problems = [];
 let missing = false;
+let refusal = false;
 
 before(async () => {
-  broker = await startBroker(BINARY);
+  // With a secrets key, so access keys can be made (the access keys test).
+  broker = await startBroker(BINARY, { secretsKey: true });
   await seed(broker);
   profile = mkdtempSync(join(tmpdir(), "hourglass-ui-profile-"));
   context = await chromium.launchPersistentContext(profile, {
@@ -41,7 +46,8 @@ before(async () => {
   page.on("console", (m) => {
     if (m.type() !== "error") return;
     const notFound = /Failed to load resource: the server responded with a status of 404/.test(m.text());
-    if (!(missing && notFound)) problems.push(`console: ${m.text()}`);
+    const badRequest = /Failed to load resource: the server responded with a status of 400/.test(m.text());
+    if (!(missing && notFound) && !(refusal && badRequest)) problems.push(`console: ${m.text()}`);
   });
 });
 
@@ -51,8 +57,8 @@ after(async () => {
   await broker?.stop();
 });
 
-async function login(user, password) {
-  await page.goto(broker.url);
+async function login(user, password, on = broker) {
+  await page.goto(on.url);
   await page.fill("#login input[name=username]", user);
   await page.fill("#login input[name=password]", password);
   await page.click("#login button[type=submit]");
@@ -242,6 +248,108 @@ test("a policy is created, applies to a queue, and is deleted", async () => {
   assert.deepEqual(await api(broker, "GET", "/api/policies"), []);
 });
 
+/** A date as the UI shows them: local time with its zone. */
+const CLOCK = /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC([+-]\d{2}:\d{2})?$/;
+
+test("access keys: made on a user's page, the secret shown once, listed without it, revoked", async () => {
+  await api(broker, "PUT", "/api/users/sqs-app", { password: "pw", tags: "" });
+  await api(broker, "PUT", "/api/vhosts/keys-vh", {});
+  const before = Date.now();
+  await page.goto(`${broker.url}#/users`);
+  await page.fill(".controls input.filter", "sqs-app");
+  await page.click("a.user-link[href='#/users/sqs-app']");
+  await page.locator("h1 .name", { hasText: "sqs-app" }).waitFor();
+  await page.locator("#access-keys td.muted", { hasText: "no access keys" }).waitFor();
+  // The vhost chooser offers the vhosts and starts at "/".
+  await page.locator("#add-access-key select[name=vhost] option[value=keys-vh]").waitFor({ state: "attached" });
+  assert.equal(await page.locator("#add-access-key select[name=vhost]").inputValue(), "/");
+
+  assert.match(await statusOf(() => page.click("#add-access-key button[type=submit]")), /shown only once/);
+  const shown = page.locator("#new-access-key");
+  assert.match(await shown.innerText(), /will not be shown again/);
+  const id = await page.locator("#new-key-id").innerText();
+  const secret = await page.locator("#new-key-secret").innerText();
+  assert.match(id, /^HGAK/);
+  assert.ok(secret.length >= 20, `a secret: ${secret}`);
+  // Listed with its vhost and date, never the secret.
+  const row = page.locator(`#access-keys tr[data-key="${id}"]`);
+  await row.waitFor();
+  const cells = await row.locator("td").allInnerTexts();
+  assert.equal(cells[0], id);
+  assert.equal(cells[1], "/");
+  assert.match(cells[2], CLOCK);
+  assert.ok(!(await page.locator("#access-keys").innerText()).includes(secret), "the list shows no secret");
+  let keys = await api(broker, "GET", "/api/users/sqs-app/access-keys");
+  assert.equal(keys.length, 1);
+  assert.equal(keys[0].access_key_id, id);
+  assert.equal(keys[0].vhost ?? "/", "/");
+  assert.ok(keys[0].created_ms >= before - 1000 && keys[0].created_ms <= Date.now() + 1000, JSON.stringify(keys));
+  assert.ok(!JSON.stringify(keys).includes(secret), "the API lists no secret");
+
+  // Hidden, and gone for good: a reload of the page does not bring it back.
+  await page.click("#hide-new-key");
+  await shown.waitFor({ state: "detached" });
+  assert.ok(!(await page.content()).includes(secret));
+  await page.reload();
+  await row.waitFor();
+  assert.equal(await shown.count(), 0);
+  assert.ok(!(await page.content()).includes(secret));
+
+  // A second key, in the vhost chosen. (An API without vhosts on keys answers without the
+  // field: the UI shows "/", as it does for a missing one.)
+  await page.selectOption("#add-access-key select[name=vhost]", "keys-vh");
+  assert.match(await statusOf(() => page.click("#add-access-key button[type=submit]")), /shown only once/);
+  const id2 = await page.locator("#new-key-id").innerText();
+  assert.notEqual(id2, id);
+  const row2 = page.locator(`#access-keys tr[data-key="${id2}"]`);
+  await row2.waitFor();
+  keys = await api(broker, "GET", "/api/users/sqs-app/access-keys");
+  assert.deepEqual(keys.map((k) => k.access_key_id).sort(), [id, id2].sort());
+  const second = keys.find((k) => k.access_key_id === id2);
+  if ("vhost" in second) assert.equal(second.vhost, "keys-vh");
+  assert.equal(await row2.locator("td").nth(1).innerText(), second.vhost ?? "/");
+  // A third is refused (2 a user): the API's reason is on the status line.
+  refusal = true;
+  assert.match(await statusOf(() => page.click("#add-access-key button[type=submit]")), /^400 .*access keys/);
+  refusal = false;
+  // The refusal leaves the second key's secret shown, until that key is revoked below.
+  assert.equal(await page.locator("#new-key-id").innerText(), id2);
+
+  // Revoked: gone from the page and from the API.
+  assert.match(await statusOf(() => page.click(`button.revoke-key[data-key="${id}"]`)), new RegExp(`${id} of sqs-app revoked`));
+  await row.waitFor({ state: "detached" });
+  keys = await api(broker, "GET", "/api/users/sqs-app/access-keys");
+  assert.deepEqual(keys.map((k) => k.access_key_id), [id2]);
+  await page.click(`button.revoke-key[data-key="${id2}"]`);
+  await row2.waitFor({ state: "detached" });
+  await shown.waitFor({ state: "detached" });
+  await page.locator("#access-keys td.muted", { hasText: "no access keys" }).waitFor();
+  assert.deepEqual(await api(broker, "GET", "/api/users/sqs-app/access-keys"), []);
+});
+
+test("access keys: without a secrets key the broker's reason is shown, and nothing is made", async () => {
+  const plain = await startBroker(BINARY);
+  try {
+    await api(plain, "PUT", "/api/users/sqs-app", { password: "pw", tags: "" });
+    await login("guest", "guest", plain);
+    await page.goto(`${plain.url}#/users/sqs-app`);
+    await page.locator("#access-keys td.muted", { hasText: "no access keys" }).waitFor();
+    refusal = true;
+    await page.click("#add-access-key button[type=submit]");
+    await page.locator("#status", { hasText: "access keys need a secrets key" }).waitFor();
+    refusal = false;
+    assert.match(await page.locator("#status").innerText(), /^400 bad_request: access keys need a secrets key/);
+    assert.equal(await page.locator("#new-access-key").count(), 0);
+    assert.deepEqual(await api(plain, "GET", "/api/users/sqs-app/access-keys"), []);
+  } finally {
+    refusal = false;
+    await plain.stop();
+  }
+  // Back to the first broker, still logged in there (sessionStorage is per origin).
+  await page.goto(`${broker.url}#/users`);
+  await page.locator("#whoami", { hasText: "guest" }).waitFor();
+});
+
 test("a missing queue's page says it does not exist", async () => {
   missing = true;
   await page.goto(`${broker.url}#/queues/%2F/no-such-queue`);
@@ -311,6 +419,10 @@ test("a monitoring user sees the queues, and what it may not do is disabled or n
   await page.goto(`${broker.url}#/users`);
   await page.locator("#users-admin-only").waitFor();
   assert.equal(await page.locator("#add-user").count(), 0);
+  // A user's page, with its access keys, is for administrators too: nothing is asked for.
+  await page.goto(`${broker.url}#/users/watcher`);
+  await page.locator("#users-admin-only").waitFor();
+  assert.equal(await page.locator("#access-keys").count(), 0);
   await page.goto(`${broker.url}#/policies`);
   await page.locator("#policies-read-only").waitFor();
   assert.equal(await page.locator("#add-policy").count(), 0);

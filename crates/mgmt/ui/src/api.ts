@@ -1,8 +1,8 @@
 // The one API client: every call goes through `request`, which sends the logged-in user's Basic
 // credentials and `X-Requested-With` (so a failed login answers without the browser's prompt).
 import type {
-  Binding, Channel, Connection, Consumer, DelayedMessage, Exchange, GotMessage, InFlight, Node,
-  Overview, Page, Permission, Policy, Queue, User, Vhost, Whoami,
+  AccessKey, Binding, Channel, Connection, Consumer, DelayedMessage, Exchange, GotMessage, InFlight, Node,
+  NewAccessKey, Overview, Page, Permission, Policy, Queue, User, Vhost, Whoami,
 } from "./types";
 
 const AUTH_KEY = "hourglass.auth";
@@ -154,6 +154,13 @@ export const api = {
   putUser: (name: string, password: string, tags: string) =>
     request<void>("PUT", `/users/${enc(name)}`, { password, tags }),
   deleteUser: (name: string) => request<void>("DELETE", `/users/${enc(name)}`),
+  user: (name: string) => get<User>(`/users/${enc(name)}`),
+  userPermissions: (name: string) => get<Permission[]>(`/users/${enc(name)}/permissions`),
+  accessKeys: (user: string) => get<AccessKey[]>(`/users/${enc(user)}/access-keys`),
+  addAccessKey: (user: string, vhost: string) =>
+    request<NewAccessKey>("POST", `/users/${enc(user)}/access-keys`, { vhost }),
+  revokeAccessKey: (user: string, id: string) =>
+    request<void>("DELETE", `/users/${enc(user)}/access-keys/${enc(id)}`),
   permissions: () => get<Permission[]>("/permissions"),
   putPermission: (p: Permission) =>
     request<void>("PUT", `/permissions/${enc(p.vhost)}/${enc(p.user)}`, {

@@ -15,6 +15,7 @@ import { OverviewPage } from "./pages/overview";
 import { PoliciesPage } from "./pages/policies";
 import { QueuePage } from "./pages/queue";
 import { QueuesPage } from "./pages/queues";
+import { UserPage } from "./pages/user";
 import { UsersPage } from "./pages/users";
 import { VhostsPage } from "./pages/vhosts";
 
@@ -121,7 +122,7 @@ function Page({ page, args, admin }: { page: string; args: string[]; admin: bool
     case "queues":
       return args.length >= 2 ? <QueuePage vhost={args[0]} name={args[1]} /> : <QueuesPage />;
     case "users":
-      return <UsersPage />;
+      return args.length >= 1 ? <UserPage name={args[0]} /> : <UsersPage />;
     case "vhosts":
       return <VhostsPage />;
     case "policies":

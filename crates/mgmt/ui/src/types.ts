@@ -159,6 +159,23 @@ export interface User {
   tags: string[] | string;
 }
 
+/** An SQS access key of a user (`GET /api/users/{user}/access-keys`): never its secret. */
+export interface AccessKey {
+  access_key_id: string;
+  user: string;
+  /** The vhost the key acts in; missing from an older API, which means `/`. */
+  vhost?: string;
+  created_ms: number;
+}
+
+/** The answer to making a key: the only place its secret is ever shown. */
+export interface NewAccessKey {
+  access_key_id: string;
+  secret_access_key: string;
+  user: string;
+  vhost?: string;
+}
+
 export interface WhoamiPermission {
   vhost: string;
   configure: string;

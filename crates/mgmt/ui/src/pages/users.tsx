@@ -1,9 +1,11 @@
-// #/users — users (add, change, delete) and their permissions per vhost.
+// #/users — users (add, change, delete) and their permissions per vhost; a user's name leads to
+// its page (#/users/{name}: its access keys, pages/user.tsx).
 import { useState } from "preact/hooks";
 import { isAdmin } from "../access";
 import { api } from "../api";
 import { act, ErrorBox, Field, Section, ServerTable, usePoll, type Column } from "../components";
 import { tags } from "../format";
+import { href } from "../router";
 import type { User } from "../types";
 import { VhostChoice } from "./vhosts";
 
@@ -25,7 +27,15 @@ function AdminUsersPage() {
   const reload = () => setReloadKey((k) => k + 1);
   const [form, setForm] = useState({ name: "", password: "", tags: "" });
   const columns: Column<User>[] = [
-    { label: "Name", sort: "name", render: (u) => u.name },
+    {
+      label: "Name",
+      sort: "name",
+      render: (u) => (
+        <a class="user-link" href={href("users", u.name)}>
+          {u.name}
+        </a>
+      ),
+    },
     { label: "Tags", render: (u) => tags(u.tags) },
     {
       label: "",
