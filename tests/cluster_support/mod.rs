@@ -330,6 +330,12 @@ impl Node {
         }
     }
 
+    /// The value of one of the node's flags (`--sqs-port` when the cluster was started with
+    /// `--sqs-port {port}`).
+    pub fn flag(&self, name: &str) -> Option<&str> {
+        self.args.iter().position(|a| a == name).and_then(|at| self.args.get(at + 1)).map(String::as_str)
+    }
+
     pub fn start(&mut self) {
         assert!(self.child.is_none(), "{} is running", self.name);
         let binary =

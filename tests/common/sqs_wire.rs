@@ -15,7 +15,7 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// One signed AWS JSON 1.0 request: the status and the answer's JSON.
+/// One signed AWS JSON 1.0 request: the status and the answer's JSON (status 0: no answer).
 pub async fn sqs(addr: SocketAddr, action: &str, input: Value) -> (u16, Value) {
     let target = format!("AmazonSQS.{action}");
     let headers = [("content-type", "application/x-amz-json-1.0"), ("x-amz-target", target.as_str())];
@@ -43,11 +43,17 @@ async fn signed_post(addr: SocketAddr, path: &str, extra: &[(&str, &str)], body:
         text.push_str(&format!("{name}: {value}\r\n"));
     }
     text.push_str(&format!("authorization: {authorization}\r\ncontent-length: {}\r\n\r\n", body.len()));
-    let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect to the SQS port");
-    socket.write_all(text.as_bytes()).await.unwrap();
-    socket.write_all(body).await.unwrap();
+    // A port not listening (a node between roles) or a connection cut answers status 0.
+    let Ok(mut socket) = tokio::net::TcpStream::connect(addr).await else { return (0, String::new()) };
     let mut answer = Vec::new();
-    socket.read_to_end(&mut answer).await.unwrap();
+    let exchanged = async {
+        socket.write_all(text.as_bytes()).await?;
+        socket.write_all(body).await?;
+        socket.read_to_end(&mut answer).await
+    };
+    if exchanged.await.is_err() {
+        return (0, String::new());
+    }
     let answer = String::from_utf8_lossy(&answer);
     let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     (status, answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
