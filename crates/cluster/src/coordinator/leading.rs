@@ -39,6 +39,9 @@ pub enum LeadEffect {
     /// etcd now records `nodes` as the in-sync set: drop `removed` from the hub. `admitted`
     /// caught up since the last record.
     Recorded { nodes: Vec<String>, removed: Vec<String>, admitted: Vec<String> },
+    /// These followers caught up and joined the hub's in-sync set, which etcd already records
+    /// (a new leader's inherited followers): nothing to write, only to tell.
+    Admitted(Vec<String>),
     /// Stop confirming now (the term is being given up).
     Deposed,
 }
@@ -203,7 +206,12 @@ impl Leading {
         effects.push(LeadEffect::Seen(seen));
         let admitted = followers.admit_caught_up(now, self.ttl);
         let next = match self.rules.next(now, &followers.replicas(now, self.ttl), &alive) {
-            InSyncStep::Keep => LeadNext::Sleep(POLL),
+            InSyncStep::Keep => {
+                if !admitted.is_empty() {
+                    effects.push(LeadEffect::Admitted(admitted));
+                }
+                LeadNext::Sleep(POLL)
+            }
             InSyncStep::StepDown { unreachable } => {
                 // The term is given up at once, not after the lease: a node on the other side of
                 // the cut campaigns now (this one holds off when it restarts).
@@ -356,6 +364,23 @@ mod tests {
         machine.answered(start, seen(Some(8)), &mut hub);
         let step = machine.answered(start, Ok(Reply::Done(false)), &mut hub);
         assert!(matches!(step.next, LeadNext::SteppedDown(StepDown::Superseded(_))), "{step:?}");
+    }
+
+    /// A new leader's followers are in the set etcd records; as each catches up it joins the
+    /// hub's set without a write, and that is told (logged as "follower in sync") all the same.
+    #[test]
+    fn inherited_followers_that_catch_up_are_told_without_a_write() {
+        let start = Instant::now();
+        let reachable: BTreeSet<String> = ["b".to_owned(), "c".to_owned()].into();
+        let mut hub = Hub { caught_up: vec!["b".into(), "c".into()], reachable, ..Hub::default() };
+        let mut machine = leading(start);
+        machine.wake(start);
+        let step = machine.answered(start, seen(Some(8)), &mut hub);
+        assert!(matches!(step.next, LeadNext::Sleep(_)), "{step:?}");
+        assert!(step.effects.contains(&LeadEffect::Admitted(vec!["b".into(), "c".into()])), "{step:?}");
+        machine.wake(start);
+        let step = machine.answered(start, seen(Some(8)), &mut hub);
+        assert!(!step.effects.iter().any(|e| matches!(e, LeadEffect::Admitted(_))), "told once");
     }
 
     #[test]

@@ -355,6 +355,11 @@ impl Coordinator {
                 }
                 self.view.lock().unwrap_or_else(|p| p.into_inner()).in_sync = nodes;
             }
+            LeadEffect::Admitted(admitted) => {
+                for name in &admitted {
+                    tracing::info!(follower = %name, "follower in sync");
+                }
+            }
             LeadEffect::Deposed => hub.depose(),
         }
     }

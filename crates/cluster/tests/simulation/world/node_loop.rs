@@ -225,7 +225,7 @@ impl World {
                     self.log(format!("{name} cut off: gives up its term"));
                 }
                 // Replication to every node runs from the start of the term.
-                LeadEffect::Link(_) | LeadEffect::Seen(_) => {}
+                LeadEffect::Link(_) | LeadEffect::Seen(_) | LeadEffect::Admitted(_) => {}
             }
         }
         self.try_confirm(n)?;
