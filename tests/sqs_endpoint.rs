@@ -168,3 +168,48 @@ fn form_encode(text: &str) -> String {
         })
         .collect()
 }
+
+/// CreateQueue of an existing queue answers its URL unless an attribute given differs from the
+/// queue's: attributes left out are not compared (they were, as their defaults). Queues made
+/// over SQS show when they were made and last changed. A 1 MiB message is taken (AWS's limit
+/// since 2025), one byte more is not.
+#[tokio::test]
+async fn create_queue_compares_only_the_attributes_given_and_messages_reach_one_mib() {
+    let (_broker, addr) = sqs_broker(&[]);
+    let made = json!({"QueueName": "kept", "Attributes": {"VisibilityTimeout": "5"}});
+    let (status, created) = sqs(addr, "CreateQueue", made.clone()).await;
+    assert_eq!(status, 200, "{created}");
+    let (status, again) = sqs(addr, "CreateQueue", json!({"QueueName": "kept"})).await;
+    assert_eq!((status, &again["QueueUrl"]), (200, &created["QueueUrl"]), "{again}");
+    assert_eq!(sqs(addr, "CreateQueue", made).await.0, 200);
+    let different = json!({"QueueName": "kept", "Attributes": {"VisibilityTimeout": "6"}});
+    let (status, refused) = sqs(addr, "CreateQueue", different).await;
+    assert_eq!((status, refused["__type"].as_str()), (400, Some("com.amazonaws.sqs#QueueNameExists")));
+
+    let url = created["QueueUrl"].as_str().unwrap().to_owned();
+    let times = json!({"QueueUrl": url, "AttributeNames": ["CreatedTimestamp", "LastModifiedTimestamp"]});
+    let (_, before) = sqs(addr, "GetQueueAttributes", times.clone()).await;
+    let created_s: u64 = before["Attributes"]["CreatedTimestamp"].as_str().unwrap().parse().unwrap();
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    assert!(now_s.abs_diff(created_s) < 60, "{before}");
+    assert_eq!(before["Attributes"]["LastModifiedTimestamp"], before["Attributes"]["CreatedTimestamp"]);
+    let set = json!({"QueueUrl": url, "Attributes": {"DelaySeconds": "1"}});
+    assert_eq!(sqs(addr, "SetQueueAttributes", set).await.0, 200);
+    let (_, after) = sqs(addr, "GetQueueAttributes", times).await;
+    let modified: u64 = after["Attributes"]["LastModifiedTimestamp"].as_str().unwrap().parse().unwrap();
+    assert!(modified >= created_s, "{after}");
+
+    let (_, attributes) =
+        sqs(addr, "GetQueueAttributes", json!({"QueueUrl": url, "AttributeNames": ["MaximumMessageSize"]}))
+            .await;
+    assert_eq!(attributes["Attributes"]["MaximumMessageSize"], "1048576");
+    let body = "m".repeat(1_048_576);
+    let (status, sent) = sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": body})).await;
+    assert_eq!(status, 200, "{sent}");
+    let over = "m".repeat(1_048_577);
+    let (status, refused) = sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": over})).await;
+    assert_eq!(
+        (status, refused["__type"].as_str()),
+        (400, Some("com.amazon.coral.service#InvalidParameterValueException"))
+    );
+}

@@ -51,6 +51,11 @@ sqs = client()
 url = sqs.create_queue(QueueName="boto-jobs", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
 assert url == f"{ENDPOINT}/%2F/boto-jobs", url
 assert sqs.create_queue(QueueName="boto-jobs", Attributes={"VisibilityTimeout": "1"})["QueueUrl"] == url, "idempotent"
+assert sqs.create_queue(QueueName="boto-jobs")["QueueUrl"] == url, "attributes not given are not compared"
+assert code_of(lambda: sqs.create_queue(QueueName="boto-jobs", Attributes={"VisibilityTimeout": "2"})) == (
+    "QueueAlreadyExists", 400)
+made = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["CreatedTimestamp", "LastModifiedTimestamp"])["Attributes"]
+assert abs(int(made["CreatedTimestamp"]) - time.time()) < 60 and made["LastModifiedTimestamp"] == made["CreatedTimestamp"], made
 assert sqs.get_queue_url(QueueName="boto-jobs")["QueueUrl"] == url
 assert url in sqs.list_queues(QueueNamePrefix="boto-")["QueueUrls"]
 assert "QueueUrls" not in sqs.list_queues(QueueNamePrefix="zzz") or not sqs.list_queues(QueueNamePrefix="zzz")["QueueUrls"]

@@ -124,7 +124,7 @@ fn check_name(name: &str) -> Result<(), SqsError> {
     }
 }
 
-/// The encoded size AWS counts toward the 256 KiB message limit: names, types and values.
+/// The encoded size AWS counts toward the message size limit: names, types and values.
 pub fn size(attributes: &Attributes) -> usize {
     attributes
         .iter()

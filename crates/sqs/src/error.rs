@@ -33,7 +33,7 @@ pub enum SqsError {
     BatchEntryIdsNotDistinct(String),
     #[error("A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most 80 letters long.")]
     InvalidBatchEntryId,
-    #[error("Batch requests cannot be longer than 262144 bytes. You have sent {0} bytes.")]
+    #[error("Batch requests cannot be longer than 1048576 bytes. You have sent {0} bytes.")]
     BatchRequestTooLong(usize),
     #[error("{0}")]
     UnsupportedOperation(String),

@@ -45,9 +45,10 @@ pub use error::SqsError;
 pub use fifo::Sequencer;
 pub use moves::MoveTasks;
 
-/// The largest request body read: SQS's 256 KiB message (or batch) base64-free, with room for
-/// its JSON and attributes. Larger bodies are refused before they are parsed.
-pub const REQUEST_BYTES_MAX: usize = 1024 * 1024;
+/// The largest request body read: SQS's 1 MiB message (or batch), with room for its escaping in
+/// JSON (a line feed or a quote doubles) and its attributes. Larger bodies are refused before
+/// they are parsed.
+pub const REQUEST_BYTES_MAX: usize = 3 * 1024 * 1024;
 /// The JSON protocol's content type.
 const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 

@@ -26,8 +26,8 @@ use crate::{Caller, SqsState};
 const SENT_HEADER: &str = "x-sqs-sent-timestamp";
 /// AWS: at most 10 messages a receive.
 const RECEIVE_MAX: i64 = 10;
-/// AWS: a batch's messages together at most 256 KiB.
-const BATCH_BYTES_MAX: usize = 262_144;
+/// AWS: a batch's messages together at most 1 MiB.
+const BATCH_BYTES_MAX: usize = queues::MESSAGE_SIZE_MAX as usize;
 
 /// One entry's answer: its fields, or why it failed.
 type Answer = Result<Map<String, Value>, SqsError>;
@@ -69,7 +69,7 @@ struct Outgoing {
 
 /// What a send to a queue is checked against, read from its arguments.
 struct SendRules {
-    /// `MaximumMessageSize` (SQS's 256 KiB unless its attribute says less).
+    /// `MaximumMessageSize` (SQS's 1 MiB unless its attribute says less).
     size_max: usize,
     /// A FIFO queue's settings (`None`: a standard queue).
     fifo: Option<FifoSettings>,

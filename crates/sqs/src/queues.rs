@@ -20,7 +20,8 @@ pub const VISIBILITY_TIMEOUT_MAX_S: i64 = 43_200;
 const DELAY_MAX_S: i64 = 900;
 const RETENTION_DEFAULT_S: i64 = 345_600;
 const RETENTION_RANGE_S: std::ops::RangeInclusive<i64> = 60..=1_209_600;
-pub const MESSAGE_SIZE_MAX: i64 = 262_144;
+/// AWS's largest message (and batch) since August 2025: 1 MiB, also the default.
+pub const MESSAGE_SIZE_MAX: i64 = 1_048_576;
 const MESSAGE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 1_024..=MESSAGE_SIZE_MAX;
 pub const WAIT_TIME_MAX_S: i64 = 20;
 /// The arguments that hold SQS attributes AMQP has no argument for.
@@ -28,6 +29,9 @@ pub const MAXIMUM_MESSAGE_SIZE_ARG: &str = "x-sqs-maximum-message-size";
 pub const RECEIVE_WAIT_ARG: &str = "x-sqs-receive-message-wait-time-seconds";
 /// The argument that holds a queue's tags (a table of strings).
 const TAGS_ARG: &str = "x-sqs-tags";
+/// When a queue was made over SQS and last changed by SetQueueAttributes (epoch seconds).
+const CREATED_ARG: &str = "x-sqs-created-timestamp";
+const MODIFIED_ARG: &str = "x-sqs-last-modified-timestamp";
 /// AWS's limits on tags: 50 a queue, keys of 1 to 128 characters, values of up to 256.
 const TAGS_MAX: usize = 50;
 const TAG_KEY_LEN_MAX: usize = 128;
@@ -161,30 +165,39 @@ fn from_amqp(error: AmqpError) -> SqsError {
 
 use crate::fifo::{self, ArgumentChange, FifoSettings};
 
-/// The queue arguments of CreateQueue's `Attributes` (docs/sqs.md), SQS's defaults for the
-/// visibility timeout and the retention period included.
-fn arguments(
+/// What CreateQueue's `Attributes` set among the queue's arguments (docs/sqs.md), a FIFO queue's
+/// own included: what an existing queue is compared on.
+fn given_arguments(
     caller: &Caller,
     vhost: &str,
     attributes: &[(String, String)],
     fifo: bool,
-) -> Result<FieldTable, SqsError> {
+) -> Result<Vec<ArgumentChange>, SqsError> {
+    let mut given: Vec<ArgumentChange> = if fifo { fifo::creation_arguments() } else { Vec::new() };
+    for (name, value) in attributes.iter().filter(|(name, _)| name != "FifoQueue") {
+        for (key, value) in attribute_arguments(caller, vhost, name, value, fifo)? {
+            given.retain(|(k, _)| *k != key);
+            given.push((key, value));
+        }
+    }
+    Ok(given)
+}
+
+/// A new queue's arguments: SQS's defaults for the visibility timeout and the retention period,
+/// then what its attributes `given` set, and when it was made (`CreatedTimestamp`).
+fn arguments_for_new_queue(given: &[ArgumentChange], created_s: u64) -> FieldTable {
     let mut args: Vec<ArgumentChange> = vec![
         ("x-visibility-timeout".into(), Some(FieldValue::I64(VISIBILITY_TIMEOUT_DEFAULT_S * 1000))),
         ("x-message-ttl".into(), Some(FieldValue::I64(RETENTION_DEFAULT_S * 1000))),
+        (CREATED_ARG.into(), Some(FieldValue::I64(created_s as i64))),
     ];
-    if fifo {
-        args.extend(fifo::creation_arguments());
-    }
-    for (name, value) in attributes.iter().filter(|(name, _)| name != "FifoQueue") {
-        for (key, value) in attribute_arguments(caller, vhost, name, value, fifo)? {
-            args.retain(|(k, _)| *k != key);
-            args.push((key, value));
-        }
+    for (key, value) in given {
+        args.retain(|(k, _)| k != key);
+        args.push((key.clone(), value.clone()));
     }
     let mut set: Vec<(String, FieldValue)> = args.into_iter().filter_map(|(k, v)| Some((k, v?))).collect();
     set.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(FieldTable::from_entries(set))
+    FieldTable::from_entries(set)
 }
 
 /// What one SQS queue attribute sets among the queue's arguments (docs/sqs.md).
@@ -282,6 +295,9 @@ fn short(name: &str) -> Result<ShortStr, SqsError> {
         .map_err(|_| SqsError::InvalidParameterValue(format!("queue name too long: {name}")))
 }
 
+/// CreateQueue: the queue made with its attributes' arguments (and SQS's defaults), or, when it
+/// exists, its URL, unless an attribute given differs from the queue's (AWS: attributes not
+/// given are not compared).
 pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
     let name = input.required("QueueName")?;
     let attributes = input.string_map("Attributes")?;
@@ -294,22 +310,48 @@ pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
     };
     check_sqs_name(name, fifo)?;
     let vhost = caller.vhost.clone();
-    let mut arguments = arguments(caller, &vhost, &attributes, fifo)?;
+    require(state, caller, Access::Configure, &QueueRef { vhost: vhost.clone(), name: name.to_owned() })?;
+    let given = given_arguments(caller, &vhost, &attributes, fifo)?;
+    let created_s = (state.clock)() / 1000;
+    let mut arguments = arguments_for_new_queue(&given, created_s);
     let tags = input.string_map("tags")?;
     if !tags.is_empty() {
         arguments = arguments.with_entry(TAGS_ARG, tags_table(tags.into_iter().collect())?);
     }
     let declare = QueueDeclare { queue: short(name)?, durable: true, arguments, ..Default::default() };
     let (user, permissions) = (caller.user.clone(), permissions(state, caller, &vhost));
-    let declared_in = vhost.clone();
-    state
+    let (declared_in, queue) = (vhost.clone(), name.to_owned());
+    // One job: whether the queue exists and, if not, its declaration.
+    let made = state
         .broker
-        .run(move |b, now| {
-            b.with_admin_channel_as(&user, &declared_in, permissions, now, |ch| ch.call(declare))
+        .run(move |b, now| match b.queue_details_named(&declared_in, &queue) {
+            Some(existing) => match given.iter().find(|(key, value)| !same_argument(&existing.arguments, key, value)) {
+                None => Ok(()),
+                Some((key, _)) => Err(SqsError::QueueNameExists(format!(
+                    "A queue already exists with the same name and a different value for an attribute (argument '{key}')"
+                ))),
+            },
+            None => b
+                .with_admin_channel_as(&user, &declared_in, permissions, now, |ch| ch.call(declare))
+                .map(|_| ())
+                .map_err(from_amqp),
         })
-        .await?
-        .map_err(from_amqp)?;
+        .await?;
+    made?;
     Ok(json!({"QueueUrl": url_of(caller, &vhost, name)}))
+}
+
+/// Whether `arguments` holds `key` as `wanted` says (`None`: absent); integers of any width
+/// compare by value (a queue declared over AMQP may hold a 32-bit one).
+fn same_argument(arguments: &FieldTable, key: &str, wanted: &Option<FieldValue>) -> bool {
+    match (arguments.get(key), wanted) {
+        (None, None) => true,
+        (Some(have), Some(want)) => match (have.as_i64(), want.as_i64()) {
+            (Some(a), Some(b)) => a == b,
+            _ => have == *want,
+        },
+        _ => false,
+    }
 }
 
 pub async fn get_url(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
@@ -411,6 +453,10 @@ pub async fn set_attributes(state: &SqsState, caller: &Caller, input: &Input<'_>
     let mut changes: Vec<ArgumentChange> = Vec::new();
     for (name, value) in &attributes {
         changes.extend(attribute_arguments(caller, &queue.vhost, name, value, fifo)?);
+    }
+    if !changes.is_empty() {
+        let now_s = (state.clock)() / 1000;
+        changes.push((MODIFIED_ARG.to_owned(), Some(FieldValue::I64(now_s as i64))));
     }
     change_arguments(state, &queue, changes).await
 }
@@ -580,7 +626,8 @@ pub async fn attributes(state: &SqsState, caller: &Caller, input: &Input<'_>) ->
     Ok(json!({"Attributes": chosen}))
 }
 
-/// Attribute names SQS knows that a queue here may not show (FIFO, encryption, policies).
+/// Attribute names SQS knows that a queue here may not show (FIFO, encryption, policies; the
+/// timestamps of a queue made over AMQP).
 const KNOWN_UNSHOWN: &[&str] = &[
     "Policy",
     "RedrivePolicy",
@@ -592,6 +639,8 @@ const KNOWN_UNSHOWN: &[&str] = &[
     "DeduplicationScope",
     "FifoThroughputLimit",
     "SqsManagedSseEnabled",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
 ];
 
 /// A queue's SQS attributes, from its arguments and counts. Each value a string, as SQS sends.
@@ -627,6 +676,10 @@ fn queue_attributes(
             "maxReceiveCount": limit + 1,
         });
         put("RedrivePolicy", policy.to_string());
+    }
+    if let Some(created) = arg(CREATED_ARG) {
+        put("CreatedTimestamp", created.to_string());
+        put("LastModifiedTimestamp", arg(MODIFIED_ARG).unwrap_or(created).to_string());
     }
     FifoSettings::queue_attributes(&details.arguments, &mut out);
     out
