@@ -472,20 +472,37 @@ async fn leave_bounded(coordinator: &Arc<Coordinator>) {
     }
 }
 
-/// Replaces this process with a fresh one of the same command line: it rejoins as a follower,
-/// catches up, and does not campaign for `holdoff`. Returns only if that fails.
+/// Replaces this process with a fresh one of the same program and command line: it rejoins as a
+/// follower, catches up, and does not campaign for `holdoff`. Returns only if that fails.
+///
+/// The program is the one running, not the file at its path: on Linux `/proc/self/exe` still
+/// executes it after its file was replaced or removed (a package upgrade under a running
+/// cluster), where a lookup by path found no file and left the node down for good.
 fn restart_as_follower(holdoff: Duration) -> anyhow::Error {
     use std::os::unix::process::CommandExt;
     tracing::warn!("restarting as a follower");
-    let exe = match std::env::current_exe() {
+    let exe = match running_program() {
         Ok(exe) => exe,
         Err(error) => return anyhow::anyhow!("cannot find this program to restart it: {error}"),
     };
-    let error = std::process::Command::new(exe)
+    let mut command = std::process::Command::new(exe);
+    if let Some(name) = std::env::args_os().next() {
+        command.arg0(name);
+    }
+    let error = command
         .args(std::env::args_os().skip(1))
         .env(CAMPAIGN_HOLDOFF_ENV, holdoff.as_millis().to_string())
         .exec();
     anyhow::anyhow!("cannot restart as a follower: {error}")
+}
+
+/// What executes the running program again: its own image where the OS offers it.
+fn running_program() -> std::io::Result<std::path::PathBuf> {
+    let own = std::path::Path::new("/proc/self/exe");
+    if cfg!(target_os = "linux") && own.exists() {
+        return Ok(own.to_path_buf());
+    }
+    std::env::current_exe()
 }
 
 /// `/api/cluster` from the coordinator.
