@@ -22,6 +22,11 @@ const XMLNS: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
 const PARAMS_MAX: usize = 2_000;
 /// The largest index a flattened list or map may use.
 const INDEX_MAX: usize = 1_000;
+/// The most dotted parts a parameter's name may have (SQS's deepest is 6:
+/// `SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue`), and its longest
+/// name: the parameters are read recursively, so their depth is bounded.
+const NAME_PARTS_MAX: usize = 8;
+const NAME_BYTES_MAX: usize = 256;
 
 /// Parameters that sign or describe the request rather than the operation.
 fn is_envelope(name: &str) -> bool {
@@ -84,6 +89,11 @@ struct Tree {
 
 impl Tree {
     fn insert(&mut self, name: &str, value: String) -> Result<(), SqsError> {
+        if name.len() > NAME_BYTES_MAX || name.split('.').count() > NAME_PARTS_MAX {
+            return Err(malformed(format!(
+                "a parameter name has at most {NAME_PARTS_MAX} parts and {NAME_BYTES_MAX} bytes"
+            )));
+        }
         let mut node = self;
         for part in name.split('.') {
             node = node.children.entry(part.to_owned()).or_default();
@@ -325,6 +335,12 @@ mod tests {
         assert!(matches!(refused("Action=X&A=1&A=2"), SqsError::MalformedQueryString(_)));
         assert!(matches!(refused("Action=X&Attribute.1.Name=n"), SqsError::MalformedQueryString(_)));
         assert!(matches!(refused("Action=X&A=%zz"), SqsError::MalformedQueryString(_)));
+        // Names deep enough to exhaust the stack of a recursive reader are refused up front.
+        let deep = vec!["A"; 200_000].join(".");
+        assert!(matches!(refused(&format!("Action=X&{deep}=1")), SqsError::MalformedQueryString(_)));
+        assert!(matches!(refused("Action=X&A.B.C.D.E.F.G.H.I=1"), SqsError::MalformedQueryString(_)));
+        let long = "N".repeat(257);
+        assert!(matches!(refused(&format!("Action=X&{long}=1")), SqsError::MalformedQueryString(_)));
         let many = (0..=PARAMS_MAX).map(|i| format!("P{i}=1")).collect::<Vec<_>>().join("&");
         assert!(matches!(refused(&format!("Action=X&{many}")), SqsError::MalformedQueryString(_)));
     }
