@@ -23,7 +23,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,9 @@ import time
 import boto3
 import botocore.config
 import botocore.exceptions
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "clients", "support"))
+from sqs_md5 import md5_of_attributes  # noqa: E402
 
 MOTO_VERSION = "5.2.1"
 BOTO3_VERSION = "1.43.11"
@@ -103,21 +105,6 @@ def start_moto():
 
 
 # --- helpers used by scenarios --------------------------------------------------------------------
-
-def md5_of_attributes(attributes):
-    """AWS's MD5OfMessageAttributes, written from its documentation (as tests/clients/sqs_boto3.py)."""
-    digest = hashlib.md5()
-    for name in sorted(attributes):
-        a = attributes[name]
-        for part in (name.encode(), a["DataType"].encode()):
-            digest.update(struct.pack(">I", len(part)) + part)
-        if "BinaryValue" in a:
-            digest.update(b"\x02" + struct.pack(">I", len(a["BinaryValue"])) + a["BinaryValue"])
-        else:
-            value = a["StringValue"].encode()
-            digest.update(b"\x01" + struct.pack(">I", len(value)) + value)
-    return digest.hexdigest()
-
 
 def error_text(e):
     if isinstance(e, botocore.exceptions.ClientError):

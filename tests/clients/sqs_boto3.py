@@ -6,7 +6,6 @@ an AMQP publish; wrong keys refused with AWS's codes. Usage: sqs_boto3.py AMQP_P
 in SQS_PORT)."""
 import hashlib
 import os
-import struct
 import sys
 import threading
 import time
@@ -15,6 +14,9 @@ import boto3
 import botocore.exceptions
 import pika
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
+from sqs_md5 import md5_of_attributes  # noqa: E402
+
 AMQP_PORT = int(sys.argv[1])
 ENDPOINT = f"http://127.0.0.1:{os.environ['SQS_PORT']}"
 
@@ -22,22 +24,6 @@ ENDPOINT = f"http://127.0.0.1:{os.environ['SQS_PORT']}"
 def client(key="guest", secret="guest"):
     return boto3.client("sqs", endpoint_url=ENDPOINT, region_name="us-east-1",
                         aws_access_key_id=key, aws_secret_access_key=secret)
-
-
-def md5_of_attributes(attributes):
-    """AWS's MD5OfMessageAttributes, written from its documentation."""
-    digest = hashlib.md5()
-    for name in sorted(attributes):
-        a = attributes[name]
-        for part in (name.encode(), a["DataType"].encode()):
-            digest.update(struct.pack(">I", len(part)) + part)
-        if "BinaryValue" in a:
-            digest.update(b"\x02" + struct.pack(">I", len(a["BinaryValue"])) + a["BinaryValue"])
-        else:
-            value = a["StringValue"].encode()
-            digest.update(b"\x01" + struct.pack(">I", len(value)) + value)
-    return digest.hexdigest()
-
 
 def code_of(call):
     try:

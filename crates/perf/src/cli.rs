@@ -2,7 +2,7 @@
 //! scenario. Every scenario is bounded in time *and* count, so a stalled broker cannot make a
 //! run (or the benchmark matrix) hang.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// RabbitMQ's default URL: guest on loopback, vhost `/`.
 /// `amqps://…/%2f?cacertfile=CA.pem` for TLS.
@@ -46,6 +46,95 @@ pub enum Scenario {
     Depth(DepthArgs),
     /// N durable queues declared and bound one at a time: the rate per slice as they add up.
     Declares(DeclaresArgs),
+    /// Fills a durable queue with N persistent messages due far ahead (x-delay, or per-message TTL
+    /// and dead-lettering): publish rate and broker RSS per waiting message for each slice.
+    ScaleFill(ScaleFillArgs),
+    /// K persistent tracers through a delayed exchange into their own queue, each due at the
+    /// wall-clock time in its body (published before a restart, consumed after it).
+    ScaleTracers(ScaleTracersArgs),
+    /// Consumes the tracers: lateness against the due time in each body, and how many came early.
+    ScaleTracersConsume(ScaleTracersConsumeArgs),
+}
+
+/// How `scale-fill`'s messages wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WaitVia {
+    /// An `x-delay` header through an `x-delayed-message` exchange (Hourglass, or RabbitMQ with
+    /// the delayed-message plugin).
+    Delayed,
+    /// A per-message expiration in a queue that dead-letters to QUEUE-due through the default
+    /// exchange: what RabbitMQ users without the plugin do.
+    Ttl,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ScaleFillArgs {
+    /// How the messages wait.
+    #[arg(long, value_enum, default_value_t = WaitVia::Delayed)]
+    pub via: WaitVia,
+    /// The x-delayed-message exchange (durable, x-delayed-type direct); unused with `--via ttl`.
+    #[arg(long, default_value = "scale")]
+    pub exchange: String,
+    /// The durable queue the messages wait in (bound to the exchange with its name as key).
+    #[arg(long, default_value = "scale")]
+    pub queue: String,
+    /// Messages to publish (persistent, 16 B: due time and index).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub count: u64,
+    /// Shortest wait in ms; waits are drawn uniformly from min..=max, far enough ahead that
+    /// none falls due during the run.
+    #[arg(long, default_value_t = 3_600_000)]
+    pub min_ms: u64,
+    /// Longest wait in ms.
+    #[arg(long, default_value_t = 7_200_000)]
+    pub max_ms: u64,
+    /// Publisher confirms with at most this many unconfirmed messages.
+    #[arg(long, default_value_t = 1000)]
+    pub confirm: u32,
+    /// Report the rate and the broker's RSS at the end of each of this many equal slices.
+    #[arg(long, default_value_t = 10)]
+    pub slices: u32,
+    /// Seed of the wait generator (the same seed draws the same waits against every broker).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Stop publishing after this long.
+    #[arg(long, default_value_t = 3600.0)]
+    pub timeout_s: f64,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ScaleTracersArgs {
+    /// The x-delayed-message exchange (durable, x-delayed-type direct).
+    #[arg(long, default_value = "scale")]
+    pub exchange: String,
+    /// The tracers' durable queue, bound to the exchange with its name as key.
+    #[arg(long, default_value = "scale-tracers")]
+    pub queue: String,
+    /// Tracers to publish (persistent, confirmed).
+    #[arg(long, default_value_t = 1000)]
+    pub count: u64,
+    /// The first tracer is due this long after the run starts (wall clock).
+    #[arg(long, default_value_t = 60_000)]
+    pub due_in_ms: u64,
+    /// The due times are spread evenly over this window after the first.
+    #[arg(long, default_value_t = 10_000)]
+    pub spread_ms: u64,
+    /// Publisher confirms with at most this many unconfirmed messages.
+    #[arg(long, default_value_t = 100)]
+    pub confirm: u32,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ScaleTracersConsumeArgs {
+    /// The tracers' queue.
+    #[arg(long, default_value = "scale-tracers")]
+    pub queue: String,
+    /// Tracers expected.
+    #[arg(long, default_value_t = 1000)]
+    pub count: u64,
+    /// Wait at most this long for them, then count the rest as missing.
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout_s: f64,
 }
 
 #[derive(Clone, Debug, Args)]

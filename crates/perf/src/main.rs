@@ -33,5 +33,8 @@ fn main() -> anyhow::Result<()> {
         }
         Scenario::Depth(args) => scenario::depth::run(&run, args),
         Scenario::Declares(args) => scenario::declares::run(&run, args),
+        Scenario::ScaleFill(args) => scenario::scale::fill(&run, args),
+        Scenario::ScaleTracers(args) => scenario::scale::tracers(&run, args),
+        Scenario::ScaleTracersConsume(args) => scenario::scale::consume_tracers(&run, args),
     }
 }

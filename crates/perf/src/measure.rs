@@ -98,3 +98,27 @@ impl Measured {
 pub fn round3(value: f64) -> f64 {
     (value * 1000.0).round() / 1000.0
 }
+
+/// The value at quantile `q` (0..=1) of sorted samples, nearest-rank; the default (0) when empty.
+pub fn percentile<T: Copy + Default>(sorted: &[T], q: f64) -> T {
+    if sorted.is_empty() {
+        return T::default();
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    /// Nearest-rank percentiles: p50 of 1..=100 is 50, p99 is 99, max is 100.
+    #[test]
+    fn nearest_rank_percentiles() {
+        let samples: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&samples, 0.5), 50);
+        assert_eq!(percentile(&samples, 0.99), 99);
+        assert_eq!(percentile(&samples, 1.0), 100);
+        assert_eq!(percentile::<u64>(&[], 0.5), 0);
+    }
+}

@@ -54,6 +54,11 @@ impl Probe {
         Ok(Sample { cpu_ticks: parse_cpu_ticks(&stat)?, rss_kib: parse_rss_kib(&status)? })
     }
 
+    /// RSS now, if the process can still be read.
+    pub fn rss_kib(&self) -> Option<u64> {
+        self.sample().ok().map(|s| s.rss_kib)
+    }
+
     /// CPU spent and RSS at both ends between `start` and `end`.
     pub fn usage(&self, start: Sample, end: Sample) -> Usage {
         let ticks = end.cpu_ticks.saturating_sub(start.cpu_ticks);

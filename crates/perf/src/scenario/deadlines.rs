@@ -17,22 +17,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use hourglass_wire::{
     BasicConsume, BasicProperties, BasicPublish, BasicQos, ExchangeDeclare, FieldTable, FieldValue, Frame,
     Method, QueueBind, QueueDeclare, QueueDelete,
 };
 use serde_json::json;
 
-use super::{queue_name, Run, CHANNEL};
+use super::{declare_delayed_queue, queue_name, Run, CHANNEL};
 use crate::cli::DeadlineArgs;
 use crate::client::{short, Client};
+use crate::measure::percentile;
 use crate::report;
 
 /// A one-hour TTL for the head message, so every other message sits behind it.
 const HEAD_TTL_MS: u64 = 3_600_000;
 /// Body: the deadline (wall ms, 8 octets) and the message's index (8 octets).
-const BODY_LEN: usize = 16;
+pub const BODY_LEN: usize = 16;
 /// How many published messages between progress lines.
 const PROGRESS_EVERY: u64 = 100_000;
 
@@ -62,24 +63,21 @@ pub fn run(run: &Run, args: &DeadlineArgs, kind: Kind) -> anyhow::Result<()> {
     let names = declare(&mut admin, kind, args)?;
     let lateness = Arc::new(Mutex::new(Vec::with_capacity(args.count as usize)));
     let stop = Arc::new(AtomicBool::new(false));
-    let consumer = spawn_consumer(run, &names.consume, kind, args, lateness.clone(), stop.clone())?;
-    let rss_before = rss_kib(run);
+    let consumer = spawn_consumer(run, &names.consume, kind, args.min_ms, lateness.clone(), stop.clone())?;
+    let rss_before = run.broker_rss_kib();
     let started = Instant::now();
     let last_deadline = publish(&mut admin, &names, kind, args)?;
     let published_in = started.elapsed();
     // Peak: everything published, (almost) nothing due yet while the shortest wait is running.
-    let rss_after = rss_kib(run);
-    let give_up = last_deadline + Duration::from_secs_f64(args.grace_s);
-    while Instant::now() < give_up && (lateness.lock().map(|l| l.len()).unwrap_or(0) as u64) < args.count {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let rss_after = run.broker_rss_kib();
+    wait_for_samples(&lateness, args.count, last_deadline + Duration::from_secs_f64(args.grace_s));
     stop.store(true, Ordering::Relaxed);
     let _ = consumer.join();
     for queue in [&names.publish_queue, &names.consume] {
         let _ = admin.call(CHANNEL, QueueDelete { queue: short(queue)?, ..Default::default() });
     }
     let _ = admin.close();
-    let mut samples = std::mem::take(&mut *lateness.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
+    let mut samples = take_samples(&lateness)?;
     report_run(run, args, kind, &mut samples, published_in, rss_before.zip(rss_after))
 }
 
@@ -116,25 +114,7 @@ fn declare(client: &mut Client, kind: Kind, args: &DeadlineArgs) -> anyhow::Resu
         }
         Kind::Delayed => {
             let exchange = format!("{source}-x");
-            let args = arguments(vec![("x-delayed-type", FieldValue::LongStr("direct".into()))]);
-            let declared = client.call(
-                CHANNEL,
-                ExchangeDeclare {
-                    exchange: short(&exchange)?,
-                    kind: short("x-delayed-message")?,
-                    arguments: args,
-                    ..Default::default()
-                },
-            );
-            declared.context("this broker has no x-delayed-message exchange type")?;
-            client.call(CHANNEL, QueueDeclare { queue: short(&source)?, ..Default::default() })?;
-            let bind = QueueBind {
-                queue: short(&source)?,
-                exchange: short(&exchange)?,
-                routing_key: short(&source)?,
-                ..Default::default()
-            };
-            client.call(CHANNEL, bind)?;
+            declare_delayed_queue(client, &exchange, &source, false)?;
             Ok(Names { publish_target: exchange, publish_queue: source.clone(), consume: source })
         }
         Kind::Visibility => {
@@ -159,9 +139,7 @@ fn publish(client: &mut Client, names: &Names, kind: Kind, args: &DeadlineArgs) 
     let publish =
         BasicPublish { exchange: short(exchange)?, routing_key: short(routing_key)?, ..Default::default() };
     if kind == Kind::Ttl {
-        let head =
-            BasicProperties { expiration: Some(short(&HEAD_TTL_MS.to_string())?), ..Default::default() };
-        let template = client.publish_template(CHANNEL, publish.clone(), head, BODY_LEN);
+        let template = client.publish_template(CHANNEL, publish.clone(), expiring_in(HEAD_TTL_MS), BODY_LEN);
         client.publish(&template, &[0u8; BODY_LEN]);
     }
     let plain = client.publish_template(CHANNEL, publish.clone(), BasicProperties::default(), BODY_LEN);
@@ -175,26 +153,15 @@ fn publish(client: &mut Client, names: &Names, kind: Kind, args: &DeadlineArgs) 
                 std::thread::sleep(wait);
             }
         }
-        let wait_ms = args.min_ms + random.next() % (args.max_ms - args.min_ms + 1);
-        let now_ms = wall_ms();
-        let mut body = [0u8; BODY_LEN];
-        body[8..].copy_from_slice(&i.to_be_bytes());
+        let wait_ms = random.between(args.min_ms, args.max_ms);
+        let body = deadline_body(wall_ms() + wait_ms, i);
         match kind {
-            Kind::Ttl => {
-                body[..8].copy_from_slice(&(now_ms + wait_ms).to_be_bytes());
-                let props =
-                    BasicProperties { expiration: Some(short(&wait_ms.to_string())?), ..Default::default() };
-                let template = client.publish_template(CHANNEL, publish.clone(), props, BODY_LEN);
-                client.publish(&template, &body);
-            }
-            Kind::Delayed => {
-                body[..8].copy_from_slice(&(now_ms + wait_ms).to_be_bytes());
-                let headers = FieldTable::from_entries([("x-delay", FieldValue::I64(wait_ms as i64))]);
-                let props = BasicProperties { headers: Some(headers), ..Default::default() };
-                let template = client.publish_template(CHANNEL, publish.clone(), props, BODY_LEN);
-                client.publish(&template, &body);
-            }
             Kind::Visibility => client.publish(&plain, &body),
+            Kind::Ttl | Kind::Delayed => {
+                let props = if kind == Kind::Ttl { expiring_in(wait_ms) } else { delayed_by(wait_ms) };
+                let template = client.publish_template(CHANNEL, publish.clone(), props, BODY_LEN);
+                client.publish(&template, &body);
+            }
         }
         let wait = Duration::from_millis(if kind == Kind::Visibility { args.min_ms } else { wait_ms });
         last = last.max(Instant::now() + wait);
@@ -209,12 +176,13 @@ fn publish(client: &mut Client, names: &Names, kind: Kind, args: &DeadlineArgs) 
     Ok(last)
 }
 
-/// Reads deliveries from `queue` on its own connection, recording each message's lateness (ms).
-fn spawn_consumer(
+/// Reads deliveries from `queue` on its own connection, recording each message's lateness (ms)
+/// from the deadline in its body (`visibility`: from its first delivery plus `visibility_ms`).
+pub fn spawn_consumer(
     run: &Run,
     queue: &str,
     kind: Kind,
-    args: &DeadlineArgs,
+    visibility_ms: u64,
     lateness: Arc<Mutex<Vec<i64>>>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
@@ -225,7 +193,7 @@ fn spawn_consumer(
     }
     let consume = BasicConsume { queue: short(queue)?, no_ack: !manual, ..Default::default() };
     client.call(CHANNEL, consume)?;
-    let timeout_ms = args.min_ms as i64;
+    let timeout_ms = visibility_ms as i64;
     Ok(std::thread::spawn(move || {
         let mut first_seen: std::collections::HashMap<u64, i64> = std::collections::HashMap::new();
         let mut current: Option<(bool, u64)> = None;
@@ -278,14 +246,7 @@ fn report_run(
     rss: Option<(u64, u64)>,
 ) -> anyhow::Result<()> {
     samples.sort_unstable();
-    let pick = |q: f64| -> i64 {
-        if samples.is_empty() {
-            return 0;
-        }
-        let rank = (q * samples.len() as f64).ceil() as usize;
-        samples[rank.clamp(1, samples.len()) - 1]
-    };
-    let (p50, p99, max) = (pick(0.5), pick(0.99), pick(1.0));
+    let (p50, p99, max) = (percentile(samples, 0.5), percentile(samples, 0.99), percentile(samples, 1.0));
     let arrived = samples.len() as u64;
     let missing = args.count.saturating_sub(arrived);
     let publish_rate = args.count as f64 / published_in.as_secs_f64().max(1e-9);
@@ -312,20 +273,54 @@ fn report_run(
     Ok(())
 }
 
-fn rss_kib(run: &Run) -> Option<u64> {
-    run.broker.as_ref().and_then(|p| p.sample().ok()).map(|s| s.rss_kib)
+/// Properties of a message published with an `x-delay` of `wait_ms` (semantics §3).
+pub fn delayed_by(wait_ms: u64) -> BasicProperties {
+    let headers = FieldTable::from_entries([("x-delay", FieldValue::I64(wait_ms as i64))]);
+    BasicProperties { headers: Some(headers), ..Default::default() }
 }
 
-fn wall_ms() -> u64 {
+/// Properties of a message with a per-message TTL (`expiration`) of `ttl_ms`.
+pub fn expiring_in(ttl_ms: u64) -> BasicProperties {
+    // A u64 in decimal is at most 20 octets: always a valid short string.
+    BasicProperties { expiration: short(&ttl_ms.to_string()).ok(), ..Default::default() }
+}
+
+/// Waits (polling) until `count` samples are in or `give_up` passes.
+pub fn wait_for_samples(samples: &Mutex<Vec<i64>>, count: u64, give_up: Instant) {
+    while Instant::now() < give_up && (samples.lock().map(|l| l.len()).unwrap_or(0) as u64) < count {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The samples gathered so far, taken out of the shared vector.
+pub fn take_samples(samples: &Mutex<Vec<i64>>) -> anyhow::Result<Vec<i64>> {
+    Ok(std::mem::take(&mut *samples.lock().map_err(|_| anyhow::anyhow!("poisoned"))?))
+}
+
+/// A body: the deadline (wall-clock ms) and the message's index, both big-endian.
+pub fn deadline_body(deadline_ms: u64, index: u64) -> [u8; BODY_LEN] {
+    let mut body = [0u8; BODY_LEN];
+    body[..8].copy_from_slice(&deadline_ms.to_be_bytes());
+    body[8..].copy_from_slice(&index.to_be_bytes());
+    body
+}
+
+/// Wall-clock ms since the epoch: the clock deadlines are stamped and read with.
+pub fn wall_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// A small deterministic generator, so runs against two brokers draw the same waits.
-struct Lcg(u64);
+pub struct Lcg(pub u64);
 
 impl Lcg {
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         self.0 >> 33
+    }
+
+    /// A wait drawn uniformly from `min..=max` (callers check `min <= max`).
+    pub fn between(&mut self, min: u64, max: u64) -> u64 {
+        min + self.next() % (max - min + 1)
     }
 }

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::consumer::{Consumed, Consumer, ConsumerSpec, STAMP_LEN};
-use super::publisher::{Published, Publisher, PublisherSpec, Stamp};
+use super::consumer::{Consumed, Consumer, ConsumerSpec};
+use super::publisher::{Published, Publisher, PublisherSpec, Shape};
 use super::{Crew, Run};
 use crate::measure::{Measured, Window};
 use crate::progress::Progress;
@@ -38,6 +38,8 @@ pub struct Flow {
     crew: Crew<Tally>,
     /// Without consumers the flow fills queues: it is over when publishing is.
     consumers: usize,
+    /// Told the published count at every poll of the run (scale runs time each slice with it).
+    watcher: Option<Box<dyn FnMut(u64)>>,
 }
 
 /// A finished flow.
@@ -53,7 +55,7 @@ pub struct FlowOutcome {
 
 impl Flow {
     pub fn new() -> Flow {
-        Flow { shared: Arc::default(), crew: Crew::new(), consumers: 0 }
+        Flow { shared: Arc::default(), crew: Crew::new(), consumers: 0, watcher: None }
     }
 
     /// Adds a consumer connection.
@@ -68,28 +70,25 @@ impl Flow {
         Ok(())
     }
 
-    /// Adds a publisher connection; `latency_epoch` makes it stamp each body with the send time.
-    pub fn add_publisher(&mut self, run: &Run, spec: PublisherSpec, latency_epoch: Option<Instant>) {
+    /// Adds a publisher connection; `shape` fills in each body (and may set its properties).
+    pub fn add_publisher(&mut self, run: &Run, spec: PublisherSpec, shape: Option<Shape>) {
         let url = run.url.clone();
         let shared = self.shared.clone();
         shared.publishers_running.fetch_add(1, Ordering::Relaxed);
         self.crew.spawn(
             move || Publisher::setup(Run::client(&url)?, spec),
             move |publisher| {
-                let stamp = latency_epoch.map(|epoch| {
-                    move |body: &mut [u8]| {
-                        let now_ns = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                        if let Some(slot) = body.get_mut(..STAMP_LEN) {
-                            slot.copy_from_slice(&now_ns.to_be_bytes());
-                        }
-                    }
-                });
-                let stamp_ref = stamp.as_ref().map(|f| f as Stamp<'_>);
-                let outcome = publisher.run(&shared.published, &shared.abort, stamp_ref);
+                let outcome = publisher.run(&shared.published, &shared.abort, shape);
                 shared.publishers_running.fetch_sub(1, Ordering::Relaxed);
                 Ok(Tally::Published(outcome?))
             },
         );
+    }
+
+    /// Calls `watcher` with the number of messages published so far at every poll of the run
+    /// (each millisecond, on the coordinating thread), from the moment the window opens.
+    pub fn watch(&mut self, watcher: impl FnMut(u64) + 'static) {
+        self.watcher = Some(Box::new(watcher));
     }
 
     /// Starts every worker at once, measures until the last published message is consumed (or
@@ -136,12 +135,15 @@ impl Flow {
         Ok(outcome)
     }
 
-    fn wait_for_last_message(&self, drain_timeout: Duration, hard_limit: Duration) -> bool {
+    fn wait_for_last_message(&mut self, drain_timeout: Duration, hard_limit: Duration) -> bool {
         let started = Instant::now();
         let mut publishing_stopped: Option<Instant> = None;
         while started.elapsed() < hard_limit && !self.crew.failed() {
             let running = self.shared.publishers_running.load(Ordering::Acquire);
             let published = self.shared.published.load(Ordering::Acquire);
+            if let Some(watcher) = self.watcher.as_mut() {
+                watcher(published);
+            }
             let consumed = self.shared.consumed.load(Ordering::Acquire);
             if running == 0 {
                 if consumed >= published || self.consumers == 0 {

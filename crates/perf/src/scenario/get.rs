@@ -118,6 +118,7 @@ fn prefill(run: &Run, queue: &str, args: &GetArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let spec = PublisherSpec {
+        exchange: String::new(),
         queue: queue.to_owned(),
         quota: args.prefill,
         duration: PREFILL_LIMIT,

@@ -9,10 +9,10 @@ use serde_json::json;
 
 use super::consumer::{ConsumerSpec, STAMP_LEN};
 use super::flow::Flow;
-use super::publisher::PublisherSpec;
+use super::publisher::{PublisherSpec, Shape};
 use super::{declare_queues, delete_queues, queue_name, Run};
 use crate::cli::LatencyArgs;
-use crate::measure::round3;
+use crate::measure::{percentile, round3};
 use crate::report;
 
 /// Slack over publishing time + drain timeout before the coordinator gives up regardless.
@@ -40,6 +40,7 @@ pub fn run(run: &Run, args: &LatencyArgs) -> anyhow::Result<()> {
     flow.add_consumer(run, consumer)?;
     let duration = Duration::from_secs_f64(args.duration_s);
     let publisher = PublisherSpec {
+        exchange: String::new(),
         queue: names[0].clone(),
         quota: args.count,
         duration,
@@ -48,7 +49,7 @@ pub fn run(run: &Run, args: &LatencyArgs) -> anyhow::Result<()> {
         persistent: false,
         size: args.size,
     };
-    flow.add_publisher(run, publisher, Some(epoch));
+    flow.add_publisher(run, publisher, Some(send_time_stamp(epoch)));
     let drain = Duration::from_secs_f64(args.drain_timeout_s);
     let mut outcome = flow.run(run, drain, duration + drain + HARD_LIMIT_SLACK)?;
     delete_queues(&mut admin, &names)?;
@@ -79,26 +80,13 @@ pub fn run(run: &Run, args: &LatencyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The value at quantile `q` (0..=1) of sorted samples, nearest-rank; 0 when empty.
-fn percentile(sorted: &[u64], q: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::percentile;
-
-    /// Nearest-rank percentiles: p50 of 1..=100 is 50, p99 is 99, max is 100.
-    #[test]
-    fn nearest_rank_percentiles() {
-        let samples: Vec<u64> = (1..=100).collect();
-        assert_eq!(percentile(&samples, 0.5), 50);
-        assert_eq!(percentile(&samples, 0.99), 99);
-        assert_eq!(percentile(&samples, 1.0), 100);
-        assert_eq!(percentile(&[], 0.5), 0);
-    }
+/// Writes the send time (ns since `epoch`, big-endian) into the first octets of each body.
+fn send_time_stamp(epoch: Instant) -> Shape {
+    Box::new(move |body: &mut [u8]| {
+        let now_ns = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if let Some(slot) = body.get_mut(..STAMP_LEN) {
+            slot.copy_from_slice(&now_ns.to_be_bytes());
+        }
+        None
+    })
 }

@@ -11,6 +11,7 @@ pub mod get;
 pub mod idle;
 pub mod latency;
 mod publisher;
+pub mod scale;
 pub mod throughput;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use hourglass_wire::{FieldTable, Method, QueueDeclare, QueueDelete};
+use hourglass_wire::{ExchangeDeclare, FieldTable, FieldValue, Method, QueueBind, QueueDeclare, QueueDelete};
 
 use crate::client::{short, Client};
 use crate::probe::Probe;
@@ -57,6 +58,11 @@ impl Run {
     pub fn target(&self) -> String {
         self.url.address()
     }
+
+    /// The broker's RSS now, with `--broker-pid`.
+    pub fn broker_rss_kib(&self) -> Option<u64> {
+        self.broker.as_ref().and_then(Probe::rss_kib)
+    }
 }
 
 /// A queue name unique to this process, so runs never share state.
@@ -64,8 +70,8 @@ pub fn queue_name(scenario: &str, index: u16) -> String {
     format!("perf-{scenario}-{}-{index}", std::process::id())
 }
 
-/// Declares `names` (non-exclusive, not auto-delete; durable if asked).
-/// Declares `names` (`queue_type`: RabbitMQ's `x-queue-type`, e.g. `quorum`).
+/// Declares `names` (non-exclusive, not auto-delete; durable if asked;
+/// `queue_type`: RabbitMQ's `x-queue-type`, e.g. `quorum`).
 pub fn declare_queues(
     client: &mut Client,
     names: &[String],
@@ -86,6 +92,34 @@ pub fn declare_queues(
             other => bail!("expected queue.declare-ok, got {}", other.name()),
         }
     }
+    Ok(())
+}
+
+/// Declares an `x-delayed-message` exchange routing as `direct` (the delayed-message plugin's
+/// exchange, semantics §3) and `queue`, bound to it with the queue's name as key.
+pub fn declare_delayed_queue(
+    client: &mut Client,
+    exchange: &str,
+    queue: &str,
+    durable: bool,
+) -> anyhow::Result<()> {
+    let arguments = FieldTable::from_entries([("x-delayed-type", FieldValue::LongStr("direct".into()))]);
+    let declare = ExchangeDeclare {
+        exchange: short(exchange)?,
+        kind: short("x-delayed-message")?,
+        durable,
+        arguments,
+        ..Default::default()
+    };
+    client.call(CHANNEL, declare).context("this broker has no x-delayed-message exchange type")?;
+    client.call(CHANNEL, QueueDeclare { queue: short(queue)?, durable, ..Default::default() })?;
+    let bind = QueueBind {
+        queue: short(queue)?,
+        exchange: short(exchange)?,
+        routing_key: short(queue)?,
+        ..Default::default()
+    };
+    client.call(CHANNEL, bind)?;
     Ok(())
 }
 

@@ -1,6 +1,7 @@
-//! A publishing worker: publishes `quota` messages to one queue through the default exchange,
-//! in batches written with one system call, until the quota or the deadline. With confirms it
-//! keeps at most `window` messages unconfirmed and reads acks when the window is full.
+//! A publishing worker: publishes `quota` messages to one queue (through the default exchange,
+//! or an exchange that routes the queue's name to it), in batches written with one system call,
+//! until the quota or the deadline. With confirms it keeps at most `window` messages unconfirmed
+//! and reads acks when the window is full.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,12 +22,17 @@ const PEEK_EVERY: u64 = 4096;
 /// AMQP delivery-mode for persistent messages.
 const PERSISTENT: u8 = 2;
 
-/// Writes the send time into a body just before it is encoded (latency runs).
-pub type Stamp<'a> = &'a dyn Fn(&mut [u8]);
+/// Fills in each body just before it is encoded and may give that message properties of its own
+/// (`None`: the spec's, encoded once for the run). Latency runs write the send time; scale runs
+/// a due time, with an `x-delay` header or an expiration per message.
+pub type Shape = Box<dyn FnMut(&mut [u8]) -> Option<BasicProperties> + Send>;
 
 /// What a publisher is asked to do.
 #[derive(Clone, Debug)]
 pub struct PublisherSpec {
+    /// The exchange published to; "" = the default exchange.
+    pub exchange: String,
+    /// The routing key: the queue's name (bindings made by this tool use it as their key).
     pub queue: String,
     pub quota: u64,
     pub duration: Duration,
@@ -48,6 +54,7 @@ pub struct Published {
 /// A connected publisher, ready to go.
 pub struct Publisher {
     client: Client,
+    publish: BasicPublish,
     template: PublishTemplate,
     spec: PublisherSpec,
 }
@@ -61,20 +68,22 @@ impl Publisher {
                 other => bail!("expected confirm.select-ok, got {}", other.name()),
             }
         }
-        let publish = BasicPublish { routing_key: short(&spec.queue)?, ..Default::default() };
-        let properties =
-            BasicProperties { delivery_mode: spec.persistent.then_some(PERSISTENT), ..Default::default() };
-        let template = client.publish_template(CHANNEL, publish, properties, spec.size);
-        Ok(Publisher { client, template, spec })
+        let publish = BasicPublish {
+            exchange: short(&spec.exchange)?,
+            routing_key: short(&spec.queue)?,
+            ..Default::default()
+        };
+        let template = encode(&client, &publish, &spec, BasicProperties::default());
+        Ok(Publisher { client, publish, template, spec })
     }
 
-    /// Publishes until quota or deadline, adding to `published` as it goes. `stamp` (latency
-    /// runs) writes the send time into each body just before it is encoded.
+    /// Publishes until quota or deadline, adding to `published` as it goes. `shape` fills in
+    /// each body just before it is encoded and may give the message its own properties.
     pub fn run(
         mut self,
         published: &AtomicU64,
         abort: &AtomicBool,
-        stamp: Option<Stamp<'_>>,
+        mut shape: Option<Shape>,
     ) -> anyhow::Result<Published> {
         let started = Instant::now();
         let deadline = started + self.spec.duration;
@@ -103,10 +112,13 @@ impl Publisher {
                 }
             }
             for _ in 0..batch {
-                if let Some(stamp) = stamp {
-                    stamp(&mut body);
+                match shape.as_mut().and_then(|shape| shape(&mut body)) {
+                    Some(own) => {
+                        let template = encode(&self.client, &self.publish, &self.spec, own);
+                        self.client.publish(&template, &body);
+                    }
+                    None => self.client.publish(&self.template, &body),
                 }
-                self.client.publish(&self.template, &body);
                 if let Some(confirms) = confirms.as_mut() {
                     confirms.published();
                 }
@@ -171,4 +183,15 @@ impl Publisher {
         }
         Ok(())
     }
+}
+
+/// The publish frames for messages with `properties` and the spec's delivery mode.
+fn encode(
+    client: &Client,
+    publish: &BasicPublish,
+    spec: &PublisherSpec,
+    properties: BasicProperties,
+) -> PublishTemplate {
+    let properties = BasicProperties { delivery_mode: spec.persistent.then_some(PERSISTENT), ..properties };
+    client.publish_template(CHANNEL, publish.clone(), properties, spec.size)
 }

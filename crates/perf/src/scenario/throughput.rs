@@ -52,6 +52,7 @@ pub fn run(run: &Run, args: &ThroughputArgs) -> anyhow::Result<()> {
         let quota = args.count / u64::from(args.producers)
             + u64::from(u64::from(i) < args.count % u64::from(args.producers));
         let spec = PublisherSpec {
+            exchange: String::new(),
             queue: names[usize::from(i % args.queues)].clone(),
             quota,
             duration,
