@@ -317,3 +317,56 @@ fn a_deep_paged_queue_is_read_back_in_slices() {
     }
     assert_eq!(got, expected(0..3000));
 }
+
+/// Delayed messages are found by their `message_id` property slice by slice, paged ones read
+/// back within each slice's read budget, and cancelled or rescheduled by where they wait
+/// (issue 23: the delayed-message plugin's users cancel by message id).
+#[test]
+fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
+    use hourglass_broker::admin::{DelayedKey, DelayedSlice};
+    let (mut tb, c, mut disk) =
+        setup(FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(5000))]));
+    publish_n(&mut tb, c, "q", 6);
+    // A second message with the id m4, published later.
+    tb.publish_with(c, "", "q", properties(4), b"again 4", false);
+    disk.sync(&mut tb);
+    let search = |tb: &TestBroker, id: &str| {
+        let (mut found, mut cursor, mut slices) = (Vec::new(), None, 0);
+        loop {
+            let slice = DelayedSlice { examined: 3, reads: 2 };
+            let page = tb.broker.delayed_with_message_id("/", "q", id, cursor, slice).unwrap();
+            found.extend(page.found);
+            slices += 1;
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return (found, slices),
+            }
+        }
+    };
+    let reads_before = disk.reads();
+    let (found, slices): (Vec<DelayedKey>, usize) = search(&tb, "m4");
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(slices >= 3, "7 messages, at most 3 (and 2 reads) a slice: {slices} slices");
+    assert!(disk.reads() > reads_before, "paged ones were read back");
+    assert!(search(&tb, "nobody").0.is_empty());
+
+    // Cancelled by where they wait: both m4 go, the others stay.
+    for key in &found {
+        tb.broker.cancel_delayed_at("/", "q", *key).unwrap();
+    }
+    assert_eq!(
+        tb.broker.cancel_delayed_at("/", "q", found[0]),
+        Err(hourglass_broker::admin::DelayedError::MessageNotFound)
+    );
+    assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_delayed, 5);
+    // m1 rescheduled to now: ready at once, the rest still wait.
+    let (m1, _) = search(&tb, "m1");
+    let now = tb.clock.now();
+    tb.broker.reschedule_delayed_at("/", "q", m1[0], now, now).unwrap();
+    let stats = tb.broker.queue_stats("/", "q").unwrap();
+    assert_eq!((stats.messages_ready, stats.messages_delayed), (1, 4));
+    let effects = tb.advance(Duration::from_millis(5000));
+    let mut delivered = bodies(&consume(&mut tb, c, "q", "ctag", true));
+    delivered.extend(bodies(&effects));
+    assert_eq!(delivered, ["body 1", "body 0", "body 2", "body 3", "body 5"]);
+}

@@ -292,6 +292,24 @@ fn delayed_and_visibility_verbs_against_a_running_broker() {
     let (ok, _, err) = ctl(&url, &["cancel_delayed", "later", id]);
     assert!(!ok && err.contains("404"), "{err}");
 
+    // By the AMQP message_id property (issue 23): published over the HTTP API with one.
+    let publish = serde_json::json!({"routing_key": "later", "payload": "x", "payload_encoding": "string",
+        "properties": {"message_id": "order-9"}});
+    let published = ureq::post(&format!("{url}/api/exchanges/%2F/amq.default/publish"))
+        .header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+        .content_type("application/json")
+        .send(publish.to_string());
+    assert!(published.is_ok(), "{published:?}");
+    let (ok, out, err) =
+        ctl(&url, &["reschedule_delayed", "later", "--message-id", "order-9", "--delay-ms", "7200000"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "rescheduled\t1\n");
+    let (ok, out, err) = ctl(&url, &["cancel_delayed", "later", "--message-id", "order-9"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "cancelled\t1\n");
+    let (ok, _, err) = ctl(&url, &["cancel_delayed", "later", "--message-id", "order-9"]);
+    assert!(!ok && err.contains("404"), "{err}");
+
     let (ok, _, err) = ctl(&url, &["change_visibility", "later", "no-such-handle", "1000"]);
     assert!(!ok && err.contains("404") && err.contains("receipt handle"), "{err}");
     assert_eq!(ctl(&url, &["list_channels"]).1, "");

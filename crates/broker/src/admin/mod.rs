@@ -16,7 +16,7 @@ pub mod slices;
 mod sqs_gateway;
 mod vhosts;
 
-pub use delayed::{DelayedError, DelayedMessage};
+pub use delayed::{DelayedError, DelayedKey, DelayedMatches, DelayedMessage, DelayedSlice};
 pub use in_flight::InFlightDelivery;
 pub use listing::{
     sort_bindings, sort_channels, sort_connections, sort_consumers, sort_exchanges, sort_queues,

@@ -64,12 +64,24 @@ impl DelayIndex {
         self.body_bytes
     }
 
-    /// Takes out the waiting message with this seq (a scan: an operator action, not a hot path).
-    pub fn remove(&mut self, seq: Seq) -> Option<(Timestamp, Waiting)> {
-        let key = *self.waiting.keys().find(|(_, s)| *s == seq)?;
-        let waiting = self.waiting.remove(&key)?;
+    /// The due time of the waiting message with this seq (a scan: an operator action, not a hot
+    /// path).
+    pub fn due_of(&self, seq: Seq) -> Option<Timestamp> {
+        self.waiting.keys().find(|(_, s)| *s == seq).map(|(due, _)| *due)
+    }
+
+    /// Takes out the waiting message (`due`, `seq`).
+    pub fn remove_at(&mut self, due: Timestamp, seq: Seq) -> Option<Waiting> {
+        let waiting = self.waiting.remove(&(due, seq))?;
         self.body_bytes -= waiting.entry.body_size();
-        Some((key.0, waiting))
+        Some(waiting)
+    }
+
+    /// The waiting messages after (`due`, `seq`) in due order (from the first without a cursor).
+    pub fn after(&self, cursor: Option<(Timestamp, Seq)>) -> impl Iterator<Item = (Timestamp, &Waiting)> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let start = cursor.map_or(Unbounded, Excluded);
+        self.waiting.range((start, Unbounded)).map(|((due, _), waiting)| (*due, waiting))
     }
 
     /// Replaces the message of waiting entry (`due`, `seq`) — if it is still `persist_id`'s and

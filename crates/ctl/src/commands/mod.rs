@@ -161,17 +161,28 @@ pub enum Command {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-    /// Makes a delayed message due `--delay-ms` from now or at `--due-ms` (ms since the epoch).
+    /// Makes a delayed message (by ID, or every one whose AMQP `message_id` is `--message-id`)
+    /// due `--delay-ms` from now or at `--due-ms` (ms since the epoch).
     RescheduleDelayed {
         queue: String,
-        id: u64,
+        #[arg(required_unless_present = "message_id", conflicts_with = "message_id")]
+        id: Option<u64>,
+        #[arg(long = "message-id")]
+        message_id: Option<String>,
         #[arg(long = "delay-ms", conflicts_with = "due_ms", required_unless_present = "due_ms")]
         delay_ms: Option<u64>,
         #[arg(long = "due-ms")]
         due_ms: Option<u64>,
     },
-    /// Drops a delayed message before it is due.
-    CancelDelayed { queue: String, id: u64 },
+    /// Drops a delayed message before it is due: by ID, or every one whose AMQP `message_id` is
+    /// `--message-id`.
+    CancelDelayed {
+        queue: String,
+        #[arg(required_unless_present = "message_id", conflicts_with = "message_id")]
+        id: Option<u64>,
+        #[arg(long = "message-id")]
+        message_id: Option<String>,
+    },
     /// Keeps an unacknowledged delivery invisible TIMEOUT_MS more from now (0: visible at once),
     /// by the `x-receipt-handle` header it was delivered with (semantics §4).
     ChangeVisibility { queue: String, receipt_handle: String, timeout_ms: u64 },
@@ -449,17 +460,17 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             &[],
             &["id", "due_in_ms", "routing_key", "payload_bytes"],
         )),
-        Command::RescheduleDelayed { queue, id, delay_ms, due_ms } => {
+        Command::RescheduleDelayed { queue, id, message_id, delay_ms, due_ms } => {
             let body = match (delay_ms, due_ms) {
                 (Some(delay), _) => json!({"delay_ms": delay}),
                 (None, due) => json!({"due_ms": due}),
             };
-            client.post(&format!("/api/queues/{v}/{}/delayed/{id}", segment(&queue)), &body)?;
-            Ok(String::new())
+            let answer = client.post(&delayed_path(&v, &queue, id, message_id.as_deref()), &body)?;
+            Ok(answer.get("rescheduled").map_or_else(String::new, |n| format!("rescheduled\t{n}\n")))
         }
-        Command::CancelDelayed { queue, id } => {
-            client.delete(&format!("/api/queues/{v}/{}/delayed/{id}", segment(&queue)))?;
-            Ok(String::new())
+        Command::CancelDelayed { queue, id, message_id } => {
+            let answer = client.delete(&delayed_path(&v, &queue, id, message_id.as_deref()))?;
+            Ok(answer.get("cancelled").map_or_else(String::new, |n| format!("cancelled\t{n}\n")))
         }
         Command::ChangeVisibility { queue, receipt_handle, timeout_ms } => {
             let body = json!({"receipt_handle": receipt_handle, "timeout_ms": timeout_ms});
@@ -527,4 +538,13 @@ fn set_policy(client: &Client, base: &str, policy: PolicyArgs) -> anyhow::Result
     });
     client.put(&format!("{base}/{}", segment(&policy.name)), &body)?;
     Ok(String::new())
+}
+
+/// A delayed message's path by its id, or the queue's delayed messages by `message_id`.
+fn delayed_path(vhost: &str, queue: &str, id: Option<u64>, message_id: Option<&str>) -> String {
+    let delayed = format!("/api/queues/{vhost}/{}/delayed", segment(queue));
+    match (id, message_id) {
+        (Some(id), _) => format!("{delayed}/{id}"),
+        (None, message_id) => format!("{delayed}?message_id={}", segment(message_id.unwrap_or_default())),
+    }
 }

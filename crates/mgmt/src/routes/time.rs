@@ -20,7 +20,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine;
-use hourglass_broker::admin::{DelayedError, DelayedMessage};
+use hourglass_broker::admin::{DelayedError, DelayedKey, DelayedMessage, DelayedSlice};
 use hourglass_broker::{Access, Timestamp, VisibilityError};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -52,7 +52,10 @@ const VISIBILITY_MAX_MS: u64 = 43_200_000;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/queues/{vhost}/{name}/visibility", post(change_visibility))
-        .route("/api/queues/{vhost}/{name}/delayed", get(list_delayed))
+        .route(
+            "/api/queues/{vhost}/{name}/delayed",
+            get(list_delayed).delete(cancel_by_message_id).post(reschedule_by_message_id),
+        )
         .route("/api/queues/{vhost}/{name}/delayed/{id}", post(reschedule).delete(cancel))
         .route("/api/queues/{vhost}/{name}/in-flight", get(list_in_flight))
 }
@@ -174,6 +177,27 @@ struct Reschedule {
     due_ms: Option<u64>,
 }
 
+impl Reschedule {
+    /// When the message falls due, asked at `now`.
+    fn due(&self, now: Timestamp) -> Timestamp {
+        match (self.delay_ms, self.due_ms) {
+            (Some(delay), _) => now.saturating_add_millis(delay),
+            (_, Some(at)) => Timestamp::from_millis(at),
+            _ => now,
+        }
+    }
+}
+
+/// A reschedule's body: exactly one of `delay_ms` and `due_ms`.
+fn reschedule_body(body: &Bytes) -> Result<Reschedule, ApiError> {
+    let body: Reschedule =
+        serde_json::from_value(body_json(body)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if body.delay_ms.is_some() == body.due_ms.is_some() {
+        return Err(ApiError::bad_request("give exactly one of delay_ms and due_ms"));
+    }
+    Ok(body)
+}
+
 /// Body `{"delay_ms": N}` or `{"due_ms": T}`: the message falls due then instead.
 async fn reschedule(
     State(state): State<AppState>,
@@ -183,22 +207,9 @@ async fn reschedule(
 ) -> Result<StatusCode, ApiError> {
     require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
     require_vhost(&state, &vhost)?;
-    let body: Reschedule =
-        serde_json::from_value(body_json(&body)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if body.delay_ms.is_some() == body.due_ms.is_some() {
-        return Err(ApiError::bad_request("give exactly one of delay_ms and due_ms"));
-    }
-    let result = state
-        .broker
-        .run(move |b, now| {
-            let due = match (body.delay_ms, body.due_ms) {
-                (Some(delay), _) => now.saturating_add_millis(delay),
-                (_, Some(at)) => Timestamp::from_millis(at),
-                _ => now,
-            };
-            b.reschedule_delayed(&vhost, &name, id, due, now)
-        })
-        .await?;
+    let when = reschedule_body(&body)?;
+    let result =
+        state.broker.run(move |b, now| b.reschedule_delayed(&vhost, &name, id, when.due(now), now)).await?;
     result.map(|()| StatusCode::NO_CONTENT).map_err(delayed_error)
 }
 
@@ -212,6 +223,98 @@ async fn cancel(
     require_vhost(&state, &vhost)?;
     let result = state.broker.run(move |b, _| b.cancel_delayed(&vhost, &name, id)).await?;
     result.map(|()| StatusCode::NO_CONTENT).map_err(delayed_error)
+}
+
+/// One slice of a search by `message_id`: what one broker job looks at.
+const SEARCH_SLICE: DelayedSlice = DelayedSlice { examined: 2_000, reads: 128 };
+/// The most messages one cancel or reschedule by `message_id` acts on (a `message_id` names
+/// one message in practice; the bound keeps a bad one from holding a list of millions).
+const BY_MESSAGE_ID_MAX: usize = 10_000;
+
+#[derive(Deserialize)]
+struct ByMessageId {
+    message_id: String,
+}
+
+/// The delayed messages of a queue whose `message_id` property is `message_id`, found slice by
+/// slice (one broker job each, so the broker task is held for milliseconds at a time); 404 when
+/// there is none.
+async fn delayed_keys_with_message_id(
+    state: &AppState,
+    vhost: &str,
+    name: &str,
+    message_id: &str,
+) -> Result<Vec<DelayedKey>, ApiError> {
+    let (mut found, mut cursor) = (Vec::new(), None);
+    loop {
+        let (vhost, name, id) = (vhost.to_owned(), name.to_owned(), message_id.to_owned());
+        let slice = state
+            .broker
+            .run(move |b, _| b.delayed_with_message_id(&vhost, &name, &id, cursor, SEARCH_SLICE))
+            .await?
+            .map_err(delayed_error)?;
+        found.extend(slice.found);
+        if found.len() > BY_MESSAGE_ID_MAX {
+            return Err(ApiError::bad_request(format!(
+                "more than {BY_MESSAGE_ID_MAX} delayed messages have message_id {message_id:?}"
+            )));
+        }
+        match slice.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    if found.is_empty() {
+        return Err(ApiError::NotFound);
+    }
+    Ok(found)
+}
+
+/// `DELETE …/delayed?message_id=X`: drops every delayed message with that `message_id` property
+/// (the AMQP property; as the delayed-message plugin's users ask for). 200 `{"cancelled": N}`;
+/// 404 when none waits.
+async fn cancel_by_message_id(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(by): Query<ByMessageId>,
+) -> Result<Json<Value>, ApiError> {
+    require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
+    require_vhost(&state, &vhost)?;
+    let keys = delayed_keys_with_message_id(&state, &vhost, &name, &by.message_id).await?;
+    // Those that fell due since they were found are no longer delayed: not counted.
+    let cancelled = state
+        .broker
+        .run(move |b, _| {
+            keys.into_iter().filter(|key| b.cancel_delayed_at(&vhost, &name, *key).is_ok()).count()
+        })
+        .await?;
+    Ok(Json(json!({"cancelled": cancelled})))
+}
+
+/// `POST …/delayed?message_id=X` with `{"delay_ms": N}` or `{"due_ms": T}`: every delayed message
+/// with that `message_id` falls due then instead. 200 `{"rescheduled": N}`; 404 when none waits.
+async fn reschedule_by_message_id(
+    State(state): State<AppState>,
+    Extension(user): Extension<AuthUser>,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(by): Query<ByMessageId>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
+    require_vhost(&state, &vhost)?;
+    let when = reschedule_body(&body)?;
+    let keys = delayed_keys_with_message_id(&state, &vhost, &name, &by.message_id).await?;
+    let rescheduled = state
+        .broker
+        .run(move |b, now| {
+            let due = when.due(now);
+            keys.into_iter()
+                .filter(|key| b.reschedule_delayed_at(&vhost, &name, *key, due, now).is_ok())
+                .count()
+        })
+        .await?;
+    Ok(Json(json!({"rescheduled": rescheduled})))
 }
 
 /// One listed message, its properties and (cut) payload charged to `budget`; `None` once the
