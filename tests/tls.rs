@@ -376,6 +376,31 @@ async fn https_serves_the_api_and_metrics_over_tls() {
     assert!(body.contains("rabbitmq_"), "{body}");
 }
 
+/// The SQS endpoint over TLS, with the certificate of the other TLS listeners (issue 26: "the
+/// same TLS options as the other listeners"): a signed request over HTTPS is answered, and the
+/// queue URLs it gives name https; plain HTTP on that port gets no answer.
+#[tokio::test]
+async fn the_sqs_endpoint_is_served_over_tls() {
+    let pki = Pki::new("sqs");
+    let port = common::sqs_wire::free_port();
+    let mut flags = pki.server_flags(&pki.server("localhost"));
+    flags.extend(["--sqs-tls-port".to_owned(), port.to_string()]);
+    let _broker = RunningBroker::start_with(&strs(&flags));
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let connector = pki.connector(None);
+    let host = format!("localhost:{port}");
+    let create = serde_json::json!({"QueueName": "over-tls"});
+    let tls = tls_connect(&connector, addr).await.expect("a TLS handshake on the SQS TLS port");
+    let (status, created) = common::sqs_wire::sqs_on(tls, &host, "CreateQueue", create).await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(created["QueueUrl"], format!("https://{host}/%2F/over-tls"));
+    let tls = tls_connect(&connector, addr).await.expect("a TLS handshake");
+    let (status, listed) = common::sqs_wire::sqs_on(tls, &host, "ListQueues", serde_json::json!({})).await;
+    assert_eq!((status, &listed["QueueUrls"][0]), (200, &created["QueueUrl"]), "{listed}");
+    let (status, _) = common::sqs_wire::sqs(addr, "ListQueues", serde_json::json!({})).await;
+    assert_eq!(status, 0, "plain HTTP is not served on the TLS port");
+}
+
 /// With peer verification and EXTERNAL on, a client certificate whose CN names a user logs in
 /// without a password; EXTERNAL is listed only for a client with a certificate; a CN naming no
 /// user is refused with 403; a client without a certificate still logs in with PLAIN.

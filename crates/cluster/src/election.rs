@@ -30,6 +30,9 @@ pub struct NodeRecord {
     /// The SQS endpoint's port, when the node serves it (docs/sqs.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sqs_port: Option<u16>,
+    /// The SQS endpoint over TLS, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sqs_tls_port: Option<u16>,
 }
 
 impl NodeRecord {
@@ -45,6 +48,7 @@ impl NodeRecord {
             amqps_port: None,
             https_port: None,
             sqs_port: None,
+            sqs_tls_port: None,
         }
     }
 
@@ -65,6 +69,9 @@ impl NodeRecord {
     }
     pub fn sqs(&self) -> Option<String> {
         self.sqs_port.map(|port| join_host_port(&self.host, port))
+    }
+    pub fn sqs_tls(&self) -> Option<String> {
+        self.sqs_tls_port.map(|port| join_host_port(&self.host, port))
     }
 }
 
@@ -179,6 +186,7 @@ mod tests {
             amqps_port: None,
             https_port: None,
             sqs_port: None,
+            sqs_tls_port: None,
         }
     }
 

@@ -270,6 +270,7 @@ mod tests {
             amqps_port: None,
             https_port: None,
             sqs_port: None,
+            sqs_tls_port: None,
         })
     }
 

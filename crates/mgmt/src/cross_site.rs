@@ -44,7 +44,7 @@ pub enum ListenerScheme {
 }
 
 impl ListenerScheme {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             ListenerScheme::Http => "http",
             ListenerScheme::Https => "https",

@@ -162,6 +162,7 @@ fn settings(
             amqps_port: config.tls.as_ref().map(|tls| tls.amqps_port),
             https_port: config.tls.as_ref().map(|tls| tls.https_port),
             sqs_port: config.sqs_port,
+            sqs_tls_port: config.tls.as_ref().and_then(|tls| tls.sqs_port),
         },
         campaign_not_before: campaign_holdoff().map(|holdoff| std::time::Instant::now() + holdoff),
         lease_ttl_secs: cluster.lease_ttl_secs,
@@ -199,6 +200,9 @@ fn bind_client_ports(
         // TLS ends on the leader: the bytes pass through; on a leader change they are only cut.
         forwarded.push((tls.amqps_port, "AMQPS", NodeRecord::amqps, Protocol::Tls));
         forwarded.push((tls.https_port, "HTTPS API", NodeRecord::https, Protocol::Tls));
+        if let Some(port) = tls.sqs_port {
+            forwarded.push((port, "SQS over TLS", NodeRecord::sqs_tls, Protocol::Tls));
+        }
     }
     let mut proxies = Vec::new();
     for (port, what, port_of, protocol) in forwarded {

@@ -162,6 +162,10 @@ pub struct Cli {
     /// Prometheus over TLS port (default 15691 when TLS is configured).
     #[arg(long, env = "HOURGLASS_METRICS_TLS_PORT")]
     pub metrics_tls_port: Option<u16>,
+    /// The SQS endpoint over TLS (HTTPS) on this port, with the same certificate (docs/sqs.md);
+    /// off unless set.
+    #[arg(long, env = "HOURGLASS_SQS_TLS_PORT")]
+    pub sqs_tls_port: Option<u16>,
     /// Directory for durable data.
     #[arg(long, env = "HOURGLASS_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -288,6 +292,7 @@ pub struct FileConfig {
     pub amqps_port: Option<u16>,
     pub https_port: Option<u16>,
     pub metrics_tls_port: Option<u16>,
+    pub sqs_tls_port: Option<u16>,
     pub data_dir: Option<PathBuf>,
     /// A list of user names, or `[]` / `["none"]` for none.
     pub loopback_users: Option<Vec<String>>,

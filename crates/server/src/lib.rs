@@ -51,6 +51,8 @@ struct TlsListeners {
     amqps: TcpListener,
     https: TcpListener,
     metrics: TcpListener,
+    /// The SQS endpoint over TLS, when it is served.
+    sqs: Option<TcpListener>,
     live: tls::LiveTls,
 }
 
@@ -119,6 +121,7 @@ impl Server {
                 amqps: listen::bind(ip, settings.amqps_port, "AMQPS")?,
                 https: listen::bind(ip, settings.https_port, "HTTPS API")?,
                 metrics: listen::bind(ip, settings.metrics_port, "metrics over TLS")?,
+                sqs: settings.sqs_port.map(|port| listen::bind(ip, port, "SQS over TLS")).transpose()?,
             }),
             None => None,
         };
@@ -344,34 +347,38 @@ impl Server {
             hourglass_mgmt::load_definitions_file(&mgmt, path).await.map_err(anyhow::Error::msg)?;
             tracing::info!(file = %path.display(), "definitions imported");
         }
-        let (amqps, amqp_tls, https) = match tls {
-            Some(TlsListeners { amqps, https, metrics, live }) => {
+        let (amqps, amqp_tls, https, sqs_tls) = match tls {
+            Some(TlsListeners { amqps, https, metrics, sqs, live }) => {
                 #[cfg(unix)]
                 if let Some(settings) = config.tls.clone() {
                     tls::reload_on_sighup(live.clone(), settings);
                 }
-                (Some(amqps), Some(live.amqp.clone()), Some((https, metrics, live.http)))
+                let sqs_tls = sqs.map(|listener| (listener, live.http.clone()));
+                (Some(amqps), Some(live.amqp.clone()), Some((https, metrics, live.http)), sqs_tls)
             }
-            None => (None, None, None),
+            None => (None, None, None, None),
         };
         let mut http_tasks = JoinSet::new();
-        if let Some(listener) = sqs {
-            let sqs_state = hourglass_sqs::SqsState {
-                broker: mgmt.broker.clone(),
-                users: mgmt.users.clone(),
-                logins: mgmt.logins.clone(),
-                secrets: mgmt.secrets.clone(),
-                moves: Default::default(),
-                clock: hourglass_sqs::system_clock,
-                resources: mgmt.node.resources.clone(),
-                sequence: Default::default(),
-            };
+        // The SQS endpoint, plain and over TLS: one state (move tasks, sequence numbers) for both.
+        let sqs_state = hourglass_sqs::SqsState {
+            broker: mgmt.broker.clone(),
+            users: mgmt.users.clone(),
+            logins: mgmt.logins.clone(),
+            secrets: mgmt.secrets.clone(),
+            moves: Default::default(),
+            clock: hourglass_sqs::system_clock,
+            resources: mgmt.node.resources.clone(),
+            sequence: Default::default(),
+        };
+        let sqs_listeners =
+            sqs.map(|listener| (listener, None)).into_iter().chain(sqs_tls.map(|(l, t)| (l, Some(t))));
+        for (listener, tls) in sqs_listeners {
             let mut stop = shutdown_rx.clone();
             let stopped = async move {
                 let _ = stop.wait_for(|stop| *stop).await;
             };
-            let router = hourglass_sqs::router(sqs_state);
-            http_tasks.spawn(hourglass_mgmt::serve(listener, router, config.http, None, stopped));
+            let router = hourglass_sqs::router(sqs_state.clone());
+            http_tasks.spawn(hourglass_mgmt::serve(listener, router, config.http, tls, stopped));
         }
         for (listener, router, tls) in http_services(http, metrics, https, mgmt) {
             let mut stop = shutdown_rx.clone();

@@ -147,7 +147,9 @@ async fn handled(
     };
     let (user, vhost, region) = authenticate(state, &signed, peer).await?;
     let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
-    let caller = Caller { user, vhost, base_url: format!("http://{host}"), region };
+    // Queue URLs name the scheme the request came over (the listener marks HTTPS).
+    let scheme = parts.extensions.get::<hourglass_mgmt::ListenerScheme>().map_or("http", |s| s.as_str());
+    let caller = Caller { user, vhost, base_url: format!("{scheme}://{host}"), region };
     let (action, input) = match protocol {
         Protocol::Json => {
             let target = parts.headers.get("x-amz-target").and_then(|t| t.to_str().ok());

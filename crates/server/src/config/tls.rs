@@ -21,6 +21,8 @@ pub struct TlsSettings {
     pub amqps_port: u16,
     pub https_port: u16,
     pub metrics_port: u16,
+    /// The SQS endpoint over TLS, when it is served (docs/sqs.md).
+    pub sqs_port: Option<u16>,
 }
 
 /// The TLS settings from flags over the file: none without a certificate and key; a TLS-only
@@ -32,7 +34,11 @@ pub(super) fn tls_settings(cli: &Cli, file: &FileConfig) -> anyhow::Result<Optio
     let (cert, key) = match (cert, key) {
         (Some(cert), Some(key)) => (cert, key),
         (None, None) => {
-            let tls_only = [cli.amqps_port.or(file.amqps_port), cli.https_port.or(file.https_port)];
+            let tls_only = [
+                cli.amqps_port.or(file.amqps_port),
+                cli.https_port.or(file.https_port),
+                cli.sqs_tls_port.or(file.sqs_tls_port),
+            ];
             if tls_only.iter().any(Option::is_some)
                 || verify_peer
                 || cli.tls_ca.is_some()
@@ -64,6 +70,7 @@ pub(super) fn tls_settings(cli: &Cli, file: &FileConfig) -> anyhow::Result<Optio
         amqps_port: cli.amqps_port.or(file.amqps_port).unwrap_or(DEFAULT_AMQPS_PORT),
         https_port: cli.https_port.or(file.https_port).unwrap_or(DEFAULT_HTTPS_PORT),
         metrics_port: cli.metrics_tls_port.or(file.metrics_tls_port).unwrap_or(DEFAULT_METRICS_TLS_PORT),
+        sqs_port: cli.sqs_tls_port.or(file.sqs_tls_port),
     }))
 }
 
@@ -88,6 +95,8 @@ mod tests {
         assert_eq!(file.plain_amqp, Some(false));
         let refused = |cli: Cli| Config::resolve(cli).unwrap_err().to_string();
         assert!(refused(Cli { amqps_port: Some(1), ..Cli::default() }).contains("without a certificate"));
+        assert!(refused(Cli { sqs_tls_port: Some(1), ..Cli::default() }).contains("without a certificate"));
+        assert_eq!(tls.sqs_port, None, "the SQS endpoint over TLS is off unless its port is set");
         assert!(refused(Cli { plain_amqp: Some(false), ..Cli::default() }).contains("no AMQP listener"));
         let no_ca = Cli {
             tls_cert: Some("c".into()),
