@@ -359,26 +359,33 @@ impl Server {
             None => (None, None, None, None),
         };
         let mut http_tasks = JoinSet::new();
-        // The SQS endpoint, plain and over TLS: one state (move tasks, sequence numbers) for both.
-        let sqs_state = hourglass_sqs::SqsState {
-            broker: mgmt.broker.clone(),
-            users: mgmt.users.clone(),
-            logins: mgmt.logins.clone(),
-            secrets: mgmt.secrets.clone(),
-            moves: Default::default(),
-            clock: hourglass_sqs::system_clock,
-            resources: mgmt.node.resources.clone(),
-            sequence: Default::default(),
-        };
-        let sqs_listeners =
-            sqs.map(|listener| (listener, None)).into_iter().chain(sqs_tls.map(|(l, t)| (l, Some(t))));
-        for (listener, tls) in sqs_listeners {
-            let mut stop = shutdown_rx.clone();
-            let stopped = async move {
-                let _ = stop.wait_for(|stop| *stop).await;
+        // The SQS endpoint, plain and over TLS: one state (move tasks, sequence numbers) for both,
+        // held only by their routers: a broker handle kept here would keep the broker task from
+        // seeing its inputs close at shutdown.
+        let sqs_listeners: Vec<_> = sqs
+            .map(|listener| (listener, None))
+            .into_iter()
+            .chain(sqs_tls.map(|(l, t)| (l, Some(t))))
+            .collect();
+        if !sqs_listeners.is_empty() {
+            let sqs_state = hourglass_sqs::SqsState {
+                broker: mgmt.broker.clone(),
+                users: mgmt.users.clone(),
+                logins: mgmt.logins.clone(),
+                secrets: mgmt.secrets.clone(),
+                moves: Default::default(),
+                clock: hourglass_sqs::system_clock,
+                resources: mgmt.node.resources.clone(),
+                sequence: Default::default(),
             };
-            let router = hourglass_sqs::router(sqs_state.clone());
-            http_tasks.spawn(hourglass_mgmt::serve(listener, router, config.http, tls, stopped));
+            for (listener, tls) in sqs_listeners {
+                let mut stop = shutdown_rx.clone();
+                let stopped = async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                };
+                let router = hourglass_sqs::router(sqs_state.clone());
+                http_tasks.spawn(hourglass_mgmt::serve(listener, router, config.http, tls, stopped));
+            }
         }
         for (listener, router, tls) in http_services(http, metrics, https, mgmt) {
             let mut stop = shutdown_rx.clone();
