@@ -112,6 +112,14 @@ export const api = {
     request<void>("DELETE", `/queues/${enc(vhost)}/${enc(name)}/delayed/${id}`),
   rescheduleDelayed: (vhost: string, name: string, id: number, delayMs: number) =>
     request<void>("POST", `/queues/${enc(vhost)}/${enc(name)}/delayed/${id}`, { delay_ms: delayMs }),
+  cancelDelayedByMessageId: (vhost: string, name: string, messageId: string) =>
+    request<{ cancelled: number }>("DELETE", `/queues/${enc(vhost)}/${enc(name)}/delayed?message_id=${enc(messageId)}`),
+  rescheduleDelayedByMessageId: (vhost: string, name: string, messageId: string, delayMs: number) =>
+    request<{ rescheduled: number }>(
+      "POST",
+      `/queues/${enc(vhost)}/${enc(name)}/delayed?message_id=${enc(messageId)}`,
+      { delay_ms: delayMs },
+    ),
   inFlight: (vhost: string, name: string, limit: number) =>
     get<InFlight>(`/queues/${enc(vhost)}/${enc(name)}/in-flight?limit=${limit}`),
   changeVisibility: (vhost: string, name: string, receiptHandle: string, timeoutMs: number) =>

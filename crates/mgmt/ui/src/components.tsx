@@ -58,11 +58,14 @@ export function setStatusListener(l: StatusListener): void {
   statusListener = l;
 }
 
-/** Runs an action; reports `done` or the API's error on the status line. True when it worked. */
-export async function act(work: () => Promise<unknown>, done: string): Promise<boolean> {
+/**
+ * Runs an action; reports `done` (or what `done` makes of the action's answer) or the API's error
+ * on the status line. True when it worked.
+ */
+export async function act<T>(work: () => Promise<T>, done: string | ((result: T) => string)): Promise<boolean> {
   try {
-    await work();
-    statusListener({ text: done, error: false });
+    const result = await work();
+    statusListener({ text: typeof done === "string" ? done : done(result), error: false });
     return true;
   } catch (e) {
     statusListener({ text: String((e as Error).message ?? e), error: true });

@@ -1,8 +1,9 @@
 // A queue's "what is waiting, and when": the timeline, the delayed messages (cancel,
-// reschedule) and the deliveries in flight under a visibility timeout.
+// reschedule, one by one or all with a message id) and the deliveries in flight under a
+// visibility timeout.
 import { useState } from "preact/hooks";
 import { may, refusedTitle } from "../access";
-import { api } from "../api";
+import { api, ApiError } from "../api";
 import { act, ErrorBox, Section, usePoll } from "../components";
 import { bytes, clock, duration, num } from "../format";
 import { Timeline } from "../timeline";
@@ -67,6 +68,7 @@ export function Waiting({ q, reloadQueue }: { q: Queue; reloadQueue: () => void 
       <h3>Delayed messages ({num(q.messages_delayed)})</h3>
       <ErrorBox error={delayed.error} />
       <DelayedTable q={q} messages={delayed.data ?? []} loaded={delayed.data !== null} reload={reload} />
+      <ByMessageId q={q} reload={reload} />
       <h3>In flight under a visibility timeout ({num(inFlight.data?.total ?? 0)})</h3>
       <ErrorBox error={inFlight.error} />
       <InFlightTable q={q} inFlight={inFlight.data} reload={inFlight.reload} />
@@ -96,6 +98,7 @@ function DelayedTable(props: { q: Queue; messages: DelayedMessage[]; loaded: boo
           <th>Due</th>
           <th>In</th>
           <th>Routing key</th>
+          <th>Message id</th>
           <th>Payload</th>
           <th>Actions</th>
         </tr>
@@ -107,6 +110,7 @@ function DelayedTable(props: { q: Queue; messages: DelayedMessage[]; loaded: boo
             <td>{clock(d.due_ms)}</td>
             <td>{duration(d.due_in_ms)}</td>
             <td>{d.routing_key}</td>
+            <td class="message-id">{messageId(d)}</td>
             <td class="payload">{preview(d.payload, d.payload_bytes)}</td>
             <td class="actions">
               <button class="cancel" disabled={!allowed} title={why} onClick={() => cancel(d.id)}>
@@ -129,13 +133,90 @@ function DelayedTable(props: { q: Queue; messages: DelayedMessage[]; loaded: boo
         ))}
         {props.loaded && props.messages.length === 0 && (
           <tr>
-            <td colSpan={6} class="muted">
+            <td colSpan={7} class="muted">
               no delayed messages
             </td>
           </tr>
         )}
       </tbody>
     </table>
+  );
+}
+
+/** A delayed message's AMQP `message_id` property, "" when it has none. */
+function messageId(d: DelayedMessage): string {
+  const id = d.properties?.message_id;
+  return id === undefined || id === null ? "" : typeof id === "string" ? id : JSON.stringify(id);
+}
+
+/** The API's 404 for a message id no delayed message of the queue has, said as such. */
+function byMessageIdRefusal(e: unknown, id: string): unknown {
+  return e instanceof ApiError && e.status === 404 ? new Error(`no delayed message has message id ${id}`) : e;
+}
+
+/**
+ * Cancel or reschedule every delayed message of the queue with one `message_id` (the API's
+ * `DELETE` / `POST …/delayed?message_id=…`), listed here or not; the reschedule as the
+ * per-message one (in N seconds, 0 or nothing = ready now).
+ */
+function ByMessageId({ q, reload }: { q: Queue; reload: () => void }) {
+  const [id, setId] = useState("");
+  const [seconds, setSeconds] = useState("");
+  const allowed = may("read", q.vhost, q.name);
+  const why = allowed ? undefined : refusedTitle("change this queue's delayed messages (needs read permission)");
+  const plural = (n: number) => `${num(n)} delayed message${n === 1 ? "" : "s"}`;
+  const cancel = () =>
+    act(
+      () => api.cancelDelayedByMessageId(q.vhost, q.name, id).catch((e) => Promise.reject(byMessageIdRefusal(e, id))),
+      (r) => `Message id ${id}: cancelled ${plural(r.cancelled)}`,
+    ).then(reload);
+  const reschedule = () => {
+    const ms = Math.max(0, Math.round(Number(seconds || "0") * 1000));
+    return act(
+      () =>
+        api
+          .rescheduleDelayedByMessageId(q.vhost, q.name, id, ms)
+          .catch((e) => Promise.reject(byMessageIdRefusal(e, id))),
+      (r) => `Message id ${id}: rescheduled ${plural(r.rescheduled)}, ${ms === 0 ? "due now" : `now due in ${duration(ms)}`}`,
+    ).then(reload);
+  };
+  const none = id === "" ? "Type a message id first" : undefined;
+  return (
+    <form class="form inline" id="delayed-by-message-id" onSubmit={(e) => e.preventDefault()}>
+      <label class="field">
+        <span>By message id</span>
+        <input
+          name="message_id"
+          placeholder="message_id property"
+          value={id}
+          disabled={!allowed}
+          onInput={(e) => setId((e.target as HTMLInputElement).value)}
+        />
+      </label>
+      <button type="button" class="cancel-by-id" disabled={!allowed || id === ""} title={why ?? none} onClick={cancel}>
+        Cancel all with this message id
+      </button>
+      <input
+        class="delay"
+        name="delay"
+        type="number"
+        min="0"
+        step="1"
+        placeholder="seconds"
+        value={seconds}
+        disabled={!allowed}
+        onInput={(e) => setSeconds((e.target as HTMLInputElement).value)}
+      />
+      <button
+        type="button"
+        class="reschedule-by-id"
+        disabled={!allowed || id === ""}
+        title={why ?? none ?? "Due this many seconds from now (0 or empty: ready now)"}
+        onClick={reschedule}
+      >
+        Reschedule all with this message id
+      </button>
+    </form>
   );
 }
 
