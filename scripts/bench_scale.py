@@ -16,7 +16,7 @@ data directory in a temporary directory):
 Recorded besides: RSS per waiting message while publishing, once the fill has settled, and after
 recovery; bytes on disk; the machine's load average at each step.
 
-With --rabbitmq the same fill runs on a private reference RabbitMQ (bench_durability.py's
+With --rabbitmq (for every N, or those listed) the same fill runs on a private reference RabbitMQ (bench_durability.py's
 RabbitMQ: `scripts/rabbitmq_ref.sh` or $RABBITMQ_REF, port 5681, its own data directory), which
 has no delayed exchange: a durable classic queue with a per-message TTL dead-lettering into a
 second queue, as RabbitMQ users do (`scale-fill --via ttl`); restart timed until a passive
@@ -26,7 +26,7 @@ The machine is shared: each broker's run waits (at most --wait-quiet-s) while a 
 Every wait is bounded; only processes this script started are stopped, by PID.
 
 usage: scripts/bench_scale.py [--counts 1000000,10000000] [--tracers 1000] [--tracer-due-s 60]
-                              [--rabbitmq] [--no-build] [--json PATH] [--wait-quiet-s 1800]
+                              [--rabbitmq [1000000]] [--no-build] [--json PATH] [--wait-quiet-s 1800]
 """
 import argparse
 import base64
@@ -61,6 +61,14 @@ HTTP_AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 def loadavg():
     with open("/proc/loadavg") as f:
         return [float(v) for v in f.read().split()[:3]]
+
+
+def cpu_jiffies():
+    """(busy, total) CPU time of the whole machine so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def tests_running():
@@ -102,12 +110,15 @@ class Log:
 
     def run(self, name, action):
         """Runs action(); returns (its result, seconds it took)."""
-        began = time.monotonic()
+        began, (busy0, total0) = time.monotonic(), cpu_jiffies()
         value = action()
         took = time.monotonic() - began
-        self.steps.append({"step": name, "took_s": round(took, 2), "loadavg": loadavg(),
+        busy1, total1 = cpu_jiffies()
+        # Of both cores, the share busy during the step: the broker, the load tool and anyone else.
+        busy = round(100 * (busy1 - busy0) / max(total1 - total0, 1), 1)
+        self.steps.append({"step": name, "took_s": round(took, 2), "loadavg": loadavg(), "machine_busy_pct": busy,
                            "cargo_test_running": bool(tests_running())})
-        print(f"  [{name}: {took:.1f}s, load {loadavg()[0]:.2f}]", flush=True)
+        print(f"  [{name}: {took:.1f}s, load {loadavg()[0]:.2f}, machine {busy:.0f}% busy]", flush=True)
         return value, round(took, 2)
 
 
@@ -240,8 +251,10 @@ def run_hourglass(count, args, log):
         consumed = in_background(perf, broker.port, broker.pid(), broker.label,
                                  ["scale-tracers-consume", "--queue", TRACERS, "--count", str(args.tracers),
                                   "--timeout-s", f"{wait_s:.0f}"], wait_s + 120)
-        out["rss_recovered_settled_kib"] = settled_rss_kib(broker.pid())
         out["tracers_consumed"], _ = log.run("tracers consumed", consumed)
+        # Read once the tracers are in (tens of seconds after recovery): what recovery allocated
+        # for a while is given back by then; a reading at once may catch it still held.
+        out["rss_recovered_settled_kib"] = settled_rss_kib(broker.pid())
         out["disk_bytes_recovered"] = disk_bytes(tmp / "data")
         broker.stop()
     finally:
@@ -264,6 +277,7 @@ def run_rabbitmq(count, log):
             ["depth", "--queue", QUEUE, "--messages", str(count), "--timeout-s", str(RECOVERY_TIMEOUT_S)],
             RECOVERY_TIMEOUT_S + 60))
         out["recovery"]["exact_count_s"] = took
+        out["rss_recovered_kib"] = rss_kib(broker.pid())
         out["rss_recovered_settled_kib"] = settled_rss_kib(broker.pid())
     finally:
         if listening_pid(broker.port):
@@ -289,7 +303,9 @@ def table(results):
          lambda r: f"{r['disk_bytes_stopped'] / 2**20:,.0f} ({r['disk_bytes_per_msg']:,.0f})"),
         ("stop (SIGTERM → exit): s", lambda r: f"{r['stop_s']:.2f}"),
         ("restart until the exact count: s", lambda r: f"{r['recovery']['exact_count_s']:.2f}"),
-        ("RSS after recovery (settled): MiB", lambda r: mib(r["rss_recovered_settled_kib"])),
+        ("RSS when the count is first exact: MiB", lambda r: mib(r["rss_recovered_kib"])),
+        ("RSS after recovery (settled; Hourglass: once the tracers are in): MiB",
+         lambda r: mib(r["rss_recovered_settled_kib"])),
         ("RSS per waiting message, recovered: B", lambda r: f"{r['bytes_per_waiting_msg_recovered']:,.0f}"),
         ("tracers across the restart: lateness p50 / p99 / max ms",
          lambda r: "{lateness_p50_ms} / {lateness_p99_ms} / {lateness_max_ms}".format(**r["tracers_consumed"])),
@@ -314,31 +330,41 @@ def table(results):
     return "\n".join(lines)
 
 
+def binary_commit():
+    """HEAD now, and the last commit made before target/release/hourglass was built (with
+    --no-build the binary may be older than HEAD; uncommitted changes are not seen)."""
+    git = lambda *a: subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()  # noqa: E731
+    built = HOURGLASS.stat().st_mtime
+    return {"head": git("rev-parse", "--short", "HEAD"),
+            "binary_built": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(built)),
+            "last_commit_before_build": git("log", "-1", "--format=%h", f"--before=@{int(built)}")}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--counts", default="1000000", help="comma-separated N, e.g. 1000000,10000000")
     ap.add_argument("--tracers", type=int, default=1000)
     ap.add_argument("--tracer-due-s", type=float, default=60.0)
-    ap.add_argument("--rabbitmq", action="store_true", help="the same fill on the reference RabbitMQ")
+    ap.add_argument("--rabbitmq", nargs="?", const="all", default="",
+                    help="the same fill on the reference RabbitMQ, for these N (comma-separated; default all)")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--wait-quiet-s", type=float, default=1800)
     ap.add_argument("--json", default=f"/tmp/hourglass-bench-scale-{time.strftime('%Y%m%dT%H%M%S')}.json")
     args = ap.parse_args()
     counts = [int(n) for n in args.counts.split(",") if n.strip()]
+    rabbitmq_counts = counts if args.rabbitmq == "all" else [int(n) for n in args.rabbitmq.split(",") if n.strip()]
     if not args.no_build:
         subprocess.run(["cargo", "build", "--release", "-p", "hourglass", "-p", "hourglass-perf"],
                        cwd=ROOT, check=True)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
     log = Log()
-    results = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
+    results = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **binary_commit(),
                "loadavg_at_start": loadavg(), "hourglass": [], "rabbitmq": [], "steps": log.steps}
     try:
         for count in counts:
             wait_quiet(args.wait_quiet_s)
             print(f"== hourglass N={count:,}", flush=True)
             results["hourglass"].append(run_hourglass(count, args, log))
-            if args.rabbitmq:
+            if count in rabbitmq_counts:
                 wait_quiet(args.wait_quiet_s)
                 print(f"== rabbitmq N={count:,}", flush=True)
                 results["rabbitmq"].append(run_rabbitmq(count, log))
