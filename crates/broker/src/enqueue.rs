@@ -32,14 +32,8 @@ impl Broker {
         delay_ms: Option<u64>,
     ) -> Enqueued {
         let Some(queue) = self.queues.get_mut(&id) else { return Enqueued::Accepted };
-        let dedup = match queue.args.deduplication.as_ref() {
-            Some(spec) => {
-                let headers = message.properties().headers();
-                spec.key_of(headers.as_ref()).map(|key| (key, spec.ttl_of(headers.as_ref()), spec.cache_size))
-            }
-            None => None,
-        };
-        if let Some(original) = dedup.as_ref().and_then(|(key, ..)| queue.dedup.duplicate_of(key, now)) {
+        let held_id = queue.args.deduplication.as_ref().and_then(|spec| spec.held_id_of(&message));
+        if let Some(original) = held_id.as_ref().and_then(|held| queue.dedup.duplicate_of_id(held, now)) {
             queue.counters.deduplicated += 1;
             return Enqueued::Duplicate(original);
         }
@@ -47,8 +41,8 @@ impl Broker {
         if delay.is_none() && self.refuses(id, &message) {
             return Enqueued::Rejected;
         }
-        if let (Some((key, ttl_ms, cache_size)), Some(queue)) = (dedup, self.queues.get_mut(&id)) {
-            queue.dedup.hold(key, now, ttl_ms, cache_size, message.properties().message_id());
+        if let (Some(held), Some(queue)) = (held_id, self.queues.get_mut(&id)) {
+            queue.dedup.hold_id(held, now, message.properties().message_id());
         }
         let seq = self.entry_ids.next();
         let persist_id = self.persist_id_for(id, &message, seq);

@@ -488,15 +488,8 @@ pub async fn integer_arguments<const N: usize>(
     queue: &QueueRef,
     names: [&'static str; N],
 ) -> Result<[Option<i64>; N], SqsError> {
-    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
-    let found = state
-        .broker
-        .run(move |b, _| {
-            b.queue_details_named(&vhost, &name)
-                .map(|d| names.map(|n| d.arguments.get(n).and_then(|v| v.as_i64())))
-        })
-        .await?;
-    found.ok_or(SqsError::QueueDoesNotExist)
+    let arguments = arguments_of(state, queue).await?;
+    Ok(names.map(|n| arguments.get(n).and_then(|v| v.as_i64())))
 }
 
 /// A queue's tags, from its argument.

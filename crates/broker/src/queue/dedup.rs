@@ -10,6 +10,7 @@ use std::collections::{HashMap, VecDeque};
 
 use hourglass_wire::{FieldTable, FieldValue, ShortStr};
 
+use crate::message::Message;
 use crate::time::Timestamp;
 
 /// The header a message's deduplication id is read from unless the queue names another.
@@ -62,12 +63,28 @@ impl DedupSpec {
         Some(key)
     }
 
+    /// What this queue holds of `message` if it takes it: its id and how long to hold it
+    /// (`None`: the message has no id and is never a duplicate). The headers are read once.
+    pub(crate) fn held_id_of(&self, message: &Message) -> Option<HeldId> {
+        let headers = message.properties().headers();
+        let key = self.key_of(headers.as_ref())?;
+        Some(HeldId { key, ttl_ms: self.ttl_of(headers.as_ref()), cache_size: self.cache_size })
+    }
+
     /// How long a message's id is held: its own `x-cache-ttl` header (a non-negative integer),
     /// else the queue's.
     pub fn ttl_of(&self, headers: Option<&FieldTable>) -> Option<u64> {
         let own = headers.and_then(|h| h.get("x-cache-ttl")).and_then(|v| v.as_i64());
         own.and_then(|ms| u64::try_from(ms).ok()).or(self.cache_ttl_ms)
     }
+}
+
+/// A message's deduplication id as its queue would hold it.
+#[derive(Debug)]
+pub(crate) struct HeldId {
+    key: Vec<u8>,
+    ttl_ms: Option<u64>,
+    cache_size: u64,
 }
 
 /// The ids a queue holds now.
@@ -89,6 +106,17 @@ struct Held {
 }
 
 impl DedupCache {
+    /// The `message_id` of the message that brought `id`, if `id` is held at `now` (the message
+    /// is a duplicate).
+    pub(crate) fn duplicate_of_id(&self, id: &HeldId, now: Timestamp) -> Option<Option<ShortStr>> {
+        self.duplicate_of(&id.key, now)
+    }
+
+    /// Holds `id`, that of a message just taken (whose `message_id` this is).
+    pub(crate) fn hold_id(&mut self, id: HeldId, now: Timestamp, message_id: Option<ShortStr>) {
+        self.hold(id.key, now, id.ttl_ms, id.cache_size, message_id);
+    }
+
     /// The `message_id` of the message whose id `key` is, if the id is held at `now` (the
     /// message is a duplicate).
     pub fn duplicate_of(&self, key: &[u8], now: Timestamp) -> Option<Option<ShortStr>> {
