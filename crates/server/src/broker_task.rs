@@ -10,13 +10,18 @@ use tokio::sync::mpsc;
 
 use crate::clock::Clock;
 
-/// How many queued inputs the task applies before it flushes effects: large enough to amortise
-/// wake-ups under load, small enough to keep latency low.
-const MAX_INPUTS_PER_BATCH: usize = 256;
+/// How many commands (and other inputs) the task applies before it flushes effects: large enough
+/// to amortise wake-ups under load, small enough to keep latency low.
+const MAX_APPLIED_PER_FLUSH: usize = 256;
+
+/// Commands a connection task hands over in one input at most (what one read of its socket
+/// yields, in batches): one hand-off per batch instead of per command.
+pub const MAX_COMMANDS_PER_INPUT: usize = 64;
 
 /// Inputs are bounded so a flood of publishes slows publishers down (their connection tasks wait
-/// on `send`) instead of growing memory without limit.
-pub const INPUT_QUEUE_CAPACITY: usize = 8192;
+/// on `send`) instead of growing memory without limit: at most this many inputs, so at most
+/// 16,384 commands, wait.
+pub const INPUT_QUEUE_CAPACITY: usize = 256;
 
 /// Effects for one connection, in order.
 pub type Mailbox = mpsc::UnboundedSender<Vec<Effect>>;
@@ -25,11 +30,9 @@ pub type Mailbox = mpsc::UnboundedSender<Vec<Effect>>;
 #[allow(clippy::large_enum_variant)]
 pub enum BrokerInput {
     /// A new connection's mailbox; sent before any of its commands.
-    Register {
-        conn: ConnectionId,
-        mailbox: Mailbox,
-    },
-    Command(Command),
+    Register { conn: ConnectionId, mailbox: Mailbox },
+    /// A connection's commands, in order (at most [`MAX_COMMANDS_PER_INPUT`]).
+    Commands(Vec<Command>),
     /// Work from the management API, run in order with commands; its effects are flushed like
     /// a command's (a queue deleted over HTTP cancels its consumers).
     Job(hourglass_broker::admin::Job),
@@ -87,10 +90,10 @@ pub async fn run(
         tokio::select! {
             input = inputs.recv() => {
                 let Some(input) = input else { break };
-                apply(&mut broker, &mut mailboxes, input, &clock);
-                for _ in 1..MAX_INPUTS_PER_BATCH {
+                let mut applied = apply(&mut broker, &mut mailboxes, input, &clock);
+                while applied < MAX_APPLIED_PER_FLUSH {
                     match inputs.try_recv() {
-                        Ok(input) => apply(&mut broker, &mut mailboxes, input, &clock),
+                        Ok(input) => applied += apply(&mut broker, &mut mailboxes, input, &clock),
                         Err(_) => break,
                     }
                 }
@@ -100,21 +103,28 @@ pub async fn run(
     }
 }
 
+/// Applies one input; returns how many it counts for (its commands, else 1).
 fn apply(
     broker: &mut Broker,
     mailboxes: &mut HashMap<ConnectionId, Mailbox>,
     input: BrokerInput,
     clock: &Clock,
-) {
+) -> usize {
     match input {
         BrokerInput::Register { conn, mailbox } => {
             mailboxes.insert(conn, mailbox);
         }
-        BrokerInput::Command(command) => {
-            if let Command::ConnectionClosed { conn } = &command {
-                mailboxes.remove(conn);
+        BrokerInput::Commands(commands) => {
+            let applied = commands.len();
+            // One reading of the clock per batch: a batch is one socket read's worth.
+            let now = clock.now();
+            for command in commands {
+                if let Command::ConnectionClosed { conn } = &command {
+                    mailboxes.remove(conn);
+                }
+                broker.handle_command(command, now);
             }
-            broker.handle_command(command, clock.now());
+            return applied.max(1);
         }
         BrokerInput::Job(job) => job(broker, clock.now()),
         BrokerInput::Persisted { op_seq, stored, refused } => {
@@ -125,6 +135,7 @@ fn apply(
             broker.handle_persisted(op_seq, clock.now());
         }
     }
+    1
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

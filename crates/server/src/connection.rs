@@ -24,7 +24,7 @@ use crate::alarm::InboundContent;
 mod alarm_gate;
 mod socket;
 mod tls;
-use crate::broker_task::BrokerInput;
+use crate::broker_task::{BrokerInput, MAX_COMMANDS_PER_INPUT};
 use crate::clock::Clock;
 use alarm_gate::AlarmGate;
 use hourglass_mgmt::resources::ResourceWatch;
@@ -163,14 +163,16 @@ async fn serve<R: SocketRead, W: SocketWrite>(
         gate.after_session(&mut session, cx.id, cx.clock.now()).await;
         // Commands held under an alarm that has cleared go first, then the session's new ones
         // (those the gate holds wait for the clear).
-        let mut released = gate.released().into_iter();
-        while let Some(command) = released.next().or_else(|| session.poll_command()) {
-            let Some(command) = gate.admit(command) else { continue };
-            gate.on_command(&command);
-            if cx.broker.send(BrokerInput::Command(command)).await.is_err() {
-                break;
-            }
+        let mut commands = gate.released();
+        let admitted = gate.admit(session.take_commands());
+        if commands.is_empty() {
+            commands = admitted;
+        } else {
+            commands.extend(admitted);
         }
+        gate.on_commands(&commands);
+        // An error means the broker task is gone: the server is stopping.
+        let _ = send_commands(&cx.broker, commands).await;
         gate.after_commands().await;
         gate.tell(&mut session, cx.id, cx.clock.now());
         let mut output = session.take_output();
@@ -196,7 +198,7 @@ async fn serve<R: SocketRead, W: SocketWrite>(
         if pause != paused {
             paused = pause;
             let command = Command::DeliveryPaused { conn: cx.id, paused };
-            if cx.broker.send(BrokerInput::Command(command)).await.is_err() {
+            if send_commands(&cx.broker, vec![command]).await.is_err() {
                 break;
             }
         }
@@ -205,9 +207,32 @@ async fn serve<R: SocketRead, W: SocketWrite>(
         }
     }
     gate.release();
-    let _ = cx.broker.send(BrokerInput::Command(Command::ConnectionClosed { conn: cx.id })).await;
+    let _ = send_commands(&cx.broker, vec![Command::ConnectionClosed { conn: cx.id }]).await;
     drop(out_tx);
     let _ = tokio::time::timeout(FINAL_FLUSH_TIMEOUT, writer_task).await;
+}
+
+/// Hands `commands` to the broker task in order, as batches of at most
+/// [`MAX_COMMANDS_PER_INPUT`]: one hand-off per batch rather than per command, while the input
+/// queue's bound ([`INPUT_QUEUE_CAPACITY`](crate::broker_task::INPUT_QUEUE_CAPACITY) batches) still bounds what waits in it.
+async fn send_commands(
+    broker: &mpsc::Sender<BrokerInput>,
+    commands: Vec<Command>,
+) -> Result<(), mpsc::error::SendError<BrokerInput>> {
+    if commands.len() <= MAX_COMMANDS_PER_INPUT {
+        if !commands.is_empty() {
+            broker.send(BrokerInput::Commands(commands)).await?;
+        }
+        return Ok(());
+    }
+    let mut rest = commands.into_iter();
+    loop {
+        let batch: Vec<Command> = rest.by_ref().take(MAX_COMMANDS_PER_INPUT).collect();
+        if batch.is_empty() {
+            return Ok(());
+        }
+        broker.send(BrokerInput::Commands(batch)).await?;
+    }
 }
 
 /// Writes what the connection task could not, coalescing queued chunks into one write. The

@@ -336,6 +336,17 @@ impl Connection {
         self.commands.pop_front()
     }
 
+    /// Every command for the broker so far, in order, at once (what [`Connection::poll_command`]
+    /// would give one by one): the driver hands them over as one batch, and none is moved.
+    pub fn take_commands(&mut self) -> Vec<Command> {
+        if self.commands.is_empty() {
+            return Vec::new();
+        }
+        let next_capacity = self.commands.len();
+        // Only pushed to since the last take, so contiguous: the conversion moves nothing.
+        Vec::from(std::mem::replace(&mut self.commands, VecDeque::with_capacity(next_capacity)))
+    }
+
     /// Everything encoded for the socket so far (empty when nothing is pending).
     pub fn take_output(&mut self) -> BytesMut {
         self.out.take()

@@ -81,15 +81,20 @@ impl AlarmGate {
         self.alarm && (!self.held.is_empty() || session.unfinished_content().messages > 0)
     }
 
-    /// A command from the session: back to be sent now, or `None` when it is held (a publish
-    /// under the alarm, or anything after one).
-    pub(super) fn admit(&mut self, command: Command) -> Option<Command> {
-        let publish = matches!(command, Command::Publish { .. });
-        if !self.held.is_empty() || (self.alarm && publish) {
-            self.held.push(command);
-            return None;
+    /// The session's new commands: those to send now, in order; the rest are held (a publish
+    /// under the alarm and everything after it, or everything while something is held).
+    pub(super) fn admit(&mut self, mut commands: Vec<Command>) -> Vec<Command> {
+        let held_from = if !self.held.is_empty() {
+            0
+        } else if self.alarm {
+            commands.iter().position(|c| matches!(c, Command::Publish { .. })).unwrap_or(commands.len())
+        } else {
+            commands.len()
+        };
+        if held_from < commands.len() {
+            self.held.extend(commands.drain(held_from..));
         }
-        Some(command)
+        commands
     }
 
     /// Once the alarm has cleared: the held commands, to send before any newer one.
@@ -146,10 +151,12 @@ impl AlarmGate {
         }
     }
 
-    /// A command on its way to the broker.
-    pub(super) fn on_command(&mut self, command: &Command) {
-        if let Command::Publish { publish, .. } = command {
-            self.published_bytes += publish.body.len() as u64;
+    /// Commands on their way to the broker: counts the bytes they publish.
+    pub(super) fn on_commands(&mut self, commands: &[Command]) {
+        for command in commands {
+            if let Command::Publish { publish, .. } = command {
+                self.published_bytes += publish.body.len() as u64;
+            }
         }
     }
 
@@ -165,5 +172,65 @@ impl AlarmGate {
     pub(super) fn release(&mut self) {
         let _ = self.inbound.update_held(self.held_bytes, 0);
         self.held_bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hourglass_broker::{ChannelId, Publish};
+    use hourglass_mgmt::resources::ResourceStatus;
+    use hourglass_wire::method::{BasicAck, Method};
+
+    const CONN: ConnectionId = ConnectionId(1);
+
+    fn ack(tag: u64) -> Command {
+        Command::Method {
+            conn: CONN,
+            channel: ChannelId(1),
+            method: Method::from(BasicAck { delivery_tag: tag, multiple: false }),
+        }
+    }
+
+    fn publish(body: &'static [u8]) -> Command {
+        Command::Publish {
+            conn: CONN,
+            channel: ChannelId(1),
+            publish: Publish {
+                exchange: Default::default(),
+                routing_key: Default::default(),
+                mandatory: false,
+                properties: Default::default(),
+                body: body.into(),
+            },
+        }
+    }
+
+    /// Under an alarm a batch goes up to its first publish; that publish and all after it (in
+    /// this batch and the next) are held, and released in order once the alarm clears.
+    #[test]
+    fn a_batch_is_held_from_its_first_publish_under_an_alarm() {
+        let (alarm, resources) =
+            tokio::sync::watch::channel(ResourceStatus { mem_alarm: true, ..Default::default() });
+        let mut gate = AlarmGate::new(resources, Arc::new(InboundContent::default()));
+        let sent = gate.admit(vec![ack(1), publish(b"a"), ack(2)]);
+        assert_eq!(sent, vec![ack(1)]);
+        assert_eq!(gate.admit(vec![ack(3)]), vec![], "behind a held publish");
+        assert_eq!(gate.released(), vec![], "the alarm is still up");
+        alarm.send_modify(|status| status.mem_alarm = false);
+        gate.alarm = gate.resources.borrow_and_update().any_alarm();
+        assert_eq!(gate.released(), vec![publish(b"a"), ack(2), ack(3)]);
+        assert_eq!(gate.admit(vec![publish(b"b")]), vec![publish(b"b")]);
+    }
+
+    /// Without an alarm a batch goes whole, and its published bytes are counted.
+    #[test]
+    fn without_an_alarm_a_batch_goes_whole() {
+        let mut gate =
+            AlarmGate::new(hourglass_mgmt::resources::unmonitored(), Arc::new(InboundContent::default()));
+        let batch = vec![publish(b"abc"), ack(1), publish(b"de")];
+        let sent = gate.admit(batch.clone());
+        gate.on_commands(&sent);
+        assert_eq!((sent, gate.published_bytes), (batch, 5));
     }
 }

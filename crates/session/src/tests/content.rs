@@ -53,6 +53,34 @@ fn publish_properties_are_a_slice_of_the_header_frame() {
     assert!(range.contains(&(publish.properties.as_bytes().as_ptr() as usize)), "properties were copied");
 }
 
+/// What one read of the socket yields goes to the broker as one batch, in order; the next batch
+/// starts empty.
+#[test]
+fn commands_of_one_read_are_taken_at_once_in_order() {
+    let mut c = Client::local();
+    c.open(60);
+    c.open_channel(1);
+    let mut input = BytesMut::new();
+    for body in [&b"one"[..], b"two"] {
+        let publish =
+            BasicPublish { exchange: short(""), routing_key: short("rk"), mandatory: true, immediate: false };
+        encode_method_frame(1, &publish.into(), &mut input);
+        let properties = properties();
+        encode_header_frame(
+            1,
+            &ContentHeader { class_id: 60, body_size: body.len() as u64, properties },
+            &mut input,
+        );
+        encode_body_frame(1, body, &mut input);
+    }
+    c.conn.handle_input(&mut input, c.now);
+    assert_eq!(c.conn.take_commands(), vec![expected_publish(b"one"), expected_publish(b"two")]);
+    assert_eq!(c.conn.take_commands(), vec![]);
+    c.publish(1, "rk");
+    c.send_header(1, 60, 0);
+    assert_eq!(c.conn.take_commands(), vec![expected_publish(b"")]);
+}
+
 /// Three body frames are joined into one body; the message is emitted only when complete.
 #[test]
 fn publish_with_three_body_frames() {
