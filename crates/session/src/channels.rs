@@ -18,12 +18,11 @@
 //! earlier incarnation of the same channel number. The closing states drop what AMQP 0-9-1 §4.2.9
 //! tells the closing side to discard. Texts are RabbitMQ's (rabbit_channel, rabbit_reader).
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 use hourglass_broker::{AmqpError, Publish};
 use hourglass_wire::reply_code::{CHANNEL_ERROR, COMMAND_INVALID, NOT_ALLOWED, NOT_IMPLEMENTED};
 use hourglass_wire::{ChannelCloseOk, ContentHeader, Method};
+use rustc_hash::FxHashMap;
 
 use crate::client_limits::Seat;
 use crate::content::{Assembly, UnfinishedContent};
@@ -32,7 +31,7 @@ use crate::fault::Fault;
 /// The channels of one connection, at most `channel_max` of them at once.
 #[derive(Debug)]
 pub(crate) struct Channels {
-    states: HashMap<u16, ChannelState>,
+    states: FxHashMap<u16, ChannelState>,
     /// The negotiated channel_max: the most channels that may exist at once (RabbitMQ counts
     /// channels, not channel numbers).
     channel_max: u16,
@@ -82,7 +81,12 @@ pub(crate) enum OnBrokerError {
 
 impl Channels {
     pub(crate) fn new(channel_max: u16) -> Self {
-        Channels { states: HashMap::new(), channel_max, unfinished: UnfinishedContent::default(), seat: None }
+        Channels {
+            states: FxHashMap::default(),
+            channel_max,
+            unfinished: UnfinishedContent::default(),
+            seat: None,
+        }
     }
 
     /// A method frame from the client on `channel` (never 0).

@@ -92,7 +92,8 @@ impl Broker {
         now: Timestamp,
     ) -> Result<(), AmqpError> {
         let Some(connection) = self.connections.get(&conn) else { return Ok(()) };
-        let vhost_name = connection.info.vhost.clone();
+        // Borrowed, not cloned, on the hot path: the cold ones below take a copy of their own.
+        let vhost_name: &str = &connection.info.vhost;
         if !connection.info.may_impersonate {
             check_user_id(&publish, &connection.info.user)?;
         }
@@ -103,12 +104,12 @@ impl Broker {
         }
         let vhost = self
             .vhosts
-            .get(&vhost_name)
+            .get(vhost_name)
             .ok_or_else(|| errors::not_allowed(format!("vhost {vhost_name} not found")))?;
         let exchange = vhost
             .exchanges
             .get(&publish.exchange)
-            .ok_or_else(|| errors::no_exchange(&publish.exchange, &vhost_name))?;
+            .ok_or_else(|| errors::no_exchange(&publish.exchange, vhost_name))?;
         if exchange.spec.internal {
             return Err(errors::access_refused(format!(
                 "cannot publish to internal exchange '{}' in vhost '{vhost_name}'",
@@ -136,8 +137,10 @@ impl Broker {
             routing::route(vhost, &message.exchange, &message, header_routes.keys(), &mut targets);
             exchange.counters.published(!targets.is_empty());
         }
+        let reply_vhost = direct_reply.then(|| vhost_name.to_owned());
+        let traced_vhost = self.firehose.traces(vhost_name).then(|| vhost_name.to_owned());
         let routed = if direct_reply { self.deliver_reply(&message) } else { !targets.is_empty() };
-        if direct_reply {
+        if let Some(vhost_name) = reply_vhost {
             self.count_reply_on_default_exchange(&vhost_name, routed);
         }
         if !routed && mandatory {
@@ -154,7 +157,7 @@ impl Broker {
                 content: Some(message.clone()),
             });
         }
-        if self.firehose.traces(&vhost_name) {
+        if let Some(vhost_name) = traced_vhost {
             // Before the queues take it: its trace comes before any delivery's, as RabbitMQ's.
             self.trace_publish(&vhost_name, conn, ch, &message, header_routes.keys(), &targets, now);
         }
