@@ -32,7 +32,11 @@ fn main() -> ExitCode {
             return hourglass_server::health_check::check(&config).map_err(anyhow::Error::from);
         }
         hourglass_server::init_logging(config.log_format);
-        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        let mut runtime = tokio::runtime::Builder::new_multi_thread();
+        if let Some(threads) = config.worker_threads {
+            runtime.worker_threads(threads.get());
+        }
+        let runtime = runtime.enable_all().build()?;
         let served = runtime.block_on(async {
             // Before anything is bound: a SIGTERM at any point after start-up closes cleanly.
             let shutdown = hourglass_server::shutdown_signal();

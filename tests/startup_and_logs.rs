@@ -439,3 +439,20 @@ fn get_as_guest(port: u16, path: &str) -> String {
     socket.read_to_string(&mut response).expect("read http");
     response
 }
+
+/// `--worker-threads N` runs the broker on N runtime threads (ADR 0014: one spends the least
+/// CPU per message), as its listening line says, and 0 is refused with one line.
+#[test]
+fn worker_threads_sets_the_runtime_threads() {
+    for threads in ["1", "3"] {
+        let started =
+            Started::new(&format!("workers{threads}"), &["--bind", "127.0.0.1", "--worker-threads", threads]);
+        let listening = started.lines.iter().find(|l| l.contains("hourglass listening")).unwrap();
+        assert!(listening.contains(&format!("worker_threads={threads}")), "{listening}");
+        assert_connection_start(SocketAddr::from(([127, 0, 0, 1], started.port("amqp="))));
+    }
+    let mut refused = hourglass();
+    refused.args(["--bind", "127.0.0.1", "--worker-threads", "0"]);
+    let output = run_to_failure(refused);
+    assert_one_line_failure(&output, "worker_threads: at least 1 thread");
+}

@@ -2,6 +2,7 @@
 //! order of precedence. Every default lives here with the reason for its value.
 
 use std::net::IpAddr;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -208,6 +209,10 @@ pub struct Cli {
     /// Close a connection whose socket write makes no progress for this long (ms).
     #[arg(long, env = "HOURGLASS_TCP_SEND_TIMEOUT_MS")]
     pub tcp_send_timeout_ms: Option<u64>,
+    /// Threads that run connections, the broker and the HTTP listeners (default: one per CPU).
+    /// 1 spends the least CPU per message; more serve more connections at once.
+    #[arg(long, env = "HOURGLASS_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
     /// HTTP listeners: ms a socket may take to send a whole request head (also the idle
     /// keep-alive timeout).
     #[arg(long, env = "HOURGLASS_HTTP_REQUEST_TIMEOUT_MS")]
@@ -310,6 +315,7 @@ pub struct FileConfig {
     pub queue_resident_bytes: Option<SizeSetting>,
     pub login_failure_delay_ms: Option<u64>,
     pub tcp_send_timeout_ms: Option<u64>,
+    pub worker_threads: Option<usize>,
     pub http_request_timeout_ms: Option<u64>,
     pub http_body_timeout_ms: Option<u64>,
     /// A size string (`"20MB"`) or a number of bytes.
@@ -456,6 +462,8 @@ pub struct Config {
     pub login_failure_delay_ms: u64,
     /// A socket write making no progress this long closes the connection (ms).
     pub tcp_send_timeout_ms: u64,
+    /// The async runtime's worker threads; `None`: one per CPU (tokio's default). ADR 0014.
+    pub worker_threads: Option<NonZeroUsize>,
     /// What each HTTP listener allows a client.
     pub http: HttpLimits,
     /// AMQP connections at once (before the fd limit is taken into account).
@@ -498,6 +506,7 @@ impl Default for Config {
             default_user: None,
             login_failure_delay_ms: DEFAULT_LOGIN_FAILURE_DELAY_MS,
             tcp_send_timeout_ms: DEFAULT_TCP_SEND_TIMEOUT_MS,
+            worker_threads: None,
             http: HttpLimits {
                 request_timeout: Duration::from_millis(DEFAULT_HTTP_REQUEST_TIMEOUT_MS),
                 body_timeout: Duration::from_millis(DEFAULT_HTTP_BODY_TIMEOUT_MS),
@@ -616,6 +625,13 @@ impl Config {
                 .tcp_send_timeout_ms
                 .or(file.tcp_send_timeout_ms)
                 .unwrap_or(defaults.tcp_send_timeout_ms),
+            worker_threads: match cli.worker_threads.or(file.worker_threads) {
+                None => defaults.worker_threads,
+                Some(n) => Some(
+                    NonZeroUsize::new(n)
+                        .ok_or_else(|| anyhow::anyhow!("worker_threads: at least 1 thread"))?,
+                ),
+            },
             log_format: cli.log_format.or(file.log_format).unwrap_or(defaults.log_format),
             recover_skip_corrupt: cli.recover_skip_corrupt,
             cluster: cluster::resolve(cli.cluster, cluster_file)?,

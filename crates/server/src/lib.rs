@@ -582,11 +582,14 @@ impl RefusalLog {
 /// data directory, limits.
 fn log_start(config: &Config, limits: &alarm::Limits, max_connections: usize, addrs: &ListenAddrs) {
     let show = |addr: Option<SocketAddr>| addr.map_or_else(|| "off".to_owned(), |a| a.to_string());
+    // The runtime's threads (`worker_threads`, ADR 0014): how much of the machine it may use.
+    let worker_threads = tokio::runtime::Handle::try_current().map_or(0, |h| h.metrics().num_workers());
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         amqp = %show(addrs.amqp),
         http = %show(addrs.http),
         metrics = %show(addrs.metrics),
+        worker_threads,
         "hourglass listening: AMQP 0-9-1, management API, Prometheus metrics"
     );
     if let Some(tls) = &config.tls {
