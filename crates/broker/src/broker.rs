@@ -71,6 +71,17 @@ pub(crate) struct ConnectionState {
     pub exclusive_queues: Vec<QueueId>,
 }
 
+/// Slots an emptied work queue keeps: what a burst (200,000 messages expiring at once) grew it to
+/// beyond this goes back to the allocator, so idle memory after a load returns to where it was.
+const IDLE_QUEUE_SLOTS: usize = 1024;
+
+/// Gives back what a burst grew `queue` to, once it is empty (a branch when it is not).
+pub(crate) fn release_burst_capacity<T>(queue: &mut VecDeque<T>) {
+    if queue.is_empty() && queue.capacity() > IDLE_QUEUE_SLOTS {
+        queue.shrink_to(IDLE_QUEUE_SLOTS);
+    }
+}
+
 pub struct Broker {
     pub(crate) vhosts: HashMap<String, VHost>,
     pub(crate) queues: IdMap<QueueId, Queue>,
@@ -176,7 +187,11 @@ impl Broker {
 
     /// The next effect for the driver to carry out.
     pub fn poll_effect(&mut self) -> Option<Effect> {
-        self.effects.pop_front()
+        let effect = self.effects.pop_front();
+        if effect.is_none() {
+            release_burst_capacity(&mut self.effects);
+        }
+        effect
     }
 
     /// Whether a vhost exists (the session checks this on connection.open).
@@ -289,5 +304,22 @@ impl Broker {
                 self.run_queue(queue_id, now);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod burst_capacity_tests {
+    use super::*;
+
+    /// A work queue that a burst grew keeps at most `IDLE_QUEUE_SLOTS` once empty, and is left
+    /// alone while it holds anything.
+    #[test]
+    fn an_emptied_work_queue_gives_back_its_burst() {
+        let mut queue: VecDeque<u64> = (0..100_000).collect();
+        release_burst_capacity(&mut queue);
+        assert!(queue.capacity() >= 100_000, "not empty: kept");
+        queue.clear();
+        release_burst_capacity(&mut queue);
+        assert!(queue.capacity() <= IDLE_QUEUE_SLOTS, "{}", queue.capacity());
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::broker::Broker;
+use crate::broker::{release_burst_capacity, Broker};
 use crate::message::Message;
 use crate::queue::dead_letter::{self, DeadLetter};
 use crate::queue::entry::{Entry, Payload};
@@ -86,6 +86,7 @@ impl Broker {
             // After the copies' Enqueue ops: a crash in between keeps both, never neither.
             self.persist_settle(from, source);
         }
+        release_burst_capacity(&mut self.dead_letters);
     }
 
     fn republish_dead(&mut self, from: QueueId, dead: DeadLetter, now: Timestamp) {
