@@ -33,7 +33,7 @@ impl Broker {
     ) -> Enqueued {
         let Some(queue) = self.queues.get_mut(&id) else { return Enqueued::Accepted };
         let held_id = queue.args.deduplication.as_ref().and_then(|spec| spec.held_id_of(&message));
-        if let Some(original) = held_id.as_ref().and_then(|held| queue.dedup.duplicate_of_id(held, now)) {
+        if let Some(original) = held_id.as_ref().and_then(|held| queue.dedup.duplicate_of(held, now)) {
             queue.counters.deduplicated += 1;
             return Enqueued::Duplicate(original);
         }
@@ -42,7 +42,7 @@ impl Broker {
             return Enqueued::Rejected;
         }
         if let (Some(held), Some(queue)) = (held_id, self.queues.get_mut(&id)) {
-            queue.dedup.hold_id(held, now, message.properties().message_id());
+            queue.dedup.hold(held, now, message.properties().message_id());
         }
         let seq = self.entry_ids.next();
         let persist_id = self.persist_id_for(id, &message, seq);

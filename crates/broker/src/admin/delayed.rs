@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::broker::Broker;
 use crate::message::Message;
-use crate::queue::entry::Payload;
-use crate::queue::QueueId;
+use crate::queue::entry::{Entry, Payload};
+use crate::queue::{Queue, QueueId};
 use crate::time::Timestamp;
 
 /// A waiting message as the management API shows it.
@@ -63,16 +63,7 @@ impl Broker {
             .delayed
             .peek(limit)
             .filter_map(|(due, entry)| {
-                let message = match &entry.payload {
-                    Payload::Resident(message) => message.clone(),
-                    Payload::Paged(paged) => match queue.pager.read(paged) {
-                        Ok(message) => message,
-                        Err(reason) => {
-                            tracing::warn!(seq = entry.seq, %reason, "delayed message cannot be read back");
-                            return None;
-                        }
-                    },
-                };
+                let message = read_back(queue, entry)?;
                 Some(DelayedMessage { id: entry.seq, due, message })
             })
             .collect())
@@ -158,19 +149,8 @@ impl Broker {
             examined += 1;
             let key = DelayedKey { due, id: waiting.entry.seq };
             last = Some(key);
-            let id = match &waiting.entry.payload {
-                Payload::Resident(message) => message.properties().message_id(),
-                Payload::Paged(paged) => {
-                    reads += 1;
-                    match queue.pager.read(paged) {
-                        Ok(message) => message.properties().message_id(),
-                        Err(reason) => {
-                            tracing::warn!(seq = key.id, %reason, "delayed message cannot be read back");
-                            None
-                        }
-                    }
-                }
-            };
+            reads += usize::from(matches!(waiting.entry.payload, Payload::Paged(_)));
+            let id = read_back(queue, &waiting.entry).and_then(|message| message.properties().message_id());
             if id.is_some_and(|id| id.as_bytes() == message_id.as_bytes()) {
                 found.push(key);
             }
@@ -191,4 +171,13 @@ impl Broker {
             .and_then(|v| v.queues.iter().find(|(n, _)| n.as_bytes() == queue.as_bytes()).map(|(_, id)| *id))
             .ok_or(DelayedError::QueueNotFound)
     }
+}
+
+/// A delayed entry's message, read back when paged; `None` (logged) when it cannot be.
+fn read_back(queue: &Queue, entry: &Entry) -> Option<Arc<Message>> {
+    queue
+        .pager
+        .message_of(&entry.payload)
+        .inspect_err(|reason| tracing::warn!(seq = entry.seq, %reason, "delayed message cannot be read back"))
+        .ok()
 }

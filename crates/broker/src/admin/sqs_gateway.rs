@@ -26,7 +26,6 @@ use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
 use crate::persist::Changed;
 use crate::queue::args::QueueArgs;
-use crate::queue::entry::Payload;
 use crate::queue::{Queue, QueueId};
 use crate::time::Timestamp;
 
@@ -365,9 +364,8 @@ impl Broker {
                 .and_then(|c| c.unacked_mut(got.tag))
                 .map(|u| u.entry.payload.clone());
             let message = match (message, &target) {
-                (Some(Payload::Resident(message)), Some(_)) => Some(message),
-                (Some(Payload::Paged(paged)), Some(_)) => {
-                    self.queues.get(&id).and_then(|q| q.pager.read(&paged).ok())
+                (Some(payload), Some(_)) => {
+                    self.queues.get(&id).and_then(|q| q.pager.message_of(&payload).ok())
                 }
                 _ => None,
             };

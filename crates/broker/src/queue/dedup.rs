@@ -108,32 +108,15 @@ struct Held {
 impl DedupCache {
     /// The `message_id` of the message that brought `id`, if `id` is held at `now` (the message
     /// is a duplicate).
-    pub(crate) fn duplicate_of_id(&self, id: &HeldId, now: Timestamp) -> Option<Option<ShortStr>> {
-        self.duplicate_of(&id.key, now)
-    }
-
-    /// Holds `id`, that of a message just taken (whose `message_id` this is).
-    pub(crate) fn hold_id(&mut self, id: HeldId, now: Timestamp, message_id: Option<ShortStr>) {
-        self.hold(id.key, now, id.ttl_ms, id.cache_size, message_id);
-    }
-
-    /// The `message_id` of the message whose id `key` is, if the id is held at `now` (the
-    /// message is a duplicate).
-    pub fn duplicate_of(&self, key: &[u8], now: Timestamp) -> Option<Option<ShortStr>> {
-        let held = self.held.get(key)?;
+    pub(crate) fn duplicate_of(&self, id: &HeldId, now: Timestamp) -> Option<Option<ShortStr>> {
+        let held = self.held.get(&id.key)?;
         held.until.is_none_or(|until| now < until).then(|| held.message_id.clone())
     }
 
-    /// Holds `key`, the id of a message just taken, from `now` for `ttl_ms` (`None`: until
-    /// pushed out); the oldest ids go past `cache_size`.
-    pub fn hold(
-        &mut self,
-        key: Vec<u8>,
-        now: Timestamp,
-        ttl_ms: Option<u64>,
-        cache_size: u64,
-        message_id: Option<ShortStr>,
-    ) {
+    /// Holds `id`, that of a message just taken (whose `message_id` this is), from `now` for its
+    /// TTL (`None`: until pushed out); the oldest ids go past the queue's cache size.
+    pub(crate) fn hold(&mut self, id: HeldId, now: Timestamp, message_id: Option<ShortStr>) {
+        let HeldId { key, ttl_ms, cache_size } = id;
         self.generation += 1;
         let until = ttl_ms.map(|ms| now.saturating_add_millis(ms));
         self.held.insert(key.clone(), Held { until, generation: self.generation, message_id });
@@ -173,9 +156,10 @@ mod tests {
         ttl: Option<u64>,
         id: &str,
     ) -> Option<Option<ShortStr>> {
-        let duplicate = cache.duplicate_of(key, at(now));
+        let held = HeldId { key: key.to_vec(), ttl_ms: ttl, cache_size: 100 };
+        let duplicate = cache.duplicate_of(&held, at(now));
         if duplicate.is_none() {
-            cache.hold(key.to_vec(), at(now), ttl, 100, Some(short(id)));
+            cache.hold(held, at(now), Some(short(id)));
         }
         duplicate
     }

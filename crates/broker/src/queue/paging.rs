@@ -90,6 +90,14 @@ impl Pager {
         self.read_record(paged.location()).map(Arc::new)
     }
 
+    /// The message of a payload without changing it: in memory, or read back when paged.
+    pub fn message_of(&self, payload: &Payload) -> Result<Arc<Message>, String> {
+        match payload {
+            Payload::Resident(message) => Ok(message.clone()),
+            Payload::Paged(paged) => self.read(paged),
+        }
+    }
+
     /// Makes `entry` resident. On failure the message is counted and noted as lost (its store
     /// id is settled later) and `false` comes back: drop the entry.
     pub fn page_in(&mut self, entry: &mut Entry) -> bool {
