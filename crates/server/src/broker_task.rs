@@ -2,11 +2,12 @@
 //! forwards effects to the connection tasks (ADR 0001).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use hourglass_broker::{
     Broker, Command, ConnectionId, DefinitionNotStored, Effect, SequencedOp, StoredLocation,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 
 use crate::clock::Clock;
 
@@ -14,14 +15,15 @@ use crate::clock::Clock;
 /// to amortise wake-ups under load, small enough to keep latency low.
 const MAX_APPLIED_PER_FLUSH: usize = 256;
 
-/// Commands a connection task hands over in one input at most (what one read of its socket
-/// yields, in batches): one hand-off per batch instead of per command.
-pub const MAX_COMMANDS_PER_INPUT: usize = 64;
+/// Commands that may wait for the broker task at once, all connections together: a connection
+/// whose commands do not fit waits (and is not read meanwhile), so a flood of publishes slows
+/// its publishers down instead of growing memory without limit. One socket read yields a few
+/// thousand commands at most, so a read's batch always fits.
+pub const MAX_WAITING_COMMANDS: usize = 16_384;
 
-/// Inputs are bounded so a flood of publishes slows publishers down (their connection tasks wait
-/// on `send`) instead of growing memory without limit: at most this many inputs, so at most
-/// 16,384 commands, wait.
-pub const INPUT_QUEUE_CAPACITY: usize = 256;
+/// Inputs other than commands (registrations, API jobs, the store's reports) that may wait: their
+/// senders are bounded themselves; this keeps the queue bounded too.
+const INPUT_QUEUE_CAPACITY: usize = 1024;
 
 /// Effects for one connection, in order.
 pub type Mailbox = mpsc::UnboundedSender<Vec<Effect>>;
@@ -31,8 +33,9 @@ pub type Mailbox = mpsc::UnboundedSender<Vec<Effect>>;
 pub enum BrokerInput {
     /// A new connection's mailbox; sent before any of its commands.
     Register { conn: ConnectionId, mailbox: Mailbox },
-    /// A connection's commands, in order (at most [`MAX_COMMANDS_PER_INPUT`]).
-    Commands(Vec<Command>),
+    /// A connection's commands, in order (one socket read's worth), holding `budget` of the
+    /// [`MAX_WAITING_COMMANDS`] until they are applied.
+    Commands { commands: Vec<Command>, budget: u32 },
     /// Work from the management API, run in order with commands; its effects are flushed like
     /// a command's (a queue deleted over HTTP cancels its consumers).
     Job(hourglass_broker::admin::Job),
@@ -46,12 +49,52 @@ pub enum BrokerInput {
     },
 }
 
+/// The broker task's input queue, and the budget of [`MAX_WAITING_COMMANDS`] that commands take
+/// from until they are applied.
+pub fn input_queue() -> (mpsc::Sender<BrokerInput>, CommandBudget, mpsc::Receiver<BrokerInput>) {
+    let (sender, receiver) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+    (sender, CommandBudget(Arc::new(Semaphore::new(MAX_WAITING_COMMANDS))), receiver)
+}
+
+/// The commands that may still wait for the broker task (shared by every connection task and
+/// the broker task, which gives back what it applied).
+#[derive(Clone, Debug)]
+pub struct CommandBudget(Arc<Semaphore>);
+
+/// The broker task has ended: the server is stopping.
+#[derive(Debug)]
+pub struct BrokerGone;
+
+impl CommandBudget {
+    /// Hands a connection's `commands` to the broker task as one input, in order, once the budget
+    /// has room for them.
+    pub async fn send(
+        &self,
+        inputs: &mpsc::Sender<BrokerInput>,
+        commands: Vec<Command>,
+    ) -> Result<(), BrokerGone> {
+        if commands.is_empty() {
+            return Ok(());
+        }
+        // Capped so that an (impossible) batch larger than the whole budget still goes, alone.
+        let budget = u32::try_from(commands.len().min(MAX_WAITING_COMMANDS)).unwrap_or(u32::MAX);
+        self.0.acquire_many(budget).await.map_err(|_| BrokerGone)?.forget();
+        inputs.send(BrokerInput::Commands { commands, budget }).await.map_err(|_| BrokerGone)
+    }
+
+    /// Commands were applied: others may wait in their place.
+    fn give_back(&self, budget: u32) {
+        self.0.add_permits(budget as usize);
+    }
+}
+
 /// Where the broker's store ops go: the store thread (`persistence.rs`), in op_seq order.
 pub type StoreSender = std::sync::mpsc::Sender<Vec<SequencedOp>>;
 
 pub async fn run(
     mut broker: Broker,
     mut inputs: mpsc::Receiver<BrokerInput>,
+    budget: CommandBudget,
     clock: Clock,
     store: Option<StoreSender>,
 ) {
@@ -90,10 +133,10 @@ pub async fn run(
         tokio::select! {
             input = inputs.recv() => {
                 let Some(input) = input else { break };
-                let mut applied = apply(&mut broker, &mut mailboxes, input, &clock);
+                let mut applied = apply(&mut broker, &mut mailboxes, input, &budget, &clock);
                 while applied < MAX_APPLIED_PER_FLUSH {
                     match inputs.try_recv() {
-                        Ok(input) => applied += apply(&mut broker, &mut mailboxes, input, &clock),
+                        Ok(input) => applied += apply(&mut broker, &mut mailboxes, input, &budget, &clock),
                         Err(_) => break,
                     }
                 }
@@ -108,13 +151,14 @@ fn apply(
     broker: &mut Broker,
     mailboxes: &mut HashMap<ConnectionId, Mailbox>,
     input: BrokerInput,
+    budget: &CommandBudget,
     clock: &Clock,
 ) -> usize {
     match input {
         BrokerInput::Register { conn, mailbox } => {
             mailboxes.insert(conn, mailbox);
         }
-        BrokerInput::Commands(commands) => {
+        BrokerInput::Commands { commands, budget: taken } => {
             let applied = commands.len();
             // One reading of the clock per batch: a batch is one socket read's worth.
             let now = clock.now();
@@ -124,6 +168,7 @@ fn apply(
                 }
                 broker.handle_command(command, now);
             }
+            budget.give_back(taken);
             return applied.max(1);
         }
         BrokerInput::Job(job) => job(broker, clock.now()),
@@ -142,5 +187,40 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed(conn: u64) -> Command {
+        Command::ConnectionClosed { conn: ConnectionId(conn) }
+    }
+
+    /// Commands take room from the budget until the broker task gives it back: a connection
+    /// whose batch does not fit waits (unread meanwhile), then goes in order.
+    #[tokio::test]
+    async fn commands_wait_while_the_budget_is_spent() {
+        let (inputs, budget, mut received) = input_queue();
+        budget.send(&inputs, vec![closed(1); MAX_WAITING_COMMANDS]).await.unwrap();
+        let waiting = tokio::spawn({
+            let (inputs, budget) = (inputs.clone(), budget.clone());
+            async move { budget.send(&inputs, vec![closed(2)]).await }
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "sent past the budget");
+        let Some(BrokerInput::Commands { commands, budget: taken }) = received.recv().await else {
+            panic!("the first batch")
+        };
+        assert_eq!((commands.len(), taken as usize), (MAX_WAITING_COMMANDS, MAX_WAITING_COMMANDS));
+        budget.give_back(taken);
+        waiting.await.unwrap().unwrap();
+        let Some(BrokerInput::Commands { commands, budget: 1 }) = received.recv().await else {
+            panic!("the second batch")
+        };
+        assert_eq!(commands, vec![closed(2)]);
     }
 }

@@ -24,7 +24,7 @@ use crate::alarm::InboundContent;
 mod alarm_gate;
 mod socket;
 mod tls;
-use crate::broker_task::{BrokerInput, MAX_COMMANDS_PER_INPUT};
+use crate::broker_task::{BrokerInput, CommandBudget};
 use crate::clock::Clock;
 use alarm_gate::AlarmGate;
 use hourglass_mgmt::resources::ResourceWatch;
@@ -67,6 +67,8 @@ pub struct ConnectionContext {
     /// connection's name: `peer -> local`.
     pub local: SocketAddr,
     pub broker: mpsc::Sender<BrokerInput>,
+    /// What the connection's commands take room from while they wait for the broker task.
+    pub commands: CommandBudget,
     pub session_config: Arc<SessionConfig>,
     pub clock: Clock,
     pub shutdown: watch::Receiver<bool>,
@@ -172,7 +174,7 @@ async fn serve<R: SocketRead, W: SocketWrite>(
         }
         gate.on_commands(&commands);
         // An error means the broker task is gone: the server is stopping.
-        let _ = send_commands(&cx.broker, commands).await;
+        let _ = cx.commands.send(&cx.broker, commands).await;
         gate.after_commands().await;
         gate.tell(&mut session, cx.id, cx.clock.now());
         let mut output = session.take_output();
@@ -198,7 +200,7 @@ async fn serve<R: SocketRead, W: SocketWrite>(
         if pause != paused {
             paused = pause;
             let command = Command::DeliveryPaused { conn: cx.id, paused };
-            if send_commands(&cx.broker, vec![command]).await.is_err() {
+            if cx.commands.send(&cx.broker, vec![command]).await.is_err() {
                 break;
             }
         }
@@ -207,32 +209,9 @@ async fn serve<R: SocketRead, W: SocketWrite>(
         }
     }
     gate.release();
-    let _ = send_commands(&cx.broker, vec![Command::ConnectionClosed { conn: cx.id }]).await;
+    let _ = cx.commands.send(&cx.broker, vec![Command::ConnectionClosed { conn: cx.id }]).await;
     drop(out_tx);
     let _ = tokio::time::timeout(FINAL_FLUSH_TIMEOUT, writer_task).await;
-}
-
-/// Hands `commands` to the broker task in order, as batches of at most
-/// [`MAX_COMMANDS_PER_INPUT`]: one hand-off per batch rather than per command, while the input
-/// queue's bound ([`INPUT_QUEUE_CAPACITY`](crate::broker_task::INPUT_QUEUE_CAPACITY) batches) still bounds what waits in it.
-async fn send_commands(
-    broker: &mpsc::Sender<BrokerInput>,
-    commands: Vec<Command>,
-) -> Result<(), mpsc::error::SendError<BrokerInput>> {
-    if commands.len() <= MAX_COMMANDS_PER_INPUT {
-        if !commands.is_empty() {
-            broker.send(BrokerInput::Commands(commands)).await?;
-        }
-        return Ok(());
-    }
-    let mut rest = commands.into_iter();
-    loop {
-        let batch: Vec<Command> = rest.by_ref().take(MAX_COMMANDS_PER_INPUT).collect();
-        if batch.is_empty() {
-            return Ok(());
-        }
-        broker.send(BrokerInput::Commands(batch)).await?;
-    }
 }
 
 /// Writes what the connection task could not, coalescing queued chunks into one write. The

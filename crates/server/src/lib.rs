@@ -270,7 +270,7 @@ impl Server {
             hooks,
         } = self;
         let store_damage = data.damage();
-        let (broker_tx, broker_rx) = mpsc::channel(broker_task::INPUT_QUEUE_CAPACITY);
+        let (broker_tx, command_budget, broker_rx) = broker_task::input_queue();
         let (store_tx, store_rx) = std::sync::mpsc::channel();
         // Weak: the store thread must not keep the broker task alive at shutdown.
         let inject = hooks.inject_death;
@@ -284,7 +284,7 @@ impl Server {
         // Supervision: the thread's end (or panic) is seen from here while the server runs.
         let mut store_ended = tokio::task::spawn_blocking(move || store_thread.join());
         let mut broker_handle = spawn_broker_task(
-            broker_task::run(broker, broker_rx, clock, Some(store_tx)),
+            broker_task::run(broker, broker_rx, command_budget.clone(), clock, Some(store_tx)),
             supervise::InjectedDeath::of(inject, supervise::Part::BrokerTask),
         );
         // From now on the user store's changes go through the broker task and the store thread,
@@ -457,6 +457,7 @@ impl Server {
                         peer,
                         local,
                         broker: broker_tx.clone(),
+                        commands: command_budget.clone(),
                         session_config: session_config.clone(),
                         clock,
                         shutdown: shutdown_rx.clone(),
