@@ -335,3 +335,57 @@ async fn paged_messages_are_consumed_in_order_across_a_restart() {
     let big = channel.queue_declare("big".into(), passive, FieldTable::default()).await.unwrap();
     assert_eq!(big.message_count(), 0);
 }
+
+/// The number of spill files (far-future delayed messages, ADR 0013) in a data directory.
+fn spill_files(data_dir: &std::path::Path) -> usize {
+    std::fs::read_dir(data_dir.join("delays")).map_or(0, |files| files.count())
+}
+
+async fn delayed_count(broker: &RunningBroker, queue: &str) -> u64 {
+    let (status, body) = common::http(broker, "GET", &format!("/api/queues/%2F/{queue}"), "").await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str::<serde_json::Value>(&body).unwrap()["messages_delayed"].as_u64().unwrap()
+}
+
+/// Issue 23 (ADR 0013, phase 1): far-future delayed messages leave memory for spill files in
+/// the data directory once stored; the count stays exact, a restart rebuilds the files from the
+/// message log (nothing is lost with them), and deleting the queue deletes them.
+#[tokio::test]
+async fn far_future_delayed_messages_wait_in_spill_files_across_a_restart() {
+    const MESSAGES: usize = 20_000;
+    let limit = ["--queue-resident-messages", "50"];
+    let broker = RunningBroker::start_with(&limit);
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    let delay = table(&[("x-delivery-delay", AMQPValue::LongLongInt(3_600_000))]);
+    channel.queue_declare("later".into(), durable(), delay).await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let mut confirms = Vec::new();
+    for i in 0..MESSAGES {
+        let body = format!("m{i}");
+        confirms.push(
+            channel
+                .basic_publish("".into(), "later".into(), Default::default(), body.as_bytes(), persistent())
+                .await
+                .unwrap(),
+        );
+    }
+    for confirm in confirms {
+        assert!(within("confirm", confirm).await.unwrap().is_ack());
+    }
+    let data_dir = broker.data_dir();
+    assert_eq!(delayed_count(&broker, "later").await, MESSAGES as u64);
+    assert!(spill_files(&data_dir) >= 1, "far-future messages were written to spill files");
+    drop(conn);
+    assert!(broker.terminate().success());
+
+    let broker = RunningBroker::start_in_with(data_dir.clone(), &limit);
+    assert_eq!(delayed_count(&broker, "later").await, MESSAGES as u64, "exact after the restart");
+    assert!(spill_files(&data_dir) >= 1, "rebuilt from the log at the restore");
+    let listed = delayed_ids(&broker, "later").await;
+    assert!(!listed.is_empty());
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel.queue_delete("later".into(), QueueDeleteOptions::default()).await.unwrap();
+    assert_eq!(spill_files(&data_dir), 0, "the queue's spill files went with it");
+}

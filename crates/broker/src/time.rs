@@ -33,6 +33,11 @@ impl Timestamp {
         Timestamp(self.0.saturating_add(ms))
     }
 
+    /// `ms` earlier, at the epoch at the earliest.
+    pub const fn saturating_sub_millis(self, ms: u64) -> Self {
+        Timestamp(self.0.saturating_sub(ms))
+    }
+
     pub const fn saturating_add_millis(self, ms: u64) -> Self {
         Timestamp(self.0.saturating_add(ms))
     }

@@ -77,10 +77,14 @@ impl Broker {
     }
 
     /// Fires queue `id`'s timers due at `now`, each kind in its own place: deliveries whose
-    /// visibility timeout ran out become ready again (redelivery.rs), delayed messages whose time
+    /// visibility timeout ran out become ready again (redelivery.rs), far-future delayed
+    /// messages within the horizon come from disk (queue/delay.rs), delayed messages whose time
     /// came become ready (enqueue.rs), and messages whose TTL ran out leave for dead-lettering.
     pub(crate) fn fire_due_timers(&mut self, id: QueueId, now: Timestamp) {
         self.expire_visibility(id, now);
+        if let Some(queue) = self.queues.get_mut(&id) {
+            queue.delayed.load_due_soon(now);
+        }
         self.promote_due(id, now);
         self.expire_messages(id, now);
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
+use hourglass_broker::queue::MemorySpillFiles;
 use hourglass_broker::{
     BrokerConfig, Effect, MessageSource, PagingLimits, RecordLocation, StoredBody, StoredLocation,
 };
@@ -72,7 +73,20 @@ impl Disk {
 
     /// A new broker restored from what was written, reading through the same source.
     fn restart(&self, tb: &TestBroker, limits: PagingLimits) -> TestBroker {
+        self.restart_spilling(tb, limits, None)
+    }
+
+    /// [`Disk::restart`] with far-future delayed messages kept in `spill` (ADR 0013).
+    fn restart_spilling(
+        &self,
+        tb: &TestBroker,
+        limits: PagingLimits,
+        spill: Option<Arc<MemorySpillFiles>>,
+    ) -> TestBroker {
         let mut restored = paging_broker(&self.source, limits);
+        if let Some(spill) = spill {
+            restored.broker.set_spill_files(spill);
+        }
         let gap = tb.clock.now().saturating_duration_since(restored.clock.now());
         let now = restored.clock.advance(gap);
         restored.broker.restore(self.stored.definitions(), self.stored.queues.clone(), now);
@@ -369,4 +383,59 @@ fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
     let mut delivered = bodies(&consume(&mut tb, c, "q", "ctag", true));
     delivered.extend(bodies(&effects));
     assert_eq!(delivered, ["body 1", "body 0", "body 2", "body 3", "body 5"]);
+}
+
+/// Far-future delayed messages (ADR 0013, issue 23): once stored and paged out they wait on
+/// disk only, come back into memory a horizon before they are due and fire on time, in order;
+/// a restore puts them back on disk with their ids, and a search by `message_id` and a cancel
+/// find them there.
+#[test]
+fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
+    use hourglass_broker::admin::DelayedSlice;
+    const HOUR_MS: u64 = 3_600_000;
+    let mut disk = Disk::default();
+    let mut tb = paging_broker(&disk.source, two_resident());
+    tb.broker.set_spill_files(Arc::new(MemorySpillFiles::default()));
+    let c = tb.channel();
+    let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(HOUR_MS as i64))]);
+    tb.call(c, QueueDeclare { queue: short("q"), durable: true, arguments, ..Default::default() });
+    publish_n(&mut tb, c, "q", 40);
+    disk.sync(&mut tb);
+    let due = tb.clock.now().saturating_add_millis(HOUR_MS);
+    let stats = tb.broker.queue_stats("/", "q").unwrap();
+    assert_eq!((stats.messages_delayed, stats.next_due), (40, Some(due)));
+    assert_eq!(tb.broker.far_delayed_messages(), (38, 0), "all but the two resident ones wait on disk");
+    let listed: Vec<u64> = tb.broker.list_delayed("/", "q", 100).unwrap().iter().map(|d| d.seq).collect();
+    assert_eq!(listed.len(), 40);
+
+    // Restored: back on disk, the same ids, the count exact.
+    let spill = Arc::new(MemorySpillFiles::default());
+    let mut tb = disk.restart_spilling(&tb, two_resident(), Some(spill));
+    assert_eq!(tb.broker.far_delayed_messages(), (40, 0));
+    let relisted: Vec<u64> = tb.broker.list_delayed("/", "q", 100).unwrap().iter().map(|d| d.seq).collect();
+    assert_eq!(relisted, listed, "ids are stable across the restore");
+
+    // Found by message_id on disk, and cancelled there.
+    let page =
+        tb.broker.delayed_with_message_id("/", "q", "m7", None, DelayedSlice { examined: 100, reads: 100 });
+    let found = page.unwrap().found;
+    assert_eq!(found.len(), 1);
+    tb.broker.cancel_delayed_at("/", "q", found[0]).unwrap();
+    assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_delayed, 39);
+    disk.sync(&mut tb);
+
+    // Loaded a horizon ahead, never fired early, all delivered at their due time in order.
+    let c = tb.channel();
+    assert!(bodies(&consume(&mut tb, c, "q", "ctag", true)).is_empty());
+    let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
+    let to_load = due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon);
+    tb.advance(to_load - Duration::from_millis(1));
+    assert_eq!(tb.broker.far_delayed_messages().0, 39);
+    tb.advance(Duration::from_millis(1));
+    assert_eq!(tb.broker.far_delayed_messages().0, 0, "loaded a horizon before the due time");
+    assert!(bodies(&tb.advance(Duration::from_millis(horizon - 1))).is_empty(), "never early");
+    let delivered = bodies(&tb.advance(Duration::from_millis(1)));
+    let mut want = expected(0..40);
+    want.retain(|body| body != "body 7");
+    assert_eq!(delivered, want);
 }

@@ -15,6 +15,7 @@ pub mod identity;
 pub mod listen;
 pub mod logging;
 pub mod persistence;
+pub mod spill_files;
 pub mod supervise;
 pub mod tls;
 

@@ -41,6 +41,8 @@ use hourglass_mgmt::StoreDamage;
 
 /// The message log's directory inside the data directory.
 pub const MESSAGES_DIR: &str = "messages";
+/// The data directory's subdirectory of spill files (far-future delayed messages, ADR 0013).
+pub const SPILL_DIR: &str = "delays";
 /// Held (locked) while a broker uses the data directory.
 pub const LOCK_FILE: &str = "hourglass.lock";
 /// Settled messages after which the store thread compacts: often enough that disk use follows
@@ -66,6 +68,8 @@ pub struct DataDir {
     /// Decoded from the catalog at open; taken by [`recover`].
     stored_definitions: Option<Definitions>,
     damage: StoreDamage,
+    /// Where queues keep far-future delayed messages (ADR 0013): emptied at open.
+    spill: Arc<crate::spill_files::SpillDir>,
     _lock: File,
 }
 
@@ -110,6 +114,10 @@ impl DataDir {
         log_recovery(&messages_dir, &recovered);
         let opened = open_catalog(definitions.clone(), damaged, now.as_millis())
             .with_context(|| format!("data dir {}", dir.display()))?;
+        let spill_dir = dir.join(SPILL_DIR);
+        let spill = crate::spill_files::SpillDir::open(&spill_dir).map_err(|e| {
+            anyhow::anyhow!("cannot empty the spill directory {}: {}", spill_dir.display(), io_reason(&e))
+        })?;
         let report = &recovered.report;
         let damage = StoreDamage { regions: report.damaged.len() as u64, bytes: report.damaged_bytes() };
         Ok(DataDir {
@@ -121,6 +129,7 @@ impl DataDir {
             recovered: Some(recovered),
             stored_definitions: Some(opened.definitions),
             damage,
+            spill: Arc::new(spill),
             _lock: lock,
         })
     }
@@ -192,6 +201,7 @@ fn segment_file_name(segment: u64) -> String {
 pub fn recover(data: &mut DataDir, broker: &mut Broker, now: Timestamp) -> RestoreReport {
     let recovered = data.recovered.take().unwrap_or_default();
     let definitions = data.stored_definitions.take().unwrap_or_default();
+    broker.set_spill_files(data.spill.clone());
     restore_into(broker, &data.store, definitions, recovered, now)
 }
 

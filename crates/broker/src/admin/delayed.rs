@@ -63,7 +63,7 @@ impl Broker {
             .delayed
             .peek(limit)
             .filter_map(|(due, entry)| {
-                let message = read_back(queue, entry)?;
+                let message = read_back(queue, &entry)?;
                 Some(DelayedMessage { id: entry.seq, due, message })
             })
             .collect())
@@ -142,7 +142,10 @@ impl Broker {
     ) -> Result<DelayedMatches, DelayedError> {
         let queue = self.queues.get(&self.queue_id(vhost, queue)?).ok_or(DelayedError::QueueNotFound)?;
         let (mut found, mut examined, mut reads, mut last) = (Vec::new(), 0, 0, None);
-        for (due, waiting) in queue.delayed.after(cursor.map(|c| (c.due, c.id))) {
+        let examined_at_most = slice.examined.max(1);
+        let candidates = queue.delayed.after(cursor.map(|c| (c.due, c.id)), examined_at_most);
+        let complete = candidates.len() < examined_at_most;
+        for (due, waiting) in candidates {
             if examined == slice.examined.max(1) || reads == slice.reads.max(1) {
                 return Ok(DelayedMatches { found, next: last });
             }
@@ -155,7 +158,7 @@ impl Broker {
                 found.push(key);
             }
         }
-        Ok(DelayedMatches { found, next: None })
+        Ok(DelayedMatches { found, next: if complete { None } else { last } })
     }
 
     /// Where the delayed message `id` of a queue waits (a scan of its due times).

@@ -29,10 +29,32 @@ impl crate::broker::Broker {
     /// Attaches the store reader: from now on recovered and stored messages of durable queues
     /// may be kept as locations only (ADR 0007). Call before `restore`.
     pub fn set_message_source(&mut self, source: std::sync::Arc<dyn MessageSource>) {
-        self.pager = crate::queue::paging::Pager::new(Some(source.clone()), self.pager.limits);
+        self.pager.set_source(source.clone());
         for queue in self.queues.values_mut() {
-            queue.pager = crate::queue::paging::Pager::new(Some(source.clone()), queue.pager.limits);
+            queue.pager.set_source(source.clone());
         }
+    }
+
+    /// Attaches the spill files where queues keep far-future delayed messages (ADR 0013). Call
+    /// before `restore`: a queue that already holds delayed messages keeps them in memory.
+    pub fn set_spill_files(&mut self, files: std::sync::Arc<dyn crate::queue::SpillFiles>) {
+        self.pager.set_spill_files(files.clone());
+        for queue in self.queues.values_mut() {
+            queue.pager.set_spill_files(files.clone());
+            if queue.delayed.message_count() == 0 {
+                queue.delayed = crate::queue::delay::DelayIndex::with_spill_files(
+                    Some(files.clone()),
+                    format!("q{}", queue.id.0),
+                );
+            }
+        }
+    }
+
+    /// Delayed messages held on disk only, and far records that did not read back (all queues).
+    pub fn far_delayed_messages(&self) -> (usize, u64) {
+        self.queues.values().fold((0, 0), |(count, damaged), q| {
+            (count + q.delayed.far_message_count(), damaged + q.delayed.damaged_far_records())
+        })
     }
 
     /// How much of each durable queue stays in memory (applies to every queue).

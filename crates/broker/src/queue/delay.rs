@@ -2,18 +2,34 @@
 //! their target queue, invisible and not counted as ready, until due. One ordered index per
 //! queue keyed by (due, seq): no task or timer per message, ties in publish order.
 //!
+//! Two tiers (ADR 0013, phase 1). The *near* tier holds in memory what falls due within
+//! [`NEAR_HORIZON_MS`], and every message that is not paged out. A paged-out, stored message
+//! due later is kept only on disk, in the *far* tier (`far_delays.rs`), and loaded into the near
+//! tier a horizon ahead of its due time, so a timer never waits on a read.
+//!
 //! Leaves to others: reading `x-delay` at publish (`exchange/delayed.rs`), moving due messages
 //! to ready (`Broker::promote_due`), TTL (it starts when the message becomes ready).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload, Seq};
+use super::far_delays::{FarTier, SpillFiles};
 use crate::message::Message;
 use crate::time::Timestamp;
 
+/// Stored delayed messages due further ahead than this wait on disk only.
+pub const NEAR_HORIZON_MS: u64 = 60_000;
+/// A load also brings what falls due this much past the horizon, so that each spill file is read
+/// once per stretch of due times rather than at every tick.
+const LOAD_SLACK_MS: u64 = 10_000;
+/// Messages one load brings from disk at most (about 1.3 MB read); the rest follow at the next
+/// timer, at once.
+pub const MAX_LOAD: usize = 16_384;
+
 /// A waiting message and whether it is new to the queue (its TTL starts when it becomes ready)
 /// or coming back (it keeps its deadline and place).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Waiting {
     pub entry: Entry,
     pub returning: bool,
@@ -21,8 +37,13 @@ pub(crate) struct Waiting {
 
 #[derive(Debug, Default)]
 pub(crate) struct DelayIndex {
-    waiting: BTreeMap<(Timestamp, Seq), Waiting>,
-    body_bytes: usize,
+    near: BTreeMap<(Timestamp, Seq), Waiting>,
+    near_bytes: usize,
+    /// None: everything stays near (no spill files: tests, a broker without a data directory).
+    far: Option<FarTier>,
+    /// Stored messages due after this go far: the last load's `now` plus the horizon. A stale
+    /// value only sends a message far that the next load (due at once) brings back.
+    far_from: Timestamp,
 }
 
 /// A delayed message as listings show it.
@@ -34,22 +55,65 @@ pub struct DelayedInfo {
 }
 
 impl DelayIndex {
+    /// An index whose far tier lives in `files`, named after `prefix`.
+    pub fn with_spill_files(files: Option<Arc<dyn SpillFiles>>, prefix: String) -> Self {
+        DelayIndex { far: files.map(|files| FarTier::new(files, prefix)), ..DelayIndex::default() }
+    }
+
     pub fn insert(&mut self, due: Timestamp, waiting: Waiting) {
-        self.body_bytes += waiting.entry.body_size();
-        self.waiting.insert((due, waiting.entry.seq), waiting);
+        let waiting = match &mut self.far {
+            Some(far) if due > self.far_from => match far.push(due, waiting) {
+                Ok(()) => return,
+                Err(waiting) => waiting,
+            },
+            _ => waiting,
+        };
+        self.insert_near(due, waiting);
+    }
+
+    fn insert_near(&mut self, due: Timestamp, waiting: Waiting) {
+        self.near_bytes += waiting.entry.body_size();
+        self.near.insert((due, waiting.entry.seq), waiting);
     }
 
     /// The earliest due time.
-    pub fn next(&self) -> Option<Timestamp> {
-        self.waiting.first_key_value().map(|((due, _), _)| *due)
+    pub fn next_due(&self) -> Option<Timestamp> {
+        let far = self.far.as_ref().and_then(FarTier::next_due);
+        [self.near.first_key_value().map(|((due, _), _)| *due), far].into_iter().flatten().min()
+    }
+
+    /// When this index next has work: a message due, or far messages to load a horizon ahead.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        let load = self
+            .far
+            .as_ref()
+            .and_then(FarTier::next_due)
+            .map(|due| due.saturating_sub_millis(NEAR_HORIZON_MS));
+        [self.near.first_key_value().map(|((due, _), _)| *due), load].into_iter().flatten().min()
+    }
+
+    /// Brings the far messages due within the horizon of `now` (and a little after) into the
+    /// near tier, [`MAX_LOAD`] at most; `next_deadline` says `now` again while more are due.
+    pub fn load_due_soon(&mut self, now: Timestamp) {
+        self.far_from = self.far_from.max(now.saturating_add_millis(NEAR_HORIZON_MS));
+        let Some(far) = &mut self.far else { return };
+        if far.next_due().is_none_or(|due| due > self.far_from) {
+            return;
+        }
+        let mut loaded = Vec::new();
+        far.load(self.far_from.saturating_add_millis(LOAD_SLACK_MS), MAX_LOAD, &mut loaded);
+        for (due, waiting) in loaded {
+            self.insert_near(due, waiting);
+        }
     }
 
     /// Removes and returns one message due at `now`, earliest first (ties in publish order).
+    /// Only the near tier: far messages come near a horizon before they are due.
     pub fn pop_due(&mut self, now: Timestamp) -> Option<(Timestamp, Waiting)> {
-        match self.waiting.first_key_value() {
+        match self.near.first_key_value() {
             Some(((due, _), _)) if *due <= now => {
-                let ((due, _), waiting) = self.waiting.pop_first()?;
-                self.body_bytes -= waiting.entry.body_size();
+                let ((due, _), waiting) = self.near.pop_first()?;
+                self.near_bytes -= waiting.entry.body_size();
                 Some((due, waiting))
             }
             _ => None,
@@ -57,35 +121,57 @@ impl DelayIndex {
     }
 
     pub fn message_count(&self) -> usize {
-        self.waiting.len()
+        self.near.len() + self.far.as_ref().map_or(0, FarTier::message_count)
     }
 
     pub fn body_bytes(&self) -> usize {
-        self.body_bytes
+        self.near_bytes + self.far.as_ref().map_or(0, FarTier::body_bytes)
     }
 
-    /// The due time of the waiting message with this seq (a scan: an operator action, not a hot
-    /// path).
+    /// Messages held on disk only (ADR 0013).
+    pub fn far_message_count(&self) -> usize {
+        self.far.as_ref().map_or(0, FarTier::message_count)
+    }
+
+    /// Far records that did not read back intact (their messages come back at a restart).
+    pub fn damaged_far_records(&self) -> u64 {
+        self.far.as_ref().map_or(0, |far| far.damaged)
+    }
+
+    /// The due time of the waiting message with this seq (a scan, of the far tier's files too:
+    /// an operator action, not a hot path).
     pub fn due_of(&self, seq: Seq) -> Option<Timestamp> {
-        self.waiting.keys().find(|(_, s)| *s == seq).map(|(due, _)| *due)
+        let near = self.near.keys().find(|(_, s)| *s == seq).map(|(due, _)| *due);
+        near.or_else(|| self.far.as_ref()?.due_of(seq))
     }
 
     /// Takes out the waiting message (`due`, `seq`).
     pub fn remove_at(&mut self, due: Timestamp, seq: Seq) -> Option<Waiting> {
-        let waiting = self.waiting.remove(&(due, seq))?;
-        self.body_bytes -= waiting.entry.body_size();
-        Some(waiting)
+        if let Some(waiting) = self.near.remove(&(due, seq)) {
+            self.near_bytes -= waiting.entry.body_size();
+            return Some(waiting);
+        }
+        self.far.as_mut()?.remove(due, seq)
     }
 
-    /// The waiting messages after (`due`, `seq`) in due order (from the first without a cursor).
-    pub fn after(&self, cursor: Option<(Timestamp, Seq)>) -> impl Iterator<Item = (Timestamp, &Waiting)> {
+    /// Up to `limit` waiting messages after (`due`, `seq`) in due order (from the first without
+    /// a cursor), copied out of both tiers.
+    pub fn after(&self, cursor: Option<(Timestamp, Seq)>, limit: usize) -> Vec<(Timestamp, Waiting)> {
         use std::ops::Bound::{Excluded, Unbounded};
         let start = cursor.map_or(Unbounded, Excluded);
-        self.waiting.range((start, Unbounded)).map(|((due, _), waiting)| (*due, waiting))
+        let mut found: Vec<(Timestamp, Waiting)> =
+            self.near.range((start, Unbounded)).take(limit).map(|((due, _), w)| (*due, w.clone())).collect();
+        if let Some(far) = &self.far {
+            found.extend(far.after(cursor, limit));
+            found.sort_unstable_by_key(|(due, waiting)| (*due, waiting.entry.seq));
+            found.truncate(limit);
+        }
+        found
     }
 
     /// Replaces the message of waiting entry (`due`, `seq`) — if it is still `persist_id`'s and
-    /// in memory — with what `page_out` makes of it (ADR 0007); returns whether it did.
+    /// in memory — with what `page_out` makes of it (ADR 0007), and moves it to the far tier if
+    /// it is due past the horizon; returns whether it paged out.
     pub fn page_out(
         &mut self,
         due: Timestamp,
@@ -93,27 +179,31 @@ impl DelayIndex {
         persist_id: u64,
         page_out: impl FnOnce(&Message) -> Option<Paged>,
     ) -> bool {
-        let Some(waiting) = self.waiting.get_mut(&(due, seq)) else { return false };
+        let Some(waiting) = self.near.get_mut(&(due, seq)) else { return false };
         let entry = &mut waiting.entry;
         if entry.persist_id() != Some(persist_id) {
             return false;
         }
         let Some(paged) = entry.resident().and_then(|message| page_out(message)) else { return false };
         entry.payload = Payload::Paged(paged);
+        if self.far.is_some() && due > self.far_from {
+            if let Some(waiting) = self.remove_at(due, seq) {
+                self.insert(due, waiting);
+            }
+        }
         true
     }
 
     /// The first `limit` waiting messages in due order with their content, without taking them.
-    pub fn peek(&self, limit: usize) -> impl Iterator<Item = (Timestamp, &Entry)> {
-        self.waiting.iter().take(limit).map(|((due, _), w)| (*due, &w.entry))
+    pub fn peek(&self, limit: usize) -> impl Iterator<Item = (Timestamp, Entry)> {
+        self.after(None, limit).into_iter().map(|(due, waiting)| (due, waiting.entry))
     }
 
     /// The first `limit` waiting messages in due order, without taking them.
     pub fn list(&self, limit: usize) -> Vec<DelayedInfo> {
-        self.waiting
-            .iter()
-            .take(limit)
-            .map(|((due, seq), w)| DelayedInfo { seq: *seq, due: *due, body_size: w.entry.body_size() })
+        self.after(None, limit)
+            .into_iter()
+            .map(|(due, w)| DelayedInfo { seq: w.entry.seq, due, body_size: w.entry.body_size() })
             .collect()
     }
 }
@@ -121,26 +211,112 @@ impl DelayIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+    use crate::message::Hot;
+    use crate::persist::RecordLocation;
+    use crate::queue::far_delays::MemorySpillFiles;
 
     fn waiting(seq: Seq) -> Waiting {
         let message =
             Message::new(Default::default(), Default::default(), Default::default(), vec![1u8; 2].into());
-        Waiting { entry: Entry::new(seq, Arc::new(message), None, None, None), returning: false }
+        Waiting { entry: Entry::new(seq, Arc::new(message), None, None, Some(100 + seq)), returning: false }
+    }
+
+    fn paged(seq: Seq) -> Waiting {
+        let location = RecordLocation { segment: 1, offset: 64, record_bytes: 100 };
+        let paged = Paged::new(location, Hot::new(None, 0, true), 2).unwrap();
+        Waiting {
+            entry: Entry::with_payload(seq, Payload::Paged(paged), None, None, Some(100 + seq)),
+            returning: false,
+        }
+    }
+
+    fn t(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    fn spilled() -> (Arc<MemorySpillFiles>, DelayIndex) {
+        let files = Arc::new(MemorySpillFiles::default());
+        (files.clone(), DelayIndex::with_spill_files(Some(files), "q".to_owned()))
     }
 
     /// Due messages come out in due order, ties in publish (seq) order, only once due.
     #[test]
     fn due_order_with_ties_in_publish_order() {
         let mut index = DelayIndex::default();
-        let t = Timestamp::from_millis;
         index.insert(t(20), waiting(1));
         index.insert(t(10), waiting(3));
         index.insert(t(10), waiting(2));
-        assert_eq!((index.message_count(), index.body_bytes(), index.next()), (3, 6, Some(t(10))));
+        assert_eq!((index.message_count(), index.body_bytes(), index.next_due()), (3, 6, Some(t(10))));
         assert!(index.pop_due(t(9)).is_none());
         let order: Vec<Seq> = std::iter::from_fn(|| index.pop_due(t(20))).map(|(_, w)| w.entry.seq).collect();
         assert_eq!(order, vec![2, 3, 1]);
         assert_eq!(index.body_bytes(), 0);
+    }
+
+    /// A paged message due past the horizon waits on disk only; the index's deadline is a
+    /// horizon before its due time, when a load brings it near, and it then fires on time.
+    #[test]
+    fn far_messages_load_a_horizon_ahead() {
+        let (_, mut index) = spilled();
+        let now = t(1_000_000);
+        index.load_due_soon(now);
+        let due = now.saturating_add_millis(NEAR_HORIZON_MS + 5_000);
+        index.insert(due, paged(1));
+        index.insert(due, waiting(2));
+        assert_eq!((index.message_count(), index.far_message_count()), (2, 1), "the resident one stays near");
+        assert_eq!(index.next_due(), Some(due));
+        let load_at = due.saturating_sub_millis(NEAR_HORIZON_MS);
+        assert_eq!(index.next_deadline(), Some(load_at));
+        index.load_due_soon(load_at.saturating_sub_millis(1));
+        assert_eq!(index.far_message_count(), 1, "not yet within the horizon");
+        index.load_due_soon(load_at);
+        assert_eq!((index.message_count(), index.far_message_count()), (2, 0));
+        assert_eq!(index.next_deadline(), Some(due));
+        assert!(index.pop_due(due.saturating_sub_millis(1)).is_none(), "never early");
+        let order: Vec<Seq> = std::iter::from_fn(|| index.pop_due(due)).map(|(_, w)| w.entry.seq).collect();
+        assert_eq!(order, vec![1, 2], "ties keep publish order across the tiers");
+    }
+
+    /// Within the horizon, or without spill files, a paged message stays near.
+    #[test]
+    fn near_messages_stay_in_memory() {
+        let (_, mut index) = spilled();
+        index.load_due_soon(t(1_000));
+        index.insert(t(1_000 + NEAR_HORIZON_MS - 1), paged(1));
+        assert_eq!(index.far_message_count(), 0);
+        let mut plain = DelayIndex::default();
+        plain.insert(t(u64::MAX / 4), paged(2));
+        assert_eq!((plain.message_count(), plain.far_message_count()), (1, 0));
+    }
+
+    /// A message paged out after it was stored moves far when it is due past the horizon.
+    #[test]
+    fn paging_out_moves_a_far_message_to_disk() {
+        let (_, mut index) = spilled();
+        index.load_due_soon(t(0));
+        let due = t(NEAR_HORIZON_MS * 10);
+        index.insert(due, waiting(1));
+        assert_eq!(index.far_message_count(), 0);
+        let location = RecordLocation { segment: 1, offset: 64, record_bytes: 100 };
+        assert!(index.page_out(due, 1, 101, |m| Paged::new(location, m.hot(), m.body_size())));
+        assert_eq!((index.message_count(), index.far_message_count(), index.body_bytes()), (1, 1, 2));
+    }
+
+    /// Listing, lookup and removal see both tiers, in due order.
+    #[test]
+    fn listings_and_removal_cover_both_tiers() {
+        let (_, mut index) = spilled();
+        index.load_due_soon(t(0));
+        let far = t(NEAR_HORIZON_MS * 3);
+        index.insert(far, paged(1));
+        index.insert(t(10), waiting(2));
+        index.insert(far.saturating_add_millis(1), waiting(3));
+        let listed: Vec<(Timestamp, Seq)> = index.list(10).iter().map(|i| (i.due, i.seq)).collect();
+        assert_eq!(listed, vec![(t(10), 2), (far, 1), (far.saturating_add_millis(1), 3)]);
+        let after: Vec<Seq> = index.after(Some((t(10), 2)), 1).iter().map(|(_, w)| w.entry.seq).collect();
+        assert_eq!(after, vec![1]);
+        assert_eq!(index.due_of(1), Some(far));
+        assert_eq!(index.remove_at(far, 1).map(|w| w.entry.seq), Some(1));
+        assert_eq!((index.message_count(), index.far_message_count()), (2, 0));
     }
 }

@@ -10,6 +10,7 @@ pub(crate) mod delay;
 pub(crate) mod delivery_limit;
 pub(crate) mod entry;
 pub(crate) mod expires;
+pub(crate) mod far_delays;
 pub(crate) mod overflow;
 pub(crate) mod paging;
 pub(crate) mod ready;
@@ -30,9 +31,10 @@ pub(crate) use args::SettingError;
 pub use args::{DeadLetterStrategy, Overflow, QueueArgs, QueueSettings, QueueType};
 use consumers::Consumers;
 pub use dead_letter::DeathReason;
-pub use delay::DelayedInfo;
 use delay::{DelayIndex, Waiting};
+pub use delay::{DelayedInfo, NEAR_HORIZON_MS};
 use entry::{Entry, Paged, Payload, Seq};
+pub use far_delays::{MemorySpillFiles, SpillFiles};
 use paging::Pager;
 pub use paging::PagingLimits;
 use ready::Ready;
@@ -132,7 +134,7 @@ impl Queue {
             last_used: now,
             scheduled: None,
             counters: QueueCounters::default(),
-            delayed: DelayIndex::default(),
+            delayed: DelayIndex::with_spill_files(pager.spill_files(), format!("q{}", id.0)),
             visibility: VisibilityIndex::default(),
             pager,
             dispatch_again: None,
@@ -333,7 +335,7 @@ impl Queue {
     /// The earliest time this queue has timer work: a message deadline or its own expiry.
     pub fn next_deadline(&self) -> Option<Timestamp> {
         let expiry = expires::deadline(self.args.expires_ms, self.last_used, !self.consumers.is_empty());
-        [self.ttl.next(), expiry, self.delayed.next(), self.visibility.next(), self.dispatch_again]
+        [self.ttl.next(), expiry, self.delayed.next_deadline(), self.visibility.next(), self.dispatch_again]
             .into_iter()
             .flatten()
             .min()

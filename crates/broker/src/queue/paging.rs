@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload};
+use super::far_delays::SpillFiles;
 use crate::message::Message;
 use crate::persist::{decode_record, MessageSource, RecordLocation};
 
@@ -59,6 +60,8 @@ pub(crate) struct Pager {
     /// None: nothing is ever paged (no store; tests; non-durable queues still get one but never
     /// hold paged entries, as only persisted messages are paged).
     source: Option<Arc<dyn MessageSource>>,
+    /// Where far-future delayed messages wait (ADR 0013); None: they stay in memory.
+    spill: Option<Arc<dyn SpillFiles>>,
     pub limits: PagingLimits,
     /// Store ids of messages whose record could not be read back: dropped, to be settled.
     lost: Vec<u64>,
@@ -69,8 +72,18 @@ pub(crate) struct Pager {
 }
 
 impl Pager {
-    pub fn new(source: Option<Arc<dyn MessageSource>>, limits: PagingLimits) -> Self {
-        Pager { source, limits, lost: Vec::new(), unreadable: 0, reads: 0 }
+    /// Reads paged messages back through `source` from now on.
+    pub fn set_source(&mut self, source: Arc<dyn MessageSource>) {
+        self.source = Some(source);
+    }
+
+    /// Queues made with this pager keep far-future delayed messages in `spill`.
+    pub fn set_spill_files(&mut self, spill: Arc<dyn SpillFiles>) {
+        self.spill = Some(spill);
+    }
+
+    pub fn spill_files(&self) -> Option<Arc<dyn SpillFiles>> {
+        self.spill.clone()
     }
 
     /// Whether messages may be paged out (a source to read them back is attached).

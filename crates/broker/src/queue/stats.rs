@@ -67,7 +67,7 @@ impl QueueStats {
             message_bytes_persistent: in_queue.persistent_bytes,
             messages_delayed: queue.delayed.message_count(),
             message_bytes_delayed: queue.delayed.body_bytes(),
-            next_due: queue.delayed.next(),
+            next_due: queue.delayed.next_due(),
             messages_with_ttl: queue.ttl.message_count(),
             next_expiry: queue.ttl.next(),
             last_expiry: queue.ttl.last(),

@@ -1,0 +1,87 @@
+//! The broker's spill files (ADR 0013, phase 1): far-future delayed messages as sorted runs of
+//! records in `<data dir>/delays/`. They are not durable state (the message log is), so the
+//! directory is emptied when the broker opens it and nothing here is ever synced.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use hourglass_broker::queue::SpillFiles;
+
+/// A directory of spill files, emptied at open.
+#[derive(Debug)]
+pub struct SpillDir {
+    dir: PathBuf,
+}
+
+impl SpillDir {
+    /// Opens `dir`, deleting whatever an earlier run left in it.
+    pub fn open(dir: &Path) -> io::Result<SpillDir> {
+        match fs::remove_dir_all(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        fs::create_dir_all(dir)?;
+        Ok(SpillDir { dir: dir.to_owned() })
+    }
+
+    fn path(&self, name: &str) -> Result<PathBuf, String> {
+        // Names come from the broker (`q<id>-<run>.run`); anything that could leave the
+        // directory is refused rather than joined.
+        if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
+            return Err(format!("bad spill file name {name:?}"));
+        }
+        Ok(self.dir.join(name))
+    }
+}
+
+impl SpillFiles for SpillDir {
+    fn write(&self, name: &str, bytes: &[u8]) -> Result<(), String> {
+        let path = self.path(name)?;
+        fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn read_at(&self, name: &str, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+        let path = self.path(name)?;
+        let file = File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut bytes = vec![0u8; len];
+        file.read_exact_at(&mut bytes, offset).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(bytes)
+    }
+
+    fn remove(&self, name: &str) {
+        if let Ok(path) = self.path(name) {
+            if let Err(e) = fs::remove_file(&path) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot delete a spill file");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Files are written, read back by position and deleted; what an earlier run left is gone
+    /// at open; names that would leave the directory are refused.
+    #[test]
+    fn writes_reads_and_starts_empty() {
+        let dir = std::env::temp_dir().join(format!("hg-spill-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("q1-0.run"), b"left over").unwrap();
+        let spill = SpillDir::open(&dir).unwrap();
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
+        spill.write("q1-1.run", b"0123456789").unwrap();
+        assert_eq!(spill.read_at("q1-1.run", 3, 4).unwrap(), b"3456");
+        assert!(spill.read_at("q1-1.run", 8, 4).is_err(), "a short read is an error");
+        assert!(spill.write("../escape", b"x").is_err());
+        spill.remove("q1-1.run");
+        spill.remove("q1-1.run");
+        assert!(spill.read_at("q1-1.run", 0, 1).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
