@@ -87,8 +87,10 @@ impl SpillFiles for MemorySpillFiles {
 pub(crate) const RECORD_BYTES: usize = 80;
 /// Records a far tier buffers before it sorts them and writes them as a run (1.3 MB).
 const RUN_RECORDS: usize = 16_384;
-/// Records read from a run at once.
+/// Records a load or a scan reads from a run at once (80 KB).
 const READ_CHUNK: usize = 1024;
+/// Records a listing first reads from each run (it reads on in growing chunks).
+const LIST_CHUNK: usize = 16;
 const NO_TIME: u64 = u64::MAX;
 const REDELIVERED: u8 = 1;
 const RETURNING: u8 = 2;
@@ -170,11 +172,13 @@ fn decode(record: &[u8]) -> Result<(Timestamp, Waiting), Damaged> {
     Ok((due, Waiting { entry, returning: flags & RETURNING != 0 }))
 }
 
-/// A run: `len` records sorted by (due, id), read up to `cursor`.
+/// A run: `len` records sorted by (due, id), read up to `cursor`, holding ids from `ids.0` to
+/// `ids.1` (ids grow with publish order, so a lookup by id reads about one run, not all).
 #[derive(Debug)]
 struct Run {
     len: u64,
     cursor: u64,
+    ids: (Seq, Seq),
 }
 
 /// A queue's far-future delayed messages, on disk.
@@ -262,7 +266,9 @@ impl FarTier {
         }
         self.next_run += 1;
         let first_due = Timestamp::from_millis(key_of(&self.buffer[0]).0);
-        self.runs.insert(number, Run { len: self.buffer.len() as u64, cursor: 0 });
+        let ids = self.buffer.iter().map(|record| key_of(record.as_slice()).1);
+        let ids = ids.fold((Seq::MAX, Seq::MIN), |(low, high), id| (low.min(id), high.max(id)));
+        self.runs.insert(number, Run { len: self.buffer.len() as u64, cursor: 0, ids });
         self.heads.insert((first_due, number));
         self.buffer = Vec::new();
         self.buffer_first_due = None;
@@ -307,7 +313,7 @@ impl FarTier {
         limit: usize,
         out: &mut Vec<(Timestamp, Waiting)>,
     ) -> usize {
-        let Some(&Run { len, mut cursor }) = self.runs.get(&run) else { return 0 };
+        let Some(&Run { len, mut cursor, ids }) = self.runs.get(&run) else { return 0 };
         let mut loaded = 0;
         let mut head = None;
         'chunks: while cursor < len {
@@ -335,7 +341,7 @@ impl FarTier {
         }
         match head {
             Some(due) => {
-                self.runs.insert(run, Run { len, cursor });
+                self.runs.insert(run, Run { len, cursor, ids });
                 self.heads.insert((due, run));
             }
             None => {
@@ -434,12 +440,12 @@ impl FarTier {
         None
     }
 
-    /// The due time of message `id` (a scan of every record: an operator action).
+    /// The due time of message `id`: a scan of the runs whose ids span it (usually one).
     pub fn due_of(&self, id: Seq) -> Option<Timestamp> {
         if let Some(record) = self.buffer.iter().find(|record| key_of(record.as_slice()).1 == id) {
             return Some(Timestamp::from_millis(key_of(record).0));
         }
-        for (&run, r) in &self.runs {
+        for (&run, r) in self.runs.iter().filter(|(_, r)| (r.ids.0..=r.ids.1).contains(&id)) {
             let mut at = r.cursor;
             while at < r.len {
                 let count = (r.len - at).min(READ_CHUNK as u64);
@@ -456,12 +462,15 @@ impl FarTier {
         None
     }
 
-    /// Up to `limit` messages after `cursor` in (due, id) order, without taking them.
+    /// Up to `limit` messages after `cursor` in (due, id) order, without taking them: a merge of
+    /// the buffer and every run from the cursor on, reading each run a few records at a time,
+    /// so a page costs about `limit` records plus a binary search and one small read per run.
     pub fn after(&self, cursor: Option<(Timestamp, Seq)>, limit: usize) -> Vec<(Timestamp, Waiting)> {
         let after = cursor.map(|(due, id)| (due.as_millis(), id));
-        let past = |record: &[u8]| after.is_none_or(|a| key_of(record) > a);
-        let mut found: Vec<(Timestamp, Waiting)> =
-            self.buffer.iter().filter(|r| past(r.as_slice())).filter_map(|r| decode(r).ok()).collect();
+        let mut buffered: Vec<&Record> =
+            self.buffer.iter().filter(|r| after.is_none_or(|a| key_of(r.as_slice()) > a)).collect();
+        buffered.sort_unstable_by_key(|r| key_of(r.as_slice()));
+        let mut readers: Vec<RunReader> = Vec::new();
         for (&run, r) in &self.runs {
             let from = match after {
                 Some(a) => match self.first_not(run, |k| k <= a) {
@@ -470,26 +479,81 @@ impl FarTier {
                 },
                 None => r.cursor,
             };
-            let mut at = from;
-            let mut taken = 0;
-            while at < r.len && taken < limit {
-                let count = (r.len - at).min(limit as u64 - taken as u64).min(READ_CHUNK as u64);
-                let Ok(chunk) = self.read_records(run, at, count) else { break };
-                for (i, record) in chunk.chunks_exact(RECORD_BYTES).enumerate() {
-                    if self.cancelled.contains(&(run, at + i as u64)) {
-                        continue;
-                    }
-                    if let Ok(message) = decode(record) {
-                        found.push(message);
-                        taken += 1;
-                    }
-                }
-                at += count;
+            readers.push(RunReader { run, at: from, end: r.len, chunk: Vec::new(), pos: 0 });
+        }
+        // The next record of each source by key; source `readers.len()` is the buffer.
+        let mut heads = std::collections::BinaryHeap::new();
+        for (source, reader) in readers.iter_mut().enumerate() {
+            if let Some(key) = reader.peek(self) {
+                heads.push(std::cmp::Reverse((key, source)));
             }
         }
-        found.sort_unstable_by_key(|(due, waiting)| (*due, waiting.entry.seq));
-        found.truncate(limit);
+        let mut next_buffered = 0;
+        if let Some(record) = buffered.first() {
+            heads.push(std::cmp::Reverse((key_of(record.as_slice()), readers.len())));
+        }
+        let mut found = Vec::new();
+        while found.len() < limit {
+            let Some(std::cmp::Reverse((_, source))) = heads.pop() else { break };
+            let (record, index) = if source == readers.len() {
+                let record = buffered[next_buffered].to_vec();
+                next_buffered += 1;
+                if let Some(next) = buffered.get(next_buffered) {
+                    heads.push(std::cmp::Reverse((key_of(next.as_slice()), source)));
+                }
+                (record, None)
+            } else {
+                let reader = &mut readers[source];
+                let taken = reader.take();
+                if let Some(key) = reader.peek(self) {
+                    heads.push(std::cmp::Reverse((key, source)));
+                }
+                let (record, at) = taken;
+                (record, Some((reader.run, at)))
+            };
+            if index.is_some_and(|at| self.cancelled.contains(&at)) {
+                continue;
+            }
+            if let Ok(message) = decode(&record) {
+                found.push(message);
+            }
+        }
         found
+    }
+}
+
+/// A run read forward for a listing: a small chunk at a time, growing as it is used.
+struct RunReader {
+    run: u64,
+    at: u64,
+    end: u64,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl RunReader {
+    /// The key of the next record, reading a chunk when the last one is used up (`None`: the
+    /// run ends here, or cannot be read).
+    fn peek(&mut self, tier: &FarTier) -> Option<(u64, u64)> {
+        if self.pos == self.chunk.len() {
+            let read_so_far = self.chunk.len() / RECORD_BYTES;
+            let count = (self.end - self.at).min((read_so_far * 2).clamp(LIST_CHUNK, READ_CHUNK) as u64);
+            if count == 0 {
+                return None;
+            }
+            self.chunk = tier.read_records(self.run, self.at, count).ok()?;
+            self.pos = 0;
+        }
+        Some(key_of(&self.chunk[self.pos..self.pos + RECORD_BYTES]))
+    }
+
+    /// The record `peek` looked at, and its index in the run.
+    fn take(&mut self) -> (Vec<u8>, u64) {
+        let record = self.chunk[self.pos..self.pos + RECORD_BYTES].to_vec();
+        let at = self.at;
+        self.pos += RECORD_BYTES;
+        self.at += 1;
+        (record, at)
     }
 }
 
@@ -625,6 +689,33 @@ mod tests {
         far.load(t(u64::MAX / 2), usize::MAX, &mut out);
         assert_eq!(out.len(), n as usize - 2);
         assert!(out.iter().all(|(_, w)| w.entry.seq != 5 && w.entry.seq != n - 1));
+    }
+
+    /// A listing paged through with its cursor gives every message once, in (due, id) order,
+    /// across several runs and the buffer; a lookup by id finds one in any run.
+    #[test]
+    fn listings_page_through_every_run_in_order() {
+        let (_, mut far) = tier();
+        let n = RUN_RECORDS as u64 * 3 + 50;
+        for seq in 0..n {
+            far.push(t(10_000 + (seq * 37) % 1000), paged(seq, 1)).unwrap();
+        }
+        let mut listed = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = far.after(cursor, 4_000);
+            let Some((due, last)) = page.last() else { break };
+            cursor = Some((*due, last.entry.seq));
+            listed.extend(page.iter().map(|(due, w)| (*due, w.entry.seq)));
+        }
+        let mut all: Vec<(Timestamp, Seq)> = (0..n).map(|seq| (t(10_000 + (seq * 37) % 1000), seq)).collect();
+        all.sort();
+        assert_eq!(listed, all);
+        assert_eq!(
+            far.due_of(RUN_RECORDS as u64 + 7),
+            Some(t(10_000 + ((RUN_RECORDS as u64 + 7) * 37) % 1000))
+        );
+        assert_eq!(far.due_of(n + 1), None);
     }
 
     /// A damaged record is counted and left out (its message is still in the store's log);
