@@ -167,6 +167,15 @@ def fill(broker, count, via):
                  "--timeout-s", str(FILL_TIMEOUT_S)], timeout=FILL_TIMEOUT_S + 120)
 
 
+def peak_rss_kib(pid):
+    """VmHWM: the most resident memory the process has had (recovery's peak, read once it ends)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return None
+
+
 def recover_hourglass(broker, expected):
     """Starts the broker; seconds until its HTTP API first answers and until it reports exactly
     `expected` ({queue: delayed count})."""
@@ -184,7 +193,8 @@ def recover_hourglass(broker, expected):
         first_answer = first_answer or time.monotonic() - started
         if counts == expected:
             return {"first_http_answer_s": round(first_answer, 2),
-                    "exact_count_s": round(time.monotonic() - started, 2), "counts": counts}
+                    "exact_count_s": round(time.monotonic() - started, 2), "counts": counts,
+                    "peak_rss_kib": peak_rss_kib(broker.pid())}
         time.sleep(POLL_S)
     raise RuntimeError(f"after {RECOVERY_TIMEOUT_S} s the broker reports {counts}, expected {expected}")
 
@@ -304,6 +314,9 @@ def table(results):
         ("stop (SIGTERM → exit): s", lambda r: f"{r['stop_s']:.2f}"),
         ("restart until the exact count: s", lambda r: f"{r['recovery']['exact_count_s']:.2f}"),
         ("RSS when the count is first exact: MiB", lambda r: mib(r["rss_recovered_kib"])),
+        ("peak RSS while recovering (VmHWM): MiB (B per waiting message)",
+         lambda r: f'{mib(r["recovery"]["peak_rss_kib"])} ({r["recovery"]["peak_rss_kib"] * 1024 // r["count"]:,})'
+         if r.get("recovery", {}).get("peak_rss_kib") else "—"),
         ("RSS after recovery (settled; Hourglass: once the tracers are in): MiB",
          lambda r: mib(r["rss_recovered_settled_kib"])),
         ("RSS per waiting message, recovered: B", lambda r: f"{r['bytes_per_waiting_msg_recovered']:,.0f}"),

@@ -389,3 +389,43 @@ async fn far_future_delayed_messages_wait_in_spill_files_across_a_restart() {
     channel.queue_delete("later".into(), QueueDeleteOptions::default()).await.unwrap();
     assert_eq!(spill_files(&data_dir), 0, "the queue's spill files went with it");
 }
+
+/// Issue 23: the node reports what a restart would need to recover its stored messages
+/// (`/api/nodes`: `restart_mem_need`, the memory alarm's second limit), and it follows them: up
+/// with confirmed persistent messages, down when they are consumed.
+#[tokio::test]
+async fn the_restart_memory_need_follows_the_stored_messages() {
+    let broker = RunningBroker::start();
+    let need = || async {
+        let (status, body) = common::http(&broker, "GET", "/api/nodes", "").await;
+        assert_eq!(status, 200, "{body}");
+        let nodes: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let node = &nodes[0];
+        assert!(node["restart_mem_limit"].as_u64().unwrap() > 0, "{node}");
+        node["restart_mem_need"].as_u64().unwrap()
+    };
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel.queue_declare("kept".into(), durable(), FieldTable::default()).await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    for i in 0..10u8 {
+        let confirm = channel
+            .basic_publish("".into(), "kept".into(), Default::default(), &[i], persistent())
+            .await
+            .unwrap();
+        assert!(within("confirm", confirm).await.unwrap().is_ack());
+    }
+    let per_message = hourglass_server::alarm::RESTART_BYTES_PER_MESSAGE;
+    // The alarm monitor samples once a second: wait for a sample after the commit.
+    let deadline = std::time::Instant::now() + STEP;
+    while need().await != 10 * per_message {
+        assert!(std::time::Instant::now() < deadline, "restart need: {}", need().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(drain(&channel, "kept").await.len(), 10);
+    channel.queue_declare("sync-point".into(), durable(), FieldTable::default()).await.unwrap();
+    while need().await != 0 {
+        assert!(std::time::Instant::now() < deadline, "restart need: {}", need().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

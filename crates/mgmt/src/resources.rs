@@ -17,6 +17,11 @@ pub struct ResourceStatus {
     /// `disk_free_limit` in bytes.
     pub disk_free_limit: u64,
     pub disk_free_alarm: bool,
+    /// Memory a restart would need to recover the messages in the log now (the server's
+    /// estimate), and what it may take; past it the memory alarm is raised too, so that the
+    /// broker never holds more than it can restart with.
+    pub restart_mem_need: u64,
+    pub restart_mem_limit: u64,
 }
 
 impl ResourceStatus {

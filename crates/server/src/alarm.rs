@@ -29,6 +29,15 @@ pub const MEMORY_NEAR_FRACTION: f64 = 0.8;
 /// Free disk is near its limit under twice the limit, or under the limit plus this much: a
 /// writer at disk speed covers 256 MiB in well under a second.
 pub const DISK_NEAR_MARGIN_BYTES: u64 = 256 * 1024 * 1024;
+/// What recovering one live message costs at its peak, measured: a restart reads the whole log
+/// and holds every live message's location and metadata at once, then hands them to the broker
+/// (VmHWM 2,830 MiB for 10M waiting messages, 296 B each: docs/benchmarks.md). Rounded up.
+pub const RESTART_BYTES_PER_MESSAGE: u64 = 320;
+/// The share of the machine's memory a restart may take. Past it the memory alarm blocks
+/// publishers even though the running broker is far under its watermark (a far-future delayed
+/// message costs ~30 B while running, ADR 0013): a node must always be able to start again.
+pub const RESTART_MEMORY_FRACTION: f64 = 0.8;
+
 /// Growth of the unfinished-message bytes held by all connections, or of the bytes they publish,
 /// that triggers a sample at once: small beside any watermark, large enough that even 1 GB/s of
 /// publishing costs ~125 samples a second (a few ms of CPU).
@@ -141,7 +150,25 @@ pub fn evaluate(
         // An unreadable file system raises no alarm: RabbitMQ's disk monitor also stays quiet
         // when it cannot measure.
         disk_free_alarm: disk_free.is_some_and(|free| free < disk_free_limit),
+        // Added by `with_restart_need`.
+        restart_mem_need: 0,
+        restart_mem_limit: 0,
     }
+}
+
+/// What a restart would need to recover `stored_messages`, and what it may take of `total`
+/// memory (0 while unknown: no alarm then).
+pub fn restart_memory(stored_messages: u64, total: Option<u64>) -> (u64, u64) {
+    let need = stored_messages.saturating_mul(RESTART_BYTES_PER_MESSAGE);
+    (need, total.map_or(0, |total| (total as f64 * RESTART_MEMORY_FRACTION) as u64))
+}
+
+/// Adds the restart need to a sample: past its limit the memory alarm is up.
+pub fn with_restart_need(mut sample: ResourceStatus, need: u64, limit: u64) -> ResourceStatus {
+    sample.restart_mem_need = need;
+    sample.restart_mem_limit = limit;
+    sample.mem_alarm |= limit > 0 && need > limit;
+    sample
 }
 
 /// Samples memory and the data directory's disk until every receiver is gone, raising and
@@ -152,8 +179,10 @@ pub async fn monitor(
     mut limits: watch::Receiver<AlarmLimits>,
     data_dir: std::path::PathBuf,
     inbound: std::sync::Arc<InboundContent>,
+    stored_messages: std::sync::Arc<AtomicU64>,
     status: watch::Sender<ResourceStatus>,
 ) {
+    let total = total_memory_bytes();
     let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
@@ -163,11 +192,16 @@ pub async fn monitor(
             Ok(()) = limits.changed() => {}
         }
         let current = *limits.borrow_and_update();
-        let sample = evaluate(
-            hourglass_mgmt::metrics::resident_memory_bytes(),
-            current.mem_limit,
-            disk_free_bytes(&data_dir),
-            current.disk_free_limit,
+        let (need, limit) = restart_memory(stored_messages.load(Ordering::Relaxed), total);
+        let sample = with_restart_need(
+            evaluate(
+                hourglass_mgmt::metrics::resident_memory_bytes(),
+                current.mem_limit,
+                disk_free_bytes(&data_dir),
+                current.disk_free_limit,
+            ),
+            need,
+            limit,
         );
         status.send_if_modified(|current| {
             let changed =
@@ -187,7 +221,15 @@ pub async fn monitor(
 
 fn log_change(before: &ResourceStatus, after: &ResourceStatus) {
     if before.mem_alarm != after.mem_alarm {
-        if after.mem_alarm {
+        if after.mem_alarm && after.mem_used <= after.mem_limit {
+            tracing::warn!(
+                restart_need = after.restart_mem_need,
+                restart_limit = after.restart_mem_limit,
+                resident = after.mem_used,
+                "memory alarm: blocking publishers; a restart would need more memory than this \
+                 machine has to recover the messages stored (consume some, or add memory)"
+            );
+        } else if after.mem_alarm {
             tracing::warn!(
                 resident = after.mem_used,
                 watermark = after.mem_limit,
@@ -226,6 +268,26 @@ mod tests {
         assert_eq!(disk.disk_free, 499);
         // Unknown memory total or unreadable disk: no alarm rather than a blocked broker.
         assert!(!evaluate(u64::MAX, 0, None, 500).any_alarm());
+    }
+
+    /// The memory alarm is also up when a restart would need more than its share of the
+    /// machine's memory to recover the stored messages, however little the broker holds now
+    /// (issue 23: 100M far-future delayed messages took 2.2 GiB running, and the restart was
+    /// killed for want of memory at 24 GiB).
+    #[test]
+    fn a_restart_that_would_not_fit_raises_the_memory_alarm() {
+        const GIB: u64 = 1 << 30;
+        let (need, limit) = restart_memory(100_000_000, Some(24 * GIB));
+        assert_eq!(need, 100_000_000 * RESTART_BYTES_PER_MESSAGE);
+        assert!(need > limit);
+        let sample = with_restart_need(evaluate(2 * GIB, 9 * GIB, Some(GIB), 500), need, limit);
+        assert!(sample.mem_alarm && sample.any_alarm());
+        assert_eq!((sample.restart_mem_need, sample.restart_mem_limit), (need, limit));
+        let (need, limit) = restart_memory(10_000_000, Some(24 * GIB));
+        assert!(!with_restart_need(evaluate(2 * GIB, 9 * GIB, Some(GIB), 500), need, limit).any_alarm());
+        // Unknown total memory: no restart alarm.
+        let (need, limit) = restart_memory(u64::MAX, None);
+        assert!(!with_restart_need(evaluate(0, 0, None, 0), need, limit).any_alarm());
     }
 
     /// Sampling speeds up near either limit and while an alarm is up, and is slow otherwise.

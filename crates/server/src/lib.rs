@@ -271,6 +271,7 @@ impl Server {
             hooks,
         } = self;
         let store_damage = data.damage();
+        let stored_messages = data.stored_messages.clone();
         let (broker_tx, command_budget, broker_rx) = broker_task::input_queue();
         let (store_tx, store_rx) = std::sync::mpsc::channel();
         // Weak: the store thread must not keep the broker task alive at shutdown.
@@ -311,8 +312,13 @@ impl Server {
         };
         let (limits_tx, limits_rx) = watch::channel(limits.in_bytes());
         let inbound = Arc::new(alarm::InboundContent::default());
-        let alarm_task =
-            tokio::spawn(alarm::monitor(limits_rx, config.data_dir.clone(), inbound.clone(), alarm_tx));
+        let alarm_task = tokio::spawn(alarm::monitor(
+            limits_rx,
+            config.data_dir.clone(),
+            inbound.clone(),
+            stored_messages,
+            alarm_tx,
+        ));
         let mut node = NodeInfo::new(addrs.ip(), port(addrs.amqp), port(addrs.http), port(addrs.metrics))
             .with_listeners(addrs.listeners())
             .with_resources(alarm_rx.clone())

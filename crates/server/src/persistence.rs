@@ -68,6 +68,9 @@ pub struct DataDir {
     /// Decoded from the catalog at open; taken by [`recover`].
     stored_definitions: Option<Definitions>,
     damage: StoreDamage,
+    /// Live messages in the message log, kept by the store thread after each commit: what a
+    /// restart would recover (the memory alarm's restart need, `alarm::restart_memory`).
+    pub stored_messages: Arc<std::sync::atomic::AtomicU64>,
     /// Where queues keep far-future delayed messages (ADR 0013): emptied at open.
     spill: Arc<crate::spill_files::SpillDir>,
     _lock: File,
@@ -118,6 +121,7 @@ impl DataDir {
         let spill = crate::spill_files::SpillDir::open(&spill_dir).map_err(|e| {
             anyhow::anyhow!("cannot empty the spill directory {}: {}", spill_dir.display(), io_reason(&e))
         })?;
+        let stored_messages = Arc::new(std::sync::atomic::AtomicU64::new(store.live_messages()));
         let report = &recovered.report;
         let damage = StoreDamage { regions: report.damaged.len() as u64, bytes: report.damaged_bytes() };
         Ok(DataDir {
@@ -129,6 +133,7 @@ impl DataDir {
             recovered: Some(recovered),
             stored_definitions: Some(opened.definitions),
             damage,
+            stored_messages,
             spill: Arc::new(spill),
             _lock: lock,
         })
@@ -427,6 +432,7 @@ pub fn spawn_store_thread(
                 batch.extend(more);
             }
             let outcome = commit_with_retry(&mut data, &batch);
+            data.stored_messages.store(data.store.live_messages(), std::sync::atomic::Ordering::Relaxed);
             settles_since_compaction += outcome.settles;
             let Some(broker) = persisted.upgrade() else { break };
             let persisted = BrokerInput::Persisted {

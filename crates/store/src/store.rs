@@ -284,6 +284,11 @@ impl Store {
         self.pending.iter().map(|c| c.bytes.len() as u64).sum()
     }
 
+    /// Live messages in the log (what a recovery would bring back).
+    pub fn live_messages(&self) -> u64 {
+        self.index.live_messages()
+    }
+
     /// Counters for metrics and tests.
     pub fn stats(&self) -> StoreStats {
         StoreStats {

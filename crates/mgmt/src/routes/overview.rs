@@ -140,6 +140,10 @@ fn node_json(state: &AppState, sockets_used: usize) -> Value {
         "disk_free_limit": resources.disk_free_limit,
         "disk_free": resources.disk_free,
         "disk_free_alarm": resources.disk_free_alarm,
+        // Ours: what a restart would need to recover the message log, and its limit (the memory
+        // alarm is raised past it too).
+        "restart_mem_need": resources.restart_mem_need,
+        "restart_mem_limit": resources.restart_mem_limit,
         // Ours (RabbitMQ has no such field): damage the message log's recovery skipped.
         "store_damaged_regions": node.store_damage.regions,
         "store_damaged_bytes": node.store_damage.bytes,
