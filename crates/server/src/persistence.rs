@@ -14,7 +14,6 @@
 //!   declare-oks waiting on it.
 //! - [`apply_batch`] is that step on its own, so crash tests drive it over `MemStorage`.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -233,22 +232,18 @@ pub fn restore_into(
     now: Timestamp,
 ) -> RestoreReport {
     broker.set_message_source(Arc::new(StoreSource(store.reader())));
-    let messages: BTreeMap<u64, Vec<StoredMessage>> = recovered
-        .queues
-        .into_iter()
-        .map(|(queue, recovered)| {
-            let stored = recovered
-                .into_iter()
-                .map(|m| {
-                    let Location { segment, offset, record_bytes } = m.location;
-                    let at = RecordLocation { segment, offset, record_bytes };
-                    StoredMessage { msg_id: m.msg_id, metadata: m.metadata, body: StoredBody::At(at) }
-                })
-                .collect();
-            (queue, stored)
-        })
-        .collect();
-    let report = broker.restore(definitions, messages, now);
+    // Each queue's recovered messages are sorted in place and converted one at a time as the
+    // broker takes them: no second copy of the recovered set (recovery's peak memory, issue 23).
+    let messages = recovered.queues.into_iter().map(|(queue, mut recovered)| {
+        recovered.sort_by_key(|m| m.msg_id);
+        let stored = recovered.into_iter().map(|m| {
+            let Location { segment, offset, record_bytes } = m.location;
+            let at = RecordLocation { segment, offset, record_bytes };
+            StoredMessage { msg_id: m.msg_id, metadata: m.metadata, body: StoredBody::At(at) }
+        });
+        (queue, stored)
+    });
+    let report = broker.restore_in_id_order(definitions, messages, now);
     tracing::info!(
         exchanges = report.exchanges,
         queues = report.queues,

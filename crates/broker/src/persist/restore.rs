@@ -106,6 +106,27 @@ impl Broker {
         messages: BTreeMap<u64, Vec<StoredMessage>>,
         now: Timestamp,
     ) -> RestoreReport {
+        let sorted = messages.into_iter().map(|(queue, mut stored)| {
+            stored.sort_by_key(|message| message.msg_id);
+            (queue, stored)
+        });
+        self.restore_in_id_order(definitions, sorted, now)
+    }
+
+    /// [`Broker::restore`] from each queue's messages as an iterator already in id order (the
+    /// server converts the store's recovered messages one by one, so no second copy of them is
+    /// ever held: recovery's peak memory, issue 23).
+    pub fn restore_in_id_order<Q, M>(
+        &mut self,
+        definitions: Definitions,
+        messages: Q,
+        now: Timestamp,
+    ) -> RestoreReport
+    where
+        Q: IntoIterator<Item = (u64, M)>,
+        M: IntoIterator<Item = StoredMessage>,
+        M::IntoIter: ExactSizeIterator,
+    {
         let mut report = RestoreReport::default();
         self.next_queue_id = self.next_queue_id.max(definitions.next_queue_id);
         self.entry_ids.restarted(now);
@@ -113,22 +134,23 @@ impl Broker {
         for vhost in &definitions.vhosts {
             self.restore_vhost(vhost, now, &mut report, &mut refused);
         }
-        if let Some(max) = messages.keys().next_back() {
-            self.next_queue_id = self.next_queue_id.max(max + 1);
-        }
         let mut restored = Vec::new();
-        for (queue, mut stored) in messages {
+        for (queue, stored) in messages {
+            self.next_queue_id = self.next_queue_id.max(queue + 1);
             let id = QueueId(queue);
-            // Ids are given in enqueue order, and a queue's ready entries are kept in id order.
-            stored.sort_by_key(|message| message.msg_id);
-            if stored.is_empty() {
+            let stored = stored.into_iter();
+            if stored.len() == 0 {
                 continue;
             }
             if !self.queues.contains_key(&id) {
                 let orphaned = self.recreate_orphaned(id, refused.remove(&id), stored.len(), now);
                 report.orphaned.push(orphaned);
             }
+            // Ids are given in enqueue order, and a queue's ready entries are kept in id order.
+            let mut last = 0;
             for message in stored {
+                debug_assert!(message.msg_id > last, "restored messages come in id order");
+                last = message.msg_id;
                 self.entry_ids.recovered(message.msg_id);
                 self.restore_message(id, message, now, &mut report);
             }
