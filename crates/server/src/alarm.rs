@@ -29,9 +29,11 @@ pub const MEMORY_NEAR_FRACTION: f64 = 0.8;
 /// Free disk is near its limit under twice the limit, or under the limit plus this much: a
 /// writer at disk speed covers 256 MiB in well under a second.
 pub const DISK_NEAR_MARGIN_BYTES: u64 = 256 * 1024 * 1024;
-/// What recovering one live message costs at its peak, measured: a restart reads the whole log
-/// and holds every live message's location and metadata at once, then hands them to the broker
-/// (VmHWM 2,830 MiB for 10M waiting messages, 296 B each: docs/benchmarks.md). Rounded up.
+/// What recovering one live message costs at its peak: a restart reads the whole log and holds
+/// every live message's location, metadata and index entries at once. Measured 217 B (VmHWM
+/// 2,076 MiB for 10M waiting messages, docs/benchmarks.md), with its vectors and tables at 60 %
+/// of their capacity; just past a doubling they hold up to twice their contents, and a vector
+/// growing holds its old and new buffers at once, hence the margin.
 pub const RESTART_BYTES_PER_MESSAGE: u64 = 320;
 /// The share of the machine's memory a restart may take. Past it the memory alarm blocks
 /// publishers even though the running broker is far under its watermark (a far-future delayed
