@@ -302,6 +302,68 @@ mod tests {
         assert_eq!((index.message_count(), index.far_message_count(), index.body_bytes()), (1, 1, 2));
     }
 
+    proptest::proptest! {
+        /// Against a plain ordered map: whatever is inserted (paged or not, near or far, in runs
+        /// of 3 so that many runs exist), removed, listed and fired, the index holds the same
+        /// messages in the same (due, id) order, fires each exactly once, never before its due
+        /// time and never late past a load, and counts them right.
+        #[test]
+        fn the_two_tiers_behave_as_one_ordered_index(
+            ops in proptest::collection::vec((0u8..4, 0u64..400_000, proptest::bool::ANY), 1..120)
+        ) {
+            use std::collections::BTreeSet;
+            let files = Arc::new(MemorySpillFiles::default());
+            let far = FarTier::new(files, "q".to_owned()).with_run_records(3);
+            let mut index = DelayIndex { far: Some(far), ..DelayIndex::default() };
+            let mut model: BTreeSet<(Timestamp, Seq)> = BTreeSet::new();
+            let mut now = t(1_000_000);
+            let mut next_seq = 1;
+            index.load_due_soon(now);
+            for (op, value, paged_one) in ops {
+                match op {
+                    0 | 1 => {
+                        let due = now.saturating_add_millis(value);
+                        let waiting = if paged_one { paged(next_seq) } else { waiting(next_seq) };
+                        index.insert(due, waiting);
+                        model.insert((due, next_seq));
+                        next_seq += 1;
+                    }
+                    2 => {
+                        if let Some(&(due, seq)) = model.iter().nth(value as usize % model.len().max(1)) {
+                            proptest::prop_assert_eq!(index.remove_at(due, seq).map(|w| w.entry.seq), Some(seq));
+                            model.remove(&(due, seq));
+                        }
+                    }
+                    _ => {
+                        now = now.saturating_add_millis(value / 4);
+                        index.load_due_soon(now);
+                        let fired: Vec<(Timestamp, Seq)> =
+                            std::iter::from_fn(|| index.pop_due(now)).map(|(due, w)| (due, w.entry.seq)).collect();
+                        let due: Vec<(Timestamp, Seq)> = model.iter().copied().filter(|(d, _)| *d <= now).collect();
+                        proptest::prop_assert_eq!(&fired, &due);
+                        for key in due {
+                            model.remove(&key);
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(index.message_count(), model.len());
+                proptest::prop_assert_eq!(index.body_bytes(), 2 * model.len());
+                proptest::prop_assert_eq!(index.next_due(), model.first().map(|(due, _)| *due));
+                let listed: Vec<(Timestamp, Seq)> =
+                    index.after(None, usize::MAX).iter().map(|(due, w)| (*due, w.entry.seq)).collect();
+                proptest::prop_assert_eq!(listed, model.iter().copied().collect::<Vec<_>>());
+                if let Some(&(due, seq)) = model.iter().nth(model.len() / 2) {
+                    let after: Vec<(Timestamp, Seq)> =
+                        index.after(Some((due, seq)), 2).iter().map(|(d, w)| (*d, w.entry.seq)).collect();
+                    let want: Vec<(Timestamp, Seq)> =
+                        model.range((std::ops::Bound::Excluded((due, seq)), std::ops::Bound::Unbounded)).take(2).copied().collect();
+                    proptest::prop_assert_eq!(after, want);
+                    proptest::prop_assert_eq!(index.due_of(seq), Some(due));
+                }
+            }
+        }
+    }
+
     /// Listing, lookup and removal see both tiers, in due order.
     #[test]
     fn listings_and_removal_cover_both_tiers() {

@@ -202,6 +202,8 @@ pub(crate) struct FarTier {
     write_failed: bool,
     /// Records that did not read back intact, over the tier's life.
     pub damaged: u64,
+    /// Records buffered before a run is written ([`RUN_RECORDS`]; smaller in tests).
+    run_records: usize,
 }
 
 impl FarTier {
@@ -219,7 +221,15 @@ impl FarTier {
             body_bytes: 0,
             write_failed: false,
             damaged: 0,
+            run_records: RUN_RECORDS,
         }
+    }
+
+    /// The same tier writing runs of `records` (tests: many runs from few messages).
+    #[cfg(test)]
+    pub fn with_run_records(mut self, records: usize) -> Self {
+        self.run_records = records.max(1);
+        self
     }
 
     pub fn message_count(&self) -> usize {
@@ -247,7 +257,7 @@ impl FarTier {
         self.buffer_first_due = Some(self.buffer_first_due.map_or(due, |first| first.min(due)));
         self.count += 1;
         self.body_bytes += waiting.entry.body_size();
-        if self.buffer.len() >= RUN_RECORDS {
+        if self.buffer.len() >= self.run_records {
             self.write_run();
         }
         Ok(())
@@ -326,17 +336,20 @@ impl FarTier {
                 }
             };
             for record in chunk.chunks_exact(RECORD_BYTES) {
+                // A cancelled record is passed whatever its due time: the run's head is always
+                // a message still held.
+                if self.cancelled.remove(&(run, cursor)) {
+                    cursor += 1;
+                    continue;
+                }
                 let due = Timestamp::from_millis(key_of(record).0);
                 if due >= until || loaded >= limit {
                     head = Some(due);
                     break 'chunks;
                 }
-                let cancelled = self.cancelled.remove(&(run, cursor));
                 cursor += 1;
-                if !cancelled {
-                    self.take_record(record, out);
-                    loaded += 1;
-                }
+                self.take_record(record, out);
+                loaded += 1;
             }
         }
         match head {
@@ -432,12 +445,43 @@ impl FarTier {
                 continue;
             }
             let Ok((_, waiting)) = decode(&record) else { continue };
-            self.cancelled.insert((run, at));
             self.count -= 1;
             self.body_bytes -= waiting.entry.body_size();
+            if self.runs.get(&run).is_some_and(|r| r.cursor == at) {
+                self.pass_head(run, due);
+            } else {
+                self.cancelled.insert((run, at));
+            }
             return Some(waiting);
         }
         None
+    }
+
+    /// Moves run `run`'s cursor past its head record (due at `due`, just removed) and any
+    /// cancelled records behind it, so that the run's filed head is a message still held (a
+    /// cancelled head would make `next_due` and the load deadline name a message that is gone).
+    fn pass_head(&mut self, run: u64, due: Timestamp) {
+        let Some(&Run { len, cursor, ids }) = self.runs.get(&run) else { return };
+        self.heads.remove(&(due, run));
+        let mut cursor = cursor + 1;
+        while self.cancelled.remove(&(run, cursor)) {
+            cursor += 1;
+        }
+        if cursor >= len {
+            self.runs.remove(&run);
+            self.files.remove(&self.file_name(run));
+            return;
+        }
+        match self.key_at(run, cursor) {
+            Ok((head, _)) => {
+                self.runs.insert(run, Run { len, cursor, ids });
+                self.heads.insert((Timestamp::from_millis(head), run));
+            }
+            Err(reason) => {
+                tracing::warn!(run, %reason, "cannot read a spill file; its delayed messages wait for the next restart");
+                self.drop_unreadable(run, cursor, len);
+            }
+        }
     }
 
     /// The due time of message `id`: a scan of the runs whose ids span it (usually one).
