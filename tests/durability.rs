@@ -376,6 +376,11 @@ async fn far_future_delayed_messages_wait_in_spill_files_across_a_restart() {
     let data_dir = broker.data_dir();
     assert_eq!(delayed_count(&broker, "later").await, MESSAGES as u64);
     assert!(spill_files(&data_dir) >= 1, "far-future messages were written to spill files");
+    let (_, body) = common::http(&broker, "GET", "/api/queues/%2F/later", "").await;
+    let on_disk =
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["messages_delayed_on_disk"].as_u64();
+    // All but the 50 kept in memory (the resident limit) once stored and paged out.
+    assert_eq!(on_disk, Some(MESSAGES as u64 - 50), "{body}");
     drop(conn);
     assert!(broker.terminate().success());
 

@@ -34,6 +34,8 @@ pub struct QueueStats {
     /// Waiting for their due time (semantics §3, §7): neither ready nor unacked.
     pub messages_delayed: usize,
     pub message_bytes_delayed: usize,
+    /// Of those, the ones held on disk only until shortly before they are due (ADR 0013).
+    pub messages_delayed_on_disk: usize,
     /// When the next delayed message falls due.
     pub next_due: Option<Timestamp>,
     /// Ready messages with a TTL deadline, and the first and last of those deadlines (semantics
@@ -67,6 +69,7 @@ impl QueueStats {
             message_bytes_persistent: in_queue.persistent_bytes,
             messages_delayed: queue.delayed.message_count(),
             message_bytes_delayed: queue.delayed.body_bytes(),
+            messages_delayed_on_disk: queue.delayed.far_message_count(),
             next_due: queue.delayed.next_due(),
             messages_with_ttl: queue.ttl.message_count(),
             next_expiry: queue.ttl.next(),

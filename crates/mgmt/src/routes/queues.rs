@@ -78,6 +78,7 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, ranges: Ra
         // Hourglass's time statistics (semantics §7).
         "messages_delayed": s.messages_delayed,
         "message_bytes_delayed": s.message_bytes_delayed,
+        "messages_delayed_on_disk": s.messages_delayed_on_disk,
         "next_due_ms": s.next_due.map(|t| t.as_millis()),
         "messages_with_ttl": s.messages_with_ttl,
         "next_expiry_ms": s.next_expiry.map(|t| t.as_millis()),
