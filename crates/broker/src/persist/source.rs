@@ -40,21 +40,15 @@ impl crate::broker::Broker {
     pub fn set_spill_files(&mut self, files: std::sync::Arc<dyn crate::queue::SpillFiles>) {
         self.pager.set_spill_files(files.clone());
         for queue in self.queues.values_mut() {
-            queue.pager.set_spill_files(files.clone());
-            if queue.delayed.message_count() == 0 {
-                queue.delayed = crate::queue::delay::DelayIndex::with_spill_files(
-                    Some(files.clone()),
-                    format!("q{}", queue.id.0),
-                );
-            }
+            queue.attach_spill_files(files.clone());
         }
     }
 
-    /// Delayed messages held on disk only, and far records that did not read back (all queues).
-    pub fn far_delayed_messages(&self) -> (usize, u64) {
-        self.queues.values().fold((0, 0), |(count, damaged), q| {
-            (count + q.delayed.far_message_count(), damaged + q.delayed.damaged_far_records())
-        })
+    /// Far-future delayed records that did not read back intact (all queues): their messages
+    /// stay in the log and come back at the next restart. How many wait on disk is in each
+    /// queue's stats (`messages_delayed_on_disk`).
+    pub fn damaged_far_records(&self) -> u64 {
+        self.queues.values().map(|q| q.delayed.damaged_far_records()).sum()
     }
 
     /// How much of each durable queue stays in memory (applies to every queue).

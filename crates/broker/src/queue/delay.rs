@@ -55,9 +55,10 @@ pub struct DelayedInfo {
 }
 
 impl DelayIndex {
-    /// An index whose far tier lives in `files`, named after `prefix`.
-    pub fn with_spill_files(files: Option<Arc<dyn SpillFiles>>, prefix: String) -> Self {
-        DelayIndex { far: files.map(|files| FarTier::new(files, prefix)), ..DelayIndex::default() }
+    /// Queue `queue`'s index, its far tier in `files` (files named `q<queue>-…`).
+    pub fn with_spill_files(files: Option<Arc<dyn SpillFiles>>, queue: u64) -> Self {
+        let far = files.map(|files| FarTier::new(files, format!("q{queue}")));
+        DelayIndex { far, ..DelayIndex::default() }
     }
 
     pub fn insert(&mut self, due: Timestamp, waiting: Waiting) {
@@ -236,7 +237,7 @@ mod tests {
 
     fn spilled() -> (Arc<MemorySpillFiles>, DelayIndex) {
         let files = Arc::new(MemorySpillFiles::default());
-        (files.clone(), DelayIndex::with_spill_files(Some(files), "q".to_owned()))
+        (files.clone(), DelayIndex::with_spill_files(Some(files), 1))
     }
 
     /// Due messages come out in due order, ties in publish (seq) order, only once due.

@@ -357,12 +357,15 @@ impl FarTier {
                 self.runs.insert(run, Run { len, cursor, ids });
                 self.heads.insert((due, run));
             }
-            None => {
-                self.runs.remove(&run);
-                self.files.remove(&self.file_name(run));
-            }
+            None => self.delete_run(run),
         }
         loaded
+    }
+
+    /// Forgets run `run` and deletes its file (read through, or unreadable).
+    fn delete_run(&mut self, run: u64) {
+        self.runs.remove(&run);
+        self.files.remove(&self.file_name(run));
     }
 
     /// Counts out one record and hands its message over (or counts it damaged).
@@ -390,8 +393,7 @@ impl FarTier {
         let lost = (from..len).filter(|at| !self.cancelled.remove(&(run, *at))).count();
         self.count -= lost;
         self.damaged += lost as u64;
-        self.runs.remove(&run);
-        self.files.remove(&self.file_name(run));
+        self.delete_run(run);
     }
 
     fn read_records(&self, run: u64, from: u64, count: u64) -> Result<Vec<u8>, String> {
@@ -448,7 +450,7 @@ impl FarTier {
             self.count -= 1;
             self.body_bytes -= waiting.entry.body_size();
             if self.runs.get(&run).is_some_and(|r| r.cursor == at) {
-                self.pass_head(run, due);
+                self.pass_head(run, at, due);
             } else {
                 self.cancelled.insert((run, at));
             }
@@ -457,31 +459,14 @@ impl FarTier {
         None
     }
 
-    /// Moves run `run`'s cursor past its head record (due at `due`, just removed) and any
-    /// cancelled records behind it, so that the run's filed head is a message still held (a
-    /// cancelled head would make `next_due` and the load deadline name a message that is gone).
-    fn pass_head(&mut self, run: u64, due: Timestamp) {
-        let Some(&Run { len, cursor, ids }) = self.runs.get(&run) else { return };
+    /// Moves run `run`'s cursor past its head record at `at` (due at `due`, just removed) and any
+    /// cancelled records behind it, as a load that takes nothing does, so that the run's filed
+    /// head is a message still held (a cancelled head would make `next_due` and the load deadline
+    /// name a message that is gone).
+    fn pass_head(&mut self, run: u64, at: u64, due: Timestamp) {
         self.heads.remove(&(due, run));
-        let mut cursor = cursor + 1;
-        while self.cancelled.remove(&(run, cursor)) {
-            cursor += 1;
-        }
-        if cursor >= len {
-            self.runs.remove(&run);
-            self.files.remove(&self.file_name(run));
-            return;
-        }
-        match self.key_at(run, cursor) {
-            Ok((head, _)) => {
-                self.runs.insert(run, Run { len, cursor, ids });
-                self.heads.insert((Timestamp::from_millis(head), run));
-            }
-            Err(reason) => {
-                tracing::warn!(run, %reason, "cannot read a spill file; its delayed messages wait for the next restart");
-                self.drop_unreadable(run, cursor, len);
-            }
-        }
+        self.cancelled.insert((run, at));
+        self.load_run(run, Timestamp::from_millis(0), 0, &mut Vec::new());
     }
 
     /// The due time of message `id`: a scan of the runs whose ids span it (usually one).
@@ -539,26 +524,26 @@ impl FarTier {
         let mut found = Vec::new();
         while found.len() < limit {
             let Some(std::cmp::Reverse((_, source))) = heads.pop() else { break };
-            let (record, index) = if source == readers.len() {
-                let record = buffered[next_buffered].to_vec();
+            let message = if source == readers.len() {
+                let message = decode(buffered[next_buffered].as_slice());
                 next_buffered += 1;
                 if let Some(next) = buffered.get(next_buffered) {
                     heads.push(std::cmp::Reverse((key_of(next.as_slice()), source)));
                 }
-                (record, None)
+                message
             } else {
                 let reader = &mut readers[source];
-                let taken = reader.take();
+                let (message, at) = reader.take();
+                let cancelled = self.cancelled.contains(&(reader.run, at));
                 if let Some(key) = reader.peek(self) {
                     heads.push(std::cmp::Reverse((key, source)));
                 }
-                let (record, at) = taken;
-                (record, Some((reader.run, at)))
+                if cancelled {
+                    continue;
+                }
+                message
             };
-            if index.is_some_and(|at| self.cancelled.contains(&at)) {
-                continue;
-            }
-            if let Ok(message) = decode(&record) {
+            if let Ok(message) = message {
                 found.push(message);
             }
         }
@@ -591,9 +576,9 @@ impl RunReader {
         Some(key_of(&self.chunk[self.pos..self.pos + RECORD_BYTES]))
     }
 
-    /// The record `peek` looked at, and its index in the run.
-    fn take(&mut self) -> (Vec<u8>, u64) {
-        let record = self.chunk[self.pos..self.pos + RECORD_BYTES].to_vec();
+    /// The message of the record `peek` looked at, and its index in the run.
+    fn take(&mut self) -> (Result<(Timestamp, Waiting), Damaged>, u64) {
+        let record = decode(&self.chunk[self.pos..self.pos + RECORD_BYTES]);
         let at = self.at;
         self.pos += RECORD_BYTES;
         self.at += 1;

@@ -134,7 +134,7 @@ impl Queue {
             last_used: now,
             scheduled: None,
             counters: QueueCounters::default(),
-            delayed: DelayIndex::with_spill_files(pager.spill_files(), format!("q{}", id.0)),
+            delayed: DelayIndex::with_spill_files(pager.spill_files(), id.0),
             visibility: VisibilityIndex::default(),
             pager,
             dispatch_again: None,
@@ -166,6 +166,15 @@ impl Queue {
     pub fn delay(&mut self, seq: Seq, payload: Payload, due: Timestamp, persist_id: Option<u64>) {
         let entry = Entry::with_payload(seq, payload, None, None, persist_id);
         self.delayed.insert(due, Waiting { entry, returning: false });
+    }
+
+    /// Keeps far-future delayed messages in `files` from now on (ADR 0013); a queue already
+    /// holding delayed messages keeps them where they are.
+    pub fn attach_spill_files(&mut self, files: std::sync::Arc<dyn SpillFiles>) {
+        self.pager.set_spill_files(files.clone());
+        if self.delayed.message_count() == 0 {
+            self.delayed = DelayIndex::with_spill_files(Some(files), self.id.0);
+        }
     }
 
     /// Whether a message entering now (ready, or `delayed`) is to be paged out once stored: the
