@@ -6,6 +6,7 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use hourglass_broker::queue::SpillFiles;
 
@@ -13,6 +14,9 @@ use hourglass_broker::queue::SpillFiles;
 #[derive(Debug)]
 pub struct SpillDir {
     dir: PathBuf,
+    /// The file read last, kept open: a load, a listing's binary search and a scan read one run
+    /// many times in a row, and an open per read would double the system calls.
+    last_read: Mutex<Option<(String, File)>>,
 }
 
 impl SpillDir {
@@ -24,7 +28,16 @@ impl SpillDir {
             Err(e) => return Err(e),
         }
         fs::create_dir_all(dir)?;
-        Ok(SpillDir { dir: dir.to_owned() })
+        Ok(SpillDir { dir: dir.to_owned(), last_read: Mutex::new(None) })
+    }
+
+    /// Closes file `name` if it is the one kept open.
+    fn forget(&self, name: &str) {
+        if let Ok(mut last) = self.last_read.lock() {
+            if last.as_ref().is_some_and(|(open, _)| open == name) {
+                *last = None;
+            }
+        }
     }
 
     fn path(&self, name: &str) -> Result<PathBuf, String> {
@@ -40,18 +53,26 @@ impl SpillDir {
 impl SpillFiles for SpillDir {
     fn write(&self, name: &str, bytes: &[u8]) -> Result<(), String> {
         let path = self.path(name)?;
+        // A file written again under a name read before is a new file: never read the old one.
+        self.forget(name);
         fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     fn read_at(&self, name: &str, offset: u64, len: usize) -> Result<Vec<u8>, String> {
         let path = self.path(name)?;
-        let file = File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut last = self.last_read.lock().map_err(|_| "spill reader poisoned".to_owned())?;
+        if last.as_ref().is_none_or(|(open, _)| open != name) {
+            let file = File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            *last = Some((name.to_owned(), file));
+        }
+        let Some((_, file)) = last.as_ref() else { return Err("no spill file open".to_owned()) };
         let mut bytes = vec![0u8; len];
         file.read_exact_at(&mut bytes, offset).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(bytes)
     }
 
     fn remove(&self, name: &str) {
+        self.forget(name);
         if let Ok(path) = self.path(name) {
             if let Err(e) = fs::remove_file(&path) {
                 if e.kind() != io::ErrorKind::NotFound {
@@ -79,6 +100,8 @@ mod tests {
         assert_eq!(spill.read_at("q1-1.run", 3, 4).unwrap(), b"3456");
         assert!(spill.read_at("q1-1.run", 8, 4).is_err(), "a short read is an error");
         assert!(spill.write("../escape", b"x").is_err());
+        spill.write("q1-1.run", b"abcdefghij").unwrap();
+        assert_eq!(spill.read_at("q1-1.run", 3, 4).unwrap(), b"defg", "rewritten, read afresh");
         spill.remove("q1-1.run");
         spill.remove("q1-1.run");
         assert!(spill.read_at("q1-1.run", 0, 1).is_err());
