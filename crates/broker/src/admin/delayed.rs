@@ -141,15 +141,16 @@ impl Broker {
         slice: DelayedSlice,
     ) -> Result<DelayedMatches, DelayedError> {
         let queue = self.queues.get(&self.queue_id(vhost, queue)?).ok_or(DelayedError::QueueNotFound)?;
-        let (mut found, mut examined, mut reads, mut last) = (Vec::new(), 0, 0, None);
+        let (mut found, mut reads, mut last) = (Vec::new(), 0, None);
+        // At most `examined` candidates are taken out of the index at all; the read budget may
+        // stop the slice earlier.
         let examined_at_most = slice.examined.max(1);
         let candidates = queue.delayed.after(cursor.map(|c| (c.due, c.id)), examined_at_most);
         let complete = candidates.len() < examined_at_most;
         for (due, waiting) in candidates {
-            if examined == slice.examined.max(1) || reads == slice.reads.max(1) {
+            if reads == slice.reads.max(1) {
                 return Ok(DelayedMatches { found, next: last });
             }
-            examined += 1;
             let key = DelayedKey { due, id: waiting.entry.seq };
             last = Some(key);
             reads += usize::from(matches!(waiting.entry.payload, Payload::Paged(_)));
