@@ -80,7 +80,11 @@ impl DelayIndex {
     /// The earliest due time.
     pub fn next_due(&self) -> Option<Timestamp> {
         let far = self.far.as_ref().and_then(FarTier::next_due);
-        [self.near.first_key_value().map(|((due, _), _)| *due), far].into_iter().flatten().min()
+        self.first_near_due().into_iter().chain(far).min()
+    }
+
+    fn first_near_due(&self) -> Option<Timestamp> {
+        self.near.first_key_value().map(|((due, _), _)| *due)
     }
 
     /// When this index next has work: a message due, or far messages to load a horizon ahead.
@@ -90,7 +94,7 @@ impl DelayIndex {
             .as_ref()
             .and_then(FarTier::next_due)
             .map(|due| due.saturating_sub_millis(NEAR_HORIZON_MS));
-        [self.near.first_key_value().map(|((due, _), _)| *due), load].into_iter().flatten().min()
+        self.first_near_due().into_iter().chain(load).min()
     }
 
     /// Brings the far messages due within the horizon of `now` (and a little after) into the
