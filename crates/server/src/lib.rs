@@ -184,7 +184,8 @@ impl Server {
             let opened_at = clock.now();
             let mut data =
                 persistence::DataDir::open(&data_dir, on_corruption, damaged, wrap.as_ref(), opened_at)?;
-            let report = persistence::recover(&mut data, &mut broker, clock.now());
+            let report = persistence::recover(&mut data, &mut broker, clock.now())
+                .context("reading the recovered messages back from the message log")?;
             // A vhost holding queues recreated for orphaned messages stays, whatever users.snap says.
             let keep: Vec<String> = report.orphaned.iter().map(|o| o.vhost.clone()).collect();
             let (users, made_user) = identity::open(

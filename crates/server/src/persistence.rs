@@ -27,8 +27,8 @@ use hourglass_broker::{
 };
 use hourglass_store::catalog::{Catalog, CatalogError};
 use hourglass_store::{
-    CommitError, FsStorage, Location, OnCorruption, OpenError, Recovered, SegmentReader, Storage, Store,
-    StoreConfig,
+    CommitError, FsStorage, Location, OnCorruption, OpenError, ReadError, Recovered, SegmentReader, Storage,
+    Store, StoreConfig,
 };
 use tokio::sync::mpsc;
 
@@ -191,7 +191,8 @@ fn log_recovery(messages_dir: &Path, recovered: &Recovered) {
         torn_tail_bytes = report.torn_tail_bytes,
         damaged_regions = report.damaged.len(),
         damaged_bytes,
-        queues = recovered.queues.len(),
+        queues = recovered.queue_messages.len(),
+        messages = recovered.queue_messages.values().sum::<u64>(),
         "message log recovered"
     );
 }
@@ -201,8 +202,9 @@ fn segment_file_name(segment: u64) -> String {
     format!("{segment:020}.seg")
 }
 
-/// Restores `broker` from the data directory: definitions, then every recovered message.
-pub fn recover(data: &mut DataDir, broker: &mut Broker, now: Timestamp) -> RestoreReport {
+/// Restores `broker` from the data directory: definitions, then every recovered message. Fails
+/// only if a segment cannot be read again (recovery's second pass).
+pub fn recover(data: &mut DataDir, broker: &mut Broker, now: Timestamp) -> Result<RestoreReport, ReadError> {
     let recovered = data.recovered.take().unwrap_or_default();
     let definitions = data.stored_definitions.take().unwrap_or_default();
     broker.set_spill_files(data.spill.clone());
@@ -222,28 +224,34 @@ impl MessageSource for StoreSource {
 }
 
 /// Restores `broker` from a recovered log and the stored `definitions`. Messages come back as
-/// locations (their metadata carries what the queue needs); the broker reads a record through
-/// the [`StoreSource`] attached here when it needs the message.
+/// locations (their metadata carries what the queue needs), read one at a time by the store's
+/// second recovery pass and handed straight to the broker: no copy of the recovered set is ever
+/// held (recovery's peak memory, issue 23). The broker reads a record through the
+/// [`StoreSource`] attached here when it needs the message.
 pub fn restore_into(
     broker: &mut Broker,
     store: &Store,
     definitions: Definitions,
     recovered: Recovered,
     now: Timestamp,
-) -> RestoreReport {
+) -> Result<RestoreReport, ReadError> {
     broker.set_message_source(Arc::new(StoreSource(store.reader())));
-    // Each queue's recovered messages are sorted in place and converted one at a time as the
-    // broker takes them: no second copy of the recovered set (recovery's peak memory, issue 23).
-    let messages = recovered.queues.into_iter().map(|(queue, mut recovered)| {
-        recovered.sort_by_key(|m| m.msg_id);
-        let stored = recovered.into_iter().map(|m| {
+    let mut failed = None;
+    let messages = store.replay(recovered.replay).map_while(|found| match found {
+        Ok((queue, m)) => {
             let Location { segment, offset, record_bytes } = m.location;
             let at = RecordLocation { segment, offset, record_bytes };
-            StoredMessage { msg_id: m.msg_id, metadata: m.metadata, body: StoredBody::At(at) }
-        });
-        (queue, stored)
+            Some((queue, StoredMessage { msg_id: m.msg_id, metadata: m.metadata, body: StoredBody::At(at) }))
+        }
+        Err(error) => {
+            failed = Some(error);
+            None
+        }
     });
-    let report = broker.restore_in_id_order(definitions, messages, now);
+    let report = broker.restore_streamed(definitions, &recovered.queue_messages, messages, now);
+    if let Some(error) = failed {
+        return Err(error);
+    }
     tracing::info!(
         exchanges = report.exchanges,
         queues = report.queues,
@@ -256,7 +264,7 @@ pub fn restore_into(
         refused_queues = report.refused_queues,
         "broker restored"
     );
-    report
+    Ok(report)
 }
 
 /// An OS error in a few words, without "(os error 13)".
@@ -553,8 +561,9 @@ mod tests {
     }
 
     fn live_messages(storage: &MemStorage) -> Vec<u64> {
-        let (_, recovered) = Store::open(Arc::new(storage.clone()), StoreConfig::default()).unwrap();
-        recovered.queues.get(&1).map(|q| q.iter().map(|m| m.msg_id).collect()).unwrap_or_default()
+        let (store, recovered) = Store::open(Arc::new(storage.clone()), StoreConfig::default()).unwrap();
+        let queues = store.recovered_queues(recovered.replay).unwrap();
+        queues.get(&1).map(|q| q.iter().map(|m| m.msg_id).collect()).unwrap_or_default()
     }
 
     /// A message enqueued and settled in one batch is never written, and the batch is still

@@ -232,7 +232,8 @@ fn recover(image: &MemImage, crash: Crash) -> Recovered {
     let definitions = open_catalog(Arc::new(storage.clone()), DamagedDefinitions::Refuse, 0)
         .expect("definitions read")
         .definitions;
-    restore_into(&mut tb.broker, &store, definitions, recovered, now);
+    restore_into(&mut tb.broker, &store, definitions, recovered, now)
+        .expect("the recovered messages read back");
     let chan = tb.channel();
     let q = get_all(&mut tb, chan, "q");
     let dlq = get_all(&mut tb, chan, "dlq");

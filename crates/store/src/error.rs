@@ -52,6 +52,8 @@ pub enum AppendError {
     NotLive { queue: u64, msg_id: u64 },
     #[error("an earlier sync failed; the store must be reopened (recovery decides what is durable)")]
     Poisoned,
+    #[error("the log reached its last segment sequence number; move the data directory aside")]
+    SequenceExhausted,
 }
 
 /// Why a commit (or the commit inside a compaction) failed.

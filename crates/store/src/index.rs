@@ -1,6 +1,8 @@
-//! The live index: which messages are live, the segment holding each, and what keeps each segment
-//! from being deleted. About 16 bytes per live message (a `msg_id → segment` entry in its queue's
-//! map) plus the hash table's control byte and slack; bodies and metadata are not held here.
+//! The live index: which messages are live, where the enqueue record of each lies, and what keeps
+//! each segment from being deleted. About 16 bytes per live message (a `msg_id → (segment,
+//! offset)` entry in its queue's map, packed in one `u64`) plus the hash table's control byte and
+//! slack; bodies and metadata are not held here. The offset makes a live enqueue record exact:
+//! recovery's second pass brings back a record only if the index still points at it.
 //!
 //! A segment may be deleted when both hold:
 //! - it holds no live enqueue (`live == 0`), and
@@ -13,8 +15,19 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Message ids to the sequence of the segment holding their enqueue record.
+/// Message ids to where their enqueue record is ([`pack`]).
 type QueueLive = HashMap<u64, u64, IdBuild>;
+
+/// A segment sequence and an offset in one `u64`: segment sequences stay below 2^32
+/// (`record::SEGMENT_SEQUENCE_MAX`), and offsets are `u32` (a `Location`'s).
+fn pack(segment: u64, offset: u32) -> u64 {
+    debug_assert!(segment <= u64::from(u32::MAX));
+    (segment << 32) | u64::from(offset)
+}
+
+fn segment_of(packed: u64) -> u64 {
+    packed >> 32
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct LiveIndex {
@@ -42,13 +55,19 @@ impl LiveIndex {
         self.segments.entry(seq).or_default();
     }
 
-    /// Records that `msg_id` entered `queue` with its enqueue in segment `seg`.
-    pub(crate) fn enqueue(&mut self, queue: u64, msg_id: u64, seg: u64) -> Result<(), AlreadyLive> {
+    /// Records that `msg_id` entered `queue` with its enqueue record at `offset` in segment `seg`.
+    pub(crate) fn enqueue(
+        &mut self,
+        queue: u64,
+        msg_id: u64,
+        seg: u64,
+        offset: u32,
+    ) -> Result<(), AlreadyLive> {
         let messages = self.queues.entry(queue).or_default();
         if messages.contains_key(&msg_id) {
             return Err(AlreadyLive);
         }
-        messages.insert(msg_id, seg);
+        messages.insert(msg_id, pack(seg, offset));
         self.segments.entry(seg).or_default().live += 1;
         self.live_messages += 1;
         Ok(())
@@ -57,7 +76,7 @@ impl LiveIndex {
     /// Records a settle written in segment `at`; returns the segment of the enqueue, if live.
     pub(crate) fn settle(&mut self, queue: u64, msg_id: u64, at: u64) -> Option<u64> {
         let messages = self.queues.get_mut(&queue)?;
-        let seg = messages.remove(&msg_id)?;
+        let seg = segment_of(messages.remove(&msg_id)?);
         if messages.is_empty() {
             self.queues.remove(&queue);
         }
@@ -67,7 +86,7 @@ impl LiveIndex {
 
     /// Records an update written in segment `at`; returns the segment of the enqueue, if live.
     pub(crate) fn update(&mut self, queue: u64, msg_id: u64, at: u64) -> Option<u64> {
-        let seg = *self.queues.get(&queue)?.get(&msg_id)?;
+        let seg = segment_of(*self.queues.get(&queue)?.get(&msg_id)?);
         self.add_ref(at, seg);
         Some(seg)
     }
@@ -78,10 +97,20 @@ impl LiveIndex {
             return 0;
         };
         let settled = messages.len() as u64;
-        for seg in messages.into_values() {
-            self.unpin(seg, at);
+        for packed in messages.into_values() {
+            self.unpin(segment_of(packed), at);
         }
         settled
+    }
+
+    /// Whether `msg_id` is live in `queue` with its enqueue record at `offset` in segment `seg`.
+    pub(crate) fn is_live_at(&self, queue: u64, msg_id: u64, seg: u64, offset: u32) -> bool {
+        self.queues.get(&queue).and_then(|m| m.get(&msg_id)) == Some(&pack(seg, offset))
+    }
+
+    /// Live messages per queue id (queues with none are absent).
+    pub(crate) fn messages_per_queue(&self) -> BTreeMap<u64, u64> {
+        self.queues.iter().map(|(queue, m)| (*queue, m.len() as u64)).collect()
     }
 
     /// Whether `msg_id` is live in `queue`.
@@ -174,8 +203,8 @@ mod tests {
     #[test]
     fn settled_segment_without_refs_is_dead() {
         let mut index = LiveIndex::default();
-        index.enqueue(1, 10, 1).unwrap();
-        index.enqueue(1, 11, 1).unwrap();
+        index.enqueue(1, 10, 1, 10).unwrap();
+        index.enqueue(1, 11, 1, 11).unwrap();
         index.add_segment(2);
         assert_eq!(index.settle(1, 10, 1), Some(1));
         assert!(index.dead_segments(Some(2)).is_empty());
@@ -188,9 +217,9 @@ mod tests {
     #[test]
     fn settle_record_pins_its_segment_until_the_enqueue_segment_goes() {
         let mut index = LiveIndex::default();
-        index.enqueue(1, 10, 1).unwrap(); // long-lived, pins segment 1
-        index.enqueue(1, 20, 2).unwrap();
-        index.enqueue(1, 30, 3).unwrap();
+        index.enqueue(1, 10, 1, 10).unwrap(); // long-lived, pins segment 1
+        index.enqueue(1, 20, 2, 20).unwrap();
+        index.enqueue(1, 30, 3, 30).unwrap();
         index.add_segment(4);
         index.settle(1, 20, 2);
         index.settle(1, 30, 3);
@@ -210,8 +239,8 @@ mod tests {
     #[test]
     fn update_pins_and_duplicates_are_refused() {
         let mut index = LiveIndex::default();
-        index.enqueue(7, 1, 1).unwrap();
-        assert_eq!(index.enqueue(7, 1, 2), Err(AlreadyLive));
+        index.enqueue(7, 1, 1, 1).unwrap();
+        assert_eq!(index.enqueue(7, 1, 2, 1), Err(AlreadyLive));
         index.add_segment(2);
         index.add_segment(3);
         assert_eq!(index.update(7, 1, 2), Some(1));
@@ -223,9 +252,9 @@ mod tests {
     #[test]
     fn purge_settles_the_whole_queue() {
         let mut index = LiveIndex::default();
-        index.enqueue(1, 1, 1).unwrap();
-        index.enqueue(1, 2, 2).unwrap();
-        index.enqueue(2, 1, 2).unwrap();
+        index.enqueue(1, 1, 1, 1).unwrap();
+        index.enqueue(1, 2, 2, 2).unwrap();
+        index.enqueue(2, 1, 2, 1).unwrap();
         assert_eq!(index.purge(1, 3), 2);
         assert_eq!(index.queue_messages(1), 0);
         assert_eq!(index.queue_messages(2), 1);

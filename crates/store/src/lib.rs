@@ -5,8 +5,9 @@
 //! - [`Store`]: one append-only log of checksummed records per broker (enqueue, settle, update,
 //!   purge) in bounded segment files; group commit (`append_*` then one `commit` = one sync);
 //!   bodies read back on demand by [`Location`]; compaction deletes segments nothing live needs.
-//! - [`Store::open`] recovers: verifies checksums, cuts a torn tail, rebuilds every queue's live
-//!   messages in enqueue order with their latest metadata ([`Recovered`]).
+//! - [`Store::open`] recovers: verifies checksums, cuts a torn tail, rebuilds the live index
+//!   ([`Recovered`]); [`Store::replay`] then reads the live messages back one at a time, each
+//!   queue's in enqueue order with their latest metadata.
 //! - [`catalog`]: the durable key → value map for definitions and identity (a snapshot plus a log
 //!   of changes: one change, one small record).
 //! - [`snapshot`]: small atomically replaced files (the catalog's snapshot, older definitions).
@@ -31,6 +32,7 @@ mod types;
 pub use error::{AppendError, CommitError, Defect, OpenError, ReadError};
 pub use reader::SegmentReader;
 pub use record::{HeaderDefect, FORMAT_VERSION};
+pub use recovery::{Replay, Replayed};
 pub use storage::{Crash, Fault, FsStorage, MemImage, MemStorage, Storage, StorageFile};
 pub use store::Store;
 pub use types::{

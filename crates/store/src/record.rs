@@ -27,9 +27,10 @@ pub const FORMAT_VERSION: u32 = 1;
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"HGLSSEG\0";
 pub(crate) const SEGMENT_HEADER_BYTES: usize = 32;
 pub(crate) const RECORD_HEADER_BYTES: usize = 28;
-/// Largest segment sequence accepted from a file name: the log adds one per rotation and must
-/// never overflow, whatever name a damaged or foreign file carries (2^63 rotations never happen).
-pub(crate) const SEGMENT_SEQUENCE_MAX: u64 = u64::MAX / 2;
+/// Largest segment sequence: the live index packs a sequence and an offset in one `u64`, so a
+/// sequence stays below 2^32. A file named past it is not one we wrote, and the store stops
+/// appending before its log would need it (2^32 rotations: 256 PiB at 64 MiB segments).
+pub(crate) const SEGMENT_SEQUENCE_MAX: u64 = u32::MAX as u64;
 /// Suffix of segment file names: `{sequence:020}.seg`.
 pub(crate) const SEGMENT_SUFFIX: &str = ".seg";
 

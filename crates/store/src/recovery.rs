@@ -1,6 +1,10 @@
 //! Recovery: read every segment in sequence order, verify each record's checksum, skip damaged
 //! records that valid records follow, cut the torn tail of the last segment, and rebuild the live
-//! set (per queue, in enqueue order, with the latest metadata) and the live index.
+//! index. That first pass holds no message: only the index (where each live enqueue record lies),
+//! the latest metadata of the live messages that were updated, and where each segment's valid
+//! records are. A second pass (`replay.rs`, [`crate::Store::replay`]) reads the live messages
+//! back one at a time in log order, so recovery's peak memory is the running store's, whatever the
+//! backlog (issue 23).
 //!
 //! Rules (docs/storage.md has the full list):
 //! - a bad record that a valid record follows is corruption, in any segment: the bytes up to the
@@ -15,24 +19,29 @@
 //!   segment, cannot be bounded: handled as [`OnCorruption`] says;
 //! - a segment with another format version is refused whatever the policy.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::error::{Defect, OpenError};
-use crate::index::{IdBuild, LiveIndex};
+use crate::index::LiveIndex;
 use crate::limits::RECOVERY_READ_BYTES;
 use crate::record::{
     check_segment_header, parse_segment_name, segment_name, RecordHeader, RecordKind, SegmentHeaderDefect,
     RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX,
 };
 use crate::storage::{Storage, StorageFile};
-use crate::types::{Damage, Location, OnCorruption, Recovered, RecoveredMessage, RecoveryReport};
+use crate::types::{Damage, OnCorruption, Recovered, RecoveryReport};
+pub use replay::{Replay, Replayed};
+pub(crate) use replay::{ReplaySegment, Updates};
 use resync::AfterDamage;
+pub(crate) use window::Window;
 
+mod replay;
 mod resync;
+mod window;
 
 /// A segment file found on disk, with the length of its valid prefix.
 #[derive(Debug)]
@@ -59,7 +68,8 @@ pub(crate) fn recover(
     let sequences = list_segments(storage.as_ref())?;
     let mut scan = Scan {
         index: LiveIndex::default(),
-        live: LiveSet::default(),
+        updates: Updates::default(),
+        replay_segments: Vec::new(),
         report: RecoveryReport::default(),
         on_corruption,
     };
@@ -69,7 +79,8 @@ pub(crate) fn recover(
         let file = storage.open(&segment_name(seq)).map_err(io_err("opening a segment"))?;
         let is_last = Some(seq) == last;
         match scan.segment(seq, file.as_ref(), is_last)? {
-            Some(Scanned { valid_bytes, damaged }) => {
+            Some(Scanned { valid_bytes, damaged, skips }) => {
+                scan.replay_segments.push(ReplaySegment { seq, valid_bytes, skips });
                 segments.insert(seq, OpenSegment { file, valid_bytes, damaged });
             }
             None => {
@@ -80,7 +91,9 @@ pub(crate) fn recover(
             }
         }
     }
-    let recovered = Recovered { queues: scan.live.into_queues(), report: scan.report };
+    let replay = Replay::new(scan.replay_segments, scan.updates);
+    let recovered =
+        Recovered { queue_messages: scan.index.messages_per_queue(), report: scan.report, replay };
     Ok(RecoveredState { segments, index: scan.index, recovered })
 }
 
@@ -102,7 +115,10 @@ fn list_segments(storage: &dyn Storage) -> Result<Vec<u64>, OpenError> {
 
 struct Scan {
     index: LiveIndex,
-    live: LiveSet,
+    /// The latest metadata of live messages that an update record changed.
+    updates: Updates,
+    /// Each kept segment's valid records, for the second pass.
+    replay_segments: Vec<ReplaySegment>,
     report: RecoveryReport,
     on_corruption: OnCorruption,
 }
@@ -122,10 +138,12 @@ enum StopKind {
     ToEnd,
 }
 
-/// A segment's valid length, and whether recovery skipped damage inside it.
+/// A segment's valid length, whether recovery skipped damage inside it, and the damaged
+/// stretches between records it skipped (`(start, next valid record)`), in order.
 struct Scanned {
     valid_bytes: u64,
     damaged: bool,
+    skips: Vec<(u64, u64)>,
 }
 
 impl Scan {
@@ -170,7 +188,8 @@ impl Scan {
             let header_bytes = (SEGMENT_HEADER_BYTES as u64).min(file_bytes);
             self.refuse_or_skip(seq, 0, header_bytes, defect)?;
         }
-        let stop = self.records(seq, &mut window, is_last)?;
+        let mut skips = Vec::new();
+        let stop = self.records(seq, &mut window, is_last, &mut skips)?;
         let valid_bytes = match stop {
             None => file_bytes,
             Some(Stop { offset, end: StopKind::TornTail, .. }) => {
@@ -184,7 +203,7 @@ impl Scan {
                 offset
             }
         };
-        Ok(Some(Scanned { valid_bytes, damaged: self.report.damaged.len() > damage_before }))
+        Ok(Some(Scanned { valid_bytes, damaged: self.report.damaged.len() > damage_before, skips }))
     }
 
     /// Damage recovery cannot bound: refused by default, skipped and reported under `Skip`.
@@ -211,6 +230,7 @@ impl Scan {
         seq: u64,
         window: &mut Window<'_>,
         is_last: bool,
+        skips: &mut Vec<(u64, u64)>,
     ) -> Result<Option<Stop>, OpenError> {
         let read_failed = io_err("reading a segment");
         let mut offset = SEGMENT_HEADER_BYTES as u64;
@@ -218,12 +238,7 @@ impl Scan {
             let defect = match check_record(window, offset).map_err(&read_failed)? {
                 Ok(record) => {
                     // In range: check_record refuses records ending past u32::MAX.
-                    let location = Location {
-                        segment: seq,
-                        offset: offset as u32,
-                        record_bytes: record.header.record_bytes() as u32,
-                    };
-                    self.apply(&record.header, location, record.metadata);
+                    self.apply(&record.header, seq, offset as u32, record.metadata);
                     self.report.records += 1;
                     offset += record.header.record_bytes();
                     continue;
@@ -234,6 +249,7 @@ impl Scan {
                 AfterDamage::ResumeAt(next) => {
                     let damage = Damage { segment: seq, offset, bytes_skipped: next - offset, defect };
                     self.report.damaged.push(damage);
+                    skips.push((offset, next));
                     offset = next;
                 }
                 AfterDamage::TornTail => return Ok(Some(Stop { offset, defect, end: StopKind::TornTail })),
@@ -243,118 +259,40 @@ impl Scan {
         Ok(None)
     }
 
-    fn apply(&mut self, header: &RecordHeader, location: Location, metadata: Bytes) {
-        let (queue, msg_id, seq) = (header.queue, header.msg_id, location.segment);
+    fn apply(&mut self, header: &RecordHeader, seq: u64, offset: u32, metadata: Option<Bytes>) {
+        let (queue, msg_id) = (header.queue, header.msg_id);
         match header.kind {
             RecordKind::Enqueue => {
                 // Appends refuse a live id, so a repeat means the later record wins.
                 if self.index.settle(queue, msg_id, seq).is_some() {
-                    self.live.remove(queue, msg_id);
+                    self.updates.forget(queue, msg_id);
                 }
                 // Cannot fail: the id was just settled if it was live.
-                let _ = self.index.enqueue(queue, msg_id, seq);
-                self.live.push(
-                    queue,
-                    RecoveredMessage { msg_id, location, body_bytes: header.body_bytes(), metadata },
-                );
+                let _ = self.index.enqueue(queue, msg_id, seq, offset);
             }
             RecordKind::Settle => {
                 if self.index.settle(queue, msg_id, seq).is_some() {
-                    self.live.remove(queue, msg_id);
+                    self.updates.forget(queue, msg_id);
                 }
             }
             RecordKind::Update => {
-                if self.index.update(queue, msg_id, seq).is_some() {
-                    self.live.set_metadata(queue, msg_id, metadata);
+                if let (Some(_), Some(metadata)) = (self.index.update(queue, msg_id, seq), metadata) {
+                    self.updates.set(queue, msg_id, metadata);
                 }
             }
             RecordKind::Purge => {
                 self.index.purge(queue, seq);
-                self.live.queues.remove(&queue);
+                self.updates.forget_queue(queue);
             }
         }
     }
 }
 
-/// Live messages per queue in enqueue order, with removal by id: a vector with holes, compacted
-/// when the holes outnumber the messages.
-#[derive(Default)]
-struct LiveSet {
-    queues: HashMap<u64, QueueLive, IdBuild>,
-}
-
-#[derive(Default)]
-struct QueueLive {
-    order: Vec<Option<RecoveredMessage>>,
-    position: HashMap<u64, usize, IdBuild>,
-    holes: usize,
-}
-
-impl LiveSet {
-    fn push(&mut self, queue: u64, message: RecoveredMessage) {
-        let q = self.queues.entry(queue).or_default();
-        q.position.insert(message.msg_id, q.order.len());
-        q.order.push(Some(message));
-    }
-
-    fn remove(&mut self, queue: u64, msg_id: u64) {
-        let Some(q) = self.queues.get_mut(&queue) else {
-            return;
-        };
-        if let Some(at) = q.position.remove(&msg_id) {
-            q.order[at] = None;
-            q.holes += 1;
-        }
-        if q.position.is_empty() {
-            self.queues.remove(&queue);
-        } else if q.holes > q.order.len() / 2 {
-            q.compact();
-        }
-    }
-
-    fn set_metadata(&mut self, queue: u64, msg_id: u64, metadata: Bytes) {
-        let q = self.queues.get_mut(&queue);
-        let at = q.as_ref().and_then(|q| q.position.get(&msg_id).copied());
-        if let (Some(q), Some(at)) = (q, at) {
-            if let Some(Some(message)) = q.order.get_mut(at) {
-                message.metadata = metadata;
-            }
-        }
-    }
-
-    /// Each queue's live messages in enqueue order. The holes are dropped in place (filter_map
-    /// over the vector's own iterator reuses its allocation; `flatten` would allocate a second
-    /// vector beside it, ~64 B more per message at recovery's peak), and the id index goes first.
-    fn into_queues(self) -> BTreeMap<u64, Vec<RecoveredMessage>> {
-        self.queues
-            .into_iter()
-            .map(|(queue, q)| {
-                let QueueLive { order, position, .. } = q;
-                drop(position);
-                #[allow(clippy::filter_map_identity)]
-                let messages: Vec<RecoveredMessage> = order.into_iter().filter_map(|m| m).collect();
-                (queue, messages)
-            })
-            .collect()
-    }
-}
-
-impl QueueLive {
-    fn compact(&mut self) {
-        self.order.retain(Option::is_some);
-        self.holes = 0;
-        for (at, message) in self.order.iter().enumerate() {
-            if let Some(message) = message {
-                self.position.insert(message.msg_id, at);
-            }
-        }
-    }
-}
-
-/// A record whose lengths and checksum verified.
+/// A record whose lengths and checksum verified, with its metadata if it is an update (the only
+/// metadata the first pass keeps: an enqueue's is read again by the second).
 struct CheckedRecord {
     header: RecordHeader,
-    metadata: Bytes,
+    metadata: Option<Bytes>,
 }
 
 /// Reads and verifies the record at `offset` (header checks, extent inside the file, CRC32C over
@@ -381,7 +319,7 @@ fn check_record(window: &mut Window<'_>, offset: u64) -> io::Result<Result<Check
         return Ok(Err(Defect::Truncated));
     };
     crc = crc32c::crc32c_append(crc, metadata);
-    let metadata = Bytes::copy_from_slice(metadata);
+    let metadata = (header.kind == RecordKind::Update).then(|| Bytes::copy_from_slice(metadata));
     let mut at = metadata_at + metadata_bytes as u64;
     while at < end {
         let n = (end - at).min(RECOVERY_READ_BYTES as u64) as usize;
@@ -395,36 +333,6 @@ fn check_record(window: &mut Window<'_>, offset: u64) -> io::Result<Result<Check
         return Ok(Err(Defect::Checksum));
     }
     Ok(Ok(CheckedRecord { header, metadata }))
-}
-
-/// Sequential reads through a buffer of [`RECOVERY_READ_BYTES`].
-struct Window<'a> {
-    file: &'a dyn StorageFile,
-    file_bytes: u64,
-    buf: Vec<u8>,
-    start: u64,
-}
-
-impl<'a> Window<'a> {
-    fn new(file: &'a dyn StorageFile, file_bytes: u64) -> Self {
-        Self { file, file_bytes, buf: Vec::new(), start: 0 }
-    }
-
-    /// `len` bytes at `offset`, or `None` if the file ends first.
-    fn bytes(&mut self, offset: u64, len: usize) -> io::Result<Option<&[u8]>> {
-        let end = offset.saturating_add(len as u64);
-        if end > self.file_bytes {
-            return Ok(None);
-        }
-        if offset < self.start || end > self.start + self.buf.len() as u64 {
-            let want = (len.max(RECOVERY_READ_BYTES) as u64).min(self.file_bytes - offset);
-            self.buf.resize(want as usize, 0);
-            self.file.read_exact_at(offset, &mut self.buf)?;
-            self.start = offset;
-        }
-        let from = (offset - self.start) as usize;
-        Ok(Some(&self.buf[from..from + len]))
-    }
 }
 
 fn io_err(doing: &'static str) -> impl Fn(io::Error) -> OpenError {

@@ -25,12 +25,13 @@ use crate::limits::{
 };
 use crate::record::{
     encode_record, encode_segment_header, segment_name, RecordHeader, RecordKind, RECORD_HEADER_BYTES,
-    SEGMENT_HEADER_BYTES,
+    SEGMENT_HEADER_BYTES, SEGMENT_SEQUENCE_MAX,
 };
-use crate::recovery::recover;
+use crate::recovery::{recover, Replay, Replayed};
 use crate::storage::{Storage, StorageFile};
 use crate::types::{
-    Appended, Committed, Compacted, Enqueued, Location, Purged, RecordSeq, Recovered, StoreConfig, StoreStats,
+    Appended, Committed, Compacted, Enqueued, Location, Purged, RecordSeq, Recovered, RecoveredMessage,
+    StoreConfig, StoreStats,
 };
 
 /// A per-broker append-only message log. Synchronous: call it from one blocking thread.
@@ -142,7 +143,7 @@ impl Store {
         }
         let (seq, location) = self.push(RecordKind::Enqueue, queue, msg_id, metadata, body);
         // Cannot fail: the id was checked not to be live just above.
-        let _ = self.index.enqueue(queue, msg_id, location.segment);
+        let _ = self.index.enqueue(queue, msg_id, location.segment, location.offset);
         Ok(Enqueued { seq, location })
     }
 
@@ -256,6 +257,27 @@ impl Store {
         };
         let body_at = check_enqueue(&buf, location)?;
         Ok(Bytes::from(buf).slice(body_at..))
+    }
+
+    /// Recovery's second pass (`recovery/replay.rs`): the messages live now that [`Store::open`]
+    /// recovered, `(queue, message)` in log order, so each queue's in enqueue order, with their
+    /// latest metadata. One at a time: nothing is held per message. Call it before appending
+    /// (what is settled meanwhile is left out; what is enqueued meanwhile is not recovered).
+    pub fn replay(&self, replay: Replay) -> Replayed<'_> {
+        replay.over(&self.index, |seq| self.segments.get(&seq).map(|s| s.file.as_ref()))
+    }
+
+    /// [`Store::replay`] collected per queue: for tests and tools, never for a large log.
+    pub fn recovered_queues(
+        &self,
+        replay: Replay,
+    ) -> Result<BTreeMap<u64, Vec<RecoveredMessage>>, ReadError> {
+        let mut queues: BTreeMap<u64, Vec<RecoveredMessage>> = BTreeMap::new();
+        for found in self.replay(replay) {
+            let (queue, message) = found?;
+            queues.entry(queue).or_default().push(message);
+        }
+        Ok(queues)
     }
 
     /// A reader of durable records with its own file handles, for another thread; the handles
@@ -406,6 +428,9 @@ impl Store {
         if self.poisoned {
             return Err(AppendError::Poisoned);
         }
+        if self.tail.segment >= SEGMENT_SEQUENCE_MAX {
+            return Err(AppendError::SequenceExhausted);
+        }
         Ok(())
     }
 
@@ -441,4 +466,25 @@ pub(crate) fn check_enqueue(buf: &[u8], location: Location) -> Result<usize, Rea
         return Err(ReadError::NotAnEnqueue { location });
     }
     Ok(RECORD_HEADER_BYTES + usize::from(header.metadata_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::MemStorage;
+
+    /// The live index packs a segment sequence in 32 bits: a log whose last segment has the last
+    /// sequence opens (its messages are read) and refuses appends with a clear error.
+    #[test]
+    fn appends_stop_at_the_last_segment_sequence() {
+        let storage = MemStorage::new();
+        let file = storage.create(&segment_name(SEGMENT_SEQUENCE_MAX)).unwrap();
+        file.write_all_at(0, &encode_segment_header(SEGMENT_SEQUENCE_MAX)).unwrap();
+        file.sync().unwrap();
+        drop(file);
+        let (mut store, recovered) = Store::open(Arc::new(storage), StoreConfig::default()).unwrap();
+        assert!(recovered.queue_messages.is_empty());
+        assert!(matches!(store.append_enqueue(1, 1, b"", b"x"), Err(AppendError::SequenceExhausted)));
+        assert!(matches!(store.append_purge(1), Err(AppendError::SequenceExhausted)));
+    }
 }

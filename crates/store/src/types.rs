@@ -138,10 +138,13 @@ pub struct RecoveredMessage {
 /// Everything recovery found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovered {
-    /// Live messages per queue id, in enqueue order. Queues with no live message are absent.
-    pub queues: BTreeMap<u64, Vec<RecoveredMessage>>,
+    /// How many live messages each queue id has. Queues with no live message are absent.
+    pub queue_messages: BTreeMap<u64, u64>,
     /// What recovery did on the way.
     pub report: RecoveryReport,
+    /// The messages themselves are read back by [`crate::Store::replay`] with this, one at a
+    /// time (recovery holds none of them).
+    pub replay: crate::Replay,
 }
 
 /// What recovery read, cut and skipped; for the broker's startup log.

@@ -6,6 +6,8 @@
 //! everything committed is there exactly once, nothing settled-and-committed comes back, and each
 //! queue keeps its order, bodies and latest metadata. Then the recovered store must keep working.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -139,8 +141,9 @@ fn step(store: &mut Store, state: &Queues, op: &Op, next_id: &mut u64) -> Option
 /// The queues a crashed image recovers to, bodies read back through `read_message`.
 fn recover(storage: &MemStorage, segment_bytes_target: u64) -> (Store, Queues) {
     let config = StoreConfig { segment_bytes_target, ..StoreConfig::default() };
-    let (store, recovered) =
-        Store::open(Arc::new(storage.clone()), config).unwrap_or_else(|e| panic!("recovery failed: {e}"));
+    let (store, recovered) = common::replayed(
+        Store::open(Arc::new(storage.clone()), config).unwrap_or_else(|e| panic!("recovery failed: {e}")),
+    );
     let queues = recovered
         .queues
         .iter()

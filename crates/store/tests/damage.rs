@@ -3,11 +3,11 @@
 //! nothing valid follows is the last segment's torn tail and is cut quietly; damage recovery
 //! cannot bound is refused unless the operator asks to skip it. docs/storage.md "Recovery rules".
 
+mod common;
+
 use std::sync::Arc;
 
-use hourglass_store::{
-    Defect, Location, MemStorage, OnCorruption, OpenError, Recovered, Storage, Store, StoreConfig,
-};
+use hourglass_store::{Defect, Location, MemStorage, OnCorruption, OpenError, Storage, Store, StoreConfig};
 
 const SEGMENT_1: &str = "00000000000000000001.seg";
 
@@ -15,11 +15,11 @@ fn config(on_corruption: OnCorruption) -> StoreConfig {
     StoreConfig { segment_bytes_target: 1 << 20, on_corruption }
 }
 
-fn open(storage: &MemStorage) -> Result<(Store, Recovered), OpenError> {
-    Store::open(Arc::new(storage.clone()), config(OnCorruption::Refuse))
+fn open(storage: &MemStorage) -> Result<(Store, common::Reopened), OpenError> {
+    Store::open(Arc::new(storage.clone()), config(OnCorruption::Refuse)).map(common::replayed)
 }
 
-fn ids(recovered: &Recovered, queue: u64) -> Vec<u64> {
+fn ids(recovered: &common::Reopened, queue: u64) -> Vec<u64> {
     recovered.queues.get(&queue).map_or(Vec::new(), |m| m.iter().map(|m| m.msg_id).collect())
 }
 
@@ -151,7 +151,7 @@ fn corruption_in_an_older_segment_is_skipped_when_valid_records_follow() {
     assert_eq!(locations[1].segment, 1);
     assert!(locations[7].segment > 1);
     xor_byte(&storage, SEGMENT_1, u64::from(locations[1].offset) + 50, 0x20);
-    let (_, recovered) = Store::open(Arc::new(storage), small).unwrap();
+    let (_, recovered) = common::replayed(Store::open(Arc::new(storage), small).unwrap());
     assert_eq!(ids(&recovered, 1), [0, 2, 3, 4, 5, 6, 7]);
     assert_eq!(recovered.report.damaged.len(), 1);
 }
@@ -168,7 +168,8 @@ fn damaged_segment_header_is_refused_or_its_records_read_with_skip() {
         matches!(err, OpenError::Corrupt { segment: 1, offset: 0, defect: Defect::SegmentHeader }),
         "{err}"
     );
-    let (_, recovered) = Store::open(Arc::new(storage), config(OnCorruption::Skip)).unwrap();
+    let (_, recovered) =
+        common::replayed(Store::open(Arc::new(storage), config(OnCorruption::Skip)).unwrap());
     assert_eq!(ids(&recovered, 1), (0..9).collect::<Vec<_>>());
     assert_eq!(recovered.report.damaged[0].bytes_skipped, 32);
 }
@@ -234,7 +235,7 @@ fn recovery_after_a_torn_cut_repeats_the_same_skips() {
     store.commit().unwrap();
     drop(store);
     let (_, second) = open(&storage).unwrap();
-    let stretches = |r: &Recovered| -> Vec<(u64, u64, u64)> {
+    let stretches = |r: &common::Reopened| -> Vec<(u64, u64, u64)> {
         r.report.damaged.iter().map(|d| (d.segment, d.offset, d.bytes_skipped)).collect()
     };
     assert_eq!(stretches(&second), stretches(&first));

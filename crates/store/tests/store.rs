@@ -1,6 +1,8 @@
 //! Behaviour of the store through its public API: append, commit, read back, recover, compact,
 //! limits and error paths, over both backends.
 
+mod common;
+
 use std::sync::Arc;
 
 use hourglass_store::{
@@ -12,11 +14,11 @@ fn config(segment_bytes_target: u64) -> StoreConfig {
     StoreConfig { segment_bytes_target, ..StoreConfig::default() }
 }
 
-fn open(storage: &MemStorage, segment_bytes_target: u64) -> (Store, hourglass_store::Recovered) {
-    Store::open(Arc::new(storage.clone()), config(segment_bytes_target)).unwrap()
+fn open(storage: &MemStorage, segment_bytes_target: u64) -> (Store, common::Reopened) {
+    common::replayed(Store::open(Arc::new(storage.clone()), config(segment_bytes_target)).unwrap())
 }
 
-fn ids(recovered: &hourglass_store::Recovered, queue: u64) -> Vec<u64> {
+fn ids(recovered: &common::Reopened, queue: u64) -> Vec<u64> {
     recovered.queues.get(&queue).map_or(Vec::new(), |m| m.iter().map(|m| m.msg_id).collect())
 }
 
@@ -48,6 +50,55 @@ fn committed_messages_survive_reopen_in_order_with_latest_metadata() {
     assert_eq!(q1[1].body_bytes, 7);
     assert_eq!(store.read_message(q1[1].location).unwrap(), "body-12");
     assert_eq!(store.stats().live_messages, 3);
+}
+
+/// An id settled and enqueued again in the same segment comes back once, as the later record
+/// (with its metadata), even when an update to the first one sits between them; a message whose
+/// enqueue and latest update are in different segments comes back with the update.
+#[test]
+fn recovery_brings_back_exactly_the_live_enqueue_records() {
+    let storage = MemStorage::new();
+    let (mut store, _) = open(&storage, 256);
+    store.append_enqueue(1, 5, b"first", b"a").unwrap();
+    store.append_update(1, 5, b"first-updated").unwrap();
+    store.append_settle(1, 5).unwrap();
+    let again = store.append_enqueue(1, 5, b"second", b"b").unwrap();
+    store.append_enqueue(1, 6, b"six", &[6; 200]).unwrap();
+    store.append_enqueue(2, 7, b"seven", &[7; 200]).unwrap();
+    store.append_update(1, 6, b"six-updated").unwrap();
+    store.commit().unwrap();
+    assert!(store.stats().segments > 1, "the update of 6 is in a later segment");
+    drop(store);
+
+    let (store, recovered) = open(&storage.crash(Crash::LoseUnsynced), 256);
+    let q1 = &recovered.queues[&1];
+    assert_eq!(ids(&recovered, 1), [5, 6]);
+    assert_eq!((q1[0].location, &q1[0].metadata[..]), (again.location, &b"second"[..]));
+    assert_eq!(store.read_message(q1[0].location).unwrap(), "b");
+    assert_eq!(q1[1].metadata, "six-updated");
+    assert_eq!(q1[1].body_bytes, 200);
+    assert_eq!(ids(&recovered, 2), [7]);
+}
+
+/// The second pass gives what is live when it runs: a message settled after the open and before
+/// the replay is left out, and one enqueued meanwhile was never recovered.
+#[test]
+fn replay_leaves_out_what_was_settled_since_the_open() {
+    let storage = MemStorage::new();
+    let (mut store, _) = open(&storage, 1 << 20);
+    for id in 0..3 {
+        store.append_enqueue(1, id, b"", b"x").unwrap();
+    }
+    store.commit().unwrap();
+    drop(store);
+    let (mut store, recovered) =
+        Store::open(Arc::new(storage.crash(Crash::LoseUnsynced)), config(1 << 20)).unwrap();
+    assert_eq!(recovered.queue_messages.get(&1), Some(&3));
+    store.append_settle(1, 1).unwrap();
+    store.append_enqueue(1, 9, b"", b"y").unwrap();
+    let queues = store.recovered_queues(recovered.replay).unwrap();
+    let ids: Vec<u64> = queues[&1].iter().map(|m| m.msg_id).collect();
+    assert_eq!(ids, [0, 2]);
 }
 
 /// Appends are readable before their commit, and nothing appended is durable until it.
@@ -241,7 +292,7 @@ fn corruption_before_the_tail_is_refused_or_skipped_by_policy() {
     let err = Store::open(Arc::new(storage.clone()), config(200)).unwrap_err();
     assert!(matches!(err, OpenError::Corrupt { segment: 2, offset: 32, .. }), "{err}");
     let skip = StoreConfig { on_corruption: OnCorruption::Skip, ..config(200) };
-    let (_, recovered) = Store::open(Arc::new(storage), skip).unwrap();
+    let (_, recovered) = common::replayed(Store::open(Arc::new(storage), skip).unwrap());
     assert_eq!(ids(&recovered, 1), [0, 2, 3]);
     assert_eq!(recovered.report.damaged.len(), 1);
 }
@@ -292,7 +343,7 @@ fn file_backend_roundtrip() {
     let compacted = store.compact().unwrap();
     assert!(compacted.segments_removed > 0);
     drop(store);
-    let (store, recovered) = Store::open(storage, config(4096)).unwrap();
+    let (store, recovered) = common::replayed(Store::open(storage, config(4096)).unwrap());
     let total: usize = recovered.queues.values().map(Vec::len).sum();
     assert_eq!(total, 10);
     for (queue, messages) in &recovered.queues {

@@ -95,38 +95,34 @@ pub struct OrphanedQueue {
 
 impl Broker {
     /// Rebuilds definitions (`definitions`: decoded from the catalog; `Definitions::default()`
-    /// for none) and the messages of
-    /// each durable queue (`messages`: per queue id, in enqueue order), at `now`. Call once, on a
-    /// new broker, before any connection. Ops it needs written (the definitions of queues
-    /// recreated for orphaned messages, settles of expired messages) come out of
-    /// `poll_store_op` as usual.
+    /// for none) and the messages of each durable queue (`messages`: per queue id, in enqueue
+    /// order), at `now`. Call once, on a new broker, before any connection. Ops it needs written
+    /// (the definitions of queues recreated for orphaned messages, settles of expired messages)
+    /// come out of `poll_store_op` as usual.
     pub fn restore(
         &mut self,
         definitions: Definitions,
         messages: BTreeMap<u64, Vec<StoredMessage>>,
         now: Timestamp,
     ) -> RestoreReport {
-        let sorted = messages.into_iter().map(|(queue, mut stored)| {
-            stored.sort_by_key(|message| message.msg_id);
-            (queue, stored)
-        });
-        self.restore_in_id_order(definitions, sorted, now)
+        let counts = messages.iter().map(|(queue, stored)| (*queue, stored.len() as u64)).collect();
+        let stream =
+            messages.into_iter().flat_map(|(queue, stored)| stored.into_iter().map(move |m| (queue, m)));
+        self.restore_streamed(definitions, &counts, stream, now)
     }
 
-    /// [`Broker::restore`] from each queue's messages as an iterator already in id order (the
-    /// server converts the store's recovered messages one by one, so no second copy of them is
-    /// ever held: recovery's peak memory, issue 23).
-    pub fn restore_in_id_order<Q, M>(
+    /// [`Broker::restore`] from the store's second recovery pass: `messages` as `(queue, message)`
+    /// one at a time in log order (each queue's in enqueue order), `queue_messages` how many each
+    /// queue has (from the first pass). Nothing is held beside what the queues keep, so a restart
+    /// needs no more memory than the running broker (issue 23). A queue keeps its ready messages
+    /// in id order whatever order they come in.
+    pub fn restore_streamed(
         &mut self,
         definitions: Definitions,
-        messages: Q,
+        queue_messages: &BTreeMap<u64, u64>,
+        messages: impl IntoIterator<Item = (u64, StoredMessage)>,
         now: Timestamp,
-    ) -> RestoreReport
-    where
-        Q: IntoIterator<Item = (u64, M)>,
-        M: IntoIterator<Item = StoredMessage>,
-        M::IntoIter: ExactSizeIterator,
-    {
+    ) -> RestoreReport {
         let mut report = RestoreReport::default();
         self.next_queue_id = self.next_queue_id.max(definitions.next_queue_id);
         self.entry_ids.restarted(now);
@@ -134,32 +130,23 @@ impl Broker {
         for vhost in &definitions.vhosts {
             self.restore_vhost(vhost, now, &mut report, &mut refused);
         }
-        let mut restored = Vec::new();
-        for (queue, stored) in messages {
+        for (&queue, &count) in queue_messages.iter().filter(|(_, count)| **count > 0) {
             self.next_queue_id = self.next_queue_id.max(queue + 1);
             let id = QueueId(queue);
-            let stored = stored.into_iter();
-            if stored.len() == 0 {
-                continue;
-            }
             if !self.queues.contains_key(&id) {
-                let orphaned = self.recreate_orphaned(id, refused.remove(&id), stored.len(), now);
+                let count = usize::try_from(count).unwrap_or(usize::MAX);
+                let orphaned = self.recreate_orphaned(id, refused.remove(&id), count, now);
                 report.orphaned.push(orphaned);
             }
-            // Ids are given in enqueue order, and a queue's ready entries are kept in id order.
-            let mut last = 0;
-            for message in stored {
-                debug_assert!(message.msg_id > last, "restored messages come in id order");
-                last = message.msg_id;
-                self.entry_ids.recovered(message.msg_id);
-                self.restore_message(id, message, now, &mut report);
-            }
-            restored.push(id);
+        }
+        for (queue, message) in messages {
+            self.entry_ids.recovered(message.msg_id);
+            self.restore_message(QueueId(queue), message, now, &mut report);
         }
         // Every queue exists now: expiries and due delays may dead-letter into any of them.
         let mark = self.mark();
-        for id in restored {
-            self.run_queue(id, now);
+        for &queue in queue_messages.keys() {
+            self.run_queue(QueueId(queue), now);
         }
         self.run_dead_letters(now);
         self.hold_after(mark, None);

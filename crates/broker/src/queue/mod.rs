@@ -217,15 +217,17 @@ impl Queue {
         self.spec.durable && self.spec.exclusive_owner.is_none()
     }
 
-    /// Puts a message recovered from the store back, after the ones already restored (they come
-    /// in id order): delayed until `wait_until` when set, else ready.
+    /// Puts a message recovered from the store back: delayed until `wait_until` when set, else
+    /// ready at its place by id.
     pub(crate) fn restore_entry(&mut self, entry: Entry, wait_until: Option<Timestamp>) {
         match wait_until {
             Some(due) => {
                 let returning = entry.ready_at().is_some();
                 self.delayed.insert(due, Waiting { entry, returning });
             }
-            None => self.push_ready(entry),
+            // At its place by id (the store gives enqueue order, and ready messages are kept in
+            // id order); an append when they agree, as they do for everything this broker wrote.
+            None => self.return_to_ready(entry),
         }
     }
 
