@@ -29,12 +29,13 @@ pub const MEMORY_NEAR_FRACTION: f64 = 0.8;
 /// Free disk is near its limit under twice the limit, or under the limit plus this much: a
 /// writer at disk speed covers 256 MiB in well under a second.
 pub const DISK_NEAR_MARGIN_BYTES: u64 = 256 * 1024 * 1024;
-/// What recovering one live message costs at its peak: a restart reads the whole log and holds
-/// every live message's location, metadata and index entries at once. Measured 217 B (VmHWM
-/// 2,076 MiB for 10M waiting messages, docs/benchmarks.md), with its vectors and tables at 60 %
-/// of their capacity; just past a doubling they hold up to twice their contents, and a vector
-/// growing holds its old and new buffers at once, hence the margin.
-pub const RESTART_BYTES_PER_MESSAGE: u64 = 320;
+/// What recovering one live message costs at its peak beyond what the running broker holds for
+/// it: recovery reads the live messages back one at a time (`Store::replay`), so its peak is the
+/// live index being rebuilt, a hash table of 17 B buckets that holds its old and new tables at
+/// once while it doubles: at most 3 buckets of 17 B for each 7/8 of a bucket filled, 58 B per
+/// message at the worst moment. Measured 43.8 B (VmHWM 428 MB for 10M waiting messages, just
+/// past a doubling; docs/benchmarks.md), 217 B before the two-pass recovery.
+pub const RESTART_BYTES_PER_MESSAGE: u64 = 64;
 /// The share of the machine's memory a restart may take. Past it the memory alarm blocks
 /// publishers even though the running broker is far under its watermark (a far-future delayed
 /// message costs ~30 B while running, ADR 0013): a node must always be able to start again.
@@ -275,17 +276,18 @@ mod tests {
     /// The memory alarm is also up when a restart would need more than its share of the
     /// machine's memory to recover the stored messages, however little the broker holds now
     /// (issue 23: 100M far-future delayed messages took 2.2 GiB running, and the restart was
-    /// killed for want of memory at 24 GiB).
+    /// killed for want of memory at 24 GiB when recovery held them all; 400M would not fit
+    /// even now).
     #[test]
     fn a_restart_that_would_not_fit_raises_the_memory_alarm() {
         const GIB: u64 = 1 << 30;
-        let (need, limit) = restart_memory(100_000_000, Some(24 * GIB));
-        assert_eq!(need, 100_000_000 * RESTART_BYTES_PER_MESSAGE);
+        let (need, limit) = restart_memory(400_000_000, Some(24 * GIB));
+        assert_eq!(need, 400_000_000 * RESTART_BYTES_PER_MESSAGE);
         assert!(need > limit);
         let sample = with_restart_need(evaluate(2 * GIB, 9 * GIB, Some(GIB), 500), need, limit);
         assert!(sample.mem_alarm && sample.any_alarm());
         assert_eq!((sample.restart_mem_need, sample.restart_mem_limit), (need, limit));
-        let (need, limit) = restart_memory(10_000_000, Some(24 * GIB));
+        let (need, limit) = restart_memory(100_000_000, Some(24 * GIB));
         assert!(!with_restart_need(evaluate(2 * GIB, 9 * GIB, Some(GIB), 500), need, limit).any_alarm());
         // Unknown total memory: no restart alarm.
         let (need, limit) = restart_memory(u64::MAX, None);
