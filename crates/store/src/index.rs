@@ -12,6 +12,7 @@
 //!
 //! Recovery and the running store drive the same index, so both count alike.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -27,6 +28,10 @@ fn pack(segment: u64, offset: u32) -> u64 {
 
 fn segment_of(packed: u64) -> u64 {
     packed >> 32
+}
+
+fn offset_of(packed: u64) -> u32 {
+    packed as u32
 }
 
 #[derive(Debug, Default)]
@@ -63,14 +68,26 @@ impl LiveIndex {
         seg: u64,
         offset: u32,
     ) -> Result<(), AlreadyLive> {
-        let messages = self.queues.entry(queue).or_default();
-        if messages.contains_key(&msg_id) {
-            return Err(AlreadyLive);
-        }
-        messages.insert(msg_id, pack(seg, offset));
+        match self.queues.entry(queue).or_default().entry(msg_id) {
+            Entry::Occupied(_) => return Err(AlreadyLive),
+            Entry::Vacant(vacant) => vacant.insert(pack(seg, offset)),
+        };
         self.segments.entry(seg).or_default().live += 1;
         self.live_messages += 1;
         Ok(())
+    }
+
+    /// Recovery's enqueue: a record for an id already live replaces it (appends refuse a live id,
+    /// so a repeat means the later record wins), as a settle written in `seg` and then an
+    /// enqueue would, in one lookup.
+    pub(crate) fn enqueue_replacing(&mut self, queue: u64, msg_id: u64, seg: u64, offset: u32) -> bool {
+        let replaced = self.queues.entry(queue).or_default().insert(msg_id, pack(seg, offset));
+        if let Some(old) = replaced {
+            self.unpin(segment_of(old), seg);
+        }
+        self.segments.entry(seg).or_default().live += 1;
+        self.live_messages += 1;
+        replaced.is_some()
     }
 
     /// Records a settle written in segment `at`; returns the segment of the enqueue, if live.
@@ -104,8 +121,25 @@ impl LiveIndex {
     }
 
     /// Whether `msg_id` is live in `queue` with its enqueue record at `offset` in segment `seg`.
-    pub(crate) fn is_live_at(&self, queue: u64, msg_id: u64, seg: u64, offset: u32) -> bool {
-        self.queues.get(&queue).and_then(|m| m.get(&msg_id)) == Some(&pack(seg, offset))
+    /// The offsets of the live enqueue records in each segment, ascending: one pass over the
+    /// tables in memory order, so recovery's second pass visits exactly those records without a
+    /// lookup per record (a lookup is a cache miss in a table of 100M entries). 4 B per message.
+    pub(crate) fn live_offsets(&self) -> BTreeMap<u64, Vec<u32>> {
+        let mut offsets: BTreeMap<u64, Vec<u32>> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.live > 0)
+            .map(|(seq, s)| (*seq, Vec::with_capacity(usize::try_from(s.live).unwrap_or(0))))
+            .collect();
+        for packed in self.queues.values().flat_map(HashMap::values) {
+            if let Some(segment) = offsets.get_mut(&segment_of(*packed)) {
+                segment.push(offset_of(*packed));
+            }
+        }
+        for segment in offsets.values_mut() {
+            segment.sort_unstable();
+        }
+        offsets
     }
 
     /// Live messages per queue id (queues with none are absent).

@@ -1,8 +1,7 @@
 //! Recovery: read every segment in sequence order, verify each record's checksum, skip damaged
 //! records that valid records follow, cut the torn tail of the last segment, and rebuild the live
 //! index. That first pass holds no message: only the index (where each live enqueue record lies),
-//! the latest metadata of the live messages that were updated, and where each segment's valid
-//! records are. A second pass (`replay.rs`, [`crate::Store::replay`]) reads the live messages
+//! the latest metadata of the live messages that were updated, and each segment's valid length. A second pass (`replay.rs`, [`crate::Store::replay`]) reads the live messages
 //! back one at a time in log order, so recovery's peak memory is the running store's, whatever the
 //! backlog (issue 23).
 //!
@@ -79,8 +78,8 @@ pub(crate) fn recover(
         let file = storage.open(&segment_name(seq)).map_err(io_err("opening a segment"))?;
         let is_last = Some(seq) == last;
         match scan.segment(seq, file.as_ref(), is_last)? {
-            Some(Scanned { valid_bytes, damaged, skips }) => {
-                scan.replay_segments.push(ReplaySegment { seq, valid_bytes, skips });
+            Some(Scanned { valid_bytes, damaged }) => {
+                scan.replay_segments.push(ReplaySegment { seq, valid_bytes });
                 segments.insert(seq, OpenSegment { file, valid_bytes, damaged });
             }
             None => {
@@ -117,7 +116,7 @@ struct Scan {
     index: LiveIndex,
     /// The latest metadata of live messages that an update record changed.
     updates: Updates,
-    /// Each kept segment's valid records, for the second pass.
+    /// Each kept segment's valid length, for the second pass.
     replay_segments: Vec<ReplaySegment>,
     report: RecoveryReport,
     on_corruption: OnCorruption,
@@ -138,12 +137,10 @@ enum StopKind {
     ToEnd,
 }
 
-/// A segment's valid length, whether recovery skipped damage inside it, and the damaged
-/// stretches between records it skipped (`(start, next valid record)`), in order.
+/// A segment's valid length, and whether recovery skipped damage inside it.
 struct Scanned {
     valid_bytes: u64,
     damaged: bool,
-    skips: Vec<(u64, u64)>,
 }
 
 impl Scan {
@@ -188,8 +185,7 @@ impl Scan {
             let header_bytes = (SEGMENT_HEADER_BYTES as u64).min(file_bytes);
             self.refuse_or_skip(seq, 0, header_bytes, defect)?;
         }
-        let mut skips = Vec::new();
-        let stop = self.records(seq, &mut window, is_last, &mut skips)?;
+        let stop = self.records(seq, &mut window, is_last)?;
         let valid_bytes = match stop {
             None => file_bytes,
             Some(Stop { offset, end: StopKind::TornTail, .. }) => {
@@ -203,7 +199,7 @@ impl Scan {
                 offset
             }
         };
-        Ok(Some(Scanned { valid_bytes, damaged: self.report.damaged.len() > damage_before, skips }))
+        Ok(Some(Scanned { valid_bytes, damaged: self.report.damaged.len() > damage_before }))
     }
 
     /// Damage recovery cannot bound: refused by default, skipped and reported under `Skip`.
@@ -230,7 +226,6 @@ impl Scan {
         seq: u64,
         window: &mut Window<'_>,
         is_last: bool,
-        skips: &mut Vec<(u64, u64)>,
     ) -> Result<Option<Stop>, OpenError> {
         let read_failed = io_err("reading a segment");
         let mut offset = SEGMENT_HEADER_BYTES as u64;
@@ -249,7 +244,6 @@ impl Scan {
                 AfterDamage::ResumeAt(next) => {
                     let damage = Damage { segment: seq, offset, bytes_skipped: next - offset, defect };
                     self.report.damaged.push(damage);
-                    skips.push((offset, next));
                     offset = next;
                 }
                 AfterDamage::TornTail => return Ok(Some(Stop { offset, defect, end: StopKind::TornTail })),
@@ -264,11 +258,9 @@ impl Scan {
         match header.kind {
             RecordKind::Enqueue => {
                 // Appends refuse a live id, so a repeat means the later record wins.
-                if self.index.settle(queue, msg_id, seq).is_some() {
+                if self.index.enqueue_replacing(queue, msg_id, seq, offset) {
                     self.updates.forget(queue, msg_id);
                 }
-                // Cannot fail: the id was just settled if it was live.
-                let _ = self.index.enqueue(queue, msg_id, seq, offset);
             }
             RecordKind::Settle => {
                 if self.index.settle(queue, msg_id, seq).is_some() {
