@@ -33,9 +33,10 @@ pub const DISK_NEAR_MARGIN_BYTES: u64 = 256 * 1024 * 1024;
 /// it: recovery reads the live messages back one at a time (`Store::replay`), so its peak is the
 /// live index being rebuilt, a hash table of 17 B buckets that holds its old and new tables at
 /// once while it doubles: at most 3 buckets of 17 B for each 7/8 of a bucket filled, 58 B per
-/// message at the worst moment. Measured 43.8 B (VmHWM 428 MB for 10M waiting messages, just
-/// past a doubling; docs/benchmarks.md), 217 B before the two-pass recovery.
-pub const RESTART_BYTES_PER_MESSAGE: u64 = 64;
+/// message at the worst moment. Measured 43.9 B at 10M and 61.4 B at 30M (VmHWM 1,757 MiB, the
+/// table caught doubling; docs/benchmarks.md), 217 B before the two-pass recovery; a quarter
+/// more for the rest of the process.
+pub const RESTART_BYTES_PER_MESSAGE: u64 = 80;
 /// The share of the machine's memory a restart may take. Past it the memory alarm blocks
 /// publishers even though the running broker is far under its watermark (a far-future delayed
 /// message costs ~30 B while running, ADR 0013): a node must always be able to start again.
