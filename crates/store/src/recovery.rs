@@ -1,9 +1,10 @@
 //! Recovery: read every segment in sequence order, verify each record's checksum, skip damaged
 //! records that valid records follow, cut the torn tail of the last segment, and rebuild the live
 //! index. That first pass holds no message: only the index (where each live enqueue record lies),
-//! the latest metadata of the live messages that were updated, and each segment's valid length. A second pass (`replay.rs`, [`crate::Store::replay`]) reads the live messages
-//! back one at a time in log order, so recovery's peak memory is the running store's, whatever the
-//! backlog (issue 23).
+//! the latest metadata of the live messages that were updated, and each segment's valid length.
+//! A second pass (`replay.rs`, [`crate::Store::replay`]) reads the live messages back one at a
+//! time in log order, so recovery's peak memory is the running store's, whatever the backlog
+//! (issue 23).
 //!
 //! Rules (docs/storage.md has the full list):
 //! - a bad record that a valid record follows is corruption, in any segment: the bytes up to the
