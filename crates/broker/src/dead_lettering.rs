@@ -25,8 +25,8 @@ pub(crate) type DeadLetterQueue = VecDeque<(QueueId, DeadLetter)>;
 
 impl Broker {
     /// Notes a queued message leaving queue `from` for `reason` (see `dead_letter_later`).
-    /// A paged-out message is read back only when there is a dead-letter exchange to send it
-    /// to; one that cannot be read is dropped (and settled) like an expired one without a DLX.
+    /// A packed or paged-out message is made resident only when there is a dead-letter exchange
+    /// to send it to; one that cannot be read is dropped (and settled) like an expired one without a DLX.
     pub(crate) fn dead_letter_entry(&mut self, from: QueueId, mut entry: Entry, reason: DeathReason) {
         let persist_id = entry.persist_id();
         if entry.resident().is_none() {
@@ -39,7 +39,7 @@ impl Broker {
         match entry.payload {
             Payload::Resident(message) => self.dead_letter_later(from, message, reason, persist_id),
             // No dead-letter exchange: the body is not needed, the message just leaves.
-            Payload::Paged(_) => self.persist_settle(from, persist_id),
+            Payload::Packed(_) | Payload::Paged(_) => self.persist_settle(from, persist_id),
         }
     }
 

@@ -187,19 +187,29 @@ impl MessageMeta {
 /// A message as stored: `exchange (u8 length + bytes), routing key (u8 length + bytes),
 /// properties (AMQP content-header property encoding), body (the rest)`.
 pub fn encode_record(message: &Message) -> Bytes {
-    let properties_bytes = message.properties().encoded_len();
-    let mut out = BytesMut::with_capacity(
-        2 + message.exchange.len() + message.routing_key.len() + properties_bytes + message.body.len(),
-    );
+    let mut out = BytesMut::with_capacity(record_len(message));
+    write_record(message, &mut out);
+    out.freeze()
+}
+
+/// The size of `message`'s record ([`encode_record`]).
+pub fn record_len(message: &Message) -> usize {
+    2 + message.exchange.len()
+        + message.routing_key.len()
+        + message.properties().encoded_len()
+        + message.body.len()
+}
+
+/// Appends `message`'s record ([`encode_record`]) to `out`.
+pub fn write_record(message: &Message, out: &mut BytesMut) {
     for name in [&message.exchange, &message.routing_key] {
         // A ShortStr is at most 255 bytes by construction.
         out.put_u8(name.len() as u8);
         out.put_slice(name.as_bytes());
     }
     // The bytes as received: the same AMQP encoding the record format always had.
-    message.properties().encode(&mut out);
+    message.properties().encode(out);
     out.put_slice(&message.body);
-    out.freeze()
 }
 
 /// Decodes [`encode_record`]'s bytes; `None` when they do not parse (the body shares `record`).

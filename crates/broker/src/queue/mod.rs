@@ -12,6 +12,7 @@ pub(crate) mod entry;
 pub(crate) mod expires;
 pub(crate) mod far_delays;
 pub(crate) mod overflow;
+pub(crate) mod packed;
 pub(crate) mod paging;
 pub(crate) mod ready;
 mod stats;
@@ -35,6 +36,7 @@ use delay::{DelayIndex, Waiting};
 pub use delay::{DelayedInfo, NEAR_HORIZON_MS};
 use entry::{Entry, Paged, Payload, Seq};
 pub use far_delays::{MemorySpillFiles, SpillFiles};
+use packed::Packed;
 use paging::Pager;
 pub use paging::PagingLimits;
 use ready::Ready;
@@ -183,12 +185,10 @@ impl Queue {
         if !self.pager.enabled() {
             return false;
         }
-        let (count, bytes) = if delayed {
-            (self.delayed.message_count(), self.delayed.body_bytes())
-        } else {
-            self.ready.resident()
-        };
-        self.pager.limits.pages_out(count, bytes)
+        if !delayed {
+            return self.over_resident_limits();
+        }
+        self.pager.limits.pages_out(self.delayed.message_count(), self.delayed.body_bytes())
     }
 
     /// The store made message `persist_id` (entry `seq`, waiting until `due` if delayed) durable
@@ -231,12 +231,24 @@ impl Queue {
         }
     }
 
-    /// Appends an entry to the ready messages.
-    pub fn push_ready(&mut self, entry: Entry) {
+    /// Appends an entry to the ready messages, packed if the queue keeps more than its paging
+    /// limits in memory whole and the store will not page it out (ADR 0015).
+    pub fn push_ready(&mut self, mut entry: Entry) {
         if let Some(at) = entry.expires_at() {
             self.ttl.insert(at, entry.seq);
         }
+        if entry.persist_id().is_none() && self.over_resident_limits() {
+            if let Some(packed) = entry.resident().and_then(|message| Packed::new(message)) {
+                entry.payload = Payload::Packed(packed);
+            }
+        }
         self.ready.push_back(entry);
+    }
+
+    /// Whether the ready messages held in memory whole are past the paging limits.
+    fn over_resident_limits(&self) -> bool {
+        let (count, bytes) = self.ready.resident();
+        self.pager.limits.pages_out(count, bytes)
     }
 
     /// Takes the next ready message for a delivery, in memory: a paged head is read back first,
@@ -244,14 +256,10 @@ impl Queue {
     /// and the next one taken.
     pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
         loop {
-            if self.ready.head_is_paged() {
-                let (pager, mut reads) = (&self.pager, 0);
-                self.ready.page_in_head(pager.limits.read_ahead(), |paged| {
-                    let message = pager.read(paged).ok();
-                    reads += u64::from(message.is_some());
-                    message
-                });
-                self.pager.reads += reads;
+            if self.ready.head_is_not_resident() {
+                let pager = &mut self.pager;
+                let read_ahead = pager.limits.read_ahead();
+                self.ready.page_in_head(read_ahead, |payload| pager.make_resident(payload).is_ok());
             }
             let mut entry = self.ready.pop_front()?;
             if let Some(at) = entry.expires_at() {
@@ -369,5 +377,88 @@ impl Queue {
 
     pub fn is_exclusive_to_other(&self, conn: ConnectionId) -> bool {
         self.spec.exclusive_owner.is_some_and(|owner| owner != conn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::paging::PagingLimits;
+    use bytes::Bytes;
+    use hourglass_wire::{BasicProperties, EncodedProperties};
+    use std::sync::Arc;
+
+    fn queue(max_resident_messages: usize, durable: bool) -> Queue {
+        let mut pager = Pager::default();
+        pager.limits = PagingLimits { max_resident_messages, max_resident_bytes: 1 << 20 };
+        let spec = QueueSpec {
+            name: ShortStr::from_static("q"),
+            durable,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments: FieldTable::new(),
+        };
+        Queue::new(QueueId(1), "/".to_owned(), spec, QueueArgs::default(), pager, Timestamp::from_millis(0))
+    }
+
+    fn message(i: usize, body_size: usize) -> Arc<Message> {
+        let properties = BasicProperties {
+            expiration: Some(ShortStr::try_from(format!("{}", 10_000 + i)).unwrap()),
+            message_id: Some(ShortStr::try_from(format!("m{i}")).unwrap()),
+            ..Default::default()
+        };
+        let mut body = format!("body {i} ").into_bytes();
+        body.resize(body_size, b'.');
+        Arc::new(Message::new(
+            ShortStr::from_static("amq.topic"),
+            ShortStr::from_static("a.b.c"),
+            EncodedProperties::from(&properties),
+            Bytes::from(body),
+        ))
+    }
+
+    fn push(queue: &mut Queue, messages: &[Arc<Message>], persist: bool) {
+        let now = Timestamp::from_millis(0);
+        for (seq, message) in messages.iter().enumerate() {
+            let persist_id = persist.then_some(seq as u64 + 1);
+            let entry = queue.new_entry(seq as u64, Payload::Resident(message.clone()), now, persist_id);
+            queue.push_ready(entry);
+        }
+    }
+
+    fn drain(queue: &mut Queue) -> Vec<Arc<Message>> {
+        std::iter::from_fn(|| queue.take_for_delivery(false))
+            .map(|entry| entry.resident().expect("delivered in memory").clone())
+            .collect()
+    }
+
+    /// Past the resident limit a queue packs small transient messages (ADR 0015): they count as
+    /// in memory, not as whole messages, and come back whole and in order, each with its TTL.
+    #[test]
+    fn small_messages_past_the_limit_are_packed_and_come_back_whole() {
+        let mut queue = queue(2, false);
+        let sent: Vec<_> = (0..6).map(|i| message(i, 16)).collect();
+        push(&mut queue, &sent, false);
+        // Two resident, plus the one that went past the limit; the rest packed.
+        assert_eq!(queue.ready.resident(), (3, 48));
+        assert_eq!(queue.ready.in_memory(), (6, 96));
+        assert_eq!(queue.ready.tally().messages, 6);
+        assert_eq!(queue.ttl.message_count(), 6);
+        assert_eq!(drain(&mut queue), sent);
+        assert_eq!((queue.ready.resident(), queue.ready.in_memory()), ((0, 0), (0, 0)));
+    }
+
+    /// What the store will page out (persistent messages of a durable queue, ADR 0007) and large
+    /// messages stay whole.
+    #[test]
+    fn stored_and_large_messages_are_not_packed() {
+        let mut durable = queue(2, true);
+        push(&mut durable, &(0..6).map(|i| message(i, 16)).collect::<Vec<_>>(), true);
+        assert_eq!(durable.ready.resident().0, 6);
+        let mut large = queue(2, false);
+        let sent: Vec<_> = (0..6).map(|i| message(i, packed::MAX_PACKED_RECORD_BYTES)).collect();
+        push(&mut large, &sent, false);
+        assert_eq!(large.ready.resident().0, 6);
+        assert_eq!(drain(&mut large), sent);
     }
 }

@@ -103,42 +103,60 @@ impl Pager {
         self.read_record(paged.location()).map(Arc::new)
     }
 
-    /// The message of a payload without changing it: in memory, or read back when paged.
+    /// The message of a payload without changing it: in memory, unpacked from a copy, or read
+    /// back when paged.
     pub fn message_of(&self, payload: &Payload) -> Result<Arc<Message>, String> {
         match payload {
             Payload::Resident(message) => Ok(message.clone()),
+            Payload::Packed(packed) => packed.message_view().map(Arc::new).ok_or_else(undecodable),
             Payload::Paged(paged) => self.read(paged),
         }
+    }
+
+    /// Puts the message of `payload` in memory: a packed one is unpacked, a paged one read back
+    /// from the store (counted in `reads`). On failure the message is lost: drop its entry.
+    pub fn make_resident(&mut self, payload: &mut Payload) -> Result<(), String> {
+        let message = match payload {
+            Payload::Resident(_) => return Ok(()),
+            Payload::Packed(packed) => packed.take_message().ok_or_else(undecodable)?,
+            Payload::Paged(paged) => {
+                let message = self.read_record(paged.location())?;
+                self.reads += 1;
+                message
+            }
+        };
+        *payload = Payload::Resident(Arc::new(message));
+        Ok(())
     }
 
     /// Makes `entry` resident. On failure the message is counted and noted as lost (its store
     /// id is settled later) and `false` comes back: drop the entry.
     pub fn page_in(&mut self, entry: &mut Entry) -> bool {
-        let Payload::Paged(paged) = &entry.payload else { return true };
-        match self.read(paged) {
-            Ok(message) => {
-                entry.payload = Payload::Resident(message);
-                self.reads += 1;
-                true
-            }
-            Err(reason) => {
-                tracing::warn!(
-                    msg_id = entry.persist_id(),
-                    location = ?paged.location(),
-                    %reason,
-                    "paged message cannot be read back; dropped"
-                );
-                self.unreadable += 1;
-                self.lost.extend(entry.persist_id());
-                false
-            }
-        }
+        let location = match &entry.payload {
+            Payload::Resident(_) => return true,
+            Payload::Packed(_) => None,
+            Payload::Paged(paged) => Some(paged.location()),
+        };
+        let Err(reason) = self.make_resident(&mut entry.payload) else { return true };
+        tracing::warn!(
+            msg_id = entry.persist_id(),
+            ?location,
+            %reason,
+            "a message cannot be made resident again; dropped"
+        );
+        self.unreadable += 1;
+        self.lost.extend(entry.persist_id());
+        false
     }
 
     /// The store ids of messages dropped as unreadable since the last call.
     pub fn take_lost(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.lost)
     }
+}
+
+fn undecodable() -> String {
+    "the packed message does not decode".to_owned()
 }
 
 #[cfg(test)]

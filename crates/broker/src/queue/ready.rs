@@ -8,7 +8,6 @@
 //! once they outnumber live entries, so removal stays amortised O(log n) wherever a message sits.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload, Seq};
 use super::tally::Tally;
@@ -24,9 +23,8 @@ pub(crate) struct Ready {
     levels: Vec<Level>,
     /// Every ready message, its body bytes and the persistent ones.
     all: Tally,
-    /// Of those, the messages held in memory and their body bytes (the rest are paged out).
-    resident: usize,
-    resident_bytes: usize,
+    /// The same messages by where each is kept.
+    places: Places,
 }
 
 impl Default for Ready {
@@ -39,7 +37,7 @@ impl Ready {
     /// Ready messages with priorities 0 ..= `max_priority`.
     pub fn with_max_priority(max_priority: u8) -> Self {
         let levels = (0..=max_priority).map(|_| Level::default()).collect();
-        Ready { levels, all: Tally::default(), resident: 0, resident_bytes: 0 }
+        Ready { levels, all: Tally::default(), places: Places::default() }
     }
 
     /// Appends a newly published message (its seq is greater than any queued one).
@@ -78,20 +76,20 @@ impl Ready {
         }
         let count = self.all.messages;
         self.all = Tally::default();
-        self.resident = 0;
-        self.resident_bytes = 0;
+        self.places = Places::default();
         count
     }
 
-    /// Whether the next message is paged out.
-    pub fn head_is_paged(&self) -> bool {
+    /// Whether the next message is packed or paged out.
+    pub fn head_is_not_resident(&self) -> bool {
         let head = self.levels.iter().rev().find_map(|level| level.slots.iter().find_map(Slot::entry));
         head.is_some_and(|entry| entry.resident().is_none())
     }
 
-    /// Reads back up to `max` paged messages at the head of the highest non-empty level, in
-    /// order; a message `read` cannot give stays paged (and is dropped when it is taken).
-    pub fn page_in_head(&mut self, max: usize, mut read: impl FnMut(&Paged) -> Option<Arc<Message>>) {
+    /// Makes up to `max` messages at the head of the highest non-empty level resident, in order,
+    /// with `make_resident`; a message it cannot give stays as it was (and is dropped when it is
+    /// taken).
+    pub fn page_in_head(&mut self, max: usize, mut make_resident: impl FnMut(&mut Payload) -> bool) {
         let Some(level) = self.levels.iter_mut().rev().find(|level| level.live > 0) else { return };
         let mut seen = 0;
         for slot in level.slots.iter_mut() {
@@ -100,11 +98,14 @@ impl Ready {
                 break;
             }
             seen += 1;
-            let Payload::Paged(paged) = &entry.payload else { continue };
-            if let Some(message) = read(paged) {
-                self.resident += 1;
-                self.resident_bytes += entry.body_size();
-                entry.payload = Payload::Resident(message);
+            if entry.resident().is_some() {
+                continue;
+            }
+            let size = entry.body_size();
+            let before = self.places.of(&entry.payload);
+            if make_resident(&mut entry.payload) {
+                *before -= Place::one(size);
+                self.places.resident += Place::one(size);
             }
         }
     }
@@ -118,9 +119,15 @@ impl Ready {
         self.all
     }
 
-    /// Ready messages held in memory and their body bytes.
+    /// Ready messages held in memory whole and their body bytes (what the paging limits count).
     pub fn resident(&self) -> (usize, usize) {
-        (self.resident, self.resident_bytes)
+        (self.places.resident.messages, self.places.resident.bytes)
+    }
+
+    /// Ready messages held in memory, whole or packed, and their body bytes.
+    pub fn in_memory(&self) -> (usize, usize) {
+        let Places { resident, packed, .. } = self.places;
+        (resident.messages + packed.messages, resident.bytes + packed.bytes)
     }
 
     /// Replaces the message of ready entry `seq` (if it is still `persist_id`'s and in memory)
@@ -137,8 +144,8 @@ impl Ready {
         }
         let Some(paged) = entry.resident().and_then(|message| page_out(message)) else { return false };
         entry.payload = Payload::Paged(paged);
-        self.resident -= 1;
-        self.resident_bytes -= entry.body_size();
+        self.places.resident -= Place::one(entry.body_size());
+        self.places.paged += Place::one(entry.body_size());
         true
     }
 
@@ -157,18 +164,60 @@ impl Ready {
 
     fn count_in(&mut self, entry: &Entry) {
         self.all.add(entry);
-        if entry.resident().is_some() {
-            self.resident += 1;
-            self.resident_bytes += entry.body_size();
-        }
+        *self.places.of(&entry.payload) += Place::one(entry.body_size());
     }
 
     fn count_out(&mut self, entry: &Entry) {
         self.all.remove(entry);
-        if entry.resident().is_some() {
-            self.resident -= 1;
-            self.resident_bytes -= entry.body_size();
+        *self.places.of(&entry.payload) -= Place::one(entry.body_size());
+    }
+}
+
+/// Ready messages by where their message is kept.
+#[derive(Clone, Copy, Debug, Default)]
+struct Places {
+    /// In memory whole.
+    resident: Place,
+    /// In memory packed (ADR 0015).
+    packed: Place,
+    /// Paged out to the store (ADR 0007).
+    paged: Place,
+}
+
+impl Places {
+    fn of(&mut self, payload: &Payload) -> &mut Place {
+        match payload {
+            Payload::Resident(_) => &mut self.resident,
+            Payload::Packed(_) => &mut self.packed,
+            Payload::Paged(_) => &mut self.paged,
         }
+    }
+}
+
+/// A count of messages and their body bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Place {
+    messages: usize,
+    bytes: usize,
+}
+
+impl Place {
+    fn one(bytes: usize) -> Place {
+        Place { messages: 1, bytes }
+    }
+}
+
+impl std::ops::AddAssign for Place {
+    fn add_assign(&mut self, other: Place) {
+        self.messages += other.messages;
+        self.bytes += other.bytes;
+    }
+}
+
+impl std::ops::SubAssign for Place {
+    fn sub_assign(&mut self, other: Place) {
+        self.messages -= other.messages;
+        self.bytes -= other.bytes;
     }
 }
 

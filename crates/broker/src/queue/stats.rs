@@ -51,7 +51,7 @@ impl QueueStats {
     pub(crate) fn of(queue: &Queue) -> Self {
         let ready = queue.ready.tally();
         let in_queue = ready.plus(queue.unacked);
-        let (messages_ready_ram, message_bytes_ready_ram) = queue.ready.resident();
+        let (messages_ready_ram, message_bytes_ready_ram) = queue.ready.in_memory();
         QueueStats {
             vhost: queue.vhost.clone(),
             name: queue.name().as_str().into_owned(),
