@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hourglass_broker::{Effect, PagingLimits};
+use hourglass_broker::PagingLimits;
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -35,14 +35,6 @@ fn publish_n(tb: &mut TestBroker, c: Chan, n: usize) {
     }
 }
 
-fn bodies(effects: &[Effect]) -> Vec<String> {
-    deliveries(effects).iter().map(|d| String::from_utf8_lossy(d.body()).into_owned()).collect()
-}
-
-fn expected(range: std::ops::Range<usize>) -> Vec<String> {
-    range.map(|i| format!("body {i}")).collect()
-}
-
 /// Every message, packed or not, is delivered in order with its properties and routing, and the
 /// management figures count all of them in memory and none paged out.
 #[test]
@@ -51,9 +43,9 @@ fn packed_messages_are_delivered_exactly_and_counted_in_memory() {
     publish_n(&mut tb, c, 8);
     let stats = tb.broker.queue_stats("/", "q").unwrap();
     assert_eq!((stats.messages_ready, stats.messages_ready_ram, stats.messages_paged_out()), (8, 8, 0));
-    assert_eq!(stats.message_bytes_ready_ram, expected(0..8).iter().map(String::len).sum::<usize>());
+    assert_eq!(stats.message_bytes_ready_ram, numbered_bodies(0..8).iter().map(String::len).sum::<usize>());
     let effects = consume(&mut tb, c, "q", "ctag", true);
-    assert_eq!(bodies(&effects), expected(0..8));
+    assert_eq!(body_texts(&effects), numbered_bodies(0..8));
     for (i, d) in deliveries(&effects).iter().enumerate() {
         let sent: EncodedProperties = properties(i).into();
         assert_eq!(d.message.properties().decode(), sent.decode());
@@ -76,7 +68,7 @@ fn packed_messages_expire_and_are_dead_lettered() {
     tb.advance(Duration::from_millis(1));
     assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_ready, 0);
     let effects = consume(&mut tb, c, "dlq", "ctag", true);
-    assert_eq!(bodies(&effects), expected(0..6));
+    assert_eq!(body_texts(&effects), numbered_bodies(0..6));
     for d in deliveries(&effects) {
         let headers = d.message.properties().decode().headers.unwrap();
         assert!(matches!(headers.get("x-death"), Some(FieldValue::Array(deaths)) if deaths.len() == 1));
@@ -92,7 +84,7 @@ fn requeue_and_purge_with_packed_messages() {
     assert!(matches!(methods(&got).as_slice(), [Method::BasicGetOk(_)]));
     tb.call(c, BasicNack { delivery_tag: 1, multiple: false, requeue: true });
     let effects = consume(&mut tb, c, "q", "ctag", false);
-    assert_eq!(bodies(&effects), expected(0..5));
+    assert_eq!(body_texts(&effects), numbered_bodies(0..5));
     let redelivered: Vec<bool> = deliveries(&effects).iter().map(|d| d.method.redelivered).collect();
     assert_eq!(redelivered, [true, false, false, false, false]);
     tb.call(c, BasicCancel { consumer_tag: short("ctag"), ..Default::default() });

@@ -131,14 +131,6 @@ fn publish_n(tb: &mut TestBroker, c: Chan, routing_key: &str, n: usize) {
     }
 }
 
-fn bodies(effects: &[Effect]) -> Vec<String> {
-    deliveries(effects).iter().map(|d| String::from_utf8_lossy(d.body()).into_owned()).collect()
-}
-
-fn expected(range: std::ops::Range<usize>) -> Vec<String> {
-    range.map(|i| format!("body {i}")).collect()
-}
-
 /// Messages past the limit are paged once stored and read back in batches as the head reaches
 /// them: each is delivered with its exact bytes, properties and routing, in order.
 #[test]
@@ -148,7 +140,7 @@ fn paged_messages_are_delivered_exactly() {
     disk.sync(&mut tb);
     assert_eq!(disk.reads(), 0);
     let effects = consume(&mut tb, c, "q", "ctag", true);
-    assert_eq!(bodies(&effects), expected(0..6));
+    assert_eq!(body_texts(&effects), numbered_bodies(0..6));
     // Messages 3..6 (past two resident plus the one that tipped the limit) were read back,
     // in batches of the read-ahead (two here).
     assert_eq!(disk.reads(), 3);
@@ -177,7 +169,7 @@ fn requeued_and_restored_paged_messages() {
     let reads = disk.reads();
     let c2 = restored.channel();
     let effects = consume(&mut restored, c2, "q", "ctag", false);
-    assert_eq!(bodies(&effects), expected(0..5));
+    assert_eq!(body_texts(&effects), numbered_bodies(0..5));
     // only the message delivered before the restart comes back redelivered
     let redelivered: Vec<bool> = deliveries(&effects).iter().map(|d| d.method.redelivered).collect();
     assert_eq!(redelivered, [true, false, false, false, false]);
@@ -206,7 +198,7 @@ fn paged_messages_expire_and_are_dead_lettered() {
     tb.advance(Duration::from_millis(1000));
     disk.sync(&mut tb);
     let effects = consume(&mut tb, c, "dlq", "ctag", true);
-    assert_eq!(bodies(&effects), expected(0..5));
+    assert_eq!(body_texts(&effects), numbered_bodies(0..5));
     for d in deliveries(&effects) {
         let headers = d.message.properties().decode().headers.unwrap();
         let Some(FieldValue::Array(deaths)) = headers.get("x-death") else {
@@ -241,11 +233,11 @@ fn delayed_paged_messages_fall_due() {
     let peeked = tb.broker.peek_delayed("/", "q", 10).unwrap();
     let peeked: Vec<_> =
         peeked.iter().map(|m| String::from_utf8_lossy(&m.message.body).into_owned()).collect();
-    assert_eq!(peeked, expected(0..5));
+    assert_eq!(peeked, numbered_bodies(0..5));
     assert!(disk.reads() > 0, "the peek read paged messages back");
-    assert!(bodies(&consume(&mut tb, c, "q", "ctag", true)).is_empty());
+    assert!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).is_empty());
     let effects = tb.advance(Duration::from_millis(5000));
-    assert_eq!(bodies(&effects), expected(0..5));
+    assert_eq!(body_texts(&effects), numbered_bodies(0..5));
 }
 
 /// Priorities still order paged messages.
@@ -258,7 +250,7 @@ fn priorities_order_paged_messages() {
     }
     disk.sync(&mut tb);
     let effects = consume(&mut tb, c, "q", "ctag", true);
-    assert_eq!(bodies(&effects), ["body 1", "body 3", "body 5", "body 0", "body 2", "body 4"]);
+    assert_eq!(body_texts(&effects), ["body 1", "body 3", "body 5", "body 0", "body 2", "body 4"]);
     assert!(disk.reads() > 0);
 }
 
@@ -290,7 +282,7 @@ fn an_unreadable_paged_message_is_dropped() {
     let StoredBody::At(location) = lost.body else { unreachable!() };
     disk.source.records.lock().unwrap().remove(&location);
     let effects = consume(&mut tb, c, "q", "ctag", true);
-    assert_eq!(bodies(&effects), ["body 0", "body 1", "body 2", "body 4"]);
+    assert_eq!(body_texts(&effects), ["body 0", "body 1", "body 2", "body 4"]);
     assert_eq!(tb.broker.unreadable_messages(), 1);
     disk.sync(&mut tb);
     assert_eq!(disk.live(), 0, "the unreadable message was settled too");
@@ -313,7 +305,7 @@ fn version_1_metadata_is_read_at_restore() {
     assert_eq!(disk.reads(), 3, "each version-1 message read at restore");
     let c2 = restored.channel();
     let effects = consume(&mut restored, c2, "q", "ctag", true);
-    assert_eq!(bodies(&effects), expected(0..3));
+    assert_eq!(body_texts(&effects), numbered_bodies(0..3));
     assert_eq!(disk.reads(), 3, "and not again");
 }
 
@@ -324,12 +316,12 @@ fn a_deep_paged_queue_is_read_back_in_slices() {
     let (mut tb, c, mut disk) = setup(FieldTable::new());
     publish_n(&mut tb, c, "q", 3000);
     disk.sync(&mut tb);
-    let mut got = bodies(&consume(&mut tb, c, "q", "ctag", true));
+    let mut got = body_texts(&consume(&mut tb, c, "q", "ctag", true));
     assert!(got.len() >= 1024 && got.len() < 3000, "first slice: {}", got.len());
     for _ in 0..10 {
-        got.extend(bodies(&tb.advance(Duration::from_millis(1))));
+        got.extend(body_texts(&tb.advance(Duration::from_millis(1))));
     }
-    assert_eq!(got, expected(0..3000));
+    assert_eq!(got, numbered_bodies(0..3000));
 }
 
 /// Delayed messages are found by their `message_id` property slice by slice, paged ones read
@@ -380,8 +372,8 @@ fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
     let stats = tb.broker.queue_stats("/", "q").unwrap();
     assert_eq!((stats.messages_ready, stats.messages_delayed), (1, 4));
     let effects = tb.advance(Duration::from_millis(5000));
-    let mut delivered = bodies(&consume(&mut tb, c, "q", "ctag", true));
-    delivered.extend(bodies(&effects));
+    let mut delivered = body_texts(&consume(&mut tb, c, "q", "ctag", true));
+    delivered.extend(body_texts(&effects));
     assert_eq!(delivered, ["body 1", "body 0", "body 2", "body 3", "body 5"]);
 }
 
@@ -431,16 +423,16 @@ fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
 
     // Loaded a horizon ahead, never fired early, all delivered at their due time in order.
     let c = tb.channel();
-    assert!(bodies(&consume(&mut tb, c, "q", "ctag", true)).is_empty());
+    assert!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).is_empty());
     let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
     let to_load = due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon);
     tb.advance(to_load - Duration::from_millis(1));
     assert_eq!(on_disk(&tb), 39);
     tb.advance(Duration::from_millis(1));
     assert_eq!(on_disk(&tb), 0, "loaded a horizon before the due time");
-    assert!(bodies(&tb.advance(Duration::from_millis(horizon - 1))).is_empty(), "never early");
-    let delivered = bodies(&tb.advance(Duration::from_millis(1)));
-    let mut want = expected(0..40);
+    assert!(body_texts(&tb.advance(Duration::from_millis(horizon - 1))).is_empty(), "never early");
+    let delivered = body_texts(&tb.advance(Duration::from_millis(1)));
+    let mut want = numbered_bodies(0..40);
     want.retain(|body| body != "body 7");
     assert_eq!(delivered, want);
 }

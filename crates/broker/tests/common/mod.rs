@@ -70,6 +70,16 @@ pub fn bodies(effects: &[Effect]) -> Vec<Vec<u8>> {
     hourglass_testkit::deliveries(effects).iter().map(|d| d.body().to_vec()).collect()
 }
 
+/// The delivered bodies as text.
+pub fn body_texts(effects: &[Effect]) -> Vec<String> {
+    bodies(effects).into_iter().map(|body| String::from_utf8_lossy(&body).into_owned()).collect()
+}
+
+/// The bodies `body 0`, `body 1`, … of the messages numbered `range`.
+pub fn numbered_bodies(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("body {i}")).collect()
+}
+
 /// A stand-in for the store as recovery sees it: the catalog's entries and each durable queue's
 /// live messages, kept by applying the broker's store ops in order.
 #[derive(Default)]
