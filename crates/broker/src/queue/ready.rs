@@ -23,7 +23,7 @@ pub(crate) struct Ready {
     levels: Vec<Level>,
     /// Every ready message, its body bytes and the persistent ones.
     all: Tally,
-    /// The same messages by where each is kept.
+    /// Of those, the ones held in memory, whole or packed.
     places: Places,
 }
 
@@ -101,10 +101,11 @@ impl Ready {
             if entry.resident().is_some() {
                 continue;
             }
-            let size = entry.body_size();
-            let before = self.places.of(&entry.payload);
+            let (size, was_packed) = (entry.body_size(), matches!(entry.payload, Payload::Packed(_)));
             if make_resident(&mut entry.payload) {
-                *before -= Place::one(size);
+                if was_packed {
+                    self.places.packed -= Place::one(size);
+                }
                 self.places.resident += Place::one(size);
             }
         }
@@ -145,7 +146,6 @@ impl Ready {
         let Some(paged) = entry.resident().and_then(|message| page_out(message)) else { return false };
         entry.payload = Payload::Paged(paged);
         self.places.resident -= Place::one(entry.body_size());
-        self.places.paged += Place::one(entry.body_size());
         true
     }
 
@@ -164,32 +164,35 @@ impl Ready {
 
     fn count_in(&mut self, entry: &Entry) {
         self.all.add(entry);
-        *self.places.of(&entry.payload) += Place::one(entry.body_size());
+        if let Some(place) = self.places.of(&entry.payload) {
+            *place += Place::one(entry.body_size());
+        }
     }
 
     fn count_out(&mut self, entry: &Entry) {
         self.all.remove(entry);
-        *self.places.of(&entry.payload) -= Place::one(entry.body_size());
+        if let Some(place) = self.places.of(&entry.payload) {
+            *place -= Place::one(entry.body_size());
+        }
     }
 }
 
-/// Ready messages by where their message is kept.
+/// Ready messages held in memory, by how; the rest of `Ready::all` are paged out (ADR 0007).
 #[derive(Clone, Copy, Debug, Default)]
 struct Places {
     /// In memory whole.
     resident: Place,
     /// In memory packed (ADR 0015).
     packed: Place,
-    /// Paged out to the store (ADR 0007).
-    paged: Place,
 }
 
 impl Places {
-    fn of(&mut self, payload: &Payload) -> &mut Place {
+    /// The count a message with this payload is in; none for a paged-out one.
+    fn of(&mut self, payload: &Payload) -> Option<&mut Place> {
         match payload {
-            Payload::Resident(_) => &mut self.resident,
-            Payload::Packed(_) => &mut self.packed,
-            Payload::Paged(_) => &mut self.paged,
+            Payload::Resident(_) => Some(&mut self.resident),
+            Payload::Packed(_) => Some(&mut self.packed),
+            Payload::Paged(_) => None,
         }
     }
 }
