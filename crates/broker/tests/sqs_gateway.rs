@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hourglass_broker::admin::SqsGatewayError;
+use hourglass_broker::admin::{MoveStopped, MoveTarget, SqsGatewayError};
 use hourglass_broker::queue::QueueStats;
 use hourglass_testkit::{deliveries, TestBroker};
 
@@ -237,17 +237,60 @@ fn moves_take_dead_letters_back_to_their_source() {
     );
     assert_eq!(stats(&tb, "dlq").messages_ready, 2);
     let now = tb.clock.now();
-    let step = tb.broker.sqs_move("/", "dlq", None, 1, now).unwrap();
-    assert_eq!((step.moved, step.left, step.stuck), (1, 1, false));
+    let step = tb.broker.sqs_move("/", "dlq", MoveTarget::Origin, &anywhere, 1, now).unwrap();
+    assert_eq!((step.moved, step.left, step.stopped), (1, 1, None));
     assert_eq!(stats(&tb, "src").messages_ready, 1, "back where it came from");
-    let step = tb.broker.sqs_move("/", "dlq", Some("elsewhere"), 10, now).unwrap();
+    let elsewhere = MoveTarget::Queue { vhost: "/", name: "elsewhere" };
+    let step = tb.broker.sqs_move("/", "dlq", elsewhere, &anywhere, 10, now).unwrap();
     assert_eq!((step.moved, step.left), (1, 0));
     assert_eq!(stats(&tb, "elsewhere").messages_ready, 1);
 
     tb.publish(c, "", "dlq", b"never dead-lettered");
-    let step = tb.broker.sqs_move("/", "dlq", None, 10, now).unwrap();
-    assert_eq!((step.moved, step.stuck), (0, true));
+    let step = tb.broker.sqs_move("/", "dlq", MoveTarget::Origin, &anywhere, 10, now).unwrap();
+    assert_eq!((step.moved, step.stopped), (0, Some(MoveStopped::NoOrigin)));
     assert_eq!(stats(&tb, "dlq").messages_ready, 1, "left where it was");
+}
+
+fn anywhere(_vhost: &str, _queue: &str) -> bool {
+    true
+}
+
+/// A move writes only where its user may (issue 37, finding 2): a message whose forged
+/// `x-first-death-queue` names a queue the user may not write to stops the move and stays; a
+/// destination in another vhost receives the messages there, not in the source's vhost.
+#[test]
+fn moves_write_only_where_the_user_may_and_into_the_destinations_vhost() {
+    use hourglass_wire::{BasicProperties, FieldTable, FieldValue, LongStr, QueueDeclare};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    for queue in ["m-dlq", "protected"] {
+        declare(&mut tb, c, queue);
+    }
+    let now = tb.clock.now();
+    assert!(tb.broker.add_vhost("B"));
+    tb.broker
+        .with_admin_channel("guest", "B", now, |ch| {
+            ch.call(QueueDeclare { queue: hourglass_testkit::short("protected"), ..Default::default() })
+        })
+        .unwrap();
+    let forged = FieldTable::from_entries([(
+        "x-first-death-queue",
+        FieldValue::LongStr(LongStr::from("protected".to_owned())),
+    )]);
+    let properties = BasicProperties { headers: Some(forged), ..Default::default() };
+    tb.publish_with(c, "", "m-dlq", properties, b"forged", false);
+    let mallory = |vhost: &str, queue: &str| vhost == "B" || queue.starts_with("m-");
+
+    let step = tb.broker.sqs_move("/", "m-dlq", MoveTarget::Origin, &mallory, 10, now).unwrap();
+    let denied = MoveStopped::WriteDenied { vhost: "/".into(), queue: "protected".into() };
+    assert_eq!((step.moved, step.stopped), (0, Some(denied)));
+    assert_eq!((stats(&tb, "m-dlq").messages_ready, stats(&tb, "protected").messages_ready), (1, 0));
+
+    let into_b = MoveTarget::Queue { vhost: "B", name: "protected" };
+    let step = tb.broker.sqs_move("/", "m-dlq", into_b, &mallory, 10, now).unwrap();
+    assert_eq!((step.moved, step.stopped), (1, None));
+    assert_eq!(stats(&tb, "protected").messages_ready, 0, "nothing lands in / ");
+    assert_eq!(tb.broker.queue_stats("B", "protected").unwrap().messages_ready, 1);
 }
 
 /// An SQS FIFO queue (`x-sqs-fifo`) is received from only while none of its messages is in

@@ -7,6 +7,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use hourglass_broker::admin::{MoveStep, MoveTarget};
+use hourglass_broker::{Access, Resource};
 use serde_json::{json, Map, Value};
 
 use crate::error::SqsError;
@@ -45,6 +47,8 @@ impl Status {
 #[derive(Clone, Debug)]
 struct Task {
     handle: String,
+    /// The user who started it: every step moves with this user's permissions as they are then.
+    user: String,
     source: QueueRef,
     source_arn: String,
     destination: Option<QueueRef>,
@@ -111,6 +115,7 @@ pub async fn start(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Resu
             0,
             Task {
                 handle: handle.clone(),
+                user: caller.user.clone(),
                 source,
                 source_arn,
                 destination,
@@ -144,29 +149,17 @@ async fn run(state: SqsState, handle: String) {
             return;
         }
         let per_tick = (task.rate.unwrap_or(RATE_MAX) as usize).div_ceil(10).max(1);
-        let (vhost, name) = (task.source.vhost.clone(), task.source.name.clone());
-        let destination = task.destination.as_ref().map(|d| d.name.clone());
-        let step = state
-            .broker
-            .run(move |b, now| b.sqs_move(&vhost, &name, destination.as_deref(), per_tick, now))
-            .await;
-        let finished = match step {
-            Ok(Ok(step)) => {
+        let finished = match step(&state, &task, per_tick).await {
+            Ok(step) => {
                 state.moves.update(&handle, |t| t.moved += step.moved as u64);
-                if step.stuck {
-                    Some((
-                        Status::Failed,
-                        Some(
-                            "A message has no source queue to go back to: give a DestinationArn.".to_owned(),
-                        ),
-                    ))
+                if let Some(stopped) = step.stopped {
+                    Some((Status::Failed, Some(stopped.to_string())))
                 } else if step.left == 0 || state.moves.get(&handle).is_some_and(|t| t.moved >= t.to_move) {
                     Some((Status::Completed, None))
                 } else {
                     None
                 }
             }
-            Ok(Err(error)) => Some((Status::Failed, Some(error.to_string()))),
             Err(error) => Some((Status::Failed, Some(error.to_string()))),
         };
         if let Some((status, failure)) = finished {
@@ -178,6 +171,36 @@ async fn run(state: SqsState, handle: String) {
             return;
         }
     }
+}
+
+/// One step of `task`: up to `max` messages moved, with its user's permissions as they are now
+/// (read on the source; write on each message's queue, checked by the broker per message).
+async fn step(state: &SqsState, task: &Task, max: usize) -> Result<MoveStep, SqsError> {
+    let source = &task.source;
+    if !state.users.compiled_permissions(&source.vhost, &task.user).allows(
+        Access::Read,
+        Resource::Queue,
+        &source.name,
+    ) {
+        return Err(SqsError::AccessDenied(format!("queue '{}' in vhost '{}'", source.name, source.vhost)));
+    }
+    let target_vhost = task.destination.as_ref().map_or(&source.vhost, |d| &d.vhost).clone();
+    let permissions = state.users.compiled_permissions(&target_vhost, &task.user);
+    let (vhost, name, destination) = (source.vhost.clone(), source.name.clone(), task.destination.clone());
+    state
+        .broker
+        .run(move |b, now| {
+            let target = match &destination {
+                Some(d) => MoveTarget::Queue { vhost: &d.vhost, name: &d.name },
+                None => MoveTarget::Origin,
+            };
+            let may_write = |queue_vhost: &str, queue: &str| {
+                queue_vhost == target_vhost && permissions.allows(Access::Write, Resource::Queue, queue)
+            };
+            b.sqs_move(&vhost, &name, target, &may_write, max, now)
+        })
+        .await?
+        .map_err(|error| SqsError::InvalidParameterValue(error.to_string()))
 }
 
 pub async fn list(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {

@@ -25,7 +25,8 @@ pub use listing::{
 };
 pub(crate) use sqs_gateway::SqsGateways;
 pub use sqs_gateway::{
-    MoveStep, SqsGatewayError, SqsReceived, SqsSent, Wake, SQS_GATEWAY_PEER, SQS_GATEWAY_USER,
+    MoveStep, MoveStopped, MoveTarget, SqsGatewayError, SqsReceived, SqsSent, Wake, SQS_GATEWAY_PEER,
+    SQS_GATEWAY_USER,
 };
 
 use std::sync::Arc;

@@ -105,14 +105,40 @@ pub struct SqsReceived {
 const MOVE_HOLD_MS: u64 = 60_000;
 
 /// What one step of a message-move task did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MoveStep {
     pub moved: usize,
     /// Ready messages left in the source.
     pub left: usize,
-    /// A message had no queue to go to (no destination, and no `x-first-death-queue` naming an
-    /// existing queue): the task cannot go on.
-    pub stuck: bool,
+    /// Why the task cannot go on, when it cannot: the message it stopped at stays in the source.
+    pub stopped: Option<MoveStopped>,
+}
+
+/// Why a message-move task stopped at a message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MoveStopped {
+    /// No destination, and no `x-first-death-queue` on the message.
+    #[error("A message has no source queue to go back to: give a DestinationArn.")]
+    NoOrigin,
+    /// The queue a message would go to does not exist (any more).
+    #[error("The queue '{queue}' in vhost '{vhost}' a message would move to does not exist.")]
+    QueueNotFound { vhost: String, queue: String },
+    /// The message's body could not be read back from the store.
+    #[error("A message could not be read from the store.")]
+    Unreadable,
+    /// The queue a message would go to is one the task's user may not write to (a forged
+    /// `x-first-death-queue`, or a permission taken away while the task ran).
+    #[error("Access to the resource queue '{queue}' in vhost '{vhost}' is denied: the task's user may not write to it.")]
+    WriteDenied { vhost: String, queue: String },
+}
+
+/// Where a message-move task sends a dead-letter queue's messages.
+#[derive(Clone, Copy)]
+pub enum MoveTarget<'a> {
+    /// Every message to this queue, which may be in another vhost (a `DestinationArn`).
+    Queue { vhost: &'a str, name: &'a str },
+    /// Each message back to the queue of the source's vhost it was first dead-lettered from.
+    Origin,
 }
 
 /// The queue a dead-lettered message came from.
@@ -332,15 +358,19 @@ impl Broker {
     }
 
     /// A message-move task's step (SQS's StartMessageMoveTask): moves up to `max` ready messages
-    /// of `source` to `destination`, or, without one, each back to the queue it was
-    /// dead-lettered from (`x-first-death-queue`). Each message enters its new queue before it
-    /// leaves the old, so a crash between the two store ops can repeat a move, never lose one.
-    /// A message with no queue to go to stops the step, left where it was.
+    /// of `source` in `vhost` to `target`: a queue (of any vhost), or each message back to the
+    /// queue of `vhost` it was dead-lettered from (`x-first-death-queue`). Every message's queue
+    /// is checked with `may_write(vhost, queue)`, the task user's write permission: the gateway
+    /// acts for every user, so who may write where is the caller's to say. Each message enters
+    /// its new queue before it leaves the old, so a crash between the two store ops can repeat a
+    /// move, never lose one. A message with no queue it may go to stops the step, left where it
+    /// was.
     pub fn sqs_move(
         &mut self,
         vhost: &str,
         source: &str,
-        destination: Option<&str>,
+        target: MoveTarget<'_>,
+        may_write: &dyn Fn(&str, &str) -> bool,
         max: usize,
         now: Timestamp,
     ) -> Result<MoveStep, SqsGatewayError> {
@@ -353,33 +383,52 @@ impl Broker {
             else {
                 break;
             };
-            let target = match destination {
-                Some(d) => Some(d.to_owned()),
-                None => first_death_queue(&got.message),
-            };
-            let target = target.and_then(|t| self.sqs_queue(vhost, &t).ok());
-            let message = self
-                .channels
-                .get_mut(&(gateway, GATEWAY_CHANNEL))
-                .and_then(|c| c.unacked_mut(got.tag))
-                .map(|u| u.entry.payload.clone());
-            let message = match (message, &target) {
-                (Some(payload), Some(_)) => {
-                    self.queues.get(&id).and_then(|q| q.pager.message_of(&payload).ok())
+            let moving = self.move_target_of(vhost, target, &got.message, may_write).and_then(|target_id| {
+                let payload = self
+                    .channels
+                    .get_mut(&(gateway, GATEWAY_CHANNEL))
+                    .and_then(|c| c.unacked_mut(got.tag))
+                    .map(|u| u.entry.payload.clone());
+                let message = payload.and_then(|p| self.queues.get(&id)?.pager.message_of(&p).ok());
+                message.map(|m| (target_id, m)).ok_or(MoveStopped::Unreadable)
+            });
+            let (target_id, message) = match moving {
+                Ok(moving) => moving,
+                Err(stopped) => {
+                    let _ = self.settle(gateway, GATEWAY_CHANNEL, got.tag, false, Settlement::Requeue, now);
+                    step.stopped = Some(stopped);
+                    break;
                 }
-                _ => None,
             };
-            let (Some((_, target)), Some(message)) = (target, message) else {
-                let _ = self.settle(gateway, GATEWAY_CHANNEL, got.tag, false, Settlement::Requeue, now);
-                step.stuck = true;
-                break;
-            };
-            self.enqueue(target, message, now, None);
+            self.enqueue(target_id, message, now, None);
             let _ = self.settle(gateway, GATEWAY_CHANNEL, got.tag, false, Settlement::Ack, now);
             step.moved += 1;
         }
         step.left = self.queues.get(&id).map_or(0, |q| q.ready.message_count());
         Ok(step)
+    }
+
+    /// The queue a message being moved out of a queue of `vhost` goes to, if it exists and the
+    /// task's user may write to it. An `x-first-death-queue` header is the publisher's word, not
+    /// proof: it only ever names a queue of the source's own vhost, and is checked like any name.
+    fn move_target_of(
+        &self,
+        vhost: &str,
+        target: MoveTarget<'_>,
+        message: &Message,
+        may_write: &dyn Fn(&str, &str) -> bool,
+    ) -> Result<QueueId, MoveStopped> {
+        let (vhost, queue) = match target {
+            MoveTarget::Queue { vhost, name } => (vhost, name.to_owned()),
+            MoveTarget::Origin => (vhost, first_death_queue(message).ok_or(MoveStopped::NoOrigin)?),
+        };
+        if !may_write(vhost, &queue) {
+            return Err(MoveStopped::WriteDenied { vhost: vhost.to_owned(), queue });
+        }
+        match self.sqs_queue(vhost, &queue) {
+            Ok((_, id)) => Ok(id),
+            Err(_) => Err(MoveStopped::QueueNotFound { vhost: vhost.to_owned(), queue }),
+        }
     }
 
     /// The queues of `vhost` whose arguments dead-letter to `queue` through the default exchange
