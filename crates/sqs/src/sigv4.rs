@@ -1,7 +1,9 @@
 //! AWS Signature Version 4, checked as AWS checks it (issue 26): the `Authorization` header or
 //! the `X-Amz-*` query parameters, the canonical request over the signed headers and the
-//! payload's SHA-256, the signing key derived from the secret, the date and the credential's
-//! scope, and a request time within 15 minutes of the broker's clock.
+//! payload's SHA-256 (always computed from the body received: an unsigned header that claims a
+//! hash is never believed), the signing key derived from the secret, the date and the
+//! credential's scope (which must name the service `sqs`), and a request time within 15 minutes of
+//! the broker's clock.
 //!
 //! Two steps, so the caller can look the access key up in between: [`parse`] reads what the
 //! request claims (no secret needed, nothing trusted yet), [`verify`] checks it with the secret.
@@ -12,6 +14,9 @@ use ring::{digest, hmac};
 
 /// The one algorithm SigV4 names.
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
+/// The service a credential's scope must name: a signature made for another service (`s3`,
+/// `iam`) is refused, as AWS refuses it.
+const SERVICE: &str = "sqs";
 /// How far a request's time may be from the broker's, either way (AWS: 15 minutes).
 pub const CLOCK_SKEW_MS: u64 = 15 * 60 * 1000;
 /// The longest `X-Amz-Expires` of a pre-signed URL (AWS: 7 days).
@@ -67,6 +72,9 @@ pub enum SignatureError {
     UnknownAccessKey,
     #[error("The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details.")]
     Mismatch,
+    /// The credential's scope names another service than `sqs` (AWS's text).
+    #[error("Credential should be scoped to correct service: '{SERVICE}'. ")]
+    WrongService,
     /// The request's time is more than 15 minutes from the broker's, or a pre-signed URL ran out.
     #[error("Signature expired: {amz_date} is now earlier or later than the 15-minute window around the server's time.")]
     Expired { amz_date: String },
@@ -157,6 +165,9 @@ fn claimed(
             "Credential should be scoped to a valid region, and the terminating 'aws4_request': {credential}"
         )));
     };
+    if *service != SERVICE {
+        return Err(SignatureError::WrongService);
+    }
     let signed_headers: Vec<String> = signed.split(';').map(str::to_owned).collect();
     if signed_headers.len() > SIGNED_HEADERS_MAX || signed_headers.iter().any(|h| h.is_empty()) {
         return Err(malformed("SignedHeaders must name between 1 and 64 headers"));
@@ -235,6 +246,18 @@ pub fn authorization(
     region: &str,
     amz_date: &str,
 ) -> String {
+    authorization_for(request, (access_key, secret), region, SERVICE, amz_date)
+}
+
+/// [`authorization`] for another service's scope (what a signature made for S3 or IAM looks
+/// like, for tests of its refusal).
+pub fn authorization_for(
+    request: &Request<'_>,
+    (access_key, secret): (&str, &str),
+    region: &str,
+    service: &str,
+    amz_date: &str,
+) -> String {
     let mut signed_headers: Vec<String> =
         request.headers.iter().map(|(name, _)| name.to_ascii_lowercase()).collect();
     signed_headers.sort();
@@ -243,7 +266,7 @@ pub fn authorization(
         access_key: access_key.to_owned(),
         scope_date: amz_date.get(..8).unwrap_or_default().to_owned(),
         region: region.to_owned(),
-        service: "sqs".to_owned(),
+        service: service.to_owned(),
         amz_date: amz_date.to_owned(),
         signed_headers,
         signature: Vec::new(),
@@ -253,7 +276,7 @@ pub fn authorization(
         .map(|to_sign| hmac_sha256(&signing_key(&claimed, secret), to_sign.as_bytes()))
         .unwrap_or_default();
     format!(
-        "{ALGORITHM} Credential={access_key}/{}/{region}/sqs/aws4_request, SignedHeaders={}, Signature={}",
+        "{ALGORITHM} Credential={access_key}/{}/{region}/{service}/aws4_request, SignedHeaders={}, Signature={}",
         claimed.scope_date,
         claimed.signed_headers.join(";"),
         hex(&signature)
@@ -286,11 +309,10 @@ fn canonical_request(request: &Request<'_>, claimed: &Claimed) -> Result<String,
             values.iter().map(|v| v.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
         headers.push_str(&format!("{name}:{}\n", values.join(",")));
     }
-    // Pre-signed or not, every service but S3 signs the body's hash (botocore does too).
-    let payload = match request.header("x-amz-content-sha256") {
-        Some(hash) => hash.to_owned(),
-        None => hex(&sha256(request.body)),
-    };
+    // Pre-signed or not, every service but S3 signs the hash of the body, computed from the body
+    // itself (botocore does too). An `x-amz-content-sha256` header is S3's and never believed:
+    // taking the hash from it let a captured signature authorise any other body (issue 37).
+    let payload = hex(&sha256(request.body));
     let path = if request.path.is_empty() { "/" } else { request.path };
     Ok(format!(
         "{}\n{}\n{}\n{headers}\n{}\n{payload}",
@@ -486,6 +508,65 @@ mod tests {
             verify(&request, &claimed, "guest", SIGNED_AT_MS + 301_000),
             Err(SignatureError::Expired { .. })
         ));
+    }
+
+    /// A captured signature covers its own body only: an `x-amz-content-sha256` header naming
+    /// the signed body's hash (S3's header, never signed by SQS SDKs) does not make another body
+    /// pass, and is ignored where it is right (issue 37, finding 1).
+    #[test]
+    fn a_captured_signature_does_not_authorise_another_body() {
+        let mut headers = signed_headers(BOTOCORE_SIGNATURE);
+        let signed_hash = hex(&sha256(create_queue(&headers).body));
+        headers.push(("x-amz-content-sha256".into(), signed_hash));
+        let request = create_queue(&headers);
+        let claimed = parse(&request).unwrap();
+        assert_eq!(verify(&request, &claimed, "guest", SIGNED_AT_MS), Ok(()));
+        let replayed = Request { body: br#"{"QueueUrl": "http://h/%2F/jobs"}"#, ..create_queue(&headers) };
+        assert_eq!(verify(&replayed, &claimed, "guest", SIGNED_AT_MS), Err(SignatureError::Mismatch));
+    }
+
+    /// A pre-signed URL signs an empty body: sent with a body (and the empty body's well-known
+    /// hash in `x-amz-content-sha256`), it is refused.
+    #[test]
+    fn a_presigned_url_does_not_authorise_a_body() {
+        let empty_hash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        let headers = headers(&[("Host", "127.0.0.1:9324"), ("x-amz-content-sha256", empty_hash)]);
+        let query = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=guest%2F20261201%2Fus-east-1%2Fsqs%2Faws4_request&X-Amz-Date=20261201T120000Z&X-Amz-Expires=300&X-Amz-SignedHeaders=host";
+        let unsigned = Request { method: "POST", path: "/", query, headers: &headers, body: b"" };
+        let claimed = Claimed {
+            access_key: "guest".into(),
+            scope_date: "20261201".into(),
+            region: "us-east-1".into(),
+            service: "sqs".into(),
+            amz_date: "20261201T120000Z".into(),
+            signed_headers: vec!["host".into()],
+            signature: Vec::new(),
+            presigned_for_s: Some(300),
+        };
+        let to_sign = string_to_sign(&unsigned, &claimed).unwrap();
+        let signature = hmac_sha256(&signing_key(&claimed, "guest"), to_sign.as_bytes());
+        let signed_query = format!("{query}&X-Amz-Signature={}", hex(&signature));
+        let empty = Request { query: &signed_query, ..unsigned };
+        let claimed = parse(&empty).unwrap();
+        assert_eq!(verify(&empty, &claimed, "guest", SIGNED_AT_MS), Ok(()));
+        let with_body =
+            Request { body: b"Action=DeleteQueue&QueueUrl=http%3A%2F%2Fh%2F%252F%2Fjobs", ..empty };
+        assert_eq!(verify(&with_body, &claimed, "guest", SIGNED_AT_MS), Err(SignatureError::Mismatch));
+    }
+
+    /// A signature scoped to another service (S3, IAM) is refused before its secret is looked
+    /// at, even when it is right for that service (issue 37, finding 8).
+    #[test]
+    fn a_signature_for_another_service_is_refused() {
+        for service in ["s3", "iam", "SQS"] {
+            let authorization = format!("AWS4-HMAC-SHA256 Credential=guest/20261201/us-east-1/{service}/aws4_request, SignedHeaders=host;x-amz-date, Signature={}", "0".repeat(64));
+            let h = headers(&[
+                ("Host", "h"),
+                ("X-Amz-Date", "20261201T120000Z"),
+                ("Authorization", &authorization),
+            ]);
+            assert_eq!(parse(&create_queue(&h)), Err(SignatureError::WrongService), "{service}");
+        }
     }
 
     /// Malformed claims are named, not panicked over; no claim at all is `Missing`.
