@@ -211,3 +211,37 @@ async fn a_move_task_writes_only_where_its_user_may() {
     assert_eq!(messages_in(&broker, "/", "m-dlq").await, 0);
     let _ = std::fs::remove_file(secrets);
 }
+
+/// SQS's own errors where a queue cannot be made or is not there (finding 11): CreateQueue past
+/// the vhost's `max-queues` is `OverLimit`, not `QueueNameExists`; a queue URL naming a vhost
+/// that does not exist is `QueueDoesNotExist`, not `AccessDenied`, for every kind of operation.
+#[tokio::test]
+async fn a_full_vhost_and_a_missing_vhost_answer_sqs_errors() {
+    let (broker, addr) = sqs_broker(&[]);
+    let (status, body) =
+        common::http(&broker, "PUT", "/api/vhost-limits/%2F/max-queues", r#"{"value": 1}"#).await;
+    assert_eq!(status, 204, "{body}");
+    let (status, created) = sqs(addr, "CreateQueue", json!({"QueueName": "first"})).await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(sqs(addr, "CreateQueue", json!({"QueueName": "first"})).await.0, 200, "an existing queue");
+    let (status, refused) = sqs(addr, "CreateQueue", json!({"QueueName": "second"})).await;
+    assert_eq!((status, refused["__type"].as_str()), (400, Some("com.amazonaws.sqs#OverLimit")), "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("max-queues"), "{refused}");
+
+    let missing = format!("http://{addr}/nowhere/first");
+    for (action, input) in [
+        ("SendMessage", json!({"QueueUrl": missing, "MessageBody": "x"})),
+        ("ReceiveMessage", json!({"QueueUrl": missing})),
+        ("GetQueueAttributes", json!({"QueueUrl": missing})),
+        ("SetQueueAttributes", json!({"QueueUrl": missing, "Attributes": {"DelaySeconds": "1"}})),
+        ("PurgeQueue", json!({"QueueUrl": missing})),
+        ("DeleteQueue", json!({"QueueUrl": missing})),
+    ] {
+        let (status, refused) = sqs(addr, action, input).await;
+        assert_eq!(
+            (status, refused["__type"].as_str()),
+            (400, Some("com.amazonaws.sqs#QueueDoesNotExist")),
+            "{action}: {refused}"
+        );
+    }
+}

@@ -39,9 +39,10 @@ pub enum SqsError {
     UnsupportedOperation(String),
     #[error("{0}")]
     ResourceNotFound(String),
-    /// The queue is full (`x-overflow` `reject-publish`).
-    #[error("The queue is full.")]
-    OverLimit,
+    /// A limit is reached: the queue is full (`x-overflow` `reject-publish`), or the vhost holds
+    /// its `max-queues` (AWS's code for "the specified action violates a limit").
+    #[error("{0}")]
+    OverLimit(String),
     #[error("Access to the resource {0} is denied.")]
     AccessDenied(String),
     #[error("{0}")]
@@ -83,7 +84,7 @@ impl SqsError {
             SqsError::BatchRequestTooLong(_) => "BatchRequestTooLong",
             SqsError::UnsupportedOperation(_) => "UnsupportedOperation",
             SqsError::ResourceNotFound(_) => "ResourceNotFoundException",
-            SqsError::OverLimit => "OverLimit",
+            SqsError::OverLimit(_) => "OverLimit",
             SqsError::AccessDenied(_) => "AccessDeniedException",
             SqsError::InvalidSignature(SignatureError::UnknownAccessKey) => "InvalidClientTokenId",
             SqsError::InvalidSignature(SignatureError::Missing) => "MissingAuthenticationTokenException",

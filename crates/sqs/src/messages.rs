@@ -42,7 +42,7 @@ pub(crate) fn gateway_error(error: SqsGatewayError, handle: &str) -> SqsError {
         SqsGatewayError::QueueLocked => {
             SqsError::AccessDenied("the queue is exclusive to an AMQP connection".into())
         }
-        SqsGatewayError::QueueFull => SqsError::OverLimit,
+        SqsGatewayError::QueueFull => SqsError::OverLimit("The queue is full.".into()),
         SqsGatewayError::InvalidArguments(why) => SqsError::InvalidAttributeValue(why),
         SqsGatewayError::ReceiptHandleInvalid => SqsError::ReceiptHandleIsInvalid(handle.to_owned()),
     }
@@ -159,6 +159,7 @@ fn require_send(state: &SqsState, caller: &Caller, queue: &QueueRef) -> Result<(
     if let Some(reason) = state.resources.borrow().blocked_reason() {
         return Err(SqsError::ResourceAlarm(reason));
     }
+    queues::require_vhost(state, &queue.vhost)?;
     // A send is a publish to the default exchange: RabbitMQ checks write on it.
     if queues::permissions(state, caller, &queue.vhost).allows(Access::Write, Resource::Exchange, "") {
         Ok(())

@@ -143,11 +143,18 @@ pub fn permissions(state: &SqsState, caller: &Caller, vhost: &str) -> Arc<Permis
 
 /// AccessDenied unless the caller may do `access` on queue `queue`.
 pub fn require(state: &SqsState, caller: &Caller, access: Access, queue: &QueueRef) -> Result<(), SqsError> {
+    require_vhost(state, &queue.vhost)?;
     if permissions(state, caller, &queue.vhost).allows(access, Resource::Queue, &queue.name) {
         Ok(())
     } else {
         Err(SqsError::AccessDenied(format!("queue '{}' in vhost '{}'", queue.name, queue.vhost)))
     }
+}
+
+/// QueueDoesNotExist when a queue URL or ARN names a vhost that does not exist: no queue is
+/// there, whoever asks (AWS answers a queue of an unknown account the same way).
+pub fn require_vhost(state: &SqsState, vhost: &str) -> Result<(), SqsError> {
+    state.users.vhost(vhost).map(|_| ()).ok_or(SqsError::QueueDoesNotExist)
 }
 
 /// An AMQP refusal of an operation on a queue, in SQS's terms.
@@ -331,10 +338,15 @@ pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
                     "A queue already exists with the same name and a different value for an attribute (argument '{key}')"
                 ))),
             },
-            None => b
-                .with_admin_channel_as(&user, &declared_in, permissions, now, |ch| ch.call(declare))
-                .map(|_| ())
-                .map_err(from_amqp),
+            None => match b.queue_limit_reached(&declared_in) {
+                Some(limit) => Err(SqsError::OverLimit(format!(
+                    "The vhost '{declared_in}' holds its limit of {limit} queues (max-queues)."
+                ))),
+                None => b
+                    .with_admin_channel_as(&user, &declared_in, permissions, now, |ch| ch.call(declare))
+                    .map(|_| ())
+                    .map_err(from_amqp),
+            },
         })
         .await?;
     made?;
@@ -582,6 +594,7 @@ async fn run_as(
         + Send
         + 'static,
 ) -> Result<(), SqsError> {
+    require_vhost(state, &queue.vhost)?;
     let (user, vhost, permissions) =
         (caller.user.clone(), queue.vhost.clone(), permissions(state, caller, &queue.vhost));
     state

@@ -321,13 +321,20 @@ impl Broker {
     /// passive declare of an existing one passes at the limit): RabbitMQ's
     /// `rabbit_channel:check_vhost_queue_limit`, 406 with its text.
     fn check_queue_limit(&mut self, vhost: &str, name: &ShortStr) -> Result<(), AmqpError> {
-        let vhost_state = self.vhost_mut(vhost)?;
-        match vhost_state.max_queues {
-            Some(limit) if vhost_state.queues.len() as u64 >= limit => Err(errors::precondition_failed(
-                format!("cannot declare queue '{name}': queue limit in vhost '{vhost}' ({limit}) is reached"),
-            )),
-            _ => Ok(()),
+        self.vhost_mut(vhost)?;
+        match self.queue_limit_reached(vhost) {
+            Some(limit) => Err(errors::precondition_failed(format!(
+                "cannot declare queue '{name}': queue limit in vhost '{vhost}' ({limit}) is reached"
+            ))),
+            None => Ok(()),
         }
+    }
+
+    /// The vhost's `max-queues` when it holds that many queues already (a new queue would be
+    /// refused), for front ends that answer the refusal in their own terms (SQS's OverLimit).
+    pub fn queue_limit_reached(&self, vhost: &str) -> Option<u64> {
+        let vhost_state = self.vhosts.get(vhost)?;
+        vhost_state.max_queues.filter(|limit| vhost_state.queues.len() as u64 >= *limit)
     }
 
     /// A new queue with an `x-dead-letter-exchange` needs read on itself and write on the DLX.
