@@ -245,3 +245,56 @@ async fn a_full_vhost_and_a_missing_vhost_answer_sqs_errors() {
         );
     }
 }
+
+/// One key cannot hold the endpoint's connections with long polls (finding 5): past
+/// `--sqs-max-long-polls` waiting polls a key's next long poll is answered at once with
+/// `RequestThrottled` (which SDKs retry with back-off), sends and short polls still work, and a
+/// place is free again once a poll answers.
+#[tokio::test]
+async fn one_key_cannot_hold_more_than_its_long_polls() {
+    let (broker, addr) = sqs_broker(&["--sqs-max-long-polls", "3"]);
+    let (status, created) = sqs(addr, "CreateQueue", json!({"QueueName": "idle"})).await;
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().unwrap().to_owned();
+    let poll = json!({"QueueUrl": url, "WaitTimeSeconds": 20});
+    // Four long polls of one key on an empty queue: whichever comes last is answered at once.
+    let mut waiting: Vec<_> =
+        (0..4).map(|_| tokio::spawn(sqs(addr, "ReceiveMessage", poll.clone()))).collect();
+    let deadline = Instant::now() + WAIT;
+    let throttled = loop {
+        if let Some(done) = waiting.iter().position(|w| w.is_finished()) {
+            break waiting.remove(done);
+        }
+        assert!(Instant::now() < deadline, "no long poll was throttled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (status, refused) = throttled.await.unwrap();
+    assert_eq!(
+        (status, refused["__type"].as_str()),
+        (400, Some("com.amazonaws.sqs#RequestThrottled")),
+        "{refused}"
+    );
+    assert!(refused["message"].as_str().unwrap().contains("long polls waiting"), "{refused}");
+    assert!(waiting.iter().all(|w| !w.is_finished()), "the other three still wait");
+    let (status, short) = sqs(addr, "ReceiveMessage", json!({"QueueUrl": url})).await;
+    assert_eq!((status, short), (200, json!({})), "a short poll never waits, so never counts");
+    let (status, sent) = sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": "wake"})).await;
+    assert_eq!(status, 200, "{sent}");
+    // The message wakes one waiting poll; its place is free for the next.
+    let deadline = Instant::now() + WAIT;
+    let mut woken = None;
+    while woken.is_none() {
+        woken = waiting.iter().position(|w| w.is_finished());
+        assert!(Instant::now() < deadline, "no waiting poll got the message");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, got) = waiting.remove(woken.unwrap()).await.unwrap();
+    assert_eq!((status, got["Messages"][0]["Body"].as_str()), (200, Some("wake")));
+    // Two still wait: a third may wait beside them (it ends empty after its second).
+    let (status, got) = sqs(addr, "ReceiveMessage", json!({"QueueUrl": url, "WaitTimeSeconds": 1})).await;
+    assert_eq!((status, got), (200, json!({})), "the woken poll's place is free again");
+    for w in waiting {
+        w.abort();
+    }
+    drop(broker);
+}

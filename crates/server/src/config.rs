@@ -121,6 +121,10 @@ pub struct Cli {
     /// Serve Amazon SQS's API on this port (docs/sqs.md); off unless set.
     #[arg(long, env = "HOURGLASS_SQS_PORT")]
     pub sqs_port: Option<u16>,
+    /// SQS long polls one access key, and one source address, may have waiting at once
+    /// (docs/limits.md); past it a long poll is answered RequestThrottled at once.
+    #[arg(long, env = "HOURGLASS_SQS_MAX_LONG_POLLS")]
+    pub sqs_max_long_polls: Option<usize>,
     /// The key that seals access keys' secrets, outside the data directory; made there when
     /// missing (docs/sqs.md). Without it only the guest key exists.
     #[arg(long, env = "HOURGLASS_SECRETS_KEY_FILE")]
@@ -284,6 +288,7 @@ pub struct FileConfig {
     pub http_port: Option<u16>,
     pub metrics_port: Option<u16>,
     pub sqs_port: Option<u16>,
+    pub sqs_max_long_polls: Option<usize>,
     pub secrets_key_file: Option<PathBuf>,
     pub plain_amqp: Option<bool>,
     pub plain_http: Option<bool>,
@@ -438,6 +443,9 @@ pub struct Config {
     pub metrics_port: u16,
     /// The SQS endpoint's port, when it is served (docs/sqs.md).
     pub sqs_port: Option<u16>,
+    /// Long polls one access key, and one address, may have waiting at once: a quarter of the
+    /// default HTTP connection pool, so no one key or host can take it (issue 37).
+    pub sqs_max_long_polls: usize,
     /// The file of the key that seals access keys' secrets (docs/sqs.md).
     pub secrets_key_file: Option<PathBuf>,
     /// Which plain listeners run (all unless switched off; at least one AMQP listener must).
@@ -485,6 +493,7 @@ impl Default for Config {
             http_port: DEFAULT_HTTP_PORT,
             metrics_port: DEFAULT_METRICS_PORT,
             sqs_port: None,
+            sqs_max_long_polls: hourglass_sqs::long_polls::WAITING_MAX_DEFAULT,
             secrets_key_file: None,
             plain: PlainListeners { amqp: true, http: true, metrics: true },
             // TLS needs a certificate, which only the operator can give.
@@ -586,6 +595,10 @@ impl Config {
             http_port: cli.http_port.or(file.http_port).unwrap_or(defaults.http_port),
             metrics_port: cli.metrics_port.or(file.metrics_port).unwrap_or(defaults.metrics_port),
             sqs_port: cli.sqs_port.or(file.sqs_port),
+            sqs_max_long_polls: cli
+                .sqs_max_long_polls
+                .or(file.sqs_max_long_polls)
+                .unwrap_or(defaults.sqs_max_long_polls),
             secrets_key_file: cli.secrets_key_file.or(file.secrets_key_file),
             data_dir: cli.data_dir.or(file.data_dir).unwrap_or(defaults.data_dir),
             loopback_users: cli

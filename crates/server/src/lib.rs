@@ -385,6 +385,9 @@ impl Server {
                 clock: hourglass_sqs::system_clock,
                 resources: mgmt.node.resources.clone(),
                 sequence: Default::default(),
+                long_polls: std::sync::Arc::new(hourglass_sqs::LongPolls::with_max(
+                    config.sqs_max_long_polls,
+                )),
             };
             for (listener, tls) in sqs_listeners {
                 let mut stop = shutdown_rx.clone();

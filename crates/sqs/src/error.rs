@@ -45,6 +45,10 @@ pub enum SqsError {
     OverLimit(String),
     #[error("Access to the resource {0} is denied.")]
     AccessDenied(String),
+    /// Too many long polls of one key or address wait at once (`long_polls.rs`): SDKs retry this
+    /// code with back-off.
+    #[error("{0}")]
+    RequestThrottled(String),
     #[error("{0}")]
     InvalidSignature(SignatureError),
     #[error("The action or operation requested is invalid. Verify that the action is typed correctly.")]
@@ -85,6 +89,7 @@ impl SqsError {
             SqsError::UnsupportedOperation(_) => "UnsupportedOperation",
             SqsError::ResourceNotFound(_) => "ResourceNotFoundException",
             SqsError::OverLimit(_) => "OverLimit",
+            SqsError::RequestThrottled(_) => "RequestThrottled",
             SqsError::AccessDenied(_) => "AccessDeniedException",
             SqsError::InvalidSignature(SignatureError::UnknownAccessKey) => "InvalidClientTokenId",
             SqsError::InvalidSignature(SignatureError::Missing) => "MissingAuthenticationTokenException",

@@ -20,6 +20,7 @@ mod attributes;
 mod credentials;
 mod error;
 mod fifo;
+pub mod long_polls;
 mod messages;
 mod moves;
 mod query;
@@ -43,6 +44,7 @@ use serde_json::Value;
 
 pub use error::SqsError;
 pub use fifo::Sequencer;
+pub use long_polls::LongPolls;
 pub use moves::MoveTasks;
 
 /// The largest request body read: SQS's 1 MiB message (or batch), with room for its escaping in
@@ -71,6 +73,8 @@ pub struct SqsState {
     pub resources: hourglass_mgmt::resources::ResourceWatch,
     /// FIFO messages' sequence numbers (`fifo.rs`).
     pub sequence: Arc<fifo::Sequencer>,
+    /// The long polls waiting now, per key and per address (`long_polls.rs`).
+    pub long_polls: Arc<LongPolls>,
 }
 
 /// The endpoint's routes: every path takes a signed JSON request (SDKs post to the endpoint's
@@ -88,6 +92,10 @@ pub fn system_clock() -> u64 {
 #[derive(Clone, Debug)]
 pub(crate) struct Caller {
     pub user: String,
+    /// The access key that signed the request.
+    pub access_key: String,
+    /// The address the request came from (none in tests without a socket).
+    pub address: Option<std::net::IpAddr>,
     /// The vhost the caller's queues are in.
     pub vhost: String,
     /// `scheme://host[:port]` the request came to: queue URLs are built on it.
@@ -145,11 +153,12 @@ async fn handled(
         headers: &headers,
         body: &body,
     };
-    let (user, vhost, region) = authenticate(state, &signed, peer).await?;
+    let Signer { user, access_key, vhost, region } = authenticate(state, &signed, peer).await?;
     let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
     // Queue URLs name the scheme the request came over (the listener marks HTTPS).
     let scheme = parts.extensions.get::<hourglass_mgmt::ListenerScheme>().map_or("http", |s| s.as_str());
-    let caller = Caller { user, vhost, base_url: format!("{scheme}://{host}"), region };
+    let address = peer.map(|p| p.ip().to_canonical());
+    let caller = Caller { user, access_key, address, vhost, base_url: format!("{scheme}://{host}"), region };
     let (action, input) = match protocol {
         Protocol::Json => {
             let target = parts.headers.get("x-amz-target").and_then(|t| t.to_str().ok());
@@ -209,13 +218,22 @@ async fn perform(
     }
 }
 
-/// The user a request is signed by, the vhost its key acts in, and the region it was signed for. A refused signature is
-/// answered only after its source's failed-login hold, as a refused AMQP or HTTP login is.
+/// Who signed a request: the key's user, the key, the vhost it acts in, and the region the
+/// request was signed for.
+struct Signer {
+    user: String,
+    access_key: String,
+    vhost: String,
+    region: String,
+}
+
+/// Who signed a request. A refused signature is answered only after its source's failed-login
+/// hold, as a refused AMQP or HTTP login is.
 async fn authenticate(
     state: &SqsState,
     request: &sigv4::Request<'_>,
     peer: Option<SocketAddr>,
-) -> Result<(String, String, String), SqsError> {
+) -> Result<Signer, SqsError> {
     let now_ms = (state.clock)();
     let now = Timestamp::from_millis(now_ms);
     if let Some(addr) = peer {
@@ -228,7 +246,12 @@ async fn authenticate(
     let checked = sigv4::parse(request).and_then(|claimed| {
         let key = credentials::secret_of(state, &claimed.access_key, loopback)?;
         sigv4::verify(request, &claimed, &key.secret, now_ms)?;
-        Ok((key.user, key.vhost, claimed.region))
+        Ok(Signer {
+            user: key.user,
+            access_key: claimed.access_key,
+            vhost: key.vhost,
+            region: claimed.region,
+        })
     });
     match checked {
         Ok(found) => Ok(found),

@@ -291,6 +291,8 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
         .unwrap_or(queues::VISIBILITY_TIMEOUT_DEFAULT_S as u64 * 1000);
     let wait = Duration::from_secs(wait.or(defaults.1).unwrap_or(0) as u64);
     let deadline = tokio::time::Instant::now() + wait;
+    // Taken when the poll first has to wait, kept until it answers.
+    let mut waiting = None;
     let received = loop {
         let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
         let received = state
@@ -301,8 +303,12 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
         if !received.is_empty() || tokio::time::Instant::now() >= deadline {
             break received;
         }
+        if waiting.is_none() {
+            waiting = Some(state.long_polls.admit(&caller.access_key, caller.address)?);
+        }
         wait_for_a_message(state, &queue, deadline).await?;
     };
+    drop(waiting);
     let now_ms = (state.clock)();
     let messages: Vec<Value> = received
         .iter()
