@@ -155,6 +155,49 @@ where
     })
 }
 
+/// A JSON document built whole (a definitions export) sent in chunks of [`CHUNK_BYTES`],
+/// holding `slot` until the last chunk is taken or the client goes: the document counts against
+/// the heavy listings for as long as it is in memory, so stalled readers cannot pile copies up
+/// (issue 37: 50 stalled exports of 20,000 queues held 2.2 GB).
+pub fn json_document(document: &Value, slot: ListingSlot) -> Response {
+    // Writing a Value into a Vec cannot fail.
+    let bytes = Bytes::from(serde_json::to_vec(document).unwrap_or_default());
+    let body = DocumentBody { bytes, _slot: slot };
+    let mut response = Body::new(body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The rest of a document to send, and the slot it holds meanwhile.
+struct DocumentBody {
+    bytes: Bytes,
+    _slot: ListingSlot,
+}
+
+impl http_body::Body for DocumentBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        if self.bytes.is_empty() {
+            return Poll::Ready(None);
+        }
+        let take = self.bytes.len().min(CHUNK_BYTES);
+        Poll::Ready(Some(Ok(Frame::data(self.bytes.split_to(take)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.bytes.len() as u64)
+    }
+}
+
 /// An empty chunk with room for [`CHUNK_BYTES`] and the item that takes it past them.
 fn new_chunk() -> Vec<u8> {
     Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 4)

@@ -12,8 +12,9 @@
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::Response;
 use axum::routing::get;
-use axum::{Extension, Json, Router};
+use axum::{Extension, Router};
 use serde_json::{json, Value};
 
 use super::bindings::bind;
@@ -35,12 +36,15 @@ pub fn routes() -> Router<AppState> {
 /// The sections that belong to one vhost.
 const VHOST_SECTIONS: [&str; 4] = ["queues", "exchanges", "bindings", "policies"];
 
+/// GET /api/definitions: a heavy listing (`streamed.rs`): at most two of one user's and four in
+/// all are in memory at once, each until its last byte is taken; past the user's two, 429.
 async fn export(
     State(state): State<AppState>,
     Extension(auth): Extension<AuthUser>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     auth.require_admin()?;
-    Ok(Json(export_document(&state).await?))
+    let slot = state.listings.take(&auth.name).await?;
+    Ok(crate::streamed::json_document(&export_document(&state).await?, slot))
 }
 
 /// GET /api/definitions/{vhost}: the vhost's items from the full export, `vhost` keys removed.
@@ -48,9 +52,10 @@ async fn export_vhost(
     State(state): State<AppState>,
     Extension(auth): Extension<AuthUser>,
     Path(vhost): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     auth.require_admin()?;
     super::require_vhost(&state, &vhost)?;
+    let slot = state.listings.take(&auth.name).await?;
     let mut all = export_document(&state).await?;
     let mut out = json!({
         "rabbit_version": RABBITMQ_COMPAT_VERSION,
@@ -74,7 +79,7 @@ async fn export_vhost(
             .collect();
         out[key] = Value::Array(mine);
     }
-    Ok(Json(out))
+    Ok(crate::streamed::json_document(&out, slot))
 }
 
 /// POST /api/definitions/{vhost}: a vhost export (or a full one: its users, vhosts and
