@@ -121,6 +121,8 @@ pub struct Broker {
     pub(crate) reply_consumers: ReplyConsumers,
     /// What each new queue gets to page messages out and read them back (ADR 0007).
     pub(crate) pager: Pager,
+    /// The deduplication ids all queues hold together (queue/dedup.rs).
+    pub(crate) dedup_ids: crate::queue::dedup::NodeDedupIds,
 }
 
 impl Broker {
@@ -151,6 +153,7 @@ impl Broker {
             persist: Persistence::new(config.persistence),
             reply_consumers: ReplyConsumers::default(),
             pager: Pager::default(),
+            dedup_ids: Default::default(),
         }
     }
 

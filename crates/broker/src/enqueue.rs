@@ -42,7 +42,7 @@ impl Broker {
             return Enqueued::Rejected;
         }
         if let (Some(held), Some(queue)) = (held_id, self.queues.get_mut(&id)) {
-            queue.dedup.hold(held, now, message.properties().message_id());
+            queue.dedup.hold(held, now, message.properties().message_id(), &mut self.dedup_ids);
         }
         let seq = self.entry_ids.next();
         let persist_id = self.persist_id_for(id, &message, seq);

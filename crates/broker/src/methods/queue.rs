@@ -193,6 +193,7 @@ impl Broker {
     pub(crate) fn delete_queue(&mut self, id: QueueId) -> usize {
         let Some(queue) = self.queues.remove(&id) else { return 0 };
         self.churn.queues_deleted += 1;
+        self.dedup_ids.release(queue.dedup.len());
         self.unschedule(id, queue.scheduled);
         self.persist_purge(id, queue.is_persisted());
         if let Some(vhost) = self.vhosts.get_mut(&queue.vhost) {

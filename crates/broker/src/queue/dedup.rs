@@ -5,6 +5,12 @@
 //! held for `x-cache-ttl` ms (a message's own `x-cache-ttl` header beats it; neither: until it is
 //! pushed out), and the queue holds at most `x-cache-size` ids, the oldest going first. SQS FIFO
 //! queues are such queues, with SQS's 5-minute interval.
+//!
+//! What a client controls is bounded (issue 37, finding 6: 1M ids took 370 MB, `x-cache-size`
+//! allowed 10M a queue, and ids whose interval had passed were kept until pushed out): a queue
+//! holds at most [`CACHE_SIZE_MAX`] ids, ids whose interval has passed are forgotten as new ones
+//! come, and all queues of the node together hold at most [`NODE_IDS_MAX`]: once that many are
+//! held, a queue trades its own oldest id for each new one instead of growing.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -17,8 +23,13 @@ use crate::time::Timestamp;
 pub const DEFAULT_HEADER: &str = "x-deduplication-header";
 /// The ids a queue holds unless `x-cache-size` says otherwise (LavinMQ's default).
 pub const DEFAULT_CACHE_SIZE: u64 = 128;
-/// The most ids `x-cache-size` may ask a queue to hold: a bound on its memory.
-pub const CACHE_SIZE_MAX: u64 = 10_000_000;
+/// The most ids `x-cache-size` may ask a queue to hold: a bound on its memory (about 390 MB of
+/// 64-byte ids), ten times an SQS FIFO queue's.
+pub const CACHE_SIZE_MAX: u64 = 1_000_000;
+/// The most ids all queues of the node hold together: twice [`CACHE_SIZE_MAX`], so a few busy
+/// deduplicating queues fit, and no one with configure permission can take the node's memory
+/// with queues of them.
+pub const NODE_IDS_MAX: usize = 2_000_000;
 /// Ids longer than this are held as their SHA-256 digest: a bound on what one id costs.
 const KEY_BYTES_MAX: usize = 64;
 
@@ -87,6 +98,31 @@ pub(crate) struct HeldId {
     cache_size: u64,
 }
 
+/// How many ids all queues of the node hold (the sum of their caches' sizes, kept by
+/// [`DedupCache::hold`] and given back by [`NodeDedupIds::release`] when a queue goes).
+#[derive(Debug, Default)]
+pub(crate) struct NodeDedupIds {
+    held: usize,
+}
+
+impl NodeDedupIds {
+    /// Ids more the node may hold.
+    fn room(&self) -> usize {
+        NODE_IDS_MAX.saturating_sub(self.held)
+    }
+
+    /// A queue's `count` ids are gone with it.
+    pub(crate) fn release(&mut self, count: usize) {
+        self.held = self.held.saturating_sub(count);
+    }
+
+    /// Ids held in all.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.held
+    }
+}
+
 /// The ids a queue holds now.
 #[derive(Debug, Default)]
 pub(crate) struct DedupCache {
@@ -113,18 +149,40 @@ impl DedupCache {
         held.until.is_none_or(|until| now < until).then(|| held.message_id.clone())
     }
 
+    /// Ids held now.
+    pub(crate) fn len(&self) -> usize {
+        self.held.len()
+    }
+
     /// Holds `id`, that of a message just taken (whose `message_id` this is), from `now` for its
-    /// TTL (`None`: until pushed out); the oldest ids go past the queue's cache size.
-    pub(crate) fn hold(&mut self, id: HeldId, now: Timestamp, message_id: Option<ShortStr>) {
+    /// TTL (`None`: until pushed out); the oldest ids go past the queue's cache size, or past
+    /// what the node's budget `node` leaves it. Ids at the front whose interval has passed go
+    /// first. A queue that holds none while the node's budget is spent holds nothing more.
+    pub(crate) fn hold(
+        &mut self,
+        id: HeldId,
+        now: Timestamp,
+        message_id: Option<ShortStr>,
+        node: &mut NodeDedupIds,
+    ) {
         let HeldId { key, ttl_ms, cache_size } = id;
+        self.forget_lapsed(now, node);
+        let limit =
+            usize::try_from(cache_size.max(1)).unwrap_or(usize::MAX).min(self.held.len() + node.room());
+        if limit == 0 {
+            return;
+        }
         self.generation += 1;
         let until = ttl_ms.map(|ms| now.saturating_add_millis(ms));
-        self.held.insert(key.clone(), Held { until, generation: self.generation, message_id });
+        if self.held.insert(key.clone(), Held { until, generation: self.generation, message_id }).is_none() {
+            node.held += 1;
+        }
         self.order.push_back((key, self.generation));
-        while self.held.len() as u64 > cache_size.max(1) {
+        while self.held.len() > limit {
             let Some((oldest, generation)) = self.order.pop_front() else { break };
             if self.held.get(&oldest).is_some_and(|h| h.generation == generation) {
                 self.held.remove(&oldest);
+                node.release(1);
             }
         }
         // The old places of ids taken again go when they reach half of `order` (amortized O(1)),
@@ -132,6 +190,25 @@ impl DedupCache {
         if self.order.len() > 2 * self.held.len().max(1) {
             let held = &self.held;
             self.order.retain(|(key, generation)| held.get(key).is_some_and(|h| h.generation == *generation));
+        }
+    }
+
+    /// Forgets the ids at the front of the order whose interval has passed at `now` (and skips
+    /// the old places of ids taken again), up to the first that is still held: amortized O(1),
+    /// as each place is passed once.
+    fn forget_lapsed(&mut self, now: Timestamp, node: &mut NodeDedupIds) {
+        while let Some((oldest, generation)) = self.order.front() {
+            match self.held.get(oldest) {
+                Some(held) if held.generation == *generation => {
+                    if held.until.is_none_or(|until| now < until) {
+                        return;
+                    }
+                    self.held.remove(oldest);
+                    node.release(1);
+                }
+                _ => {}
+            }
+            self.order.pop_front();
         }
     }
 }
@@ -159,9 +236,42 @@ mod tests {
         let held = HeldId { key: key.to_vec(), ttl_ms: ttl, cache_size: 100 };
         let duplicate = cache.duplicate_of(&held, at(now));
         if duplicate.is_none() {
-            cache.hold(held, at(now), Some(short(id)));
+            cache.hold(held, at(now), Some(short(id)), &mut NodeDedupIds::default());
         }
         duplicate
+    }
+
+    /// Ids whose interval has passed are forgotten as new ones come, not kept until pushed out
+    /// (finding 6: a queue's memory stayed at its peak until it was deleted).
+    #[test]
+    fn lapsed_ids_are_forgotten_as_new_ones_come() {
+        let (mut cache, mut node) = (DedupCache::default(), NodeDedupIds::default());
+        let held = |key: u32, ttl| HeldId { key: key.to_be_bytes().to_vec(), ttl_ms: ttl, cache_size: 1_000 };
+        for key in 0..500 {
+            cache.hold(held(key, Some(1_000)), at(0), None, &mut node);
+        }
+        assert_eq!((cache.len(), node.held()), (500, 500));
+        cache.hold(held(9_999, Some(1_000)), at(1_000), None, &mut node);
+        assert_eq!((cache.len(), node.held()), (1, 1), "the 500 lapsed at 1,000 ms are gone");
+    }
+
+    /// Past the node's budget a queue trades its own oldest id for each new one; a queue with
+    /// none holds none; a deleted queue's ids give their room back.
+    #[test]
+    fn the_node_budget_bounds_every_queue_together() {
+        let mut node = NodeDedupIds { held: NODE_IDS_MAX - 3 };
+        let (mut busy, mut other) = (DedupCache::default(), DedupCache::default());
+        let held = |key: u32| HeldId { key: key.to_be_bytes().to_vec(), ttl_ms: None, cache_size: 100 };
+        for key in 0..10 {
+            busy.hold(held(key), at(0), None, &mut node);
+        }
+        assert_eq!((busy.len(), node.held()), (3, NODE_IDS_MAX), "the last three ids kept");
+        assert!(busy.duplicate_of(&held(9), at(0)).is_some() && busy.duplicate_of(&held(6), at(0)).is_none());
+        other.hold(held(1), at(0), None, &mut node);
+        assert_eq!((other.len(), node.held()), (0, NODE_IDS_MAX), "no room, nothing to trade");
+        node.release(busy.len());
+        other.hold(held(1), at(0), None, &mut node);
+        assert_eq!((other.len(), node.held()), (1, NODE_IDS_MAX - 2));
     }
 
     #[test]
