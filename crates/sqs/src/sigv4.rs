@@ -378,7 +378,8 @@ fn uri_encode(s: &str, slash_too: bool) -> String {
     out
 }
 
-fn sha256(data: &[u8]) -> Vec<u8> {
+/// SHA-256 of `data` (the payload hash SigV4 signs).
+pub fn sha256(data: &[u8]) -> Vec<u8> {
     digest::digest(&digest::SHA256, data).as_ref().to_vec()
 }
 
@@ -386,7 +387,8 @@ fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
     hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data).as_ref().to_vec()
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex, as SigV4 writes hashes and signatures.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
