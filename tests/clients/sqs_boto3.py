@@ -224,6 +224,20 @@ assert code_of(lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageDe
 for queue in (fifo, content):
     sqs.delete_queue(QueueUrl=queue)
 
+# A late delete (AWS's rule, issue 40 item 1): once the visibility timeout has run out, the old
+# handle still deletes the message while it waits in the queue, not received again by anyone.
+late = sqs.create_queue(QueueName="boto-late")["QueueUrl"]
+sqs.send_message(QueueUrl=late, MessageBody="slow work")
+slow = sqs.receive_message(QueueUrl=late, VisibilityTimeout=1)["Messages"][0]
+deadline = time.monotonic() + 10
+while sqs.get_queue_attributes(QueueUrl=late, AttributeNames=["ApproximateNumberOfMessages"])[
+        "Attributes"]["ApproximateNumberOfMessages"] != "1":
+    assert time.monotonic() < deadline, "the message never came back"
+    time.sleep(0.05)
+sqs.delete_message(QueueUrl=late, ReceiptHandle=slow["ReceiptHandle"])
+assert "Messages" not in sqs.receive_message(QueueUrl=late, WaitTimeSeconds=1), "deleted, not delivered again"
+sqs.delete_queue(QueueUrl=late)
+
 # Wrong keys and malformed requests get AWS's codes; a deleted queue is gone.
 assert code_of(lambda: client(secret="wrong").list_queues()) == ("SignatureDoesNotMatch", 403)
 assert code_of(lambda: client(key="AKIAUNKNOWN").list_queues()) == ("InvalidClientTokenId", 403)

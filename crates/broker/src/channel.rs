@@ -185,11 +185,15 @@ impl Channel {
         Some(unacked)
     }
 
-    /// The unacked delivery with this tag.
     /// Whether delivery `tag` awaits its settlement here (not settled, not timed out).
     pub fn holds(&self, tag: u64) -> bool {
+        self.unacked(tag).is_some()
+    }
+
+    /// The unacked delivery with this tag.
+    pub fn unacked(&self, tag: u64) -> Option<&Unacked> {
         let at = self.unacked.partition_point(|u| u.tag < tag);
-        self.unacked.get(at).is_some_and(|u| u.tag == tag)
+        self.unacked.get(at).filter(|u| u.tag == tag)
     }
 
     pub fn unacked_mut(&mut self, tag: u64) -> Option<&mut Unacked> {

@@ -134,7 +134,7 @@ fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, no
     let delivery = DeliveryRef { conn: consumer.conn, channel: consumer.channel, tag };
     let timeout = if consumer.no_ack { None } else { consumer.visibility_timeout_ms.or(queue_timeout) };
     let visible_at = timeout.map(|ms| now.saturating_add_millis(ms));
-    let receipt = Receipt { queue: queue_id, delivery, channel_opening: channel.opening };
+    let receipt = Receipt { queue: queue_id, delivery, channel_opening: channel.opening, entry: entry.seq };
     let message = decorate(&entry, visible_at.map(|_| sinks.receipts.issue(&receipt)));
     let method = Method::BasicDeliver(BasicDeliver {
         consumer_tag: consumer.tag.clone(),

@@ -4,9 +4,10 @@
 //! a closed channel named the delivery with the same tag on the channel reopened under its
 //! number).
 //!
-//! A handle names the queue, the delivery (connection, channel number, tag) and the channel's
+//! A handle names the queue, the delivery (connection, channel number, tag), the channel's
 //! opening ([`Receipt::channel_opening`]: no two openings of a channel in one broker's life have
-//! the same one), and carries an HMAC-SHA256 of all of it under the broker's [`ReceiptKey`],
+//! the same one) and the queue entry delivered ([`Receipt::entry`]: what a late SQS delete
+//! removes once the delivery has timed out), and carries an HMAC-SHA256 of all of it under the broker's [`ReceiptKey`],
 //! random for each broker's life. So a handle cannot be made or altered without the key, names
 //! one delivery only, and is void after a restart or a failover (when the delivery it named has
 //! gone anyway: deliveries end with their channel).
@@ -20,10 +21,10 @@ use crate::api::{ChannelId, ConnectionId};
 use crate::queue::visibility::DeliveryRef;
 use crate::queue::QueueId;
 
-/// The handle format's first byte: a later format can be told apart.
-const FORMAT: u8 = 1;
-/// The named fields: format, queue, connection, channel, channel opening, tag.
-const FIELDS_LEN: usize = 1 + 8 + 8 + 2 + 8 + 8;
+/// The handle format's first byte: a later format can be told apart (2: with the entry).
+const FORMAT: u8 = 2;
+/// The named fields: format, queue, connection, channel, channel opening, tag, entry.
+const FIELDS_LEN: usize = 1 + 8 + 8 + 2 + 8 + 8 + 8;
 /// HMAC-SHA256's tag, kept whole (`hmac::verify` compares it in constant time).
 const TAG_LEN: usize = 32;
 /// The longest string that can be a handle: anything longer is refused before decoding.
@@ -36,6 +37,8 @@ pub struct Receipt {
     pub delivery: DeliveryRef,
     /// Which opening of the channel the delivery was made on (`Channel::opening`).
     pub channel_opening: u64,
+    /// The queue entry delivered (`Entry::seq`).
+    pub entry: u64,
 }
 
 /// The key handles are signed with: one per broker, random, never stored.
@@ -96,6 +99,7 @@ fn encode(receipt: &Receipt) -> [u8; FIELDS_LEN] {
     out[17..19].copy_from_slice(&receipt.delivery.channel.0.to_be_bytes());
     out[19..27].copy_from_slice(&receipt.channel_opening.to_be_bytes());
     out[27..35].copy_from_slice(&receipt.delivery.tag.to_be_bytes());
+    out[35..43].copy_from_slice(&receipt.entry.to_be_bytes());
     out
 }
 
@@ -113,6 +117,7 @@ fn decode(fields: &[u8]) -> Option<Receipt> {
             tag: u64_at(27)?,
         },
         channel_opening: u64_at(19)?,
+        entry: u64_at(35)?,
     })
 }
 
@@ -125,6 +130,7 @@ mod tests {
             queue: QueueId(6),
             delivery: DeliveryRef { conn: ConnectionId(2), channel: ChannelId(1), tag: 1 },
             channel_opening: 17,
+            entry: 40,
         }
     }
 

@@ -45,6 +45,29 @@ fn received_messages_come_back_after_their_timeout_until_deleted() {
     assert!(tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap().is_empty(), "deleted for good");
 }
 
+/// A late delete (issue 40, item 1): once a delivery's visibility timeout has run out, its
+/// handle still deletes the message while it waits in the queue, not received again, as AWS
+/// does; a slow worker does not make it processed twice. Persisted, the delete is a settle in
+/// the store too.
+#[test]
+fn a_late_delete_removes_a_message_not_yet_received_again() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "jobs");
+    for body in [b"slow", b"next"] {
+        tb.publish(c, "", "jobs", body);
+    }
+    let now = tb.clock.now();
+    let first = tb.broker.sqs_receive("/", "jobs", 1, 1_000, now).unwrap();
+    tb.advance(Duration::from_millis(1_001));
+    let now = tb.clock.now();
+    assert_eq!(stats(&tb, "jobs").messages_ready, 2, "back in the queue");
+    tb.broker.sqs_delete("/", "jobs", &first[0].receipt_handle, now).unwrap();
+    assert_eq!(stats(&tb, "jobs").messages(), 1, "deleted all the same");
+    let left = tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap();
+    assert_eq!(left.iter().map(|r| &r.message.body[..]).collect::<Vec<_>>(), [&b"next"[..]]);
+}
+
 /// At most `max` messages a receive, in order; with a timeout of 0 a message is ready again at
 /// once, for AMQP consumers too.
 #[test]

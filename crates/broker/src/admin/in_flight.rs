@@ -48,7 +48,9 @@ impl Broker {
 
     /// The receipt handle of an outstanding delivery of queue `queue` (the one its consumer got).
     fn receipt_handle(&self, queue: QueueId, delivery: DeliveryRef) -> String {
-        let channel_opening = self.channels.get(&(delivery.conn, delivery.channel)).map_or(0, |c| c.opening);
-        self.receipts.issue(&Receipt { queue, delivery, channel_opening })
+        let channel = self.channels.get(&(delivery.conn, delivery.channel));
+        let channel_opening = channel.map_or(0, |c| c.opening);
+        let entry = channel.and_then(|c| c.unacked(delivery.tag)).map_or(0, |u| u.entry.seq);
+        self.receipts.issue(&Receipt { queue, delivery, channel_opening, entry })
     }
 }

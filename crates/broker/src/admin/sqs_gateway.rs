@@ -261,8 +261,24 @@ impl Broker {
         if current {
             // The tag is one the channel holds: settling it cannot fail.
             let _ = self.settle(delivery.conn, delivery.channel, delivery.tag, false, Settlement::Ack, now);
+        } else {
+            self.delete_returned(id, receipt.entry);
         }
         Ok(())
+    }
+
+    /// A late delete (AWS's rule): the delivery's visibility timeout ran out and its message is
+    /// ready in the queue again, not yet received by anyone else; the handle still deletes it,
+    /// so a slow worker does not process it twice. A message received again since, or gone, is
+    /// left alone (AWS: "the message might not be deleted").
+    fn delete_returned(&mut self, id: QueueId, entry: u64) {
+        let Some(queue) = self.queues.get_mut(&id) else { return };
+        let Some(removed) = queue.ready.remove(entry) else { return };
+        queue.counters.messages.ack += 1;
+        self.message_stats.ack += 1;
+        let persist_id = removed.persist_id();
+        self.persist_settle(id, persist_id);
+        self.reschedule(id);
     }
 
     /// Registers a long poll on `queue`: `wake` is called once, as soon as the queue has a ready

@@ -381,7 +381,7 @@ impl Broker {
         let tag = channel.next_tag();
         let delivery = DeliveryRef { conn, channel: ch, tag };
         let visible_at = visibility_ms.map(|ms| now.saturating_add_millis(ms));
-        let receipt = Receipt { queue: id, delivery, channel_opening: channel.opening };
+        let receipt = Receipt { queue: id, delivery, channel_opening: channel.opening, entry: entry.seq };
         let receipt_handle = visible_at.map(|_| self.receipts.issue(&receipt));
         let message = decorate(&entry, receipt_handle.clone());
         let (redelivered, delivery_count, entry_id) = (entry.redelivered, entry.delivery_count, entry.seq);
