@@ -238,6 +238,18 @@ sqs.delete_message(QueueUrl=late, ReceiptHandle=slow["ReceiptHandle"])
 assert "Messages" not in sqs.receive_message(QueueUrl=late, WaitTimeSeconds=1), "deleted, not delivered again"
 sqs.delete_queue(QueueUrl=late)
 
+# PurgeQueue takes the messages in flight too, as AWS does (issue 40 item 4): the received one
+# neither counts nor comes back when its visibility timeout runs out.
+purged = sqs.create_queue(QueueName="boto-purge")["QueueUrl"]
+for body in ("held", "ready"):
+    sqs.send_message(QueueUrl=purged, MessageBody=body)
+assert len(sqs.receive_message(QueueUrl=purged, VisibilityTimeout=1)["Messages"]) == 1
+sqs.purge_queue(QueueUrl=purged)
+counts = sqs.get_queue_attributes(QueueUrl=purged, AttributeNames=["All"])["Attributes"]
+assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0"), counts
+assert "Messages" not in sqs.receive_message(QueueUrl=purged, WaitTimeSeconds=2), "nothing comes back"
+sqs.delete_queue(QueueUrl=purged)
+
 # Wrong keys and malformed requests get AWS's codes; a deleted queue is gone.
 assert code_of(lambda: client(secret="wrong").list_queues()) == ("SignatureDoesNotMatch", 403)
 assert code_of(lambda: client(key="AKIAUNKNOWN").list_queues()) == ("InvalidClientTokenId", 403)

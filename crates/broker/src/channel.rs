@@ -190,6 +190,11 @@ impl Channel {
         self.unacked(tag).is_some()
     }
 
+    /// The tags of the unacked deliveries of queue `queue`, in order.
+    pub(crate) fn tags_of_queue(&self, queue: QueueId) -> Vec<u64> {
+        self.unacked.iter().filter(|u| u.queue == queue).map(|u| u.tag).collect()
+    }
+
     /// The unacked delivery with this tag.
     pub fn unacked(&self, tag: u64) -> Option<&Unacked> {
         let at = self.unacked.partition_point(|u| u.tag < tag);

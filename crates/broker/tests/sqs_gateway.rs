@@ -68,6 +68,32 @@ fn a_late_delete_removes_a_message_not_yet_received_again() {
     assert_eq!(left.iter().map(|r| &r.message.body[..]).collect::<Vec<_>>(), [&b"next"[..]]);
 }
 
+/// SQS's purge takes the messages SQS received and has not deleted too (issue 40, item 4);
+/// an AMQP consumer's unacked delivery stays its own to settle.
+#[test]
+fn an_sqs_purge_takes_what_sqs_holds_in_flight() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "jobs");
+    for body in [b"one", b"two", b"six"] {
+        tb.publish(c, "", "jobs", body);
+    }
+    let worker = tb.channel();
+    tb.call(worker, hourglass_wire::BasicQos { prefetch_count: 1, ..Default::default() });
+    consume(&mut tb, worker, "jobs", "w", false);
+    let now = tb.clock.now();
+    assert_eq!(tb.broker.sqs_receive("/", "jobs", 1, 30_000, now).unwrap().len(), 1);
+    assert_eq!(tb.broker.sqs_purge_in_flight("/", "jobs", now), Ok(1));
+    let left = stats(&tb, "jobs");
+    assert_eq!(
+        (left.messages_ready, left.messages_unacked),
+        (1, 1),
+        "the AMQP delivery and the ready one stay"
+    );
+    tb.advance(Duration::from_millis(60_000));
+    assert_eq!(stats(&tb, "jobs").messages_ready, 1, "the purged delivery never comes back");
+}
+
 /// At most `max` messages a receive, in order; with a timeout of 0 a message is ready again at
 /// once, for AMQP consumers too.
 #[test]

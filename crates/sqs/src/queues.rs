@@ -579,6 +579,13 @@ pub async fn purge(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Resu
     let queue = queue_of_url(input.required("QueueUrl")?)?;
     let purge = QueuePurge { queue: short(&queue.name)?, ..Default::default() };
     run_as(state, caller, &queue, move |ch| ch.call(purge)).await?;
+    // What SQS received and has not deleted goes too, as on AWS (the purge checked read access).
+    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
+    state
+        .broker
+        .run(move |b, now| b.sqs_purge_in_flight(&vhost, &name, now))
+        .await?
+        .map_err(|_| SqsError::QueueDoesNotExist)?;
     Ok(json!({}))
 }
 

@@ -267,6 +267,27 @@ impl Broker {
         Ok(())
     }
 
+    /// SQS's PurgeQueue beyond AMQP's queue.purge (issue 40, item 4): the messages received over
+    /// SQS and not deleted go too, as AWS deletes in-flight messages (on a FIFO queue a leftover
+    /// one blocked every group). Deliveries to AMQP consumers are theirs to settle, as after a
+    /// queue.purge. Returns how many went.
+    pub fn sqs_purge_in_flight(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        now: Timestamp,
+    ) -> Result<usize, SqsGatewayError> {
+        let (_, id) = self.sqs_queue(vhost, queue)?;
+        let Some(gateway) = self.sqs.by_vhost.get(vhost).copied() else { return Ok(0) };
+        let tags =
+            self.channels.get(&(gateway, GATEWAY_CHANNEL)).map(|c| c.tags_of_queue(id)).unwrap_or_default();
+        for tag in &tags {
+            // Each tag is one the channel holds: settling it cannot fail.
+            let _ = self.settle(gateway, GATEWAY_CHANNEL, *tag, false, Settlement::Ack, now);
+        }
+        Ok(tags.len())
+    }
+
     /// A late delete (AWS's rule): the delivery's visibility timeout ran out and its message is
     /// ready in the queue again, not yet received by anyone else; the handle still deletes it,
     /// so a slow worker does not process it twice. A message received again since, or gone, is
