@@ -66,6 +66,11 @@ _, reader_key = api("POST", "/api/users/sqs-reader/access-keys", {})
 reader = sqs_as(reader_key["access_key_id"], reader_key["secret_access_key"])
 assert code_of(lambda: reader.send_message(QueueUrl=url, MessageBody="x")) == "AccessDenied"
 assert "Messages" not in reader.receive_message(QueueUrl=url), "read is allowed on ^keys-"
+# SenderId names who sent the message, not who receives it (issue 40 item 2).
+worker.send_message(QueueUrl=url, MessageBody="from the worker")
+got = reader.receive_message(QueueUrl=url, AttributeNames=["SenderId"], WaitTimeSeconds=2)["Messages"][0]
+assert got["Attributes"]["SenderId"] == "sqs-worker", got
+reader.delete_message(QueueUrl=url, ReceiptHandle=got["ReceiptHandle"])
 assert code_of(lambda: sqs_as(key["access_key_id"], "x" * 40).list_queues()) == "SignatureDoesNotMatch"
 
 # Two keys a user at most; the secret is nowhere in the data directory's files.

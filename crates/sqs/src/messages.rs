@@ -87,11 +87,12 @@ impl SendRules {
     }
 }
 
-/// A message to send, checked against the queue's rules.
+/// A message to send by `sender` (the key's user, kept as the AMQP `user_id`: what SenderId
+/// reports), checked against the queue's rules.
 fn outgoing(
     state: &SqsState,
     input: &Input<'_>,
-    now_ms: u64,
+    (sender, now_ms): (&str, u64),
     rules: &SendRules,
 ) -> Result<Outgoing, SqsError> {
     let body = input.required("MessageBody")?;
@@ -122,6 +123,7 @@ fn outgoing(
     let properties = BasicProperties {
         delivery_mode: Some(2),
         message_id: ShortStr::try_from(message_id.as_str()).ok(),
+        user_id: ShortStr::try_from(sender).ok(),
         timestamp: Some(now_ms / 1000),
         headers: Some(FieldTable::from_entries(headers)),
         ..Default::default()
@@ -210,7 +212,7 @@ pub async fn send(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Resul
     let queue = queue_of(input)?;
     require_send(state, caller, &queue)?;
     let rules = SendRules::of(state, &queue).await?;
-    let message = outgoing(state, input, (state.clock)(), &rules)?;
+    let message = outgoing(state, input, (&caller.user, (state.clock)()), &rules)?;
     let mut sent = send_all(state, &queue, vec![message]).await?;
     Ok(Value::Object(sent.remove(0)?))
 }
@@ -227,7 +229,7 @@ pub async fn send_batch(state: &SqsState, caller: &Caller, input: &Input<'_>) ->
     let (now_ms, rules) = ((state.clock)(), SendRules::of(state, &queue).await?);
     run_batch(
         entries,
-        |entry| outgoing(state, entry, now_ms, &rules),
+        |entry| outgoing(state, entry, (&caller.user, now_ms), &rules),
         |messages| send_all(state, &queue, messages),
     )
     .await
@@ -310,10 +312,8 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
     };
     drop(waiting);
     let now_ms = (state.clock)();
-    let messages: Vec<Value> = received
-        .iter()
-        .map(|r| received_json(r, &system, &wanted_attributes, &caller.user, now_ms))
-        .collect();
+    let messages: Vec<Value> =
+        received.iter().map(|r| received_json(r, &system, &wanted_attributes, now_ms)).collect();
     if messages.is_empty() {
         return Ok(json!({}));
     }
@@ -359,13 +359,7 @@ impl Drop for TakeBack {
 }
 
 /// A received message as ReceiveMessage answers it.
-fn received_json(
-    received: &SqsReceived,
-    system: &[String],
-    wanted: &[String],
-    user: &str,
-    now_ms: u64,
-) -> Value {
+fn received_json(received: &SqsReceived, system: &[String], wanted: &[String], now_ms: u64) -> Value {
     let properties = received.message.properties().decode();
     let headers = properties.headers.as_ref();
     let body = String::from_utf8_lossy(&received.message.body);
@@ -394,9 +388,10 @@ fn received_json(
         system_attributes.insert("ApproximateFirstReceiveTimestamp".into(), json!(now_ms.to_string()));
     }
     fifo::received_attributes(headers, wants, &mut system_attributes);
-    if wants("SenderId") {
-        let sender = properties.user_id.as_ref().map_or_else(|| user.to_owned(), |u| u.as_str().into_owned());
-        system_attributes.insert("SenderId".into(), json!(sender));
+    // Who sent it: an SQS send's key user, or an AMQP publisher's validated `user_id`. An AMQP
+    // message without one names no sender, and none is made up (it was the receiver's name).
+    if let (true, Some(sender)) = (wants("SenderId"), properties.user_id.as_ref()) {
+        system_attributes.insert("SenderId".into(), json!(sender.as_str()));
     }
     if !system_attributes.is_empty() {
         out.insert("Attributes".into(), Value::Object(system_attributes));
