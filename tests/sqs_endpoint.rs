@@ -213,3 +213,53 @@ async fn create_queue_compares_only_the_attributes_given_and_messages_reach_one_
         (400, Some("com.amazon.coral.service#InvalidParameterValueException"))
     );
 }
+
+/// Requests AWS accepts or refuses, answered as AWS answers them (issue 40, items 5, 6, 7 and
+/// 11): a bare queue name as `QueueUrl`; `DelaySeconds` 0 on a FIFO send (any other value is
+/// refused); a missing queue or a malformed URL is `QueueDoesNotExist`, for DeleteQueue too; an
+/// empty batch names its own operation's entry type.
+#[tokio::test]
+async fn requests_are_taken_and_refused_as_aws_does() {
+    let (_broker, addr) = sqs_broker(&[]);
+    let (status, created) = sqs(addr, "CreateQueue", json!({"QueueName": "plain"})).await;
+    assert_eq!(status, 200, "{created}");
+    let (status, sent) =
+        sqs(addr, "SendMessage", json!({"QueueUrl": "plain", "MessageBody": "by name"})).await;
+    assert_eq!(status, 200, "a bare queue name: {sent}");
+    let (_, got) = sqs(addr, "ReceiveMessage", json!({"QueueUrl": "plain"})).await;
+    assert_eq!(got["Messages"][0]["Body"], "by name");
+
+    let fifo = json!({"QueueName": "ordered.fifo", "Attributes": {"FifoQueue": "true"}});
+    let (status, created) = sqs(addr, "CreateQueue", fifo).await;
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().unwrap();
+    let send = |delay: u64| json!({"QueueUrl": url, "MessageBody": "x", "MessageGroupId": "g", "MessageDeduplicationId": delay.to_string(), "DelaySeconds": delay});
+    assert_eq!(sqs(addr, "SendMessage", send(0)).await.0, 200, "DelaySeconds 0 on a FIFO queue");
+    let (status, refused) = sqs(addr, "SendMessage", send(5)).await;
+    assert_eq!(
+        (status, refused["__type"].as_str()),
+        (400, Some("com.amazon.coral.service#InvalidParameterValueException"))
+    );
+
+    let missing = |url: &str| json!({"QueueUrl": url});
+    for url in [format!("http://{addr}/%2F/nowhere"), "http://h/not/a/queue/url".into(), "nowhere".into()] {
+        for action in ["DeleteQueue", "GetQueueAttributes", "ReceiveMessage"] {
+            let (status, refused) = sqs(addr, action, missing(&url)).await;
+            assert_eq!(
+                (status, refused["__type"].as_str()),
+                (400, Some("com.amazonaws.sqs#QueueDoesNotExist")),
+                "{action} {url}: {refused}"
+            );
+        }
+    }
+    for (action, entry) in [
+        ("SendMessageBatch", "SendMessageBatchRequestEntry"),
+        ("DeleteMessageBatch", "DeleteMessageBatchRequestEntry"),
+        ("ChangeMessageVisibilityBatch", "ChangeMessageVisibilityBatchRequestEntry"),
+    ] {
+        let (status, refused) = sqs(addr, action, json!({"QueueUrl": "plain", "Entries": []})).await;
+        assert_eq!(status, 400, "{refused}");
+        let text = refused["message"].as_str().unwrap();
+        assert_eq!(text, format!("There should be at least one {entry} in the request."), "{action}");
+    }
+}

@@ -250,6 +250,26 @@ assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessag
 assert "Messages" not in sqs.receive_message(QueueUrl=purged, WaitTimeSeconds=2), "nothing comes back"
 sqs.delete_queue(QueueUrl=purged)
 
+# As AWS (issue 40 items 5, 6, 7, 11): a bare queue name is a QueueUrl; DelaySeconds 0 is taken
+# on a FIFO send; a missing queue or a malformed URL is NonExistentQueue, for DeleteQueue too; an
+# empty batch names its own entry type.
+named = sqs.create_queue(QueueName="boto-named")["QueueUrl"]
+sqs.send_message(QueueUrl="boto-named", MessageBody="by name")
+assert sqs.receive_message(QueueUrl="boto-named")["Messages"][0]["Body"] == "by name"
+ordered = sqs.create_queue(QueueName="boto-zero.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+sqs.send_message(QueueUrl=ordered, MessageBody="x", MessageGroupId="g", MessageDeduplicationId="z", DelaySeconds=0)
+for missing in ("http://localhost/%2F/boto-nowhere", "http://localhost/not/a/queue/url", "boto-nowhere"):
+    assert code_of(lambda: sqs.delete_queue(QueueUrl=missing)) == ("AWS.SimpleQueueService.NonExistentQueue", 400), missing
+try:
+    sqs.delete_message_batch(QueueUrl=named, Entries=[])
+    raise AssertionError("an empty batch was taken")
+except botocore.exceptions.ClientError as e:
+    assert e.response["Error"]["Message"] == "There should be at least one DeleteMessageBatchRequestEntry in the request.", e.response
+except botocore.exceptions.ParamValidationError:
+    pass  # botocore refuses it before sending; the Rust test checks the server's text
+for queue in (named, ordered):
+    sqs.delete_queue(QueueUrl=queue)
+
 # Wrong keys and malformed requests get AWS's codes; a deleted queue is gone.
 assert code_of(lambda: client(secret="wrong").list_queues()) == ("SignatureDoesNotMatch", 403)
 assert code_of(lambda: client(key="AKIAUNKNOWN").list_queues()) == ("InvalidClientTokenId", 403)

@@ -25,8 +25,9 @@ pub enum SqsError {
     ReceiptHandleIsInvalid(String),
     #[error("{0}")]
     InvalidMessageContents(String),
-    #[error("There should be at least one SendMessageBatchRequestEntry in the request.")]
-    EmptyBatchRequest,
+    /// A batch without entries; the operation's entry type is named (AWS's text).
+    #[error("There should be at least one {0} in the request.")]
+    EmptyBatchRequest(&'static str),
     #[error("Maximum number of entries per request are 10. You have sent {0}.")]
     TooManyEntriesInBatchRequest(usize),
     #[error("Id {0} repeated.")]
@@ -81,7 +82,7 @@ impl SqsError {
             SqsError::InvalidAttributeValue(_) => "InvalidAttributeValue",
             SqsError::ReceiptHandleIsInvalid(_) => "ReceiptHandleIsInvalid",
             SqsError::InvalidMessageContents(_) => "InvalidMessageContents",
-            SqsError::EmptyBatchRequest => "EmptyBatchRequest",
+            SqsError::EmptyBatchRequest(_) => "EmptyBatchRequest",
             SqsError::TooManyEntriesInBatchRequest(_) => "TooManyEntriesInBatchRequest",
             SqsError::BatchEntryIdsNotDistinct(_) => "BatchEntryIdsNotDistinct",
             SqsError::InvalidBatchEntryId => "InvalidBatchEntryId",
@@ -115,7 +116,7 @@ impl SqsError {
             SqsError::QueueNameExists(_) => "QueueAlreadyExists",
             SqsError::InvalidParameterValue(_) => "InvalidParameterValue",
             SqsError::MissingParameter(_) => "MissingParameter",
-            SqsError::EmptyBatchRequest => "AWS.SimpleQueueService.EmptyBatchRequest",
+            SqsError::EmptyBatchRequest(_) => "AWS.SimpleQueueService.EmptyBatchRequest",
             SqsError::TooManyEntriesInBatchRequest(_) => {
                 "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"
             }

@@ -138,7 +138,8 @@ impl FifoSettings {
         sequence: &Sequencer,
         now_ms: u64,
     ) -> Result<(Vec<(String, FieldValue)>, String), SqsError> {
-        if input.value("DelaySeconds").is_some() {
+        // AWS takes a DelaySeconds of 0 on a FIFO send and refuses any other.
+        if input.value("DelaySeconds").is_some() && input.integer("DelaySeconds", 0..=900)? != Some(0) {
             return Err(SqsError::InvalidParameterValue(
                 "Value for parameter DelaySeconds is invalid. Reason: The request include parameter that is not valid for this queue type.".into(),
             ));

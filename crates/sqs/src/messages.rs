@@ -32,8 +32,8 @@ const BATCH_BYTES_MAX: usize = queues::MESSAGE_SIZE_MAX as usize;
 /// One entry's answer: its fields, or why it failed.
 type Answer = Result<Map<String, Value>, SqsError>;
 
-fn queue_of(input: &Input<'_>) -> Result<QueueRef, SqsError> {
-    queues::queue_of_url(input.required("QueueUrl")?)
+fn queue_of(caller: &Caller, input: &Input<'_>) -> Result<QueueRef, SqsError> {
+    queues::queue_named(caller, input)
 }
 
 pub(crate) fn gateway_error(error: SqsGatewayError, handle: &str) -> SqsError {
@@ -209,7 +209,7 @@ async fn send_all(
 }
 
 pub async fn send(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
-    let queue = queue_of(input)?;
+    let queue = queue_of(caller, input)?;
     require_send(state, caller, &queue)?;
     let rules = SendRules::of(state, &queue).await?;
     let message = outgoing(state, input, (&caller.user, (state.clock)()), &rules)?;
@@ -218,9 +218,9 @@ pub async fn send(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Resul
 }
 
 pub async fn send_batch(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
-    let queue = queue_of(input)?;
+    let queue = queue_of(caller, input)?;
     require_send(state, caller, &queue)?;
-    let entries = input.batch()?;
+    let entries = input.batch("SendMessageBatchRequestEntry")?;
     let bytes: usize =
         entries.iter().filter_map(|(_, e)| e.string("MessageBody").ok().flatten()).map(str::len).sum();
     if bytes > BATCH_BYTES_MAX {
@@ -276,7 +276,7 @@ fn failure(id: &str, error: &SqsError) -> Value {
 }
 
 pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
-    let queue = queue_of(input)?;
+    let queue = queue_of(caller, input)?;
     queues::require(state, caller, Access::Read, &queue)?;
     let max = input.integer("MaxNumberOfMessages", 1..=RECEIVE_MAX)?.unwrap_or(1) as usize;
     let visibility = input.integer("VisibilityTimeout", 0..=queues::VISIBILITY_TIMEOUT_MAX_S)?;
@@ -405,7 +405,7 @@ fn received_json(received: &SqsReceived, system: &[String], wanted: &[String], n
 }
 
 pub async fn delete(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
-    let queue = queue_of(input)?;
+    let queue = queue_of(caller, input)?;
     queues::require(state, caller, Access::Read, &queue)?;
     let handle = input.required("ReceiptHandle")?.to_owned();
     delete_all(state, &queue, vec![handle]).await?.remove(0)?;
@@ -427,9 +427,9 @@ async fn delete_all(
 }
 
 pub async fn delete_batch(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
-    let queue = queue_of(input)?;
+    let queue = queue_of(caller, input)?;
     queues::require(state, caller, Access::Read, &queue)?;
-    let entries = input.batch()?;
+    let entries = input.batch("DeleteMessageBatchRequestEntry")?;
     let handle = |entry: &Input<'_>| entry.required("ReceiptHandle").map(str::to_owned);
     run_batch(entries, handle, |handles| delete_all(state, &queue, handles)).await
 }
@@ -439,7 +439,7 @@ pub async fn change_visibility(
     caller: &Caller,
     input: &Input<'_>,
 ) -> Result<Value, SqsError> {
-    let queue = queue_of(input)?;
+    let queue = queue_of(caller, input)?;
     queues::require(state, caller, Access::Read, &queue)?;
     let change = visibility_change(input)?;
     change_all(state, &queue, vec![change]).await?.remove(0)?;
@@ -476,8 +476,8 @@ pub async fn change_visibility_batch(
     caller: &Caller,
     input: &Input<'_>,
 ) -> Result<Value, SqsError> {
-    let queue = queue_of(input)?;
+    let queue = queue_of(caller, input)?;
     queues::require(state, caller, Access::Read, &queue)?;
-    let entries = input.batch()?;
+    let entries = input.batch("ChangeMessageVisibilityBatchRequestEntry")?;
     run_batch(entries, visibility_change, |changes| change_all(state, &queue, changes)).await
 }

@@ -48,6 +48,20 @@ pub struct QueueRef {
     pub name: String,
 }
 
+/// The queue a request's `QueueUrl` names: a URL, or a bare queue name in the caller's vhost
+/// (AWS takes both). A URL that names no queue of this endpoint is a queue that does not exist,
+/// as AWS answers it.
+pub fn queue_named(caller: &Caller, input: &Input<'_>) -> Result<QueueRef, SqsError> {
+    let url = input.required("QueueUrl")?;
+    if !url.contains('/') {
+        if url.is_empty() || url.len() > ShortStr::MAX_LEN {
+            return Err(SqsError::QueueDoesNotExist);
+        }
+        return Ok(QueueRef { vhost: caller.vhost.clone(), name: url.to_owned() });
+    }
+    queue_of_url(url).map_err(|_| SqsError::QueueDoesNotExist)
+}
+
 /// The queue a `QueueUrl` names: `{base}/{vhost}/{queue}`, each percent-encoded (the vhost `/`
 /// is `%2F`, or AWS's account-shaped `000000000000`).
 pub fn queue_of_url(url: &str) -> Result<QueueRef, SqsError> {
@@ -419,7 +433,7 @@ pub async fn dead_letter_sources(
     caller: &Caller,
     input: &Input<'_>,
 ) -> Result<Value, SqsError> {
-    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let queue = queue_named(caller, input)?;
     existing(state, caller, &queue).await?;
     let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
     let names = state
@@ -458,7 +472,7 @@ fn url_page(
 /// SetQueueAttributes: the attributes' arguments changed in place (configure permission, as
 /// any change to a queue), for what reads them from now on.
 pub async fn set_attributes(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
-    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let queue = queue_named(caller, input)?;
     require(state, caller, Access::Configure, &queue)?;
     let attributes = input.string_map("Attributes")?;
     let fifo = FifoSettings::of(&existing(state, caller, &queue).await?.arguments).is_some();
@@ -535,7 +549,7 @@ fn tags_table(tags: std::collections::BTreeMap<String, String>) -> Result<FieldV
 }
 
 pub async fn list_tags(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
-    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let queue = queue_named(caller, input)?;
     let tags = tags_of(&existing(state, caller, &queue).await?);
     if tags.is_empty() {
         return Ok(json!({}));
@@ -550,7 +564,7 @@ pub async fn tag(
     input: &Input<'_>,
     untag: bool,
 ) -> Result<Value, SqsError> {
-    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let queue = queue_named(caller, input)?;
     require(state, caller, Access::Configure, &queue)?;
     let mut tags = tags_of(&existing(state, caller, &queue).await?);
     if untag {
@@ -569,14 +583,16 @@ pub async fn tag(
 }
 
 pub async fn delete(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
-    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let queue = queue_named(caller, input)?;
+    // AMQP's queue.delete of a missing queue is no error; SQS's DeleteQueue is.
+    existing(state, caller, &queue).await?;
     let delete = QueueDelete { queue: short(&queue.name)?, ..Default::default() };
     run_as(state, caller, &queue, move |ch| ch.call(delete)).await?;
     Ok(json!({}))
 }
 
 pub async fn purge(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
-    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let queue = queue_named(caller, input)?;
     let purge = QueuePurge { queue: short(&queue.name)?, ..Default::default() };
     run_as(state, caller, &queue, move |ch| ch.call(purge)).await?;
     // What SQS received and has not deleted goes too, as on AWS (the purge checked read access).
@@ -619,7 +635,7 @@ async fn run_as(
 }
 
 pub async fn attributes(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
-    let queue = queue_of_url(input.required("QueueUrl")?)?;
+    let queue = queue_named(caller, input)?;
     let wanted = input.strings("AttributeNames")?;
     let details = existing(state, caller, &queue).await?;
     let all = queue_attributes(caller, &queue, &details);

@@ -84,11 +84,13 @@ impl<'a> Input<'a> {
             .ok_or_else(|| SqsError::InvalidParameterValue(format!("{name} must map names to strings.")))
     }
 
-    /// A batch's entries: 1 to 10 objects with distinct, well-formed `Id`s.
-    pub fn batch(&self) -> Result<Vec<(String, Input<'a>)>, SqsError> {
-        let entries = self.value("Entries").and_then(Value::as_array).ok_or(SqsError::EmptyBatchRequest)?;
+    /// A batch's entries, of type `entry` (`SendMessageBatchRequestEntry`…, what an empty
+    /// batch's error names): 1 to 10 objects with distinct, well-formed `Id`s.
+    pub fn batch(&self, entry: &'static str) -> Result<Vec<(String, Input<'a>)>, SqsError> {
+        let entries =
+            self.value("Entries").and_then(Value::as_array).ok_or(SqsError::EmptyBatchRequest(entry))?;
         if entries.is_empty() {
-            return Err(SqsError::EmptyBatchRequest);
+            return Err(SqsError::EmptyBatchRequest(entry));
         }
         if entries.len() > 10 {
             return Err(SqsError::TooManyEntriesInBatchRequest(entries.len()));
