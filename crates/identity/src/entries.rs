@@ -23,14 +23,14 @@ use serde::Serialize;
 use super::file::{from_saved, SavedFile, SavedPermission, SavedTopicPermission, SavedUser, SavedVhost};
 use super::{AccessKeyRecord, FileError, State};
 
-const USER: u8 = b'U';
-const VHOST: u8 = b'H';
-const PERMISSION: u8 = b'P';
-const TOPIC_PERMISSION: u8 = b'T';
-const ACCESS_KEY: u8 = b'K';
+pub(super) const USER: u8 = b'U';
+pub(super) const VHOST: u8 = b'H';
+pub(super) const PERMISSION: u8 = b'P';
+pub(super) const TOPIC_PERMISSION: u8 = b'T';
+pub(super) const ACCESS_KEY: u8 = b'K';
 const INITIALISED: u8 = b'!';
 
-fn key(kind: u8, parts: &[&[u8]]) -> Bytes {
+pub(super) fn key(kind: u8, parts: &[&[u8]]) -> Bytes {
     composite_key(&[IDENTITY_SCOPE, kind], parts)
 }
 

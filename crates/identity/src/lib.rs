@@ -24,6 +24,7 @@ mod file;
 mod hashing;
 mod limits;
 mod topics;
+mod withhold;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -41,6 +42,7 @@ pub use hashing::HashingAlgorithm;
 use hashing::SALT_BYTES;
 pub use limits::{Limits, LimitsOf, USER_LIMIT_NAMES, VHOST_LIMIT_NAMES};
 pub use topics::TopicPermission;
+pub use withhold::{withhold_uncertain_credentials, Withheld};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct User {

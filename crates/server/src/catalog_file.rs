@@ -10,7 +10,8 @@ use hourglass_broker::{
     decode_catalog, decode_definitions, CatalogChange, Definitions, DEFINITIONS_SCHEMA_VERSION,
     DEFINITIONS_SCHEMA_VERSION_OLDEST, ORPHANED_QUEUE_PREFIX,
 };
-use hourglass_store::catalog::{Catalog, CatalogConfig, CatalogError, CatalogOpened, Salvaged};
+use hourglass_mgmt::users::{withhold_uncertain_credentials, Withheld};
+use hourglass_store::catalog::{Catalog, CatalogConfig, CatalogError, CatalogOpened, Lost, Salvaged};
 use hourglass_store::snapshot::read_snapshot;
 use hourglass_store::Storage;
 
@@ -36,9 +37,10 @@ pub enum DamagedDefinitions {
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{files} does not read ({problem}); refusing to start, nothing was changed. To start from what \
-     still reads (the files are moved aside; the catalog restarts from its last whole commit before \
-     the damage, or empty when that is lost; no default user is created; every stored message is \
-     kept, in a queue named {prefix}<id> where its queue is lost), start once with \
+     still reads (the files are moved aside; the catalog restarts with every whole commit, those \
+     after the damage too, or empty when nothing reads; users, permissions and access keys the \
+     damaged commits may have changed are not restored; no default user is created; every stored \
+     message is kept, in a queue named {prefix}<id> where its queue is lost), start once with \
      --set-aside-damaged-definitions",
     prefix = ORPHANED_QUEUE_PREFIX
 )]
@@ -94,8 +96,9 @@ pub fn commit_catalog(catalog: &mut Catalog) -> Result<(), CatalogError> {
 
 /// Opens the catalog in `storage`, first moving `definitions.snap` into it if an older version
 /// left one, and decodes the definitions it holds. A catalog that does not open is refused, or
-/// (`SetAside`) moved aside and restarted from what of it still reads: its last whole commit
-/// before the damage. `now_ms` names files set aside.
+/// (`SetAside`) moved aside and restarted from what of it still reads: every whole commit, those
+/// after the damage too, less the credentials the lost commits may have changed
+/// ([`restore_salvaged`]). `now_ms` names files set aside.
 pub fn open_catalog(
     storage: Arc<dyn Storage>,
     damaged: DamagedDefinitions,
@@ -164,26 +167,80 @@ fn log_opened(report: &CatalogOpened) {
     tracing::debug!(records = report.records, commits = report.commits, "catalog.log replayed");
 }
 
-/// Writes what was salvaged of a set-aside catalog into the new, empty one (one commit).
-fn restore_salvaged(catalog: &mut Catalog, salvaged: Salvaged) -> anyhow::Result<()> {
-    for (key, value) in &salvaged.entries {
+/// Writes what was salvaged of a set-aside catalog into the new, empty one (one commit). When
+/// commits were lost, the users, permissions, topic permissions and access keys no later commit
+/// wrote are left out: a lost commit may have deleted or changed any of them, and a damaged
+/// catalog must never give back a credential an operator took away (issue 37 finding 7;
+/// `hourglass_identity::withhold_uncertain_credentials`, docs/storage.md).
+fn restore_salvaged(catalog: &mut Catalog, mut salvaged: Salvaged) -> anyhow::Result<()> {
+    let mut entries = std::mem::take(&mut salvaged.entries);
+    let withheld = match salvaged.lost {
+        Some(_) => withhold_uncertain_credentials(&mut entries, |key| salvaged.is_current(key)),
+        None => Withheld::default(),
+    };
+    for (key, value) in &entries {
         catalog.put(key, value).context("restoring what of the damaged catalog still reads")?;
     }
     commit_catalog(catalog).context("restoring what of the damaged catalog still reads")?;
-    if salvaged.snapshot_read {
-        tracing::error!(
-            entries = salvaged.entries.len(),
+    match (&salvaged.lost, salvaged.snapshot_read) {
+        (_, false) => tracing::error!(
+            "catalog.snap did not read: the catalog restarts empty (no users, no definitions); \
+             no default user is created on a data directory that held a catalog"
+        ),
+        (None, true) => tracing::warn!(
+            entries = entries.len(),
             log_commits = salvaged.commits,
-            "the catalog restarts from its last whole commit before the damage; later changes \
-             (users, permissions, definitions) are lost and must be made again"
+            "the catalog restarts with everything its set-aside files held"
+        ),
+        (Some(lost), true) => log_lost(lost, &salvaged, entries.len(), &withheld),
+    }
+    Ok(())
+}
+
+/// Says which commits a set-aside catalog lost, what that means for definitions, and which
+/// credentials were not restored.
+fn log_lost(lost: &Lost, salvaged: &Salvaged, entries: usize, withheld: &Withheld) {
+    if lost.rest_of_log {
+        tracing::error!(
+            first_lost_commit = lost.first_commit,
+            log_commits = salvaged.commits,
+            entries,
+            "catalog.log does not read from commit {} on, and nothing after the damage reads \
+             whole: every later change is lost; the catalog restarts from the commits before it",
+            lost.first_commit
         );
     } else {
         tracing::error!(
-            "catalog.snap did not read: the catalog restarts empty (no users, no definitions); \
-             no default user is created on a data directory that held a catalog"
+            first_lost_commit = lost.first_commit,
+            lost_commits = lost.commits,
+            log_commits = salvaged.commits,
+            entries,
+            "catalog.log: {} commit(s) from commit {} on do not read and are skipped; every whole \
+             commit before and after them is applied. Definitions only the skipped commits changed \
+             are as they were before them (a queue declared there is gone, its messages kept in a \
+             recreated queue); make those changes again",
+            lost.commits,
+            lost.first_commit
         );
     }
-    Ok(())
+    if !withheld.is_empty() {
+        tracing::error!(
+            users = ?withheld.users,
+            permissions = ?withheld.permissions,
+            topic_permissions = ?withheld.topic_permissions,
+            access_keys = ?withheld.access_keys,
+            "credentials last written before the lost commits are not restored: those commits may \
+             have deleted or changed them. Make them again (their old records are in the set-aside \
+             catalog.log)"
+        );
+    }
+    if withheld.users_left == 0 {
+        tracing::error!(
+            "no user is left after the lost commits: start with --default-user and --default-pass \
+             to add an administrator (no default user is created on a data directory that held a \
+             catalog)"
+        );
+    }
 }
 
 /// Puts every definition of an older data directory's `definitions.snap` into the catalog,
@@ -253,8 +310,8 @@ fn set_aside_files(
         storage.rename(file, &aside).with_context(|| format!("moving {file} aside to {aside}"))?;
         tracing::error!(
             %problem, moved_to = %aside,
-            "{file} does not read: moved aside, starting without its definitions (stored messages \
-             are kept in recreated queues)"
+            "{file} does not read: moved aside, starting from what of it still reads (stored \
+             messages are kept in recreated queues)"
         );
     }
     Ok(())

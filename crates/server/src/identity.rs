@@ -188,6 +188,7 @@ mod tests {
     use hourglass_store::MemStorage;
 
     use super::*;
+    use crate::catalog_file::{open_catalog, DamagedDefinitions};
 
     fn blank(history: CatalogHistory) -> Blank<'static> {
         Blank { history, default_user: None }
@@ -314,6 +315,43 @@ mod tests {
         drop(users);
         let again = start(&storage, &[], &mut broker());
         assert!(again.check_login("guest", "guest", true).is_err(), "nor at the next start");
+    }
+
+    /// Issue 37 finding 7: a damaged catalog set aside gives back no credential taken away.
+    /// The damaged commit (carol's password change) is skipped and the commits after it apply:
+    /// guest, deleted after it, stays deleted, and bob logs in with the password set after it
+    /// only. carol is withheld: her change does not read, so neither password may log in.
+    #[test]
+    fn a_set_aside_catalog_gives_back_no_credential_taken_away() {
+        let storage = MemStorage::new();
+        let users = start(&storage, &[], &mut broker());
+        users.put_user_with_password("bob", "old", vec![]).unwrap();
+        users.put_user_with_password("carol", "old", vec![]).unwrap();
+        users.put_user_with_password("carol", "rotated", vec![]).unwrap();
+        users.put_user_with_password("bob", "new", vec![]).unwrap();
+        assert!(users.delete_user("guest").unwrap());
+        drop(users);
+        let log = storage.open("catalog.log").unwrap();
+        let mut bytes = vec![0; log.len_bytes().unwrap() as usize];
+        log.read_exact_at(0, &mut bytes).unwrap();
+        // carol's last record: the password change.
+        let at = bytes.windows(5).rposition(|w| w == b"carol").unwrap();
+        log.write_all_at(at as u64, b"X").unwrap();
+
+        let shared: Arc<dyn Storage> = Arc::new(storage.clone());
+        let refused = open_catalog(shared.clone(), DamagedDefinitions::Refuse, 7).unwrap_err();
+        assert!(refused.to_string().contains("damage, not a torn tail"), "{refused}");
+        let opened = open_catalog(shared, DamagedDefinitions::SetAside, 7).unwrap();
+        let history = CatalogHistory::HeldBefore;
+        let catalog = Arc::new(Mutex::new(opened.catalog));
+        let (users, made) =
+            open(catalog, blank(history), &storage, vec![], &[], &mut broker(), Timestamp::ZERO).unwrap();
+        assert_eq!(made, None);
+        assert!(users.check_login("guest", "guest", true).is_err(), "guest stays deleted");
+        assert!(users.check_login("bob", "old", true).is_err(), "bob's old password");
+        assert!(users.check_login("bob", "new", true).is_ok(), "bob's new password");
+        assert!(users.check_login("carol", "old", true).is_err(), "carol's old password");
+        assert!(users.user("carol").is_none(), "carol is withheld");
     }
 
     /// With no stored users at all (a data directory from before users were kept), the

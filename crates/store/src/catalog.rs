@@ -30,6 +30,10 @@
 //! ([`CatalogError::Damaged`]): damage never silently drops what came after it
 //! (`catalog/log_scan.rs` has the rules). A log of format 1 (records without trailers, before
 //! issue 22) is read record by record as it was written, then folded into a snapshot at once.
+//!
+//! A start told to set a damaged catalog aside reads what it can instead ([`Catalog::salvage`]):
+//! every whole commit, those after the damage too (`catalog/resync.rs`), and which entries no
+//! later commit wrote, so that the caller need not trust them (`catalog/salvage.rs`).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -44,6 +48,7 @@ use crate::snapshot::{read_snapshot, replace_atomically, write_snapshot, Snapsho
 use crate::storage::{Storage, StorageFile};
 pub use log_scan::Damaged;
 use log_scan::{encode_trailer, next_record, scan, RECORD_HEADER_BYTES};
+pub use salvage::{Lost, Salvaged};
 
 /// The snapshot's schema version (the layout of its payload above).
 pub const CATALOG_SCHEMA: u32 = 1;
@@ -119,20 +124,6 @@ pub struct CatalogCommitted {
     pub compaction_error: Option<String>,
 }
 
-/// What could still be read of a catalog that does not open, for a start that sets it aside
-/// (`Catalog::salvage`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Salvaged {
-    /// The snapshot's map (empty when it did not read) and the whole commits of the log before
-    /// its first bad record (none when the snapshot did not read: changes without their base
-    /// are no state the catalog ever had).
-    pub entries: BTreeMap<Bytes, Bytes>,
-    /// The snapshot read, or there was none.
-    pub snapshot_read: bool,
-    /// Whole commits of the log applied.
-    pub commits: u64,
-}
-
 /// An open catalog (module doc). One owner: the store thread.
 #[derive(Debug)]
 pub struct Catalog {
@@ -202,38 +193,11 @@ impl Catalog {
         Ok((catalog, opened))
     }
 
-    /// The map as of the last whole commit before any damage: the state the catalog had at
-    /// some point, never a mix (module doc). Reads only; the caller sets the files aside.
+    /// What still reads of a catalog that does not open, for a start that sets it aside: the
+    /// snapshot and every whole commit of the log, those after damage included, and what was lost
+    /// (`catalog/salvage.rs`). Reads only; the caller sets the files aside.
     pub fn salvage(storage: &dyn Storage, name: &str) -> Salvaged {
-        let mut salvaged = Salvaged::default();
-        let generation = match read_snapshot(storage, &format!("{name}{SNAP_SUFFIX}")) {
-            Ok(None) => 0,
-            Ok(Some(s)) if s.schema_version == CATALOG_SCHEMA => match decode_snapshot(&s.payload) {
-                Ok((generation, entries)) => {
-                    salvaged.entries = entries;
-                    generation
-                }
-                Err(_) => return salvaged,
-            },
-            _ => return salvaged,
-        };
-        salvaged.snapshot_read = true;
-        let log = storage.open(&format!("{name}{LOG_SUFFIX}")).ok();
-        let header = log.as_deref().and_then(|log| read_log_header(log, name).ok());
-        let body = match (log, header) {
-            (Some(log), Some(h)) if (h.version, h.generation) == (LOG_VERSION, generation) => {
-                read_log_body(log.as_ref(), name, h.file_bytes).ok()
-            }
-            _ => None,
-        };
-        let Some(body) = body else { return salvaged };
-        let (scanned, _) = log_scan::whole_commits(&body);
-        let mut entries = salvaged.entries.clone();
-        if scanned.records.iter().all(|record| apply(&mut entries, record).is_ok()) {
-            salvaged.entries = entries;
-            salvaged.commits = scanned.commits;
-        }
-        salvaged
+        salvage::salvage(storage, name)
     }
 
     /// The map as of the last change (committed or not), in key order.
@@ -503,23 +467,47 @@ fn read_log_body(log: &dyn StorageFile, name: &str, file_bytes: u64) -> Result<V
     Ok(body)
 }
 
-/// Applies one checksummed record body to `entries`.
-fn apply(entries: &mut BTreeMap<Bytes, Bytes>, body: &[u8]) -> Result<(), &'static str> {
+/// One change record, read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change<'a> {
+    Put { key: &'a [u8], value: &'a [u8] },
+    Delete { key: &'a [u8] },
+    DeletePrefix { prefix: &'a [u8] },
+}
+
+/// Reads one checksummed record body.
+fn decode_change(body: &[u8]) -> Result<Change<'_>, &'static str> {
     let (&op, rest) = body.split_first().ok_or("empty record")?;
     match op {
         OP_PUT => {
             let key_len = rest.get(..4).map(|b| u32_at(b, 0) as usize).ok_or("short put record")?;
             let key = rest.get(4..4 + key_len).ok_or("put record shorter than its key")?;
-            entries.insert(Bytes::copy_from_slice(key), Bytes::copy_from_slice(&rest[4 + key_len..]));
+            Ok(Change::Put { key, value: &rest[4 + key_len..] })
         }
-        OP_DELETE => {
-            entries.remove(rest);
-        }
-        OP_DELETE_PREFIX => {
-            remove_prefix(entries, rest);
-        }
-        _ => return Err("unknown record kind"),
+        OP_DELETE => Ok(Change::Delete { key: rest }),
+        OP_DELETE_PREFIX => Ok(Change::DeletePrefix { prefix: rest }),
+        _ => Err("unknown record kind"),
     }
+}
+
+/// Applies one change to `entries`.
+fn apply_change(entries: &mut BTreeMap<Bytes, Bytes>, change: Change<'_>) {
+    match change {
+        Change::Put { key, value } => {
+            entries.insert(Bytes::copy_from_slice(key), Bytes::copy_from_slice(value));
+        }
+        Change::Delete { key } => {
+            entries.remove(key);
+        }
+        Change::DeletePrefix { prefix } => {
+            remove_prefix(entries, prefix);
+        }
+    }
+}
+
+/// Applies one checksummed record body to `entries`.
+fn apply(entries: &mut BTreeMap<Bytes, Bytes>, body: &[u8]) -> Result<(), &'static str> {
+    apply_change(entries, decode_change(body)?);
     Ok(())
 }
 
@@ -629,5 +617,7 @@ fn io_err(doing: &'static str) -> impl Fn(io::Error) -> CatalogError {
 }
 
 mod log_scan;
+mod resync;
+mod salvage;
 #[cfg(test)]
 mod tests;

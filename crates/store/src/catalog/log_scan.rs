@@ -39,6 +39,9 @@ pub(super) const OP_COMMIT: u8 = 4;
 pub(super) struct Scanned<'a> {
     /// The change records of every whole commit, in order.
     pub records: Vec<&'a [u8]>,
+    /// Where each whole commit's records end in `records` (a salvage applies them commit by
+    /// commit).
+    pub commit_ends: Vec<usize>,
     /// Whole commits read.
     pub commits: u64,
     /// Where the last whole commit ends (bytes into the body, past the end of the file when its
@@ -91,11 +94,19 @@ pub(super) fn scan(body: &[u8]) -> Result<Scanned<'_>, Damaged> {
 /// The whole commits at the start of `body`, up to the first record that is not part of one,
 /// and where that record starts (`body.len()` when there is none).
 pub(super) fn whole_commits(body: &[u8]) -> (Scanned<'_>, usize) {
-    let mut scanned = Scanned::default();
+    whole_commits_from(body, 0, 1)
+}
+
+/// [`whole_commits`] from byte `at` of `body`, where commit `first_sequence` starts (offsets
+/// stay relative to `body`).
+pub(super) fn whole_commits_from(body: &[u8], at: usize, first_sequence: u64) -> (Scanned<'_>, usize) {
+    let mut scanned = Scanned { whole_bytes: at, ..Scanned::default() };
     let mut pending: Vec<&[u8]> = Vec::new();
-    let mut at = 0;
+    let mut at = at;
     while at < body.len() {
-        let expected = Trailer { sequence: scanned.commits + 1, records: pending.len() as u32 };
+        // Saturating: a sequence read back from the disk (a salvage resumes at one) may be any value.
+        let sequence = first_sequence.saturating_add(scanned.commits);
+        let expected = Trailer { sequence, records: pending.len() as u32 };
         let commit_at = match next_record(&body[at..]) {
             Some(record) if record.first() != Some(&OP_COMMIT) => {
                 pending.push(record);
@@ -121,6 +132,7 @@ pub(super) fn whole_commits(body: &[u8]) -> (Scanned<'_>, usize) {
             _ => break,
         };
         scanned.records.append(&mut pending);
+        scanned.commit_ends.push(scanned.records.len());
         scanned.commits += 1;
         at = commit_at + 2 * TRAILER_BYTES;
         scanned.whole_bytes = at;
@@ -130,9 +142,9 @@ pub(super) fn whole_commits(body: &[u8]) -> (Scanned<'_>, usize) {
 
 /// A commit trailer's fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Trailer {
-    sequence: u64,
-    records: u32,
+pub(super) struct Trailer {
+    pub sequence: u64,
+    pub records: u32,
 }
 
 impl Trailer {
@@ -143,7 +155,7 @@ impl Trailer {
 }
 
 /// The trailer at the start of `bytes`, if a valid one is there.
-fn trailer_at(bytes: &[u8]) -> Option<Trailer> {
+pub(super) fn trailer_at(bytes: &[u8]) -> Option<Trailer> {
     next_record(bytes.get(..TRAILER_BYTES)?).and_then(Trailer::decode)
 }
 
@@ -159,20 +171,30 @@ pub(super) fn next_record(bytes: &[u8]) -> Option<&[u8]> {
 
 /// How many distinct later commits (sequence above `after_sequence`) have a valid trailer copy
 /// starting at or after `from`: any at all means what came before them was written whole once.
-/// A trailer has a fixed length and kind, so each offset costs a comparison or two before any
-/// checksum is computed.
 fn trailers_after(body: &[u8], from: usize, after_sequence: u64) -> u64 {
-    let mut sequences = std::collections::BTreeSet::new();
+    let sequences: std::collections::BTreeSet<u64> = trailer_copies(body, from)
+        .into_iter()
+        .map(|(_, t)| t.sequence)
+        .filter(|sequence| *sequence > after_sequence)
+        .collect();
+    sequences.len() as u64
+}
+
+/// Every valid trailer copy starting at or after `from`, with where it starts, in order. A
+/// trailer has a fixed length and kind, so each offset costs a comparison or two before any
+/// checksum is computed.
+pub(super) fn trailer_copies(body: &[u8], from: usize) -> Vec<(usize, Trailer)> {
+    let mut copies = Vec::new();
     for offset in from..body.len().saturating_sub(TRAILER_BYTES - 1) {
         let window = &body[offset..];
         if u32_at(window, 0) as usize != TRAILER_BODY_BYTES || window[RECORD_HEADER_BYTES] != OP_COMMIT {
             continue;
         }
-        if let Some(t) = trailer_at(window).filter(|t| t.sequence > after_sequence) {
-            sequences.insert(t.sequence);
+        if let Some(t) = trailer_at(window) {
+            copies.push((offset, t));
         }
     }
-    sequences.len() as u64
+    copies
 }
 
 #[cfg(test)]

@@ -240,18 +240,21 @@ proptest::proptest! {
 }
 
 /// Five commits as the identity store writes them (a user with its permission, a vhost, a user
-/// deleted as three records in one commit...); the map after each commit, and the log's bytes.
+/// deleted as three records in one commit...): each change a key and its new value (`None`: a
+/// delete).
+const FIVE_STEPS: [&[(&str, Option<&str>)]; 5] = [
+    &[("iUguest", Some("admin")), ("iH/", Some("{}")), ("iP/guest", Some(".*"))],
+    &[("iUops", Some("admin")), ("iP/ops", Some(".*"))],
+    &[("iHprod", Some("{}")), ("qprod/q1", Some("durable"))],
+    &[("iUguest", None), ("iP/guest", None), ("iT/guest", None)],
+    &[("qprod/q2", Some("durable"))],
+];
+
+/// [`FIVE_STEPS`] committed one by one: the map after each commit, and the log's bytes.
 fn five_commits(storage: &MemStorage) -> (Vec<Map>, Vec<u8>) {
     let (mut catalog, _) = open(storage, 1 << 20);
     let mut history = vec![map(&catalog)];
-    let steps: [&[(&str, Option<&str>)]; 5] = [
-        &[("iUguest", Some("admin")), ("iH/", Some("{}")), ("iP/guest", Some(".*"))],
-        &[("iUops", Some("admin")), ("iP/ops", Some(".*"))],
-        &[("iHprod", Some("{}")), ("qprod/q1", Some("durable"))],
-        &[("iUguest", None), ("iP/guest", None), ("iT/guest", None)],
-        &[("qprod/q2", Some("durable"))],
-    ];
-    for step in steps {
+    for step in FIVE_STEPS {
         for (key, value) in step {
             match value {
                 Some(value) => catalog.put(key.as_bytes(), value.as_bytes()).unwrap(),
@@ -346,22 +349,105 @@ fn a_cut_anywhere_reopens_to_a_whole_commit() {
     assert_eq!(last, 5);
 }
 
-/// Salvage (for `--set-aside-damaged-definitions`) gives the map as of the last whole commit
-/// before the damage, never a mix with what came after.
+/// Issue 37, finding 7: salvage (for `--set-aside-damaged-definitions`) skips the damaged
+/// commit and applies the whole commits after it: guest, deleted after the damage, stays deleted,
+/// and what only the damaged commit wrote (vhost `prod`, queue q1) falls back to what it was
+/// before (absent). Before, salvage stopped at the damage and guest came back.
 #[test]
-fn salvage_keeps_the_whole_commits_before_the_damage() {
+fn salvage_applies_the_whole_commits_after_the_damage() {
     let storage = MemStorage::new();
     let (history, bytes) = five_commits(&storage);
     let mut flipped = bytes.clone();
     flipped[find(&bytes, b"qprod/q1")] ^= 0x04;
     rewrite_log(&storage, &flipped);
-    let Err(CatalogError::Damaged { damage, .. }) = reopen(&storage) else { panic!("damage expected") };
+    assert!(matches!(reopen(&storage), Err(CatalogError::Damaged { .. })));
     let salvaged = Catalog::salvage(&storage, "catalog");
-    assert!(salvaged.snapshot_read);
-    assert_eq!(salvaged.commits, damage.commits_before);
-    let entries: BTreeMap<Vec<u8>, Vec<u8>> =
-        salvaged.entries.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
-    assert_eq!(entries, history[salvaged.commits as usize]);
+    let entries: Map = salvaged.entries.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    let mut expected = history[5].clone();
+    expected.remove(b"iHprod".as_slice());
+    expected.remove(b"qprod/q1".as_slice());
+    assert_eq!(entries, expected, "commits 1, 2, 4 and 5 applied, commit 3 skipped");
+    assert!(!entries.contains_key(b"iUguest".as_slice()), "guest stays deleted");
+    assert_eq!(salvaged.lost, Some(Lost { first_commit: 3, commits: 1, rest_of_log: false }));
+    assert_eq!((salvaged.commits, salvaged.snapshot_read), (4, true));
+}
+
+/// The catalog-level rule the server's withholding of credentials rests on: after a loss, only
+/// the entries a commit after it wrote are current; every entry written before may have been
+/// changed or deleted by the lost commit (here ops, written before the damaged commit 3).
+#[test]
+fn after_a_loss_only_entries_written_after_it_are_current() {
+    let storage = MemStorage::new();
+    let (_, bytes) = five_commits(&storage);
+    let mut flipped = bytes.clone();
+    flipped[find(&bytes, b"qprod/q1")] ^= 0x04;
+    rewrite_log(&storage, &flipped);
+    let salvaged = Catalog::salvage(&storage, "catalog");
+    assert!(salvaged.is_current(b"qprod/q2"), "written after the damage");
+    for before in ["iUops", "iP/ops", "iH/"] {
+        assert!(salvaged.entries.contains_key(before.as_bytes()), "{before} kept");
+        assert!(!salvaged.is_current(before.as_bytes()), "{before} written before the damage");
+    }
+
+    // Nothing lost: every entry is current.
+    let whole = MemStorage::new();
+    five_commits(&whole);
+    let salvaged = Catalog::salvage(&whole, "catalog");
+    assert_eq!(salvaged.lost, None);
+    assert!(salvaged.entries.keys().all(|key| salvaged.is_current(key)));
+}
+
+/// Whichever commit is damaged, salvage gives every other commit applied in order: each change
+/// is a key's whole value, so the later commits end every key they touch as it was.
+#[test]
+fn salvage_of_any_damaged_commit_is_every_other_commit_applied() {
+    for (damaged, step) in FIVE_STEPS.iter().enumerate() {
+        let storage = MemStorage::new();
+        let (_, bytes) = five_commits(&storage);
+        let mut flipped = bytes.clone();
+        // The commit's first change record: its key is the step's first (commit 4's is guest's
+        // last record, its deletion).
+        let key = step[0].0.as_bytes();
+        let at = if damaged == 3 {
+            bytes.windows(key.len()).rposition(|w| w == key).unwrap()
+        } else {
+            find(&bytes, key)
+        };
+        flipped[at] ^= 0x01;
+        rewrite_log(&storage, &flipped);
+        let salvaged = Catalog::salvage(&storage, "catalog");
+        let mut expected = Map::new();
+        for (_, applied) in FIVE_STEPS.iter().enumerate().filter(|(i, _)| *i != damaged) {
+            for (key, value) in *applied {
+                match value {
+                    Some(value) => expected.insert(key.as_bytes().to_vec(), value.as_bytes().to_vec()),
+                    None => expected.remove(key.as_bytes()),
+                };
+            }
+        }
+        let entries: Map = salvaged.entries.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+        assert_eq!(entries, expected, "commit {} damaged", damaged + 1);
+        let lost = Lost { first_commit: damaged as u64 + 1, commits: 1, rest_of_log: false };
+        assert_eq!(salvaged.lost, Some(lost));
+    }
+}
+
+/// A log whose header does not read is lost whole: the snapshot's entries are kept, none of
+/// them current (the log may have changed or deleted any of them).
+#[test]
+fn a_log_whose_header_does_not_read_is_lost_whole() {
+    let storage = MemStorage::new();
+    let (mut catalog, _) = open(&storage, 8);
+    catalog.put(b"iUguest", b"a value long enough to fold the log").unwrap();
+    assert!(catalog.commit().unwrap().compacted);
+    catalog.delete(b"iUguest").unwrap();
+    assert!(!catalog.commit().unwrap().compacted, "the deletion stays in the log");
+    drop(catalog);
+    storage.open("catalog.log").unwrap().write_all_at(3, b"X").unwrap();
+    let salvaged = Catalog::salvage(&storage, "catalog");
+    assert!(salvaged.entries.contains_key(b"iUguest".as_slice()), "the snapshot's entry");
+    assert!(!salvaged.is_current(b"iUguest"), "the log it may have been deleted in is lost");
+    assert_eq!(salvaged.lost, Some(Lost { first_commit: 1, commits: 0, rest_of_log: true }));
 }
 
 /// A log of format 1 (records without commit trailers, before issue 22) reads as it was
