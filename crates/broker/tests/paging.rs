@@ -398,7 +398,7 @@ fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
     assert_eq!((stats.messages_delayed, stats.next_due), (40, Some(due)));
     let on_disk = |tb: &TestBroker| tb.broker.queue_stats("/", "q").unwrap().messages_delayed_on_disk;
     assert_eq!(
-        (on_disk(&tb), tb.broker.damaged_far_records()),
+        (on_disk(&tb), tb.broker.damaged_spill_runs()),
         (38, 0),
         "all but the two resident ones wait on disk"
     );
@@ -408,7 +408,7 @@ fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
     // Restored: back on disk, the same ids, the count exact.
     let spill = Arc::new(MemorySpillFiles::default());
     let mut tb = disk.restart_spilling(&tb, two_resident(), Some(spill));
-    assert_eq!((on_disk(&tb), tb.broker.damaged_far_records()), (40, 0));
+    assert_eq!((on_disk(&tb), tb.broker.damaged_spill_runs()), (40, 0));
     let relisted: Vec<u64> = tb.broker.list_delayed("/", "q", 100).unwrap().iter().map(|d| d.seq).collect();
     assert_eq!(relisted, listed, "ids are stable across the restore");
 

@@ -1,6 +1,9 @@
 //! The broker's spill files (ADR 0013, phase 1): far-future delayed messages as sorted runs of
 //! records in `<data dir>/delays/`. They are not durable state (the message log is), so the
-//! directory is emptied when the broker opens it and nothing here is ever synced.
+//! directory is emptied when the broker opens it and nothing here is ever synced. The directory
+//! is the broker's own: one deleted under it is made again at the next write, and a plain file
+//! found in its place at start is removed (issue 37; the broker serves a run it cannot write or
+//! read back from memory meanwhile).
 
 use std::fs::{self, File};
 use std::io;
@@ -20,9 +23,14 @@ pub struct SpillDir {
 }
 
 impl SpillDir {
-    /// Opens `dir`, deleting whatever an earlier run left in it.
+    /// Opens `dir`, deleting whatever an earlier run left in it (also a file in its place).
     pub fn open(dir: &Path) -> io::Result<SpillDir> {
-        match fs::remove_dir_all(dir) {
+        let removed = match fs::symlink_metadata(dir) {
+            Ok(meta) if meta.is_dir() => fs::remove_dir_all(dir),
+            Ok(_) => fs::remove_file(dir),
+            Err(e) => Err(e),
+        };
+        match removed {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
@@ -55,7 +63,15 @@ impl SpillFiles for SpillDir {
         let path = self.path(name)?;
         // A file written again under a name read before is a new file: never read the old one.
         self.forget(name);
-        fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))
+        let written = match fs::write(&path, bytes) {
+            // The directory was deleted under the broker: make it again (a plain file in its
+            // place is not removed while running; the write fails and the run waits in memory).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(&self.dir).and_then(|()| fs::write(&path, bytes))
+            }
+            written => written,
+        };
+        written.map_err(|e| format!("{}: {e}", path.display()))
     }
 
     fn read_at(&self, name: &str, offset: u64, len: usize) -> Result<Vec<u8>, String> {
@@ -105,6 +121,24 @@ mod tests {
         spill.remove("q1-1.run");
         spill.remove("q1-1.run");
         assert!(spill.read_at("q1-1.run", 0, 1).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 37: a spill directory deleted under the broker is made again at the next write; a
+    /// plain file in its place makes writes fail while running and is replaced at the next open.
+    #[test]
+    fn a_deleted_or_replaced_directory_is_made_again() {
+        let dir = std::env::temp_dir().join(format!("hg-spill-gone-{}", std::process::id()));
+        let spill = SpillDir::open(&dir).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        spill.write("q1-0.run", b"abc").unwrap();
+        assert_eq!(spill.read_at("q1-0.run", 1, 2).unwrap(), b"bc");
+        fs::remove_dir_all(&dir).unwrap();
+        fs::write(&dir, b"not a directory").unwrap();
+        assert!(spill.write("q1-1.run", b"abc").is_err());
+        assert!(spill.read_at("q1-1.run", 0, 1).is_err());
+        SpillDir::open(&dir).unwrap();
+        assert!(dir.is_dir());
         fs::remove_dir_all(&dir).unwrap();
     }
 }

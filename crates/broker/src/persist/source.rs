@@ -44,11 +44,12 @@ impl crate::broker::Broker {
         }
     }
 
-    /// Far-future delayed records that did not read back intact (all queues): their messages
-    /// stay in the log and come back at the next restart. How many wait on disk is in each
-    /// queue's stats (`messages_delayed_on_disk`).
-    pub fn damaged_far_records(&self) -> u64 {
-        self.queues.values().map(|q| q.delayed.damaged_far_records()).sum()
+    /// Spill runs of far-future delayed messages whose file did not read back (all queues):
+    /// each was served from its roster in memory and written again, so no message was lost or
+    /// delayed by it (issue 37). How many wait far is in each queue's stats
+    /// (`messages_delayed_on_disk`).
+    pub fn damaged_spill_runs(&self) -> u64 {
+        self.queues.values().map(|q| q.delayed.damaged_spill_runs()).sum()
     }
 
     /// How much of each durable queue stays in memory (applies to every queue).

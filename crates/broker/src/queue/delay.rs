@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload, Seq};
-use super::far_delays::{FarTier, SpillFiles};
+use super::far_delays::FarTier;
+use super::far_files::SpillFiles;
 use crate::message::Message;
 use crate::time::Timestamp;
 
@@ -138,12 +139,12 @@ impl DelayIndex {
         self.far.as_ref().map_or(0, FarTier::message_count)
     }
 
-    /// Far records that did not read back intact (their messages come back at a restart).
-    pub fn damaged_far_records(&self) -> u64 {
-        self.far.as_ref().map_or(0, |far| far.damaged)
+    /// Spill runs whose file did not read back (each served from its roster, nothing lost).
+    pub fn damaged_spill_runs(&self) -> u64 {
+        self.far.as_ref().map_or(0, |far| far.damaged_runs)
     }
 
-    /// The due time of the waiting message with this seq (a scan, of the far tier's files too:
+    /// The due time of the waiting message with this seq (a scan, of the far tier's rosters too:
     /// an operator action, not a hot path).
     pub fn due_of(&self, seq: Seq) -> Option<Timestamp> {
         let near = self.near.keys().find(|(_, s)| *s == seq).map(|(due, _)| *due);
@@ -218,7 +219,7 @@ mod tests {
     use super::*;
     use crate::message::Hot;
     use crate::persist::RecordLocation;
-    use crate::queue::far_delays::MemorySpillFiles;
+    use crate::queue::far_files::MemorySpillFiles;
 
     fn waiting(seq: Seq) -> Waiting {
         let message =
@@ -309,16 +310,17 @@ mod tests {
 
     proptest::proptest! {
         /// Against a plain ordered map: whatever is inserted (paged or not, near or far, in runs
-        /// of 3 so that many runs exist), removed, listed and fired, the index holds the same
-        /// messages in the same (due, id) order, fires each exactly once, never before its due
-        /// time and never late past a load, and counts them right.
+        /// of 3 so that many runs exist), removed, listed and fired, and however the spill files
+        /// are damaged meanwhile (bytes flipped, files cut short or deleted, writes refused),
+        /// the index holds the same messages in the same (due, id) order, fires each exactly
+        /// once, never before its due time and never late past a load, and counts them right.
         #[test]
         fn the_two_tiers_behave_as_one_ordered_index(
-            ops in proptest::collection::vec((0u8..4, 0u64..400_000, proptest::bool::ANY), 1..120)
+            ops in proptest::collection::vec((0u8..6, 0u64..400_000, proptest::bool::ANY), 1..120)
         ) {
             use std::collections::BTreeSet;
             let files = Arc::new(MemorySpillFiles::default());
-            let far = FarTier::new(files, "q".to_owned()).with_run_records(3);
+            let far = FarTier::new(files.clone(), "q".to_owned()).with_run_records(3);
             let mut index = DelayIndex { far: Some(far), ..DelayIndex::default() };
             let mut model: BTreeSet<(Timestamp, Seq)> = BTreeSet::new();
             let mut now = t(1_000_000);
@@ -339,6 +341,12 @@ mod tests {
                             model.remove(&(due, seq));
                         }
                     }
+                    4 => files.damage_bytes(value as usize % 240, 1 + value as usize % 50),
+                    5 => match value % 4 {
+                        0 => files.truncate_to_half(),
+                        1 => files.delete_all(),
+                        refuse => files.refuse_writes(refuse == 2),
+                    },
                     _ => {
                         now = now.saturating_add_millis(value / 4);
                         index.load_due_soon(now);

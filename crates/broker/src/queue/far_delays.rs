@@ -1,184 +1,63 @@
 //! The far tier of a queue's delayed messages (ADR 0013, phase 1): a paged-out delayed message
 //! due past the near horizon is kept only as a fixed-size record in a spill file, and comes back
 //! into the delay index's near tier a horizon ahead of its due time. In memory a far tier keeps a
-//! bounded write buffer and a few words per file, nothing per message.
+//! bounded write buffer and, per file, a few words and its roster (a few bytes per message).
 //!
 //! Records are buffered, then sorted by (due, id) and written as a *run*: a file written once and
 //! read front to back as its records fall due (each run has a read cursor; the runs' heads are
 //! ordered by due time, so a load reads only runs with something due). Cancelled records are
-//! tombstoned by position until the cursor passes them.
+//! tombstoned by key until the cursor passes them.
 //!
-//! The spill files are not durable state. The store's log is: a delayed message is an enqueue
-//! record carrying its due time, and a restore rebuilds the far tier from the recovered messages.
-//! So a spill record that does not read back intact (checksum) is counted and left out, never
-//! settled: its message is still in the log and comes back at the next restart.
+//! The spill files are not durable state (the store's log is, and a restore rebuilds the far
+//! tier from it), and they can be damaged under a running broker: bytes flipped, a file cut short
+//! or deleted, the directory replaced. A record is trusted only once its checksum, its order in
+//! the run and its id range check out, so a damaged one never names a load time or `next_due`.
+//! A run whose file does not read back, or could not be written, is served from its roster
+//! (`far_roster.rs`) at once, and its file is written again from the roster as soon as it can
+//! be: no message is left out, counted out or delivered twice, and none waits for a restart
+//! (issue 37).
 //!
 //! Leaves to others: which messages go far and when they load (`delay.rs`), firing due messages
-//! (`Broker::promote_due`), the files themselves (an injected [`SpillFiles`]).
+//! (`Broker::promote_due`), the records (`far_record.rs`), the files themselves (an injected
+//! [`SpillFiles`], `far_files.rs`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::delay::Waiting;
-use super::entry::{Entry, Paged, Payload, Seq};
-use crate::message::Hot;
-use crate::persist::RecordLocation;
+use super::entry::Seq;
+use super::far_files::SpillFiles;
+use super::far_record::{decode, encode, key_after, key_of, Fields, Key, Record, RECORD_BYTES};
+use super::far_roster::Roster;
 use crate::time::Timestamp;
 
-/// Files a far tier writes once and reads back by position. Called from the broker's thread:
-/// keep them plain writes and positioned reads. The server's is a directory emptied at start.
-pub trait SpillFiles: Send + Sync + fmt::Debug {
-    /// Creates file `name` holding `bytes` (replacing any).
-    fn write(&self, name: &str, bytes: &[u8]) -> Result<(), String>;
-    /// Reads `len` bytes of file `name` from `offset`.
-    fn read_at(&self, name: &str, offset: u64, len: usize) -> Result<Vec<u8>, String>;
-    /// Deletes file `name` (already gone is fine).
-    fn remove(&self, name: &str);
-}
+mod listing;
 
-/// [`SpillFiles`] in memory: for tests, and for a broker without a data directory.
-#[derive(Debug, Default)]
-pub struct MemorySpillFiles {
-    files: Mutex<HashMap<String, Vec<u8>>>,
-}
-
-impl MemorySpillFiles {
-    /// How many files exist now.
-    pub fn file_count(&self) -> usize {
-        self.files.lock().map_or(0, |files| files.len())
-    }
-
-    /// Flips one bit of byte `at` of every file (a damaged disk, in tests).
-    pub fn damage_byte(&self, at: usize) {
-        if let Ok(mut files) = self.files.lock() {
-            for bytes in files.values_mut() {
-                if let Some(byte) = bytes.get_mut(at) {
-                    *byte ^= 0x10;
-                }
-            }
-        }
-    }
-}
-
-impl SpillFiles for MemorySpillFiles {
-    fn write(&self, name: &str, bytes: &[u8]) -> Result<(), String> {
-        let mut files = self.files.lock().map_err(|_| "spill files poisoned".to_owned())?;
-        files.insert(name.to_owned(), bytes.to_vec());
-        Ok(())
-    }
-
-    fn read_at(&self, name: &str, offset: u64, len: usize) -> Result<Vec<u8>, String> {
-        let files = self.files.lock().map_err(|_| "spill files poisoned".to_owned())?;
-        let bytes = files.get(name).ok_or_else(|| format!("no spill file {name}"))?;
-        let start = usize::try_from(offset).map_err(|_| "offset out of range".to_owned())?;
-        bytes.get(start..start + len).map(<[u8]>::to_vec).ok_or_else(|| format!("{name}: short read"))
-    }
-
-    fn remove(&self, name: &str) {
-        if let Ok(mut files) = self.files.lock() {
-            files.remove(name);
-        }
-    }
-}
-
-/// One far record: due, id, store id, TTL deadline, ready time, hot properties, location, body
-/// size, delivery count, flags, then a CRC-32C of the rest.
-pub(crate) const RECORD_BYTES: usize = 80;
 /// Records a far tier buffers before it sorts them and writes them as a run (1.3 MB).
 const RUN_RECORDS: usize = 16_384;
 /// Records a load or a scan reads from a run at once (80 KB).
 const READ_CHUNK: usize = 1024;
 /// Records a listing first reads from each run (it reads on in growing chunks).
 const LIST_CHUNK: usize = 16;
-const NO_TIME: u64 = u64::MAX;
-const REDELIVERED: u8 = 1;
-const RETURNING: u8 = 2;
 
-type Record = [u8; RECORD_BYTES];
-
-/// A record that did not read back as written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Damaged;
-
-/// The (due, id) a record is sorted by.
-fn key_of(record: &[u8]) -> (u64, u64) {
-    (u64_at(record, 0), u64_at(record, 8))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&bytes[at..at + 8]);
-    u64::from_le_bytes(word)
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    let mut word = [0u8; 4];
-    word.copy_from_slice(&bytes[at..at + 4]);
-    u32::from_le_bytes(word)
-}
-
-/// The record of a waiting message, if it can go far: paged out and stored.
-fn encode(due: Timestamp, waiting: &Waiting) -> Option<Record> {
-    let entry = &waiting.entry;
-    let Payload::Paged(paged) = &entry.payload else { return None };
-    let persist_id = entry.persist_id()?;
-    let location = paged.location();
-    let mut record = [0u8; RECORD_BYTES];
-    let mut put = |at: usize, bytes: &[u8]| record[at..at + bytes.len()].copy_from_slice(bytes);
-    put(0, &due.as_millis().to_le_bytes());
-    put(8, &entry.seq.to_le_bytes());
-    put(16, &persist_id.to_le_bytes());
-    put(24, &entry.expires_at().map_or(NO_TIME, Timestamp::as_millis).to_le_bytes());
-    put(32, &entry.ready_at().map_or(NO_TIME, Timestamp::as_millis).to_le_bytes());
-    put(40, &entry.payload.hot().to_bits().to_le_bytes());
-    put(48, &u32::try_from(location.segment).ok()?.to_le_bytes());
-    put(52, &location.offset.to_le_bytes());
-    put(56, &u32::try_from(entry.body_size()).ok()?.to_le_bytes());
-    put(60, &location.record_bytes.to_le_bytes());
-    put(64, &entry.delivery_count.to_le_bytes());
-    let flags =
-        if entry.redelivered { REDELIVERED } else { 0 } | if waiting.returning { RETURNING } else { 0 };
-    put(68, &[flags]);
-    let crc = crc32c::crc32c(&record[..72]);
-    record[72..76].copy_from_slice(&crc.to_le_bytes());
-    Some(record)
-}
-
-/// The waiting message a record holds, checksum verified.
-fn decode(record: &[u8]) -> Result<(Timestamp, Waiting), Damaged> {
-    if record.len() != RECORD_BYTES || crc32c::crc32c(&record[..72]) != u32_at(record, 72) {
-        return Err(Damaged);
-    }
-    let time = |at| Some(u64_at(record, at)).filter(|ms| *ms != NO_TIME).map(Timestamp::from_millis);
-    let location = RecordLocation {
-        segment: u64::from(u32_at(record, 48)),
-        offset: u32_at(record, 52),
-        record_bytes: u32_at(record, 60),
-    };
-    let hot = Hot::from_bits(u64_at(record, 40));
-    let paged = Paged::new(location, hot, u32_at(record, 56) as usize).ok_or(Damaged)?;
-    let flags = record[68];
-    let mut entry = Entry::with_payload(
-        u64_at(record, 8),
-        Payload::Paged(paged),
-        time(32),
-        time(24),
-        Some(u64_at(record, 16)),
-    );
-    entry.delivery_count = u32_at(record, 64);
-    entry.redelivered = flags & REDELIVERED != 0;
-    let due = Timestamp::from_millis(u64_at(record, 0));
-    Ok((due, Waiting { entry, returning: flags & RETURNING != 0 }))
-}
-
-/// A run: `len` records sorted by (due, id), read up to `cursor`, holding ids from `ids.0` to
-/// `ids.1` (ids grow with publish order, so a lookup by id reads about one run, not all).
+/// A run: sorted by (due, id), its file read up to `cursor`.
 #[derive(Debug)]
 struct Run {
+    /// Records in the file.
     len: u64,
     cursor: u64,
+    /// The lowest and highest id in the run (ids grow with publish order, so a lookup by id
+    /// looks at about one run, not all).
     ids: (Seq, Seq),
+    /// The key of the next record the run holds: every one it still holds is at or after it,
+    /// every one it gave up (loaded, or cancelled and passed) before it. Only ever taken from a
+    /// record that checked out, or from the roster.
+    head: Key,
+    /// The run's records, compact, in id order: what it is served from when its file fails.
+    roster: Roster,
+    /// The file reads back as written. False: it did not, or could not be written; the run is
+    /// served from its roster until the file is written again.
+    on_file: bool,
 }
 
 /// A queue's far-future delayed messages, on disk.
@@ -191,17 +70,20 @@ pub(crate) struct FarTier {
     buffer: Vec<Record>,
     buffer_first_due: Option<Timestamp>,
     runs: HashMap<u64, Run>,
-    /// Each run's next record by due time (and the run's number).
+    /// Each run's head by due time (and the run's number).
     heads: BTreeSet<(Timestamp, u64)>,
-    /// Records still in a run but cancelled: (run, index).
-    cancelled: HashSet<(u64, u64)>,
+    /// Records still in a run but cancelled: (run, key).
+    cancelled: HashSet<(u64, Key)>,
     next_run: u64,
     count: usize,
     body_bytes: usize,
-    /// A write failed: new messages stay in the near tier from then on.
-    write_failed: bool,
-    /// Records that did not read back intact, over the tier's life.
-    pub damaged: u64,
+    /// The last write failed: a warning was logged, and the next success is logged too.
+    writes_failing: bool,
+    /// While writes fail, a run served from its roster is written again at most once per load
+    /// (each try costs a run's worth of encoding): this load may still try.
+    may_retry_write: bool,
+    /// Runs whose file did not read back, over the tier's life (each served from its roster).
+    pub damaged_runs: u64,
     /// Records buffered before a run is written ([`RUN_RECORDS`]; smaller in tests).
     run_records: usize,
 }
@@ -219,8 +101,9 @@ impl FarTier {
             next_run: 0,
             count: 0,
             body_bytes: 0,
-            write_failed: false,
-            damaged: 0,
+            writes_failing: false,
+            may_retry_write: true,
+            damaged_runs: 0,
             run_records: RUN_RECORDS,
         }
     }
@@ -246,12 +129,9 @@ impl FarTier {
         [self.buffer_first_due, run_head].into_iter().flatten().min()
     }
 
-    /// Takes a waiting message, or gives it back when it cannot go far: not paged out and
-    /// stored, or a spill write failed before.
+    /// Takes a waiting message, or gives it back when it cannot go far (not paged out and
+    /// stored: the log could not bring it back).
     pub fn push(&mut self, due: Timestamp, waiting: Waiting) -> Result<(), Waiting> {
-        if self.write_failed {
-            return Err(waiting);
-        }
         let Some(record) = encode(due, &waiting) else { return Err(waiting) };
         self.buffer.push(record);
         self.buffer_first_due = Some(self.buffer_first_due.map_or(due, |first| first.min(due)));
@@ -263,25 +143,47 @@ impl FarTier {
         Ok(())
     }
 
-    /// Sorts the buffer and writes it as a new run. On failure the records stay buffered (and
-    /// load from there) and the tier takes no more.
+    /// Sorts the buffer and makes it a new run, written to its file; one that cannot be written
+    /// is served from its roster until it can.
     fn write_run(&mut self) {
-        self.buffer.sort_unstable_by_key(|record| key_of(record));
-        let number = self.next_run;
-        let bytes = self.buffer.concat();
-        if let Err(reason) = self.files.write(&self.file_name(number), &bytes) {
-            tracing::warn!(%reason, "cannot write delayed messages to a spill file; they stay in memory");
-            self.write_failed = true;
-            return;
-        }
-        self.next_run += 1;
-        let first_due = Timestamp::from_millis(key_of(&self.buffer[0]).0);
-        let ids = self.buffer.iter().map(|record| key_of(record.as_slice()).1);
-        let ids = ids.fold((Seq::MAX, Seq::MIN), |(low, high), id| (low.min(id), high.max(id)));
-        self.runs.insert(number, Run { len: self.buffer.len() as u64, cursor: 0, ids });
-        self.heads.insert((first_due, number));
-        self.buffer = Vec::new();
+        let mut records = std::mem::take(&mut self.buffer);
         self.buffer_first_due = None;
+        records.sort_unstable_by_key(|record| key_of(record));
+        let number = self.next_run;
+        self.next_run += 1;
+        let on_file = self.write_file(number, &records);
+        let head = key_of(&records[0]);
+        let run = Run {
+            len: records.len() as u64,
+            cursor: 0,
+            ids: ids_of(&records),
+            head,
+            roster: Roster::new(&records),
+            on_file,
+        };
+        self.runs.insert(number, run);
+        self.heads.insert((Timestamp::from_millis(head.0), number));
+    }
+
+    /// Writes run `run`'s file; whether it was written.
+    fn write_file(&mut self, run: u64, records: &[Record]) -> bool {
+        match self.files.write(&self.file_name(run), &records.concat()) {
+            Ok(()) => {
+                if std::mem::take(&mut self.writes_failing) {
+                    tracing::info!(queue_files = %self.prefix, "spill files can be written again");
+                }
+                true
+            }
+            Err(reason) => {
+                if !std::mem::replace(&mut self.writes_failing, true) {
+                    tracing::warn!(
+                        queue_files = %self.prefix, %reason,
+                        "cannot write delayed messages to a spill file; they wait in memory (a few bytes each) until one can be written"
+                    );
+                }
+                false
+            }
+        }
     }
 
     fn file_name(&self, run: u64) -> String {
@@ -291,6 +193,7 @@ impl FarTier {
     /// Moves the messages due before `until` into `out` in no particular order, at most `limit`
     /// of them from runs (the buffer is bounded and always emptied of them).
     pub fn load(&mut self, until: Timestamp, limit: usize, out: &mut Vec<(Timestamp, Waiting)>) {
+        self.may_retry_write = true;
         if self.buffer_first_due.is_some_and(|first| first < until) {
             let mut first = None;
             for record in std::mem::take(&mut self.buffer) {
@@ -314,8 +217,9 @@ impl FarTier {
         }
     }
 
-    /// Reads run `run` from its cursor while records are due before `until`, `limit` at most;
-    /// files the run's new head, or deletes the run once read through. Returns how many came.
+    /// Takes run `run`'s messages due before `until`, `limit` at most, from its file or, when the
+    /// file fails, from its roster; files the run's new head, or forgets the run once it holds
+    /// nothing. A run served from its roster has its file written again. Returns how many came.
     fn load_run(
         &mut self,
         run: u64,
@@ -323,77 +227,195 @@ impl FarTier {
         limit: usize,
         out: &mut Vec<(Timestamp, Waiting)>,
     ) -> usize {
-        let Some(&Run { len, mut cursor, ids }) = self.runs.get(&run) else { return 0 };
         let mut loaded = 0;
-        let mut head = None;
+        if self.runs.get(&run).is_some_and(|r| r.on_file) {
+            match self.load_from_file(run, until, limit, out) {
+                Ok(loaded) => return loaded,
+                Err((so_far, reason)) => {
+                    loaded = so_far;
+                    self.give_up_file(run, &reason);
+                }
+            }
+        }
+        loaded += self.load_from_roster(run, until, limit - loaded, out);
+        self.write_again(run);
+        loaded
+    }
+
+    /// [`FarTier::load_run`] from the file, from its cursor while records are due before `until`.
+    /// On a record or read that does not check out: how many came before, and why (the run's
+    /// head then bounds what it still holds from below; nothing is filed).
+    fn load_from_file(
+        &mut self,
+        run: u64,
+        until: Timestamp,
+        limit: usize,
+        out: &mut Vec<(Timestamp, Waiting)>,
+    ) -> Result<usize, (usize, String)> {
+        let Some(&Run { len, mut cursor, ids, mut head, .. }) = self.runs.get(&run) else { return Ok(0) };
+        let mut loaded = 0;
+        let mut next = None;
+        let mut failure = None;
         'chunks: while cursor < len {
             let chunk = match self.read_records(run, cursor, (len - cursor).min(READ_CHUNK as u64)) {
                 Ok(chunk) => chunk,
                 Err(reason) => {
-                    tracing::warn!(run, %reason, "cannot read a spill file; its delayed messages wait for the next restart");
-                    self.drop_unreadable(run, cursor, len);
-                    return loaded;
+                    failure = Some(reason);
+                    break;
                 }
             };
             for record in chunk.chunks_exact(RECORD_BYTES) {
+                let Some((key, due, waiting)) = checked(record, head, ids) else {
+                    failure = Some(format!("record {cursor} does not check out"));
+                    break 'chunks;
+                };
                 // A cancelled record is passed whatever its due time: the run's head is always
                 // a message still held.
-                if self.cancelled.remove(&(run, cursor)) {
-                    cursor += 1;
-                    continue;
-                }
-                let due = Timestamp::from_millis(key_of(record).0);
-                if due >= until || loaded >= limit {
-                    head = Some(due);
-                    break 'chunks;
+                if !self.cancelled.remove(&(run, key)) {
+                    if due >= until || loaded >= limit {
+                        next = Some(key);
+                        break 'chunks;
+                    }
+                    self.hand_over(due, waiting, out);
+                    loaded += 1;
                 }
                 cursor += 1;
-                self.take_record(record, out);
-                loaded += 1;
+                head = key_after(key);
             }
         }
-        match head {
-            Some(due) => {
-                self.runs.insert(run, Run { len, cursor, ids });
-                self.heads.insert((due, run));
+        if let Some(r) = self.runs.get_mut(&run) {
+            (r.cursor, r.head) = (cursor, next.unwrap_or(head));
+        }
+        match (failure, next) {
+            (Some(reason), _) => return Err((loaded, reason)),
+            (None, Some(key)) => {
+                self.heads.insert((Timestamp::from_millis(key.0), run));
+            }
+            (None, None) => self.delete_run(run),
+        }
+        Ok(loaded)
+    }
+
+    /// [`FarTier::load_run`] from the roster: what the run still holds, in key order.
+    fn load_from_roster(
+        &mut self,
+        run: u64,
+        until: Timestamp,
+        limit: usize,
+        out: &mut Vec<(Timestamp, Waiting)>,
+    ) -> usize {
+        let mut loaded = 0;
+        let mut next = None;
+        for record in self.held(run, None) {
+            let key = key_of(&record);
+            if key.0 >= until.as_millis() || loaded >= limit {
+                next = Some(key);
+                break;
+            }
+            self.take_record(&record, out);
+            loaded += 1;
+        }
+        match next {
+            Some(key) => {
+                if let Some(r) = self.runs.get_mut(&run) {
+                    r.head = key;
+                }
+                self.heads.insert((Timestamp::from_millis(key.0), run));
             }
             None => self.delete_run(run),
         }
         loaded
     }
 
-    /// Forgets run `run` and deletes its file (read through, or unreadable).
+    /// The records run `run` still holds after `after` (and at or after its head), uncancelled,
+    /// in key order, made from its roster.
+    fn held(&self, run: u64, after: Option<Key>) -> Vec<Record> {
+        let Some(r) = self.runs.get(&run) else { return Vec::new() };
+        let mut held: Vec<Record> = r
+            .roster
+            .records()
+            .filter(|fields| {
+                let key = (fields.due, fields.seq);
+                key >= r.head
+                    && after.is_none_or(|after| key > after)
+                    && !self.cancelled.contains(&(run, key))
+            })
+            .map(|fields| fields.record())
+            .collect();
+        held.sort_unstable_by_key(|record| key_of(record));
+        held
+    }
+
+    /// Stops reading run `run`'s file (it did not read back): logged and counted; the file is
+    /// deleted, the run served from its roster.
+    fn give_up_file(&mut self, run: u64, reason: &str) {
+        self.damaged_runs += 1;
+        let name = self.file_name(run);
+        tracing::error!(
+            file = %name, %reason,
+            "a spill file of delayed messages does not read back; its messages are served from memory and the file written again (none is lost)"
+        );
+        self.files.remove(&name);
+        if let Some(r) = self.runs.get_mut(&run) {
+            r.on_file = false;
+        }
+    }
+
+    /// Writes run `run`'s file again from its roster, if it is served from there: what it still
+    /// holds, as a fresh run. Failing, it stays as it is (tried again at a later load).
+    fn write_again(&mut self, run: u64) {
+        if self.runs.get(&run).is_none_or(|r| r.on_file) || (self.writes_failing && !self.may_retry_write) {
+            return;
+        }
+        let held = self.held(run, None);
+        if held.is_empty() {
+            return;
+        }
+        if !self.write_file(run, &held) {
+            self.may_retry_write = false;
+            return;
+        }
+        self.cancelled.retain(|(of, _)| *of != run);
+        let Some(r) = self.runs.get_mut(&run) else { return };
+        self.heads.remove(&(Timestamp::from_millis(r.head.0), run));
+        *r = Run {
+            len: held.len() as u64,
+            cursor: 0,
+            ids: ids_of(&held),
+            head: key_of(&held[0]),
+            roster: Roster::new(&held),
+            on_file: true,
+        };
+        self.heads.insert((Timestamp::from_millis(r.head.0), run));
+        tracing::info!(file = %self.file_name(run), messages = held.len(), "spill file written again");
+    }
+
+    /// Forgets run `run` and deletes its file (read through).
     fn delete_run(&mut self, run: u64) {
-        self.runs.remove(&run);
+        if self.runs.remove(&run).is_some_and(|r| !r.on_file) {
+            self.cancelled.retain(|(of, _)| *of != run);
+        }
         self.files.remove(&self.file_name(run));
     }
 
-    /// Counts out one record and hands its message over (or counts it damaged).
+    /// Counts out one record held in memory and hands its message over.
     fn take_record(&mut self, record: &[u8], out: &mut Vec<(Timestamp, Waiting)>) {
-        self.count -= 1;
         match decode(record) {
-            Ok((due, waiting)) => {
-                self.body_bytes -= waiting.entry.body_size();
-                out.push((due, waiting));
-            }
-            Err(Damaged) => {
-                // The size field may be what is damaged: the byte count drifts rather than wraps.
-                self.body_bytes = self.body_bytes.saturating_sub(u32_at(record, 56) as usize);
-                self.damaged += 1;
-                tracing::error!(
-                    queue_files = %self.prefix,
-                    "a delayed message's spill record is damaged; it waits in the log for the next restart"
-                );
+            Ok((due, waiting)) => self.hand_over(due, waiting, out),
+            Err(_) => {
+                // Never: the record was made in memory from a message that encoded. Counted out
+                // rather than left to skew the counts.
+                self.count -= 1;
+                self.body_bytes = self.body_bytes.saturating_sub(Fields::of(record).body_size as usize);
+                tracing::error!(queue_files = %self.prefix, "a delayed message's far record does not decode; it waits in the log for the next restart");
             }
         }
     }
 
-    /// Forgets the rest of a run that cannot be read (its messages stay in the store's log).
-    fn drop_unreadable(&mut self, run: u64, from: u64, len: u64) {
-        let lost = (from..len).filter(|at| !self.cancelled.remove(&(run, *at))).count();
-        self.count -= lost;
-        self.damaged += lost as u64;
-        self.delete_run(run);
+    fn hand_over(&mut self, due: Timestamp, waiting: Waiting, out: &mut Vec<(Timestamp, Waiting)>) {
+        self.count -= 1;
+        self.body_bytes -= waiting.entry.body_size();
+        out.push((due, waiting));
     }
 
     fn read_records(&self, run: u64, from: u64, count: u64) -> Result<Vec<u8>, String> {
@@ -405,27 +427,7 @@ impl FarTier {
         Ok(bytes)
     }
 
-    fn key_at(&self, run: u64, at: u64) -> Result<(u64, u64), String> {
-        Ok(key_of(&self.read_records(run, at, 1)?))
-    }
-
-    /// The first index at or after the run's cursor whose key is not `before` (a binary search
-    /// by positioned reads: the run is sorted).
-    fn first_not(&self, run: u64, before: impl Fn((u64, u64)) -> bool) -> Result<u64, String> {
-        let Some(r) = self.runs.get(&run) else { return Ok(0) };
-        let (mut low, mut high) = (r.cursor, r.len);
-        while low < high {
-            let mid = low + (high - low) / 2;
-            if before(self.key_at(run, mid)?) {
-                low = mid + 1;
-            } else {
-                high = mid;
-            }
-        }
-        Ok(low)
-    }
-
-    /// Takes out the message (`due`, `id`), if held.
+    /// Takes out the message (`due`, `id`), if held (found through the rosters: no file read).
     pub fn remove(&mut self, due: Timestamp, id: Seq) -> Option<Waiting> {
         let key = (due.as_millis(), id);
         if let Some(at) = self.buffer.iter().position(|record| key_of(record) == key) {
@@ -435,155 +437,60 @@ impl FarTier {
             self.take_record(&record, &mut out);
             return out.pop().map(|(_, waiting)| waiting);
         }
-        let runs: Vec<u64> = self.runs.keys().copied().collect();
-        for run in runs {
-            let Ok(at) = self.first_not(run, |k| k < key) else { continue };
-            let Some(len) = self.runs.get(&run).map(|r| r.len) else { continue };
-            if at >= len || self.cancelled.contains(&(run, at)) {
-                continue;
-            }
-            let Ok(record) = self.read_records(run, at, 1) else { continue };
-            if key_of(&record) != key {
-                continue;
-            }
-            let Ok((_, waiting)) = decode(&record) else { continue };
-            self.count -= 1;
-            self.body_bytes -= waiting.entry.body_size();
-            if self.runs.get(&run).is_some_and(|r| r.cursor == at) {
-                self.pass_head(run, at, due);
-            } else {
-                self.cancelled.insert((run, at));
-            }
-            return Some(waiting);
+        let (run, record) = self.runs.iter().find_map(|(&run, r)| {
+            let fields = self.holds(run, r, id)?;
+            ((fields.due, fields.seq) == key).then(|| (run, fields.record()))
+        })?;
+        let mut out = Vec::new();
+        self.take_record(&record, &mut out);
+        self.cancelled.insert((run, key));
+        if self.runs.get(&run).is_some_and(|r| r.head == key) {
+            self.pass_head(run, due);
         }
-        None
+        out.pop().map(|(_, waiting)| waiting)
     }
 
-    /// Moves run `run`'s cursor past its head record at `at` (due at `due`, just removed) and any
-    /// cancelled records behind it, as a load that takes nothing does, so that the run's filed
-    /// head is a message still held (a cancelled head would make `next_due` and the load deadline
-    /// name a message that is gone).
-    fn pass_head(&mut self, run: u64, at: u64, due: Timestamp) {
+    /// The fields of record `id` if run `run` still holds it.
+    fn holds(&self, run: u64, r: &Run, id: Seq) -> Option<Fields> {
+        if !(r.ids.0..=r.ids.1).contains(&id) {
+            return None;
+        }
+        let fields = r.roster.find(id)?;
+        let key = (fields.due, fields.seq);
+        (key >= r.head && !self.cancelled.contains(&(run, key))).then_some(fields)
+    }
+
+    /// Moves run `run`'s head past its cancelled head record (due at `due`) and any cancelled
+    /// records behind it, as a load that takes nothing does, so that the run's filed head is a
+    /// message still held (a cancelled head would make `next_due` and the load deadline name a
+    /// message that is gone).
+    fn pass_head(&mut self, run: u64, due: Timestamp) {
         self.heads.remove(&(due, run));
-        self.cancelled.insert((run, at));
         self.load_run(run, Timestamp::from_millis(0), 0, &mut Vec::new());
     }
 
-    /// The due time of message `id`: a scan of the runs whose ids span it (usually one).
+    /// The due time of message `id`: a look through the rosters of the runs whose ids span it
+    /// (usually one).
     pub fn due_of(&self, id: Seq) -> Option<Timestamp> {
         if let Some(record) = self.buffer.iter().find(|record| key_of(record.as_slice()).1 == id) {
             return Some(Timestamp::from_millis(key_of(record).0));
         }
-        for (&run, r) in self.runs.iter().filter(|(_, r)| (r.ids.0..=r.ids.1).contains(&id)) {
-            let mut at = r.cursor;
-            while at < r.len {
-                let count = (r.len - at).min(READ_CHUNK as u64);
-                let Ok(chunk) = self.read_records(run, at, count) else { break };
-                for (i, record) in chunk.chunks_exact(RECORD_BYTES).enumerate() {
-                    let (due, seq) = key_of(record);
-                    if seq == id && !self.cancelled.contains(&(run, at + i as u64)) {
-                        return Some(Timestamp::from_millis(due));
-                    }
-                }
-                at += count;
-            }
-        }
-        None
-    }
-
-    /// Up to `limit` messages after `cursor` in (due, id) order, without taking them: a merge of
-    /// the buffer and every run from the cursor on, reading each run a few records at a time,
-    /// so a page costs about `limit` records plus a binary search and one small read per run.
-    pub fn after(&self, cursor: Option<(Timestamp, Seq)>, limit: usize) -> Vec<(Timestamp, Waiting)> {
-        let after = cursor.map(|(due, id)| (due.as_millis(), id));
-        let mut buffered: Vec<&Record> =
-            self.buffer.iter().filter(|r| after.is_none_or(|a| key_of(r.as_slice()) > a)).collect();
-        buffered.sort_unstable_by_key(|r| key_of(r.as_slice()));
-        let mut readers: Vec<RunReader> = Vec::new();
-        for (&run, r) in &self.runs {
-            let from = match after {
-                Some(a) => match self.first_not(run, |k| k <= a) {
-                    Ok(from) => from,
-                    Err(_) => continue,
-                },
-                None => r.cursor,
-            };
-            readers.push(RunReader { run, at: from, end: r.len, chunk: Vec::new(), pos: 0 });
-        }
-        // The next record of each source by key; source `readers.len()` is the buffer.
-        let mut heads = std::collections::BinaryHeap::new();
-        for (source, reader) in readers.iter_mut().enumerate() {
-            if let Some(key) = reader.peek(self) {
-                heads.push(std::cmp::Reverse((key, source)));
-            }
-        }
-        let mut next_buffered = 0;
-        if let Some(record) = buffered.first() {
-            heads.push(std::cmp::Reverse((key_of(record.as_slice()), readers.len())));
-        }
-        let mut found = Vec::new();
-        while found.len() < limit {
-            let Some(std::cmp::Reverse((_, source))) = heads.pop() else { break };
-            let message = if source == readers.len() {
-                let message = decode(buffered[next_buffered].as_slice());
-                next_buffered += 1;
-                if let Some(next) = buffered.get(next_buffered) {
-                    heads.push(std::cmp::Reverse((key_of(next.as_slice()), source)));
-                }
-                message
-            } else {
-                let reader = &mut readers[source];
-                let (message, at) = reader.take();
-                let cancelled = self.cancelled.contains(&(reader.run, at));
-                if let Some(key) = reader.peek(self) {
-                    heads.push(std::cmp::Reverse((key, source)));
-                }
-                if cancelled {
-                    continue;
-                }
-                message
-            };
-            if let Ok(message) = message {
-                found.push(message);
-            }
-        }
-        found
+        self.runs.iter().find_map(|(&run, r)| self.holds(run, r, id)).map(|f| Timestamp::from_millis(f.due))
     }
 }
 
-/// A run read forward for a listing: a small chunk at a time, growing as it is used.
-struct RunReader {
-    run: u64,
-    at: u64,
-    end: u64,
-    chunk: Vec<u8>,
-    pos: usize,
+/// The lowest and highest id among `records`.
+fn ids_of(records: &[Record]) -> (Seq, Seq) {
+    let ids = records.iter().map(|record| key_of(record).1);
+    ids.fold((Seq::MAX, Seq::MIN), |(low, high), id| (low.min(id), high.max(id)))
 }
 
-impl RunReader {
-    /// The key of the next record, reading a chunk when the last one is used up (`None`: the
-    /// run ends here, or cannot be read).
-    fn peek(&mut self, tier: &FarTier) -> Option<(u64, u64)> {
-        if self.pos == self.chunk.len() {
-            let read_so_far = self.chunk.len() / RECORD_BYTES;
-            let count = (self.end - self.at).min((read_so_far * 2).clamp(LIST_CHUNK, READ_CHUNK) as u64);
-            if count == 0 {
-                return None;
-            }
-            self.chunk = tier.read_records(self.run, self.at, count).ok()?;
-            self.pos = 0;
-        }
-        Some(key_of(&self.chunk[self.pos..self.pos + RECORD_BYTES]))
-    }
-
-    /// The message of the record `peek` looked at, and its index in the run.
-    fn take(&mut self) -> (Result<(Timestamp, Waiting), Damaged>, u64) {
-        let record = decode(&self.chunk[self.pos..self.pos + RECORD_BYTES]);
-        let at = self.at;
-        self.pos += RECORD_BYTES;
-        self.at += 1;
-        (record, at)
-    }
+/// A record read from a file, if it checks out: its checksum, its place in the run (at or
+/// after the run's head) and its id (within the run's): its key and message.
+fn checked(record: &[u8], head: Key, ids: (Seq, Seq)) -> Option<(Key, Timestamp, Waiting)> {
+    let (due, waiting) = decode(record).ok()?;
+    let key = (due.as_millis(), waiting.entry.seq);
+    (key >= head && (ids.0..=ids.1).contains(&key.1)).then_some((key, due, waiting))
 }
 
 impl Drop for FarTier {
@@ -599,6 +506,9 @@ impl Drop for FarTier {
 mod tests {
     use super::*;
     use crate::message::Hot;
+    use crate::persist::RecordLocation;
+    use crate::queue::entry::{Entry, Paged, Payload};
+    use crate::queue::far_files::MemorySpillFiles;
 
     fn paged(seq: Seq, body_size: usize) -> Waiting {
         let location = RecordLocation { segment: 3, offset: 64 * seq as u32, record_bytes: 100 };
@@ -615,25 +525,6 @@ mod tests {
 
     fn t(ms: u64) -> Timestamp {
         Timestamp::from_millis(ms)
-    }
-
-    /// A record reads back as the waiting message it was made of; a flipped bit is caught.
-    #[test]
-    fn records_round_trip_and_damage_is_caught() {
-        let mut waiting = paged(7, 16);
-        waiting.entry.redelivered = true;
-        waiting.returning = true;
-        let mut record = encode(t(123), &waiting).unwrap();
-        let (due, back) = decode(&record).unwrap();
-        assert_eq!(due, t(123));
-        assert_eq!(back.entry.seq, 7);
-        assert_eq!(back.entry.persist_id(), Some(1007));
-        assert_eq!(back.entry.body_size(), 16);
-        assert_eq!((back.entry.delivery_count, back.entry.redelivered, back.returning), (3, true, true));
-        assert!(matches!(back.entry.payload, Payload::Paged(p) if p.location().offset == 64 * 7));
-        assert_eq!(back.entry.payload.hot().expiration_ms(), Some(5_000));
-        record[50] ^= 1;
-        assert_eq!(decode(&record).err(), Some(Damaged));
     }
 
     /// A resident or unstored message cannot go far: it is given back.
@@ -747,18 +638,101 @@ mod tests {
         assert_eq!(far.due_of(n + 1), None);
     }
 
-    /// A damaged record is counted and left out (its message is still in the store's log);
-    /// the rest load.
-    #[test]
-    fn a_damaged_record_is_left_out() {
-        let (files, mut far) = tier();
-        for seq in 0..RUN_RECORDS as u64 {
-            far.push(t(1_000), paged(seq, 1)).unwrap();
+    /// `count` messages due at 1,000 ms steps from 10 s, in runs of 100 records.
+    fn small_runs(count: u64) -> (Arc<MemorySpillFiles>, FarTier) {
+        let files = Arc::new(MemorySpillFiles::default());
+        let mut far = FarTier::new(files.clone(), "q1".to_owned()).with_run_records(100);
+        for seq in 0..count {
+            far.push(t(10_000 + 1_000 * (seq % 100)), paged(seq, 2)).unwrap();
         }
-        files.damage_byte(RECORD_BYTES * 3 + 20);
+        (files, far)
+    }
+
+    /// Loads everything due before `until`, in (due, id) order.
+    fn load_keys(far: &mut FarTier, until: u64) -> Vec<(Timestamp, Seq)> {
         let mut out = Vec::new();
-        far.load(t(2_000), usize::MAX, &mut out);
-        assert_eq!((out.len(), far.damaged, far.message_count()), (RUN_RECORDS - 1, 1, 0));
+        far.load(t(until), usize::MAX, &mut out);
+        let mut keys: Vec<(Timestamp, Seq)> = out.iter().map(|(due, w)| (*due, w.entry.seq)).collect();
+        keys.sort();
+        keys
+    }
+
+    /// Whatever happens to the run files (bytes flipped in the middle or in a due time, cut
+    /// short, deleted), every message loads once, when due, its count and bytes exact meanwhile
+    /// and `next_due` always a true due time; a damaged run is served from its roster and its file
+    /// written again.
+    #[test]
+    fn damaged_runs_are_served_from_their_rosters_and_written_again() {
+        type Damage = fn(&MemorySpillFiles);
+        let damages: [(&str, Damage); 4] = [
+            ("flipped", |files| files.damage_bytes(RECORD_BYTES * 40 + 3, 50)),
+            ("due flipped", |files| files.damage_bytes(RECORD_BYTES * 30 + 6, 1)),
+            ("cut short", MemorySpillFiles::truncate_to_half),
+            ("deleted", MemorySpillFiles::delete_all),
+        ];
+        for (what, damage) in damages {
+            let (files, mut far) = small_runs(300);
+            assert_eq!(files.file_count(), 3);
+            assert_eq!(load_keys(&mut far, 12_000).len(), 6, "{what}: two of each run");
+            damage(&files);
+            assert_eq!(far.remove(t(50_000), 240).map(|w| w.entry.seq), Some(240), "{what}");
+            assert_eq!(far.due_of(141), Some(t(51_000)), "{what}");
+            assert_eq!(far.after(None, 1000).len(), 293, "{what}: listed from the rosters");
+            let mut expected: Vec<(Timestamp, Seq)> = (0..300)
+                .filter(|s| s % 100 >= 2 && *s != 240)
+                .map(|s| (t(10_000 + 1_000 * (s % 100)), s))
+                .collect();
+            expected.sort();
+            let mut loaded = Vec::new();
+            for until in (13_000..=110_000).step_by(1_000) {
+                let keys = load_keys(&mut far, until);
+                assert!(keys.iter().all(|(due, _)| due.as_millis() < until), "{what}: never early");
+                loaded.extend(keys);
+                let left = expected.len() - loaded.len();
+                assert_eq!((far.message_count(), far.body_bytes()), (left, 2 * left), "{what}");
+                assert_eq!(far.next_due(), expected.get(loaded.len()).map(|(due, _)| *due), "{what}");
+            }
+            assert_eq!(loaded, expected, "{what}: each once, in order");
+            assert!(far.damaged_runs >= 1, "{what}");
+            assert_eq!(files.file_count(), 0, "{what}: read through");
+        }
+    }
+
+    /// A damaged run whose due times are far ahead is written again at its first load.
+    #[test]
+    fn a_damaged_run_file_is_written_again_at_its_next_load() {
+        let (files, mut far) = small_runs(100);
+        files.delete_all();
+        assert_eq!(load_keys(&mut far, 10_500).len(), 1);
+        assert_eq!((far.damaged_runs, files.file_count()), (1, 1), "written again from the roster");
+        files.damage_bytes(0, RECORD_BYTES * 100);
+        assert_eq!(load_keys(&mut far, 200_000).len(), 99);
+        assert_eq!(far.damaged_runs, 2);
+    }
+
+    /// A run that cannot be written (the directory replaced by a file) keeps its messages
+    /// counted, listed, found and loaded; once files can be written, its file is.
+    #[test]
+    fn runs_that_cannot_be_written_keep_their_messages() {
+        let files = Arc::new(MemorySpillFiles::default());
+        files.refuse_writes(true);
+        let mut far = FarTier::new(files.clone(), "q1".to_owned()).with_run_records(100);
+        for seq in 0..250 {
+            far.push(t(10_000 + seq), paged(seq, 2)).unwrap();
+        }
+        assert_eq!((files.file_count(), far.message_count(), far.next_due()), (0, 250, Some(t(10_000))));
+        assert_eq!(
+            far.after(Some((t(10_010), 10)), 3).iter().map(|(_, w)| w.entry.seq).collect::<Vec<_>>(),
+            [11, 12, 13]
+        );
+        assert_eq!(far.due_of(150), Some(t(10_150)));
+        assert_eq!(load_keys(&mut far, 10_050).len(), 50);
+        assert_eq!(files.file_count(), 0, "still refused");
+        files.refuse_writes(false);
+        assert_eq!(load_keys(&mut far, 10_120).len(), 70);
+        assert_eq!(files.file_count(), 1, "the run it loaded from is written again");
+        assert_eq!(load_keys(&mut far, 20_000).len(), 130);
+        assert_eq!((far.message_count(), far.body_bytes(), files.file_count()), (0, 0, 0));
     }
 
     /// Dropping the tier (its queue deleted) deletes its files.

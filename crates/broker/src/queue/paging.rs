@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload};
-use super::far_delays::SpillFiles;
+use super::far_files::SpillFiles;
 use crate::message::Message;
 use crate::persist::{decode_record, MessageSource, RecordLocation};
 

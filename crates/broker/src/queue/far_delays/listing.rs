@@ -1,0 +1,173 @@
+//! Listing a far tier's messages in (due, id) order without taking them (the management API's
+//! delayed-message listings and searches): a merge of the write buffer and every run, reading
+//! each run's file a few records at a time, each record checked as a load checks it, or reading
+//! the run's roster instead once its file fails.
+
+use std::collections::VecDeque;
+
+use super::{checked, FarTier, Key, Record, Seq, LIST_CHUNK, READ_CHUNK, RECORD_BYTES};
+use crate::queue::delay::Waiting;
+use crate::queue::far_record::{decode, key_of};
+use crate::time::Timestamp;
+
+impl FarTier {
+    /// Up to `limit` messages after `cursor` in (due, id) order, without taking them: a merge of
+    /// the buffer and every run from the cursor on, reading each run a few records at a time,
+    /// so a page costs about `limit` records plus a binary search and one small read per run (a
+    /// run whose file fails is listed from its roster).
+    pub fn after(&self, cursor: Option<(Timestamp, Seq)>, limit: usize) -> Vec<(Timestamp, Waiting)> {
+        let after = cursor.map(|(due, id)| (due.as_millis(), id));
+        let mut buffered: Vec<&Record> =
+            self.buffer.iter().filter(|r| after.is_none_or(|a| key_of(r.as_slice()) > a)).collect();
+        buffered.sort_unstable_by_key(|r| key_of(r.as_slice()));
+        let mut readers: Vec<RunReader> =
+            self.runs.keys().map(|&run| RunReader::new(self, run, after)).collect();
+        // The next record of each source by key; source `readers.len()` is the buffer.
+        let mut heads = std::collections::BinaryHeap::new();
+        for (source, reader) in readers.iter_mut().enumerate() {
+            if let Some(key) = reader.peek(self) {
+                heads.push(std::cmp::Reverse((key, source)));
+            }
+        }
+        let mut next_buffered = 0;
+        if let Some(record) = buffered.first() {
+            heads.push(std::cmp::Reverse((key_of(record.as_slice()), readers.len())));
+        }
+        let mut found = Vec::new();
+        while found.len() < limit {
+            let Some(std::cmp::Reverse((key, source))) = heads.pop() else { break };
+            let record = if source == readers.len() {
+                let record = *buffered[next_buffered];
+                next_buffered += 1;
+                if let Some(next) = buffered.get(next_buffered) {
+                    heads.push(std::cmp::Reverse((key_of(next.as_slice()), source)));
+                }
+                record
+            } else {
+                let reader = &mut readers[source];
+                let record = reader.take();
+                if let Some(key) = reader.peek(self) {
+                    heads.push(std::cmp::Reverse((key, source)));
+                }
+                if self.cancelled.contains(&(reader.run, key)) {
+                    continue;
+                }
+                record
+            };
+            if let Ok(message) = decode(&record) {
+                found.push(message);
+            }
+        }
+        found
+    }
+
+    /// The key of the record at `at` in run `run`'s file, if it checks out.
+    fn key_at(&self, run: u64, at: u64) -> Result<Key, String> {
+        let r = self.runs.get(&run).ok_or("no such run")?;
+        let record = self.read_records(run, at, 1)?;
+        checked(&record, r.head, r.ids)
+            .map(|(key, ..)| key)
+            .ok_or_else(|| format!("record {at} does not check out"))
+    }
+
+    /// The first index at or after the run's cursor whose key is not `before` (a binary search
+    /// by positioned reads: the run is sorted).
+    fn first_not(&self, run: u64, before: impl Fn(Key) -> bool) -> Result<u64, String> {
+        let Some(r) = self.runs.get(&run) else { return Ok(0) };
+        let (mut low, mut high) = (r.cursor, r.len);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if before(self.key_at(run, mid)?) {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        Ok(low)
+    }
+}
+
+/// A run read forward for a listing: a small chunk at a time, growing as it is used; from its
+/// roster instead once its file fails.
+struct RunReader {
+    run: u64,
+    /// The last key read (or the listing's cursor): the next must come after it.
+    last: Option<Key>,
+    from_file: Option<FileReader>,
+    held: VecDeque<Record>,
+}
+
+struct FileReader {
+    at: u64,
+    end: u64,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl RunReader {
+    /// Run `run` read from after `after`.
+    fn new(tier: &FarTier, run: u64, after: Option<Key>) -> Self {
+        let mut reader = RunReader { run, last: after, from_file: None, held: VecDeque::new() };
+        let Some(r) = tier.runs.get(&run) else { return reader };
+        let start = match after {
+            Some(after) if r.on_file => tier.first_not(run, |key| key <= after).ok(),
+            _ => r.on_file.then_some(r.cursor),
+        };
+        match start {
+            Some(at) => reader.from_file = Some(FileReader { at, end: r.len, chunk: Vec::new(), pos: 0 }),
+            None => reader.held = tier.held(run, after).into(),
+        }
+        reader
+    }
+
+    /// The key of the next record (`None`: the run ends here).
+    fn peek(&mut self, tier: &FarTier) -> Option<Key> {
+        let Some(file) = &mut self.from_file else { return self.held.front().map(|record| key_of(record)) };
+        match file.next_checked(tier, self.run, self.last) {
+            Ok(next) => next,
+            Err(()) => {
+                self.from_file = None;
+                self.held = tier.held(self.run, self.last).into();
+                self.held.front().map(|record| key_of(record))
+            }
+        }
+    }
+
+    /// The record `peek` looked at.
+    fn take(&mut self) -> Record {
+        let record = match &mut self.from_file {
+            Some(file) => {
+                let mut record = [0u8; RECORD_BYTES];
+                record.copy_from_slice(&file.chunk[file.pos..file.pos + RECORD_BYTES]);
+                file.pos += RECORD_BYTES;
+                file.at += 1;
+                record
+            }
+            None => self.held.pop_front().unwrap_or([0u8; RECORD_BYTES]),
+        };
+        self.last = Some(key_of(&record));
+        record
+    }
+}
+
+impl FileReader {
+    /// The key of the next record, reading a chunk when the last one is used up; `Err` when the
+    /// file does not read back or the record does not check out (or come after `last`).
+    fn next_checked(&mut self, tier: &FarTier, run: u64, last: Option<Key>) -> Result<Option<Key>, ()> {
+        if self.pos == self.chunk.len() {
+            let read_so_far = self.chunk.len() / RECORD_BYTES;
+            let count = (self.end - self.at).min((read_so_far * 2).clamp(LIST_CHUNK, READ_CHUNK) as u64);
+            if count == 0 {
+                return Ok(None);
+            }
+            self.chunk = tier.read_records(run, self.at, count).map_err(|_| ())?;
+            self.pos = 0;
+        }
+        let r = tier.runs.get(&run).ok_or(())?;
+        let (key, ..) = checked(&self.chunk[self.pos..self.pos + RECORD_BYTES], r.head, r.ids).ok_or(())?;
+        if last.is_some_and(|last| key <= last) {
+            return Err(());
+        }
+        Ok(Some(key))
+    }
+}
