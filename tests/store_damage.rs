@@ -2,6 +2,8 @@
 //! byte in the middle of the last segment loses the one message it hit, loudly (an ERROR naming
 //! the file, offset and bytes, and a counter in /api/nodes), not everything after it; damage
 //! recovery cannot bound refuses the start and names `--recover-skip-corrupt`, which then starts.
+//! Issue 37, finding 10: bytes cut from the end of the log after their confirms are lost records,
+//! reported as such, never a quiet torn tail.
 
 mod common;
 
@@ -122,4 +124,38 @@ async fn damaged_segment_header_refuses_start_until_recover_skip_corrupt() {
     assert_eq!(broker.log_lines_with("message log is damaged").len(), 1);
     let bodies = drain(&broker).await;
     assert_eq!(bodies.len(), MESSAGES);
+}
+
+/// Issue 37, finding 10: 1,000 bytes cut from the end of the only (last) segment after every
+/// message was confirmed. Before: an INFO line with a small `torn_tail_bytes` and the confirmed
+/// messages behind the cut gone without a word. Now: one ERROR line naming the file, where the
+/// records end and how many synced records are gone, `store_lost_records` in /api/nodes, and the
+/// messages before the cut delivered in order.
+#[tokio::test]
+async fn bytes_cut_from_the_end_after_confirms_are_lost_records_reported_at_error() {
+    let data_dir = confirmed_messages_then_stop().await;
+    let segment = only_segment(&data_dir);
+    let len = std::fs::metadata(&segment).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(len - 1_000).unwrap();
+
+    let broker = RunningBroker::start_in(data_dir);
+    let errors = broker.log_lines_with("message log lost records");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("ERROR"), "{}", errors[0]);
+    assert!(errors[0].contains("00000000000000000001.seg"), "{}", errors[0]);
+    let lost: usize = errors[0]
+        .split("records_lost=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("records_lost in {}", errors[0]));
+    assert!(lost > 1, "{}", errors[0]);
+    let recovered = broker.log_lines_with("message log recovered");
+    assert!(recovered.iter().all(|l| l.contains("torn_tail_bytes=0")), "{recovered:?}");
+    let bodies = drain(&broker).await;
+    let expected: Vec<Vec<u8>> = (0..MESSAGES - lost).map(body).collect();
+    assert!(bodies == expected, "the {} messages before the cut, in publish order", MESSAGES - lost);
+    let (status, nodes) = http(&broker, "GET", "/api/nodes", "").await;
+    assert_eq!(status, 200);
+    assert!(nodes.contains(&format!("\"store_lost_records\":{lost}")), "{nodes}");
 }

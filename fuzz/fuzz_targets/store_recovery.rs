@@ -7,9 +7,10 @@
 //! - nothing panics; with `Skip` the open succeeds; with `Refuse` it succeeds or names the damage;
 //! - no readable record is dropped: the recovered queues equal a replay of exactly the records
 //!   whose bytes are intact, minus those inside a stretch recovery reported as damaged, minus
-//!   those after a torn-tail cut whose record header claims to reach the end of the file (the one
-//!   case where damage and a torn write look alike; recovery/resync.rs). A cut that drops an
-//!   intact record for any other reason fails;
+//!   those after a torn-tail cut or a reported loss of synced records (the end of a segment cut
+//!   short, issue 37) whose record header claims to reach the end of the file (the one case
+//!   where damage and a torn write look alike; recovery/resync.rs). A cut or a loss that drops an
+//!   intact record for any other reason fails, in any segment;
 //! - every recovered body reads back as written;
 //! - the recovered store keeps working: one more message, reopened, comes back with the same
 //!   damage report;
@@ -286,7 +287,9 @@ fn check(store: &Store, recovered: &Recovered, original: &[Record], damaged: &Me
                 && (d.offset as usize) < end
                 && r.offset < (d.offset + d.bytes_skipped) as usize
         });
-        if in_damage {
+        // After the start of a loss: policed by `check_cut` in `run`.
+        let after_loss = report.lost.iter().any(|l| l.segment == r.segment && end > l.offset as usize);
+        if in_damage || after_loss {
             continue;
         }
         expected.push(r);
@@ -312,8 +315,9 @@ fn check(store: &Store, recovered: &Recovered, original: &[Record], damaged: &Me
     );
 }
 
-/// Intact records of the last segment after its torn-tail cut: allowed only where the record
-/// header at the cut claims to reach the end of the file (a torn write).
+/// Intact records of a segment after a cut recovery made, or after where it reported synced
+/// records lost: allowed only where the record header there claims to reach the end of the file
+/// (a torn write, or a file cut short).
 fn check_cut(before_recovery: &[u8], cut_at: usize, original: &[Record]) {
     let intact_after_cut = original.iter().any(|r| {
         r.offset >= cut_at && before_recovery.get(r.offset..r.offset + r.bytes.len()) == Some(&r.bytes[..])
@@ -351,7 +355,8 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
     }
 
     let last = segment_files(&storage).last().map(|(seq, _)| *seq);
-    let last_bytes = last.map(|seq| read_file(&storage, &format!("{seq:020}.seg")));
+    let before_recovery: Vec<(u64, String, Vec<u8>)> =
+        segment_files(&storage).into_iter().map(|(seq, name)| (seq, name.clone(), read_file(&storage, &name))).collect();
     for policy in [OnCorruption::Refuse, OnCorruption::Skip] {
         let damaged = storage.crash(hourglass_store::Crash::KeepUnsynced);
         let config = StoreConfig { segment_bytes_target, on_corruption: policy };
@@ -362,11 +367,16 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
             Err(OpenError::UnsupportedVersion { .. }) => return Ok(()),
             Err(e) => panic!("open failed under {policy:?}: {e}"),
         };
-        if let (Some(bytes), true) = (&last_bytes, recovered.report.torn_tail_bytes > 0) {
-            let cut_at = bytes.len() - recovered.report.torn_tail_bytes as usize;
-            let seq = last.unwrap_or_default();
-            let in_last: Vec<Record> = original.iter().filter(|r| r.segment == seq).cloned().collect();
-            check_cut(bytes, cut_at, &in_last);
+        let present = damaged.list().expect("list");
+        for (seq, name, bytes) in &before_recovery {
+            let in_segment: Vec<Record> = original.iter().filter(|r| r.segment == *seq).cloned().collect();
+            let cut_at = if present.contains(name) { read_file(&damaged, name).len() } else { continue };
+            if cut_at < bytes.len() {
+                check_cut(bytes, cut_at, &in_segment);
+            }
+            for lost in recovered.report.lost.iter().filter(|l| l.segment == *seq) {
+                check_cut(bytes, lost.offset as usize, &in_segment);
+            }
         }
         check(&store, &recovered, &original, &damaged, last);
         if policy == OnCorruption::Skip {

@@ -111,12 +111,16 @@ pub struct ClusterGauges {
     pub lag_records: Vec<(String, u64)>,
 }
 
-/// Damaged stretches of the message log skipped by recovery at start: each means confirmed
-/// messages lost (or settled ones back). Shown in `/api/nodes` and as Prometheus gauges.
+/// Damaged stretches of the message log skipped by recovery at start, and synced records it
+/// found lost (cut from a segment): each means confirmed messages lost (or settled ones back).
+/// Shown in `/api/nodes` and as Prometheus gauges.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreDamage {
     pub regions: u64,
     pub bytes: u64,
+    /// Synced records no longer in the log (docs/storage.md "Recovery rules").
+    pub lost_records: u64,
+    pub lost_bytes: u64,
 }
 
 impl NodeInfo {

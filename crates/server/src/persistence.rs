@@ -27,8 +27,8 @@ use hourglass_broker::{
 };
 use hourglass_store::catalog::{Catalog, CatalogError};
 use hourglass_store::{
-    CommitError, FsStorage, Location, OnCorruption, OpenError, ReadError, Recovered, SegmentReader, Storage,
-    Store, StoreConfig,
+    CommitError, Damage, FsStorage, Location, OnCorruption, OpenError, ReadError, Recovered, SegmentReader,
+    Storage, Store, StoreConfig,
 };
 use tokio::sync::mpsc;
 
@@ -122,7 +122,12 @@ impl DataDir {
         })?;
         let stored_messages = Arc::new(std::sync::atomic::AtomicU64::new(store.live_messages()));
         let report = &recovered.report;
-        let damage = StoreDamage { regions: report.damaged.len() as u64, bytes: report.damaged_bytes() };
+        let damage = StoreDamage {
+            regions: report.damaged.len() as u64,
+            bytes: report.damaged_bytes(),
+            lost_records: report.lost_records(),
+            lost_bytes: report.lost_bytes(),
+        };
         Ok(DataDir {
             dir: dir.to_owned(),
             store,
@@ -138,7 +143,7 @@ impl DataDir {
         })
     }
 
-    /// What recovery skipped as damaged (stays the same while the broker runs).
+    /// What recovery skipped as damaged, or found lost (stays the same while the broker runs).
     pub fn damage(&self) -> StoreDamage {
         self.damage
     }
@@ -170,30 +175,49 @@ pub fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
     Ok(lock)
 }
 
-/// One line for the recovery; one ERROR per damaged stretch (corruption is never quiet: each
-/// means confirmed messages lost or settled ones back), naming the file, offset and size.
+/// One line for the recovery; one ERROR per damaged stretch and per loss of synced records
+/// (never quiet: each means confirmed messages lost or settled ones back), naming the file,
+/// offset and size.
 fn log_recovery(messages_dir: &Path, recovered: &Recovered) {
     let report = &recovered.report;
     for damage in &report.damaged {
+        log_damage(messages_dir, damage, "");
+    }
+    for lost in &report.lost {
         tracing::error!(
-            file = %messages_dir.join(segment_file_name(damage.segment)).display(),
-            offset = damage.offset,
-            bytes_skipped = damage.bytes_skipped,
-            defect = %damage.defect,
-            "message log is damaged: skipped bytes no valid record could be read from; messages \
-             enqueued there are lost, messages settled there come back"
+            file = %messages_dir.join(segment_file_name(lost.segment)).display(),
+            offset = lost.offset,
+            bytes_lost = lost.bytes_lost,
+            records_lost = lost.records_lost,
+            "message log lost records it had synced: the segment ends (or cannot be read) before the \
+             length it had at its last sync, so this is damage to the file (cut, or overwritten), not \
+             a crash's torn tail; messages enqueued in those records are lost, messages settled there \
+             come back"
         );
     }
-    let damaged_bytes = report.damaged_bytes();
     tracing::info!(
         segments = report.segments,
         records = report.records,
         torn_tail_bytes = report.torn_tail_bytes,
         damaged_regions = report.damaged.len(),
-        damaged_bytes,
+        damaged_bytes = report.damaged_bytes(),
+        lost_records = report.lost_records(),
+        lost_bytes = report.lost_bytes(),
         queues = recovered.queue_messages.len(),
         messages = recovered.queue_messages.values().sum::<u64>(),
         "message log recovered"
+    );
+}
+
+/// One damaged stretch at ERROR; `when` says which pass found it.
+fn log_damage(messages_dir: &Path, damage: &Damage, when: &str) {
+    tracing::error!(
+        file = %messages_dir.join(segment_file_name(damage.segment)).display(),
+        offset = damage.offset,
+        bytes_skipped = damage.bytes_skipped,
+        defect = %damage.defect,
+        "message log is damaged{when}: skipped bytes no valid record could be read from; messages \
+         enqueued there are lost, messages settled there come back"
     );
 }
 
@@ -202,13 +226,30 @@ fn segment_file_name(segment: u64) -> String {
     format!("{segment:020}.seg")
 }
 
-/// Restores `broker` from the data directory: definitions, then every recovered message. Fails
-/// only if a segment cannot be read again (recovery's second pass).
+/// Restores `broker` from the data directory: definitions, then every recovered message. A live
+/// record that no longer reads back as the first pass found it is logged and counted as damage,
+/// and left out. Fails only if a segment cannot be read again (an I/O error).
 pub fn recover(data: &mut DataDir, broker: &mut Broker, now: Timestamp) -> Result<RestoreReport, ReadError> {
     let recovered = data.recovered.take().unwrap_or_default();
     let definitions = data.stored_definitions.take().unwrap_or_default();
     broker.set_spill_files(data.spill.clone());
-    restore_into(broker, &data.store, definitions, recovered, now)
+    let restored = restore_into(broker, &mut data.store, definitions, recovered, now)?;
+    for damage in &restored.damaged {
+        log_damage(&data.dir.join(MESSAGES_DIR), damage, " (found reading the live messages back)");
+    }
+    data.damage.regions += restored.damaged.len() as u64;
+    data.damage.bytes += restored.damaged.iter().map(|d| d.bytes_skipped).sum::<u64>();
+    data.stored_messages.store(data.store.live_messages(), std::sync::atomic::Ordering::Relaxed);
+    Ok(restored.report)
+}
+
+/// What [`restore_into`] did.
+#[derive(Debug)]
+pub struct Restored {
+    pub report: RestoreReport,
+    /// Live records the second pass left out (the log changed after the first pass read it): not
+    /// restored, and forgotten by the store.
+    pub damaged: Vec<Damage>,
 }
 
 /// The broker's [`MessageSource`]: reads records from the segment files with handles of its own
@@ -227,17 +268,19 @@ impl MessageSource for StoreSource {
 /// locations (their metadata carries what the queue needs), read one at a time by the store's
 /// second recovery pass and handed straight to the broker: no copy of the recovered set is ever
 /// held (recovery's peak memory, issue 23). The broker reads a record through the
-/// [`StoreSource`] attached here when it needs the message.
+/// [`StoreSource`] attached here when it needs the message. A record that does not read back as
+/// the first pass indexed it is left out, and the store forgets it ([`Restored::damaged`]).
 pub fn restore_into(
     broker: &mut Broker,
-    store: &Store,
+    store: &mut Store,
     definitions: Definitions,
     recovered: Recovered,
     now: Timestamp,
-) -> Result<RestoreReport, ReadError> {
+) -> Result<Restored, ReadError> {
     broker.set_message_source(Arc::new(StoreSource(store.reader())));
     let mut failed = None;
-    let messages = store.replay(recovered.replay).map_while(|found| match found {
+    let mut replayed = store.replay(recovered.replay);
+    let messages = replayed.by_ref().map_while(|found| match found {
         Ok((queue, m)) => {
             let Location { segment, offset, record_bytes } = m.location;
             let at = RecordLocation { segment, offset, record_bytes };
@@ -249,9 +292,12 @@ pub fn restore_into(
         }
     });
     let report = broker.restore_streamed(definitions, &recovered.queue_messages, messages, now);
+    let damaged = replayed.damaged().to_vec();
+    drop(replayed);
     if let Some(error) = failed {
         return Err(error);
     }
+    store.drop_unreadable(&damaged);
     tracing::info!(
         exchanges = report.exchanges,
         queues = report.queues,
@@ -264,7 +310,7 @@ pub fn restore_into(
         refused_queues = report.refused_queues,
         "broker restored"
     );
-    Ok(report)
+    Ok(Restored { report, damaged })
 }
 
 /// An OS error in a few words, without "(os error 13)".

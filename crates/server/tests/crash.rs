@@ -225,15 +225,16 @@ fn get_all(tb: &mut TestBroker, chan: Chan, queue: &str) -> Vec<String> {
 fn recover(image: &MemImage, crash: Crash) -> Recovered {
     let storage = image.crash(crash);
     let config = StoreConfig { segment_bytes_target: SEGMENT_BYTES, ..StoreConfig::default() };
-    let (store, recovered) = Store::open(Arc::new(storage.clone()), config).expect("recovers");
+    let (mut store, recovered) = Store::open(Arc::new(storage.clone()), config).expect("recovers");
     let mut tb = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
     tb.clock.advance(Duration::from_millis(1_000));
     let now = tb.clock.now();
     let definitions = open_catalog(Arc::new(storage.clone()), DamagedDefinitions::Refuse, 0)
         .expect("definitions read")
         .definitions;
-    restore_into(&mut tb.broker, &store, definitions, recovered, now)
+    let restored = restore_into(&mut tb.broker, &mut store, definitions, recovered, now)
         .expect("the recovered messages read back");
+    assert!(restored.damaged.is_empty(), "{:?}", restored.damaged);
     let chan = tb.channel();
     let q = get_all(&mut tb, chan, "q");
     let dlq = get_all(&mut tb, chan, "dlq");

@@ -18,6 +18,10 @@ pub enum Defect {
     Truncated,
     #[error("record checksum does not match its bytes")]
     Checksum,
+    /// Recovery's second pass found a record that verifies but is not the one its first pass
+    /// indexed at that offset (another kind, queue or message id): the file changed in between.
+    #[error("record is not the one recovery indexed here (the file changed between its passes)")]
+    NotTheIndexedRecord,
 }
 
 /// Why [`crate::Store::open`] failed.

@@ -34,6 +34,36 @@ fn offset_of(packed: u64) -> u32 {
     packed as u32
 }
 
+/// A live enqueue record for recovery's second pass: its offset in the high 32 bits (so records
+/// sort in file order) and a 32-bit fingerprint of its queue and message id in the low ones (so
+/// the pass can check that the record it reads is the one indexed there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct LiveRecord(u64);
+
+impl LiveRecord {
+    pub(crate) fn new(offset: u32, queue: u64, msg_id: u64) -> Self {
+        Self((u64::from(offset) << 32) | u64::from(fingerprint(queue, msg_id)))
+    }
+
+    pub(crate) fn offset(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// Whether a record of `queue` and `msg_id` is the one indexed here (a different one passes
+    /// with odds of 2^-32: the record's CRC32C is checked too).
+    pub(crate) fn is(self, queue: u64, msg_id: u64) -> bool {
+        self.0 as u32 == fingerprint(queue, msg_id)
+    }
+}
+
+fn fingerprint(queue: u64, msg_id: u64) -> u32 {
+    let mut hasher = IdHasher::default();
+    hasher.write_u64(queue);
+    hasher.write_u64(msg_id);
+    // The multiply leaves its best-mixed bits at the top.
+    (hasher.finish() >> 32) as u32
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct LiveIndex {
     queues: HashMap<u64, QueueLive, IdBuild>,
@@ -120,25 +150,57 @@ impl LiveIndex {
         settled
     }
 
-    /// The offsets of the live enqueue records in each segment, ascending: one pass over the
-    /// tables in memory order, so recovery's second pass visits exactly those records without a
-    /// lookup per record (a lookup is a cache miss in a table of 100M entries). 4 B per message.
-    pub(crate) fn live_offsets(&self) -> BTreeMap<u64, Vec<u32>> {
-        let mut offsets: BTreeMap<u64, Vec<u32>> = self
+    /// The live enqueue records of each segment, by ascending offset, as [`LiveRecord`]s: one pass
+    /// over the tables in memory order, so recovery's second pass visits exactly those records
+    /// without a lookup per record (a lookup is a cache miss in a table of 100M entries), and can
+    /// check that each is the record indexed there. 8 B per message.
+    pub(crate) fn live_records(&self) -> BTreeMap<u64, Vec<LiveRecord>> {
+        let mut records: BTreeMap<u64, Vec<LiveRecord>> = self
             .segments
             .iter()
             .filter(|(_, s)| s.live > 0)
             .map(|(seq, s)| (*seq, Vec::with_capacity(usize::try_from(s.live).unwrap_or(0))))
             .collect();
-        for packed in self.queues.values().flat_map(HashMap::values) {
-            if let Some(segment) = offsets.get_mut(&segment_of(*packed)) {
-                segment.push(offset_of(*packed));
+        for (queue, messages) in &self.queues {
+            for (msg_id, packed) in messages {
+                if let Some(segment) = records.get_mut(&segment_of(*packed)) {
+                    segment.push(LiveRecord::new(offset_of(*packed), *queue, *msg_id));
+                }
             }
         }
-        for segment in offsets.values_mut() {
+        for segment in records.values_mut() {
             segment.sort_unstable();
         }
-        offsets
+        records
+    }
+
+    /// Forgets the live messages whose enqueue record lies at one of `at` (`(segment, offset)`):
+    /// recovery's second pass could not read them back, so they are lost, as if the first pass had
+    /// found the damage. Nothing was written for them, so no segment gains a reference. Returns
+    /// how many were live.
+    pub(crate) fn forget_records(&mut self, at: &BTreeSet<(u64, u32)>) -> u64 {
+        if at.is_empty() {
+            // The usual case: no walk over a table of 100M entries at every start.
+            return 0;
+        }
+        let mut unpinned = Vec::new();
+        self.queues.retain(|_, messages| {
+            messages.retain(|_, packed| {
+                let here = at.contains(&(segment_of(*packed), offset_of(*packed)));
+                if here {
+                    unpinned.push(segment_of(*packed));
+                }
+                !here
+            });
+            !messages.is_empty()
+        });
+        for seg in &unpinned {
+            self.live_messages -= 1;
+            if let Some(s) = self.segments.get_mut(seg) {
+                s.live -= 1;
+            }
+        }
+        unpinned.len() as u64
     }
 
     /// Live messages per queue id (queues with none are absent).
@@ -281,10 +343,11 @@ mod tests {
         assert_eq!(index.update(7, 99, 2), None);
     }
 
-    /// The live offsets come out per segment, ascending, whatever the queue or the order of the
-    /// enqueues; settled ones and segments with nothing live are left out.
+    /// The live records come out per segment, by ascending offset, whatever the queue or the order
+    /// of the enqueues, each knowing its queue and id; settled ones and segments with nothing live
+    /// are left out.
     #[test]
-    fn live_offsets_are_per_segment_and_sorted() {
+    fn live_records_are_per_segment_and_sorted() {
         let mut index = LiveIndex::default();
         index.enqueue(1, 1, 1, 300).unwrap();
         index.enqueue(2, 1, 1, 100).unwrap();
@@ -293,8 +356,26 @@ mod tests {
         index.enqueue(1, 4, 3, 40).unwrap();
         index.settle(1, 2, 3);
         index.settle(1, 4, 3);
-        let offsets = index.live_offsets();
+        let records = index.live_records();
+        let offsets: BTreeMap<u64, Vec<u32>> =
+            records.iter().map(|(seq, r)| (*seq, r.iter().map(|r| r.offset()).collect())).collect();
         assert_eq!(offsets, BTreeMap::from([(1, vec![100, 300]), (2, vec![40])]));
+        assert!(records[&1][0].is(2, 1) && records[&1][1].is(1, 1));
+        assert!(!records[&1][0].is(1, 1) && !records[&1][0].is(2, 2));
+    }
+
+    /// Forgetting records by location unpins their segments without adding references.
+    #[test]
+    fn forgotten_records_are_no_longer_live() {
+        let mut index = LiveIndex::default();
+        index.enqueue(1, 1, 1, 100).unwrap();
+        index.enqueue(2, 5, 1, 200).unwrap();
+        index.enqueue(1, 2, 2, 40).unwrap();
+        index.add_segment(3);
+        assert_eq!(index.forget_records(&BTreeSet::from([(1, 200), (2, 40), (2, 99)])), 2);
+        assert!(!index.contains(2, 5) && !index.contains(1, 2) && index.contains(1, 1));
+        assert_eq!(index.live_messages(), 1);
+        assert_eq!(index.dead_segments(Some(3)), [2]);
     }
 
     /// A purge settles every live message of the queue and refers to their segments.

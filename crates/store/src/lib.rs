@@ -5,8 +5,9 @@
 //! - [`Store`]: one append-only log of checksummed records per broker (enqueue, settle, update,
 //!   purge) in bounded segment files; group commit (`append_*` then one `commit` = one sync);
 //!   bodies read back on demand by [`Location`]; compaction deletes segments nothing live needs.
-//! - [`Store::open`] recovers: verifies checksums, cuts a torn tail, rebuilds the live index
-//!   ([`Recovered`]); [`Store::replay`] then reads the live messages back one at a time, each
+//! - [`Store::open`] recovers: verifies checksums, cuts a torn tail, reports synced records lost
+//!   (a segment cut below its known synced length), rebuilds the live index ([`Recovered`]);
+//!   [`Store::replay`] then reads the live messages back one at a time, each checked again, each
 //!   queue's in enqueue order with their latest metadata.
 //! - [`catalog`]: the durable key → value map for definitions and identity (a snapshot plus a log
 //!   of changes: one change, one small record).
@@ -27,6 +28,7 @@ mod recovery;
 pub mod snapshot;
 pub mod storage;
 mod store;
+mod tail_mark;
 mod types;
 
 pub use error::{AppendError, CommitError, Defect, OpenError, ReadError};
@@ -36,6 +38,6 @@ pub use recovery::{Replay, Replayed};
 pub use storage::{Crash, Fault, FsStorage, MemImage, MemStorage, Storage, StorageFile};
 pub use store::Store;
 pub use types::{
-    Appended, Committed, Compacted, Damage, Enqueued, Location, OnCorruption, Purged, RecordSeq, Recovered,
-    RecoveredMessage, RecoveryReport, StoreConfig, StoreStats,
+    Appended, Committed, Compacted, Damage, Enqueued, Location, Loss, OnCorruption, Purged, RecordSeq,
+    Recovered, RecoveredMessage, RecoveryReport, StoreConfig, StoreStats,
 };

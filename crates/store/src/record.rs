@@ -4,9 +4,9 @@
 //! segment header (32 bytes, little-endian)
 //!   0..8   magic "HGLSSEG\0"
 //!   8..12  format version (FORMAT_VERSION)
-//!   12..16 reserved, zero
+//!   12..16 records in the previous segment (sequence - 1) when this one was created
 //!   16..24 segment sequence (equals the number in the file name)
-//!   24..28 reserved, zero
+//!   24..28 bytes of the previous segment then (0: unknown; no such segment, or an older writer)
 //!   28..32 CRC32C of bytes 0..28
 //!
 //! record (28-byte header, then payload)
@@ -18,7 +18,18 @@
 //!   12..20 queue id
 //!   20..28 message id (zero for purge)
 //!   28..   payload: metadata, then body (enqueue only)
+//!
+//! tail mark (32 bytes, the file `tail.mark` beside the segments; rewritten after each sync)
+//!   0..8   magic "HGLSTAIL"
+//!   8..16  segment sequence
+//!   16..20 that segment's bytes, all synced
+//!   20..24 its records in those bytes
+//!   24..28 reserved, zero
+//!   28..32 CRC32C of bytes 0..28
 //! ```
+//!
+//! The previous segment's length and record count were reserved zeros before issue 37: a reader
+//! that ignores them (any earlier build) reads these headers as before, and zero means unknown.
 
 use crate::limits::{BODY_BYTES_MAX, METADATA_BYTES_MAX};
 
@@ -56,6 +67,19 @@ pub(crate) struct RecordHeader {
     pub(crate) metadata_bytes: u16,
     pub(crate) queue: u64,
     pub(crate) msg_id: u64,
+}
+
+/// Name of the tail mark file, beside the segments (not a `.seg`: earlier builds ignore it).
+pub(crate) const TAIL_MARK_NAME: &str = "tail.mark";
+pub(crate) const TAIL_MARK_BYTES: usize = 32;
+const TAIL_MARK_MAGIC: [u8; 8] = *b"HGLSTAIL";
+
+/// A segment's length and record count at a sync: recovery reads everything below `bytes` as
+/// synced (docs/storage.md "Recovery rules").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SegmentEnd {
+    pub(crate) bytes: u64,
+    pub(crate) records: u64,
 }
 
 /// Why a record header cannot be a record we wrote.
@@ -167,22 +191,32 @@ pub(crate) fn encode_record(
     buf.len() - start
 }
 
-/// The header of segment `sequence`.
-pub(crate) fn encode_segment_header(sequence: u64) -> [u8; SEGMENT_HEADER_BYTES] {
+/// The header of segment `sequence`; `previous`: where segment `sequence - 1` ended, synced whole
+/// before this one is created (unknown, or too large for the field: recorded as unknown).
+pub(crate) fn encode_segment_header(
+    sequence: u64,
+    previous: Option<SegmentEnd>,
+) -> [u8; SEGMENT_HEADER_BYTES] {
+    let (records, bytes) = previous
+        .and_then(|end| Some((u32::try_from(end.records).ok()?, u32::try_from(end.bytes).ok()?)))
+        .unwrap_or((0, 0));
     let mut out = [0; SEGMENT_HEADER_BYTES];
     out[0..8].copy_from_slice(&SEGMENT_MAGIC);
     out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out[12..16].copy_from_slice(&records.to_le_bytes());
     out[16..24].copy_from_slice(&sequence.to_le_bytes());
+    out[24..28].copy_from_slice(&bytes.to_le_bytes());
     let crc = crc32c::crc32c(&out[..28]);
     out[28..32].copy_from_slice(&crc.to_le_bytes());
     out
 }
 
-/// Checks the header of the segment named with `sequence`.
+/// Checks the header of the segment named with `sequence`; returns where the previous segment
+/// ended when this one was created, if the header says.
 pub(crate) fn check_segment_header(
     bytes: &[u8; SEGMENT_HEADER_BYTES],
     sequence: u64,
-) -> Result<(), SegmentHeaderDefect> {
+) -> Result<Option<SegmentEnd>, SegmentHeaderDefect> {
     if bytes[0..8] != SEGMENT_MAGIC || crc32c::crc32c(&bytes[..28]) != u32_at(bytes, 28) {
         return Err(SegmentHeaderDefect::Damaged);
     }
@@ -194,7 +228,37 @@ pub(crate) fn check_segment_header(
     if found != sequence {
         return Err(SegmentHeaderDefect::WrongSequence(found));
     }
-    Ok(())
+    let previous_bytes = u64::from(u32_at(bytes, 24));
+    let previous = SegmentEnd { bytes: previous_bytes, records: u64::from(u32_at(bytes, 12)) };
+    Ok((previous_bytes > 0).then_some(previous))
+}
+
+/// The tail mark: segment `segment` held `end` (synced).
+pub(crate) fn encode_tail_mark(segment: u64, end: SegmentEnd) -> [u8; TAIL_MARK_BYTES] {
+    let mut out = [0; TAIL_MARK_BYTES];
+    out[0..8].copy_from_slice(&TAIL_MARK_MAGIC);
+    out[8..16].copy_from_slice(&segment.to_le_bytes());
+    // A segment's bytes and records fit `u32` (offsets are `u32`); past that, claim nothing.
+    let (bytes, records) = match (u32::try_from(end.bytes), u32::try_from(end.records)) {
+        (Ok(bytes), Ok(records)) => (bytes, records),
+        _ => (0, 0),
+    };
+    out[16..20].copy_from_slice(&bytes.to_le_bytes());
+    out[20..24].copy_from_slice(&records.to_le_bytes());
+    let crc = crc32c::crc32c(&out[..28]);
+    out[28..32].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Reads a tail mark; `None` unless it is whole and names a length (a mark torn or garbled by a
+/// crash proves nothing, and is ignored).
+pub(crate) fn decode_tail_mark(bytes: &[u8]) -> Option<(u64, SegmentEnd)> {
+    let bytes = bytes.get(..TAIL_MARK_BYTES)?;
+    if bytes[0..8] != TAIL_MARK_MAGIC || crc32c::crc32c(&bytes[..28]) != u32_at(bytes, 28) {
+        return None;
+    }
+    let end = SegmentEnd { bytes: u64::from(u32_at(bytes, 16)), records: u64::from(u32_at(bytes, 20)) };
+    (end.bytes > 0).then_some((u64_at(bytes, 8), end))
 }
 
 /// The file name of segment `sequence`; zero-padded so names sort like numbers.
@@ -260,11 +324,16 @@ mod tests {
         assert_eq!(RecordHeader::decode(&[0; RECORD_HEADER_BYTES]), Err(HeaderDefect::UnknownKind(0)));
     }
 
-    /// A segment header checks magic, checksum, version and sequence.
+    /// A segment header checks magic, checksum, version and sequence, and carries where the
+    /// previous segment ended (zero: unknown, as every earlier build wrote it).
     #[test]
     fn segment_header_checks_version_and_sequence() {
-        let header = encode_segment_header(5);
-        assert_eq!(check_segment_header(&header, 5), Ok(()));
+        let end = SegmentEnd { bytes: 4000, records: 30 };
+        let header = encode_segment_header(5, Some(end));
+        assert_eq!(check_segment_header(&header, 5), Ok(Some(end)));
+        assert_eq!(check_segment_header(&encode_segment_header(5, None), 5), Ok(None));
+        let too_long = SegmentEnd { bytes: 1 << 32, records: 1 };
+        assert_eq!(check_segment_header(&encode_segment_header(5, Some(too_long)), 5), Ok(None));
         assert_eq!(check_segment_header(&header, 6), Err(SegmentHeaderDefect::WrongSequence(5)));
         let mut newer = header;
         newer[8] = 2;
@@ -274,6 +343,21 @@ mod tests {
         let mut torn = header;
         torn[20] ^= 1;
         assert_eq!(check_segment_header(&torn, 5), Err(SegmentHeaderDefect::Damaged));
+    }
+
+    /// A tail mark reads back only whole: any flipped byte makes it claim nothing.
+    #[test]
+    fn tail_mark_roundtrips_and_a_damaged_one_claims_nothing() {
+        let end = SegmentEnd { bytes: 1234, records: 9 };
+        let mark = encode_tail_mark(7, end);
+        assert_eq!(decode_tail_mark(&mark), Some((7, end)));
+        assert_eq!(decode_tail_mark(&mark[..31]), None);
+        for at in 0..TAIL_MARK_BYTES {
+            let mut damaged = mark;
+            damaged[at] ^= 0x20;
+            assert_eq!(decode_tail_mark(&damaged), None, "byte {at}");
+        }
+        assert_eq!(decode_tail_mark(&encode_tail_mark(7, SegmentEnd::default())), None);
     }
 
     /// Segment names sort like their sequence numbers and parse back; other names are not segments.

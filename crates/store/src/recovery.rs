@@ -17,7 +17,12 @@
 //!   does not check) is removed: it was created, and the crash came before its header was synced;
 //! - a damaged segment header with bytes after it, or damage running to the end of any other
 //!   segment, cannot be bounded: handled as [`OnCorruption`] says;
-//! - a segment with another format version is refused whatever the policy.
+//! - a segment with another format version is refused whatever the policy;
+//! - where recovery knows a segment's length at a sync (`claims.rs`: the next segment's header,
+//!   or the tail mark), bytes below it were synced: a bad record there is never a torn tail, and
+//!   what cannot be read from there to that length — the file cut, or damage to its end — is
+//!   synced records lost, counted and listed in [`RecoveryReport::lost`], not refused (its extent
+//!   is known).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -29,16 +34,18 @@ use crate::error::{Defect, OpenError};
 use crate::index::LiveIndex;
 use crate::limits::RECOVERY_READ_BYTES;
 use crate::record::{
-    check_segment_header, parse_segment_name, segment_name, RecordHeader, RecordKind, SegmentHeaderDefect,
-    RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX,
+    check_segment_header, parse_segment_name, segment_name, RecordHeader, RecordKind, SegmentEnd,
+    SegmentHeaderDefect, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX,
 };
 use crate::storage::{Storage, StorageFile};
-use crate::types::{Damage, OnCorruption, Recovered, RecoveryReport};
+use crate::types::{Damage, Loss, OnCorruption, Recovered, RecoveryReport};
+use claims::Claims;
 pub use replay::{Replay, Replayed};
 pub(crate) use replay::{ReplaySegment, Updates};
 use resync::AfterDamage;
 pub(crate) use window::Window;
 
+mod claims;
 mod replay;
 mod resync;
 mod window;
@@ -49,9 +56,13 @@ pub(crate) struct OpenSegment {
     pub(crate) file: Box<dyn StorageFile>,
     /// Bytes up to the end of the last valid record; reads beyond are refused.
     pub(crate) valid_bytes: u64,
-    /// Recovery skipped damage inside it: never append to it (the next recovery must see the
-    /// same bytes, and so make the same decisions).
+    /// Recovery skipped damage inside it, or found synced records lost: never append to it (the
+    /// next recovery must see the same bytes, and so make the same decisions).
     pub(crate) damaged: bool,
+    /// What the next segment's header records of this one: its length and records, or, where
+    /// synced records were lost, the length and count it had (so every later recovery reports
+    /// the same loss).
+    pub(crate) end: SegmentEnd,
 }
 
 /// What the store starts from.
@@ -59,6 +70,8 @@ pub(crate) struct RecoveredState {
     pub(crate) segments: BTreeMap<u64, OpenSegment>,
     pub(crate) index: LiveIndex,
     pub(crate) recovered: Recovered,
+    /// The segment the tail mark on disk names, if it names one.
+    pub(crate) tail_mark_names: Option<u64>,
 }
 
 pub(crate) fn recover(
@@ -66,6 +79,11 @@ pub(crate) fn recover(
     on_corruption: OnCorruption,
 ) -> Result<RecoveredState, OpenError> {
     let sequences = list_segments(storage.as_ref())?;
+    let mut files = Vec::with_capacity(sequences.len());
+    for &seq in &sequences {
+        files.push((seq, storage.open(&segment_name(seq)).map_err(io_err("opening a segment"))?));
+    }
+    let claims = Claims::gather(storage.as_ref(), &files).map_err(io_err("reading segment lengths"))?;
     let mut scan = Scan {
         index: LiveIndex::default(),
         updates: Updates::default(),
@@ -75,13 +93,12 @@ pub(crate) fn recover(
     };
     let mut segments = BTreeMap::new();
     let last = sequences.last().copied();
-    for seq in sequences {
-        let file = storage.open(&segment_name(seq)).map_err(io_err("opening a segment"))?;
+    for (seq, file) in files {
         let is_last = Some(seq) == last;
-        match scan.segment(seq, file.as_ref(), is_last)? {
-            Some(Scanned { valid_bytes, damaged }) => {
+        match scan.segment(seq, file.as_ref(), is_last, claims.of(seq))? {
+            Some(Scanned { valid_bytes, damaged, end }) => {
                 scan.replay_segments.push(ReplaySegment { seq, valid_bytes });
-                segments.insert(seq, OpenSegment { file, valid_bytes, damaged });
+                segments.insert(seq, OpenSegment { file, valid_bytes, damaged, end });
             }
             None => {
                 drop(file);
@@ -91,10 +108,15 @@ pub(crate) fn recover(
             }
         }
     }
+    if let Some((segment, end)) = claims.missing_last_segment(last) {
+        // Named by the tail mark, so synced, and no later segment exists: deleted whole.
+        let loss = Loss { segment, offset: 0, bytes_lost: end.bytes, records_lost: end.records };
+        scan.report.lost.push(loss);
+    }
     let replay = Replay::new(scan.replay_segments, scan.updates);
     let recovered =
         Recovered { queue_messages: scan.index.messages_per_queue(), report: scan.report, replay };
-    Ok(RecoveredState { segments, index: scan.index, recovered })
+    Ok(RecoveredState { segments, index: scan.index, recovered, tail_mark_names: claims.tail_mark_names() })
 }
 
 /// Segment sequence numbers on disk, ascending.
@@ -132,25 +154,30 @@ struct Stop {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum StopKind {
-    /// The last segment's tail after `offset` was never completed by a commit: cut it.
+    /// A torn write from `offset`: past the last segment's synced length, a tail no commit
+    /// covered (cut it); below a known synced length, the end of a file cut short (records lost).
     TornTail,
     /// Damage that no valid record follows (or whose extent could not be bounded): policy decides.
     ToEnd,
 }
 
-/// A segment's valid length, and whether recovery skipped damage inside it.
+/// A segment's valid length, whether recovery skipped damage inside it (or lost records from
+/// it), and what the next segment's header should record of it.
 struct Scanned {
     valid_bytes: u64,
     damaged: bool,
+    end: SegmentEnd,
 }
 
 impl Scan {
-    /// Scans one segment; returns its valid length, or `None` if it is a torn new segment.
+    /// Scans one segment (`synced`: its length and records at a sync, if known); returns its valid
+    /// length, or `None` if it is a torn new segment.
     fn segment(
         &mut self,
         seq: u64,
         file: &dyn StorageFile,
         is_last: bool,
+        synced: Option<SegmentEnd>,
     ) -> Result<Option<Scanned>, OpenError> {
         let file_bytes = file.len_bytes().map_err(io_err("sizing a segment"))?;
         let mut window = Window::new(file, file_bytes);
@@ -166,18 +193,20 @@ impl Scan {
             Ok(None) => None,
             Err(e) => return Err(io_err("reading a segment header")(e)),
         };
-        let header_defect = match header {
-            Some(Ok(())) => None,
-            Some(Err(SegmentHeaderDefect::UnsupportedVersion(version))) => {
+        let header_defect = match (header, synced) {
+            (Some(Ok(_)), _) => None,
+            (Some(Err(SegmentHeaderDefect::UnsupportedVersion(version))), _) => {
                 return Err(OpenError::UnsupportedVersion { segment: seq, version })
             }
+            // Shorter than a header, yet known to have held synced records: cut, all of it lost.
+            (None, Some(synced)) => return Ok(Some(self.lost_whole(seq, synced))),
             // A header that never completed: written but not synced when the machine stopped.
-            None | Some(Err(SegmentHeaderDefect::Damaged))
+            (None | Some(Err(SegmentHeaderDefect::Damaged)), None)
                 if is_last && file_bytes <= SEGMENT_HEADER_BYTES as u64 =>
             {
                 return Ok(None)
             }
-            Some(Err(SegmentHeaderDefect::WrongSequence(found))) => Some(Defect::WrongSequence(found)),
+            (Some(Err(SegmentHeaderDefect::WrongSequence(found))), _) => Some(Defect::WrongSequence(found)),
             _ => Some(Defect::SegmentHeader),
         };
         if let Some(defect) = header_defect {
@@ -186,21 +215,59 @@ impl Scan {
             let header_bytes = (SEGMENT_HEADER_BYTES as u64).min(file_bytes);
             self.refuse_or_skip(seq, 0, header_bytes, defect)?;
         }
-        let stop = self.records(seq, &mut window, is_last)?;
-        let valid_bytes = match stop {
-            None => file_bytes,
+        let records_before = self.report.records;
+        let stop = self.records(seq, &mut window, is_last, synced)?;
+        let (valid_bytes, lost_from) = self.end_of(seq, file, file_bytes, stop, synced)?;
+        let records = self.report.records - records_before;
+        let end = match (lost_from, synced) {
+            (Some(offset), Some(synced)) => {
+                let records_lost = synced.records.saturating_sub(records);
+                let bytes_lost = synced.bytes - offset;
+                self.report.lost.push(Loss { segment: seq, offset, bytes_lost, records_lost });
+                synced
+            }
+            _ => SegmentEnd { bytes: valid_bytes, records },
+        };
+        let damaged = self.report.damaged.len() > damage_before || lost_from.is_some();
+        Ok(Some(Scanned { valid_bytes, damaged, end }))
+    }
+
+    /// Where a segment's readable records end, acting on how its scan stopped; and, if synced
+    /// records are lost (from that offset to `synced.bytes`), where the loss starts.
+    fn end_of(
+        &mut self,
+        seq: u64,
+        file: &dyn StorageFile,
+        file_bytes: u64,
+        stop: Option<Stop>,
+        synced: Option<SegmentEnd>,
+    ) -> Result<(u64, Option<u64>), OpenError> {
+        let synced_past = |offset: u64| synced.is_some_and(|s| offset < s.bytes);
+        let (valid_bytes, lost_from) = match stop {
+            None => (file_bytes, None),
+            // Below the synced length: records lost, counted (the synced length bounds them),
+            // and the file left as it is, so every later recovery reads it as this one did.
+            Some(Stop { offset, .. }) if synced_past(offset) => (offset, Some(offset)),
             Some(Stop { offset, end: StopKind::TornTail, .. }) => {
                 file.set_len(offset).map_err(io_err("cutting a torn tail"))?;
                 file.sync().map_err(io_err("syncing a cut tail"))?;
                 self.report.torn_tail_bytes += file_bytes - offset;
-                offset
+                (offset, None)
             }
             Some(Stop { offset, defect, end: StopKind::ToEnd }) => {
                 self.refuse_or_skip(seq, offset, file_bytes - offset, defect)?;
-                offset
+                (offset, None)
             }
         };
-        Ok(Some(Scanned { valid_bytes, damaged: self.report.damaged.len() > damage_before }))
+        // Whole records, then nothing up to the synced length: cut at a record boundary.
+        Ok((valid_bytes, lost_from.or_else(|| synced_past(valid_bytes).then_some(valid_bytes))))
+    }
+
+    /// A segment known to have held `synced` that is shorter than a header: all of it lost.
+    fn lost_whole(&mut self, segment: u64, synced: SegmentEnd) -> Scanned {
+        let loss = Loss { segment, offset: 0, bytes_lost: synced.bytes, records_lost: synced.records };
+        self.report.lost.push(loss);
+        Scanned { valid_bytes: 0, damaged: true, end: synced }
     }
 
     /// Damage recovery cannot bound: refused by default, skipped and reported under `Skip`.
@@ -227,11 +294,12 @@ impl Scan {
         seq: u64,
         window: &mut Window<'_>,
         is_last: bool,
+        synced: Option<SegmentEnd>,
     ) -> Result<Option<Stop>, OpenError> {
         let read_failed = io_err("reading a segment");
         let mut offset = SEGMENT_HEADER_BYTES as u64;
         while offset < window.file_bytes {
-            let defect = match check_record(window, offset).map_err(&read_failed)? {
+            let defect = match check_record(window, offset, Some(RecordKind::Update)).map_err(&read_failed)? {
                 Ok(record) => {
                     // In range: check_record refuses records ending past u32::MAX.
                     self.apply(&record.header, seq, offset as u32, record.metadata);
@@ -241,7 +309,15 @@ impl Scan {
                 }
                 Err(defect) => defect,
             };
-            match resync::after_damage(window, offset, is_last).map_err(&read_failed)? {
+            // Only bytes no sync covered can hold a torn write: past the synced length of the
+            // last segment. Below it, the end of a file cut short looks like a torn write, and is
+            // read with the same rules (they keep a record inside a cut body from being taken for
+            // a real one); the loss is counted when the scan stops (`end_of`).
+            let torn_possible = match synced {
+                Some(synced) if offset < synced.bytes => window.file_bytes < synced.bytes,
+                _ => is_last,
+            };
+            match resync::after_damage(window, offset, torn_possible).map_err(&read_failed)? {
                 AfterDamage::ResumeAt(next) => {
                     let damage = Damage { segment: seq, offset, bytes_skipped: next - offset, defect };
                     self.report.damaged.push(damage);
@@ -281,16 +357,21 @@ impl Scan {
     }
 }
 
-/// A record whose lengths and checksum verified, with its metadata if it is an update (the only
-/// metadata the first pass keeps: an enqueue's is read again by the second).
+/// A record whose lengths and checksum verified, with its metadata if it is of the kind asked for
+/// (the first pass keeps an update's; the second reads an enqueue's).
 struct CheckedRecord {
     header: RecordHeader,
     metadata: Option<Bytes>,
 }
 
 /// Reads and verifies the record at `offset` (header checks, extent inside the file, CRC32C over
-/// header and payload, the body checksummed as a stream); applies nothing.
-fn check_record(window: &mut Window<'_>, offset: u64) -> io::Result<Result<CheckedRecord, Defect>> {
+/// header and payload, the body checksummed as a stream), keeping its metadata if it is a
+/// `keep_metadata` record; applies nothing.
+fn check_record(
+    window: &mut Window<'_>,
+    offset: u64,
+    keep_metadata: Option<RecordKind>,
+) -> io::Result<Result<CheckedRecord, Defect>> {
     let Some(header_bytes) = window.bytes(offset, RECORD_HEADER_BYTES)? else {
         return Ok(Err(Defect::Truncated));
     };
@@ -312,7 +393,7 @@ fn check_record(window: &mut Window<'_>, offset: u64) -> io::Result<Result<Check
         return Ok(Err(Defect::Truncated));
     };
     crc = crc32c::crc32c_append(crc, metadata);
-    let metadata = (header.kind == RecordKind::Update).then(|| Bytes::copy_from_slice(metadata));
+    let metadata = (Some(header.kind) == keep_metadata).then(|| Bytes::copy_from_slice(metadata));
     let mut at = metadata_at + metadata_bytes as u64;
     while at < end {
         let n = (end - at).min(RECOVERY_READ_BYTES as u64) as usize;

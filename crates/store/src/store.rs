@@ -24,14 +24,15 @@ use crate::limits::{
     BODY_BYTES_MAX, METADATA_BYTES_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, WRITE_BUFFER_RETAIN_BYTES,
 };
 use crate::record::{
-    encode_record, encode_segment_header, segment_name, RecordHeader, RecordKind, RECORD_HEADER_BYTES,
-    SEGMENT_HEADER_BYTES, SEGMENT_SEQUENCE_MAX,
+    encode_record, encode_segment_header, segment_name, RecordHeader, RecordKind, SegmentEnd,
+    RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SEGMENT_SEQUENCE_MAX,
 };
 use crate::recovery::{recover, Replay, Replayed};
 use crate::storage::{Storage, StorageFile};
+use crate::tail_mark::TailMark;
 use crate::types::{
-    Appended, Committed, Compacted, Enqueued, Location, Purged, RecordSeq, Recovered, RecoveredMessage,
-    StoreConfig, StoreStats,
+    Appended, Committed, Compacted, Damage, Enqueued, Location, Purged, RecordSeq, Recovered,
+    RecoveredMessage, StoreConfig, StoreStats,
 };
 
 /// A per-broker append-only message log. Synchronous: call it from one blocking thread.
@@ -54,6 +55,8 @@ pub struct Store {
     poisoned: bool,
     /// The handles of the readers this store made (`reader`), closed as segments are deleted.
     reader_handles: crate::reader::OpenSegments,
+    /// The last segment's synced length, for recovery to tell a torn tail from lost records.
+    tail_mark: TailMark,
 }
 
 #[derive(Debug)]
@@ -61,6 +64,9 @@ struct Segment {
     file: Box<dyn StorageFile>,
     /// Bytes written and synced (or found valid at recovery): readable.
     durable_bytes: u64,
+    /// What the next segment's header records of this one (docs/storage.md "Segment format"):
+    /// its synced length and records, or what it held before records were lost from it.
+    end: SegmentEnd,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -104,10 +110,11 @@ impl Store {
             .segments
             .into_iter()
             .map(|(seq, s)| {
-                let segment = Segment { file: s.file, durable_bytes: s.valid_bytes };
+                let segment = Segment { file: s.file, durable_bytes: s.valid_bytes, end: s.end };
                 (seq, segment)
             })
             .collect();
+        let tail_mark = TailMark::open(&storage, state.tail_mark_names);
         let store = Self {
             storage,
             config,
@@ -120,6 +127,7 @@ impl Store {
             durable_through: 0,
             poisoned: false,
             reader_handles: Default::default(),
+            tail_mark,
         };
         Ok((store, state.recovered))
     }
@@ -212,6 +220,7 @@ impl Store {
                 return Ok(out);
             }
             for seq in dead {
+                self.tail_mark.forget(seq);
                 // Close the handle first: some systems refuse to delete an open file.
                 let segment = self.segments.remove(&seq);
                 crate::SegmentReader::forget(&self.reader_handles, seq);
@@ -263,8 +272,19 @@ impl Store {
     /// recovered, `(queue, message)` in log order, so each queue's in enqueue order, with their
     /// latest metadata. One at a time: nothing is held per message. Call it before appending
     /// (what is settled meanwhile is left out; what is enqueued meanwhile is not recovered).
+    /// Each record is checked again; one that changed since [`Store::open`] read it is left out
+    /// and listed in [`Replayed::damaged`]: pass that to [`Store::drop_unreadable`].
     pub fn replay(&self, replay: Replay) -> Replayed<'_> {
         replay.over(&self.index, |seq| self.segments.get(&seq).map(|s| s.file.as_ref()))
+    }
+
+    /// Forgets the live messages whose enqueue record the second pass could not read back
+    /// ([`Replayed::damaged`]), as if the first pass had found the damage: they are lost, no
+    /// longer counted, and pin no segment. Returns how many were live. Call it after the replay,
+    /// before appending.
+    pub fn drop_unreadable(&mut self, damaged: &[Damage]) -> u64 {
+        let at = damaged.iter().filter_map(|d| Some((d.segment, u32::try_from(d.offset).ok()?))).collect();
+        self.index.forget_records(&at)
     }
 
     /// [`Store::replay`] collected per queue: for tests and tools, never for a large log.
@@ -376,7 +396,10 @@ impl Store {
             }
             Err(e) => return Err(write_failed(e)),
         };
-        file.write_all_at(0, &encode_segment_header(seq))
+        // The previous segment was synced whole (its chunks come first): its length now is what
+        // recovery holds it to, whatever later happens to the file.
+        let previous = seq.checked_sub(1).and_then(|p| self.segments.get(&p)).map(|p| p.end);
+        file.write_all_at(0, &encode_segment_header(seq, previous))
             .and_then(|()| file.set_len(SEGMENT_HEADER_BYTES as u64))
             .map_err(write_failed)?;
         if let Err(source) = file.sync() {
@@ -384,7 +407,8 @@ impl Store {
             return Err(CommitError::SyncFailed { segment: seq, source });
         }
         let durable_bytes = SEGMENT_HEADER_BYTES as u64;
-        self.segments.insert(seq, Segment { file, durable_bytes });
+        let end = SegmentEnd { bytes: durable_bytes, records: 0 };
+        self.segments.insert(seq, Segment { file, durable_bytes, end });
         self.index.add_segment(seq);
         Ok(())
     }
@@ -407,6 +431,10 @@ impl Store {
             return Err(CommitError::SyncFailed { segment: seq, source });
         }
         segment.durable_bytes = chunk.start + chunk.bytes.len() as u64;
+        segment.end =
+            SegmentEnd { bytes: segment.durable_bytes, records: segment.end.records + chunk.records };
+        // After the sync, never before: the mark may lag the segment, never lead it.
+        self.tail_mark.write(seq, segment.end);
         Ok(())
     }
 
@@ -479,7 +507,7 @@ mod tests {
     fn appends_stop_at_the_last_segment_sequence() {
         let storage = MemStorage::new();
         let file = storage.create(&segment_name(SEGMENT_SEQUENCE_MAX)).unwrap();
-        file.write_all_at(0, &encode_segment_header(SEGMENT_SEQUENCE_MAX)).unwrap();
+        file.write_all_at(0, &encode_segment_header(SEGMENT_SEQUENCE_MAX, None)).unwrap();
         file.sync().unwrap();
         drop(file);
         let (mut store, recovered) = Store::open(Arc::new(storage), StoreConfig::default()).unwrap();

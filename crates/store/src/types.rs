@@ -22,11 +22,13 @@ pub struct StoreConfig {
 ///
 /// Damage that valid records follow is always skipped and listed in [`RecoveryReport::damaged`]:
 /// those records are readable, and refusing would only make an operator restart with `Skip` to
-/// get the same result. The last segment's torn tail (a bad record that nothing valid follows) is
-/// always cut: it holds only writes no commit covered. What remains is damage recovery cannot
-/// bound: a bad segment header with bytes after it, or damage that runs to the end of a segment
-/// that was synced whole (not the last one). That is confirmed data gone without a trace of where
-/// it ended.
+/// get the same result. The last segment's torn tail (a bad record that nothing valid follows,
+/// past its known synced length) is always cut: it holds only writes no commit covered. Synced
+/// records gone from a segment whose synced length and record count are known are counted in
+/// [`RecoveryReport::lost`], never refused: their extent is known. What remains is damage recovery
+/// cannot bound: a bad segment header with bytes after it, or damage that runs to the end of a
+/// segment synced whole whose length is unknown (written by an earlier build, or its next
+/// segment compacted away). That is confirmed data gone without a trace of where it ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum OnCorruption {
     /// Refuse to open, naming the segment and offset; the operator decides (the default: losing
@@ -154,8 +156,9 @@ pub struct RecoveryReport {
     pub segments: u64,
     /// Valid records read.
     pub records: u64,
-    /// Bytes cut from the end of the last segment (writes no commit had covered). Large numbers
-    /// here, not explained by a crash, deserve a look at the disk.
+    /// Bytes cut from the end of the last segment (writes no commit had covered: past its synced
+    /// length where that is known, see [`RecoveryReport::lost`]). Large numbers here, not
+    /// explained by a crash, deserve a look at the disk.
     pub torn_tail_bytes: u64,
     /// A last segment whose header was never completed, removed.
     pub torn_segment_removed: Option<u64>,
@@ -163,6 +166,11 @@ pub struct RecoveryReport {
     /// records lost (an enqueue: a message; a settle: a message back). Unbounded damage appears
     /// here only under [`OnCorruption::Skip`].
     pub damaged: Vec<Damage>,
+    /// Synced records gone from the end of a segment, in log order: the segment is shorter than
+    /// (or unreadable before the end of) the length it had at a sync the store can prove
+    /// (docs/storage.md "Recovery rules"). Never a crash's doing: a crash only tears what no sync
+    /// covered. Each lost enqueue is a confirmed message lost; a lost settle, a message back.
+    pub lost: Vec<Loss>,
 }
 
 impl RecoveryReport {
@@ -170,6 +178,30 @@ impl RecoveryReport {
     pub fn damaged_bytes(&self) -> u64 {
         self.damaged.iter().map(|d| d.bytes_skipped).sum()
     }
+
+    /// Total synced records lost ([`RecoveryReport::lost`]).
+    pub fn lost_records(&self) -> u64 {
+        self.lost.iter().map(|l| l.records_lost).sum()
+    }
+
+    /// Total synced bytes lost.
+    pub fn lost_bytes(&self) -> u64 {
+        self.lost.iter().map(|l| l.bytes_lost).sum()
+    }
+}
+
+/// Synced records that recovery cannot read back from the end of a segment: the file was cut
+/// below the length it had at its last known sync, or it is unreadable from `offset` to there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loss {
+    pub segment: u64,
+    /// Where the segment's readable records end: the first byte lost.
+    pub offset: u64,
+    /// Synced bytes from `offset` to the segment's length at its last known sync.
+    pub bytes_lost: u64,
+    /// Records the segment held at that sync that recovery did not read: those lost here, and any
+    /// in stretches of the same segment skipped as damaged.
+    pub records_lost: u64,
 }
 
 /// A damaged stretch of a segment that recovery skipped.

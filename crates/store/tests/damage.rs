@@ -1,7 +1,9 @@
 //! Damaged segment files (issue #12, finding 8): a bad record that valid records follow is
 //! corruption, skipped and reported, never a reason to drop what follows; a bad record that
-//! nothing valid follows is the last segment's torn tail and is cut quietly; damage recovery
-//! cannot bound is refused unless the operator asks to skip it. docs/storage.md "Recovery rules".
+//! nothing valid follows is the last segment's torn tail and is cut quietly — where recovery
+//! cannot tell how much of that segment was synced (issue 37: where it can, synced records cut
+//! away are loss, `tests/loss.rs`); damage recovery cannot bound is refused unless the operator
+//! asks to skip it. docs/storage.md "Recovery rules".
 
 mod common;
 
@@ -31,6 +33,12 @@ fn nine_messages(storage: &MemStorage) -> Vec<Location> {
         .collect();
     store.commit().unwrap();
     locations
+}
+
+/// Removes the tail mark, as in a log written before it existed or a power cut that lost it: the
+/// last segment's synced length is then unknown, and the torn-tail rules read all of it.
+fn forget_synced_length(storage: &MemStorage) {
+    storage.remove("tail.mark").unwrap();
 }
 
 fn xor_byte(storage: &MemStorage, name: &str, offset: u64, mask: u8) {
@@ -75,14 +83,16 @@ fn damaged_record_headers_are_skipped_by_scanning_to_the_next_valid_record() {
     }
 }
 
-/// A torn tail — damage in the last record, or a last record cut short — is still cut as before,
-/// reported only as torn tail bytes, not as damage.
+/// Where the last segment's synced length is unknown, a torn tail — damage in the last record, or
+/// a last record cut short — is still cut as before, reported only as torn tail bytes, not as
+/// damage. (With the tail mark, both are synced records lost: `tests/loss.rs`.)
 #[test]
 fn damage_in_the_last_record_is_a_torn_tail_and_is_cut() {
     let storage = MemStorage::new();
     let locations = nine_messages(&storage);
     let last = locations[8];
     xor_byte(&storage, SEGMENT_1, u64::from(last.offset) + 100, 0x01);
+    forget_synced_length(&storage);
     let (_, recovered) = open(&storage).unwrap();
     assert_eq!(ids(&recovered, 1), [0, 1, 2, 3, 4, 5, 6, 7]);
     assert_eq!(recovered.report.torn_tail_bytes, u64::from(last.record_bytes));
@@ -91,6 +101,7 @@ fn damage_in_the_last_record_is_a_torn_tail_and_is_cut() {
     let storage = MemStorage::new();
     let locations = nine_messages(&storage);
     storage.open(SEGMENT_1).unwrap().set_len(u64::from(locations[8].offset) + 50).unwrap();
+    forget_synced_length(&storage);
     let (_, recovered) = open(&storage).unwrap();
     assert_eq!(ids(&recovered, 1), [0, 1, 2, 3, 4, 5, 6, 7]);
     assert_eq!(recovered.report.torn_tail_bytes, 50);
@@ -192,25 +203,41 @@ fn appends_after_damage_go_to_a_new_segment_and_recovery_repeats_itself() {
     assert_eq!(store.read_message(new.location).unwrap(), "new");
 }
 
-/// The trade-off on the last segment: a header whose length runs past the end of the file reads as
-/// a torn write. When valid records after it run cleanly to the end, the length was what got
-/// damaged and they are kept; when they do not (more damage further on), the tail is cut as torn.
+/// The trade-off on the last segment where its synced length is unknown: a header whose length
+/// runs past the end of the file reads as a torn write. When valid records after it run cleanly to
+/// the end, the length was what got damaged and they are kept; when they do not (more damage
+/// further on), the tail is cut as torn. With the synced length known (the tail mark), those bytes
+/// cannot be a torn write, and both stretches are skipped as damage instead.
 #[test]
 fn length_past_the_end_is_a_torn_tail_unless_valid_records_run_to_the_end() {
     let storage = MemStorage::new();
     let locations = nine_messages(&storage);
     xor_byte(&storage, SEGMENT_1, u64::from(locations[4].offset) + 6, 0x01);
+    forget_synced_length(&storage);
     let (_, recovered) = open(&storage).unwrap();
     assert_eq!(ids(&recovered, 1), [0, 1, 2, 3, 5, 6, 7, 8]);
 
-    let storage = MemStorage::new();
-    let locations = nine_messages(&storage);
-    xor_byte(&storage, SEGMENT_1, u64::from(locations[4].offset) + 6, 0x01);
-    xor_byte(&storage, SEGMENT_1, u64::from(locations[7].offset) + 60, 0x01);
-    let (_, recovered) = open(&storage).unwrap();
-    assert_eq!(ids(&recovered, 1), [0, 1, 2, 3]);
-    assert!(recovered.report.damaged.is_empty());
-    assert!(recovered.report.torn_tail_bytes > 0);
+    for known in [false, true] {
+        let storage = MemStorage::new();
+        let locations = nine_messages(&storage);
+        xor_byte(&storage, SEGMENT_1, u64::from(locations[4].offset) + 6, 0x01);
+        xor_byte(&storage, SEGMENT_1, u64::from(locations[7].offset) + 60, 0x01);
+        if !known {
+            forget_synced_length(&storage);
+        }
+        let (_, recovered) = open(&storage).unwrap();
+        let report = &recovered.report;
+        if known {
+            assert_eq!(ids(&recovered, 1), [0, 1, 2, 3, 5, 6, 8]);
+            let skipped: Vec<u64> = report.damaged.iter().map(|d| d.offset).collect();
+            assert_eq!(skipped, [4, 7].map(|i| u64::from(locations[i].offset)));
+            assert_eq!((report.torn_tail_bytes, report.lost.len()), (0, 0));
+        } else {
+            assert_eq!(ids(&recovered, 1), [0, 1, 2, 3]);
+            assert!(report.damaged.is_empty());
+            assert!(report.torn_tail_bytes > 0);
+        }
+    }
 }
 
 /// Found by the `store_recovery` fuzz target: a later recovery repeats the earlier one's skips
@@ -228,6 +255,7 @@ fn recovery_after_a_torn_cut_repeats_the_same_skips() {
     let claimed = u32::from_le_bytes(length) + next.record_bytes + 10;
     file.write_all_at(u64::from(first_bad.offset) + 4, &claimed.to_le_bytes()).unwrap();
     xor_byte(&storage, SEGMENT_1, u64::from(last.offset) + 50, 0x01);
+    forget_synced_length(&storage);
     let (mut store, first) = open(&storage).unwrap();
     assert_eq!(ids(&first, 1), [0, 1, 2, 3, 4, 5, 7]);
     assert_eq!(first.report.torn_tail_bytes, u64::from(last.record_bytes));

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use hourglass_store::{
-    AppendError, CommitError, Crash, Fault, FsStorage, MemStorage, OnCorruption, OpenError, ReadError,
+    AppendError, CommitError, Crash, Fault, FsStorage, Loss, MemStorage, OnCorruption, OpenError, ReadError,
     RecordSeq, Storage, Store, StoreConfig,
 };
 
@@ -276,8 +276,10 @@ fn torn_tail_is_cut_and_appends_continue() {
     drop(store);
 }
 
-/// Damage inside a segment that is not the last refuses to open by default, and is skipped and
-/// reported with `SkipRestOfSegment`.
+/// Damage running to the end of a segment that is not the last: where the next segment's header
+/// records that segment's length, its extent is known and the records lost are counted (issue 37);
+/// where it does not (a log written before headers recorded it, or the next segment compacted
+/// away), it cannot be bounded: refused by default, skipped and reported with `Skip`.
 #[test]
 fn corruption_before_the_tail_is_refused_or_skipped_by_policy() {
     let storage = MemStorage::new();
@@ -289,6 +291,18 @@ fn corruption_before_the_tail_is_refused_or_skipped_by_policy() {
     drop(store);
     let file = storage.open("00000000000000000002.seg").unwrap();
     file.write_all_at(70, b"XX").unwrap();
+    let (_, recovered) = open(&storage, 200);
+    assert_eq!(ids(&recovered, 1), [0, 2, 3]);
+    let lost = Loss { segment: 2, offset: 32, bytes_lost: 128, records_lost: 1 };
+    assert_eq!((recovered.report.lost, recovered.report.damaged), (vec![lost], vec![]));
+    // Segment 3's header as an earlier build wrote it: segment 2's length unknown.
+    let next = storage.open("00000000000000000003.seg").unwrap();
+    let mut header = [0u8; 28];
+    next.read_exact_at(0, &mut header).unwrap();
+    header[12..16].fill(0);
+    header[24..28].fill(0);
+    next.write_all_at(0, &header).unwrap();
+    next.write_all_at(28, &crc32c_of(&header).to_le_bytes()).unwrap();
     let err = Store::open(Arc::new(storage.clone()), config(200)).unwrap_err();
     assert!(matches!(err, OpenError::Corrupt { segment: 2, offset: 32, .. }), "{err}");
     let skip = StoreConfig { on_corruption: OnCorruption::Skip, ..config(200) };

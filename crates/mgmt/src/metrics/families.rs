@@ -598,6 +598,12 @@ fn alarms(out: &mut Out, state: &AppState) {
     );
     let help = "Bytes of the message log skipped as damaged by recovery at start";
     out.family(Kind::Gauge, "hourglass_store_recovery_damaged_bytes", help, &[(String::new(), damage.bytes)]);
+    let help = "Synced records of the message log that recovery at start found lost (cut from a segment)";
+    let lost = &[(String::new(), damage.lost_records)];
+    out.family(Kind::Gauge, "hourglass_store_recovery_lost_records", help, lost);
+    let help = "Synced bytes of the message log that recovery at start found lost";
+    let lost = &[(String::new(), damage.lost_bytes)];
+    out.family(Kind::Gauge, "hourglass_store_recovery_lost_bytes", help, lost);
 }
 
 /// Clustered mode's gauges (only on a clustered node).

@@ -144,9 +144,12 @@ fn node_json(state: &AppState, sockets_used: usize) -> Value {
         // alarm is raised past it too).
         "restart_mem_need": resources.restart_mem_need,
         "restart_mem_limit": resources.restart_mem_limit,
-        // Ours (RabbitMQ has no such field): damage the message log's recovery skipped.
+        // Ours (RabbitMQ has no such field): damage the message log's recovery skipped, and the
+        // synced records it found lost.
         "store_damaged_regions": node.store_damage.regions,
         "store_damaged_bytes": node.store_damage.bytes,
+        "store_lost_records": node.store_damage.lost_records,
+        "store_lost_bytes": node.store_damage.lost_bytes,
         "rates_mode": "basic",
         "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
         "being_drained": false,

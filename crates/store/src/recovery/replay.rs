@@ -3,21 +3,29 @@
 //!
 //! The first pass verified every record and left behind the live index, which says where each
 //! live message's enqueue record lies. This pass takes those offsets per segment, sorted (one
-//! walk over the index's tables, 4 B per message: `LiveIndex::live_offsets`), and reads the
-//! header and metadata at each in file order (a body is never read, nor any other record), handing
-//! each live message out as it finds it: nothing else is held per message, so recovering 100M
-//! waiting messages needs little more memory than running with them (issue 23).
+//! walk over the index's tables, 8 B per message: `LiveIndex::live_records`), and reads the
+//! record at each in file order (no other record), handing each live message out as it finds it:
+//! nothing else is held per message, so recovering 100M waiting messages needs little more memory
+//! than running with them (issue 23).
+//!
+//! It trusts nothing the first pass read (issue 37, finding 9: bytes changed in between moved
+//! messages to another queue): each record's checksum is verified again, over its body too (read
+//! through the same buffered window, mostly already in it; CRC32C runs at memory speed), and it
+//! must be an enqueue of the queue and message id indexed there (`LiveRecord::is`). A record that
+//! fails is left out and listed in [`Replayed::damaged`], as the first pass lists damage; the
+//! caller reports it and lets the store forget it ([`crate::Store::drop_unreadable`]).
 
 use std::collections::HashMap;
+use std::io;
 
 use bytes::Bytes;
 
-use super::Window;
+use super::{check_record, Window};
 use crate::error::{Defect, ReadError};
-use crate::index::{IdBuild, LiveIndex};
+use crate::index::{IdBuild, LiveIndex, LiveRecord};
 use crate::record::{RecordHeader, RecordKind, RECORD_HEADER_BYTES};
 use crate::storage::StorageFile;
-use crate::types::{Location, RecoveredMessage};
+use crate::types::{Damage, Location, RecoveredMessage};
 
 /// What the second pass needs from the first: hand it to [`crate::Store::replay`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -72,23 +80,40 @@ impl Replay {
         index: &LiveIndex,
         file_of: impl Fn(u64) -> Option<&'a dyn StorageFile>,
     ) -> Replayed<'a> {
-        let mut offsets = index.live_offsets();
+        let mut records = index.live_records();
         let segments: Vec<_> = self
             .segments
             .into_iter()
-            .filter_map(|segment| Some((file_of(segment.seq)?, offsets.remove(&segment.seq)?, segment)))
+            .filter_map(|segment| Some((file_of(segment.seq)?, records.remove(&segment.seq)?, segment)))
             .collect();
-        Replayed { updates: self.updates, segments: segments.into_iter(), at: None, failed: false }
+        Replayed {
+            updates: self.updates,
+            segments: segments.into_iter(),
+            at: None,
+            failed: false,
+            damaged: Vec::new(),
+        }
     }
 }
 
-/// The live messages, `(queue, message)` in log order; see the module doc. After an error (a
-/// segment that changed under the store since the first pass read it) it ends.
+/// The live messages, `(queue, message)` in log order; see the module doc. A record that does not
+/// read back as indexed is left out ([`Replayed::damaged`]); after an I/O error it ends.
 pub struct Replayed<'a> {
     updates: Updates,
-    segments: std::vec::IntoIter<(&'a dyn StorageFile, Vec<u32>, ReplaySegment)>,
+    segments: std::vec::IntoIter<(&'a dyn StorageFile, Vec<LiveRecord>, ReplaySegment)>,
     at: Option<Cursor<'a>>,
     failed: bool,
+    damaged: Vec<Damage>,
+}
+
+impl Replayed<'_> {
+    /// The live records left out so far because they did not read back as the first pass indexed
+    /// them (the file changed between the passes), in log order: messages lost. Each names where
+    /// the record starts, its length as its header now claims (as far as it fits the segment),
+    /// and what was wrong.
+    pub fn damaged(&self) -> &[Damage] {
+        &self.damaged
+    }
 }
 
 impl std::fmt::Debug for Replayed<'_> {
@@ -112,7 +137,7 @@ impl Iterator for Replayed<'_> {
                     self.at.insert(Cursor::new(file, offsets, segment))
                 }
             };
-            match cursor.next_live(&mut self.updates) {
+            match cursor.next_live(&mut self.updates, &mut self.damaged) {
                 Ok(Some(found)) => return Some(Ok(found)),
                 Ok(None) => self.at = None,
                 Err(error) => {
@@ -128,58 +153,90 @@ impl Iterator for Replayed<'_> {
 struct Cursor<'a> {
     window: Window<'a>,
     seq: u64,
-    offsets: std::vec::IntoIter<u32>,
+    records: std::vec::IntoIter<LiveRecord>,
 }
 
 impl<'a> Cursor<'a> {
-    fn new(file: &'a dyn StorageFile, mut offsets: Vec<u32>, segment: ReplaySegment) -> Self {
+    fn new(file: &'a dyn StorageFile, mut records: Vec<LiveRecord>, segment: ReplaySegment) -> Self {
         // Past the valid length: appended since the open, not recovered.
-        offsets.truncate(offsets.partition_point(|offset| u64::from(*offset) < segment.valid_bytes));
+        records.truncate(records.partition_point(|r| u64::from(r.offset()) < segment.valid_bytes));
         let window = Window::new(file, segment.valid_bytes);
-        Self { window, seq: segment.seq, offsets: offsets.into_iter() }
+        Self { window, seq: segment.seq, records: records.into_iter() }
     }
 
-    /// The next live enqueue in this segment, or `None` at its end.
-    fn next_live(&mut self, updates: &mut Updates) -> Result<Option<(u64, RecoveredMessage)>, ReadError> {
-        let Some(offset) = self.offsets.next() else {
-            return Ok(None);
-        };
-        let mut location = Location { segment: self.seq, offset, record_bytes: 0 };
-        let header = self.header_at(location)?;
-        location.record_bytes = header.record_bytes() as u32;
-        if header.kind != RecordKind::Enqueue {
-            return Err(ReadError::NotAnEnqueue { location });
-        }
-        let metadata = match updates.take(header.queue, header.msg_id) {
-            Some(metadata) => metadata,
-            None => {
-                let metadata_at = u64::from(offset) + RECORD_HEADER_BYTES as u64;
-                Bytes::copy_from_slice(self.read(
-                    location,
-                    metadata_at,
-                    usize::from(header.metadata_bytes),
-                )?)
+    /// The next live enqueue in this segment that reads back as indexed, or `None` at its end;
+    /// those that do not go to `damaged`.
+    fn next_live(
+        &mut self,
+        updates: &mut Updates,
+        damaged: &mut Vec<Damage>,
+    ) -> Result<Option<(u64, RecoveredMessage)>, ReadError> {
+        for indexed in self.records.by_ref() {
+            match read_indexed(&mut self.window, self.seq, indexed)? {
+                Ok((header, metadata)) => {
+                    let location = Location {
+                        segment: self.seq,
+                        offset: indexed.offset(),
+                        // Fits: check_record refuses records ending past u32::MAX.
+                        record_bytes: header.record_bytes() as u32,
+                    };
+                    let metadata = updates.take(header.queue, header.msg_id).unwrap_or(metadata);
+                    let body_bytes = header.body_bytes();
+                    let message = RecoveredMessage { msg_id: header.msg_id, location, body_bytes, metadata };
+                    return Ok(Some((header.queue, message)));
+                }
+                Err(defect) => {
+                    let offset = u64::from(indexed.offset());
+                    let bytes_skipped = claimed_bytes(&mut self.window, offset);
+                    damaged.push(Damage { segment: self.seq, offset, bytes_skipped, defect });
+                }
             }
-        };
-        let message =
-            RecoveredMessage { msg_id: header.msg_id, location, body_bytes: header.body_bytes(), metadata };
-        Ok(Some((header.queue, message)))
-    }
-
-    /// The header of the record at `location`, which the first pass verified.
-    fn header_at(&mut self, location: Location) -> Result<RecordHeader, ReadError> {
-        let bytes = self.read(location, u64::from(location.offset), RECORD_HEADER_BYTES)?;
-        let mut header = [0; RECORD_HEADER_BYTES];
-        header.copy_from_slice(bytes);
-        RecordHeader::decode(&header)
-            .map_err(|defect| ReadError::Corrupt { location, defect: Defect::RecordHeader(defect) })
-    }
-
-    fn read(&mut self, location: Location, at: u64, len: usize) -> Result<&[u8], ReadError> {
-        match self.window.bytes(at, len) {
-            Ok(Some(bytes)) => Ok(bytes),
-            Ok(None) => Err(ReadError::NoSuchRecord { location }),
-            Err(source) => Err(ReadError::Io { location, source }),
         }
+        Ok(None)
     }
+}
+
+/// The record at `indexed`, verified: its checksum, and that it is the enqueue indexed there.
+/// The inner error is the defect of a record that does not read back so (left out); the outer one
+/// an I/O error (the pass fails).
+fn read_indexed(
+    window: &mut Window<'_>,
+    seq: u64,
+    indexed: LiveRecord,
+) -> Result<Result<(RecordHeader, Bytes), Defect>, ReadError> {
+    let offset = u64::from(indexed.offset());
+    let checked = match check_record(window, offset, Some(RecordKind::Enqueue)) {
+        Ok(checked) => checked,
+        // The file is shorter than the first pass found it.
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(Err(Defect::Truncated)),
+        Err(source) => {
+            let location = Location { segment: seq, offset: indexed.offset(), record_bytes: 0 };
+            return Err(ReadError::Io { location, source });
+        }
+    };
+    Ok(match checked {
+        Ok(record) => match record.metadata {
+            // Kept only for an enqueue: `Some` says the kind is right.
+            Some(metadata) if indexed.is(record.header.queue, record.header.msg_id) => {
+                Ok((record.header, metadata))
+            }
+            _ => Err(Defect::NotTheIndexedRecord),
+        },
+        Err(defect) => Err(defect),
+    })
+}
+
+/// The length the header at `offset` claims, as far as it fits the segment (the header alone if
+/// it does not decode): how much a left-out record covers.
+fn claimed_bytes(window: &mut Window<'_>, offset: u64) -> u64 {
+    let room = window.file_bytes.saturating_sub(offset);
+    let claimed = match window.bytes(offset, RECORD_HEADER_BYTES) {
+        Ok(Some(bytes)) => {
+            let mut header = [0; RECORD_HEADER_BYTES];
+            header.copy_from_slice(bytes);
+            RecordHeader::decode(&header).map_or(RECORD_HEADER_BYTES as u64, |h| h.record_bytes())
+        }
+        _ => RECORD_HEADER_BYTES as u64,
+    };
+    claimed.min(room)
 }

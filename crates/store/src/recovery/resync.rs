@@ -52,11 +52,13 @@ enum Scan {
     GaveUp,
 }
 
-/// Decides what follows the bad record at `at` (see the module doc).
+/// Decides what follows the bad record at `at` (see the module doc). `is_last`: the bytes from
+/// `at` may hold a torn write — the last segment past its known synced length, or the end of a
+/// file cut short below it (which looks the same, and is read with the same care; recovery.rs).
 pub(super) fn after_damage(window: &mut Window<'_>, at: u64, is_last: bool) -> io::Result<AfterDamage> {
     let file_bytes = window.file_bytes;
     if let Some(claimed_end) = claimed_end(window, at)? {
-        if claimed_end < file_bytes && check_record(window, claimed_end)?.is_ok() {
+        if claimed_end < file_bytes && check_record(window, claimed_end, None)?.is_ok() {
             return Ok(AfterDamage::ResumeAt(claimed_end));
         }
         if is_last && claimed_end == file_bytes {
@@ -109,7 +111,7 @@ fn scan(window: &mut Window<'_>, from: u64) -> io::Result<Scan> {
                 if checksummed > RESYNC_CHECKSUM_BYTES_MAX {
                     return Ok(Scan::GaveUp);
                 }
-                if check_record(window, at)?.is_ok() {
+                if check_record(window, at, None)?.is_ok() {
                     return Ok(Scan::Found(at));
                 }
             }
@@ -123,7 +125,7 @@ fn scan(window: &mut Window<'_>, from: u64) -> io::Result<Scan> {
 fn chain_reaches_end(window: &mut Window<'_>, from: u64) -> io::Result<bool> {
     let mut at = from;
     while at < window.file_bytes {
-        match check_record(window, at)? {
+        match check_record(window, at, None)? {
             Ok(record) => at += record.header.record_bytes(),
             Err(_) => return Ok(false),
         }

@@ -26,11 +26,27 @@ impl<'a> Window<'a> {
         }
         if offset < self.start || end > self.start + self.buf.len() as u64 {
             let want = (len.max(RECOVERY_READ_BYTES) as u64).min(self.file_bytes - offset);
-            self.buf.resize(want as usize, 0);
-            self.file.read_exact_at(offset, &mut self.buf)?;
-            self.start = offset;
+            self.fill(offset, want as usize, len)?;
         }
         let from = (offset - self.start) as usize;
         Ok(Some(&self.buf[from..from + len]))
+    }
+
+    /// Reads `want` bytes at `offset` into the buffer, or at least the `len` asked for: the file
+    /// may have become shorter than `file_bytes` (the second pass reads with the lengths the
+    /// first found), and a read-ahead past its new end must not fail the records before it.
+    fn fill(&mut self, offset: u64, want: usize, len: usize) -> io::Result<()> {
+        self.buf.resize(want, 0);
+        let mut read = self.file.read_exact_at(offset, &mut self.buf);
+        if matches!(&read, Err(e) if e.kind() == io::ErrorKind::UnexpectedEof) && want > len {
+            self.buf.truncate(len);
+            read = self.file.read_exact_at(offset, &mut self.buf);
+        }
+        if read.is_err() {
+            // Never serve what a failed read left in the buffer.
+            self.buf.clear();
+        }
+        self.start = offset;
+        read
     }
 }
