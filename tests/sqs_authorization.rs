@@ -8,21 +8,12 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::sqs_wire::{free_port, json_request, query_request, send, sqs, sqs_as, GUEST_KEY};
+use common::sqs_wire::{free_port, json_request, query_request, send, sqs, sqs_as, sqs_broker, GUEST_KEY};
 use common::RunningBroker;
 use serde_json::{json, Value};
 
 /// Every wait in these tests ends by this.
 const WAIT: Duration = Duration::from_secs(15);
-
-fn sqs_broker(extra: &[&str]) -> (RunningBroker, SocketAddr) {
-    let port = free_port();
-    let flag = port.to_string();
-    let mut args = vec!["--sqs-port", flag.as_str()];
-    args.extend_from_slice(extra);
-    let broker = RunningBroker::start_with(&args);
-    (broker, format!("127.0.0.1:{port}").parse().unwrap())
-}
 
 /// The number of messages in `queue` of `vhost` (ready and unacked), as the HTTP API counts them.
 async fn messages_in(broker: &RunningBroker, vhost: &str, queue: &str) -> u64 {

@@ -4,24 +4,14 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::sqs_wire::{free_port, sqs, sqs_query};
+use common::sqs_wire::{sqs, sqs_broker, sqs_query};
 use common::RunningBroker;
 use serde_json::json;
 
 /// Every wait in these tests ends by this.
 const WAIT: Duration = Duration::from_secs(15);
-
-fn sqs_broker(extra: &[&str]) -> (RunningBroker, SocketAddr) {
-    let port = free_port();
-    let flag = port.to_string();
-    let mut args = vec!["--sqs-port", flag.as_str()];
-    args.extend_from_slice(extra);
-    let broker = RunningBroker::start_with(&args);
-    (broker, format!("127.0.0.1:{port}").parse().unwrap())
-}
 
 async fn node_alarmed(broker: &RunningBroker) -> bool {
     let (status, body) = common::http(broker, "GET", "/api/nodes", "").await;

@@ -15,6 +15,16 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A broker serving the SQS endpoint on a free port, with `extra` flags; the endpoint's address.
+pub fn sqs_broker(extra: &[&str]) -> (super::RunningBroker, SocketAddr) {
+    let port = free_port();
+    let flag = port.to_string();
+    let mut args = vec!["--sqs-port", flag.as_str()];
+    args.extend_from_slice(extra);
+    let broker = super::RunningBroker::start_with(&args);
+    (broker, format!("127.0.0.1:{port}").parse().unwrap())
+}
+
 /// The access key tests sign with unless they name another: the default user's.
 pub const GUEST_KEY: (&str, &str) = ("guest", "guest");
 

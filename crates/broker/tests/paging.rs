@@ -4,102 +4,15 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use common::disk::{paging_broker, Disk};
 use common::*;
 use hourglass_broker::queue::MemorySpillFiles;
-use hourglass_broker::{
-    BrokerConfig, Effect, MessageSource, PagingLimits, RecordLocation, StoredBody, StoredLocation,
-};
+use hourglass_broker::{PagingLimits, StoredBody};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
-
-/// The segment files: records by location, and how many reads were made.
-#[derive(Debug, Default)]
-struct MapSource {
-    records: Mutex<HashMap<RecordLocation, Bytes>>,
-    reads: AtomicUsize,
-}
-
-impl MessageSource for MapSource {
-    fn read(&self, at: RecordLocation) -> Result<Bytes, String> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.records.lock().unwrap().get(&at).cloned().ok_or_else(|| "no such record".to_owned())
-    }
-}
-
-/// A stand-in for the store: applies ops, assigns locations, reports them back.
-#[derive(Default)]
-struct Disk {
-    source: Arc<MapSource>,
-    next_offset: u32,
-    stored: StoredModel,
-}
-
-impl Disk {
-    /// Writes every pending op, reports the batch durable with its locations; returns the
-    /// released effects.
-    fn sync(&mut self, tb: &mut TestBroker) -> Vec<Effect> {
-        let ops: Vec<_> = std::iter::from_fn(|| tb.broker.poll_store_op()).collect();
-        let mut stored = Vec::new();
-        let (source, next_offset) = (&self.source, &mut self.next_offset);
-        for op in &ops {
-            self.stored.apply(&op.op, |queue, msg_id, record| {
-                *next_offset += 1000;
-                let location = RecordLocation { segment: 1, offset: *next_offset, record_bytes: 100 };
-                source.records.lock().unwrap().insert(location, record.clone());
-                stored.push(StoredLocation { queue, msg_id, location });
-                StoredBody::At(location)
-            });
-        }
-        if let Some(last) = ops.last() {
-            tb.broker.handle_stored(last.op_seq, &stored);
-            tb.broker.handle_persisted(last.op_seq, tb.clock.now());
-        }
-        std::iter::from_fn(|| tb.broker.poll_effect()).collect()
-    }
-
-    fn live(&self) -> usize {
-        self.stored.live()
-    }
-
-    fn reads(&self) -> usize {
-        self.source.reads.load(Ordering::SeqCst)
-    }
-
-    /// A new broker restored from what was written, reading through the same source.
-    fn restart(&self, tb: &TestBroker, limits: PagingLimits) -> TestBroker {
-        self.restart_spilling(tb, limits, None)
-    }
-
-    /// [`Disk::restart`] with far-future delayed messages kept in `spill` (ADR 0013).
-    fn restart_spilling(
-        &self,
-        tb: &TestBroker,
-        limits: PagingLimits,
-        spill: Option<Arc<MemorySpillFiles>>,
-    ) -> TestBroker {
-        let mut restored = paging_broker(&self.source, limits);
-        if let Some(spill) = spill {
-            restored.broker.set_spill_files(spill);
-        }
-        let gap = tb.clock.now().saturating_duration_since(restored.clock.now());
-        let now = restored.clock.advance(gap);
-        restored.broker.restore(self.stored.definitions(), self.stored.queues.clone(), now);
-        restored
-    }
-}
-
-fn paging_broker(source: &Arc<MapSource>, limits: PagingLimits) -> TestBroker {
-    let mut tb = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
-    tb.broker.set_message_source(source.clone());
-    tb.broker.set_paging_limits(limits);
-    tb
-}
 
 /// Two messages stay in memory per queue; the rest are paged once stored.
 fn two_resident() -> PagingLimits {

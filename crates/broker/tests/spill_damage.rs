@@ -7,16 +7,13 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use common::disk::Disk;
 use common::*;
 use hourglass_broker::queue::{MemorySpillFiles, NEAR_HORIZON_MS};
-use hourglass_broker::{
-    BrokerConfig, MessageSource, PagingLimits, RecordLocation, StoredBody, StoredLocation, Timestamp,
-};
+use hourglass_broker::{BrokerConfig, PagingLimits, Timestamp};
 use hourglass_testkit::{short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -25,46 +22,6 @@ const HOUR_MS: u64 = 3_600_000;
 const MESSAGES: usize = 17_000;
 /// A spill record's size (`far_delays.rs`): damage aimed at record 8,000 lands inside the run.
 const RECORD_BYTES: usize = 80;
-
-/// The segment files: records by location.
-#[derive(Debug, Default)]
-struct MapSource(Mutex<HashMap<RecordLocation, Bytes>>);
-
-impl MessageSource for MapSource {
-    fn read(&self, at: RecordLocation) -> Result<Bytes, String> {
-        self.0.lock().unwrap().get(&at).cloned().ok_or_else(|| "no such record".to_owned())
-    }
-}
-
-/// A stand-in for the store: applies ops, assigns locations, reports them back.
-#[derive(Default)]
-struct Disk {
-    source: Arc<MapSource>,
-    next_offset: u32,
-    stored: StoredModel,
-}
-
-impl Disk {
-    fn sync(&mut self, tb: &mut TestBroker) {
-        let ops: Vec<_> = std::iter::from_fn(|| tb.broker.poll_store_op()).collect();
-        let mut stored = Vec::new();
-        let (source, next_offset) = (&self.source, &mut self.next_offset);
-        for op in &ops {
-            self.stored.apply(&op.op, |queue, msg_id, record| {
-                *next_offset += 100;
-                let location = RecordLocation { segment: 1, offset: *next_offset, record_bytes: 100 };
-                source.0.lock().unwrap().insert(location, record.clone());
-                stored.push(StoredLocation { queue, msg_id, location });
-                StoredBody::At(location)
-            });
-        }
-        if let Some(last) = ops.last() {
-            tb.broker.handle_stored(last.op_seq, &stored);
-            tb.broker.handle_persisted(last.op_seq, tb.clock.now());
-        }
-        while tb.broker.poll_effect().is_some() {}
-    }
-}
 
 /// A queue delaying by an hour, holding `count` confirmed persistent messages (`body 0`, …) that
 /// wait in the far tier's spill files `files`; their due time.

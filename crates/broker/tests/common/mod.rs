@@ -1,6 +1,8 @@
 //! Shorthands for broker tests.
 #![allow(dead_code)]
 
+pub mod disk;
+
 use std::collections::BTreeMap;
 
 use bytes::Bytes;

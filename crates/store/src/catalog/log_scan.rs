@@ -197,16 +197,19 @@ pub(super) fn trailer_copies(body: &[u8], from: usize) -> Vec<(usize, Trailer)> 
     copies
 }
 
+/// One log record of `body` as the catalog writes it (length, CRC-32C, body): for tests that
+/// build logs by hand.
+#[cfg(test)]
+pub(super) fn record(body: &[u8]) -> Vec<u8> {
+    let mut out = (body.len() as u32).to_le_bytes().to_vec();
+    out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn record(body: &[u8]) -> Vec<u8> {
-        let mut out = (body.len() as u32).to_le_bytes().to_vec();
-        out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
-        out.extend_from_slice(body);
-        out
-    }
 
     /// Three commits of 3, 1 and 2 records; the offsets where each commit starts.
     fn three_commits() -> (Vec<u8>, Vec<usize>) {

@@ -95,15 +95,8 @@ pub(super) fn resync(body: &[u8]) -> Resynced<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::log_scan::encode_trailer;
+    use super::super::log_scan::{encode_trailer, record};
     use super::*;
-
-    fn record(body: &[u8]) -> Vec<u8> {
-        let mut out = (body.len() as u32).to_le_bytes().to_vec();
-        out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
-        out.extend_from_slice(body);
-        out
-    }
 
     /// Four commits of 2, 1, 2 and 1 records; where each commit starts, and the end.
     fn four_commits() -> (Vec<u8>, Vec<usize>) {
@@ -159,6 +152,20 @@ mod tests {
         assert_eq!((read.before.commits, read.damage), (3, None));
     }
 
+    /// Three commits, the second holding a record of `value` and damaged in its first record.
+    fn damaged_commit_2_holding(value: &[u8]) -> Vec<u8> {
+        let mut log = record(b"\x01change 1.0");
+        encode_trailer(1, 1, &mut log);
+        let damaged_at = log.len();
+        log.extend(record(b"\x01change 2.0"));
+        log.extend(record(value));
+        encode_trailer(2, 2, &mut log);
+        log.extend(record(b"\x01change 3.0"));
+        encode_trailer(3, 1, &mut log);
+        log[damaged_at + 10] ^= 0x01;
+        log
+    }
+
     /// Issue 37 finding 7: a client's value that holds a false trailer and a false commit
     /// after it is never read as commits, even when it follows the damage in the damaged commit:
     /// the reading from the false trailer breaks at the damaged commit's real trailer, so the
@@ -171,15 +178,7 @@ mod tests {
         encode_trailer(3, 1, &mut forged);
         let mut value = b"\x01vq/crafted ".to_vec();
         value.extend_from_slice(&forged);
-        let mut log = record(b"\x01change 1.0");
-        encode_trailer(1, 1, &mut log);
-        let damaged_at = log.len();
-        log.extend(record(b"\x01change 2.0"));
-        log.extend(record(&value));
-        encode_trailer(2, 2, &mut log);
-        log.extend(record(b"\x01change 3.0"));
-        encode_trailer(3, 1, &mut log);
-        log[damaged_at + 10] ^= 0x01;
+        let log = damaged_commit_2_holding(&value);
         let read = resync(&log);
         let damage = read.damage.expect("damage");
         assert_eq!((read.before.commits, damage.lost_commits), (1, Some(1)));
@@ -192,15 +191,7 @@ mod tests {
     fn a_false_trailer_of_the_largest_sequence_is_harmless() {
         let mut value = b"\x01vq/crafted ".to_vec();
         encode_trailer(u64::MAX, 0, &mut value);
-        let mut log = record(b"\x01change 1.0");
-        encode_trailer(1, 1, &mut log);
-        let damaged_at = log.len();
-        log.extend(record(b"\x01change 2.0"));
-        log.extend(record(&value));
-        encode_trailer(2, 2, &mut log);
-        log.extend(record(b"\x01change 3.0"));
-        encode_trailer(3, 1, &mut log);
-        log[damaged_at + 10] ^= 0x01;
+        let log = damaged_commit_2_holding(&value);
         let read = resync(&log);
         let damage = read.damage.expect("damage");
         assert_eq!((read.before.commits, damage.lost_commits), (1, Some(1)));
