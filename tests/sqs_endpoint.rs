@@ -175,6 +175,9 @@ async fn create_queue_compares_only_the_attributes_given_and_messages_reach_one_
     let different = json!({"QueueName": "kept", "Attributes": {"VisibilityTimeout": "6"}});
     let (status, refused) = sqs(addr, "CreateQueue", different).await;
     assert_eq!((status, refused["__type"].as_str()), (400, Some("com.amazonaws.sqs#QueueNameExists")));
+    // The attribute the client sent is named, not our argument (issue 40, item 14).
+    let text = refused["message"].as_str().unwrap();
+    assert!(text.ends_with("a different value for attribute VisibilityTimeout"), "{text}");
 
     let url = created["QueueUrl"].as_str().unwrap().to_owned();
     let times = json!({"QueueUrl": url, "AttributeNames": ["CreatedTimestamp", "LastModifiedTimestamp"]});

@@ -40,6 +40,10 @@ assert sqs.create_queue(QueueName="boto-jobs", Attributes={"VisibilityTimeout": 
 assert sqs.create_queue(QueueName="boto-jobs")["QueueUrl"] == url, "attributes not given are not compared"
 assert code_of(lambda: sqs.create_queue(QueueName="boto-jobs", Attributes={"VisibilityTimeout": "2"})) == (
     "QueueAlreadyExists", 400)
+try:
+    sqs.create_queue(QueueName="boto-jobs", Attributes={"VisibilityTimeout": "2"})
+except botocore.exceptions.ClientError as e:
+    assert e.response["Error"]["Message"].endswith("for attribute VisibilityTimeout"), e.response
 made = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["CreatedTimestamp", "LastModifiedTimestamp"])["Attributes"]
 assert abs(int(made["CreatedTimestamp"]) - time.time()) < 60 and made["LastModifiedTimestamp"] == made["CreatedTimestamp"], made
 assert sqs.get_queue_url(QueueName="boto-jobs")["QueueUrl"] == url

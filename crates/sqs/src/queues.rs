@@ -204,6 +204,30 @@ fn given_arguments(
     Ok(given)
 }
 
+/// The SQS attribute that set each of `given_arguments`' arguments, for answers that must name
+/// the attribute a client sent, not our argument (AWS: "a different value for attribute
+/// VisibilityTimeout"); a FIFO queue's own arguments are `FifoQueue`'s.
+fn attribute_of_arguments(
+    caller: &Caller,
+    vhost: &str,
+    attributes: &[(String, String)],
+    fifo: bool,
+) -> impl Fn(&str) -> String + Send + 'static {
+    let mut names: Vec<(String, String)> = Vec::new();
+    for (name, value) in attributes.iter().filter(|(name, _)| name != "FifoQueue") {
+        for (key, _) in attribute_arguments(caller, vhost, name, value, fifo).unwrap_or_default() {
+            names.push((key, name.clone()));
+        }
+    }
+    move |key: &str| {
+        names
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map_or_else(|| "FifoQueue".to_owned(), |(_, name)| name.clone())
+    }
+}
+
 /// A new queue's arguments: SQS's defaults for the visibility timeout and the retention period,
 /// then what its attributes `given` set, and when it was made (`CreatedTimestamp`).
 fn arguments_for_new_queue(given: &[ArgumentChange], created_s: u64) -> FieldTable {
@@ -333,6 +357,7 @@ pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
     let vhost = caller.vhost.clone();
     require(state, caller, Access::Configure, &QueueRef { vhost: vhost.clone(), name: name.to_owned() })?;
     let given = given_arguments(caller, &vhost, &attributes, fifo)?;
+    let attribute_of = attribute_of_arguments(caller, &vhost, &attributes, fifo);
     let created_s = (state.clock)() / 1000;
     let mut arguments = arguments_for_new_queue(&given, created_s);
     let tags = input.string_map("tags")?;
@@ -346,12 +371,15 @@ pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
     let made = state
         .broker
         .run(move |b, now| match b.queue_details_named(&declared_in, &queue) {
-            Some(existing) => match given.iter().find(|(key, value)| !same_argument(&existing.arguments, key, value)) {
-                None => Ok(()),
-                Some((key, _)) => Err(SqsError::QueueNameExists(format!(
-                    "A queue already exists with the same name and a different value for an attribute (argument '{key}')"
-                ))),
-            },
+            Some(existing) => {
+                match given.iter().find(|(key, value)| !same_argument(&existing.arguments, key, value)) {
+                    None => Ok(()),
+                    Some((key, _)) => Err(SqsError::QueueNameExists(format!(
+                        "A queue already exists with the same name and a different value for attribute {}",
+                        attribute_of(key)
+                    ))),
+                }
+            }
             None => match b.queue_limit_reached(&declared_in) {
                 Some(limit) => Err(SqsError::OverLimit(format!(
                     "The vhost '{declared_in}' holds its limit of {limit} queues (max-queues)."
