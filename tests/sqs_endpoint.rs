@@ -256,3 +256,26 @@ async fn requests_are_taken_and_refused_as_aws_does() {
         assert_eq!(text, format!("There should be at least one {entry} in the request."), "{action}");
     }
 }
+
+/// A sender's `AWSTraceHeader` (MessageSystemAttributes) is kept and returned on receive, with
+/// its MD5 in the send's answer (issue 40, item 13: it was dropped); another system attribute
+/// is refused.
+#[tokio::test]
+async fn an_aws_trace_header_travels_with_its_message() {
+    let (_broker, addr) = sqs_broker(&[]);
+    let (status, created) = sqs(addr, "CreateQueue", json!({"QueueName": "traced"})).await;
+    assert_eq!(status, 200, "{created}");
+    let trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+    let system = json!({"AWSTraceHeader": {"DataType": "String", "StringValue": trace}});
+    let send = json!({"QueueUrl": "traced", "MessageBody": "x", "MessageSystemAttributes": system});
+    let (status, sent) = sqs(addr, "SendMessage", send).await;
+    assert_eq!(status, 200, "{sent}");
+    assert_eq!(sent["MD5OfMessageSystemAttributes"].as_str().map(str::len), Some(32), "{sent}");
+    let receive = json!({"QueueUrl": "traced", "MessageSystemAttributeNames": ["AWSTraceHeader"]});
+    let (_, got) = sqs(addr, "ReceiveMessage", receive).await;
+    assert_eq!(got["Messages"][0]["Attributes"]["AWSTraceHeader"], trace, "{got}");
+    assert!(got["Messages"][0].get("MessageAttributes").is_none(), "not a message attribute: {got}");
+    let other = json!({"Foo": {"DataType": "String", "StringValue": "x"}});
+    let send = json!({"QueueUrl": "traced", "MessageBody": "x", "MessageSystemAttributes": other});
+    assert_eq!(sqs(addr, "SendMessage", send).await.0, 400);
+}

@@ -274,6 +274,16 @@ except botocore.exceptions.ParamValidationError:
 for queue in (named, ordered):
     sqs.delete_queue(QueueUrl=queue)
 
+# A sender's AWSTraceHeader comes back on receive (issue 40 item 13).
+traced = sqs.create_queue(QueueName="boto-traced")["QueueUrl"]
+trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
+sent = sqs.send_message(QueueUrl=traced, MessageBody="x",
+                        MessageSystemAttributes={"AWSTraceHeader": {"DataType": "String", "StringValue": trace}})
+assert len(sent["MD5OfMessageSystemAttributes"]) == 32, sent
+got = sqs.receive_message(QueueUrl=traced, MessageSystemAttributeNames=["AWSTraceHeader"])["Messages"][0]
+assert got["Attributes"]["AWSTraceHeader"] == trace, got
+sqs.delete_queue(QueueUrl=traced)
+
 # Wrong keys and malformed requests get AWS's codes; a deleted queue is gone.
 assert code_of(lambda: client(secret="wrong").list_queues()) == ("SignatureDoesNotMatch", 403)
 assert code_of(lambda: client(key="AKIAUNKNOWN").list_queues()) == ("InvalidClientTokenId", 403)

@@ -7,7 +7,8 @@
 //!   Query protocol's requests read as JSON ones, and its XML answers.
 //! - `queues.rs`: queue operations and queue URLs; `messages.rs`: message operations;
 //!   `fifo.rs`: FIFO queues (groups received in order, deduplication, sequence numbers);
-//!   `attributes.rs`: message attributes ↔ AMQP headers and the MD5s SDKs check; `moves.rs`:
+//!   `attributes.rs`: message attributes ↔ AMQP headers and the MD5s SDKs check;
+//!   `system_attributes.rs`: a sender's `AWSTraceHeader`; `moves.rs`:
 //!   message-move tasks (redrive from a dead-letter queue).
 //! - The broker side is `hourglass_broker::admin` (`sqs_gateway.rs`): what SQS received and has
 //!   not deleted.
@@ -27,6 +28,7 @@ mod query;
 mod queues;
 mod request;
 pub mod sigv4;
+mod system_attributes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -20,6 +20,7 @@ use crate::error::SqsError;
 use crate::fifo::{self, FifoSettings};
 use crate::queues::{self, QueueRef};
 use crate::request::Input;
+use crate::system_attributes;
 use crate::{Caller, SqsState};
 
 /// When a message was sent over SQS (Unix ms): `SentTimestamp`.
@@ -107,6 +108,7 @@ fn outgoing(
     let size_max = rules.size_max;
     let delay_ms = input.integer("DelaySeconds", 0..=900)?.map(|s| s as u64 * 1000);
     let attributes = attributes::from_json(input.value("MessageAttributes"))?;
+    let system = system_attributes::from_json(input.value("MessageSystemAttributes"))?;
     let size = body.len() + attributes::size(&attributes);
     if size > size_max {
         return Err(SqsError::InvalidParameterValue(format!(
@@ -116,6 +118,7 @@ fn outgoing(
     let message_id = random_uuid();
     let mut headers = attributes::to_headers(&attributes);
     headers.push((SENT_HEADER.to_owned(), FieldValue::I64(now_ms as i64)));
+    headers.extend(system_attributes::to_headers(&system));
     let sequence_number = fifo.map(|(fifo_headers, sequence)| {
         headers.extend(fifo_headers);
         sequence
@@ -133,6 +136,9 @@ fn outgoing(
     answer.insert("MD5OfMessageBody".into(), json!(attributes::md5_of_body(body.as_bytes())));
     if let Some(md5) = attributes::md5_of_attributes(&attributes) {
         answer.insert("MD5OfMessageAttributes".into(), json!(md5));
+    }
+    if let Some(md5) = system_attributes::md5(&system) {
+        answer.insert("MD5OfMessageSystemAttributes".into(), json!(md5));
     }
     if let Some(sequence) = sequence_number {
         answer.insert("SequenceNumber".into(), json!(sequence));
@@ -373,28 +379,33 @@ fn received_json(received: &SqsReceived, system: &[String], wanted: &[String], n
     out.insert("MD5OfBody".into(), json!(attributes::md5_of_body(body.as_bytes())));
     out.insert("Body".into(), json!(body));
     let wants = |name: &str| system.iter().any(|s| s == "All" || s == name);
-    let mut system_attributes = Map::new();
+    let mut returned = Map::new();
     let sent_ms = match headers.and_then(|h| h.get(SENT_HEADER)) {
         Some(value) => value.as_i64().map(|ms| ms as u64),
         None => properties.timestamp.map(|s| s * 1000),
     };
     if let (true, Some(sent)) = (wants("SentTimestamp"), sent_ms) {
-        system_attributes.insert("SentTimestamp".into(), json!(sent.to_string()));
+        returned.insert("SentTimestamp".into(), json!(sent.to_string()));
     }
     if wants("ApproximateReceiveCount") {
-        system_attributes.insert("ApproximateReceiveCount".into(), json!(received.receive_count.to_string()));
+        returned.insert("ApproximateReceiveCount".into(), json!(received.receive_count.to_string()));
     }
     if wants("ApproximateFirstReceiveTimestamp") && received.receive_count == 1 {
-        system_attributes.insert("ApproximateFirstReceiveTimestamp".into(), json!(now_ms.to_string()));
+        returned.insert("ApproximateFirstReceiveTimestamp".into(), json!(now_ms.to_string()));
     }
-    fifo::received_attributes(headers, wants, &mut system_attributes);
+    fifo::received_attributes(headers, wants, &mut returned);
+    if let (true, Some(trace)) =
+        (wants(system_attributes::AWS_TRACE_HEADER), system_attributes::trace_header(headers))
+    {
+        returned.insert(system_attributes::AWS_TRACE_HEADER.into(), json!(trace));
+    }
     // Who sent it: an SQS send's key user, or an AMQP publisher's validated `user_id`. An AMQP
     // message without one names no sender, and none is made up (it was the receiver's name).
     if let (true, Some(sender)) = (wants("SenderId"), properties.user_id.as_ref()) {
-        system_attributes.insert("SenderId".into(), json!(sender.as_str()));
+        returned.insert("SenderId".into(), json!(sender.as_str()));
     }
-    if !system_attributes.is_empty() {
-        out.insert("Attributes".into(), Value::Object(system_attributes));
+    if !returned.is_empty() {
+        out.insert("Attributes".into(), Value::Object(returned));
     }
     let chosen: Attributes = attributes::selected(attributes::from_headers(headers), wanted);
     if let Some(md5) = attributes::md5_of_attributes(&chosen) {
