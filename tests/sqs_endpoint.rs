@@ -279,3 +279,24 @@ async fn an_aws_trace_header_travels_with_its_message() {
     let send = json!({"QueueUrl": "traced", "MessageBody": "x", "MessageSystemAttributes": other});
     assert_eq!(sqs(addr, "SendMessage", send).await.0, 400);
 }
+
+/// PurgeQueue takes the messages received and not deleted too, as AWS does (issue 40, item 4).
+#[tokio::test]
+async fn purge_takes_the_messages_in_flight() {
+    let (_broker, addr) = sqs_broker(&[]);
+    assert_eq!(sqs(addr, "CreateQueue", json!({"QueueName": "purged"})).await.0, 200);
+    for body in ["held", "ready"] {
+        assert_eq!(sqs(addr, "SendMessage", json!({"QueueUrl": "purged", "MessageBody": body})).await.0, 200);
+    }
+    let (_, got) = sqs(addr, "ReceiveMessage", json!({"QueueUrl": "purged", "VisibilityTimeout": 600})).await;
+    assert_eq!(got["Messages"].as_array().map(Vec::len), Some(1), "{got}");
+    assert_eq!(sqs(addr, "PurgeQueue", json!({"QueueUrl": "purged"})).await.0, 200);
+    let counts = json!({"QueueUrl": "purged", "AttributeNames": ["All"]});
+    let (_, attributes) = sqs(addr, "GetQueueAttributes", counts).await;
+    let attributes = &attributes["Attributes"];
+    assert_eq!(
+        (&attributes["ApproximateNumberOfMessages"], &attributes["ApproximateNumberOfMessagesNotVisible"]),
+        (&json!("0"), &json!("0")),
+        "{attributes}"
+    );
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hourglass_broker::api::AmqpError;
 use hourglass_broker::{Access, Permissions, Resource};
-use hourglass_wire::{FieldTable, FieldValue, LongStr, QueueDeclare, QueueDelete, QueuePurge, ShortStr};
+use hourglass_wire::{FieldTable, FieldValue, LongStr, QueueDeclare, QueueDelete, ShortStr};
 use serde_json::{json, Map, Value};
 
 use crate::error::SqsError;
@@ -187,56 +187,38 @@ fn from_amqp(error: AmqpError) -> SqsError {
 use crate::fifo::{self, ArgumentChange, FifoSettings};
 
 /// What CreateQueue's `Attributes` set among the queue's arguments (docs/sqs.md), a FIFO queue's
-/// own included: what an existing queue is compared on.
+/// own included: what an existing queue is compared on. Each with the attribute that set it,
+/// which an answer names (AWS: "a different value for attribute VisibilityTimeout"; a FIFO
+/// queue's own arguments are `FifoQueue`'s).
 fn given_arguments(
     caller: &Caller,
     vhost: &str,
     attributes: &[(String, String)],
     fifo: bool,
-) -> Result<Vec<ArgumentChange>, SqsError> {
-    let mut given: Vec<ArgumentChange> = if fifo { fifo::creation_arguments() } else { Vec::new() };
+) -> Result<Vec<(ArgumentChange, String)>, SqsError> {
+    let mut given: Vec<(ArgumentChange, String)> = if fifo {
+        fifo::creation_arguments().into_iter().map(|change| (change, "FifoQueue".to_owned())).collect()
+    } else {
+        Vec::new()
+    };
     for (name, value) in attributes.iter().filter(|(name, _)| name != "FifoQueue") {
         for (key, value) in attribute_arguments(caller, vhost, name, value, fifo)? {
-            given.retain(|(k, _)| *k != key);
-            given.push((key, value));
+            given.retain(|((k, _), _)| *k != key);
+            given.push(((key, value), name.clone()));
         }
     }
     Ok(given)
 }
 
-/// The SQS attribute that set each of `given_arguments`' arguments, for answers that must name
-/// the attribute a client sent, not our argument (AWS: "a different value for attribute
-/// VisibilityTimeout"); a FIFO queue's own arguments are `FifoQueue`'s.
-fn attribute_of_arguments(
-    caller: &Caller,
-    vhost: &str,
-    attributes: &[(String, String)],
-    fifo: bool,
-) -> impl Fn(&str) -> String + Send + 'static {
-    let mut names: Vec<(String, String)> = Vec::new();
-    for (name, value) in attributes.iter().filter(|(name, _)| name != "FifoQueue") {
-        for (key, _) in attribute_arguments(caller, vhost, name, value, fifo).unwrap_or_default() {
-            names.push((key, name.clone()));
-        }
-    }
-    move |key: &str| {
-        names
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map_or_else(|| "FifoQueue".to_owned(), |(_, name)| name.clone())
-    }
-}
-
 /// A new queue's arguments: SQS's defaults for the visibility timeout and the retention period,
 /// then what its attributes `given` set, and when it was made (`CreatedTimestamp`).
-fn arguments_for_new_queue(given: &[ArgumentChange], created_s: u64) -> FieldTable {
+fn arguments_for_new_queue(given: &[(ArgumentChange, String)], created_s: u64) -> FieldTable {
     let mut args: Vec<ArgumentChange> = vec![
         ("x-visibility-timeout".into(), Some(FieldValue::I64(VISIBILITY_TIMEOUT_DEFAULT_S * 1000))),
         ("x-message-ttl".into(), Some(FieldValue::I64(RETENTION_DEFAULT_S * 1000))),
         (CREATED_ARG.into(), Some(FieldValue::I64(created_s as i64))),
     ];
-    for (key, value) in given {
+    for ((key, value), _) in given {
         args.retain(|(k, _)| k != key);
         args.push((key.clone(), value.clone()));
     }
@@ -357,7 +339,6 @@ pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
     let vhost = caller.vhost.clone();
     require(state, caller, Access::Configure, &QueueRef { vhost: vhost.clone(), name: name.to_owned() })?;
     let given = given_arguments(caller, &vhost, &attributes, fifo)?;
-    let attribute_of = attribute_of_arguments(caller, &vhost, &attributes, fifo);
     let created_s = (state.clock)() / 1000;
     let mut arguments = arguments_for_new_queue(&given, created_s);
     let tags = input.string_map("tags")?;
@@ -372,11 +353,10 @@ pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
         .broker
         .run(move |b, now| match b.queue_details_named(&declared_in, &queue) {
             Some(existing) => {
-                match given.iter().find(|(key, value)| !same_argument(&existing.arguments, key, value)) {
+                match given.iter().find(|((key, value), _)| !same_argument(&existing.arguments, key, value)) {
                     None => Ok(()),
-                    Some((key, _)) => Err(SqsError::QueueNameExists(format!(
-                        "A queue already exists with the same name and a different value for attribute {}",
-                        attribute_of(key)
+                    Some((_, attribute)) => Err(SqsError::QueueNameExists(format!(
+                        "A queue already exists with the same name and a different value for attribute {attribute}"
                     ))),
                 }
             }
@@ -621,15 +601,9 @@ pub async fn delete(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
 
 pub async fn purge(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
     let queue = queue_named(caller, input)?;
-    let purge = QueuePurge { queue: short(&queue.name)?, ..Default::default() };
-    run_as(state, caller, &queue, move |ch| ch.call(purge)).await?;
-    // What SQS received and has not deleted goes too, as on AWS (the purge checked read access).
-    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
-    state
-        .broker
-        .run(move |b, now| b.sqs_purge_in_flight(&vhost, &name, now))
-        .await?
-        .map_err(|_| SqsError::QueueDoesNotExist)?;
+    let name = short(&queue.name)?;
+    // What SQS received and has not deleted goes too, as on AWS.
+    run_as(state, caller, &queue, move |ch| ch.purge_with_sqs_in_flight(name)).await?;
     Ok(json!({}))
 }
 

@@ -31,7 +31,7 @@ pub use sqs_gateway::{
 
 use std::sync::Arc;
 
-use hourglass_wire::{ChannelOpen, FieldTable, Method};
+use hourglass_wire::{ChannelOpen, FieldTable, Method, QueuePurge, ShortStr};
 
 use crate::api::{
     AmqpError, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect, Publish,
@@ -65,6 +65,19 @@ impl AdminChannel<'_> {
             Command::Method { conn: ADMIN_CONNECTION, channel: ADMIN_CHANNEL, method: method.into() };
         self.broker.handle_command(command, self.now);
         self.broker.take_replies_to(ADMIN_CONNECTION)
+    }
+
+    /// SQS's PurgeQueue: queue.purge (with this channel's permissions: read on the queue), then
+    /// the messages the vhost's SQS gateway received from the queue and has not deleted, as AWS
+    /// purges in-flight messages too (`Broker::sqs_purge_in_flight`).
+    pub fn purge_with_sqs_in_flight(&mut self, queue: ShortStr) -> Result<Vec<Reply>, AmqpError> {
+        let name = queue.as_str().into_owned();
+        let replies = self.call(QueuePurge { queue, ..Default::default() })?;
+        if let Some(vhost) = self.broker.vhost_of(ADMIN_CONNECTION) {
+            // The purge found the queue; if it went since, there is nothing in flight to take.
+            let _ = self.broker.sqs_purge_in_flight(&vhost, &name, self.now);
+        }
+        Ok(replies)
     }
 
     /// Publishes a message; returns the replies (a basic.return when unroutable and mandatory).
