@@ -103,6 +103,12 @@ impl RunningBroker {
         RunningBroker { child, amqp, http, data_dir, log }
     }
 
+    /// The last `count` lines logged so far.
+    pub fn last_log_lines(&self, count: usize) -> Vec<String> {
+        let lines = self.log.lock().map(|l| l.clone()).unwrap_or_default();
+        lines[lines.len().saturating_sub(count)..].to_vec()
+    }
+
     /// The lines logged so far that contain `text`.
     pub fn log_lines_with(&self, text: &str) -> Vec<String> {
         let lines = self.log.lock().map(|l| l.clone()).unwrap_or_default();
@@ -266,8 +272,16 @@ pub async fn http_as(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut socket = tokio::net::TcpStream::connect(broker.http).await.expect("connect http");
     let request = http_wire::request_as(user, method, path, body);
-    socket.write_all(request.as_bytes()).await.expect("send http");
+    // A server may answer before it has read the whole body (a refusal) and close: the write then
+    // fails with a broken pipe, and the answer is what the caller needs to see.
+    let sent = socket.write_all(request.as_bytes()).await;
     let mut response = Vec::new();
-    socket.read_to_end(&mut response).await.expect("read http");
-    http_wire::parse_response(&response).unwrap_or((0, String::new()))
+    let read = socket.read_to_end(&mut response).await;
+    match http_wire::parse_response(&response) {
+        Some(answer) => answer,
+        None => panic!(
+            "{method} {path}: no HTTP answer (send: {sent:?}, read: {read:?}); the broker's last log lines:\n{}",
+            broker.last_log_lines(30).join("\n")
+        ),
+    }
 }
