@@ -278,25 +278,26 @@ pub fn restore_into(
     now: Timestamp,
 ) -> Result<Restored, ReadError> {
     broker.set_message_source(Arc::new(StoreSource(store.reader())));
-    let mut failed = None;
-    let mut replayed = store.replay(recovered.replay);
-    let messages = replayed.by_ref().map_while(|found| match found {
-        Ok((queue, m)) => {
-            let Location { segment, offset, record_bytes } = m.location;
-            let at = RecordLocation { segment, offset, record_bytes };
-            Some((queue, StoredMessage { msg_id: m.msg_id, metadata: m.metadata, body: StoredBody::At(at) }))
-        }
-        Err(error) => {
-            failed = Some(error);
-            None
-        }
-    });
-    let report = broker.restore_streamed(definitions, &recovered.queue_messages, messages, now);
-    let damaged = replayed.damaged().to_vec();
-    drop(replayed);
-    if let Some(error) = failed {
-        return Err(error);
-    }
+    let (restored, damaged) = store.replay(recovered.replay, |replayed| {
+        let mut failed = None;
+        let messages = replayed.map_while(|found| match found {
+            Ok((queue, m)) => {
+                let Location { segment, offset, record_bytes } = m.location;
+                let at = RecordLocation { segment, offset, record_bytes };
+                Some((
+                    queue,
+                    StoredMessage { msg_id: m.msg_id, metadata: m.metadata, body: StoredBody::At(at) },
+                ))
+            }
+            Err(error) => {
+                failed = Some(error);
+                None
+            }
+        });
+        let report = broker.restore_streamed(definitions, &recovered.queue_messages, messages, now);
+        failed.map_or(Ok(report), Err)
+    })?;
+    let report = restored?;
     store.drop_unreadable(&damaged);
     tracing::info!(
         exchanges = report.exchanges,

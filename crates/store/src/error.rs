@@ -105,4 +105,7 @@ pub enum ReadError {
         #[source]
         source: io::Error,
     },
+    /// Recovery's second pass could not start the thread that reads ahead.
+    #[error("starting the recovery reader thread failed: {0}")]
+    ReaderThread(#[source] io::Error),
 }

@@ -4,7 +4,9 @@
 //! the latest metadata of the live messages that were updated, and each segment's valid length.
 //! A second pass (`replay.rs`, [`crate::Store::replay`]) reads the live messages back one at a
 //! time in log order, so recovery's peak memory is the running store's, whatever the backlog
-//! (issue 23).
+//! (issue 23). Each pass runs on two threads: one reads and verifies, the other builds the index
+//! (first pass) or restores (second), a few batches apart (issue 38: a restart takes the longer
+//! of the two halves, not their sum).
 //!
 //! Rules (docs/storage.md has the full list):
 //! - a bad record that a valid record follows is corruption, in any segment: the bytes up to the
@@ -26,7 +28,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 
 use bytes::Bytes;
 
@@ -84,39 +86,129 @@ pub(crate) fn recover(
         files.push((seq, storage.open(&segment_name(seq)).map_err(io_err("opening a segment"))?));
     }
     let claims = Claims::gather(storage.as_ref(), &files).map_err(io_err("reading segment lengths"))?;
-    let mut scan = Scan {
-        index: LiveIndex::default(),
-        updates: Updates::default(),
-        replay_segments: Vec::new(),
-        report: RecoveryReport::default(),
-        on_corruption,
-    };
-    let mut segments = BTreeMap::new();
-    let last = sequences.last().copied();
-    for (seq, file) in files {
-        let is_last = Some(seq) == last;
-        match scan.segment(seq, file.as_ref(), is_last, claims.of(seq))? {
-            Some(Scanned { valid_bytes, damaged, end }) => {
-                scan.replay_segments.push(ReplaySegment { seq, valid_bytes });
-                segments.insert(seq, OpenSegment { file, valid_bytes, damaged, end });
-            }
-            None => {
-                drop(file);
-                scan.index.remove_segment(seq);
-                storage.remove(&segment_name(seq)).map_err(io_err("removing a torn segment"))?;
-                scan.report.torn_segment_removed = Some(seq);
+    let tail_mark_names = claims.tail_mark_names();
+    // Reading and verifying on one thread, indexing on this one: the two halves cost about the
+    // same (the index's inserts are cache misses in a table of N entries), so a restart takes the
+    // longer of the two instead of their sum.
+    let (ops, batches) = mpsc::sync_channel(INDEX_BATCHES_IN_FLIGHT);
+    let mut indexer = Indexer::default();
+    let verified = std::thread::scope(|scope| {
+        let reader = std::thread::Builder::new()
+            .name("hg-recovery-read".to_owned())
+            .spawn_scoped(scope, move || {
+                let mut scan = Scan {
+                    ops: IndexOps { sender: ops, batch: Vec::with_capacity(INDEX_BATCH) },
+                    replay_segments: Vec::new(),
+                    report: RecoveryReport::default(),
+                    on_corruption,
+                };
+                let segments = scan.all(storage, files, &claims, sequences.last().copied())?;
+                scan.ops.flush();
+                Ok::<_, OpenError>((segments, scan.replay_segments, scan.report))
+            })
+            .map_err(io_err("starting the recovery reader thread"))?;
+        for batch in batches {
+            indexer.apply_all(batch);
+        }
+        match reader.join() {
+            Ok(verified) => verified,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    });
+    let (segments, replay_segments, report) = verified?;
+    let Indexer { index, updates, .. } = indexer;
+    let replay = Replay::new(replay_segments, updates);
+    let recovered = Recovered { queue_messages: index.messages_per_queue(), report, replay };
+    Ok(RecoveredState { segments, index, recovered, tail_mark_names })
+}
+
+/// Index operations the reader sends at once.
+const INDEX_BATCH: usize = 4096;
+/// Batches the reader may be ahead of the indexer (a few MB).
+const INDEX_BATCHES_IN_FLIGHT: usize = 8;
+
+/// What the first pass found, in log order, for the live index.
+enum IndexOp {
+    /// Records from here on lie in segment `seq`.
+    Segment(u64),
+    /// A record that verified, at `offset` in the current segment; with its metadata if it is
+    /// an update.
+    Record { header: RecordHeader, offset: u32, metadata: Option<Bytes> },
+    /// Segment `seq` was a torn new segment, removed (it held no record).
+    SegmentRemoved(u64),
+}
+
+/// The reader's side of the channel: operations in batches.
+struct IndexOps {
+    sender: mpsc::SyncSender<Vec<IndexOp>>,
+    batch: Vec<IndexOp>,
+}
+
+impl IndexOps {
+    fn push(&mut self, op: IndexOp) {
+        self.batch.push(op);
+        if self.batch.len() >= INDEX_BATCH {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.batch.is_empty() {
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(INDEX_BATCH));
+            // Gone only if the indexer panicked: the scope re-raises that.
+            let _ = self.sender.send(batch);
+        }
+    }
+}
+
+/// Builds the live index and the updates from the verified records, in log order.
+#[derive(Default)]
+struct Indexer {
+    index: LiveIndex,
+    /// The latest metadata of live messages that an update record changed.
+    updates: Updates,
+    segment: u64,
+}
+
+impl Indexer {
+    fn apply_all(&mut self, batch: Vec<IndexOp>) {
+        for op in batch {
+            match op {
+                IndexOp::Segment(seq) => {
+                    self.segment = seq;
+                    self.index.add_segment(seq);
+                }
+                IndexOp::Record { header, offset, metadata } => self.apply(&header, offset, metadata),
+                IndexOp::SegmentRemoved(seq) => self.index.remove_segment(seq),
             }
         }
     }
-    if let Some((segment, end)) = claims.missing_last_segment(last) {
-        // Named by the tail mark, so synced, and no later segment exists: deleted whole.
-        let loss = Loss { segment, offset: 0, bytes_lost: end.bytes, records_lost: end.records };
-        scan.report.lost.push(loss);
+
+    fn apply(&mut self, header: &RecordHeader, offset: u32, metadata: Option<Bytes>) {
+        let (queue, msg_id, seq) = (header.queue, header.msg_id, self.segment);
+        match header.kind {
+            RecordKind::Enqueue => {
+                // Appends refuse a live id, so a repeat means the later record wins.
+                if self.index.enqueue_replacing(queue, msg_id, seq, offset) {
+                    self.updates.forget(queue, msg_id);
+                }
+            }
+            RecordKind::Settle => {
+                if self.index.settle(queue, msg_id, seq).is_some() {
+                    self.updates.forget(queue, msg_id);
+                }
+            }
+            RecordKind::Update => {
+                if let (Some(_), Some(metadata)) = (self.index.update(queue, msg_id, seq), metadata) {
+                    self.updates.set(queue, msg_id, metadata);
+                }
+            }
+            RecordKind::Purge => {
+                self.index.purge(queue, seq);
+                self.updates.forget_queue(queue);
+            }
+        }
     }
-    let replay = Replay::new(scan.replay_segments, scan.updates);
-    let recovered =
-        Recovered { queue_messages: scan.index.messages_per_queue(), report: scan.report, replay };
-    Ok(RecoveredState { segments, index: scan.index, recovered, tail_mark_names: claims.tail_mark_names() })
 }
 
 /// Segment sequence numbers on disk, ascending.
@@ -135,10 +227,10 @@ fn list_segments(storage: &dyn Storage) -> Result<Vec<u64>, OpenError> {
     Ok(sequences)
 }
 
+/// The first pass's reading and verifying (on the reader thread): what it finds goes to the
+/// indexer as [`IndexOp`]s.
 struct Scan {
-    index: LiveIndex,
-    /// The latest metadata of live messages that an update record changed.
-    updates: Updates,
+    ops: IndexOps,
     /// Each kept segment's valid length, for the second pass.
     replay_segments: Vec<ReplaySegment>,
     report: RecoveryReport,
@@ -170,6 +262,38 @@ struct Scanned {
 }
 
 impl Scan {
+    /// Scans every segment in sequence order; returns those kept. A torn new segment is removed.
+    fn all(
+        &mut self,
+        storage: &Arc<dyn Storage>,
+        files: Vec<(u64, Box<dyn StorageFile>)>,
+        claims: &Claims,
+        last: Option<u64>,
+    ) -> Result<BTreeMap<u64, OpenSegment>, OpenError> {
+        let mut segments = BTreeMap::new();
+        for (seq, file) in files {
+            let is_last = Some(seq) == last;
+            match self.segment(seq, file.as_ref(), is_last, claims.of(seq))? {
+                Some(Scanned { valid_bytes, damaged, end }) => {
+                    self.replay_segments.push(ReplaySegment { seq, valid_bytes });
+                    segments.insert(seq, OpenSegment { file, valid_bytes, damaged, end });
+                }
+                None => {
+                    drop(file);
+                    self.ops.push(IndexOp::SegmentRemoved(seq));
+                    storage.remove(&segment_name(seq)).map_err(io_err("removing a torn segment"))?;
+                    self.report.torn_segment_removed = Some(seq);
+                }
+            }
+        }
+        if let Some((segment, end)) = claims.missing_last_segment(last) {
+            // Named by the tail mark, so synced, and no later segment exists: deleted whole.
+            let loss = Loss { segment, offset: 0, bytes_lost: end.bytes, records_lost: end.records };
+            self.report.lost.push(loss);
+        }
+        Ok(segments)
+    }
+
     /// Scans one segment (`synced`: its length and records at a sync, if known); returns its valid
     /// length, or `None` if it is a torn new segment.
     fn segment(
@@ -182,7 +306,7 @@ impl Scan {
         let file_bytes = file.len_bytes().map_err(io_err("sizing a segment"))?;
         let mut window = Window::new(file, file_bytes);
         self.report.segments += 1;
-        self.index.add_segment(seq);
+        self.ops.push(IndexOp::Segment(seq));
         let damage_before = self.report.damaged.len();
         let header = match window.bytes(0, SEGMENT_HEADER_BYTES) {
             Ok(Some(bytes)) => {
@@ -302,7 +426,8 @@ impl Scan {
             let defect = match check_record(window, offset, Some(RecordKind::Update)).map_err(&read_failed)? {
                 Ok(record) => {
                     // In range: check_record refuses records ending past u32::MAX.
-                    self.apply(&record.header, seq, offset as u32, record.metadata);
+                    let (header, metadata) = (record.header, record.metadata);
+                    self.ops.push(IndexOp::Record { header, offset: offset as u32, metadata });
                     self.report.records += 1;
                     offset += record.header.record_bytes();
                     continue;
@@ -328,32 +453,6 @@ impl Scan {
             }
         }
         Ok(None)
-    }
-
-    fn apply(&mut self, header: &RecordHeader, seq: u64, offset: u32, metadata: Option<Bytes>) {
-        let (queue, msg_id) = (header.queue, header.msg_id);
-        match header.kind {
-            RecordKind::Enqueue => {
-                // Appends refuse a live id, so a repeat means the later record wins.
-                if self.index.enqueue_replacing(queue, msg_id, seq, offset) {
-                    self.updates.forget(queue, msg_id);
-                }
-            }
-            RecordKind::Settle => {
-                if self.index.settle(queue, msg_id, seq).is_some() {
-                    self.updates.forget(queue, msg_id);
-                }
-            }
-            RecordKind::Update => {
-                if let (Some(_), Some(metadata)) = (self.index.update(queue, msg_id, seq), metadata) {
-                    self.updates.set(queue, msg_id, metadata);
-                }
-            }
-            RecordKind::Purge => {
-                self.index.purge(queue, seq);
-                self.updates.forget_queue(queue);
-            }
-        }
     }
 }
 

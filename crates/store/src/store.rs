@@ -268,18 +268,24 @@ impl Store {
         Ok(Bytes::from(buf).slice(body_at..))
     }
 
-    /// Recovery's second pass (`recovery/replay.rs`): the messages live now that [`Store::open`]
-    /// recovered, `(queue, message)` in log order, so each queue's in enqueue order, with their
-    /// latest metadata. One at a time: nothing is held per message. Call it before appending
-    /// (what is settled meanwhile is left out; what is enqueued meanwhile is not recovered).
-    /// Each record is checked again; one that changed since [`Store::open`] read it is left out
-    /// and listed in [`Replayed::damaged`]: pass that to [`Store::drop_unreadable`].
-    pub fn replay(&self, replay: Replay) -> Replayed<'_> {
-        replay.over(&self.index, |seq| self.segments.get(&seq).map(|s| s.file.as_ref()))
+    /// Recovery's second pass (`recovery/replay.rs`): hands `consume` the messages live now that
+    /// [`Store::open`] recovered, `(queue, message)` in log order, so each queue's in enqueue
+    /// order, with their latest metadata. One at a time: nothing is held per message; a second
+    /// thread reads them a few batches ahead of `consume`. Call it before appending (what is
+    /// settled meanwhile is left out; what is enqueued meanwhile is not recovered). Each record is
+    /// checked again; one that changed since [`Store::open`] read it is left out and returned as
+    /// damage, with what `consume` returned: pass that to [`Store::drop_unreadable`]. Fails only
+    /// if the reading thread cannot be started.
+    pub fn replay<R>(
+        &self,
+        replay: Replay,
+        consume: impl FnOnce(&mut Replayed) -> R,
+    ) -> Result<(R, Vec<Damage>), ReadError> {
+        replay.run(&self.index, |seq| self.segments.get(&seq).map(|s| s.file.as_ref()), consume)
     }
 
     /// Forgets the live messages whose enqueue record the second pass could not read back
-    /// ([`Replayed::damaged`]), as if the first pass had found the damage: they are lost, no
+    /// (the damage [`Store::replay`] returned), as if the first pass had found the damage: they are lost, no
     /// longer counted, and pin no segment. Returns how many were live. Call it after the replay,
     /// before appending.
     pub fn drop_unreadable(&mut self, damaged: &[Damage]) -> u64 {
@@ -292,12 +298,15 @@ impl Store {
         &self,
         replay: Replay,
     ) -> Result<BTreeMap<u64, Vec<RecoveredMessage>>, ReadError> {
-        let mut queues: BTreeMap<u64, Vec<RecoveredMessage>> = BTreeMap::new();
-        for found in self.replay(replay) {
-            let (queue, message) = found?;
-            queues.entry(queue).or_default().push(message);
-        }
-        Ok(queues)
+        let (queues, _) = self.replay(replay, |replayed| {
+            let mut queues: BTreeMap<u64, Vec<RecoveredMessage>> = BTreeMap::new();
+            for found in replayed {
+                let (queue, message) = found?;
+                queues.entry(queue).or_default().push(message);
+            }
+            Ok(queues)
+        })?;
+        queues
     }
 
     /// A reader of durable records with its own file handles, for another thread; the handles

@@ -37,11 +37,15 @@ fn first_pass(storage: &MemStorage) -> (Store, Recovered) {
 
 /// The second pass: `(queue, msg_id)` in the order handed out, and the damage it reported.
 fn second_pass(store: &Store, recovered: Recovered) -> (Vec<(u64, u64)>, Vec<Damage>) {
-    let mut replayed = store.replay(recovered.replay);
-    let found: Result<Vec<(u64, u64)>, _> =
-        replayed.by_ref().map(|found| found.map(|(q, m)| (q, m.msg_id))).collect();
+    let (found, damaged) = store
+        .replay(recovered.replay, |replayed| {
+            let found: Result<Vec<(u64, u64)>, _> =
+                replayed.map(|found| found.map(|(q, m)| (q, m.msg_id))).collect();
+            found
+        })
+        .unwrap_or_else(|e| panic!("the second pass did not start: {e}"));
     let found = found.unwrap_or_else(|e| panic!("the second pass failed: {e}"));
-    (found, replayed.damaged().to_vec())
+    (found, damaged)
 }
 
 fn queue_1_except(left_out: &[u64]) -> Vec<(u64, u64)> {

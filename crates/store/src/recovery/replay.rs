@@ -12,11 +12,16 @@
 //! messages to another queue): each record's checksum is verified again, over its body too (read
 //! through the same buffered window, mostly already in it; CRC32C runs at memory speed), and it
 //! must be an enqueue of the queue and message id indexed there (`LiveRecord::is`). A record that
-//! fails is left out and listed in [`Replayed::damaged`], as the first pass lists damage; the
-//! caller reports it and lets the store forget it ([`crate::Store::drop_unreadable`]).
+//! fails is left out and returned as damage, as the first pass lists damage; the caller reports
+//! it and lets the store forget it ([`crate::Store::drop_unreadable`]).
+//!
+//! A reader thread does the walk (the index's offsets, each segment's sorted as it is reached, the
+//! reads and checks) and hands the messages over in batches to the caller's `consume`, which runs
+//! on the calling thread: restoring and reading overlap, and at most a few batches wait between.
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::mpsc;
 
 use bytes::Bytes;
 
@@ -74,19 +79,46 @@ impl Replay {
         Self { segments, updates }
     }
 
-    /// Pairs each segment that holds live messages now with its file and their offsets.
-    pub(crate) fn over<'a>(
+    /// Hands the live messages to `consume` as [`Replayed`] while a second thread reads and
+    /// verifies them (its files are `file_of`'s), a few batches ahead: a restart takes the longer
+    /// of reading and restoring instead of their sum. Returns what `consume` returned and the
+    /// records left out as damaged, in log order; fails only if the thread cannot be started.
+    pub(crate) fn run<'a, R>(
         self,
         index: &LiveIndex,
-        file_of: impl Fn(u64) -> Option<&'a dyn StorageFile>,
-    ) -> Replayed<'a> {
+        file_of: impl Fn(u64) -> Option<&'a dyn StorageFile> + Send,
+        consume: impl FnOnce(&mut Replayed) -> R,
+    ) -> Result<(R, Vec<Damage>), ReadError> {
+        std::thread::scope(|scope| {
+            let (sender, batches) = mpsc::sync_channel(REPLAY_BATCHES_IN_FLIGHT);
+            let reader = std::thread::Builder::new()
+                .name("hg-recovery-replay".to_owned())
+                .spawn_scoped(scope, move || {
+                    let mut walk = self.walk(index, file_of);
+                    read_ahead(&mut walk, sender);
+                    walk.damaged
+                })
+                .map_err(ReadError::ReaderThread)?;
+            let mut replayed = Replayed { batches, batch: Vec::new().into_iter() };
+            let result = consume(&mut replayed);
+            // A reader blocked on a full channel stops once the receiver is gone.
+            drop(replayed);
+            match reader.join() {
+                Ok(damaged) => Ok((result, damaged)),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+
+    /// Pairs each segment that holds live messages now with its file and their offsets.
+    fn walk<'a>(self, index: &LiveIndex, file_of: impl Fn(u64) -> Option<&'a dyn StorageFile>) -> Walk<'a> {
         let mut records = index.live_records();
         let segments: Vec<_> = self
             .segments
             .into_iter()
             .filter_map(|segment| Some((file_of(segment.seq)?, records.remove(&segment.seq)?, segment)))
             .collect();
-        Replayed {
+        Walk {
             updates: self.updates,
             segments: segments.into_iter(),
             at: None,
@@ -96,36 +128,72 @@ impl Replay {
     }
 }
 
-/// The live messages, `(queue, message)` in log order; see the module doc. A record that does not
-/// read back as indexed is left out ([`Replayed::damaged`]); after an I/O error it ends.
-pub struct Replayed<'a> {
+/// Messages the reader hands over at once.
+const REPLAY_BATCH: usize = 1024;
+/// Batches the reader may be ahead of the consumer (under a megabyte of metadata).
+const REPLAY_BATCHES_IN_FLIGHT: usize = 8;
+
+type Item = Result<(u64, RecoveredMessage), ReadError>;
+
+/// The reader thread: the walk's messages in batches, until it ends or the consumer is gone.
+fn read_ahead(walk: &mut Walk<'_>, sender: mpsc::SyncSender<Vec<Item>>) {
+    let mut batch = Vec::with_capacity(REPLAY_BATCH);
+    for item in walk.by_ref() {
+        batch.push(item);
+        if batch.len() == REPLAY_BATCH {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(REPLAY_BATCH));
+            if sender.send(full).is_err() {
+                return;
+            }
+        }
+    }
+    let _ = sender.send(batch);
+}
+
+/// The live messages, `(queue, message)` in log order, as [`crate::Store::replay`] hands them
+/// out; see the module doc. A record that does not read back as indexed is left out (and listed
+/// in the damage `replay` returns); after an I/O error it ends.
+pub struct Replayed {
+    batches: mpsc::Receiver<Vec<Item>>,
+    batch: std::vec::IntoIter<Item>,
+}
+
+impl std::fmt::Debug for Replayed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replayed").field("in_batch", &self.batch.len()).finish_non_exhaustive()
+    }
+}
+
+impl Iterator for Replayed {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        loop {
+            if let Some(item) = self.batch.next() {
+                return Some(item);
+            }
+            self.batch = self.batches.recv().ok()?.into_iter();
+        }
+    }
+}
+
+/// The walk over the live records, segment by segment; ends after an I/O error.
+struct Walk<'a> {
     updates: Updates,
     segments: std::vec::IntoIter<(&'a dyn StorageFile, Vec<LiveRecord>, ReplaySegment)>,
     at: Option<Cursor<'a>>,
     failed: bool,
-    damaged: Vec<Damage>,
-}
-
-impl Replayed<'_> {
     /// The live records left out so far because they did not read back as the first pass indexed
     /// them (the file changed between the passes), in log order: messages lost. Each names where
     /// the record starts, its length as its header now claims (as far as it fits the segment),
     /// and what was wrong.
-    pub fn damaged(&self) -> &[Damage] {
-        &self.damaged
-    }
+    damaged: Vec<Damage>,
 }
 
-impl std::fmt::Debug for Replayed<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Replayed").field("segments_left", &self.segments.len()).finish_non_exhaustive()
-    }
-}
+impl Iterator for Walk<'_> {
+    type Item = Item;
 
-impl Iterator for Replayed<'_> {
-    type Item = Result<(u64, RecoveredMessage), ReadError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+    fn next(&mut self) -> Option<Item> {
         if self.failed {
             return None;
         }
@@ -158,6 +226,8 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn new(file: &'a dyn StorageFile, mut records: Vec<LiveRecord>, segment: ReplaySegment) -> Self {
+        // Sorted here, on the reader thread, segment by segment: in file order.
+        records.sort_unstable();
         // Past the valid length: appended since the open, not recovered.
         records.truncate(records.partition_point(|r| u64::from(r.offset()) < segment.valid_bytes));
         let window = Window::new(file, segment.valid_bytes);
