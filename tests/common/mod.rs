@@ -19,6 +19,8 @@ pub struct RunningBroker {
     child: Child,
     pub amqp: SocketAddr,
     pub http: SocketAddr,
+    /// The SQS endpoint, when started with `--sqs-port` (port 0 too: the start line names it).
+    pub sqs: Option<SocketAddr>,
     pub data_dir: std::path::PathBuf,
     /// Every line the broker logged so far (stdout).
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
@@ -87,20 +89,21 @@ impl RunningBroker {
                             .or_else(|| line.contains(&off).then(|| SocketAddr::from(([0, 0, 0, 0], 0))))
                     };
                     if let (Some(amqp), Some(http)) = (addr("amqp="), addr("http=")) {
-                        let _ = tx.send((amqp, http));
+                        let sqs = parse_addr(&line, "sqs=");
+                        let _ = tx.send((amqp, http, sqs));
                         sent = true;
                     }
                 }
             }
         });
-        let (amqp, http) = match rx.recv_timeout(START_TIMEOUT) {
+        let (amqp, http, sqs) = match rx.recv_timeout(START_TIMEOUT) {
             Ok(addrs) => addrs,
             Err(_) => {
                 let _ = child.kill();
                 panic!("hourglass did not log its AMQP listener within {START_TIMEOUT:?}");
             }
         };
-        RunningBroker { child, amqp, http, data_dir, log }
+        RunningBroker { child, amqp, http, sqs, data_dir, log }
     }
 
     /// The last `count` lines logged so far.

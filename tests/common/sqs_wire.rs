@@ -9,20 +9,20 @@ use hourglass_sqs::sigv4;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// A port free now, for `--sqs-port` (the broker logs the listeners it binds with port 0 only
-/// for AMQP and HTTP).
+/// A port free now, for a flag that must name a port before the broker starts (a restart on the
+/// same port).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A broker serving the SQS endpoint on a free port, with `extra` flags; the endpoint's address.
+/// A broker serving the SQS endpoint on a port the OS chose, with `extra` flags; the endpoint's
+/// address, as the broker's start line names it.
 pub fn sqs_broker(extra: &[&str]) -> (super::RunningBroker, SocketAddr) {
-    let port = free_port();
-    let flag = port.to_string();
-    let mut args = vec!["--sqs-port", flag.as_str()];
+    let mut args = vec!["--sqs-port", "0"];
     args.extend_from_slice(extra);
     let broker = super::RunningBroker::start_with(&args);
-    (broker, format!("127.0.0.1:{port}").parse().unwrap())
+    let sqs = broker.sqs.expect("the start line names the SQS listener");
+    (broker, sqs)
 }
 
 /// The access key tests sign with unless they name another: the default user's.

@@ -17,6 +17,13 @@ fn start_broker_with_amqp() -> (String, std::net::SocketAddr) {
 /// Starts a broker listening on `bind` (`::` listens on every address, IPv4 too); returns its API
 /// URL and its AMQP address, both on loopback.
 fn start_broker_on(bind: std::net::IpAddr) -> (String, std::net::SocketAddr) {
+    let (url, amqp, _) = start_broker_serving_sqs(bind);
+    (url, amqp)
+}
+
+/// Starts a broker as `start_broker_on`, its SQS endpoint on an OS-chosen port too; returns its
+/// API URL, its AMQP address and the SQS endpoint's port.
+fn start_broker_serving_sqs(bind: std::net::IpAddr) -> (String, std::net::SocketAddr, u16) {
     // One data directory per broker: tests run in parallel and a directory takes one broker.
     static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -29,16 +36,20 @@ fn start_broker_on(bind: std::net::IpAddr) -> (String, std::net::SocketAddr) {
                 amqp_port: 0,
                 http_port: 0,
                 metrics_port: 0,
+                sqs_port: Some(0),
                 // Its own data directory: the default ./data would land in the source tree.
                 data_dir: std::env::temp_dir().join(format!("hourglass-ctl-test-{}-{n}", std::process::id())),
                 ..Config::default()
             };
             let server = Server::bind(config).await.expect("bind");
-            tx.send((server.http_addr().expect("addr"), server.amqp_addr().expect("addr"))).expect("send");
+            let sqs = server.sqs_addr().expect("addr").port();
+            tx.send((server.http_addr().expect("addr"), server.amqp_addr().expect("addr"), sqs))
+                .expect("send");
             server.run(std::future::pending()).await.expect("run");
         });
     });
-    let (http, amqp): (std::net::SocketAddr, std::net::SocketAddr) = rx.recv().expect("broker started");
+    let (http, amqp, sqs): (std::net::SocketAddr, std::net::SocketAddr, u16) =
+        rx.recv().expect("broker started");
     let loopback = |addr: std::net::SocketAddr| match addr.ip() {
         std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
             std::net::SocketAddr::from(([127, 0, 0, 1], addr.port()))
@@ -48,7 +59,7 @@ fn start_broker_on(bind: std::net::IpAddr) -> (String, std::net::SocketAddr) {
         }
         _ => addr,
     };
-    (format!("http://{}", loopback(http)), loopback(amqp))
+    (format!("http://{}", loopback(http)), loopback(amqp), sqs)
 }
 
 /// Runs hourglass-ctl with rows only (`-q --no-table-headers`), as scripts use it.
@@ -455,15 +466,18 @@ fn list_consumers_prints_the_columns_its_help_names() {
     assert!(row.contains(&format!(" -> {amqp}\t1\tguest\t1\t0")), "{out}");
 }
 
-/// `status` prints a listener on `::` as the socket address `[::]:PORT`, not `:::PORT`.
+/// `status` prints a listener on `::` as the socket address `[::]:PORT`, not `:::PORT`, and
+/// names the SQS endpoint with the others (issue 40, item 24: it was missing).
 #[test]
 fn status_prints_listeners_as_socket_addresses() {
-    let (url, amqp) = start_broker_on(std::net::Ipv6Addr::UNSPECIFIED.into());
+    let (url, amqp, sqs) = start_broker_serving_sqs(std::net::Ipv6Addr::UNSPECIFIED.into());
     let (ok, out, err) = ctl_as_typed(&url, &["-q", "status"]);
     assert!(ok, "{err}");
     let listeners = out.lines().find(|l| l.starts_with("listeners: ")).expect("listeners line");
     // A machine without IPv6 listens on 0.0.0.0 instead.
-    let expected = [format!("amqp [::]:{}", amqp.port()), format!("amqp 0.0.0.0:{}", amqp.port())];
-    assert!(expected.iter().any(|e| listeners.contains(e.as_str())), "{listeners}");
+    for (protocol, port) in [("amqp", amqp.port()), ("sqs", sqs)] {
+        let expected = [format!("{protocol} [::]:{port}"), format!("{protocol} 0.0.0.0:{port}")];
+        assert!(expected.iter().any(|e| listeners.contains(e.as_str())), "{listeners}");
+    }
     assert!(!listeners.contains(":::"), "{listeners}");
 }

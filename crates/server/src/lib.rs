@@ -601,14 +601,16 @@ fn log_start(config: &Config, limits: &alarm::Limits, max_connections: usize, ad
         amqp = %show(addrs.amqp),
         http = %show(addrs.http),
         metrics = %show(addrs.metrics),
+        sqs = %show(addrs.sqs),
         worker_threads,
-        "hourglass listening: AMQP 0-9-1, management API, Prometheus metrics"
+        "hourglass listening: AMQP 0-9-1, management API, Prometheus metrics, SQS"
     );
     if let Some(tls) = &config.tls {
         tracing::info!(
             amqps = %show(addrs.amqps),
             https = %show(addrs.https),
             metrics_tls = %show(addrs.metrics_tls),
+            sqs_tls = %show(addrs.sqs_tls),
             verify_peer = tls.verify_peer,
             fail_if_no_peer_cert = tls.fail_if_no_peer_cert,
             external_auth = tls.external_auth,
@@ -676,6 +678,8 @@ struct ListenAddrs {
     amqps: Option<SocketAddr>,
     https: Option<SocketAddr>,
     metrics_tls: Option<SocketAddr>,
+    sqs: Option<SocketAddr>,
+    sqs_tls: Option<SocketAddr>,
 }
 
 impl ListenAddrs {
@@ -688,10 +692,12 @@ impl ListenAddrs {
             amqps: server.amqps_addr().ok(),
             https: server.https_addr().ok(),
             metrics_tls: tls.and_then(|tls| tls.metrics.local_addr().ok()),
+            sqs: server.sqs_addr().ok(),
+            sqs_tls: tls.and_then(|tls| local_addr(tls.sqs.as_ref()).ok()),
         }
     }
 
-    /// The listeners that run, under RabbitMQ's protocol names.
+    /// The listeners that run, under RabbitMQ's protocol names (and ours for the SQS endpoint).
     fn listeners(&self) -> Vec<hourglass_mgmt::Listener> {
         [
             ("amqp", self.amqp),
@@ -700,6 +706,8 @@ impl ListenAddrs {
             ("https", self.https),
             ("http/prometheus", self.metrics),
             ("https/prometheus", self.metrics_tls),
+            ("sqs", self.sqs),
+            ("sqs/ssl", self.sqs_tls),
         ]
         .into_iter()
         .filter_map(|(protocol, addr)| addr.map(|a| hourglass_mgmt::Listener { protocol, port: a.port() }))
