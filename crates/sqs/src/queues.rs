@@ -257,7 +257,7 @@ fn attribute_arguments(
             REDRIVE_ARGS.iter().map(|key| ((*key).to_owned(), None)).collect()
         }
         "RedrivePolicy" => {
-            redrive_arguments(caller, vhost, value)?.into_iter().map(|(k, v)| (k, Some(v))).collect()
+            redrive_arguments(caller, vhost, value, fifo)?.into_iter().map(|(k, v)| (k, Some(v))).collect()
         }
         "FifoQueue" => {
             return Err(SqsError::InvalidAttributeValue(
@@ -280,11 +280,14 @@ const REDRIVE_ARGS: [&str; 3] = ["x-dead-letter-exchange", "x-dead-letter-routin
 
 /// `RedrivePolicy` (`{"deadLetterTargetArn": …, "maxReceiveCount": N}`): dead-lettering to that
 /// queue through the default exchange after N receives, as `x-delivery-limit` N−1 (the limit
-/// counts failed deliveries; the N-th receive's failure goes past it).
+/// counts failed deliveries; the N-th receive's failure goes past it). As on AWS, the
+/// dead-letter queue of a FIFO queue (`fifo`) is a FIFO queue and that of a standard queue a
+/// standard one, told apart by the `.fifo` their names must (and only theirs may) end in.
 fn redrive_arguments(
     caller: &Caller,
     vhost: &str,
     policy: &str,
+    fifo: bool,
 ) -> Result<Vec<(String, FieldValue)>, SqsError> {
     let invalid = |why: &str| {
         SqsError::InvalidAttributeValue(format!(
@@ -309,6 +312,13 @@ fn redrive_arguments(
         .strip_prefix(prefix.as_str())
         .filter(|n| !n.is_empty())
         .ok_or_else(|| invalid("Dead-letter target must be a queue of the same vhost."))?;
+    match (fifo, dead_letter.ends_with(".fifo")) {
+        (true, false) => return Err(invalid("Dead-letter queue of a FIFO queue must also be a FIFO queue.")),
+        (false, true) => {
+            return Err(invalid("Dead-letter queue of a standard queue must also be a standard queue."))
+        }
+        _ => {}
+    }
     let [exchange, routing_key, limit] = REDRIVE_ARGS;
     Ok(vec![
         (exchange.into(), FieldValue::LongStr(LongStr::from(String::new()))),
