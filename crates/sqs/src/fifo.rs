@@ -36,10 +36,18 @@ const ID_LEN_MAX: usize = 128;
 /// A change to one queue argument: set, or removed (`None`).
 pub type ArgumentChange = (String, Option<FieldValue>);
 
+/// What every FIFO queue's name ends in, and no standard queue's.
+const NAME_SUFFIX: &str = ".fifo";
+
+/// Whether `name` is a FIFO queue's by SQS's naming rule (it ends in `.fifo`).
+pub fn is_fifo_name(name: &str) -> bool {
+    name.ends_with(NAME_SUFFIX)
+}
+
 /// SQS's FIFO queue names: 1 to 80 characters ending in `.fifo`, the rest letters, digits, `-`
 /// and `_`.
 pub fn check_name(name: &str) -> Result<(), SqsError> {
-    let base = name.strip_suffix(".fifo");
+    let base = name.strip_suffix(NAME_SUFFIX);
     let valid = name.len() <= 80
         && base.is_some_and(|b| {
             !b.is_empty() && b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')

@@ -127,7 +127,7 @@ fn encode(s: &str) -> String {
 
 /// SQS's queue names: 1 to 80 letters, digits, `-` and `_`; a FIFO queue's end in `.fifo`.
 fn check_sqs_name(name: &str, fifo: bool) -> Result<(), SqsError> {
-    if fifo || name.ends_with(".fifo") {
+    if fifo || fifo::is_fifo_name(name) {
         return fifo::check_name(name).and_then(|()| {
             if fifo {
                 Ok(())
@@ -312,7 +312,7 @@ fn redrive_arguments(
         .strip_prefix(prefix.as_str())
         .filter(|n| !n.is_empty())
         .ok_or_else(|| invalid("Dead-letter target must be a queue of the same vhost."))?;
-    match (fifo, dead_letter.ends_with(".fifo")) {
+    match (fifo, fifo::is_fifo_name(dead_letter)) {
         (true, false) => return Err(invalid("Dead-letter queue of a FIFO queue must also be a FIFO queue.")),
         (false, true) => {
             return Err(invalid("Dead-letter queue of a standard queue must also be a standard queue."))

@@ -15,7 +15,8 @@
 //! - [`storage`]: the seam ([`Storage`], [`StorageFile`]) with a real-file backend
 //!   ([`FsStorage`]) and an in-memory one ([`MemStorage`]) that crash tests freeze at any sync point.
 //!
-//! Synchronous, no tokio: the server calls it from a blocking thread. docs/storage.md describes the
+//! Synchronous, no tokio: the server calls it from a blocking thread. Recovery's two passes
+//! each run a second, scoped thread of their own (`recovery/pipe.rs` joins the two). docs/storage.md describes the
 //! format and the recovery rules; docs/adr/0005-storage.md says why this design.
 
 pub mod catalog;

@@ -28,7 +28,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -42,12 +42,14 @@ use crate::record::{
 use crate::storage::{Storage, StorageFile};
 use crate::types::{Damage, Loss, OnCorruption, Recovered, RecoveryReport};
 use claims::Claims;
+use pipe::{pipe, BatchSender};
 pub use replay::{Replay, Replayed};
 pub(crate) use replay::{ReplaySegment, Updates};
 use resync::AfterDamage;
 pub(crate) use window::Window;
 
 mod claims;
+mod pipe;
 mod replay;
 mod resync;
 mod window;
@@ -90,25 +92,25 @@ pub(crate) fn recover(
     // Reading and verifying on one thread, indexing on this one: the two halves cost about the
     // same (the index's inserts are cache misses in a table of N entries), so a restart takes the
     // longer of the two instead of their sum.
-    let (ops, batches) = mpsc::sync_channel(INDEX_BATCHES_IN_FLIGHT);
+    let (ops, received) = pipe(INDEX_BATCH, INDEX_BATCHES_IN_FLIGHT);
     let mut indexer = Indexer::default();
     let verified = std::thread::scope(|scope| {
         let reader = std::thread::Builder::new()
             .name("hg-recovery-read".to_owned())
             .spawn_scoped(scope, move || {
                 let mut scan = Scan {
-                    ops: IndexOps { sender: ops, batch: Vec::with_capacity(INDEX_BATCH) },
+                    ops,
                     replay_segments: Vec::new(),
                     report: RecoveryReport::default(),
                     on_corruption,
                 };
                 let segments = scan.all(storage, files, &claims, sequences.last().copied())?;
-                scan.ops.flush();
+                // Dropping the sender sends its last batch and ends the indexer's loop.
                 Ok::<_, OpenError>((segments, scan.replay_segments, scan.report))
             })
             .map_err(io_err("starting the recovery reader thread"))?;
-        for batch in batches {
-            indexer.apply_all(batch);
+        for op in received {
+            indexer.apply(op);
         }
         match reader.join() {
             Ok(verified) => verified,
@@ -138,29 +140,6 @@ enum IndexOp {
     SegmentRemoved(u64),
 }
 
-/// The reader's side of the channel: operations in batches.
-struct IndexOps {
-    sender: mpsc::SyncSender<Vec<IndexOp>>,
-    batch: Vec<IndexOp>,
-}
-
-impl IndexOps {
-    fn push(&mut self, op: IndexOp) {
-        self.batch.push(op);
-        if self.batch.len() >= INDEX_BATCH {
-            self.flush();
-        }
-    }
-
-    fn flush(&mut self) {
-        if !self.batch.is_empty() {
-            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(INDEX_BATCH));
-            // Gone only if the indexer panicked: the scope re-raises that.
-            let _ = self.sender.send(batch);
-        }
-    }
-}
-
 /// Builds the live index and the updates from the verified records, in log order.
 #[derive(Default)]
 struct Indexer {
@@ -171,20 +150,18 @@ struct Indexer {
 }
 
 impl Indexer {
-    fn apply_all(&mut self, batch: Vec<IndexOp>) {
-        for op in batch {
-            match op {
-                IndexOp::Segment(seq) => {
-                    self.segment = seq;
-                    self.index.add_segment(seq);
-                }
-                IndexOp::Record { header, offset, metadata } => self.apply(&header, offset, metadata),
-                IndexOp::SegmentRemoved(seq) => self.index.remove_segment(seq),
+    fn apply(&mut self, op: IndexOp) {
+        match op {
+            IndexOp::Segment(seq) => {
+                self.segment = seq;
+                self.index.add_segment(seq);
             }
+            IndexOp::Record { header, offset, metadata } => self.apply_record(&header, offset, metadata),
+            IndexOp::SegmentRemoved(seq) => self.index.remove_segment(seq),
         }
     }
 
-    fn apply(&mut self, header: &RecordHeader, offset: u32, metadata: Option<Bytes>) {
+    fn apply_record(&mut self, header: &RecordHeader, offset: u32, metadata: Option<Bytes>) {
         let (queue, msg_id, seq) = (header.queue, header.msg_id, self.segment);
         match header.kind {
             RecordKind::Enqueue => {
@@ -230,7 +207,7 @@ fn list_segments(storage: &dyn Storage) -> Result<Vec<u64>, OpenError> {
 /// The first pass's reading and verifying (on the reader thread): what it finds goes to the
 /// indexer as [`IndexOp`]s.
 struct Scan {
-    ops: IndexOps,
+    ops: BatchSender<IndexOp>,
     /// Each kept segment's valid length, for the second pass.
     replay_segments: Vec<ReplaySegment>,
     report: RecoveryReport,

@@ -21,10 +21,10 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::mpsc;
 
 use bytes::Bytes;
 
+use super::pipe::{pipe, BatchReceiver};
 use super::{check_record, Window};
 use crate::error::{Defect, ReadError};
 use crate::index::{IdBuild, LiveIndex, LiveRecord};
@@ -90,16 +90,21 @@ impl Replay {
         consume: impl FnOnce(&mut Replayed) -> R,
     ) -> Result<(R, Vec<Damage>), ReadError> {
         std::thread::scope(|scope| {
-            let (sender, batches) = mpsc::sync_channel(REPLAY_BATCHES_IN_FLIGHT);
+            let (mut sender, received) = pipe(REPLAY_BATCH, REPLAY_BATCHES_IN_FLIGHT);
             let reader = std::thread::Builder::new()
                 .name("hg-recovery-replay".to_owned())
                 .spawn_scoped(scope, move || {
                     let mut walk = self.walk(index, file_of);
-                    read_ahead(&mut walk, sender);
+                    // Until the walk ends or the consumer is gone; the last batch goes with the sender.
+                    for item in walk.by_ref() {
+                        if !sender.push(item) {
+                            break;
+                        }
+                    }
                     walk.damaged
                 })
                 .map_err(ReadError::ReaderThread)?;
-            let mut replayed = Replayed { batches, batch: Vec::new().into_iter() };
+            let mut replayed = Replayed(received);
             let result = consume(&mut replayed);
             // A reader blocked on a full channel stops once the receiver is gone.
             drop(replayed);
@@ -135,32 +140,14 @@ const REPLAY_BATCHES_IN_FLIGHT: usize = 8;
 
 type Item = Result<(u64, RecoveredMessage), ReadError>;
 
-/// The reader thread: the walk's messages in batches, until it ends or the consumer is gone.
-fn read_ahead(walk: &mut Walk<'_>, sender: mpsc::SyncSender<Vec<Item>>) {
-    let mut batch = Vec::with_capacity(REPLAY_BATCH);
-    for item in walk.by_ref() {
-        batch.push(item);
-        if batch.len() == REPLAY_BATCH {
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(REPLAY_BATCH));
-            if sender.send(full).is_err() {
-                return;
-            }
-        }
-    }
-    let _ = sender.send(batch);
-}
-
 /// The live messages, `(queue, message)` in log order, as [`crate::Store::replay`] hands them
 /// out; see the module doc. A record that does not read back as indexed is left out (and listed
 /// in the damage `replay` returns); after an I/O error it ends.
-pub struct Replayed {
-    batches: mpsc::Receiver<Vec<Item>>,
-    batch: std::vec::IntoIter<Item>,
-}
+pub struct Replayed(BatchReceiver<Item>);
 
 impl std::fmt::Debug for Replayed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Replayed").field("in_batch", &self.batch.len()).finish_non_exhaustive()
+        f.debug_struct("Replayed").field("buffered", &self.0.buffered()).finish_non_exhaustive()
     }
 }
 
@@ -168,12 +155,7 @@ impl Iterator for Replayed {
     type Item = Item;
 
     fn next(&mut self) -> Option<Item> {
-        loop {
-            if let Some(item) = self.batch.next() {
-                return Some(item);
-            }
-            self.batch = self.batches.recv().ok()?.into_iter();
-        }
+        self.0.next()
     }
 }
 
