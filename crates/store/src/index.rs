@@ -1,7 +1,8 @@
 //! The live index: which messages are live, where the enqueue record of each lies, and what keeps
 //! each segment from being deleted. About 16 bytes per live message (a `msg_id → (segment,
-//! offset)` entry in its queue's map, packed in one `u64`) plus the hash table's control byte and
-//! slack; bodies and metadata are not held here. The offset makes a live enqueue record exact:
+//! offset)` entry in its queue's id-ordered vector, the offset packed with the segment in one
+//! `u64`: `index/queue_live.rs`) plus the vector's growth slack; bodies and metadata are not held
+//! here. The offset makes a live enqueue record exact:
 //! recovery's second pass brings back a record only if the index still points at it.
 //!
 //! A segment may be deleted when both hold:
@@ -12,12 +13,12 @@
 //!
 //! Recovery and the running store drive the same index, so both count alike.
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Message ids to where their enqueue record is ([`pack`]).
-type QueueLive = HashMap<u64, u64, IdBuild>;
+mod queue_live;
+
+use queue_live::QueueLive;
 
 /// A segment sequence and an offset in one `u64`: segment sequences stay below 2^32
 /// (`record::SEGMENT_SEQUENCE_MAX`), and offsets are `u32` (a `Location`'s).
@@ -98,10 +99,11 @@ impl LiveIndex {
         seg: u64,
         offset: u32,
     ) -> Result<(), AlreadyLive> {
-        match self.queues.entry(queue).or_default().entry(msg_id) {
-            Entry::Occupied(_) => return Err(AlreadyLive),
-            Entry::Vacant(vacant) => vacant.insert(pack(seg, offset)),
-        };
+        let messages = self.queues.entry(queue).or_default();
+        if messages.get(msg_id).is_some() {
+            return Err(AlreadyLive);
+        }
+        messages.insert(msg_id, pack(seg, offset));
         self.segments.entry(seg).or_default().live += 1;
         self.live_messages += 1;
         Ok(())
@@ -123,7 +125,7 @@ impl LiveIndex {
     /// Records a settle written in segment `at`; returns the segment of the enqueue, if live.
     pub(crate) fn settle(&mut self, queue: u64, msg_id: u64, at: u64) -> Option<u64> {
         let messages = self.queues.get_mut(&queue)?;
-        let seg = segment_of(messages.remove(&msg_id)?);
+        let seg = segment_of(messages.remove(msg_id)?);
         if messages.is_empty() {
             self.queues.remove(&queue);
         }
@@ -133,7 +135,7 @@ impl LiveIndex {
 
     /// Records an update written in segment `at`; returns the segment of the enqueue, if live.
     pub(crate) fn update(&mut self, queue: u64, msg_id: u64, at: u64) -> Option<u64> {
-        let seg = segment_of(*self.queues.get(&queue)?.get(&msg_id)?);
+        let seg = segment_of(self.queues.get(&queue)?.get(msg_id)?);
         self.add_ref(at, seg);
         Some(seg)
     }
@@ -144,7 +146,7 @@ impl LiveIndex {
             return 0;
         };
         let settled = messages.len() as u64;
-        for packed in messages.into_values() {
+        for (_, packed) in messages.iter() {
             self.unpin(segment_of(packed), at);
         }
         settled
@@ -163,9 +165,9 @@ impl LiveIndex {
             .map(|(seq, s)| (*seq, Vec::with_capacity(usize::try_from(s.live).unwrap_or(0))))
             .collect();
         for (queue, messages) in &self.queues {
-            for (msg_id, packed) in messages {
-                if let Some(segment) = records.get_mut(&segment_of(*packed)) {
-                    segment.push(LiveRecord::new(offset_of(*packed), *queue, *msg_id));
+            for (msg_id, packed) in messages.iter() {
+                if let Some(segment) = records.get_mut(&segment_of(packed)) {
+                    segment.push(LiveRecord::new(offset_of(packed), *queue, msg_id));
                 }
             }
         }
@@ -184,9 +186,9 @@ impl LiveIndex {
         let mut unpinned = Vec::new();
         self.queues.retain(|_, messages| {
             messages.retain(|_, packed| {
-                let here = at.contains(&(segment_of(*packed), offset_of(*packed)));
+                let here = at.contains(&(segment_of(packed), offset_of(packed)));
                 if here {
-                    unpinned.push(segment_of(*packed));
+                    unpinned.push(segment_of(packed));
                 }
                 !here
             });
@@ -208,7 +210,7 @@ impl LiveIndex {
 
     /// Whether `msg_id` is live in `queue`.
     pub(crate) fn contains(&self, queue: u64, msg_id: u64) -> bool {
-        self.queues.get(&queue).is_some_and(|m| m.contains_key(&msg_id))
+        self.queues.get(&queue).is_some_and(|m| m.get(msg_id).is_some())
     }
 
     /// Segments that may be deleted now, oldest first; `active` (being appended to) never is.
