@@ -18,6 +18,8 @@ pub enum Part {
     BrokerTask,
     StoreThread,
     Coordinator,
+    /// The far tier's file writer (`spill_files.rs`).
+    SpillWriter,
 }
 
 impl Part {
@@ -26,6 +28,7 @@ impl Part {
             Part::BrokerTask => "broker task",
             Part::StoreThread => "store thread",
             Part::Coordinator => "cluster coordinator",
+            Part::SpillWriter => "spill file writer",
         }
     }
 }

@@ -153,7 +153,7 @@ impl FarTier {
         let Some((file, head)) = in_key_order(&records) else { return };
         let number = self.next_run;
         self.next_run += 1;
-        let on_file = self.write_file(number, &file);
+        let on_file = self.write_file(number, file);
         let run = Run {
             len: records.len() as u64,
             cursor: 0,
@@ -167,7 +167,7 @@ impl FarTier {
     }
 
     /// Writes run `run`'s file (its records in key order); whether it was written.
-    fn write_file(&mut self, run: u64, file: &[u8]) -> bool {
+    fn write_file(&mut self, run: u64, file: Vec<u8>) -> bool {
         match self.files.write(&self.file_name(run), file) {
             Ok(()) => {
                 if std::mem::take(&mut self.writes_failing) {
@@ -372,7 +372,7 @@ impl FarTier {
         if held.is_empty() {
             return;
         }
-        if !self.write_file(run, &held.concat()) {
+        if !self.write_file(run, held.concat()) {
             self.may_retry_write = false;
             return;
         }

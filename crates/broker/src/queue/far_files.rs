@@ -10,8 +10,9 @@ use std::sync::Mutex;
 /// Files a far tier writes once and reads back by position. Called from the broker's thread:
 /// keep them plain writes and positioned reads. The server's is a directory emptied at start.
 pub trait SpillFiles: Send + Sync + fmt::Debug {
-    /// Creates file `name` holding `bytes` (replacing any).
-    fn write(&self, name: &str, bytes: &[u8]) -> Result<(), String>;
+    /// Creates file `name` holding `bytes` (replacing any). It may be written later, by another
+    /// thread, as long as reads see it at once.
+    fn write(&self, name: &str, bytes: Vec<u8>) -> Result<(), String>;
     /// Reads `len` bytes of file `name` from `offset`.
     fn read_at(&self, name: &str, offset: u64, len: usize) -> Result<Vec<u8>, String>;
     /// Deletes file `name` (already gone is fine).
@@ -72,12 +73,12 @@ impl MemorySpillFiles {
 }
 
 impl SpillFiles for MemorySpillFiles {
-    fn write(&self, name: &str, bytes: &[u8]) -> Result<(), String> {
+    fn write(&self, name: &str, bytes: Vec<u8>) -> Result<(), String> {
         if self.refuse_writes.load(Ordering::SeqCst) {
             return Err(format!("{name}: writes refused"));
         }
         let mut files = self.files.lock().map_err(|_| "spill files poisoned".to_owned())?;
-        files.insert(name.to_owned(), bytes.to_vec());
+        files.insert(name.to_owned(), bytes);
         Ok(())
     }
 
