@@ -94,13 +94,18 @@ impl Client {
         if status >= 400 {
             let reason = body.get("reason").and_then(Value::as_str).unwrap_or(&text);
             if status == 404 {
-                bail!("{} not found ({status}: {reason})", describe(path));
+                return Err(NotFound(format!("{} not found ({status}: {reason})", describe(path))).into());
             }
             bail!("{status}: {reason}");
         }
         Ok(body)
     }
 }
+
+/// The API answered 404: what it did not find (a verb may answer it as rabbitmqctl does).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotFound(String);
 
 /// What an API path names, for "not found" errors: `/api/queues/%2F/jobs` → `queue 'jobs' in
 /// vhost '/'`.

@@ -9,6 +9,7 @@ mod output;
 
 use std::process::ExitCode;
 
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -27,7 +28,8 @@ struct Cli {
     /// No informational lines, only results (rabbitmqctl's -q; -s is the same).
     #[arg(short = 'q', long, visible_short_alias = 's', visible_alias = "silent", global = true)]
     quiet: bool,
-    /// How results are printed: `table` (tab-separated under a header row) or `json`.
+    /// How results are printed: `table` (tab-separated under a header row), `pretty_table` (in
+    /// drawn boxes) or `json`.
     #[arg(long, value_enum, default_value_t = output::Formatter::Table, global = true)]
     formatter: output::Formatter,
     /// Listings without their header row.
@@ -38,7 +40,10 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
     let client = client::Client::new(&cli.url, &cli.user, &cli.password);
     let format =
         output::Format { formatter: cli.formatter, quiet: cli.quiet, no_headers: cli.no_table_headers };
@@ -49,7 +54,7 @@ fn main() -> ExitCode {
         }
         Err(error) => match error.downcast_ref::<commands::Refused>() {
             Some(refused) => {
-                eprintln!("Error:\n{refused}");
+                eprintln!("{}", refused.report());
                 ExitCode::from(refused.exit_code())
             }
             None => {
@@ -57,5 +62,28 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+    }
+}
+
+/// A command line that does not parse, answered as rabbitmqctl answers it: help and version on
+/// stdout with 0; an unknown verb named, and any other usage error, with EX_USAGE (64).
+fn usage_error(error: &clap::Error) -> ExitCode {
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = error.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::InvalidSubcommand => {
+            let verb = match error.get(ContextKind::InvalidSubcommand) {
+                Some(ContextValue::String(verb)) => verb.clone(),
+                _ => String::new(),
+            };
+            eprintln!("Command '{verb}' not found. \n\nRun 'hourglass-ctl help' for the list of commands.");
+            ExitCode::from(64)
+        }
+        _ => {
+            let _ = error.print();
+            ExitCode::from(64)
+        }
     }
 }

@@ -11,6 +11,9 @@ pub enum Formatter {
     /// Tab-separated columns (rabbitmqctl's `table` when piped).
     #[default]
     Table,
+    /// The same rows in drawn boxes (rabbitmqctl's `pretty_table`), for a terminal.
+    #[value(name = "pretty_table")]
+    PrettyTable,
     /// A JSON array of objects, one per row.
     Json,
 }
@@ -46,6 +49,16 @@ impl Format {
                 let rows: Vec<Value> = items.iter().map(|item| json_row(item, &columns)).collect();
                 format!("{}\n", Value::Array(rows))
             }
+            Formatter::PrettyTable => {
+                let rows: Vec<Vec<String>> = items
+                    .iter()
+                    .map(|item| columns.iter().map(|column| text_cell(item, column)).collect())
+                    .collect();
+                let header: Vec<String> = columns.iter().map(|c| (*c).to_owned()).collect();
+                let mut out = self.info(banner);
+                out.push_str(&boxed((!self.no_headers).then_some(header.as_slice()), &rows));
+                out
+            }
             Formatter::Table => {
                 let mut out = self.info(banner);
                 if !self.no_headers {
@@ -70,7 +83,7 @@ impl Format {
                     pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
                 format!("{}\n", Value::Object(object))
             }
-            Formatter::Table => {
+            Formatter::Table | Formatter::PrettyTable => {
                 let mut out = self.info(banner);
                 for (name, value) in pairs {
                     out.push_str(&format!("{name}: {}\n", plain(value)));
@@ -79,6 +92,36 @@ impl Format {
             }
         }
     }
+}
+
+/// Rows in drawn boxes, under `header` when given: a rule between every two rows, as
+/// rabbitmqctl's `pretty_table` draws them.
+fn boxed(header: Option<&[String]>, rows: &[Vec<String>]) -> String {
+    let all: Vec<&[String]> = header.into_iter().chain(rows.iter().map(Vec::as_slice)).collect();
+    let Some(first) = all.first() else { return String::new() };
+    let widths: Vec<usize> =
+        (0..first.len()).map(|i| all.iter().map(|row| row[i].chars().count()).max().unwrap_or(0)).collect();
+    let rule = |left: &str, middle: &str, right: &str| {
+        let bars: Vec<String> = widths.iter().map(|w| "─".repeat(w + 2)).collect();
+        format!("{left}{}{right}\n", bars.join(middle))
+    };
+    let line = |row: &[String]| {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!(" {cell}{} ", " ".repeat(w - cell.chars().count())))
+            .collect();
+        format!("│{}│\n", cells.join("│"))
+    };
+    let mut out = rule("┌", "┬", "┐");
+    for (at, row) in all.iter().enumerate() {
+        if at > 0 {
+            out.push_str(&rule("├", "┼", "┤"));
+        }
+        out.push_str(&line(row));
+    }
+    out.push_str(&rule("└", "┴", "┘"));
+    out
 }
 
 /// The requested columns of one item, as a JSON object.
@@ -143,6 +186,11 @@ mod tests {
         );
         let bare = Format { quiet: true, no_headers: true, ..Format::default() };
         assert_eq!(bare.listing("x", &items, &["queue.name".to_owned()], &[]), "inner\n");
+        let pretty = Format { formatter: Formatter::PrettyTable, quiet: true, ..Format::default() };
+        assert_eq!(
+            pretty.listing("x", &items, &[], &["name", "messages"]),
+            "┌──────┬──────────┐\n│ name │ messages │\n├──────┼──────────┤\n│ q    │ 3        │\n└──────┴──────────┘\n"
+        );
         let json = Format { formatter: Formatter::Json, ..Format::default() };
         let out: Value =
             serde_json::from_str(&json.listing("x", &items, &[], &["name", "messages"])).unwrap();

@@ -4,9 +4,10 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use crate::client::{segment, Client};
+use crate::client::{segment, Client, NotFound};
 use crate::output::Format;
 
+mod columns;
 mod connections;
 mod limits;
 mod node;
@@ -20,16 +21,40 @@ pub enum Refused {
     AuthenticationFailed(String),
     #[error("unable to perform an operation on node '{0}'. Please see diagnostics information and suggestions below.\n{1}")]
     NodeUnavailable(String, String),
+    /// delete_user, change_password, set_user_tags of a user that does not exist.
+    #[error("User \"{0}\" does not exist")]
+    NoSuchUser(String),
+    /// purge_queue of a queue that does not exist.
+    #[error("not_found")]
+    NothingToPurge,
+    /// delete_queue of a queue that does not exist.
+    #[error("Queue not found")]
+    NoSuchQueue,
+    /// A listing's column that is not one.
+    #[error("Info key(s) {0} are not supported")]
+    UnknownColumns(String),
 }
 
 impl Refused {
-    /// rabbitmqctl's exit code: EX_SOFTWARE (70) for what the node refused, EX_DATAERR (65) for
-    /// bad credentials, EX_UNAVAILABLE (69) when the node cannot be reached.
+    /// rabbitmqctl's exit code (RabbitMQ 3.10's, measured): EX_SOFTWARE (70) for what the node
+    /// refused, EX_DATAERR (65) for bad credentials, EX_UNAVAILABLE (69) when the node cannot be
+    /// reached or a queue to purge is not there, EX_NOUSER (67) for a user that is not there,
+    /// EX_USAGE (64) for a bad column and a queue to delete that is not there.
     pub fn exit_code(&self) -> u8 {
         match self {
             Refused::UserAlreadyExists(_) => 70,
             Refused::AuthenticationFailed(_) => 65,
-            Refused::NodeUnavailable(..) => 69,
+            Refused::NodeUnavailable(..) | Refused::NothingToPurge => 69,
+            Refused::NoSuchUser(_) => 67,
+            Refused::NoSuchQueue | Refused::UnknownColumns(_) => 64,
+        }
+    }
+
+    /// The error as rabbitmqctl prints it on stderr.
+    pub fn report(&self) -> String {
+        match self {
+            Refused::UnknownColumns(_) => format!("Error (argument validation): {self}"),
+            _ => format!("Error:\n{self}"),
         }
     }
 }
@@ -274,19 +299,24 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             node::set_vm_memory_high_watermark(client, &value, format)
         }
         Command::SetDiskFreeLimit { value } => node::set_disk_free_limit(client, &value, format),
-        Command::ListQueues { columns } => Ok(format.listing(
+        Command::ListQueues { columns } => listing(
+            format,
             &format!("Listing queues for vhost {vhost} ..."),
             &client.get(&format!("/api/queues/{v}"))?,
             &columns,
             &["name", "messages"],
-        )),
-        Command::ListExchanges { columns } => Ok(format.listing(
+            columns::QUEUES,
+        ),
+        Command::ListExchanges { columns } => listing(
+            format,
             &format!("Listing exchanges for vhost {vhost} ..."),
             &client.get(&format!("/api/exchanges/{v}"))?,
             &columns,
             &["name", "type"],
-        )),
-        Command::ListBindings { columns } => Ok(format.listing(
+            columns::EXCHANGES,
+        ),
+        Command::ListBindings { columns } => listing(
+            format,
             &format!("Listing bindings for vhost {vhost}..."),
             &client.get(&format!("/api/bindings/{v}"))?,
             &columns,
@@ -298,19 +328,27 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
                 "routing_key",
                 "arguments",
             ],
-        )),
-        Command::ListConnections { columns } => Ok(format.listing(
+            columns::BINDINGS,
+        ),
+        Command::ListConnections { columns } => listing(
+            format,
             "Listing connections ...",
             &client.get("/api/connections")?,
             &columns,
             &["user", "peer_host", "peer_port", "state"],
-        )),
+            columns::CONNECTIONS,
+        ),
         Command::ListUsers => {
             Ok(format.listing("Listing users ...", &client.get("/api/users")?, &[], &["name", "tags"]))
         }
-        Command::ListVhosts { columns } => {
-            Ok(format.listing("Listing vhosts ...", &client.get("/api/vhosts")?, &columns, &["name"]))
-        }
+        Command::ListVhosts { columns } => listing(
+            format,
+            "Listing vhosts ...",
+            &client.get("/api/vhosts")?,
+            &columns,
+            &["name"],
+            columns::VHOSTS,
+        ),
         Command::ListPermissions => {
             let all = client.get(&format!("/api/vhosts/{v}/permissions"))?;
             Ok(format.listing(
@@ -327,11 +365,15 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
                 return Err(Refused::UserAlreadyExists(username).into());
             }
             client.put(&path, &json!({"password": password, "tags": ""}))?;
-            Ok(String::new())
+            Ok(format.info(&format!(
+                "Adding user \"{username}\" ...\nDone. Don't forget to grant the user permissions to some virtual \
+                 hosts! See 'hourglass-ctl help set_permissions' to learn more."
+            )))
         }
         Command::DeleteUser { username } => {
-            client.delete(&format!("/api/users/{}", segment(&username)))?;
-            Ok(String::new())
+            let deleted = client.delete(&format!("/api/users/{}", segment(&username)));
+            or_refused(deleted, Refused::NoSuchUser(username.clone()))?;
+            Ok(format.info(&format!("Deleting user \"{username}\" ...")))
         }
         Command::AddAccessKey { username } => {
             let path = format!("/api/users/{}/access-keys", segment(&username));
@@ -362,54 +404,59 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
         }
         Command::ChangePassword { username, password } => {
             let path = format!("/api/users/{}", segment(&username));
-            let user = client.get(&path)?;
+            let user = or_refused(client.get(&path), Refused::NoSuchUser(username.clone()))?;
             client.put(&path, &json!({"password": password, "tags": user["tags"]}))?;
-            Ok(String::new())
+            Ok(format.info(&format!("Changing password for user \"{username}\" ...")))
         }
         Command::SetUserTags { username, tags } => {
             let path = format!("/api/users/{}", segment(&username));
-            let user = client.get(&path)?;
+            let user = or_refused(client.get(&path), Refused::NoSuchUser(username.clone()))?;
             client.put(&path, &json!({"password_hash": user["password_hash"], "tags": tags}))?;
-            Ok(String::new())
+            Ok(format.info(&format!("Setting tags for user \"{username}\" to [{}] ...", tags.join(", "))))
         }
         Command::SetPermissions { username, configure, write, read } => {
             let body = json!({"configure": configure, "write": write, "read": read});
             client.put(&format!("/api/permissions/{v}/{}", segment(&username)), &body)?;
-            Ok(String::new())
+            Ok(format.info(&format!("Setting permissions for user \"{username}\" in vhost \"{vhost}\" ...")))
         }
         Command::ClearPermissions { username } => {
             client.delete(&format!("/api/permissions/{v}/{}", segment(&username)))?;
-            Ok(String::new())
+            Ok(format.info(&format!("Clearing permissions for user \"{username}\" in vhost \"{vhost}\" ...")))
         }
         Command::AddVhost { vhost } => {
             client.put(&format!("/api/vhosts/{}", segment(&vhost)), &json!({}))?;
-            Ok(String::new())
+            Ok(format.info(&format!("Adding vhost \"{vhost}\" ...")))
         }
         Command::TraceOn => trace(client, vhost, true, format),
         Command::TraceOff => trace(client, vhost, false, format),
         Command::DeleteVhost { vhost } => {
             client.delete(&format!("/api/vhosts/{}", segment(&vhost)))?;
-            Ok(String::new())
+            Ok(format.info(&format!("Deleting vhost \"{vhost}\" ...")))
         }
         Command::PurgeQueue { queue } => {
-            client.delete(&format!("/api/queues/{v}/{}/contents", segment(&queue)))?;
-            Ok(String::new())
+            let purged = client.delete(&format!("/api/queues/{v}/{}/contents", segment(&queue)));
+            or_refused(purged, Refused::NothingToPurge)?;
+            Ok(format.info(&format!("Purging queue '{queue}' in vhost '{vhost}' ...")))
         }
         Command::DeleteQueue { queue } => {
-            client.delete(&format!("/api/queues/{v}/{}", segment(&queue)))?;
-            Ok(String::new())
+            or_refused(client.delete(&format!("/api/queues/{v}/{}", segment(&queue))), Refused::NoSuchQueue)?;
+            Ok(format.info(&format!("Deleting queue '{queue}' on vhost '{vhost}' ...")))
         }
-        Command::SetPolicy { policy } => set_policy(client, &format!("/api/policies/{v}"), policy),
+        Command::SetPolicy { policy } => {
+            let banner = format!("Setting policy \"{}\"", policy.name);
+            set_policy(client, &format!("/api/policies/{v}"), vhost, &banner, policy, format)
+        }
         Command::SetOperatorPolicy { policy } => {
-            set_policy(client, &format!("/api/operator-policies/{v}"), policy)
+            let banner = format!("Setting operator policy override \"{}\"", policy.name);
+            set_policy(client, &format!("/api/operator-policies/{v}"), vhost, &banner, policy, format)
         }
         Command::ClearPolicy { name } => {
             client.delete(&format!("/api/policies/{v}/{}", segment(&name)))?;
-            Ok(String::new())
+            Ok(format.info(&format!("Clearing policy \"{name}\" on vhost \"{vhost}\" ...")))
         }
         Command::ClearOperatorPolicy { name } => {
             client.delete(&format!("/api/operator-policies/{v}/{}", segment(&name)))?;
-            Ok(String::new())
+            Ok(format.info(&format!("Clearing operator policy \"{name}\" on vhost \"{vhost}\" ...")))
         }
         Command::ListPolicies => Ok(format.listing(
             &format!("Listing policies for vhost \"{vhost}\" ..."),
@@ -423,18 +470,22 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             &[],
             POLICY_COLUMNS,
         )),
-        Command::ListChannels { columns } => Ok(format.listing(
+        Command::ListChannels { columns } => listing(
+            format,
             "Listing channels ...",
             &client.get("/api/channels")?,
             &columns,
             &["connection", "number", "user", "consumer_count", "messages_unacknowledged"],
-        )),
-        Command::ListConsumers { columns } => Ok(format.listing(
+            columns::CHANNELS,
+        ),
+        Command::ListConsumers { columns } => listing(
+            format,
             &format!("Listing consumers in vhost {vhost} ..."),
             &client.get(&format!("/api/consumers/{v}"))?,
             &columns,
             &["queue_name", "channel_pid", "consumer_tag", "ack_required", "prefetch_count"],
-        )),
+            columns::CONSUMERS,
+        ),
         Command::CloseConnection { name, reason } => {
             connections::close_connection(client, &name, &reason)?;
             Ok(String::new())
@@ -492,12 +543,17 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
         Command::SetTopicPermissions { username, exchange, write, read } => {
             let body = json!({"exchange": exchange, "write": write, "read": read});
             client.put(&format!("/api/topic-permissions/{v}/{}", segment(&username)), &body)?;
-            Ok(String::new())
+            Ok(format.info(&format!(
+                "Setting topic permissions on \"{exchange}\" for user \"{username}\" in vhost \"{vhost}\" ..."
+            )))
         }
         Command::ClearTopicPermissions { username, exchange } => {
-            let only = exchange.map(|x| format!("?exchange={}", segment(&x))).unwrap_or_default();
+            let only = exchange.as_ref().map(|x| format!("?exchange={}", segment(x))).unwrap_or_default();
             client.delete(&format!("/api/topic-permissions/{v}/{}{only}", segment(&username)))?;
-            Ok(String::new())
+            let on = exchange.map(|x| format!(" on \"{x}\"")).unwrap_or_default();
+            Ok(format.info(&format!(
+                "Clearing topic permissions{on} for user \"{username}\" in vhost \"{vhost}\" ..."
+            )))
         }
         Command::ListTopicPermissions => Ok(format.listing(
             &format!("Listing topic permissions for vhost \"{vhost}\" ..."),
@@ -511,7 +567,7 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
                 return Ok(format!("{text}\n"));
             }
             std::fs::write(&path, text).with_context(|| format!("writing {path}"))?;
-            Ok(String::new())
+            Ok(format.info(&format!("Exporting definitions in JSON to a file at \"{path}\" ...")))
         }
         Command::ImportDefinitions { path } => {
             let text = if path == "-" {
@@ -521,13 +577,41 @@ pub fn run(client: &Client, vhost: &str, command: Command, format: &Format) -> a
             };
             let body: Value = serde_json::from_str(&text).context("parsing definitions JSON")?;
             client.post("/api/definitions", &body)?;
-            Ok(String::new())
+            let from =
+                if path == "-" { "standard input".to_owned() } else { format!("a file at \"{path}\"") };
+            Ok(format.info(&format!("Importing definitions in JSON from {from} ...")))
         }
     }
 }
 
-/// PUTs a policy under `base` (the vhost's policies or operator policies).
-fn set_policy(client: &Client, base: &str, policy: PolicyArgs) -> anyhow::Result<String> {
+/// A listing whose columns are checked first against `known` (`columns.rs`).
+fn listing(
+    format: &Format,
+    banner: &str,
+    items: &Value,
+    columns: &[String],
+    default: &[&str],
+    known: &[&str],
+) -> anyhow::Result<String> {
+    columns::check(columns, known, items)?;
+    Ok(format.listing(banner, items, columns, default))
+}
+
+/// The answer, or `refusal` (rabbitmqctl's error for the verb) when the API found nothing.
+fn or_refused(answer: anyhow::Result<Value>, refusal: Refused) -> anyhow::Result<Value> {
+    answer.map_err(|error| if error.is::<NotFound>() { refusal.into() } else { error })
+}
+
+/// PUTs a policy under `base` (the vhost's policies or operator policies), saying so after
+/// `banner` as rabbitmqctl does.
+fn set_policy(
+    client: &Client,
+    base: &str,
+    vhost: &str,
+    banner: &str,
+    policy: PolicyArgs,
+    format: &Format,
+) -> anyhow::Result<String> {
     let definition: Value = serde_json::from_str(&policy.definition)
         .with_context(|| format!("Could not parse JSON document: {}", policy.definition))?;
     let body = json!({
@@ -537,7 +621,10 @@ fn set_policy(client: &Client, base: &str, policy: PolicyArgs) -> anyhow::Result
         "apply-to": policy.apply_to,
     });
     client.put(&format!("{base}/{}", segment(&policy.name)), &body)?;
-    Ok(String::new())
+    Ok(format.info(&format!(
+        "{banner} for pattern \"{}\" to \"{}\" with priority \"{}\" for vhost \"{vhost}\" ...",
+        policy.pattern, policy.definition, policy.priority
+    )))
 }
 
 /// A delayed message's path by its id, or the queue's delayed messages by `message_id`.
