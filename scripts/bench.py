@@ -102,7 +102,7 @@ def matrix(seconds):
          ["get", "--pollers", "4", "--prefill", "200000", "--size", "16"] + d, True),
         ("g 200k TTL'd messages queued", "200,000 16 B messages with per-message TTLs of 10–20 s, queued at once; "
          "broker RSS growth ÷ 200,000, and how late they expire",
-         ["ttl", "--count", "200000", "--min-ms", "10000", "--max-ms", "20000", "--grace-s", "40"], True),
+         ["ttl", "--count", "200000", "--min-ms", "10000", "--max-ms", "20000", "--grace-s", "40", "--rate", "0"], True),
     ]
 
 

@@ -44,7 +44,7 @@ pub fn run(run: &Run, args: &GetArgs) -> anyhow::Result<()> {
     let duration = Duration::from_secs_f64(args.duration_s);
     for _ in 0..args.pollers {
         let (url, queue, counts, abort) = (run.url.clone(), names[0].clone(), counts.clone(), abort.clone());
-        let (no_ack, cap) = (!args.ack, args.count);
+        let (no_ack, cap) = (!args.ack, args.count());
         crew.spawn(
             move || Run::client(&url),
             move |mut client| {
@@ -106,7 +106,7 @@ pub fn run(run: &Run, args: &GetArgs) -> anyhow::Result<()> {
     results["gets_per_s_per_poller"] = json!(round3(per_poller));
     let params = json!({
         "pollers": args.pollers, "prefill": args.prefill, "size": args.size,
-        "duration_s": args.duration_s, "count": args.count, "ack": args.ack,
+        "duration_s": args.duration_s, "count": args.count(), "ack": args.ack,
     });
     report::print("get", run.label.as_deref(), &run.target(), &human, params, results);
     Ok(())

@@ -42,7 +42,7 @@ pub fn run(run: &Run, args: &LatencyArgs) -> anyhow::Result<()> {
     let publisher = PublisherSpec {
         exchange: String::new(),
         queue: names[0].clone(),
-        quota: args.count,
+        quota: args.count(),
         duration,
         rate: args.rate,
         confirm_window: 0,
@@ -75,7 +75,7 @@ pub fn run(run: &Run, args: &LatencyArgs) -> anyhow::Result<()> {
     results["p99_us"] = json!(round3(p99));
     results["max_us"] = json!(round3(max));
     let params =
-        json!({ "rate": args.rate, "size": args.size, "duration_s": args.duration_s, "count": args.count });
+        json!({ "rate": args.rate, "size": args.size, "duration_s": args.duration_s, "count": args.count() });
     report::print("latency", run.label.as_deref(), &run.target(), &human, params, results);
     Ok(())
 }

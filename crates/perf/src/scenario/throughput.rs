@@ -49,8 +49,8 @@ pub fn run(run: &Run, args: &ThroughputArgs) -> anyhow::Result<()> {
     }
     let duration = Duration::from_secs_f64(args.duration_s);
     for i in 0..args.producers {
-        let quota = args.count / u64::from(args.producers)
-            + u64::from(u64::from(i) < args.count % u64::from(args.producers));
+        let quota = args.count() / u64::from(args.producers)
+            + u64::from(u64::from(i) < args.count() % u64::from(args.producers));
         let spec = PublisherSpec {
             exchange: String::new(),
             queue: names[usize::from(i % args.queues)].clone(),
@@ -94,7 +94,7 @@ pub fn run(run: &Run, args: &ThroughputArgs) -> anyhow::Result<()> {
     results["msg_per_s"] = json!(round3(m.rate_per_s(through)));
     let params = json!({
         "producers": args.producers, "consumers": args.consumers, "queues": args.queues,
-        "size": args.size, "duration_s": args.duration_s, "count": args.count, "rate": args.rate,
+        "size": args.size, "duration_s": args.duration_s, "count": args.count(), "rate": args.rate,
         "confirm": args.confirm, "persistent": args.persistent, "durable": args.durable, "queue_type": args.queue_type,
         "prefetch": args.prefetch, "auto_ack": args.auto_ack, "ack_every": args.ack_every,
     });
