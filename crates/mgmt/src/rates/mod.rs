@@ -188,9 +188,12 @@ impl History {
                 if age > range.age {
                     break;
                 }
-                let spaced = listed
-                    .last()
-                    .is_none_or(|last| last.time.at.saturating_duration_since(sample.time.at) >= range.incr);
+                // A sample is taken every SAMPLE_INTERVAL give or take the timer's jitter: one a
+                // little less than `incr` after the last listed is the next step, not a repeat
+                // (every other sample was dropped when 4.999 s fell short of 5).
+                let spaced = listed.last().is_none_or(|last| {
+                    last.time.at.saturating_duration_since(sample.time.at) + MIN_SPACING >= range.incr
+                });
                 if spaced {
                     listed.push(sample);
                 }
@@ -383,6 +386,32 @@ mod tests {
         assert_eq!(details["publish_details"]["rate"], 8.0);
         assert_eq!(details["publish_details"]["avg_rate"], 4.0);
         assert!((details["publish_details"]["avg"].as_f64().unwrap() - 100.0 / 3.0).abs() < 1e-9);
+    }
+
+    /// Issue 39: samples a little less than `incr` apart (a timer's jitter) are each listed, so
+    /// ten minutes of 5 s samples list as 121, not every other one; samples closer than that are
+    /// still thinned to one per `incr`.
+    #[test]
+    fn samples_a_little_early_are_listed_too() {
+        let rates = Rates::default();
+        let t0 = Instant::now();
+        for i in 0..10_u64 {
+            let at = t0 + Duration::from_millis(i * 4_990);
+            let time = SampleTime { at, wall_ms: 1_000_000 + i * 4_990 };
+            rates.record_pass(time, vec![seen("o", &[i], TOTALS_HISTORY)]);
+        }
+        let range = HistoryRange { age: Duration::from_secs(600), incr: Duration::from_secs(5) };
+        let details = Value::Object(rates.details("o", &[("publish", 9)], Some(range)));
+        assert_eq!(details["publish_details"]["samples"].as_array().unwrap().len(), 10);
+        let range = HistoryRange { age: Duration::from_secs(600), incr: Duration::from_secs(10) };
+        let details = Value::Object(rates.details("o", &[("publish", 9)], Some(range)));
+        let listed: Vec<u64> = details["publish_details"]["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["sample"].as_u64().unwrap())
+            .collect();
+        assert_eq!(listed, [9, 7, 5, 3, 1]);
     }
 
     /// Ranges come from RabbitMQ's query parameters, in seconds; both halves are needed.

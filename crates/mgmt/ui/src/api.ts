@@ -92,6 +92,8 @@ function listPath(base: string, q: ListQuery): string {
 export const api = {
   whoami: (auth: string) => request<Whoami>("GET", "/whoami", undefined, {}, auth),
   overview: () => get<Overview>("/overview"),
+  /** The overview with the broker's samples of the last ten minutes, every 5 s. */
+  overviewWithSamples: () => get<Overview>("/overview?msg_rates_age=600&msg_rates_incr=5"),
   nodes: () => get<Node[]>("/nodes"),
   exportDefinitions: () => get<unknown>("/definitions"),
   importDefinitions: (defs: unknown) => request<void>("POST", "/definitions", defs),

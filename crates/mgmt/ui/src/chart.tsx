@@ -1,5 +1,6 @@
 // A plain SVG line chart of rates over time (no chart library: a few polylines and labels).
 import { rate } from "./format";
+import type { Rate } from "./types";
 
 export interface Series {
   key: string;
@@ -72,22 +73,31 @@ export function RateChart(props: { points: Point[]; series: Series[]; title: str
 }
 
 /**
- * Rates from successive counter readings: (new − old) / seconds between, never negative (a
- * deleted queue takes its counts with it). Keeps the last `keep` points.
+ * Rates from the broker's own samples of its counters (`samples` of each `<key>_details`, newest
+ * first, as `?msg_rates_age=&msg_rates_incr=` lists them): (newer − older) / seconds between,
+ * never negative (a deleted queue takes its counts with it). The broker keeps the history, so a
+ * page loaded now shows the last ten minutes at once.
  */
-export class RateHistory {
-  private last: { t: number; counters: Record<string, number> } | null = null;
-  points: Point[] = [];
-
-  constructor(private keep: number) {}
-
-  add(t: number, counters: Record<string, number>): void {
-    if (this.last && t > this.last.t) {
-      const seconds = (t - this.last.t) / 1000;
-      const values: Record<string, number> = {};
-      for (const [k, v] of Object.entries(counters)) values[k] = Math.max(0, (v - (this.last.counters[k] ?? v)) / seconds);
-      this.points = [...this.points, { t, values }].slice(-this.keep);
+export function ratesFromSamples(stats: Record<string, unknown>, keys: string[]): Point[] {
+  const byTime = new Map<number, Record<string, number>>();
+  for (const key of keys) {
+    const samples = (stats[`${key}_details`] as Rate | undefined)?.samples ?? [];
+    for (const { sample, timestamp } of samples) {
+      const counters = byTime.get(timestamp) ?? {};
+      counters[key] = sample;
+      byTime.set(timestamp, counters);
     }
-    this.last = { t, counters };
   }
+  const times = [...byTime.keys()].sort((a, b) => a - b);
+  const points: Point[] = [];
+  for (let i = 1; i < times.length; i++) {
+    const [before, now] = [byTime.get(times[i - 1])!, byTime.get(times[i])!];
+    const seconds = (times[i] - times[i - 1]) / 1000;
+    const values: Record<string, number> = {};
+    for (const key of keys) {
+      if (key in now && key in before) values[key] = Math.max(0, (now[key] - before[key]) / seconds);
+    }
+    points.push({ t: times[i], values });
+  }
+  return points;
 }

@@ -3,6 +3,8 @@
 
 export interface Rate {
   rate: number;
+  /** With `?msg_rates_age=&msg_rates_incr=`: the counter at each sample, newest first. */
+  samples?: { sample: number; timestamp: number }[];
 }
 
 export interface MessageStats {

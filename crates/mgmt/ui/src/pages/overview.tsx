@@ -1,15 +1,10 @@
 // #/ — totals, live message-rate charts, node alarms, listeners, definitions export/import.
 import { useState } from "preact/hooks";
 import { api } from "../api";
-import { RateChart, RateHistory, type Series } from "../chart";
+import { RateChart, ratesFromSamples, type Series } from "../chart";
 import { act, ErrorBox, Section, usePoll } from "../components";
 import { bytes, duration, num, rate } from "../format";
-import type { MessageStats, Overview } from "../types";
-
-/** Ten minutes of 5 s points. */
-const HISTORY_POINTS = 120;
-// Kept across page changes, so the charts do not start over when the user comes back.
-const history = new RateHistory(HISTORY_POINTS);
+import type { Overview } from "../types";
 
 const RATE_SERIES: Series[] = [
   { key: "publish", label: "Publish", color: "#2f6fb3" },
@@ -20,23 +15,12 @@ const RATE_SERIES: Series[] = [
   { key: "dead_lettered", label: "Dead-letter", color: "#555555" },
 ];
 
-function counters(s: MessageStats): Record<string, number> {
-  const out: Record<string, number> = {};
-  for (const k of RATE_SERIES.map((r) => r.key)) out[k] = (s as Record<string, number | undefined>)[k] ?? 0;
-  return out;
-}
-
 export function OverviewPage({ admin }: { admin: boolean }) {
-  const [, setSeen] = useState(0);
-  const overview = usePoll(async () => {
-    const o = await api.overview();
-    const now = Date.now();
-    history.add(now, counters(o.message_stats));
-    setSeen(now);
-    return o;
-  }, []);
+  // The broker's last ten minutes of samples, at every refresh (as RabbitMQ's UI asks for them).
+  const overview = usePoll(() => api.overviewWithSamples(), []);
   const nodes = usePoll(() => api.nodes(), []);
   const o = overview.data;
+  const points = o ? ratesFromSamples(o.message_stats as Record<string, unknown>, RATE_SERIES.map((s) => s.key)) : [];
   return (
     <div>
       <h1>Overview</h1>
@@ -46,10 +30,10 @@ export function OverviewPage({ admin }: { admin: boolean }) {
         {/* One small chart per rate, as RabbitMQ's overview: lines drawn over each other hide all but one. */}
         <div class="charts">
           {RATE_SERIES.map((s) => (
-            <RateChart key={s.key} title={`${s.label} /s`} points={history.points} series={[s]} small />
+            <RateChart key={s.key} title={`${s.label} /s`} points={points} series={[s]} small />
           ))}
         </div>
-        {history.points.length === 0 && <p class="muted">The chart fills in as the page refreshes (every 5 s).</p>}
+        {o && points.length === 0 && <p class="muted">The charts fill in as the broker samples its rates (every 5 s).</p>}
       </Section>
       <Section title="Node">
         <ErrorBox error={nodes.error} />
