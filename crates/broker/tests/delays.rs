@@ -392,3 +392,80 @@ fn a_due_time_that_is_not_one_is_refused() {
     assert_eq!(error.reply_code, 406);
     assert!(error.reply_text.contains("invalid x-delay-until"), "{}", error.reply_text);
 }
+
+/// Issue 39 (RabbitMQ 4.4): `x-opt-delivery-time` (epoch ms) holds a message published through
+/// any exchange until then, in each queue it reaches; `x-opt-delivery-delay` (ms, Tanzu and
+/// Artemis) holds it that long, and the delivery time wins over it; a time not ahead is ready at
+/// once; both are delivered as published; TTL counts from the due time, as for any delay.
+#[test]
+fn delivery_time_holds_a_message_on_any_exchange() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    let now = tb.clock.now().as_millis();
+    let headers = |entries: Vec<(&str, FieldValue)>| BasicProperties {
+        headers: Some(FieldTable::from_entries(entries)),
+        ..Default::default()
+    };
+    let at = |ms: u64| FieldValue::I64((now + ms) as i64);
+    tb.publish_with(c, "", "q", headers(vec![("x-opt-delivery-time", at(1_500))]), b"a", false);
+    tb.publish_with(c, "", "q", headers(vec![("x-opt-delivery-delay", FieldValue::I32(1_000))]), b"b", false);
+    let both = vec![("x-opt-delivery-delay", FieldValue::I32(100)), ("x-opt-delivery-time", at(2_000))];
+    tb.publish_with(c, "", "q", headers(both), b"c", false);
+    tb.publish_with(c, "", "q", headers(vec![("x-opt-delivery-time", FieldValue::I64(1_000))]), b"past", false);
+    let mut with_ttl = headers(vec![("x-opt-delivery-time", at(3_000))]);
+    with_ttl.expiration = Some(short("500"));
+    tb.publish_with(c, "", "q", with_ttl, b"ttl", false);
+    assert_eq!(stats(&tb, "q"), (1, 4), "only the one due in the past is ready");
+    tb.advance(ms(999));
+    assert_eq!(stats(&tb, "q"), (1, 4));
+    tb.advance(ms(1));
+    assert_eq!(stats(&tb, "q"), (2, 3), "b after its 1 s delay");
+    tb.advance(ms(499));
+    assert_eq!(stats(&tb, "q"), (2, 3));
+    tb.advance(ms(1));
+    assert_eq!(stats(&tb, "q"), (3, 2), "a at its delivery time");
+    tb.advance(ms(499));
+    assert_eq!(stats(&tb, "q"), (3, 2), "c waits for its delivery time, not its 100 ms delay");
+    tb.advance(ms(1));
+    assert_eq!(stats(&tb, "q"), (4, 1));
+    tb.advance(ms(1_000));
+    assert_eq!(stats(&tb, "q"), (5, 0));
+    tb.advance(ms(500));
+    assert_eq!(stats(&tb, "q"), (4, 0), "its TTL counted from its delivery time");
+    let delivered = deliveries(&consume(&mut tb, c, "q", "w", true));
+    let bodies: Vec<&[u8]> = delivered.iter().map(|d| &d.message.body[..]).collect();
+    assert_eq!(bodies, [&b"past"[..], b"b", b"a", b"c"]);
+    let headers = delivered[2].message.properties().headers().unwrap();
+    assert_eq!(headers.get("x-opt-delivery-time"), Some(at(1_500)), "delivered as published");
+}
+
+/// Issue 39: a delivery time more than ten years ahead, or one that is not a time, is refused
+/// with 406 on any exchange, as through the delayed exchange; other headers change nothing.
+#[test]
+fn a_delivery_time_too_far_or_not_a_time_is_refused_on_any_exchange() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    let far = BasicProperties {
+        headers: Some(FieldTable::from_entries([("x-opt-delivery-time", FieldValue::I64(i64::MAX))])),
+        ..Default::default()
+    };
+    let error = channel_error(&tb.publish_with(c, "", "q", far, b"x", false)).expect("406");
+    assert_eq!(error.reply_code, 406);
+    assert!(error.reply_text.contains("invalid x-opt-delivery-time"), "{}", error.reply_text);
+    let c = tb.channel();
+    let bad = BasicProperties {
+        headers: Some(FieldTable::from_entries([("x-opt-delivery-time", FieldValue::Bool(true))])),
+        ..Default::default()
+    };
+    let error = channel_error(&tb.publish_with(c, "", "q", bad, b"x", false)).expect("406");
+    assert_eq!(error.reply_code, 406);
+    let c = tb.channel();
+    let other = BasicProperties {
+        headers: Some(FieldTable::from_entries([("x-opt-other", FieldValue::I64(5))])),
+        ..Default::default()
+    };
+    tb.publish_with(c, "", "q", other, b"x", false);
+    assert_eq!(stats(&tb, "q"), (1, 0));
+}

@@ -12,7 +12,7 @@ use crate::time::Timestamp;
 
 /// The headers through which a publisher names the time a message is due, read in this order
 /// after `x-delay`.
-pub(crate) const DUE_AT_HEADERS: [&str; 2] = ["x-delay-until", "x-opt-delivery-time"];
+pub(crate) const DUE_AT_HEADERS: [&str; 2] = ["x-delay-until", DELIVERY_TIME];
 
 pub(crate) const TYPE_NAME: &str = "x-delayed-message";
 
@@ -49,6 +49,39 @@ pub(crate) fn delay_ms(headers: Option<&FieldTable>, header: &str) -> Result<Opt
     }
 }
 
+/// The delay a message published at `now` through any exchange asks for with RabbitMQ 4.4's
+/// headers, and the header that asked: `x-opt-delivery-time` (the epoch millisecond it is due, read
+/// as the delayed exchange reads it; now or past: no delay), else `x-opt-delivery-delay` (ms from
+/// now, as Tanzu RabbitMQ and ActiveMQ Artemis take it; <= 0: no delay). Beyond 10 years: 406.
+/// The message is routed at once and waits in each queue it reaches, as any delayed message.
+pub(crate) fn delivery_time(
+    headers: Option<&FieldTable>,
+    now: Timestamp,
+) -> Result<Option<(u64, &'static str)>, AmqpError> {
+    let Some(headers) = headers else { return Ok(None) };
+    if let Some(due) = due_at_ms(Some(headers), DELIVERY_TIME)? {
+        return delay_until(due, now, DELIVERY_TIME);
+    }
+    Ok(delay_ms(Some(headers), DELIVERY_DELAY)?.map(|delay| (delay, DELIVERY_DELAY)))
+}
+
+/// RabbitMQ 4.4's header naming when a message is due, on any exchange.
+pub(crate) const DELIVERY_TIME: &str = "x-opt-delivery-time";
+/// Tanzu RabbitMQ's and ActiveMQ Artemis's header naming how long a message waits, on any exchange.
+pub(crate) const DELIVERY_DELAY: &str = "x-opt-delivery-delay";
+
+/// The delay until `due` (epoch ms) from `now`: none when it is not ahead, a 406 naming `header`
+/// beyond the maximum delay.
+fn delay_until(due: u64, now: Timestamp, header: &'static str) -> Result<Option<(u64, &'static str)>, AmqpError> {
+    let delay = due.saturating_sub(now.as_millis());
+    if delay > MAX_TIME_MS {
+        return Err(errors::precondition_failed(format!(
+            "invalid {header}: {delay} ms away, more than the maximum delay of {MAX_TIME_MS} ms"
+        )));
+    }
+    Ok((delay > 0).then_some((delay, header)))
+}
+
 /// The delay a message published through the delayed exchange at `now` asks for, and the header
 /// that asked: `x-delay` (how long) when it asks for a delay, else the time `x-delay-until` or
 /// `x-opt-delivery-time` names (now or past: no delay; more than 10 years ahead: 406).
@@ -61,15 +94,9 @@ pub(crate) fn requested_delay(
     }
     for header in DUE_AT_HEADERS {
         let Some(due) = due_at_ms(headers, header)? else { continue };
-        let delay = due.saturating_sub(now.as_millis());
-        if delay > MAX_TIME_MS {
-            return Err(errors::precondition_failed(format!(
-                "invalid {header}: {delay} ms away, more than the maximum delay of {MAX_TIME_MS} ms"
-            )));
-        }
-        return Ok((delay > 0).then_some((delay, header)));
+        return delay_until(due, now, header);
     }
-    Ok(None)
+    Ok(delay_ms(headers, DELIVERY_DELAY)?.map(|delay| (delay, DELIVERY_DELAY)))
 }
 
 /// The time a due-at header names, as epoch milliseconds: an integer or a whole-number string

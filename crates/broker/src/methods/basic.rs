@@ -542,20 +542,26 @@ impl Broker {
     }
 }
 
-/// The delay a publish at `now` asks for, and the header that asked: `x-delay`, `x-delay-until` or
-/// `x-opt-delivery-time` through a delayed exchange, or ApsaraMQ's `delay` header on any exchange
-/// when that is switched on (semantics §3).
+/// The delay a publish at `now` asks for, and the header that asked: `x-delay`, `x-delay-until`,
+/// `x-opt-delivery-time` or `x-opt-delivery-delay` through a delayed exchange; on any other
+/// exchange `x-opt-delivery-time` or `x-opt-delivery-delay` (RabbitMQ 4.4, Tanzu), then ApsaraMQ's
+/// `delay` header when that is switched on (semantics §3).
 fn requested_delay(
     delayed_exchange: bool,
     apsaramq: bool,
     publish: &Publish,
     now: Timestamp,
 ) -> Result<Option<(u64, &'static str)>, AmqpError> {
+    let headers = publish.properties.headers();
+    let Some(headers) = headers.as_ref() else { return Ok(None) };
     if delayed_exchange {
-        return delayed::requested_delay(publish.properties.headers().as_ref(), now);
+        return delayed::requested_delay(Some(headers), now);
+    }
+    if let Some(requested) = delayed::delivery_time(Some(headers), now)? {
+        return Ok(Some(requested));
     }
     if apsaramq {
-        return Ok(delayed::delay_ms(publish.properties.headers().as_ref(), "delay")?.map(|d| (d, "delay")));
+        return Ok(delayed::delay_ms(Some(headers), "delay")?.map(|d| (d, "delay")));
     }
     Ok(None)
 }
