@@ -296,7 +296,7 @@ impl Broker {
             if let Some(queue) = self.queues.get_mut(&delivery.queue) {
                 queue.forget_delivery(conn, channel_id, &delivery);
                 touched.push(delivery.queue);
-                self.return_to_queue(delivery.queue, delivery.entry, now);
+                self.return_to_queue(delivery.queue, delivery.entry, false, now);
             }
         }
         self.settle_scratch = unacked;

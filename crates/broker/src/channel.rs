@@ -36,8 +36,10 @@ pub(crate) struct Unacked {
 pub(crate) enum Settlement {
     /// basic.ack: the message is done.
     Ack,
-    /// basic.nack / basic.reject with requeue=true, or recover: back to the queue.
-    Requeue,
+    /// basic.nack / basic.reject with requeue=true, or recover: back to the queue. `failed`: a
+    /// basic.reject, which RabbitMQ 4.3 counts as a failed delivery (its delayed retry tells
+    /// the two apart).
+    Requeue { failed: bool },
     /// basic.nack / basic.reject with requeue=false: dead-lettered or dropped.
     Discard,
 }

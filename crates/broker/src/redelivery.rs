@@ -23,12 +23,13 @@ pub enum VisibilityError {
 }
 
 impl Broker {
-    /// A delivery of queue `id` came back unsettled: it counts one failed delivery, then goes back
-    /// to ready, waits out its back-off, or is dead-lettered over its limit (semantics §5).
-    pub(crate) fn return_to_queue(&mut self, id: QueueId, mut entry: Entry, now: Timestamp) {
+    /// A delivery of queue `id` came back unsettled (`failed`: by basic.reject, which RabbitMQ 4.3
+    /// calls a failure): it counts one failed delivery, then goes back to ready, waits out its
+    /// back-off, or is dead-lettered over its limit (semantics §5).
+    pub(crate) fn return_to_queue(&mut self, id: QueueId, mut entry: Entry, failed: bool, now: Timestamp) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
         entry.delivery_count = entry.delivery_count.saturating_add(1);
-        match delivery_limit::on_return(&queue.args, entry.delivery_count) {
+        match delivery_limit::on_return(&queue.args, entry.delivery_count, failed) {
             Return::Ready => {
                 entry.redelivered = true;
                 self.persist_update(id, &entry, None);
@@ -65,7 +66,7 @@ impl Broker {
                 }
             }
             queue.counters.visibility_expired += 1;
-            self.return_to_queue(id, unacked.entry, now);
+            self.return_to_queue(id, unacked.entry, false, now);
         }
     }
 

@@ -412,7 +412,14 @@ fn delivery_time_holds_a_message_on_any_exchange() {
     tb.publish_with(c, "", "q", headers(vec![("x-opt-delivery-delay", FieldValue::I32(1_000))]), b"b", false);
     let both = vec![("x-opt-delivery-delay", FieldValue::I32(100)), ("x-opt-delivery-time", at(2_000))];
     tb.publish_with(c, "", "q", headers(both), b"c", false);
-    tb.publish_with(c, "", "q", headers(vec![("x-opt-delivery-time", FieldValue::I64(1_000))]), b"past", false);
+    tb.publish_with(
+        c,
+        "",
+        "q",
+        headers(vec![("x-opt-delivery-time", FieldValue::I64(1_000))]),
+        b"past",
+        false,
+    );
     let mut with_ttl = headers(vec![("x-opt-delivery-time", at(3_000))]);
     with_ttl.expiration = Some(short("500"));
     tb.publish_with(c, "", "q", with_ttl, b"ttl", false);

@@ -331,3 +331,50 @@ fn policies_survive_a_restart() {
     restored.advance(ms(1000));
     assert_eq!(ready(&restored, "q"), 0);
 }
+
+/// Issue 39: RabbitMQ 4.3's delayed retry as policy keys (`delayed-retry-type`, `-min`, `-max`):
+/// a rejected message waits as the policy says; the policy's type wins over the argument's; a
+/// policy naming a type without a minimum, or a maximum below it, is refused in RabbitMQ's words.
+#[test]
+fn delayed_retry_policy_holds_returns_back() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(
+        &mut tb,
+        c,
+        "q",
+        &[("x-delayed-retry-type", text("returned")), ("x-delayed-retry-min", int(2_000))],
+    );
+    let definition = [("delayed-retry-type", text("all")), ("delayed-retry-min", int(300))];
+    set(&mut tb, PolicyKind::User, spec("retry", "^q$", 0, &definition));
+    tb.call(c, BasicConsume { queue: short("q"), consumer_tag: short("w"), ..Default::default() });
+    let tag = deliveries(&tb.publish(c, "", "q", b"x"))[0].method.delivery_tag;
+    assert!(
+        deliveries(&tb.call(c, BasicReject { delivery_tag: tag, requeue: true })).is_empty(),
+        "all, from the policy"
+    );
+    assert!(deliveries(&tb.advance(ms(299))).is_empty(), "the lower minimum: the policy's 300 ms");
+    assert_eq!(deliveries(&tb.advance(ms(1))).len(), 1);
+    let now = tb.clock.now();
+    let mut refused = |definition: &[(&str, FieldValue)]| match tb.broker.set_policy(
+        PolicyKind::User,
+        "/",
+        spec("bad", ".*", 0, definition),
+        now,
+    ) {
+        Err(PolicyError::Invalid(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        refused(&[("delayed-retry-type", text("all"))]),
+        "delayed-retry-min is required when delayed-retry-type is all"
+    );
+    assert_eq!(
+        refused(&[
+            ("delayed-retry-type", text("all")),
+            ("delayed-retry-min", int(500)),
+            ("delayed-retry-max", int(10))
+        ]),
+        "delayed-retry-max (10) must not be smaller than delayed-retry-min (500)"
+    );
+}

@@ -302,3 +302,98 @@ fn argument_validation() {
         assert!(err.reply_text.contains(&format!("'{name}'")), "{}", err.reply_text);
     }
 }
+
+fn text(v: &str) -> FieldValue {
+    FieldValue::LongStr(v.into())
+}
+
+/// Issue 39 (RabbitMQ 4.3's delayed retry): with `x-delayed-retry-type` `all`, min 600 and max
+/// 1000, a message rejected with requeue three times comes back after 600, 1000 and 1000 ms
+/// (`min × returns`, capped), counted as delayed meanwhile.
+#[test]
+fn delayed_retry_waits_min_times_returns_up_to_max() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let args = [
+        ("x-delayed-retry-type", text("all")),
+        ("x-delayed-retry-min", int(600)),
+        ("x-delayed-retry-max", int(1_000)),
+    ];
+    declare_args(&mut tb, c, "q", &args);
+    consume(&mut tb, c, "q", "w", false);
+    let mut tag = deliveries(&tb.publish(c, "", "q", b"x"))[0].method.delivery_tag;
+    for wait in [600u64, 1_000, 1_000] {
+        assert!(deliveries(&tb.call(c, BasicReject { delivery_tag: tag, requeue: true })).is_empty());
+        assert_eq!(stats(&tb, "q").messages_delayed, 1);
+        assert!(deliveries(&tb.advance(ms(wait - 1))).is_empty(), "waits {wait} ms");
+        let back = deliveries(&tb.advance(ms(1)));
+        assert_eq!(back.len(), 1, "back after {wait} ms");
+        assert!(back[0].method.redelivered);
+        tag = back[0].method.delivery_tag;
+    }
+}
+
+/// Issue 39: `failed` holds back only what basic.reject returns (RabbitMQ 4.3's failures);
+/// `returned` only the other returns: basic.nack with requeue, recover, a closed channel. The
+/// maximum defaults to the minimum.
+#[test]
+fn delayed_retry_failed_and_returned_tell_reject_from_nack() {
+    for (kind, reject_waits, nack_waits) in [("failed", true, false), ("returned", false, true)] {
+        let mut tb = TestBroker::new();
+        let c = tb.channel();
+        declare_args(
+            &mut tb,
+            c,
+            "q",
+            &[("x-delayed-retry-type", text(kind)), ("x-delayed-retry-min", int(500))],
+        );
+        consume(&mut tb, c, "q", "w", false);
+        let tag = deliveries(&tb.publish(c, "", "q", b"x"))[0].method.delivery_tag;
+        let back = deliveries(&tb.call(c, BasicReject { delivery_tag: tag, requeue: true }));
+        assert_eq!(back.is_empty(), reject_waits, "{kind}: reject");
+        let tag = if reject_waits {
+            assert!(deliveries(&tb.advance(ms(499))).is_empty());
+            deliveries(&tb.advance(ms(1)))[0].method.delivery_tag
+        } else {
+            back[0].method.delivery_tag
+        };
+        let back = deliveries(&tb.call(c, BasicNack { delivery_tag: tag, multiple: false, requeue: true }));
+        assert_eq!(back.is_empty(), nack_waits, "{kind}: nack");
+        if nack_waits {
+            // Two returns so far: 2 × 500, capped by the maximum, which defaulted to 500.
+            assert!(deliveries(&tb.advance(ms(499))).is_empty());
+            assert_eq!(deliveries(&tb.advance(ms(1))).len(), 1, "{kind}: back after 500 ms");
+        }
+    }
+}
+
+/// Issue 39: the delayed-retry arguments are checked as RabbitMQ 4.3 checks them, with a 406
+/// naming the argument.
+#[test]
+fn delayed_retry_arguments_are_validated() {
+    let mut tb = TestBroker::new();
+    for (args, name) in [
+        (
+            vec![("x-delayed-retry-type", text("sometimes")), ("x-delayed-retry-min", int(5))],
+            "x-delayed-retry-type",
+        ),
+        (vec![("x-delayed-retry-type", text("all"))], "x-delayed-retry-min"),
+        (vec![("x-delayed-retry-type", text("all")), ("x-delayed-retry-min", int(0))], "x-delayed-retry-min"),
+        (
+            vec![
+                ("x-delayed-retry-type", text("all")),
+                ("x-delayed-retry-min", int(500)),
+                ("x-delayed-retry-max", int(100)),
+            ],
+            "x-delayed-retry-max",
+        ),
+    ] {
+        let c = tb.channel();
+        let err = channel_error(&declare_args(&mut tb, c, "q", &args)).expect("406");
+        assert_eq!(err.reply_code, 406);
+        assert!(err.reply_text.contains(&format!("'{name}'")), "{}", err.reply_text);
+    }
+    let c = tb.channel();
+    assert!(channel_error(&declare_args(&mut tb, c, "q", &[("x-delayed-retry-type", text("disabled"))]))
+        .is_none());
+}

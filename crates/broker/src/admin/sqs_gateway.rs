@@ -432,7 +432,14 @@ impl Broker {
             let (target_id, message) = match moving {
                 Ok(moving) => moving,
                 Err(stopped) => {
-                    let _ = self.settle(gateway, GATEWAY_CHANNEL, got.tag, false, Settlement::Requeue, now);
+                    let _ = self.settle(
+                        gateway,
+                        GATEWAY_CHANNEL,
+                        got.tag,
+                        false,
+                        Settlement::Requeue { failed: false },
+                        now,
+                    );
                     step.stopped = Some(stopped);
                     break;
                 }

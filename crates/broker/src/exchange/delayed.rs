@@ -72,7 +72,11 @@ pub(crate) const DELIVERY_DELAY: &str = "x-opt-delivery-delay";
 
 /// The delay until `due` (epoch ms) from `now`: none when it is not ahead, a 406 naming `header`
 /// beyond the maximum delay.
-fn delay_until(due: u64, now: Timestamp, header: &'static str) -> Result<Option<(u64, &'static str)>, AmqpError> {
+fn delay_until(
+    due: u64,
+    now: Timestamp,
+    header: &'static str,
+) -> Result<Option<(u64, &'static str)>, AmqpError> {
     let delay = due.saturating_sub(now.as_millis());
     if delay > MAX_TIME_MS {
         return Err(errors::precondition_failed(format!(

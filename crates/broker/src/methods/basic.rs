@@ -421,7 +421,7 @@ impl Broker {
         m: &BasicNack,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
-        let settlement = if m.requeue { Settlement::Requeue } else { Settlement::Discard };
+        let settlement = if m.requeue { Settlement::Requeue { failed: false } } else { Settlement::Discard };
         self.settle(conn, ch, m.delivery_tag, m.multiple, settlement, now)
     }
 
@@ -432,7 +432,7 @@ impl Broker {
         m: &BasicReject,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
-        let settlement = if m.requeue { Settlement::Requeue } else { Settlement::Discard };
+        let settlement = if m.requeue { Settlement::Requeue { failed: true } } else { Settlement::Discard };
         self.settle(conn, ch, m.delivery_tag, false, settlement, now)
     }
 
@@ -453,7 +453,7 @@ impl Broker {
         if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
             channel.take_all(&mut all);
         }
-        self.apply_settlements(conn, ch, &mut all, Settlement::Requeue, now);
+        self.apply_settlements(conn, ch, &mut all, Settlement::Requeue { failed: false }, now);
         self.settle_scratch = all;
         if reply {
             self.send(conn, ch, BasicRecoverOk {});
@@ -506,7 +506,7 @@ impl Broker {
                     acked += 1;
                     self.persist_settle(id, delivery.entry.persist_id());
                 }
-                Settlement::Requeue => self.return_to_queue(id, delivery.entry, now),
+                Settlement::Requeue { failed } => self.return_to_queue(id, delivery.entry, failed, now),
                 Settlement::Discard => {
                     let entry = delivery.entry;
                     queue.settle(&entry);

@@ -13,7 +13,7 @@
 use hourglass_wire::{FieldTable, FieldValue, ShortStr};
 
 use super::PolicyKind;
-use crate::queue::{QueueSettings, SettingError};
+use crate::queue::{QueueSettings, RetryType, SettingError};
 
 /// Queue settings an operator policy may not set: RabbitMQ keeps operator policies to limits.
 const USER_ONLY_SETTINGS: &[&str] = &["dead-letter-exchange", "dead-letter-routing-key"];
@@ -91,6 +91,19 @@ pub(super) fn parse(kind: PolicyKind, table: &FieldTable) -> Result<Definition, 
     if !unrecognised.is_empty() {
         return Err(format!("[{}] are not recognised policy settings", unrecognised.join(",")));
     }
+    // RabbitMQ 4.3's rabbit_quorum_queue:validate_delayed_retry_constraints, in its words.
+    let q = &definition.queue;
+    match (q.delayed_retry_type, q.delayed_retry_min_ms, q.delayed_retry_max_ms) {
+        (Some(kind), None, _) if kind != RetryType::Disabled => {
+            return Err(format!("delayed-retry-min is required when delayed-retry-type is {}", kind.name()))
+        }
+        (_, Some(min), Some(max)) if max < min => {
+            return Err(format!(
+                "delayed-retry-max ({max}) must not be smaller than delayed-retry-min ({min})"
+            ))
+        }
+        _ => {}
+    }
     Ok(definition)
 }
 
@@ -109,6 +122,9 @@ fn described(key: &str) -> &str {
         "visibility-timeout" => "visibility timeout",
         "redelivery-delay" => "redelivery delay",
         "redelivery-delay-max" => "maximum redelivery delay",
+        "delayed-retry-type" => "delayed retry type",
+        "delayed-retry-min" => "delayed retry minimum delay",
+        "delayed-retry-max" => "delayed retry maximum delay",
         other => other,
     }
 }

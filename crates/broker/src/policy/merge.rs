@@ -9,6 +9,9 @@
 //! | `dead-letter-exchange`, `dead-letter-routing-key` | the argument, else the policy |
 //! | `overflow` | the argument, else the operator policy, else the policy |
 //! | `delivery-delay`, `visibility-timeout`, `redelivery-delay`, `redelivery-delay-max` (Hourglass's) | the argument, else the policy; an operator policy caps either |
+//! | `delayed-retry-type` (RabbitMQ 4.3) | the operator policy, else the policy, else the argument |
+//! | `delayed-retry-min` | the lower of the argument and the policies' (of two policies, the higher) |
+//! | `delayed-retry-max` | the lowest of argument, policy and operator policy |
 //!
 //! RabbitMQ's documentation says arguments beat policies, but for the numeric limits its code
 //! takes the lower value (`res_min`): a 2000 ms `x-message-ttl` under a 1000 ms policy expires
@@ -52,6 +55,20 @@ pub(crate) fn effective(
             a.redelivery_delay_max_ms.or(user.redelivery_delay_max_ms),
             op.redelivery_delay_max_ms,
         ),
+        // RabbitMQ 4.3's rabbit_quorum_queue: a policy has precedence for the type (an operator
+        // policy's wins over the policy's), the lower for the minimum (the policies' merged by
+        // the higher) and for the maximum.
+        delayed_retry_type: op.delayed_retry_type.or(user.delayed_retry_type).or(a.delayed_retry_type),
+        delayed_retry_min_ms: lowest([
+            a.delayed_retry_min_ms,
+            user.delayed_retry_min_ms.max(op.delayed_retry_min_ms),
+            None,
+        ]),
+        delayed_retry_max_ms: lowest([
+            a.delayed_retry_max_ms,
+            user.delayed_retry_max_ms,
+            op.delayed_retry_max_ms,
+        ]),
     }
 }
 

@@ -33,6 +33,9 @@ pub(crate) const EQUIVALENCE_KEYS: &[&str] = &[
     "x-visibility-timeout",
     "x-redelivery-delay",
     "x-redelivery-delay-max",
+    "x-delayed-retry-type",
+    "x-delayed-retry-min",
+    "x-delayed-retry-max",
 ];
 
 /// Typed queue arguments: the effective values (policies applied, semantics §6) that every feature
@@ -61,6 +64,9 @@ pub struct QueueArgs {
     /// `x-redelivery-delay` / `x-redelivery-delay-max`: back-off for returning messages (semantics §5).
     pub redelivery_delay_ms: Option<u64>,
     pub redelivery_delay_max_ms: Option<u64>,
+    /// `x-delayed-retry-type` / `-min` / `-max` (RabbitMQ 4.3's delayed retry, semantics §5):
+    /// `None` when disabled.
+    pub delayed_retry: Option<DelayedRetry>,
     /// `x-single-active-consumer`: one consumer at a time gets messages, the others wait.
     pub single_active_consumer: bool,
     /// `x-max-priority`: a priority queue with levels 0 ..= this.
@@ -92,6 +98,45 @@ pub struct QueueSettings {
     pub visibility_timeout_ms: Option<u64>,
     pub redelivery_delay_ms: Option<u64>,
     pub redelivery_delay_max_ms: Option<u64>,
+    pub delayed_retry_type: Option<RetryType>,
+    pub delayed_retry_min_ms: Option<u64>,
+    pub delayed_retry_max_ms: Option<u64>,
+}
+
+/// `x-delayed-retry-type`: which returns RabbitMQ 4.3's delayed retry holds back.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RetryType {
+    Disabled,
+    /// Every return.
+    All,
+    /// Failures only: `basic.reject` with requeue.
+    Failed,
+    /// Returns that are not failures: `basic.nack` with requeue, `basic.recover`, a closed
+    /// channel, a visibility timeout.
+    Returned,
+}
+
+/// RabbitMQ 4.3's delayed retry in effect: a return of `kind` waits
+/// `min(min_ms × returns, max_ms)` before it is ready again.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DelayedRetry {
+    pub kind: RetryType,
+    pub min_ms: u64,
+    pub max_ms: u64,
+}
+
+impl DelayedRetry {
+    /// The wait of a return (`failed`: a failure, `basic.reject` with requeue) that makes
+    /// `returns` (>= 1) in all, if this kind of retry holds it back.
+    pub fn wait_ms(&self, failed: bool, returns: u32) -> Option<u64> {
+        let applies = match self.kind {
+            RetryType::Disabled => false,
+            RetryType::All => true,
+            RetryType::Failed => failed,
+            RetryType::Returned => !failed,
+        };
+        applies.then(|| self.min_ms.saturating_mul(u64::from(returns.max(1))).min(self.max_ms))
+    }
 }
 
 /// Why a setting's value was refused.
@@ -235,6 +280,23 @@ impl QueueArgs {
                 _ => {}
             }
         }
+        match (declared.delayed_retry_type, declared.delayed_retry_min_ms, declared.delayed_retry_max_ms) {
+            (Some(kind), None, _) if kind != RetryType::Disabled => {
+                return Err(invalid(
+                    "x-delayed-retry-min",
+                    format!("required when x-delayed-retry-type is {}", kind.name()),
+                ))
+            }
+            (_, Some(min), Some(max)) if max < min => {
+                return Err(invalid(
+                    "x-delayed-retry-max",
+                    format!(
+                        "x-delayed-retry-max ({max}) must not be smaller than x-delayed-retry-min ({min})"
+                    ),
+                ))
+            }
+            _ => {}
+        }
         if declared.dead_letter_routing_key.is_some() && declared.dead_letter_exchange.is_none() {
             return Err(invalid("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined".to_owned()));
         }
@@ -262,7 +324,9 @@ impl QueueArgs {
     /// can combine what no single declaration may (checked in `parse`), so it is made sane here:
     /// - reject-publish-dlx on a quorum queue falls back to drop-head, as RabbitMQ's
     ///   rabbit_quorum_queue does for a policy value it does not support;
-    /// - a back-off maximum below the delay is raised to the delay (the back-off stays flat).
+    /// - a back-off maximum below the delay is raised to the delay (the back-off stays flat);
+    /// - a delayed retry without a minimum is disabled, and its maximum defaults to the minimum,
+    ///   as RabbitMQ's rabbit_quorum_queue:get_delayed_retry_config.
     pub(crate) fn apply(&mut self, settings: &QueueSettings) {
         let overflow = settings.overflow.unwrap_or_default();
         self.overflow = match (self.queue_type, overflow) {
@@ -283,6 +347,12 @@ impl QueueArgs {
         {
             (Some(delay), Some(max)) => Some(max.max(delay)),
             (_, max) => max,
+        };
+        self.delayed_retry = match (settings.delayed_retry_type, settings.delayed_retry_min_ms) {
+            (Some(kind), Some(min_ms)) if kind != RetryType::Disabled => {
+                Some(DelayedRetry { kind, min_ms, max_ms: settings.delayed_retry_max_ms.unwrap_or(min_ms) })
+            }
+            _ => None,
         };
     }
 }
@@ -311,6 +381,17 @@ impl QueueSettings {
             "redelivery-delay-max" => {
                 self.redelivery_delay_max_ms = Some(time_arg(value, 0).map_err(invalid)?)
             }
+            "delayed-retry-type" => {
+                self.delayed_retry_type = Some(match value.as_bytes() {
+                    Some(b"disabled") => RetryType::Disabled,
+                    Some(b"all") => RetryType::All,
+                    Some(b"failed") => RetryType::Failed,
+                    Some(b"returned") => RetryType::Returned,
+                    _ => return Err(invalid("must be one of: all, failed, returned, disabled".to_owned())),
+                })
+            }
+            "delayed-retry-min" => self.delayed_retry_min_ms = Some(time_arg(value, 1).map_err(invalid)?),
+            "delayed-retry-max" => self.delayed_retry_max_ms = Some(time_arg(value, 1).map_err(invalid)?),
             "max-length" => self.max_length = Some(count_arg(value).map_err(invalid)?),
             "max-length-bytes" => self.max_length_bytes = Some(count_arg(value).map_err(invalid)?),
             "dead-letter-exchange" => {
@@ -383,11 +464,24 @@ fn unacceptable(value: &FieldValue) -> String {
 
 /// RabbitMQ's text for an unknown enumerated value, e.g. `"unsupported queue type 'banana'"`.
 fn unsupported(what: &str, value: &FieldValue) -> String {
-    let shown = value
-        .as_bytes()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-        .unwrap_or_else(|| format!("{value:?}"));
-    format!("\"unsupported {what} '{shown}'\"")
+    format!("\"unsupported {what} '{}'\"", shown(value))
+}
+
+/// A value as an error names it: text as text, anything else as debugged.
+fn shown(value: &FieldValue) -> String {
+    value.as_bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_else(|| format!("{value:?}"))
+}
+
+impl RetryType {
+    /// The name `x-delayed-retry-type` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RetryType::Disabled => "disabled",
+            RetryType::All => "all",
+            RetryType::Failed => "failed",
+            RetryType::Returned => "returned",
+        }
+    }
 }
 
 /// Compares the arguments RabbitMQ holds equivalent on redeclare; names the first that differs.

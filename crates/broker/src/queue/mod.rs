@@ -32,7 +32,7 @@ use crate::message_stats::MessageStats;
 use crate::persist::RecordLocation;
 use crate::time::Timestamp;
 pub(crate) use args::SettingError;
-pub use args::{DeadLetterStrategy, Overflow, QueueArgs, QueueSettings, QueueType};
+pub use args::{DeadLetterStrategy, DelayedRetry, Overflow, QueueArgs, QueueSettings, QueueType, RetryType};
 use consumers::Consumers;
 pub use dead_letter::DeathReason;
 use delay::{DelayIndex, Waiting};
