@@ -296,7 +296,8 @@ impl Broker {
             if let Some(queue) = self.queues.get_mut(&delivery.queue) {
                 queue.forget_delivery(conn, channel_id, &delivery);
                 touched.push(delivery.queue);
-                self.return_to_queue(delivery.queue, delivery.entry, false, now);
+                // A delivery whose channel or connection died is a failure to RabbitMQ 4.3.
+                self.return_to_queue(delivery.queue, delivery.entry, true, now);
             }
         }
         self.settle_scratch = unacked;

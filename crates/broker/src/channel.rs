@@ -38,7 +38,7 @@ pub(crate) enum Settlement {
     Ack,
     /// basic.nack / basic.reject with requeue=true, or recover: back to the queue. `failed`: a
     /// basic.reject, which RabbitMQ 4.3 counts as a failed delivery (its delayed retry tells
-    /// the two apart).
+    /// the two apart; a closed channel's deliveries are failures too).
     Requeue { failed: bool },
     /// basic.nack / basic.reject with requeue=false: dead-lettered or dropped.
     Discard,

@@ -23,8 +23,8 @@ pub enum VisibilityError {
 }
 
 impl Broker {
-    /// A delivery of queue `id` came back unsettled (`failed`: by basic.reject, which RabbitMQ 4.3
-    /// calls a failure): it counts one failed delivery, then goes back to ready, waits out its
+    /// A delivery of queue `id` came back unsettled (`failed`: by basic.reject or its channel
+    /// closing, which RabbitMQ 4.3 calls failures): it counts one failed delivery, then goes back to ready, waits out its
     /// back-off, or is dead-lettered over its limit (semantics §5).
     pub(crate) fn return_to_queue(&mut self, id: QueueId, mut entry: Entry, failed: bool, now: Timestamp) {
         let Some(queue) = self.queues.get_mut(&id) else { return };

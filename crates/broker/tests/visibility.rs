@@ -367,6 +367,33 @@ fn delayed_retry_failed_and_returned_tell_reject_from_nack() {
     }
 }
 
+/// Issue 39: a delivery whose channel closes is a failure to RabbitMQ 4.3: `failed` holds it
+/// back, `returned` does not.
+#[test]
+fn delayed_retry_counts_a_closed_channel_as_a_failure() {
+    for (kind, waits) in [("failed", true), ("returned", false)] {
+        let mut tb = TestBroker::new();
+        let c = tb.channel();
+        declare_args(
+            &mut tb,
+            c,
+            "q",
+            &[("x-delayed-retry-type", text(kind)), ("x-delayed-retry-min", int(400))],
+        );
+        let holder = tb.channel();
+        consume(&mut tb, holder, "q", "w", false);
+        assert_eq!(deliveries(&tb.publish(c, "", "q", b"x")).len(), 1);
+        tb.call(holder, ChannelClose::default());
+        assert_eq!(stats(&tb, "q").messages_delayed, usize::from(waits), "{kind}");
+        if waits {
+            tb.advance(ms(399));
+            assert_eq!(stats(&tb, "q").messages_ready, 0);
+            tb.advance(ms(1));
+        }
+        assert_eq!(stats(&tb, "q").messages_ready, 1, "{kind}");
+    }
+}
+
 /// Issue 39: the delayed-retry arguments are checked as RabbitMQ 4.3 checks them, with a 406
 /// naming the argument.
 #[test]

@@ -50,16 +50,23 @@ pub(crate) fn delay_ms(headers: Option<&FieldTable>, header: &str) -> Result<Opt
 }
 
 /// The delay a message published at `now` through any exchange asks for with RabbitMQ 4.4's
-/// headers, and the header that asked: `x-opt-delivery-time` (the epoch millisecond it is due, read
-/// as the delayed exchange reads it; now or past: no delay), else `x-opt-delivery-delay` (ms from
-/// now, as Tanzu RabbitMQ and ActiveMQ Artemis take it; <= 0: no delay). Beyond 10 years: 406.
-/// The message is routed at once and waits in each queue it reaches, as any delayed message.
+/// headers, and the header that asked: `x-opt-delivery-time`, read as RabbitMQ 4.4 reads it (an
+/// integer of epoch milliseconds or an AMQP timestamp; any other type is ignored, and a time now
+/// or past is no delay), else `x-opt-delivery-delay` (ms from now, as Tanzu RabbitMQ and ActiveMQ
+/// Artemis take it, read as `x-delay`). Beyond 10 years: 406 (RabbitMQ has no bound; our time
+/// tiers do). The message is routed at once and waits in each queue it reaches.
 pub(crate) fn delivery_time(
     headers: Option<&FieldTable>,
     now: Timestamp,
 ) -> Result<Option<(u64, &'static str)>, AmqpError> {
     let Some(headers) = headers else { return Ok(None) };
-    if let Some(due) = due_at_ms(Some(headers), DELIVERY_TIME)? {
+    let due = match headers.get(DELIVERY_TIME) {
+        Some(FieldValue::Timestamp(seconds)) => Some(seconds.saturating_mul(1000)),
+        // Integers only: a string, float or anything else is no delay, as on RabbitMQ 4.4.
+        Some(value) => value.as_i64().map(|ms| ms.max(0) as u64),
+        None => None,
+    };
+    if let Some(due) = due {
         return delay_until(due, now, DELIVERY_TIME);
     }
     Ok(delay_ms(Some(headers), DELIVERY_DELAY)?.map(|delay| (delay, DELIVERY_DELAY)))

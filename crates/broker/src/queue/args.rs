@@ -109,10 +109,10 @@ pub enum RetryType {
     Disabled,
     /// Every return.
     All,
-    /// Failures only: `basic.reject` with requeue.
+    /// Failures only: `basic.reject` with requeue, a delivery whose channel closed.
     Failed,
-    /// Returns that are not failures: `basic.nack` with requeue, `basic.recover`, a closed
-    /// channel, a visibility timeout.
+    /// Returns that are not failures: `basic.nack` with requeue, `basic.recover`, a visibility
+    /// timeout.
     Returned,
 }
 
