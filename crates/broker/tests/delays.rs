@@ -472,7 +472,7 @@ fn a_delivery_time_is_read_as_rabbitmq_reads_it_on_any_exchange() {
         tb.publish_with(c, "", "q", with(ignored), b"now", false);
     }
     assert_eq!(stats(&tb, "q"), (3, 0), "not integers: no delay, no error");
-    let in_seconds = (now / 1000 + 3) as u64;
+    let in_seconds = now / 1000 + 3;
     tb.publish_with(c, "", "q", with(FieldValue::Timestamp(in_seconds)), b"later", false);
     assert_eq!(stats(&tb, "q"), (3, 1), "an AMQP timestamp names a second");
     tb.advance(ms(in_seconds * 1000 - now - 1));
