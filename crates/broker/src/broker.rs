@@ -297,7 +297,7 @@ impl Broker {
                 queue.forget_delivery(conn, channel_id, &delivery);
                 touched.push(delivery.queue);
                 // A delivery whose channel or connection died is a failure to RabbitMQ 4.3.
-                self.return_to_queue(delivery.queue, delivery.entry, true, now);
+                self.return_to_queue(delivery.queue, delivery.entry, crate::queue::ReturnKind::Failed, now);
             }
         }
         self.settle_scratch = unacked;

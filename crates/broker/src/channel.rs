@@ -12,7 +12,7 @@ use crate::api::{AmqpError, Publish};
 use crate::errors;
 use crate::message_stats::MessageStats;
 use crate::queue::entry::Entry;
-use crate::queue::QueueId;
+use crate::queue::{QueueId, ReturnKind};
 use crate::time::Timestamp;
 
 /// How many timed-out delivery tags a channel remembers, so a late ack of one is ignored rather
@@ -36,10 +36,9 @@ pub(crate) struct Unacked {
 pub(crate) enum Settlement {
     /// basic.ack: the message is done.
     Ack,
-    /// basic.nack / basic.reject with requeue=true, or recover: back to the queue. `failed`: a
-    /// basic.reject, which RabbitMQ 4.3 counts as a failed delivery (its delayed retry tells
-    /// the two apart; a closed channel's deliveries are failures too).
-    Requeue { failed: bool },
+    /// basic.nack / basic.reject with requeue=true, or recover: back to the queue, as a failure
+    /// (basic.reject) or not (RabbitMQ 4.3's delayed retry tells them apart).
+    Requeue(ReturnKind),
     /// basic.nack / basic.reject with requeue=false: dead-lettered or dropped.
     Discard,
 }

@@ -10,7 +10,7 @@ use crate::broker::Broker;
 use crate::message::Message;
 use crate::queue::delivery_limit::{self, Return};
 use crate::queue::entry::Entry;
-use crate::queue::{DeathReason, QueueId};
+use crate::queue::{DeathReason, QueueId, ReturnKind};
 use crate::time::Timestamp;
 
 /// Why a visibility change was refused (the HTTP API answers 404 for both).
@@ -23,13 +23,13 @@ pub enum VisibilityError {
 }
 
 impl Broker {
-    /// A delivery of queue `id` came back unsettled (`failed`: by basic.reject or its channel
-    /// closing, which RabbitMQ 4.3 calls failures): it counts one failed delivery, then goes back to ready, waits out its
-    /// back-off, or is dead-lettered over its limit (semantics §5).
-    pub(crate) fn return_to_queue(&mut self, id: QueueId, mut entry: Entry, failed: bool, now: Timestamp) {
+    /// A delivery of queue `id` came back unsettled, as `how`: it counts one failed delivery,
+    /// then goes back to ready, waits out its back-off, or is dead-lettered over its limit
+    /// (semantics §5).
+    pub(crate) fn return_to_queue(&mut self, id: QueueId, mut entry: Entry, how: ReturnKind, now: Timestamp) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
         entry.delivery_count = entry.delivery_count.saturating_add(1);
-        match delivery_limit::on_return(&queue.args, entry.delivery_count, failed) {
+        match delivery_limit::on_return(&queue.args, entry.delivery_count, how) {
             Return::Ready => {
                 entry.redelivered = true;
                 self.persist_update(id, &entry, None);
@@ -66,7 +66,7 @@ impl Broker {
                 }
             }
             queue.counters.visibility_expired += 1;
-            self.return_to_queue(id, unacked.entry, false, now);
+            self.return_to_queue(id, unacked.entry, ReturnKind::Returned, now);
         }
     }
 

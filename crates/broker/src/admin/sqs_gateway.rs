@@ -26,7 +26,7 @@ use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
 use crate::persist::Changed;
 use crate::queue::args::QueueArgs;
-use crate::queue::{Queue, QueueId};
+use crate::queue::{Queue, QueueId, ReturnKind};
 use crate::time::Timestamp;
 
 /// The peer address gateway connections show in listings.
@@ -437,7 +437,7 @@ impl Broker {
                         GATEWAY_CHANNEL,
                         got.tag,
                         false,
-                        Settlement::Requeue { failed: false },
+                        Settlement::Requeue(ReturnKind::Returned),
                         now,
                     );
                     step.stopped = Some(stopped);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use hourglass_wire::reply_code::NO_ROUTE;
 use hourglass_wire::{
     BasicAck, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicGet, BasicGetEmpty, BasicGetOk,
-    BasicNack, BasicQos, BasicQosOk, BasicRecoverOk, BasicReject, BasicReturn, ShortStr,
+    BasicNack, BasicQos, BasicQosOk, BasicRecoverOk, BasicReject, BasicReturn, FieldTable, ShortStr,
 };
 
 use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Publish};
@@ -21,7 +21,7 @@ use crate::message_stats::{Confirm, DeliveryKind, PublishOutcome};
 use crate::queue::args::QueueType;
 use crate::queue::consumers::Consumer;
 use crate::queue::visibility::{self, DeliveryRef};
-use crate::queue::{args, ttl, DeathReason, QueueId};
+use crate::queue::{args, ttl, DeathReason, QueueId, ReturnKind};
 use crate::receipts::Receipt;
 use crate::redelivery::decorate;
 use crate::reply_to;
@@ -116,10 +116,16 @@ impl Broker {
                 publish.exchange
             )));
         }
-        let header_routes = HeaderRoutes::read(&publish.properties)?;
+        // Decoded once: CC/BCC routing and the delay headers both read the table.
+        let headers = publish.properties.headers();
+        let header_routes = match &headers {
+            Some(headers) => HeaderRoutes::from_headers(headers)?,
+            None => HeaderRoutes::default(),
+        };
         let mandatory = publish.mandatory;
         let direct_reply = reply_to::is_direct_reply(&publish);
-        let requested = requested_delay(exchange.spec.delayed, self.apsaramq_delay_header, &publish, now)?;
+        let requested =
+            requested_delay(exchange.spec.delayed, self.apsaramq_delay_header, headers.as_ref(), now)?;
         let delay_ms = requested.map(|(delay, _)| delay);
         let properties = match requested {
             // The plugin rewrites x-delay to what it delivers; other messages keep their bytes.
@@ -421,7 +427,8 @@ impl Broker {
         m: &BasicNack,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
-        let settlement = if m.requeue { Settlement::Requeue { failed: false } } else { Settlement::Discard };
+        let settlement =
+            if m.requeue { Settlement::Requeue(ReturnKind::Returned) } else { Settlement::Discard };
         self.settle(conn, ch, m.delivery_tag, m.multiple, settlement, now)
     }
 
@@ -432,7 +439,8 @@ impl Broker {
         m: &BasicReject,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
-        let settlement = if m.requeue { Settlement::Requeue { failed: true } } else { Settlement::Discard };
+        let settlement =
+            if m.requeue { Settlement::Requeue(ReturnKind::Failed) } else { Settlement::Discard };
         self.settle(conn, ch, m.delivery_tag, false, settlement, now)
     }
 
@@ -453,7 +461,7 @@ impl Broker {
         if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
             channel.take_all(&mut all);
         }
-        self.apply_settlements(conn, ch, &mut all, Settlement::Requeue { failed: false }, now);
+        self.apply_settlements(conn, ch, &mut all, Settlement::Requeue(ReturnKind::Returned), now);
         self.settle_scratch = all;
         if reply {
             self.send(conn, ch, BasicRecoverOk {});
@@ -506,7 +514,7 @@ impl Broker {
                     acked += 1;
                     self.persist_settle(id, delivery.entry.persist_id());
                 }
-                Settlement::Requeue { failed } => self.return_to_queue(id, delivery.entry, failed, now),
+                Settlement::Requeue(how) => self.return_to_queue(id, delivery.entry, how, now),
                 Settlement::Discard => {
                     let entry = delivery.entry;
                     queue.settle(&entry);
@@ -549,11 +557,10 @@ impl Broker {
 fn requested_delay(
     delayed_exchange: bool,
     apsaramq: bool,
-    publish: &Publish,
+    headers: Option<&FieldTable>,
     now: Timestamp,
 ) -> Result<Option<(u64, &'static str)>, AmqpError> {
-    let headers = publish.properties.headers();
-    let Some(headers) = headers.as_ref() else { return Ok(None) };
+    let Some(headers) = headers else { return Ok(None) };
     if delayed_exchange {
         return delayed::requested_delay(Some(headers), now);
     }

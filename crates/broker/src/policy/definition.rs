@@ -13,7 +13,7 @@
 use hourglass_wire::{FieldTable, FieldValue, ShortStr};
 
 use super::PolicyKind;
-use crate::queue::{QueueSettings, RetryType, SettingError};
+use crate::queue::{QueueSettings, RetryConflict, SettingError};
 
 /// Queue settings an operator policy may not set: RabbitMQ keeps operator policies to limits.
 const USER_ONLY_SETTINGS: &[&str] = &["dead-letter-exchange", "dead-letter-routing-key"];
@@ -91,18 +91,17 @@ pub(super) fn parse(kind: PolicyKind, table: &FieldTable) -> Result<Definition, 
     if !unrecognised.is_empty() {
         return Err(format!("[{}] are not recognised policy settings", unrecognised.join(",")));
     }
-    // RabbitMQ 4.3's rabbit_quorum_queue:validate_delayed_retry_constraints, in its words.
-    let q = &definition.queue;
-    match (q.delayed_retry_type, q.delayed_retry_min_ms, q.delayed_retry_max_ms) {
-        (Some(kind), None, _) if kind != RetryType::Disabled => {
+    // In RabbitMQ 4.3's words (rabbit_quorum_queue:validate_delayed_retry_constraints).
+    match definition.queue.delayed_retry_conflict() {
+        Some(RetryConflict::MinMissing(kind)) => {
             return Err(format!("delayed-retry-min is required when delayed-retry-type is {}", kind.name()))
         }
-        (_, Some(min), Some(max)) if max < min => {
+        Some(RetryConflict::MaxBelowMin { min, max }) => {
             return Err(format!(
                 "delayed-retry-max ({max}) must not be smaller than delayed-retry-min ({min})"
             ))
         }
-        _ => {}
+        None => {}
     }
     Ok(definition)
 }

@@ -125,15 +125,24 @@ pub struct DelayedRetry {
     pub max_ms: u64,
 }
 
+/// How a delivery came back unsettled, as RabbitMQ 4.3 tells them apart.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ReturnKind {
+    /// A failed delivery: basic.reject with requeue, or its channel or connection closed.
+    Failed,
+    /// Any other return: basic.nack with requeue, basic.recover, a visibility timeout.
+    Returned,
+}
+
 impl DelayedRetry {
-    /// The wait of a return (`failed`: a failure, `basic.reject` with requeue) that makes
-    /// `returns` (>= 1) in all, if this kind of retry holds it back.
-    pub fn wait_ms(&self, failed: bool, returns: u32) -> Option<u64> {
+    /// The wait of a return of `how` that makes `returns` (>= 1) in all, if this kind of retry
+    /// holds it back.
+    pub fn wait_ms(&self, how: ReturnKind, returns: u32) -> Option<u64> {
         let applies = match self.kind {
             RetryType::Disabled => false,
             RetryType::All => true,
-            RetryType::Failed => failed,
-            RetryType::Returned => !failed,
+            RetryType::Failed => how == ReturnKind::Failed,
+            RetryType::Returned => how == ReturnKind::Returned,
         };
         applies.then(|| self.min_ms.saturating_mul(u64::from(returns.max(1))).min(self.max_ms))
     }
@@ -280,14 +289,14 @@ impl QueueArgs {
                 _ => {}
             }
         }
-        match (declared.delayed_retry_type, declared.delayed_retry_min_ms, declared.delayed_retry_max_ms) {
-            (Some(kind), None, _) if kind != RetryType::Disabled => {
+        match declared.delayed_retry_conflict() {
+            Some(RetryConflict::MinMissing(kind)) => {
                 return Err(invalid(
                     "x-delayed-retry-min",
                     format!("required when x-delayed-retry-type is {}", kind.name()),
                 ))
             }
-            (_, Some(min), Some(max)) if max < min => {
+            Some(RetryConflict::MaxBelowMin { min, max }) => {
                 return Err(invalid(
                     "x-delayed-retry-max",
                     format!(
@@ -295,7 +304,7 @@ impl QueueArgs {
                     ),
                 ))
             }
-            _ => {}
+            None => {}
         }
         if declared.dead_letter_routing_key.is_some() && declared.dead_letter_exchange.is_none() {
             return Err(invalid("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined".to_owned()));
@@ -357,7 +366,26 @@ impl QueueArgs {
     }
 }
 
+/// Delayed-retry settings that cannot stand together in one declaration or one policy (RabbitMQ
+/// 4.3's rabbit_quorum_queue:validate_delayed_retry_constraints).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RetryConflict {
+    /// A type other than `disabled` without a minimum.
+    MinMissing(RetryType),
+    /// A maximum below the minimum.
+    MaxBelowMin { min: u64, max: u64 },
+}
+
 impl QueueSettings {
+    /// What makes these delayed-retry settings refused, if anything (each caller words it).
+    pub(crate) fn delayed_retry_conflict(&self) -> Option<RetryConflict> {
+        match (self.delayed_retry_type, self.delayed_retry_min_ms, self.delayed_retry_max_ms) {
+            (Some(kind), None, _) if kind != RetryType::Disabled => Some(RetryConflict::MinMissing(kind)),
+            (_, Some(min), Some(max)) if max < min => Some(RetryConflict::MaxBelowMin { min, max }),
+            _ => None,
+        }
+    }
+
     /// Checks `value` for the setting `name` (an argument's name without its `x-`, or a policy
     /// key) and records it. `Ok(false)`: `name` is not one of these settings.
     pub(crate) fn set(&mut self, name: &str, value: &FieldValue) -> Result<bool, SettingError> {

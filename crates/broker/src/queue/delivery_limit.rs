@@ -2,7 +2,7 @@
 //! to a message that comes back unacknowledged — visibility ran out, nack/reject with requeue,
 //! its channel closed. Each return counts one failed delivery (RabbitMQ's quorum-queue counting).
 
-use super::args::QueueArgs;
+use super::args::{QueueArgs, ReturnKind};
 
 /// Where a returning message goes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -16,13 +16,13 @@ pub(crate) enum Return {
 }
 
 /// Decides the fate of a message whose failed deliveries now number `failures` (>= 1), coming
-/// back by basic.reject (`failed`) or otherwise. RabbitMQ 4.3's delayed retry, when it holds this
-/// kind of return back, sets the wait; else our back-off does.
-pub(crate) fn on_return(args: &QueueArgs, failures: u32, failed: bool) -> Return {
+/// back as `how`. RabbitMQ 4.3's delayed retry, when it holds this kind of return back, sets the
+/// wait; else our back-off does.
+pub(crate) fn on_return(args: &QueueArgs, failures: u32, how: ReturnKind) -> Return {
     if args.delivery_limit.is_some_and(|limit| u64::from(failures) > limit) {
         return Return::OverLimit;
     }
-    if let Some(delay_ms) = args.delayed_retry.and_then(|retry| retry.wait_ms(failed, failures)) {
+    if let Some(delay_ms) = args.delayed_retry.and_then(|retry| retry.wait_ms(how, failures)) {
         return Return::After { delay_ms };
     }
     match backoff_ms(args.redelivery_delay_ms, args.redelivery_delay_max_ms, failures) {
@@ -68,9 +68,9 @@ mod tests {
     #[test]
     fn over_the_limit_is_dead_lettered_without_backoff() {
         let a = args(Some(2), Some(100), None);
-        assert_eq!(on_return(&a, 1, false), Return::After { delay_ms: 100 });
-        assert_eq!(on_return(&a, 2, true), Return::After { delay_ms: 200 });
-        assert_eq!(on_return(&a, 3, false), Return::OverLimit);
-        assert_eq!(on_return(&args(None, None, None), 50, true), Return::Ready);
+        assert_eq!(on_return(&a, 1, ReturnKind::Returned), Return::After { delay_ms: 100 });
+        assert_eq!(on_return(&a, 2, ReturnKind::Failed), Return::After { delay_ms: 200 });
+        assert_eq!(on_return(&a, 3, ReturnKind::Returned), Return::OverLimit);
+        assert_eq!(on_return(&args(None, None, None), 50, ReturnKind::Failed), Return::Ready);
     }
 }

@@ -31,8 +31,10 @@ use crate::message::Message;
 use crate::message_stats::MessageStats;
 use crate::persist::RecordLocation;
 use crate::time::Timestamp;
-pub(crate) use args::SettingError;
-pub use args::{DeadLetterStrategy, DelayedRetry, Overflow, QueueArgs, QueueSettings, QueueType, RetryType};
+pub use args::{
+    DeadLetterStrategy, DelayedRetry, Overflow, QueueArgs, QueueSettings, QueueType, RetryType, ReturnKind,
+};
+pub(crate) use args::{RetryConflict, SettingError};
 use consumers::Consumers;
 pub use dead_letter::DeathReason;
 use delay::{DelayIndex, Waiting};
