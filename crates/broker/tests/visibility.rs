@@ -424,3 +424,26 @@ fn delayed_retry_arguments_are_validated() {
     assert!(channel_error(&declare_args(&mut tb, c, "q", &[("x-delayed-retry-type", text("disabled"))]))
         .is_none());
 }
+
+/// Issue 39: RabbitMQ 4.3's `x-consumer-timeout` is not served yet, so it is refused by name as a
+/// queue argument and as a consumer argument (and `consumer-timeout` as a policy key is not a
+/// recognised setting), never accepted and ignored.
+#[test]
+fn consumer_timeout_is_refused_by_name_not_ignored() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let err =
+        channel_error(&declare_args(&mut tb, c, "q", &[("x-consumer-timeout", int(1_000))])).expect("406");
+    assert_eq!(err.reply_code, 406);
+    assert!(err.reply_text.contains("'x-consumer-timeout'"), "{}", err.reply_text);
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[]);
+    let arguments = FieldTable::from_entries([("x-consumer-timeout", int(1_000))]);
+    let effects = tb.call(
+        c,
+        BasicConsume { queue: short("q"), consumer_tag: short("w"), arguments, ..Default::default() },
+    );
+    let err = channel_error(&effects).expect("406");
+    assert_eq!(err.reply_code, 406);
+    assert!(err.reply_text.contains("'x-consumer-timeout' for consumer"), "{}", err.reply_text);
+}

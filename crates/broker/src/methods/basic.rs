@@ -574,11 +574,18 @@ fn requested_delay(
 }
 
 /// `x-visibility-timeout` in basic.consume arguments (semantics §4): 406 naming it when invalid.
+/// RabbitMQ 4.3's `x-consumer-timeout`, not served yet, is refused by name.
 fn consumer_visibility(
     arguments: &hourglass_wire::FieldTable,
     queue: &ShortStr,
     vhost: &str,
 ) -> Result<Option<u64>, AmqpError> {
+    if arguments.get("x-consumer-timeout").is_some() {
+        return Err(errors::precondition_failed(format!(
+            "invalid arg 'x-consumer-timeout' for consumer on queue '{queue}' in vhost '{vhost}': {}",
+            args::CONSUMER_TIMEOUT_NOT_SERVED
+        )));
+    }
     let Some(value) = arguments.get("x-visibility-timeout") else { return Ok(None) };
     args::count_arg(&value).and_then(visibility::check_range).map(Some).map_err(|why| {
         errors::precondition_failed(format!(

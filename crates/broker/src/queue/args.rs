@@ -13,6 +13,10 @@ pub const MAX_TIME_MS: u64 = 315_360_000_000;
 /// The highest `x-max-priority` RabbitMQ accepts.
 pub const MAX_PRIORITY: u8 = 255;
 
+/// Why `x-consumer-timeout` (RabbitMQ 4.3's, a queue or consumer argument) is refused.
+pub(crate) const CONSUMER_TIMEOUT_NOT_SERVED: &str =
+    "not supported by Hourglass yet; x-visibility-timeout takes an unacknowledged delivery back with the channel open";
+
 /// Arguments whose values must match when a queue is redeclared (RabbitMQ compares these and
 /// ignores the rest).
 pub(crate) const EQUIVALENCE_KEYS: &[&str] = &[
@@ -258,6 +262,8 @@ impl QueueArgs {
                     let name = short_string_arg(&value).map_err(|_| invalid_type(key, &value))?;
                     dedup.header = name.as_str().into_owned();
                 }
+                // RabbitMQ 4.3's consumer timeout is not served yet: refused by name, never ignored.
+                "x-consumer-timeout" => return Err(invalid(key, CONSUMER_TIMEOUT_NOT_SERVED.to_owned())),
                 "x-dead-letter-strategy" => {
                     args.dead_letter_strategy = match value.as_bytes() {
                         Some(b"at-most-once") => DeadLetterStrategy::AtMostOnce,
