@@ -184,3 +184,49 @@ async fn in_flight_listing_shows_each_delivery_and_when_it_returns() {
     assert_eq!(listed["total"], 1);
     assert_eq!(listed["deliveries"][0]["receipt_handle"], handles[1].as_str());
 }
+
+/// Issue 39: a delivery under RabbitMQ 4.3's `x-consumer-timeout` is listed in flight as
+/// `"timeout": "consumer"` without a receipt handle, the consumer listing shows its timeout, and
+/// when it runs out lapin's consumer ends (basic.cancel) while the channel stays usable.
+#[tokio::test]
+async fn consumer_timeout_is_listed_and_cancels_a_lapin_consumer() {
+    let broker = RunningBroker::start();
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert(ShortString::from("x-consumer-timeout"), AMQPValue::LongInt(1_500));
+    channel.queue_declare("slow".into(), Default::default(), args).await.unwrap();
+    channel
+        .basic_publish("".into(), "slow".into(), Default::default(), b"job", BasicProperties::default())
+        .await
+        .unwrap();
+    let mut consumer = channel
+        .basic_consume("slow".into(), "w".into(), Default::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let delivery = within("delivery", consumer.next()).await.unwrap().unwrap();
+    let started = Instant::now();
+    assert!(delivery
+        .properties
+        .headers()
+        .as_ref()
+        .is_none_or(|h| !h.inner().contains_key("x-receipt-handle")));
+    let (_, body) = common::http(&broker, "GET", "/api/queues/%2F/slow/in-flight", "").await;
+    let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["total"], 1, "{body}");
+    let item = &listed["deliveries"][0];
+    assert_eq!(
+        (item["timeout"].as_str(), item["consumer_timeout"].as_u64()),
+        (Some("consumer"), Some(1_500)),
+        "{item}"
+    );
+    assert!(item["receipt_handle"].is_null(), "{item}");
+    let (_, body) = common::http(&broker, "GET", "/api/consumers", "").await;
+    let consumers: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(consumers[0]["consumer_timeout"], 1_500, "{body}");
+    // lapin ends the consumer's stream when the broker cancels it.
+    assert!(within("the cancel", consumer.next()).await.is_none(), "the consumer was cancelled");
+    assert!(started.elapsed() >= Duration::from_millis(1_400), "{:?}", started.elapsed());
+    let back = channel.basic_get("slow".into(), BasicGetOptions { no_ack: true }).await.unwrap();
+    assert!(back.is_some_and(|m| m.delivery.redelivered), "back in the queue, redelivered");
+}

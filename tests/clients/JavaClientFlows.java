@@ -1,6 +1,7 @@
 // The RabbitMQ Java client (Debian's librabbitmq-client-java), as a new user would use it:
 // confirms, consume with acks, basic.get, a 404 that closes only the channel, TTL + dead-lettering
-// with x-death, and the delayed-message exchange. Exits non-zero on the first failed check.
+// with x-death, the delayed-message exchange, and RabbitMQ 4.3's consumer timeout (handleCancel
+// runs, the channel stays open). Exits non-zero on the first failed check.
 import com.rabbitmq.client.*;
 import java.util.*;
 import java.util.concurrent.*;
@@ -94,6 +95,39 @@ public class JavaClientFlows {
             }
             long waitedMs = (System.nanoTime() - sent) / 1_000_000;
             check(later != null && waitedMs >= 290, "delayed message after its delay: " + waitedMs + " ms");
+
+            // RabbitMQ 4.3's x-consumer-timeout: a delivery not acked in time goes back to the queue,
+            // and the client (it announces consumer_cancel_notify) hears basic.cancel; the channel
+            // stays open.
+            Channel slow = conn.createChannel();
+            Map<String, Object> timeoutArgs = new HashMap<>();
+            timeoutArgs.put("x-queue-type", "quorum");
+            timeoutArgs.put("x-consumer-timeout", 500);
+            slow.queueDeclare("java-timeout", true, false, false, timeoutArgs);
+            slow.basicPublish("", "java-timeout", null, "slow job".getBytes());
+            BlockingQueue<Long> delivered = new LinkedBlockingQueue<>();
+            BlockingQueue<String> cancelled = new LinkedBlockingQueue<>();
+            slow.basicConsume("java-timeout", false, "java-slow", new DefaultConsumer(slow) {
+                @Override
+                public void handleDelivery(String tag, Envelope env, AMQP.BasicProperties props, byte[] body) {
+                    delivered.add(System.nanoTime());
+                }
+
+                @Override
+                public void handleCancel(String tag) {
+                    cancelled.add(tag + "@" + System.nanoTime());
+                }
+            });
+            Long deliveredAt = delivered.poll(5, TimeUnit.SECONDS);
+            check(deliveredAt != null, "the slow job was delivered");
+            String cancel = cancelled.poll(5, TimeUnit.SECONDS);
+            check(cancel != null && cancel.startsWith("java-slow@"), "handleCancel after the consumer timeout: " + cancel);
+            long afterMs = (Long.parseLong(cancel.substring(cancel.indexOf('@') + 1)) - deliveredAt) / 1_000_000;
+            check(afterMs >= 490 && afterMs < 1500, "cancelled after the timeout: " + afterMs + " ms");
+            check(slow.isOpen(), "the channel stays open after a consumer timeout");
+            GetResponse again = slow.basicGet("java-timeout", true);
+            check(again != null && again.getEnvelope().isRedeliver(), "the timed-out message is back, redelivered");
+            slow.queueDelete("java-timeout");
 
             ch.queueDelete("java-work");
         }

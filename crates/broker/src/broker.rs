@@ -11,6 +11,7 @@ use hourglass_wire::Method;
 use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Effect};
 use crate::channel::{Channel, Unacked};
 use crate::churn::ChurnStats;
+use crate::consumer_timeout::{ConsumerTimeoutConfig, DefaultTimeouts};
 use crate::dead_lettering::DeadLetterQueue;
 use crate::firehose::Firehose;
 use crate::message_stats::{MessageSizes, MessageStats};
@@ -41,6 +42,9 @@ pub struct BrokerConfig {
     /// A store is attached: emit `StoreOp`s (`poll_store_op`) and hold confirms until
     /// `handle_persisted`. Off, nothing is written and nothing waits (tests, no data dir).
     pub persistence: bool,
+    /// The broker-wide consumer timeout (consumer_timeout.rs): RabbitMQ's 30 minutes, answered
+    /// with basic.cancel, by default.
+    pub consumer_timeout: ConsumerTimeoutConfig,
     /// Signs receipt handles (receipts.rs). The driver draws it at random
     /// (`ReceiptKey::random`): the broker reads no random source itself. The default is a fixed
     /// key, for tests only.
@@ -56,6 +60,7 @@ impl Default for BrokerConfig {
             apsaramq_delay_header: false,
             persistence: false,
             receipt_key: ReceiptKey::from_bytes(&[0; 32]),
+            consumer_timeout: ConsumerTimeoutConfig::default(),
         }
     }
 }
@@ -98,6 +103,8 @@ pub struct Broker {
     pub(crate) sqs: crate::admin::SqsGateways,
     /// Signs and checks receipt handles (receipts.rs).
     pub(crate) receipts: ReceiptKey,
+    /// Deliveries under the broker's default consumer timeout (consumer_timeout.rs).
+    pub(crate) default_timeouts: DefaultTimeouts,
     pub(crate) effects: VecDeque<Effect>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
     pub(crate) settle_scratch: Vec<Unacked>,
@@ -139,6 +146,7 @@ impl Broker {
             entry_ids: Default::default(),
             channel_openings: 0,
             receipts: config.receipt_key.clone(),
+            default_timeouts: DefaultTimeouts::new(config.consumer_timeout),
             sqs: Default::default(),
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),
@@ -241,7 +249,7 @@ impl Broker {
     }
 
     /// Closes the channel (soft error) or the whole connection (hard error), releasing what it held.
-    fn fail(&mut self, conn: ConnectionId, channel: ChannelId, error: AmqpError, now: Timestamp) {
+    pub(crate) fn fail(&mut self, conn: ConnectionId, channel: ChannelId, error: AmqpError, now: Timestamp) {
         tracing::debug!(conn = conn.0, channel = channel.0, code = error.reply_code, text = %error.reply_text, "protocol error");
         if is_connection_error(error.reply_code) {
             self.release_connection(conn, now);

@@ -12,12 +12,16 @@ use crate::api::{AmqpError, Publish};
 use crate::errors;
 use crate::message_stats::MessageStats;
 use crate::queue::entry::Entry;
+use crate::queue::visibility::Deadline;
 use crate::queue::{QueueId, ReturnKind};
 use crate::time::Timestamp;
 
 /// How many timed-out delivery tags a channel remembers, so a late ack of one is ignored rather
 /// than refused (semantics §4). Older ones are forgotten; acking those is an unknown tag again.
 const MAX_STALE_TAGS: usize = 65_536;
+/// How many consumers cancelled by a consumer timeout a channel remembers (their other
+/// deliveries running out later come back quietly, semantics §4).
+const MAX_TIMED_OUT_CONSUMERS: usize = 1_024;
 
 /// A delivery the client has not settled yet.
 #[derive(Debug)]
@@ -27,8 +31,12 @@ pub(crate) struct Unacked {
     pub entry: Entry,
     /// The consumer it went to; `None` for basic.get.
     pub consumer_tag: Option<ShortStr>,
-    /// When its visibility timeout runs out (semantics §4); `None` without one.
-    pub visible_at: Option<Timestamp>,
+    /// When it was made: with no deadline of its own, the broker's default consumer timeout
+    /// counts from here (`consumer_timeout.rs`).
+    pub delivered_at: Timestamp,
+    /// When its visibility or consumer timeout runs out (semantics §4); `None`: only the
+    /// broker's default consumer timeout applies.
+    pub deadline: Option<Deadline>,
 }
 
 /// How a settled delivery leaves the channel.
@@ -84,6 +92,8 @@ pub(crate) struct Channel {
     pub stats: MessageStats,
     /// Tags of deliveries whose visibility timed out: a late settle of these is ignored.
     stale_tags: BTreeSet<u64>,
+    /// Consumers this channel lost to a consumer timeout, most recent last.
+    timed_out_consumers: VecDeque<ShortStr>,
     /// The connection's socket is behind: no deliveries to this channel's consumers for now.
     pub paused: bool,
     /// Where `queues_in_turn` starts next time.
@@ -104,6 +114,7 @@ impl Channel {
             last_queue: None,
             stats: MessageStats::default(),
             stale_tags: BTreeSet::new(),
+            timed_out_consumers: VecDeque::new(),
             paused: false,
             turn: 0,
         }
@@ -184,6 +195,32 @@ impl Channel {
             self.stale_tags.pop_first();
         }
         Some(unacked)
+    }
+
+    /// Notes that consumer `tag` was cancelled because a delivery of it timed out.
+    pub fn note_timed_out_consumer(&mut self, tag: ShortStr) {
+        if self.timed_out_consumers.len() == MAX_TIMED_OUT_CONSUMERS {
+            self.timed_out_consumers.pop_front();
+        }
+        self.timed_out_consumers.push_back(tag);
+    }
+
+    /// Whether consumer `tag` was cancelled by a consumer timeout (`note_timed_out_consumer`).
+    pub fn lost_to_timeout(&self, tag: &ShortStr) -> bool {
+        self.timed_out_consumers.contains(tag)
+    }
+
+    /// The deliveries under the broker's default consumer timeout (no deadline of their own) that
+    /// were made at or before `cutoff`, into `due`; returns when the first later one was made.
+    /// Tags follow delivery time, so the walk stops at that one.
+    pub fn made_by(&self, cutoff: Timestamp, due: &mut Vec<u64>) -> Option<Timestamp> {
+        for unacked in self.unacked.iter().filter(|u| u.deadline.is_none()) {
+            if unacked.delivered_at > cutoff {
+                return Some(unacked.delivered_at);
+            }
+            due.push(unacked.tag);
+        }
+        None
     }
 
     /// Whether delivery `tag` awaits its settlement here (not settled, not timed out).

@@ -10,12 +10,13 @@ use hourglass_wire::{BasicDeliver, Method};
 use crate::api::{ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
 use crate::channel::{Channel, Unacked};
+use crate::consumer_timeout::DefaultTimeouts;
 use crate::firehose::{Firehose, TracedDelivery};
 use crate::message_stats::{DeliveryKind, MessageStats};
 use crate::persist::Persistence;
 use crate::queue::entry::Entry;
 use crate::queue::paging::MAX_READS_PER_DISPATCH;
-use crate::queue::visibility::DeliveryRef;
+use crate::queue::visibility::{Deadline, DeliveryRef};
 use crate::queue::{Queue, QueueId};
 use crate::receipts::{Receipt, ReceiptKey};
 use crate::redelivery::decorate;
@@ -76,6 +77,7 @@ struct Sinks<'b> {
     persist: &'b mut Persistence,
     firehose: &'b mut Firehose,
     receipts: &'b ReceiptKey,
+    default_timeouts: &'b mut DefaultTimeouts,
 }
 
 impl Broker {
@@ -89,6 +91,7 @@ impl Broker {
             persist: &mut self.persist,
             firehose: &mut self.firehose,
             receipts: &self.receipts,
+            default_timeouts: &mut self.default_timeouts,
         };
         Some((queue, sinks))
     }
@@ -109,12 +112,12 @@ fn pick_consumer(queue: &mut Queue, channels: &IdMap<(ConnectionId, ChannelId), 
 }
 
 /// Sends `entry` to consumer `at` of `queue` as basic.deliver, tracking it on the channel when it
-/// awaits an ack (and in the queue's visibility index when a timeout applies, semantics §4).
+/// awaits an ack (and in the queue's visibility index when a visibility or consumer timeout of its
+/// own applies, semantics §4).
 /// Tells the store what the delivery means for a persisted message (`Persistence::handed_out`),
 /// and notes the delivery for the firehose.
 fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, now: Timestamp) {
     let queue_id = queue.id;
-    let queue_timeout = queue.args.visibility_timeout_ms;
     let consumer = queue.consumers.get_mut(at);
     let channel =
         consumer.as_ref().and_then(|consumer| sinks.channels.get_mut(&(consumer.conn, consumer.channel)));
@@ -132,10 +135,16 @@ fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, no
         counters.delivered(kind, entry.redelivered);
     }
     let delivery = DeliveryRef { conn: consumer.conn, channel: consumer.channel, tag };
-    let timeout = if consumer.no_ack { None } else { consumer.visibility_timeout_ms.or(queue_timeout) };
-    let visible_at = timeout.map(|ms| now.saturating_add_millis(ms));
+    let deadline = if consumer.no_ack {
+        None
+    } else {
+        let visibility = consumer.visibility_timeout_ms.or(queue.args.visibility_timeout_ms);
+        let consumer_timeout = consumer.consumer_timeout_ms.or(queue.args.consumer_timeout_ms);
+        Deadline::of_delivery(visibility, consumer_timeout, now)
+    };
     let receipt = Receipt { queue: queue_id, delivery, channel_opening: channel.opening, entry: entry.seq };
-    let message = decorate(&entry, visible_at.map(|_| sinks.receipts.issue(&receipt)));
+    let receipt_handle = deadline.filter(Deadline::has_receipt).map(|_| sinks.receipts.issue(&receipt));
+    let message = decorate(&entry, receipt_handle);
     let method = Method::BasicDeliver(BasicDeliver {
         consumer_tag: consumer.tag.clone(),
         delivery_tag: tag,
@@ -151,10 +160,12 @@ fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, no
             queue: queue_id,
             entry,
             consumer_tag: Some(consumer.tag.clone()),
-            visible_at,
+            delivered_at: now,
+            deadline,
         });
-        if let Some(at) = visible_at {
-            queue.visibility.insert(at, delivery);
+        match deadline {
+            Some(deadline) => queue.visibility.insert(deadline.at, delivery),
+            None => sinks.default_timeouts.delivered(now),
         }
     }
     let traced = || TracedDelivery {

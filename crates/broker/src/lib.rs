@@ -10,6 +10,7 @@ mod broker;
 pub mod calendar;
 mod channel;
 pub mod churn;
+pub mod consumer_timeout;
 mod dead_lettering;
 mod dispatch;
 mod enqueue;

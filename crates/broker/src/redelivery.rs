@@ -4,14 +4,23 @@
 
 use std::sync::Arc;
 
-use hourglass_wire::{FieldValue, LongStr};
+use hourglass_wire::{FieldValue, LongStr, ShortStr};
 
 use crate::broker::Broker;
 use crate::message::Message;
 use crate::queue::delivery_limit::{self, Return};
 use crate::queue::entry::Entry;
+use crate::queue::visibility::{Deadline, DeadlineKind, DeliveryRef};
 use crate::queue::{DeathReason, QueueId, ReturnKind};
 use crate::time::Timestamp;
+
+/// A delivery taken back because its time ran out.
+pub(crate) struct TimedOut {
+    /// The consumer it went to; `None` for basic.get.
+    pub consumer_tag: Option<ShortStr>,
+    /// Its own deadline; `None`: the broker's default consumer timeout.
+    pub deadline: Option<Deadline>,
+}
 
 /// Why a visibility change was refused (the HTTP API answers 404 for both).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -52,22 +61,44 @@ impl Broker {
         }
     }
 
-    /// Takes back the deliveries of queue `id` whose visibility ran out at `now`; their channels
-    /// stay open and their consumers get the credit back (semantics §4).
+    /// Takes back the deliveries of queue `id` whose visibility or consumer timeout ran out at
+    /// `now`. After a visibility timeout the channel stays open and the consumer gets the credit
+    /// back (semantics §4); after a consumer timeout the consumer hears of it
+    /// (`consumer_timeout.rs`).
     pub(crate) fn expire_visibility(&mut self, id: QueueId, now: Timestamp) {
-        loop {
-            let Some(queue) = self.queues.get_mut(&id) else { return };
-            let Some(delivery) = queue.visibility.pop_due(now) else { return };
-            let Some(channel) = self.channels.get_mut(&(delivery.conn, delivery.channel)) else { continue };
-            let Some(unacked) = channel.take_timed_out(delivery.tag) else { continue };
-            if let Some(tag) = &unacked.consumer_tag {
-                if let Some(consumer) = queue.consumers.find_mut(delivery.conn, delivery.channel, tag) {
-                    consumer.unacked = consumer.unacked.saturating_sub(1);
+        let mut consumer_timeouts = Vec::new();
+        while let Some(delivery) = self.queues.get_mut(&id).and_then(|q| q.visibility.pop_due(now)) {
+            let Some(timed_out) = self.take_back_timed_out(delivery, now) else { continue };
+            match timed_out.deadline.map(|d| d.kind) {
+                Some(DeadlineKind::ConsumerTimeout(ms)) => {
+                    consumer_timeouts.push((delivery, timed_out.consumer_tag, ms))
+                }
+                _ => {
+                    if let Some(queue) = self.queues.get_mut(&id) {
+                        queue.counters.visibility_expired += 1;
+                    }
                 }
             }
-            queue.counters.visibility_expired += 1;
-            self.return_to_queue(id, unacked.entry, ReturnKind::Returned, now);
         }
+        for (delivery, consumer_tag, ms) in consumer_timeouts {
+            self.consumer_timed_out(delivery.conn, delivery.channel, consumer_tag, ms, now);
+        }
+    }
+
+    /// Takes `delivery`, whose time ran out, back from its channel (its tag stays known as
+    /// stale) and returns its message to the queue, as a return, not a failure.
+    pub(crate) fn take_back_timed_out(&mut self, delivery: DeliveryRef, now: Timestamp) -> Option<TimedOut> {
+        let channel = self.channels.get_mut(&(delivery.conn, delivery.channel))?;
+        let unacked = channel.take_timed_out(delivery.tag)?;
+        let id = unacked.queue;
+        if let (Some(tag), Some(queue)) = (&unacked.consumer_tag, self.queues.get_mut(&id)) {
+            if let Some(consumer) = queue.consumers.find_mut(delivery.conn, delivery.channel, tag) {
+                consumer.unacked = consumer.unacked.saturating_sub(1);
+            }
+        }
+        let timed_out = TimedOut { consumer_tag: unacked.consumer_tag, deadline: unacked.deadline };
+        self.return_to_queue(id, unacked.entry, ReturnKind::Returned, now);
+        Some(timed_out)
     }
 
     /// Sets the remaining invisibility of the delivery named by `receipt_handle` to `timeout_ms`
@@ -96,13 +127,14 @@ impl Broker {
             .filter(|channel| channel.opening == receipt.channel_opening)
             .ok_or(VisibilityError::HandleNotFound)?;
         let unacked = channel.unacked_mut(delivery.tag).ok_or(VisibilityError::HandleNotFound)?;
-        let (Some(old), true) = (unacked.visible_at, unacked.queue == id) else {
+        // Only a visibility timeout is steered by its receipt handle.
+        let (Some(old), true) = (unacked.deadline.filter(Deadline::has_receipt), unacked.queue == id) else {
             return Err(VisibilityError::HandleNotFound);
         };
         let new = now.saturating_add_millis(timeout_ms);
-        unacked.visible_at = Some(new);
+        unacked.deadline = Some(Deadline { at: new, ..old });
         if let Some(queue) = self.queues.get_mut(&id) {
-            queue.visibility.remove(old, delivery);
+            queue.visibility.remove(old.at, delivery);
             queue.visibility.insert(new, delivery);
         }
         let mark = self.mark();

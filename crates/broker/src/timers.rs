@@ -27,8 +27,9 @@ impl TimerIndex {
 }
 
 impl Broker {
-    /// Fires every timer due at `now`: expires messages (dead-lettering them) and deletes queues
-    /// unused for their `x-expires`.
+    /// Fires every timer due at `now`: expires messages (dead-lettering them), deletes queues
+    /// unused for their `x-expires`, and times out deliveries under the broker's default consumer
+    /// timeout (consumer_timeout.rs).
     pub fn handle_timeout(&mut self, now: Timestamp) {
         let mark = self.mark();
         while let Some(id) = self.timers.pop_due(now) {
@@ -40,13 +41,17 @@ impl Broker {
             }
             self.run_queue(id, now);
         }
+        self.sweep_default_timeouts(now);
         self.run_dead_letters(now);
         self.hold_after(mark, None);
     }
 
     /// The earliest time `handle_timeout` has work to do.
     pub fn next_deadline(&self) -> Option<Timestamp> {
-        self.timers.next()
+        match (self.timers.next(), self.default_timeouts.next()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Files a queue under its current earliest deadline (call after anything that may change it).

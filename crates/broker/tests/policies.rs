@@ -378,3 +378,39 @@ fn delayed_retry_policy_holds_returns_back() {
         "delayed-retry-max (10) must not be smaller than delayed-retry-min (500)"
     );
 }
+
+/// Issue 39: `consumer-timeout` as a policy key (RabbitMQ 4.3): the lower of the queue's argument
+/// and the policy runs; an operator policy may not set it (RabbitMQ keeps it to user policies).
+#[test]
+fn consumer_timeout_policy_takes_the_lower_value() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-consumer-timeout", int(5_000))]);
+    set(&mut tb, PolicyKind::User, spec("ct", "^q$", 0, &[("consumer-timeout", int(2_000))]));
+    tb.call(c, BasicConsume { queue: short("q"), consumer_tag: short("w"), ..Default::default() });
+    tb.publish(c, "", "q", b"x");
+    let cancelled = |effects: &[Effect]| {
+        hourglass_testkit::methods(effects).iter().any(|m| matches!(m, Method::BasicCancel(_)))
+    };
+    assert!(!cancelled(&tb.advance(ms(1_999))));
+    assert!(cancelled(&tb.advance(ms(1))), "the policy's 2 s, lower than the argument's 5 s");
+    let now = tb.clock.now();
+    match tb.broker.set_policy(
+        PolicyKind::Operator,
+        "/",
+        spec("op", ".*", 0, &[("consumer-timeout", int(1))]),
+        now,
+    ) {
+        Err(PolicyError::Invalid(why)) => assert!(why.contains("consumer-timeout"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let refused = tb.broker.set_policy(
+        PolicyKind::User,
+        "/",
+        spec("neg", ".*", 0, &[("consumer-timeout", int(-5))]),
+        now,
+    );
+    assert!(
+        matches!(refused, Err(PolicyError::Invalid(why)) if why.starts_with("-5 is not a valid consumer timeout"))
+    );
+}

@@ -5,7 +5,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hourglass_broker::{Effect, VisibilityError};
+use hourglass_broker::consumer_timeout::{ConsumerTimeoutConfig, TimeoutResponse};
+use hourglass_broker::{BrokerConfig, ClientCapabilities, Effect, VisibilityError};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -425,25 +426,203 @@ fn delayed_retry_arguments_are_validated() {
         .is_none());
 }
 
-/// Issue 39: RabbitMQ 4.3's `x-consumer-timeout` is not served yet, so it is refused by name as a
-/// queue argument and as a consumer argument (and `consumer-timeout` as a policy key is not a
-/// recognised setting), never accepted and ignored.
+fn cancels(effects: &[Effect]) -> Vec<BasicCancel> {
+    methods(effects)
+        .into_iter()
+        .filter_map(|m| match m {
+            Method::BasicCancel(cancel) => Some(cancel),
+            _ => None,
+        })
+        .collect()
+}
+
+fn consume_args(
+    tb: &mut TestBroker,
+    c: Chan,
+    queue: &str,
+    tag: &str,
+    args: &[(&str, FieldValue)],
+) -> Vec<Effect> {
+    let arguments = FieldTable::from_entries(args.iter().cloned());
+    tb.call(
+        c,
+        BasicConsume { queue: short(queue), consumer_tag: short(tag), arguments, ..Default::default() },
+    )
+}
+
+/// The 406 RabbitMQ closes a channel with when a delivery's ack timed out.
+fn timed_out_text(channel: u16, ms: u64) -> String {
+    format!(
+        "PRECONDITION_FAILED - delivery acknowledgement on channel {channel} timed out. Timeout value used: {ms} ms. \
+         This timeout value can be configured, see consumers doc guide to learn more"
+    )
+}
+
+/// Issue 39 (RabbitMQ 4.3's consumer timeout): a delivery not acked within the queue's
+/// `x-consumer-timeout` comes back to the queue, the consumer gets basic.cancel (its client
+/// announced consumer_cancel_notify) and the channel stays open; a late ack is ignored, and the
+/// message goes to the next consumer.
 #[test]
-fn consumer_timeout_is_refused_by_name_not_ignored() {
+fn consumer_timeout_returns_the_delivery_and_cancels_the_consumer() {
     let mut tb = TestBroker::new();
     let c = tb.channel();
-    let err =
-        channel_error(&declare_args(&mut tb, c, "q", &[("x-consumer-timeout", int(1_000))])).expect("406");
-    assert_eq!(err.reply_code, 406);
-    assert!(err.reply_text.contains("'x-consumer-timeout'"), "{}", err.reply_text);
+    declare_args(&mut tb, c, "q", &[("x-consumer-timeout", int(1_000))]);
+    consume(&mut tb, c, "q", "w", false);
+    tb.publish(c, "", "q", b"job");
+    let early = tb.advance(ms(999));
+    assert!(cancels(&early).is_empty() && channel_error(&early).is_none());
+    let due = tb.advance(ms(1));
+    assert_eq!(cancels(&due), vec![BasicCancel { consumer_tag: short("w"), nowait: true }]);
+    assert!(channel_error(&due).is_none(), "the channel stays open");
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_unacked, s.consumers), (1, 0, 0));
+    assert!(channel_error(&ack(&mut tb, c, 1, false)).is_none(), "a late ack is ignored");
+    // The client's cancel-ok (RabbitMQ 4.4's accept_consumer_cancel_ok) is accepted, not an error.
+    let ok = tb.call(c, BasicCancelOk { consumer_tag: short("w") });
+    assert!(channel_error(&ok).is_none() && connection_error(&ok).is_none());
+    let next = deliveries(&consume(&mut tb, c, "q", "w2", false));
+    assert_eq!(next.len(), 1);
+    assert!(next[0].method.redelivered);
+    assert_eq!(next[0].body(), b"job");
+    assert!(header(&next[0], "x-receipt-handle").is_none(), "no receipt handle: not a visibility timeout");
+}
+
+/// Issue 39: a consumer's `x-consumer-timeout` beats the queue's; without
+/// consumer_cancel_notify the channel is closed with RabbitMQ's 406, and the message is back.
+#[test]
+fn consumer_argument_beats_the_queue_and_a_client_without_cancel_notify_loses_the_channel() {
+    let mut tb = TestBroker::new();
+    let conn =
+        tb.connect_with(ClientCapabilities { consumer_cancel_notify: false, connection_blocked: true });
+    let c = tb.open_channel(conn, 1);
+    declare_args(&mut tb, c, "q", &[("x-consumer-timeout", int(60_000))]);
+    consume_args(&mut tb, c, "q", "w", &[("x-consumer-timeout", int(2_000))]);
+    tb.publish(c, "", "q", b"job");
+    assert!(channel_error(&tb.advance(ms(1_999))).is_none());
+    let due = tb.advance(ms(1));
+    assert!(cancels(&due).is_empty());
+    let err = channel_error(&due).expect("406");
+    assert_eq!((err.reply_code, err.reply_text.as_str()), (406, timed_out_text(1, 2_000).as_str()));
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_unacked, s.consumers), (1, 0, 0));
+}
+
+/// Issue 39: a basic.get delivery under the queue's consumer timeout closes the channel when it
+/// runs out, as RabbitMQ's (its consumer tag is no consumer to cancel).
+#[test]
+fn a_timed_out_get_closes_the_channel() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-consumer-timeout", int(1_000))]);
+    tb.publish(c, "", "q", b"job");
+    tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    let err = channel_error(&tb.advance(ms(1_000))).expect("406");
+    assert_eq!(err.reply_text, timed_out_text(c.channel.0, 1_000));
+    assert_eq!(stats(&tb, "q").messages_ready, 1);
+}
+
+/// Issue 39: without a timeout of its own a delivery has the broker's, RabbitMQ's 30 minutes,
+/// counted from each delivery; the consumer is cancelled once, and its later deliveries come back
+/// quietly. Switched off, deliveries wait for ever.
+#[test]
+fn the_broker_default_times_out_each_delivery_after_thirty_minutes() {
+    let mut tb = TestBroker::new();
     let c = tb.channel();
     declare_args(&mut tb, c, "q", &[]);
-    let arguments = FieldTable::from_entries([("x-consumer-timeout", int(1_000))]);
-    let effects = tb.call(
-        c,
-        BasicConsume { queue: short("q"), consumer_tag: short("w"), arguments, ..Default::default() },
+    consume(&mut tb, c, "q", "w", false);
+    tb.publish(c, "", "q", b"one");
+    tb.advance(ms(10_000));
+    tb.publish(c, "", "q", b"two");
+    let early = tb.advance(ms(1_800_000 - 10_001));
+    assert!(cancels(&early).is_empty());
+    assert_eq!(stats(&tb, "q").messages_unacked, 2);
+    let first = tb.advance(ms(1));
+    assert_eq!(cancels(&first).len(), 1);
+    assert!(channel_error(&first).is_none());
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_unacked), (1, 1), "only the first ran out");
+    let second = tb.advance(ms(10_000));
+    assert!(cancels(&second).is_empty() && channel_error(&second).is_none(), "told once");
+    assert_eq!(stats(&tb, "q").messages_ready, 2);
+
+    let config = ConsumerTimeoutConfig { default_ms: None, ..Default::default() };
+    let mut tb = TestBroker::with_config(BrokerConfig { consumer_timeout: config, ..Default::default() });
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[]);
+    consume(&mut tb, c, "q", "w", false);
+    tb.publish(c, "", "q", b"job");
+    assert_eq!(tb.broker.next_deadline(), None, "nothing to time out");
+    assert!(cancels(&tb.advance(ms(86_400_000))).is_empty());
+    assert_eq!(stats(&tb, "q").messages_unacked, 1);
+}
+
+/// Issue 39 (RabbitMQ 4.4's consumer_timeout_response = close_channel, 3.x's behaviour): the
+/// channel is closed even for a client that takes basic.cancel.
+#[test]
+fn close_channel_response_closes_the_channel() {
+    let config = ConsumerTimeoutConfig { default_ms: Some(5_000), response: TimeoutResponse::CloseChannel };
+    let mut tb = TestBroker::with_config(BrokerConfig { consumer_timeout: config, ..Default::default() });
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[]);
+    consume(&mut tb, c, "q", "w", false);
+    tb.publish(c, "", "q", b"job");
+    let due = tb.advance(ms(5_000));
+    assert!(cancels(&due).is_empty());
+    assert_eq!(channel_error(&due).expect("406").reply_text, timed_out_text(c.channel.0, 5_000));
+}
+
+/// Issue 39: a consumer timeout is a return, not a failure (RabbitMQ 4.3): delayed retry of type
+/// `returned` holds it back, of type `failed` does not.
+#[test]
+fn a_consumer_timeout_is_a_return_to_delayed_retry() {
+    for (kind, back_after) in [("returned", 500), ("failed", 0)] {
+        let mut tb = TestBroker::new();
+        let c = tb.channel();
+        declare_args(
+            &mut tb,
+            c,
+            "q",
+            &[
+                ("x-consumer-timeout", int(1_000)),
+                ("x-delayed-retry-type", FieldValue::LongStr(kind.into())),
+                ("x-delayed-retry-min", int(500)),
+            ],
+        );
+        consume(&mut tb, c, "q", "w", false);
+        tb.publish(c, "", "q", b"job");
+        tb.advance(ms(1_000));
+        let c2 = tb.channel();
+        let at_once = deliveries(&consume(&mut tb, c2, "q", "w2", false));
+        if back_after == 0 {
+            assert_eq!(at_once.len(), 1, "{kind}: back at once");
+        } else {
+            assert!(at_once.is_empty(), "{kind}: held back");
+            assert!(deliveries(&tb.advance(ms(back_after - 1))).is_empty());
+            assert_eq!(deliveries(&tb.advance(ms(1))).len(), 1, "{kind}: back after {back_after} ms");
+        }
+    }
+}
+
+/// Issue 39: `x-consumer-timeout` is a non-negative integer, as a queue and as a consumer
+/// argument, refused in RabbitMQ's words otherwise.
+#[test]
+fn consumer_timeout_arguments_are_validated() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let err = channel_error(&declare_args(&mut tb, c, "q", &[("x-consumer-timeout", int(-1))])).expect("406");
+    assert_eq!(
+        (err.reply_code, err.reply_text.as_str()),
+        (406, "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for queue 'q' in vhost '/': {value_negative,-1}")
     );
-    let err = channel_error(&effects).expect("406");
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[]);
+    let bad =
+        consume_args(&mut tb, c, "q", "w", &[("x-consumer-timeout", FieldValue::LongStr("soon".into()))]);
+    let err = channel_error(&bad).expect("406");
     assert_eq!(err.reply_code, 406);
-    assert!(err.reply_text.contains("'x-consumer-timeout' for consumer"), "{}", err.reply_text);
+    assert!(
+        err.reply_text.contains("invalid arg 'x-consumer-timeout' for queue 'q' in vhost '/'"),
+        "{}",
+        err.reply_text
+    );
 }

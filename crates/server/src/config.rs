@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use hourglass_broker::consumer_timeout::{ConsumerTimeoutConfig, TimeoutResponse};
 use hourglass_broker::PagingLimits;
 use hourglass_mgmt::HttpLimits;
 use serde::Deserialize;
@@ -193,6 +194,14 @@ pub struct Cli {
     /// Let a `delay` header delay a message on any exchange (ApsaraMQ for RabbitMQ's interface).
     #[arg(long, env = "HOURGLASS_APSARAMQ_DELAY_HEADER")]
     pub apsaramq_delay_header: Option<bool>,
+    /// How long a delivery may wait for its ack when neither its consumer nor its queue says
+    /// (RabbitMQ's `consumer_timeout`): milliseconds, or `none` for never.
+    #[arg(long, env = "HOURGLASS_CONSUMER_TIMEOUT")]
+    pub consumer_timeout: Option<String>,
+    /// What a consumer whose delivery timed out hears (RabbitMQ 4.4's
+    /// `consumer_timeout_response`): `notify_consumer` or `close_channel`.
+    #[arg(long, env = "HOURGLASS_CONSUMER_TIMEOUT_RESPONSE")]
+    pub consumer_timeout_response: Option<String>,
     /// The `product` connection.start names (clients such as kombu choose RabbitMQ's semantics
     /// by it; ADR 0009).
     #[arg(long, env = "HOURGLASS_SERVER_PRODUCT")]
@@ -311,6 +320,9 @@ pub struct FileConfig {
     pub disk_free_limit: Option<SizeSetting>,
     pub disk_free_limit_relative: Option<f64>,
     pub apsaramq_delay_header: Option<bool>,
+    /// Milliseconds, or `"none"`.
+    pub consumer_timeout: Option<TimeoutSetting>,
+    pub consumer_timeout_response: Option<String>,
     pub server_product: Option<String>,
     pub load_definitions: Option<PathBuf>,
     pub default_user: Option<String>,
@@ -373,6 +385,14 @@ impl FileConfig {
 #[serde(untagged)]
 pub enum SizeSetting {
     Bytes(u64),
+    Text(String),
+}
+
+/// A timeout in the TOML file: `1800000` (ms) or `"none"`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum TimeoutSetting {
+    Millis(u64),
     Text(String),
 }
 
@@ -457,6 +477,8 @@ pub struct Config {
     pub vm_memory_high_watermark: f64,
     pub disk_free_limit: DiskFreeLimit,
     pub apsaramq_delay_header: bool,
+    /// RabbitMQ's `consumer_timeout` and `consumer_timeout_response` (semantics §4).
+    pub consumer_timeout: ConsumerTimeoutConfig,
     /// `product` in connection.start's server-properties.
     pub server_product: String,
     pub load_definitions: Option<PathBuf>,
@@ -503,6 +525,7 @@ impl Default for Config {
             vm_memory_high_watermark: DEFAULT_VM_MEMORY_HIGH_WATERMARK,
             disk_free_limit: DiskFreeLimit::Absolute(DEFAULT_DISK_FREE_LIMIT),
             apsaramq_delay_header: false,
+            consumer_timeout: ConsumerTimeoutConfig::default(),
             server_product: hourglass_session::DEFAULT_SERVER_PRODUCT.to_owned(),
             load_definitions: None,
             // 10,000 messages or 64 MiB of bodies per queue: a consumer never waits on the disk
@@ -621,6 +644,11 @@ impl Config {
                 .apsaramq_delay_header
                 .or(file.apsaramq_delay_header)
                 .unwrap_or(defaults.apsaramq_delay_header),
+            consumer_timeout: consumer_timeout(
+                cli.consumer_timeout.map(TimeoutSetting::Text).or(file.consumer_timeout),
+                cli.consumer_timeout_response.or(file.consumer_timeout_response),
+                defaults.consumer_timeout,
+            )?,
             server_product: server_product(cli.server_product.or(file.server_product))?
                 .unwrap_or(defaults.server_product),
             load_definitions: cli.load_definitions.or(file.load_definitions),
@@ -650,6 +678,33 @@ impl Config {
             cluster: cluster::resolve(cli.cluster, cluster_file)?,
         })
     }
+}
+
+/// `consumer_timeout` (ms or `none`) and `consumer_timeout_response`, each over `defaults`.
+fn consumer_timeout(
+    timeout: Option<TimeoutSetting>,
+    response: Option<String>,
+    defaults: ConsumerTimeoutConfig,
+) -> anyhow::Result<ConsumerTimeoutConfig> {
+    let default_ms = match timeout {
+        None => defaults.default_ms,
+        Some(TimeoutSetting::Millis(ms)) => Some(ms),
+        Some(TimeoutSetting::Text(text)) => match text.trim() {
+            "none" => None,
+            digits => Some(digits.parse().map_err(|_| {
+                anyhow::anyhow!("consumer_timeout {text:?}: a number of milliseconds, or none")
+            })?),
+        },
+    };
+    let response = match response.as_deref().map(str::trim) {
+        None => defaults.response,
+        Some("notify_consumer") => TimeoutResponse::NotifyConsumer,
+        Some("close_channel") => TimeoutResponse::CloseChannel,
+        Some(other) => {
+            anyhow::bail!("consumer_timeout_response {other:?}: notify_consumer or close_channel")
+        }
+    };
+    Ok(ConsumerTimeoutConfig { default_ms, response })
 }
 
 /// The HTTP listeners' limits from flags over the file over `defaults`.
@@ -754,6 +809,33 @@ mod tests {
     }
 
     /// `none` (RabbitMQ's spelling) and an empty list both mean no loopback-only users.
+    /// Issue 39: `consumer_timeout` (ms or none) and `consumer_timeout_response`, as RabbitMQ's
+    /// settings, with RabbitMQ's defaults; a bad value stops the start with its name.
+    #[test]
+    fn consumer_timeout_settings() {
+        let default = Config::default().consumer_timeout;
+        assert_eq!(default.default_ms, Some(1_800_000));
+        assert_eq!(default.response, TimeoutResponse::NotifyConsumer);
+        let cli = Cli {
+            consumer_timeout: Some("none".into()),
+            consumer_timeout_response: Some("close_channel".into()),
+            ..Cli::default()
+        };
+        let resolved = Config::resolve(cli).unwrap().consumer_timeout;
+        assert_eq!((resolved.default_ms, resolved.response), (None, TimeoutResponse::CloseChannel));
+        let file: FileConfig = toml::from_str("consumer_timeout = 60000").unwrap();
+        assert_eq!(file.consumer_timeout, Some(TimeoutSetting::Millis(60_000)));
+        for (timeout, response) in [(Some("soon"), None), (None, Some("shout"))] {
+            let cli = Cli {
+                consumer_timeout: timeout.map(Into::into),
+                consumer_timeout_response: response.map(Into::into),
+                ..Cli::default()
+            };
+            let err = Config::resolve(cli).unwrap_err().to_string();
+            assert!(err.starts_with("consumer_timeout"), "{err}");
+        }
+    }
+
     #[test]
     fn loopback_users_none_means_nobody() {
         let cli = Cli { loopback_users: Some(vec!["none".into()]), ..Cli::default() };

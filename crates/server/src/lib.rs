@@ -165,6 +165,7 @@ impl Server {
             name_seed: seed,
             persistence: true,
             apsaramq_delay_header: config.apsaramq_delay_header,
+            consumer_timeout: config.consumer_timeout,
             receipt_key: hourglass_broker::receipts::ReceiptKey::random(),
             ..BrokerConfig::default()
         });

@@ -38,11 +38,26 @@ impl TestBroker {
         self.connect_as("guest", hourglass_broker::Permissions::full())
     }
 
+    /// Opens a connection as `guest` on vhost `/` whose client announced only these capabilities.
+    pub fn connect_with(&mut self, capabilities: ClientCapabilities) -> ConnectionId {
+        self.open_connection("guest", hourglass_broker::Permissions::full(), capabilities)
+    }
+
     /// Opens a connection as `user` on vhost `/` with these permissions.
     pub fn connect_as(
         &mut self,
         user: &str,
         permissions: std::sync::Arc<hourglass_broker::Permissions>,
+    ) -> ConnectionId {
+        let every = ClientCapabilities { consumer_cancel_notify: true, connection_blocked: true };
+        self.open_connection(user, permissions, every)
+    }
+
+    fn open_connection(
+        &mut self,
+        user: &str,
+        permissions: std::sync::Arc<hourglass_broker::Permissions>,
+        capabilities: ClientCapabilities,
     ) -> ConnectionId {
         let conn = ConnectionId(self.next_conn);
         self.next_conn += 1;
@@ -52,7 +67,7 @@ impl TestBroker {
             peer: format!("127.0.0.1:{}", 40000 + conn.0),
             local: "127.0.0.1:5672".to_owned(),
             client_properties: FieldTable::new(),
-            capabilities: ClientCapabilities { consumer_cancel_notify: true, connection_blocked: true },
+            capabilities,
             frame_max: 131072,
             channel_max: 2047,
             heartbeat_s: 60,

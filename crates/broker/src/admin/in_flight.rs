@@ -1,9 +1,9 @@
-//! Seeing deliveries in flight under a visibility timeout (semantics §4): which deliveries of a
-//! queue are out with a consumer and when each comes back if not settled. Read-only; changing
-//! one's timeout is `Broker::change_visibility` (by receipt handle).
+//! Seeing deliveries in flight under a visibility or consumer timeout of their own (semantics §4):
+//! which deliveries of a queue are out with a consumer and when each comes back if not settled.
+//! Read-only; changing a visibility timeout is `Broker::change_visibility` (by receipt handle).
 
 use crate::broker::Broker;
-use crate::queue::visibility::DeliveryRef;
+use crate::queue::visibility::{Deadline, DeadlineKind, DeliveryRef};
 use crate::queue::QueueId;
 use crate::receipts::Receipt;
 use crate::time::Timestamp;
@@ -11,8 +11,11 @@ use crate::time::Timestamp;
 /// One outstanding delivery as the management API shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InFlightDelivery {
-    /// The `x-receipt-handle` the consumer got with it.
-    pub receipt_handle: String,
+    /// The `x-receipt-handle` the consumer got with it; `None` under a consumer timeout, which
+    /// is not steered by handle.
+    pub receipt_handle: Option<String>,
+    /// Its consumer timeout (ms) when that is what brings it back, else a visibility timeout does.
+    pub consumer_timeout_ms: Option<u64>,
     /// The connection and channel holding it.
     pub connection: u64,
     pub channel: u16,
@@ -37,6 +40,7 @@ impl Broker {
             .peek(limit)
             .map(|(visible_at, delivery)| InFlightDelivery {
                 receipt_handle: self.receipt_handle(id, delivery),
+                consumer_timeout_ms: self.consumer_timeout_of(delivery),
                 connection: delivery.conn.0,
                 channel: delivery.channel.0,
                 delivery_tag: delivery.tag,
@@ -46,11 +50,22 @@ impl Broker {
         Some((listed, queue.visibility.delivery_count()))
     }
 
-    /// The receipt handle of an outstanding delivery of queue `queue` (the one its consumer got).
-    fn receipt_handle(&self, queue: QueueId, delivery: DeliveryRef) -> String {
-        let channel = self.channels.get(&(delivery.conn, delivery.channel));
-        let channel_opening = channel.map_or(0, |c| c.opening);
-        let entry = channel.and_then(|c| c.unacked(delivery.tag)).map_or(0, |u| u.entry.seq);
-        self.receipts.issue(&Receipt { queue, delivery, channel_opening, entry })
+    /// The receipt handle of an outstanding delivery of queue `queue` (the one its consumer got),
+    /// if it has one.
+    fn receipt_handle(&self, queue: QueueId, delivery: DeliveryRef) -> Option<String> {
+        let channel = self.channels.get(&(delivery.conn, delivery.channel))?;
+        let unacked = channel.unacked(delivery.tag)?;
+        unacked.deadline.filter(Deadline::has_receipt)?;
+        let (channel_opening, entry) = (channel.opening, unacked.entry.seq);
+        Some(self.receipts.issue(&Receipt { queue, delivery, channel_opening, entry }))
+    }
+
+    /// The consumer timeout that brings `delivery` back, if that is what does.
+    fn consumer_timeout_of(&self, delivery: DeliveryRef) -> Option<u64> {
+        let channel = self.channels.get(&(delivery.conn, delivery.channel))?;
+        match channel.unacked(delivery.tag)?.deadline?.kind {
+            DeadlineKind::ConsumerTimeout(ms) => Some(ms),
+            DeadlineKind::Visibility => None,
+        }
     }
 }

@@ -77,6 +77,9 @@ pub struct ConsumerSummary {
     pub ack_required: bool,
     pub exclusive: bool,
     pub prefetch_count: u16,
+    /// The consumer timeout its deliveries run under (ms); `None`: none (no-ack, or only a
+    /// visibility timeout, or the broker's default switched off).
+    pub consumer_timeout_ms: Option<u64>,
 }
 
 /// A queue's statistics with its declaration arguments and policies.
@@ -245,6 +248,7 @@ impl Broker {
                     ack_required: !consumer.no_ack,
                     exclusive: consumer.exclusive,
                     prefetch_count: consumer.prefetch_count,
+                    consumer_timeout_ms: self.default_timeouts.of_consumer(consumer, &queue.args),
                 });
             }
         }

@@ -20,7 +20,7 @@ use crate::message::Message;
 use crate::message_stats::{Confirm, DeliveryKind, PublishOutcome};
 use crate::queue::args::QueueType;
 use crate::queue::consumers::Consumer;
-use crate::queue::visibility::{self, DeliveryRef};
+use crate::queue::visibility::{self, Deadline, DeliveryRef};
 use crate::queue::{args, ttl, DeathReason, QueueId, ReturnKind};
 use crate::receipts::Receipt;
 use crate::redelivery::decorate;
@@ -34,7 +34,8 @@ use crate::time::Timestamp;
 pub(crate) enum HandOut {
     /// Settled as it is handed out (basic.get no-ack).
     NoAck,
-    /// Awaiting an ack, under the queue's `x-visibility-timeout` if it has one.
+    /// Awaiting an ack, under the queue's `x-visibility-timeout` or `x-consumer-timeout` if it has
+    /// one, else the broker's default consumer timeout.
     QueueVisibility,
     /// Awaiting an ack, visible again after this many ms whatever the queue says (SQS's
     /// `VisibilityTimeout`, 0 included).
@@ -247,6 +248,7 @@ impl Broker {
         let prefetch_count = channel.consumer_prefetch;
         let channel_limited = channel.channel_prefetch > 0;
         let visibility_timeout_ms = consumer_visibility(&m.arguments, &name, &vhost)?;
+        let consumer_timeout_ms = consumer_timeout(&m.arguments, &name, &vhost)?;
         let priority = consumer_priority(&m.arguments, &name, &vhost)?;
         let queue = self.queues.get_mut(&id).ok_or_else(|| errors::no_queue(&name, &vhost))?;
         if queue.consumers.has_exclusive() || (m.exclusive && !queue.consumers.is_empty()) {
@@ -270,6 +272,7 @@ impl Broker {
             prefetch_count,
             unacked: 0,
             visibility_timeout_ms,
+            consumer_timeout_ms,
             priority,
         });
         queue.had_consumer = true;
@@ -374,21 +377,23 @@ impl Broker {
         let kind = DeliveryKind::of_get(no_ack);
         self.message_stats.delivered(kind, entry.redelivered);
         let queue = self.queues.get_mut(&id);
-        let visibility_ms = queue.and_then(|q| {
+        let deadline = queue.and_then(|q| {
             q.counters.messages.delivered(kind, entry.redelivered);
             match hand_out {
                 HandOut::NoAck => None,
-                HandOut::QueueVisibility => q.args.visibility_timeout_ms,
-                HandOut::Visibility(ms) => Some(ms),
+                // basic.get: the queue's timeouts, not a consumer's (RabbitMQ 4.3's dequeue).
+                HandOut::QueueVisibility => {
+                    Deadline::of_delivery(q.args.visibility_timeout_ms, q.args.consumer_timeout_ms, now)
+                }
+                HandOut::Visibility(ms) => Deadline::of_delivery(Some(ms), None, now),
             }
         });
         let channel = self.channels.get_mut(&(conn, ch))?;
         channel.stats.delivered(kind, entry.redelivered);
         let tag = channel.next_tag();
         let delivery = DeliveryRef { conn, channel: ch, tag };
-        let visible_at = visibility_ms.map(|ms| now.saturating_add_millis(ms));
         let receipt = Receipt { queue: id, delivery, channel_opening: channel.opening, entry: entry.seq };
-        let receipt_handle = visible_at.map(|_| self.receipts.issue(&receipt));
+        let receipt_handle = deadline.filter(Deadline::has_receipt).map(|_| self.receipts.issue(&receipt));
         let message = decorate(&entry, receipt_handle.clone());
         let (redelivered, delivery_count, entry_id) = (entry.redelivered, entry.delivery_count, entry.seq);
         let traced = || TracedDelivery {
@@ -401,10 +406,14 @@ impl Broker {
         };
         self.firehose.note_delivery(traced, vhost);
         if !no_ack {
-            channel.track(Unacked { tag, queue: id, entry, consumer_tag: None, visible_at });
-            if let (Some(at), Some(queue)) = (visible_at, self.queues.get_mut(&id)) {
-                queue.visibility.insert(at, delivery);
-                self.reschedule(id);
+            channel.track(Unacked { tag, queue: id, entry, consumer_tag: None, delivered_at: now, deadline });
+            match (deadline, self.queues.get_mut(&id)) {
+                (Some(deadline), Some(queue)) => {
+                    queue.visibility.insert(deadline.at, delivery);
+                    self.reschedule(id);
+                }
+                (Some(_), None) => {}
+                (None, _) => self.default_timeouts.delivered(now),
             }
         }
         Some(Got { tag, message, redelivered, delivery_count, entry_id, message_count, receipt_handle })
@@ -574,22 +583,30 @@ fn requested_delay(
 }
 
 /// `x-visibility-timeout` in basic.consume arguments (semantics §4): 406 naming it when invalid.
-/// RabbitMQ 4.3's `x-consumer-timeout`, not served yet, is refused by name.
 fn consumer_visibility(
     arguments: &hourglass_wire::FieldTable,
     queue: &ShortStr,
     vhost: &str,
 ) -> Result<Option<u64>, AmqpError> {
-    if arguments.get("x-consumer-timeout").is_some() {
-        return Err(errors::precondition_failed(format!(
-            "invalid arg 'x-consumer-timeout' for consumer on queue '{queue}' in vhost '{vhost}': {}",
-            args::CONSUMER_TIMEOUT_NOT_SERVED
-        )));
-    }
     let Some(value) = arguments.get("x-visibility-timeout") else { return Ok(None) };
     args::count_arg(&value).and_then(visibility::check_range).map(Some).map_err(|why| {
         errors::precondition_failed(format!(
             "invalid arg 'x-visibility-timeout' for consumer on queue '{queue}' in vhost '{vhost}': {why}"
+        ))
+    })
+}
+
+/// `x-consumer-timeout` in basic.consume arguments (RabbitMQ 4.3, semantics §4): a non-negative
+/// integer (ms), else 406 in RabbitMQ's words (rabbit_amqqueue:check_consume_arguments).
+fn consumer_timeout(
+    arguments: &hourglass_wire::FieldTable,
+    queue: &ShortStr,
+    vhost: &str,
+) -> Result<Option<u64>, AmqpError> {
+    let Some(value) = arguments.get("x-consumer-timeout") else { return Ok(None) };
+    args::time_arg(&value, 0).map(Some).map_err(|why| {
+        errors::precondition_failed(format!(
+            "invalid arg 'x-consumer-timeout' for queue '{queue}' in vhost '{vhost}': {why}"
         ))
     })
 }

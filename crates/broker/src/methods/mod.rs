@@ -66,6 +66,9 @@ impl Broker {
             Method::BasicQos(m) => self.basic_qos(conn, ch, m, now),
             Method::BasicConsume(m) => self.basic_consume(conn, ch, m, now),
             Method::BasicCancel(m) => self.basic_cancel(conn, ch, m, now),
+            // A client's answer to a server basic.cancel (RabbitMQ 4.4's accept_consumer_cancel_ok):
+            // the consumer is already gone here, so there is nothing to do.
+            Method::BasicCancelOk(_) => Ok(()),
             Method::BasicGet(m) => self.basic_get(conn, ch, m, now),
             Method::BasicAck(m) => self.basic_ack(conn, ch, m, now),
             Method::BasicNack(m) => self.basic_nack(conn, ch, m, now),

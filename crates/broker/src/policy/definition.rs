@@ -16,7 +16,7 @@ use super::PolicyKind;
 use crate::queue::{QueueSettings, RetryConflict, SettingError};
 
 /// Queue settings an operator policy may not set: RabbitMQ keeps operator policies to limits.
-const USER_ONLY_SETTINGS: &[&str] = &["dead-letter-exchange", "dead-letter-routing-key"];
+const USER_ONLY_SETTINGS: &[&str] = &["dead-letter-exchange", "dead-letter-routing-key", "consumer-timeout"];
 
 /// RabbitMQ 3.13's other user-policy keys: accepted, without effect here.
 const USER_KEYS_WITHOUT_EFFECT: &[&str] = &[
@@ -119,6 +119,7 @@ fn described(key: &str) -> &str {
         "delivery-limit" => "delivery limit",
         "delivery-delay" => "delivery delay",
         "visibility-timeout" => "visibility timeout",
+        "consumer-timeout" => "consumer timeout",
         "redelivery-delay" => "redelivery delay",
         "redelivery-delay-max" => "maximum redelivery delay",
         "delayed-retry-type" => "delayed retry type",

@@ -9,6 +9,7 @@
 //! | `dead-letter-exchange`, `dead-letter-routing-key` | the argument, else the policy |
 //! | `overflow` | the argument, else the operator policy, else the policy |
 //! | `delivery-delay`, `visibility-timeout`, `redelivery-delay`, `redelivery-delay-max` (Hourglass's) | the argument, else the policy; an operator policy caps either |
+//! | `consumer-timeout` (RabbitMQ 4.3) | the lower of argument and policy |
 //! | `delayed-retry-type` (RabbitMQ 4.3) | the operator policy, else the policy, else the argument |
 //! | `delayed-retry-min` | the lower of the argument and the policies' (of two policies, the higher) |
 //! | `delayed-retry-max` | the lowest of argument, policy and operator policy |
@@ -47,6 +48,9 @@ pub(crate) fn effective(
             a.visibility_timeout_ms.or(user.visibility_timeout_ms),
             op.visibility_timeout_ms,
         ),
+        // RabbitMQ 4.3's rabbit_queue_type:get_consumer_timeout: the lower of argument and
+        // policy (an operator policy may not set it).
+        consumer_timeout_ms: lowest([a.consumer_timeout_ms, user.consumer_timeout_ms, None]),
         redelivery_delay_ms: capped(
             a.redelivery_delay_ms.or(user.redelivery_delay_ms),
             op.redelivery_delay_ms,

@@ -13,10 +13,6 @@ pub const MAX_TIME_MS: u64 = 315_360_000_000;
 /// The highest `x-max-priority` RabbitMQ accepts.
 pub const MAX_PRIORITY: u8 = 255;
 
-/// Why `x-consumer-timeout` (RabbitMQ 4.3's, a queue or consumer argument) is refused.
-pub(crate) const CONSUMER_TIMEOUT_NOT_SERVED: &str =
-    "not supported by Hourglass yet; x-visibility-timeout takes an unacknowledged delivery back with the channel open";
-
 /// Arguments whose values must match when a queue is redeclared (RabbitMQ compares these and
 /// ignores the rest).
 pub(crate) const EQUIVALENCE_KEYS: &[&str] = &[
@@ -63,6 +59,9 @@ pub struct QueueArgs {
     pub delivery_delay_ms: Option<u64>,
     /// `x-visibility-timeout`: unsettled deliveries come back after this long (semantics §4).
     pub visibility_timeout_ms: Option<u64>,
+    /// `x-consumer-timeout` (RabbitMQ 4.3): unsettled deliveries come back after this long and
+    /// their consumer is cancelled (semantics §4); `None`: the broker's default.
+    pub consumer_timeout_ms: Option<u64>,
     /// `x-delivery-limit`: failed deliveries allowed before dead-lettering (semantics §5).
     pub delivery_limit: Option<u64>,
     /// `x-redelivery-delay` / `x-redelivery-delay-max`: back-off for returning messages (semantics §5).
@@ -100,6 +99,7 @@ pub struct QueueSettings {
     pub delivery_limit: Option<u64>,
     pub delivery_delay_ms: Option<u64>,
     pub visibility_timeout_ms: Option<u64>,
+    pub consumer_timeout_ms: Option<u64>,
     pub redelivery_delay_ms: Option<u64>,
     pub redelivery_delay_max_ms: Option<u64>,
     pub delayed_retry_type: Option<RetryType>,
@@ -116,7 +116,7 @@ pub enum RetryType {
     /// Failures only: `basic.reject` with requeue, a delivery whose channel closed.
     Failed,
     /// Returns that are not failures: `basic.nack` with requeue, `basic.recover`, a visibility
-    /// timeout.
+    /// or consumer timeout.
     Returned,
 }
 
@@ -134,7 +134,7 @@ pub struct DelayedRetry {
 pub enum ReturnKind {
     /// A failed delivery: basic.reject with requeue, or its channel or connection closed.
     Failed,
-    /// Any other return: basic.nack with requeue, basic.recover, a visibility timeout.
+    /// Any other return: basic.nack with requeue, basic.recover, a visibility or consumer timeout.
     Returned,
 }
 
@@ -262,8 +262,6 @@ impl QueueArgs {
                     let name = short_string_arg(&value).map_err(|_| invalid_type(key, &value))?;
                     dedup.header = name.as_str().into_owned();
                 }
-                // RabbitMQ 4.3's consumer timeout is not served yet: refused by name, never ignored.
-                "x-consumer-timeout" => return Err(invalid(key, CONSUMER_TIMEOUT_NOT_SERVED.to_owned())),
                 "x-dead-letter-strategy" => {
                     args.dead_letter_strategy = match value.as_bytes() {
                         Some(b"at-most-once") => DeadLetterStrategy::AtMostOnce,
@@ -357,6 +355,7 @@ impl QueueArgs {
         self.delivery_limit = settings.delivery_limit;
         self.delivery_delay_ms = settings.delivery_delay_ms;
         self.visibility_timeout_ms = settings.visibility_timeout_ms;
+        self.consumer_timeout_ms = settings.consumer_timeout_ms;
         self.redelivery_delay_ms = settings.redelivery_delay_ms;
         self.redelivery_delay_max_ms = match (settings.redelivery_delay_ms, settings.redelivery_delay_max_ms)
         {
@@ -404,6 +403,7 @@ impl QueueSettings {
                 let ms = count_arg(value).and_then(super::visibility::check_range);
                 self.visibility_timeout_ms = Some(ms.map_err(invalid)?)
             }
+            "consumer-timeout" => self.consumer_timeout_ms = Some(time_arg(value, 0).map_err(invalid)?),
             "delivery-limit" => {
                 let limit = count_arg(value).map_err(invalid)?;
                 if limit == 0 {

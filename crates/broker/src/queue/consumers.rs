@@ -22,6 +22,9 @@ pub(crate) struct Consumer {
     pub unacked: u32,
     /// `x-visibility-timeout` from basic.consume arguments, overriding the queue's (semantics §4).
     pub visibility_timeout_ms: Option<u64>,
+    /// `x-consumer-timeout` from basic.consume arguments, overriding the queue's (RabbitMQ 4.3,
+    /// semantics §4).
+    pub consumer_timeout_ms: Option<u64>,
     /// `x-priority` from basic.consume arguments (default 0).
     pub priority: i64,
 }

@@ -293,8 +293,8 @@ impl Queue {
                 consumer.unacked = consumer.unacked.saturating_sub(1);
             }
         }
-        if let Some(at) = delivery.visible_at {
-            self.visibility.remove(at, visibility::DeliveryRef { conn, channel, tag: delivery.tag });
+        if let Some(deadline) = delivery.deadline {
+            self.visibility.remove(deadline.at, visibility::DeliveryRef { conn, channel, tag: delivery.tag });
         }
     }
 

@@ -22,9 +22,6 @@ use crate::listing::{self, Params};
 use crate::rates::{self, Rates};
 use crate::{AppState, NodeInfo};
 
-/// RabbitMQ's default consumer_timeout (30 minutes), reported per consumer.
-const CONSUMER_TIMEOUT_MS: u64 = 30 * 60 * 1000;
-
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/connections", get(list_connections))
@@ -124,7 +121,7 @@ fn consumer_json(node: &NodeInfo, c: &ConsumerSummary) -> Value {
         "exclusive": c.exclusive,
         "prefetch_count": c.prefetch_count,
         "arguments": {},
-        "consumer_timeout": CONSUMER_TIMEOUT_MS,
+        "consumer_timeout": c.consumer_timeout_ms,
         "queue": {"name": c.queue, "vhost": c.vhost},
         "channel_details": {
             "number": c.channel.0,

@@ -158,6 +158,8 @@ async fn list_in_flight(
                 .map(|(peer, local, tls)| connection_name(&state.node, peer, local, *tls));
             json!({
                 "receipt_handle": d.receipt_handle,
+                "timeout": if d.consumer_timeout_ms.is_some() { "consumer" } else { "visibility" },
+                "consumer_timeout": d.consumer_timeout_ms,
                 "connection": connection,
                 "channel": connection.as_ref().map(|c| format!("{c} ({})", d.channel)),
                 "delivery_tag": d.delivery_tag,

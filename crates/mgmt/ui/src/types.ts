@@ -241,7 +241,12 @@ export interface DelayedMessage {
 
 export interface InFlight {
   deliveries: {
-    receipt_handle: string;
+    /** null under a consumer timeout, which no receipt handle steers. */
+    receipt_handle: string | null;
+    /** What brings it back: a visibility timeout, or a consumer timeout (RabbitMQ 4.3). */
+    timeout: "visibility" | "consumer";
+    /** The consumer timeout (ms) when that is what brings it back. */
+    consumer_timeout: number | null;
     connection: string | null;
     channel: string | null;
     delivery_tag: number;

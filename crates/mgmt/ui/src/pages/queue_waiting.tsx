@@ -247,34 +247,43 @@ function InFlightTable(props: { q: Queue; inFlight: InFlight | null; reload: () 
         </tr>
       </thead>
       <tbody>
-        {(inFlight?.deliveries ?? []).map((d) => (
-          <tr key={d.receipt_handle} data-handle={d.receipt_handle}>
-            <td>{d.channel ?? "?"}</td>
-            <td>{d.delivery_tag}</td>
-            <td>{clock(d.visible_at_ms)}</td>
-            <td>{duration(d.visible_in_ms)}</td>
-            <td class="actions">
-              <input
-                class="visibility"
-                type="number"
-                min="0"
-                step="1"
-                placeholder={`${DEFAULT_EXTEND_S} s`}
-                value={seconds[d.receipt_handle] ?? ""}
-                disabled={!allowed}
-                onInput={(e) => setSeconds({ ...seconds, [d.receipt_handle]: (e.target as HTMLInputElement).value })}
-              />{" "}
-              <button
-                class="extend"
-                disabled={!allowed}
-                title={allowed ? "Keep it invisible this many seconds from now (0: back at once)" : refusedTitle("change visibility here")}
-                onClick={() => extend(d.receipt_handle, d.delivery_tag)}
-              >
-                Set visibility
-              </button>
-            </td>
-          </tr>
-        ))}
+        {(inFlight?.deliveries ?? []).map((d) => {
+          const handle = d.receipt_handle;
+          return (
+            <tr key={`${d.channel}/${d.delivery_tag}`} data-handle={handle ?? undefined}>
+              <td>{d.channel ?? "?"}</td>
+              <td>{d.delivery_tag}</td>
+              <td>{clock(d.visible_at_ms)}</td>
+              <td>{duration(d.visible_in_ms)}</td>
+              {handle === null ? (
+                <td class="consumer-timeout muted" title="The consumer is cancelled when it runs out">
+                  consumer timeout {duration(d.consumer_timeout ?? 0)}
+                </td>
+              ) : (
+                <td class="actions">
+                  <input
+                    class="visibility"
+                    type="number"
+                    min="0"
+                    step="1"
+                    placeholder={`${DEFAULT_EXTEND_S} s`}
+                    value={seconds[handle] ?? ""}
+                    disabled={!allowed}
+                    onInput={(e) => setSeconds({ ...seconds, [handle]: (e.target as HTMLInputElement).value })}
+                  />{" "}
+                  <button
+                    class="extend"
+                    disabled={!allowed}
+                    title={allowed ? "Keep it invisible this many seconds from now (0: back at once)" : refusedTitle("change visibility here")}
+                    onClick={() => extend(handle, d.delivery_tag)}
+                  >
+                    Set visibility
+                  </button>
+                </td>
+              )}
+            </tr>
+          );
+        })}
         {inFlight?.deliveries.length === 0 && (
           <tr>
             <td colSpan={5} class="muted">
