@@ -498,6 +498,42 @@ test("a delivery in flight gets more time from the in-flight table", async () =>
   }
 });
 
+test("a quorum queue's page shows ready messages per priority, the time settings in effect and a consumer timeout in flight", async () => {
+  // Issue 39: RabbitMQ 4.3's quorum queue features, as its management UI shows them.
+  await api(broker, "PUT", "/api/queues/%2F/qq", {
+    durable: true,
+    arguments: {
+      "x-queue-type": "quorum", "x-consumer-timeout": 600_000,
+      "x-delayed-retry-type": "returned", "x-delayed-retry-min": 1_000, "x-delayed-retry-max": 5_000,
+    },
+  });
+  for (const priority of [9, 1, 9]) {
+    await api(broker, "POST", "/api/exchanges/%2F/amq.default/publish", {
+      routing_key: "qq", payload: `p${priority}`, payload_encoding: "string", properties: { priority },
+    });
+  }
+  await page.goto(`${broker.url}#/queues/%2F/qq`);
+  await page.locator("#by-priority td", { hasText: "9: 2, 1: 1" }).waitFor();
+  const setting = (label) => page.locator(`#effective-settings tr[data-setting='${label}'] td`).innerText();
+  assert.equal(await setting("Consumer timeout"), "10m 0s");
+  assert.equal(await setting("Delivery limit"), "20", "a quorum queue's default");
+  assert.match(await setting("Delayed retry"), /^returned: 1.0s × returns, at most 5.0s$/);
+  const holder = spawn("python3", ["tests/ui/hold_deliveries.py", String(broker.amqpPort), "qq", "1"]);
+  try {
+    await new Promise((resolve, reject) => {
+      holder.stdout.on("data", (d) => String(d).includes("holding") && resolve());
+      holder.once("exit", (code) => reject(new Error(`hold_deliveries.py exited ${code}`)));
+    });
+    await page.reload();
+    const row = page.locator("#in-flight tbody tr");
+    await row.locator("td.consumer-timeout", { hasText: "consumer timeout 10m 0s" }).waitFor();
+    assert.equal(await row.locator("button.extend").count(), 0, "a consumer timeout is not steered by handle");
+    await page.locator("#consumers td", { hasText: "10m 0s" }).waitFor();
+  } finally {
+    holder.kill();
+  }
+});
+
 test("a monitoring user sees the queues, and what it may not do is disabled or not offered", async () => {
   await page.click("#logout");
   await page.locator("#login").waitFor();

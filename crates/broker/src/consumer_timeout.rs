@@ -85,7 +85,16 @@ impl DefaultTimeouts {
             return None;
         }
         let own = consumer.consumer_timeout_ms.or(args.consumer_timeout_ms);
-        let visibility = consumer.visibility_timeout_ms.or(args.visibility_timeout_ms);
+        self.effective(own, consumer.visibility_timeout_ms.or(args.visibility_timeout_ms))
+    }
+
+    /// The consumer timeout (ms) a queue with `args` gives deliveries to consumers without one of
+    /// their own, and to basic.get.
+    pub fn of_queue(&self, args: &QueueArgs) -> Option<u64> {
+        self.effective(args.consumer_timeout_ms, args.visibility_timeout_ms)
+    }
+
+    fn effective(&self, own: Option<u64>, visibility: Option<u64>) -> Option<u64> {
         match (own, visibility) {
             (Some(ms), _) => Some(ms),
             (None, Some(_)) => None,

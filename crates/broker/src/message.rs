@@ -74,7 +74,9 @@ impl Message {
 /// The properties the broker reads for every message, packed into 8 bytes so that a `Message`
 /// with its `Arc` counts fits a 160-byte allocation (ADR 0006). Bits 0..48 hold the expiration
 /// in ms plus one (0: none; valid expirations are at most 10 years, under 2^39 ms), bits 48..56
-/// the priority, bit 56 whether the message is persistent.
+/// the priority, bit 56 whether the message is persistent, bit 57 whether the priority was given
+/// (quorum queues place a message without one at RabbitMQ 4.3's default, 4). Records written
+/// before bit 57 read as without a priority.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Hot(u64);
 
@@ -82,10 +84,16 @@ impl Hot {
     const EXPIRATION_MASK: u64 = (1 << 48) - 1;
     const PRIORITY_SHIFT: u32 = 48;
     const PERSISTENT: u64 = 1 << 56;
+    const PRIORITY_GIVEN: u64 = 1 << 57;
 
     fn read(properties: &EncodedProperties) -> Hot {
         let expiration_ms = properties.expiration().and_then(|e| parse_expiration(e.as_bytes()).ok());
-        Hot::new(expiration_ms, properties.priority().unwrap_or(0), properties.delivery_mode() == Some(2))
+        let priority = properties.priority();
+        let hot = Hot::new(expiration_ms, priority.unwrap_or(0), properties.delivery_mode() == Some(2));
+        match priority {
+            Some(_) => Hot(hot.0 | Hot::PRIORITY_GIVEN),
+            None => hot,
+        }
     }
 
     pub(crate) fn new(expiration_ms: Option<u64>, priority: u8, persistent: bool) -> Hot {
@@ -110,6 +118,11 @@ impl Hot {
 
     pub(crate) fn priority(self) -> u8 {
         (self.0 >> Hot::PRIORITY_SHIFT) as u8
+    }
+
+    /// The `priority` property, `None` when the message has none.
+    pub(crate) fn given_priority(self) -> Option<u8> {
+        (self.0 & Hot::PRIORITY_GIVEN != 0).then(|| self.priority())
     }
 
     pub(crate) fn persistent(self) -> bool {
@@ -164,5 +177,9 @@ mod tests {
         assert_eq!((zero.is_persistent(), zero.priority(), zero.expiration_ms()), (false, 0, Some(0)));
         let none = message(BasicProperties { expiration: short("soon"), ..Default::default() });
         assert_eq!((none.is_persistent(), none.priority(), none.expiration_ms()), (false, 0, None));
+        assert_eq!((full.hot().given_priority(), none.hot().given_priority()), (Some(255), None));
+        let explicit_zero = message(BasicProperties { priority: Some(0), ..Default::default() });
+        assert_eq!(explicit_zero.hot().given_priority(), Some(0));
+        assert_eq!(Hot::from_bits(explicit_zero.hot().to_bits()).given_priority(), Some(0), "stored whole");
     }
 }

@@ -15,7 +15,7 @@ use crate::channel::{Mode, Settlement};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeSpec};
 use crate::message_stats::{ExchangeStats, MessageStats};
 use crate::policy::{merge, Policies, PolicyKind};
-use crate::queue::{QueueId, QueueStats};
+use crate::queue::{QueueArgs, QueueId, QueueStats};
 use crate::vhost::VHost;
 
 /// A client connection as listings show it.
@@ -88,6 +88,10 @@ pub struct QueueDetails {
     pub stats: QueueStats,
     pub arguments: FieldTable,
     pub policies: PolicyNames,
+    /// The settings it runs with: arguments and policies merged (semantics §6), defaults applied.
+    pub settings: QueueArgs,
+    /// The consumer timeout its deliveries run under unless a consumer sets its own (ms).
+    pub consumer_timeout_ms: Option<u64>,
 }
 
 /// The queues of one vhost by name ([`Broker::queue_names`]).
@@ -301,6 +305,8 @@ impl Broker {
                         .get(&queue.vhost)
                         .map(|v| PolicyNames::of(&v.policies, &queue.policy, &queue.operator_policy))
                         .unwrap_or_default(),
+                    settings: queue.args.clone(),
+                    consumer_timeout_ms: self.default_timeouts.of_queue(&queue.args),
                 })
             })
             .collect()

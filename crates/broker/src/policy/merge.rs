@@ -5,7 +5,8 @@
 //!
 //! | setting | rule |
 //! |---|---|
-//! | `message-ttl`, `expires`, `max-length`, `max-length-bytes`, `delivery-limit` | the lowest of argument, policy and operator policy |
+//! | `message-ttl`, `expires`, `max-length`, `max-length-bytes` | the lowest of argument, policy and operator policy |
+//! | `delivery-limit` | the same, but between argument and policy a negative value (no limit, RabbitMQ 4.x) gives way to the other's |
 //! | `dead-letter-exchange`, `dead-letter-routing-key` | the argument, else the policy |
 //! | `overflow` | the argument, else the operator policy, else the policy |
 //! | `delivery-delay`, `visibility-timeout`, `redelivery-delay`, `redelivery-delay-max` (Hourglass's) | the argument, else the policy; an operator policy caps either |
@@ -36,7 +37,7 @@ pub(crate) fn effective(
         expires_ms: lowest([a.expires_ms, user.expires_ms, op.expires_ms]),
         max_length: lowest([a.max_length, user.max_length, op.max_length]),
         max_length_bytes: lowest([a.max_length_bytes, user.max_length_bytes, op.max_length_bytes]),
-        delivery_limit: lowest([a.delivery_limit, user.delivery_limit, op.delivery_limit]),
+        delivery_limit: delivery_limit(a.delivery_limit, user.delivery_limit, op.delivery_limit),
         dead_letter_exchange: a.dead_letter_exchange.clone().or_else(|| user.dead_letter_exchange.clone()),
         dead_letter_routing_key: a
             .dead_letter_routing_key
@@ -97,6 +98,18 @@ pub(crate) fn effective_definition(policy: Option<&FieldTable>, operator: Option
     }
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     FieldTable::from_entries(entries.iter().map(|(k, v)| (k.as_str(), v.clone())))
+}
+
+/// RabbitMQ 4.x's rabbit_quorum_queue:resolve_delivery_limit: the policies merged by the lower
+/// value, then against the argument the lower, unless either is negative (no limit): then the
+/// higher, so a negative value gives way to a limit the other sets.
+fn delivery_limit(argument: Option<i64>, policy: Option<i64>, operator: Option<i64>) -> Option<i64> {
+    let policy = [policy, operator].into_iter().flatten().min();
+    match (argument, policy) {
+        (Some(a), Some(p)) if a < 0 || p < 0 => Some(a.max(p)),
+        (Some(a), Some(p)) => Some(a.min(p)),
+        (a, p) => a.or(p),
+    }
 }
 
 fn lowest(values: [Option<u64>; 3]) -> Option<u64> {

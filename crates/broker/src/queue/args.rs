@@ -12,6 +12,13 @@ use crate::errors;
 pub const MAX_TIME_MS: u64 = 315_360_000_000;
 /// The highest `x-max-priority` RabbitMQ accepts.
 pub const MAX_PRIORITY: u8 = 255;
+/// A quorum queue's priorities (RabbitMQ 4.3's rabbit_fifo): 0 ..= 31, strict, ...
+pub const QUORUM_MAX_PRIORITY: u8 = 31;
+/// ... and where a message without a priority goes among them.
+pub const QUORUM_DEFAULT_PRIORITY: u8 = 4;
+/// A quorum queue's delivery limit when neither argument nor policy sets one (RabbitMQ 4.0's
+/// `DEFAULT_DELIVERY_LIMIT`); a negative limit lifts it.
+pub const QUORUM_DEFAULT_DELIVERY_LIMIT: u64 = 20;
 
 /// Arguments whose values must match when a queue is redeclared (RabbitMQ compares these and
 /// ignores the rest).
@@ -96,7 +103,8 @@ pub struct QueueSettings {
     pub max_length: Option<u64>,
     pub max_length_bytes: Option<u64>,
     pub overflow: Option<Overflow>,
-    pub delivery_limit: Option<u64>,
+    /// Negative: no limit (RabbitMQ 4.x), which lifts a quorum queue's default of 20.
+    pub delivery_limit: Option<i64>,
     pub delivery_delay_ms: Option<u64>,
     pub visibility_timeout_ms: Option<u64>,
     pub consumer_timeout_ms: Option<u64>,
@@ -333,6 +341,16 @@ impl QueueArgs {
         Ok(args)
     }
 
+    /// The highest priority level and the level of a message without a priority: a quorum
+    /// queue's 32 levels, as RabbitMQ 4.3's, whatever `x-max-priority` says; else
+    /// `x-max-priority`'s levels (one level without it), unprioritised messages at 0.
+    pub fn priority_levels(&self) -> (u8, u8) {
+        match self.queue_type {
+            QueueType::Quorum => (QUORUM_MAX_PRIORITY, QUORUM_DEFAULT_PRIORITY),
+            QueueType::Classic => (self.max_priority.unwrap_or(0), 0),
+        }
+    }
+
     /// Makes `settings` (the declared ones merged with policies) the effective values. A merge
     /// can combine what no single declaration may (checked in `parse`), so it is made sane here:
     /// - reject-publish-dlx on a quorum queue falls back to drop-head, as RabbitMQ's
@@ -352,7 +370,11 @@ impl QueueArgs {
         self.dead_letter_routing_key = settings.dead_letter_routing_key.clone();
         self.max_length = settings.max_length;
         self.max_length_bytes = settings.max_length_bytes;
-        self.delivery_limit = settings.delivery_limit;
+        self.delivery_limit = match (settings.delivery_limit, self.queue_type) {
+            (Some(limit), _) => u64::try_from(limit).ok(),
+            (None, QueueType::Quorum) => Some(QUORUM_DEFAULT_DELIVERY_LIMIT),
+            (None, QueueType::Classic) => None,
+        };
         self.delivery_delay_ms = settings.delivery_delay_ms;
         self.visibility_timeout_ms = settings.visibility_timeout_ms;
         self.consumer_timeout_ms = settings.consumer_timeout_ms;
@@ -405,7 +427,7 @@ impl QueueSettings {
             }
             "consumer-timeout" => self.consumer_timeout_ms = Some(time_arg(value, 0).map_err(invalid)?),
             "delivery-limit" => {
-                let limit = count_arg(value).map_err(invalid)?;
+                let limit = integer_arg(value).map_err(invalid)?;
                 if limit == 0 {
                     return Err(invalid("{value_zero,0}".to_owned()));
                 }

@@ -141,10 +141,6 @@ impl Entry {
         self.payload.body_size()
     }
 
-    pub fn priority(&self) -> u8 {
-        self.payload.hot().priority()
-    }
-
     pub fn persist_id(&self) -> Option<u64> {
         self.persist_id.map(NonZeroU64::get)
     }
@@ -224,7 +220,7 @@ mod tests {
         assert_eq!(paged.location(), location);
         let entry = Entry::with_payload(1, Payload::Paged(paged), None, None, Some(9));
         assert_eq!(
-            (entry.body_size(), entry.priority(), entry.payload.hot().expiration_ms()),
+            (entry.body_size(), entry.payload.hot().priority(), entry.payload.hot().expiration_ms()),
             (1024, 3, Some(5000))
         );
         assert!(entry.resident().is_none());

@@ -126,7 +126,7 @@ impl Queue {
         pager: Pager,
         now: Timestamp,
     ) -> Self {
-        let max_priority = args.max_priority.unwrap_or(0);
+        let (max_priority, default_priority) = args.priority_levels();
         Queue {
             id,
             vhost,
@@ -134,7 +134,7 @@ impl Queue {
             args,
             policy: None,
             operator_policy: None,
-            ready: Ready::with_max_priority(max_priority),
+            ready: Ready::with_max_priority(max_priority, default_priority),
             consumers: Consumers::default(),
             unacked: Tally::default(),
             had_consumer: false,

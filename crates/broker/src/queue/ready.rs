@@ -1,6 +1,7 @@
 //! Ready messages in queue order, per priority (`x-max-priority`: a level per priority, the
 //! highest non-empty level delivers first; messages above the maximum count as the maximum,
-//! messages without one as 0, as RabbitMQ's priority queues).
+//! messages without one as 0, as RabbitMQ's priority queues; a quorum queue has RabbitMQ 4.3's
+//! 32 strict levels, 0 ..= 31, and places a message without a priority at 4).
 //!
 //! Within a level, kept sorted by sequence number so a requeued message returns to its original place, as
 //! RabbitMQ's classic queues do. Messages removed from the middle (expired by TTL) leave a
@@ -21,6 +22,10 @@ const MIN_TOMBSTONES_TO_SWEEP: usize = 1024;
 #[derive(Debug)]
 pub(crate) struct Ready {
     levels: Vec<Level>,
+    /// The level of a message without a priority.
+    default_level: usize,
+    /// No level above this one holds a message: where the search for the next one starts.
+    top: usize,
     /// Every ready message, its body bytes and the persistent ones.
     all: Tally,
     /// Of those, the ones held in memory, whole or packed.
@@ -29,21 +34,24 @@ pub(crate) struct Ready {
 
 impl Default for Ready {
     fn default() -> Self {
-        Ready::with_max_priority(0)
+        Ready::with_max_priority(0, 0)
     }
 }
 
 impl Ready {
-    /// Ready messages with priorities 0 ..= `max_priority`.
-    pub fn with_max_priority(max_priority: u8) -> Self {
+    /// Ready messages with priorities 0 ..= `max_priority`, a message without one at
+    /// `default_priority`.
+    pub fn with_max_priority(max_priority: u8, default_priority: u8) -> Self {
         let levels = (0..=max_priority).map(|_| Level::default()).collect();
-        Ready { levels, all: Tally::default(), places: Places::default() }
+        let default_level = usize::from(default_priority.min(max_priority));
+        Ready { levels, default_level, top: 0, all: Tally::default(), places: Places::default() }
     }
 
     /// Appends a newly published message (its seq is greater than any queued one).
     pub fn push_back(&mut self, entry: Entry) {
         self.count_in(&entry);
         let level = self.level_of(&entry);
+        self.top = self.top.max(level);
         self.levels[level].push_back(entry);
     }
 
@@ -51,14 +59,27 @@ impl Ready {
     pub fn requeue(&mut self, entry: Entry) {
         self.count_in(&entry);
         let level = self.level_of(&entry);
+        self.top = self.top.max(level);
         self.levels[level].requeue(entry);
     }
 
     /// The next message: the oldest of the highest non-empty priority.
     pub fn pop_front(&mut self) -> Option<Entry> {
-        let entry = self.levels.iter_mut().rev().find_map(Level::pop_front)?;
+        let (level, entry) = self.levels[..=self.top]
+            .iter_mut()
+            .enumerate()
+            .rev()
+            .find_map(|(at, l)| Some((at, l.pop_front()?)))?;
+        self.top = level;
         self.count_out(&entry);
         Some(entry)
+    }
+
+    /// How many ready messages each priority holds, highest first, empty levels left out (the
+    /// management API's `messages_by_priority`).
+    pub fn counts_by_priority(&self) -> Vec<(u8, usize)> {
+        let levels = self.levels.iter().enumerate().rev();
+        levels.filter(|(_, l)| l.live > 0).map(|(at, l)| (at as u8, l.live)).collect()
     }
 
     /// Removes the message with this seq, wherever it is.
@@ -158,8 +179,10 @@ impl Ready {
     }
 
     fn level_of(&self, entry: &Entry) -> usize {
-        let priority = usize::from(entry.priority());
-        priority.min(self.levels.len() - 1)
+        match entry.payload.hot().given_priority() {
+            Some(priority) => usize::from(priority).min(self.levels.len() - 1),
+            None => self.default_level,
+        }
     }
 
     fn count_in(&mut self, entry: &Entry) {
@@ -346,6 +369,38 @@ mod tests {
 
     fn drain(ready: &mut Ready) -> Vec<Seq> {
         std::iter::from_fn(|| ready.pop_front()).map(|e| e.seq).collect()
+    }
+
+    fn with_priority(seq: Seq, priority: Option<u8>) -> Entry {
+        let properties = hourglass_wire::BasicProperties { priority, ..Default::default() };
+        let message =
+            Message::new(Default::default(), Default::default(), properties.into(), vec![0u8; 3].into());
+        Entry::new(seq, Arc::new(message), None, None, None)
+    }
+
+    /// Quorum levels (issue 39): strict order by priority, above 31 counted as 31, none at the
+    /// default level; the highest-level hint follows pushes, requeues, removals and pops.
+    #[test]
+    fn levels_deliver_highest_first_and_unprioritised_at_the_default() {
+        let mut ready = Ready::with_max_priority(31, 4);
+        for (seq, priority) in
+            [(1, Some(1)), (2, Some(9)), (3, Some(3)), (4, Some(31)), (5, Some(0)), (6, None), (7, Some(200))]
+        {
+            ready.push_back(with_priority(seq, priority));
+        }
+        assert_eq!(ready.counts_by_priority(), vec![(31, 2), (9, 1), (4, 1), (3, 1), (1, 1), (0, 1)]);
+        assert_eq!(ready.pop_front().map(|e| e.seq), Some(4));
+        assert!(ready.remove(7).is_some(), "the other 31 leaves from the middle");
+        assert_eq!(ready.pop_front().map(|e| e.seq), Some(2));
+        ready.requeue(with_priority(4, Some(31)));
+        assert_eq!(drain(&mut ready), vec![4, 6, 3, 1, 5], "the requeued 31 first, then 4 (none), 3, 1, 0");
+        ready.push_back(with_priority(8, Some(2)));
+        assert_eq!(drain(&mut ready), vec![8]);
+        let mut classic = Ready::with_max_priority(0, 0);
+        for (seq, priority) in [(1, Some(9)), (2, None), (3, Some(1))] {
+            classic.push_back(with_priority(seq, priority));
+        }
+        assert_eq!(drain(&mut classic), vec![1, 2, 3], "one level: FIFO");
     }
 
     /// A queue drained after a backlog gives back its slots (beyond what an idle queue keeps):

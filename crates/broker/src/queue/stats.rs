@@ -45,6 +45,9 @@ pub struct QueueStats {
     pub last_expiry: Option<Timestamp>,
     pub consumers: usize,
     pub counters: QueueCounters,
+    /// A quorum queue's ready messages per priority, highest first, empty priorities left out
+    /// (RabbitMQ 4.3's `messages_by_priority`); empty for a classic queue.
+    pub messages_by_priority: Vec<(u8, usize)>,
 }
 
 impl QueueStats {
@@ -76,6 +79,10 @@ impl QueueStats {
             last_expiry: queue.ttl.last(),
             consumers: queue.consumer_count(),
             counters: queue.counters,
+            messages_by_priority: match queue.args.queue_type {
+                QueueType::Quorum => queue.ready.counts_by_priority(),
+                QueueType::Classic => Vec::new(),
+            },
         }
     }
 }

@@ -91,14 +91,40 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, ranges: Ra
             "delivery_limit": s.counters.dead_lettered_delivery_limit,
         },
         "messages_visibility_expired": s.counters.visibility_expired,
+        "effective_settings": effective_settings(q),
         "messages_redelivered": s.counters.redelivered,
         "messages_deduplicated": s.counters.deduplicated,
     });
     if let Value::Object(fields) = &mut json {
+        if s.queue_type == QueueType::Quorum {
+            // RabbitMQ 4.3's quorum queue fields: ready messages per priority, and how many
+            // priorities hold some.
+            let by_priority: serde_json::Map<String, Value> =
+                s.messages_by_priority.iter().map(|(p, n)| (p.to_string(), json!(n))).collect();
+            fields.insert("messages_active_priorities".to_owned(), json!(by_priority.len()));
+            fields.insert("messages_by_priority".to_owned(), Value::Object(by_priority));
+        }
         fields.extend(depth);
         fields.extend(count_fields(s).map(|(name, value)| (name.to_owned(), json!(value))));
     }
     json
+}
+
+/// The time and limit settings the queue runs with, arguments and policies merged and defaults
+/// applied (semantics §4–§6): what `arguments` and `effective_policy_definition` add up to. `null`
+/// where nothing applies.
+fn effective_settings(q: &QueueDetails) -> Value {
+    let a = &q.settings;
+    json!({
+        "message_ttl": a.message_ttl_ms,
+        "delivery_delay": a.delivery_delay_ms,
+        "visibility_timeout": a.visibility_timeout_ms,
+        "consumer_timeout": q.consumer_timeout_ms,
+        "delivery_limit": a.delivery_limit,
+        "redelivery_delay": a.redelivery_delay_ms,
+        "redelivery_delay_max": a.redelivery_delay_max_ms,
+        "delayed_retry": a.delayed_retry.map(|r| json!({"type": r.kind.name(), "min": r.min_ms, "max": r.max_ms})),
+    })
 }
 
 /// RabbitMQ's count and byte fields of a queue besides its depth (docs/http-api.md "Queue counts

@@ -97,6 +97,22 @@ export interface Queue {
   messages_visibility_expired: number;
   messages_redelivered: number;
   message_stats?: MessageStats;
+  /** Quorum queues (RabbitMQ 4.3): ready messages per priority, and how many priorities hold some. */
+  messages_by_priority?: Record<string, number>;
+  messages_active_priorities?: number;
+  /** What arguments and policies add up to, defaults applied; null where nothing applies. */
+  effective_settings?: EffectiveSettings;
+}
+
+export interface EffectiveSettings {
+  message_ttl: number | null;
+  delivery_delay: number | null;
+  visibility_timeout: number | null;
+  consumer_timeout: number | null;
+  delivery_limit: number | null;
+  redelivery_delay: number | null;
+  redelivery_delay_max: number | null;
+  delayed_retry: { type: string; min: number; max: number } | null;
 }
 
 export interface Exchange {
@@ -154,6 +170,8 @@ export interface Consumer {
   queue: { name: string; vhost: string };
   channel_details: { name: string; connection_name?: string };
   arguments: Args;
+  /** The consumer timeout its deliveries run under (ms); null when none applies. */
+  consumer_timeout: number | null;
 }
 
 export interface User {

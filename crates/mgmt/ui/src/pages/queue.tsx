@@ -4,9 +4,9 @@ import { useState } from "preact/hooks";
 import { api } from "../api";
 import { may, refusedTitle } from "../access";
 import { act, ArgsTable, Choice, ErrorBox, notFound, Section, usePoll } from "../components";
-import { bytes, num, rate } from "../format";
+import { bytes, duration, num, rate } from "../format";
 import { go, href } from "../router";
-import type { Args, Queue } from "../types";
+import type { Args, EffectiveSettings, Queue } from "../types";
 import { GetMessages, PublishForm } from "./messages";
 import { setting, Waiting } from "./queue_waiting";
 
@@ -108,6 +108,17 @@ function Details({ q }: { q: Queue }) {
                 <th>Visibility timeouts run out</th>
                 <td>{num(q.messages_visibility_expired)}</td>
               </tr>
+              {q.messages_by_priority && (
+                <tr id="by-priority">
+                  <th>Ready by priority</th>
+                  <td>
+                    {Object.entries(q.messages_by_priority)
+                      .sort((a, b) => Number(b[0]) - Number(a[0]))
+                      .map(([p, n]) => `${p}: ${num(n)}`)
+                      .join(", ") || "none"}
+                  </td>
+                </tr>
+              )}
             </tbody>
           </table>
         </div>
@@ -116,10 +127,41 @@ function Details({ q }: { q: Queue }) {
           <ArgsTable args={q.arguments} />
           <h3>Effective policy definition</h3>
           <ArgsTable args={q.effective_policy_definition as Args} />
+          {q.effective_settings && <EffectiveSettingsTable s={q.effective_settings} />}
         </div>
         <DeadLettering q={q} />
       </div>
     </Section>
+  );
+}
+
+/** The time settings the queue runs with, arguments and policies merged, defaults applied. */
+function EffectiveSettingsTable({ s }: { s: EffectiveSettings }) {
+  const ms = (v: number | null) => (v === null ? "none" : duration(v));
+  const retry = s.delayed_retry;
+  const rows: [string, string][] = [
+    ["Message TTL", ms(s.message_ttl)],
+    ["Delivery delay", ms(s.delivery_delay)],
+    ["Visibility timeout", ms(s.visibility_timeout)],
+    ["Consumer timeout", ms(s.consumer_timeout)],
+    ["Delivery limit", s.delivery_limit === null ? "none" : num(s.delivery_limit)],
+    ["Redelivery back-off", s.redelivery_delay === null ? "none" : `${duration(s.redelivery_delay)} doubling, at most ${ms(s.redelivery_delay_max)}`],
+    ["Delayed retry", retry === null ? "disabled" : `${retry.type}: ${duration(retry.min)} × returns, at most ${duration(retry.max)}`],
+  ];
+  return (
+    <>
+      <h3>Time settings in effect</h3>
+      <table class="kv" id="effective-settings">
+        <tbody>
+          {rows.map(([label, value]) => (
+            <tr key={label} data-setting={label}>
+              <th>{label}</th>
+              <td>{value}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </>
   );
 }
 
@@ -174,7 +216,7 @@ function Consumers({ vhost, name }: { vhost: string; name: string }) {
     [vhost, name],
   );
   return (
-    <Section title="Consumers">
+    <Section title="Consumers" id="consumers">
       <ErrorBox error={consumers.error} />
       <table class="list">
         <thead>
@@ -184,6 +226,7 @@ function Consumers({ vhost, name }: { vhost: string; name: string }) {
             <th>Ack required</th>
             <th>Exclusive</th>
             <th>Prefetch</th>
+            <th>Consumer timeout</th>
           </tr>
         </thead>
         <tbody>
@@ -194,11 +237,12 @@ function Consumers({ vhost, name }: { vhost: string; name: string }) {
               <td>{c.ack_required ? "●" : "○"}</td>
               <td>{c.exclusive ? "●" : "○"}</td>
               <td>{c.prefetch_count}</td>
+              <td>{c.consumer_timeout === null ? "none" : duration(c.consumer_timeout)}</td>
             </tr>
           ))}
           {consumers.data?.length === 0 && (
             <tr>
-              <td colSpan={5} class="muted">
+              <td colSpan={6} class="muted">
                 no consumers
               </td>
             </tr>
