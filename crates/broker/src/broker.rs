@@ -18,6 +18,7 @@ use crate::message_stats::{MessageSizes, MessageStats};
 use crate::naming::NameGenerator;
 use crate::persist::Persistence;
 use crate::queue::paging::Pager;
+use crate::queue::DeliveryCounting;
 use crate::queue::{Queue, QueueId};
 use crate::receipts::ReceiptKey;
 use crate::reply_to::ReplyConsumers;
@@ -45,6 +46,9 @@ pub struct BrokerConfig {
     /// The broker-wide consumer timeout (consumer_timeout.rs): RabbitMQ's 30 minutes, answered
     /// with basic.cancel, by default.
     pub consumer_timeout: ConsumerTimeoutConfig,
+    /// Which returns count toward delivery limits: every one (3.x, the default) or failures only
+    /// (RabbitMQ 4.3).
+    pub delivery_counting: DeliveryCounting,
     /// Signs receipt handles (receipts.rs). The driver draws it at random
     /// (`ReceiptKey::random`): the broker reads no random source itself. The default is a fixed
     /// key, for tests only.
@@ -61,6 +65,7 @@ impl Default for BrokerConfig {
             persistence: false,
             receipt_key: ReceiptKey::from_bytes(&[0; 32]),
             consumer_timeout: ConsumerTimeoutConfig::default(),
+            delivery_counting: DeliveryCounting::default(),
         }
     }
 }
@@ -105,6 +110,8 @@ pub struct Broker {
     pub(crate) receipts: ReceiptKey,
     /// Deliveries under the broker's default consumer timeout (consumer_timeout.rs).
     pub(crate) default_timeouts: DefaultTimeouts,
+    /// Which returns count toward delivery limits (semantics §5).
+    pub(crate) delivery_counting: DeliveryCounting,
     pub(crate) effects: VecDeque<Effect>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
     pub(crate) settle_scratch: Vec<Unacked>,
@@ -147,6 +154,7 @@ impl Broker {
             channel_openings: 0,
             receipts: config.receipt_key.clone(),
             default_timeouts: DefaultTimeouts::new(config.consumer_timeout),
+            delivery_counting: config.delivery_counting,
             sqs: Default::default(),
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),

@@ -32,12 +32,14 @@ pub enum VisibilityError {
 }
 
 impl Broker {
-    /// A delivery of queue `id` came back unsettled, as `how`: it counts one failed delivery,
-    /// then goes back to ready, waits out its back-off, or is dead-lettered over its limit
-    /// (semantics §5).
+    /// A delivery of queue `id` came back unsettled, as `how`: it counts one failed delivery
+    /// (unless the broker counts failures only and this is not one), then goes back to ready,
+    /// waits out its back-off, or is dead-lettered over its limit (semantics §5).
     pub(crate) fn return_to_queue(&mut self, id: QueueId, mut entry: Entry, how: ReturnKind, now: Timestamp) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
-        entry.delivery_count = entry.delivery_count.saturating_add(1);
+        if self.delivery_counting.counts(how) {
+            entry.delivery_count = entry.delivery_count.saturating_add(1);
+        }
         match delivery_limit::on_return(&queue.args, entry.delivery_count, how) {
             Return::Ready => {
                 entry.redelivered = true;
@@ -97,7 +99,11 @@ impl Broker {
             }
         }
         let timed_out = TimedOut { consumer_tag: unacked.consumer_tag, deadline: unacked.deadline };
-        self.return_to_queue(id, unacked.entry, ReturnKind::Returned, now);
+        let how = match unacked.deadline.map(|d| d.kind) {
+            Some(DeadlineKind::Visibility) => ReturnKind::VisibilityTimeout,
+            _ => ReturnKind::Returned,
+        };
+        self.return_to_queue(id, unacked.entry, how, now);
         Some(timed_out)
     }
 

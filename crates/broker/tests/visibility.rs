@@ -626,3 +626,49 @@ fn consumer_timeout_arguments_are_validated() {
         err.reply_text
     );
 }
+
+/// Issue 39: RabbitMQ 4.3 counts failures only toward `x-delivery-limit` (basic.nack with
+/// requeue and basic.recover do not count); 3.x and 4.0–4.2 count every return, which stays the
+/// default. A visibility timeout counts in both (SQS counts every receive).
+#[test]
+fn delivery_counting_every_return_or_failures_only() {
+    use hourglass_broker::queue::DeliveryCounting;
+    let nacks_until_gone = |counting: DeliveryCounting, requeue_with: &str| -> usize {
+        let mut tb =
+            TestBroker::with_config(BrokerConfig { delivery_counting: counting, ..Default::default() });
+        let c = tb.channel();
+        declare_args(&mut tb, c, "q", &[("x-delivery-limit", int(3))]);
+        tb.publish(c, "", "q", b"job");
+        for returns in 0..50 {
+            let got = tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+            let Some(tag) = methods(&got).iter().find_map(|m| match m {
+                Method::BasicGetOk(ok) => Some(ok.delivery_tag),
+                _ => None,
+            }) else {
+                return returns;
+            };
+            match requeue_with {
+                "nack" => tb.call(c, BasicNack { delivery_tag: tag, multiple: false, requeue: true }),
+                "reject" => tb.call(c, BasicReject { delivery_tag: tag, requeue: true }),
+                _ => tb.call(c, BasicRecover { requeue: true }),
+            };
+        }
+        50
+    };
+    assert_eq!(nacks_until_gone(DeliveryCounting::EveryReturn, "nack"), 4, "3.x: every nack counts");
+    assert_eq!(nacks_until_gone(DeliveryCounting::EveryReturn, "recover"), 4);
+    assert_eq!(nacks_until_gone(DeliveryCounting::FailuresOnly, "nack"), 50, "4.3: nacks do not count");
+    assert_eq!(nacks_until_gone(DeliveryCounting::FailuresOnly, "recover"), 50);
+    assert_eq!(nacks_until_gone(DeliveryCounting::FailuresOnly, "reject"), 4, "4.3: a reject is a failure");
+
+    let config = BrokerConfig { delivery_counting: DeliveryCounting::FailuresOnly, ..Default::default() };
+    let mut tb = TestBroker::with_config(config);
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-delivery-limit", int(1)), ("x-visibility-timeout", int(1_000))]);
+    tb.publish(c, "", "q", b"job");
+    for _ in 0..2 {
+        tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+        tb.advance(ms(1_000));
+    }
+    assert_eq!(stats(&tb, "q").messages_ready, 0, "the second visibility timeout is over the limit");
+}

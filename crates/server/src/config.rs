@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use hourglass_broker::consumer_timeout::{ConsumerTimeoutConfig, TimeoutResponse};
+use hourglass_broker::queue::DeliveryCounting;
 use hourglass_broker::PagingLimits;
 use hourglass_mgmt::HttpLimits;
 use serde::Deserialize;
@@ -202,6 +203,10 @@ pub struct Cli {
     /// `consumer_timeout_response`): `notify_consumer` or `close_channel`.
     #[arg(long, env = "HOURGLASS_CONSUMER_TIMEOUT_RESPONSE")]
     pub consumer_timeout_response: Option<String>,
+    /// Which returns count toward `x-delivery-limit`: `every_return` (RabbitMQ 3.x and 4.0–4.2)
+    /// or `failures_only` (RabbitMQ 4.3: basic.nack with requeue does not count).
+    #[arg(long, env = "HOURGLASS_DELIVERY_COUNTING")]
+    pub delivery_counting: Option<String>,
     /// The `product` connection.start names (clients such as kombu choose RabbitMQ's semantics
     /// by it; ADR 0009).
     #[arg(long, env = "HOURGLASS_SERVER_PRODUCT")]
@@ -323,6 +328,7 @@ pub struct FileConfig {
     /// Milliseconds, or `"none"`.
     pub consumer_timeout: Option<TimeoutSetting>,
     pub consumer_timeout_response: Option<String>,
+    pub delivery_counting: Option<String>,
     pub server_product: Option<String>,
     pub load_definitions: Option<PathBuf>,
     pub default_user: Option<String>,
@@ -479,6 +485,8 @@ pub struct Config {
     pub apsaramq_delay_header: bool,
     /// RabbitMQ's `consumer_timeout` and `consumer_timeout_response` (semantics §4).
     pub consumer_timeout: ConsumerTimeoutConfig,
+    /// Which returns count toward delivery limits (semantics §5).
+    pub delivery_counting: DeliveryCounting,
     /// `product` in connection.start's server-properties.
     pub server_product: String,
     pub load_definitions: Option<PathBuf>,
@@ -526,6 +534,7 @@ impl Default for Config {
             disk_free_limit: DiskFreeLimit::Absolute(DEFAULT_DISK_FREE_LIMIT),
             apsaramq_delay_header: false,
             consumer_timeout: ConsumerTimeoutConfig::default(),
+            delivery_counting: DeliveryCounting::default(),
             server_product: hourglass_session::DEFAULT_SERVER_PRODUCT.to_owned(),
             load_definitions: None,
             // 10,000 messages or 64 MiB of bodies per queue: a consumer never waits on the disk
@@ -649,6 +658,17 @@ impl Config {
                 cli.consumer_timeout_response.or(file.consumer_timeout_response),
                 defaults.consumer_timeout,
             )?,
+            delivery_counting: match cli
+                .delivery_counting
+                .or(file.delivery_counting)
+                .as_deref()
+                .map(str::trim)
+            {
+                None => defaults.delivery_counting,
+                Some("every_return") => DeliveryCounting::EveryReturn,
+                Some("failures_only") => DeliveryCounting::FailuresOnly,
+                Some(other) => anyhow::bail!("delivery_counting {other:?}: every_return or failures_only"),
+            },
             server_product: server_product(cli.server_product.or(file.server_product))?
                 .unwrap_or(defaults.server_product),
             load_definitions: cli.load_definitions.or(file.load_definitions),
@@ -823,6 +843,11 @@ mod tests {
         };
         let resolved = Config::resolve(cli).unwrap().consumer_timeout;
         assert_eq!((resolved.default_ms, resolved.response), (None, TimeoutResponse::CloseChannel));
+        assert_eq!(Config::default().delivery_counting, DeliveryCounting::EveryReturn);
+        let cli = Cli { delivery_counting: Some("failures_only".into()), ..Cli::default() };
+        assert_eq!(Config::resolve(cli).unwrap().delivery_counting, DeliveryCounting::FailuresOnly);
+        let cli = Cli { delivery_counting: Some("some".into()), ..Cli::default() };
+        assert!(Config::resolve(cli).unwrap_err().to_string().starts_with("delivery_counting"));
         let file: FileConfig = toml::from_str("consumer_timeout = 60000").unwrap();
         assert_eq!(file.consumer_timeout, Some(TimeoutSetting::Millis(60_000)));
         for (timeout, response) in [(Some("soon"), None), (None, Some("shout"))] {

@@ -166,6 +166,7 @@ impl Server {
             persistence: true,
             apsaramq_delay_header: config.apsaramq_delay_header,
             consumer_timeout: config.consumer_timeout,
+            delivery_counting: config.delivery_counting,
             receipt_key: hourglass_broker::receipts::ReceiptKey::random(),
             ..BrokerConfig::default()
         });

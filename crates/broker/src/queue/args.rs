@@ -142,8 +142,30 @@ pub struct DelayedRetry {
 pub enum ReturnKind {
     /// A failed delivery: basic.reject with requeue, or its channel or connection closed.
     Failed,
-    /// Any other return: basic.nack with requeue, basic.recover, a visibility or consumer timeout.
+    /// Any other return: basic.nack with requeue, basic.recover, a consumer timeout.
     Returned,
+    /// Its visibility timeout ran out: a return to delayed retry, but counted as a failure in
+    /// either counting (SQS counts every receive toward `maxReceiveCount`).
+    VisibilityTimeout,
+}
+
+/// Which returns count toward `x-delivery-limit` and `x-delivery-count` (semantics §5).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum DeliveryCounting {
+    /// Every return: RabbitMQ 3.x's and 4.0–4.2's quorum queues. The default, so a 3.x
+    /// application that nacks toward its limit still reaches it.
+    #[default]
+    EveryReturn,
+    /// Failures only (and visibility timeouts): RabbitMQ 4.3's "unlimited explicit returns",
+    /// where basic.nack with requeue, basic.recover and a consumer timeout do not count.
+    FailuresOnly,
+}
+
+impl DeliveryCounting {
+    /// Whether a return of `how` counts one more delivery.
+    pub fn counts(self, how: ReturnKind) -> bool {
+        self == DeliveryCounting::EveryReturn || how != ReturnKind::Returned
+    }
 }
 
 impl DelayedRetry {
@@ -154,7 +176,7 @@ impl DelayedRetry {
             RetryType::Disabled => false,
             RetryType::All => true,
             RetryType::Failed => how == ReturnKind::Failed,
-            RetryType::Returned => how == ReturnKind::Returned,
+            RetryType::Returned => how != ReturnKind::Failed,
         };
         applies.then(|| self.min_ms.saturating_mul(u64::from(returns.max(1))).min(self.max_ms))
     }

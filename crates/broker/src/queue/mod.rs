@@ -32,7 +32,8 @@ use crate::message_stats::MessageStats;
 use crate::persist::RecordLocation;
 use crate::time::Timestamp;
 pub use args::{
-    DeadLetterStrategy, DelayedRetry, Overflow, QueueArgs, QueueSettings, QueueType, RetryType, ReturnKind,
+    DeadLetterStrategy, DelayedRetry, DeliveryCounting, Overflow, QueueArgs, QueueSettings, QueueType,
+    RetryType, ReturnKind,
 };
 pub(crate) use args::{RetryConflict, SettingError};
 use consumers::Consumers;
