@@ -672,3 +672,34 @@ fn delivery_counting_every_return_or_failures_only() {
     }
     assert_eq!(stats(&tb, "q").messages_ready, 0, "the second visibility timeout is over the limit");
 }
+
+/// Issue 39 ("no silent ignore"): RabbitMQ 4.x's `x-consumer-disconnected-timeout` is refused by
+/// name as a queue argument, and `consumer-disconnected-timeout` as a policy key, never accepted
+/// and ignored.
+#[test]
+fn consumer_disconnected_timeout_is_refused_by_name() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let err =
+        channel_error(&declare_args(&mut tb, c, "q", &[("x-consumer-disconnected-timeout", int(60_000))]))
+            .expect("406");
+    assert_eq!(err.reply_code, 406);
+    assert!(
+        err.reply_text.contains("invalid arg 'x-consumer-disconnected-timeout' for queue 'q'"),
+        "{}",
+        err.reply_text
+    );
+    let spec = hourglass_broker::policy::PolicySpec {
+        name: "p".into(),
+        pattern: ".*".into(),
+        apply_to: "queues".into(),
+        priority: 0,
+        definition: FieldTable::from_entries([("consumer-disconnected-timeout", int(60_000))]),
+    };
+    let now = tb.clock.now();
+    let refused = tb.broker.set_policy(hourglass_broker::policy::PolicyKind::User, "/", spec, now);
+    assert!(
+        matches!(&refused, Err(hourglass_broker::policy::PolicyError::Invalid(why)) if why.contains("consumer-disconnected-timeout")),
+        "{refused:?}"
+    );
+}

@@ -10,6 +10,10 @@ use crate::errors;
 
 /// The largest time argument accepted: 10 years in milliseconds, as RabbitMQ (docs/semantics.md).
 pub const MAX_TIME_MS: u64 = 315_360_000_000;
+/// Why `x-consumer-disconnected-timeout` (RabbitMQ 4.x, quorum queues) is refused.
+pub(crate) const CONSUMER_DISCONNECTED_TIMEOUT_NOT_SERVED: &str = "not supported by Hourglass: a consumer's \
+     deliveries return to the queue as soon as its connection is gone, with no disconnected-consumer wait";
+
 /// The highest `x-max-priority` RabbitMQ accepts.
 pub const MAX_PRIORITY: u8 = 255;
 /// A quorum queue's priorities (RabbitMQ 4.3's rabbit_fifo): 0 ..= 31, strict, ...
@@ -291,6 +295,11 @@ impl QueueArgs {
                 "x-deduplication-header" => {
                     let name = short_string_arg(&value).map_err(|_| invalid_type(key, &value))?;
                     dedup.header = name.as_str().into_owned();
+                }
+                // RabbitMQ 4.x's wait before a disconnected node's consumer loses its deliveries:
+                // refused by name, not ignored (a consumer here loses them when its connection goes).
+                "x-consumer-disconnected-timeout" => {
+                    return Err(invalid(key, CONSUMER_DISCONNECTED_TIMEOUT_NOT_SERVED.to_owned()))
                 }
                 "x-dead-letter-strategy" => {
                     args.dead_letter_strategy = match value.as_bytes() {
