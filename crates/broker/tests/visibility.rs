@@ -703,3 +703,75 @@ fn consumer_disconnected_timeout_is_refused_by_name() {
         "{refused:?}"
     );
 }
+
+/// Issue 39 (LavinMQ's automatic retries): `x-delayed-retry-min` alone switches retries on for
+/// rejects and nacks, linear without a maximum; `x-delayed-retry-multiplier` 2 doubles the wait
+/// (capped by `x-delayed-retry-max`), 1 keeps it constant; and such a queue has a delivery limit
+/// of 20, as LavinMQ's.
+#[test]
+fn lavinmq_retries_min_alone_and_the_multiplier() {
+    for (args, waits) in [
+        (vec![("x-delayed-retry-min", int(100))], vec![100u64, 200, 300, 400]),
+        (
+            vec![
+                ("x-delayed-retry-min", int(100)),
+                ("x-delayed-retry-multiplier", int(2)),
+                ("x-delayed-retry-max", int(500)),
+            ],
+            vec![100, 200, 400, 500],
+        ),
+        (
+            vec![("x-delayed-retry-min", int(100)), ("x-delayed-retry-multiplier", int(1))],
+            vec![100, 100, 100],
+        ),
+        (
+            vec![
+                ("x-delayed-retry-type", text("all")),
+                ("x-delayed-retry-min", int(100)),
+                ("x-delayed-retry-multiplier", int(3)),
+                ("x-delayed-retry-max", int(10_000)),
+            ],
+            vec![100, 300, 900],
+        ),
+    ] {
+        let mut tb = TestBroker::new();
+        let c = tb.channel();
+        declare_args(&mut tb, c, "q", &args);
+        consume(&mut tb, c, "q", "w", false);
+        let mut tag = deliveries(&tb.publish(c, "", "q", b"x"))[0].method.delivery_tag;
+        for (at, wait) in waits.iter().enumerate() {
+            // Nacks and rejects alike.
+            let returned = if at % 2 == 0 {
+                tb.call(c, BasicReject { delivery_tag: tag, requeue: true })
+            } else {
+                tb.call(c, BasicNack { delivery_tag: tag, multiple: false, requeue: true })
+            };
+            assert!(deliveries(&returned).is_empty(), "{args:?}: held back");
+            assert!(deliveries(&tb.advance(ms(wait - 1))).is_empty(), "{args:?}: waits {wait} ms");
+            let back = deliveries(&tb.advance(ms(1)));
+            assert_eq!(back.len(), 1, "{args:?}: back after {wait} ms");
+            tag = back[0].method.delivery_tag;
+        }
+    }
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-delayed-retry-min", int(1))]);
+    tb.publish(c, "", "q", b"x");
+    let mut deliveries_made = 0;
+    for _ in 0..40 {
+        let got = tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+        let tag = methods(&got).iter().find_map(|m| match m {
+            Method::BasicGetOk(ok) => Some(ok.delivery_tag),
+            _ => None,
+        });
+        if let Some(tag) = tag {
+            deliveries_made += 1;
+            tb.call(c, BasicReject { delivery_tag: tag, requeue: true });
+        }
+        tb.advance(ms(100));
+    }
+    assert_eq!(deliveries_made, 21, "LavinMQ's delivery limit of 20 with retries on");
+    let err = channel_error(&declare_args(&mut tb, c, "bad", &[("x-delayed-retry-multiplier", int(0))]))
+        .expect("406");
+    assert!(err.reply_text.contains("'x-delayed-retry-multiplier'"), "{}", err.reply_text);
+}

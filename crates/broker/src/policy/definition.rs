@@ -16,7 +16,8 @@ use super::PolicyKind;
 use crate::queue::{QueueSettings, RetryConflict, SettingError};
 
 /// Queue settings an operator policy may not set: RabbitMQ keeps operator policies to limits.
-const USER_ONLY_SETTINGS: &[&str] = &["dead-letter-exchange", "dead-letter-routing-key", "consumer-timeout"];
+const USER_ONLY_SETTINGS: &[&str] =
+    &["dead-letter-exchange", "dead-letter-routing-key", "consumer-timeout", "delayed-retry-multiplier"];
 
 /// RabbitMQ 3.13's other user-policy keys: accepted, without effect here.
 const USER_KEYS_WITHOUT_EFFECT: &[&str] = &[
@@ -125,6 +126,7 @@ fn described(key: &str) -> &str {
         "delayed-retry-type" => "delayed retry type",
         "delayed-retry-min" => "delayed retry minimum delay",
         "delayed-retry-max" => "delayed retry maximum delay",
+        "delayed-retry-multiplier" => "delayed retry multiplier",
         other => other,
     }
 }

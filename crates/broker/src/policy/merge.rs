@@ -14,6 +14,7 @@
 //! | `delayed-retry-type` (RabbitMQ 4.3) | the operator policy, else the policy, else the argument |
 //! | `delayed-retry-min` | the lower of the argument and the policies' (of two policies, the higher) |
 //! | `delayed-retry-max` | the lowest of argument, policy and operator policy |
+//! | `delayed-retry-multiplier` (LavinMQ) | the argument, else the policy |
 //!
 //! RabbitMQ's documentation says arguments beat policies, but for the numeric limits its code
 //! takes the lower value (`res_min`): a 2000 ms `x-message-ttl` under a 1000 ms policy expires
@@ -74,6 +75,8 @@ pub(crate) fn effective(
             user.delayed_retry_max_ms,
             op.delayed_retry_max_ms,
         ]),
+        // LavinMQ's: the argument, else the policy.
+        delayed_retry_multiplier: a.delayed_retry_multiplier.or(user.delayed_retry_multiplier),
     }
 }
 

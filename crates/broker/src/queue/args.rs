@@ -47,6 +47,7 @@ pub(crate) const EQUIVALENCE_KEYS: &[&str] = &[
     "x-delayed-retry-type",
     "x-delayed-retry-min",
     "x-delayed-retry-max",
+    "x-delayed-retry-multiplier",
 ];
 
 /// Typed queue arguments: the effective values (policies applied, semantics §6) that every feature
@@ -117,6 +118,7 @@ pub struct QueueSettings {
     pub delayed_retry_type: Option<RetryType>,
     pub delayed_retry_min_ms: Option<u64>,
     pub delayed_retry_max_ms: Option<u64>,
+    pub delayed_retry_multiplier: Option<u64>,
 }
 
 /// `x-delayed-retry-type`: which returns RabbitMQ 4.3's delayed retry holds back.
@@ -133,13 +135,20 @@ pub enum RetryType {
 }
 
 /// RabbitMQ 4.3's delayed retry in effect: a return of `kind` waits
-/// `min(min_ms × returns, max_ms)` before it is ready again.
+/// `min(min_ms × returns, max_ms)` before it is ready again; with LavinMQ's multiplier `m`,
+/// `min(min_ms × m^(returns−1), max_ms)` (1: constant).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct DelayedRetry {
     pub kind: RetryType,
     pub min_ms: u64,
     pub max_ms: u64,
+    /// `x-delayed-retry-multiplier` (LavinMQ): `None` for the linear back-off.
+    pub multiplier: Option<u64>,
 }
+
+/// The longest wait of a LavinMQ-style retry without a maximum: LavinMQ caps it at u32 ms
+/// (about 49.7 days).
+pub const DELAYED_RETRY_CAP_MS: u64 = u32::MAX as u64;
 
 /// How a delivery came back unsettled, as RabbitMQ 4.3 tells them apart.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -182,7 +191,12 @@ impl DelayedRetry {
             RetryType::Failed => how == ReturnKind::Failed,
             RetryType::Returned => how != ReturnKind::Failed,
         };
-        applies.then(|| self.min_ms.saturating_mul(u64::from(returns.max(1))).min(self.max_ms))
+        let returns = returns.max(1);
+        let factor = match self.multiplier {
+            None => u64::from(returns),
+            Some(m) => m.checked_pow(returns - 1).unwrap_or(u64::MAX),
+        };
+        applies.then(|| self.min_ms.saturating_mul(factor).min(self.max_ms))
     }
 }
 
@@ -388,7 +402,8 @@ impl QueueArgs {
     ///   rabbit_quorum_queue does for a policy value it does not support;
     /// - a back-off maximum below the delay is raised to the delay (the back-off stays flat);
     /// - a delayed retry without a minimum is disabled, and its maximum defaults to the minimum,
-    ///   as RabbitMQ's rabbit_quorum_queue:get_delayed_retry_config.
+    ///   as RabbitMQ's rabbit_quorum_queue:get_delayed_retry_config;
+    /// - a minimum without a type is LavinMQ's automatic retries (see below).
     pub(crate) fn apply(&mut self, settings: &QueueSettings) {
         let overflow = settings.overflow.unwrap_or_default();
         self.overflow = match (self.queue_type, overflow) {
@@ -415,9 +430,20 @@ impl QueueArgs {
             (Some(delay), Some(max)) => Some(max.max(delay)),
             (_, max) => max,
         };
+        let multiplier = settings.delayed_retry_multiplier;
         self.delayed_retry = match (settings.delayed_retry_type, settings.delayed_retry_min_ms) {
             (Some(kind), Some(min_ms)) if kind != RetryType::Disabled => {
-                Some(DelayedRetry { kind, min_ms, max_ms: settings.delayed_retry_max_ms.unwrap_or(min_ms) })
+                let max_ms = settings.delayed_retry_max_ms.unwrap_or(min_ms);
+                Some(DelayedRetry { kind, min_ms, max_ms, multiplier })
+            }
+            // LavinMQ's automatic retries: a minimum alone switches them on, for rejects and
+            // nacks alike, with no maximum but LavinMQ's own cap, and a delivery limit of 20.
+            (None, Some(min_ms)) => {
+                let max_ms = settings.delayed_retry_max_ms.unwrap_or(DELAYED_RETRY_CAP_MS);
+                if settings.delivery_limit.is_none() {
+                    self.delivery_limit = Some(QUORUM_DEFAULT_DELIVERY_LIMIT);
+                }
+                Some(DelayedRetry { kind: RetryType::All, min_ms, max_ms, multiplier })
             }
             _ => None,
         };
@@ -479,6 +505,13 @@ impl QueueSettings {
             }
             "delayed-retry-min" => self.delayed_retry_min_ms = Some(time_arg(value, 1).map_err(invalid)?),
             "delayed-retry-max" => self.delayed_retry_max_ms = Some(time_arg(value, 1).map_err(invalid)?),
+            "delayed-retry-multiplier" => {
+                let multiplier = count_arg(value).map_err(invalid)?;
+                if multiplier == 0 {
+                    return Err(invalid("{value_zero,0}".to_owned()));
+                }
+                self.delayed_retry_multiplier = Some(multiplier)
+            }
             "max-length" => self.max_length = Some(count_arg(value).map_err(invalid)?),
             "max-length-bytes" => self.max_length_bytes = Some(count_arg(value).map_err(invalid)?),
             "dead-letter-exchange" => {

@@ -123,7 +123,9 @@ fn effective_settings(q: &QueueDetails) -> Value {
         "delivery_limit": a.delivery_limit,
         "redelivery_delay": a.redelivery_delay_ms,
         "redelivery_delay_max": a.redelivery_delay_max_ms,
-        "delayed_retry": a.delayed_retry.map(|r| json!({"type": r.kind.name(), "min": r.min_ms, "max": r.max_ms})),
+        "delayed_retry": a.delayed_retry.map(|r| {
+            json!({"type": r.kind.name(), "min": r.min_ms, "max": r.max_ms, "multiplier": r.multiplier})
+        }),
     })
 }
 

@@ -112,7 +112,8 @@ export interface EffectiveSettings {
   delivery_limit: number | null;
   redelivery_delay: number | null;
   redelivery_delay_max: number | null;
-  delayed_retry: { type: string; min: number; max: number } | null;
+  /** `multiplier` null: linear (min × returns); else min × multiplier^(returns−1). */
+  delayed_retry: { type: string; min: number; max: number; multiplier: number | null } | null;
 }
 
 export interface Exchange {

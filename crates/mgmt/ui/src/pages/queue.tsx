@@ -146,7 +146,12 @@ function EffectiveSettingsTable({ s }: { s: EffectiveSettings }) {
     ["Consumer timeout", ms(s.consumer_timeout)],
     ["Delivery limit", s.delivery_limit === null ? "none" : num(s.delivery_limit)],
     ["Redelivery back-off", s.redelivery_delay === null ? "none" : `${duration(s.redelivery_delay)} doubling, at most ${ms(s.redelivery_delay_max)}`],
-    ["Delayed retry", retry === null ? "disabled" : `${retry.type}: ${duration(retry.min)} × returns, at most ${duration(retry.max)}`],
+    [
+      "Delayed retry",
+      retry === null
+        ? "disabled"
+        : `${retry.type}: ${duration(retry.min)} × ${retry.multiplier === null ? "returns" : `${retry.multiplier}^(returns − 1)`}, at most ${duration(retry.max)}`,
+    ],
   ];
   return (
     <>
