@@ -79,11 +79,9 @@ impl DefaultTimeouts {
 
     /// The consumer timeout (ms) deliveries to `consumer` of a queue with `args` run under, if any:
     /// the consumer's, else the queue's, else the broker's unless a visibility timeout governs
-    /// them instead (`Deadline::of_delivery` decides per delivery).
+    /// them instead (`Deadline::of_delivery` decides per delivery). Reported for a no-ack
+    /// consumer too, as RabbitMQ's management API does, though nothing it gets waits for an ack.
     pub fn of_consumer(&self, consumer: &Consumer, args: &QueueArgs) -> Option<u64> {
-        if consumer.no_ack {
-            return None;
-        }
         let own = consumer.consumer_timeout_ms.or(args.consumer_timeout_ms);
         self.effective(own, consumer.visibility_timeout_ms.or(args.visibility_timeout_ms))
     }

@@ -77,8 +77,8 @@ pub struct ConsumerSummary {
     pub ack_required: bool,
     pub exclusive: bool,
     pub prefetch_count: u16,
-    /// The consumer timeout its deliveries run under (ms); `None`: none (no-ack, or only a
-    /// visibility timeout, or the broker's default switched off).
+    /// The consumer timeout its deliveries run under (ms); `None`: none (only a visibility
+    /// timeout, or the broker's default switched off).
     pub consumer_timeout_ms: Option<u64>,
 }
 
