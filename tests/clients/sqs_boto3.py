@@ -5,6 +5,7 @@ out, deleted; batches with per-entry failures; redrive to a dead-letter queue; l
 an AMQP publish; wrong keys refused with AWS's codes. Usage: sqs_boto3.py AMQP_PORT (the SQS port
 in SQS_PORT)."""
 import hashlib
+import json
 import os
 import sys
 import threading
@@ -178,6 +179,28 @@ dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=5)["Messages"]
 assert dead[0]["Body"] == "poison", dead
 assert "Messages" not in sqs.receive_message(QueueUrl=source, WaitTimeSeconds=2)
 sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=dead[0]["ReceiptHandle"], VisibilityTimeout=0)
+# maxReceiveCount 1 (issue 40, item 18): one receive, then the message is in the DLQ; 0 is refused.
+once_policy = '{"deadLetterTargetArn": "%s", "maxReceiveCount": 1}' % dlq_arn
+once = sqs.create_queue(QueueName="boto-once", Attributes={"VisibilityTimeout": "1", "RedrivePolicy": once_policy})["QueueUrl"]
+read_back = json.loads(sqs.get_queue_attributes(QueueUrl=once, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"])
+assert read_back["maxReceiveCount"] == 1, read_back
+sqs.send_message(QueueUrl=once, MessageBody="once")
+assert sqs.receive_message(QueueUrl=once, WaitTimeSeconds=5)["Messages"][0]["Body"] == "once"
+assert "Messages" not in sqs.receive_message(QueueUrl=once, WaitTimeSeconds=2), "not received twice"
+moved = []
+for _ in range(10):
+    moved += sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1, MaxNumberOfMessages=10).get("Messages", [])
+    if any(m["Body"] == "once" for m in moved):
+        break
+assert sorted(m["Body"] for m in moved) == ["once", "poison"], moved
+for m in moved:  # "once" leaves; "poison" stays for the move task below
+    if m["Body"] == "once":
+        sqs.delete_message(QueueUrl=dlq, ReceiptHandle=m["ReceiptHandle"])
+    else:
+        sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+zero_policy = '{"deadLetterTargetArn": "%s", "maxReceiveCount": 0}' % dlq_arn
+assert code_of(lambda: sqs.create_queue(QueueName="boto-never", Attributes={"RedrivePolicy": zero_policy})) == ("InvalidAttributeValue", 400)
+sqs.delete_queue(QueueUrl=once)
 
 # A message-move task redrives the dead-letter queue back to the source.
 task = sqs.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=50)["TaskHandle"]

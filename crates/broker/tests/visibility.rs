@@ -247,6 +247,27 @@ fn delivery_limit_dead_letters_with_reason_delivery_limit() {
     assert_eq!(first.get("reason"), Some(FieldValue::LongStr("delivery_limit".into())));
 }
 
+/// semantics §5 (issue 40, item 18): `x-delivery-limit` 0, which RabbitMQ accepts, dead-letters a
+/// message on its first return: SQS's `maxReceiveCount` 1.
+#[test]
+fn delivery_limit_zero_dead_letters_on_the_first_return() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "dlq", &[]);
+    let dead_letter = [
+        ("x-delivery-limit", int(0)),
+        ("x-dead-letter-exchange", text("")),
+        ("x-dead-letter-routing-key", text("dlq")),
+    ];
+    declare_args(&mut tb, c, "q", &dead_letter);
+    tb.publish(c, "", "q", b"once");
+    tb.call(c, BasicGet { queue: short("q"), no_ack: false });
+    tb.call(c, BasicReject { delivery_tag: 1, requeue: true });
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_unacked, s.counters.dead_lettered_delivery_limit), (0, 0, 1));
+    assert_eq!(stats(&tb, "dlq").messages_ready, 1);
+}
+
 /// semantics §5: a closed channel counts as a failed delivery; without a DLX an over-limit message is dropped.
 #[test]
 fn channel_close_counts_and_over_limit_without_dlx_drops() {
@@ -290,7 +311,7 @@ fn argument_validation() {
     for (args, name) in [
         (vec![("x-visibility-timeout", int(999))], "x-visibility-timeout"),
         (vec![("x-visibility-timeout", int(43_200_001))], "x-visibility-timeout"),
-        (vec![("x-delivery-limit", int(0))], "x-delivery-limit"),
+        (vec![("x-delivery-limit", text("ten"))], "x-delivery-limit"),
         (vec![("x-redelivery-delay-max", int(100))], "x-redelivery-delay-max"),
         (
             vec![("x-redelivery-delay", int(200)), ("x-redelivery-delay-max", int(100))],

@@ -304,9 +304,13 @@ fn redrive_arguments(
         Some(Value::String(s)) => s.parse().ok(),
         _ => None,
     };
-    let count = count
-        .filter(|c| (2..=1000).contains(c))
-        .ok_or_else(|| invalid("maxReceiveCount must be from 2 to 1000 here (1 is not served yet)."))?;
+    let count = count.filter(|c| (1..=1000).contains(c)).ok_or_else(|| {
+        let given = policy.get("maxReceiveCount").map(|v| v.to_string().trim_matches('"').to_owned());
+        invalid(&format!(
+            "Invalid value for maxReceiveCount: {}, valid values are from 1 to 1000 both inclusive.",
+            given.unwrap_or_default()
+        ))
+    })?;
     let prefix = arn_of(caller, vhost, "");
     let dead_letter = target
         .strip_prefix(prefix.as_str())

@@ -483,13 +483,9 @@ impl QueueSettings {
                 self.visibility_timeout_ms = Some(ms.map_err(invalid)?)
             }
             "consumer-timeout" => self.consumer_timeout_ms = Some(time_arg(value, 0).map_err(invalid)?),
-            "delivery-limit" => {
-                let limit = integer_arg(value).map_err(invalid)?;
-                if limit == 0 {
-                    return Err(invalid("{value_zero,0}".to_owned()));
-                }
-                self.delivery_limit = Some(limit)
-            }
+            // Any integer, as RabbitMQ (it validates none): 0 dead-letters a message on its first
+            // return, a negative value means no limit.
+            "delivery-limit" => self.delivery_limit = Some(integer_arg(value).map_err(invalid)?),
             "redelivery-delay" => self.redelivery_delay_ms = Some(time_arg(value, 0).map_err(invalid)?),
             "redelivery-delay-max" => {
                 self.redelivery_delay_max_ms = Some(time_arg(value, 0).map_err(invalid)?)
