@@ -179,6 +179,21 @@ dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=5)["Messages"]
 assert dead[0]["Body"] == "poison", dead
 assert "Messages" not in sqs.receive_message(QueueUrl=source, WaitTimeSeconds=2)
 sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=dead[0]["ReceiptHandle"], VisibilityTimeout=0)
+# ChangeMessageVisibility stops at 12 hours in all since the receive (issue 40, item 8).
+sqs.send_message(QueueUrl=dlq, MessageBody="held")
+held = None
+for _ in range(10):
+    for m in sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1, MaxNumberOfMessages=10, VisibilityTimeout=60).get("Messages", []):
+        if m["Body"] == "held":
+            held = m
+        else:
+            sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+    if held:
+        break
+time.sleep(1.1)
+assert code_of(lambda: sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=43200)) == ("InvalidParameterValue", 400)
+sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=43000)
+sqs.delete_message(QueueUrl=dlq, ReceiptHandle=held["ReceiptHandle"])
 # maxReceiveCount 1 (issue 40, item 18): one receive, then the message is in the DLQ; 0 is refused.
 once_policy = '{"deadLetterTargetArn": "%s", "maxReceiveCount": 1}' % dlq_arn
 once = sqs.create_queue(QueueName="boto-once", Attributes={"VisibilityTimeout": "1", "RedrivePolicy": once_policy})["QueueUrl"]

@@ -10,7 +10,7 @@ use crate::broker::Broker;
 use crate::message::Message;
 use crate::queue::delivery_limit::{self, Return};
 use crate::queue::entry::Entry;
-use crate::queue::visibility::{Deadline, DeadlineKind, DeliveryRef};
+use crate::queue::visibility::{self, Deadline, DeadlineKind, DeliveryRef};
 use crate::queue::{DeathReason, QueueId, ReturnKind};
 use crate::time::Timestamp;
 
@@ -29,6 +29,8 @@ pub enum VisibilityError {
     QueueNotFound,
     /// The handle is unknown, or its delivery was already settled or timed out.
     HandleNotFound,
+    /// The delivery would stay invisible over 12 hours in all since it was made (SQS's limit).
+    BeyondLimit,
 }
 
 impl Broker {
@@ -108,7 +110,8 @@ impl Broker {
     }
 
     /// Sets the remaining invisibility of the delivery named by `receipt_handle` to `timeout_ms`
-    /// from `now`; 0 makes it visible at once (semantics §4).
+    /// from `now`; 0 makes it visible at once (semantics §4). Not past 12 hours from when the
+    /// delivery was made, as SQS.
     pub fn change_visibility(
         &mut self,
         vhost: &str,
@@ -138,6 +141,12 @@ impl Broker {
             return Err(VisibilityError::HandleNotFound);
         };
         let new = now.saturating_add_millis(timeout_ms);
+        // SQS: a message stays invisible at most 12 hours in all from its receive, counted in
+        // whole seconds gone (a change made just after the receive may ask for the full 12 h).
+        let gone_ms = now.as_millis().saturating_sub(unacked.delivered_at.as_millis()) / 1000 * 1000;
+        if gone_ms.saturating_add(timeout_ms) > visibility::MAX_VISIBILITY_MS {
+            return Err(VisibilityError::BeyondLimit);
+        }
         unacked.deadline = Some(Deadline { at: new, ..old });
         if let Some(queue) = self.queues.get_mut(&id) {
             queue.visibility.remove(old.at, delivery);

@@ -142,6 +142,32 @@ fn consumer_override_and_its_validation() {
     assert!(err.reply_text.contains("'x-visibility-timeout'"), "{}", err.reply_text);
 }
 
+/// Issue 40, item 8 (SQS): a delivery stays invisible at most 12 hours in all from when it was
+/// made; a change past that is refused and leaves the timeout as it was.
+#[test]
+fn visibility_changes_stop_at_twelve_hours_from_the_receive() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare_args(&mut tb, c, "q", &[("x-visibility-timeout", int(1_000))]);
+    consume(&mut tb, c, "q", "w", false);
+    let d = deliveries(&tb.publish(c, "", "q", b"job")).remove(0);
+    let handle = receipt(&d);
+    tb.advance(ms(500));
+    let now = tb.clock.now();
+    tb.broker
+        .change_visibility("/", "q", &handle, 43_200_000, now)
+        .expect("12 h counted in whole seconds gone");
+    tb.advance(ms(3_600_000));
+    let now = tb.clock.now();
+    assert_eq!(
+        tb.broker.change_visibility("/", "q", &handle, 43_200_000, now),
+        Err(VisibilityError::BeyondLimit)
+    );
+    tb.broker.change_visibility("/", "q", &handle, 39_600_000, now).expect("11 more hours: 12 in all");
+    assert!(deliveries(&tb.advance(ms(39_599_999))).is_empty());
+    assert_eq!(deliveries(&tb.advance(ms(1))).len(), 1, "back at 12 h");
+}
+
 /// semantics §4: deliveries carry x-receipt-handle; the handle extends or ends the invisibility of
 /// that one message; a stale or unknown handle is not found.
 #[test]

@@ -476,6 +476,10 @@ async fn change_all(
             match e {
                 VisibilityError::QueueNotFound => SqsError::QueueDoesNotExist,
                 VisibilityError::HandleNotFound => SqsError::ReceiptHandleIsInvalid(handle.clone()),
+                VisibilityError::BeyondLimit => SqsError::InvalidParameterValue(format!(
+                    "Value {} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds]",
+                    ms / 1000
+                )),
             }
         })
     })

@@ -88,6 +88,9 @@ async fn change_visibility(
         Err(VisibilityError::HandleNotFound) => {
             Err(ApiError::NoSuchItem("receipt handle is stale or unknown"))
         }
+        Err(VisibilityError::BeyondLimit) => Err(ApiError::bad_request(format!(
+            "a delivery stays invisible at most {VISIBILITY_MAX_MS} ms in all from when it was made"
+        ))),
     }
 }
 
