@@ -83,6 +83,13 @@ assert again[0]["MessageId"] == sent["MessageId"] and again[0]["Attributes"]["Ap
 assert again[0]["ReceiptHandle"] != got[0]["ReceiptHandle"]
 sqs.delete_message(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"])
 sqs.delete_message(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"])  # deleting twice is no error
+# MessageAttributeNames with a prefix wildcard (issue 40, item 12): `Custom.*` selects Custom.a and
+# Custom.b, not Other nor Customer.
+prefixed = {name: {"DataType": "String", "StringValue": name} for name in ["Custom.a", "Custom.b", "Other", "Customer"]}
+sqs.send_message(QueueUrl=url, MessageBody="prefixed", MessageAttributes=prefixed)
+picked = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, MessageAttributeNames=["Custom.*"])["Messages"][0]
+assert sorted(picked["MessageAttributes"]) == ["Custom.a", "Custom.b"], picked.get("MessageAttributes")
+sqs.delete_message(QueueUrl=url, ReceiptHandle=picked["ReceiptHandle"])
 assert code_of(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle="6.2.1.1")) == ("ReceiptHandleIsInvalid", 400)
 assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2), "deleted for good"
 
@@ -165,6 +172,9 @@ assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"team": "billing", "env"
 sqs.untag_queue(QueueUrl=tagged, TagKeys=["team"])
 assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"env": "test"}
 assert code_of(lambda: sqs.tag_queue(QueueUrl=tagged, Tags={"aws:x": "1"})) == ("InvalidParameterValue", 400)
+# UntagQueue with no keys is refused, as on AWS (issue 40, item 10).
+assert code_of(lambda: sqs.untag_queue(QueueUrl=tagged, TagKeys=[])) == ("InvalidParameterValue", 400)
+assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"env": "test"}
 sqs.delete_queue(QueueUrl=tagged)
 sqs.delete_queue(QueueUrl=later)
 first_page = sqs.list_queues(QueueNamePrefix="boto-", MaxResults=1)

@@ -590,7 +590,14 @@ pub async fn tag(
     require(state, caller, Access::Configure, &queue)?;
     let mut tags = tags_of(&existing(state, caller, &queue).await?);
     if untag {
-        for key in input.strings("TagKeys")? {
+        let keys = input.strings("TagKeys")?;
+        // AWS refuses an empty list (moto in AWS's words).
+        if keys.is_empty() {
+            return Err(SqsError::InvalidParameterValue(
+                "Tag keys must be between 1 and 128 characters in length.".into(),
+            ));
+        }
+        for key in keys {
             tags.remove(&key);
         }
     } else {
