@@ -204,6 +204,16 @@ time.sleep(1.1)
 assert code_of(lambda: sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=43200)) == ("InvalidParameterValue", 400)
 sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=43000)
 sqs.delete_message(QueueUrl=dlq, ReceiptHandle=held["ReceiptHandle"])
+# A queue's VisibilityTimeout of 0 (issue 40, item 18): a received message is visible again at once.
+instant = sqs.create_queue(QueueName="boto-instant", Attributes={"VisibilityTimeout": "0"})["QueueUrl"]
+assert sqs.get_queue_attributes(QueueUrl=instant, AttributeNames=["VisibilityTimeout"])["Attributes"]["VisibilityTimeout"] == "0"
+sqs.send_message(QueueUrl=instant, MessageBody="again")
+for count in ("1", "2"):
+    seen = sqs.receive_message(QueueUrl=instant, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+    assert seen[0]["Attributes"]["ApproximateReceiveCount"] == count, seen
+sqs.set_queue_attributes(QueueUrl=instant, Attributes={"VisibilityTimeout": "5"})
+assert sqs.get_queue_attributes(QueueUrl=instant, AttributeNames=["VisibilityTimeout"])["Attributes"]["VisibilityTimeout"] == "5"
+sqs.delete_queue(QueueUrl=instant)
 # maxReceiveCount 1 (issue 40, item 18): one receive, then the message is in the DLQ; 0 is refused.
 once_policy = '{"deadLetterTargetArn": "%s", "maxReceiveCount": 1}' % dlq_arn
 once = sqs.create_queue(QueueName="boto-once", Attributes={"VisibilityTimeout": "1", "RedrivePolicy": once_policy})["QueueUrl"]

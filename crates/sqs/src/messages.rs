@@ -290,9 +290,13 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
     let mut system = input.strings("AttributeNames")?;
     system.extend(input.strings("MessageSystemAttributeNames")?);
     let wanted_attributes = input.strings("MessageAttributeNames")?;
-    let [queue_visibility, queue_wait] =
-        queues::integer_arguments(state, &queue, ["x-visibility-timeout", queues::RECEIVE_WAIT_ARG]).await?;
-    let defaults = (queue_visibility, queue_wait);
+    let [zero_visibility, queue_visibility, queue_wait] = queues::integer_arguments(
+        state,
+        &queue,
+        [queues::ZERO_VISIBILITY_ARG, "x-visibility-timeout", queues::RECEIVE_WAIT_ARG],
+    )
+    .await?;
+    let defaults = (zero_visibility.or(queue_visibility), queue_wait);
     let visibility_ms = visibility
         .map(|s| s as u64 * 1000)
         .or(defaults.0.map(|ms| ms as u64))

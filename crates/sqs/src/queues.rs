@@ -31,6 +31,9 @@ pub const RECEIVE_WAIT_ARG: &str = "x-sqs-receive-message-wait-time-seconds";
 const TAGS_ARG: &str = "x-sqs-tags";
 /// When a queue was made over SQS and last changed by SetQueueAttributes (epoch seconds).
 const CREATED_ARG: &str = "x-sqs-created-timestamp";
+/// A queue's `VisibilityTimeout` of 0, which AMQP's `x-visibility-timeout` (1 s to 12 h) cannot
+/// hold: such a queue has no `x-visibility-timeout`, and SQS receives default to 0.
+pub const ZERO_VISIBILITY_ARG: &str = "x-sqs-visibility-timeout";
 const MODIFIED_ARG: &str = "x-sqs-last-modified-timestamp";
 /// AWS's limits on tags: 50 a queue, keys of 1 to 128 characters, values of up to 256.
 const TAGS_MAX: usize = 50;
@@ -245,7 +248,18 @@ fn attribute_arguments(
     };
     let set = |key: &str, value: i64| vec![(key.to_owned(), Some(FieldValue::I64(value)))];
     Ok(match name {
-        "VisibilityTimeout" => set("x-visibility-timeout", seconds(1..=VISIBILITY_TIMEOUT_MAX_S)? * 1000),
+        "VisibilityTimeout" => match seconds(0..=VISIBILITY_TIMEOUT_MAX_S)? {
+            0 => vec![
+                ("x-visibility-timeout".to_owned(), None),
+                (ZERO_VISIBILITY_ARG.to_owned(), Some(FieldValue::I64(0))),
+            ],
+            timeout => {
+                vec![
+                    ("x-visibility-timeout".to_owned(), Some(FieldValue::I64(timeout * 1000))),
+                    (ZERO_VISIBILITY_ARG.to_owned(), None),
+                ]
+            }
+        },
         "MessageRetentionPeriod" => set("x-message-ttl", seconds(RETENTION_RANGE_S)? * 1000),
         "DelaySeconds" => match seconds(0..=DELAY_MAX_S)? {
             0 => vec![("x-delivery-delay".to_owned(), None)],
@@ -711,9 +725,10 @@ fn queue_attributes(
     put("ApproximateNumberOfMessages", stats.messages_ready.to_string());
     put("ApproximateNumberOfMessagesNotVisible", stats.messages_unacked.to_string());
     put("ApproximateNumberOfMessagesDelayed", stats.messages_delayed.to_string());
+    let visibility_ms = arg(ZERO_VISIBILITY_ARG).or(arg("x-visibility-timeout"));
     put(
         "VisibilityTimeout",
-        (arg("x-visibility-timeout").unwrap_or(VISIBILITY_TIMEOUT_DEFAULT_S * 1000) / 1000).to_string(),
+        (visibility_ms.unwrap_or(VISIBILITY_TIMEOUT_DEFAULT_S * 1000) / 1000).to_string(),
     );
     put("DelaySeconds", (arg("x-delivery-delay").unwrap_or(0) / 1000).to_string());
     if let Some(ttl) = arg("x-message-ttl") {
