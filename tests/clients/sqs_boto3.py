@@ -204,6 +204,19 @@ time.sleep(1.1)
 assert code_of(lambda: sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=43200)) == ("InvalidParameterValue", 400)
 sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=43000)
 sqs.delete_message(QueueUrl=dlq, ReceiptHandle=held["ReceiptHandle"])
+# Policy, RedriveAllowPolicy and the KMS attributes are kept and read back as given (issue 40,
+# items 15 and 16: SNS subscriptions and Terraform write and read them); bad values are refused.
+queue_policy = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": "*", "Action": "sqs:SendMessage"}]})
+kept = sqs.create_queue(QueueName="boto-kept", Attributes={"Policy": queue_policy, "KmsMasterKeyId": "alias/aws/sqs"})["QueueUrl"]
+kept_attributes = sqs.get_queue_attributes(QueueUrl=kept, AttributeNames=["All"])["Attributes"]
+assert json.loads(kept_attributes["Policy"]) == json.loads(queue_policy), kept_attributes
+assert (kept_attributes["KmsMasterKeyId"], kept_attributes["KmsDataKeyReusePeriodSeconds"]) == ("alias/aws/sqs", "300"), kept_attributes
+sqs.set_queue_attributes(QueueUrl=kept, Attributes={"KmsDataKeyReusePeriodSeconds": "600", "Policy": ""})
+kept_attributes = sqs.get_queue_attributes(QueueUrl=kept, AttributeNames=["All"])["Attributes"]
+assert kept_attributes["KmsDataKeyReusePeriodSeconds"] == "600" and "Policy" not in kept_attributes, kept_attributes
+for bad in [{"Policy": "not json"}, {"KmsDataKeyReusePeriodSeconds": "59"}, {"SqsManagedSseEnabled": "yes"}]:
+    assert code_of(lambda: sqs.set_queue_attributes(QueueUrl=kept, Attributes=bad)) == ("InvalidAttributeValue", 400), bad
+sqs.delete_queue(QueueUrl=kept)
 # A queue's VisibilityTimeout of 0 (issue 40, item 18): a received message is visible again at once.
 instant = sqs.create_queue(QueueName="boto-instant", Attributes={"VisibilityTimeout": "0"})["QueueUrl"]
 assert sqs.get_queue_attributes(QueueUrl=instant, AttributeNames=["VisibilityTimeout"])["Attributes"]["VisibilityTimeout"] == "0"

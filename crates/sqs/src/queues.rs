@@ -278,16 +278,56 @@ fn attribute_arguments(
                 "FifoQueue cannot be changed: a queue is FIFO or standard from its creation.".into(),
             ))
         }
-        // Accepted, without effect here: encryption at rest is the disk's, access is by
-        // Hourglass permissions.
-        "Policy"
-        | "KmsMasterKeyId"
-        | "KmsDataKeyReusePeriodSeconds"
-        | "SqsManagedSseEnabled"
-        | "RedriveAllowPolicy" => Vec::new(),
+        // Kept and shown as given (infrastructure tools write and read them back), without
+        // effect here: encryption at rest is the disk's, access is by Hourglass permissions.
+        _ if stored_attribute(name).is_some() => {
+            let key = stored_attribute(name).unwrap_or_default();
+            check_stored_attribute(name, value)?;
+            let value = (!value.is_empty()).then(|| FieldValue::LongStr(LongStr::from(value.to_owned())));
+            vec![(key.to_owned(), value)]
+        }
         _ => return Err(SqsError::InvalidAttributeName(name.to_owned())),
     })
 }
+
+/// The attributes kept as given, each in its own argument: `(attribute, argument)`.
+const STORED_ATTRIBUTES: [(&str, &str); 5] = [
+    ("Policy", "x-sqs-policy"),
+    ("RedriveAllowPolicy", "x-sqs-redrive-allow-policy"),
+    ("KmsMasterKeyId", "x-sqs-kms-master-key-id"),
+    ("KmsDataKeyReusePeriodSeconds", "x-sqs-kms-data-key-reuse-period-seconds"),
+    ("SqsManagedSseEnabled", "x-sqs-managed-sse-enabled"),
+];
+
+/// The argument that keeps attribute `name`, if it is one of `STORED_ATTRIBUTES`.
+fn stored_attribute(name: &str) -> Option<&'static str> {
+    STORED_ATTRIBUTES.iter().find(|(attribute, _)| *attribute == name).map(|(_, key)| *key)
+}
+
+/// AWS's checks of the kept attributes: policies are JSON objects of at most 20 KiB, the reuse
+/// period 60 to 86,400 s, `SqsManagedSseEnabled` a boolean. An empty value removes one.
+fn check_stored_attribute(name: &str, value: &str) -> Result<(), SqsError> {
+    let valid = value.is_empty()
+        || match name {
+            "Policy" | "RedriveAllowPolicy" => {
+                value.len() <= POLICY_MAX_BYTES
+                    && serde_json::from_str::<Value>(value).is_ok_and(|v| v.is_object())
+            }
+            "KmsDataKeyReusePeriodSeconds" => value.parse::<u32>().is_ok_and(|s| (60..=86_400).contains(&s)),
+            "SqsManagedSseEnabled" => value == "true" || value == "false",
+            _ => value.len() <= KMS_KEY_ID_MAX_BYTES,
+        };
+    if valid {
+        Ok(())
+    } else {
+        Err(SqsError::InvalidAttributeValue(format!("Invalid value for the parameter {name}.")))
+    }
+}
+
+/// AWS: a queue policy of at most 20 KiB.
+const POLICY_MAX_BYTES: usize = 20_480;
+/// A KMS key id, alias or ARN: at most 2,048 characters (KMS's own limit on a key ARN is lower).
+const KMS_KEY_ID_MAX_BYTES: usize = 2_048;
 
 /// The arguments a `RedrivePolicy` sets.
 const REDRIVE_ARGS: [&str; 3] = ["x-dead-letter-exchange", "x-dead-letter-routing-key", "x-delivery-limit"];
@@ -747,6 +787,17 @@ fn queue_attributes(
     if let Some(created) = arg(CREATED_ARG) {
         put("CreatedTimestamp", created.to_string());
         put("LastModifiedTimestamp", arg(MODIFIED_ARG).unwrap_or(created).to_string());
+    }
+    for (attribute, key) in STORED_ATTRIBUTES {
+        if let Some(FieldValue::LongStr(value)) = details.arguments.get(key) {
+            put(attribute, value.as_str().into_owned());
+        }
+    }
+    if details.arguments.get("x-sqs-kms-master-key-id").is_some()
+        && details.arguments.get("x-sqs-kms-data-key-reuse-period-seconds").is_none()
+    {
+        // AWS shows the default reuse period of a queue with a KMS key.
+        put("KmsDataKeyReusePeriodSeconds", "300".to_owned());
     }
     FifoSettings::queue_attributes(&details.arguments, &mut out);
     out
