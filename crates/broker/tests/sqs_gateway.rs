@@ -24,15 +24,15 @@ fn received_messages_come_back_after_their_timeout_until_deleted() {
     declare(&mut tb, c, "jobs");
     tb.publish(c, "", "jobs", b"one");
     let now = tb.clock.now();
-    let first = tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap();
+    let first = tb.broker.sqs_receive("/", "jobs", 10, Some(30_000), now).unwrap();
     assert_eq!(first.len(), 1);
     assert_eq!((&first[0].message.body[..], first[0].receive_count), (&b"one"[..], 1));
-    assert!(tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap().is_empty(), "invisible");
+    assert!(tb.broker.sqs_receive("/", "jobs", 10, Some(30_000), now).unwrap().is_empty(), "invisible");
     assert_eq!((stats(&tb, "jobs").messages_ready, stats(&tb, "jobs").messages_unacked), (0, 1));
 
     tb.advance(Duration::from_millis(30_000));
     let now = tb.clock.now();
-    let second = tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap();
+    let second = tb.broker.sqs_receive("/", "jobs", 10, Some(30_000), now).unwrap();
     assert_eq!((second.len(), second[0].receive_count), (1, 2));
     assert_eq!(second[0].entry_id, first[0].entry_id, "the same message");
     tb.broker.sqs_delete("/", "jobs", &first[0].receipt_handle, now).unwrap();
@@ -42,7 +42,10 @@ fn received_messages_come_back_after_their_timeout_until_deleted() {
     assert_eq!(stats(&tb, "jobs").messages(), 0);
     tb.advance(Duration::from_millis(60_000));
     let now = tb.clock.now();
-    assert!(tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap().is_empty(), "deleted for good");
+    assert!(
+        tb.broker.sqs_receive("/", "jobs", 10, Some(30_000), now).unwrap().is_empty(),
+        "deleted for good"
+    );
 }
 
 /// A late delete (issue 40, item 1): once a delivery's visibility timeout has run out, its
@@ -58,13 +61,13 @@ fn a_late_delete_removes_a_message_not_yet_received_again() {
         tb.publish(c, "", "jobs", body);
     }
     let now = tb.clock.now();
-    let first = tb.broker.sqs_receive("/", "jobs", 1, 1_000, now).unwrap();
+    let first = tb.broker.sqs_receive("/", "jobs", 1, Some(1_000), now).unwrap();
     tb.advance(Duration::from_millis(1_001));
     let now = tb.clock.now();
     assert_eq!(stats(&tb, "jobs").messages_ready, 2, "back in the queue");
     tb.broker.sqs_delete("/", "jobs", &first[0].receipt_handle, now).unwrap();
     assert_eq!(stats(&tb, "jobs").messages(), 1, "deleted all the same");
-    let left = tb.broker.sqs_receive("/", "jobs", 10, 30_000, now).unwrap();
+    let left = tb.broker.sqs_receive("/", "jobs", 10, Some(30_000), now).unwrap();
     assert_eq!(left.iter().map(|r| &r.message.body[..]).collect::<Vec<_>>(), [&b"next"[..]]);
 }
 
@@ -82,7 +85,7 @@ fn an_sqs_purge_takes_what_sqs_holds_in_flight() {
     tb.call(worker, hourglass_wire::BasicQos { prefetch_count: 1, ..Default::default() });
     consume(&mut tb, worker, "jobs", "w", false);
     let now = tb.clock.now();
-    assert_eq!(tb.broker.sqs_receive("/", "jobs", 1, 30_000, now).unwrap().len(), 1);
+    assert_eq!(tb.broker.sqs_receive("/", "jobs", 1, Some(30_000), now).unwrap().len(), 1);
     assert_eq!(tb.broker.sqs_purge_in_flight("/", "jobs", now), Ok(1));
     let left = stats(&tb, "jobs");
     assert_eq!(
@@ -105,7 +108,7 @@ fn receives_take_at_most_max_and_a_zero_timeout_returns_the_message_at_once() {
         tb.publish(c, "", "q", body);
     }
     let now = tb.clock.now();
-    let two = tb.broker.sqs_receive("/", "q", 2, 0, now).unwrap();
+    let two = tb.broker.sqs_receive("/", "q", 2, Some(0), now).unwrap();
     let bodies: Vec<&[u8]> = two.iter().map(|r| &r.message.body[..]).collect();
     assert_eq!(bodies, [&b"a"[..], b"b"]);
     assert_eq!(stats(&tb, "q").messages_ready, 3, "visible again at once");
@@ -124,12 +127,12 @@ fn only_the_gateway_handles_of_the_queue_delete() {
     declare(&mut tb, c, "b");
     tb.publish(c, "", "a", b"x");
     let now = tb.clock.now();
-    let got = tb.broker.sqs_receive("/", "a", 1, 30_000, now).unwrap().remove(0);
+    let got = tb.broker.sqs_receive("/", "a", 1, Some(30_000), now).unwrap().remove(0);
     let refused = Err(SqsGatewayError::ReceiptHandleInvalid);
     assert_eq!(tb.broker.sqs_delete("/", "b", &got.receipt_handle, now), refused);
     assert_eq!(tb.broker.sqs_delete("/", "a", "1.2.1.1", now), refused);
     assert_eq!(
-        tb.broker.sqs_receive("/", "nope", 1, 30_000, now).unwrap_err(),
+        tb.broker.sqs_receive("/", "nope", 1, Some(30_000), now).unwrap_err(),
         SqsGatewayError::QueueNotFound
     );
     assert_eq!(tb.broker.sqs_delete("/", "a", &got.receipt_handle, now), Ok(()));
@@ -153,11 +156,11 @@ fn sent_messages_wait_their_own_delay_or_the_queues() {
     assert_eq!(stats(&tb, "d").messages_delayed, 2);
     tb.advance(Duration::from_millis(2_000));
     let now = tb.clock.now();
-    let got = tb.broker.sqs_receive("/", "d", 10, 30_000, now).unwrap();
+    let got = tb.broker.sqs_receive("/", "d", 10, Some(30_000), now).unwrap();
     assert_eq!(got.iter().map(|r| &r.message.body[..]).collect::<Vec<_>>(), [&b"own"[..]]);
     tb.advance(Duration::from_millis(8_000));
     let now = tb.clock.now();
-    let got = tb.broker.sqs_receive("/", "d", 10, 30_000, now).unwrap();
+    let got = tb.broker.sqs_receive("/", "d", 10, Some(30_000), now).unwrap();
     assert_eq!(got.iter().map(|r| &r.message.body[..]).collect::<Vec<_>>(), [&b"queue's"[..]]);
     assert_eq!(
         tb.broker.sqs_send(
@@ -202,7 +205,7 @@ fn long_polls_are_woken_when_their_queue_has_a_ready_message() {
     assert_eq!(woken.load(SeqCst), 2, "a ready message wakes at once");
 
     let now = tb.clock.now();
-    tb.broker.sqs_receive("/", "q", 10, 30_000, now).unwrap();
+    tb.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap();
     tb.broker.sqs_wait("/", "q", wake()).unwrap();
     let properties = EncodedProperties::from(BasicProperties::default());
     tb.broker.sqs_send("/", "q", properties, bytes::Bytes::from_static(b"later"), Some(5_000), now).unwrap();
@@ -227,7 +230,11 @@ fn a_message_wakes_one_long_poll_not_the_herd() {
     tb.publish(c, "", "q", b"one");
     assert_eq!(*woken.lock().unwrap(), [0]);
     let now = tb.clock.now();
-    assert_eq!(tb.broker.sqs_receive("/", "q", 10, 30_000, now).unwrap().len(), 1, "the woken poll takes it");
+    assert_eq!(
+        tb.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap().len(),
+        1,
+        "the woken poll takes it"
+    );
     tb.publish(c, "", "q", b"two");
     assert_eq!(*woken.lock().unwrap(), [0, 1], "the next message: the next poll");
 }
@@ -254,7 +261,7 @@ fn arguments_change_in_place_for_what_comes_next() {
     tb.broker.sqs_set_arguments("/", "d", vec![("x-delivery-delay".into(), None)], now).unwrap();
     let properties = EncodedProperties::from(BasicProperties::default());
     tb.broker.sqs_send("/", "d", properties, bytes::Bytes::from_static(b"now"), None, now).unwrap();
-    assert_eq!(tb.broker.sqs_receive("/", "d", 10, 30_000, now).unwrap().len(), 1, "no delay any more");
+    assert_eq!(tb.broker.sqs_receive("/", "d", 10, Some(30_000), now).unwrap().len(), 1, "no delay any more");
     let details = tb.broker.queue_details_named("/", "d").unwrap();
     assert_eq!(details.arguments.get("x-delivery-delay"), None);
 }
@@ -366,10 +373,10 @@ fn a_fifo_queue_is_received_from_only_while_nothing_is_in_flight() {
         tb.publish(c, "", "f", body);
     }
     let now = tb.clock.now();
-    let first = tb.broker.sqs_receive("/", "f", 2, 30_000, now).unwrap();
+    let first = tb.broker.sqs_receive("/", "f", 2, Some(30_000), now).unwrap();
     let bodies: Vec<&[u8]> = first.iter().map(|r| &r.message.body[..]).collect();
     assert_eq!(bodies, [b"1", b"2"]);
-    assert!(tb.broker.sqs_receive("/", "f", 10, 30_000, now).unwrap().is_empty(), "1 and 2 in flight");
+    assert!(tb.broker.sqs_receive("/", "f", 10, Some(30_000), now).unwrap().is_empty(), "1 and 2 in flight");
     let woken = Arc::new(AtomicUsize::new(0));
     let counter = woken.clone();
     tb.broker
@@ -383,17 +390,57 @@ fn a_fifo_queue_is_received_from_only_while_nothing_is_in_flight() {
         .unwrap();
     tb.broker.sqs_delete("/", "f", &first[0].receipt_handle, now).unwrap();
     assert_eq!(woken.load(Ordering::SeqCst), 0, "2 is still in flight");
-    assert!(tb.broker.sqs_receive("/", "f", 10, 30_000, now).unwrap().is_empty());
+    assert!(tb.broker.sqs_receive("/", "f", 10, Some(30_000), now).unwrap().is_empty());
     tb.advance(Duration::from_millis(30_000));
     assert_eq!(woken.load(Ordering::SeqCst), 1, "2 came back: the poll is woken");
     let now = tb.clock.now();
-    let again = tb.broker.sqs_receive("/", "f", 10, 30_000, now).unwrap();
+    let again = tb.broker.sqs_receive("/", "f", 10, Some(30_000), now).unwrap();
     let bodies: Vec<&[u8]> = again.iter().map(|r| &r.message.body[..]).collect();
     assert_eq!(bodies, [b"2", b"3"], "2 before 3, in its place");
     // A standard queue hands out more while some are in flight.
     declare(&mut tb, c, "s");
     tb.publish(c, "", "s", b"a");
     tb.publish(c, "", "s", b"b");
-    assert_eq!(tb.broker.sqs_receive("/", "s", 1, 30_000, now).unwrap().len(), 1);
-    assert_eq!(tb.broker.sqs_receive("/", "s", 1, 30_000, now).unwrap().len(), 1);
+    assert_eq!(tb.broker.sqs_receive("/", "s", 1, Some(30_000), now).unwrap().len(), 1);
+    assert_eq!(tb.broker.sqs_receive("/", "s", 1, Some(30_000), now).unwrap().len(), 1);
+}
+
+/// Issue 41 (a receive read the raw `x-visibility-timeout`): a receive without a
+/// `VisibilityTimeout` of its own holds the message for the queue's visibility timeout as it runs,
+/// a policy's included; SQS's 30 s only where nothing sets one.
+#[test]
+fn a_receive_without_a_timeout_takes_the_queues_as_policies_make_it() {
+    use hourglass_broker::policy::{PolicyKind, PolicySpec};
+    use hourglass_wire::{FieldTable, FieldValue};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "jobs");
+    declare(&mut tb, c, "plain");
+    let spec = PolicySpec {
+        name: "vis".into(),
+        pattern: "^jobs$".into(),
+        apply_to: "queues".into(),
+        priority: 0,
+        definition: FieldTable::from_entries([("visibility-timeout", FieldValue::I64(1_000))]),
+    };
+    let now = tb.clock.now();
+    tb.broker.set_policy(PolicyKind::User, "/", spec, now).unwrap();
+    tb.publish(c, "", "jobs", b"one");
+    tb.publish(c, "", "plain", b"two");
+    let now = tb.clock.now();
+    assert_eq!(tb.broker.sqs_receive("/", "jobs", 1, None, now).unwrap().len(), 1);
+    assert_eq!(tb.broker.sqs_receive("/", "plain", 1, None, now).unwrap().len(), 1);
+    tb.advance(Duration::from_millis(1_000));
+    let now = tb.clock.now();
+    assert_eq!(
+        tb.broker.sqs_receive("/", "jobs", 1, None, now).unwrap().len(),
+        1,
+        "back after the policy's 1 s"
+    );
+    tb.advance(Duration::from_millis(28_999));
+    let now = tb.clock.now();
+    assert!(tb.broker.sqs_receive("/", "plain", 1, None, now).unwrap().is_empty(), "SQS's 30 s");
+    tb.advance(Duration::from_millis(1));
+    let now = tb.clock.now();
+    assert_eq!(tb.broker.sqs_receive("/", "plain", 1, None, now).unwrap().len(), 1);
 }

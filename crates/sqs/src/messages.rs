@@ -290,17 +290,12 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
     let mut system = input.strings("AttributeNames")?;
     system.extend(input.strings("MessageSystemAttributeNames")?);
     let wanted_attributes = input.strings("MessageAttributeNames")?;
-    let [zero_visibility, queue_visibility, queue_wait] = queues::integer_arguments(
-        state,
-        &queue,
-        [queues::ZERO_VISIBILITY_ARG, "x-visibility-timeout", queues::RECEIVE_WAIT_ARG],
-    )
-    .await?;
-    let defaults = (zero_visibility.or(queue_visibility), queue_wait);
-    let visibility_ms = visibility
-        .map(|s| s as u64 * 1000)
-        .or(defaults.0.map(|ms| ms as u64))
-        .unwrap_or(queues::VISIBILITY_TIMEOUT_DEFAULT_S as u64 * 1000);
+    let [zero_visibility, queue_wait] =
+        queues::integer_arguments(state, &queue, [queues::ZERO_VISIBILITY_ARG, queues::RECEIVE_WAIT_ARG])
+            .await?;
+    let defaults = (zero_visibility, queue_wait);
+    // `None`: the queue's visibility timeout as it runs, policies applied (`Broker::sqs_receive`).
+    let visibility_ms = visibility.map(|s| s as u64 * 1000).or(defaults.0.map(|ms| ms as u64));
     let wait = Duration::from_secs(wait.or(defaults.1).unwrap_or(0) as u64);
     let deadline = tokio::time::Instant::now() + wait;
     // Taken when the poll first has to wait, kept until it answers.

@@ -26,7 +26,7 @@ use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
 use crate::persist::Changed;
 use crate::queue::args::QueueArgs;
-use crate::queue::{Queue, QueueId, ReturnKind};
+use crate::queue::{QueueId, ReturnKind};
 use crate::time::Timestamp;
 
 /// The peer address gateway connections show in listings.
@@ -168,6 +168,9 @@ pub enum SqsGatewayError {
     ReceiptHandleInvalid,
 }
 
+/// SQS's visibility timeout of a queue that sets none: 30 s.
+pub const SQS_DEFAULT_VISIBILITY_MS: u64 = 30_000;
+
 impl Broker {
     /// SendMessage: a message into `queue` of `vhost` as the default exchange would route it,
     /// ready after `delay_ms` (SQS's per-message `DelaySeconds`; `None`: the queue's own
@@ -199,7 +202,8 @@ impl Broker {
         }
     }
 
-    /// Up to `max` messages of `queue` in `vhost`, each invisible for `visibility_ms` (0: visible
+    /// Up to `max` messages of `queue` in `vhost`, each invisible for `visibility_ms` (`None`: the
+    /// queue's visibility timeout as it runs, policies applied, else 30 s; 0: visible
     /// again at once) unless deleted first. From an SQS FIFO queue, none while any of its messages
     /// is in flight (`Queue::sqs_may_receive`).
     pub fn sqs_receive(
@@ -207,13 +211,14 @@ impl Broker {
         vhost: &str,
         queue: &str,
         max: usize,
-        visibility_ms: u64,
+        visibility_ms: Option<u64>,
         now: Timestamp,
     ) -> Result<Vec<SqsReceived>, SqsGatewayError> {
         let (name, id) = self.sqs_queue(vhost, queue)?;
-        if !self.queues.get(&id).is_some_and(Queue::sqs_may_receive) {
-            return Ok(Vec::new());
-        }
+        let Some(queue) = self.queues.get(&id).filter(|q| q.sqs_may_receive()) else { return Ok(Vec::new()) };
+        // The queue's own visibility timeout as it runs, policies applied; SQS's 30 s without one.
+        let visibility_ms =
+            visibility_ms.or(queue.args.visibility_timeout_ms).unwrap_or(SQS_DEFAULT_VISIBILITY_MS);
         let gateway = self.sqs_gateway(vhost, now);
         let mut received = Vec::new();
         while received.len() < max {
