@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use hourglass_broker::policy::{PolicyKind, PolicySpec};
 use hourglass_broker::Effect;
 use hourglass_testkit::{short, Chan, TestBroker};
 use hourglass_wire::*;
@@ -97,15 +96,8 @@ fn a_quorum_queue_has_a_default_delivery_limit_of_20() {
             quorum(&mut tb, c, "q", &all);
         }
         if let Some(limit) = policy {
-            let spec = PolicySpec {
-                name: "limit".into(),
-                pattern: "^q$".into(),
-                apply_to: "queues".into(),
-                priority: 0,
-                definition: FieldTable::from_entries([("delivery-limit", FieldValue::I64(limit))]),
-            };
-            let now = tb.clock.now();
-            tb.broker.set_policy(PolicyKind::User, "/", spec, now).expect("policy accepted");
+            set_queue_policy(&mut tb, "limit", "^q$", &[("delivery-limit", FieldValue::I64(limit))])
+                .expect("policy accepted");
         }
         tb.publish(c, "", "q", b"poison");
         for rejects in 0..60 {

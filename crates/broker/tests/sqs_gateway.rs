@@ -410,21 +410,12 @@ fn a_fifo_queue_is_received_from_only_while_nothing_is_in_flight() {
 /// a policy's included; SQS's 30 s only where nothing sets one.
 #[test]
 fn a_receive_without_a_timeout_takes_the_queues_as_policies_make_it() {
-    use hourglass_broker::policy::{PolicyKind, PolicySpec};
-    use hourglass_wire::{FieldTable, FieldValue};
     let mut tb = TestBroker::new();
     let c = tb.channel();
     declare(&mut tb, c, "jobs");
     declare(&mut tb, c, "plain");
-    let spec = PolicySpec {
-        name: "vis".into(),
-        pattern: "^jobs$".into(),
-        apply_to: "queues".into(),
-        priority: 0,
-        definition: FieldTable::from_entries([("visibility-timeout", FieldValue::I64(1_000))]),
-    };
-    let now = tb.clock.now();
-    tb.broker.set_policy(PolicyKind::User, "/", spec, now).unwrap();
+    let definition = [("visibility-timeout", hourglass_wire::FieldValue::I64(1_000))];
+    set_queue_policy(&mut tb, "vis", "^jobs$", &definition).unwrap();
     tb.publish(c, "", "jobs", b"one");
     tb.publish(c, "", "plain", b"two");
     let now = tb.clock.now();

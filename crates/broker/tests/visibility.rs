@@ -736,15 +736,7 @@ fn consumer_disconnected_timeout_is_refused_by_name() {
         "{}",
         err.reply_text
     );
-    let spec = hourglass_broker::policy::PolicySpec {
-        name: "p".into(),
-        pattern: ".*".into(),
-        apply_to: "queues".into(),
-        priority: 0,
-        definition: FieldTable::from_entries([("consumer-disconnected-timeout", int(60_000))]),
-    };
-    let now = tb.clock.now();
-    let refused = tb.broker.set_policy(hourglass_broker::policy::PolicyKind::User, "/", spec, now);
+    let refused = set_queue_policy(&mut tb, "p", ".*", &[("consumer-disconnected-timeout", int(60_000))]);
     assert!(
         matches!(&refused, Err(hourglass_broker::policy::PolicyError::Invalid(why)) if why.contains("consumer-disconnected-timeout")),
         "{refused:?}"

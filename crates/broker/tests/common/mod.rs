@@ -141,3 +141,21 @@ impl StoredModel {
         self.queues.values().map(Vec::len).sum()
     }
 }
+
+/// Sets a user policy `name` on queues matching `pattern` in vhost `/` with `definition`.
+pub fn set_queue_policy(
+    tb: &mut TestBroker,
+    name: &str,
+    pattern: &str,
+    definition: &[(&str, FieldValue)],
+) -> Result<bool, hourglass_broker::policy::PolicyError> {
+    let spec = hourglass_broker::policy::PolicySpec {
+        name: name.into(),
+        pattern: pattern.into(),
+        apply_to: "queues".into(),
+        priority: 0,
+        definition: FieldTable::from_entries(definition.iter().cloned()),
+    };
+    let now = tb.clock.now();
+    tb.broker.set_policy(hourglass_broker::policy::PolicyKind::User, "/", spec, now)
+}
