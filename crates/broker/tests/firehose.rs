@@ -154,3 +154,22 @@ fn tracing_is_per_vhost() {
     assert!(tb.broker.delete_vhost("other", hourglass_broker::time::Timestamp::ZERO));
     assert!(tb.broker.traced_vhosts().is_empty());
 }
+
+/// Issue 41 (SQS's SendMessage skipped the firehose): a message sent over SQS is traced as a
+/// publish through the default exchange, by the vhost's gateway connection, as an AMQP publish is.
+#[test]
+fn an_sqs_send_is_traced_as_a_publish() {
+    let (mut tb, c) = setup();
+    tb.broker.trace_on("/", "n");
+    let now = tb.clock.now();
+    let properties = EncodedProperties::from(BasicProperties::default());
+    tb.broker
+        .sqs_send("/", "q", properties, bytes::Bytes::from_static(b"over sqs"), None, now)
+        .expect("sent");
+    let publish = get(&mut tb, c, "firehose").expect("the send was traced");
+    assert_eq!(publish.routing_key.as_str(), "publish.");
+    assert_eq!(&publish.body[..], b"over sqs");
+    assert_eq!(texts(header(&publish, "routing_keys")), ["q"]);
+    assert_eq!(texts(header(&publish, "routed_queues")), ["q"]);
+    assert!(get(&mut tb, c, "q").is_some(), "and it is in the queue");
+}

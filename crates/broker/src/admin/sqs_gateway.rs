@@ -195,6 +195,12 @@ impl Broker {
         }
         self.message_stats.published(PublishOutcome::Routed, Confirm::NotRequested);
         self.message_sizes.observe(message.body_size());
+        if self.firehose.traces(vhost) {
+            // Traced as an AMQP publish is, before the queue takes it; the publisher is the
+            // vhost's gateway connection.
+            let gateway = self.sqs_gateway(vhost, now);
+            self.trace_publish(vhost, gateway, GATEWAY_CHANNEL, &message, &[], &[id], now);
+        }
         match self.enqueue(id, message, now, delay_ms) {
             Enqueued::Rejected => Err(SqsGatewayError::QueueFull),
             Enqueued::Duplicate(original) => Ok(SqsSent::Duplicate(original)),
