@@ -144,3 +144,22 @@ fn a_quorum_queue_has_a_default_delivery_limit_of_20() {
     let Some(FieldValue::Table(first)) = deaths.iter().next() else { panic!("{deaths:?}") };
     assert_eq!(first.get("reason"), Some(FieldValue::LongStr("delivery_limit".into())));
 }
+
+/// RabbitMQ 3.10 and 4.3 refuse `x-max-priority` on a quorum queue, in these words (measured on
+/// 3.10.8): accepting it would ignore it, since a quorum queue's levels are fixed.
+#[test]
+fn x_max_priority_on_a_quorum_queue_is_refused_by_name() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let arguments = FieldTable::from_entries([
+        ("x-queue-type", FieldValue::LongStr("quorum".into())),
+        ("x-max-priority", FieldValue::I64(10)),
+    ]);
+    let effects =
+        tb.call(c, QueueDeclare { queue: short("qq"), durable: true, arguments, ..Default::default() });
+    let err = channel_error(&effects).expect("406");
+    assert_eq!(
+        (err.reply_code, err.reply_text.as_str()),
+        (406, "PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue 'qq' in vhost '/' of queue type rabbit_quorum_queue")
+    );
+}

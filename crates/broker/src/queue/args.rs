@@ -373,6 +373,13 @@ impl QueueArgs {
                     "invalid property 'non-durable' for queue '{queue}' in vhost '{vhost}'"
                 )));
             }
+            // Its priorities are fixed (RabbitMQ 4.3's 32 levels); RabbitMQ 3.10 and 4.3 both
+            // refuse the argument, in these words.
+            if args.max_priority.is_some() {
+                return Err(errors::precondition_failed(format!(
+                    "invalid arg 'x-max-priority' for queue '{queue}' in vhost '{vhost}' of queue type rabbit_quorum_queue"
+                )));
+            }
             if declared.overflow == Some(Overflow::RejectPublishDlx) {
                 return Err(invalid(
                     "x-overflow",
@@ -387,7 +394,7 @@ impl QueueArgs {
     }
 
     /// The highest priority level and the level of a message without a priority: a quorum
-    /// queue's 32 levels, as RabbitMQ 4.3's, whatever `x-max-priority` says; else
+    /// queue's 32 levels, as RabbitMQ 4.3's (it refuses `x-max-priority`); else
     /// `x-max-priority`'s levels (one level without it), unprioritised messages at 0.
     pub fn priority_levels(&self) -> (u8, u8) {
         match self.queue_type {
