@@ -303,6 +303,7 @@ impl Broker {
 
     fn create_queue(&mut self, vhost: &str, spec: QueueSpec, now: Timestamp) -> Result<QueueId, AmqpError> {
         let args = QueueArgs::parse(&spec.arguments, &spec.name.as_str(), vhost, spec.durable)?;
+        args.check_new_declaration(&spec.name.as_str(), vhost)?;
         let id = self.new_queue_id();
         self.vhost_mut(vhost)?.queues.insert(spec.name.clone(), id);
         if let Some(owner) = spec.exclusive_owner.and_then(|conn| self.connections.get_mut(&conn)) {

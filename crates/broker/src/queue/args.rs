@@ -373,13 +373,7 @@ impl QueueArgs {
                     "invalid property 'non-durable' for queue '{queue}' in vhost '{vhost}'"
                 )));
             }
-            // Its priorities are fixed (RabbitMQ 4.3's 32 levels); RabbitMQ 3.10 and 4.3 both
-            // refuse the argument, in these words.
-            if args.max_priority.is_some() {
-                return Err(errors::precondition_failed(format!(
-                    "invalid arg 'x-max-priority' for queue '{queue}' in vhost '{vhost}' of queue type rabbit_quorum_queue"
-                )));
-            }
+
             if declared.overflow == Some(Overflow::RejectPublishDlx) {
                 return Err(invalid(
                     "x-overflow",
@@ -391,6 +385,18 @@ impl QueueArgs {
         args.apply(&declared);
         args.declared = declared;
         Ok(args)
+    }
+
+    /// What only a new declaration is held to, so that a queue stored by an earlier build still
+    /// restores: a quorum queue's priorities are fixed (RabbitMQ 4.3's 32 levels), and RabbitMQ
+    /// 3.10 and 4.3 both refuse `x-max-priority` on one, in these words.
+    pub(crate) fn check_new_declaration(&self, queue: &str, vhost: &str) -> Result<(), AmqpError> {
+        if self.queue_type == QueueType::Quorum && self.max_priority.is_some() {
+            return Err(errors::precondition_failed(format!(
+                "invalid arg 'x-max-priority' for queue '{queue}' in vhost '{vhost}' of queue type rabbit_quorum_queue"
+            )));
+        }
+        Ok(())
     }
 
     /// The highest priority level and the level of a message without a priority: a quorum
