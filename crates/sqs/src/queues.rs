@@ -280,13 +280,14 @@ fn attribute_arguments(
         }
         // Kept and shown as given (infrastructure tools write and read them back), without
         // effect here: encryption at rest is the disk's, access is by Hourglass permissions.
-        _ if stored_attribute(name).is_some() => {
-            let key = stored_attribute(name).unwrap_or_default();
-            check_stored_attribute(name, value)?;
-            let value = (!value.is_empty()).then(|| FieldValue::LongStr(LongStr::from(value.to_owned())));
-            vec![(key.to_owned(), value)]
-        }
-        _ => return Err(SqsError::InvalidAttributeName(name.to_owned())),
+        _ => match stored_attribute(name) {
+            Some(key) => {
+                check_stored_attribute(name, value)?;
+                let value = (!value.is_empty()).then(|| FieldValue::LongStr(LongStr::from(value.to_owned())));
+                vec![(key.to_owned(), value)]
+            }
+            None => return Err(SqsError::InvalidAttributeName(name.to_owned())),
+        },
     })
 }
 

@@ -3,7 +3,7 @@
 //! Read-only; changing a visibility timeout is `Broker::change_visibility` (by receipt handle).
 
 use crate::broker::Broker;
-use crate::queue::visibility::{Deadline, DeadlineKind, DeliveryRef};
+use crate::queue::visibility::{DeadlineKind, DeliveryRef};
 use crate::queue::QueueId;
 use crate::receipts::Receipt;
 use crate::time::Timestamp;
@@ -25,7 +25,8 @@ pub struct InFlightDelivery {
 }
 
 impl Broker {
-    /// The first `limit` deliveries of a queue under a visibility timeout, soonest back first,
+    /// The first `limit` deliveries of a queue under a visibility or consumer timeout of their own,
+    /// soonest back first,
     /// and how many there are in all; `None` when there is no such queue.
     pub fn peek_in_flight(
         &self,
@@ -38,34 +39,36 @@ impl Broker {
         let listed = queue
             .visibility
             .peek(limit)
-            .map(|(visible_at, delivery)| InFlightDelivery {
-                receipt_handle: self.receipt_handle(id, delivery),
-                consumer_timeout_ms: self.consumer_timeout_of(delivery),
-                connection: delivery.conn.0,
-                channel: delivery.channel.0,
-                delivery_tag: delivery.tag,
-                visible_at,
+            .map(|(visible_at, delivery)| {
+                let (receipt_handle, consumer_timeout_ms) = self.what_brings_back(id, delivery);
+                InFlightDelivery {
+                    receipt_handle,
+                    consumer_timeout_ms,
+                    connection: delivery.conn.0,
+                    channel: delivery.channel.0,
+                    delivery_tag: delivery.tag,
+                    visible_at,
+                }
             })
             .collect();
         Some((listed, queue.visibility.delivery_count()))
     }
 
-    /// The receipt handle of an outstanding delivery of queue `queue` (the one its consumer got),
-    /// if it has one.
-    fn receipt_handle(&self, queue: QueueId, delivery: DeliveryRef) -> Option<String> {
-        let channel = self.channels.get(&(delivery.conn, delivery.channel))?;
-        let unacked = channel.unacked(delivery.tag)?;
-        unacked.deadline.filter(Deadline::has_receipt)?;
-        let (channel_opening, entry) = (channel.opening, unacked.entry.seq);
-        Some(self.receipts.issue(&Receipt { queue, delivery, channel_opening, entry }))
-    }
-
-    /// The consumer timeout that brings `delivery` back, if that is what does.
-    fn consumer_timeout_of(&self, delivery: DeliveryRef) -> Option<u64> {
-        let channel = self.channels.get(&(delivery.conn, delivery.channel))?;
-        match channel.unacked(delivery.tag)?.deadline?.kind {
-            DeadlineKind::ConsumerTimeout(ms) => Some(ms),
-            DeadlineKind::Visibility => None,
+    /// What brings an outstanding delivery of queue `queue` back: its visibility timeout, with the
+    /// receipt handle its consumer got, or its consumer timeout (ms).
+    fn what_brings_back(&self, queue: QueueId, delivery: DeliveryRef) -> (Option<String>, Option<u64>) {
+        let Some(channel) = self.channels.get(&(delivery.conn, delivery.channel)) else {
+            return (None, None);
+        };
+        let Some(unacked) = channel.unacked(delivery.tag) else { return (None, None) };
+        match unacked.deadline.map(|d| d.kind) {
+            Some(DeadlineKind::Visibility) => {
+                let receipt =
+                    Receipt { queue, delivery, channel_opening: channel.opening, entry: unacked.entry.seq };
+                (Some(self.receipts.issue(&receipt)), None)
+            }
+            Some(DeadlineKind::ConsumerTimeout(ms)) => (None, Some(ms)),
+            None => (None, None),
         }
     }
 }

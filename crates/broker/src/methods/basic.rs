@@ -582,17 +582,29 @@ fn requested_delay(
     Ok(None)
 }
 
-/// `x-visibility-timeout` in basic.consume arguments (semantics §4): 406 naming it when invalid.
+/// A time (ms) among basic.consume's `arguments` under `key`, checked by `check`; 406 naming it,
+/// and `whose` (what it belongs to, as the error says), when invalid.
+fn consumer_time_arg(
+    arguments: &hourglass_wire::FieldTable,
+    key: &str,
+    check: impl FnOnce(&hourglass_wire::FieldValue) -> Result<u64, String>,
+    whose: impl FnOnce() -> String,
+) -> Result<Option<u64>, AmqpError> {
+    let Some(value) = arguments.get(key) else { return Ok(None) };
+    check(&value)
+        .map(Some)
+        .map_err(|why| errors::precondition_failed(format!("invalid arg '{key}' for {}: {why}", whose())))
+}
+
+/// `x-visibility-timeout` in basic.consume arguments (semantics §4).
 fn consumer_visibility(
     arguments: &hourglass_wire::FieldTable,
     queue: &ShortStr,
     vhost: &str,
 ) -> Result<Option<u64>, AmqpError> {
-    let Some(value) = arguments.get("x-visibility-timeout") else { return Ok(None) };
-    args::count_arg(&value).and_then(visibility::check_range).map(Some).map_err(|why| {
-        errors::precondition_failed(format!(
-            "invalid arg 'x-visibility-timeout' for consumer on queue '{queue}' in vhost '{vhost}': {why}"
-        ))
+    let check = |v: &hourglass_wire::FieldValue| args::count_arg(v).and_then(visibility::check_range);
+    consumer_time_arg(arguments, "x-visibility-timeout", check, || {
+        format!("consumer on queue '{queue}' in vhost '{vhost}'")
     })
 }
 
@@ -603,11 +615,9 @@ fn consumer_timeout(
     queue: &ShortStr,
     vhost: &str,
 ) -> Result<Option<u64>, AmqpError> {
-    let Some(value) = arguments.get("x-consumer-timeout") else { return Ok(None) };
-    args::time_arg(&value, 0).map(Some).map_err(|why| {
-        errors::precondition_failed(format!(
-            "invalid arg 'x-consumer-timeout' for queue '{queue}' in vhost '{vhost}': {why}"
-        ))
+    let check = |v: &hourglass_wire::FieldValue| args::time_arg(v, 0);
+    consumer_time_arg(arguments, "x-consumer-timeout", check, || {
+        format!("queue '{queue}' in vhost '{vhost}'")
     })
 }
 
