@@ -4,6 +4,7 @@
 //! timeouts and forwards the effects it emits. Methods of each AMQP class live in `methods/`.
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU32;
 
 use hourglass_wire::reply_code::is_connection_error;
 use hourglass_wire::Method;
@@ -53,6 +54,9 @@ pub struct BrokerConfig {
     /// (`ReceiptKey::random`): the broker reads no random source itself. The default is a fixed
     /// key, for tests only.
     pub receipt_key: ReceiptKey,
+    /// Delayed messages that fell due while the broker was down are released at most this many
+    /// a second, in due order (overdue_release.rs); `None`: all at once.
+    pub overdue_release_rate: Option<NonZeroU32>,
 }
 
 impl Default for BrokerConfig {
@@ -66,6 +70,7 @@ impl Default for BrokerConfig {
             receipt_key: ReceiptKey::from_bytes(&[0; 32]),
             consumer_timeout: ConsumerTimeoutConfig::default(),
             delivery_counting: DeliveryCounting::default(),
+            overdue_release_rate: None,
         }
     }
 }
@@ -112,6 +117,8 @@ pub struct Broker {
     pub(crate) default_timeouts: DefaultTimeouts,
     /// Which returns count toward delivery limits (semantics §5).
     pub(crate) delivery_counting: DeliveryCounting,
+    /// Delayed messages overdue since the restore, held for the operator's rate.
+    pub(crate) overdue: crate::overdue_release::OverdueRelease,
     pub(crate) effects: VecDeque<Effect>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
     pub(crate) settle_scratch: Vec<Unacked>,
@@ -155,6 +162,7 @@ impl Broker {
             receipts: config.receipt_key.clone(),
             default_timeouts: DefaultTimeouts::new(config.consumer_timeout),
             delivery_counting: config.delivery_counting,
+            overdue: crate::overdue_release::OverdueRelease::new(config.overdue_release_rate),
             sqs: Default::default(),
             effects: VecDeque::new(),
             settle_scratch: Vec::new(),

@@ -88,29 +88,43 @@ impl Broker {
     /// new to the queue starts its TTL at its due time; one coming back keeps its place.
     pub(crate) fn promote_due(&mut self, id: QueueId, now: Timestamp) {
         while let Some(queue) = self.queues.get_mut(&id) {
-            let Some((due, waiting)) = queue.delayed.pop_due(now) else { break };
-            // Ready now: after every message already ready (a new place, a new id).
-            let seq = self.entry_ids.next();
-            let Some(queue) = self.queues.get_mut(&id) else { break };
-            if waiting.returning {
-                queue.return_to_ready(waiting.entry);
-            } else {
-                // Nothing to write: stored as "waiting until `due`", recovery reads "ready since".
-                let persist_id = waiting.entry.persist_id();
-                let entry = queue.new_entry(seq, waiting.entry.payload, due, persist_id);
-                if self.over_publish_limit(id, entry.body_size()) {
-                    // Refused: dead-lettered under reject-publish-dlx (settled after its copies
-                    // are stored), else dropped and settled.
-                    if self.queues.get(&id).is_some_and(|q| q.args.overflow == Overflow::RejectPublishDlx) {
-                        self.dead_letter_entry(id, entry, DeathReason::Maxlen);
-                    } else {
-                        self.persist_settle(id, persist_id);
-                    }
-                    continue;
-                }
-                self.admit(id, entry);
+            let Some(due) = queue.delayed.next_near_due().filter(|due| *due <= now) else { break };
+            if self.overdue.limits(due) {
+                // Fell due while the broker was down: it waits for the limiter's credit, and
+                // what is due after it waits behind it (overdue_release.rs).
+                queue.delayed.hold(true);
+                self.overdue.hold(id, due);
+                break;
             }
+            self.promote_next_delayed(id, now);
         }
+    }
+
+    /// Makes queue `id`'s first delayed message ready, if it is due at `now`.
+    pub(crate) fn promote_next_delayed(&mut self, id: QueueId, now: Timestamp) {
+        let Some(queue) = self.queues.get_mut(&id) else { return };
+        let Some((due, waiting)) = queue.delayed.pop_due(now) else { return };
+        // Ready now: after every message already ready (a new place, a new id).
+        let seq = self.entry_ids.next();
+        let Some(queue) = self.queues.get_mut(&id) else { return };
+        if waiting.returning {
+            queue.return_to_ready(waiting.entry);
+            return;
+        }
+        // Nothing to write: stored as "waiting until `due`", recovery reads "ready since".
+        let persist_id = waiting.entry.persist_id();
+        let entry = queue.new_entry(seq, waiting.entry.payload, due, persist_id);
+        if self.over_publish_limit(id, entry.body_size()) {
+            // Refused: dead-lettered under reject-publish-dlx (settled after its copies are
+            // stored), else dropped and settled.
+            if self.queues.get(&id).is_some_and(|q| q.args.overflow == Overflow::RejectPublishDlx) {
+                self.dead_letter_entry(id, entry, DeathReason::Maxlen);
+            } else {
+                self.persist_settle(id, persist_id);
+            }
+            return;
+        }
+        self.admit(id, entry);
     }
 
     /// A message becoming ready (at `entry.ready_at()`): delivered or expired at once with TTL 0,

@@ -22,6 +22,7 @@ pub mod message;
 pub mod message_stats;
 mod methods;
 mod naming;
+mod overdue_release;
 pub mod permissions;
 pub mod persist;
 pub mod policy;

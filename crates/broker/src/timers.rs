@@ -27,11 +27,13 @@ impl TimerIndex {
 }
 
 impl Broker {
-    /// Fires every timer due at `now`: expires messages (dead-lettering them), deletes queues
+    /// Fires every timer due at `now`: releases delayed messages overdue since a restart
+    /// (overdue_release.rs), expires messages (dead-lettering them), deletes queues
     /// unused for their `x-expires`, and times out deliveries under the broker's default consumer
     /// timeout (consumer_timeout.rs).
     pub fn handle_timeout(&mut self, now: Timestamp) {
         let mark = self.mark();
+        self.release_overdue(now);
         while let Some(id) = self.timers.pop_due(now) {
             let Some(queue) = self.queues.get_mut(&id) else { continue };
             queue.scheduled = None;
@@ -48,10 +50,10 @@ impl Broker {
 
     /// The earliest time `handle_timeout` has work to do.
     pub fn next_deadline(&self) -> Option<Timestamp> {
-        match (self.timers.next(), self.default_timeouts.next()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.timers.next(), self.default_timeouts.next(), self.overdue.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Files a queue under its current earliest deadline (call after anything that may change it).

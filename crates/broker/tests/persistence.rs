@@ -28,7 +28,17 @@ impl Model {
 
     /// [`Model::restore`], with what the restore reported.
     fn restore_reporting(&self, tb: &TestBroker, later: Duration) -> (TestBroker, RestoreReport) {
-        let mut restored = durable_broker();
+        self.restore_configured(tb, later, BrokerConfig { persistence: true, ..BrokerConfig::default() })
+    }
+
+    /// [`Model::restore_reporting`] into a broker made with `config`.
+    fn restore_configured(
+        &self,
+        tb: &TestBroker,
+        later: Duration,
+        config: BrokerConfig,
+    ) -> (TestBroker, RestoreReport) {
+        let mut restored = TestBroker::with_config(config);
         let gap = tb.clock.now().saturating_duration_since(restored.clock.now()) + later;
         let now = restored.clock.advance(gap);
         let report = restored.broker.restore(self.0.definitions(), self.0.queues.clone(), now);
@@ -342,6 +352,78 @@ fn restore_report_counts_as_delayed_only_what_still_waits() {
     assert_eq!((report.ready, report.delayed), (2, 3));
     let later = restored.broker.queue_stats("/", "later").unwrap();
     assert_eq!((later.messages_ready, later.messages_delayed), (2, 3));
+}
+
+/// Two durable queues `a` and `b` behind a delayed exchange `d`, and one persistent message per
+/// `(queue, delay in ms)`, its body the queue and the delay (`a1000`), all published at once.
+fn delayed_messages(messages: &[(&str, i64)]) -> (TestBroker, Chan, Model) {
+    let (mut tb, c, mut model) = setup(FieldTable::new());
+    let routing = FieldTable::from_entries([("x-delayed-type", FieldValue::LongStr("direct".into()))]);
+    tb.call(
+        c,
+        ExchangeDeclare {
+            exchange: short("d"),
+            kind: short("x-delayed-message"),
+            durable: true,
+            arguments: routing,
+            ..Default::default()
+        },
+    );
+    for queue in ["a", "b"] {
+        durable_queue(&mut tb, c, queue, FieldTable::new());
+        bind(&mut tb, c, queue, "d", queue);
+    }
+    for (queue, delay) in messages {
+        let headers = FieldTable::from_entries([("x-delay", FieldValue::I64(*delay))]);
+        let properties = BasicProperties { headers: Some(headers), ..persistent() };
+        tb.publish_with(c, "d", queue, properties, format!("{queue}{delay}").as_bytes(), false);
+    }
+    sync(&mut tb, &mut model);
+    (tb, c, model)
+}
+
+fn texts(effects: &[Effect]) -> Vec<String> {
+    deliveries(effects).iter().map(|d| String::from_utf8_lossy(d.body()).into_owned()).collect()
+}
+
+/// Issue 38: delayed messages that fell due while the broker was down are delivered as soon as it
+/// is back, never early, in due order across queues, at no more than `overdue_release_rate` a
+/// second (a second's worth at once); a message due after the restore comes exactly on time.
+#[test]
+fn overdue_messages_are_released_in_due_order_at_the_operator_s_rate() {
+    let published = [("a", 4000), ("a", 1000), ("b", 5000), ("a", 3000), ("b", 2000), ("a", 12_000)];
+    let (tb, _, model) = delayed_messages(&published);
+    let config = BrokerConfig {
+        persistence: true,
+        overdue_release_rate: std::num::NonZeroU32::new(2),
+        ..BrokerConfig::default()
+    };
+    // Down for 10 s: five fell due meanwhile, `a12000` is due 2 s after the restore.
+    let (mut restored, report) = model.restore_configured(&tb, Duration::from_secs(10), config);
+    assert_eq!((report.ready, report.overdue, report.delayed), (5, 5, 1));
+    let rc = restored.channel();
+    let mut got = texts(&consume(&mut restored, rc, "a", "ta", true));
+    got.extend(texts(&consume(&mut restored, rc, "b", "tb", true)));
+    assert_eq!(got, ["a1000", "b2000"], "a second's worth at once, earliest due first");
+    assert!(restored.advance(Duration::from_millis(499)).is_empty(), "never faster than the rate");
+    assert_eq!(texts(&restored.advance(Duration::from_millis(1))), ["a3000"]);
+    assert_eq!(texts(&restored.advance(Duration::from_millis(500))), ["a4000"]);
+    assert_eq!(texts(&restored.advance(Duration::from_millis(500))), ["b5000"]);
+    assert_eq!(restored.broker.next_deadline(), Some(tb.clock.now().saturating_add_millis(12_000)));
+    assert!(restored.advance(Duration::from_millis(499)).is_empty(), "never early");
+    assert_eq!(texts(&restored.advance(Duration::from_millis(1))), ["a12000"]);
+}
+
+/// Without a rate (the default), everything that fell due while the broker was down is ready at
+/// the restore, each queue's in due order.
+#[test]
+fn overdue_messages_without_a_rate_are_all_ready_at_the_restore() {
+    let (tb, _, model) = delayed_messages(&[("a", 4000), ("a", 1000), ("b", 2000), ("a", 3000)]);
+    let (mut restored, report) = model.restore_reporting(&tb, Duration::from_secs(10));
+    assert_eq!((report.ready, report.overdue, report.delayed), (4, 4, 0));
+    let rc = restored.channel();
+    assert_eq!(texts(&consume(&mut restored, rc, "a", "ta", true)), ["a1000", "a3000", "a4000"]);
+    assert_eq!(texts(&consume(&mut restored, rc, "b", "tb", true)), ["b2000"]);
 }
 
 /// A message whose TTL ran out while the broker was down is dead-lettered on restore.

@@ -2,7 +2,7 @@
 //! order of precedence. Every default lives here with the reason for its value.
 
 use std::net::IpAddr;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -207,6 +207,10 @@ pub struct Cli {
     /// or `failures_only` (RabbitMQ 4.3: basic.nack with requeue does not count).
     #[arg(long, env = "HOURGLASS_DELIVERY_COUNTING")]
     pub delivery_counting: Option<String>,
+    /// Delayed messages that fell due while the broker was down are released at most this many
+    /// a second after a restart or failover, in due order (0: all at once, the default).
+    #[arg(long, env = "HOURGLASS_OVERDUE_RELEASE_RATE")]
+    pub overdue_release_rate: Option<u32>,
     /// The `product` connection.start names (clients such as kombu choose RabbitMQ's semantics
     /// by it; ADR 0009).
     #[arg(long, env = "HOURGLASS_SERVER_PRODUCT")]
@@ -329,6 +333,7 @@ pub struct FileConfig {
     pub consumer_timeout: Option<TimeoutSetting>,
     pub consumer_timeout_response: Option<String>,
     pub delivery_counting: Option<String>,
+    pub overdue_release_rate: Option<u32>,
     pub server_product: Option<String>,
     pub load_definitions: Option<PathBuf>,
     pub default_user: Option<String>,
@@ -487,6 +492,8 @@ pub struct Config {
     pub consumer_timeout: ConsumerTimeoutConfig,
     /// Which returns count toward delivery limits (semantics §5).
     pub delivery_counting: DeliveryCounting,
+    /// `overdue_release_rate`: messages a second; `None` for no limit.
+    pub overdue_release_rate: Option<NonZeroU32>,
     /// `product` in connection.start's server-properties.
     pub server_product: String,
     pub load_definitions: Option<PathBuf>,
@@ -535,6 +542,7 @@ impl Default for Config {
             apsaramq_delay_header: false,
             consumer_timeout: ConsumerTimeoutConfig::default(),
             delivery_counting: DeliveryCounting::default(),
+            overdue_release_rate: None,
             server_product: hourglass_session::DEFAULT_SERVER_PRODUCT.to_owned(),
             load_definitions: None,
             // 10,000 messages or 64 MiB of bodies per queue: a consumer never waits on the disk
@@ -669,6 +677,10 @@ impl Config {
                 Some("failures_only") => DeliveryCounting::FailuresOnly,
                 Some(other) => anyhow::bail!("delivery_counting {other:?}: every_return or failures_only"),
             },
+            overdue_release_rate: cli
+                .overdue_release_rate
+                .or(file.overdue_release_rate)
+                .map_or(defaults.overdue_release_rate, NonZeroU32::new),
             server_product: server_product(cli.server_product.or(file.server_product))?
                 .unwrap_or(defaults.server_product),
             load_definitions: cli.load_definitions.or(file.load_definitions),
@@ -859,6 +871,17 @@ mod tests {
             let err = Config::resolve(cli).unwrap_err().to_string();
             assert!(err.starts_with("consumer_timeout"), "{err}");
         }
+    }
+
+    #[test]
+    fn overdue_release_rate_settings() {
+        assert_eq!(Config::default().overdue_release_rate, None, "all at once by default");
+        let cli = Cli { overdue_release_rate: Some(500), ..Cli::default() };
+        assert_eq!(Config::resolve(cli).unwrap().overdue_release_rate, NonZeroU32::new(500));
+        let cli = Cli { overdue_release_rate: Some(0), ..Cli::default() };
+        assert_eq!(Config::resolve(cli).unwrap().overdue_release_rate, None, "0 is no limit");
+        let file: FileConfig = toml::from_str("overdue_release_rate = 2000").unwrap();
+        assert_eq!(file.overdue_release_rate, Some(2000));
     }
 
     #[test]

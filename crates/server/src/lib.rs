@@ -167,6 +167,7 @@ impl Server {
             apsaramq_delay_header: config.apsaramq_delay_header,
             consumer_timeout: config.consumer_timeout,
             delivery_counting: config.delivery_counting,
+            overdue_release_rate: config.overdue_release_rate,
             receipt_key: hourglass_broker::receipts::ReceiptKey::random(),
             ..BrokerConfig::default()
         });

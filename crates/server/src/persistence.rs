@@ -305,6 +305,7 @@ pub fn restore_into(
         bindings = report.bindings,
         ready = report.ready,
         delayed = report.delayed,
+        overdue = report.overdue,
         policies = report.policies,
         orphaned_queues = report.orphaned.len(),
         undecodable = report.undecodable,

@@ -68,6 +68,9 @@ pub struct RestoreReport {
     pub ready: usize,
     /// Messages put back still waiting for a delay or back-off.
     pub delayed: usize,
+    /// Of `ready`, the delayed messages whose time came while the broker was down (released in
+    /// due order, at `--overdue-release-rate` when one is set).
+    pub overdue: usize,
     /// Queues recreated to keep messages whose queue definition is missing (module doc).
     pub orphaned: Vec<OrphanedQueue>,
     /// Messages whose stored bytes did not decode (settled, logged).
@@ -144,10 +147,12 @@ impl Broker {
             self.restore_message(QueueId(queue), message, now, &mut report);
         }
         // Every queue exists now: expiries and due delays may dead-letter into any of them.
+        self.overdue.restored(now);
         let mark = self.mark();
         for &queue in queue_messages.keys() {
             self.run_queue(QueueId(queue), now);
         }
+        self.release_overdue(now);
         self.run_dead_letters(now);
         self.hold_after(mark, None);
         report
@@ -305,10 +310,13 @@ impl Broker {
         entry.redelivered = if meta.deliveries_tracked { meta.redelivered } else { ready_at.is_some() };
         entry.delivery_count = meta.delivery_count;
         // One that fell due while the broker was down is ready at the dispatch after the restore.
-        if wait_until.is_some_and(|due| due > now) {
-            report.delayed += 1;
-        } else {
-            report.ready += 1;
+        match wait_until {
+            Some(due) if due > now => report.delayed += 1,
+            Some(_) => {
+                report.ready += 1;
+                report.overdue += 1;
+            }
+            None => report.ready += 1,
         }
         queue.restore_entry(entry, wait_until);
     }

@@ -45,6 +45,9 @@ pub(crate) struct DelayIndex {
     /// Stored messages due after this go far: the last load's `now` plus the horizon. A stale
     /// value only sends a message far that the next load (due at once) brings back.
     far_from: Timestamp,
+    /// Its next message fell due while the broker was down and waits for the overdue limiter's
+    /// credit (`overdue_release.rs`), not for its time: `next_deadline` leaves the near tier out.
+    held: bool,
 }
 
 /// A delayed message as listings show it.
@@ -81,21 +84,28 @@ impl DelayIndex {
     /// The earliest due time.
     pub fn next_due(&self) -> Option<Timestamp> {
         let far = self.far.as_ref().and_then(FarTier::next_due);
-        self.first_near_due().into_iter().chain(far).min()
+        self.next_near_due().into_iter().chain(far).min()
     }
 
-    fn first_near_due(&self) -> Option<Timestamp> {
+    /// When the first message of the near tier is due.
+    pub fn next_near_due(&self) -> Option<Timestamp> {
         self.near.first_key_value().map(|((due, _), _)| *due)
+    }
+
+    /// Holds (or lets go of) the near tier's head for the overdue limiter.
+    pub fn hold(&mut self, held: bool) {
+        self.held = held;
     }
 
     /// When this index next has work: a message due, or far messages to load a horizon ahead.
     pub fn next_deadline(&self) -> Option<Timestamp> {
+        let near = self.next_near_due().filter(|_| !self.held);
         let load = self
             .far
             .as_ref()
             .and_then(FarTier::next_due)
             .map(|due| due.saturating_sub_millis(NEAR_HORIZON_MS));
-        self.first_near_due().into_iter().chain(load).min()
+        near.into_iter().chain(load).min()
     }
 
     /// Brings the far messages due within the horizon of `now` (and a little after) into the
