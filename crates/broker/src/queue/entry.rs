@@ -50,6 +50,22 @@ impl Paged {
         })
     }
 
+    /// Where its record starts in its segment.
+    pub fn offset(&self) -> u32 {
+        self.offset
+    }
+
+    /// The same message facts for a record at `offset` of the same segment.
+    pub fn at_offset(self, offset: u32) -> Paged {
+        Paged { offset, ..self }
+    }
+
+    /// Whether `other` differs from this one only in where its record starts in the same
+    /// segment.
+    pub fn same_but_offset(&self, other: &Paged) -> bool {
+        Paged { offset: other.offset, ..*self } == *other
+    }
+
     pub fn location(&self) -> RecordLocation {
         RecordLocation {
             segment: u64::from(self.segment),

@@ -18,6 +18,7 @@ pub(crate) mod overflow;
 pub(crate) mod packed;
 pub(crate) mod paging;
 pub(crate) mod ready;
+mod ready_run;
 mod stats;
 mod tally;
 pub(crate) mod ttl;

@@ -1,0 +1,196 @@
+//! Paged-out ready messages in a row, kept as one slot (issue 38: a ready backlog in flat
+//! memory).
+//!
+//! A steady publisher fills a queue with messages that differ only by steps: each one's queue
+//! seq, store id and record offset are the last one's plus a fixed stride (1 apart for one queue
+//! alone; fanned out to two durable queues, 2 apart with two records' stride), and everything
+//! the queue reads without the body is the same (the properties it reads, sizes, delivery count,
+//! redelivered, no TTL deadline). Once the store holds them and the queue pages them out, such a
+//! row is one `Run`: its first message whole, the strides, and for each later message only
+//! when it became ready, as 4 bytes after a base time. An entry costs 72 bytes; a message in a
+//! run costs 4 (plus the store's 16 in its live index).
+//!
+//! A run always has at least two messages; a member is rebuilt as the entry it was
+//! (`Run::member`), so taking one out gives back exactly what went in.
+
+use std::collections::VecDeque;
+
+use super::entry::{Entry, Paged, Payload, Seq};
+use crate::time::Timestamp;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Run {
+    /// The first message, whole.
+    head: Entry,
+    /// The message facts every member shares (the head's), at the head's offset.
+    paged: Paged,
+    /// `rest`'s times are milliseconds after this.
+    base: Timestamp,
+    seq_step: u64,
+    id_step: u64,
+    offset_step: u32,
+    /// When each message after the head became ready, in order, as milliseconds after `base`.
+    rest: VecDeque<u32>,
+}
+
+/// What a run member must be: paged out, stored, ready since a known time, without a TTL
+/// deadline.
+fn facts(entry: &Entry) -> Option<(Paged, u64, Timestamp)> {
+    let Payload::Paged(paged) = entry.payload else { return None };
+    if entry.expires_at().is_some() {
+        return None;
+    }
+    Some((paged, entry.persist_id()?, entry.ready_at()?))
+}
+
+impl Run {
+    /// A run of `first` and `second` (`second` right after `first` in the queue), if they make
+    /// one.
+    pub fn pair(first: &Entry, second: &Entry) -> Option<Run> {
+        let (paged, id, ready) = facts(first)?;
+        let (next_paged, next_id, next_ready) = facts(second)?;
+        if !paged.same_but_offset(&next_paged)
+            || (first.delivery_count, first.redelivered) != (second.delivery_count, second.redelivered)
+            || second.seq <= first.seq
+            || next_id <= id
+            || next_paged.offset() <= paged.offset()
+        {
+            return None;
+        }
+        let delta = u32::try_from(next_ready.as_millis().checked_sub(ready.as_millis())?).ok()?;
+        Some(Run {
+            head: first.clone(),
+            paged,
+            base: ready,
+            seq_step: second.seq - first.seq,
+            id_step: next_id - id,
+            offset_step: next_paged.offset() - paged.offset(),
+            rest: VecDeque::from([delta]),
+        })
+    }
+
+    /// Appends `entry` if it is the next step of this run; else gives it back.
+    pub fn try_push(&mut self, entry: Entry) -> Result<(), Entry> {
+        let Some((paged, id, ready)) = facts(&entry) else { return Err(entry) };
+        let steps = self.rest.len() as u64;
+        let fits = self.paged.same_but_offset(&paged)
+            && (entry.delivery_count, entry.redelivered) == (self.head.delivery_count, self.head.redelivered)
+            && Some(entry.seq) == after_step(self.head.seq, self.seq_step, steps)
+            && Some(id) == after_step(self.head_id(), self.id_step, steps)
+            && Some(u64::from(paged.offset()))
+                == after_step(u64::from(self.paged.offset()), u64::from(self.offset_step), steps);
+        let delta = ready.as_millis().checked_sub(self.base.as_millis()).and_then(|d| u32::try_from(d).ok());
+        match delta {
+            Some(delta) if fits => {
+                self.rest.push_back(delta);
+                Ok(())
+            }
+            _ => Err(entry),
+        }
+    }
+
+    /// Messages in the run (at least 2).
+    pub fn len(&self) -> usize {
+        self.rest.len() + 1
+    }
+
+    pub fn head(&self) -> &Entry {
+        &self.head
+    }
+
+    pub fn first_seq(&self) -> Seq {
+        self.head.seq
+    }
+
+    pub fn last_seq(&self) -> Seq {
+        self.head.seq + self.rest.len() as u64 * self.seq_step
+    }
+
+    /// Where member `seq` is in the run, if it is one.
+    pub fn position(&self, seq: Seq) -> Option<usize> {
+        let from_head = seq.checked_sub(self.head.seq)?;
+        let at = usize::try_from(from_head / self.seq_step).ok()?;
+        (from_head % self.seq_step == 0 && at < self.len()).then_some(at)
+    }
+
+    /// How many members come before `seq` (which need not be a member).
+    pub fn count_before(&self, seq: Seq) -> usize {
+        match seq.checked_sub(self.head.seq) {
+            None | Some(0) => 0,
+            Some(from_head) => {
+                usize::try_from((from_head - 1) / self.seq_step + 1).map_or(self.len(), |n| n.min(self.len()))
+            }
+        }
+    }
+
+    /// Member `at` (0 is the head) as the entry it was.
+    pub fn member(&self, at: usize) -> Entry {
+        if at == 0 {
+            return self.head.clone();
+        }
+        let steps = at as u64;
+        let offset = u64::from(self.paged.offset()) + steps * u64::from(self.offset_step);
+        // Every member's offset was a u32 when it joined.
+        let paged = self.paged.at_offset(offset as u32);
+        let ready = self.base.saturating_add_millis(u64::from(self.rest[at - 1]));
+        let mut entry = Entry::with_payload(
+            self.head.seq + steps * self.seq_step,
+            Payload::Paged(paged),
+            Some(ready),
+            None,
+            Some(self.head_id() + steps * self.id_step),
+        );
+        entry.delivery_count = self.head.delivery_count;
+        entry.redelivered = self.head.redelivered;
+        entry
+    }
+
+    /// Takes the head out; the run keeps the rest (at least one).
+    pub fn take_head(&mut self) -> Entry {
+        let next = self.member(1);
+        self.rest.pop_front();
+        if let Payload::Paged(paged) = next.payload {
+            self.paged = paged;
+        }
+        std::mem::replace(&mut self.head, next)
+    }
+
+    /// Splits off the members from `at` on (`0 < at < len`) as a run of their own, or a single
+    /// entry; this run keeps the members before `at`.
+    pub fn split_off(&mut self, at: usize) -> Result<Run, Entry> {
+        let head = self.member(at);
+        // `rest[i]` is member `i + 1`'s: the tail's head is `rest[at - 1]`, this run keeps the
+        // times before it.
+        let mut rest = self.rest.split_off(at - 1);
+        rest.pop_front();
+        let Payload::Paged(paged) = head.payload else { unreachable!("members are paged") };
+        if rest.is_empty() {
+            return Err(head);
+        }
+        let (base, seq_step, id_step, offset_step) =
+            (self.base, self.seq_step, self.id_step, self.offset_step);
+        Ok(Run { head, paged, base, seq_step, id_step, offset_step, rest })
+    }
+
+    /// The store ids of every member.
+    pub fn persist_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        let first = self.head_id();
+        (0..self.len() as u64).map(move |steps| first + steps * self.id_step)
+    }
+
+    /// Drops the members from `len` on (`len >= 1`; a run of one is the caller's to open).
+    pub fn truncate(&mut self, len: usize) {
+        self.rest.truncate(len - 1);
+    }
+
+    fn head_id(&self) -> u64 {
+        // Every member is stored (`facts`).
+        self.head.persist_id().unwrap_or_default()
+    }
+}
+
+/// The value `steps + 1` strides of `step` after `first`: the next member's, `steps` being how
+/// many follow the head.
+fn after_step(first: u64, step: u64, steps: u64) -> Option<u64> {
+    first.checked_add(step.checked_mul(steps + 1)?)
+}
