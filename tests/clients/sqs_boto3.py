@@ -144,6 +144,27 @@ method, properties, body = channel.basic_get("boto-jobs", auto_ack=True)
 assert body == b"to amqp" and properties.headers["colour"] in (b"red", "red"), properties
 assert properties.delivery_mode == 2 and properties.message_id, properties
 
+# Issue 40, item 3: a message published over AMQP without a timestamp has a SentTimestamp (when
+# the broker queued it), as AWS always answers one.
+before_ms = int(time.time() * 1000)
+channel.basic_publish("", "boto-jobs", b"age me")
+after_ms = int(time.time() * 1000)
+aged = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"][0]
+assert aged["Body"] == "age me", aged
+sent = int(aged["Attributes"]["SentTimestamp"])
+assert before_ms - 1000 <= sent <= after_ms + 1000, (before_ms, sent, after_ms)
+sqs.delete_message(QueueUrl=url, ReceiptHandle=aged["ReceiptHandle"])
+
+# Issue 40, item 17: a queue declared over AMQP shows its MessageRetentionPeriod: its message TTL
+# (a policy's too), or 1,209,600 (AWS's longest) for a queue whose messages never expire.
+channel.queue_declare("amqp-kept")
+channel.queue_declare("amqp-minute", arguments={"x-message-ttl": 60000})
+for name, retention in [("amqp-kept", "1209600"), ("amqp-minute", "60")]:
+    amqp_url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+    shown = sqs.get_queue_attributes(QueueUrl=amqp_url, AttributeNames=["All"])["Attributes"]
+    assert shown["MessageRetentionPeriod"] == retention, (name, shown)
+    sqs.delete_queue(QueueUrl=amqp_url)
+
 # Redrive: after maxReceiveCount receives without a delete, the message is in the dead-letter queue.
 dlq = sqs.create_queue(QueueName="boto-dlq")["QueueUrl"]
 dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]

@@ -379,9 +379,11 @@ fn received_json(received: &SqsReceived, system: &[String], wanted: &[String], n
     out.insert("Body".into(), json!(body));
     let wants = |name: &str| system.iter().any(|s| s == "All" || s == name);
     let mut returned = Map::new();
+    // Sent over SQS: the send's time; over AMQP: the publisher's `timestamp` (seconds), else
+    // when the broker made it ready in this queue (issue 40, item 3: AWS always answers it).
     let sent_ms = match headers.and_then(|h| h.get(SENT_HEADER)) {
         Some(value) => value.as_i64().map(|ms| ms as u64),
-        None => properties.timestamp.map(|s| s * 1000),
+        None => properties.timestamp.map(|s| s * 1000).or(received.ready_ms),
     };
     if let (true, Some(sent)) = (wants("SentTimestamp"), sent_ms) {
         returned.insert("SentTimestamp".into(), json!(sent.to_string()));

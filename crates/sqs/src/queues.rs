@@ -772,9 +772,11 @@ fn queue_attributes(
         (visibility_ms.unwrap_or(VISIBILITY_TIMEOUT_DEFAULT_S * 1000) / 1000).to_string(),
     );
     put("DelaySeconds", (arg("x-delivery-delay").unwrap_or(0) / 1000).to_string());
-    if let Some(ttl) = arg("x-message-ttl") {
-        put("MessageRetentionPeriod", (ttl / 1000).to_string());
-    }
+    // Its TTL as it runs (a policy's too); a queue whose messages never expire (declared over
+    // AMQP without one) shows AWS's longest period (issue 40, item 17).
+    let retention_s =
+        details.settings.message_ttl_ms.map_or(*RETENTION_RANGE_S.end() as u64, |ttl| ttl / 1000);
+    put("MessageRetentionPeriod", retention_s.to_string());
     put("MaximumMessageSize", arg(MAXIMUM_MESSAGE_SIZE_ARG).unwrap_or(MESSAGE_SIZE_MAX).to_string());
     put("ReceiveMessageWaitTimeSeconds", arg(RECEIVE_WAIT_ARG).unwrap_or(0).to_string());
     let dead_letter = details.arguments.get("x-dead-letter-routing-key");

@@ -98,6 +98,10 @@ pub struct SqsReceived {
     /// The queue entry's id, unique in the broker and kept across restarts for a persisted
     /// message (what names a message that has no `message_id` property).
     pub entry_id: u64,
+    /// When it became ready in the queue (Unix ms): the `SentTimestamp` of a message that was
+    /// sent without one (published over AMQP without a `timestamp`; after a delay, when it fell
+    /// due).
+    pub ready_ms: Option<u64>,
 }
 
 /// How long a message being moved is held before it would come back (it is moved within the
@@ -239,6 +243,7 @@ impl Broker {
                 message: got.message,
                 receive_count: got.delivery_count.saturating_add(1),
                 entry_id: got.entry_id,
+                ready_ms: got.ready_at.map(Timestamp::as_millis),
             });
         }
         self.trace_deliveries(now);

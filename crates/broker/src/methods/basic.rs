@@ -53,6 +53,8 @@ pub(crate) struct Got {
     pub delivery_count: u32,
     /// The queue entry's id (`entry_ids.rs`).
     pub entry_id: u64,
+    /// When the message became ready in its queue (after its delay, if it had one).
+    pub ready_at: Option<Timestamp>,
     /// Messages left in the queue.
     pub message_count: u32,
     /// The delivery's receipt handle, when it is under a visibility timeout.
@@ -396,6 +398,7 @@ impl Broker {
         let receipt_handle = deadline.filter(Deadline::has_receipt).map(|_| self.receipts.issue(&receipt));
         let message = decorate(&entry, receipt_handle.clone());
         let (redelivered, delivery_count, entry_id) = (entry.redelivered, entry.delivery_count, entry.seq);
+        let ready_at = entry.ready_at();
         let traced = || TracedDelivery {
             vhost: vhost.to_owned(),
             queue: queue_name,
@@ -416,7 +419,16 @@ impl Broker {
                 (None, _) => self.default_timeouts.delivered(now),
             }
         }
-        Some(Got { tag, message, redelivered, delivery_count, entry_id, message_count, receipt_handle })
+        Some(Got {
+            tag,
+            message,
+            redelivered,
+            delivery_count,
+            entry_id,
+            ready_at,
+            message_count,
+            receipt_handle,
+        })
     }
 
     pub(super) fn basic_ack(
