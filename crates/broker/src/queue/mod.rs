@@ -49,7 +49,6 @@ pub use paging::PagingLimits;
 use ready::Ready;
 pub use stats::{BindingInfo, QueueStats};
 pub use tally::Tally;
-use ttl::DeadlineIndex;
 use visibility::VisibilityIndex;
 
 /// A queue's identity for the life of the process; a queue deleted and declared again under the
@@ -100,7 +99,6 @@ pub(crate) struct Queue {
     pub dispatch_again: Option<Timestamp>,
     /// The deduplication ids held, when the queue deduplicates (semantics §8).
     pub dedup: dedup::DedupCache,
-    ttl: DeadlineIndex,
 }
 
 /// Events counted over a queue's life (semantics §7).
@@ -148,7 +146,6 @@ impl Queue {
             pager,
             dispatch_again: None,
             dedup: dedup::DedupCache::default(),
-            ttl: DeadlineIndex::default(),
         }
     }
 
@@ -241,9 +238,6 @@ impl Queue {
     /// Appends an entry to the ready messages, packed if the queue keeps more than its paging
     /// limits in memory whole and the store will not page it out (ADR 0015).
     pub fn push_ready(&mut self, mut entry: Entry) {
-        if let Some(at) = entry.expires_at() {
-            self.ttl.insert(at, entry.seq);
-        }
         if entry.persist_id().is_none() && self.over_resident_limits() {
             if let Some(packed) = entry.resident().and_then(|message| Packed::new(message)) {
                 entry.payload = Payload::Packed(packed);
@@ -269,9 +263,6 @@ impl Queue {
                 self.ready.page_in_head(read_ahead, |payload| pager.make_resident(payload).is_ok());
             }
             let mut entry = self.ready.pop_front()?;
-            if let Some(at) = entry.expires_at() {
-                self.ttl.remove(at, entry.seq);
-            }
             if self.pager.page_in(&mut entry) {
                 self.mark_delivered(&entry, expect_ack);
                 return Some(entry);
@@ -325,20 +316,14 @@ impl Queue {
 
     /// Puts an entry that was ready before back at its place, with its deadline.
     pub fn return_to_ready(&mut self, entry: Entry) {
-        if let Some(at) = entry.expires_at() {
-            self.ttl.insert(at, entry.seq);
-        }
         self.ready.requeue(entry);
     }
 
     /// Removes the ready messages whose deadline is at or before `now`, earliest first.
     pub fn take_expired(&mut self, now: Timestamp, out: &mut Vec<Entry>) {
-        while let Some(seq) = self.ttl.pop_due(now) {
-            if let Some(entry) = self.ready.remove(seq) {
-                self.counters.expired += 1;
-                out.push(entry);
-            }
-        }
+        let before = out.len();
+        self.ready.take_expired(now, out);
+        self.counters.expired += (out.len() - before) as u64;
     }
 
     /// Removes the oldest ready message (x-overflow drop-head).
@@ -349,7 +334,6 @@ impl Queue {
     /// Drops every ready message; returns how many there were and appends the store ids of the
     /// persisted ones to `settled`.
     pub fn purge(&mut self, settled: &mut Vec<u64>) -> usize {
-        self.ttl.clear();
         self.ready.purge(settled)
     }
 
@@ -361,10 +345,16 @@ impl Queue {
     /// The earliest time this queue has timer work: a message deadline or its own expiry.
     pub fn next_deadline(&self) -> Option<Timestamp> {
         let expiry = expires::deadline(self.args.expires_ms, self.last_used, !self.consumers.is_empty());
-        [self.ttl.next(), expiry, self.delayed.next_deadline(), self.visibility.next(), self.dispatch_again]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.ready.deadlines().next(),
+            expiry,
+            self.delayed.next_deadline(),
+            self.visibility.next(),
+            self.dispatch_again,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Whether the queue is due for deletion under `x-expires` at `now`.
@@ -450,7 +440,7 @@ mod tests {
         assert_eq!(queue.ready.resident(), (3, 48));
         assert_eq!(queue.ready.in_memory(), (6, 96));
         assert_eq!(queue.ready.tally().messages, 6);
-        assert_eq!(queue.ttl.message_count(), 6);
+        assert_eq!(queue.ready.deadlines().message_count(), 6);
         assert_eq!(drain(&mut queue), sent);
         assert_eq!((queue.ready.resident(), queue.ready.in_memory()), ((0, 0), (0, 0)));
     }

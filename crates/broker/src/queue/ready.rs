@@ -19,8 +19,10 @@ use std::collections::VecDeque;
 use super::entry::{Entry, Paged, Payload, Seq};
 use super::ready_run::Run;
 use super::tally::Tally;
+use super::ttl::DeadlineIndex;
 use crate::broker::release_burst_capacity;
 use crate::message::Message;
+use crate::time::Timestamp;
 
 /// Sweep tombstones only past this many, so small queues never pay for a sweep.
 const MIN_TOMBSTONES_TO_SWEEP: usize = 1024;
@@ -40,6 +42,8 @@ pub(crate) struct Ready {
     all: Tally,
     /// Of those, the ones held in memory, whole or packed.
     places: Places,
+    /// Their TTL deadlines (semantics §1): a key per slot, kept in step with the slots here.
+    deadlines: DeadlineIndex,
 }
 
 impl Default for Ready {
@@ -54,7 +58,8 @@ impl Ready {
     pub fn with_max_priority(max_priority: u8, default_priority: u8) -> Self {
         let levels = (0..=max_priority).map(|_| Level::default()).collect();
         let default_level = usize::from(default_priority.min(max_priority));
-        Ready { levels, default_level, top: 0, all: Tally::default(), places: Places::default() }
+        let (all, places, deadlines) = (Tally::default(), Places::default(), DeadlineIndex::default());
+        Ready { levels, default_level, top: 0, all, places, deadlines }
     }
 
     /// Appends a newly published message (its seq is greater than any queued one).
@@ -62,7 +67,7 @@ impl Ready {
         self.count_in(&entry);
         let level = self.level_of(&entry);
         self.top = self.top.max(level);
-        self.levels[level].push_back(entry);
+        self.levels[level].push_back(entry, &mut self.deadlines);
     }
 
     /// Puts a message back at its original position in its level.
@@ -70,7 +75,7 @@ impl Ready {
         self.count_in(&entry);
         let level = self.level_of(&entry);
         self.top = self.top.max(level);
-        self.levels[level].requeue(entry);
+        self.levels[level].requeue(entry, &mut self.deadlines);
     }
 
     /// The next message: the oldest of the highest non-empty priority.
@@ -79,7 +84,7 @@ impl Ready {
             .iter_mut()
             .enumerate()
             .rev()
-            .find_map(|(at, l)| Some((at, l.pop_front()?)))?;
+            .find_map(|(at, l)| Some((at, l.pop_front(&mut self.deadlines)?)))?;
         self.top = level;
         self.count_out(&entry);
         Some(entry)
@@ -94,9 +99,21 @@ impl Ready {
 
     /// Removes the message with this seq, wherever it is.
     pub fn remove(&mut self, seq: Seq) -> Option<Entry> {
-        let entry = self.levels.iter_mut().find_map(|level| level.remove(seq))?;
+        let entry = self.levels.iter_mut().find_map(|level| level.remove(seq, &mut self.deadlines))?;
         self.count_out(&entry);
         Some(entry)
+    }
+
+    /// Removes the messages whose deadline is at or before `now`, earliest first, into `out`.
+    pub fn take_expired(&mut self, now: Timestamp, out: &mut Vec<Entry>) {
+        while let Some(seq) = self.deadlines.pop_due(now) {
+            out.extend(self.remove(seq));
+        }
+    }
+
+    /// The ready messages' TTL deadlines: how many have one, the next and the last.
+    pub fn deadlines(&self) -> &DeadlineIndex {
+        &self.deadlines
     }
 
     /// Removes every ready message; returns how many there were and appends the store ids of the
@@ -108,6 +125,7 @@ impl Ready {
         let count = self.all.messages;
         self.all = Tally::default();
         self.places = Places::default();
+        self.deadlines.clear();
         count
     }
 
@@ -122,7 +140,7 @@ impl Ready {
     /// taken).
     pub fn page_in_head(&mut self, max: usize, mut make_resident: impl FnMut(&mut Payload) -> bool) {
         let Some(level) = self.levels.iter_mut().rev().find(|level| level.live > 0) else { return };
-        level.open_runs_at_head(max);
+        level.open_runs_at_head(max, &mut self.deadlines);
         let mut seen = 0;
         for slot in level.slots.iter_mut() {
             let Slot::Live(entry) = slot else { continue };
@@ -176,7 +194,7 @@ impl Ready {
         else {
             return false;
         };
-        let Some(size) = level.page_out(seq, persist_id, page_out) else { return false };
+        let Some(size) = level.page_out(seq, persist_id, page_out, &mut self.deadlines) else { return false };
         self.places.resident -= Place::one(size);
         true
     }
@@ -198,6 +216,9 @@ impl Ready {
 
     fn count_in(&mut self, entry: &Entry) {
         self.all.add(entry);
+        if entry.expires_at().is_some() {
+            self.deadlines.count(true);
+        }
         if let Some(place) = self.places.of(&entry.payload) {
             *place += Place::one(entry.body_size());
         }
@@ -205,6 +226,9 @@ impl Ready {
 
     fn count_out(&mut self, entry: &Entry) {
         self.all.remove(entry);
+        if entry.expires_at().is_some() {
+            self.deadlines.count(false);
+        }
         if let Some(place) = self.places.of(&entry.payload) {
             *place -= Place::one(entry.body_size());
         }
@@ -321,6 +345,38 @@ impl Slot {
         }
     }
 
+    /// Gives the slot its keys in the TTL index: its message's deadline, or its run's first
+    /// deadline and last one (the members between expire in order after the first).
+    fn file(&self, deadlines: &mut DeadlineIndex) {
+        self.keys(deadlines, true);
+    }
+
+    /// Takes the slot's keys out of the TTL index (before it changes or goes).
+    fn unfile(&self, deadlines: &mut DeadlineIndex) {
+        self.keys(deadlines, false);
+    }
+
+    fn keys(&self, deadlines: &mut DeadlineIndex, file: bool) {
+        let (head, end) = match self {
+            Slot::Live(entry) => (entry, None),
+            Slot::Run(run) => (run.head(), run.last_deadline()),
+            Slot::Removed(_) => return,
+        };
+        entry_key(head, deadlines, file);
+        if let Some(end) = end {
+            deadlines.run_end(end, file);
+        }
+    }
+
+    /// A run left with one message becomes that message's own slot.
+    fn open_if_single(&mut self) {
+        if let Slot::Run(run) = self {
+            if run.len() == 1 {
+                *self = Slot::Live(run.head().clone());
+            }
+        }
+    }
+
     fn of_split(split: Result<Run, Entry>) -> Slot {
         match split {
             Ok(run) => Slot::Run(Box::new(run)),
@@ -329,66 +385,132 @@ impl Slot {
     }
 }
 
-/// Appends `entry` (after every seq in `slots`), joining the last slot's run when it can.
-fn append(slots: &mut VecDeque<Slot>, entry: Entry) {
+/// Files (`true`) or unfiles `entry`'s deadline, if it has one.
+fn entry_key(entry: &Entry, deadlines: &mut DeadlineIndex, file: bool) {
+    if let Some(at) = entry.expires_at() {
+        if file {
+            deadlines.insert(at, entry.seq);
+        } else {
+            deadlines.remove(at, entry.seq);
+        }
+    }
+}
+
+fn unfile_entry(entry: &Entry, deadlines: &mut DeadlineIndex) {
+    entry_key(entry, deadlines, false);
+}
+
+/// Appends `entry` (after every seq in `slots`), joining the last slot's run when it can, and
+/// files what changed in the TTL index.
+fn append(slots: &mut VecDeque<Slot>, entry: Entry, deadlines: &mut DeadlineIndex) {
     let entry = match slots.back_mut() {
-        Some(last) => match last.join(entry) {
-            Ok(()) => return,
-            Err(entry) => entry,
-        },
-        None => entry,
+        Some(Slot::Run(run)) => {
+            // Only the run's last deadline moves.
+            let end = run.last_deadline();
+            match run.try_push(entry) {
+                Ok(()) => {
+                    if let Some(end) = end {
+                        deadlines.run_end(end, false);
+                    }
+                    if let Some(end) = run.last_deadline() {
+                        deadlines.run_end(end, true);
+                    }
+                    return;
+                }
+                Err(entry) => entry,
+            }
+        }
+        Some(last @ Slot::Live(_)) if last.head().is_some_and(|e| Run::pair(e, &entry).is_some()) => {
+            last.unfile(deadlines);
+            let joined = last.join(entry);
+            last.file(deadlines);
+            match joined {
+                Ok(()) => return,
+                Err(entry) => entry,
+            }
+        }
+        _ => entry,
     };
-    slots.push_back(Slot::Live(entry));
+    let slot = Slot::Live(entry);
+    slot.file(deadlines);
+    slots.push_back(slot);
 }
 
 impl Level {
     /// Appends a newly published message (its seq is greater than any queued one).
-    fn push_back(&mut self, entry: Entry) {
+    fn push_back(&mut self, entry: Entry, deadlines: &mut DeadlineIndex) {
         debug_assert!(self.slots.back().is_none_or(|last| last.last_seq() < entry.seq));
         self.add_counts(&entry);
-        append(&mut self.slots, entry);
+        append(&mut self.slots, entry, deadlines);
     }
 
     /// Puts a message back at its original position. Requeues land near the head (messages are
     /// delivered from the head), where `VecDeque::insert` shifts only the short side; a message
     /// whose place is inside a run splits it there.
-    fn requeue(&mut self, entry: Entry) {
+    fn requeue(&mut self, entry: Entry, deadlines: &mut DeadlineIndex) {
         self.add_counts(&entry);
         let at = self.slots.partition_point(|s| s.seq() < entry.seq);
-        if let Some(Slot::Run(run)) = at.checked_sub(1).and_then(|before| self.slots.get_mut(before)) {
+        if let Some(Slot::Run(run)) = at.checked_sub(1).and_then(|before| self.slots.get(before)) {
             if run.last_seq() > entry.seq {
                 debug_assert!(run.position(entry.seq).is_none(), "a queued message requeued");
-                let tail = run.split_off(run.count_before(entry.seq));
-                self.slots.insert(at, Slot::of_split(tail));
-                self.open_single_run(at - 1);
-                self.slots.insert(at, Slot::Live(entry));
+                let keep = run.count_before(entry.seq);
+                let tail = self.change(at - 1, deadlines, |slot| match slot {
+                    Slot::Run(run) => run.split_off(keep),
+                    _ => unreachable!("slot {} is a run", at - 1),
+                });
+                self.insert(at, Slot::of_split(tail), deadlines);
+                self.insert(at, Slot::Live(entry), deadlines);
                 return;
             }
         }
         if at == self.slots.len() {
-            append(&mut self.slots, entry);
+            append(&mut self.slots, entry, deadlines);
         } else {
-            self.slots.insert(at, Slot::Live(entry));
+            self.insert(at, Slot::Live(entry), deadlines);
         }
     }
 
-    fn pop_front(&mut self) -> Option<Entry> {
+    /// Inserts `slot` at `at`, filed.
+    fn insert(&mut self, at: usize, slot: Slot, deadlines: &mut DeadlineIndex) {
+        slot.file(deadlines);
+        self.slots.insert(at, slot);
+    }
+
+    /// Changes slot `at` with `change`, keeping its TTL keys in step (a run left with one
+    /// message becomes that message's slot).
+    fn change<R>(
+        &mut self,
+        at: usize,
+        deadlines: &mut DeadlineIndex,
+        change: impl FnOnce(&mut Slot) -> R,
+    ) -> R {
+        let slot = &mut self.slots[at];
+        slot.unfile(deadlines);
+        let result = change(slot);
+        slot.open_if_single();
+        slot.file(deadlines);
+        result
+    }
+
+    fn pop_front(&mut self, deadlines: &mut DeadlineIndex) -> Option<Entry> {
         loop {
-            let entry = match self.slots.front_mut()? {
+            let entry = match self.slots.front()? {
                 Slot::Removed(_) => {
                     self.slots.pop_front();
                     self.holes -= 1;
                     continue;
                 }
-                Slot::Run(run) => {
-                    let entry = run.take_head();
-                    self.open_single_run(0);
-                    entry
+                Slot::Run(_) => self.change(0, deadlines, |slot| match slot {
+                    Slot::Run(run) => run.take_head(),
+                    _ => unreachable!("the front slot is a run"),
+                }),
+                Slot::Live(entry) => {
+                    unfile_entry(entry, deadlines);
+                    match self.slots.pop_front() {
+                        Some(Slot::Live(entry)) => entry,
+                        _ => unreachable!("the front slot is live"),
+                    }
                 }
-                Slot::Live(_) => match self.slots.pop_front() {
-                    Some(Slot::Live(entry)) => entry,
-                    _ => unreachable!("the front slot is live"),
-                },
             };
             self.remove_counts(&entry);
             // A drained queue gives back what its backlog grew it to.
@@ -432,6 +554,7 @@ impl Level {
         seq: Seq,
         persist_id: u64,
         page_out: impl FnOnce(&Message) -> Option<Paged>,
+        deadlines: &mut DeadlineIndex,
     ) -> Option<usize> {
         let entry = self.get_mut(seq)?;
         if entry.persist_id() != Some(persist_id) {
@@ -442,80 +565,76 @@ impl Level {
         let size = entry.body_size();
         self.paged_out += 1;
         if self.paged_out >= COMPACT_AFTER_PAGE_OUTS.max(self.slots.len() / 2) {
-            self.compact();
+            self.compact(deadlines);
         }
         Some(size)
     }
 
     /// Removes the message with this seq, wherever it is.
-    fn remove(&mut self, seq: Seq) -> Option<Entry> {
+    fn remove(&mut self, seq: Seq, deadlines: &mut DeadlineIndex) -> Option<Entry> {
         let entry = match self.find(seq)? {
             (at, None) => {
                 // A tombstone stays a tombstone: removing twice finds nothing.
+                self.slots[at].unfile(deadlines);
                 let Slot::Live(entry) = std::mem::replace(&mut self.slots[at], Slot::Removed(seq)) else {
                     return None;
                 };
                 self.holes += 1;
                 entry
             }
-            (at, Some(place)) => self.take_from_run(at, place),
+            (at, Some(place)) => self.take_from_run(at, place, deadlines),
         };
         self.remove_counts(&entry);
-        self.sweep_if_sparse();
+        self.sweep_if_sparse(deadlines);
         Some(entry)
     }
 
     /// Takes member `place` out of the run in slot `at`, splitting the run around it.
-    fn take_from_run(&mut self, at: usize, place: usize) -> Entry {
-        let Slot::Run(run) = &mut self.slots[at] else { unreachable!("slot {at} is a run") };
-        if place == 0 {
-            let entry = run.take_head();
-            self.open_single_run(at);
-            return entry;
-        }
-        let entry = run.member(place);
-        if place + 1 < run.len() {
-            let tail = run.split_off(place + 1);
-            self.slots.insert(at + 1, Slot::of_split(tail));
-        }
-        let Slot::Run(run) = &mut self.slots[at] else { unreachable!("slot {at} is a run") };
-        run.truncate(place);
-        self.open_single_run(at);
-        entry
-    }
-
-    /// A run left with one message in slot `at` becomes that message's own slot.
-    fn open_single_run(&mut self, at: usize) {
-        if let Some(Slot::Run(run)) = self.slots.get(at) {
-            if run.len() == 1 {
-                self.slots[at] = Slot::Live(run.head().clone());
+    fn take_from_run(&mut self, at: usize, place: usize, deadlines: &mut DeadlineIndex) -> Entry {
+        let (entry, tail) = self.change(at, deadlines, |slot| {
+            let Slot::Run(run) = slot else { unreachable!("slot {at} is a run") };
+            if place == 0 {
+                return (run.take_head(), None);
             }
+            let entry = run.member(place);
+            let tail = (place + 1 < run.len()).then(|| run.split_off(place + 1));
+            run.truncate(place);
+            (entry, tail)
+        });
+        if let Some(tail) = tail {
+            self.insert(at + 1, Slot::of_split(tail), deadlines);
         }
+        entry
     }
 
     /// Gives the first `max` messages slots of their own, taking them out of runs, so that they
     /// can be read back into memory.
-    fn open_runs_at_head(&mut self, max: usize) {
+    fn open_runs_at_head(&mut self, max: usize, deadlines: &mut DeadlineIndex) {
         let (mut at, mut seen) = (0, 0);
         while seen < max && at < self.slots.len() {
-            match &mut self.slots[at] {
+            match &self.slots[at] {
                 Slot::Removed(_) => at += 1,
                 Slot::Live(_) => {
                     seen += 1;
                     at += 1;
                 }
-                Slot::Run(run) => {
-                    let mut opened = Vec::new();
-                    while seen + opened.len() < max && run.len() > 1 {
-                        opened.push(run.take_head());
-                    }
-                    self.open_single_run(at);
+                Slot::Run(_) => {
+                    let opened = self.change(at, deadlines, |slot| {
+                        let Slot::Run(run) = slot else { unreachable!("slot {at} is a run") };
+                        let mut opened = Vec::new();
+                        while seen + opened.len() < max && run.len() > 1 {
+                            opened.push(run.take_head());
+                        }
+                        opened
+                    });
                     // Before slot `at`, near the head: move the few slots before it aside.
                     let before: Vec<Slot> = self.slots.drain(..at).collect();
                     seen += opened.len();
                     at += opened.len();
                     for entry in opened.into_iter().rev() {
-                        self.slots.push_front(Slot::Live(entry));
+                        let slot = Slot::Live(entry);
+                        slot.file(deadlines);
+                        self.slots.push_front(slot);
                     }
                     for slot in before.into_iter().rev() {
                         self.slots.push_front(slot);
@@ -526,13 +645,16 @@ impl Level {
     }
 
     /// Drops tombstones and joins paged-out messages in a row into runs.
-    fn compact(&mut self) {
+    fn compact(&mut self, deadlines: &mut DeadlineIndex) {
         let old = std::mem::take(&mut self.slots);
         let mut slots = VecDeque::with_capacity(old.len() - self.holes);
         for slot in old {
             match slot {
                 Slot::Removed(_) => {}
-                Slot::Live(entry) => append(&mut slots, entry),
+                Slot::Live(entry) => {
+                    unfile_entry(&entry, deadlines);
+                    append(&mut slots, entry, deadlines);
+                }
                 run @ Slot::Run(_) => slots.push_back(run),
             }
         }
@@ -570,9 +692,9 @@ impl Level {
         self.body_bytes -= entry.body_size();
     }
 
-    fn sweep_if_sparse(&mut self) {
+    fn sweep_if_sparse(&mut self, deadlines: &mut DeadlineIndex) {
         if self.holes > MIN_TOMBSTONES_TO_SWEEP && self.holes * 2 > self.slots.len() {
-            self.compact();
+            self.compact(deadlines);
         }
     }
 }
@@ -853,7 +975,7 @@ mod tests {
                     // Back later at its place, inside a run perhaps (as a restore may bring it).
                     taken.extend(removed);
                 }
-                95 => ready.levels[0].compact(),
+                95 => ready.levels[0].compact(&mut ready.deadlines),
                 96..=97 => {
                     let seq = 1 + roll(next);
                     ready.page_out(seq, seq + 7, |m| Paged::new(location(seq), m.hot(), m.body_size()));
@@ -886,5 +1008,99 @@ mod tests {
         let mut settled = Vec::new();
         assert_eq!(ready.purge(&mut settled), 100);
         assert_eq!(settled, (8..=107).collect::<Vec<_>>());
+    }
+
+    /// A paged-out message like [`paged`] whose TTL deadline is `ttl` ms after it became ready.
+    fn paged_with_ttl(seq: Seq, ttl: u64) -> Entry {
+        let entry = paged(seq, 16);
+        let ready = entry.ready_at();
+        let Payload::Paged(place) = entry.payload else { unreachable!("paged") };
+        let expires = ready.map(|at| at.saturating_add_millis(ttl));
+        Entry::with_payload(seq, Payload::Paged(place), ready, expires, entry.persist_id())
+    }
+
+    /// Issue 38: TTL'd messages in runs. Whatever happens to the runs, the TTL index answers as
+    /// if every message had its own key: how many have a deadline, the next and the last one,
+    /// and expiry takes exactly the messages due, earliest first.
+    #[test]
+    fn runs_with_deadlines_expire_as_a_model_says() {
+        use std::collections::BTreeMap;
+        let mut ready = Ready::default();
+        // seq → deadline
+        let mut model: BTreeMap<Seq, u64> = BTreeMap::new();
+        let mut taken: Vec<Entry> = Vec::new();
+        let mut next: Seq = 0;
+        let mut rng: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut roll = |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let (mut expired_total, mut runs_made) = (0, false);
+        for _ in 0..40_000 {
+            match roll(100) {
+                0..=49 => {
+                    next += 1;
+                    let ttl = if roll(40) == 0 { 3_000 } else { 5_000 };
+                    let entry = paged_with_ttl(next, ttl);
+                    model.insert(next, entry.expires_at().unwrap().as_millis());
+                    ready.push_back(entry);
+                    runs_made |= ready.levels[0].slots.back().is_some_and(|s| matches!(s, Slot::Run(_)));
+                }
+                50..=64 => {
+                    if let Some(entry) = ready.pop_front() {
+                        let (seq, deadline) = model.pop_first().unwrap();
+                        assert_eq!(
+                            (entry.seq, entry.expires_at().map(|t| t.as_millis())),
+                            (seq, Some(deadline))
+                        );
+                        taken.push(entry);
+                    }
+                }
+                65..=74 => {
+                    if !taken.is_empty() {
+                        let entry = taken.swap_remove(roll(taken.len() as u64) as usize);
+                        model.insert(entry.seq, entry.expires_at().unwrap().as_millis());
+                        ready.requeue(entry);
+                    }
+                }
+                75..=82 => {
+                    let seq = 1 + roll(next.max(1));
+                    let removed = ready.remove(seq).map(|e| e.seq);
+                    assert_eq!(removed, model.remove(&seq).map(|_| seq));
+                }
+                83..=87 => ready.levels[0].compact(&mut ready.deadlines),
+                88..=92 => ready.page_in_head(1 + roll(50) as usize, |payload| {
+                    let body = vec![0u8; payload.body_size()].into();
+                    let message =
+                        Message::new(Default::default(), Default::default(), Default::default(), body);
+                    *payload = Payload::Resident(Arc::new(message));
+                    true
+                }),
+                _ => {
+                    // The clock moves on (messages are ready 1 ms apart), expiring what is due.
+                    let now = 1000 + next + 3_000 + roll(2_500);
+                    let mut out = Vec::new();
+                    ready.take_expired(at(now), &mut out);
+                    let mut due: Vec<(u64, Seq)> =
+                        model.iter().filter(|(_, d)| **d <= now).map(|(s, d)| (*d, *s)).collect();
+                    due.sort();
+                    let got: Vec<(u64, Seq)> =
+                        out.iter().map(|e| (e.expires_at().unwrap().as_millis(), e.seq)).collect();
+                    assert_eq!(got, due, "expired at {now}");
+                    for (_, seq) in &due {
+                        model.remove(seq);
+                    }
+                    expired_total += due.len();
+                }
+            }
+            let deadlines = ready.deadlines();
+            assert_eq!(deadlines.message_count(), model.len());
+            assert_eq!(deadlines.next().map(|t| t.as_millis()), model.values().min().copied());
+            assert_eq!(deadlines.last().map(|t| t.as_millis()), model.values().max().copied());
+        }
+        assert!(expired_total > 1_000, "{expired_total} expired");
+        assert!(runs_made, "runs were made");
     }
 }

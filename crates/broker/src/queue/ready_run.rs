@@ -5,13 +5,15 @@
 //! seq, store id and record offset are the last one's plus a fixed stride (1 apart for one queue
 //! alone; fanned out to two durable queues, 2 apart with two records' stride), and everything
 //! the queue reads without the body is the same (the properties it reads, sizes, delivery count,
-//! redelivered, no TTL deadline). Once the store holds them and the queue pages them out, such a
+//! redelivered, the TTL: each one's deadline is as long after it became ready). Once the store holds them and the queue pages them out, such a
 //! row is one `Run`: its first message whole, the strides, and for each later message only
 //! when it became ready, as 4 bytes after a base time. An entry costs 72 bytes; a message in a
 //! run costs 4 (plus the store's 16 in its live index).
 //!
 //! A run always has at least two messages; a member is rebuilt as the entry it was
-//! (`Run::member`), so taking one out gives back exactly what went in.
+//! (`Run::member`), so taking one out gives back exactly what went in. Its members became ready
+//! in order, so with a TTL their deadlines rise along it: the first expires first, and the TTL
+//! index holds a key for it alone (`ttl.rs`).
 
 use std::collections::VecDeque;
 
@@ -29,27 +31,33 @@ pub(crate) struct Run {
     seq_step: u64,
     id_step: u64,
     offset_step: u32,
-    /// When each message after the head became ready, in order, as milliseconds after `base`.
+    /// When each message after the head became ready, in order, as milliseconds after `base`
+    /// (never decreasing).
     rest: VecDeque<u32>,
+    /// Each member's TTL deadline is this long after it became ready; none without one.
+    ttl: Option<u64>,
 }
 
-/// What a run member must be: paged out, stored, ready since a known time, without a TTL
-/// deadline.
-fn facts(entry: &Entry) -> Option<(Paged, u64, Timestamp)> {
+/// What a run member must be: paged out, stored, ready since a known time, its deadline (if
+/// any) no earlier. Gives its paged facts, store id, ready time and TTL.
+fn facts(entry: &Entry) -> Option<(Paged, u64, Timestamp, Option<u64>)> {
     let Payload::Paged(paged) = entry.payload else { return None };
-    if entry.expires_at().is_some() {
-        return None;
-    }
-    Some((paged, entry.persist_id()?, entry.ready_at()?))
+    let ready = entry.ready_at()?;
+    let ttl = match entry.expires_at() {
+        Some(at) => Some(at.as_millis().checked_sub(ready.as_millis())?),
+        None => None,
+    };
+    Some((paged, entry.persist_id()?, ready, ttl))
 }
 
 impl Run {
     /// A run of `first` and `second` (`second` right after `first` in the queue), if they make
     /// one.
     pub fn pair(first: &Entry, second: &Entry) -> Option<Run> {
-        let (paged, id, ready) = facts(first)?;
-        let (next_paged, next_id, next_ready) = facts(second)?;
+        let (paged, id, ready, ttl) = facts(first)?;
+        let (next_paged, next_id, next_ready, next_ttl) = facts(second)?;
         if !paged.same_but_offset(&next_paged)
+            || ttl != next_ttl
             || (first.delivery_count, first.redelivered) != (second.delivery_count, second.redelivered)
             || second.seq <= first.seq
             || next_id <= id
@@ -66,22 +74,26 @@ impl Run {
             id_step: next_id - id,
             offset_step: next_paged.offset() - paged.offset(),
             rest: VecDeque::from([delta]),
+            ttl,
         })
     }
 
     /// Appends `entry` if it is the next step of this run; else gives it back.
     pub fn try_push(&mut self, entry: Entry) -> Result<(), Entry> {
-        let Some((paged, id, ready)) = facts(&entry) else { return Err(entry) };
+        let Some((paged, id, ready, ttl)) = facts(&entry) else { return Err(entry) };
         let steps = self.rest.len() as u64;
         let fits = self.paged.same_but_offset(&paged)
+            && ttl == self.ttl
             && (entry.delivery_count, entry.redelivered) == (self.head.delivery_count, self.head.redelivered)
             && Some(entry.seq) == after_step(self.head.seq, self.seq_step, steps)
             && Some(id) == after_step(self.head_id(), self.id_step, steps)
             && Some(u64::from(paged.offset()))
                 == after_step(u64::from(self.paged.offset()), u64::from(self.offset_step), steps);
         let delta = ready.as_millis().checked_sub(self.base.as_millis()).and_then(|d| u32::try_from(d).ok());
+        // Ready in order, so that deadlines rise along the run.
+        let in_order = |delta: u32| self.rest.back().is_none_or(|last| delta >= *last);
         match delta {
-            Some(delta) if fits => {
+            Some(delta) if fits && in_order(delta) => {
                 self.rest.push_back(delta);
                 Ok(())
             }
@@ -100,6 +112,12 @@ impl Run {
 
     pub fn first_seq(&self) -> Seq {
         self.head.seq
+    }
+
+    /// The last member's TTL deadline, if the members have one.
+    pub fn last_deadline(&self) -> Option<Timestamp> {
+        let last = self.base.saturating_add_millis(u64::from(*self.rest.back()?));
+        Some(last.saturating_add_millis(self.ttl?))
     }
 
     pub fn last_seq(&self) -> Seq {
@@ -137,7 +155,7 @@ impl Run {
             self.head.seq + steps * self.seq_step,
             Payload::Paged(paged),
             Some(ready),
-            None,
+            self.ttl.map(|ttl| ready.saturating_add_millis(ttl)),
             Some(self.head_id() + steps * self.id_step),
         );
         entry.delivery_count = self.head.delivery_count;
@@ -169,7 +187,7 @@ impl Run {
         }
         let (base, seq_step, id_step, offset_step) =
             (self.base, self.seq_step, self.id_step, self.offset_step);
-        Ok(Run { head, paged, base, seq_step, id_step, offset_step, rest })
+        Ok(Run { head, paged, base, seq_step, id_step, offset_step, rest, ttl: self.ttl })
     }
 
     /// The store ids of every member.

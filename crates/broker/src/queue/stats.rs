@@ -74,9 +74,9 @@ impl QueueStats {
             message_bytes_delayed: queue.delayed.body_bytes(),
             messages_delayed_on_disk: queue.delayed.far_message_count(),
             next_due: queue.delayed.next_due(),
-            messages_with_ttl: queue.ttl.message_count(),
-            next_expiry: queue.ttl.next(),
-            last_expiry: queue.ttl.last(),
+            messages_with_ttl: queue.ready.deadlines().message_count(),
+            next_expiry: queue.ready.deadlines().next(),
+            last_expiry: queue.ready.deadlines().last(),
             consumers: queue.consumer_count(),
             counters: queue.counters,
             messages_by_priority: match queue.args.queue_type {

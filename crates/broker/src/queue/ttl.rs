@@ -4,16 +4,22 @@
 //! Leaves to others: dead-lettering the expired messages (`dead_letter.rs`), choosing when to
 //! look (`Broker::handle_timeout`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::entry::Seq;
 use crate::time::Timestamp;
 
 /// Ready messages that have a deadline, ordered by (deadline, seq): O(log n) insert, remove and
-/// "what is due", 16 bytes of key per message.
+/// "what is due", 16 bytes of key per message. A run of paged-out messages (`ready_run.rs`),
+/// whose deadlines rise along it, has a key for its first message only (it expires first), and
+/// its last deadline in `run_ends`. `Ready` keeps the keys in step with its slots.
 #[derive(Debug, Default)]
 pub(crate) struct DeadlineIndex {
     deadlines: BTreeSet<(Timestamp, Seq)>,
+    /// The last deadline of each run with deadlines, counted.
+    run_ends: BTreeMap<Timestamp, usize>,
+    /// Ready messages with a deadline, the members of runs included.
+    messages: usize,
 }
 
 impl DeadlineIndex {
@@ -32,12 +38,34 @@ impl DeadlineIndex {
 
     /// The latest deadline: when the last message with one expires if none leaves first.
     pub fn last(&self) -> Option<Timestamp> {
-        self.deadlines.last().map(|(at, _)| *at)
+        let last_key = self.deadlines.last().map(|(at, _)| *at);
+        last_key.into_iter().chain(self.run_ends.last_key_value().map(|(at, _)| *at)).max()
     }
 
     /// How many ready messages have a deadline.
     pub fn message_count(&self) -> usize {
-        self.deadlines.len()
+        self.messages
+    }
+
+    /// A ready message with a deadline came (`true`) or went.
+    pub fn count(&mut self, came: bool) {
+        if came {
+            self.messages += 1;
+        } else {
+            self.messages -= 1;
+        }
+    }
+
+    /// A run whose last deadline is `at` came (`true`) or went.
+    pub fn run_end(&mut self, at: Timestamp, came: bool) {
+        if came {
+            *self.run_ends.entry(at).or_default() += 1;
+        } else if let std::collections::btree_map::Entry::Occupied(mut ends) = self.run_ends.entry(at) {
+            *ends.get_mut() -= 1;
+            if *ends.get() == 0 {
+                ends.remove();
+            }
+        }
     }
 
     /// Removes and returns one message due at `now` (deadline <= now), earliest first.
@@ -49,7 +77,7 @@ impl DeadlineIndex {
     }
 
     pub fn clear(&mut self) {
-        self.deadlines.clear();
+        *self = DeadlineIndex::default();
     }
 }
 
