@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
+mod live_runs;
 mod queue_live;
 
 use queue_live::QueueLive;
