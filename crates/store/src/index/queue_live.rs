@@ -150,7 +150,10 @@ impl QueueLive {
         for (at, member) in row.iter_mut().enumerate() {
             *member = (self.ids[from + at], self.places[from + at]);
         }
-        if row.iter().any(|(_, packed)| *packed == SETTLED) {
+        // Runs stay in id order and apart: the row must start above every run (older entries
+        // left in the vectors can lie below the last run).
+        let above_runs = self.runs.last_id().is_none_or(|last| row[0].0 > last);
+        if !above_runs || row.iter().any(|(_, packed)| *packed == SETTLED) {
             return;
         }
         if let Some(run) = LiveRun::of(&row) {
@@ -354,6 +357,27 @@ mod tests {
         let mut seen: Vec<_> = live.iter().collect();
         seen.sort_unstable();
         assert_eq!(seen, model.iter().map(|(id, p)| (*id, *p)).collect::<Vec<_>>());
+        assert_eq!(live.len(), model.len());
+    }
+
+    /// Entries left in the vectors below a run do not make a second run around it: a row of
+    /// them continued above the run stays in the vectors, and every lookup still agrees.
+    #[test]
+    fn a_row_around_a_run_is_not_a_run() {
+        let mut live = QueueLive::default();
+        let mut model = BTreeMap::new();
+        let steps = (1..=7).map(|k| (k * 100, k * 1_000));
+        let run = (701..=708).map(|id| (id, 7_005 + (id - 700) * 10));
+        for (msg_id, place) in steps.chain(run).chain([(800, 8_000)]) {
+            assert_eq!(live.insert(msg_id, place), model.insert(msg_id, place));
+        }
+        assert_eq!(live.runs.count(), 1, "only 701..=708");
+        for msg_id in (0..=900).step_by(1) {
+            assert_eq!(live.get(msg_id), model.get(&msg_id).copied(), "get {msg_id}");
+        }
+        for msg_id in [800, 100, 705, 700] {
+            assert_eq!(live.remove(msg_id), model.remove(&msg_id), "remove {msg_id}");
+        }
         assert_eq!(live.len(), model.len());
     }
 
