@@ -435,3 +435,33 @@ fn a_receive_without_a_timeout_takes_the_queues_as_policies_make_it() {
     let now = tb.clock.now();
     assert_eq!(tb.broker.sqs_receive("/", "plain", 1, None, now).unwrap().len(), 1);
 }
+
+/// Issue 40, item 23: a `MessageRetentionPeriod` changed by SetQueueAttributes applies to the
+/// messages already in the queue, as on AWS, counted from when each was sent: shortened, the
+/// messages now past it go at once and the rest at their new time.
+#[test]
+fn a_changed_retention_applies_to_the_messages_already_queued() {
+    use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, QueueDeclare};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let arguments = FieldTable::from_entries([("x-message-ttl", FieldValue::I64(3_600_000))]);
+    tb.call(c, QueueDeclare { queue: hourglass_testkit::short("kept"), arguments, ..Default::default() });
+    let start = tb.clock.now();
+    for body in [&b"t0"[..], b"t10", b"t20"] {
+        let now = tb.clock.now();
+        let properties = EncodedProperties::from(BasicProperties::default());
+        tb.broker.sqs_send("/", "kept", properties, bytes::Bytes::from_static(body), None, now).unwrap();
+        tb.advance(Duration::from_millis(10_000));
+    }
+    // At 30 s: the retention becomes 15 s; the messages sent at 0 s and 10 s are past it.
+    let now = tb.clock.now();
+    let shorter = vec![("x-message-ttl".to_owned(), Some(FieldValue::I64(15_000)))];
+    tb.broker.sqs_set_arguments("/", "kept", shorter, now).unwrap();
+    let after = stats(&tb, "kept");
+    assert_eq!((after.messages_ready, after.messages_with_ttl), (1, 1));
+    assert_eq!(after.next_expiry, Some(start.saturating_add_millis(35_000)), "sent at 20 s, kept 15 s");
+    assert!(tb.advance(Duration::from_millis(4_999)).is_empty());
+    assert_eq!(stats(&tb, "kept").messages_ready, 1);
+    tb.advance(Duration::from_millis(1));
+    assert_eq!(stats(&tb, "kept").messages_ready, 0, "gone at 35 s");
+}

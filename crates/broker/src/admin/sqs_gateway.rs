@@ -375,8 +375,8 @@ impl Broker {
     /// removed), checked as queue.declare checks them, then its policies re-applied and the
     /// definition written for a durable queue. What reads the arguments when it acts (the
     /// visibility timeout of the next receive, the delay of the next message, the delivery limit
-    /// of the next failure) follows at once; messages already in the queue keep the expiry they
-    /// entered with.
+    /// of the next failure) follows at once; a changed `x-message-ttl` (the retention period)
+    /// applies to the ready messages too, as AWS's does to every message (issue 40, item 23).
     pub fn sqs_set_arguments(
         &mut self,
         vhost: &str,
@@ -398,11 +398,15 @@ impl Broker {
         let args = QueueArgs::parse(&arguments, &name.as_str(), vhost, q.spec.durable)
             .map_err(|e| SqsGatewayError::InvalidArguments(e.reply_text))?;
         let persisted = q.is_persisted();
+        let ttl_before = q.args.message_ttl_ms;
         if let Some(q) = self.queues.get_mut(&id) {
             q.spec.arguments = arguments;
             q.args = args;
         }
         self.apply_queue_policies(id, now);
+        if let Some(q) = self.queues.get_mut(&id).filter(|q| q.args.message_ttl_ms != ttl_before) {
+            q.apply_ttl_to_ready();
+        }
         if persisted {
             self.definition_changed(Changed::Queue(vhost.to_owned(), name));
         }

@@ -168,6 +168,11 @@ impl Entry {
     pub fn ready_at(&self) -> Option<Timestamp> {
         self.ready_at.get()
     }
+
+    /// Gives the message another TTL deadline (a queue's changed retention applied to it).
+    pub fn set_expires_at(&mut self, expires_at: Option<Timestamp>) {
+        self.expires_at = OptionalTime::new(expires_at);
+    }
 }
 
 /// An `Option<Timestamp>` in 8 bytes: `u64::MAX` stands for none. No real time gets there:

@@ -215,6 +215,15 @@ impl Queue {
         ttl_ms.map(|ms| ready_at.saturating_add_millis(ms))
     }
 
+    /// Applies the queue's TTL as it is now to the messages already ready (SQS's retention
+    /// period applies to every message of the queue; AMQP's TTL only to messages entering).
+    pub fn apply_ttl_to_ready(&mut self) {
+        let queue_ttl = self.args.message_ttl_ms;
+        self.ready.apply_ttl(|expiration, ready_at| {
+            ttl::effective_ttl_ms(queue_ttl, expiration).map(|ms| ready_at.saturating_add_millis(ms))
+        });
+    }
+
     /// Whether this queue's persistent messages go to the store: durable and not exclusive
     /// (an exclusive queue dies with its connection, so it never outlives a restart).
     pub fn is_persisted(&self) -> bool {

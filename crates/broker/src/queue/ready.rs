@@ -111,6 +111,42 @@ impl Ready {
         }
     }
 
+    /// Gives every ready message the deadline `deadline_of(its expiration, when it became
+    /// ready)` says: a queue's changed TTL applied to the messages already in it (SQS's
+    /// `MessageRetentionPeriod`, which applies to every message). Keeps the TTL index in step.
+    pub fn apply_ttl(&mut self, deadline_of: impl Fn(Option<u64>, Timestamp) -> Option<Timestamp>) {
+        let Ready { levels, deadlines, .. } = self;
+        for level in levels.iter_mut() {
+            for at in 0..level.slots.len() {
+                let (before, after) = level.change(at, deadlines, |slot| {
+                    let (head, members) = match slot {
+                        Slot::Live(entry) => (entry, 1),
+                        Slot::Run(run) => {
+                            let members = run.len();
+                            let head = run.head();
+                            let had = head.expires_at().is_some();
+                            let ready = head.ready_at();
+                            let deadline =
+                                ready.and_then(|r| deadline_of(head.payload.hot().expiration_ms(), r));
+                            // The members share their properties: one TTL for all.
+                            let ttl =
+                                deadline.zip(ready).map(|(d, r)| d.as_millis().saturating_sub(r.as_millis()));
+                            run.set_ttl(ttl);
+                            return (usize::from(had) * members, usize::from(ttl.is_some()) * members);
+                        }
+                        Slot::Removed(_) => return (0, 0),
+                    };
+                    let had = head.expires_at().is_some();
+                    let deadline =
+                        head.ready_at().and_then(|r| deadline_of(head.payload.hot().expiration_ms(), r));
+                    head.set_expires_at(deadline);
+                    (usize::from(had) * members, usize::from(deadline.is_some()) * members)
+                });
+                deadlines.recount(after, before);
+            }
+        }
+    }
+
     /// The ready messages' TTL deadlines: how many have one, the next and the last.
     pub fn deadlines(&self) -> &DeadlineIndex {
         &self.deadlines
@@ -1102,5 +1138,29 @@ mod tests {
         }
         assert!(expired_total > 1_000, "{expired_total} expired");
         assert!(runs_made, "runs were made");
+    }
+
+    /// A changed TTL applied to the queued messages (issue 40, item 23) re-times runs and
+    /// single messages alike, and the TTL index follows: count, next, last and expiry.
+    #[test]
+    fn a_new_ttl_re_times_runs_and_their_keys() {
+        let mut ready = Ready::default();
+        for seq in 1..=1_000 {
+            ready.push_back(paged_with_ttl(seq, 5_000));
+        }
+        ready.requeue(Entry::new(0, Arc::new(paged_message()), Some(at(1_000)), Some(at(6_000)), Some(7)));
+        assert_eq!(ready.deadlines().last(), Some(at(1_000 + 1_000 + 5_000)));
+        ready.apply_ttl(|_, ready_at| Some(ready_at.saturating_add_millis(1_000)));
+        let deadlines = ready.deadlines();
+        assert_eq!(deadlines.message_count(), 1_001);
+        assert_eq!((deadlines.next(), deadlines.last()), (Some(at(2_000)), Some(at(3_000))));
+        let mut out = Vec::new();
+        ready.take_expired(at(2_500), &mut out);
+        assert_eq!(out.iter().map(|e| e.seq).collect::<Vec<_>>(), (0..=500).collect::<Vec<_>>());
+        assert_eq!(ready.deadlines().next(), Some(at(2_501)));
+        ready.apply_ttl(|_, _| None);
+        assert_eq!((ready.deadlines().message_count(), ready.deadlines().next()), (0, None));
+        assert_eq!(ready.deadlines().last(), None);
+        assert_eq!(drain(&mut ready), (501..=1_000).collect::<Vec<_>>());
     }
 }

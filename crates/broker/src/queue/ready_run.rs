@@ -110,6 +110,13 @@ impl Run {
         &self.head
     }
 
+    /// Gives every member a deadline `ttl` after it became ready (or none).
+    pub fn set_ttl(&mut self, ttl: Option<u64>) {
+        self.ttl = ttl;
+        let ready = self.head.ready_at();
+        self.head.set_expires_at(ttl.and_then(|ttl| Some(ready?.saturating_add_millis(ttl))));
+    }
+
     pub fn first_seq(&self) -> Seq {
         self.head.seq
     }

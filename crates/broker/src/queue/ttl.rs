@@ -56,6 +56,11 @@ impl DeadlineIndex {
         }
     }
 
+    /// `came` ready messages gained a deadline and `gone` lost theirs.
+    pub fn recount(&mut self, came: usize, gone: usize) {
+        self.messages = self.messages + came - gone;
+    }
+
     /// A run whose last deadline is `at` came (`true`) or went.
     pub fn run_end(&mut self, at: Timestamp, came: bool) {
         if came {
