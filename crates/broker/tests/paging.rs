@@ -237,34 +237,49 @@ fn a_deep_paged_queue_is_read_back_in_slices() {
     assert_eq!(got, numbered_bodies(0..3000));
 }
 
+/// Publishes `n` persistent messages alike but for their bodies (`body 0000`, … all of one
+/// size, so that paged out they make runs), `gap` apart.
+fn publish_alike(tb: &mut TestBroker, c: Chan, n: usize, gap: Duration) {
+    let alike = BasicProperties { delivery_mode: Some(2), ..Default::default() };
+    for i in 0..n {
+        tb.publish_with(c, "", "q", alike.clone(), format!("body {i:04}").as_bytes(), false);
+        tb.advance(gap);
+    }
+}
+
+fn alike_bodies(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("body {i:04}")).collect()
+}
+
+/// Consumes `q` as `tag` and takes what `turns` more milliseconds bring (a deep paged queue is
+/// read back in slices, one per dispatch).
+fn consume_in_slices(tb: &mut TestBroker, c: Chan, tag: &str, no_ack: bool, turns: usize) -> Vec<String> {
+    let mut got = body_texts(&consume(tb, c, "q", tag, no_ack));
+    for _ in 0..turns {
+        got.extend(body_texts(&tb.advance(Duration::from_millis(1))));
+    }
+    got
+}
+
+/// `got` is `expected`; the message says how many came and whether those were in order.
+fn assert_in_order(got: &[String], expected: &[String], what: &str) {
+    let prefix = &expected[..got.len().min(expected.len())];
+    assert!(got == expected, "{what}: {} delivered, in order: {}", got.len(), got == prefix);
+}
+
 /// Issue 38: a deep backlog of alike messages (kept in runs once paged out, ready_run.rs) is
 /// delivered exactly, before and after a restart, with requeues going back to their places
 /// among them and every message settled once.
 #[test]
 fn a_deep_backlog_of_alike_messages_is_delivered_exactly_across_a_restart() {
     let (mut tb, c, mut disk) = setup(FieldTable::new());
-    let alike = BasicProperties { delivery_mode: Some(2), ..Default::default() };
-    for i in 0..3000 {
-        tb.publish_with(c, "", "q", alike.clone(), format!("body {i:04}").as_bytes(), false);
-    }
+    publish_alike(&mut tb, c, 3000, Duration::ZERO);
     disk.sync(&mut tb);
-    let texts = |effects: &[hourglass_broker::Effect]| -> Vec<String> {
-        deliveries(effects).iter().map(|d| String::from_utf8_lossy(d.body()).into_owned()).collect()
-    };
-    let bodies = |range: std::ops::Range<usize>| range.map(|i| format!("body {i:04}")).collect::<Vec<_>>();
     // Take 1,500 unacked (read back in slices), give back every third: they return to their
     // places.
     tb.call(c, BasicQos { prefetch_count: 1500, ..Default::default() });
-    let mut first = texts(&consume(&mut tb, c, "q", "ctag", false));
-    for _ in 0..5 {
-        first.extend(texts(&tb.advance(Duration::from_millis(1))));
-    }
-    assert!(
-        first == bodies(0..1500),
-        "{} delivered, in order: {}",
-        first.len(),
-        first == bodies(0..first.len())
-    );
+    let first = consume_in_slices(&mut tb, c, "ctag", false, 5);
+    assert_in_order(&first, &alike_bodies(0..1500), "before the restart");
     for tag in (1..=1500u64).filter(|tag| tag % 3 == 0) {
         tb.call(c, BasicNack { delivery_tag: tag, multiple: false, requeue: true });
     }
@@ -273,17 +288,9 @@ fn a_deep_backlog_of_alike_messages_is_delivered_exactly_across_a_restart() {
 
     let mut restored = disk.restart(&tb, two_resident());
     let c2 = restored.channel();
-    let mut got = texts(&consume(&mut restored, c2, "q", "again", true));
-    for _ in 0..10 {
-        got.extend(texts(&restored.advance(Duration::from_millis(1))));
-    }
     // Everything not acked before the restart (the channel's unacked came back too), in order.
-    assert!(
-        got == bodies(0..3000),
-        "{} after the restart, in order: {}",
-        got.len(),
-        got == bodies(0..got.len())
-    );
+    let got = consume_in_slices(&mut restored, c2, "again", true, 10);
+    assert_in_order(&got, &alike_bodies(0..3000), "after the restart");
     disk.sync(&mut restored);
     assert_eq!(disk.live(), 0, "each message settled once");
 }
@@ -294,12 +301,8 @@ fn a_deep_backlog_of_alike_messages_is_delivered_exactly_across_a_restart() {
 #[test]
 fn a_deep_ttl_backlog_expires_on_time_across_a_restart() {
     let (mut tb, c, mut disk) = setup(FieldTable::from_entries([("x-message-ttl", FieldValue::I64(60_000))]));
-    let alike = BasicProperties { delivery_mode: Some(2), ..Default::default() };
     // One message a millisecond: message i expires 60 s + i ms after the first publish.
-    for i in 0..3000 {
-        tb.publish_with(c, "", "q", alike.clone(), format!("body {i:04}").as_bytes(), false);
-        tb.advance(Duration::from_millis(1));
-    }
+    publish_alike(&mut tb, c, 3000, Duration::from_millis(1));
     disk.sync(&mut tb);
     let ready = |tb: &TestBroker| tb.broker.queue_stats("/", "q").unwrap().messages_ready;
     // 60 s after the first publish, less the 3 s of publishing: the first 500 are due.
@@ -316,19 +319,11 @@ fn a_deep_ttl_backlog_expires_on_time_across_a_restart() {
     restored.advance(Duration::from_millis(999));
     assert_eq!(ready(&restored), 1_500, "a second later, a thousand more");
     let c2 = restored.channel();
-    let mut got = body_texts_of(&consume(&mut restored, c2, "q", "ctag", true));
     // The rest in slices, a millisecond apart (the next deadline is 23 ms away).
-    for _ in 0..5 {
-        got.extend(body_texts_of(&restored.advance(Duration::from_millis(1))));
-    }
-    let expected: Vec<String> = (1500..3000).map(|i| format!("body {i:04}")).collect();
-    assert!(got == expected, "{} delivered, in order: {}", got.len(), got == expected[..got.len().min(1500)]);
+    let got = consume_in_slices(&mut restored, c2, "ctag", true, 5);
+    assert_in_order(&got, &alike_bodies(1500..3000), "after the restart");
     disk.sync(&mut restored);
     assert_eq!(disk.live(), 0, "each message settled once");
-}
-
-fn body_texts_of(effects: &[hourglass_broker::Effect]) -> Vec<String> {
-    deliveries(effects).iter().map(|d| String::from_utf8_lossy(d.body()).into_owned()).collect()
 }
 
 /// Delayed messages are found by their `message_id` property slice by slice, paged ones read

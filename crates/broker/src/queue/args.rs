@@ -373,7 +373,6 @@ impl QueueArgs {
                     "invalid property 'non-durable' for queue '{queue}' in vhost '{vhost}'"
                 )));
             }
-
             if declared.overflow == Some(Overflow::RejectPublishDlx) {
                 return Err(invalid(
                     "x-overflow",

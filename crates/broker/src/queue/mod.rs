@@ -211,17 +211,14 @@ impl Queue {
     /// The TTL deadline of a message with this `expiration` property when it becomes ready at
     /// `ready_at` (semantics §1).
     pub fn deadline_from(&self, expiration_ms: Option<u64>, ready_at: Timestamp) -> Option<Timestamp> {
-        let ttl_ms = ttl::effective_ttl_ms(self.args.message_ttl_ms, expiration_ms);
-        ttl_ms.map(|ms| ready_at.saturating_add_millis(ms))
+        ttl::deadline(self.args.message_ttl_ms, expiration_ms, ready_at)
     }
 
     /// Applies the queue's TTL as it is now to the messages already ready (SQS's retention
     /// period applies to every message of the queue; AMQP's TTL only to messages entering).
     pub fn apply_ttl_to_ready(&mut self) {
         let queue_ttl = self.args.message_ttl_ms;
-        self.ready.apply_ttl(|expiration, ready_at| {
-            ttl::effective_ttl_ms(queue_ttl, expiration).map(|ms| ready_at.saturating_add_millis(ms))
-        });
+        self.ready.apply_ttl(|expiration, ready_at| ttl::deadline(queue_ttl, expiration, ready_at));
     }
 
     /// Whether this queue's persistent messages go to the store: durable and not exclusive

@@ -118,31 +118,27 @@ impl Ready {
         let Ready { levels, deadlines, .. } = self;
         for level in levels.iter_mut() {
             for at in 0..level.slots.len() {
-                let (before, after) = level.change(at, deadlines, |slot| {
-                    let (head, members) = match slot {
-                        Slot::Live(entry) => (entry, 1),
-                        Slot::Run(run) => {
-                            let members = run.len();
-                            let head = run.head();
-                            let had = head.expires_at().is_some();
-                            let ready = head.ready_at();
-                            let deadline =
-                                ready.and_then(|r| deadline_of(head.payload.hot().expiration_ms(), r));
-                            // The members share their properties: one TTL for all.
-                            let ttl =
-                                deadline.zip(ready).map(|(d, r)| d.as_millis().saturating_sub(r.as_millis()));
-                            run.set_ttl(ttl);
-                            return (usize::from(had) * members, usize::from(ttl.is_some()) * members);
-                        }
-                        Slot::Removed(_) => return (0, 0),
+                let (had, has) = level.change(at, deadlines, |slot| {
+                    let members = match slot {
+                        Slot::Run(run) => run.len(),
+                        _ => 1,
                     };
-                    let had = head.expires_at().is_some();
-                    let deadline =
-                        head.ready_at().and_then(|r| deadline_of(head.payload.hot().expiration_ms(), r));
-                    head.set_expires_at(deadline);
+                    let Some(head) = slot.head() else { return (0, 0) };
+                    let (had, ready) = (head.expires_at().is_some(), head.ready_at());
+                    let deadline = ready.and_then(|at| deadline_of(head.payload.hot().expiration_ms(), at));
+                    match slot {
+                        Slot::Live(entry) => entry.set_expires_at(deadline),
+                        // The members share their properties: one TTL for all.
+                        Slot::Run(run) => run.set_ttl(
+                            deadline
+                                .zip(ready)
+                                .map(|(due, at)| due.as_millis().saturating_sub(at.as_millis())),
+                        ),
+                        Slot::Removed(_) => {}
+                    }
                     (usize::from(had) * members, usize::from(deadline.is_some()) * members)
                 });
-                deadlines.recount(after, before);
+                deadlines.recount(has, had);
             }
         }
     }
@@ -933,6 +929,28 @@ mod tests {
         crate::time::Timestamp::from_millis(ms)
     }
 
+    /// A test's random rolls: `roll(n)` is in `0..n` (xorshift from `seed`).
+    fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |n| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        }
+    }
+
+    /// Reads a paged message "back": a resident message of its size.
+    fn read_back(payload: &mut Payload) -> bool {
+        let body = vec![0u8; payload.body_size()].into();
+        *payload = Payload::Resident(Arc::new(Message::new(
+            Default::default(),
+            Default::default(),
+            Default::default(),
+            body,
+        )));
+        true
+    }
+
     /// Runs under every operation a queue performs, against a model: pushes (paged, in rows with
     /// gaps and other sizes), requeues into the middle of runs, removals anywhere, reads back at
     /// the head and pops. Order, counts and every entry's facts always agree.
@@ -945,13 +963,7 @@ mod tests {
         let mut next: Seq = 1;
         let (mut removed_from_runs, mut requeued_into_runs) = (0, 0);
         let (mut step, mut skipped) = (1, Vec::new());
-        let mut rng: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut roll = |n: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
+        let mut roll = xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..60_000 {
             match roll(100) {
                 0..=44 => {
@@ -1016,13 +1028,7 @@ mod tests {
                     let seq = 1 + roll(next);
                     ready.page_out(seq, seq + 7, |m| Paged::new(location(seq), m.hot(), m.body_size()));
                 }
-                _ => ready.page_in_head(1 + roll(300) as usize, |payload| {
-                    let body = vec![0u8; payload.body_size()].into();
-                    let message =
-                        Message::new(Default::default(), Default::default(), Default::default(), body);
-                    *payload = Payload::Resident(Arc::new(message));
-                    true
-                }),
+                _ => ready.page_in_head(1 + roll(300) as usize, read_back),
             }
             assert_eq!(ready.message_count(), model.len());
         }
@@ -1066,13 +1072,7 @@ mod tests {
         let mut model: BTreeMap<Seq, u64> = BTreeMap::new();
         let mut taken: Vec<Entry> = Vec::new();
         let mut next: Seq = 0;
-        let mut rng: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut roll = |n: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
+        let mut roll = xorshift(0x2545_F491_4F6C_DD1D);
         let (mut expired_total, mut runs_made) = (0, false);
         for _ in 0..40_000 {
             match roll(100) {
@@ -1107,13 +1107,7 @@ mod tests {
                     assert_eq!(removed, model.remove(&seq).map(|_| seq));
                 }
                 83..=87 => ready.levels[0].compact(&mut ready.deadlines),
-                88..=92 => ready.page_in_head(1 + roll(50) as usize, |payload| {
-                    let body = vec![0u8; payload.body_size()].into();
-                    let message =
-                        Message::new(Default::default(), Default::default(), Default::default(), body);
-                    *payload = Payload::Resident(Arc::new(message));
-                    true
-                }),
+                88..=92 => ready.page_in_head(1 + roll(50) as usize, read_back),
                 _ => {
                     // The clock moves on (messages are ready 1 ms apart), expiring what is due.
                     let now = 1000 + next + 3_000 + roll(2_500);

@@ -86,6 +86,16 @@ impl DeadlineIndex {
     }
 }
 
+/// The TTL deadline of a message with `expiration_ms` becoming ready at `ready_at` in a queue
+/// with `queue_ttl_ms` (semantics §1).
+pub(crate) fn deadline(
+    queue_ttl_ms: Option<u64>,
+    expiration_ms: Option<u64>,
+    ready_at: Timestamp,
+) -> Option<Timestamp> {
+    effective_ttl_ms(queue_ttl_ms, expiration_ms).map(|ms| ready_at.saturating_add_millis(ms))
+}
+
 /// The TTL that applies to a message: the smaller of the queue's and the message's (semantics §1).
 pub(crate) fn effective_ttl_ms(queue_ttl_ms: Option<u64>, message_ttl_ms: Option<u64>) -> Option<u64> {
     match (queue_ttl_ms, message_ttl_ms) {
