@@ -1,6 +1,6 @@
 //! SQS FIFO queues (docs/sqs.md, "FIFO queues"): a `.fifo` queue made with `FifoQueue` is an
-//! ordinary queue with `x-sqs-fifo` (the broker hands its messages to SQS receives only while
-//! none is in flight, so each group is received in order) and the broker's deduplication
+//! ordinary queue with `x-sqs-fifo` (the broker hands SQS receives the messages of groups with
+//! nothing in flight, so each group is received in order: `queue/fifo_groups.rs`) and the broker's deduplication
 //! (semantics §8) over SQS's 5-minute interval. Sends carry a `MessageGroupId` and a
 //! `MessageDeduplicationId` (or the body's SHA-256 under `ContentBasedDeduplication`) as headers
 //! AMQP consumers see, and a `SequenceNumber`.
@@ -20,7 +20,7 @@ const SCOPE_ARG: &str = "x-sqs-deduplication-scope";
 const THROUGHPUT_ARG: &str = "x-sqs-fifo-throughput-limit";
 /// The headers a FIFO message carries. The deduplication id is the broker's default
 /// deduplication header, so AMQP publishers deduplicate against SQS senders on the same queue.
-const GROUP_HEADER: &str = "x-sqs-message-group-id";
+const GROUP_HEADER: &str = hourglass_broker::queue::fifo_groups::GROUP_HEADER;
 const DEDUPLICATION_HEADER: &str = hourglass_broker::queue::dedup::DEFAULT_HEADER;
 /// The id as sent, when the deduplication scope is the message group (the header above then
 /// holds the group and the id).

@@ -26,6 +26,7 @@ use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
 use crate::persist::Changed;
 use crate::queue::args::QueueArgs;
+use crate::queue::fifo_groups;
 use crate::queue::{QueueId, ReturnKind};
 use crate::time::Timestamp;
 
@@ -214,8 +215,9 @@ impl Broker {
 
     /// Up to `max` messages of `queue` in `vhost`, each invisible for `visibility_ms` (`None`: the
     /// queue's visibility timeout as it runs, policies applied, else 30 s; 0: visible
-    /// again at once) unless deleted first. From an SQS FIFO queue, none while any of its messages
-    /// is in flight (`Queue::sqs_may_receive`).
+    /// again at once) unless deleted first. From an SQS FIFO queue, only messages of groups
+    /// with nothing in flight, as many of one group as there are before the next group's
+    /// (`queue/fifo_groups.rs`).
     pub fn sqs_receive(
         &mut self,
         vhost: &str,
@@ -225,19 +227,21 @@ impl Broker {
         now: Timestamp,
     ) -> Result<Vec<SqsReceived>, SqsGatewayError> {
         let (name, id) = self.sqs_queue(vhost, queue)?;
-        let Some(queue) = self.queues.get(&id).filter(|q| q.sqs_may_receive()) else { return Ok(Vec::new()) };
+        let Some(queue) = self.queues.get(&id) else { return Ok(Vec::new()) };
         // The queue's own visibility timeout as it runs, policies applied; SQS's 30 s without one.
         let visibility_ms =
             visibility_ms.or(queue.args.visibility_timeout_ms).unwrap_or(SQS_DEFAULT_VISIBILITY_MS);
         let gateway = self.sqs_gateway(vhost, now);
         let mut received = Vec::new();
+        let mut taken = None;
         while received.len() < max {
-            let hand_out = HandOut::Visibility(visibility_ms);
+            let hand_out = HandOut::SqsReceive { visibility_ms, taken };
             let Some(got) = self.get_one(gateway, GATEWAY_CHANNEL, vhost, name.clone(), id, hand_out, now)
             else {
                 break;
             };
             let Some(receipt_handle) = got.receipt_handle else { break };
+            taken = Some(fifo_groups::group_of(&got.message));
             received.push(SqsReceived {
                 receipt_handle,
                 message: got.message,
@@ -310,7 +314,7 @@ impl Broker {
     /// left alone (AWS: "the message might not be deleted").
     fn delete_returned(&mut self, id: QueueId, entry: u64) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
-        let Some(removed) = queue.ready.remove(entry) else { return };
+        let Some(removed) = queue.remove_ready(entry) else { return };
         queue.counters.messages.ack += 1;
         self.message_stats.ack += 1;
         let persist_id = removed.persist_id();
@@ -326,7 +330,7 @@ impl Broker {
         let (_, id) = self.sqs_queue(vhost, queue)?;
         let waiter = self.sqs.next_waiter;
         self.sqs.next_waiter += 1;
-        if self.queues.get(&id).is_some_and(|q| !q.ready.is_empty() && q.sqs_may_receive()) {
+        if self.queues.get(&id).is_some_and(|q| q.sqs_receivable() > 0) {
             wake();
         } else {
             self.sqs.waiters.entry(id).or_default().insert(waiter, wake);
@@ -349,17 +353,13 @@ impl Broker {
 
     /// Wakes as many of the long polls waiting for queue `id` as it has ready messages, the
     /// longest waiting first (after `run_queue` has served its consumers): a message wakes one
-    /// poll, not a herd of them. When the queue is gone, wakes them all; an SQS FIFO queue with
-    /// messages in flight wakes none (its acks and returns run this again).
+    /// poll, not a herd of them. When the queue is gone, wakes them all; an SQS FIFO queue wakes
+    /// one per group it can be received from (its acks and returns run this again).
     pub(crate) fn wake_sqs_waiters(&mut self, id: QueueId) {
         if self.sqs.waiters.is_empty() {
             return;
         }
-        let ready = match self.queues.get(&id) {
-            Some(queue) if !queue.sqs_may_receive() => return,
-            Some(queue) => queue.ready.message_count(),
-            None => usize::MAX,
-        };
+        let ready = self.queues.get(&id).map_or(usize::MAX, |queue| queue.sqs_receivable());
         let Some(waiting) = self.sqs.waiters.get_mut(&id).filter(|_| ready > 0) else { return };
         let woken: Vec<(u64, Wake)> = waiting.drain(..ready.min(waiting.len())).collect();
         if waiting.is_empty() {

@@ -20,6 +20,7 @@ use crate::message::Message;
 use crate::message_stats::{Confirm, DeliveryKind, PublishOutcome};
 use crate::queue::args::QueueType;
 use crate::queue::consumers::Consumer;
+use crate::queue::fifo_groups::GroupKey;
 use crate::queue::visibility::{self, Deadline, DeliveryRef};
 use crate::queue::{args, ttl, DeathReason, QueueId, ReturnKind};
 use crate::receipts::Receipt;
@@ -40,6 +41,9 @@ pub(crate) enum HandOut {
     /// Awaiting an ack, visible again after this many ms whatever the queue says (SQS's
     /// `VisibilityTimeout`, 0 included).
     Visibility(u64),
+    /// An SQS receive: as `Visibility`, and from an SQS FIFO queue the next message of group
+    /// `taken` (this receive's last) or of a group with nothing in flight (`fifo_groups.rs`).
+    SqsReceive { visibility_ms: u64, taken: Option<GroupKey> },
 }
 
 /// A message a get handed out.
@@ -364,7 +368,10 @@ impl Broker {
         self.expire_messages(id, now);
         let queue = self.queues.get_mut(&id)?;
         queue.touch(now);
-        let taken = queue.take_for_delivery(!no_ack);
+        let taken = match hand_out {
+            HandOut::SqsReceive { taken, .. } => queue.take_for_sqs_receive(taken),
+            _ => queue.take_for_delivery(!no_ack),
+        };
         queue.counters.messages.get_empty += u64::from(taken.is_none());
         let message_count = queue.message_count() as u32;
         self.reschedule(id);
@@ -387,7 +394,9 @@ impl Broker {
                 HandOut::QueueVisibility => {
                     Deadline::of_delivery(q.args.visibility_timeout_ms, q.args.consumer_timeout_ms, now)
                 }
-                HandOut::Visibility(ms) => Deadline::of_delivery(Some(ms), None, now),
+                HandOut::Visibility(ms) | HandOut::SqsReceive { visibility_ms: ms, .. } => {
+                    Deadline::of_delivery(Some(ms), None, now)
+                }
             }
         });
         let channel = self.channels.get_mut(&(conn, ch))?;

@@ -14,6 +14,7 @@ pub(crate) mod far_delays;
 pub(crate) mod far_files;
 pub(crate) mod far_record;
 pub(crate) mod far_roster;
+pub mod fifo_groups;
 pub(crate) mod overflow;
 pub(crate) mod packed;
 pub(crate) mod paging;
@@ -43,6 +44,7 @@ use delay::{DelayIndex, Waiting};
 pub use delay::{DelayedInfo, NEAR_HORIZON_MS};
 use entry::{Entry, Paged, Payload, Seq};
 pub use far_files::{MemorySpillFiles, SpillFiles};
+use fifo_groups::{FifoGroups, GroupKey};
 use packed::Packed;
 use paging::Pager;
 pub use paging::PagingLimits;
@@ -99,6 +101,8 @@ pub(crate) struct Queue {
     pub dispatch_again: Option<Timestamp>,
     /// The deduplication ids held, when the queue deduplicates (semantics §8).
     pub dedup: dedup::DedupCache,
+    /// An SQS FIFO queue's message groups (declared with `x-sqs-fifo`, fixed for its life).
+    fifo_groups: Option<FifoGroups>,
 }
 
 /// Events counted over a queue's life (semantics §7).
@@ -127,6 +131,7 @@ impl Queue {
         now: Timestamp,
     ) -> Self {
         let (max_priority, default_priority) = args.priority_levels();
+        let fifo_groups = args.sqs_fifo.then(FifoGroups::default);
         Queue {
             id,
             vhost,
@@ -146,6 +151,7 @@ impl Queue {
             pager,
             dispatch_again: None,
             dedup: dedup::DedupCache::default(),
+            fifo_groups,
         }
     }
 
@@ -153,11 +159,40 @@ impl Queue {
         &self.spec.name
     }
 
-    /// Whether the SQS endpoint may receive from this queue now: always, but from an SQS FIFO
-    /// queue only while none of its messages is in flight, so that no message is received while
-    /// one before it in its group is (docs/sqs.md).
-    pub fn sqs_may_receive(&self) -> bool {
-        !self.args.sqs_fifo || self.unacked.messages == 0
+    /// How many SQS receives could get a message now: one per ready message, but from an SQS
+    /// FIFO queue one per group with a ready message and none in flight, so that no message is
+    /// received while one before it in its group is (docs/sqs.md).
+    pub fn sqs_receivable(&self) -> usize {
+        match &self.fifo_groups {
+            Some(groups) => groups.receivable_groups(),
+            None => self.ready.message_count(),
+        }
+    }
+
+    /// The group of `entry`'s message, read back if it is not in memory (an SQS FIFO queue
+    /// only); one that cannot be read is in the group of messages without one.
+    fn fifo_group(&self, entry: &Entry) -> GroupKey {
+        match self.pager.message_of(&entry.payload) {
+            Ok(message) => fifo_groups::group_of(&message),
+            Err(_) => fifo_groups::NO_GROUP,
+        }
+    }
+
+    /// Notes that `entry` became ready, for an SQS FIFO queue's groups.
+    fn fifo_ready(&mut self, entry: &Entry) {
+        if self.fifo_groups.is_some() {
+            let group = self.fifo_group(entry);
+            if let Some(groups) = &mut self.fifo_groups {
+                groups.ready(entry.seq, group);
+            }
+        }
+    }
+
+    /// Notes that `seq` left the ready messages, for an SQS FIFO queue's groups.
+    fn fifo_left_ready(&mut self, seq: Seq) {
+        if let Some(groups) = &mut self.fifo_groups {
+            groups.left_ready(seq);
+        }
     }
 
     /// A new entry `seq` (from the broker's `EntryIds`) for a message entering this queue now;
@@ -249,6 +284,7 @@ impl Queue {
                 entry.payload = Payload::Packed(packed);
             }
         }
+        self.fifo_ready(&entry);
         self.ready.push_back(entry);
     }
 
@@ -269,6 +305,7 @@ impl Queue {
                 self.ready.page_in_head(read_ahead, |payload| pager.make_resident(payload).is_ok());
             }
             let mut entry = self.ready.pop_front()?;
+            self.fifo_left_ready(entry.seq);
             if self.pager.page_in(&mut entry) {
                 self.mark_delivered(&entry, expect_ack);
                 return Some(entry);
@@ -276,11 +313,46 @@ impl Queue {
         }
     }
 
+    /// Takes the next ready message for an SQS receive, awaiting its delete: from an SQS FIFO
+    /// queue the next of group `taken` (the group this receive took its last message from), else
+    /// the oldest of a group with nothing in flight (`fifo_groups.rs`); from any other queue the
+    /// next, as for a delivery.
+    pub fn take_for_sqs_receive(&mut self, taken: Option<GroupKey>) -> Option<Entry> {
+        if self.fifo_groups.is_none() {
+            return self.take_for_delivery(true);
+        }
+        loop {
+            let seq = self.fifo_groups.as_ref()?.next_receivable(taken)?;
+            let Some(mut entry) = self.remove_ready(seq) else {
+                // Not among the ready messages after all: forget it rather than offer it again.
+                self.fifo_left_ready(seq);
+                continue;
+            };
+            if self.pager.page_in(&mut entry) {
+                self.mark_delivered(&entry, true);
+                return Some(entry);
+            }
+        }
+    }
+
+    /// Removes ready message `seq`, wherever it is in the queue.
+    pub fn remove_ready(&mut self, seq: Seq) -> Option<Entry> {
+        let entry = self.ready.remove(seq)?;
+        self.fifo_left_ready(seq);
+        Some(entry)
+    }
+
     /// Counts a delivery of `entry` as unacked if an ack is expected (every delivery is counted
     /// here, also those made without passing through the ready messages).
     pub fn mark_delivered(&mut self, entry: &Entry, expect_ack: bool) {
         if expect_ack {
             self.unacked.add(entry);
+            if self.fifo_groups.is_some() {
+                let group = self.fifo_group(entry);
+                if let Some(groups) = &mut self.fifo_groups {
+                    groups.delivered(group);
+                }
+            }
         }
     }
 
@@ -301,6 +373,12 @@ impl Queue {
     /// longer unacked.
     pub fn settle(&mut self, entry: &Entry) {
         self.unacked.remove(entry);
+        if self.fifo_groups.is_some() {
+            let group = self.fifo_group(entry);
+            if let Some(groups) = &mut self.fifo_groups {
+                groups.settled(group);
+            }
+        }
     }
 
     /// A delivery came back unsettled: it becomes ready again at its old place, keeping its
@@ -322,6 +400,7 @@ impl Queue {
 
     /// Puts an entry that was ready before back at its place, with its deadline.
     pub fn return_to_ready(&mut self, entry: Entry) {
+        self.fifo_ready(&entry);
         self.ready.requeue(entry);
     }
 
@@ -330,6 +409,11 @@ impl Queue {
         let before = out.len();
         self.ready.take_expired(now, out);
         self.counters.expired += (out.len() - before) as u64;
+        if let Some(groups) = &mut self.fifo_groups {
+            for entry in &out[before..] {
+                groups.left_ready(entry.seq);
+            }
+        }
     }
 
     /// Removes the oldest ready message (x-overflow drop-head).
@@ -340,6 +424,9 @@ impl Queue {
     /// Drops every ready message; returns how many there were and appends the store ids of the
     /// persisted ones to `settled`.
     pub fn purge(&mut self, settled: &mut Vec<u64>) -> usize {
+        if let Some(groups) = &mut self.fifo_groups {
+            groups.ready_cleared();
+        }
         self.ready.purge(settled)
     }
 
