@@ -68,3 +68,96 @@ async fn sqs_queues_attributes_and_messages_outlive_a_restart_and_a_kill() {
         (400, Some("com.amazon.coral.service#InvalidParameterValueException"))
     );
 }
+
+/// The task of `source_arn` that ListMessageMoveTasks shows first (the latest).
+async fn latest_move_task(addr: SocketAddr, source_arn: &str) -> serde_json::Value {
+    let (status, listed) = sqs(addr, "ListMessageMoveTasks", json!({"SourceArn": source_arn})).await;
+    assert_eq!(status, 200, "{listed}");
+    listed["Results"][0].clone()
+}
+
+/// Polls the latest task of `source_arn` until `done` holds, for at most `within`.
+async fn move_task_until(
+    addr: SocketAddr,
+    source_arn: &str,
+    within: std::time::Duration,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let task = latest_move_task(addr, source_arn).await;
+        if done(&task) {
+            return task;
+        }
+        assert!(std::time::Instant::now() < deadline, "the task did not get there: {task}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 40, item 22: a message-move task outlives a `kill -9` (taken up at the next start, it
+/// moves the rest and completes) and a SIGTERM (the shutdown does not wait for it; it is taken
+/// up again, and cancelled then). Before, tasks lived in memory: after a restart
+/// ListMessageMoveTasks showed none, and what was not moved stayed in the source.
+#[tokio::test]
+async fn message_move_tasks_outlive_a_kill_and_a_restart() {
+    let port = free_port();
+    let flag = port.to_string();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let broker = RunningBroker::start_with(&["--sqs-port", &flag]);
+    let mut arns = Vec::new();
+    let mut urls = Vec::new();
+    for name in ["moving-dlq", "moving-back"] {
+        let (_, created) = sqs(addr, "CreateQueue", json!({"QueueName": name})).await;
+        let url = created["QueueUrl"].as_str().unwrap().to_owned();
+        let (_, attributes) =
+            sqs(addr, "GetQueueAttributes", json!({"QueueUrl": url, "AttributeNames": ["QueueArn"]})).await;
+        arns.push(attributes["Attributes"]["QueueArn"].as_str().unwrap().to_owned());
+        urls.push(url);
+    }
+    let (dlq_arn, back_arn) = (arns[0].clone(), arns[1].clone());
+    for batch in 0..6 {
+        let entries: Vec<_> = (0..10)
+            .map(|i| json!({"Id": format!("m{i}"), "MessageBody": format!("message {}", batch * 10 + i)}))
+            .collect();
+        let (status, sent) =
+            sqs(addr, "SendMessageBatch", json!({"QueueUrl": urls[0], "Entries": entries})).await;
+        assert_eq!(status, 200, "{sent}");
+    }
+    let start = json!({"SourceArn": dlq_arn, "DestinationArn": back_arn, "MaxNumberOfMessagesPerSecond": 10});
+    let (status, started) = sqs(addr, "StartMessageMoveTask", start).await;
+    assert_eq!(status, 200, "{started}");
+    let half_way = |task: &serde_json::Value| task["ApproximateNumberOfMessagesMoved"].as_u64() >= Some(25);
+    move_task_until(addr, &dlq_arn, std::time::Duration::from_secs(20), half_way).await;
+    let data_dir = broker.kill9();
+
+    let broker = RunningBroker::start_in_with(data_dir, &["--sqs-port", &flag]);
+    let task = latest_move_task(addr, &dlq_arn).await;
+    assert_eq!(task["Status"], "RUNNING", "taken up after the kill: {task}");
+    assert_eq!(task["TaskHandle"], started["TaskHandle"], "{task}");
+    let completed = |task: &serde_json::Value| task["Status"] == "COMPLETED";
+    let task = move_task_until(addr, &dlq_arn, std::time::Duration::from_secs(30), completed).await;
+    assert_eq!(task["ApproximateNumberOfMessagesToMove"], 60, "{task}");
+    let count = |url: String| async move {
+        let input = json!({"QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessages"]});
+        let (_, attributes) = sqs(addr, "GetQueueAttributes", input).await;
+        attributes["Attributes"]["ApproximateNumberOfMessages"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(count(urls[0].clone()).await, "0");
+    assert_eq!(count(urls[1].clone()).await, "60", "every message moved, none twice");
+
+    // A slow task back: a SIGTERM does not wait for it, and it is taken up again after.
+    let back = json!({"SourceArn": back_arn, "DestinationArn": dlq_arn, "MaxNumberOfMessagesPerSecond": 1});
+    let (status, slow) = sqs(addr, "StartMessageMoveTask", back).await;
+    assert_eq!(status, 200, "{slow}");
+    let data_dir = broker.data_dir();
+    assert!(broker.terminate().success(), "the shutdown ends while a task runs");
+    let _broker = RunningBroker::start_in_with(data_dir, &["--sqs-port", &flag]);
+    let task = latest_move_task(addr, &back_arn).await;
+    assert_eq!((&task["Status"], &task["TaskHandle"]), (&json!("RUNNING"), &slow["TaskHandle"]), "{task}");
+    let (status, _) = sqs(addr, "CancelMessageMoveTask", json!({"TaskHandle": slow["TaskHandle"]})).await;
+    assert_eq!(status, 200);
+    let cancelled = |task: &serde_json::Value| task["Status"] == "CANCELLED";
+    let task = move_task_until(addr, &back_arn, std::time::Duration::from_secs(10), cancelled).await;
+    let moved = task["ApproximateNumberOfMessagesMoved"].as_u64().unwrap();
+    assert!(moved < 60, "at one a second, a few moved at most: {task}");
+}

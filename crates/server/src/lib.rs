@@ -391,7 +391,11 @@ impl Server {
                 long_polls: std::sync::Arc::new(hourglass_sqs::LongPolls::with_max(
                     config.sqs_max_long_polls,
                 )),
+                stop: shutdown_rx.clone(),
             };
+            // Message-move tasks written as running before a restart or failover go on; listed
+            // before the endpoint answers its first request.
+            hourglass_sqs::resume_move_tasks(sqs_state.clone()).await;
             for (listener, tls) in sqs_listeners {
                 let mut stop = shutdown_rx.clone();
                 let stopped = async move {

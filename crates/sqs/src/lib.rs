@@ -47,7 +47,7 @@ use serde_json::Value;
 pub use error::SqsError;
 pub use fifo::Sequencer;
 pub use long_polls::LongPolls;
-pub use moves::MoveTasks;
+pub use moves::{resume as resume_move_tasks, MoveTasks};
 
 /// The largest request body read: SQS's 1 MiB message (or batch), with room for its escaping in
 /// JSON (a line feed or a quote doubles) and its attributes. Larger bodies are refused before
@@ -77,6 +77,9 @@ pub struct SqsState {
     pub sequence: Arc<fifo::Sequencer>,
     /// The long polls waiting now, per key and per address (`long_polls.rs`).
     pub long_polls: Arc<LongPolls>,
+    /// Becomes `true` when the server shuts down: running move tasks stop stepping (they are
+    /// taken up again at the next start) and let go of the broker.
+    pub stop: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The endpoint's routes: every path takes a signed JSON request (SDKs post to the endpoint's

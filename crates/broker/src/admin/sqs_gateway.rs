@@ -519,6 +519,20 @@ impl Broker {
         Ok(sources)
     }
 
+    /// Every queue that carries argument `key`, as (vhost, queue, value): what the SQS endpoint
+    /// keeps in its queues' arguments and takes up again at start (a message-move task).
+    pub fn sqs_queues_with_argument(&self, key: &str) -> Vec<(String, String, FieldValue)> {
+        let mut found: Vec<(String, String, FieldValue)> = self
+            .queues
+            .values()
+            .filter_map(|q| {
+                Some((q.vhost.clone(), q.name().as_str().into_owned(), q.spec.arguments.get(key)?))
+            })
+            .collect();
+        found.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        found
+    }
+
     /// The queue `queue` of `vhost`, for the gateway.
     fn sqs_queue(&self, vhost: &str, queue: &str) -> Result<(ShortStr, QueueId), SqsGatewayError> {
         let name = ShortStr::try_from(queue).map_err(|_| SqsGatewayError::QueueNotFound)?;
