@@ -206,8 +206,10 @@ sqs.send_message(QueueUrl=source, MessageBody="poison")
 for receive in (1, 2):
     got = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"]
     assert got[0]["Attributes"]["ApproximateReceiveCount"] == str(receive), got
-dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=5)["Messages"]
+dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"]
 assert dead[0]["Body"] == "poison", dead
+# Receives are counted across the redrive (issue 40, item 21): two in the source, one here.
+assert dead[0]["Attributes"]["ApproximateReceiveCount"] == "3", dead
 assert "Messages" not in sqs.receive_message(QueueUrl=source, WaitTimeSeconds=2)
 sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=dead[0]["ReceiptHandle"], VisibilityTimeout=0)
 # ChangeMessageVisibility stops at 12 hours in all since the receive (issue 40, item 8).

@@ -29,6 +29,9 @@ impl Broker {
     /// to send it to; one that cannot be read is dropped (and settled) like an expired one without a DLX.
     pub(crate) fn dead_letter_entry(&mut self, from: QueueId, mut entry: Entry, reason: DeathReason) {
         let persist_id = entry.persist_id();
+        // Handed out this many times here: each failed delivery counted, and a rejected one is
+        // the delivery under way (semantics §5).
+        let receives = entry.delivery_count.saturating_add(u32::from(reason == DeathReason::Rejected));
         if entry.resident().is_none() {
             let Some(queue) = self.queues.get_mut(&from) else { return };
             if queue.args.dead_letter_exchange.is_some() && !queue.pager.page_in(&mut entry) {
@@ -37,7 +40,7 @@ impl Broker {
             }
         }
         match entry.payload {
-            Payload::Resident(message) => self.dead_letter_later(from, message, reason, persist_id),
+            Payload::Resident(message) => self.dead_letter_later(from, message, reason, receives, persist_id),
             // No dead-letter exchange: the body is not needed, the message just leaves.
             Payload::Packed(_) | Payload::Paged(_) => self.persist_settle(from, persist_id),
         }
@@ -52,6 +55,7 @@ impl Broker {
         from: QueueId,
         message: Arc<Message>,
         reason: DeathReason,
+        receives: u32,
         persist_id: Option<u64>,
     ) {
         let Some(queue) = self.queues.get_mut(&from) else { return };
@@ -63,7 +67,7 @@ impl Broker {
         };
         if queue.args.dead_letter_exchange.is_some() {
             *counter += 1;
-            self.dead_letters.push_back((from, DeadLetter { message, reason, persist_id }));
+            self.dead_letters.push_back((from, DeadLetter { message, reason, receives, persist_id }));
         } else {
             self.persist_settle(from, persist_id);
         }
@@ -99,6 +103,7 @@ impl Broker {
             now,
             &dlx,
             queue.args.dead_letter_routing_key.as_ref(),
+            queue.is_sqs_managed().then_some(dead.receives),
         );
         let Some(vhost) = self.vhosts.get(&queue.vhost) else { return };
         // A missing dead-letter exchange drops the message without error, as RabbitMQ.

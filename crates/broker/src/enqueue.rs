@@ -72,7 +72,7 @@ impl Broker {
             return false;
         }
         if self.queues.get(&id).is_some_and(|q| q.args.overflow == Overflow::RejectPublishDlx) {
-            self.dead_letter_later(id, message.clone(), DeathReason::Maxlen, None);
+            self.dead_letter_later(id, message.clone(), DeathReason::Maxlen, 0, None);
         }
         true
     }

@@ -476,3 +476,58 @@ fn a_changed_retention_applies_to_the_messages_already_queued() {
     tb.advance(Duration::from_millis(1));
     assert_eq!(stats(&tb, "kept").messages_ready, 0, "gone at 35 s");
 }
+
+/// Issue 40, item 21: a message an SQS queue's redrive policy moves to its dead-letter queue
+/// keeps counting receives there (AWS: `maxReceiveCount` 2, then the first receive from the
+/// dead-letter queue says 3); a move task's redrive makes it a new message, counted from 1
+/// again. A queue SQS never touched dead-letters as RabbitMQ does, with no header of ours.
+#[test]
+fn receive_counts_go_on_in_the_dead_letter_queue_until_a_redrive() {
+    use hourglass_wire::{FieldTable, FieldValue, LongStr, QueueDeclare};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "dlq");
+    let redrive = |sqs: bool| {
+        let mut entries = vec![
+            ("x-dead-letter-exchange", FieldValue::LongStr(LongStr::from(String::new()))),
+            ("x-dead-letter-routing-key", FieldValue::LongStr(LongStr::from("dlq".to_owned()))),
+            // maxReceiveCount 2 (docs/sqs.md: the limit counts failed deliveries).
+            ("x-delivery-limit", FieldValue::I64(1)),
+        ];
+        if sqs {
+            entries.push(("x-sqs-created-timestamp", FieldValue::I64(1_700_000_000)));
+        }
+        FieldTable::from_entries(entries)
+    };
+    for (name, sqs) in [("src", true), ("amqp", false)] {
+        let declare = QueueDeclare {
+            queue: hourglass_testkit::short(name),
+            arguments: redrive(sqs),
+            ..Default::default()
+        };
+        tb.call(c, declare);
+        tb.publish(c, "", name, name.as_bytes());
+        for _ in 0..2 {
+            let now = tb.clock.now();
+            assert_eq!(tb.broker.sqs_receive("/", name, 1, Some(1_000), now).unwrap().len(), 1);
+            tb.advance(Duration::from_millis(1_000));
+        }
+    }
+    assert_eq!(stats(&tb, "dlq").messages_ready, 2, "both received twice, then dead-lettered");
+    let now = tb.clock.now();
+    let got = tb.broker.sqs_receive("/", "dlq", 10, Some(1_000), now).unwrap();
+    let counts: Vec<(String, u32)> = got
+        .iter()
+        .map(|r| (String::from_utf8_lossy(&r.message.body).into_owned(), r.receive_count))
+        .collect();
+    assert_eq!(counts, [("src".to_owned(), 3), ("amqp".to_owned(), 1)]);
+    let headers = got[1].message.properties().decode().headers.unwrap();
+    assert!(headers.get("x-sqs-earlier-receives").is_none(), "{headers:?}");
+
+    tb.advance(Duration::from_millis(1_000));
+    let now = tb.clock.now();
+    let step = tb.broker.sqs_move("/", "dlq", MoveTarget::Origin, &anywhere, 10, now).unwrap();
+    assert_eq!(step.moved, 2);
+    let again = tb.broker.sqs_receive("/", "src", 1, Some(1_000), now).unwrap();
+    assert_eq!(again[0].receive_count, 1, "redriven: a new message");
+}

@@ -26,7 +26,7 @@ use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
 use crate::persist::Changed;
 use crate::queue::args::QueueArgs;
-use crate::queue::fifo_groups;
+use crate::queue::{dead_letter, fifo_groups};
 use crate::queue::{QueueId, ReturnKind};
 use crate::time::Timestamp;
 
@@ -146,6 +146,23 @@ pub enum MoveTarget<'a> {
     Origin,
 }
 
+/// `message` without the receives it had before it was dead-lettered (a redrive's copy).
+fn without_earlier_receives(message: Arc<Message>) -> Arc<Message> {
+    let Some(headers) = message.properties().headers() else { return message };
+    if !headers.contains_key(dead_letter::EARLIER_RECEIVES_HEADER) {
+        return message;
+    }
+    let properties = message.properties().edited(|p| {
+        p.headers = Some(headers.without_key(dead_letter::EARLIER_RECEIVES_HEADER));
+    });
+    Arc::new(Message::new(
+        message.exchange.clone(),
+        message.routing_key.clone(),
+        properties,
+        message.body.clone(),
+    ))
+}
+
 /// The queue a dead-lettered message came from.
 fn first_death_queue(message: &Message) -> Option<String> {
     match message.properties().headers()?.get("x-first-death-queue")? {
@@ -242,10 +259,12 @@ impl Broker {
             };
             let Some(receipt_handle) = got.receipt_handle else { break };
             taken = Some(fifo_groups::group_of(&got.message));
+            let earlier = dead_letter::earlier_receives(&got.message);
             received.push(SqsReceived {
                 receipt_handle,
                 message: got.message,
-                receive_count: got.delivery_count.saturating_add(1),
+                // Its receives here, and those in the queues it was dead-lettered from (AWS).
+                receive_count: got.delivery_count.saturating_add(1).saturating_add(earlier),
                 entry_id: got.entry_id,
                 ready_ms: got.ready_at.map(Timestamp::as_millis),
             });
@@ -464,7 +483,8 @@ impl Broker {
                     break;
                 }
             };
-            self.enqueue(target_id, message, now, None);
+            // Redriven, it is a new message: its receive count starts again, as on AWS.
+            self.enqueue(target_id, without_earlier_receives(message), now, None);
             let _ = self.settle(gateway, GATEWAY_CHANNEL, got.tag, false, Settlement::Ack, now);
             step.moved += 1;
         }

@@ -36,7 +36,22 @@ impl DeathReason {
     }
 }
 
-/// The message as it is republished to the dead-letter exchange `dlx` from `queue`.
+/// The header an SQS queue's dead-lettered message carries: its receives in the queues it
+/// left (issue 40, item 21; AWS counts `ApproximateReceiveCount` across a redrive policy's
+/// move). A message-move task's redrive makes a new message and drops it, as AWS resets the
+/// count there.
+pub const EARLIER_RECEIVES_HEADER: &str = "x-sqs-earlier-receives";
+
+/// The receives `message` had in queues it left before ([`EARLIER_RECEIVES_HEADER`]).
+pub fn earlier_receives(message: &Message) -> u32 {
+    let headers = message.properties().headers();
+    let value = headers.as_ref().and_then(|h| h.get(EARLIER_RECEIVES_HEADER)).and_then(|v| v.as_i64());
+    value.and_then(|n| u32::try_from(n).ok()).unwrap_or(0)
+}
+
+/// The message as it is republished to the dead-letter exchange `dlx` from `queue`; with
+/// `receives` (an SQS queue's, `Some` when it was received there), counted in
+/// [`EARLIER_RECEIVES_HEADER`].
 pub(crate) fn rewrite(
     message: &Message,
     queue: &ShortStr,
@@ -44,6 +59,7 @@ pub(crate) fn rewrite(
     now: Timestamp,
     dlx: &ShortStr,
     routing_key: Option<&ShortStr>,
+    receives: Option<u32>,
 ) -> Message {
     let old_headers = message.properties().headers().unwrap_or_default();
     let deaths = updated_deaths(&old_headers, message, queue, reason, now);
@@ -62,6 +78,10 @@ pub(crate) fn rewrite(
         .with_entry("x-last-death-reason", reason_value())
         .with_entry("x-last-death-queue", queue_value())
         .with_entry("x-last-death-exchange", exchange_value());
+    if let Some(receives) = receives.filter(|n| *n > 0) {
+        let total = i64::from(earlier_receives(message)) + i64::from(receives);
+        headers = headers.with_entry(EARLIER_RECEIVES_HEADER, FieldValue::I64(total));
+    }
     if routing_key.is_some() {
         // A dead-letter routing key replaces every routing key, CC included (rabbit_dead_letter).
         headers = headers.without_key("CC");
@@ -188,6 +208,9 @@ fn new_death(message: &Message, queue: &ShortStr, reason: DeathReason, now: Time
 pub(crate) struct DeadLetter {
     pub message: Arc<Message>,
     pub reason: DeathReason,
+    /// How many times it was handed out in the queue it leaves, acked or not (SQS's
+    /// `ApproximateReceiveCount` goes on in the dead-letter queue: [`EARLIER_RECEIVES_HEADER`]).
+    pub receives: u32,
     /// The source's store id: settled only after the copies are enqueued (at-least-once).
     pub persist_id: Option<u64>,
 }
@@ -229,7 +252,8 @@ mod tests {
     #[test]
     fn first_death_writes_rabbitmq_headers() {
         let now = Timestamp::from_millis(1_700_000_000_123);
-        let out = rewrite(&message(Some("5000")), &s("work"), DeathReason::Expired, now, &s("dlx"), None);
+        let out =
+            rewrite(&message(Some("5000")), &s("work"), DeathReason::Expired, now, &s("dlx"), None, None);
         assert_eq!(out.exchange, "dlx");
         assert_eq!(out.routing_key, "eu.created");
         assert_eq!(out.properties().expiration(), None);
@@ -247,14 +271,27 @@ mod tests {
         assert_eq!(text(&headers, "x-last-death-queue"), "work");
     }
 
+    /// An SQS queue's receives add up over successive dead-letterings; none received, no header.
+    #[test]
+    fn earlier_receives_add_up_across_dead_letterings() {
+        let now = Timestamp::from_millis(0);
+        let never = rewrite(&message(None), &s("a"), DeathReason::Expired, now, &s("dlx"), None, Some(0));
+        assert!(never.properties().headers().unwrap().get(EARLIER_RECEIVES_HEADER).is_none());
+        let once =
+            rewrite(&message(None), &s("a"), DeathReason::DeliveryLimit, now, &s("dlx"), None, Some(2));
+        let twice = rewrite(&once, &s("b"), DeathReason::Rejected, now, &s("dlx"), None, Some(3));
+        assert_eq!((earlier_receives(&once), earlier_receives(&twice)), (2, 5));
+    }
+
     /// Dying again in the same queue for the same reason counts up and moves that entry first;
     /// the first-death headers stay, the last-death ones follow (semantics §2).
     #[test]
     fn repeated_death_counts_per_queue_and_reason() {
         let now = Timestamp::from_millis(0);
-        let once = rewrite(&message(None), &s("a"), DeathReason::Rejected, now, &s("dlx"), Some(&s("b")));
-        let twice = rewrite(&once, &s("b"), DeathReason::Expired, now, &s("dlx"), Some(&s("a")));
-        let thrice = rewrite(&twice, &s("a"), DeathReason::Rejected, now, &s("dlx"), None);
+        let once =
+            rewrite(&message(None), &s("a"), DeathReason::Rejected, now, &s("dlx"), Some(&s("b")), None);
+        let twice = rewrite(&once, &s("b"), DeathReason::Expired, now, &s("dlx"), Some(&s("a")), None);
+        let thrice = rewrite(&twice, &s("a"), DeathReason::Rejected, now, &s("dlx"), None, None);
         let d = deaths(&thrice);
         assert_eq!(d.len(), 2);
         assert_eq!((text(&d[0], "queue"), d[0].get("count")), ("a".to_owned(), Some(FieldValue::I64(2))));
@@ -312,10 +349,10 @@ mod tests {
     #[test]
     fn cycles_without_rejection_are_detected() {
         let now = Timestamp::from_millis(0);
-        let expired = rewrite(&message(None), &s("a"), DeathReason::Expired, now, &s("dlx"), None);
+        let expired = rewrite(&message(None), &s("a"), DeathReason::Expired, now, &s("dlx"), None, None);
         assert!(is_cycle(expired.properties().headers().as_ref(), &s("a")));
         assert!(!is_cycle(expired.properties().headers().as_ref(), &s("other")));
-        let rejected = rewrite(&message(None), &s("a"), DeathReason::Rejected, now, &s("dlx"), None);
+        let rejected = rewrite(&message(None), &s("a"), DeathReason::Rejected, now, &s("dlx"), None, None);
         assert!(!is_cycle(rejected.properties().headers().as_ref(), &s("a")));
         assert!(!is_cycle(None, &s("a")));
     }

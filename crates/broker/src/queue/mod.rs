@@ -262,6 +262,11 @@ impl Queue {
         self.spec.durable && self.spec.exclusive_owner.is_none()
     }
 
+    /// Whether the queue was made or changed over SQS (it carries an `x-sqs-*` argument).
+    pub fn is_sqs_managed(&self) -> bool {
+        self.spec.arguments.iter().any(|(key, _)| key.as_bytes().starts_with(b"x-sqs-"))
+    }
+
     /// Puts a message recovered from the store back: delayed until `wait_until` when set, else
     /// ready at its place by id.
     pub(crate) fn restore_entry(&mut self, entry: Entry, wait_until: Option<Timestamp>) {
