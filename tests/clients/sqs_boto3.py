@@ -338,7 +338,19 @@ while sqs.get_queue_attributes(QueueUrl=late, AttributeNames=["ApproximateNumber
         "Attributes"]["ApproximateNumberOfMessages"] != "1":
     assert time.monotonic() < deadline, "the message never came back"
     time.sleep(0.05)
+# ChangeMessageVisibility by the expired handle (issue 40, item 20): a success that changes
+# nothing while the message waits, as AWS answers; once it is received again, the old handle is
+# InvalidParameterValue.
+sqs.change_message_visibility(QueueUrl=late, ReceiptHandle=slow["ReceiptHandle"], VisibilityTimeout=60)
+assert sqs.get_queue_attributes(QueueUrl=late, AttributeNames=["ApproximateNumberOfMessages"])[
+    "Attributes"]["ApproximateNumberOfMessages"] == "1", "still visible"
 sqs.delete_message(QueueUrl=late, ReceiptHandle=slow["ReceiptHandle"])
+sqs.send_message(QueueUrl=late, MessageBody="taken again")
+taken_once = sqs.receive_message(QueueUrl=late, VisibilityTimeout=0)["Messages"][0]
+taken_twice = sqs.receive_message(QueueUrl=late, VisibilityTimeout=30, WaitTimeSeconds=2)["Messages"][0]
+assert code_of(lambda: sqs.change_message_visibility(
+    QueueUrl=late, ReceiptHandle=taken_once["ReceiptHandle"], VisibilityTimeout=10)) == ("InvalidParameterValue", 400)
+sqs.delete_message(QueueUrl=late, ReceiptHandle=taken_twice["ReceiptHandle"])
 assert "Messages" not in sqs.receive_message(QueueUrl=late, WaitTimeSeconds=1), "deleted, not delivered again"
 sqs.delete_queue(QueueUrl=late)
 

@@ -27,8 +27,14 @@ pub(crate) struct TimedOut {
 pub enum VisibilityError {
     /// No such queue.
     QueueNotFound,
-    /// The handle is unknown, or its delivery was already settled or timed out.
+    /// Not a receipt handle of the queue (malformed, forged, or another queue's).
+    HandleInvalid,
+    /// The handle's delivery is over and its message is not waiting in the queue: received
+    /// again under a newer handle, or gone.
     HandleNotFound,
+    /// The handle's delivery timed out and its message waits in the queue, not received again:
+    /// there is no invisibility left to change (SQS answers a success that changes nothing).
+    Expired,
     /// The delivery would stay invisible over 12 hours in all since it was made (SQS's limit).
     BeyondLimit,
 }
@@ -125,15 +131,25 @@ impl Broker {
             .get(vhost)
             .and_then(|v| v.queues.iter().find(|(n, _)| n.as_bytes() == queue.as_bytes()).map(|(_, id)| *id))
             .ok_or(VisibilityError::QueueNotFound)?;
-        let receipt = self.receipts.open(receipt_handle).ok_or(VisibilityError::HandleNotFound)?;
+        let receipt = self.receipts.open(receipt_handle).ok_or(VisibilityError::HandleInvalid)?;
         let delivery = receipt.delivery;
         if receipt.queue != id {
-            return Err(VisibilityError::HandleNotFound);
+            return Err(VisibilityError::HandleInvalid);
+        }
+        let over = || match self.queues.get(&id) {
+            Some(queue) if queue.ready.contains(receipt.entry) => VisibilityError::Expired,
+            _ => VisibilityError::HandleNotFound,
+        };
+        let current = self
+            .channels
+            .get(&(delivery.conn, delivery.channel))
+            .is_some_and(|channel| channel.opening == receipt.channel_opening && channel.holds(delivery.tag));
+        if !current {
+            return Err(over());
         }
         let channel = self
             .channels
             .get_mut(&(delivery.conn, delivery.channel))
-            .filter(|channel| channel.opening == receipt.channel_opening)
             .ok_or(VisibilityError::HandleNotFound)?;
         let unacked = channel.unacked_mut(delivery.tag).ok_or(VisibilityError::HandleNotFound)?;
         // Only a visibility timeout is steered by its receipt handle.

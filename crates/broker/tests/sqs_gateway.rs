@@ -531,3 +531,31 @@ fn receive_counts_go_on_in_the_dead_letter_queue_until_a_redrive() {
     let again = tb.broker.sqs_receive("/", "src", 1, Some(1_000), now).unwrap();
     assert_eq!(again[0].receive_count, 1, "redriven: a new message");
 }
+
+/// Issue 40, item 20: a visibility change by a handle whose delivery is over. While its message
+/// waits in the queue, not received again, the handle is expired (SQS answers a success that
+/// changes nothing, as AWS does); once the message is received again under a newer handle, or
+/// deleted, it is not found (AWS's `InvalidParameterValue`); what is no handle at all is invalid.
+/// Before, all three were one error, which the SQS endpoint answered `ReceiptHandleIsInvalid`.
+#[test]
+fn a_visibility_change_by_an_old_handle_tells_expired_from_superseded() {
+    use hourglass_broker::VisibilityError;
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "jobs");
+    tb.publish(c, "", "jobs", b"one");
+    let now = tb.clock.now();
+    let first = tb.broker.sqs_receive("/", "jobs", 1, Some(1_000), now).unwrap().remove(0);
+    tb.advance(Duration::from_millis(1_000));
+    let now = tb.clock.now();
+    let change =
+        |tb: &mut TestBroker, handle: &str| tb.broker.change_visibility("/", "jobs", handle, 5_000, now);
+    assert_eq!(change(&mut tb, &first.receipt_handle), Err(VisibilityError::Expired));
+    assert_eq!(stats(&tb, "jobs").messages_ready, 1, "nothing changed: still visible");
+    let second = tb.broker.sqs_receive("/", "jobs", 1, Some(1_000), now).unwrap().remove(0);
+    assert_eq!(change(&mut tb, &first.receipt_handle), Err(VisibilityError::HandleNotFound), "superseded");
+    assert_eq!(change(&mut tb, "no handle"), Err(VisibilityError::HandleInvalid));
+    assert_eq!(change(&mut tb, &second.receipt_handle), Ok(()));
+    tb.broker.sqs_delete("/", "jobs", &second.receipt_handle, now).unwrap();
+    assert_eq!(change(&mut tb, &second.receipt_handle), Err(VisibilityError::HandleNotFound), "deleted");
+}

@@ -186,10 +186,7 @@ fn receipt_handle_changes_visibility() {
     let effects: Vec<Effect> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
     assert_eq!(deliveries(&effects).len(), 1, "visible at once with 0");
     assert_eq!(tb.broker.change_visibility("/", "q", &handle, 5, now), Err(VisibilityError::HandleNotFound));
-    assert_eq!(
-        tb.broker.change_visibility("/", "q", "garbage", 5, now),
-        Err(VisibilityError::HandleNotFound)
-    );
+    assert_eq!(tb.broker.change_visibility("/", "q", "garbage", 5, now), Err(VisibilityError::HandleInvalid));
     assert_eq!(
         tb.broker.change_visibility("/", "nope", &handle, 5, now),
         Err(VisibilityError::QueueNotFound)
@@ -214,7 +211,7 @@ fn receipt_handles_cannot_be_forged_or_outlive_their_channel() {
             format!("{queue_id}.{}.{}.{}", victim.conn.0, victim.channel.0, first.method.delivery_tag);
         assert_eq!(
             tb.broker.change_visibility("/", "q", &guess, 0, now),
-            Err(VisibilityError::HandleNotFound),
+            Err(VisibilityError::HandleInvalid),
             "{guess}"
         );
     }

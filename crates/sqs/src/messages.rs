@@ -473,16 +473,21 @@ async fn change_all(
     changes: Vec<(String, u64)>,
 ) -> Result<Vec<Answer>, SqsError> {
     in_one_job(state, queue, changes, |b, queue, (handle, ms), now| {
-        b.change_visibility(&queue.vhost, &queue.name, &handle, ms, now).map(|()| Map::new()).map_err(|e| {
-            match e {
-                VisibilityError::QueueNotFound => SqsError::QueueDoesNotExist,
-                VisibilityError::HandleNotFound => SqsError::ReceiptHandleIsInvalid(handle.clone()),
-                VisibilityError::BeyondLimit => SqsError::InvalidParameterValue(format!(
-                    "Value {} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds]",
-                    ms / 1000
-                )),
-            }
-        })
+        match b.change_visibility(&queue.vhost, &queue.name, &handle, ms, now) {
+            // An expired handle whose message waits in the queue: AWS answers a success that
+            // changes nothing (LocalStack checked this against AWS).
+            Ok(()) | Err(VisibilityError::Expired) => Ok(Map::new()),
+            Err(VisibilityError::QueueNotFound) => Err(SqsError::QueueDoesNotExist),
+            Err(VisibilityError::HandleInvalid) => Err(SqsError::ReceiptHandleIsInvalid(handle.clone())),
+            // AWS's answer to a handle whose message was received again, or deleted.
+            Err(VisibilityError::HandleNotFound) => Err(SqsError::InvalidParameterValue(format!(
+                "Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change."
+            ))),
+            Err(VisibilityError::BeyondLimit) => Err(SqsError::InvalidParameterValue(format!(
+                "Value {} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds]",
+                ms / 1000
+            ))),
+        }
     })
     .await
 }

@@ -97,6 +97,11 @@ impl Ready {
         levels.filter(|(_, l)| l.live > 0).map(|(at, l)| (at as u8, l.live)).collect()
     }
 
+    /// Whether the message with this seq is among the ready ones.
+    pub fn contains(&self, seq: Seq) -> bool {
+        self.levels.iter().any(|level| level.find(seq).is_some())
+    }
+
     /// Removes the message with this seq, wherever it is.
     pub fn remove(&mut self, seq: Seq) -> Option<Entry> {
         let entry = self.levels.iter_mut().find_map(|level| level.remove(seq, &mut self.deadlines))?;

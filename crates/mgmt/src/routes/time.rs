@@ -85,7 +85,7 @@ async fn change_visibility(
     match result {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(VisibilityError::QueueNotFound) => Err(ApiError::NotFound),
-        Err(VisibilityError::HandleNotFound) => {
+        Err(VisibilityError::HandleInvalid | VisibilityError::HandleNotFound | VisibilityError::Expired) => {
             Err(ApiError::NoSuchItem("receipt handle is stale or unknown"))
         }
         Err(VisibilityError::BeyondLimit) => Err(ApiError::bad_request(format!(
