@@ -247,3 +247,40 @@ async fn confirmed_messages_survive_kill_pause_and_kill_of_the_leader() {
         cluster.nodes.iter().map(|n| n.log_lines_with("stepping down as leader").len()).sum();
     assert!(stepped_down >= 1, "the paused leader stepped down when it resumed");
 }
+
+/// Issue 38: a leader killed with `kill -9` is replaced at once, not one lease later. Its
+/// followers see its replication stream end and its client port refuse connections, and depose
+/// it (`dead_leader.rs`). Before, the next leader came only once etcd had expired the dead
+/// leader's lease: at least 2 s after the kill with the default 3 s lease (it is renewed every
+/// second). A paused leader (SIGSTOP) still waits for its lease: its stream does not end.
+#[test]
+fn a_killed_leader_is_replaced_before_its_lease_could_run_out() {
+    let Some(mut cluster) = Cluster::start(3, &[]) else { return };
+    let leader = cluster.wait_in_sync(PHASE);
+    let killed_at = Instant::now();
+    cluster.node(&leader).kill9();
+    let next = cluster.wait_new_leader(&leader, PHASE);
+    let took = killed_at.elapsed();
+    assert!(took < Duration::from_millis(1_800), "{next} leads {took:?} after the kill");
+    let deposed: Vec<String> = cluster
+        .nodes
+        .iter()
+        .flat_map(|n| n.log_lines_with("deposed it without waiting for its lease"))
+        .collect();
+    assert!(!deposed.is_empty(), "a survivor deposed the dead leader");
+
+    cluster.node(&leader).start();
+    let leader = cluster.wait_in_sync(PHASE);
+    let paused_at = Instant::now();
+    cluster.node(&leader).stop_signal();
+    let next = cluster.wait_new_leader(&leader, PHASE);
+    let took = paused_at.elapsed();
+    cluster.node(&leader).cont_signal();
+    assert!(took >= Duration::from_millis(1_900), "a paused leader's lease decides: {next} after {took:?}");
+    let deposed_now: usize = cluster
+        .nodes
+        .iter()
+        .map(|n| n.log_lines_with("deposed it without waiting for its lease").len())
+        .sum();
+    assert_eq!(deposed_now, deposed.len(), "nobody deposed the paused leader");
+}

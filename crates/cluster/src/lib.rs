@@ -9,6 +9,7 @@
 //! election.rs     etcd keys and records, the election rule (sans-IO)
 //! in_sync.rs      the leader's in-sync, confirm and step-down rules (sans-IO)
 //! lease.rs        how long the lease holds by this node's clock (sans-IO)
+//! dead_leader.rs  the evidence that a leader's process is gone, to depose it before its lease ends
 //! retry.rs        riding out an unreachable etcd: jittered back-off, a rate-limited WARN
 //! etcd.rs         a blocking etcd v3 client over its JSON gateway
 //! repl/           replication: frames, the leader's hub and storage wrapper, links, the
@@ -17,6 +18,7 @@
 //! ```
 
 pub mod coordinator;
+pub mod dead_leader;
 pub mod election;
 pub mod etcd;
 pub mod in_sync;

@@ -28,6 +28,9 @@ pub enum FollowEffect {
     Registered { lease: i64 },
     /// This node won `term`: from now on only its own stream is applied here.
     Won { term: u64, answer_lost: bool },
+    /// The leader of `term` was found dead (`dead_leader.rs`) and its key deleted (`deposed`), or
+    /// it was gone already.
+    Deposed { leader: String, term: u64, deposed: bool },
 }
 
 /// What the driver does next.
@@ -51,6 +54,7 @@ enum Awaiting {
     Register { sent: Instant },
     Observe,
     Campaign { seen: Observation },
+    Depose { leader: String, term: u64 },
 }
 
 /// A node that does not lead.
@@ -100,6 +104,18 @@ impl Following {
         self.look()
     }
 
+    /// The driver found leader `leader` of `term` dead (its stream ended and its client port
+    /// refuses connections, `dead_leader.rs`): if it is the one this node follows, its key is
+    /// deleted now, as long as it is still that term's, rather than after its lease runs out.
+    /// `None`: not the leader followed; go on as before.
+    pub fn leader_gone(&mut self, leader: &str, term: u64) -> Option<FollowStep> {
+        if self.last_leader.as_ref() != Some(&(leader.to_owned(), term)) {
+            return None;
+        }
+        self.awaiting = Awaiting::Depose { leader: leader.to_owned(), term };
+        Some(FollowStep::next(FollowNext::Ask(Request::GiveUp { term })))
+    }
+
     fn look(&mut self) -> FollowStep {
         self.awaiting = Awaiting::Observe;
         FollowStep::next(FollowNext::Ask(Request::Observe))
@@ -139,6 +155,14 @@ impl Following {
             },
             // Lost, or no answer: if it won after all, the next look says so (`Decision::Lead`).
             (Awaiting::Campaign { .. }, _) => FollowStep::next(FollowNext::Sleep(POLL)),
+            // Deposed or not (the key was gone already, or etcd did not answer): look again at
+            // once; without a leader key the election rule runs.
+            (Awaiting::Depose { leader, term }, reply) => {
+                let deposed = matches!(reply, Ok(Reply::Done(true)));
+                let mut step = self.look();
+                step.effects.push(FollowEffect::Deposed { leader, term, deposed });
+                step
+            }
             (Awaiting::Nothing, _) => FollowStep::next(FollowNext::Sleep(POLL)),
         }
     }
@@ -296,6 +320,26 @@ mod tests {
         machine.wake(start);
         let step = machine.answered(start, seen(Some(("b", 8, 7)), None));
         assert_eq!(step.next, FollowNext::Elected(Elected { term: 8, recorded: None }));
+    }
+
+    /// Issue 38: a leader found dead (its stream ended, its port refuses) is deposed at once by
+    /// deleting its term's key, and the election runs in the same round, instead of after its
+    /// lease runs out. Only the leader followed, at its term.
+    #[test]
+    fn a_dead_leader_is_deposed_and_the_election_runs_at_once() {
+        let start = Instant::now();
+        let mut machine = following(start, None);
+        machine.wake(start);
+        machine.answered(start, seen(Some(("a", 4, 1)), Some((&["a", "b"], 5))));
+        assert_eq!(machine.leader_gone("a", 3), None, "an older term");
+        assert_eq!(machine.leader_gone("c", 4), None, "not the leader followed");
+        let step = machine.leader_gone("a", 4).expect("the leader followed");
+        assert_eq!(step.next, FollowNext::Ask(Request::GiveUp { term: 4 }));
+        let step = machine.answered(start, Ok(Reply::Done(true)));
+        assert_eq!(step.next, FollowNext::Ask(Request::Observe));
+        assert_eq!(step.effects, vec![FollowEffect::Deposed { leader: "a".into(), term: 4, deposed: true }]);
+        let step = machine.answered(start, seen(None, Some((&["a", "b"], 5))));
+        assert_eq!(step.next, FollowNext::Ask(Request::Campaign { lease: 7, in_sync_revision: 5 }));
     }
 
     #[test]

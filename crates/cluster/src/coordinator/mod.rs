@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::dead_leader;
 use crate::election::{min_in_sync, Keys, NodeRecord};
 use crate::etcd::{Etcd, EtcdError};
 use crate::in_sync::Replicas;
@@ -226,12 +227,34 @@ impl Coordinator {
                 }
                 FollowNext::Sleep(pause) => {
                     pause_unless_stopped(stop, pause);
-                    machine.wake(Instant::now())
+                    let gone =
+                        self.dead_leader().and_then(|(leader, term)| machine.leader_gone(&leader, term));
+                    gone.unwrap_or_else(|| machine.wake(Instant::now()))
                 }
                 FollowNext::Elected(elected) => return Some(elected),
             };
         }
         None
+    }
+
+    /// The leader this node follows, with its term, if its stream to this node ended and its
+    /// client port now refuses connections (`dead_leader.rs`): its process is gone.
+    fn dead_leader(&self) -> Option<(String, u64)> {
+        let (leader, term) = self.fence.take_ended_stream()?;
+        let record = match &*self.role.borrow() {
+            Role::Follower { leader: Some(record), term: followed }
+                if record.name == leader && *followed == term =>
+            {
+                record.clone()
+            }
+            _ => return None,
+        };
+        let address = if record.amqp_port != 0 { record.amqp() } else { record.http() };
+        if !dead_leader::refuses_connections(&address) {
+            tracing::info!(%leader, term, "the leader's stream ended, but it is still there");
+            return None;
+        }
+        Some((leader, term))
     }
 
     fn apply_follow_effect(&self, effect: FollowEffect) {
@@ -257,6 +280,13 @@ impl Coordinator {
             FollowEffect::Registered { .. } => {
                 tracing::info!("lease had expired (this node was paused or cut off): registered again")
             }
+            FollowEffect::Deposed { leader, term, deposed } => match deposed {
+                true => tracing::warn!(
+                    %leader, term,
+                    "the leader's stream ended and its port refuses connections: deposed it without waiting for its lease"
+                ),
+                false => tracing::info!(%leader, term, "the dead leader's key was gone already"),
+            },
             FollowEffect::Won { term, answer_lost } => {
                 self.fence.admit(term);
                 match answer_lost {

@@ -21,7 +21,8 @@ pub enum Request {
     Campaign { lease: i64, in_sync_revision: i64 },
     /// Write the in-sync set, if the leader key is still the one of `term`.
     RecordInSync { term: u64, nodes: Vec<String> },
-    /// Delete the leader key, if it is still the one of `term`.
+    /// Delete the leader key, if it is still the one of `term`: a leader giving up its term, or
+    /// a follower deposing a leader it found dead (`dead_leader.rs`).
     GiveUp { term: u64 },
 }
 

@@ -60,6 +60,9 @@ const ACK_EVERY_OPS: usize = 256;
 pub struct Fence {
     max_term: AtomicU64,
     leader: Mutex<Option<(String, u64)>>,
+    /// The leader and term whose stream to this node ended by end of file or a reset, not yet
+    /// looked at by the coordinator (`dead_leader.rs`).
+    ended: Mutex<Option<(String, u64)>>,
 }
 
 impl Fence {
@@ -89,6 +92,16 @@ impl Fence {
 
     pub fn max_term(&self) -> u64 {
         self.max_term.load(Ordering::SeqCst)
+    }
+
+    /// The stream of `leader` at `term` ended as a dead process's does (end of file, a reset).
+    pub fn stream_ended(&self, leader: &str, term: u64) {
+        *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some((leader.to_owned(), term));
+    }
+
+    /// The stream that ended since the last call, if any.
+    pub fn take_ended_stream(&self) -> Option<(String, u64)> {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
 
@@ -202,6 +215,21 @@ impl Follower {
             return Ok(());
         }
         tracing::info!(%leader, term, "replicating from the leader");
+        let streamed = self.stream(&leader, term, &mut reader, &mut writer);
+        if let Err(error) = &streamed {
+            let closed = matches!(
+                error.kind(),
+                ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+            );
+            if closed && self.fence.current(term) && !self.stop.load(Ordering::SeqCst) {
+                self.fence.stream_ended(&leader, term);
+            }
+        }
+        streamed
+    }
+
+    /// The leader's stream after the handshake: the manifest, then ops applied and acknowledged.
+    fn stream(&self, leader: &str, term: u64, reader: &mut Reader, writer: &mut Writer) -> io::Result<()> {
         {
             let applier = self.applier.lock().unwrap_or_else(|p| p.into_inner());
             writer.send(&Frame::Manifest(local_manifest(applier.dir())?))?;
@@ -211,7 +239,7 @@ impl Follower {
         let mut last_seq = 0;
         let mut unacked = 0usize;
         loop {
-            let frame = self.next_frame(&mut reader)?;
+            let frame = self.next_frame(reader)?;
             let mut applier = self.applier.lock().unwrap_or_else(|p| p.into_inner());
             if !self.fence.current(term) || self.stop.load(Ordering::SeqCst) {
                 tracing::info!(%leader, term, "a newer term took over: closing this replication stream");

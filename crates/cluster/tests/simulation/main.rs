@@ -146,3 +146,29 @@ fn a_follower_cut_off_while_nothing_is_written_does_not_hold_later_confirms() {
         }
     }
 }
+
+#[test]
+fn a_crashed_leader_is_deposed_and_replaced_before_its_lease_could_run_out() {
+    // Issue 38: the followers see a crashed leader's stream end and its port refuse, and delete
+    // its key at once; both invariants hold, and the first confirm of the next term comes well
+    // before the dead leader's lease could have run out (it is renewed every third of a TTL).
+    let mut handovers = Vec::new();
+    for seed in 0..50 {
+        let mut world = World::new(scripted_run(seed));
+        world.run_to(10 * SECOND).unwrap_or_else(|v| fail(seed, &v.what, &v.trace));
+        let old = world.leader().unwrap_or_else(|| fail(seed, "no leader after 10 s", &world.trace));
+        let crashed_at = world.now();
+        world.crash_for(old, 8 * SECOND);
+        world.run_to(crashed_at + 10 * SECOND).unwrap_or_else(|v| fail(seed, &v.what, &v.trace));
+        let first = world
+            .first_confirm_after(crashed_at)
+            .unwrap_or_else(|| fail(seed, "no confirm after the crash", &world.trace));
+        if world.trace.iter().all(|line| !line.contains("deposes")) {
+            fail(seed, "nobody deposed the crashed leader", &world.trace);
+        }
+        handovers.push((first - crashed_at) / MS);
+    }
+    handovers.sort_unstable();
+    println!("crash to first confirm of the next term: min {} ms, max {} ms", handovers[0], handovers[49]);
+    assert!(handovers[49] < 2 * TTL / 3 / MS, "slower than a lease could run out: {handovers:?}");
+}

@@ -162,6 +162,9 @@ struct Node {
     call: u64,
     /// The last delivery time on each outgoing replication path (TCP keeps order).
     path_clock: BTreeMap<usize, Micros>,
+    /// The leader (node, term) whose replication stream to this node ended as a crashed
+    /// process's does, not yet looked at (`dead_leader.rs`: the coordinator probes it then).
+    ended_stream: Option<(usize, u64)>,
 }
 
 pub struct World {
@@ -233,6 +236,7 @@ impl World {
                 asking: false,
                 call: 0,
                 path_clock: BTreeMap::new(),
+                ended_stream: None,
             })
             .collect();
         let mut world = World {

@@ -66,7 +66,19 @@ impl World {
         self.at(self.now, Event::Wake { node: n, life });
     }
 
+    /// Node `n`'s process ends: the nodes following it with a path to it see its replication
+    /// stream end (the kernel closes its sockets).
+    fn streams_end(&mut self, n: usize) {
+        for m in (0..3).filter(|m| *m != n) {
+            let follows = self.nodes[m].fence_leader.filter(|(leader, _)| *leader == n);
+            if let Some(followed) = follows.filter(|_| self.net.up(End::Node(m), End::Node(n))) {
+                self.nodes[m].ended_stream = Some(followed);
+            }
+        }
+    }
+
     pub(super) fn crash(&mut self, n: usize, down_for: Micros) {
+        self.streams_end(n);
         self.nodes[n].down = true;
         self.nodes[n].life += 1;
         self.nodes[n].hub = None;
@@ -125,8 +137,13 @@ impl World {
                 self.call(n, Request::Register);
                 Ok(())
             }
-            Machine::Following(machine) => {
-                let step = machine.wake(now);
+            Machine::Following(_) => {
+                // The coordinator's probe: a crashed leader's port refuses while it is down.
+                let dead = self.nodes[n].ended_stream.take().filter(|(leader, _)| self.nodes[*leader].down);
+                let dead = dead.map(|(leader, term)| (self.nodes[leader].name.clone(), term));
+                let Machine::Following(machine) = &mut self.nodes[n].machine else { return Ok(()) };
+                let gone = dead.and_then(|(leader, term)| machine.leader_gone(&leader, term));
+                let step = gone.unwrap_or_else(|| machine.wake(now));
                 self.do_follow_step(n, step)
             }
             Machine::Leading(machine) => {
@@ -194,6 +211,9 @@ impl World {
                 }
                 FollowEffect::Registered { lease } => {
                     self.log(format!("{} registers again (lease {lease})", self.nodes[n].name))
+                }
+                FollowEffect::Deposed { leader, term, deposed } => {
+                    self.log(format!("{} deposes {leader} (term {term}): {deposed}", self.nodes[n].name))
                 }
                 FollowEffect::Seen(_) | FollowEffect::NoLeader => {}
             }
@@ -284,6 +304,7 @@ impl World {
 
     /// The process replaces itself: a new life after a moment, holding off its campaigns.
     pub(super) fn restart_later(&mut self, n: usize) {
+        self.streams_end(n);
         self.nodes[n].down = true;
         self.nodes[n].life += 1;
         self.nodes[n].hub = None;
