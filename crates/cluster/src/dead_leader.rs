@@ -5,11 +5,13 @@
 //! Two signs, both needed:
 //! - the leader's replication stream to this follower ended (end of file or a reset: the kernel
 //!   closes a dead process's sockets; `Fence::stream_ended`);
-//! - a connect to the leader's client port is then refused, [`PROBES`] times over
-//!   [`PROBE_GAP`]s. A refusal is the kernel's answer for a port nobody listens on: a live
-//!   leader accepts (it binds its client ports before it recovers its data), and a host that is
-//!   down, cut off or paused stays silent or unreachable, which is not a refusal. Those cases
-//!   still wait for the lease, as before.
+//! - connects to every client port the leader's record names (AMQP, HTTP, and the TLS and SQS
+//!   ones it has) are then refused, [`PROBES`] times over [`PROBE_GAP`]s. A refusal is the
+//!   kernel's answer for a port nobody listens on: a live leader listens on at least one of
+//!   them (it binds them before it recovers its data; a node serving TLS only has no plain
+//!   AMQP listener, so one port alone would not do), and a host that is down, cut off or paused
+//!   stays silent or unreachable, which is not a refusal. Those cases still wait for the lease,
+//!   as before.
 //!
 //! Deposing is safe whatever the evidence: it deletes the leader key only if it is still the one
 //! of that term (as a leader giving up its term does), and every node that may win the next
@@ -29,20 +31,32 @@ pub const PROBE_GAP: Duration = Duration::from_millis(100);
 /// A probe that neither connects nor is refused within this long is no evidence.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 
-/// Whether every one of [`PROBES`] connects to `address` is refused.
-pub fn refuses_connections(address: &str) -> bool {
+/// Whether, [`PROBES`] times over, a connect to each of `addresses` is refused (none given: no
+/// evidence).
+pub fn refuses_connections(addresses: &[String]) -> bool {
+    if addresses.is_empty() {
+        return false;
+    }
     for probe in 0..PROBES {
         if probe > 0 {
             std::thread::sleep(PROBE_GAP);
         }
-        let Ok(mut addresses) = address.to_socket_addrs() else { return false };
-        let Some(socket_address) = addresses.next() else { return false };
-        match TcpStream::connect_timeout(&socket_address, PROBE_TIMEOUT) {
-            Err(error) if error.kind() == ErrorKind::ConnectionRefused => {}
-            _ => return false,
+        if !addresses.iter().all(|address| refused(address)) {
+            return false;
         }
     }
     true
+}
+
+/// Whether a connect to `address` is refused.
+fn refused(address: &str) -> bool {
+    let Some(socket_address) = address.to_socket_addrs().ok().and_then(|mut all| all.next()) else {
+        return false;
+    };
+    matches!(
+        TcpStream::connect_timeout(&socket_address, PROBE_TIMEOUT),
+        Err(error) if error.kind() == ErrorKind::ConnectionRefused
+    )
 }
 
 #[cfg(test)]
@@ -51,11 +65,18 @@ mod tests {
 
     #[test]
     fn a_closed_port_refuses_and_a_listening_one_does_not() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap().to_string();
-        assert!(!refuses_connections(&address), "a listener accepts (its backlog answers)");
-        drop(listener);
-        assert!(refuses_connections(&address), "nobody listens: refused");
-        assert!(!refuses_connections("no such host:1"), "an address that does not resolve is no evidence");
+        let bound = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (first, second) = (bound(), bound());
+        let addresses: Vec<String> = [&first, &second].map(|l| l.local_addr().unwrap().to_string()).to_vec();
+        assert!(!refuses_connections(&addresses), "listeners accept (their backlog answers)");
+        drop(first);
+        assert!(!refuses_connections(&addresses), "one port still listens: alive");
+        drop(second);
+        assert!(refuses_connections(&addresses), "nobody listens: refused");
+        assert!(
+            !refuses_connections(&["no such host:1".to_owned()]),
+            "an address that does not resolve is no evidence"
+        );
+        assert!(!refuses_connections(&[]), "no address, no evidence");
     }
 }

@@ -249,8 +249,16 @@ impl Coordinator {
             }
             _ => return None,
         };
-        let address = if record.amqp_port != 0 { record.amqp() } else { record.http() };
-        if !dead_leader::refuses_connections(&address) {
+        let ports = [
+            Some(record.amqp()),
+            Some(record.http()),
+            record.amqps(),
+            record.https(),
+            record.sqs(),
+            record.sqs_tls(),
+        ];
+        let addresses: Vec<String> = ports.into_iter().flatten().filter(|a| !a.ends_with(":0")).collect();
+        if !dead_leader::refuses_connections(&addresses) {
             tracing::info!(%leader, term, "the leader's stream ended, but it is still there");
             return None;
         }
