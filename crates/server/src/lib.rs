@@ -391,6 +391,7 @@ impl Server {
                 long_polls: std::sync::Arc::new(hourglass_sqs::LongPolls::with_max(
                     config.sqs_max_long_polls,
                 )),
+                policies: Default::default(),
                 stop: shutdown_rx.clone(),
             };
             // Message-move tasks written as running before a restart or failover go on; listed

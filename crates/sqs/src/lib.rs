@@ -24,6 +24,7 @@ mod fifo;
 pub mod long_polls;
 mod messages;
 mod moves;
+mod policy;
 mod query;
 mod queues;
 mod request;
@@ -48,6 +49,7 @@ pub use error::SqsError;
 pub use fifo::Sequencer;
 pub use long_polls::LongPolls;
 pub use moves::{resume as resume_move_tasks, MoveTasks};
+pub use policy::PolicyCache;
 
 /// The largest request body read: SQS's 1 MiB message (or batch), with room for its escaping in
 /// JSON (a line feed or a quote doubles) and its attributes. Larger bodies are refused before
@@ -77,6 +79,8 @@ pub struct SqsState {
     pub sequence: Arc<fifo::Sequencer>,
     /// The long polls waiting now, per key and per address (`long_polls.rs`).
     pub long_polls: Arc<LongPolls>,
+    /// Each queue's access policy as last read (`policy.rs`: its `Deny` statements apply).
+    pub policies: Arc<PolicyCache>,
     /// Becomes `true` when the server shuts down: running move tasks stop stepping (they are
     /// taken up again at the next start) and let go of the broker.
     pub stop: tokio::sync::watch::Receiver<bool>,
@@ -197,6 +201,9 @@ async fn perform(
     action: &str,
     input: &request::Input<'_>,
 ) -> Result<Value, SqsError> {
+    if let Some(queue) = policy_target(caller, action, input) {
+        policy::check(state, caller, action, &queue).await?;
+    }
     match action {
         "CreateQueue" => queues::create(state, caller, input).await,
         "GetQueueUrl" => queues::get_url(state, caller, input).await,
@@ -220,6 +227,25 @@ async fn perform(
         "ChangeMessageVisibility" => messages::change_visibility(state, caller, input).await,
         "ChangeMessageVisibilityBatch" => messages::change_visibility_batch(state, caller, input).await,
         _ => Err(SqsError::InvalidAction),
+    }
+}
+
+/// The queue whose policy an operation is checked against: the one its `QueueUrl`, `QueueName`
+/// (GetQueueUrl) or `SourceArn` (move tasks) names. `None` for the operations on no queue, and
+/// where the name does not read (the operation answers that).
+fn policy_target(caller: &Caller, action: &str, input: &request::Input<'_>) -> Option<queues::QueueRef> {
+    match action {
+        // SetQueueAttributes is never denied by a policy: whoever may configure the queue can
+        // always change a policy that shuts everyone out (AWS keeps this for the account's root).
+        "CreateQueue" | "ListQueues" | "CancelMessageMoveTask" | "SetQueueAttributes" => None,
+        "GetQueueUrl" => {
+            let name = input.string("QueueName").ok()??;
+            Some(queues::QueueRef { vhost: caller.vhost.clone(), name: name.to_owned() })
+        }
+        "StartMessageMoveTask" | "ListMessageMoveTasks" => {
+            queues::queue_of_arn(input.string("SourceArn").ok()??).ok()
+        }
+        _ => queues::queue_named(caller, input).ok(),
     }
 }
 

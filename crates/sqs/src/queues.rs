@@ -111,9 +111,17 @@ pub fn url_of(caller: &Caller, vhost: &str, name: &str) -> String {
 }
 
 /// The queue's ARN, as RedrivePolicy names a dead-letter queue.
-fn arn_of(caller: &Caller, vhost: &str, name: &str) -> String {
-    let account = if vhost == "/" { DEFAULT_VHOST_ACCOUNT.to_owned() } else { encode(vhost) };
-    format!("arn:aws:sqs:{}:{account}:{name}", caller.region)
+pub(crate) fn arn_of(caller: &Caller, vhost: &str, name: &str) -> String {
+    format!("arn:aws:sqs:{}:{}:{name}", caller.region, account_of(vhost))
+}
+
+/// The account id a vhost's queues have in ARNs (and a policy names).
+pub(crate) fn account_of(vhost: &str) -> String {
+    if vhost == "/" {
+        DEFAULT_VHOST_ACCOUNT.to_owned()
+    } else {
+        encode(vhost)
+    }
 }
 
 fn encode(s: &str) -> String {
@@ -278,8 +286,9 @@ fn attribute_arguments(
                 "FifoQueue cannot be changed: a queue is FIFO or standard from its creation.".into(),
             ))
         }
-        // Kept and shown as given (infrastructure tools write and read them back), without
-        // effect here: encryption at rest is the disk's, access is by Hourglass permissions.
+        // Kept and shown as given (infrastructure tools write and read them back). Encryption at
+        // rest is the disk's; access is by Hourglass permissions, less what a Policy's Deny
+        // statements take away (policy.rs).
         _ => match stored_attribute(name) {
             Some(key) => {
                 check_stored_attribute(name, value)?;
@@ -293,7 +302,7 @@ fn attribute_arguments(
 
 /// The attributes kept as given, each in its own argument: `(attribute, argument)`.
 const STORED_ATTRIBUTES: [(&str, &str); 5] = [
-    ("Policy", "x-sqs-policy"),
+    ("Policy", crate::policy::POLICY_ARG),
     ("RedriveAllowPolicy", "x-sqs-redrive-allow-policy"),
     ("KmsMasterKeyId", "x-sqs-kms-master-key-id"),
     ("KmsDataKeyReusePeriodSeconds", "x-sqs-kms-data-key-reuse-period-seconds"),
@@ -572,6 +581,8 @@ async fn change_arguments(
 ) -> Result<Value, SqsError> {
     let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
     let set = state.broker.run(move |b, now| b.sqs_set_arguments(&vhost, &name, changes, now)).await?;
+    // A changed Policy applies from the next request (policy.rs caches what it read).
+    state.policies.forget(queue);
     set.map_err(|e| crate::messages::gateway_error(e, ""))?;
     Ok(json!({}))
 }
@@ -672,6 +683,7 @@ pub async fn delete(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
     existing(state, caller, &queue).await?;
     let delete = QueueDelete { queue: short(&queue.name)?, ..Default::default() };
     run_as(state, caller, &queue, move |ch| ch.call(delete)).await?;
+    state.policies.forget(&queue);
     Ok(json!({}))
 }
 
