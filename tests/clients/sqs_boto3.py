@@ -239,6 +239,17 @@ kept_attributes = sqs.get_queue_attributes(QueueUrl=kept, AttributeNames=["All"]
 assert kept_attributes["KmsDataKeyReusePeriodSeconds"] == "600" and "Policy" not in kept_attributes, kept_attributes
 for bad in [{"Policy": "not json"}, {"KmsDataKeyReusePeriodSeconds": "59"}, {"SqsManagedSseEnabled": "yes"}]:
     assert code_of(lambda: sqs.set_queue_attributes(QueueUrl=kept, Attributes=bad)) == ("InvalidAttributeValue", 400), bad
+# AddPermission and RemovePermission (issue 40, item 15): labelled Allow statements in the
+# Policy, as AWS writes them; a label twice, or one not there, is InvalidParameterValue.
+sqs.add_permission(QueueUrl=kept, Label="partner", AWSAccountIds=["111122223333"], Actions=["SendMessage"])
+granted = json.loads(sqs.get_queue_attributes(QueueUrl=kept, AttributeNames=["Policy"])["Attributes"]["Policy"])
+assert granted["Statement"][-1]["Sid"] == "partner" and granted["Statement"][-1]["Effect"] == "Allow", granted
+assert granted["Statement"][-1]["Principal"] == {"AWS": "arn:aws:iam::111122223333:root"}, granted
+assert code_of(lambda: sqs.add_permission(QueueUrl=kept, Label="partner", AWSAccountIds=["1"], Actions=["SendMessage"])) == ("InvalidParameterValue", 400)
+assert code_of(lambda: sqs.add_permission(QueueUrl=kept, Label="owner", AWSAccountIds=["1"], Actions=["DeleteQueue"])) == ("InvalidParameterValue", 400)
+sqs.remove_permission(QueueUrl=kept, Label="partner")
+assert "Policy" not in sqs.get_queue_attributes(QueueUrl=kept, AttributeNames=["Policy"]).get("Attributes", {}), "the last statement went"
+assert code_of(lambda: sqs.remove_permission(QueueUrl=kept, Label="partner")) == ("InvalidParameterValue", 400)
 sqs.delete_queue(QueueUrl=kept)
 # A queue's VisibilityTimeout of 0 (issue 40, item 18): a received message is visible again at once.
 instant = sqs.create_queue(QueueName="boto-instant", Attributes={"VisibilityTimeout": "0"})["QueueUrl"]

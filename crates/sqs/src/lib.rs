@@ -24,6 +24,7 @@ mod fifo;
 pub mod long_polls;
 mod messages;
 mod moves;
+mod permissions;
 mod policy;
 mod query;
 mod queues;
@@ -219,6 +220,8 @@ async fn perform(
         "StartMessageMoveTask" => moves::start(state, caller, input).await,
         "ListMessageMoveTasks" => moves::list(state, caller, input).await,
         "CancelMessageMoveTask" => moves::cancel(state, caller, input).await,
+        "AddPermission" => permissions::add(state, caller, input).await,
+        "RemovePermission" => permissions::remove(state, caller, input).await,
         "SendMessage" => messages::send(state, caller, input).await,
         "SendMessageBatch" => messages::send_batch(state, caller, input).await,
         "ReceiveMessage" => messages::receive(state, caller, input).await,
@@ -235,9 +238,14 @@ async fn perform(
 /// where the name does not read (the operation answers that).
 fn policy_target(caller: &Caller, action: &str, input: &request::Input<'_>) -> Option<queues::QueueRef> {
     match action {
-        // SetQueueAttributes is never denied by a policy: whoever may configure the queue can
+        // What changes the policy is never denied by it: whoever may configure the queue can
         // always change a policy that shuts everyone out (AWS keeps this for the account's root).
-        "CreateQueue" | "ListQueues" | "CancelMessageMoveTask" | "SetQueueAttributes" => None,
+        "CreateQueue"
+        | "ListQueues"
+        | "CancelMessageMoveTask"
+        | "SetQueueAttributes"
+        | "AddPermission"
+        | "RemovePermission" => None,
         "GetQueueUrl" => {
             let name = input.string("QueueName").ok()??;
             Some(queues::QueueRef { vhost: caller.vhost.clone(), name: name.to_owned() })

@@ -143,6 +143,8 @@ fn flattened(name: &str) -> Option<Flattened> {
         "MessageAttributeName" => Flattened::List("MessageAttributeNames"),
         "MessageSystemAttributeName" => Flattened::List("MessageSystemAttributeNames"),
         "TagKey" => Flattened::List("TagKeys"),
+        "AWSAccountId" => Flattened::List("AWSAccountIds"),
+        "ActionName" => Flattened::List("Actions"),
         "StringListValue" => Flattened::List("StringListValues"),
         "BinaryListValue" => Flattened::List("BinaryListValues"),
         "Attribute" => Flattened::Map("Attributes", "Name", "Value"),
@@ -321,6 +323,14 @@ mod tests {
             read.input,
             json!({"AttributeNames": ["All", "SentTimestamp"], "MessageAttributeNames": ["All"],
                    "MaxNumberOfMessages": "10", "QueueUrl": "http://h/%2F/q"})
+        );
+        let grant = "Action=AddPermission&Label=l&AWSAccountId.1=111122223333&ActionName.1=SendMessage\
+            &ActionName.2=ReceiveMessage";
+        let read = to_input(&[grant], Some("http://h/%2F/q".into())).unwrap();
+        assert_eq!(
+            read.input,
+            json!({"Label": "l", "AWSAccountIds": ["111122223333"], "Actions": ["SendMessage", "ReceiveMessage"],
+                   "QueueUrl": "http://h/%2F/q"})
         );
     }
 

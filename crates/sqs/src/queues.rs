@@ -335,7 +335,7 @@ fn check_stored_attribute(name: &str, value: &str) -> Result<(), SqsError> {
 }
 
 /// AWS: a queue policy of at most 20 KiB.
-const POLICY_MAX_BYTES: usize = 20_480;
+pub(crate) const POLICY_MAX_BYTES: usize = 20_480;
 /// A KMS key id, alias or ARN: at most 2,048 characters (KMS's own limit on a key ARN is lower).
 const KMS_KEY_ID_MAX_BYTES: usize = 2_048;
 
@@ -574,7 +574,7 @@ pub async fn set_attributes(state: &SqsState, caller: &Caller, input: &Input<'_>
 }
 
 /// Changes some of `queue`'s arguments in place (`Broker::sqs_set_arguments`).
-async fn change_arguments(
+pub(crate) async fn change_arguments(
     state: &SqsState,
     queue: &QueueRef,
     changes: Vec<ArgumentChange>,
