@@ -245,6 +245,7 @@ impl Broker {
     ) -> Result<Vec<SqsReceived>, SqsGatewayError> {
         let (name, id) = self.sqs_queue(vhost, queue)?;
         let Some(queue) = self.queues.get(&id) else { return Ok(Vec::new()) };
+        let fifo = queue.args.sqs_fifo;
         // The queue's own visibility timeout as it runs, policies applied; SQS's 30 s without one.
         let visibility_ms =
             visibility_ms.or(queue.args.visibility_timeout_ms).unwrap_or(SQS_DEFAULT_VISIBILITY_MS);
@@ -258,7 +259,8 @@ impl Broker {
                 break;
             };
             let Some(receipt_handle) = got.receipt_handle else { break };
-            taken = Some(fifo_groups::group_of(&got.message));
+            // A FIFO receive goes on in this message's group (`fifo_groups.rs`).
+            taken = fifo.then(|| fifo_groups::group_of(&got.message));
             let earlier = dead_letter::earlier_receives(&got.message);
             received.push(SqsReceived {
                 receipt_handle,
