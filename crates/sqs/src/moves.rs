@@ -195,11 +195,8 @@ pub async fn resume(state: SqsState) {
 /// fails at its next step).
 async fn persist(state: &SqsState, task: &Task) {
     let change = vec![(TASK_ARG.to_owned(), Some(FieldValue::LongStr(task.stored().into())))];
-    let (vhost, name) = (task.source.vhost.clone(), task.source.name.clone());
-    match state.broker.run(move |b, now| b.sqs_set_arguments(&vhost, &name, change, now)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::debug!(%error, handle = %task.handle, "message-move task not written"),
-        Err(error) => tracing::debug!(%error, handle = %task.handle, "message-move task not written"),
+    if let Err(error) = queues::change_arguments(state, &task.source, change).await {
+        tracing::debug!(%error, handle = %task.handle, "message-move task not written");
     }
 }
 
