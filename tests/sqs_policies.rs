@@ -50,6 +50,14 @@ async fn a_queue_policy_s_denies_apply_and_can_always_be_lifted() {
     assert!(denied(status, &answer), "{status} {answer}");
     let (status, answer) = sqs(addr, "GetQueueUrl", json!({"QueueName": "guarded"})).await;
     assert!(denied(status, &answer), "{status} {answer}");
+    // A Deny it could not apply is refused by name, never kept and silently ignored.
+    let vpce_only = json!({"Statement": {"Sid": "VpcOnly", "Effect": "Deny", "Principal": "*", "Action": "sqs:*",
+        "Condition": {"StringNotEquals": {"aws:SourceVpce": "vpce-1"}}}});
+    let set = json!({"QueueUrl": url, "Attributes": {"Policy": vpce_only.to_string()}});
+    let (status, answer) = sqs(addr, "SetQueueAttributes", set).await;
+    let message = answer["message"].as_str().or(answer["Message"].as_str()).unwrap_or_default().to_owned();
+    assert_eq!(status, 400, "{answer}");
+    assert!(message.contains("aws:SourceVpce"), "names what it cannot apply: {answer}");
     let lift = json!({"QueueUrl": url, "Attributes": {"Policy": ""}});
     assert_eq!(sqs(addr, "SetQueueAttributes", lift).await.0, 200, "a policy can always be changed");
     assert_eq!(sqs(addr, "SendMessage", send).await.0, 200, "lifted at once");

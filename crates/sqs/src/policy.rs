@@ -10,8 +10,9 @@
 //! `NotAction` (`sqs:SendMessage`, wildcards `*` and `?`, case-insensitive; a batch is its
 //! single action's permission, as on AWS); `Resource` / `NotResource` (the queue's ARN, with
 //! wildcards); `Condition` with `Bool` `aws:SecureTransport` and `IpAddress` / `NotIpAddress`
-//! `aws:SourceIp`. A `Deny` statement using anything else (another condition, `NotPrincipal`) is
-//! not applied, and the queue's arguments still show the policy as given. SetQueueAttributes is
+//! `aws:SourceIp`. A policy with a `Deny` statement using anything else (another condition,
+//! `NotPrincipal`, a service principal) is refused by name ([`refusal`], `InvalidAttributeValue`):
+//! a deny silently not applied would leave open what its writer meant to close. SetQueueAttributes is
 //! never denied, so a policy that shuts everyone out can still be changed (`policy_target` in
 //! `lib.rs`).
 
@@ -82,15 +83,11 @@ struct Cidr {
 }
 
 impl QueuePolicy {
-    /// The policy `text` states (a JSON policy document); what does not read applies nothing.
+    /// The policy `text` states (a JSON policy document); what does not read applies nothing
+    /// (SetQueueAttributes refuses such a `Deny` first: [`refusal`]).
     pub fn parse(text: &str) -> QueuePolicy {
-        let Ok(document) = serde_json::from_str::<Value>(text) else { return QueuePolicy::default() };
-        let statements = match document.get("Statement") {
-            Some(Value::Array(all)) => all.iter().collect(),
-            Some(one @ Value::Object(_)) => vec![one],
-            _ => Vec::new(),
-        };
-        QueuePolicy { denies: statements.into_iter().filter_map(deny_of).collect() }
+        let denies = statements(text).iter().filter_map(|s| deny_of(s).ok().flatten()).collect();
+        QueuePolicy { denies }
     }
 
     /// The statement that denies `request`, by its `Sid` (or its place), if one does.
@@ -103,37 +100,79 @@ impl QueuePolicy {
     }
 }
 
-/// A `Deny` statement this endpoint can apply; `None` for an `Allow` or what it cannot read.
-fn deny_of(statement: &Value) -> Option<Deny> {
-    if statement.get("Effect")?.as_str()? != "Deny" || statement.get("NotPrincipal").is_some() {
-        return None;
+/// Why the policy `text` cannot be kept: a `Deny` statement this endpoint could not apply,
+/// named (a deny silently not applied would leave open what its writer meant to close).
+/// `None` for a policy whose every `Deny` applies; `Allow` statements are kept as given.
+pub fn refusal(text: &str) -> Option<String> {
+    statements(text).iter().find_map(|statement| deny_of(statement).err())
+}
+
+/// A policy document's statements (one statement object counts as a list of one).
+fn statements(text: &str) -> Vec<Value> {
+    match serde_json::from_str::<Value>(text).ok().and_then(|mut d| d.get_mut("Statement").map(Value::take)) {
+        Some(Value::Array(all)) => all,
+        Some(one @ Value::Object(_)) => vec![one],
+        _ => Vec::new(),
     }
-    let principals = match statement.get("Principal")? {
-        Value::String(star) if star == "*" => vec!["*".to_owned()],
-        Value::Object(by_kind) => strings(by_kind.get("AWS")?)?,
-        _ => return None,
+}
+
+/// A `Deny` statement as this endpoint applies it; `Ok(None)` for any other effect; `Err` naming
+/// what of a `Deny` it cannot apply.
+fn deny_of(statement: &Value) -> Result<Option<Deny>, String> {
+    if statement.get("Effect").and_then(Value::as_str) != Some("Deny") {
+        return Ok(None);
+    }
+    let which =
+        statement.get("Sid").and_then(Value::as_str).map_or_else(String::new, |sid| format!(" {sid}"));
+    let refuse = |what: String| Err(format!("the Deny statement{which}: {what}"));
+    if statement.get("NotPrincipal").is_some() {
+        return refuse("NotPrincipal is not supported; name the principals in Principal".into());
+    }
+    let principals = match statement.get("Principal") {
+        Some(Value::String(star)) if star == "*" => vec!["*".to_owned()],
+        Some(Value::Object(by_kind)) if by_kind.keys().all(|kind| kind == "AWS") => {
+            match by_kind.get("AWS").and_then(strings) {
+                Some(principals) => principals,
+                None => return refuse("Principal's AWS must be a string or a list of strings".into()),
+            }
+        }
+        _ => return refuse("Principal must be \"*\" or {\"AWS\": …} (no service principals here)".into()),
     };
-    let actions = matching(statement, "Action", "NotAction")?;
+    let Some(actions) = matching(statement, "Action", "NotAction") else {
+        return refuse("it needs an Action or a NotAction of strings".into());
+    };
     let resources = match (statement.get("Resource"), statement.get("NotResource")) {
         (None, None) => None,
-        _ => Some(matching(statement, "Resource", "NotResource")?),
+        _ => match matching(statement, "Resource", "NotResource") {
+            Some(resources) => Some(resources),
+            None => return refuse("Resource or NotResource must be strings, not both".into()),
+        },
     };
-    let conditions = match statement.get("Condition") {
-        None => Vec::new(),
+    let mut conditions = Vec::new();
+    match statement.get("Condition") {
+        None => {}
         Some(Value::Object(operators)) => {
-            let mut all = Vec::new();
             for (operator, keys) in operators {
-                let Value::Object(keys) = keys else { return None };
+                let Value::Object(keys) = keys else {
+                    return refuse(format!("condition {operator} is not an object"));
+                };
                 for (key, values) in keys {
-                    all.push(condition(operator, key, &strings(values)?)?);
+                    match strings(values).and_then(|values| condition(operator, key, &values)) {
+                        Some(condition) => conditions.push(condition),
+                        None => {
+                            return refuse(format!(
+                                "condition {operator} {key} is not supported (Bool aws:SecureTransport, \
+                                 IpAddress and NotIpAddress aws:SourceIp are)"
+                            ))
+                        }
+                    }
                 }
             }
-            all
         }
-        Some(_) => return None,
-    };
+        Some(_) => return refuse("Condition must be an object".into()),
+    }
     let sid = statement.get("Sid").and_then(Value::as_str).map(str::to_owned);
-    Some(Deny { sid, principals, actions, resources, conditions })
+    Ok(Some(Deny { sid, principals, actions, resources, conditions }))
 }
 
 fn matching(statement: &Value, key: &str, negated_key: &str) -> Option<Matching> {
@@ -406,6 +445,26 @@ mod tests {
         );
         assert!(not_action.denies(&facts("SendMessage", "u", true, "10.0.0.1")).is_some());
         assert!(not_action.denies(&facts("ReceiveMessage", "u", true, "10.0.0.1")).is_none());
+    }
+
+    /// A Deny that cannot be applied is refused by name when the policy is set; Allows are kept.
+    #[test]
+    fn a_deny_that_cannot_be_applied_is_refused_by_name() {
+        let vpce = r#"{"Statement":[{"Sid":"VpcOnly","Effect":"Deny","Principal":"*","Action":"sqs:*",
+            "Condition":{"StringNotEquals":{"aws:SourceVpce":"vpce-1"}}}]}"#;
+        let why = refusal(vpce).expect("refused");
+        assert!(why.contains("VpcOnly") && why.contains("StringNotEquals aws:SourceVpce"), "{why}");
+        let not_principal = r#"{"Statement":{"Effect":"Deny","NotPrincipal":{"AWS":"x"},"Action":"sqs:*"}}"#;
+        assert!(refusal(not_principal).unwrap().contains("NotPrincipal"));
+        let service =
+            r#"{"Statement":{"Effect":"Deny","Principal":{"Service":"sns.amazonaws.com"},"Action":"sqs:*"}}"#;
+        assert!(refusal(service).unwrap().contains("Principal"));
+        let sns = r#"{"Statement":[{"Effect":"Allow","Principal":{"Service":"sns.amazonaws.com"},
+            "Action":"sqs:SendMessage","Condition":{"ArnEquals":{"aws:SourceArn":"arn:aws:sns:x"}}}]}"#;
+        assert_eq!(refusal(sns), None, "an SNS subscription's Allow is kept as given");
+        let applied = r#"{"Statement":{"Effect":"Deny","Principal":"*","Action":"sqs:*",
+            "Condition":{"Bool":{"aws:SecureTransport":"false"}}}}"#;
+        assert_eq!(refusal(applied), None);
     }
 
     #[test]

@@ -327,10 +327,14 @@ fn check_stored_attribute(name: &str, value: &str) -> Result<(), SqsError> {
             "SqsManagedSseEnabled" => value == "true" || value == "false",
             _ => value.len() <= KMS_KEY_ID_MAX_BYTES,
         };
-    if valid {
-        Ok(())
-    } else {
-        Err(SqsError::InvalidAttributeValue(format!("Invalid value for the parameter {name}.")))
+    if !valid {
+        return Err(SqsError::InvalidAttributeValue(format!("Invalid value for the parameter {name}.")));
+    }
+    match crate::policy::refusal(value).filter(|_| name == "Policy") {
+        Some(why) => Err(SqsError::InvalidAttributeValue(format!(
+            "Invalid value for the parameter Policy. Reason: {why}."
+        ))),
+        None => Ok(()),
     }
 }
 
