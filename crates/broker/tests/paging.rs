@@ -447,22 +447,22 @@ fn paged_fifo_messages_keep_their_groups_across_a_restart() {
     let (mut tb, c, mut disk) = setup(FieldTable::from_entries([("x-sqs-fifo", FieldValue::Bool(true))]));
     for (n, group) in ["g1", "g2", "g1", "g2", "g1", "g3"].into_iter().enumerate() {
         let mut properties = properties(n);
-        properties.headers =
-            Some(FieldTable::from_entries([("x-sqs-message-group-id", FieldValue::LongStr(group.into()))]));
+        properties.headers = Some(group_headers(group));
         tb.publish_with(c, "", "q", properties, format!("body {n}").as_bytes(), false);
     }
     disk.sync(&mut tb);
-    let texts = |got: &[hourglass_broker::admin::SqsReceived]| -> Vec<String> {
-        got.iter().map(|r| String::from_utf8_lossy(&r.message.body).into_owned()).collect()
-    };
     let now = tb.clock.now();
     let first = tb.broker.sqs_receive("/", "q", 1, Some(30_000), now).unwrap();
-    assert_eq!(texts(&first), ["body 0"]);
+    assert_eq!(received_texts(&first), ["body 0"]);
     let mut restored = disk.restart(&tb, two_resident());
     let now = restored.clock.now();
     let got = restored.broker.sqs_receive("/", "q", 2, Some(30_000), now).unwrap();
-    assert_eq!(texts(&got), ["body 0", "body 2"], "g1's first is back at its place after the restart");
+    assert_eq!(
+        received_texts(&got),
+        ["body 0", "body 2"],
+        "g1's first is back at its place after the restart"
+    );
     let got = restored.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap();
-    assert_eq!(texts(&got), ["body 1", "body 3", "body 5"], "g1 waits; g2 then g3");
+    assert_eq!(received_texts(&got), ["body 1", "body 3", "body 5"], "g1 waits; g2 then g3");
     assert!(restored.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap().is_empty());
 }

@@ -372,19 +372,14 @@ fn fifo_groups_are_received_in_parallel_each_in_order() {
         },
     );
     for (group, body) in [("g1", "a"), ("g1", "b"), ("g2", "c"), ("g1", "d"), ("g3", "e")] {
-        let group = FieldValue::LongStr(group.into());
-        let headers = FieldTable::from_entries([("x-sqs-message-group-id", group)]);
-        let properties = BasicProperties { headers: Some(headers), ..Default::default() };
+        let properties = BasicProperties { headers: Some(group_headers(group)), ..Default::default() };
         tb.publish_with(c, "", "f.fifo", properties, body.as_bytes(), false);
     }
-    let bodies = |got: &[hourglass_broker::admin::SqsReceived]| -> Vec<String> {
-        got.iter().map(|r| String::from_utf8_lossy(&r.message.body).into_owned()).collect()
-    };
     let now = tb.clock.now();
     let first = tb.broker.sqs_receive("/", "f.fifo", 1, Some(30_000), now).unwrap();
-    assert_eq!(bodies(&first), ["a"]);
+    assert_eq!(received_texts(&first), ["a"]);
     let others = tb.broker.sqs_receive("/", "f.fifo", 10, Some(30_000), now).unwrap();
-    assert_eq!(bodies(&others), ["c", "e"], "g1 waits for a; g2 and g3 are free");
+    assert_eq!(received_texts(&others), ["c", "e"], "g1 waits for a; g2 and g3 are free");
     assert!(tb.broker.sqs_receive("/", "f.fifo", 10, Some(30_000), now).unwrap().is_empty());
 
     let woken = Arc::new(AtomicUsize::new(0));
@@ -398,15 +393,15 @@ fn fifo_groups_are_received_in_parallel_each_in_order() {
     tb.broker.sqs_delete("/", "f.fifo", &first[0].receipt_handle, now).unwrap();
     assert_eq!(woken.load(Ordering::SeqCst), 1, "a is deleted: g1 is free");
     let next = tb.broker.sqs_receive("/", "f.fifo", 10, Some(30_000), now).unwrap();
-    assert_eq!(bodies(&next), ["b", "d"], "one group's messages in order");
+    assert_eq!(received_texts(&next), ["b", "d"], "one group's messages in order");
 
     // b, d and e come back when their timeout runs out: b is g1's first again.
     tb.advance(Duration::from_millis(30_000));
     let now = tb.clock.now();
     let again = tb.broker.sqs_receive("/", "f.fifo", 1, Some(30_000), now).unwrap();
-    assert_eq!((bodies(&again), again[0].receive_count), (vec!["b".to_owned()], 2));
+    assert_eq!((received_texts(&again), again[0].receive_count), (vec!["b".to_owned()], 2));
     let rest = tb.broker.sqs_receive("/", "f.fifo", 10, Some(30_000), now).unwrap();
-    assert_eq!(bodies(&rest), ["e"], "g1 waits for b again");
+    assert_eq!(received_texts(&rest), ["e"], "g1 waits for b again");
     assert_eq!(stats(&tb, "f.fifo").messages_unacked, 2);
     // A standard queue hands out more while some are in flight, whatever their groups.
     declare(&mut tb, c, "s");
