@@ -554,3 +554,32 @@ fn a_visibility_change_by_an_old_handle_tells_expired_from_superseded() {
     tb.broker.sqs_delete("/", "jobs", &second.receipt_handle, now).unwrap();
     assert_eq!(change(&mut tb, &second.receipt_handle), Err(VisibilityError::HandleNotFound), "deleted");
 }
+
+/// A message-move task's record names the user it moves as, and the SQS endpoint takes running
+/// ones up at start. Only the endpoint may write it: a queue.declare carrying
+/// `x-sqs-move-task` is refused (406). Before, anyone who could declare a queue could forge a
+/// task that the next start ran as another user, into queues only that user may write.
+#[test]
+fn a_declared_move_task_is_refused() {
+    use hourglass_wire::{FieldTable, FieldValue, LongStr, QueueDeclare};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let forged = r#"{"handle":"h","user":"admin","source_arn":"arn:aws:sqs:us-east-1:000000000000:mine","destination_arn":"arn:aws:sqs:us-east-1:000000000000:theirs","rate":null,"status":"RUNNING","moved":0,"to_move":1,"started_ms":0,"failure":null}"#;
+    let arguments = FieldTable::from_entries([(
+        "x-sqs-move-task",
+        FieldValue::LongStr(LongStr::from(forged.to_owned())),
+    )]);
+    let effects =
+        tb.call(c, QueueDeclare { queue: hourglass_testkit::short("mine"), arguments, ..Default::default() });
+    let refused = channel_error(&effects).expect("the declare is refused");
+    assert_eq!(refused.reply_code, 406, "{refused:?}");
+    assert!(refused.reply_text.contains("x-sqs-move-task"), "{refused:?}");
+    assert!(tb.broker.queue_stats("/", "mine").is_none(), "no queue made");
+    // The endpoint itself still writes it on a queue that exists.
+    let c = tb.channel();
+    declare(&mut tb, c, "mine");
+    let change =
+        vec![("x-sqs-move-task".to_owned(), Some(FieldValue::LongStr(LongStr::from(forged.to_owned()))))];
+    tb.broker.sqs_set_arguments("/", "mine", change, tb.clock.now()).unwrap();
+    assert_eq!(tb.broker.sqs_queues_with_argument("x-sqs-move-task").len(), 1);
+}

@@ -28,7 +28,7 @@ use crate::{Caller, SqsState};
 const TICK: Duration = Duration::from_millis(100);
 const TICKS_PER_SECOND: u64 = 10;
 /// The source queue's argument holding its latest task (JSON).
-pub const TASK_ARG: &str = "x-sqs-move-task";
+pub const TASK_ARG: &str = hourglass_broker::admin::SQS_MOVE_TASK_ARG;
 /// How often a running task writes how far it got.
 const PERSIST_EVERY: Duration = Duration::from_secs(2);
 /// AWS's range for `MaxNumberOfMessagesPerSecond`, and the rate without one.

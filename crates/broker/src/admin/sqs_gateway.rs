@@ -193,6 +193,12 @@ pub enum SqsGatewayError {
 /// SQS's visibility timeout of a queue that sets none: 30 s.
 pub const SQS_DEFAULT_VISIBILITY_MS: u64 = 30_000;
 
+/// The argument a message-move task's source queue keeps the task in (the SQS endpoint's
+/// `moves.rs`). It names the user the task moves as, so only the endpoint may write it, through
+/// [`Broker::sqs_set_arguments`]: a queue.declare carrying it is refused, or anyone who may
+/// declare a queue could have a task run as another user after the next start.
+pub const SQS_MOVE_TASK_ARG: &str = "x-sqs-move-task";
+
 impl Broker {
     /// SendMessage: a message into `queue` of `vhost` as the default exchange would route it,
     /// ready after `delay_ms` (SQS's per-message `DelaySeconds`; `None`: the queue's own

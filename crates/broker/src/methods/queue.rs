@@ -302,6 +302,13 @@ impl Broker {
     }
 
     fn create_queue(&mut self, vhost: &str, spec: QueueSpec, now: Timestamp) -> Result<QueueId, AmqpError> {
+        if spec.arguments.contains_key(crate::admin::SQS_MOVE_TASK_ARG) {
+            return Err(errors::precondition_failed(format!(
+                "invalid arg '{}' for queue '{}' in vhost '{vhost}': it is written by the SQS endpoint's message-move tasks only",
+                crate::admin::SQS_MOVE_TASK_ARG,
+                spec.name
+            )));
+        }
         let args = QueueArgs::parse(&spec.arguments, &spec.name.as_str(), vhost, spec.durable)?;
         args.check_new_declaration(&spec.name.as_str(), vhost)?;
         let id = self.new_queue_id();
