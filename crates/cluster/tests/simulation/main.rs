@@ -158,7 +158,7 @@ fn a_crashed_leader_is_deposed_and_replaced_before_its_lease_could_run_out() {
         world.run_to(10 * SECOND).unwrap_or_else(|v| fail(seed, &v.what, &v.trace));
         let old = world.leader().unwrap_or_else(|| fail(seed, "no leader after 10 s", &world.trace));
         let crashed_at = world.now();
-        world.crash_for(old, 8 * SECOND);
+        world.crash(old, 8 * SECOND);
         world.run_to(crashed_at + 10 * SECOND).unwrap_or_else(|v| fail(seed, &v.what, &v.trace));
         let first = world
             .first_confirm_after(crashed_at)

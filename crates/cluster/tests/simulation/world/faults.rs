@@ -15,11 +15,6 @@ impl World {
         self.net.cut(End::Node(node), End::Etcd);
     }
 
-    /// Crashes `node` (its process ends) for `down_for`.
-    pub fn crash_for(&mut self, node: usize, down_for: Micros) {
-        self.crash(node, down_for);
-    }
-
     /// A follower of the current leader (the first by index).
     pub fn a_follower(&self) -> Option<usize> {
         let leader = self.leader_now()?;

@@ -77,7 +77,8 @@ impl World {
         }
     }
 
-    pub(super) fn crash(&mut self, n: usize, down_for: Micros) {
+    /// Crashes node `n` (its process ends) for `down_for`.
+    pub fn crash(&mut self, n: usize, down_for: Micros) {
         self.streams_end(n);
         self.nodes[n].down = true;
         self.nodes[n].life += 1;
