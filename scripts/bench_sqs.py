@@ -3,7 +3,12 @@
 and ReceiveMessage (+ DeleteMessageBatch) rates, each server's CPU per message from /proc, and
 long-poll wake-up latency. Bounded: a fixed number of messages per row and 20 long polls.
 
+--kind picks the queue (issue 40): `standard` (no groups), `fair` (a standard queue, each send's
+MessageGroupId one of --groups tenants) or `fifo` (a high-throughput FIFO queue:
+DeduplicationScope messageGroup, FifoThroughputLimit perMessageGroupId, --groups groups).
+
 Usage: scripts/bench_sqs.py [--hourglass target/release/hourglass] [--messages 20000]
+                            [--kind standard|fair|fifo] [--groups 100] [--without-moto]
 Needs boto3 and moto[server] (pip). Starts both servers on free loopback ports with fresh state and
 stops only them. Prints a Markdown table for docs/benchmarks.md.
 """
@@ -59,14 +64,35 @@ def start_moto():
     return proc, port, lambda: None
 
 
-def measure(name, proc, port, messages):
+def bench_queue(sqs, kind):
+    """The queue a row loads, by --kind."""
+    if kind == "fifo":
+        attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true",
+                      "DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId"}
+        return sqs.create_queue(QueueName="bench.fifo", Attributes=attributes)["QueueUrl"]
+    return sqs.create_queue(QueueName="bench")["QueueUrl"]
+
+
+def batch_entries(kind, groups, first):
+    """Ten 16-byte messages from message `first` on, with their groups where the kind has them
+    (a FIFO body is unique: content-based deduplication would drop repeats)."""
+    entries = []
+    for j in range(10):
+        n = first + j
+        entry = {"Id": str(j), "MessageBody": "x" * 16 if kind != "fifo" else f"{n:016d}"}
+        if kind != "standard":
+            entry["MessageGroupId"] = f"g{n % groups}"
+        entries.append(entry)
+    return entries
+
+
+def measure(name, proc, port, messages, kind="standard", groups=100):
     sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
                        aws_access_key_id="guest", aws_secret_access_key="guest")
-    url = sqs.create_queue(QueueName="bench")["QueueUrl"]
-    body = "x" * 16
+    url = bench_queue(sqs, kind)
     cpu, start = cpu_seconds(proc.pid), time.monotonic()
     for i in range(messages // 10):
-        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(j), "MessageBody": body} for j in range(10)])
+        sqs.send_message_batch(QueueUrl=url, Entries=batch_entries(kind, groups, i * 10))
     send_s, send_cpu = time.monotonic() - start, cpu_seconds(proc.pid) - cpu
     cpu, start, received = cpu_seconds(proc.pid), time.monotonic(), 0
     deadline = start + 120
@@ -110,16 +136,21 @@ def main():
     args = argparse.ArgumentParser()
     args.add_argument("--hourglass", default="target/release/hourglass")
     args.add_argument("--messages", type=int, default=20000)
+    args.add_argument("--kind", choices=("standard", "fair", "fifo"), default="standard")
+    args.add_argument("--groups", type=int, default=100)
+    args.add_argument("--without-moto", action="store_true", help="Hourglass alone (moto slows down with N)")
     opts = args.parse_args()
     rows = []
-    for name, start in (("Hourglass", lambda: start_hourglass(opts.hourglass)), ("moto", start_moto)):
+    servers = [("Hourglass", lambda: start_hourglass(opts.hourglass)), ("moto", start_moto)]
+    for name, start in servers[:1] if opts.without_moto else servers:
         proc, port, cleanup = start()
         try:
-            rows.append(measure(name, proc, port, opts.messages))
+            rows.append(measure(name, proc, port, opts.messages, opts.kind, opts.groups))
         finally:
             proc.terminate()
             proc.wait()
             cleanup()
+    print(f"{opts.kind} queue, {opts.messages} messages" + (f", {opts.groups} groups" if opts.kind != "standard" else ""))
     print("| server | SendMessageBatch msg/s | server CPU µs/msg sent | Receive+DeleteBatch msg/s | server CPU µs/msg received | long-poll wake p50 / max (of woken) |")
     print("|---|---|---|---|---|---|")
     for r in rows:

@@ -582,6 +582,19 @@ def _(s):
             f"received: {', '.join(sorted(a))}; SequenceNumber same as send's: {a.get('SequenceNumber') == numbers[0]}")
 
 
+@scenario("fair queue: a noisy tenant (30 of 30 in flight) after a quiet one; MessageGroupId back")
+def _(s):
+    url = s.create("sbs-tenants")
+    for start in range(0, 40, 10):
+        s.sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": str(i), "MessageBody": f"busy-{i}", "MessageGroupId": "busy"} for i in range(start, start + 10)])
+    held = sum(len(s.receive(url, MaxNumberOfMessages=10, VisibilityTimeout=60)) for _ in range(3))
+    s.sqs.send_message(QueueUrl=url, MessageBody="quiet-0", MessageGroupId="quiet")
+    got = s.receive(url, MaxNumberOfMessages=2, VisibilityTimeout=60, MessageSystemAttributeNames=["MessageGroupId"])
+    return (f"{held} of busy in flight; next two: "
+            f"{[(m['Body'], m.get('Attributes', {}).get('MessageGroupId')) for m in got]}")
+
+
 @scenario("ListQueues: prefix, MaxResults 2 / NextToken")
 def _(s):
     made = sorted(s.create(f"sbs-lq-{c}") for c in "abc")

@@ -339,6 +339,24 @@ assert code_of(lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageDe
 for queue in (fifo, content):
     sqs.delete_queue(QueueUrl=queue)
 
+# A fair queue (SQS's fair queues): a standard queue's MessageGroupId names a tenant. Tenant
+# "busy" holds 30 of 30 messages in flight (noisy), so a later quiet tenant's message is received
+# before busy's older ones; MessageGroupId comes back on receive.
+fair = sqs.create_queue(QueueName="boto-tenants", Attributes={"VisibilityTimeout": "60"})["QueueUrl"]
+for start in range(0, 40, 10):
+    sqs.send_message_batch(QueueUrl=fair, Entries=[
+        {"Id": str(i), "MessageBody": "busy-%d" % i, "MessageGroupId": "busy"} for i in range(start, start + 10)])
+in_flight = []
+for _ in range(3):
+    in_flight += sqs.receive_message(QueueUrl=fair, MaxNumberOfMessages=10)["Messages"]
+assert [m["Body"] for m in in_flight] == ["busy-%d" % i for i in range(30)], in_flight
+sqs.send_message(QueueUrl=fair, MessageBody="quiet-0", MessageGroupId="quiet")
+taken = sqs.receive_message(QueueUrl=fair, MaxNumberOfMessages=2, MessageSystemAttributeNames=["MessageGroupId"])["Messages"]
+assert [(m["Body"], m["Attributes"]["MessageGroupId"]) for m in taken] == [("quiet-0", "quiet"), ("busy-30", "busy")], taken
+assert code_of(lambda: sqs.send_message(QueueUrl=fair, MessageBody="x", MessageGroupId="bad id")) == (
+    "InvalidParameterValue", 400)
+sqs.delete_queue(QueueUrl=fair)
+
 # A late delete (AWS's rule, issue 40 item 1): once the visibility timeout has run out, the old
 # handle still deletes the message while it waits in the queue, not received again by anyone.
 late = sqs.create_queue(QueueName="boto-late")["QueueUrl"]

@@ -411,6 +411,66 @@ fn fifo_groups_are_received_in_parallel_each_in_order() {
     assert_eq!(tb.broker.sqs_receive("/", "s", 1, Some(30_000), now).unwrap().len(), 1);
 }
 
+/// An SQS standard queue is fair (issue 40, SQS's fair queues): a tenant (a `MessageGroupId`)
+/// holding more than a tenth of the messages in flight, and at least 30, is noisy, and the
+/// quiet tenants' messages, those without a group among them, are received before its older
+/// ones; with no quiet message left the noisy tenant's come again. An AMQP consumer of the same
+/// queue is served in the same order. Before, the queue handed out strictly oldest first.
+#[test]
+fn a_noisy_tenant_is_received_after_the_quiet_ones() {
+    use hourglass_wire::{BasicGet, BasicProperties, FieldTable, FieldValue};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    // Any `x-sqs-*` argument marks a queue made over SQS; a standard one is fair.
+    let arguments = FieldTable::from_entries([("x-sqs-created-timestamp", FieldValue::I64(1))]);
+    let spec = hourglass_wire::QueueDeclare {
+        queue: hourglass_testkit::short("tenants"),
+        arguments,
+        ..Default::default()
+    };
+    declare_with(&mut tb, c, spec);
+    let publish = |tb: &mut TestBroker, group: Option<&str>, body: String| {
+        let properties = BasicProperties { headers: group.map(group_headers), ..Default::default() };
+        tb.publish_with(c, "", "tenants", properties, body.as_bytes(), false);
+    };
+    for i in 0..40 {
+        publish(&mut tb, Some("A"), format!("a{i}"));
+    }
+    publish(&mut tb, Some("B"), "b0".into());
+    publish(&mut tb, None, "u0".into());
+    publish(&mut tb, Some("B"), "b1".into());
+    let now = tb.clock.now();
+    let mut received = Vec::new();
+    for _ in 0..3 {
+        received
+            .extend(received_texts(&tb.broker.sqs_receive("/", "tenants", 10, Some(30_000), now).unwrap()));
+    }
+    assert_eq!(
+        received,
+        (0..30).map(|i| format!("a{i}")).collect::<Vec<_>>(),
+        "A is quiet up to 30 in flight"
+    );
+    let next = tb.broker.sqs_receive("/", "tenants", 4, Some(30_000), now).unwrap();
+    assert_eq!(received_texts(&next), ["b0", "u0", "b1", "a30"], "A (30 of 30 in flight) after B and u0");
+
+    // An AMQP consumer of the queue: A still holds 31 of 33 in flight; a new quiet message
+    // goes before A's older ones, and A's again once nothing quiet is left.
+    publish(&mut tb, Some("C"), "c0".into());
+    let got = |tb: &mut TestBroker| {
+        got_texts(&tb.call(c, BasicGet { queue: hourglass_testkit::short("tenants"), no_ack: false }))
+    };
+    assert_eq!(got(&mut tb), ["c0"]);
+    assert_eq!(got(&mut tb), ["a31"]);
+    // A standard queue declared over AMQP keeps RabbitMQ's order, groups or not.
+    declare(&mut tb, c, "plain");
+    for (group, body) in [("A", "p0"), ("A", "p1"), ("B", "p2")] {
+        let properties = BasicProperties { headers: Some(group_headers(group)), ..Default::default() };
+        tb.publish_with(c, "", "plain", properties, body.as_bytes(), false);
+    }
+    let all = tb.broker.sqs_receive("/", "plain", 10, Some(30_000), now).unwrap();
+    assert_eq!(received_texts(&all), ["p0", "p1", "p2"]);
+}
+
 /// Issue 41 (a receive read the raw `x-visibility-timeout`): a receive without a
 /// `VisibilityTimeout` of its own holds the message for the queue's visibility timeout as it runs,
 /// a policy's included; SQS's 30 s only where nothing sets one.

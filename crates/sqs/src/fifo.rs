@@ -1,6 +1,6 @@
 //! SQS FIFO queues (docs/sqs.md, "FIFO queues"): a `.fifo` queue made with `FifoQueue` is an
 //! ordinary queue with `x-sqs-fifo` (the broker hands SQS receives the messages of groups with
-//! nothing in flight, so each group is received in order: `queue/fifo_groups.rs`) and the broker's deduplication
+//! nothing in flight, so each group is received in order: `queue/message_groups.rs`) and the broker's deduplication
 //! (semantics §8) over SQS's 5-minute interval. Sends carry a `MessageGroupId` and a
 //! `MessageDeduplicationId` (or the body's SHA-256 under `ContentBasedDeduplication`) as headers
 //! AMQP consumers see, and a `SequenceNumber`.
@@ -20,7 +20,7 @@ const SCOPE_ARG: &str = "x-sqs-deduplication-scope";
 const THROUGHPUT_ARG: &str = "x-sqs-fifo-throughput-limit";
 /// The headers a FIFO message carries. The deduplication id is the broker's default
 /// deduplication header, so AMQP publishers deduplicate against SQS senders on the same queue.
-const GROUP_HEADER: &str = hourglass_broker::queue::fifo_groups::GROUP_HEADER;
+const GROUP_HEADER: &str = hourglass_broker::queue::message_groups::GROUP_HEADER;
 const DEDUPLICATION_HEADER: &str = hourglass_broker::queue::dedup::DEFAULT_HEADER;
 /// The id as sent, when the deduplication scope is the message group (the header above then
 /// holds the group and the id).
@@ -181,18 +181,22 @@ impl FifoSettings {
     }
 }
 
-/// A standard queue's send names no FIFO parameter but `MessageGroupId` (kept, without effect).
-pub fn check_standard_send(input: &Input<'_>) -> Result<(), SqsError> {
+/// The headers of a standard queue's send: it names no FIFO parameter but `MessageGroupId`, its
+/// tenant in a fair queue (`queue/message_groups.rs`), kept in the same header as a FIFO group.
+pub fn standard_send_headers(input: &Input<'_>) -> Result<Vec<(String, FieldValue)>, SqsError> {
     if input.value("MessageDeduplicationId").is_some() {
         return Err(SqsError::InvalidParameterValue(
             "The request include parameter MessageDeduplicationId that is not valid for this queue type"
                 .into(),
         ));
     }
-    Ok(())
+    let Some(group) = input.string("MessageGroupId")? else { return Ok(Vec::new()) };
+    check_id("MessageGroupId", group)?;
+    Ok(vec![(GROUP_HEADER.to_owned(), FieldValue::LongStr(LongStr::from(group.to_owned())))])
 }
 
-/// The FIFO system attributes of a received message, as ReceiveMessage shows them.
+/// The group system attributes of a received message (a FIFO queue's, and a fair queue's
+/// `MessageGroupId`), as ReceiveMessage shows them.
 pub fn received_attributes(
     headers: Option<&FieldTable>,
     wants: impl Fn(&str) -> bool,
@@ -256,6 +260,26 @@ mod tests {
         for bad in ["orders", ".fifo", "a.b.fifo", "x.fifo.fifo", &format!("{}.fifo", "a".repeat(76))] {
             assert!(check_name(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_standard_send_keeps_its_group_as_a_fair_queue_tenant() {
+        let headers = |input: Value| standard_send_headers(&Input::new(&input).unwrap());
+        assert_eq!(headers(json!({})).unwrap(), Vec::new());
+        let kept = headers(json!({"MessageGroupId": "tenant-1"})).unwrap();
+        assert_eq!(
+            kept,
+            vec![(GROUP_HEADER.to_owned(), FieldValue::LongStr(LongStr::from("tenant-1".to_owned())))]
+        );
+        assert!(matches!(headers(json!({"MessageGroupId": "a b"})), Err(SqsError::InvalidParameterValue(_))));
+        assert!(matches!(
+            headers(json!({"MessageGroupId": "g".repeat(129)})),
+            Err(SqsError::InvalidParameterValue(_))
+        ));
+        assert!(matches!(
+            headers(json!({"MessageDeduplicationId": "d"})),
+            Err(SqsError::InvalidParameterValue(_))
+        ));
     }
 
     #[test]

@@ -98,12 +98,12 @@ fn outgoing(
 ) -> Result<Outgoing, SqsError> {
     let body = input.required("MessageBody")?;
     check_body(body)?;
-    let fifo = match &rules.fifo {
-        Some(settings) => Some(settings.send_headers(input, body, &state.sequence, now_ms)?),
-        None => {
-            fifo::check_standard_send(input)?;
-            None
+    let (group_headers, sequence_number) = match &rules.fifo {
+        Some(settings) => {
+            let (headers, sequence) = settings.send_headers(input, body, &state.sequence, now_ms)?;
+            (headers, Some(sequence))
         }
+        None => (fifo::standard_send_headers(input)?, None),
     };
     let size_max = rules.size_max;
     let delay_ms = input.integer("DelaySeconds", 0..=900)?.map(|s| s as u64 * 1000);
@@ -119,10 +119,7 @@ fn outgoing(
     let mut headers = attributes::to_headers(&attributes);
     headers.push((SENT_HEADER.to_owned(), FieldValue::I64(now_ms as i64)));
     headers.extend(system_attributes::to_headers(&system));
-    let sequence_number = fifo.map(|(fifo_headers, sequence)| {
-        headers.extend(fifo_headers);
-        sequence
-    });
+    headers.extend(group_headers);
     let properties = BasicProperties {
         delivery_mode: Some(2),
         message_id: ShortStr::try_from(message_id.as_str()).ok(),

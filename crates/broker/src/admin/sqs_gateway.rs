@@ -26,7 +26,7 @@ use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
 use crate::persist::Changed;
 use crate::queue::args::QueueArgs;
-use crate::queue::{dead_letter, fifo_groups};
+use crate::queue::{dead_letter, message_groups};
 use crate::queue::{QueueId, ReturnKind};
 use crate::time::Timestamp;
 
@@ -240,7 +240,7 @@ impl Broker {
     /// queue's visibility timeout as it runs, policies applied, else 30 s; 0: visible
     /// again at once) unless deleted first. From an SQS FIFO queue, only messages of groups
     /// with nothing in flight, as many of one group as there are before the next group's
-    /// (`queue/fifo_groups.rs`).
+    /// (`queue/message_groups.rs`).
     pub fn sqs_receive(
         &mut self,
         vhost: &str,
@@ -265,8 +265,8 @@ impl Broker {
                 break;
             };
             let Some(receipt_handle) = got.receipt_handle else { break };
-            // A FIFO receive goes on in this message's group (`fifo_groups.rs`).
-            taken = fifo.then(|| fifo_groups::group_of(&got.message));
+            // A FIFO receive goes on in this message's group (`message_groups.rs`).
+            taken = fifo.then(|| message_groups::group_of(&got.message));
             let earlier = dead_letter::earlier_receives(&got.message);
             received.push(SqsReceived {
                 receipt_handle,
@@ -427,8 +427,7 @@ impl Broker {
         let persisted = q.is_persisted();
         let ttl_before = q.args.message_ttl_ms;
         if let Some(q) = self.queues.get_mut(&id) {
-            q.spec.arguments = arguments;
-            q.args = args;
+            q.set_arguments(arguments, args);
         }
         self.apply_queue_policies(id, now);
         if let Some(q) = self.queues.get_mut(&id).filter(|q| q.args.message_ttl_ms != ttl_before) {

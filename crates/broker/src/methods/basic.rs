@@ -20,7 +20,7 @@ use crate::message::Message;
 use crate::message_stats::{Confirm, DeliveryKind, PublishOutcome};
 use crate::queue::args::QueueType;
 use crate::queue::consumers::Consumer;
-use crate::queue::fifo_groups::GroupKey;
+use crate::queue::message_groups::GroupKey;
 use crate::queue::visibility::{self, Deadline, DeliveryRef};
 use crate::queue::{args, ttl, DeathReason, QueueId, ReturnKind};
 use crate::receipts::Receipt;
@@ -42,7 +42,7 @@ pub(crate) enum HandOut {
     /// `VisibilityTimeout`, 0 included).
     Visibility(u64),
     /// An SQS receive: as `Visibility`, and from an SQS FIFO queue the next message of group
-    /// `taken` (this receive's last) or of a group with nothing in flight (`fifo_groups.rs`).
+    /// `taken` (this receive's last) or of a group with nothing in flight (`message_groups.rs`).
     SqsReceive { visibility_ms: u64, taken: Option<GroupKey> },
 }
 

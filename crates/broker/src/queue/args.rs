@@ -91,7 +91,7 @@ pub struct QueueArgs {
     pub deduplication: Option<DedupSpec>,
     /// `x-sqs-fifo` (an SQS FIFO queue, docs/sqs.md): the SQS endpoint receives a message group
     /// only while none of its messages is in flight, so each group is received in order
-    /// (`queue/fifo_groups.rs`). Fixed for the queue's life.
+    /// (`queue/message_groups.rs`). Fixed for the queue's life.
     pub sqs_fifo: bool,
     /// The settings a policy can also give, as the queue's own arguments gave them (before
     /// policies): what `policy::merge` starts from when policies change.

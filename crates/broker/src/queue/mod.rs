@@ -14,7 +14,7 @@ pub(crate) mod far_delays;
 pub(crate) mod far_files;
 pub(crate) mod far_record;
 pub(crate) mod far_roster;
-pub mod fifo_groups;
+pub mod message_groups;
 pub(crate) mod overflow;
 pub(crate) mod packed;
 pub(crate) mod paging;
@@ -44,7 +44,7 @@ use delay::{DelayIndex, Waiting};
 pub use delay::{DelayedInfo, NEAR_HORIZON_MS};
 use entry::{Entry, Paged, Payload, Seq};
 pub use far_files::{MemorySpillFiles, SpillFiles};
-use fifo_groups::{FifoGroups, GroupKey};
+use message_groups::{GroupKey, GroupOrder, MessageGroups};
 use packed::Packed;
 use paging::Pager;
 pub use paging::PagingLimits;
@@ -101,8 +101,30 @@ pub(crate) struct Queue {
     pub dispatch_again: Option<Timestamp>,
     /// The deduplication ids held, when the queue deduplicates (semantics §8).
     pub dedup: dedup::DedupCache,
-    /// An SQS FIFO queue's message groups (declared with `x-sqs-fifo`, fixed for its life).
-    fifo_groups: Option<FifoGroups>,
+    /// How an SQS queue's message groups order its receives (`message_groups.rs`): a FIFO
+    /// queue's (declared with `x-sqs-fifo`) or a standard one's tenants (made with an
+    /// `x-sqs-*` argument). Fixed when the queue is made or restored.
+    group_order: Option<GroupOrder>,
+    /// The groups, kept by a FIFO queue from the start and by a fair queue from its first
+    /// message with a group (a queue without groups pays nothing for them).
+    groups: Option<MessageGroups>,
+}
+
+/// Whether a queue with this spec was made or changed over SQS: it carries an `x-sqs-*`
+/// argument.
+fn is_sqs_managed(spec: &QueueSpec) -> bool {
+    spec.arguments.iter().any(|(key, _)| key.as_bytes().starts_with(b"x-sqs-"))
+}
+
+/// How a queue's message groups order its receives: an SQS FIFO queue's groups one message
+/// at a time, an SQS standard queue's tenants fairly; a queue declared over AMQP keeps
+/// RabbitMQ's order and no groups.
+fn group_order(args: &QueueArgs, spec: &QueueSpec) -> Option<GroupOrder> {
+    if args.sqs_fifo {
+        Some(GroupOrder::Fifo)
+    } else {
+        is_sqs_managed(spec).then_some(GroupOrder::Fair)
+    }
 }
 
 /// Events counted over a queue's life (semantics §7).
@@ -131,7 +153,8 @@ impl Queue {
         now: Timestamp,
     ) -> Self {
         let (max_priority, default_priority) = args.priority_levels();
-        let fifo_groups = args.sqs_fifo.then(FifoGroups::default);
+        let group_order = group_order(&args, &spec);
+        let groups = group_order.filter(|order| *order == GroupOrder::Fifo).map(MessageGroups::new);
         Queue {
             id,
             vhost,
@@ -151,7 +174,8 @@ impl Queue {
             pager,
             dispatch_again: None,
             dedup: dedup::DedupCache::default(),
-            fifo_groups,
+            group_order,
+            groups,
         }
     }
 
@@ -163,34 +187,43 @@ impl Queue {
     /// FIFO queue one per group with a ready message and none in flight, so that no message is
     /// received while one before it in its group is (docs/sqs.md).
     pub fn sqs_receivable(&self) -> usize {
-        match &self.fifo_groups {
-            Some(groups) => groups.receivable_groups(),
-            None => self.ready.message_count(),
+        match &self.groups {
+            Some(groups) if groups.order() == GroupOrder::Fifo => groups.receivable_groups(),
+            _ => self.ready.message_count(),
         }
     }
 
-    /// The group of `entry`'s message, read back if it is not in memory (an SQS FIFO queue
-    /// only); one that cannot be read is in the group of messages without one.
-    fn fifo_group(&self, entry: &Entry) -> GroupKey {
+    /// The group of `entry`'s message, read back if it is not in memory (an SQS queue only);
+    /// one that cannot be read is in the group of messages without one.
+    fn group_of(&self, entry: &Entry) -> GroupKey {
         match self.pager.message_of(&entry.payload) {
-            Ok(message) => fifo_groups::group_of(&message),
-            Err(_) => fifo_groups::NO_GROUP,
+            Ok(message) => message_groups::group_of(&message),
+            Err(_) => message_groups::NO_GROUP,
         }
     }
 
-    /// Notes that `entry` became ready, for an SQS FIFO queue's groups.
-    fn fifo_ready(&mut self, entry: &Entry) {
-        if self.fifo_groups.is_some() {
-            let group = self.fifo_group(entry);
-            if let Some(groups) = &mut self.fifo_groups {
-                groups.ready(entry.seq, group);
+    /// Notes that `entry` became ready, for an SQS queue's groups. A fair queue reads the
+    /// group of a message in memory only: one waiting paged out (restored, or a delayed one
+    /// falling due) counts as without a group rather than costing a read
+    /// (`message_groups.rs`).
+    fn group_ready(&mut self, entry: &Entry) {
+        let Some(order) = self.group_order else { return };
+        let group = match order {
+            GroupOrder::Fifo => self.group_of(entry),
+            GroupOrder::Fair => {
+                entry.resident().map_or(message_groups::NO_GROUP, |m| message_groups::group_of(m))
             }
+        };
+        // A fair queue's groups start with its first message that has one.
+        if self.groups.is_none() && group == message_groups::NO_GROUP {
+            return;
         }
+        self.groups.get_or_insert_with(|| MessageGroups::new(order)).ready(entry.seq, group);
     }
 
-    /// Notes that `seq` left the ready messages, for an SQS FIFO queue's groups.
-    fn fifo_left_ready(&mut self, seq: Seq) {
-        if let Some(groups) = &mut self.fifo_groups {
+    /// Notes that `seq` left the ready messages, for an SQS queue's groups.
+    fn group_left_ready(&mut self, seq: Seq) {
+        if let Some(groups) = &mut self.groups {
             groups.left_ready(seq);
         }
     }
@@ -262,9 +295,20 @@ impl Queue {
         self.spec.durable && self.spec.exclusive_owner.is_none()
     }
 
+    /// Gives the queue new arguments, parsed as `args` (SQS's SetQueueAttributes): a queue
+    /// declared over AMQP and changed over SQS becomes fair from its next message with a group
+    /// (`x-sqs-fifo` is fixed, so a FIFO queue stays one).
+    pub fn set_arguments(&mut self, arguments: FieldTable, args: QueueArgs) {
+        self.spec.arguments = arguments;
+        self.args = args;
+        if self.group_order.is_none() {
+            self.group_order = group_order(&self.args, &self.spec);
+        }
+    }
+
     /// Whether the queue was made or changed over SQS (it carries an `x-sqs-*` argument).
     pub fn is_sqs_managed(&self) -> bool {
-        self.spec.arguments.iter().any(|(key, _)| key.as_bytes().starts_with(b"x-sqs-"))
+        is_sqs_managed(&self.spec)
     }
 
     /// Puts a message recovered from the store back: delayed until `wait_until` when set, else
@@ -289,7 +333,7 @@ impl Queue {
                 entry.payload = Payload::Packed(packed);
             }
         }
-        self.fifo_ready(&entry);
+        self.group_ready(&entry);
         self.ready.push_back(entry);
     }
 
@@ -299,10 +343,21 @@ impl Queue {
         self.pager.limits.pages_out(count, bytes)
     }
 
-    /// Takes the next ready message for a delivery, in memory: a paged head is read back first,
-    /// with a batch behind it (ADR 0007); one that cannot be read is dropped (`Pager::page_in`)
-    /// and the next one taken.
+    /// Takes the next ready message for a delivery, in memory: in a fair queue a quiet
+    /// tenant's before a noisy one's (`message_groups.rs`), else the oldest. A paged head is
+    /// read back first, with a batch behind it (ADR 0007); one that cannot be read is dropped
+    /// (`Pager::page_in`) and the next one taken.
     pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
+        while let Some(seq) = self.groups.as_ref().and_then(MessageGroups::fair_choice) {
+            if let Some(entry) = self.take_ready(seq, expect_ack) {
+                return Some(entry);
+            }
+        }
+        self.take_oldest(expect_ack)
+    }
+
+    /// Takes the oldest ready message (see `take_for_delivery`).
+    fn take_oldest(&mut self, expect_ack: bool) -> Option<Entry> {
         loop {
             if self.ready.head_is_not_resident() {
                 let pager = &mut self.pager;
@@ -310,7 +365,7 @@ impl Queue {
                 self.ready.page_in_head(read_ahead, |payload| pager.make_resident(payload).is_ok());
             }
             let mut entry = self.ready.pop_front()?;
-            self.fifo_left_ready(entry.seq);
+            self.group_left_ready(entry.seq);
             if self.pager.page_in(&mut entry) {
                 self.mark_delivered(&entry, expect_ack);
                 return Some(entry);
@@ -320,30 +375,39 @@ impl Queue {
 
     /// Takes the next ready message for an SQS receive, awaiting its delete: from an SQS FIFO
     /// queue the next of group `taken` (the group this receive took its last message from), else
-    /// the oldest of a group with nothing in flight (`fifo_groups.rs`); from any other queue the
-    /// next, as for a delivery.
+    /// the oldest of a group with nothing in flight (`message_groups.rs`); from any other queue
+    /// the next, as for a delivery.
     pub fn take_for_sqs_receive(&mut self, taken: Option<GroupKey>) -> Option<Entry> {
-        if self.fifo_groups.is_none() {
+        if self.groups.as_ref().is_none_or(|groups| groups.order() != GroupOrder::Fifo) {
             return self.take_for_delivery(true);
         }
         loop {
-            let seq = self.fifo_groups.as_ref()?.next_receivable(taken)?;
-            let Some(mut entry) = self.remove_ready(seq) else {
-                // Not among the ready messages after all: forget it rather than offer it again.
-                self.fifo_left_ready(seq);
-                continue;
-            };
-            if self.pager.page_in(&mut entry) {
-                self.mark_delivered(&entry, true);
+            let seq = self.groups.as_ref()?.next_receivable(taken)?;
+            if let Some(entry) = self.take_ready(seq, true) {
                 return Some(entry);
             }
         }
     }
 
+    /// Takes ready message `seq` for a delivery, read back if paged out. `None` when it cannot
+    /// be: not among the ready messages after all (then forgotten by the groups rather than
+    /// offered again), or unreadable (dropped, `Pager::page_in`).
+    fn take_ready(&mut self, seq: Seq, expect_ack: bool) -> Option<Entry> {
+        let Some(mut entry) = self.remove_ready(seq) else {
+            self.group_left_ready(seq);
+            return None;
+        };
+        if !self.pager.page_in(&mut entry) {
+            return None;
+        }
+        self.mark_delivered(&entry, expect_ack);
+        Some(entry)
+    }
+
     /// Removes ready message `seq`, wherever it is in the queue.
     pub fn remove_ready(&mut self, seq: Seq) -> Option<Entry> {
         let entry = self.ready.remove(seq)?;
-        self.fifo_left_ready(seq);
+        self.group_left_ready(seq);
         Some(entry)
     }
 
@@ -352,9 +416,9 @@ impl Queue {
     pub fn mark_delivered(&mut self, entry: &Entry, expect_ack: bool) {
         if expect_ack {
             self.unacked.add(entry);
-            if self.fifo_groups.is_some() {
-                let group = self.fifo_group(entry);
-                if let Some(groups) = &mut self.fifo_groups {
+            if self.groups.is_some() {
+                let group = self.group_of(entry);
+                if let Some(groups) = &mut self.groups {
                     groups.delivered(group);
                 }
             }
@@ -378,9 +442,9 @@ impl Queue {
     /// longer unacked.
     pub fn settle(&mut self, entry: &Entry) {
         self.unacked.remove(entry);
-        if self.fifo_groups.is_some() {
-            let group = self.fifo_group(entry);
-            if let Some(groups) = &mut self.fifo_groups {
+        if self.groups.is_some() {
+            let group = self.group_of(entry);
+            if let Some(groups) = &mut self.groups {
                 groups.settled(group);
             }
         }
@@ -405,7 +469,7 @@ impl Queue {
 
     /// Puts an entry that was ready before back at its place, with its deadline.
     pub fn return_to_ready(&mut self, entry: Entry) {
-        self.fifo_ready(&entry);
+        self.group_ready(&entry);
         self.ready.requeue(entry);
     }
 
@@ -414,7 +478,7 @@ impl Queue {
         let before = out.len();
         self.ready.take_expired(now, out);
         self.counters.expired += (out.len() - before) as u64;
-        if let Some(groups) = &mut self.fifo_groups {
+        if let Some(groups) = &mut self.groups {
             for entry in &out[before..] {
                 groups.left_ready(entry.seq);
             }
@@ -423,13 +487,13 @@ impl Queue {
 
     /// Removes the oldest ready message (x-overflow drop-head).
     pub fn drop_head(&mut self) -> Option<Entry> {
-        self.take_for_delivery(false)
+        self.take_oldest(false)
     }
 
     /// Drops every ready message; returns how many there were and appends the store ids of the
     /// persisted ones to `settled`.
     pub fn purge(&mut self, settled: &mut Vec<u64>) -> usize {
-        if let Some(groups) = &mut self.fifo_groups {
+        if let Some(groups) = &mut self.groups {
             groups.ready_cleared();
         }
         self.ready.purge(settled)

@@ -77,6 +77,17 @@ pub fn body_texts(effects: &[Effect]) -> Vec<String> {
     bodies(effects).into_iter().map(|body| String::from_utf8_lossy(&body).into_owned()).collect()
 }
 
+/// The bodies of the messages basic.get-oks among `effects` carried, as text.
+pub fn got_texts(effects: &[Effect]) -> Vec<String> {
+    let got = effects.iter().filter_map(|effect| match effect {
+        Effect::Send { method: hourglass_wire::Method::BasicGetOk(_), content: Some(message), .. } => {
+            Some(String::from_utf8_lossy(&message.body).into_owned())
+        }
+        _ => None,
+    });
+    got.collect()
+}
+
 /// The bodies of messages an SQS receive got, as text.
 pub fn received_texts(got: &[hourglass_broker::admin::SqsReceived]) -> Vec<String> {
     got.iter().map(|r| String::from_utf8_lossy(&r.message.body).into_owned()).collect()
@@ -85,7 +96,7 @@ pub fn received_texts(got: &[hourglass_broker::admin::SqsReceived]) -> Vec<Strin
 /// The headers of an SQS FIFO message of `group` (its `MessageGroupId`).
 pub fn group_headers(group: &str) -> hourglass_wire::FieldTable {
     let id = hourglass_wire::FieldValue::LongStr(group.into());
-    hourglass_wire::FieldTable::from_entries([(hourglass_broker::queue::fifo_groups::GROUP_HEADER, id)])
+    hourglass_wire::FieldTable::from_entries([(hourglass_broker::queue::message_groups::GROUP_HEADER, id)])
 }
 
 /// The bodies `body 0`, `body 1`, … of the messages numbered `range`.
