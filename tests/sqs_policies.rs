@@ -62,3 +62,36 @@ async fn a_queue_policy_s_denies_apply_and_can_always_be_lifted() {
     assert_eq!(sqs(addr, "SetQueueAttributes", lift).await.0, 200, "a policy can always be changed");
     assert_eq!(sqs(addr, "SendMessage", send).await.0, 200, "lifted at once");
 }
+
+/// A queue declared over AMQP (or the HTTP API) can carry an `x-sqs-policy` argument that
+/// SetQueueAttributes would have refused: a Deny the endpoint cannot apply. Such a policy now
+/// denies every SQS operation, naming why, until SetQueueAttributes replaces it. Before, it
+/// denied nothing, leaving open what its writer meant to close.
+#[tokio::test]
+async fn a_declared_policy_with_a_deny_that_cannot_be_applied_denies_everything() {
+    use lapin::options::QueueDeclareOptions;
+    use lapin::types::{AMQPValue, FieldTable};
+    let (broker, addr) = sqs_broker(&[]);
+    let connection = common::connect(&broker).await;
+    let channel = connection.create_channel().await.unwrap();
+    let vpce_only = json!({"Statement": {"Sid": "VpcOnly", "Effect": "Deny", "Principal": "*", "Action": "sqs:DeleteQueue",
+        "Condition": {"StringNotEquals": {"aws:SourceVpce": "vpce-1"}}}});
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-sqs-policy".into(), AMQPValue::LongString(vpce_only.to_string().into()));
+    let options = QueueDeclareOptions { durable: true, ..Default::default() };
+    channel.queue_declare("declared".into(), options, arguments).await.unwrap();
+
+    let (status, found) = sqs(addr, "GetQueueUrl", json!({"QueueName": "declared"})).await;
+    assert!(denied(status, &found), "{status} {found}");
+    let message = found["message"].as_str().or(found["Message"].as_str()).unwrap_or_default();
+    assert!(message.contains("VpcOnly") && message.contains("aws:SourceVpce"), "names why: {found}");
+    // A bare queue name is a QueueUrl too (issue 40, item 5).
+    let url = "declared";
+    let (status, answer) = sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": "x"})).await;
+    assert!(denied(status, &answer), "{status} {answer}");
+    let lift = json!({"QueueUrl": url, "Attributes": {"Policy": ""}});
+    assert_eq!(sqs(addr, "SetQueueAttributes", lift).await.0, 200, "the policy can still be replaced");
+    let (status, answer) = sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": "x"})).await;
+    assert_eq!(status, 200, "{answer}");
+    connection.close(200, "done".into()).await.unwrap();
+}

@@ -51,6 +51,11 @@ pub struct RequestFacts<'a> {
 #[derive(Debug, Default, PartialEq)]
 pub struct QueuePolicy {
     denies: Vec<Deny>,
+    /// A `Deny` this endpoint cannot apply ([`refusal`]'s reason). SetQueueAttributes never
+    /// stores one, but a queue declared over AMQP or the HTTP API with an `x-sqs-policy`
+    /// argument can carry one: then the policy denies every operation it could deny, rather
+    /// than leave open what its writer meant to close, until SetQueueAttributes replaces it.
+    unapplicable: Option<String>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -87,11 +92,19 @@ impl QueuePolicy {
     /// (SetQueueAttributes refuses such a `Deny` first: [`refusal`]).
     pub fn parse(text: &str) -> QueuePolicy {
         let denies = statements(text).iter().filter_map(|s| deny_of(s).ok().flatten()).collect();
-        QueuePolicy { denies }
+        QueuePolicy { denies, unapplicable: refusal(text) }
+    }
+
+    /// Whether the policy denies no request at all.
+    fn denies_nothing(&self) -> bool {
+        self.denies.is_empty() && self.unapplicable.is_none()
     }
 
     /// The statement that denies `request`, by its `Sid` (or its place), if one does.
     pub fn denies(&self, request: &RequestFacts<'_>) -> Option<String> {
+        if let Some(why) = &self.unapplicable {
+            return Some(format!("{why}; a policy with a Deny that cannot be applied denies everything until SetQueueAttributes replaces it"));
+        }
         self.denies
             .iter()
             .enumerate()
@@ -354,7 +367,7 @@ pub async fn check(
             policy
         }
     };
-    if policy.denies.is_empty() {
+    if policy.denies_nothing() {
         return Ok(());
     }
     let account = queues::account_of(&queue.vhost);
@@ -428,13 +441,8 @@ mod tests {
 
     #[test]
     fn allows_and_what_does_not_read_deny_nothing() {
-        for text in [
-            r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"}]}"#,
-            r#"{"Statement":[{"Effect":"Deny","Principal":"*","Action":"sqs:*","Condition":{"StringEquals":{"aws:SourceVpce":"vpce-1"}}}]}"#,
-            r#"{"Statement":[{"Effect":"Deny","NotPrincipal":{"AWS":"x"},"Action":"sqs:*"}]}"#,
-            "not json",
-            "",
-        ] {
+        for text in [r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"}]}"#, "not json", ""]
+        {
             assert!(
                 QueuePolicy::parse(text).denies(&facts("SendMessage", "u", false, "10.0.0.1")).is_none(),
                 "{text}"
@@ -445,6 +453,22 @@ mod tests {
         );
         assert!(not_action.denies(&facts("SendMessage", "u", true, "10.0.0.1")).is_some());
         assert!(not_action.denies(&facts("ReceiveMessage", "u", true, "10.0.0.1")).is_none());
+    }
+
+    /// A Deny that cannot be applied, which only a queue declared with `x-sqs-policy` over AMQP or
+    /// HTTP can carry, denies every request, naming why (before, it denied nothing: what its
+    /// writer meant to close stayed open).
+    #[test]
+    fn a_deny_that_cannot_be_applied_denies_everything() {
+        for text in [
+            r#"{"Statement":[{"Effect":"Deny","Principal":"*","Action":"sqs:DeleteQueue","Condition":{"StringEquals":{"aws:SourceVpce":"vpce-1"}}}]}"#,
+            r#"{"Statement":[{"Effect":"Deny","NotPrincipal":{"AWS":"x"},"Action":"sqs:*"}]}"#,
+        ] {
+            let policy = QueuePolicy::parse(text);
+            let why = policy.denies(&facts("SendMessage", "u", true, "10.0.0.1")).expect(text);
+            assert!(why.contains("the Deny statement") && why.contains("denies everything"), "{why}");
+            assert!(!policy.denies_nothing());
+        }
     }
 
     /// A Deny that cannot be applied is refused by name when the policy is set; Allows are kept.
