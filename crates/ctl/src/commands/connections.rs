@@ -3,6 +3,7 @@
 //! `--global`) closed with the explanation as its reason, one at a time over
 //! `DELETE /api/connections/NAME`.
 
+use clap::Subcommand;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -72,4 +73,35 @@ pub(super) fn close_connection(client: &Client, name: &str, explanation: &str) -
 
 fn connection_path(name: &str) -> String {
     format!("/api/connections/{}", segment(name))
+}
+
+/// Closing connections.
+#[derive(Debug, Subcommand)]
+#[command(rename_all = "snake_case")]
+pub enum ConnectionCommand {
+    /// Closes a connection (by its name, as list_connections' `name` column shows it).
+    CloseConnection {
+        name: String,
+        #[arg(default_value = "Closed via hourglass-ctl")]
+        reason: String,
+    },
+    /// Closes every client connection of the vhost (`--global`: of every vhost), giving them
+    /// the explanation.
+    CloseAllConnections(CloseAllArgs),
+}
+
+/// Runs one of these verbs.
+pub(super) fn run(
+    client: &Client,
+    vhost: &str,
+    command: ConnectionCommand,
+    format: &Format,
+) -> anyhow::Result<String> {
+    match command {
+        ConnectionCommand::CloseConnection { name, reason } => {
+            close_connection(client, &name, &reason)?;
+            Ok(String::new())
+        }
+        ConnectionCommand::CloseAllConnections(args) => close_all_connections(client, vhost, &args, format),
+    }
 }

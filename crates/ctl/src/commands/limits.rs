@@ -6,6 +6,7 @@
 //! rabbitmqctl 3.10's.
 
 use anyhow::Context;
+use clap::Subcommand;
 use serde_json::{json, Map, Value};
 
 use crate::client::{segment, Client};
@@ -125,4 +126,52 @@ fn rows(listed: &Value, key: &str) -> Value {
     Value::Array(
         rows.iter().map(|row| json!({ key: row[key], "limits": row["value"].to_string() })).collect(),
     )
+}
+
+/// Vhost and user limits.
+#[derive(Debug, Subcommand)]
+#[command(rename_all = "snake_case")]
+pub enum LimitCommand {
+    /// Replaces the vhost's limits with a JSON object: `{"max-connections": 10, "max-queues": 100}`
+    /// (-1: no limit, 0: none allowed).
+    SetVhostLimits { definition: String },
+    /// Removes every limit of the vhost.
+    ClearVhostLimits,
+    /// The vhost's limits as JSON; `--global`: every vhost's.
+    ListVhostLimits {
+        #[arg(long)]
+        global: bool,
+    },
+    /// Sets the named user limits (`{"max-connections": 2, "max-channels": 20}`), keeping others.
+    SetUserLimits { username: String, definition: String },
+    /// Removes one limit of the user (`max-connections`, `max-channels`) or `all`.
+    ClearUserLimits { username: String, limit: String },
+    /// The user's limits as JSON (`--user`, guest by default); `--global`: every user's.
+    ListUserLimits {
+        #[arg(long, default_value = "guest")]
+        user: String,
+        #[arg(long)]
+        global: bool,
+    },
+}
+
+/// Runs one of these verbs.
+pub(super) fn run(
+    client: &Client,
+    vhost: &str,
+    command: LimitCommand,
+    format: &Format,
+) -> anyhow::Result<String> {
+    match command {
+        LimitCommand::SetVhostLimits { definition } => set_vhost_limits(client, vhost, &definition, format),
+        LimitCommand::ClearVhostLimits => clear_vhost_limits(client, vhost, format),
+        LimitCommand::ListVhostLimits { global } => list_vhost_limits(client, vhost, global, format),
+        LimitCommand::SetUserLimits { username, definition } => {
+            set_user_limits(client, &username, &definition, format)
+        }
+        LimitCommand::ClearUserLimits { username, limit } => {
+            clear_user_limits(client, &username, &limit, format)
+        }
+        LimitCommand::ListUserLimits { user, global } => list_user_limits(client, &user, global, format),
+    }
 }

@@ -1,6 +1,7 @@
 //! The node verbs of rabbitmqctl: status, ping, await_startup, environment, authenticate_user,
 //! cluster_status — answered from the management API's overview and node objects.
 
+use clap::Subcommand;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -233,4 +234,65 @@ pub(super) fn set_disk_free_limit(
 
 fn number(text: &str) -> anyhow::Result<f64> {
     text.parse().map_err(|_| anyhow::anyhow!("{text:?} is not a number"))
+}
+
+/// The node's verbs.
+#[derive(Debug, Subcommand)]
+#[command(rename_all = "snake_case")]
+pub enum NodeCommand {
+    /// The node's state: versions, uptime, listeners, memory and disk with their alarms, totals.
+    Status,
+    /// Checks that the node answers.
+    Ping,
+    /// Waits until the node answers (at most `--timeout` seconds).
+    AwaitStartup {
+        #[arg(long, short = 't', default_value_t = 300)]
+        timeout: u64,
+    },
+    /// This tool's version.
+    Version,
+    /// The node's effective settings.
+    Environment,
+    /// Checks a user's credentials.
+    AuthenticateUser { username: String, password: String },
+    /// The cluster's name, its nodes (each node's role and state when clustered) and alarms.
+    ClusterStatus,
+    /// Sets the memory alarm's watermark until the next restart: a fraction of the machine's
+    /// memory (`0.4`), or `absolute SIZE` (`absolute 2GB`).
+    SetVmMemoryHighWatermark {
+        #[arg(num_args = 1..=2, required = true)]
+        value: Vec<String>,
+    },
+    /// Sets the disk alarm's free-space limit until the next restart: `SIZE` (`50MB`), or
+    /// `mem_relative FACTOR` (a multiple of the machine's memory).
+    SetDiskFreeLimit {
+        #[arg(num_args = 1..=2, required = true)]
+        value: Vec<String>,
+    },
+}
+
+/// Runs one of these verbs.
+pub(super) fn run(
+    client: &Client,
+    _vhost: &str,
+    command: NodeCommand,
+    format: &Format,
+) -> anyhow::Result<String> {
+    match command {
+        NodeCommand::Status => status(client, format),
+        NodeCommand::Ping => ping(client, format),
+        NodeCommand::AwaitStartup { timeout } => {
+            await_startup(client, std::time::Duration::from_secs(timeout))
+        }
+        NodeCommand::Version => Ok(format!("{}\n", env!("CARGO_PKG_VERSION"))),
+        NodeCommand::Environment => environment(client, format),
+        NodeCommand::AuthenticateUser { username, password } => {
+            authenticate_user(client, &username, &password, format)
+        }
+        NodeCommand::ClusterStatus => cluster_status(client, format),
+        NodeCommand::SetVmMemoryHighWatermark { value } => {
+            set_vm_memory_high_watermark(client, &value, format)
+        }
+        NodeCommand::SetDiskFreeLimit { value } => set_disk_free_limit(client, &value, format),
+    }
 }
