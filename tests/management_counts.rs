@@ -59,6 +59,10 @@ fn wanted(expected: &[(&str, u64)]) -> Vec<(String, Option<u64>)> {
 /// queue. The queue objects (shown and listed), the overview's totals, the vhost and the
 /// per-object Prometheus gauges give RabbitMQ's numbers.
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario checked against every view of it: queue, listing, overview, vhost, gauges"
+)]
 async fn queue_vhost_and_overview_counts_are_rabbitmqs() {
     let broker = RunningBroker::start();
     let conn = connect(&broker).await;

@@ -591,29 +591,18 @@ impl Config {
         let http = http_limits(&cli, &file, defaults.http)?;
         let tls = tls::tls_settings(&cli, &file)?;
         let amqp = amqp_limits(&cli, &file, defaults.amqp)?;
-        let disk_free_limit =
-            match (cli.disk_free_limit_relative.or(file.disk_free_limit_relative), cli.disk_free_limit) {
-                (Some(factor), _) => DiskFreeLimit::MemRelative(factor),
-                (None, Some(text)) => DiskFreeLimit::Absolute(parse_size(&text)?),
-                (None, None) => match file.disk_free_limit {
-                    Some(SizeSetting::Bytes(bytes)) => DiskFreeLimit::Absolute(bytes),
-                    Some(SizeSetting::Text(text)) => DiskFreeLimit::Absolute(parse_size(&text)?),
-                    None => defaults.disk_free_limit,
-                },
-            };
-        let resident_bytes = match (cli.queue_resident_bytes, file.queue_resident_bytes) {
-            (Some(text), _) | (None, Some(SizeSetting::Text(text))) => Some(parse_size(&text)?),
-            (None, Some(SizeSetting::Bytes(bytes))) => Some(bytes),
-            (None, None) => None,
-        };
-        let paging = PagingLimits {
-            max_resident_messages: cli
-                .queue_resident_messages
-                .or(file.queue_resident_messages)
-                .unwrap_or(defaults.paging.max_resident_messages),
-            max_resident_bytes: resident_bytes
-                .map_or(defaults.paging.max_resident_bytes, |b| usize::try_from(b).unwrap_or(usize::MAX)),
-        };
+        let disk_free_limit = disk_free_limit(
+            cli.disk_free_limit_relative.or(file.disk_free_limit_relative),
+            cli.disk_free_limit,
+            file.disk_free_limit,
+            defaults.disk_free_limit,
+        )?;
+        let paging = paging_limits(
+            cli.queue_resident_messages.or(file.queue_resident_messages),
+            cli.queue_resident_bytes,
+            file.queue_resident_bytes,
+            defaults.paging,
+        )?;
         let plain = PlainListeners {
             amqp: cli.plain_amqp.or(file.plain_amqp).unwrap_or(defaults.plain.amqp),
             http: cli.plain_http.or(file.plain_http).unwrap_or(defaults.plain.http),
@@ -644,14 +633,7 @@ impl Config {
             loopback_users: cli
                 .loopback_users
                 .or(file.loopback_users)
-                .map(|users| {
-                    users
-                        .into_iter()
-                        .map(|u| u.trim().to_owned())
-                        .filter(|u| !u.is_empty() && u != "none")
-                        .collect()
-                })
-                .unwrap_or(defaults.loopback_users),
+                .map_or(defaults.loopback_users, user_list),
             vm_memory_high_watermark: cli
                 .vm_memory_high_watermark
                 .or(file.vm_memory_high_watermark)
@@ -666,17 +648,10 @@ impl Config {
                 cli.consumer_timeout_response.or(file.consumer_timeout_response),
                 defaults.consumer_timeout,
             )?,
-            delivery_counting: match cli
-                .delivery_counting
-                .or(file.delivery_counting)
-                .as_deref()
-                .map(str::trim)
-            {
-                None => defaults.delivery_counting,
-                Some("every_return") => DeliveryCounting::EveryReturn,
-                Some("failures_only") => DeliveryCounting::FailuresOnly,
-                Some(other) => anyhow::bail!("delivery_counting {other:?}: every_return or failures_only"),
-            },
+            delivery_counting: delivery_counting(
+                cli.delivery_counting.or(file.delivery_counting).as_deref(),
+                defaults.delivery_counting,
+            )?,
             overdue_release_rate: cli
                 .overdue_release_rate
                 .or(file.overdue_release_rate)
@@ -700,15 +675,66 @@ impl Config {
                 .unwrap_or(defaults.tcp_send_timeout_ms),
             worker_threads: match cli.worker_threads.or(file.worker_threads) {
                 None => defaults.worker_threads,
-                Some(n) => Some(
-                    NonZeroUsize::new(n)
-                        .ok_or_else(|| anyhow::anyhow!("worker_threads: at least 1 thread"))?,
-                ),
+                Some(n) => Some(NonZeroUsize::new(n).context("worker_threads: at least 1 thread")?),
             },
             log_format: cli.log_format.or(file.log_format).unwrap_or(defaults.log_format),
             recover_skip_corrupt: cli.recover_skip_corrupt,
             cluster: cluster::resolve(cli.cluster, cluster_file)?,
         })
+    }
+}
+
+/// The disk alarm's limit: a factor of the machine's memory (`relative`) wins, then a size
+/// given as a flag, then the file's, then `default`.
+fn disk_free_limit(
+    relative: Option<f64>,
+    flag: Option<String>,
+    file: Option<SizeSetting>,
+    default: DiskFreeLimit,
+) -> anyhow::Result<DiskFreeLimit> {
+    Ok(match (relative, flag) {
+        (Some(factor), _) => DiskFreeLimit::MemRelative(factor),
+        (None, Some(text)) => DiskFreeLimit::Absolute(parse_size(&text)?),
+        (None, None) => match file {
+            Some(SizeSetting::Bytes(bytes)) => DiskFreeLimit::Absolute(bytes),
+            Some(SizeSetting::Text(text)) => DiskFreeLimit::Absolute(parse_size(&text)?),
+            None => default,
+        },
+    })
+}
+
+/// A queue's paging limits (ADR 0007): the messages and bytes it keeps in memory, a size
+/// given as a flag over the file's, each over `defaults`.
+fn paging_limits(
+    messages: Option<usize>,
+    bytes_flag: Option<String>,
+    bytes_file: Option<SizeSetting>,
+    defaults: PagingLimits,
+) -> anyhow::Result<PagingLimits> {
+    let bytes = match (bytes_flag, bytes_file) {
+        (Some(text), _) | (None, Some(SizeSetting::Text(text))) => Some(parse_size(&text)?),
+        (None, Some(SizeSetting::Bytes(bytes))) => Some(bytes),
+        (None, None) => None,
+    };
+    Ok(PagingLimits {
+        max_resident_messages: messages.unwrap_or(defaults.max_resident_messages),
+        max_resident_bytes: bytes
+            .map_or(defaults.max_resident_bytes, |b| usize::try_from(b).unwrap_or(usize::MAX)),
+    })
+}
+
+/// `loopback_users`: the names given, trimmed, without empty ones and `none`.
+fn user_list(users: Vec<String>) -> Vec<String> {
+    users.into_iter().map(|u| u.trim().to_owned()).filter(|u| !u.is_empty() && u != "none").collect()
+}
+
+/// `delivery_counting`: `every_return` or `failures_only`, else `default`.
+fn delivery_counting(setting: Option<&str>, default: DeliveryCounting) -> anyhow::Result<DeliveryCounting> {
+    match setting.map(str::trim) {
+        None => Ok(default),
+        Some("every_return") => Ok(DeliveryCounting::EveryReturn),
+        Some("failures_only") => Ok(DeliveryCounting::FailuresOnly),
+        Some(other) => anyhow::bail!("delivery_counting {other:?}: every_return or failures_only"),
     }
 }
 

@@ -60,6 +60,7 @@ struct OutputGauge {
     failed: Notify,
 }
 
+#[derive(Clone)]
 pub struct ConnectionContext {
     pub id: ConnectionId,
     pub peer: SocketAddr,
@@ -142,13 +143,10 @@ async fn serve<R: SocketRead, W: SocketWrite>(
             },
             effects = mailbox.recv() => {
                 let now = cx.clock.now();
-                for effect in effects.into_iter().flatten() {
+                // What else is waiting goes in the same turn.
+                let waiting = std::iter::from_fn(|| mailbox.try_recv().ok());
+                for effect in effects.into_iter().chain(waiting).flatten() {
                     session.handle_effect(effect, now);
-                }
-                while let Ok(effects) = mailbox.try_recv() {
-                    for effect in effects {
-                        session.handle_effect(effect, now);
-                    }
                 }
             }
             _ = sleep_until(deadline) => session.handle_timeout(cx.clock.now()),
@@ -177,24 +175,7 @@ async fn serve<R: SocketRead, W: SocketWrite>(
         let _ = cx.commands.send(&cx.broker, commands).await;
         gate.after_commands().await;
         gate.tell(&mut session, cx.id, cx.clock.now());
-        let mut output = session.take_output();
-        if !output.is_empty() && gauge.queued.load(Ordering::Acquire) == 0 {
-            // The writer task holds nothing, so writing here keeps the byte order.
-            match writer.try_write(&output) {
-                Ok(written) => drop(output.split_to(written)),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => {
-                    output.clear();
-                    session.handle_eof(cx.clock.now());
-                }
-            }
-        }
-        if !output.is_empty() {
-            gauge.queued.fetch_add(output.len(), Ordering::AcqRel);
-            if out_tx.send(output.freeze()).is_err() {
-                session.handle_eof(cx.clock.now());
-            }
-        }
+        write_output(&mut session, writer.as_ref(), &gauge, &out_tx, &cx.clock);
         let queued = gauge.queued.load(Ordering::Relaxed);
         let pause = if paused { queued >= OUTPUT_LOW_WATERMARK } else { queued > OUTPUT_HIGH_WATERMARK };
         if pause != paused {
@@ -212,6 +193,35 @@ async fn serve<R: SocketRead, W: SocketWrite>(
     let _ = cx.commands.send(&cx.broker, vec![Command::ConnectionClosed { conn: cx.id }]).await;
     drop(out_tx);
     let _ = tokio::time::timeout(FINAL_FLUSH_TIMEOUT, writer_task).await;
+}
+
+/// Writes the session's output: on the socket at once while the writer task holds nothing
+/// (that keeps the byte order), the rest through the writer task. A failed write ends the
+/// session.
+fn write_output<W: SocketWrite>(
+    session: &mut Connection,
+    writer: &W,
+    gauge: &OutputGauge,
+    out_tx: &mpsc::UnboundedSender<Bytes>,
+    clock: &Clock,
+) {
+    let mut output = session.take_output();
+    if !output.is_empty() && gauge.queued.load(Ordering::Acquire) == 0 {
+        match writer.try_write(&output) {
+            Ok(written) => drop(output.split_to(written)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => {
+                output.clear();
+                session.handle_eof(clock.now());
+            }
+        }
+    }
+    if !output.is_empty() {
+        gauge.queued.fetch_add(output.len(), Ordering::AcqRel);
+        if out_tx.send(output.freeze()).is_err() {
+            session.handle_eof(clock.now());
+        }
+    }
 }
 
 /// Writes what the connection task could not, coalescing queued chunks into one write. The

@@ -1,6 +1,7 @@
 //! Hourglass server: the only crate with sockets, tasks and the OS clock. It wires accepted TCP
 //! connections to `hourglass_session` state machines and all of them to one broker task.
 
+pub mod admission;
 pub mod alarm;
 pub mod broker_task;
 pub mod catalog_file;
@@ -18,10 +19,10 @@ pub mod persistence;
 pub mod spill_files;
 pub mod supervise;
 pub mod tls;
+pub mod web;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ use hourglass_mgmt::{AppState, BrokerHandle, NodeInfo, UserStore};
 use hourglass_session::SessionConfig;
 use hourglass_store::OnCorruption;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 pub use config::{Cli, Config};
@@ -43,9 +44,6 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Management jobs waiting for the broker task: few are in flight at once (one per HTTP request).
 const JOB_QUEUE_CAPACITY: usize = 64;
-
-/// Refused connections are logged at most this often, so a flood does not flood the log too.
-const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The three TLS listeners and the settings their handshakes use (reloaded on SIGHUP).
 struct TlsListeners {
@@ -97,6 +95,38 @@ pub struct ServerHooks {
     /// Test only: a part made to die (`supervise::INJECT_DEATH_VAR`); `None` in normal use.
     pub inject_death: Option<supervise::InjectedDeath>,
 }
+/// Raises the open-files limit to its hard limit and fits the connection limits under it: the
+/// HTTP listeners' (lowered in `config`, with a warning) and the AMQP connections'. `sqs` and
+/// `tls`: whether those listeners serve. Returns the AMQP connection limit and the descriptors
+/// left for AMQP connections (`None`: no limit known).
+fn fit_to_fd_limit(config: &mut Config, sqs: bool, tls: bool) -> anyhow::Result<(usize, Option<usize>)> {
+    let fds = fd_limit::raise_to_hard_limit();
+    let plain = config.plain;
+    let http_listeners = [plain.http, plain.metrics, tls, tls, sqs].iter().filter(|on| **on).count();
+    let budget = fd_limit::budget(fds, http_listeners, config.http.max_connections)?;
+    if budget.http_connections < config.http.max_connections {
+        tracing::warn!(
+            configured = config.http.max_connections,
+            http_max_connections = budget.http_connections,
+            fd_limit = ?fds,
+            "HTTP connection limit lowered to fit the open-files limit"
+        );
+        config.http.max_connections = budget.http_connections;
+    }
+    let fd_room = budget.amqp_room;
+    let max_connections = fd_limit::amqp_connection_limit(config.max_connections, fd_room);
+    // Fitting the default under the fd limit is routine (the start-up "limits" line shows the
+    // result); only a limit the operator set that cannot be honoured is worth a warning.
+    if max_connections < config.max_connections && config.max_connections != config::DEFAULT_MAX_CONNECTIONS {
+        tracing::warn!(
+            configured = config.max_connections,
+            max_connections,
+            fd_limit = ?fds,
+            "AMQP connection limit lowered to fit the open-files limit"
+        );
+    }
+    Ok((max_connections, fd_room))
+}
 
 impl Server {
     /// Binds the listeners named by `config` (a port in use fails here, before the data directory
@@ -131,35 +161,7 @@ impl Server {
             None => None,
         };
         let clock = clock::Clock::new();
-        let fds = fd_limit::raise_to_hard_limit();
-        let http_listeners = [plain.http, plain.metrics, tls.is_some(), tls.is_some(), sqs.is_some()]
-            .iter()
-            .filter(|on| **on)
-            .count();
-        let budget = fd_limit::budget(fds, http_listeners, config.http.max_connections)?;
-        if budget.http_connections < config.http.max_connections {
-            tracing::warn!(
-                configured = config.http.max_connections,
-                http_max_connections = budget.http_connections,
-                fd_limit = ?fds,
-                "HTTP connection limit lowered to fit the open-files limit"
-            );
-            config.http.max_connections = budget.http_connections;
-        }
-        let fd_room = budget.amqp_room;
-        let max_connections = fd_limit::amqp_connection_limit(config.max_connections, fd_room);
-        // Fitting the default under the fd limit is routine (the start-up "limits" line shows the
-        // result); only a limit the operator set that cannot be honoured is worth a warning.
-        if max_connections < config.max_connections
-            && config.max_connections != config::DEFAULT_MAX_CONNECTIONS
-        {
-            tracing::warn!(
-                configured = config.max_connections,
-                max_connections,
-                fd_limit = ?fds,
-                "AMQP connection limit lowered to fit the open-files limit"
-            );
-        }
+        let (max_connections, fd_room) = fit_to_fd_limit(&mut config, sqs.is_some(), tls.is_some())?;
         let seed = name_seed(clock);
         let mut broker = Broker::new(BrokerConfig {
             name_seed: seed,
@@ -255,6 +257,10 @@ impl Server {
 
     /// Serves until `shutdown` completes, then closes every connection with 320
     /// CONNECTION_FORCED and returns.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "issue 41: wiring, supervision and the accept loop; down from 246 lines, still to split"
+    )]
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let addrs = ListenAddrs::of(&self);
         let Server {
@@ -348,76 +354,28 @@ impl Server {
         };
         // Rates from the first look: every object sampled every 5 s (mgmt/src/rates/sampler.rs),
         // until shutdown.
-        let mut stop_sampling = shutdown_rx.clone();
-        let sampling_stopped = async move {
-            let _ = stop_sampling.wait_for(|stop| *stop).await;
-        };
-        tokio::spawn(hourglass_mgmt::rates::sampler::run(mgmt.clone(), sampling_stopped));
+        tokio::spawn(hourglass_mgmt::rates::sampler::run(mgmt.clone(), web::stopped(&shutdown_rx)));
         if let Some(path) = &config.load_definitions {
             // Before the AMQP listener accepts anyone, as RabbitMQ imports at boot.
             hourglass_mgmt::load_definitions_file(&mgmt, path).await.map_err(anyhow::Error::msg)?;
             tracing::info!(file = %path.display(), "definitions imported");
         }
-        let (amqps, amqp_tls, https, sqs_tls) = match tls {
-            Some(TlsListeners { amqps, https, metrics, sqs, live }) => {
-                #[cfg(unix)]
-                if let Some(settings) = config.tls.clone() {
-                    tls::reload_on_sighup(live.clone(), settings);
-                }
-                let sqs_tls = sqs.map(|listener| (listener, live.http.clone()));
-                (Some(amqps), Some(live.amqp.clone()), Some((https, metrics, live.http)), sqs_tls)
-            }
-            None => (None, None, None, None),
+        let (amqps, amqp_tls, listeners) = split_listeners(http, metrics, sqs, tls, &config);
+        let mut http_tasks = web::serve(listeners, mgmt, &config, &shutdown_rx).await;
+        let template = connection::ConnectionContext {
+            id: ConnectionId(0),
+            peer: SocketAddr::from(([0, 0, 0, 0], 0)),
+            local: SocketAddr::from(([0, 0, 0, 0], 0)),
+            broker: broker_tx.clone(),
+            commands: command_budget.clone(),
+            session_config,
+            clock,
+            shutdown: shutdown_rx.clone(),
+            resources: alarm_rx.clone(),
+            inbound,
+            send_timeout: std::time::Duration::from_millis(config.tcp_send_timeout_ms),
         };
-        let mut http_tasks = JoinSet::new();
-        // The SQS endpoint, plain and over TLS: one state (move tasks, sequence numbers) for both,
-        // held only by their routers: a broker handle kept here would keep the broker task from
-        // seeing its inputs close at shutdown.
-        let sqs_listeners: Vec<_> = sqs
-            .map(|listener| (listener, None))
-            .into_iter()
-            .chain(sqs_tls.map(|(l, t)| (l, Some(t))))
-            .collect();
-        if !sqs_listeners.is_empty() {
-            let sqs_state = hourglass_sqs::SqsState {
-                broker: mgmt.broker.clone(),
-                users: mgmt.users.clone(),
-                logins: mgmt.logins.clone(),
-                secrets: mgmt.secrets.clone(),
-                moves: Default::default(),
-                clock: hourglass_sqs::system_clock,
-                resources: mgmt.node.resources.clone(),
-                sequence: Default::default(),
-                long_polls: std::sync::Arc::new(hourglass_sqs::LongPolls::with_max(
-                    config.sqs_max_long_polls,
-                )),
-                policies: Default::default(),
-                stop: shutdown_rx.clone(),
-            };
-            // Message-move tasks written as running before a restart or failover go on; listed
-            // before the endpoint answers its first request.
-            hourglass_sqs::resume_move_tasks(sqs_state.clone()).await;
-            for (listener, tls) in sqs_listeners {
-                let mut stop = shutdown_rx.clone();
-                let stopped = async move {
-                    let _ = stop.wait_for(|stop| *stop).await;
-                };
-                let router = hourglass_sqs::router(sqs_state.clone());
-                http_tasks.spawn(hourglass_mgmt::serve(listener, router, config.http, tls, stopped));
-            }
-        }
-        for (listener, router, tls) in http_services(http, metrics, https, mgmt) {
-            let mut stop = shutdown_rx.clone();
-            let stopped = async move {
-                let _ = stop.wait_for(|stop| *stop).await;
-            };
-            http_tasks.spawn(hourglass_mgmt::serve(listener, router, config.http, tls, stopped));
-        }
-        let next_id = AtomicU64::new(1);
-        let slots = Arc::new(Semaphore::new(max_connections));
-        let fds =
-            Arc::new(Semaphore::new(fd_room.unwrap_or(Semaphore::MAX_PERMITS).min(Semaphore::MAX_PERMITS)));
-        let mut refusals = RefusalLog::default();
+        let mut admission = admission::Admission::new(max_connections, fd_room, template, amqp_tls);
         let mut connections = JoinSet::new();
         log_start(&config, &limits, max_connections, &addrs);
         log_ui(&addrs, made_user.as_ref(), &config.loopback_users);
@@ -431,68 +389,17 @@ impl Server {
                     break;
                 }
                 ended = &mut store_ended => {
-                    died = Some(match ended {
-                        Ok(Err(payload)) => {
-                            supervise::Died::new(supervise::Part::StoreThread, supervise::panic_message(payload.as_ref()))
-                        }
-                        // The store thread ends by itself only when the broker task is gone: the
-                        // broker task is the one that died (its panic may be reported just after).
-                        _ => match tokio::time::timeout(Duration::from_secs(1), &mut broker_handle).await {
-                            Ok(ended) => supervise::Died::new(supervise::Part::BrokerTask, broker_end(ended)),
-                            Err(_) => supervise::Died::new(supervise::Part::StoreThread, "it stopped"),
-                        },
-                    });
+                    died = Some(store_death(ended, &mut broker_handle).await);
                     break;
                 }
-                (accepted, over_tls) = accept_either(amqp.as_ref(), amqps.as_ref()) => {
-                    let (stream, peer) = match accepted {
-                        Ok(pair) => pair,
-                        Err(error) => {
-                            // Out of file descriptors and the like: back off instead of spinning.
-                            tracing::warn!(%error, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    };
-                    // On the dual-stack socket an IPv4 client is `::ffff:a.b.c.d`: name it as
-                    // IPv4 in logs, connection names and per-address login limits.
-                    let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
-                    // The name says where the client reached us, as RabbitMQ's
-                    // `127.0.0.1:46300 -> 127.0.0.1:5672`, not the wildcard bind address.
-                    let local = match stream.local_addr() {
-                        Ok(local) => SocketAddr::new(local.ip().to_canonical(), local.port()),
-                        Err(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
-                    };
-                    let cost = if over_tls { fd_limit::TLS_CONNECTION_FDS } else { 1 };
-                    let (Ok(slot), Ok(held_fds)) =
-                        (slots.clone().try_acquire_owned(), fds.clone().try_acquire_many_owned(cost))
-                    else {
-                        // Closed at once: the socket costs nothing more than the accept.
-                        refusals.record(peer, max_connections);
-                        continue;
-                    };
-                    let cx = connection::ConnectionContext {
-                        id: ConnectionId(next_id.fetch_add(1, Ordering::Relaxed)),
-                        peer,
-                        local,
-                        broker: broker_tx.clone(),
-                        commands: command_budget.clone(),
-                        session_config: session_config.clone(),
-                        clock,
-                        shutdown: shutdown_rx.clone(),
-                        resources: alarm_rx.clone(),
-                        inbound: inbound.clone(),
-                        send_timeout: std::time::Duration::from_millis(config.tcp_send_timeout_ms),
-                    };
-                    let acceptor = over_tls.then(|| amqp_tls.as_ref().map(|live| live.acceptor())).flatten();
-                    connections.spawn(async move {
-                        match acceptor {
-                            Some(acceptor) => connection::run_tls(stream, acceptor, cx).await,
-                            None => connection::run(stream, cx).await,
-                        }
-                        drop((slot, held_fds));
-                    });
-                }
+                (accepted, over_tls) = accept_either(amqp.as_ref(), amqps.as_ref()) => match accepted {
+                    Ok((stream, peer)) => admission.admit(stream, peer, over_tls, &mut connections),
+                    Err(error) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
         }
@@ -506,19 +413,10 @@ impl Server {
         }
         tracing::info!(connections = connections.len(), "shutting down");
         alarm_task.abort();
-        drop(amqp);
-        drop(amqps);
+        // The listeners, and the admission: its connection template holds a broker sender.
+        drop((amqp, amqps, admission));
         let _ = shutdown_tx.send(true);
-        let drained =
-            tokio::time::timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} })
-                .await;
-        if drained.is_err() {
-            connections.abort_all();
-        }
-        let _ =
-            tokio::time::timeout(SHUTDOWN_GRACE, async { while http_tasks.join_next().await.is_some() {} })
-                .await;
-        http_tasks.abort_all();
+        drain(connections, http_tasks).await;
         // The broker task ends when the last sender goes (the management job forwarder's too,
         // now that the HTTP tasks are gone); then it drops the op sender, and the store thread
         // commits what it has and ends.
@@ -527,6 +425,59 @@ impl Server {
         let _ = store_ended.await;
         Ok(())
     }
+}
+
+/// What ended the store thread while the server ran: its panic, or, since it ends by itself
+/// only when the broker task is gone, the broker task's end (its panic may be reported just
+/// after the thread's end).
+async fn store_death<T>(
+    ended: Result<std::thread::Result<T>, tokio::task::JoinError>,
+    broker_handle: &mut tokio::task::JoinHandle<()>,
+) -> supervise::Died {
+    match ended {
+        Ok(Err(payload)) => {
+            supervise::Died::new(supervise::Part::StoreThread, supervise::panic_message(payload.as_ref()))
+        }
+        _ => match tokio::time::timeout(Duration::from_secs(1), broker_handle).await {
+            Ok(ended) => supervise::Died::new(supervise::Part::BrokerTask, broker_end(ended)),
+            Err(_) => supervise::Died::new(supervise::Part::StoreThread, "it stopped"),
+        },
+    }
+}
+
+/// Waits up to [`SHUTDOWN_GRACE`] for the connections to close, then for the HTTP tasks to end,
+/// and aborts what is left of each.
+async fn drain(mut connections: JoinSet<()>, mut http_tasks: JoinSet<std::io::Result<()>>) {
+    let closed = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_GRACE, closed).await.is_err() {
+        connections.abort_all();
+    }
+    let ended = async { while http_tasks.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, ended).await;
+    http_tasks.abort_all();
+}
+
+/// The AMQPS listener and its live TLS settings, and the HTTP services' listeners, plain and
+/// over TLS. A certificate change on SIGHUP reaches every TLS listener.
+fn split_listeners(
+    http: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+    sqs: Option<TcpListener>,
+    tls: Option<TlsListeners>,
+    config: &Config,
+) -> (Option<TcpListener>, Option<hourglass_mgmt::tls::LiveTlsConfig>, web::Listeners) {
+    let Some(TlsListeners { amqps, https, metrics: metrics_tls, sqs: sqs_tls, live }) = tls else {
+        return (None, None, web::Listeners { http, metrics, https: None, sqs, sqs_tls: None });
+    };
+    #[cfg(unix)]
+    if let Some(settings) = config.tls.clone() {
+        tls::reload_on_sighup(live.clone(), settings);
+    }
+    #[cfg(not(unix))]
+    let _ = config;
+    let sqs_tls = sqs_tls.map(|listener| (listener, live.http.clone()));
+    let https = Some((https, metrics_tls, live.http));
+    (Some(amqps), Some(live.amqp), web::Listeners { http, metrics, https, sqs, sqs_tls })
 }
 
 /// Why the broker task ended while the server ran.
@@ -551,51 +502,6 @@ fn spawn_broker_task(
             _ = tokio::time::sleep(after) => supervise::die_injected(supervise::Part::BrokerTask),
         }
     })
-}
-
-/// The HTTP listeners that run, each with its router (API or metrics) and, for HTTPS, the TLS
-/// settings: plain API, plain metrics, then `https` = (API, metrics, settings) over TLS.
-fn http_services(
-    http: Option<TcpListener>,
-    metrics: Option<TcpListener>,
-    https: Option<(TcpListener, TcpListener, hourglass_mgmt::tls::LiveTlsConfig)>,
-    mgmt: AppState,
-) -> Vec<(TcpListener, hourglass_mgmt::Router, Option<hourglass_mgmt::tls::LiveTlsConfig>)> {
-    let (api, metrics_api) = (hourglass_mgmt::api_router(mgmt.clone()), hourglass_mgmt::metrics_router(mgmt));
-    let (https, metrics_tls, live) = match https {
-        Some((https, metrics_tls, live)) => (Some(https), Some(metrics_tls), Some(live)),
-        None => (None, None, None),
-    };
-    [
-        (http, api.clone(), None),
-        (metrics, metrics_api.clone(), None),
-        (https, api, live.clone()),
-        (metrics_tls, metrics_api, live),
-    ]
-    .into_iter()
-    .filter_map(|(listener, router, tls)| listener.map(|listener| (listener, router, tls)))
-    .collect()
-}
-
-/// Counts AMQP sockets refused at the connection limit; logs them at most once per
-/// [`REFUSAL_LOG_INTERVAL`], with the count since the last line.
-#[derive(Default)]
-struct RefusalLog {
-    unlogged: u64,
-    last: Option<std::time::Instant>,
-}
-
-impl RefusalLog {
-    fn record(&mut self, peer: SocketAddr, limit: usize) {
-        self.unlogged += 1;
-        let now = std::time::Instant::now();
-        if self.last.is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_INTERVAL) {
-            return;
-        }
-        tracing::warn!(%peer, refused = self.unlogged, limit, "AMQP connection limit reached: closing new sockets");
-        self.unlogged = 0;
-        self.last = Some(now);
-    }
 }
 
 /// The start-up lines, one per subject: listeners (tests and scripts parse `amqp=`, `amqps=`),

@@ -157,18 +157,7 @@ impl Broker {
             self.count_reply_on_default_exchange(&vhost_name, routed);
         }
         if !routed && mandatory {
-            let method = BasicReturn {
-                reply_code: NO_ROUTE,
-                reply_text: ShortStr::from_static("NO_ROUTE"),
-                exchange: message.exchange.clone(),
-                routing_key: message.routing_key.clone(),
-            };
-            self.emit(Effect::Send {
-                conn,
-                channel: ch,
-                method: method.into(),
-                content: Some(message.clone()),
-            });
+            self.return_unroutable(conn, ch, &message);
         }
         if let Some(vhost_name) = traced_vhost {
             // Before the queues take it: its trace comes before any delivery's, as RabbitMQ's.
@@ -187,7 +176,32 @@ impl Broker {
             (false, true) => PublishOutcome::Returned,
             (false, false) => PublishOutcome::Dropped,
         };
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        self.count_and_confirm_publish(conn, ch, outcome, rejected, message.body_size());
+        Ok(())
+    }
+
+    /// basic.return of a mandatory publish no queue took (`NO_ROUTE`).
+    fn return_unroutable(&mut self, conn: ConnectionId, ch: ChannelId, message: &Arc<Message>) {
+        let method = BasicReturn {
+            reply_code: NO_ROUTE,
+            reply_text: ShortStr::from_static("NO_ROUTE"),
+            exchange: message.exchange.clone(),
+            routing_key: message.routing_key.clone(),
+        };
+        self.emit(Effect::Send { conn, channel: ch, method: method.into(), content: Some(message.clone()) });
+    }
+
+    /// Counts a publish of `body_size` bytes on its channel and the broker, and confirms it in
+    /// confirm mode: a nack when a queue refused it (`rejected`), else an ack.
+    fn count_and_confirm_publish(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        outcome: PublishOutcome,
+        rejected: bool,
+        body_size: usize,
+    ) {
+        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return };
         let seq = channel.next_publish_seq();
         let confirm = match (seq, rejected) {
             (None, _) => Confirm::NotRequested,
@@ -196,7 +210,7 @@ impl Broker {
         };
         channel.stats.published(outcome, confirm);
         self.message_stats.published(outcome, confirm);
-        self.message_sizes.observe(message.body_size());
+        self.message_sizes.observe(body_size);
         if let Some(seq) = seq {
             if rejected {
                 // RabbitMQ sets the requeue bit on the nack of a publish a full queue refused.
@@ -205,7 +219,6 @@ impl Broker {
                 self.send(conn, ch, BasicAck { delivery_tag: seq, multiple: false });
             }
         }
-        Ok(())
     }
 
     pub(super) fn basic_qos(

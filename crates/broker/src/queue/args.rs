@@ -281,24 +281,11 @@ impl QueueArgs {
                     }
                     args.max_priority = Some(max as u8);
                 }
-                "x-single-active-consumer" => match value {
-                    FieldValue::Bool(on) => args.single_active_consumer = on,
-                    other => {
-                        return Err(invalid(key, format!("{{unacceptable_type,{}}}", other.type_name())))
-                    }
-                },
-                "x-message-deduplication" => match value {
-                    FieldValue::Bool(on) => deduplicate = on,
-                    other => {
-                        return Err(invalid(key, format!("{{unacceptable_type,{}}}", other.type_name())))
-                    }
-                },
-                "x-sqs-fifo" => match value {
-                    FieldValue::Bool(on) => args.sqs_fifo = on,
-                    other => {
-                        return Err(invalid(key, format!("{{unacceptable_type,{}}}", other.type_name())))
-                    }
-                },
+                "x-single-active-consumer" => {
+                    args.single_active_consumer = bool_arg(&value).map_err(|w| invalid(key, w))?
+                }
+                "x-message-deduplication" => deduplicate = bool_arg(&value).map_err(|w| invalid(key, w))?,
+                "x-sqs-fifo" => args.sqs_fifo = bool_arg(&value).map_err(|w| invalid(key, w))?,
                 "x-cache-size" => {
                     let size = count_arg(&value).map_err(|w| invalid(key, w))?;
                     if !(1..=dedup::CACHE_SIZE_MAX).contains(&size) {
@@ -333,40 +320,7 @@ impl QueueArgs {
                 }
             }
         }
-        if let Some(max) = declared.redelivery_delay_max_ms {
-            match declared.redelivery_delay_ms {
-                None => {
-                    return Err(invalid("x-redelivery-delay-max", "requires x-redelivery-delay".to_owned()))
-                }
-                Some(delay) if max < delay => {
-                    return Err(invalid(
-                        "x-redelivery-delay-max",
-                        format!("{{less_than_delay,{max},{delay}}}"),
-                    ))
-                }
-                _ => {}
-            }
-        }
-        match declared.delayed_retry_conflict() {
-            Some(RetryConflict::MinMissing(kind)) => {
-                return Err(invalid(
-                    "x-delayed-retry-min",
-                    format!("required when x-delayed-retry-type is {}", kind.name()),
-                ))
-            }
-            Some(RetryConflict::MaxBelowMin { min, max }) => {
-                return Err(invalid(
-                    "x-delayed-retry-max",
-                    format!(
-                        "x-delayed-retry-max ({max}) must not be smaller than x-delayed-retry-min ({min})"
-                    ),
-                ))
-            }
-            None => {}
-        }
-        if declared.dead_letter_routing_key.is_some() && declared.dead_letter_exchange.is_none() {
-            return Err(invalid("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined".to_owned()));
-        }
+        check_combinations(&declared, &invalid)?;
         if args.queue_type == QueueType::Quorum {
             // RabbitMQ: a quorum queue is durable, and does not support reject-publish-dlx.
             if !durable {
@@ -559,6 +513,51 @@ pub(crate) fn time_arg(value: &FieldValue, min: i64) -> Result<u64, String> {
         return Err(format!("{{value_too_large,{ms}}}"));
     }
     Ok(ms)
+}
+/// The checks across arguments a queue.declare's settings must pass: a redelivery delay's
+/// maximum needs the delay and is no smaller, delayed retries need their minimum and a maximum
+/// no smaller, a dead-letter routing key needs a dead-letter exchange. `invalid` makes the
+/// error naming the argument.
+fn check_combinations(
+    declared: &QueueSettings,
+    invalid: &dyn Fn(&str, String) -> AmqpError,
+) -> Result<(), AmqpError> {
+    if let Some(max) = declared.redelivery_delay_max_ms {
+        match declared.redelivery_delay_ms {
+            None => return Err(invalid("x-redelivery-delay-max", "requires x-redelivery-delay".to_owned())),
+            Some(delay) if max < delay => {
+                return Err(invalid("x-redelivery-delay-max", format!("{{less_than_delay,{max},{delay}}}")))
+            }
+            _ => {}
+        }
+    }
+    match declared.delayed_retry_conflict() {
+        Some(RetryConflict::MinMissing(kind)) => {
+            return Err(invalid(
+                "x-delayed-retry-min",
+                format!("required when x-delayed-retry-type is {}", kind.name()),
+            ))
+        }
+        Some(RetryConflict::MaxBelowMin { min, max }) => {
+            return Err(invalid(
+                "x-delayed-retry-max",
+                format!("x-delayed-retry-max ({max}) must not be smaller than x-delayed-retry-min ({min})"),
+            ))
+        }
+        None => {}
+    }
+    if declared.dead_letter_routing_key.is_some() && declared.dead_letter_exchange.is_none() {
+        return Err(invalid("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined".to_owned()));
+    }
+    Ok(())
+}
+
+/// A boolean argument's value; otherwise RabbitMQ's `{unacceptable_type,TYPE}`.
+fn bool_arg(value: &FieldValue) -> Result<bool, String> {
+    match value {
+        FieldValue::Bool(on) => Ok(*on),
+        other => Err(format!("{{unacceptable_type,{}}}", other.type_name())),
+    }
 }
 
 /// A non-negative count: any AMQP integer type.

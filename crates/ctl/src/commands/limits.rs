@@ -131,6 +131,7 @@ fn rows(listed: &Value, key: &str) -> Value {
 /// Vhost and user limits.
 #[derive(Debug, Subcommand)]
 #[command(rename_all = "snake_case")]
+#[expect(clippy::enum_variant_names, reason = "each variant is a verb, named as rabbitmqctl names it")]
 pub enum LimitCommand {
     /// Replaces the vhost's limits with a JSON object: `{"max-connections": 10, "max-queues": 100}`
     /// (-1: no limit, 0: none allowed).

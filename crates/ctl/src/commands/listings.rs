@@ -11,6 +11,7 @@ use crate::output::Format;
 /// The listing verbs.
 #[derive(Debug, Subcommand)]
 #[command(rename_all = "snake_case")]
+#[expect(clippy::enum_variant_names, reason = "each variant is a verb, named as rabbitmqctl names it")]
 pub enum ListCommand {
     /// Queues of the vhost: columns default to `name messages`.
     ListQueues { columns: Vec<String> },
