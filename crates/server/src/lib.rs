@@ -95,6 +95,7 @@ pub struct ServerHooks {
     /// Test only: a part made to die (`supervise::INJECT_DEATH_VAR`); `None` in normal use.
     pub inject_death: Option<supervise::InjectedDeath>,
 }
+
 /// Raises the open-files limit to its hard limit and fits the connection limits under it: the
 /// HTTP listeners' (lowered in `config`, with a warning) and the AMQP connections'. `sqs` and
 /// `tls`: whether those listeners serve. Returns the AMQP connection limit and the descriptors
@@ -257,10 +258,6 @@ impl Server {
 
     /// Serves until `shutdown` completes, then closes every connection with 320
     /// CONNECTION_FORCED and returns.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "issue 41: wiring, supervision and the accept loop; down from 246 lines, still to split"
-    )]
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let addrs = ListenAddrs::of(&self);
         let Server {
@@ -282,67 +279,19 @@ impl Server {
         } = self;
         let store_damage = data.damage();
         let stored_messages = data.stored_messages.clone();
-        let (broker_tx, command_budget, broker_rx) = broker_task::input_queue();
-        let (store_tx, store_rx) = std::sync::mpsc::channel();
-        // Weak: the store thread must not keep the broker task alive at shutdown.
-        let inject = hooks.inject_death;
-        let store_thread = persistence::spawn_store_thread(
-            data,
-            store_rx,
-            broker_tx.downgrade(),
-            supervise::InjectedDeath::of(inject, supervise::Part::StoreThread),
-        )
-        .context("starting the store thread")?;
-        // Supervision: the thread's end (or panic) is seen from here while the server runs.
-        let mut store_ended = tokio::task::spawn_blocking(move || store_thread.join());
-        let mut broker_handle = spawn_broker_task(
-            broker_task::run(broker, broker_rx, command_budget.clone(), clock, Some(store_tx)),
-            supervise::InjectedDeath::of(inject, supervise::Part::BrokerTask),
-        );
+        let Core { broker_tx, command_budget, mut broker_handle, mut store_ended } =
+            start_core(broker, data, clock, hooks.inject_death)?;
         // From now on the user store's changes go through the broker task and the store thread,
         // like every definition (start-up wrote through the catalog directly: nothing ran yet).
         let broker_jobs = BrokerHandle::new(forward_jobs(broker_tx.clone()));
         let users = Arc::new(users.persist_with(hourglass_mgmt::saver_through_store(&broker_jobs)));
         // One failed-login slowdown for AMQP and HTTP: a guesser gains nothing by switching.
         let logins = Arc::new(hourglass_session::LoginLimiter::new(config.login_failure_delay_ms));
-        let session_config = Arc::new(SessionConfig {
-            login_limiter: logins.clone(),
-            external_auth: config.tls.as_ref().is_some_and(|tls| tls.external_auth),
-            max_message_size: config.amqp.max_message_size,
-            channel_max: config.amqp.channel_max,
-            frame_max: config.amqp.frame_max,
-            product: config.server_product.clone(),
-            ..SessionConfig::new(users.clone())
-        });
+        let session_config = session_config(&config, users.clone(), logins.clone());
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let (alarm_tx, alarm_rx) = watch::channel(ResourceStatus::default());
-        let limits = alarm::Limits {
-            memory_fraction: config.vm_memory_high_watermark,
-            disk_free_limit: config.disk_free_limit.bytes(hourglass_mgmt::resources::total_memory_bytes()),
-        };
-        let (limits_tx, limits_rx) = watch::channel(limits.in_bytes());
-        let inbound = Arc::new(alarm::InboundContent::default());
-        let alarm_task = tokio::spawn(alarm::monitor(
-            limits_rx,
-            config.data_dir.clone(),
-            inbound.clone(),
-            stored_messages,
-            alarm_tx,
-        ));
-        let mut node = NodeInfo::new(addrs.ip(), port(addrs.amqp), port(addrs.http), port(addrs.metrics))
-            .with_listeners(addrs.listeners())
-            .with_resources(alarm_rx.clone())
-            .with_alarm_limits(Arc::new(limits_tx))
-            .with_store_damage(store_damage);
-        if let Some(cluster) = hooks.cluster {
-            node = node.with_cluster(cluster);
-        }
-        if let Some(name) = &hooks.node_name {
-            node = node.with_node_name(name);
-        }
-        if let Some(name) = &hooks.cluster_name {
-            node = node.with_cluster_name(name);
-        }
+        let Alarms { limits, limits_tx, status: alarm_rx, inbound, task: alarm_task } =
+            start_alarms(&config, stored_messages);
+        let node = node_info(&addrs, hooks, alarm_rx.clone(), limits_tx, store_damage);
         let mgmt = AppState {
             broker: broker_jobs,
             users,
@@ -355,11 +304,8 @@ impl Server {
         // Rates from the first look: every object sampled every 5 s (mgmt/src/rates/sampler.rs),
         // until shutdown.
         tokio::spawn(hourglass_mgmt::rates::sampler::run(mgmt.clone(), web::stopped(&shutdown_rx)));
-        if let Some(path) = &config.load_definitions {
-            // Before the AMQP listener accepts anyone, as RabbitMQ imports at boot.
-            hourglass_mgmt::load_definitions_file(&mgmt, path).await.map_err(anyhow::Error::msg)?;
-            tracing::info!(file = %path.display(), "definitions imported");
-        }
+        // Before the AMQP listener accepts anyone, as RabbitMQ imports at boot.
+        import_definitions(&mgmt, config.load_definitions.as_deref()).await?;
         let (amqps, amqp_tls, listeners) = split_listeners(http, metrics, sqs, tls, &config);
         let mut http_tasks = web::serve(listeners, mgmt, &config, &shutdown_rx).await;
         let template = connection::ConnectionContext {
@@ -403,16 +349,15 @@ impl Server {
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
         }
+        alarm_task.abort();
         if let Some(died) = died {
             // Nothing can be served or made durable any more: no graceful close that would wait
             // on the dead part; the caller exits non-zero (releasing a cluster lease first).
             connections.abort_all();
             http_tasks.abort_all();
-            alarm_task.abort();
             return Err(died.into());
         }
         tracing::info!(connections = connections.len(), "shutting down");
-        alarm_task.abort();
         // The listeners, and the admission: its connection template holds a broker sender.
         drop((amqp, amqps, admission));
         let _ = shutdown_tx.send(true);
@@ -425,6 +370,119 @@ impl Server {
         let _ = store_ended.await;
         Ok(())
     }
+}
+
+/// The broker task and the store thread, running: the broker task's input and the room its
+/// commands take, and each one's end as the server supervises it.
+struct Core {
+    broker_tx: mpsc::Sender<broker_task::BrokerInput>,
+    command_budget: broker_task::CommandBudget,
+    broker_handle: tokio::task::JoinHandle<()>,
+    /// The store thread's end (or panic), seen from the server's loop.
+    store_ended: tokio::task::JoinHandle<std::thread::Result<()>>,
+}
+
+/// Starts the store thread on `data` and the broker task on `broker`; `inject`: test only, a
+/// part made to die (`supervise::InjectedDeath`).
+fn start_core(
+    broker: Broker,
+    data: persistence::DataDir,
+    clock: clock::Clock,
+    inject: Option<supervise::InjectedDeath>,
+) -> anyhow::Result<Core> {
+    let (broker_tx, command_budget, broker_rx) = broker_task::input_queue();
+    let (store_tx, store_rx) = std::sync::mpsc::channel();
+    // Weak: the store thread must not keep the broker task alive at shutdown.
+    let store_thread = persistence::spawn_store_thread(
+        data,
+        store_rx,
+        broker_tx.downgrade(),
+        supervise::InjectedDeath::of(inject, supervise::Part::StoreThread),
+    )
+    .context("starting the store thread")?;
+    let store_ended = tokio::task::spawn_blocking(move || store_thread.join());
+    let broker_handle = spawn_broker_task(
+        broker_task::run(broker, broker_rx, command_budget.clone(), clock, Some(store_tx)),
+        supervise::InjectedDeath::of(inject, supervise::Part::BrokerTask),
+    );
+    Ok(Core { broker_tx, command_budget, broker_handle, store_ended })
+}
+
+/// Imports the definitions file at `path`, if one is set (`load_definitions`).
+async fn import_definitions(mgmt: &AppState, path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    hourglass_mgmt::load_definitions_file(mgmt, path).await.map_err(anyhow::Error::msg)?;
+    tracing::info!(file = %path.display(), "definitions imported");
+    Ok(())
+}
+
+/// The AMQP sessions' settings: logins slowed down by `logins` (shared with the HTTP API),
+/// users checked by `users`, the limits and the product name `config` sets.
+fn session_config(
+    config: &Config,
+    users: Arc<dyn hourglass_session::Authenticator>,
+    logins: Arc<hourglass_session::LoginLimiter>,
+) -> Arc<SessionConfig> {
+    Arc::new(SessionConfig {
+        login_limiter: logins,
+        external_auth: config.tls.as_ref().is_some_and(|tls| tls.external_auth),
+        max_message_size: config.amqp.max_message_size,
+        channel_max: config.amqp.channel_max,
+        frame_max: config.amqp.frame_max,
+        product: config.server_product.clone(),
+        ..SessionConfig::new(users)
+    })
+}
+
+/// The memory and disk alarms, watched: the limits as configured, their sender (the HTTP API
+/// changes them until the next restart), the alarms' state, the body bytes connections hold
+/// (their growth makes the monitor look at once), and the monitor's task.
+struct Alarms {
+    limits: alarm::Limits,
+    limits_tx: watch::Sender<hourglass_mgmt::resources::AlarmLimits>,
+    status: watch::Receiver<ResourceStatus>,
+    inbound: Arc<alarm::InboundContent>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the alarm monitor on `config`'s limits; `stored_messages` counts what the store holds.
+fn start_alarms(config: &Config, stored_messages: Arc<std::sync::atomic::AtomicU64>) -> Alarms {
+    let (alarm_tx, status) = watch::channel(ResourceStatus::default());
+    let limits = alarm::Limits {
+        memory_fraction: config.vm_memory_high_watermark,
+        disk_free_limit: config.disk_free_limit.bytes(hourglass_mgmt::resources::total_memory_bytes()),
+    };
+    let (limits_tx, limits_rx) = watch::channel(limits.in_bytes());
+    let inbound = Arc::new(alarm::InboundContent::default());
+    let monitor =
+        alarm::monitor(limits_rx, config.data_dir.clone(), inbound.clone(), stored_messages, alarm_tx);
+    Alarms { limits, limits_tx, status, inbound, task: tokio::spawn(monitor) }
+}
+
+/// The node as the HTTP API shows it: its listeners, alarms and their limits, the store's
+/// damage, and in clustered mode the cluster and the names `hooks` give.
+fn node_info(
+    addrs: &ListenAddrs,
+    hooks: ServerHooks,
+    alarms: watch::Receiver<ResourceStatus>,
+    limits: watch::Sender<hourglass_mgmt::resources::AlarmLimits>,
+    damage: hourglass_mgmt::StoreDamage,
+) -> NodeInfo {
+    let mut node = NodeInfo::new(addrs.ip(), port(addrs.amqp), port(addrs.http), port(addrs.metrics))
+        .with_listeners(addrs.listeners())
+        .with_resources(alarms)
+        .with_alarm_limits(Arc::new(limits))
+        .with_store_damage(damage);
+    if let Some(cluster) = hooks.cluster {
+        node = node.with_cluster(cluster);
+    }
+    if let Some(name) = &hooks.node_name {
+        node = node.with_node_name(name);
+    }
+    if let Some(name) = &hooks.cluster_name {
+        node = node.with_cluster_name(name);
+    }
+    node
 }
 
 /// What ended the store thread while the server ran: its panic, or, since it ends by itself
