@@ -26,6 +26,7 @@ mod overdue_release;
 pub mod permissions;
 pub mod persist;
 pub mod policy;
+mod published;
 pub mod queue;
 pub mod receipts;
 mod redelivery;

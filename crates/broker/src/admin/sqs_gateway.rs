@@ -25,6 +25,7 @@ use crate::message::Message;
 use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
 use crate::persist::Changed;
+use crate::published::Traced;
 use crate::queue::args::QueueArgs;
 use crate::queue::{dead_letter, message_groups};
 use crate::queue::{QueueId, ReturnKind};
@@ -218,18 +219,11 @@ impl Broker {
         if let Some(exchange) = self.vhosts.get(vhost).and_then(|v| v.exchanges.get(&ShortStr::default())) {
             exchange.counters.published(true);
         }
-        if let Some(queue) = self.queues.get_mut(&id) {
-            queue.counters.messages.publish += 1;
-        }
-        self.message_stats.published(PublishOutcome::Routed, Confirm::NotRequested);
-        self.message_sizes.observe(message.body_size());
-        if self.firehose.traces(vhost) {
-            // Traced as an AMQP publish is, before the queue takes it; the publisher is the
-            // vhost's gateway connection.
-            let gateway = self.sqs_gateway(vhost, now);
-            self.trace_publish(vhost, gateway, GATEWAY_CHANNEL, &message, &[], &[id], now);
-        }
-        match self.enqueue(id, message, now, delay_ms) {
+        self.count_published(PublishOutcome::Routed, Confirm::NotRequested, message.body_size());
+        // Traced as an AMQP publish is; the publisher is the vhost's gateway connection.
+        let gateway = self.firehose.traces(vhost).then(|| self.sqs_gateway(vhost, now));
+        let traced = gateway.map(|conn| Traced { vhost, conn, channel: GATEWAY_CHANNEL });
+        match self.enqueue_published(traced, &message, (&[], &[id]), delay_ms, now) {
             Enqueued::Rejected => Err(SqsGatewayError::QueueFull),
             Enqueued::Duplicate(original) => Ok(SqsSent::Duplicate(original)),
             Enqueued::Accepted => Ok(SqsSent::Stored),

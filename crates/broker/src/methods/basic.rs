@@ -18,6 +18,7 @@ use crate::exchange::delayed;
 use crate::firehose::TracedDelivery;
 use crate::message::Message;
 use crate::message_stats::{Confirm, DeliveryKind, PublishOutcome};
+use crate::published::Traced;
 use crate::queue::args::QueueType;
 use crate::queue::consumers::Consumer;
 use crate::queue::message_groups::GroupKey;
@@ -159,17 +160,10 @@ impl Broker {
         if !routed && mandatory {
             self.return_unroutable(conn, ch, &message);
         }
-        if let Some(vhost_name) = traced_vhost {
-            // Before the queues take it: its trace comes before any delivery's, as RabbitMQ's.
-            self.trace_publish(&vhost_name, conn, ch, &message, header_routes.keys(), &targets, now);
-        }
-        let mut rejected = false;
-        for &id in &targets {
-            if let Some(queue) = self.queues.get_mut(&id) {
-                queue.counters.messages.publish += 1;
-            }
-            rejected |= self.enqueue(id, message.clone(), now, delay_ms) == Enqueued::Rejected;
-        }
+        let traced = traced_vhost.as_deref().map(|vhost| Traced { vhost, conn, channel: ch });
+        let routed_by = (header_routes.keys(), targets.as_slice());
+        let rejected =
+            self.enqueue_published(traced, &message, routed_by, delay_ms, now) == Enqueued::Rejected;
         self.queue_scratch = targets;
         let outcome = match (routed, mandatory) {
             (true, _) => PublishOutcome::Routed,
@@ -209,8 +203,7 @@ impl Broker {
             (Some(_), true) => Confirm::Nacked,
         };
         channel.stats.published(outcome, confirm);
-        self.message_stats.published(outcome, confirm);
-        self.message_sizes.observe(body_size);
+        self.count_published(outcome, confirm, body_size);
         if let Some(seq) = seq {
             if rejected {
                 // RabbitMQ sets the requeue bit on the nack of a publish a full queue refused.
