@@ -6,6 +6,7 @@
 //! Decoding never panics on any input and slices strings, tables and bodies
 //! out of the received buffer without copying.
 
+pub mod amqp1;
 mod codec;
 mod error;
 mod field_table;
