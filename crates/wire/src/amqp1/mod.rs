@@ -7,10 +7,12 @@
 //! RabbitMQ's address v2 mapping come next (issue 42).
 
 mod frame;
+mod performative;
 mod value;
 
 pub use frame::{
     decode_frame_header, decode_protocol_header, encode_frame_header, FrameHeader, FrameKind, ProtocolId,
     FRAME_HEADER_SIZE, MIN_MAX_FRAME_SIZE,
 };
+pub use performative::{ErrorCondition, Performative, PerformativeError};
 pub use value::{decode_value, encode_value, Amqp1DecodeError, Value, MAX_DEPTH};
