@@ -437,6 +437,17 @@ impl<'a> Scenario<'a> {
         seen.confirmed.iter().filter(|b| !consumed.contains(b)).cloned().collect()
     }
 
+    /// Prints the last `count` lines each node logged.
+    fn print_node_logs(&self, count: usize) {
+        for node in &self.cluster.nodes {
+            let log = node.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            eprintln!("--- {}: its last {count} log lines", node.name);
+            for line in &log[log.len().saturating_sub(count)..] {
+                eprintln!("{line}");
+            }
+        }
+    }
+
     /// Bodies delivered more than once without the redelivered flag.
     fn duplicates(&self) -> BTreeMap<String, usize> {
         let mut first_deliveries = BTreeMap::<String, usize>::new();
@@ -501,6 +512,11 @@ fn partition_test(fault: Fault, majority: bool, mode: CutMode) {
         eprintln!("{fault:?}: heal to first confirm {heal_to_confirm:?}, to all in sync {in_sync:?}");
         let lost = scenario.unconsumed();
         let confirmed = scenario.confirmed();
+        if !lost.is_empty() {
+            // What each node said, for the next person: the test alone cannot tell a consumer
+            // that stopped receiving from messages that are gone.
+            scenario.print_node_logs(80);
+        }
         assert!(lost.is_empty(), "{fault:?}: {} of {confirmed} confirmed lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
         let duplicates = scenario.duplicates();
         assert!(duplicates.is_empty(), "{fault:?}: delivered twice, not flagged redelivered: {duplicates:?}");
