@@ -246,4 +246,4 @@ pub fn follower_metrics_router(cluster: std::sync::Arc<dyn ClusterStatus>) -> ax
 }
 
 pub use axum::Router;
-pub use listener::{serve, HttpLimits};
+pub use listener::{serve, HttpLimits, RefusalLog};

@@ -94,7 +94,7 @@ pub async fn serve(
     let router = router.layer(DefaultBodyLimit::max(limits.max_body_bytes)).layer(axum::Extension(scheme));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let lingering = Arc::new(Semaphore::new(REFUSALS_LINGERING_MAX));
-    let mut refusals = RefusalLog::default();
+    let mut refusals = RefusalLog::new("HTTP");
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
@@ -270,21 +270,30 @@ fn refuse(stream: TcpStream, lingering: &Arc<Semaphore>) {
     });
 }
 
-/// Counts refused sockets and logs them at most once per [`REFUSAL_LOG_INTERVAL`].
-#[derive(Default)]
-struct RefusalLog {
+/// Counts sockets a listener refused at its connection limit and logs them at most once per
+/// [`REFUSAL_LOG_INTERVAL`], with the count since the last line; the HTTP listeners' and the
+/// AMQP one's (`server::admission`).
+pub struct RefusalLog {
+    /// The listener's protocol, as the line names it (`HTTP`, `AMQP`).
+    protocol: &'static str,
     unlogged: u64,
     last: Option<Instant>,
 }
 
 impl RefusalLog {
-    fn record(&mut self, peer: SocketAddr, limit: usize) {
+    pub fn new(protocol: &'static str) -> RefusalLog {
+        RefusalLog { protocol, unlogged: 0, last: None }
+    }
+
+    /// One more socket from `peer` refused at `limit` connections.
+    pub fn record(&mut self, peer: SocketAddr, limit: usize) {
         self.unlogged += 1;
         let now = Instant::now();
         if self.last.is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_INTERVAL) {
             return;
         }
-        tracing::warn!(%peer, refused = self.unlogged, limit, "HTTP connection limit reached: refusing new sockets");
+        let protocol = self.protocol;
+        tracing::warn!(%peer, refused = self.unlogged, limit, "{protocol} connection limit reached: refusing new sockets");
         self.unlogged = 0;
         self.last = Some(now);
     }

@@ -1,23 +1,20 @@
 //! Admitting accepted AMQP sockets: each takes a connection slot and its file descriptors (a
 //! socket over the limits is closed at once, and the refusals logged at most once per
-//! [`REFUSAL_LOG_INTERVAL`]), then runs as a connection task, plain or over TLS, with what
+//! ten seconds, by `mgmt`'s `RefusalLog`), then runs as a connection task, plain or over TLS, with what
 //! every connection is started with.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use hourglass_broker::ConnectionId;
 use hourglass_mgmt::tls::LiveTlsConfig;
+use hourglass_mgmt::RefusalLog;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::connection::{self, ConnectionContext};
 use crate::fd_limit;
-
-/// Refused connections are logged at most this often, so a flood does not flood the log too.
-pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The limits accepted sockets are admitted under, and what their connections start with.
 pub struct Admission {
@@ -48,7 +45,7 @@ impl Admission {
             max_connections,
             slots: Arc::new(Semaphore::new(max_connections)),
             fds: Arc::new(Semaphore::new(fd_room)),
-            refusals: RefusalLog::default(),
+            refusals: RefusalLog::new("AMQP"),
             template,
             tls,
         }
@@ -91,26 +88,5 @@ impl Admission {
             }
             drop((slot, held_fds));
         });
-    }
-}
-
-/// Counts AMQP sockets refused at the connection limit; logs them at most once per
-/// [`REFUSAL_LOG_INTERVAL`], with the count since the last line.
-#[derive(Default)]
-struct RefusalLog {
-    unlogged: u64,
-    last: Option<Instant>,
-}
-
-impl RefusalLog {
-    fn record(&mut self, peer: SocketAddr, limit: usize) {
-        self.unlogged += 1;
-        let now = Instant::now();
-        if self.last.is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_INTERVAL) {
-            return;
-        }
-        tracing::warn!(%peer, refused = self.unlogged, limit, "AMQP connection limit reached: closing new sockets");
-        self.unlogged = 0;
-        self.last = Some(now);
     }
 }
