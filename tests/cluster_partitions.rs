@@ -41,6 +41,9 @@ const CONSUMED_WITHIN: Duration = Duration::from_secs(40);
 /// A client's patience: for a TCP connect and AMQP handshake, and for one confirm.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the consumer waits on any one step (setting up, a delivery, an ack) before it moves
+/// to another node.
+const CONSUMER_STEP: Duration = Duration::from_secs(5);
 /// The publisher stops after this many messages (it publishes some 400 a second).
 const MAX_MESSAGES: usize = 100_000;
 /// How many topologies run at once (each has an etcd and three nodes; the machine has 2 cores).
@@ -276,20 +279,30 @@ async fn consume(nodes: Nodes, mut start: usize, seen: Arc<Mutex<Seen>>, stop: A
 }
 
 async fn consume_on(conn: &Connection, seen: &Mutex<Seen>, stop: &AtomicBool) -> lapin::Result<()> {
-    let channel = conn.create_channel().await?;
-    durable_queue(&channel).await?;
-    channel.basic_qos(50, BasicQosOptions::default()).await?;
-    let mut consumer = channel
-        .basic_consume(QUEUE.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
-        .await?;
+    // Every step has a deadline: a consumer stuck on a node that stopped answering moves on,
+    // so a message it did not get is one the cluster did not deliver.
+    let setup = async {
+        let channel = conn.create_channel().await?;
+        durable_queue(&channel).await?;
+        channel.basic_qos(50, BasicQosOptions::default()).await?;
+        channel
+            .basic_consume(QUEUE.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+            .await
+    };
+    let Ok(consumer) = tokio::time::timeout(CONSUMER_STEP, setup).await else { return Ok(()) };
+    let mut consumer = consumer?;
     while !stop.load(Ordering::SeqCst) {
-        let Ok(Some(delivery)) = tokio::time::timeout(Duration::from_secs(5), consumer.next()).await else {
+        let Ok(Some(delivery)) = tokio::time::timeout(CONSUMER_STEP, consumer.next()).await else {
             return Ok(());
         };
         let delivery = delivery?;
         let body = String::from_utf8_lossy(&delivery.data).into_owned();
         lock(seen).deliveries.push((body, delivery.redelivered));
-        delivery.ack(BasicAckOptions::default()).await?;
+        let Ok(acked) = tokio::time::timeout(CONSUMER_STEP, delivery.ack(BasicAckOptions::default())).await
+        else {
+            return Ok(());
+        };
+        acked?;
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! A follower's client ports: every connection is forwarded byte for byte to the leader's port,
-//! so clients (or a load balancer) may name any node. When the leader changes, each forwarded
-//! AMQP connection gets `connection.close` 320 CONNECTION_FORCED — sent between two of the
-//! leader's frames, never inside one — and is closed; clients reconnect as after a restart.
+//! so clients (or a load balancer) may name any node. When the leader or its term changes, each
+//! forwarded AMQP connection gets `connection.close` 320 CONNECTION_FORCED — sent between two of
+//! the leader's frames, never inside one — and is closed; clients reconnect as after a restart.
 //! While there is no leader to forward to — an election that lasts, or a node that cannot
 //! reach etcd and so has no role — an AMQP client gets that 320 after its protocol header, an
 //! HTTP client a 503: both answers a client retries, where a closed port or a silent EOF is not.
@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::coordinator::Role;
 use crate::election::NodeRecord;
 
 /// How long a new client waits for a leader to forward to (during an election) before it is
@@ -33,13 +34,27 @@ pub const NO_LEADER_TEXT: &str = "CONNECTION_FORCED - the cluster has no leader 
 /// Where a node's client ports forward to now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Upstream {
-    /// The leader etcd names.
-    Leader(NodeRecord),
+    /// The leader etcd names, in its term: the same node in a later term is a new server
+    /// process, so forwarded connections end when either changes.
+    Leader { node: NodeRecord, term: u64 },
     /// No leader yet (an election): a new client waits up to [`LEADER_WAIT`] for one.
     Electing,
     /// This node has no role (it cannot reach etcd, or it leads itself): clients are answered
     /// at once, 320 or 503.
     Unavailable,
+}
+
+impl Upstream {
+    /// Where a node's client ports forward to while its coordinator sees `role`.
+    pub fn of(role: &Role) -> Upstream {
+        match role {
+            Role::Follower { leader: Some(node), term } => {
+                Upstream::Leader { node: node.clone(), term: *term }
+            }
+            Role::Follower { leader: None, .. } => Upstream::Electing,
+            Role::Leader { .. } => Upstream::Unavailable,
+        }
+    }
 }
 
 /// Which protocol a forwarded port speaks (only plain AMQP gets a close frame: TLS streams and
@@ -90,7 +105,7 @@ async fn forward_one(
     let target =
         tokio::time::timeout(LEADER_WAIT, leader.wait_for(decided)).await.ok().and_then(
             |found| match &*found.ok()? {
-                Upstream::Leader(node) => port_of(node),
+                Upstream::Leader { node, .. } => port_of(node),
                 Upstream::Electing | Upstream::Unavailable => None,
             },
         );
@@ -261,7 +276,7 @@ mod tests {
 
     fn leader_at(address: &str) -> Upstream {
         let (host, port) = address.rsplit_once(':').unwrap();
-        Upstream::Leader(NodeRecord {
+        let node = NodeRecord {
             name: "gone".into(),
             host: host.into(),
             amqp_port: port.parse().unwrap(),
@@ -271,7 +286,19 @@ mod tests {
             https_port: None,
             sqs_port: None,
             sqs_tls_port: None,
-        })
+        };
+        Upstream::Leader { node, term: 1 }
+    }
+
+    #[test]
+    fn the_same_node_elected_again_is_a_new_upstream() {
+        // A leader that lost its term and won the next one runs a new server process: the
+        // connections forwarded to its old one must get their 320, even when this node never
+        // saw the election in between (a watch keeps only the latest role).
+        let Upstream::Leader { node, .. } = leader_at("127.0.0.1:5672") else { unreachable!() };
+        let first = Upstream::of(&Role::Follower { leader: Some(node.clone()), term: 7 });
+        let again = Upstream::of(&Role::Follower { leader: Some(node), term: 9 });
+        assert_ne!(first, again);
     }
 
     #[tokio::test]

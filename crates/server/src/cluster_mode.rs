@@ -278,14 +278,9 @@ async fn follow(
 
 /// Feeds `upstream` the leader to forward to as the coordinator's view of the roles changes.
 fn track_leader(mut roles: watch::Receiver<Role>, upstream: watch::Sender<Upstream>) -> JoinHandle<()> {
-    let of = |role: &Role| match role {
-        Role::Follower { leader: Some(node), .. } => Upstream::Leader(node.clone()),
-        Role::Follower { leader: None, .. } => Upstream::Electing,
-        Role::Leader { .. } => Upstream::Unavailable,
-    };
     tokio::spawn(async move {
         loop {
-            let now = of(&roles.borrow_and_update());
+            let now = Upstream::of(&roles.borrow_and_update());
             upstream.send_if_modified(|was| std::mem::replace(was, now.clone()) != now);
             if roles.changed().await.is_err() {
                 break;
