@@ -46,19 +46,25 @@ pub struct ConnectionInfo {
     pub login: LoginInfo,
 }
 
-/// How a connection authenticated.
+/// How a connection came in and authenticated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoginInfo {
+    /// The protocol, as RabbitMQ's listings name it: [`AMQP_0_9_1`] or [`AMQP_1_0`].
+    pub protocol: &'static str,
     /// The SASL mechanism: `PLAIN`, `AMQPLAIN` or `EXTERNAL`.
     pub mechanism: &'static str,
     /// The connection came over TLS (AMQPS).
     pub tls: bool,
 }
 
+/// A connection's `protocol` in RabbitMQ's listings.
+pub const AMQP_0_9_1: &str = "AMQP 0-9-1";
+pub const AMQP_1_0: &str = "AMQP 1-0";
+
 impl Default for LoginInfo {
     /// PLAIN over plain TCP, what a connection without more to say did.
     fn default() -> Self {
-        LoginInfo { mechanism: "PLAIN", tls: false }
+        LoginInfo { protocol: AMQP_0_9_1, mechanism: "PLAIN", tls: false }
     }
 }
 

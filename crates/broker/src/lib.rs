@@ -40,7 +40,7 @@ mod vhost;
 
 pub use api::{
     AmqpError, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect, LoginInfo,
-    Publish,
+    Publish, AMQP_0_9_1, AMQP_1_0,
 };
 pub use broker::{Broker, BrokerConfig};
 pub use message::Message;

@@ -19,6 +19,7 @@ use hourglass_wire::{
 };
 use tracing::{debug, info, warn};
 
+use crate::amqp1::{is_amqp1_header, Amqp1Connection};
 use crate::auth::ClientCertificate;
 use crate::channels::{Channels, Inbound, OnBrokerError};
 use crate::config::SessionConfig;
@@ -141,6 +142,8 @@ pub struct Connection {
     /// True while the driver does not read the socket for a resource alarm
     /// ([`Connection::set_reading_blocked`]); a heartbeat monitor started meanwhile starts paused.
     reading_blocked: bool,
+    /// The client's protocol header named AMQP 1.0: every call from then on goes to it.
+    amqp1: Option<Box<Amqp1Connection>>,
 }
 
 impl PeerInfo {
@@ -179,6 +182,7 @@ impl Connection {
             client_certificate: None,
             over_tls: false,
             login_mechanism: "PLAIN",
+            amqp1: None,
         }
     }
 
@@ -195,6 +199,21 @@ impl Connection {
     pub fn handle_input(&mut self, input: &mut BytesMut, now: Timestamp) {
         if input.is_empty() {
             return;
+        }
+        if self.state == State::ExpectProtocolHeader && self.amqp1.is_none() && is_amqp1_header(input) {
+            let certificate = self.client_certificate.clone();
+            let amqp1 = Amqp1Connection::new(
+                self.id,
+                self.peer.clone(),
+                self.config.clone(),
+                certificate,
+                self.over_tls,
+                now,
+            );
+            self.amqp1 = Some(Box::new(amqp1));
+        }
+        if let Some(amqp1) = &mut self.amqp1 {
+            return amqp1.handle_input(input, now);
         }
         // Any octet from the peer shows it is alive (RabbitMQ counts received octets).
         if let Some(heartbeat) = &mut self.heartbeat {
@@ -235,6 +254,9 @@ impl Connection {
         if effect.conn() != self.id {
             warn!(conn = self.id.0, to = effect.conn().0, "effect for another connection dropped");
             return;
+        }
+        if let Some(amqp1) = &mut self.amqp1 {
+            return amqp1.handle_effect(effect, now);
         }
         if self.state != State::Open {
             // Closing: the client was told the connection is over; nothing else may follow.
@@ -278,6 +300,9 @@ impl Connection {
 
     /// Runs whatever timer is due at `now`: handshake timeout, close timeout, heartbeats.
     pub fn handle_timeout(&mut self, now: Timestamp) {
+        if let Some(amqp1) = &mut self.amqp1 {
+            return amqp1.handle_timeout(now);
+        }
         match self.state {
             State::Closed => {}
             State::LoginRefused { answer_at, .. } => {
@@ -311,6 +336,9 @@ impl Connection {
     /// Graceful shutdown: connection.close 320, then wait for close-ok (or the close timeout).
     /// Before the handshake finished there is nobody to tell: the connection just closes.
     pub fn close_forced(&mut self, reason: &str, now: Timestamp) {
+        if let Some(amqp1) = &mut self.amqp1 {
+            return amqp1.close_forced(reason, now);
+        }
         match self.state {
             State::Open => {
                 let detail = format!("broker forced connection closure with reason '{reason}'");
@@ -323,6 +351,9 @@ impl Connection {
 
     /// The socket reached EOF or failed: nothing more can be sent or received.
     pub fn handle_eof(&mut self, _now: Timestamp) {
+        if let Some(amqp1) = &mut self.amqp1 {
+            return amqp1.handle_eof();
+        }
         if self.state != State::Closed {
             if !matches!(self.state, State::Closing { .. } | State::Draining { .. }) {
                 info!(conn = self.id.0, peer = %self.peer.addr, "client unexpectedly closed TCP connection");
@@ -333,12 +364,18 @@ impl Connection {
 
     /// The next command for the broker, in order.
     pub fn poll_command(&mut self) -> Option<Command> {
+        if let Some(amqp1) = &mut self.amqp1 {
+            return amqp1.poll_command();
+        }
         self.commands.pop_front()
     }
 
     /// Every command for the broker so far, in order, at once (what [`Connection::poll_command`]
     /// would give one by one): the driver hands them over as one batch, and none is moved.
     pub fn take_commands(&mut self) -> Vec<Command> {
+        if let Some(amqp1) = &mut self.amqp1 {
+            return amqp1.take_commands();
+        }
         if self.commands.is_empty() {
             return Vec::new();
         }
@@ -349,11 +386,19 @@ impl Connection {
 
     /// Everything encoded for the socket so far (empty when nothing is pending).
     pub fn take_output(&mut self) -> BytesMut {
+        if let Some(amqp1) = &mut self.amqp1 {
+            let mut out = self.out.take();
+            out.extend_from_slice(&amqp1.take_output());
+            return out;
+        }
         self.out.take()
     }
 
     /// When `handle_timeout` next has something to do.
     pub fn next_deadline(&self) -> Option<Timestamp> {
+        if let Some(amqp1) = &self.amqp1 {
+            return amqp1.next_deadline();
+        }
         let heartbeat = self.heartbeat.as_ref().and_then(|h| h.next_deadline(self.out.last_write()));
         match self.state {
             State::Closed => None,
@@ -367,12 +412,18 @@ impl Connection {
 
     /// The connection is over: flush `take_output()` and drop the socket.
     pub fn is_closed(&self) -> bool {
+        if let Some(amqp1) = &self.amqp1 {
+            return amqp1.is_closed();
+        }
         self.state == State::Closed
     }
 
     /// True once the handshake completed (`Command::ConnectionOpen` was emitted), so the broker
     /// must be told `Command::ConnectionClosed` when the connection ends.
     pub fn opened(&self) -> bool {
+        if let Some(amqp1) = &self.amqp1 {
+            return amqp1.opened();
+        }
         self.opened
     }
 
@@ -380,6 +431,9 @@ impl Connection {
     /// complete): the server counts it against the memory alarm and stops reading a connection
     /// in the middle of a message while an alarm is up.
     pub fn unfinished_content(&self) -> UnfinishedContent {
+        if let Some(amqp1) = &self.amqp1 {
+            return amqp1.unfinished_content();
+        }
         self.channels.unfinished()
     }
 

@@ -16,7 +16,9 @@
 //! | `fault.rs` | channel vs connection errors, RabbitMQ's reply texts |
 //! | `config.rs` | [`SessionConfig`] and RabbitMQ's defaults |
 //! | `client_limits.rs` | per-vhost and per-user connection and channel limits: counts and checks |
+//! | `amqp1/` | AMQP 1.0 on the same port (issue 42): SASL, open, sessions and links, each link a channel into the broker |
 
+mod amqp1;
 mod auth;
 mod channels;
 mod client_limits;

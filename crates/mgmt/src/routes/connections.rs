@@ -65,7 +65,7 @@ fn connection_json(node: &NodeInfo, c: &ConnectionSummary) -> Value {
         "node": node.name,
         "state": "running",
         "type": "network",
-        "protocol": "AMQP 0-9-1",
+        "protocol": c.info.login.protocol,
         "auth_mechanism": c.info.login.mechanism,
         "ssl": c.info.login.tls,
         "user": c.info.user,

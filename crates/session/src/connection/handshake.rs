@@ -1,7 +1,9 @@
 //! The handshake proper: connection.start, start-ok (login), tune / tune-ok (limits) and open
 //! (vhost), with RabbitMQ's rules and reply texts (rabbit_reader `handle_method0`).
 
-use hourglass_broker::{AmqpError, ClientCapabilities, Command, ConnectionInfo, LoginInfo, Timestamp};
+use hourglass_broker::{
+    AmqpError, ClientCapabilities, Command, ConnectionInfo, LoginInfo, Timestamp, AMQP_0_9_1,
+};
 use hourglass_wire::reply_code::{ACCESS_REFUSED, COMMAND_INVALID, NOT_ALLOWED, SYNTAX_ERROR};
 use hourglass_wire::{
     ConnectionOpen, ConnectionOpenOk, ConnectionStart, ConnectionStartOk, ConnectionTune, ConnectionTuneOk,
@@ -236,7 +238,7 @@ impl Connection {
             heartbeat_s: self.heartbeat_s,
             may_impersonate,
             permissions,
-            login: LoginInfo { mechanism: self.login_mechanism, tls: self.over_tls },
+            login: LoginInfo { protocol: AMQP_0_9_1, mechanism: self.login_mechanism, tls: self.over_tls },
         };
         self.commands.push_back(Command::ConnectionOpen { conn: self.id, info: Box::new(info) });
     }

@@ -163,11 +163,12 @@ fn refused_vhost_is_530_naming_user_and_vhost() {
     assert_eq!(c.connection_close(), close_of(530, text, 10, 40));
 }
 
-/// Any header but AMQP 0-9-1's is answered with ours, and the connection closes at once.
+/// Any header but AMQP 0-9-1's (or 1.0's, `amqp1/tests.rs`) is answered with ours, and the
+/// connection closes at once.
 #[test]
 fn wrong_protocol_header_gets_ours_and_closes() {
     let mut c = Client::local();
-    c.send_bytes(b"AMQP\x00\x01\x00\x00");
+    c.send_bytes(b"AMQP\x00\x00\x08\x00");
     assert_eq!(&c.conn.take_output()[..], PROTOCOL_HEADER);
     assert!(c.conn.is_closed());
     assert_eq!(c.conn.next_deadline(), None);

@@ -1,0 +1,1096 @@
+//! AMQP 1.0 sessions and links (part 2.5–2.7), each link carried by a 0-9-1 channel of its own
+//! into the broker, so that 1.0 enters through the same door as 0-9-1 and gets every broker
+//! feature (routing, permissions, TTL, delays, dead-lettering) unchanged:
+//!
+//! - a link the client **sends** on (a target address): channel.open, a passive declare of the
+//!   queue or exchange it names, confirm.select; each transfer a basic.publish; the broker's
+//!   basic.ack / basic.nack settle it `accepted` / `rejected`. Credit is granted in steps of
+//!   [`CREDIT`] and only while fewer than that are unconfirmed, so a publisher cannot outrun the
+//!   broker;
+//! - a link the client **receives** on (a `/queues/` source): basic.consume once it grants
+//!   credit, with basic.qos at the largest credit it granted (so the broker never pushes more than
+//!   the link may carry); each delivery a transfer while the link has credit and the session a
+//!   window; the client's outcomes become basic.ack (`accepted`), basic.reject without requeue
+//!   (`rejected`: dead-lettered), with requeue (`released`, and `modified` unless it says
+//!   `undeliverable-here`). A pre-settled link is acked as each transfer goes out.
+//!
+//! A broker error on a link's channel (a queue that does not exist, a refused permission)
+//! detaches that link with the matching error condition; the session and connection go on.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use hourglass_broker::{ChannelId, Command, ConnectionId, Effect, Message, Publish, Timestamp};
+use hourglass_wire::amqp1::{encode_value, ErrorCondition, FrameKind, Performative, Value};
+use hourglass_wire::{
+    BasicAck, BasicCancel, BasicConsume, BasicQos, BasicReject, ChannelClose, ChannelOpen, ConfirmSelect,
+    EncodedProperties, ExchangeDeclare, FieldTable, Method, QueueDeclare, ShortStr,
+};
+
+use super::address::{self, Destination};
+use super::message;
+use super::{error_condition, write_frame, ConnectionFault};
+
+/// Credit a sending link is granted, at most, and the most of its messages left unconfirmed.
+pub(crate) const CREDIT: u32 = 256;
+/// Our incoming window (transfer frames a session may send before we say more).
+const WINDOW: u32 = 4096;
+/// The highest link handle a session may use (handle-max).
+const HANDLE_MAX: u32 = 255;
+/// The most deliveries one disposition may settle at once (its first..last range).
+const DISPOSITION_RANGE_MAX: u32 = 65_536;
+
+/// Outcome descriptors (part 3.4).
+const ACCEPTED: u64 = 0x24;
+const REJECTED: u64 = 0x25;
+const RELEASED: u64 = 0x26;
+const MODIFIED: u64 = 0x27;
+const ERROR: u64 = 0x1d;
+
+/// What a call works on: the connection's output and commands, moved in and back out.
+#[derive(Debug)]
+pub(crate) struct Io {
+    pub out: BytesMut,
+    pub commands: VecDeque<Command>,
+    /// The largest frame we may send.
+    pub frame_max: u32,
+    pub max_message_size: u64,
+    pub now: Timestamp,
+}
+
+/// A 0-9-1 reply code as an AMQP 1.0 error condition.
+pub(crate) fn condition_of(reply_code: u16, connection: bool) -> &'static str {
+    match reply_code {
+        404 => "amqp:not-found",
+        403 => "amqp:unauthorized-access",
+        406 => "amqp:precondition-failed",
+        405 => "amqp:resource-locked",
+        320 if connection => "amqp:connection:forced",
+        506 => "amqp:resource-limit-exceeded",
+        530 => "amqp:not-allowed",
+        540 => "amqp:not-implemented",
+        _ => "amqp:internal-error",
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Sessions {
+    conn: ConnectionId,
+    /// By channel number (the peer's, which we answer on too).
+    sessions: HashMap<u16, Session>,
+    /// Sessions we ended with an error, whose end from the peer is still to come.
+    ending: HashSet<u16>,
+    session_max: u16,
+    /// The 0-9-1 channels links run on.
+    channels: ChannelNumbers,
+    by_channel: HashMap<u16, (u16, u32)>,
+}
+
+#[derive(Debug)]
+struct Session {
+    /// The id of our next transfer frame, and how many more the peer takes.
+    next_outgoing_id: u32,
+    remote_incoming_window: u32,
+    next_incoming_id: u32,
+    incoming_window: u32,
+    next_delivery_id: u32,
+    links: HashMap<u32, Link>,
+    /// Our deliveries the client has not settled: delivery id → (handle, 0-9-1 delivery tag).
+    unsettled: HashMap<u32, (u32, u64)>,
+    /// Handles we detached (an error), whose detach from the client is still to come: not
+    /// answered again, and not free until it comes.
+    detached: HashSet<u32>,
+}
+
+#[derive(Debug)]
+enum Link {
+    Publishing(Publishing),
+    Consuming(Consuming),
+}
+
+impl Link {
+    fn channel(&self) -> u16 {
+        match self {
+            Link::Publishing(link) => link.channel,
+            Link::Consuming(link) => link.channel,
+        }
+    }
+}
+
+/// A link the client sends on.
+#[derive(Debug)]
+struct Publishing {
+    channel: u16,
+    /// `None`: a null target, each message names its destination in `to`.
+    destination: Option<Destination>,
+    delivery_count: u32,
+    credit: u32,
+    /// Publishes sent to the broker (the 0-9-1 confirm sequence).
+    published: u64,
+    /// Confirm sequence → (delivery id, settled by the client already).
+    unconfirmed: BTreeMap<u64, (u32, bool)>,
+    /// A message whose transfers are not all in.
+    partial: Option<Partial>,
+}
+
+#[derive(Debug)]
+struct Partial {
+    delivery_id: u32,
+    settled: bool,
+    payload: BytesMut,
+}
+
+/// A link the client receives on.
+#[derive(Debug)]
+struct Consuming {
+    channel: u16,
+    queue: String,
+    /// The client settles nothing: each transfer goes out settled and is acked at once.
+    presettled: bool,
+    delivery_count: u32,
+    credit: u32,
+    drain: bool,
+    /// basic.qos's prefetch so far (0: basic.consume not sent yet).
+    prefetch: u16,
+    waiting: VecDeque<Waiting>,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    tag: u64,
+    redelivered: bool,
+    exchange: ShortStr,
+    routing_key: ShortStr,
+    message: Arc<Message>,
+}
+
+/// Free 0-9-1 channel numbers, lowest first.
+#[derive(Debug)]
+struct ChannelNumbers {
+    next: u32,
+    max: u32,
+    free: Vec<u16>,
+}
+
+impl ChannelNumbers {
+    fn take(&mut self) -> Option<u16> {
+        if let Some(channel) = self.free.pop() {
+            return Some(channel);
+        }
+        if self.next > self.max {
+            return None;
+        }
+        let channel = u16::try_from(self.next).ok()?;
+        self.next += 1;
+        Some(channel)
+    }
+
+    fn give_back(&mut self, channel: u16) {
+        self.free.push(channel);
+    }
+}
+
+/// The outcome a disposition carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Accepted,
+    Rejected,
+    /// Back to the queue (released, or modified without undeliverable-here).
+    Requeue,
+}
+
+fn described(code: u64, fields: Vec<Value>) -> Value {
+    Value::Described(Box::new(Value::Ulong(code)), Box::new(Value::List(fields)))
+}
+
+fn error_value(error: &ErrorCondition) -> Value {
+    described(
+        ERROR,
+        vec![
+            Value::Symbol(error.condition.clone()),
+            error.description.clone().map_or(Value::Null, Value::String),
+        ],
+    )
+}
+
+fn outcome_of(state: &Value) -> Option<Outcome> {
+    let Value::Described(descriptor, fields) = state else { return None };
+    let fields = match fields.as_ref() {
+        Value::List(fields) => fields.as_slice(),
+        _ => &[],
+    };
+    match descriptor.as_ref() {
+        Value::Ulong(ACCEPTED) => Some(Outcome::Accepted),
+        Value::Ulong(REJECTED) => Some(Outcome::Rejected),
+        Value::Ulong(RELEASED) => Some(Outcome::Requeue),
+        Value::Ulong(MODIFIED) => {
+            let undeliverable_here = matches!(fields.get(1), Some(Value::Bool(true)));
+            Some(if undeliverable_here { Outcome::Rejected } else { Outcome::Requeue })
+        }
+        _ => None,
+    }
+}
+
+/// The address field (the first) of a source or target.
+fn address_of(terminus: &Value) -> Option<String> {
+    let Value::Described(_, fields) = terminus else { return None };
+    match fields.as_ref() {
+        Value::List(fields) => match fields.first() {
+            Some(Value::String(address) | Value::Symbol(address)) => Some(address.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl Sessions {
+    pub(crate) fn new(conn: ConnectionId, channel_max: u16) -> Self {
+        Sessions {
+            conn,
+            sessions: HashMap::new(),
+            ending: HashSet::new(),
+            session_max: 0,
+            channels: ChannelNumbers { next: 1, max: u32::from(channel_max.max(1)), free: Vec::new() },
+            by_channel: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn set_session_max(&mut self, session_max: u16) {
+        self.session_max = session_max;
+    }
+
+    /// Messages whose transfers are not all in, and their bytes so far.
+    pub(crate) fn unfinished(&self) -> (u64, u64) {
+        let mut totals = (0, 0);
+        for link in self.sessions.values().flat_map(|s| s.links.values()) {
+            if let Link::Publishing(Publishing { partial: Some(partial), .. }) = link {
+                totals.0 += 1;
+                totals.1 += partial.payload.len() as u64;
+            }
+        }
+        totals
+    }
+
+    /// A performative of an open connection, on `channel`.
+    pub(crate) fn on_performative(
+        &mut self,
+        io: &mut Io,
+        channel: u16,
+        performative: Performative,
+        payload: &[u8],
+    ) -> Result<(), ConnectionFault> {
+        if let Performative::Begin { remote_channel, next_outgoing_id, incoming_window, .. } = performative {
+            return self.begin(io, channel, remote_channel, next_outgoing_id, incoming_window);
+        }
+        if self.ending.contains(&channel) {
+            if matches!(performative, Performative::End { .. }) {
+                self.ending.remove(&channel);
+            }
+            return Ok(());
+        }
+        if !self.sessions.contains_key(&channel) {
+            return Err(ConnectionFault::new("amqp:not-found", format!("no session on channel {channel}")));
+        }
+        match performative {
+            Performative::Attach {
+                name,
+                handle,
+                receiver,
+                snd_settle_mode,
+                source,
+                target,
+                initial_delivery_count,
+                ..
+            } => {
+                let attach = Attach { name, handle, snd_settle_mode, source, target, initial_delivery_count };
+                if receiver {
+                    self.attach_consuming(io, channel, attach);
+                } else {
+                    self.attach_publishing(io, channel, attach);
+                }
+            }
+            Performative::Flow {
+                next_incoming_id,
+                incoming_window,
+                handle,
+                delivery_count,
+                link_credit,
+                drain,
+                echo,
+                ..
+            } => {
+                let flow = LinkFlow { delivery_count, link_credit, drain, echo };
+                self.flow(io, channel, next_incoming_id, incoming_window, handle.map(|h| (h, flow)));
+            }
+            Performative::Transfer { handle, delivery_id, settled, more, aborted, .. } => {
+                let transfer =
+                    Transfer { handle, delivery_id, settled: settled.unwrap_or(false), more, aborted };
+                self.transfer(io, channel, transfer, payload);
+            }
+            Performative::Disposition { receiver, first, last, settled, state } => {
+                if receiver {
+                    self.disposition(io, channel, first, last.unwrap_or(first), settled, &state);
+                }
+            }
+            Performative::Detach { handle, closed, .. } => {
+                let ours_first = self.sessions.get_mut(&channel).is_some_and(|s| s.detached.remove(&handle));
+                if !ours_first {
+                    self.close_link(io, channel, handle);
+                    let reply = Performative::Detach { handle, closed, error: None };
+                    write_frame(&mut io.out, FrameKind::Amqp, channel, &reply, &[]);
+                }
+            }
+            Performative::End { .. } => {
+                self.end_session(io, channel);
+                write_frame(&mut io.out, FrameKind::Amqp, channel, &Performative::End { error: None }, &[]);
+            }
+            other => {
+                return Err(ConnectionFault::new(
+                    "amqp:not-allowed",
+                    format!("{other:?} on an open connection"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn begin(
+        &mut self,
+        io: &mut Io,
+        channel: u16,
+        remote_channel: Option<u16>,
+        next_outgoing_id: u32,
+        incoming_window: u32,
+    ) -> Result<(), ConnectionFault> {
+        if remote_channel.is_some() {
+            return Err(ConnectionFault::new("amqp:not-allowed", "a begin answering one we never sent"));
+        }
+        if channel > self.session_max {
+            return Err(ConnectionFault::new(
+                "amqp:connection:framing-error",
+                format!("channel {channel} is over the negotiated channel-max {}", self.session_max),
+            ));
+        }
+        if self.sessions.contains_key(&channel) || self.ending.contains(&channel) {
+            return Err(ConnectionFault::new(
+                "amqp:not-allowed",
+                format!("channel {channel} already has a session"),
+            ));
+        }
+        self.sessions.insert(
+            channel,
+            Session {
+                next_outgoing_id: 0,
+                remote_incoming_window: incoming_window,
+                next_incoming_id: next_outgoing_id,
+                incoming_window: WINDOW,
+                next_delivery_id: 0,
+                links: HashMap::new(),
+                unsettled: HashMap::new(),
+                detached: HashSet::new(),
+            },
+        );
+        let reply = Performative::Begin {
+            remote_channel: Some(channel),
+            next_outgoing_id: 0,
+            incoming_window: WINDOW,
+            outgoing_window: u32::MAX,
+            handle_max: HANDLE_MAX,
+        };
+        write_frame(&mut io.out, FrameKind::Amqp, channel, &reply, &[]);
+        Ok(())
+    }
+
+    /// Takes a handle for a new link, or ends the session when it cannot be used.
+    fn claim_handle(&mut self, io: &mut Io, session: u16, handle: u32) -> bool {
+        let in_use = self
+            .sessions
+            .get(&session)
+            .is_some_and(|s| s.links.contains_key(&handle) || s.detached.contains(&handle));
+        if handle > HANDLE_MAX || in_use {
+            let condition =
+                if in_use { "amqp:session:handle-in-use" } else { "amqp:session:handle-max-exceeded" };
+            self.end_with_error(io, session, condition, format!("link handle {handle}"));
+            return false;
+        }
+        true
+    }
+
+    fn attach_publishing(&mut self, io: &mut Io, session: u16, attach: Attach) {
+        if !self.claim_handle(io, session, attach.handle) {
+            return;
+        }
+        self.reply_attach(io, session, &attach, true);
+        let destination = match address_of(&attach.target).map(|a| address::target(&a)) {
+            None => Ok(None),
+            Some(Ok(destination)) => Ok(Some(destination)),
+            Some(Err(error)) => Err(error),
+        };
+        let destination = match destination {
+            Ok(destination) => destination,
+            Err(error) => {
+                let condition = match error {
+                    address::AddressError::DefaultExchange => "amqp:unauthorized-access",
+                    address::AddressError::Invalid(_) => "amqp:invalid-field",
+                };
+                return self.detach_with_error(io, session, attach.handle, condition, error.to_string());
+            }
+        };
+        let Some(channel) = self.channels.take() else {
+            return self.detach_with_error(
+                io,
+                session,
+                attach.handle,
+                "amqp:resource-limit-exceeded",
+                "too many links",
+            );
+        };
+        self.open_channel(io, channel);
+        if let Some(destination) = &destination {
+            let check = match &destination.queue {
+                Some(queue) => passive_queue(queue),
+                None => passive_exchange(&destination.exchange),
+            };
+            self.method(io, channel, check);
+        }
+        self.method(io, channel, ConfirmSelect { nowait: false }.into());
+        let delivery_count = attach.initial_delivery_count.unwrap_or(0);
+        let link = Publishing {
+            channel,
+            destination,
+            delivery_count,
+            credit: CREDIT,
+            published: 0,
+            unconfirmed: BTreeMap::new(),
+            partial: None,
+        };
+        self.by_channel.insert(channel, (session, attach.handle));
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.links.insert(attach.handle, Link::Publishing(link));
+        }
+        self.send_link_flow(io, session, attach.handle, false);
+    }
+
+    fn attach_consuming(&mut self, io: &mut Io, session: u16, attach: Attach) {
+        if !self.claim_handle(io, session, attach.handle) {
+            return;
+        }
+        self.reply_attach(io, session, &attach, false);
+        let queue = match address_of(&attach.source).map(|a| address::source(&a)) {
+            Some(Ok(queue)) => queue,
+            Some(Err(error)) => {
+                return self.detach_with_error(
+                    io,
+                    session,
+                    attach.handle,
+                    "amqp:invalid-field",
+                    error.to_string(),
+                )
+            }
+            None => {
+                return self.detach_with_error(
+                    io,
+                    session,
+                    attach.handle,
+                    "amqp:invalid-field",
+                    "a source needs an address",
+                )
+            }
+        };
+        let Some(channel) = self.channels.take() else {
+            return self.detach_with_error(
+                io,
+                session,
+                attach.handle,
+                "amqp:resource-limit-exceeded",
+                "too many links",
+            );
+        };
+        self.open_channel(io, channel);
+        let link = Consuming {
+            channel,
+            queue,
+            presettled: attach.snd_settle_mode == 1,
+            delivery_count: 0,
+            credit: 0,
+            drain: false,
+            prefetch: 0,
+            waiting: VecDeque::new(),
+        };
+        self.by_channel.insert(channel, (session, attach.handle));
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.links.insert(attach.handle, Link::Consuming(link));
+        }
+    }
+
+    /// Our attach: the other role, the client's terminus echoed; a link we send on starts its
+    /// delivery count at 0.
+    fn reply_attach(&self, io: &mut Io, session: u16, attach: &Attach, we_receive: bool) {
+        let reply = Performative::Attach {
+            name: attach.name.clone(),
+            handle: attach.handle,
+            receiver: we_receive,
+            snd_settle_mode: attach.snd_settle_mode,
+            rcv_settle_mode: 0,
+            source: attach.source.clone(),
+            target: attach.target.clone(),
+            initial_delivery_count: (!we_receive).then_some(0),
+        };
+        write_frame(&mut io.out, FrameKind::Amqp, session, &reply, &[]);
+    }
+
+    fn flow(
+        &mut self,
+        io: &mut Io,
+        session: u16,
+        next_incoming_id: Option<u32>,
+        incoming_window: u32,
+        link: Option<(u32, LinkFlow)>,
+    ) {
+        let Some(s) = self.sessions.get_mut(&session) else { return };
+        // Part 2.5.6: the peer's window, counted from our next transfer.
+        let their_next = next_incoming_id.unwrap_or(0);
+        s.remote_incoming_window = their_next.wrapping_add(incoming_window).wrapping_sub(s.next_outgoing_id);
+        if let Some((handle, flow)) = link {
+            let mut consume = None;
+            let mut echo = flow.echo;
+            match s.links.get_mut(&handle) {
+                Some(Link::Consuming(link)) => {
+                    let their_count = flow.delivery_count.unwrap_or(0);
+                    let credit = flow.link_credit.unwrap_or(0);
+                    link.credit = their_count.wrapping_add(credit).wrapping_sub(link.delivery_count);
+                    link.drain = flow.drain;
+                    let wanted = u16::try_from(link.credit).unwrap_or(u16::MAX);
+                    if wanted > link.prefetch {
+                        consume = Some((link.channel, link.queue.clone(), link.prefetch == 0, wanted));
+                        link.prefetch = wanted;
+                    }
+                    echo |= link.drain;
+                }
+                Some(Link::Publishing(_)) => {}
+                None => echo = false,
+            }
+            if let Some((channel, queue, first, prefetch)) = consume {
+                self.method(
+                    io,
+                    channel,
+                    BasicQos { prefetch_size: 0, prefetch_count: prefetch, global: false }.into(),
+                );
+                if first {
+                    let consume = BasicConsume {
+                        queue: ShortStr::try_from(queue.as_str()).unwrap_or_default(),
+                        consumer_tag: consumer_tag(session, handle),
+                        ..BasicConsume::default()
+                    };
+                    self.method(io, channel, consume.into());
+                }
+            }
+            self.pump(io, session, handle);
+            if let Some(Link::Consuming(link)) = self.link_mut(session, handle) {
+                if link.drain && link.credit > 0 && link.waiting.is_empty() {
+                    // Drain (part 2.6.7): what credit is left is used up.
+                    link.delivery_count = link.delivery_count.wrapping_add(link.credit);
+                    link.credit = 0;
+                }
+            }
+            if echo {
+                self.send_link_flow(io, session, handle, flow.drain);
+            }
+        }
+        let handles: Vec<u32> =
+            self.sessions.get(&session).map(|s| s.links.keys().copied().collect()).unwrap_or_default();
+        for handle in handles {
+            self.pump(io, session, handle);
+        }
+    }
+
+    fn link_mut(&mut self, session: u16, handle: u32) -> Option<&mut Link> {
+        self.sessions.get_mut(&session)?.links.get_mut(&handle)
+    }
+
+    fn send_link_flow(&mut self, io: &mut Io, session: u16, handle: u32, drain: bool) {
+        let Some(s) = self.sessions.get(&session) else { return };
+        let (delivery_count, credit) = match s.links.get(&handle) {
+            Some(Link::Consuming(link)) => (link.delivery_count, link.credit),
+            Some(Link::Publishing(link)) => (link.delivery_count, link.credit),
+            None => return,
+        };
+        let flow = Performative::Flow {
+            next_incoming_id: Some(s.next_incoming_id),
+            incoming_window: s.incoming_window,
+            next_outgoing_id: s.next_outgoing_id,
+            outgoing_window: u32::MAX,
+            handle: Some(handle),
+            delivery_count: Some(delivery_count),
+            link_credit: Some(credit),
+            drain,
+            echo: false,
+        };
+        write_frame(&mut io.out, FrameKind::Amqp, session, &flow, &[]);
+    }
+
+    fn transfer(&mut self, io: &mut Io, session: u16, transfer: Transfer, payload: &[u8]) {
+        let conn = self.conn;
+        let Some(s) = self.sessions.get_mut(&session) else { return };
+        s.next_incoming_id = s.next_incoming_id.wrapping_add(1);
+        s.incoming_window = s.incoming_window.saturating_sub(1);
+        let refill = s.incoming_window < WINDOW / 2;
+        if refill {
+            s.incoming_window = WINDOW;
+            let flow = Performative::Flow {
+                next_incoming_id: Some(s.next_incoming_id),
+                incoming_window: WINDOW,
+                next_outgoing_id: s.next_outgoing_id,
+                outgoing_window: u32::MAX,
+                handle: None,
+                delivery_count: None,
+                link_credit: None,
+                drain: false,
+                echo: false,
+            };
+            write_frame(&mut io.out, FrameKind::Amqp, session, &flow, &[]);
+        }
+        let Some(Link::Publishing(link)) = s.links.get_mut(&transfer.handle) else {
+            return self.end_with_error(
+                io,
+                session,
+                "amqp:session:unattached-handle",
+                format!("transfer on handle {}", transfer.handle),
+            );
+        };
+        if link.partial.is_none() {
+            let Some(delivery_id) = transfer.delivery_id else {
+                return self.end_with_error(
+                    io,
+                    session,
+                    "amqp:decode-error",
+                    "a transfer without a delivery-id",
+                );
+            };
+            link.credit = link.credit.saturating_sub(1);
+            link.delivery_count = link.delivery_count.wrapping_add(1);
+            link.partial = Some(Partial { delivery_id, settled: transfer.settled, payload: BytesMut::new() });
+        }
+        let Some(partial) = link.partial.as_mut() else { return };
+        partial.settled |= transfer.settled;
+        if transfer.aborted {
+            link.partial = None;
+            return;
+        }
+        if (partial.payload.len() + payload.len()) as u64 > io.max_message_size {
+            let handle = transfer.handle;
+            let reason = format!("message size exceeds the maximum of {} bytes", io.max_message_size);
+            self.close_link(io, session, handle);
+            return self.detach_with_error(io, session, handle, "amqp:link:message-size-exceeded", reason);
+        }
+        partial.payload.extend_from_slice(payload);
+        if transfer.more {
+            return;
+        }
+        let Some(Partial { delivery_id, settled, payload }) = link.partial.take() else { return };
+        let routed = message::inbound(&payload)
+            .map_err(|e| ("amqp:decode-error", e.to_string()))
+            .and_then(|m| destination_of(link.destination.as_ref(), &m).map(|d| (m, d)));
+        let (inbound, destination) = match routed {
+            Ok(routed) => routed,
+            Err((condition, description)) => {
+                if !settled {
+                    let error =
+                        ErrorCondition { condition: condition.to_owned(), description: Some(description) };
+                    let state = described(REJECTED, vec![error_value(&error)]);
+                    settle(io, session, delivery_id, delivery_id, state);
+                }
+                return;
+            }
+        };
+        let publish = Publish {
+            exchange: ShortStr::try_from(destination.exchange.as_str()).unwrap_or_default(),
+            routing_key: ShortStr::try_from(destination.routing_key.as_str()).unwrap_or_default(),
+            mandatory: false,
+            properties: EncodedProperties::from(&inbound.properties),
+            body: inbound.body,
+        };
+        link.published += 1;
+        link.unconfirmed.insert(link.published, (delivery_id, settled));
+        io.commands.push_back(Command::Publish { conn, channel: ChannelId(link.channel), publish });
+        let handle = transfer.handle;
+        self.grant_credit(io, session, handle);
+    }
+
+    /// Tops a sending link's credit up to [`CREDIT`] less what is unconfirmed, once it is below
+    /// half of that.
+    fn grant_credit(&mut self, io: &mut Io, session: u16, handle: u32) {
+        let Some(Link::Publishing(link)) = self.link_mut(session, handle) else { return };
+        let target = CREDIT.saturating_sub(u32::try_from(link.unconfirmed.len()).unwrap_or(u32::MAX));
+        if link.credit < CREDIT / 2 && target > link.credit {
+            link.credit = target;
+            self.send_link_flow(io, session, handle, false);
+        }
+    }
+
+    fn disposition(
+        &mut self,
+        io: &mut Io,
+        session: u16,
+        first: u32,
+        last: u32,
+        settled: bool,
+        state: &Value,
+    ) {
+        let span = last.wrapping_sub(first);
+        if span >= DISPOSITION_RANGE_MAX {
+            return self.end_with_error(
+                io,
+                session,
+                "amqp:invalid-field",
+                format!("a disposition of {span} deliveries"),
+            );
+        }
+        let Some(s) = self.sessions.get_mut(&session) else { return };
+        // Settled with no outcome: the message goes back to its queue (nothing is lost).
+        let outcome = outcome_of(state).unwrap_or(Outcome::Requeue);
+        let mut acted = Vec::new();
+        for offset in 0..=span {
+            let id = first.wrapping_add(offset);
+            let Some((handle, tag)) = s.unsettled.remove(&id) else { continue };
+            let Some(channel) = s.links.get(&handle).map(Link::channel) else { continue };
+            acted.push((handle, channel, tag));
+        }
+        for (_, channel, tag) in &acted {
+            let method: Method = match outcome {
+                Outcome::Accepted => BasicAck { delivery_tag: *tag, multiple: false }.into(),
+                Outcome::Rejected => BasicReject { delivery_tag: *tag, requeue: false }.into(),
+                Outcome::Requeue => BasicReject { delivery_tag: *tag, requeue: true }.into(),
+            };
+            self.method(io, *channel, method);
+        }
+        if !settled && !acted.is_empty() {
+            settle_as_sender(io, session, first, last, state.clone());
+        }
+        let mut handles: Vec<u32> = acted.iter().map(|(h, _, _)| *h).collect();
+        handles.dedup();
+        for handle in handles {
+            self.pump(io, session, handle);
+        }
+    }
+
+    /// Sends a consuming link's waiting deliveries while it has credit and the session a window.
+    fn pump(&mut self, io: &mut Io, session: u16, handle: u32) {
+        let conn = self.conn;
+        let Some(s) = self.sessions.get_mut(&session) else { return };
+        let Some(Link::Consuming(link)) = s.links.get_mut(&handle) else { return };
+        while link.credit > 0 && s.remote_incoming_window > 0 {
+            let Some(waiting) = link.waiting.pop_front() else { break };
+            let delivery_id = s.next_delivery_id;
+            s.next_delivery_id = s.next_delivery_id.wrapping_add(1);
+            let mut payload = BytesMut::new();
+            let properties = waiting.message.properties().decode();
+            message::outbound(
+                &properties,
+                &waiting.message.body,
+                &waiting.exchange.as_str(),
+                &waiting.routing_key.as_str(),
+                waiting.redelivered,
+                &mut payload,
+            );
+            let frames =
+                send_transfer(io, session, handle, delivery_id, waiting.tag, link.presettled, &payload);
+            s.next_outgoing_id = s.next_outgoing_id.wrapping_add(frames);
+            s.remote_incoming_window = s.remote_incoming_window.saturating_sub(frames);
+            link.credit -= 1;
+            link.delivery_count = link.delivery_count.wrapping_add(1);
+            if link.presettled {
+                let ack = BasicAck { delivery_tag: waiting.tag, multiple: false };
+                io.commands.push_back(Command::Method {
+                    conn,
+                    channel: ChannelId(link.channel),
+                    method: ack.into(),
+                });
+            } else {
+                s.unsettled.insert(delivery_id, (handle, waiting.tag));
+            }
+        }
+    }
+
+    pub(crate) fn on_effect(&mut self, io: &mut Io, effect: Effect) {
+        match effect {
+            Effect::Send { channel, method, content, .. } => self.on_method(io, channel.0, method, content),
+            Effect::ChannelError { channel, error, .. } => {
+                let Some((session, handle)) = self.by_channel.remove(&channel.0) else { return };
+                // The broker dropped the channel already: its number is free again.
+                self.channels.give_back(channel.0);
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.links.remove(&handle);
+                    s.unsettled.retain(|_, (h, _)| *h != handle);
+                }
+                let error = error_condition(&error);
+                self.detach_with_error(
+                    io,
+                    session,
+                    handle,
+                    &error.condition,
+                    error.description.unwrap_or_default(),
+                );
+            }
+            Effect::ConnectionError { .. } | Effect::Blocked { .. } => {}
+        }
+    }
+
+    fn on_method(&mut self, io: &mut Io, channel: u16, method: Method, content: Option<Arc<Message>>) {
+        if let Method::ChannelCloseOk(_) = method {
+            if !self.by_channel.contains_key(&channel) {
+                self.channels.give_back(channel);
+            }
+            return;
+        }
+        let Some(&(session, handle)) = self.by_channel.get(&channel) else { return };
+        match method {
+            Method::BasicAck(ack) => {
+                self.confirmed(io, session, handle, ack.delivery_tag, ack.multiple, true)
+            }
+            Method::BasicNack(nack) => {
+                self.confirmed(io, session, handle, nack.delivery_tag, nack.multiple, false)
+            }
+            Method::BasicDeliver(deliver) => {
+                let Some(message) = content else { return };
+                if let Some(Link::Consuming(link)) = self.link_mut(session, handle) {
+                    link.waiting.push_back(Waiting {
+                        tag: deliver.delivery_tag,
+                        redelivered: deliver.redelivered,
+                        exchange: deliver.exchange,
+                        routing_key: deliver.routing_key,
+                        message,
+                    });
+                }
+                self.pump(io, session, handle);
+            }
+            Method::BasicCancel(_) => {
+                // The broker cancelled the consumer (its queue was deleted).
+                self.close_link(io, session, handle);
+                self.detach_with_error(io, session, handle, "amqp:resource-deleted", "the queue was deleted");
+            }
+            _ => {}
+        }
+    }
+
+    /// The broker confirmed publishes of a sending link: the unsettled ones are settled with
+    /// `accepted` (`rejected` for a nack), in as few dispositions as their ids allow.
+    fn confirmed(&mut self, io: &mut Io, session: u16, handle: u32, tag: u64, multiple: bool, ack: bool) {
+        let Some(Link::Publishing(link)) = self.link_mut(session, handle) else { return };
+        let sequences: Vec<u64> =
+            if multiple { link.unconfirmed.range(..=tag).map(|(seq, _)| *seq).collect() } else { vec![tag] };
+        let mut ids: Vec<u32> = Vec::new();
+        for seq in sequences {
+            if let Some((delivery_id, settled)) = link.unconfirmed.remove(&seq) {
+                if !settled {
+                    ids.push(delivery_id);
+                }
+            }
+        }
+        let state = if ack {
+            described(ACCEPTED, Vec::new())
+        } else {
+            let error = ErrorCondition {
+                condition: "amqp:internal-error".to_owned(),
+                description: Some("the broker could not take the message".to_owned()),
+            };
+            described(REJECTED, vec![error_value(&error)])
+        };
+        ids.sort_unstable();
+        let mut at = 0;
+        while at < ids.len() {
+            let mut end = at;
+            while end + 1 < ids.len() && ids[end + 1] == ids[end].wrapping_add(1) {
+                end += 1;
+            }
+            settle(io, session, ids[at], ids[end], state.clone());
+            at = end + 1;
+        }
+        self.grant_credit(io, session, handle);
+    }
+
+    /// Ends a link's 0-9-1 side: its consumer and channel (the broker requeues what it had not
+    /// settled); the channel number is free again on channel.close-ok.
+    fn close_link(&mut self, io: &mut Io, session: u16, handle: u32) {
+        let Some(s) = self.sessions.get_mut(&session) else { return };
+        let Some(link) = s.links.remove(&handle) else { return };
+        s.unsettled.retain(|_, (h, _)| *h != handle);
+        let channel = link.channel();
+        self.by_channel.remove(&channel);
+        if let Link::Consuming(consuming) = &link {
+            if consuming.prefetch > 0 {
+                let cancel = BasicCancel { consumer_tag: consumer_tag(session, handle), nowait: true };
+                self.method(io, channel, cancel.into());
+            }
+        }
+        self.method(
+            io,
+            channel,
+            ChannelClose {
+                reply_code: 200,
+                reply_text: ShortStr::from_static("link detached"),
+                class_id: 0,
+                method_id: 0,
+            }
+            .into(),
+        );
+    }
+
+    fn end_session(&mut self, io: &mut Io, session: u16) {
+        let handles: Vec<u32> =
+            self.sessions.get(&session).map(|s| s.links.keys().copied().collect()).unwrap_or_default();
+        for handle in handles {
+            self.close_link(io, session, handle);
+        }
+        self.sessions.remove(&session);
+    }
+
+    /// A session error (part 2.5.5): its links end, our end carries the error, and the peer's
+    /// end is still to come.
+    fn end_with_error(&mut self, io: &mut Io, session: u16, condition: &str, description: impl Into<String>) {
+        self.end_session(io, session);
+        self.ending.insert(session);
+        let error = ErrorCondition { condition: condition.to_owned(), description: Some(description.into()) };
+        write_frame(&mut io.out, FrameKind::Amqp, session, &Performative::End { error: Some(error) }, &[]);
+    }
+
+    /// Detaches (closes) a link with an error; its handle stays taken until the client detaches.
+    fn detach_with_error(
+        &mut self,
+        io: &mut Io,
+        session: u16,
+        handle: u32,
+        condition: &str,
+        description: impl Into<String>,
+    ) {
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.detached.insert(handle);
+        }
+        let error = ErrorCondition { condition: condition.to_owned(), description: Some(description.into()) };
+        let frame = Performative::Detach { handle, closed: true, error: Some(error) };
+        write_frame(&mut io.out, FrameKind::Amqp, session, &frame, &[]);
+    }
+
+    fn open_channel(&mut self, io: &mut Io, channel: u16) {
+        self.method(io, channel, ChannelOpen::default().into());
+    }
+
+    fn method(&self, io: &mut Io, channel: u16, method: Method) {
+        io.commands.push_back(Command::Method { conn: self.conn, channel: ChannelId(channel), method });
+    }
+}
+
+/// The parts of an attach the link needs.
+struct Attach {
+    name: String,
+    handle: u32,
+    snd_settle_mode: u8,
+    source: Value,
+    target: Value,
+    initial_delivery_count: Option<u32>,
+}
+
+struct LinkFlow {
+    delivery_count: Option<u32>,
+    link_credit: Option<u32>,
+    drain: bool,
+    echo: bool,
+}
+
+struct Transfer {
+    handle: u32,
+    delivery_id: Option<u32>,
+    settled: bool,
+    more: bool,
+    aborted: bool,
+}
+
+fn consumer_tag(session: u16, handle: u32) -> ShortStr {
+    ShortStr::try_from(format!("amqp1.{session}.{handle}")).unwrap_or_default()
+}
+
+fn passive_queue(queue: &str) -> Method {
+    QueueDeclare {
+        queue: ShortStr::try_from(queue).unwrap_or_default(),
+        passive: true,
+        ..QueueDeclare::default()
+    }
+    .into()
+}
+
+fn passive_exchange(exchange: &str) -> Method {
+    ExchangeDeclare {
+        exchange: ShortStr::try_from(exchange).unwrap_or_default(),
+        passive: true,
+        arguments: FieldTable::new(),
+        ..ExchangeDeclare::default()
+    }
+    .into()
+}
+
+/// Where a message goes: its link's target, or for a null target its `to` address.
+fn destination_of(
+    link: Option<&Destination>,
+    message: &message::Inbound,
+) -> Result<Destination, (&'static str, String)> {
+    if let Some(destination) = link {
+        return Ok(destination.clone());
+    }
+    let to = message
+        .to
+        .as_deref()
+        .ok_or(("amqp:precondition-failed", "a message to a null target needs a 'to' address".to_owned()))?;
+    address::target(to).map_err(|e| ("amqp:precondition-failed", e.to_string()))
+}
+
+/// Settles deliveries `first..=last` of a link the client sends on, with `state`.
+fn settle(io: &mut Io, session: u16, first: u32, last: u32, state: Value) {
+    let last = (last != first).then_some(last);
+    let frame = Performative::Disposition { receiver: true, first, last, settled: true, state };
+    write_frame(&mut io.out, FrameKind::Amqp, session, &frame, &[]);
+}
+
+/// Settles our deliveries `first..=last` after the client's unsettled outcome.
+fn settle_as_sender(io: &mut Io, session: u16, first: u32, last: u32, state: Value) {
+    let last = (last != first).then_some(last);
+    let frame = Performative::Disposition { receiver: false, first, last, settled: true, state };
+    write_frame(&mut io.out, FrameKind::Amqp, session, &frame, &[]);
+}
+
+/// Writes one delivery as transfers no larger than the frame limit; returns how many.
+fn send_transfer(
+    io: &mut Io,
+    session: u16,
+    handle: u32,
+    delivery_id: u32,
+    tag: u64,
+    settled: bool,
+    payload: &[u8],
+) -> u32 {
+    let transfer = |more: bool| Performative::Transfer {
+        handle,
+        delivery_id: Some(delivery_id),
+        delivery_tag: Some(Bytes::copy_from_slice(&tag.to_be_bytes())),
+        settled: Some(settled),
+        more,
+        state: Value::Null,
+        aborted: false,
+    };
+    let mut encoded = BytesMut::new();
+    encode_value(&transfer(true).to_value(), &mut encoded);
+    // Frame header (8) and the performative; a continuation carries the same one.
+    let room = (io.frame_max as usize).saturating_sub(8 + encoded.len()).max(1);
+    let mut frames = 0;
+    let mut chunks = payload.chunks(room).peekable();
+    if chunks.peek().is_none() {
+        write_frame(&mut io.out, FrameKind::Amqp, session, &transfer(false), &[]);
+        return 1;
+    }
+    while let Some(chunk) = chunks.next() {
+        let more = chunks.peek().is_some();
+        write_frame(&mut io.out, FrameKind::Amqp, session, &transfer(more), chunk);
+        frames += 1;
+    }
+    frames
+}

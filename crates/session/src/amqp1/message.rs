@@ -1,0 +1,457 @@
+//! An AMQP 1.0 message (part 3.2: header, annotations, properties, application properties, body,
+//! footer) and the 0-9-1 message it becomes, as RabbitMQ 4.x maps them ("Message annotations and
+//! properties" in its AMQP docs):
+//!
+//! | AMQP 1.0 | AMQP 0-9-1 |
+//! |---|---|
+//! | header `durable` (true when the header or the field is absent, as RabbitMQ 4) | `delivery_mode` 2 / 1 |
+//! | header `priority`, `ttl` | `priority`, `expiration` |
+//! | properties `message-id`, `correlation-id`, `user-id`, `reply-to`, `content-type`, `content-encoding`, `creation-time` | the property of that name (`timestamp` in seconds); a `reply-to` of `/queues/:q` becomes `q` |
+//! | application properties | `headers` |
+//! | message annotations named `x-…` | `headers` (`x-opt-delivery-time` among them) |
+//! | one or more `data` sections | the body, concatenated |
+//! | an `amqp-value` string or binary | the body (its bytes) |
+//!
+//! And back on delivery: a data section with the body, `x-exchange` and `x-routing-key`
+//! annotations, `first-acquirer` false for a redelivery, headers named `x-…` as annotations and
+//! the others (of simple types) as application properties.
+
+use bytes::{Bytes, BytesMut};
+use hourglass_wire::amqp1::{decode_value, encode_value, Value};
+use hourglass_wire::{BasicProperties, FieldTable, FieldValue, LongStr, ShortStr};
+
+use super::address;
+
+/// Section descriptors (part 3.2).
+const HEADER: u64 = 0x70;
+const DELIVERY_ANNOTATIONS: u64 = 0x71;
+const MESSAGE_ANNOTATIONS: u64 = 0x72;
+const PROPERTIES: u64 = 0x73;
+const APPLICATION_PROPERTIES: u64 = 0x74;
+const DATA: u64 = 0x75;
+const AMQP_SEQUENCE: u64 = 0x76;
+const AMQP_VALUE: u64 = 0x77;
+const FOOTER: u64 = 0x78;
+
+/// A 1.0 message as a 0-9-1 publish carries it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Inbound {
+    pub properties: BasicProperties,
+    pub body: Bytes,
+    /// The `to` property: where a link with a null target sends the message.
+    pub to: Option<String>,
+}
+
+/// Why a transfer's payload is not a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum MessageError {
+    #[error("the message is not a sequence of AMQP 1.0 sections: {0}")]
+    Undecodable(String),
+    #[error("message section {0} is not one AMQP 1.0 defines")]
+    UnknownSection(String),
+}
+
+/// Reads a transfer's payload.
+pub(crate) fn inbound(mut payload: &[u8]) -> Result<Inbound, MessageError> {
+    let mut properties = BasicProperties { delivery_mode: Some(2), ..BasicProperties::default() };
+    let mut headers: Vec<(String, FieldValue)> = Vec::new();
+    let mut body = BytesMut::new();
+    let mut to = None;
+    while !payload.is_empty() {
+        let (value, used) = decode_value(payload).map_err(|e| MessageError::Undecodable(e.to_string()))?;
+        payload = &payload[used..];
+        let Value::Described(descriptor, section) = value else {
+            return Err(MessageError::UnknownSection("without a descriptor".into()));
+        };
+        match section_code(&descriptor) {
+            Some(HEADER) => read_header(&section, &mut properties),
+            Some(PROPERTIES) => to = read_properties(&section, &mut properties),
+            Some(APPLICATION_PROPERTIES) => headers.extend(map_entries(&section, Times::Seconds, |_| true)),
+            Some(MESSAGE_ANNOTATIONS) => {
+                headers.extend(map_entries(&section, Times::Millis, |k| k.starts_with("x-")));
+                schedule_as_delivery_time(&mut headers);
+            }
+            Some(DATA) => {
+                if let Value::Binary(bytes) = *section {
+                    body.extend_from_slice(&bytes);
+                }
+            }
+            Some(AMQP_VALUE) => match *section {
+                Value::Binary(bytes) => body.extend_from_slice(&bytes),
+                Value::String(text) => body.extend_from_slice(text.as_bytes()),
+                other => encode_value(&other, &mut body),
+            },
+            Some(AMQP_SEQUENCE) => encode_value(&section, &mut body),
+            Some(DELIVERY_ANNOTATIONS | FOOTER) => {}
+            _ => return Err(MessageError::UnknownSection(format!("{descriptor:?}"))),
+        }
+    }
+    if !headers.is_empty() {
+        properties.headers =
+            Some(FieldTable::from_entries(headers.iter().map(|(k, v)| (k.as_bytes(), v.clone()))));
+    }
+    Ok(Inbound { properties, body: body.freeze(), to })
+}
+
+fn section_code(descriptor: &Value) -> Option<u64> {
+    match descriptor {
+        Value::Ulong(code) => Some(*code),
+        Value::Symbol(name) => Some(match name.as_str() {
+            "amqp:header:list" => HEADER,
+            "amqp:delivery-annotations:map" => DELIVERY_ANNOTATIONS,
+            "amqp:message-annotations:map" => MESSAGE_ANNOTATIONS,
+            "amqp:properties:list" => PROPERTIES,
+            "amqp:application-properties:map" => APPLICATION_PROPERTIES,
+            "amqp:data:binary" => DATA,
+            "amqp:amqp-sequence:list" => AMQP_SEQUENCE,
+            "amqp:amqp-value:*" => AMQP_VALUE,
+            "amqp:footer:map" => FOOTER,
+            _ => return None,
+        }),
+        _ => None,
+    }
+}
+
+fn list(section: &Value) -> &[Value] {
+    match section {
+        Value::List(items) => items,
+        _ => &[],
+    }
+}
+
+fn read_header(section: &Value, properties: &mut BasicProperties) {
+    let fields = list(section);
+    if let Some(Value::Bool(durable)) = fields.first() {
+        properties.delivery_mode = Some(if *durable { 2 } else { 1 });
+    }
+    if let Some(Value::Ubyte(priority)) = fields.get(1) {
+        properties.priority = Some(*priority);
+    }
+    if let Some(Value::Uint(ttl)) = fields.get(2) {
+        properties.expiration = short(&ttl.to_string());
+    }
+}
+
+/// Sets the 0-9-1 properties from the 1.0 properties section; returns its `to`.
+fn read_properties(section: &Value, properties: &mut BasicProperties) -> Option<String> {
+    let fields = list(section);
+    let field = |at: usize| fields.get(at).filter(|v| **v != Value::Null);
+    properties.message_id = field(0).and_then(id_text).as_deref().and_then(short);
+    if let Some(Value::Binary(user)) = field(1) {
+        properties.user_id = ShortStr::new(user.clone()).ok();
+    }
+    let to = field(2).and_then(text).map(str::to_owned);
+    if let Some(reply_to) = field(4).and_then(text) {
+        let queue = address::source(reply_to).ok();
+        properties.reply_to = short(queue.as_deref().unwrap_or(reply_to));
+    }
+    properties.correlation_id = field(5).and_then(id_text).as_deref().and_then(short);
+    properties.content_type = field(6).and_then(text).and_then(short);
+    properties.content_encoding = field(7).and_then(text).and_then(short);
+    if let Some(Value::Timestamp(ms)) = field(9) {
+        properties.timestamp = u64::try_from(*ms / 1000).ok();
+    }
+    to
+}
+
+fn text(value: &Value) -> Option<&str> {
+    match value {
+        Value::String(s) | Value::Symbol(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// A message or correlation id as text (1.0 allows a ulong, a UUID, binary or a string).
+fn id_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Ulong(n) => Some(n.to_string()),
+        Value::Uuid(bytes) => Some(uuid_text(bytes)),
+        Value::Binary(bytes) => std::str::from_utf8(bytes).ok().map(str::to_owned),
+        _ => None,
+    }
+}
+
+fn uuid_text(b: &[u8; 16]) -> String {
+    let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+fn short(text: &str) -> Option<ShortStr> {
+    ShortStr::try_from(text).ok()
+}
+
+/// How a 1.0 timestamp (milliseconds) becomes a header: RabbitMQ's 0-9-1 timestamp (seconds)
+/// for application properties; milliseconds for annotations, whose times (`x-opt-delivery-time`)
+/// decide when a message is due and must not be rounded early.
+#[derive(Clone, Copy)]
+enum Times {
+    Seconds,
+    Millis,
+}
+
+/// Azure Service Bus's `x-opt-scheduled-enqueue-time` asks what RabbitMQ 4.4's
+/// `x-opt-delivery-time` does: the broker reads the latter.
+fn schedule_as_delivery_time(headers: &mut Vec<(String, FieldValue)>) {
+    const SCHEDULED: &str = "x-opt-scheduled-enqueue-time";
+    const DELIVERY_TIME: &str = "x-opt-delivery-time";
+    if headers.iter().any(|(k, _)| k == DELIVERY_TIME) {
+        return;
+    }
+    if let Some((_, at)) = headers.iter().find(|(k, _)| k == SCHEDULED) {
+        let at = at.clone();
+        headers.push((DELIVERY_TIME.to_owned(), at));
+    }
+}
+
+/// A map section's entries with string or symbol keys that `keep` takes, as 0-9-1 headers
+/// (values 0-9-1 cannot carry are left out).
+fn map_entries(section: &Value, times: Times, keep: impl Fn(&str) -> bool) -> Vec<(String, FieldValue)> {
+    let Value::Map(pairs) = section else { return Vec::new() };
+    pairs
+        .iter()
+        .filter_map(|(key, value)| {
+            let key = text(key)?;
+            if !keep(key) || key.len() > 255 {
+                return None;
+            }
+            let value = match (value, times) {
+                (Value::Timestamp(ms), Times::Millis) => FieldValue::I64(*ms),
+                _ => field_value(value)?,
+            };
+            Some((key.to_owned(), value))
+        })
+        .collect()
+}
+
+fn field_value(value: &Value) -> Option<FieldValue> {
+    Some(match value {
+        Value::Bool(b) => FieldValue::Bool(*b),
+        Value::Ubyte(n) => FieldValue::U8(*n),
+        Value::Byte(n) => FieldValue::I8(*n),
+        Value::Ushort(n) => FieldValue::U16(*n),
+        Value::Short(n) => FieldValue::I16(*n),
+        Value::Uint(n) => FieldValue::U32(*n),
+        Value::Int(n) => FieldValue::I32(*n),
+        Value::Ulong(n) => FieldValue::I64(i64::try_from(*n).ok()?),
+        Value::Long(n) => FieldValue::I64(*n),
+        Value::Float(f) => FieldValue::F32(*f),
+        Value::Double(f) => FieldValue::F64(*f),
+        // RabbitMQ maps a 1.0 timestamp (ms) to a 0-9-1 timestamp (s).
+        Value::Timestamp(ms) => FieldValue::Timestamp(u64::try_from(*ms / 1000).ok()?),
+        Value::String(s) | Value::Symbol(s) => FieldValue::LongStr(LongStr::from(s.as_str())),
+        Value::Binary(bytes) => FieldValue::ByteArray(bytes.clone()),
+        _ => return None,
+    })
+}
+
+/// A delivered 0-9-1 message as a 1.0 transfer payload.
+pub(crate) fn outbound(
+    properties: &BasicProperties,
+    body: &[u8],
+    exchange: &str,
+    routing_key: &str,
+    redelivered: bool,
+    out: &mut BytesMut,
+) {
+    let durable = properties.delivery_mode == Some(2);
+    let mut header = vec![
+        Value::Bool(durable),
+        properties.priority.map_or(Value::Null, Value::Ubyte),
+        properties
+            .expiration
+            .as_ref()
+            .and_then(|e| e.as_str().parse::<u32>().ok())
+            .map_or(Value::Null, Value::Uint),
+        Value::Bool(!redelivered),
+    ];
+    trim_nulls(&mut header);
+    section(HEADER, Value::List(header), out);
+    let mut annotations = vec![
+        (Value::Symbol("x-exchange".into()), Value::String(exchange.to_owned())),
+        (Value::Symbol("x-routing-key".into()), Value::String(routing_key.to_owned())),
+    ];
+    let mut application = Vec::new();
+    if let Some(headers) = &properties.headers {
+        for (key, value) in headers.iter() {
+            let key = key.as_str().into_owned();
+            let Some(value) = amqp1_value(&value) else { continue };
+            if key.starts_with("x-") {
+                annotations.push((Value::Symbol(key), value));
+            } else {
+                application.push((Value::String(key), value));
+            }
+        }
+    }
+    section(MESSAGE_ANNOTATIONS, Value::Map(annotations), out);
+    let string =
+        |s: &Option<ShortStr>| s.as_ref().map_or(Value::Null, |s| Value::String(s.as_str().into_owned()));
+    let symbol =
+        |s: &Option<ShortStr>| s.as_ref().map_or(Value::Null, |s| Value::Symbol(s.as_str().into_owned()));
+    let mut fields = vec![
+        string(&properties.message_id),
+        properties.user_id.as_ref().map_or(Value::Null, |u| Value::Binary(u.clone().into_bytes())),
+        Value::Null,
+        Value::Null,
+        // RabbitMQ 4: a 0-9-1 reply-to queue name is a `/queues/` address in 1.0.
+        properties
+            .reply_to
+            .as_ref()
+            .map_or(Value::Null, |q| Value::String(address::queue_address(&q.as_str()))),
+        string(&properties.correlation_id),
+        symbol(&properties.content_type),
+        symbol(&properties.content_encoding),
+        Value::Null,
+        properties
+            .timestamp
+            .and_then(|s| i64::try_from(s).ok())
+            .map_or(Value::Null, |s| Value::Timestamp(s.saturating_mul(1000))),
+    ];
+    trim_nulls(&mut fields);
+    if !fields.is_empty() {
+        section(PROPERTIES, Value::List(fields), out);
+    }
+    if !application.is_empty() {
+        section(APPLICATION_PROPERTIES, Value::Map(application), out);
+    }
+    section(DATA, Value::Binary(Bytes::copy_from_slice(body)), out);
+}
+
+fn trim_nulls(fields: &mut Vec<Value>) {
+    while fields.last() == Some(&Value::Null) {
+        fields.pop();
+    }
+}
+
+fn section(code: u64, value: Value, out: &mut BytesMut) {
+    encode_value(&Value::Described(Box::new(Value::Ulong(code)), Box::new(value)), out);
+}
+
+/// A 0-9-1 header value as a 1.0 value (tables, arrays and void have no simple 1.0 form).
+fn amqp1_value(value: &FieldValue) -> Option<Value> {
+    Some(match value {
+        FieldValue::Bool(b) => Value::Bool(*b),
+        FieldValue::I8(n) => Value::Byte(*n),
+        FieldValue::U8(n) => Value::Ubyte(*n),
+        FieldValue::I16(n) => Value::Short(*n),
+        FieldValue::U16(n) => Value::Ushort(*n),
+        FieldValue::I32(n) => Value::Int(*n),
+        FieldValue::U32(n) => Value::Uint(*n),
+        FieldValue::I64(n) => Value::Long(*n),
+        FieldValue::F32(f) => Value::Float(*f),
+        FieldValue::F64(f) => Value::Double(*f),
+        FieldValue::LongStr(s) => Value::String(s.as_str().into_owned()),
+        FieldValue::Timestamp(s) => Value::Timestamp(i64::try_from(*s).ok()?.saturating_mul(1000)),
+        FieldValue::ByteArray(bytes) => Value::Binary(bytes.clone()),
+        FieldValue::Decimal { .. } | FieldValue::Array(_) | FieldValue::Table(_) | FieldValue::Void => {
+            return None
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(sections: &[(u64, Value)]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        for (code, value) in sections {
+            section(*code, value.clone(), &mut out);
+        }
+        out.to_vec()
+    }
+
+    #[test]
+    fn a_message_without_a_header_is_durable_as_in_rabbitmq_4() {
+        let message = inbound(&encoded(&[(DATA, Value::Binary(Bytes::from_static(b"hi")))])).unwrap();
+        assert_eq!(message.properties.delivery_mode, Some(2));
+        assert_eq!(&message.body[..], b"hi");
+        let header = Value::List(vec![Value::Bool(false)]);
+        let message = inbound(&encoded(&[(HEADER, header), (DATA, Value::Binary(Bytes::new()))])).unwrap();
+        assert_eq!(message.properties.delivery_mode, Some(1));
+    }
+
+    #[test]
+    fn properties_and_application_properties_become_0_9_1_properties_and_headers() {
+        let properties = Value::List(vec![
+            Value::Ulong(42),
+            Value::Null,
+            Value::String("/queues/q".into()),
+            Value::Null,
+            Value::String("/queues/replies".into()),
+            Value::String("c-1".into()),
+            Value::Symbol("text/plain".into()),
+        ]);
+        let application = Value::Map(vec![(Value::String("tenant".into()), Value::Int(7))]);
+        let annotations = Value::Map(vec![
+            (Value::Symbol("x-opt-delivery-time".into()), Value::Timestamp(1_900_000_000_000)),
+            (Value::Symbol("ignored".into()), Value::Int(1)),
+        ]);
+        let header = Value::List(vec![Value::Null, Value::Ubyte(5), Value::Uint(60_000)]);
+        let payload = encoded(&[
+            (HEADER, header),
+            (MESSAGE_ANNOTATIONS, annotations),
+            (PROPERTIES, properties),
+            (APPLICATION_PROPERTIES, application),
+            (AMQP_VALUE, Value::String("body".into())),
+        ]);
+        let message = inbound(&payload).unwrap();
+        let p = &message.properties;
+        assert_eq!(p.message_id.as_ref().unwrap(), "42");
+        assert_eq!(p.reply_to.as_ref().unwrap(), "replies");
+        assert_eq!(p.correlation_id.as_ref().unwrap(), "c-1");
+        assert_eq!(p.content_type.as_ref().unwrap(), "text/plain");
+        assert_eq!(p.priority, Some(5));
+        assert_eq!(p.expiration.as_ref().unwrap(), "60000");
+        let headers = p.headers.as_ref().unwrap();
+        assert_eq!(headers.get("tenant"), Some(FieldValue::I32(7)));
+        // Kept to the millisecond: a due time rounded down would deliver early.
+        assert_eq!(headers.get("x-opt-delivery-time"), Some(FieldValue::I64(1_900_000_000_000)));
+        assert_eq!(headers.get("ignored"), None);
+        assert_eq!(message.to.as_deref(), Some("/queues/q"));
+        assert_eq!(&message.body[..], b"body");
+    }
+
+    #[test]
+    fn a_service_bus_scheduled_enqueue_time_is_a_delivery_time() {
+        let annotations = Value::Map(vec![(
+            Value::Symbol("x-opt-scheduled-enqueue-time".into()),
+            Value::Timestamp(1_900_000_000_123),
+        )]);
+        let message = inbound(&encoded(&[(MESSAGE_ANNOTATIONS, annotations)])).unwrap();
+        let headers = message.properties.headers.unwrap();
+        assert_eq!(headers.get("x-opt-delivery-time"), Some(FieldValue::I64(1_900_000_000_123)));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(inbound(&[0xff, 0x00]).is_err());
+        assert!(inbound(&encoded(&[(0x99, Value::Null)])).is_err());
+        assert!(inbound(&[0x40]).is_err());
+    }
+
+    #[test]
+    fn a_delivery_reads_back_as_the_message_that_was_published() {
+        let headers = FieldTable::from_entries([
+            ("tenant", FieldValue::LongStr(LongStr::from("a"))),
+            ("x-death-count", FieldValue::I64(2)),
+        ]);
+        let properties = BasicProperties {
+            delivery_mode: Some(2),
+            message_id: short("m-1"),
+            content_type: short("application/json"),
+            headers: Some(headers),
+            ..BasicProperties::default()
+        };
+        let mut out = BytesMut::new();
+        outbound(&properties, b"{}", "ex", "rk", true, &mut out);
+        let back = inbound(&out).unwrap();
+        assert_eq!(back.properties.message_id, properties.message_id);
+        assert_eq!(back.properties.content_type, properties.content_type);
+        assert_eq!(back.properties.delivery_mode, Some(2));
+        let headers = back.properties.headers.unwrap();
+        assert_eq!(headers.get("tenant"), Some(FieldValue::LongStr(LongStr::from("a"))));
+        assert_eq!(headers.get("x-routing-key"), Some(FieldValue::LongStr(LongStr::from("rk"))));
+        assert_eq!(&back.body[..], b"{}");
+    }
+}

@@ -1,0 +1,566 @@
+//! AMQP 1.0 over the 0-9-1 connection's entry point: a scripted client on a manual clock sends
+//! hand-encoded 1.0 frames and reads what comes back; the broker's side is the commands out and
+//! hand-made effects in.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use hourglass_broker::{AmqpError, ChannelId, Command, ConnectionId, Effect, Message, Timestamp};
+use hourglass_wire::amqp1::{
+    decode_frame_header, decode_value, encode_value, FrameKind, Performative, Value,
+};
+use hourglass_wire::{BasicAck, BasicDeliver, BasicProperties, EncodedProperties, Method, ShortStr};
+
+use super::{AMQP_HEADER, SASL_HEADER};
+use crate::{Connection, PeerInfo, SessionConfig, StaticUsers};
+
+const CONN: ConnectionId = ConnectionId(9);
+const T0: u64 = 5_000_000;
+
+struct Client {
+    conn: Connection,
+    now: Timestamp,
+    inbox: BytesMut,
+    /// Output not yet read as frames.
+    pending: BytesMut,
+}
+
+impl Client {
+    fn new() -> Self {
+        let peer =
+            PeerInfo { addr: "127.0.0.1:6000".into(), local: "127.0.0.1:5672".into(), is_loopback: true };
+        let config = SessionConfig::new(Arc::new(StaticUsers::default().with_user("alice", "secret", false)));
+        let now = Timestamp::from_millis(T0);
+        Client {
+            conn: Connection::new(CONN, peer, Arc::new(config), now),
+            now,
+            inbox: BytesMut::new(),
+            pending: BytesMut::new(),
+        }
+    }
+
+    fn at(&mut self, ms_after_t0: u64) {
+        self.now = Timestamp::from_millis(T0 + ms_after_t0);
+        self.conn.handle_timeout(self.now);
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.inbox.extend_from_slice(bytes);
+        self.conn.handle_input(&mut self.inbox, self.now);
+    }
+
+    fn frame(&mut self, kind: FrameKind, channel: u16, performative: Performative, payload: &[u8]) {
+        let mut out = BytesMut::new();
+        super::write_frame(&mut out, kind, channel, &performative, payload);
+        self.bytes(&out);
+    }
+
+    fn send(&mut self, channel: u16, performative: Performative) {
+        self.frame(FrameKind::Amqp, channel, performative, &[]);
+    }
+
+    fn effect(&mut self, effect: Effect) {
+        self.conn.handle_effect(effect, self.now);
+    }
+
+    /// The protocol header the connection wrote next.
+    fn header(&mut self) -> [u8; 8] {
+        self.pending.extend_from_slice(&self.conn.take_output());
+        let header: [u8; 8] = self.pending[..8].try_into().expect("a protocol header");
+        let _ = self.pending.split_to(8);
+        header
+    }
+
+    /// Every frame the connection wrote since the last call: (channel, performative, payload).
+    fn frames(&mut self) -> Vec<(u16, Performative, Bytes)> {
+        self.pending.extend_from_slice(&self.conn.take_output());
+        let mut frames = Vec::new();
+        while let Some(header) = decode_frame_header(&self.pending, u32::MAX).expect("a valid frame") {
+            let frame = self.pending.split_to(header.size as usize).freeze();
+            let body = frame.slice(header.body_offset()..);
+            if body.is_empty() {
+                frames.push((
+                    header.channel,
+                    Performative::Close { error: None },
+                    Bytes::from_static(b"empty"),
+                ));
+                continue;
+            }
+            let (value, used) = decode_value(&body).expect("a value");
+            frames.push((
+                header.channel,
+                Performative::from_value(&value).expect("a performative"),
+                body.slice(used..),
+            ));
+        }
+        frames
+    }
+
+    fn performatives(&mut self) -> Vec<Performative> {
+        self.frames().into_iter().map(|(_, p, _)| p).collect()
+    }
+
+    /// SASL PLAIN as alice, then the AMQP header and open (to `hostname`).
+    fn open(&mut self, hostname: Option<&str>) {
+        self.bytes(&SASL_HEADER);
+        assert_eq!(self.header(), SASL_HEADER);
+        let mechanisms = self.performatives();
+        assert_eq!(mechanisms, vec![Performative::SaslMechanisms { mechanisms: vec!["PLAIN".into()] }]);
+        let init = Performative::SaslInit {
+            mechanism: "PLAIN".into(),
+            initial_response: Some(Bytes::from_static(b"\0alice\0secret")),
+            hostname: None,
+        };
+        self.frame(FrameKind::Sasl, 0, init, &[]);
+        assert_eq!(self.performatives(), vec![Performative::SaslOutcome { code: 0 }]);
+        self.bytes(&AMQP_HEADER);
+        assert_eq!(self.header(), AMQP_HEADER);
+        self.send(0, open(hostname));
+    }
+
+    /// An opened connection with a session on channel 0.
+    fn with_session() -> Self {
+        let mut client = Client::new();
+        client.open(None);
+        client.send(0, begin());
+        let _ = client.frames();
+        let _ = client.conn.take_commands();
+        client
+    }
+}
+
+fn open(hostname: Option<&str>) -> Performative {
+    Performative::Open {
+        container_id: "test-client".into(),
+        hostname: hostname.map(str::to_owned),
+        max_frame_size: 65_536,
+        channel_max: 16,
+        idle_time_out_ms: None,
+    }
+}
+
+fn begin() -> Performative {
+    Performative::Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 100,
+        outgoing_window: 100,
+        handle_max: 16,
+    }
+}
+
+fn terminus(code: u64, address: &str) -> Value {
+    Value::Described(Box::new(Value::Ulong(code)), Box::new(Value::List(vec![Value::String(address.into())])))
+}
+
+fn attach(handle: u32, receiver: bool, address: &str) -> Performative {
+    let (source, target) = if receiver {
+        (terminus(0x28, address), terminus(0x29, ""))
+    } else {
+        (terminus(0x28, ""), terminus(0x29, address))
+    };
+    Performative::Attach {
+        name: format!("link-{handle}"),
+        handle,
+        receiver,
+        snd_settle_mode: 0,
+        rcv_settle_mode: 0,
+        source,
+        target,
+        initial_delivery_count: (!receiver).then_some(0),
+    }
+}
+
+fn credit(handle: u32, delivery_count: u32, link_credit: u32) -> Performative {
+    Performative::Flow {
+        next_incoming_id: Some(0),
+        incoming_window: 100,
+        next_outgoing_id: 0,
+        outgoing_window: 100,
+        handle: Some(handle),
+        delivery_count: Some(delivery_count),
+        link_credit: Some(link_credit),
+        drain: false,
+        echo: false,
+    }
+}
+
+fn data_message(body: &'static [u8]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    let section =
+        Value::Described(Box::new(Value::Ulong(0x75)), Box::new(Value::Binary(Bytes::from_static(body))));
+    encode_value(&section, &mut out);
+    out.to_vec()
+}
+
+fn transfer(handle: u32, delivery_id: Option<u32>, more: bool) -> Performative {
+    Performative::Transfer {
+        handle,
+        delivery_id,
+        delivery_tag: delivery_id.map(|id| Bytes::copy_from_slice(&id.to_be_bytes())),
+        settled: Some(false),
+        more,
+        state: Value::Null,
+        aborted: false,
+    }
+}
+
+fn outcome(code: u64) -> Value {
+    Value::Described(Box::new(Value::Ulong(code)), Box::new(Value::List(Vec::new())))
+}
+
+fn deliver(tag: u64, body: &'static [u8]) -> Effect {
+    let properties: EncodedProperties =
+        BasicProperties { delivery_mode: Some(2), ..Default::default() }.into();
+    let message = Message::new(
+        ShortStr::from_static(""),
+        ShortStr::from_static("q"),
+        properties,
+        Bytes::from_static(body),
+    );
+    let method = BasicDeliver {
+        consumer_tag: ShortStr::from_static("amqp1.0.1"),
+        delivery_tag: tag,
+        redelivered: false,
+        exchange: ShortStr::from_static(""),
+        routing_key: ShortStr::from_static("q"),
+    };
+    Effect::Send {
+        conn: CONN,
+        channel: ChannelId(1),
+        method: method.into(),
+        content: Some(Arc::new(message)),
+    }
+}
+
+fn methods(commands: &[Command]) -> Vec<(u16, String)> {
+    commands
+        .iter()
+        .map(|c| match c {
+            Command::Method { channel, method, .. } => (channel.0, method.name().to_owned()),
+            Command::Publish { channel, .. } => (channel.0, "publish".to_owned()),
+            other => (0, format!("{other:?}").chars().take(20).collect()),
+        })
+        .collect()
+}
+
+#[test]
+fn a_sasl_plain_login_and_open_open_a_broker_connection_on_the_named_vhost() {
+    let mut client = Client::new();
+    client.open(Some("vhost:/"));
+    let frames = client.performatives();
+    assert!(matches!(&frames[..], [Performative::Open { .. }]), "{frames:?}");
+    let commands = client.conn.take_commands();
+    match &commands[..] {
+        [Command::ConnectionOpen { info, .. }] => {
+            assert_eq!(info.user, "alice");
+            assert_eq!(info.vhost, "/");
+            assert_eq!(info.login.mechanism, "PLAIN");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(client.conn.opened());
+}
+
+#[test]
+fn a_wrong_password_gets_the_auth_outcome_and_the_connection_ends() {
+    let mut client = Client::new();
+    client.bytes(&SASL_HEADER);
+    let _ = client.header();
+    let _ = client.frames();
+    let init = Performative::SaslInit {
+        mechanism: "PLAIN".into(),
+        initial_response: Some(Bytes::from_static(b"\0alice\0wrong")),
+        hostname: None,
+    };
+    client.frame(FrameKind::Sasl, 0, init, &[]);
+    assert_eq!(client.performatives(), vec![Performative::SaslOutcome { code: 1 }]);
+    assert!(client.conn.is_closed());
+    assert!(client.conn.take_commands().is_empty());
+}
+
+#[test]
+fn a_client_skipping_sasl_is_told_to_use_it() {
+    let mut client = Client::new();
+    client.bytes(&AMQP_HEADER);
+    assert_eq!(client.header(), SASL_HEADER);
+    assert!(client.conn.is_closed());
+}
+
+#[test]
+fn an_unknown_vhost_is_refused_after_our_open() {
+    let mut client = Client::new();
+    client.open(Some("vhost:nowhere"));
+    let frames = client.performatives();
+    match &frames[..] {
+        [Performative::Open { .. }, Performative::Close { error: Some(error) }] => {
+            assert_eq!(error.condition, "amqp:not-found");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(client.conn.take_commands().is_empty());
+}
+
+#[test]
+fn a_publishing_link_publishes_each_message_and_settles_it_when_the_broker_confirms() {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, false, "/queues/orders"));
+    let frames = client.performatives();
+    assert!(matches!(&frames[0], Performative::Attach { receiver: true, handle: 0, .. }), "{frames:?}");
+    assert!(
+        matches!(&frames[1], Performative::Flow { handle: Some(0), link_credit: Some(256), .. }),
+        "{frames:?}"
+    );
+    let commands = client.conn.take_commands();
+    let names: Vec<_> = methods(&commands).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(names, ["channel.open", "queue.declare", "confirm.select"]);
+    client.frame(FrameKind::Amqp, 0, transfer(0, Some(0), false), &data_message(b"first"));
+    let commands = client.conn.take_commands();
+    match &commands[..] {
+        [Command::Publish { channel, publish, .. }] => {
+            assert_eq!(channel.0, 1);
+            assert_eq!(publish.exchange, "");
+            assert_eq!(publish.routing_key, "orders");
+            assert_eq!(&publish.body[..], b"first");
+            assert_eq!(publish.properties.decode().delivery_mode, Some(2));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(client.frames().is_empty(), "no outcome before the broker's confirm");
+    client.effect(Effect::Send {
+        conn: CONN,
+        channel: ChannelId(1),
+        method: BasicAck { delivery_tag: 1, multiple: false }.into(),
+        content: None,
+    });
+    match &client.performatives()[..] {
+        [Performative::Disposition { receiver: true, first: 0, last: None, settled: true, state }] => {
+            assert_eq!(state, &outcome(0x24));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_message_in_several_transfers_is_published_once_whole() {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, false, "/exchanges/amq.topic/a.b"));
+    let _ = client.frames();
+    let _ = client.conn.take_commands();
+    let payload = data_message(b"0123456789");
+    client.frame(FrameKind::Amqp, 0, transfer(0, Some(0), true), &payload[..5]);
+    assert!(client.conn.take_commands().is_empty());
+    client.frame(FrameKind::Amqp, 0, transfer(0, None, false), &payload[5..]);
+    match &client.conn.take_commands()[..] {
+        [Command::Publish { publish, .. }] => {
+            assert_eq!(publish.exchange, "amq.topic");
+            assert_eq!(publish.routing_key, "a.b");
+            assert_eq!(&publish.body[..], b"0123456789");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_consuming_link_delivers_only_with_credit_and_turns_outcomes_into_acks_and_requeues() {
+    let mut client = Client::with_session();
+    client.send(0, attach(1, true, "/queues/q"));
+    let frames = client.performatives();
+    assert!(
+        matches!(
+            &frames[..],
+            [Performative::Attach { receiver: false, initial_delivery_count: Some(0), .. }]
+        ),
+        "{frames:?}"
+    );
+    assert_eq!(methods(&client.conn.take_commands()), [(1, "channel.open".to_owned())]);
+    client.send(0, credit(1, 0, 2));
+    let names: Vec<_> = methods(&client.conn.take_commands()).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(names, ["basic.qos", "basic.consume"]);
+    for tag in 1..=3 {
+        client.effect(deliver(tag, b"hello"));
+    }
+    let transfers: Vec<_> =
+        client.frames().into_iter().filter(|(_, p, _)| matches!(p, Performative::Transfer { .. })).collect();
+    assert_eq!(transfers.len(), 2, "two credits, two transfers");
+    let (_, _, payload) = &transfers[0];
+    let message = super::message::inbound(payload).unwrap();
+    assert_eq!(&message.body[..], b"hello");
+    // Accept the first, release the second.
+    client.send(
+        0,
+        Performative::Disposition {
+            receiver: true,
+            first: 0,
+            last: None,
+            settled: true,
+            state: outcome(0x24),
+        },
+    );
+    client.send(
+        0,
+        Performative::Disposition {
+            receiver: true,
+            first: 1,
+            last: None,
+            settled: true,
+            state: outcome(0x26),
+        },
+    );
+    let commands = client.conn.take_commands();
+    match &commands[..] {
+        [Command::Method { method: Method::BasicAck(ack), .. }, Command::Method { method: Method::BasicReject(reject), .. }] =>
+        {
+            assert_eq!(ack.delivery_tag, 1);
+            assert_eq!((reject.delivery_tag, reject.requeue), (2, true));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(client.frames().is_empty(), "the third waits for credit");
+    client.send(0, credit(1, 2, 1));
+    let transfers =
+        client.frames().into_iter().filter(|(_, p, _)| matches!(p, Performative::Transfer { .. })).count();
+    assert_eq!(transfers, 1);
+}
+
+#[test]
+fn a_broker_error_on_a_link_detaches_it_with_the_matching_condition() {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, true, "/queues/missing"));
+    client.send(0, credit(0, 0, 5));
+    let _ = client.frames();
+    let _ = client.conn.take_commands();
+    let error = AmqpError::new(404, "no queue 'missing' in vhost '/'");
+    client.effect(Effect::ChannelError { conn: CONN, channel: ChannelId(1), error });
+    match &client.performatives()[..] {
+        [Performative::Detach { handle: 0, closed: true, error: Some(error) }] => {
+            assert_eq!(error.condition, "amqp:not-found");
+            assert_eq!(error.description.as_deref(), Some("NOT_FOUND - no queue 'missing' in vhost '/'"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!client.conn.is_closed(), "the connection goes on");
+    // The client's detach answers ours: not answered again, and the handle is free after it.
+    client.send(0, Performative::Detach { handle: 0, closed: true, error: None });
+    assert!(client.performatives().is_empty());
+    client.send(0, attach(0, true, "/queues/q"));
+    assert!(matches!(&client.performatives()[..], [Performative::Attach { handle: 0, .. }]));
+}
+
+#[test]
+fn a_bad_address_detaches_the_link_and_nothing_reaches_the_broker() {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, false, "orders"));
+    let frames = client.performatives();
+    assert!(
+        matches!(&frames[..], [Performative::Attach { .. }, Performative::Detach { error: Some(e), .. }] if e.condition == "amqp:invalid-field"),
+        "{frames:?}"
+    );
+    assert!(client.conn.take_commands().is_empty());
+}
+
+#[test]
+fn a_delivery_larger_than_the_frame_limit_goes_out_in_several_transfers() {
+    // A client asking for the smallest frames a peer may.
+    let mut small = Client::new();
+    small.bytes(&SASL_HEADER);
+    let _ = small.header();
+    let _ = small.frames();
+    small.frame(
+        FrameKind::Sasl,
+        0,
+        Performative::SaslInit {
+            mechanism: "PLAIN".into(),
+            initial_response: Some(Bytes::from_static(b"\0alice\0secret")),
+            hostname: None,
+        },
+        &[],
+    );
+    let _ = small.frames();
+    small.bytes(&AMQP_HEADER);
+    let _ = small.header();
+    small.send(
+        0,
+        Performative::Open {
+            container_id: "c".into(),
+            hostname: None,
+            max_frame_size: 512,
+            channel_max: 4,
+            idle_time_out_ms: None,
+        },
+    );
+    small.send(0, begin());
+    small.send(0, attach(0, true, "/queues/q"));
+    small.send(0, credit(0, 0, 1));
+    let _ = small.frames();
+    static BIG: [u8; 2000] = [7; 2000];
+    small.effect(deliver(1, &BIG));
+    let transfers: Vec<_> =
+        small.frames().into_iter().filter(|(_, p, _)| matches!(p, Performative::Transfer { .. })).collect();
+    assert!(transfers.len() >= 4, "{} transfers", transfers.len());
+    let more: Vec<bool> =
+        transfers.iter().map(|(_, p, _)| matches!(p, Performative::Transfer { more: true, .. })).collect();
+    assert!(more[..more.len() - 1].iter().all(|m| *m) && !more[more.len() - 1]);
+    let payload: Vec<u8> = transfers.iter().flat_map(|(_, _, p)| p.to_vec()).collect();
+    assert_eq!(&super::message::inbound(&payload).unwrap().body[..], &BIG[..]);
+}
+
+#[test]
+fn an_idle_peer_is_closed_after_the_idle_time_out_and_a_quiet_one_gets_empty_frames() {
+    let mut client = Client::new();
+    client.open(None);
+    let frames = client.performatives();
+    let Performative::Open { idle_time_out_ms: Some(idle), .. } = frames[0] else { panic!("{frames:?}") };
+    client.at(u64::from(idle) - 1);
+    assert!(client.performatives().is_empty());
+    client.at(u64::from(idle));
+    match &client.performatives()[..] {
+        [Performative::Close { error: Some(error) }] => {
+            assert_eq!(error.condition, "amqp:resource-limit-exceeded")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let mut quiet = Client::new();
+    quiet.bytes(&SASL_HEADER);
+    let _ = quiet.header();
+    let _ = quiet.frames();
+    quiet.frame(
+        FrameKind::Sasl,
+        0,
+        Performative::SaslInit {
+            mechanism: "PLAIN".into(),
+            initial_response: Some(Bytes::from_static(b"\0alice\0secret")),
+            hostname: None,
+        },
+        &[],
+    );
+    let _ = quiet.frames();
+    quiet.bytes(&AMQP_HEADER);
+    let _ = quiet.header();
+    quiet.send(
+        0,
+        Performative::Open {
+            container_id: "c".into(),
+            hostname: None,
+            max_frame_size: 4096,
+            channel_max: 4,
+            idle_time_out_ms: Some(10_000),
+        },
+    );
+    let _ = quiet.frames();
+    quiet.at(5_000);
+    let frames = quiet.frames();
+    assert_eq!(frames.len(), 1, "one empty frame at half the peer's time-out");
+    assert_eq!(&frames[0].2[..], b"empty");
+}
+
+#[test]
+fn garbage_after_the_open_closes_with_a_decode_error() {
+    let mut client = Client::with_session();
+    client.bytes(&[0, 0, 0, 12, 2, 0, 0, 0, 0x45, 0x45, 0x45, 0x45]);
+    match &client.performatives()[..] {
+        [Performative::Close { error: Some(error) }] => assert_eq!(error.condition, "amqp:decode-error"),
+        other => panic!("{other:?}"),
+    }
+}

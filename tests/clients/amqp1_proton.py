@@ -1,0 +1,125 @@
+"""python-qpid-proton (AMQP 1.0) on the AMQP port, beside pika (0-9-1), as RabbitMQ 4 serves it
+(issue 42): SASL PLAIN; publishing to `/queues/:q` and `/exchanges/:x/:rk` settled `accepted`
+once the broker confirms; consuming from `/queues/:q` with credit; the outcomes accepted,
+rejected (dead-lettered), released and modified (requeued, redelivered); a missing queue
+detaches the link with `amqp:not-found`; an `x-opt-delivery-time` annotation holds a message
+until it is due, never earlier; messages cross between 1.0 and 0-9-1 with their body, properties
+and headers; the HTTP API lists the connection as `AMQP 1-0`."""
+import base64
+import json
+import os
+import sys
+import time
+import urllib.request
+
+import pika
+from proton import Message, symbol, timestamp
+from proton.utils import BlockingConnection, LinkDetached
+
+port = int(sys.argv[1])
+url = f"amqp://guest:guest@127.0.0.1:{port}"
+
+p = pika.BlockingConnection(pika.ConnectionParameters(host="127.0.0.1", port=port))
+ch = p.channel()
+ch.queue_declare("amqp1-dlq", durable=True)
+ch.queue_declare("amqp1-q", durable=True,
+                 arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "amqp1-dlq"})
+ch.queue_declare("amqp1-bound", durable=True)
+ch.queue_bind("amqp1-bound", "amq.direct", routing_key="to-bound")
+ch.queue_declare("amqp1-timed", durable=True)
+for q in ("amqp1-dlq", "amqp1-q", "amqp1-bound", "amqp1-timed"):
+    ch.queue_purge(q)
+
+conn = BlockingConnection(url, allowed_mechs="PLAIN", timeout=10)
+
+# 1.0 → 0-9-1: properties and application properties arrive as 0-9-1 properties and headers.
+sender = conn.create_sender("/queues/amqp1-q")
+sender.send(Message(body=b"from-1.0", id="m-1", correlation_id="c-1", content_type="application/octet-stream",
+                    properties={"tenant": "acme", "n": 7}))
+method, props, body = ch.basic_get("amqp1-q", auto_ack=True)
+assert body == b"from-1.0", body
+assert props.message_id == "m-1" and props.correlation_id == "c-1", props
+assert props.content_type == "application/octet-stream", props
+assert props.delivery_mode == 2, "no header section: durable, as RabbitMQ 4"
+assert props.headers == {"tenant": "acme", "n": 7}, props.headers
+
+# An exchange address with a routing key.
+conn.create_sender("/exchanges/amq.direct/to-bound").send(Message(body=b"routed"))
+method, _, body = ch.basic_get("amqp1-bound", auto_ack=True)
+assert body == b"routed", body
+
+# 0-9-1 → 1.0: the body as a data section, the properties, the headers as application properties,
+# x-exchange / x-routing-key annotations.
+ch.basic_publish("", "amqp1-q", b"from-0-9-1", pika.BasicProperties(
+    delivery_mode=2, message_id="p-1", content_type="text/plain", headers={"colour": "blue"}, reply_to="replies"))
+receiver = conn.create_receiver("/queues/amqp1-q", credit=5)
+msg = receiver.receive(timeout=5)
+assert bytes(msg.body) == b"from-0-9-1", msg.body
+assert msg.id == "p-1" and msg.content_type == "text/plain", msg
+assert msg.properties == {"colour": "blue"}, msg.properties
+assert msg.reply_to == "/queues/replies", msg.reply_to
+assert msg.annotations[symbol("x-routing-key")] == "amqp1-q", msg.annotations
+assert msg.durable
+receiver.accept()
+
+# Outcomes: rejected is dead-lettered; released and modified come back redelivered.
+for body in (b"reject-me", b"release-me", b"modify-me"):
+    sender.send(Message(body=body))
+got = receiver.receive(timeout=5)
+assert bytes(got.body) == b"reject-me"
+receiver.reject()
+got = receiver.receive(timeout=5)
+assert bytes(got.body) == b"release-me"
+receiver.release(delivered=False)
+got = receiver.receive(timeout=5)
+assert bytes(got.body) in (b"modify-me", b"release-me"), got.body
+first_again = bytes(got.body)
+receiver.release(delivered=True)
+seen = set()
+for _ in range(2):
+    got = receiver.receive(timeout=5)
+    seen.add(bytes(got.body))
+    assert got.first_acquirer is False or got.delivery_count >= 0
+    receiver.accept()
+assert seen == {b"release-me", b"modify-me"}, seen
+receiver.close()
+method, _, body = ch.basic_get("amqp1-dlq", auto_ack=True)
+assert body == b"reject-me", "a rejected message is dead-lettered"
+
+# A queue that does not exist: the link is detached with amqp:not-found, the connection goes on.
+try:
+    conn.create_receiver("/queues/amqp1-missing", credit=1).receive(timeout=3)
+    raise AssertionError("a receiver on a missing queue must be refused")
+except LinkDetached as detached:
+    assert "not-found" in str(detached), detached
+
+# x-opt-delivery-time (RabbitMQ 4.4): held until due, never early.
+due_ms = int(time.time() * 1000) + 1200
+timed = conn.create_sender("/queues/amqp1-timed")
+timed.send(Message(body=b"later", annotations={symbol("x-opt-delivery-time"): timestamp(due_ms)}))
+assert ch.basic_get("amqp1-timed", auto_ack=True)[0] is None, "not ready before it is due"
+late = conn.create_receiver("/queues/amqp1-timed", credit=1)
+msg = late.receive(timeout=10)
+arrived_ms = time.time() * 1000
+late.accept()
+assert bytes(msg.body) == b"later"
+assert arrived_ms >= due_ms, f"{due_ms - arrived_ms:.0f} ms early"
+
+# The HTTP API lists the 1.0 connection with its protocol.
+http_port = os.environ.get("HTTP_PORT")
+if http_port:
+    request = urllib.request.Request(f"http://127.0.0.1:{http_port}/api/connections",
+                                     headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+    deadline = time.monotonic() + 10
+    protocols = []
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            protocols = [c["protocol"] for c in json.load(answer)]
+        if "AMQP 1-0" in protocols:
+            break
+        time.sleep(0.2)
+    assert "AMQP 1-0" in protocols, protocols
+
+conn.close()
+p.close()
+print("amqp1_proton ok")
