@@ -6,15 +6,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 pip_install() { python3 -m pip install --quiet --disable-pip-version-check "$@"; }
-if ! python3 -c 'import pika, kombu, boto3, celery, pycurl, proton' 2>/dev/null; then
+if ! python3 -c 'import pika, kombu, boto3, celery, pycurl, proton, rabbitmq_amqp_python_client' 2>/dev/null; then
   # pycurl (kombu's SQS transport, for celery_sqs.py) has manylinux wheels; where none fits it is
   # built, against libcurl's and OpenSSL's headers.
   if ! pip_install --only-binary pycurl 'pycurl==7.49.0' 2>/dev/null; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libcurl4-openssl-dev libssl-dev) >/dev/null
   fi
-  # python-qpid-proton (AMQP 1.0, amqp1_proton.py) builds its C core from the sdist.
+  # python-qpid-proton (AMQP 1.0: amqp1_proton.py, and under RabbitMQ's own 1.0 client in
+  # amqp1_rabbitmq_client.py) builds its C core from the sdist.
   pip_install 'pika==1.3.2' 'kombu==5.7.0' 'boto3==1.43.11' 'botocore==1.43.11' 'celery==5.7.0' 'pycurl==7.49.0' \
-    'python-qpid-proton==0.40.0'
+    'python-qpid-proton==0.40.0' 'rabbitmq-amqp-python-client==1.0.1'
 fi
 java_cp=/usr/share/java/amqp-client.jar:/usr/share/java/slf4j-api.jar
 if [ ! -f /usr/share/java/amqp-client.jar ]; then

@@ -111,6 +111,35 @@ pub enum Command {
     /// The connection's socket is not keeping up (`paused`) or has caught up: while paused, its
     /// consumers get no deliveries, so a slow reader cannot make the broker buffer without bound.
     DeliveryPaused { conn: ConnectionId, paused: bool },
+    /// A question about the broker's state on a channel, answered by `Effect::Answer` (or
+    /// `Effect::ChannelError`): what no 0-9-1 method reports, for the AMQP 1.0 management node.
+    Query { conn: ConnectionId, channel: ChannelId, query: Query },
+}
+
+/// What a [`Command::Query`] asks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Query {
+    /// A queue's declaration and counts (RabbitMQ 4's `GET /queues/:queue`).
+    Queue(ShortStr),
+}
+
+/// The answer to a [`Command::Query`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Queue(QueueAnswer),
+}
+
+/// A queue as [`Query::Queue`] reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueAnswer {
+    pub name: ShortStr,
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    /// As declared (policies not merged in).
+    pub arguments: FieldTable,
+    pub messages: u64,
+    pub consumers: u64,
 }
 
 impl Command {
@@ -121,7 +150,8 @@ impl Command {
             | Command::Method { conn, .. }
             | Command::Publish { conn, .. }
             | Command::ChannelAborted { conn, .. }
-            | Command::DeliveryPaused { conn, .. } => *conn,
+            | Command::DeliveryPaused { conn, .. }
+            | Command::Query { conn, .. } => *conn,
         }
     }
 }
@@ -164,6 +194,9 @@ pub enum Effect {
     ConnectionError { conn: ConnectionId, error: AmqpError },
     /// Tell the client to stop publishing (connection.blocked) or that it may resume.
     Blocked { conn: ConnectionId, reason: Option<String> },
+    /// The answer to a [`Command::Query`] on that channel (boxed: rare, and every delivery moves
+    /// an `Effect`).
+    Answer { conn: ConnectionId, channel: ChannelId, answer: Box<Answer> },
 }
 
 impl Effect {
@@ -172,7 +205,8 @@ impl Effect {
             Effect::Send { conn, .. }
             | Effect::ChannelError { conn, .. }
             | Effect::ConnectionError { conn, .. }
-            | Effect::Blocked { conn, .. } => *conn,
+            | Effect::Blocked { conn, .. }
+            | Effect::Answer { conn, .. } => *conn,
         }
     }
 }

@@ -207,6 +207,12 @@ impl Broker {
             }
             Command::ChannelAborted { conn, channel } => self.release_channel(conn, channel, now),
             Command::DeliveryPaused { conn, paused } => self.pause_deliveries(conn, paused, now),
+            Command::Query { conn, channel, query } => {
+                if let Err(error) = self.answer_query(conn, channel, &query, now) {
+                    let method = Method::QueueDeclare(Default::default());
+                    self.fail(conn, channel, error.on(&method), now);
+                }
+            }
         }
         self.run_dead_letters(now);
         self.hold_after(mark, replies_of);

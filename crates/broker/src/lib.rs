@@ -39,8 +39,8 @@ mod timers;
 mod vhost;
 
 pub use api::{
-    AmqpError, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect, LoginInfo,
-    Publish, AMQP_0_9_1, AMQP_1_0,
+    AmqpError, Answer, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect,
+    LoginInfo, Publish, Query, QueueAnswer, AMQP_0_9_1, AMQP_1_0,
 };
 pub use broker::{Broker, BrokerConfig};
 pub use message::Message;

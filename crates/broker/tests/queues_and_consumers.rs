@@ -472,3 +472,40 @@ fn priority_queue_delivers_highest_priority_first() {
         .collect();
     assert_eq!(order, ["p20", "p9", "p9b", "p5", "p1", "none"]);
 }
+
+/// A queue query (the AMQP 1.0 management node's `GET /queues/:queue`) answers with the queue's
+/// declaration and counts; a queue that does not exist is a 404 on the channel.
+#[test]
+fn a_queue_query_answers_the_declaration_and_counts() {
+    use hourglass_broker::{Answer, Command, Query};
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let arguments = FieldTable::from_entries([("x-queue-type", FieldValue::LongStr("quorum".into()))]);
+    tb.call(
+        c,
+        QueueDeclare {
+            queue: short("asked"),
+            durable: true,
+            arguments: arguments.clone(),
+            ..Default::default()
+        },
+    );
+    tb.publish(c, "", "asked", b"one");
+    let query =
+        |name: &str| Command::Query { conn: c.conn, channel: c.channel, query: Query::Queue(short(name)) };
+    let effects = tb.command(query("asked"));
+    match &effects[..] {
+        [Effect::Answer { answer, .. }] => {
+            let Answer::Queue(queue) = answer.as_ref();
+            assert_eq!(queue.name, "asked");
+            assert!(queue.durable && !queue.exclusive && !queue.auto_delete);
+            assert_eq!(queue.arguments, arguments);
+            assert_eq!((queue.messages, queue.consumers), (1, 0));
+        }
+        other => panic!("{other:?}"),
+    }
+    match &tb.command(query("missing"))[..] {
+        [Effect::ChannelError { error, .. }] => assert_eq!(error.reply_code, 404),
+        other => panic!("{other:?}"),
+    }
+}

@@ -167,7 +167,7 @@ impl Broker {
                 Effect::ChannelError { error: e, .. } | Effect::ConnectionError { error: e, .. } => {
                     error = Some(e)
                 }
-                Effect::Blocked { .. } => {}
+                Effect::Blocked { .. } | Effect::Answer { .. } => {}
             }
         }
         self.effects = kept;

@@ -5,6 +5,7 @@ pub(crate) use basic::HandOut;
 mod channel;
 mod exchange;
 pub(crate) use exchange::Removed;
+mod query;
 mod queue;
 mod tx;
 

@@ -127,9 +127,9 @@ pub(crate) fn holds_replies(command: &Command) -> Option<(ConnectionId, ChannelI
 
 fn channel_of(effect: &Effect) -> Option<(ConnectionId, ChannelId)> {
     match effect {
-        Effect::Send { conn, channel, .. } | Effect::ChannelError { conn, channel, .. } => {
-            Some((*conn, *channel))
-        }
+        Effect::Send { conn, channel, .. }
+        | Effect::ChannelError { conn, channel, .. }
+        | Effect::Answer { conn, channel, .. } => Some((*conn, *channel)),
         Effect::ConnectionError { .. } | Effect::Blocked { .. } => None,
     }
 }

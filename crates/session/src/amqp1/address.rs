@@ -87,7 +87,7 @@ pub(crate) fn queue_address(queue: &str) -> String {
 }
 
 /// Percent-decodes a path segment; `None` when an escape is malformed or the result is not UTF-8.
-fn decode(segment: &str) -> Option<String> {
+pub(super) fn decode(segment: &str) -> Option<String> {
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut at = 0;

@@ -29,7 +29,10 @@ use hourglass_wire::{
 };
 
 use super::address::{self, Destination};
+use super::management;
 use super::message;
+
+mod node;
 use super::{error_condition, write_frame, ConnectionFault};
 
 /// Credit a sending link is granted, at most, and the most of its messages left unconfirmed.
@@ -85,6 +88,8 @@ pub(crate) struct Sessions {
     /// The 0-9-1 channels links run on.
     channels: ChannelNumbers,
     by_channel: HashMap<u16, (u16, u32)>,
+    /// Management requests in the broker, by the channel each runs on.
+    requests: HashMap<u16, node::InFlight>,
 }
 
 #[derive(Debug)]
@@ -107,13 +112,20 @@ struct Session {
 enum Link {
     Publishing(Publishing),
     Consuming(Consuming),
+    /// The client's requests to the `/management` node (`links/node.rs`).
+    Requests(node::Requests),
+    /// The node's replies to the client.
+    Replies(node::Replies),
 }
 
 impl Link {
-    fn channel(&self) -> u16 {
+    /// The 0-9-1 channel the link runs on (the management node's links have none: each
+    /// request gets its own).
+    fn channel(&self) -> Option<u16> {
         match self {
-            Link::Publishing(link) => link.channel,
-            Link::Consuming(link) => link.channel,
+            Link::Publishing(link) => Some(link.channel),
+            Link::Consuming(link) => Some(link.channel),
+            Link::Requests(_) | Link::Replies(_) => None,
         }
     }
 }
@@ -253,6 +265,7 @@ impl Sessions {
             session_max: 0,
             channels: ChannelNumbers { next: 1, max: u32::from(channel_max.max(1)), free: Vec::new() },
             by_channel: HashMap::new(),
+            requests: HashMap::new(),
         }
     }
 
@@ -264,7 +277,12 @@ impl Sessions {
     pub(crate) fn unfinished(&self) -> (u64, u64) {
         let mut totals = (0, 0);
         for link in self.sessions.values().flat_map(|s| s.links.values()) {
-            if let Link::Publishing(Publishing { partial: Some(partial), .. }) = link {
+            let partial = match link {
+                Link::Publishing(Publishing { partial, .. })
+                | Link::Requests(node::Requests { partial, .. }) => partial,
+                _ => &None,
+            };
+            if let Some(partial) = partial {
                 totals.0 += 1;
                 totals.1 += partial.payload.len() as u64;
             }
@@ -422,6 +440,9 @@ impl Sessions {
             return;
         }
         self.reply_attach(io, session, &attach, true);
+        if address_of(&attach.target).as_deref() == Some(management::NODE) {
+            return self.attach_requests(io, session, &attach);
+        }
         let destination = match address_of(&attach.target).map(|a| address::target(&a)) {
             None => Ok(None),
             Some(Ok(destination)) => Ok(Some(destination)),
@@ -477,6 +498,9 @@ impl Sessions {
             return;
         }
         self.reply_attach(io, session, &attach, false);
+        if address_of(&attach.source).as_deref() == Some(management::NODE) {
+            return self.attach_replies(session, attach.handle);
+        }
         let queue = match address_of(&attach.source).map(|a| address::source(&a)) {
             Some(Ok(queue)) => queue,
             Some(Err(error)) => {
@@ -568,7 +592,12 @@ impl Sessions {
                     }
                     echo |= link.drain;
                 }
-                Some(Link::Publishing(_)) => {}
+                Some(Link::Replies(link)) => {
+                    let their_count = flow.delivery_count.unwrap_or(0);
+                    let credit = flow.link_credit.unwrap_or(0);
+                    link.credit = their_count.wrapping_add(credit).wrapping_sub(link.delivery_count);
+                }
+                Some(Link::Publishing(_) | Link::Requests(_)) => {}
                 None => echo = false,
             }
             if let Some((channel, queue, first, prefetch)) = consume {
@@ -614,6 +643,8 @@ impl Sessions {
         let (delivery_count, credit) = match s.links.get(&handle) {
             Some(Link::Consuming(link)) => (link.delivery_count, link.credit),
             Some(Link::Publishing(link)) => (link.delivery_count, link.credit),
+            Some(Link::Requests(link)) => (link.delivery_count, link.credit),
+            Some(Link::Replies(link)) => (link.delivery_count, link.credit),
             None => return,
         };
         let flow = Performative::Flow {
@@ -631,65 +662,103 @@ impl Sessions {
     }
 
     fn transfer(&mut self, io: &mut Io, session: u16, transfer: Transfer, payload: &[u8]) {
-        let conn = self.conn;
+        self.count_incoming(io, session);
+        let Some((delivery_id, settled, payload)) = self.assemble(io, session, &transfer, payload) else {
+            return;
+        };
+        let handle = transfer.handle;
+        match self.link_mut(session, handle) {
+            Some(Link::Requests(_)) => self.management_request(io, session, handle, &payload),
+            Some(Link::Publishing(_)) => self.publish(io, session, handle, delivery_id, settled, &payload),
+            _ => {}
+        }
+    }
+
+    /// Counts a transfer frame against our incoming window, and opens the window again once
+    /// half of it is used.
+    fn count_incoming(&mut self, io: &mut Io, session: u16) {
         let Some(s) = self.sessions.get_mut(&session) else { return };
         s.next_incoming_id = s.next_incoming_id.wrapping_add(1);
         s.incoming_window = s.incoming_window.saturating_sub(1);
-        let refill = s.incoming_window < WINDOW / 2;
-        if refill {
-            s.incoming_window = WINDOW;
-            let flow = Performative::Flow {
-                next_incoming_id: Some(s.next_incoming_id),
-                incoming_window: WINDOW,
-                next_outgoing_id: s.next_outgoing_id,
-                outgoing_window: u32::MAX,
-                handle: None,
-                delivery_count: None,
-                link_credit: None,
-                drain: false,
-                echo: false,
-            };
-            write_frame(&mut io.out, FrameKind::Amqp, session, &flow, &[]);
-        }
-        let Some(Link::Publishing(link)) = s.links.get_mut(&transfer.handle) else {
-            return self.end_with_error(
-                io,
-                session,
-                "amqp:session:unattached-handle",
-                format!("transfer on handle {}", transfer.handle),
-            );
-        };
-        if link.partial.is_none() {
-            let Some(delivery_id) = transfer.delivery_id else {
-                return self.end_with_error(
-                    io,
-                    session,
-                    "amqp:decode-error",
-                    "a transfer without a delivery-id",
-                );
-            };
-            link.credit = link.credit.saturating_sub(1);
-            link.delivery_count = link.delivery_count.wrapping_add(1);
-            link.partial = Some(Partial { delivery_id, settled: transfer.settled, payload: BytesMut::new() });
-        }
-        let Some(partial) = link.partial.as_mut() else { return };
-        partial.settled |= transfer.settled;
-        if transfer.aborted {
-            link.partial = None;
+        if s.incoming_window >= WINDOW / 2 {
             return;
         }
-        if (partial.payload.len() + payload.len()) as u64 > io.max_message_size {
-            let handle = transfer.handle;
+        s.incoming_window = WINDOW;
+        let flow = Performative::Flow {
+            next_incoming_id: Some(s.next_incoming_id),
+            incoming_window: WINDOW,
+            next_outgoing_id: s.next_outgoing_id,
+            outgoing_window: u32::MAX,
+            handle: None,
+            delivery_count: None,
+            link_credit: None,
+            drain: false,
+            echo: false,
+        };
+        write_frame(&mut io.out, FrameKind::Amqp, session, &flow, &[]);
+    }
+
+    /// Adds a transfer to its link's message; the whole message (delivery id, settled, payload)
+    /// once its last transfer is in.
+    fn assemble(
+        &mut self,
+        io: &mut Io,
+        session: u16,
+        transfer: &Transfer,
+        payload: &[u8],
+    ) -> Option<(u32, bool, BytesMut)> {
+        let handle = transfer.handle;
+        let (partial, credit, delivery_count) = match self.link_mut(session, handle) {
+            Some(Link::Publishing(link)) => (&mut link.partial, &mut link.credit, &mut link.delivery_count),
+            Some(Link::Requests(link)) => (&mut link.partial, &mut link.credit, &mut link.delivery_count),
+            _ => {
+                let reason = format!("transfer on handle {handle}");
+                self.end_with_error(io, session, "amqp:session:unattached-handle", reason);
+                return None;
+            }
+        };
+        if partial.is_none() {
+            let Some(delivery_id) = transfer.delivery_id else {
+                self.end_with_error(io, session, "amqp:decode-error", "a transfer without a delivery-id");
+                return None;
+            };
+            *credit = credit.saturating_sub(1);
+            *delivery_count = delivery_count.wrapping_add(1);
+            *partial = Some(Partial { delivery_id, settled: transfer.settled, payload: BytesMut::new() });
+        }
+        let growing = partial.as_mut()?;
+        growing.settled |= transfer.settled;
+        if transfer.aborted {
+            *partial = None;
+            return None;
+        }
+        if (growing.payload.len() + payload.len()) as u64 > io.max_message_size {
             let reason = format!("message size exceeds the maximum of {} bytes", io.max_message_size);
             self.close_link(io, session, handle);
-            return self.detach_with_error(io, session, handle, "amqp:link:message-size-exceeded", reason);
+            self.detach_with_error(io, session, handle, "amqp:link:message-size-exceeded", reason);
+            return None;
         }
-        partial.payload.extend_from_slice(payload);
+        growing.payload.extend_from_slice(payload);
         if transfer.more {
-            return;
+            return None;
         }
-        let Some(Partial { delivery_id, settled, payload }) = link.partial.take() else { return };
-        let routed = message::inbound(&payload)
+        let Partial { delivery_id, settled, payload } = partial.take()?;
+        Some((delivery_id, settled, payload))
+    }
+
+    /// Publishes a whole message of a sending link on its channel.
+    fn publish(
+        &mut self,
+        io: &mut Io,
+        session: u16,
+        handle: u32,
+        delivery_id: u32,
+        settled: bool,
+        payload: &[u8],
+    ) {
+        let conn = self.conn;
+        let Some(Link::Publishing(link)) = self.link_mut(session, handle) else { return };
+        let routed = message::inbound(payload)
             .map_err(|e| ("amqp:decode-error", e.to_string()))
             .and_then(|m| destination_of(link.destination.as_ref(), &m).map(|d| (m, d)));
         let (inbound, destination) = match routed {
@@ -714,7 +783,6 @@ impl Sessions {
         link.published += 1;
         link.unconfirmed.insert(link.published, (delivery_id, settled));
         io.commands.push_back(Command::Publish { conn, channel: ChannelId(link.channel), publish });
-        let handle = transfer.handle;
         self.grant_credit(io, session, handle);
     }
 
@@ -754,7 +822,7 @@ impl Sessions {
         for offset in 0..=span {
             let id = first.wrapping_add(offset);
             let Some((handle, tag)) = s.unsettled.remove(&id) else { continue };
-            let Some(channel) = s.links.get(&handle).map(Link::channel) else { continue };
+            let Some(channel) = s.links.get(&handle).and_then(Link::channel) else { continue };
             acted.push((handle, channel, tag));
         }
         for (_, channel, tag) in &acted {
@@ -779,7 +847,11 @@ impl Sessions {
     fn pump(&mut self, io: &mut Io, session: u16, handle: u32) {
         let conn = self.conn;
         let Some(s) = self.sessions.get_mut(&session) else { return };
-        let Some(Link::Consuming(link)) = s.links.get_mut(&handle) else { return };
+        let link = match s.links.get_mut(&handle) {
+            Some(Link::Consuming(link)) => link,
+            Some(Link::Replies(_)) => return self.pump_replies(io, session, handle),
+            _ => return,
+        };
         while link.credit > 0 && s.remote_incoming_window > 0 {
             let Some(waiting) = link.waiting.pop_front() else { break };
             let delivery_id = s.next_delivery_id;
@@ -817,6 +889,9 @@ impl Sessions {
         match effect {
             Effect::Send { channel, method, content, .. } => self.on_method(io, channel.0, method, content),
             Effect::ChannelError { channel, error, .. } => {
+                if self.request_refused(io, channel.0, error.reply_code, &error.reply_text) {
+                    return;
+                }
                 let Some((session, handle)) = self.by_channel.remove(&channel.0) else { return };
                 // The broker dropped the channel already: its number is free again.
                 self.channels.give_back(channel.0);
@@ -833,11 +908,17 @@ impl Sessions {
                     error.description.unwrap_or_default(),
                 );
             }
+            Effect::Answer { channel, answer, .. } => {
+                self.request_queried(io, channel.0, &answer);
+            }
             Effect::ConnectionError { .. } | Effect::Blocked { .. } => {}
         }
     }
 
     fn on_method(&mut self, io: &mut Io, channel: u16, method: Method, content: Option<Arc<Message>>) {
+        if self.request_answered(io, channel, &method) {
+            return;
+        }
         if let Method::ChannelCloseOk(_) = method {
             if !self.by_channel.contains_key(&channel) {
                 self.channels.give_back(channel);
@@ -916,7 +997,7 @@ impl Sessions {
         let Some(s) = self.sessions.get_mut(&session) else { return };
         let Some(link) = s.links.remove(&handle) else { return };
         s.unsettled.retain(|_, (h, _)| *h != handle);
-        let channel = link.channel();
+        let Some(channel) = link.channel() else { return };
         self.by_channel.remove(&channel);
         if let Link::Consuming(consuming) = &link {
             if consuming.prefetch > 0 {

@@ -51,12 +51,30 @@ pub(crate) enum MessageError {
     UnknownSection(String),
 }
 
-/// Reads a transfer's payload.
-pub(crate) fn inbound(mut payload: &[u8]) -> Result<Inbound, MessageError> {
-    let mut properties = BasicProperties { delivery_mode: Some(2), ..BasicProperties::default() };
-    let mut headers: Vec<(String, FieldValue)> = Vec::new();
-    let mut body = BytesMut::new();
-    let mut to = None;
+/// A message's sections as read (part 3.2), before any mapping.
+#[derive(Debug)]
+pub(crate) struct Sections {
+    pub header: Vec<Value>,
+    pub annotations: Value,
+    /// The properties section's fields by position (message-id first).
+    pub properties: Vec<Value>,
+    pub application: Value,
+    /// The data sections, concatenated.
+    pub data: BytesMut,
+    /// An amqp-value section, or amqp-sequence sections as a list.
+    pub value: Option<Value>,
+}
+
+/// Reads a payload's sections.
+pub(crate) fn sections(mut payload: &[u8]) -> Result<Sections, MessageError> {
+    let mut sections = Sections {
+        header: Vec::new(),
+        annotations: Value::Null,
+        properties: Vec::new(),
+        application: Value::Null,
+        data: BytesMut::new(),
+        value: None,
+    };
     while !payload.is_empty() {
         let (value, used) = decode_value(payload).map_err(|e| MessageError::Undecodable(e.to_string()))?;
         payload = &payload[used..];
@@ -64,33 +82,61 @@ pub(crate) fn inbound(mut payload: &[u8]) -> Result<Inbound, MessageError> {
             return Err(MessageError::UnknownSection("without a descriptor".into()));
         };
         match section_code(&descriptor) {
-            Some(HEADER) => read_header(&section, &mut properties),
-            Some(PROPERTIES) => to = read_properties(&section, &mut properties),
-            Some(APPLICATION_PROPERTIES) => headers.extend(map_entries(&section, Times::Seconds, |_| true)),
-            Some(MESSAGE_ANNOTATIONS) => {
-                headers.extend(map_entries(&section, Times::Millis, |k| k.starts_with("x-")));
-                schedule_as_delivery_time(&mut headers);
-            }
+            Some(HEADER) => sections.header = into_list(*section),
+            Some(PROPERTIES) => sections.properties = into_list(*section),
+            Some(APPLICATION_PROPERTIES) => sections.application = *section,
+            Some(MESSAGE_ANNOTATIONS) => sections.annotations = *section,
             Some(DATA) => {
                 if let Value::Binary(bytes) = *section {
-                    body.extend_from_slice(&bytes);
+                    sections.data.extend_from_slice(&bytes);
                 }
             }
-            Some(AMQP_VALUE) => match *section {
-                Value::Binary(bytes) => body.extend_from_slice(&bytes),
-                Value::String(text) => body.extend_from_slice(text.as_bytes()),
-                other => encode_value(&other, &mut body),
+            Some(AMQP_VALUE) => sections.value = Some(*section),
+            Some(AMQP_SEQUENCE) => match &mut sections.value {
+                Some(Value::List(items)) => items.extend(into_list(*section)),
+                _ => sections.value = Some(Value::List(into_list(*section))),
             },
-            Some(AMQP_SEQUENCE) => encode_value(&section, &mut body),
             Some(DELIVERY_ANNOTATIONS | FOOTER) => {}
             _ => return Err(MessageError::UnknownSection(format!("{descriptor:?}"))),
         }
     }
+    Ok(sections)
+}
+
+fn into_list(section: Value) -> Vec<Value> {
+    match section {
+        Value::List(items) => items,
+        _ => Vec::new(),
+    }
+}
+
+/// Reads a transfer's payload as the 0-9-1 message it becomes.
+pub(crate) fn inbound(payload: &[u8]) -> Result<Inbound, MessageError> {
+    let sections = sections(payload)?;
+    let mut properties = BasicProperties { delivery_mode: Some(2), ..BasicProperties::default() };
+    read_header(&sections.header, &mut properties);
+    let to = read_properties(&sections.properties, &mut properties);
+    let mut headers = map_entries(&sections.application, Times::Seconds, |_| true);
+    headers.extend(map_entries(&sections.annotations, Times::Millis, |k| k.starts_with("x-")));
+    schedule_as_delivery_time(&mut headers);
     if !headers.is_empty() {
         properties.headers =
             Some(FieldTable::from_entries(headers.iter().map(|(k, v)| (k.as_bytes(), v.clone()))));
     }
+    let mut body = sections.data;
+    match sections.value {
+        Some(Value::Binary(bytes)) => body.extend_from_slice(&bytes),
+        Some(Value::String(text)) => body.extend_from_slice(text.as_bytes()),
+        Some(other) => encode_value(&other, &mut body),
+        None => {}
+    }
     Ok(Inbound { properties, body: body.freeze(), to })
+}
+
+/// A 1.0 map (declare arguments) as a 0-9-1 table; entries 0-9-1 cannot carry are left out.
+pub(crate) fn table_of(map: &Value) -> FieldTable {
+    let entries = map_entries(map, Times::Seconds, |_| true);
+    FieldTable::from_entries(entries.iter().map(|(k, v)| (k.as_bytes(), v.clone())))
 }
 
 fn section_code(descriptor: &Value) -> Option<u64> {
@@ -112,15 +158,7 @@ fn section_code(descriptor: &Value) -> Option<u64> {
     }
 }
 
-fn list(section: &Value) -> &[Value] {
-    match section {
-        Value::List(items) => items,
-        _ => &[],
-    }
-}
-
-fn read_header(section: &Value, properties: &mut BasicProperties) {
-    let fields = list(section);
+fn read_header(fields: &[Value], properties: &mut BasicProperties) {
     if let Some(Value::Bool(durable)) = fields.first() {
         properties.delivery_mode = Some(if *durable { 2 } else { 1 });
     }
@@ -133,8 +171,7 @@ fn read_header(section: &Value, properties: &mut BasicProperties) {
 }
 
 /// Sets the 0-9-1 properties from the 1.0 properties section; returns its `to`.
-fn read_properties(section: &Value, properties: &mut BasicProperties) -> Option<String> {
-    let fields = list(section);
+fn read_properties(fields: &[Value], properties: &mut BasicProperties) -> Option<String> {
     let field = |at: usize| fields.get(at).filter(|v| **v != Value::Null);
     properties.message_id = field(0).and_then(id_text).as_deref().and_then(short);
     if let Some(Value::Binary(user)) = field(1) {
@@ -325,6 +362,15 @@ fn trim_nulls(fields: &mut Vec<Value>) {
 
 fn section(code: u64, value: Value, out: &mut BytesMut) {
     encode_value(&Value::Described(Box::new(Value::Ulong(code)), Box::new(value)), out);
+}
+
+/// A 0-9-1 table (queue arguments) as a 1.0 map with string keys.
+pub(crate) fn map_of(table: &FieldTable) -> Value {
+    let entries = table
+        .iter()
+        .filter_map(|(key, value)| Some((Value::String(key.as_str().into_owned()), amqp1_value(&value)?)))
+        .collect();
+    Value::Map(entries)
 }
 
 /// A 0-9-1 header value as a 1.0 value (tables, arrays and void have no simple 1.0 form).

@@ -34,6 +34,7 @@ use crate::content::UnfinishedContent;
 
 mod address;
 mod links;
+mod management;
 mod message;
 mod sasl;
 
@@ -253,7 +254,14 @@ impl Amqp1Connection {
             }
             (
                 Phase::ExpectOpen,
-                Performative::Open { container_id, hostname, max_frame_size, channel_max, idle_time_out_ms },
+                Performative::Open {
+                    container_id,
+                    hostname,
+                    max_frame_size,
+                    channel_max,
+                    idle_time_out_ms,
+                    ..
+                },
             ) => {
                 self.on_open(
                     &container_id,
@@ -331,6 +339,7 @@ impl Amqp1Connection {
             max_frame_size: self.frame_in_max,
             channel_max: self.config.channel_max,
             idle_time_out_ms: self.our_idle_ms.and_then(|ms| u32::try_from(ms).ok()),
+            properties: sasl::server_properties(&self.config),
         };
         // Part 2.4.1: an open comes first even when the connection is refused at once.
         self.send(FrameKind::Amqp, 0, &ours, &[], now);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hourglass_broker::{ClientCapabilities, ConnectionInfo, LoginInfo, Permissions, Timestamp, AMQP_1_0};
+use hourglass_wire::amqp1::Value;
 use hourglass_wire::{FieldTable, FieldValue, LongStr};
 
 use super::ConnectionFault;
@@ -118,6 +119,23 @@ pub(super) fn admit(
             }
         }
     }
+}
+
+/// The RabbitMQ release whose AMQP 1.0 behaviour this follows, announced in our open's
+/// properties: RabbitMQ's 1.0 clients require 4.0 or later (0-9-1 announces 3.13, ADR 0009).
+pub(super) const AMQP1_COMPATIBLE_VERSION: &str = "4.0.0";
+
+/// Our open's properties, as RabbitMQ 4 sends them: the product and version its 1.0 clients
+/// check, and who we are.
+pub(super) fn server_properties(config: &SessionConfig) -> Value {
+    let entry = |key: &str, value: &str| (Value::Symbol(key.to_owned()), Value::String(value.to_owned()));
+    Value::Map(vec![
+        entry("product", &config.product),
+        entry("version", AMQP1_COMPATIBLE_VERSION),
+        entry("platform", "Rust"),
+        entry("cluster_name", &config.cluster_name),
+        entry("hourglass_version", &config.hourglass_version),
+    ])
 }
 
 /// What was negotiated, for the connection listing.

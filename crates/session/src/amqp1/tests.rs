@@ -136,6 +136,7 @@ fn open(hostname: Option<&str>) -> Performative {
         max_frame_size: 65_536,
         channel_max: 16,
         idle_time_out_ms: None,
+        properties: Value::Null,
     }
 }
 
@@ -487,6 +488,7 @@ fn a_delivery_larger_than_the_frame_limit_goes_out_in_several_transfers() {
             max_frame_size: 512,
             channel_max: 4,
             idle_time_out_ms: None,
+            properties: Value::Null,
         },
     );
     small.send(0, begin());
@@ -546,6 +548,7 @@ fn an_idle_peer_is_closed_after_the_idle_time_out_and_a_quiet_one_gets_empty_fra
             max_frame_size: 4096,
             channel_max: 4,
             idle_time_out_ms: Some(10_000),
+            properties: Value::Null,
         },
     );
     let _ = quiet.frames();
@@ -563,4 +566,106 @@ fn garbage_after_the_open_closes_with_a_decode_error() {
         [Performative::Close { error: Some(error) }] => assert_eq!(error.condition, "amqp:decode-error"),
         other => panic!("{other:?}"),
     }
+}
+
+fn management_request(method: &str, path: &str, body: Value) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    let properties = Value::List(vec![
+        Value::String("req-7".into()),
+        Value::Null,
+        Value::String(path.into()),
+        Value::String(method.into()),
+        Value::String("$me".into()),
+    ]);
+    encode_value(&Value::Described(Box::new(Value::Ulong(0x73)), Box::new(properties)), &mut out);
+    encode_value(&Value::Described(Box::new(Value::Ulong(0x77)), Box::new(body)), &mut out);
+    out.to_vec()
+}
+
+/// The reply's subject (status) and correlation-id, and its body.
+fn management_reply(payload: &[u8]) -> (String, Value, Option<Value>) {
+    let sections = super::message::sections(payload).unwrap();
+    let Some(Value::String(status)) = sections.properties.get(3).cloned() else { panic!("{sections:?}") };
+    (status, sections.properties.get(5).cloned().unwrap_or(Value::Null), sections.value)
+}
+
+/// A session with the `/management` link pair: requests on handle 0, replies on handle 1.
+fn with_management() -> Client {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, false, "/management"));
+    client.send(0, attach(1, true, "/management"));
+    client.send(0, credit(1, 0, 10));
+    let _ = client.frames();
+    assert!(client.conn.take_commands().is_empty(), "the node's links open no channel");
+    client
+}
+
+fn replies(client: &mut Client) -> Vec<(String, Value, Option<Value>)> {
+    client
+        .frames()
+        .into_iter()
+        .filter(|(_, p, _)| matches!(p, Performative::Transfer { handle: 1, .. }))
+        .map(|(_, _, payload)| management_reply(&payload))
+        .collect()
+}
+
+#[test]
+fn a_management_queue_declare_runs_on_a_channel_of_its_own_and_is_answered_200() {
+    let mut client = with_management();
+    let body = Value::Map(vec![(Value::String("durable".into()), Value::Bool(true))]);
+    client.frame(
+        FrameKind::Amqp,
+        0,
+        transfer(0, Some(0), false),
+        &management_request("PUT", "/queues/orders", body),
+    );
+    let commands = client.conn.take_commands();
+    assert_eq!(methods(&commands), [(1, "channel.open".to_owned()), (1, "queue.declare".to_owned())]);
+    let ok = hourglass_wire::QueueDeclareOk {
+        queue: ShortStr::from_static("orders"),
+        message_count: 3,
+        consumer_count: 1,
+    };
+    client.effect(Effect::Send { conn: CONN, channel: ChannelId(1), method: ok.into(), content: None });
+    let answered = replies(&mut client);
+    let [(status, correlation, Some(Value::Map(queue)))] = &answered[..] else { panic!("{answered:?}") };
+    assert_eq!(status, "200");
+    assert_eq!(correlation, &Value::String("req-7".into()));
+    assert!(queue.contains(&(Value::String("message_count".into()), Value::Ulong(3))), "{queue:?}");
+    assert_eq!(methods(&client.conn.take_commands()), [(1, "channel.close".to_owned())]);
+}
+
+#[test]
+fn a_refused_management_request_is_answered_with_its_status_and_the_next_one_still_runs() {
+    let mut client = with_management();
+    client.frame(
+        FrameKind::Amqp,
+        0,
+        transfer(0, Some(0), false),
+        &management_request("DELETE", "/queues/nope", Value::Null),
+    );
+    let _ = client.conn.take_commands();
+    let error = AmqpError::new(404, "no queue 'nope' in vhost '/'");
+    client.effect(Effect::ChannelError { conn: CONN, channel: ChannelId(1), error });
+    let answered = replies(&mut client);
+    assert_eq!(answered[0].0, "404");
+    client.frame(
+        FrameKind::Amqp,
+        0,
+        transfer(0, Some(1), false),
+        &management_request("PATCH", "/queues/q", Value::Null),
+    );
+    assert_eq!(replies(&mut client)[0].0, "405", "refused before reaching the broker");
+    client.frame(
+        FrameKind::Amqp,
+        0,
+        transfer(0, Some(2), false),
+        &management_request("DELETE", "/exchanges/x", Value::Null),
+    );
+    let commands = client.conn.take_commands();
+    assert_eq!(
+        methods(&commands),
+        [(1, "channel.open".to_owned()), (1, "exchange.delete".to_owned())],
+        "channel 1 is free again"
+    );
 }

@@ -23,6 +23,8 @@ pub enum Performative {
         max_frame_size: u32,
         channel_max: u16,
         idle_time_out_ms: Option<u32>,
+        /// The connection's properties (a map), kept as sent; `Null` when absent.
+        properties: Value,
     },
     Begin {
         remote_channel: Option<u16>,
@@ -262,6 +264,7 @@ impl Performative {
                 max_frame_size: f.uint(2, "max-frame-size")?.unwrap_or(u32::MAX),
                 channel_max: f.ushort(3, "channel-max")?.unwrap_or(u16::MAX),
                 idle_time_out_ms: f.uint(4, "idle-time-out")?,
+                properties: f.any(9),
             },
             code::BEGIN => Performative::Begin {
                 remote_channel: f.ushort(0, "remote-channel")?,
@@ -431,13 +434,25 @@ impl Performative {
     /// The fields of the connection's, session's and SASL performatives, in order.
     fn other_fields(&self) -> Vec<Value> {
         match self {
-            Performative::Open { container_id, hostname, max_frame_size, channel_max, idle_time_out_ms } => {
+            Performative::Open {
+                container_id,
+                hostname,
+                max_frame_size,
+                channel_max,
+                idle_time_out_ms,
+                properties,
+            } => {
                 vec![
                     Value::String(container_id.clone()),
                     hostname.clone().map_or(Value::Null, Value::String),
                     Value::Uint(*max_frame_size),
                     Value::Ushort(*channel_max),
                     opt_uint(*idle_time_out_ms),
+                    Value::Null,
+                    Value::Null,
+                    Value::Null,
+                    Value::Null,
+                    properties.clone(),
                 ]
             }
             Performative::Begin {
@@ -535,6 +550,7 @@ mod tests {
                 max_frame_size: 65_536,
                 channel_max: 255,
                 idle_time_out_ms: Some(30_000),
+                properties: Value::Map(vec![(Value::Symbol("product".into()), Value::String("x".into()))]),
             },
             Performative::Begin {
                 remote_channel: Some(0),
@@ -608,7 +624,8 @@ mod tests {
                 hostname: None,
                 max_frame_size: u32::MAX,
                 channel_max: u16::MAX,
-                idle_time_out_ms: None
+                idle_time_out_ms: None,
+                properties: Value::Null,
             }
         );
         let no_id = described(code::OPEN, vec![]);

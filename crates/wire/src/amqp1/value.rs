@@ -217,6 +217,10 @@ fn compound(out: &mut BytesMut, (short, long): (u8, u8), count: usize, body: &[u
 /// shares), then each element's wide encoding without it.
 fn encode_array(items: &[Value], out: &mut BytesMut, wide: bool) {
     let mut body = BytesMut::new();
+    if items.is_empty() {
+        // An array always has its element constructor (part 1.6.24); an empty one says null.
+        body.put_u8(0x40);
+    }
     let mut code_len = 0;
     for (at, item) in items.iter().enumerate() {
         let mut one = BytesMut::new();
@@ -504,6 +508,8 @@ mod tests {
         assert_eq!(encoded(&open), [0x00, 0x53, 0x10, 0xc0, 0x05, 0x01, 0xa1, 0x02, b'c', b'1']);
         let accepted = Value::Described(Box::new(Value::Ulong(0x24)), Box::new(Value::List(Vec::new())));
         assert_eq!(encoded(&accepted), [0x00, 0x53, 0x24, 0x45]);
+        // An empty array keeps an element constructor (null): proton refuses one without.
+        assert_eq!(encoded(&Value::Array(Vec::new())), [0xe0, 0x02, 0x00, 0x40]);
         assert_eq!(
             encoded(&Value::Array(vec![Value::Uint(1), Value::Uint(2)])),
             [0xe0, 0x0a, 0x02, 0x70, 0, 0, 0, 1, 0, 0, 0, 2]

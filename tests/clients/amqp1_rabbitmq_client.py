@@ -1,0 +1,84 @@
+"""RabbitMQ's own AMQP 1.0 client for Python (rabbitmq-amqp-python-client, issue 42), as its
+getting-started example uses it: it checks the server announces RabbitMQ 4, declares a quorum
+queue, an exchange and a binding through the `/management` node, publishes through an exchange
+address (each message `accepted`), consumes and accepts, reads the queue's info, purges, unbinds
+and deletes. A request the broker refuses gets its status (404 for a queue that does not exist)."""
+import sys
+
+from rabbitmq_amqp_python_client import (
+    AddressHelper,
+    AMQPMessagingHandler,
+    Converter,
+    Environment,
+    Event,
+    ExchangeSpecification,
+    ExchangeToQueueBindingSpecification,
+    Message,
+    OutcomeState,
+    QuorumQueueSpecification,
+    ValidationCodeException,
+)
+
+port = int(sys.argv[1])
+MESSAGES = 20
+QUEUE, EXCHANGE, KEY = "amqp1-client-q", "amqp1-client-x", "amqp1.key"
+
+
+class Done(BaseException):
+    """Raised from the handler to end `consumer.run()`, as the client's own tests do."""
+
+
+class Handler(AMQPMessagingHandler):
+    def __init__(self):
+        super().__init__()
+        self.bodies = []
+
+    def on_amqp_message(self, event: Event):
+        self.bodies.append(Converter.bytes_to_string(event.message.body))
+        self.delivery_context.accept(event)
+        if len(self.bodies) == MESSAGES:
+            raise Done()
+
+
+environment = Environment(uri=f"amqp://guest:guest@127.0.0.1:{port}/")
+connection = environment.connection()
+connection.dial()
+management = connection.management()
+management.declare_exchange(ExchangeSpecification(name=EXCHANGE))
+management.declare_queue(QuorumQueueSpecification(name=QUEUE))
+binding = management.bind(ExchangeToQueueBindingSpecification(
+    source_exchange=EXCHANGE, destination_queue=QUEUE, binding_key=KEY))
+management.purge_queue(QUEUE)
+
+publisher = connection.publisher(AddressHelper.exchange_address(EXCHANGE, KEY))
+for i in range(MESSAGES):
+    status = publisher.publish(Message(body=Converter.string_to_bytes(f"message {i}")))
+    assert status.remote_state == OutcomeState.ACCEPTED, status.remote_state
+publisher.close()
+
+info = management.queue_info(QUEUE)
+assert info.message_count == MESSAGES, info.message_count
+assert info.queue_type.value == "quorum", info.queue_type
+
+handler = Handler()
+consumer = connection.consumer(AddressHelper.queue_address(QUEUE), message_handler=handler)
+try:
+    consumer.run()
+except Done:
+    pass
+consumer.close()
+assert handler.bodies == [f"message {i}" for i in range(MESSAGES)], handler.bodies
+
+management = connection.management()
+assert management.purge_queue(QUEUE) == 0
+management.unbind(binding)
+management.delete_queue(QUEUE)
+management.delete_exchange(EXCHANGE)
+try:
+    management.queue_info(QUEUE)
+    raise AssertionError("the queue was deleted")
+except ValidationCodeException as refused:
+    assert "404" in str(refused), refused
+management.close()
+environment.close()
+print("amqp1_rabbitmq_client ok")
