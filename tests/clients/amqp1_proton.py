@@ -2,7 +2,7 @@
 (issue 42): SASL PLAIN; publishing to `/queues/:q` and `/exchanges/:x/:rk` settled `accepted`
 once the broker confirms; consuming from `/queues/:q` with credit; the outcomes accepted,
 rejected (dead-lettered), released and modified (requeued, redelivered); a missing queue
-detaches the link with `amqp:not-found`; an `x-opt-delivery-time` annotation holds a message
+detaches the link with `amqp:not-found`, a deleted one with `amqp:resource-deleted`; an `x-opt-delivery-time` annotation holds a message
 until it is due, never earlier; messages cross between 1.0 and 0-9-1 with their body, properties
 and headers; the HTTP API lists the connection as `AMQP 1-0`."""
 import base64
@@ -92,6 +92,16 @@ try:
     raise AssertionError("a receiver on a missing queue must be refused")
 except LinkDetached as detached:
     assert "not-found" in str(detached), detached
+
+# A queue deleted under a consumer detaches its link with amqp:resource-deleted.
+ch.queue_declare("amqp1-doomed")
+doomed = conn.create_receiver("/queues/amqp1-doomed", credit=1)
+ch.queue_delete("amqp1-doomed")
+try:
+    doomed.receive(timeout=5)
+    raise AssertionError("a consumer of a deleted queue must be detached")
+except LinkDetached as detached:
+    assert "resource-deleted" in str(detached), detached
 
 # x-opt-delivery-time (RabbitMQ 4.4): held until due, never early.
 due_ms = int(time.time() * 1000) + 1200

@@ -165,7 +165,8 @@ pub(super) fn connection_info(
         peer: peer.addr.clone(),
         local: peer.local.clone(),
         client_properties,
-        capabilities: ClientCapabilities::default(),
+        // The link, not the client, hears of a cancelled consumer: it is detached.
+        capabilities: ClientCapabilities { consumer_cancel_notify: true, connection_blocked: false },
         frame_max: negotiated.frame_max,
         channel_max: negotiated.channel_max,
         heartbeat_s: negotiated.idle_s,
