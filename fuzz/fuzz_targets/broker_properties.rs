@@ -28,13 +28,24 @@ fn setup() -> (TestBroker, hourglass_testkit::Chan) {
     ]);
     tb.call(chan, QueueDeclare { queue: short("q"), arguments, ..Default::default() });
     tb.call(chan, ExchangeDeclare { exchange: short("h"), kind: short("headers"), ..Default::default() });
-    let any = FieldTable::from_entries([("x-match", FieldValue::LongStr("any".into())), ("k", FieldValue::Void)]);
-    tb.call(chan, QueueBind { queue: short("q"), exchange: short("h"), arguments: any, ..Default::default() });
+    let any =
+        FieldTable::from_entries([("x-match", FieldValue::LongStr("any".into())), ("k", FieldValue::Void)]);
+    tb.call(
+        chan,
+        QueueBind { queue: short("q"), exchange: short("h"), arguments: any, ..Default::default() },
+    );
     let delayed = FieldTable::from_entries([("x-delayed-type", FieldValue::LongStr("direct".into()))]);
-    let declare =
-        ExchangeDeclare { exchange: short("d"), kind: short("x-delayed-message"), arguments: delayed, ..Default::default() };
+    let declare = ExchangeDeclare {
+        exchange: short("d"),
+        kind: short("x-delayed-message"),
+        arguments: delayed,
+        ..Default::default()
+    };
     tb.call(chan, declare);
-    tb.call(chan, QueueBind { queue: short("q"), exchange: short("d"), routing_key: short("q"), ..Default::default() });
+    tb.call(
+        chan,
+        QueueBind { queue: short("q"), exchange: short("d"), routing_key: short("q"), ..Default::default() },
+    );
     (tb, chan)
 }
 
@@ -44,7 +55,10 @@ fn check(effects: &[Effect]) -> Option<u64> {
     for effect in effects {
         if let Effect::Send { method, content: Some(message), .. } = effect {
             let mut raw = Bytes::copy_from_slice(message.properties().as_bytes());
-            assert!(EncodedProperties::split_from(&mut raw).is_ok(), "the broker sent undecodable properties");
+            assert!(
+                EncodedProperties::split_from(&mut raw).is_ok(),
+                "the broker sent undecodable properties"
+            );
             if let Method::BasicGetOk(ok) = method {
                 tag = Some(ok.delivery_tag);
             }

@@ -69,7 +69,8 @@ fuzz_target!(|data: &[u8]| {
     let hash = sigv4::hex(&sigv4::sha256(&body));
     let mut claiming = signed_headers.clone();
     claiming.push(("x-amz-content-sha256".into(), hash));
-    for replay in [Request { body: &changed, ..request }, Request { body: &changed, headers: &claiming, ..request }]
+    for replay in
+        [Request { body: &changed, ..request }, Request { body: &changed, headers: &claiming, ..request }]
     {
         assert_eq!(sigv4::verify(&replay, &claimed, "secret", NOW_MS), Err(SignatureError::Mismatch));
     }

@@ -355,8 +355,10 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
     }
 
     let last = segment_files(&storage).last().map(|(seq, _)| *seq);
-    let before_recovery: Vec<(u64, String, Vec<u8>)> =
-        segment_files(&storage).into_iter().map(|(seq, name)| (seq, name.clone(), read_file(&storage, &name))).collect();
+    let before_recovery: Vec<(u64, String, Vec<u8>)> = segment_files(&storage)
+        .into_iter()
+        .map(|(seq, name)| (seq, name.clone(), read_file(&storage, &name)))
+        .collect();
     for policy in [OnCorruption::Refuse, OnCorruption::Skip] {
         let damaged = storage.crash(hourglass_store::Crash::KeepUnsynced);
         let config = StoreConfig { segment_bytes_target, on_corruption: policy };

@@ -722,6 +722,13 @@ impl Sessions {
                 self.end_with_error(io, session, "amqp:decode-error", "a transfer without a delivery-id");
                 return None;
             };
+            if *credit == 0 {
+                // Part 2.6.7: a sender without credit may not send; its messages would have no bound.
+                self.close_link(io, session, handle);
+                let reason = "a transfer without link credit";
+                self.detach_with_error(io, session, handle, "amqp:link:transfer-limit-exceeded", reason);
+                return None;
+            }
             *credit = credit.saturating_sub(1);
             *delivery_count = delivery_count.wrapping_add(1);
             *partial = Some(Partial { delivery_id, settled: transfer.settled, payload: BytesMut::new() });

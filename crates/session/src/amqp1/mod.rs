@@ -47,6 +47,8 @@ pub(crate) const SASL_HEADER: [u8; 8] = *b"AMQP\x03\x01\x00\x00";
 
 /// How long we wait for the peer's close after ours.
 const CLOSE_TIMEOUT_MS: u64 = 3_000;
+/// The shortest interval between our keep-alive frames.
+const KEEPALIVE_MIN_MS: u64 = 100;
 
 /// Whether `input` starts with an AMQP 1.0 protocol header (with or without SASL): the 0-9-1
 /// connection hands such a connection over.
@@ -332,7 +334,9 @@ impl Amqp1Connection {
         now: Timestamp,
     ) {
         self.frame_out_max = max_frame_size.clamp(MIN_MAX_FRAME_SIZE, self.frame_in_max);
-        self.send_every_ms = idle_time_out_ms.filter(|&ms| ms > 0).map(|ms| u64::from(ms / 2).max(1));
+        // At most one empty frame per KEEPALIVE_MIN_MS, whatever time-out the peer names.
+        self.send_every_ms =
+            idle_time_out_ms.filter(|&ms| ms > 0).map(|ms| u64::from(ms / 2).max(KEEPALIVE_MIN_MS));
         let ours = Performative::Open {
             container_id: self.config.cluster_name.clone(),
             hostname: None,

@@ -669,3 +669,28 @@ fn a_refused_management_request_is_answered_with_its_status_and_the_next_one_sti
         "channel 1 is free again"
     );
 }
+
+#[test]
+fn a_publisher_past_its_credit_is_detached_and_unconfirmed_messages_stay_bounded() {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, false, "/queues/q"));
+    let _ = client.frames();
+    let _ = client.conn.take_commands();
+    let payload = data_message(b"m");
+    for id in 0..super::links::CREDIT {
+        client.frame(FrameKind::Amqp, 0, transfer(0, Some(id), false), &payload);
+    }
+    let published = client.conn.take_commands().len();
+    assert_eq!(published, super::links::CREDIT as usize, "no confirm came back: no more credit was granted");
+    let granted =
+        client.frames().iter().any(|(_, p, _)| matches!(p, Performative::Flow { handle: Some(0), .. }));
+    assert!(!granted);
+    client.frame(FrameKind::Amqp, 0, transfer(0, Some(super::links::CREDIT), false), &payload);
+    let frames = client.performatives();
+    assert!(
+        matches!(&frames[..], [Performative::Detach { error: Some(e), .. }] if e.condition == "amqp:link:transfer-limit-exceeded"),
+        "{frames:?}"
+    );
+    let commands = methods(&client.conn.take_commands());
+    assert_eq!(commands, [(1, "channel.close".to_owned())], "the message past the credit is not published");
+}

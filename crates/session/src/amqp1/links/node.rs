@@ -14,6 +14,9 @@ use super::{send_transfer, Io, Link, Partial, Sessions, CREDIT};
 use crate::amqp1::management::{self, Operation};
 use crate::amqp1::message;
 
+/// Replies a client may leave untaken (no credit on its reply link) before its session ends.
+const REPLIES_WAITING_MAX: usize = 1024;
+
 /// The client's link that sends requests.
 #[derive(Debug)]
 pub(super) struct Requests {
@@ -184,6 +187,11 @@ impl Sessions {
         else {
             return;
         };
+        if link.waiting.len() >= REPLIES_WAITING_MAX {
+            // The client asks and never reads: its replies would have no bound.
+            let reason = format!("more than {REPLIES_WAITING_MAX} management replies not taken");
+            return self.end_with_error(io, session, "amqp:resource-limit-exceeded", reason);
+        }
         link.waiting.push_back(payload);
         let handle = *handle;
         self.pump_replies(io, session, handle);
