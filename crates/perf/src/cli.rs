@@ -229,6 +229,10 @@ pub struct ThroughputArgs {
     /// Publish with delivery-mode 2 (persistent).
     #[arg(long)]
     pub persistent: bool,
+    /// Producers publish over AMQP 1.0 to `/queues/<queue>` (unsettled, at most --confirm
+    /// unsettled; durable, as a 1.0 message without a header is); consumers stay on 0-9-1.
+    #[arg(long)]
+    pub amqp1: bool,
     /// Declare the queues durable.
     #[arg(long)]
     pub durable: bool,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::consumer::{Consumed, Consumer, ConsumerSpec};
 use super::publisher::{Published, Publisher, PublisherSpec, Shape};
+use super::publisher_amqp1::Amqp1Publisher;
 use super::{Crew, Run};
 use crate::measure::{Measured, Window};
 use crate::progress::Progress;
@@ -79,6 +80,21 @@ impl Flow {
             move || Publisher::setup(Run::client(&url)?, spec),
             move |publisher| {
                 let outcome = publisher.run(&shared.published, &shared.abort, shape);
+                shared.publishers_running.fetch_sub(1, Ordering::Relaxed);
+                Ok(Tally::Published(outcome?))
+            },
+        );
+    }
+
+    /// A publisher over AMQP 1.0 (`publisher_amqp1.rs`).
+    pub fn add_amqp1_publisher(&mut self, run: &Run, spec: PublisherSpec) {
+        let url = run.url.clone();
+        let shared = self.shared.clone();
+        shared.publishers_running.fetch_add(1, Ordering::Relaxed);
+        self.crew.spawn(
+            move || Amqp1Publisher::setup(&url, spec),
+            move |publisher| {
+                let outcome = publisher.run(&shared.published, &shared.abort);
                 shared.publishers_running.fetch_sub(1, Ordering::Relaxed);
                 Ok(Tally::Published(outcome?))
             },

@@ -11,6 +11,7 @@ pub mod get;
 pub mod idle;
 pub mod latency;
 mod publisher;
+mod publisher_amqp1;
 pub mod scale;
 pub mod throughput;
 

@@ -61,7 +61,11 @@ pub fn run(run: &Run, args: &ThroughputArgs) -> anyhow::Result<()> {
             persistent: args.persistent,
             size: args.size,
         };
-        flow.add_publisher(run, spec, None);
+        if args.amqp1 {
+            flow.add_amqp1_publisher(run, spec);
+        } else {
+            flow.add_publisher(run, spec, None);
+        }
     }
     let drain = Duration::from_secs_f64(args.drain_timeout_s);
     let outcome = flow.run(run, drain, duration + drain + HARD_LIMIT_SLACK)?;
