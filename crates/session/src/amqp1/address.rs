@@ -40,6 +40,9 @@ impl fmt::Display for AddressError {
     }
 }
 
+/// The longest name AMQP 0-9-1 carries (a short string), for a queue, exchange or routing key.
+const NAME_MAX: usize = 255;
+
 /// The destination a target address names.
 pub(crate) fn target(address: &str) -> Result<Destination, AddressError> {
     let invalid = || AddressError::Invalid(address.to_owned());
@@ -56,7 +59,7 @@ pub(crate) fn target(address: &str) -> Result<Destination, AddressError> {
         None => (decode(rest), Some(String::new())),
     };
     let (Some(exchange), Some(routing_key)) = (exchange, routing_key) else { return Err(invalid()) };
-    if exchange.is_empty() {
+    if exchange.is_empty() || exchange.len() > NAME_MAX || routing_key.len() > NAME_MAX {
         return Err(invalid());
     }
     if exchange == "amq.default" {
@@ -78,7 +81,7 @@ fn queue_name(segment: &str) -> Option<String> {
     if segment.contains('/') {
         return None;
     }
-    decode(segment).filter(|q| !q.is_empty())
+    decode(segment).filter(|q| !q.is_empty() && q.len() <= NAME_MAX)
 }
 
 /// `/queues/:queue` for `queue`, percent-encoded.
@@ -161,6 +164,9 @@ mod tests {
             assert!(target(bad).is_err(), "{bad}");
         }
         assert_eq!(target("/exchanges/amq.default/q"), Err(AddressError::DefaultExchange));
+        let long = "n".repeat(256);
+        assert!(target(&format!("/queues/{long}")).is_err() && source(&format!("/queues/{long}")).is_err());
+        assert!(target(&format!("/exchanges/x/{long}")).is_err());
         assert!(source("/exchanges/x").is_err());
     }
 }

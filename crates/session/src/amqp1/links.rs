@@ -17,16 +17,18 @@
 //! A broker error on a link's channel (a queue that does not exist, a refused permission)
 //! detaches that link with the matching error condition; the session and connection go on.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+// Keys are ours (channels, delivery ids) or bounded by what was negotiated (sessions, handles).
 use hourglass_broker::{ChannelId, Command, ConnectionId, Effect, Message, Publish, Timestamp};
 use hourglass_wire::amqp1::{encode_value, ErrorCondition, FrameKind, Performative, Value};
 use hourglass_wire::{
-    BasicAck, BasicCancel, BasicConsume, BasicQos, BasicReject, ChannelClose, ChannelOpen, ConfirmSelect,
-    EncodedProperties, ExchangeDeclare, FieldTable, Method, QueueDeclare, ShortStr,
+    BasicAck, BasicCancel, BasicConsume, BasicProperties, BasicQos, BasicReject, ChannelClose, ChannelOpen,
+    ConfirmSelect, EncodedProperties, ExchangeDeclare, FieldTable, Method, QueueDeclare, ShortStr,
 };
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::address::{self, Destination};
 use super::management;
@@ -81,15 +83,15 @@ pub(crate) fn condition_of(reply_code: u16, connection: bool) -> &'static str {
 pub(crate) struct Sessions {
     conn: ConnectionId,
     /// By channel number (the peer's, which we answer on too).
-    sessions: HashMap<u16, Session>,
+    sessions: FxHashMap<u16, Session>,
     /// Sessions we ended with an error, whose end from the peer is still to come.
-    ending: HashSet<u16>,
+    ending: FxHashSet<u16>,
     session_max: u16,
     /// The 0-9-1 channels links run on.
     channels: ChannelNumbers,
-    by_channel: HashMap<u16, (u16, u32)>,
+    by_channel: FxHashMap<u16, (u16, u32)>,
     /// Management requests in the broker, by the channel each runs on.
-    requests: HashMap<u16, node::InFlight>,
+    requests: FxHashMap<u16, node::InFlight>,
 }
 
 #[derive(Debug)]
@@ -100,12 +102,12 @@ struct Session {
     next_incoming_id: u32,
     incoming_window: u32,
     next_delivery_id: u32,
-    links: HashMap<u32, Link>,
+    links: FxHashMap<u32, Link>,
     /// Our deliveries the client has not settled: delivery id → (handle, 0-9-1 delivery tag).
-    unsettled: HashMap<u32, (u32, u64)>,
+    unsettled: FxHashMap<u32, (u32, u64)>,
     /// Handles we detached (an error), whose detach from the client is still to come: not
     /// answered again, and not free until it comes.
-    detached: HashSet<u32>,
+    detached: FxHashSet<u32>,
 }
 
 #[derive(Debug)]
@@ -134,8 +136,12 @@ impl Link {
 #[derive(Debug)]
 struct Publishing {
     channel: u16,
-    /// `None`: a null target, each message names its destination in `to`.
-    destination: Option<Destination>,
+    /// The exchange and routing key of the link's target; `None`: a null target, each message
+    /// names its destination in `to`.
+    route: Option<Route>,
+    /// The last message's properties and their encoding: a publisher mostly sends the same ones,
+    /// and they are then encoded once.
+    last_properties: Option<Box<(BasicProperties, EncodedProperties)>>,
     delivery_count: u32,
     credit: u32,
     /// Publishes sent to the broker (the 0-9-1 confirm sequence).
@@ -260,12 +266,12 @@ impl Sessions {
     pub(crate) fn new(conn: ConnectionId, channel_max: u16) -> Self {
         Sessions {
             conn,
-            sessions: HashMap::new(),
-            ending: HashSet::new(),
+            sessions: FxHashMap::default(),
+            ending: FxHashSet::default(),
             session_max: 0,
             channels: ChannelNumbers { next: 1, max: u32::from(channel_max.max(1)), free: Vec::new() },
-            by_channel: HashMap::new(),
-            requests: HashMap::new(),
+            by_channel: FxHashMap::default(),
+            requests: FxHashMap::default(),
         }
     }
 
@@ -404,9 +410,9 @@ impl Sessions {
                 next_incoming_id: next_outgoing_id,
                 incoming_window: WINDOW,
                 next_delivery_id: 0,
-                links: HashMap::new(),
-                unsettled: HashMap::new(),
-                detached: HashSet::new(),
+                links: FxHashMap::default(),
+                unsettled: FxHashMap::default(),
+                detached: FxHashSet::default(),
             },
         );
         let reply = Performative::Begin {
@@ -479,7 +485,8 @@ impl Sessions {
         let delivery_count = attach.initial_delivery_count.unwrap_or(0);
         let link = Publishing {
             channel,
-            destination,
+            route: destination.as_ref().map(Route::of),
+            last_properties: None,
             delivery_count,
             credit: CREDIT,
             published: 0,
@@ -767,8 +774,8 @@ impl Sessions {
         let Some(Link::Publishing(link)) = self.link_mut(session, handle) else { return };
         let routed = message::inbound(payload)
             .map_err(|e| ("amqp:decode-error", e.to_string()))
-            .and_then(|m| destination_of(link.destination.as_ref(), &m).map(|d| (m, d)));
-        let (inbound, destination) = match routed {
+            .and_then(|m| route_of(link.route.as_ref(), &m).map(|r| (m, r)));
+        let (inbound, route) = match routed {
             Ok(routed) => routed,
             Err((condition, description)) => {
                 if !settled {
@@ -780,11 +787,19 @@ impl Sessions {
                 return;
             }
         };
+        let properties = match link.last_properties.as_deref() {
+            Some((last, encoded)) if *last == inbound.properties => encoded.clone(),
+            _ => {
+                let encoded = EncodedProperties::from(&inbound.properties);
+                link.last_properties = Some(Box::new((inbound.properties, encoded.clone())));
+                encoded
+            }
+        };
         let publish = Publish {
-            exchange: ShortStr::try_from(destination.exchange.as_str()).unwrap_or_default(),
-            routing_key: ShortStr::try_from(destination.routing_key.as_str()).unwrap_or_default(),
+            exchange: route.exchange,
+            routing_key: route.routing_key,
             mandatory: false,
-            properties: EncodedProperties::from(&inbound.properties),
+            properties,
             body: inbound.body,
         };
         link.published += 1;
@@ -1117,19 +1132,31 @@ fn passive_exchange(exchange: &str) -> Method {
     .into()
 }
 
+/// An exchange and routing key, as a publish carries them.
+#[derive(Debug, Clone)]
+struct Route {
+    exchange: ShortStr,
+    routing_key: ShortStr,
+}
+
+impl Route {
+    fn of(destination: &Destination) -> Route {
+        // `address::target` refuses names over 255 bytes, so these always fit.
+        let short = |name: &str| ShortStr::try_from(name).unwrap_or_default();
+        Route { exchange: short(&destination.exchange), routing_key: short(&destination.routing_key) }
+    }
+}
+
 /// Where a message goes: its link's target, or for a null target its `to` address.
-fn destination_of(
-    link: Option<&Destination>,
-    message: &message::Inbound,
-) -> Result<Destination, (&'static str, String)> {
-    if let Some(destination) = link {
-        return Ok(destination.clone());
+fn route_of(link: Option<&Route>, message: &message::Inbound) -> Result<Route, (&'static str, String)> {
+    if let Some(route) = link {
+        return Ok(route.clone());
     }
     let to = message
         .to
         .as_deref()
         .ok_or(("amqp:precondition-failed", "a message to a null target needs a 'to' address".to_owned()))?;
-    address::target(to).map_err(|e| ("amqp:precondition-failed", e.to_string()))
+    address::target(to).map(|d| Route::of(&d)).map_err(|e| ("amqp:precondition-failed", e.to_string()))
 }
 
 /// Settles deliveries `first..=last` of a link the client sends on, with `state`.

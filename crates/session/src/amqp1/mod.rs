@@ -220,7 +220,7 @@ impl Amqp1Connection {
         let Some(header) = header else { return Ok(None) };
         let size = header.size as usize;
         if input.len() < size {
-            input.reserve(size - input.len());
+            // The driver's read buffer grows as reads fill it; reserving here would move it.
             return Ok(None);
         }
         let mut frame = input.split_to(size);
@@ -469,7 +469,12 @@ impl Amqp1Connection {
     }
 
     pub(crate) fn take_commands(&mut self) -> Vec<Command> {
-        Vec::from(std::mem::take(&mut self.commands))
+        if self.commands.is_empty() {
+            return Vec::new();
+        }
+        // The next batch starts at this one's size, not at nothing (no growth by copies).
+        let next_capacity = self.commands.len();
+        Vec::from(std::mem::replace(&mut self.commands, VecDeque::with_capacity(next_capacity)))
     }
 
     pub(crate) fn poll_command(&mut self) -> Option<Command> {
