@@ -11,8 +11,10 @@
 //!   credit, with basic.qos at the largest credit it granted (so the broker never pushes more than
 //!   the link may carry); each delivery a transfer while the link has credit and the session a
 //!   window; the client's outcomes become basic.ack (`accepted`), basic.reject without requeue
-//!   (`rejected`: dead-lettered), with requeue (`released`, and `modified` unless it says
-//!   `undeliverable-here`). A pre-settled link is acked as each transfer goes out.
+//!   (`rejected`, `modified` with `undeliverable-here`: dead-lettered), basic.reject with requeue
+//!   (`modified` with `delivery-failed`: a failed delivery) and basic.nack with requeue
+//!   (`released`, other `modified`: handed back), as RabbitMQ 4.3's delayed retry counts them. A
+//!   pre-settled link is acked as each transfer goes out.
 //!
 //! A broker error on a link's channel (a queue that does not exist, a refused permission)
 //! detaches that link with the matching error condition; the session and connection go on.
@@ -25,8 +27,9 @@ use bytes::{Bytes, BytesMut};
 use hourglass_broker::{ChannelId, Command, ConnectionId, Effect, Message, Publish, Timestamp};
 use hourglass_wire::amqp1::{encode_value, ErrorCondition, FrameKind, Performative, Value};
 use hourglass_wire::{
-    BasicAck, BasicCancel, BasicConsume, BasicProperties, BasicQos, BasicReject, ChannelClose, ChannelOpen,
-    ConfirmSelect, EncodedProperties, ExchangeDeclare, FieldTable, Method, QueueDeclare, ShortStr,
+    BasicAck, BasicCancel, BasicConsume, BasicNack, BasicProperties, BasicQos, BasicReject, ChannelClose,
+    ChannelOpen, ConfirmSelect, EncodedProperties, ExchangeDeclare, FieldTable, Method, QueueDeclare,
+    ShortStr,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -214,8 +217,12 @@ impl ChannelNumbers {
 enum Outcome {
     Accepted,
     Rejected,
-    /// Back to the queue (released, or modified without undeliverable-here).
-    Requeue,
+    /// Back to the queue; `failed`: the delivery failed (`modified` with `delivery-failed`,
+    /// 0-9-1's reject), else it was handed back (`released`, 0-9-1's nack). RabbitMQ 4.3's
+    /// delayed retry and delivery counting tell the two apart.
+    Requeue {
+        failed: bool,
+    },
 }
 
 fn described(code: u64, fields: Vec<Value>) -> Value {
@@ -241,10 +248,11 @@ fn outcome_of(state: &Value) -> Option<Outcome> {
     match descriptor.as_ref() {
         Value::Ulong(ACCEPTED) => Some(Outcome::Accepted),
         Value::Ulong(REJECTED) => Some(Outcome::Rejected),
-        Value::Ulong(RELEASED) => Some(Outcome::Requeue),
+        Value::Ulong(RELEASED) => Some(Outcome::Requeue { failed: false }),
         Value::Ulong(MODIFIED) => {
             let undeliverable_here = matches!(fields.get(1), Some(Value::Bool(true)));
-            Some(if undeliverable_here { Outcome::Rejected } else { Outcome::Requeue })
+            let failed = matches!(fields.first(), Some(Value::Bool(true)));
+            Some(if undeliverable_here { Outcome::Rejected } else { Outcome::Requeue { failed } })
         }
         _ => None,
     }
@@ -839,7 +847,7 @@ impl Sessions {
         }
         let Some(s) = self.sessions.get_mut(&session) else { return };
         // Settled with no outcome: the message goes back to its queue (nothing is lost).
-        let outcome = outcome_of(state).unwrap_or(Outcome::Requeue);
+        let outcome = outcome_of(state).unwrap_or(Outcome::Requeue { failed: false });
         let mut acted = Vec::new();
         for offset in 0..=span {
             let id = first.wrapping_add(offset);
@@ -851,7 +859,10 @@ impl Sessions {
             let method: Method = match outcome {
                 Outcome::Accepted => BasicAck { delivery_tag: *tag, multiple: false }.into(),
                 Outcome::Rejected => BasicReject { delivery_tag: *tag, requeue: false }.into(),
-                Outcome::Requeue => BasicReject { delivery_tag: *tag, requeue: true }.into(),
+                Outcome::Requeue { failed: true } => BasicReject { delivery_tag: *tag, requeue: true }.into(),
+                Outcome::Requeue { failed: false } => {
+                    BasicNack { delivery_tag: *tag, multiple: false, requeue: true }.into()
+                }
             };
             self.method(io, *channel, method);
         }

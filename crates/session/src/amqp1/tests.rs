@@ -410,10 +410,10 @@ fn a_consuming_link_delivers_only_with_credit_and_turns_outcomes_into_acks_and_r
     );
     let commands = client.conn.take_commands();
     match &commands[..] {
-        [Command::Method { method: Method::BasicAck(ack), .. }, Command::Method { method: Method::BasicReject(reject), .. }] =>
+        [Command::Method { method: Method::BasicAck(ack), .. }, Command::Method { method: Method::BasicNack(nack), .. }] =>
         {
             assert_eq!(ack.delivery_tag, 1);
-            assert_eq!((reject.delivery_tag, reject.requeue), (2, true));
+            assert_eq!((nack.delivery_tag, nack.requeue), (2, true), "released: handed back, not failed");
         }
         other => panic!("{other:?}"),
     }
@@ -422,6 +422,19 @@ fn a_consuming_link_delivers_only_with_credit_and_turns_outcomes_into_acks_and_r
     let transfers =
         client.frames().into_iter().filter(|(_, p, _)| matches!(p, Performative::Transfer { .. })).count();
     assert_eq!(transfers, 1);
+    // Modified with delivery-failed: a failed delivery (0-9-1's reject with requeue).
+    let failed =
+        Value::Described(Box::new(Value::Ulong(0x27)), Box::new(Value::List(vec![Value::Bool(true)])));
+    client.send(
+        0,
+        Performative::Disposition { receiver: true, first: 2, last: None, settled: true, state: failed },
+    );
+    match &client.conn.take_commands()[..] {
+        [Command::Method { method: Method::BasicReject(reject), .. }] => {
+            assert_eq!((reject.delivery_tag, reject.requeue), (3, true))
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
