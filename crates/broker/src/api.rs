@@ -114,6 +114,10 @@ pub enum Command {
     /// A question about the broker's state on a channel, answered by `Effect::Answer` (or
     /// `Effect::ChannelError`): what no 0-9-1 method reports, for the AMQP 1.0 management node.
     Query { conn: ConnectionId, channel: ChannelId, query: Query },
+    /// Sets one consumer's prefetch (0-9-1's per-consumer basic.qos, which applies only to
+    /// consumers made after it) on a consumer that exists: an AMQP 1.0 link's credit, which the
+    /// client changes as it goes. Nothing is answered; an unknown consumer is ignored.
+    ConsumerPrefetch { conn: ConnectionId, channel: ChannelId, consumer_tag: ShortStr, prefetch: u16 },
 }
 
 /// What a [`Command::Query`] asks.
@@ -151,7 +155,8 @@ impl Command {
             | Command::Publish { conn, .. }
             | Command::ChannelAborted { conn, .. }
             | Command::DeliveryPaused { conn, .. }
-            | Command::Query { conn, .. } => *conn,
+            | Command::Query { conn, .. }
+            | Command::ConsumerPrefetch { conn, .. } => *conn,
         }
     }
 }

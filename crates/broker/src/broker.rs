@@ -207,6 +207,9 @@ impl Broker {
             }
             Command::ChannelAborted { conn, channel } => self.release_channel(conn, channel, now),
             Command::DeliveryPaused { conn, paused } => self.pause_deliveries(conn, paused, now),
+            Command::ConsumerPrefetch { conn, channel, consumer_tag, prefetch } => {
+                self.set_consumer_prefetch(conn, channel, &consumer_tag, prefetch, now);
+            }
             Command::Query { conn, channel, query } => {
                 if let Err(error) = self.answer_query(conn, channel, &query, now) {
                     let method = Method::QueueDeclare(Default::default());

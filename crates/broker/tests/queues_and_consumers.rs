@@ -509,3 +509,31 @@ fn a_queue_query_answers_the_declaration_and_counts() {
         other => panic!("{other:?}"),
     }
 }
+
+/// An existing consumer's prefetch changed in place (an AMQP 1.0 link's credit): more credit
+/// delivers what waited at once, without a new consumer.
+#[test]
+fn a_consumer_prefetch_raised_in_place_delivers_what_waited() {
+    use hourglass_broker::Command;
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    declare(&mut tb, c, "q");
+    tb.call(c, BasicQos { prefetch_count: 1, ..Default::default() });
+    consume(&mut tb, c, "q", "link", false);
+    let delivered: usize = (0..3).map(|i| deliveries(&tb.publish(c, "", "q", &[i])).len()).sum();
+    assert_eq!(delivered, 1);
+    let raised = tb.command(Command::ConsumerPrefetch {
+        conn: c.conn,
+        channel: c.channel,
+        consumer_tag: short("link"),
+        prefetch: 3,
+    });
+    assert_eq!(bodies(&raised), vec![vec![1u8], vec![2u8]]);
+    let unknown = tb.command(Command::ConsumerPrefetch {
+        conn: c.conn,
+        channel: c.channel,
+        consumer_tag: short("nobody"),
+        prefetch: 9,
+    });
+    assert!(unknown.is_empty());
+}

@@ -239,6 +239,25 @@ impl Broker {
         Ok(())
     }
 
+    /// A consumer's own prefetch, changed while it consumes (`Command::ConsumerPrefetch`).
+    pub(crate) fn set_consumer_prefetch(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        tag: &ShortStr,
+        prefetch: u16,
+        now: Timestamp,
+    ) {
+        let Some(channel) = self.channels.get(&(conn, ch)) else { return };
+        let Some(&(_, queue)) = channel.consumers.iter().find(|(t, _)| t == tag) else { return };
+        let Some(consumer) = self.queues.get_mut(&queue).and_then(|q| q.consumers.find_mut(conn, ch, tag))
+        else {
+            return;
+        };
+        consumer.prefetch_count = prefetch;
+        self.run_queue(queue, now);
+    }
+
     pub(super) fn basic_consume(
         &mut self,
         conn: ConnectionId,

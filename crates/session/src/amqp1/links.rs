@@ -172,8 +172,12 @@ struct Consuming {
     delivery_count: u32,
     credit: u32,
     drain: bool,
-    /// basic.qos's prefetch so far (0: basic.consume not sent yet).
+    /// The consumer's prefetch so far; 0: basic.consume not sent yet.
     prefetch: u16,
+    /// Transfers sent that the client has not settled: they hold the broker's prefetch, not the
+    /// link's credit, so the prefetch follows credit + unsettled (RabbitMQ 4 bounds a link by
+    /// its credit alone).
+    unsettled: u32,
     waiting: VecDeque<Waiting>,
 }
 
@@ -555,6 +559,7 @@ impl Sessions {
             credit: 0,
             drain: false,
             prefetch: 0,
+            unsettled: 0,
             waiting: VecDeque::new(),
         };
         self.by_channel.insert(channel, (session, attach.handle));
@@ -600,9 +605,14 @@ impl Sessions {
                     let credit = flow.link_credit.unwrap_or(0);
                     link.credit = their_count.wrapping_add(credit).wrapping_sub(link.delivery_count);
                     link.drain = flow.drain;
-                    let wanted = u16::try_from(link.credit).unwrap_or(u16::MAX);
-                    if wanted > link.prefetch {
-                        consume = Some((link.channel, link.queue.clone(), link.prefetch == 0, wanted));
+                    // What the broker may push: the credit, plus what the client holds unsettled
+                    // and what waits here (never 0, which 0-9-1 reads as no limit).
+                    let held = u64::from(link.unsettled) + link.waiting.len() as u64;
+                    let wanted = u16::try_from(held + u64::from(link.credit)).unwrap_or(u16::MAX).max(1);
+                    let first = link.prefetch == 0;
+                    let changed = wanted > link.prefetch || u32::from(wanted) * 2 < u32::from(link.prefetch);
+                    if (first && link.credit > 0) || (!first && changed) {
+                        consume = Some((link.channel, link.queue.clone(), first, wanted));
                         link.prefetch = wanted;
                     }
                     echo |= link.drain;
@@ -616,18 +626,26 @@ impl Sessions {
                 None => echo = false,
             }
             if let Some((channel, queue, first, prefetch)) = consume {
-                self.method(
-                    io,
-                    channel,
-                    BasicQos { prefetch_size: 0, prefetch_count: prefetch, global: false }.into(),
-                );
                 if first {
+                    let qos = BasicQos { prefetch_size: 0, prefetch_count: prefetch, global: false };
+                    self.method(io, channel, qos.into());
                     let consume = BasicConsume {
                         queue: ShortStr::try_from(queue.as_str()).unwrap_or_default(),
                         consumer_tag: consumer_tag(session, handle),
                         ..BasicConsume::default()
                     };
                     self.method(io, channel, consume.into());
+                } else {
+                    // A per-consumer basic.qos would not reach a consumer that exists already.
+                    let consumer_tag = consumer_tag(session, handle);
+                    let conn = self.conn;
+                    let command = Command::ConsumerPrefetch {
+                        conn,
+                        channel: ChannelId(channel),
+                        consumer_tag,
+                        prefetch,
+                    };
+                    io.commands.push_back(command);
                 }
             }
             self.pump(io, session, handle);
@@ -852,7 +870,11 @@ impl Sessions {
         for offset in 0..=span {
             let id = first.wrapping_add(offset);
             let Some((handle, tag)) = s.unsettled.remove(&id) else { continue };
-            let Some(channel) = s.links.get(&handle).and_then(Link::channel) else { continue };
+            let Some(link) = s.links.get_mut(&handle) else { continue };
+            if let Link::Consuming(consuming) = link {
+                consuming.unsettled = consuming.unsettled.saturating_sub(1);
+            }
+            let Some(channel) = link.channel() else { continue };
             acted.push((handle, channel, tag));
         }
         for (_, channel, tag) in &acted {
@@ -914,6 +936,7 @@ impl Sessions {
                 });
             } else {
                 s.unsettled.insert(delivery_id, (handle, waiting.tag));
+                link.unsettled += 1;
             }
         }
     }

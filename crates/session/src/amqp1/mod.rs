@@ -29,7 +29,7 @@ use tracing::{info, warn};
 use crate::auth::ClientCertificate;
 use crate::client_limits::Seat;
 use crate::config::SessionConfig;
-use crate::connection::{PeerInfo, HANDSHAKE_TIMEOUT_MS};
+use crate::connection::{PeerInfo, HANDSHAKE_TIMEOUT_MS, SILENT_CLOSE_DELAY_MS};
 use crate::content::UnfinishedContent;
 
 mod address;
@@ -337,31 +337,29 @@ impl Amqp1Connection {
         // At most one empty frame per KEEPALIVE_MIN_MS, whatever time-out the peer names.
         self.send_every_ms =
             idle_time_out_ms.filter(|&ms| ms > 0).map(|ms| u64::from(ms / 2).max(KEEPALIVE_MIN_MS));
-        let ours = Performative::Open {
-            container_id: self.config.cluster_name.clone(),
-            hostname: None,
-            max_frame_size: self.frame_in_max,
-            channel_max: self.config.channel_max,
-            idle_time_out_ms: self.our_idle_ms.and_then(|ms| u32::try_from(ms).ok()),
-            properties: sasl::server_properties(&self.config),
-        };
-        // Part 2.4.1: an open comes first even when the connection is refused at once.
-        self.send(FrameKind::Amqp, 0, &ours, &[], now);
         // RabbitMQ 4: `vhost:NAME` picks the vhost, anything else the default one.
         let vhost = hostname.and_then(|h| h.strip_prefix("vhost:")).unwrap_or("/").to_owned();
-        let Some(login) = self.login.clone() else {
-            return self.close_with(ConnectionFault::new("amqp:not-allowed", "open before a login"), now);
-        };
+        let Some(login) = self.login.clone() else { return self.close_silently(now) };
         let permissions = match sasl::admit(&self.config, &login.username, &vhost) {
             Ok((seat, permissions)) => {
                 self.seat = Some(seat);
                 permissions
             }
             Err(fault) => {
-                warn!(conn = self.id.0, peer = %self.peer.addr, user = %login.username, vhost = %vhost, reason = %fault.description, "AMQP 1.0: open refused");
-                return self.close_with(fault, now);
+                warn!(conn = self.id.0, peer = %self.peer.addr, user = %login.username, vhost = %vhost, condition = fault.condition, reason = %fault.description, "AMQP 1.0: open refused");
+                return self.close_silently(now);
             }
         };
+        let ours = Performative::Open {
+            container_id: self.config.cluster_name.clone(),
+            hostname: None,
+            max_frame_size: self.frame_in_max,
+            channel_max: self.config.channel_max,
+            // Part 2.4.5: half of the time-out we enforce.
+            idle_time_out_ms: self.our_idle_ms.and_then(|ms| u32::try_from(ms / 2).ok()),
+            properties: sasl::server_properties(&self.config),
+        };
+        self.send(FrameKind::Amqp, 0, &ours, &[], now);
         self.sessions.set_session_max(channel_max.min(self.config.channel_max));
         self.phase = Phase::Opened;
         self.opened = true;
@@ -499,7 +497,15 @@ impl Amqp1Connection {
         UnfinishedContent { messages, announced_bytes: bytes, received_bytes: bytes }
     }
 
-    /// Sends our close with `fault` (an open first if none was sent) and waits for the peer's.
+    /// An open refused (no such vhost, access refused, a connection limit): as RabbitMQ 4's
+    /// reader does for any error before the connection runs, nothing is sent and the socket
+    /// closes after [`SILENT_CLOSE_DELAY_MS`]. Its clients then see a failed connect, not a
+    /// closed connection they would recover by reconnecting again and again.
+    fn close_silently(&mut self, now: Timestamp) {
+        self.phase = Phase::Closing { deadline: now.saturating_add_millis(SILENT_CLOSE_DELAY_MS) };
+    }
+
+    /// Sends our close with `fault` and waits for the peer's.
     fn close_with(&mut self, fault: ConnectionFault, now: Timestamp) {
         if matches!(self.phase, Phase::Closing { .. } | Phase::Closed) {
             return;
