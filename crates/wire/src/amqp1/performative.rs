@@ -411,7 +411,10 @@ impl Performative {
                     Value::Uint(*handle),
                     opt_uint(*delivery_id),
                     delivery_tag.clone().map_or(Value::Null, Value::Binary),
-                    Value::Null,
+                    // message-format (part 2.7.5): required on a delivery's first transfer (the
+                    // one with its id); 0 is the AMQP message format. rhea hands a message
+                    // without it over undecoded.
+                    if delivery_id.is_some() { Value::Uint(0) } else { Value::Null },
                     settled.map_or(Value::Null, Value::Bool),
                     Value::Bool(*more),
                     Value::Null,
@@ -610,6 +613,28 @@ mod tests {
         for p in all {
             assert_eq!(through_bytes(&p), p);
         }
+    }
+
+    #[test]
+    fn a_first_transfer_names_the_amqp_message_format() {
+        let transfer = |delivery_id| Performative::Transfer {
+            handle: 0,
+            delivery_id,
+            delivery_tag: None,
+            settled: None,
+            more: false,
+            state: Value::Null,
+            aborted: false,
+        };
+        let format = |p: Performative| match p.to_value() {
+            Value::Described(_, fields) => match *fields {
+                Value::List(fields) => fields.get(3).cloned(),
+                _ => None,
+            },
+            _ => None,
+        };
+        assert_eq!(format(transfer(Some(7))), Some(Value::Uint(0)));
+        assert_ne!(format(transfer(None)), Some(Value::Uint(0)));
     }
 
     /// Fields left off take their defaults; a missing mandatory field, a wrong type and an
