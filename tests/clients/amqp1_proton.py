@@ -2,9 +2,10 @@
 (issue 42): SASL PLAIN; publishing to `/queues/:q` and `/exchanges/:x/:rk` settled `accepted`
 once the broker confirms; consuming from `/queues/:q` with credit; the outcomes accepted,
 rejected (dead-lettered), released and modified (requeued, redelivered); a missing queue
-detaches the link with `amqp:not-found`, a deleted one with `amqp:resource-deleted`; an `x-opt-delivery-time` annotation holds a message
-until it is due, never earlier; messages cross between 1.0 and 0-9-1 with their body, properties
-and headers; the HTTP API lists the connection as `AMQP 1-0`."""
+detaches the link with `amqp:not-found`, a deleted one with `amqp:resource-deleted`; an
+`x-opt-delivery-time` annotation holds a message until it is due, never earlier; messages cross
+between 1.0 and 0-9-1 with their body, properties and headers, and through SQS (application
+properties as message attributes); the HTTP API lists the connection as `AMQP 1-0`."""
 import base64
 import json
 import os
@@ -114,6 +115,29 @@ arrived_ms = time.time() * 1000
 late.accept()
 assert bytes(msg.body) == b"later"
 assert arrived_ms >= due_ms, f"{due_ms - arrived_ms:.0f} ms early"
+
+# 1.0 → SQS → 1.0 (with the SQS endpoint, as tests/clients/run.sh starts it): application
+# properties are SQS message attributes and back.
+sqs_port = os.environ.get("SQS_PORT")
+if sqs_port:
+    import boto3
+
+    sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{sqs_port}", region_name="us-east-1",
+                       aws_access_key_id="guest", aws_secret_access_key="guest")
+    url = sqs.create_queue(QueueName="amqp1-sqs")["QueueUrl"]
+    conn.create_sender("/queues/amqp1-sqs").send(
+        Message(body=b"from-1.0", id="x-1", properties={"tenant": "acme"}))
+    got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"], WaitTimeSeconds=5)["Messages"][0]
+    assert got["Body"] == "from-1.0", got
+    assert got["MessageAttributes"]["tenant"]["StringValue"] == "acme", got
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got["ReceiptHandle"])
+    sqs.send_message(QueueUrl=url, MessageBody="from-sqs",
+                     MessageAttributes={"colour": {"DataType": "String", "StringValue": "blue"}})
+    back = conn.create_receiver("/queues/amqp1-sqs", credit=1)
+    msg = back.receive(timeout=5)
+    back.accept()
+    assert bytes(msg.body) == b"from-sqs", msg.body
+    assert msg.properties.get("colour") == "blue", msg.properties
 
 # The HTTP API lists the 1.0 connection with its protocol.
 http_port = os.environ.get("HTTP_PORT")
