@@ -76,6 +76,12 @@ pub(crate) fn sections(mut payload: &[u8]) -> Result<Sections, MessageError> {
         value: None,
     };
     while !payload.is_empty() {
+        // A data section, the usual body, is copied straight from the bytes (no value tree).
+        if let Some((data, used)) = data_section(payload) {
+            sections.data.extend_from_slice(data);
+            payload = &payload[used..];
+            continue;
+        }
         let (value, used) = decode_value(payload).map_err(|e| MessageError::Undecodable(e.to_string()))?;
         payload = &payload[used..];
         let Value::Described(descriptor, section) = value else {
@@ -101,6 +107,20 @@ pub(crate) fn sections(mut payload: &[u8]) -> Result<Sections, MessageError> {
         }
     }
     Ok(sections)
+}
+
+/// A data section at the start of `payload` (`0x00 0x53 0x75` then vbin8 or vbin32): its bytes
+/// and the section's length; `None` for anything else.
+fn data_section(payload: &[u8]) -> Option<(&[u8], usize)> {
+    let (len, head): (usize, usize) = match payload {
+        [0x00, 0x53, 0x75, 0xa0, len, ..] => (usize::from(*len), 5),
+        [0x00, 0x53, 0x75, 0xb0, a, b, c, d, ..] => {
+            (usize::try_from(u32::from_be_bytes([*a, *b, *c, *d])).ok()?, 8)
+        }
+        _ => return None,
+    };
+    let end = head.checked_add(len)?;
+    Some((payload.get(head..end)?, end))
 }
 
 fn into_list(section: Value) -> Vec<Value> {
@@ -467,6 +487,22 @@ mod tests {
         let message = inbound(&encoded(&[(MESSAGE_ANNOTATIONS, annotations)])).unwrap();
         let headers = message.properties.headers.unwrap();
         assert_eq!(headers.get("x-opt-delivery-time"), Some(FieldValue::I64(1_900_000_000_123)));
+    }
+
+    #[test]
+    fn data_sections_read_in_place_are_the_body_as_the_general_reader_reads_it() {
+        let big = Bytes::from(vec![7u8; 300]);
+        let payload = encoded(&[
+            (DATA, Value::Binary(Bytes::from_static(b"ab"))),
+            (DATA, Value::Binary(big.clone())),
+            (AMQP_VALUE, Value::String("c".into())),
+        ]);
+        let mut expected = b"ab".to_vec();
+        expected.extend_from_slice(&big);
+        expected.extend_from_slice(b"c");
+        assert_eq!(&inbound(&payload).unwrap().body[..], &expected[..]);
+        // A section cut short is an error, not a shorter body.
+        assert!(inbound(&payload[..8]).is_err());
     }
 
     #[test]

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use bytes::{Buf, BytesMut};
 use hourglass_broker::{AmqpError, Command, ConnectionId, Effect, Timestamp};
 use hourglass_wire::amqp1::{
-    decode_frame_header, decode_protocol_header, decode_value, encode_frame_header, encode_value,
-    ErrorCondition, FrameKind, Performative, ProtocolId, MIN_MAX_FRAME_SIZE,
+    decode_frame_header, decode_protocol_header, decode_transfer, decode_value, encode_frame_header,
+    encode_value, ErrorCondition, FrameKind, Performative, ProtocolId, MIN_MAX_FRAME_SIZE,
 };
 use tracing::{info, warn};
 
@@ -242,8 +242,11 @@ impl Amqp1Connection {
                 ConnectionFault::new("amqp:framing-error", format!("a {kind:?} frame in {:?}", self.phase));
             return self.close_with(fault, now);
         }
-        let decoded = decode_value(body).map_err(|e| e.to_string()).and_then(|(value, used)| {
-            Performative::from_value(&value).map(|p| (p, used)).map_err(|e| e.to_string())
+        // A transfer in its common encoding is read in place; anything else through a value tree.
+        let decoded = decode_transfer(body).map(Ok).unwrap_or_else(|| {
+            decode_value(body).map_err(|e| e.to_string()).and_then(|(value, used)| {
+                Performative::from_value(&value).map(|p| (p, used)).map_err(|e| e.to_string())
+            })
         });
         let (performative, used) = match decoded {
             Ok(decoded) => decoded,

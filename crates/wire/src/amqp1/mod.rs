@@ -8,6 +8,7 @@
 
 mod frame;
 mod performative;
+mod transfer;
 mod value;
 
 pub use frame::{
@@ -15,4 +16,5 @@ pub use frame::{
     FRAME_HEADER_SIZE, MIN_MAX_FRAME_SIZE,
 };
 pub use performative::{ErrorCondition, Performative, PerformativeError};
+pub use transfer::decode_transfer;
 pub use value::{decode_value, encode_value, Amqp1DecodeError, Value, MAX_DEPTH};
