@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real clients over TLS (pika and the RabbitMQ Java client) against the release binary: a test PKI
+# Real clients over TLS (pika, the RabbitMQ Java client, python-qpid-proton over AMQP 1.0) against the release binary: a test PKI
 # made with openssl (make_certs.sh), AMQPS with peer verification and EXTERNAL on, certificate
 # reload on SIGHUP. Called by .ci/run after tests/clients/run.sh (which installs pika and Java).
 set -euo pipefail
@@ -31,7 +31,8 @@ for _ in $(seq 1 100); do
 done
 failed=0
 if timeout 60 java -cp "$java_out:$java_cp" JavaTlsFlows "$port" "$certs"; then echo "ok   JavaTlsFlows"; else echo "FAIL JavaTlsFlows"; failed=$((failed+1)); fi
+if timeout 60 python3 tests/clients/tls/proton_tls.py "$port" "$certs"; then echo "ok   proton_tls.py"; else echo "FAIL proton_tls.py"; failed=$((failed+1)); fi
 # Last: it reloads the broker's certificate.
 if timeout 60 python3 tests/clients/tls/pika_tls.py "$port" "$certs" "$pid"; then echo "ok   pika_tls.py"; else echo "FAIL pika_tls.py"; failed=$((failed+1)); fi
-echo "TLS clients: $((2-failed)) passed, $failed failed"
+echo "TLS clients: $((3-failed)) passed, $failed failed"
 [ "$failed" -eq 0 ] || { cat "$data/broker.log"; exit 1; }
