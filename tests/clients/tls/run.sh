@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Real clients over TLS (pika, the RabbitMQ Java client, python-qpid-proton over AMQP 1.0) against the release binary: a test PKI
-# made with openssl (make_certs.sh), AMQPS with peer verification and EXTERNAL on, certificate
+# Real clients over TLS (pika, the RabbitMQ Java client, python-qpid-proton over AMQP 1.0)
+# against the release binary: a test PKI made with openssl (make_certs.sh), AMQPS with peer
+# verification and EXTERNAL on, certificate
 # reload on SIGHUP. Called by .ci/run after tests/clients/run.sh (which installs pika and Java).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
