@@ -195,7 +195,18 @@ fn log_recovery(messages_dir: &Path, recovered: &Recovered) {
              come back"
         );
     }
+    if let Some(why) = &report.checkpoint_ignored {
+        tracing::warn!(
+            file = %messages_dir.join(hourglass_store::CHECKPOINT_FILE).display(),
+            reason = %why,
+            "the message log's checkpoint is not used: the whole log is read (it is written again \
+             at the log's next rotation)"
+        );
+    }
+    let checkpoint = report.checkpoint.as_ref();
     tracing::info!(
+        from_checkpoint = checkpoint.is_some(),
+        segments_skipped = checkpoint.map_or(0, |c| c.segments_skipped),
         segments = report.segments,
         records = report.records,
         torn_tail_bytes = report.torn_tail_bytes,

@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
+mod checkpoint;
 mod live_runs;
 mod queue_live;
 
@@ -23,7 +24,7 @@ use queue_live::QueueLive;
 
 /// A segment sequence and an offset in one `u64`: segment sequences stay below 2^32
 /// (`record::SEGMENT_SEQUENCE_MAX`), and offsets are `u32` (a `Location`'s).
-fn pack(segment: u64, offset: u32) -> u64 {
+pub(crate) fn pack(segment: u64, offset: u32) -> u64 {
     debug_assert!(segment <= u64::from(u32::MAX));
     (segment << 32) | u64::from(offset)
 }
@@ -80,6 +81,9 @@ pub(crate) struct SegmentLive {
     pub(crate) live: u64,
     /// Older, still present segments holding enqueues that records in this segment settle or update.
     pub(crate) refs: BTreeSet<u64>,
+    /// It holds an update record of a message that was live then: a recovery from a checkpoint
+    /// reads such a segment again for the latest metadata (the index keeps none).
+    pub(crate) updates: bool,
 }
 
 /// The enqueue of a message that is already live.
@@ -138,7 +142,14 @@ impl LiveIndex {
     pub(crate) fn update(&mut self, queue: u64, msg_id: u64, at: u64) -> Option<u64> {
         let seg = segment_of(self.queues.get(&queue)?.get(msg_id)?);
         self.add_ref(at, seg);
+        self.segments.entry(at).or_default().updates = true;
         Some(seg)
+    }
+
+    /// Where live `msg_id`'s enqueue record lies, packed (`(segment << 32) | offset`: later records
+    /// compare higher).
+    pub(crate) fn place(&self, queue: u64, msg_id: u64) -> Option<u64> {
+        self.queues.get(&queue)?.get(msg_id)
     }
 
     /// Records a purge written in segment `at`; returns how many messages it settled.
@@ -237,6 +248,16 @@ impl LiveIndex {
     #[cfg(test)]
     pub(crate) fn segment(&self, seq: u64) -> Option<&SegmentLive> {
         self.segments.get(&seq)
+    }
+
+    /// The segments the index tracks, ascending.
+    pub(crate) fn segment_sequences(&self) -> impl Iterator<Item = u64> + '_ {
+        self.segments.keys().copied()
+    }
+
+    /// Whether segment `seq` holds an update record (see [`SegmentLive::updates`]).
+    pub(crate) fn holds_updates(&self, seq: u64) -> bool {
+        self.segments.get(&seq).is_some_and(|s| s.updates)
     }
 
     /// Live messages in all queues.

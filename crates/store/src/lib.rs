@@ -20,6 +20,7 @@
 //! format and the recovery rules; docs/adr/0005-storage.md says why this design.
 
 pub mod catalog;
+mod checkpoint;
 mod error;
 mod index;
 pub mod limits;
@@ -31,7 +32,9 @@ pub mod storage;
 mod store;
 mod tail_mark;
 mod types;
+mod varint;
 
+pub use checkpoint::CHECKPOINT_FILE;
 pub use error::{AppendError, CommitError, Defect, OpenError, ReadError};
 pub use reader::SegmentReader;
 pub use record::{HeaderDefect, FORMAT_VERSION};
@@ -39,6 +42,6 @@ pub use recovery::{Replay, Replayed};
 pub use storage::{Crash, Fault, FsStorage, MemImage, MemStorage, Storage, StorageFile};
 pub use store::Store;
 pub use types::{
-    Appended, Committed, Compacted, Damage, Enqueued, Location, Loss, OnCorruption, Purged, RecordSeq,
-    Recovered, RecoveredMessage, RecoveryReport, StoreConfig, StoreStats,
+    Appended, CheckpointUsed, Committed, Compacted, Damage, Enqueued, Location, Loss, OnCorruption, Purged,
+    RecordSeq, Recovered, RecoveredMessage, RecoveryReport, StoreConfig, StoreStats,
 };

@@ -26,21 +26,22 @@
 //!   synced records lost, counted and listed in [`RecoveryReport::lost`], not refused (its extent
 //!   is known).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::checkpoint::{self, Checkpoint, KnownSegment};
 use crate::error::{Defect, OpenError};
-use crate::index::LiveIndex;
+use crate::index::{self, LiveIndex};
 use crate::limits::RECOVERY_READ_BYTES;
 use crate::record::{
     check_segment_header, parse_segment_name, segment_name, RecordHeader, RecordKind, SegmentEnd,
     SegmentHeaderDefect, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX,
 };
 use crate::storage::{Storage, StorageFile};
-use crate::types::{Damage, Loss, OnCorruption, Recovered, RecoveryReport};
+use crate::types::{CheckpointUsed, Damage, Loss, OnCorruption, Recovered, RecoveryReport};
 use claims::Claims;
 use pipe::{pipe, BatchSender};
 pub use replay::{Replay, Replayed};
@@ -88,12 +89,21 @@ pub(crate) fn recover(
         files.push((seq, storage.open(&segment_name(seq)).map_err(io_err("opening a segment"))?));
     }
     let claims = Claims::gather(storage.as_ref(), &files).map_err(io_err("reading segment lengths"))?;
+    let (checkpoint, checkpoint_ignored) = match checkpoint::load(storage.as_ref(), &files) {
+        checkpoint::Found::None => (None, None),
+        checkpoint::Found::Usable(checkpoint) => (Some(checkpoint), None),
+        checkpoint::Found::Ignored(why) => (None, Some(why)),
+    };
+    let plan = &Plan::of(checkpoint.as_ref());
+    let (mut indexer, known) = match checkpoint {
+        Some(checkpoint) => (Indexer::from(checkpoint.index), checkpoint.known),
+        None => (Indexer::default(), BTreeMap::new()),
+    };
     let tail_mark_names = claims.tail_mark_names();
     // Reading and verifying on one thread, indexing on this one: the two halves cost about the
     // same (the index's inserts are cache misses in a table of N entries), so a restart takes the
     // longer of the two instead of their sum.
     let (ops, received) = pipe(INDEX_BATCH, INDEX_BATCHES_IN_FLIGHT);
-    let mut indexer = Indexer::default();
     let verified = std::thread::scope(|scope| {
         let reader = std::thread::Builder::new()
             .name("hg-recovery-read".to_owned())
@@ -104,7 +114,7 @@ pub(crate) fn recover(
                     report: RecoveryReport::default(),
                     on_corruption,
                 };
-                let segments = scan.all(storage, files, &claims, sequences.last().copied())?;
+                let segments = scan.all(storage, files, &claims, plan, sequences.last().copied())?;
                 // Dropping the sender sends its last batch and ends the indexer's loop.
                 Ok::<_, OpenError>((segments, scan.replay_segments, scan.report))
             })
@@ -117,8 +127,19 @@ pub(crate) fn recover(
             Err(panic) => std::panic::resume_unwind(panic),
         }
     });
-    let (segments, replay_segments, report) = verified?;
-    let Indexer { index, updates, .. } = indexer;
+    let (segments, replay_segments, mut report) = verified?;
+    let Indexer { mut index, updates, .. } = indexer;
+    report.checkpoint_ignored = checkpoint_ignored;
+    if let Some(replay_from) = plan.replay_from {
+        // Segments the checkpoint named that compaction deleted after it was written.
+        let gone: BTreeSet<u64> = known.keys().copied().filter(|seq| !segments.contains_key(seq)).collect();
+        report.checkpoint = Some(CheckpointUsed {
+            replay_from,
+            segments_skipped: plan.known.len() as u64,
+            segments_reread: plan.reread.len() as u64,
+            messages_in_deleted_segments: index.forget_segments(&gone),
+        });
+    }
     let replay = Replay::new(replay_segments, updates);
     let recovered = Recovered { queue_messages: index.messages_per_queue(), report, replay };
     Ok(RecoveredState { segments, index, recovered, tail_mark_names })
@@ -133,6 +154,8 @@ const INDEX_BATCHES_IN_FLIGHT: usize = 8;
 enum IndexOp {
     /// Records from here on lie in segment `seq`.
     Segment(u64),
+    /// Records from here on lie in segment `seq`, which the checkpoint holds: updates only.
+    UpdatesOf(u64),
     /// A record that verified, at `offset` in the current segment; with its metadata if it is
     /// an update.
     Record { header: RecordHeader, offset: u32, metadata: Option<Bytes> },
@@ -147,15 +170,25 @@ struct Indexer {
     /// The latest metadata of live messages that an update record changed.
     updates: Updates,
     segment: u64,
+    /// The current segment is one the index started from (a checkpoint's), read again only
+    /// for its updates.
+    updates_only: bool,
+}
+
+impl From<LiveIndex> for Indexer {
+    fn from(index: LiveIndex) -> Self {
+        Self { index, ..Self::default() }
+    }
 }
 
 impl Indexer {
     fn apply(&mut self, op: IndexOp) {
         match op {
             IndexOp::Segment(seq) => {
-                self.segment = seq;
+                (self.segment, self.updates_only) = (seq, false);
                 self.index.add_segment(seq);
             }
+            IndexOp::UpdatesOf(seq) => (self.segment, self.updates_only) = (seq, true),
             IndexOp::Record { header, offset, metadata } => self.apply_record(&header, offset, metadata),
             IndexOp::SegmentRemoved(seq) => self.index.remove_segment(seq),
         }
@@ -163,6 +196,17 @@ impl Indexer {
 
     fn apply_record(&mut self, header: &RecordHeader, offset: u32, metadata: Option<Bytes>) {
         let (queue, msg_id, seq) = (header.queue, header.msg_id, self.segment);
+        if self.updates_only {
+            // The index holds this segment's records already; only an update's metadata is new,
+            // if its message is live now in the enqueue it updated (not in a later one).
+            let updated = |place: u64| place < index::pack(seq, offset);
+            if let Some(metadata) = metadata.filter(|_| header.kind == RecordKind::Update) {
+                if self.index.place(queue, msg_id).is_some_and(updated) {
+                    self.updates.set(queue, msg_id, metadata);
+                }
+            }
+            return;
+        }
         match header.kind {
             RecordKind::Enqueue => {
                 // Appends refuse a live id, so a repeat means the later record wins.
@@ -185,6 +229,28 @@ impl Indexer {
                 self.updates.forget_queue(queue);
             }
         }
+    }
+}
+
+/// Which segments the first pass reads, with a checkpoint: those from its position on, and
+/// those before it that hold updates; the rest are taken as it knew them.
+#[derive(Default)]
+struct Plan {
+    replay_from: Option<u64>,
+    known: BTreeMap<u64, KnownSegment>,
+    reread: BTreeSet<u64>,
+}
+
+impl Plan {
+    fn of(checkpoint: Option<&Checkpoint>) -> Self {
+        let Some(checkpoint) = checkpoint else {
+            return Self::default();
+        };
+        let (reread, known) = checkpoint
+            .known
+            .iter()
+            .partition::<BTreeMap<_, _>, _>(|(seq, _)| checkpoint.index.holds_updates(**seq));
+        Self { replay_from: Some(checkpoint.replay_from), known, reread: reread.into_keys().collect() }
     }
 }
 
@@ -245,12 +311,21 @@ impl Scan {
         storage: &Arc<dyn Storage>,
         files: Vec<(u64, Box<dyn StorageFile>)>,
         claims: &Claims,
+        plan: &Plan,
         last: Option<u64>,
     ) -> Result<BTreeMap<u64, OpenSegment>, OpenError> {
         let mut segments = BTreeMap::new();
         for (seq, file) in files {
             let is_last = Some(seq) == last;
-            match self.segment(seq, file.as_ref(), is_last, claims.of(seq))? {
+            if let Some(known) = plan.known.get(&seq) {
+                let (valid_bytes, end) = (known.valid_bytes, known.end);
+                self.replay_segments.push(ReplaySegment { seq, valid_bytes });
+                segments.insert(seq, OpenSegment { file, valid_bytes, damaged: false, end });
+                continue;
+            }
+            let start =
+                if plan.reread.contains(&seq) { IndexOp::UpdatesOf(seq) } else { IndexOp::Segment(seq) };
+            match self.segment(seq, file.as_ref(), is_last, claims.of(seq), start)? {
                 Some(Scanned { valid_bytes, damaged, end }) => {
                     self.replay_segments.push(ReplaySegment { seq, valid_bytes });
                     segments.insert(seq, OpenSegment { file, valid_bytes, damaged, end });
@@ -279,11 +354,12 @@ impl Scan {
         file: &dyn StorageFile,
         is_last: bool,
         synced: Option<SegmentEnd>,
+        start: IndexOp,
     ) -> Result<Option<Scanned>, OpenError> {
         let file_bytes = file.len_bytes().map_err(io_err("sizing a segment"))?;
         let mut window = Window::new(file, file_bytes);
         self.report.segments += 1;
-        self.ops.push(IndexOp::Segment(seq));
+        self.ops.push(start);
         let damage_before = self.report.damaged.len();
         let header = match window.bytes(0, SEGMENT_HEADER_BYTES) {
             Ok(Some(bytes)) => {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::checkpoint::{Checkpoints, KnownSegment};
 use crate::error::{AppendError, CommitError, Defect, OpenError, ReadError};
 use crate::index::LiveIndex;
 use crate::limits::{
@@ -57,6 +58,8 @@ pub struct Store {
     reader_handles: crate::reader::OpenSegments,
     /// The last segment's synced length, for recovery to tell a torn tail from lost records.
     tail_mark: TailMark,
+    /// The live index as of a rotation, written for restarts (`checkpoint.rs`).
+    checkpoints: Checkpoints,
 }
 
 #[derive(Debug)]
@@ -128,6 +131,7 @@ impl Store {
             poisoned: false,
             reader_handles: Default::default(),
             tail_mark,
+            checkpoints: Checkpoints::default(),
         };
         Ok((store, state.recovered))
     }
@@ -196,6 +200,12 @@ impl Store {
         while let Some(segment) = self.pending.front().map(|c| c.segment) {
             if !self.segments.contains_key(&segment) {
                 self.create_segment(segment)?;
+                // Every segment before it is durable now (their chunks came first).
+                let known = self
+                    .segments
+                    .iter()
+                    .map(|(seq, s)| (*seq, KnownSegment { valid_bytes: s.durable_bytes, end: s.end }));
+                self.checkpoints.on_created(segment, self.storage.as_ref(), known);
             }
             self.flush_front()?;
             if let Some(chunk) = self.pending.pop_front() {
@@ -350,6 +360,8 @@ impl Store {
             pending_bytes: self.pending_bytes(),
             durable_through: RecordSeq(self.durable_through),
             last_appended: RecordSeq(self.last_appended),
+            checkpoints_written: self.checkpoints.written,
+            checkpoints_failed: self.checkpoints.failed,
         }
     }
 
@@ -372,8 +384,11 @@ impl Store {
         // A segment holds at least one record, however large.
         if self.tail.end > header_bytes && self.tail.end + record_bytes > self.config.segment_bytes_target {
             self.tail = Tail { segment: self.tail.segment + 1, end: header_bytes };
+            // The index describes exactly the records before the new segment now.
+            self.checkpoints.on_rotation(self.tail.segment, &self.index);
             self.index.add_segment(self.tail.segment);
         }
+        self.checkpoints.appended(record_bytes);
         let Tail { segment, end } = self.tail;
         if self.pending.back().is_none_or(|c| c.segment != segment) {
             let bytes = std::mem::take(&mut self.spare);

@@ -123,6 +123,10 @@ pub struct StoreStats {
     pub durable_through: RecordSeq,
     /// The last appended record.
     pub last_appended: RecordSeq,
+    /// Checkpoints of the live index written since the store was opened (ADR 0018).
+    pub checkpoints_written: u64,
+    /// Checkpoints that could not be written (the previous one stays in use).
+    pub checkpoints_failed: u64,
 }
 
 /// One message recovered from disk, live in its queue.
@@ -166,11 +170,28 @@ pub struct RecoveryReport {
     /// records lost (an enqueue: a message; a settle: a message back). Unbounded damage appears
     /// here only under [`OnCorruption::Skip`].
     pub damaged: Vec<Damage>,
+    /// The checkpoint this recovery started from (ADR 0018), if it used one.
+    pub checkpoint: Option<CheckpointUsed>,
+    /// A checkpoint found and not used, and why: the whole log was read instead.
+    pub checkpoint_ignored: Option<String>,
     /// Synced records gone from the end of a segment, in log order: the segment is shorter than
     /// (or unreadable before the end of) the length it had at a sync the store can prove
     /// (docs/storage.md "Recovery rules"). Never a crash's doing: a crash only tears what no sync
     /// covered. Each lost enqueue is a confirmed message lost; a lost settle, a message back.
     pub lost: Vec<Loss>,
+}
+
+/// How much of the log a checkpoint spared recovery's first pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointUsed {
+    /// The log was read from the start of this segment on.
+    pub replay_from: u64,
+    /// Segments before it taken as the checkpoint knew them, not read.
+    pub segments_skipped: u64,
+    /// Segments before it read again for their update records.
+    pub segments_reread: u64,
+    /// Live messages of the checkpoint whose segment compaction had deleted since.
+    pub messages_in_deleted_segments: u64,
 }
 
 impl RecoveryReport {

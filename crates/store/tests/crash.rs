@@ -140,8 +140,9 @@ fn step(store: &mut Store, state: &Queues, op: &Op, next_id: &mut u64) -> Option
     }
 }
 
-/// The queues a crashed image recovers to, bodies read back through `read_message`.
-fn recover(storage: &MemStorage, segment_bytes_target: u64) -> (Store, Queues) {
+/// The queues a crashed image recovers to, bodies read back through `read_message`, and whether
+/// the recovery started from a checkpoint.
+fn recover(storage: &MemStorage, segment_bytes_target: u64) -> (Store, Queues, bool) {
     let config = StoreConfig { segment_bytes_target, ..StoreConfig::default() };
     let (store, recovered) = common::replayed(
         Store::open(Arc::new(storage.clone()), config).unwrap_or_else(|e| panic!("recovery failed: {e}")),
@@ -161,7 +162,7 @@ fn recover(storage: &MemStorage, segment_bytes_target: u64) -> (Store, Queues) {
             (*q, messages)
         })
         .collect();
-    (store, queues)
+    (store, queues, recovered.report.checkpoint.is_some())
 }
 
 fn crash_modes(image: &MemImage, every_byte: bool) -> Vec<Crash> {
@@ -182,7 +183,8 @@ fn crash_modes(image: &MemImage, every_byte: bool) -> Vec<Crash> {
 }
 
 /// Crashes at every point in every mode and checks the recovered state against the model.
-fn check_all_points(ops: &[Op], segment_bytes_target: u64, every_byte: bool) -> usize {
+/// Returns how many recoveries ran, and how many of them started from a checkpoint.
+fn check_all_points(ops: &[Op], segment_bytes_target: u64, every_byte: bool) -> (usize, usize) {
     let (points, records) = run(ops, segment_bytes_target);
     let mut prefixes = vec![Queues::new()];
     for record in &records {
@@ -190,11 +192,12 @@ fn check_all_points(ops: &[Op], segment_bytes_target: u64, every_byte: bool) -> 
         apply(&mut next, record);
         prefixes.push(next);
     }
-    let mut recoveries = 0;
+    let (mut recoveries, mut from_checkpoint) = (0, 0);
     for (at, point) in points.iter().enumerate() {
         for crash in crash_modes(&point.image, every_byte) {
             let crashed = point.image.crash(crash);
-            let (mut store, queues) = recover(&crashed, segment_bytes_target);
+            let (mut store, queues, checkpointed) = recover(&crashed, segment_bytes_target);
+            from_checkpoint += usize::from(checkpointed);
             let allowed = point.durable_min..=point.appended_max;
             assert!(
                 prefixes[allowed.clone()].contains(&queues),
@@ -205,13 +208,13 @@ fn check_all_points(ops: &[Op], segment_bytes_target: u64, every_byte: bool) -> 
             store.append_enqueue(u64::MAX, 1, b"", b"after").unwrap();
             store.commit().unwrap();
             drop(store);
-            let (_, again) = recover(&crashed.crash(Crash::LoseUnsynced), segment_bytes_target);
+            let (_, again, _) = recover(&crashed.crash(Crash::LoseUnsynced), segment_bytes_target);
             let mut expected = queues.clone();
             expected.insert(u64::MAX, vec![(1, Vec::new(), b"after".to_vec())]);
             assert_eq!(again, expected, "point {at} {crash:?}: second restart");
         }
     }
-    recoveries
+    (recoveries, from_checkpoint)
 }
 
 fn enqueue(queue: u64, body_bytes: usize) -> Op {
@@ -247,8 +250,10 @@ fn every_sync_point_and_every_torn_byte_recovers_a_committed_prefix() {
         enqueue(1, 7),
         Op::Commit,
     ];
-    let recoveries = check_all_points(&ops, 200, true);
+    let (recoveries, from_checkpoint) = check_all_points(&ops, 200, true);
     assert!(recoveries > 500, "{recoveries} recoveries");
+    // Most points follow a rotation, and with it a checkpoint (ADR 0018).
+    assert!(from_checkpoint * 2 > recoveries, "{from_checkpoint} of {recoveries} from a checkpoint");
 }
 
 /// Group commit: a crash between appends and their commit never loses a committed record and may

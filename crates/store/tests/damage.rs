@@ -148,23 +148,58 @@ fn a_record_inside_a_body_is_never_taken_for_a_real_record() {
     }
 }
 
+/// 600-byte segments: four 128-byte records each, refusing damage that cannot be bounded.
+const SMALL: StoreConfig = StoreConfig { segment_bytes_target: 600, on_corruption: OnCorruption::Refuse };
+
+/// Eight committed messages of queue 1 over several segments (a checkpoint written at a
+/// rotation); their locations.
+fn eight_messages_in_small_segments(storage: &MemStorage) -> Vec<Location> {
+    let (mut store, _) = Store::open(Arc::new(storage.clone()), SMALL).unwrap();
+    let locations =
+        (0..8u64).map(|id| store.append_enqueue(1, id, b"", &[1; 100]).unwrap().location).collect();
+    store.commit().unwrap();
+    assert!(store.stats().checkpoints_written > 0);
+    locations
+}
+
 /// Corruption in an older segment with valid records after it is skipped by default, like in
 /// the last one (it used to refuse to start).
 #[test]
 fn corruption_in_an_older_segment_is_skipped_when_valid_records_follow() {
     let storage = MemStorage::new();
-    let small = StoreConfig { segment_bytes_target: 600, on_corruption: OnCorruption::Refuse };
-    let (mut store, _) = Store::open(Arc::new(storage.clone()), small).unwrap();
-    let locations: Vec<Location> =
-        (0..8u64).map(|id| store.append_enqueue(1, id, b"", &[1; 100]).unwrap().location).collect();
-    store.commit().unwrap();
-    drop(store);
+    let locations = eight_messages_in_small_segments(&storage);
     assert_eq!(locations[1].segment, 1);
     assert!(locations[7].segment > 1);
     xor_byte(&storage, SEGMENT_1, u64::from(locations[1].offset) + 50, 0x20);
-    let (_, recovered) = common::replayed(Store::open(Arc::new(storage), small).unwrap());
+    common::without_checkpoint(&storage);
+    let (_, recovered) = common::replayed(Store::open(Arc::new(storage), SMALL).unwrap());
     assert_eq!(ids(&recovered, 1), [0, 2, 3, 4, 5, 6, 7]);
     assert_eq!(recovered.report.damaged.len(), 1);
+}
+
+/// The same damage under a checkpoint (ADR 0018), which spares the first pass that segment: the
+/// second pass, which reads every live record back and checks it, leaves the damaged one out
+/// and returns it as damage; every other message comes back, and the store forgets it.
+#[test]
+fn damage_in_a_segment_a_checkpoint_spares_is_found_by_the_second_pass() {
+    let storage = MemStorage::new();
+    let locations = eight_messages_in_small_segments(&storage);
+    xor_byte(&storage, SEGMENT_1, u64::from(locations[1].offset) + 50, 0x20);
+    let (mut store, recovered) = Store::open(Arc::new(storage.clone()), SMALL).unwrap();
+    let used = recovered.report.checkpoint.clone().expect("the checkpoint is used");
+    assert!(used.segments_skipped >= 1, "{used:?}");
+    assert!(recovered.report.damaged.is_empty());
+    let (queues, damaged) = store
+        .replay(recovered.replay, |replayed| {
+            replayed.map(|found| found.map(|(_, message)| message.msg_id)).collect::<Result<Vec<_>, _>>()
+        })
+        .unwrap();
+    assert_eq!(queues.unwrap(), [0, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(damaged.len(), 1);
+    assert_eq!((damaged[0].segment, damaged[0].offset), (1, u64::from(locations[1].offset)));
+    assert_eq!(store.drop_unreadable(&damaged), 1);
+    assert!(!store.is_live(1, 1));
+    assert_eq!(store.live_messages(), 7);
 }
 
 /// A damaged segment header with records behind it is refused by default; with `Skip` it is

@@ -291,6 +291,7 @@ fn corruption_before_the_tail_is_refused_or_skipped_by_policy() {
     drop(store);
     let file = storage.open("00000000000000000002.seg").unwrap();
     file.write_all_at(70, b"XX").unwrap();
+    common::without_checkpoint(&storage);
     let (_, recovered) = open(&storage, 200);
     assert_eq!(ids(&recovered, 1), [0, 2, 3]);
     let lost = Loss { segment: 2, offset: 32, bytes_lost: 128, records_lost: 1 };

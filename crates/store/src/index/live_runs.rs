@@ -13,6 +13,8 @@
 //! is on the run's steps, within it, and its bit is set. Runs are kept in id order and do not
 //! overlap.
 
+use crate::varint::{self, Malformed, Reader};
+
 /// How many messages in a row make a run: below this a run's own size (about 80 bytes) costs
 /// more than the entries it replaces.
 pub(crate) const RUN_MIN: usize = 8;
@@ -142,6 +144,49 @@ impl LiveRun {
     }
 }
 
+impl LiveRun {
+    /// Appends the run to a checkpoint (`checkpoint.rs`): its steps, length and live bits.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        for n in [self.first_id, self.first_place, self.id_step, self.place_step, self.len as u64] {
+            varint::put(out, n);
+        }
+        for word in &self.bits {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+    }
+
+    /// A run read back from a checkpoint, if it is one this index could have built: steps above
+    /// zero, every member's id and place in range and in one segment, no bit set past its length,
+    /// and at least one member live.
+    pub(crate) fn decode(input: &mut Reader<'_>) -> Result<LiveRun, Malformed> {
+        let [first_id, first_place, id_step, place_step, len] =
+            [input.u64()?, input.u64()?, input.u64()?, input.u64()?, input.u64()?];
+        let len = usize::try_from(len).map_err(|_| Malformed)?;
+        let words = len.div_ceil(64);
+        if id_step == 0 || place_step == 0 || len < 2 || words * 8 > input.remaining() {
+            return Err(Malformed);
+        }
+        let span = |step: u64| step.checked_mul(len as u64 - 1);
+        let last_place = span(place_step).and_then(|d| first_place.checked_add(d)).ok_or(Malformed)?;
+        span(id_step).and_then(|d| first_id.checked_add(d)).ok_or(Malformed)?;
+        if last_place >> 32 != first_place >> 32 {
+            return Err(Malformed);
+        }
+        let bits = (0..words).map(|_| input.word()).collect::<Result<Vec<u64>, _>>()?;
+        let past_end = bits.last().is_some_and(|last| len % 64 != 0 && last >> (len % 64) != 0);
+        let live = bits.iter().map(|word| word.count_ones() as usize).sum();
+        if past_end || live == 0 {
+            return Err(Malformed);
+        }
+        Ok(LiveRun { first_id, first_place, id_step, place_step, len, live, bits })
+    }
+
+    /// The segment every member's record lies in.
+    pub(crate) fn segment(&self) -> u64 {
+        self.first_place >> 32
+    }
+}
+
 /// The runs of one queue, in id order.
 #[derive(Debug, Default)]
 pub(crate) struct LiveRuns {
@@ -204,6 +249,32 @@ impl LiveRuns {
         }
         self.runs.retain(|run| run.live() > 0);
         self.live = self.runs.iter().map(LiveRun::live).sum();
+    }
+
+    /// Appends the runs to a checkpoint.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        varint::put(out, self.runs.len() as u64);
+        for run in &self.runs {
+            run.encode(out);
+        }
+    }
+
+    /// Runs read back from a checkpoint, in id order and apart.
+    pub(crate) fn decode(input: &mut Reader<'_>) -> Result<LiveRuns, Malformed> {
+        let mut runs = LiveRuns::default();
+        for _ in 0..input.count()? {
+            let run = LiveRun::decode(input)?;
+            if runs.last_id().is_some_and(|last| run.first_id() <= last) {
+                return Err(Malformed);
+            }
+            runs.push(run);
+        }
+        Ok(runs)
+    }
+
+    /// Each run's segment and live members.
+    pub(crate) fn live_per_segment(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        self.runs.iter().map(|run| (run.segment(), run.live()))
     }
 
     /// Bytes the runs hold beyond their headers (for tests: about a bit per member).

@@ -22,6 +22,7 @@ use std::collections::HashMap;
 
 use super::live_runs::{LiveRun, LiveRuns, RUN_MIN};
 use super::IdBuild;
+use crate::varint::{self, Malformed, Reader};
 
 /// The mark of a settled entry still in the vector. No enqueue record lies at offset
 /// `u32::MAX` of segment `u32::MAX` (a record has a header before any byte of it), so no live
@@ -139,6 +140,73 @@ impl QueueLive {
             ids.zip(self.places[self.head..].iter().copied()).filter(|(_, packed)| *packed != SETTLED);
         let strays = self.strays.iter().map(|(msg_id, packed)| (*msg_id, *packed));
         self.runs.iter().chain(ordered).chain(strays)
+    }
+
+    /// Appends the queue's live entries to a checkpoint: the runs as they are (a bit per member),
+    /// the vectors' live entries as steps from the one before, then the strays.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        self.runs.encode(out);
+        let live = self.ids.len() - self.head - self.settled;
+        varint::put(out, live as u64);
+        let (mut last_id, mut last_place) = (0u64, 0u64);
+        for (msg_id, packed) in self.ids[self.head..].iter().zip(&self.places[self.head..]) {
+            if *packed != SETTLED {
+                varint::put(out, msg_id - last_id);
+                // Places mostly grow (a queue's records in log order); a step back is written whole.
+                match packed.checked_sub(last_place) {
+                    Some(step) => varint::put(out, step << 1),
+                    None => varint::put(out, (packed << 1) | 1),
+                }
+                (last_id, last_place) = (*msg_id, *packed);
+            }
+        }
+        varint::put(out, self.strays.len() as u64);
+        for (msg_id, packed) in &self.strays {
+            varint::put(out, *msg_id);
+            varint::put(out, *packed);
+        }
+    }
+
+    /// A queue's entries read back from a checkpoint, if they are ones this index could hold:
+    /// vector ids ascending, no id held twice, no entry at the settled mark, not empty.
+    pub(crate) fn decode(input: &mut Reader<'_>) -> Result<QueueLive, Malformed> {
+        let runs = LiveRuns::decode(input)?;
+        let live = input.count()?;
+        let (mut ids, mut places) = (Vec::with_capacity(live), Vec::with_capacity(live));
+        let (mut last_id, mut last_place) = (0u64, 0u64);
+        for at in 0..live {
+            let step = input.u64()?;
+            let msg_id = last_id.checked_add(step).filter(|_| at == 0 || step > 0).ok_or(Malformed)?;
+            let place = input.u64()?;
+            let packed = if place & 1 == 0 { last_place.checked_add(place >> 1) } else { Some(place >> 1) };
+            let packed = packed.filter(|p| *p != SETTLED && runs.get(msg_id).is_none()).ok_or(Malformed)?;
+            ids.push(msg_id);
+            places.push(packed);
+            (last_id, last_place) = (msg_id, packed);
+        }
+        let mut strays = HashMap::default();
+        for _ in 0..input.count()? {
+            let (msg_id, packed) = (input.u64()?, input.u64()?);
+            let held = runs.get(msg_id).is_some() || ids.binary_search(&msg_id).is_ok();
+            // Strays lie below the highest id held, or a new append could repeat one.
+            let below = ids.last().copied().into_iter().chain(runs.last_id()).any(|highest| msg_id < highest);
+            if packed == SETTLED || held || !below || strays.insert(msg_id, packed).is_some() {
+                return Err(Malformed);
+            }
+        }
+        let queue = QueueLive { ids, places, head: 0, settled: 0, strays, runs };
+        if queue.is_empty() {
+            return Err(Malformed);
+        }
+        Ok(queue)
+    }
+
+    /// Live entries per segment: `(segment, count)`, a segment possibly more than once.
+    pub(crate) fn live_per_segment(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        let single = |packed: u64| (super::segment_of(packed), 1);
+        let vectors = self.places[self.head..].iter().filter(|p| **p != SETTLED).map(move |p| single(*p));
+        let strays = self.strays.values().map(move |p| single(*p));
+        self.runs.live_per_segment().chain(vectors).chain(strays)
     }
 
     /// Moves the last [`RUN_MIN`] entries of the vectors to a run if they are live and in a row.

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use hourglass_store::{Recovered, RecoveredMessage, RecoveryReport, Store};
+use hourglass_store::{
+    MemStorage, Recovered, RecoveredMessage, RecoveryReport, Storage, Store, CHECKPOINT_FILE,
+};
 
 /// The recovered messages per queue (in enqueue order) and the recovery report.
 #[derive(Debug)]
@@ -19,4 +21,13 @@ pub fn replayed((store, recovered): (Store, Recovered)) -> (Store, Reopened) {
     let counts: BTreeMap<u64, u64> = queues.iter().map(|(q, m)| (*q, m.len() as u64)).collect();
     assert_eq!(counts, recovered.queue_messages, "counts per queue from the first pass");
     (store, Reopened { queues, report: recovered.report })
+}
+
+/// Removes the log's checkpoint, so the next open reads every segment: for tests of the rules a
+/// full read applies (what a start without a checkpoint, or with one it cannot use, does).
+pub fn without_checkpoint(storage: &MemStorage) {
+    match storage.remove(CHECKPOINT_FILE) {
+        Ok(()) => {}
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}"),
+    }
 }

@@ -1,0 +1,199 @@
+//! Checkpoints (ADR 0018): the live index as of a position in the log, so that a restart reads
+//! the checkpoint and the log after it instead of the whole log.
+//!
+//! When the log rotates into segment `S`, the index then describes exactly the records before
+//! `S`: it is encoded at that moment, and written when the commit that creates `S` has made
+//! every record before `S` durable (`messages/index.ckpt`, replaced atomically through
+//! [`crate::snapshot`], so a crash leaves the old checkpoint or the new one). With it, recovery's
+//! first pass:
+//! - reads every segment from `S` on as before (torn tails, damage, claims);
+//! - reads a segment before `S` again only if it holds an update record (the index keeps no
+//!   metadata): its updates whose message is still live at a later enqueue are applied;
+//! - takes every other segment before `S` as the checkpoint knew it (its valid length and what
+//!   the next header records of it), without reading it;
+//! - forgets what lay in segments the checkpoint named that are no longer on disk: compaction
+//!   deletes a segment only once nothing live lies in it and every segment its settles refer to
+//!   is gone, so a missing segment's messages were settled, even if the settles went too.
+//!
+//! The second pass is unchanged: it reads every live record back and verifies it again.
+//!
+//! A checkpoint is derived from the log and never required: one that is missing, damaged, of
+//! another schema, or inconsistent with the segments on disk is ignored (and said so in the
+//! recovery report), and recovery reads the whole log as it always did.
+//!
+//! Cost: encoding the index is a walk over it on the store thread, at most once per rotation and
+//! only after the log has grown by twice the last checkpoint's size since it (so checkpoints
+//! cost at most half the log's own writes); an index whose encoding is over half of
+//! [`SNAPSHOT_BYTES_MAX`] (128 MiB) is not checkpointed, and the next start reads the whole log.
+
+use std::collections::BTreeMap;
+
+use crate::index::LiveIndex;
+use crate::limits::SNAPSHOT_BYTES_MAX;
+use crate::record::SegmentEnd;
+use crate::snapshot::{read_snapshot, write_snapshot};
+use crate::storage::{Storage, StorageFile};
+use crate::varint::{self, Malformed, Reader};
+
+/// The checkpoint's file name in the message log's directory.
+pub const CHECKPOINT_FILE: &str = "index.ckpt";
+/// The payload's layout (the snapshot container's schema version).
+const SCHEMA: u32 = 1;
+
+/// A segment before the checkpoint's position, as recovery would find it by reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KnownSegment {
+    /// Records end here.
+    pub(crate) valid_bytes: u64,
+    /// What the next segment's header records of it.
+    pub(crate) end: SegmentEnd,
+}
+
+/// A checkpoint read back.
+#[derive(Debug)]
+pub(crate) struct Checkpoint {
+    /// Records from the start of this segment on are not in it.
+    pub(crate) replay_from: u64,
+    /// Every segment before `replay_from` on disk when it was written.
+    pub(crate) known: BTreeMap<u64, KnownSegment>,
+    pub(crate) index: LiveIndex,
+}
+
+/// What recovery found of a checkpoint.
+#[derive(Debug)]
+pub(crate) enum Found {
+    None,
+    Usable(Checkpoint),
+    /// Present and not used; why.
+    Ignored(String),
+}
+
+/// Reads the checkpoint and checks it against the segment files on disk (ascending).
+pub(crate) fn load(storage: &dyn Storage, files: &[(u64, Box<dyn StorageFile>)]) -> Found {
+    let snapshot = match read_snapshot(storage, CHECKPOINT_FILE) {
+        Ok(Some(snapshot)) => snapshot,
+        Ok(None) => return Found::None,
+        Err(error) => return Found::Ignored(error.to_string()),
+    };
+    if snapshot.schema_version != SCHEMA {
+        return Found::Ignored(format!("schema {} (this build reads {SCHEMA})", snapshot.schema_version));
+    }
+    let Ok(checkpoint) = decode(&snapshot.payload) else {
+        return Found::Ignored("its contents do not decode".to_owned());
+    };
+    if files.last().is_none_or(|(last, _)| *last < checkpoint.replay_from) {
+        // The segment it was written with is created before it: a log without it is not the one.
+        return Found::Ignored(format!("segment {} is not on disk", checkpoint.replay_from));
+    }
+    for (seq, file) in files.iter().take_while(|(seq, _)| *seq < checkpoint.replay_from) {
+        let Some(known) = checkpoint.known.get(seq) else {
+            return Found::Ignored(format!("segment {seq} is on disk and not in it"));
+        };
+        // A segment cut short since: the whole log is read, whose rules count what was lost.
+        match file.len_bytes() {
+            Ok(bytes) if bytes >= known.valid_bytes => {}
+            Ok(bytes) => {
+                let had = known.valid_bytes;
+                return Found::Ignored(format!(
+                    "segment {seq} is {bytes} bytes, shorter than the {had} it knew"
+                ));
+            }
+            Err(error) => return Found::Ignored(format!("segment {seq} could not be sized: {error}")),
+        }
+    }
+    Found::Usable(checkpoint)
+}
+
+fn decode(payload: &[u8]) -> Result<Checkpoint, Malformed> {
+    let mut input = Reader::new(payload);
+    let replay_from = input.u64()?;
+    let mut known = BTreeMap::new();
+    for _ in 0..input.count()? {
+        let seq = input.u64()?;
+        let valid_bytes = input.u64()?;
+        let end = SegmentEnd { bytes: input.u64()?, records: input.u64()? };
+        if seq >= replay_from || known.insert(seq, KnownSegment { valid_bytes, end }).is_some() {
+            return Err(Malformed);
+        }
+    }
+    let index = LiveIndex::decode(&mut input)?;
+    if !input.is_empty() || index.segment_sequences().any(|seq| !known.contains_key(&seq)) {
+        return Err(Malformed);
+    }
+    Ok(Checkpoint { replay_from, known, index })
+}
+
+/// The store's side: when to checkpoint, and the checkpoint waiting for its commit.
+#[derive(Debug)]
+pub(crate) struct Checkpoints {
+    pending: Option<Pending>,
+    /// Record bytes appended since the last checkpoint was encoded.
+    appended_since: u64,
+    /// The last checkpoint's encoded index.
+    last_bytes: u64,
+    pub(crate) written: u64,
+    pub(crate) failed: u64,
+}
+
+/// A checkpoint encoded at a rotation into `replay_from`, to be written once that segment is
+/// created (every record before it durable).
+#[derive(Debug)]
+struct Pending {
+    replay_from: u64,
+    index: Vec<u8>,
+}
+
+impl Default for Checkpoints {
+    fn default() -> Self {
+        // The first rotation after a start checkpoints: the log read at the start may be long.
+        Self { pending: None, appended_since: u64::MAX, last_bytes: 0, written: 0, failed: 0 }
+    }
+}
+
+impl Checkpoints {
+    pub(crate) fn appended(&mut self, bytes: u64) {
+        self.appended_since = self.appended_since.saturating_add(bytes);
+    }
+
+    /// The log rotates into `next`: `index` describes the records before it. Encoded now if the
+    /// log grew enough since the last one (a later rotation's replaces one not yet written).
+    pub(crate) fn on_rotation(&mut self, next: u64, index: &LiveIndex) {
+        if self.appended_since < self.last_bytes.saturating_mul(2) {
+            return;
+        }
+        let mut encoded = Vec::with_capacity(usize::try_from(self.last_bytes).unwrap_or(0) + 64);
+        index.encode(&mut encoded);
+        self.appended_since = 0;
+        self.last_bytes = encoded.len() as u64;
+        self.pending = (self.last_bytes < SNAPSHOT_BYTES_MAX / 2)
+            .then_some(Pending { replay_from: next, index: encoded });
+    }
+
+    /// Segment `created` now exists and everything before it is durable: writes the checkpoint
+    /// encoded for it, if any, with `segments` (every segment file, by sequence: valid length
+    /// and end). A failure leaves the previous checkpoint, which stays correct.
+    pub(crate) fn on_created(
+        &mut self,
+        created: u64,
+        storage: &dyn Storage,
+        segments: impl Iterator<Item = (u64, KnownSegment)>,
+    ) {
+        let Some(pending) = self.pending.take_if(|p| p.replay_from == created) else {
+            return;
+        };
+        let known: Vec<(u64, KnownSegment)> = segments.filter(|(seq, _)| *seq < created).collect();
+        let mut payload = Vec::with_capacity(pending.index.len() + 16 + known.len() * 16);
+        varint::put(&mut payload, created);
+        varint::put(&mut payload, known.len() as u64);
+        for (seq, segment) in known {
+            for n in [seq, segment.valid_bytes, segment.end.bytes, segment.end.records] {
+                varint::put(&mut payload, n);
+            }
+        }
+        payload.extend_from_slice(&pending.index);
+        match write_snapshot(storage, CHECKPOINT_FILE, SCHEMA, &payload) {
+            Ok(()) => self.written += 1,
+            Err(_) => self.failed += 1,
+        }
+    }
+}
