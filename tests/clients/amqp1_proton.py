@@ -1,7 +1,8 @@
 """python-qpid-proton (AMQP 1.0) on the AMQP port, beside pika (0-9-1), as RabbitMQ 4 serves it
 (issue 42): SASL PLAIN; publishing to `/queues/:q` and `/exchanges/:x/:rk` settled `accepted`
 once the broker confirms; consuming from `/queues/:q` with credit; the outcomes accepted,
-rejected (dead-lettered), released and modified (requeued, redelivered); a missing queue
+rejected (dead-lettered), released and modified (requeued, redelivered); an unroutable message
+settled `released`; a missing queue
 detaches the link with `amqp:not-found`, a deleted one with `amqp:resource-deleted`; an
 `x-opt-delivery-time` annotation holds a message until it is due, never earlier; messages cross
 between 1.0 and 0-9-1 with their body, properties and headers, and through SQS (application
@@ -14,8 +15,8 @@ import time
 import urllib.request
 
 import pika
-from proton import Message, symbol, timestamp
-from proton.utils import BlockingConnection, LinkDetached
+from proton import Disposition, Message, symbol, timestamp
+from proton.utils import BlockingConnection, LinkDetached, SendException
 
 port = int(sys.argv[1])
 url = f"amqp://guest:guest@127.0.0.1:{port}"
@@ -48,6 +49,13 @@ assert props.headers == {"tenant": "acme", "n": 7}, props.headers
 conn.create_sender("/exchanges/amq.direct/to-bound").send(Message(body=b"routed"))
 method, _, body = ch.basic_get("amqp1-bound", auto_ack=True)
 assert body == b"routed", body
+
+# A message no queue takes is settled `released`, as RabbitMQ 4 settles it (not `accepted`).
+try:
+    conn.create_sender("/exchanges/amq.direct/to-nowhere").send(Message(body=b"unroutable"))
+    raise AssertionError("an unroutable message must not be accepted")
+except SendException as refused:
+    assert refused.state == Disposition.RELEASED, refused.state
 
 # 0-9-1 → 1.0: the body as a data section, the properties, the headers as application properties,
 # x-exchange / x-routing-key annotations.

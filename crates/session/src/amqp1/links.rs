@@ -151,6 +151,9 @@ struct Publishing {
     published: u64,
     /// Confirm sequence → (delivery id, settled by the client already).
     unconfirmed: BTreeMap<u64, (u32, bool)>,
+    /// The broker returned the last publish as unroutable (`basic.return`, which it sends just
+    /// before that publish's ack): the ack settles it `released`, as RabbitMQ 4 does.
+    returned: bool,
     /// A message whose transfers are not all in.
     partial: Option<Partial>,
 }
@@ -503,6 +506,7 @@ impl Sessions {
             credit: CREDIT,
             published: 0,
             unconfirmed: BTreeMap::new(),
+            returned: false,
             partial: None,
         };
         self.by_channel.insert(channel, (session, attach.handle));
@@ -824,7 +828,9 @@ impl Sessions {
         let publish = Publish {
             exchange: route.exchange,
             routing_key: route.routing_key,
-            mandatory: false,
+            // An unsettled message no queue takes comes back (then `released`); a settled one is
+            // dropped, as RabbitMQ 4 does.
+            mandatory: !settled,
             properties,
             body: inbound.body,
         };
@@ -989,6 +995,11 @@ impl Sessions {
             Method::BasicNack(nack) => {
                 self.confirmed(io, session, handle, nack.delivery_tag, nack.multiple, false)
             }
+            Method::BasicReturn(_) => {
+                if let Some(Link::Publishing(link)) = self.link_mut(session, handle) {
+                    link.returned = true;
+                }
+            }
             Method::BasicDeliver(deliver) => {
                 let Some(message) = content else { return };
                 if let Some(Link::Consuming(link)) = self.link_mut(session, handle) {
@@ -1012,19 +1023,25 @@ impl Sessions {
     }
 
     /// The broker confirmed publishes of a sending link: the unsettled ones are settled with
-    /// `accepted` (`rejected` for a nack), in as few dispositions as their ids allow.
+    /// `accepted` (`rejected` for a nack; `released` for the one it returned as unroutable), in as
+    /// few dispositions as their ids allow.
     fn confirmed(&mut self, io: &mut Io, session: u16, handle: u32, tag: u64, multiple: bool, ack: bool) {
         let Some(Link::Publishing(link)) = self.link_mut(session, handle) else { return };
         let sequences: Vec<u64> =
             if multiple { link.unconfirmed.range(..=tag).map(|(seq, _)| *seq).collect() } else { vec![tag] };
-        let mut ids: Vec<u32> = Vec::new();
+        // The return came just before the ack of the publish it returned: the one acked last.
+        let returned = std::mem::take(&mut link.returned).then_some(tag);
+        let (mut ids, mut released): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
         for seq in sequences {
             if let Some((delivery_id, settled)) = link.unconfirmed.remove(&seq) {
-                if !settled {
-                    ids.push(delivery_id);
+                match (settled, ack && returned == Some(seq)) {
+                    (true, _) => {}
+                    (false, true) => released.push(delivery_id),
+                    (false, false) => ids.push(delivery_id),
                 }
             }
         }
+        settle_in_ranges(io, session, released, &described(RELEASED, Vec::new()));
         let state = if ack {
             described(ACCEPTED, Vec::new())
         } else {
@@ -1034,16 +1051,7 @@ impl Sessions {
             };
             described(REJECTED, vec![error_value(&error)])
         };
-        ids.sort_unstable();
-        let mut at = 0;
-        while at < ids.len() {
-            let mut end = at;
-            while end + 1 < ids.len() && ids[end + 1] == ids[end].wrapping_add(1) {
-                end += 1;
-            }
-            settle(io, session, ids[at], ids[end], state.clone());
-            at = end + 1;
-        }
+        settle_in_ranges(io, session, ids, &state);
         self.grant_credit(io, session, handle);
     }
 
@@ -1194,6 +1202,20 @@ fn route_of(link: Option<&Route>, message: &message::Inbound) -> Result<Route, (
 }
 
 /// Settles deliveries `first..=last` of a link the client sends on, with `state`.
+/// Settles deliveries `ids` of `session` with `state`, one disposition per run of consecutive ids.
+fn settle_in_ranges(io: &mut Io, session: u16, mut ids: Vec<u32>, state: &Value) {
+    ids.sort_unstable();
+    let mut at = 0;
+    while at < ids.len() {
+        let mut end = at;
+        while end + 1 < ids.len() && ids[end + 1] == ids[end].wrapping_add(1) {
+            end += 1;
+        }
+        settle(io, session, ids[at], ids[end], state.clone());
+        at = end + 1;
+    }
+}
+
 fn settle(io: &mut Io, session: u16, first: u32, last: u32, state: Value) {
     let last = (last != first).then_some(last);
     let frame = Performative::Disposition { receiver: true, first, last, settled: true, state };

@@ -9,7 +9,9 @@ use hourglass_broker::{AmqpError, ChannelId, Command, ConnectionId, Effect, Mess
 use hourglass_wire::amqp1::{
     decode_frame_header, decode_value, encode_value, FrameKind, Performative, Value,
 };
-use hourglass_wire::{BasicAck, BasicDeliver, BasicProperties, EncodedProperties, Method, ShortStr};
+use hourglass_wire::{
+    BasicAck, BasicDeliver, BasicProperties, BasicReturn, EncodedProperties, Method, ShortStr,
+};
 
 use super::{AMQP_HEADER, SASL_HEADER};
 use crate::{Connection, PeerInfo, SessionConfig, StaticUsers};
@@ -340,6 +342,59 @@ fn a_publishing_link_publishes_each_message_and_settles_it_when_the_broker_confi
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// RabbitMQ 4 settles an unsettled message no queue takes with `released` (the client may
+/// publish it again): the publish is mandatory, and the broker's return, which comes just before
+/// its ack, turns that ack into `released`; the messages around it are `accepted`. A message the
+/// client settled itself is not mandatory (dropped when unroutable, as RabbitMQ drops it).
+#[test]
+fn an_unroutable_unsettled_message_is_released_and_its_neighbours_accepted() {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, false, "/exchanges/events/nowhere"));
+    client.performatives();
+    client.conn.take_commands();
+    for id in 0..3 {
+        client.frame(FrameKind::Amqp, 0, transfer(0, Some(id), false), &data_message(b"m"));
+    }
+    let mut settled = transfer(0, Some(3), false);
+    if let Performative::Transfer { settled: s, .. } = &mut settled {
+        *s = Some(true);
+    }
+    client.frame(FrameKind::Amqp, 0, settled, &data_message(b"m"));
+    let mandatory: Vec<bool> = client
+        .conn
+        .take_commands()
+        .iter()
+        .filter_map(|c| match c {
+            Command::Publish { publish, .. } => Some(publish.mandatory),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(mandatory, [true, true, true, false]);
+    let send = |method: Method| Effect::Send { conn: CONN, channel: ChannelId(1), method, content: None };
+    client.effect(send(BasicAck { delivery_tag: 1, multiple: false }.into()));
+    let returned = BasicReturn {
+        reply_code: 312,
+        reply_text: ShortStr::from_static("NO_ROUTE"),
+        exchange: ShortStr::from_static("events"),
+        routing_key: ShortStr::from_static("nowhere"),
+    };
+    client.effect(send(returned.into()));
+    client.effect(send(BasicAck { delivery_tag: 2, multiple: false }.into()));
+    client.effect(send(BasicAck { delivery_tag: 3, multiple: false }.into()));
+    client.effect(send(BasicAck { delivery_tag: 4, multiple: false }.into()));
+    let outcomes: Vec<(u32, Value)> = client
+        .performatives()
+        .into_iter()
+        .filter_map(|p| match p {
+            Performative::Disposition { receiver: true, first, last: None, settled: true, state } => {
+                Some((first, state))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outcomes, [(0, outcome(0x24)), (1, outcome(0x26)), (2, outcome(0x24))]);
 }
 
 #[test]
