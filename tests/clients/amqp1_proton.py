@@ -2,7 +2,8 @@
 (issue 42): SASL PLAIN; publishing to `/queues/:q` and `/exchanges/:x/:rk` settled `accepted`
 once the broker confirms; consuming from `/queues/:q` with credit; the outcomes accepted,
 rejected (dead-lettered), released and modified (requeued, redelivered); an unroutable message
-settled `released`; a missing queue
+settled `released`; a delivery past its consumer timeout released to the client and redelivered
+on the same link (RabbitMQ 4.3); a missing queue
 detaches the link with `amqp:not-found`, a deleted one with `amqp:resource-deleted`; an
 `x-opt-delivery-time` annotation holds a message until it is due, never earlier; messages cross
 between 1.0 and 0-9-1 with their body, properties and headers, and through SQS (application
@@ -111,6 +112,24 @@ try:
     raise AssertionError("a consumer of a deleted queue must be detached")
 except LinkDetached as detached:
     assert "resource-deleted" in str(detached), detached
+
+# A delivery not settled within the queue's x-consumer-timeout is released to the client (RabbitMQ
+# 4.3 for AMQP 1.0) and comes back on the same link, which stays attached.
+ch.queue_declare("amqp1-slow", durable=True, arguments={"x-consumer-timeout": 1000})
+ch.queue_purge("amqp1-slow")
+conn.create_sender("/queues/amqp1-slow").send(Message(body=b"slow-job"))
+slow = conn.create_receiver("/queues/amqp1-slow", credit=2)
+first = slow.receive(timeout=5)
+assert bytes(first.body) == b"slow-job"
+started = time.monotonic()
+again = slow.receive(timeout=10)  # not settled: the timeout hands it out again
+assert bytes(again.body) == b"slow-job", again.body
+assert time.monotonic() - started >= 0.9, "not before the timeout"
+assert again.delivery_count >= 1 or again.first_acquirer is False, (again.delivery_count, again.first_acquirer)
+slow.release(delivered=False)  # settles the timed-out delivery back, as the spec asks
+slow.accept()  # the redelivery
+slow.close()
+assert ch.basic_get("amqp1-slow", auto_ack=True)[0] is None, "settled once, gone"
 
 # x-opt-delivery-time (RabbitMQ 4.4): held until due, never early.
 due_ms = int(time.time() * 1000) + 1200

@@ -202,6 +202,11 @@ pub enum Effect {
     /// The answer to a [`Command::Query`] on that channel (boxed: rare, and every delivery moves
     /// an `Effect`).
     Answer { conn: ConnectionId, channel: ChannelId, answer: Box<Answer> },
+    /// Delivery `delivery_tag` on that channel ran out its consumer timeout and is back in its
+    /// queue; its consumer goes on. Only to AMQP 1.0 connections, which tell the client with a
+    /// `released` disposition (RabbitMQ 4.3); 0-9-1 clients hear of a timeout by basic.cancel or
+    /// a channel error instead.
+    TimedOut { conn: ConnectionId, channel: ChannelId, delivery_tag: u64 },
 }
 
 impl Effect {
@@ -211,7 +216,8 @@ impl Effect {
             | Effect::ChannelError { conn, .. }
             | Effect::ConnectionError { conn, .. }
             | Effect::Blocked { conn, .. }
-            | Effect::Answer { conn, .. } => *conn,
+            | Effect::Answer { conn, .. }
+            | Effect::TimedOut { conn, .. } => *conn,
         }
     }
 }

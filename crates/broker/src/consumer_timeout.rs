@@ -5,7 +5,10 @@
 //!   gets `basic.cancel` for the consumer and keeps its channel; the consumer's other deliveries
 //!   stay with the channel, to be acked or to run out in turn, quietly;
 //! - otherwise, a basic.get delivery, a consumer already cancelled by the client, or
-//!   `close_channel` (RabbitMQ 3.x's behaviour): the channel is closed with 406.
+//!   `close_channel` (RabbitMQ 3.x's behaviour): the channel is closed with 406;
+//! - a consumer of an AMQP 1.0 link (its channel is the link's): the link is told which delivery
+//!   timed out (`Effect::TimedOut`), releases it to the client, and goes on consuming (RabbitMQ
+//!   4.3's behaviour for AMQP 1.0).
 //!
 //! Where the timeout comes from: the consumer's `x-consumer-timeout`, else the lower of the
 //! queue's argument and policy (`policy/merge.rs`), else the broker's `consumer_timeout` (30
@@ -15,7 +18,7 @@
 
 use hourglass_wire::{BasicCancel, ShortStr};
 
-use crate::api::{ChannelId, ConnectionId, Effect};
+use crate::api::{Effect, AMQP_1_0};
 use crate::broker::Broker;
 use crate::errors;
 use crate::queue::args::QueueArgs;
@@ -129,7 +132,7 @@ impl Broker {
         }
         for delivery in due {
             if let Some(timed_out) = self.take_back_timed_out(delivery, now) {
-                self.consumer_timed_out(delivery.conn, delivery.channel, timed_out.consumer_tag, ms, now);
+                self.consumer_timed_out(delivery, timed_out.consumer_tag, ms, now);
             }
         }
         if let Some(made) = oldest_left {
@@ -138,18 +141,24 @@ impl Broker {
         }
     }
 
-    /// A delivery to consumer `consumer_tag` (`None`: a basic.get) on `(conn, ch)` ran out its
-    /// consumer timeout of `timeout_ms` and is back in its queue: the consumer is cancelled, or
-    /// the channel closed (see the module doc).
+    /// `delivery`, to consumer `consumer_tag` (`None`: a basic.get), ran out its consumer
+    /// timeout of `timeout_ms` and is back in its queue: an AMQP 1.0 link is told and goes on,
+    /// else the consumer is cancelled or the channel closed (see the module doc).
     pub(crate) fn consumer_timed_out(
         &mut self,
-        conn: ConnectionId,
-        ch: ChannelId,
+        delivery: DeliveryRef,
         consumer_tag: Option<ShortStr>,
         timeout_ms: u64,
         now: Timestamp,
     ) {
+        let DeliveryRef { conn, channel: ch, tag: delivery_tag } = delivery;
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return };
+        let amqp1 = self.connections.get(&conn).is_some_and(|c| c.info.login.protocol == AMQP_1_0);
+        if amqp1 && consumer_tag.is_some() {
+            tracing::info!(conn = conn.0, channel = ch.0, timeout_ms, "delivery released: consumer timeout");
+            self.emit(Effect::TimedOut { conn, channel: ch, delivery_tag });
+            return;
+        }
         if let Some(tag) = consumer_tag {
             if channel.lost_to_timeout(&tag) {
                 return;

@@ -91,7 +91,7 @@ impl Broker {
             }
         }
         for (delivery, consumer_tag, ms) in consumer_timeouts {
-            self.consumer_timed_out(delivery.conn, delivery.channel, consumer_tag, ms, now);
+            self.consumer_timed_out(delivery, consumer_tag, ms, now);
         }
     }
 

@@ -531,6 +531,39 @@ fn consumer_timeout_returns_the_delivery_and_cancels_the_consumer() {
     assert!(header(&next[0], "x-receipt-handle").is_none(), "no receipt handle: not a visibility timeout");
 }
 
+/// Issue 42 (RabbitMQ 4.3 for AMQP 1.0): on a channel of an AMQP 1.0 connection (a link) a
+/// timed-out delivery comes back to the queue and the link is told which (`Effect::TimedOut`,
+/// which it turns into a `released` disposition); the consumer is not cancelled and the channel
+/// stays open, so the message comes back to the same consumer.
+#[test]
+fn an_amqp1_consumer_is_told_of_its_timed_out_delivery_and_goes_on() {
+    let mut tb = TestBroker::new();
+    let conn = tb.connect_amqp1();
+    let c = tb.open_channel(conn, 1);
+    declare_args(&mut tb, c, "q", &[("x-consumer-timeout", int(1_000))]);
+    consume(&mut tb, c, "q", "link", false);
+    tb.publish(c, "", "q", b"job");
+    assert!(tb.advance(ms(999)).iter().all(|e| !matches!(e, Effect::TimedOut { .. })));
+    let due = tb.advance(ms(1));
+    let timed_out: Vec<u64> = due
+        .iter()
+        .filter_map(|e| match e {
+            Effect::TimedOut { channel, delivery_tag, .. } if *channel == c.channel => Some(*delivery_tag),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(timed_out, [1]);
+    assert!(cancels(&due).is_empty() && channel_error(&due).is_none());
+    let again = deliveries(&due);
+    assert_eq!(again.len(), 1, "back to the same consumer at once: {due:?}");
+    assert!(again[0].method.redelivered);
+    assert_eq!(again[0].method.delivery_tag, 2);
+    assert!(channel_error(&ack(&mut tb, c, 1, false)).is_none(), "the stale tag is ignored");
+    ack(&mut tb, c, 2, false);
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_unacked, s.consumers), (0, 0, 1));
+}
+
 /// Issue 39: a consumer's `x-consumer-timeout` beats the queue's; without
 /// consumer_cancel_notify the channel is closed with RabbitMQ's 406, and the message is back.
 #[test]

@@ -296,7 +296,7 @@ impl Connection {
             Effect::ConnectionError { error, .. } => self.close_with(error, now),
             Effect::Blocked { reason, .. } => self.on_blocked(reason, now),
             // 0-9-1 asks no query.
-            Effect::Answer { .. } => {}
+            Effect::Answer { .. } | Effect::TimedOut { .. } => {}
         }
     }
 

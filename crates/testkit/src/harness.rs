@@ -43,6 +43,15 @@ impl TestBroker {
         self.open_connection("guest", hourglass_broker::Permissions::full(), capabilities)
     }
 
+    /// Opens a connection as `guest` on vhost `/`, with every capability, as an AMQP 1.0
+    /// connection (whose links are channels) logs in.
+    pub fn connect_amqp1(&mut self) -> ConnectionId {
+        let every = ClientCapabilities { consumer_cancel_notify: true, connection_blocked: true };
+        let login =
+            hourglass_broker::LoginInfo { protocol: hourglass_broker::AMQP_1_0, ..Default::default() };
+        self.open_connection_with("guest", hourglass_broker::Permissions::full(), every, login)
+    }
+
     /// Opens a connection as `user` on vhost `/` with these permissions.
     pub fn connect_as(
         &mut self,
@@ -59,6 +68,16 @@ impl TestBroker {
         permissions: std::sync::Arc<hourglass_broker::Permissions>,
         capabilities: ClientCapabilities,
     ) -> ConnectionId {
+        self.open_connection_with(user, permissions, capabilities, Default::default())
+    }
+
+    fn open_connection_with(
+        &mut self,
+        user: &str,
+        permissions: std::sync::Arc<hourglass_broker::Permissions>,
+        capabilities: ClientCapabilities,
+        login: hourglass_broker::LoginInfo,
+    ) -> ConnectionId {
         let conn = ConnectionId(self.next_conn);
         self.next_conn += 1;
         let info = ConnectionInfo {
@@ -73,7 +92,7 @@ impl TestBroker {
             heartbeat_s: 60,
             permissions,
             may_impersonate: false,
-            login: Default::default(),
+            login,
         };
         self.command(Command::ConnectionOpen { conn, info: Box::new(info) });
         conn

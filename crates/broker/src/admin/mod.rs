@@ -167,7 +167,7 @@ impl Broker {
                 Effect::ChannelError { error: e, .. } | Effect::ConnectionError { error: e, .. } => {
                     error = Some(e)
                 }
-                Effect::Blocked { .. } | Effect::Answer { .. } => {}
+                Effect::Blocked { .. } | Effect::Answer { .. } | Effect::TimedOut { .. } => {}
             }
         }
         self.effects = kept;

@@ -129,7 +129,8 @@ fn channel_of(effect: &Effect) -> Option<(ConnectionId, ChannelId)> {
     match effect {
         Effect::Send { conn, channel, .. }
         | Effect::ChannelError { conn, channel, .. }
-        | Effect::Answer { conn, channel, .. } => Some((*conn, *channel)),
+        | Effect::Answer { conn, channel, .. }
+        | Effect::TimedOut { conn, channel, .. } => Some((*conn, *channel)),
         Effect::ConnectionError { .. } | Effect::Blocked { .. } => None,
     }
 }

@@ -973,8 +973,35 @@ impl Sessions {
             Effect::Answer { channel, answer, .. } => {
                 self.request_queried(io, channel.0, &answer);
             }
+            Effect::TimedOut { channel, delivery_tag, .. } => self.timed_out(io, channel.0, delivery_tag),
             Effect::ConnectionError { .. } | Effect::Blocked { .. } => {}
         }
+    }
+
+    /// A delivery of a consuming link ran out its consumer timeout and the broker took it back:
+    /// the client is sent `released` for it, unsettled, as RabbitMQ 4.3 does (the spec's 2.6.12:
+    /// a sender that changes a delivery's state on its own says so and lets the receiver settle).
+    /// The link goes on; whatever the client settles that delivery with later does nothing.
+    fn timed_out(&mut self, io: &mut Io, channel: u16, tag: u64) {
+        let Some(&(session, handle)) = self.by_channel.get(&channel) else { return };
+        let Some(s) = self.sessions.get_mut(&session) else { return };
+        let Some(id) = s.unsettled.iter().find(|(_, held)| **held == (handle, tag)).map(|(id, _)| *id) else {
+            return;
+        };
+        s.unsettled.remove(&id);
+        if let Some(Link::Consuming(link)) = s.links.get_mut(&handle) {
+            link.unsettled = link.unsettled.saturating_sub(1);
+        }
+        let released = described(RELEASED, Vec::new());
+        let frame = Performative::Disposition {
+            receiver: false,
+            first: id,
+            last: None,
+            settled: false,
+            state: released,
+        };
+        write_frame(&mut io.out, FrameKind::Amqp, session, &frame, &[]);
+        self.pump(io, session, handle);
     }
 
     fn on_method(&mut self, io: &mut Io, channel: u16, method: Method, content: Option<Arc<Message>>) {

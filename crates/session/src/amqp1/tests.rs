@@ -417,6 +417,48 @@ fn a_message_in_several_transfers_is_published_once_whole() {
     }
 }
 
+/// RabbitMQ 4.3's consumer timeout over AMQP 1.0: the broker took a delivery back; the client
+/// is sent `released` for it, not settled (the spec's 2.6.12), and the link stays attached: the
+/// redelivery goes out on it with the client's next credit. The client's own settle of it afterwards reaches nothing
+/// in the broker (its tag is stale there, and no longer known here).
+#[test]
+fn a_timed_out_delivery_is_released_to_the_client_and_the_link_goes_on() {
+    let mut client = Client::with_session();
+    client.send(0, attach(1, true, "/queues/q"));
+    client.send(0, credit(1, 0, 1));
+    client.performatives();
+    client.conn.take_commands();
+    client.effect(deliver(1, b"job"));
+    assert_eq!(client.performatives().len(), 1, "the transfer");
+    client.effect(Effect::TimedOut { conn: CONN, channel: ChannelId(1), delivery_tag: 1 });
+    let released = outcome(0x26);
+    match &client.performatives()[..] {
+        [Performative::Disposition { receiver: false, first: 0, last: None, settled: false, state }] => {
+            assert_eq!(state, &released);
+        }
+        other => panic!("{other:?}"),
+    }
+    client.send(
+        0,
+        Performative::Disposition {
+            receiver: true,
+            first: 0,
+            last: None,
+            settled: true,
+            state: outcome(0x26),
+        },
+    );
+    assert!(client.conn.take_commands().is_empty(), "nothing to settle in the broker");
+    client.send(0, credit(1, 1, 1));
+    client.conn.take_commands();
+    client.effect(deliver(2, b"job"));
+    let transfers = client.performatives();
+    assert!(
+        matches!(&transfers[..], [Performative::Transfer { delivery_id: Some(1), .. }]),
+        "the redelivery goes out on the same link: {transfers:?}"
+    );
+}
+
 #[test]
 fn a_consuming_link_delivers_only_with_credit_and_turns_outcomes_into_acks_and_requeues() {
     let mut client = Client::with_session();
