@@ -1,9 +1,11 @@
 """RabbitMQ's own AMQP 1.0 client for Python (rabbitmq-amqp-python-client, issue 42), as its
 getting-started example uses it: it checks the server announces RabbitMQ 4, declares a quorum
 queue, an exchange and a binding through the `/management` node, publishes through an exchange
-address (each message `accepted`), consumes and accepts, reads the queue's info, purges, unbinds
-and deletes. A request the broker refuses gets its status (404 for a queue that does not exist)."""
+address (each message `accepted`), consumes and accepts, hands a message back with an
+`x-opt-delivery-time` (the `modified` outcome with annotations: redelivered then, never earlier,
+as RabbitMQ 4.3 holds it), reads the queue's info, purges, unbinds and deletes. A request the broker refuses gets its status (404 for a queue that does not exist)."""
 import sys
+import time
 
 from rabbitmq_amqp_python_client import (
     AddressHelper,
@@ -68,6 +70,39 @@ except Done:
     pass
 consumer.close()
 assert handler.bodies == [f"message {i}" for i in range(MESSAGES)], handler.bodies
+
+class Retry(AMQPMessagingHandler):
+    """Hands the first delivery back with an `x-opt-delivery-time` 1.5 s ahead (the `modified`
+    outcome with annotations; RabbitMQ 4.3 holds the message until then), accepts the second."""
+
+    def __init__(self):
+        super().__init__()
+        self.due_ms = None
+        self.again_ms = None
+
+    def on_amqp_message(self, event: Event):
+        now_ms = int(time.time() * 1000)
+        if self.due_ms is None:
+            self.due_ms = now_ms + 1500
+            self.delivery_context.requeue_with_annotations(event, {"x-opt-delivery-time": self.due_ms})
+            return
+        self.again_ms = now_ms
+        self.delivery_context.accept(event)
+        raise Done()
+
+
+publisher = connection.publisher(AddressHelper.queue_address(QUEUE))
+assert publisher.publish(Message(body=Converter.string_to_bytes("retry-me"))).remote_state == OutcomeState.ACCEPTED
+publisher.close()
+retry = Retry()
+consumer = connection.consumer(AddressHelper.queue_address(QUEUE), message_handler=retry)
+try:
+    consumer.run()
+except Done:
+    pass
+consumer.close()
+assert retry.again_ms >= retry.due_ms, f"redelivered {retry.due_ms - retry.again_ms} ms early"
+assert retry.again_ms - retry.due_ms < 1000, f"redelivered {retry.again_ms - retry.due_ms} ms late"
 
 management = connection.management()
 assert management.purge_queue(QUEUE) == 0

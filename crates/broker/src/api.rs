@@ -118,6 +118,18 @@ pub enum Command {
     /// consumers made after it) on a consumer that exists: an AMQP 1.0 link's credit, which the
     /// client changes as it goes. Nothing is answered; an unknown consumer is ignored.
     ConsumerPrefetch { conn: ConnectionId, channel: ChannelId, consumer_tag: ShortStr, prefetch: u16 },
+    /// Hands delivery `delivery_tag` back to its queue, as basic.reject with requeue does when
+    /// `failed` (else as basic.nack with requeue), not to be delivered again before `ready_at`:
+    /// an AMQP 1.0 `modified` outcome whose annotations name an `x-opt-delivery-time` (RabbitMQ
+    /// 4.3). Over its delivery limit the message is dead-lettered, as any return; an unknown tag
+    /// is a channel error, as for basic.reject.
+    ReturnAt {
+        conn: ConnectionId,
+        channel: ChannelId,
+        delivery_tag: u64,
+        failed: bool,
+        ready_at: crate::Timestamp,
+    },
 }
 
 /// What a [`Command::Query`] asks.
@@ -156,7 +168,8 @@ impl Command {
             | Command::ChannelAborted { conn, .. }
             | Command::DeliveryPaused { conn, .. }
             | Command::Query { conn, .. }
-            | Command::ConsumerPrefetch { conn, .. } => *conn,
+            | Command::ConsumerPrefetch { conn, .. }
+            | Command::ReturnAt { conn, .. } => *conn,
         }
     }
 }

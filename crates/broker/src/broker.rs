@@ -210,6 +210,12 @@ impl Broker {
             Command::ConsumerPrefetch { conn, channel, consumer_tag, prefetch } => {
                 self.set_consumer_prefetch(conn, channel, &consumer_tag, prefetch, now);
             }
+            Command::ReturnAt { conn, channel, delivery_tag, failed, ready_at } => {
+                if let Err(error) = self.return_at(conn, channel, delivery_tag, failed, ready_at, now) {
+                    let method = Method::BasicReject(Default::default());
+                    self.fail(conn, channel, error.on(&method), now);
+                }
+            }
             Command::Query { conn, channel, query } => {
                 if let Err(error) = self.answer_query(conn, channel, &query, now) {
                     let method = Method::QueueDeclare(Default::default());

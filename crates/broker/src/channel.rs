@@ -47,6 +47,9 @@ pub(crate) enum Settlement {
     /// basic.nack / basic.reject with requeue=true, or recover: back to the queue, as a failure
     /// (basic.reject) or not (RabbitMQ 4.3's delayed retry tells them apart).
     Requeue(ReturnKind),
+    /// Back to the queue as `Requeue`, to be delivered again no earlier than this time (an AMQP
+    /// 1.0 `modified` outcome naming an `x-opt-delivery-time`: `Command::ReturnAt`).
+    RequeueAt(ReturnKind, Timestamp),
     /// basic.nack / basic.reject with requeue=false: dead-lettered or dropped.
     Discard,
 }

@@ -43,12 +43,42 @@ impl Broker {
     /// A delivery of queue `id` came back unsettled, as `how`: it counts one failed delivery
     /// (unless the broker counts failures only and this is not one), then goes back to ready,
     /// waits out its back-off, or is dead-lettered over its limit (semantics §5).
-    pub(crate) fn return_to_queue(&mut self, id: QueueId, mut entry: Entry, how: ReturnKind, now: Timestamp) {
+    pub(crate) fn return_to_queue(&mut self, id: QueueId, entry: Entry, how: ReturnKind, now: Timestamp) {
+        self.return_until(id, entry, how, None, now);
+    }
+
+    /// As [`Broker::return_to_queue`], but the message is not delivered again before `ready_at`
+    /// (RabbitMQ 4.3: an explicit delivery time takes precedence over delayed retry and back-off;
+    /// over its delivery limit it is still dead-lettered at once). A time already past is none.
+    pub(crate) fn return_to_queue_at(
+        &mut self,
+        id: QueueId,
+        entry: Entry,
+        how: ReturnKind,
+        ready_at: Timestamp,
+        now: Timestamp,
+    ) {
+        self.return_until(id, entry, how, Some(ready_at).filter(|at| *at > now), now);
+    }
+
+    fn return_until(
+        &mut self,
+        id: QueueId,
+        mut entry: Entry,
+        how: ReturnKind,
+        ready_at: Option<Timestamp>,
+        now: Timestamp,
+    ) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
         if self.delivery_counting.counts(how) {
             entry.delivery_count = entry.delivery_count.saturating_add(1);
         }
-        match delivery_limit::on_return(&queue.args, entry.delivery_count, how) {
+        let fate = match (delivery_limit::on_return(&queue.args, entry.delivery_count, how), ready_at) {
+            (Return::OverLimit, _) => Return::OverLimit,
+            (_, Some(at)) => Return::After { delay_ms: at.as_millis().saturating_sub(now.as_millis()) },
+            (fate, None) => fate,
+        };
+        match fate {
             Return::Ready => {
                 entry.redelivered = true;
                 self.persist_update(id, &entry, None);

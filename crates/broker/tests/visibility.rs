@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::*;
 use hourglass_broker::consumer_timeout::{ConsumerTimeoutConfig, TimeoutResponse};
-use hourglass_broker::{BrokerConfig, ClientCapabilities, Effect, VisibilityError};
+use hourglass_broker::{BrokerConfig, ClientCapabilities, Command, Effect, VisibilityError};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -562,6 +562,46 @@ fn an_amqp1_consumer_is_told_of_its_timed_out_delivery_and_goes_on() {
     ack(&mut tb, c, 2, false);
     let s = stats(&tb, "q");
     assert_eq!((s.messages_ready, s.messages_unacked, s.consumers), (0, 0, 1));
+}
+
+/// Issue 42 (RabbitMQ 4.3): a delivery handed back with a time of its own (`Command::ReturnAt`,
+/// an AMQP 1.0 `modified` outcome naming `x-opt-delivery-time`) waits until then, counted as
+/// delayed, whatever the queue's back-off says, and comes back redelivered; over the delivery
+/// limit it is dead-lettered at once; a time already past is none.
+#[test]
+fn a_delivery_returned_with_a_ready_time_waits_for_it() {
+    let mut tb = TestBroker::new();
+    let conn = tb.connect_amqp1();
+    let c = tb.open_channel(conn, 1);
+    declare_args(&mut tb, c, "q", &[("x-delivery-limit", int(1))]);
+    consume(&mut tb, c, "q", "link", false);
+    tb.publish(c, "", "q", b"job");
+    let ready_at = hourglass_broker::Timestamp::from_millis(tb.clock.now().as_millis() + 5_000);
+    let back =
+        tb.command(Command::ReturnAt { conn, channel: c.channel, delivery_tag: 1, failed: true, ready_at });
+    assert!(deliveries(&back).is_empty() && channel_error(&back).is_none());
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_unacked, s.messages_delayed), (0, 0, 1));
+    assert!(deliveries(&tb.advance(ms(4_999))).is_empty(), "never early");
+    let again = deliveries(&tb.advance(ms(1)));
+    assert_eq!(again.len(), 1);
+    assert!(again[0].method.redelivered);
+    // A second failure is over the limit of 1: dead-lettered (dropped here) at once, not held.
+    let later = hourglass_broker::Timestamp::from_millis(tb.clock.now().as_millis() + 5_000);
+    let gone = tb.command(Command::ReturnAt {
+        conn,
+        channel: c.channel,
+        delivery_tag: 2,
+        failed: true,
+        ready_at: later,
+    });
+    assert!(channel_error(&gone).is_none());
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_unacked, s.messages_delayed), (0, 0, 0));
+    // An unknown tag is basic.reject's channel error.
+    let unknown =
+        tb.command(Command::ReturnAt { conn, channel: c.channel, delivery_tag: 9, failed: false, ready_at });
+    assert_eq!(channel_error(&unknown).map(|e| e.reply_code), Some(406));
 }
 
 /// Issue 39: a consumer's `x-consumer-timeout` beats the queue's; without

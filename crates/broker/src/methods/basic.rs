@@ -499,6 +499,21 @@ impl Broker {
         self.settle(conn, ch, m.delivery_tag, false, settlement, now)
     }
 
+    /// `Command::ReturnAt`: delivery `tag` back to its queue (a failure when `failed`, as
+    /// basic.reject; else a hand-back, as basic.nack), not delivered again before `ready_at`.
+    pub(crate) fn return_at(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        tag: u64,
+        failed: bool,
+        ready_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
+        let how = if failed { ReturnKind::Failed } else { ReturnKind::Returned };
+        self.settle(conn, ch, tag, false, Settlement::RequeueAt(how, ready_at), now)
+    }
+
     /// basic.recover(-async) requeue=true: every unacked delivery goes back to its queue.
     /// requeue=false is not supported by RabbitMQ either (540).
     pub(super) fn basic_recover(
@@ -570,6 +585,7 @@ impl Broker {
                     self.persist_settle(id, delivery.entry.persist_id());
                 }
                 Settlement::Requeue(how) => self.return_to_queue(id, delivery.entry, how, now),
+                Settlement::RequeueAt(how, at) => self.return_to_queue_at(id, delivery.entry, how, at, now),
                 Settlement::Discard => {
                     let entry = delivery.entry;
                     queue.settle(&entry);

@@ -230,6 +230,13 @@ enum Outcome {
     Requeue {
         failed: bool,
     },
+    /// Back to the queue as `Requeue`, not to be delivered again before this time (ms since the
+    /// epoch): a `modified` outcome whose message annotations name `x-opt-delivery-time`
+    /// (RabbitMQ 4.3).
+    RequeueAt {
+        failed: bool,
+        at_ms: u64,
+    },
 }
 
 fn described(code: u64, fields: Vec<Value>) -> Value {
@@ -259,8 +266,29 @@ fn outcome_of(state: &Value) -> Option<Outcome> {
         Value::Ulong(MODIFIED) => {
             let undeliverable_here = matches!(fields.get(1), Some(Value::Bool(true)));
             let failed = matches!(fields.first(), Some(Value::Bool(true)));
-            Some(if undeliverable_here { Outcome::Rejected } else { Outcome::Requeue { failed } })
+            Some(match (undeliverable_here, delivery_time_of(fields.get(2))) {
+                (true, _) => Outcome::Rejected,
+                (false, Some(at_ms)) => Outcome::RequeueAt { failed, at_ms },
+                (false, None) => Outcome::Requeue { failed },
+            })
         }
+        _ => None,
+    }
+}
+
+/// The `x-opt-delivery-time` of a `modified` outcome's message annotations (a timestamp, or an
+/// integer of milliseconds since the epoch, as RabbitMQ reads it), if they name one.
+fn delivery_time_of(annotations: Option<&Value>) -> Option<u64> {
+    let Some(Value::Map(pairs)) = annotations else { return None };
+    // Keys are symbols by the spec; proton sends a Python dict's as strings, which RabbitMQ reads too.
+    let named =
+        |key: &Value| matches!(key, Value::Symbol(k) | Value::String(k) if k == "x-opt-delivery-time");
+    let (_, value) = pairs.iter().find(|(key, _)| named(key))?;
+    match *value {
+        Value::Timestamp(ms) | Value::Long(ms) => u64::try_from(ms).ok(),
+        Value::Ulong(ms) => Some(ms),
+        Value::Uint(ms) => Some(u64::from(ms)),
+        Value::Int(ms) => u64::try_from(ms).ok(),
         _ => None,
     }
 }
@@ -884,11 +912,17 @@ impl Sessions {
             acted.push((handle, channel, tag));
         }
         for (_, channel, tag) in &acted {
+            if let Outcome::RequeueAt { failed, at_ms } = outcome {
+                let ready_at = Timestamp::from_millis(at_ms);
+                let (conn, channel, delivery_tag) = (self.conn, ChannelId(*channel), *tag);
+                io.commands.push_back(Command::ReturnAt { conn, channel, delivery_tag, failed, ready_at });
+                continue;
+            }
             let method: Method = match outcome {
                 Outcome::Accepted => BasicAck { delivery_tag: *tag, multiple: false }.into(),
                 Outcome::Rejected => BasicReject { delivery_tag: *tag, requeue: false }.into(),
                 Outcome::Requeue { failed: true } => BasicReject { delivery_tag: *tag, requeue: true }.into(),
-                Outcome::Requeue { failed: false } => {
+                Outcome::Requeue { failed: false } | Outcome::RequeueAt { .. } => {
                     BasicNack { delivery_tag: *tag, multiple: false, requeue: true }.into()
                 }
             };

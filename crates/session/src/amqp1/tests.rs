@@ -459,6 +459,59 @@ fn a_timed_out_delivery_is_released_to_the_client_and_the_link_goes_on() {
     );
 }
 
+/// RabbitMQ 4.3's delayed retry by hand: a `modified` outcome whose message annotations name an
+/// `x-opt-delivery-time` hands the delivery back to be delivered again no earlier than that
+/// (`Command::ReturnAt`), as a failure when `delivery-failed` is set; without the annotation it
+/// is the plain reject with requeue.
+#[test]
+fn a_modified_outcome_with_a_delivery_time_returns_the_message_until_then() {
+    let mut client = Client::with_session();
+    client.send(0, attach(1, true, "/queues/q"));
+    client.send(0, credit(1, 0, 2));
+    client.performatives();
+    client.conn.take_commands();
+    client.effect(deliver(7, b"job"));
+    client.effect(deliver(8, b"job"));
+    client.performatives();
+    // As RabbitMQ's Python client sends it: a string key (proton's for a dict's str) and a long.
+    let annotations =
+        Value::Map(vec![(Value::String("x-opt-delivery-time".into()), Value::Long(1_900_000_000_000))]);
+    let modified = |annotations: Value| {
+        Value::Described(
+            Box::new(Value::Ulong(0x27)),
+            Box::new(Value::List(vec![Value::Bool(true), Value::Bool(false), annotations])),
+        )
+    };
+    client.send(
+        0,
+        Performative::Disposition {
+            receiver: true,
+            first: 0,
+            last: None,
+            settled: true,
+            state: modified(annotations),
+        },
+    );
+    client.send(
+        0,
+        Performative::Disposition {
+            receiver: true,
+            first: 1,
+            last: None,
+            settled: true,
+            state: modified(Value::Null),
+        },
+    );
+    match &client.conn.take_commands()[..] {
+        [Command::ReturnAt { channel, delivery_tag: 7, failed: true, ready_at, .. }, Command::Method { method: Method::BasicReject(reject), .. }] =>
+        {
+            assert_eq!((channel.0, ready_at.as_millis()), (1, 1_900_000_000_000));
+            assert_eq!((reject.delivery_tag, reject.requeue), (8, true));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn a_consuming_link_delivers_only_with_credit_and_turns_outcomes_into_acks_and_requeues() {
     let mut client = Client::with_session();
