@@ -20,7 +20,7 @@ pub mod cluster;
 mod default_user;
 mod tls;
 
-use default_user::default_user;
+use default_user::logins;
 pub use default_user::DefaultUser;
 
 pub use tls::TlsSettings;
@@ -292,6 +292,13 @@ pub struct Cli {
     /// The password of `--default-user` (RabbitMQ's `default_pass`).
     #[arg(long, env = "HOURGLASS_DEFAULT_PASS", hide_env_values = true)]
     pub default_pass: Option<String>,
+    /// Offer SASL ANONYMOUS to AMQP 1.0 clients, logging them in as this user (RabbitMQ 4's
+    /// `anonymous_login_user`); with `--anonymous-login-pass`. Off by default.
+    #[arg(long, env = "HOURGLASS_ANONYMOUS_LOGIN_USER")]
+    pub anonymous_login_user: Option<String>,
+    /// The password `--anonymous-login-user` is checked with (RabbitMQ 4's `anonymous_login_pass`).
+    #[arg(long, env = "HOURGLASS_ANONYMOUS_LOGIN_PASS", hide_env_values = true)]
+    pub anonymous_login_pass: Option<String>,
     /// Clustered mode (`--etcd-endpoints` and the rest: docs/clustering.md).
     #[command(flatten)]
     pub cluster: cluster::ClusterCli,
@@ -338,6 +345,8 @@ pub struct FileConfig {
     pub load_definitions: Option<PathBuf>,
     pub default_user: Option<String>,
     pub default_pass: Option<String>,
+    pub anonymous_login_user: Option<String>,
+    pub anonymous_login_pass: Option<String>,
     pub queue_resident_messages: Option<usize>,
     /// A size string (`"64MiB"`) or a number of bytes.
     pub queue_resident_bytes: Option<SizeSetting>,
@@ -503,6 +512,8 @@ pub struct Config {
     pub set_aside_damaged_definitions: bool,
     /// The administrator a blank catalog gets instead of guest (`Cli` says more).
     pub default_user: Option<DefaultUser>,
+    /// The user SASL ANONYMOUS logs AMQP 1.0 clients in as; `None`: not offered.
+    pub anonymous_login: Option<hourglass_session::AnonymousLogin>,
     /// The first refused login's hold per address (ms); 0: no slowdown.
     pub login_failure_delay_ms: u64,
     /// A socket write making no progress this long closes the connection (ms).
@@ -553,6 +564,8 @@ impl Default for Config {
             set_aside_damaged_definitions: false,
             // RabbitMQ's guest/guest, from loopback only (`DEFAULT_LOOPBACK_USERS`).
             default_user: None,
+            // RabbitMQ 4 logs ANONYMOUS in as guest/guest by default; here it is asked for.
+            anonymous_login: None,
             login_failure_delay_ms: DEFAULT_LOGIN_FAILURE_DELAY_MS,
             tcp_send_timeout_ms: DEFAULT_TCP_SEND_TIMEOUT_MS,
             worker_threads: None,
@@ -590,6 +603,7 @@ impl Config {
         let cluster_file = file.cluster();
         let http = http_limits(&cli, &file, defaults.http)?;
         let tls = tls::tls_settings(&cli, &file)?;
+        let (default_user, anonymous_login) = logins(&cli, &file)?;
         let amqp = amqp_limits(&cli, &file, defaults.amqp)?;
         let disk_free_limit = disk_free_limit(
             cli.disk_free_limit_relative.or(file.disk_free_limit_relative),
@@ -661,10 +675,8 @@ impl Config {
             load_definitions: cli.load_definitions.or(file.load_definitions),
             paging,
             set_aside_damaged_definitions: cli.set_aside_damaged_definitions,
-            default_user: default_user(
-                cli.default_user.or(file.default_user),
-                cli.default_pass.or(file.default_pass),
-            )?,
+            default_user,
+            anonymous_login,
             login_failure_delay_ms: cli
                 .login_failure_delay_ms
                 .or(file.login_failure_delay_ms)

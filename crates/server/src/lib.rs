@@ -426,6 +426,7 @@ fn session_config(
     Arc::new(SessionConfig {
         login_limiter: logins,
         external_auth: config.tls.as_ref().is_some_and(|tls| tls.external_auth),
+        anonymous_login: config.anonymous_login.clone(),
         max_message_size: config.amqp.max_message_size,
         channel_max: config.amqp.channel_max,
         frame_max: config.amqp.frame_max,

@@ -59,6 +59,23 @@ pub struct SessionConfig {
     /// Open connections per vhost and user and channels per user, for the limits the
     /// authenticator knows (`client_limits.rs`); shared by every connection.
     pub occupancy: Arc<Occupancy>,
+    /// The user SASL ANONYMOUS logs AMQP 1.0 clients in as (RabbitMQ 4's `anonymous_login_user`
+    /// and `anonymous_login_pass`), checked as a PLAIN login of it is. `None`, the default:
+    /// ANONYMOUS is not offered.
+    pub anonymous_login: Option<AnonymousLogin>,
+}
+
+/// The credentials SASL ANONYMOUS logs in with.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AnonymousLogin {
+    pub user: String,
+    pub pass: String,
+}
+
+impl fmt::Debug for AnonymousLogin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnonymousLogin").field("user", &self.user).finish_non_exhaustive()
+    }
 }
 
 /// The `product` connection.start names by default: clients choose RabbitMQ's semantics by it
@@ -85,6 +102,7 @@ impl SessionConfig {
             login_limiter: Arc::new(LoginLimiter::default()),
             external_auth: false,
             occupancy: Arc::new(Occupancy::default()),
+            anonymous_login: None,
         }
     }
 }
@@ -101,6 +119,7 @@ impl fmt::Debug for SessionConfig {
             .field("hourglass_version", &self.hourglass_version)
             .field("cluster_name", &self.cluster_name)
             .field("external_auth", &self.external_auth)
+            .field("anonymous_login", &self.anonymous_login)
             .finish_non_exhaustive()
     }
 }

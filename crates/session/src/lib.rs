@@ -36,8 +36,8 @@ pub use auth::{
 };
 pub use client_limits::{ClientLimits, LimitReached, Occupancy, Seat};
 pub use config::{
-    SessionConfig, DEFAULT_CHANNEL_MAX, DEFAULT_FRAME_MAX, DEFAULT_HEARTBEAT_S, DEFAULT_MAX_MESSAGE_SIZE,
-    DEFAULT_SERVER_PRODUCT,
+    AnonymousLogin, SessionConfig, DEFAULT_CHANNEL_MAX, DEFAULT_FRAME_MAX, DEFAULT_HEARTBEAT_S,
+    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_SERVER_PRODUCT,
 };
 pub use connection::{
     Connection, PeerInfo, CLOSING_TIMEOUT_MAX_MS, DRAIN_AFTER_CLOSE_OK_MS, HANDSHAKE_CLOSE_TIMEOUT_MS,

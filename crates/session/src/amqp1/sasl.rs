@@ -1,7 +1,7 @@
 //! AMQP 1.0's SASL layer (part 5.3) and the open's vhost check, with the same users, limits and
 //! failed-login slowdown as 0-9-1: PLAIN always, EXTERNAL when it is turned on and the client
-//! presented a verified certificate. ANONYMOUS is not offered (RabbitMQ 4 offers it only when an
-//! anonymous user is configured).
+//! presented a verified certificate, ANONYMOUS when an anonymous user is configured (as RabbitMQ
+//! 4's `anonymous_login_user`; off by default here).
 
 use std::sync::Arc;
 
@@ -42,8 +42,13 @@ pub(super) fn mechanisms(config: &SessionConfig, has_certificate: bool) -> Vec<S
     if config.external_auth && has_certificate {
         offered.push("EXTERNAL".to_owned());
     }
+    if config.anonymous_login.is_some() {
+        offered.push(ANONYMOUS.to_owned());
+    }
     offered
 }
+
+const ANONYMOUS: &str = "ANONYMOUS";
 
 /// Checks a sasl-init.
 pub(super) fn login(
@@ -55,8 +60,15 @@ pub(super) fn login(
     now: Timestamp,
 ) -> Result<Login, Refusal> {
     let refused = |username: &str, reason| Refusal { username: username.to_owned(), reason, hold_ms: 0 };
-    let (username, checked) = match Mechanism::parse(mechanism.as_bytes()) {
-        Some(Mechanism::Plain) => match Mechanism::Plain.credentials(response) {
+    let anonymous = config.anonymous_login.as_ref().filter(|_| mechanism == ANONYMOUS);
+    let (username, checked) = match (anonymous, Mechanism::parse(mechanism.as_bytes())) {
+        // RFC 4505's trace information in the response is ignored, as RabbitMQ does.
+        (Some(anonymous), _) => {
+            let checked =
+                config.authenticator.authenticate(&anonymous.user, &anonymous.pass, peer.is_loopback);
+            (anonymous.user.clone(), checked)
+        }
+        (None, Some(Mechanism::Plain)) => match Mechanism::Plain.credentials(response) {
             Ok(c) => {
                 let checked = config.authenticator.authenticate(&c.username, &c.password, peer.is_loopback);
                 (c.username, checked)
@@ -65,7 +77,7 @@ pub(super) fn login(
                 return Err(refused("<unusable credentials>", LoginRefused::Unusable));
             }
         },
-        Some(Mechanism::External) if config.external_auth => {
+        (None, Some(Mechanism::External)) if config.external_auth => {
             match certificate.and_then(|c| c.common_name.clone()) {
                 Some(name) => {
                     let checked = config.authenticator.authenticate_external(&name, peer.is_loopback);
@@ -83,7 +95,11 @@ pub(super) fn login(
     }
     match checked {
         Ok(()) => {
-            let mechanism = if mechanism == "EXTERNAL" { "EXTERNAL" } else { "PLAIN" };
+            let mechanism = match mechanism {
+                "EXTERNAL" => "EXTERNAL",
+                ANONYMOUS => ANONYMOUS,
+                _ => "PLAIN",
+            };
             Ok(Login { username, mechanism })
         }
         Err(reason) => {

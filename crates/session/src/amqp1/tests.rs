@@ -14,7 +14,7 @@ use hourglass_wire::{
 };
 
 use super::{AMQP_HEADER, SASL_HEADER};
-use crate::{Connection, PeerInfo, SessionConfig, StaticUsers};
+use crate::{AnonymousLogin, Connection, PeerInfo, SessionConfig, StaticUsers};
 
 const CONN: ConnectionId = ConnectionId(9);
 const T0: u64 = 5_000_000;
@@ -29,9 +29,16 @@ struct Client {
 
 impl Client {
     fn new() -> Self {
+        Self::configured(|_| {})
+    }
+
+    /// A client of a connection whose settings `configure` changes from the defaults.
+    fn configured(configure: impl FnOnce(&mut SessionConfig)) -> Self {
         let peer =
             PeerInfo { addr: "127.0.0.1:6000".into(), local: "127.0.0.1:5672".into(), is_loopback: true };
-        let config = SessionConfig::new(Arc::new(StaticUsers::default().with_user("alice", "secret", false)));
+        let mut config =
+            SessionConfig::new(Arc::new(StaticUsers::default().with_user("alice", "secret", false)));
+        configure(&mut config);
         let now = Timestamp::from_millis(T0);
         Client {
             conn: Connection::new(CONN, peer, Arc::new(config), now),
@@ -280,6 +287,53 @@ fn a_wrong_password_gets_the_auth_outcome_and_the_connection_ends() {
     assert_eq!(client.performatives(), vec![Performative::SaslOutcome { code: 1 }]);
     assert!(client.conn.is_closed());
     assert!(client.conn.take_commands().is_empty());
+}
+
+/// SASL ANONYMOUS (RabbitMQ 4's `anonymous_login_user`): not offered unless an anonymous user is
+/// configured; then it logs in as that user, checked as its PLAIN login would be (a wrong
+/// configured password is refused like any other).
+#[test]
+fn anonymous_is_offered_only_when_configured_and_logs_in_as_its_user() {
+    let mechanisms = |client: &mut Client| -> Vec<String> {
+        client.bytes(&SASL_HEADER);
+        let _ = client.header();
+        match &client.performatives()[..] {
+            [Performative::SaslMechanisms { mechanisms }] => mechanisms.clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let anonymous_init =
+        Performative::SaslInit { mechanism: "ANONYMOUS".into(), initial_response: None, hostname: None };
+
+    let mut off = Client::new();
+    assert_eq!(mechanisms(&mut off), ["PLAIN"]);
+    off.frame(FrameKind::Sasl, 0, anonymous_init.clone(), &[]);
+    assert_eq!(off.performatives(), vec![Performative::SaslOutcome { code: 1 }]);
+
+    let with = |pass: &str| {
+        Client::configured(|config| {
+            config.anonymous_login = Some(AnonymousLogin { user: "alice".into(), pass: pass.into() });
+        })
+    };
+    let mut on = with("secret");
+    assert_eq!(mechanisms(&mut on), ["PLAIN", "ANONYMOUS"]);
+    on.frame(FrameKind::Sasl, 0, anonymous_init.clone(), &[]);
+    assert_eq!(on.performatives(), vec![Performative::SaslOutcome { code: 0 }]);
+    on.bytes(&AMQP_HEADER);
+    let _ = on.header();
+    on.send(0, open(Some("vhost:/")));
+    on.performatives();
+    match &on.conn.take_commands()[..] {
+        [Command::ConnectionOpen { info, .. }] => {
+            assert_eq!((info.user.as_str(), info.login.mechanism), ("alice", "ANONYMOUS"));
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let mut wrong = with("not-the-password");
+    mechanisms(&mut wrong);
+    wrong.frame(FrameKind::Sasl, 0, anonymous_init, &[]);
+    assert_eq!(wrong.performatives(), vec![Performative::SaslOutcome { code: 1 }]);
 }
 
 #[test]
