@@ -173,7 +173,7 @@ async fn phase(cluster: &mut Cluster, fault: Fault, tag: &str) {
         confirmed.clone(),
         stop.clone(),
     ));
-    wait_for_confirms(&confirmed, 100).await;
+    wait_for_confirms(&confirmed, 100, cluster).await;
     let faulted_at = Instant::now();
     match fault {
         Fault::Kill => cluster.node(&leader).kill9(),
@@ -182,7 +182,7 @@ async fn phase(cluster: &mut Cluster, fault: Fault, tag: &str) {
     let before = confirmed.lock().unwrap().ids.len();
     let new_leader = tokio::task::block_in_place(|| cluster.wait_new_leader(&leader, PHASE));
     *url_view.lock().unwrap() = cluster.follower_url(&leader);
-    wait_for_confirms(&confirmed, before + 100).await;
+    wait_for_confirms(&confirmed, before + 100, cluster).await;
     let failover = confirmed.lock().unwrap().failover_time(faulted_at);
     eprintln!("{tag}: leader {leader} faulted; {new_leader} leads; fault to first confirm after reconnect: {failover:?}");
     stop.store(true, Ordering::SeqCst);
@@ -200,10 +200,20 @@ async fn phase(cluster: &mut Cluster, fault: Fault, tag: &str) {
     assert_eq!(leaders, Some(1), "{tag}: one leader");
 }
 
-async fn wait_for_confirms(confirmed: &Mutex<Confirmed>, at_least: usize) {
+/// Waits for `at_least` confirms; past [`PHASE`] prints the end of every node's log (what a
+/// failure under load needs to be understood) and fails.
+async fn wait_for_confirms(confirmed: &Mutex<Confirmed>, at_least: usize, cluster: &Cluster) {
     let deadline = Instant::now() + PHASE;
     while confirmed.lock().unwrap().ids.len() < at_least {
-        assert!(Instant::now() < deadline, "fewer than {at_least} confirms within {PHASE:?}");
+        if Instant::now() >= deadline {
+            for node in &cluster.nodes {
+                let lines = node.log_lines_with("");
+                for line in &lines[lines.len().saturating_sub(150)..] {
+                    eprintln!("[{}] {line}", node.name);
+                }
+            }
+            panic!("fewer than {at_least} confirms within {PHASE:?}");
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
