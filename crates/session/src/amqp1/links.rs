@@ -293,6 +293,25 @@ fn delivery_time_of(annotations: Option<&Value>) -> Option<u64> {
     }
 }
 
+impl Outcome {
+    /// What the broker is told of delivery `tag` on `channel` settled with this outcome.
+    fn command(self, conn: ConnectionId, channel: ChannelId, tag: u64) -> Command {
+        let method: Method = match self {
+            Outcome::Accepted => BasicAck { delivery_tag: tag, multiple: false }.into(),
+            Outcome::Rejected => BasicReject { delivery_tag: tag, requeue: false }.into(),
+            Outcome::Requeue { failed: true } => BasicReject { delivery_tag: tag, requeue: true }.into(),
+            Outcome::Requeue { failed: false } => {
+                BasicNack { delivery_tag: tag, multiple: false, requeue: true }.into()
+            }
+            Outcome::RequeueAt { failed, at_ms } => {
+                let ready_at = Timestamp::from_millis(at_ms);
+                return Command::ReturnAt { conn, channel, delivery_tag: tag, failed, ready_at };
+            }
+        };
+        Command::Method { conn, channel, method }
+    }
+}
+
 /// The address field (the first) of a source or target.
 fn address_of(terminus: &Value) -> Option<String> {
     let Value::Described(_, fields) = terminus else { return None };
@@ -912,21 +931,7 @@ impl Sessions {
             acted.push((handle, channel, tag));
         }
         for (_, channel, tag) in &acted {
-            if let Outcome::RequeueAt { failed, at_ms } = outcome {
-                let ready_at = Timestamp::from_millis(at_ms);
-                let (conn, channel, delivery_tag) = (self.conn, ChannelId(*channel), *tag);
-                io.commands.push_back(Command::ReturnAt { conn, channel, delivery_tag, failed, ready_at });
-                continue;
-            }
-            let method: Method = match outcome {
-                Outcome::Accepted => BasicAck { delivery_tag: *tag, multiple: false }.into(),
-                Outcome::Rejected => BasicReject { delivery_tag: *tag, requeue: false }.into(),
-                Outcome::Requeue { failed: true } => BasicReject { delivery_tag: *tag, requeue: true }.into(),
-                Outcome::Requeue { failed: false } | Outcome::RequeueAt { .. } => {
-                    BasicNack { delivery_tag: *tag, multiple: false, requeue: true }.into()
-                }
-            };
-            self.method(io, *channel, method);
+            io.commands.push_back(outcome.command(self.conn, ChannelId(*channel), *tag));
         }
         if !settled && !acted.is_empty() {
             settle_as_sender(io, session, first, last, state.clone());

@@ -136,6 +136,17 @@ impl Client {
         let _ = client.conn.take_commands();
         client
     }
+
+    /// A client with a link receiving from `/queues/q` (handle 1, broker channel 1) that has
+    /// granted `credit`; what that wrote and asked of the broker already read.
+    fn consuming(credit_granted: u32) -> Self {
+        let mut client = Client::with_session();
+        client.send(0, attach(1, true, "/queues/q"));
+        client.send(0, credit(1, 0, credit_granted));
+        client.performatives();
+        client.conn.take_commands();
+        client
+    }
 }
 
 fn open(hostname: Option<&str>) -> Performative {
@@ -213,6 +224,11 @@ fn transfer(handle: u32, delivery_id: Option<u32>, more: bool) -> Performative {
         state: Value::Null,
         aborted: false,
     }
+}
+
+/// The client settles its delivery `id` with `state`.
+fn settle(id: u32, state: Value) -> Performative {
+    Performative::Disposition { receiver: true, first: id, last: None, settled: true, state }
 }
 
 fn outcome(code: u64) -> Value {
@@ -477,11 +493,7 @@ fn a_message_in_several_transfers_is_published_once_whole() {
 /// in the broker (its tag is stale there, and no longer known here).
 #[test]
 fn a_timed_out_delivery_is_released_to_the_client_and_the_link_goes_on() {
-    let mut client = Client::with_session();
-    client.send(0, attach(1, true, "/queues/q"));
-    client.send(0, credit(1, 0, 1));
-    client.performatives();
-    client.conn.take_commands();
+    let mut client = Client::consuming(1);
     client.effect(deliver(1, b"job"));
     assert_eq!(client.performatives().len(), 1, "the transfer");
     client.effect(Effect::TimedOut { conn: CONN, channel: ChannelId(1), delivery_tag: 1 });
@@ -492,16 +504,7 @@ fn a_timed_out_delivery_is_released_to_the_client_and_the_link_goes_on() {
         }
         other => panic!("{other:?}"),
     }
-    client.send(
-        0,
-        Performative::Disposition {
-            receiver: true,
-            first: 0,
-            last: None,
-            settled: true,
-            state: outcome(0x26),
-        },
-    );
+    client.send(0, settle(0, outcome(0x26)));
     assert!(client.conn.take_commands().is_empty(), "nothing to settle in the broker");
     client.send(0, credit(1, 1, 1));
     client.conn.take_commands();
@@ -519,11 +522,7 @@ fn a_timed_out_delivery_is_released_to_the_client_and_the_link_goes_on() {
 /// is the plain reject with requeue.
 #[test]
 fn a_modified_outcome_with_a_delivery_time_returns_the_message_until_then() {
-    let mut client = Client::with_session();
-    client.send(0, attach(1, true, "/queues/q"));
-    client.send(0, credit(1, 0, 2));
-    client.performatives();
-    client.conn.take_commands();
+    let mut client = Client::consuming(2);
     client.effect(deliver(7, b"job"));
     client.effect(deliver(8, b"job"));
     client.performatives();
@@ -536,26 +535,8 @@ fn a_modified_outcome_with_a_delivery_time_returns_the_message_until_then() {
             Box::new(Value::List(vec![Value::Bool(true), Value::Bool(false), annotations])),
         )
     };
-    client.send(
-        0,
-        Performative::Disposition {
-            receiver: true,
-            first: 0,
-            last: None,
-            settled: true,
-            state: modified(annotations),
-        },
-    );
-    client.send(
-        0,
-        Performative::Disposition {
-            receiver: true,
-            first: 1,
-            last: None,
-            settled: true,
-            state: modified(Value::Null),
-        },
-    );
+    client.send(0, settle(0, modified(annotations)));
+    client.send(0, settle(1, modified(Value::Null)));
     match &client.conn.take_commands()[..] {
         [Command::ReturnAt { channel, delivery_tag: 7, failed: true, ready_at, .. }, Command::Method { method: Method::BasicReject(reject), .. }] =>
         {
