@@ -62,6 +62,7 @@ fn kinds(ops: &[SequencedOp]) -> Vec<&'static str> {
             StoreOp::Update { .. } => "update",
             StoreOp::Purge { .. } => "purge",
             StoreOp::Catalog(_) => "catalog",
+            StoreOp::Checkpoint(_) => "checkpoint",
         })
         .collect()
 }

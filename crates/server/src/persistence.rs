@@ -22,13 +22,13 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use hourglass_broker::{
-    Broker, CatalogChange, DefinitionNotStored, Definitions, MessageSource, RecordLocation, RestoreReport,
-    SequencedOp, StoreOp, StoredBody, StoredLocation, StoredMessage, Timestamp,
+    Broker, CatalogChange, DefinitionNotStored, Definitions, MessageSource, QueueState, RecordLocation,
+    RestoreReport, SequencedOp, StoreOp, StoredBody, StoredLocation, StoredMessage, Timestamp,
 };
 use hourglass_store::catalog::{Catalog, CatalogError};
 use hourglass_store::{
-    CommitError, Damage, FsStorage, Location, OnCorruption, OpenError, ReadError, Recovered, SegmentReader,
-    Storage, Store, StoreConfig,
+    CommitError, Damage, FsStorage, Location, OnCorruption, OpenError, QueueCheckpoint, ReadError, Recovered,
+    RecoveredQueueState, Replay, SegmentReader, Storage, Store, StoreConfig,
 };
 use tokio::sync::mpsc;
 
@@ -102,7 +102,7 @@ impl DataDir {
             definitions = wrap(definitions, "");
         }
         let config = StoreConfig { on_corruption, ..StoreConfig::default() };
-        let (store, recovered) = match Store::open(messages, config) {
+        let (mut store, recovered) = match Store::open(messages, config) {
             Ok(opened) => opened,
             Err(e @ OpenError::Corrupt { .. }) => {
                 return Err(anyhow::Error::new(e).context(format!(
@@ -113,6 +113,8 @@ impl DataDir {
             }
             Err(e) => return Err(anyhow::Error::new(e).context("recovering the message log")),
         };
+        // The broker offers checkpoints with its queues' states (ADR 0019).
+        store.take_checkpoints_on_request();
         log_recovery(&messages_dir, &recovered);
         let opened = open_catalog(definitions.clone(), damaged, now.as_millis())
             .with_context(|| format!("data dir {}", dir.display()))?;
@@ -207,6 +209,7 @@ fn log_recovery(messages_dir: &Path, recovered: &Recovered) {
     tracing::info!(
         from_checkpoint = checkpoint.is_some(),
         segments_skipped = checkpoint.map_or(0, |c| c.segments_skipped),
+        queue_states = recovered.queue_states.len(),
         segments = report.segments,
         records = report.records,
         torn_tail_bytes = report.torn_tail_bytes,
@@ -268,6 +271,13 @@ pub struct Restored {
 #[derive(Debug)]
 pub struct StoreSource(SegmentReader);
 
+impl StoreSource {
+    /// Reads records through `reader` ([`Store::reader`]).
+    pub fn new(reader: SegmentReader) -> Self {
+        StoreSource(reader)
+    }
+}
+
 impl MessageSource for StoreSource {
     fn read(&self, at: RecordLocation) -> Result<Bytes, String> {
         let location = Location { segment: at.segment, offset: at.offset, record_bytes: at.record_bytes };
@@ -288,8 +298,11 @@ pub fn restore_into(
     recovered: Recovered,
     now: Timestamp,
 ) -> Result<Restored, ReadError> {
-    broker.set_message_source(Arc::new(StoreSource(store.reader())));
-    let (restored, damaged) = store.replay(recovered.replay, |replayed| {
+    broker.set_message_source(Arc::new(StoreSource::new(store.reader())));
+    let Recovered { queue_messages, replay, queue_states, .. } = recovered;
+    let report = broker.restore_definitions(definitions, &queue_messages, now);
+    let (replay, from_states) = restore_queue_states(broker, replay, queue_states);
+    let (restored, damaged) = store.replay(replay, |replayed| {
         let mut failed = None;
         let messages = replayed.map_while(|found| match found {
             Ok((queue, m)) => {
@@ -305,10 +318,11 @@ pub fn restore_into(
                 None
             }
         });
-        let report = broker.restore_streamed(definitions, &recovered.queue_messages, messages, now);
+        let report = broker.restore_messages(report, &queue_messages, messages, now);
         failed.map_or(Ok(report), Err)
     })?;
-    let report = restored?;
+    let mut report = restored?;
+    report.delayed_from_checkpoint = from_states;
     store.drop_unreadable(&damaged);
     tracing::info!(
         exchanges = report.exchanges,
@@ -316,6 +330,7 @@ pub fn restore_into(
         bindings = report.bindings,
         ready = report.ready,
         delayed = report.delayed,
+        delayed_from_checkpoint = report.delayed_from_checkpoint,
         overdue = report.overdue,
         policies = report.policies,
         orphaned_queues = report.orphaned.len(),
@@ -324,6 +339,30 @@ pub fn restore_into(
         "broker restored"
     );
     Ok(Restored { report, damaged })
+}
+
+/// Gives `broker` the queue states the checkpoint held (ADR 0019). A state the broker cannot
+/// use is logged, and its queue read back from the log whole instead. Returns the replay that
+/// reads the rest, and how many messages came from the states.
+fn restore_queue_states(
+    broker: &mut Broker,
+    mut replay: Replay,
+    states: Vec<RecoveredQueueState>,
+) -> (Replay, usize) {
+    let mut restored = 0;
+    for RecoveredQueueState { queue, state, changed } in states {
+        match broker.restore_queue_state(queue, state, &changed) {
+            Some(messages) => restored += messages,
+            None => {
+                tracing::warn!(
+                    queue_id = queue,
+                    "a queue's state in the checkpoint cannot be used; its messages are read from the log"
+                );
+                replay.read_whole(queue);
+            }
+        }
+    }
+    (replay, restored)
 }
 
 /// An OS error in a few words, without "(os error 13)".
@@ -400,6 +439,10 @@ pub fn apply_batch(
                 store.append_update(*queue, *msg_id, metadata).map(|_| ())
             }
             StoreOp::Purge { queue } => store.append_purge(*queue).map(|_| ()),
+            StoreOp::Checkpoint(states) => {
+                store.checkpoint_with(states.iter().map(queue_checkpoint).collect());
+                Ok(())
+            }
             StoreOp::Catalog(change) => {
                 let catalog = locked.get_or_insert_with(|| lock_catalog(catalog));
                 if let Some(refusal) = apply_catalog_change(catalog, change, sequenced.op_seq)? {
@@ -452,7 +495,17 @@ fn message_key(op: &StoreOp) -> Option<(u64, u64)> {
         StoreOp::Enqueue { queue, msg_id, .. }
         | StoreOp::Settle { queue, msg_id }
         | StoreOp::Update { queue, msg_id, .. } => Some((*queue, *msg_id)),
-        StoreOp::Purge { .. } | StoreOp::Catalog(_) => None,
+        StoreOp::Purge { .. } | StoreOp::Catalog(_) | StoreOp::Checkpoint(_) => None,
+    }
+}
+
+/// A broker's queue state as the store takes it with a checkpoint.
+fn queue_checkpoint(state: &QueueState) -> QueueCheckpoint {
+    QueueCheckpoint {
+        queue: state.queue,
+        covers: state.covers,
+        read_back: state.read_back.clone(),
+        parts: state.parts.clone(),
     }
 }
 

@@ -28,8 +28,11 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use crate::index::LiveIndex;
 use crate::limits::SNAPSHOT_BYTES_MAX;
+use crate::queue_states::{self, QueueCheckpoint, StoredState};
 use crate::record::SegmentEnd;
 use crate::snapshot::{read_snapshot, write_snapshot};
 use crate::storage::{Storage, StorageFile};
@@ -37,8 +40,10 @@ use crate::varint::{self, Malformed, Reader};
 
 /// The checkpoint's file name in the message log's directory.
 pub const CHECKPOINT_FILE: &str = "index.ckpt";
-/// The payload's layout (the snapshot container's schema version).
-const SCHEMA: u32 = 1;
+/// The payload's layout (the snapshot container's schema version): 2 adds the queue states
+/// after the index; 1 (without them) is still read.
+const SCHEMA: u32 = 2;
+const SCHEMA_WITHOUT_STATES: u32 = 1;
 
 /// A segment before the checkpoint's position, as recovery would find it by reading it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +62,8 @@ pub(crate) struct Checkpoint {
     /// Every segment before `replay_from` on disk when it was written.
     pub(crate) known: BTreeMap<u64, KnownSegment>,
     pub(crate) index: LiveIndex,
+    /// Queue states taken with it (`queue_states.rs`).
+    pub(crate) states: Vec<StoredState>,
 }
 
 /// What recovery found of a checkpoint.
@@ -75,10 +82,12 @@ pub(crate) fn load(storage: &dyn Storage, files: &[(u64, Box<dyn StorageFile>)])
         Ok(None) => return Found::None,
         Err(error) => return Found::Ignored(error.to_string()),
     };
-    if snapshot.schema_version != SCHEMA {
-        return Found::Ignored(format!("schema {} (this build reads {SCHEMA})", snapshot.schema_version));
-    }
-    let Ok(checkpoint) = decode(&snapshot.payload) else {
+    let with_states = match snapshot.schema_version {
+        SCHEMA => true,
+        SCHEMA_WITHOUT_STATES => false,
+        other => return Found::Ignored(format!("schema {other} (this build reads {SCHEMA})")),
+    };
+    let Ok(checkpoint) = decode(&snapshot.payload, with_states) else {
         return Found::Ignored("its contents do not decode".to_owned());
     };
     if files.last().is_none_or(|(last, _)| *last < checkpoint.replay_from) {
@@ -104,7 +113,7 @@ pub(crate) fn load(storage: &dyn Storage, files: &[(u64, Box<dyn StorageFile>)])
     Found::Usable(checkpoint)
 }
 
-fn decode(payload: &[u8]) -> Result<Checkpoint, Malformed> {
+fn decode(payload: &Bytes, with_states: bool) -> Result<Checkpoint, Malformed> {
     let mut input = Reader::new(payload);
     let replay_from = input.u64()?;
     let mut known = BTreeMap::new();
@@ -117,10 +126,11 @@ fn decode(payload: &[u8]) -> Result<Checkpoint, Malformed> {
         }
     }
     let index = LiveIndex::decode(&mut input)?;
+    let states = if with_states { queue_states::decode(&mut input, payload)? } else { Vec::new() };
     if !input.is_empty() || index.segment_sequences().any(|seq| !known.contains_key(&seq)) {
         return Err(Malformed);
     }
-    Ok(Checkpoint { replay_from, known, index })
+    Ok(Checkpoint { replay_from, known, index, states })
 }
 
 /// The store's side: when to checkpoint, and the checkpoint waiting for its commit.
@@ -133,6 +143,9 @@ pub(crate) struct Checkpoints {
     last_bytes: u64,
     pub(crate) written: u64,
     pub(crate) failed: u64,
+    /// Checkpoints are taken only when the queues' owner asks, with their states
+    /// ([`Checkpoints::on_request`]), not at rotations.
+    on_request_only: bool,
 }
 
 /// A checkpoint encoded at a rotation into `replay_from`, to be written once that segment is
@@ -140,13 +153,21 @@ pub(crate) struct Checkpoints {
 #[derive(Debug)]
 struct Pending {
     replay_from: u64,
-    index: Vec<u8>,
+    /// The index and the queue states, encoded.
+    encoded: Vec<u8>,
 }
 
 impl Default for Checkpoints {
     fn default() -> Self {
         // The first rotation after a start checkpoints: the log read at the start may be long.
-        Self { pending: None, appended_since: u64::MAX, last_bytes: 0, written: 0, failed: 0 }
+        Self {
+            pending: None,
+            appended_since: u64::MAX,
+            last_bytes: 0,
+            written: 0,
+            failed: 0,
+            on_request_only: false,
+        }
     }
 }
 
@@ -158,15 +179,44 @@ impl Checkpoints {
     /// The log rotates into `next`: `index` describes the records before it. Encoded now if the
     /// log grew enough since the last one (a later rotation's replaces one not yet written).
     pub(crate) fn on_rotation(&mut self, next: u64, index: &LiveIndex) {
-        if self.appended_since < self.last_bytes.saturating_mul(2) {
-            return;
+        if !self.on_request_only && self.is_due() {
+            self.take(next, index, Vec::new());
         }
+    }
+
+    /// From now on checkpoints are taken at [`Checkpoints::on_request`] only.
+    pub(crate) fn on_request_only(&mut self) {
+        self.on_request_only = true;
+    }
+
+    /// Whether the log grew enough since the last checkpoint for another.
+    pub(crate) fn is_due(&self) -> bool {
+        self.appended_since >= self.last_bytes.saturating_mul(2)
+    }
+
+    /// The queues' owner asks for a checkpoint with `states`, the log about to rotate into `next`
+    /// (`index` describes the records before it). Taken if due; the states that do not agree
+    /// with the index are left out. Returns whether it was taken.
+    pub(crate) fn on_request(&mut self, next: u64, index: &LiveIndex, states: Vec<QueueCheckpoint>) -> bool {
+        if !self.is_due() {
+            return false;
+        }
+        self.take(next, index, queue_states::agreeing(states, index));
+        true
+    }
+
+    /// Encodes the checkpoint for a rotation into `next`, to be written when it is created. Left
+    /// out if too large: with the states, if they fit without them.
+    fn take(&mut self, next: u64, index: &LiveIndex, states: Vec<QueueCheckpoint>) {
+        let limit = usize::try_from(SNAPSHOT_BYTES_MAX / 2).unwrap_or(usize::MAX);
         let mut encoded = Vec::with_capacity(usize::try_from(self.last_bytes).unwrap_or(0) + 64);
         index.encode(&mut encoded);
+        let states = queue_states::fitting(states, limit.saturating_sub(encoded.len() + 64));
+        queue_states::encode(&states, &mut encoded);
         self.appended_since = 0;
         self.last_bytes = encoded.len() as u64;
-        self.pending = (self.last_bytes < SNAPSHOT_BYTES_MAX / 2)
-            .then_some(Pending { replay_from: next, index: encoded });
+        self.pending =
+            (self.last_bytes < SNAPSHOT_BYTES_MAX / 2).then_some(Pending { replay_from: next, encoded });
     }
 
     /// Segment `created` now exists and everything before it is durable: writes the checkpoint
@@ -182,7 +232,7 @@ impl Checkpoints {
             return;
         };
         let known: Vec<(u64, KnownSegment)> = segments.filter(|(seq, _)| *seq < created).collect();
-        let mut payload = Vec::with_capacity(pending.index.len() + 16 + known.len() * 16);
+        let mut payload = Vec::with_capacity(pending.encoded.len() + 16 + known.len() * 16);
         varint::put(&mut payload, created);
         varint::put(&mut payload, known.len() as u64);
         for (seq, segment) in known {
@@ -190,7 +240,7 @@ impl Checkpoints {
                 varint::put(&mut payload, n);
             }
         }
-        payload.extend_from_slice(&pending.index);
+        payload.extend_from_slice(&pending.encoded);
         match write_snapshot(storage, CHECKPOINT_FILE, SCHEMA, &payload) {
             Ok(()) => self.written += 1,
             Err(_) => self.failed += 1,

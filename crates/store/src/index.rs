@@ -22,6 +22,8 @@ mod queue_live;
 
 use queue_live::QueueLive;
 
+use crate::queue_states::Skips;
+
 /// A segment sequence and an offset in one `u64`: segment sequences stay below 2^32
 /// (`record::SEGMENT_SEQUENCE_MAX`), and offsets are `u32` (a `Location`'s).
 pub(crate) fn pack(segment: u64, offset: u32) -> u64 {
@@ -29,7 +31,7 @@ pub(crate) fn pack(segment: u64, offset: u32) -> u64 {
     (segment << 32) | u64::from(offset)
 }
 
-fn segment_of(packed: u64) -> u64 {
+pub(crate) fn segment_of(packed: u64) -> u64 {
     packed >> 32
 }
 
@@ -169,20 +171,29 @@ impl LiveIndex {
     /// tables in memory order, so recovery's second pass visits exactly those records
     /// without a lookup per record (a lookup is a cache miss in a table of 100M entries), and can
     /// check that each is the record indexed there. 8 B per message.
-    pub(crate) fn live_records(&self) -> BTreeMap<u64, Vec<LiveRecord>> {
+    /// Messages that queue states hold (`skips`) are left out.
+    pub(crate) fn live_records(&self, skips: &Skips) -> BTreeMap<u64, Vec<LiveRecord>> {
         let mut records: BTreeMap<u64, Vec<LiveRecord>> = self
             .segments
             .iter()
             .filter(|(_, s)| s.live > 0)
-            .map(|(seq, s)| (*seq, Vec::with_capacity(usize::try_from(s.live).unwrap_or(0))))
+            .map(|(seq, s)| {
+                // Unknown with skips: a segment's live messages may all be in a state.
+                let live = if skips.is_empty() { usize::try_from(s.live).unwrap_or(0) } else { 0 };
+                (*seq, Vec::with_capacity(live))
+            })
             .collect();
         for (queue, messages) in &self.queues {
             for (msg_id, packed) in messages.iter() {
+                if !skips.is_empty() && skips.skips(*queue, msg_id, packed) {
+                    continue;
+                }
                 if let Some(segment) = records.get_mut(&segment_of(packed)) {
                     segment.push(LiveRecord::new(offset_of(packed), *queue, msg_id));
                 }
             }
         }
+        records.retain(|_, segment| !segment.is_empty());
         records
     }
 
@@ -263,6 +274,11 @@ impl LiveIndex {
     /// Live messages in all queues.
     pub(crate) fn live_messages(&self) -> u64 {
         self.live_messages
+    }
+
+    /// The live entries of `queue`: `(msg_id, place)`, in no order.
+    pub(crate) fn queue_entries(&self, queue: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.queues.get(&queue).into_iter().flat_map(QueueLive::iter)
     }
 
     /// Live messages per queue id.
@@ -378,7 +394,7 @@ mod tests {
         index.enqueue(1, 4, 3, 40).unwrap();
         index.settle(1, 2, 3);
         index.settle(1, 4, 3);
-        let mut records = index.live_records();
+        let mut records = index.live_records(&Skips::default());
         records.values_mut().for_each(|r| r.sort_unstable());
         let offsets: BTreeMap<u64, Vec<u32>> =
             records.iter().map(|(seq, r)| (*seq, r.iter().map(|r| r.offset()).collect())).collect();

@@ -24,6 +24,7 @@ mod checkpoint;
 mod error;
 mod index;
 pub mod limits;
+mod queue_states;
 mod reader;
 mod record;
 mod recovery;
@@ -36,6 +37,7 @@ mod varint;
 
 pub use checkpoint::CHECKPOINT_FILE;
 pub use error::{AppendError, CommitError, Defect, OpenError, ReadError};
+pub use queue_states::{QueueCheckpoint, RecoveredQueueState};
 pub use reader::SegmentReader;
 pub use record::{HeaderDefect, FORMAT_VERSION};
 pub use recovery::{Replay, Replayed};

@@ -36,6 +36,7 @@ use crate::checkpoint::{self, Checkpoint, KnownSegment};
 use crate::error::{Defect, OpenError};
 use crate::index::{self, LiveIndex};
 use crate::limits::RECOVERY_READ_BYTES;
+use crate::queue_states::Covered;
 use crate::record::{
     check_segment_header, parse_segment_name, segment_name, RecordHeader, RecordKind, SegmentEnd,
     SegmentHeaderDefect, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX,
@@ -96,7 +97,10 @@ pub(crate) fn recover(
     };
     let plan = &Plan::of(checkpoint.as_ref());
     let (mut indexer, known) = match checkpoint {
-        Some(checkpoint) => (Indexer::from(checkpoint.index), checkpoint.known),
+        Some(checkpoint) => {
+            let covered = Covered::new(checkpoint.replay_from, checkpoint.states);
+            (Indexer { index: checkpoint.index, covered, ..Indexer::default() }, checkpoint.known)
+        }
         None => (Indexer::default(), BTreeMap::new()),
     };
     let tail_mark_names = claims.tail_mark_names();
@@ -128,11 +132,12 @@ pub(crate) fn recover(
         }
     });
     let (segments, replay_segments, mut report) = verified?;
-    let Indexer { mut index, updates, .. } = indexer;
+    let Indexer { mut index, updates, mut covered, .. } = indexer;
     report.checkpoint_ignored = checkpoint_ignored;
     if let Some(replay_from) = plan.replay_from {
         // Segments the checkpoint named that compaction deleted after it was written.
         let gone: BTreeSet<u64> = known.keys().copied().filter(|seq| !segments.contains_key(seq)).collect();
+        covered.segments_gone(&index, &gone);
         report.checkpoint = Some(CheckpointUsed {
             replay_from,
             segments_skipped: plan.known.len() as u64,
@@ -140,8 +145,9 @@ pub(crate) fn recover(
             messages_in_deleted_segments: index.forget_segments(&gone),
         });
     }
-    let replay = Replay::new(replay_segments, updates);
-    let recovered = Recovered { queue_messages: index.messages_per_queue(), report, replay };
+    let (skips, queue_states) = covered.split();
+    let replay = Replay::new(replay_segments, updates, skips);
+    let recovered = Recovered { queue_messages: index.messages_per_queue(), report, replay, queue_states };
     Ok(RecoveredState { segments, index, recovered, tail_mark_names })
 }
 
@@ -173,12 +179,8 @@ struct Indexer {
     /// The current segment is one the index started from (a checkpoint's), read again only
     /// for its updates.
     updates_only: bool,
-}
-
-impl From<LiveIndex> for Indexer {
-    fn from(index: LiveIndex) -> Self {
-        Self { index, ..Self::default() }
-    }
+    /// The checkpoint's queue states, and what changed in their queues after it.
+    covered: Covered,
 }
 
 impl Indexer {
@@ -206,6 +208,14 @@ impl Indexer {
                 }
             }
             return;
+        }
+        if header.kind == RecordKind::Purge {
+            self.covered.purged(queue);
+        } else if self.covered.has(queue)
+            && self.index.place(queue, msg_id).is_some_and(|place| self.covered.is_before(place))
+        {
+            // A message the checkpoint knew (an enqueue of such an id replaces it).
+            self.covered.changed(queue, msg_id);
         }
         match header.kind {
             RecordKind::Enqueue => {

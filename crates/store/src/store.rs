@@ -24,6 +24,7 @@ use crate::index::LiveIndex;
 use crate::limits::{
     BODY_BYTES_MAX, METADATA_BYTES_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, WRITE_BUFFER_RETAIN_BYTES,
 };
+use crate::queue_states::QueueCheckpoint;
 use crate::record::{
     encode_record, encode_segment_header, segment_name, RecordHeader, RecordKind, SegmentEnd,
     RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SEGMENT_SEQUENCE_MAX,
@@ -187,6 +188,42 @@ impl Store {
         let (seq, location) = self.push(RecordKind::Purge, queue, 0, &[], &[]);
         let messages = self.index.purge(queue, location.segment);
         Ok(Purged { seq, messages })
+    }
+
+    /// From now on, checkpoints (`checkpoint.rs`) are taken only at [`Store::checkpoint_with`],
+    /// with the queues' states, and no longer at rotations on the store's own account: a
+    /// checkpoint without the states would void the last one's.
+    pub fn take_checkpoints_on_request(&mut self) {
+        self.checkpoints.on_request_only();
+    }
+
+    /// Whether the log grew enough since the last checkpoint for [`Store::checkpoint_with`] to
+    /// take one.
+    pub fn checkpoint_due(&self) -> bool {
+        self.checkpoints.is_due()
+    }
+
+    /// Takes a checkpoint here, in the log order of appends, with `states` (ADR 0019), if one is
+    /// due: the log rotates into a new segment, and the checkpoint is written, with the states
+    /// that agree with the live index, by the commit that creates it. Returns whether it was
+    /// taken.
+    pub fn checkpoint_with(&mut self, states: Vec<QueueCheckpoint>) -> bool {
+        if !self.checkpoints.is_due() {
+            return false;
+        }
+        // A tail segment that holds no record yet, and is not on disk, is where the checkpoint
+        // starts: it is created by the next commit that has records for it.
+        let rotate =
+            self.tail.end > SEGMENT_HEADER_BYTES as u64 || self.segments.contains_key(&self.tail.segment);
+        if rotate {
+            self.tail = Tail { segment: self.tail.segment + 1, end: SEGMENT_HEADER_BYTES as u64 };
+        }
+        // The index describes exactly the records before the tail segment (and names only them).
+        let taken = self.checkpoints.on_request(self.tail.segment, &self.index, states);
+        if rotate {
+            self.index.add_segment(self.tail.segment);
+        }
+        taken
     }
 
     /// Writes every pending record and syncs once per segment they touch (once, unless the batch

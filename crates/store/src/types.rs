@@ -151,6 +151,9 @@ pub struct Recovered {
     /// The messages themselves are read back by [`crate::Store::replay`] with this, one at a
     /// time (recovery holds none of them).
     pub replay: crate::Replay,
+    /// The queue states the checkpoint it started from held ([`crate::Store::checkpoint_with`]),
+    /// by queue: the messages they hold are not read back by the replay.
+    pub queue_states: Vec<crate::RecoveredQueueState>,
 }
 
 /// What recovery read, cut and skipped; for the broker's startup log.

@@ -62,6 +62,16 @@ impl<'a> Reader<'a> {
         Ok(n)
     }
 
+    /// The next `n` bytes as they are (a length read before them says how many).
+    pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
+        if n > self.bytes.len() {
+            return Err(Malformed);
+        }
+        let (taken, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(taken)
+    }
+
     /// A fixed 8-byte little-endian word (run bitmaps).
     pub(crate) fn word(&mut self) -> Result<u64, Malformed> {
         let (word, rest) = self.bytes.split_first_chunk::<8>().ok_or(Malformed)?;

@@ -33,7 +33,7 @@ use crate::api::{ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
 use crate::message::Message;
 use crate::queue::entry::Entry;
-use crate::queue::QueueId;
+use crate::queue::{Queue, QueueId};
 use crate::time::Timestamp;
 
 pub use catalog::{composite_key, decode_catalog, CatalogChange, IDENTITY_SCOPE};
@@ -63,7 +63,26 @@ pub enum StoreOp {
     Purge { queue: u64 },
     /// A durable definition changed (`catalog.rs`).
     Catalog(CatalogChange),
+    /// A checkpoint may be taken here, with these queue states (ADR 0019): each state describes
+    /// its queue as the ops before this one left it.
+    Checkpoint(Vec<QueueState>),
 }
+
+/// A queue's state for a checkpoint of the store (ADR 0019, `queue/checkpoint.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueState {
+    pub queue: u64,
+    /// Stored messages of the queue the state holds.
+    pub covers: u64,
+    /// Stored messages of the queue the state does not hold, by store id.
+    pub read_back: Vec<u64>,
+    /// The state's bytes, in parts to be written one after another.
+    pub parts: Vec<Bytes>,
+}
+
+/// Bytes of ops (about) after which the broker offers the store a checkpoint with the queues'
+/// states; the store takes one only once its log has grown by twice the last one's size.
+const CHECKPOINT_OFFER_BYTES: u64 = 8 * 1024 * 1024;
 
 /// A [`StoreOp`] with its place in the broker's output: ops must be applied in `op_seq` order,
 /// and `handle_persisted(op_seq)` means every op up to it is durable.
@@ -250,11 +269,23 @@ pub(crate) struct Persistence {
     /// The last record encoded, so a fanout to many durable queues encodes the message once.
     /// Holding the `Arc` keeps the pointer from being reused by another message.
     last_record: Option<(Arc<Message>, Bytes)>,
+    /// Bytes of ops (about) since the last checkpoint offer.
+    since_checkpoint: u64,
+    /// Offer a checkpoint after this many bytes of ops at least.
+    checkpoint_offer_bytes: u64,
+    /// The last offer's states' bytes: the next waits for twice as many (ops are cheap to
+    /// emit, states of many queues are not).
+    last_states_bytes: u64,
 }
 
 impl Persistence {
     pub fn new(enabled: bool) -> Self {
-        Persistence { enabled, next_op_seq: 1, ..Persistence::default() }
+        Persistence {
+            enabled,
+            next_op_seq: 1,
+            checkpoint_offer_bytes: CHECKPOINT_OFFER_BYTES,
+            ..Persistence::default()
+        }
     }
 
     /// The op_seq of the last op emitted (0 before any).
@@ -301,6 +332,10 @@ impl Persistence {
     }
 
     fn push(&mut self, op: StoreOp) {
+        self.since_checkpoint += match &op {
+            StoreOp::Enqueue { metadata, record, .. } => (64 + metadata.len() + record.len()) as u64,
+            _ => 64,
+        };
         let op_seq = self.next_op_seq;
         self.next_op_seq += 1;
         self.ops.push_back(SequencedOp { op_seq, op });
@@ -321,11 +356,32 @@ impl Persistence {
 impl Broker {
     /// The next op for the store, in op_seq order.
     pub fn poll_store_op(&mut self) -> Option<SequencedOp> {
+        self.offer_checkpoint();
         let op = self.persist.ops.pop_front();
         if self.persist.ops.is_empty() {
             self.persist.last_record = None;
         }
         op
+    }
+
+    /// Offers the store a checkpoint with the queues' states (ADR 0019) after enough ops since
+    /// the last offer: after every op emitted so far, as those ops leave the queues now.
+    fn offer_checkpoint(&mut self) {
+        let persist = &self.persist;
+        let due = persist.checkpoint_offer_bytes.max(persist.last_states_bytes.saturating_mul(2));
+        if !persist.enabled || persist.since_checkpoint < due {
+            return;
+        }
+        let states: Vec<QueueState> = self.queues.values().filter_map(Queue::checkpoint_state).collect();
+        self.persist.last_states_bytes =
+            states.iter().flat_map(|s| &s.parts).map(|part| part.len() as u64).sum();
+        self.persist.since_checkpoint = 0;
+        self.persist.push(StoreOp::Checkpoint(states));
+    }
+
+    /// Offers checkpoints after `bytes` of ops (tests: after a few messages).
+    pub fn set_checkpoint_offer_bytes(&mut self, bytes: u64) {
+        self.persist.checkpoint_offer_bytes = bytes;
     }
 
     /// The store id of entry `seq`, a message entering queue `id`, when it is to be persisted

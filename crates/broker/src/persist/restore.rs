@@ -68,6 +68,10 @@ pub struct RestoreReport {
     pub ready: usize,
     /// Messages put back still waiting for a delay or back-off.
     pub delayed: usize,
+    /// Delayed messages taken from the queue states of the checkpoint the store started from
+    /// (ADR 0019), not read back from the log; not in `delayed`. Set by the caller of
+    /// [`Broker::restore_queue_state`].
+    pub delayed_from_checkpoint: usize,
     /// Of `ready`, the delayed messages whose time came while the broker was down (released in
     /// due order, at `--overdue-release-rate` when one is set).
     pub overdue: usize,
@@ -126,6 +130,19 @@ impl Broker {
         messages: impl IntoIterator<Item = (u64, StoredMessage)>,
         now: Timestamp,
     ) -> RestoreReport {
+        let report = self.restore_definitions(definitions, queue_messages, now);
+        self.restore_messages(report, queue_messages, messages, now)
+    }
+
+    /// [`Broker::restore_streamed`] in steps, for a restore that starts from queue states
+    /// (ADR 0019): definitions first (and the queues recreated for orphaned messages), then
+    /// [`Broker::restore_queue_state`] for each state, then [`Broker::restore_messages`].
+    pub fn restore_definitions(
+        &mut self,
+        definitions: Definitions,
+        queue_messages: &BTreeMap<u64, u64>,
+        now: Timestamp,
+    ) -> RestoreReport {
         let mut report = RestoreReport::default();
         self.next_queue_id = self.next_queue_id.max(definitions.next_queue_id);
         self.entry_ids.restarted(now);
@@ -142,6 +159,18 @@ impl Broker {
                 report.orphaned.push(orphaned);
             }
         }
+        report
+    }
+
+    /// The last step of [`Broker::restore_definitions`]: the messages read back from the log
+    /// (`(queue, message)`, each queue's in enqueue order), then each queue's due work.
+    pub fn restore_messages(
+        &mut self,
+        mut report: RestoreReport,
+        queue_messages: &BTreeMap<u64, u64>,
+        messages: impl IntoIterator<Item = (u64, StoredMessage)>,
+        now: Timestamp,
+    ) -> RestoreReport {
         for (queue, message) in messages {
             self.entry_ids.recovered(message.msg_id);
             self.restore_message(QueueId(queue), message, now, &mut report);
@@ -156,6 +185,19 @@ impl Broker {
         self.run_dead_letters(now);
         self.hold_after(mark, None);
         report
+    }
+
+    /// Takes back the waiting messages of queue `queue` from the state a checkpoint held
+    /// (ADR 0019, `queue/checkpoint.rs`), without those in `changed` (store ids: they come back
+    /// from the log if still live). Returns how many came back; `None` if the state cannot be
+    /// used (the queue is not there, or holds messages already, or the state does not read back
+    /// whole): then read the queue's messages from the log, all of them.
+    pub fn restore_queue_state(&mut self, queue: u64, state: Bytes, changed: &[u64]) -> Option<usize> {
+        let restored = self.queues.get_mut(&QueueId(queue))?.restore_state(state, changed)?;
+        if let Some(max) = self.queues.get(&QueueId(queue)).and_then(|q| q.delayed.max_seq()) {
+            self.entry_ids.recovered(max);
+        }
+        Some(restored)
     }
 
     /// Recreates queue `id` to keep its orphaned messages (module doc): under its own vhost and

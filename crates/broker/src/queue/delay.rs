@@ -10,12 +10,14 @@
 //! Leaves to others: reading `x-delay` at publish (`exchange/delayed.rs`), moving due messages
 //! to ready (`Broker::promote_due`), TTL (it starts when the message becomes ready).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload, Seq};
 use super::far_delays::FarTier;
 use super::far_files::SpillFiles;
+use super::far_record;
+use super::state_bytes::{StateReader, StateWriter};
 use crate::message::Message;
 use crate::time::Timestamp;
 
@@ -24,6 +26,9 @@ pub const NEAR_HORIZON_MS: u64 = 60_000;
 /// A load also brings what falls due this much past the horizon, so that each spill file is read
 /// once per stretch of due times rather than at every tick.
 const LOAD_SLACK_MS: u64 = 10_000;
+/// A queue whose near tier holds more messages than this is not checkpointed (each would be an
+/// 80-byte record in every checkpoint): its restart reads the log, as without checkpoints.
+const NEAR_CHECKPOINT_MAX: usize = 65_536;
 /// Messages one load brings from disk at most (about 1.3 MB read); the rest follow at the next
 /// timer, at once.
 pub const MAX_LOAD: usize = 16_384;
@@ -144,6 +149,12 @@ impl DelayIndex {
         self.near_bytes + self.far.as_ref().map_or(0, FarTier::body_bytes)
     }
 
+    /// The highest id of a waiting message, if any.
+    pub fn max_seq(&self) -> Option<Seq> {
+        let near = self.near.keys().map(|(_, seq)| *seq).max();
+        near.into_iter().chain(self.far.as_ref().and_then(FarTier::max_seq)).max()
+    }
+
     /// Messages held on disk only (ADR 0013).
     pub fn far_message_count(&self) -> usize {
         self.far.as_ref().map_or(0, FarTier::message_count)
@@ -208,6 +219,55 @@ impl DelayIndex {
             }
         }
         true
+    }
+
+    /// Appends the waiting messages to a queue state for a checkpoint (ADR 0019): the far tier,
+    /// then the near tier's stored, paged-out messages as far records. A near one that is still
+    /// in memory is not in the state: its store id goes to `read_back` (a restart reads it from
+    /// the log); a transient one is nowhere, as it is lost at a restart. Returns how many
+    /// messages the state holds; `None` without a far tier, or with more near messages than a
+    /// state is worth ([`NEAR_CHECKPOINT_MAX`]).
+    pub fn checkpoint(&self, out: &mut StateWriter, read_back: &mut Vec<u64>) -> Option<u64> {
+        let far = self.far.as_ref()?;
+        if self.near.len() > NEAR_CHECKPOINT_MAX {
+            return None;
+        }
+        let mut records = Vec::new();
+        for ((due, _), waiting) in &self.near {
+            match far_record::encode(*due, waiting) {
+                Some(record) => records.push(record),
+                None => read_back.extend(waiting.entry.persist_id()),
+            }
+        }
+        let covers = far.checkpoint(out);
+        out.u64(records.len() as u64);
+        for record in &records {
+            out.raw(record);
+        }
+        Some(covers + records.len() as u64)
+    }
+
+    /// Takes back the waiting messages [`DelayIndex::checkpoint`] wrote, into this index (empty,
+    /// with a far tier), without those whose store id is in `changed`. Returns how many came
+    /// back; `None`, and the index unchanged, if the state does not read back whole.
+    pub fn restore_checkpoint(&mut self, state: &mut StateReader, changed: &HashSet<u64>) -> Option<usize> {
+        let far = self.far.as_ref()?.restored_from(state, changed)?;
+        let mut near = Vec::new();
+        for _ in 0..state.count(far_record::RECORD_BYTES)? {
+            let (due, waiting) = far_record::decode(state.raw(far_record::RECORD_BYTES)?).ok()?;
+            if waiting.entry.persist_id().is_some_and(|id| !changed.contains(&id)) {
+                near.push((due, waiting));
+            }
+        }
+        if !state.is_empty() {
+            return None;
+        }
+        self.far = Some(far);
+        let restored = near.len() + self.far_message_count();
+        for (due, waiting) in near {
+            self.insert(due, waiting);
+        }
+        Some(restored)
     }
 
     /// The first `limit` waiting messages in due order with their content, without taking them.

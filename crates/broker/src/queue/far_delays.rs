@@ -31,10 +31,11 @@ use super::far_record::{decode, encode, key_after, key_of, Fields, Key, Record, 
 use super::far_roster::Roster;
 use crate::time::Timestamp;
 
+mod checkpoint;
 mod listing;
 
 /// Records a far tier buffers before it sorts them and writes them as a run (1.3 MB).
-const RUN_RECORDS: usize = 16_384;
+pub(super) const RUN_RECORDS: usize = 16_384;
 /// Records a load or a scan reads from a run at once (80 KB).
 const READ_CHUNK: usize = 1024;
 /// Records a listing first reads from each run (it reads on in growing chunks).
@@ -55,9 +56,12 @@ struct Run {
     head: Key,
     /// The run's records, compact, in id order: what it is served from when its file fails.
     roster: Roster,
-    /// The file reads back as written. False: it did not, or could not be written; the run is
-    /// served from its roster until the file is written again.
+    /// The file reads back as written. False: it did not, or could not be written, or the run
+    /// came from a checkpoint; the run is served from its roster until the file is written.
     on_file: bool,
+    /// Restored from a checkpoint (`far_delays/checkpoint.rs`), its file not written yet: its
+    /// first write is no recovery from damage.
+    from_checkpoint: bool,
 }
 
 /// A queue's far-future delayed messages, on disk.
@@ -90,6 +94,7 @@ pub(crate) struct FarTier {
 
 impl FarTier {
     pub fn new(files: Arc<dyn SpillFiles>, prefix: String) -> Self {
+        let run_records = files.run_records().max(1);
         FarTier {
             files,
             prefix,
@@ -104,7 +109,7 @@ impl FarTier {
             writes_failing: false,
             may_retry_write: true,
             damaged_runs: 0,
-            run_records: RUN_RECORDS,
+            run_records,
         }
     }
 
@@ -121,6 +126,12 @@ impl FarTier {
 
     pub fn body_bytes(&self) -> usize {
         self.body_bytes
+    }
+
+    /// The highest id held (or held before and loaded or cancelled since).
+    pub fn max_seq(&self) -> Option<Seq> {
+        let buffered = self.buffer.iter().map(|record| key_of(record).1).max();
+        buffered.into_iter().chain(self.runs.values().map(|r| r.ids.1)).max()
     }
 
     /// The earliest due time held.
@@ -161,6 +172,7 @@ impl FarTier {
             head,
             roster: Roster::new(&records),
             on_file,
+            from_checkpoint: false,
         };
         self.runs.insert(number, run);
         self.heads.insert((Timestamp::from_millis(head.0), number));
@@ -379,6 +391,7 @@ impl FarTier {
         self.cancelled.retain(|(of, _)| *of != run);
         let Some(r) = self.runs.get_mut(&run) else { return };
         self.heads.remove(&(Timestamp::from_millis(r.head.0), run));
+        let damaged = !r.from_checkpoint;
         *r = Run {
             len: held.len() as u64,
             cursor: 0,
@@ -386,9 +399,12 @@ impl FarTier {
             head: key_of(&held[0]),
             roster: Roster::new(&held),
             on_file: true,
+            from_checkpoint: false,
         };
         self.heads.insert((Timestamp::from_millis(r.head.0), run));
-        tracing::info!(file = %self.file_name(run), messages = held.len(), "spill file written again");
+        if damaged {
+            tracing::info!(file = %self.file_name(run), messages = held.len(), "spill file written again");
+        }
     }
 
     /// Forgets run `run` and deletes its file (read through).
@@ -656,7 +672,7 @@ mod tests {
     }
 
     /// `count` messages due at 1,000 ms steps from 10 s, in runs of 100 records.
-    fn small_runs(count: u64) -> (Arc<MemorySpillFiles>, FarTier) {
+    pub(super) fn small_runs(count: u64) -> (Arc<MemorySpillFiles>, FarTier) {
         let files = Arc::new(MemorySpillFiles::default());
         let mut far = FarTier::new(files.clone(), "q1".to_owned()).with_run_records(100);
         for seq in 0..count {

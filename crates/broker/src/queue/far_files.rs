@@ -17,6 +17,10 @@ pub trait SpillFiles: Send + Sync + fmt::Debug {
     fn read_at(&self, name: &str, offset: u64, len: usize) -> Result<Vec<u8>, String>;
     /// Deletes file `name` (already gone is fine).
     fn remove(&self, name: &str);
+    /// Records a far tier buffers before it writes them as a run (`far_delays.rs`).
+    fn run_records(&self) -> usize {
+        super::far_delays::RUN_RECORDS
+    }
 }
 
 /// [`SpillFiles`] in memory: for tests (with ways to damage them), and for a broker without a
@@ -26,9 +30,16 @@ pub struct MemorySpillFiles {
     files: Mutex<HashMap<String, Vec<u8>>>,
     /// Writes fail (a directory replaced by a plain file, a full disk).
     refuse_writes: AtomicBool,
+    /// Records per run, when not the usual ([`SpillFiles::run_records`]).
+    run_records: Option<usize>,
 }
 
 impl MemorySpillFiles {
+    /// Files for far tiers that write runs of `records` (tests: many runs from few messages).
+    pub fn with_run_records(records: usize) -> Self {
+        MemorySpillFiles { run_records: Some(records.max(1)), ..MemorySpillFiles::default() }
+    }
+
     /// How many files exist now.
     pub fn file_count(&self) -> usize {
         self.files.lock().map_or(0, |files| files.len())
@@ -93,5 +104,9 @@ impl SpillFiles for MemorySpillFiles {
         if let Ok(mut files) = self.files.lock() {
             files.remove(name);
         }
+    }
+
+    fn run_records(&self) -> usize {
+        self.run_records.unwrap_or(super::far_delays::RUN_RECORDS)
     }
 }

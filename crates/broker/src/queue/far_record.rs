@@ -137,14 +137,16 @@ pub(super) fn encode(due: Timestamp, waiting: &Waiting) -> Option<Record> {
     Some(fields.record())
 }
 
+/// The fields of a record whose length and checksum check out.
+pub(super) fn fields_checked(record: &[u8]) -> Option<Fields> {
+    let intact = record.len() == RECORD_BYTES
+        && crc32c::crc32c(&record[..CHECKED_BYTES]) == u32_at(record, CHECKED_BYTES);
+    intact.then(|| Fields::of(record))
+}
+
 /// The waiting message a record holds, checksum verified.
 pub(super) fn decode(record: &[u8]) -> Result<(Timestamp, Waiting), Damaged> {
-    if record.len() != RECORD_BYTES
-        || crc32c::crc32c(&record[..CHECKED_BYTES]) != u32_at(record, CHECKED_BYTES)
-    {
-        return Err(Damaged);
-    }
-    let fields = Fields::of(record);
+    let fields = fields_checked(record).ok_or(Damaged)?;
     let time = |ms| Some(ms).filter(|ms| *ms != NO_TIME).map(Timestamp::from_millis);
     let location = RecordLocation {
         segment: u64::from(fields.segment),

@@ -15,6 +15,8 @@
 //! Measured in the tests: 3.0 B per message for a fixed delay, 5.5 B for due times spread at
 //! random over an hour.
 
+use bytes::Bytes;
+
 use super::entry::Seq;
 use super::far_record::{Fields, Record, NO_TIME};
 
@@ -29,7 +31,8 @@ const EXTRAS: u8 = 16;
 /// The records of one run, encoded in id order.
 #[derive(Debug)]
 pub(super) struct Roster {
-    bytes: Box<[u8]>,
+    /// Shared, so a checkpoint takes it without a copy (`far_delays/checkpoint.rs`).
+    bytes: Bytes,
     len: usize,
     /// What the first record is encoded against.
     first: Fields,
@@ -47,17 +50,40 @@ impl Roster {
             encode(&mut bytes, field, &previous);
             previous = *field;
         }
-        Roster { bytes: bytes.into_boxed_slice(), len: fields.len(), first }
+        Roster { bytes: Bytes::from(bytes), len: fields.len(), first }
+    }
+
+    /// A roster as [`Roster::parts`] gave it, if its bytes decode into `len` records in id
+    /// order and nothing after (checked record by record: they come from a file).
+    pub fn from_parts(bytes: Bytes, len: usize, first: Fields) -> Option<Roster> {
+        let mut at = 0;
+        let mut previous = first;
+        for n in 0..len {
+            let fields = decode(&bytes, &mut at, &previous)?;
+            // Ids are unique: each record's is above the one before (the first's may equal
+            // `first`'s, which it was encoded against).
+            if n > 0 && fields.seq == previous.seq {
+                return None;
+            }
+            previous = fields;
+        }
+        (at == bytes.len()).then_some(Roster { bytes, len, first })
+    }
+
+    /// The roster's bytes, records and first record's base, for [`Roster::from_parts`].
+    pub fn parts(&self) -> (Bytes, usize, Fields) {
+        (self.bytes.clone(), self.len, self.first)
     }
 
     /// The records' fields, in id order.
     pub fn records(&self) -> impl Iterator<Item = Fields> + '_ {
         let mut at = 0;
         let mut previous = self.first;
-        (0..self.len).map(move |_| {
-            let fields = decode(&self.bytes, &mut at, &previous);
+        // A roster made in memory or checked by `from_parts` decodes whole.
+        (0..self.len).map_while(move |_| {
+            let fields = decode(&self.bytes, &mut at, &previous)?;
             previous = fields;
-            fields
+            Some(fields)
         })
     }
 
@@ -142,45 +168,49 @@ fn encode(out: &mut Vec<u8>, f: &Fields, previous: &Fields) {
     }
 }
 
-/// The record at `*at`, which [`encode`] wrote after `previous`; moves `*at` past it. The bytes
-/// never left memory, so they are read as written (the `as` casts undo `encode`'s widenings).
-fn decode(bytes: &[u8], at: &mut usize, previous: &Fields) -> Fields {
-    let head = get(bytes, at);
+/// The record at `*at`, which [`encode`] wrote after `previous`; moves `*at` past it. `None`
+/// where the bytes end early or a value does not fit (only bytes read back from a checkpoint
+/// can; the `as` casts undo `encode`'s widenings).
+fn decode(bytes: &[u8], at: &mut usize, previous: &Fields) -> Option<Fields> {
+    let head = get(bytes, at)?;
     let mut f = *previous;
-    f.seq = previous.seq + (head >> 1) as u64;
-    f.due = (i128::from(previous.due) + unzigzag(get(bytes, at))) as u64;
-    f.offset = (next_offset(previous) + unzigzag(get(bytes, at))) as u32;
+    f.seq = previous.seq.checked_add(u64::try_from(head >> 1).ok()?)?;
+    f.due = u64::try_from(i128::from(previous.due) + unzigzag(get(bytes, at)?)).ok()?;
+    f.offset = u32::try_from(next_offset(previous) + unzigzag(get(bytes, at)?)).ok()?;
     // A plain first wait unless the changes say otherwise (extras are not carried over).
     (f.persist_id, f.expires, f.ready, f.delivery_count, f.flags) = (f.seq, NO_TIME, NO_TIME, 0, 0);
     if head & 1 == 0 {
-        return f;
+        return Some(f);
     }
-    let changes = bytes[*at];
-    *at += 1;
+    let changes = byte(bytes, at)?;
     if changes & SEGMENT != 0 {
-        f.segment = get(bytes, at) as u32;
+        f.segment = get(bytes, at)? as u32;
     }
     if changes & RECORD_BYTES != 0 {
-        f.record_bytes = get(bytes, at) as u32;
+        f.record_bytes = get(bytes, at)? as u32;
     }
     if changes & HOT != 0 {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&bytes[*at..*at + 8]);
+        let word = bytes.get(*at..*at + 8)?;
         *at += 8;
-        f.hot = u64::from_le_bytes(word);
+        f.hot = u64::from_le_bytes(word.try_into().ok()?);
     }
     if changes & BODY_SIZE != 0 {
-        f.body_size = get(bytes, at) as u32;
+        f.body_size = get(bytes, at)? as u32;
     }
     if changes & EXTRAS != 0 {
-        f.persist_id = (i128::from(f.seq) + unzigzag(get(bytes, at))) as u64;
-        f.expires = (get(bytes, at) as u64).wrapping_sub(1);
-        f.ready = (get(bytes, at) as u64).wrapping_sub(1);
-        f.delivery_count = get(bytes, at) as u32;
-        f.flags = bytes[*at];
-        *at += 1;
+        f.persist_id = u64::try_from(i128::from(f.seq) + unzigzag(get(bytes, at)?)).ok()?;
+        f.expires = (get(bytes, at)? as u64).wrapping_sub(1);
+        f.ready = (get(bytes, at)? as u64).wrapping_sub(1);
+        f.delivery_count = get(bytes, at)? as u32;
+        f.flags = byte(bytes, at)?;
     }
-    f
+    Some(f)
+}
+
+fn byte(bytes: &[u8], at: &mut usize) -> Option<u8> {
+    let byte = *bytes.get(*at)?;
+    *at += 1;
+    Some(byte)
 }
 
 /// Where the record after `previous` would be if it followed it in the log (a queue's messages
@@ -206,17 +236,16 @@ fn put(out: &mut Vec<u8>, mut n: u128) {
     out.push(n as u8);
 }
 
-fn get(bytes: &[u8], at: &mut usize) -> u128 {
-    let (mut n, mut shift) = (0u128, 0);
-    loop {
-        let byte = bytes[*at];
-        *at += 1;
+fn get(bytes: &[u8], at: &mut usize) -> Option<u128> {
+    let mut n = 0u128;
+    for shift in (0..128).step_by(7) {
+        let byte = byte(bytes, at)?;
         n |= u128::from(byte & 0x7f) << shift;
         if byte & 0x80 == 0 {
-            return n;
+            return Some(n);
         }
-        shift += 7;
     }
+    None
 }
 
 #[cfg(test)]
@@ -273,6 +302,25 @@ mod tests {
         assert_eq!(roster.find(fields[1234].seq + 1), None);
         assert_eq!(roster.find(u64::MAX), fields.last().copied());
         assert!(Roster::new(&[]).records().next().is_none());
+    }
+
+    /// A roster taken apart comes back whole; bytes cut short, or another record count, do not.
+    #[test]
+    fn a_roster_comes_back_from_its_parts_only_whole() {
+        let records: Vec<Record> = (0..500).map(|seq| plain(seq * 2, 9_000 + seq % 7).record()).collect();
+        let roster = Roster::new(&records);
+        let (bytes, len, first) = roster.parts();
+        let back = Roster::from_parts(bytes.clone(), len, first).unwrap();
+        assert!(back.records().eq(roster.records()));
+        assert!(Roster::from_parts(bytes.slice(..bytes.len() - 1), len, first).is_none());
+        assert!(Roster::from_parts(bytes.clone(), len - 1, first).is_none());
+        assert!(Roster::from_parts(bytes.clone(), len + 1, first).is_none());
+        for cut in 0..bytes.len() {
+            let _ = Roster::from_parts(bytes.slice(..cut), len, first);
+            let mut flipped = bytes.to_vec();
+            flipped[cut] ^= 0xff;
+            let _ = Roster::from_parts(Bytes::from(flipped), len, first);
+        }
     }
 
     /// The memory a roster costs per message: a few bytes, against 80 on disk.

@@ -3,6 +3,7 @@
 //! indexes in step with the ready messages.
 
 pub(crate) mod args;
+mod checkpoint;
 pub(crate) mod consumers;
 pub(crate) mod dead_letter;
 pub mod dedup;
@@ -20,6 +21,7 @@ pub(crate) mod packed;
 pub(crate) mod paging;
 pub(crate) mod ready;
 mod ready_run;
+mod state_bytes;
 mod stats;
 mod tally;
 pub(crate) mod ttl;

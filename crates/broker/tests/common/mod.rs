@@ -154,6 +154,8 @@ impl StoredModel {
             StoreOp::Catalog(CatalogChange::DeletePrefix { prefix }) => {
                 self.catalog.retain(|key, _| !key.starts_with(prefix));
             }
+            // A model of the whole log: nothing is left to a checkpoint.
+            StoreOp::Checkpoint(_) => {}
         }
         self.queues.retain(|_, m| !m.is_empty());
     }

@@ -28,6 +28,7 @@ use super::pipe::{pipe, BatchReceiver};
 use super::{check_record, Window};
 use crate::error::{Defect, ReadError};
 use crate::index::{IdBuild, LiveIndex, LiveRecord};
+use crate::queue_states::Skips;
 use crate::record::{RecordHeader, RecordKind, RECORD_HEADER_BYTES};
 use crate::storage::StorageFile;
 use crate::types::{Damage, Location, RecoveredMessage};
@@ -37,6 +38,8 @@ use crate::types::{Damage, Location, RecoveredMessage};
 pub struct Replay {
     segments: Vec<ReplaySegment>,
     updates: Updates,
+    /// Messages that queue states hold (`queue_states.rs`): not read back.
+    skips: Skips,
 }
 
 /// A segment the first pass kept.
@@ -75,8 +78,14 @@ impl Updates {
 }
 
 impl Replay {
-    pub(crate) fn new(segments: Vec<ReplaySegment>, updates: Updates) -> Self {
-        Self { segments, updates }
+    pub(crate) fn new(segments: Vec<ReplaySegment>, updates: Updates, skips: Skips) -> Self {
+        Self { segments, updates, skips }
+    }
+
+    /// Reads every live message of `queue` back, those its state holds too: the state could not
+    /// be used.
+    pub fn read_whole(&mut self, queue: u64) {
+        self.skips.forget(queue);
     }
 
     /// Hands the live messages to `consume` as [`Replayed`] while a second thread reads and
@@ -117,7 +126,7 @@ impl Replay {
 
     /// Pairs each segment that holds live messages now with its file and their offsets.
     fn walk<'a>(self, index: &LiveIndex, file_of: impl Fn(u64) -> Option<&'a dyn StorageFile>) -> Walk<'a> {
-        let mut records = index.live_records();
+        let mut records = index.live_records(&self.skips);
         let segments: Vec<_> = self
             .segments
             .into_iter()

@@ -1,0 +1,244 @@
+//! A far tier in a checkpoint's queue state (ADR 0019): its runs as their rosters (shared, not
+//! copied: a roster is a few bytes per message, its file 80), each run's head and cancelled
+//! records, and the write buffer's records. A restart takes the tier back from there instead
+//! of reading each message's record from the log and writing every run again.
+//!
+//! A restored run is served from its roster, and its file is written at its first load, as for
+//! a run whose file failed (`far_delays.rs`), but without an error: nothing was damaged.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::{FarTier, Key, Record, Run, RECORD_BYTES};
+use crate::queue::far_files::SpillFiles;
+use crate::queue::far_record::{decode, fields_checked};
+use crate::queue::far_roster::Roster;
+use crate::queue::state_bytes::{StateReader, StateWriter};
+use crate::time::Timestamp;
+
+/// Words a run's entry takes before its first record, cancelled keys and roster.
+const RUN_WORDS: usize = 7;
+
+impl FarTier {
+    /// Appends the tier to a queue state; returns how many messages it holds (each a stored one).
+    pub(crate) fn checkpoint(&self, out: &mut StateWriter) -> u64 {
+        let mut cancelled: HashMap<u64, Vec<Key>> = HashMap::new();
+        for (run, key) in &self.cancelled {
+            cancelled.entry(*run).or_default().push(*key);
+        }
+        out.u64(self.next_run);
+        out.u64(self.runs.len() as u64);
+        for (number, run) in &self.runs {
+            let (roster, records, first) = run.roster.parts();
+            for word in [*number, records as u64, run.ids.0, run.ids.1, run.head.0, run.head.1] {
+                out.u64(word);
+            }
+            out.raw(&first.record());
+            let keys = cancelled.remove(number).unwrap_or_default();
+            out.u64(keys.len() as u64);
+            for (due, id) in keys {
+                out.u64(due);
+                out.u64(id);
+            }
+            out.bytes(roster);
+        }
+        out.u64(self.buffer.len() as u64);
+        for record in &self.buffer {
+            out.raw(record);
+        }
+        self.count as u64
+    }
+
+    /// The tier [`FarTier::checkpoint`] wrote, with this one's files, without the messages whose
+    /// store id is in `changed`; `None` if the state does not read back whole.
+    pub(crate) fn restored_from(&self, state: &mut StateReader, changed: &HashSet<u64>) -> Option<FarTier> {
+        Self::restored(self.files.clone(), self.prefix.clone(), state, changed)
+    }
+
+    fn restored(
+        files: Arc<dyn SpillFiles>,
+        prefix: String,
+        state: &mut StateReader,
+        changed: &HashSet<u64>,
+    ) -> Option<FarTier> {
+        let mut tier = FarTier::new(files, prefix);
+        tier.next_run = state.u64()?;
+        for _ in 0..state.count(RUN_WORDS * 8 + RECORD_BYTES)? {
+            let number = state.u64()?;
+            if number >= tier.next_run || tier.runs.contains_key(&number) {
+                return None;
+            }
+            tier.restore_run(number, state, changed)?;
+        }
+        for _ in 0..state.count(RECORD_BYTES)? {
+            let record: Record = state.raw(RECORD_BYTES)?.try_into().ok()?;
+            let (due, waiting) = decode(&record).ok()?;
+            if waiting.entry.persist_id().is_none_or(|id| changed.contains(&id)) {
+                continue;
+            }
+            tier.buffer_first_due = Some(tier.buffer_first_due.map_or(due, |first| first.min(due)));
+            tier.count += 1;
+            tier.body_bytes += waiting.entry.body_size();
+            tier.buffer.push(record);
+        }
+        Some(tier)
+    }
+
+    /// Reads run `number` back: its roster checked whole, its messages still held counted, those
+    /// in `changed` cancelled. A run that holds nothing more is left out.
+    fn restore_run(&mut self, number: u64, state: &mut StateReader, changed: &HashSet<u64>) -> Option<()> {
+        let records = usize::try_from(state.u64()?).ok()?;
+        // Taken from the records themselves below, so that lookups by id find what loads give.
+        let _ids = (state.u64()?, state.u64()?);
+        let head: Key = (state.u64()?, state.u64()?);
+        let first = fields_checked(state.raw(RECORD_BYTES)?)?;
+        let mut cancelled = HashSet::new();
+        for _ in 0..state.count(16)? {
+            cancelled.insert((state.u64()?, state.u64()?));
+        }
+        let roster = Roster::from_parts(state.bytes()?, records, first)?;
+        let mut held_head: Option<Key> = None;
+        let mut ids = (u64::MAX, u64::MIN);
+        // Counted as a load takes them (`FarTier::held`): at or after the head, not cancelled.
+        for fields in roster.records() {
+            let key = (fields.due, fields.seq);
+            if key < head || cancelled.contains(&key) {
+                continue;
+            }
+            if changed.contains(&fields.persist_id) {
+                cancelled.insert(key);
+                continue;
+            }
+            self.count += 1;
+            self.body_bytes += fields.body_size as usize;
+            held_head = Some(held_head.map_or(key, |h| h.min(key)));
+            ids = (ids.0.min(fields.seq), ids.1.max(fields.seq));
+        }
+        let Some(head) = held_head else { return Some(()) };
+        self.cancelled.extend(cancelled.into_iter().filter(|key| *key > head).map(|key| (number, key)));
+        self.heads.insert((Timestamp::from_millis(head.0), number));
+        let run =
+            Run { len: records as u64, cursor: 0, ids, head, roster, on_file: false, from_checkpoint: true };
+        self.runs.insert(number, run);
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::delay::Waiting;
+    use crate::queue::far_files::MemorySpillFiles;
+    use crate::queue::far_record::RECORD_BYTES;
+    use bytes::Bytes;
+
+    fn t(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    fn restore(far: &FarTier, changed: &[u64]) -> Option<(Arc<MemorySpillFiles>, FarTier)> {
+        let mut out = StateWriter::default();
+        assert_eq!(far.checkpoint(&mut out), far.message_count() as u64);
+        let state = Bytes::from(out.finish().concat());
+        let files = Arc::new(MemorySpillFiles::default());
+        let mut reader = StateReader::new(state);
+        let changed = changed.iter().copied().collect();
+        let tier = FarTier::restored(files.clone(), "q1".to_owned(), &mut reader, &changed)?;
+        assert!(reader.is_empty());
+        Some((files, tier))
+    }
+
+    fn all(far: &mut FarTier) -> Vec<(Timestamp, u64, u64, u32)> {
+        let mut out: Vec<(Timestamp, Waiting)> = Vec::new();
+        far.load(t(u64::MAX / 2), usize::MAX, &mut out);
+        let mut keys: Vec<_> = out
+            .iter()
+            .map(|(due, w)| (*due, w.entry.seq, w.entry.persist_id().unwrap(), w.entry.delivery_count))
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// A tier with loaded, cancelled and buffered messages comes back holding exactly the same
+    /// messages (counts, bytes, next due, listing, lookups), its runs served from their rosters and
+    /// written to files at their first load; messages named changed are left out.
+    #[test]
+    fn a_tier_comes_back_from_its_checkpoint_without_the_changed_messages() {
+        let (files, mut far) = super::super::tests::small_runs(350);
+        assert!(load_count(&mut far, 12_000) > 0);
+        assert!(far.remove(t(50_000), 240).is_some());
+        assert!(far.remove(t(13_000), 103).is_some(), "a run's head");
+        let (new_files, mut back) = restore(&far, &[]).unwrap();
+        assert_eq!((back.message_count(), back.body_bytes()), (far.message_count(), far.body_bytes()));
+        assert_eq!(back.next_due(), far.next_due());
+        assert_eq!(back.due_of(141), far.due_of(141));
+        let listed = |tier: &FarTier| {
+            tier.after(None, 1_000).iter().map(|(d, w)| (*d, w.entry.seq)).collect::<Vec<_>>()
+        };
+        assert_eq!(listed(&back), listed(&far));
+        assert_eq!(new_files.file_count(), 0, "no file is written at the restore");
+        let loaded = load_count(&mut back, 14_000);
+        assert_eq!(loaded, load_count(&mut far, 14_000));
+        assert_eq!(new_files.file_count(), 3, "each run loaded from is written");
+        assert_eq!(back.damaged_runs, 0);
+        let expected = all(&mut far);
+        assert_eq!(all(&mut back), expected);
+        assert_eq!(files.file_count(), 0);
+
+        let (_, mut far) = super::super::tests::small_runs(350);
+        let persist_ids = |seqs: &[u64]| seqs.iter().map(|s| 1_000 + s).collect::<Vec<_>>();
+        // 0 heads the first run; 340 is in the buffer.
+        let (_, mut back) = restore(&far, &persist_ids(&[0, 57, 340])).unwrap();
+        assert_eq!(back.message_count(), 347);
+        assert_eq!(back.next_due(), Some(t(10_000)), "the second run's head");
+        let seqs: Vec<u64> = all(&mut back).iter().map(|k| k.1).collect();
+        let expected: Vec<u64> =
+            all(&mut far).iter().map(|k| k.1).filter(|s| ![0, 57, 340].contains(s)).collect();
+        assert_eq!(seqs, expected);
+    }
+
+    fn load_count(far: &mut FarTier, until: u64) -> usize {
+        let mut out = Vec::new();
+        far.load(t(until), usize::MAX, &mut out);
+        out.len()
+    }
+
+    /// A state cut short or with a byte changed is refused or restores a consistent tier, never
+    /// a panic.
+    #[test]
+    fn a_damaged_state_is_refused_without_a_panic() {
+        let (_, far) = super::super::tests::small_runs(250);
+        let mut out = StateWriter::default();
+        far.checkpoint(&mut out);
+        let state: Vec<u8> = out.finish().concat();
+        let restore = |bytes: Vec<u8>| {
+            let files = Arc::new(MemorySpillFiles::default());
+            FarTier::restored(
+                files,
+                "q1".to_owned(),
+                &mut StateReader::new(Bytes::from(bytes)),
+                &HashSet::new(),
+            )
+        };
+        for cut in 0..state.len() {
+            assert!(restore(state[..cut].to_vec()).is_none_or(|t| t.message_count() <= 250), "cut at {cut}");
+        }
+        for at in (0..state.len()).step_by(7) {
+            let mut bytes = state.clone();
+            bytes[at] ^= 0x5a;
+            if let Some(mut tier) = restore(bytes) {
+                let count = tier.message_count();
+                assert!(count <= 250 + 100, "flipped at {at}: {count}");
+                let _ = tier.after(None, 10);
+                let _ = all_records(&mut tier);
+            }
+        }
+        assert_eq!(RECORD_BYTES, 80);
+    }
+
+    fn all_records(far: &mut FarTier) -> usize {
+        let mut out = Vec::new();
+        far.load(t(u64::MAX / 2), usize::MAX, &mut out);
+        out.len()
+    }
+}

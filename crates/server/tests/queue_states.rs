@@ -1,0 +1,257 @@
+//! Queue states in checkpoints (ADR 0019), the broker and the store together: delayed messages
+//! wait in the far tier and are cancelled while the broker offers checkpoints with its queues'
+//! states after every few kilobytes of ops. Before every durability event the storage image is
+//! captured; each image is crashed (unsynced bytes lost, kept or torn), recovered
+//! (`Store::open` + `restore_into`, the states taken where they can be) and checked: every
+//! confirmed message waits exactly once, with its due time, and none whose cancel was durable
+//! comes back; many of the restarts take most messages from a state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hourglass_broker::queue::MemorySpillFiles;
+use hourglass_broker::{BrokerConfig, Effect, PagingLimits, SequencedOp};
+use hourglass_server::catalog_file::{open_catalog, DamagedDefinitions};
+use hourglass_server::persistence::{apply_batch, restore_into, StoreSource};
+use hourglass_store::catalog::Catalog;
+use hourglass_store::{Crash, MemImage, MemStorage, Store, StoreConfig};
+use hourglass_testkit::{methods, short, Chan, TestBroker};
+use hourglass_wire::*;
+
+/// Small segments, so that the workload rotates across many and checkpoints often.
+const SEGMENT_BYTES: u64 = 8192;
+const DELAY_MS: u64 = 3_600_000;
+/// Records per spill run.
+const RUN_RECORDS: usize = 64;
+/// Published in bulk first: several spill runs and a buffer.
+const BULK_BATCHES: usize = 5;
+const BULK_BATCH: usize = 100;
+/// Then one message and three cancels each.
+const STEPS: usize = 30;
+
+fn store_config() -> StoreConfig {
+    StoreConfig { segment_bytes_target: SEGMENT_BYTES, ..StoreConfig::default() }
+}
+
+/// A broker as the server runs one over `store`: spill files, paging, checkpoint offers.
+fn broker(store: &Store) -> TestBroker {
+    let mut tb = TestBroker::with_config(BrokerConfig { persistence: true, ..BrokerConfig::default() });
+    tb.broker.set_message_source(Arc::new(StoreSource::new(store.reader())));
+    tb.broker.set_paging_limits(PagingLimits { max_resident_messages: 2, max_resident_bytes: 1 << 20 });
+    tb.broker.set_spill_files(Arc::new(MemorySpillFiles::with_run_records(RUN_RECORDS)));
+    tb.broker.set_checkpoint_offer_bytes(2048);
+    tb
+}
+
+#[derive(Clone, Debug, Default)]
+struct Expect {
+    /// Bodies confirmed before this point: must wait.
+    confirmed: BTreeSet<String>,
+    /// Bodies whose cancel was sent: may be gone.
+    cancel_sent: BTreeSet<String>,
+    /// Bodies whose cancel was durable before this point: must not come back.
+    cancelled: BTreeSet<String>,
+}
+
+struct Workload {
+    tb: TestBroker,
+    storage: MemStorage,
+    store: Store,
+    catalog: Mutex<Catalog>,
+    tags: BTreeMap<u64, String>,
+    /// Each waiting body's entry id, for cancels.
+    seqs: BTreeMap<String, u64>,
+    /// Effects of publishes not yet written.
+    pending: Vec<Effect>,
+    expect: Expect,
+    points: Vec<(MemImage, Expect)>,
+}
+
+impl Workload {
+    fn new() -> Self {
+        let storage = MemStorage::new();
+        let (mut store, _) = Store::open(Arc::new(storage.clone()), store_config()).unwrap();
+        store.take_checkpoints_on_request();
+        let catalog = open_catalog(Arc::new(storage.clone()), DamagedDefinitions::Refuse, 0).unwrap().catalog;
+        storage.record_sync_points();
+        let tb = broker(&store);
+        let catalog = Mutex::new(catalog);
+        Workload {
+            tb,
+            storage,
+            store,
+            catalog,
+            tags: BTreeMap::new(),
+            seqs: BTreeMap::new(),
+            pending: Vec::new(),
+            expect: Expect::default(),
+            points: Vec::new(),
+        }
+    }
+
+    /// Writes the ops waiting as one batch, capturing every image on the way, then tells the
+    /// broker where messages went and what is durable. Returns whether there was anything.
+    fn sync(&mut self, mut effects: Vec<Effect>) -> bool {
+        effects.append(&mut self.pending);
+        let ops: Vec<SequencedOp> = std::iter::from_fn(|| self.tb.broker.poll_store_op()).collect();
+        let Some(last) = ops.last().map(|o| o.op_seq) else { return false };
+        let outcome = apply_batch(&mut self.store, &self.catalog, &ops).unwrap();
+        for image in self.storage.take_images() {
+            self.points.push((image, self.expect.clone()));
+        }
+        let now = self.tb.clock.now();
+        self.tb.broker.handle_stored(last, &outcome.stored);
+        self.tb.broker.handle_persisted(last, now);
+        effects.extend(std::iter::from_fn(|| self.tb.broker.poll_effect()));
+        for method in methods(&effects) {
+            if let Method::BasicAck(ack) = method {
+                if let Some(body) = self.tags.get(&ack.delivery_tag) {
+                    self.expect.confirmed.insert(body.clone());
+                }
+            }
+        }
+        true
+    }
+
+    /// Publishes `body` (persistent, confirmed) and notes its entry id; written at once with
+    /// `sync`, else with the next batch.
+    fn publish(&mut self, chan: Chan, body: String, sync: bool) {
+        let persistent = BasicProperties { delivery_mode: Some(2), ..Default::default() };
+        let effects = self.tb.publish_with(chan, "", "later", persistent, body.as_bytes(), false);
+        self.tags.insert(self.tags.len() as u64 + 1, body.clone());
+        // Entry ids are given one per message in publish order (one queue, nothing else).
+        let seq = match self.seqs.values().max() {
+            Some(last) => last + 1,
+            None => self.tb.broker.list_delayed("/", "later", 1).unwrap()[0].seq,
+        };
+        self.seqs.insert(body, seq);
+        self.pending.extend(effects);
+        if sync {
+            let effects = std::mem::take(&mut self.pending);
+            self.sync(effects);
+        }
+    }
+
+    /// Cancels the waiting message `body` through the management API; its cancel is durable
+    /// once the batch that carries it is.
+    fn cancel(&mut self, body: &str) {
+        self.tb.broker.cancel_delayed("/", "later", self.seqs[body]).unwrap();
+        self.expect.cancel_sent.insert(body.to_owned());
+        assert!(self.sync(Vec::new()));
+        self.expect.cancelled.insert(body.to_owned());
+    }
+}
+
+fn run_workload() -> Vec<(MemImage, Expect)> {
+    let mut w = Workload::new();
+    let admin = w.tb.channel();
+    let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(DELAY_MS as i64))]);
+    let effects = w
+        .tb
+        .call(admin, QueueDeclare { queue: short("later"), durable: true, arguments, ..Default::default() });
+    w.sync(effects);
+    let publisher = w.tb.channel();
+    let effects = w.tb.call(publisher, ConfirmSelect { nowait: false });
+    w.sync(effects);
+    let body = |i: usize| format!("later-{i:05}-{}", "x".repeat(i % 40));
+    // More than a spill run's worth (16,384 records), in a few batches: runs and a buffer.
+    for batch in 0..BULK_BATCHES {
+        for i in batch * BULK_BATCH..(batch + 1) * BULK_BATCH {
+            w.publish(publisher, body(i), false);
+        }
+        w.sync(Vec::new());
+    }
+    for step in 0..STEPS {
+        let i = BULK_BATCHES * BULK_BATCH + step;
+        w.publish(publisher, body(i), true);
+        // From the runs, from the buffer, and the newest.
+        for cancelled in [step * 13, BULK_BATCHES * BULK_BATCH - 1 - step * 3, i] {
+            if step % 2 == 0 || cancelled != i {
+                w.cancel(&body(cancelled));
+            }
+        }
+        let effects = w.tb.advance(Duration::from_millis(3));
+        w.sync(effects);
+    }
+    w.points
+}
+
+/// What an image recovers to: the waiting count, how many came from a state, and every body
+/// once the delay has passed.
+fn recover(image: &MemImage, crash: Crash) -> (usize, usize, Vec<String>) {
+    let storage = image.crash(crash);
+    let (mut store, recovered) = Store::open(Arc::new(storage.clone()), store_config()).expect("recovers");
+    let mut tb = broker(&store);
+    tb.clock.advance(Duration::from_millis(1_000));
+    let now = tb.clock.now();
+    let definitions =
+        open_catalog(Arc::new(storage), DamagedDefinitions::Refuse, 0).expect("definitions read").definitions;
+    let restored = restore_into(&mut tb.broker, &mut store, definitions, recovered, now).expect("reads back");
+    assert!(restored.damaged.is_empty(), "{:?}", restored.damaged);
+    let delayed = tb.broker.queue_stats("/", "later").map_or(0, |s| s.messages_delayed);
+    let chan = tb.channel();
+    let early = tb.advance(Duration::from_millis(DELAY_MS - 120_000));
+    assert!(methods(&early).is_empty());
+    let mut bodies = Vec::new();
+    if tb.broker.queue_stats("/", "later").is_some() {
+        assert!(get(&mut tb, chan).is_none(), "nothing is due before its time");
+        tb.advance(Duration::from_millis(130_000));
+        while let Some(body) = get(&mut tb, chan) {
+            bodies.push(body);
+        }
+    }
+    (delayed, restored.report.delayed_from_checkpoint, bodies)
+}
+
+fn get(tb: &mut TestBroker, chan: Chan) -> Option<String> {
+    let effects = tb.call(chan, BasicGet { queue: short("later"), no_ack: true });
+    effects.iter().find_map(|e| match e {
+        Effect::Send { method: Method::BasicGetOk(_), content: Some(m), .. } => {
+            Some(String::from_utf8_lossy(&m.body).into_owned())
+        }
+        _ => None,
+    })
+}
+
+/// At every sync point, whatever the crash keeps of unsynced bytes, the recovered broker holds
+/// every confirmed message that was not cancelled, once, waiting until its time; most later
+/// restarts take most messages from a state.
+#[test]
+fn every_sync_point_recovers_each_waiting_message_once() {
+    let points = run_workload();
+    assert!(points.len() > 100, "only {} sync points", points.len());
+    let mut from_states = 0;
+    for (at, (image, expect)) in points.iter().enumerate() {
+        for crash in [
+            Crash::LoseUnsynced,
+            Crash::KeepUnsynced,
+            Crash::Torn { bytes: 17, garbled: false },
+            Crash::Torn { bytes: 40, garbled: true },
+        ] {
+            let ctx = format!("crash point {at} ({crash:?})");
+            let (delayed, from_state, bodies) = recover(image, crash);
+            let unique: BTreeSet<&String> = bodies.iter().collect();
+            assert_eq!(unique.len(), bodies.len(), "{ctx}: a message came back twice: {bodies:?}");
+            assert_eq!(delayed, bodies.len(), "{ctx}: waiting count");
+            for body in &expect.confirmed {
+                assert!(
+                    expect.cancel_sent.contains(body) || unique.contains(body),
+                    "{ctx}: confirmed {body} lost"
+                );
+            }
+            for body in &expect.cancelled {
+                assert!(!unique.contains(body), "{ctx}: cancelled {body} came back");
+            }
+            if from_state > 0 {
+                from_states += 1;
+            }
+        }
+    }
+    let restarts = points.len() * 4;
+    eprintln!("{from_states} of {restarts}");
+    assert!(
+        from_states * 2 > restarts,
+        "only {from_states} of {restarts} restarts took messages from a state"
+    );
+}
