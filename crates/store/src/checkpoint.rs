@@ -34,7 +34,7 @@ use crate::index::LiveIndex;
 use crate::limits::SNAPSHOT_BYTES_MAX;
 use crate::queue_states::{self, QueueCheckpoint, StoredState};
 use crate::record::SegmentEnd;
-use crate::snapshot::{read_snapshot, write_snapshot};
+use crate::snapshot::{read_snapshot, write_snapshot_parts};
 use crate::storage::{Storage, StorageFile};
 use crate::varint::{self, Malformed, Reader};
 
@@ -153,8 +153,8 @@ pub(crate) struct Checkpoints {
 #[derive(Debug)]
 struct Pending {
     replay_from: u64,
-    /// The index and the queue states, encoded.
-    encoded: Vec<u8>,
+    /// The index and the queue states, encoded, in parts (the states' as their owner gave them).
+    encoded: Vec<Bytes>,
 }
 
 impl Default for Checkpoints {
@@ -209,12 +209,13 @@ impl Checkpoints {
     /// out if too large: with the states, if they fit without them.
     fn take(&mut self, next: u64, index: &LiveIndex, states: Vec<QueueCheckpoint>) {
         let limit = usize::try_from(SNAPSHOT_BYTES_MAX / 2).unwrap_or(usize::MAX);
-        let mut encoded = Vec::with_capacity(usize::try_from(self.last_bytes).unwrap_or(0) + 64);
-        index.encode(&mut encoded);
-        let states = queue_states::fitting(states, limit.saturating_sub(encoded.len() + 64));
-        queue_states::encode(&states, &mut encoded);
+        let mut index_bytes = Vec::with_capacity(64);
+        index.encode(&mut index_bytes);
+        let states = queue_states::fitting(states, limit.saturating_sub(index_bytes.len() + 64));
+        let mut encoded = Vec::new();
+        queue_states::encode(states, index_bytes, &mut encoded);
         self.appended_since = 0;
-        self.last_bytes = encoded.len() as u64;
+        self.last_bytes = encoded.iter().map(|part| part.len() as u64).sum();
         self.pending =
             (self.last_bytes < SNAPSHOT_BYTES_MAX / 2).then_some(Pending { replay_from: next, encoded });
     }
@@ -232,7 +233,7 @@ impl Checkpoints {
             return;
         };
         let known: Vec<(u64, KnownSegment)> = segments.filter(|(seq, _)| *seq < created).collect();
-        let mut payload = Vec::with_capacity(pending.encoded.len() + 16 + known.len() * 16);
+        let mut payload = Vec::with_capacity(16 + known.len() * 16);
         varint::put(&mut payload, created);
         varint::put(&mut payload, known.len() as u64);
         for (seq, segment) in known {
@@ -240,8 +241,9 @@ impl Checkpoints {
                 varint::put(&mut payload, n);
             }
         }
-        payload.extend_from_slice(&pending.encoded);
-        match write_snapshot(storage, CHECKPOINT_FILE, SCHEMA, &payload) {
+        let parts: Vec<&[u8]> =
+            std::iter::once(payload.as_slice()).chain(pending.encoded.iter().map(|p| &p[..])).collect();
+        match write_snapshot_parts(storage, CHECKPOINT_FILE, SCHEMA, &parts) {
             Ok(()) => self.written += 1,
             Err(_) => self.failed += 1,
         }

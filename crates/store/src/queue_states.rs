@@ -82,20 +82,21 @@ pub(crate) fn fitting(mut states: Vec<QueueCheckpoint>, room: usize) -> Vec<Queu
     states
 }
 
-/// Appends `states` to a checkpoint.
-pub(crate) fn encode(states: &[QueueCheckpoint], out: &mut Vec<u8>) {
-    varint::put(out, states.len() as u64);
+/// Appends `states` to a checkpoint: `out` takes the small fields, and each state's parts,
+/// with `out` before them, go to `parts` as they are (no copy).
+pub(crate) fn encode(states: Vec<QueueCheckpoint>, mut out: Vec<u8>, parts: &mut Vec<Bytes>) {
+    varint::put(&mut out, states.len() as u64);
     for state in states {
-        varint::put(out, state.queue);
-        varint::put(out, state.read_back.len() as u64);
+        varint::put(&mut out, state.queue);
+        varint::put(&mut out, state.read_back.len() as u64);
         for id in &state.read_back {
-            varint::put(out, *id);
+            varint::put(&mut out, *id);
         }
-        varint::put(out, state.state_bytes() as u64);
-        for part in &state.parts {
-            out.extend_from_slice(part);
-        }
+        varint::put(&mut out, state.state_bytes() as u64);
+        parts.push(Bytes::from(std::mem::take(&mut out)));
+        parts.extend(state.parts);
     }
+    parts.push(Bytes::from(out));
 }
 
 /// A state read back from a checkpoint.
@@ -247,10 +248,11 @@ mod tests {
     #[test]
     fn states_round_trip_with_their_bytes_in_place() {
         let states = vec![state(3, 2, vec![9, 4], &[b"ab", b"cd"]), state(7, 0, vec![], &[])];
-        let mut out = Vec::new();
-        encode(&states, &mut out);
-        assert!(out.len() <= 10 + states.iter().map(QueueCheckpoint::encoded_bytes).sum::<usize>());
-        let payload = Bytes::from(out);
+        let most = 10 + states.iter().map(QueueCheckpoint::encoded_bytes).sum::<usize>();
+        let mut parts = Vec::new();
+        encode(states, Vec::new(), &mut parts);
+        let payload = Bytes::from(parts.concat());
+        assert!(payload.len() <= most);
         let decoded = decode(&mut Reader::new(&payload), &payload).unwrap();
         assert_eq!(decoded.len(), 2);
         assert_eq!(

@@ -60,19 +60,34 @@ pub fn write_snapshot(
     schema_version: u32,
     payload: &[u8],
 ) -> Result<(), SnapshotError> {
+    write_snapshot_parts(storage, name, schema_version, &[payload])
+}
+
+/// [`write_snapshot`] of the payload `parts` make one after another, without joining them
+/// first (a checkpoint's parts are tens of megabytes).
+pub(crate) fn write_snapshot_parts(
+    storage: &dyn Storage,
+    name: &str,
+    schema_version: u32,
+    parts: &[&[u8]],
+) -> Result<(), SnapshotError> {
     check_name(name)?;
-    if payload.len() as u64 > SNAPSHOT_BYTES_MAX {
-        return Err(SnapshotError::TooLarge { bytes: payload.len() as u64 });
+    let payload_bytes: u64 = parts.iter().map(|part| part.len() as u64).sum();
+    if payload_bytes > SNAPSHOT_BYTES_MAX {
+        return Err(SnapshotError::TooLarge { bytes: payload_bytes });
     }
-    let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + payload.len());
-    bytes.extend_from_slice(&SNAPSHOT_MAGIC);
-    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    bytes.extend_from_slice(&schema_version.to_le_bytes());
-    bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&bytes), payload);
-    bytes.extend_from_slice(&crc.to_le_bytes());
-    bytes.extend_from_slice(payload);
-    replace_atomically(storage, name, &bytes).map_err(|(doing, source)| SnapshotError::Io { doing, source })
+    let mut header = Vec::with_capacity(SNAPSHOT_HEADER_BYTES);
+    header.extend_from_slice(&SNAPSHOT_MAGIC);
+    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header.extend_from_slice(&schema_version.to_le_bytes());
+    header.extend_from_slice(&payload_bytes.to_le_bytes());
+    let crc = parts.iter().fold(crc32c::crc32c(&header), |crc, part| crc32c::crc32c_append(crc, part));
+    header.extend_from_slice(&crc.to_le_bytes());
+    let mut all = Vec::with_capacity(parts.len() + 1);
+    all.push(header.as_slice());
+    all.extend_from_slice(parts);
+    replace_atomically_parts(storage, name, &all)
+        .map_err(|(doing, source)| SnapshotError::Io { doing, source })
 }
 
 /// Makes file `name` hold exactly `bytes`, durably and all at once: written and synced under a
@@ -82,6 +97,15 @@ pub(crate) fn replace_atomically(
     name: &str,
     bytes: &[u8],
 ) -> Result<(), (&'static str, io::Error)> {
+    replace_atomically_parts(storage, name, &[bytes])
+}
+
+/// [`replace_atomically`] with the bytes `parts` make one after another.
+fn replace_atomically_parts(
+    storage: &dyn Storage,
+    name: &str,
+    parts: &[&[u8]],
+) -> Result<(), (&'static str, io::Error)> {
     let temp = format!("{name}{TEMP_SUFFIX}");
     // A temp file left by a crash mid-write is stale: the rename never happened.
     match storage.remove(&temp) {
@@ -90,7 +114,11 @@ pub(crate) fn replace_atomically(
         Err(e) => return Err(("removing a stale temp file", e)),
     }
     let file = storage.create(&temp).map_err(|e| ("creating a temp file", e))?;
-    file.write_all_at(0, bytes).map_err(|e| ("writing a temp file", e))?;
+    let mut offset = 0;
+    for part in parts {
+        file.write_all_at(offset, part).map_err(|e| ("writing a temp file", e))?;
+        offset += part.len() as u64;
+    }
     file.sync().map_err(|e| ("syncing a temp file", e))?;
     drop(file);
     storage.rename(&temp, name).map_err(|e| ("renaming a file into place", e))
