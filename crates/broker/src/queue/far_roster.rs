@@ -50,6 +50,8 @@ impl Roster {
             encode(&mut bytes, field, &previous);
             previous = *field;
         }
+        // Exactly as long as it is: a roster lives as long as its run.
+        bytes.shrink_to_fit();
         Roster { bytes: Bytes::from(bytes), len: fields.len(), first }
     }
 
