@@ -121,3 +121,33 @@ fn a_state_waits_for_the_commit_that_creates_its_segment() {
     assert_eq!(states.len(), 1);
     assert_eq!(read[&1].iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![30]);
 }
+
+/// Messages a state holds that were settled after the checkpoint, where compaction then
+/// deleted both their segments and the settles' segment: the restart reads no settle, yet names
+/// them changed (their segments are gone), so the state's owner drops them.
+#[test]
+fn messages_whose_segments_compaction_deleted_are_changed() {
+    let storage = MemStorage::new();
+    let (mut store, _) = Store::open(Arc::new(storage.clone()), config()).unwrap();
+    store.take_checkpoints_on_request();
+    for id in 0..60 {
+        store.append_enqueue(1, id, b"m0", &body(id)).unwrap();
+    }
+    store.commit().unwrap();
+    assert!(store.checkpoint_with(vec![state(1, 60, vec![])]));
+    for id in 0..60 {
+        store.append_settle(1, id).unwrap();
+    }
+    for id in 100..130 {
+        store.append_enqueue(3, id, b"m0", &body(id)).unwrap();
+    }
+    let before_checkpoint = store.stats().segments;
+    let compacted = store.compact().unwrap();
+    // Every segment before the checkpoint, and the first after it (settles only).
+    assert!(compacted.segments_removed > before_checkpoint - 2, "{compacted:?}");
+    let (states, read, counts) = restart(&storage);
+    assert_eq!(states.len(), 1);
+    assert_eq!(states[0].changed, (0..60).collect::<Vec<_>>());
+    assert!(!read.contains_key(&1) && !counts.contains_key(&1));
+    assert_eq!(read[&3].len(), 30);
+}
