@@ -25,16 +25,18 @@
 //! only after the log has grown by twice the last checkpoint's size since it (so checkpoints
 //! cost at most half the log's own writes); an index whose encoding is over half of
 //! [`SNAPSHOT_BYTES_MAX`] (128 MiB) is not checkpointed, and the next start reads the whole log.
+//! Queue states (`queue_states.rs`) fill the rest of [`CHECKPOINT_BYTES_MAX`] (1 GiB), smallest
+//! first.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
 use crate::index::LiveIndex;
-use crate::limits::SNAPSHOT_BYTES_MAX;
+use crate::limits::{CHECKPOINT_BYTES_MAX, SNAPSHOT_BYTES_MAX};
 use crate::queue_states::{self, QueueCheckpoint, StoredState};
 use crate::record::SegmentEnd;
-use crate::snapshot::{read_snapshot, write_snapshot_parts};
+use crate::snapshot::{read_snapshot_up_to, write_snapshot_parts};
 use crate::storage::{Storage, StorageFile};
 use crate::varint::{self, Malformed, Reader};
 
@@ -77,7 +79,7 @@ pub(crate) enum Found {
 
 /// Reads the checkpoint and checks it against the segment files on disk (ascending).
 pub(crate) fn load(storage: &dyn Storage, files: &[(u64, Box<dyn StorageFile>)]) -> Found {
-    let snapshot = match read_snapshot(storage, CHECKPOINT_FILE) {
+    let snapshot = match read_snapshot_up_to(storage, CHECKPOINT_FILE, CHECKPOINT_BYTES_MAX) {
         Ok(Some(snapshot)) => snapshot,
         Ok(None) => return Found::None,
         Err(error) => return Found::Ignored(error.to_string()),
@@ -208,16 +210,17 @@ impl Checkpoints {
     /// Encodes the checkpoint for a rotation into `next`, to be written when it is created. Left
     /// out if too large: with the states, if they fit without them.
     fn take(&mut self, next: u64, index: &LiveIndex, states: Vec<QueueCheckpoint>) {
-        let limit = usize::try_from(SNAPSHOT_BYTES_MAX / 2).unwrap_or(usize::MAX);
         let mut index_bytes = Vec::with_capacity(64);
         index.encode(&mut index_bytes);
-        let states = queue_states::fitting(states, limit.saturating_sub(index_bytes.len() + 64));
+        let index_fits = (index_bytes.len() as u64) < SNAPSHOT_BYTES_MAX / 2;
+        // The known segments' table goes first: a few bytes per segment, within the 1 MiB kept.
+        let room = usize::try_from(CHECKPOINT_BYTES_MAX - (1 << 20)).unwrap_or(usize::MAX);
+        let states = queue_states::fitting(states, room.saturating_sub(index_bytes.len()));
         let mut encoded = Vec::new();
         queue_states::encode(states, index_bytes, &mut encoded);
         self.appended_since = 0;
         self.last_bytes = encoded.iter().map(|part| part.len() as u64).sum();
-        self.pending =
-            (self.last_bytes < SNAPSHOT_BYTES_MAX / 2).then_some(Pending { replay_from: next, encoded });
+        self.pending = index_fits.then_some(Pending { replay_from: next, encoded });
     }
 
     /// Segment `created` now exists and everything before it is durable: writes the checkpoint
@@ -243,7 +246,7 @@ impl Checkpoints {
         }
         let parts: Vec<&[u8]> =
             std::iter::once(payload.as_slice()).chain(pending.encoded.iter().map(|p| &p[..])).collect();
-        match write_snapshot_parts(storage, CHECKPOINT_FILE, SCHEMA, &parts) {
+        match write_snapshot_parts(storage, CHECKPOINT_FILE, SCHEMA, &parts, CHECKPOINT_BYTES_MAX) {
             Ok(()) => self.written += 1,
             Err(_) => self.failed += 1,
         }

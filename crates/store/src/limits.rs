@@ -43,6 +43,12 @@ pub const WRITE_BUFFER_RETAIN_BYTES: usize = 8 * 1024 * 1024;
 /// memory; a million bindings encode to well under this.
 pub const SNAPSHOT_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
+/// Largest checkpoint (`checkpoint.rs`) written and read back: the live index (at most half of
+/// [`SNAPSHOT_BYTES_MAX`]) and the queue states (ADR 0019). The whole file is read into memory
+/// at a restart, and the states' bytes become the queues' rosters, which the running broker held
+/// anyway: 1 GiB holds the states of about 180M delayed messages.
+pub const CHECKPOINT_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+
 /// The catalog's log is folded into a new snapshot once it passes this size (and the snapshot's):
 /// small enough that recovery replays little, large enough that a catalog of a few definitions is
 /// not rewritten every few changes.

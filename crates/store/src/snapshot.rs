@@ -60,20 +60,21 @@ pub fn write_snapshot(
     schema_version: u32,
     payload: &[u8],
 ) -> Result<(), SnapshotError> {
-    write_snapshot_parts(storage, name, schema_version, &[payload])
+    write_snapshot_parts(storage, name, schema_version, &[payload], SNAPSHOT_BYTES_MAX)
 }
 
 /// [`write_snapshot`] of the payload `parts` make one after another, without joining them
-/// first (a checkpoint's parts are tens of megabytes).
+/// first (a checkpoint's parts are up to hundreds of megabytes), up to `limit` bytes.
 pub(crate) fn write_snapshot_parts(
     storage: &dyn Storage,
     name: &str,
     schema_version: u32,
     parts: &[&[u8]],
+    limit: u64,
 ) -> Result<(), SnapshotError> {
     check_name(name)?;
     let payload_bytes: u64 = parts.iter().map(|part| part.len() as u64).sum();
-    if payload_bytes > SNAPSHOT_BYTES_MAX {
+    if payload_bytes > limit {
         return Err(SnapshotError::TooLarge { bytes: payload_bytes });
     }
     let mut header = Vec::with_capacity(SNAPSHOT_HEADER_BYTES);
@@ -126,6 +127,15 @@ fn replace_atomically_parts(
 
 /// Reads snapshot `name`; `None` if it was never written.
 pub fn read_snapshot(storage: &dyn Storage, name: &str) -> Result<Option<Snapshot>, SnapshotError> {
+    read_snapshot_up_to(storage, name, SNAPSHOT_BYTES_MAX)
+}
+
+/// [`read_snapshot`] of a payload of up to `limit` bytes.
+pub(crate) fn read_snapshot_up_to(
+    storage: &dyn Storage,
+    name: &str,
+    limit: u64,
+) -> Result<Option<Snapshot>, SnapshotError> {
     check_name(name)?;
     let file = match storage.open(name) {
         Ok(file) => file,
@@ -145,10 +155,10 @@ pub fn read_snapshot(storage: &dyn Storage, name: &str) -> Result<Option<Snapsho
     let mut len = [0; 8];
     len.copy_from_slice(&header[16..24]);
     let payload_bytes = u64::from_le_bytes(len);
-    if payload_bytes > SNAPSHOT_BYTES_MAX || payload_bytes != file_bytes - SNAPSHOT_HEADER_BYTES as u64 {
+    if payload_bytes > limit || payload_bytes != file_bytes - SNAPSHOT_HEADER_BYTES as u64 {
         return Err(corrupt("payload length does not match the file"));
     }
-    // Fits in usize: at most SNAPSHOT_BYTES_MAX, checked above.
+    // Fits in usize: at most `limit`, checked above.
     let mut payload = vec![0; payload_bytes as usize];
     file.read_exact_at(SNAPSHOT_HEADER_BYTES as u64, &mut payload).map_err(io_err("reading a snapshot"))?;
     let crc = crc32c::crc32c_append(crc32c::crc32c(&header[..24]), &payload);
