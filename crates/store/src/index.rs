@@ -184,8 +184,9 @@ impl LiveIndex {
             })
             .collect();
         for (queue, messages) in &self.queues {
+            let skipped = skips.of(*queue);
             for (msg_id, packed) in messages.iter() {
-                if !skips.is_empty() && skips.skips(*queue, msg_id, packed) {
+                if skipped.is_some_and(|skipped| skipped.skips(msg_id, packed)) {
                     continue;
                 }
                 if let Some(segment) = records.get_mut(&segment_of(packed)) {

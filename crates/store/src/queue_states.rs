@@ -218,8 +218,14 @@ pub(crate) struct Skips {
 
 impl Skips {
     /// Whether the state of `queue` holds `msg_id`, enqueued at `place`.
+    #[cfg(test)]
     pub(crate) fn skips(&self, queue: u64, msg_id: u64, place: u64) -> bool {
-        place < self.before && self.read.get(&queue).is_some_and(|read| !read.contains(&msg_id))
+        self.of(queue).is_some_and(|skips| skips.skips(msg_id, place))
+    }
+
+    /// What is skipped of `queue`, if it has a state (one lookup per queue, not per message).
+    pub(crate) fn of(&self, queue: u64) -> Option<QueueSkips<'_>> {
+        Some(QueueSkips { before: self.before, read: self.read.get(&queue)? })
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -229,6 +235,20 @@ impl Skips {
     /// Skips nothing of `queue`.
     pub(crate) fn forget(&mut self, queue: u64) {
         self.read.remove(&queue);
+    }
+}
+
+/// What the second pass skips of one queue with a state ([`Skips::of`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QueueSkips<'a> {
+    before: u64,
+    read: &'a HashSet<u64, IdBuild>,
+}
+
+impl QueueSkips<'_> {
+    /// Whether the state holds `msg_id`, enqueued at `place` (the read set is usually empty).
+    pub(crate) fn skips(&self, msg_id: u64, place: u64) -> bool {
+        place < self.before && (self.read.is_empty() || !self.read.contains(&msg_id))
     }
 }
 

@@ -56,8 +56,14 @@ impl Roster {
     }
 
     /// A roster as [`Roster::parts`] gave it, if its bytes decode into `len` records in id
-    /// order and nothing after (checked record by record: they come from a file).
-    pub fn from_parts(bytes: Bytes, len: usize, first: Fields) -> Option<Roster> {
+    /// order and nothing after (checked record by record: they come from a file); `visit` sees
+    /// each record as it is checked (one pass over the bytes, not two).
+    pub fn from_parts(
+        bytes: Bytes,
+        len: usize,
+        first: Fields,
+        mut visit: impl FnMut(&Fields),
+    ) -> Option<Roster> {
         let mut at = 0;
         let mut previous = first;
         for n in 0..len {
@@ -67,6 +73,7 @@ impl Roster {
             if n > 0 && fields.seq == previous.seq {
                 return None;
             }
+            visit(&fields);
             previous = fields;
         }
         (at == bytes.len()).then_some(Roster { bytes, len, first })
@@ -312,16 +319,18 @@ mod tests {
         let records: Vec<Record> = (0..500).map(|seq| plain(seq * 2, 9_000 + seq % 7).record()).collect();
         let roster = Roster::new(&records);
         let (bytes, len, first) = roster.parts();
-        let back = Roster::from_parts(bytes.clone(), len, first).unwrap();
+        let mut visited = Vec::new();
+        let back = Roster::from_parts(bytes.clone(), len, first, |f| visited.push(*f)).unwrap();
         assert!(back.records().eq(roster.records()));
-        assert!(Roster::from_parts(bytes.slice(..bytes.len() - 1), len, first).is_none());
-        assert!(Roster::from_parts(bytes.clone(), len - 1, first).is_none());
-        assert!(Roster::from_parts(bytes.clone(), len + 1, first).is_none());
+        assert!(visited.into_iter().eq(roster.records()));
+        assert!(Roster::from_parts(bytes.slice(..bytes.len() - 1), len, first, |_| {}).is_none());
+        assert!(Roster::from_parts(bytes.clone(), len - 1, first, |_| {}).is_none());
+        assert!(Roster::from_parts(bytes.clone(), len + 1, first, |_| {}).is_none());
         for cut in 0..bytes.len() {
-            let _ = Roster::from_parts(bytes.slice(..cut), len, first);
+            let _ = Roster::from_parts(bytes.slice(..cut), len, first, |_| {});
             let mut flipped = bytes.to_vec();
             flipped[cut] ^= 0xff;
-            let _ = Roster::from_parts(Bytes::from(flipped), len, first);
+            let _ = Roster::from_parts(Bytes::from(flipped), len, first, |_| {});
         }
     }
 

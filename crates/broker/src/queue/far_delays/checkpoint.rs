@@ -96,24 +96,30 @@ impl FarTier {
         for _ in 0..state.count(16)? {
             cancelled.insert((state.u64()?, state.u64()?));
         }
-        let roster = Roster::from_parts(state.bytes()?, records, first)?;
+        let (mut count, mut body_bytes) = (0, 0);
         let mut held_head: Option<Key> = None;
         let mut ids = (u64::MAX, u64::MIN);
+        let mut newly_cancelled = Vec::new();
         // Counted as a load takes them (`FarTier::held`): at or after the head, not cancelled.
-        for fields in roster.records() {
+        // (The sets are usually empty: no lookup per message then.)
+        let roster = Roster::from_parts(state.bytes()?, records, first, |fields| {
             let key = (fields.due, fields.seq);
-            if key < head || cancelled.contains(&key) {
-                continue;
+            if key < head || (!cancelled.is_empty() && cancelled.contains(&key)) {
+                return;
             }
-            if changed.contains(&fields.persist_id) {
-                cancelled.insert(key);
-                continue;
+            if !changed.is_empty() && changed.contains(&fields.persist_id) {
+                newly_cancelled.push(key);
+                return;
             }
-            self.count += 1;
-            self.body_bytes += fields.body_size as usize;
+            count += 1;
+            body_bytes += fields.body_size as usize;
             held_head = Some(held_head.map_or(key, |h| h.min(key)));
             ids = (ids.0.min(fields.seq), ids.1.max(fields.seq));
-        }
+        })?;
+        // Counted only now: a roster that does not read back whole adds nothing.
+        self.count += count;
+        self.body_bytes += body_bytes;
+        cancelled.extend(newly_cancelled);
         let Some(head) = held_head else { return Some(()) };
         self.cancelled.extend(cancelled.into_iter().filter(|key| *key > head).map(|key| (number, key)));
         self.heads.insert((Timestamp::from_millis(head.0), number));
