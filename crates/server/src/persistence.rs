@@ -300,8 +300,8 @@ pub fn restore_into(
 ) -> Result<Restored, ReadError> {
     broker.set_message_source(Arc::new(StoreSource::new(store.reader())));
     let Recovered { queue_messages, replay, queue_states, .. } = recovered;
-    let report = broker.restore_definitions(definitions, &queue_messages, now);
-    let (replay, from_states) = restore_queue_states(broker, replay, queue_states);
+    let mut report = broker.restore_definitions(definitions, &queue_messages, now);
+    let replay = restore_queue_states(broker, &mut report, replay, queue_states);
     let (restored, damaged) = store.replay(replay, |replayed| {
         let mut failed = None;
         let messages = replayed.map_while(|found| match found {
@@ -321,8 +321,7 @@ pub fn restore_into(
         let report = broker.restore_messages(report, &queue_messages, messages, now);
         failed.map_or(Ok(report), Err)
     })?;
-    let mut report = restored?;
-    report.delayed_from_checkpoint = from_states;
+    let report = restored?;
     store.drop_unreadable(&damaged);
     tracing::info!(
         exchanges = report.exchanges,
@@ -343,26 +342,23 @@ pub fn restore_into(
 
 /// Gives `broker` the queue states the checkpoint held (ADR 0019). A state the broker cannot
 /// use is logged, and its queue read back from the log whole instead. Returns the replay that
-/// reads the rest, and how many messages came from the states.
+/// reads the rest.
 fn restore_queue_states(
     broker: &mut Broker,
+    report: &mut RestoreReport,
     mut replay: Replay,
     states: Vec<RecoveredQueueState>,
-) -> (Replay, usize) {
-    let mut restored = 0;
+) -> Replay {
     for RecoveredQueueState { queue, state, changed } in states {
-        match broker.restore_queue_state(queue, state, &changed) {
-            Some(messages) => restored += messages,
-            None => {
-                tracing::warn!(
-                    queue_id = queue,
-                    "a queue's state in the checkpoint cannot be used; its messages are read from the log"
-                );
-                replay.read_whole(queue);
-            }
+        if !broker.restore_queue_state(report, queue, state, &changed) {
+            tracing::warn!(
+                queue_id = queue,
+                "a queue's state in the checkpoint cannot be used; its messages are read from the log"
+            );
+            replay.read_whole(queue);
         }
     }
-    (replay, restored)
+    replay
 }
 
 /// An OS error in a few words, without "(os error 13)".

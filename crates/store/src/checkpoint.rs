@@ -146,7 +146,7 @@ pub(crate) struct Checkpoints {
     pub(crate) written: u64,
     pub(crate) failed: u64,
     /// Checkpoints are taken only when the queues' owner asks, with their states
-    /// ([`Checkpoints::on_request`]), not at rotations.
+    /// (`Store::checkpoint_with`), not at rotations on the store's own account.
     on_request_only: bool,
 }
 
@@ -178,15 +178,25 @@ impl Checkpoints {
         self.appended_since = self.appended_since.saturating_add(bytes);
     }
 
-    /// The log rotates into `next`: `index` describes the records before it. Encoded now if the
-    /// log grew enough since the last one (a later rotation's replaces one not yet written).
-    pub(crate) fn on_rotation(&mut self, next: u64, index: &LiveIndex) {
-        if !self.on_request_only && self.is_due() {
-            self.take(next, index, Vec::new());
+    /// The log rotates into `next`: `index` describes the records before it. A checkpoint is
+    /// encoded now: with `requested` states (the queues' owner asked, and one is due: the states
+    /// that do not agree with the index are left out), or on the store's own account if the log
+    /// grew enough since the last one and the owner does not ask. A later rotation's replaces
+    /// one not yet written.
+    pub(crate) fn on_rotation(
+        &mut self,
+        next: u64,
+        index: &LiveIndex,
+        requested: Option<Vec<QueueCheckpoint>>,
+    ) {
+        match requested {
+            Some(states) => self.take(next, index, queue_states::agreeing(states, index)),
+            None if !self.on_request_only && self.is_due() => self.take(next, index, Vec::new()),
+            None => {}
         }
     }
 
-    /// From now on checkpoints are taken at [`Checkpoints::on_request`] only.
+    /// From now on checkpoints are taken only when asked for.
     pub(crate) fn on_request_only(&mut self) {
         self.on_request_only = true;
     }
@@ -194,17 +204,6 @@ impl Checkpoints {
     /// Whether the log grew enough since the last checkpoint for another.
     pub(crate) fn is_due(&self) -> bool {
         self.appended_since >= self.last_bytes.saturating_mul(2)
-    }
-
-    /// The queues' owner asks for a checkpoint with `states`, the log about to rotate into `next`
-    /// (`index` describes the records before it). Taken if due; the states that do not agree
-    /// with the index are left out. Returns whether it was taken.
-    pub(crate) fn on_request(&mut self, next: u64, index: &LiveIndex, states: Vec<QueueCheckpoint>) -> bool {
-        if !self.is_due() {
-            return false;
-        }
-        self.take(next, index, queue_states::agreeing(states, index));
-        true
     }
 
     /// Encodes the checkpoint for a rotation into `next`, to be written when it is created. Left

@@ -197,12 +197,6 @@ impl Store {
         self.checkpoints.on_request_only();
     }
 
-    /// Whether the log grew enough since the last checkpoint for [`Store::checkpoint_with`] to
-    /// take one.
-    pub fn checkpoint_due(&self) -> bool {
-        self.checkpoints.is_due()
-    }
-
     /// Takes a checkpoint here, in the log order of appends, with `states` (ADR 0019), if one is
     /// due: the log rotates into a new segment, and the checkpoint is written, with the states
     /// that agree with the live index, by the commit that creates it. Returns whether it was
@@ -211,19 +205,23 @@ impl Store {
         if !self.checkpoints.is_due() {
             return false;
         }
-        // A tail segment that holds no record yet, and is not on disk, is where the checkpoint
-        // starts: it is created by the next commit that has records for it.
-        let rotate =
-            self.tail.end > SEGMENT_HEADER_BYTES as u64 || self.segments.contains_key(&self.tail.segment);
-        if rotate {
-            self.tail = Tail { segment: self.tail.segment + 1, end: SEGMENT_HEADER_BYTES as u64 };
+        if self.tail.end > SEGMENT_HEADER_BYTES as u64 || self.segments.contains_key(&self.tail.segment) {
+            self.rotate(Some(states));
+        } else {
+            // A tail segment that holds no record yet, and is not on disk, is where the
+            // checkpoint starts: the index describes exactly the records before it, and the next
+            // commit that has records for it creates it.
+            self.checkpoints.on_rotation(self.tail.segment, &self.index, Some(states));
         }
-        // The index describes exactly the records before the tail segment (and names only them).
-        let taken = self.checkpoints.on_request(self.tail.segment, &self.index, states);
-        if rotate {
-            self.index.add_segment(self.tail.segment);
-        }
-        taken
+        true
+    }
+
+    /// Starts the next segment: the index describes exactly the records before it now, the
+    /// moment for a checkpoint (with `requested` states: asked for, `Store::checkpoint_with`).
+    fn rotate(&mut self, requested: Option<Vec<QueueCheckpoint>>) {
+        self.tail = Tail { segment: self.tail.segment + 1, end: SEGMENT_HEADER_BYTES as u64 };
+        self.checkpoints.on_rotation(self.tail.segment, &self.index, requested);
+        self.index.add_segment(self.tail.segment);
     }
 
     /// Writes every pending record and syncs once per segment they touch (once, unless the batch
@@ -420,10 +418,7 @@ impl Store {
         let header_bytes = SEGMENT_HEADER_BYTES as u64;
         // A segment holds at least one record, however large.
         if self.tail.end > header_bytes && self.tail.end + record_bytes > self.config.segment_bytes_target {
-            self.tail = Tail { segment: self.tail.segment + 1, end: header_bytes };
-            // The index describes exactly the records before the new segment now.
-            self.checkpoints.on_rotation(self.tail.segment, &self.index);
-            self.index.add_segment(self.tail.segment);
+            self.rotate(None);
         }
         self.checkpoints.appended(record_bytes);
         let Tail { segment, end } = self.tail;

@@ -69,8 +69,7 @@ pub struct RestoreReport {
     /// Messages put back still waiting for a delay or back-off.
     pub delayed: usize,
     /// Delayed messages taken from the queue states of the checkpoint the store started from
-    /// (ADR 0019), not read back from the log; not in `delayed`. Set by the caller of
-    /// [`Broker::restore_queue_state`].
+    /// (ADR 0019, [`Broker::restore_queue_state`]), not read back from the log; not in `delayed`.
     pub delayed_from_checkpoint: usize,
     /// Of `ready`, the delayed messages whose time came while the broker was down (released in
     /// due order, at `--overdue-release-rate` when one is set).
@@ -189,15 +188,23 @@ impl Broker {
 
     /// Takes back the waiting messages of queue `queue` from the state a checkpoint held
     /// (ADR 0019, `queue/checkpoint.rs`), without those in `changed` (store ids: they come back
-    /// from the log if still live). Returns how many came back; `None` if the state cannot be
-    /// used (the queue is not there, or holds messages already, or the state does not read back
-    /// whole): then read the queue's messages from the log, all of them.
-    pub fn restore_queue_state(&mut self, queue: u64, state: Bytes, changed: &[u64]) -> Option<usize> {
-        let restored = self.queues.get_mut(&QueueId(queue))?.restore_state(state, changed)?;
-        if let Some(max) = self.queues.get(&QueueId(queue)).and_then(|q| q.delayed.max_seq()) {
+    /// from the log if still live), counted in `report`. Returns whether the state was used; it
+    /// cannot be if the queue is not there, holds messages already, or the state does not read
+    /// back whole: then read the queue's messages from the log, all of them.
+    pub fn restore_queue_state(
+        &mut self,
+        report: &mut RestoreReport,
+        queue: u64,
+        state: Bytes,
+        changed: &[u64],
+    ) -> bool {
+        let Some(queue) = self.queues.get_mut(&QueueId(queue)) else { return false };
+        let Some(restored) = queue.restore_state(state, changed) else { return false };
+        if let Some(max) = queue.delayed.max_seq() {
             self.entry_ids.recovered(max);
         }
-        Some(restored)
+        report.delayed_from_checkpoint += restored;
+        true
     }
 
     /// Recreates queue `id` to keep its orphaned messages (module doc): under its own vhost and

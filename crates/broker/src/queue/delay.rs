@@ -389,8 +389,8 @@ mod tests {
             ops in proptest::collection::vec((0u8..6, 0u64..400_000, proptest::bool::ANY), 1..120)
         ) {
             use std::collections::BTreeSet;
-            let files = Arc::new(MemorySpillFiles::default());
-            let far = FarTier::new(files.clone(), "q".to_owned()).with_run_records(3);
+            let files = Arc::new(MemorySpillFiles::with_run_records(3));
+            let far = FarTier::new(files.clone(), "q".to_owned());
             let mut index = DelayIndex { far: Some(far), ..DelayIndex::default() };
             let mut model: BTreeSet<(Timestamp, Seq)> = BTreeSet::new();
             let mut now = t(1_000_000);

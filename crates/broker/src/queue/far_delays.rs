@@ -88,7 +88,8 @@ pub(crate) struct FarTier {
     may_retry_write: bool,
     /// Runs whose file did not read back, over the tier's life (each served from its roster).
     pub damaged_runs: u64,
-    /// Records buffered before a run is written ([`RUN_RECORDS`]; smaller in tests).
+    /// Records buffered before a run is written (the files' `run_records`: [`RUN_RECORDS`], or
+    /// fewer in tests).
     run_records: usize,
 }
 
@@ -111,13 +112,6 @@ impl FarTier {
             damaged_runs: 0,
             run_records,
         }
-    }
-
-    /// The same tier writing runs of `records` (tests: many runs from few messages).
-    #[cfg(test)]
-    pub fn with_run_records(mut self, records: usize) -> Self {
-        self.run_records = records.max(1);
-        self
     }
 
     pub fn message_count(&self) -> usize {
@@ -673,8 +667,8 @@ mod tests {
 
     /// `count` messages due at 1,000 ms steps from 10 s, in runs of 100 records.
     pub(super) fn small_runs(count: u64) -> (Arc<MemorySpillFiles>, FarTier) {
-        let files = Arc::new(MemorySpillFiles::default());
-        let mut far = FarTier::new(files.clone(), "q1".to_owned()).with_run_records(100);
+        let files = Arc::new(MemorySpillFiles::with_run_records(100));
+        let mut far = FarTier::new(files.clone(), "q1".to_owned());
         for seq in 0..count {
             far.push(t(10_000 + 1_000 * (seq % 100)), paged(seq, 2)).unwrap();
         }
@@ -747,9 +741,9 @@ mod tests {
     /// counted, listed, found and loaded; once files can be written, its file is.
     #[test]
     fn runs_that_cannot_be_written_keep_their_messages() {
-        let files = Arc::new(MemorySpillFiles::default());
+        let files = Arc::new(MemorySpillFiles::with_run_records(100));
         files.refuse_writes(true);
-        let mut far = FarTier::new(files.clone(), "q1".to_owned()).with_run_records(100);
+        let mut far = FarTier::new(files.clone(), "q1".to_owned());
         for seq in 0..250 {
             far.push(t(10_000 + seq), paged(seq, 2)).unwrap();
         }
