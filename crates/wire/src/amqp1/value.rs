@@ -8,6 +8,14 @@ use bytes::{BufMut, Bytes, BytesMut};
 /// How deep lists, maps, arrays and described values may nest in what a peer sends.
 pub const MAX_DEPTH: usize = 32;
 
+/// How many elements an array of a zero-width type (null, true, false, uint0, ulong0, list0)
+/// may claim: they take no bytes, so nothing else bounds them.
+pub const ZERO_WIDTH_ELEMENTS_MAX: u32 = 8;
+
+/// How many bytes of an array's descriptor, copied into each element, may come from each byte
+/// of the array after its count.
+pub const DESCRIPTOR_COPIES_PER_BYTE: u64 = 4;
+
 /// An AMQP 1.0 value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
@@ -54,6 +62,10 @@ pub enum Amqp1DecodeError {
     TooDeep,
     #[error("a compound value claims {count} elements in {size} bytes")]
     CountExceedsSize { count: u32, size: u32 },
+    #[error("an array's descriptor is neither a ulong nor a symbol")]
+    ArrayDescriptor,
+    #[error("an array copies its descriptor into {count} elements, too many for its {size} bytes")]
+    DescriptorCopies { count: u32, size: u32 },
     #[error("a compound value's elements do not fill its {0} bytes exactly")]
     SizeMismatch(u32),
     #[error("a map has an odd number of elements ({0})")]
@@ -358,20 +370,19 @@ impl Reader<'_> {
         Ok(if long { self.u32()? as usize } else { usize::from(self.u8()?) })
     }
 
-    /// A compound value's size and count, checked: at most one element per byte of its size.
+    /// A compound value's size and count.
     fn size_and_count(&mut self, long: bool) -> Result<(u32, u32)> {
-        let (size, count) =
-            if long { (self.u32()?, self.u32()?) } else { (u32::from(self.u8()?), u32::from(self.u8()?)) };
-        if count > size {
-            return Err(Amqp1DecodeError::CountExceedsSize { count, size });
-        }
-        Ok((size, count))
+        Ok(if long { (self.u32()?, self.u32()?) } else { (u32::from(self.u8()?), u32::from(self.u8()?)) })
     }
 
-    /// A list's or map's elements, which fill its size exactly.
+    /// A list's or map's elements, which fill its size exactly. Each element takes at least a
+    /// byte, so a count over the size is refused before anything is allocated for it.
     fn compound(&mut self, long: bool, depth: usize) -> Result<Vec<Value>> {
         let start = self.at;
         let (size, count) = self.size_and_count(long)?;
+        if count > size {
+            return Err(Amqp1DecodeError::CountExceedsSize { count, size });
+        }
         let end = self.end_of(start, size, long)?;
         let mut items = Vec::with_capacity(count as usize);
         for _ in 0..count {
@@ -382,6 +393,14 @@ impl Reader<'_> {
     }
 
     /// An array's elements: one constructor, then each element's bytes.
+    ///
+    /// What an array may claim is checked on what its encoding cannot shrink, so that a value
+    /// that decodes still decodes once re-encoded in its smallest form:
+    /// - elements of a zero-width type (null, true, false, uint0, ulong0, list0) at most
+    ///   [`ZERO_WIDTH_ELEMENTS_MAX`];
+    /// - other elements at most one per byte after the count;
+    /// - a descriptor, copied into every element, at most [`DESCRIPTOR_COPIES_PER_BYTE`] copied
+    ///   bytes per byte after the count.
     fn array_items(&mut self, long: bool, depth: usize) -> Result<Vec<Value>> {
         let start = self.at;
         let (size, count) = self.size_and_count(long)?;
@@ -389,18 +408,36 @@ impl Reader<'_> {
         if count == 0 && self.at == end {
             return Ok(Vec::new());
         }
+        let after_count = self.at;
         let mut code = self.u8()?;
         let descriptor = match code {
             0x00 => {
+                let descriptor_start = self.at;
                 let descriptor = self.value(depth + 1)?;
+                if !matches!(descriptor, Value::Ulong(_) | Value::Symbol(_)) {
+                    return Err(Amqp1DecodeError::ArrayDescriptor);
+                }
                 code = self.u8()?;
-                Some(descriptor)
+                Some((descriptor, self.at - 1 - descriptor_start))
             }
             _ => None,
         };
         if code == 0x00 {
             return Err(Amqp1DecodeError::ArrayElement(code));
         }
+        let after_count_bytes = (end - after_count) as u64;
+        let zero_width = matches!(code, 0x40..=0x45);
+        if (zero_width && count > ZERO_WIDTH_ELEMENTS_MAX)
+            || (!zero_width && u64::from(count) > after_count_bytes)
+        {
+            return Err(Amqp1DecodeError::CountExceedsSize { count, size });
+        }
+        if let Some((_, descriptor_len)) = &descriptor {
+            if u64::from(count) * *descriptor_len as u64 > DESCRIPTOR_COPIES_PER_BYTE * after_count_bytes {
+                return Err(Amqp1DecodeError::DescriptorCopies { count, size });
+            }
+        }
+        let descriptor = descriptor.map(|(descriptor, _)| descriptor);
         let mut items = Vec::with_capacity(count as usize);
         for _ in 0..count {
             let item = self.of_code(code, depth + 1)?;
@@ -542,6 +579,27 @@ mod tests {
             decode_value(&[0xe0, 2, 200, 0x40]),
             Err(Amqp1DecodeError::CountExceedsSize { .. })
         ));
+        // Zero-width elements: a few decode, many do not, whatever the array's size says.
+        assert_eq!(decode_value(&[0xe0, 2, 3, 0x40]), Ok((Value::Array(vec![Value::Null; 3]), 4)));
+        assert!(matches!(
+            decode_value(&[0xf0, 0, 0, 0, 5, 0, 0, 0, 9, 0x40]),
+            Err(Amqp1DecodeError::CountExceedsSize { count: 9, .. })
+        ));
+        // A descriptor copied into every element: a 200-byte symbol into 100 ubytes.
+        let mut copies = vec![0xf0, 0, 0, 1, 0x34, 0, 0, 0, 100, 0x00, 0xa3, 200];
+        copies.extend([b'd'; 200]);
+        copies.push(0x50);
+        copies.extend([7; 100]);
+        assert_eq!(copies.len() - 5, 0x134);
+        assert_eq!(
+            decode_value(&copies),
+            Err(Amqp1DecodeError::DescriptorCopies { count: 100, size: 0x134 })
+        );
+        // Only a ulong or a symbol describes an array's elements.
+        assert_eq!(
+            decode_value(&[0xe0, 4, 1, 0x00, 0xa1, 0, 0x50, 1]),
+            Err(Amqp1DecodeError::ArrayDescriptor)
+        );
         let nested = |levels: usize| (0..levels).fold(Value::Null, |inner, _| Value::List(vec![inner]));
         assert!(decode_value(&encoded(&nested(MAX_DEPTH))).is_ok());
         assert_eq!(decode_value(&encoded(&nested(MAX_DEPTH + 1))).unwrap_err(), Amqp1DecodeError::TooDeep);
@@ -552,5 +610,33 @@ mod tests {
         assert_eq!(decode_value(&[0xc1, 2, 1, 0x40]), Err(Amqp1DecodeError::OddMap(1)));
         // A list whose elements end before its size says.
         assert_eq!(decode_value(&[0xc0, 3, 1, 0x40, 0x40]), Err(Amqp1DecodeError::SizeMismatch(3)));
+    }
+
+    /// What decodes re-encodes, in its smallest form, to bytes that decode again: the checks on
+    /// what an array claims do not depend on how small its descriptor or its count is encoded.
+    /// Each input was found by the `amqp1_value` fuzz target or shrinks the same way.
+    #[test]
+    fn what_decodes_decodes_again_once_re_encoded() {
+        let inputs: [&[u8]; 3] = [
+            // Found by the fuzzer: five described nulls, the descriptor a smallulong 0, which
+            // re-encodes as ulong0, a byte shorter.
+            &[
+                0, 224, 5, 5, 0, 83, 0, 64, 68, 0, 0, 0, 132, 0, 0, 131, 65, 84, 0, 132, 0, 132, 1, 0, 0, 1,
+                132, 0, 132, 0, 132, 1, 0, 0, 1, 132, 0, 0, 111, 0, 84, 84, 84, 84, 0, 0, 132, 83, 132, 0, 0,
+                11, 0,
+            ],
+            // Five nulls in an array32, which re-encodes as an array8.
+            &[0xf0, 0, 0, 0, 5, 0, 0, 0, 5, 0x40],
+            // Described ubytes whose descriptor, a 9-byte ulong, re-encodes as a smallulong.
+            &[0xe0, 16, 4, 0x00, 0x80, 0, 0, 0, 0, 0, 0, 0, 7, 0x50, 1, 2, 3, 4],
+        ];
+        for input in inputs {
+            let (value, _) = decode_value(input).expect("the input decodes");
+            let once = encoded(&value);
+            let (again, used) =
+                decode_value(&once).unwrap_or_else(|e| panic!("{once:02x?} does not decode: {e}"));
+            assert_eq!(used, once.len());
+            assert_eq!(encoded(&again), once);
+        }
     }
 }
