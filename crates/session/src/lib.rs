@@ -52,3 +52,8 @@ pub use login_limiter::{
 
 #[cfg(test)]
 mod tests;
+
+/// Counts allocations for the tests that bound what a call may allocate.
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;

@@ -850,7 +850,7 @@ impl Sessions {
         let conn = self.conn;
         let Some(Link::Publishing(link)) = self.link_mut(session, handle) else { return };
         let routed = message::inbound(payload)
-            .map_err(|e| ("amqp:decode-error", e.to_string()))
+            .map_err(|e| (e.condition(), e.to_string()))
             .and_then(|m| route_of(link.route.as_ref(), &m).map(|r| (m, r)));
         let (inbound, route) = match routed {
             Ok(routed) => routed,

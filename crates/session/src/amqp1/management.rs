@@ -95,7 +95,10 @@ pub(crate) fn request(payload: &[u8]) -> Result<Request, (Value, Refused)> {
     let (Some(path), Some(method)) = (text_at(2), text_at(3)) else {
         return Err((id, bad("a request needs a path ('to') and a method ('subject')")));
     };
-    let body = sections.value.unwrap_or(Value::Null);
+    let body = match sections.body_value() {
+        Ok(body) => body.unwrap_or(Value::Null),
+        Err(e) => return Err((id, bad(e.to_string()))),
+    };
     match operation(&method, &path, &body) {
         Ok(operation) => Ok(Request { id, operation }),
         Err(refused) => Err((id, refused)),

@@ -16,8 +16,12 @@
 //! annotations, `first-acquirer` false for a redelivery, headers named `x-…` as annotations and
 //! the others (of simple types) as application properties.
 
+use std::borrow::Cow;
+
 use bytes::{Bytes, BytesMut};
-use hourglass_wire::amqp1::{decode_value, encode_value, Value};
+use hourglass_wire::amqp1::{
+    decode_value, encode_list_of_encoded, encode_value, value_len, Amqp1DecodeError, Value,
+};
 use hourglass_wire::{BasicProperties, FieldTable, FieldValue, LongStr, ShortStr};
 
 use super::address;
@@ -42,6 +46,15 @@ pub(crate) struct Inbound {
     pub to: Option<String>,
 }
 
+/// How many bytes the sections that are decoded into values (header, message annotations,
+/// properties, application properties) may take together. A decoded value takes up to 30 times
+/// its encoding, so without this a 128 MiB message could take gigabytes; 0-9-1's headers are
+/// bounded by its frame (128 KiB by default).
+pub(crate) const HEAD_SECTIONS_BYTES_MAX: usize = 1 << 20;
+
+/// How many bytes a section descriptor may take: a ulong or a symbol of part 3.2's names.
+const DESCRIPTOR_BYTES_MAX: usize = 64;
+
 /// Why a transfer's payload is not a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum MessageError {
@@ -49,11 +62,27 @@ pub(crate) enum MessageError {
     Undecodable(String),
     #[error("message section {0} is not one AMQP 1.0 defines")]
     UnknownSection(String),
+    #[error(
+        "the message's header, annotations and properties take more than {HEAD_SECTIONS_BYTES_MAX} bytes"
+    )]
+    HeadTooLarge,
+    #[error("the body is {0} bytes encoded, more than the {HEAD_SECTIONS_BYTES_MAX} a request may have")]
+    RequestTooLarge(usize),
+}
+
+impl MessageError {
+    /// The AMQP 1.0 error condition that refuses the message.
+    pub(crate) fn condition(&self) -> &'static str {
+        match self {
+            Self::Undecodable(_) | Self::UnknownSection(_) => "amqp:decode-error",
+            Self::HeadTooLarge | Self::RequestTooLarge(_) => "amqp:resource-limit-exceeded",
+        }
+    }
 }
 
 /// A message's sections as read (part 3.2), before any mapping.
 #[derive(Debug)]
-pub(crate) struct Sections {
+pub(crate) struct Sections<'a> {
     pub header: Vec<Value>,
     pub annotations: Value,
     /// The properties section's fields by position (message-id first).
@@ -61,20 +90,57 @@ pub(crate) struct Sections {
     pub application: Value,
     /// The data sections, concatenated.
     pub data: BytesMut,
-    /// An amqp-value section, or amqp-sequence sections as a list.
-    pub value: Option<Value>,
+    /// An amqp-value or amqp-sequence body, as sent: checked, never decoded here.
+    pub body: Option<BodyValue<'a>>,
 }
 
-/// Reads a payload's sections.
-pub(crate) fn sections(mut payload: &[u8]) -> Result<Sections, MessageError> {
+/// A body of AMQP values (part 3.2.7, 3.2.8) as sent.
+#[derive(Debug)]
+pub(crate) enum BodyValue<'a> {
+    /// An amqp-value section's value, encoded.
+    Value(&'a [u8]),
+    /// The elements of amqp-sequence sections, encoded one after another.
+    Sequence { count: usize, items: BytesMut },
+}
+
+impl Sections<'_> {
+    /// The body's value encoded: an amqp-value as sent, amqp-sequences as one list.
+    pub(crate) fn body_encoded(&self) -> Option<Cow<'_, [u8]>> {
+        Some(match self.body.as_ref()? {
+            BodyValue::Value(encoded) => Cow::Borrowed(encoded),
+            BodyValue::Sequence { count, items } => {
+                let mut out = BytesMut::with_capacity(items.len() + 9);
+                encode_list_of_encoded(*count, items, &mut out);
+                Cow::Owned(out.to_vec())
+            }
+        })
+    }
+
+    /// The body's value decoded, for a `$management` request or reply: at most
+    /// [`HEAD_SECTIONS_BYTES_MAX`] encoded.
+    pub(crate) fn body_value(&self) -> Result<Option<Value>, MessageError> {
+        let Some(encoded) = self.body_encoded() else { return Ok(None) };
+        if encoded.len() > HEAD_SECTIONS_BYTES_MAX {
+            return Err(MessageError::RequestTooLarge(encoded.len()));
+        }
+        let (value, _) = decode_value(&encoded).map_err(|e| MessageError::Undecodable(e.to_string()))?;
+        Ok(Some(value))
+    }
+}
+
+/// Reads a payload's sections. Each is checked whole (`value_len`), but only the header,
+/// annotations and properties become values, at most [`HEAD_SECTIONS_BYTES_MAX`] of them.
+pub(crate) fn sections(mut payload: &[u8]) -> Result<Sections<'_>, MessageError> {
+    let undecodable = |e: Amqp1DecodeError| MessageError::Undecodable(e.to_string());
     let mut sections = Sections {
         header: Vec::new(),
         annotations: Value::Null,
         properties: Vec::new(),
         application: Value::Null,
         data: BytesMut::new(),
-        value: None,
+        body: None,
     };
+    let mut head_bytes = 0;
     while !payload.is_empty() {
         // A data section, the usual body, is copied straight from the bytes (no value tree).
         if let Some((data, used)) = data_section(payload) {
@@ -82,31 +148,78 @@ pub(crate) fn sections(mut payload: &[u8]) -> Result<Sections, MessageError> {
             payload = &payload[used..];
             continue;
         }
-        let (value, used) = decode_value(payload).map_err(|e| MessageError::Undecodable(e.to_string()))?;
-        payload = &payload[used..];
-        let Value::Described(descriptor, section) = value else {
+        let Some((&0x00, described)) = payload.split_first() else {
+            value_len(payload).map_err(undecodable)?;
             return Err(MessageError::UnknownSection("without a descriptor".into()));
         };
-        match section_code(&descriptor) {
-            Some(HEADER) => sections.header = into_list(*section),
-            Some(PROPERTIES) => sections.properties = into_list(*section),
-            Some(APPLICATION_PROPERTIES) => sections.application = *section,
-            Some(MESSAGE_ANNOTATIONS) => sections.annotations = *section,
-            Some(DATA) => {
-                if let Value::Binary(bytes) = *section {
-                    sections.data.extend_from_slice(&bytes);
+        let descriptor_len = value_len(described).map_err(undecodable)?;
+        let (descriptor, rest) = described.split_at(descriptor_len);
+        let section_len = value_len(rest).map_err(undecodable)?;
+        let (section, after) = rest.split_at(section_len);
+        payload = after;
+        let code = if descriptor_len <= DESCRIPTOR_BYTES_MAX {
+            section_code(&decode_value(descriptor).map_err(undecodable)?.0)
+        } else {
+            None
+        };
+        let Some(code) = code else {
+            return Err(MessageError::UnknownSection(format!("{descriptor:02x?}")));
+        };
+        let mut decoded = || {
+            head_bytes += section.len();
+            if head_bytes > HEAD_SECTIONS_BYTES_MAX {
+                return Err(MessageError::HeadTooLarge);
+            }
+            Ok(decode_value(section).map_err(undecodable)?.0)
+        };
+        match code {
+            HEADER => sections.header = into_list(decoded()?),
+            PROPERTIES => sections.properties = into_list(decoded()?),
+            APPLICATION_PROPERTIES => sections.application = decoded()?,
+            MESSAGE_ANNOTATIONS => sections.annotations = decoded()?,
+            DATA => {
+                if let Some(bytes) = variable_bytes(section, 0xa0, 0xb0) {
+                    sections.data.extend_from_slice(bytes);
                 }
             }
-            Some(AMQP_VALUE) => sections.value = Some(*section),
-            Some(AMQP_SEQUENCE) => match &mut sections.value {
-                Some(Value::List(items)) => items.extend(into_list(*section)),
-                _ => sections.value = Some(Value::List(into_list(*section))),
-            },
-            Some(DELIVERY_ANNOTATIONS | FOOTER) => {}
-            _ => return Err(MessageError::UnknownSection(format!("{descriptor:?}"))),
+            AMQP_VALUE => sections.body = Some(BodyValue::Value(section)),
+            AMQP_SEQUENCE => {
+                let (count, items) = list_items(section);
+                match &mut sections.body {
+                    Some(BodyValue::Sequence { count: all, items: all_items }) => {
+                        *all += count;
+                        all_items.extend_from_slice(items);
+                    }
+                    body => *body = Some(BodyValue::Sequence { count, items: BytesMut::from(items) }),
+                }
+            }
+            DELIVERY_ANNOTATIONS | FOOTER => {}
+            _ => return Err(MessageError::UnknownSection(format!("{code:#x}"))),
         }
     }
     Ok(sections)
+}
+
+/// The bytes of a binary (or string, or symbol: `short`/`long` are its two format codes) value
+/// that `value_len` has checked; `None` for another type.
+fn variable_bytes(encoded: &[u8], short: u8, long: u8) -> Option<&[u8]> {
+    match encoded {
+        [code, _, rest @ ..] if *code == short => Some(rest),
+        [code, _, _, _, _, rest @ ..] if *code == long => Some(rest),
+        _ => None,
+    }
+}
+
+/// A list's count and its elements' bytes, from its encoding that `value_len` has checked; no
+/// elements for another type.
+fn list_items(encoded: &[u8]) -> (usize, &[u8]) {
+    match encoded {
+        [0xc0, _, count, items @ ..] => (usize::from(*count), items),
+        [0xd0, _, _, _, _, c0, c1, c2, c3, items @ ..] => {
+            (u32::from_be_bytes([*c0, *c1, *c2, *c3]) as usize, items)
+        }
+        _ => (0, &[]),
+    }
 }
 
 /// A data section at the start of `payload` (`0x00 0x53 0x75` then vbin8 or vbin32): its bytes
@@ -132,7 +245,7 @@ fn into_list(section: Value) -> Vec<Value> {
 
 /// Reads a transfer's payload as the 0-9-1 message it becomes.
 pub(crate) fn inbound(payload: &[u8]) -> Result<Inbound, MessageError> {
-    let sections = sections(payload)?;
+    let mut sections = sections(payload)?;
     let mut properties = BasicProperties { delivery_mode: Some(2), ..BasicProperties::default() };
     read_header(&sections.header, &mut properties);
     let to = read_properties(&sections.properties, &mut properties);
@@ -143,12 +256,11 @@ pub(crate) fn inbound(payload: &[u8]) -> Result<Inbound, MessageError> {
         properties.headers =
             Some(FieldTable::from_entries(headers.iter().map(|(k, v)| (k.as_bytes(), v.clone()))));
     }
-    let mut body = sections.data;
-    match sections.value {
-        Some(Value::Binary(bytes)) => body.extend_from_slice(&bytes),
-        Some(Value::String(text)) => body.extend_from_slice(text.as_bytes()),
-        Some(other) => encode_value(&other, &mut body),
-        None => {}
+    let mut body = std::mem::take(&mut sections.data);
+    if let Some(encoded) = sections.body_encoded() {
+        // A binary or a string is the body's bytes; any other value is its encoding.
+        let bytes = variable_bytes(&encoded, 0xa0, 0xb0).or_else(|| variable_bytes(&encoded, 0xa1, 0xb1));
+        body.extend_from_slice(bytes.unwrap_or(&encoded));
     }
     Ok(Inbound { properties, body: body.freeze(), to })
 }
@@ -425,6 +537,69 @@ mod tests {
             section(*code, value.clone(), &mut out);
         }
         out.to_vec()
+    }
+
+    /// Held by the tests that allocate megabytes, so that one does not count the other's.
+    static LARGE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A list of `count` nulls, encoded as a list32.
+    fn nulls(count: usize) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        encode_list_of_encoded(count, &vec![0x40; count], &mut out);
+        out.to_vec()
+    }
+
+    fn described(code: u64, value: &[u8]) -> Vec<u8> {
+        let mut out = vec![0x00, 0x53, code as u8];
+        out.extend_from_slice(value);
+        out
+    }
+
+    /// A value body becomes the 0-9-1 body without a value tree: 4 MiB of nulls as a tree would
+    /// take 32 bytes each (128 MiB). The body's own bytes are what it takes; the bound leaves
+    /// room for what tests running beside this one allocate meanwhile (the count is global).
+    #[test]
+    fn a_large_value_body_is_read_without_a_value_tree() {
+        let _alone = LARGE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let list = nulls(4 << 20);
+        let payload = described(AMQP_VALUE, &list);
+        let region = stats_alloc::Region::new(crate::ALLOCATOR);
+        let message = inbound(&payload).unwrap();
+        let allocated = region.change().bytes_allocated;
+        assert_eq!(&message.body[..], &list[..]);
+        assert!(allocated < 8 * list.len(), "{allocated} bytes allocated for a {}-byte body", list.len());
+        // Two sequences are one list.
+        let mut payload = described(AMQP_SEQUENCE, &nulls(3));
+        payload.extend(described(AMQP_SEQUENCE, &nulls(300)));
+        assert_eq!(&inbound(&payload).unwrap().body[..], &nulls(303)[..]);
+        // A string or a binary is its bytes; a bad one is refused as before.
+        let text = described(AMQP_VALUE, &[0xa1, 2, b'h', b'i']);
+        assert_eq!(&inbound(&text).unwrap().body[..], b"hi");
+        let bad = described(AMQP_VALUE, &[0xa1, 1, 0xff]);
+        assert!(matches!(inbound(&bad), Err(MessageError::Undecodable(_))));
+    }
+
+    /// What becomes values (application properties here) is bounded, with its own condition.
+    #[test]
+    fn head_sections_over_their_limit_are_refused() {
+        let _alone = LARGE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = BytesMut::new();
+        let entries = HEAD_SECTIONS_BYTES_MAX / 2;
+        let mut body = Vec::with_capacity(entries * 2);
+        for _ in 0..entries / 2 {
+            body.extend_from_slice(&[0xa1, 0, 0x40]);
+        }
+        map.extend_from_slice(&[0xd1]);
+        map.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        map.extend_from_slice(&((entries / 2 * 2) as u32).to_be_bytes());
+        map.extend_from_slice(&body);
+        let small = described(APPLICATION_PROPERTIES, &map);
+        assert!(inbound(&small).is_ok());
+        let mut twice = small.clone();
+        twice.extend(described(MESSAGE_ANNOTATIONS, &map));
+        let refused = inbound(&twice).unwrap_err();
+        assert_eq!(refused, MessageError::HeadTooLarge);
+        assert_eq!(refused.condition(), "amqp:resource-limit-exceeded");
     }
 
     #[test]

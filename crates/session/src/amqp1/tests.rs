@@ -786,7 +786,7 @@ fn management_request(method: &str, path: &str, body: Value) -> Vec<u8> {
 fn management_reply(payload: &[u8]) -> (String, Value, Option<Value>) {
     let sections = super::message::sections(payload).unwrap();
     let Some(Value::String(status)) = sections.properties.get(3).cloned() else { panic!("{sections:?}") };
-    (status, sections.properties.get(5).cloned().unwrap_or(Value::Null), sections.value)
+    (status, sections.properties.get(5).cloned().unwrap_or(Value::Null), sections.body_value().unwrap())
 }
 
 /// A session with the `/management` link pair: requests on handle 0, replies on handle 1.

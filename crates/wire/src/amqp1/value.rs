@@ -90,14 +90,33 @@ type Result<T> = std::result::Result<T, Amqp1DecodeError>;
 
 /// Decodes one value from the start of `bytes`; returns it and how many bytes it took.
 pub fn decode_value(bytes: &[u8]) -> Result<(Value, usize)> {
-    let mut reader = Reader { bytes, at: 0 };
+    let mut reader = Reader { bytes, at: 0, build: true };
     let value = reader.value(0)?;
     Ok((value, reader.at))
+}
+
+/// How many bytes the value at the start of `bytes` takes, checked exactly as [`decode_value`]
+/// checks it (it fails on the same bytes with the same error) but building nothing: a large
+/// message body is measured without a tree 30 times its size.
+pub fn value_len(bytes: &[u8]) -> Result<usize> {
+    let mut reader = Reader { bytes, at: 0, build: false };
+    reader.value(0)?;
+    Ok(reader.at)
 }
 
 /// Appends `value`'s smallest encoding to `out`.
 pub fn encode_value(value: &Value, out: &mut BytesMut) {
     encode(value, out, false);
+}
+
+/// Appends a list of `count` elements whose encodings, one after another, are `items`: what
+/// `encode_value` writes for that list when each element is encoded as in `items`.
+pub fn encode_list_of_encoded(count: usize, items: &[u8], out: &mut BytesMut) {
+    if count == 0 {
+        out.put_u8(0x45);
+    } else {
+        compound(out, (0xc0, 0xd0), count, items, false);
+    }
 }
 
 /// Appends `value`'s encoding: the smallest, or with `wide` the one every value of its type can
@@ -175,11 +194,14 @@ fn encode(value: &Value, out: &mut BytesMut, wide: bool) {
         Value::Binary(b) => variable(out, (0xa0, 0xb0), b, wide),
         Value::String(s) => variable(out, (0xa1, 0xb1), s.as_bytes(), wide),
         Value::Symbol(s) => variable(out, (0xa3, 0xb3), s.as_bytes(), wide),
-        Value::List(items) if items.is_empty() && !wide => out.put_u8(0x45),
         Value::List(items) => {
             let mut body = BytesMut::new();
             items.iter().for_each(|item| encode_value(item, &mut body));
-            compound(out, (0xc0, 0xd0), items.len(), &body, wide);
+            if wide {
+                compound(out, (0xc0, 0xd0), items.len(), &body, wide);
+            } else {
+                encode_list_of_encoded(items.len(), &body, out);
+            }
         }
         Value::Map(pairs) => {
             let mut body = BytesMut::new();
@@ -259,10 +281,13 @@ fn constructor_len(encoded: &[u8]) -> usize {
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// Whether values are built; without, every check still runs and `Value::Null` stands for
+    /// whatever would have been allocated.
+    build: bool,
 }
 
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8]> {
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self.at.checked_add(n).ok_or(Amqp1DecodeError::Truncated)?;
         let taken = self.bytes.get(self.at..end).ok_or(Amqp1DecodeError::Truncated)?;
         self.at = end;
@@ -291,7 +316,11 @@ impl Reader<'_> {
             0x00 => {
                 let descriptor = self.value(depth + 1)?;
                 let value = self.value(depth + 1)?;
-                Ok(Value::Described(Box::new(descriptor), Box::new(value)))
+                Ok(if self.build {
+                    Value::Described(Box::new(descriptor), Box::new(value))
+                } else {
+                    Value::Null
+                })
             }
             code => self.of_code(code, depth),
         }
@@ -331,11 +360,18 @@ impl Reader<'_> {
             0x98 => Value::Uuid(self.array()?),
             0xa0 | 0xb0 => {
                 let len = self.length(code == 0xb0)?;
-                Value::Binary(Bytes::copy_from_slice(self.take(len)?))
+                let bytes = self.take(len)?;
+                if !self.build {
+                    return Ok(Value::Null);
+                }
+                Value::Binary(Bytes::copy_from_slice(bytes))
             }
             0xa1 | 0xb1 => {
                 let len = self.length(code == 0xb1)?;
                 let text = std::str::from_utf8(self.take(len)?).map_err(|_| Amqp1DecodeError::NotUtf8)?;
+                if !self.build {
+                    return Ok(Value::Null);
+                }
                 Value::String(text.to_owned())
             }
             0xa3 | 0xb3 => {
@@ -344,14 +380,17 @@ impl Reader<'_> {
                 if !text.is_ascii() {
                     return Err(Amqp1DecodeError::NotAscii);
                 }
+                if !self.build {
+                    return Ok(Value::Null);
+                }
                 Value::Symbol(String::from_utf8_lossy(text).into_owned())
             }
             0x45 => Value::List(Vec::new()),
-            0xc0 | 0xd0 => Value::List(self.compound(code == 0xd0, depth)?),
+            0xc0 | 0xd0 => Value::List(self.compound(code == 0xd0, depth)?.1),
             0xc1 | 0xd1 => {
-                let items = self.compound(code == 0xd1, depth)?;
-                if items.len() % 2 != 0 {
-                    return Err(Amqp1DecodeError::OddMap(items.len() as u32));
+                let (count, items) = self.compound(code == 0xd1, depth)?;
+                if count % 2 != 0 {
+                    return Err(Amqp1DecodeError::OddMap(count));
                 }
                 let mut pairs = Vec::with_capacity(items.len() / 2);
                 let mut items = items.into_iter();
@@ -377,19 +416,23 @@ impl Reader<'_> {
 
     /// A list's or map's elements, which fill its size exactly. Each element takes at least a
     /// byte, so a count over the size is refused before anything is allocated for it.
-    fn compound(&mut self, long: bool, depth: usize) -> Result<Vec<Value>> {
+    /// Returns the count and, when building, the elements.
+    fn compound(&mut self, long: bool, depth: usize) -> Result<(u32, Vec<Value>)> {
         let start = self.at;
         let (size, count) = self.size_and_count(long)?;
         if count > size {
             return Err(Amqp1DecodeError::CountExceedsSize { count, size });
         }
         let end = self.end_of(start, size, long)?;
-        let mut items = Vec::with_capacity(count as usize);
+        let mut items = Vec::with_capacity(if self.build { count as usize } else { 0 });
         for _ in 0..count {
-            items.push(self.value(depth + 1)?);
+            let item = self.value(depth + 1)?;
+            if self.build {
+                items.push(item);
+            }
         }
         self.ends_at(end, size)?;
-        Ok(items)
+        Ok((count, items))
     }
 
     /// An array's elements: one constructor, then each element's bytes.
@@ -413,10 +456,11 @@ impl Reader<'_> {
         let descriptor = match code {
             0x00 => {
                 let descriptor_start = self.at;
-                let descriptor = self.value(depth + 1)?;
-                if !matches!(descriptor, Value::Ulong(_) | Value::Symbol(_)) {
+                // A ulong or a symbol, in any of their encodings.
+                if !matches!(self.bytes.get(self.at), Some(0x44 | 0x53 | 0x80 | 0xa3 | 0xb3)) {
                     return Err(Amqp1DecodeError::ArrayDescriptor);
                 }
+                let descriptor = self.value(depth + 1)?;
                 code = self.u8()?;
                 Some((descriptor, self.at - 1 - descriptor_start))
             }
@@ -438,9 +482,12 @@ impl Reader<'_> {
             }
         }
         let descriptor = descriptor.map(|(descriptor, _)| descriptor);
-        let mut items = Vec::with_capacity(count as usize);
+        let mut items = Vec::with_capacity(if self.build { count as usize } else { 0 });
         for _ in 0..count {
             let item = self.of_code(code, depth + 1)?;
+            if !self.build {
+                continue;
+            }
             items.push(match &descriptor {
                 Some(d) => Value::Described(Box::new(d.clone()), Box::new(item)),
                 None => item,
@@ -570,7 +617,9 @@ mod tests {
         let bytes = encoded(&value);
         for len in 0..bytes.len() {
             assert!(decode_value(&bytes[..len]).is_err(), "a prefix of {len} bytes decoded");
+            assert_eq!(value_len(&bytes[..len]), decode_value(&bytes[..len]).map(|(_, used)| used));
         }
+        assert_eq!(value_len(&bytes), Ok(bytes.len()));
         // list32 claiming 4 billion elements in 8 bytes.
         let bomb = [0xd0, 0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0x40, 0x40, 0x40, 0x40];
         assert_eq!(decode_value(&bomb), Err(Amqp1DecodeError::CountExceedsSize { count: u32::MAX, size: 8 }));
@@ -631,6 +680,7 @@ mod tests {
             &[0xe0, 16, 4, 0x00, 0x80, 0, 0, 0, 0, 0, 0, 0, 7, 0x50, 1, 2, 3, 4],
         ];
         for input in inputs {
+            assert_eq!(value_len(input), decode_value(input).map(|(_, used)| used));
             let (value, _) = decode_value(input).expect("the input decodes");
             let once = encoded(&value);
             let (again, used) =
