@@ -15,7 +15,7 @@ use super::Queue;
 use crate::persist::QueueState;
 
 /// The layout of a state (its first word).
-const STATE_VERSION: u64 = 1;
+const STATE_VERSION: u64 = 2;
 
 impl Queue {
     /// This queue's state for a checkpoint, if it has one (module doc).

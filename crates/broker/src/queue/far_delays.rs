@@ -50,6 +50,9 @@ struct Run {
     /// The lowest and highest id in the run (ids grow with publish order, so a lookup by id
     /// looks at about one run, not all).
     ids: (Seq, Seq),
+    /// The lowest and highest store id in the run: a restart takes the run back from a
+    /// checkpoint without reading its roster when no message changed since is in this range.
+    persist_ids: (u64, u64),
     /// The key of the next record the run holds: every one it still holds is at or after it,
     /// every one it gave up (loaded, or cancelled and passed) before it. Only ever taken from a
     /// record that checked out, or from the roster.
@@ -163,6 +166,7 @@ impl FarTier {
             len: records.len() as u64,
             cursor: 0,
             ids: ids_of(&records),
+            persist_ids: persist_ids_of(&records),
             head,
             roster: Roster::new(&records),
             on_file,
@@ -390,6 +394,7 @@ impl FarTier {
             len: held.len() as u64,
             cursor: 0,
             ids: ids_of(&held),
+            persist_ids: persist_ids_of(&held),
             head: key_of(&held[0]),
             roster: Roster::new(&held),
             on_file: true,
@@ -416,7 +421,7 @@ impl FarTier {
             Err(_) => {
                 // Never: the record was made in memory from a message that encoded. Counted out
                 // rather than left to skew the counts.
-                self.count -= 1;
+                self.count = self.count.saturating_sub(1);
                 self.body_bytes = self.body_bytes.saturating_sub(Fields::of(record).body_size as usize);
                 tracing::error!(queue_files = %self.prefix, "a delayed message's far record does not decode; it waits in the log for the next restart");
             }
@@ -424,8 +429,9 @@ impl FarTier {
     }
 
     fn hand_over(&mut self, due: Timestamp, waiting: Waiting, out: &mut Vec<(Timestamp, Waiting)>) {
-        self.count -= 1;
-        self.body_bytes -= waiting.entry.body_size();
+        // Saturating: a tier restored from a checkpoint took its counts from there.
+        self.count = self.count.saturating_sub(1);
+        self.body_bytes = self.body_bytes.saturating_sub(waiting.entry.body_size());
         out.push((due, waiting));
     }
 
@@ -508,8 +514,16 @@ fn in_key_order(records: &[Record]) -> Option<(Vec<u8>, Key)> {
 }
 
 fn ids_of(records: &[Record]) -> (Seq, Seq) {
-    let ids = records.iter().map(|record| key_of(record).1);
-    ids.fold((Seq::MAX, Seq::MIN), |(low, high), id| (low.min(id), high.max(id)))
+    span(records.iter().map(|record| key_of(record).1))
+}
+
+fn persist_ids_of(records: &[Record]) -> (u64, u64) {
+    span(records.iter().map(|record| Fields::of(record).persist_id))
+}
+
+/// The lowest and the highest of `values`; `(MAX, MIN)` for none.
+fn span(values: impl Iterator<Item = u64>) -> (u64, u64) {
+    values.fold((u64::MAX, u64::MIN), |(low, high), v| (low.min(v), high.max(v)))
 }
 
 /// A record read from a file, if it checks out: its checksum, its place in the run (at or
