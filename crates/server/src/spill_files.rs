@@ -35,6 +35,9 @@ pub struct SpillDir {
     /// What the writer thread shares with the callers.
     shared: Arc<Shared>,
     writes: SyncSender<Write>,
+    /// Deletes what earlier runs left (`set_aside`) in the background; joined only by tests.
+    #[cfg(test)]
+    cleanup: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// What the writer thread and the callers share.
@@ -56,6 +59,33 @@ impl Shared {
     }
 }
 
+/// Renames `dir` (a directory or a file), if there, to `<dir>.old-<nanos>-<pid>` beside it;
+/// returns every such name there, this one and those earlier runs did not get to delete.
+fn set_aside(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str())) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a spill directory needs a parent and a name",
+        ));
+    };
+    let prefix = format!("{name}.old-");
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    match fs::rename(dir, parent.join(format!("{prefix}{nanos}-{}", std::process::id()))) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut leftovers = Vec::new();
+    for entry in fs::read_dir(parent)? {
+        let entry = entry?;
+        if entry.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)) {
+            leftovers.push(entry.path());
+        }
+    }
+    Ok(leftovers)
+}
+
 /// A job for the writer thread.
 enum Write {
     File {
@@ -69,20 +99,24 @@ enum Write {
 }
 
 impl SpillDir {
-    /// Opens `dir`, deleting whatever an earlier run left in it (also a file in its place), and
-    /// starts its writer thread. If the writer thread dies, the process exits (supervision).
+    /// Opens `dir` empty, and starts its writer thread. Whatever an earlier run left in it (also
+    /// a file in its place) is renamed aside and deleted by a thread of its own: at 100M delayed
+    /// messages that is gigabytes of runs, whose deletion took a second of a restart (issue 38).
+    /// If the writer thread dies, the process exits (supervision); a failed deletion is logged,
+    /// and tried again at the next open.
     pub fn open(dir: &Path) -> io::Result<SpillDir> {
-        let removed = match fs::symlink_metadata(dir) {
-            Ok(meta) if meta.is_dir() => fs::remove_dir_all(dir),
-            Ok(_) => fs::remove_file(dir),
-            Err(e) => Err(e),
-        };
-        match removed {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+        let leftovers = set_aside(dir)?;
         fs::create_dir_all(dir)?;
+        #[cfg_attr(not(test), allow(unused_variables))]
+        let cleanup = std::thread::Builder::new().name("hg-spill-cleanup".into()).spawn(move || {
+            for path in leftovers {
+                let removed =
+                    if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+                if let Err(e) = removed {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot delete an earlier run's spill files");
+                }
+            }
+        })?;
         let shared = Arc::new(Shared::default());
         let (writes, queued) = mpsc::sync_channel(WRITES_QUEUED);
         let for_writer = Arc::clone(&shared);
@@ -96,7 +130,22 @@ impl SpillDir {
                 std::process::exit(1);
             }
         })?;
-        Ok(SpillDir { dir: dir.to_owned(), last_read: Mutex::new(None), shared, writes })
+        Ok(SpillDir {
+            dir: dir.to_owned(),
+            last_read: Mutex::new(None),
+            shared,
+            writes,
+            #[cfg(test)]
+            cleanup: Mutex::new(Some(cleanup)),
+        })
+    }
+
+    /// Waits until what earlier runs left is deleted (tests).
+    #[cfg(test)]
+    fn finish_cleanup(&self) {
+        if let Some(cleanup) = self.cleanup.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            cleanup.join().expect("the cleanup thread does not panic");
+        }
     }
 
     /// Waits until every file handed over so far has been written (or failed).
@@ -313,8 +362,34 @@ mod tests {
         assert_eq!(fs::read(dir.join("q1-4.run")).unwrap(), b"abc", "and by the writer thread again");
         fs::remove_dir_all(&dir).unwrap();
         fs::write(&dir, b"not a directory").unwrap();
-        SpillDir::open(&dir).unwrap();
+        let spill = SpillDir::open(&dir).unwrap();
         assert!(dir.is_dir());
+        spill.finish_cleanup();
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An earlier run's files are out of the way at once and deleted behind the open, and so is
+    /// what a run that stopped while deleting left (issue 38: deleting a 100M backlog's runs
+    /// took a second of the restart).
+    #[test]
+    fn an_earlier_runs_files_are_set_aside_and_deleted_behind_the_open() {
+        let parent = std::env::temp_dir().join(format!("hg-spill-aside-{}", std::process::id()));
+        let dir = parent.join("delays");
+        fs::create_dir_all(&dir).unwrap();
+        for run in 0..50 {
+            fs::write(dir.join(format!("q1-{run}.run")), vec![1; 4096]).unwrap();
+        }
+        let interrupted = parent.join("delays.old-1-1");
+        fs::create_dir_all(&interrupted).unwrap();
+        fs::write(interrupted.join("q2-0.run"), b"x").unwrap();
+        fs::write(parent.join("messages-not-ours"), b"kept").unwrap();
+        let spill = SpillDir::open(&dir).unwrap();
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "the directory opens empty");
+        spill.finish_cleanup();
+        let mut left: Vec<String> =
+            fs::read_dir(&parent).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, ["delays", "messages-not-ours"]);
+        fs::remove_dir_all(&parent).unwrap();
     }
 }
