@@ -148,6 +148,9 @@ pub(crate) struct Checkpoints {
     /// Checkpoints are taken only when the queues' owner asks, with their states
     /// (`Store::checkpoint_with`), not at rotations on the store's own account.
     on_request_only: bool,
+    /// The most a checkpoint written here may take: [`CHECKPOINT_BYTES_MAX`], or less where
+    /// the file is replicated (`Store::limit_checkpoint_bytes`).
+    bytes_max: u64,
 }
 
 /// A checkpoint encoded at a rotation into `replay_from`, to be written once that segment is
@@ -169,6 +172,7 @@ impl Default for Checkpoints {
             written: 0,
             failed: 0,
             on_request_only: false,
+            bytes_max: CHECKPOINT_BYTES_MAX,
         }
     }
 }
@@ -197,6 +201,12 @@ impl Checkpoints {
     }
 
     /// From now on checkpoints are taken only when asked for.
+    /// Checkpoints written from now on take at most `bytes_max` (within
+    /// [`CHECKPOINT_BYTES_MAX`]): the queue states that do not fit are left out.
+    pub(crate) fn limit_bytes(&mut self, bytes_max: u64) {
+        self.bytes_max = bytes_max.min(CHECKPOINT_BYTES_MAX);
+    }
+
     pub(crate) fn on_request_only(&mut self) {
         self.on_request_only = true;
     }
@@ -213,7 +223,7 @@ impl Checkpoints {
         index.encode(&mut index_bytes);
         let index_fits = (index_bytes.len() as u64) < SNAPSHOT_BYTES_MAX / 2;
         // The known segments' table goes first: a few bytes per segment, within the 1 MiB kept.
-        let room = usize::try_from(CHECKPOINT_BYTES_MAX - (1 << 20)).unwrap_or(usize::MAX);
+        let room = usize::try_from(self.bytes_max.saturating_sub(1 << 20)).unwrap_or(usize::MAX);
         let states = queue_states::fitting(states, room.saturating_sub(index_bytes.len()));
         let mut encoded = Vec::new();
         queue_states::encode(states, index_bytes, &mut encoded);

@@ -197,6 +197,14 @@ impl Store {
         self.checkpoints.on_request_only();
     }
 
+    /// Checkpoints written from now on take at most `bytes_max` bytes; queue states that do not
+    /// fit are left out (their queues are read back from the log at a restart). A cluster
+    /// replicates the checkpoint as one file that every follower writes and syncs before it
+    /// answers again, so there it is kept small (`docs/storage.md`).
+    pub fn limit_checkpoint_bytes(&mut self, bytes_max: u64) {
+        self.checkpoints.limit_bytes(bytes_max);
+    }
+
     /// Takes a checkpoint here, in the log order of appends, with `states` (ADR 0019), if one is
     /// due: the log rotates into a new segment, and the checkpoint is written, with the states
     /// that agree with the live index, by the commit that creates it. Returns whether it was

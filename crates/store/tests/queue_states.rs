@@ -151,3 +151,20 @@ fn messages_whose_segments_compaction_deleted_are_changed() {
     assert!(!read.contains_key(&1) && !counts.contains_key(&1));
     assert_eq!(read[&3].len(), 30);
 }
+
+/// A limited checkpoint (a cluster replicates the file, so keeps it small) leaves out the
+/// states that do not fit, and their queues are read back whole; those that fit are kept.
+#[test]
+fn a_limited_checkpoint_keeps_only_the_states_that_fit() {
+    let (storage, mut store) = filled();
+    store.limit_checkpoint_bytes((1 << 20) + 4096);
+    let large = QueueCheckpoint { parts: vec![Bytes::from(vec![7; 8192])], ..state(1, 20, vec![]) };
+    assert!(store.checkpoint_with(vec![large, state(2, 5, vec![])]));
+    // Written by the commit that creates the checkpoint's segment.
+    store.append_enqueue(3, 200, b"m0", &body(200)).unwrap();
+    store.commit().unwrap();
+    let (states, read, _) = restart(&storage);
+    assert_eq!(states.iter().map(|s| s.queue).collect::<Vec<_>>(), [2], "only the small state fits");
+    assert_eq!(read.get(&1).map(Vec::len), Some(20), "queue 1 is read back whole");
+    assert_eq!(read.get(&2), None, "queue 2 comes from its state");
+}
