@@ -129,20 +129,7 @@ impl FarTier {
         let from = sorted_changed.partition_point(|id| *id < persist_ids.0);
         if sorted_changed.get(from).is_none_or(|id| *id > persist_ids.1) {
             let roster = Roster::from_checkpoint(roster_bytes, records, first);
-            self.keep_run(
-                number,
-                Run {
-                    len: records as u64,
-                    cursor: 0,
-                    ids,
-                    persist_ids,
-                    head,
-                    roster,
-                    on_file: false,
-                    from_checkpoint: true,
-                },
-                cancelled,
-            );
+            self.keep_run(number, Run::restored(roster, records, ids, persist_ids, head), cancelled);
             return Some(());
         }
         let mut held_head: Option<Key> = None;
@@ -168,17 +155,7 @@ impl FarTier {
             cancelled.insert(key);
         }
         let Some(head) = held_head else { return Some(()) };
-        let run = Run {
-            len: records as u64,
-            cursor: 0,
-            ids,
-            persist_ids,
-            head,
-            roster,
-            on_file: false,
-            from_checkpoint: true,
-        };
-        self.keep_run(number, run, cancelled);
+        self.keep_run(number, Run::restored(roster, records, ids, persist_ids, head), cancelled);
         Some(())
     }
 
@@ -188,6 +165,23 @@ impl FarTier {
         self.cancelled.extend(cancelled.into_iter().filter(|key| *key >= head).map(|key| (number, key)));
         self.heads.insert((Timestamp::from_millis(head.0), number));
         self.runs.insert(number, run);
+    }
+}
+
+impl Run {
+    /// A run taken back from a checkpoint: served from its roster until its first load writes
+    /// its file.
+    fn restored(roster: Roster, records: usize, ids: (u64, u64), persist_ids: (u64, u64), head: Key) -> Run {
+        Run {
+            len: records as u64,
+            cursor: 0,
+            ids,
+            persist_ids,
+            head,
+            roster,
+            on_file: false,
+            from_checkpoint: true,
+        }
     }
 }
 
