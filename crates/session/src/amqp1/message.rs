@@ -20,7 +20,8 @@ use std::borrow::Cow;
 
 use bytes::{Bytes, BytesMut};
 use hourglass_wire::amqp1::{
-    decode_value, encode_list_of_encoded, encode_value, value_len, Amqp1DecodeError, Value,
+    decode_value, encode_list_of_encoded, encode_value, encoded_binary, encoded_list, encoded_string,
+    value_len, Amqp1DecodeError, Value,
 };
 use hourglass_wire::{BasicProperties, FieldTable, FieldValue, LongStr, ShortStr};
 
@@ -178,13 +179,13 @@ pub(crate) fn sections(mut payload: &[u8]) -> Result<Sections<'_>, MessageError>
             APPLICATION_PROPERTIES => sections.application = decoded()?,
             MESSAGE_ANNOTATIONS => sections.annotations = decoded()?,
             DATA => {
-                if let Some(bytes) = variable_bytes(section, 0xa0, 0xb0) {
+                if let Some(bytes) = encoded_binary(section) {
                     sections.data.extend_from_slice(bytes);
                 }
             }
             AMQP_VALUE => sections.body = Some(BodyValue::Value(section)),
             AMQP_SEQUENCE => {
-                let (count, items) = list_items(section);
+                let (count, items) = encoded_list(section).unwrap_or((0, &[]));
                 match &mut sections.body {
                     Some(BodyValue::Sequence { count: all, items: all_items }) => {
                         *all += count;
@@ -198,28 +199,6 @@ pub(crate) fn sections(mut payload: &[u8]) -> Result<Sections<'_>, MessageError>
         }
     }
     Ok(sections)
-}
-
-/// The bytes of a binary (or string, or symbol: `short`/`long` are its two format codes) value
-/// that `value_len` has checked; `None` for another type.
-fn variable_bytes(encoded: &[u8], short: u8, long: u8) -> Option<&[u8]> {
-    match encoded {
-        [code, _, rest @ ..] if *code == short => Some(rest),
-        [code, _, _, _, _, rest @ ..] if *code == long => Some(rest),
-        _ => None,
-    }
-}
-
-/// A list's count and its elements' bytes, from its encoding that `value_len` has checked; no
-/// elements for another type.
-fn list_items(encoded: &[u8]) -> (usize, &[u8]) {
-    match encoded {
-        [0xc0, _, count, items @ ..] => (usize::from(*count), items),
-        [0xd0, _, _, _, _, c0, c1, c2, c3, items @ ..] => {
-            (u32::from_be_bytes([*c0, *c1, *c2, *c3]) as usize, items)
-        }
-        _ => (0, &[]),
-    }
 }
 
 /// A data section at the start of `payload` (`0x00 0x53 0x75` then vbin8 or vbin32): its bytes
@@ -259,7 +238,7 @@ pub(crate) fn inbound(payload: &[u8]) -> Result<Inbound, MessageError> {
     let mut body = std::mem::take(&mut sections.data);
     if let Some(encoded) = sections.body_encoded() {
         // A binary or a string is the body's bytes; any other value is its encoding.
-        let bytes = variable_bytes(&encoded, 0xa0, 0xb0).or_else(|| variable_bytes(&encoded, 0xa1, 0xb1));
+        let bytes = encoded_binary(&encoded).or_else(|| encoded_string(&encoded));
         body.extend_from_slice(bytes.unwrap_or(&encoded));
     }
     Ok(Inbound { properties, body: body.freeze(), to })

@@ -18,5 +18,6 @@ pub use frame::{
 pub use performative::{ErrorCondition, Performative, PerformativeError};
 pub use transfer::decode_transfer;
 pub use value::{
-    decode_value, encode_list_of_encoded, encode_value, value_len, Amqp1DecodeError, Value, MAX_DEPTH,
+    decode_value, encode_list_of_encoded, encode_value, encoded_binary, encoded_list, encoded_string,
+    value_len, Amqp1DecodeError, Value, MAX_DEPTH,
 };

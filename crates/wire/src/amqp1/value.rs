@@ -109,6 +109,38 @@ pub fn encode_value(value: &Value, out: &mut BytesMut) {
     encode(value, out, false);
 }
 
+/// The bytes of an encoded binary (checked by [`value_len`]): what follows its size; `None` for
+/// another type.
+pub fn encoded_binary(encoded: &[u8]) -> Option<&[u8]> {
+    variable_content(encoded, (0xa0, 0xb0))
+}
+
+/// The UTF-8 bytes of an encoded string (checked by [`value_len`]); `None` for another type.
+pub fn encoded_string(encoded: &[u8]) -> Option<&[u8]> {
+    variable_content(encoded, (0xa1, 0xb1))
+}
+
+fn variable_content(encoded: &[u8], (short, long): (u8, u8)) -> Option<&[u8]> {
+    match encoded {
+        [code, _, rest @ ..] if *code == short => Some(rest),
+        [code, _, _, _, _, rest @ ..] if *code == long => Some(rest),
+        _ => None,
+    }
+}
+
+/// An encoded list's (checked by [`value_len`]) count and its elements' encodings, one after
+/// another; `None` for another type.
+pub fn encoded_list(encoded: &[u8]) -> Option<(usize, &[u8])> {
+    match encoded {
+        [0x45] => Some((0, &[])),
+        [0xc0, _, count, items @ ..] => Some((usize::from(*count), items)),
+        [0xd0, _, _, _, _, c0, c1, c2, c3, items @ ..] => {
+            Some((u32::from_be_bytes([*c0, *c1, *c2, *c3]) as usize, items))
+        }
+        _ => None,
+    }
+}
+
 /// Appends a list of `count` elements whose encodings, one after another, are `items`: what
 /// `encode_value` writes for that list when each element is encoded as in `items`.
 pub fn encode_list_of_encoded(count: usize, items: &[u8], out: &mut BytesMut) {
@@ -679,6 +711,12 @@ mod tests {
             // Described ubytes whose descriptor, a 9-byte ulong, re-encodes as a smallulong.
             &[0xe0, 16, 4, 0x00, 0x80, 0, 0, 0, 0, 0, 0, 0, 7, 0x50, 1, 2, 3, 4],
         ];
+        let list = encoded(&Value::List(vec![Value::Uint(1), Value::Null]));
+        assert_eq!(encoded_list(&list), Some((2, &[0x52, 1, 0x40][..])));
+        assert_eq!(encoded_list(&encoded(&Value::List(Vec::new()))), Some((0, &[][..])));
+        assert_eq!(encoded_binary(&encoded(&Value::Binary(Bytes::from(vec![9; 300])))), Some(&[9; 300][..]));
+        assert_eq!(encoded_string(&encoded(&Value::String("hi".into()))), Some(&b"hi"[..]));
+        assert_eq!(encoded_string(&encoded(&Value::Binary(Bytes::from_static(b"hi")))), None);
         for input in inputs {
             assert_eq!(value_len(input), decode_value(input).map(|(_, used)| used));
             let (value, _) = decode_value(input).expect("the input decodes");
