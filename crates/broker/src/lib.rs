@@ -48,7 +48,7 @@ pub use permissions::{Access, InvalidPattern, Permissions, Resource};
 pub use persist::{
     composite_key, decode_catalog, decode_definitions, CatalogChange, CommitNotice, DefinitionNotStored,
     Definitions, MessageSource, OrphanedQueue, QueueState, RecordLocation, RestoreReport, SequencedOp,
-    StoreOp, StoredBody, StoredLocation, StoredMessage, DEFINITIONS_SCHEMA_VERSION,
+    StatePart, StoreOp, StoredBody, StoredLocation, StoredMessage, DEFINITIONS_SCHEMA_VERSION,
     DEFINITIONS_SCHEMA_VERSION_OLDEST, IDENTITY_SCOPE, ORPHANED_QUEUE_PREFIX, ORPHANED_VHOST,
 };
 pub use queue::PagingLimits;

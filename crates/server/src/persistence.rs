@@ -23,7 +23,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use hourglass_broker::{
     Broker, CatalogChange, DefinitionNotStored, Definitions, MessageSource, QueueState, RecordLocation,
-    RestoreReport, SequencedOp, StoreOp, StoredBody, StoredLocation, StoredMessage, Timestamp,
+    RestoreReport, SequencedOp, StatePart, StoreOp, StoredBody, StoredLocation, StoredMessage, Timestamp,
 };
 use hourglass_store::catalog::{Catalog, CatalogError};
 use hourglass_store::{
@@ -359,8 +359,8 @@ fn restore_queue_states(
     mut replay: Replay,
     states: Vec<RecoveredQueueState>,
 ) -> Replay {
-    for RecoveredQueueState { queue, state, changed } in states {
-        if !broker.restore_queue_state(report, queue, state, &changed) {
+    for RecoveredQueueState { queue, parts, changed } in states {
+        if !broker.restore_queue_state(report, queue, parts, &changed) {
             tracing::warn!(
                 queue_id = queue,
                 "a queue's state in the checkpoint cannot be used; its messages are read from the log"
@@ -511,7 +511,15 @@ fn queue_checkpoint(state: &QueueState) -> QueueCheckpoint {
         queue: state.queue,
         covers: state.covers,
         read_back: state.read_back.clone(),
-        parts: state.parts.clone(),
+        parts: state.parts.iter().map(store_part).collect(),
+    }
+}
+
+/// A part of a queue's state as the store takes it: a kept part stays kept (written once).
+fn store_part(part: &StatePart) -> hourglass_store::StatePart {
+    match part {
+        StatePart::Inline(bytes) => hourglass_store::StatePart::Inline(bytes.clone()),
+        StatePart::Kept(bytes) => hourglass_store::StatePart::Kept(bytes.clone()),
     }
 }
 

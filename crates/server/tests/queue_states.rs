@@ -15,7 +15,7 @@ use hourglass_broker::{BrokerConfig, Effect, PagingLimits, SequencedOp};
 use hourglass_server::catalog_file::{open_catalog, DamagedDefinitions};
 use hourglass_server::persistence::{apply_batch, restore_into, StoreSource};
 use hourglass_store::catalog::Catalog;
-use hourglass_store::{Crash, MemImage, MemStorage, Store, StoreConfig};
+use hourglass_store::{Crash, MemImage, MemStorage, Storage, Store, StoreConfig};
 use hourglass_testkit::{methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -221,6 +221,13 @@ fn get(tb: &mut TestBroker, chan: Chan) -> Option<String> {
 fn every_sync_point_recovers_each_waiting_message_once() {
     let points = run_workload();
     assert!(points.len() > 100, "only {} sync points", points.len());
+    // Spill rosters are written once, to packs (ADR 0020): a pack still on disk beside a newer
+    // one holds rosters that later checkpoints named again instead of writing them.
+    let packs = |image: &MemImage| {
+        let names = image.crash(Crash::LoseUnsynced).list().unwrap();
+        names.iter().filter(|name| name.ends_with(".states")).count()
+    };
+    assert!(points.iter().any(|(image, _)| packs(image) >= 2), "no checkpoint named an earlier pack");
     let mut from_states = 0;
     for (at, (image, expect)) in points.iter().enumerate() {
         for crash in [

@@ -26,7 +26,8 @@
 //! cost at most half the log's own writes); an index whose encoding is over half of
 //! [`SNAPSHOT_BYTES_MAX`] (128 MiB) is not checkpointed, and the next start reads the whole log.
 //! Queue states (`queue_states.rs`) fill the rest of [`CHECKPOINT_BYTES_MAX`] (1 GiB), smallest
-//! first.
+//! first; their kept parts lie in pack files (`state_packs.rs`, ADR 0020), each written once, and
+//! count against the bytes a checkpoint may write only when they are new.
 
 use std::collections::BTreeMap;
 
@@ -34,17 +35,19 @@ use bytes::Bytes;
 
 use crate::index::LiveIndex;
 use crate::limits::{CHECKPOINT_BYTES_MAX, SNAPSHOT_BYTES_MAX};
-use crate::queue_states::{self, QueueCheckpoint, StoredState};
+use crate::queue_states::{self, Planned, QueueCheckpoint, StoredState};
 use crate::record::SegmentEnd;
 use crate::snapshot::{read_snapshot_up_to, write_snapshot_parts};
+use crate::state_packs::{PackReader, Registry};
 use crate::storage::{Storage, StorageFile};
 use crate::varint::{self, Malformed, Reader};
 
 /// The checkpoint's file name in the message log's directory.
 pub const CHECKPOINT_FILE: &str = "index.ckpt";
-/// The payload's layout (the snapshot container's schema version): 2 adds the queue states
-/// after the index; 1 (without them) is still read.
-const SCHEMA: u32 = 2;
+/// The payload's layout (the snapshot container's schema version): 3 names the states' kept parts
+/// in packs; 2 (each state whole, in place) and 1 (the index alone) are still read.
+const SCHEMA: u32 = 3;
+const SCHEMA_WHOLE_STATES: u32 = 2;
 const SCHEMA_WITHOUT_STATES: u32 = 1;
 
 /// A segment before the checkpoint's position, as recovery would find it by reading it.
@@ -64,8 +67,12 @@ pub(crate) struct Checkpoint {
     /// Every segment before `replay_from` on disk when it was written.
     pub(crate) known: BTreeMap<u64, KnownSegment>,
     pub(crate) index: LiveIndex,
-    /// Queue states taken with it (`queue_states.rs`).
+    /// Queue states taken with it (`queue_states.rs`), their kept parts read from their packs.
     pub(crate) states: Vec<StoredState>,
+    /// States left out because a part of theirs did not read back from its pack.
+    pub(crate) states_left_out: u64,
+    /// The kept parts read, known where they lie, so the next checkpoint names them again.
+    pub(crate) known_parts: Registry,
 }
 
 /// What recovery found of a checkpoint.
@@ -84,12 +91,13 @@ pub(crate) fn load(storage: &dyn Storage, files: &[(u64, Box<dyn StorageFile>)])
         Ok(None) => return Found::None,
         Err(error) => return Found::Ignored(error.to_string()),
     };
-    let with_states = match snapshot.schema_version {
-        SCHEMA => true,
-        SCHEMA_WITHOUT_STATES => false,
+    let layout = match snapshot.schema_version {
+        SCHEMA => States::InPacks,
+        SCHEMA_WHOLE_STATES => States::Whole,
+        SCHEMA_WITHOUT_STATES => States::None,
         other => return Found::Ignored(format!("schema {other} (this build reads {SCHEMA})")),
     };
-    let Ok(checkpoint) = decode(&snapshot.payload, with_states) else {
+    let Ok(checkpoint) = decode(storage, &snapshot.payload, layout) else {
         return Found::Ignored("its contents do not decode".to_owned());
     };
     if files.last().is_none_or(|(last, _)| *last < checkpoint.replay_from) {
@@ -115,7 +123,15 @@ pub(crate) fn load(storage: &dyn Storage, files: &[(u64, Box<dyn StorageFile>)])
     Found::Usable(checkpoint)
 }
 
-fn decode(payload: &Bytes, with_states: bool) -> Result<Checkpoint, Malformed> {
+/// How a checkpoint holds the queue states.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum States {
+    None,
+    Whole,
+    InPacks,
+}
+
+fn decode(storage: &dyn Storage, payload: &Bytes, layout: States) -> Result<Checkpoint, Malformed> {
     let mut input = Reader::new(payload);
     let replay_from = input.u64()?;
     let mut known = BTreeMap::new();
@@ -128,11 +144,17 @@ fn decode(payload: &Bytes, with_states: bool) -> Result<Checkpoint, Malformed> {
         }
     }
     let index = LiveIndex::decode(&mut input)?;
-    let states = if with_states { queue_states::decode(&mut input, payload)? } else { Vec::new() };
+    let named = match layout {
+        States::None => Vec::new(),
+        _ => queue_states::decode(&mut input, payload, layout == States::Whole)?,
+    };
     if !input.is_empty() || index.segment_sequences().any(|seq| !known.contains_key(&seq)) {
         return Err(Malformed);
     }
-    Ok(Checkpoint { replay_from, known, index, states })
+    let mut known_parts = Registry::default();
+    let (states, states_left_out) =
+        queue_states::read_packs(named, &mut PackReader::new(storage), &mut known_parts);
+    Ok(Checkpoint { replay_from, known, index, states, states_left_out, known_parts })
 }
 
 /// The store's side: when to checkpoint, and the checkpoint waiting for its commit.
@@ -141,16 +163,19 @@ pub(crate) struct Checkpoints {
     pending: Option<Pending>,
     /// Record bytes appended since the last checkpoint was encoded.
     appended_since: u64,
-    /// The last checkpoint's encoded index.
+    /// Bytes the last checkpoint wrote (its file and its pack).
     last_bytes: u64,
     pub(crate) written: u64,
     pub(crate) failed: u64,
     /// Checkpoints are taken only when the queues' owner asks, with their states
     /// (`Store::checkpoint_with`), not at rotations on the store's own account.
     on_request_only: bool,
-    /// The most a checkpoint written here may take: [`CHECKPOINT_BYTES_MAX`], or less where
-    /// the file is replicated (`Store::limit_checkpoint_bytes`).
+    /// The most a checkpoint written here may write (its file and its pack):
+    /// [`CHECKPOINT_BYTES_MAX`], or less where files are replicated
+    /// (`Store::limit_checkpoint_bytes`).
     bytes_max: u64,
+    /// The states' kept parts written to packs (`state_packs.rs`).
+    known_parts: Registry,
 }
 
 /// A checkpoint encoded at a rotation into `replay_from`, to be written once that segment is
@@ -158,12 +183,15 @@ pub(crate) struct Checkpoints {
 #[derive(Debug)]
 struct Pending {
     replay_from: u64,
-    /// The index and the queue states, encoded, in parts (the states' as their owner gave them).
-    encoded: Vec<Bytes>,
+    /// The index, encoded.
+    index: Vec<u8>,
+    /// The states it takes, and the pack of their parts not written yet.
+    states: Planned,
 }
 
-impl Default for Checkpoints {
-    fn default() -> Self {
+impl Checkpoints {
+    /// Checkpoints after a start that found `known_parts` in the packs.
+    pub(crate) fn new(known_parts: Registry) -> Self {
         // The first rotation after a start checkpoints: the log read at the start may be long.
         Self {
             pending: None,
@@ -173,11 +201,10 @@ impl Default for Checkpoints {
             failed: 0,
             on_request_only: false,
             bytes_max: CHECKPOINT_BYTES_MAX,
+            known_parts,
         }
     }
-}
 
-impl Checkpoints {
     pub(crate) fn appended(&mut self, bytes: u64) {
         self.appended_since = self.appended_since.saturating_add(bytes);
     }
@@ -200,13 +227,13 @@ impl Checkpoints {
         }
     }
 
-    /// From now on checkpoints are taken only when asked for.
-    /// Checkpoints written from now on take at most `bytes_max` (within
-    /// [`CHECKPOINT_BYTES_MAX`]): the queue states that do not fit are left out.
+    /// Checkpoints written from now on write at most `bytes_max` (within
+    /// [`CHECKPOINT_BYTES_MAX`]): the queue states whose new bytes do not fit are left out.
     pub(crate) fn limit_bytes(&mut self, bytes_max: u64) {
         self.bytes_max = bytes_max.min(CHECKPOINT_BYTES_MAX);
     }
 
+    /// From now on checkpoints are taken only when asked for.
     pub(crate) fn on_request_only(&mut self) {
         self.on_request_only = true;
     }
@@ -217,24 +244,25 @@ impl Checkpoints {
     }
 
     /// Encodes the checkpoint for a rotation into `next`, to be written when it is created. Left
-    /// out if too large: with the states, if they fit without them.
+    /// out if the index is too large.
     fn take(&mut self, next: u64, index: &LiveIndex, states: Vec<QueueCheckpoint>) {
         let mut index_bytes = Vec::with_capacity(64);
         index.encode(&mut index_bytes);
         let index_fits = (index_bytes.len() as u64) < SNAPSHOT_BYTES_MAX / 2;
         // The known segments' table goes first: a few bytes per segment, within the 1 MiB kept.
-        let room = usize::try_from(self.bytes_max.saturating_sub(1 << 20)).unwrap_or(usize::MAX);
-        let states = queue_states::fitting(states, room.saturating_sub(index_bytes.len()));
-        let mut encoded = Vec::new();
-        queue_states::encode(states, index_bytes, &mut encoded);
+        let used = (1 << 20) + index_bytes.len() as u64;
+        let room = CHECKPOINT_BYTES_MAX.saturating_sub(used);
+        let budget = self.bytes_max.saturating_sub(used);
+        let states = queue_states::plan(states, &self.known_parts, room, budget);
         self.appended_since = 0;
-        self.last_bytes = encoded.iter().map(|part| part.len() as u64).sum();
-        self.pending = index_fits.then_some(Pending { replay_from: next, encoded });
+        self.last_bytes = index_bytes.len() as u64 + states.written;
+        self.pending = index_fits.then_some(Pending { replay_from: next, index: index_bytes, states });
     }
 
     /// Segment `created` now exists and everything before it is durable: writes the checkpoint
     /// encoded for it, if any, with `segments` (every segment file, by sequence: valid length
-    /// and end). A failure leaves the previous checkpoint, which stays correct.
+    /// and end): first its pack, then the checkpoint, then deletes the packs it no longer needs.
+    /// A failure leaves the previous checkpoint, which stays correct, and its packs.
     pub(crate) fn on_created(
         &mut self,
         created: u64,
@@ -244,6 +272,19 @@ impl Checkpoints {
         let Some(pending) = self.pending.take_if(|p| p.replay_from == created) else {
             return;
         };
+        let Planned { states, pack, offered, .. } = pending.states;
+        // A pack of this name holding known parts is never written over.
+        let placed = match self.known_parts.holds_pack(created) {
+            false => pack.write(storage, created),
+            true => Err(std::io::Error::other("a pack of this name is in use")),
+        };
+        let Ok(placed) = placed else {
+            self.failed += 1;
+            return;
+        };
+        for (part, at) in placed {
+            self.known_parts.know(part, at);
+        }
         let known: Vec<(u64, KnownSegment)> = segments.filter(|(seq, _)| *seq < created).collect();
         let mut payload = Vec::with_capacity(16 + known.len() * 16);
         varint::put(&mut payload, created);
@@ -253,10 +294,16 @@ impl Checkpoints {
                 varint::put(&mut payload, n);
             }
         }
-        let parts: Vec<&[u8]> =
-            std::iter::once(payload.as_slice()).chain(pending.encoded.iter().map(|p| &p[..])).collect();
+        payload.extend_from_slice(&pending.index);
+        let mut encoded = vec![Bytes::from(payload)];
+        queue_states::encode(states, &self.known_parts, Vec::new(), &mut encoded);
+        let parts: Vec<&[u8]> = encoded.iter().map(|p| &p[..]).collect();
         match write_snapshot_parts(storage, CHECKPOINT_FILE, SCHEMA, &parts, CHECKPOINT_BYTES_MAX) {
-            Ok(()) => self.written += 1,
+            Ok(()) => {
+                self.written += 1;
+                self.known_parts.keep_only(&offered);
+                self.known_parts.delete_unknown_packs(storage);
+            }
             Err(_) => self.failed += 1,
         }
     }

@@ -29,6 +29,7 @@ mod reader;
 mod record;
 mod recovery;
 pub mod snapshot;
+mod state_packs;
 pub mod storage;
 mod store;
 mod tail_mark;
@@ -37,10 +38,11 @@ mod varint;
 
 pub use checkpoint::CHECKPOINT_FILE;
 pub use error::{AppendError, CommitError, Defect, OpenError, ReadError};
-pub use queue_states::{QueueCheckpoint, RecoveredQueueState};
+pub use queue_states::{QueueCheckpoint, RecoveredQueueState, StatePart};
 pub use reader::SegmentReader;
 pub use record::{HeaderDefect, FORMAT_VERSION};
 pub use recovery::{Replay, Replayed};
+pub use state_packs::is_write_once;
 pub use storage::{Crash, Fault, FsStorage, MemImage, MemStorage, Storage, StorageFile};
 pub use store::Store;
 pub use types::{

@@ -20,6 +20,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use bytes::Bytes;
 
 use crate::index::{pack, segment_of, IdBuild, LiveIndex};
+use crate::state_packs::{NewPack, PackReader, PartRef, Registry};
 use crate::varint::{self, Malformed, Reader};
 
 /// A queue's state for a checkpoint, as its owner hands it over ([`crate::Store::checkpoint_with`]).
@@ -30,19 +31,54 @@ pub struct QueueCheckpoint {
     pub covers: u64,
     /// Live messages of the queue the state does not hold, by id: a restart reads them back.
     pub read_back: Vec<u64>,
-    /// The state, written one part after another (parts let the owner hand over what it keeps
-    /// already as bytes without copying it on its own thread).
-    pub parts: Vec<Bytes>,
+    /// The state, one part after another; a restart gives the parts back as they were cut.
+    pub parts: Vec<StatePart>,
+}
+
+/// A part of a queue's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatePart {
+    /// Written with the checkpoint that takes it.
+    Inline(Bytes),
+    /// Bytes its owner keeps unchanged for as long as it offers them (a spill run's roster):
+    /// written once, to a pack, and named by every later checkpoint (`state_packs.rs`).
+    Kept(Bytes),
+}
+
+impl StatePart {
+    fn bytes(&self) -> &Bytes {
+        match self {
+            StatePart::Inline(bytes) | StatePart::Kept(bytes) => bytes,
+        }
+    }
 }
 
 impl QueueCheckpoint {
-    fn state_bytes(&self) -> usize {
-        self.parts.iter().map(Bytes::len).sum()
+    fn inline_bytes(&self) -> u64 {
+        self.parts.iter().filter(|p| matches!(p, StatePart::Inline(_))).map(|p| p.bytes().len() as u64).sum()
     }
 
-    /// Bytes [`encode`] writes for it, at most.
-    fn encoded_bytes(&self) -> usize {
-        30 + self.read_back.len() * 10 + self.state_bytes()
+    fn kept(&self) -> impl Iterator<Item = &Bytes> {
+        self.parts.iter().filter_map(|part| match part {
+            StatePart::Kept(bytes) => Some(bytes),
+            StatePart::Inline(_) => None,
+        })
+    }
+
+    /// Bytes [`encode`] writes for it in the checkpoint, at most.
+    fn encoded_bytes(&self) -> u64 {
+        30 + self.read_back.len() as u64 * 10 + self.parts.len() as u64 * 40 + self.inline_bytes()
+    }
+
+    /// Bytes of its kept parts that neither `registry` nor `pack` holds.
+    fn new_bytes(&self, registry: &Registry, pack: &NewPack) -> u64 {
+        let new = |part: &&Bytes| registry.find(part).is_none() && !pack.holds(part);
+        self.kept().filter(new).map(|part| part.len() as u64).sum()
+    }
+
+    /// Every byte of the state, wherever it is written.
+    fn state_bytes(&self) -> u64 {
+        self.parts.iter().map(|part| part.bytes().len() as u64).sum()
     }
 }
 
@@ -50,8 +86,8 @@ impl QueueCheckpoint {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveredQueueState {
     pub queue: u64,
-    /// The state as its owner wrote it.
-    pub state: Bytes,
+    /// The state's parts, cut as its owner handed them over.
+    pub parts: Vec<Bytes>,
     /// Messages the state may hold that changed after it was taken, sorted: drop them from it.
     /// Those still live come back through the second pass with their latest metadata.
     pub changed: Vec<u64>,
@@ -71,20 +107,57 @@ pub(crate) fn agreeing(states: Vec<QueueCheckpoint>, index: &LiveIndex) -> Vec<Q
         .collect()
 }
 
-/// The smallest of `states` that [`encode`] writes in `room` bytes together.
-pub(crate) fn fitting(mut states: Vec<QueueCheckpoint>, room: usize) -> Vec<QueueCheckpoint> {
-    states.sort_by_key(QueueCheckpoint::encoded_bytes);
-    let mut used = 10;
-    states.retain(|state| {
-        used += state.encoded_bytes();
-        used <= room
-    });
-    states
+/// What a checkpoint takes of the states offered: those it names, and the pack it writes.
+#[derive(Debug, Default)]
+pub(crate) struct Planned {
+    pub(crate) states: Vec<QueueCheckpoint>,
+    /// The kept parts not written yet, of the states taken and, as far as the budget goes, of
+    /// the others (written ahead, so a state too large for one checkpoint fits a later one).
+    pub(crate) pack: NewPack,
+    /// Every kept part offered: the registry forgets the others once the checkpoint is written.
+    pub(crate) offered: Vec<Bytes>,
+    /// Bytes the checkpoint writes for the states: their inline parts and the pack.
+    pub(crate) written: u64,
 }
 
-/// Appends `states` to a checkpoint: `out` takes the small fields, and each state's parts,
-/// with `out` before them, go to `parts` as they are (no copy).
-pub(crate) fn encode(states: Vec<QueueCheckpoint>, mut out: Vec<u8>, parts: &mut Vec<Bytes>) {
+/// The smallest of `states` whose new bytes fit in `budget` together and whose bytes, wherever
+/// written, fit in `room`.
+pub(crate) fn plan(mut states: Vec<QueueCheckpoint>, registry: &Registry, room: u64, budget: u64) -> Planned {
+    let offered: Vec<Bytes> = states.iter().flat_map(QueueCheckpoint::kept).cloned().collect();
+    let mut pack = NewPack::default();
+    states.sort_by_cached_key(|s| s.encoded_bytes() + s.new_bytes(registry, &pack));
+    let (mut written, mut named) = (10, 10);
+    let mut left_out = Vec::new();
+    states.retain(|state| {
+        let writes = state.encoded_bytes() + state.new_bytes(registry, &pack);
+        let names = state.encoded_bytes() + state.state_bytes();
+        if written + writes > budget || named + names > room {
+            left_out.push(state.clone());
+            return false;
+        }
+        (written, named) = (written + writes, named + names);
+        for part in state.kept().filter(|part| registry.find(part).is_none()) {
+            pack.add(part);
+        }
+        true
+    });
+    for part in left_out.iter().flat_map(QueueCheckpoint::kept) {
+        if registry.find(part).is_none() && !pack.holds(part) && written + part.len() as u64 <= budget {
+            written += pack.add(part);
+        }
+    }
+    Planned { states, pack, offered, written }
+}
+
+/// Appends `states` to a checkpoint: `out` takes the small fields, and each inline part, with
+/// `out` before it, goes to `parts` as it is (no copy); a kept part is named where `registry`
+/// says it lies (every one must be known).
+pub(crate) fn encode(
+    states: Vec<QueueCheckpoint>,
+    registry: &Registry,
+    mut out: Vec<u8>,
+    parts: &mut Vec<Bytes>,
+) {
     varint::put(&mut out, states.len() as u64);
     for state in states {
         varint::put(&mut out, state.queue);
@@ -92,36 +165,127 @@ pub(crate) fn encode(states: Vec<QueueCheckpoint>, mut out: Vec<u8>, parts: &mut
         for id in &state.read_back {
             varint::put(&mut out, *id);
         }
-        varint::put(&mut out, state.state_bytes() as u64);
-        parts.push(Bytes::from(std::mem::take(&mut out)));
-        parts.extend(state.parts);
+        varint::put(&mut out, state.parts.len() as u64);
+        for part in state.parts {
+            match part {
+                StatePart::Inline(bytes) => {
+                    out.push(INLINE);
+                    varint::put(&mut out, bytes.len() as u64);
+                    parts.push(Bytes::from(std::mem::take(&mut out)));
+                    parts.push(bytes);
+                }
+                StatePart::Kept(bytes) => {
+                    let at = registry.find(&bytes).expect("a kept part of a planned state is written");
+                    out.push(IN_PACK);
+                    at.encode(&mut out);
+                }
+            }
+        }
     }
     parts.push(Bytes::from(out));
 }
+
+/// A part written in the checkpoint.
+const INLINE: u8 = 0;
+/// A part named where it lies in a pack.
+const IN_PACK: u8 = 1;
 
 /// A state read back from a checkpoint.
 #[derive(Debug)]
 pub(crate) struct StoredState {
     queue: u64,
     read_back: Vec<u64>,
-    state: Bytes,
+    parts: Vec<Bytes>,
 }
 
-/// The states [`encode`] wrote, their bytes slices of `payload` (which `input` reads).
-pub(crate) fn decode(input: &mut Reader<'_>, payload: &Bytes) -> Result<Vec<StoredState>, Malformed> {
+/// A state as the checkpoint names it, its kept parts not read yet.
+#[derive(Debug)]
+pub(crate) struct NamedState {
+    queue: u64,
+    read_back: Vec<u64>,
+    parts: Vec<NamedPart>,
+}
+
+#[derive(Debug)]
+enum NamedPart {
+    Inline(Bytes),
+    InPack(PartRef),
+}
+
+/// The states [`encode`] wrote, their inline bytes slices of `payload` (which `input` reads);
+/// `whole_states`: the layout before packs (schema 2), each state one part in place.
+pub(crate) fn decode(
+    input: &mut Reader<'_>,
+    payload: &Bytes,
+    whole_states: bool,
+) -> Result<Vec<NamedState>, Malformed> {
     let mut states = Vec::new();
     let mut queues = HashSet::new();
     for _ in 0..input.count()? {
         let queue = input.u64()?;
         let read_back = (0..input.count()?).map(|_| input.u64()).collect::<Result<Vec<_>, _>>()?;
-        let bytes = usize::try_from(input.u64()?).map_err(|_| Malformed)?;
-        let state = payload.slice_ref(input.bytes(bytes)?);
+        let parts = if whole_states {
+            vec![NamedPart::Inline(inline_part(input, payload)?)]
+        } else {
+            (0..input.count()?).map(|_| named_part(input, payload)).collect::<Result<Vec<_>, _>>()?
+        };
         if !queues.insert(queue) {
             return Err(Malformed);
         }
-        states.push(StoredState { queue, read_back, state });
+        states.push(NamedState { queue, read_back, parts });
     }
     Ok(states)
+}
+
+fn named_part(input: &mut Reader<'_>, payload: &Bytes) -> Result<NamedPart, Malformed> {
+    match input.bytes(1)?[0] {
+        INLINE => Ok(NamedPart::Inline(inline_part(input, payload)?)),
+        IN_PACK => Ok(NamedPart::InPack(PartRef::decode(input)?)),
+        _ => Err(Malformed),
+    }
+}
+
+fn inline_part(input: &mut Reader<'_>, payload: &Bytes) -> Result<Bytes, Malformed> {
+    let bytes = usize::try_from(input.u64()?).map_err(|_| Malformed)?;
+    Ok(payload.slice_ref(input.bytes(bytes)?))
+}
+
+/// Reads each state's kept parts from their packs: a state one of whose parts does not read back
+/// whole is left out (its queue is read back from the log). `registry` knows each part read.
+/// Returns the states read and how many were left out.
+pub(crate) fn read_packs(
+    states: Vec<NamedState>,
+    packs: &mut PackReader<'_>,
+    registry: &mut Registry,
+) -> (Vec<StoredState>, u64) {
+    let mut read = Vec::with_capacity(states.len());
+    let mut left_out = 0;
+    for state in states {
+        let wanted = state.parts.len();
+        let mut parts = Vec::with_capacity(wanted);
+        let mut known = Vec::new();
+        for part in state.parts {
+            match part {
+                NamedPart::Inline(bytes) => parts.push(bytes),
+                NamedPart::InPack(at) => match packs.read(at) {
+                    Some(bytes) => {
+                        known.push((bytes.clone(), at));
+                        parts.push(bytes);
+                    }
+                    None => break,
+                },
+            }
+        }
+        if parts.len() < wanted {
+            left_out += 1;
+            continue;
+        }
+        for (bytes, at) in known {
+            registry.know(bytes, at);
+        }
+        read.push(StoredState { queue: state.queue, read_back: state.read_back, parts });
+    }
+    (read, left_out)
 }
 
 /// Recovery's account of a checkpoint's states: fed by the first pass, then split into what the
@@ -135,7 +299,7 @@ pub(crate) struct Covered {
 
 #[derive(Debug)]
 struct Cover {
-    state: Bytes,
+    parts: Vec<Bytes>,
     /// Messages the second pass reads back although they lie before the checkpoint.
     read: HashSet<u64, IdBuild>,
     changed: Vec<u64>,
@@ -147,7 +311,7 @@ impl Covered {
             .into_iter()
             .map(|s| {
                 let read = s.read_back.into_iter().collect();
-                (s.queue, Cover { state: s.state, read, changed: Vec::new() })
+                (s.queue, Cover { parts: s.parts, read, changed: Vec::new() })
             })
             .collect();
         Self { before: pack(replay_from, 0), queues }
@@ -200,7 +364,7 @@ impl Covered {
         for (queue, cover) in self.queues {
             let mut changed = cover.changed;
             changed.sort_unstable();
-            states.push(RecoveredQueueState { queue, state: cover.state, changed });
+            states.push(RecoveredQueueState { queue, parts: cover.parts, changed });
             read.insert(queue, cover.read);
         }
         states.sort_unstable_by_key(|s| s.queue);
@@ -261,38 +425,80 @@ mod tests {
             queue,
             covers,
             read_back,
-            parts: parts.iter().map(|p| Bytes::from_static(p)).collect(),
+            parts: parts.iter().map(|p| StatePart::Inline(Bytes::from_static(p))).collect(),
         }
     }
 
+    /// Inline parts are written in place and come back as slices of the payload; kept parts are
+    /// named where the registry says they lie and read back from there; a cut payload never
+    /// decodes.
     #[test]
-    fn states_round_trip_with_their_bytes_in_place() {
-        let states = vec![state(3, 2, vec![9, 4], &[b"ab", b"cd"]), state(7, 0, vec![], &[])];
-        let most = 10 + states.iter().map(QueueCheckpoint::encoded_bytes).sum::<usize>();
+    fn states_round_trip_with_inline_bytes_in_place_and_kept_ones_named() {
+        let storage = crate::storage::MemStorage::new();
+        let kept = Bytes::from(vec![3u8; 40]);
+        let mut pack = NewPack::default();
+        pack.add(&kept);
+        let mut registry = Registry::default();
+        for (part, at) in pack.write(&storage, 5).unwrap() {
+            registry.know(part, at);
+        }
+        let mut with_kept = state(3, 2, vec![9, 4], &[b"ab"]);
+        with_kept.parts.push(StatePart::Kept(kept.clone()));
+        with_kept.parts.push(StatePart::Inline(Bytes::from_static(b"cd")));
+        let states = vec![with_kept, state(7, 0, vec![], &[])];
+        let most = 10 + states.iter().map(QueueCheckpoint::encoded_bytes).sum::<u64>();
         let mut parts = Vec::new();
-        encode(states, Vec::new(), &mut parts);
+        encode(states, &registry, Vec::new(), &mut parts);
         let payload = Bytes::from(parts.concat());
-        assert!(payload.len() <= most);
-        let decoded = decode(&mut Reader::new(&payload), &payload).unwrap();
-        assert_eq!(decoded.len(), 2);
-        assert_eq!(
-            (decoded[0].queue, &decoded[0].read_back[..], &decoded[0].state[..]),
-            (3, &[9, 4][..], &b"abcd"[..])
-        );
-        assert_eq!((decoded[1].queue, decoded[1].state.len()), (7, 0));
+        assert!(payload.len() as u64 <= most);
+        let named = decode(&mut Reader::new(&payload), &payload, false).unwrap();
+        let mut known = Registry::default();
+        let (decoded, left_out) = read_packs(named, &mut PackReader::new(&storage), &mut known);
+        assert_eq!((decoded.len(), left_out), (2, 0));
+        assert_eq!((decoded[0].queue, &decoded[0].read_back[..]), (3, &[9, 4][..]));
+        assert_eq!(decoded[0].parts, vec![Bytes::from_static(b"ab"), kept, Bytes::from_static(b"cd")]);
+        assert_eq!(known.find(&decoded[0].parts[1]), registry.find(&parts_kept(&registry)));
+        assert_eq!((decoded[1].queue, decoded[1].parts.len()), (7, 0));
         for cut in 0..payload.len() {
             let short = payload.slice(..cut);
-            assert!(decode(&mut Reader::new(&short), &short).is_err(), "cut at {cut}");
+            assert!(decode(&mut Reader::new(&short), &short, false).is_err(), "cut at {cut}");
         }
     }
 
+    /// The one part `registry` knows.
+    fn parts_kept(registry: &Registry) -> Bytes {
+        registry.known_bytes().next().unwrap().clone()
+    }
+
+    /// The states taken are the smallest that fit, counting a kept part only where it is new;
+    /// a state left out has its new parts written ahead while the budget lasts.
     #[test]
-    fn the_smallest_states_that_fit_are_kept() {
+    fn the_smallest_states_that_fit_are_taken_and_the_rest_written_ahead() {
         let big = state(1, 0, vec![], &[&[0; 100]]);
         let small = state(2, 0, vec![1, 2], &[&[0; 10]]);
-        let kept = fitting(vec![big.clone(), small.clone()], 100);
-        assert_eq!(kept, vec![small.clone()]);
-        assert_eq!(fitting(vec![big.clone(), small.clone()], 1000), vec![small, big]);
+        let registry = Registry::default();
+        let taken = plan(vec![big.clone(), small.clone()], &registry, u64::MAX, 200);
+        assert_eq!(taken.states, vec![small.clone()]);
+        assert_eq!(plan(vec![big.clone(), small.clone()], &registry, 1000, 1000).states, vec![small, big]);
+
+        let rosters: Vec<Bytes> = (0..3u8).map(|n| Bytes::from(vec![n; 100])).collect();
+        let kept = QueueCheckpoint {
+            parts: rosters.iter().cloned().map(StatePart::Kept).collect(),
+            ..state(3, 0, vec![], &[])
+        };
+        let ahead = plan(vec![kept.clone()], &registry, u64::MAX, 250);
+        assert!(ahead.states.is_empty());
+        assert_eq!((ahead.pack.parts.len(), ahead.written), (2, 210), "two rosters written ahead");
+        assert_eq!(ahead.offered, rosters);
+        let mut known = Registry::default();
+        let storage = crate::storage::MemStorage::new();
+        for (part, at) in ahead.pack.write(&storage, 1).unwrap() {
+            known.know(part, at);
+        }
+        let next = plan(vec![kept], &known, u64::MAX, 300);
+        assert_eq!(next.states.len(), 1, "only the third roster is new");
+        assert_eq!(next.pack.parts, vec![rosters[2].clone()]);
+        assert!(plan(next.states, &known, 299, u64::MAX).states.is_empty(), "too large to name");
     }
 
     #[test]
@@ -318,7 +524,7 @@ mod tests {
 
     #[test]
     fn the_second_pass_skips_only_unchanged_messages_before_the_checkpoint() {
-        let stored = StoredState { queue: 1, read_back: vec![5], state: Bytes::new() };
+        let stored = StoredState { queue: 1, read_back: vec![5], parts: Vec::new() };
         let mut covered = Covered::new(4, vec![stored]);
         covered.changed(1, 6);
         covered.changed(1, 6);
@@ -330,6 +536,6 @@ mod tests {
         assert!(!skips.skips(1, 6, before), "changed");
         assert!(!skips.skips(1, 4, pack(4, 30)), "enqueued after");
         assert!(!skips.skips(2, 4, before), "no state");
-        assert_eq!(states, vec![RecoveredQueueState { queue: 1, state: Bytes::new(), changed: vec![6] }]);
+        assert_eq!(states, vec![RecoveredQueueState { queue: 1, parts: Vec::new(), changed: vec![6] }]);
     }
 }

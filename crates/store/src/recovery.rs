@@ -41,6 +41,7 @@ use crate::record::{
     check_segment_header, parse_segment_name, segment_name, RecordHeader, RecordKind, SegmentEnd,
     SegmentHeaderDefect, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX,
 };
+use crate::state_packs::Registry;
 use crate::storage::{Storage, StorageFile};
 use crate::types::{CheckpointUsed, Damage, Loss, OnCorruption, Recovered, RecoveryReport};
 use claims::Claims;
@@ -78,6 +79,8 @@ pub(crate) struct RecoveredState {
     pub(crate) recovered: Recovered,
     /// The segment the tail mark on disk names, if it names one.
     pub(crate) tail_mark_names: Option<u64>,
+    /// The queue states' kept parts the checkpoint named, read from their packs.
+    pub(crate) known_parts: Registry,
 }
 
 pub(crate) fn recover(
@@ -96,12 +99,13 @@ pub(crate) fn recover(
         checkpoint::Found::Ignored(why) => (None, Some(why)),
     };
     let plan = &Plan::of(checkpoint.as_ref());
-    let (mut indexer, known) = match checkpoint {
+    let (mut indexer, known, known_parts, states_left_out) = match checkpoint {
         Some(checkpoint) => {
             let covered = Covered::new(checkpoint.replay_from, checkpoint.states);
-            (Indexer { index: checkpoint.index, covered, ..Indexer::default() }, checkpoint.known)
+            let indexer = Indexer { index: checkpoint.index, covered, ..Indexer::default() };
+            (indexer, checkpoint.known, checkpoint.known_parts, checkpoint.states_left_out)
         }
-        None => (Indexer::default(), BTreeMap::new()),
+        None => (Indexer::default(), BTreeMap::new(), Registry::default(), 0),
     };
     let tail_mark_names = claims.tail_mark_names();
     // Reading and verifying on one thread, indexing on this one: the two halves cost about the
@@ -143,12 +147,13 @@ pub(crate) fn recover(
             segments_skipped: plan.known.len() as u64,
             segments_reread: plan.reread.len() as u64,
             messages_in_deleted_segments: index.forget_segments(&gone),
+            states_left_out,
         });
     }
     let (skips, queue_states) = covered.split();
     let replay = Replay::new(replay_segments, updates, skips);
     let recovered = Recovered { queue_messages: index.messages_per_queue(), report, replay, queue_states };
-    Ok(RecoveredState { segments, index, recovered, tail_mark_names })
+    Ok(RecoveredState { segments, index, recovered, tail_mark_names, known_parts })
 }
 
 /// Index operations the reader sends at once.

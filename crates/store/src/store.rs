@@ -132,7 +132,7 @@ impl Store {
             poisoned: false,
             reader_handles: Default::default(),
             tail_mark,
-            checkpoints: Checkpoints::default(),
+            checkpoints: Checkpoints::new(state.known_parts),
         };
         Ok((store, state.recovered))
     }

@@ -195,6 +195,9 @@ pub struct CheckpointUsed {
     pub segments_reread: u64,
     /// Live messages of the checkpoint whose segment compaction had deleted since.
     pub messages_in_deleted_segments: u64,
+    /// Queue states it held that were left out because a part of theirs did not read back
+    /// from its pack (ADR 0020): their queues were read back from the log.
+    pub states_left_out: u64,
 }
 
 impl RecoveryReport {

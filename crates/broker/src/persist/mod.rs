@@ -76,8 +76,35 @@ pub struct QueueState {
     pub covers: u64,
     /// Stored messages of the queue the state does not hold, by store id.
     pub read_back: Vec<u64>,
-    /// The state's bytes, in parts to be written one after another.
-    pub parts: Vec<Bytes>,
+    /// The state's bytes, in parts to be written one after another; a restart gives them back
+    /// cut the same way.
+    pub parts: Vec<StatePart>,
+}
+
+/// A part of a queue's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatePart {
+    /// Written with each checkpoint that takes the state.
+    Inline(Bytes),
+    /// Bytes the queue keeps unchanged while it holds them (a spill run's roster): the store
+    /// writes them once and names them in later checkpoints (ADR 0020).
+    Kept(Bytes),
+}
+
+impl StatePart {
+    pub fn bytes(&self) -> &Bytes {
+        match self {
+            StatePart::Inline(bytes) | StatePart::Kept(bytes) => bytes,
+        }
+    }
+
+    /// The bytes a checkpoint writes for it each time it takes the state.
+    fn inline_bytes(&self) -> u64 {
+        match self {
+            StatePart::Inline(bytes) => bytes.len() as u64,
+            StatePart::Kept(_) => 0,
+        }
+    }
 }
 
 /// Bytes of ops (about) after which the broker offers the store a checkpoint with the queues'
@@ -273,8 +300,9 @@ pub(crate) struct Persistence {
     since_checkpoint: u64,
     /// Offer a checkpoint after this many bytes of ops at least.
     checkpoint_offer_bytes: u64,
-    /// The last offer's states' bytes: the next waits for twice as many (ops are cheap to
-    /// emit, states of many queues are not).
+    /// The last offer's states' inline bytes (what an offer copies; kept parts are shared):
+    /// the next waits for twice as many ops (ops are cheap to emit, states of many queues are
+    /// not).
     last_states_bytes: u64,
 }
 
@@ -374,7 +402,7 @@ impl Broker {
         }
         let states: Vec<QueueState> = self.queues.values().filter_map(Queue::checkpoint_state).collect();
         self.persist.last_states_bytes =
-            states.iter().flat_map(|s| &s.parts).map(|part| part.len() as u64).sum();
+            states.iter().flat_map(|s| &s.parts).map(StatePart::inline_bytes).sum();
         self.persist.since_checkpoint = 0;
         self.persist.push(StoreOp::Checkpoint(states));
     }

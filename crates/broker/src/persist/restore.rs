@@ -195,11 +195,11 @@ impl Broker {
         &mut self,
         report: &mut RestoreReport,
         queue: u64,
-        state: Bytes,
+        parts: Vec<Bytes>,
         changed: &[u64],
     ) -> bool {
         let Some(queue) = self.queues.get_mut(&QueueId(queue)) else { return false };
-        let Some(restored) = queue.restore_state(state, changed) else { return false };
+        let Some(restored) = queue.restore_state(parts, changed) else { return false };
         if let Some(max) = queue.delayed.max_seq() {
             self.entry_ids.recovered(max);
         }

@@ -31,14 +31,15 @@ impl Queue {
         Some(QueueState { queue: self.id.0, covers, read_back, parts: out.finish() })
     }
 
-    /// Takes back the waiting messages of `state` ([`Queue::checkpoint_state`]'s), without those
+    /// Takes back the waiting messages of the state in `parts` ([`Queue::checkpoint_state`]'s,
+    /// cut as it was handed over), without those
     /// whose store id is in `changed`. Returns how many came back; `None`, and the queue
     /// unchanged, if it holds waiting messages already or the state does not read back whole.
-    pub(crate) fn restore_state(&mut self, state: Bytes, changed: &[u64]) -> Option<usize> {
+    pub(crate) fn restore_state(&mut self, parts: Vec<Bytes>, changed: &[u64]) -> Option<usize> {
         if self.delayed.message_count() != 0 {
             return None;
         }
-        let mut reader = StateReader::new(state);
+        let mut reader = StateReader::new(parts);
         if reader.u64()? != STATE_VERSION {
             return None;
         }

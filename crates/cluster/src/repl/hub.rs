@@ -226,9 +226,14 @@ impl Hub {
                 if !meta.is_file() || !valid_path(&path) {
                     continue;
                 }
-                // Snapshots are replaced by rename: their content now, not later.
-                let content =
-                    if path.ends_with(".seg") { None } else { Some(Bytes::from(fs::read(entry.path())?)) };
+                // Snapshots are replaced by rename: their content now, not later. Segments and
+                // packs only grow or are written once: sent by range.
+                let name = entry.file_name();
+                let content = if hourglass_store::is_write_once(&name.to_string_lossy()) {
+                    None
+                } else {
+                    Some(Bytes::from(fs::read(entry.path())?))
+                };
                 files.push((LeaderFile { path, len: meta.len() }, content));
             }
         }

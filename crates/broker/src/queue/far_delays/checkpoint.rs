@@ -200,9 +200,9 @@ mod tests {
     fn restore(far: &FarTier, changed: &[u64]) -> Option<(Arc<MemorySpillFiles>, FarTier)> {
         let mut out = StateWriter::default();
         assert_eq!(far.checkpoint(&mut out), far.message_count() as u64);
-        let state = Bytes::from(out.finish().concat());
+        let parts = out.finish().iter().map(|part| part.bytes().clone()).collect();
         let files = Arc::new(MemorySpillFiles::default());
-        let mut reader = StateReader::new(state);
+        let mut reader = StateReader::new(parts);
         let changed = changed.iter().copied().collect();
         let tier = FarTier::restored(files.clone(), "q1".to_owned(), &mut reader, &changed)?;
         assert!(reader.is_empty());
@@ -272,13 +272,13 @@ mod tests {
         let (_, far) = super::super::tests::small_runs(250);
         let mut out = StateWriter::default();
         far.checkpoint(&mut out);
-        let state: Vec<u8> = out.finish().concat();
+        let state: Vec<u8> = out.finish().iter().flat_map(|part| part.bytes().to_vec()).collect();
         let restore = |bytes: Vec<u8>| {
             let files = Arc::new(MemorySpillFiles::default());
             FarTier::restored(
                 files,
                 "q1".to_owned(),
-                &mut StateReader::new(Bytes::from(bytes)),
+                &mut StateReader::new(vec![Bytes::from(bytes)]),
                 &HashSet::new(),
             )
         };
