@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hourglass_cluster::proxy::{forward, PortOf, Protocol, Upstream};
-use hourglass_cluster::repl::{ClusterSecret, Follower, Hub, ReplicatedStorage, ReplicationAuth};
+use hourglass_cluster::repl::{
+    ClusterSecret, FileDigests, Follower, Hub, ReplicatedStorage, ReplicationAuth,
+};
 use hourglass_cluster::{ClusterSettings, Coordinator, Elected, NodeRecord, Role};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -106,7 +108,7 @@ pub async fn run(
         Err(error) => return Err(Died::new(Part::Coordinator, error.to_string()).into()),
     };
     let followed = follow(&config, &cluster, ip, &coordinator, upstream_tx, proxies, &shutdown).await;
-    let elected = match followed {
+    let (elected, digests) = match followed {
         Ok(Some(elected)) => elected,
         Ok(None) => {
             leave_bounded(&coordinator).await;
@@ -118,7 +120,7 @@ pub async fn run(
         }
     };
     drop(lock);
-    lead(config, coordinator, elected, shutdown).await
+    lead(config, coordinator, elected, digests, shutdown).await
 }
 
 /// What the coordinator is told, from the node's settings (files read here: a bad one stops
@@ -221,7 +223,7 @@ async fn follow(
     upstream: watch::Sender<Upstream>,
     mut proxies: Vec<JoinHandle<()>>,
     shutdown: &Shutdown,
-) -> anyhow::Result<Option<Elected>> {
+) -> anyhow::Result<Option<(Elected, Arc<FileDigests>)>> {
     let replication = listen::bind(ip, cluster.replication_port, "replication")?.into_std()?;
     let settings = coordinator.settings();
     let auth = ReplicationAuth {
@@ -229,7 +231,10 @@ async fn follow(
         secret: settings.cluster_secret.clone(),
         tls: settings.replication_tls.clone(),
     };
-    let follower = Follower::new(config.data_dir.clone(), coordinator.fence.clone(), auth)
+    // What the node knows of its files' contents, kept as a follower and then as the leader
+    // (hourglass_cluster::repl::FileDigests): a catch-up after a failover need not read them.
+    let digests = Arc::new(FileDigests::default());
+    let follower = Follower::new(config.data_dir.clone(), coordinator.fence.clone(), auth, digests.clone())
         .context("opening the data directory for replication")?;
     let receiver = follower.clone();
     std::thread::Builder::new().name("hg-repl-listen".into()).spawn(move || receiver.serve(replication))?;
@@ -273,7 +278,7 @@ async fn follow(
     if let Some(elected) = &elected {
         follower.stop(elected.term);
     }
-    Ok(elected)
+    Ok(elected.map(|elected| (elected, digests)))
 }
 
 /// Feeds `upstream` the leader to forward to as the coordinator's view of the roles changes.
@@ -305,13 +310,14 @@ async fn lead(
     config: Config,
     coordinator: Arc<Coordinator>,
     elected: Elected,
+    digests: Arc<FileDigests>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let min = {
         let coordinator = coordinator.clone();
         tokio::task::spawn_blocking(move || coordinator.min_in_sync_now()).await?
     };
-    let hub = Hub::new(config.data_dir.clone(), min, elected.recorded.clone());
+    let hub = Hub::new(config.data_dir.clone(), min, elected.recorded.clone(), digests);
     let stop = Arc::new(AtomicBool::new(false));
     let inject = InjectedDeath::from_env();
     let ended =

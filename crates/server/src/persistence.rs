@@ -51,8 +51,9 @@ const COMPACT_AFTER_SETTLES: u64 = 50_000;
 /// the records stay buffered and their confirms wait.
 const WRITE_RETRY: Duration = Duration::from_millis(500);
 
-/// The most a checkpoint may take in a cluster, where it is replicated as one file that each
-/// follower writes and syncs before it acknowledges anything after it (ADR 0019). Measured: a
+/// The most a checkpoint may write in a cluster (its file and its pack of new rosters, ADR
+/// 0020), where files are replicated and each follower writes and syncs them before it
+/// acknowledges anything after them (ADR 0019). Measured: a
 /// 53 MB checkpoint (10M delayed messages) kept three nodes in step; with checkpoints of a few
 /// hundred MB (near 60M) the leader stopped hearing from both followers and stepped down.
 pub const REPLICATED_CHECKPOINT_BYTES_MAX: u64 = 64 << 20;

@@ -296,7 +296,10 @@ impl Checkpoints {
         }
         payload.extend_from_slice(&pending.index);
         let mut encoded = vec![Bytes::from(payload)];
-        queue_states::encode(states, &self.known_parts, Vec::new(), &mut encoded);
+        if queue_states::encode(states, &self.known_parts, Vec::new(), &mut encoded).is_err() {
+            self.failed += 1;
+            return;
+        }
         let parts: Vec<&[u8]> = encoded.iter().map(|p| &p[..]).collect();
         match write_snapshot_parts(storage, CHECKPOINT_FILE, SCHEMA, &parts, CHECKPOINT_BYTES_MAX) {
             Ok(()) => {

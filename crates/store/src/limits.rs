@@ -43,10 +43,11 @@ pub const WRITE_BUFFER_RETAIN_BYTES: usize = 8 * 1024 * 1024;
 /// memory; a million bindings encode to well under this.
 pub const SNAPSHOT_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
-/// Largest checkpoint (`checkpoint.rs`) written and read back: the live index (at most half of
-/// [`SNAPSHOT_BYTES_MAX`]) and the queue states (ADR 0019). The whole file is read into memory
-/// at a restart, and the states' bytes become the queues' rosters, which the running broker held
-/// anyway: 1 GiB holds the states of about 180M delayed messages.
+/// Most a checkpoint (`checkpoint.rs`) writes (its file and its pack), and most its queue
+/// states take wherever written (ADRs 0019, 0020); also the largest checkpoint file read back.
+/// The states are read into memory at a restart, and their kept parts become the queues'
+/// rosters, which the running broker held anyway: 1 GiB holds the states of about 180M delayed
+/// messages.
 pub const CHECKPOINT_BYTES_MAX: u64 = 1024 * 1024 * 1024;
 
 /// The catalog's log is folded into a new snapshot once it passes this size (and the snapshot's):

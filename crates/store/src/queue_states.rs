@@ -151,13 +151,13 @@ pub(crate) fn plan(mut states: Vec<QueueCheckpoint>, registry: &Registry, room: 
 
 /// Appends `states` to a checkpoint: `out` takes the small fields, and each inline part, with
 /// `out` before it, goes to `parts` as it is (no copy); a kept part is named where `registry`
-/// says it lies (every one must be known).
+/// says it lies. Fails on a kept part the registry does not know ([`plan`] put each in the pack).
 pub(crate) fn encode(
     states: Vec<QueueCheckpoint>,
     registry: &Registry,
     mut out: Vec<u8>,
     parts: &mut Vec<Bytes>,
-) {
+) -> Result<(), UnknownPart> {
     varint::put(&mut out, states.len() as u64);
     for state in states {
         varint::put(&mut out, state.queue);
@@ -175,7 +175,7 @@ pub(crate) fn encode(
                     parts.push(bytes);
                 }
                 StatePart::Kept(bytes) => {
-                    let at = registry.find(&bytes).expect("a kept part of a planned state is written");
+                    let at = registry.find(&bytes).ok_or(UnknownPart)?;
                     out.push(IN_PACK);
                     at.encode(&mut out);
                 }
@@ -183,7 +183,12 @@ pub(crate) fn encode(
         }
     }
     parts.push(Bytes::from(out));
+    Ok(())
 }
+
+/// A kept part to be named that no pack holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct UnknownPart;
 
 /// A part written in the checkpoint.
 const INLINE: u8 = 0;
@@ -448,7 +453,7 @@ mod tests {
         let states = vec![with_kept, state(7, 0, vec![], &[])];
         let most = 10 + states.iter().map(QueueCheckpoint::encoded_bytes).sum::<u64>();
         let mut parts = Vec::new();
-        encode(states, &registry, Vec::new(), &mut parts);
+        encode(states, &registry, Vec::new(), &mut parts).unwrap();
         let payload = Bytes::from(parts.concat());
         assert!(payload.len() as u64 <= most);
         let named = decode(&mut Reader::new(&payload), &payload, false).unwrap();

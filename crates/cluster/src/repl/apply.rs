@@ -10,24 +10,50 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::repl::frame::FileOp;
-use crate::repl::manifest::{valid_path, MESSAGES_DIR};
+use std::sync::Arc;
+
+use crate::repl::digests::FileDigests;
+use crate::repl::frame::{FileDigest, FileOp};
+use crate::repl::manifest::{local_manifest, valid_path, MESSAGES_DIR};
 
 /// Applies ops to the data directory `dir`.
 pub struct Applier {
     dir: PathBuf,
     open: HashMap<String, File>,
     dirty: HashSet<String>,
+    /// Told of every change applied (`digests.rs`).
+    digests: Arc<FileDigests>,
 }
 
 impl Applier {
-    pub fn new(dir: PathBuf) -> io::Result<Applier> {
+    pub fn new(dir: PathBuf, digests: Arc<FileDigests>) -> io::Result<Applier> {
         fs::create_dir_all(dir.join(MESSAGES_DIR))?;
-        Ok(Applier { dir, open: HashMap::new(), dirty: HashSet::new() })
+        Ok(Applier { dir, open: HashMap::new(), dirty: HashSet::new(), digests })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Every replicated file here, with its length and CRC32C (known ones not read again).
+    pub fn manifest(&self) -> io::Result<Vec<FileDigest>> {
+        local_manifest(&self.dir, &self.digests)
+    }
+
+    /// Applies one op and tells the digests what it changed (a failure: forgets the file).
+    pub fn apply(&mut self, op: &FileOp) -> io::Result<()> {
+        let applied = self.apply_to_files(op);
+        let digests = &self.digests;
+        match (op, &applied) {
+            (FileOp::Create { path }, Ok(())) => digests.created(path),
+            (FileOp::Write { path, offset, data }, Ok(())) => digests.written(path, *offset, data),
+            (FileOp::SetLen { path, len }, Ok(())) => digests.resized(path, *len),
+            (FileOp::Rename { from, to }, Ok(())) => digests.renamed(from, to),
+            (FileOp::Remove { path }, _) | (FileOp::Create { path }, _) => digests.forget(path),
+            (FileOp::Write { path, .. } | FileOp::SetLen { path, .. }, _) => digests.forget(path),
+            (FileOp::Rename { from, to }, _) => [from, to].iter().for_each(|path| digests.forget(path)),
+        }
+        applied
     }
 
     fn full(&self, path: &str) -> io::Result<PathBuf> {
@@ -49,8 +75,8 @@ impl Applier {
         Ok(&self.open[path])
     }
 
-    /// Applies one op (not yet durable: see [`Applier::sync`]).
-    pub fn apply(&mut self, op: &FileOp) -> io::Result<()> {
+    /// Applies one op to the files (not yet durable: see [`Applier::sync`]).
+    fn apply_to_files(&mut self, op: &FileOp) -> io::Result<()> {
         match op {
             FileOp::Create { path } => {
                 self.open.remove(path);
@@ -132,7 +158,7 @@ mod tests {
     #[test]
     fn ops_rebuild_the_leaders_files() {
         let dir = tempfile::tempdir().unwrap();
-        let mut applier = Applier::new(dir.path().to_owned()).unwrap();
+        let mut applier = Applier::new(dir.path().to_owned(), Arc::default()).unwrap();
         let ops = [
             FileOp::Create { path: "messages/1.seg".into() },
             FileOp::Write {
@@ -161,9 +187,45 @@ mod tests {
     #[test]
     fn paths_outside_the_data_directory_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let mut applier = Applier::new(dir.path().join("data")).unwrap();
+        let mut applier = Applier::new(dir.path().join("data"), Arc::default()).unwrap();
         let err = applier.apply(&FileOp::Create { path: "../escaped".into() }).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert!(!dir.path().join("escaped").exists());
+    }
+
+    /// After a follower's ops (appends, a catch-up's replace, a rename over, a remove) its
+    /// manifest is what reading every file gives, without reading the files it wrote.
+    #[test]
+    fn a_followers_manifest_comes_from_what_it_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let digests = Arc::new(FileDigests::default());
+        let mut applier = Applier::new(dir.path().to_owned(), digests).unwrap();
+        let write = |path: &str, offset: u64, data: &'static [u8]| FileOp::Write {
+            path: path.into(),
+            offset,
+            data: Bytes::from_static(data),
+        };
+        let ops = [
+            FileOp::Create { path: "messages/1.seg".into() },
+            write("messages/1.seg", 0, b"hello "),
+            write("messages/1.seg", 6, b"world"),
+            FileOp::SetLen { path: "messages/2.seg".into(), len: 0 },
+            write("messages/2.seg", 0, b"caught up"),
+            write("definitions.snap.tmp", 0, b"defs"),
+            FileOp::Rename { from: "definitions.snap.tmp".into(), to: "definitions.snap".into() },
+            FileOp::Create { path: "messages/3.seg".into() },
+            FileOp::Remove { path: "messages/3.seg".into() },
+        ];
+        for op in &ops {
+            applier.apply(op).unwrap();
+        }
+        applier.sync().unwrap();
+        let read = local_manifest(dir.path(), &FileDigests::default()).unwrap();
+        assert_eq!(applier.manifest().unwrap(), read);
+        assert_eq!(read.len(), 3);
+        // Known files are not read again: bytes changed behind the applier's back (same length)
+        // do not show.
+        fs::write(dir.path().join("messages/1.seg"), b"HELLO world").unwrap();
+        assert_eq!(applier.manifest().unwrap(), read);
     }
 }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::in_sync::{may_confirm, Progress, Replicas};
+use crate::repl::digests::FileDigests;
 use crate::repl::frame::FileOp;
 use crate::repl::manifest::{valid_path, LeaderFile, MESSAGES_DIR};
 
@@ -94,15 +95,24 @@ pub struct Hub {
     data_dir: PathBuf,
     state: Mutex<State>,
     changed: Condvar,
+    /// What this node knows of its files' contents (`digests.rs`): kept up to date by the
+    /// replicated storage's changes, read by catch-ups.
+    pub digests: Arc<FileDigests>,
 }
 
 impl Hub {
     /// A hub for the leader of data directory `data_dir`, with no follower in sync yet, elected
     /// against the recorded set `recorded` (the leader left out; `None`: a new cluster): until
     /// etcd records another set, those nodes acknowledge every confirm too.
-    pub fn new(data_dir: PathBuf, min_in_sync: usize, recorded: Option<BTreeSet<String>>) -> Arc<Hub> {
+    pub fn new(
+        data_dir: PathBuf,
+        min_in_sync: usize,
+        recorded: Option<BTreeSet<String>>,
+        digests: Arc<FileDigests>,
+    ) -> Arc<Hub> {
         Arc::new(Hub {
             data_dir,
+            digests,
             state: Mutex::new(State {
                 last_seq: 0,
                 followers: BTreeMap::new(),
@@ -345,7 +355,7 @@ mod tests {
     fn hub(min_in_sync: usize) -> (tempfile::TempDir, Arc<Hub>) {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir(dir.path().join(MESSAGES_DIR)).unwrap();
-        let hub = Hub::new(dir.path().to_owned(), min_in_sync, Some(BTreeSet::new()));
+        let hub = Hub::new(dir.path().to_owned(), min_in_sync, Some(BTreeSet::new()), Arc::default());
         (dir, hub)
     }
 
@@ -444,7 +454,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir(dir.path().join(MESSAGES_DIR)).unwrap();
         // Elected against {a, b, c} (this leader is b): a and c may still win.
-        let hub = Hub::new(dir.path().to_owned(), 2, Some(["a".to_owned(), "c".to_owned()].into()));
+        let hub =
+            Hub::new(dir.path().to_owned(), 2, Some(["a".to_owned(), "c".to_owned()].into()), Arc::default());
         let seq = write(&hub, 1);
         let c = hub.register("c").unwrap();
         hub.ack("c", c.link_id, seq, true);

@@ -19,7 +19,7 @@ use ring::rand::SystemRandom;
 use crate::repl::auth::{ClusterSecret, LeaderAwaitingChallenge, Nonce};
 use crate::repl::frame::{FileOp, Frame, FrameReader, FrameWriter, WRITE_CHUNK_MAX};
 use crate::repl::hub::{Hub, Registration};
-use crate::repl::manifest::{digest, plan_catch_up, LeaderFile, Step};
+use crate::repl::manifest::{plan_catch_up, LeaderFile, Step};
 use crate::repl::receiver::HANDSHAKE_DEADLINE;
 use crate::repl::transport::{self, ReplicationTls};
 
@@ -153,8 +153,8 @@ fn stream_to(
         if let Some((_, Some(content))) = registration.files.iter().find(|(f, _)| f.path == path) {
             return Ok(crc32c::crc32c(&content[..(len as usize).min(content.len())]));
         }
-        match digest(&target.data_dir.join(path), len) {
-            Ok((_, crc)) => Ok(crc),
+        match hub.digests.prefix_crc(path, &target.data_dir.join(path), len) {
+            Ok(crc) => Ok(crc),
             // Compacted away since: whatever the follower has is replaced (then removed by the op).
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(!0),
             Err(e) => Err(e),

@@ -10,6 +10,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::Path;
 
+use crate::repl::digests::FileDigests;
 use crate::repl::frame::FileDigest;
 
 /// The data directory's lock file: never replicated (each node holds its own).
@@ -29,8 +30,9 @@ pub fn valid_path(path: &str) -> bool {
         && path != LOCK_FILE
 }
 
-/// Every replicated file of the data directory `dir`, with its length and CRC32C.
-pub fn local_manifest(dir: &Path) -> io::Result<Vec<FileDigest>> {
+/// Every replicated file of the data directory `dir`, with its length and CRC32C: as `digests`
+/// knows it, or read (and known from then on).
+pub fn local_manifest(dir: &Path, digests: &FileDigests) -> io::Result<Vec<FileDigest>> {
     let mut files = Vec::new();
     for (sub, prefix) in [(dir.to_path_buf(), ""), (dir.join(MESSAGES_DIR), "messages/")] {
         let entries = match fs::read_dir(&sub) {
@@ -47,7 +49,7 @@ pub fn local_manifest(dir: &Path) -> io::Result<Vec<FileDigest>> {
             if !valid_path(&path) {
                 continue;
             }
-            let (len, crc) = digest(&entry.path(), u64::MAX)?;
+            let (len, crc) = digests.whole(&path, &entry.path(), entry.metadata()?.len())?;
             files.push(FileDigest { path, len, crc });
         }
     }
@@ -205,7 +207,7 @@ mod tests {
         fs::write(dir.path().join(LOCK_FILE), b"").unwrap();
         fs::create_dir(dir.path().join(MESSAGES_DIR)).unwrap();
         fs::write(dir.path().join("messages/00000001.seg"), b"segment").unwrap();
-        let manifest = local_manifest(dir.path()).unwrap();
+        let manifest = local_manifest(dir.path(), &FileDigests::default()).unwrap();
         assert_eq!(
             manifest,
             vec![

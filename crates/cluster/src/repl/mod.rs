@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod auth;
+pub mod digests;
 pub mod frame;
 pub mod hub;
 pub mod link;
@@ -11,6 +12,7 @@ pub mod storage;
 pub mod transport;
 
 pub use auth::ClusterSecret;
+pub use digests::FileDigests;
 pub use hub::Hub;
 pub use receiver::{Fence, Follower, ReplicationAuth};
 pub use storage::ReplicatedStorage;

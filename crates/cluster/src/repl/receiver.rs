@@ -26,8 +26,8 @@ use ring::rand::SystemRandom;
 
 use crate::repl::apply::Applier;
 use crate::repl::auth::{AuthError, ClusterSecret, FollowerAwaitingProof, Nonce};
+use crate::repl::digests::FileDigests;
 use crate::repl::frame::{Frame, FrameReader, FrameWriter};
-use crate::repl::manifest::local_manifest;
 use crate::repl::transport::{self, ReplicationTls};
 
 /// Sockets on the replication port that have not yet authenticated, at most: a leader needs one
@@ -130,7 +130,12 @@ pub struct Follower {
 
 impl Follower {
     /// A follower of data directory `dir`; refused without a secret or TLS (anyone could stream).
-    pub fn new(dir: PathBuf, fence: Arc<Fence>, auth: ReplicationAuth) -> io::Result<Arc<Follower>> {
+    pub fn new(
+        dir: PathBuf,
+        fence: Arc<Fence>,
+        auth: ReplicationAuth,
+        digests: Arc<FileDigests>,
+    ) -> io::Result<Arc<Follower>> {
         if auth.secret.is_none() && auth.tls.is_none() {
             return Err(io::Error::new(
                 ErrorKind::InvalidInput,
@@ -140,7 +145,7 @@ impl Follower {
         Ok(Arc::new(Follower {
             auth,
             fence,
-            applier: Mutex::new(Applier::new(dir)?),
+            applier: Mutex::new(Applier::new(dir, digests)?),
             stop: AtomicBool::new(false),
             rng: SystemRandom::new(),
             unauthenticated: Arc::default(),
@@ -232,7 +237,7 @@ impl Follower {
     fn stream(&self, leader: &str, term: u64, reader: &mut Reader, writer: &mut Writer) -> io::Result<()> {
         {
             let applier = self.applier.lock().unwrap_or_else(|p| p.into_inner());
-            writer.send(&Frame::Manifest(local_manifest(applier.dir())?))?;
+            writer.send(&Frame::Manifest(applier.manifest()?))?;
             writer.flush()?;
         }
         let mut caught_up = false;
@@ -450,7 +455,7 @@ mod tests {
         let fence = Arc::new(Fence::default());
         fence.leader_seen("n1", 5);
         let auth = ReplicationAuth { node: "n2".into(), secret: Some(secret.clone()), tls: None };
-        let follower = Follower::new(dir.path().to_owned(), fence, auth).unwrap();
+        let follower = Follower::new(dir.path().to_owned(), fence, auth, Arc::default()).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
         let serving = follower.clone();

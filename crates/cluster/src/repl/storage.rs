@@ -3,7 +3,9 @@
 //! on return) waiting until the followers hold it as the confirm rule requires ([`Hub`]).
 //!
 //! The broker and store do not know they are replicated: a commit returns — and a confirm goes
-//! out — only once the majority holds the bytes.
+//! out — only once the majority holds the bytes. Each change also tells the hub's
+//! [`crate::repl::FileDigests`] (under the hub's lock, in op order), so a catch-up need not read
+//! the files.
 
 use std::fmt;
 use std::io;
@@ -50,8 +52,15 @@ impl Storage for ReplicatedStorage {
 
     fn create(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
         let path = self.path(name);
-        let file =
-            self.hub.apply(|| self.inner.create(name), || vec![FileOp::Create { path: path.clone() }])?;
+        let local = || {
+            let created = self.inner.create(name);
+            match created {
+                Ok(_) => self.hub.digests.created(&path),
+                Err(_) => self.hub.digests.forget(&path),
+            }
+            created
+        };
+        let file = self.hub.apply(local, || vec![FileOp::Create { path: path.clone() }])?;
         self.wait()?;
         Ok(Box::new(ReplicatedFile { inner: file, path, hub: self.hub.clone() }))
     }
@@ -62,13 +71,25 @@ impl Storage for ReplicatedStorage {
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
-        self.hub.apply(|| self.inner.remove(name), || vec![FileOp::Remove { path: self.path(name) }])?;
+        let local = || {
+            self.hub.digests.forget(&self.path(name));
+            self.inner.remove(name)
+        };
+        self.hub.apply(local, || vec![FileOp::Remove { path: self.path(name) }])?;
         self.wait()
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let op = || vec![FileOp::Rename { from: self.path(from), to: self.path(to) }];
-        self.hub.apply(|| self.inner.rename(from, to), op)?;
+        let local = || {
+            let renamed = self.inner.rename(from, to);
+            match renamed {
+                Ok(()) => self.hub.digests.renamed(&self.path(from), &self.path(to)),
+                Err(_) => [from, to].iter().for_each(|name| self.hub.digests.forget(&self.path(name))),
+            }
+            renamed
+        };
+        self.hub.apply(local, op)?;
         self.wait()
     }
 }
@@ -105,12 +126,28 @@ impl StorageFile for ReplicatedFile {
                 })
                 .collect()
         };
-        self.hub.apply(|| self.inner.write_all_at(offset, data), ops)
+        let local = || {
+            let written = self.inner.write_all_at(offset, data);
+            match written {
+                Ok(()) => self.hub.digests.written(&self.path, offset, data),
+                Err(_) => self.hub.digests.forget(&self.path),
+            }
+            written
+        };
+        self.hub.apply(local, ops)
     }
 
     fn set_len(&self, len_bytes: u64) -> io::Result<()> {
         let ops = || vec![FileOp::SetLen { path: self.path.clone(), len: len_bytes }];
-        self.hub.apply(|| self.inner.set_len(len_bytes), ops)
+        let local = || {
+            let resized = self.inner.set_len(len_bytes);
+            match resized {
+                Ok(()) => self.hub.digests.resized(&self.path, len_bytes),
+                Err(_) => self.hub.digests.forget(&self.path),
+            }
+            resized
+        };
+        self.hub.apply(local, ops)
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -129,7 +166,7 @@ mod tests {
     fn every_change_is_sequenced_and_a_lone_leader_with_min_one_syncs() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("messages")).unwrap();
-        let hub = Hub::new(dir.path().to_owned(), 1, Some(Default::default()));
+        let hub = Hub::new(dir.path().to_owned(), 1, Some(Default::default()), Arc::default());
         let link = hub.register("b").unwrap();
         let storage = ReplicatedStorage::new(Arc::new(MemStorage::new()), "messages/", hub.clone());
         let file = storage.create("1.seg").unwrap();
@@ -149,5 +186,32 @@ mod tests {
                 FileOp::Rename { from: "messages/1.seg".into(), to: "messages/2.seg".into() },
             ]
         );
+    }
+
+    /// The leader's files as it writes them through its storage are known to the hub's digests
+    /// exactly as reading them would give; a write not at the end is forgotten, and read.
+    #[test]
+    fn the_leaders_changes_keep_its_digests_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let messages = dir.path().join("messages");
+        std::fs::create_dir(&messages).unwrap();
+        let hub = Hub::new(dir.path().to_owned(), 1, Some(Default::default()), Arc::default());
+        let inner = Arc::new(hourglass_store::FsStorage::open(&messages).unwrap());
+        let storage = ReplicatedStorage::new(inner, "messages/", hub.clone());
+        let file = storage.create("1.seg.tmp").unwrap();
+        file.write_all_at(0, b"hello ").unwrap();
+        file.write_all_at(6, b"world").unwrap();
+        file.sync().unwrap();
+        storage.rename("1.seg.tmp", "1.seg").unwrap();
+        let full = messages.join("1.seg");
+        let read = crate::repl::manifest::digest(&full, u64::MAX).unwrap();
+        std::fs::write(&full, b"HELLO world").unwrap();
+        assert_eq!(hub.digests.prefix_crc("messages/1.seg", &full, 11).unwrap(), read.1, "known, not read");
+        let file = storage.open("1.seg").unwrap();
+        file.write_all_at(0, b"J").unwrap();
+        let now = crate::repl::manifest::digest(&full, u64::MAX).unwrap();
+        assert_eq!(hub.digests.prefix_crc("messages/1.seg", &full, 11).unwrap(), now.1, "rewritten: read");
+        storage.remove("1.seg").unwrap();
+        assert!(hub.digests.prefix_crc("messages/1.seg", &full, 11).is_err(), "gone, not known");
     }
 }
