@@ -183,14 +183,26 @@ impl LiveIndex {
                 (*seq, Vec::with_capacity(live))
             })
             .collect();
+        let mut push = |queue: u64, msg_id: u64, packed: u64| {
+            if let Some(segment) = records.get_mut(&segment_of(packed)) {
+                segment.push(LiveRecord::new(offset_of(packed), queue, msg_id));
+            }
+        };
         for (queue, messages) in &self.queues {
-            let skipped = skips.of(*queue);
-            for (msg_id, packed) in messages.iter() {
-                if skipped.is_some_and(|skipped| skipped.skips(msg_id, packed)) {
-                    continue;
+            let Some(skipped) = skips.of(*queue) else {
+                messages.iter().for_each(|(msg_id, packed)| push(*queue, msg_id, packed));
+                continue;
+            };
+            // A run lies in one segment: one before the checkpoint holds only messages the state
+            // has, but those read back (100M entries not walked at a start from a state).
+            for (msg_id, packed) in messages.iter_without_runs_before(skipped.segment()) {
+                if !skipped.skips(msg_id, packed) {
+                    push(*queue, msg_id, packed);
                 }
-                if let Some(segment) = records.get_mut(&segment_of(packed)) {
-                    segment.push(LiveRecord::new(offset_of(packed), *queue, msg_id));
+            }
+            for msg_id in skipped.read_back() {
+                if let Some(packed) = messages.get_in_run_before(msg_id, skipped.segment()) {
+                    push(*queue, msg_id, packed);
                 }
             }
         }
@@ -402,6 +414,48 @@ mod tests {
         assert_eq!(offsets, BTreeMap::from([(1, vec![100, 300]), (2, vec![40])]));
         assert!(records[&1][0].is(2, 1) && records[&1][1].is(1, 1));
         assert!(!records[&1][0].is(1, 1) && !records[&1][0].is(2, 2));
+    }
+
+    /// With a queue state, the records left are exactly those the skips do not cover: runs
+    /// before the checkpoint are passed over whole, but their members read back are kept.
+    #[test]
+    fn live_records_with_a_state_skip_whole_runs_before_the_checkpoint() {
+        use crate::queue_states::{Covered, StoredState};
+        let mut index = LiveIndex::default();
+        for seg in 1..=4 {
+            index.add_segment(seg);
+        }
+        // Queue 1: runs in segments 1 and 3 (rows of ids, steady places), a few scattered ids
+        // (vectors) in segment 1 and 3; queue 2 has no state.
+        for id in 0..40u64 {
+            index.enqueue(1, id, 1 + 2 * (id / 20), 100 + 64 * (id % 20) as u32).unwrap();
+        }
+        for (id, seg, offset) in [(100, 1, 9000), (103, 3, 9000), (107, 1, 9500)] {
+            index.enqueue(1, id, seg, offset).unwrap();
+        }
+        index.enqueue(2, 5, 1, 50).unwrap();
+        index.settle(1, 3, 4);
+        let read_back = vec![4, 3, 25, 107, 999];
+        let stored = StoredState::for_test(1, read_back.clone());
+        let (skips, _) = Covered::new(2, vec![stored]).split();
+        let mut got: Vec<(u64, u32)> = index
+            .live_records(&skips)
+            .iter()
+            .flat_map(|(seg, records)| records.iter().map(move |r| (*seg, r.offset())))
+            .collect();
+        got.sort_unstable();
+        let mut expected: Vec<(u64, u32)> = index
+            .queues
+            .iter()
+            .flat_map(|(queue, messages)| messages.iter().map(move |(id, packed)| (*queue, id, packed)))
+            .filter(|(queue, id, packed)| !skips.skips(*queue, *id, *packed))
+            .map(|(_, _, packed)| (segment_of(packed), offset_of(packed)))
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(got, expected, "each record left once");
+        // 4 (read back, in the early run), 20..40 (the later run), 103, 107 (read back), queue 2's 5.
+        assert_eq!(got.len(), 1 + 20 + 2 + 1);
+        assert!(got.contains(&(1, 100 + 64 * 4)) && got.contains(&(1, 9500)) && !got.contains(&(1, 9000)));
     }
 
     /// Forgetting records by location unpins their segments without adding references.

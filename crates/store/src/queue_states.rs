@@ -203,6 +203,14 @@ pub(crate) struct StoredState {
     parts: Vec<Bytes>,
 }
 
+#[cfg(test)]
+impl StoredState {
+    /// A state of `queue` that reads back `read_back`, without bytes.
+    pub(crate) fn for_test(queue: u64, read_back: Vec<u64>) -> StoredState {
+        StoredState { queue, read_back, parts: Vec::new() }
+    }
+}
+
 /// A state as the checkpoint names it, its kept parts not read yet.
 #[derive(Debug)]
 pub(crate) struct NamedState {
@@ -418,6 +426,17 @@ impl QueueSkips<'_> {
     /// Whether the state holds `msg_id`, enqueued at `place` (the read set is usually empty).
     pub(crate) fn skips(&self, msg_id: u64, place: u64) -> bool {
         place < self.before && (self.read.is_empty() || !self.read.contains(&msg_id))
+    }
+
+    /// The checkpoint's segment: every message enqueued in an earlier one is skipped unless it
+    /// is read back.
+    pub(crate) fn segment(&self) -> u64 {
+        segment_of(self.before)
+    }
+
+    /// The messages read back although they lie before the checkpoint (some may not be live).
+    pub(crate) fn read_back(&self) -> impl Iterator<Item = u64> + '_ {
+        self.read.iter().copied()
     }
 }
 

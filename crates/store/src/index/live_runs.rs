@@ -243,6 +243,20 @@ impl LiveRuns {
         self.runs.iter().flat_map(LiveRun::iter)
     }
 
+    /// The live members of the runs in segment `segment` or later (each run lies in one).
+    pub(crate) fn iter_from_segment(&self, segment: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.runs.iter().filter(move |run| run.segment() >= segment).flat_map(LiveRun::iter)
+    }
+
+    /// Where live `msg_id` lies, if a run before segment `segment` holds it.
+    pub(crate) fn get_before_segment(&self, msg_id: u64, segment: u64) -> Option<u64> {
+        let run = &self.runs[self.run_of(msg_id)?];
+        if run.segment() >= segment {
+            return None;
+        }
+        run.get(msg_id)
+    }
+
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(u64, u64) -> bool) {
         for run in &mut self.runs {
             run.retain(&mut keep);

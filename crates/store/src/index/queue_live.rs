@@ -142,6 +142,20 @@ impl QueueLive {
         self.runs.iter().chain(ordered).chain(strays)
     }
 
+    /// [`QueueLive::iter`] without the runs that lie before segment `segment`.
+    pub(crate) fn iter_without_runs_before(&self, segment: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let ids = self.ids[self.head..].iter().copied();
+        let ordered =
+            ids.zip(self.places[self.head..].iter().copied()).filter(|(_, packed)| *packed != SETTLED);
+        let strays = self.strays.iter().map(|(msg_id, packed)| (*msg_id, *packed));
+        self.runs.iter_from_segment(segment).chain(ordered).chain(strays)
+    }
+
+    /// Where live `msg_id` lies, if it is in a run that lies before segment `segment`.
+    pub(crate) fn get_in_run_before(&self, msg_id: u64, segment: u64) -> Option<u64> {
+        self.runs.get_before_segment(msg_id, segment)
+    }
+
     /// Appends the queue's live entries to a checkpoint: the runs as they are (a bit per member),
     /// the vectors' live entries as steps from the one before, then the strays.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
