@@ -274,11 +274,8 @@ impl Checkpoints {
         };
         let Planned { states, pack, offered, .. } = pending.states;
         // A pack of this name holding known parts is never written over.
-        let placed = match self.known_parts.holds_pack(created) {
-            false => pack.write(storage, created),
-            true => Err(std::io::Error::other("a pack of this name is in use")),
-        };
-        let Ok(placed) = placed else {
+        let placed = (!self.known_parts.holds_pack(created)).then(|| pack.write(storage, created));
+        let Some(Ok(placed)) = placed else {
             self.failed += 1;
             return;
         };
@@ -296,7 +293,7 @@ impl Checkpoints {
         }
         payload.extend_from_slice(&pending.index);
         let mut encoded = vec![Bytes::from(payload)];
-        if queue_states::encode(states, &self.known_parts, Vec::new(), &mut encoded).is_err() {
+        if queue_states::encode(states, &self.known_parts, &mut encoded).is_err() {
             self.failed += 1;
             return;
         }

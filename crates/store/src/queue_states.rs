@@ -149,15 +149,15 @@ pub(crate) fn plan(mut states: Vec<QueueCheckpoint>, registry: &Registry, room: 
     Planned { states, pack, offered, written }
 }
 
-/// Appends `states` to a checkpoint: `out` takes the small fields, and each inline part, with
-/// `out` before it, goes to `parts` as it is (no copy); a kept part is named where `registry`
-/// says it lies. Fails on a kept part the registry does not know ([`plan`] put each in the pack).
+/// Appends `states` to a checkpoint's `parts`: the small fields in parts of their own, and each
+/// inline part after them as it is (no copy); a kept part is named where `registry` says it
+/// lies. Fails on a kept part the registry does not know ([`plan`] put each in the pack).
 pub(crate) fn encode(
     states: Vec<QueueCheckpoint>,
     registry: &Registry,
-    mut out: Vec<u8>,
     parts: &mut Vec<Bytes>,
 ) -> Result<(), UnknownPart> {
+    let mut out = Vec::new();
     varint::put(&mut out, states.len() as u64);
     for state in states {
         varint::put(&mut out, state.queue);
@@ -472,7 +472,7 @@ mod tests {
         let states = vec![with_kept, state(7, 0, vec![], &[])];
         let most = 10 + states.iter().map(QueueCheckpoint::encoded_bytes).sum::<u64>();
         let mut parts = Vec::new();
-        encode(states, &registry, Vec::new(), &mut parts).unwrap();
+        encode(states, &registry, &mut parts).unwrap();
         let payload = Bytes::from(parts.concat());
         assert!(payload.len() as u64 <= most);
         let named = decode(&mut Reader::new(&payload), &payload, false).unwrap();
