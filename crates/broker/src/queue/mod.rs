@@ -21,6 +21,7 @@ pub(crate) mod packed;
 pub(crate) mod paging;
 pub(crate) mod ready;
 mod ready_run;
+mod ready_times;
 mod state_bytes;
 mod stats;
 mod tally;

@@ -5,19 +5,20 @@
 //! seq, store id and record offset are the last one's plus a fixed stride (1 apart for one queue
 //! alone; fanned out to two durable queues, 2 apart with two records' stride), and everything
 //! the queue reads without the body is the same (the properties it reads, sizes, delivery count,
-//! redelivered, the TTL: each one's deadline is as long after it became ready). Once the store holds them and the queue pages them out, such a
+//! redelivered, the TTL: each one's deadline is as long after it became ready). Once the store
+//! holds them and the queue pages them out, such a
 //! row is one `Run`: its first message whole, the strides, and for each later message only
-//! when it became ready, as 4 bytes after a base time. An entry costs 72 bytes; a message in a
-//! run costs 4 (plus the store's 16 in its live index).
+//! when it became ready, after a base time (`ready_times.rs`: a group per millisecond, at most 4
+//! bytes a message). An entry costs 72 bytes; a message in a run a fraction of a byte when a
+//! steady publisher made it (plus the store's live index, a bit a message in a row).
 //!
 //! A run always has at least two messages; a member is rebuilt as the entry it was
 //! (`Run::member`), so taking one out gives back exactly what went in. Its members became ready
 //! in order, so with a TTL their deadlines rise along it: the first expires first, and the TTL
 //! index holds a key for it alone (`ttl.rs`).
 
-use std::collections::VecDeque;
-
 use super::entry::{Entry, Paged, Payload, Seq};
+use super::ready_times::ReadyTimes;
 use crate::time::Timestamp;
 
 #[derive(Clone, Debug)]
@@ -32,8 +33,8 @@ pub(crate) struct Run {
     id_step: u64,
     offset_step: u32,
     /// When each message after the head became ready, in order, as milliseconds after `base`
-    /// (never decreasing).
-    rest: VecDeque<u32>,
+    /// (never decreasing), a group per millisecond.
+    rest: ReadyTimes,
     /// Each member's TTL deadline is this long after it became ready; none without one.
     ttl: Option<u64>,
 }
@@ -73,7 +74,7 @@ impl Run {
             seq_step: second.seq - first.seq,
             id_step: next_id - id,
             offset_step: next_paged.offset() - paged.offset(),
-            rest: VecDeque::from([delta]),
+            rest: ReadyTimes::one(delta),
             ttl,
         })
     }
@@ -90,13 +91,9 @@ impl Run {
             && Some(u64::from(paged.offset()))
                 == after_step(u64::from(self.paged.offset()), u64::from(self.offset_step), steps);
         let delta = ready.as_millis().checked_sub(self.base.as_millis()).and_then(|d| u32::try_from(d).ok());
-        // Ready in order, so that deadlines rise along the run.
-        let in_order = |delta: u32| self.rest.back().is_none_or(|last| delta >= *last);
+        // Ready in order (`push` refuses an earlier time), so that deadlines rise along the run.
         match delta {
-            Some(delta) if fits && in_order(delta) => {
-                self.rest.push_back(delta);
-                Ok(())
-            }
+            Some(delta) if fits && self.rest.push(delta) => Ok(()),
             _ => Err(entry),
         }
     }
@@ -123,7 +120,7 @@ impl Run {
 
     /// The last member's TTL deadline, if the members have one.
     pub fn last_deadline(&self) -> Option<Timestamp> {
-        let last = self.base.saturating_add_millis(u64::from(*self.rest.back()?));
+        let last = self.base.saturating_add_millis(u64::from(self.rest.last()?));
         Some(last.saturating_add_millis(self.ttl?))
     }
 
@@ -157,7 +154,7 @@ impl Run {
         let offset = u64::from(self.paged.offset()) + steps * u64::from(self.offset_step);
         // Every member's offset was a u32 when it joined.
         let paged = self.paged.at_offset(offset as u32);
-        let ready = self.base.saturating_add_millis(u64::from(self.rest[at - 1]));
+        let ready = self.base.saturating_add_millis(u64::from(self.rest.get(at - 1)));
         let mut entry = Entry::with_payload(
             self.head.seq + steps * self.seq_step,
             Payload::Paged(paged),
