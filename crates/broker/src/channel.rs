@@ -249,6 +249,17 @@ impl Channel {
 
     /// Moves every unacked delivery into `out`, in tag order.
     /// Every delivery not yet settled, basic.get ones too.
+    /// The queue and store id of every stored message this channel holds unsettled: its
+    /// deliveries, and the settlements a transaction holds back until tx.commit.
+    pub fn unsettled_stored(&self) -> impl Iterator<Item = (QueueId, u64)> + '_ {
+        let held = match &self.mode {
+            Mode::Tx(tx) => tx.settlements.as_slice(),
+            _ => &[],
+        };
+        let deliveries = self.unacked.iter().chain(held.iter().map(|(unacked, _)| unacked));
+        deliveries.filter_map(|u| Some((u.queue, u.entry.persist_id()?)))
+    }
+
     pub fn unacked_count(&self) -> usize {
         self.unacked.len()
     }

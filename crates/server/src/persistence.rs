@@ -341,6 +341,7 @@ pub fn restore_into(
         ready = report.ready,
         delayed = report.delayed,
         delayed_from_checkpoint = report.delayed_from_checkpoint,
+        ready_from_checkpoint = report.ready_from_checkpoint,
         overdue = report.overdue,
         policies = report.policies,
         orphaned_queues = report.orphaned.len(),
@@ -351,7 +352,7 @@ pub fn restore_into(
     Ok(Restored { report, damaged })
 }
 
-/// Gives `broker` the queue states the checkpoint held (ADR 0019). A state the broker cannot
+/// Gives `broker` the queue states the checkpoint held (ADR 0019, ADR 0021). A state the broker cannot
 /// use is logged, and its queue read back from the log whole instead. Returns the replay that
 /// reads the rest.
 fn restore_queue_states(

@@ -1,17 +1,21 @@
-//! Queue states in checkpoints (ADR 0019), the broker and the store together: delayed messages
-//! wait in the far tier and are cancelled while the broker offers checkpoints with its queues'
-//! states after every few kilobytes of ops. Before every durability event the storage image is
-//! captured; each image is crashed (unsynced bytes lost, kept or torn), recovered
-//! (`Store::open` + `restore_into`, the states taken where they can be) and checked: every
-//! confirmed message waits exactly once, with its due time, and none whose cancel was durable
-//! comes back; many of the restarts take most messages from a state.
+//! Queue states in checkpoints (ADR 0019, ADR 0021), the broker and the store together, while
+//! the broker offers checkpoints with its queues' states after every few kilobytes of ops:
+//! - delayed messages wait in the far tier and are cancelled;
+//! - a ready backlog is paged out into runs while a poller takes, acks, holds and requeues
+//!   messages at its head.
+//!
+//! Before every durability event the storage image is captured; each image is crashed (unsynced
+//! bytes lost, kept or torn), recovered (`Store::open` + `restore_into`, the states taken where
+//! they can be) and checked: every confirmed message comes back exactly once (a delayed one
+//! waiting until its due time, a ready one in queue order), none whose cancel or ack was durable
+//! comes back, and many of the restarts take most messages from a state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hourglass_broker::queue::MemorySpillFiles;
-use hourglass_broker::{BrokerConfig, Effect, PagingLimits, SequencedOp};
+use hourglass_broker::{BrokerConfig, Effect, PagingLimits, RestoreReport, SequencedOp};
 use hourglass_server::catalog_file::{open_catalog, DamagedDefinitions};
 use hourglass_server::persistence::{apply_batch, restore_into, StoreSource};
 use hourglass_store::catalog::Catalog;
@@ -29,6 +33,9 @@ const BULK_BATCHES: usize = 5;
 const BULK_BATCH: usize = 100;
 /// Then one message and three cancels each.
 const STEPS: usize = 30;
+/// A ready backlog's bulk: past the 1,024 page-outs after which a queue joins paged-out
+/// messages into runs.
+const READY_BULK_BATCHES: usize = 12;
 
 fn store_config() -> StoreConfig {
     StoreConfig { segment_bytes_target: SEGMENT_BYTES, ..StoreConfig::default() }
@@ -40,7 +47,7 @@ fn broker(store: &Store) -> TestBroker {
     tb.broker.set_message_source(Arc::new(StoreSource::new(store.reader())));
     tb.broker.set_paging_limits(PagingLimits { max_resident_messages: 2, max_resident_bytes: 1 << 20 });
     tb.broker.set_spill_files(Arc::new(MemorySpillFiles::with_run_records(RUN_RECORDS)));
-    tb.broker.set_checkpoint_offer_bytes(2048);
+    tb.broker.set_checkpoint_offer_every(2048);
     tb
 }
 
@@ -48,10 +55,10 @@ fn broker(store: &Store) -> TestBroker {
 struct Expect {
     /// Bodies confirmed before this point: must wait.
     confirmed: BTreeSet<String>,
-    /// Bodies whose cancel was sent: may be gone.
-    cancel_sent: BTreeSet<String>,
-    /// Bodies whose cancel was durable before this point: must not come back.
-    cancelled: BTreeSet<String>,
+    /// Bodies whose cancel or ack was sent: may be gone.
+    settle_sent: BTreeSet<String>,
+    /// Bodies whose cancel or ack was durable before this point: must not come back.
+    settled: BTreeSet<String>,
 }
 
 struct Workload {
@@ -114,18 +121,20 @@ impl Workload {
         true
     }
 
-    /// Publishes `body` (persistent, confirmed) and notes its entry id; written at once with
-    /// `sync`, else with the next batch.
-    fn publish(&mut self, chan: Chan, body: String, sync: bool) {
+    /// Publishes `body` (persistent, confirmed) to queue `queue`, noting a waiting message's
+    /// entry id; written at once with `sync`, else with the next batch.
+    fn publish(&mut self, chan: Chan, queue: &str, body: String, sync: bool) {
         let persistent = BasicProperties { delivery_mode: Some(2), ..Default::default() };
-        let effects = self.tb.publish_with(chan, "", "later", persistent, body.as_bytes(), false);
+        let effects = self.tb.publish_with(chan, "", queue, persistent, body.as_bytes(), false);
         self.tags.insert(self.tags.len() as u64 + 1, body.clone());
-        // Entry ids are given one per message in publish order (one queue, nothing else).
-        let seq = match self.seqs.values().max() {
-            Some(last) => last + 1,
-            None => self.tb.broker.list_delayed("/", "later", 1).unwrap()[0].seq,
-        };
-        self.seqs.insert(body, seq);
+        if queue == "later" {
+            // Entry ids are given one per message in publish order (one queue, nothing else).
+            let seq = match self.seqs.values().max() {
+                Some(last) => last + 1,
+                None => self.tb.broker.list_delayed("/", "later", 1).unwrap()[0].seq,
+            };
+            self.seqs.insert(body, seq);
+        }
         self.pending.extend(effects);
         if sync {
             let effects = std::mem::take(&mut self.pending);
@@ -137,13 +146,13 @@ impl Workload {
     /// once the batch that carries it is.
     fn cancel(&mut self, body: &str) {
         self.tb.broker.cancel_delayed("/", "later", self.seqs[body]).unwrap();
-        self.expect.cancel_sent.insert(body.to_owned());
+        self.expect.settle_sent.insert(body.to_owned());
         assert!(self.sync(Vec::new()));
-        self.expect.cancelled.insert(body.to_owned());
+        self.expect.settled.insert(body.to_owned());
     }
 }
 
-fn run_workload() -> Vec<(MemImage, Expect)> {
+fn run_delayed_workload() -> Vec<(MemImage, Expect)> {
     let mut w = Workload::new();
     let admin = w.tb.channel();
     let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(DELAY_MS as i64))]);
@@ -158,13 +167,13 @@ fn run_workload() -> Vec<(MemImage, Expect)> {
     // More than a spill run's worth (16,384 records), in a few batches: runs and a buffer.
     for batch in 0..BULK_BATCHES {
         for i in batch * BULK_BATCH..(batch + 1) * BULK_BATCH {
-            w.publish(publisher, body(i), false);
+            w.publish(publisher, "later", body(i), false);
         }
         w.sync(Vec::new());
     }
     for step in 0..STEPS {
         let i = BULK_BATCHES * BULK_BATCH + step;
-        w.publish(publisher, body(i), true);
+        w.publish(publisher, "later", body(i), true);
         // From the runs, from the buffer, and the newest.
         for cancelled in [step * 13, BULK_BATCHES * BULK_BATCH - 1 - step * 3, i] {
             if step % 2 == 0 || cancelled != i {
@@ -177,9 +186,8 @@ fn run_workload() -> Vec<(MemImage, Expect)> {
     w.points
 }
 
-/// What an image recovers to: the waiting count, how many came from a state, and every body
-/// once the delay has passed.
-fn recover(image: &MemImage, crash: Crash) -> (usize, usize, Vec<String>) {
+/// A broker restored from what an image keeps after `crash`, its clock 1 s on.
+fn restart(image: &MemImage, crash: Crash) -> (TestBroker, RestoreReport) {
     let storage = image.crash(crash);
     let (mut store, recovered) = Store::open(Arc::new(storage.clone()), store_config()).expect("recovers");
     let mut tb = broker(&store);
@@ -189,26 +197,35 @@ fn recover(image: &MemImage, crash: Crash) -> (usize, usize, Vec<String>) {
         open_catalog(Arc::new(storage), DamagedDefinitions::Refuse, 0).expect("definitions read").definitions;
     let restored = restore_into(&mut tb.broker, &mut store, definitions, recovered, now).expect("reads back");
     assert!(restored.damaged.is_empty(), "{:?}", restored.damaged);
+    (tb, restored.report)
+}
+
+/// What an image recovers to: the waiting count, how many came from a state, and every body
+/// once the delay has passed.
+fn recover(image: &MemImage, crash: Crash) -> (usize, usize, Vec<String>) {
+    let (mut tb, report) = restart(image, crash);
     let delayed = tb.broker.queue_stats("/", "later").map_or(0, |s| s.messages_delayed);
     let chan = tb.channel();
     let early = tb.advance(Duration::from_millis(DELAY_MS - 120_000));
     assert!(methods(&early).is_empty());
     let mut bodies = Vec::new();
     if tb.broker.queue_stats("/", "later").is_some() {
-        assert!(get(&mut tb, chan).is_none(), "nothing is due before its time");
+        assert!(get(&mut tb, chan, "later", true).is_none(), "nothing is due before its time");
         tb.advance(Duration::from_millis(130_000));
-        while let Some(body) = get(&mut tb, chan) {
+        while let Some((_, body)) = get(&mut tb, chan, "later", true) {
             bodies.push(body);
         }
     }
-    (delayed, restored.report.delayed_from_checkpoint, bodies)
+    (delayed, report.delayed_from_checkpoint, bodies)
 }
 
-fn get(tb: &mut TestBroker, chan: Chan) -> Option<String> {
-    let effects = tb.call(chan, BasicGet { queue: short("later"), no_ack: true });
+/// The next message of `queue` by basic.get (with `no_ack`, else left unacknowledged), with its
+/// delivery tag.
+fn get(tb: &mut TestBroker, chan: Chan, queue: &str, no_ack: bool) -> Option<(u64, String)> {
+    let effects = tb.call(chan, BasicGet { queue: short(queue), no_ack });
     effects.iter().find_map(|e| match e {
-        Effect::Send { method: Method::BasicGetOk(_), content: Some(m), .. } => {
-            Some(String::from_utf8_lossy(&m.body).into_owned())
+        Effect::Send { method: Method::BasicGetOk(ok), content: Some(m), .. } => {
+            Some((ok.delivery_tag, String::from_utf8_lossy(&m.body).into_owned()))
         }
         _ => None,
     })
@@ -219,7 +236,7 @@ fn get(tb: &mut TestBroker, chan: Chan) -> Option<String> {
 /// restarts take most messages from a state.
 #[test]
 fn every_sync_point_recovers_each_waiting_message_once() {
-    let points = run_workload();
+    let points = run_delayed_workload();
     assert!(points.len() > 100, "only {} sync points", points.len());
     // Spill rosters are written once, to packs (ADR 0020): a pack still on disk beside a newer
     // one holds rosters that later checkpoints named again instead of writing them.
@@ -243,12 +260,108 @@ fn every_sync_point_recovers_each_waiting_message_once() {
             assert_eq!(delayed, bodies.len(), "{ctx}: waiting count");
             for body in &expect.confirmed {
                 assert!(
-                    expect.cancel_sent.contains(body) || unique.contains(body),
+                    expect.settle_sent.contains(body) || unique.contains(body),
                     "{ctx}: confirmed {body} lost"
                 );
             }
-            for body in &expect.cancelled {
+            for body in &expect.settled {
                 assert!(!unique.contains(body), "{ctx}: cancelled {body} came back");
+            }
+            if from_state > 0 {
+                from_states += 1;
+            }
+        }
+    }
+    let restarts = points.len() * 4;
+    eprintln!("{from_states} of {restarts}");
+    assert!(
+        from_states * 2 > restarts,
+        "only {from_states} of {restarts} restarts took messages from a state"
+    );
+}
+
+/// A ready backlog: bulk publishes paged out into runs, then a poller at the head that acks one
+/// message, holds the next unacknowledged and requeues the third, each step with a publish
+/// behind them.
+fn run_ready_workload() -> Vec<(MemImage, Expect)> {
+    let mut w = Workload::new();
+    let admin = w.tb.channel();
+    let effects =
+        w.tb.call(admin, QueueDeclare { queue: short("backlog"), durable: true, ..Default::default() });
+    w.sync(effects);
+    let publisher = w.tb.channel();
+    let effects = w.tb.call(publisher, ConfirmSelect { nowait: false });
+    w.sync(effects);
+    // One size, so that paged-out messages in a row make runs; every 50th longer, to cut them.
+    let body = |i: usize| format!("ready-{i:05}{}", if i % 50 == 49 { "-x" } else { "" });
+    for batch in 0..READY_BULK_BATCHES {
+        for i in batch * BULK_BATCH..(batch + 1) * BULK_BATCH {
+            w.publish(publisher, "backlog", body(i), false);
+        }
+        w.sync(Vec::new());
+    }
+    let poller = w.tb.channel();
+    for step in 0..STEPS * 2 {
+        w.publish(publisher, "backlog", body(READY_BULK_BATCHES * BULK_BATCH + step), true);
+        let (tag, got) = get(&mut w.tb, poller, "backlog", false).expect("a ready message");
+        let effects = match step % 3 {
+            0 => {
+                w.expect.settle_sent.insert(got.clone());
+                let effects = w.tb.call(poller, BasicAck { delivery_tag: tag, multiple: false });
+                w.sync(effects);
+                w.expect.settled.insert(got);
+                Vec::new()
+            }
+            1 => Vec::new(),
+            _ => w.tb.call(poller, BasicNack { delivery_tag: tag, multiple: false, requeue: true }),
+        };
+        let mut effects = effects;
+        effects.extend(w.tb.advance(Duration::from_millis(3)));
+        w.sync(effects);
+    }
+    w.points
+}
+
+/// What an image recovers to: the ready count, how many came from a state, and every body in
+/// the order basic.get gives them.
+fn recover_ready(image: &MemImage, crash: Crash) -> (usize, usize, Vec<String>) {
+    let (mut tb, report) = restart(image, crash);
+    let ready = tb.broker.queue_stats("/", "backlog").map_or(0, |s| s.messages_ready);
+    let chan = tb.channel();
+    let bodies = std::iter::from_fn(|| get(&mut tb, chan, "backlog", true)).map(|(_, body)| body).collect();
+    (ready, report.ready_from_checkpoint, bodies)
+}
+
+/// At every sync point, whatever the crash keeps of unsynced bytes, the recovered broker holds
+/// every confirmed ready message that was not acked, once, in queue order (a message held
+/// unacknowledged or requeued is back in its place); most restarts take most messages from a
+/// state.
+#[test]
+fn every_sync_point_recovers_each_ready_message_once_in_order() {
+    let points = run_ready_workload();
+    assert!(points.len() > 100, "only {} sync points", points.len());
+    let mut from_states = 0;
+    for (at, (image, expect)) in points.iter().enumerate() {
+        for crash in [
+            Crash::LoseUnsynced,
+            Crash::KeepUnsynced,
+            Crash::Torn { bytes: 17, garbled: false },
+            Crash::Torn { bytes: 40, garbled: true },
+        ] {
+            let ctx = format!("crash point {at} ({crash:?})");
+            let (ready, from_state, bodies) = recover_ready(image, crash);
+            assert_eq!(ready, bodies.len(), "{ctx}: ready count");
+            let disorder = bodies.windows(2).find(|pair| pair[0] >= pair[1]);
+            assert!(disorder.is_none(), "{ctx}: out of order or twice: {disorder:?}");
+            let unique: BTreeSet<&String> = bodies.iter().collect();
+            for body in &expect.confirmed {
+                assert!(
+                    expect.settle_sent.contains(body) || unique.contains(body),
+                    "{ctx}: confirmed {body} lost"
+                );
+            }
+            for body in &expect.settled {
+                assert!(!unique.contains(body), "{ctx}: acked {body} came back");
             }
             if from_state > 0 {
                 from_states += 1;

@@ -30,7 +30,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use hourglass_wire::{EncodedProperties, ShortStr};
 
 use crate::api::{ChannelId, ConnectionId, Effect};
-use crate::broker::Broker;
+use crate::broker::{Broker, IdMap};
+use crate::channel::Channel;
 use crate::message::Message;
 use crate::queue::entry::Entry;
 use crate::queue::{Queue, QueueId};
@@ -300,6 +301,8 @@ pub(crate) struct Persistence {
     since_checkpoint: u64,
     /// Offer a checkpoint after this many bytes of ops at least.
     checkpoint_offer_bytes: u64,
+    /// Offer one after `checkpoint_offer_bytes` whatever the states' size (tests).
+    checkpoint_offer_fixed: bool,
     /// The last offer's states' inline bytes (what an offer copies; kept parts are shared):
     /// the next waits for twice as many ops (ops are cheap to emit, states of many queues are
     /// not).
@@ -396,20 +399,30 @@ impl Broker {
     /// the last offer: after every op emitted so far, as those ops leave the queues now.
     fn offer_checkpoint(&mut self) {
         let persist = &self.persist;
-        let due = persist.checkpoint_offer_bytes.max(persist.last_states_bytes.saturating_mul(2));
+        let states_bytes = if persist.checkpoint_offer_fixed { 0 } else { persist.last_states_bytes };
+        let due = persist.checkpoint_offer_bytes.max(states_bytes.saturating_mul(2));
         if !persist.enabled || persist.since_checkpoint < due {
             return;
         }
-        let states: Vec<QueueState> = self.queues.values().filter_map(Queue::checkpoint_state).collect();
+        self.queues.values_mut().for_each(Queue::prepare_checkpoint);
+        let mut unsettled: IdMap<QueueId, Vec<u64>> = IdMap::default();
+        for (queue, id) in self.channels.values().flat_map(Channel::unsettled_stored) {
+            unsettled.entry(queue).or_default().push(id);
+        }
+        let states: Vec<QueueState> = (self.queues.values())
+            .filter_map(|queue| queue.checkpoint_state(unsettled.get(&queue.id).map_or(&[], Vec::as_slice)))
+            .collect();
         self.persist.last_states_bytes =
             states.iter().flat_map(|s| &s.parts).map(StatePart::inline_bytes).sum();
         self.persist.since_checkpoint = 0;
         self.persist.push(StoreOp::Checkpoint(states));
     }
 
-    /// Offers checkpoints after `bytes` of ops (tests: after a few messages).
-    pub fn set_checkpoint_offer_bytes(&mut self, bytes: u64) {
+    /// Offers checkpoints after every `bytes` of ops, however large the states (tests: after a
+    /// few messages).
+    pub fn set_checkpoint_offer_every(&mut self, bytes: u64) {
         self.persist.checkpoint_offer_bytes = bytes;
+        self.persist.checkpoint_offer_fixed = true;
     }
 
     /// The store id of entry `seq`, a message entering queue `id`, when it is to be persisted

@@ -71,6 +71,8 @@ pub struct RestoreReport {
     /// Delayed messages taken from the queue states of the checkpoint the store started from
     /// (ADR 0019, [`Broker::restore_queue_state`]), not read back from the log; not in `delayed`.
     pub delayed_from_checkpoint: usize,
+    /// Ready messages taken from the queue states of the checkpoint (ADR 0021); not in `ready`.
+    pub ready_from_checkpoint: usize,
     /// Of `ready`, the delayed messages whose time came while the broker was down (released in
     /// due order, at `--overdue-release-rate` when one is set).
     pub overdue: usize,
@@ -186,8 +188,8 @@ impl Broker {
         report
     }
 
-    /// Takes back the waiting messages of queue `queue` from the state a checkpoint held
-    /// (ADR 0019, `queue/checkpoint.rs`), without those in `changed` (store ids: they come back
+    /// Takes back the ready and waiting messages of queue `queue` from the state a checkpoint
+    /// held (ADR 0019, ADR 0021, `queue/checkpoint.rs`), without those in `changed` (store ids: they come back
     /// from the log if still live), counted in `report`. Returns whether the state was used; it
     /// cannot be if the queue is not there, holds messages already, or the state does not read
     /// back whole: then read the queue's messages from the log, all of them.
@@ -200,10 +202,11 @@ impl Broker {
     ) -> bool {
         let Some(queue) = self.queues.get_mut(&QueueId(queue)) else { return false };
         let Some(restored) = queue.restore_state(parts, changed) else { return false };
-        if let Some(max) = queue.delayed.max_seq() {
+        if let Some(max) = queue.delayed.max_seq().max(queue.ready.max_seq()) {
             self.entry_ids.recovered(max);
         }
-        report.delayed_from_checkpoint += restored;
+        report.delayed_from_checkpoint += restored.waiting;
+        report.ready_from_checkpoint += restored.ready;
         true
     }
 

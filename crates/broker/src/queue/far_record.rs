@@ -116,12 +116,21 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 /// (a transient message, or one not yet stored, is never paged): the store's log must be able to
 /// bring every far message back at a restart.
 pub(super) fn encode(due: Timestamp, waiting: &Waiting) -> Option<Record> {
-    let entry = &waiting.entry;
+    let returning = if waiting.returning { RETURNING } else { 0 };
+    Some(fields_of(&waiting.entry, due.as_millis(), returning)?.record())
+}
+
+/// The record of a paged-out ready message (a queue state's, `ready/checkpoint.rs`): its due
+/// time is not set.
+pub(super) fn encode_ready(entry: &Entry) -> Option<Record> {
+    Some(fields_of(entry, NO_TIME, 0)?.record())
+}
+
+fn fields_of(entry: &Entry, due: u64, flags: u8) -> Option<Fields> {
     let Payload::Paged(paged) = &entry.payload else { return None };
     let location = paged.location();
-    let returning = if waiting.returning { RETURNING } else { 0 };
-    let fields = Fields {
-        due: due.as_millis(),
+    Some(Fields {
+        due,
         seq: entry.seq,
         persist_id: entry.persist_id()?,
         expires: entry.expires_at().map_or(NO_TIME, Timestamp::as_millis),
@@ -132,9 +141,8 @@ pub(super) fn encode(due: Timestamp, waiting: &Waiting) -> Option<Record> {
         body_size: u32::try_from(entry.body_size()).ok()?,
         record_bytes: location.record_bytes,
         delivery_count: entry.delivery_count,
-        flags: if entry.redelivered { REDELIVERED } else { 0 } | returning,
-    };
-    Some(fields.record())
+        flags: if entry.redelivered { REDELIVERED } else { 0 } | flags,
+    })
 }
 
 /// The fields of a record whose length and checksum check out.
@@ -147,6 +155,18 @@ pub(super) fn fields_checked(record: &[u8]) -> Option<Fields> {
 /// The waiting message a record holds, checksum verified.
 pub(super) fn decode(record: &[u8]) -> Result<(Timestamp, Waiting), Damaged> {
     let fields = fields_checked(record).ok_or(Damaged)?;
+    let entry = entry_of(&fields)?;
+    let returning = fields.flags & RETURNING != 0;
+    Ok((Timestamp::from_millis(fields.due), Waiting { entry, returning }))
+}
+
+/// The paged-out ready message a record of [`encode_ready`] holds, checksum verified.
+pub(super) fn decode_ready(record: &[u8]) -> Result<Entry, Damaged> {
+    let fields = fields_checked(record).ok_or(Damaged)?;
+    entry_of(&fields)
+}
+
+fn entry_of(fields: &Fields) -> Result<Entry, Damaged> {
     let time = |ms| Some(ms).filter(|ms| *ms != NO_TIME).map(Timestamp::from_millis);
     let location = RecordLocation {
         segment: u64::from(fields.segment),
@@ -164,8 +184,7 @@ pub(super) fn decode(record: &[u8]) -> Result<(Timestamp, Waiting), Damaged> {
     );
     entry.delivery_count = fields.delivery_count;
     entry.redelivered = fields.flags & REDELIVERED != 0;
-    let returning = fields.flags & RETURNING != 0;
-    Ok((Timestamp::from_millis(fields.due), Waiting { entry, returning }))
+    Ok(entry)
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@
 //! again at the head when its messages are read back, and split where a message goes back into
 //! the middle of it or leaves from there.
 
+mod checkpoint;
+
 use std::collections::VecDeque;
 
 use super::entry::{Entry, Paged, Payload, Seq};

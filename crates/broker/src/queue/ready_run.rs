@@ -18,7 +18,9 @@
 //! index holds a key for it alone (`ttl.rs`).
 
 use super::entry::{Entry, Paged, Payload, Seq};
+use super::far_record::{decode_ready, encode_ready, NO_TIME, RECORD_BYTES};
 use super::ready_times::ReadyTimes;
+use super::state_bytes::{StateReader, StateWriter};
 use crate::time::Timestamp;
 
 #[derive(Clone, Debug)]
@@ -203,6 +205,53 @@ impl Run {
     /// Drops the members from `len` on (`len >= 1`; a run of one is the caller's to open).
     pub fn truncate(&mut self, len: usize) {
         self.rest.truncate(len - 1);
+    }
+
+    /// Appends the run to a queue state (`ready/checkpoint.rs`): its head as a far record, the
+    /// base time, the strides, the TTL and the times.
+    pub fn checkpoint(&self, out: &mut StateWriter) -> Option<()> {
+        out.raw(&encode_ready(&self.head)?);
+        out.u64(self.base.as_millis());
+        out.u64(self.seq_step);
+        out.u64(self.id_step);
+        out.u64(u64::from(self.offset_step));
+        out.u64(self.ttl.unwrap_or(NO_TIME));
+        self.rest.checkpoint(out);
+        Some(())
+    }
+
+    /// The run [`Run::checkpoint`] wrote; `None` unless its head's record checks out and every
+    /// member's seq, store id and offset step forward without overflowing.
+    pub fn restored(state: &mut StateReader) -> Option<Run> {
+        let head = decode_ready(state.raw(RECORD_BYTES)?).ok()?;
+        let base = Timestamp::from_millis(state.u64()?);
+        let (seq_step, id_step) = (state.u64()?, state.u64()?);
+        let offset_step = u32::try_from(state.u64()?).ok()?;
+        let ttl = Some(state.u64()?).filter(|ttl| *ttl != NO_TIME);
+        let rest = ReadyTimes::restored(state)?;
+        let (paged, id, ready, _) = facts(&head)?;
+        let steps = rest.len() as u64;
+        let fits = seq_step > 0
+            && id_step > 0
+            && offset_step > 0
+            && ready >= base
+            && after_step(head.seq, seq_step, steps - 1).is_some()
+            && after_step(id, id_step, steps - 1).is_some()
+            && after_step(u64::from(paged.offset()), u64::from(offset_step), steps - 1)
+                .is_some_and(|last| u32::try_from(last).is_ok());
+        fits.then_some(Run { head, paged, base, seq_step, id_step, offset_step, rest, ttl })
+    }
+
+    /// Whether a member has store id `id`.
+    pub fn holds_persist_id(&self, id: u64) -> bool {
+        id.checked_sub(self.head_id()).is_some_and(|from_head| {
+            from_head % self.id_step == 0 && from_head / self.id_step < self.len() as u64
+        })
+    }
+
+    /// The first and last members' store ids.
+    pub fn persist_id_range(&self) -> (u64, u64) {
+        (self.head_id(), self.head_id() + self.rest.len() as u64 * self.id_step)
     }
 
     fn head_id(&self) -> u64 {

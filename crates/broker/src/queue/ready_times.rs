@@ -14,6 +14,8 @@
 
 use std::collections::VecDeque;
 
+use super::state_bytes::{StateReader, StateWriter};
+
 /// Groups at most this many before groups may turn into a time each: small runs stay groups.
 const GROUPS_BEFORE_EACH: usize = 16;
 
@@ -135,6 +137,68 @@ impl ReadyTimes {
     }
 }
 
+/// How a checkpoint's state writes the times (`ready/checkpoint.rs`).
+const GROUPS: u64 = 0;
+const EACH: u64 = 1;
+
+impl ReadyTimes {
+    /// Appends the times to a queue state.
+    pub fn checkpoint(&self, out: &mut StateWriter) {
+        match self {
+            ReadyTimes::Groups(g) => {
+                out.u64(GROUPS);
+                out.u64(u64::from(g.taken));
+                out.u64(g.groups.len() as u64);
+                for &(end, time) in &g.groups {
+                    out.u64(u64::from(end) << 32 | u64::from(time));
+                }
+            }
+            ReadyTimes::Each(each) => {
+                out.u64(EACH);
+                out.u64(each.len() as u64);
+                let mut bytes = Vec::with_capacity(each.len() * 4);
+                for time in each {
+                    bytes.extend_from_slice(&time.to_le_bytes());
+                }
+                out.raw(&bytes);
+            }
+        }
+    }
+
+    /// The times [`ReadyTimes::checkpoint`] wrote; `None` unless they are at least one member's,
+    /// in order.
+    pub fn restored(state: &mut StateReader) -> Option<ReadyTimes> {
+        let times = match state.u64()? {
+            GROUPS => {
+                let taken = u32::try_from(state.u64()?).ok()?;
+                let mut groups = VecDeque::new();
+                for _ in 0..state.count(8)? {
+                    let word = state.u64()?;
+                    groups.push_back(((word >> 32) as u32, word as u32));
+                }
+                ReadyTimes::Groups(Groups { taken, groups })
+            }
+            EACH => {
+                let n = state.count(4)?;
+                let bytes = state.raw(n * 4)?;
+                let each = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                ReadyTimes::Each(each.collect())
+            }
+            _ => return None,
+        };
+        let in_order = match &times {
+            ReadyTimes::Groups(g) => {
+                let ends = g.groups.iter().map(|&(end, _)| end);
+                let starts = std::iter::once(g.taken).chain(ends.clone());
+                starts.zip(ends).all(|(start, end)| start < end)
+                    && g.groups.iter().zip(g.groups.iter().skip(1)).all(|(a, b)| a.1 < b.1)
+            }
+            ReadyTimes::Each(each) => each.iter().zip(each.iter().skip(1)).all(|(a, b)| a <= b),
+        };
+        (in_order && !times.is_empty()).then_some(times)
+    }
+}
+
 impl Groups {
     /// The absolute position after the last member.
     fn end(&self) -> u32 {
@@ -205,6 +269,43 @@ mod tests {
                 prop_assert_eq!(times.iter().collect::<Vec<_>>(), Vec::from(model.clone()));
             }
         }
+    }
+
+    /// Both kinds read back from a state as they were; times out of order or none are refused.
+    #[test]
+    fn times_read_back_from_a_state_and_disorder_is_refused() {
+        let mut groups = ReadyTimes::one(3);
+        for time in [3, 3, 9, 9, 12] {
+            assert!(groups.push(time));
+        }
+        groups.pop_front();
+        let mut each = ReadyTimes::one(0);
+        for time in 1..100 {
+            assert!(each.push(time));
+        }
+        assert!(matches!(each, ReadyTimes::Each(_)));
+        for times in [groups, each] {
+            let mut out = StateWriter::default();
+            times.checkpoint(&mut out);
+            let parts = out.finish().iter().map(|part| part.bytes().clone()).collect();
+            let mut state = StateReader::new(parts);
+            assert_eq!(ReadyTimes::restored(&mut state), Some(times));
+            assert!(state.is_empty());
+        }
+        let read = |words: &[u64]| {
+            let mut out = StateWriter::default();
+            words.iter().for_each(|word| out.u64(*word));
+            ReadyTimes::restored(&mut StateReader::new(
+                out.finish().iter().map(|p| p.bytes().clone()).collect(),
+            ))
+        };
+        assert!(read(&[GROUPS, 0, 2, 2 << 32 | 5, 4 << 32 | 7]).is_some());
+        assert_eq!(read(&[GROUPS, 0, 2, 2 << 32 | 5, 4 << 32 | 5]), None, "two groups of one time");
+        assert_eq!(read(&[GROUPS, 0, 2, 2 << 32 | 7, 4 << 32 | 5]), None, "times falling");
+        assert_eq!(read(&[GROUPS, 2, 1, 2 << 32 | 5]), None, "an empty group");
+        assert_eq!(read(&[GROUPS, 0, 0]), None, "no member");
+        assert_eq!(read(&[GROUPS, 0, 3, 2 << 32 | 5]), None, "cut short");
+        assert_eq!(read(&[9]), None, "unknown kind");
     }
 
     #[test]

@@ -26,6 +26,17 @@ impl Tally {
         }
     }
 
+    /// Counts in `n` messages like `entry`.
+    pub(crate) fn add_many(&mut self, entry: &Entry, n: usize) {
+        let (bytes, persistent) = (entry.body_size() * n, entry.persist_id().is_some());
+        self.messages += n;
+        self.bytes += bytes;
+        if persistent {
+            self.persistent += n;
+            self.persistent_bytes += bytes;
+        }
+    }
+
     /// Counts `entry` out (it was counted in).
     pub(crate) fn remove(&mut self, entry: &Entry) {
         let (bytes, persistent) = (entry.body_size(), entry.persist_id().is_some());
