@@ -11,9 +11,13 @@ every message.
 3. kill -9, a start on the same directory timed to `hourglass-perf depth` seeing all N; RSS then,
    less the first idle broker's.
 
+`--lavinmq BIN` measures a LavinMQ binary (e.g. ../shared/tools/lavinmq/lavinmq, 2.9.1) the same way
+instead: one node on loopback with its shipped defaults, as scripts/lavinmq_ref.sh starts it.
+
 Bounded: every wait has a timeout; only processes this script started are stopped, by PID.
 
-usage: scripts/bench_ready.py [--count 10000000] [--ttl-ms MS] [--binary PATH] [--no-build]
+usage: scripts/bench_ready.py [--count 10000000] [--ttl-ms MS] [--binary PATH | --lavinmq BIN]
+                              [--no-build]
 """
 import argparse
 import base64
@@ -36,12 +40,18 @@ FILL_TIMEOUT_S = 3600
 SETTLE_S = 3
 
 
-def spawn(binary, data, port, http_port, log_path):
+def spawn(args, data, port, http_port, log_path):
     log = open(log_path, "a")
-    return subprocess.Popen(
-        [str(binary), "--bind", "127.0.0.1", "--amqp-port", str(port), "--http-port", str(http_port),
-         "--metrics-port", "0", "--data-dir", str(data)],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "RUST_LOG": "warn", "NO_COLOR": "1"})
+    if args.lavinmq:
+        data.mkdir(parents=True, exist_ok=True)
+        command = [args.lavinmq, "-D", str(data), "--bind=127.0.0.1", f"--amqp-port={port}",
+                   f"--http-port={http_port}", "--mqtt-port=-1", "--metrics-http-port=-1",
+                   f"--clustering-port={free_port()}", f"--control-unix-path={data / 'lavinmqctl.sock'}"]
+    else:
+        command = [str(args.binary), "--bind", "127.0.0.1", "--amqp-port", str(port), "--http-port",
+                   str(http_port), "--metrics-port", "0", "--data-dir", str(data)]
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "RUST_LOG": "warn", "NO_COLOR": "1"})
 
 
 def set_ttl_policy(http_port, ttl_ms):
@@ -58,21 +68,23 @@ def main():
     ap.add_argument("--count", type=int, default=10_000_000)
     ap.add_argument("--ttl-ms", type=int)
     ap.add_argument("--binary", default=str(HOURGLASS))
+    ap.add_argument("--lavinmq", help="a LavinMQ binary to measure instead")
     ap.add_argument("--no-build", action="store_true")
     args = ap.parse_args()
-    if not args.no_build:
+    if not args.no_build and not args.lavinmq:
         subprocess.run(["cargo", "build", "--release", "--locked", "-p", "hourglass", "-p", "hourglass-perf"],
                        cwd=ROOT, check=True)
     tmp = Path(tempfile.mkdtemp(prefix="hg-ready-"))
     data, port, http_port = tmp / "data", free_port(), free_port()
-    proc = spawn(args.binary, data, port, http_port, tmp / "broker.log")
+    proc = spawn(args, data, port, http_port, tmp / "broker.log")
     try:
         if not wait_for_port(port) or not wait_for_port(http_port):
             sys.exit(f"the broker did not listen; see {tmp / 'broker.log'}")
         if args.ttl_ms:
             set_ttl_policy(http_port, args.ttl_ms)
         idle = rss_kib(proc.pid)
-        filled = perf(port, proc.pid, "hourglass",
+        label = "lavinmq" if args.lavinmq else "hourglass"
+        filled = perf(port, proc.pid, label,
                       ["throughput", "-P", "1", "-C", "0", "--size", "16", "--count", str(args.count),
                        "--duration-s", str(FILL_TIMEOUT_S), "--confirm", "1000", "--persistent", "--durable",
                        "--queue-name", QUEUE, "--keep-queues"], timeout=FILL_TIMEOUT_S + 120)
@@ -82,14 +94,14 @@ def main():
         proc.kill()
         proc.wait(timeout=60)
         started = time.monotonic()
-        proc = spawn(args.binary, data, port, http_port, tmp / "broker.log")
-        perf(port, None, "hourglass", ["depth", "--queue", f"{QUEUE}-0", "--messages", str(count),
+        proc = spawn(args, data, port, http_port, tmp / "broker.log")
+        perf(port, None, label, ["depth", "--queue", f"{QUEUE}-0", "--messages", str(count),
                                        "--timeout-s", "900"], timeout=1000)
         restart_s = time.monotonic() - started
         time.sleep(SETTLE_S)
         restarted = rss_kib(proc.pid)
         result = {
-            "binary": args.binary, "count": count, "ttl_ms": args.ttl_ms,
+            "binary": args.lavinmq or args.binary, "count": count, "ttl_ms": args.ttl_ms,
             "fill_msg_per_s": filled.get("msg_per_s"),
             "fill_cpu_us_per_msg": filled.get("broker_cpu_us_per_op"),
             "rss_idle_kib": idle, "rss_filled_kib": full, "rss_restarted_kib": restarted,
