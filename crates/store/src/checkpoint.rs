@@ -38,7 +38,7 @@ use crate::limits::{CHECKPOINT_BYTES_MAX, SNAPSHOT_BYTES_MAX};
 use crate::queue_states::{self, Planned, QueueCheckpoint, StoredState};
 use crate::record::SegmentEnd;
 use crate::snapshot::{read_snapshot_up_to, write_snapshot_parts};
-use crate::state_packs::{PackReader, Registry};
+use crate::state_packs::Registry;
 use crate::storage::{Storage, StorageFile};
 use crate::varint::{self, Malformed, Reader};
 
@@ -153,7 +153,7 @@ fn decode(storage: &dyn Storage, payload: &Bytes, layout: States) -> Result<Chec
     }
     let mut known_parts = Registry::default();
     let (states, states_left_out) =
-        queue_states::read_packs(named, &mut PackReader::new(storage), &mut known_parts);
+        queue_states::read_packs(named, storage, &mut known_parts);
     Ok(Checkpoint { replay_from, known, index, states, states_left_out, known_parts })
 }
 

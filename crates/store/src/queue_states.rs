@@ -20,7 +20,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use bytes::Bytes;
 
 use crate::index::{pack, segment_of, IdBuild, LiveIndex};
-use crate::state_packs::{NewPack, PackReader, PartRef, Registry};
+use crate::state_packs::{read_parts, NewPack, PartRef, Registry};
+use crate::storage::Storage;
 use crate::varint::{self, Malformed, Reader};
 
 /// A queue's state for a checkpoint, as its owner hands it over ([`crate::Store::checkpoint_with`]).
@@ -268,9 +269,14 @@ fn inline_part(input: &mut Reader<'_>, payload: &Bytes) -> Result<Bytes, Malform
 /// Returns the states read and how many were left out.
 pub(crate) fn read_packs(
     states: Vec<NamedState>,
-    packs: &mut PackReader<'_>,
+    storage: &dyn Storage,
     registry: &mut Registry,
 ) -> (Vec<StoredState>, u64) {
+    let in_packs = states.iter().flat_map(|state| &state.parts).filter_map(|part| match part {
+        NamedPart::InPack(at) => Some(*at),
+        NamedPart::Inline(_) => None,
+    });
+    let mut kept = read_parts(storage, &in_packs.collect::<Vec<_>>()).into_iter();
     let mut read = Vec::with_capacity(states.len());
     let mut left_out = 0;
     for state in states {
@@ -280,13 +286,12 @@ pub(crate) fn read_packs(
         for part in state.parts {
             match part {
                 NamedPart::Inline(bytes) => parts.push(bytes),
-                NamedPart::InPack(at) => match packs.read(at) {
-                    Some(bytes) => {
+                NamedPart::InPack(at) => {
+                    if let Some(bytes) = kept.next().flatten() {
                         known.push((bytes.clone(), at));
                         parts.push(bytes);
                     }
-                    None => break,
-                },
+                }
             }
         }
         if parts.len() < wanted {
@@ -477,7 +482,7 @@ mod tests {
         assert!(payload.len() as u64 <= most);
         let named = decode(&mut Reader::new(&payload), &payload, false).unwrap();
         let mut known = Registry::default();
-        let (decoded, left_out) = read_packs(named, &mut PackReader::new(&storage), &mut known);
+        let (decoded, left_out) = read_packs(named, &storage, &mut known);
         assert_eq!((decoded.len(), left_out), (2, 0));
         assert_eq!((decoded[0].queue, &decoded[0].read_back[..]), (3, &[9, 4][..]));
         assert_eq!(decoded[0].parts, vec![Bytes::from_static(b"ab"), kept, Bytes::from_static(b"cd")]);
