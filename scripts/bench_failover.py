@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """A failover with N delayed messages waiting, as a client sees it (issue 38): a three-node
 Hourglass cluster on one etcd, N persistent delayed messages far ahead (`hourglass-perf
-scale-fill`), then tracers due 0.2-6 s after the fault (a delayed exchange, `x-delay-until`),
+scale-fill`; with `--ready`, N persistent ready messages in one durable queue instead), then tracers due 0.2-6 s after the fault (a delayed exchange, `x-delay-until`),
 then `kill -9` of the leader. Reports, from the kill: the first confirmed publish through a
 survivor, the survivor's exact delayed count, and each tracer's lateness (received minus due:
 p50, p99, max; early ones and missing ones counted).
 
-usage: scripts/bench_failover.py N [--tracers 60] [--reps 1]
+usage: scripts/bench_failover.py N [--tracers 60] [--reps 1] [--ready]
 needs: target/release/{hourglass,hourglass-perf}, etcd (Debian etcd-server), pika.
 """
 import argparse
@@ -72,15 +72,29 @@ def collect_tracers(ports, count, received, deadline):
                 return
 
 
-def one_run(n, tracers):
+def fill(port, n, ready):
+    """N persistent messages, delayed far ahead or (`ready`) ready; returns the queue's HTTP path
+    and the count that shows them all."""
+    if ready:
+        filled = perf(port, "throughput", "-P", "1", "-C", "0", "--count", str(n), "--duration-s", "3600",
+                      "--confirm", "1000", "--persistent", "--durable", "--queue-name", "scale",
+                      "--keep-queues", timeout=3600)
+        where = ("/api/queues/%2f/scale-0", "messages_ready")
+    else:
+        filled = perf(port, "scale-fill", "--queue", "scale", "--count", str(n))
+        where = ("/api/queues/%2f/scale", "messages_delayed")
+    if filled.returncode != 0:
+        sys.exit(f"the fill failed: {filled.stderr[-500:]}")
+    return where
+
+
+def one_run(n, tracers, ready):
     tmp = Path(tempfile.mkdtemp(prefix="hg-failover-"))
     etcd, url = start_etcd(tmp)
     nodes, leader = start_hourglass_cluster(tmp, url)
     try:
         started = time.time()
-        filled = perf(leader["amqp"], "scale-fill", "--queue", "scale", "--count", str(n))
-        if filled.returncode != 0:
-            sys.exit(f"scale-fill failed: {filled.stderr[-500:]}")
+        queue_path, count_field = fill(leader["amqp"], n, ready)
         print(f"  filled {n} in {time.time() - started:.1f} s", flush=True)
         # Tracers due from 0.2 s after the kill (which comes about 1 s after they are sent).
         first_due = int(time.time() * 1000) + 1_200
@@ -109,7 +123,7 @@ def one_run(n, tracers):
                         pass
                 if counted is None:
                     try:
-                        if api(node["http"], "/api/queues/%2f/scale").get("messages_delayed") == n:
+                        if api(node["http"], queue_path).get(count_field) == n:
                             counted = time.monotonic() - killed
                     except Exception:  # noqa: BLE001 - not serving yet
                         pass
@@ -119,7 +133,7 @@ def one_run(n, tracers):
         early = sum(1 for lateness in late if lateness < 0)
         at = lambda q: late[min(len(late) - 1, int(q * (len(late) - 1)))] if late else float("nan")  # noqa: E731
         print(f"  kill -9 of the leader: first confirm through a survivor {confirmed:.2f} s, "
-              f"exact delayed count {counted:.2f} s; tracers due 0.2-{0.2 + (tracers - 1) * 0.1:.1f} s "
+              f"exact count {counted:.2f} s; tracers due 0.2-{0.2 + (tracers - 1) * 0.1:.1f} s "
               f"after the kill: {len(late)}/{tracers} received, {early} early, late p50 {at(0.5):.0f} ms, "
               f"p99 {at(0.99):.0f} ms, max {at(1.0):.0f} ms", flush=True)
     finally:
@@ -134,10 +148,11 @@ def main():
     parser.add_argument("n", type=int)
     parser.add_argument("--tracers", type=int, default=60)
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--ready", action="store_true", help="a ready backlog instead of a delayed one")
     args = parser.parse_args()
     for rep in range(args.reps):
         print(f"N={args.n} run {rep + 1}", flush=True)
-        one_run(args.n, args.tracers)
+        one_run(args.n, args.tracers, args.ready)
 
 
 if __name__ == "__main__":
