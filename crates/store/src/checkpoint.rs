@@ -152,8 +152,7 @@ fn decode(storage: &dyn Storage, payload: &Bytes, layout: States) -> Result<Chec
         return Err(Malformed);
     }
     let mut known_parts = Registry::default();
-    let (states, states_left_out) =
-        queue_states::read_packs(named, storage, &mut known_parts);
+    let (states, states_left_out) = queue_states::read_packs(named, storage, &mut known_parts);
     Ok(Checkpoint { replay_from, known, index, states, states_left_out, known_parts })
 }
 
