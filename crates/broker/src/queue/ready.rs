@@ -902,6 +902,59 @@ mod tests {
         assert_eq!((ready.message_count(), ready.body_bytes()), (0, 0));
     }
 
+    /// ADR 0021: a ready backlog (a run, messages of their own, one in memory) written to a
+    /// state reads back as the same messages with the same counts, in a run again; the one in
+    /// memory is listed as read back; a changed message is left out, its run cut around it; a
+    /// state cut short or with another number of levels is refused.
+    #[test]
+    fn a_ready_backlog_reads_back_from_a_state_without_its_changed_messages() {
+        use crate::queue::state_bytes::{StateReader, StateWriter};
+        let mut ready = Ready::default();
+        ready.push_back(Entry::new(1, Arc::new(paged_message()), Some(at(1000)), None, Some(8)));
+        for seq in 2..=5_000 {
+            ready.push_back(paged(seq, 16));
+        }
+        ready.push_back(paged(5_001, 17));
+        ready.push_back(paged(5_003, 16));
+        let before: Vec<Shown> =
+            ready.levels[0].slots.iter().flat_map(slot_entries).map(|e| shown(&e)).collect();
+        let mut out = StateWriter::default();
+        let mut read_back = Vec::new();
+        assert_eq!(ready.checkpoint(&mut out, &mut read_back), Some(5_001));
+        assert_eq!(read_back, [8], "the message in memory");
+        let parts: Vec<bytes::Bytes> = out.finish().iter().map(|part| part.bytes().clone()).collect();
+        let restored = ready.restored(&mut StateReader::new(parts.clone()), &[]).unwrap();
+        assert_eq!((restored.message_count(), restored.body_bytes()), (5_001, 5_001 * 16 + 1));
+        assert_eq!(restored.levels[0].slots.len(), 3, "the run whole, then two of their own");
+        let mut restored_all = restored;
+        let got: Vec<Shown> = std::iter::from_fn(|| restored_all.pop_front()).map(|e| shown(&e)).collect();
+        assert_eq!(got, before[1..]);
+        // Changed: 2_500 (inside the run, store id 2_507) and 5_003 (5_010), alone.
+        let mut without = ready.restored(&mut StateReader::new(parts.clone()), &[2_507, 5_010]).unwrap();
+        assert_eq!(without.message_count(), 4_999);
+        assert!(without.levels[0].slots.len() <= 4, "the run cut in two, joined again");
+        let seqs = drain(&mut without);
+        assert_eq!(seqs.len(), 4_999);
+        assert!(!seqs.contains(&2_500) && !seqs.contains(&5_003) && seqs.windows(2).all(|w| w[0] < w[1]));
+        let all: bytes::Bytes = parts.concat().into();
+        for cut in [0, 8, 100, all.len() - 1] {
+            assert!(
+                ready.restored(&mut StateReader::new(vec![all.slice(..cut)]), &[]).is_none(),
+                "cut {cut}"
+            );
+        }
+        let two_levels = Ready::with_max_priority(1, 0);
+        assert!(two_levels.restored(&mut StateReader::new(parts), &[]).is_none(), "another number of levels");
+    }
+
+    fn slot_entries(slot: &Slot) -> Vec<Entry> {
+        match slot {
+            Slot::Live(entry) => vec![entry.clone()],
+            Slot::Run(run) => (0..run.len()).map(|at| run.member(at)).collect(),
+            Slot::Removed(_) => Vec::new(),
+        }
+    }
+
     /// Messages paged out in place (as the store reports them) are joined into runs by the
     /// compaction the page-outs trigger.
     #[test]

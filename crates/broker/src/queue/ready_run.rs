@@ -235,6 +235,7 @@ impl Run {
             && id_step > 0
             && offset_step > 0
             && ready >= base
+            && (steps + 1).checked_mul(head.body_size() as u64).is_some()
             && after_step(head.seq, seq_step, steps - 1).is_some()
             && after_step(id, id_step, steps - 1).is_some()
             && after_step(u64::from(paged.offset()), u64::from(offset_step), steps - 1)
