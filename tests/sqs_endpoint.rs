@@ -300,3 +300,43 @@ async fn purge_takes_the_messages_in_flight() {
         "{attributes}"
     );
 }
+
+/// Issue 41: GetQueueAttributes shows a queue's visibility timeout as it runs. An operator
+/// policy caps the 30 s CreateQueue set; the receive path already obeyed the cap while the
+/// attributes still showed the declared 30.
+#[tokio::test]
+async fn queue_attributes_show_the_visibility_timeout_an_operator_policy_caps() {
+    let (broker, addr) = sqs_broker(&[]);
+    let attributes = json!({"VisibilityTimeout": "30", "DelaySeconds": "0"});
+    let (status, created) =
+        sqs(addr, "CreateQueue", json!({"QueueName": "capped", "Attributes": attributes})).await;
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().unwrap().to_owned();
+    let cap =
+        json!({"pattern": "^capped$", "apply-to": "queues", "definition": {"visibility-timeout": 2000}});
+    let (status, body) =
+        common::http(&broker, "PUT", "/api/operator-policies/%2f/cap", &cap.to_string()).await;
+    assert!(status == 201 || status == 204, "{status} {body}");
+    let get = json!({"QueueUrl": url, "AttributeNames": ["All"]});
+    let (status, shown) = sqs(addr, "GetQueueAttributes", get).await;
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(shown["Attributes"]["VisibilityTimeout"], "2", "{shown}");
+    // And it runs so: a message received and not deleted is visible again after 2 s, not 30.
+    assert_eq!(sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": "again"})).await.0, 200);
+    let receive = json!({"QueueUrl": url, "WaitTimeSeconds": 1});
+    let (_, first) = sqs(addr, "ReceiveMessage", receive.clone()).await;
+    assert_eq!(first["Messages"][0]["Body"], "again", "{first}");
+    let received = Instant::now();
+    loop {
+        let (_, again) = sqs(addr, "ReceiveMessage", receive.clone()).await;
+        if again["Messages"][0]["Body"] == "again" {
+            break;
+        }
+        assert!(received.elapsed() < WAIT, "not visible again within {WAIT:?}");
+    }
+    assert!(
+        received.elapsed() >= Duration::from_millis(1_900),
+        "visible again after {:?}",
+        received.elapsed()
+    );
+}

@@ -782,16 +782,19 @@ fn queue_attributes(
     put("ApproximateNumberOfMessages", stats.messages_ready.to_string());
     put("ApproximateNumberOfMessagesNotVisible", stats.messages_unacked.to_string());
     put("ApproximateNumberOfMessagesDelayed", stats.messages_delayed.to_string());
-    let visibility_ms = arg(ZERO_VISIBILITY_ARG).or(arg("x-visibility-timeout"));
+    // The visibility timeout and delay as they run: a policy's, capped by an operator policy's
+    // (the receive and send paths read the same settings); 0 is the queue's own marker.
+    let settings = &details.settings;
+    let visibility_ms =
+        arg(ZERO_VISIBILITY_ARG).and_then(|ms| u64::try_from(ms).ok()).or(settings.visibility_timeout_ms);
     put(
         "VisibilityTimeout",
-        (visibility_ms.unwrap_or(VISIBILITY_TIMEOUT_DEFAULT_S * 1000) / 1000).to_string(),
+        (visibility_ms.unwrap_or(VISIBILITY_TIMEOUT_DEFAULT_S.unsigned_abs() * 1000) / 1000).to_string(),
     );
-    put("DelaySeconds", (arg("x-delivery-delay").unwrap_or(0) / 1000).to_string());
+    put("DelaySeconds", (settings.delivery_delay_ms.unwrap_or(0) / 1000).to_string());
     // Its TTL as it runs (a policy's too); a queue whose messages never expire (declared over
     // AMQP without one) shows AWS's longest period (issue 40, item 17).
-    let retention_s =
-        details.settings.message_ttl_ms.map_or(*RETENTION_RANGE_S.end() as u64, |ttl| ttl / 1000);
+    let retention_s = settings.message_ttl_ms.map_or(*RETENTION_RANGE_S.end() as u64, |ttl| ttl / 1000);
     put("MessageRetentionPeriod", retention_s.to_string());
     put("MaximumMessageSize", arg(MAXIMUM_MESSAGE_SIZE_ARG).unwrap_or(MESSAGE_SIZE_MAX).to_string());
     put("ReceiveMessageWaitTimeSeconds", arg(RECEIVE_WAIT_ARG).unwrap_or(0).to_string());
