@@ -247,8 +247,6 @@ impl Channel {
         self.unacked.get_mut(at).filter(|u| u.tag == tag)
     }
 
-    /// Moves every unacked delivery into `out`, in tag order.
-    /// Every delivery not yet settled, basic.get ones too.
     /// The queue and store id of every stored message this channel holds unsettled: its
     /// deliveries, and the settlements a transaction holds back until tx.commit.
     pub fn unsettled_stored(&self) -> impl Iterator<Item = (QueueId, u64)> + '_ {
@@ -260,10 +258,12 @@ impl Channel {
         deliveries.filter_map(|u| Some((u.queue, u.entry.persist_id()?)))
     }
 
+    /// Every delivery not yet settled, basic.get ones too.
     pub fn unacked_count(&self) -> usize {
         self.unacked.len()
     }
 
+    /// Moves every unacked delivery into `out`, in tag order.
     pub fn take_all(&mut self, out: &mut Vec<Unacked>) {
         out.extend(self.unacked.drain(..));
         self.consumer_unacked = 0;

@@ -202,7 +202,7 @@ fn restart(image: &MemImage, crash: Crash) -> (TestBroker, RestoreReport) {
 
 /// What an image recovers to: the waiting count, how many came from a state, and every body
 /// once the delay has passed.
-fn recover(image: &MemImage, crash: Crash) -> (usize, usize, Vec<String>) {
+fn recover(image: &MemImage, crash: Crash) -> Recovery {
     let (mut tb, report) = restart(image, crash);
     let delayed = tb.broker.queue_stats("/", "later").map_or(0, |s| s.messages_delayed);
     let chan = tb.channel();
@@ -231,20 +231,22 @@ fn get(tb: &mut TestBroker, chan: Chan, queue: &str, no_ack: bool) -> Option<(u6
     })
 }
 
-/// At every sync point, whatever the crash keeps of unsynced bytes, the recovered broker holds
-/// every confirmed message that was not cancelled, once, waiting until its time; most later
-/// restarts take most messages from a state.
-#[test]
-fn every_sync_point_recovers_each_waiting_message_once() {
-    let points = run_delayed_workload();
+/// What one restart recovered: the queue's count, how many of its messages came from a state,
+/// and every body it gives back.
+type Recovery = (usize, usize, Vec<String>);
+
+/// Crashes every point four ways (unsynced bytes lost, kept, torn, torn and garbled), recovers
+/// each with `recover` and checks what both workloads promise: the count is the bodies', none
+/// came back twice, every confirmed body whose settle (a cancel or an ack, `settled_as`) was not
+/// sent came back, none whose settle was durable did; `check` adds a workload's own promise. More
+/// than half of the restarts must take messages from a state.
+fn check_every_crash(
+    points: &[(MemImage, Expect)],
+    settled_as: &str,
+    recover: impl Fn(&MemImage, Crash) -> Recovery,
+    check: impl Fn(&str, &[String]),
+) {
     assert!(points.len() > 100, "only {} sync points", points.len());
-    // Spill rosters are written once, to packs (ADR 0020): a pack still on disk beside a newer
-    // one holds rosters that later checkpoints named again instead of writing them.
-    let packs = |image: &MemImage| {
-        let names = image.crash(Crash::LoseUnsynced).list().unwrap();
-        names.iter().filter(|name| name.ends_with(".states")).count()
-    };
-    assert!(points.iter().any(|(image, _)| packs(image) >= 2), "no checkpoint named an earlier pack");
     let mut from_states = 0;
     for (at, (image, expect)) in points.iter().enumerate() {
         for crash in [
@@ -254,10 +256,10 @@ fn every_sync_point_recovers_each_waiting_message_once() {
             Crash::Torn { bytes: 40, garbled: true },
         ] {
             let ctx = format!("crash point {at} ({crash:?})");
-            let (delayed, from_state, bodies) = recover(image, crash);
+            let (count, from_state, bodies) = recover(image, crash);
             let unique: BTreeSet<&String> = bodies.iter().collect();
             assert_eq!(unique.len(), bodies.len(), "{ctx}: a message came back twice: {bodies:?}");
-            assert_eq!(delayed, bodies.len(), "{ctx}: waiting count");
+            assert_eq!(count, bodies.len(), "{ctx}: the queue's count");
             for body in &expect.confirmed {
                 assert!(
                     expect.settle_sent.contains(body) || unique.contains(body),
@@ -265,8 +267,9 @@ fn every_sync_point_recovers_each_waiting_message_once() {
                 );
             }
             for body in &expect.settled {
-                assert!(!unique.contains(body), "{ctx}: cancelled {body} came back");
+                assert!(!unique.contains(body), "{ctx}: {settled_as} {body} came back");
             }
+            check(&ctx, &bodies);
             if from_state > 0 {
                 from_states += 1;
             }
@@ -278,6 +281,22 @@ fn every_sync_point_recovers_each_waiting_message_once() {
         from_states * 2 > restarts,
         "only {from_states} of {restarts} restarts took messages from a state"
     );
+}
+
+/// At every sync point, whatever the crash keeps of unsynced bytes, the recovered broker holds
+/// every confirmed message that was not cancelled, once, waiting until its time; most later
+/// restarts take most messages from a state.
+#[test]
+fn every_sync_point_recovers_each_waiting_message_once() {
+    let points = run_delayed_workload();
+    // Spill rosters are written once, to packs (ADR 0020): a pack still on disk beside a newer
+    // one holds rosters that later checkpoints named again instead of writing them.
+    let packs = |image: &MemImage| {
+        let names = image.crash(Crash::LoseUnsynced).list().unwrap();
+        names.iter().filter(|name| name.ends_with(".states")).count()
+    };
+    assert!(points.iter().any(|(image, _)| packs(image) >= 2), "no checkpoint named an earlier pack");
+    check_every_crash(&points, "cancelled", recover, |_, _| {});
 }
 
 /// A ready backlog: bulk publishes paged out into runs, then a poller at the head that acks one
@@ -324,7 +343,7 @@ fn run_ready_workload() -> Vec<(MemImage, Expect)> {
 
 /// What an image recovers to: the ready count, how many came from a state, and every body in
 /// the order basic.get gives them.
-fn recover_ready(image: &MemImage, crash: Crash) -> (usize, usize, Vec<String>) {
+fn recover_ready(image: &MemImage, crash: Crash) -> Recovery {
     let (mut tb, report) = restart(image, crash);
     let ready = tb.broker.queue_stats("/", "backlog").map_or(0, |s| s.messages_ready);
     let chan = tb.channel();
@@ -339,39 +358,8 @@ fn recover_ready(image: &MemImage, crash: Crash) -> (usize, usize, Vec<String>) 
 #[test]
 fn every_sync_point_recovers_each_ready_message_once_in_order() {
     let points = run_ready_workload();
-    assert!(points.len() > 100, "only {} sync points", points.len());
-    let mut from_states = 0;
-    for (at, (image, expect)) in points.iter().enumerate() {
-        for crash in [
-            Crash::LoseUnsynced,
-            Crash::KeepUnsynced,
-            Crash::Torn { bytes: 17, garbled: false },
-            Crash::Torn { bytes: 40, garbled: true },
-        ] {
-            let ctx = format!("crash point {at} ({crash:?})");
-            let (ready, from_state, bodies) = recover_ready(image, crash);
-            assert_eq!(ready, bodies.len(), "{ctx}: ready count");
-            let disorder = bodies.windows(2).find(|pair| pair[0] >= pair[1]);
-            assert!(disorder.is_none(), "{ctx}: out of order or twice: {disorder:?}");
-            let unique: BTreeSet<&String> = bodies.iter().collect();
-            for body in &expect.confirmed {
-                assert!(
-                    expect.settle_sent.contains(body) || unique.contains(body),
-                    "{ctx}: confirmed {body} lost"
-                );
-            }
-            for body in &expect.settled {
-                assert!(!unique.contains(body), "{ctx}: acked {body} came back");
-            }
-            if from_state > 0 {
-                from_states += 1;
-            }
-        }
-    }
-    let restarts = points.len() * 4;
-    eprintln!("{from_states} of {restarts}");
-    assert!(
-        from_states * 2 > restarts,
-        "only {from_states} of {restarts} restarts took messages from a state"
-    );
+    check_every_crash(&points, "acked", recover_ready, |ctx, bodies| {
+        let disorder = bodies.windows(2).find(|pair| pair[0] >= pair[1]);
+        assert!(disorder.is_none(), "{ctx}: out of order or twice: {disorder:?}");
+    });
 }

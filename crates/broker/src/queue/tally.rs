@@ -17,13 +17,7 @@ pub struct Tally {
 impl Tally {
     /// Counts `entry` in.
     pub(crate) fn add(&mut self, entry: &Entry) {
-        let (bytes, persistent) = (entry.body_size(), entry.persist_id().is_some());
-        self.messages += 1;
-        self.bytes += bytes;
-        if persistent {
-            self.persistent += 1;
-            self.persistent_bytes += bytes;
-        }
+        self.add_many(entry, 1);
     }
 
     /// Counts in `n` messages like `entry`.
