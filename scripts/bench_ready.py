@@ -11,8 +11,9 @@ every message.
 3. kill -9, a start on the same directory timed to `hourglass-perf depth` seeing all N; RSS then,
    less the first idle broker's.
 
-`--lavinmq BIN` measures a LavinMQ binary (e.g. ../shared/tools/lavinmq/lavinmq, 2.9.1) the same way
-instead: one node on loopback with its shipped defaults, as scripts/lavinmq_ref.sh starts it.
+`--lavinmq BIN` measures a LavinMQ binary instead (2.9.1 here: CloudAMQP's packages or a build of
+its source, see scripts/lavinmq_ref.sh), the same way: one node on loopback with its shipped
+defaults, as scripts/lavinmq_ref.sh starts it.
 
 Bounded: every wait has a timeout; only processes this script started are stopped, by PID.
 
