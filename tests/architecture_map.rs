@@ -35,6 +35,64 @@ fn every_path_in_the_where_is_x_table_exists() {
     assert!(missing.is_empty(), "ARCHITECTURE.md names paths that do not exist:\n{}", missing.join("\n"));
 }
 
+/// Rule 5: the HTTP API and the SQS endpoint reach the broker only through the typed requests
+/// of `crates/broker/src/requests/`. Their code outside tests names no `&Broker` or
+/// `&mut Broker` (a closure or function over the broker) and no `Broker::` function but the
+/// stand-in broker task's `Broker::new` (`BrokerHandle::standalone`).
+#[test]
+fn front_ends_reach_the_broker_only_through_typed_requests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let front_ends: Vec<String> = all_files(root)
+        .into_iter()
+        .filter(|f| {
+            (f.starts_with("crates/mgmt/src/") || f.starts_with("crates/sqs/src/")) && f.ends_with(".rs")
+        })
+        .collect();
+    assert!(front_ends.len() > 20, "the front ends' sources: {front_ends:?}");
+    let mut found = Vec::new();
+    for file in &front_ends {
+        let text = std::fs::read_to_string(root.join(file)).expect("a front end source");
+        found.extend(broker_access_outside_tests(&text).map(|(line, code)| format!("{file}:{line}: {code}")));
+    }
+    assert!(found.is_empty(), "front-end code reaches into the broker:\n{}", found.join("\n"));
+    // The check itself finds what it is for.
+    let closure = "async fn f(h: &BrokerHandle) { h.run(|b: &mut Broker, now| b.purge()).await }";
+    assert_eq!(broker_access_outside_tests(closure).count(), 1);
+    let tests_only = "fn f() {}\n#[cfg(test)]\nmod tests { fn g(b: &Broker) {} }";
+    assert_eq!(broker_access_outside_tests(tests_only).count(), 0);
+}
+
+/// The lines (numbered from 1) of `source`, before its `#[cfg(test)]` module, that name the
+/// broker itself.
+fn broker_access_outside_tests(source: &str) -> impl Iterator<Item = (usize, &str)> {
+    source
+        .lines()
+        .enumerate()
+        .take_while(|(_, line)| line.trim() != "#[cfg(test)]")
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+        .filter(|(_, line)| {
+            let functions = whole_words(line, "Broker::").filter(|rest| !rest.starts_with("new(")).count();
+            whole_words(line, "&Broker").next().is_some()
+                || whole_words(line, "&mut Broker").next().is_some()
+                || functions > 0
+        })
+        .map(|(number, line)| (number + 1, line.trim()))
+}
+
+/// What follows each occurrence of `word` in `line` that is not part of a longer name
+/// (`&Broker` is not `&BrokerHandle`, `Broker::` is not `WeakBroker::`).
+fn whole_words<'l>(line: &'l str, word: &'l str) -> impl Iterator<Item = &'l str> + 'l {
+    let is_name = |c: char| c.is_alphanumeric() || c == '_';
+    line.match_indices(word).filter_map(move |(at, _)| {
+        let rest = &line[at + word.len()..];
+        let before = line[..at].chars().next_back();
+        let after = if word.ends_with("::") { None } else { rest.chars().next() };
+        let standalone = !before.is_some_and(|c| is_name(c) && word.starts_with(|w: char| is_name(w)))
+            && !after.is_some_and(is_name);
+        standalone.then_some(rest)
+    })
+}
+
 /// The pieces of a table row between backticks.
 fn backticked(row: &str) -> impl Iterator<Item = &str> {
     row.split('`').skip(1).step_by(2)

@@ -31,6 +31,7 @@ pub mod queue;
 pub mod receipts;
 mod redelivery;
 mod reply_to;
+pub mod requests;
 mod routing;
 mod sender_selected;
 pub mod table_limits;

@@ -4,6 +4,7 @@
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use hourglass_broker::requests::Missing;
 use hourglass_broker::{AmqpError, DefinitionNotStored};
 use hourglass_wire::reply_code::{ACCESS_REFUSED, NOT_FOUND};
 
@@ -158,6 +159,15 @@ impl From<DefinitionNotStored> for ApiError {
 impl From<AmqpError> for ApiError {
     fn from(error: AmqpError) -> Self {
         ApiError::from_amqp(error)
+    }
+}
+
+impl From<Missing> for ApiError {
+    fn from(error: Missing) -> Self {
+        match error {
+            Missing::NotFound => ApiError::NotFound,
+            Missing::Refused(error) => error.into(),
+        }
     }
 }
 

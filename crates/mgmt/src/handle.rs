@@ -1,17 +1,18 @@
 //! Jobs to the broker task and their answers.
 
-use hourglass_broker::admin::slices::{self, SliceKey};
-use hourglass_broker::admin::Job;
+use hourglass_broker::admin::slices;
+use hourglass_broker::requests::{Job, Listing, ListingKeys, ListingRows, NextOpSeq, Question, Request};
 use hourglass_broker::{Broker, BrokerConfig, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
 
-/// Sends closures to the task that owns the broker; cheap to clone.
+/// Sends typed requests to the task that owns the broker (`hourglass_broker::requests`); cheap
+/// to clone.
 #[derive(Clone)]
 pub struct BrokerHandle {
     jobs: mpsc::Sender<Job>,
-    /// Whether [`BrokerHandle::run`] waits until a job's changes are durable (see [`Self::unsynced`]).
+    /// Whether [`BrokerHandle::request`] waits until a job's changes are durable (see [`Self::unsynced`]).
     synced: bool,
 }
 
@@ -45,118 +46,94 @@ impl BrokerHandle {
         BrokerHandle { jobs: self.jobs.clone(), synced: false }
     }
 
-    /// Runs `f` on the broker task, in order with AMQP commands, and returns its result once
-    /// everything `f` changed is durable (issue #22: a 2xx means durable). A definition change
-    /// the catalog refused is a 500 naming it, whatever `f` returned.
-    pub async fn run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Broker, Timestamp) -> T + Send + 'static,
-    ) -> Result<T, ApiError> {
+    /// Asks `question` on the broker task, in order with AMQP commands, and answers as soon as
+    /// it ran: nothing it did needs to be durable.
+    pub async fn ask<Q: Question>(&self, question: Q) -> Result<Q::Answer, ApiError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Job::ask(question, move |answer| {
+            let _ = tx.send(answer);
+        }))
+        .await?;
+        rx.await.map_err(|_| ApiError::Unavailable)
+    }
+
+    /// Applies `request` on the broker task, in order with AMQP commands, and answers once
+    /// everything it changed is durable (issue #22: a 2xx means durable). A definition change
+    /// the catalog refused is a 500 naming it, whatever the request answered.
+    pub async fn request<R: Request>(&self, request: R) -> Result<R::Answer, ApiError> {
+        let (tx, rx) = oneshot::channel();
+        let reply = move |answer| {
+            let _ = tx.send(answer);
+        };
         if !self.synced {
-            return self.run_now(f).await;
+            self.send(Job::request(request, reply)).await?;
+            return rx.await.map_err(|_| ApiError::Unavailable);
         }
         let (durable_tx, durable_rx) = oneshot::channel();
-        let value = self
-            .run_now(move |broker, now| {
-                let first = broker.op_seq() + 1;
-                let notice = Box::new(move |committed| {
-                    let _ = durable_tx.send(committed);
-                });
-                broker.with_commit_notice_since(first, |broker| f(broker, now), notice)
-            })
-            .await?;
+        let durable = Box::new(move |committed| {
+            let _ = durable_tx.send(committed);
+        });
+        self.send(Job::request_durably(request, reply, durable)).await?;
+        let answer = rx.await.map_err(|_| ApiError::Unavailable)?;
         durable_rx.await.map_err(|_| ApiError::Unavailable)??;
-        Ok(value)
+        Ok(answer)
     }
 
     /// The op_seq the broker's next store op will get: what [`Self::durable_since`] takes.
     pub(crate) async fn next_op_seq(&self) -> Result<u64, ApiError> {
-        self.run_now(|broker, _| broker.op_seq() + 1).await
+        self.ask(NextOpSeq).await
     }
 
     /// Waits until every op from `first` on that the broker has emitted so far is durable; a
     /// definition change among them the catalog refused is a 500.
     pub(crate) async fn durable_since(&self, first: u64) -> Result<(), ApiError> {
         let (durable_tx, durable_rx) = oneshot::channel();
-        self.run_now(move |broker, _| {
-            let notice = Box::new(move |committed| {
-                let _ = durable_tx.send(committed);
-            });
-            broker.with_commit_notice_since(first, |_| (), notice);
-        })
-        .await?;
+        let durable = Box::new(move |committed| {
+            let _ = durable_tx.send(committed);
+        });
+        self.send(Job::when_durable_since(first, durable)).await?;
         durable_rx.await.map_err(|_| ApiError::Unavailable)??;
         Ok(())
     }
 
     /// A listing's rows, built on the broker task in slices with other work between them
-    /// (`admin/slices.rs`, issue 22): one job takes the listing's `keys`, then each job builds
-    /// `rows` for at most `SLICE_ROWS_MAX` of them. The rows come in the keys' order, not the
+    /// (`admin/slices.rs`, issue 22): one job takes the listing's keys, then each job builds
+    /// the rows of at most `SLICE_ROWS_MAX` of them. The rows come in the keys' order, not the
     /// listing's: the caller sorts them, off the broker task.
-    pub(crate) async fn rows_in_slices<K, R>(
-        &self,
-        keys: impl FnOnce(&Broker) -> Vec<K> + Send + 'static,
-        rows: fn(&Broker, &[K]) -> Vec<R>,
-    ) -> Result<Vec<R>, ApiError>
-    where
-        K: SliceKey + Send + 'static,
-        R: Send + 'static,
-    {
-        let keys = self.read(keys).await?;
+    pub(crate) async fn rows_in_slices<L: Listing>(&self, listing: L) -> Result<Vec<L::Row>, ApiError> {
+        let keys = self.ask(ListingKeys(listing)).await?;
         let mut all = Vec::with_capacity(keys.len());
         for slice in slices::slices(keys) {
-            all.extend(self.rows_of(slice, rows).await?);
+            all.extend(self.rows_of::<L>(slice).await?);
         }
         Ok(all)
     }
 
     /// The rows of one slice of a listing's keys (`slices::slices`), in one job.
-    pub(crate) async fn rows_of<K, R>(
-        &self,
-        slice: Vec<K>,
-        rows: fn(&Broker, &[K]) -> Vec<R>,
-    ) -> Result<Vec<R>, ApiError>
-    where
-        K: Send + 'static,
-        R: Send + 'static,
-    {
-        self.read(move |broker| rows(broker, &slice)).await
+    pub(crate) async fn rows_of<L: Listing>(&self, slice: Vec<L::Key>) -> Result<Vec<L::Row>, ApiError> {
+        self.ask(ListingRows::<L>::of(slice)).await
     }
 
-    /// Runs `f`, which only reads, and answers as soon as it ran: nothing it did needs to be
-    /// durable.
-    pub(crate) async fn read<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Broker) -> T + Send + 'static,
-    ) -> Result<T, ApiError> {
-        self.run_now(move |broker, _| f(broker)).await
-    }
-
-    /// Runs `f` and answers as soon as it ran.
-    async fn run_now<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Broker, Timestamp) -> T + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |broker, now| {
-            let _ = tx.send(f(broker, now));
-        });
-        self.jobs.send(job).await.map_err(|_| ApiError::Unavailable)?;
-        rx.await.map_err(|_| ApiError::Unavailable)
+    async fn send(&self, job: Job) -> Result<(), ApiError> {
+        self.jobs.send(job).await.map_err(|_| ApiError::Unavailable)
     }
 
     /// A broker of its own on a task that only runs jobs (effects are dropped): for tests of the
     /// API without the AMQP server.
     pub fn standalone() -> BrokerHandle {
+        Self::standalone_with(Broker::new(BrokerConfig::default()))
+    }
+
+    /// [`Self::standalone`] with a broker the caller set up (stand-in AMQP connections, say).
+    pub fn standalone_with(mut broker: Broker) -> BrokerHandle {
         let (tx, mut rx) = mpsc::channel::<Job>(64);
-        let mut broker = Broker::new(BrokerConfig::default());
         tokio::spawn(async move {
             while let Some(job) = rx.recv().await {
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_millis() as u64)
                     .unwrap_or(0);
-                job(&mut broker, Timestamp::from_millis(now));
+                job.run(&mut broker, Timestamp::from_millis(now));
                 while broker.poll_effect().is_some() {}
             }
         });
@@ -166,7 +143,8 @@ impl BrokerHandle {
 
 #[cfg(test)]
 mod tests {
-    use hourglass_broker::{DefinitionNotStored, StoreOp};
+    use hourglass_broker::requests::{AsUser, DeclareQueue, QueueListing};
+    use hourglass_broker::{DefinitionNotStored, Permissions, StoreOp};
     use hourglass_wire::{QueueDeclare, ShortStr};
 
     use super::*;
@@ -177,7 +155,7 @@ mod tests {
         let mut broker = Broker::new(BrokerConfig { persistence: true, ..BrokerConfig::default() });
         tokio::spawn(async move {
             while let Some(job) = rx.recv().await {
-                job(&mut broker, Timestamp::ZERO);
+                job.run(&mut broker, Timestamp::ZERO);
                 while broker.poll_effect().is_some() {}
                 let mut last = None;
                 while let Some(op) = broker.poll_store_op() {
@@ -203,13 +181,12 @@ mod tests {
     async fn a_change_the_catalog_refuses_is_a_500() {
         let handle = refusing_catalog();
         let declare = QueueDeclare { queue: ShortStr::from_static("q"), durable: true, ..Default::default() };
-        let declared = handle
-            .run(move |b, now| b.with_admin_channel("guest", "/", now, |ch| ch.call(declare)).map(|_| ()))
-            .await;
+        let who = AsUser { user: "guest".into(), vhost: "/".into(), permissions: Permissions::full() };
+        let declared = handle.request(DeclareQueue { who, declare }).await;
         let error = declared.expect_err("a refused definition answered success");
         assert_eq!(error.status(), axum::http::StatusCode::INTERNAL_SERVER_ERROR);
         assert!(error.reason().contains("could not be stored"), "{error}");
-        let listed = handle.run(|b, _| b.list_queue_details().len()).await;
+        let listed = handle.ask(ListingKeys(QueueListing { vhost: None })).await.map(|keys| keys.len());
         assert_eq!(listed.ok(), Some(1));
     }
 }

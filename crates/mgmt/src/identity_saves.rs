@@ -7,6 +7,7 @@
 
 use crate::handle::BrokerHandle;
 use crate::users::Saver;
+use hourglass_broker::requests::StoreIdentity;
 
 /// A saver that sends each change's records to the broker task and waits until they are durable.
 /// It holds the broker weakly: the user store outlives the broker task at shutdown, and must not
@@ -16,7 +17,7 @@ pub fn saver_through_store(broker: &BrokerHandle) -> Saver {
     Box::new(move |changes| {
         let broker = broker.upgrade().ok_or("the broker is shutting down")?;
         let changes = changes.to_vec();
-        wait_off_the_worker(async move { broker.run(move |b, _| b.store_identity(changes)).await })?
+        wait_off_the_worker(async move { broker.request(StoreIdentity { changes }).await })?
             .map_err(|error| error.reason())
     })
 }

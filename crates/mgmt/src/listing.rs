@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{Map, Value};
 
-use hourglass_broker::admin::slices::{self, SliceKey};
-use hourglass_broker::Broker;
+use hourglass_broker::admin::slices::{self};
+use hourglass_broker::requests::{KeyedRows, Listing};
 use hourglass_wire::ShortStr;
 
 use crate::error::ApiError;
@@ -120,14 +120,15 @@ pub fn sort_by_values<K>(mut keyed: Vec<(K, Option<Value>)>) -> Vec<K> {
     keyed.into_iter().map(|(key, _)| key).collect()
 }
 
+/// How a listing's row is shown.
+pub type Render<R> = Arc<dyn Fn(&R) -> Value + Send + Sync>;
+
 /// What a listing whose keys are named ([`NamedKeys`]) needs to show its rows.
-pub struct KeyedListing<K: 'static, R: 'static> {
-    /// The rows of some keys (those still there), from the broker.
-    pub rows: fn(&Broker, &[K]) -> Vec<R>,
+pub struct KeyedListing<L: Listing> {
     /// A row as the API shows it.
-    pub render: Arc<dyn Fn(&R) -> Value + Send + Sync>,
+    pub render: Render<L::Row>,
     /// Sort keys read from a row without rendering it.
-    pub values: &'static [SortValue<R>],
+    pub values: &'static [SortValue<L::Row>],
 }
 
 /// A listing of named keys (issue 22: one that held every row of 100,000 queues cost 2.2 KB per
@@ -137,16 +138,16 @@ pub struct KeyedListing<K: 'static, R: 'static> {
 /// is shown: a page's in one job, a full listing's slice by slice as its JSON is written
 /// (`streamed::json_array_in_slices`). So a listing holds a key (and a sort value) per row, not
 /// a row. Rows that went away meanwhile are left out.
-pub async fn respond_keyed<K, R>(
+pub async fn respond_keyed<L>(
     broker: &BrokerHandle,
-    groups: Vec<NamedKeys<K>>,
+    groups: Vec<NamedKeys<L::Key>>,
     params: &Params,
-    listing: KeyedListing<K, R>,
+    listing: KeyedListing<L>,
     slot: ListingSlot,
 ) -> Result<Response, ApiError>
 where
-    K: SliceKey + Copy + Send + 'static,
-    R: Send + 'static,
+    L: Listing,
+    L::Key: Copy,
 {
     let asked = params.clone();
     let order = NameOrder::asked(params);
@@ -158,44 +159,38 @@ where
     if sort_reverse(params) {
         keys.reverse();
     }
-    let KeyedListing { rows, render, .. } = listing;
+    let KeyedListing { render, .. } = listing;
     let Some(page) = page_of(params, keys.len())? else {
-        let render = move |row: &R| render(row);
-        return Ok(streamed::json_array_in_slices(broker.clone(), keys, rows, render, columns(params), slot));
+        let render = move |row: &L::Row| render(row);
+        return Ok(streamed::json_array_in_slices::<L>(broker.clone(), keys, render, columns(params), slot));
     };
     let filtered_count = keys.len();
-    let shown: Vec<K> = keys.into_iter().skip(page.skip()).take(page.size).collect();
-    let items: Vec<Value> = broker.rows_of(shown, rows).await?.iter().map(|row| render(row)).collect();
+    let shown: Vec<L::Key> = keys.into_iter().skip(page.skip()).take(page.size).collect();
+    let items: Vec<Value> = broker.rows_of::<L>(shown).await?.iter().map(|row| render(row)).collect();
     Ok(page.response(trim(items, params), filtered_count, total_count))
 }
 
 /// `keys` stably sorted by the `sort` field of their rows, read a slice of rows at a time (and
 /// rendered, off the runtime's workers, unless `listing.values` reads the field directly).
-async fn sorted_by_field<K, R>(
+async fn sorted_by_field<L>(
     broker: &BrokerHandle,
-    keys: Vec<K>,
+    keys: Vec<L::Key>,
     params: &Params,
-    listing: &KeyedListing<K, R>,
-) -> Result<Vec<K>, ApiError>
+    listing: &KeyedListing<L>,
+) -> Result<Vec<L::Key>, ApiError>
 where
-    K: SliceKey + Copy + Send + 'static,
-    R: Send + 'static,
+    L: Listing,
+    L::Key: Copy,
 {
     let field = params.get("sort").cloned().unwrap_or_default();
     let direct = listing.values.iter().find(|(name, _)| *name == field).map(|(_, value)| *value);
     let mut keyed = Vec::with_capacity(keys.len());
     for slice in slices::slices(keys) {
-        let rows = listing.rows;
-        let slice_rows = broker
-            .read(move |b| {
-                let of_key = |key: &K| rows(b, std::slice::from_ref(key)).pop().map(|row| (*key, row));
-                slice.iter().filter_map(of_key).collect::<Vec<_>>()
-            })
-            .await?;
+        let slice_rows = broker.ask(KeyedRows::<L>::of(slice)).await?;
         let (render, field) = (listing.render.clone(), field.clone());
         keyed.extend(
             off_workers(move || {
-                let value = |row: &R| match direct {
+                let value = |row: &L::Row| match direct {
                     Some(value) => Some(value(row)),
                     None => sort_field(&render(row), &field),
                 };

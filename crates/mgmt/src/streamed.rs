@@ -22,8 +22,8 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use hourglass_broker::admin::slices::{self, SliceKey};
-use hourglass_broker::Broker;
+use hourglass_broker::admin::slices;
+use hourglass_broker::requests::Listing;
 use http_body::Frame;
 use serde_json::Value;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -125,23 +125,18 @@ fn streamed_response(columns: Vec<String>, write: impl FnOnce(ArrayWriter) + Sen
 /// are asked of the broker only when the one before is written: a listing holds its keys, one
 /// slice of rows and a few chunks, however many rows it lists (issue 22). A key whose object
 /// went away meanwhile is left out. If the broker stops answering, the response ends unfinished.
-pub fn json_array_in_slices<K, R>(
+pub fn json_array_in_slices<L: Listing>(
     broker: BrokerHandle,
-    keys: Vec<K>,
-    rows: fn(&Broker, &[K]) -> Vec<R>,
-    render: impl Fn(&R) -> Value + Send + 'static,
+    keys: Vec<L::Key>,
+    render: impl Fn(&L::Row) -> Value + Send + 'static,
     columns: Vec<String>,
     slot: ListingSlot,
-) -> Response
-where
-    K: SliceKey + Send + 'static,
-    R: Send + 'static,
-{
+) -> Response {
     let runtime = tokio::runtime::Handle::current();
     streamed_response(columns, move |mut writer| {
         let _slot = slot;
         for slice in slices::slices(keys) {
-            let slice_rows = match runtime.block_on(broker.rows_of(slice, rows)) {
+            let slice_rows = match runtime.block_on(broker.rows_of::<L>(slice)) {
                 Ok(slice_rows) => slice_rows,
                 Err(e) => return writer.fail(&e),
             };
@@ -276,36 +271,57 @@ mod tests {
     use std::future::Future;
 
     use axum::http::StatusCode;
-    use hourglass_broker::queue::QueueId;
+    use hourglass_broker::queue::{QueueId, QueueStats};
+    use hourglass_broker::requests::{AsUser, DeclareQueue, ListingKeys, QueueStatsListing};
+    use hourglass_broker::Permissions;
+    use hourglass_wire::{QueueDeclare, ShortStr};
     use serde_json::json;
 
     use super::*;
 
-    /// Rows of a key: the key's number (a listing's rows without a broker behind them).
-    fn numbers(_: &Broker, keys: &[QueueId]) -> Vec<u64> {
-        keys.iter().map(|key| key.0).collect()
+    /// A broker with queues `q0000`, `q0001`, … (`count` of them), and their keys in order.
+    async fn broker_with_queues(count: usize) -> (BrokerHandle, Vec<QueueId>) {
+        let broker = BrokerHandle::standalone();
+        for i in 0..count {
+            let who = AsUser { user: "guest".into(), vhost: "/".into(), permissions: Permissions::full() };
+            let declare =
+                QueueDeclare { queue: ShortStr::try_from(format!("q{i:04}")).unwrap(), ..Default::default() };
+            broker.request(DeclareQueue { who, declare }).await.unwrap().unwrap();
+        }
+        let mut keys = broker.ask(ListingKeys(QueueStatsListing { vhost: None })).await.unwrap();
+        // Ids count up as queues are made.
+        keys.sort_unstable_by_key(|key| key.0);
+        (broker, keys)
     }
 
     /// A listing larger than many chunks and slices arrives whole and in order, exactly the
     /// JSON array of its items; `columns` trims each item.
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_streamed_listing_is_the_whole_json_array() {
-        let keys: Vec<QueueId> = (0..20_000).map(QueueId).collect();
-        let render = |i: &u64| json!({"name": format!("q{i}"), "messages": i, "pad": "x".repeat(20)});
-        let expected: Vec<Value> = (0..20_000).map(|i| render(&i)).collect();
+        let (broker, keys) = broker_with_queues(2_500).await;
+        assert_eq!(keys.len(), 2_500);
+        let render = |q: &QueueStats| json!({"name": q.name, "vhost": q.vhost, "pad": "x".repeat(300)});
+        let expected: Vec<Value> = (0..2_500)
+            .map(|i| json!({"name": format!("q{i:04}"), "vhost": "/", "pad": "x".repeat(300)}))
+            .collect();
         let slots = ListingSlots::default();
-        let broker = BrokerHandle::standalone();
         let slot = slots.take("guest").await.unwrap();
-        let response = json_array_in_slices(broker.clone(), keys, numbers, render, vec![], slot);
+        let response =
+            json_array_in_slices::<QueueStatsListing>(broker.clone(), keys.clone(), render, vec![], slot);
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
         assert!(bytes.len() > 10 * CHUNK_BYTES);
         assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), Value::Array(expected));
 
         let slot = slots.take("guest").await.unwrap();
-        let response =
-            json_array_in_slices(broker, vec![QueueId(7)], numbers, render, vec!["name".into()], slot);
+        let response = json_array_in_slices::<QueueStatsListing>(
+            broker,
+            vec![keys[7]],
+            render,
+            vec!["name".into()],
+            slot,
+        );
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), json!([{"name": "q7"}]));
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), json!([{"name": "q0007"}]));
     }
 
     /// A user gets at most two listings at once (the third is 429), others are not held back

@@ -7,8 +7,10 @@ mod common;
 use axum::http::StatusCode;
 use base64::Engine;
 use common::state;
-use hourglass_broker::{ChannelId, Command, ConnectionId, ConnectionInfo, Permissions};
-use hourglass_mgmt::AppState;
+use hourglass_broker::{
+    Broker, BrokerConfig, ChannelId, Command, ConnectionId, ConnectionInfo, Permissions, Timestamp,
+};
+use hourglass_mgmt::{AppState, BrokerHandle};
 use hourglass_wire::ChannelOpen;
 use serde_json::{json, Value};
 
@@ -110,33 +112,35 @@ async fn steering_delayed_messages_needs_access_to_their_vhost() {
     assert_eq!(admin(&s, "DELETE", &cancel, None).await.0, StatusCode::NO_CONTENT);
 }
 
-/// Opens a stand-in AMQP connection of `user` in `/` with one channel (the standalone broker
-/// has no sockets); its API name is `peer -> 127.0.0.1:5672`.
-async fn fake_connection(s: &AppState, id: u64, user: &str, peer: &str) -> String {
-    let info = ConnectionInfo {
-        user: user.to_owned(),
-        vhost: "/".to_owned(),
-        peer: peer.to_owned(),
-        local: "127.0.0.1:5672".to_owned(),
-        client_properties: Default::default(),
-        capabilities: Default::default(),
-        frame_max: 131_072,
-        channel_max: 2047,
-        heartbeat_s: 60,
-        permissions: Permissions::full(),
-        may_impersonate: false,
-        login: Default::default(),
-    };
-    let conn = ConnectionId(id);
-    s.broker
-        .run(move |b, now| {
-            b.handle_command(Command::ConnectionOpen { conn, info: Box::new(info) }, now);
-            let open = Command::Method { conn, channel: ChannelId(1), method: ChannelOpen::default().into() };
-            b.handle_command(open, now);
-        })
-        .await
-        .unwrap();
-    format!("{peer} -> 127.0.0.1:5672")
+/// An API over a broker with stand-in AMQP connections (the standalone broker has no
+/// sockets), each `(id, user, peer)` in `/` with one channel; their API names are
+/// `peer -> 127.0.0.1:5672`.
+fn state_with_connections(connections: &[(u64, &str, &str)]) -> (AppState, Vec<String>) {
+    let mut broker = Broker::new(BrokerConfig::default());
+    let mut names = Vec::new();
+    for &(id, user, peer) in connections {
+        let info = ConnectionInfo {
+            user: user.to_owned(),
+            vhost: "/".to_owned(),
+            peer: peer.to_owned(),
+            local: "127.0.0.1:5672".to_owned(),
+            client_properties: Default::default(),
+            capabilities: Default::default(),
+            frame_max: 131_072,
+            channel_max: 2047,
+            heartbeat_s: 60,
+            permissions: Permissions::full(),
+            may_impersonate: false,
+            login: Default::default(),
+        };
+        let conn = ConnectionId(id);
+        broker.handle_command(Command::ConnectionOpen { conn, info: Box::new(info) }, Timestamp::ZERO);
+        let open = Command::Method { conn, channel: ChannelId(1), method: ChannelOpen::default().into() };
+        broker.handle_command(open, Timestamp::ZERO);
+        names.push(format!("{peer} -> 127.0.0.1:5672"));
+    }
+    while broker.poll_effect().is_some() {}
+    (AppState { broker: BrokerHandle::standalone_with(broker), ..state() }, names)
 }
 
 fn connection_uri(name: &str) -> String {
@@ -147,12 +151,12 @@ fn connection_uri(name: &str) -> String {
 /// DELETE needs `administrator`; GET `monitoring`); refusals are 401, as RabbitMQ's.
 #[tokio::test]
 async fn only_administrators_or_the_owner_close_a_connection() {
-    let s = state();
+    let (s, names) =
+        state_with_connections(&[(1001, "alice", "10.0.0.1:1111"), (1002, "bob", "10.0.0.2:2222")]);
     user(&s, "alice", "management", &["/"]).await;
     user(&s, "bob", "management", &["/"]).await;
     user(&s, "mon", "monitoring", &["/"]).await;
-    let alices = connection_uri(&fake_connection(&s, 1001, "alice", "10.0.0.1:1111").await);
-    let bobs = connection_uri(&fake_connection(&s, 1002, "bob", "10.0.0.2:2222").await);
+    let (alices, bobs) = (connection_uri(&names[0]), connection_uri(&names[1]));
     assert_eq!(call_as(&s, "bob", "DELETE", &alices, None).await, refused(NOT_YOURS));
     assert_eq!(call_as(&s, "bob", "GET", &alices, None).await, refused(NOT_YOURS));
     assert_eq!(call_as(&s, "bob", "GET", &format!("{alices}/channels"), None).await, refused(NOT_YOURS));
@@ -180,11 +184,10 @@ fn names(listing: &Value, key: &str) -> Vec<String> {
 /// users and administrators see everyone's (RabbitMQ's filter_user).
 #[tokio::test]
 async fn connection_and_channel_listings_show_others_only_to_monitoring_users() {
-    let s = state();
+    let (s, _) =
+        state_with_connections(&[(1001, "alice", "10.0.0.1:1111"), (1002, "carol", "10.0.0.3:3333")]);
     user(&s, "alice", "management", &["/"]).await;
     user(&s, "mon", "monitoring", &[]).await;
-    fake_connection(&s, 1001, "alice", "10.0.0.1:1111").await;
-    fake_connection(&s, 1002, "carol", "10.0.0.3:3333").await;
     for uri in
         ["/api/connections", "/api/channels", "/api/vhosts/%2F/connections", "/api/vhosts/%2F/channels"]
     {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use hourglass_broker::admin::slices::SLICE_ROWS_MAX;
-use hourglass_broker::admin::Job;
-use hourglass_broker::{Broker, BrokerConfig, Timestamp};
+use hourglass_broker::requests::{AsUser, CallMethod, DeclareQueue, Job};
+use hourglass_broker::{Broker, BrokerConfig, Permissions, Timestamp};
 use hourglass_mgmt::{AppState, BrokerHandle};
 use hourglass_wire::{QueueBind, QueueDeclare, ShortStr};
 use http_body_util::BodyExt;
@@ -33,33 +33,31 @@ fn counting_state() -> (AppState, Arc<AtomicUsize>) {
     tokio::spawn(async move {
         while let Some(job) = rx.recv().await {
             counted.fetch_add(1, Relaxed);
-            job(&mut broker, Timestamp::ZERO);
+            job.run(&mut broker, Timestamp::ZERO);
             while broker.poll_effect().is_some() {}
         }
     });
     (AppState { broker: BrokerHandle::new(tx), ..common::state() }, jobs)
 }
 
-/// `QUEUES` queues in `/`, each also bound to amq.direct, made in one job.
+/// `QUEUES` queues in `/`, each also bound to amq.direct.
 async fn declare_queues(state: &AppState) {
-    state
-        .broker
-        .run(|b, now| {
-            for i in 0..QUEUES {
-                let queue = ShortStr::try_from(format!("q{i:05}").as_str()).unwrap();
-                let declare = QueueDeclare { queue: queue.clone(), ..Default::default() };
-                let bind = QueueBind {
-                    queue: queue.clone(),
-                    exchange: ShortStr::from_static("amq.direct"),
-                    routing_key: queue,
-                    ..Default::default()
-                };
-                b.with_admin_channel("guest", "/", now, |ch| ch.call(declare).and_then(|_| ch.call(bind)))
-                    .unwrap();
-            }
-        })
-        .await
-        .unwrap();
+    for i in 0..QUEUES {
+        let queue = ShortStr::try_from(format!("q{i:05}").as_str()).unwrap();
+        let declare = QueueDeclare { queue: queue.clone(), ..Default::default() };
+        let bind = QueueBind {
+            queue: queue.clone(),
+            exchange: ShortStr::from_static("amq.direct"),
+            routing_key: queue,
+            ..Default::default()
+        };
+        state.broker.request(DeclareQueue { who: guest(), declare }).await.unwrap().unwrap();
+        state.broker.request(CallMethod { who: guest(), method: bind.into() }).await.unwrap().unwrap();
+    }
+}
+
+fn guest() -> AsUser {
+    AsUser { user: "guest".into(), vhost: "/".into(), permissions: Permissions::full() }
 }
 
 /// The jobs one GET took, and its answer.

@@ -38,7 +38,7 @@ pub enum BrokerInput {
     Commands { commands: Vec<Command>, budget: u32 },
     /// Work from the management API, run in order with commands; its effects are flushed like
     /// a command's (a queue deleted over HTTP cancels its consumers).
-    Job(hourglass_broker::admin::Job),
+    Job(hourglass_broker::requests::Job),
     /// From the store thread: every store op up to `op_seq` is durable, and where the enqueue
     /// records it wrote lie (so queues over their paging limits can drop bodies, ADR 0007).
     Persisted {
@@ -171,7 +171,7 @@ fn apply(
             budget.give_back(taken);
             return applied.max(1);
         }
-        BrokerInput::Job(job) => job(broker, clock.now()),
+        BrokerInput::Job(job) => job.run(broker, clock.now()),
         BrokerInput::Persisted { op_seq, stored, refused } => {
             for refusal in refused {
                 broker.handle_catalog_refused(refusal);

@@ -728,7 +728,7 @@ async fn accept_either(
 /// queue; the forwarder ends when the broker's queue closes or every job sender is gone.
 fn forward_jobs(
     broker: mpsc::Sender<broker_task::BrokerInput>,
-) -> mpsc::Sender<hourglass_broker::admin::Job> {
+) -> mpsc::Sender<hourglass_broker::requests::Job> {
     let (tx, mut rx) = mpsc::channel(JOB_QUEUE_CAPACITY);
     tokio::spawn(async move {
         while let Some(job) = rx.recv().await {

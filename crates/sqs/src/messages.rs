@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hourglass_broker::admin::{SqsGatewayError, SqsReceived, SqsSent};
-use hourglass_broker::{Access, Broker, Resource, Timestamp, VisibilityError};
+use hourglass_broker::requests::{
+    ChangeVisibilityBatch, SqsDeleteBatch, SqsOutgoing, SqsReceive, SqsSendBatch, SqsUnwait, SqsWait,
+};
+use hourglass_broker::{Access, Resource, VisibilityError};
 use hourglass_mgmt::BrokerHandle;
 use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, ShortStr};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -62,9 +65,7 @@ fn check_body(body: &str) -> Result<(), SqsError> {
 
 /// A message ready to send: checked, with its properties and the answer's fields.
 struct Outgoing {
-    properties: EncodedProperties,
-    body: Bytes,
-    delay_ms: Option<u64>,
+    message: SqsOutgoing,
     answer: Map<String, Value>,
 }
 
@@ -141,9 +142,11 @@ fn outgoing(
         answer.insert("SequenceNumber".into(), json!(sequence));
     }
     Ok(Outgoing {
-        properties: EncodedProperties::from(properties),
-        body: Bytes::copy_from_slice(body.as_bytes()),
-        delay_ms,
+        message: SqsOutgoing {
+            properties: EncodedProperties::from(properties),
+            body: Bytes::copy_from_slice(body.as_bytes()),
+            delay_ms,
+        },
         answer,
     })
 }
@@ -173,42 +176,28 @@ fn require_send(state: &SqsState, caller: &Caller, queue: &QueueRef) -> Result<(
     }
 }
 
-/// Applies `each` to every item on `queue` in one broker job, answered once what the job
-/// changed is durable (a message sent to a durable queue: on disk, as a publisher confirm means).
-async fn in_one_job<T: Send + 'static>(
-    state: &SqsState,
-    queue: &QueueRef,
-    items: Vec<T>,
-    each: fn(&mut Broker, &QueueRef, T, Timestamp) -> Answer,
-) -> Result<Vec<Answer>, SqsError> {
-    let queue = queue.clone();
-    Ok(state
-        .broker
-        .run(move |b, now| items.into_iter().map(|item| each(b, &queue, item, now)).collect())
-        .await?)
-}
-
-/// Sends each message.
+/// Sends each message, all in one broker request, answered once what it changed is durable (a
+/// message sent to a durable queue: on disk, as a publisher confirm means).
 async fn send_all(
     state: &SqsState,
     queue: &QueueRef,
     messages: Vec<Outgoing>,
 ) -> Result<Vec<Answer>, SqsError> {
-    in_one_job(state, queue, messages, |b, queue, m, now| {
-        let mut answer = m.answer;
-        match b.sqs_send(&queue.vhost, &queue.name, m.properties, m.body, m.delay_ms, now) {
-            Ok(SqsSent::Stored) => Ok(answer),
-            // Accepted and not stored again, as SQS answers: with the first message's id.
-            Ok(SqsSent::Duplicate(original)) => {
-                if let Some(id) = original {
-                    answer.insert("MessageId".into(), json!(id.as_str()));
-                }
-                Ok(answer)
+    let (messages, answers): (Vec<_>, Vec<_>) = messages.into_iter().map(|m| (m.message, m.answer)).unzip();
+    let batch = SqsSendBatch { vhost: queue.vhost.clone(), queue: queue.name.clone(), messages };
+    let sent = state.broker.request(batch).await?;
+    let answer = |(sent, mut answer): (Result<SqsSent, SqsGatewayError>, Map<String, Value>)| match sent {
+        Ok(SqsSent::Stored) => Ok(answer),
+        // Accepted and not stored again, as SQS answers: with the first message's id.
+        Ok(SqsSent::Duplicate(original)) => {
+            if let Some(id) = original {
+                answer.insert("MessageId".into(), json!(id.as_str()));
             }
-            Err(e) => Err(gateway_error(e, "")),
+            Ok(answer)
         }
-    })
-    .await
+        Err(e) => Err(gateway_error(e, "")),
+    };
+    Ok(sent.into_iter().zip(answers).map(answer).collect())
 }
 
 pub async fn send(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
@@ -298,12 +287,9 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
     // Taken when the poll first has to wait, kept until it answers.
     let mut waiting = None;
     let received = loop {
-        let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
-        let received = state
-            .broker
-            .run(move |b, now| b.sqs_receive(&vhost, &name, max, visibility_ms, now))
-            .await?
-            .map_err(|e| gateway_error(e, ""))?;
+        let receive =
+            SqsReceive { vhost: queue.vhost.clone(), queue: queue.name.clone(), max, visibility_ms };
+        let received = state.broker.request(receive).await?.map_err(|e| gateway_error(e, ""))?;
         if !received.is_empty() || tokio::time::Instant::now() >= deadline {
             break received;
         }
@@ -332,12 +318,12 @@ async fn wait_for_a_message(
 ) -> Result<(), SqsError> {
     let woken = Arc::new(Notify::new());
     let wake = woken.clone();
-    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
-    let waiter = state
-        .broker
-        .run(move |b, _| b.sqs_wait(&vhost, &name, Box::new(move || wake.notify_one())))
-        .await?
-        .map_err(|e| gateway_error(e, ""))?;
+    let wait = SqsWait {
+        vhost: queue.vhost.clone(),
+        queue: queue.name.clone(),
+        wake: Box::new(move || wake.notify_one()),
+    };
+    let waiter = state.broker.request(wait).await?.map_err(|e| gateway_error(e, ""))?;
     let _taken_back = TakeBack { broker: state.broker.clone(), waiter };
     // notify_one keeps a wake-up that comes before this await.
     let _ = tokio::time::timeout_at(deadline, woken.notified()).await;
@@ -355,7 +341,7 @@ impl Drop for TakeBack {
     fn drop(&mut self) {
         let (broker, waiter) = (self.broker.clone(), self.waiter);
         tokio::spawn(async move {
-            let _ = broker.run(move |b, _| b.sqs_unwait(waiter)).await;
+            let _ = broker.request(SqsUnwait { waiter }).await;
         });
     }
 }
@@ -427,12 +413,13 @@ async fn delete_all(
     queue: &QueueRef,
     handles: Vec<String>,
 ) -> Result<Vec<Answer>, SqsError> {
-    in_one_job(state, queue, handles, |b, queue, handle, now| {
-        b.sqs_delete(&queue.vhost, &queue.name, &handle, now)
-            .map(|()| Map::new())
-            .map_err(|e| gateway_error(e, &handle))
-    })
-    .await
+    let batch =
+        SqsDeleteBatch { vhost: queue.vhost.clone(), queue: queue.name.clone(), handles: handles.clone() };
+    let deleted = state.broker.request(batch).await?;
+    let answer = |(deleted, handle): (Result<(), SqsGatewayError>, String)| {
+        deleted.map(|()| Map::new()).map_err(|e| gateway_error(e, &handle))
+    };
+    Ok(deleted.into_iter().zip(handles).map(answer).collect())
 }
 
 pub async fn delete_batch(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
@@ -469,8 +456,14 @@ async fn change_all(
     queue: &QueueRef,
     changes: Vec<(String, u64)>,
 ) -> Result<Vec<Answer>, SqsError> {
-    in_one_job(state, queue, changes, |b, queue, (handle, ms), now| {
-        match b.change_visibility(&queue.vhost, &queue.name, &handle, ms, now) {
+    let batch = ChangeVisibilityBatch {
+        vhost: queue.vhost.clone(),
+        queue: queue.name.clone(),
+        changes: changes.clone(),
+    };
+    let changed = state.broker.request(batch).await?;
+    let answer = |(changed, (handle, ms)): (Result<(), VisibilityError>, (String, u64))| {
+        match changed {
             // An expired handle whose message waits in the queue: AWS answers a success that
             // changes nothing (LocalStack checked this against AWS).
             Ok(()) | Err(VisibilityError::Expired) => Ok(Map::new()),
@@ -485,8 +478,8 @@ async fn change_all(
                 ms / 1000
             ))),
         }
-    })
-    .await
+    };
+    Ok(changed.into_iter().zip(changes).map(answer).collect())
 }
 
 pub async fn change_visibility_batch(

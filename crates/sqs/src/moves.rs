@@ -14,7 +14,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hourglass_broker::admin::{MoveStep, MoveTarget};
+use hourglass_broker::admin::MoveStep;
+use hourglass_broker::requests::{MoveMessages, QueuesWithArgument, ReadyCount};
 use hourglass_broker::{Access, Resource};
 use hourglass_wire::FieldValue;
 use serde_json::{json, Map, Value};
@@ -162,7 +163,7 @@ impl MoveTasks {
 /// Takes up the tasks the endpoint's queues kept (at start, after a restart or a failover):
 /// lists them all, and spawns a run for each written as running.
 pub async fn resume(state: SqsState) {
-    let found = match state.broker.run(|b, _| b.sqs_queues_with_argument(TASK_ARG)).await {
+    let found = match state.broker.ask(QueuesWithArgument { key: TASK_ARG.to_owned() }).await {
         Ok(found) => found,
         Err(error) => {
             tracing::warn!(%error, "message-move tasks not taken up: the broker did not answer");
@@ -219,12 +220,8 @@ pub async fn start(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Resu
         queues::integer_arguments(state, destination, []).await?;
         queues::require(state, caller, hourglass_broker::Access::Write, destination)?;
     }
-    let (vhost, name) = (source.vhost.clone(), source.name.clone());
-    let to_move = state
-        .broker
-        .run(move |b, _| b.queue_stats(&vhost, &name).map(|s| s.messages_ready as u64))
-        .await?
-        .ok_or(SqsError::QueueDoesNotExist)?;
+    let ready = ReadyCount { vhost: source.vhost.clone(), name: source.name.clone() };
+    let to_move = state.broker.ask(ready).await?.ok_or(SqsError::QueueDoesNotExist)?;
     let handle = crate::messages::random_uuid();
     let task = Task {
         handle: handle.clone(),
@@ -324,21 +321,15 @@ async fn step(state: &SqsState, task: &Task, max: usize) -> Result<MoveStep, Sqs
     }
     let target_vhost = task.destination.as_ref().map_or(&source.vhost, |d| &d.vhost).clone();
     let permissions = state.users.compiled_permissions(&target_vhost, &task.user);
-    let (vhost, name, destination) = (source.vhost.clone(), source.name.clone(), task.destination.clone());
-    state
-        .broker
-        .run(move |b, now| {
-            let target = match &destination {
-                Some(d) => MoveTarget::Queue { vhost: &d.vhost, name: &d.name },
-                None => MoveTarget::Origin,
-            };
-            let may_write = |queue_vhost: &str, queue: &str| {
-                queue_vhost == target_vhost && permissions.allows(Access::Write, Resource::Queue, queue)
-            };
-            b.sqs_move(&vhost, &name, target, &may_write, max, now)
-        })
-        .await?
-        .map_err(|error| SqsError::InvalidParameterValue(error.to_string()))
+    let step = MoveMessages {
+        vhost: source.vhost.clone(),
+        source: source.name.clone(),
+        destination: task.destination.as_ref().map(|d| (d.vhost.clone(), d.name.clone())),
+        user_vhost: target_vhost,
+        permissions,
+        max,
+    };
+    state.broker.request(step).await?.map_err(|error| SqsError::InvalidParameterValue(error.to_string()))
 }
 
 pub async fn list(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {

@@ -6,6 +6,10 @@
 use std::sync::Arc;
 
 use hourglass_broker::api::AmqpError;
+use hourglass_broker::requests::{
+    AsUser, CallMethod, ChangeSqsArguments, DeclareSqsQueue, PurgeSqsQueue, QueueDetailsNamed, QueueNames,
+    SqsDeadLetterSources, SqsDeclared,
+};
 use hourglass_broker::{Access, Permissions, Resource};
 use hourglass_wire::{FieldTable, FieldValue, LongStr, QueueDeclare, QueueDelete, ShortStr};
 use serde_json::{json, Map, Value};
@@ -428,32 +432,29 @@ pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
         arguments = arguments.with_entry(TAGS_ARG, tags_table(tags.into_iter().collect())?);
     }
     let declare = QueueDeclare { queue: short(name)?, durable: true, arguments, ..Default::default() };
-    let (user, permissions) = (caller.user.clone(), permissions(state, caller, &vhost));
-    let (declared_in, queue) = (vhost.clone(), name.to_owned());
-    // One job: whether the queue exists and, if not, its declaration.
-    let made = state
-        .broker
-        .run(move |b, now| match b.queue_details_named(&declared_in, &queue) {
-            Some(existing) => {
-                match given.iter().find(|((key, value), _)| !same_argument(&existing.arguments, key, value)) {
-                    None => Ok(()),
-                    Some((_, attribute)) => Err(SqsError::QueueNameExists(format!(
-                        "A queue already exists with the same name and a different value for attribute {attribute}"
-                    ))),
-                }
+    let who = AsUser {
+        user: caller.user.clone(),
+        vhost: vhost.clone(),
+        permissions: permissions(state, caller, &vhost),
+    };
+    // One request: whether the queue exists and, if not, its declaration.
+    match state.broker.request(DeclareSqsQueue { who, declare }).await? {
+        SqsDeclared::Existing(existing) => {
+            if let Some((_, attribute)) =
+                given.iter().find(|((key, value), _)| !same_argument(&existing.arguments, key, value))
+            {
+                return Err(SqsError::QueueNameExists(format!(
+                    "A queue already exists with the same name and a different value for attribute {attribute}"
+                )));
             }
-            None => match b.queue_limit_reached(&declared_in) {
-                Some(limit) => Err(SqsError::OverLimit(format!(
-                    "The vhost '{declared_in}' holds its limit of {limit} queues (max-queues)."
-                ))),
-                None => b
-                    .with_admin_channel_as(&user, &declared_in, permissions, now, |ch| ch.call(declare))
-                    .map(|_| ())
-                    .map_err(from_amqp),
-            },
-        })
-        .await?;
-    made?;
+        }
+        SqsDeclared::OverLimit(limit) => {
+            return Err(SqsError::OverLimit(format!(
+                "The vhost '{vhost}' holds its limit of {limit} queues (max-queues)."
+            )))
+        }
+        SqsDeclared::Declared(declared) => declared.map_err(from_amqp)?,
+    }
     Ok(json!({"QueueUrl": url_of(caller, &vhost, name)}))
 }
 
@@ -490,18 +491,13 @@ async fn existing(
     if !visible {
         return Err(SqsError::QueueDoesNotExist);
     }
-    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
-    state
-        .broker
-        .run(move |b, _| b.queue_details_named(&vhost, &name))
-        .await?
-        .ok_or(SqsError::QueueDoesNotExist)
+    let named = QueueDetailsNamed { vhost: queue.vhost.clone(), name: queue.name.clone() };
+    state.broker.ask(named).await?.ok_or(SqsError::QueueDoesNotExist)
 }
 
 pub async fn list(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
     let prefix = input.string("QueueNamePrefix")?.unwrap_or("").to_owned();
-    let vhost = caller.vhost.clone();
-    let groups = state.broker.run(move |b, _| b.queue_names(Some(&vhost))).await?;
+    let groups = state.broker.ask(QueueNames { vhost: Some(caller.vhost.clone()) }).await?;
     let permissions = permissions(state, caller, &caller.vhost);
     let names: Vec<String> = groups
         .into_iter()
@@ -525,12 +521,8 @@ pub async fn dead_letter_sources(
 ) -> Result<Value, SqsError> {
     let queue = queue_named(caller, input)?;
     existing(state, caller, &queue).await?;
-    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
-    let names = state
-        .broker
-        .run(move |b, _| b.sqs_dead_letter_sources(&vhost, &name))
-        .await?
-        .map_err(|_| SqsError::QueueDoesNotExist)?;
+    let sources = SqsDeadLetterSources { vhost: queue.vhost.clone(), queue: queue.name.clone() };
+    let names = state.broker.ask(sources).await?.map_err(|_| SqsError::QueueDoesNotExist)?;
     url_page(caller, &queue.vhost, names, input, "queueUrls")
 }
 
@@ -583,8 +575,8 @@ pub(crate) async fn change_arguments(
     queue: &QueueRef,
     changes: Vec<ArgumentChange>,
 ) -> Result<Value, SqsError> {
-    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
-    let set = state.broker.run(move |b, now| b.sqs_set_arguments(&vhost, &name, changes, now)).await?;
+    let change = ChangeSqsArguments { vhost: queue.vhost.clone(), queue: queue.name.clone(), changes };
+    let set = state.broker.request(change).await?;
     // A changed Policy applies from the next request (policy.rs caches what it read).
     state.policies.forget(queue);
     set.map_err(|e| crate::messages::gateway_error(e, ""))?;
@@ -593,10 +585,9 @@ pub(crate) async fn change_arguments(
 
 /// `queue`'s arguments, in one broker job; `QueueDoesNotExist` when there is no such queue.
 pub async fn arguments_of(state: &SqsState, queue: &QueueRef) -> Result<FieldTable, SqsError> {
-    let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
-    let found =
-        state.broker.run(move |b, _| b.queue_details_named(&vhost, &name).map(|d| d.arguments)).await?;
-    found.ok_or(SqsError::QueueDoesNotExist)
+    let named = QueueDetailsNamed { vhost: queue.vhost.clone(), name: queue.name.clone() };
+    let found = state.broker.ask(named).await?;
+    found.map(|details| details.arguments).ok_or(SqsError::QueueDoesNotExist)
 }
 
 /// The integer arguments `names` of `queue` (`None` for one it has not), in one broker job;
@@ -686,7 +677,8 @@ pub async fn delete(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
     // AMQP's queue.delete of a missing queue is no error; SQS's DeleteQueue is.
     existing(state, caller, &queue).await?;
     let delete = QueueDelete { queue: short(&queue.name)?, ..Default::default() };
-    run_as(state, caller, &queue, move |ch| ch.call(delete)).await?;
+    let who = as_caller(state, caller, &queue)?;
+    state.broker.request(CallMethod { who, method: delete.into() }).await?.map_err(refusal)?;
     state.policies.forget(&queue);
     Ok(json!({}))
 }
@@ -695,37 +687,28 @@ pub async fn purge(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Resu
     let queue = queue_named(caller, input)?;
     let name = short(&queue.name)?;
     // What SQS received and has not deleted goes too, as on AWS.
-    run_as(state, caller, &queue, move |ch| ch.purge_with_sqs_in_flight(name)).await?;
+    let who = as_caller(state, caller, &queue)?;
+    state.broker.request(PurgeSqsQueue { who, queue: name }).await?.map_err(refusal)?;
     Ok(json!({}))
 }
 
-/// Runs `call` on an admin channel as the caller, with the caller's permissions, in the queue's
-/// vhost.
-async fn run_as(
-    state: &SqsState,
-    caller: &Caller,
-    queue: &QueueRef,
-    call: impl FnOnce(
-            &mut hourglass_broker::admin::AdminChannel<'_>,
-        ) -> Result<Vec<hourglass_broker::admin::Reply>, AmqpError>
-        + Send
-        + 'static,
-) -> Result<(), SqsError> {
+/// The caller as the broker's requests act: with the caller's permissions, in the queue's vhost.
+fn as_caller(state: &SqsState, caller: &Caller, queue: &QueueRef) -> Result<AsUser, SqsError> {
     require_vhost(state, &queue.vhost)?;
-    let (user, vhost, permissions) =
-        (caller.user.clone(), queue.vhost.clone(), permissions(state, caller, &queue.vhost));
-    state
-        .broker
-        .run(move |b, now| b.with_admin_channel_as(&user, &vhost, permissions, now, call))
-        .await?
-        .map(|_| ())
-        .map_err(|e| {
-            if e.reply_code == 406 {
-                SqsError::InvalidParameterValue(e.reply_text)
-            } else {
-                from_amqp(e)
-            }
-        })
+    Ok(AsUser {
+        user: caller.user.clone(),
+        vhost: queue.vhost.clone(),
+        permissions: permissions(state, caller, &queue.vhost),
+    })
+}
+
+/// A method the broker refused on the caller's admin channel, as SQS answers it.
+fn refusal(error: AmqpError) -> SqsError {
+    if error.reply_code == 406 {
+        SqsError::InvalidParameterValue(error.reply_text)
+    } else {
+        from_amqp(error)
+    }
 }
 
 pub async fn attributes(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {

@@ -40,9 +40,6 @@ use crate::broker::Broker;
 use crate::message::Message;
 use crate::time::Timestamp;
 
-/// Work for the broker task: runs with exclusive access to the broker, between commands.
-pub type Job = Box<dyn FnOnce(&mut Broker, Timestamp) + Send>;
-
 /// The connection id the admin channel uses. Client connection ids count up from 1, so this one
 /// never collides; an admin session is opened and closed within one job, so one id suffices.
 pub const ADMIN_CONNECTION: ConnectionId = ConnectionId(u64::MAX);

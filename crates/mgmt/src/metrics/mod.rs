@@ -24,6 +24,7 @@ use hourglass_broker::admin::{ChannelSummary, ConnectionSummary};
 use hourglass_broker::churn::ChurnStats;
 use hourglass_broker::message_stats::{MessageSizes, MessageStats};
 use hourglass_broker::queue::QueueStats;
+use hourglass_broker::requests::{BindingCounts, NodeTotals, Totals};
 
 use crate::error::ApiError;
 use crate::routes::connections;
@@ -109,17 +110,14 @@ async fn snapshot(state: &AppState, with_exchanges: bool) -> Result<Snapshot, Ap
     let channels = connections::channel_rows(state).await?;
     let connections = connections::connection_rows(state).await?;
     let consumers = connections::consumer_rows(state).await?.len();
-    let (messages, sizes, churn, vhosts) = state
-        .broker
-        .run(|b, _| (b.message_stats(), b.message_sizes(), b.churn_stats(), b.vhost_names()))
-        .await?;
+    let Totals { messages, sizes, churn, vhosts } = state.broker.ask(NodeTotals).await?;
     Ok(Snapshot { queues, channels, connections, consumers, messages, sizes, churn, vhosts, exchanges })
 }
 
 /// Every exchange by vhost and name with its binding count (the default exchange's: one per
 /// queue), counted without building the bindings.
 async fn exchange_rows(state: &AppState) -> Result<Vec<ExchangeRow>, ApiError> {
-    let mut counts = state.broker.run(|b, _| b.binding_counts()).await?;
+    let mut counts = state.broker.ask(BindingCounts).await?;
     counts.sort_unstable_by(|(a, _), (b, _)| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
     let rows = counts.into_iter().map(|(key, bindings)| ExchangeRow {
         name: key.name.as_str().into_owned(),

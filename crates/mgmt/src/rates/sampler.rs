@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use hourglass_broker::admin::{ChannelSummary, ExchangeDetails};
 use hourglass_broker::message_stats::MessageStats;
 use hourglass_broker::queue::QueueStats;
-use hourglass_broker::Broker;
+use hourglass_broker::requests::{ChannelListing, ExchangeListing, NodeTotals, QueueStatsListing};
 
 use super::{
     depth_fields, exchange_fields, key, publisher_fields, queue_fields, time_total_fields, Observation,
@@ -59,7 +59,8 @@ pub struct Sampled {
 
 impl Sampled {
     /// Everything at once, in one look at `b` (tests).
-    pub fn of(b: &Broker) -> Sampled {
+    #[cfg(test)]
+    fn of(b: &hourglass_broker::Broker) -> Sampled {
         Sampled {
             message_stats: b.message_stats(),
             vhosts: b.vhost_names(),
@@ -72,13 +73,13 @@ impl Sampled {
     /// The live pass: queues, exchanges and channels in slices between other work on the
     /// broker task (issue 22: one job over 100,000 queues held confirms up for a second).
     pub async fn read(broker: &BrokerHandle) -> Result<Sampled, ApiError> {
-        let (message_stats, vhosts) = broker.run(|b, _| (b.message_stats(), b.vhost_names())).await?;
+        let totals = broker.ask(NodeTotals).await?;
         Ok(Sampled {
-            message_stats,
-            vhosts,
+            message_stats: totals.messages,
+            vhosts: totals.vhosts,
             queues: queue_stats_in_slices(broker).await?,
-            exchanges: broker.rows_in_slices(|b| b.exchange_keys(None), Broker::exchange_details).await?,
-            channels: broker.rows_in_slices(|b| b.channel_keys(), Broker::channel_summaries).await?,
+            exchanges: broker.rows_in_slices(ExchangeListing { vhost: None }).await?,
+            channels: broker.rows_in_slices(ChannelListing).await?,
         })
     }
 
@@ -119,14 +120,15 @@ impl Sampled {
 }
 
 /// One pass over the broker: every sampled object's values under its key (tests).
-pub fn observe(b: &Broker) -> Vec<Observation> {
+#[cfg(test)]
+fn observe(b: &hourglass_broker::Broker) -> Vec<Observation> {
     Sampled::of(b).observations()
 }
 
 /// Every queue's statistics in no order, built in slices on the broker task
 /// (`BrokerHandle::rows_in_slices`).
 pub(crate) async fn queue_stats_in_slices(broker: &BrokerHandle) -> Result<Vec<QueueStats>, ApiError> {
-    broker.rows_in_slices(|b| b.queue_keys(None), Broker::queue_stats_of).await
+    broker.rows_in_slices(QueueStatsListing { vhost: None }).await
 }
 
 /// Ready and unacknowledged messages over `queues`.
@@ -150,7 +152,7 @@ mod tests {
     use std::time::Duration;
 
     use hourglass_broker::time::Timestamp;
-    use hourglass_broker::{BrokerConfig, Publish};
+    use hourglass_broker::{Broker, BrokerConfig, Publish};
     use hourglass_wire::{QueueDeclare, ShortStr};
     use serde_json::Value;
 

@@ -8,8 +8,10 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 use hourglass_broker::admin::slices::{BindingKey, ExchangeKey};
 use hourglass_broker::admin::{sort_bindings, BindingDetails, QueueNames};
-use hourglass_broker::Broker;
-use hourglass_wire::{ExchangeBind, ExchangeUnbind, FieldTable, QueueBind, QueueUnbind};
+use hourglass_broker::requests::{
+    AsUser, BindingListing, BindingsFrom, BindingsTo, CallMethod, DeclaredBindings,
+};
+use hourglass_wire::{ExchangeBind, ExchangeUnbind, FieldTable, Method, QueueBind, QueueUnbind};
 use serde_json::{json, Value};
 
 use super::exchanges::short;
@@ -71,7 +73,7 @@ pub(crate) async fn bindings_to(
     destination: String,
 ) -> Result<Vec<Value>, ApiError> {
     require_vhost(state, &vhost)?;
-    let rows = state.broker.read(move |b| b.bindings_to(&vhost, destination_is_queue, &destination)).await?;
+    let rows = state.broker.ask(BindingsTo { vhost, destination_is_queue, destination }).await?;
     Ok(rows.iter().map(binding_json).collect())
 }
 
@@ -83,17 +85,14 @@ pub(crate) async fn bindings_from(
     source: String,
 ) -> Result<Vec<Value>, ApiError> {
     require_vhost(state, &vhost)?;
-    let rows = state
-        .broker
-        .rows_in_slices(move |b| b.binding_keys_from(&vhost, &source), Broker::binding_details)
-        .await?;
+    let rows = state.broker.rows_in_slices(BindingsFrom { vhost, source }).await?;
     listing::off_workers(move || rows.iter().map(binding_json).collect()).await
 }
 
 /// Every binding of `only`'s vhost (all vhosts without one), in no order; the rows are built in
 /// slices (`BrokerHandle::rows_in_slices`).
 async fn binding_rows(state: &AppState, only: Option<String>) -> Result<Vec<BindingDetails>, ApiError> {
-    state.broker.rows_in_slices(move |b| b.binding_keys(only.as_deref()), Broker::binding_details).await
+    state.broker.rows_in_slices(BindingListing { vhost: only }).await
 }
 
 /// `rows` as JSON in the listing's order (`sort_bindings`).
@@ -111,10 +110,7 @@ async fn ordered_binding_keys(
     only: Option<String>,
     visible: impl Fn(&str) -> bool,
 ) -> Result<Vec<BindingKey>, ApiError> {
-    let (mut names, mut declared) = state
-        .broker
-        .read(move |b| (b.queue_names(only.as_deref()), b.declared_binding_keys(only.as_deref())))
-        .await?;
+    let (mut names, mut declared) = state.broker.ask(DeclaredBindings { vhost: only }).await?;
     names.retain(|group| visible(&group.vhost));
     declared.retain(|key| exchange_of(key).is_some_and(|x| visible(&x.vhost)));
     listing::off_workers(move || binding_keys_in_order(names, declared)).await
@@ -163,10 +159,9 @@ async fn list(
     if listing::whole_in_own_order(params) {
         let keys = ordered_binding_keys(state, only, visible).await?;
         let columns = listing::columns(params);
-        return Ok(streamed::json_array_in_slices(
+        return Ok(streamed::json_array_in_slices::<BindingListing>(
             state.broker.clone(),
             keys,
-            Broker::binding_details,
             binding_json,
             columns,
             slot,
@@ -319,37 +314,20 @@ pub(crate) async fn bind(
 ) -> Result<(), ApiError> {
     let (source, destination, routing_key) = (short(source)?, short(destination)?, short(routing_key)?);
     let to_queue = destination_type == "queue";
-    let (user, vhost) = (user.to_owned(), vhost.to_owned());
-    state
-        .broker
-        .run(move |b, now| {
-            b.with_admin_channel_as(&user, &vhost, permissions, now, |ch| match (to_queue, create) {
-                (true, true) => ch.call(QueueBind {
-                    queue: destination,
-                    exchange: source,
-                    routing_key,
-                    arguments,
-                    ..Default::default()
-                }),
-                (true, false) => {
-                    ch.call(QueueUnbind { queue: destination, exchange: source, routing_key, arguments })
-                }
-                (false, true) => ch.call(ExchangeBind {
-                    destination,
-                    source,
-                    routing_key,
-                    arguments,
-                    ..Default::default()
-                }),
-                (false, false) => ch.call(ExchangeUnbind {
-                    destination,
-                    source,
-                    routing_key,
-                    arguments,
-                    ..Default::default()
-                }),
-            })
-        })
-        .await??;
+    let method: Method = match (to_queue, create) {
+        (true, true) => {
+            QueueBind { queue: destination, exchange: source, routing_key, arguments, ..Default::default() }
+                .into()
+        }
+        (true, false) => QueueUnbind { queue: destination, exchange: source, routing_key, arguments }.into(),
+        (false, true) => {
+            ExchangeBind { destination, source, routing_key, arguments, ..Default::default() }.into()
+        }
+        (false, false) => {
+            ExchangeUnbind { destination, source, routing_key, arguments, ..Default::default() }.into()
+        }
+    };
+    let who = AsUser { user: user.to_owned(), vhost: vhost.to_owned(), permissions };
+    state.broker.request(CallMethod { who, method }).await??;
     Ok(())
 }

@@ -11,7 +11,7 @@ use axum::{Extension, Json, Router};
 use hourglass_broker::admin::{
     sort_channels, sort_connections, sort_consumers, ChannelSummary, ConnectionSummary, ConsumerSummary,
 };
-use hourglass_broker::Broker;
+use hourglass_broker::requests::{ChannelListing, CloseConnections, ConnectionListing, ConsumerListing};
 use serde_json::{json, Value};
 
 use crate::access::{require_owner_or_tag, require_vhost_access, sees_owner, OwnedAction};
@@ -137,21 +137,21 @@ fn consumer_json(node: &NodeInfo, c: &ConsumerSummary) -> Value {
 
 /// Every client connection by id, built in slices (`BrokerHandle::rows_in_slices`).
 pub(crate) async fn connection_rows(state: &AppState) -> Result<Vec<ConnectionSummary>, ApiError> {
-    let mut all = state.broker.rows_in_slices(|b| b.connection_keys(), Broker::connection_summaries).await?;
+    let mut all = state.broker.rows_in_slices(ConnectionListing).await?;
     sort_connections(&mut all);
     Ok(all)
 }
 
 /// Every client channel by connection and number, built in slices.
 pub(crate) async fn channel_rows(state: &AppState) -> Result<Vec<ChannelSummary>, ApiError> {
-    let mut all = state.broker.rows_in_slices(|b| b.channel_keys(), Broker::channel_summaries).await?;
+    let mut all = state.broker.rows_in_slices(ChannelListing).await?;
     sort_channels(&mut all);
     Ok(all)
 }
 
 /// Every consumer by vhost, queue and tag, built in slices.
 pub(crate) async fn consumer_rows(state: &AppState) -> Result<Vec<ConsumerSummary>, ApiError> {
-    let mut all = state.broker.rows_in_slices(|b| b.consumer_keys(), Broker::consumer_summaries).await?;
+    let mut all = state.broker.rows_in_slices(ConsumerListing).await?;
     sort_consumers(&mut all);
     Ok(all)
 }
@@ -226,14 +226,7 @@ async fn close_user_connections(
         .map(|(c, _)| c.id)
         .collect();
     let reason = close_reason(&headers);
-    state
-        .broker
-        .run(move |b, now| {
-            for id in ids {
-                b.close_connection(id, &reason, now);
-            }
-        })
-        .await?;
+    state.broker.request(CloseConnections { ids, reason }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -278,7 +271,7 @@ async fn close_connection(
 ) -> Result<StatusCode, ApiError> {
     let (found, _) = owned_connection(&state, &auth, &name, OwnedAction::Close).await?;
     let reason = close_reason(&headers);
-    state.broker.run(move |b, now| b.close_connection(found.id, &reason, now)).await?;
+    state.broker.request(CloseConnections { ids: vec![found.id], reason }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -25,6 +25,7 @@ use crate::json::json_to_table;
 use crate::users::{Batch, Limits, LimitsOf, Permission, User, VhostRecord};
 use crate::{AppState, PRODUCT_VERSION, RABBITMQ_COMPAT_VERSION};
 use hourglass_broker::policy::PolicyKind;
+use hourglass_broker::requests::{AddVhost, ListPolicies, WouldExceedQueueLimit};
 use hourglass_broker::Permissions;
 
 pub fn routes() -> Router<AppState> {
@@ -127,7 +128,7 @@ async fn export_document(state: &AppState) -> Result<Value, ApiError> {
         .filter(|x| x["name"].as_str().is_some_and(|n| !n.is_empty() && !n.starts_with("amq.")))
         .map(|x| strip(x, &["name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"]))
         .collect();
-    let policies = state.broker.run(|b, _| b.list_policies(PolicyKind::User, None)).await?;
+    let policies = state.broker.ask(ListPolicies { kind: PolicyKind::User, vhost: None }).await?;
     let policies: Vec<Value> = policies.iter().map(super::policies::policy_json).collect();
     let mut bindings = Vec::new();
     for vhost in state.users.vhosts() {
@@ -206,7 +207,7 @@ async fn import_unsynced(state: &AppState, user: &str, body: &Value) -> Result<(
     // their number (`hourglass_identity::Batch`).
     let vhosts = state.users.batch(|batch| import_vhosts(batch, body))?;
     for name in vhosts {
-        state.broker.run(move |b, _| b.add_vhost(&name)).await?;
+        state.broker.request(AddVhost { name, tracing: None }).await?;
     }
     let vhost_limits = vhost_limits(body)?;
     state.users.batch(|batch| import_users(state, batch, body))?;
@@ -397,7 +398,7 @@ async fn check_queue_limits(state: &AppState, body: &Value) -> Result<(), ApiErr
     for (vhost, names) in by_vhost {
         let name = vhost.clone();
         if let Some((adding, limit, current)) =
-            state.broker.run(move |b, _| b.would_exceed_queue_limit(&name, &names)).await?
+            state.broker.ask(WouldExceedQueueLimit { vhost: name, names }).await?
         {
             return Err(ApiError::bad_request(format!(
                 "Adding {adding} queue(s) to virtual host \"{vhost}\" would exceed the limit of {limit} \

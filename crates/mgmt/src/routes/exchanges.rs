@@ -8,8 +8,9 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine;
 use hourglass_broker::admin::{sort_exchanges, ExchangeDetails};
-use hourglass_broker::{Broker, Publish};
-use hourglass_wire::{ExchangeDeclare, ExchangeDelete, Method, ShortStr};
+use hourglass_broker::requests::{AsUser, DeclareExchange, DeleteExchange, ExchangeListing, PublishMessage};
+use hourglass_broker::Publish;
+use hourglass_wire::{ExchangeDeclare, ExchangeDelete, ShortStr};
 use serde_json::{json, Value};
 
 use super::{body_json, bool_field, exchange_name, require_vhost, str_field};
@@ -54,10 +55,7 @@ pub(crate) fn exchange_json(details: &ExchangeDetails, rates: &Rates) -> Value {
 /// Every exchange of `only`'s vhost (all vhosts without one) as JSON, by vhost and name; the
 /// rows are built in slices (`BrokerHandle::rows_in_slices`).
 pub(crate) async fn all_exchanges(state: &AppState, only: Option<String>) -> Result<Vec<Value>, ApiError> {
-    let mut rows = state
-        .broker
-        .rows_in_slices(move |b| b.exchange_keys(only.as_deref()), Broker::exchange_details)
-        .await?;
+    let mut rows = state.broker.rows_in_slices(ExchangeListing { vhost: only }).await?;
     let rates = state.rates.clone();
     listing::off_workers(move || {
         sort_exchanges(&mut rows);
@@ -125,14 +123,8 @@ async fn put(
     require_vhost(&state, &vhost)?;
     let declare = exchange_declare(exchange_name(&name), &body_json(&body)?)?;
     let permissions = super::permissions_of(&state, &user, &vhost);
-    let created = state
-        .broker
-        .run(move |b, now| {
-            let existed = b.has_exchange(&vhost, &declare.exchange);
-            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(declare))
-                .map(|_| !existed)
-        })
-        .await??;
+    let who = AsUser { user: user.name.clone(), vhost, permissions };
+    let created = state.broker.request(DeclareExchange { who, declare }).await??;
     Ok(if created { StatusCode::CREATED } else { StatusCode::NO_CONTENT })
 }
 
@@ -150,16 +142,8 @@ async fn delete(
         ..Default::default()
     };
     let permissions = super::permissions_of(&state, &user, &vhost);
-    state
-        .broker
-        .run(move |b, now| {
-            if !b.has_exchange(&vhost, &delete.exchange) {
-                return Err(ApiError::NotFound);
-            }
-            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(delete))
-                .map_err(ApiError::from)
-        })
-        .await??;
+    let who = AsUser { user: user.name.clone(), vhost, permissions };
+    state.broker.request(DeleteExchange { who, delete }).await??;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -193,18 +177,9 @@ async fn publish(
         body: payload,
     };
     let permissions = super::permissions_of(&state, &user, &vhost);
-    let replies = state
-        .broker
-        .run(move |b, now| {
-            if !b.has_exchange(&vhost, &publish.exchange) {
-                return Err(ApiError::NotFound);
-            }
-            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.publish(publish))
-                .map_err(ApiError::from)
-        })
-        .await??;
-    let returned = replies.iter().any(|(m, _)| matches!(m, Method::BasicReturn(_)));
-    Ok(Json(json!({"routed": !returned})))
+    let who = AsUser { user: user.name.clone(), vhost, permissions };
+    let routed = state.broker.request(PublishMessage { who, publish }).await??;
+    Ok(Json(json!({"routed": routed})))
 }
 
 async fn bindings_source(

@@ -13,6 +13,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, put};
 use axum::{Extension, Router};
+use hourglass_broker::requests::SetVhostMaxQueues;
 use serde_json::{json, Value};
 
 use super::body_json;
@@ -100,7 +101,7 @@ pub(crate) async fn set_vhost_limits(state: &AppState, vhost: &str, limits: Limi
     let max_queues = limits.effective("max-queues");
     state.users.set_vhost_limits(vhost, limits)?;
     let vhost = vhost.to_owned();
-    state.broker.run(move |b, _| b.set_vhost_max_queues(&vhost, max_queues)).await?;
+    state.broker.request(SetVhostMaxQueues { vhost, max_queues }).await?;
     Ok(())
 }
 

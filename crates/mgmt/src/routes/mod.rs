@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use axum::routing::get;
 use axum::Router;
+use hourglass_broker::requests::{AsUser, CallMethod, SetPermissions};
 use hourglass_broker::Permissions;
 use serde_json::Value;
 
@@ -92,11 +93,8 @@ pub(crate) async fn call_as(
     vhost: String,
     method: impl Into<hourglass_wire::Method>,
 ) -> Result<(), ApiError> {
-    let (user, method) = (user.to_owned(), method.into());
-    state
-        .broker
-        .run(move |b, now| b.with_admin_channel_as(&user, &vhost, permissions, now, |ch| ch.call(method)))
-        .await??;
+    let who = AsUser { user: user.to_owned(), vhost, permissions };
+    state.broker.request(CallMethod { who, method: method.into() }).await??;
     Ok(())
 }
 
@@ -111,7 +109,7 @@ pub(crate) fn permissions_of(state: &AppState, user: &AuthUser, vhost: &str) -> 
 pub(crate) async fn push_permissions(state: &AppState, user: &str, vhost: &str) -> Result<(), ApiError> {
     let permissions = state.users.compiled_permissions(vhost, user);
     let (user, vhost) = (user.to_owned(), vhost.to_owned());
-    state.broker.run(move |b, _| b.set_permissions(&user, &vhost, permissions)).await
+    state.broker.request(SetPermissions { user, vhost, permissions }).await
 }
 
 pub(crate) fn require_vhost(state: &AppState, vhost: &str) -> Result<(), ApiError> {

@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use hourglass_wire::{BasicGet, QueueDeclare, ShortStr};
+use hourglass_broker::requests::{AsUser, CheckAlive, ConnectionCount, ExchangeKeys, NodeTotals, VhostNames};
 use serde_json::{json, Value};
 
 pub fn routes() -> Router<AppState> {
@@ -50,7 +50,8 @@ async fn overview(
     let channels = channels.iter().filter(|c| sees_owner(&user, &c.user)).count();
     let consumers = connections::consumer_rows(&state).await?;
     let consumers = consumers.iter().filter(|c| sees_owner(&user, &c.user)).count();
-    let (exchange_keys, stats) = state.broker.run(|b, _| (b.exchange_keys(None), b.message_stats())).await?;
+    let exchange_keys = state.broker.ask(ExchangeKeys { vhost: None }).await?;
+    let stats = state.broker.ask(NodeTotals).await?.messages;
     let exchanges =
         exchange_keys.iter().filter(|x| vhosts.as_ref().is_none_or(|f| f.shows(&x.vhost))).count();
     let (ready, unacked) = rates::sampler::total_depth(&queues);
@@ -199,7 +200,7 @@ async fn node(
 
 /// Open AMQP client connections: RabbitMQ's `sockets_used`.
 async fn client_connections(state: &AppState) -> Result<usize, ApiError> {
-    state.broker.run(|b, _| b.list_connections().len()).await
+    state.broker.ask(ConnectionCount).await
 }
 
 async fn ok() -> Json<Value> {
@@ -240,7 +241,7 @@ fn failed(reason: String, extra: Value) -> Response {
 }
 
 async fn virtual_hosts(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let running = state.broker.run(|b, _| b.vhost_names()).await?;
+    let running = state.broker.ask(VhostNames).await?;
     let down: Vec<String> =
         state.users.vhosts().into_iter().map(|v| v.name).filter(|v| !running.contains(v)).collect();
     if down.is_empty() {
@@ -284,22 +285,7 @@ async fn aliveness(
     crate::access::require_vhost_access(&state, &user, &vhost)?;
     super::require_vhost(&state, &vhost)?;
     let permissions = super::permissions_of(&state, &user, &vhost);
-    state
-        .broker
-        .run(move |b, now| {
-            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| {
-                let queue = ShortStr::from_static("aliveness-test");
-                ch.call(QueueDeclare { queue: queue.clone(), ..Default::default() })?;
-                ch.publish(hourglass_broker::Publish {
-                    exchange: ShortStr::default(),
-                    routing_key: queue.clone(),
-                    mandatory: false,
-                    properties: Default::default(),
-                    body: bytes::Bytes::from_static(b"test_message"),
-                })?;
-                ch.call(BasicGet { queue, no_ack: true })
-            })
-        })
-        .await??;
+    let who = AsUser { user: user.name.clone(), vhost, permissions };
+    state.broker.request(CheckAlive { who }).await??;
     Ok(Json(json!({"status": "ok"})))
 }

@@ -10,6 +10,7 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use hourglass_broker::policy::{PolicyError, PolicyInfo, PolicyKind, PolicySpec};
+use hourglass_broker::requests::{ClearPolicy, ListPolicies, SetPolicy};
 use serde_json::{json, Value};
 
 use super::{body_json, require_vhost, str_field};
@@ -82,7 +83,7 @@ pub(crate) async fn set(
     spec: PolicySpec,
 ) -> Result<StatusCode, ApiError> {
     require_vhost(state, &vhost)?;
-    let created = state.broker.run(move |b, now| b.set_policy(kind, &vhost, spec, now)).await?;
+    let created = state.broker.request(SetPolicy { kind, vhost, spec }).await?;
     match created.map_err(policy_error)? {
         true => Ok(StatusCode::CREATED),
         false => Ok(StatusCode::NO_CONTENT),
@@ -129,7 +130,7 @@ async fn list(
     if let Some(vhost) = &vhost {
         require_vhost(state, vhost)?;
     }
-    let all = state.broker.run(move |b, _| b.list_policies(kind, vhost.as_deref())).await?;
+    let all = state.broker.ask(ListPolicies { kind, vhost }).await?;
     let filter = VhostFilter::new(state, user);
     let shown = all.iter().filter(|p| filter.shows(&p.vhost)).map(policy_json).collect();
     listing::respond(shown, params)
@@ -144,7 +145,7 @@ async fn show(
 ) -> Result<Json<Value>, ApiError> {
     authorize(state, user, kind, Some(&vhost))?;
     require_vhost(state, &vhost)?;
-    let all = state.broker.run(move |b, _| b.list_policies(kind, Some(&vhost))).await?;
+    let all = state.broker.ask(ListPolicies { kind, vhost: Some(vhost) }).await?;
     all.iter().find(|p| p.spec.name == name).map(|p| Json(policy_json(p))).ok_or(ApiError::NotFound)
 }
 
@@ -171,7 +172,7 @@ async fn delete(
 ) -> Result<StatusCode, ApiError> {
     authorize(state, user, kind, Some(&vhost))?;
     require_vhost(state, &vhost)?;
-    let cleared = state.broker.run(move |b, now| b.clear_policy(kind, &vhost, &name, now)).await?;
+    let cleared = state.broker.request(ClearPolicy { kind, vhost, name }).await?;
     cleared.map_err(policy_error)?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -11,8 +11,11 @@ use axum::{Extension, Json, Router};
 use base64::Engine;
 use hourglass_broker::admin::{sort_queues, QueueDetails};
 use hourglass_broker::queue::{QueueStats, QueueType};
-use hourglass_broker::Broker;
-use hourglass_wire::{BasicAck, BasicGet, BasicNack, Method, QueueDeclare, QueueDelete, QueuePurge};
+use hourglass_broker::requests::{
+    AsUser, DeclareQueue, DeleteQueue, GetMessages, GetSettlement, QueueDetailsNamed, QueueListing,
+    QueueNames,
+};
+use hourglass_wire::{QueueDeclare, QueueDelete, QueuePurge};
 use serde_json::{json, Value};
 
 use super::exchanges::short;
@@ -151,7 +154,7 @@ fn count_fields(s: &QueueStats) -> [(&'static str, usize); 11] {
 /// slices (`BrokerHandle::rows_in_slices`) and in no order; rendering is left to the caller, so a
 /// page renders only its own rows.
 async fn queue_rows(state: &AppState, only: Option<String>) -> Result<Vec<QueueDetails>, ApiError> {
-    state.broker.rows_in_slices(move |b| b.queue_keys(only.as_deref()), Broker::queue_details).await
+    state.broker.rows_in_slices(QueueListing { vhost: only }).await
 }
 
 /// Every queue of `only`'s vhost (all vhosts without one) as JSON, sorted by vhost and name.
@@ -184,12 +187,11 @@ async fn list(
     visible: impl Fn(&str) -> bool,
 ) -> Result<Response, ApiError> {
     let slot = state.listings.take(user).await?;
-    let names = state.broker.read(move |b| b.queue_names(only.as_deref())).await?;
+    let names = state.broker.ask(QueueNames { vhost: only }).await?;
     let groups = names.into_iter().filter(|g| visible(&g.vhost)).map(|g| (g.vhost, g.queues)).collect();
     let (node, rates) = (state.node.clone(), state.rates.clone());
     let ranges = Ranges::from_params(params);
-    let listing = listing::KeyedListing {
-        rows: Broker::queue_details,
+    let listing = listing::KeyedListing::<QueueListing> {
         render: Arc::new(move |q: &QueueDetails| queue_json(q, &node.name, &rates, ranges)),
         values: QUEUE_SORT_VALUES,
     };
@@ -224,7 +226,7 @@ async fn show(
 ) -> Result<Json<Value>, ApiError> {
     require_vhost_access(&state, &user, &vhost)?;
     require_vhost(&state, &vhost)?;
-    let row = state.broker.run(move |b, _| b.queue_details_named(&vhost, &name)).await?;
+    let row = state.broker.ask(QueueDetailsNamed { vhost, name }).await?;
     let row = row.ok_or(ApiError::NotFound)?;
     Ok(Json(queue_json(&row, &state.node.name, &state.rates, Ranges::from_params(&params))))
 }
@@ -257,14 +259,8 @@ async fn put(
     }
     let declare = queue_declare(&name, &body_json(&body)?)?;
     let permissions = super::permissions_of(&state, &user, &vhost);
-    let created = state
-        .broker
-        .run(move |b, now| {
-            let existed = b.queue_stats(&vhost, &name).is_some();
-            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(declare))
-                .map(|_| !existed)
-        })
-        .await??;
+    let who = AsUser { user: user.name.clone(), vhost, permissions };
+    let created = state.broker.request(DeclareQueue { who, declare }).await??;
     Ok(if created { StatusCode::CREATED } else { StatusCode::NO_CONTENT })
 }
 
@@ -283,16 +279,8 @@ async fn delete(
         ..Default::default()
     };
     let permissions = super::permissions_of(&state, &user, &vhost);
-    state
-        .broker
-        .run(move |b, now| {
-            if b.queue_stats(&vhost, &name).is_none() {
-                return Err(ApiError::NotFound);
-            }
-            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| ch.call(delete))
-                .map_err(ApiError::from)
-        })
-        .await??;
+    let who = AsUser { user: user.name.clone(), vhost, permissions };
+    state.broker.request(DeleteQueue { who, delete }).await??;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -307,15 +295,6 @@ async fn purge(
     let permissions = super::permissions_of(&state, &user, &vhost);
     super::call_as(&state, &user.name, permissions, vhost, purge).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// How `…/get` settles what it took.
-#[derive(Copy, Clone, PartialEq, Eq)]
-enum AckMode {
-    AckRequeueTrue,
-    AckRequeueFalse,
-    RejectRequeueTrue,
-    RejectRequeueFalse,
 }
 
 /// Body: `count`, `ackmode`, `encoding` (`auto` or `base64`), `truncate`. Gets up to `count`
@@ -340,12 +319,12 @@ async fn get_messages(
         Some(_) => return Err(ApiError::bad_request("count must be a positive integer")),
     }
     .min(GET_COUNT_MAX);
-    let ackmode =
+    // RabbitMQ's ack_requeue_true returns the messages, as a reject with requeue does.
+    let settlement =
         match str_field(&body, "ackmode")?.ok_or_else(|| ApiError::bad_request("ackmode is required"))? {
-            "ack_requeue_true" => AckMode::AckRequeueTrue,
-            "ack_requeue_false" => AckMode::AckRequeueFalse,
-            "reject_requeue_true" => AckMode::RejectRequeueTrue,
-            "reject_requeue_false" => AckMode::RejectRequeueFalse,
+            "ack_requeue_false" => GetSettlement::Ack,
+            "ack_requeue_true" | "reject_requeue_true" => GetSettlement::Requeue,
+            "reject_requeue_false" => GetSettlement::Reject,
             other => return Err(ApiError::bad_request(format!("unknown ackmode {other}"))),
         };
     let base64_always = match str_field(&body, "encoding")?.unwrap_or("auto") {
@@ -357,43 +336,9 @@ async fn get_messages(
     let _ = bool_field(&body, "requeue", false)?;
     let queue = short(&name)?;
     let permissions = super::permissions_of(&state, &user, &vhost);
-    let replies = state
-        .broker
-        .run(move |b, now| {
-            b.with_admin_channel_as(&user.name, &vhost, permissions, now, |ch| {
-                let mut got = Vec::new();
-                let mut body_bytes = 0usize;
-                for _ in 0..count {
-                    if body_bytes >= GET_BODY_BYTES_MAX {
-                        break;
-                    }
-                    let mut replies = ch.call(BasicGet { queue: queue.clone(), no_ack: false })?;
-                    match replies.pop() {
-                        Some((Method::BasicGetOk(ok), Some(message))) => {
-                            body_bytes = body_bytes.saturating_add(message.body.len());
-                            got.push((ok, message));
-                        }
-                        _ => break,
-                    }
-                }
-                if let Some((last, _)) = got.last() {
-                    let tag = last.delivery_tag;
-                    match ackmode {
-                        AckMode::AckRequeueFalse => {
-                            ch.call(BasicAck { delivery_tag: tag, multiple: true })?
-                        }
-                        AckMode::AckRequeueTrue | AckMode::RejectRequeueTrue => {
-                            ch.call(BasicNack { delivery_tag: tag, multiple: true, requeue: true })?
-                        }
-                        AckMode::RejectRequeueFalse => {
-                            ch.call(BasicNack { delivery_tag: tag, multiple: true, requeue: false })?
-                        }
-                    };
-                }
-                Ok::<_, hourglass_broker::AmqpError>(got)
-            })
-        })
-        .await??;
+    let who = AsUser { user: user.name.clone(), vhost, permissions };
+    let get = GetMessages { who, queue, count, body_bytes_max: GET_BODY_BYTES_MAX, settlement };
+    let replies = state.broker.request(get).await??;
     let items = replies
         .iter()
         .map(|(ok, message)| {

@@ -21,11 +21,13 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine;
 use hourglass_broker::admin::{DelayedError, DelayedKey, DelayedMessage, DelayedSlice};
+use hourglass_broker::requests::{
+    CancelDelayed, CancelDelayedKeys, ChangeVisibility, DelayedWithMessageId, DueAt, InFlight,
+    InFlightWithPeers, PeekDelayed, RescheduleDelayed, RescheduleDelayedKeys,
+};
 use hourglass_broker::{Access, Timestamp, VisibilityError};
 use serde::Deserialize;
 use serde_json::{json, Value};
-
-use std::collections::HashMap;
 
 use super::{body_json, connection_name, require_vhost};
 use crate::access::require_queue_access;
@@ -80,8 +82,8 @@ async fn change_visibility(
         body.get("timeout_ms").and_then(Value::as_u64).filter(|ms| *ms <= VISIBILITY_MAX_MS).ok_or_else(
             || ApiError::bad_request(format!("timeout_ms must be an integer 0..={VISIBILITY_MAX_MS}")),
         )?;
-    let result =
-        state.broker.run(move |b, now| b.change_visibility(&vhost, &name, &handle, timeout_ms, now)).await?;
+    let change = ChangeVisibility { vhost, queue: name, receipt_handle: handle, timeout_ms };
+    let result = state.broker.request(change).await?;
     match result {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(VisibilityError::QueueNotFound) => Err(ApiError::NotFound),
@@ -113,7 +115,7 @@ async fn list_delayed(
     require_vhost(&state, &vhost)?;
     let limit = params.limit.unwrap_or(DELAYED_LIST_DEFAULT).min(DELAYED_LIST_MAX);
     let shown_max = params.truncate.unwrap_or(DELAYED_PAYLOAD_SHOWN_MAX).min(DELAYED_PAYLOAD_SHOWN_MAX);
-    let (listed, now) = state.broker.run(move |b, now| (b.peek_delayed(&vhost, &name, limit), now)).await?;
+    let (listed, now) = state.broker.ask(PeekDelayed { vhost, queue: name, limit }).await?;
     let listed = listed.map_err(delayed_error)?;
     let mut budget = DELAYED_LIST_BYTES_MAX;
     let mut items = Vec::with_capacity(listed.len());
@@ -141,18 +143,9 @@ async fn list_in_flight(
     require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
     require_vhost(&state, &vhost)?;
     let limit = params.limit.unwrap_or(DELAYED_LIST_DEFAULT).min(DELAYED_LIST_MAX);
-    let (listed, peers, now) = state
-        .broker
-        .run(move |b, now| {
-            let peers: HashMap<u64, (String, String, bool)> = b
-                .list_connections()
-                .into_iter()
-                .map(|c| (c.id.0, (c.info.peer, c.info.local, c.info.login.tls)))
-                .collect();
-            (b.peek_in_flight(&vhost, &name, limit), peers, now)
-        })
-        .await?;
-    let (listed, total) = listed.ok_or(ApiError::NotFound)?;
+    let InFlight { deliveries, peers, now } =
+        state.broker.ask(InFlightWithPeers { vhost, queue: name, limit }).await?;
+    let (listed, total) = deliveries.ok_or(ApiError::NotFound)?;
     let deliveries: Vec<Value> = listed
         .iter()
         .map(|d| {
@@ -183,12 +176,12 @@ struct Reschedule {
 }
 
 impl Reschedule {
-    /// When the message falls due, asked at `now`.
-    fn due(&self, now: Timestamp) -> Timestamp {
+    /// When the message falls due.
+    fn due(&self) -> DueAt {
         match (self.delay_ms, self.due_ms) {
-            (Some(delay), _) => now.saturating_add_millis(delay),
-            (_, Some(at)) => Timestamp::from_millis(at),
-            _ => now,
+            (Some(delay), _) => DueAt::After(delay),
+            (_, Some(at)) => DueAt::At(Timestamp::from_millis(at)),
+            _ => DueAt::After(0),
         }
     }
 }
@@ -213,8 +206,7 @@ async fn reschedule(
     require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
     require_vhost(&state, &vhost)?;
     let when = reschedule_body(&body)?;
-    let result =
-        state.broker.run(move |b, now| b.reschedule_delayed(&vhost, &name, id, when.due(now), now)).await?;
+    let result = state.broker.request(RescheduleDelayed { vhost, queue: name, id, due: when.due() }).await?;
     result.map(|()| StatusCode::NO_CONTENT).map_err(delayed_error)
 }
 
@@ -226,7 +218,7 @@ async fn cancel(
 ) -> Result<StatusCode, ApiError> {
     require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
     require_vhost(&state, &vhost)?;
-    let result = state.broker.run(move |b, _| b.cancel_delayed(&vhost, &name, id)).await?;
+    let result = state.broker.request(CancelDelayed { vhost, queue: name, id }).await?;
     result.map(|()| StatusCode::NO_CONTENT).map_err(delayed_error)
 }
 
@@ -252,12 +244,14 @@ async fn delayed_keys_with_message_id(
 ) -> Result<Vec<DelayedKey>, ApiError> {
     let (mut found, mut cursor) = (Vec::new(), None);
     loop {
-        let (vhost, name, id) = (vhost.to_owned(), name.to_owned(), message_id.to_owned());
-        let slice = state
-            .broker
-            .run(move |b, _| b.delayed_with_message_id(&vhost, &name, &id, cursor, SEARCH_SLICE))
-            .await?
-            .map_err(delayed_error)?;
+        let search = DelayedWithMessageId {
+            vhost: vhost.to_owned(),
+            queue: name.to_owned(),
+            message_id: message_id.to_owned(),
+            cursor,
+            slice: SEARCH_SLICE,
+        };
+        let slice = state.broker.ask(search).await?.map_err(delayed_error)?;
         found.extend(slice.found);
         if found.len() > BY_MESSAGE_ID_MAX {
             return Err(ApiError::bad_request(format!(
@@ -288,12 +282,7 @@ async fn cancel_by_message_id(
     require_vhost(&state, &vhost)?;
     let keys = delayed_keys_with_message_id(&state, &vhost, &name, &by.message_id).await?;
     // Those that fell due since they were found are no longer delayed: not counted.
-    let cancelled = state
-        .broker
-        .run(move |b, _| {
-            keys.into_iter().filter(|key| b.cancel_delayed_at(&vhost, &name, *key).is_ok()).count()
-        })
-        .await?;
+    let cancelled = state.broker.request(CancelDelayedKeys { vhost, queue: name, keys }).await?;
     Ok(Json(json!({"cancelled": cancelled})))
 }
 
@@ -310,15 +299,8 @@ async fn reschedule_by_message_id(
     require_vhost(&state, &vhost)?;
     let when = reschedule_body(&body)?;
     let keys = delayed_keys_with_message_id(&state, &vhost, &name, &by.message_id).await?;
-    let rescheduled = state
-        .broker
-        .run(move |b, now| {
-            let due = when.due(now);
-            keys.into_iter()
-                .filter(|key| b.reschedule_delayed_at(&vhost, &name, *key, due, now).is_ok())
-                .count()
-        })
-        .await?;
+    let due = when.due();
+    let rescheduled = state.broker.request(RescheduleDelayedKeys { vhost, queue: name, keys, due }).await?;
     Ok(Json(json!({"rescheduled": rescheduled})))
 }
 

@@ -2,6 +2,7 @@
 //! administrators and monitoring users every vhost, others those they have permissions in; the
 //! rest is for administrators (RabbitMQ 3.10's rabbit_mgmt_wm_vhost, _permissions_vhost).
 
+use hourglass_broker::requests::{AddVhost, DeleteVhost, TracedVhosts, Tracing};
 use std::collections::{HashMap, HashSet};
 
 use axum::body::Bytes;
@@ -59,7 +60,7 @@ pub(crate) struct BrokerView {
 
 async fn broker_view(state: &AppState) -> Result<BrokerView, ApiError> {
     let queues = rates::sampler::queue_stats_in_slices(&state.broker).await?;
-    let traced = state.broker.run(|b, _| b.traced_vhosts()).await?;
+    let traced = state.broker.ask(TracedVhosts).await?;
     let counts = rates::sampler::depth_by_vhost(&queues);
     Ok(BrokerView { counts, traced: traced.into_iter().collect() })
 }
@@ -129,17 +130,11 @@ async fn put(
     };
     state.users.put_vhost(record)?;
     let (name, node) = (vhost.clone(), state.node.name.clone());
-    state
-        .broker
-        .run(move |b, _| {
-            b.add_vhost(&name);
-            match tracing {
-                Some(true) => b.trace_on(&name, &node),
-                Some(false) => b.trace_off(&name),
-                None => true,
-            }
-        })
-        .await?;
+    let tracing = tracing.map(|on| match on {
+        true => Tracing::On { node },
+        false => Tracing::Off,
+    });
+    state.broker.request(AddVhost { name, tracing }).await?;
     // The creator gets full permissions, as RabbitMQ's management plugin grants them.
     if !existed && state.users.permission(&vhost, &user.name).is_none() {
         state.users.put_permission(crate::users::Permission::full(&user.name, &vhost))?;
@@ -160,7 +155,7 @@ async fn delete(
     // leaves an empty vhost that still exists (the delete did not answer), never definitions
     // under a vhost nobody has a record of.
     let name = vhost.clone();
-    state.broker.run(move |b, now| b.delete_vhost(&name, now)).await?;
+    state.broker.request(DeleteVhost { name }).await?;
     state.users.delete_vhost(&vhost)?;
     Ok(StatusCode::NO_CONTENT)
 }
