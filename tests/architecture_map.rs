@@ -38,44 +38,81 @@ fn every_path_in_the_where_is_x_table_exists() {
 /// Rule 5: the HTTP API and the SQS endpoint reach the broker only through the typed requests
 /// of `crates/broker/src/requests/`. Their code outside tests names no `&Broker` or
 /// `&mut Broker` (a closure or function over the broker) and no `Broker::` function but the
-/// stand-in broker task's `Broker::new` (`BrokerHandle::standalone`).
+/// stand-in broker task's `Broker::new` (`BrokerHandle::standalone`). `crates/mgmt/src/jobs.rs`
+/// is the broker task's side of their jobs (`JobRunner`, run by the server's broker task), so it
+/// holds the broker.
 #[test]
 fn front_ends_reach_the_broker_only_through_typed_requests() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let front_ends: Vec<String> = all_files(root)
-        .into_iter()
-        .filter(|f| {
-            (f.starts_with("crates/mgmt/src/") || f.starts_with("crates/sqs/src/")) && f.ends_with(".rs")
-        })
-        .collect();
-    assert!(front_ends.len() > 20, "the front ends' sources: {front_ends:?}");
-    let mut found = Vec::new();
-    for file in &front_ends {
-        let text = std::fs::read_to_string(root.join(file)).expect("a front end source");
-        found.extend(broker_access_outside_tests(&text).map(|(line, code)| format!("{file}:{line}: {code}")));
-    }
+    let found =
+        lines_in_sources(&["crates/mgmt/src/", "crates/sqs/src/"], 20, broker_access_outside_tests, |f| {
+            f != "crates/mgmt/src/jobs.rs"
+        });
     assert!(found.is_empty(), "front-end code reaches into the broker:\n{}", found.join("\n"));
     // The check itself finds what it is for.
     let closure = "async fn f(h: &BrokerHandle) { h.run(|b: &mut Broker, now| b.purge()).await }";
-    assert_eq!(broker_access_outside_tests(closure).count(), 1);
+    assert_eq!(broker_access_outside_tests(closure).len(), 1);
     let tests_only = "fn f() {}\n#[cfg(test)]\nmod tests { fn g(b: &Broker) {} }";
-    assert_eq!(broker_access_outside_tests(tests_only).count(), 0);
+    assert_eq!(broker_access_outside_tests(tests_only).len(), 0);
 }
 
-/// The lines (numbered from 1) of `source`, before its `#[cfg(test)]` module, that name the
-/// broker itself.
-fn broker_access_outside_tests(source: &str) -> impl Iterator<Item = (usize, &str)> {
+/// Rule 3: the sans-IO crates keep no closure to call back later (a `Box<dyn Fn…>`): what a
+/// driver waits for comes out as effects and notices (`crates/broker/src/notices.rs`).
+#[test]
+fn the_core_keeps_no_callback_into_its_driver() {
+    let core = ["crates/wire/src/", "crates/session/src/", "crates/broker/src/"];
+    let found = lines_in_sources(&core, 50, stored_closures_outside_tests, |_| true);
+    assert!(found.is_empty(), "the core keeps callbacks:\n{}", found.join("\n"));
+    let notice = "pub type CommitNotice = Box<dyn FnOnce(Result<(), DefinitionNotStored>) + Send>;";
+    assert_eq!(stored_closures_outside_tests(notice).len(), 1);
+}
+
+/// The lines `pick` picks in the Rust sources under `dirs` that `keep` keeps (more than
+/// `at_least` of them, so a moved folder cannot pass unchecked), as `file:line: code`.
+fn lines_in_sources(
+    dirs: &[&str],
+    at_least: usize,
+    pick: fn(&str) -> Vec<(usize, &str)>,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files: Vec<String> = all_files(root)
+        .into_iter()
+        .filter(|f| dirs.iter().any(|dir| f.starts_with(dir)) && f.ends_with(".rs") && keep(f))
+        .collect();
+    assert!(files.len() > at_least, "sources under {dirs:?}: {}", files.len());
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(root.join(file)).expect("a source file");
+        found.extend(pick(&text).into_iter().map(|(line, code)| format!("{file}:{line}: {code}")));
+    }
+    found
+}
+
+/// The lines of `source`, before its `#[cfg(test)]` module, that name a boxed closure.
+fn stored_closures_outside_tests(source: &str) -> Vec<(usize, &str)> {
+    let boxed =
+        |line: &str| ["Box<dyn Fn", "Box<dyn FnOnce", "Box<dyn FnMut"].iter().any(|c| line.contains(c));
+    outside_tests(source).filter(|(_, line)| boxed(line)).collect()
+}
+
+/// The lines of `source`, before its `#[cfg(test)]` module, that name the broker itself.
+fn broker_access_outside_tests(source: &str) -> Vec<(usize, &str)> {
+    let names_broker = |line: &str| {
+        let functions = whole_words(line, "Broker::").filter(|rest| !rest.starts_with("new(")).count();
+        whole_words(line, "&Broker").next().is_some()
+            || whole_words(line, "&mut Broker").next().is_some()
+            || functions > 0
+    };
+    outside_tests(source).filter(|(_, line)| names_broker(line)).collect()
+}
+
+/// The code lines (numbered from 1) of `source` before its `#[cfg(test)]` module.
+fn outside_tests(source: &str) -> impl Iterator<Item = (usize, &str)> {
     source
         .lines()
         .enumerate()
         .take_while(|(_, line)| line.trim() != "#[cfg(test)]")
         .filter(|(_, line)| !line.trim_start().starts_with("//"))
-        .filter(|(_, line)| {
-            let functions = whole_words(line, "Broker::").filter(|rest| !rest.starts_with("new(")).count();
-            whole_words(line, "&Broker").next().is_some()
-                || whole_words(line, "&mut Broker").next().is_some()
-                || functions > 0
-        })
         .map(|(number, line)| (number + 1, line.trim()))
 }
 

@@ -120,6 +120,8 @@ pub struct Broker {
     /// Delayed messages overdue since the restore, held for the operator's rate.
     pub(crate) overdue: crate::overdue_release::OverdueRelease,
     pub(crate) effects: VecDeque<Effect>,
+    /// What requests waiting on the broker are told, by ticket (`notices.rs`).
+    pub(crate) notices: VecDeque<crate::notices::Notice>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
     pub(crate) settle_scratch: Vec<Unacked>,
     /// Reused buffer for the queues a publish routes to or a settlement touches, so neither
@@ -165,6 +167,7 @@ impl Broker {
             overdue: crate::overdue_release::OverdueRelease::new(config.overdue_release_rate),
             sqs: Default::default(),
             effects: VecDeque::new(),
+            notices: VecDeque::new(),
             settle_scratch: Vec::new(),
             queue_scratch: Vec::new(),
             fair_scratch: Vec::new(),

@@ -22,6 +22,7 @@ pub mod message;
 pub mod message_stats;
 mod methods;
 mod naming;
+pub mod notices;
 mod overdue_release;
 pub mod permissions;
 pub mod persist;
@@ -45,12 +46,13 @@ pub use api::{
 };
 pub use broker::{Broker, BrokerConfig};
 pub use message::Message;
+pub use notices::{Notice, Ticket};
 pub use permissions::{Access, InvalidPattern, Permissions, Resource};
 pub use persist::{
-    composite_key, decode_catalog, decode_definitions, CatalogChange, CommitNotice, DefinitionNotStored,
-    Definitions, MessageSource, OrphanedQueue, QueueState, RecordLocation, RestoreReport, SequencedOp,
-    StatePart, StoreOp, StoredBody, StoredLocation, StoredMessage, DEFINITIONS_SCHEMA_VERSION,
-    DEFINITIONS_SCHEMA_VERSION_OLDEST, IDENTITY_SCOPE, ORPHANED_QUEUE_PREFIX, ORPHANED_VHOST,
+    composite_key, decode_catalog, decode_definitions, CatalogChange, DefinitionNotStored, Definitions,
+    MessageSource, OrphanedQueue, QueueState, RecordLocation, RestoreReport, SequencedOp, StatePart, StoreOp,
+    StoredBody, StoredLocation, StoredMessage, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST,
+    IDENTITY_SCOPE, ORPHANED_QUEUE_PREFIX, ORPHANED_VHOST,
 };
 pub use queue::PagingLimits;
 pub use redelivery::VisibilityError;

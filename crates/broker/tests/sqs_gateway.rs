@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::*;
 use hourglass_broker::admin::{MoveStopped, MoveTarget, SqsGatewayError};
 use hourglass_broker::queue::QueueStats;
+use hourglass_broker::Notice;
 use hourglass_testkit::{deliveries, TestBroker};
 
 fn stats(tb: &TestBroker, queue: &str) -> QueueStats {
@@ -179,56 +180,54 @@ fn sent_messages_wait_their_own_delay_or_the_queues() {
 /// (by the timer, no job of its own), or there already; one taken back is not woken.
 #[test]
 fn long_polls_are_woken_when_their_queue_has_a_ready_message() {
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    use std::sync::Arc;
-
     use hourglass_wire::{BasicProperties, EncodedProperties};
     let mut tb = TestBroker::new();
     let c = tb.channel();
     declare(&mut tb, c, "q");
-    let woken = Arc::new(AtomicUsize::new(0));
-    let wake = || {
-        let woken = woken.clone();
-        Box::new(move || {
-            woken.fetch_add(1, SeqCst);
-        })
-    };
-    tb.broker.sqs_wait("/", "q", wake()).unwrap();
-    let given_up = tb.broker.sqs_wait("/", "q", wake()).unwrap();
-    tb.broker.sqs_unwait(given_up);
-    assert_eq!(woken.load(SeqCst), 0, "nothing to receive yet");
+    tb.broker.sqs_wait("/", "q", 1).unwrap();
+    tb.broker.sqs_wait("/", "q", 2).unwrap();
+    tb.broker.sqs_unwait(2);
+    assert_eq!(notices(&mut tb), [Notice::SqsWithdrawn { ticket: 2 }], "nothing to receive yet");
     tb.publish(c, "", "q", b"now");
-    assert_eq!(woken.load(SeqCst), 1, "woken by the publish, the one taken back not");
+    assert_eq!(
+        notices(&mut tb),
+        [Notice::SqsReady { ticket: 1 }],
+        "woken by the publish, the one taken back not"
+    );
     tb.publish(c, "", "q", b"again");
-    assert_eq!(woken.load(SeqCst), 1, "woken once");
-    tb.broker.sqs_wait("/", "q", wake()).unwrap();
-    assert_eq!(woken.load(SeqCst), 2, "a ready message wakes at once");
+    assert_eq!(notices(&mut tb), [], "woken once");
+    tb.broker.sqs_wait("/", "q", 3).unwrap();
+    assert_eq!(notices(&mut tb), [Notice::SqsReady { ticket: 3 }], "a ready message wakes at once");
 
     let now = tb.clock.now();
     tb.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap();
-    tb.broker.sqs_wait("/", "q", wake()).unwrap();
+    tb.broker.sqs_wait("/", "q", 4).unwrap();
     let properties = EncodedProperties::from(BasicProperties::default());
     tb.broker.sqs_send("/", "q", properties, bytes::Bytes::from_static(b"later"), Some(5_000), now).unwrap();
-    assert_eq!(woken.load(SeqCst), 2, "a delayed message is not ready yet");
+    assert_eq!(notices(&mut tb), [], "a delayed message is not ready yet");
     tb.advance(Duration::from_millis(5_000));
-    assert_eq!(woken.load(SeqCst), 3, "woken when it is due");
-    assert_eq!(tb.broker.sqs_wait("/", "nope", wake()).unwrap_err(), SqsGatewayError::QueueNotFound);
+    assert_eq!(notices(&mut tb), [Notice::SqsReady { ticket: 4 }], "woken when it is due");
+    tb.broker.sqs_unwait(4);
+    assert_eq!(notices(&mut tb), [], "one already woken is not taken back");
+    assert_eq!(tb.broker.sqs_wait("/", "nope", 5).unwrap_err(), SqsGatewayError::QueueNotFound);
+}
+
+/// The notices the broker has for its driver.
+fn notices(tb: &mut TestBroker) -> Vec<Notice> {
+    std::iter::from_fn(|| tb.broker.poll_notice()).collect()
 }
 
 /// A message wakes one waiting poll, the longest waiting, not all of them.
 #[test]
 fn a_message_wakes_one_long_poll_not_the_herd() {
-    use std::sync::{Arc, Mutex};
     let mut tb = TestBroker::new();
     let c = tb.channel();
     declare(&mut tb, c, "q");
-    let woken = Arc::new(Mutex::new(Vec::new()));
     for poll in 0..3 {
-        let woken = woken.clone();
-        tb.broker.sqs_wait("/", "q", Box::new(move || woken.lock().unwrap().push(poll))).unwrap();
+        tb.broker.sqs_wait("/", "q", poll).unwrap();
     }
     tb.publish(c, "", "q", b"one");
-    assert_eq!(*woken.lock().unwrap(), [0]);
+    assert_eq!(notices(&mut tb), [Notice::SqsReady { ticket: 0 }]);
     let now = tb.clock.now();
     assert_eq!(
         tb.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap().len(),
@@ -236,7 +235,7 @@ fn a_message_wakes_one_long_poll_not_the_herd() {
         "the woken poll takes it"
     );
     tb.publish(c, "", "q", b"two");
-    assert_eq!(*woken.lock().unwrap(), [0, 1], "the next message: the next poll");
+    assert_eq!(notices(&mut tb), [Notice::SqsReady { ticket: 1 }], "the next message: the next poll");
 }
 
 /// SetQueueAttributes' arguments change in place: a queue's delay removed applies to the next
@@ -357,8 +356,6 @@ fn moves_write_only_where_the_user_may_and_into_the_destinations_vhost() {
 #[test]
 fn fifo_groups_are_received_in_parallel_each_in_order() {
     use hourglass_wire::{BasicProperties, FieldTable, FieldValue};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
     let mut tb = TestBroker::new();
     let c = tb.channel();
     let arguments = FieldTable::from_entries([("x-sqs-fifo", FieldValue::Bool(true))]);
@@ -382,16 +379,11 @@ fn fifo_groups_are_received_in_parallel_each_in_order() {
     assert_eq!(received_texts(&others), ["c", "e"], "g1 waits for a; g2 and g3 are free");
     assert!(tb.broker.sqs_receive("/", "f.fifo", 10, Some(30_000), now).unwrap().is_empty());
 
-    let woken = Arc::new(AtomicUsize::new(0));
-    let counter = woken.clone();
-    let wake = Box::new(move || {
-        counter.fetch_add(1, Ordering::SeqCst);
-    });
-    tb.broker.sqs_wait("/", "f.fifo", wake).unwrap();
+    tb.broker.sqs_wait("/", "f.fifo", 1).unwrap();
     tb.broker.sqs_delete("/", "f.fifo", &others[0].receipt_handle, now).unwrap();
-    assert_eq!(woken.load(Ordering::SeqCst), 0, "g2 has nothing more; g1 still waits for a");
+    assert_eq!(notices(&mut tb), [], "g2 has nothing more; g1 still waits for a");
     tb.broker.sqs_delete("/", "f.fifo", &first[0].receipt_handle, now).unwrap();
-    assert_eq!(woken.load(Ordering::SeqCst), 1, "a is deleted: g1 is free");
+    assert_eq!(notices(&mut tb), [Notice::SqsReady { ticket: 1 }], "a is deleted: g1 is free");
     let next = tb.broker.sqs_receive("/", "f.fifo", 10, Some(30_000), now).unwrap();
     assert_eq!(received_texts(&next), ["b", "d"], "one group's messages in order");
 

@@ -1,17 +1,23 @@
-//! Jobs to the broker task and their answers.
+//! The front ends' handle on the broker task: typed requests sent, their answers awaited.
+
+use std::any::Any;
 
 use hourglass_broker::admin::slices;
-use hourglass_broker::requests::{Job, Listing, ListingKeys, ListingRows, NextOpSeq, Question, Request};
-use hourglass_broker::{Broker, BrokerConfig, Timestamp};
+use hourglass_broker::admin::SqsGatewayError;
+use hourglass_broker::requests::{
+    Job, Listing, ListingKeys, ListingRows, NextOpSeq, Question, Request, SqsWait,
+};
+use hourglass_broker::{Broker, BrokerConfig, Ticket, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
+use crate::jobs::{JobRequest, JobRunner, Later};
 
 /// Sends typed requests to the task that owns the broker (`hourglass_broker::requests`); cheap
 /// to clone.
 #[derive(Clone)]
 pub struct BrokerHandle {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<JobRequest>,
     /// Whether [`BrokerHandle::request`] waits until a job's changes are durable (see [`Self::unsynced`]).
     synced: bool,
 }
@@ -20,7 +26,7 @@ pub struct BrokerHandle {
 /// strong handle goes, at shutdown).
 #[derive(Clone)]
 pub struct WeakBrokerHandle {
-    jobs: mpsc::WeakSender<Job>,
+    jobs: mpsc::WeakSender<JobRequest>,
 }
 
 impl WeakBrokerHandle {
@@ -31,7 +37,7 @@ impl WeakBrokerHandle {
 }
 
 impl BrokerHandle {
-    pub fn new(jobs: mpsc::Sender<Job>) -> Self {
+    pub fn new(jobs: mpsc::Sender<JobRequest>) -> Self {
         BrokerHandle { jobs, synced: true }
     }
 
@@ -49,34 +55,20 @@ impl BrokerHandle {
     /// Asks `question` on the broker task, in order with AMQP commands, and answers as soon as
     /// it ran: nothing it did needs to be durable.
     pub async fn ask<Q: Question>(&self, question: Q) -> Result<Q::Answer, ApiError> {
-        let (tx, rx) = oneshot::channel();
-        self.send(Job::ask(question, move |answer| {
-            let _ = tx.send(answer);
-        }))
-        .await?;
-        rx.await.map_err(|_| ApiError::Unavailable)
+        answer_of(self.send(Job::ask(question), None).await?)
     }
 
     /// Applies `request` on the broker task, in order with AMQP commands, and answers once
     /// everything it changed is durable (issue #22: a 2xx means durable). A definition change
     /// the catalog refused is a 500 naming it, whatever the request answered.
     pub async fn request<R: Request>(&self, request: R) -> Result<R::Answer, ApiError> {
-        let (tx, rx) = oneshot::channel();
-        let reply = move |answer| {
-            let _ = tx.send(answer);
-        };
         if !self.synced {
-            self.send(Job::request(request, reply)).await?;
-            return rx.await.map_err(|_| ApiError::Unavailable);
+            return answer_of(self.send(Job::request(request), None).await?);
         }
         let (durable_tx, durable_rx) = oneshot::channel();
-        let durable = Box::new(move |committed| {
-            let _ = durable_tx.send(committed);
-        });
-        self.send(Job::request_durably(request, reply, durable)).await?;
-        let answer = rx.await.map_err(|_| ApiError::Unavailable)?;
+        let answer = self.send(Job::request_durably(request), Some(Later::Durable(durable_tx))).await?;
         durable_rx.await.map_err(|_| ApiError::Unavailable)??;
-        Ok(answer)
+        answer_of(answer)
     }
 
     /// The op_seq the broker's next store op will get: what [`Self::durable_since`] takes.
@@ -88,12 +80,22 @@ impl BrokerHandle {
     /// definition change among them the catalog refused is a 500.
     pub(crate) async fn durable_since(&self, first: u64) -> Result<(), ApiError> {
         let (durable_tx, durable_rx) = oneshot::channel();
-        let durable = Box::new(move |committed| {
-            let _ = durable_tx.send(committed);
-        });
-        self.send(Job::when_durable_since(first, durable)).await?;
+        self.send(Job::when_durable_since(first), Some(Later::Durable(durable_tx))).await?;
         durable_rx.await.map_err(|_| ApiError::Unavailable)??;
         Ok(())
+    }
+
+    /// An SQS long poll starts waiting for a message in a queue: the ticket to take the wait
+    /// back with (`SqsUnwait`), and what fires once the queue has a message (at once when it
+    /// has one now).
+    pub async fn wait_for_sqs_message(
+        &self,
+        wait: SqsWait,
+    ) -> Result<Result<(Ticket, oneshot::Receiver<()>), SqsGatewayError>, ApiError> {
+        let (woken_tx, woken_rx) = oneshot::channel();
+        let answer = self.send(Job::wait_for_sqs_message(wait), Some(Later::Woken(woken_tx))).await?;
+        let waiting: Result<Ticket, SqsGatewayError> = answer_of(answer)?;
+        Ok(waiting.map(|ticket| (ticket, woken_rx)))
     }
 
     /// A listing's rows, built on the broker task in slices with other work between them
@@ -114,8 +116,11 @@ impl BrokerHandle {
         self.ask(ListingRows::<L>::of(slice)).await
     }
 
-    async fn send(&self, job: Job) -> Result<(), ApiError> {
-        self.jobs.send(job).await.map_err(|_| ApiError::Unavailable)
+    /// Sends `job` to the broker task and waits for its answer.
+    async fn send(&self, job: Job, later: Option<Later>) -> Result<Box<dyn Any + Send>, ApiError> {
+        let (answer, answered) = oneshot::channel();
+        self.jobs.send(JobRequest { job, answer, later }).await.map_err(|_| ApiError::Unavailable)?;
+        answered.await.map_err(|_| ApiError::Unavailable)
     }
 
     /// A broker of its own on a task that only runs jobs (effects are dropped): for tests of the
@@ -126,19 +131,30 @@ impl BrokerHandle {
 
     /// [`Self::standalone`] with a broker the caller set up (stand-in AMQP connections, say).
     pub fn standalone_with(mut broker: Broker) -> BrokerHandle {
-        let (tx, mut rx) = mpsc::channel::<Job>(64);
+        let (tx, mut rx) = mpsc::channel::<JobRequest>(64);
         tokio::spawn(async move {
+            let mut jobs = JobRunner::default();
             while let Some(job) = rx.recv().await {
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_millis() as u64)
                     .unwrap_or(0);
-                job.run(&mut broker, Timestamp::from_millis(now));
+                jobs.run(job, &mut broker, Timestamp::from_millis(now));
                 while broker.poll_effect().is_some() {}
+                jobs.hand_over_notices(&mut broker);
             }
         });
         BrokerHandle::new(tx)
     }
+}
+
+/// A job's answer as the type its request names. A job answers its own request's type, so the
+/// `Internal` error only shows a bug.
+fn answer_of<T: 'static>(answer: Box<dyn Any + Send>) -> Result<T, ApiError> {
+    answer
+        .downcast::<T>()
+        .map(|answer| *answer)
+        .map_err(|_| ApiError::Internal("a job answered another type".into()))
 }
 
 #[cfg(test)]
@@ -151,11 +167,12 @@ mod tests {
 
     /// A broker task whose "store" refuses every definition change and makes the rest durable.
     fn refusing_catalog() -> BrokerHandle {
-        let (tx, mut rx) = mpsc::channel::<Job>(8);
+        let (tx, mut rx) = mpsc::channel::<JobRequest>(8);
         let mut broker = Broker::new(BrokerConfig { persistence: true, ..BrokerConfig::default() });
         tokio::spawn(async move {
+            let mut jobs = JobRunner::default();
             while let Some(job) = rx.recv().await {
-                job.run(&mut broker, Timestamp::ZERO);
+                jobs.run(job, &mut broker, Timestamp::ZERO);
                 while broker.poll_effect().is_some() {}
                 let mut last = None;
                 while let Some(op) = broker.poll_store_op() {
@@ -170,6 +187,7 @@ mod tests {
                 if let Some(last) = last {
                     broker.handle_persisted(last, Timestamp::ZERO);
                 }
+                jobs.hand_over_notices(&mut broker);
             }
         });
         BrokerHandle::new(tx)

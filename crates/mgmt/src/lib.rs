@@ -27,6 +27,7 @@ mod cross_site;
 mod error;
 mod handle;
 mod identity_saves;
+mod jobs;
 pub mod json;
 mod listener;
 mod listing;
@@ -48,6 +49,7 @@ pub use cross_site::{CrossSiteRefusal, ListenerScheme};
 pub use error::ApiError;
 pub use handle::BrokerHandle;
 pub use identity_saves::saver_through_store;
+pub use jobs::{JobRequest, JobRunner};
 pub use streamed::ListingSlots;
 pub use users::UserStore;
 

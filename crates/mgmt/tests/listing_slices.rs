@@ -10,9 +10,9 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use hourglass_broker::admin::slices::SLICE_ROWS_MAX;
-use hourglass_broker::requests::{AsUser, CallMethod, DeclareQueue, Job};
+use hourglass_broker::requests::{AsUser, CallMethod, DeclareQueue};
 use hourglass_broker::{Broker, BrokerConfig, Permissions, Timestamp};
-use hourglass_mgmt::{AppState, BrokerHandle};
+use hourglass_mgmt::{AppState, BrokerHandle, JobRequest, JobRunner};
 use hourglass_wire::{QueueBind, QueueDeclare, ShortStr};
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -26,15 +26,17 @@ const QUEUES: usize = 2 * SLICE_ROWS_MAX + 500;
 
 /// An API over a broker task that counts the jobs it runs.
 fn counting_state() -> (AppState, Arc<AtomicUsize>) {
-    let (tx, mut rx) = mpsc::channel::<Job>(64);
+    let (tx, mut rx) = mpsc::channel::<JobRequest>(64);
     let jobs = Arc::new(AtomicUsize::new(0));
     let counted = jobs.clone();
     let mut broker = Broker::new(BrokerConfig::default());
     tokio::spawn(async move {
+        let mut runner = JobRunner::default();
         while let Some(job) = rx.recv().await {
             counted.fetch_add(1, Relaxed);
-            job.run(&mut broker, Timestamp::ZERO);
+            runner.run(job, &mut broker, Timestamp::ZERO);
             while broker.poll_effect().is_some() {}
+            runner.hand_over_notices(&mut broker);
         }
     });
     (AppState { broker: BrokerHandle::new(tx), ..common::state() }, jobs)

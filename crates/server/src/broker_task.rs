@@ -7,6 +7,7 @@ use std::sync::Arc;
 use hourglass_broker::{
     Broker, Command, ConnectionId, DefinitionNotStored, Effect, SequencedOp, StoredLocation,
 };
+use hourglass_mgmt::JobRunner;
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::clock::Clock;
@@ -38,7 +39,7 @@ pub enum BrokerInput {
     Commands { commands: Vec<Command>, budget: u32 },
     /// Work from the management API, run in order with commands; its effects are flushed like
     /// a command's (a queue deleted over HTTP cancels its consumers).
-    Job(hourglass_broker::requests::Job),
+    Job(hourglass_mgmt::JobRequest),
     /// From the store thread: every store op up to `op_seq` is durable, and where the enqueue
     /// records it wrote lie (so queues over their paging limits can drop bodies, ADR 0007).
     Persisted {
@@ -100,6 +101,7 @@ pub async fn run(
 ) {
     let mut mailboxes: HashMap<ConnectionId, Mailbox> = HashMap::new();
     let mut outbox: HashMap<ConnectionId, Vec<Effect>> = HashMap::new();
+    let mut jobs = JobRunner::default();
     loop {
         // Ops first (restore may have left some), so the store starts syncing them before the
         // effects are handed out.
@@ -129,14 +131,15 @@ pub async fn run(
                 let _ = mailbox.send(effects);
             }
         }
+        jobs.hand_over_notices(&mut broker);
         let deadline = broker.next_deadline().map(|d| clock.instant_of(d));
         tokio::select! {
             input = inputs.recv() => {
                 let Some(input) = input else { break };
-                let mut applied = apply(&mut broker, &mut mailboxes, input, &budget, &clock);
+                let mut applied = apply(&mut broker, &mut mailboxes, &mut jobs, input, &budget, &clock);
                 while applied < MAX_APPLIED_PER_FLUSH {
                     match inputs.try_recv() {
-                        Ok(input) => applied += apply(&mut broker, &mut mailboxes, input, &budget, &clock),
+                        Ok(input) => applied += apply(&mut broker, &mut mailboxes, &mut jobs, input, &budget, &clock),
                         Err(_) => break,
                     }
                 }
@@ -150,6 +153,7 @@ pub async fn run(
 fn apply(
     broker: &mut Broker,
     mailboxes: &mut HashMap<ConnectionId, Mailbox>,
+    jobs: &mut JobRunner,
     input: BrokerInput,
     budget: &CommandBudget,
     clock: &Clock,
@@ -171,7 +175,7 @@ fn apply(
             budget.give_back(taken);
             return applied.max(1);
         }
-        BrokerInput::Job(job) => job.run(broker, clock.now()),
+        BrokerInput::Job(job) => jobs.run(job, broker, clock.now()),
         BrokerInput::Persisted { op_seq, stored, refused } => {
             for refusal in refused {
                 broker.handle_catalog_refused(refusal);

@@ -726,9 +726,7 @@ async fn accept_either(
 
 /// A job queue for the management API whose jobs are forwarded, in order, into the broker's input
 /// queue; the forwarder ends when the broker's queue closes or every job sender is gone.
-fn forward_jobs(
-    broker: mpsc::Sender<broker_task::BrokerInput>,
-) -> mpsc::Sender<hourglass_broker::requests::Job> {
+fn forward_jobs(broker: mpsc::Sender<broker_task::BrokerInput>) -> mpsc::Sender<hourglass_mgmt::JobRequest> {
     let (tx, mut rx) = mpsc::channel(JOB_QUEUE_CAPACITY);
     tokio::spawn(async move {
         while let Some(job) = rx.recv().await {

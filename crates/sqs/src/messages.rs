@@ -3,7 +3,6 @@
 //! (`hourglass_broker::admin`, `sqs_gateway.rs`): a message sent here is an ordinary persistent
 //! message of the queue, and any message of the queue, published over AMQP or SQS, is received.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,12 +10,11 @@ use hourglass_broker::admin::{SqsGatewayError, SqsReceived, SqsSent};
 use hourglass_broker::requests::{
     ChangeVisibilityBatch, SqsDeleteBatch, SqsOutgoing, SqsReceive, SqsSendBatch, SqsUnwait, SqsWait,
 };
-use hourglass_broker::{Access, Resource, VisibilityError};
+use hourglass_broker::{Access, Resource, Ticket, VisibilityError};
 use hourglass_mgmt::BrokerHandle;
 use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, ShortStr};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{json, Map, Value};
-use tokio::sync::Notify;
 
 use crate::attributes::{self, Attributes};
 use crate::error::SqsError;
@@ -309,24 +307,18 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
 }
 
 /// Waits until `queue` has a ready message or `deadline` passes: the broker wakes the wait
-/// (`sqs_wait`), so a waiting long poll runs no job and holds only its entry there and a
-/// `Notify`. A wait that ends without a wake-up, or is dropped with its request, is taken back.
+/// (`sqs_wait`), so a waiting long poll runs no job and holds only its ticket there and a
+/// channel in the broker task's `JobRunner`. A wait that ends without a wake-up, or is dropped with its request, is taken back.
 async fn wait_for_a_message(
     state: &SqsState,
     queue: &QueueRef,
     deadline: tokio::time::Instant,
 ) -> Result<(), SqsError> {
-    let woken = Arc::new(Notify::new());
-    let wake = woken.clone();
-    let wait = SqsWait {
-        vhost: queue.vhost.clone(),
-        queue: queue.name.clone(),
-        wake: Box::new(move || wake.notify_one()),
-    };
-    let waiter = state.broker.request(wait).await?.map_err(|e| gateway_error(e, ""))?;
-    let _taken_back = TakeBack { broker: state.broker.clone(), waiter };
-    // notify_one keeps a wake-up that comes before this await.
-    let _ = tokio::time::timeout_at(deadline, woken.notified()).await;
+    let wait = SqsWait { vhost: queue.vhost.clone(), queue: queue.name.clone() };
+    let (ticket, woken) = state.broker.wait_for_sqs_message(wait).await?.map_err(|e| gateway_error(e, ""))?;
+    let _taken_back = TakeBack { broker: state.broker.clone(), ticket };
+    // The wake-up may have come before this await: the channel keeps it.
+    let _ = tokio::time::timeout_at(deadline, woken).await;
     Ok(())
 }
 
@@ -334,14 +326,14 @@ async fn wait_for_a_message(
 /// the broker already woke).
 struct TakeBack {
     broker: BrokerHandle,
-    waiter: u64,
+    ticket: Ticket,
 }
 
 impl Drop for TakeBack {
     fn drop(&mut self) {
-        let (broker, waiter) = (self.broker.clone(), self.waiter);
+        let (broker, ticket) = (self.broker.clone(), self.ticket);
         tokio::spawn(async move {
-            let _ = broker.request(SqsUnwait { waiter }).await;
+            let _ = broker.request(SqsUnwait { ticket }).await;
         });
     }
 }

@@ -25,7 +25,7 @@ pub use listing::{
 };
 pub(crate) use sqs_gateway::SqsGateways;
 pub use sqs_gateway::{
-    MoveStep, MoveStopped, MoveTarget, SqsGatewayError, SqsReceived, SqsSent, Wake, SQS_GATEWAY_PEER,
+    MoveStep, MoveStopped, MoveTarget, SqsGatewayError, SqsReceived, SqsSent, SQS_GATEWAY_PEER,
     SQS_GATEWAY_USER, SQS_MOVE_TASK_ARG,
 };
 

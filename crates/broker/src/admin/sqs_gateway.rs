@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use indexmap::IndexMap;
+use indexmap::IndexSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -24,6 +24,7 @@ use crate::enqueue::Enqueued;
 use crate::message::Message;
 use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
+use crate::notices::{Notice, Ticket};
 use crate::persist::Changed;
 use crate::published::Traced;
 use crate::queue::args::QueueArgs;
@@ -40,18 +41,14 @@ pub const SQS_GATEWAY_USER: &str = "sqs-gateway";
 const FIRST_GATEWAY_ID: u64 = u64::MAX - 1;
 const GATEWAY_CHANNEL: ChannelId = ChannelId(1);
 
-/// Wakes a long poll waiting for a queue (an SQS ReceiveMessage with `WaitTimeSeconds`).
-pub type Wake = Box<dyn FnOnce() + Send>;
-
 /// The gateway connection of each vhost that has one, and the long polls waiting for queues.
 pub(crate) struct SqsGateways {
     by_vhost: HashMap<String, ConnectionId>,
     next_id: u64,
-    /// Long polls by the queue they wait for, each by its id (`Broker::sqs_wait`), and the queue
-    /// of each: waking a queue's and taking one back cost no scan of the others.
-    waiters: HashMap<QueueId, IndexMap<u64, Wake>>,
-    waiter_queues: HashMap<u64, QueueId>,
-    next_waiter: u64,
+    /// Long polls by the queue they wait for, each by its ticket (`Broker::sqs_wait`), and the
+    /// queue of each: waking a queue's and taking one back cost no scan of the others.
+    waiters: HashMap<QueueId, IndexSet<Ticket>>,
+    waiter_queues: HashMap<Ticket, QueueId>,
 }
 
 impl std::fmt::Debug for SqsGateways {
@@ -68,7 +65,6 @@ impl Default for SqsGateways {
             next_id: FIRST_GATEWAY_ID,
             waiters: HashMap::new(),
             waiter_queues: HashMap::new(),
-            next_waiter: 0,
         }
     }
 }
@@ -343,33 +339,33 @@ impl Broker {
         self.reschedule(id);
     }
 
-    /// Registers a long poll on `queue`: `wake` is called once, as soon as the queue has a ready
-    /// message (at once if it has one now), unless [`Self::sqs_unwait`] takes it back first. A
-    /// waiting poll costs its entry here and nothing else: no job runs for it until it is woken
-    /// or gives up. Returns the waiter's id.
-    pub fn sqs_wait(&mut self, vhost: &str, queue: &str, wake: Wake) -> Result<u64, SqsGatewayError> {
+    /// Registers a long poll on `queue` under `ticket` (the driver's, unique among those
+    /// waiting): [`Notice::SqsReady`] comes for it once, as soon as the queue has a ready message
+    /// (at once if it has one now), unless [`Self::sqs_unwait`] takes it back first. A waiting
+    /// poll costs its entry here and nothing else: no job runs for it until it is woken or gives
+    /// up.
+    pub fn sqs_wait(&mut self, vhost: &str, queue: &str, ticket: Ticket) -> Result<(), SqsGatewayError> {
         let (_, id) = self.sqs_queue(vhost, queue)?;
-        let waiter = self.sqs.next_waiter;
-        self.sqs.next_waiter += 1;
         if self.queues.get(&id).is_some_and(|q| q.sqs_receivable() > 0) {
-            wake();
+            self.notices.push_back(Notice::SqsReady { ticket });
         } else {
-            self.sqs.waiters.entry(id).or_default().insert(waiter, wake);
-            self.sqs.waiter_queues.insert(waiter, id);
+            self.sqs.waiters.entry(id).or_default().insert(ticket);
+            self.sqs.waiter_queues.insert(ticket, id);
         }
-        Ok(waiter)
+        Ok(())
     }
 
-    /// Takes back a long poll that gave up (its time ran out, or its client went away); nothing
-    /// for one already woken.
-    pub fn sqs_unwait(&mut self, waiter: u64) {
-        let Some(queue) = self.sqs.waiter_queues.remove(&waiter) else { return };
+    /// Takes back a long poll that gave up (its time ran out, or its client went away), with
+    /// [`Notice::SqsWithdrawn`]; nothing for one already woken.
+    pub fn sqs_unwait(&mut self, ticket: Ticket) {
+        let Some(queue) = self.sqs.waiter_queues.remove(&ticket) else { return };
         if let Some(waiting) = self.sqs.waiters.get_mut(&queue) {
-            waiting.swap_remove(&waiter);
+            waiting.swap_remove(&ticket);
             if waiting.is_empty() {
                 self.sqs.waiters.remove(&queue);
             }
         }
+        self.notices.push_back(Notice::SqsWithdrawn { ticket });
     }
 
     /// Wakes as many of the long polls waiting for queue `id` as it has ready messages, the
@@ -382,13 +378,13 @@ impl Broker {
         }
         let ready = self.queues.get(&id).map_or(usize::MAX, |queue| queue.sqs_receivable());
         let Some(waiting) = self.sqs.waiters.get_mut(&id).filter(|_| ready > 0) else { return };
-        let woken: Vec<(u64, Wake)> = waiting.drain(..ready.min(waiting.len())).collect();
+        let woken: Vec<Ticket> = waiting.drain(..ready.min(waiting.len())).collect();
         if waiting.is_empty() {
             self.sqs.waiters.remove(&id);
         }
-        for (waiter, wake) in woken {
-            self.sqs.waiter_queues.remove(&waiter);
-            wake();
+        for ticket in woken {
+            self.sqs.waiter_queues.remove(&ticket);
+            self.notices.push_back(Notice::SqsReady { ticket });
         }
     }
 

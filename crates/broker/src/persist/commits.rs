@@ -1,14 +1,17 @@
 //! A 2xx means durable (issue #22, finding 3): the management API learns when the definition
-//! changes (and other ops) of one of its jobs are durable, and whether the catalog refused one.
+//! changes (and other ops) of one of its requests are durable, and whether the catalog refused
+//! one.
 //!
-//! The API runs a job through [`Broker::with_commit_notice_since`], which notes the ops the job
-//! (or a run of jobs) produced and calls the job's notice once they are all durable (`handle_persisted`): with
-//! `Ok`, or with the refusal the driver reported for one of them (`handle_catalog_refused`, sent
-//! by the store thread before the `Persisted` that covers it). A job that produced nothing, or a
-//! broker without persistence, is noticed at once. The notice is the caller's way back (a oneshot
-//! sender in `hourglass-mgmt`), handed in like the job itself; the broker keeps it as data.
+//! After a request ran, [`Broker::notice_when_durable_since`] notes the ops it (or a run of
+//! requests) produced under the driver's ticket, and [`Notice::Durable`] for that ticket comes
+//! once they are all durable (`handle_persisted`): with `Ok`, or with the refusal the driver
+//! reported for one of them (`handle_catalog_refused`, sent by the store thread before the
+//! `Persisted` that covers it). A request that produced nothing, or a broker without
+//! persistence, is noticed at once. The broker keeps the ticket; the driver keeps who waits on
+//! it (`hourglass-mgmt`'s `jobs.rs`).
 
 use crate::broker::Broker;
+use crate::notices::{Notice, Ticket};
 
 /// A definition change the catalog refused to store: it lives in memory only and would not
 /// survive a restart.
@@ -19,29 +22,17 @@ pub struct DefinitionNotStored {
     pub reason: String,
 }
 
-/// Called once with whether every op of a job became durable.
-pub type CommitNotice = Box<dyn FnOnce(Result<(), DefinitionNotStored>) + Send>;
-
 /// The last refusals are kept, for a caller that waits for a range of jobs (an import) after
 /// some of them became durable; this many at most (each a key's worth of text). The limits on
 /// definitions keep refusals from happening at all.
 const REFUSALS_KEPT_MAX: usize = 1024;
 
-/// Jobs waiting for their ops, and the refusals they may be told about.
-#[derive(Default)]
+/// Requests waiting for their ops, and the refusals they may be told about.
+#[derive(Debug, Default)]
 pub(crate) struct CommitNotices {
-    /// (first op after the job's start, last op of the job, notice), in job order.
-    waiting: Vec<(u64, u64, CommitNotice)>,
+    /// (first op after the request's start, last op of the request, its ticket), in order.
+    waiting: Vec<(u64, u64, Ticket)>,
     refused: Vec<DefinitionNotStored>,
-}
-
-impl std::fmt::Debug for CommitNotices {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CommitNotices")
-            .field("waiting", &self.waiting.len())
-            .field("refused", &self.refused)
-            .finish()
-    }
 }
 
 impl CommitNotices {
@@ -56,31 +47,25 @@ impl Broker {
         self.persist.last_op_seq()
     }
 
-    /// Runs `f`, then calls `notice` once every op emitted from `first` on (those of `f`, and of
-    /// earlier jobs the caller started at `first`) is durable: `Err` if the catalog refused one
-    /// of them. At once when there are none or persistence is off.
-    pub fn with_commit_notice_since<T>(
-        &mut self,
-        first: u64,
-        f: impl FnOnce(&mut Broker) -> T,
-        notice: CommitNotice,
-    ) -> T {
-        let value = f(self);
+    /// [`Notice::Durable`] for `ticket` once every op emitted from `first` on (a request's, and
+    /// those of earlier requests the caller started at `first`) is durable: `Err` if the catalog
+    /// refused one of them. At once when there are none or persistence is off.
+    pub fn notice_when_durable_since(&mut self, first: u64, ticket: Ticket) {
         if !self.persist.enabled {
-            notice(Ok(()));
-            return value;
+            self.notices.push_back(Notice::Durable { ticket, result: Ok(()) });
+            return;
         }
         self.flush_definitions();
         let last = self.persist.last_op_seq();
         let notices = &mut self.persist.commit_notices;
         if last < first {
-            notice(Ok(()));
+            self.notices.push_back(Notice::Durable { ticket, result: Ok(()) });
         } else if last <= self.persist.durable_through {
-            notice(notices.refusal_in(first, last).map_or(Ok(()), Err));
+            let result = notices.refusal_in(first, last).map_or(Ok(()), Err);
+            self.notices.push_back(Notice::Durable { ticket, result });
         } else {
-            notices.waiting.push((first, last, notice));
+            notices.waiting.push((first, last, ticket));
         }
-        value
     }
 
     /// The driver: the catalog refused the change of op `op_seq` (report it before the
@@ -93,16 +78,17 @@ impl Broker {
         refused.push(refusal);
     }
 
-    /// Calls the notices of jobs whose ops are all durable now (from `handle_persisted`).
+    /// Notices the requests whose ops are all durable now (from `handle_persisted`).
     pub(crate) fn notify_commits(&mut self) {
         let durable = self.persist.durable_through;
         let notices = &mut self.persist.commit_notices;
         let waiting = std::mem::take(&mut notices.waiting);
-        for (first, last, notice) in waiting {
+        for (first, last, ticket) in waiting {
             if last <= durable {
-                notice(notices.refusal_in(first, last).map_or(Ok(()), Err));
+                let result = notices.refusal_in(first, last).map_or(Ok(()), Err);
+                self.notices.push_back(Notice::Durable { ticket, result });
             } else {
-                notices.waiting.push((first, last, notice));
+                notices.waiting.push((first, last, ticket));
             }
         }
     }
@@ -110,25 +96,19 @@ impl Broker {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use hourglass_wire::{QueueDeclare, ShortStr};
 
     use super::*;
     use crate::{BrokerConfig, Timestamp};
 
-    type Seen = Arc<Mutex<Vec<Result<(), DefinitionNotStored>>>>;
-
-    fn recorder() -> (Seen, impl Fn() -> CommitNotice) {
-        let seen: Seen = Arc::default();
-        let make = {
-            let seen = seen.clone();
-            move || -> CommitNotice {
-                let seen = seen.clone();
-                Box::new(move |r| seen.lock().unwrap().push(r))
-            }
-        };
-        (seen, make)
+    /// The durability notices the broker has for the driver, by ticket.
+    fn durable(broker: &mut Broker) -> Vec<(Ticket, Result<(), DefinitionNotStored>)> {
+        std::iter::from_fn(|| broker.poll_notice())
+            .map(|notice| match notice {
+                Notice::Durable { ticket, result } => (ticket, result),
+                other => panic!("not a durability notice: {other:?}"),
+            })
+            .collect()
     }
 
     fn declare(broker: &mut Broker, name: &'static str) {
@@ -141,24 +121,27 @@ mod tests {
     #[test]
     fn a_job_is_noticed_when_its_ops_are_durable_with_any_refusal() {
         let mut broker = Broker::new(BrokerConfig { persistence: true, ..BrokerConfig::default() });
-        let (seen, notice) = recorder();
-        broker.with_commit_notice_since(broker.op_seq() + 1, |_| (), notice());
-        assert_eq!(seen.lock().unwrap().as_slice(), &[Ok(())], "nothing written: at once");
+        broker.notice_when_durable_since(broker.op_seq() + 1, 1);
+        assert_eq!(durable(&mut broker), [(1, Ok(()))], "nothing written: at once");
 
-        broker.with_commit_notice_since(broker.op_seq() + 1, |b| declare(b, "kept"), notice());
+        let first = broker.op_seq() + 1;
+        declare(&mut broker, "kept");
+        broker.notice_when_durable_since(first, 2);
         let kept_through = broker.persist.last_op_seq();
-        broker.with_commit_notice_since(broker.op_seq() + 1, |b| declare(b, "refused"), notice());
+        let first = broker.op_seq() + 1;
+        declare(&mut broker, "refused");
+        broker.notice_when_durable_since(first, 3);
         let last = broker.persist.last_op_seq();
-        assert_eq!(seen.lock().unwrap().len(), 1, "nothing durable yet");
+        assert_eq!(durable(&mut broker), [], "nothing durable yet");
 
         broker.handle_persisted(kept_through, Timestamp::ZERO);
-        assert_eq!(seen.lock().unwrap().as_slice(), &[Ok(()), Ok(())]);
+        assert_eq!(durable(&mut broker), [(2, Ok(()))]);
         let refusal = DefinitionNotStored { op_seq: last, reason: "too large".into() };
         broker.handle_catalog_refused(refusal.clone());
         broker.handle_persisted(last, Timestamp::ZERO);
-        assert_eq!(seen.lock().unwrap().as_slice(), &[Ok(()), Ok(()), Err(refusal)]);
+        assert_eq!(durable(&mut broker), [(3, Err(refusal))]);
         // An import that started before both declares learns of the refusal after the fact.
-        broker.with_commit_notice_since(1, |_| (), notice());
-        assert!(seen.lock().unwrap()[3].is_err());
+        broker.notice_when_durable_since(1, 4);
+        assert!(durable(&mut broker)[0].1.is_err());
     }
 }

@@ -39,7 +39,7 @@ use crate::time::Timestamp;
 
 pub use catalog::{composite_key, decode_catalog, CatalogChange, IDENTITY_SCOPE};
 pub(crate) use changes::{Changed, GoneQueue};
-pub use commits::{CommitNotice, DefinitionNotStored};
+pub use commits::DefinitionNotStored;
 pub use definitions::{
     decode_definitions, Definitions, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST,
 };

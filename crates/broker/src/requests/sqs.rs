@@ -9,9 +9,10 @@ use hourglass_wire::{EncodedProperties, FieldValue, QueueDeclare, ShortStr};
 
 use super::admin_channel::AsUser;
 use super::{sealed::Sealed, Question, Request};
-use crate::admin::{MoveStep, MoveTarget, QueueDetails, SqsGatewayError, SqsReceived, SqsSent, Wake};
+use crate::admin::{MoveStep, MoveTarget, QueueDetails, SqsGatewayError, SqsReceived, SqsSent};
 use crate::api::AmqpError;
 use crate::broker::Broker;
+use crate::notices::Ticket;
 use crate::permissions::{Access, Permissions, Resource};
 use crate::redelivery::VisibilityError;
 use crate::time::Timestamp;
@@ -91,32 +92,23 @@ impl Request for SqsReceive {
     }
 }
 
-/// A long poll waits for a message in a queue: `wake` is called once one is ready. Answers the
-/// wait's id, for [`SqsUnwait`].
+/// A long poll waits for a message in a queue: sent as [`Job::wait_for_sqs_message`](super::Job::wait_for_sqs_message),
+/// which gives it its ticket.
 pub struct SqsWait {
     pub vhost: String,
     pub queue: String,
-    pub wake: Wake,
-}
-
-impl Sealed for SqsWait {}
-impl Request for SqsWait {
-    type Answer = Result<u64, SqsGatewayError>;
-    fn apply(self, broker: &mut Broker, _: Timestamp) -> Self::Answer {
-        broker.sqs_wait(&self.vhost, &self.queue, self.wake)
-    }
 }
 
 /// Takes a long poll's wait back (nothing for one already woken).
 pub struct SqsUnwait {
-    pub waiter: u64,
+    pub ticket: Ticket,
 }
 
 impl Sealed for SqsUnwait {}
 impl Request for SqsUnwait {
     type Answer = ();
     fn apply(self, broker: &mut Broker, _: Timestamp) {
-        broker.sqs_unwait(self.waiter)
+        broker.sqs_unwait(self.ticket)
     }
 }
 
