@@ -66,6 +66,39 @@ fn the_core_keeps_no_callback_into_its_driver() {
     assert_eq!(stored_closures_outside_tests(notice).len(), 1);
 }
 
+/// Rule 1: `wire`, `session` and `broker` do no I/O and read no clock: outside their tests they
+/// name no file, socket, thread, tokio or clock call, and none depends on tokio.
+#[test]
+fn the_core_does_no_io_and_reads_no_clock() {
+    let core = ["crates/wire/src/", "crates/session/src/", "crates/broker/src/"];
+    let found = lines_in_sources(&core, 50, io_outside_tests, |_| true);
+    assert!(found.is_empty(), "the core does I/O or reads a clock:\n{}", found.join("\n"));
+    assert_eq!(io_outside_tests("let now = SystemTime::now();\nlet f = std::fs::read(p);").len(), 2);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for krate in ["wire", "session", "broker"] {
+        let manifest =
+            std::fs::read_to_string(root.join(format!("crates/{krate}/Cargo.toml"))).expect("a manifest");
+        let dependencies = manifest.split("[dev-dependencies]").next().unwrap_or_default();
+        assert!(!dependencies.lines().any(|l| l.starts_with("tokio")), "crates/{krate} depends on tokio");
+    }
+}
+
+/// The lines of `source`, before its `#[cfg(test)]` module, that do I/O, spawn or read a clock.
+fn io_outside_tests(source: &str) -> Vec<(usize, &str)> {
+    const CALLS: [&str; 9] = [
+        "std::fs",
+        "TcpStream",
+        "TcpListener",
+        "UdpSocket",
+        "SystemTime::now",
+        "Instant::now",
+        "thread::spawn",
+        "tokio::",
+        "std::process",
+    ];
+    outside_tests(source).filter(|(_, line)| CALLS.iter().any(|call| line.contains(call))).collect()
+}
+
 /// The lines `pick` picks in the Rust sources under `dirs` that `keep` keeps (more than
 /// `at_least` of them, so a moved folder cannot pass unchecked), as `file:line: code`.
 fn lines_in_sources(
