@@ -49,6 +49,24 @@ except pika.exceptions.ChannelClosedByBroker as e:
     assert e.reply_code == 404, e
     assert "NOT_FOUND - no queue 'does-not-exist' in vhost '/'" == e.reply_text, e.reply_text
 assert conn.is_open
+
+# RabbitMQ 4.0's x-local-random exchange: each message to one bound queue; a keyed binding is
+# refused with RabbitMQ's 406
+lr = conn.channel()
+lr.exchange_declare(exchange="pika-rpc", exchange_type="x-local-random", auto_delete=True)
+workers = [lr.queue_declare(queue="", exclusive=True).method.queue for _ in range(3)]
+for worker in workers:
+    lr.queue_bind(queue=worker, exchange="pika-rpc")
+for i in range(60):
+    lr.basic_publish(exchange="pika-rpc", routing_key="ignored", body=f"call-{i}".encode())
+counts = [lr.queue_declare(queue=w, passive=True).method.message_count for w in workers]
+assert sum(counts) == 60 and all(c > 0 for c in counts), counts
+try:
+    lr.queue_bind(queue=workers[0], exchange="pika-rpc", routing_key="k")
+    raise AssertionError("expected 406")
+except pika.exceptions.ChannelClosedByBroker as e:
+    assert (e.reply_code, e.reply_text) == (406, "PRECONDITION_FAILED - Non empty binding 'k' key not permitted"), e
+
 conn.channel().queue_delete("pika-work")
 conn.close()
 print("pika basics ok")

@@ -395,3 +395,57 @@ fn unchanged_properties_go_out_as_published() {
     assert!(same_bytes(delivered[0].message.properties()), "basic.deliver");
     assert!(delivered[0].message.is_persistent(), "delivery-mode 2 is read in place");
 }
+
+/// RabbitMQ 4.0's `x-local-random` exchange: each message goes to one bound queue, picked at
+/// random (every queue is on this node); bindings need an empty key and a classic queue, with
+/// RabbitMQ's 406 texts otherwise.
+#[test]
+fn a_local_random_exchange_routes_each_message_to_one_bound_queue() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    assert!(channel_error(&declare_exchange(&mut tb, c, "rpc", "x-local-random")).is_none());
+    for q in ["w1", "w2", "w3"] {
+        declare(&mut tb, c, q);
+        assert!(channel_error(&bind(&mut tb, c, q, "rpc", "")).is_none(), "{q}");
+    }
+    for i in 0..300 {
+        tb.publish(c, "rpc", "any key", format!("m{i}").as_bytes());
+    }
+    let counts = ["w1", "w2", "w3"].map(|q| ready(&tb, q));
+    assert_eq!(counts.iter().sum::<usize>(), 300, "each message in exactly one queue: {counts:?}");
+    assert!(counts.iter().all(|n| *n >= 50), "spread over the bound queues: {counts:?}");
+
+    let refused = |effects: &[Effect]| channel_error(effects).map(|e| (e.reply_code, e.reply_text));
+    let c = tb.channel();
+    assert_eq!(
+        refused(&bind(&mut tb, c, "w1", "rpc", "k")),
+        Some((406, "PRECONDITION_FAILED - Non empty binding 'k' key not permitted".to_owned()))
+    );
+    let c = tb.channel();
+    let quorum = FieldTable::from_entries([("x-queue-type", FieldValue::LongStr("quorum".into()))]);
+    declare_with(
+        &mut tb,
+        c,
+        QueueDeclare { queue: short("qq"), durable: true, arguments: quorum, ..Default::default() },
+    );
+    assert_eq!(
+        refused(&bind(&mut tb, c, "qq", "rpc", "")),
+        Some((
+            406,
+            "PRECONDITION_FAILED - Queue type rabbit_quorum_queue not valid for this exchange type"
+                .to_owned()
+        ))
+    );
+    let c = tb.channel();
+    declare_exchange(&mut tb, c, "downstream", "fanout");
+    let to_exchange = ExchangeBind {
+        destination: short("downstream"),
+        source: short("rpc"),
+        routing_key: short(""),
+        ..Default::default()
+    };
+    assert_eq!(
+        refused(&tb.call(c, to_exchange)),
+        Some((406, "PRECONDITION_FAILED - Destination not found".to_owned()))
+    );
+}

@@ -5,6 +5,7 @@ pub(crate) mod delayed;
 mod direct;
 mod fanout;
 mod headers;
+mod local_random;
 mod topic;
 
 use bytes::Bytes;
@@ -19,6 +20,7 @@ use crate::policy::Policy;
 use crate::queue::QueueId;
 
 pub(crate) use headers::validate_binding_arguments as validate_headers_binding;
+pub(crate) use local_random::validate_binding as validate_local_random_binding;
 
 /// The exchange types Hourglass routes with.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -27,6 +29,8 @@ pub enum ExchangeKind {
     Fanout,
     Topic,
     Headers,
+    /// RabbitMQ 4.0's `x-local-random`: one bound queue per message, picked at random.
+    LocalRandom,
 }
 
 impl ExchangeKind {
@@ -36,6 +40,7 @@ impl ExchangeKind {
             b"fanout" => Some(ExchangeKind::Fanout),
             b"topic" => Some(ExchangeKind::Topic),
             b"headers" => Some(ExchangeKind::Headers),
+            b"x-local-random" => Some(ExchangeKind::LocalRandom),
             _ => None,
         }
     }
@@ -46,6 +51,7 @@ impl ExchangeKind {
             ExchangeKind::Fanout => "fanout",
             ExchangeKind::Topic => "topic",
             ExchangeKind::Headers => "headers",
+            ExchangeKind::LocalRandom => local_random::TYPE_NAME,
         }
     }
 }
@@ -116,14 +122,17 @@ enum RouteIndex {
     Topic(topic::TopicTrie),
     /// Fanout and headers exchanges look at every binding anyway.
     Bindings,
+    /// A local random exchange picks one binding per message.
+    Pick(local_random::Picker),
 }
 
 impl RouteIndex {
-    fn for_kind(kind: ExchangeKind) -> RouteIndex {
-        match kind {
+    fn for_exchange(spec: &ExchangeSpec) -> RouteIndex {
+        match spec.kind {
             ExchangeKind::Direct => RouteIndex::Direct(Default::default()),
             ExchangeKind::Topic => RouteIndex::Topic(Default::default()),
             ExchangeKind::Fanout | ExchangeKind::Headers => RouteIndex::Bindings,
+            ExchangeKind::LocalRandom => RouteIndex::Pick(local_random::Picker::seeded(&spec.name)),
         }
     }
 
@@ -131,7 +140,7 @@ impl RouteIndex {
         match self {
             RouteIndex::Direct(index) => index.insert(&binding.routing_key, &binding.destination),
             RouteIndex::Topic(trie) => trie.insert(binding.routing_key.as_bytes(), &binding.destination),
-            RouteIndex::Bindings => {}
+            RouteIndex::Bindings | RouteIndex::Pick(_) => {}
         }
     }
 
@@ -139,7 +148,7 @@ impl RouteIndex {
         match self {
             RouteIndex::Direct(index) => index.remove(&binding.routing_key, &binding.destination),
             RouteIndex::Topic(trie) => trie.remove(binding.routing_key.as_bytes(), &binding.destination),
-            RouteIndex::Bindings => {}
+            RouteIndex::Bindings | RouteIndex::Pick(_) => {}
         }
     }
 }
@@ -147,7 +156,7 @@ impl RouteIndex {
 impl Exchange {
     pub fn new(spec: ExchangeSpec) -> Self {
         let alternate = argument_alternate(&spec);
-        let index = RouteIndex::for_kind(spec.kind);
+        let index = RouteIndex::for_exchange(&spec);
         Exchange {
             spec,
             alternate,
@@ -234,6 +243,7 @@ impl Exchange {
             (RouteIndex::Bindings, ExchangeKind::Headers) => {
                 headers::route(self.bindings.iter(), message.properties().headers().as_ref(), out)
             }
+            (RouteIndex::Pick(picker), _) => local_random::route(&self.bindings, picker, out),
             (RouteIndex::Bindings, _) => fanout::route(self.bindings.iter(), out),
         }
     }
@@ -315,7 +325,9 @@ mod tests {
         match &exchange.index {
             RouteIndex::Direct(index) => index.route(&s(key), &mut out),
             RouteIndex::Topic(trie) => trie.route(key.as_bytes(), &mut out),
-            RouteIndex::Bindings => unreachable!("fanout and headers route over the bindings"),
+            RouteIndex::Bindings | RouteIndex::Pick(_) => {
+                unreachable!("fanout, headers and local random route over the bindings")
+            }
         }
         out.into_vec()
     }

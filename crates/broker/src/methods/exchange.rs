@@ -233,8 +233,10 @@ fn exchange_binding(
             return Err(errors::no_exchange(name, vhost_name));
         }
     }
-    if vhost.exchanges.get(source).is_some_and(|x| x.spec.kind == ExchangeKind::Headers) {
-        crate::exchange::validate_headers_binding(arguments)?;
+    match vhost.exchanges.get(source).map(|x| x.spec.kind) {
+        Some(ExchangeKind::Headers) => crate::exchange::validate_headers_binding(arguments)?,
+        Some(ExchangeKind::LocalRandom) => crate::exchange::validate_local_random_binding(routing_key, None)?,
+        _ => {}
     }
     Ok(Binding {
         destination: Destination::Exchange(destination.clone()),

@@ -411,6 +411,10 @@ impl Broker {
         // AMQP 0-9-1: an empty routing key with an empty queue name binds with the queue's name.
         let routing_key =
             if routing_key.is_empty() && queue.is_empty() { queue_name } else { routing_key.clone() };
+        if source.spec.kind == ExchangeKind::LocalRandom {
+            let queue_type = self.queues.get(&id).map(|q| q.args.queue_type);
+            crate::exchange::validate_local_random_binding(&routing_key, queue_type)?;
+        }
         let binding =
             Binding { destination: Destination::Queue(id), routing_key, arguments: arguments.clone() };
         Ok((binding, exchange.clone()))
