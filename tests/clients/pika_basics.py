@@ -56,7 +56,7 @@ lr = conn.channel()
 lr.exchange_declare(exchange="pika-rpc", exchange_type="x-local-random", auto_delete=True)
 workers = [lr.queue_declare(queue="", exclusive=True).method.queue for _ in range(3)]
 for worker in workers:
-    lr.queue_bind(queue=worker, exchange="pika-rpc")
+    lr.queue_bind(queue=worker, exchange="pika-rpc", routing_key="")  # pika binds with the queue name by default
 for i in range(60):
     lr.basic_publish(exchange="pika-rpc", routing_key="ignored", body=f"call-{i}".encode())
 counts = [lr.queue_declare(queue=w, passive=True).method.message_count for w in workers]
