@@ -13,7 +13,8 @@
 //! change the broker is listed here, and none hands the broker a closure. A front end sends a
 //! [`Job`] built from a request to the task that owns the broker, which runs it between
 //! commands ([`Job::run`]) and hands its answer back. What comes later (a request's store ops
-//! durable, a long poll's message) comes as a [`Notice`](crate::Notice) for the ticket the driver ran it under.
+//! durable, a long poll's message) comes as a [`Notice`](crate::Notice) for the ticket the
+//! driver ran it under.
 
 mod admin_channel;
 mod delayed;
@@ -77,7 +78,8 @@ pub trait Request: sealed::Sealed + Send + 'static {
 pub struct Job(Box<dyn Run>);
 
 /// What a job did: the answer (of the type its request names, which the sender takes back with
-/// `downcast`), and whether the broker holds the run's ticket for a [`Notice`](crate::Notice) to come.
+/// `downcast`), and whether the broker holds the run's ticket for a [`Notice`](crate::Notice)
+/// to come.
 pub struct Ran {
     pub answer: Box<dyn Any + Send>,
     pub ticket_held: bool,
@@ -94,22 +96,22 @@ impl Job {
         Job(Box::new(Applied { request, durably: false }))
     }
 
-    /// Applies `request`, then [`Notice::Durable`](crate::Notice::Durable) comes for the run's ticket once every store op
-    /// it emitted is durable (at once when it emitted none).
+    /// Applies `request`, then [`Notice::Durable`](crate::Notice::Durable) comes for the run's
+    /// ticket once every store op it emitted is durable (at once when it emitted none).
     pub fn request_durably<R: Request>(request: R) -> Job {
         Job(Box::new(Applied { request, durably: true }))
     }
 
-    /// [`Notice::Durable`](crate::Notice::Durable) for the run's ticket once every store op the broker emitted from
-    /// `first` on (see [`NextOpSeq`]) is durable: for a sender that made many requests without
-    /// waiting for each (a definitions import).
+    /// [`Notice::Durable`](crate::Notice::Durable) for the run's ticket once every store op the
+    /// broker emitted from `first` on (see [`NextOpSeq`]) is durable: for a sender that made many
+    /// requests without waiting for each (a definitions import).
     pub fn when_durable_since(first: u64) -> Job {
         Job(Box::new(DurableSince(first)))
     }
 
-    /// An SQS long poll waits for a message: [`Notice::SqsReady`](crate::Notice::SqsReady) comes for the run's ticket once
-    /// the queue has one (`Broker::sqs_wait`). Answers `Result<Ticket, SqsGatewayError>`: take the
-    /// wait back with [`SqsUnwait`] and that ticket.
+    /// An SQS long poll waits for a message: [`Notice::SqsReady`](crate::Notice::SqsReady) comes
+    /// for the run's ticket once the queue has one (`Broker::sqs_wait`). Answers
+    /// `Result<Ticket, SqsGatewayError>`: take the wait back with [`SqsUnwait`] and that ticket.
     pub fn wait_for_sqs_message(wait: SqsWait) -> Job {
         Job(Box::new(wait))
     }

@@ -92,8 +92,8 @@ impl Request for SqsReceive {
     }
 }
 
-/// A long poll waits for a message in a queue: sent as [`Job::wait_for_sqs_message`](super::Job::wait_for_sqs_message),
-/// which gives it its ticket.
+/// A long poll waits for a message in a queue: sent as
+/// [`Job::wait_for_sqs_message`](super::Job::wait_for_sqs_message), which gives it its ticket.
 pub struct SqsWait {
     pub vhost: String,
     pub queue: String,
