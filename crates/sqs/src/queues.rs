@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use hourglass_broker::api::AmqpError;
 use hourglass_broker::requests::{
-    AsUser, CallMethod, ChangeSqsArguments, DeclareSqsQueue, PurgeSqsQueue, QueueDetailsNamed, QueueNames,
-    SqsDeadLetterSources, SqsDeclared,
+    AsUser, CallMethod, ChangeSqsArguments, DeclareSqsQueue, PurgeSqsQueue, QueueDetailsNamed,
+    QueueNameGroups, SqsDeadLetterSources, SqsDeclared,
 };
 use hourglass_broker::{Access, Permissions, Resource};
 use hourglass_wire::{FieldTable, FieldValue, LongStr, QueueDeclare, QueueDelete, ShortStr};
@@ -497,7 +497,7 @@ async fn existing(
 
 pub async fn list(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
     let prefix = input.string("QueueNamePrefix")?.unwrap_or("").to_owned();
-    let groups = state.broker.ask(QueueNames { vhost: Some(caller.vhost.clone()) }).await?;
+    let groups = state.broker.ask(QueueNameGroups { vhost: Some(caller.vhost.clone()) }).await?;
     let permissions = permissions(state, caller, &caller.vhost);
     let names: Vec<String> = groups
         .into_iter()

@@ -45,8 +45,8 @@ pub use sqs::{
 };
 pub use topology::{
     AddVhost, BindingsTo, ClearPolicy, DeclaredBindings, DeleteVhost, ExchangeKeys, ListPolicies,
-    QueueDetailsNamed, QueueNames, ReadyCount, SetPermissions, SetPolicy, SetVhostMaxQueues, TracedVhosts,
-    Tracing, VhostNames, WouldExceedQueueLimit,
+    QueueDetailsNamed, QueueNameGroups, ReadyCount, SetPermissions, SetPolicy, SetVhostMaxQueues,
+    TracedVhosts, Tracing, VhostNames, WouldExceedQueueLimit,
 };
 
 use std::any::Any;

@@ -191,13 +191,13 @@ impl Question for ReadyCount {
     }
 }
 
-/// The names of the queues of one vhost or all.
-pub struct QueueNames {
+/// The names of the queues of one vhost or all, a group per vhost.
+pub struct QueueNameGroups {
     pub vhost: Option<String>,
 }
 
-impl Sealed for QueueNames {}
-impl Question for QueueNames {
+impl Sealed for QueueNameGroups {}
+impl Question for QueueNameGroups {
     type Answer = Vec<crate::admin::QueueNames>;
     fn answer(self, broker: &Broker, _: Timestamp) -> Self::Answer {
         broker.queue_names(self.vhost.as_deref())

@@ -13,7 +13,7 @@ use hourglass_broker::admin::{sort_queues, QueueDetails};
 use hourglass_broker::queue::{QueueStats, QueueType};
 use hourglass_broker::requests::{
     AsUser, DeclareQueue, DeleteQueue, GetMessages, GetSettlement, QueueDetailsNamed, QueueListing,
-    QueueNames,
+    QueueNameGroups,
 };
 use hourglass_wire::{QueueDeclare, QueueDelete, QueuePurge};
 use serde_json::{json, Value};
@@ -187,7 +187,7 @@ async fn list(
     visible: impl Fn(&str) -> bool,
 ) -> Result<Response, ApiError> {
     let slot = state.listings.take(user).await?;
-    let names = state.broker.ask(QueueNames { vhost: only }).await?;
+    let names = state.broker.ask(QueueNameGroups { vhost: only }).await?;
     let groups = names.into_iter().filter(|g| visible(&g.vhost)).map(|g| (g.vhost, g.queues)).collect();
     let (node, rates) = (state.node.clone(), state.rates.clone());
     let ranges = Ranges::from_params(params);
