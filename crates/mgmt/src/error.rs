@@ -4,7 +4,7 @@
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hourglass_broker::requests::Missing;
+use hourglass_broker::requests::AdminError;
 use hourglass_broker::{AmqpError, DefinitionNotStored};
 use hourglass_wire::reply_code::{ACCESS_REFUSED, NOT_FOUND};
 
@@ -162,11 +162,11 @@ impl From<AmqpError> for ApiError {
     }
 }
 
-impl From<Missing> for ApiError {
-    fn from(error: Missing) -> Self {
+impl From<AdminError> for ApiError {
+    fn from(error: AdminError) -> Self {
         match error {
-            Missing::NotFound => ApiError::NotFound,
-            Missing::Refused(error) => error.into(),
+            AdminError::NotFound => ApiError::NotFound,
+            AdminError::Refused(error) => error.into(),
         }
     }
 }

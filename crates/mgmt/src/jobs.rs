@@ -73,7 +73,8 @@ impl JobRunner {
     }
 
     /// Tickets someone still waits on.
-    pub fn waiting(&self) -> usize {
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
         self.waiting.len()
     }
 }

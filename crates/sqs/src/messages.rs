@@ -405,13 +405,12 @@ async fn delete_all(
     queue: &QueueRef,
     handles: Vec<String>,
 ) -> Result<Vec<Answer>, SqsError> {
-    let batch =
-        SqsDeleteBatch { vhost: queue.vhost.clone(), queue: queue.name.clone(), handles: handles.clone() };
+    let batch = SqsDeleteBatch { vhost: queue.vhost.clone(), queue: queue.name.clone(), handles };
     let deleted = state.broker.request(batch).await?;
-    let answer = |(deleted, handle): (Result<(), SqsGatewayError>, String)| {
+    let answer = |(handle, deleted): (String, Result<(), SqsGatewayError>)| {
         deleted.map(|()| Map::new()).map_err(|e| gateway_error(e, &handle))
     };
-    Ok(deleted.into_iter().zip(handles).map(answer).collect())
+    Ok(deleted.into_iter().map(answer).collect())
 }
 
 pub async fn delete_batch(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
@@ -448,13 +447,9 @@ async fn change_all(
     queue: &QueueRef,
     changes: Vec<(String, u64)>,
 ) -> Result<Vec<Answer>, SqsError> {
-    let batch = ChangeVisibilityBatch {
-        vhost: queue.vhost.clone(),
-        queue: queue.name.clone(),
-        changes: changes.clone(),
-    };
+    let batch = ChangeVisibilityBatch { vhost: queue.vhost.clone(), queue: queue.name.clone(), changes };
     let changed = state.broker.request(batch).await?;
-    let answer = |(changed, (handle, ms)): (Result<(), VisibilityError>, (String, u64))| {
+    let answer = |((handle, ms), changed): ((String, u64), Result<(), VisibilityError>)| {
         match changed {
             // An expired handle whose message waits in the queue: AWS answers a success that
             // changes nothing (LocalStack checked this against AWS).
@@ -471,7 +466,7 @@ async fn change_all(
             ))),
         }
     };
-    Ok(changed.into_iter().zip(changes).map(answer).collect())
+    Ok(changed.into_iter().map(answer).collect())
 }
 
 pub async fn change_visibility_batch(

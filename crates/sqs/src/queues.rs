@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use hourglass_broker::api::AmqpError;
 use hourglass_broker::requests::{
-    AsUser, CallMethod, ChangeSqsArguments, DeclareSqsQueue, PurgeSqsQueue, QueueDetailsNamed,
-    QueueNameGroups, SqsDeadLetterSources, SqsDeclared,
+    AsUser, CallMethod, ChangeSqsArguments, DeclareSqsQueue, PurgeSqsQueue, QueueArguments,
+    QueueDetailsNamed, QueueNameGroups, SqsDeadLetterSources, SqsDeclared,
 };
 use hourglass_broker::{Access, Permissions, Resource};
 use hourglass_wire::{FieldTable, FieldValue, LongStr, QueueDeclare, QueueDelete, ShortStr};
@@ -441,7 +441,7 @@ pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
     match state.broker.request(DeclareSqsQueue { who, declare }).await? {
         SqsDeclared::Existing(existing) => {
             if let Some((_, attribute)) =
-                given.iter().find(|((key, value), _)| !same_argument(&existing.arguments, key, value))
+                given.iter().find(|((key, value), _)| !same_argument(&existing, key, value))
             {
                 return Err(SqsError::QueueNameExists(format!(
                     "A queue already exists with the same name and a different value for attribute {attribute}"
@@ -585,9 +585,8 @@ pub(crate) async fn change_arguments(
 
 /// `queue`'s arguments, in one broker job; `QueueDoesNotExist` when there is no such queue.
 pub async fn arguments_of(state: &SqsState, queue: &QueueRef) -> Result<FieldTable, SqsError> {
-    let named = QueueDetailsNamed { vhost: queue.vhost.clone(), name: queue.name.clone() };
-    let found = state.broker.ask(named).await?;
-    found.map(|details| details.arguments).ok_or(SqsError::QueueDoesNotExist)
+    let named = QueueArguments { vhost: queue.vhost.clone(), name: queue.name.clone() };
+    state.broker.ask(named).await?.ok_or(SqsError::QueueDoesNotExist)
 }
 
 /// The integer arguments `names` of `queue` (`None` for one it has not), in one broker job;

@@ -27,7 +27,7 @@ pub struct AsUser {
 
 impl AsUser {
     /// Runs `calls` on an admin channel opened as this user.
-    fn on_channel<T>(
+    pub(super) fn on_channel<T>(
         &self,
         broker: &mut Broker,
         now: Timestamp,
@@ -37,18 +37,18 @@ impl AsUser {
     }
 }
 
-/// Why a request on a named queue or exchange failed.
+/// Why an admin channel request on a named queue or exchange failed.
 #[derive(Debug)]
-pub enum Missing {
+pub enum AdminError {
     /// There is no such queue or exchange (the HTTP API's 404).
     NotFound,
     /// The broker refused the method, as it would an AMQP client's.
     Refused(AmqpError),
 }
 
-impl From<AmqpError> for Missing {
+impl From<AmqpError> for AdminError {
     fn from(error: AmqpError) -> Self {
-        Missing::Refused(error)
+        AdminError::Refused(error)
     }
 }
 
@@ -91,10 +91,10 @@ pub struct DeleteQueue {
 
 impl Sealed for DeleteQueue {}
 impl Request for DeleteQueue {
-    type Answer = Result<(), Missing>;
+    type Answer = Result<(), AdminError>;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
         if broker.queue_stats(&self.who.vhost, &self.delete.queue.as_str()).is_none() {
-            return Err(Missing::NotFound);
+            return Err(AdminError::NotFound);
         }
         let delete = self.delete;
         self.who.on_channel(broker, now, |ch| ch.call(delete))?;
@@ -126,10 +126,10 @@ pub struct DeleteExchange {
 
 impl Sealed for DeleteExchange {}
 impl Request for DeleteExchange {
-    type Answer = Result<(), Missing>;
+    type Answer = Result<(), AdminError>;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
         if !broker.has_exchange(&self.who.vhost, &self.delete.exchange) {
-            return Err(Missing::NotFound);
+            return Err(AdminError::NotFound);
         }
         let delete = self.delete;
         self.who.on_channel(broker, now, |ch| ch.call(delete))?;
@@ -146,10 +146,10 @@ pub struct PublishMessage {
 
 impl Sealed for PublishMessage {}
 impl Request for PublishMessage {
-    type Answer = Result<bool, Missing>;
+    type Answer = Result<bool, AdminError>;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
         if !broker.has_exchange(&self.who.vhost, &self.publish.exchange) {
-            return Err(Missing::NotFound);
+            return Err(AdminError::NotFound);
         }
         let publish = self.publish;
         let replies = self.who.on_channel(broker, now, |ch| ch.publish(publish))?;

@@ -24,8 +24,8 @@ mod sqs;
 mod topology;
 
 pub use admin_channel::{
-    AsUser, CallMethod, CheckAlive, DeclareExchange, DeclareQueue, DeleteExchange, DeleteQueue, GetMessages,
-    GetSettlement, Missing, PublishMessage,
+    AdminError, AsUser, CallMethod, CheckAlive, DeclareExchange, DeclareQueue, DeleteExchange, DeleteQueue,
+    GetMessages, GetSettlement, PublishMessage,
 };
 pub use delayed::{
     CancelDelayed, CancelDelayedKeys, ChangeVisibility, ConnectionEnds, DelayedWithMessageId, DueAt,
@@ -45,8 +45,8 @@ pub use sqs::{
 };
 pub use topology::{
     AddVhost, BindingsTo, ClearPolicy, DeclaredBindings, DeleteVhost, ExchangeKeys, ListPolicies,
-    QueueDetailsNamed, QueueNameGroups, ReadyCount, SetPermissions, SetPolicy, SetVhostMaxQueues,
-    TracedVhosts, Tracing, VhostNames, WouldExceedQueueLimit,
+    QueueArguments, QueueDetailsNamed, QueueNameGroups, ReadyCount, SetPermissions, SetPolicy,
+    SetVhostMaxQueues, TracedVhosts, Tracing, VhostNames, WouldExceedQueueLimit,
 };
 
 use std::any::Any;

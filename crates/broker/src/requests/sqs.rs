@@ -5,11 +5,12 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hourglass_wire::{EncodedProperties, FieldValue, QueueDeclare, ShortStr};
+use hourglass_wire::{EncodedProperties, FieldTable, FieldValue, QueueDeclare, ShortStr};
 
 use super::admin_channel::AsUser;
+use super::topology::queue_arguments;
 use super::{sealed::Sealed, Question, Request};
-use crate::admin::{MoveStep, MoveTarget, QueueDetails, SqsGatewayError, SqsReceived, SqsSent};
+use crate::admin::{MoveStep, MoveTarget, SqsGatewayError, SqsReceived, SqsSent};
 use crate::api::AmqpError;
 use crate::broker::Broker;
 use crate::notices::Ticket;
@@ -41,7 +42,7 @@ impl Request for SqsSendBatch {
     }
 }
 
-/// Deletes the message of each receipt handle: each one's outcome.
+/// Deletes the message of each receipt handle: each handle with its outcome.
 pub struct SqsDeleteBatch {
     pub vhost: String,
     pub queue: String,
@@ -50,15 +51,19 @@ pub struct SqsDeleteBatch {
 
 impl Sealed for SqsDeleteBatch {}
 impl Request for SqsDeleteBatch {
-    type Answer = Vec<Result<(), SqsGatewayError>>;
+    type Answer = Vec<(String, Result<(), SqsGatewayError>)>;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
         let (vhost, queue) = (&self.vhost, &self.queue);
-        self.handles.iter().map(|handle| broker.sqs_delete(vhost, queue, handle, now)).collect()
+        let delete = |handle: String| {
+            let deleted = broker.sqs_delete(vhost, queue, &handle, now);
+            (handle, deleted)
+        };
+        self.handles.into_iter().map(delete).collect()
     }
 }
 
 /// Changes the visibility timeout of each receipt handle's delivery to its milliseconds: each
-/// one's outcome.
+/// change with its outcome.
 pub struct ChangeVisibilityBatch {
     pub vhost: String,
     pub queue: String,
@@ -67,11 +72,14 @@ pub struct ChangeVisibilityBatch {
 
 impl Sealed for ChangeVisibilityBatch {}
 impl Request for ChangeVisibilityBatch {
-    type Answer = Vec<Result<(), VisibilityError>>;
+    type Answer = Vec<((String, u64), Result<(), VisibilityError>)>;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
         let (vhost, queue) = (&self.vhost, &self.queue);
-        let change = |(handle, ms): &(String, u64)| broker.change_visibility(vhost, queue, handle, *ms, now);
-        self.changes.iter().map(change).collect()
+        let change = |(handle, ms): (String, u64)| {
+            let changed = broker.change_visibility(vhost, queue, &handle, ms, now);
+            ((handle, ms), changed)
+        };
+        self.changes.into_iter().map(change).collect()
     }
 }
 
@@ -114,15 +122,15 @@ impl Request for SqsUnwait {
 
 /// What [`DeclareSqsQueue`] found or did.
 pub enum SqsDeclared {
-    /// The queue was there already (nothing declared): its row, to compare attributes with.
-    Existing(Box<QueueDetails>),
+    /// The queue was there already (nothing declared): its arguments, to compare attributes with.
+    Existing(FieldTable),
     /// The vhost holds its limit of this many queues.
     OverLimit(u64),
     /// The queue was declared, or the broker refused it.
     Declared(Result<(), AmqpError>),
 }
 
-/// CreateQueue: the queue's row when it exists, else its declaration as the caller.
+/// CreateQueue: the queue's arguments when it exists, else its declaration as the caller.
 pub struct DeclareSqsQueue {
     pub who: AsUser,
     pub declare: QueueDeclare,
@@ -133,19 +141,14 @@ impl Request for DeclareSqsQueue {
     type Answer = SqsDeclared;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> SqsDeclared {
         let vhost = &self.who.vhost;
-        if let Some(existing) = broker.queue_details_named(vhost, &self.declare.queue.as_str()) {
-            return SqsDeclared::Existing(Box::new(existing));
+        if let Some(existing) = queue_arguments(broker, vhost, &self.declare.queue.as_str()) {
+            return SqsDeclared::Existing(existing);
         }
         if let Some(limit) = broker.queue_limit_reached(vhost) {
             return SqsDeclared::OverLimit(limit);
         }
         let declare = self.declare;
-        let who = self.who;
-        SqsDeclared::Declared(
-            broker
-                .with_admin_channel_as(&who.user, &who.vhost, who.permissions, now, |ch| ch.call(declare))
-                .map(|_| ()),
-        )
+        SqsDeclared::Declared(self.who.on_channel(broker, now, |ch| ch.call(declare)).map(|_| ()))
     }
 }
 
@@ -160,12 +163,8 @@ impl Sealed for PurgeSqsQueue {}
 impl Request for PurgeSqsQueue {
     type Answer = Result<(), AmqpError>;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
-        let (who, queue) = (self.who, self.queue);
-        broker
-            .with_admin_channel_as(&who.user, &who.vhost, who.permissions, now, |ch| {
-                ch.purge_with_sqs_in_flight(queue)
-            })
-            .map(|_| ())
+        let queue = self.queue;
+        self.who.on_channel(broker, now, |ch| ch.purge_with_sqs_in_flight(queue)).map(|_| ())
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use hourglass_wire::FieldTable;
+
 use super::{sealed::Sealed, Question, Request};
 use crate::admin::slices::{BindingKey, ExchangeKey};
 use crate::admin::{BindingDetails, QueueDetails};
@@ -175,6 +177,27 @@ impl Question for QueueDetailsNamed {
     fn answer(self, broker: &Broker, _: Timestamp) -> Option<QueueDetails> {
         broker.queue_details_named(&self.vhost, &self.name)
     }
+}
+
+/// A queue's arguments as declared or last changed (`None`: no such queue), without building its
+/// row: what the SQS endpoint reads its settings from on every send and receive.
+pub struct QueueArguments {
+    pub vhost: String,
+    pub name: String,
+}
+
+impl Sealed for QueueArguments {}
+impl Question for QueueArguments {
+    type Answer = Option<FieldTable>;
+    fn answer(self, broker: &Broker, _: Timestamp) -> Option<FieldTable> {
+        queue_arguments(broker, &self.vhost, &self.name)
+    }
+}
+
+/// Queue `name`'s arguments in `vhost`, if there is such a queue.
+pub(super) fn queue_arguments(broker: &Broker, vhost: &str, name: &str) -> Option<FieldTable> {
+    let id = broker.vhosts.get(vhost)?.queue_id(name)?;
+    broker.queues.get(&id).map(|queue| queue.spec.arguments.clone())
 }
 
 /// How many messages are ready in a queue (`None`: no such queue).
