@@ -340,3 +340,38 @@ async fn queue_attributes_show_the_visibility_timeout_an_operator_policy_caps() 
         received.elapsed()
     );
 }
+
+/// Issue 41: a user policy's `visibility-timeout` applies to a queue made over SQS without a
+/// `VisibilityTimeout`. CreateQueue used to store SQS's 30 s default as the queue's own argument,
+/// which a user policy cannot override: the message stayed hidden for 30 s. Giving the default
+/// again on a second CreateQueue is still no conflict.
+#[tokio::test]
+async fn a_user_policy_sets_the_visibility_timeout_of_a_queue_made_over_sqs() {
+    let (broker, addr) = sqs_broker(&[]);
+    let (status, created) = sqs(addr, "CreateQueue", json!({"QueueName": "ruled"})).await;
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().unwrap().to_owned();
+    let again = json!({"QueueName": "ruled", "Attributes": {"VisibilityTimeout": "30"}});
+    let (status, body) = sqs(addr, "CreateQueue", again).await;
+    assert_eq!(status, 200, "the default given again is the queue's own: {body}");
+    let policy =
+        json!({"pattern": "^ruled$", "apply-to": "queues", "definition": {"visibility-timeout": 1000}});
+    let (status, body) = common::http(&broker, "PUT", "/api/policies/%2f/short", &policy.to_string()).await;
+    assert!(status == 201 || status == 204, "{status} {body}");
+    let get = json!({"QueueUrl": url, "AttributeNames": ["VisibilityTimeout"]});
+    let (_, shown) = sqs(addr, "GetQueueAttributes", get).await;
+    assert_eq!(shown["Attributes"]["VisibilityTimeout"], "1", "{shown}");
+    assert_eq!(sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": "back"})).await.0, 200);
+    let receive = json!({"QueueUrl": url, "WaitTimeSeconds": 1});
+    let (_, first) = sqs(addr, "ReceiveMessage", receive.clone()).await;
+    assert_eq!(first["Messages"][0]["Body"], "back", "{first}");
+    let received = Instant::now();
+    loop {
+        let (_, again) = sqs(addr, "ReceiveMessage", receive.clone()).await;
+        if again["Messages"][0]["Body"] == "back" {
+            break;
+        }
+        assert!(received.elapsed() < WAIT, "not visible again within {WAIT:?}");
+    }
+    assert!(received.elapsed() >= Duration::from_millis(900), "visible again after {:?}", received.elapsed());
+}

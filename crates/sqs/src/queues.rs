@@ -225,11 +225,15 @@ fn given_arguments(
     Ok(given)
 }
 
-/// A new queue's arguments: SQS's defaults for the visibility timeout and the retention period,
-/// then what its attributes `given` set, and when it was made (`CreatedTimestamp`).
+/// A new queue's arguments: SQS's default retention period, then what its attributes `given` set,
+/// and when it was made (`CreatedTimestamp`).
+///
+/// SQS's default visibility timeout (30 s) is not stored: it is what a receive uses when neither
+/// the queue nor a policy sets one, so a user policy's `visibility-timeout` applies to a queue
+/// made without `VisibilityTimeout` (issue 41). Its AMQP consumers have no visibility timeout
+/// unless a policy gives one, like those of any queue declared without `x-visibility-timeout`.
 fn arguments_for_new_queue(given: &[(ArgumentChange, String)], created_s: u64) -> FieldTable {
     let mut args: Vec<ArgumentChange> = vec![
-        ("x-visibility-timeout".into(), Some(FieldValue::I64(VISIBILITY_TIMEOUT_DEFAULT_S * 1000))),
         ("x-message-ttl".into(), Some(FieldValue::I64(RETENTION_DEFAULT_S * 1000))),
         (CREATED_ARG.into(), Some(FieldValue::I64(created_s as i64))),
     ];
@@ -459,9 +463,16 @@ pub async fn create(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Res
 }
 
 /// Whether `arguments` holds `key` as `wanted` says (`None`: absent); integers of any width
-/// compare by value (a queue declared over AMQP may hold a 32-bit one).
+/// compare by value (a queue declared over AMQP may hold a 32-bit one). A queue without a
+/// visibility timeout of its own has SQS's default.
 fn same_argument(arguments: &FieldTable, key: &str, wanted: &Option<FieldValue>) -> bool {
-    match (arguments.get(key), wanted) {
+    let have = match arguments.get(key) {
+        None if key == "x-visibility-timeout" && arguments.get(ZERO_VISIBILITY_ARG).is_none() => {
+            Some(FieldValue::I64(VISIBILITY_TIMEOUT_DEFAULT_S * 1000))
+        }
+        have => have,
+    };
+    match (have, wanted) {
         (None, None) => true,
         (Some(have), Some(want)) => match (have.as_i64(), want.as_i64()) {
             (Some(a), Some(b)) => a == b,
