@@ -3,7 +3,7 @@ getting-started example uses it: it checks the server announces RabbitMQ 4, decl
 queue, an exchange and a binding through the `/management` node, publishes through an exchange
 address (each message `accepted`), consumes and accepts, hands a message back with an
 `x-opt-delivery-time` (the `modified` outcome with annotations: redelivered then, never earlier,
-as RabbitMQ 4.3 holds it), reads the queue's info, purges, unbinds and deletes. A request the broker refuses gets its status (404 for a queue that does not exist)."""
+as RabbitMQ 4.3 holds it, carrying the other annotation it was handed back with), reads the queue's info, purges, unbinds and deletes. A request the broker refuses gets its status (404 for a queue that does not exist)."""
 import sys
 import time
 
@@ -73,20 +73,24 @@ assert handler.bodies == [f"message {i}" for i in range(MESSAGES)], handler.bodi
 
 class Retry(AMQPMessagingHandler):
     """Hands the first delivery back with an `x-opt-delivery-time` 1.5 s ahead (the `modified`
-    outcome with annotations; RabbitMQ 4.3 holds the message until then), accepts the second."""
+    outcome with annotations; RabbitMQ 4.3 holds the message until then) and a reason, accepts
+    the second, which carries the reason (RabbitMQ 4.0 merges a modified outcome's annotations)."""
 
     def __init__(self):
         super().__init__()
         self.due_ms = None
         self.again_ms = None
+        self.reason = None
 
     def on_amqp_message(self, event: Event):
         now_ms = int(time.time() * 1000)
         if self.due_ms is None:
             self.due_ms = now_ms + 1500
-            self.delivery_context.requeue_with_annotations(event, {"x-opt-delivery-time": self.due_ms})
+            annotations = {"x-opt-delivery-time": self.due_ms, "x-opt-retry-reason": "busy"}
+            self.delivery_context.requeue_with_annotations(event, annotations)
             return
         self.again_ms = now_ms
+        self.reason = (event.message.annotations or {}).get("x-opt-retry-reason")
         self.delivery_context.accept(event)
         raise Done()
 
@@ -103,6 +107,7 @@ except Done:
 consumer.close()
 assert retry.again_ms >= retry.due_ms, f"redelivered {retry.due_ms - retry.again_ms} ms early"
 assert retry.again_ms - retry.due_ms < 1000, f"redelivered {retry.again_ms - retry.due_ms} ms late"
+assert retry.reason == "busy", f"the annotation handed back with it: {retry.reason!r}"
 
 management = connection.management()
 assert management.purge_queue(QUEUE) == 0

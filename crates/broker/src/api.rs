@@ -118,18 +118,31 @@ pub enum Command {
     /// consumers made after it) on a consumer that exists: an AMQP 1.0 link's credit, which the
     /// client changes as it goes. Nothing is answered; an unknown consumer is ignored.
     ConsumerPrefetch { conn: ConnectionId, channel: ChannelId, consumer_tag: ShortStr, prefetch: u16 },
-    /// Hands delivery `delivery_tag` back to its queue, as basic.reject with requeue does when
-    /// `failed` (else as basic.nack with requeue), not to be delivered again before `ready_at`:
-    /// an AMQP 1.0 `modified` outcome whose annotations name an `x-opt-delivery-time` (RabbitMQ
-    /// 4.3). Over its delivery limit the message is dead-lettered, as any return; an unknown tag
-    /// is a channel error, as for basic.reject.
-    ReturnAt {
-        conn: ConnectionId,
-        channel: ChannelId,
-        delivery_tag: u64,
-        failed: bool,
-        ready_at: crate::Timestamp,
-    },
+    /// An AMQP 1.0 `modified` outcome that asks more than a plain reject: annotations merged
+    /// into the message, or a time before which it is not delivered again (RabbitMQ 4.3).
+    /// Boxed: it is rare, and every publish moves a `Command`.
+    Modify(Box<Modification>),
+}
+
+/// Delivery `delivery_tag` on `channel` settled by an AMQP 1.0 `modified` outcome
+/// ([`Command::Modify`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Modification {
+    pub conn: ConnectionId,
+    pub channel: ChannelId,
+    pub delivery_tag: u64,
+    /// `delivery-failed`: it goes back as basic.reject with requeue does (its delivery counts
+    /// as failed), else as basic.nack with requeue does.
+    pub failed: bool,
+    /// `undeliverable-here`: dead-lettered (or dropped), as basic.reject without requeue.
+    pub undeliverable_here: bool,
+    /// Back to the queue, not delivered again before this time (`x-opt-delivery-time`); over
+    /// its delivery limit it is still dead-lettered at once. An unknown tag is a channel error,
+    /// as for basic.reject.
+    pub ready_at: Option<crate::Timestamp>,
+    /// Message annotations (`x-` keys) merged into the message's headers, which carry them
+    /// (docs/amqp1.md), whether it goes back to its queue or is dead-lettered.
+    pub annotations: FieldTable,
 }
 
 /// What a [`Command::Query`] asks.
@@ -168,8 +181,8 @@ impl Command {
             | Command::ChannelAborted { conn, .. }
             | Command::DeliveryPaused { conn, .. }
             | Command::Query { conn, .. }
-            | Command::ConsumerPrefetch { conn, .. }
-            | Command::ReturnAt { conn, .. } => *conn,
+            | Command::ConsumerPrefetch { conn, .. } => *conn,
+            Command::Modify(modification) => modification.conn,
         }
     }
 }

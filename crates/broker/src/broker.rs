@@ -213,8 +213,9 @@ impl Broker {
             Command::ConsumerPrefetch { conn, channel, consumer_tag, prefetch } => {
                 self.set_consumer_prefetch(conn, channel, &consumer_tag, prefetch, now);
             }
-            Command::ReturnAt { conn, channel, delivery_tag, failed, ready_at } => {
-                if let Err(error) = self.return_at(conn, channel, delivery_tag, failed, ready_at, now) {
+            Command::Modify(modification) => {
+                let (conn, channel) = (modification.conn, modification.channel);
+                if let Err(error) = self.modify(*modification, now) {
                     let method = Method::BasicReject(Default::default());
                     self.fail(conn, channel, error.on(&method), now);
                 }

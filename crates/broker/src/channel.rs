@@ -48,7 +48,7 @@ pub(crate) enum Settlement {
     /// (basic.reject) or not (RabbitMQ 4.3's delayed retry tells them apart).
     Requeue(ReturnKind),
     /// Back to the queue as `Requeue`, to be delivered again no earlier than this time (an AMQP
-    /// 1.0 `modified` outcome naming an `x-opt-delivery-time`: `Command::ReturnAt`).
+    /// 1.0 `modified` outcome naming an `x-opt-delivery-time`: `Command::Modify`).
     RequeueAt(ReturnKind, Timestamp),
     /// basic.nack / basic.reject with requeue=false: dead-lettered or dropped.
     Discard,

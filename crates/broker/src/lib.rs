@@ -5,6 +5,7 @@
 //! [`Broker::poll_effect`]; sleep until [`Broker::next_deadline`].
 
 pub mod admin;
+mod annotate;
 pub mod api;
 mod broker;
 pub mod calendar;
@@ -42,7 +43,7 @@ mod vhost;
 
 pub use api::{
     AmqpError, Answer, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect,
-    LoginInfo, Publish, Query, QueueAnswer, AMQP_0_9_1, AMQP_1_0,
+    LoginInfo, Modification, Publish, Query, QueueAnswer, AMQP_0_9_1, AMQP_1_0,
 };
 pub use broker::{Broker, BrokerConfig};
 pub use message::Message;

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use common::*;
 use hourglass_broker::{
-    BrokerConfig, Definitions, Effect, OrphanedQueue, RestoreReport, SequencedOp, StoreOp, StoredBody,
+    BrokerConfig, Command, Definitions, Effect, Message, Modification, OrphanedQueue, RestoreReport,
+    SequencedOp, StoreOp, StoredBody,
 };
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
@@ -268,6 +269,114 @@ fn dead_letter_copy_is_written_before_the_source_is_settled() {
     let StoreOp::Enqueue { queue: target, .. } = &written[0].op else { unreachable!() };
     let StoreOp::Settle { queue: source, .. } = &written[1].op else { unreachable!() };
     assert_ne!(target, source);
+}
+
+fn modify(c: Chan, tag: u64, undeliverable_here: bool, annotations: &[(&str, FieldValue)]) -> Command {
+    Command::Modify(Box::new(Modification {
+        conn: c.conn,
+        channel: c.channel,
+        delivery_tag: tag,
+        failed: true,
+        undeliverable_here,
+        ready_at: None,
+        annotations: FieldTable::from_entries(annotations.iter().cloned()),
+    }))
+}
+
+/// The messages basic.get-ok carried among `effects`.
+fn gotten(effects: &[Effect]) -> Vec<std::sync::Arc<Message>> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Send { method: Method::BasicGetOk(_), content: Some(m), .. } => Some(m.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn header_text(message: &Message, key: &str) -> Option<String> {
+    let value = message.properties().headers()?.get(key)?;
+    Some(String::from_utf8_lossy(value.as_bytes()?).into_owned())
+}
+
+/// Issue 42 (RabbitMQ 4.0's modified outcome): annotations a consumer adds while handing a
+/// persistent message back are kept, also across a restart. The annotated message is stored
+/// before the old record is settled (a crash in between keeps both, never neither), and it keeps
+/// its place in the queue. Before, the annotations were dropped: the message came back as it was.
+#[test]
+fn a_message_handed_back_with_annotations_keeps_them_across_a_restart() {
+    let (mut tb, c, mut model) = setup(FieldTable::new());
+    for body in [b"1", b"2"] {
+        tb.publish_with(c, "", "q", persistent(), body, false);
+    }
+    sync(&mut tb, &mut model);
+    tb.call(c, BasicGet { queue: short("q"), ..Default::default() });
+    ops(&mut tb);
+    let reason = [("x-opt-requeue-reason", FieldValue::from("service unavailable"))];
+    tb.command(modify(c, 1, false, &reason));
+    let written = ops(&mut tb);
+    assert_eq!(kinds(&written), vec!["enqueue", "settle", "update"]);
+    for op in &written {
+        model.apply(&op.op);
+    }
+    let d = tb.call(c, BasicGet { queue: short("q"), no_ack: true });
+    let got = gotten(&d);
+    assert_eq!(&got[0].body[..], b"1", "it keeps its place at the head");
+    assert_eq!(header_text(&got[0], "x-opt-requeue-reason").as_deref(), Some("service unavailable"));
+    assert!(got[0].is_persistent());
+
+    let mut restored = model.restore(&tb, Duration::from_millis(10));
+    let rc = restored.channel();
+    let d = deliveries(&consume(&mut restored, rc, "q", "t", true));
+    let kept: Vec<(&[u8], Option<String>)> =
+        d.iter().map(|d| (d.body(), header_text(&d.message, "x-opt-requeue-reason"))).collect();
+    assert_eq!(
+        kept,
+        vec![(b"2".as_slice(), None), (b"1".as_slice(), Some("service unavailable".to_owned()))],
+        "after a restart it is read back behind the messages stored before it"
+    );
+}
+
+/// Issue 42: a message dead-lettered by a `modified` outcome with `undeliverable-here` carries
+/// the annotations into its copy, and the source needs no store op of its own but its settle.
+#[test]
+fn a_message_dead_lettered_with_annotations_carries_them() {
+    let dlx = FieldTable::from_entries([
+        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
+        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
+    ]);
+    let (mut tb, c, mut model) = setup(dlx);
+    durable_queue(&mut tb, c, "dlq", FieldTable::new());
+    tb.publish_with(c, "", "q", persistent(), b"1", false);
+    sync(&mut tb, &mut model);
+    tb.call(c, BasicGet { queue: short("q"), ..Default::default() });
+    ops(&mut tb);
+    tb.command(modify(c, 1, true, &[("x-opt-why", FieldValue::from("bad input"))]));
+    assert_eq!(kinds(&ops(&mut tb)), vec!["enqueue", "settle"]);
+    let d = tb.call(c, BasicGet { queue: short("dlq"), no_ack: true });
+    let got = gotten(&d);
+    assert_eq!(header_text(&got[0], "x-opt-why").as_deref(), Some("bad input"));
+    assert_eq!(header_text(&got[0], "x-first-death-reason").as_deref(), Some("rejected"));
+}
+
+/// Issue 42: annotations that would grow a message's headers past the limit of a stored table
+/// are refused with a 406 (a channel error); the message is handed back as it was, not lost.
+#[test]
+fn annotations_past_the_table_limit_are_refused_and_the_message_kept() {
+    let (mut tb, c, mut model) = setup(FieldTable::new());
+    tb.publish_with(c, "", "q", persistent(), b"1", false);
+    sync(&mut tb, &mut model);
+    tb.call(c, BasicGet { queue: short("q"), ..Default::default() });
+    let big = "v".repeat(hourglass_broker::table_limits::TABLE_BYTES_MAX);
+    let refused = tb.command(modify(c, 1, false, &[("x-big", FieldValue::from(big.as_str()))]));
+    assert!(
+        refused.iter().any(|e| matches!(e, Effect::ChannelError { error, .. } if error.reply_code == 406)),
+        "{refused:?}"
+    );
+    let c2 = tb.channel();
+    let d = tb.call(c2, BasicGet { queue: short("q"), no_ack: true });
+    let got = gotten(&d);
+    assert_eq!((&got[0].body[..], header_text(&got[0], "x-big")), (b"1".as_slice(), None));
 }
 
 /// A delayed message is written once with its due time; falling due writes nothing.

@@ -23,6 +23,25 @@ fn declare_args(tb: &mut TestBroker, c: Chan, name: &str, args: &[(&str, FieldVa
     tb.call(c, QueueDeclare { queue: short(name), arguments, ..Default::default() })
 }
 
+/// A 1.0 `modified` outcome that asks only for a time to be delivered again at.
+fn return_at(
+    conn: hourglass_broker::ConnectionId,
+    channel: hourglass_broker::ChannelId,
+    delivery_tag: u64,
+    failed: bool,
+    ready_at: hourglass_broker::Timestamp,
+) -> Command {
+    Command::Modify(Box::new(hourglass_broker::Modification {
+        conn,
+        channel,
+        delivery_tag,
+        failed,
+        undeliverable_here: false,
+        ready_at: Some(ready_at),
+        annotations: FieldTable::new(),
+    }))
+}
+
 fn stats(tb: &TestBroker, queue: &str) -> hourglass_broker::queue::QueueStats {
     tb.broker.queue_stats("/", queue).unwrap()
 }
@@ -564,7 +583,7 @@ fn an_amqp1_consumer_is_told_of_its_timed_out_delivery_and_goes_on() {
     assert_eq!((s.messages_ready, s.messages_unacked, s.consumers), (0, 0, 1));
 }
 
-/// Issue 42 (RabbitMQ 4.3): a delivery handed back with a time of its own (`Command::ReturnAt`,
+/// Issue 42 (RabbitMQ 4.3): a delivery handed back with a time of its own (`Command::Modify`,
 /// an AMQP 1.0 `modified` outcome naming `x-opt-delivery-time`) waits until then, counted as
 /// delayed, whatever the queue's back-off says, and comes back redelivered; over the delivery
 /// limit it is dead-lettered at once; a time already past is none.
@@ -577,8 +596,7 @@ fn a_delivery_returned_with_a_ready_time_waits_for_it() {
     consume(&mut tb, c, "q", "link", false);
     tb.publish(c, "", "q", b"job");
     let ready_at = hourglass_broker::Timestamp::from_millis(tb.clock.now().as_millis() + 5_000);
-    let back =
-        tb.command(Command::ReturnAt { conn, channel: c.channel, delivery_tag: 1, failed: true, ready_at });
+    let back = tb.command(return_at(conn, c.channel, 1, true, ready_at));
     assert!(deliveries(&back).is_empty() && channel_error(&back).is_none());
     let s = stats(&tb, "q");
     assert_eq!((s.messages_ready, s.messages_unacked, s.messages_delayed), (0, 0, 1));
@@ -588,19 +606,12 @@ fn a_delivery_returned_with_a_ready_time_waits_for_it() {
     assert!(again[0].method.redelivered);
     // A second failure is over the limit of 1: dead-lettered (dropped here) at once, not held.
     let later = hourglass_broker::Timestamp::from_millis(tb.clock.now().as_millis() + 5_000);
-    let gone = tb.command(Command::ReturnAt {
-        conn,
-        channel: c.channel,
-        delivery_tag: 2,
-        failed: true,
-        ready_at: later,
-    });
+    let gone = tb.command(return_at(conn, c.channel, 2, true, later));
     assert!(channel_error(&gone).is_none());
     let s = stats(&tb, "q");
     assert_eq!((s.messages_ready, s.messages_unacked, s.messages_delayed), (0, 0, 0));
     // An unknown tag is basic.reject's channel error.
-    let unknown =
-        tb.command(Command::ReturnAt { conn, channel: c.channel, delivery_tag: 9, failed: false, ready_at });
+    let unknown = tb.command(return_at(conn, c.channel, 9, false, ready_at));
     assert_eq!(channel_error(&unknown).map(|e| e.reply_code), Some(406));
 }
 

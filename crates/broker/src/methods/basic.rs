@@ -9,7 +9,7 @@ use hourglass_wire::{
     BasicNack, BasicQos, BasicQosOk, BasicRecoverOk, BasicReject, BasicReturn, FieldTable, ShortStr,
 };
 
-use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Publish};
+use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Modification, Publish};
 use crate::broker::Broker;
 use crate::channel::{Mode, Settlement, Unacked};
 use crate::enqueue::Enqueued;
@@ -499,19 +499,18 @@ impl Broker {
         self.settle(conn, ch, m.delivery_tag, false, settlement, now)
     }
 
-    /// `Command::ReturnAt`: delivery `tag` back to its queue (a failure when `failed`, as
-    /// basic.reject; else a hand-back, as basic.nack), not delivered again before `ready_at`.
-    pub(crate) fn return_at(
-        &mut self,
-        conn: ConnectionId,
-        ch: ChannelId,
-        tag: u64,
-        failed: bool,
-        ready_at: Timestamp,
-        now: Timestamp,
-    ) -> Result<(), AmqpError> {
-        let how = if failed { ReturnKind::Failed } else { ReturnKind::Returned };
-        self.settle(conn, ch, tag, false, Settlement::RequeueAt(how, ready_at), now)
+    /// `Command::Modify`: the delivery dead-lettered when undeliverable here, else back to its
+    /// queue (a failure when `failed`, as basic.reject; else a hand-back, as basic.nack), not
+    /// delivered again before `ready_at` if given; with its annotations merged either way.
+    pub(crate) fn modify(&mut self, m: Modification, now: Timestamp) -> Result<(), AmqpError> {
+        let how = if m.failed { ReturnKind::Failed } else { ReturnKind::Returned };
+        let settlement = match (m.undeliverable_here, m.ready_at) {
+            (true, _) => Settlement::Discard,
+            (false, Some(at)) => Settlement::RequeueAt(how, at),
+            (false, None) => Settlement::Requeue(how),
+        };
+        let annotations = Some(&m.annotations).filter(|a| !a.is_empty());
+        self.settle_annotated(m.conn, m.channel, m.delivery_tag, false, settlement, annotations, now)
     }
 
     /// basic.recover(-async) requeue=true: every unacked delivery goes back to its queue.
@@ -548,9 +547,34 @@ impl Broker {
         settlement: Settlement,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
+        self.settle_annotated(conn, ch, tag, multiple, settlement, None, now)
+    }
+
+    /// [`Broker::settle`], with `annotations` merged into each settled message first.
+    #[allow(clippy::too_many_arguments)]
+    fn settle_annotated(
+        &mut self,
+        conn: ConnectionId,
+        ch: ChannelId,
+        tag: u64,
+        multiple: bool,
+        settlement: Settlement,
+        annotations: Option<&FieldTable>,
+        now: Timestamp,
+    ) -> Result<(), AmqpError> {
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
         let mut taken = std::mem::take(&mut self.settle_scratch);
-        let result = channel.take_settled(tag, multiple, &mut taken);
+        let mut result = channel.take_settled(tag, multiple, &mut taken);
+        if let Some(annotations) = annotations {
+            let stays = !matches!(settlement, Settlement::Ack | Settlement::Discard);
+            for delivery in &mut taken {
+                // Refused annotations leave the message as it was; it is settled all the same.
+                if let Err(refused) = self.annotate(delivery.queue, &mut delivery.entry, annotations, stays) {
+                    result = result.and(Err(refused));
+                }
+            }
+        }
+        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return result };
         if let Mode::Tx(buffer) = &mut channel.mode {
             buffer.settlements.extend(taken.drain(..).map(|u| (u, settlement)));
         } else {

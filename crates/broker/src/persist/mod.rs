@@ -444,6 +444,16 @@ impl Broker {
         self.wait_to_page_out(id, entry, wait_until);
     }
 
+    /// `Enqueue` for a delivered entry of queue `id` whose message changed (annotated by a 1.0
+    /// `modified` outcome) under its new store id: it goes back to the queue in memory, so it is
+    /// not noted for paging out.
+    pub(crate) fn persist_rewritten(&mut self, id: QueueId, entry: &Entry) {
+        let (Some(msg_id), Some(message)) = (entry.persist_id(), entry.resident()) else { return };
+        let metadata = MessageMeta::of(entry, None).encode();
+        let record = self.persist.record_of(message);
+        self.persist.push(StoreOp::Enqueue { queue: id.0, msg_id, metadata, record });
+    }
+
     /// `Settle` for a persisted message leaving queue `id` for good.
     pub(crate) fn persist_settle(&mut self, id: QueueId, persist_id: Option<u64>) {
         if let Some(msg_id) = persist_id {

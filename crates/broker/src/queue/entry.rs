@@ -161,6 +161,11 @@ impl Entry {
         self.persist_id.map(NonZeroU64::get)
     }
 
+    /// Stores the message under another id (its message was rewritten: `annotate.rs`).
+    pub fn set_persist_id(&mut self, persist_id: u64) {
+        self.persist_id = NonZeroU64::new(persist_id);
+    }
+
     pub fn expires_at(&self) -> Option<Timestamp> {
         self.expires_at.get()
     }

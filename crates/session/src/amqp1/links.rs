@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 // Keys are ours (channels, delivery ids) or bounded by what was negotiated (sessions, handles).
-use hourglass_broker::{ChannelId, Command, ConnectionId, Effect, Message, Publish, Timestamp};
+use hourglass_broker::{ChannelId, Command, ConnectionId, Effect, Message, Modification, Publish, Timestamp};
 use hourglass_wire::amqp1::{encode_value, ErrorCondition, FrameKind, Performative, Value};
 use hourglass_wire::{
     BasicAck, BasicCancel, BasicConsume, BasicNack, BasicProperties, BasicQos, BasicReject, ChannelClose,
@@ -220,7 +220,7 @@ impl ChannelNumbers {
 }
 
 /// The outcome a disposition carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Outcome {
     Accepted,
     Rejected,
@@ -230,13 +230,19 @@ enum Outcome {
     Requeue {
         failed: bool,
     },
-    /// Back to the queue as `Requeue`, not to be delivered again before this time (ms since the
-    /// epoch): a `modified` outcome whose message annotations name `x-opt-delivery-time`
-    /// (RabbitMQ 4.3).
-    RequeueAt {
-        failed: bool,
-        at_ms: u64,
-    },
+    /// A `modified` outcome with message annotations to merge or an `x-opt-delivery-time`
+    /// (RabbitMQ 4.0, 4.3): `Command::Modify`.
+    Modified(Box<Modified>),
+}
+
+/// What a `modified` outcome asks beyond a plain requeue or reject.
+#[derive(Debug, Clone, PartialEq)]
+struct Modified {
+    failed: bool,
+    undeliverable_here: bool,
+    /// Not to be delivered again before this time (ms since the epoch).
+    at_ms: Option<u64>,
+    annotations: FieldTable,
 }
 
 fn described(code: u64, fields: Vec<Value>) -> Value {
@@ -253,27 +259,31 @@ fn error_value(error: &ErrorCondition) -> Value {
     )
 }
 
-fn outcome_of(state: &Value) -> Option<Outcome> {
-    let Value::Described(descriptor, fields) = state else { return None };
+/// The outcome `state` names (`None`: none the spec defines), or why its fields are refused.
+fn outcome_of(state: &Value) -> Result<Option<Outcome>, String> {
+    let Value::Described(descriptor, fields) = state else { return Ok(None) };
     let fields = match fields.as_ref() {
         Value::List(fields) => fields.as_slice(),
         _ => &[],
     };
-    match descriptor.as_ref() {
+    Ok(match descriptor.as_ref() {
         Value::Ulong(ACCEPTED) => Some(Outcome::Accepted),
         Value::Ulong(REJECTED) => Some(Outcome::Rejected),
         Value::Ulong(RELEASED) => Some(Outcome::Requeue { failed: false }),
         Value::Ulong(MODIFIED) => {
             let undeliverable_here = matches!(fields.get(1), Some(Value::Bool(true)));
             let failed = matches!(fields.first(), Some(Value::Bool(true)));
-            Some(match (undeliverable_here, delivery_time_of(fields.get(2))) {
-                (true, _) => Outcome::Rejected,
-                (false, Some(at_ms)) => Outcome::RequeueAt { failed, at_ms },
-                (false, None) => Outcome::Requeue { failed },
+            let annotations = message::modified_annotations(fields.get(2))?;
+            // Dead-lettered: a time to be delivered again at means nothing.
+            let at_ms = delivery_time_of(fields.get(2)).filter(|_| !undeliverable_here);
+            Some(match (undeliverable_here, at_ms, annotations.is_empty()) {
+                (true, _, true) => Outcome::Rejected,
+                (false, None, true) => Outcome::Requeue { failed },
+                _ => Outcome::Modified(Box::new(Modified { failed, undeliverable_here, at_ms, annotations })),
             })
         }
         _ => None,
-    }
+    })
 }
 
 /// The `x-opt-delivery-time` of a `modified` outcome's message annotations (a timestamp, or an
@@ -295,7 +305,7 @@ fn delivery_time_of(annotations: Option<&Value>) -> Option<u64> {
 
 impl Outcome {
     /// What the broker is told of delivery `tag` on `channel` settled with this outcome.
-    fn command(self, conn: ConnectionId, channel: ChannelId, tag: u64) -> Command {
+    fn command(&self, conn: ConnectionId, channel: ChannelId, tag: u64) -> Command {
         let method: Method = match self {
             Outcome::Accepted => BasicAck { delivery_tag: tag, multiple: false }.into(),
             Outcome::Rejected => BasicReject { delivery_tag: tag, requeue: false }.into(),
@@ -303,9 +313,16 @@ impl Outcome {
             Outcome::Requeue { failed: false } => {
                 BasicNack { delivery_tag: tag, multiple: false, requeue: true }.into()
             }
-            Outcome::RequeueAt { failed, at_ms } => {
-                let ready_at = Timestamp::from_millis(at_ms);
-                return Command::ReturnAt { conn, channel, delivery_tag: tag, failed, ready_at };
+            Outcome::Modified(modified) => {
+                return Command::Modify(Box::new(Modification {
+                    conn,
+                    channel,
+                    delivery_tag: tag,
+                    failed: modified.failed,
+                    undeliverable_here: modified.undeliverable_here,
+                    ready_at: modified.at_ms.map(Timestamp::from_millis),
+                    annotations: modified.annotations.clone(),
+                }));
             }
         };
         Command::Method { conn, channel, method }
@@ -916,9 +933,12 @@ impl Sessions {
                 format!("a disposition of {span} deliveries"),
             );
         }
-        let Some(s) = self.sessions.get_mut(&session) else { return };
         // Settled with no outcome: the message goes back to its queue (nothing is lost).
-        let outcome = outcome_of(state).unwrap_or(Outcome::Requeue { failed: false });
+        let outcome = match outcome_of(state) {
+            Ok(outcome) => outcome.unwrap_or(Outcome::Requeue { failed: false }),
+            Err(why) => return self.end_with_error(io, session, "amqp:invalid-field", why),
+        };
+        let Some(s) = self.sessions.get_mut(&session) else { return };
         let mut acted = Vec::new();
         for offset in 0..=span {
             let id = first.wrapping_add(offset);

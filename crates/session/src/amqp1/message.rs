@@ -244,6 +244,19 @@ pub(crate) fn inbound(payload: &[u8]) -> Result<Inbound, MessageError> {
     Ok(Inbound { properties, body: body.freeze(), to })
 }
 
+/// The message annotations of a `modified` outcome as the headers they set (as a publish's
+/// annotations become headers), or the first key that does not start with `x-`: the spec
+/// reserves every other symbolic key (part 3.2.10), and RabbitMQ's clients refuse them.
+/// `x-opt-delivery-time` is not among them: it asks for a time, which the outcome carries out.
+pub(crate) fn modified_annotations(map: Option<&Value>) -> Result<FieldTable, String> {
+    let Some(map @ Value::Map(pairs)) = map else { return Ok(FieldTable::default()) };
+    if let Some((key, _)) = pairs.iter().find(|(key, _)| !text(key).is_some_and(|k| k.starts_with("x-"))) {
+        return Err(format!("a modified outcome's message annotation key {key:?} does not start with 'x-'"));
+    }
+    let entries = map_entries(map, Times::Millis, |k| k != "x-opt-delivery-time");
+    Ok(FieldTable::from_entries(entries.iter().map(|(k, v)| (k.as_bytes(), v.clone()))))
+}
+
 /// A 1.0 map (declare arguments) as a 0-9-1 table; entries 0-9-1 cannot carry are left out.
 pub(crate) fn table_of(map: &Value) -> FieldTable {
     let entries = map_entries(map, Times::Seconds, |_| true);

@@ -518,7 +518,7 @@ fn a_timed_out_delivery_is_released_to_the_client_and_the_link_goes_on() {
 
 /// RabbitMQ 4.3's delayed retry by hand: a `modified` outcome whose message annotations name an
 /// `x-opt-delivery-time` hands the delivery back to be delivered again no earlier than that
-/// (`Command::ReturnAt`), as a failure when `delivery-failed` is set; without the annotation it
+/// (`Command::Modify`), as a failure when `delivery-failed` is set; without the annotation it
 /// is the plain reject with requeue.
 #[test]
 fn a_modified_outcome_with_a_delivery_time_returns_the_message_until_then() {
@@ -538,13 +538,77 @@ fn a_modified_outcome_with_a_delivery_time_returns_the_message_until_then() {
     client.send(0, settle(0, modified(annotations)));
     client.send(0, settle(1, modified(Value::Null)));
     match &client.conn.take_commands()[..] {
-        [Command::ReturnAt { channel, delivery_tag: 7, failed: true, ready_at, .. }, Command::Method { method: Method::BasicReject(reject), .. }] =>
-        {
-            assert_eq!((channel.0, ready_at.as_millis()), (1, 1_900_000_000_000));
+        [Command::Modify(modify), Command::Method { method: Method::BasicReject(reject), .. }] => {
+            assert_eq!((modify.channel.0, modify.delivery_tag, modify.failed), (1, 7, true));
+            assert_eq!(modify.ready_at.map(|at| at.as_millis()), Some(1_900_000_000_000));
+            assert!(modify.annotations.is_empty(), "the delivery time is not kept as an annotation");
             assert_eq!((reject.delivery_tag, reject.requeue), (8, true));
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Issue 42 (RabbitMQ 4.0's modified outcome): message annotations with `x-` keys, symbols or
+/// strings, go to the broker as the headers they set, whether the message is handed back or
+/// dead-lettered (`undeliverable-here`). A key without `x-` (reserved by the spec) ends the
+/// session with `amqp:invalid-field`, and nothing reaches the broker. Before, the annotations
+/// were dropped.
+#[test]
+fn a_modified_outcome_s_annotations_reach_the_broker_and_reserved_keys_are_refused() {
+    let mut client = Client::consuming(3);
+    for tag in [7, 8, 9] {
+        client.effect(deliver(tag, b"job"));
+    }
+    client.performatives();
+    let modified = |undeliverable_here: bool, annotations: Vec<(Value, Value)>| {
+        Value::Described(
+            Box::new(Value::Ulong(0x27)),
+            Box::new(Value::List(vec![
+                Value::Bool(false),
+                Value::Bool(undeliverable_here),
+                Value::Map(annotations),
+            ])),
+        )
+    };
+    let reason = (Value::Symbol("x-opt-reason".into()), Value::String("busy".into()));
+    let count = (Value::String("x-opt-count".into()), Value::Long(2));
+    client.send(0, settle(0, modified(false, vec![reason.clone(), count])));
+    client.send(0, settle(1, modified(true, vec![reason])));
+    match &client.conn.take_commands()[..] {
+        [Command::Modify(back), Command::Modify(dead)] => {
+            assert_eq!((back.delivery_tag, back.failed, back.undeliverable_here), (7, false, false));
+            assert_eq!(back.ready_at, None);
+            assert_eq!(back.annotations.get("x-opt-reason"), Some(hourglass_wire::FieldValue::from("busy")));
+            assert_eq!(back.annotations.get("x-opt-count"), Some(hourglass_wire::FieldValue::I64(2)));
+            assert_eq!((dead.delivery_tag, dead.undeliverable_here), (8, true));
+            assert_eq!(dead.annotations.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    client.send(0, settle(2, modified(false, vec![(Value::Symbol("invalid".into()), Value::Long(1))])));
+    let after = client.conn.take_commands();
+    // The session's links end (their deliveries go back, as for a closed channel); no outcome.
+    assert!(
+        after.iter().all(|c| matches!(c, Command::ChannelAborted { .. } | Command::Method { .. })),
+        "{after:?}"
+    );
+    assert!(
+        !after.iter().any(|c| matches!(
+            c,
+            Command::Method {
+                method: Method::BasicReject(_) | Method::BasicAck(_) | Method::BasicNack(_),
+                ..
+            }
+        )),
+        "{after:?}"
+    );
+    let frames = client.performatives();
+    assert!(
+        frames.iter().any(
+            |f| matches!(f, Performative::End { error: Some(e) } if e.condition == "amqp:invalid-field")
+        ),
+        "{frames:?}"
+    );
 }
 
 #[test]
