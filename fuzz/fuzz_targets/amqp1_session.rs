@@ -12,7 +12,7 @@ use hourglass_session::{Connection, PeerInfo, SessionConfig, StaticUsers};
 use hourglass_wire::amqp1::{
     decode_frame_header, encode_frame_header, encode_value, FrameKind, Performative, Value,
 };
-use hourglass_wire::{BasicAck, BasicDeliver, EncodedProperties, ShortStr};
+use hourglass_wire::{EncodedProperties, ShortStr};
 use libfuzzer_sys::fuzz_target;
 
 const CONN: ConnectionId = ConnectionId(1);
@@ -88,15 +88,16 @@ fn effect(choice: u8, tag: u64) -> Effect {
                 EncodedProperties::default(),
                 Bytes::from(vec![choice; usize::from(choice) * 40]),
             );
-            let deliver = BasicDeliver { delivery_tag: tag, ..BasicDeliver::default() };
-            Effect::Send { conn: CONN, channel, method: deliver.into(), content: Some(Arc::new(message)) }
+            Effect::Deliver {
+                conn: CONN,
+                channel,
+                consumer_tag: ShortStr::default(),
+                delivery_tag: tag,
+                redelivered: false,
+                message: Arc::new(message),
+            }
         }
-        1 => Effect::Send {
-            conn: CONN,
-            channel,
-            method: BasicAck { delivery_tag: tag, multiple: choice > 128 }.into(),
-            content: None,
-        },
+        1 => Effect::Confirm { conn: CONN, channel, delivery_tag: tag, multiple: choice > 128, ack: true },
         _ => Effect::ChannelError { conn: CONN, channel, error: AmqpError::new(404, "gone") },
     }
 }

@@ -53,7 +53,7 @@ fn setup() -> (TestBroker, hourglass_testkit::Chan) {
 fn check(effects: &[Effect]) -> Option<u64> {
     let mut tag = None;
     for effect in effects {
-        if let Effect::Send { method, content: Some(message), .. } = effect {
+        if let Some((_, method, Some(message))) = effect.clone().into_method() {
             let mut raw = Bytes::copy_from_slice(message.properties().as_bytes());
             assert!(
                 EncodedProperties::split_from(&mut raw).is_ok(),

@@ -250,7 +250,7 @@ impl Broker {
     }
 
     pub(crate) fn send(&mut self, conn: ConnectionId, channel: ChannelId, method: impl Into<Method>) {
-        self.effects.push_back(Effect::Send { conn, channel, method: method.into(), content: None });
+        self.effects.push_back(Effect::send(conn, channel, method, None));
     }
 
     pub(crate) fn new_queue_id(&mut self) -> QueueId {

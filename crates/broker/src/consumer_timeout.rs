@@ -175,7 +175,7 @@ impl Broker {
                     q.touch(now);
                 }
                 let cancel = BasicCancel { consumer_tag: tag, nowait: true };
-                self.emit(Effect::Send { conn, channel: ch, method: cancel.into(), content: None });
+                self.emit(Effect::send(conn, ch, cancel, None));
                 if !self.delete_if_unused_auto_delete(queue) {
                     self.reschedule(queue);
                 }

@@ -5,8 +5,6 @@ use std::collections::VecDeque;
 
 use crate::broker::IdMap;
 
-use hourglass_wire::{BasicDeliver, Method};
-
 use crate::api::{ChannelId, ConnectionId, Effect};
 use crate::broker::Broker;
 use crate::channel::{Channel, Unacked};
@@ -145,14 +143,8 @@ fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, no
     let receipt = Receipt { queue: queue_id, delivery, channel_opening: channel.opening, entry: entry.seq };
     let receipt_handle = deadline.filter(Deadline::has_receipt).map(|_| sinks.receipts.issue(&receipt));
     let message = decorate(&entry, receipt_handle);
-    let method = Method::BasicDeliver(BasicDeliver {
-        consumer_tag: consumer.tag.clone(),
-        delivery_tag: tag,
-        redelivered: entry.redelivered,
-        exchange: message.exchange.clone(),
-        routing_key: message.routing_key.clone(),
-    });
     let (conn, channel_id, redelivered) = (consumer.conn, consumer.channel, entry.redelivered);
+    let consumer_tag = consumer.tag.clone();
     if !consumer.no_ack {
         consumer.unacked += 1;
         channel.track(Unacked {
@@ -177,5 +169,12 @@ fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, no
         channel: channel_id,
     };
     sinks.firehose.note_delivery(traced, &queue.vhost);
-    sinks.effects.push_back(Effect::Send { conn, channel: channel_id, method, content: Some(message) });
+    sinks.effects.push_back(Effect::Deliver {
+        conn,
+        channel: channel_id,
+        consumer_tag,
+        delivery_tag: tag,
+        redelivered,
+        message,
+    });
 }

@@ -11,8 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use hourglass_wire::{
-    BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicDeliver, Method, QueueDeclare,
-    QueueDeclareOk, ShortStr,
+    BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, QueueDeclare, QueueDeclareOk, ShortStr,
 };
 
 use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Publish};
@@ -139,14 +138,15 @@ impl Broker {
         let Some(consumer) = self.reply_consumers.by_channel.get(&(conn, ch)) else { return false };
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return false };
         // No-ack and no prefetch, as in RabbitMQ: a reply is never tracked or held back.
-        let method = Method::BasicDeliver(BasicDeliver {
-            consumer_tag: consumer.tag.clone(),
-            delivery_tag: channel.next_tag(),
+        let (consumer_tag, delivery_tag) = (consumer.tag.clone(), channel.next_tag());
+        self.emit(Effect::Deliver {
+            conn,
+            channel: ch,
+            consumer_tag,
+            delivery_tag,
             redelivered: false,
-            exchange: message.exchange.clone(),
-            routing_key: message.routing_key.clone(),
+            message: message.clone(),
         });
-        self.emit(Effect::Send { conn, channel: ch, method, content: Some(message.clone()) });
         true
     }
 

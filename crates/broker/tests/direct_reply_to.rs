@@ -36,7 +36,9 @@ fn reply_address(tb: &mut TestBroker, responder: Chan, queue: &str) -> String {
     let message = effects
         .iter()
         .find_map(|e| match e {
-            Effect::Send { method: Method::BasicGetOk(_), content: Some(m), .. } => Some(m.clone()),
+            Effect::Send { method, content: Some(m), .. } if matches!(**method, Method::BasicGetOk(_)) => {
+                Some(m.clone())
+            }
             _ => None,
         })
         .expect("basic.get-ok");
@@ -59,7 +61,7 @@ fn rpc_round_trip_between_connections() {
     let effects = tb.publish_with(responder, "", &address, reply, b"pong", false);
     let d = deliveries(&effects);
     assert_eq!(d.len(), 1);
-    assert!(matches!(&effects[0], Effect::Send { conn, channel, .. }
+    assert!(matches!(&effects[0], Effect::Deliver { conn, channel, .. }
         if *conn == requester.conn && *channel == requester.channel));
     assert_eq!(d[0].body(), b"pong");
     assert_eq!(d[0].method.consumer_tag, tag.as_str());

@@ -14,7 +14,7 @@ use hourglass_wire::*;
 fn get(tb: &mut TestBroker, c: Chan, queue: &str) -> Option<Arc<Message>> {
     let effects = tb.call(c, BasicGet { queue: short(queue), no_ack: true });
     effects.into_iter().find_map(|effect| match effect {
-        Effect::Send { method: Method::BasicGetOk(_), content, .. } => content,
+        Effect::Send { method, content, .. } if matches!(*method, Method::BasicGetOk(_)) => content,
         _ => None,
     })
 }

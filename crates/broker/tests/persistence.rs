@@ -288,7 +288,9 @@ fn gotten(effects: &[Effect]) -> Vec<std::sync::Arc<Message>> {
     effects
         .iter()
         .filter_map(|effect| match effect {
-            Effect::Send { method: Method::BasicGetOk(_), content: Some(m), .. } => Some(m.clone()),
+            Effect::Send { method, content: Some(m), .. } if matches!(**method, Method::BasicGetOk(_)) => {
+                Some(m.clone())
+            }
             _ => None,
         })
         .collect()

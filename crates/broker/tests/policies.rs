@@ -179,7 +179,9 @@ fn bodies_of_get(effects: &[Effect]) -> Vec<u8> {
     effects
         .iter()
         .find_map(|e| match e {
-            Effect::Send { method: Method::BasicGetOk(_), content: Some(m), .. } => Some(m.body.to_vec()),
+            Effect::Send { method, content: Some(m), .. } if matches!(**method, Method::BasicGetOk(_)) => {
+                Some(m.body.to_vec())
+            }
             _ => None,
         })
         .expect("basic.get-ok")

@@ -357,7 +357,10 @@ fn deleting_a_queue_cancels_its_consumers() {
     let other = tb.channel();
     let effects = tb.call(other, QueueDelete { queue: short("q"), ..Default::default() });
     let cancel = effects.iter().find_map(|e| match e {
-        Effect::Send { conn, method: Method::BasicCancel(m), .. } if *conn == c.conn => Some(m.clone()),
+        Effect::Send { conn, method, .. } if *conn == c.conn => match method.as_ref() {
+            Method::BasicCancel(m) => Some(m.clone()),
+            _ => None,
+        },
         _ => None,
     });
     assert_eq!(cancel.expect("basic.cancel").consumer_tag, "w");

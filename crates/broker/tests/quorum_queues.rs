@@ -28,9 +28,10 @@ fn get(
 ) -> Option<(u64, std::sync::Arc<hourglass_broker::Message>)> {
     let effects = tb.call(c, BasicGet { queue: short(queue), no_ack: false });
     effects.into_iter().find_map(|e| match e {
-        Effect::Send { method: Method::BasicGetOk(ok), content: Some(message), .. } => {
-            Some((ok.delivery_tag, message))
-        }
+        Effect::Send { method, content: Some(message), .. } => match method.as_ref() {
+            Method::BasicGetOk(ok) => Some((ok.delivery_tag, message)),
+            _ => None,
+        },
         _ => None,
     })
 }

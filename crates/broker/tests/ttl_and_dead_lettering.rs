@@ -60,7 +60,7 @@ fn x_death(message: &hourglass_broker::Message) -> Vec<FieldTable> {
 
 fn get_one(tb: &mut TestBroker, c: Chan, queue: &str) -> Option<std::sync::Arc<hourglass_broker::Message>> {
     tb.call(c, BasicGet { queue: short(queue), no_ack: true }).into_iter().find_map(|e| match e {
-        Effect::Send { method: Method::BasicGetOk(_), content, .. } => content,
+        Effect::Send { method, content, .. } if matches!(*method, Method::BasicGetOk(_)) => content,
         _ => None,
     })
 }

@@ -134,9 +134,12 @@ impl Workload {
     fn get(&mut self, chan: Chan, queue: &str) -> Option<(u64, String)> {
         let (effects, _) = self.call(chan, BasicGet { queue: short(queue), no_ack: false });
         effects.iter().find_map(|e| match e {
-            Effect::Send { method: Method::BasicGetOk(ok), content: Some(m), .. } => {
-                Some((ok.delivery_tag, String::from_utf8_lossy(&m.body).into_owned()))
-            }
+            Effect::Send { method, content: Some(m), .. } => match method.as_ref() {
+                Method::BasicGetOk(ok) => {
+                    Some((ok.delivery_tag, String::from_utf8_lossy(&m.body).into_owned()))
+                }
+                _ => None,
+            },
             _ => None,
         })
     }
@@ -210,7 +213,7 @@ fn get_all(tb: &mut TestBroker, chan: Chan, queue: &str) -> Vec<String> {
     loop {
         let effects = tb.call(chan, BasicGet { queue: short(queue), no_ack: true });
         let body = effects.iter().find_map(|e| match e {
-            Effect::Send { method: Method::BasicGetOk(_), content: Some(m), .. } => {
+            Effect::Send { method, content: Some(m), .. } if matches!(**method, Method::BasicGetOk(_)) => {
                 Some(String::from_utf8_lossy(&m.body).into_owned())
             }
             _ => None,

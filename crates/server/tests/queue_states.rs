@@ -224,9 +224,10 @@ fn recover(image: &MemImage, crash: Crash) -> Recovery {
 fn get(tb: &mut TestBroker, chan: Chan, queue: &str, no_ack: bool) -> Option<(u64, String)> {
     let effects = tb.call(chan, BasicGet { queue: short(queue), no_ack });
     effects.iter().find_map(|e| match e {
-        Effect::Send { method: Method::BasicGetOk(ok), content: Some(m), .. } => {
-            Some((ok.delivery_tag, String::from_utf8_lossy(&m.body).into_owned()))
-        }
+        Effect::Send { method, content: Some(m), .. } => match method.as_ref() {
+            Method::BasicGetOk(ok) => Some((ok.delivery_tag, String::from_utf8_lossy(&m.body).into_owned())),
+            _ => None,
+        },
         _ => None,
     })
 }

@@ -263,7 +263,8 @@ impl Connection {
             return;
         }
         match effect {
-            Effect::Send { channel, method, content, .. } => {
+            Effect::Send { .. } | Effect::Deliver { .. } | Effect::Confirm { .. } => {
+                let Some((channel, method, content)) = effect.into_method() else { return };
                 if !self.channels.admit_send(channel.0, &method) {
                     debug!(
                         conn = self.id.0,

@@ -103,7 +103,7 @@ impl TestBroker {
         let chan = Chan { conn, channel: ChannelId(number) };
         let effects = self.call(chan, ChannelOpen {});
         assert!(
-            matches!(effects.as_slice(), [Effect::Send { method: Method::ChannelOpenOk(_), .. }]),
+            matches!(effects.as_slice(), [Effect::Send { method, .. }] if matches!(**method, Method::ChannelOpenOk(_))),
             "channel.open answered with {effects:?}"
         );
         chan

@@ -22,22 +22,15 @@ impl Delivery {
 pub fn deliveries(effects: &[Effect]) -> Vec<Delivery> {
     effects
         .iter()
-        .filter_map(|effect| match effect {
-            Effect::Send { method: Method::BasicDeliver(method), content: Some(message), .. } => {
-                Some(Delivery { method: method.clone(), message: message.clone() })
-            }
+        .filter_map(|effect| match effect.clone().into_method()? {
+            (_, Method::BasicDeliver(method), Some(message)) => Some(Delivery { method, message }),
             _ => None,
         })
         .collect()
 }
 
-/// The methods sent by `effects`, in order.
+/// The methods sent by `effects`, in order (deliveries and confirms as the 0-9-1 methods they
+/// are).
 pub fn methods(effects: &[Effect]) -> Vec<Method> {
-    effects
-        .iter()
-        .filter_map(|effect| match effect {
-            Effect::Send { method, .. } => Some(method.clone()),
-            _ => None,
-        })
-        .collect()
+    effects.iter().filter_map(|effect| Some(effect.clone().into_method()?.1)).collect()
 }

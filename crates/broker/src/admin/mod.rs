@@ -160,11 +160,14 @@ impl Broker {
                 continue;
             }
             match effect {
-                Effect::Send { method, content, .. } => replies.push((method, content)),
                 Effect::ChannelError { error: e, .. } | Effect::ConnectionError { error: e, .. } => {
                     error = Some(e)
                 }
-                Effect::Blocked { .. } | Effect::Answer { .. } | Effect::TimedOut { .. } => {}
+                effect => {
+                    if let Some((_, method, content)) = effect.into_method() {
+                        replies.push((method, content));
+                    }
+                }
             }
         }
         self.effects = kept;

@@ -182,7 +182,7 @@ impl Broker {
             exchange: message.exchange.clone(),
             routing_key: message.routing_key.clone(),
         };
-        self.emit(Effect::Send { conn, channel: ch, method: method.into(), content: Some(message.clone()) });
+        self.emit(Effect::send(conn, ch, method, Some(message.clone())));
     }
 
     /// Counts a publish of `body_size` bytes on its channel and the broker, and confirms it in
@@ -204,13 +204,9 @@ impl Broker {
         };
         channel.stats.published(outcome, confirm);
         self.count_published(outcome, confirm, body_size);
-        if let Some(seq) = seq {
-            if rejected {
-                // RabbitMQ sets the requeue bit on the nack of a publish a full queue refused.
-                self.send(conn, ch, BasicNack { delivery_tag: seq, multiple: false, requeue: true });
-            } else {
-                self.send(conn, ch, BasicAck { delivery_tag: seq, multiple: false });
-            }
+        if let Some(delivery_tag) = seq {
+            let ack = !rejected;
+            self.emit(Effect::Confirm { conn, channel: ch, delivery_tag, multiple: false, ack });
         }
     }
 
@@ -369,7 +365,7 @@ impl Broker {
             routing_key: got.message.routing_key.clone(),
             message_count: got.message_count,
         };
-        self.emit(Effect::Send { conn, channel: ch, method: method.into(), content: Some(got.message) });
+        self.emit(Effect::send(conn, ch, method, Some(got.message)));
         self.trace_deliveries(now);
         Ok(())
     }

@@ -216,12 +216,7 @@ impl Broker {
                 .is_some_and(|c| c.info.capabilities.consumer_cancel_notify);
             if notify {
                 let cancel = BasicCancel { consumer_tag: consumer.tag.clone(), nowait: true };
-                self.emit(Effect::Send {
-                    conn: consumer.conn,
-                    channel: consumer.channel,
-                    method: cancel.into(),
-                    content: None,
-                });
+                self.emit(Effect::send(consumer.conn, consumer.channel, cancel, None));
             }
         }
         queue.message_count()

@@ -46,11 +46,8 @@ impl Broker {
     /// Publisher confirms (basic.ack / basic.nack) of a channel still waiting for the store:
     /// RabbitMQ's `messages_unconfirmed`. Read at scrape time, not per message.
     pub(crate) fn unconfirmed(&self, conn: ConnectionId, channel: ChannelId) -> u32 {
-        use hourglass_wire::Method as M;
         let Some(held) = self.persist.held.get(&(conn, channel)) else { return 0 };
-        let confirms = held.iter().filter(|(_, effect)| {
-            matches!(effect, Effect::Send { method: M::BasicAck(_) | M::BasicNack(_), .. })
-        });
+        let confirms = held.iter().filter(|(_, effect)| matches!(effect, Effect::Confirm { .. }));
         confirms.count() as u32
     }
 
@@ -128,6 +125,8 @@ pub(crate) fn holds_replies(command: &Command) -> Option<(ConnectionId, ChannelI
 fn channel_of(effect: &Effect) -> Option<(ConnectionId, ChannelId)> {
     match effect {
         Effect::Send { conn, channel, .. }
+        | Effect::Deliver { conn, channel, .. }
+        | Effect::Confirm { conn, channel, .. }
         | Effect::ChannelError { conn, channel, .. }
         | Effect::Answer { conn, channel, .. }
         | Effect::TimedOut { conn, channel, .. } => Some((*conn, *channel)),
@@ -136,5 +135,5 @@ fn channel_of(effect: &Effect) -> Option<(ConnectionId, ChannelId)> {
 }
 
 fn is_delivery(effect: &Effect) -> bool {
-    matches!(effect, Effect::Send { method: hourglass_wire::Method::BasicDeliver(_), .. })
+    matches!(effect, Effect::Deliver { .. })
 }

@@ -80,7 +80,9 @@ pub fn body_texts(effects: &[Effect]) -> Vec<String> {
 /// The bodies of the messages basic.get-oks among `effects` carried, as text.
 pub fn got_texts(effects: &[Effect]) -> Vec<String> {
     let got = effects.iter().filter_map(|effect| match effect {
-        Effect::Send { method: hourglass_wire::Method::BasicGetOk(_), content: Some(message), .. } => {
+        Effect::Send { method, content: Some(message), .. }
+            if matches!(**method, hourglass_wire::Method::BasicGetOk(_)) =>
+        {
             Some(String::from_utf8_lossy(&message.body).into_owned())
         }
         _ => None,

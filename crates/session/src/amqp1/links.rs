@@ -1008,7 +1008,11 @@ impl Sessions {
 
     pub(crate) fn on_effect(&mut self, io: &mut Io, effect: Effect) {
         match effect {
-            Effect::Send { channel, method, content, .. } => self.on_method(io, channel.0, method, content),
+            Effect::Send { .. } | Effect::Deliver { .. } | Effect::Confirm { .. } => {
+                if let Some((channel, method, content)) = effect.into_method() {
+                    self.on_method(io, channel.0, method, content);
+                }
+            }
             Effect::ChannelError { channel, error, .. } => {
                 if self.request_refused(io, channel.0, error.reply_code, &error.reply_text) {
                     return;

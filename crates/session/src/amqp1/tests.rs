@@ -9,9 +9,7 @@ use hourglass_broker::{AmqpError, ChannelId, Command, ConnectionId, Effect, Mess
 use hourglass_wire::amqp1::{
     decode_frame_header, decode_value, encode_value, FrameKind, Performative, Value,
 };
-use hourglass_wire::{
-    BasicAck, BasicDeliver, BasicProperties, BasicReturn, EncodedProperties, Method, ShortStr,
-};
+use hourglass_wire::{BasicAck, BasicProperties, BasicReturn, EncodedProperties, Method, ShortStr};
 
 use super::{AMQP_HEADER, SASL_HEADER};
 use crate::{AnonymousLogin, Connection, PeerInfo, SessionConfig, StaticUsers};
@@ -244,18 +242,13 @@ fn deliver(tag: u64, body: &'static [u8]) -> Effect {
         properties,
         Bytes::from_static(body),
     );
-    let method = BasicDeliver {
+    Effect::Deliver {
+        conn: CONN,
+        channel: ChannelId(1),
         consumer_tag: ShortStr::from_static("amqp1.0.1"),
         delivery_tag: tag,
         redelivered: false,
-        exchange: ShortStr::from_static(""),
-        routing_key: ShortStr::from_static("q"),
-    };
-    Effect::Send {
-        conn: CONN,
-        channel: ChannelId(1),
-        method: method.into(),
-        content: Some(Arc::new(message)),
+        message: Arc::new(message),
     }
 }
 
@@ -400,11 +393,12 @@ fn a_publishing_link_publishes_each_message_and_settles_it_when_the_broker_confi
         other => panic!("{other:?}"),
     }
     assert!(client.frames().is_empty(), "no outcome before the broker's confirm");
-    client.effect(Effect::Send {
+    client.effect(Effect::Confirm {
         conn: CONN,
         channel: ChannelId(1),
-        method: BasicAck { delivery_tag: 1, multiple: false }.into(),
-        content: None,
+        delivery_tag: 1,
+        multiple: false,
+        ack: true,
     });
     match &client.performatives()[..] {
         [Performative::Disposition { receiver: true, first: 0, last: None, settled: true, state }] => {
@@ -442,7 +436,7 @@ fn an_unroutable_unsettled_message_is_released_and_its_neighbours_accepted() {
         })
         .collect();
     assert_eq!(mandatory, [true, true, true, false]);
-    let send = |method: Method| Effect::Send { conn: CONN, channel: ChannelId(1), method, content: None };
+    let send = |method: Method| Effect::send(CONN, ChannelId(1), method, None);
     client.effect(send(BasicAck { delivery_tag: 1, multiple: false }.into()));
     let returned = BasicReturn {
         reply_code: 312,
@@ -890,7 +884,7 @@ fn a_management_queue_declare_runs_on_a_channel_of_its_own_and_is_answered_200()
         message_count: 3,
         consumer_count: 1,
     };
-    client.effect(Effect::Send { conn: CONN, channel: ChannelId(1), method: ok.into(), content: None });
+    client.effect(Effect::send(CONN, ChannelId(1), ok, None));
     let answered = replies(&mut client);
     let [(status, correlation, Some(Value::Map(queue)))] = &answered[..] else { panic!("{answered:?}") };
     assert_eq!(status, "200");

@@ -231,11 +231,13 @@ fn send_with_content_is_split_by_frame_max() {
         exchange: short("x"),
         routing_key: short("rk"),
     };
-    c.effect(Effect::Send {
+    c.effect(Effect::Deliver {
         conn: CONN,
         channel: ChannelId(1),
-        method: deliver.clone().into(),
-        content: Some(Arc::new(message)),
+        consumer_tag: deliver.consumer_tag.clone(),
+        delivery_tag: deliver.delivery_tag,
+        redelivered: deliver.redelivered,
+        message: Arc::new(message),
     });
     let frames = c.frames();
     assert_eq!(frames.len(), 2 + 3, "10000 bytes in frames of 4088");
@@ -269,12 +271,7 @@ fn delivered_properties_are_the_received_bytes() {
         routing_key: short("rk"),
         message_count: 0,
     };
-    c.effect(Effect::Send {
-        conn: CONN,
-        channel: ChannelId(1),
-        method: get_ok.into(),
-        content: Some(Arc::new(message)),
-    });
+    c.effect(Effect::send(CONN, ChannelId(1), get_ok, Some(Arc::new(message))));
     let frames = c.frames();
     let Some(Frame::Header { header, .. }) = frames.get(1) else { panic!("{frames:?}") };
     assert_eq!(header.properties.as_bytes(), raw);

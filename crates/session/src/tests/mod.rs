@@ -175,7 +175,7 @@ fn start_ok(mechanism: &str, response: &[u8]) -> ConnectionStartOk {
 }
 
 fn send(channel: u16, method: impl Into<Method>) -> Effect {
-    Effect::Send { conn: CONN, channel: ChannelId(channel), method: method.into(), content: None }
+    Effect::send(CONN, ChannelId(channel), method, None)
 }
 
 fn close_of(code: u16, text: &str, class_id: u16, method_id: u16) -> ConnectionClose {
