@@ -3,7 +3,7 @@ getting-started example uses it: it checks the server announces RabbitMQ 4, decl
 queue, an exchange and a binding through the `/management` node, publishes through an exchange
 address (each message `accepted`), consumes and accepts, hands a message back with an
 `x-opt-delivery-time` (the `modified` outcome with annotations: redelivered then, never earlier,
-as RabbitMQ 4.3 holds it, carrying the other annotation it was handed back with), reads the queue's info, purges, unbinds and deletes. A request the broker refuses gets its status (404 for a queue that does not exist)."""
+as RabbitMQ 4.3 holds it, carrying the other annotation it was handed back with), reads the queue's info (this node as its leader and replica), purges, unbinds and deletes. A request the broker refuses gets its status (404 for a queue that does not exist)."""
 import sys
 import time
 
@@ -61,6 +61,9 @@ publisher.close()
 info = management.queue_info(QUEUE)
 assert info.message_count == MESSAGES, info.message_count
 assert info.queue_type.value == "quorum", info.queue_type
+# The node serving the queue is its leader and the replica to consume from (queue locality).
+members = list(getattr(info.members, "elements", info.members))  # proton's Array, as RabbitMQ's
+assert info.leader.startswith("hourglass@") and members == [info.leader], (info.leader, members)
 
 handler = Handler()
 consumer = connection.consumer(AddressHelper.queue_address(QUEUE), message_handler=handler)

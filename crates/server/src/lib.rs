@@ -287,11 +287,11 @@ impl Server {
         let users = Arc::new(users.persist_with(hourglass_mgmt::saver_through_store(&broker_jobs)));
         // One failed-login slowdown for AMQP and HTTP: a guesser gains nothing by switching.
         let logins = Arc::new(hourglass_session::LoginLimiter::new(config.login_failure_delay_ms));
-        let session_config = session_config(&config, users.clone(), logins.clone());
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let Alarms { limits, limits_tx, status: alarm_rx, inbound, task: alarm_task } =
             start_alarms(&config, stored_messages);
         let node = node_info(&addrs, hooks, alarm_rx.clone(), limits_tx, store_damage);
+        let session_config = session_config(&config, users.clone(), logins.clone(), &node.name);
         let mgmt = AppState {
             broker: broker_jobs,
             users,
@@ -417,13 +417,15 @@ async fn import_definitions(mgmt: &AppState, path: Option<&std::path::Path>) -> 
 }
 
 /// The AMQP sessions' settings: logins slowed down by `logins` (shared with the HTTP API),
-/// users checked by `users`, the limits and the product name `config` sets.
+/// users checked by `users`, the limits and the product name `config` sets, the node's name.
 fn session_config(
     config: &Config,
     users: Arc<dyn hourglass_session::Authenticator>,
     logins: Arc<hourglass_session::LoginLimiter>,
+    node_name: &str,
 ) -> Arc<SessionConfig> {
     Arc::new(SessionConfig {
+        node_name: node_name.to_owned(),
         login_limiter: logins,
         external_auth: config.tls.as_ref().is_some_and(|tls| tls.external_auth),
         anonymous_login: config.anonymous_login.clone(),

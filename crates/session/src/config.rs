@@ -48,6 +48,11 @@ pub struct SessionConfig {
     pub hourglass_version: String,
     /// `cluster_name` in connection.start's server-properties.
     pub cluster_name: String,
+    /// This node's name (`hourglass@HOST`, as the HTTP API reports it): the leader and the
+    /// replica of every queue that AMQP 1.0's `GET /queues/:q` names. In a cluster it is the
+    /// serving leader's: followers keep copies of its store but serve no client, so a client
+    /// that consumes or publishes "locally" should come to this node.
+    pub node_name: String,
     /// Checks credentials (connection.start-ok) and vhost access (connection.open).
     pub authenticator: Arc<dyn Authenticator>,
     /// Holds the answers to refused logins per source address (shared with the HTTP API).
@@ -98,6 +103,7 @@ impl SessionConfig {
             version: RABBITMQ_COMPATIBLE_VERSION.to_owned(),
             hourglass_version: env!("CARGO_PKG_VERSION").to_owned(),
             cluster_name: "hourglass".to_owned(),
+            node_name: "hourglass@localhost".to_owned(),
             authenticator,
             login_limiter: Arc::new(LoginLimiter::default()),
             external_auth: false,
@@ -118,6 +124,7 @@ impl fmt::Debug for SessionConfig {
             .field("version", &self.version)
             .field("hourglass_version", &self.hourglass_version)
             .field("cluster_name", &self.cluster_name)
+            .field("node_name", &self.node_name)
             .field("external_auth", &self.external_auth)
             .field("anonymous_login", &self.anonymous_login)
             .finish_non_exhaustive()

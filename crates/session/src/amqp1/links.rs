@@ -95,6 +95,8 @@ pub(crate) struct Sessions {
     by_channel: FxHashMap<u16, (u16, u32)>,
     /// Management requests in the broker, by the channel each runs on.
     requests: FxHashMap<u16, node::InFlight>,
+    /// This node's name, which management answers name as a queue's leader.
+    node_name: Arc<str>,
 }
 
 #[derive(Debug)]
@@ -342,7 +344,7 @@ fn address_of(terminus: &Value) -> Option<String> {
 }
 
 impl Sessions {
-    pub(crate) fn new(conn: ConnectionId, channel_max: u16) -> Self {
+    pub(crate) fn new(conn: ConnectionId, channel_max: u16, node_name: Arc<str>) -> Self {
         Sessions {
             conn,
             sessions: FxHashMap::default(),
@@ -351,6 +353,7 @@ impl Sessions {
             channels: ChannelNumbers { next: 1, max: u32::from(channel_max.max(1)), free: Vec::new() },
             by_channel: FxHashMap::default(),
             requests: FxHashMap::default(),
+            node_name,
         }
     }
 

@@ -269,11 +269,13 @@ pub(crate) struct QueueInfo<'a> {
     pub arguments: &'a Value,
     pub messages: u64,
     pub consumers: u64,
+    /// The node that serves it: its leader and its one replica a client can use.
+    pub node: &'a str,
 }
 
 /// The queue's map, with RabbitMQ 4's keys.
 pub(crate) fn queue_info(queue: &QueueInfo<'_>) -> Value {
-    let QueueInfo { name, durable, exclusive, auto_delete, arguments, messages, consumers } = *queue;
+    let QueueInfo { name, durable, exclusive, auto_delete, arguments, messages, consumers, node } = *queue;
     let arguments = match arguments {
         Value::Map(_) => arguments.clone(),
         _ => Value::Map(Vec::new()),
@@ -289,8 +291,8 @@ pub(crate) fn queue_info(queue: &QueueInfo<'_>) -> Value {
         (string("exclusive"), Value::Bool(exclusive)),
         (string("type"), Value::String(kind)),
         (string("arguments"), arguments),
-        (string("leader"), string("")),
-        (string("replicas"), Value::Array(Vec::new())),
+        (string("leader"), string(node)),
+        (string("replicas"), Value::Array(vec![string(node)])),
         (string("message_count"), Value::Ulong(messages)),
         (string("consumer_count"), Value::Uint(u32::try_from(consumers).unwrap_or(u32::MAX))),
     ])

@@ -127,6 +127,7 @@ impl Amqp1Connection {
         let frame_in_max = config.frame_max.max(MIN_MAX_FRAME_SIZE);
         let our_idle_ms = (config.heartbeat_s > 0).then(|| u64::from(config.heartbeat_s) * 1000);
         let channel_max = config.channel_max;
+        let node_name: Arc<str> = Arc::from(config.node_name.as_str());
         Amqp1Connection {
             id,
             peer,
@@ -146,7 +147,7 @@ impl Amqp1Connection {
             login: None,
             seat: None,
             opened: false,
-            sessions: Sessions::new(id, channel_max),
+            sessions: Sessions::new(id, channel_max, node_name),
         }
     }
 

@@ -867,6 +867,8 @@ fn replies(client: &mut Client) -> Vec<(String, Value, Option<Value>)> {
         .collect()
 }
 
+/// A management declare is answered 200 with RabbitMQ 4's queue map, naming this node as the
+/// queue's leader and replica.
 #[test]
 fn a_management_queue_declare_runs_on_a_channel_of_its_own_and_is_answered_200() {
     let mut client = with_management();
@@ -890,6 +892,11 @@ fn a_management_queue_declare_runs_on_a_channel_of_its_own_and_is_answered_200()
     assert_eq!(status, "200");
     assert_eq!(correlation, &Value::String("req-7".into()));
     assert!(queue.contains(&(Value::String("message_count".into()), Value::Ulong(3))), "{queue:?}");
+    // The node serving it is its leader and the replica to use (RabbitMQ 4's queue locality);
+    // both were empty before.
+    let node = Value::String("hourglass@localhost".into());
+    assert!(queue.contains(&(Value::String("leader".into()), node.clone())), "{queue:?}");
+    assert!(queue.contains(&(Value::String("replicas".into()), Value::Array(vec![node]))), "{queue:?}");
     assert_eq!(methods(&client.conn.take_commands()), [(1, "channel.close".to_owned())]);
 }
 

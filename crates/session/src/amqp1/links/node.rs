@@ -114,6 +114,7 @@ impl Sessions {
             arguments: &arguments,
             messages: queue.messages,
             consumers: queue.consumers,
+            node: &self.node_name,
         };
         let body = management::queue_info(&info);
         self.answer(io, channel, 200, body);
@@ -137,6 +138,7 @@ impl Sessions {
                     arguments,
                     messages: u64::from(ok.message_count),
                     consumers: u64::from(ok.consumer_count),
+                    node: &self.node_name,
                 };
                 (200, management::queue_info(&info))
             }
