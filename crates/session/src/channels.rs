@@ -233,6 +233,12 @@ impl Channels {
         }
     }
 
+    /// Whether a delivery may go out on `channel`: [`Channels::admit_send`] of a basic.deliver,
+    /// which only an open channel takes.
+    pub(crate) fn admits_delivery(&self, channel: u16) -> bool {
+        matches!(self.states.get(&channel), Some(ChannelState::Open(_)))
+    }
+
     /// The broker closed `channel` with an error (it has already dropped the channel's state).
     pub(crate) fn on_broker_error(&mut self, channel: u16) -> OnBrokerError {
         match self.states.get_mut(&channel) {

@@ -14,8 +14,8 @@ use hourglass_broker::{AmqpError, ChannelId, ClientCapabilities, Command, Connec
 use hourglass_wire::reply_code::{CHANNEL_ERROR, CONNECTION_FORCED, NOT_ALLOWED};
 use hourglass_wire::{
     decode_protocol_header, ChannelClose, ChannelCloseOk, ConnectionClose, ConnectionCloseOk,
-    ConnectionUpdateSecretOk, DecodeError, EncodedProperties, FieldTable, Frame, FrameDecoder, Method,
-    ProtocolHeader, FRAME_MIN_SIZE, PROTOCOL_HEADER,
+    ConnectionUpdateSecretOk, DecodeError, DeliverArgs, EncodedProperties, FieldTable, Frame, FrameDecoder,
+    Method, ProtocolHeader, FRAME_MIN_SIZE, PROTOCOL_HEADER,
 };
 use tracing::{debug, info, warn};
 
@@ -263,7 +263,21 @@ impl Connection {
             return;
         }
         match effect {
-            Effect::Send { .. } | Effect::Deliver { .. } | Effect::Confirm { .. } => {
+            Effect::Deliver { channel, consumer_tag, delivery_tag, redelivered, message, .. } => {
+                if !self.channels.admits_delivery(channel.0) {
+                    debug!(conn = self.id.0, channel = channel.0, "stale delivery dropped");
+                    return;
+                }
+                let deliver = DeliverArgs {
+                    consumer_tag: &consumer_tag,
+                    delivery_tag,
+                    redelivered,
+                    exchange: &message.exchange,
+                    routing_key: &message.routing_key,
+                };
+                self.out.delivery(channel.0, deliver, message.properties(), &message.body, now);
+            }
+            Effect::Send { .. } | Effect::Confirm { .. } => {
                 let Some((channel, method, content)) = effect.into_method() else { return };
                 if !self.channels.admit_send(channel.0, &method) {
                     debug!(

@@ -90,6 +90,20 @@ impl Output {
         self.wrote(now);
     }
 
+    /// basic.deliver with its content, written from the delivery's parts.
+    pub(crate) fn delivery(
+        &mut self,
+        channel: u16,
+        deliver: hourglass_wire::DeliverArgs<'_>,
+        properties: &EncodedProperties,
+        body: &[u8],
+        now: Timestamp,
+    ) {
+        self.last_ack = None;
+        hourglass_wire::encode_delivery(channel, deliver, properties, body, self.frame_max, &mut self.buf);
+        self.wrote(now);
+    }
+
     pub(crate) fn heartbeat(&mut self, now: Timestamp) {
         self.last_ack = None;
         hourglass_wire::encode_heartbeat_frame(&mut self.buf);

@@ -5,9 +5,11 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use crate::codec::put_short_str;
 use crate::error::DecodeError;
 use crate::method::Method;
 use crate::properties::EncodedProperties;
+use crate::types::ShortStr;
 
 /// The octet that ends every frame (§4.2.3).
 pub const FRAME_END: u8 = 0xCE;
@@ -282,9 +284,58 @@ pub fn encode_content(
     out: &mut BytesMut,
 ) {
     encode_method_frame(channel, method, out);
+    encode_content_frames(channel, method.class_id(), properties, body, frame_max, out);
+}
+
+/// A basic.deliver's arguments, borrowed from the delivery they describe (the broker's compact
+/// delivery effect) instead of gathered into a [`crate::BasicDeliver`].
+#[derive(Clone, Copy, Debug)]
+pub struct DeliverArgs<'a> {
+    pub consumer_tag: &'a ShortStr,
+    pub delivery_tag: u64,
+    pub redelivered: bool,
+    pub exchange: &'a ShortStr,
+    pub routing_key: &'a ShortStr,
+}
+
+/// Appends basic.deliver with its content header and body frames: the octets [`encode_content`]
+/// writes for the [`crate::BasicDeliver`] these arguments make, without making it.
+pub fn encode_delivery(
+    channel: u16,
+    deliver: DeliverArgs<'_>,
+    properties: &EncodedProperties,
+    body: &[u8],
+    frame_max: u32,
+    out: &mut BytesMut,
+) {
+    use crate::BasicDeliver;
+    let short = |s: &ShortStr| 1 + s.len().min(255);
+    let size = 4 + short(deliver.consumer_tag) + 8 + 1 + short(deliver.exchange) + short(deliver.routing_key);
+    put_frame_header(out, FRAME_METHOD, channel, size);
+    out.put_u16(BasicDeliver::CLASS_ID);
+    out.put_u16(BasicDeliver::METHOD_ID);
+    put_short_str(out, deliver.consumer_tag);
+    out.put_u64(deliver.delivery_tag);
+    out.put_u8(u8::from(deliver.redelivered));
+    put_short_str(out, deliver.exchange);
+    put_short_str(out, deliver.routing_key);
+    out.put_u8(FRAME_END);
+    encode_content_frames(channel, BasicDeliver::CLASS_ID, properties, body, frame_max, out);
+}
+
+/// Appends the content header frame and the body frames of a content method of class
+/// `class_id` (the method frame already written).
+fn encode_content_frames(
+    channel: u16,
+    class_id: u16,
+    properties: &EncodedProperties,
+    body: &[u8],
+    frame_max: u32,
+    out: &mut BytesMut,
+) {
     let header_len = CONTENT_HEADER_FIXED + properties.encoded_len();
     put_frame_header(out, FRAME_HEADER, channel, header_len);
-    out.put_u16(method.class_id());
+    out.put_u16(class_id);
     out.put_u16(0);
     out.put_u64(body.len() as u64);
     properties.encode(out);

@@ -21,9 +21,10 @@ pub use field_table::{
     FieldArray, FieldArrayIter, FieldTable, FieldTableIter, FieldValue, MAX_NESTING_DEPTH,
 };
 pub use frame::{
-    decode_protocol_header, encode_body_frame, encode_content, encode_header_frame, encode_heartbeat_frame,
-    encode_method_frame, peek_content_header_channel, ContentHeader, Frame, FrameDecoder, ProtocolHeader,
-    FRAME_END, FRAME_HEADER_SIZE, FRAME_MIN_SIZE, FRAME_OVERHEAD, PROTOCOL_HEADER,
+    decode_protocol_header, encode_body_frame, encode_content, encode_delivery, encode_header_frame,
+    encode_heartbeat_frame, encode_method_frame, peek_content_header_channel, ContentHeader, DeliverArgs,
+    Frame, FrameDecoder, ProtocolHeader, FRAME_END, FRAME_HEADER_SIZE, FRAME_MIN_SIZE, FRAME_OVERHEAD,
+    PROTOCOL_HEADER,
 };
 pub use method::*;
 pub use properties::{BasicProperties, EncodedProperties};

@@ -157,14 +157,7 @@ fn stale_effects_are_dropped_while_opening() {
     c.open(60);
     c.send_method(1, ChannelOpen {});
     c.commands();
-    let deliver = BasicDeliver {
-        consumer_tag: short("ctag"),
-        delivery_tag: 1,
-        redelivered: false,
-        exchange: short(""),
-        routing_key: short("rk"),
-    };
-    c.effect(send(1, deliver));
+    c.effect(delivery(1));
     c.effect(send(1, BasicQosOk {}));
     assert!(c.frames().is_empty());
     c.effect(send(1, ChannelOpenOk {}));
@@ -173,11 +166,36 @@ fn stale_effects_are_dropped_while_opening() {
     assert_eq!(c.methods(), vec![(1, BasicQosOk {}.into())]);
 }
 
-/// Effects for channels that are not open at all are dropped.
+/// A delivery (the broker's compact effect) on `channel`, of a 3-byte message.
+fn delivery(channel: u16) -> Effect {
+    let message = hourglass_broker::Message::new(
+        short(""),
+        short("rk"),
+        properties(),
+        bytes::Bytes::from_static(b"abc"),
+    );
+    Effect::Deliver {
+        conn: CONN,
+        channel: ChannelId(channel),
+        consumer_tag: short("ctag"),
+        delivery_tag: 1,
+        redelivered: false,
+        message: std::sync::Arc::new(message),
+    }
+}
+
+/// Effects for channels that are not open at all, or that the client is closing, are dropped;
+/// a delivery among them too.
 #[test]
 fn effects_for_free_channels_are_dropped() {
     let mut c = Client::local();
     c.open(60);
+    c.effect(delivery(5));
+    c.open_channel(1);
+    c.send_method(1, ChannelClose { reply_code: 200, reply_text: short("bye"), class_id: 0, method_id: 0 });
+    c.commands();
+    c.effect(delivery(1));
+    assert!(c.frames().is_empty(), "no delivery on a channel the client closes");
     c.effect(send(5, BasicQosOk {}));
     c.effect(Effect::ChannelError { conn: CONN, channel: ChannelId(5), error: AmqpError::new(404, "x") });
     assert!(c.frames().is_empty());

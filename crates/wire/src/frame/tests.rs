@@ -182,6 +182,43 @@ fn content_splitting() {
     assert_eq!(decode_all(&mut FrameDecoder::new(4096), &mut out).len(), 2);
 }
 
+/// A delivery written from its parts is the same octets as the `BasicDeliver` they make, with
+/// the same content, whatever the names' lengths (the empty exchange, a 255-byte key) and the
+/// frame size.
+#[test]
+fn a_delivery_is_written_as_its_basic_deliver() {
+    let properties: EncodedProperties =
+        BasicProperties { content_type: Some(ShortStr::from_static("text/plain")), ..Default::default() }
+            .into();
+    let long = ShortStr::try_from("k".repeat(255).as_str()).unwrap();
+    let body = vec![5u8; 9_000];
+    for (exchange, routing_key, redelivered, frame_max) in [
+        (ShortStr::from_static(""), ShortStr::from_static("q"), false, 4096u32),
+        (ShortStr::from_static("amq.topic"), long.clone(), true, 0),
+    ] {
+        let consumer_tag = ShortStr::from_static("amq.ctag-1");
+        let deliver = crate::BasicDeliver {
+            consumer_tag: consumer_tag.clone(),
+            delivery_tag: u64::MAX - 1,
+            redelivered,
+            exchange: exchange.clone(),
+            routing_key: routing_key.clone(),
+        };
+        let mut expected = BytesMut::new();
+        encode_content(7, &deliver.into(), &properties, &body, frame_max, &mut expected);
+        let args = DeliverArgs {
+            consumer_tag: &consumer_tag,
+            delivery_tag: u64::MAX - 1,
+            redelivered,
+            exchange: &exchange,
+            routing_key: &routing_key,
+        };
+        let mut written = BytesMut::new();
+        encode_delivery(7, args, &properties, &body, frame_max, &mut written);
+        assert_eq!(written, expected);
+    }
+}
+
 /// The protocol header needs 8 octets, accepts 0-9-1 (and RabbitMQ's legacy
 /// 0-9 header) and reports anything else as Other.
 #[test]
