@@ -570,8 +570,8 @@ impl Broker {
                 }
             }
         }
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return result };
-        if let Mode::Tx(buffer) = &mut channel.mode {
+        // The channel is still there: annotating touches only queues and the store.
+        if let Some(Mode::Tx(buffer)) = self.channels.get_mut(&(conn, ch)).map(|c| &mut c.mode) {
             buffer.settlements.extend(taken.drain(..).map(|u| (u, settlement)));
         } else {
             self.apply_settlements(conn, ch, &mut taken, settlement, now);
