@@ -293,6 +293,26 @@ async fn rabbitmq_export_imports() {
     assert_eq!(types, ["classic", "quorum"]);
 }
 
+/// A quorum queue's row names its leader and members, as RabbitMQ's does: this node, the one a
+/// client can use. A classic queue's has no such fields, as RabbitMQ's has none.
+#[tokio::test]
+async fn a_quorum_queue_names_this_node_as_its_leader_and_member() {
+    let s = state();
+    let quorum = json!({"durable": true, "arguments": {"x-queue-type": "quorum"}});
+    let (status, body) = call(&s, "PUT", "/api/queues/%2F/qq", Some(quorum)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = call(&s, "PUT", "/api/queues/%2F/cq", Some(json!({"durable": true}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, row) = call(&s, "GET", "/api/queues/%2F/qq", None).await;
+    let node = s.node.name.as_str();
+    assert_eq!(
+        (&row["leader"], &row["members"], &row["online"]),
+        (&json!(node), &json!([node]), &json!([node]))
+    );
+    let (_, row) = call(&s, "GET", "/api/queues/%2F/cq", None).await;
+    assert!(row.get("leader").is_none() && row.get("members").is_none(), "{row}");
+}
+
 /// A permission pattern that does not compile is refused with 400, as RabbitMQ refuses it.
 #[tokio::test]
 async fn invalid_permission_pattern_is_bad_request() {

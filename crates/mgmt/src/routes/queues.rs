@@ -106,6 +106,12 @@ pub(crate) fn queue_json(q: &QueueDetails, node: &str, rates: &Rates, ranges: Ra
                 s.messages_by_priority.iter().map(|(p, n)| (p.to_string(), json!(n))).collect();
             fields.insert("messages_active_priorities".to_owned(), json!(by_priority.len()));
             fields.insert("messages_by_priority".to_owned(), Value::Object(by_priority));
+            // RabbitMQ's quorum queue members: this node leads it, and is its one member a
+            // client can use (in a cluster the followers keep copies of the store but serve no
+            // client). AMQP 1.0's `GET /queues/:q` names the same node.
+            fields.insert("leader".to_owned(), json!(node));
+            fields.insert("members".to_owned(), json!([node]));
+            fields.insert("online".to_owned(), json!([node]));
         }
         fields.extend(depth);
         fields.extend(count_fields(s).map(|(name, value)| (name.to_owned(), json!(value))));
