@@ -405,7 +405,12 @@ impl Connection {
     pub fn take_output(&mut self) -> BytesMut {
         if let Some(amqp1) = &mut self.amqp1 {
             let mut out = self.out.take();
-            out.extend_from_slice(&amqp1.take_output());
+            let amqp1_out = amqp1.take_output();
+            // After the protocol header, everything is the 1.0 side's: no copy.
+            if out.is_empty() {
+                return amqp1_out;
+            }
+            out.extend_from_slice(&amqp1_out);
             return out;
         }
         self.out.take()

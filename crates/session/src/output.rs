@@ -17,7 +17,7 @@ use hourglass_wire::{BasicAck, EncodedProperties, Method};
 /// reclaimed whole at the next growth) and an idle connection would hold the burst's memory for
 /// good (issue #25). In steady flow far less is encoded between two takes (the server pauses
 /// deliveries past 4 MiB queued for the socket).
-const KEPT_CAPACITY_MAX: usize = 1024 * 1024;
+pub(crate) const KEPT_CAPACITY_MAX: usize = 1024 * 1024;
 
 /// The encoded frames not yet handed to the server.
 #[derive(Debug)]

@@ -65,6 +65,50 @@ pub(crate) struct Io {
     pub frame_max: u32,
     pub max_message_size: u64,
     pub now: Timestamp,
+    /// The `accepted` disposition written last, which the next confirm of the following
+    /// delivery extends while it is still the last frame in `out`.
+    pub accepted_run: Option<AcceptedRun>,
+}
+
+/// A disposition settling deliveries `first..=last` of `session` as accepted, written at `at`
+/// in the output as the octets `frame`. A confirm of delivery `last + 1` rewrites it to cover
+/// that one too, when those octets are still what ends the output: one frame for a run of
+/// confirms, as the 0-9-1 output turns consecutive basic.acks into one `multiple` ack.
+#[derive(Debug, Default)]
+pub(crate) struct AcceptedRun {
+    session: u16,
+    first: u32,
+    last: u32,
+    at: usize,
+    frame: Vec<u8>,
+}
+
+impl AcceptedRun {
+    /// Whether delivery `id` of `session` extends this run, which still ends `out`.
+    fn extended_by(&self, session: u16, id: u32, out: &[u8]) -> bool {
+        self.session == session
+            && self.last.wrapping_add(1) == id
+            && out.len() == self.at + self.frame.len()
+            && out[self.at..] == self.frame[..]
+    }
+}
+
+/// Settles delivery `id` of `session` as accepted, in one disposition with the ones accepted
+/// just before it when it follows them.
+fn accept(io: &mut Io, session: u16, id: u32) {
+    let mut run = io.accepted_run.take().unwrap_or_default();
+    if run.extended_by(session, id, &io.out) {
+        io.out.truncate(run.at);
+    } else {
+        run.session = session;
+        run.first = id;
+        run.at = io.out.len();
+    }
+    run.last = id;
+    settle(io, session, run.first, id, described(ACCEPTED, Vec::new()));
+    run.frame.clear();
+    run.frame.extend_from_slice(&io.out[run.at..]);
+    io.accepted_run = Some(run);
 }
 
 /// A 0-9-1 reply code as an AMQP 1.0 error condition.
@@ -1120,6 +1164,13 @@ impl Sessions {
     /// few dispositions as their ids allow.
     fn confirmed(&mut self, io: &mut Io, session: u16, handle: u32, tag: u64, multiple: bool, ack: bool) {
         let Some(Link::Publishing(link)) = self.link_mut(session, handle) else { return };
+        if ack && !multiple && !link.returned {
+            // The common case, one confirm per publish: no lists, and runs in one disposition.
+            if let Some((delivery_id, false)) = link.unconfirmed.remove(&tag) {
+                accept(io, session, delivery_id);
+            }
+            return self.grant_credit(io, session, handle);
+        }
         let sequences: Vec<u64> =
             if multiple { link.unconfirmed.range(..=tag).map(|(seq, _)| *seq).collect() } else { vec![tag] };
         // The return came just before the ack of the publish it returned: the one acked last.

@@ -98,6 +98,8 @@ pub(crate) struct Amqp1Connection {
     phase: Phase,
     connected_at: Timestamp,
     out: BytesMut,
+    /// The last `accepted` disposition in `out`, which the next confirm may extend.
+    accepted_run: Option<links::AcceptedRun>,
     commands: VecDeque<Command>,
     /// The largest frame the peer may send us (ours), and the largest we may send it.
     frame_in_max: u32,
@@ -137,6 +139,7 @@ impl Amqp1Connection {
             phase: Phase::SaslHeader,
             connected_at: now,
             out: BytesMut::new(),
+            accepted_run: None,
             commands: VecDeque::new(),
             frame_in_max,
             frame_out_max: MIN_MAX_FRAME_SIZE,
@@ -483,8 +486,13 @@ impl Amqp1Connection {
         self.commands.pop_front()
     }
 
+    /// Everything encoded so far; the buffer keeps its spare capacity for the next frames
+    /// unless it grew large, as the 0-9-1 output's does (`output.rs`).
     pub(crate) fn take_output(&mut self) -> BytesMut {
-        std::mem::take(&mut self.out)
+        if self.out.capacity() > crate::output::KEPT_CAPACITY_MAX {
+            return std::mem::take(&mut self.out);
+        }
+        self.out.split()
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -550,6 +558,7 @@ impl Amqp1Connection {
             frame_max: self.frame_out_max,
             max_message_size: self.config.max_message_size,
             now,
+            accepted_run: self.accepted_run.take(),
         }
     }
 
@@ -559,6 +568,7 @@ impl Amqp1Connection {
         }
         self.out = io.out;
         self.commands = io.commands;
+        self.accepted_run = io.accepted_run;
     }
 }
 
@@ -575,12 +585,13 @@ pub(crate) fn write_frame(
     performative: &Performative,
     payload: &[u8],
 ) {
-    let mut body = BytesMut::new();
-    encode_value(&performative.to_value(), &mut body);
-    let len = u32::try_from(body.len() + payload.len()).unwrap_or(u32::MAX);
-    encode_frame_header(out, kind, channel, len);
-    out.extend_from_slice(&body);
+    // Encoded in place; the header's size is written once the frame's length is known.
+    let start = out.len();
+    encode_frame_header(out, kind, channel, 0);
+    encode_value(&performative.to_value(), out);
     out.extend_from_slice(payload);
+    let size = u32::try_from(out.len() - start).unwrap_or(u32::MAX);
+    out[start..start + 4].copy_from_slice(&size.to_be_bytes());
 }
 
 fn name_of(performative: &Performative) -> &'static str {

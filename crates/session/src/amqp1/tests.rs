@@ -408,6 +408,42 @@ fn a_publishing_link_publishes_each_message_and_settles_it_when_the_broker_confi
     }
 }
 
+/// Confirms of consecutive deliveries that arrive before the output is written settle them in
+/// one disposition (first..last), as consecutive 0-9-1 acks become one `multiple` ack; once the
+/// output has gone, the next confirm starts a new one. Before, each confirm wrote its own.
+#[test]
+fn consecutive_confirms_settle_in_one_disposition() {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, false, "/queues/orders"));
+    client.performatives();
+    client.conn.take_commands();
+    for id in 0..4 {
+        client.frame(FrameKind::Amqp, 0, transfer(0, Some(id), false), &data_message(b"m"));
+    }
+    assert_eq!(client.conn.take_commands().len(), 4);
+    let confirm = |tag: u64| Effect::Confirm {
+        conn: CONN,
+        channel: ChannelId(1),
+        delivery_tag: tag,
+        multiple: false,
+        ack: true,
+    };
+    for tag in 1..=3 {
+        client.effect(confirm(tag));
+    }
+    match &client.performatives()[..] {
+        [Performative::Disposition { receiver: true, first: 0, last: Some(2), settled: true, state }] => {
+            assert_eq!(state, &outcome(0x24));
+        }
+        other => panic!("{other:?}"),
+    }
+    client.effect(confirm(4));
+    match &client.performatives()[..] {
+        [Performative::Disposition { first: 3, last: None, .. }] => {}
+        other => panic!("{other:?}"),
+    }
+}
+
 /// RabbitMQ 4 settles an unsettled message no queue takes with `released` (the client may
 /// publish it again): the publish is mandatory, and the broker's return, which comes just before
 /// its ack, turns that ack into `released`; the messages around it are `accepted`. A message the
