@@ -375,3 +375,36 @@ async fn a_user_policy_sets_the_visibility_timeout_of_a_queue_made_over_sqs() {
     }
     assert!(received.elapsed() >= Duration::from_millis(900), "visible again after {:?}", received.elapsed());
 }
+
+/// Issue 41: a receive reads the queue's SQS settings where the queue is, in the same request
+/// as the receive (they were read in a round trip of their own): `ReceiveMessageWaitTimeSeconds`
+/// makes a receive without `WaitTimeSeconds` a long poll, which a send ends, and a queue's
+/// `VisibilityTimeout` of 0 leaves a received message visible at once.
+#[tokio::test]
+async fn a_receive_follows_the_queue_s_wait_and_zero_visibility() {
+    let (_broker, addr) = sqs_broker(&[]);
+    let attributes = json!({"ReceiveMessageWaitTimeSeconds": "1", "VisibilityTimeout": "0"});
+    let (status, created) =
+        sqs(addr, "CreateQueue", json!({"QueueName": "waiting", "Attributes": attributes})).await;
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().unwrap().to_owned();
+    let receive = json!({"QueueUrl": url});
+    let started = Instant::now();
+    let (status, empty) = sqs(addr, "ReceiveMessage", receive.clone()).await;
+    assert_eq!(status, 200, "{empty}");
+    assert!(empty.get("Messages").is_none(), "{empty}");
+    assert!(started.elapsed() >= Duration::from_millis(900), "waited {:?}", started.elapsed());
+    assert!(started.elapsed() < WAIT, "waited {:?}", started.elapsed());
+    let sender = {
+        let url = url.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": "woke"})).await.0
+        })
+    };
+    let (_, got) = sqs(addr, "ReceiveMessage", receive.clone()).await;
+    assert_eq!(got["Messages"][0]["Body"], "woke", "a send ends the queue's long poll: {got}");
+    assert_eq!(sender.await.unwrap(), 200);
+    let (_, again) = sqs(addr, "ReceiveMessage", receive).await;
+    assert_eq!(again["Messages"][0]["Body"], "woke", "visible again at once: {again}");
+}

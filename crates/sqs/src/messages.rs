@@ -274,22 +274,22 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
     let mut system = input.strings("AttributeNames")?;
     system.extend(input.strings("MessageSystemAttributeNames")?);
     let wanted_attributes = input.strings("MessageAttributeNames")?;
-    let [zero_visibility, queue_wait] =
-        queues::integer_arguments(state, &queue, [queues::ZERO_VISIBILITY_ARG, queues::RECEIVE_WAIT_ARG])
-            .await?;
-    let defaults = (zero_visibility, queue_wait);
-    // `None`: the queue's visibility timeout as it runs, policies applied (`Broker::sqs_receive`).
-    let visibility_ms = visibility.map(|s| s as u64 * 1000).or(defaults.0.map(|ms| ms as u64));
-    let wait = Duration::from_secs(wait.or(defaults.1).unwrap_or(0) as u64);
-    let deadline = tokio::time::Instant::now() + wait;
+    // `None`: the queue's visibility timeout as it runs, policies applied, or its SQS 0
+    // (`Broker::sqs_receive`): the queue's settings are read where it is, in one request.
+    let visibility_ms = visibility.map(|s| s as u64 * 1000);
+    let started = tokio::time::Instant::now();
+    // Known from the first receive: the request's wait, else the queue's default.
+    let mut deadline = None;
     // Taken when the poll first has to wait, kept until it answers.
     let mut waiting = None;
     let received = loop {
         let receive =
             SqsReceive { vhost: queue.vhost.clone(), queue: queue.name.clone(), max, visibility_ms };
-        let received = state.broker.request(receive).await?.map_err(|e| gateway_error(e, ""))?;
-        if !received.is_empty() || tokio::time::Instant::now() >= deadline {
-            break received;
+        let got = state.broker.request(receive).await?.map_err(|e| gateway_error(e, ""))?;
+        let wait_s = wait.map(|s| s as u64).or(got.wait_s).unwrap_or(0).min(queues::WAIT_TIME_MAX_S as u64);
+        let deadline = *deadline.get_or_insert(started + Duration::from_secs(wait_s));
+        if !got.messages.is_empty() || tokio::time::Instant::now() >= deadline {
+            break got.messages;
         }
         if waiting.is_none() {
             waiting = Some(state.long_polls.admit(&caller.access_key, caller.address)?);

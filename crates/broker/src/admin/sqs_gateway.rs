@@ -242,9 +242,12 @@ impl Broker {
         let (name, id) = self.sqs_queue(vhost, queue)?;
         let Some(queue) = self.queues.get(&id) else { return Ok(Vec::new()) };
         let fifo = queue.args.sqs_fifo;
-        // The queue's own visibility timeout as it runs, policies applied; SQS's 30 s without one.
-        let visibility_ms =
-            visibility_ms.or(queue.args.visibility_timeout_ms).unwrap_or(SQS_DEFAULT_VISIBILITY_MS);
+        // The queue's own visibility timeout as it runs, policies applied (0 when its SQS
+        // `VisibilityTimeout` is 0); SQS's 30 s without one.
+        let visibility_ms = visibility_ms
+            .or(queue.args.sqs_zero_visibility.then_some(0))
+            .or(queue.args.visibility_timeout_ms)
+            .unwrap_or(SQS_DEFAULT_VISIBILITY_MS);
         let gateway = self.sqs_gateway(vhost, now);
         let mut received = Vec::new();
         let mut taken = None;
@@ -273,6 +276,13 @@ impl Broker {
             self.run_queue(id, now);
         }
         Ok(received)
+    }
+
+    /// How long an SQS receive from `queue` waits by default (its
+    /// `ReceiveMessageWaitTimeSeconds`), if it says.
+    pub fn sqs_receive_wait_s(&self, vhost: &str, queue: &str) -> Option<u64> {
+        let (_, id) = self.sqs_queue(vhost, queue).ok()?;
+        self.queues.get(&id)?.args.sqs_receive_wait_s
     }
 
     /// Deletes the message `receipt_handle` names (it was received from `queue` over SQS). A

@@ -40,8 +40,8 @@ pub use node::{
 };
 pub use sqs::{
     ChangeSqsArguments, ChangeVisibilityBatch, DeclareSqsQueue, MoveMessages, PurgeSqsQueue,
-    QueuesWithArgument, SqsDeadLetterSources, SqsDeclared, SqsDeleteBatch, SqsOutgoing, SqsReceive,
-    SqsSendBatch, SqsUnwait, SqsWait,
+    QueuesWithArgument, SqsDeadLetterSources, SqsDeclared, SqsDeleteBatch, SqsOutgoing, SqsReceipt,
+    SqsReceive, SqsSendBatch, SqsUnwait, SqsWait,
 };
 pub use topology::{
     AddVhost, BindingsTo, ClearPolicy, DeclaredBindings, DeleteVhost, ExchangeKeys, ListPolicies,

@@ -92,11 +92,19 @@ pub struct SqsReceive {
     pub visibility_ms: Option<u64>,
 }
 
+/// What a receive took, and how long a receive from the queue waits by default (its
+/// `ReceiveMessageWaitTimeSeconds`): a long poll learns it from its first receive.
+pub struct SqsReceipt {
+    pub messages: Vec<SqsReceived>,
+    pub wait_s: Option<u64>,
+}
+
 impl Sealed for SqsReceive {}
 impl Request for SqsReceive {
-    type Answer = Result<Vec<SqsReceived>, SqsGatewayError>;
+    type Answer = Result<SqsReceipt, SqsGatewayError>;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
-        broker.sqs_receive(&self.vhost, &self.queue, self.max, self.visibility_ms, now)
+        let messages = broker.sqs_receive(&self.vhost, &self.queue, self.max, self.visibility_ms, now)?;
+        Ok(SqsReceipt { messages, wait_s: broker.sqs_receive_wait_s(&self.vhost, &self.queue) })
     }
 }
 
