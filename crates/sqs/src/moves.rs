@@ -215,9 +215,9 @@ pub async fn start(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Resu
     let rate = input.integer("MaxNumberOfMessagesPerSecond", 1..=RATE_MAX)?;
     queues::require(state, caller, hourglass_broker::Access::Read, &source)?;
     // Both queues must exist (no arguments are needed from them).
-    queues::integer_arguments(state, &source, []).await?;
+    queues::arguments_of(state, &source).await?;
     if let Some(destination) = &destination {
-        queues::integer_arguments(state, destination, []).await?;
+        queues::arguments_of(state, destination).await?;
         queues::require(state, caller, hourglass_broker::Access::Write, destination)?;
     }
     let ready = ReadyCount { vhost: source.vhost.clone(), name: source.name.clone() };

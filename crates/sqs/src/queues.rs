@@ -600,17 +600,6 @@ pub async fn arguments_of(state: &SqsState, queue: &QueueRef) -> Result<FieldTab
     state.broker.ask(named).await?.ok_or(SqsError::QueueDoesNotExist)
 }
 
-/// The integer arguments `names` of `queue` (`None` for one it has not), in one broker job;
-/// `QueueDoesNotExist` when there is no such queue.
-pub async fn integer_arguments<const N: usize>(
-    state: &SqsState,
-    queue: &QueueRef,
-    names: [&'static str; N],
-) -> Result<[Option<i64>; N], SqsError> {
-    let arguments = arguments_of(state, queue).await?;
-    Ok(names.map(|n| arguments.get(n).and_then(|v| v.as_i64())))
-}
-
 /// A queue's tags, from its argument.
 fn tags_of(details: &hourglass_broker::admin::QueueDetails) -> std::collections::BTreeMap<String, String> {
     let Some(FieldValue::Table(tags)) = details.arguments.get(TAGS_ARG) else { return Default::default() };
