@@ -319,9 +319,9 @@ fn outcome_of(state: &Value) -> Result<Option<Outcome>, String> {
         Value::Ulong(MODIFIED) => {
             let undeliverable_here = matches!(fields.get(1), Some(Value::Bool(true)));
             let failed = matches!(fields.first(), Some(Value::Bool(true)));
-            let annotations = message::modified_annotations(fields.get(2))?;
-            // Dead-lettered: a time to be delivered again at means nothing.
+            // Dead-lettered: there is no time to be delivered again at; the annotation is kept.
             let at_ms = delivery_time_of(fields.get(2)).filter(|_| !undeliverable_here);
+            let annotations = message::modified_annotations(fields.get(2), at_ms.is_some())?;
             Some(match (undeliverable_here, at_ms, annotations.is_empty()) {
                 (true, _, true) => Outcome::Rejected,
                 (false, None, true) => Outcome::Requeue { failed },

@@ -247,13 +247,17 @@ pub(crate) fn inbound(payload: &[u8]) -> Result<Inbound, MessageError> {
 /// The message annotations of a `modified` outcome as the headers they set (as a publish's
 /// annotations become headers), or the first key that does not start with `x-`: the spec
 /// reserves every other symbolic key (part 3.2.10), and RabbitMQ's clients refuse them.
-/// `x-opt-delivery-time` is not among them: it asks for a time, which the outcome carries out.
-pub(crate) fn modified_annotations(map: Option<&Value>) -> Result<FieldTable, String> {
+/// `x-opt-delivery-time` is left out when the outcome carries out the time it asks for
+/// (`time_carried_out`); otherwise (a message dead-lettered) it is kept like any other.
+pub(crate) fn modified_annotations(
+    map: Option<&Value>,
+    time_carried_out: bool,
+) -> Result<FieldTable, String> {
     let Some(map @ Value::Map(pairs)) = map else { return Ok(FieldTable::default()) };
     if let Some((key, _)) = pairs.iter().find(|(key, _)| !text(key).is_some_and(|k| k.starts_with("x-"))) {
         return Err(format!("a modified outcome's message annotation key {key:?} does not start with 'x-'"));
     }
-    let entries = map_entries(map, Times::Millis, |k| k != "x-opt-delivery-time");
+    let entries = map_entries(map, Times::Millis, |k| !time_carried_out || k != "x-opt-delivery-time");
     Ok(FieldTable::from_entries(entries.iter().map(|(k, v)| (k.as_bytes(), v.clone()))))
 }
 

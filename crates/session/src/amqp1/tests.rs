@@ -641,6 +641,30 @@ fn a_modified_outcome_s_annotations_reach_the_broker_and_reserved_keys_are_refus
     );
 }
 
+/// A message dead-lettered by a `modified` outcome has no time to be delivered again at: an
+/// `x-opt-delivery-time` among its annotations is kept as the header it sets, like any other
+/// annotation, not dropped. Before, it was dropped unread.
+#[test]
+fn a_dead_lettering_modified_outcome_keeps_its_delivery_time_annotation() {
+    let mut client = Client::consuming(1);
+    client.effect(deliver(7, b"job"));
+    client.performatives();
+    let at = (Value::Symbol("x-opt-delivery-time".into()), Value::Long(1_900_000_000_000));
+    let modified = Value::Described(
+        Box::new(Value::Ulong(0x27)),
+        Box::new(Value::List(vec![Value::Bool(true), Value::Bool(true), Value::Map(vec![at])])),
+    );
+    client.send(0, settle(0, modified));
+    match &client.conn.take_commands()[..] {
+        [Command::Modify(dead)] => {
+            assert_eq!((dead.undeliverable_here, dead.ready_at), (true, None));
+            let kept = dead.annotations.get("x-opt-delivery-time");
+            assert_eq!(kept, Some(hourglass_wire::FieldValue::I64(1_900_000_000_000)));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn a_consuming_link_delivers_only_with_credit_and_turns_outcomes_into_acks_and_requeues() {
     let mut client = Client::with_session();
