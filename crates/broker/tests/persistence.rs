@@ -249,10 +249,9 @@ fn restored_ready_messages_are_in_id_order_whatever_order_they_arrive_in() {
     assert_eq!(got, [b"1", b"2", b"3", b"4"]);
 }
 
-/// Dead-lettering writes the copy's Enqueue into the DLQ before the source's Settle (semantics §2:
-/// at-least-once across a crash).
-#[test]
-fn dead_letter_copy_is_written_before_the_source_is_settled() {
+/// A durable broker whose queue `q` dead-letters into the durable queue `dlq`, with one
+/// persistent message of `q` delivered (by basic.get, unacked) and every op so far synced.
+fn dead_lettering_delivery() -> (TestBroker, Chan) {
     let dlx = FieldTable::from_entries([
         ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
         ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
@@ -262,6 +261,14 @@ fn dead_letter_copy_is_written_before_the_source_is_settled() {
     tb.publish_with(c, "", "q", persistent(), b"1", false);
     sync(&mut tb, &mut model);
     tb.call(c, BasicGet { queue: short("q"), ..Default::default() });
+    (tb, c)
+}
+
+/// Dead-lettering writes the copy's Enqueue into the DLQ before the source's Settle (semantics §2:
+/// at-least-once across a crash).
+#[test]
+fn dead_letter_copy_is_written_before_the_source_is_settled() {
+    let (mut tb, c) = dead_lettering_delivery();
     assert_eq!(kinds(&ops(&mut tb)), vec!["update"], "the delivered mark");
     tb.call(c, BasicReject { delivery_tag: 1, requeue: false });
     let written = ops(&mut tb);
@@ -281,19 +288,6 @@ fn modify(c: Chan, tag: u64, undeliverable_here: bool, annotations: &[(&str, Fie
         ready_at: None,
         annotations: FieldTable::from_entries(annotations.iter().cloned()),
     }))
-}
-
-/// The messages basic.get-ok carried among `effects`.
-fn gotten(effects: &[Effect]) -> Vec<std::sync::Arc<Message>> {
-    effects
-        .iter()
-        .filter_map(|effect| match effect {
-            Effect::Send { method, content: Some(m), .. } if matches!(**method, Method::BasicGetOk(_)) => {
-                Some(m.clone())
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 fn header_text(message: &Message, key: &str) -> Option<String> {
@@ -343,15 +337,7 @@ fn a_message_handed_back_with_annotations_keeps_them_across_a_restart() {
 /// the annotations into its copy, and the source needs no store op of its own but its settle.
 #[test]
 fn a_message_dead_lettered_with_annotations_carries_them() {
-    let dlx = FieldTable::from_entries([
-        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
-        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
-    ]);
-    let (mut tb, c, mut model) = setup(dlx);
-    durable_queue(&mut tb, c, "dlq", FieldTable::new());
-    tb.publish_with(c, "", "q", persistent(), b"1", false);
-    sync(&mut tb, &mut model);
-    tb.call(c, BasicGet { queue: short("q"), ..Default::default() });
+    let (mut tb, c) = dead_lettering_delivery();
     ops(&mut tb);
     tb.command(modify(c, 1, true, &[("x-opt-why", FieldValue::from("bad input"))]));
     assert_eq!(kinds(&ops(&mut tb)), vec!["enqueue", "settle"]);

@@ -77,17 +77,22 @@ pub fn body_texts(effects: &[Effect]) -> Vec<String> {
     bodies(effects).into_iter().map(|body| String::from_utf8_lossy(&body).into_owned()).collect()
 }
 
-/// The bodies of the messages basic.get-oks among `effects` carried, as text.
-pub fn got_texts(effects: &[Effect]) -> Vec<String> {
+/// The messages basic.get-oks among `effects` carried.
+pub fn gotten(effects: &[Effect]) -> Vec<std::sync::Arc<hourglass_broker::Message>> {
     let got = effects.iter().filter_map(|effect| match effect {
         Effect::Send { method, content: Some(message), .. }
             if matches!(**method, hourglass_wire::Method::BasicGetOk(_)) =>
         {
-            Some(String::from_utf8_lossy(&message.body).into_owned())
+            Some(message.clone())
         }
         _ => None,
     });
     got.collect()
+}
+
+/// The bodies of the messages basic.get-oks among `effects` carried, as text.
+pub fn got_texts(effects: &[Effect]) -> Vec<String> {
+    gotten(effects).iter().map(|message| String::from_utf8_lossy(&message.body).into_owned()).collect()
 }
 
 /// The bodies of messages an SQS receive got, as text.
