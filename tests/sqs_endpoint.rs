@@ -322,23 +322,25 @@ async fn queue_attributes_show_the_visibility_timeout_an_operator_policy_caps() 
     assert_eq!(status, 200, "{shown}");
     assert_eq!(shown["Attributes"]["VisibilityTimeout"], "2", "{shown}");
     // And it runs so: a message received and not deleted is visible again after 2 s, not 30.
-    assert_eq!(sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": "again"})).await.0, 200);
+    let hidden = hidden_for(addr, &url, "again").await;
+    assert!(hidden >= Duration::from_millis(1_900), "visible again after {hidden:?}");
+}
+
+/// Sends `body` to the queue at `url`, receives it without deleting it, and polls until it is
+/// received again: how long it stayed hidden (at most [`WAIT`]).
+async fn hidden_for(addr: std::net::SocketAddr, url: &str, body: &str) -> Duration {
+    assert_eq!(sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": body})).await.0, 200);
     let receive = json!({"QueueUrl": url, "WaitTimeSeconds": 1});
     let (_, first) = sqs(addr, "ReceiveMessage", receive.clone()).await;
-    assert_eq!(first["Messages"][0]["Body"], "again", "{first}");
+    assert_eq!(first["Messages"][0]["Body"], body, "{first}");
     let received = Instant::now();
     loop {
         let (_, again) = sqs(addr, "ReceiveMessage", receive.clone()).await;
-        if again["Messages"][0]["Body"] == "again" {
-            break;
+        if again["Messages"][0]["Body"] == body {
+            return received.elapsed();
         }
         assert!(received.elapsed() < WAIT, "not visible again within {WAIT:?}");
     }
-    assert!(
-        received.elapsed() >= Duration::from_millis(1_900),
-        "visible again after {:?}",
-        received.elapsed()
-    );
 }
 
 /// Issue 41: a user policy's `visibility-timeout` applies to a queue made over SQS without a
@@ -361,19 +363,8 @@ async fn a_user_policy_sets_the_visibility_timeout_of_a_queue_made_over_sqs() {
     let get = json!({"QueueUrl": url, "AttributeNames": ["VisibilityTimeout"]});
     let (_, shown) = sqs(addr, "GetQueueAttributes", get).await;
     assert_eq!(shown["Attributes"]["VisibilityTimeout"], "1", "{shown}");
-    assert_eq!(sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": "back"})).await.0, 200);
-    let receive = json!({"QueueUrl": url, "WaitTimeSeconds": 1});
-    let (_, first) = sqs(addr, "ReceiveMessage", receive.clone()).await;
-    assert_eq!(first["Messages"][0]["Body"], "back", "{first}");
-    let received = Instant::now();
-    loop {
-        let (_, again) = sqs(addr, "ReceiveMessage", receive.clone()).await;
-        if again["Messages"][0]["Body"] == "back" {
-            break;
-        }
-        assert!(received.elapsed() < WAIT, "not visible again within {WAIT:?}");
-    }
-    assert!(received.elapsed() >= Duration::from_millis(900), "visible again after {:?}", received.elapsed());
+    let hidden = hidden_for(addr, &url, "back").await;
+    assert!(hidden >= Duration::from_millis(900), "visible again after {hidden:?}");
 }
 
 /// Issue 41: a receive reads the queue's SQS settings where the queue is, in the same request
