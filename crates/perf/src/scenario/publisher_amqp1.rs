@@ -201,16 +201,7 @@ impl Amqp1Publisher {
             }
             for _ in 0..batch {
                 let id = u32::try_from(self.sent % (1 << 32)).unwrap_or(0);
-                let transfer = Performative::Transfer {
-                    handle: 0,
-                    delivery_id: Some(id),
-                    delivery_tag: Some(Bytes::copy_from_slice(&id.to_be_bytes())),
-                    settled: Some(false),
-                    more: false,
-                    state: Value::Null,
-                    aborted: false,
-                };
-                frame(&mut out, FrameKind::Amqp, &transfer, &self.payload);
+                transfer_frame(&mut out, id, &self.payload);
                 self.sent += 1;
             }
             self.credit -= batch;
@@ -229,6 +220,28 @@ impl Amqp1Publisher {
     }
 }
 
+/// Appends an unsettled transfer on handle 0 with delivery id `id`, its tag the id's four octets,
+/// and `payload` as the message. Written from a template, as the 0-9-1 publisher writes its
+/// publishes: encoding each through a `Value` cost four times the 0-9-1 publisher's CPU, and the
+/// broker then read smaller batches than from a 0-9-1 publisher.
+fn transfer_frame(out: &mut BytesMut, id: u32, payload: &[u8]) {
+    let id = id.to_be_bytes();
+    #[rustfmt::skip]
+    let performative = [
+        0x00, 0x53, 0x14, // described by transfer's smallulong code
+        0xc0, 15, 5, // list8: its size after this octet, five fields
+        0x43, // handle: uint0
+        0x70, id[0], id[1], id[2], id[3], // delivery-id: uint
+        0xa0, 4, id[0], id[1], id[2], id[3], // delivery-tag: vbin8
+        0x43, // message-format: uint0
+        0x42, // settled: false
+    ];
+    let len = u32::try_from(performative.len() + payload.len()).unwrap_or(u32::MAX);
+    encode_frame_header(out, FrameKind::Amqp, 0, len);
+    out.extend_from_slice(&performative);
+    out.extend_from_slice(payload);
+}
+
 fn frame(out: &mut BytesMut, kind: FrameKind, performative: &Performative, payload: &[u8]) {
     let mut body = BytesMut::new();
     encode_value(&performative.to_value(), &mut body);
@@ -236,4 +249,31 @@ fn frame(out: &mut BytesMut, kind: FrameKind, performative: &Performative, paylo
     encode_frame_header(out, kind, 0, len);
     out.extend_from_slice(&body);
     out.extend_from_slice(payload);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The template reads back as the transfer it stands for, followed by the payload.
+    #[test]
+    fn a_transfer_from_the_template_decodes_as_its_performative() {
+        let mut out = BytesMut::new();
+        transfer_frame(&mut out, 0x0102_0304, b"message");
+        let header = decode_frame_header(&out, u32::MAX).unwrap().unwrap();
+        assert_eq!(header.size as usize, out.len());
+        let body = &out[header.body_offset()..];
+        let (value, used) = decode_value(body).unwrap();
+        let expected = Performative::Transfer {
+            handle: 0,
+            delivery_id: Some(0x0102_0304),
+            delivery_tag: Some(Bytes::from_static(&[1, 2, 3, 4])),
+            settled: Some(false),
+            more: false,
+            state: Value::Null,
+            aborted: false,
+        };
+        assert_eq!(Performative::from_value(&value).unwrap(), expected);
+        assert_eq!(&body[used..], b"message");
+    }
 }
