@@ -25,7 +25,9 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 // Keys are ours (channels, delivery ids) or bounded by what was negotiated (sessions, handles).
 use hourglass_broker::{ChannelId, Command, ConnectionId, Effect, Message, Modification, Publish, Timestamp};
-use hourglass_wire::amqp1::{encode_value, ErrorCondition, FrameKind, Performative, Value};
+use hourglass_wire::amqp1::{
+    encode_accepted_disposition, encode_value, ErrorCondition, FrameKind, Performative, Value,
+};
 use hourglass_wire::{
     BasicAck, BasicCancel, BasicConsume, BasicNack, BasicProperties, BasicQos, BasicReject, ChannelClose,
     ChannelOpen, ConfirmSelect, EncodedProperties, ExchangeDeclare, FieldTable, Method, QueueDeclare,
@@ -105,7 +107,7 @@ fn accept(io: &mut Io, session: u16, id: u32) {
         run.at = io.out.len();
     }
     run.last = id;
-    settle(io, session, run.first, id, described(ACCEPTED, Vec::new()));
+    encode_accepted_disposition(&mut io.out, session, run.first, id);
     run.frame.clear();
     run.frame.extend_from_slice(&io.out[run.at..]);
     io.accepted_run = Some(run);
@@ -951,12 +953,13 @@ impl Sessions {
         self.grant_credit(io, session, handle);
     }
 
-    /// Tops a sending link's credit up to [`CREDIT`] less what is unconfirmed, once it is below
-    /// half of that.
+    /// Tops a sending link's credit up to [`CREDIT`] less what is unconfirmed, once that adds at
+    /// least half of [`CREDIT`]: a flow per half window, not one per confirm while the
+    /// publisher keeps many unconfirmed.
     fn grant_credit(&mut self, io: &mut Io, session: u16, handle: u32) {
         let Some(Link::Publishing(link)) = self.link_mut(session, handle) else { return };
         let target = CREDIT.saturating_sub(u32::try_from(link.unconfirmed.len()).unwrap_or(u32::MAX));
-        if link.credit < CREDIT / 2 && target > link.credit {
+        if target >= link.credit.saturating_add(CREDIT / 2) {
             link.credit = target;
             self.send_link_flow(io, session, handle, false);
         }

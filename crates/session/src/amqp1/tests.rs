@@ -444,6 +444,42 @@ fn consecutive_confirms_settle_in_one_disposition() {
     }
 }
 
+/// A publisher that keeps many messages unconfirmed gets its credit back in halves of the
+/// window, one flow each, not a flow of a credit or two after every confirm.
+#[test]
+fn credit_comes_back_in_halves_of_the_window() {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, false, "/queues/orders"));
+    client.performatives();
+    client.conn.take_commands();
+    let credit = super::links::CREDIT;
+    for id in 0..credit {
+        client.frame(FrameKind::Amqp, 0, transfer(0, Some(id), false), &data_message(b"m"));
+    }
+    assert_eq!(client.conn.take_commands().len(), credit as usize);
+    let flows = |performatives: &[Performative]| -> Vec<u32> {
+        performatives
+            .iter()
+            .filter_map(|p| match p {
+                Performative::Flow { handle: Some(0), link_credit: Some(credit), .. } => Some(*credit),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut granted = Vec::new();
+    for tag in 1..=u64::from(credit) {
+        client.effect(Effect::Confirm {
+            conn: CONN,
+            channel: ChannelId(1),
+            delivery_tag: tag,
+            multiple: false,
+            ack: true,
+        });
+        granted.extend(flows(&client.performatives()));
+    }
+    assert_eq!(granted, [credit / 2, credit], "a flow at half the window confirmed, one at all of it");
+}
+
 /// RabbitMQ 4 settles an unsettled message no queue takes with `released` (the client may
 /// publish it again): the publish is mandatory, and the broker's return, which comes just before
 /// its ack, turns that ack into `released`; the messages around it are `accepted`. A message the

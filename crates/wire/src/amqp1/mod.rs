@@ -6,11 +6,13 @@
 //! Not wired to a listener yet: the SASL and connection handshake, sessions, links and
 //! RabbitMQ's address v2 mapping come next (issue 42).
 
+mod disposition;
 mod frame;
 mod performative;
 mod transfer;
 mod value;
 
+pub use disposition::encode_accepted_disposition;
 pub use frame::{
     decode_frame_header, decode_protocol_header, encode_frame_header, FrameHeader, FrameKind, ProtocolId,
     FRAME_HEADER_SIZE, MIN_MAX_FRAME_SIZE,
