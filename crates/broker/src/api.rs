@@ -290,6 +290,19 @@ impl Effect {
         }
     }
 
+    /// The connection and channel the effect is for; `None` for a connection's own effects.
+    pub fn channel_key(&self) -> Option<(ConnectionId, ChannelId)> {
+        match self {
+            Effect::Send { conn, channel, .. }
+            | Effect::Deliver { conn, channel, .. }
+            | Effect::Confirm { conn, channel, .. }
+            | Effect::ChannelError { conn, channel, .. }
+            | Effect::Answer { conn, channel, .. }
+            | Effect::TimedOut { conn, channel, .. } => Some((*conn, *channel)),
+            Effect::ConnectionError { .. } | Effect::Blocked { .. } => None,
+        }
+    }
+
     pub fn conn(&self) -> ConnectionId {
         match self {
             Effect::Send { conn, .. }

@@ -17,6 +17,7 @@ use crate::dead_lettering::DeadLetterQueue;
 use crate::firehose::Firehose;
 use crate::message_stats::{MessageSizes, MessageStats};
 use crate::naming::NameGenerator;
+use crate::outbox::Outbox;
 use crate::persist::Persistence;
 use crate::queue::paging::Pager;
 use crate::queue::DeliveryCounting;
@@ -119,7 +120,8 @@ pub struct Broker {
     pub(crate) delivery_counting: DeliveryCounting,
     /// Delayed messages overdue since the restore, held for the operator's rate.
     pub(crate) overdue: crate::overdue_release::OverdueRelease,
-    pub(crate) effects: VecDeque<Effect>,
+    /// Effects for the driver, replies waiting for the store among them (`outbox.rs`).
+    pub(crate) outbox: Outbox,
     /// What requests waiting on the broker are told, by ticket (`notices.rs`).
     pub(crate) notices: VecDeque<crate::notices::Notice>,
     /// Reused buffer for deliveries being settled, so an ack allocates nothing.
@@ -166,7 +168,7 @@ impl Broker {
             delivery_counting: config.delivery_counting,
             overdue: crate::overdue_release::OverdueRelease::new(config.overdue_release_rate),
             sqs: Default::default(),
-            effects: VecDeque::new(),
+            outbox: Outbox::default(),
             notices: VecDeque::new(),
             settle_scratch: Vec::new(),
             queue_scratch: Vec::new(),
@@ -186,8 +188,7 @@ impl Broker {
 
     /// Applies one command.
     pub fn handle_command(&mut self, command: Command, now: Timestamp) {
-        let mark = self.mark();
-        let replies_of = crate::persist::holds_replies(&command);
+        self.persist.begin_entry();
         match command {
             Command::ConnectionOpen { conn, info } => {
                 self.churn.connection_opened(conn);
@@ -228,16 +229,12 @@ impl Broker {
             }
         }
         self.run_dead_letters(now);
-        self.hold_after(mark, replies_of);
+        self.flush_definitions();
     }
 
     /// The next effect for the driver to carry out.
     pub fn poll_effect(&mut self) -> Option<Effect> {
-        let effect = self.effects.pop_front();
-        if effect.is_none() {
-            release_burst_capacity(&mut self.effects);
-        }
-        effect
+        self.outbox.pop()
     }
 
     /// Whether a vhost exists (the session checks this on connection.open).
@@ -246,11 +243,11 @@ impl Broker {
     }
 
     pub(crate) fn emit(&mut self, effect: Effect) {
-        self.effects.push_back(effect);
+        self.outbox.push(effect);
     }
 
     pub(crate) fn send(&mut self, conn: ConnectionId, channel: ChannelId, method: impl Into<Method>) {
-        self.effects.push_back(Effect::send(conn, channel, method, None));
+        self.outbox.push(Effect::send(conn, channel, method, None));
     }
 
     pub(crate) fn new_queue_id(&mut self) -> QueueId {

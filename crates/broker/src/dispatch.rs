@@ -1,8 +1,6 @@
 //! Handing ready messages to consumers: round robin among those with credit (their own prefetch
 //! and their channel's), never an expired message (semantics §1).
 
-use std::collections::VecDeque;
-
 use crate::broker::IdMap;
 
 use crate::api::{ChannelId, ConnectionId, Effect};
@@ -11,6 +9,7 @@ use crate::channel::{Channel, Unacked};
 use crate::consumer_timeout::DefaultTimeouts;
 use crate::firehose::{Firehose, TracedDelivery};
 use crate::message_stats::{DeliveryKind, MessageStats};
+use crate::outbox::Outbox;
 use crate::persist::Persistence;
 use crate::queue::entry::Entry;
 use crate::queue::paging::MAX_READS_PER_DISPATCH;
@@ -70,7 +69,7 @@ impl Broker {
 /// What a delivery from a queue writes to besides the queue itself.
 struct Sinks<'b> {
     channels: &'b mut IdMap<(ConnectionId, ChannelId), Channel>,
-    effects: &'b mut VecDeque<Effect>,
+    outbox: &'b mut Outbox,
     stats: &'b mut MessageStats,
     persist: &'b mut Persistence,
     firehose: &'b mut Firehose,
@@ -84,7 +83,7 @@ impl Broker {
         let queue = self.queues.get_mut(&id)?;
         let sinks = Sinks {
             channels: &mut self.channels,
-            effects: &mut self.effects,
+            outbox: &mut self.outbox,
             stats: &mut self.message_stats,
             persist: &mut self.persist,
             firehose: &mut self.firehose,
@@ -169,7 +168,7 @@ fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, no
         channel: channel_id,
     };
     sinks.firehose.note_delivery(traced, &queue.vhost);
-    sinks.effects.push_back(Effect::Deliver {
+    sinks.outbox.push(Effect::Deliver {
         conn,
         channel: channel_id,
         consumer_tag,

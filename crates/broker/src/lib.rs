@@ -24,6 +24,7 @@ pub mod message_stats;
 mod methods;
 mod naming;
 pub mod notices;
+mod outbox;
 mod overdue_release;
 pub mod permissions;
 pub mod persist;

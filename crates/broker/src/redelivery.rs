@@ -198,10 +198,9 @@ impl Broker {
             queue.visibility.remove(old.at, delivery);
             queue.visibility.insert(new, delivery);
         }
-        let mark = self.mark();
         self.run_queue(id, now);
         self.run_dead_letters(now);
-        self.hold_after(mark, None);
+        self.flush_definitions();
         Ok(())
     }
 }

@@ -32,7 +32,6 @@ impl Broker {
     /// unused for their `x-expires`, and times out deliveries under the broker's default consumer
     /// timeout (consumer_timeout.rs).
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        let mark = self.mark();
         self.release_overdue(now);
         while let Some(id) = self.timers.pop_due(now) {
             let Some(queue) = self.queues.get_mut(&id) else { continue };
@@ -45,7 +44,7 @@ impl Broker {
         }
         self.sweep_default_timeouts(now);
         self.run_dead_letters(now);
-        self.hold_after(mark, None);
+        self.flush_definitions();
     }
 
     /// The earliest time `handle_timeout` has work to do.

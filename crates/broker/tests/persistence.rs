@@ -188,6 +188,30 @@ fn durable_declare_ok_waits_for_definitions() {
     assert!(sync(&mut tb, &mut model).is_empty());
 }
 
+/// tx.commit-ok stands for the commit's persistent publishes: it goes once they are durable. A
+/// reply that stored nothing (a passive declare of the same queue) goes at once, though the
+/// commit's ops are still being written.
+#[test]
+fn tx_commit_ok_waits_for_the_commit_s_messages_and_nothing_else_does() {
+    let mut tb = durable_broker();
+    let mut model = Model::default();
+    let c = tb.channel();
+    durable_queue(&mut tb, c, "q", FieldTable::new());
+    sync(&mut tb, &mut model);
+    tb.call(c, TxSelect {});
+    tb.publish_with(c, "", "q", persistent(), b"1", false);
+    tb.publish_with(c, "", "q", persistent(), b"2", false);
+    assert!(ops(&mut tb).is_empty(), "nothing is written before the commit");
+    let effects = tb.call(c, TxCommit {});
+    assert!(methods(&effects).is_empty(), "commit-ok waits: {effects:?}");
+    let other = tb.open_channel(c.conn, 2);
+    let passive = tb.call(other, QueueDeclare { queue: short("q"), passive: true, ..Default::default() });
+    assert!(matches!(methods(&passive).as_slice(), [Method::QueueDeclareOk(_)]), "{passive:?}");
+    let released = sync(&mut tb, &mut model);
+    assert!(matches!(methods(&released).as_slice(), [Method::TxCommitOk(_)]), "{released:?}");
+    assert_eq!(model.0.live(), 2);
+}
+
 /// A first delivery marks the message delivered; ack settles; nack with requeue updates the
 /// delivery count; no-ack delivery settles at once.
 #[test]

@@ -153,12 +153,7 @@ impl Broker {
     fn take_replies_to(&mut self, conn: ConnectionId) -> Result<Vec<Reply>, AmqpError> {
         let mut replies = Vec::new();
         let mut error = None;
-        let mut kept = std::collections::VecDeque::with_capacity(self.effects.len());
-        for effect in self.effects.drain(..) {
-            if effect.conn() != conn {
-                kept.push_back(effect);
-                continue;
-            }
+        for effect in self.outbox.take_ready_of(conn) {
             match effect {
                 Effect::ChannelError { error: e, .. } | Effect::ConnectionError { error: e, .. } => {
                     error = Some(e)
@@ -170,7 +165,6 @@ impl Broker {
                 }
             }
         }
-        self.effects = kept;
         match error {
             Some(e) => Err(e),
             None => Ok(replies),

@@ -61,10 +61,9 @@ impl Broker {
     /// Re-applies a vhost's policies, carries out what that dead-letters, and writes the
     /// definitions (this is an entry point of its own, like `handle_timeout`).
     fn policies_changed(&mut self, changed: Changed, vhost: &str, now: Timestamp) {
-        let mark = self.mark();
         self.definition_changed(changed);
         self.reapply_policies(vhost, now);
         self.run_dead_letters(now);
-        self.hold_after(mark, None);
+        self.flush_definitions();
     }
 }

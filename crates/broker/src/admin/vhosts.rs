@@ -83,9 +83,8 @@ impl Broker {
 
     /// Writes the vhost's definition (or, deleted, the absence of everything under it).
     fn vhosts_changed(&mut self, name: &str) {
-        let mark = self.mark();
         self.definition_changed(Changed::Vhost(name.to_owned()));
-        self.hold_after(mark, None);
+        self.flush_definitions();
     }
 
     /// Closes a client connection with 320 CONNECTION_FORCED and `reason`, releasing what it

@@ -206,7 +206,13 @@ impl Broker {
         self.count_published(outcome, confirm, body_size);
         if let Some(delivery_tag) = seq {
             let ack = !rejected;
-            self.emit(Effect::Confirm { conn, channel: ch, delivery_tag, multiple: false, ack });
+            self.reply_when_durable(Effect::Confirm {
+                conn,
+                channel: ch,
+                delivery_tag,
+                multiple: false,
+                ack,
+            });
         }
     }
 

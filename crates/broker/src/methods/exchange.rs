@@ -71,7 +71,7 @@ impl Broker {
             }
         }
         if !m.nowait {
-            self.send(conn, ch, ExchangeDeclareOk {});
+            self.send_when_durable(conn, ch, ExchangeDeclareOk {});
         }
         Ok(())
     }
@@ -108,7 +108,7 @@ impl Broker {
             self.mark_removed(&vhost_name, removed, None);
         }
         if !m.nowait {
-            self.send(conn, ch, ExchangeDeleteOk {});
+            self.send_when_durable(conn, ch, ExchangeDeleteOk {});
         }
         Ok(())
     }
@@ -132,7 +132,7 @@ impl Broker {
             source.bind(binding);
         }
         if !m.nowait {
-            self.send(conn, ch, ExchangeBindOk {});
+            self.send_when_durable(conn, ch, ExchangeBindOk {});
         }
         Ok(())
     }
@@ -155,7 +155,7 @@ impl Broker {
         unbind_from(self.vhost_mut(&vhost_name)?, &m.source, &binding, &mut removed);
         self.mark_removed(&vhost_name, removed, None);
         if !m.nowait {
-            self.send(conn, ch, ExchangeUnbindOk {});
+            self.send_when_durable(conn, ch, ExchangeUnbindOk {});
         }
         Ok(())
     }

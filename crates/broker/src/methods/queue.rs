@@ -77,7 +77,7 @@ impl Broker {
             channel.last_queue = Some(name.clone());
         }
         if !m.nowait {
-            self.send(conn, ch, QueueDeclareOk { queue: name, message_count, consumer_count });
+            self.send_when_durable(conn, ch, QueueDeclareOk { queue: name, message_count, consumer_count });
         }
         Ok(())
     }
@@ -101,7 +101,7 @@ impl Broker {
             exchange.bind(binding);
         }
         if !m.nowait {
-            self.send(conn, ch, QueueBindOk {});
+            self.send_when_durable(conn, ch, QueueBindOk {});
         }
         Ok(())
     }
@@ -129,7 +129,7 @@ impl Broker {
             unbind_from(self.vhost_mut(&vhost_name)?, &m.exchange, &binding, &mut removed);
             self.mark_removed(&vhost_name, removed, None);
         }
-        self.send(conn, ch, QueueUnbindOk {});
+        self.send_when_durable(conn, ch, QueueUnbindOk {});
         Ok(())
     }
 
@@ -148,7 +148,7 @@ impl Broker {
         }
         self.reschedule(id);
         if !m.nowait {
-            self.send(conn, ch, QueuePurgeOk { message_count: purged as u32 });
+            self.send_when_durable(conn, ch, QueuePurgeOk { message_count: purged as u32 });
         }
         Ok(())
     }
@@ -182,7 +182,7 @@ impl Broker {
             }
         };
         if !m.nowait {
-            self.send(conn, ch, QueueDeleteOk { message_count: message_count as u32 });
+            self.send_when_durable(conn, ch, QueueDeleteOk { message_count: message_count as u32 });
         }
         Ok(())
     }

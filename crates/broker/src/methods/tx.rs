@@ -44,7 +44,7 @@ impl Broker {
             self.apply_settlements(conn, ch, &mut one, settlement, now);
             self.settle_scratch = one;
         }
-        self.send(conn, ch, TxCommitOk {});
+        self.send_when_durable(conn, ch, TxCommitOk {});
         Ok(())
     }
 

@@ -132,6 +132,9 @@ impl Broker {
 
     /// Emits the catalog changes for every definition marked since the last flush.
     pub(crate) fn flush_definitions(&mut self) {
+        if self.persist.changed.is_empty() {
+            return;
+        }
         let changed = std::mem::take(&mut self.persist.changed);
         let mut written = std::collections::HashSet::new();
         for mark in changed {

@@ -2,7 +2,7 @@
 //! durable queues, and the durable definitions. The broker stays sans-IO: it emits numbered
 //! [`StoreOp`]s on a second output ([`Broker::poll_store_op`]); the driver appends them to the
 //! store, commits, and reports back with [`Broker::handle_persisted`], which releases the
-//! publisher confirms and declare-oks held for them (`hold.rs`) and tells the management API's
+//! publisher confirms and declare-oks held for them (`durable_replies.rs`) and tells the management API's
 //! jobs that their changes are durable, or refused by the catalog (`commits.rs`).
 //!
 //! Which events write what: a message entering a persisted queue (ready or delayed) → `Enqueue`;
@@ -18,7 +18,7 @@ mod catalog;
 mod changes;
 mod commits;
 mod definitions;
-mod hold;
+mod durable_replies;
 mod page_out;
 mod restore;
 mod source;
@@ -29,7 +29,6 @@ use std::sync::Arc;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use hourglass_wire::{EncodedProperties, ShortStr};
 
-use crate::api::{ChannelId, ConnectionId, Effect};
 use crate::broker::{Broker, IdMap};
 use crate::channel::Channel;
 use crate::message::Message;
@@ -43,7 +42,6 @@ pub use commits::DefinitionNotStored;
 pub use definitions::{
     decode_definitions, Definitions, DEFINITIONS_SCHEMA_VERSION, DEFINITIONS_SCHEMA_VERSION_OLDEST,
 };
-pub(crate) use hold::holds_replies;
 pub use page_out::StoredLocation;
 pub use restore::{
     OrphanedQueue, RestoreReport, StoredBody, StoredMessage, ORPHANED_QUEUE_PREFIX, ORPHANED_VHOST,
@@ -286,8 +284,9 @@ pub(crate) struct Persistence {
     ops: VecDeque<SequencedOp>,
     /// Every op up to this is durable (reported by the driver).
     durable_through: u64,
-    /// Effects waiting for ops, per channel, in order (`hold.rs`).
-    held: crate::broker::IdMap<(ConnectionId, ChannelId), VecDeque<(u64, Effect)>>,
+    /// The op_seq the entry point running now emitted first (if it emitted any): its replies
+    /// wait for the ops from here on (`durable_replies.rs`).
+    entry_first_op: u64,
     /// Management jobs waiting for their ops to be durable, and catalog refusals (`commits.rs`).
     pub(crate) commit_notices: commits::CommitNotices,
     /// Durable definitions that may have changed since the last flush (`changes.rs`).
@@ -317,6 +316,11 @@ impl Persistence {
             checkpoint_offer_bytes: CHECKPOINT_OFFER_BYTES,
             ..Persistence::default()
         }
+    }
+
+    /// An entry point begins: what it stores from now on is what its replies stand for.
+    pub fn begin_entry(&mut self) {
+        self.entry_first_op = self.next_op_seq;
     }
 
     /// The op_seq of the last op emitted (0 before any).

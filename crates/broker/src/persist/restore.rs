@@ -178,13 +178,12 @@ impl Broker {
         }
         // Every queue exists now: expiries and due delays may dead-letter into any of them.
         self.overdue.restored(now);
-        let mark = self.mark();
         for &queue in queue_messages.keys() {
             self.run_queue(QueueId(queue), now);
         }
         self.release_overdue(now);
         self.run_dead_letters(now);
-        self.hold_after(mark, None);
+        self.flush_definitions();
         report
     }
 
