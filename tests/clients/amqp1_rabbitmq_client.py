@@ -3,13 +3,18 @@ getting-started example uses it: it checks the server announces RabbitMQ 4, decl
 queue, an exchange and a binding through the `/management` node, publishes through an exchange
 address (each message `accepted`), consumes and accepts, hands a message back with an
 `x-opt-delivery-time` (the `modified` outcome with annotations: redelivered then, never earlier,
-as RabbitMQ 4.3 holds it, carrying the other annotation it was handed back with), reads the queue's info (this node as its leader and replica), purges, unbinds and deletes. A request the broker refuses gets its status (404 for a queue that does not exist)."""
+as RabbitMQ 4.3 holds it, carrying the other annotation it was handed back with), reads the queue's info (this node as its leader and replica), purges, unbinds and deletes. A request the broker refuses gets its status (404 for a queue that does not exist).
+Then an RPC over direct reply-to (RabbitMQ 4.2): a `DirectReplyTo` consumer is given its reply
+address, a responder on another connection sends replies there (`accepted`), the requester gets
+them, and the address answers `GET /queues/...` while the requester is there and 404 after."""
 import sys
 import time
 
 from rabbitmq_amqp_python_client import (
     AddressHelper,
     AMQPMessagingHandler,
+    ConsumerOptions,
+    ConsumerSettleStrategy,
     Converter,
     Environment,
     Event,
@@ -122,6 +127,54 @@ try:
     raise AssertionError("the queue was deleted")
 except ValidationCodeException as refused:
     assert "404" in str(refused), refused
+
+class Replies(AMQPMessagingHandler):
+    """Replies come settled: nothing to accept."""
+
+    def __init__(self):
+        super().__init__()
+        self.bodies = []
+
+    def on_amqp_message(self, event: Event):
+        self.bodies.append(Converter.bytes_to_string(event.message.body))
+        if len(self.bodies) == 3:
+            raise Done()
+
+
+requester = environment.connection()
+requester.dial()
+handler = Replies()
+replies = requester.consumer(
+    message_handler=handler,
+    credit=10,
+    consumer_options=ConsumerOptions(settle_strategy=ConsumerSettleStrategy.DirectReplyTo),
+)
+reply_address = replies.address
+assert reply_address.startswith("/queues/amq.rabbitmq.reply-to."), reply_address
+reply_queue = reply_address[len("/queues/"):]
+# Asked over the requester's own connection, which also sends its link credit before any reply
+# comes (a reply past the requester's credit is dropped, as RabbitMQ drops it).
+asked = requester.management()
+assert asked.queue_info(reply_queue).consumer_count == 1, "the requester is there"
+asked.close()
+responder = connection.publisher(reply_address)
+for i in range(3):
+    sent = responder.publish(Message(body=Converter.string_to_bytes(f"reply {i}")))
+    assert sent.remote_state == OutcomeState.ACCEPTED, sent.remote_state
+responder.close()
+try:
+    replies.run()
+except Done:
+    pass
+assert handler.bodies == ["reply 0", "reply 1", "reply 2"], handler.bodies
+replies.close()
+requester.close()
+try:
+    management.queue_info(reply_queue)
+    raise AssertionError("the requester is gone")
+except ValidationCodeException as refused:
+    assert "404" in str(refused), refused
+
 management.close()
 environment.close()
 print("amqp1_rabbitmq_client ok")

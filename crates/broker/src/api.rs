@@ -150,12 +150,17 @@ pub struct Modification {
 pub enum Query {
     /// A queue's declaration and counts (RabbitMQ 4's `GET /queues/:queue`).
     Queue(ShortStr),
+    /// The address the channel's reply consumer (direct reply-to) receives at: an AMQP 1.0
+    /// link attached to a dynamic source tells its client.
+    ReplyAddress,
 }
 
 /// The answer to a [`Command::Query`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Answer {
     Queue(QueueAnswer),
+    /// `amq.rabbitmq.reply-to.<token>` (406 when the channel has no reply consumer).
+    ReplyAddress(ShortStr),
 }
 
 /// A queue as [`Query::Queue`] reports it.

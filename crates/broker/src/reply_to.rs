@@ -14,7 +14,7 @@ use hourglass_wire::{
     BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, QueueDeclare, QueueDeclareOk, ShortStr,
 };
 
-use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Publish};
+use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Publish, QueueAnswer};
 use crate::broker::Broker;
 use crate::errors;
 use crate::message::Message;
@@ -127,6 +127,30 @@ impl Broker {
             }
             None => Err(errors::precondition_failed("fast reply consumer does not exist")),
         }
+    }
+
+    /// The address the channel's reply consumer receives at; 406 as `address_replies` when it
+    /// has none.
+    pub(crate) fn reply_address(&self, conn: ConnectionId, ch: ChannelId) -> Result<ShortStr, AmqpError> {
+        match self.reply_consumers.by_channel.get(&(conn, ch)) {
+            Some(consumer) => Ok(consumer.address.clone()),
+            None => Err(errors::precondition_failed("fast reply consumer does not exist")),
+        }
+    }
+
+    /// A live reply address as RabbitMQ 4.2's `GET /queues/:queue` reports it (a responder asks
+    /// whether its requester is still there): no messages, one consumer. `None` for any other
+    /// name, a reply address whose consumer is gone too (then 404, as RabbitMQ answers).
+    pub(crate) fn reply_queue_answer(&self, name: &ShortStr) -> Option<QueueAnswer> {
+        self.reply_consumers.by_address.contains_key(name).then(|| QueueAnswer {
+            name: name.clone(),
+            durable: false,
+            exclusive: true,
+            auto_delete: true,
+            arguments: Default::default(),
+            messages: 0,
+            consumers: 1,
+        })
     }
 
     /// Hands a reply (see `is_direct_reply`) to the consumer its routing key names; `false` when

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use hourglass_broker::Effect;
+use hourglass_broker::{Answer, Command, Effect, Query};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::reply_code::{NOT_FOUND, PRECONDITION_FAILED};
 use hourglass_wire::*;
@@ -215,4 +215,44 @@ fn declare_of_reply_address_checks_the_consumer() {
     let forged = format!("{address}x");
     let error = channel_error(&tb.call(responder, passive(&forged))).expect("channel error");
     assert_eq!(error.reply_code, NOT_FOUND);
+}
+
+/// An AMQP 1.0 requester learns its reply address by asking (`Query::ReplyAddress`, RabbitMQ
+/// 4.2's dynamic source), and a responder can ask whether the address is still there, as
+/// RabbitMQ 4.2's `GET /queues/:queue` answers: 200 with one consumer while it is, 404 after.
+#[test]
+fn a_reply_address_is_told_to_its_channel_and_answers_while_its_consumer_lives() {
+    let mut tb = TestBroker::new();
+    let requester = tb.channel();
+    let responder = tb.channel();
+    let ask = |chan: Chan, query: Query| Command::Query { conn: chan.conn, channel: chan.channel, query };
+    match &tb.command(ask(requester, Query::ReplyAddress))[..] {
+        [Effect::ChannelError { error, .. }] => assert_eq!(error.reply_code, PRECONDITION_FAILED),
+        other => panic!("no reply consumer yet: {other:?}"),
+    }
+    let requester = tb.open_channel(requester.conn, 2);
+    consume_replies(&mut tb, requester, "");
+    let address = match &tb.command(ask(requester, Query::ReplyAddress))[..] {
+        [Effect::Answer { answer, .. }] => match answer.as_ref() {
+            Answer::ReplyAddress(address) => address.to_string(),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    assert!(address.starts_with("amq.rabbitmq.reply-to."), "{address}");
+    declare(&mut tb, responder, "rpc");
+    request(&mut tb, requester, "rpc", b"ping");
+    assert_eq!(reply_address(&mut tb, responder, "rpc"), address, "the address requests carry");
+    match &tb.command(ask(responder, Query::Queue(short(&address))))[..] {
+        [Effect::Answer { answer, .. }] => match answer.as_ref() {
+            Answer::Queue(queue) => assert_eq!((queue.messages, queue.consumers), (0, 1)),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+    tb.call(requester, ChannelClose::default());
+    match &tb.command(ask(responder, Query::Queue(short(&address))))[..] {
+        [Effect::ChannelError { error, .. }] => assert_eq!(error.reply_code, NOT_FOUND),
+        other => panic!("the requester is gone: {other:?}"),
+    }
 }

@@ -499,7 +499,7 @@ fn a_queue_query_answers_the_declaration_and_counts() {
     let effects = tb.command(query("asked"));
     match &effects[..] {
         [Effect::Answer { answer, .. }] => {
-            let Answer::Queue(queue) = answer.as_ref();
+            let Answer::Queue(queue) = answer.as_ref() else { panic!("{answer:?}") };
             assert_eq!(queue.name, "asked");
             assert!(queue.durable && !queue.exclusive && !queue.auto_delete);
             assert_eq!(queue.arguments, arguments);

@@ -19,7 +19,19 @@ impl Broker {
             return Ok(());
         }
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
-        let Query::Queue(name) = query;
+        let name = match query {
+            Query::Queue(name) => name,
+            Query::ReplyAddress => {
+                let address = self.reply_address(conn, ch)?;
+                let answer = Box::new(Answer::ReplyAddress(address));
+                self.emit(Effect::Answer { conn, channel: ch, answer });
+                return Ok(());
+            }
+        };
+        if let Some(answer) = self.reply_queue_answer(name) {
+            self.emit(Effect::Answer { conn, channel: ch, answer: Box::new(Answer::Queue(answer)) });
+            return Ok(());
+        }
         let id = self.lookup_queue(&vhost, name)?;
         self.check_exclusive_access(id, conn)?;
         self.expire_messages(id, now);

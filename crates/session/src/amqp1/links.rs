@@ -24,7 +24,9 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 // Keys are ours (channels, delivery ids) or bounded by what was negotiated (sessions, handles).
-use hourglass_broker::{ChannelId, Command, ConnectionId, Effect, Message, Modification, Publish, Timestamp};
+use hourglass_broker::{
+    Answer, ChannelId, Command, ConnectionId, Effect, Message, Modification, Publish, Query, Timestamp,
+};
 use hourglass_wire::amqp1::{
     encode_accepted_disposition, encode_value, ErrorCondition, FrameKind, Performative, Value,
 };
@@ -230,6 +232,16 @@ struct Consuming {
     /// its credit alone).
     unsettled: u32,
     waiting: VecDeque<Waiting>,
+    /// Direct reply-to (RabbitMQ 4.2's volatile queue): the link consumes the channel's replies,
+    /// no-ack, and drops what comes past its credit.
+    volatile: Option<Volatile>,
+}
+
+/// A link attached to a dynamic `rabbitmq:volatile-queue` source.
+#[derive(Debug)]
+struct Volatile {
+    /// The client's attach, answered once the broker names the reply address.
+    attach: Option<Box<Attach>>,
 }
 
 #[derive(Debug)]
@@ -378,6 +390,26 @@ impl Outcome {
 }
 
 /// The address field (the first) of a source or target.
+/// The pseudo-queue a reply consumer consumes (0-9-1's direct reply-to).
+const DIRECT_REPLY_QUEUE: &str = "amq.rabbitmq.reply-to";
+/// The source capability asking for direct reply-to (RabbitMQ 4.2).
+const VOLATILE_QUEUE: &str = "rabbitmq:volatile-queue";
+
+/// A source asking for direct reply-to: `dynamic` and the `rabbitmq:volatile-queue` capability
+/// (its fields 4 and 10, part 3.5.3).
+fn is_volatile_source(source: &Value) -> bool {
+    let Value::Described(_, fields) = source else { return false };
+    let Value::List(fields) = fields.as_ref() else { return false };
+    let dynamic = matches!(fields.get(4), Some(Value::Bool(true)));
+    let is_volatile = |v: &Value| matches!(v, Value::Symbol(s) | Value::String(s) if s == VOLATILE_QUEUE);
+    let capable = match fields.get(10) {
+        Some(Value::Array(capabilities) | Value::List(capabilities)) => capabilities.iter().any(is_volatile),
+        Some(capability) => is_volatile(capability),
+        None => false,
+    };
+    dynamic && capable
+}
+
 fn address_of(terminus: &Value) -> Option<String> {
     let Value::Described(_, fields) = terminus else { return None };
     match fields.as_ref() {
@@ -633,6 +665,9 @@ impl Sessions {
         if !self.claim_handle(io, session, attach.handle) {
             return;
         }
+        if is_volatile_source(&attach.source) {
+            return self.attach_volatile(io, session, attach);
+        }
         self.reply_attach(io, session, &attach, false);
         if address_of(&attach.source).as_deref() == Some(management::NODE) {
             return self.attach_replies(session, attach.handle);
@@ -678,11 +713,84 @@ impl Sessions {
             prefetch: 0,
             unsettled: 0,
             waiting: VecDeque::new(),
+            volatile: None,
         };
         self.by_channel.insert(channel, (session, attach.handle));
         if let Some(s) = self.sessions.get_mut(&session) {
             s.links.insert(attach.handle, Link::Consuming(link));
         }
+    }
+
+    /// A receiving link on a dynamic `rabbitmq:volatile-queue` source: direct reply-to, as
+    /// RabbitMQ 4.2 serves it. Its channel consumes `amq.rabbitmq.reply-to` (no-ack: replies go
+    /// out settled), and the attach is answered once the broker names the reply address
+    /// (`volatile_attached`).
+    fn attach_volatile(&mut self, io: &mut Io, session: u16, attach: Attach) {
+        let Some(channel) = self.channels.take() else {
+            self.reply_attach(io, session, &Attach { source: Value::Null, ..attach.clone() }, false);
+            return self.detach_with_error(
+                io,
+                session,
+                attach.handle,
+                "amqp:resource-limit-exceeded",
+                "too many links",
+            );
+        };
+        self.open_channel(io, channel);
+        let consume = BasicConsume {
+            queue: ShortStr::from_static(DIRECT_REPLY_QUEUE),
+            consumer_tag: consumer_tag(session, attach.handle),
+            no_ack: true,
+            ..BasicConsume::default()
+        };
+        self.method(io, channel, consume.into());
+        let conn = self.conn;
+        io.commands.push_back(Command::Query {
+            conn,
+            channel: ChannelId(channel),
+            query: Query::ReplyAddress,
+        });
+        let link = Consuming {
+            channel,
+            queue: DIRECT_REPLY_QUEUE.to_owned(),
+            presettled: true,
+            delivery_count: 0,
+            credit: 0,
+            drain: false,
+            // Consuming already: credit changes no prefetch (the broker holds no reply back).
+            prefetch: u16::MAX,
+            unsettled: 0,
+            waiting: VecDeque::new(),
+            volatile: Some(Volatile { attach: Some(Box::new(attach.clone())) }),
+        };
+        self.by_channel.insert(channel, (session, attach.handle));
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.links.insert(attach.handle, Link::Consuming(link));
+        }
+    }
+
+    /// The broker named the reply address of a volatile link's channel: its attach is answered
+    /// with `/queues/<address>` as the source's address, settled, as RabbitMQ 4.2 answers.
+    fn volatile_attached(&mut self, io: &mut Io, channel: u16, address: &ShortStr) {
+        let Some(&(session, handle)) = self.by_channel.get(&channel) else { return };
+        let Some(Link::Consuming(Consuming { volatile: Some(volatile), .. })) =
+            self.link_mut(session, handle)
+        else {
+            return;
+        };
+        let Some(attach) = volatile.attach.take() else { return };
+        let mut source = attach.source.clone();
+        if let Value::Described(_, fields) = &mut source {
+            if let Value::List(fields) = fields.as_mut() {
+                let queue = Value::String(address::queue_address(&address.as_str()));
+                match fields.first_mut() {
+                    Some(first) => *first = queue,
+                    None => fields.push(queue),
+                }
+            }
+        }
+        let attached = Attach { source, snd_settle_mode: 1, ..*attach };
+        self.reply_attach(io, session, &attached, false);
     }
 
     /// Our attach: the other role, the client's terminus echoed; a link we send on starts its
@@ -728,7 +836,7 @@ impl Sessions {
                     let wanted = u16::try_from(held + u64::from(link.credit)).unwrap_or(u16::MAX).max(1);
                     let first = link.prefetch == 0;
                     let changed = wanted > link.prefetch || u32::from(wanted) * 2 < u32::from(link.prefetch);
-                    if (first && link.credit > 0) || (!first && changed) {
+                    if link.volatile.is_none() && ((first && link.credit > 0) || (!first && changed)) {
                         consume = Some((link.channel, link.queue.clone(), first, wanted));
                         link.prefetch = wanted;
                     }
@@ -1042,7 +1150,9 @@ impl Sessions {
             s.remote_incoming_window = s.remote_incoming_window.saturating_sub(frames);
             link.credit -= 1;
             link.delivery_count = link.delivery_count.wrapping_add(1);
-            if link.presettled {
+            if link.volatile.is_some() {
+                // A reply consumer acks nothing (no-ack).
+            } else if link.presettled {
                 let ack = BasicAck { delivery_tag: waiting.tag, multiple: false };
                 io.commands.push_back(Command::Method {
                     conn,
@@ -1070,9 +1180,19 @@ impl Sessions {
                 let Some((session, handle)) = self.by_channel.remove(&channel.0) else { return };
                 // The broker dropped the channel already: its number is free again.
                 self.channels.give_back(channel.0);
-                if let Some(s) = self.sessions.get_mut(&session) {
-                    s.links.remove(&handle);
+                let removed = self.sessions.get_mut(&session).and_then(|s| {
                     s.unsettled.retain(|_, (h, _)| *h != handle);
+                    s.links.remove(&handle)
+                });
+                if let Some(Link::Consuming(Consuming {
+                    volatile: Some(Volatile { attach: Some(attach) }),
+                    ..
+                })) = removed
+                {
+                    // Refused before it was attached: attached with no source, then detached
+                    // (part 2.6.3).
+                    let refused = Attach { source: Value::Null, ..*attach };
+                    self.reply_attach(io, session, &refused, false);
                 }
                 let error = error_condition(&error);
                 self.detach_with_error(
@@ -1083,9 +1203,12 @@ impl Sessions {
                     error.description.unwrap_or_default(),
                 );
             }
-            Effect::Answer { channel, answer, .. } => {
-                self.request_queried(io, channel.0, &answer);
-            }
+            Effect::Answer { channel, answer, .. } => match *answer {
+                Answer::ReplyAddress(address) => self.volatile_attached(io, channel.0, &address),
+                Answer::Queue(_) => {
+                    self.request_queried(io, channel.0, &answer);
+                }
+            },
             Effect::TimedOut { channel, delivery_tag, .. } => self.timed_out(io, channel.0, delivery_tag),
             Effect::ConnectionError { .. } | Effect::Blocked { .. } => {}
         }
@@ -1143,6 +1266,10 @@ impl Sessions {
             Method::BasicDeliver(deliver) => {
                 let Some(message) = content else { return };
                 if let Some(Link::Consuming(link)) = self.link_mut(session, handle) {
+                    if link.volatile.is_some() && link.waiting.len() >= link.credit as usize {
+                        // RabbitMQ 4.2 drops a direct reply its requester has no credit for.
+                        return;
+                    }
                     link.waiting.push_back(Waiting {
                         tag: deliver.delivery_tag,
                         redelivered: deliver.redelivered,
@@ -1274,6 +1401,7 @@ impl Sessions {
 }
 
 /// The parts of an attach the link needs.
+#[derive(Clone, Debug)]
 struct Attach {
     name: String,
     handle: u32,

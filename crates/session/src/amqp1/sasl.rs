@@ -138,8 +138,10 @@ pub(super) fn admit(
 }
 
 /// The RabbitMQ release whose AMQP 1.0 behaviour this follows, announced in our open's
-/// properties: RabbitMQ's 1.0 clients require 4.0 or later (0-9-1 announces 3.13, ADR 0009).
-pub(super) const AMQP1_COMPATIBLE_VERSION: &str = "4.0.0";
+/// properties: RabbitMQ's 1.0 clients require 4.0 or later, and offer direct reply-to only to
+/// 4.2 or later (its other 4.1 and 4.2 gates are stream filters and OAuth 2 token refresh,
+/// which are not served and are refused as such; docs/amqp1.md). 0-9-1 announces 3.13 (ADR 0009).
+pub(super) const AMQP1_COMPATIBLE_VERSION: &str = "4.2.0";
 
 /// Our open's properties, as RabbitMQ 4 sends them: the product and version its 1.0 clients
 /// check, and who we are.

@@ -1082,3 +1082,67 @@ fn unsettled_deliveries_do_not_hold_back_new_credit() {
     client.send(0, credit(1, 2, 2));
     assert_eq!(qos(&client.conn.take_commands()), [4], "two held + two credits");
 }
+
+/// Direct reply-to as RabbitMQ 4.2 serves it over AMQP 1.0: a receiving link on a dynamic source
+/// with the `rabbitmq:volatile-queue` capability consumes its channel's replies (no-ack), and its
+/// attach is answered once the broker names the reply address, which the source then carries.
+/// Replies go out settled and acked by nobody; one past the link's credit is dropped.
+#[test]
+fn a_dynamic_volatile_source_consumes_direct_replies_at_the_address_the_broker_names() {
+    let mut client = Client::with_session();
+    let capabilities = Value::Array(vec![Value::Symbol("rabbitmq:volatile-queue".into())]);
+    let mut fields = vec![Value::Null; 11];
+    fields[4] = Value::Bool(true);
+    fields[10] = capabilities;
+    let source = Value::Described(Box::new(Value::Ulong(0x28)), Box::new(Value::List(fields)));
+    let Performative::Attach { name, target, .. } = attach(0, true, "") else { unreachable!() };
+    client.send(
+        0,
+        Performative::Attach {
+            name,
+            handle: 0,
+            receiver: true,
+            snd_settle_mode: 1,
+            rcv_settle_mode: 0,
+            source,
+            target,
+            initial_delivery_count: None,
+        },
+    );
+    assert!(client.performatives().is_empty(), "the attach waits for the reply address");
+    let commands = client.conn.take_commands();
+    assert_eq!(methods(&commands)[..2], [(1, "channel.open".to_owned()), (1, "basic.consume".to_owned())]);
+    match &commands[1] {
+        Command::Method { method: Method::BasicConsume(consume), .. } => {
+            assert_eq!((consume.queue.as_bytes(), consume.no_ack), (&b"amq.rabbitmq.reply-to"[..], true));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(commands[2], Command::Query { query: hourglass_broker::Query::ReplyAddress, .. }));
+    let address = ShortStr::from_static("amq.rabbitmq.reply-to.abc.1.1");
+    let answer = Box::new(hourglass_broker::Answer::ReplyAddress(address));
+    client.effect(Effect::Answer { conn: CONN, channel: ChannelId(1), answer });
+    match &client.performatives()[..] {
+        [Performative::Attach { handle: 0, receiver: false, snd_settle_mode: 1, source, .. }] => {
+            let Value::Described(_, fields) = source else { panic!("{source:?}") };
+            let Value::List(fields) = fields.as_ref() else { panic!("{fields:?}") };
+            assert_eq!(fields[0], Value::String("/queues/amq.rabbitmq.reply-to.abc.1.1".into()));
+        }
+        other => panic!("{other:?}"),
+    }
+    client.send(0, credit(0, 0, 1));
+    client.effect(deliver(1, b"first"));
+    client.effect(deliver(2, b"past the credit"));
+    let transfers: Vec<Option<bool>> = client
+        .performatives()
+        .into_iter()
+        .filter_map(|p| match p {
+            Performative::Transfer { settled, .. } => Some(settled),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(transfers, [Some(true)], "one reply, settled; the one past the credit dropped");
+    client.send(0, credit(0, 1, 5));
+    assert!(client.performatives().is_empty(), "a dropped reply does not come later");
+    assert!(client.conn.take_commands().is_empty(), "no-ack: nothing is acked");
+}

@@ -104,7 +104,7 @@ impl Sessions {
         if !self.requests.contains_key(&channel) {
             return false;
         }
-        let Answer::Queue(queue) = answer;
+        let Answer::Queue(queue) = answer else { return false };
         let arguments = message::map_of(&queue.arguments);
         let info = management::QueueInfo {
             name: &queue.name.as_str(),
