@@ -389,7 +389,6 @@ impl Outcome {
     }
 }
 
-/// The address field (the first) of a source or target.
 /// The pseudo-queue a reply consumer consumes (0-9-1's direct reply-to).
 const DIRECT_REPLY_QUEUE: &str = "amq.rabbitmq.reply-to";
 /// The source capability asking for direct reply-to (RabbitMQ 4.2).
@@ -410,6 +409,7 @@ fn is_volatile_source(source: &Value) -> bool {
     dynamic && capable
 }
 
+/// The address field (the first) of a source or target.
 fn address_of(terminus: &Value) -> Option<String> {
     let Value::Described(_, fields) = terminus else { return None };
     match fields.as_ref() {
@@ -736,10 +736,11 @@ impl Sessions {
                 "too many links",
             );
         };
+        let handle = attach.handle;
         self.open_channel(io, channel);
         let consume = BasicConsume {
             queue: ShortStr::from_static(DIRECT_REPLY_QUEUE),
-            consumer_tag: consumer_tag(session, attach.handle),
+            consumer_tag: consumer_tag(session, handle),
             no_ack: true,
             ..BasicConsume::default()
         };
@@ -761,11 +762,11 @@ impl Sessions {
             prefetch: u16::MAX,
             unsettled: 0,
             waiting: VecDeque::new(),
-            volatile: Some(Volatile { attach: Some(Box::new(attach.clone())) }),
+            volatile: Some(Volatile { attach: Some(Box::new(attach)) }),
         };
-        self.by_channel.insert(channel, (session, attach.handle));
+        self.by_channel.insert(channel, (session, handle));
         if let Some(s) = self.sessions.get_mut(&session) {
-            s.links.insert(attach.handle, Link::Consuming(link));
+            s.links.insert(handle, Link::Consuming(link));
         }
     }
 
