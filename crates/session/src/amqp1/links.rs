@@ -462,7 +462,7 @@ impl Sessions {
         io: &mut Io,
         channel: u16,
         performative: Performative,
-        payload: &[u8],
+        payload: Bytes,
     ) -> Result<(), ConnectionFault> {
         if let Performative::Begin { remote_channel, next_outgoing_id, incoming_window, .. } = performative {
             return self.begin(io, channel, remote_channel, next_outgoing_id, incoming_window);
@@ -920,7 +920,7 @@ impl Sessions {
         write_frame(&mut io.out, FrameKind::Amqp, session, &flow, &[]);
     }
 
-    fn transfer(&mut self, io: &mut Io, session: u16, transfer: Transfer, payload: &[u8]) {
+    fn transfer(&mut self, io: &mut Io, session: u16, transfer: Transfer, payload: Bytes) {
         self.count_incoming(io, session);
         let Some((delivery_id, settled, payload)) = self.assemble(io, session, &transfer, payload) else {
             return;
@@ -958,14 +958,14 @@ impl Sessions {
     }
 
     /// Adds a transfer to its link's message; the whole message (delivery id, settled, payload)
-    /// once its last transfer is in.
+    /// once its last transfer is in. A message in one transfer is its frame's own bytes.
     fn assemble(
         &mut self,
         io: &mut Io,
         session: u16,
         transfer: &Transfer,
-        payload: &[u8],
-    ) -> Option<(u32, bool, BytesMut)> {
+        payload: Bytes,
+    ) -> Option<(u32, bool, Bytes)> {
         let handle = transfer.handle;
         let (partial, credit, delivery_count) = match self.link_mut(session, handle) {
             Some(Link::Publishing(link)) => (&mut link.partial, &mut link.credit, &mut link.delivery_count),
@@ -990,6 +990,9 @@ impl Sessions {
             }
             *credit = credit.saturating_sub(1);
             *delivery_count = delivery_count.wrapping_add(1);
+            if !transfer.more && !transfer.aborted && payload.len() as u64 <= io.max_message_size {
+                return Some((delivery_id, transfer.settled, payload));
+            }
             *partial = Some(Partial { delivery_id, settled: transfer.settled, payload: BytesMut::new() });
         }
         let growing = partial.as_mut()?;
@@ -1004,12 +1007,12 @@ impl Sessions {
             self.detach_with_error(io, session, handle, "amqp:link:message-size-exceeded", reason);
             return None;
         }
-        growing.payload.extend_from_slice(payload);
+        growing.payload.extend_from_slice(&payload);
         if transfer.more {
             return None;
         }
         let Partial { delivery_id, settled, payload } = partial.take()?;
-        Some((delivery_id, settled, payload))
+        Some((delivery_id, settled, payload.freeze()))
     }
 
     /// Publishes a whole message of a sending link on its channel.
@@ -1020,7 +1023,7 @@ impl Sessions {
         handle: u32,
         delivery_id: u32,
         settled: bool,
-        payload: &[u8],
+        payload: &Bytes,
     ) {
         let conn = self.conn;
         let Some(Link::Publishing(link)) = self.link_mut(session, handle) else { return };

@@ -89,10 +89,52 @@ pub(crate) struct Sections<'a> {
     /// The properties section's fields by position (message-id first).
     pub properties: Vec<Value>,
     pub application: Value,
-    /// The data sections, concatenated.
-    pub data: BytesMut,
+    /// The data sections.
+    pub data: DataSections<'a>,
     /// An amqp-value or amqp-sequence body, as sent: checked, never decoded here.
     pub body: Option<BodyValue<'a>>,
+}
+
+/// A message's data sections (part 3.2.6): the usual one as a slice of the payload, several
+/// joined.
+#[derive(Debug, Default)]
+pub(crate) enum DataSections<'a> {
+    #[default]
+    None,
+    One(&'a [u8]),
+    Joined(BytesMut),
+}
+
+impl<'a> DataSections<'a> {
+    fn push(&mut self, data: &'a [u8]) {
+        *self = match std::mem::take(self) {
+            DataSections::None => DataSections::One(data),
+            DataSections::One(first) => {
+                let mut joined = BytesMut::with_capacity(first.len() + data.len());
+                joined.extend_from_slice(first);
+                joined.extend_from_slice(data);
+                DataSections::Joined(joined)
+            }
+            DataSections::Joined(mut joined) => {
+                joined.extend_from_slice(data);
+                DataSections::Joined(joined)
+            }
+        };
+    }
+
+    /// The body they make, then `rest` (a body value's bytes) after them: a single data
+    /// section is the payload's own bytes, not a copy.
+    fn into_body(self, payload: &Bytes, rest: Option<&[u8]>) -> Bytes {
+        let mut joined = match (self, rest) {
+            (DataSections::None, None) => return Bytes::new(),
+            (DataSections::One(data), None) => return payload.slice_ref(data),
+            (DataSections::None, Some(_)) => BytesMut::new(),
+            (DataSections::One(data), Some(_)) => BytesMut::from(data),
+            (DataSections::Joined(joined), _) => joined,
+        };
+        joined.extend_from_slice(rest.unwrap_or_default());
+        joined.freeze()
+    }
 }
 
 /// A body of AMQP values (part 3.2.7, 3.2.8) as sent.
@@ -138,14 +180,14 @@ pub(crate) fn sections(mut payload: &[u8]) -> Result<Sections<'_>, MessageError>
         annotations: Value::Null,
         properties: Vec::new(),
         application: Value::Null,
-        data: BytesMut::new(),
+        data: DataSections::None,
         body: None,
     };
     let mut head_bytes = 0;
     while !payload.is_empty() {
         // A data section, the usual body, is copied straight from the bytes (no value tree).
         if let Some((data, used)) = data_section(payload) {
-            sections.data.extend_from_slice(data);
+            sections.data.push(data);
             payload = &payload[used..];
             continue;
         }
@@ -180,7 +222,7 @@ pub(crate) fn sections(mut payload: &[u8]) -> Result<Sections<'_>, MessageError>
             MESSAGE_ANNOTATIONS => sections.annotations = decoded()?,
             DATA => {
                 if let Some(bytes) = encoded_binary(section) {
-                    sections.data.extend_from_slice(bytes);
+                    sections.data.push(bytes);
                 }
             }
             AMQP_VALUE => sections.body = Some(BodyValue::Value(section)),
@@ -223,7 +265,7 @@ fn into_list(section: Value) -> Vec<Value> {
 }
 
 /// Reads a transfer's payload as the 0-9-1 message it becomes.
-pub(crate) fn inbound(payload: &[u8]) -> Result<Inbound, MessageError> {
+pub(crate) fn inbound(payload: &Bytes) -> Result<Inbound, MessageError> {
     let mut sections = sections(payload)?;
     let mut properties = BasicProperties { delivery_mode: Some(2), ..BasicProperties::default() };
     read_header(&sections.header, &mut properties);
@@ -235,13 +277,12 @@ pub(crate) fn inbound(payload: &[u8]) -> Result<Inbound, MessageError> {
         properties.headers =
             Some(FieldTable::from_entries(headers.iter().map(|(k, v)| (k.as_bytes(), v.clone()))));
     }
-    let mut body = std::mem::take(&mut sections.data);
-    if let Some(encoded) = sections.body_encoded() {
-        // A binary or a string is the body's bytes; any other value is its encoding.
-        let bytes = encoded_binary(&encoded).or_else(|| encoded_string(&encoded));
-        body.extend_from_slice(bytes.unwrap_or(&encoded));
-    }
-    Ok(Inbound { properties, body: body.freeze(), to })
+    let data = std::mem::take(&mut sections.data);
+    let encoded = sections.body_encoded();
+    // A binary or a string is the body's bytes; any other value is its encoding.
+    let rest = encoded.as_deref().map(|e| encoded_binary(e).or_else(|| encoded_string(e)).unwrap_or(e));
+    let body = data.into_body(payload, rest);
+    Ok(Inbound { properties, body, to })
 }
 
 /// The message annotations of a `modified` outcome as the headers they set (as a publish's
@@ -527,6 +568,11 @@ fn amqp1_value(value: &FieldValue) -> Option<Value> {
 mod tests {
     use super::*;
 
+    /// [`super::inbound`] of bytes as a frame would hold them.
+    fn inbound(payload: &[u8]) -> Result<Inbound, MessageError> {
+        super::inbound(&Bytes::copy_from_slice(payload))
+    }
+
     fn encoded(sections: &[(u64, Value)]) -> Vec<u8> {
         let mut out = BytesMut::new();
         for (code, value) in sections {
@@ -674,6 +720,21 @@ mod tests {
         assert_eq!(&inbound(&payload).unwrap().body[..], &expected[..]);
         // A section cut short is an error, not a shorter body.
         assert!(inbound(&payload[..8]).is_err());
+    }
+
+    /// The usual body, one data section, is the transfer's own bytes, not a copy; several are
+    /// joined.
+    #[test]
+    fn a_single_data_section_is_the_payload_s_own_bytes() {
+        let payload = Bytes::from(encoded(&[(DATA, Value::Binary(Bytes::from_static(b"hello")))]));
+        let body = super::inbound(&payload).unwrap().body;
+        assert_eq!(&body[..], b"hello");
+        assert!(payload.as_ptr_range().contains(&body.as_ptr()), "the body was copied");
+        let two = [
+            (DATA, Value::Binary(Bytes::from_static(b"he"))),
+            (DATA, Value::Binary(Bytes::from_static(b"llo"))),
+        ];
+        assert_eq!(&inbound(&encoded(&two)).unwrap().body[..], b"hello");
     }
 
     #[test]

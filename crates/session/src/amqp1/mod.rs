@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use hourglass_broker::{AmqpError, Command, ConnectionId, Effect, Timestamp};
 use hourglass_wire::amqp1::{
     decode_frame_header, decode_protocol_header, decode_transfer, decode_value, encode_frame_header,
@@ -173,7 +173,7 @@ impl Amqp1Connection {
                     self.on_protocol_header(header, now);
                 }
                 _ => match self.next_frame(input) {
-                    Ok(Some((kind, channel, body))) => self.on_frame(kind, channel, &body, now),
+                    Ok(Some((kind, channel, body))) => self.on_frame(kind, channel, body.freeze(), now),
                     Ok(None) => return,
                     Err(fault) => {
                         input.clear();
@@ -232,7 +232,7 @@ impl Amqp1Connection {
         Ok(Some((header.kind, header.channel, frame)))
     }
 
-    fn on_frame(&mut self, kind: FrameKind, channel: u16, body: &[u8], now: Timestamp) {
+    fn on_frame(&mut self, kind: FrameKind, channel: u16, body: Bytes, now: Timestamp) {
         let sasl_phase = matches!(self.phase, Phase::SaslInit);
         if body.is_empty() {
             // An empty frame: only there to keep the connection alive (part 2.4.5).
@@ -247,8 +247,8 @@ impl Amqp1Connection {
             return self.close_with(fault, now);
         }
         // A transfer in its common encoding is read in place; anything else through a value tree.
-        let decoded = decode_transfer(body).map(Ok).unwrap_or_else(|| {
-            decode_value(body).map_err(|e| e.to_string()).and_then(|(value, used)| {
+        let decoded = decode_transfer(&body).map(Ok).unwrap_or_else(|| {
+            decode_value(&body).map_err(|e| e.to_string()).and_then(|(value, used)| {
                 Performative::from_value(&value).map(|p| (p, used)).map_err(|e| e.to_string())
             })
         });
@@ -256,7 +256,7 @@ impl Amqp1Connection {
             Ok(decoded) => decoded,
             Err(why) => return self.close_with(ConnectionFault::new("amqp:decode-error", why), now),
         };
-        let payload = &body[used..];
+        let payload = body.slice(used..);
         match (&self.phase, performative) {
             (Phase::SaslInit, Performative::SaslInit { mechanism, initial_response, .. }) => {
                 self.on_sasl_init(&mechanism, initial_response.unwrap_or_default(), now);

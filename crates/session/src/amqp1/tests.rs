@@ -856,7 +856,7 @@ fn a_delivery_larger_than_the_frame_limit_goes_out_in_several_transfers() {
         transfers.iter().map(|(_, p, _)| matches!(p, Performative::Transfer { more: true, .. })).collect();
     assert!(more[..more.len() - 1].iter().all(|m| *m) && !more[more.len() - 1]);
     let payload: Vec<u8> = transfers.iter().flat_map(|(_, _, p)| p.to_vec()).collect();
-    assert_eq!(&super::message::inbound(&payload).unwrap().body[..], &BIG[..]);
+    assert_eq!(&super::message::inbound(&Bytes::from(payload.clone())).unwrap().body[..], &BIG[..]);
 }
 
 #[test]
