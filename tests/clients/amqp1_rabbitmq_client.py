@@ -36,14 +36,17 @@ class Done(BaseException):
 
 
 class Handler(AMQPMessagingHandler):
-    def __init__(self):
+    """Collects `expected` bodies, accepting each unless they come settled (direct replies)."""
+
+    def __init__(self, expected=MESSAGES, accept=True):
         super().__init__()
-        self.bodies = []
+        self.bodies, self.expected, self.accept = [], expected, accept
 
     def on_amqp_message(self, event: Event):
         self.bodies.append(Converter.bytes_to_string(event.message.body))
-        self.delivery_context.accept(event)
-        if len(self.bodies) == MESSAGES:
+        if self.accept:
+            self.delivery_context.accept(event)
+        if len(self.bodies) == self.expected:
             raise Done()
 
 
@@ -128,22 +131,9 @@ try:
 except ValidationCodeException as refused:
     assert "404" in str(refused), refused
 
-class Replies(AMQPMessagingHandler):
-    """Replies come settled: nothing to accept."""
-
-    def __init__(self):
-        super().__init__()
-        self.bodies = []
-
-    def on_amqp_message(self, event: Event):
-        self.bodies.append(Converter.bytes_to_string(event.message.body))
-        if len(self.bodies) == 3:
-            raise Done()
-
-
 requester = environment.connection()
 requester.dial()
-handler = Replies()
+handler = Handler(expected=3, accept=False)
 replies = requester.consumer(
     message_handler=handler,
     credit=10,

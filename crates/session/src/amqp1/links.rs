@@ -237,6 +237,24 @@ struct Consuming {
     volatile: Option<Volatile>,
 }
 
+impl Consuming {
+    /// A link on `channel` consuming `queue`, with no credit yet and no basic.consume sent.
+    fn new(channel: u16, queue: String, presettled: bool) -> Self {
+        Consuming {
+            channel,
+            queue,
+            presettled,
+            delivery_count: 0,
+            credit: 0,
+            drain: false,
+            prefetch: 0,
+            unsettled: 0,
+            waiting: VecDeque::new(),
+            volatile: None,
+        }
+    }
+}
+
 /// A link attached to a dynamic `rabbitmq:volatile-queue` source.
 #[derive(Debug)]
 struct Volatile {
@@ -625,13 +643,7 @@ impl Sessions {
             }
         };
         let Some(channel) = self.channels.take() else {
-            return self.detach_with_error(
-                io,
-                session,
-                attach.handle,
-                "amqp:resource-limit-exceeded",
-                "too many links",
-            );
+            return self.detach_too_many_links(io, session, attach.handle);
         };
         self.open_channel(io, channel);
         if let Some(destination) = &destination {
@@ -694,27 +706,10 @@ impl Sessions {
             }
         };
         let Some(channel) = self.channels.take() else {
-            return self.detach_with_error(
-                io,
-                session,
-                attach.handle,
-                "amqp:resource-limit-exceeded",
-                "too many links",
-            );
+            return self.detach_too_many_links(io, session, attach.handle);
         };
         self.open_channel(io, channel);
-        let link = Consuming {
-            channel,
-            queue,
-            presettled: attach.snd_settle_mode == 1,
-            delivery_count: 0,
-            credit: 0,
-            drain: false,
-            prefetch: 0,
-            unsettled: 0,
-            waiting: VecDeque::new(),
-            volatile: None,
-        };
+        let link = Consuming::new(channel, queue, attach.snd_settle_mode == 1);
         self.by_channel.insert(channel, (session, attach.handle));
         if let Some(s) = self.sessions.get_mut(&session) {
             s.links.insert(attach.handle, Link::Consuming(link));
@@ -728,13 +723,7 @@ impl Sessions {
     fn attach_volatile(&mut self, io: &mut Io, session: u16, attach: Attach) {
         let Some(channel) = self.channels.take() else {
             self.reply_attach(io, session, &Attach { source: Value::Null, ..attach.clone() }, false);
-            return self.detach_with_error(
-                io,
-                session,
-                attach.handle,
-                "amqp:resource-limit-exceeded",
-                "too many links",
-            );
+            return self.detach_too_many_links(io, session, attach.handle);
         };
         let handle = attach.handle;
         self.open_channel(io, channel);
@@ -752,17 +741,10 @@ impl Sessions {
             query: Query::ReplyAddress,
         });
         let link = Consuming {
-            channel,
-            queue: DIRECT_REPLY_QUEUE.to_owned(),
-            presettled: true,
-            delivery_count: 0,
-            credit: 0,
-            drain: false,
             // Consuming already: credit changes no prefetch (the broker holds no reply back).
             prefetch: u16::MAX,
-            unsettled: 0,
-            waiting: VecDeque::new(),
             volatile: Some(Volatile { attach: Some(Box::new(attach)) }),
+            ..Consuming::new(channel, DIRECT_REPLY_QUEUE.to_owned(), true)
         };
         self.by_channel.insert(channel, (session, handle));
         if let Some(s) = self.sessions.get_mut(&session) {
@@ -792,6 +774,12 @@ impl Sessions {
         }
         let attached = Attach { source, snd_settle_mode: 1, ..*attach };
         self.reply_attach(io, session, &attached, false);
+    }
+
+    /// Detaches a link for which no channel is left: the connection's links are at its
+    /// channel limit.
+    fn detach_too_many_links(&mut self, io: &mut Io, session: u16, handle: u32) {
+        self.detach_with_error(io, session, handle, "amqp:resource-limit-exceeded", "too many links");
     }
 
     /// Our attach: the other role, the client's terminus echoed; a link we send on starts its

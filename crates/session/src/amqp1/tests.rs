@@ -252,6 +252,25 @@ fn deliver(tag: u64, body: &'static [u8]) -> Effect {
     }
 }
 
+/// The broker's ack of publish `tag` on channel 1 (the first link's).
+fn confirm(tag: u64) -> Effect {
+    Effect::Confirm { conn: CONN, channel: ChannelId(1), delivery_tag: tag, multiple: false, ack: true }
+}
+
+/// A session with a link publishing to `/queues/orders` that has sent `count` unsettled
+/// messages (delivery ids 0..count), each published to the broker.
+fn publishing(count: u32) -> Client {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, false, "/queues/orders"));
+    client.performatives();
+    client.conn.take_commands();
+    for id in 0..count {
+        client.frame(FrameKind::Amqp, 0, transfer(0, Some(id), false), &data_message(b"m"));
+    }
+    assert_eq!(client.conn.take_commands().len(), count as usize);
+    client
+}
+
 fn methods(commands: &[Command]) -> Vec<(u16, String)> {
     commands
         .iter()
@@ -393,13 +412,7 @@ fn a_publishing_link_publishes_each_message_and_settles_it_when_the_broker_confi
         other => panic!("{other:?}"),
     }
     assert!(client.frames().is_empty(), "no outcome before the broker's confirm");
-    client.effect(Effect::Confirm {
-        conn: CONN,
-        channel: ChannelId(1),
-        delivery_tag: 1,
-        multiple: false,
-        ack: true,
-    });
+    client.effect(confirm(1));
     match &client.performatives()[..] {
         [Performative::Disposition { receiver: true, first: 0, last: None, settled: true, state }] => {
             assert_eq!(state, &outcome(0x24));
@@ -413,21 +426,7 @@ fn a_publishing_link_publishes_each_message_and_settles_it_when_the_broker_confi
 /// output has gone, the next confirm starts a new one. Before, each confirm wrote its own.
 #[test]
 fn consecutive_confirms_settle_in_one_disposition() {
-    let mut client = Client::with_session();
-    client.send(0, attach(0, false, "/queues/orders"));
-    client.performatives();
-    client.conn.take_commands();
-    for id in 0..4 {
-        client.frame(FrameKind::Amqp, 0, transfer(0, Some(id), false), &data_message(b"m"));
-    }
-    assert_eq!(client.conn.take_commands().len(), 4);
-    let confirm = |tag: u64| Effect::Confirm {
-        conn: CONN,
-        channel: ChannelId(1),
-        delivery_tag: tag,
-        multiple: false,
-        ack: true,
-    };
+    let mut client = publishing(4);
     for tag in 1..=3 {
         client.effect(confirm(tag));
     }
@@ -448,15 +447,8 @@ fn consecutive_confirms_settle_in_one_disposition() {
 /// window, one flow each, not a flow of a credit or two after every confirm.
 #[test]
 fn credit_comes_back_in_halves_of_the_window() {
-    let mut client = Client::with_session();
-    client.send(0, attach(0, false, "/queues/orders"));
-    client.performatives();
-    client.conn.take_commands();
     let credit = super::links::CREDIT;
-    for id in 0..credit {
-        client.frame(FrameKind::Amqp, 0, transfer(0, Some(id), false), &data_message(b"m"));
-    }
-    assert_eq!(client.conn.take_commands().len(), credit as usize);
+    let mut client = publishing(credit);
     let flows = |performatives: &[Performative]| -> Vec<u32> {
         performatives
             .iter()
@@ -468,13 +460,7 @@ fn credit_comes_back_in_halves_of_the_window() {
     };
     let mut granted = Vec::new();
     for tag in 1..=u64::from(credit) {
-        client.effect(Effect::Confirm {
-            conn: CONN,
-            channel: ChannelId(1),
-            delivery_tag: tag,
-            multiple: false,
-            ack: true,
-        });
+        client.effect(confirm(tag));
         granted.extend(flows(&client.performatives()));
     }
     assert_eq!(granted, [credit / 2, credit], "a flow at half the window confirmed, one at all of it");
