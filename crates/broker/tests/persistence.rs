@@ -212,6 +212,39 @@ fn tx_commit_ok_waits_for_the_commit_s_messages_and_nothing_else_does() {
     assert_eq!(model.0.live(), 2);
 }
 
+/// A durable queue deleted under its consumer's own channel: the basic.cancel goes with the
+/// delete-ok, in RabbitMQ's order (cancel, then delete-ok), once the delete is durable. A client
+/// that closes the channel on the cancel must still get its delete-ok (amqplib's "cancelled
+/// consumer" test). A consumer on another channel is told at once.
+#[test]
+fn a_deleted_queue_s_cancel_to_the_deleting_channel_goes_with_its_delete_ok() {
+    let mut tb = durable_broker();
+    let mut model = Model::default();
+    let c = tb.channel();
+    durable_queue(&mut tb, c, "q", FieldTable::new());
+    sync(&mut tb, &mut model);
+    consume(&mut tb, c, "q", "own", false);
+    let other = tb.open_channel(c.conn, 2);
+    consume(&mut tb, other, "q", "other", false);
+    let effects = tb.call(c, QueueDelete { queue: short("q"), ..Default::default() });
+    let told = |effects: &[Effect], channel: u16| -> Vec<String> {
+        effects
+            .iter()
+            .filter(|e| e.channel_key().is_some_and(|(_, ch)| ch.0 == channel))
+            .filter_map(|e| e.clone().into_method())
+            .map(|(_, method, _)| match method {
+                Method::BasicCancel(cancel) => format!("cancel {}", cancel.consumer_tag),
+                Method::QueueDeleteOk(_) => "delete-ok".to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(told(&effects, 2), ["cancel other"], "another channel is told at once");
+    assert!(told(&effects, c.channel.0).is_empty(), "the deleting channel waits: {effects:?}");
+    let released = sync(&mut tb, &mut model);
+    assert_eq!(told(&released, c.channel.0), ["cancel own", "delete-ok"]);
+}
+
 /// A first delivery marks the message delivered; ack settles; nack with requeue updates the
 /// delivery count; no-ack delivery settles at once.
 #[test]

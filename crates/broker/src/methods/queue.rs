@@ -178,7 +178,7 @@ impl Broker {
                         "queue '{name}' in vhost '{vhost}' not empty"
                     )));
                 }
-                self.delete_queue(id)
+                self.delete_queue_from(id, (conn, ch))
             }
         };
         if !m.nowait {
@@ -191,6 +191,17 @@ impl Broker {
     /// understands it), its ready messages are dropped. Deliveries still unacked stay with their
     /// channels; settling them later is harmless. Returns the number of ready messages dropped.
     pub(crate) fn delete_queue(&mut self, id: QueueId) -> usize {
+        self.remove_queue(id, None)
+    }
+
+    /// [`Self::delete_queue`] by queue.delete on `deleter`: a cancel to a consumer on that
+    /// channel goes with the delete-ok, before it (RabbitMQ's order), once the delete is durable.
+    /// A client may close the channel on the cancel, and must have its delete-ok by then.
+    pub(crate) fn delete_queue_from(&mut self, id: QueueId, deleter: (ConnectionId, ChannelId)) -> usize {
+        self.remove_queue(id, Some(deleter))
+    }
+
+    fn remove_queue(&mut self, id: QueueId, deleter: Option<(ConnectionId, ChannelId)>) -> usize {
         let Some(queue) = self.queues.remove(&id) else { return 0 };
         self.churn.queues_deleted += 1;
         self.dedup_ids.release(queue.dedup.len());
@@ -216,7 +227,12 @@ impl Broker {
                 .is_some_and(|c| c.info.capabilities.consumer_cancel_notify);
             if notify {
                 let cancel = BasicCancel { consumer_tag: consumer.tag.clone(), nowait: true };
-                self.emit(Effect::send(consumer.conn, consumer.channel, cancel, None));
+                let cancel = Effect::send(consumer.conn, consumer.channel, cancel, None);
+                if deleter == Some((consumer.conn, consumer.channel)) {
+                    self.reply_when_durable(cancel);
+                } else {
+                    self.emit(cancel);
+                }
             }
         }
         queue.message_count()
