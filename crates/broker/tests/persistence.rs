@@ -212,25 +212,28 @@ fn tx_commit_ok_waits_for_the_commit_s_messages_and_nothing_else_does() {
     assert_eq!(model.0.live(), 2);
 }
 
-/// A durable queue deleted under its consumer's own channel: the basic.cancel goes with the
-/// delete-ok, in RabbitMQ's order (cancel, then delete-ok), once the delete is durable. A client
-/// that closes the channel on the cancel must still get its delete-ok (amqplib's "cancelled
-/// consumer" test). A consumer on another channel is told at once.
+/// A durable queue deleted under its consumers: the basic.cancel to a consumer of the deleting
+/// connection goes with the delete-ok (RabbitMQ's order on the deleting channel: cancel, then
+/// delete-ok), once the delete is durable. A client that closes its channel or connection on the
+/// cancel must still get its delete-ok (amqplib's "cancelled consumer" test). A consumer of
+/// another connection is told at once.
 #[test]
-fn a_deleted_queue_s_cancel_to_the_deleting_channel_goes_with_its_delete_ok() {
+fn a_deleted_queue_s_cancels_to_the_deleting_connection_go_with_its_delete_ok() {
     let mut tb = durable_broker();
     let mut model = Model::default();
     let c = tb.channel();
     durable_queue(&mut tb, c, "q", FieldTable::new());
     sync(&mut tb, &mut model);
     consume(&mut tb, c, "q", "own", false);
-    let other = tb.open_channel(c.conn, 2);
-    consume(&mut tb, other, "q", "other", false);
+    let sibling = tb.open_channel(c.conn, 2);
+    consume(&mut tb, sibling, "q", "sibling", false);
+    let stranger = tb.channel();
+    consume(&mut tb, stranger, "q", "stranger", false);
     let effects = tb.call(c, QueueDelete { queue: short("q"), ..Default::default() });
-    let told = |effects: &[Effect], channel: u16| -> Vec<String> {
+    let told = |effects: &[Effect], to: Chan| -> Vec<String> {
         effects
             .iter()
-            .filter(|e| e.channel_key().is_some_and(|(_, ch)| ch.0 == channel))
+            .filter(|e| e.channel_key() == Some((to.conn, to.channel)))
             .filter_map(|e| e.clone().into_method())
             .map(|(_, method, _)| match method {
                 Method::BasicCancel(cancel) => format!("cancel {}", cancel.consumer_tag),
@@ -239,10 +242,12 @@ fn a_deleted_queue_s_cancel_to_the_deleting_channel_goes_with_its_delete_ok() {
             })
             .collect()
     };
-    assert_eq!(told(&effects, 2), ["cancel other"], "another channel is told at once");
-    assert!(told(&effects, c.channel.0).is_empty(), "the deleting channel waits: {effects:?}");
+    assert_eq!(told(&effects, stranger), ["cancel stranger"], "another connection is told at once");
+    assert!(told(&effects, c).is_empty(), "the deleting channel waits: {effects:?}");
+    assert!(told(&effects, sibling).is_empty(), "so does its connection's: {effects:?}");
     let released = sync(&mut tb, &mut model);
-    assert_eq!(told(&released, c.channel.0), ["cancel own", "delete-ok"]);
+    assert_eq!(told(&released, c), ["cancel own", "delete-ok"]);
+    assert_eq!(told(&released, sibling), ["cancel sibling"]);
 }
 
 /// A first delivery marks the message delivered; ack settles; nack with requeue updates the

@@ -178,7 +178,7 @@ impl Broker {
                         "queue '{name}' in vhost '{vhost}' not empty"
                     )));
                 }
-                self.delete_queue_from(id, (conn, ch))
+                self.delete_queue_from(id, conn)
             }
         };
         if !m.nowait {
@@ -194,14 +194,15 @@ impl Broker {
         self.remove_queue(id, None)
     }
 
-    /// [`Self::delete_queue`] by queue.delete on `deleter`: a cancel to a consumer on that
-    /// channel goes with the delete-ok, before it (RabbitMQ's order), once the delete is durable.
-    /// A client may close the channel on the cancel, and must have its delete-ok by then.
-    pub(crate) fn delete_queue_from(&mut self, id: QueueId, deleter: (ConnectionId, ChannelId)) -> usize {
+    /// [`Self::delete_queue`] by queue.delete from connection `deleter`: a cancel to a consumer
+    /// of that connection goes with the delete-ok, once the delete is durable (on the deleting
+    /// channel before it, RabbitMQ's order). A client may close its channel or connection on the
+    /// cancel, and must have its delete-ok by then.
+    pub(crate) fn delete_queue_from(&mut self, id: QueueId, deleter: ConnectionId) -> usize {
         self.remove_queue(id, Some(deleter))
     }
 
-    fn remove_queue(&mut self, id: QueueId, deleter: Option<(ConnectionId, ChannelId)>) -> usize {
+    fn remove_queue(&mut self, id: QueueId, deleter: Option<ConnectionId>) -> usize {
         let Some(queue) = self.queues.remove(&id) else { return 0 };
         self.churn.queues_deleted += 1;
         self.dedup_ids.release(queue.dedup.len());
@@ -228,7 +229,7 @@ impl Broker {
             if notify {
                 let cancel = BasicCancel { consumer_tag: consumer.tag.clone(), nowait: true };
                 let cancel = Effect::send(consumer.conn, consumer.channel, cancel, None);
-                if deleter == Some((consumer.conn, consumer.channel)) {
+                if deleter == Some(consumer.conn) {
                     self.reply_when_durable(cancel);
                 } else {
                     self.emit(cancel);
