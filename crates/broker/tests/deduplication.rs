@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hourglass_broker::admin::SqsSent;
+use hourglass_broker::admin::{SqsOutgoing, SqsSent};
 use hourglass_testkit::{methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -146,9 +146,10 @@ fn an_sqs_send_is_told_of_its_duplicate() {
         ..Default::default()
     };
     let send = |tb: &mut TestBroker, m: &str| {
-        tb.broker.sqs_send("/", "q", EncodedProperties::from(message_id(m)), "x".into(), None, now).unwrap()
+        tb.broker.sqs_send("/", "q", SqsOutgoing::new(message_id(m), "x".into()), now).unwrap()
     };
-    assert_eq!(send(&mut tb, "first"), SqsSent::Stored);
-    assert_eq!(send(&mut tb, "second"), SqsSent::Duplicate(Some(short("first"))));
+    assert_eq!(send(&mut tb, "first"), SqsSent::Stored { sequence_number: None });
+    let duplicate = SqsSent::Duplicate { original: Some(short("first")), sequence_number: None };
+    assert_eq!(send(&mut tb, "second"), duplicate);
     assert_eq!(ready(&tb, "q"), 1);
 }

@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use hourglass_broker::admin::SqsOutgoing;
 use hourglass_broker::{Effect, Message};
 use hourglass_testkit::{deliveries, Chan, TestBroker};
 use hourglass_wire::*;
@@ -162,10 +163,8 @@ fn an_sqs_send_is_traced_as_a_publish() {
     let (mut tb, c) = setup();
     tb.broker.trace_on("/", "n");
     let now = tb.clock.now();
-    let properties = EncodedProperties::from(BasicProperties::default());
-    tb.broker
-        .sqs_send("/", "q", properties, bytes::Bytes::from_static(b"over sqs"), None, now)
-        .expect("sent");
+    let message = SqsOutgoing::new(BasicProperties::default(), bytes::Bytes::from_static(b"over sqs"));
+    tb.broker.sqs_send("/", "q", message, now).expect("sent");
     let publish = get(&mut tb, c, "firehose").expect("the send was traced");
     assert_eq!(publish.routing_key.as_str(), "publish.");
     assert_eq!(&publish.body[..], b"over sqs");

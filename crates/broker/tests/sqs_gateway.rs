@@ -7,10 +7,15 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hourglass_broker::admin::{MoveStopped, MoveTarget, SqsGatewayError};
+use hourglass_broker::admin::{MoveStopped, MoveTarget, SqsGatewayError, SqsOutgoing};
 use hourglass_broker::queue::QueueStats;
 use hourglass_broker::Notice;
 use hourglass_testkit::{deliveries, TestBroker};
+
+/// A message SendMessage sends with `body` and nothing else.
+fn outgoing(body: &'static [u8]) -> SqsOutgoing {
+    SqsOutgoing::new(hourglass_wire::BasicProperties::default(), bytes::Bytes::from_static(body))
+}
 
 fn stats(tb: &TestBroker, queue: &str) -> QueueStats {
     tb.broker.queue_stats("/", queue).unwrap()
@@ -143,17 +148,15 @@ fn only_the_gateway_handles_of_the_queue_delete() {
 /// without waits the queue's.
 #[test]
 fn sent_messages_wait_their_own_delay_or_the_queues() {
-    use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, QueueDeclare};
+    use hourglass_wire::{FieldTable, FieldValue, QueueDeclare};
     let mut tb = TestBroker::new();
     let c = tb.channel();
     let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(10_000))]);
     tb.call(c, QueueDeclare { queue: hourglass_testkit::short("d"), arguments, ..Default::default() });
     let now = tb.clock.now();
-    let properties = EncodedProperties::from(BasicProperties::default());
-    tb.broker
-        .sqs_send("/", "d", properties.clone(), bytes::Bytes::from_static(b"own"), Some(2_000), now)
-        .unwrap();
-    tb.broker.sqs_send("/", "d", properties, bytes::Bytes::from_static(b"queue's"), None, now).unwrap();
+    let own = SqsOutgoing { delay_ms: Some(2_000), ..outgoing(b"own") };
+    tb.broker.sqs_send("/", "d", own, now).unwrap();
+    tb.broker.sqs_send("/", "d", outgoing(b"queue's"), now).unwrap();
     assert_eq!(stats(&tb, "d").messages_delayed, 2);
     tb.advance(Duration::from_millis(2_000));
     let now = tb.clock.now();
@@ -163,24 +166,13 @@ fn sent_messages_wait_their_own_delay_or_the_queues() {
     let now = tb.clock.now();
     let got = tb.broker.sqs_receive("/", "d", 10, Some(30_000), now).unwrap();
     assert_eq!(got.iter().map(|r| &r.message.body[..]).collect::<Vec<_>>(), [&b"queue's"[..]]);
-    assert_eq!(
-        tb.broker.sqs_send(
-            "/",
-            "none",
-            EncodedProperties::from(BasicProperties::default()),
-            bytes::Bytes::new(),
-            None,
-            now
-        ),
-        Err(SqsGatewayError::QueueNotFound)
-    );
+    assert_eq!(tb.broker.sqs_send("/", "none", outgoing(b""), now), Err(SqsGatewayError::QueueNotFound));
 }
 
 /// A long poll is woken once, when its queue has a ready message: published, due after a delay
 /// (by the timer, no job of its own), or there already; one taken back is not woken.
 #[test]
 fn long_polls_are_woken_when_their_queue_has_a_ready_message() {
-    use hourglass_wire::{BasicProperties, EncodedProperties};
     let mut tb = TestBroker::new();
     let c = tb.channel();
     declare(&mut tb, c, "q");
@@ -202,8 +194,8 @@ fn long_polls_are_woken_when_their_queue_has_a_ready_message() {
     let now = tb.clock.now();
     tb.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap();
     tb.broker.sqs_wait("/", "q", 4).unwrap();
-    let properties = EncodedProperties::from(BasicProperties::default());
-    tb.broker.sqs_send("/", "q", properties, bytes::Bytes::from_static(b"later"), Some(5_000), now).unwrap();
+    let later = SqsOutgoing { delay_ms: Some(5_000), ..outgoing(b"later") };
+    tb.broker.sqs_send("/", "q", later, now).unwrap();
     assert_eq!(notices(&mut tb), [], "a delayed message is not ready yet");
     tb.advance(Duration::from_millis(5_000));
     assert_eq!(notices(&mut tb), [Notice::SqsReady { ticket: 4 }], "woken when it is due");
@@ -242,7 +234,7 @@ fn a_message_wakes_one_long_poll_not_the_herd() {
 /// message; an argument queue.declare refuses is refused, and the queue stays as it was.
 #[test]
 fn arguments_change_in_place_for_what_comes_next() {
-    use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, QueueDeclare};
+    use hourglass_wire::{FieldTable, FieldValue, QueueDeclare};
     let mut tb = TestBroker::new();
     let c = tb.channel();
     let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(10_000))]);
@@ -258,8 +250,7 @@ fn arguments_change_in_place_for_what_comes_next() {
         matches!(refused, Err(SqsGatewayError::InvalidArguments(why)) if why.contains("x-visibility-timeout"))
     );
     tb.broker.sqs_set_arguments("/", "d", vec![("x-delivery-delay".into(), None)], now).unwrap();
-    let properties = EncodedProperties::from(BasicProperties::default());
-    tb.broker.sqs_send("/", "d", properties, bytes::Bytes::from_static(b"now"), None, now).unwrap();
+    tb.broker.sqs_send("/", "d", outgoing(b"now"), now).unwrap();
     assert_eq!(tb.broker.sqs_receive("/", "d", 10, Some(30_000), now).unwrap().len(), 1, "no delay any more");
     let details = tb.broker.queue_details_named("/", "d").unwrap();
     assert_eq!(details.arguments.get("x-delivery-delay"), None);
@@ -499,7 +490,7 @@ fn a_receive_without_a_timeout_takes_the_queues_as_policies_make_it() {
 /// messages now past it go at once and the rest at their new time.
 #[test]
 fn a_changed_retention_applies_to_the_messages_already_queued() {
-    use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, QueueDeclare};
+    use hourglass_wire::{FieldTable, FieldValue, QueueDeclare};
     let mut tb = TestBroker::new();
     let c = tb.channel();
     let arguments = FieldTable::from_entries([("x-message-ttl", FieldValue::I64(3_600_000))]);
@@ -507,8 +498,7 @@ fn a_changed_retention_applies_to_the_messages_already_queued() {
     let start = tb.clock.now();
     for body in [&b"t0"[..], b"t10", b"t20"] {
         let now = tb.clock.now();
-        let properties = EncodedProperties::from(BasicProperties::default());
-        tb.broker.sqs_send("/", "kept", properties, bytes::Bytes::from_static(body), None, now).unwrap();
+        tb.broker.sqs_send("/", "kept", outgoing(body), now).unwrap();
         tb.advance(Duration::from_millis(10_000));
     }
     // At 30 s: the retention becomes 15 s; the messages sent at 0 s and 10 s are past it.

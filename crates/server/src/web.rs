@@ -47,7 +47,6 @@ pub async fn serve(
             moves: Default::default(),
             clock: hourglass_sqs::system_clock,
             resources: mgmt.node.resources.clone(),
-            sequence: Default::default(),
             long_polls: std::sync::Arc::new(hourglass_sqs::LongPolls::with_max(config.sqs_max_long_polls)),
             policies: Default::default(),
             stop: shutdown_rx.clone(),

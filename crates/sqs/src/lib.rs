@@ -47,7 +47,6 @@ use hourglass_session::{Admission, LoginLimiter};
 use serde_json::Value;
 
 pub use error::SqsError;
-pub use fifo::Sequencer;
 pub use long_polls::LongPolls;
 pub use moves::{resume as resume_move_tasks, MoveTasks};
 pub use policy::PolicyCache;
@@ -76,8 +75,6 @@ pub struct SqsState {
     /// The node's memory and disk alarms: while one is in effect sends are refused, as AMQP
     /// publishers are blocked.
     pub resources: hourglass_mgmt::resources::ResourceWatch,
-    /// FIFO messages' sequence numbers (`fifo.rs`).
-    pub sequence: Arc<fifo::Sequencer>,
     /// The long polls waiting now, per key and per address (`long_polls.rs`).
     pub long_polls: Arc<LongPolls>,
     /// Each queue's access policy as last read (`policy.rs`: its `Deny` statements apply).

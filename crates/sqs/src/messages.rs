@@ -6,19 +6,19 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use hourglass_broker::admin::{SqsGatewayError, SqsReceived, SqsSent};
+use hourglass_broker::admin::{SendRefused, SqsGatewayError, SqsReceived, SqsSent};
 use hourglass_broker::requests::{
     ChangeVisibilityBatch, SqsDeleteBatch, SqsOutgoing, SqsReceive, SqsSendBatch, SqsUnwait, SqsWait,
 };
 use hourglass_broker::{Access, Resource, Ticket, VisibilityError};
 use hourglass_mgmt::BrokerHandle;
-use hourglass_wire::{BasicProperties, EncodedProperties, FieldTable, FieldValue, ShortStr};
+use hourglass_wire::{BasicProperties, FieldTable, FieldValue, ShortStr};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{json, Map, Value};
 
 use crate::attributes::{self, Attributes};
 use crate::error::SqsError;
-use crate::fifo::{self, FifoSettings};
+use crate::fifo;
 use crate::queues::{self, QueueRef};
 use crate::request::Input;
 use crate::system_attributes;
@@ -47,6 +47,27 @@ pub(crate) fn gateway_error(error: SqsGatewayError, handle: &str) -> SqsError {
         SqsGatewayError::QueueFull => SqsError::OverLimit("The queue is full.".into()),
         SqsGatewayError::InvalidArguments(why) => SqsError::InvalidAttributeValue(why),
         SqsGatewayError::ReceiptHandleInvalid => SqsError::ReceiptHandleIsInvalid(handle.to_owned()),
+        SqsGatewayError::Send(refused) => send_refused(refused),
+    }
+}
+
+/// What SQS answers a send its queue refuses.
+fn send_refused(refused: SendRefused) -> SqsError {
+    let invalid = |text: String| SqsError::InvalidParameterValue(text);
+    match refused {
+        SendRefused::TooLong { max } => invalid(format!(
+            "One or more parameters are invalid. Reason: Message must be shorter than {max} bytes."
+        )),
+        SendRefused::DelayOnFifo => invalid(
+            "Value for parameter DelaySeconds is invalid. Reason: The request include parameter that is not valid for this queue type.".into(),
+        ),
+        SendRefused::GroupIdMissing => SqsError::MissingParameter("MessageGroupId"),
+        SendRefused::DeduplicationIdMissing => invalid(
+            "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly".into(),
+        ),
+        SendRefused::DeduplicationIdOnStandard => invalid(
+            "The request include parameter MessageDeduplicationId that is not valid for this queue type".into(),
+        ),
     }
 }
 
@@ -67,58 +88,27 @@ struct Outgoing {
     answer: Map<String, Value>,
 }
 
-/// What a send to a queue is checked against, read from its arguments.
-struct SendRules {
-    /// `MaximumMessageSize` (SQS's 1 MiB unless its attribute says less).
-    size_max: usize,
-    /// A FIFO queue's settings (`None`: a standard queue).
-    fifo: Option<FifoSettings>,
-}
-
-impl SendRules {
-    async fn of(state: &SqsState, queue: &QueueRef) -> Result<SendRules, SqsError> {
-        let arguments = queues::arguments_of(state, queue).await?;
-        let size = arguments.get(queues::MAXIMUM_MESSAGE_SIZE_ARG).and_then(|v| v.as_i64());
-        Ok(SendRules {
-            size_max: size.map_or(queues::MESSAGE_SIZE_MAX, |n| n.clamp(0, queues::MESSAGE_SIZE_MAX))
-                as usize,
-            fifo: FifoSettings::of(&arguments),
-        })
-    }
-}
-
 /// A message to send by `sender` (the key's user, kept as the AMQP `user_id`: what SenderId
-/// reports), checked against the queue's rules.
-fn outgoing(
-    state: &SqsState,
-    input: &Input<'_>,
-    (sender, now_ms): (&str, u64),
-    rules: &SendRules,
-) -> Result<Outgoing, SqsError> {
+/// reports), checked as far as it can be without its queue: the queue's settings decide on its
+/// size, group and deduplication id (`hourglass_broker::admin::SqsOutgoing`).
+fn outgoing(input: &Input<'_>, (sender, now_ms): (&str, u64)) -> Result<Outgoing, SqsError> {
     let body = input.required("MessageBody")?;
     check_body(body)?;
-    let (group_headers, sequence_number) = match &rules.fifo {
-        Some(settings) => {
-            let (headers, sequence) = settings.send_headers(input, body, &state.sequence, now_ms)?;
-            (headers, Some(sequence))
-        }
-        None => (fifo::standard_send_headers(input)?, None),
-    };
-    let size_max = rules.size_max;
+    let group_id = input.string("MessageGroupId")?;
+    if let Some(group) = group_id {
+        fifo::check_id("MessageGroupId", group)?;
+    }
+    let deduplication_id = input.string("MessageDeduplicationId")?;
+    if let Some(id) = deduplication_id {
+        fifo::check_id("MessageDeduplicationId", id)?;
+    }
     let delay_ms = input.integer("DelaySeconds", 0..=900)?.map(|s| s as u64 * 1000);
     let attributes = attributes::from_json(input.value("MessageAttributes"))?;
     let system = system_attributes::from_json(input.value("MessageSystemAttributes"))?;
-    let size = body.len() + attributes::size(&attributes);
-    if size > size_max {
-        return Err(SqsError::InvalidParameterValue(format!(
-            "One or more parameters are invalid. Reason: Message must be shorter than {size_max} bytes."
-        )));
-    }
     let message_id = random_uuid();
     let mut headers = attributes::to_headers(&attributes);
     headers.push((SENT_HEADER.to_owned(), FieldValue::I64(now_ms as i64)));
     headers.extend(system_attributes::to_headers(&system));
-    headers.extend(group_headers);
     let properties = BasicProperties {
         delivery_mode: Some(2),
         message_id: ShortStr::try_from(message_id.as_str()).ok(),
@@ -136,14 +126,14 @@ fn outgoing(
     if let Some(md5) = system_attributes::md5(&system) {
         answer.insert("MD5OfMessageSystemAttributes".into(), json!(md5));
     }
-    if let Some(sequence) = sequence_number {
-        answer.insert("SequenceNumber".into(), json!(sequence));
-    }
     Ok(Outgoing {
         message: SqsOutgoing {
-            properties: EncodedProperties::from(properties),
+            properties,
             body: Bytes::copy_from_slice(body.as_bytes()),
             delay_ms,
+            size: body.len() + attributes::size(&attributes),
+            group_id: group_id.map(str::to_owned),
+            deduplication_id: deduplication_id.map(str::to_owned),
         },
         answer,
     })
@@ -184,16 +174,16 @@ async fn send_all(
     let (messages, answers): (Vec<_>, Vec<_>) = messages.into_iter().map(|m| (m.message, m.answer)).unzip();
     let batch = SqsSendBatch { vhost: queue.vhost.clone(), queue: queue.name.clone(), messages };
     let sent = state.broker.request(batch).await?;
-    let answer = |(sent, mut answer): (Result<SqsSent, SqsGatewayError>, Map<String, Value>)| match sent {
-        Ok(SqsSent::Stored) => Ok(answer),
-        // Accepted and not stored again, as SQS answers: with the first message's id.
-        Ok(SqsSent::Duplicate(original)) => {
-            if let Some(id) = original {
-                answer.insert("MessageId".into(), json!(id.as_str()));
-            }
-            Ok(answer)
+    let answer = |(sent, mut answer): (Result<SqsSent, SqsGatewayError>, Map<String, Value>)| {
+        let sent = sent.map_err(|e| gateway_error(e, ""))?;
+        if let SqsSent::Duplicate { original: Some(id), .. } = &sent {
+            // Accepted and not stored again, as SQS answers: with the first message's id.
+            answer.insert("MessageId".into(), json!(id.as_str()));
         }
-        Err(e) => Err(gateway_error(e, "")),
+        if let Some(number) = sent.sequence_number() {
+            answer.insert("SequenceNumber".into(), json!(number.to_string()));
+        }
+        Ok(answer)
     };
     Ok(sent.into_iter().zip(answers).map(answer).collect())
 }
@@ -201,8 +191,7 @@ async fn send_all(
 pub async fn send(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
     let queue = queue_of(caller, input)?;
     require_send(state, caller, &queue)?;
-    let rules = SendRules::of(state, &queue).await?;
-    let message = outgoing(state, input, (&caller.user, (state.clock)()), &rules)?;
+    let message = outgoing(input, (&caller.user, (state.clock)()))?;
     let mut sent = send_all(state, &queue, vec![message]).await?;
     Ok(Value::Object(sent.remove(0)?))
 }
@@ -216,10 +205,10 @@ pub async fn send_batch(state: &SqsState, caller: &Caller, input: &Input<'_>) ->
     if bytes > BATCH_BYTES_MAX {
         return Err(SqsError::BatchRequestTooLong(bytes));
     }
-    let (now_ms, rules) = ((state.clock)(), SendRules::of(state, &queue).await?);
+    let now_ms = (state.clock)();
     run_batch(
         entries,
-        |entry| outgoing(state, entry, (&caller.user, now_ms), &rules),
+        |entry| outgoing(entry, (&caller.user, now_ms)),
         |messages| send_all(state, &queue, messages),
     )
     .await

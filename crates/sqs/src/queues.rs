@@ -24,8 +24,9 @@ pub const VISIBILITY_TIMEOUT_MAX_S: i64 = 43_200;
 const DELAY_MAX_S: i64 = 900;
 const RETENTION_DEFAULT_S: i64 = 345_600;
 const RETENTION_RANGE_S: std::ops::RangeInclusive<i64> = 60..=1_209_600;
-/// AWS's largest message (and batch) since August 2025: 1 MiB, also the default.
-pub const MESSAGE_SIZE_MAX: i64 = 1_048_576;
+/// AWS's largest message (and batch) since August 2025: 1 MiB, also the default (the broker
+/// checks a send against its queue's, `SqsArgs`).
+pub const MESSAGE_SIZE_MAX: i64 = hourglass_broker::queue::sqs_args::SQS_MESSAGE_SIZE_MAX as i64;
 const MESSAGE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 1_024..=MESSAGE_SIZE_MAX;
 pub const WAIT_TIME_MAX_S: i64 = 20;
 /// The arguments that hold SQS attributes AMQP has no argument for.

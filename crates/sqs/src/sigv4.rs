@@ -389,7 +389,7 @@ fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
 
 /// Lower-case hex, as SigV4 writes hashes and signatures.
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hourglass_broker::admin::lower_hex(bytes)
 }
 
 fn hex_decode(s: &str) -> Option<Vec<u8>> {

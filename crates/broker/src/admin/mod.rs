@@ -14,6 +14,7 @@ mod listing;
 mod policies;
 pub mod slices;
 mod sqs_gateway;
+mod sqs_send;
 mod vhosts;
 
 pub use delayed::{DelayedError, DelayedKey, DelayedMatches, DelayedMessage, DelayedSlice};
@@ -25,9 +26,10 @@ pub use listing::{
 };
 pub(crate) use sqs_gateway::SqsGateways;
 pub use sqs_gateway::{
-    MoveStep, MoveStopped, MoveTarget, SqsGatewayError, SqsReceived, SqsSent, SQS_GATEWAY_PEER,
-    SQS_GATEWAY_USER, SQS_MOVE_TASK_ARG,
+    MoveStep, MoveStopped, MoveTarget, SqsGatewayError, SqsReceived, SQS_GATEWAY_PEER, SQS_GATEWAY_USER,
+    SQS_MOVE_TASK_ARG,
 };
+pub use sqs_send::{lower_hex, SendRefused, SqsOutgoing, SqsSent, DEDUPLICATION_ID_HEADER, SEQUENCE_HEADER};
 
 use std::sync::Arc;
 

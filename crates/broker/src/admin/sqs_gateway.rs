@@ -14,23 +14,21 @@ use std::collections::HashMap;
 use indexmap::IndexSet;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use hourglass_wire::{ChannelOpen, EncodedProperties, FieldTable, FieldValue, ShortStr};
+use hourglass_wire::{ChannelOpen, FieldTable, FieldValue, ShortStr};
 
 use crate::api::{ChannelId, Command, ConnectionId};
 use crate::broker::Broker;
 use crate::channel::Settlement;
-use crate::enqueue::Enqueued;
 use crate::message::Message;
-use crate::message_stats::{Confirm, PublishOutcome};
 use crate::methods::HandOut;
 use crate::notices::{Notice, Ticket};
 use crate::persist::Changed;
-use crate::published::Traced;
 use crate::queue::args::QueueArgs;
 use crate::queue::{dead_letter, message_groups};
 use crate::queue::{QueueId, ReturnKind};
 use crate::time::Timestamp;
+
+use super::sqs_send::{SendRefused, SequenceNumbers};
 
 /// The peer address gateway connections show in listings.
 pub const SQS_GATEWAY_PEER: &str = "sqs-gateway";
@@ -39,7 +37,7 @@ pub const SQS_GATEWAY_USER: &str = "sqs-gateway";
 /// Gateway connection ids count down from here: client ids count up from 1 and the admin
 /// connection is `u64::MAX`.
 const FIRST_GATEWAY_ID: u64 = u64::MAX - 1;
-const GATEWAY_CHANNEL: ChannelId = ChannelId(1);
+pub(super) const GATEWAY_CHANNEL: ChannelId = ChannelId(1);
 
 /// The gateway connection of each vhost that has one, and the long polls waiting for queues.
 pub(crate) struct SqsGateways {
@@ -49,6 +47,8 @@ pub(crate) struct SqsGateways {
     /// queue of each: waking a queue's and taking one back cost no scan of the others.
     waiters: HashMap<QueueId, IndexSet<Ticket>>,
     waiter_queues: HashMap<Ticket, QueueId>,
+    /// FIFO messages' sequence numbers (`sqs_send.rs`).
+    pub(super) sequence_numbers: SequenceNumbers,
 }
 
 impl std::fmt::Debug for SqsGateways {
@@ -65,6 +65,7 @@ impl Default for SqsGateways {
             next_id: FIRST_GATEWAY_ID,
             waiters: HashMap::new(),
             waiter_queues: HashMap::new(),
+            sequence_numbers: SequenceNumbers::default(),
         }
     }
 }
@@ -74,15 +75,6 @@ impl SqsGateways {
     pub fn holds(&self, conn: ConnectionId) -> bool {
         conn.0 >= self.next_id && conn.0 <= FIRST_GATEWAY_ID
     }
-}
-
-/// What became of a message sent over SQS.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SqsSent {
-    Stored,
-    /// Dropped: the queue took a message with the same deduplication id within its interval;
-    /// that message's `message_id`.
-    Duplicate(Option<ShortStr>),
 }
 
 /// A message received over SQS.
@@ -185,6 +177,9 @@ pub enum SqsGatewayError {
     /// Not a handle the gateway issued for this queue.
     #[error("the receipt handle is invalid")]
     ReceiptHandleInvalid,
+    /// The queue's SQS settings refuse the message (`sqs_send.rs`).
+    #[error(transparent)]
+    Send(#[from] SendRefused),
 }
 
 /// SQS's visibility timeout of a queue that sets none: 30 s.
@@ -197,35 +192,6 @@ pub const SQS_DEFAULT_VISIBILITY_MS: u64 = 30_000;
 pub const SQS_MOVE_TASK_ARG: &str = "x-sqs-move-task";
 
 impl Broker {
-    /// SendMessage: a message into `queue` of `vhost` as the default exchange would route it,
-    /// ready after `delay_ms` (SQS's per-message `DelaySeconds`; `None`: the queue's own
-    /// `x-delivery-delay`), unless the queue deduplicates and holds its id (semantics §8).
-    /// Counted as a publish to the default exchange.
-    pub fn sqs_send(
-        &mut self,
-        vhost: &str,
-        queue: &str,
-        properties: EncodedProperties,
-        body: Bytes,
-        delay_ms: Option<u64>,
-        now: Timestamp,
-    ) -> Result<SqsSent, SqsGatewayError> {
-        let (name, id) = self.sqs_queue(vhost, queue)?;
-        let message = Arc::new(Message::new(ShortStr::default(), name, properties, body));
-        if let Some(exchange) = self.vhosts.get(vhost).and_then(|v| v.exchanges.get(&ShortStr::default())) {
-            exchange.counters.published(true);
-        }
-        self.count_published(PublishOutcome::Routed, Confirm::NotRequested, message.body_size());
-        // Traced as an AMQP publish is; the publisher is the vhost's gateway connection.
-        let gateway = self.firehose.traces(vhost).then(|| self.sqs_gateway(vhost, now));
-        let traced = gateway.map(|conn| Traced { vhost, conn, channel: GATEWAY_CHANNEL });
-        match self.enqueue_published(traced, &message, (&[], &[id]), delay_ms, now) {
-            Enqueued::Rejected => Err(SqsGatewayError::QueueFull),
-            Enqueued::Duplicate(original) => Ok(SqsSent::Duplicate(original)),
-            Enqueued::Accepted => Ok(SqsSent::Stored),
-        }
-    }
-
     /// Up to `max` messages of `queue` in `vhost`, each invisible for `visibility_ms` (`None`: the
     /// queue's visibility timeout as it runs, policies applied, else 30 s; 0: visible
     /// again at once) unless deleted first. From an SQS FIFO queue, only messages of groups
@@ -241,11 +207,11 @@ impl Broker {
     ) -> Result<Vec<SqsReceived>, SqsGatewayError> {
         let (name, id) = self.sqs_queue(vhost, queue)?;
         let Some(queue) = self.queues.get(&id) else { return Ok(Vec::new()) };
-        let fifo = queue.args.sqs_fifo;
+        let fifo = queue.args.sqs.fifo;
         // The queue's own visibility timeout as it runs, policies applied (0 when its SQS
         // `VisibilityTimeout` is 0); SQS's 30 s without one.
         let visibility_ms = visibility_ms
-            .or(queue.args.sqs_zero_visibility.then_some(0))
+            .or(queue.args.sqs.zero_visibility.then_some(0))
             .or(queue.args.visibility_timeout_ms)
             .unwrap_or(SQS_DEFAULT_VISIBILITY_MS);
         let gateway = self.sqs_gateway(vhost, now);
@@ -282,7 +248,7 @@ impl Broker {
     /// `ReceiveMessageWaitTimeSeconds`), if it says.
     pub fn sqs_receive_wait_s(&self, vhost: &str, queue: &str) -> Option<u64> {
         let (_, id) = self.sqs_queue(vhost, queue).ok()?;
-        self.queues.get(&id)?.args.sqs_receive_wait_s
+        self.queues.get(&id)?.args.sqs.receive_wait_s
     }
 
     /// Deletes the message `receipt_handle` names (it was received from `queue` over SQS). A
@@ -561,7 +527,7 @@ impl Broker {
     }
 
     /// The queue `queue` of `vhost`, for the gateway.
-    fn sqs_queue(&self, vhost: &str, queue: &str) -> Result<(ShortStr, QueueId), SqsGatewayError> {
+    pub(super) fn sqs_queue(&self, vhost: &str, queue: &str) -> Result<(ShortStr, QueueId), SqsGatewayError> {
         let name = ShortStr::try_from(queue).map_err(|_| SqsGatewayError::QueueNotFound)?;
         let id = self.lookup_queue(vhost, &name).map_err(|_| SqsGatewayError::QueueNotFound)?;
         if self.queues.get(&id).is_some_and(|q| q.spec.exclusive_owner.is_some()) {
@@ -572,7 +538,7 @@ impl Broker {
 
     /// The gateway connection of `vhost`, opened when it has none (or when its connection went,
     /// with a deleted vhost or a forced close).
-    fn sqs_gateway(&mut self, vhost: &str, now: Timestamp) -> ConnectionId {
+    pub(super) fn sqs_gateway(&mut self, vhost: &str, now: Timestamp) -> ConnectionId {
         if let Some(conn) = self.sqs.by_vhost.get(vhost).copied() {
             if self.channels.contains_key(&(conn, GATEWAY_CHANNEL)) {
                 return conn;

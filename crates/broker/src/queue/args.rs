@@ -5,6 +5,7 @@
 use hourglass_wire::{FieldTable, FieldValue, ShortStr};
 
 use super::dedup::{self, DedupSpec};
+use super::sqs_args::SqsArgs;
 use crate::api::AmqpError;
 use crate::errors;
 
@@ -89,15 +90,8 @@ pub struct QueueArgs {
     /// `x-message-deduplication` with `x-cache-size`, `x-cache-ttl`, `x-deduplication-header`
     /// (semantics §8): `None` unless switched on.
     pub deduplication: Option<DedupSpec>,
-    /// `x-sqs-fifo` (an SQS FIFO queue, docs/sqs.md): the SQS endpoint receives a message group
-    /// only while none of its messages is in flight, so each group is received in order
-    /// (`queue/message_groups.rs`). Fixed for the queue's life.
-    pub sqs_fifo: bool,
-    /// `x-sqs-visibility-timeout` 0 (an SQS `VisibilityTimeout` of 0, which
-    /// `x-visibility-timeout` cannot hold): SQS receives are visible again at once.
-    pub sqs_zero_visibility: bool,
-    /// `x-sqs-receive-message-wait-time-seconds`: how long an SQS receive waits by default.
-    pub sqs_receive_wait_s: Option<u64>,
+    /// The `x-sqs-*` settings (an SQS queue's attributes, docs/sqs.md).
+    pub sqs: SqsArgs,
     /// The settings a policy can also give, as the queue's own arguments gave them (before
     /// policies): what `policy::merge` starts from when policies change.
     pub declared: QueueSettings,
@@ -290,13 +284,6 @@ impl QueueArgs {
                     args.single_active_consumer = bool_arg(&value).map_err(|w| invalid(key, w))?
                 }
                 "x-message-deduplication" => deduplicate = bool_arg(&value).map_err(|w| invalid(key, w))?,
-                "x-sqs-fifo" => args.sqs_fifo = bool_arg(&value).map_err(|w| invalid(key, w))?,
-                // Read as the SQS endpoint always read them, refusing nothing: a queue declared
-                // with an odd value before they were parsed here must still be restored.
-                "x-sqs-visibility-timeout" => args.sqs_zero_visibility = value.as_i64() == Some(0),
-                "x-sqs-receive-message-wait-time-seconds" => {
-                    args.sqs_receive_wait_s = value.as_i64().and_then(|s| u64::try_from(s).ok())
-                }
                 "x-cache-size" => {
                     let size = count_arg(&value).map_err(|w| invalid(key, w))?;
                     if !(1..=dedup::CACHE_SIZE_MAX).contains(&size) {
@@ -320,6 +307,9 @@ impl QueueArgs {
                         Some(b"at-least-once") => DeadLetterStrategy::AtLeastOnce,
                         _ => return Err(invalid(key, unsupported("dead letter strategy", &value))),
                     }
+                }
+                _ if key.starts_with("x-sqs-") => {
+                    args.sqs.read(key, &value).map_err(|w| invalid(key, w))?;
                 }
                 _ => {
                     let Some(name) = key.strip_prefix("x-") else { continue };
@@ -564,7 +554,7 @@ fn check_combinations(
 }
 
 /// A boolean argument's value; otherwise RabbitMQ's `{unacceptable_type,TYPE}`.
-fn bool_arg(value: &FieldValue) -> Result<bool, String> {
+pub(super) fn bool_arg(value: &FieldValue) -> Result<bool, String> {
     match value {
         FieldValue::Bool(on) => Ok(*on),
         other => Err(format!("{{unacceptable_type,{}}}", other.type_name())),
@@ -675,31 +665,6 @@ mod tests {
         let other = FieldTable::from_entries([("x-message-ttl", FieldValue::U32(501))]);
         assert_eq!(first_inequivalent(&short, &long), None);
         assert_eq!(first_inequivalent(&short, &other), Some("x-message-ttl"));
-    }
-
-    /// The SQS settings a receive reads are parsed once with the queue, refusing nothing: a
-    /// value the SQS endpoint would not have used is as absent, as it always was, so a queue
-    /// declared with one is still restored.
-    #[test]
-    fn sqs_receive_settings_are_read_and_never_refused() {
-        let args = parse(&[
-            ("x-sqs-visibility-timeout", FieldValue::I64(0)),
-            ("x-sqs-receive-message-wait-time-seconds", FieldValue::I32(5)),
-        ])
-        .unwrap();
-        assert_eq!((args.sqs_zero_visibility, args.sqs_receive_wait_s), (true, Some(5)));
-        let odd = parse(&[
-            ("x-sqs-visibility-timeout", FieldValue::I64(7)),
-            ("x-sqs-receive-message-wait-time-seconds", FieldValue::from("soon")),
-        ])
-        .unwrap();
-        assert_eq!((odd.sqs_zero_visibility, odd.sqs_receive_wait_s), (false, None));
-        assert_eq!(
-            parse(&[("x-sqs-receive-message-wait-time-seconds", FieldValue::I64(-1))])
-                .unwrap()
-                .sqs_receive_wait_s,
-            None
-        );
     }
 
     /// Time arguments take any integer type (semantics, common ground).

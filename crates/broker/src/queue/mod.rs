@@ -22,6 +22,7 @@ pub(crate) mod paging;
 pub(crate) mod ready;
 mod ready_run;
 mod ready_times;
+pub mod sqs_args;
 mod state_bytes;
 mod stats;
 mod tally;
@@ -123,7 +124,7 @@ fn is_sqs_managed(spec: &QueueSpec) -> bool {
 /// at a time, an SQS standard queue's tenants fairly; a queue declared over AMQP keeps
 /// RabbitMQ's order and no groups.
 fn group_order(args: &QueueArgs, spec: &QueueSpec) -> Option<GroupOrder> {
-    if args.sqs_fifo {
+    if args.sqs.fifo {
         Some(GroupOrder::Fifo)
     } else {
         is_sqs_managed(spec).then_some(GroupOrder::Fair)

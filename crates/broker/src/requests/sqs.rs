@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use hourglass_wire::{EncodedProperties, FieldTable, FieldValue, QueueDeclare, ShortStr};
+use hourglass_wire::{FieldTable, FieldValue, QueueDeclare, ShortStr};
 
 use super::admin_channel::AsUser;
 use super::topology::queue_arguments;
 use super::{sealed::Sealed, Question, Request};
+pub use crate::admin::SqsOutgoing;
 use crate::admin::{MoveStep, MoveTarget, SqsGatewayError, SqsReceived, SqsSent};
 use crate::api::AmqpError;
 use crate::broker::Broker;
@@ -17,13 +17,6 @@ use crate::notices::Ticket;
 use crate::permissions::{Access, Permissions, Resource};
 use crate::redelivery::VisibilityError;
 use crate::time::Timestamp;
-
-/// A message SendMessage sends.
-pub struct SqsOutgoing {
-    pub properties: EncodedProperties,
-    pub body: Bytes,
-    pub delay_ms: Option<u64>,
-}
 
 /// Sends each message to a queue, in order: each one's outcome.
 pub struct SqsSendBatch {
@@ -37,7 +30,7 @@ impl Request for SqsSendBatch {
     type Answer = Vec<Result<SqsSent, SqsGatewayError>>;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
         let (vhost, queue) = (&self.vhost, &self.queue);
-        let send = |m: SqsOutgoing| broker.sqs_send(vhost, queue, m.properties, m.body, m.delay_ms, now);
+        let send = |message: SqsOutgoing| broker.sqs_send(vhost, queue, message, now);
         self.messages.into_iter().map(send).collect()
     }
 }
