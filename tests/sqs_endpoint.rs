@@ -399,3 +399,39 @@ async fn a_receive_follows_the_queue_s_wait_and_zero_visibility() {
     let (_, again) = sqs(addr, "ReceiveMessage", receive).await;
     assert_eq!(again["Messages"][0]["Body"], "woke", "visible again at once: {again}");
 }
+
+/// Issue 41: GetQueueAttributes shows the queue's SQS settings as the broker parsed them, the
+/// ones its sends and receives obey, not its raw arguments. A queue declared over the HTTP API
+/// with odd `x-sqs-*` values showed them as they were (a `VisibilityTimeout` of 0 and a
+/// `MaximumMessageSize` of 5 MB) while a receive hid its message for SQS's 30 s and a send was
+/// held to 1 MiB.
+#[tokio::test]
+async fn queue_attributes_are_the_settings_sends_and_receives_obey() {
+    let (broker, addr) = sqs_broker(&[]);
+    let declared = json!({"durable": true, "arguments": {
+        "x-sqs-visibility-timeout": 7, "x-sqs-maximum-message-size": 5_000_000,
+        "x-sqs-receive-message-wait-time-seconds": "soon"}});
+    let (status, body) = common::http(&broker, "PUT", "/api/queues/%2F/odd", &declared.to_string()).await;
+    assert_eq!(status, 201, "{body}");
+    let url = format!("http://{addr}/%2F/odd");
+    let names = ["VisibilityTimeout", "MaximumMessageSize", "ReceiveMessageWaitTimeSeconds"];
+    let (status, shown) =
+        sqs(addr, "GetQueueAttributes", json!({"QueueUrl": url, "AttributeNames": names})).await;
+    assert_eq!(status, 200, "{shown}");
+    let shown = &shown["Attributes"];
+    assert_eq!(
+        (&shown["VisibilityTimeout"], &shown["ReceiveMessageWaitTimeSeconds"]),
+        (&json!("30"), &json!("0"))
+    );
+    assert_eq!(shown["MaximumMessageSize"], "1048576", "{shown}");
+    let (status, sent) = sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": "hidden"})).await;
+    assert_eq!(status, 200, "{sent}");
+    let (_, got) = sqs(addr, "ReceiveMessage", json!({"QueueUrl": url})).await;
+    assert_eq!(got["Messages"][0]["Body"], "hidden", "{got}");
+    let (_, again) = sqs(addr, "ReceiveMessage", json!({"QueueUrl": url})).await;
+    assert!(again.get("Messages").is_none(), "hidden for the 30 s shown: {again}");
+    let too_long = "x".repeat(1_048_577);
+    let (status, refused) = sqs(addr, "SendMessage", json!({"QueueUrl": url, "MessageBody": too_long})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("shorter than 1048576 bytes"), "{refused}");
+}

@@ -11,6 +11,7 @@
 // deduplicate against SQS senders on the same queue.
 use hourglass_broker::admin::{DEDUPLICATION_ID_HEADER, SEQUENCE_HEADER};
 use hourglass_broker::queue::message_groups::GROUP_HEADER;
+use hourglass_broker::queue::sqs_args::SqsArgs;
 use hourglass_wire::{FieldTable, FieldValue, LongStr};
 use serde_json::{json, Map};
 
@@ -96,40 +97,25 @@ pub fn attribute_arguments(
     Some(Ok(vec![(key.to_owned(), Some(value))]))
 }
 
-/// A queue's FIFO settings, read from its arguments (`None`: a standard queue).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FifoSettings {
-    pub content_based: bool,
-    /// `DeduplicationScope` `messageGroup`: an id is a duplicate only within its group.
-    pub per_group: bool,
-}
-
-impl FifoSettings {
-    pub fn of(arguments: &FieldTable) -> Option<FifoSettings> {
-        if arguments.get(FIFO_ARG) != Some(FieldValue::Bool(true)) {
-            return None;
-        }
-        let text = |key| arguments.get(key).and_then(|v| v.as_bytes().map(<[u8]>::to_vec));
-        Some(FifoSettings {
-            content_based: arguments.get(CONTENT_BASED_ARG) == Some(FieldValue::Bool(true)),
-            per_group: text(SCOPE_ARG).as_deref() == Some(b"messageGroup"),
-        })
+/// The attributes GetQueueAttributes shows for a FIFO queue: from its SQS settings as the
+/// broker parsed them, and its `FifoThroughputLimit` as set (it changes nothing here).
+pub fn queue_attributes(
+    settings: &SqsArgs,
+    arguments: &FieldTable,
+    out: &mut Map<String, serde_json::Value>,
+) {
+    if !settings.fifo {
+        return;
     }
-
-    /// The attributes GetQueueAttributes shows for a FIFO queue.
-    pub fn queue_attributes(arguments: &FieldTable, out: &mut Map<String, serde_json::Value>) {
-        let Some(settings) = FifoSettings::of(arguments) else { return };
-        let text = |key, default: &str| {
-            arguments
-                .get(key)
-                .and_then(|v| v.as_bytes().map(|b| String::from_utf8_lossy(b).into_owned()))
-                .unwrap_or_else(|| default.to_owned())
-        };
-        out.insert("FifoQueue".into(), json!("true"));
-        out.insert("ContentBasedDeduplication".into(), json!(settings.content_based.to_string()));
-        out.insert("DeduplicationScope".into(), json!(text(SCOPE_ARG, "queue")));
-        out.insert("FifoThroughputLimit".into(), json!(text(THROUGHPUT_ARG, "perQueue")));
-    }
+    let scope = if settings.deduplication_per_group { "messageGroup" } else { "queue" };
+    let throughput = arguments
+        .get(THROUGHPUT_ARG)
+        .and_then(|v| v.as_bytes().map(|b| String::from_utf8_lossy(b).into_owned()))
+        .unwrap_or_else(|| "perQueue".to_owned());
+    out.insert("FifoQueue".into(), json!("true"));
+    out.insert("ContentBasedDeduplication".into(), json!(settings.content_based_deduplication.to_string()));
+    out.insert("DeduplicationScope".into(), json!(scope));
+    out.insert("FifoThroughputLimit".into(), json!(throughput));
 }
 
 /// The group system attributes of a received message (a FIFO queue's, and a fair queue's

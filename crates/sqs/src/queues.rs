@@ -200,7 +200,7 @@ fn from_amqp(error: AmqpError) -> SqsError {
     }
 }
 
-use crate::fifo::{self, ArgumentChange, FifoSettings};
+use crate::fifo::{self, ArgumentChange};
 
 /// What CreateQueue's `Attributes` set among the queue's arguments (docs/sqs.md), a FIFO queue's
 /// own included: what an existing queue is compared on. Each with the attribute that set it,
@@ -569,7 +569,7 @@ pub async fn set_attributes(state: &SqsState, caller: &Caller, input: &Input<'_>
     let queue = queue_named(caller, input)?;
     require(state, caller, Access::Configure, &queue)?;
     let attributes = input.string_map("Attributes")?;
-    let fifo = FifoSettings::of(&existing(state, caller, &queue).await?.arguments).is_some();
+    let fifo = existing(state, caller, &queue).await?.settings.sqs.fifo;
     let mut changes: Vec<ArgumentChange> = Vec::new();
     for (name, value) in &attributes {
         changes.extend(attribute_arguments(caller, &queue.vhost, name, value, fifo)?);
@@ -768,8 +768,7 @@ fn queue_attributes(
     // The visibility timeout and delay as they run: a policy's, capped by an operator policy's
     // (the receive and send paths read the same settings); 0 is the queue's own marker.
     let settings = &details.settings;
-    let visibility_ms =
-        arg(ZERO_VISIBILITY_ARG).and_then(|ms| u64::try_from(ms).ok()).or(settings.visibility_timeout_ms);
+    let visibility_ms = settings.sqs.zero_visibility.then_some(0).or(settings.visibility_timeout_ms);
     put(
         "VisibilityTimeout",
         (visibility_ms.unwrap_or(VISIBILITY_TIMEOUT_DEFAULT_S.unsigned_abs() * 1000) / 1000).to_string(),
@@ -779,8 +778,8 @@ fn queue_attributes(
     // AMQP without one) shows AWS's longest period (issue 40, item 17).
     let retention_s = settings.message_ttl_ms.map_or(*RETENTION_RANGE_S.end() as u64, |ttl| ttl / 1000);
     put("MessageRetentionPeriod", retention_s.to_string());
-    put("MaximumMessageSize", arg(MAXIMUM_MESSAGE_SIZE_ARG).unwrap_or(MESSAGE_SIZE_MAX).to_string());
-    put("ReceiveMessageWaitTimeSeconds", arg(RECEIVE_WAIT_ARG).unwrap_or(0).to_string());
+    put("MaximumMessageSize", settings.sqs.message_size_max().to_string());
+    put("ReceiveMessageWaitTimeSeconds", settings.sqs.receive_wait_s.unwrap_or(0).to_string());
     let dead_letter = details.arguments.get("x-dead-letter-routing-key");
     if let (Some(FieldValue::LongStr(target)), Some(limit)) = (dead_letter, arg("x-delivery-limit")) {
         let policy = json!({
@@ -804,6 +803,6 @@ fn queue_attributes(
         // AWS shows the default reuse period of a queue with a KMS key.
         put("KmsDataKeyReusePeriodSeconds", "300".to_owned());
     }
-    FifoSettings::queue_attributes(&details.arguments, &mut out);
+    fifo::queue_attributes(&settings.sqs, &details.arguments, &mut out);
     out
 }
