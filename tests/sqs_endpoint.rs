@@ -435,3 +435,31 @@ async fn queue_attributes_are_the_settings_sends_and_receives_obey() {
     assert_eq!(status, 400, "{refused}");
     assert!(refused["message"].as_str().unwrap().contains("shorter than 1048576 bytes"), "{refused}");
 }
+
+/// A queue that dead-letters to a named exchange after a delivery limit has no RedrivePolicy:
+/// its routing key names no queue. It used to show one naming the routing key as the target.
+/// One made with a RedrivePolicy still shows it.
+#[tokio::test]
+async fn only_dead_lettering_to_a_queue_is_a_redrive_policy() {
+    let (broker, addr) = sqs_broker(&[]);
+    let declared = json!({"durable": true, "arguments": {
+        "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "k", "x-delivery-limit": 3}});
+    let (status, body) =
+        common::http(&broker, "PUT", "/api/queues/%2F/to-exchange", &declared.to_string()).await;
+    assert_eq!(status, 201, "{body}");
+    let all = |url: String| json!({"QueueUrl": url, "AttributeNames": ["All"]});
+    let (_, shown) = sqs(addr, "GetQueueAttributes", all(format!("http://{addr}/%2F/to-exchange"))).await;
+    assert!(shown["Attributes"].get("RedrivePolicy").is_none(), "{shown}");
+    let (_, dlq) = sqs(addr, "CreateQueue", json!({"QueueName": "dlq"})).await;
+    let (_, dlq) = sqs(addr, "GetQueueAttributes", all(dlq["QueueUrl"].as_str().unwrap().to_owned())).await;
+    let arn = dlq["Attributes"]["QueueArn"].as_str().unwrap().to_owned();
+    let redrive = json!({"deadLetterTargetArn": arn, "maxReceiveCount": 4}).to_string();
+    let made = json!({"QueueName": "redriven", "Attributes": {"RedrivePolicy": redrive}});
+    let (status, made) = sqs(addr, "CreateQueue", made).await;
+    assert_eq!(status, 200, "{made}");
+    let (_, shown) =
+        sqs(addr, "GetQueueAttributes", all(made["QueueUrl"].as_str().unwrap().to_owned())).await;
+    let policy: serde_json::Value =
+        serde_json::from_str(shown["Attributes"]["RedrivePolicy"].as_str().unwrap()).unwrap();
+    assert_eq!(policy, json!({"deadLetterTargetArn": arn, "maxReceiveCount": 4}));
+}

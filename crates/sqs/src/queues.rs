@@ -780,13 +780,18 @@ fn queue_attributes(
     put("MessageRetentionPeriod", retention_s.to_string());
     put("MaximumMessageSize", settings.sqs.message_size_max().to_string());
     put("ReceiveMessageWaitTimeSeconds", settings.sqs.receive_wait_s.unwrap_or(0).to_string());
-    let dead_letter = details.arguments.get("x-dead-letter-routing-key");
-    if let (Some(FieldValue::LongStr(target)), Some(limit)) = (dead_letter, arg("x-delivery-limit")) {
-        let policy = json!({
-            "deadLetterTargetArn": arn_of(caller, &queue.vhost, &target.as_str()),
-            "maxReceiveCount": limit + 1,
-        });
-        put("RedrivePolicy", policy.to_string());
+    // Dead-lettering to a queue through the default exchange after a delivery limit, as it runs
+    // (policies applied): what a RedrivePolicy is. One to a named exchange is none.
+    let redrive =
+        (&settings.dead_letter_exchange, &settings.dead_letter_routing_key, settings.delivery_limit);
+    if let (Some(exchange), Some(target), Some(limit)) = redrive {
+        if exchange.is_empty() {
+            let policy = json!({
+                "deadLetterTargetArn": arn_of(caller, &queue.vhost, &target.as_str()),
+                "maxReceiveCount": limit + 1,
+            });
+            put("RedrivePolicy", policy.to_string());
+        }
     }
     if let Some(created) = arg(CREATED_ARG) {
         put("CreatedTimestamp", created.to_string());
