@@ -682,7 +682,7 @@ impl Sessions {
         }
         self.reply_attach(io, session, &attach, false);
         if address_of(&attach.source).as_deref() == Some(management::NODE) {
-            return self.attach_replies(session, attach.handle);
+            return self.attach_replies(session, &attach);
         }
         let queue = match address_of(&attach.source).map(|a| address::source(&a)) {
             Some(Ok(queue)) => queue,

@@ -982,6 +982,47 @@ fn a_management_queue_declare_runs_on_a_channel_of_its_own_and_is_answered_200()
     assert_eq!(methods(&client.conn.take_commands()), [(1, "channel.close".to_owned())]);
 }
 
+/// Two `/management` link pairs on one session (OASIS link pairing: a pair is a sending and a
+/// receiving link of the same name): each request is answered on the reply link of its own
+/// pair. Replies went to whichever reply link the session found first.
+#[test]
+fn management_replies_go_to_the_reply_link_of_the_request_s_pair() {
+    let mut client = Client::with_session();
+    let named = |handle: u32, receiver: bool, pair: &str| {
+        let mut attach = attach(handle, receiver, "/management");
+        if let Performative::Attach { name, .. } = &mut attach {
+            *name = pair.to_owned();
+        }
+        attach
+    };
+    for (first, pair) in [(0, "pair-a"), (2, "pair-b")] {
+        client.send(0, named(first, false, pair));
+        client.send(0, named(first + 1, true, pair));
+        client.send(0, credit(first + 1, 0, 10));
+    }
+    let _ = client.frames();
+    // A request on each pair's request link: pair a's on channel 1, pair b's on channel 2.
+    for (delivery_id, handle) in [(0, 0), (1, 2)] {
+        let request = management_request("DELETE", "/queues/q", Value::Null);
+        client.frame(FrameKind::Amqp, 0, transfer(handle, Some(delivery_id), false), &request);
+    }
+    let _ = client.conn.take_commands();
+    let answered_on = |client: &mut Client, channel: u16| -> Vec<u32> {
+        let ok = hourglass_wire::QueueDeleteOk { message_count: u32::from(channel) };
+        client.effect(Effect::send(CONN, ChannelId(channel), ok, None));
+        let frames = client.frames();
+        frames
+            .iter()
+            .filter_map(|(_, p, _)| match p {
+                Performative::Transfer { handle, .. } => Some(*handle),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(answered_on(&mut client, 2), [3], "pair b's reply on pair b's reply link");
+    assert_eq!(answered_on(&mut client, 1), [1], "pair a's reply on pair a's reply link");
+}
+
 #[test]
 fn a_refused_management_request_is_answered_with_its_status_and_the_next_one_still_runs() {
     let mut client = with_management();

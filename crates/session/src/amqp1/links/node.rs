@@ -1,5 +1,6 @@
 //! The `/management` node's link pair (`management.rs` reads the requests): the client's
-//! sending link carries requests, its receiving link the replies. Each request runs as one
+//! sending link carries requests, its receiving link of the same name the replies (OASIS link
+//! pairing, as RabbitMQ pairs them: a session may hold several pairs). Each request runs as one
 //! broker method on a channel of its own, opened for it and closed once answered, so one
 //! refused request (a channel error) costs nothing else.
 
@@ -9,6 +10,7 @@ use bytes::Bytes;
 use hourglass_broker::{Answer, ChannelId, Command, Query};
 use hourglass_wire::amqp1::Value;
 use hourglass_wire::{ChannelClose, ChannelOpen, Method, ShortStr};
+use rustc_hash::FxHashMap;
 
 use super::{send_transfer, Io, Link, Partial, Sessions, CREDIT};
 use crate::amqp1::management::{self, Operation};
@@ -20,6 +22,8 @@ const REPLIES_WAITING_MAX: usize = 1024;
 /// The client's link that sends requests.
 #[derive(Debug)]
 pub(super) struct Requests {
+    /// The link's name, which its reply link shares.
+    name: String,
     pub(super) delivery_count: u32,
     pub(super) credit: u32,
     pub(super) partial: Option<Partial>,
@@ -28,6 +32,8 @@ pub(super) struct Requests {
 /// The client's link that receives replies.
 #[derive(Debug)]
 pub(super) struct Replies {
+    /// The link's name, which its request link shares.
+    name: String,
     pub(super) delivery_count: u32,
     pub(super) credit: u32,
     waiting: VecDeque<Bytes>,
@@ -37,6 +43,8 @@ pub(super) struct Replies {
 #[derive(Debug)]
 pub(super) struct InFlight {
     session: u16,
+    /// The name of the link pair it came on: its reply goes out on the pair's reply link.
+    pair: String,
     id: Value,
     operation: Operation,
 }
@@ -44,6 +52,7 @@ pub(super) struct InFlight {
 impl Sessions {
     pub(super) fn attach_requests(&mut self, io: &mut Io, session: u16, attach: &super::Attach) {
         let link = Requests {
+            name: attach.name.clone(),
             delivery_count: attach.initial_delivery_count.unwrap_or(0),
             credit: CREDIT,
             partial: None,
@@ -54,30 +63,32 @@ impl Sessions {
         self.send_link_flow(io, session, attach.handle, false);
     }
 
-    pub(super) fn attach_replies(&mut self, session: u16, handle: u32) {
-        let link = Replies { delivery_count: 0, credit: 0, waiting: VecDeque::new() };
+    pub(super) fn attach_replies(&mut self, session: u16, attach: &super::Attach) {
+        let link =
+            Replies { name: attach.name.clone(), delivery_count: 0, credit: 0, waiting: VecDeque::new() };
         if let Some(s) = self.sessions.get_mut(&session) {
-            s.links.insert(handle, Link::Replies(link));
+            s.links.insert(attach.handle, Link::Replies(link));
         }
     }
 
     /// A whole request message: to the broker on a channel of its own, or refused at once.
     pub(super) fn management_request(&mut self, io: &mut Io, session: u16, handle: u32, payload: &[u8]) {
-        if let Some(Link::Requests(link)) = self.link_mut(session, handle) {
-            if link.credit < CREDIT / 2 {
-                link.credit = CREDIT;
-                self.send_link_flow(io, session, handle, false);
-            }
+        let Some(Link::Requests(link)) = self.link_mut(session, handle) else { return };
+        let pair = link.name.clone();
+        if link.credit < CREDIT / 2 {
+            link.credit = CREDIT;
+            self.send_link_flow(io, session, handle, false);
         }
         let request = match management::request(payload) {
             Ok(request) => request,
             Err((id, refused)) => {
-                return self.reply(io, session, &id, refused.status, Value::String(refused.reason))
+                let reason = Value::String(refused.reason);
+                return self.reply(io, (session, &pair), &id, refused.status, reason);
             }
         };
         let Some(channel) = self.channels.take() else {
             let text = Value::String("too many requests at once".to_owned());
-            return self.reply(io, session, &request.id, 503, text);
+            return self.reply(io, (session, &pair), &request.id, 503, text);
         };
         self.method(io, channel, ChannelOpen::default().into());
         match &request.operation {
@@ -95,7 +106,8 @@ impl Sessions {
                 }
             }
         }
-        self.requests.insert(channel, InFlight { session, id: request.id, operation: request.operation });
+        let in_flight = InFlight { session, pair, id: request.id, operation: request.operation };
+        self.requests.insert(channel, in_flight);
     }
 
     /// The broker's answer to a query on a request's channel; `false` when the channel carries
@@ -169,7 +181,7 @@ impl Sessions {
             method_id: 0,
         };
         self.method(io, channel, close.into());
-        self.reply(io, request.session, &request.id, status, body);
+        self.reply(io, (request.session, &request.pair), &request.id, status, body);
     }
 
     /// A request the broker refused (its channel is gone): the reply carries the status and text.
@@ -177,25 +189,24 @@ impl Sessions {
         let Some(request) = self.requests.remove(&channel) else { return false };
         self.channels.give_back(channel);
         let status = management::status_of(reply_code);
-        self.reply(io, request.session, &request.id, status, Value::String(text.to_owned()));
+        let text = Value::String(text.to_owned());
+        self.reply(io, (request.session, &request.pair), &request.id, status, text);
         true
     }
 
-    fn reply(&mut self, io: &mut Io, session: u16, id: &Value, status: u16, body: Value) {
+    /// Queues a reply on the reply link of pair `pair` of `session`: the one of the same name,
+    /// else (a client that names its two links differently) the session's only reply link.
+    fn reply(&mut self, io: &mut Io, (session, pair): (u16, &str), id: &Value, status: u16, body: Value) {
         let payload = management::reply(id, status, body);
         let Some(s) = self.sessions.get_mut(&session) else { return };
-        let Some((handle, Link::Replies(link))) =
-            s.links.iter_mut().find(|(_, l)| matches!(l, Link::Replies(_)))
-        else {
-            return;
-        };
+        let Some(handle) = reply_link(&s.links, pair) else { return };
+        let Some(Link::Replies(link)) = s.links.get_mut(&handle) else { return };
         if link.waiting.len() >= REPLIES_WAITING_MAX {
             // The client asks and never reads: its replies would have no bound.
             let reason = format!("more than {REPLIES_WAITING_MAX} management replies not taken");
             return self.end_with_error(io, session, "amqp:resource-limit-exceeded", reason);
         }
         link.waiting.push_back(payload);
-        let handle = *handle;
         self.pump_replies(io, session, handle);
     }
 
@@ -215,4 +226,23 @@ impl Sessions {
             link.delivery_count = link.delivery_count.wrapping_add(1);
         }
     }
+}
+
+/// The reply link of pair `pair` among a session's links: the reply link of that name, else
+/// the only reply link (a client that names its two links differently); none when there is no
+/// reply link, or several and none of that name.
+fn reply_link(links: &FxHashMap<u32, Link>, pair: &str) -> Option<u32> {
+    let replies = links.iter().filter_map(|(handle, link)| match link {
+        Link::Replies(replies) => Some((*handle, replies.name == pair)),
+        _ => None,
+    });
+    let (mut only, mut count) = (None, 0);
+    for (handle, named) in replies {
+        if named {
+            return Some(handle);
+        }
+        only = Some(handle);
+        count += 1;
+    }
+    only.filter(|_| count == 1)
 }
