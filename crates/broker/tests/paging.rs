@@ -439,6 +439,35 @@ fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
     assert_eq!(delivered, want);
 }
 
+/// Delayed messages that go far when the store reports them stored (after the last event that
+/// filed their queue's timer) are still loaded a horizon ahead of their due time. The queue kept
+/// the deadline it was filed at while they were near, their due time, so they were read back
+/// from disk only then: the real binary's `spill_damage` test saw 16,950 still on disk 10 s
+/// past the horizon.
+#[test]
+fn delayed_messages_that_go_far_on_being_stored_load_a_horizon_ahead() {
+    const HOUR_MS: u64 = 3_600_000;
+    let mut disk = Disk::default();
+    let mut tb = paging_broker(&disk.source, two_resident());
+    tb.broker.set_spill_files(Arc::new(MemorySpillFiles::default()));
+    let c = tb.channel();
+    let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(HOUR_MS as i64))]);
+    tb.call(c, QueueDeclare { queue: short("q"), durable: true, arguments, ..Default::default() });
+    publish_n(&mut tb, c, "q", 40);
+    let due = tb.clock.now().saturating_add_millis(HOUR_MS);
+    disk.sync(&mut tb);
+    let on_disk = |tb: &TestBroker| tb.broker.queue_stats("/", "q").unwrap().messages_delayed_on_disk;
+    assert_eq!(on_disk(&tb), 38, "paged out and gone far once stored");
+    let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
+    let to_load = due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon);
+    tb.advance(to_load);
+    assert_eq!(on_disk(&tb), 0, "loaded a horizon before the due time");
+    assert!(body_texts(&tb.advance(Duration::from_millis(horizon - 1))).is_empty(), "never early");
+    let c = tb.channel();
+    assert_eq!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).len(), 0);
+    assert_eq!(body_texts(&tb.advance(Duration::from_millis(1))), numbered_bodies(0..40));
+}
+
 /// An SQS FIFO queue's paged messages (issue 40, item 19): after a restart the queue keeps only
 /// their locations, and their groups are read back, so each group is still received in order
 /// and groups in parallel.

@@ -104,9 +104,10 @@ impl SequenceNumbers {
 }
 
 /// A message shaped by its queue's settings: its properties with the group and FIFO headers,
-/// its delay, its sequence number.
+/// its body, its delay, its sequence number.
 struct Shaped {
     properties: EncodedProperties,
+    body: Bytes,
     delay_ms: Option<u64>,
     sequence_number: Option<u64>,
 }
@@ -116,7 +117,7 @@ struct Shaped {
 /// on a standard queue no deduplication id.
 fn shape(
     settings: &SqsArgs,
-    message: &SqsOutgoing,
+    message: SqsOutgoing,
     sequence: &mut SequenceNumbers,
     now: Timestamp,
 ) -> Result<Shaped, SendRefused> {
@@ -152,18 +153,15 @@ fn shape(
     if message.size > max {
         return Err(SendRefused::TooLong { max });
     }
-    let mut properties = message.properties.clone();
+    let mut properties = message.properties;
     if !headers.is_empty() {
         let own = properties.headers.take().unwrap_or_default();
         let own = own.iter().map(|(key, value)| (key.as_str().into_owned(), value));
         let added = headers.into_iter().map(|(key, value)| (key.to_owned(), value));
         properties.headers = Some(FieldTable::from_entries(own.chain(added)));
     }
-    Ok(Shaped {
-        properties: EncodedProperties::from(properties),
-        delay_ms: message.delay_ms,
-        sequence_number,
-    })
+    let properties = EncodedProperties::from(properties);
+    Ok(Shaped { properties, body: message.body, delay_ms: message.delay_ms, sequence_number })
 }
 
 /// Bytes as lower-case hex, as SQS shows digests.
@@ -185,8 +183,8 @@ impl Broker {
     ) -> Result<SqsSent, SqsGatewayError> {
         let (name, id) = self.sqs_queue(vhost, queue)?;
         let settings = self.queues.get(&id).map(|q| q.args.sqs).unwrap_or_default();
-        let shaped = shape(&settings, &message, &mut self.sqs.sequence_numbers, now)?;
-        let message = Arc::new(Message::new(ShortStr::default(), name, shaped.properties, message.body));
+        let shaped = shape(&settings, message, &mut self.sqs.sequence_numbers, now)?;
+        let message = Arc::new(Message::new(ShortStr::default(), name, shaped.properties, shaped.body));
         if let Some(exchange) = self.vhosts.get(vhost).and_then(|v| v.exchanges.get(&ShortStr::default())) {
             exchange.counters.published(true);
         }
@@ -230,32 +228,29 @@ mod tests {
     #[test]
     fn the_queue_s_settings_decide_what_a_send_needs() {
         let (mut numbers, now) = (SequenceNumbers::default(), Timestamp::from_millis(1));
-        let refused = |settings: &SqsArgs, m: &SqsOutgoing, numbers: &mut SequenceNumbers| {
+        let refused = |settings: &SqsArgs, m: SqsOutgoing, numbers: &mut SequenceNumbers| {
             shape(settings, m, numbers, now).err()
         };
         assert_eq!(
-            refused(&fifo(), &message(None, Some("d")), &mut numbers),
+            refused(&fifo(), message(None, Some("d")), &mut numbers),
             Some(SendRefused::GroupIdMissing)
         );
         assert_eq!(
-            refused(&fifo(), &message(Some("g"), None), &mut numbers),
+            refused(&fifo(), message(Some("g"), None), &mut numbers),
             Some(SendRefused::DeduplicationIdMissing)
         );
         let delayed = SqsOutgoing { delay_ms: Some(1000), ..message(Some("g"), Some("d")) };
-        assert_eq!(refused(&fifo(), &delayed, &mut numbers), Some(SendRefused::DelayOnFifo));
+        assert_eq!(refused(&fifo(), delayed, &mut numbers), Some(SendRefused::DelayOnFifo));
         let no_delay = SqsOutgoing { delay_ms: Some(0), ..message(Some("g"), Some("d")) };
-        assert_eq!(refused(&fifo(), &no_delay, &mut numbers), None);
+        assert_eq!(refused(&fifo(), no_delay, &mut numbers), None);
         let standard = SqsArgs::default();
         assert_eq!(
-            refused(&standard, &message(None, Some("d")), &mut numbers),
+            refused(&standard, message(None, Some("d")), &mut numbers),
             Some(SendRefused::DeduplicationIdOnStandard)
         );
         let small = SqsArgs { max_message_size: Some(3), ..SqsArgs::default() };
-        assert_eq!(
-            refused(&small, &message(None, None), &mut numbers),
-            Some(SendRefused::TooLong { max: 3 })
-        );
-        assert_eq!(refused(&standard, &message(Some("tenant"), None), &mut numbers), None);
+        assert_eq!(refused(&small, message(None, None), &mut numbers), Some(SendRefused::TooLong { max: 3 }));
+        assert_eq!(refused(&standard, message(Some("tenant"), None), &mut numbers), None);
     }
 
     /// A FIFO message carries its group, its deduplication key (scoped to the group when the
@@ -265,9 +260,8 @@ mod tests {
     fn a_fifo_message_carries_its_group_deduplication_and_sequence() {
         let mut numbers = SequenceNumbers::default();
         let per_group = SqsArgs { deduplication_per_group: true, ..fifo() };
-        let first =
-            shape(&per_group, &message(Some("g"), Some("d")), &mut numbers, Timestamp::from_millis(2))
-                .unwrap();
+        let first = shape(&per_group, message(Some("g"), Some("d")), &mut numbers, Timestamp::from_millis(2))
+            .unwrap();
         assert_eq!(header(&first, GROUP_HEADER).as_deref(), Some("g"));
         assert_eq!(header(&first, DEDUPLICATION_HEADER).as_deref(), Some("g\u{0}d"));
         assert_eq!(header(&first, DEDUPLICATION_ID_HEADER).as_deref(), Some("d"));
@@ -275,7 +269,7 @@ mod tests {
         let content = SqsArgs { content_based_deduplication: true, ..fifo() };
         // The clock went back: the number still grows.
         let second =
-            shape(&content, &message(Some("g"), None), &mut numbers, Timestamp::from_millis(1)).unwrap();
+            shape(&content, message(Some("g"), None), &mut numbers, Timestamp::from_millis(1)).unwrap();
         assert_eq!(second.sequence_number, Some((2 << 16) + 1));
         let sha256_of_body = "230d8358dc8e8890b4c58deeb62912ee2f20357ae92a5cc861b98e68fe31acb5";
         assert_eq!(header(&second, DEDUPLICATION_HEADER).as_deref(), Some(sha256_of_body));

@@ -35,19 +35,33 @@ impl Broker {
     }
 
     /// The store wrote these enqueue records and made every op through `op_seq` durable: the
-    /// messages noted for paging out keep only their location from now on. Call before
+    /// messages noted for paging out keep only their location from now on, and a queue whose
+    /// delayed messages went far is filed to load them a horizon ahead. Call before
     /// `handle_persisted(op_seq)`.
     pub fn handle_stored(&mut self, op_seq: u64, stored: &[StoredLocation]) {
         if self.persist.page_out.is_empty() {
             return;
         }
+        // Queues whose delayed messages may have gone far: their timer moves to a horizon
+        // before the far head (a load), which no later event on the queue need come to file.
+        let mut delaying = std::mem::take(&mut self.queue_scratch);
+        delaying.clear();
         for s in stored {
             let id = QueueId(s.queue);
             let Some((seq, due, _)) = self.persist.page_out.remove(&(id, s.msg_id)) else { continue };
             if let Some(queue) = self.queues.get_mut(&id) {
                 queue.page_out(seq, due, s.msg_id, s.location);
+                if due.is_some() && delaying.last() != Some(&id) {
+                    delaying.push(id);
+                }
             }
         }
         self.persist.page_out.retain(|_, (_, _, enqueued_at)| *enqueued_at > op_seq);
+        delaying.sort_unstable();
+        delaying.dedup();
+        for &id in &delaying {
+            self.reschedule(id);
+        }
+        self.queue_scratch = delaying;
     }
 }
