@@ -130,11 +130,22 @@ impl Broker {
             }
             due.extend(tags.iter().map(|&tag| DeliveryRef { conn, channel, tag }));
         }
+        let mut returned_to = std::mem::take(&mut self.queue_scratch);
+        returned_to.clear();
         for delivery in due {
             if let Some(timed_out) = self.take_back_timed_out(delivery, now) {
+                returned_to.push(timed_out.queue);
                 self.consumer_timed_out(delivery, timed_out.consumer_tag, ms, now);
             }
         }
+        // Each message is back in its queue, ready or held for a back-off: the queue delivers
+        // it and files its timer (the sweep runs outside every queue's own timers).
+        returned_to.sort_unstable();
+        returned_to.dedup();
+        for &id in &returned_to {
+            self.run_queue(id, now);
+        }
+        self.queue_scratch = returned_to;
         if let Some(made) = oldest_left {
             let next = made.saturating_add_millis(ms).max(now.saturating_add_millis(MIN_SWEEP_SPACING_MS));
             self.default_timeouts.next_sweep = Some(next);

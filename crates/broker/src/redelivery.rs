@@ -16,6 +16,8 @@ use crate::time::Timestamp;
 
 /// A delivery taken back because its time ran out.
 pub(crate) struct TimedOut {
+    /// The queue it went back to.
+    pub queue: QueueId,
     /// The consumer it went to; `None` for basic.get.
     pub consumer_tag: Option<ShortStr>,
     /// Its own deadline; `None`: the broker's default consumer timeout.
@@ -136,7 +138,8 @@ impl Broker {
                 consumer.unacked = consumer.unacked.saturating_sub(1);
             }
         }
-        let timed_out = TimedOut { consumer_tag: unacked.consumer_tag, deadline: unacked.deadline };
+        let timed_out =
+            TimedOut { queue: id, consumer_tag: unacked.consumer_tag, deadline: unacked.deadline };
         let how = match unacked.deadline.map(|d| d.kind) {
             Some(DeadlineKind::Visibility) => ReturnKind::VisibilityTimeout,
             _ => ReturnKind::Returned,

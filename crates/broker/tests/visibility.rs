@@ -731,6 +731,31 @@ fn a_consumer_timeout_is_a_return_to_delayed_retry() {
     }
 }
 
+/// A delivery the broker's default consumer timeout takes back quietly (its consumer was already
+/// cancelled by an earlier one) into a back-off comes back when the back-off ends. The sweep
+/// returned it without filing its queue's timer, so it stayed delayed until some other event
+/// touched the queue.
+#[test]
+fn a_quiet_default_timeout_into_a_back_off_comes_back_when_it_ends() {
+    let config = ConsumerTimeoutConfig { default_ms: Some(1_000), ..Default::default() };
+    let mut tb = TestBroker::with_config(BrokerConfig { consumer_timeout: config, ..Default::default() });
+    let c = tb.channel();
+    let retry =
+        [("x-delayed-retry-type", FieldValue::LongStr("returned".into())), ("x-delayed-retry-min", int(500))];
+    declare_args(&mut tb, c, "q", &retry);
+    consume(&mut tb, c, "q", "w", false);
+    tb.publish(c, "", "q", b"one");
+    tb.advance(ms(500));
+    tb.publish(c, "", "q", b"two");
+    assert_eq!(cancels(&tb.advance(ms(500))).len(), 1, "the first timeout cancels the consumer");
+    tb.advance(ms(500));
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_delayed), (1, 1), "one is back, two in its back-off");
+    tb.advance(ms(500));
+    let s = stats(&tb, "q");
+    assert_eq!((s.messages_ready, s.messages_delayed), (2, 0), "two is back once its back-off ends");
+}
+
 /// Issue 39: `x-consumer-timeout` is a non-negative integer, as a queue and as a consumer
 /// argument, refused in RabbitMQ's words otherwise.
 #[test]
