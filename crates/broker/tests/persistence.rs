@@ -250,6 +250,23 @@ fn a_deleted_queue_s_cancels_to_the_deleting_connection_go_with_its_delete_ok() 
     assert_eq!(told(&released, sibling), ["cancel sibling"]);
 }
 
+/// A durable queue with `x-expires` restored empty expires that long after the restart, as on
+/// RabbitMQ. Only queues restored with messages had their timers filed, so an empty one stayed
+/// until a client touched it, counting against `max-queues`.
+#[test]
+fn an_empty_durable_queue_with_x_expires_expires_after_a_restore() {
+    let mut tb = durable_broker();
+    let mut model = Model::default();
+    let c = tb.channel();
+    durable_queue(&mut tb, c, "unused", FieldTable::from_entries([("x-expires", FieldValue::I64(60_000))]));
+    sync(&mut tb, &mut model);
+    let mut restored = model.restore(&tb, Duration::from_millis(10));
+    restored.advance(Duration::from_millis(59_999));
+    assert!(restored.broker.queue_stats("/", "unused").is_some(), "not yet unused for 60 s");
+    restored.advance(Duration::from_millis(1));
+    assert!(restored.broker.queue_stats("/", "unused").is_none(), "deleted 60 s after the restart");
+}
+
 /// A first delivery marks the message delivered; ack settles; nack with requeue updates the
 /// delivery count; no-ack delivery settles at once.
 #[test]

@@ -181,6 +181,11 @@ impl Broker {
         for &queue in queue_messages.keys() {
             self.run_queue(QueueId(queue), now);
         }
+        // A queue restored empty has timers too: its `x-expires` counts from the restart.
+        let queues: Vec<QueueId> = self.queues.keys().copied().collect();
+        for id in queues {
+            self.reschedule(id);
+        }
         self.release_overdue(now);
         self.run_dead_letters(now);
         self.flush_definitions();
