@@ -446,6 +446,27 @@ fn single_active_consumer_gets_everything_until_it_leaves() {
     assert_eq!(err.unwrap().reply_code, 406);
 }
 
+/// When the single active consumer is cancelled with ready messages waiting behind its
+/// prefetch, the next consumer gets them at once, not at the next publish or ack.
+#[test]
+fn the_next_single_active_consumer_gets_the_waiting_messages_at_once() {
+    let mut tb = TestBroker::new();
+    let c1 = tb.channel();
+    let arguments = FieldTable::from_entries([("x-single-active-consumer", FieldValue::Bool(true))]);
+    tb.call(c1, QueueDeclare { queue: short("sac"), arguments, ..Default::default() });
+    tb.call(c1, BasicQos { prefetch_size: 0, prefetch_count: 1, global: false });
+    consume(&mut tb, c1, "sac", "first", false);
+    let c2 = tb.channel();
+    consume(&mut tb, c2, "sac", "second", false);
+    for i in 0..3u8 {
+        tb.publish(c1, "", "sac", &[i]);
+    }
+    let cancelled = tb.call(c1, BasicCancel { consumer_tag: short("first"), nowait: false });
+    let tags: Vec<String> =
+        deliveries(&cancelled).iter().map(|d| d.method.consumer_tag.to_string()).collect();
+    assert_eq!(tags, ["second", "second"], "the two waiting behind first's prefetch");
+}
+
 /// x-max-priority: higher-priority messages are delivered first, equal ones in order; a priority
 /// above the maximum counts as the maximum and none as 0 (RabbitMQ's priority queues).
 #[test]

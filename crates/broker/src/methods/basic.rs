@@ -343,8 +343,10 @@ impl Broker {
                 queue.consumers.remove(conn, ch, &m.consumer_tag);
                 queue.touch(now);
             }
+            // Run, not only refiled: under a single active consumer the next one takes what
+            // waited behind this one's prefetch at once.
             if !self.delete_if_unused_auto_delete(id) {
-                self.reschedule(id);
+                self.run_queue(id, now);
             }
         }
         Ok(())
