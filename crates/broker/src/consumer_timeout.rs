@@ -134,14 +134,14 @@ impl Broker {
         returned_to.clear();
         for delivery in due {
             if let Some(timed_out) = self.take_back_timed_out(delivery, now) {
-                returned_to.push(timed_out.queue);
+                if !returned_to.contains(&timed_out.queue) {
+                    returned_to.push(timed_out.queue);
+                }
                 self.consumer_timed_out(delivery, timed_out.consumer_tag, ms, now);
             }
         }
         // Each message is back in its queue, ready or held for a back-off: the queue delivers
         // it and files its timer (the sweep runs outside every queue's own timers).
-        returned_to.sort_unstable();
-        returned_to.dedup();
         for &id in &returned_to {
             self.run_queue(id, now);
         }

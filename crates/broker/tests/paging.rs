@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::disk::{paging_broker, Disk};
 use common::*;
 use hourglass_broker::queue::MemorySpillFiles;
-use hourglass_broker::{PagingLimits, StoredBody};
+use hourglass_broker::{PagingLimits, StoredBody, Timestamp};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -379,6 +379,26 @@ fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
     assert_eq!(delivered, ["body 1", "body 0", "body 2", "body 3", "body 5"]);
 }
 
+/// A broker keeping two messages of a queue resident, with spill files, and its durable queue
+/// `q` delaying every message an hour; 40 messages published and stored. Also their due time.
+fn forty_delayed_an_hour(disk: &mut Disk) -> (TestBroker, Timestamp) {
+    const HOUR_MS: u64 = 3_600_000;
+    let mut tb = paging_broker(&disk.source, two_resident());
+    tb.broker.set_spill_files(Arc::new(MemorySpillFiles::default()));
+    let c = tb.channel();
+    let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(HOUR_MS as i64))]);
+    tb.call(c, QueueDeclare { queue: short("q"), durable: true, arguments, ..Default::default() });
+    publish_n(&mut tb, c, "q", 40);
+    let due = tb.clock.now().saturating_add_millis(HOUR_MS);
+    disk.sync(&mut tb);
+    (tb, due)
+}
+
+/// Queue `q`'s delayed messages waiting in spill files.
+fn delayed_on_disk(tb: &TestBroker) -> usize {
+    tb.broker.queue_stats("/", "q").unwrap().messages_delayed_on_disk
+}
+
 /// Far-future delayed messages (ADR 0013, issue 23): once stored and paged out they wait on
 /// disk only, come back into memory a horizon before they are due and fire on time, in order;
 /// a restore puts them back on disk with their ids, and a search by `message_id` and a cancel
@@ -386,19 +406,11 @@ fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
 #[test]
 fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
     use hourglass_broker::admin::DelayedSlice;
-    const HOUR_MS: u64 = 3_600_000;
     let mut disk = Disk::default();
-    let mut tb = paging_broker(&disk.source, two_resident());
-    tb.broker.set_spill_files(Arc::new(MemorySpillFiles::default()));
-    let c = tb.channel();
-    let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(HOUR_MS as i64))]);
-    tb.call(c, QueueDeclare { queue: short("q"), durable: true, arguments, ..Default::default() });
-    publish_n(&mut tb, c, "q", 40);
-    disk.sync(&mut tb);
-    let due = tb.clock.now().saturating_add_millis(HOUR_MS);
+    let (tb, due) = forty_delayed_an_hour(&mut disk);
     let stats = tb.broker.queue_stats("/", "q").unwrap();
     assert_eq!((stats.messages_delayed, stats.next_due), (40, Some(due)));
-    let on_disk = |tb: &TestBroker| tb.broker.queue_stats("/", "q").unwrap().messages_delayed_on_disk;
+    let on_disk = delayed_on_disk;
     assert_eq!(
         (on_disk(&tb), tb.broker.damaged_spill_runs()),
         (38, 0),
@@ -446,17 +458,9 @@ fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
 /// past the horizon.
 #[test]
 fn delayed_messages_that_go_far_on_being_stored_load_a_horizon_ahead() {
-    const HOUR_MS: u64 = 3_600_000;
     let mut disk = Disk::default();
-    let mut tb = paging_broker(&disk.source, two_resident());
-    tb.broker.set_spill_files(Arc::new(MemorySpillFiles::default()));
-    let c = tb.channel();
-    let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(HOUR_MS as i64))]);
-    tb.call(c, QueueDeclare { queue: short("q"), durable: true, arguments, ..Default::default() });
-    publish_n(&mut tb, c, "q", 40);
-    let due = tb.clock.now().saturating_add_millis(HOUR_MS);
-    disk.sync(&mut tb);
-    let on_disk = |tb: &TestBroker| tb.broker.queue_stats("/", "q").unwrap().messages_delayed_on_disk;
+    let (mut tb, due) = forty_delayed_an_hour(&mut disk);
+    let on_disk = delayed_on_disk;
     assert_eq!(on_disk(&tb), 38, "paged out and gone far once stored");
     let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
     let to_load = due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon);

@@ -51,14 +51,12 @@ impl Broker {
             let Some((seq, due, _)) = self.persist.page_out.remove(&(id, s.msg_id)) else { continue };
             if let Some(queue) = self.queues.get_mut(&id) {
                 queue.page_out(seq, due, s.msg_id, s.location);
-                if due.is_some() && delaying.last() != Some(&id) {
+                if due.is_some() && !delaying.contains(&id) {
                     delaying.push(id);
                 }
             }
         }
         self.persist.page_out.retain(|_, (_, _, enqueued_at)| *enqueued_at > op_seq);
-        delaying.sort_unstable();
-        delaying.dedup();
         for &id in &delaying {
             self.reschedule(id);
         }
