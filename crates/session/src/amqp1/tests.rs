@@ -1023,6 +1023,34 @@ fn management_replies_go_to_the_reply_link_of_the_request_s_pair() {
     assert_eq!(answered_on(&mut client, 1), [1], "pair a's reply on pair a's reply link");
 }
 
+/// A request on a pair whose reply link is not attached has nowhere for its reply to go. RabbitMQ
+/// ends the session with `amqp:precondition-failed` ("received transfer on half open management
+/// link pair"); before, the request ran and its reply was dropped, and the client waited for it
+/// for ever.
+#[test]
+fn a_request_on_a_half_open_management_pair_ends_the_session() {
+    let mut client = Client::with_session();
+    client.send(0, attach(0, false, "/management"));
+    let _ = client.frames();
+    client.frame(
+        FrameKind::Amqp,
+        0,
+        transfer(0, Some(0), false),
+        &management_request("DELETE", "/queues/q", Value::Null),
+    );
+    assert!(client.conn.take_commands().is_empty(), "the request does not run");
+    let frames = client.performatives();
+    assert!(
+        frames.iter().any(|f| matches!(
+            f,
+            Performative::End { error: Some(e) }
+                if e.condition == "amqp:precondition-failed"
+                    && e.description.as_deref() == Some("received transfer on half open management link pair")
+        )),
+        "{frames:?}"
+    );
+}
+
 #[test]
 fn a_refused_management_request_is_answered_with_its_status_and_the_next_one_still_runs() {
     let mut client = with_management();

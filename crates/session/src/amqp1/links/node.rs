@@ -79,6 +79,11 @@ impl Sessions {
             link.credit = CREDIT;
             self.send_link_flow(io, session, handle, false);
         }
+        if self.sessions.get(&session).and_then(|s| reply_link(&s.links, &pair)).is_none() {
+            // Its reply would have nowhere to go: refused as RabbitMQ refuses it.
+            let reason = "received transfer on half open management link pair";
+            return self.end_with_error(io, session, "amqp:precondition-failed", reason);
+        }
         let request = match management::request(payload) {
             Ok(request) => request,
             Err((id, refused)) => {
