@@ -148,6 +148,8 @@ pub struct Broker {
     pub(crate) pager: Pager,
     /// The deduplication ids all queues hold together (queue/dedup.rs).
     pub(crate) dedup_ids: crate::queue::dedup::NodeDedupIds,
+    /// Spill reads the far tiers asked for, for the driver (`spill_reads.rs`).
+    pub(crate) spill_reads: VecDeque<crate::queue::SpillRead>,
 }
 
 impl Broker {
@@ -183,6 +185,7 @@ impl Broker {
             reply_consumers: ReplyConsumers::default(),
             pager: Pager::default(),
             dedup_ids: Default::default(),
+            spill_reads: VecDeque::new(),
         }
     }
 

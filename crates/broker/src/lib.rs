@@ -37,6 +37,7 @@ mod reply_to;
 pub mod requests;
 mod routing;
 mod sender_selected;
+mod spill_reads;
 pub mod table_limits;
 pub mod time;
 mod timers;

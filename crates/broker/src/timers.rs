@@ -56,12 +56,14 @@ impl Broker {
     }
 
     /// Files a queue under its current earliest deadline (call after anything that may change it).
-    /// Also settles the messages the queue dropped because they could not be read back.
+    /// Also settles the messages the queue dropped because they could not be read back, and
+    /// collects the spill reads its far tier asked for (`spill_reads.rs`).
     pub(crate) fn reschedule(&mut self, id: QueueId) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
         for msg_id in queue.pager.take_lost() {
             self.persist.settle(id, msg_id);
         }
+        queue.delayed.take_spill_reads(&mut self.spill_reads);
         let next = queue.next_deadline();
         if next == queue.scheduled {
             return;

@@ -1,9 +1,10 @@
 //! The broker task: owns the `Broker`, applies commands in arrival order, fires its timers, and
 //! forwards effects to the connection tasks (ADR 0001).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use hourglass_broker::queue::SpillRead;
 use hourglass_broker::{
     Broker, Command, ConnectionId, DefinitionNotStored, Effect, SequencedOp, StoredLocation,
 };
@@ -92,6 +93,56 @@ impl CommandBudget {
 /// Where the broker's store ops go: the store thread (`persistence.rs`), in op_seq order.
 pub type StoreSender = std::sync::mpsc::Sender<Vec<SequencedOp>>;
 
+/// Spill reads performed at once (each up to 80 KB): the chunks read and not yet taken by the
+/// broker stay bounded however many far tiers ask.
+const SPILL_READS_AT_ONCE: usize = 16;
+
+/// A spill read and what it read (`hourglass_broker`'s `spill_reads.rs`).
+type SpillDone = (SpillRead, Result<Vec<u8>, String>);
+
+/// Performs the far tiers' spill reads on tokio's blocking threads (a read may wait on the disk;
+/// the broker task must not), [`SPILL_READS_AT_ONCE`] at a time; the others wait here, in order.
+struct SpillReader {
+    waiting: VecDeque<SpillRead>,
+    in_flight: usize,
+    done: mpsc::UnboundedSender<SpillDone>,
+    /// Unbounded: at most [`SPILL_READS_AT_ONCE`] outcomes are ever in it.
+    outcomes: mpsc::UnboundedReceiver<SpillDone>,
+}
+
+impl SpillReader {
+    fn new() -> Self {
+        let (done, outcomes) = mpsc::unbounded_channel();
+        SpillReader { waiting: VecDeque::new(), in_flight: 0, done, outcomes }
+    }
+
+    /// Takes the broker's new reads and starts what the bound allows.
+    fn start(&mut self, broker: &mut Broker) {
+        self.waiting.extend(std::iter::from_fn(|| broker.poll_spill_read()));
+        while self.in_flight < SPILL_READS_AT_ONCE {
+            let Some(read) = self.waiting.pop_front() else { break };
+            let files = broker.spill_files();
+            let done = self.done.clone();
+            self.in_flight += 1;
+            tokio::task::spawn_blocking(move || {
+                let chunk = match files {
+                    Some(files) => files.read_at(&read.file, read.offset, read.len),
+                    None => Err("no spill files".to_owned()),
+                };
+                // The receiver lives as long as the broker task.
+                let _ = done.send((read, chunk));
+            });
+        }
+    }
+
+    /// The next read's outcome (cancel-safe: nothing is lost if another branch wins).
+    async fn outcome(&mut self) -> Option<SpillDone> {
+        let outcome = self.outcomes.recv().await;
+        self.in_flight -= usize::from(outcome.is_some());
+        outcome
+    }
+}
+
 pub async fn run(
     mut broker: Broker,
     mut inputs: mpsc::Receiver<BrokerInput>,
@@ -102,6 +153,7 @@ pub async fn run(
     let mut mailboxes: HashMap<ConnectionId, Mailbox> = HashMap::new();
     let mut outbox: HashMap<ConnectionId, Vec<Effect>> = HashMap::new();
     let mut jobs = JobRunner::default();
+    let mut spill = SpillReader::new();
     loop {
         // Ops first (restore may have left some), so the store starts syncing them before the
         // effects are handed out.
@@ -121,6 +173,7 @@ pub async fn run(
                 }
             }
         }
+        spill.start(&mut broker);
         while let Some(effect) = broker.poll_effect() {
             outbox.entry(effect.conn()).or_default().push(effect);
         }
@@ -144,6 +197,7 @@ pub async fn run(
                     }
                 }
             }
+            Some((read, chunk)) = spill.outcome() => broker.handle_spill_read(read, chunk, clock.now()),
             _ = sleep_until(deadline) => broker.handle_timeout(clock.now()),
         }
     }

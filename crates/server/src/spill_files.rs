@@ -31,7 +31,10 @@ pub struct SpillDir {
     dir: PathBuf,
     /// The file read last, kept open: a load, a listing's binary search and a scan read one run
     /// many times in a row, and an open per read would double the system calls.
-    last_read: Mutex<Option<(String, File)>>,
+    /// Shared: a read takes its own handle and reads without the lock, so a read waiting on
+    /// the disk holds up no other (loads read on tokio's blocking threads, listings on the
+    /// broker's).
+    last_read: Mutex<Option<(String, Arc<File>)>>,
     /// What the writer thread shares with the callers.
     shared: Arc<Shared>,
     writes: SyncSender<Write>,
@@ -158,10 +161,9 @@ impl SpillDir {
 
     /// Closes file `name` if it is the one kept open.
     fn forget(&self, name: &str) {
-        if let Ok(mut last) = self.last_read.lock() {
-            if last.as_ref().is_some_and(|(open, _)| open == name) {
-                *last = None;
-            }
+        let mut last = self.last_read.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.as_ref().is_some_and(|(open, _)| open == name) {
+            *last = None;
         }
     }
 
@@ -249,12 +251,18 @@ impl SpillFiles for SpillDir {
                 .map(|end| bytes[start..end].to_vec())
                 .ok_or_else(|| format!("{}: short read", path.display()));
         }
-        let mut last = self.last_read.lock().map_err(|_| "spill reader poisoned".to_owned())?;
-        if last.as_ref().is_none_or(|(open, _)| open != name) {
-            let file = File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            *last = Some((name.to_owned(), file));
-        }
-        let Some((_, file)) = last.as_ref() else { return Err("no spill file open".to_owned()) };
+        let file = {
+            // An open file handle has no invariant a panic could break half way.
+            let mut last = self.last_read.lock().unwrap_or_else(PoisonError::into_inner);
+            match last.as_ref() {
+                Some((open, file)) if open == name => file.clone(),
+                _ => {
+                    let file = Arc::new(File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?);
+                    *last = Some((name.to_owned(), file.clone()));
+                    file
+                }
+            }
+        };
         let mut bytes = vec![0u8; len];
         file.read_exact_at(&mut bytes, offset).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(bytes)

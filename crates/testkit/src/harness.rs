@@ -162,7 +162,20 @@ impl TestBroker {
     }
 
     fn drain(&mut self) -> Vec<Effect> {
+        self.answer_spill_reads();
         std::iter::from_fn(|| self.broker.poll_effect()).collect()
+    }
+
+    /// Performs the spill reads the broker asked for and hands their outcomes back, at once
+    /// and at the same time (the server's driver answers them a little later).
+    pub fn answer_spill_reads(&mut self) {
+        while let Some(read) = self.broker.poll_spill_read() {
+            let chunk = match self.broker.spill_files() {
+                Some(files) => files.read_at(&read.file, read.offset, read.len),
+                None => Err("no spill files".to_owned()),
+            };
+            self.broker.handle_spill_read(read, chunk, self.clock.now());
+        }
     }
 }
 

@@ -10,11 +10,11 @@
 //! Leaves to others: reading `x-delay` at publish (`exchange/delayed.rs`), moving due messages
 //! to ready (`Broker::promote_due`), TTL (it starts when the message becomes ready).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload, Seq};
-use super::far_delays::FarTier;
+use super::far_delays::{FarTier, SpillRead};
 use super::far_files::SpillFiles;
 use super::far_record;
 use super::state_bytes::{StateReader, StateWriter};
@@ -66,7 +66,7 @@ pub struct DelayedInfo {
 impl DelayIndex {
     /// Queue `queue`'s index, its far tier in `files` (files named `q<queue>-…`).
     pub fn with_spill_files(files: Option<Arc<dyn SpillFiles>>, queue: u64) -> Self {
-        let far = files.map(|files| FarTier::new(files, format!("q{queue}")));
+        let far = files.map(|files| FarTier::new(files, queue));
         DelayIndex { far, ..DelayIndex::default() }
     }
 
@@ -108,21 +108,49 @@ impl DelayIndex {
         let load = self
             .far
             .as_ref()
-            .and_then(FarTier::next_due)
+            .and_then(FarTier::next_load_due)
             .map(|due| due.saturating_sub_millis(NEAR_HORIZON_MS));
         near.into_iter().chain(load).min()
     }
 
     /// Brings the far messages due within the horizon of `now` (and a little after) into the
     /// near tier, [`MAX_LOAD`] at most; `next_deadline` says `now` again while more are due.
+    /// Those in run files are asked for (`take_spill_reads`) and come with the answers
+    /// (`records_read`).
     pub fn load_due_soon(&mut self, now: Timestamp) {
         self.far_from = self.far_from.max(now.saturating_add_millis(NEAR_HORIZON_MS));
         let Some(far) = &mut self.far else { return };
-        if far.next_due().is_none_or(|due| due > self.far_from) {
+        if far.next_load_due().is_none_or(|due| due > self.far_from) {
             return;
         }
         let mut loaded = Vec::new();
         far.load(self.far_from.saturating_add_millis(LOAD_SLACK_MS), MAX_LOAD, &mut loaded);
+        self.insert_all_near(loaded);
+    }
+
+    /// The answer to a spill read the far tier asked for: what it brings within the horizon
+    /// comes near.
+    pub fn records_read(&mut self, read: &SpillRead, chunk: Result<Vec<u8>, String>) {
+        let Some(far) = &mut self.far else { return };
+        let mut loaded = Vec::new();
+        far.records_read(
+            read,
+            chunk,
+            self.far_from.saturating_add_millis(LOAD_SLACK_MS),
+            MAX_LOAD,
+            &mut loaded,
+        );
+        self.insert_all_near(loaded);
+    }
+
+    /// Hands over the spill reads the far tier asked for since the last call.
+    pub fn take_spill_reads(&mut self, into: &mut VecDeque<SpillRead>) {
+        if let Some(far) = &mut self.far {
+            far.take_asks(into);
+        }
+    }
+
+    fn insert_all_near(&mut self, loaded: Vec<(Timestamp, Waiting)>) {
         for (due, waiting) in loaded {
             self.insert_near(due, waiting);
         }
@@ -310,6 +338,23 @@ mod tests {
         Timestamp::from_millis(ms)
     }
 
+    /// Answers the far tier's spill reads at once from `files`, as the driver answers them a
+    /// little later.
+    fn answer(index: &mut DelayIndex, files: &MemorySpillFiles) {
+        let mut reads = VecDeque::new();
+        loop {
+            index.take_spill_reads(&mut reads);
+            let Some(read) = reads.pop_front() else { break };
+            let chunk = files.read_at(&read.file, read.offset, read.len);
+            index.records_read(&read, chunk);
+        }
+    }
+
+    fn load_answered(index: &mut DelayIndex, files: &MemorySpillFiles, now: Timestamp) {
+        index.load_due_soon(now);
+        answer(index, files);
+    }
+
     fn spilled() -> (Arc<MemorySpillFiles>, DelayIndex) {
         let files = Arc::new(MemorySpillFiles::default());
         (files.clone(), DelayIndex::with_spill_files(Some(files), 1))
@@ -333,7 +378,7 @@ mod tests {
     /// horizon before its due time, when a load brings it near, and it then fires on time.
     #[test]
     fn far_messages_load_a_horizon_ahead() {
-        let (_, mut index) = spilled();
+        let (files, mut index) = spilled();
         let now = t(1_000_000);
         index.load_due_soon(now);
         let due = now.saturating_add_millis(NEAR_HORIZON_MS + 5_000);
@@ -343,14 +388,46 @@ mod tests {
         assert_eq!(index.next_due(), Some(due));
         let load_at = due.saturating_sub_millis(NEAR_HORIZON_MS);
         assert_eq!(index.next_deadline(), Some(load_at));
-        index.load_due_soon(load_at.saturating_sub_millis(1));
+        load_answered(&mut index, &files, load_at.saturating_sub_millis(1));
         assert_eq!(index.far_message_count(), 1, "not yet within the horizon");
-        index.load_due_soon(load_at);
+        load_answered(&mut index, &files, load_at);
         assert_eq!((index.message_count(), index.far_message_count()), (2, 0));
         assert_eq!(index.next_deadline(), Some(due));
         assert!(index.pop_due(due.saturating_sub_millis(1)).is_none(), "never early");
         let order: Vec<Seq> = std::iter::from_fn(|| index.pop_due(due)).map(|(_, w)| w.entry.seq).collect();
         assert_eq!(order, vec![1, 2], "ties keep publish order across the tiers");
+    }
+
+    /// Far messages in a run file come near through a spill read: while it is out, the index
+    /// names no load deadline for them (the answer brings them) but still their due time; an
+    /// answer that came already is dropped.
+    #[test]
+    fn run_files_load_through_a_spill_read() {
+        let files = Arc::new(MemorySpillFiles::with_run_records(2));
+        let mut index = DelayIndex::with_spill_files(Some(files.clone()), 1);
+        let now = t(1_000_000);
+        index.load_due_soon(now);
+        let due = now.saturating_add_millis(NEAR_HORIZON_MS + 5_000);
+        index.insert(due, paged(1));
+        index.insert(due, paged(2));
+        assert_eq!((index.far_message_count(), files.file_count()), (2, 1), "one run written");
+        let load_at = due.saturating_sub_millis(NEAR_HORIZON_MS);
+        index.load_due_soon(load_at);
+        assert_eq!(index.far_message_count(), 2, "asked for, not yet read");
+        assert_eq!((index.next_deadline(), index.next_due()), (None, Some(due)));
+        let mut reads = VecDeque::new();
+        index.take_spill_reads(&mut reads);
+        index.load_due_soon(load_at);
+        index.take_spill_reads(&mut reads);
+        assert_eq!(reads.len(), 1, "asked once");
+        let read = reads.pop_front().unwrap();
+        let chunk = files.read_at(&read.file, read.offset, read.len);
+        index.records_read(&read, chunk.clone());
+        assert_eq!((index.far_message_count(), index.next_deadline()), (0, Some(due)));
+        index.records_read(&read, chunk);
+        assert_eq!(index.message_count(), 2, "a second answer to the same read is dropped");
+        let fired: Vec<Seq> = std::iter::from_fn(|| index.pop_due(due)).map(|(_, w)| w.entry.seq).collect();
+        assert_eq!(fired, [1, 2]);
     }
 
     /// Within the horizon, or without spill files, a paged message stays near.
@@ -382,15 +459,15 @@ mod tests {
         /// Against a plain ordered map: whatever is inserted (paged or not, near or far, in runs
         /// of 3 so that many runs exist), removed, listed and fired, and however the spill files
         /// are damaged meanwhile (bytes flipped, files cut short or deleted, writes refused),
-        /// the index holds the same messages in the same (due, id) order, fires each exactly
+        /// and whatever comes between a spill read asked for and its answer, the index holds the same messages in the same (due, id) order, fires each exactly
         /// once, never before its due time and never late past a load, and counts them right.
         #[test]
         fn the_two_tiers_behave_as_one_ordered_index(
-            ops in proptest::collection::vec((0u8..6, 0u64..400_000, proptest::bool::ANY), 1..120)
+            ops in proptest::collection::vec((0u8..7, 0u64..400_000, proptest::bool::ANY), 1..120)
         ) {
             use std::collections::BTreeSet;
             let files = Arc::new(MemorySpillFiles::with_run_records(3));
-            let far = FarTier::new(files.clone(), "q".to_owned());
+            let far = FarTier::new(files.clone(), 0);
             let mut index = DelayIndex { far: Some(far), ..DelayIndex::default() };
             let mut model: BTreeSet<(Timestamp, Seq)> = BTreeSet::new();
             let mut now = t(1_000_000);
@@ -412,6 +489,9 @@ mod tests {
                         }
                     }
                     4 => files.damage_bytes(value as usize % 240, 1 + value as usize % 50),
+                    // Reads asked for and answered only at the next firing: inserts, removals,
+                    // damage and listings come between.
+                    6 => index.load_due_soon(now),
                     5 => match value % 4 {
                         0 => files.truncate_to_half(),
                         1 => files.delete_all(),
@@ -419,7 +499,8 @@ mod tests {
                     },
                     _ => {
                         now = now.saturating_add_millis(value / 4);
-                        index.load_due_soon(now);
+                        answer(&mut index, &files);
+                        load_answered(&mut index, &files, now);
                         let fired: Vec<(Timestamp, Seq)> =
                             std::iter::from_fn(|| index.pop_due(now)).map(|(due, w)| (due, w.entry.seq)).collect();
                         let due: Vec<(Timestamp, Seq)> = model.iter().copied().filter(|(d, _)| *d <= now).collect();

@@ -17,9 +17,14 @@
 //! be: no message is left out, counted out or delivered twice, and none waits for a restart
 //! (issue 37).
 //!
+//! A load reads no file itself (ARCHITECTURE.md, rule 1): it asks for the records it needs as a
+//! [`SpillRead`], which the driver reads off the broker's thread and hands back to
+//! [`FarTier::records_read`]. A run waits for its answer outside the load deadline, so a slow
+//! disk delays only that run's loads (a horizon ahead of their due times), never the broker.
+//!
 //! Leaves to others: which messages go far and when they load (`delay.rs`), firing due messages
 //! (`Broker::promote_due`), the records (`far_record.rs`), the files themselves (an injected
-//! [`SpillFiles`], `far_files.rs`).
+//! [`SpillFiles`], `far_files.rs`), and performing the reads (the driver: `Broker::poll_spill_read`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -40,6 +45,25 @@ pub(super) const RUN_RECORDS: usize = 16_384;
 const READ_CHUNK: usize = 1024;
 /// Records a listing first reads from each run (it reads on in growing chunks).
 const LIST_CHUNK: usize = 16;
+/// Reads a far tier may have asked for and not had answered (each [`READ_CHUNK`] records at
+/// most): further due runs are asked for as answers come.
+const ASKED_MAX: usize = 8;
+
+/// A read of a run's records that a far tier asks its driver for: `read_at(file, offset, len)`
+/// on the broker's [`SpillFiles`], its outcome handed back to the queue's far tier
+/// (`Broker::handle_spill_read`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpillRead {
+    /// The queue whose far tier asks (its `QueueId`'s number).
+    pub queue: u64,
+    pub file: String,
+    pub offset: u64,
+    pub len: usize,
+    /// The run, and the record its read starts at: an answer that no longer fits (the run was
+    /// read through or written again meanwhile) is dropped.
+    run: u64,
+    from: u64,
+}
 
 /// A run: sorted by (due, id), its file read up to `cursor`.
 #[derive(Debug)]
@@ -71,6 +95,8 @@ struct Run {
 #[derive(Debug)]
 pub(crate) struct FarTier {
     files: Arc<dyn SpillFiles>,
+    /// The queue's number, which names its reads' answers.
+    queue: u64,
     /// Names this tier's files: `<prefix>-<run number>.run`.
     prefix: String,
     /// Records not yet written, unsorted.
@@ -81,6 +107,11 @@ pub(crate) struct FarTier {
     heads: BTreeSet<(Timestamp, u64)>,
     /// Records still in a run but cancelled: (run, key).
     cancelled: HashSet<(u64, Key)>,
+    /// Runs waiting for an asked read, and the record it starts at ([`ASKED_MAX`] at most).
+    /// They stay in `heads` (`next_due` is still theirs) but out of the load deadline.
+    asked: HashMap<u64, u64>,
+    /// Reads asked for and not yet taken by the driver.
+    asks: Vec<SpillRead>,
     next_run: u64,
     count: usize,
     body_bytes: usize,
@@ -97,16 +128,20 @@ pub(crate) struct FarTier {
 }
 
 impl FarTier {
-    pub fn new(files: Arc<dyn SpillFiles>, prefix: String) -> Self {
+    /// Queue `queue`'s far tier, its files named `q<queue>-…`.
+    pub fn new(files: Arc<dyn SpillFiles>, queue: u64) -> Self {
         let run_records = files.run_records().max(1);
         FarTier {
             files,
-            prefix,
+            queue,
+            prefix: format!("q{queue}"),
             buffer: Vec::new(),
             buffer_first_due: None,
             runs: HashMap::new(),
             heads: BTreeSet::new(),
             cancelled: HashSet::new(),
+            asked: HashMap::new(),
+            asks: Vec::new(),
             next_run: 0,
             count: 0,
             body_bytes: 0,
@@ -135,6 +170,23 @@ impl FarTier {
     pub fn next_due(&self) -> Option<Timestamp> {
         let run_head = self.heads.first().map(|(due, _)| *due);
         [self.buffer_first_due, run_head].into_iter().flatten().min()
+    }
+
+    /// The earliest due time a load can take now: that of a run waiting for its read is left
+    /// out (the answer loads it).
+    pub fn next_load_due(&self) -> Option<Timestamp> {
+        let run_head = self.first_unasked().map(|(due, _)| due);
+        [self.buffer_first_due, run_head].into_iter().flatten().min()
+    }
+
+    /// The first run head by due time whose run is not waiting for a read.
+    fn first_unasked(&self) -> Option<(Timestamp, u64)> {
+        self.heads.iter().find(|(_, run)| !self.asked.contains_key(run)).copied()
+    }
+
+    /// Hands over the reads asked for since the last call.
+    pub fn take_asks(&mut self, into: &mut std::collections::VecDeque<SpillRead>) {
+        into.extend(self.asks.drain(..));
     }
 
     /// Takes a waiting message, or gives it back when it cannot go far (not paged out and
@@ -201,8 +253,10 @@ impl FarTier {
         format!("{}-{run}.run", self.prefix)
     }
 
-    /// Moves the messages due before `until` into `out` in no particular order, at most `limit`
-    /// of them from runs (the buffer is bounded and always emptied of them).
+    /// Moves the messages due before `until` held in memory into `out` in no particular order,
+    /// at most `limit` of them from runs served from their rosters (the buffer is bounded and
+    /// always emptied of them), and asks for the next chunk of each run file with messages due
+    /// ([`ASKED_MAX`] asked at once; the answers bring them, [`FarTier::records_read`]).
     pub fn load(&mut self, until: Timestamp, limit: usize, out: &mut Vec<(Timestamp, Waiting)>) {
         self.may_retry_write = true;
         if self.buffer_first_due.is_some_and(|first| first < until) {
@@ -219,95 +273,143 @@ impl FarTier {
             self.buffer_first_due = first;
         }
         let mut loaded = 0;
-        while let Some(&(due, run)) = self.heads.first() {
+        while let Some((due, run)) = self.first_unasked() {
             if due >= until || loaded >= limit {
                 break;
             }
-            self.heads.pop_first();
-            loaded += self.load_run(run, until, limit - loaded, out);
+            if self.runs.get(&run).is_some_and(|r| r.on_file) {
+                if self.asked.len() >= ASKED_MAX {
+                    break;
+                }
+                self.ask(run);
+            } else {
+                self.heads.remove(&(due, run));
+                loaded += self.load_from_roster(run, until, limit - loaded, out);
+                self.write_again(run);
+            }
         }
     }
 
-    /// Takes run `run`'s messages due before `until`, `limit` at most, from its file or, when the
-    /// file fails, from its roster; files the run's new head, or forgets the run once it holds
-    /// nothing. A run served from its roster has its file written again. Returns how many came.
-    fn load_run(
+    /// Asks for the next chunk of run `run`'s file, from its cursor.
+    fn ask(&mut self, run: u64) {
+        let Some(r) = self.runs.get(&run) else { return };
+        let count = (r.len - r.cursor).min(READ_CHUNK as u64);
+        let read = SpillRead {
+            queue: self.queue,
+            file: self.file_name(run),
+            offset: r.cursor * RECORD_BYTES as u64,
+            len: count as usize * RECORD_BYTES,
+            run,
+            from: r.cursor,
+        };
+        self.asked.insert(run, r.cursor);
+        self.asks.push(read);
+    }
+
+    /// The answer to `read`: the run's messages due before `until` (`limit` at most) into
+    /// `out`, the run's new head filed, or the next chunk asked for when this one held no record
+    /// that is not due. A read that failed, or a record that does not check out, has the run
+    /// served from its roster (and its file written again). An answer that no longer fits is
+    /// dropped. Returns how many came.
+    pub fn records_read(
         &mut self,
-        run: u64,
+        read: &SpillRead,
+        chunk: Result<Vec<u8>, String>,
         until: Timestamp,
         limit: usize,
         out: &mut Vec<(Timestamp, Waiting)>,
     ) -> usize {
-        let mut loaded = 0;
-        if self.runs.get(&run).is_some_and(|r| r.on_file) {
-            match self.load_from_file(run, until, limit, out) {
-                Ok(loaded) => return loaded,
-                Err((so_far, reason)) => {
-                    loaded = so_far;
-                    self.give_up_file(run, &reason);
+        if self.asked.get(&read.run) != Some(&read.from) {
+            return 0;
+        }
+        self.asked.remove(&read.run);
+        self.may_retry_write = true;
+        let outcome = match chunk {
+            Ok(chunk) if chunk.len() == read.len => self.load_from_chunk(read.run, &chunk, until, limit, out),
+            Ok(chunk) => Err((0, format!("{} of {} bytes read", chunk.len(), read.len))),
+            Err(reason) => Err((0, reason)),
+        };
+        match outcome {
+            Ok(loaded) => loaded,
+            Err((loaded, reason)) => {
+                self.give_up_file(read.run, &reason);
+                // Filed still when the read itself failed; already taken out otherwise.
+                if let Some(r) = self.runs.get(&read.run) {
+                    self.heads.remove(&(Timestamp::from_millis(r.head.0), read.run));
                 }
+                let loaded =
+                    loaded + self.load_from_roster(read.run, until, limit.saturating_sub(loaded), out);
+                self.write_again(read.run);
+                loaded
             }
         }
-        loaded += self.load_from_roster(run, until, limit - loaded, out);
-        self.write_again(run);
-        loaded
     }
 
-    /// [`FarTier::load_run`] from the file, from its cursor while records are due before `until`.
-    /// On a record or read that does not check out: how many came before, and why (the run's
-    /// head then bounds what it still holds from below; nothing is filed).
-    fn load_from_file(
+    /// [`FarTier::records_read`] from the chunk read at the run's cursor; the run's filed head
+    /// is taken out of `heads` and its new one filed, or the run forgotten once read through. On
+    /// a record that does not check out: how many came before, and why (the run's head then
+    /// bounds what it still holds from below, and is not filed).
+    fn load_from_chunk(
         &mut self,
         run: u64,
+        chunk: &[u8],
         until: Timestamp,
         limit: usize,
         out: &mut Vec<(Timestamp, Waiting)>,
     ) -> Result<usize, (usize, String)> {
-        let Some(&Run { len, mut cursor, ids, mut head, .. }) = self.runs.get(&run) else { return Ok(0) };
+        let Some(&Run { len, mut cursor, ids, head: filed, .. }) = self.runs.get(&run) else { return Ok(0) };
+        self.heads.remove(&(Timestamp::from_millis(filed.0), run));
+        let mut head = filed;
         let mut loaded = 0;
         let mut next = None;
         let mut failure = None;
-        'chunks: while cursor < len {
-            let chunk = match self.read_records(run, cursor, (len - cursor).min(READ_CHUNK as u64)) {
-                Ok(chunk) => chunk,
-                Err(reason) => {
-                    failure = Some(reason);
-                    break;
-                }
+        for record in chunk.chunks_exact(RECORD_BYTES) {
+            let Some((key, due, waiting)) = checked(record, (0, 0), ids) else {
+                failure = Some(format!("record {cursor} does not check out"));
+                break;
             };
-            for record in chunk.chunks_exact(RECORD_BYTES) {
-                let Some((key, due, waiting)) = checked(record, head, ids) else {
-                    failure = Some(format!("record {cursor} does not check out"));
-                    break 'chunks;
-                };
-                // A cancelled record is passed whatever its due time: the run's head is always
-                // a message still held.
-                if !self.cancelled.remove(&(run, key)) {
-                    if due >= until || loaded >= limit {
-                        next = Some(key);
-                        break 'chunks;
-                    }
-                    self.hand_over(due, waiting, out);
-                    loaded += 1;
-                }
+            // A cancelled record is passed whatever its due time; it may lie before the head
+            // (`pass_head` moves the head past cancelled records the cursor has not reached).
+            if self.cancelled.remove(&(run, key)) {
                 cursor += 1;
-                head = key_after(key);
+                head = head.max(key_after(key));
+                continue;
             }
+            if key < head {
+                failure = Some(format!("record {cursor} is out of order"));
+                break;
+            }
+            if due >= until || loaded >= limit {
+                next = Some(key);
+                break;
+            }
+            self.hand_over(due, waiting, out);
+            loaded += 1;
+            cursor += 1;
+            head = key_after(key);
         }
         if let Some(r) = self.runs.get_mut(&run) {
             (r.cursor, r.head) = (cursor, next.unwrap_or(head));
         }
-        match (failure, next) {
-            (Some(reason), _) => return Err((loaded, reason)),
-            (None, Some(key)) => {
+        if let Some(reason) = failure {
+            return Err((loaded, reason));
+        }
+        match next {
+            Some(key) => {
                 self.heads.insert((Timestamp::from_millis(key.0), run));
             }
-            (None, None) => self.delete_run(run),
+            None if cursor >= len => self.delete_run(run),
+            None => {
+                // The chunk is used up and nothing in it was not due: read on.
+                self.heads.insert((Timestamp::from_millis(head.0), run));
+                self.ask(run);
+            }
         }
         Ok(loaded)
     }
 
-    /// [`FarTier::load_run`] from the roster: what the run still holds, in key order.
+    /// Run `run`'s messages due before `until` (`limit` at most) from its roster, in key order;
+    /// its new head filed (the caller took the old one out), or the run forgotten.
     fn load_from_roster(
         &mut self,
         run: u64,
@@ -408,7 +510,10 @@ impl FarTier {
 
     /// Forgets run `run` and deletes its file (read through).
     fn delete_run(&mut self, run: u64) {
-        if self.runs.remove(&run).is_some_and(|r| !r.on_file) {
+        self.asked.remove(&run);
+        // A file read through passed its cancelled records; a run whose last records were all
+        // cancelled (`pass_head`), or that was served from its roster, did not.
+        if self.runs.remove(&run).is_some_and(|r| !r.on_file || r.cursor < r.len) {
             self.cancelled.retain(|(of, _)| *of != run);
         }
         self.files.remove(&self.file_name(run));
@@ -477,13 +582,29 @@ impl FarTier {
         (key >= r.head && !self.cancelled.contains(&(run, key))).then_some(fields)
     }
 
-    /// Moves run `run`'s head past its cancelled head record (due at `due`) and any cancelled
-    /// records behind it, as a load that takes nothing does, so that the run's filed head is a
-    /// message still held (a cancelled head would make `next_due` and the load deadline name a
-    /// message that is gone).
+    /// Moves run `run`'s head past its cancelled head record (due at `due`) to the next record
+    /// it still holds, found in its roster (no file is read: the cursor stays, and reads pass
+    /// the cancelled records on the way), so that the run's filed head is a message still held
+    /// (a cancelled head would make `next_due` and the load deadline name a message that is
+    /// gone). A run that holds nothing more is forgotten.
     fn pass_head(&mut self, run: u64, due: Timestamp) {
         self.heads.remove(&(due, run));
-        self.load_run(run, Timestamp::from_millis(0), 0, &mut Vec::new());
+        let Some(r) = self.runs.get(&run) else { return };
+        let next = r
+            .roster
+            .records()
+            .map(|fields| (fields.due, fields.seq))
+            .filter(|key| *key > r.head && !self.cancelled.contains(&(run, *key)))
+            .min();
+        match next {
+            Some(key) => {
+                if let Some(r) = self.runs.get_mut(&run) {
+                    r.head = key;
+                }
+                self.heads.insert((Timestamp::from_millis(key.0), run));
+            }
+            None => self.delete_run(run),
+        }
     }
 
     /// The due time of message `id`: a look through the rosters of the runs whose ids span it
@@ -559,9 +680,31 @@ mod tests {
         Waiting { entry, returning: false }
     }
 
+    impl FarTier {
+        /// A load with its reads answered at once, through the tier's own files, as the driver
+        /// answers them a little later: `limit` bounds the whole load.
+        pub(crate) fn load_at_once(
+            &mut self,
+            until: Timestamp,
+            limit: usize,
+            out: &mut Vec<(Timestamp, Waiting)>,
+        ) {
+            let before = out.len();
+            self.load(until, limit, out);
+            let mut reads = std::collections::VecDeque::new();
+            loop {
+                self.take_asks(&mut reads);
+                let Some(read) = reads.pop_front() else { break };
+                let chunk = self.files.read_at(&read.file, read.offset, read.len);
+                let left = limit.saturating_sub(out.len() - before);
+                self.records_read(&read, chunk, until, left, out);
+            }
+        }
+    }
+
     fn tier() -> (Arc<MemorySpillFiles>, FarTier) {
         let files = Arc::new(MemorySpillFiles::default());
-        (files.clone(), FarTier::new(files, "q1".to_owned()))
+        (files.clone(), FarTier::new(files, 1))
     }
 
     fn t(ms: u64) -> Timestamp {
@@ -603,12 +746,12 @@ mod tests {
         );
         assert_eq!(far.next_due(), Some(t(10_000)));
         let mut out = Vec::new();
-        far.load(t(10_000), usize::MAX, &mut out);
+        far.load_at_once(t(10_000), usize::MAX, &mut out);
         assert!(out.is_empty(), "nothing is due before the first due time");
         let mut all = Vec::new();
         loop {
             let mut out = Vec::new();
-            far.load(t(10_500), 5_000, &mut out);
+            far.load_at_once(t(10_500), 5_000, &mut out);
             assert!(out.len() <= 5_000 + 100, "a load is bounded (the buffer aside)");
             if out.is_empty() {
                 break;
@@ -617,7 +760,7 @@ mod tests {
         }
         assert!(all.iter().all(|(due, _)| *due < t(10_500)));
         assert_eq!(far.next_due(), Some(t(10_500)));
-        far.load(t(20_000), usize::MAX, &mut all);
+        far.load_at_once(t(20_000), usize::MAX, &mut all);
         assert_eq!(all.len(), n as usize);
         assert_eq!((far.message_count(), far.body_bytes(), files.file_count()), (0, 0, 0));
         let mut keys: Vec<(Timestamp, Seq)> = all.iter().map(|(d, w)| (*d, w.entry.seq)).collect();
@@ -647,7 +790,7 @@ mod tests {
         let listed: Vec<Seq> = far.after(Some((t(1_003), 3)), 3).iter().map(|(_, w)| w.entry.seq).collect();
         assert_eq!(listed, vec![4, 6, 7]);
         let mut out = Vec::new();
-        far.load(t(u64::MAX / 2), usize::MAX, &mut out);
+        far.load_at_once(t(u64::MAX / 2), usize::MAX, &mut out);
         assert_eq!(out.len(), n as usize - 2);
         assert!(out.iter().all(|(_, w)| w.entry.seq != 5 && w.entry.seq != n - 1));
     }
@@ -682,7 +825,7 @@ mod tests {
     /// `count` messages due at 1,000 ms steps from 10 s, in runs of 100 records.
     pub(super) fn small_runs(count: u64) -> (Arc<MemorySpillFiles>, FarTier) {
         let files = Arc::new(MemorySpillFiles::with_run_records(100));
-        let mut far = FarTier::new(files.clone(), "q1".to_owned());
+        let mut far = FarTier::new(files.clone(), 1);
         for seq in 0..count {
             far.push(t(10_000 + 1_000 * (seq % 100)), paged(seq, 2)).unwrap();
         }
@@ -692,7 +835,7 @@ mod tests {
     /// Loads everything due before `until`, in (due, id) order.
     fn load_keys(far: &mut FarTier, until: u64) -> Vec<(Timestamp, Seq)> {
         let mut out = Vec::new();
-        far.load(t(until), usize::MAX, &mut out);
+        far.load_at_once(t(until), usize::MAX, &mut out);
         let mut keys: Vec<(Timestamp, Seq)> = out.iter().map(|(due, w)| (*due, w.entry.seq)).collect();
         keys.sort();
         keys
@@ -757,7 +900,7 @@ mod tests {
     fn runs_that_cannot_be_written_keep_their_messages() {
         let files = Arc::new(MemorySpillFiles::with_run_records(100));
         files.refuse_writes(true);
-        let mut far = FarTier::new(files.clone(), "q1".to_owned());
+        let mut far = FarTier::new(files.clone(), 1);
         for seq in 0..250 {
             far.push(t(10_000 + seq), paged(seq, 2)).unwrap();
         }

@@ -13,7 +13,9 @@ pub trait SpillFiles: Send + Sync + fmt::Debug {
     /// Creates file `name` holding `bytes` (replacing any). It may be written later, by another
     /// thread, as long as reads see it at once.
     fn write(&self, name: &str, bytes: Vec<u8>) -> Result<(), String>;
-    /// Reads `len` bytes of file `name` from `offset`.
+    /// Reads `len` bytes of file `name` from `offset`: for loads by the driver, off the
+    /// broker's thread (`spill_reads.rs`); for listings of delayed messages, on it. Shared by
+    /// several threads at once.
     fn read_at(&self, name: &str, offset: u64, len: usize) -> Result<Vec<u8>, String>;
     /// Deletes file `name` (already gone is fine).
     fn remove(&self, name: &str);

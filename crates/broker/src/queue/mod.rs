@@ -47,6 +47,7 @@ pub use dead_letter::DeathReason;
 use delay::{DelayIndex, Waiting};
 pub use delay::{DelayedInfo, NEAR_HORIZON_MS};
 use entry::{Entry, Paged, Payload, Seq};
+pub use far_delays::SpillRead;
 pub use far_files::{MemorySpillFiles, SpillFiles};
 use message_groups::{GroupKey, GroupOrder, MessageGroups};
 use packed::Packed;

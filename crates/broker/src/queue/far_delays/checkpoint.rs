@@ -56,18 +56,18 @@ impl FarTier {
     /// The tier [`FarTier::checkpoint`] wrote, with this one's files, without the messages whose
     /// store id is in `changed`; `None` if the state does not read back whole.
     pub(crate) fn restored_from(&self, state: &mut StateReader, changed: &HashSet<u64>) -> Option<FarTier> {
-        Self::restored(self.files.clone(), self.prefix.clone(), state, changed)
+        Self::restored(self.files.clone(), self.queue, state, changed)
     }
 
     /// The counts come from the state and lose the changed messages found; a run no changed
     /// message can be in (by its store ids) comes back as it was, its roster not read.
     fn restored(
         files: Arc<dyn SpillFiles>,
-        prefix: String,
+        queue: u64,
         state: &mut StateReader,
         changed: &HashSet<u64>,
     ) -> Option<FarTier> {
-        let mut tier = FarTier::new(files, prefix);
+        let mut tier = FarTier::new(files, queue);
         tier.next_run = state.u64()?;
         tier.count = usize::try_from(state.u64()?).ok()?;
         tier.body_bytes = usize::try_from(state.u64()?).ok()?;
@@ -204,14 +204,14 @@ mod tests {
         let files = Arc::new(MemorySpillFiles::default());
         let mut reader = StateReader::new(parts);
         let changed = changed.iter().copied().collect();
-        let tier = FarTier::restored(files.clone(), "q1".to_owned(), &mut reader, &changed)?;
+        let tier = FarTier::restored(files.clone(), 1, &mut reader, &changed)?;
         assert!(reader.is_empty());
         Some((files, tier))
     }
 
     fn all(far: &mut FarTier) -> Vec<(Timestamp, u64, u64, u32)> {
         let mut out: Vec<(Timestamp, Waiting)> = Vec::new();
-        far.load(t(u64::MAX / 2), usize::MAX, &mut out);
+        far.load_at_once(t(u64::MAX / 2), usize::MAX, &mut out);
         let mut keys: Vec<_> = out
             .iter()
             .map(|(due, w)| (*due, w.entry.seq, w.entry.persist_id().unwrap(), w.entry.delivery_count))
@@ -260,7 +260,7 @@ mod tests {
 
     fn load_count(far: &mut FarTier, until: u64) -> usize {
         let mut out = Vec::new();
-        far.load(t(until), usize::MAX, &mut out);
+        far.load_at_once(t(until), usize::MAX, &mut out);
         out.len()
     }
 
@@ -275,12 +275,7 @@ mod tests {
         let state: Vec<u8> = out.finish().iter().flat_map(|part| part.bytes().to_vec()).collect();
         let restore = |bytes: Vec<u8>| {
             let files = Arc::new(MemorySpillFiles::default());
-            FarTier::restored(
-                files,
-                "q1".to_owned(),
-                &mut StateReader::new(vec![Bytes::from(bytes)]),
-                &HashSet::new(),
-            )
+            FarTier::restored(files, 1, &mut StateReader::new(vec![Bytes::from(bytes)]), &HashSet::new())
         };
         for cut in 0..state.len() {
             assert!(restore(state[..cut].to_vec()).is_none_or(|t| t.message_count() <= 250), "cut at {cut}");
@@ -300,7 +295,7 @@ mod tests {
 
     fn all_records(far: &mut FarTier) -> usize {
         let mut out = Vec::new();
-        far.load(t(u64::MAX / 2), usize::MAX, &mut out);
+        far.load_at_once(t(u64::MAX / 2), usize::MAX, &mut out);
         out.len()
     }
 }
