@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::disk::{paging_broker, Disk};
 use common::*;
-use hourglass_broker::queue::MemorySpillFiles;
+use hourglass_broker::queue::{MemorySpillFiles, SpillFiles};
 use hourglass_broker::{PagingLimits, StoredBody, Timestamp};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
@@ -382,9 +382,14 @@ fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
 /// A broker keeping two messages of a queue resident, with spill files, and its durable queue
 /// `q` delaying every message an hour; 40 messages published and stored. Also their due time.
 fn forty_delayed_an_hour(disk: &mut Disk) -> (TestBroker, Timestamp) {
+    forty_delayed_an_hour_in(disk, Arc::new(MemorySpillFiles::default()))
+}
+
+/// [`forty_delayed_an_hour`] with the spill files given.
+fn forty_delayed_an_hour_in(disk: &mut Disk, spill: Arc<MemorySpillFiles>) -> (TestBroker, Timestamp) {
     const HOUR_MS: u64 = 3_600_000;
     let mut tb = paging_broker(&disk.source, two_resident());
-    tb.broker.set_spill_files(Arc::new(MemorySpillFiles::default()));
+    tb.broker.set_spill_files(spill);
     let c = tb.channel();
     let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(HOUR_MS as i64))]);
     tb.call(c, QueueDeclare { queue: short("q"), durable: true, arguments, ..Default::default() });
@@ -466,6 +471,36 @@ fn delayed_messages_that_go_far_on_being_stored_load_a_horizon_ahead() {
     let to_load = due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon);
     tb.advance(to_load);
     assert_eq!(on_disk(&tb), 0, "loaded a horizon before the due time");
+    assert!(body_texts(&tb.advance(Duration::from_millis(horizon - 1))).is_empty(), "never early");
+    let c = tb.channel();
+    assert_eq!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).len(), 0);
+    assert_eq!(body_texts(&tb.advance(Duration::from_millis(1))), numbered_bodies(0..40));
+}
+
+/// A load of far-future delayed messages from spill run files reads nothing on the broker's
+/// thread (ARCHITECTURE.md, rule 1; issue 41): the broker asks its driver for each run's chunk,
+/// and the messages come near, and then fire on time, once the driver hands the reads back.
+/// Before, the load read the files itself, through the injected `SpillFiles`.
+#[test]
+fn far_loads_ask_the_driver_to_read_their_run_files() {
+    let mut disk = Disk::default();
+    let spill = Arc::new(MemorySpillFiles::with_run_records(10));
+    let (mut tb, due) = forty_delayed_an_hour_in(&mut disk, spill.clone());
+    assert_eq!((delayed_on_disk(&tb), spill.file_count()), (38, 3), "three runs of 10, 8 buffered");
+    let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
+    let now =
+        tb.clock.advance(due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon));
+    tb.broker.handle_timeout(now);
+    assert_eq!(spill.reads(), 0, "the broker read no file");
+    assert_eq!(delayed_on_disk(&tb), 30, "the buffered ones are in memory: near at once");
+    let reads: Vec<_> = std::iter::from_fn(|| tb.broker.poll_spill_read()).collect();
+    assert_eq!(reads.len(), 3, "one read asked for each run");
+    assert_eq!(tb.broker.next_deadline(), Some(due), "no load deadline while the reads are out");
+    for read in reads {
+        let chunk = spill.read_at(&read.file, read.offset, read.len);
+        tb.broker.handle_spill_read(read, chunk, now);
+    }
+    assert_eq!((delayed_on_disk(&tb), spill.file_count()), (0, 0), "loaded, the runs read through");
     assert!(body_texts(&tb.advance(Duration::from_millis(horizon - 1))).is_empty(), "never early");
     let c = tb.channel();
     assert_eq!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).len(), 0);

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Files a far tier writes once and reads back by position. Called from the broker's thread:
@@ -34,12 +34,19 @@ pub struct MemorySpillFiles {
     refuse_writes: AtomicBool,
     /// Records per run, when not the usual ([`SpillFiles::run_records`]).
     run_records: Option<usize>,
+    /// Reads made so far.
+    reads: AtomicU64,
 }
 
 impl MemorySpillFiles {
     /// Files for far tiers that write runs of `records` (tests: many runs from few messages).
     pub fn with_run_records(records: usize) -> Self {
         MemorySpillFiles { run_records: Some(records.max(1)), ..MemorySpillFiles::default() }
+    }
+
+    /// How many reads were made so far.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
     }
 
     /// How many files exist now.
@@ -96,6 +103,7 @@ impl SpillFiles for MemorySpillFiles {
     }
 
     fn read_at(&self, name: &str, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
         let files = self.files.lock().map_err(|_| "spill files poisoned".to_owned())?;
         let bytes = files.get(name).ok_or_else(|| format!("no spill file {name}"))?;
         let start = usize::try_from(offset).map_err(|_| "offset out of range".to_owned())?;
