@@ -159,11 +159,8 @@ impl Broker {
         timeout_ms: u64,
         now: Timestamp,
     ) -> Result<(), VisibilityError> {
-        let id = self
-            .vhosts
-            .get(vhost)
-            .and_then(|v| v.queues.iter().find(|(n, _)| n.as_bytes() == queue.as_bytes()).map(|(_, id)| *id))
-            .ok_or(VisibilityError::QueueNotFound)?;
+        let id =
+            self.vhosts.get(vhost).and_then(|v| v.queue_id(queue)).ok_or(VisibilityError::QueueNotFound)?;
         let receipt = self.receipts.open(receipt_handle).ok_or(VisibilityError::HandleInvalid)?;
         let delivery = receipt.delivery;
         if receipt.queue != id {

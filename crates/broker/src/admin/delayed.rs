@@ -170,10 +170,7 @@ impl Broker {
     }
 
     pub(crate) fn queue_id(&self, vhost: &str, queue: &str) -> Result<QueueId, DelayedError> {
-        self.vhosts
-            .get(vhost)
-            .and_then(|v| v.queues.iter().find(|(n, _)| n.as_bytes() == queue.as_bytes()).map(|(_, id)| *id))
-            .ok_or(DelayedError::QueueNotFound)
+        self.vhosts.get(vhost).and_then(|v| v.queue_id(queue)).ok_or(DelayedError::QueueNotFound)
     }
 }
 
