@@ -382,18 +382,22 @@ fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
 /// A broker keeping two messages of a queue resident, with spill files, and its durable queue
 /// `q` delaying every message an hour; 40 messages published and stored. Also their due time.
 fn forty_delayed_an_hour(disk: &mut Disk) -> (TestBroker, Timestamp) {
-    forty_delayed_an_hour_in(disk, Arc::new(MemorySpillFiles::default()))
+    delayed_an_hour_in(disk, Arc::new(MemorySpillFiles::default()), 40)
 }
 
-/// [`forty_delayed_an_hour`] with the spill files given.
-fn forty_delayed_an_hour_in(disk: &mut Disk, spill: Arc<MemorySpillFiles>) -> (TestBroker, Timestamp) {
+/// [`forty_delayed_an_hour`], `count` messages, with the spill files given.
+fn delayed_an_hour_in(
+    disk: &mut Disk,
+    spill: Arc<MemorySpillFiles>,
+    count: usize,
+) -> (TestBroker, Timestamp) {
     const HOUR_MS: u64 = 3_600_000;
     let mut tb = paging_broker(&disk.source, two_resident());
     tb.broker.set_spill_files(spill);
     let c = tb.channel();
     let arguments = FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(HOUR_MS as i64))]);
     tb.call(c, QueueDeclare { queue: short("q"), durable: true, arguments, ..Default::default() });
-    publish_n(&mut tb, c, "q", 40);
+    publish_n(&mut tb, c, "q", count);
     let due = tb.clock.now().saturating_add_millis(HOUR_MS);
     disk.sync(&mut tb);
     (tb, due)
@@ -485,7 +489,7 @@ fn delayed_messages_that_go_far_on_being_stored_load_a_horizon_ahead() {
 fn far_loads_ask_the_driver_to_read_their_run_files() {
     let mut disk = Disk::default();
     let spill = Arc::new(MemorySpillFiles::with_run_records(10));
-    let (mut tb, due) = forty_delayed_an_hour_in(&mut disk, spill.clone());
+    let (mut tb, due) = delayed_an_hour_in(&mut disk, spill.clone(), 40);
     assert_eq!((delayed_on_disk(&tb), spill.file_count()), (38, 3), "three runs of 10, 8 buffered");
     let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
     let now =
@@ -505,6 +509,37 @@ fn far_loads_ask_the_driver_to_read_their_run_files() {
     let c = tb.channel();
     assert_eq!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).len(), 0);
     assert_eq!(body_texts(&tb.advance(Duration::from_millis(1))), numbered_bodies(0..40));
+}
+
+/// More run files due at once than a far tier asks reads for at a time: the broker asks for
+/// some, files the queue for no work it cannot do (before, it filed the queue as due at once
+/// for the runs it could not ask for yet, and `handle_timeout` ran it again and again, for
+/// ever), and asks for the rest as the answers come; all fire on time.
+#[test]
+fn more_due_run_files_than_reads_at_once_load_as_answers_come() {
+    let mut disk = Disk::default();
+    let spill = Arc::new(MemorySpillFiles::with_run_records(10));
+    let (mut tb, due) = delayed_an_hour_in(&mut disk, spill.clone(), 200);
+    assert_eq!((delayed_on_disk(&tb), spill.file_count()), (198, 19), "19 runs of 10, 8 buffered");
+    let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
+    let now =
+        tb.clock.advance(due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon));
+    tb.broker.handle_timeout(now);
+    let mut asked = 0;
+    let mut out: Vec<_> = std::iter::from_fn(|| tb.broker.poll_spill_read()).collect();
+    assert!((1..19).contains(&out.len()), "some runs asked for, not all: {}", out.len());
+    assert!(tb.broker.next_deadline() > Some(now), "no work filed that the broker cannot do now");
+    while let Some(read) = out.pop() {
+        asked += 1;
+        let chunk = spill.read_at(&read.file, read.offset, read.len);
+        tb.broker.handle_spill_read(read, chunk, now);
+        out.extend(std::iter::from_fn(|| tb.broker.poll_spill_read()));
+    }
+    assert_eq!((asked, delayed_on_disk(&tb), spill.file_count()), (19, 0, 0), "each run read once, through");
+    assert!(body_texts(&tb.advance(Duration::from_millis(horizon - 1))).is_empty(), "never early");
+    let c = tb.channel();
+    assert_eq!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).len(), 0);
+    assert_eq!(body_texts(&tb.advance(Duration::from_millis(1))), numbered_bodies(0..200));
 }
 
 /// An SQS FIFO queue's paged messages (issue 40, item 19): after a restart the queue keeps only

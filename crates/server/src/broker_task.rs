@@ -12,6 +12,7 @@ use hourglass_mgmt::JobRunner;
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::clock::Clock;
+use crate::supervise::panic_message;
 
 /// How many commands (and other inputs) the task applies before it flushes effects: large enough
 /// to amortise wake-ups under load, small enough to keep latency low.
@@ -125,10 +126,14 @@ impl SpillReader {
             let done = self.done.clone();
             self.in_flight += 1;
             tokio::task::spawn_blocking(move || {
-                let chunk = match files {
+                // A read that panics is answered as failed (the far tier then serves the run from
+                // memory), never left unanswered: its run would wait for ever, and this reader
+                // would be one read short of its bound.
+                let chunk = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match files {
                     Some(files) => files.read_at(&read.file, read.offset, read.len),
                     None => Err("no spill files".to_owned()),
-                };
+                }))
+                .unwrap_or_else(|panic| Err(format!("the spill read {}", panic_message(&*panic))));
                 // The receiver lives as long as the broker task.
                 let _ = done.send((read, chunk));
             });

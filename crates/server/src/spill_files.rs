@@ -31,9 +31,9 @@ pub struct SpillDir {
     dir: PathBuf,
     /// The file read last, kept open: a load, a listing's binary search and a scan read one run
     /// many times in a row, and an open per read would double the system calls.
-    /// Shared: a read takes its own handle and reads without the lock, so a read waiting on
-    /// the disk holds up no other (loads read on tokio's blocking threads, listings on the
-    /// broker's).
+    /// Shared: a read takes its own handle, and opens and reads without the lock, so a read
+    /// waiting on the disk holds up no other and no write or delete (loads read on tokio's
+    /// blocking threads, listings on the broker's).
     last_read: Mutex<Option<(String, Arc<File>)>>,
     /// What the writer thread shares with the callers.
     shared: Arc<Shared>,
@@ -159,9 +159,14 @@ impl SpillDir {
         wait.recv().unwrap();
     }
 
+    fn last_read(&self) -> MutexGuard<'_, Option<(String, Arc<File>)>> {
+        // An open file handle has no invariant a panic could break half way.
+        self.last_read.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Closes file `name` if it is the one kept open.
     fn forget(&self, name: &str) {
-        let mut last = self.last_read.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last = self.last_read();
         if last.as_ref().is_some_and(|(open, _)| open == name) {
             *last = None;
         }
@@ -251,16 +256,15 @@ impl SpillFiles for SpillDir {
                 .map(|end| bytes[start..end].to_vec())
                 .ok_or_else(|| format!("{}: short read", path.display()));
         }
-        let file = {
-            // An open file handle has no invariant a panic could break half way.
-            let mut last = self.last_read.lock().unwrap_or_else(PoisonError::into_inner);
-            match last.as_ref() {
-                Some((open, file)) if open == name => file.clone(),
-                _ => {
-                    let file = Arc::new(File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?);
-                    *last = Some((name.to_owned(), file.clone()));
-                    file
-                }
+        // The lock is held only to look the handle up and to keep a new one, never across an
+        // open or a read that may wait on the disk.
+        let kept = self.last_read().as_ref().filter(|(open, _)| open == name).map(|(_, file)| file.clone());
+        let file = match kept {
+            Some(file) => file,
+            None => {
+                let file = Arc::new(File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?);
+                *self.last_read() = Some((name.to_owned(), file.clone()));
+                file
             }
         };
         let mut bytes = vec![0u8; len];

@@ -114,7 +114,8 @@ impl DelayIndex {
     }
 
     /// Brings the far messages due within the horizon of `now` (and a little after) into the
-    /// near tier, [`MAX_LOAD`] at most; `next_deadline` says `now` again while more are due.
+    /// near tier, [`MAX_LOAD`] at most; `next_deadline` says `now` again while more are due that a
+    /// load can take now (not those waiting for reads already asked for).
     /// Those in run files are asked for (`take_spill_reads`) and come with the answers
     /// (`records_read`).
     pub fn load_due_soon(&mut self, now: Timestamp) {
@@ -342,17 +343,30 @@ mod tests {
     /// little later.
     fn answer(index: &mut DelayIndex, files: &MemorySpillFiles) {
         let mut reads = VecDeque::new();
+        index.take_spill_reads(&mut reads);
+        answer_these(index, files, &mut reads);
+    }
+
+    /// `load_due_soon` with its reads answered at once, loading again after each round of
+    /// answers as the broker does (`handle_spill_read` runs the queue) until nothing is asked.
+    fn load_answered(index: &mut DelayIndex, files: &MemorySpillFiles, now: Timestamp) {
+        let mut reads = VecDeque::new();
         loop {
+            index.load_due_soon(now);
             index.take_spill_reads(&mut reads);
-            let Some(read) = reads.pop_front() else { break };
-            let chunk = files.read_at(&read.file, read.offset, read.len);
-            index.records_read(&read, chunk);
+            if reads.is_empty() {
+                break;
+            }
+            answer_these(index, files, &mut reads);
         }
     }
 
-    fn load_answered(index: &mut DelayIndex, files: &MemorySpillFiles, now: Timestamp) {
-        index.load_due_soon(now);
-        answer(index, files);
+    fn answer_these(index: &mut DelayIndex, files: &MemorySpillFiles, reads: &mut VecDeque<SpillRead>) {
+        while let Some(read) = reads.pop_front() {
+            let chunk = files.read_at(&read.file, read.offset, read.len);
+            index.records_read(&read, chunk);
+            index.take_spill_reads(reads);
+        }
     }
 
     fn spilled() -> (Arc<MemorySpillFiles>, DelayIndex) {

@@ -60,7 +60,8 @@ pub struct SpillRead {
     pub offset: u64,
     pub len: usize,
     /// The run, and the record its read starts at: an answer that no longer fits (the run was
-    /// read through or written again meanwhile) is dropped.
+    /// read through meanwhile) is dropped. A run waiting for a read is on file, and only a run
+    /// that is not is written again, so an answer never meets a rewritten run.
     run: u64,
     from: u64,
 }
@@ -77,9 +78,11 @@ struct Run {
     /// The lowest and highest store id in the run: a restart takes the run back from a
     /// checkpoint without reading its roster when no message changed since is in this range.
     persist_ids: (u64, u64),
-    /// The key of the next record the run holds: every one it still holds is at or after it,
-    /// every one it gave up (loaded, or cancelled and passed) before it. Only ever taken from a
-    /// record that checked out, or from the roster.
+    /// The key of the next record the run holds, or, while the read of its next chunk is out,
+    /// a bound below it (just past the last record loaded): every one it still holds is at or
+    /// after it, every one it gave up (loaded, or cancelled and passed over) before it. Only ever
+    /// taken from a record that checked out, or from the roster. Records between the cursor and
+    /// the head are cancelled ones (`pass_head`), passed when the cursor reaches them.
     head: Key,
     /// The run's records, compact, in id order: what it is served from when its file fails.
     roster: Roster,
@@ -118,7 +121,7 @@ pub(crate) struct FarTier {
     /// The last write failed: a warning was logged, and the next success is logged too.
     writes_failing: bool,
     /// While writes fail, a run served from its roster is written again at most once per load
-    /// (each try costs a run's worth of encoding): this load may still try.
+    /// or answered read (each try costs a run's worth of encoding): this one may still try.
     may_retry_write: bool,
     /// Runs whose file did not read back, over the tier's life (each served from its roster).
     pub damaged_runs: u64,
@@ -173,14 +176,21 @@ impl FarTier {
     }
 
     /// The earliest due time a load can take now: that of a run waiting for its read is left
-    /// out (the answer loads it).
+    /// out (the answer loads it), and so is every run's while [`ASKED_MAX`] reads are out (their
+    /// answers load on). Never a time a load cannot act on, so a queue is never filed for work
+    /// it cannot do.
     pub fn next_load_due(&self) -> Option<Timestamp> {
-        let run_head = self.first_unasked().map(|(due, _)| due);
+        let run_head = self.first_loadable().map(|(due, _)| due);
         [self.buffer_first_due, run_head].into_iter().flatten().min()
     }
 
-    /// The first run head by due time whose run is not waiting for a read.
-    fn first_unasked(&self) -> Option<(Timestamp, u64)> {
+    /// The first run head by due time that a load can act on now: none while [`ASKED_MAX`]
+    /// reads are out, else the first whose run is not waiting for a read (at most that many
+    /// passed over).
+    fn first_loadable(&self) -> Option<(Timestamp, u64)> {
+        if self.asked.len() >= ASKED_MAX {
+            return None;
+        }
         self.heads.iter().find(|(_, run)| !self.asked.contains_key(run)).copied()
     }
 
@@ -273,14 +283,11 @@ impl FarTier {
             self.buffer_first_due = first;
         }
         let mut loaded = 0;
-        while let Some((due, run)) = self.first_unasked() {
+        while let Some((due, run)) = self.first_loadable() {
             if due >= until || loaded >= limit {
                 break;
             }
             if self.runs.get(&run).is_some_and(|r| r.on_file) {
-                if self.asked.len() >= ASKED_MAX {
-                    break;
-                }
                 self.ask(run);
             } else {
                 self.heads.remove(&(due, run));
@@ -648,11 +655,22 @@ fn span(values: impl Iterator<Item = u64>) -> (u64, u64) {
 }
 
 /// A record read from a file, if it checks out: its checksum, its place in the run (at or
-/// after the run's head) and its id (within the run's): its key and message.
+/// after the run's head) and its id (within the run's): its key and message. (A cancelled
+/// record below the head, which `pass_head` passed over, is for the caller to accept.)
 fn checked(record: &[u8], head: Key, ids: (Seq, Seq)) -> Option<(Key, Timestamp, Waiting)> {
     let (due, waiting) = decode(record).ok()?;
     let key = (due.as_millis(), waiting.entry.seq);
     (key >= head && (ids.0..=ids.1).contains(&key.1)).then_some((key, due, waiting))
+}
+
+impl FarTier {
+    /// Run `run`'s record read from its file, for a listing, if it checks out as [`checked`]
+    /// or is a cancelled record its head was moved past (`pass_head`): its key.
+    fn listed_key(&self, run: u64, record: &[u8]) -> Option<Key> {
+        let r = self.runs.get(&run)?;
+        let (key, ..) = checked(record, (0, 0), r.ids)?;
+        (key >= r.head || self.cancelled.contains(&(run, key))).then_some(key)
+    }
 }
 
 impl Drop for FarTier {
@@ -689,15 +707,21 @@ mod tests {
             limit: usize,
             out: &mut Vec<(Timestamp, Waiting)>,
         ) {
+            // Loading again after each round of answers, as the broker does.
             let before = out.len();
-            self.load(until, limit, out);
             let mut reads = std::collections::VecDeque::new();
             loop {
+                self.load(until, limit.saturating_sub(out.len() - before), out);
                 self.take_asks(&mut reads);
-                let Some(read) = reads.pop_front() else { break };
-                let chunk = self.files.read_at(&read.file, read.offset, read.len);
-                let left = limit.saturating_sub(out.len() - before);
-                self.records_read(&read, chunk, until, left, out);
+                if reads.is_empty() {
+                    break;
+                }
+                while let Some(read) = reads.pop_front() {
+                    let chunk = self.files.read_at(&read.file, read.offset, read.len);
+                    let left = limit.saturating_sub(out.len() - before);
+                    self.records_read(&read, chunk, until, left, out);
+                    self.take_asks(&mut reads);
+                }
             }
         }
     }

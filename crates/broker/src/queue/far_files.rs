@@ -7,8 +7,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// Files a far tier writes once and reads back by position. Called from the broker's thread:
-/// keep them plain writes and positioned reads. The server's is a directory emptied at start.
+/// Files a far tier writes once and reads back by position. Writes and deletes are called from
+/// the broker's thread (keep them quick: the server's hands writes to a thread of its own), reads
+/// from the driver's threads too. The server's is a directory emptied at start.
 pub trait SpillFiles: Send + Sync + fmt::Debug {
     /// Creates file `name` holding `bytes` (replacing any). It may be written later, by another
     /// thread, as long as reads see it at once.

@@ -1,11 +1,12 @@
 //! Listing a far tier's messages in (due, id) order without taking them (the management API's
 //! delayed-message listings and searches): a merge of the write buffer and every run, reading
-//! each run's file a few records at a time, each record checked as a load checks it, or reading
-//! the run's roster instead once its file fails.
+//! each run's file a few records at a time, each record checked as a load checks it (cancelled
+//! ones the run's head has passed over let through, and skipped), or reading the run's roster
+//! instead once its file fails. These reads are still made on the broker's thread.
 
 use std::collections::VecDeque;
 
-use super::{checked, FarTier, Key, Record, Seq, LIST_CHUNK, READ_CHUNK, RECORD_BYTES};
+use super::{FarTier, Key, Record, Seq, LIST_CHUNK, READ_CHUNK, RECORD_BYTES};
 use crate::queue::delay::Waiting;
 use crate::queue::far_record::{decode, key_of};
 use crate::time::Timestamp;
@@ -63,11 +64,8 @@ impl FarTier {
 
     /// The key of the record at `at` in run `run`'s file, if it checks out.
     fn key_at(&self, run: u64, at: u64) -> Result<Key, String> {
-        let r = self.runs.get(&run).ok_or("no such run")?;
         let record = self.read_records(run, at, 1)?;
-        checked(&record, r.head, r.ids)
-            .map(|(key, ..)| key)
-            .ok_or_else(|| format!("record {at} does not check out"))
+        self.listed_key(run, &record).ok_or_else(|| format!("record {at} does not check out"))
     }
 
     /// The first index at or after the run's cursor whose key is not `before` (a binary search
@@ -163,8 +161,7 @@ impl FileReader {
             self.chunk = tier.read_records(run, self.at, count).map_err(|_| ())?;
             self.pos = 0;
         }
-        let r = tier.runs.get(&run).ok_or(())?;
-        let (key, ..) = checked(&self.chunk[self.pos..self.pos + RECORD_BYTES], r.head, r.ids).ok_or(())?;
+        let key = tier.listed_key(run, &self.chunk[self.pos..self.pos + RECORD_BYTES]).ok_or(())?;
         if last.is_some_and(|last| key <= last) {
             return Err(());
         }
