@@ -597,12 +597,15 @@ impl FarTier {
     fn pass_head(&mut self, run: u64, due: Timestamp) {
         self.heads.remove(&(due, run));
         let Some(r) = self.runs.get(&run) else { return };
-        let next = r
-            .roster
-            .records()
-            .map(|fields| (fields.due, fields.seq))
-            .filter(|key| *key > r.head && !self.cancelled.contains(&(run, *key)))
-            .min();
+        // The tombstones are looked up only for keys that would be the new head: few, as the
+        // best so far only falls.
+        let mut next: Option<Key> = None;
+        for fields in r.roster.records() {
+            let key = (fields.due, fields.seq);
+            if key > r.head && next.is_none_or(|best| key < best) && !self.cancelled.contains(&(run, key)) {
+                next = Some(key);
+            }
+        }
         match next {
             Some(key) => {
                 if let Some(r) = self.runs.get_mut(&run) {
