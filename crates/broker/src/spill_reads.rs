@@ -29,7 +29,7 @@ impl Broker {
     pub fn handle_spill_read(&mut self, read: SpillRead, chunk: Result<Vec<u8>, String>, now: Timestamp) {
         let id = QueueId(read.queue);
         let Some(queue) = self.queues.get_mut(&id) else { return };
-        queue.delayed.records_read(&read, chunk);
+        queue.delayed.records_read(&read, chunk, now);
         self.run_queue(id, now);
         self.run_dead_letters(now);
     }

@@ -34,13 +34,23 @@ pub struct SpillDir {
     /// Shared: a read takes its own handle, and opens and reads without the lock, so a read
     /// waiting on the disk holds up no other and no write or delete (loads read on tokio's
     /// blocking threads, listings on the broker's).
-    last_read: Mutex<Option<(String, Arc<File>)>>,
+    last_read: Mutex<LastRead>,
     /// What the writer thread shares with the callers.
     shared: Arc<Shared>,
     writes: SyncSender<Write>,
     /// Deletes what earlier runs left (`set_aside`) in the background; joined only by tests.
     #[cfg(test)]
     cleanup: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The file kept open for reads, and how many times a file was forgotten (deleted or written
+/// again) so far: a reader that opened a file outside the lock keeps its handle only if no file
+/// was forgotten meanwhile, so a handle to a file deleted since is never kept for the next
+/// reader of that name.
+#[derive(Debug, Default)]
+struct LastRead {
+    open: Option<(String, Arc<File>)>,
+    forgotten: u64,
 }
 
 /// What the writer thread and the callers share.
@@ -135,7 +145,7 @@ impl SpillDir {
         })?;
         Ok(SpillDir {
             dir: dir.to_owned(),
-            last_read: Mutex::new(None),
+            last_read: Mutex::new(LastRead::default()),
             shared,
             writes,
             #[cfg(test)]
@@ -159,7 +169,7 @@ impl SpillDir {
         wait.recv().unwrap();
     }
 
-    fn last_read(&self) -> MutexGuard<'_, Option<(String, Arc<File>)>> {
+    fn last_read(&self) -> MutexGuard<'_, LastRead> {
         // An open file handle has no invariant a panic could break half way.
         self.last_read.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -167,8 +177,9 @@ impl SpillDir {
     /// Closes file `name` if it is the one kept open.
     fn forget(&self, name: &str) {
         let mut last = self.last_read();
-        if last.as_ref().is_some_and(|(open, _)| open == name) {
-            *last = None;
+        last.forgotten += 1;
+        if last.open.as_ref().is_some_and(|(open, _)| open == name) {
+            last.open = None;
         }
     }
 
@@ -258,12 +269,19 @@ impl SpillFiles for SpillDir {
         }
         // The lock is held only to look the handle up and to keep a new one, never across an
         // open or a read that may wait on the disk.
-        let kept = self.last_read().as_ref().filter(|(open, _)| open == name).map(|(_, file)| file.clone());
+        let (kept, forgotten) = {
+            let last = self.last_read();
+            let kept = last.open.as_ref().filter(|(open, _)| open == name).map(|(_, file)| file.clone());
+            (kept, last.forgotten)
+        };
         let file = match kept {
             Some(file) => file,
             None => {
                 let file = Arc::new(File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?);
-                *self.last_read() = Some((name.to_owned(), file.clone()));
+                let mut last = self.last_read();
+                if last.forgotten == forgotten {
+                    last.open = Some((name.to_owned(), file.clone()));
+                }
                 file
             }
         };

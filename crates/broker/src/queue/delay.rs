@@ -129,9 +129,10 @@ impl DelayIndex {
         self.insert_all_near(loaded);
     }
 
-    /// The answer to a spill read the far tier asked for: what it brings within the horizon
-    /// comes near.
-    pub fn records_read(&mut self, read: &SpillRead, chunk: Result<Vec<u8>, String>) {
+    /// The answer to a spill read the far tier asked for, at `now`: what it brings within the
+    /// horizon of `now` comes near (the horizon moves on with `now`, however long the read took).
+    pub fn records_read(&mut self, read: &SpillRead, chunk: Result<Vec<u8>, String>, now: Timestamp) {
+        self.far_from = self.far_from.max(now.saturating_add_millis(NEAR_HORIZON_MS));
         let Some(far) = &mut self.far else { return };
         let mut loaded = Vec::new();
         far.records_read(
@@ -341,10 +342,10 @@ mod tests {
 
     /// Answers the far tier's spill reads at once from `files`, as the driver answers them a
     /// little later.
-    fn answer(index: &mut DelayIndex, files: &MemorySpillFiles) {
+    fn answer(index: &mut DelayIndex, files: &MemorySpillFiles, now: Timestamp) {
         let mut reads = VecDeque::new();
         index.take_spill_reads(&mut reads);
-        answer_these(index, files, &mut reads);
+        answer_these(index, files, &mut reads, now);
     }
 
     /// `load_due_soon` with its reads answered at once, loading again after each round of
@@ -357,14 +358,19 @@ mod tests {
             if reads.is_empty() {
                 break;
             }
-            answer_these(index, files, &mut reads);
+            answer_these(index, files, &mut reads, now);
         }
     }
 
-    fn answer_these(index: &mut DelayIndex, files: &MemorySpillFiles, reads: &mut VecDeque<SpillRead>) {
+    fn answer_these(
+        index: &mut DelayIndex,
+        files: &MemorySpillFiles,
+        reads: &mut VecDeque<SpillRead>,
+        now: Timestamp,
+    ) {
         while let Some(read) = reads.pop_front() {
             let chunk = files.read_at(&read.file, read.offset, read.len);
-            index.records_read(&read, chunk);
+            index.records_read(&read, chunk, now);
             index.take_spill_reads(reads);
         }
     }
@@ -436,9 +442,9 @@ mod tests {
         assert_eq!(reads.len(), 1, "asked once");
         let read = reads.pop_front().unwrap();
         let chunk = files.read_at(&read.file, read.offset, read.len);
-        index.records_read(&read, chunk.clone());
+        index.records_read(&read, chunk.clone(), load_at);
         assert_eq!((index.far_message_count(), index.next_deadline()), (0, Some(due)));
-        index.records_read(&read, chunk);
+        index.records_read(&read, chunk, load_at);
         assert_eq!(index.message_count(), 2, "a second answer to the same read is dropped");
         let fired: Vec<Seq> = std::iter::from_fn(|| index.pop_due(due)).map(|(_, w)| w.entry.seq).collect();
         assert_eq!(fired, [1, 2]);
@@ -513,7 +519,7 @@ mod tests {
                     },
                     _ => {
                         now = now.saturating_add_millis(value / 4);
-                        answer(&mut index, &files);
+                        answer(&mut index, &files, now);
                         load_answered(&mut index, &files, now);
                         let fired: Vec<(Timestamp, Seq)> =
                             std::iter::from_fn(|| index.pop_due(now)).map(|(due, w)| (due, w.entry.seq)).collect();

@@ -185,8 +185,9 @@ impl FarTier {
     }
 
     /// The first run head by due time that a load can act on now: none while [`ASKED_MAX`]
-    /// reads are out, else the first whose run is not waiting for a read (at most that many
-    /// passed over).
+    /// reads are out (a run served from its roster then waits for the next answer too, which
+    /// costs it nothing unless the disk stalls for a whole horizon), else the first whose run is
+    /// not waiting for a read (at most that many passed over).
     fn first_loadable(&self) -> Option<(Timestamp, u64)> {
         if self.asked.len() >= ASKED_MAX {
             return None;
