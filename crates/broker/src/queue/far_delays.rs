@@ -98,10 +98,9 @@ struct Run {
 #[derive(Debug)]
 pub(crate) struct FarTier {
     files: Arc<dyn SpillFiles>,
-    /// The queue's number, which names its reads' answers.
+    /// The queue's number: it names the tier's files (`q<queue>-<run number>.run`) and its
+    /// reads' answers.
     queue: u64,
-    /// Names this tier's files: `<prefix>-<run number>.run`.
-    prefix: String,
     /// Records not yet written, unsorted.
     buffer: Vec<Record>,
     buffer_first_due: Option<Timestamp>,
@@ -137,7 +136,6 @@ impl FarTier {
         FarTier {
             files,
             queue,
-            prefix: format!("q{queue}"),
             buffer: Vec::new(),
             buffer_first_due: None,
             runs: HashMap::new(),
@@ -244,14 +242,14 @@ impl FarTier {
         match self.files.write(&self.file_name(run), file) {
             Ok(()) => {
                 if std::mem::take(&mut self.writes_failing) {
-                    tracing::info!(queue_files = %self.prefix, "spill files can be written again");
+                    tracing::info!(queue = self.queue, "spill files can be written again");
                 }
                 true
             }
             Err(reason) => {
                 if !std::mem::replace(&mut self.writes_failing, true) {
                     tracing::warn!(
-                        queue_files = %self.prefix, %reason,
+                        queue = self.queue, %reason,
                         "cannot write delayed messages to a spill file; they wait in memory (a few bytes each) until one can be written"
                     );
                 }
@@ -261,7 +259,7 @@ impl FarTier {
     }
 
     fn file_name(&self, run: u64) -> String {
-        format!("{}-{run}.run", self.prefix)
+        format!("q{}-{run}.run", self.queue)
     }
 
     /// Moves the messages due before `until` held in memory into `out` in no particular order,
@@ -402,16 +400,12 @@ impl FarTier {
         if let Some(reason) = failure {
             return Err((loaded, reason));
         }
-        match next {
-            Some(key) => {
-                self.heads.insert((Timestamp::from_millis(key.0), run));
-            }
-            None if cursor >= len => self.delete_run(run),
-            None => {
-                // The chunk is used up and nothing in it was not due: read on.
-                self.heads.insert((Timestamp::from_millis(head.0), run));
-                self.ask(run);
-            }
+        if next.is_none() && cursor < len {
+            // The chunk is used up and nothing in it was not due: read on.
+            self.heads.insert((Timestamp::from_millis(head.0), run));
+            self.ask(run);
+        } else {
+            self.refile(run, next);
         }
         Ok(loaded)
     }
@@ -436,6 +430,13 @@ impl FarTier {
             self.take_record(&record, out);
             loaded += 1;
         }
+        self.refile(run, next);
+        loaded
+    }
+
+    /// Files run `run` under its new head `next` (its old entry already out of `heads`), or
+    /// forgets the run when it holds nothing more (`None`).
+    fn refile(&mut self, run: u64, next: Option<Key>) {
         match next {
             Some(key) => {
                 if let Some(r) = self.runs.get_mut(&run) {
@@ -445,7 +446,6 @@ impl FarTier {
             }
             None => self.delete_run(run),
         }
-        loaded
     }
 
     /// The records run `run` still holds after `after` (and at or after its head), uncancelled,
@@ -536,7 +536,7 @@ impl FarTier {
                 // rather than left to skew the counts.
                 self.count = self.count.saturating_sub(1);
                 self.body_bytes = self.body_bytes.saturating_sub(Fields::of(record).body_size as usize);
-                tracing::error!(queue_files = %self.prefix, "a delayed message's far record does not decode; it waits in the log for the next restart");
+                tracing::error!(queue = self.queue, "a delayed message's far record does not decode; it waits in the log for the next restart");
             }
         }
     }
@@ -607,15 +607,7 @@ impl FarTier {
                 next = Some(key);
             }
         }
-        match next {
-            Some(key) => {
-                if let Some(r) = self.runs.get_mut(&run) {
-                    r.head = key;
-                }
-                self.heads.insert((Timestamp::from_millis(key.0), run));
-            }
-            None => self.delete_run(run),
-        }
+        self.refile(run, next);
     }
 
     /// The due time of message `id`: a look through the rosters of the runs whose ids span it
