@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::disk::{paging_broker, Disk};
 use common::*;
-use hourglass_broker::queue::{MemorySpillFiles, SpillFiles};
+use hourglass_broker::queue::{MemorySpillFiles, SpillFiles, NEAR_HORIZON_MS};
 use hourglass_broker::{PagingLimits, StoredBody, Timestamp};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
@@ -408,6 +408,20 @@ fn delayed_on_disk(tb: &TestBroker) -> usize {
     tb.broker.queue_stats("/", "q").unwrap().messages_delayed_on_disk
 }
 
+/// How long from now until messages due at `due` are loaded: a horizon before it.
+fn until_loaded(tb: &TestBroker, due: Timestamp) -> Duration {
+    due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(NEAR_HORIZON_MS)
+}
+
+/// From a horizon before their due time: nothing fires before it, a new consumer of `q` gets
+/// nothing early, and the messages fire at it, in order.
+fn fire_at_their_due_time(tb: &mut TestBroker, bodies: Vec<String>) {
+    assert!(body_texts(&tb.advance(Duration::from_millis(NEAR_HORIZON_MS - 1))).is_empty(), "never early");
+    let c = tb.channel();
+    assert_eq!(body_texts(&consume(tb, c, "q", "ctag", true)).len(), 0);
+    assert_eq!(body_texts(&tb.advance(Duration::from_millis(1))), bodies);
+}
+
 /// Far-future delayed messages (ADR 0013, issue 23): once stored and paged out they wait on
 /// disk only, come back into memory a horizon before they are due and fire on time, in order;
 /// a restore puts them back on disk with their ids, and a search by `message_id` and a cancel
@@ -447,8 +461,8 @@ fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
     // Loaded a horizon ahead, never fired early, all delivered at their due time in order.
     let c = tb.channel();
     assert!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).is_empty());
-    let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
-    let to_load = due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon);
+    let horizon = NEAR_HORIZON_MS;
+    let to_load = until_loaded(&tb, due);
     tb.advance(to_load - Duration::from_millis(1));
     assert_eq!(on_disk(&tb), 39);
     tb.advance(Duration::from_millis(1));
@@ -471,14 +485,9 @@ fn delayed_messages_that_go_far_on_being_stored_load_a_horizon_ahead() {
     let (mut tb, due) = forty_delayed_an_hour(&mut disk);
     let on_disk = delayed_on_disk;
     assert_eq!(on_disk(&tb), 38, "paged out and gone far once stored");
-    let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
-    let to_load = due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon);
-    tb.advance(to_load);
+    tb.advance(until_loaded(&tb, due));
     assert_eq!(on_disk(&tb), 0, "loaded a horizon before the due time");
-    assert!(body_texts(&tb.advance(Duration::from_millis(horizon - 1))).is_empty(), "never early");
-    let c = tb.channel();
-    assert_eq!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).len(), 0);
-    assert_eq!(body_texts(&tb.advance(Duration::from_millis(1))), numbered_bodies(0..40));
+    fire_at_their_due_time(&mut tb, numbered_bodies(0..40));
 }
 
 /// A load of far-future delayed messages from spill run files reads nothing on the broker's
@@ -491,9 +500,7 @@ fn far_loads_ask_the_driver_to_read_their_run_files() {
     let spill = Arc::new(MemorySpillFiles::with_run_records(10));
     let (mut tb, due) = delayed_an_hour_in(&mut disk, spill.clone(), 40);
     assert_eq!((delayed_on_disk(&tb), spill.file_count()), (38, 3), "three runs of 10, 8 buffered");
-    let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
-    let now =
-        tb.clock.advance(due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon));
+    let now = tb.clock.advance(until_loaded(&tb, due));
     tb.broker.handle_timeout(now);
     assert_eq!(spill.reads(), 0, "the broker read no file");
     assert_eq!(delayed_on_disk(&tb), 30, "the buffered ones are in memory: near at once");
@@ -505,10 +512,7 @@ fn far_loads_ask_the_driver_to_read_their_run_files() {
         tb.broker.handle_spill_read(read, chunk, now);
     }
     assert_eq!((delayed_on_disk(&tb), spill.file_count()), (0, 0), "loaded, the runs read through");
-    assert!(body_texts(&tb.advance(Duration::from_millis(horizon - 1))).is_empty(), "never early");
-    let c = tb.channel();
-    assert_eq!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).len(), 0);
-    assert_eq!(body_texts(&tb.advance(Duration::from_millis(1))), numbered_bodies(0..40));
+    fire_at_their_due_time(&mut tb, numbered_bodies(0..40));
 }
 
 /// More run files due at once than a far tier asks reads for at a time: the broker asks for
@@ -521,9 +525,7 @@ fn more_due_run_files_than_reads_at_once_load_as_answers_come() {
     let spill = Arc::new(MemorySpillFiles::with_run_records(10));
     let (mut tb, due) = delayed_an_hour_in(&mut disk, spill.clone(), 200);
     assert_eq!((delayed_on_disk(&tb), spill.file_count()), (198, 19), "19 runs of 10, 8 buffered");
-    let horizon = hourglass_broker::queue::NEAR_HORIZON_MS;
-    let now =
-        tb.clock.advance(due.saturating_duration_since(tb.clock.now()) - Duration::from_millis(horizon));
+    let now = tb.clock.advance(until_loaded(&tb, due));
     tb.broker.handle_timeout(now);
     let mut asked = 0;
     let mut out: Vec<_> = std::iter::from_fn(|| tb.broker.poll_spill_read()).collect();
@@ -536,10 +538,7 @@ fn more_due_run_files_than_reads_at_once_load_as_answers_come() {
         out.extend(std::iter::from_fn(|| tb.broker.poll_spill_read()));
     }
     assert_eq!((asked, delayed_on_disk(&tb), spill.file_count()), (19, 0, 0), "each run read once, through");
-    assert!(body_texts(&tb.advance(Duration::from_millis(horizon - 1))).is_empty(), "never early");
-    let c = tb.channel();
-    assert_eq!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).len(), 0);
-    assert_eq!(body_texts(&tb.advance(Duration::from_millis(1))), numbered_bodies(0..200));
+    fire_at_their_due_time(&mut tb, numbered_bodies(0..200));
 }
 
 /// An SQS FIFO queue's paged messages (issue 40, item 19): after a restart the queue keeps only

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use hourglass_broker::Effect;
-use hourglass_testkit::{deliveries, methods, short, TestBroker};
+use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
 /// A message published to the default exchange reaches the queue named by its routing key and is
@@ -421,13 +421,18 @@ fn higher_priority_consumer_gets_messages_first() {
     assert_eq!(tags, ["high", "high", "low", "low"], "low gets messages only once high is out of credit");
 }
 
+/// Declares queue `name` with `x-single-active-consumer`.
+fn declare_single_active(tb: &mut TestBroker, chan: Chan, name: &str) {
+    let arguments = FieldTable::from_entries([("x-single-active-consumer", FieldValue::Bool(true))]);
+    tb.call(chan, QueueDeclare { queue: short(name), arguments, ..Default::default() });
+}
+
 /// x-single-active-consumer: only the first consumer gets messages; when it goes, the next one does.
 #[test]
 fn single_active_consumer_gets_everything_until_it_leaves() {
     let mut tb = TestBroker::new();
     let c = tb.channel();
-    let arguments = FieldTable::from_entries([("x-single-active-consumer", FieldValue::Bool(true))]);
-    tb.call(c, QueueDeclare { queue: short("sac"), arguments, ..Default::default() });
+    declare_single_active(&mut tb, c, "sac");
     consume(&mut tb, c, "sac", "first", true);
     consume(&mut tb, c, "sac", "second", true);
     let tags: Vec<String> = (0..3u8)
@@ -452,8 +457,7 @@ fn single_active_consumer_gets_everything_until_it_leaves() {
 fn the_next_single_active_consumer_gets_the_waiting_messages_at_once() {
     let mut tb = TestBroker::new();
     let c1 = tb.channel();
-    let arguments = FieldTable::from_entries([("x-single-active-consumer", FieldValue::Bool(true))]);
-    tb.call(c1, QueueDeclare { queue: short("sac"), arguments, ..Default::default() });
+    declare_single_active(&mut tb, c1, "sac");
     tb.call(c1, BasicQos { prefetch_size: 0, prefetch_count: 1, global: false });
     consume(&mut tb, c1, "sac", "first", false);
     let c2 = tb.channel();

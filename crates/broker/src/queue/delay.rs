@@ -375,6 +375,18 @@ mod tests {
         }
     }
 
+    /// Loads `index` at 1,000 s; returns a due time 5 s past its horizon then.
+    fn just_past_the_horizon(index: &mut DelayIndex) -> Timestamp {
+        let now = t(1_000_000);
+        index.load_due_soon(now);
+        now.saturating_add_millis(NEAR_HORIZON_MS + 5_000)
+    }
+
+    /// The ids of what fires at `now`, in order.
+    fn fired(index: &mut DelayIndex, now: Timestamp) -> Vec<Seq> {
+        std::iter::from_fn(|| index.pop_due(now)).map(|(_, w)| w.entry.seq).collect()
+    }
+
     fn spilled() -> (Arc<MemorySpillFiles>, DelayIndex) {
         let files = Arc::new(MemorySpillFiles::default());
         (files.clone(), DelayIndex::with_spill_files(Some(files), 1))
@@ -389,8 +401,7 @@ mod tests {
         index.insert(t(10), waiting(2));
         assert_eq!((index.message_count(), index.body_bytes(), index.next_due()), (3, 6, Some(t(10))));
         assert!(index.pop_due(t(9)).is_none());
-        let order: Vec<Seq> = std::iter::from_fn(|| index.pop_due(t(20))).map(|(_, w)| w.entry.seq).collect();
-        assert_eq!(order, vec![2, 3, 1]);
+        assert_eq!(fired(&mut index, t(20)), vec![2, 3, 1]);
         assert_eq!(index.body_bytes(), 0);
     }
 
@@ -399,9 +410,7 @@ mod tests {
     #[test]
     fn far_messages_load_a_horizon_ahead() {
         let (files, mut index) = spilled();
-        let now = t(1_000_000);
-        index.load_due_soon(now);
-        let due = now.saturating_add_millis(NEAR_HORIZON_MS + 5_000);
+        let due = just_past_the_horizon(&mut index);
         index.insert(due, paged(1));
         index.insert(due, waiting(2));
         assert_eq!((index.message_count(), index.far_message_count()), (2, 1), "the resident one stays near");
@@ -414,8 +423,7 @@ mod tests {
         assert_eq!((index.message_count(), index.far_message_count()), (2, 0));
         assert_eq!(index.next_deadline(), Some(due));
         assert!(index.pop_due(due.saturating_sub_millis(1)).is_none(), "never early");
-        let order: Vec<Seq> = std::iter::from_fn(|| index.pop_due(due)).map(|(_, w)| w.entry.seq).collect();
-        assert_eq!(order, vec![1, 2], "ties keep publish order across the tiers");
+        assert_eq!(fired(&mut index, due), vec![1, 2], "ties keep publish order across the tiers");
     }
 
     /// Far messages in a run file come near through a spill read: while it is out, the index
@@ -425,9 +433,7 @@ mod tests {
     fn run_files_load_through_a_spill_read() {
         let files = Arc::new(MemorySpillFiles::with_run_records(2));
         let mut index = DelayIndex::with_spill_files(Some(files.clone()), 1);
-        let now = t(1_000_000);
-        index.load_due_soon(now);
-        let due = now.saturating_add_millis(NEAR_HORIZON_MS + 5_000);
+        let due = just_past_the_horizon(&mut index);
         index.insert(due, paged(1));
         index.insert(due, paged(2));
         assert_eq!((index.far_message_count(), files.file_count()), (2, 1), "one run written");
@@ -446,8 +452,7 @@ mod tests {
         assert_eq!((index.far_message_count(), index.next_deadline()), (0, Some(due)));
         index.records_read(&read, chunk, load_at);
         assert_eq!(index.message_count(), 2, "a second answer to the same read is dropped");
-        let fired: Vec<Seq> = std::iter::from_fn(|| index.pop_due(due)).map(|(_, w)| w.entry.seq).collect();
-        assert_eq!(fired, [1, 2]);
+        assert_eq!(fired(&mut index, due), [1, 2]);
     }
 
     /// Within the horizon, or without spill files, a paged message stays near.
