@@ -98,7 +98,11 @@ impl RunningBroker {
         });
         let (amqp, http, sqs) = match rx.recv_timeout(START_TIMEOUT) {
             Ok(addrs) => addrs,
-            Err(_) => {
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+                panic!("hourglass ended ({status}) before it logged its listeners (its error is on stderr)");
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
                 let _ = child.kill();
                 panic!("hourglass did not log its AMQP listener within {START_TIMEOUT:?}");
             }

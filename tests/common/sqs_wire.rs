@@ -10,9 +10,22 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// A port free now, for a flag that must name a port before the broker starts (a restart on the
-/// same port).
+/// same port). Taken below Linux's ephemeral range (32768 up): a port the OS handed out would be
+/// handed out again, to any outgoing connection of the tests running beside, and a broker
+/// restarted on it then failed with "address in use" (`sqs_durability.rs`, once in a full run).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static TRIES: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    for _ in 0..1_000 {
+        let n = seed.wrapping_add(TRIES.fetch_add(1, Ordering::Relaxed).wrapping_mul(7_919));
+        let port = 20_000 + (n % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range in 1,000 tries")
 }
 
 /// A broker serving the SQS endpoint on a port the OS chose, with `extra` flags; the endpoint's
