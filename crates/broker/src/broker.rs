@@ -150,6 +150,8 @@ pub struct Broker {
     pub(crate) dedup_ids: crate::queue::dedup::NodeDedupIds,
     /// Spill reads the far tiers asked for, for the driver (`spill_reads.rs`).
     pub(crate) spill_reads: VecDeque<crate::queue::SpillRead>,
+    /// Reads of paged messages the queues asked for, for the driver (`message_reads.rs`).
+    pub(crate) message_reads: VecDeque<crate::queue::MessageRead>,
 }
 
 impl Broker {
@@ -186,6 +188,7 @@ impl Broker {
             pager: Pager::default(),
             dedup_ids: Default::default(),
             spill_reads: VecDeque::new(),
+            message_reads: VecDeque::new(),
         }
     }
 

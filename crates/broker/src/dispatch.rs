@@ -47,16 +47,20 @@ impl Broker {
                 }
                 let Some(at) = pick_consumer(queue, sinks.channels) else { break };
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
-                let Some(entry) = queue.take_for_delivery(expect_ack) else { break };
+                let Some(entry) = queue.take_for_consumer(expect_ack) else { break };
                 deliver(queue, at, entry, &mut sinks, now);
             }
         }
     }
 
     /// Delivers `entry` to a consumer of queue `id` that can take it now, without queueing it;
-    /// gives it back when none can.
+    /// gives it back when none can, or when ready messages are ahead of it (their read back from
+    /// the store is out, `message_reads.rs`): it would overtake them.
     pub(crate) fn deliver_now(&mut self, id: QueueId, entry: Entry, now: Timestamp) -> Option<Entry> {
         let Some((queue, mut sinks)) = self.queue_and_sinks(id) else { return Some(entry) };
+        if !queue.ready.is_empty() {
+            return Some(entry);
+        }
         let Some(at) = pick_consumer(queue, sinks.channels) else { return Some(entry) };
         let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
         queue.mark_delivered(&entry, expect_ack);

@@ -20,6 +20,7 @@ mod errors;
 pub mod exchange;
 mod firehose;
 pub mod message;
+mod message_reads;
 pub mod message_stats;
 mod methods;
 mod naming;

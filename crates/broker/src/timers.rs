@@ -57,13 +57,17 @@ impl Broker {
 
     /// Files a queue under its current earliest deadline (call after anything that may change it).
     /// Also settles the messages the queue dropped because they could not be read back, and
-    /// collects the spill reads its far tier asked for (`spill_reads.rs`).
+    /// collects the spill reads its far tier asked for (`spill_reads.rs`) and the read of paged
+    /// messages it asked for (`message_reads.rs`).
     pub(crate) fn reschedule(&mut self, id: QueueId) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
         for msg_id in queue.pager.take_lost() {
             self.persist.settle(id, msg_id);
         }
         queue.delayed.take_spill_reads(&mut self.spill_reads);
+        if let Some(locations) = queue.pager.take_ask() {
+            self.message_reads.push_back(crate::queue::MessageRead { queue: id.0, locations });
+        }
         let next = queue.next_deadline();
         if next == queue.scheduled {
             return;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::disk::{paging_broker, Disk};
 use common::*;
 use hourglass_broker::queue::{MemorySpillFiles, SpillFiles, NEAR_HORIZON_MS};
-use hourglass_broker::{PagingLimits, StoredBody, Timestamp};
+use hourglass_broker::{Command, PagingLimits, Publish, StoredBody, Timestamp};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -222,19 +222,64 @@ fn version_1_metadata_is_read_at_restore() {
     assert_eq!(disk.reads(), 3, "and not again");
 }
 
-/// A no-ack consumer on a deep paged queue is fed in slices: one dispatch reads back at most
-/// its share, and the rest follows on the next turns of the clock, in order.
+/// A consumer of a deep paged queue is fed one read-ahead per read, and the broker reads no
+/// record itself: it asks the driver for the paged head and a batch behind it, and each answer
+/// delivers that batch and asks for the next. Before, the deliveries read the records on the
+/// broker's thread, through the injected `MessageSource`, during the command.
 #[test]
-fn a_deep_paged_queue_is_read_back_in_slices() {
+fn paged_messages_reach_a_consumer_through_reads_the_driver_performs() {
     let (mut tb, c, mut disk) = setup(FieldTable::new());
     publish_n(&mut tb, c, "q", 3000);
     disk.sync(&mut tb);
-    let mut got = body_texts(&consume(&mut tb, c, "q", "ctag", true));
-    assert!(got.len() >= 1024 && got.len() < 3000, "first slice: {}", got.len());
-    for _ in 0..10 {
-        got.extend(body_texts(&tb.advance(Duration::from_millis(1))));
+    let consume =
+        BasicConsume { queue: short("q"), consumer_tag: short("ctag"), no_ack: true, ..Default::default() };
+    tb.broker.handle_command(
+        Command::Method { conn: c.conn, channel: c.channel, method: consume.into() },
+        tb.clock.now(),
+    );
+    assert_eq!(disk.reads(), 0, "the broker read no record");
+    let mut got = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
+    assert_eq!(got, numbered_bodies(0..3), "the resident ones at once");
+    let read_ahead = two_resident().read_ahead();
+    while let Some(read) = tb.broker.poll_message_read() {
+        let batch = read_ahead.min(3000 - got.len());
+        assert_eq!(read.locations.len(), batch, "a read-ahead per read");
+        assert!(tb.broker.poll_message_read().is_none(), "one read out at a time");
+        let reads_before = disk.reads();
+        let messages = read.perform(tb.broker.message_source().as_deref());
+        tb.broker.handle_message_read(read, messages, tb.clock.now());
+        let delivered = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
+        assert_eq!((delivered.len(), disk.reads()), (batch, reads_before + batch));
+        got.extend(delivered);
     }
     assert_eq!(got, numbered_bodies(0..3000));
+}
+
+/// A message with TTL 0 published while the consumer waits for its queue's paged head to be
+/// read does not overtake the messages ahead of it: it expires (semantics §1) and the consumer
+/// gets the backlog, in order, once the read is answered.
+#[test]
+fn a_ttl_0_message_does_not_overtake_a_paged_head_being_read() {
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 6);
+    disk.sync(&mut tb);
+    let now = tb.clock.now();
+    let consume =
+        BasicConsume { queue: short("q"), consumer_tag: short("ctag"), no_ack: true, ..Default::default() };
+    tb.broker
+        .handle_command(Command::Method { conn: c.conn, channel: c.channel, method: consume.into() }, now);
+    let publish = Publish {
+        exchange: short(""),
+        routing_key: short("q"),
+        mandatory: false,
+        properties: BasicProperties { expiration: Some(short("0")), ..Default::default() }.into(),
+        body: bytes::Bytes::from_static(b"ttl 0"),
+    };
+    tb.broker.handle_command(Command::Publish { conn: c.conn, channel: c.channel, publish }, now);
+    let mut got = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
+    assert_eq!(got, numbered_bodies(0..3), "the resident ones, and not the TTL 0 one");
+    got.extend(body_texts(&tb.advance(Duration::ZERO)));
+    assert_eq!(got, numbered_bodies(0..6), "and never the TTL 0 one: it expired");
 }
 
 /// Publishes `n` persistent messages alike but for their bodies (`body 0000`, … all of one

@@ -1,18 +1,19 @@
 //! The broker task: owns the `Broker`, applies commands in arrival order, fires its timers, and
 //! forwards effects to the connection tasks (ADR 0001).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use hourglass_broker::queue::SpillRead;
+use hourglass_broker::queue::{MessageRead, SpillFiles, SpillRead};
 use hourglass_broker::{
-    Broker, Command, ConnectionId, DefinitionNotStored, Effect, SequencedOp, StoredLocation,
+    Broker, Command, ConnectionId, DefinitionNotStored, Effect, Message, MessageSource, SequencedOp,
+    StoredLocation,
 };
 use hourglass_mgmt::JobRunner;
 use tokio::sync::{mpsc, Semaphore};
 
+use crate::blocking_reads::BlockingReads;
 use crate::clock::Clock;
-use crate::supervise::panic_message;
 
 /// How many commands (and other inputs) the task applies before it flushes effects: large enough
 /// to amortise wake-ups under load, small enough to keep latency low.
@@ -94,59 +95,33 @@ impl CommandBudget {
 /// Where the broker's store ops go: the store thread (`persistence.rs`), in op_seq order.
 pub type StoreSender = std::sync::mpsc::Sender<Vec<SequencedOp>>;
 
-/// Spill reads performed at once (each up to 80 KB): the chunks read and not yet taken by the
-/// broker stay bounded however many far tiers ask.
+/// Spill reads performed at once (each up to 80 KB).
 const SPILL_READS_AT_ONCE: usize = 16;
 
-/// A spill read and what it read (`hourglass_broker`'s `spill_reads.rs`).
-type SpillDone = (SpillRead, Result<Vec<u8>, String>);
+/// Reads of paged messages performed at once (each a queue's read-ahead, at most its resident
+/// byte limit).
+const MESSAGE_READS_AT_ONCE: usize = 8;
 
-/// Performs the far tiers' spill reads on tokio's blocking threads (a read may wait on the disk;
-/// the broker task must not), [`SPILL_READS_AT_ONCE`] at a time; the others wait here, in order.
-struct SpillReader {
-    waiting: VecDeque<SpillRead>,
-    in_flight: usize,
-    done: mpsc::UnboundedSender<SpillDone>,
-    /// Unbounded: at most [`SPILL_READS_AT_ONCE`] outcomes are ever in it.
-    outcomes: mpsc::UnboundedReceiver<SpillDone>,
-}
-
-impl SpillReader {
-    fn new() -> Self {
-        let (done, outcomes) = mpsc::unbounded_channel();
-        SpillReader { waiting: VecDeque::new(), in_flight: 0, done, outcomes }
-    }
-
-    /// Takes the broker's new reads and starts what the bound allows.
-    fn start(&mut self, broker: &mut Broker) {
-        self.waiting.extend(std::iter::from_fn(|| broker.poll_spill_read()));
-        while self.in_flight < SPILL_READS_AT_ONCE {
-            let Some(read) = self.waiting.pop_front() else { break };
-            let files = broker.spill_files();
-            let done = self.done.clone();
-            self.in_flight += 1;
-            tokio::task::spawn_blocking(move || {
-                // A read that panics is answered as failed (the far tier then serves the run from
-                // memory), never left unanswered: its run would wait for ever, and this reader
-                // would be one read short of its bound.
-                let chunk = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match files {
-                    Some(files) => files.read_at(&read.file, read.offset, read.len),
-                    None => Err("no spill files".to_owned()),
-                }))
-                .unwrap_or_else(|panic| Err(format!("the spill read {}", panic_message(&*panic))));
-                // The receiver lives as long as the broker task.
-                let _ = done.send((read, chunk));
-            });
-        }
-    }
-
-    /// The next read's outcome (cancel-safe: nothing is lost if another branch wins).
-    async fn outcome(&mut self) -> Option<SpillDone> {
-        let outcome = self.outcomes.recv().await;
-        self.in_flight -= usize::from(outcome.is_some());
-        outcome
+/// A far tier's spill read, performed through `files` (`hourglass_broker`'s `spill_reads.rs`).
+fn read_spill(
+    files: Option<Arc<dyn SpillFiles>>,
+) -> impl Fn(&SpillRead) -> SpillChunk + Clone + Send + 'static {
+    move |read| match &files {
+        Some(files) => files.read_at(&read.file, read.offset, read.len),
+        None => Err("no spill files".to_owned()),
     }
 }
+
+type SpillChunk = Result<Vec<u8>, String>;
+
+/// A queue's read of paged messages, performed through `source` (`message_reads.rs`).
+fn read_messages(
+    source: Option<Arc<dyn MessageSource>>,
+) -> impl Fn(&MessageRead) -> MessagesRead + Clone + Send + 'static {
+    move |read| read.perform(source.as_deref())
+}
+
+type MessagesRead = Vec<Result<Message, String>>;
 
 pub async fn run(
     mut broker: Broker,
@@ -158,7 +133,8 @@ pub async fn run(
     let mut mailboxes: HashMap<ConnectionId, Mailbox> = HashMap::new();
     let mut outbox: HashMap<ConnectionId, Vec<Effect>> = HashMap::new();
     let mut jobs = JobRunner::default();
-    let mut spill = SpillReader::new();
+    let mut spill = BlockingReads::new(SPILL_READS_AT_ONCE);
+    let mut paged = BlockingReads::new(MESSAGE_READS_AT_ONCE);
     loop {
         // Ops first (restore may have left some), so the store starts syncing them before the
         // effects are handed out.
@@ -178,7 +154,15 @@ pub async fn run(
                 }
             }
         }
-        spill.start(&mut broker);
+        spill.queue(std::iter::from_fn(|| broker.poll_spill_read()));
+        spill.start(|| read_spill(broker.spill_files()), |_, panic| Err(format!("the spill read {panic}")));
+        paged.queue(std::iter::from_fn(|| broker.poll_message_read()));
+        paged.start(
+            || read_messages(broker.message_source()),
+            |read: &MessageRead, panic| {
+                read.locations.iter().map(|_| Err(format!("the message read {panic}"))).collect()
+            },
+        );
         while let Some(effect) = broker.poll_effect() {
             outbox.entry(effect.conn()).or_default().push(effect);
         }
@@ -203,6 +187,7 @@ pub async fn run(
                 }
             }
             Some((read, chunk)) = spill.outcome() => broker.handle_spill_read(read, chunk, clock.now()),
+            Some((read, messages)) = paged.outcome() => broker.handle_message_read(read, messages, clock.now()),
             _ = sleep_until(deadline) => broker.handle_timeout(clock.now()),
         }
     }

@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod alarm;
+pub mod blocking_reads;
 pub mod broker_task;
 pub mod catalog_file;
 pub mod clock;

@@ -162,20 +162,40 @@ impl TestBroker {
     }
 
     fn drain(&mut self) -> Vec<Effect> {
-        self.answer_spill_reads();
+        self.answer_reads();
         std::iter::from_fn(|| self.broker.poll_effect()).collect()
     }
 
+    /// Performs the reads the broker asked for, and those their answers ask for, until none
+    /// is left (`answer_spill_reads`, `answer_message_reads`).
+    pub fn answer_reads(&mut self) {
+        while self.answer_spill_reads() + self.answer_message_reads() > 0 {}
+    }
+
+    /// Performs the reads of paged messages the broker asked for and hands their outcomes
+    /// back, at once and at the same time; returns how many it answered.
+    pub fn answer_message_reads(&mut self) -> usize {
+        let reads: Vec<_> = std::iter::from_fn(|| self.broker.poll_message_read()).collect();
+        for read in &reads {
+            let messages = read.perform(self.broker.message_source().as_deref());
+            self.broker.handle_message_read(read.clone(), messages, self.clock.now());
+        }
+        reads.len()
+    }
+
     /// Performs the spill reads the broker asked for and hands their outcomes back, at once
-    /// and at the same time (the server's driver answers them a little later).
-    pub fn answer_spill_reads(&mut self) {
-        while let Some(read) = self.broker.poll_spill_read() {
+    /// and at the same time (the server's driver answers them a little later); returns how
+    /// many it answered.
+    pub fn answer_spill_reads(&mut self) -> usize {
+        let reads: Vec<_> = std::iter::from_fn(|| self.broker.poll_spill_read()).collect();
+        for read in &reads {
             let chunk = match self.broker.spill_files() {
                 Some(files) => files.read_at(&read.file, read.offset, read.len),
                 None => Err("no spill files".to_owned()),
             };
-            self.broker.handle_spill_read(read, chunk, self.clock.now());
+            self.broker.handle_spill_read(read.clone(), chunk, self.clock.now());
         }
+        reads.len()
     }
 }
 

@@ -153,6 +153,14 @@ impl Entry {
         }
     }
 
+    /// Where the message is in the store when it is paged out (only there).
+    pub fn paged_at(&self) -> Option<RecordLocation> {
+        match &self.payload {
+            Payload::Paged(paged) => Some(paged.location()),
+            _ => None,
+        }
+    }
+
     pub fn body_size(&self) -> usize {
         self.payload.body_size()
     }

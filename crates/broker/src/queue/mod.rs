@@ -52,7 +52,7 @@ pub use far_files::{MemorySpillFiles, SpillFiles};
 use message_groups::{GroupKey, GroupOrder, MessageGroups};
 use packed::Packed;
 use paging::Pager;
-pub use paging::PagingLimits;
+pub use paging::{MessageRead, PagingLimits};
 use ready::Ready;
 pub use stats::{BindingInfo, QueueStats};
 pub use tally::Tally;
@@ -392,6 +392,66 @@ impl Queue {
                 return Some(entry);
             }
         }
+    }
+
+    /// Takes the next ready message for a consumer, as `take_for_delivery` does, but reads no
+    /// record on the broker's thread: a paged head is asked for with a batch behind it
+    /// (`ask_head_read`) and nothing comes back until the read is answered (`messages_read`).
+    /// A queue with message groups (SQS) reads in place, as `take_for_delivery` does.
+    pub fn take_for_consumer(&mut self, expect_ack: bool) -> Option<Entry> {
+        if self.groups.is_some() || !self.pager.enabled() {
+            return self.take_for_delivery(expect_ack);
+        }
+        loop {
+            let head = self.ready.head()?;
+            if head.paged_at().is_some() {
+                if self.pager.is_unreadable(head) {
+                    let entry = self.ready.pop_front()?;
+                    self.pager.drop_unread(&entry);
+                    continue;
+                }
+                if self.pager.reading() {
+                    return None;
+                }
+                self.ask_head_read();
+                if self.ready.head()?.paged_at().is_some() {
+                    return None;
+                }
+            }
+            // The head is in memory, or packed and unpacked here.
+            let mut entry = self.ready.pop_front()?;
+            if self.pager.page_in(&mut entry) {
+                self.mark_delivered(&entry, expect_ack);
+                return Some(entry);
+            }
+        }
+    }
+
+    /// Asks for the paged messages among the read-ahead at the head (up to the resident byte
+    /// limit, at least one); packed ones there are unpacked at once.
+    fn ask_head_read(&mut self) {
+        let (pager, mut asked, mut bytes) = (&mut self.pager, Vec::new(), 0usize);
+        let limits = pager.limits;
+        self.ready.page_in_head(limits.read_ahead(), |payload| match payload {
+            Payload::Paged(paged) => {
+                if asked.is_empty() || bytes < limits.max_resident_bytes {
+                    bytes += paged.location().record_bytes as usize;
+                    asked.push(paged.location());
+                }
+                false
+            }
+            _ => pager.make_resident(payload).is_ok(),
+        });
+        self.pager.ask(asked);
+    }
+
+    /// The answer to the read `ask_head_read` asked for: the messages read, in the order of
+    /// `locations`. Those still at the head are put in memory; the others are left to be asked
+    /// for again.
+    pub fn messages_read(&mut self, locations: &[RecordLocation], messages: Vec<Result<Message, String>>) {
+        let mut read = self.pager.answered(locations, messages);
+        let pager = &mut self.pager;
+        self.ready.page_in_head(pager.limits.read_ahead(), |payload| pager.resident_from(&mut read, payload));
     }
 
     /// Takes ready message `seq` for a delivery, read back if paged out. `None` when it cannot

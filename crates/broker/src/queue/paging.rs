@@ -1,8 +1,10 @@
 //! Paging (ADR 0007): a durable queue keeps the bodies of its head in memory and only the store
 //! location of the rest. This file holds the policy (when to page out, how much to read ahead)
-//! and each queue's [`Pager`]: the injected [`MessageSource`] and the ids of messages that could
-//! not be read back (settled by the broker, `Broker::reschedule`).
+//! and each queue's [`Pager`]: the injected [`MessageSource`], the read of its paged head it asked
+//! the driver for ([`MessageRead`], `message_reads.rs`) and the ids of messages that could not be
+//! read back (settled by the broker, `Broker::reschedule`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload};
@@ -69,6 +71,39 @@ pub(crate) struct Pager {
     pub unreadable: u64,
     /// Messages read back, over the queue's life.
     pub reads: u64,
+    /// The paged head's locations this queue asked to have read, not yet collected by the
+    /// broker (`take_ask`).
+    asked: Option<Vec<RecordLocation>>,
+    /// Whether a read it asked for is out (asked or collected, not yet answered): it asks for
+    /// no other meanwhile.
+    reading: bool,
+    /// Locations the last answer could not read: their messages are dropped when they reach
+    /// the head, not asked for again.
+    unreadable_at: Vec<RecordLocation>,
+}
+
+/// A queue's ask for the records of the paged messages at its head, for the driver to read off
+/// the broker's thread (`MessageRead::perform`) and hand back (`Broker::handle_message_read`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageRead {
+    /// The asking queue's number.
+    pub queue: u64,
+    /// The records to read, the head's first.
+    pub locations: Vec<RecordLocation>,
+}
+
+impl MessageRead {
+    /// Reads and decodes each record through `source`, in the order asked (run it where a
+    /// read may wait on the disk).
+    pub fn perform(&self, source: Option<&dyn MessageSource>) -> Vec<Result<Message, String>> {
+        self.locations.iter().map(|&at| read_message(source, at)).collect()
+    }
+}
+
+/// Reads and decodes the record at `location` through `source`.
+fn read_message(source: Option<&dyn MessageSource>, location: RecordLocation) -> Result<Message, String> {
+    let record = source.ok_or("no message source attached")?.read(location)?;
+    decode_record(record).ok_or_else(|| "the stored record does not decode".to_owned())
 }
 
 impl Pager {
@@ -91,11 +126,13 @@ impl Pager {
         self.source.is_some()
     }
 
+    pub fn source(&self) -> Option<Arc<dyn MessageSource>> {
+        self.source.clone()
+    }
+
     /// Reads and decodes the record at `location`.
     pub fn read_record(&self, location: RecordLocation) -> Result<Message, String> {
-        let source = self.source.as_ref().ok_or("no message source attached")?;
-        let record = source.read(location)?;
-        decode_record(record).ok_or_else(|| "the stored record does not decode".to_owned())
+        read_message(self.source.as_deref(), location)
     }
 
     /// The message of a paged entry, read back.
@@ -138,6 +175,12 @@ impl Pager {
             Payload::Paged(paged) => Some(paged.location()),
         };
         let Err(reason) = self.make_resident(&mut entry.payload) else { return true };
+        self.drop_unreadable(entry, location, &reason);
+        false
+    }
+
+    /// Counts `entry`, whose message cannot be read back, and notes it lost.
+    fn drop_unreadable(&mut self, entry: &Entry, location: Option<RecordLocation>, reason: &str) {
         tracing::warn!(
             msg_id = entry.persist_id(),
             ?location,
@@ -146,7 +189,74 @@ impl Pager {
         );
         self.unreadable += 1;
         self.lost.extend(entry.persist_id());
-        false
+    }
+
+    /// Whether a read this pager asked for is out.
+    pub fn reading(&self) -> bool {
+        self.reading
+    }
+
+    /// Asks for the records at `locations` to be read (nothing when empty).
+    pub fn ask(&mut self, locations: Vec<RecordLocation>) {
+        if !locations.is_empty() {
+            self.asked = Some(locations);
+            self.reading = true;
+        }
+    }
+
+    /// The read this pager asked for, once.
+    pub fn take_ask(&mut self) -> Option<Vec<RecordLocation>> {
+        self.asked.take()
+    }
+
+    /// Takes the answer to the read asked for: the messages read, by location. Those that could
+    /// not be read are kept to be dropped when they reach the head (`is_unreadable`).
+    pub fn answered(
+        &mut self,
+        locations: &[RecordLocation],
+        messages: Vec<Result<Message, String>>,
+    ) -> HashMap<RecordLocation, Message> {
+        self.reading = false;
+        self.unreadable_at.clear();
+        let mut read = HashMap::with_capacity(locations.len());
+        for (&at, message) in locations.iter().zip(messages) {
+            match message {
+                Ok(message) => {
+                    read.insert(at, message);
+                }
+                Err(reason) => {
+                    tracing::warn!(?at, %reason, "a paged message cannot be read back");
+                    self.unreadable_at.push(at);
+                }
+            }
+        }
+        read
+    }
+
+    /// Whether the last answer could not read `entry`'s message.
+    pub fn is_unreadable(&self, entry: &Entry) -> bool {
+        entry.paged_at().is_some_and(|at| self.unreadable_at.contains(&at))
+    }
+
+    /// Drops `entry`, whose message the last answer could not read (`is_unreadable`).
+    pub fn drop_unread(&mut self, entry: &Entry) {
+        let Some(location) = entry.paged_at() else { return };
+        self.unreadable_at.retain(|&at| at != location);
+        self.drop_unreadable(entry, Some(location), "its read failed");
+    }
+
+    /// Puts the message read for a paged `payload` in memory, taken from `read`; `false` when
+    /// `read` has none for it.
+    pub fn resident_from(
+        &mut self,
+        read: &mut HashMap<RecordLocation, Message>,
+        payload: &mut Payload,
+    ) -> bool {
+        let Payload::Paged(paged) = payload else { return false };
+        let Some(message) = read.remove(&paged.location()) else { return false };
+        *payload = Payload::Resident(Arc::new(message));
+        self.reads += 1;
+        true
     }
 
     /// The store ids of messages dropped as unreadable since the last call.

@@ -168,10 +168,14 @@ impl Ready {
         count
     }
 
+    /// The next message.
+    pub fn head(&self) -> Option<&Entry> {
+        self.levels.iter().rev().find_map(|level| level.slots.iter().find_map(Slot::head))
+    }
+
     /// Whether the next message is packed or paged out.
     pub fn head_is_not_resident(&self) -> bool {
-        let head = self.levels.iter().rev().find_map(|level| level.slots.iter().find_map(Slot::head));
-        head.is_some_and(|entry| entry.resident().is_none())
+        self.head().is_some_and(|entry| entry.resident().is_none())
     }
 
     /// Makes up to `max` messages at the head of the highest non-empty level resident, in order,
