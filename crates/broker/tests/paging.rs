@@ -240,7 +240,7 @@ fn paged_messages_reach_a_consumer_through_reads_the_driver_performs() {
     assert_eq!(disk.reads(), 0, "the broker read no record");
     let mut got = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
     assert_eq!(got, numbered_bodies(0..3), "the resident ones at once");
-    let read_ahead = two_resident().read_ahead();
+    let read_ahead = two_resident().consumer_read();
     while let Some(read) = tb.broker.poll_message_read() {
         let batch = read_ahead.min(3000 - got.len());
         assert_eq!(read.locations.len(), batch, "a read-ahead per read");

@@ -44,6 +44,9 @@ pub enum Scenario {
     /// Waits until a queue holds at least N messages (e.g. while a broker recovers after a
     /// restart): the time it took, polling a passive queue.declare on fresh connections.
     Depth(DepthArgs),
+    /// One consumer takes N messages already waiting in a queue: time to the first delivery,
+    /// rate, broker CPU per message.
+    Drain(DrainArgs),
     /// N durable queues declared and bound one at a time: the rate per slice as they add up.
     Declares(DeclaresArgs),
     /// Fills a durable queue with N persistent messages due far ahead (x-delay, or per-message TTL
@@ -162,6 +165,28 @@ pub struct DepthArgs {
     /// Done once the queue reports at least this many messages.
     #[arg(long)]
     pub messages: u64,
+    /// Give up after this long.
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout_s: f64,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct DrainArgs {
+    /// The queue to drain (it is neither declared nor deleted).
+    #[arg(long)]
+    pub queue: String,
+    /// Done after this many deliveries.
+    #[arg(long)]
+    pub messages: u64,
+    /// Consume with no-ack (auto-ack).
+    #[arg(long)]
+    pub auto_ack: bool,
+    /// basic.qos prefetch-count (0 = unlimited); ignored with --auto-ack.
+    #[arg(long, default_value_t = 1000)]
+    pub prefetch: u16,
+    /// Manual ack: one basic.ack (multiple=true) every K deliveries.
+    #[arg(long, default_value_t = 100)]
+    pub ack_every: u32,
     /// Give up after this long.
     #[arg(long, default_value_t = 600.0)]
     pub timeout_s: f64,

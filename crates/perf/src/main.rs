@@ -32,6 +32,7 @@ fn main() -> anyhow::Result<()> {
             scenario::deadlines::run(&run, args, scenario::deadlines::Kind::Visibility)
         }
         Scenario::Depth(args) => scenario::depth::run(&run, args),
+        Scenario::Drain(args) => scenario::drain::run(&run, args),
         Scenario::Declares(args) => scenario::declares::run(&run, args),
         Scenario::ScaleFill(args) => scenario::scale::fill(&run, args),
         Scenario::ScaleTracers(args) => scenario::scale::tracers(&run, args),

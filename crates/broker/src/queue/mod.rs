@@ -427,12 +427,12 @@ impl Queue {
         }
     }
 
-    /// Asks for the paged messages among the read-ahead at the head (up to the resident byte
-    /// limit, at least one); packed ones there are unpacked at once.
+    /// Asks for the paged messages among the first `PagingLimits::consumer_read` at the head
+    /// (up to the resident byte limit, at least one); packed ones there are unpacked at once.
     fn ask_head_read(&mut self) {
         let (pager, mut asked, mut bytes) = (&mut self.pager, Vec::new(), 0usize);
         let limits = pager.limits;
-        self.ready.page_in_head(limits.read_ahead(), |payload| match payload {
+        self.ready.page_in_head(limits.consumer_read(), |payload| match payload {
             Payload::Paged(paged) => {
                 if asked.is_empty() || bytes < limits.max_resident_bytes {
                     bytes += paged.location().record_bytes as usize;
@@ -451,7 +451,8 @@ impl Queue {
     pub fn messages_read(&mut self, locations: &[RecordLocation], messages: Vec<Result<Message, String>>) {
         let mut read = self.pager.answered(locations, messages);
         let pager = &mut self.pager;
-        self.ready.page_in_head(pager.limits.read_ahead(), |payload| pager.resident_from(&mut read, payload));
+        self.ready
+            .page_in_head(pager.limits.consumer_read(), |payload| pager.resident_from(&mut read, payload));
     }
 
     /// Takes ready message `seq` for a delivery, read back if paged out. `None` when it cannot

@@ -4,7 +4,7 @@
 //! the driver for ([`MessageRead`], `message_reads.rs`) and the ids of messages that could not be
 //! read back (settled by the broker, `Broker::reschedule`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload};
@@ -54,6 +54,13 @@ impl PagingLimits {
     pub fn read_ahead(&self) -> usize {
         READ_AHEAD.min(self.max_resident_messages).max(1)
     }
+
+    /// How many paged messages one read for a consumer asks for (`MessageRead`): as many as one
+    /// dispatch reads back in place, so that the broker's turns (and the writes of their
+    /// deliveries) stay as large; never more than the queue may hold in memory, at least one.
+    pub fn consumer_read(&self) -> usize {
+        (MAX_READS_PER_DISPATCH as usize).min(self.max_resident_messages).max(1)
+    }
 }
 
 /// A queue's access to the store for its paged messages.
@@ -97,6 +104,27 @@ impl MessageRead {
     /// read may wait on the disk).
     pub fn perform(&self, source: Option<&dyn MessageSource>) -> Vec<Result<Message, String>> {
         self.locations.iter().map(|&at| read_message(source, at)).collect()
+    }
+}
+
+/// The messages an answer read, taken as the head is walked again: in the order asked, which is
+/// the head's order unless it changed while the read was out; then by location.
+#[derive(Default)]
+pub(crate) struct ReadBack {
+    in_order: VecDeque<(RecordLocation, Message)>,
+    by_location: HashMap<RecordLocation, Message>,
+}
+
+impl ReadBack {
+    /// The message read at `at`, once.
+    fn take(&mut self, at: RecordLocation) -> Option<Message> {
+        match self.in_order.front() {
+            Some((next, _)) if *next == at => self.in_order.pop_front().map(|(_, message)| message),
+            _ => {
+                self.by_location.extend(self.in_order.drain(..));
+                self.by_location.remove(&at)
+            }
+        }
     }
 }
 
@@ -215,15 +243,13 @@ impl Pager {
         &mut self,
         locations: &[RecordLocation],
         messages: Vec<Result<Message, String>>,
-    ) -> HashMap<RecordLocation, Message> {
+    ) -> ReadBack {
         self.reading = false;
         self.unreadable_at.clear();
-        let mut read = HashMap::with_capacity(locations.len());
+        let mut read = ReadBack::default();
         for (&at, message) in locations.iter().zip(messages) {
             match message {
-                Ok(message) => {
-                    read.insert(at, message);
-                }
+                Ok(message) => read.in_order.push_back((at, message)),
                 Err(reason) => {
                     tracing::warn!(?at, %reason, "a paged message cannot be read back");
                     self.unreadable_at.push(at);
@@ -247,13 +273,9 @@ impl Pager {
 
     /// Puts the message read for a paged `payload` in memory, taken from `read`; `false` when
     /// `read` has none for it.
-    pub fn resident_from(
-        &mut self,
-        read: &mut HashMap<RecordLocation, Message>,
-        payload: &mut Payload,
-    ) -> bool {
+    pub fn resident_from(&mut self, read: &mut ReadBack, payload: &mut Payload) -> bool {
         let Payload::Paged(paged) = payload else { return false };
-        let Some(message) = read.remove(&paged.location()) else { return false };
+        let Some(message) = read.take(paged.location()) else { return false };
         *payload = Payload::Resident(Arc::new(message));
         self.reads += 1;
         true
@@ -290,6 +312,35 @@ mod tests {
         assert_eq!(small.read_ahead(), 3);
         let none = PagingLimits { max_resident_messages: 0, max_resident_bytes: 0 };
         assert_eq!(none.read_ahead(), 1);
+        assert_eq!(PagingLimits::default().consumer_read(), MAX_READS_PER_DISPATCH as usize);
+        assert_eq!((small.consumer_read(), none.consumer_read()), (3, 1));
+    }
+
+    fn at(offset: u32) -> RecordLocation {
+        RecordLocation { segment: 1, offset, record_bytes: 100 }
+    }
+
+    fn message(body: &'static str) -> Message {
+        use hourglass_wire::ShortStr;
+        let properties = hourglass_wire::EncodedProperties::from(&hourglass_wire::BasicProperties::default());
+        Message::new(ShortStr::from_static(""), ShortStr::from_static("q"), properties, body.into())
+    }
+
+    /// An answer's messages are taken in the order asked, and by location once the head's
+    /// order changed while the read was out; each once, and none that was not read.
+    #[test]
+    fn an_answer_is_taken_in_order_then_by_location() {
+        let mut pager = Pager::default();
+        let asked = [at(10), at(20), at(30), at(40)];
+        let answer = vec![Ok(message("a")), Ok(message("b")), Err("gone".to_owned()), Ok(message("d"))];
+        let mut read = pager.answered(&asked, answer);
+        let body = |m: Option<Message>| m.map(|m| m.body);
+        assert_eq!(body(read.take(at(10))), Some("a".into()));
+        assert_eq!(body(read.take(at(40))), Some("d".into()), "out of order");
+        assert_eq!(body(read.take(at(20))), Some("b".into()));
+        assert_eq!(body(read.take(at(20))), None, "once");
+        assert_eq!(body(read.take(at(30))), None, "not read");
+        assert_eq!(pager.unreadable_at, [at(30)]);
     }
 
     /// Without a source a paged entry cannot be read: it is counted, noted lost, and dropped.

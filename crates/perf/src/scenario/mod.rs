@@ -6,6 +6,7 @@ mod consumer;
 pub mod deadlines;
 pub mod declares;
 pub mod depth;
+pub mod drain;
 mod flow;
 pub mod get;
 pub mod idle;
