@@ -45,9 +45,14 @@ impl Broker {
                     queue.dispatch_again = Some(now.saturating_add_millis(1));
                     break;
                 }
+                let rotation = queue.consumers.rotation();
                 let Some(at) = pick_consumer(queue, sinks.channels) else { break };
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
-                let Some(entry) = queue.take_for_consumer(expect_ack) else { break };
+                let Some(entry) = queue.take_for_consumer(expect_ack) else {
+                    // Nothing in memory yet (its read is out): the consumer's turn is not spent.
+                    queue.consumers.rewind(rotation);
+                    break;
+                };
                 deliver(queue, at, entry, &mut sinks, now);
             }
         }

@@ -207,7 +207,7 @@ impl Broker {
 
 /// The message as this delivery carries it: `x-delivery-count` on redeliveries (semantics §5) and
 /// `x-receipt-handle` under a visibility timeout (semantics §4). The stored message is unchanged.
-/// `entry` comes from `take_for_delivery`, so its message is in memory; a paged one (a bug) goes
+/// `entry` comes from `take_for_delivery` or `take_for_consumer`, so its message is in memory; a paged one (a bug) goes
 /// out empty rather than stopping the broker.
 pub(crate) fn decorate(entry: &Entry, receipt_handle: Option<String>) -> Arc<Message> {
     let Some(message) = entry.resident() else {

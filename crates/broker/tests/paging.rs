@@ -231,12 +231,7 @@ fn paged_messages_reach_a_consumer_through_reads_the_driver_performs() {
     let (mut tb, c, mut disk) = setup(FieldTable::new());
     publish_n(&mut tb, c, "q", 3000);
     disk.sync(&mut tb);
-    let consume =
-        BasicConsume { queue: short("q"), consumer_tag: short("ctag"), no_ack: true, ..Default::default() };
-    tb.broker.handle_command(
-        Command::Method { conn: c.conn, channel: c.channel, method: consume.into() },
-        tb.clock.now(),
-    );
+    consume_unanswered(&mut tb, c, "ctag");
     assert_eq!(disk.reads(), 0, "the broker read no record");
     let mut got = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
     assert_eq!(got, numbered_bodies(0..3), "the resident ones at once");
@@ -255,6 +250,28 @@ fn paged_messages_reach_a_consumer_through_reads_the_driver_performs() {
     assert_eq!(got, numbered_bodies(0..3000));
 }
 
+/// A no-ack basic.consume of `q` as `tag`, with the reads it asks for left unanswered.
+fn consume_unanswered(tb: &mut TestBroker, c: Chan, tag: &str) {
+    let consume =
+        BasicConsume { queue: short("q"), consumer_tag: short(tag), no_ack: true, ..Default::default() };
+    let now = tb.clock.now();
+    tb.broker
+        .handle_command(Command::Method { conn: c.conn, channel: c.channel, method: consume.into() }, now);
+}
+
+/// A publish to `q`, with the reads it asks for left unanswered.
+fn publish_unanswered(tb: &mut TestBroker, c: Chan, properties: BasicProperties, body: &'static [u8]) {
+    let publish = Publish {
+        exchange: short(""),
+        routing_key: short("q"),
+        mandatory: false,
+        properties: properties.into(),
+        body: bytes::Bytes::from_static(body),
+    };
+    let now = tb.clock.now();
+    tb.broker.handle_command(Command::Publish { conn: c.conn, channel: c.channel, publish }, now);
+}
+
 /// A message with TTL 0 published while the consumer waits for its queue's paged head to be
 /// read does not overtake the messages ahead of it: it expires (semantics §1) and the consumer
 /// gets the backlog, in order, once the read is answered.
@@ -263,23 +280,45 @@ fn a_ttl_0_message_does_not_overtake_a_paged_head_being_read() {
     let (mut tb, c, mut disk) = setup(FieldTable::new());
     publish_n(&mut tb, c, "q", 6);
     disk.sync(&mut tb);
-    let now = tb.clock.now();
-    let consume =
-        BasicConsume { queue: short("q"), consumer_tag: short("ctag"), no_ack: true, ..Default::default() };
-    tb.broker
-        .handle_command(Command::Method { conn: c.conn, channel: c.channel, method: consume.into() }, now);
-    let publish = Publish {
-        exchange: short(""),
-        routing_key: short("q"),
-        mandatory: false,
-        properties: BasicProperties { expiration: Some(short("0")), ..Default::default() }.into(),
-        body: bytes::Bytes::from_static(b"ttl 0"),
-    };
-    tb.broker.handle_command(Command::Publish { conn: c.conn, channel: c.channel, publish }, now);
+    consume_unanswered(&mut tb, c, "ctag");
+    publish_unanswered(
+        &mut tb,
+        c,
+        BasicProperties { expiration: Some(short("0")), ..Default::default() },
+        b"ttl 0",
+    );
     let mut got = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
     assert_eq!(got, numbered_bodies(0..3), "the resident ones, and not the TTL 0 one");
     got.extend(body_texts(&tb.advance(Duration::ZERO)));
     assert_eq!(got, numbered_bodies(0..6), "and never the TTL 0 one: it expired");
+}
+
+/// Consumers keep their turns while their queue waits for a read of its paged head: commands
+/// that run the queue meanwhile (here publishes) deliver nothing and spend no one's turn, so the
+/// read's messages go round robin from the consumer whose turn it was. Before, each such run
+/// moved the rotation on.
+#[test]
+fn consumers_keep_their_turns_while_a_paged_head_is_read() {
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 7);
+    disk.sync(&mut tb);
+    for tag in ["a", "b"] {
+        consume_unanswered(&mut tb, c, tag);
+    }
+    for _ in 0..2 {
+        publish_unanswered(&mut tb, c, BasicProperties::default(), b"late");
+    }
+    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let mut tags: Vec<String> =
+        deliveries(&effects).iter().map(|d| d.method.consumer_tag.as_str().to_string()).collect();
+    tags.extend(
+        deliveries(&tb.advance(Duration::ZERO)).iter().map(|d| d.method.consumer_tag.as_str().to_string()),
+    );
+    assert_eq!(
+        tags,
+        ["a", "a", "a", "a", "b", "a", "b", "a", "b"],
+        "a took 0..3 alone, then turns alternate"
+    );
 }
 
 /// Publishes `n` persistent messages alike but for their bodies (`body 0000`, … all of one

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 use crate::blocking_reads::BlockingReads;
 use crate::clock::Clock;
+use crate::supervise::panic_message;
 
 /// How many commands (and other inputs) the task applies before it flushes effects: large enough
 /// to amortise wake-ups under load, small enough to keep latency low.
@@ -114,11 +115,19 @@ fn read_spill(
 
 type SpillChunk = Result<Vec<u8>, String>;
 
-/// A queue's read of paged messages, performed through `source` (`message_reads.rs`).
+/// A queue's read of paged messages, performed through `source` (`message_reads.rs`); a record
+/// whose read or decoding panics fails alone (it is dropped as unreadable), not its batch.
 fn read_messages(
     source: Option<Arc<dyn MessageSource>>,
 ) -> impl Fn(&MessageRead) -> MessagesRead + Clone + Send + 'static {
-    move |read| read.perform(source.as_deref())
+    move |read| {
+        read.perform_each(|at| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                MessageRead::read_one(source.as_deref(), at)
+            }))
+            .unwrap_or_else(|panic| Err(format!("the message read {}", panic_message(&*panic))))
+        })
+    }
 }
 
 type MessagesRead = Vec<Result<Message, String>>;

@@ -19,8 +19,9 @@ pub struct RecordLocation {
 }
 
 /// Reads the record stored at a location: the bytes `encode_record` made (exchange, routing key,
-/// properties, body), checksum verified. Called from the broker's thread; keep it a plain
-/// positioned read.
+/// properties, body), checksum verified. Called from the broker's thread (basic.get, SQS
+/// receives, dead-lettering, peeks) and from the driver's blocking threads (consumers' reads,
+/// `message_reads.rs`); keep it a plain positioned read.
 pub trait MessageSource: Send + Sync + fmt::Debug {
     fn read(&self, location: RecordLocation) -> Result<Bytes, String>;
 }

@@ -105,6 +105,16 @@ impl Consumers {
         best
     }
 
+    /// Where the rotation stands: hand it to `rewind` to undo a pick that delivered nothing.
+    pub fn rotation(&self) -> usize {
+        self.next
+    }
+
+    /// Puts the rotation back where `rotation` said it stood.
+    pub fn rewind(&mut self, to: usize) {
+        self.next = to;
+    }
+
     pub fn get(&self, at: usize) -> Option<&Consumer> {
         self.list.get(at)
     }

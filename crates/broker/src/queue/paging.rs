@@ -20,7 +20,8 @@ pub const MAX_RESIDENT_BYTES_DEFAULT: usize = 64 << 20;
 /// reads, few enough that a consumer never waits long for the first one.
 pub const READ_AHEAD: usize = 256;
 
-/// Paged messages one dispatch reads back at most; past this it stops and the queue is filed
+/// Paged messages one dispatch reads back in place at most (a queue with message groups; the
+/// size of a consumer's read, `PagingLimits::consumer_read`, too); past this it stops and the queue is filed
 /// to go on 1 ms later, so a consumer without prefetch limit (no-ack) on a deep paged queue
 /// cannot make the broker read the whole queue into memory in one go, and the driver flushes
 /// deliveries (and hears of a connection that cannot keep up) in between.
@@ -103,7 +104,21 @@ impl MessageRead {
     /// Reads and decodes each record through `source`, in the order asked (run it where a
     /// read may wait on the disk).
     pub fn perform(&self, source: Option<&dyn MessageSource>) -> Vec<Result<Message, String>> {
-        self.locations.iter().map(|&at| read_message(source, at)).collect()
+        self.perform_each(|at| read_message(source, at))
+    }
+
+    /// [`MessageRead::perform`] with each record read by `read` (a driver's wrapper around
+    /// [`MessageRead::read_one`], e.g. one that turns a panic into that record's error).
+    pub fn perform_each(
+        &self,
+        read: impl FnMut(RecordLocation) -> Result<Message, String>,
+    ) -> Vec<Result<Message, String>> {
+        self.locations.iter().copied().map(read).collect()
+    }
+
+    /// Reads and decodes the record at `at` through `source`.
+    pub fn read_one(source: Option<&dyn MessageSource>, at: RecordLocation) -> Result<Message, String> {
+        read_message(source, at)
     }
 }
 
