@@ -139,6 +139,8 @@ pub struct Broker {
     pub(crate) message_sizes: MessageSizes,
     pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
+    /// Paged messages waiting for their records to be dead-lettered (`dead_letter_reads.rs`).
+    pub(crate) dead_letter_reads: crate::dead_letter_reads::DeadLetterReads,
     /// `trace_on`'s vhosts and the deliveries to trace (`firehose.rs`).
     pub(crate) firehose: Firehose,
     pub(crate) persist: Persistence,
@@ -182,6 +184,7 @@ impl Broker {
             message_sizes: MessageSizes::default(),
             timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
+            dead_letter_reads: Default::default(),
             firehose: Firehose::default(),
             persist: Persistence::new(config.persistence),
             reply_consumers: ReplyConsumers::default(),

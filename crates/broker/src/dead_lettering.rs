@@ -26,17 +26,22 @@ pub(crate) type DeadLetterQueue = VecDeque<(QueueId, DeadLetter)>;
 impl Broker {
     /// Notes a queued message leaving queue `from` for `reason` (see `dead_letter_later`).
     /// A packed or paged-out message is made resident only when there is a dead-letter exchange
-    /// to send it to; one that cannot be read is dropped (and settled) like an expired one without a DLX.
+    /// to send it to: a packed one at once, a paged one by a read the driver performs, which
+    /// later dead-letterings from the queue wait behind (`dead_letter_reads.rs`). One that cannot
+    /// be read is dropped (and settled) like an expired one without a DLX.
     pub(crate) fn dead_letter_entry(&mut self, from: QueueId, mut entry: Entry, reason: DeathReason) {
         let persist_id = entry.persist_id();
         // Handed out this many times here: each failed delivery counted, and a rejected one is
         // the delivery under way (semantics §5).
         let receives = entry.delivery_count.saturating_add(u32::from(reason == DeathReason::Rejected));
-        if entry.resident().is_none() {
-            let Some(queue) = self.queues.get_mut(&from) else { return };
-            if queue.args.dead_letter_exchange.is_some() && !queue.pager.page_in(&mut entry) {
+        let Some(queue) = self.queues.get_mut(&from) else { return };
+        if queue.args.dead_letter_exchange.is_some() {
+            if entry.paged_at().is_none() && !queue.pager.page_in(&mut entry) {
                 // Noted lost by page_in: settled with the queue's other lost messages.
                 return;
+            }
+            if entry.paged_at().is_some() || self.dead_letter_reads.waits(from) {
+                return self.dead_letter_after_read(from, entry, reason, receives);
             }
         }
         match entry.payload {

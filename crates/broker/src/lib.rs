@@ -12,6 +12,7 @@ pub mod calendar;
 mod channel;
 pub mod churn;
 pub mod consumer_timeout;
+mod dead_letter_reads;
 mod dead_lettering;
 mod dispatch;
 mod enqueue;

@@ -1,6 +1,7 @@
 //! Reading paged messages back for consumers (ADR 0007) off the broker's thread (ARCHITECTURE.md,
 //! rule 1): a queue whose head is paged asks for it and a batch behind it
-//! (`Queue::take_for_consumer`) instead of reading the store. The asks are collected when the
+//! (`Queue::take_for_consumer`) instead of reading the store; so do paged messages leaving for a
+//! dead-letter exchange (`dead_letter_reads.rs`, which asks when the driver polls). The asks are collected when the
 //! queue is filed again (`Broker::reschedule`), handed to the driver (`poll_message_read`),
 //! performed by it where a read may wait on the disk ([`MessageRead::perform`] through
 //! [`Broker::message_source`]), and come back as an input (`handle_message_read`), which runs
@@ -11,14 +12,14 @@ use std::sync::Arc;
 use crate::broker::Broker;
 use crate::message::Message;
 use crate::persist::MessageSource;
-use crate::queue::{MessageRead, QueueId};
+use crate::queue::{MessageRead, QueueId, ReadPurpose};
 use crate::time::Timestamp;
 
 impl Broker {
     /// The next read of paged messages for the driver to perform ([`MessageRead::perform`]),
     /// its outcome handed to [`Broker::handle_message_read`].
     pub fn poll_message_read(&mut self) -> Option<MessageRead> {
-        self.message_reads.pop_front()
+        self.message_reads.pop_front().or_else(|| self.dead_letter_reads.next_read())
     }
 
     /// Where the reads are performed (none without `set_message_source`).
@@ -26,15 +27,19 @@ impl Broker {
         self.pager.source()
     }
 
-    /// A read's outcome, one per location asked: the queue puts the messages still at its head
-    /// in memory (one that could not be read is dropped when it reaches the head), and runs.
-    /// An answer for a queue that is gone is dropped.
+    /// A read's outcome, one per location asked. For consumers the queue puts the messages still
+    /// at its head in memory (one that could not be read is dropped when it reaches the head),
+    /// and runs; for dead-lettering they leave (`dead_letter_reads.rs`). An answer for a queue
+    /// that is gone is dropped.
     pub fn handle_message_read(
         &mut self,
         read: MessageRead,
         messages: Vec<Result<Message, String>>,
         now: Timestamp,
     ) {
+        if read.purpose == ReadPurpose::DeadLettering {
+            return self.dead_letters_read(&read, messages, now);
+        }
         let id = QueueId(read.queue);
         let Some(queue) = self.queues.get_mut(&id) else { return };
         queue.messages_read(&read.locations, messages);

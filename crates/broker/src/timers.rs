@@ -66,7 +66,8 @@ impl Broker {
         }
         queue.delayed.take_spill_reads(&mut self.spill_reads);
         if let Some(locations) = queue.pager.take_ask() {
-            self.message_reads.push_back(crate::queue::MessageRead { queue: id.0, locations });
+            let purpose = crate::queue::ReadPurpose::Consumers;
+            self.message_reads.push_back(crate::queue::MessageRead { queue: id.0, locations, purpose });
         }
         let next = queue.next_deadline();
         if next == queue.scheduled {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::disk::{paging_broker, Disk};
 use common::*;
-use hourglass_broker::queue::{MemorySpillFiles, SpillFiles, NEAR_HORIZON_MS};
+use hourglass_broker::queue::{MemorySpillFiles, ReadPurpose, SpillFiles, NEAR_HORIZON_MS};
 use hourglass_broker::{Command, PagingLimits, Publish, StoredBody, Timestamp};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
@@ -121,6 +121,44 @@ fn paged_messages_expire_and_are_dead_lettered() {
     }
     disk.sync(&mut tb);
     assert_eq!(disk.live(), 0);
+}
+
+/// Paged messages that expire are dead-lettered through reads the driver performs, in order
+/// with the messages in memory before and after them: the expiry reads no record on the broker's
+/// thread, and a later dead-lettering from the queue waits behind the read. Before, the expiry
+/// read each paged record itself, through the injected `MessageSource`.
+#[test]
+fn expired_paged_messages_are_dead_lettered_through_reads_the_driver_performs() {
+    let arguments = FieldTable::from_entries([
+        ("x-message-ttl", FieldValue::I64(1000)),
+        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
+        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
+    ]);
+    let (mut tb, c, mut disk) = setup(arguments);
+    tb.call(c, QueueDeclare { queue: short("dlq"), durable: true, ..Default::default() });
+    publish_n(&mut tb, c, "q", 6);
+    disk.sync(&mut tb);
+    let now = tb.clock.advance(Duration::from_millis(1000));
+    tb.broker.handle_timeout(now);
+    assert_eq!(disk.reads(), 0, "the expiry read no record");
+    assert_eq!(depth_unanswered(&mut tb, c, "dlq"), 3, "the ones in memory left at once");
+    let read = tb.broker.poll_message_read().expect("a read for the paged ones");
+    assert_eq!((read.locations.len(), read.purpose), (3, ReadPurpose::DeadLettering));
+    assert!(tb.broker.poll_message_read().is_none(), "one read out per queue");
+    // A message in memory that expires meanwhile waits behind the read.
+    publish_unanswered(&mut tb, c, BasicProperties::default(), b"later");
+    let now = tb.clock.advance(Duration::from_millis(1000));
+    tb.broker.handle_timeout(now);
+    assert_eq!(depth_unanswered(&mut tb, c, "dlq"), 3, "nothing overtakes the read");
+    let messages = read.perform(tb.broker.message_source().as_deref());
+    tb.broker.handle_message_read(read, messages, now);
+    disk.sync(&mut tb);
+    let effects = consume(&mut tb, c, "dlq", "ctag", true);
+    let mut expected = numbered_bodies(0..6);
+    expected.push("later".to_owned());
+    assert_eq!(body_texts(&effects), expected);
+    disk.sync(&mut tb);
+    assert_eq!(disk.live(), 0, "each message settled once");
 }
 
 /// An expired paged message without a dead-letter exchange is dropped without being read.
@@ -257,6 +295,20 @@ fn consume_unanswered(tb: &mut TestBroker, c: Chan, tag: &str) {
     let now = tb.clock.now();
     tb.broker
         .handle_command(Command::Method { conn: c.conn, channel: c.channel, method: consume.into() }, now);
+}
+
+/// The ready count of `queue` (a passive queue.declare), with the reads the broker asked for
+/// left unanswered.
+fn depth_unanswered(tb: &mut TestBroker, c: Chan, queue: &str) -> u32 {
+    let declare = QueueDeclare { queue: short(queue), passive: true, ..Default::default() };
+    let now = tb.clock.now();
+    tb.broker
+        .handle_command(Command::Method { conn: c.conn, channel: c.channel, method: declare.into() }, now);
+    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    match methods(&effects).as_slice() {
+        [Method::QueueDeclareOk(ok)] => ok.message_count,
+        other => panic!("expected queue.declare-ok, got {other:?}"),
+    }
 }
 
 /// A publish to `q`, with the reads it asks for left unanswered.

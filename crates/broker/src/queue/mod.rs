@@ -52,7 +52,7 @@ pub use far_files::{MemorySpillFiles, SpillFiles};
 use message_groups::{GroupKey, GroupOrder, MessageGroups};
 use packed::Packed;
 use paging::Pager;
-pub use paging::{MessageRead, PagingLimits};
+pub use paging::{MessageRead, PagingLimits, ReadPurpose};
 use ready::Ready;
 pub use stats::{BindingInfo, QueueStats};
 pub use tally::Tally;

@@ -98,6 +98,17 @@ pub struct MessageRead {
     pub queue: u64,
     /// The records to read, the head's first.
     pub locations: Vec<RecordLocation>,
+    /// What the messages are read for.
+    pub purpose: ReadPurpose,
+}
+
+/// What a [`MessageRead`] is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadPurpose {
+    /// The queue's paged head, for its consumers (`Queue::take_for_consumer`).
+    Consumers,
+    /// Paged messages that left the queue for its dead-letter exchange (`dead_letter_reads.rs`).
+    DeadLettering,
 }
 
 impl MessageRead {
@@ -131,8 +142,27 @@ pub(crate) struct ReadBack {
 }
 
 impl ReadBack {
+    /// The messages read at `locations` (`messages`, in the same order), and the locations that
+    /// could not be read.
+    pub fn new(
+        locations: &[RecordLocation],
+        messages: Vec<Result<Message, String>>,
+    ) -> (Self, Vec<RecordLocation>) {
+        let (mut read, mut unreadable) = (ReadBack::default(), Vec::new());
+        for (&at, message) in locations.iter().zip(messages) {
+            match message {
+                Ok(message) => read.in_order.push_back((at, message)),
+                Err(reason) => {
+                    tracing::debug!(?at, %reason, "a paged message cannot be read back");
+                    unreadable.push(at);
+                }
+            }
+        }
+        (read, unreadable)
+    }
+
     /// The message read at `at`, once.
-    fn take(&mut self, at: RecordLocation) -> Option<Message> {
+    pub fn take(&mut self, at: RecordLocation) -> Option<Message> {
         match self.in_order.front() {
             Some((next, _)) if *next == at => self.in_order.pop_front().map(|(_, message)| message),
             _ => {
@@ -223,7 +253,7 @@ impl Pager {
     }
 
     /// Counts `entry`, whose message cannot be read back, and notes it lost.
-    fn drop_unreadable(&mut self, entry: &Entry, location: Option<RecordLocation>, reason: &str) {
+    pub fn drop_unreadable(&mut self, entry: &Entry, location: Option<RecordLocation>, reason: &str) {
         tracing::warn!(
             msg_id = entry.persist_id(),
             ?location,
@@ -260,17 +290,8 @@ impl Pager {
         messages: Vec<Result<Message, String>>,
     ) -> ReadBack {
         self.reading = false;
-        self.unreadable_at.clear();
-        let mut read = ReadBack::default();
-        for (&at, message) in locations.iter().zip(messages) {
-            match message {
-                Ok(message) => read.in_order.push_back((at, message)),
-                Err(reason) => {
-                    tracing::warn!(?at, %reason, "a paged message cannot be read back");
-                    self.unreadable_at.push(at);
-                }
-            }
-        }
+        let (read, unreadable) = ReadBack::new(locations, messages);
+        self.unreadable_at = unreadable;
         read
     }
 
