@@ -14,9 +14,16 @@ One JSON line per run, then a table of medians per binary.
 
 Bounded: every step has a timeout; only processes this script started are stopped, by PID.
 
+With --dead-letter-after-s S the backlog is not consumed: a policy gives the queue a message
+TTL of S seconds and a dead-letter exchange into a second queue, and after the restart the run
+waits until the second queue holds all N (`hourglass-perf depth`) while the latency flow runs
+through the expiry: the time from the first message's due time to the last one dead-lettered.
+
 usage: scripts/bench_drain.py [--count 1000000] [--reps 3] [--binary PATH ...] [--no-build]
+                              [--dead-letter-after-s 20]
 """
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -26,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,28 +45,49 @@ QUEUE = "drain"
 STEP_TIMEOUT_S = 900
 
 
-def spawn(binary, data, port, log):
+def spawn(binary, data, port, http_port, log):
     return subprocess.Popen(
-        [binary, "--bind", "127.0.0.1", "--amqp-port", str(port), "--http-port", "0", "--metrics-port", "0",
-         "--data-dir", str(data)],
+        [binary, "--bind", "127.0.0.1", "--amqp-port", str(port), "--http-port", str(http_port), "--metrics-port",
+         "0", "--data-dir", str(data)],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "RUST_LOG": "warn", "NO_COLOR": "1"})
 
 
-def one_run(binary, count, latency_rate, latency_s):
+def dead_letter_policy(http_port, ttl_ms):
+    """The backlog's queue expires its messages after `ttl_ms` into QUEUE-dead."""
+    body = json.dumps({"pattern": f"^{QUEUE}-0$", "apply-to": "queues",
+                       "definition": {"message-ttl": ttl_ms, "dead-letter-exchange": "",
+                                      "dead-letter-routing-key": f"{QUEUE}-dead"}}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{http_port}/api/policies/%2f/dead", data=body,
+                                     method="PUT", headers={"content-type": "application/json"})
+    request.add_header("authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    urllib.request.urlopen(request, timeout=30).read()
+    request = urllib.request.Request(f"http://127.0.0.1:{http_port}/api/queues/%2f/{QUEUE}-dead",
+                                     data=json.dumps({"durable": True}).encode(), method="PUT",
+                                     headers={"content-type": "application/json"})
+    request.add_header("authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    urllib.request.urlopen(request, timeout=30).read()
+
+
+def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s):
     tmp = Path(tempfile.mkdtemp(prefix="hg-drain-"))
     log = open(tmp / "broker.log", "a")
-    port = free_port()
-    proc = spawn(binary, tmp / "data", port, log)
+    port, http_port = free_port(), free_port()
+    proc = spawn(binary, tmp / "data", port, http_port, log)
     try:
-        if not wait_for_port(port):
+        if not wait_for_port(port) or not wait_for_port(http_port):
             sys.exit(f"{binary} did not listen; see {tmp / 'broker.log'}")
+        if dead_letter_after_s:
+            dead_letter_policy(http_port, int(dead_letter_after_s * 1000))
+        filled_at = time.time()
         perf(port, proc.pid, "fill",
              ["throughput", "-P", "1", "-C", "0", "--size", "16", "--count", str(count), "--duration-s",
               str(STEP_TIMEOUT_S), "--confirm", "1000", "--persistent", "--durable", "--queue-name", QUEUE,
               "--keep-queues"], timeout=STEP_TIMEOUT_S + 60)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
-        proc = spawn(binary, tmp / "data", port, log)
+        proc = spawn(binary, tmp / "data", port, http_port, log)
+        if dead_letter_after_s:
+            return dead_letter_run(binary, count, port, latency_rate, latency_s, filled_at + dead_letter_after_s)
         perf(port, None, "restart", ["depth", "--queue", f"{QUEUE}-0", "--messages", str(count)],
              timeout=STEP_TIMEOUT_S)
         latency = {}
@@ -83,6 +113,28 @@ def one_run(binary, count, latency_rate, latency_s):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def dead_letter_run(binary, count, port, latency_rate, latency_s, first_due):
+    """Waits for all `count` in QUEUE-dead, with the latency flow started `latency_s / 2` before
+    the first message falls due."""
+    if not wait_for_port(port):
+        sys.exit(f"{binary} did not listen after the restart")
+    time.sleep(max(0.0, first_due - latency_s / 2 - time.time()))
+    latency = {}
+
+    def beside():
+        latency.update(perf(port, None, "latency", ["latency", "--rate", str(latency_rate), "--duration-s",
+                                                      str(latency_s)], timeout=latency_s + 120))
+
+    flow = threading.Thread(target=beside)
+    flow.start()
+    perf(port, None, "dead", ["depth", "--queue", f"{QUEUE}-dead", "--messages", str(count)], timeout=STEP_TIMEOUT_S)
+    all_dead_s = time.time() - first_due
+    flow.join(timeout=latency_s + 180)
+    return {"binary": str(binary), "count": count, "all_dead_lettered_after_first_due_s": round(all_dead_s, 3),
+            "latency_p50_us": latency.get("p50_us"), "latency_p99_us": latency.get("p99_us"),
+            "latency_max_us": latency.get("max_us")}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--count", type=int, default=1_000_000)
@@ -90,6 +142,7 @@ def main():
     ap.add_argument("--binary", action="append", help="a broker binary (repeat to compare)")
     ap.add_argument("--latency-rate", type=int, default=1000)
     ap.add_argument("--latency-s", type=float, default=5.0, help="how long the latency flow publishes")
+    ap.add_argument("--dead-letter-after-s", type=float, help="dead-letter the backlog after this TTL instead")
     ap.add_argument("--no-build", action="store_true")
     args = ap.parse_args()
     if not args.no_build:
@@ -99,11 +152,13 @@ def main():
     runs = []
     for _ in range(args.reps):
         for binary in binaries:
-            run = one_run(binary, args.count, args.latency_rate, args.latency_s)
+            run = one_run(binary, args.count, args.latency_rate, args.latency_s, args.dead_letter_after_s)
             print(json.dumps(run), flush=True)
             runs.append(run)
-    keys = ["drain_msg_per_s", "first_delivery_s", "broker_cpu_us_per_msg", "latency_p50_us", "latency_p99_us",
-            "latency_max_us"]
+    keys = ["drain_msg_per_s", "first_delivery_s", "broker_cpu_us_per_msg"]
+    if args.dead_letter_after_s:
+        keys = ["all_dead_lettered_after_first_due_s"]
+    keys += ["latency_p50_us", "latency_p99_us", "latency_max_us"]
     print("| binary | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
     for binary in binaries:
