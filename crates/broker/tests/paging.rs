@@ -161,6 +161,22 @@ fn expired_paged_messages_are_dead_lettered_through_reads_the_driver_performs() 
     assert_eq!(disk.live(), 0, "each message settled once");
 }
 
+/// A queue at its max-length drops its paged head without reading it when it has no
+/// dead-letter exchange. Before, dropping the head read it back on the broker's thread.
+#[test]
+fn a_paged_head_dropped_at_max_length_is_not_read() {
+    let (mut tb, c, mut disk) = setup(FieldTable::from_entries([("x-max-length", FieldValue::I64(5))]));
+    publish_n(&mut tb, c, "q", 5);
+    disk.sync(&mut tb);
+    for i in 5..10 {
+        tb.publish_with(c, "", "q", properties(i), format!("body {i}").as_bytes(), false);
+    }
+    disk.sync(&mut tb);
+    assert_eq!(disk.reads(), 0, "the dropped heads were not read");
+    let effects = consume(&mut tb, c, "q", "ctag", true);
+    assert_eq!(body_texts(&effects), numbered_bodies(5..10));
+}
+
 /// An expired paged message without a dead-letter exchange is dropped without being read.
 #[test]
 fn expired_paged_messages_without_dlx_are_not_read() {

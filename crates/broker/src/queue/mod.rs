@@ -148,6 +148,25 @@ pub struct QueueCounters {
     pub messages: MessageStats,
 }
 
+/// How a paged head is read before it is taken (`Queue::take_oldest`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HeadReads {
+    /// On the broker's thread, at once (basic.get, SQS receives: they answer within their
+    /// request).
+    InPlace,
+    /// By the driver, asked for (`MessageRead`): a consumer's.
+    Ask,
+}
+
+/// What the head needs before it is taken (`Queue::prepare_head`).
+enum Head {
+    Take,
+    /// Its read is out: take nothing until the answer.
+    Wait,
+    /// Its read could not read it: drop it.
+    Unreadable,
+}
+
 impl Queue {
     pub fn new(
         id: QueueId,
@@ -358,17 +377,23 @@ impl Queue {
                 return Some(entry);
             }
         }
-        self.take_oldest(expect_ack)
+        self.take_oldest(expect_ack, HeadReads::InPlace)
     }
 
-    /// Takes the oldest ready message (see `take_for_delivery`).
-    fn take_oldest(&mut self, expect_ack: bool) -> Option<Entry> {
+    /// Takes the oldest ready message (see `take_for_delivery`), its paged head read as `reads`
+    /// says (`prepare_head`).
+    fn take_oldest(&mut self, expect_ack: bool, reads: HeadReads) -> Option<Entry> {
         loop {
-            if self.ready.head_is_not_resident() {
-                let pager = &mut self.pager;
-                let read_ahead = pager.limits.read_ahead();
-                self.ready.page_in_head(read_ahead, |payload| pager.make_resident(payload).is_ok());
+            match self.prepare_head(reads)? {
+                Head::Wait => return None,
+                Head::Unreadable => {
+                    let entry = self.ready.pop_front()?;
+                    self.pager.drop_unread(&entry);
+                    continue;
+                }
+                Head::Take => {}
             }
+            // The head is in memory, or packed and unpacked by page_in.
             let mut entry = self.ready.pop_front()?;
             self.group_left_ready(entry.seq);
             if self.pager.page_in(&mut entry) {
@@ -376,6 +401,33 @@ impl Queue {
                 return Some(entry);
             }
         }
+    }
+
+    /// Readies the head to be taken (`None`: there is none). In place, a paged head is read
+    /// with a batch behind it. Asked for, it is asked for with a batch behind it
+    /// (`ask_head_read`) unless a read is out already, and waits; one its read could not read
+    /// is to be dropped.
+    fn prepare_head(&mut self, reads: HeadReads) -> Option<Head> {
+        let head = self.ready.head()?;
+        if head.resident().is_some() {
+            return Some(Head::Take);
+        }
+        if reads == HeadReads::InPlace {
+            let pager = &mut self.pager;
+            let read_ahead = pager.limits.read_ahead();
+            self.ready.page_in_head(read_ahead, |payload| pager.make_resident(payload).is_ok());
+            return Some(Head::Take);
+        }
+        if head.paged_at().is_none() {
+            return Some(Head::Take);
+        }
+        if self.pager.is_unreadable(head) {
+            return Some(Head::Unreadable);
+        }
+        if !self.pager.reading() {
+            self.ask_head_read();
+        }
+        Some(if self.ready.head()?.paged_at().is_some() { Head::Wait } else { Head::Take })
     }
 
     /// Takes the next ready message for an SQS receive, awaiting its delete: from an SQS FIFO
@@ -402,29 +454,7 @@ impl Queue {
         if self.groups.is_some() || !self.pager.enabled() {
             return self.take_for_delivery(expect_ack);
         }
-        loop {
-            let head = self.ready.head()?;
-            if head.paged_at().is_some() {
-                if self.pager.is_unreadable(head) {
-                    let entry = self.ready.pop_front()?;
-                    self.pager.drop_unread(&entry);
-                    continue;
-                }
-                if self.pager.reading() {
-                    return None;
-                }
-                self.ask_head_read();
-                if self.ready.head()?.paged_at().is_some() {
-                    return None;
-                }
-            }
-            // The head is in memory, or packed and unpacked here.
-            let mut entry = self.ready.pop_front()?;
-            if self.pager.page_in(&mut entry) {
-                self.mark_delivered(&entry, expect_ack);
-                return Some(entry);
-            }
-        }
+        self.take_oldest(expect_ack, HeadReads::Ask)
     }
 
     /// Asks for the paged messages among the first `PagingLimits::consumer_read` at the head
@@ -551,9 +581,12 @@ impl Queue {
         }
     }
 
-    /// Removes the oldest ready message (x-overflow drop-head).
+    /// Removes the oldest ready message (x-overflow drop-head) as it is: a paged one is read only
+    /// if it is dead-lettered (`Broker::dead_letter_entry`).
     pub fn drop_head(&mut self) -> Option<Entry> {
-        self.take_oldest(false)
+        let entry = self.ready.pop_front()?;
+        self.group_left_ready(entry.seq);
+        Some(entry)
     }
 
     /// Drops every ready message; returns how many there were and appends the store ids of the

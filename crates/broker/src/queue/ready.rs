@@ -173,10 +173,6 @@ impl Ready {
         self.levels.iter().rev().find_map(|level| level.slots.iter().find_map(Slot::head))
     }
 
-    /// Whether the next message is packed or paged out.
-    pub fn head_is_not_resident(&self) -> bool {
-        self.head().is_some_and(|entry| entry.resident().is_none())
-    }
 
     /// Makes up to `max` messages at the head of the highest non-empty level resident, in order,
     /// with `make_resident`; a message it cannot give stays as it was (and is dropped when it is
