@@ -1,6 +1,8 @@
 //! Dead-lettering paged messages without reading them on the broker's thread (ARCHITECTURE.md,
 //! rule 1). A message that leaves a queue with a dead-letter exchange while paged out waits here,
-//! and so does every later dead-lettering from its queue, so that they leave in order. The queue
+//! and so does every later message of its queue that expires or is dropped at max-length, so
+//! that they leave in order (a rejected or over-limit delivery leaves at once: it is no longer
+//! stored as queued, so it could not come back after a restart). The queue
 //! asks for the waiting messages' records (a [`MessageRead`] for [`ReadPurpose::DeadLettering`],
 //! performed by the driver like a consumer's read, `message_reads.rs`); the answer sends those it
 //! brought back on to `dead_letter_later`, and drops one that could not be read (counted and
@@ -8,6 +10,8 @@
 //!
 //! A waiting message has left its queue but is not settled in the store: a restart brings it
 //! back, and it leaves again (at least once, semantics §2). Checkpoints list it to be read back.
+//! When its queue is deleted it goes with the queue's other messages, not dead-lettered (as a
+//! deleted queue's messages are not).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -18,9 +22,6 @@ use crate::queue::entry::Entry;
 use crate::queue::paging::ReadBack;
 use crate::queue::{DeathReason, MessageRead, QueueId, ReadPurpose};
 use crate::time::Timestamp;
-
-/// Paged records one dead-lettering read asks for at most.
-const READ_MAX: usize = 1024;
 
 /// A message waiting to be dead-lettered.
 #[derive(Debug)]
@@ -51,13 +52,19 @@ impl DeadLetterReads {
         self.queues.contains_key(&id)
     }
 
-    /// The next read to ask for: the paged records at the front of a queue without a read out.
-    pub fn next_read(&mut self) -> Option<MessageRead> {
+    /// The next read to ask for: the paged records at the front of a queue without a read out,
+    /// `max` at most.
+    pub fn next_read(&mut self, max: usize) -> Option<MessageRead> {
         let (id, queue) = self.queues.iter_mut().find(|(_, q)| !q.reading)?;
-        let locations: Vec<_> =
-            queue.waiting.iter().filter_map(|w| w.entry.paged_at()).take(READ_MAX).collect();
+        let locations: Vec<_> = queue.waiting.iter().filter_map(|w| w.entry.paged_at()).take(max).collect();
         queue.reading = true;
         Some(MessageRead { queue: id.0, locations, purpose: ReadPurpose::DeadLettering })
+    }
+
+    /// Forgets queue `id`'s waiting messages (it is being deleted; the store forgets them
+    /// with it). An answer for it is dropped.
+    pub fn forget(&mut self, id: QueueId) {
+        self.queues.remove(&id);
     }
 
     /// The store ids of the messages waiting, by queue (for a checkpoint: to be read back).

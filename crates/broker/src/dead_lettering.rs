@@ -27,7 +27,7 @@ impl Broker {
     /// Notes a queued message leaving queue `from` for `reason` (see `dead_letter_later`).
     /// A packed or paged-out message is made resident only when there is a dead-letter exchange
     /// to send it to: a packed one at once, a paged one by a read the driver performs, which
-    /// later dead-letterings from the queue wait behind (`dead_letter_reads.rs`). One that cannot
+    /// later expired or dropped messages of the queue wait behind (`dead_letter_reads.rs`). One that cannot
     /// be read is dropped (and settled) like an expired one without a DLX.
     pub(crate) fn dead_letter_entry(&mut self, from: QueueId, mut entry: Entry, reason: DeathReason) {
         let persist_id = entry.persist_id();
@@ -40,7 +40,10 @@ impl Broker {
                 // Noted lost by page_in: settled with the queue's other lost messages.
                 return;
             }
-            if entry.paged_at().is_some() || self.dead_letter_reads.waits(from) {
+            // Only a message still stored as queued waits behind a read: a restart brings it back
+            // to leave again. A rejected or over-limit one was delivered; it leaves at once.
+            let restorable = matches!(reason, DeathReason::Expired | DeathReason::Maxlen);
+            if entry.paged_at().is_some() || (restorable && self.dead_letter_reads.waits(from)) {
                 return self.dead_letter_after_read(from, entry, reason, receives);
             }
         }

@@ -1,4 +1,4 @@
-//! Reading paged messages back for consumers (ADR 0007) off the broker's thread (ARCHITECTURE.md,
+//! Reading paged messages back for consumers and dead-lettering (ADR 0007) off the broker's thread (ARCHITECTURE.md,
 //! rule 1): a queue whose head is paged asks for it and a batch behind it
 //! (`Queue::take_for_consumer`) instead of reading the store; so do paged messages leaving for a
 //! dead-letter exchange (`dead_letter_reads.rs`, which asks when the driver polls). The asks are collected when the
@@ -19,7 +19,8 @@ impl Broker {
     /// The next read of paged messages for the driver to perform ([`MessageRead::perform`]),
     /// its outcome handed to [`Broker::handle_message_read`].
     pub fn poll_message_read(&mut self) -> Option<MessageRead> {
-        self.message_reads.pop_front().or_else(|| self.dead_letter_reads.next_read())
+        let max = self.pager.limits.consumer_read();
+        self.message_reads.pop_front().or_else(|| self.dead_letter_reads.next_read(max))
     }
 
     /// Where the reads are performed (none without `set_message_source`).

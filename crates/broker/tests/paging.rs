@@ -143,7 +143,12 @@ fn expired_paged_messages_are_dead_lettered_through_reads_the_driver_performs() 
     assert_eq!(disk.reads(), 0, "the expiry read no record");
     assert_eq!(depth_unanswered(&mut tb, c, "dlq"), 3, "the ones in memory left at once");
     let read = tb.broker.poll_message_read().expect("a read for the paged ones");
-    assert_eq!((read.locations.len(), read.purpose), (3, ReadPurpose::DeadLettering));
+    let batch = two_resident().consumer_read();
+    assert_eq!(
+        (read.locations.len(), read.purpose),
+        (batch, ReadPurpose::DeadLettering),
+        "3 paged, read 2 at a time"
+    );
     assert!(tb.broker.poll_message_read().is_none(), "one read out per queue");
     // A message in memory that expires meanwhile waits behind the read.
     publish_unanswered(&mut tb, c, BasicProperties::default(), b"later");
@@ -159,6 +164,43 @@ fn expired_paged_messages_are_dead_lettered_through_reads_the_driver_performs() 
     assert_eq!(body_texts(&effects), expected);
     disk.sync(&mut tb);
     assert_eq!(disk.live(), 0, "each message settled once");
+}
+
+/// While paged messages wait for their dead-lettering read, a rejected delivery of the same
+/// queue leaves at once (it is no longer stored as queued: waiting, a crash would have put it
+/// back as ready); and a queue deleted meanwhile takes its waiting messages with it, its read's
+/// answer dropped.
+#[test]
+fn a_rejection_does_not_wait_behind_a_dead_lettering_read_and_a_deleted_queue_drops_it() {
+    let arguments = FieldTable::from_entries([
+        ("x-message-ttl", FieldValue::I64(1000)),
+        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
+        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
+    ]);
+    let (mut tb, c, mut disk) = setup(arguments);
+    tb.call(c, QueueDeclare { queue: short("dlq"), durable: true, ..Default::default() });
+    publish_n(&mut tb, c, "q", 6);
+    disk.sync(&mut tb);
+    tb.call(c, BasicQos { prefetch_count: 1, ..Default::default() });
+    assert_eq!(body_texts(&consume(&mut tb, c, "q", "ctag", false)), ["body 0"]);
+    let now = tb.clock.advance(Duration::from_millis(1000));
+    tb.broker.handle_timeout(now);
+    let read = tb.broker.poll_message_read().expect("a dead-lettering read");
+    assert_eq!(depth_unanswered(&mut tb, c, "dlq"), 2, "1 and 2 left; 3, 4 and 5 wait");
+    let reject = BasicReject { delivery_tag: 1, requeue: false };
+    tb.broker
+        .handle_command(Command::Method { conn: c.conn, channel: c.channel, method: reject.into() }, now);
+    assert_eq!(depth_unanswered(&mut tb, c, "dlq"), 3, "the rejected one left at once");
+    let delete = QueueDelete { queue: short("q"), ..Default::default() };
+    tb.broker
+        .handle_command(Command::Method { conn: c.conn, channel: c.channel, method: delete.into() }, now);
+    disk.sync(&mut tb); // the delete-ok, and the channel's later replies, wait for it
+    let messages = read.perform(tb.broker.message_source().as_deref());
+    tb.broker.handle_message_read(read, messages, now);
+    assert!(tb.broker.poll_message_read().is_none(), "nothing more is read for the deleted queue");
+    assert_eq!(depth_unanswered(&mut tb, c, "dlq"), 3);
+    disk.sync(&mut tb);
+    assert_eq!(disk.live(), 3, "the deleted queue's messages are gone from the store");
 }
 
 /// A queue at its max-length drops its paged head without reading it when it has no

@@ -5,8 +5,9 @@
 //! log.
 //!
 //! A stored message the state does not hold is listed as *read back*: a ready one held in
-//! memory, a waiting one in the near tier held in memory, and every unacknowledged one (the
-//! caller names them: channels hold them, not the queue). The store keeps the state only if its
+//! memory, a waiting one in the near tier held in memory, and every unacknowledged one or one
+//! waiting to be dead-lettered (the caller names them: channels and `dead_letter_reads.rs` hold
+//! them, not the queue). The store keeps the state only if its
 //! index holds exactly the messages the state covers and lists. A queue that cannot have a state
 //! (one whose message groups index its ready messages; one with more messages outside runs than
 //! a state takes) is read back from the log at a restart, as before.
@@ -45,7 +46,7 @@ impl Queue {
     }
 
     /// This queue's state for a checkpoint, if it has one (module doc); `unacked` are the store
-    /// ids of its unacknowledged messages.
+    /// ids of its unacknowledged messages and of those waiting to be dead-lettered.
     pub(crate) fn checkpoint_state(&self, unacked: &[u64]) -> Option<QueueState> {
         let grouped = self.groups.is_some() && self.ready.tally().persistent > 0;
         if !self.is_persisted() || grouped {

@@ -153,7 +153,7 @@ impl ReadBack {
             match message {
                 Ok(message) => read.in_order.push_back((at, message)),
                 Err(reason) => {
-                    tracing::debug!(?at, %reason, "a paged message cannot be read back");
+                    tracing::warn!(?at, %reason, "a paged message cannot be read back");
                     unreadable.push(at);
                 }
             }

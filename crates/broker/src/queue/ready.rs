@@ -173,7 +173,6 @@ impl Ready {
         self.levels.iter().rev().find_map(|level| level.slots.iter().find_map(Slot::head))
     }
 
-
     /// Makes up to `max` messages at the head of the highest non-empty level resident, in order,
     /// with `make_resident`; a message it cannot give stays as it was (and is dropped when it is
     /// taken).
