@@ -115,17 +115,20 @@ fn read_spill(
 
 type SpillChunk = Result<Vec<u8>, String>;
 
-/// A queue's read of paged messages, performed through `source` (`message_reads.rs`); a record
-/// whose read or decoding panics fails alone (it is dropped as unreadable), not its batch.
+/// A queue's read of paged messages, performed through `source` (`message_reads.rs`): records
+/// in a row read at once. If that panics, each record is read alone, so one whose read or
+/// decoding panics fails alone (it is dropped as unreadable), not its batch.
 fn read_messages(
     source: Option<Arc<dyn MessageSource>>,
 ) -> impl Fn(&MessageRead) -> MessagesRead + Clone + Send + 'static {
     move |read| {
-        read.perform_each(|at| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                MessageRead::read_one(source.as_deref(), at)
-            }))
-            .unwrap_or_else(|panic| Err(format!("the message read {}", panic_message(&*panic))))
+        let together = std::panic::AssertUnwindSafe(|| read.perform(source.as_deref()));
+        std::panic::catch_unwind(together).unwrap_or_else(|_| {
+            read.perform_each(|at| {
+                let alone = std::panic::AssertUnwindSafe(|| MessageRead::read_one(source.as_deref(), at));
+                std::panic::catch_unwind(alone)
+                    .unwrap_or_else(|panic| Err(format!("the message read {}", panic_message(&*panic))))
+            })
         })
     }
 }

@@ -291,9 +291,17 @@ impl StoreSource {
 
 impl MessageSource for StoreSource {
     fn read(&self, at: RecordLocation) -> Result<Bytes, String> {
-        let location = Location { segment: at.segment, offset: at.offset, record_bytes: at.record_bytes };
-        self.0.read_message(location).map_err(|e| e.to_string())
+        self.0.read_message(store_location(at)).map_err(|e| e.to_string())
     }
+
+    fn read_many(&self, at: &[RecordLocation]) -> Vec<Result<Bytes, String>> {
+        let locations: Vec<Location> = at.iter().copied().map(store_location).collect();
+        self.0.read_messages(&locations).into_iter().map(|read| read.map_err(|e| e.to_string())).collect()
+    }
+}
+
+fn store_location(at: RecordLocation) -> Location {
+    Location { segment: at.segment, offset: at.offset, record_bytes: at.record_bytes }
 }
 
 /// Restores `broker` from a recovered log and the stored `definitions`. Messages come back as

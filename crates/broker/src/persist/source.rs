@@ -24,6 +24,11 @@ pub struct RecordLocation {
 /// `message_reads.rs`); keep it a plain positioned read.
 pub trait MessageSource: Send + Sync + fmt::Debug {
     fn read(&self, location: RecordLocation) -> Result<Bytes, String>;
+
+    /// `read` for each of `locations`, in order (a store may read records in a row at once).
+    fn read_many(&self, locations: &[RecordLocation]) -> Vec<Result<Bytes, String>> {
+        locations.iter().map(|&at| self.read(at)).collect()
+    }
 }
 
 impl crate::broker::Broker {

@@ -5,6 +5,8 @@
 //! read back (settled by the broker, `Broker::reschedule`).
 
 use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
 use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload};
@@ -115,10 +117,14 @@ impl MessageRead {
     /// Reads and decodes each record through `source`, in the order asked (run it where a
     /// read may wait on the disk).
     pub fn perform(&self, source: Option<&dyn MessageSource>) -> Vec<Result<Message, String>> {
-        self.perform_each(|at| read_message(source, at))
+        let Some(source) = source else { return self.perform_each(|at| read_message(None, at)) };
+        let decode = |record: Result<Bytes, String>| {
+            decode_record(record?).ok_or_else(|| "the stored record does not decode".to_owned())
+        };
+        source.read_many(&self.locations).into_iter().map(decode).collect()
     }
 
-    /// [`MessageRead::perform`] with each record read by `read` (a driver's wrapper around
+    /// [`MessageRead::perform`] record by record, each read by `read` (a driver's wrapper around
     /// [`MessageRead::read_one`], e.g. one that turns a panic into that record's error).
     pub fn perform_each(
         &self,
