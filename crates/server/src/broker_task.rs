@@ -123,7 +123,12 @@ fn read_messages(
 ) -> impl Fn(&MessageRead) -> MessagesRead + Clone + Send + 'static {
     move |read| {
         let together = std::panic::AssertUnwindSafe(|| read.perform(source.as_deref()));
-        std::panic::catch_unwind(together).unwrap_or_else(|_| {
+        std::panic::catch_unwind(together).unwrap_or_else(|panic| {
+            tracing::warn!(
+                queue = read.queue,
+                "a read of paged messages {}; reading them one by one",
+                panic_message(&*panic)
+            );
             read.perform_each(|at| {
                 let alone = std::panic::AssertUnwindSafe(|| MessageRead::read_one(source.as_deref(), at));
                 std::panic::catch_unwind(alone)

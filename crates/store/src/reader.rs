@@ -55,10 +55,7 @@ impl SegmentReader {
     /// The body (properties + content) of the durable enqueue record at `location`, checksum
     /// verified.
     pub fn read_message(&self, location: Location) -> Result<Bytes, ReadError> {
-        let record_bytes = location.record_bytes as usize;
-        if record_bytes < RECORD_HEADER_BYTES || (location.offset as usize) < SEGMENT_HEADER_BYTES {
-            return Err(ReadError::NoSuchRecord { location });
-        }
+        let record_bytes = could_be_a_record(location)?;
         let file = self.file(location)?;
         let mut buf = vec![0; record_bytes];
         file.read_exact_at(u64::from(location.offset), &mut buf)
@@ -108,10 +105,7 @@ impl SegmentReader {
             return run.iter().map(|&location| self.read_message(location)).collect();
         }
         let record = |location: Location| {
-            let record_bytes = location.record_bytes as usize;
-            if record_bytes < RECORD_HEADER_BYTES || (location.offset as usize) < SEGMENT_HEADER_BYTES {
-                return Err(ReadError::NoSuchRecord { location });
-            }
+            let record_bytes = could_be_a_record(location)?;
             let from = (u64::from(location.offset) - start) as usize;
             let bytes = &buf[from..from + record_bytes];
             let body_at = check_enqueue(bytes, location)?;
@@ -136,6 +130,16 @@ impl SegmentReader {
         open.insert(location.segment, file.clone());
         Ok(file)
     }
+}
+
+/// `location`'s record size, if a record could lie there (past the segment header, at least a
+/// record header long).
+fn could_be_a_record(location: Location) -> Result<usize, ReadError> {
+    let record_bytes = location.record_bytes as usize;
+    if record_bytes < RECORD_HEADER_BYTES || (location.offset as usize) < SEGMENT_HEADER_BYTES {
+        return Err(ReadError::NoSuchRecord { location });
+    }
+    Ok(record_bytes)
 }
 
 /// The offset just past the record at `location`.
@@ -181,7 +185,9 @@ mod tests {
         store.commit().unwrap();
         let reader = SegmentReader::new(storage);
         let bad = Location { record_bytes: at[4].record_bytes + 1, ..at[4] };
-        let asked = [at[0], at[1], at[2], at[3], bad, at[5], at[1], at[0]];
+        // Past the end of the file: its run's read fails, and each of the run is read alone.
+        let past_the_end = Location { offset: at[5].offset + at[5].record_bytes, record_bytes: 100, ..at[5] };
+        let asked = [at[0], at[1], at[2], at[3], bad, at[5], past_the_end, at[1], at[0]];
         let read = reader.read_messages(&asked);
         assert_eq!(read.len(), asked.len());
         for (location, got) in asked.iter().zip(&read) {
@@ -192,7 +198,7 @@ mod tests {
                 (got, alone) => panic!("{location:?}: together {got:?}, alone {alone:?}"),
             }
         }
-        assert!(read[4].is_err(), "the bad location fails");
+        assert!(read[4].is_err() && read[6].is_err(), "the bad locations fail");
         assert_eq!(read.iter().filter(|r| r.is_ok()).count(), 7, "and no other");
         assert_eq!(&read[3].as_ref().unwrap()[..], &bodies[3][..], "across the gap");
     }

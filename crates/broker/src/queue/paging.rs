@@ -5,9 +5,9 @@
 //! read back (settled by the broker, `Broker::reschedule`).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use bytes::Bytes;
-use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload};
 use super::far_files::SpillFiles;
