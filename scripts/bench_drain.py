@@ -90,17 +90,9 @@ def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s):
             return dead_letter_run(binary, count, port, latency_rate, latency_s, filled_at + dead_letter_after_s)
         perf(port, None, "restart", ["depth", "--queue", f"{QUEUE}-0", "--messages", str(count)],
              timeout=STEP_TIMEOUT_S)
-        latency = {}
-
-        def beside():
-            latency.update(perf(port, None, "latency", ["latency", "--rate", str(latency_rate), "--duration-s",
-                                                          str(latency_s)], timeout=latency_s + 120))
-
-        flow = threading.Thread(target=beside)
-        flow.start()
-        drained = perf(port, proc.pid, "drain", ["drain", "--queue", f"{QUEUE}-0", "--messages", str(count),
-                                                  "--auto-ack"], timeout=STEP_TIMEOUT_S)
-        flow.join(timeout=latency_s + 180)
+        drained, latency = beside_latency_flow(port, latency_rate, latency_s, lambda: perf(
+            port, proc.pid, "drain", ["drain", "--queue", f"{QUEUE}-0", "--messages", str(count), "--auto-ack"],
+            timeout=STEP_TIMEOUT_S))
         return {"binary": str(binary), "count": count, "drain_msg_per_s": drained["msgs_per_s"],
                 "first_delivery_s": drained["first_delivery_s"],
                 "broker_cpu_us_per_msg": drained["broker_cpu_us_per_msg"],
@@ -113,23 +105,35 @@ def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def beside_latency_flow(port, rate, seconds, work):
+    """`work()`'s result, and the results of `hourglass-perf latency` (`rate` msg/s for `seconds`)
+    run through a queue of its own at the same time."""
+    latency = {}
+
+    def flow():
+        latency.update(perf(port, None, "latency", ["latency", "--rate", str(rate), "--duration-s", str(seconds)],
+                            timeout=seconds + 120))
+
+    thread = threading.Thread(target=flow)
+    thread.start()
+    result = work()
+    thread.join(timeout=seconds + 180)
+    return result, latency
+
+
 def dead_letter_run(binary, count, port, latency_rate, latency_s, first_due):
     """Waits for all `count` in QUEUE-dead, with the latency flow started `latency_s / 2` before
     the first message falls due."""
     if not wait_for_port(port):
         sys.exit(f"{binary} did not listen after the restart")
     time.sleep(max(0.0, first_due - latency_s / 2 - time.time()))
-    latency = {}
 
-    def beside():
-        latency.update(perf(port, None, "latency", ["latency", "--rate", str(latency_rate), "--duration-s",
-                                                      str(latency_s)], timeout=latency_s + 120))
+    def all_dead():
+        perf(port, None, "dead", ["depth", "--queue", f"{QUEUE}-dead", "--messages", str(count)],
+             timeout=STEP_TIMEOUT_S)
+        return time.time() - first_due
 
-    flow = threading.Thread(target=beside)
-    flow.start()
-    perf(port, None, "dead", ["depth", "--queue", f"{QUEUE}-dead", "--messages", str(count)], timeout=STEP_TIMEOUT_S)
-    all_dead_s = time.time() - first_due
-    flow.join(timeout=latency_s + 180)
+    all_dead_s, latency = beside_latency_flow(port, latency_rate, latency_s, all_dead)
     return {"binary": str(binary), "count": count, "all_dead_lettered_after_first_due_s": round(all_dead_s, 3),
             "latency_p50_us": latency.get("p50_us"), "latency_p99_us": latency.get("p99_us"),
             "latency_max_us": latency.get("max_us")}

@@ -28,6 +28,19 @@ fn setup(arguments: FieldTable) -> (TestBroker, Chan, Disk) {
     (tb, c, disk)
 }
 
+/// `setup` of a queue whose messages expire after 1 s into the durable queue `dlq`.
+fn setup_expiring_into_dlq() -> (TestBroker, Chan, Disk) {
+    let arguments = FieldTable::from_entries([
+        ("x-message-ttl", FieldValue::I64(1000)),
+        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
+        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
+    ]);
+    let (mut tb, c, mut disk) = setup(arguments);
+    tb.call(c, QueueDeclare { queue: short("dlq"), durable: true, ..Default::default() });
+    disk.sync(&mut tb);
+    (tb, c, disk)
+}
+
 fn properties(n: usize) -> BasicProperties {
     BasicProperties {
         delivery_mode: Some(2),
@@ -99,13 +112,7 @@ fn requeued_and_restored_paged_messages() {
 /// Paged messages expire on time and are dead-lettered with their content and x-death.
 #[test]
 fn paged_messages_expire_and_are_dead_lettered() {
-    let arguments = FieldTable::from_entries([
-        ("x-message-ttl", FieldValue::I64(1000)),
-        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
-        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
-    ]);
-    let (mut tb, c, mut disk) = setup(arguments);
-    tb.call(c, QueueDeclare { queue: short("dlq"), durable: true, ..Default::default() });
+    let (mut tb, c, mut disk) = setup_expiring_into_dlq();
     publish_n(&mut tb, c, "q", 5);
     disk.sync(&mut tb);
     tb.advance(Duration::from_millis(1000));
@@ -129,13 +136,7 @@ fn paged_messages_expire_and_are_dead_lettered() {
 /// read each paged record itself, through the injected `MessageSource`.
 #[test]
 fn expired_paged_messages_are_dead_lettered_through_reads_the_driver_performs() {
-    let arguments = FieldTable::from_entries([
-        ("x-message-ttl", FieldValue::I64(1000)),
-        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
-        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
-    ]);
-    let (mut tb, c, mut disk) = setup(arguments);
-    tb.call(c, QueueDeclare { queue: short("dlq"), durable: true, ..Default::default() });
+    let (mut tb, c, mut disk) = setup_expiring_into_dlq();
     publish_n(&mut tb, c, "q", 6);
     disk.sync(&mut tb);
     let now = tb.clock.advance(Duration::from_millis(1000));
@@ -172,13 +173,7 @@ fn expired_paged_messages_are_dead_lettered_through_reads_the_driver_performs() 
 /// answer dropped.
 #[test]
 fn a_rejection_does_not_wait_behind_a_dead_lettering_read_and_a_deleted_queue_drops_it() {
-    let arguments = FieldTable::from_entries([
-        ("x-message-ttl", FieldValue::I64(1000)),
-        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
-        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
-    ]);
-    let (mut tb, c, mut disk) = setup(arguments);
-    tb.call(c, QueueDeclare { queue: short("dlq"), durable: true, ..Default::default() });
+    let (mut tb, c, mut disk) = setup_expiring_into_dlq();
     publish_n(&mut tb, c, "q", 6);
     disk.sync(&mut tb);
     tb.call(c, BasicQos { prefetch_count: 1, ..Default::default() });
