@@ -67,9 +67,11 @@ sent = sqs.send_message(QueueUrl=url, MessageBody="hello ✓", MessageAttributes
 assert sent["MD5OfMessageBody"] == hashlib.md5("hello ✓".encode()).hexdigest()
 assert sent["MD5OfMessageAttributes"] == md5_of_attributes(attributes)
 
-# Receive: invisible for the timeout, then back with its count one up; deleted, gone.
+# Receive: invisible for the timeout, then back with its count one up; deleted, gone. Received
+# for 30 s and then set to 1 s, so that a stall on a busy machine cannot bring it back before
+# the checks that it is invisible (the queue's own 1 s is checked on boto-source below).
 got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
-                          AttributeNames=["All"])["Messages"]
+                          AttributeNames=["All"], VisibilityTimeout=30)["Messages"]
 assert len(got) == 1 and got[0]["Body"] == "hello ✓" and got[0]["MessageId"] == sent["MessageId"], got
 assert got[0]["MessageAttributes"] == attributes, got[0]["MessageAttributes"]
 assert got[0]["MD5OfMessageAttributes"] == md5_of_attributes(attributes)
@@ -78,6 +80,7 @@ assert "Messages" not in sqs.receive_message(QueueUrl=url), "invisible while its
 counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
 assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("0", "1"), counts
 assert counts["VisibilityTimeout"] == "1" and counts["QueueArn"].endswith(":boto-jobs"), counts
+sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"], VisibilityTimeout=1)
 again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"]
 assert again[0]["MessageId"] == sent["MessageId"] and again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
 assert again[0]["ReceiptHandle"] != got[0]["ReceiptHandle"]
@@ -312,8 +315,12 @@ assert again["MessageId"] == first["MessageId"] and int(first["SequenceNumber"])
 sqs.send_message_batch(QueueUrl=fifo, Entries=[
     {"Id": "b", "MessageBody": "g2-b", "MessageGroupId": "g2", "MessageDeduplicationId": "b"},
     {"Id": "c", "MessageBody": "g1-c", "MessageGroupId": "g1", "MessageDeduplicationId": "c"}])
-connection.channel().basic_publish("", "boto-orders.fifo", b"amqp duplicate",
-                                   pika.BasicProperties(headers={"x-deduplication-header": "c"}))
+# Confirmed, so that the receives below cannot run before it arrived (a dropped duplicate is
+# confirmed too).
+confirmed = connection.channel()
+confirmed.confirm_delivery()
+confirmed.basic_publish("", "boto-orders.fifo", b"amqp duplicate",
+                        pika.BasicProperties(headers={"x-deduplication-header": "c"}))
 taken = sqs.receive_message(QueueUrl=fifo, MaxNumberOfMessages=2, AttributeNames=["All"])["Messages"]
 assert [m["Body"] for m in taken] == ["g1-a", "g1-c"], "as many of one group as it has: %r" % taken
 assert (taken[0]["Attributes"]["MessageGroupId"], taken[0]["Attributes"]["MessageDeduplicationId"]) == ("g1", "a"), taken

@@ -31,8 +31,9 @@ const batch = await sqs.send(new SendMessageBatchCommand({
 assert.deepEqual(batch.Successful.map((e) => e.Id), ["a"]);
 assert.deepEqual(batch.Failed.map((e) => [e.Id, e.SenderFault]), [["b", true]]);
 
+// 30 s, not the queue's 1 s: a stall on a busy machine must not bring them back before the checks.
 const first = await sqs.send(new ReceiveMessageCommand({
-  QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 2, MessageAttributeNames: ["All"], MessageSystemAttributeNames: ["All"],
+  QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 2, VisibilityTimeout: 30, MessageAttributeNames: ["All"], MessageSystemAttributeNames: ["All"],
 }));
 assert.equal(first.Messages.length, 2, JSON.stringify(first.Messages));
 const hello = first.Messages.find((m) => m.Body === "hello from node");
