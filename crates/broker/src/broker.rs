@@ -154,6 +154,8 @@ pub struct Broker {
     pub(crate) spill_reads: VecDeque<crate::queue::SpillRead>,
     /// Reads of paged messages the queues asked for, for the driver (`message_reads.rs`).
     pub(crate) message_reads: VecDeque<crate::queue::MessageRead>,
+    /// basic.gets waiting for their queue's paged head to be read (`waiting_gets.rs`).
+    pub(crate) waiting_gets: crate::waiting_gets::WaitingGets,
 }
 
 impl Broker {
@@ -192,6 +194,7 @@ impl Broker {
             dedup_ids: Default::default(),
             spill_reads: VecDeque::new(),
             message_reads: VecDeque::new(),
+            waiting_gets: Default::default(),
         }
     }
 
@@ -325,6 +328,7 @@ impl Broker {
         let Some(mut channel) = self.channels.remove(&(conn, channel_id)) else { return };
         self.churn.channel_closed(conn);
         self.reply_consumers.forget(conn, channel_id);
+        self.waiting_gets.forget_channel(conn, channel_id);
         if let Some(state) = self.connections.get_mut(&conn) {
             state.channels.retain(|c| *c != channel_id);
         }

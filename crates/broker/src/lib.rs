@@ -44,6 +44,7 @@ pub mod table_limits;
 pub mod time;
 mod timers;
 mod vhost;
+mod waiting_gets;
 
 pub use api::{
     AmqpError, Answer, ChannelId, ClientCapabilities, Command, ConnectionId, ConnectionInfo, Effect,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::disk::{paging_broker, Disk};
 use common::*;
 use hourglass_broker::queue::{MemorySpillFiles, ReadPurpose, SpillFiles, NEAR_HORIZON_MS};
-use hourglass_broker::{Command, PagingLimits, Publish, StoredBody, Timestamp};
+use hourglass_broker::{Command, PagingLimits, Permissions, Publish, StoredBody, Timestamp};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
 
@@ -341,22 +341,111 @@ fn paged_messages_reach_a_consumer_through_reads_the_driver_performs() {
     assert_eq!(got, numbered_bodies(0..3000));
 }
 
-/// A no-ack basic.consume of `q` as `tag`, with the reads it asks for left unanswered.
-fn consume_unanswered(tb: &mut TestBroker, c: Chan, tag: &str) {
-    let consume =
-        BasicConsume { queue: short("q"), consumer_tag: short(tag), no_ack: true, ..Default::default() };
+/// basic.get on a queue whose head is paged out reads no record on the broker's thread: it
+/// waits for the read it asked for, and later gets (another channel's too) wait behind it; the
+/// answer serves them in the order they came, and the channels' other traffic goes on meanwhile.
+/// A waiting get whose channel closes is forgotten, its message left for the next get. Before,
+/// the get read the head and a read-ahead behind it in place.
+#[test]
+fn a_basic_get_on_a_paged_head_waits_for_a_read_the_driver_performs() {
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 6);
+    disk.sync(&mut tb);
+    let (second, closing) = (tb.channel(), tb.channel());
+    let get = || BasicGet { queue: short("q"), ..Default::default() };
+    let resident: Vec<_> = (0..3).flat_map(|_| gotten(&tb.call(c, get()))).collect();
+    assert_eq!(resident.len(), 3, "the resident ones at once");
+    for chan in [c, closing, second] {
+        get_unanswered(&mut tb, chan);
+    }
+    assert_eq!(disk.reads(), 0, "the broker read no record");
+    assert!(std::iter::from_fn(|| tb.broker.poll_effect()).next().is_none(), "no get answered yet");
+    assert_eq!(depth_unanswered(&mut tb, second, "q"), 3, "other methods are answered meanwhile");
+    unanswered(&mut tb, closing, ChannelClose::default());
+    let closed: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    assert_eq!(methods(&closed), [Method::ChannelCloseOk(ChannelCloseOk {})]);
+    let read = tb.broker.poll_message_read().expect("the gets asked for the head");
+    assert!(tb.broker.poll_message_read().is_none(), "one read for them all");
+    let messages = read.perform(tb.broker.message_source().as_deref());
+    tb.broker.handle_message_read(read, messages, tb.clock.now());
+    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let answered: Vec<_> = effects.iter().map(|effect| effect.channel_key()).collect();
+    assert_eq!(answered, [Some((c.conn, c.channel)), Some((second.conn, second.channel))], "in order");
+    let bodies: Vec<_> =
+        gotten(&effects).iter().map(|m| String::from_utf8_lossy(&m.body).into_owned()).collect();
+    assert_eq!(bodies, numbered_bodies(3..5), "the closed channel's get took nothing");
+}
+
+/// The HTTP API's get takes its messages within its request: from a paged queue it reads them
+/// in place, every one asked for, in order.
+#[test]
+fn the_http_api_s_get_reads_paged_messages_within_its_request() {
+    use hourglass_broker::requests::{AsUser, GetMessages, GetSettlement, Request};
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 6);
+    disk.sync(&mut tb);
+    let who = AsUser { user: "guest".into(), vhost: "/".into(), permissions: Permissions::full() };
+    let get = GetMessages {
+        who,
+        queue: short("q"),
+        count: 5,
+        body_bytes_max: 1 << 20,
+        settlement: GetSettlement::Ack,
+    };
+    let got = get.apply(&mut tb.broker, tb.clock.now()).expect("the get is allowed");
+    let bodies: Vec<_> = got.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect();
+    assert_eq!(bodies, numbered_bodies(0..5));
+    assert!(disk.reads() > 0, "the paged ones were read in place");
+}
+
+/// A get waiting for its queue's paged head is answered with get-empty when the queue is deleted.
+#[test]
+fn a_get_waiting_on_a_deleted_queue_is_answered_empty() {
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 4);
+    disk.sync(&mut tb);
+    let (getter, deleter) = (tb.channel(), tb.channel());
+    for _ in 0..3 {
+        tb.call(getter, BasicGet { queue: short("q"), no_ack: true, ..Default::default() });
+    }
+    get_unanswered(&mut tb, getter);
+    unanswered(&mut tb, deleter, QueueDelete { queue: short("q"), ..Default::default() });
+    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    assert!(
+        effects.iter().any(|e| e.channel_key() == Some((getter.conn, getter.channel))
+            && methods(std::slice::from_ref(e)) == [Method::BasicGetEmpty(BasicGetEmpty {})]),
+        "get-empty for the waiting get: {effects:?}"
+    );
+    tb.answer_reads();
+    assert!(gotten(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>()).is_empty());
+}
+
+/// A basic.get of `q` awaiting an ack, with the reads it asks for left unanswered.
+fn get_unanswered(tb: &mut TestBroker, c: Chan) {
+    unanswered(tb, c, BasicGet { queue: short("q"), ..Default::default() });
+}
+
+/// `method` on channel `c`, with the reads it asks for left unanswered and its effects left to
+/// poll.
+fn unanswered(tb: &mut TestBroker, c: Chan, method: impl Into<Method>) {
     let now = tb.clock.now();
     tb.broker
-        .handle_command(Command::Method { conn: c.conn, channel: c.channel, method: consume.into() }, now);
+        .handle_command(Command::Method { conn: c.conn, channel: c.channel, method: method.into() }, now);
+}
+
+/// A no-ack basic.consume of `q` as `tag`, with the reads it asks for left unanswered.
+fn consume_unanswered(tb: &mut TestBroker, c: Chan, tag: &str) {
+    unanswered(
+        tb,
+        c,
+        BasicConsume { queue: short("q"), consumer_tag: short(tag), no_ack: true, ..Default::default() },
+    );
 }
 
 /// The ready count of `queue` (a passive queue.declare), with the reads the broker asked for
 /// left unanswered.
 fn depth_unanswered(tb: &mut TestBroker, c: Chan, queue: &str) -> u32 {
-    let declare = QueueDeclare { queue: short(queue), passive: true, ..Default::default() };
-    let now = tb.clock.now();
-    tb.broker
-        .handle_command(Command::Method { conn: c.conn, channel: c.channel, method: declare.into() }, now);
+    unanswered(tb, c, QueueDeclare { queue: short(queue), passive: true, ..Default::default() });
     let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
     match methods(&effects).as_slice() {
         [Method::QueueDeclareOk(ok)] => ok.message_count,

@@ -219,7 +219,7 @@ impl Broker {
         let mut taken = None;
         while received.len() < max {
             let hand_out = HandOut::SqsReceive { visibility_ms, taken };
-            let Some(got) = self.get_one(gateway, GATEWAY_CHANNEL, vhost, name.clone(), id, hand_out, now)
+            let Ok(got) = self.get_one(gateway, GATEWAY_CHANNEL, vhost, name.clone(), id, hand_out, now)
             else {
                 break;
             };
@@ -428,7 +428,7 @@ impl Broker {
         let mut step = MoveStep::default();
         while step.moved < max {
             let hand_out = HandOut::Visibility(MOVE_HOLD_MS);
-            let Some(got) = self.get_one(gateway, GATEWAY_CHANNEL, vhost, name.clone(), id, hand_out, now)
+            let Ok(got) = self.get_one(gateway, GATEWAY_CHANNEL, vhost, name.clone(), id, hand_out, now)
             else {
                 break;
             };

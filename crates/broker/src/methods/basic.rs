@@ -9,6 +9,7 @@ use hourglass_wire::{
     BasicNack, BasicQos, BasicQosOk, BasicRecoverOk, BasicReject, BasicReturn, FieldTable, ShortStr,
 };
 
+use crate::admin::ADMIN_CONNECTION;
 use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Modification, Publish};
 use crate::broker::Broker;
 use crate::channel::{Mode, Settlement, Unacked};
@@ -30,6 +31,7 @@ use crate::reply_to;
 use crate::routing;
 use crate::sender_selected::HeaderRoutes;
 use crate::time::Timestamp;
+use crate::waiting_gets::WaitingGet;
 
 /// How a get hands its message out (`Broker::get_one`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -45,6 +47,15 @@ pub(crate) enum HandOut {
     /// An SQS receive: as `Visibility`, and from an SQS FIFO queue the next message of group
     /// `taken` (this receive's last) or of a group with nothing in flight (`message_groups.rs`).
     SqsReceive { visibility_ms: u64, taken: Option<GroupKey> },
+}
+
+/// Why a get handed no message out (`Broker::get_one`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NotGot {
+    /// The queue has no ready message, or the channel is gone (counted as an empty get).
+    Empty,
+    /// Its head is paged out and being read (`waiting_gets.rs`): asked again once it is answered.
+    Reading,
 }
 
 /// A message a get handed out.
@@ -352,6 +363,9 @@ impl Broker {
         Ok(())
     }
 
+    /// basic.get: answered at once, or, when the queue's head is paged out, once it has been
+    /// read (`waiting_gets.rs`), behind the gets already waiting there. The HTTP API's admin
+    /// channel takes its replies within its request, so its gets read in place.
     pub(super) fn basic_get(
         &mut self,
         conn: ConnectionId,
@@ -361,10 +375,32 @@ impl Broker {
     ) -> Result<(), AmqpError> {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
         let (queue_name, id) = self.readable_queue(conn, ch, &vhost, &m.queue)?;
-        let hand_out = if m.no_ack { HandOut::NoAck } else { HandOut::QueueVisibility };
-        let Some(got) = self.get_one(conn, ch, &vhost, queue_name, id, hand_out, now) else {
-            self.send(conn, ch, BasicGetEmpty {});
-            return Ok(());
+        let get = WaitingGet { conn, channel: ch, no_ack: m.no_ack };
+        if self.waiting_gets.waits(id) || !self.answer_get(get, &vhost, queue_name, id, now) {
+            self.waiting_gets.wait(id, get);
+        }
+        Ok(())
+    }
+
+    /// Answers `get` on queue `id` (named `queue_name`, in `vhost`) with get-ok or get-empty;
+    /// `false`, with nothing sent, when the queue's head is being read.
+    pub(crate) fn answer_get(
+        &mut self,
+        get: WaitingGet,
+        vhost: &str,
+        queue_name: ShortStr,
+        id: QueueId,
+        now: Timestamp,
+    ) -> bool {
+        let WaitingGet { conn, channel: ch, no_ack } = get;
+        let hand_out = if no_ack { HandOut::NoAck } else { HandOut::QueueVisibility };
+        let got = match self.get_one(conn, ch, vhost, queue_name, id, hand_out, now) {
+            Ok(got) => got,
+            Err(NotGot::Reading) => return false,
+            Err(NotGot::Empty) => {
+                self.send(conn, ch, BasicGetEmpty {});
+                return true;
+            }
         };
         let method = BasicGetOk {
             delivery_tag: got.tag,
@@ -375,13 +411,16 @@ impl Broker {
         };
         self.emit(Effect::send(conn, ch, method, Some(got.message)));
         self.trace_deliveries(now);
-        Ok(())
+        true
     }
 
     /// Takes the next message of queue `id` (named `queue_name`, in `vhost`) for a get on
     /// `(conn, ch)`: counted, tracked on the channel unless `hand_out` is no-ack, and under a
-    /// visibility timeout when `hand_out` or the queue asks for one. `None` (counted as an empty
-    /// get) when the queue has no ready message. The caller sends the answer.
+    /// visibility timeout when `hand_out` or the queue asks for one. [`NotGot::Empty`] (counted
+    /// as an empty get) when the queue has no ready message or the channel is gone. A client's
+    /// basic.get (`HandOut::NoAck`, `HandOut::QueueVisibility`) reads no paged message on the
+    /// broker's thread: it asks for the head and gets [`NotGot::Reading`]. The caller sends the
+    /// answer.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn get_one(
         &mut self,
@@ -392,24 +431,35 @@ impl Broker {
         id: QueueId,
         hand_out: HandOut,
         now: Timestamp,
-    ) -> Option<Got> {
+    ) -> Result<Got, NotGot> {
         let no_ack = hand_out == HandOut::NoAck;
+        if !self.channels.contains_key(&(conn, ch)) {
+            return Err(NotGot::Empty);
+        }
         self.expire_messages(id, now);
-        let queue = self.queues.get_mut(&id)?;
+        let queue = self.queues.get_mut(&id).ok_or(NotGot::Empty)?;
         queue.touch(now);
         let taken = match hand_out {
             HandOut::SqsReceive { taken, .. } => queue.take_for_sqs_receive(taken),
-            _ => queue.take_for_delivery(!no_ack),
+            HandOut::NoAck | HandOut::QueueVisibility if conn != ADMIN_CONNECTION => {
+                queue.take_for_consumer(!no_ack)
+            }
+            HandOut::NoAck | HandOut::QueueVisibility => queue.take_for_delivery(!no_ack),
+            HandOut::Visibility(_) => queue.take_for_delivery(true),
         };
-        queue.counters.messages.get_empty += u64::from(taken.is_none());
+        let reading = taken.is_none() && queue.awaits_head_read();
+        queue.counters.messages.get_empty += u64::from(taken.is_none() && !reading);
         let message_count = queue.message_count() as u32;
         self.reschedule(id);
         let Some(entry) = taken else {
+            if reading {
+                return Err(NotGot::Reading);
+            }
             self.message_stats.get_empty += 1;
             if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
                 channel.stats.get_empty += 1;
             }
-            return None;
+            return Err(NotGot::Empty);
         };
         self.persist.handed_out(id, &entry, no_ack);
         let kind = DeliveryKind::of_get(no_ack);
@@ -428,7 +478,8 @@ impl Broker {
                 }
             }
         });
-        let channel = self.channels.get_mut(&(conn, ch))?;
+        // Present: checked above, and taking a message closes no channel.
+        let channel = self.channels.get_mut(&(conn, ch)).ok_or(NotGot::Empty)?;
         channel.stats.delivered(kind, entry.redelivered);
         let tag = channel.next_tag();
         let delivery = DeliveryRef { conn, channel: ch, tag };
@@ -457,7 +508,7 @@ impl Broker {
                 (None, _) => self.default_timeouts.delivered(now),
             }
         }
-        Some(Got {
+        Ok(Got {
             tag,
             message,
             redelivered,

@@ -205,6 +205,7 @@ impl Broker {
     fn remove_queue(&mut self, id: QueueId, deleter: Option<ConnectionId>) -> usize {
         let Some(queue) = self.queues.remove(&id) else { return 0 };
         self.dead_letter_reads.forget(id);
+        self.answer_waiting_gets_empty(id);
         self.churn.queues_deleted += 1;
         self.dedup_ids.release(queue.dedup.len());
         self.unschedule(id, queue.scheduled);

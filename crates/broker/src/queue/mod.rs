@@ -446,7 +446,7 @@ impl Queue {
         }
     }
 
-    /// Takes the next ready message for a consumer, as `take_for_delivery` does, but reads no
+    /// Takes the next ready message for a consumer or a client's basic.get, as `take_for_delivery` does, but reads no
     /// record on the broker's thread: a paged head is asked for with a batch behind it
     /// (`ask_head_read`) and nothing comes back until the read is answered (`messages_read`).
     /// A queue with message groups (SQS) reads in place, as `take_for_delivery` does.
@@ -455,6 +455,12 @@ impl Queue {
             return self.take_for_delivery(expect_ack);
         }
         self.take_oldest(expect_ack, HeadReads::Ask)
+    }
+
+    /// Whether the head is paged out and a read of it is out (`take_for_consumer` took nothing
+    /// for that reason; the answer runs the queue again).
+    pub fn awaits_head_read(&self) -> bool {
+        self.pager.reading() && self.ready.head().is_some_and(|head| head.paged_at().is_some())
     }
 
     /// Asks for the paged messages among the first `PagingLimits::consumer_read` at the head
