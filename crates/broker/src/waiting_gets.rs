@@ -93,6 +93,7 @@ impl Broker {
     /// Queue `id` is deleted: the gets waiting on it are answered with get-empty.
     pub(crate) fn answer_waiting_gets_empty(&mut self, id: QueueId) {
         for get in self.waiting_gets.take(id) {
+            self.count_empty_get(get.conn, get.channel);
             self.send(get.conn, get.channel, BasicGetEmpty {});
         }
     }

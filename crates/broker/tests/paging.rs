@@ -377,13 +377,18 @@ fn a_basic_get_on_a_paged_head_waits_for_a_read_the_driver_performs() {
 }
 
 /// The HTTP API's get takes its messages within its request: from a paged queue it reads them
-/// in place, every one asked for, in order.
+/// in place, every one asked for, in order, also while a client's get waits for a read there.
 #[test]
 fn the_http_api_s_get_reads_paged_messages_within_its_request() {
     use hourglass_broker::requests::{AsUser, GetMessages, GetSettlement, Request};
     let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 6);
+    publish_n(&mut tb, c, "q", 9);
     disk.sync(&mut tb);
+    for _ in 0..3 {
+        tb.call(c, BasicGet { queue: short("q"), no_ack: true, ..Default::default() });
+    }
+    get_unanswered(&mut tb, c);
+    assert!(tb.broker.poll_effect().is_none(), "the client's get waits for a read");
     let who = AsUser { user: "guest".into(), vhost: "/".into(), permissions: Permissions::full() };
     let get = GetMessages {
         who,
@@ -394,7 +399,7 @@ fn the_http_api_s_get_reads_paged_messages_within_its_request() {
     };
     let got = get.apply(&mut tb.broker, tb.clock.now()).expect("the get is allowed");
     let bodies: Vec<_> = got.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect();
-    assert_eq!(bodies, numbered_bodies(0..5));
+    assert_eq!(bodies, numbered_bodies(3..8));
     assert!(disk.reads() > 0, "the paged ones were read in place");
 }
 

@@ -52,7 +52,7 @@ pub(crate) enum HandOut {
 /// Why a get handed no message out (`Broker::get_one`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NotGot {
-    /// The queue has no ready message, or the channel is gone (counted as an empty get).
+    /// The queue has no ready message (counted as an empty get), or the channel is gone.
     Empty,
     /// Its head is paged out and being read (`waiting_gets.rs`): asked again once it is answered.
     Reading,
@@ -376,7 +376,12 @@ impl Broker {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
         let (queue_name, id) = self.readable_queue(conn, ch, &vhost, &m.queue)?;
         let get = WaitingGet { conn, channel: ch, no_ack: m.no_ack };
-        if self.waiting_gets.waits(id) || !self.answer_get(get, &vhost, queue_name, id, now) {
+        let behind_others = conn != ADMIN_CONNECTION && self.waiting_gets.waits(id);
+        if behind_others || !self.answer_get(get, &vhost, queue_name, id, now) {
+            debug_assert_ne!(conn, ADMIN_CONNECTION, "the admin channel's gets read in place");
+            if let Some(queue) = self.queues.get_mut(&id) {
+                queue.touch(now);
+            }
             self.waiting_gets.wait(id, get);
         }
         Ok(())
@@ -412,6 +417,14 @@ impl Broker {
         self.emit(Effect::send(conn, ch, method, Some(got.message)));
         self.trace_deliveries(now);
         true
+    }
+
+    /// Counts a get answered empty, broker-wide and on its channel (the queue counts its own).
+    pub(crate) fn count_empty_get(&mut self, conn: ConnectionId, ch: ChannelId) {
+        self.message_stats.get_empty += 1;
+        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+            channel.stats.get_empty += 1;
+        }
     }
 
     /// Takes the next message of queue `id` (named `queue_name`, in `vhost`) for a get on
@@ -455,10 +468,7 @@ impl Broker {
             if reading {
                 return Err(NotGot::Reading);
             }
-            self.message_stats.get_empty += 1;
-            if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
-                channel.stats.get_empty += 1;
-            }
+            self.count_empty_get(conn, ch);
             return Err(NotGot::Empty);
         };
         self.persist.handed_out(id, &entry, no_ack);

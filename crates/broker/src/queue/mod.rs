@@ -151,10 +151,10 @@ pub struct QueueCounters {
 /// How a paged head is read before it is taken (`Queue::take_oldest`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum HeadReads {
-    /// On the broker's thread, at once (basic.get, SQS receives: they answer within their
-    /// request).
+    /// On the broker's thread, at once (SQS receives, the HTTP API's get: they answer within
+    /// their request).
     InPlace,
-    /// By the driver, asked for (`MessageRead`): a consumer's.
+    /// By the driver, asked for (`MessageRead`): a consumer's, a client's basic.get.
     Ask,
 }
 
