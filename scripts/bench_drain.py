@@ -19,8 +19,12 @@ TTL of S seconds and a dead-letter exchange into a second queue, and after the r
 waits until the second queue holds all N (`hourglass-perf depth`) while the latency flow runs
 through the expiry: the time from the first message's due time to the last one dead-lettered.
 
+With --gets-s S a basic.get poller takes from the backlog instead of a consumer, for S seconds
+(`hourglass-perf get --queue`, one get at a time): its gets/s and the broker's CPU per get,
+beside the latency flow.
+
 usage: scripts/bench_drain.py [--count 1000000] [--reps 3] [--binary PATH ...] [--no-build]
-                              [--dead-letter-after-s 20]
+                              [--dead-letter-after-s 20 | --gets-s 5]
 """
 import argparse
 import base64
@@ -68,7 +72,7 @@ def dead_letter_policy(http_port, ttl_ms):
     urllib.request.urlopen(request, timeout=30).read()
 
 
-def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s):
+def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s, gets_s):
     tmp = Path(tempfile.mkdtemp(prefix="hg-drain-"))
     log = open(tmp / "broker.log", "a")
     port, http_port = free_port(), free_port()
@@ -90,6 +94,14 @@ def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s):
             return dead_letter_run(binary, count, port, latency_rate, latency_s, filled_at + dead_letter_after_s)
         perf(port, None, "restart", ["depth", "--queue", f"{QUEUE}-0", "--messages", str(count)],
              timeout=STEP_TIMEOUT_S)
+        if gets_s:
+            got, latency = beside_latency_flow(port, latency_rate, latency_s, lambda: perf(
+                port, proc.pid, "get", ["get", "--queue", f"{QUEUE}-0", "--duration-s", str(gets_s)],
+                timeout=gets_s + STEP_TIMEOUT_S))
+            return {"binary": str(binary), "count": count, "gets_per_s": got["gets_per_s_per_poller"],
+                    "broker_cpu_us_per_get": got["broker_cpu_us_per_op"],
+                    "latency_p50_us": latency.get("p50_us"), "latency_p99_us": latency.get("p99_us"),
+                    "latency_max_us": latency.get("max_us")}
         drained, latency = beside_latency_flow(port, latency_rate, latency_s, lambda: perf(
             port, proc.pid, "drain", ["drain", "--queue", f"{QUEUE}-0", "--messages", str(count), "--auto-ack"],
             timeout=STEP_TIMEOUT_S))
@@ -147,6 +159,7 @@ def main():
     ap.add_argument("--latency-rate", type=int, default=1000)
     ap.add_argument("--latency-s", type=float, default=5.0, help="how long the latency flow publishes")
     ap.add_argument("--dead-letter-after-s", type=float, help="dead-letter the backlog after this TTL instead")
+    ap.add_argument("--gets-s", type=float, help="take from the backlog with basic.get for this long instead")
     ap.add_argument("--no-build", action="store_true")
     args = ap.parse_args()
     if not args.no_build:
@@ -156,12 +169,15 @@ def main():
     runs = []
     for _ in range(args.reps):
         for binary in binaries:
-            run = one_run(binary, args.count, args.latency_rate, args.latency_s, args.dead_letter_after_s)
+            run = one_run(binary, args.count, args.latency_rate, args.latency_s, args.dead_letter_after_s,
+                          args.gets_s)
             print(json.dumps(run), flush=True)
             runs.append(run)
     keys = ["drain_msg_per_s", "first_delivery_s", "broker_cpu_us_per_msg"]
     if args.dead_letter_after_s:
         keys = ["all_dead_lettered_after_first_due_s"]
+    if args.gets_s:
+        keys = ["gets_per_s", "broker_cpu_us_per_get"]
     keys += ["latency_p50_us", "latency_p99_us", "latency_max_us"]
     print("| binary | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")

@@ -318,6 +318,10 @@ pub struct GetArgs {
     /// Ack each fetched message (basic.get no-ack=false) instead of no-ack.
     #[arg(long)]
     pub ack: bool,
+    /// Poll this existing queue instead (filled beforehand, e.g. a paged backlog after a
+    /// restart): nothing is declared, pre-filled or deleted.
+    #[arg(long)]
+    pub queue: Option<String>,
 }
 
 #[derive(Clone, Debug, Args)]

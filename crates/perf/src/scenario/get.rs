@@ -33,10 +33,12 @@ pub fn run(run: &Run, args: &GetArgs) -> anyhow::Result<()> {
     if args.pollers == 0 {
         bail!("--pollers must be at least 1");
     }
-    let names = vec![queue_name("get", 0)];
+    let names = vec![args.queue.clone().unwrap_or_else(|| queue_name("get", 0))];
     let mut admin = run.connect()?;
-    declare_queues(&mut admin, &names, false, None)?;
-    prefill(run, &names[0], args)?;
+    if args.queue.is_none() {
+        declare_queues(&mut admin, &names, false, None)?;
+        prefill(run, &names[0], args)?;
+    }
 
     let counts = Arc::new(Counts::default());
     let abort = Arc::new(AtomicBool::new(false));
@@ -89,7 +91,9 @@ pub fn run(run: &Run, args: &GetArgs) -> anyhow::Result<()> {
     progress.stop();
     abort.store(true, Ordering::Relaxed);
     joined?;
-    delete_queues(&mut admin, &names)?;
+    if args.queue.is_none() {
+        delete_queues(&mut admin, &names)?;
+    }
     let _ = admin.close();
 
     let (ok, empty) = (counts.ok.load(Ordering::Relaxed), counts.empty.load(Ordering::Relaxed));
@@ -106,7 +110,7 @@ pub fn run(run: &Run, args: &GetArgs) -> anyhow::Result<()> {
     results["gets_per_s_per_poller"] = json!(round3(per_poller));
     let params = json!({
         "pollers": args.pollers, "prefill": args.prefill, "size": args.size,
-        "duration_s": args.duration_s, "count": args.count(), "ack": args.ack,
+        "duration_s": args.duration_s, "count": args.count(), "ack": args.ack, "queue": args.queue,
     });
     report::print("get", run.label.as_deref(), &run.target(), &human, params, results);
     Ok(())
