@@ -463,3 +463,35 @@ async fn only_dead_lettering_to_a_queue_is_a_redrive_policy() {
         serde_json::from_str(shown["Attributes"]["RedrivePolicy"].as_str().unwrap()).unwrap();
     assert_eq!(policy, json!({"deadLetterTargetArn": arn, "maxReceiveCount": 4}));
 }
+
+/// Issue 41: a receive from a queue whose head is paged out (20 messages resident) asks for the
+/// read off the broker's thread, and waits for it even as a short poll: every receive of the
+/// backlog answers with messages, in the order they were sent, as AWS answers a short poll on a
+/// deep queue with messages. Ended by `WAIT` per receive.
+#[tokio::test]
+async fn short_polls_of_a_paged_backlog_each_answer_with_messages() {
+    const MESSAGES: usize = 300;
+    let (_broker, addr) = sqs_broker(&["--queue-resident-messages", "20"]);
+    let (status, created) = sqs(addr, "CreateQueue", json!({"QueueName": "deep"})).await;
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().unwrap().to_owned();
+    for batch in 0..MESSAGES / 10 {
+        let entries: Vec<_> = (0..10)
+            .map(|i| json!({"Id": format!("e{i}"), "MessageBody": format!("m{:03}", batch * 10 + i)}))
+            .collect();
+        let (status, sent) =
+            sqs(addr, "SendMessageBatch", json!({"QueueUrl": url, "Entries": entries})).await;
+        assert_eq!((status, sent["Successful"].as_array().map(Vec::len)), (200, Some(10)), "{sent}");
+    }
+    let mut received = Vec::new();
+    while received.len() < MESSAGES {
+        let receive = json!({"QueueUrl": url, "MaxNumberOfMessages": 10});
+        let (status, got) = tokio::time::timeout(WAIT, sqs(addr, "ReceiveMessage", receive)).await.unwrap();
+        assert_eq!(status, 200, "{got}");
+        let messages = got["Messages"].as_array().cloned().unwrap_or_default();
+        assert!(!messages.is_empty(), "a short poll after {} of {MESSAGES} came back empty", received.len());
+        received.extend(messages.iter().map(|m| m["Body"].as_str().unwrap().to_owned()));
+    }
+    let expected: Vec<_> = (0..MESSAGES).map(|n| format!("m{n:03}")).collect();
+    assert_eq!(received, expected);
+}

@@ -824,6 +824,39 @@ fn more_due_run_files_than_reads_at_once_load_as_answers_come() {
     fire_at_their_due_time(&mut tb, numbered_bodies(0..200));
 }
 
+/// An SQS receive from a queue whose head is paged out reads no record on the broker's thread:
+/// it takes what is in memory, asks for the head, and says so (`sqs_head_being_read`); a wait
+/// registered meanwhile is woken only once the read is answered, and the receives after it take
+/// the messages read, in order. Before, the receive read the head and 255 behind it in place.
+#[test]
+fn an_sqs_receive_of_a_paged_head_asks_for_a_read_and_its_wait_is_woken_by_the_answer() {
+    use hourglass_broker::Notice;
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 8);
+    disk.sync(&mut tb);
+    let now = tb.clock.now();
+    let first = tb.broker.sqs_receive("/", "q", 5, Some(30_000), now).unwrap();
+    assert_eq!(received_texts(&first), numbered_bodies(0..3), "the resident ones");
+    assert_eq!(disk.reads(), 0, "the broker read no record");
+    assert!(tb.broker.sqs_head_being_read("/", "q"));
+    tb.broker.sqs_wait("/", "q", 7).unwrap();
+    assert_eq!(tb.broker.poll_notice(), None, "not woken while the read is out");
+    tb.answer_reads();
+    assert_eq!(tb.broker.poll_notice(), Some(Notice::SqsReady { ticket: 7 }), "woken by the answer");
+    let mut got = received_texts(&first);
+    for _ in 0..8 {
+        let taken = tb.broker.sqs_receive("/", "q", 10, Some(30_000), tb.clock.now()).unwrap();
+        assert!(!taken.is_empty(), "each answer brings messages to take");
+        got.extend(received_texts(&taken));
+        if got.len() == 8 {
+            break;
+        }
+        assert!(tb.broker.sqs_head_being_read("/", "q"), "the next read is out");
+        tb.answer_reads();
+    }
+    assert_eq!(got, numbered_bodies(0..8));
+}
+
 /// An SQS FIFO queue's paged messages (issue 40, item 19): after a restart the queue keeps only
 /// their locations, and their groups are read back, so each group is still received in order
 /// and groups in parallel.

@@ -254,6 +254,11 @@ fn failure(id: &str, error: &SqsError) -> Value {
     json!({"Id": id, "SenderFault": !error.status().is_server_error(), "Code": code, "Message": error.to_string()})
 }
 
+/// The longest a receive waits for its queue's paged head to be read (`SqsReceipt::reading`)
+/// beyond its own wait time: a read takes milliseconds; past this the receive answers what it
+/// has.
+const READ_WAIT_MAX: Duration = Duration::from_secs(5);
+
 pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
     let queue = queue_of(caller, input)?;
     queues::require(state, caller, Access::Read, &queue)?;
@@ -277,13 +282,16 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
         let got = state.broker.request(receive).await?.map_err(|e| gateway_error(e, ""))?;
         let wait_s = wait.map(|s| s as u64).or(got.wait_s).unwrap_or(0).min(queues::WAIT_TIME_MAX_S as u64);
         let deadline = *deadline.get_or_insert(started + Duration::from_secs(wait_s));
-        if !got.messages.is_empty() || tokio::time::Instant::now() >= deadline {
+        // A paged head being read has messages for this receive: even a short poll waits for
+        // the read (AWS answers a short poll on a deep queue with messages), within a bound.
+        let until = if got.reading { deadline.max(started + READ_WAIT_MAX) } else { deadline };
+        if !got.messages.is_empty() || tokio::time::Instant::now() >= until {
             break got.messages;
         }
-        if waiting.is_none() {
+        if waiting.is_none() && !got.reading {
             waiting = Some(state.long_polls.admit(&caller.access_key, caller.address)?);
         }
-        wait_for_a_message(state, &queue, deadline).await?;
+        wait_for_a_message(state, &queue, until).await?;
     };
     drop(waiting);
     let now_ms = (state.clock)();

@@ -217,6 +217,8 @@ impl Broker {
         let gateway = self.sqs_gateway(vhost, now);
         let mut received = Vec::new();
         let mut taken = None;
+        // Stops when the queue has nothing more to give now: empty, or its paged head being read
+        // (`sqs_head_being_read`).
         while received.len() < max {
             let hand_out = HandOut::SqsReceive { visibility_ms, taken };
             let Ok(got) = self.get_one(gateway, GATEWAY_CHANNEL, vhost, name.clone(), id, hand_out, now)
@@ -242,6 +244,13 @@ impl Broker {
             self.run_queue(id, now);
         }
         Ok(received)
+    }
+
+    /// Whether `queue`'s head is paged out and being read: a receive took what it could, and a
+    /// wait (`sqs_wait`) is woken once the read is answered (`message_reads.rs`).
+    pub fn sqs_head_being_read(&self, vhost: &str, queue: &str) -> bool {
+        let Ok((_, id)) = self.sqs_queue(vhost, queue) else { return false };
+        self.queues.get(&id).is_some_and(|q| q.awaits_head_read())
     }
 
     /// How long an SQS receive from `queue` waits by default (its
@@ -317,12 +326,12 @@ impl Broker {
 
     /// Registers a long poll on `queue` under `ticket` (the driver's, unique among those
     /// waiting): [`Notice::SqsReady`] comes for it once, as soon as the queue has a ready message
-    /// (at once if it has one now), unless [`Self::sqs_unwait`] takes it back first. A waiting
-    /// poll costs its entry here and nothing else: no job runs for it until it is woken or gives
-    /// up.
+    /// (at once if it has one now and its head is not being read), unless [`Self::sqs_unwait`]
+    /// takes it back first. A waiting poll costs its entry here and nothing else: no job runs
+    /// for it until it is woken or gives up.
     pub fn sqs_wait(&mut self, vhost: &str, queue: &str, ticket: Ticket) -> Result<(), SqsGatewayError> {
         let (_, id) = self.sqs_queue(vhost, queue)?;
-        if self.queues.get(&id).is_some_and(|q| q.sqs_receivable() > 0) {
+        if self.queues.get(&id).is_some_and(|q| q.sqs_receivable() > 0 && !q.awaits_head_read()) {
             self.notices.push_back(Notice::SqsReady { ticket });
         } else {
             self.sqs.waiters.entry(id).or_default().insert(ticket);

@@ -431,9 +431,9 @@ impl Broker {
     /// `(conn, ch)`: counted, tracked on the channel unless `hand_out` is no-ack, and under a
     /// visibility timeout when `hand_out` or the queue asks for one. [`NotGot::Empty`] (counted
     /// as an empty get) when the queue has no ready message or the channel is gone. A client's
-    /// basic.get (`HandOut::NoAck`, `HandOut::QueueVisibility`) reads no paged message on the
-    /// broker's thread: it asks for the head and gets [`NotGot::Reading`]. The caller sends the
-    /// answer.
+    /// basic.get (`HandOut::NoAck`, `HandOut::QueueVisibility`) and an SQS receive from a queue
+    /// without message groups read no paged message on the broker's thread: they ask for the
+    /// head and get [`NotGot::Reading`]. The caller sends the answer.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn get_one(
         &mut self,

@@ -433,10 +433,10 @@ impl Queue {
     /// Takes the next ready message for an SQS receive, awaiting its delete: from an SQS FIFO
     /// queue the next of group `taken` (the group this receive took its last message from), else
     /// the oldest of a group with nothing in flight (`message_groups.rs`); from any other queue
-    /// the next, as for a delivery.
+    /// the next, as for a consumer (a paged head is asked for, `take_for_consumer`).
     pub fn take_for_sqs_receive(&mut self, taken: Option<GroupKey>) -> Option<Entry> {
         if self.groups.as_ref().is_none_or(|groups| groups.order() != GroupOrder::Fifo) {
-            return self.take_for_delivery(true);
+            return self.take_for_consumer(true);
         }
         loop {
             let seq = self.groups.as_ref()?.next_receivable(taken)?;
@@ -446,7 +446,7 @@ impl Queue {
         }
     }
 
-    /// Takes the next ready message for a consumer or a client's basic.get, as `take_for_delivery` does, but reads no
+    /// Takes the next ready message for a consumer, a client's basic.get or an SQS receive, as `take_for_delivery` does, but reads no
     /// record on the broker's thread: a paged head is asked for with a batch behind it
     /// (`ask_head_read`) and nothing comes back until the read is answered (`messages_read`).
     /// A queue with message groups (SQS) reads in place, as `take_for_delivery` does.
