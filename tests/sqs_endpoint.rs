@@ -471,7 +471,7 @@ async fn only_dead_lettering_to_a_queue_is_a_redrive_policy() {
 #[tokio::test]
 async fn short_polls_of_a_paged_backlog_each_answer_with_messages() {
     const MESSAGES: usize = 300;
-    let (_broker, addr) = sqs_broker(&["--queue-resident-messages", "20"]);
+    let (broker, addr) = sqs_broker(&["--queue-resident-messages", "20"]);
     let (status, created) = sqs(addr, "CreateQueue", json!({"QueueName": "deep"})).await;
     assert_eq!(status, 200, "{created}");
     let url = created["QueueUrl"].as_str().unwrap().to_owned();
@@ -483,6 +483,10 @@ async fn short_polls_of_a_paged_backlog_each_answer_with_messages() {
             sqs(addr, "SendMessageBatch", json!({"QueueUrl": url, "Entries": entries})).await;
         assert_eq!((status, sent["Successful"].as_array().map(Vec::len)), (200, Some(10)), "{sent}");
     }
+    let (status, shown) = common::http(&broker, "GET", "/api/queues/%2F/deep", "").await;
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap_or_default();
+    let paged = shown["messages_paged_out"].as_u64().unwrap_or_default();
+    assert!(status == 200 && paged > 0, "the backlog is paged out: {status} {shown}");
     let mut received = Vec::new();
     while received.len() < MESSAGES {
         let receive = json!({"QueueUrl": url, "MaxNumberOfMessages": 10});

@@ -1,6 +1,6 @@
-//! Reading paged messages back for consumers, basic.gets and dead-lettering (ADR 0007) off the broker's thread (ARCHITECTURE.md,
+//! Reading paged messages back for consumers, basic.gets, SQS receives and dead-lettering (ADR 0007) off the broker's thread (ARCHITECTURE.md,
 //! rule 1): a queue whose head is paged asks for it and a batch behind it
-//! (`Queue::take_for_consumer`, for a consumer or a basic.get, `waiting_gets.rs`) instead of reading the store; so do paged messages leaving for a
+//! (`Queue::take_for_consumer`, for a consumer, a basic.get (`waiting_gets.rs`) or an SQS receive) instead of reading the store; so do paged messages leaving for a
 //! dead-letter exchange (`dead_letter_reads.rs`, which asks when the driver polls). The asks are collected when the
 //! queue is filed again (`Broker::reschedule`), handed to the driver (`poll_message_read`),
 //! performed by it where a read may wait on the disk ([`MessageRead::perform`] through
@@ -33,8 +33,10 @@ impl Broker {
 
     /// A read's outcome, one per location asked. For consumers the queue puts the messages still
     /// at its head in memory (one that could not be read is dropped when it reaches the head),
-    /// answers the basic.gets waiting for them (`waiting_gets.rs`) and runs; for dead-lettering
-    /// they leave (`dead_letter_reads.rs`). An answer for a queue that is gone is dropped.
+    /// answers the basic.gets waiting for them (`waiting_gets.rs`), runs, and wakes the SQS
+    /// receives waiting on it (`Broker::sqs_wait`; AMQP consumers with credit have taken their
+    /// share by then); for dead-lettering they leave (`dead_letter_reads.rs`). An answer for a
+    /// queue that is gone is dropped.
     pub fn handle_message_read(
         &mut self,
         read: MessageRead,
@@ -49,6 +51,7 @@ impl Broker {
         queue.messages_read(&read.locations, messages);
         self.answer_waiting_gets(id, now);
         self.run_queue(id, now);
+        self.wake_every_sqs_waiter(id);
         self.run_dead_letters(now);
     }
 }

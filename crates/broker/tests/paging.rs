@@ -840,7 +840,8 @@ fn an_sqs_receive_of_a_paged_head_asks_for_a_read_and_its_wait_is_woken_by_the_a
     assert_eq!(disk.reads(), 0, "the broker read no record");
     assert!(tb.broker.sqs_head_being_read("/", "q"));
     tb.broker.sqs_wait("/", "q", 7).unwrap();
-    assert_eq!(tb.broker.poll_notice(), None, "not woken while the read is out");
+    publish_unanswered(&mut tb, c, properties(8), b"body 8");
+    assert_eq!(tb.broker.poll_notice(), None, "not woken while the read is out, a publish neither");
     tb.answer_reads();
     assert_eq!(tb.broker.poll_notice(), Some(Notice::SqsReady { ticket: 7 }), "woken by the answer");
     let mut got = received_texts(&first);
@@ -848,13 +849,35 @@ fn an_sqs_receive_of_a_paged_head_asks_for_a_read_and_its_wait_is_woken_by_the_a
         let taken = tb.broker.sqs_receive("/", "q", 10, Some(30_000), tb.clock.now()).unwrap();
         assert!(!taken.is_empty(), "each answer brings messages to take");
         got.extend(received_texts(&taken));
-        if got.len() == 8 {
+        if got.len() == 9 {
             break;
         }
         assert!(tb.broker.sqs_head_being_read("/", "q"), "the next read is out");
         tb.answer_reads();
     }
-    assert_eq!(got, numbered_bodies(0..8));
+    assert_eq!(got, numbered_bodies(0..9));
+}
+
+/// An SQS receive that waited for its queue's paged head to be read is woken by the answer even
+/// when nothing is left for it (here the queue was purged meanwhile), so that it answers at once
+/// instead of waiting out its time; so is one waiting on a queue that is deleted.
+#[test]
+fn a_receive_waiting_for_a_read_is_woken_when_nothing_is_left_or_the_queue_goes() {
+    use hourglass_broker::Notice;
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 6);
+    disk.sync(&mut tb);
+    assert_eq!(tb.broker.sqs_receive("/", "q", 10, Some(30_000), tb.clock.now()).unwrap().len(), 3);
+    tb.broker.sqs_wait("/", "q", 1).unwrap();
+    unanswered(&mut tb, c, QueuePurge { queue: short("q"), ..Default::default() });
+    assert_eq!(tb.broker.poll_notice(), None);
+    tb.answer_reads();
+    assert_eq!(tb.broker.poll_notice(), Some(Notice::SqsReady { ticket: 1 }), "woken by the answer");
+    assert!(tb.broker.sqs_receive("/", "q", 10, Some(30_000), tb.clock.now()).unwrap().is_empty());
+    assert!(!tb.broker.sqs_head_being_read("/", "q"));
+    tb.broker.sqs_wait("/", "q", 2).unwrap();
+    tb.call(c, QueueDelete { queue: short("q"), ..Default::default() });
+    assert_eq!(tb.broker.poll_notice(), Some(Notice::SqsReady { ticket: 2 }), "woken by the delete");
 }
 
 /// An SQS FIFO queue's paged messages (issue 40, item 19): after a restart the queue keeps only

@@ -3,8 +3,9 @@
 //! listener has one pool of connections (`--http-max-connections`, 1,024): without a bound, one
 //! key's 10,000 long polls took them all and every other client's SendMessage got 503 for as long
 //! as they waited. A long poll that would pass a bound is refused at once with `RequestThrottled`,
-//! the code SDKs back off and retry on; a poll that finds a message, or asks for no wait, never
-//! counts, so a bound never slows a busy queue's receives.
+//! the code SDKs back off and retry on; a poll that finds a message, or asks for no wait and
+//! finds no paged head being read (`messages.rs`, `READ_WAIT_MAX`), never counts, so a bound
+//! never slows a busy queue's receives.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -254,9 +254,9 @@ fn failure(id: &str, error: &SqsError) -> Value {
     json!({"Id": id, "SenderFault": !error.status().is_server_error(), "Code": code, "Message": error.to_string()})
 }
 
-/// The longest a receive waits for its queue's paged head to be read (`SqsReceipt::reading`)
-/// beyond its own wait time: a read takes milliseconds; past this the receive answers what it
-/// has.
+/// How long after it began a receive may still wait for its queue's paged head to be read
+/// (`SqsReceipt::reading`) when its own wait time is shorter: a read takes milliseconds; past
+/// this the receive answers what it has.
 const READ_WAIT_MAX: Duration = Duration::from_secs(5);
 
 pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Result<Value, SqsError> {
@@ -288,7 +288,7 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
         if !got.messages.is_empty() || tokio::time::Instant::now() >= until {
             break got.messages;
         }
-        if waiting.is_none() && !got.reading {
+        if waiting.is_none() {
             waiting = Some(state.long_polls.admit(&caller.access_key, caller.address)?);
         }
         wait_for_a_message(state, &queue, until).await?;

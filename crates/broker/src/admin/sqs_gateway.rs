@@ -356,12 +356,32 @@ impl Broker {
     /// Wakes as many of the long polls waiting for queue `id` as it has ready messages, the
     /// longest waiting first (after `run_queue` has served its consumers): a message wakes one
     /// poll, not a herd of them. When the queue is gone, wakes them all; an SQS FIFO queue wakes
-    /// one per group it can be received from (its acks and returns run this again).
+    /// one per group it can be received from (its acks and returns run this again). None while
+    /// its paged head is being read: a receive could take nothing yet, and the answer wakes
+    /// them all (`wake_every_sqs_waiter`).
     pub(crate) fn wake_sqs_waiters(&mut self, id: QueueId) {
         if self.sqs.waiters.is_empty() {
             return;
         }
-        let ready = self.queues.get(&id).map_or(usize::MAX, |queue| queue.sqs_receivable());
+        let ready = match self.queues.get(&id) {
+            None => usize::MAX,
+            Some(queue) if queue.awaits_head_read() => return,
+            Some(queue) => queue.sqs_receivable(),
+        };
+        self.wake_sqs_waiters_up_to(id, ready);
+    }
+
+    /// Wakes every poll waiting for queue `id`: a read of its paged head was answered (those
+    /// that waited for it and find nothing left answer at once, the others wait again), or the
+    /// queue is gone.
+    pub(crate) fn wake_every_sqs_waiter(&mut self, id: QueueId) {
+        if !self.sqs.waiters.is_empty() {
+            self.wake_sqs_waiters_up_to(id, usize::MAX);
+        }
+    }
+
+    /// Wakes up to `ready` of the polls waiting for queue `id`, the longest waiting first.
+    fn wake_sqs_waiters_up_to(&mut self, id: QueueId, ready: usize) {
         let Some(waiting) = self.sqs.waiters.get_mut(&id).filter(|_| ready > 0) else { return };
         let woken: Vec<Ticket> = waiting.drain(..ready.min(waiting.len())).collect();
         if waiting.is_empty() {

@@ -206,6 +206,7 @@ impl Broker {
         let Some(queue) = self.queues.remove(&id) else { return 0 };
         self.dead_letter_reads.forget(id);
         self.answer_waiting_gets_empty(id);
+        self.wake_every_sqs_waiter(id);
         self.churn.queues_deleted += 1;
         self.dedup_ids.release(queue.dedup.len());
         self.unschedule(id, queue.scheduled);
