@@ -26,9 +26,17 @@ struct Confirmed {
     ids: BTreeSet<String>,
     /// For each connection: when it opened and when its first confirm came.
     connections: Vec<(Instant, Option<Instant>)>,
+    /// What the publisher did, with the wall-clock time (as the nodes' logs show it): printed
+    /// when a phase fails.
+    steps: Vec<String>,
 }
 
 impl Confirmed {
+    fn step(&mut self, what: String) {
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        self.steps.push(format!("{}.{:03} {what}", at.as_secs(), at.subsec_millis()));
+    }
+
     /// Fault to the first confirm on a connection opened after it.
     fn failover_time(&self, fault: Instant) -> Option<Duration> {
         self.connections
@@ -57,12 +65,16 @@ async fn publish(
         )
         .await
         else {
+            confirmed.lock().unwrap().step(format!("could not connect to {}", url()));
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         confirmed.lock().unwrap().connections.push((Instant::now(), None));
-        let _ = publish_on(&conn, &tag, &mut next, limit, &confirmed, &stop).await;
+        confirmed.lock().unwrap().step(format!("connected to {}", url()));
+        let ended = publish_on(&conn, &tag, &mut next, limit, &confirmed, &stop).await;
+        confirmed.lock().unwrap().step(format!("publishing ended: {ended:?}"));
         let _ = conn.close(200, "bye".into()).await;
+        confirmed.lock().unwrap().step("closed".to_owned());
     }
 }
 
@@ -79,6 +91,7 @@ async fn publish_on(
     channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(e)?;
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
     channel.queue_declare(QUEUE.into(), durable, FieldTable::default()).await.map_err(e)?;
+    confirmed.lock().unwrap().step(format!("publishing from {tag}-{next}"));
     while !stop.load(Ordering::SeqCst) && *next < limit {
         let mut batch = Vec::new();
         for _ in 0..20 {
@@ -211,6 +224,9 @@ async fn wait_for_confirms(confirmed: &Mutex<Confirmed>, at_least: usize, cluste
                 for line in &lines[lines.len().saturating_sub(150)..] {
                     eprintln!("[{}] {line}", node.name);
                 }
+            }
+            for step in &confirmed.lock().unwrap().steps {
+                eprintln!("[publisher] {step}");
             }
             panic!("fewer than {at_least} confirms within {PHASE:?}");
         }
