@@ -7,7 +7,10 @@
 //! Nothing else on the channel has to wait: a client sends no other synchronous method on a
 //! channel before the reply to the last (AMQP 0-9-1, §2.3.5.1), and a get's delivery tag is
 //! taken when it is answered, so the channel's tags still go out in order. A get whose channel
-//! closes meanwhile is forgotten; one whose queue is deleted is answered with get-empty.
+//! closes meanwhile is forgotten; one whose queue is deleted is answered with get-empty. A client
+//! that sends gets without waiting for their replies may have [`PER_CHANNEL_MAX`] waiting on a
+//! channel; the next one closes the channel (406), so that what a client makes the broker hold
+//! stays bounded.
 
 use std::collections::VecDeque;
 
@@ -17,6 +20,9 @@ use crate::api::{ChannelId, ConnectionId};
 use crate::broker::{Broker, IdMap};
 use crate::queue::QueueId;
 use crate::time::Timestamp;
+
+/// The gets one channel may have waiting at once: a client that waits for each reply has one.
+pub(crate) const PER_CHANNEL_MAX: usize = 1_000;
 
 /// A basic.get waiting for its queue's paged head to be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +36,13 @@ pub(crate) struct WaitingGet {
 #[derive(Debug, Default)]
 pub(crate) struct WaitingGets {
     queues: IdMap<QueueId, VecDeque<WaitingGet>>,
+    /// How many gets each channel has waiting (on any queue).
+    per_channel: IdMap<(ConnectionId, ChannelId), usize>,
 }
+
+/// A channel already has [`PER_CHANNEL_MAX`] gets waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TooManyWaiting;
 
 impl WaitingGets {
     /// Whether gets wait on queue `id` (a later get waits behind them).
@@ -38,20 +50,35 @@ impl WaitingGets {
         self.queues.contains_key(&id)
     }
 
-    /// `get` waits for queue `id`'s head, behind the gets waiting there.
-    pub fn wait(&mut self, id: QueueId, get: WaitingGet) {
+    /// `get` waits for queue `id`'s head, behind the gets waiting there; refused when its
+    /// channel has [`PER_CHANNEL_MAX`] waiting already.
+    pub fn wait(&mut self, id: QueueId, get: WaitingGet) -> Result<(), TooManyWaiting> {
+        let waiting = self.per_channel.entry((get.conn, get.channel)).or_default();
+        if *waiting >= PER_CHANNEL_MAX {
+            return Err(TooManyWaiting);
+        }
+        *waiting += 1;
         self.queues.entry(id).or_default().push_back(get);
+        Ok(())
     }
 
-    /// Queue `id`'s waiting gets, in order, taken out (for the answer to serve them).
+    /// Queue `id`'s waiting gets, in order, taken out (for the answer to serve them); those not
+    /// put back are no longer counted as waiting.
     pub fn take(&mut self, id: QueueId) -> VecDeque<WaitingGet> {
-        self.queues.remove(&id).unwrap_or_default()
+        let gets = self.queues.remove(&id).unwrap_or_default();
+        for get in &gets {
+            self.count_out(get.conn, get.channel);
+        }
+        gets
     }
 
     /// Puts back gets `take` took that still wait, in front of any that came since.
     pub fn put_back(&mut self, id: QueueId, mut gets: VecDeque<WaitingGet>) {
         if gets.is_empty() {
             return;
+        }
+        for get in &gets {
+            *self.per_channel.entry((get.conn, get.channel)).or_default() += 1;
         }
         if let Some(later) = self.queues.remove(&id) {
             gets.extend(later);
@@ -61,13 +88,23 @@ impl WaitingGets {
 
     /// Channel `(conn, channel)` closed: its waiting gets are forgotten.
     pub fn forget_channel(&mut self, conn: ConnectionId, channel: ChannelId) {
-        if self.queues.is_empty() {
+        if self.per_channel.remove(&(conn, channel)).is_none() {
             return;
         }
         self.queues.retain(|_, gets| {
             gets.retain(|get| (get.conn, get.channel) != (conn, channel));
             !gets.is_empty()
         });
+    }
+
+    /// One of the channel's gets no longer waits.
+    fn count_out(&mut self, conn: ConnectionId, channel: ChannelId) {
+        if let Some(waiting) = self.per_channel.get_mut(&(conn, channel)) {
+            *waiting = waiting.saturating_sub(1);
+            if *waiting == 0 {
+                self.per_channel.remove(&(conn, channel));
+            }
+        }
     }
 }
 
@@ -111,15 +148,30 @@ mod tests {
     fn gets_put_back_stay_ahead_of_later_ones_and_a_closed_channel_s_go() {
         let (q, other) = (QueueId(1), QueueId(2));
         let mut gets = WaitingGets::default();
-        gets.wait(q, get(1, 1));
-        gets.wait(q, get(2, 1));
-        gets.wait(other, get(1, 1));
+        gets.wait(q, get(1, 1)).unwrap();
+        gets.wait(q, get(2, 1)).unwrap();
+        gets.wait(other, get(1, 1)).unwrap();
         let taken = gets.take(q);
         assert!(!gets.waits(q));
-        gets.wait(q, get(3, 1));
+        gets.wait(q, get(3, 1)).unwrap();
         gets.put_back(q, taken);
         assert_eq!(gets.take(q), [get(1, 1), get(2, 1), get(3, 1)]);
         gets.forget_channel(ConnectionId(1), ChannelId(1));
         assert!(!gets.waits(other), "the closed channel's only get went, and its queue's entry");
+        assert!(gets.per_channel.is_empty(), "nothing counted for gets gone");
+    }
+
+    #[test]
+    fn a_channel_has_at_most_its_bound_waiting_and_answered_ones_free_room() {
+        let (q, other) = (QueueId(1), QueueId(2));
+        let mut gets = WaitingGets::default();
+        for n in 0..PER_CHANNEL_MAX {
+            gets.wait(if n % 2 == 0 { q } else { other }, get(1, 1)).unwrap();
+        }
+        assert_eq!(gets.wait(q, get(1, 1)), Err(TooManyWaiting), "on any queue");
+        gets.wait(q, get(1, 2)).expect("another channel has its own room");
+        let taken = gets.take(q);
+        assert_eq!(taken.len(), PER_CHANNEL_MAX / 2 + 1);
+        gets.wait(q, get(1, 1)).expect("room again once some are answered");
     }
 }

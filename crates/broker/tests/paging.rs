@@ -403,6 +403,41 @@ fn the_http_api_s_get_reads_paged_messages_within_its_request() {
     assert!(disk.reads() > 0, "the paged ones were read in place");
 }
 
+/// A client that sends basic.gets without waiting for their replies may have 1,000 waiting on a
+/// channel for a paged head: the next closes the channel with 406, and the other channels' gets
+/// are answered when the read is.
+#[test]
+fn a_channel_may_have_a_bounded_number_of_gets_waiting() {
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", 4);
+    disk.sync(&mut tb);
+    let (greedy, other) = (tb.channel(), tb.channel());
+    for _ in 0..3 {
+        tb.call(other, BasicGet { queue: short("q"), no_ack: true, ..Default::default() });
+    }
+    for _ in 0..1_000 {
+        get_unanswered(&mut tb, greedy);
+    }
+    get_unanswered(&mut tb, other);
+    assert!(tb.broker.poll_effect().is_none(), "all of them wait");
+    get_unanswered(&mut tb, greedy);
+    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    match effects.as_slice() {
+        [hourglass_broker::Effect::ChannelError { conn, channel, error }] => {
+            assert_eq!((*conn, *channel), (greedy.conn, greedy.channel));
+            assert_eq!(error.reply_code, 406);
+            let text = error.reply_text.as_str();
+            assert_eq!(text, "PRECONDITION_FAILED - more than 1000 basic.get waiting on this channel");
+        }
+        other => panic!("expected the channel closed, got {other:?}"),
+    }
+    tb.answer_reads();
+    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let answered: Vec<_> = effects.iter().map(|effect| effect.channel_key()).collect();
+    assert_eq!(answered, [Some((other.conn, other.channel))], "the closed channel's gets were forgotten");
+    assert_eq!(gotten(&effects).len(), 1);
+}
+
 /// A get waiting for its queue's paged head is answered with get-empty when the queue is deleted.
 #[test]
 fn a_get_waiting_on_a_deleted_queue_is_answered_empty() {

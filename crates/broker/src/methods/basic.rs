@@ -382,7 +382,12 @@ impl Broker {
             if let Some(queue) = self.queues.get_mut(&id) {
                 queue.touch(now);
             }
-            self.waiting_gets.wait(id, get);
+            self.waiting_gets.wait(id, get).map_err(|_| {
+                errors::precondition_failed(format_args!(
+                    "more than {} basic.get waiting on this channel",
+                    crate::waiting_gets::PER_CHANNEL_MAX
+                ))
+            })?;
         }
         Ok(())
     }
