@@ -7,8 +7,12 @@ long-poll wake-up latency. Bounded: a fixed number of messages per row and 20 lo
 MessageGroupId one of --groups tenants) or `fifo` (a high-throughput FIFO queue:
 DeduplicationScope messageGroup, FifoThroughputLimit perMessageGroupId, --groups groups).
 
+--queue-resident-messages N starts Hourglass with that paging limit, so that the receives take
+from a paged backlog (ADR 0007).
+
 Usage: scripts/bench_sqs.py [--hourglass target/release/hourglass] [--messages 20000]
                             [--kind standard|fair|fifo] [--groups 100] [--without-moto]
+                            [--queue-resident-messages N]
 Needs boto3 and moto[server] (pip). Starts both servers on free loopback ports with fresh state and
 stops only them. Prints a Markdown table for docs/benchmarks.md.
 """
@@ -47,10 +51,10 @@ def wait_for(port):
     raise SystemExit(f"nothing listens on {port}")
 
 
-def start_hourglass(binary):
+def start_hourglass(binary, extra=()):
     port, data = free_port(), tempfile.mkdtemp(prefix="hg-bench-sqs-")
     proc = subprocess.Popen([binary, "--bind", "127.0.0.1", "--amqp-port", str(free_port()), "--http-port", str(free_port()),
-                             "--metrics-port", str(free_port()), "--sqs-port", str(port), "--data-dir", data],
+                             "--metrics-port", str(free_port()), "--sqs-port", str(port), "--data-dir", data, *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(port)
     return proc, port, lambda: shutil.rmtree(data, ignore_errors=True)
@@ -139,9 +143,11 @@ def main():
     args.add_argument("--kind", choices=("standard", "fair", "fifo"), default="standard")
     args.add_argument("--groups", type=int, default=100)
     args.add_argument("--without-moto", action="store_true", help="Hourglass alone (moto slows down with N)")
+    args.add_argument("--queue-resident-messages", type=int, help="Hourglass's paging limit per queue")
     opts = args.parse_args()
     rows = []
-    servers = [("Hourglass", lambda: start_hourglass(opts.hourglass)), ("moto", start_moto)]
+    paging = ["--queue-resident-messages", str(opts.queue_resident_messages)] if opts.queue_resident_messages else []
+    servers = [("Hourglass", lambda: start_hourglass(opts.hourglass, paging)), ("moto", start_moto)]
     for name, start in servers[:1] if opts.without_moto else servers:
         proc, port, cleanup = start()
         try:
