@@ -54,7 +54,8 @@ pub(crate) enum HandOut {
 pub(crate) enum NotGot {
     /// The queue has no ready message (counted as an empty get), or the channel is gone.
     Empty,
-    /// Its head is paged out and being read (`waiting_gets.rs`): asked again once it is answered.
+    /// Its head is paged out and being read (`message_reads.rs`): a basic.get waits for the answer
+    /// (`waiting_gets.rs`), an SQS receive tells its endpoint to wait (`Broker::sqs_wait`).
     Reading,
 }
 

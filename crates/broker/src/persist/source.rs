@@ -19,9 +19,9 @@ pub struct RecordLocation {
 }
 
 /// Reads the record stored at a location: the bytes `encode_record` made (exchange, routing key,
-/// properties, body), checksum verified. Called from the broker's thread (SQS receives, the HTTP
-/// API's get, queues with message groups, peeks) and from the driver's blocking threads
-/// (consumers', basic.gets' and dead-lettering's reads, `message_reads.rs`); keep it a plain
+/// properties, body), checksum verified. Called from the broker's thread (queues with message
+/// groups, the HTTP API's get, peeks) and from the driver's blocking threads (the reads of
+/// consumers, basic.gets, SQS receives and dead-lettering, `message_reads.rs`); keep it a plain
 /// positioned read.
 pub trait MessageSource: Send + Sync + fmt::Debug {
     fn read(&self, location: RecordLocation) -> Result<Bytes, String>;

@@ -151,10 +151,11 @@ pub struct QueueCounters {
 /// How a paged head is read before it is taken (`Queue::take_oldest`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum HeadReads {
-    /// On the broker's thread, at once (SQS receives, the HTTP API's get: they answer within
+    /// On the broker's thread, at once (the HTTP API's get, an SQS move: they answer within
     /// their request).
     InPlace,
-    /// By the driver, asked for (`MessageRead`): a consumer's, a client's basic.get.
+    /// By the driver, asked for (`MessageRead`): for a consumer, a client's basic.get, an SQS
+    /// receive.
     Ask,
 }
 
