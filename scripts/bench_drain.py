@@ -158,8 +158,9 @@ def main():
     ap.add_argument("--binary", action="append", help="a broker binary (repeat to compare)")
     ap.add_argument("--latency-rate", type=int, default=1000)
     ap.add_argument("--latency-s", type=float, default=5.0, help="how long the latency flow publishes")
-    ap.add_argument("--dead-letter-after-s", type=float, help="dead-letter the backlog after this TTL instead")
-    ap.add_argument("--gets-s", type=float, help="take from the backlog with basic.get for this long instead")
+    instead = ap.add_mutually_exclusive_group()
+    instead.add_argument("--dead-letter-after-s", type=float, help="dead-letter the backlog after this TTL instead")
+    instead.add_argument("--gets-s", type=float, help="take from the backlog with basic.get for this long instead")
     ap.add_argument("--no-build", action="store_true")
     args = ap.parse_args()
     if not args.no_build:

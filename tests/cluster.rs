@@ -26,8 +26,8 @@ struct Confirmed {
     ids: BTreeSet<String>,
     /// For each connection: when it opened and when its first confirm came.
     connections: Vec<(Instant, Option<Instant>)>,
-    /// What the publisher did, with the wall-clock time (as the nodes' logs show it): printed
-    /// when a phase fails.
+    /// What the publisher did, with the wall-clock time (seconds since the epoch, the clock the
+    /// nodes' logs show): printed when a phase fails.
     steps: Vec<String>,
 }
 
@@ -59,18 +59,19 @@ async fn publish(
 ) {
     let mut next = 0usize;
     while !stop.load(Ordering::SeqCst) && next < limit {
+        let target = url();
         let Ok(Ok(conn)) = tokio::time::timeout(
             Duration::from_secs(5),
-            Connection::connect(&url(), ConnectionProperties::default()),
+            Connection::connect(&target, ConnectionProperties::default()),
         )
         .await
         else {
-            confirmed.lock().unwrap().step(format!("could not connect to {}", url()));
+            confirmed.lock().unwrap().step(format!("could not connect to {target}"));
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         confirmed.lock().unwrap().connections.push((Instant::now(), None));
-        confirmed.lock().unwrap().step(format!("connected to {}", url()));
+        confirmed.lock().unwrap().step(format!("connected to {target}"));
         let ended = publish_on(&conn, &tag, &mut next, limit, &confirmed, &stop).await;
         confirmed.lock().unwrap().step(format!("publishing ended: {ended:?}"));
         let _ = conn.close(200, "bye".into()).await;

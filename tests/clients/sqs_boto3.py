@@ -81,7 +81,8 @@ counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attribu
 assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("0", "1"), counts
 assert counts["VisibilityTimeout"] == "1" and counts["QueueArn"].endswith(":boto-jobs"), counts
 sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"], VisibilityTimeout=1)
-again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"],
+                            VisibilityTimeout=30)["Messages"]
 assert again[0]["MessageId"] == sent["MessageId"] and again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
 assert again[0]["ReceiptHandle"] != got[0]["ReceiptHandle"]
 sqs.delete_message(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"])
@@ -90,7 +91,8 @@ sqs.delete_message(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"])  # del
 # Custom.b, not Other nor Customer.
 prefixed = {name: {"DataType": "String", "StringValue": name} for name in ["Custom.a", "Custom.b", "Other", "Customer"]}
 sqs.send_message(QueueUrl=url, MessageBody="prefixed", MessageAttributes=prefixed)
-picked = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, MessageAttributeNames=["Custom.*"])["Messages"][0]
+picked = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, MessageAttributeNames=["Custom.*"],
+                             VisibilityTimeout=30)["Messages"][0]
 assert sorted(picked["MessageAttributes"]) == ["Custom.a", "Custom.b"], picked.get("MessageAttributes")
 sqs.delete_message(QueueUrl=url, ReceiptHandle=picked["ReceiptHandle"])
 assert code_of(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle="6.2.1.1")) == ("ReceiptHandleIsInvalid", 400)

@@ -1,6 +1,7 @@
-//! Reading paged messages back for consumers, basic.gets, SQS receives and dead-lettering (ADR 0007) off the broker's thread (ARCHITECTURE.md,
-//! rule 1): a queue whose head is paged asks for it and a batch behind it
-//! (`Queue::take_for_consumer`, for a consumer, a basic.get (`waiting_gets.rs`) or an SQS receive) instead of reading the store; so do paged messages leaving for a
+//! Reading paged messages back for consumers, basic.gets, SQS receives and dead-lettering
+//! (ADR 0007) off the broker's thread (ARCHITECTURE.md, rule 1): a queue whose head is paged
+//! asks for it and a batch behind it (`Queue::take_for_consumer`, for a consumer, a basic.get
+//! (`waiting_gets.rs`) or an SQS receive) instead of reading the store; so do paged messages leaving for a
 //! dead-letter exchange (`dead_letter_reads.rs`, which asks when the driver polls). The asks are collected when the
 //! queue is filed again (`Broker::reschedule`), handed to the driver (`poll_message_read`),
 //! performed by it where a read may wait on the disk ([`MessageRead::perform`] through

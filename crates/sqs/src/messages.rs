@@ -289,7 +289,12 @@ pub async fn receive(state: &SqsState, caller: &Caller, input: &Input<'_>) -> Re
             break got.messages;
         }
         if waiting.is_none() {
-            waiting = Some(state.long_polls.admit(&caller.access_key, caller.address)?);
+            match state.long_polls.admit(&caller.access_key, caller.address) {
+                Ok(admitted) => waiting = Some(admitted),
+                // A short poll is never throttled: past the bound it answers what it took.
+                Err(_) if wait_s == 0 => break got.messages,
+                Err(refused) => return Err(refused),
+            }
         }
         wait_for_a_message(state, &queue, until).await?;
     };

@@ -45,7 +45,7 @@ assert.equal(counts.Attributes.ApproximateNumberOfMessagesNotVisible, "2");
 
 const other = first.Messages.find((m) => m.Body === "one");
 await sqs.send(new ChangeMessageVisibilityCommand({ QueueUrl, ReceiptHandle: other.ReceiptHandle, VisibilityTimeout: 0 }));
-const again = await sqs.send(new ReceiveMessageCommand({ QueueUrl, WaitTimeSeconds: 2 }));
+const again = await sqs.send(new ReceiveMessageCommand({ QueueUrl, WaitTimeSeconds: 2, VisibilityTimeout: 30 }));
 assert.equal(again.Messages[0].Body, "one");
 for (const m of [hello, again.Messages[0]]) {
   await sqs.send(new DeleteMessageCommand({ QueueUrl, ReceiptHandle: m.ReceiptHandle }));

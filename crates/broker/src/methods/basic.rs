@@ -435,8 +435,8 @@ impl Broker {
 
     /// Takes the next message of queue `id` (named `queue_name`, in `vhost`) for a get on
     /// `(conn, ch)`: counted, tracked on the channel unless `hand_out` is no-ack, and under a
-    /// visibility timeout when `hand_out` or the queue asks for one. [`NotGot::Empty`] (counted
-    /// as an empty get) when the queue has no ready message or the channel is gone. A client's
+    /// visibility timeout when `hand_out` or the queue asks for one. [`NotGot::Empty`] when the
+    /// queue has no ready message (counted as an empty get), or the channel or queue is gone. A client's
     /// basic.get (`HandOut::NoAck`, `HandOut::QueueVisibility`) and an SQS receive from a queue
     /// without message groups read no paged message on the broker's thread: they ask for the
     /// head and get [`NotGot::Reading`]. The caller sends the answer.

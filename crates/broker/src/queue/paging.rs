@@ -107,8 +107,8 @@ pub struct MessageRead {
 /// What a [`MessageRead`] is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadPurpose {
-    /// The queue's paged head, for its consumers and basic.gets (`Queue::take_for_consumer`,
-    /// `waiting_gets.rs`).
+    /// The queue's paged head, for its consumers, basic.gets and SQS receives
+    /// (`Queue::take_for_consumer`, `waiting_gets.rs`).
     Consumers,
     /// Paged messages that left the queue for its dead-letter exchange (`dead_letter_reads.rs`).
     DeadLettering,

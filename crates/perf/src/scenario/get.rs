@@ -109,7 +109,7 @@ pub fn run(run: &Run, args: &GetArgs) -> anyhow::Result<()> {
     results["get_empty"] = json!(empty);
     results["gets_per_s_per_poller"] = json!(round3(per_poller));
     let params = json!({
-        "pollers": args.pollers, "prefill": args.prefill, "size": args.size,
+        "pollers": args.pollers, "prefill": if args.queue.is_some() { 0 } else { args.prefill }, "size": args.size,
         "duration_s": args.duration_s, "count": args.count(), "ack": args.ack, "queue": args.queue,
     });
     report::print("get", run.label.as_deref(), &run.target(), &human, params, results);
