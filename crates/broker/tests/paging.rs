@@ -28,6 +28,15 @@ fn setup(arguments: FieldTable) -> (TestBroker, Chan, Disk) {
     (tb, c, disk)
 }
 
+/// `setup` of a plain queue holding `n` persistent messages (`body 0`, …), stored: all but the
+/// first few paged out.
+fn paged_backlog(n: usize) -> (TestBroker, Chan, Disk) {
+    let (mut tb, c, mut disk) = setup(FieldTable::new());
+    publish_n(&mut tb, c, "q", n);
+    disk.sync(&mut tb);
+    (tb, c, disk)
+}
+
 /// `setup` of a queue whose messages expire after 1 s into the durable queue `dlq`.
 fn setup_expiring_into_dlq() -> (TestBroker, Chan, Disk) {
     let arguments = FieldTable::from_entries([
@@ -61,9 +70,7 @@ fn publish_n(tb: &mut TestBroker, c: Chan, routing_key: &str, n: usize) {
 /// them: each is delivered with its exact bytes, properties and routing, in order.
 #[test]
 fn paged_messages_are_delivered_exactly() {
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 6);
-    disk.sync(&mut tb);
+    let (mut tb, c, mut disk) = paged_backlog(6);
     assert_eq!(disk.reads(), 0);
     let effects = consume(&mut tb, c, "q", "ctag", true);
     assert_eq!(body_texts(&effects), numbered_bodies(0..6));
@@ -84,9 +91,7 @@ fn paged_messages_are_delivered_exactly() {
 /// restart is marked redelivered.
 #[test]
 fn requeued_and_restored_paged_messages() {
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 5);
-    disk.sync(&mut tb);
+    let (mut tb, c, mut disk) = paged_backlog(5);
     let got = tb.call(c, BasicGet { queue: short("q"), no_ack: false });
     assert!(matches!(methods(&got).as_slice(), [Method::BasicGetOk(_)]));
     tb.call(c, BasicNack { delivery_tag: 1, multiple: false, requeue: true });
@@ -261,9 +266,7 @@ fn priorities_order_paged_messages() {
 /// Purge and delete settle paged messages without reading them.
 #[test]
 fn purge_and_delete_settle_paged_messages() {
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 5);
-    disk.sync(&mut tb);
+    let (mut tb, c, mut disk) = paged_backlog(5);
     let mut purged = tb.call(c, QueuePurge { queue: short("q"), ..Default::default() });
     purged.extend(disk.sync(&mut tb));
     assert!(matches!(methods(&purged).as_slice(), [Method::QueuePurgeOk(ok)] if ok.message_count == 5));
@@ -279,9 +282,7 @@ fn purge_and_delete_settle_paged_messages() {
 /// gets the next one instead of waiting.
 #[test]
 fn an_unreadable_paged_message_is_dropped() {
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 5);
-    disk.sync(&mut tb);
+    let (mut tb, c, mut disk) = paged_backlog(5);
     let lost = disk.stored.queues.values().next().unwrap()[3].clone();
     let StoredBody::At(location) = lost.body else { unreachable!() };
     disk.source.records.lock().unwrap().remove(&location);
@@ -297,9 +298,7 @@ fn an_unreadable_paged_message_is_dropped() {
 #[test]
 fn version_1_metadata_is_read_at_restore() {
     use hourglass_broker::persist::MessageMeta;
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 3);
-    disk.sync(&mut tb);
+    let (tb, _, mut disk) = paged_backlog(3);
     for m in disk.stored.queues.values_mut().flatten() {
         let meta = MessageMeta::decode(&m.metadata).expect("version 2");
         assert!(meta.facts.is_some());
@@ -319,9 +318,7 @@ fn version_1_metadata_is_read_at_restore() {
 /// broker's thread, through the injected `MessageSource`, during the command.
 #[test]
 fn paged_messages_reach_a_consumer_through_reads_the_driver_performs() {
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 3000);
-    disk.sync(&mut tb);
+    let (mut tb, c, disk) = paged_backlog(3000);
     consume_unanswered(&mut tb, c, "ctag");
     assert_eq!(disk.reads(), 0, "the broker read no record");
     let mut got = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
@@ -348,9 +345,7 @@ fn paged_messages_reach_a_consumer_through_reads_the_driver_performs() {
 /// the get read the head and a read-ahead behind it in place.
 #[test]
 fn a_basic_get_on_a_paged_head_waits_for_a_read_the_driver_performs() {
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 6);
-    disk.sync(&mut tb);
+    let (mut tb, c, disk) = paged_backlog(6);
     let (second, closing) = (tb.channel(), tb.channel());
     let get = || BasicGet { queue: short("q"), ..Default::default() };
     let resident: Vec<_> = (0..3).flat_map(|_| gotten(&tb.call(c, get()))).collect();
@@ -381,11 +376,9 @@ fn a_basic_get_on_a_paged_head_waits_for_a_read_the_driver_performs() {
 #[test]
 fn the_http_api_s_get_reads_paged_messages_within_its_request() {
     use hourglass_broker::requests::{AsUser, GetMessages, GetSettlement, Request};
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 9);
-    disk.sync(&mut tb);
+    let (mut tb, c, disk) = paged_backlog(9);
     for _ in 0..3 {
-        tb.call(c, BasicGet { queue: short("q"), no_ack: true, ..Default::default() });
+        tb.call(c, BasicGet { queue: short("q"), no_ack: true });
     }
     get_unanswered(&mut tb, c);
     assert!(tb.broker.poll_effect().is_none(), "the client's get waits for a read");
@@ -408,12 +401,10 @@ fn the_http_api_s_get_reads_paged_messages_within_its_request() {
 /// are answered when the read is.
 #[test]
 fn a_channel_may_have_a_bounded_number_of_gets_waiting() {
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 4);
-    disk.sync(&mut tb);
+    let (mut tb, _, _disk) = paged_backlog(4);
     let (greedy, other) = (tb.channel(), tb.channel());
     for _ in 0..3 {
-        tb.call(other, BasicGet { queue: short("q"), no_ack: true, ..Default::default() });
+        tb.call(other, BasicGet { queue: short("q"), no_ack: true });
     }
     for _ in 0..1_000 {
         get_unanswered(&mut tb, greedy);
@@ -441,12 +432,10 @@ fn a_channel_may_have_a_bounded_number_of_gets_waiting() {
 /// A get waiting for its queue's paged head is answered with get-empty when the queue is deleted.
 #[test]
 fn a_get_waiting_on_a_deleted_queue_is_answered_empty() {
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 4);
-    disk.sync(&mut tb);
+    let (mut tb, _, _disk) = paged_backlog(4);
     let (getter, deleter) = (tb.channel(), tb.channel());
     for _ in 0..3 {
-        tb.call(getter, BasicGet { queue: short("q"), no_ack: true, ..Default::default() });
+        tb.call(getter, BasicGet { queue: short("q"), no_ack: true });
     }
     get_unanswered(&mut tb, getter);
     unanswered(&mut tb, deleter, QueueDelete { queue: short("q"), ..Default::default() });
@@ -511,9 +500,7 @@ fn publish_unanswered(tb: &mut TestBroker, c: Chan, properties: BasicProperties,
 /// gets the backlog, in order, once the read is answered.
 #[test]
 fn a_ttl_0_message_does_not_overtake_a_paged_head_being_read() {
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 6);
-    disk.sync(&mut tb);
+    let (mut tb, c, _disk) = paged_backlog(6);
     consume_unanswered(&mut tb, c, "ctag");
     publish_unanswered(
         &mut tb,
@@ -533,9 +520,7 @@ fn a_ttl_0_message_does_not_overtake_a_paged_head_being_read() {
 /// moved the rotation on.
 #[test]
 fn consumers_keep_their_turns_while_a_paged_head_is_read() {
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 7);
-    disk.sync(&mut tb);
+    let (mut tb, c, _disk) = paged_backlog(7);
     for tag in ["a", "b"] {
         consume_unanswered(&mut tb, c, tag);
     }
@@ -866,9 +851,7 @@ fn more_due_run_files_than_reads_at_once_load_as_answers_come() {
 #[test]
 fn an_sqs_receive_of_a_paged_head_asks_for_a_read_and_its_wait_is_woken_by_the_answer() {
     use hourglass_broker::Notice;
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 8);
-    disk.sync(&mut tb);
+    let (mut tb, c, disk) = paged_backlog(8);
     let now = tb.clock.now();
     let first = tb.broker.sqs_receive("/", "q", 5, Some(30_000), now).unwrap();
     assert_eq!(received_texts(&first), numbered_bodies(0..3), "the resident ones");
@@ -899,9 +882,7 @@ fn an_sqs_receive_of_a_paged_head_asks_for_a_read_and_its_wait_is_woken_by_the_a
 #[test]
 fn a_receive_waiting_for_a_read_is_woken_when_nothing_is_left_or_the_queue_goes() {
     use hourglass_broker::Notice;
-    let (mut tb, c, mut disk) = setup(FieldTable::new());
-    publish_n(&mut tb, c, "q", 6);
-    disk.sync(&mut tb);
+    let (mut tb, c, _disk) = paged_backlog(6);
     assert_eq!(tb.broker.sqs_receive("/", "q", 10, Some(30_000), tb.clock.now()).unwrap().len(), 3);
     tb.broker.sqs_wait("/", "q", 1).unwrap();
     unanswered(&mut tb, c, QueuePurge { queue: short("q"), ..Default::default() });
