@@ -49,6 +49,13 @@ pub(crate) enum HandOut {
     SqsReceive { visibility_ms: u64, taken: Option<GroupKey> },
 }
 
+/// Whether basic.gets on connection `conn` read a paged head in place: the HTTP API's admin
+/// channel takes its replies within its request, so its gets cannot wait for a read
+/// (`waiting_gets.rs`); a client's do.
+fn reads_in_place(conn: ConnectionId) -> bool {
+    conn == ADMIN_CONNECTION
+}
+
 /// Why a get handed no message out (`Broker::get_one`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NotGot {
@@ -377,9 +384,9 @@ impl Broker {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
         let (queue_name, id) = self.readable_queue(conn, ch, &vhost, &m.queue)?;
         let get = WaitingGet { conn, channel: ch, no_ack: m.no_ack };
-        let behind_others = conn != ADMIN_CONNECTION && self.waiting_gets.waits(id);
+        let behind_others = !reads_in_place(conn) && self.waiting_gets.waits(id);
         if behind_others || !self.answer_get(get, &vhost, queue_name, id, now) {
-            debug_assert_ne!(conn, ADMIN_CONNECTION, "the admin channel's gets read in place");
+            debug_assert!(!reads_in_place(conn), "the admin channel's gets never wait");
             if let Some(queue) = self.queues.get_mut(&id) {
                 queue.touch(now);
             }
@@ -460,7 +467,7 @@ impl Broker {
         queue.touch(now);
         let taken = match hand_out {
             HandOut::SqsReceive { taken, .. } => queue.take_for_sqs_receive(taken),
-            HandOut::NoAck | HandOut::QueueVisibility if conn != ADMIN_CONNECTION => {
+            HandOut::NoAck | HandOut::QueueVisibility if !reads_in_place(conn) => {
                 queue.take_for_consumer(!no_ack)
             }
             HandOut::NoAck | HandOut::QueueVisibility => queue.take_for_delivery(!no_ack),
