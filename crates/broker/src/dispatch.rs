@@ -124,6 +124,7 @@ fn pick_consumer(queue: &mut Queue, channels: &IdMap<(ConnectionId, ChannelId), 
 /// and notes the delivery for the firehose.
 fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, now: Timestamp) {
     let queue_id = queue.id;
+    let group = queue.stored_group(&entry);
     let consumer = queue.consumers.get_mut(at);
     let channel =
         consumer.as_ref().and_then(|consumer| sinks.channels.get_mut(&(consumer.conn, consumer.channel)));
@@ -134,7 +135,7 @@ fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, no
         }
         return;
     };
-    sinks.persist.handed_out(queue_id, &entry, consumer.no_ack);
+    sinks.persist.handed_out(queue_id, &entry, consumer.no_ack, group);
     let tag = channel.next_tag();
     let kind = DeliveryKind::of_consumer(consumer.no_ack);
     for counters in [&mut queue.counters.messages, &mut channel.stats, &mut *sinks.stats] {

@@ -897,8 +897,9 @@ fn a_receive_waiting_for_a_read_is_woken_when_nothing_is_left_or_the_queue_goes(
 }
 
 /// An SQS FIFO queue's paged messages (issue 40, item 19): after a restart the queue keeps only
-/// their locations, and their groups are read back, so each group is still received in order
-/// and groups in parallel.
+/// their locations, and their groups come back from their stored metadata without a read (before
+/// metadata version 3, each was read back at restore, on the broker's thread), so each group is
+/// still received in order and groups in parallel.
 #[test]
 fn paged_fifo_messages_keep_their_groups_across_a_restart() {
     let (mut tb, c, mut disk) = setup(FieldTable::from_entries([("x-sqs-fifo", FieldValue::Bool(true))]));
@@ -911,7 +912,9 @@ fn paged_fifo_messages_keep_their_groups_across_a_restart() {
     let now = tb.clock.now();
     let first = tb.broker.sqs_receive("/", "q", 1, Some(30_000), now).unwrap();
     assert_eq!(received_texts(&first), ["body 0"]);
+    let reads = disk.reads();
     let mut restored = disk.restart(&tb, two_resident());
+    assert_eq!(disk.reads(), reads, "no record read to learn the groups at restore");
     let now = restored.clock.now();
     let got = restored.broker.sqs_receive("/", "q", 2, Some(30_000), now).unwrap();
     assert_eq!(
@@ -922,4 +925,49 @@ fn paged_fifo_messages_keep_their_groups_across_a_restart() {
     let got = restored.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap();
     assert_eq!(received_texts(&got), ["body 1", "body 3", "body 5"], "g1 waits; g2 then g3");
     assert!(restored.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap().is_empty());
+}
+
+/// A fair queue's paged messages keep their tenants across a restart (their groups come back
+/// from their stored metadata): a noisy tenant's messages are still received after a quiet
+/// tenant's. Before, restored paged messages counted as without a group, so the noisy tenant's
+/// went first.
+#[test]
+fn paged_messages_of_a_fair_queue_keep_their_tenants_across_a_restart() {
+    let sqs_made =
+        FieldTable::from_entries([("x-sqs-receive-message-wait-time-seconds", FieldValue::I32(0))]);
+    let (mut tb, c, mut disk) = setup(sqs_made);
+    let tenants = std::iter::repeat_n("busy", 40).chain(["quiet"]);
+    for (n, tenant) in tenants.enumerate() {
+        let mut properties = properties(n);
+        properties.headers = Some(group_headers(tenant));
+        tb.publish_with(c, "", "q", properties, format!("body {n}").as_bytes(), false);
+    }
+    disk.sync(&mut tb);
+    let mut restored = disk.restart(&tb, two_resident());
+    assert_eq!(
+        receive_n(&mut restored, 30),
+        numbered_bodies(0..30),
+        "in queue order while no tenant is noisy"
+    );
+    assert_eq!(
+        receive_n(&mut restored, 2),
+        ["body 40", "body 30"],
+        "the quiet tenant first, then the noisy one"
+    );
+}
+
+/// The bodies of `n` messages received from queue `q` (bounded: each receive asks for what is
+/// missing, and the reads the receives ask for are answered between them).
+fn receive_n(tb: &mut TestBroker, n: usize) -> Vec<String> {
+    let mut got = Vec::new();
+    for _ in 0..n + 10 {
+        let want = (n - got.len()).min(10);
+        let taken = tb.broker.sqs_receive("/", "q", want, Some(30_000), tb.clock.now()).unwrap();
+        got.extend(received_texts(&taken));
+        if got.len() == n {
+            break;
+        }
+        tb.answer_reads();
+    }
+    got
 }

@@ -484,7 +484,8 @@ impl Broker {
             self.count_empty_get(conn, ch);
             return Err(NotGot::Empty);
         };
-        self.persist.handed_out(id, &entry, no_ack);
+        let group = self.stored_group(id, &entry);
+        self.persist.handed_out(id, &entry, no_ack, group);
         let kind = DeliveryKind::of_get(no_ack);
         self.message_stats.delivered(kind, entry.redelivered);
         let queue = self.queues.get_mut(&id);

@@ -123,8 +123,10 @@ pub struct SequencedOp {
 /// are tracked, so bit 0 clear means never delivered),
 /// delivery_count u32, ready_at_ms u64, wait_until_ms u64 (0: not waiting), hot u64 (the
 /// message's packed persistence, priority and expiration, `message::Hot`), body_size u32`,
-/// little-endian. Version 1 (22 bytes, written before paging, ADR 0007) is the same without the
-/// last two fields; such a message is read whole at restore.
+/// little-endian. Version 3 (42 bytes) adds `group u64`: the message's group in a queue with
+/// message groups (SQS FIFO and fair queues, `queue/message_groups.rs`), so that a restart
+/// learns it without reading the record. Version 1 (22 bytes, written before paging, ADR 0007)
+/// is version 2 without its last two fields; such a message is read whole at restore.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct MessageMeta {
     /// When it became ready in the queue; its TTL counts from here. `None` while never ready.
@@ -138,6 +140,9 @@ pub struct MessageMeta {
     pub deliveries_tracked: bool,
     /// What a queue reads of the message without its body; `None` in version 1 metadata.
     pub facts: Option<MessageFacts>,
+    /// Its message group (`message_groups::GroupKey`), written for a queue with message groups
+    /// (version 3, and only with `facts`); `None` in older metadata and for other queues.
+    pub group: Option<u64>,
 }
 
 /// The properties and size of a message a queue keeps when its body is paged out (ADR 0007).
@@ -151,8 +156,10 @@ pub struct MessageFacts {
 
 const META_VERSION_1: u8 = 1;
 const META_VERSION: u8 = 2;
+const META_VERSION_GROUPED: u8 = 3;
 const META_BYTES_1: usize = 22;
 const META_BYTES: usize = 34;
+const META_BYTES_GROUPED: usize = 42;
 const FLAG_REDELIVERED: u8 = 1;
 const FLAG_HAS_BEEN_READY: u8 = 2;
 /// Set by brokers that write a delivered mark at first delivery (`Persistence::handed_out`): then
@@ -166,8 +173,12 @@ const PENDING_ENQUEUE_LOOKBACK: usize = 8;
 
 impl MessageMeta {
     pub fn encode(&self) -> Bytes {
-        let mut out = BytesMut::with_capacity(META_BYTES);
-        out.put_u8(if self.facts.is_some() { META_VERSION } else { META_VERSION_1 });
+        let mut out = BytesMut::with_capacity(META_BYTES_GROUPED);
+        out.put_u8(match (self.facts, self.group) {
+            (None, _) => META_VERSION_1,
+            (Some(_), None) => META_VERSION,
+            (Some(_), Some(_)) => META_VERSION_GROUPED,
+        });
         let mut flags = 0;
         if self.redelivered {
             flags |= FLAG_REDELIVERED;
@@ -185,15 +196,19 @@ impl MessageMeta {
         if let Some(facts) = self.facts {
             out.put_u64_le(facts.hot_bits);
             out.put_u32_le(facts.body_size);
+            if let Some(group) = self.group {
+                out.put_u64_le(group);
+            }
         }
         out.freeze()
     }
 
     /// `None` for another version or a wrong length (never guessed at).
     pub fn decode(mut bytes: &[u8]) -> Option<MessageMeta> {
-        let with_facts = match (bytes.first(), bytes.len()) {
-            (Some(&META_VERSION_1), META_BYTES_1) => false,
-            (Some(&META_VERSION), META_BYTES) => true,
+        let (with_facts, with_group) = match (bytes.first(), bytes.len()) {
+            (Some(&META_VERSION_1), META_BYTES_1) => (false, false),
+            (Some(&META_VERSION), META_BYTES) => (true, false),
+            (Some(&META_VERSION_GROUPED), META_BYTES_GROUPED) => (true, true),
             _ => return None,
         };
         bytes.advance(1);
@@ -203,6 +218,7 @@ impl MessageMeta {
         let wait_until_ms = bytes.get_u64_le();
         let facts =
             with_facts.then(|| MessageFacts { hot_bits: bytes.get_u64_le(), body_size: bytes.get_u32_le() });
+        let group = with_group.then(|| bytes.get_u64_le());
         Some(MessageMeta {
             ready_at_ms: (flags & FLAG_HAS_BEEN_READY != 0).then_some(ready_at_ms),
             wait_until_ms,
@@ -210,10 +226,13 @@ impl MessageMeta {
             redelivered: flags & FLAG_REDELIVERED != 0,
             deliveries_tracked: flags & FLAG_DELIVERIES_TRACKED != 0,
             facts,
+            group,
         })
     }
 
-    fn of(entry: &Entry, wait_until: Option<Timestamp>) -> MessageMeta {
+    /// The metadata of `entry` (waiting until `wait_until`), in a queue whose message groups
+    /// put it in `group` (`Queue::stored_group`).
+    fn of(entry: &Entry, wait_until: Option<Timestamp>, group: Option<u64>) -> MessageMeta {
         MessageMeta {
             ready_at_ms: entry.ready_at().map(Timestamp::as_millis),
             wait_until_ms: wait_until.map_or(0, Timestamp::as_millis),
@@ -225,6 +244,7 @@ impl MessageMeta {
             facts: u32::try_from(entry.body_size())
                 .ok()
                 .map(|body_size| MessageFacts { hot_bits: entry.payload.hot().to_bits(), body_size }),
+            group,
         }
     }
 }
@@ -337,13 +357,14 @@ impl Persistence {
     /// without ack left the queue (`Settle`); one delivered for the first time is marked delivered
     /// (`Update`), so after a restart it comes back redelivered=true while a message never
     /// delivered comes back redelivered=false, as RabbitMQ's queue index records deliveries. Call
-    /// before the entry moves on. Nothing for transient messages.
-    pub fn handed_out(&mut self, id: QueueId, entry: &Entry, no_ack: bool) {
+    /// before the entry moves on. Nothing for transient messages. `group`: the entry's message
+    /// group in a queue with groups (`Queue::stored_group`).
+    pub fn handed_out(&mut self, id: QueueId, entry: &Entry, no_ack: bool, group: Option<u64>) {
         let Some(msg_id) = entry.persist_id() else { return };
         if no_ack {
             self.settle(id, msg_id);
         } else if !entry.redelivered {
-            let delivered = MessageMeta { redelivered: true, ..MessageMeta::of(entry, None) }.encode();
+            let delivered = MessageMeta { redelivered: true, ..MessageMeta::of(entry, None, group) }.encode();
             // A message handed out as it is published still has its Enqueue waiting here: mark
             // that record instead of writing a second one.
             if !self.mark_pending_enqueue(id, msg_id, &delivered) {
@@ -445,7 +466,7 @@ impl Broker {
         let Some(msg_id) = entry.persist_id() else { return };
         // A message entering a queue is always in memory (paging happens once it is stored).
         let Some(message) = entry.resident() else { return };
-        let metadata = MessageMeta::of(entry, wait_until).encode();
+        let metadata = MessageMeta::of(entry, wait_until, self.stored_group(id, entry)).encode();
         let record = self.persist.record_of(message);
         self.persist.push(StoreOp::Enqueue { queue: id.0, msg_id, metadata, record });
         self.wait_to_page_out(id, entry, wait_until);
@@ -456,9 +477,14 @@ impl Broker {
     /// not noted for paging out.
     pub(crate) fn persist_rewritten(&mut self, id: QueueId, entry: &Entry) {
         let (Some(msg_id), Some(message)) = (entry.persist_id(), entry.resident()) else { return };
-        let metadata = MessageMeta::of(entry, None).encode();
+        let metadata = MessageMeta::of(entry, None, self.stored_group(id, entry)).encode();
         let record = self.persist.record_of(message);
         self.persist.push(StoreOp::Enqueue { queue: id.0, msg_id, metadata, record });
+    }
+
+    /// The group `entry` is stored with in queue `id` (`Queue::stored_group`).
+    pub(crate) fn stored_group(&self, id: QueueId, entry: &Entry) -> Option<u64> {
+        self.queues.get(&id).and_then(|queue| queue.stored_group(entry))
     }
 
     /// `Settle` for a persisted message leaving queue `id` for good.
@@ -471,7 +497,7 @@ impl Broker {
     /// `Update` for a persisted message whose count or back-off changed.
     pub(crate) fn persist_update(&mut self, id: QueueId, entry: &Entry, wait_until: Option<Timestamp>) {
         if let Some(msg_id) = entry.persist_id() {
-            let metadata = MessageMeta::of(entry, wait_until).encode();
+            let metadata = MessageMeta::of(entry, wait_until, self.stored_group(id, entry)).encode();
             self.persist.push(StoreOp::Update { queue: id.0, msg_id, metadata });
         }
     }
@@ -500,6 +526,7 @@ mod tests {
             redelivered: true,
             deliveries_tracked: true,
             facts,
+            group: None,
         };
         assert_eq!(meta.encode().len(), META_BYTES);
         assert_eq!(MessageMeta::decode(&meta.encode()), Some(meta));
@@ -509,8 +536,18 @@ mod tests {
         let v1 = MessageMeta { facts: None, ..meta };
         assert_eq!(v1.encode().len(), META_BYTES_1);
         assert_eq!(MessageMeta::decode(&v1.encode()), Some(v1));
+        // Version 3: with the message's group.
+        let grouped = MessageMeta { group: Some(u64::MAX - 1), ..meta };
+        assert_eq!(grouped.encode().len(), META_BYTES_GROUPED);
+        assert_eq!(MessageMeta::decode(&grouped.encode()), Some(grouped));
+        assert_eq!(
+            MessageMeta::decode(&MessageMeta { group: Some(0), ..meta }.encode()).unwrap().group,
+            Some(0)
+        );
         let mut other = meta.encode().to_vec();
         other[0] = 3;
+        assert_eq!(MessageMeta::decode(&other), None, "version 3 is longer");
+        other[0] = 4;
         assert_eq!(MessageMeta::decode(&other), None);
         assert_eq!(MessageMeta::decode(&meta.encode()[..10]), None);
     }

@@ -374,7 +374,7 @@ impl Broker {
             }
             None => report.ready += 1,
         }
-        queue.restore_entry(entry, wait_until);
+        queue.restore_entry(entry, wait_until, meta.group);
     }
 }
 

@@ -98,6 +98,11 @@ impl MessageGroups {
         self.order
     }
 
+    /// The group of ready message `seq`, if it is ready.
+    pub fn group_of_ready(&self, seq: Seq) -> Option<GroupKey> {
+        self.group_of_ready.get(&seq).copied()
+    }
+
     /// Message `seq` of `group` is ready (new, or back at its place).
     pub fn ready(&mut self, seq: Seq, group: GroupKey) {
         if self.group_of_ready.insert(seq, group).is_some() {

@@ -227,15 +227,34 @@ impl Queue {
         }
     }
 
-    /// Notes that `entry` became ready, for an SQS queue's groups. A fair queue reads the
-    /// group of a message in memory only: one waiting paged out (restored, or a delayed one
-    /// falling due) counts as without a group rather than costing a read
-    /// (`message_groups.rs`).
+    /// The group `entry` is stored with (`MessageMeta::group`), so that a restart learns it
+    /// without reading the record: in a queue with message groups, that of its message in
+    /// memory, else the one the groups know it by; `None` in other queues, or when unknown
+    /// without a read.
+    pub(crate) fn stored_group(&self, entry: &Entry) -> Option<GroupKey> {
+        self.group_order?;
+        match entry.resident() {
+            Some(message) => Some(message_groups::group_of(message)),
+            None => self.groups.as_ref()?.group_of_ready(entry.seq),
+        }
+    }
+
+    /// Notes that `entry` became ready, for an SQS queue's groups (`group_ready_in`).
     fn group_ready(&mut self, entry: &Entry) {
+        self.group_ready_in(entry, None);
+    }
+
+    /// Notes that `entry` became ready in `known` group, for an SQS queue's groups; when not
+    /// known (`None`), a FIFO queue reads the group of a paged message, while a fair queue reads
+    /// the group of a message in memory only: one waiting paged out (a delayed one falling due,
+    /// or restored from metadata without its group) counts as without a group rather than
+    /// costing a read (`message_groups.rs`).
+    fn group_ready_in(&mut self, entry: &Entry, known: Option<GroupKey>) {
         let Some(order) = self.group_order else { return };
-        let group = match order {
-            GroupOrder::Fifo => self.group_of(entry),
-            GroupOrder::Fair => {
+        let group = match (known, order) {
+            (Some(group), _) => group,
+            (None, GroupOrder::Fifo) => self.group_of(entry),
+            (None, GroupOrder::Fair) => {
                 entry.resident().map_or(message_groups::NO_GROUP, |m| message_groups::group_of(m))
             }
         };
@@ -337,8 +356,13 @@ impl Queue {
     }
 
     /// Puts a message recovered from the store back: delayed until `wait_until` when set, else
-    /// ready at its place by id.
-    pub(crate) fn restore_entry(&mut self, entry: Entry, wait_until: Option<Timestamp>) {
+    /// ready at its place by id, in message group `group` when its metadata kept it.
+    pub(crate) fn restore_entry(
+        &mut self,
+        entry: Entry,
+        wait_until: Option<Timestamp>,
+        group: Option<GroupKey>,
+    ) {
         match wait_until {
             Some(due) => {
                 let returning = entry.ready_at().is_some();
@@ -346,7 +370,7 @@ impl Queue {
             }
             // At its place by id (the store gives enqueue order, and ready messages are kept in
             // id order); an append when they agree, as they do for everything this broker wrote.
-            None => self.return_to_ready(entry),
+            None => self.return_to_ready_in(entry, group),
         }
     }
 
@@ -572,7 +596,12 @@ impl Queue {
 
     /// Puts an entry that was ready before back at its place, with its deadline.
     pub fn return_to_ready(&mut self, entry: Entry) {
-        self.group_ready(&entry);
+        self.return_to_ready_in(entry, None);
+    }
+
+    /// `return_to_ready`, in message group `group` when it is known (`group_ready_in`).
+    fn return_to_ready_in(&mut self, entry: Entry, group: Option<GroupKey>) {
+        self.group_ready_in(&entry, group);
         self.ready.requeue(entry);
     }
 
