@@ -12,7 +12,6 @@ use crate::message_stats::{DeliveryKind, MessageStats};
 use crate::outbox::Outbox;
 use crate::persist::Persistence;
 use crate::queue::entry::Entry;
-use crate::queue::paging::MAX_READS_PER_DISPATCH;
 use crate::queue::visibility::{Deadline, DeliveryRef};
 use crate::queue::{Queue, QueueId};
 use crate::receipts::{Receipt, ReceiptKey};
@@ -37,14 +36,9 @@ impl Broker {
     /// Delivers ready messages of queue `id` while a consumer has credit, round robin.
     fn deliver_ready(&mut self, id: QueueId, now: Timestamp) {
         if let Some((queue, mut sinks)) = self.queue_and_sinks(id) {
-            queue.dispatch_again = None;
-            let reads_before = queue.pager.reads;
+            // No record is read here: a paged message is asked for (`take_for_consumer`), so
+            // a dispatch delivers at most what is in memory.
             while !queue.ready.is_empty() {
-                if queue.pager.reads - reads_before >= MAX_READS_PER_DISPATCH {
-                    // Enough read back for now (paging.rs): go on after the driver's next turn.
-                    queue.dispatch_again = Some(now.saturating_add_millis(1));
-                    break;
-                }
                 let rotation = queue.consumers.rotation();
                 let Some(at) = pick_consumer(queue, sinks.channels) else { break };
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);

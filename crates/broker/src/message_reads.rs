@@ -1,6 +1,6 @@
 //! Reading paged messages back for consumers, basic.gets, SQS receives and dead-lettering
 //! (ADR 0007) off the broker's thread (ARCHITECTURE.md, rule 1): a queue whose head is paged
-//! asks for it and a batch behind it (`Queue::take_for_consumer`, for a consumer, a basic.get
+//! (in a queue with message groups, the message they chose) asks for it and a batch behind it (`Queue::take_for_consumer`, for a consumer, a basic.get
 //! (`waiting_gets.rs`) or an SQS receive) instead of reading the store; so do paged messages leaving for a
 //! dead-letter exchange (`dead_letter_reads.rs`, which asks when the driver polls). The asks are collected when the
 //! queue is filed again (`Broker::reschedule`), handed to the driver (`poll_message_read`),
@@ -33,9 +33,9 @@ impl Broker {
     }
 
     /// A read's outcome, one per location asked. For consumers the queue puts the messages still
-    /// at its head in memory (one that could not be read is dropped when it reaches the head),
-    /// answers the basic.gets waiting for them (`waiting_gets.rs`), runs, and wakes the SQS
-    /// receives waiting on it (`Broker::sqs_wait`; AMQP consumers with credit have taken their
+    /// where they were asked from in memory (one that could not be read is dropped when it is to
+    /// be taken), answers the basic.gets waiting for them (`waiting_gets.rs`), runs, and wakes
+    /// the SQS receives waiting on it (`Broker::sqs_wait`; AMQP consumers with credit have taken their
     /// share by then); for dead-lettering they leave (`dead_letter_reads.rs`). An answer for a
     /// queue that is gone is dropped.
     pub fn handle_message_read(

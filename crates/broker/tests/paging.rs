@@ -845,7 +845,7 @@ fn more_due_run_files_than_reads_at_once_load_as_answers_come() {
 }
 
 /// An SQS receive from a queue whose head is paged out reads no record on the broker's thread:
-/// it takes what is in memory, asks for the head, and says so (`sqs_head_being_read`); a wait
+/// it takes what is in memory, asks for the head, and says so (`sqs_awaits_read`); a wait
 /// registered meanwhile is woken only once the read is answered, and the receives after it take
 /// the messages read, in order. Before, the receive read the head and 255 behind it in place.
 #[test]
@@ -856,7 +856,7 @@ fn an_sqs_receive_of_a_paged_head_asks_for_a_read_and_its_wait_is_woken_by_the_a
     let first = tb.broker.sqs_receive("/", "q", 5, Some(30_000), now).unwrap();
     assert_eq!(received_texts(&first), numbered_bodies(0..3), "the resident ones");
     assert_eq!(disk.reads(), 0, "the broker read no record");
-    assert!(tb.broker.sqs_head_being_read("/", "q"));
+    assert!(tb.broker.sqs_awaits_read("/", "q"));
     tb.broker.sqs_wait("/", "q", 7).unwrap();
     publish_unanswered(&mut tb, c, properties(8), b"body 8");
     assert_eq!(tb.broker.poll_notice(), None, "not woken while the read is out, a publish neither");
@@ -870,7 +870,7 @@ fn an_sqs_receive_of_a_paged_head_asks_for_a_read_and_its_wait_is_woken_by_the_a
         if got.len() == 9 {
             break;
         }
-        assert!(tb.broker.sqs_head_being_read("/", "q"), "the next read is out");
+        assert!(tb.broker.sqs_awaits_read("/", "q"), "the next read is out");
         tb.answer_reads();
     }
     assert_eq!(got, numbered_bodies(0..9));
@@ -890,7 +890,7 @@ fn a_receive_waiting_for_a_read_is_woken_when_nothing_is_left_or_the_queue_goes(
     tb.answer_reads();
     assert_eq!(tb.broker.poll_notice(), Some(Notice::SqsReady { ticket: 1 }), "woken by the answer");
     assert!(tb.broker.sqs_receive("/", "q", 10, Some(30_000), tb.clock.now()).unwrap().is_empty());
-    assert!(!tb.broker.sqs_head_being_read("/", "q"));
+    assert!(!tb.broker.sqs_awaits_read("/", "q"));
     tb.broker.sqs_wait("/", "q", 2).unwrap();
     tb.call(c, QueueDelete { queue: short("q"), ..Default::default() });
     assert_eq!(tb.broker.poll_notice(), Some(Notice::SqsReady { ticket: 2 }), "woken by the delete");
@@ -913,18 +913,30 @@ fn paged_fifo_messages_keep_their_groups_across_a_restart() {
     let first = tb.broker.sqs_receive("/", "q", 1, Some(30_000), now).unwrap();
     assert_eq!(received_texts(&first), ["body 0"]);
     let reads = disk.reads();
-    let mut restored = disk.restart(&tb, two_resident());
+    // Room for the whole backlog in memory: one read brings it back.
+    let limits = PagingLimits { max_resident_messages: 100, ..two_resident() };
+    let mut restored = disk.restart(&tb, limits);
     assert_eq!(disk.reads(), reads, "no record read to learn the groups at restore");
-    let now = restored.clock.now();
-    let got = restored.broker.sqs_receive("/", "q", 2, Some(30_000), now).unwrap();
+    let got = receive_when_read(&mut restored, 2);
     assert_eq!(
         received_texts(&got),
         ["body 0", "body 2"],
         "g1's first is back at its place after the restart"
     );
-    let got = restored.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap();
+    let got = receive_when_read(&mut restored, 10);
     assert_eq!(received_texts(&got), ["body 1", "body 3", "body 5"], "g1 waits; g2 then g3");
-    assert!(restored.broker.sqs_receive("/", "q", 10, Some(30_000), now).unwrap().is_empty());
+    assert!(receive_when_read(&mut restored, 10).is_empty());
+}
+
+/// An SQS receive of up to `max` from queue `q` as the endpoint makes it: one that takes nothing
+/// while a read it needs is out is made again once the read is answered.
+fn receive_when_read(tb: &mut TestBroker, max: usize) -> Vec<hourglass_broker::admin::SqsReceived> {
+    let got = tb.broker.sqs_receive("/", "q", max, Some(30_000), tb.clock.now()).unwrap();
+    if !got.is_empty() || !tb.broker.sqs_awaits_read("/", "q") {
+        return got;
+    }
+    tb.answer_reads();
+    tb.broker.sqs_receive("/", "q", max, Some(30_000), tb.clock.now()).unwrap()
 }
 
 /// A fair queue's paged messages keep their tenants across a restart (their groups come back
@@ -970,4 +982,90 @@ fn receive_n(tb: &mut TestBroker, n: usize) -> Vec<String> {
         tb.answer_reads();
     }
     got
+}
+
+/// Publishes persistent messages `body 0`, `body 1`, … to `q` on `c`, each with the
+/// `MessageGroupId` `groups` gives it.
+fn publish_grouped(tb: &mut TestBroker, c: Chan, groups: &[&str]) {
+    for (n, group) in groups.iter().enumerate() {
+        let mut properties = properties(n);
+        properties.headers = Some(group_headers(group));
+        tb.publish_with(c, "", "q", properties, format!("body {n}").as_bytes(), false);
+    }
+}
+
+/// An SQS FIFO queue's receives read no record on the broker's thread (issue 41): a receive
+/// whose next message is paged out asks for it with a batch behind it and takes nothing more
+/// until the answer, wherever in the queue its group's message sits. Each group is still
+/// received in order. Before, each paged message a receive chose was read in place.
+#[test]
+fn sqs_fifo_receives_ask_for_the_paged_messages_they_choose() {
+    let (mut tb, c, mut disk) = setup(FieldTable::from_entries([("x-sqs-fifo", FieldValue::Bool(true))]));
+    let groups = ["g1", "g2", "g3", "g4", "g1", "g2", "g3", "g4", "g1", "g2"];
+    publish_grouped(&mut tb, c, &groups);
+    disk.sync(&mut tb);
+    let mut got: Vec<(String, String)> = Vec::new();
+    for _ in 0..40 {
+        let performed = disk.reads();
+        let taken = tb.broker.sqs_receive("/", "q", 10, Some(30_000), tb.clock.now()).unwrap();
+        assert_eq!(disk.reads(), performed, "a receive reads no record itself");
+        for received in &taken {
+            tb.broker.sqs_delete("/", "q", &received.receipt_handle, tb.clock.now()).unwrap();
+        }
+        got.extend(received_texts(&taken).into_iter().map(|body| {
+            let n: usize = body.trim_start_matches("body ").parse().unwrap();
+            (groups[n].to_owned(), body)
+        }));
+        if got.len() == groups.len() {
+            break;
+        }
+        tb.answer_reads();
+    }
+    assert_eq!(got.len(), groups.len(), "every message received: {got:?}");
+    for group in ["g1", "g2", "g3", "g4"] {
+        let of_group: Vec<_> = got.iter().filter(|(g, _)| g == group).map(|(_, body)| body.clone()).collect();
+        let sent: Vec<_> = groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| **g == group)
+            .map(|(n, _)| format!("body {n}"))
+            .collect();
+        assert_eq!(of_group, sent, "group {group} in order");
+    }
+}
+
+/// A fair queue's AMQP consumer and basic.get read no record on the broker's thread (issue 41):
+/// the message the tenants choose (here a quiet tenant's, behind a noisy tenant's paged
+/// backlog) is asked for, and delivered when the read is answered. Before, it was read in place.
+#[test]
+fn a_fair_queue_s_consumers_and_gets_ask_for_the_paged_messages_chosen() {
+    let sqs_made =
+        FieldTable::from_entries([("x-sqs-receive-message-wait-time-seconds", FieldValue::I32(0))]);
+    let (mut tb, c, mut disk) = setup(sqs_made);
+    let tenants: Vec<&str> = std::iter::repeat_n("busy", 40).chain(["quiet", "quiet"]).collect();
+    publish_grouped(&mut tb, c, &tenants);
+    disk.sync(&mut tb);
+    assert_eq!(receive_n(&mut tb, 30), numbered_bodies(0..30), "busy is noisy now");
+    let performed = disk.reads();
+    get_unanswered(&mut tb, c);
+    assert_eq!(disk.reads(), performed, "the get read no record");
+    assert!(std::iter::from_fn(|| tb.broker.poll_effect()).next().is_none(), "it waits for its read");
+    tb.answer_reads();
+    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    assert_eq!(body_texts_of_gets(&effects), ["body 40"], "the quiet tenant's first");
+    let performed = disk.reads();
+    consume_unanswered(&mut tb, c, "ctag");
+    assert_eq!(disk.reads(), performed, "the consumer's delivery read no record");
+    let mut delivered = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
+    for _ in 0..20 {
+        tb.answer_reads();
+        delivered.extend(body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>()));
+    }
+    let expected: Vec<_> = ["body 41"].into_iter().map(String::from).chain(numbered_bodies(30..40)).collect();
+    assert_eq!(delivered, expected, "the other quiet one, then the noisy tenant's");
+}
+
+/// The bodies of the basic.get-oks among `effects`.
+fn body_texts_of_gets(effects: &[hourglass_broker::Effect]) -> Vec<String> {
+    gotten(effects).iter().map(|m| String::from_utf8_lossy(&m.body).into_owned()).collect()
 }

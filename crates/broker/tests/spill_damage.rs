@@ -84,8 +84,7 @@ fn all_fire_on_time_after(damage: impl FnOnce(&MemorySpillFiles)) {
     assert_eq!(stats(&tb), (0, None));
 }
 
-/// What is delivered from now (the due time) on: a dispatch reads back 1,024 paged messages at
-/// most and goes on a millisecond later (`MAX_READS_PER_DISPATCH`), so `count` take a few.
+/// What is delivered from now (the due time) on, over a few turns of a millisecond each.
 fn deliveries_from_due(tb: &mut TestBroker, count: usize) -> Vec<String> {
     let mut delivered = body_texts(&tb.advance(Duration::from_millis(1)));
     for _ in 0..count / 1_000 + 10 {

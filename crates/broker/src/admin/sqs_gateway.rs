@@ -217,8 +217,8 @@ impl Broker {
         let gateway = self.sqs_gateway(vhost, now);
         let mut received = Vec::new();
         let mut taken = None;
-        // Stops when the queue has nothing more to give now: empty, or its paged head being read
-        // (`sqs_head_being_read`).
+        // Stops when the queue has nothing more to give now: empty, or the paged message it
+        // would take next being read (`sqs_awaits_read`).
         while received.len() < max {
             let hand_out = HandOut::SqsReceive { visibility_ms, taken };
             let Ok(got) = self.get_one(gateway, GATEWAY_CHANNEL, vhost, name.clone(), id, hand_out, now)
@@ -246,11 +246,12 @@ impl Broker {
         Ok(received)
     }
 
-    /// Whether `queue`'s head is paged out and being read: a receive took what it could, and a
-    /// wait (`sqs_wait`) is woken once the read is answered (`message_reads.rs`).
-    pub fn sqs_head_being_read(&self, vhost: &str, queue: &str) -> bool {
+    /// Whether a message `queue` would hand out next is paged out and a read is out
+    /// (`Queue::awaits_read`): a receive took what it could, and a wait (`sqs_wait`) is woken
+    /// once the read is answered (`message_reads.rs`).
+    pub fn sqs_awaits_read(&self, vhost: &str, queue: &str) -> bool {
         let Ok((_, id)) = self.sqs_queue(vhost, queue) else { return false };
-        self.queues.get(&id).is_some_and(|q| q.awaits_head_read())
+        self.queues.get(&id).is_some_and(|q| q.awaits_read())
     }
 
     /// How long an SQS receive from `queue` waits by default (its
@@ -326,12 +327,12 @@ impl Broker {
 
     /// Registers a long poll on `queue` under `ticket` (the driver's, unique among those
     /// waiting): [`Notice::SqsReady`] comes for it once, as soon as the queue has a ready message
-    /// (at once if it has one now and its head is not being read), unless [`Self::sqs_unwait`]
+    /// (at once if it has one now and is not waiting for a read), unless [`Self::sqs_unwait`]
     /// takes it back first. A waiting poll costs its entry here and nothing else: no job runs
     /// for it until it is woken or gives up.
     pub fn sqs_wait(&mut self, vhost: &str, queue: &str, ticket: Ticket) -> Result<(), SqsGatewayError> {
         let (_, id) = self.sqs_queue(vhost, queue)?;
-        if self.queues.get(&id).is_some_and(|q| q.sqs_receivable() > 0 && !q.awaits_head_read()) {
+        if self.queues.get(&id).is_some_and(|q| q.sqs_receivable() > 0 && !q.awaits_read()) {
             self.notices.push_back(Notice::SqsReady { ticket });
         } else {
             self.sqs.waiters.entry(id).or_default().insert(ticket);
@@ -357,7 +358,8 @@ impl Broker {
     /// longest waiting first (after `run_queue` has served its consumers): a message wakes one
     /// poll, not a herd of them. When the queue is gone, wakes them all; an SQS FIFO queue wakes
     /// one per group it can be received from (its acks and returns run this again). None while
-    /// its paged head is being read: a receive could take nothing yet, and the answer wakes
+    /// the paged message it would hand out next is being read: a receive could take nothing
+    /// yet, and the answer wakes
     /// them all (`wake_every_sqs_waiter`).
     pub(crate) fn wake_sqs_waiters(&mut self, id: QueueId) {
         if self.sqs.waiters.is_empty() {
@@ -365,13 +367,13 @@ impl Broker {
         }
         let ready = match self.queues.get(&id) {
             None => usize::MAX,
-            Some(queue) if queue.awaits_head_read() => return,
+            Some(queue) if queue.awaits_read() => return,
             Some(queue) => queue.sqs_receivable(),
         };
         self.wake_sqs_waiters_up_to(id, ready);
     }
 
-    /// Wakes every poll waiting for queue `id`: a read of its paged head was answered (those
+    /// Wakes every poll waiting for queue `id`: a read of its paged messages was answered (those
     /// that waited for it and find nothing left answer at once, the others wait again), or the
     /// queue is gone.
     pub(crate) fn wake_every_sqs_waiter(&mut self, id: QueueId) {

@@ -473,7 +473,7 @@ impl Broker {
             HandOut::NoAck | HandOut::QueueVisibility => queue.take_for_delivery(!no_ack),
             HandOut::Visibility(_) => queue.take_for_delivery(true),
         };
-        let reading = taken.is_none() && queue.awaits_head_read();
+        let reading = taken.is_none() && queue.awaits_read();
         queue.counters.messages.get_empty += u64::from(taken.is_none() && !reading);
         let message_count = queue.message_count() as u32;
         self.reschedule(id);

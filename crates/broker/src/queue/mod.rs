@@ -102,8 +102,6 @@ pub(crate) struct Queue {
     pub visibility: VisibilityIndex,
     /// Reading paged-out messages back (ADR 0007).
     pub pager: Pager,
-    /// A dispatch stopped after reading its share of paged messages: go on at this time.
-    pub dispatch_again: Option<Timestamp>,
     /// The deduplication ids held, when the queue deduplicates (semantics §8).
     pub dedup: dedup::DedupCache,
     /// How an SQS queue's message groups order its receives (`message_groups.rs`): a FIFO
@@ -148,7 +146,7 @@ pub struct QueueCounters {
     pub messages: MessageStats,
 }
 
-/// How a paged head is read before it is taken (`Queue::take_oldest`).
+/// How a paged message is read before it is taken (`Queue::take_oldest`, `Queue::take_chosen`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum HeadReads {
     /// On the broker's thread, at once (the HTTP API's get, an SQS move: they answer within
@@ -157,6 +155,15 @@ enum HeadReads {
     /// By the driver, asked for (`MessageRead`): for a consumer, a client's basic.get, an SQS
     /// receive.
     Ask,
+}
+
+/// What came of taking a message the message groups chose (`Queue::take_chosen`).
+enum Chosen {
+    Took(Entry),
+    /// It is paged out and its read is out: take nothing until the answer.
+    Wait,
+    /// It could not be taken (gone, or unreadable and dropped): choose again.
+    Gone,
 }
 
 /// What the head needs before it is taken (`Queue::prepare_head`).
@@ -197,7 +204,6 @@ impl Queue {
             delayed: DelayIndex::with_spill_files(pager.spill_files(), id.0),
             visibility: VisibilityIndex::default(),
             pager,
-            dispatch_again: None,
             dedup: dedup::DedupCache::default(),
             group_order,
             groups,
@@ -392,17 +398,51 @@ impl Queue {
         self.pager.limits.pages_out(count, bytes)
     }
 
-    /// Takes the next ready message for a delivery, in memory: in a fair queue a quiet
-    /// tenant's before a noisy one's (`message_groups.rs`), else the oldest. A paged head is
-    /// read back first, with a batch behind it (ADR 0007); one that cannot be read is dropped
-    /// (`Pager::page_in`) and the next one taken.
+    /// Takes the next ready message for a delivery, in memory, reading a paged one in place (the
+    /// HTTP API's get, an SQS move: they answer within their request): see `take_next`.
     pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
+        self.take_next(expect_ack, HeadReads::InPlace)
+    }
+
+    /// Takes the next ready message for a delivery: in a fair queue a quiet tenant's before a
+    /// noisy one's (`message_groups.rs`), else the oldest. A paged one is read back first, with a
+    /// batch behind it (ADR 0007), as `reads` says: at once, or asked for (nothing is taken
+    /// until the answer). One that cannot be read is dropped and the next one taken.
+    fn take_next(&mut self, expect_ack: bool, reads: HeadReads) -> Option<Entry> {
         while let Some(seq) = self.groups.as_ref().and_then(MessageGroups::fair_choice) {
-            if let Some(entry) = self.take_ready(seq, expect_ack) {
-                return Some(entry);
+            match self.take_chosen(seq, expect_ack, reads) {
+                Chosen::Took(entry) => return Some(entry),
+                Chosen::Wait => return None,
+                Chosen::Gone => {}
             }
         }
-        self.take_oldest(expect_ack, HeadReads::InPlace)
+        self.take_oldest(expect_ack, reads)
+    }
+
+    /// Takes ready message `seq`, which the message groups chose, read back if paged out: in
+    /// place (`take_ready`), or asked for with a batch behind it (`ask_read_from`, unless a read
+    /// is out already) and waited for.
+    fn take_chosen(&mut self, seq: Seq, expect_ack: bool, reads: HeadReads) -> Chosen {
+        let paged = match reads {
+            HeadReads::InPlace => None,
+            HeadReads::Ask => self.ready.paged_location(seq),
+        };
+        if let Some(at) = paged {
+            if self.pager.is_unreadable_at(at) {
+                if let Some(entry) = self.remove_ready(seq) {
+                    self.pager.drop_unread(&entry);
+                }
+                return Chosen::Gone;
+            }
+            if !self.pager.reading() {
+                self.ask_read_from(Some(seq));
+            }
+            return Chosen::Wait;
+        }
+        match self.take_ready(seq, expect_ack) {
+            Some(entry) => Chosen::Took(entry),
+            None => Chosen::Gone,
+        }
     }
 
     /// Takes the oldest ready message (see `take_for_delivery`), its paged head read as `reads`
@@ -450,7 +490,7 @@ impl Queue {
             return Some(Head::Unreadable);
         }
         if !self.pager.reading() {
-            self.ask_head_read();
+            self.ask_read_from(None);
         }
         Some(if self.ready.head()?.paged_at().is_some() { Head::Wait } else { Head::Take })
     }
@@ -458,42 +498,66 @@ impl Queue {
     /// Takes the next ready message for an SQS receive, awaiting its delete: from an SQS FIFO
     /// queue the next of group `taken` (the group this receive took its last message from), else
     /// the oldest of a group with nothing in flight (`message_groups.rs`); from any other queue
-    /// the next, as for a consumer (a paged head is asked for, `take_for_consumer`).
+    /// the next, as for a consumer. A paged one is asked for (`take_for_consumer`).
     pub fn take_for_sqs_receive(&mut self, taken: Option<GroupKey>) -> Option<Entry> {
         if self.groups.as_ref().is_none_or(|groups| groups.order() != GroupOrder::Fifo) {
             return self.take_for_consumer(true);
         }
+        let reads = self.reads();
         loop {
             let seq = self.groups.as_ref()?.next_receivable(taken)?;
-            if let Some(entry) = self.take_ready(seq, true) {
-                return Some(entry);
+            match self.take_chosen(seq, true, reads) {
+                Chosen::Took(entry) => return Some(entry),
+                Chosen::Wait => return None,
+                Chosen::Gone => {}
             }
         }
     }
 
-    /// Takes the next ready message for a consumer, a client's basic.get or an SQS receive, as `take_for_delivery` does, but reads no
-    /// record on the broker's thread: a paged head is asked for with a batch behind it
-    /// (`ask_head_read`) and nothing comes back until the read is answered (`messages_read`).
-    /// A queue with message groups (SQS) reads in place, as `take_for_delivery` does.
+    /// Takes the next ready message for a consumer, a client's basic.get or an SQS receive, as
+    /// `take_for_delivery` does, but reads no record on the broker's thread: a paged one is
+    /// asked for with a batch behind it (`ask_read_from`) and nothing comes back until the read
+    /// is answered (`messages_read`).
     pub fn take_for_consumer(&mut self, expect_ack: bool) -> Option<Entry> {
-        if self.groups.is_some() || !self.pager.enabled() {
-            return self.take_for_delivery(expect_ack);
+        self.take_next(expect_ack, self.reads())
+    }
+
+    /// How the takes for consumers read a paged message: asked for, unless the queue has no
+    /// store to page to (then nothing is ever paged).
+    fn reads(&self) -> HeadReads {
+        if self.pager.enabled() {
+            HeadReads::Ask
+        } else {
+            HeadReads::InPlace
         }
-        self.take_oldest(expect_ack, HeadReads::Ask)
     }
 
-    /// Whether the head is paged out and a read of it is out (`take_for_consumer` took nothing
-    /// for that reason; the answer runs the queue again).
-    pub fn awaits_head_read(&self) -> bool {
-        self.pager.reading() && self.ready.head().is_some_and(|head| head.paged_at().is_some())
+    /// Whether a read is out and a message to take next is paged out (`take_for_consumer` took
+    /// nothing for that reason; the answer runs the queue again): the head, or in a queue with
+    /// message groups the message they choose first.
+    pub fn awaits_read(&self) -> bool {
+        let head_paged = self.ready.head().is_some_and(|head| head.paged_at().is_some());
+        let chosen_paged = || self.group_choice().is_some_and(|seq| self.ready.paged_location(seq).is_some());
+        self.pager.reading() && (head_paged || chosen_paged())
     }
 
-    /// Asks for the paged messages among the first `PagingLimits::consumer_read` at the head
-    /// (up to the resident byte limit, at least one); packed ones there are unpacked at once.
-    fn ask_head_read(&mut self) {
+    /// The message the groups would have a receive take first: an SQS FIFO queue's oldest of a
+    /// group with nothing in flight, a fair queue's quiet tenant's (`None`: the head).
+    fn group_choice(&self) -> Option<Seq> {
+        let groups = self.groups.as_ref()?;
+        match groups.order() {
+            GroupOrder::Fifo => groups.next_receivable(None),
+            GroupOrder::Fair => groups.fair_choice(),
+        }
+    }
+
+    /// Asks for the paged messages among the first `PagingLimits::consumer_read` from ready
+    /// message `from` on (`None`: the head), up to the resident byte limit, at least one; packed
+    /// ones there are unpacked at once.
+    fn ask_read_from(&mut self, from: Option<Seq>) {
         let (pager, mut asked, mut bytes) = (&mut self.pager, Vec::new(), 0usize);
         let limits = pager.limits;
-        self.ready.page_in_head(limits.consumer_read(), |payload| match payload {
+        self.ready.page_in_from(from, limits.consumer_read(), |payload| match payload {
             Payload::Paged(paged) => {
                 if asked.is_empty() || bytes < limits.max_resident_bytes {
                     bytes += paged.location().record_bytes as usize;
@@ -503,17 +567,18 @@ impl Queue {
             }
             _ => pager.make_resident(payload).is_ok(),
         });
-        self.pager.ask(asked);
+        self.pager.ask(asked, from);
     }
 
-    /// The answer to the read `ask_head_read` asked for: the messages read, in the order of
-    /// `locations`. Those still at the head are put in memory; the others are left to be asked
-    /// for again.
+    /// The answer to the read `ask_read_from` asked for: the messages read, in the order of
+    /// `locations`. Those still where they were asked from are put in memory; the others are
+    /// left to be asked for again.
     pub fn messages_read(&mut self, locations: &[RecordLocation], messages: Vec<Result<Message, String>>) {
-        let mut read = self.pager.answered(locations, messages);
+        let (mut read, from) = self.pager.answered(locations, messages);
         let pager = &mut self.pager;
-        self.ready
-            .page_in_head(pager.limits.consumer_read(), |payload| pager.resident_from(&mut read, payload));
+        self.ready.page_in_from(from, pager.limits.consumer_read(), |payload| {
+            pager.resident_from(&mut read, payload)
+        });
     }
 
     /// Takes ready message `seq` for a delivery, read back if paged out. `None` when it cannot
@@ -642,16 +707,10 @@ impl Queue {
     /// The earliest time this queue has timer work: a message deadline or its own expiry.
     pub fn next_deadline(&self) -> Option<Timestamp> {
         let expiry = expires::deadline(self.args.expires_ms, self.last_used, !self.consumers.is_empty());
-        [
-            self.ready.deadlines().next(),
-            expiry,
-            self.delayed.next_deadline(),
-            self.visibility.next(),
-            self.dispatch_again,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        [self.ready.deadlines().next(), expiry, self.delayed.next_deadline(), self.visibility.next()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether the queue is due for deletion under `x-expires` at `now`.

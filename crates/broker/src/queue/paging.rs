@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::entry::{Entry, Paged, Payload};
+use super::entry::{Entry, Paged, Payload, Seq};
 use super::far_files::SpillFiles;
 use crate::message::Message;
 use crate::persist::{decode_record, MessageSource, RecordLocation};
@@ -22,12 +22,11 @@ pub const MAX_RESIDENT_BYTES_DEFAULT: usize = 64 << 20;
 /// reads, few enough that a consumer never waits long for the first one.
 pub const READ_AHEAD: usize = 256;
 
-/// Paged messages one dispatch reads back in place at most (a queue with message groups; the
-/// size of a consumer's read, `PagingLimits::consumer_read`, too); past this it stops and the queue is filed
-/// to go on 1 ms later, so a consumer without prefetch limit (no-ack) on a deep paged queue
-/// cannot make the broker read the whole queue into memory in one go, and the driver flushes
-/// deliveries (and hears of a connection that cannot keep up) in between.
-pub const MAX_READS_PER_DISPATCH: u64 = 1024;
+/// Paged messages one read for consumers asks for at most (`PagingLimits::consumer_read`): a
+/// consumer without prefetch limit (no-ack) on a deep paged queue gets this many per answer, so
+/// it cannot make the broker read the whole queue into memory in one go, and the driver
+/// flushes deliveries (and hears of a connection that cannot keep up) between answers.
+pub const CONSUMER_READ_MAX: u64 = 1024;
 
 /// How much of a queue stays in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,11 +57,11 @@ impl PagingLimits {
         READ_AHEAD.min(self.max_resident_messages).max(1)
     }
 
-    /// How many paged messages one read for a consumer asks for (`MessageRead`): as many as one
-    /// dispatch reads back in place, so that the broker's turns (and the writes of their
-    /// deliveries) stay as large; never more than the queue may hold in memory, at least one.
+    /// How many paged messages one read for a consumer asks for (`MessageRead`): up to
+    /// `CONSUMER_READ_MAX`, so that the broker's turns (and the writes of their deliveries) stay
+    /// large; never more than the queue may hold in memory, at least one.
     pub fn consumer_read(&self) -> usize {
-        (MAX_READS_PER_DISPATCH as usize).min(self.max_resident_messages).max(1)
+        (CONSUMER_READ_MAX as usize).min(self.max_resident_messages).max(1)
     }
 }
 
@@ -87,6 +86,9 @@ pub(crate) struct Pager {
     /// Whether a read it asked for is out (asked or collected, not yet answered): it asks for
     /// no other meanwhile.
     reading: bool,
+    /// The ready message the read out was asked from (`None`: the head), where its answer is
+    /// put in memory.
+    reading_from: Option<Seq>,
     /// Locations the last answer could not read: their messages are dropped when they reach
     /// the head, not asked for again.
     unreadable_at: Vec<RecordLocation>,
@@ -276,11 +278,13 @@ impl Pager {
         self.reading
     }
 
-    /// Asks for the records at `locations` to be read (nothing when empty).
-    pub fn ask(&mut self, locations: Vec<RecordLocation>) {
+    /// Asks for the records at `locations`, ready messages from `from` on (`None`: the head),
+    /// to be read (nothing when empty).
+    pub fn ask(&mut self, locations: Vec<RecordLocation>, from: Option<Seq>) {
         if !locations.is_empty() {
             self.asked = Some(locations);
             self.reading = true;
+            self.reading_from = from;
         }
     }
 
@@ -289,22 +293,28 @@ impl Pager {
         self.asked.take()
     }
 
-    /// Takes the answer to the read asked for: the messages read, by location. Those that could
-    /// not be read are kept to be dropped when they reach the head (`is_unreadable`).
+    /// Takes the answer to the read asked for: the messages read, by location, and the ready
+    /// message they were asked from. Those that could not be read are kept to be dropped when
+    /// they are to be taken (`is_unreadable`).
     pub fn answered(
         &mut self,
         locations: &[RecordLocation],
         messages: Vec<Result<Message, String>>,
-    ) -> ReadBack {
+    ) -> (ReadBack, Option<Seq>) {
         self.reading = false;
         let (read, unreadable) = ReadBack::new(locations, messages);
         self.unreadable_at = unreadable;
-        read
+        (read, self.reading_from.take())
     }
 
     /// Whether the last answer could not read `entry`'s message.
     pub fn is_unreadable(&self, entry: &Entry) -> bool {
-        entry.paged_at().is_some_and(|at| self.unreadable_at.contains(&at))
+        entry.paged_at().is_some_and(|at| self.is_unreadable_at(at))
+    }
+
+    /// Whether the last answer could not read the record at `at`.
+    pub fn is_unreadable_at(&self, at: RecordLocation) -> bool {
+        self.unreadable_at.contains(&at)
     }
 
     /// Drops `entry`, whose message the last answer could not read (`is_unreadable`).
@@ -355,7 +365,7 @@ mod tests {
         assert_eq!(small.read_ahead(), 3);
         let none = PagingLimits { max_resident_messages: 0, max_resident_bytes: 0 };
         assert_eq!(none.read_ahead(), 1);
-        assert_eq!(PagingLimits::default().consumer_read(), MAX_READS_PER_DISPATCH as usize);
+        assert_eq!(PagingLimits::default().consumer_read(), CONSUMER_READ_MAX as usize);
         assert_eq!((small.consumer_read(), none.consumer_read()), (3, 1));
     }
 
@@ -376,7 +386,7 @@ mod tests {
         let mut pager = Pager::default();
         let asked = [at(10), at(20), at(30), at(40)];
         let answer = vec![Ok(message("a")), Ok(message("b")), Err("gone".to_owned()), Ok(message("d"))];
-        let mut read = pager.answered(&asked, answer);
+        let (mut read, _) = pager.answered(&asked, answer);
         let body = |m: Option<Message>| m.map(|m| m.body);
         assert_eq!(body(read.take(at(10))), Some("a".into()));
         assert_eq!(body(read.take(at(40))), Some("d".into()), "out of order");

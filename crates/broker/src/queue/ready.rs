@@ -24,6 +24,7 @@ use super::tally::Tally;
 use super::ttl::DeadlineIndex;
 use crate::broker::release_burst_capacity;
 use crate::message::Message;
+use crate::persist::RecordLocation;
 use crate::time::Timestamp;
 
 /// Sweep tombstones only past this many, so small queues never pay for a sweep.
@@ -176,11 +177,28 @@ impl Ready {
     /// Makes up to `max` messages at the head of the highest non-empty level resident, in order,
     /// with `make_resident`; a message it cannot give stays as it was (and is dropped when it is
     /// taken).
-    pub fn page_in_head(&mut self, max: usize, mut make_resident: impl FnMut(&mut Payload) -> bool) {
-        let Some(level) = self.levels.iter_mut().rev().find(|level| level.live > 0) else { return };
-        level.open_runs_at_head(max, &mut self.deadlines);
+    pub fn page_in_head(&mut self, max: usize, make_resident: impl FnMut(&mut Payload) -> bool) {
+        self.page_in_from(None, max, make_resident);
+    }
+
+    /// [`Ready::page_in_head`] from message `from` on (`None`: the head) in its level, for a
+    /// queue whose message groups take messages from anywhere in it (`message_groups.rs`); from
+    /// the first message after it in the highest non-empty level when it is no longer ready.
+    pub fn page_in_from(
+        &mut self,
+        from: Option<Seq>,
+        max: usize,
+        mut make_resident: impl FnMut(&mut Payload) -> bool,
+    ) {
+        let holding = from.and_then(|seq| self.levels.iter().rposition(|level| level.find(seq).is_some()));
+        let Some(at) = holding.or_else(|| self.levels.iter().rposition(|level| level.live > 0)) else {
+            return;
+        };
+        let level = &mut self.levels[at];
+        let start = from.map_or(0, |seq| level.split_at_seq(seq, &mut self.deadlines));
+        level.open_runs_from(start, max, &mut self.deadlines);
         let mut seen = 0;
-        for slot in level.slots.iter_mut() {
+        for slot in level.slots.range_mut(start..) {
             let Slot::Live(entry) = slot else { continue };
             if seen == max {
                 break;
@@ -197,6 +215,18 @@ impl Ready {
                 self.places.resident += Place::one(size);
             }
         }
+    }
+
+    /// Where ready message `seq`'s record is when it is paged out; `None` when it is in memory
+    /// (whole or packed) or not ready.
+    pub fn paged_location(&self, seq: Seq) -> Option<RecordLocation> {
+        self.levels.iter().find_map(|level| match level.find(seq)? {
+            (at, None) => level.slots[at].head()?.paged_at(),
+            (at, Some(place)) => match &level.slots[at] {
+                Slot::Run(run) => run.member(place).paged_at(),
+                _ => None,
+            },
+        })
     }
 
     pub fn message_count(&self) -> usize {
@@ -487,25 +517,33 @@ impl Level {
     /// whose place is inside a run splits it there.
     fn requeue(&mut self, entry: Entry, deadlines: &mut DeadlineIndex) {
         self.add_counts(&entry);
-        let at = self.slots.partition_point(|s| s.seq() < entry.seq);
-        if let Some(Slot::Run(run)) = at.checked_sub(1).and_then(|before| self.slots.get(before)) {
-            if run.last_seq() > entry.seq {
-                debug_assert!(run.position(entry.seq).is_none(), "a queued message requeued");
-                let keep = run.count_before(entry.seq);
-                let tail = self.change(at - 1, deadlines, |slot| match slot {
-                    Slot::Run(run) => run.split_off(keep),
-                    _ => unreachable!("slot {} is a run", at - 1),
-                });
-                self.insert(at, Slot::of_split(tail), deadlines);
-                self.insert(at, Slot::Live(entry), deadlines);
-                return;
-            }
-        }
+        debug_assert!(
+            self.find(entry.seq).is_none_or(|(_, place)| place.is_none()),
+            "a queued message requeued"
+        );
+        let at = self.split_at_seq(entry.seq, deadlines);
         if at == self.slots.len() {
             append(&mut self.slots, entry, deadlines);
         } else {
             self.insert(at, Slot::Live(entry), deadlines);
         }
+    }
+
+    /// The index of the first slot holding `seq` or a later message, after splitting the run
+    /// that holds messages on both sides of `seq` there (members from `seq` on in the second).
+    fn split_at_seq(&mut self, seq: Seq, deadlines: &mut DeadlineIndex) -> usize {
+        let at = self.slots.partition_point(|s| s.last_seq() < seq);
+        let Some(Slot::Run(run)) = self.slots.get(at) else { return at };
+        if run.first_seq() >= seq {
+            return at;
+        }
+        let keep = run.count_before(seq);
+        let tail = self.change(at, deadlines, |slot| match slot {
+            Slot::Run(run) => run.split_off(keep),
+            _ => unreachable!("slot {at} is a run"),
+        });
+        self.insert(at + 1, Slot::of_split(tail), deadlines);
+        at + 1
     }
 
     /// Inserts `slot` at `at`, filed.
@@ -645,10 +683,10 @@ impl Level {
         entry
     }
 
-    /// Gives the first `max` messages slots of their own, taking them out of runs, so that they
-    /// can be read back into memory.
-    fn open_runs_at_head(&mut self, max: usize, deadlines: &mut DeadlineIndex) {
-        let (mut at, mut seen) = (0, 0);
+    /// Gives the first `max` messages from slot `start` on slots of their own, taking them out
+    /// of runs, so that they can be read back into memory.
+    fn open_runs_from(&mut self, start: usize, max: usize, deadlines: &mut DeadlineIndex) {
+        let (mut at, mut seen) = (start, 0);
         while seen < max && at < self.slots.len() {
             match &self.slots[at] {
                 Slot::Removed(_) => at += 1,
@@ -665,20 +703,33 @@ impl Level {
                         }
                         opened
                     });
-                    // Before slot `at`, near the head: move the few slots before it aside.
-                    let before: Vec<Slot> = self.slots.drain(..at).collect();
                     seen += opened.len();
-                    at += opened.len();
-                    for entry in opened.into_iter().rev() {
-                        let slot = Slot::Live(entry);
-                        slot.file(deadlines);
-                        self.slots.push_front(slot);
-                    }
-                    for slot in before.into_iter().rev() {
-                        self.slots.push_front(slot);
-                    }
+                    let count = opened.len();
+                    self.insert_live(at, opened, deadlines);
+                    at += count;
                 }
             }
+        }
+    }
+
+    /// Inserts `entries` (in order) as slots of their own before slot `at`, filed, moving the
+    /// slots on the shorter side of `at` aside.
+    fn insert_live(&mut self, at: usize, entries: Vec<Entry>, deadlines: &mut DeadlineIndex) {
+        let slots = entries.into_iter().map(|entry| {
+            let slot = Slot::Live(entry);
+            slot.file(deadlines);
+            slot
+        });
+        if at <= self.slots.len() / 2 {
+            let before: Vec<Slot> = self.slots.drain(..at).collect();
+            let front: Vec<Slot> = before.into_iter().chain(slots).collect();
+            for slot in front.into_iter().rev() {
+                self.slots.push_front(slot);
+            }
+        } else {
+            let mut after = self.slots.split_off(at);
+            self.slots.extend(slots);
+            self.slots.append(&mut after);
         }
     }
 
@@ -1010,9 +1061,30 @@ mod tests {
         true
     }
 
+    /// Messages are read back from any message on (a queue with message groups): exactly those,
+    /// opened out of the run that held them, the run's members before and after still paged
+    /// and in order; what a paged message's location says is where it is.
+    #[test]
+    fn messages_read_back_from_the_middle_of_a_run() {
+        let mut ready = Ready::default();
+        for seq in 1..=100 {
+            ready.push_back(paged(seq, 16));
+        }
+        assert_eq!(ready.paged_location(50).map(|at| at.offset), Some(50 * 90));
+        ready.page_in_from(Some(50), 3, read_back);
+        assert_eq!(ready.resident(), (3, 48));
+        assert_eq!(ready.paged_location(50), None, "in memory now");
+        assert_eq!(ready.paged_location(53).map(|at| at.offset), Some(53 * 90));
+        assert_eq!(ready.paged_location(101), None, "not ready");
+        let drained: Vec<(Seq, bool)> =
+            std::iter::from_fn(|| ready.pop_front()).map(|e| (e.seq, e.resident().is_some())).collect();
+        let expected: Vec<(Seq, bool)> = (1..=100).map(|seq| (seq, (50..53).contains(&seq))).collect();
+        assert_eq!(drained, expected);
+    }
+
     /// Runs under every operation a queue performs, against a model: pushes (paged, in rows with
     /// gaps and other sizes), requeues into the middle of runs, removals anywhere, reads back at
-    /// the head and pops. Order, counts and every entry's facts always agree.
+    /// the head or from anywhere, and pops. Order, counts and every entry's facts always agree.
     #[test]
     fn runs_agree_with_a_model_under_any_operations() {
         use std::collections::BTreeMap;
@@ -1087,7 +1159,9 @@ mod tests {
                     let seq = 1 + roll(next);
                     ready.page_out(seq, seq + 7, |m| Paged::new(location(seq), m.hot(), m.body_size()));
                 }
-                _ => ready.page_in_head(1 + roll(300) as usize, read_back),
+                98 => ready.page_in_head(1 + roll(300) as usize, read_back),
+                // From anywhere, as a queue with message groups reads (inside a run, perhaps).
+                _ => ready.page_in_from(Some(1 + roll(next)), 1 + roll(300) as usize, read_back),
             }
             assert_eq!(ready.message_count(), model.len());
         }

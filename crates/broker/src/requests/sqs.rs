@@ -90,7 +90,8 @@ pub struct SqsReceive {
 pub struct SqsReceipt {
     pub messages: Vec<SqsReceived>,
     pub wait_s: Option<u64>,
-    /// The queue's head is paged out and being read off the broker's thread (`message_reads.rs`):
+    /// The message the queue would hand out next is paged out and being read off the broker's
+    /// thread (`message_reads.rs`, `Queue::awaits_read`):
     /// it has messages this receive could not take yet. A wait ([`SqsWait`]) is woken once the
     /// read is answered.
     pub reading: bool,
@@ -101,7 +102,7 @@ impl Request for SqsReceive {
     type Answer = Result<SqsReceipt, SqsGatewayError>;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
         let messages = broker.sqs_receive(&self.vhost, &self.queue, self.max, self.visibility_ms, now)?;
-        let reading = messages.len() < self.max && broker.sqs_head_being_read(&self.vhost, &self.queue);
+        let reading = messages.len() < self.max && broker.sqs_awaits_read(&self.vhost, &self.queue);
         Ok(SqsReceipt { messages, wait_s: broker.sqs_receive_wait_s(&self.vhost, &self.queue), reading })
     }
 }
