@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::broker::Broker;
 use crate::message::Message;
 use crate::queue::entry::{Entry, Payload};
+use crate::queue::message_groups::GroupKey;
 use crate::queue::{overflow, DeathReason, Overflow, QueueId};
 use crate::time::Timestamp;
 use hourglass_wire::ShortStr;
@@ -60,7 +61,7 @@ impl Broker {
         let entry = queue.new_entry(seq, Payload::Resident(message), now, persist_id);
         // Before admitting: a TTL-0 expiry or an overflow drop settles it right away.
         self.persist_enqueue(id, &entry, None);
-        self.admit(id, entry);
+        self.admit(id, entry, None);
         self.run_queue(id, now);
         Enqueued::Accepted
     }
@@ -107,8 +108,9 @@ impl Broker {
         // Ready now: after every message already ready (a new place, a new id).
         let seq = self.entry_ids.next();
         let Some(queue) = self.queues.get_mut(&id) else { return };
+        let group = queue.take_waiting_group(waiting.entry.seq);
         if waiting.returning {
-            queue.return_to_ready(waiting.entry);
+            queue.return_to_ready_in(waiting.entry, group);
             return;
         }
         // Nothing to write: stored as "waiting until `due`", recovery reads "ready since".
@@ -124,12 +126,13 @@ impl Broker {
             }
             return;
         }
-        self.admit(id, entry);
+        self.admit(id, entry, group);
     }
 
-    /// A message becoming ready (at `entry.ready_at()`): delivered or expired at once with TTL 0,
-    /// else appended to the ready messages. The caller checked reject-publish limits.
-    fn admit(&mut self, id: QueueId, entry: Entry) {
+    /// A message becoming ready (at `entry.ready_at()`) in message group `group` if known:
+    /// delivered or expired at once with TTL 0, else appended to the ready messages. The caller
+    /// checked reject-publish limits.
+    fn admit(&mut self, id: QueueId, entry: Entry, group: Option<GroupKey>) {
         let ready_at = entry.ready_at().unwrap_or_default();
         if entry.expires_at().is_some_and(|at| at <= ready_at) {
             // TTL 0: a consumer that can take it now gets it, else it expires at once (semantics §1).
@@ -142,7 +145,7 @@ impl Broker {
             return;
         }
         if let Some(queue) = self.queues.get_mut(&id) {
-            queue.push_ready(entry);
+            queue.push_ready(entry, group);
         }
     }
 

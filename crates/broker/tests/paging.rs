@@ -987,11 +987,7 @@ fn receive_n(tb: &mut TestBroker, n: usize) -> Vec<String> {
 /// Publishes persistent messages `body 0`, `body 1`, … to `q` on `c`, each with the
 /// `MessageGroupId` `groups` gives it.
 fn publish_grouped(tb: &mut TestBroker, c: Chan, groups: &[&str]) {
-    for (n, group) in groups.iter().enumerate() {
-        let mut properties = properties(n);
-        properties.headers = Some(group_headers(group));
-        tb.publish_with(c, "", "q", properties, format!("body {n}").as_bytes(), false);
-    }
+    publish_grouped_from(tb, c, 0, groups);
 }
 
 /// An SQS FIFO queue's receives read no record on the broker's thread (issue 41): a receive
@@ -1050,7 +1046,16 @@ fn a_fair_queue_s_consumers_and_gets_ask_for_the_paged_messages_chosen() {
     get_unanswered(&mut tb, c);
     assert_eq!(disk.reads(), performed, "the get read no record");
     assert!(std::iter::from_fn(|| tb.broker.poll_effect()).next().is_none(), "it waits for its read");
-    tb.answer_reads();
+    let read = tb.broker.poll_message_read().expect("the get asked for the quiet tenant's message");
+    let resident = tb.broker.queue_stats("/", "q").unwrap().messages_ready_ram;
+    assert_eq!(resident, 1, "room for one more within the queue's limit (2)");
+    assert_eq!(
+        read.locations.len(),
+        1,
+        "a read from the middle asks for no more than the limits have room for"
+    );
+    let messages = read.perform(tb.broker.message_source().as_deref());
+    tb.broker.handle_message_read(read, messages, tb.clock.now());
     let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
     assert_eq!(body_texts_of_gets(&effects), ["body 40"], "the quiet tenant's first");
     let performed = disk.reads();
@@ -1068,4 +1073,53 @@ fn a_fair_queue_s_consumers_and_gets_ask_for_the_paged_messages_chosen() {
 /// The bodies of the basic.get-oks among `effects`.
 fn body_texts_of_gets(effects: &[hourglass_broker::Effect]) -> Vec<String> {
     gotten(effects).iter().map(|m| String::from_utf8_lossy(&m.body).into_owned()).collect()
+}
+
+/// An SQS FIFO queue's delayed messages that wait paged out keep their groups (issue 41): they
+/// become ready in them without a record read on the broker's thread, before and after a
+/// restart, and each group is received in order. Before, each one's record was read in place
+/// as it fell due, to learn its group.
+#[test]
+fn paged_delayed_fifo_messages_fall_due_in_their_groups_without_a_read() {
+    let arguments = FieldTable::from_entries([
+        ("x-sqs-fifo", FieldValue::Bool(true)),
+        ("x-delivery-delay", FieldValue::I64(5000)),
+    ]);
+    let (mut tb, c, mut disk) = setup(arguments);
+    let groups = ["g1", "g2", "g1", "g2", "g1", "g3"];
+    publish_grouped(&mut tb, c, &groups[..3]);
+    disk.sync(&mut tb);
+    let mut restored = disk.restart(&tb, two_resident());
+    let c = restored.channel();
+    publish_grouped_from(&mut restored, c, 3, &groups[3..]);
+    disk.sync(&mut restored);
+    let performed = disk.reads();
+    restored.advance(Duration::from_millis(5000));
+    assert_eq!(disk.reads(), performed, "no record read as they fell due");
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        let taken = receive_when_read(&mut restored, 10);
+        for received in &taken {
+            restored.broker.sqs_delete("/", "q", &received.receipt_handle, restored.clock.now()).unwrap();
+        }
+        got.extend(received_texts(&taken));
+        if got.len() == groups.len() {
+            break;
+        }
+    }
+    let of = |group: &str| -> Vec<String> {
+        got.iter().filter(|body| groups[body[5..].parse::<usize>().unwrap()] == group).cloned().collect()
+    };
+    assert_eq!(got.len(), groups.len(), "{got:?}");
+    assert_eq!(of("g1"), ["body 0", "body 2", "body 4"]);
+    assert_eq!(of("g2"), ["body 1", "body 3"]);
+}
+
+/// `publish_grouped` of messages numbered from `first` on.
+fn publish_grouped_from(tb: &mut TestBroker, c: Chan, first: usize, groups: &[&str]) {
+    for (n, group) in groups.iter().enumerate() {
+        let mut properties = properties(first + n);
+        properties.headers = Some(group_headers(group));
+        tb.publish_with(c, "", "q", properties, format!("body {}", first + n).as_bytes(), false);
+    }
 }

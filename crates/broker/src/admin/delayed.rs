@@ -87,6 +87,7 @@ impl Broker {
         let queue_id = self.queue_id(vhost, queue)?;
         let queue = self.queues.get_mut(&queue_id).ok_or(DelayedError::QueueNotFound)?;
         let waiting = queue.delayed.remove_at(key.due, key.id).ok_or(DelayedError::MessageNotFound)?;
+        queue.take_waiting_group(waiting.entry.seq);
         self.persist_settle(queue_id, waiting.entry.persist_id());
         self.reschedule(queue_id);
         Ok(())

@@ -247,11 +247,11 @@ impl Broker {
     }
 
     /// Whether a message `queue` would hand out next is paged out and a read is out
-    /// (`Queue::awaits_read`): a receive took what it could, and a wait (`sqs_wait`) is woken
-    /// once the read is answered (`message_reads.rs`).
+    /// (`Queue::receive_awaits_read`): a receive took what it could, and a wait (`sqs_wait`) is
+    /// woken once the read is answered (`message_reads.rs`).
     pub fn sqs_awaits_read(&self, vhost: &str, queue: &str) -> bool {
         let Ok((_, id)) = self.sqs_queue(vhost, queue) else { return false };
-        self.queues.get(&id).is_some_and(|q| q.awaits_read())
+        self.queues.get(&id).is_some_and(|q| q.receive_awaits_read())
     }
 
     /// How long an SQS receive from `queue` waits by default (its
@@ -332,7 +332,7 @@ impl Broker {
     /// for it until it is woken or gives up.
     pub fn sqs_wait(&mut self, vhost: &str, queue: &str, ticket: Ticket) -> Result<(), SqsGatewayError> {
         let (_, id) = self.sqs_queue(vhost, queue)?;
-        if self.queues.get(&id).is_some_and(|q| q.sqs_receivable() > 0 && !q.awaits_read()) {
+        if self.queues.get(&id).is_some_and(|q| q.sqs_receivable() > 0 && !q.receive_awaits_read()) {
             self.notices.push_back(Notice::SqsReady { ticket });
         } else {
             self.sqs.waiters.entry(id).or_default().insert(ticket);
@@ -359,15 +359,14 @@ impl Broker {
     /// poll, not a herd of them. When the queue is gone, wakes them all; an SQS FIFO queue wakes
     /// one per group it can be received from (its acks and returns run this again). None while
     /// the paged message it would hand out next is being read: a receive could take nothing
-    /// yet, and the answer wakes
-    /// them all (`wake_every_sqs_waiter`).
+    /// yet, and the answer wakes them all (`wake_every_sqs_waiter`).
     pub(crate) fn wake_sqs_waiters(&mut self, id: QueueId) {
-        if self.sqs.waiters.is_empty() {
+        if self.sqs.waiters.is_empty() || !self.sqs.waiters.contains_key(&id) {
             return;
         }
         let ready = match self.queues.get(&id) {
             None => usize::MAX,
-            Some(queue) if queue.awaits_read() => return,
+            Some(queue) if queue.receive_awaits_read() => return,
             Some(queue) => queue.sqs_receivable(),
         };
         self.wake_sqs_waiters_up_to(id, ready);

@@ -444,9 +444,10 @@ impl Broker {
     /// `(conn, ch)`: counted, tracked on the channel unless `hand_out` is no-ack, and under a
     /// visibility timeout when `hand_out` or the queue asks for one. [`NotGot::Empty`] when the
     /// queue has no ready message (counted as an empty get), or the channel or queue is gone. A client's
-    /// basic.get (`HandOut::NoAck`, `HandOut::QueueVisibility`) and an SQS receive from a queue
-    /// without message groups read no paged message on the broker's thread: they ask for the
-    /// head and get [`NotGot::Reading`]. The caller sends the answer.
+    /// basic.get (`HandOut::NoAck`, `HandOut::QueueVisibility`) and an SQS receive read no paged
+    /// message on the broker's thread: they ask for the message they would take (the head, or
+    /// the one the queue's message groups chose) and get [`NotGot::Reading`]. The caller sends
+    /// the answer.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn get_one(
         &mut self,
@@ -473,7 +474,7 @@ impl Broker {
             HandOut::NoAck | HandOut::QueueVisibility => queue.take_for_delivery(!no_ack),
             HandOut::Visibility(_) => queue.take_for_delivery(true),
         };
-        let reading = taken.is_none() && queue.awaits_read();
+        let reading = taken.is_none() && queue.took_nothing_for_a_read();
         queue.counters.messages.get_empty += u64::from(taken.is_none() && !reading);
         let message_count = queue.message_count() as u32;
         self.reschedule(id);

@@ -15,12 +15,12 @@
 //!   Since each noisy tenant holds over a tenth of what is in flight, there are at most nine, and
 //!   a choice looks at no more than ten groups.
 //!
-//! A group is known by a 64-bit hash of its `MessageGroupId`: two ids that collide are served as
-//! one group, stricter than needed but never out of order. Messages without a group (published
+//! A group is known by a 64-bit hash of its `MessageGroupId` (FNV-1a, `group_key`, stored with
+//! each message of the queue): two ids that collide are served as one group, stricter than
+//! needed but never out of order. Messages without a group (published
 //! over AMQP without the header) form one group of their own.
 
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
 
 use hourglass_wire::FieldValue;
 
@@ -38,16 +38,24 @@ pub const NOISY_MIN_IN_FLIGHT: u32 = 30;
 /// ... if they are more than this share (in tenths) of the queue's messages in flight.
 const NOISY_SHARE_TENTHS: u64 = 1;
 
-/// The group of `message`: its `MessageGroupId` header's hash, or the group of messages without
-/// one.
+/// The group of `message`: its `MessageGroupId` header's hash (`group_key`), or the group of
+/// messages without one.
 pub fn group_of(message: &Message) -> GroupKey {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
     match message.properties().headers().and_then(|headers| headers.get(GROUP_HEADER)) {
-        Some(FieldValue::LongStr(id)) => id.as_bytes().hash(&mut hasher),
-        _ => return NO_GROUP,
+        Some(FieldValue::LongStr(id)) => group_key(id.as_bytes()),
+        _ => NO_GROUP,
     }
-    // Never the key of "no group".
-    hasher.finish().max(1)
+}
+
+/// The key of the group with id `id`: its 64-bit FNV-1a hash, never `NO_GROUP`. Fixed by this
+/// definition (not by the standard library's hasher, which may change between Rust releases),
+/// as keys are stored with the messages (`persist::MessageMeta::group`) and must mean the same
+/// group to every later build.
+pub fn group_key(id: &[u8]) -> GroupKey {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = id.iter().fold(OFFSET_BASIS, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(PRIME));
+    hash.max(1)
 }
 
 /// The group of messages that carry none.
@@ -231,6 +239,16 @@ mod tests {
 
     const A: GroupKey = 1;
     const B: GroupKey = 2;
+
+    /// A group's key is fixed by its definition (it is stored with the messages, and read by
+    /// later builds): FNV-1a's published values, never the key of "no group".
+    #[test]
+    fn group_keys_are_fnv_1a_and_never_no_group() {
+        assert_eq!(group_key(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(group_key(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(group_key(b"foobar"), 0x8594_4171_f739_67e8);
+        assert_ne!(group_key(b"g1"), group_key(b"g2"));
+    }
 
     #[test]
     fn each_group_is_received_in_order_and_groups_in_parallel() {

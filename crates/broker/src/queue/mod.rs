@@ -29,6 +29,8 @@ mod tally;
 pub(crate) mod ttl;
 pub(crate) mod visibility;
 
+use std::collections::HashMap;
+
 use hourglass_wire::{FieldTable, ShortStr};
 
 use crate::api::{ChannelId, ConnectionId};
@@ -111,6 +113,12 @@ pub(crate) struct Queue {
     /// The groups, kept by a FIFO queue from the start and by a fair queue from its first
     /// message with a group (a queue without groups pays nothing for them).
     groups: Option<MessageGroups>,
+    /// The groups of waiting messages (delayed, or waiting for a back-off) that are paged out,
+    /// in a queue with message groups: they become ready in their group without a read.
+    waiting_groups: HashMap<Seq, GroupKey>,
+    /// The last take took nothing because what it would take is paged out and being read
+    /// (`took_nothing_for_a_read`).
+    read_awaited: bool,
 }
 
 /// Whether a queue with this spec was made or changed over SQS: it carries an `x-sqs-*`
@@ -207,6 +215,8 @@ impl Queue {
             dedup: dedup::DedupCache::default(),
             group_order,
             groups,
+            waiting_groups: HashMap::new(),
+            read_awaited: false,
         }
     }
 
@@ -241,13 +251,21 @@ impl Queue {
         self.group_order?;
         match entry.resident() {
             Some(message) => Some(message_groups::group_of(message)),
-            None => self.groups.as_ref()?.group_of_ready(entry.seq),
+            None => self
+                .groups
+                .as_ref()
+                .and_then(|groups| groups.group_of_ready(entry.seq))
+                .or_else(|| self.waiting_groups.get(&entry.seq).copied()),
         }
     }
 
-    /// Notes that `entry` became ready, for an SQS queue's groups (`group_ready_in`).
-    fn group_ready(&mut self, entry: &Entry) {
-        self.group_ready_in(entry, None);
+    /// The group of waiting message `seq`, kept since it was paged out (`waiting_groups`), and
+    /// forgotten: it becomes ready or leaves.
+    pub(crate) fn take_waiting_group(&mut self, seq: Seq) -> Option<GroupKey> {
+        if self.waiting_groups.is_empty() {
+            return None;
+        }
+        self.waiting_groups.remove(&seq)
     }
 
     /// Notes that `entry` became ready in `known` group, for an SQS queue's groups; when not
@@ -320,10 +338,20 @@ impl Queue {
             return;
         }
         let paged = |message: &Message| Paged::new(location, message.hot(), message.body_size());
-        match due {
-            Some(due) => self.delayed.page_out(due, seq, persist_id, paged),
-            None => self.ready.page_out(seq, persist_id, paged),
+        let Some(due) = due else {
+            self.ready.page_out(seq, persist_id, paged);
+            return;
         };
+        // A waiting message keeps its group in a queue with groups (`waiting_groups`).
+        let mut group = None;
+        let grouped = self.group_order.is_some();
+        let paged_out = self.delayed.page_out(due, seq, persist_id, |message| {
+            group = grouped.then(|| message_groups::group_of(message));
+            paged(message)
+        });
+        if let Some(group) = group.filter(|_| paged_out) {
+            self.waiting_groups.insert(seq, group);
+        }
     }
 
     /// The TTL deadline of a message with this `expiration` property when it becomes ready at
@@ -371,6 +399,9 @@ impl Queue {
     ) {
         match wait_until {
             Some(due) => {
+                if let Some(group) = group.filter(|_| self.group_order.is_some()) {
+                    self.waiting_groups.insert(entry.seq, group);
+                }
                 let returning = entry.ready_at().is_some();
                 self.delayed.insert(due, Waiting { entry, returning });
             }
@@ -382,13 +413,14 @@ impl Queue {
 
     /// Appends an entry to the ready messages, packed if the queue keeps more than its paging
     /// limits in memory whole and the store will not page it out (ADR 0015).
-    pub fn push_ready(&mut self, mut entry: Entry) {
+    /// In message group `group` when it is known (`group_ready_in`).
+    pub fn push_ready(&mut self, mut entry: Entry, group: Option<GroupKey>) {
         if entry.persist_id().is_none() && self.over_resident_limits() {
             if let Some(packed) = entry.resident().and_then(|message| Packed::new(message)) {
                 entry.payload = Payload::Packed(packed);
             }
         }
-        self.group_ready(&entry);
+        self.group_ready_in(&entry, group);
         self.ready.push_back(entry);
     }
 
@@ -409,6 +441,7 @@ impl Queue {
     /// batch behind it (ADR 0007), as `reads` says: at once, or asked for (nothing is taken
     /// until the answer). One that cannot be read is dropped and the next one taken.
     fn take_next(&mut self, expect_ack: bool, reads: HeadReads) -> Option<Entry> {
+        self.read_awaited = false;
         while let Some(seq) = self.groups.as_ref().and_then(MessageGroups::fair_choice) {
             match self.take_chosen(seq, expect_ack, reads) {
                 Chosen::Took(entry) => return Some(entry),
@@ -435,8 +468,10 @@ impl Queue {
                 return Chosen::Gone;
             }
             if !self.pager.reading() {
-                self.ask_read_from(Some(seq));
+                let at_head = self.ready.head().is_some_and(|head| head.seq == seq);
+                self.ask_read_from(if at_head { None } else { Some(seq) });
             }
+            self.read_awaited = true;
             return Chosen::Wait;
         }
         match self.take_ready(seq, expect_ack) {
@@ -450,17 +485,19 @@ impl Queue {
     fn take_oldest(&mut self, expect_ack: bool, reads: HeadReads) -> Option<Entry> {
         loop {
             match self.prepare_head(reads)? {
-                Head::Wait => return None,
+                Head::Wait => {
+                    self.read_awaited = true;
+                    return None;
+                }
                 Head::Unreadable => {
-                    let entry = self.ready.pop_front()?;
+                    let entry = self.pop_ready()?;
                     self.pager.drop_unread(&entry);
                     continue;
                 }
                 Head::Take => {}
             }
             // The head is in memory, or packed and unpacked by page_in.
-            let mut entry = self.ready.pop_front()?;
-            self.group_left_ready(entry.seq);
+            let mut entry = self.pop_ready()?;
             if self.pager.page_in(&mut entry) {
                 self.mark_delivered(&entry, expect_ack);
                 return Some(entry);
@@ -470,7 +507,7 @@ impl Queue {
 
     /// Readies the head to be taken (`None`: there is none). In place, a paged head is read
     /// with a batch behind it. Asked for, it is asked for with a batch behind it
-    /// (`ask_head_read`) unless a read is out already, and waits; one its read could not read
+    /// (`ask_read_from`) unless a read is out already, and waits; one its read could not read
     /// is to be dropped.
     fn prepare_head(&mut self, reads: HeadReads) -> Option<Head> {
         let head = self.ready.head()?;
@@ -504,6 +541,7 @@ impl Queue {
             return self.take_for_consumer(true);
         }
         let reads = self.reads();
+        self.read_awaited = false;
         loop {
             let seq = self.groups.as_ref()?.next_receivable(taken)?;
             match self.take_chosen(seq, true, reads) {
@@ -532,34 +570,49 @@ impl Queue {
         }
     }
 
-    /// Whether a read is out and a message to take next is paged out (`take_for_consumer` took
-    /// nothing for that reason; the answer runs the queue again): the head, or in a queue with
-    /// message groups the message they choose first.
-    pub fn awaits_read(&self) -> bool {
-        let head_paged = self.ready.head().is_some_and(|head| head.paged_at().is_some());
-        let chosen_paged = || self.group_choice().is_some_and(|seq| self.ready.paged_location(seq).is_some());
-        self.pager.reading() && (head_paged || chosen_paged())
+    /// Whether the last take took nothing because what it would take is paged out and a read
+    /// of it is out (the answer runs the queue again).
+    pub fn took_nothing_for_a_read(&self) -> bool {
+        self.read_awaited
     }
 
-    /// The message the groups would have a receive take first: an SQS FIFO queue's oldest of a
-    /// group with nothing in flight, a fair queue's quiet tenant's (`None`: the head).
-    fn group_choice(&self) -> Option<Seq> {
-        let groups = self.groups.as_ref()?;
-        match groups.order() {
-            GroupOrder::Fifo => groups.next_receivable(None),
-            GroupOrder::Fair => groups.fair_choice(),
+    /// Whether the message an SQS receive would take first is paged out and a read is out: the
+    /// oldest of a group with nothing in flight in an SQS FIFO queue, a quiet tenant's in a fair
+    /// queue, else the head. A receive could take nothing until the answer, which wakes the
+    /// receives waiting (`Broker::sqs_wait`).
+    pub fn receive_awaits_read(&self) -> bool {
+        if !self.pager.reading() {
+            return false;
+        }
+        let paged = |seq| self.ready.paged_location(seq).is_some();
+        let head_paged = || self.ready.head().is_some_and(|head| head.paged_at().is_some());
+        match &self.groups {
+            Some(groups) if groups.order() == GroupOrder::Fifo => {
+                groups.next_receivable(None).is_some_and(paged)
+            }
+            Some(groups) => groups.fair_choice().map_or_else(head_paged, paged),
+            None => head_paged(),
         }
     }
 
     /// Asks for the paged messages among the first `PagingLimits::consumer_read` from ready
     /// message `from` on (`None`: the head), up to the resident byte limit, at least one; packed
-    /// ones there are unpacked at once.
+    /// ones there are unpacked at once. Read from anywhere but the head (a message the groups
+    /// chose), what comes after it may stay in memory long before it is taken (other groups'
+    /// messages): such a read asks for no more than the queue's resident limits have room for,
+    /// at least the chosen message, so a queue's memory stays within its limits.
     fn ask_read_from(&mut self, from: Option<Seq>) {
+        let limits = self.pager.limits;
+        let (mut max, mut byte_room) = (limits.consumer_read(), limits.max_resident_bytes);
+        if from.is_some() {
+            let (resident, resident_bytes) = self.ready.resident();
+            max = max.min(limits.max_resident_messages.saturating_sub(resident)).max(1);
+            byte_room = byte_room.saturating_sub(resident_bytes);
+        }
         let (pager, mut asked, mut bytes) = (&mut self.pager, Vec::new(), 0usize);
-        let limits = pager.limits;
-        self.ready.page_in_from(from, limits.consumer_read(), |payload| match payload {
+        self.ready.page_in_from(from, max, |payload| match payload {
             Payload::Paged(paged) => {
-                if asked.is_empty() || bytes < limits.max_resident_bytes {
+                if asked.is_empty() || bytes < byte_room {
                     bytes += paged.location().record_bytes as usize;
                     asked.push(paged.location());
                 }
@@ -665,7 +718,7 @@ impl Queue {
     }
 
     /// `return_to_ready`, in message group `group` when it is known (`group_ready_in`).
-    fn return_to_ready_in(&mut self, entry: Entry, group: Option<GroupKey>) {
+    pub(crate) fn return_to_ready_in(&mut self, entry: Entry, group: Option<GroupKey>) {
         self.group_ready_in(&entry, group);
         self.ready.requeue(entry);
     }
@@ -685,6 +738,11 @@ impl Queue {
     /// Removes the oldest ready message (x-overflow drop-head) as it is: a paged one is read only
     /// if it is dead-lettered (`Broker::dead_letter_entry`).
     pub fn drop_head(&mut self) -> Option<Entry> {
+        self.pop_ready()
+    }
+
+    /// Removes the oldest ready message as it is, for the message groups too.
+    fn pop_ready(&mut self) -> Option<Entry> {
         let entry = self.ready.pop_front()?;
         self.group_left_ready(entry.seq);
         Some(entry)
@@ -775,7 +833,7 @@ mod tests {
         for (seq, message) in messages.iter().enumerate() {
             let persist_id = persist.then_some(seq as u64 + 1);
             let entry = queue.new_entry(seq as u64, Payload::Resident(message.clone()), now, persist_id);
-            queue.push_ready(entry);
+            queue.push_ready(entry, None);
         }
     }
 

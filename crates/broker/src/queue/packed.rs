@@ -3,7 +3,8 @@
 //! becomes one exactly sized allocation holding its store record (`persist::encode_record`:
 //! exchange, routing key, properties, body) instead of a shared `Arc<Message>` (160 bytes) whose
 //! fields keep the connection's read buffers alive (ADR 0015). A packed message is made resident
-//! again when it reaches the head of its queue, like a paged one (ADR 0007).
+//! again when it is about to be taken (at the head of its queue, or within a read its message
+//! groups asked for), like a paged one (ADR 0007).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 

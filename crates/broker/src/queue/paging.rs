@@ -89,8 +89,8 @@ pub(crate) struct Pager {
     /// The ready message the read out was asked from (`None`: the head), where its answer is
     /// put in memory.
     reading_from: Option<Seq>,
-    /// Locations the last answer could not read: their messages are dropped when they reach
-    /// the head, not asked for again.
+    /// Locations the last answer could not read: their messages are dropped when they are to
+    /// be taken, not asked for again.
     unreadable_at: Vec<RecordLocation>,
 }
 

@@ -11,8 +11,9 @@
 //! Paged-out messages in a row that differ only by fixed steps share one slot, a run
 //! (`ready_run.rs`): appended to as they arrive paged (a restore, a paged delayed message coming
 //! due), and joined from single slots when enough were paged out in place. A run is opened up
-//! again at the head when its messages are read back, and split where a message goes back into
-//! the middle of it or leaves from there.
+//! again where its messages are read back (at the head, or where a queue's message groups chose
+//! one: `page_in_from`), and split where a message goes back into the middle of it or leaves
+//! from there.
 
 mod checkpoint;
 

@@ -91,7 +91,7 @@ pub struct SqsReceipt {
     pub messages: Vec<SqsReceived>,
     pub wait_s: Option<u64>,
     /// The message the queue would hand out next is paged out and being read off the broker's
-    /// thread (`message_reads.rs`, `Queue::awaits_read`):
+    /// thread (`message_reads.rs`, `Queue::receive_awaits_read`):
     /// it has messages this receive could not take yet. A wait ([`SqsWait`]) is woken once the
     /// read is answered.
     pub reading: bool,
