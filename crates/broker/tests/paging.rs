@@ -1123,3 +1123,31 @@ fn publish_grouped_from(tb: &mut TestBroker, c: Chan, first: usize, groups: &[&s
         tb.publish_with(c, "", "q", properties, format!("body {}", first + n).as_bytes(), false);
     }
 }
+
+/// An SQS message-move task's steps read no record on the broker's thread (issue 41): a step
+/// moves what is in memory and asks for the paged head; the task's next step (its next tick)
+/// moves what the answer brought. Every message arrives once, in order. Before, a step read the
+/// head and 255 behind it in place.
+#[test]
+fn sqs_move_steps_ask_for_the_paged_messages() {
+    use hourglass_broker::admin::MoveTarget;
+    let (mut tb, c, mut disk) = paged_backlog(8);
+    tb.call(c, QueueDeclare { queue: short("t"), durable: true, ..Default::default() });
+    disk.sync(&mut tb);
+    let target = MoveTarget::Queue { vhost: "/", name: "t" };
+    let anywhere = |_: &str, _: &str| true;
+    let mut moved = 0;
+    for _ in 0..10 {
+        let performed = disk.reads();
+        let step = tb.broker.sqs_move("/", "q", target, &anywhere, 10, tb.clock.now()).unwrap();
+        assert_eq!(disk.reads(), performed, "a step reads no record itself");
+        moved += step.moved;
+        if step.left == 0 {
+            break;
+        }
+        tb.answer_reads();
+    }
+    assert_eq!(moved, 8);
+    let c2 = tb.channel();
+    assert_eq!(body_texts(&consume(&mut tb, c2, "t", "ctag", true)), numbered_bodies(0..8));
+}

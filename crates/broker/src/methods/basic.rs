@@ -468,11 +468,10 @@ impl Broker {
         queue.touch(now);
         let taken = match hand_out {
             HandOut::SqsReceive { taken, .. } => queue.take_for_sqs_receive(taken),
-            HandOut::NoAck | HandOut::QueueVisibility if !reads_in_place(conn) => {
+            _ if reads_in_place(conn) => queue.take_for_delivery(!no_ack),
+            HandOut::NoAck | HandOut::QueueVisibility | HandOut::Visibility(_) => {
                 queue.take_for_consumer(!no_ack)
             }
-            HandOut::NoAck | HandOut::QueueVisibility => queue.take_for_delivery(!no_ack),
-            HandOut::Visibility(_) => queue.take_for_delivery(true),
         };
         let reading = taken.is_none() && queue.took_nothing_for_a_read();
         queue.counters.messages.get_empty += u64::from(taken.is_none() && !reading);

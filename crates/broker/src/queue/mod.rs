@@ -157,11 +157,10 @@ pub struct QueueCounters {
 /// How a paged message is read before it is taken (`Queue::take_oldest`, `Queue::take_chosen`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum HeadReads {
-    /// On the broker's thread, at once (the HTTP API's get, an SQS move: they answer within
-    /// their request).
+    /// On the broker's thread, at once (the HTTP API's get: it answers within its request).
     InPlace,
     /// By the driver, asked for (`MessageRead`): for a consumer, a client's basic.get, an SQS
-    /// receive.
+    /// receive or message-move step.
     Ask,
 }
 
@@ -431,7 +430,7 @@ impl Queue {
     }
 
     /// Takes the next ready message for a delivery, in memory, reading a paged one in place (the
-    /// HTTP API's get, an SQS move: they answer within their request): see `take_next`.
+    /// HTTP API's get: it answers within its request): see `take_next`.
     pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
         self.take_next(expect_ack, HeadReads::InPlace)
     }
