@@ -53,11 +53,12 @@ impl Broker {
     }
 
     /// Delivers `entry` to a consumer of queue `id` that can take it now, without queueing it;
-    /// gives it back when none can, or when ready messages are ahead of it (their read back from
-    /// the store is out, `message_reads.rs`): it would overtake them.
+    /// gives it back when none can, when ready messages are ahead of it (their read back from
+    /// the store is out, `message_reads.rs`): it would overtake them, or when its message is not
+    /// in memory (a delayed message that waited paged out): it cannot go out without a read.
     pub(crate) fn deliver_now(&mut self, id: QueueId, entry: Entry, now: Timestamp) -> Option<Entry> {
         let Some((queue, mut sinks)) = self.queue_and_sinks(id) else { return Some(entry) };
-        if !queue.ready.is_empty() {
+        if !queue.ready.is_empty() || entry.resident().is_none() {
             return Some(entry);
         }
         let Some(at) = pick_consumer(queue, sinks.channels) else { return Some(entry) };

@@ -1151,3 +1151,33 @@ fn sqs_move_steps_ask_for_the_paged_messages() {
     let c2 = tb.channel();
     assert_eq!(body_texts(&consume(&mut tb, c2, "t", "ctag", true)), numbered_bodies(0..8));
 }
+
+/// A delayed message with TTL 0 that waited paged out goes to a waiting consumer only if it is
+/// in memory when it falls due (semantics §1: delivered at once or expired); one still paged out
+/// cannot be delivered at once and expires (here into `dlq`, read there off the broker's
+/// thread). Before, it was delivered as it was, paged: an empty message (a debug assertion).
+#[test]
+fn a_paged_delayed_message_with_ttl_0_expires_rather_than_goes_out_empty() {
+    let arguments = FieldTable::from_entries([
+        ("x-delivery-delay", FieldValue::I64(5000)),
+        ("x-message-ttl", FieldValue::I64(0)),
+        ("x-dead-letter-exchange", FieldValue::LongStr("".into())),
+        ("x-dead-letter-routing-key", FieldValue::LongStr("dlq".into())),
+    ]);
+    let (mut tb, c, mut disk) = setup(arguments);
+    tb.call(c, QueueDeclare { queue: short("dlq"), durable: true, ..Default::default() });
+    publish_n(&mut tb, c, "q", 4);
+    disk.sync(&mut tb);
+    let consumer = tb.channel();
+    assert!(body_texts(&consume(&mut tb, consumer, "q", "ctag", true)).is_empty());
+    let mut delivered = body_texts(&tb.advance(Duration::from_millis(5000)));
+    tb.answer_reads();
+    delivered.extend(body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>()));
+    assert_eq!(delivered, numbered_bodies(0..2), "the two in memory, whole");
+    let c2 = tb.channel();
+    assert_eq!(
+        body_texts(&consume(&mut tb, c2, "dlq", "dead", true)),
+        numbered_bodies(2..4),
+        "the paged ones expired"
+    );
+}

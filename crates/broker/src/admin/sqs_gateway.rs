@@ -443,7 +443,8 @@ impl Broker {
     /// acts for every user, so who may write where is the caller's to say. Each message enters
     /// its new queue before it leaves the old, so a crash between the two store ops can repeat a
     /// move, never lose one. A message with no queue it may go to stops the step, left where it
-    /// was.
+    /// was. A step also ends, `left` above 0, where the source's next message is paged out and
+    /// being read (none is read on the broker's thread): the task's next step goes on.
     pub fn sqs_move(
         &mut self,
         vhost: &str,

@@ -61,8 +61,10 @@ fn reads_in_place(conn: ConnectionId) -> bool {
 pub(crate) enum NotGot {
     /// The queue has no ready message (counted as an empty get), or the channel is gone.
     Empty,
-    /// Its head is paged out and being read (`message_reads.rs`): a basic.get waits for the answer
-    /// (`waiting_gets.rs`), an SQS receive tells its endpoint to wait (`Broker::sqs_wait`).
+    /// The message it would take (its head, or the one its message groups chose) is paged out
+    /// and being read (`message_reads.rs`): a basic.get waits for the answer (`waiting_gets.rs`),
+    /// an SQS receive tells its endpoint to wait (`Broker::sqs_wait`), a message-move step ends
+    /// (the task's next step goes on).
     Reading,
 }
 
@@ -444,7 +446,8 @@ impl Broker {
     /// `(conn, ch)`: counted, tracked on the channel unless `hand_out` is no-ack, and under a
     /// visibility timeout when `hand_out` or the queue asks for one. [`NotGot::Empty`] when the
     /// queue has no ready message (counted as an empty get), or the channel or queue is gone. A client's
-    /// basic.get (`HandOut::NoAck`, `HandOut::QueueVisibility`) and an SQS receive read no paged
+    /// basic.get (`HandOut::NoAck`, `HandOut::QueueVisibility`), an SQS receive and an SQS
+    /// message-move step (`HandOut::Visibility`) read no paged
     /// message on the broker's thread: they ask for the message they would take (the head, or
     /// the one the queue's message groups chose) and get [`NotGot::Reading`]. The caller sends
     /// the answer.

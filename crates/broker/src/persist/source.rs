@@ -20,7 +20,8 @@ pub struct RecordLocation {
 
 /// Reads the record stored at a location: the bytes `encode_record` made (exchange, routing key,
 /// properties, body), checksum verified. Called from the broker's thread (the HTTP API's get,
-/// peeks, and a restore's records stored without the facts a queue needs) and from the driver's
+/// peeks, a restore's records stored without the facts a queue needs, and an SQS FIFO queue's
+/// paged messages stored without their group, by a build before metadata version 3) and from the driver's
 /// blocking threads (the reads of consumers, basic.gets, SQS receives, SQS message-move tasks
 /// and dead-lettering, `message_reads.rs`); keep it a plain positioned read.
 pub trait MessageSource: Send + Sync + fmt::Debug {

@@ -9,8 +9,9 @@
 //! waiting to be dead-lettered (the caller names them: channels and `dead_letter_reads.rs` hold
 //! them, not the queue). The store keeps the state only if its
 //! index holds exactly the messages the state covers and lists. A queue that cannot have a state
-//! (one whose message groups index its ready messages; one with more messages outside runs than
-//! a state takes) is read back from the log at a restart, as before.
+//! (one that keeps message groups, of its ready or its waiting messages, `Queue::keeps_groups`:
+//! a state keeps no groups, the log's metadata does; one with more messages outside runs than a
+//! state takes) is read back from the log at a restart, as before.
 
 use std::collections::HashSet;
 
@@ -48,7 +49,8 @@ impl Queue {
     /// This queue's state for a checkpoint, if it has one (module doc); `unacked` are the store
     /// ids of its unacknowledged messages and of those waiting to be dead-lettered.
     pub(crate) fn checkpoint_state(&self, unacked: &[u64]) -> Option<QueueState> {
-        let grouped = self.groups.is_some() && self.ready.tally().persistent > 0;
+        let grouped =
+            self.keeps_groups() && (self.ready.tally().persistent > 0 || self.delayed.message_count() > 0);
         if !self.is_persisted() || grouped {
             return None;
         }

@@ -258,6 +258,25 @@ impl Queue {
         }
     }
 
+    /// Keeps the group of waiting message `seq`, paged out (`waiting_groups`): in an SQS FIFO
+    /// queue every one (there "unknown" means a read), in a fair queue those with a group (there
+    /// "unknown" is "none").
+    fn keep_waiting_group(&mut self, seq: Seq, group: GroupKey) {
+        match self.group_order {
+            Some(GroupOrder::Fifo) => {}
+            Some(GroupOrder::Fair) if group != message_groups::NO_GROUP => {}
+            _ => return,
+        }
+        self.waiting_groups.insert(seq, group);
+    }
+
+    /// Whether the queue holds message groups to keep: an index of its ready messages' groups,
+    /// or groups of its waiting messages (a checkpoint's state keeps neither: such a queue is
+    /// read back from the log, whose metadata holds each message's group).
+    pub(crate) fn keeps_groups(&self) -> bool {
+        self.groups.is_some() || !self.waiting_groups.is_empty()
+    }
+
     /// The group of waiting message `seq`, kept since it was paged out (`waiting_groups`), and
     /// forgotten: it becomes ready or leaves.
     pub(crate) fn take_waiting_group(&mut self, seq: Seq) -> Option<GroupKey> {
@@ -268,10 +287,10 @@ impl Queue {
     }
 
     /// Notes that `entry` became ready in `known` group, for an SQS queue's groups; when not
-    /// known (`None`), a FIFO queue reads the group of a paged message, while a fair queue reads
-    /// the group of a message in memory only: one waiting paged out (a delayed one falling due,
-    /// or restored from metadata without its group) counts as without a group rather than
-    /// costing a read (`message_groups.rs`).
+    /// known (`None`: a message in memory, or a paged one stored before metadata version 3), a
+    /// FIFO queue reads the group of a paged message, while a fair queue reads the group of a
+    /// message in memory only: a paged one counts as without a group rather than costing a
+    /// read (`message_groups.rs`).
     fn group_ready_in(&mut self, entry: &Entry, known: Option<GroupKey>) {
         let Some(order) = self.group_order else { return };
         let group = match (known, order) {
@@ -349,7 +368,7 @@ impl Queue {
             paged(message)
         });
         if let Some(group) = group.filter(|_| paged_out) {
-            self.waiting_groups.insert(seq, group);
+            self.keep_waiting_group(seq, group);
         }
     }
 
@@ -398,8 +417,8 @@ impl Queue {
     ) {
         match wait_until {
             Some(due) => {
-                if let Some(group) = group.filter(|_| self.group_order.is_some()) {
-                    self.waiting_groups.insert(entry.seq, group);
+                if let Some(group) = group {
+                    self.keep_waiting_group(entry.seq, group);
                 }
                 let returning = entry.ready_at().is_some();
                 self.delayed.insert(due, Waiting { entry, returning });
@@ -467,8 +486,7 @@ impl Queue {
                 return Chosen::Gone;
             }
             if !self.pager.reading() {
-                let at_head = self.ready.head().is_some_and(|head| head.seq == seq);
-                self.ask_read_from(if at_head { None } else { Some(seq) });
+                self.ask_read_from(Some(seq));
             }
             self.read_awaited = true;
             return Chosen::Wait;
@@ -596,10 +614,10 @@ impl Queue {
 
     /// Asks for the paged messages among the first `PagingLimits::consumer_read` from ready
     /// message `from` on (`None`: the head), up to the resident byte limit, at least one; packed
-    /// ones there are unpacked at once. Read from anywhere but the head (a message the groups
-    /// chose), what comes after it may stay in memory long before it is taken (other groups'
-    /// messages): such a read asks for no more than the queue's resident limits have room for,
-    /// at least the chosen message, so a queue's memory stays within its limits.
+    /// ones there are unpacked at once. Read from a message the groups chose (`Some`, the head
+    /// too), what comes after it may stay in memory long before it is taken (messages of groups
+    /// in flight, a noisy tenant's): such a read asks for no more than the queue's resident
+    /// limits have room for, at least the chosen message, so its memory stays within them.
     fn ask_read_from(&mut self, from: Option<Seq>) {
         let limits = self.pager.limits;
         let (mut max, mut byte_room) = (limits.consumer_read(), limits.max_resident_bytes);
@@ -795,7 +813,7 @@ mod tests {
     use super::*;
     use crate::queue::paging::PagingLimits;
     use bytes::Bytes;
-    use hourglass_wire::{BasicProperties, EncodedProperties};
+    use hourglass_wire::{BasicProperties, EncodedProperties, FieldValue};
     use std::sync::Arc;
 
     fn queue(max_resident_messages: usize, durable: bool) -> Queue {
@@ -840,6 +858,31 @@ mod tests {
         std::iter::from_fn(|| queue.take_for_delivery(false))
             .map(|entry| entry.resident().expect("delivered in memory").clone())
             .collect()
+    }
+
+    /// A fair (SQS standard) queue whose waiting paged messages keep their tenants has no
+    /// checkpoint state (a state keeps no groups; the log's metadata does), while one whose
+    /// waiting messages have no tenant still has one, as any other queue.
+    #[test]
+    fn waiting_messages_groups_keep_a_queue_out_of_checkpoints() {
+        use crate::persist::RecordLocation;
+        let fair = |n: u8, group| {
+            let mut spec = queue(2, true).spec.clone();
+            spec.arguments =
+                FieldTable::from_entries([("x-sqs-receive-message-wait-time-seconds", FieldValue::I32(0))]);
+            let mut pager = Pager::default();
+            pager.set_spill_files(Arc::new(MemorySpillFiles::default()));
+            let now = Timestamp::from_millis(0);
+            let mut fair = Queue::new(QueueId(1), "/".to_owned(), spec, QueueArgs::default(), pager, now);
+            let location = RecordLocation { segment: 1, offset: u32::from(n) * 100, record_bytes: 100 };
+            let paged = Paged::new(location, message(0, 16).hot(), 16).unwrap();
+            let entry =
+                Entry::with_payload(u64::from(n), Payload::Paged(paged), None, None, Some(u64::from(n)));
+            fair.restore_entry(entry, Some(Timestamp::from_millis(60_000)), Some(group));
+            fair
+        };
+        assert!(fair(1, message_groups::group_key(b"tenant")).checkpoint_state(&[]).is_none());
+        assert!(fair(2, message_groups::NO_GROUP).checkpoint_state(&[]).is_some());
     }
 
     /// Past the resident limit a queue packs small transient messages (ADR 0015): they count as
