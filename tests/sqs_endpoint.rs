@@ -472,30 +472,87 @@ async fn only_dead_lettering_to_a_queue_is_a_redrive_policy() {
 async fn short_polls_of_a_paged_backlog_each_answer_with_messages() {
     const MESSAGES: usize = 300;
     let (broker, addr) = sqs_broker(&["--queue-resident-messages", "20"]);
-    let (status, created) = sqs(addr, "CreateQueue", json!({"QueueName": "deep"})).await;
+    let url = paged_backlog(&broker, addr, json!({"QueueName": "deep"}), MESSAGES, |_| json!({})).await;
+    let received = short_poll_all(addr, &url, MESSAGES, false).await;
+    let expected: Vec<_> = (0..MESSAGES).map(|n| format!("m{n:03}")).collect();
+    assert_eq!(received, expected);
+}
+
+/// Issue 41: the same for an SQS FIFO queue, whose receives take each free group's next message
+/// wherever it sits: a receive whose chosen message is paged out asks for it off the broker's
+/// thread and waits for it, a short poll too, so every short poll (each deleting what it got,
+/// freeing its groups) answers with messages, and each group comes in the order it was sent.
+#[tokio::test]
+async fn short_polls_of_a_paged_fifo_backlog_each_answer_with_messages() {
+    const MESSAGES: usize = 300;
+    let (broker, addr) = sqs_broker(&["--queue-resident-messages", "20"]);
+    let fifo = json!({"QueueName": "deep.fifo", "Attributes": {"FifoQueue": "true", "ContentBasedDeduplication": "true"}});
+    let group = |n: usize| format!("g{}", n % 3);
+    let url = paged_backlog(&broker, addr, fifo, MESSAGES, |n| json!({"MessageGroupId": group(n)})).await;
+    let received = short_poll_all(addr, &url, MESSAGES, true).await;
+    for g in 0..3 {
+        let of_group: Vec<_> =
+            received.iter().filter(|body| body[1..].parse::<usize>().unwrap() % 3 == g).cloned().collect();
+        let sent: Vec<_> = (0..MESSAGES).filter(|n| n % 3 == g).map(|n| format!("m{n:03}")).collect();
+        assert_eq!(of_group, sent, "group g{g} in order");
+    }
+}
+
+/// A queue made with `create` (a CreateQueue input) holding `messages` sent in batches of 10
+/// (`m000`, `m001`, …, each entry extended by `entry(n)`), paged out past the broker's resident
+/// limit; its URL.
+async fn paged_backlog(
+    broker: &common::RunningBroker,
+    addr: std::net::SocketAddr,
+    create: serde_json::Value,
+    messages: usize,
+    entry: impl Fn(usize) -> serde_json::Value,
+) -> String {
+    let name = create["QueueName"].as_str().unwrap().to_owned();
+    let (status, created) = sqs(addr, "CreateQueue", create).await;
     assert_eq!(status, 200, "{created}");
     let url = created["QueueUrl"].as_str().unwrap().to_owned();
-    for batch in 0..MESSAGES / 10 {
+    for batch in 0..messages / 10 {
         let entries: Vec<_> = (0..10)
-            .map(|i| json!({"Id": format!("e{i}"), "MessageBody": format!("m{:03}", batch * 10 + i)}))
+            .map(|i| {
+                let n = batch * 10 + i;
+                let mut sent = json!({"Id": format!("e{i}"), "MessageBody": format!("m{n:03}")});
+                sent.as_object_mut().unwrap().extend(entry(n).as_object().unwrap().clone());
+                sent
+            })
             .collect();
         let (status, sent) =
             sqs(addr, "SendMessageBatch", json!({"QueueUrl": url, "Entries": entries})).await;
         assert_eq!((status, sent["Successful"].as_array().map(Vec::len)), (200, Some(10)), "{sent}");
     }
-    let (status, shown) = common::http(&broker, "GET", "/api/queues/%2F/deep", "").await;
+    let (status, shown) = common::http(broker, "GET", &format!("/api/queues/%2F/{name}"), "").await;
     let shown: serde_json::Value = serde_json::from_str(&shown).unwrap_or_default();
     let paged = shown["messages_paged_out"].as_u64().unwrap_or_default();
     assert!(status == 200 && paged > 0, "the backlog is paged out: {status} {shown}");
+    url
+}
+
+/// The bodies of `messages` received from `url` by short polls of 10, each of which must answer
+/// with messages; each deleted once received when `delete` says so. Ended by `WAIT` per receive.
+async fn short_poll_all(addr: std::net::SocketAddr, url: &str, messages: usize, delete: bool) -> Vec<String> {
     let mut received = Vec::new();
-    while received.len() < MESSAGES {
+    while received.len() < messages {
         let receive = json!({"QueueUrl": url, "MaxNumberOfMessages": 10});
         let (status, got) = tokio::time::timeout(WAIT, sqs(addr, "ReceiveMessage", receive)).await.unwrap();
         assert_eq!(status, 200, "{got}");
-        let messages = got["Messages"].as_array().cloned().unwrap_or_default();
-        assert!(!messages.is_empty(), "a short poll after {} of {MESSAGES} came back empty", received.len());
-        received.extend(messages.iter().map(|m| m["Body"].as_str().unwrap().to_owned()));
+        let batch = got["Messages"].as_array().cloned().unwrap_or_default();
+        assert!(!batch.is_empty(), "a short poll after {} of {messages} came back empty", received.len());
+        received.extend(batch.iter().map(|m| m["Body"].as_str().unwrap().to_owned()));
+        if delete {
+            let entries: Vec<_> = batch
+                .iter()
+                .enumerate()
+                .map(|(i, m)| json!({"Id": format!("d{i}"), "ReceiptHandle": m["ReceiptHandle"]}))
+                .collect();
+            let (status, deleted) =
+                sqs(addr, "DeleteMessageBatch", json!({"QueueUrl": url, "Entries": entries})).await;
+            assert_eq!(status, 200, "{deleted}");
+        }
     }
-    let expected: Vec<_> = (0..MESSAGES).map(|n| format!("m{n:03}")).collect();
-    assert_eq!(received, expected);
+    received
 }
