@@ -3,10 +3,10 @@
 the broker serves again, for each binary given, each on data it wrote itself.
 
 1. For each `--binary`: a fresh Hourglass (loopback, free port, data directory in a temporary
-   directory); a durable queue `fifo` declared over AMQP with `x-sqs-fifo`, N persistent 16 B
-   messages published to it with pika, each with a `MessageGroupId` (`x-sqs-message-group-id`,
-   one of `--groups`); the last one with a confirm, which the broker gives once every earlier
-   message of the channel is on disk too; then kill -9.
+   directory); a durable queue `fifo` declared over AMQP with `x-sqs-fifo` (`--kind plain`:
+   without, for comparison), N persistent 16 B messages published to it with pika, each with a
+   `MessageGroupId` (`x-sqs-message-group-id`, one of `--groups`); the last one with a confirm,
+   which the broker gives once every earlier message of the channel is on disk too; then kill -9.
 2. `--reps` times, the binaries in turn: a start on that data, timed from the exec to the log line
    `hourglass listening` (serving: every message restored), then kill -9 again. With
    `--drop-caches` (root), the page cache is dropped before each start, so the records a start
@@ -15,7 +15,7 @@ the broker serves again, for each binary given, each on data it wrote itself.
 Bounded: every wait has a timeout; only processes this script started are stopped, by PID.
 
 usage: scripts/bench_restart_groups.py --binary A --binary B [--count 300000] [--groups 100]
-       [--reps 3] [--drop-caches]
+       [--reps 3] [--drop-caches] [--kind fifo|plain]
 """
 import argparse
 import json
@@ -44,10 +44,10 @@ def spawn(binary, data, port, log_path):
         stdout=log, stderr=subprocess.STDOUT, env={"RUST_LOG": "info", "NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
 
 
-def fill(port, count, groups):
+def fill(port, count, groups, kind):
     connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, blocked_connection_timeout=600))
     channel = connection.channel()
-    channel.queue_declare("fifo", durable=True, arguments={"x-sqs-fifo": True})
+    channel.queue_declare("fifo", durable=True, arguments={"x-sqs-fifo": True} if kind == "fifo" else {})
     body = b"0123456789abcdef"
     for i in range(count - 1):
         properties = pika.BasicProperties(delivery_mode=2, headers={GROUP_HEADER: f"g{i % groups}"})
@@ -77,6 +77,7 @@ def main():
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--drop-caches", action="store_true")
+    ap.add_argument("--kind", choices=["fifo", "plain"], default="fifo")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hg-restart-groups-"))
     port = free_port()
@@ -86,7 +87,7 @@ def main():
         proc = spawn(binary, data, port, tmp / f"fill-{n}.log")
         wait_lines(proc, tmp / f"fill-{n}.log", ["hourglass listening"])
         started = time.monotonic()
-        fill(port, args.count, args.groups)
+        fill(port, args.count, args.groups, args.kind)
         print(f"{binary}: filled {args.count} in {time.monotonic() - started:.1f} s", flush=True)
         kill9(proc)
         datas.append(data)
