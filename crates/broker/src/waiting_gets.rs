@@ -1,6 +1,7 @@
-//! basic.get on a queue whose head is paged out (ADR 0007), without reading the store on the
-//! broker's thread (ARCHITECTURE.md, rule 1). The queue asks for its head as it does for a
-//! consumer (`Queue::take_for_consumer`, `message_reads.rs`) and the get waits here, in the order
+//! basic.get on a queue whose next message (its head, or the one its message groups chose) is
+//! paged out (ADR 0007), without reading the store on the broker's thread (ARCHITECTURE.md, rule
+//! 1). The queue asks for it as it does for a consumer (`Queue::take_for_consumer`,
+//! `message_reads.rs`) and the get waits here, in the order
 //! the gets came, until the read is answered; the answer serves the waiting gets before the
 //! queue's consumers (`Broker::handle_message_read`).
 //!
