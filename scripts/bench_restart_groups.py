@@ -20,6 +20,7 @@ usage: scripts/bench_restart_groups.py --binary A --binary B [--count 300000] [-
 import argparse
 import json
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -34,14 +35,19 @@ from bench import free_port  # noqa: E402
 from bench_restart import kill9, wait_lines  # noqa: E402
 
 GROUP_HEADER = "x-sqs-message-group-id"
+FILL_TIMEOUT_S = 1800
 
 
 def spawn(binary, data, port, log_path):
-    log = open(log_path, "w")
-    return subprocess.Popen(
-        [binary, "--bind", "127.0.0.1", "--amqp-port", str(port), "--http-port", "0",
-         "--metrics-port", "0", "--data-dir", str(data)],
-        stdout=log, stderr=subprocess.STDOUT, env={"RUST_LOG": "info", "NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
+    with open(log_path, "w") as log:
+        return subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--amqp-port", str(port), "--http-port", "0",
+             "--metrics-port", "0", "--data-dir", str(data)],
+            stdout=log, stderr=subprocess.STDOUT, env={"RUST_LOG": "info", "NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
+
+
+def on_timeout(_signum, _frame):
+    raise TimeoutError(f"the fill took over {FILL_TIMEOUT_S} s")
 
 
 def fill(port, count, groups, kind):
@@ -65,8 +71,10 @@ def start_once(binary, data, port, log_path, drop_caches):
         subprocess.run(["sync"], check=True)
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
     proc = spawn(binary, data, port, log_path)
-    seen, _ = wait_lines(proc, log_path, ["hourglass listening"])
-    kill9(proc)
+    try:
+        seen, _ = wait_lines(proc, log_path, ["hourglass listening"])
+    finally:
+        kill9(proc)
     return seen["hourglass listening"]
 
 
@@ -80,26 +88,33 @@ def main():
     ap.add_argument("--kind", choices=["fifo", "plain"], default="fifo")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hg-restart-groups-"))
-    port = free_port()
-    datas = []
-    for n, binary in enumerate(args.binary):
-        data = tmp / f"data-{n}"
-        proc = spawn(binary, data, port, tmp / f"fill-{n}.log")
-        wait_lines(proc, tmp / f"fill-{n}.log", ["hourglass listening"])
-        started = time.monotonic()
-        fill(port, args.count, args.groups, args.kind)
-        print(f"{binary}: filled {args.count} in {time.monotonic() - started:.1f} s", flush=True)
-        kill9(proc)
-        datas.append(data)
-    times = {binary: [] for binary in args.binary}
-    for rep in range(args.reps):
+    try:
+        port = free_port()
+        datas = []
         for n, binary in enumerate(args.binary):
-            seconds = start_once(binary, datas[n], port, tmp / f"start-{rep}-{n}.log", args.drop_caches)
-            times[binary].append(round(seconds, 3))
-            print(json.dumps({"binary": binary, "rep": rep, "serving_s": round(seconds, 3)}), flush=True)
-    for binary, seconds in times.items():
-        print(json.dumps({"binary": binary, "median_serving_s": statistics.median(seconds), "all": seconds}))
-    shutil.rmtree(tmp, ignore_errors=True)
+            data = tmp / f"data-{n}"
+            proc = spawn(binary, data, port, tmp / f"fill-{n}.log")
+            try:
+                wait_lines(proc, tmp / f"fill-{n}.log", ["hourglass listening"])
+                started = time.monotonic()
+                signal.signal(signal.SIGALRM, on_timeout)
+                signal.alarm(FILL_TIMEOUT_S)
+                fill(port, args.count, args.groups, args.kind)
+                signal.alarm(0)
+                print(f"{binary}: filled {args.count} in {time.monotonic() - started:.1f} s", flush=True)
+            finally:
+                kill9(proc)
+            datas.append(data)
+        times = {binary: [] for binary in args.binary}
+        for rep in range(args.reps):
+            for n, binary in enumerate(args.binary):
+                seconds = start_once(binary, datas[n], port, tmp / f"start-{rep}-{n}.log", args.drop_caches)
+                times[binary].append(round(seconds, 3))
+                print(json.dumps({"binary": binary, "rep": rep, "serving_s": round(seconds, 3)}), flush=True)
+        for binary, seconds in times.items():
+            print(json.dumps({"binary": binary, "median_serving_s": statistics.median(seconds), "all": seconds}))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
