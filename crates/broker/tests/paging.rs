@@ -20,8 +20,13 @@ fn two_resident() -> PagingLimits {
 }
 
 fn setup(arguments: FieldTable) -> (TestBroker, Chan, Disk) {
+    setup_with(arguments, two_resident())
+}
+
+/// `setup` with the paging limits `limits`.
+fn setup_with(arguments: FieldTable, limits: PagingLimits) -> (TestBroker, Chan, Disk) {
     let mut disk = Disk::default();
-    let mut tb = paging_broker(&disk.source, two_resident());
+    let mut tb = paging_broker(&disk.source, limits);
     let c = tb.channel();
     tb.call(c, QueueDeclare { queue: short("q"), durable: true, arguments, ..Default::default() });
     disk.sync(&mut tb);
@@ -1289,4 +1294,138 @@ fn fifo_under_an_interleaving(mut seed: u64) {
     }
     assert!(undeleted.iter().all(VecDeque::is_empty), "left undeleted: {undeleted:?}");
     assert!(sent > 300, "{sent} sent");
+}
+
+/// A fair (SQS standard) queue with tenants under a random mix (issue 41): sends of five
+/// tenants (one sending half of them, noisy while it holds 30 or more in flight), SQS receives
+/// whose messages are deleted at once or held in flight, deletes, visibility timeouts running
+/// out, no-ack basic.gets left to wait for their reads, the store syncing, reads answered late or
+/// at once, and restarts. Every message is handed out for good (got, or received and deleted)
+/// exactly once in the end: the reads from wherever the tenants choose neither lose nor repeat
+/// one, and no get or receive is stranded.
+#[test]
+fn a_paged_fair_queue_hands_out_each_message_once_under_any_interleaving() {
+    for seed in [0x2545_F491_4F6C_DD1D, 0x9E37_79B9_7F4A_7C15, 3, 1 << 33] {
+        fair_under_an_interleaving(seed);
+    }
+}
+
+/// One run of `a_paged_fair_queue_hands_out_each_message_once_under_any_interleaving`, its
+/// choices drawn from `seed`.
+fn fair_under_an_interleaving(mut seed: u64) {
+    use std::collections::HashMap;
+    let sqs_made =
+        FieldTable::from_entries([("x-sqs-receive-message-wait-time-seconds", FieldValue::I32(0))]);
+    // Room for a receive's worth in memory, far less than the backlog.
+    let limits = PagingLimits { max_resident_messages: 40, ..two_resident() };
+    let (mut tb, mut c, mut disk) = setup_with(sqs_made, limits);
+    let mut roll = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut sent, mut done, mut noisy_choices) = (0usize, Vec::new(), 0usize);
+    let mut in_flight: HashMap<String, String> = HashMap::new();
+    let delete = |tb: &mut TestBroker, receipt: &str| {
+        tb.broker.sqs_delete("/", "q", receipt, tb.clock.now()).unwrap();
+    };
+    let gets_answered = |tb: &mut TestBroker, done: &mut Vec<String>| {
+        done.extend(body_texts_of_gets(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>()));
+    };
+    for _ in 0..2500 {
+        match roll(1000) {
+            0..=399 => {
+                for _ in 0..3 {
+                    let tenant = if roll(2) == 0 { 0 } else { roll(5) };
+                    let mut properties = properties(sent);
+                    properties.headers = Some(group_headers(&format!("t{tenant}")));
+                    // The harness answers reads on each command: a waiting get may be answered
+                    // here.
+                    let body = format!("m{sent}");
+                    done.extend(body_texts_of_gets(&tb.publish_with(
+                        c,
+                        "",
+                        "q",
+                        properties,
+                        body.as_bytes(),
+                        false,
+                    )));
+                    sent += 1;
+                }
+            }
+            400..=599 => {
+                let taken =
+                    tb.broker.sqs_receive("/", "q", 1 + roll(10) as usize, Some(30_000), tb.clock.now());
+                for received in taken.unwrap() {
+                    let body = String::from_utf8_lossy(&received.message.body).into_owned();
+                    noisy_choices += usize::from(in_flight.len() >= 30 && !body.is_empty());
+                    if roll(4) == 0 {
+                        delete(&mut tb, &received.receipt_handle);
+                        done.push(body);
+                    } else {
+                        in_flight.insert(received.receipt_handle, body);
+                    }
+                }
+            }
+            600..=659 => {
+                let receipts: Vec<String> = in_flight.keys().cloned().collect();
+                for receipt in receipts.iter().take(1 + roll(3) as usize) {
+                    delete(&mut tb, receipt);
+                    done.push(in_flight.remove(receipt).unwrap());
+                }
+            }
+            660..=739 => {
+                unanswered(&mut tb, c, BasicGet { queue: short("q"), no_ack: true });
+                gets_answered(&mut tb, &mut done);
+            }
+            740..=859 => {
+                tb.answer_reads();
+                gets_answered(&mut tb, &mut done);
+            }
+            // A no-ack get's reply waits for its settle to be stored: the sync releases it.
+            860..=979 => done.extend(body_texts_of_gets(&disk.sync(&mut tb))),
+            980..=991 => {
+                done.extend(body_texts_of_gets(&tb.advance(Duration::from_millis(30_001))));
+                in_flight.clear();
+            }
+            _ => {
+                tb.answer_reads();
+                gets_answered(&mut tb, &mut done);
+                done.extend(body_texts_of_gets(&disk.sync(&mut tb)));
+                tb = disk.restart(&tb, limits);
+                c = tb.channel();
+                in_flight.clear();
+            }
+        }
+    }
+    drain_by_receives(&mut tb, &mut disk, &mut done, sent);
+    let mut once = done.clone();
+    once.sort_unstable();
+    once.dedup();
+    assert_eq!(once.len(), done.len(), "a message handed out for good twice");
+    let missing: Vec<usize> = (0..sent).filter(|n| !done.contains(&format!("m{n}"))).collect();
+    assert!(missing.is_empty(), "not handed out: {missing:?}");
+    assert!(sent > 600 && noisy_choices > 50, "{sent} sent, {noisy_choices} receives with a noisy tenant");
+}
+
+/// Receives (and deletes) what is left of `q` until `done` holds `sent` messages, answering
+/// reads, collecting gets' replies and letting visibility timeouts run out between (bounded).
+fn drain_by_receives(tb: &mut TestBroker, disk: &mut Disk, done: &mut Vec<String>, sent: usize) {
+    for _ in 0..3000 {
+        if done.len() >= sent {
+            break;
+        }
+        tb.answer_reads();
+        done.extend(body_texts_of_gets(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>()));
+        done.extend(body_texts_of_gets(&disk.sync(tb)));
+        let taken = tb.broker.sqs_receive("/", "q", 10, Some(30_000), tb.clock.now()).unwrap();
+        for received in &taken {
+            tb.broker.sqs_delete("/", "q", &received.receipt_handle, tb.clock.now()).unwrap();
+        }
+        done.extend(received_texts(&taken));
+        if taken.is_empty() && !tb.broker.sqs_awaits_read("/", "q") {
+            done.extend(body_texts_of_gets(&tb.advance(Duration::from_millis(30_001))));
+        }
+    }
 }

@@ -11,6 +11,10 @@ use hourglass_wire::{BasicProperties, ChannelOpen, FieldTable, Method, ShortStr}
 
 use crate::clock::ManualClock;
 
+/// Rounds of answers `TestBroker::answer_reads` performs at most (each answers every read asked
+/// for; a backlog of N paged messages read a few at a time takes about N / few).
+const READ_ROUNDS_MAX: usize = 1_000_000;
+
 /// A channel the harness opened: the connection and channel number.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Chan {
@@ -168,8 +172,15 @@ impl TestBroker {
 
     /// Performs the reads the broker asked for, and those their answers ask for, until none
     /// is left (`answer_spill_reads`, `answer_message_reads`).
+    /// Bounded: a broker that keeps asking for reads its answers never satisfy fails the test
+    /// here instead of hanging it.
     pub fn answer_reads(&mut self) {
-        while self.answer_spill_reads() + self.answer_message_reads() > 0 {}
+        for _ in 0..READ_ROUNDS_MAX {
+            if self.answer_spill_reads() + self.answer_message_reads() == 0 {
+                return;
+            }
+        }
+        panic!("reads still asked for after {READ_ROUNDS_MAX} rounds of answers");
     }
 
     /// Performs the reads of paged messages the broker asked for and hands their outcomes
