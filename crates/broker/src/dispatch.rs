@@ -42,7 +42,7 @@ impl Broker {
                 let rotation = queue.consumers.rotation();
                 let Some(at) = pick_consumer(queue, sinks.channels) else { break };
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
-                let Some(entry) = queue.take_for_consumer(expect_ack) else {
+                let Ok(entry) = queue.take_for_consumer(expect_ack) else {
                     // Nothing in memory yet (its read is out): the consumer's turn is not spent.
                     queue.consumers.rewind(rotation);
                     break;
@@ -119,7 +119,8 @@ fn pick_consumer(queue: &mut Queue, channels: &IdMap<(ConnectionId, ChannelId), 
 /// and notes the delivery for the firehose.
 fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, now: Timestamp) {
     let queue_id = queue.id;
-    let group = queue.stored_group(&entry);
+    let no_ack = queue.consumers.get(at).is_some_and(|consumer| consumer.no_ack);
+    let group = Persistence::marks_delivered(&entry, no_ack).then(|| queue.stored_group(&entry)).flatten();
     let consumer = queue.consumers.get_mut(at);
     let channel =
         consumer.as_ref().and_then(|consumer| sinks.channels.get_mut(&(consumer.conn, consumer.channel)));

@@ -361,7 +361,7 @@ impl Broker {
     /// the paged message it would hand out next is being read: a receive could take nothing
     /// yet, and the answer wakes them all (`wake_every_sqs_waiter`).
     pub(crate) fn wake_sqs_waiters(&mut self, id: QueueId) {
-        if self.sqs.waiters.is_empty() || !self.sqs.waiters.contains_key(&id) {
+        if !self.sqs.waiters.contains_key(&id) {
             return;
         }
         let ready = match self.queues.get(&id) {

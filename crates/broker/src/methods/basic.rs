@@ -19,12 +19,13 @@ use crate::exchange::delayed;
 use crate::firehose::TracedDelivery;
 use crate::message::Message;
 use crate::message_stats::{Confirm, DeliveryKind, PublishOutcome};
+use crate::persist::Persistence;
 use crate::published::Traced;
 use crate::queue::args::QueueType;
 use crate::queue::consumers::Consumer;
 use crate::queue::message_groups::GroupKey;
 use crate::queue::visibility::{self, Deadline, DeliveryRef};
-use crate::queue::{args, ttl, DeathReason, QueueId, ReturnKind};
+use crate::queue::{args, ttl, DeathReason, NotTaken, QueueId, ReturnKind};
 use crate::receipts::Receipt;
 use crate::redelivery::decorate;
 use crate::reply_to;
@@ -54,18 +55,6 @@ pub(crate) enum HandOut {
 /// (`waiting_gets.rs`); a client's do.
 fn reads_in_place(conn: ConnectionId) -> bool {
     conn == ADMIN_CONNECTION
-}
-
-/// Why a get handed no message out (`Broker::get_one`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum NotGot {
-    /// The queue has no ready message (counted as an empty get), or the channel is gone.
-    Empty,
-    /// The message it would take (its head, or the one its message groups chose) is paged out
-    /// and being read (`message_reads.rs`): a basic.get waits for the answer (`waiting_gets.rs`),
-    /// an SQS receive tells its endpoint to wait (`Broker::sqs_wait`), a message-move step ends
-    /// (the task's next step goes on).
-    Reading,
 }
 
 /// A message a get handed out.
@@ -416,8 +405,8 @@ impl Broker {
         let hand_out = if no_ack { HandOut::NoAck } else { HandOut::QueueVisibility };
         let got = match self.get_one(conn, ch, vhost, queue_name, id, hand_out, now) {
             Ok(got) => got,
-            Err(NotGot::Reading) => return false,
-            Err(NotGot::Empty) => {
+            Err(NotTaken::Reading) => return false,
+            Err(NotTaken::Empty) => {
                 self.send(conn, ch, BasicGetEmpty {});
                 return true;
             }
@@ -444,13 +433,12 @@ impl Broker {
 
     /// Takes the next message of queue `id` (named `queue_name`, in `vhost`) for a get on
     /// `(conn, ch)`: counted, tracked on the channel unless `hand_out` is no-ack, and under a
-    /// visibility timeout when `hand_out` or the queue asks for one. [`NotGot::Empty`] when the
-    /// queue has no ready message (counted as an empty get), or the channel or queue is gone. A client's
-    /// basic.get (`HandOut::NoAck`, `HandOut::QueueVisibility`), an SQS receive and an SQS
-    /// message-move step (`HandOut::Visibility`) read no paged
-    /// message on the broker's thread: they ask for the message they would take (the head, or
-    /// the one the queue's message groups chose) and get [`NotGot::Reading`]. The caller sends
-    /// the answer.
+    /// visibility timeout when `hand_out` or the queue asks for one. [`NotTaken::Empty`] when the
+    /// queue has no ready message (counted as an empty get), or the channel or queue is gone.
+    /// Only the admin channel's gets read a paged message on the broker's thread
+    /// (`reads_in_place`); the others ask for the message they would take (the head, or the one
+    /// the queue's message groups chose) and get [`NotTaken::Reading`]. The caller sends the
+    /// answer.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn get_one(
         &mut self,
@@ -461,33 +449,34 @@ impl Broker {
         id: QueueId,
         hand_out: HandOut,
         now: Timestamp,
-    ) -> Result<Got, NotGot> {
+    ) -> Result<Got, NotTaken> {
         let no_ack = hand_out == HandOut::NoAck;
         if !self.channels.contains_key(&(conn, ch)) {
-            return Err(NotGot::Empty);
+            return Err(NotTaken::Empty);
         }
         self.expire_messages(id, now);
-        let queue = self.queues.get_mut(&id).ok_or(NotGot::Empty)?;
+        let queue = self.queues.get_mut(&id).ok_or(NotTaken::Empty)?;
         queue.touch(now);
         let taken = match hand_out {
             HandOut::SqsReceive { taken, .. } => queue.take_for_sqs_receive(taken),
-            _ if reads_in_place(conn) => queue.take_for_delivery(!no_ack),
+            _ if reads_in_place(conn) => queue.take_for_delivery(!no_ack).ok_or(NotTaken::Empty),
             HandOut::NoAck | HandOut::QueueVisibility | HandOut::Visibility(_) => {
                 queue.take_for_consumer(!no_ack)
             }
         };
-        let reading = taken.is_none() && queue.took_nothing_for_a_read();
-        queue.counters.messages.get_empty += u64::from(taken.is_none() && !reading);
+        queue.counters.messages.get_empty += u64::from(matches!(taken, Err(NotTaken::Empty)));
         let message_count = queue.message_count() as u32;
         self.reschedule(id);
-        let Some(entry) = taken else {
-            if reading {
-                return Err(NotGot::Reading);
+        let entry = match taken {
+            Ok(entry) => entry,
+            Err(NotTaken::Reading) => return Err(NotTaken::Reading),
+            Err(NotTaken::Empty) => {
+                self.count_empty_get(conn, ch);
+                return Err(NotTaken::Empty);
             }
-            self.count_empty_get(conn, ch);
-            return Err(NotGot::Empty);
         };
-        let group = self.stored_group(id, &entry);
+        let marks = Persistence::marks_delivered(&entry, no_ack);
+        let group = marks.then(|| self.stored_group(id, &entry)).flatten();
         self.persist.handed_out(id, &entry, no_ack, group);
         let kind = DeliveryKind::of_get(no_ack);
         self.message_stats.delivered(kind, entry.redelivered);
@@ -506,7 +495,7 @@ impl Broker {
             }
         });
         // Present: checked above, and taking a message closes no channel.
-        let channel = self.channels.get_mut(&(conn, ch)).ok_or(NotGot::Empty)?;
+        let channel = self.channels.get_mut(&(conn, ch)).ok_or(NotTaken::Empty)?;
         channel.stats.delivered(kind, entry.redelivered);
         let tag = channel.next_tag();
         let delivery = DeliveryRef { conn, channel: ch, tag };

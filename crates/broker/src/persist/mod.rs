@@ -358,12 +358,13 @@ impl Persistence {
     /// (`Update`), so after a restart it comes back redelivered=true while a message never
     /// delivered comes back redelivered=false, as RabbitMQ's queue index records deliveries. Call
     /// before the entry moves on. Nothing for transient messages. `group`: the entry's message
-    /// group in a queue with groups (`Queue::stored_group`).
+    /// group in a queue with groups (`Queue::stored_group`), needed only when
+    /// [`Persistence::marks_delivered`] says so.
     pub fn handed_out(&mut self, id: QueueId, entry: &Entry, no_ack: bool, group: Option<u64>) {
         let Some(msg_id) = entry.persist_id() else { return };
         if no_ack {
             self.settle(id, msg_id);
-        } else if !entry.redelivered {
+        } else if Self::marks_delivered(entry, no_ack) {
             let delivered = MessageMeta { redelivered: true, ..MessageMeta::of(entry, None, group) }.encode();
             // A message handed out as it is published still has its Enqueue waiting here: mark
             // that record instead of writing a second one.
@@ -371,6 +372,12 @@ impl Persistence {
                 self.push(StoreOp::Update { queue: id.0, msg_id, metadata: delivered });
             }
         }
+    }
+
+    /// Whether handing `entry` out writes its metadata again (`handed_out`: a stored message's
+    /// first delivery awaiting an ack), so that its group must be known.
+    pub fn marks_delivered(entry: &Entry, no_ack: bool) -> bool {
+        entry.persist_id().is_some() && !no_ack && !entry.redelivered
     }
 
     /// Replaces the metadata of message `msg_id`'s Enqueue into queue `id` if it is among the

@@ -116,9 +116,6 @@ pub(crate) struct Queue {
     /// The groups of waiting messages (delayed, or waiting for a back-off) that are paged out,
     /// in a queue with message groups: they become ready in their group without a read.
     waiting_groups: HashMap<Seq, GroupKey>,
-    /// The last take took nothing because what it would take is paged out and being read
-    /// (`took_nothing_for_a_read`).
-    read_awaited: bool,
 }
 
 /// Whether a queue with this spec was made or changed over SQS: it carries an `x-sqs-*`
@@ -162,6 +159,19 @@ enum HeadReads {
     /// By the driver, asked for (`MessageRead`): for a consumer, a client's basic.get, an SQS
     /// receive or message-move step.
     Ask,
+}
+
+/// Why a take for a consumer, a get, an SQS receive or a message-move step took nothing
+/// (`Queue::take_for_consumer`, `Broker::get_one`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NotTaken {
+    /// Nothing to take now (for a get: also its channel or queue gone; counted as an empty get).
+    Empty,
+    /// What it would take (the head, or the one its message groups chose) is paged out and a
+    /// read of it is out (`message_reads.rs`): the answer runs the queue again. A basic.get
+    /// waits for it (`waiting_gets.rs`), an SQS receive tells its endpoint to wait
+    /// (`Broker::sqs_wait`), a message-move step ends (the task's next step goes on).
+    Reading,
 }
 
 /// What came of taking a message the message groups chose (`Queue::take_chosen`).
@@ -215,7 +225,6 @@ impl Queue {
             group_order,
             groups,
             waiting_groups: HashMap::new(),
-            read_awaited: false,
         }
     }
 
@@ -451,19 +460,18 @@ impl Queue {
     /// Takes the next ready message for a delivery, in memory, reading a paged one in place (the
     /// HTTP API's get: it answers within its request): see `take_next`.
     pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
-        self.take_next(expect_ack, HeadReads::InPlace)
+        self.take_next(expect_ack, HeadReads::InPlace).ok()
     }
 
     /// Takes the next ready message for a delivery: in a fair queue a quiet tenant's before a
     /// noisy one's (`message_groups.rs`), else the oldest. A paged one is read back first, with a
     /// batch behind it (ADR 0007), as `reads` says: at once, or asked for (nothing is taken
     /// until the answer). One that cannot be read is dropped and the next one taken.
-    fn take_next(&mut self, expect_ack: bool, reads: HeadReads) -> Option<Entry> {
-        self.read_awaited = false;
+    fn take_next(&mut self, expect_ack: bool, reads: HeadReads) -> Result<Entry, NotTaken> {
         while let Some(seq) = self.groups.as_ref().and_then(MessageGroups::fair_choice) {
             match self.take_chosen(seq, expect_ack, reads) {
-                Chosen::Took(entry) => return Some(entry),
-                Chosen::Wait => return None,
+                Chosen::Took(entry) => return Ok(entry),
+                Chosen::Wait => return Err(NotTaken::Reading),
                 Chosen::Gone => {}
             }
         }
@@ -488,7 +496,6 @@ impl Queue {
             if !self.pager.reading() {
                 self.ask_read_from(Some(seq));
             }
-            self.read_awaited = true;
             return Chosen::Wait;
         }
         match self.take_ready(seq, expect_ack) {
@@ -499,25 +506,22 @@ impl Queue {
 
     /// Takes the oldest ready message (see `take_for_delivery`), its paged head read as `reads`
     /// says (`prepare_head`).
-    fn take_oldest(&mut self, expect_ack: bool, reads: HeadReads) -> Option<Entry> {
+    fn take_oldest(&mut self, expect_ack: bool, reads: HeadReads) -> Result<Entry, NotTaken> {
         loop {
-            match self.prepare_head(reads)? {
-                Head::Wait => {
-                    self.read_awaited = true;
-                    return None;
-                }
+            match self.prepare_head(reads).ok_or(NotTaken::Empty)? {
+                Head::Wait => return Err(NotTaken::Reading),
                 Head::Unreadable => {
-                    let entry = self.pop_ready()?;
+                    let entry = self.pop_ready().ok_or(NotTaken::Empty)?;
                     self.pager.drop_unread(&entry);
                     continue;
                 }
                 Head::Take => {}
             }
             // The head is in memory, or packed and unpacked by page_in.
-            let mut entry = self.pop_ready()?;
+            let mut entry = self.pop_ready().ok_or(NotTaken::Empty)?;
             if self.pager.page_in(&mut entry) {
                 self.mark_delivered(&entry, expect_ack);
-                return Some(entry);
+                return Ok(entry);
             }
         }
     }
@@ -553,17 +557,16 @@ impl Queue {
     /// queue the next of group `taken` (the group this receive took its last message from), else
     /// the oldest of a group with nothing in flight (`message_groups.rs`); from any other queue
     /// the next, as for a consumer. A paged one is asked for (`take_for_consumer`).
-    pub fn take_for_sqs_receive(&mut self, taken: Option<GroupKey>) -> Option<Entry> {
+    pub(crate) fn take_for_sqs_receive(&mut self, taken: Option<GroupKey>) -> Result<Entry, NotTaken> {
         if self.groups.as_ref().is_none_or(|groups| groups.order() != GroupOrder::Fifo) {
             return self.take_for_consumer(true);
         }
         let reads = self.reads();
-        self.read_awaited = false;
         loop {
-            let seq = self.groups.as_ref()?.next_receivable(taken)?;
-            match self.take_chosen(seq, true, reads) {
-                Chosen::Took(entry) => return Some(entry),
-                Chosen::Wait => return None,
+            let next = self.groups.as_ref().and_then(|groups| groups.next_receivable(taken));
+            match self.take_chosen(next.ok_or(NotTaken::Empty)?, true, reads) {
+                Chosen::Took(entry) => return Ok(entry),
+                Chosen::Wait => return Err(NotTaken::Reading),
                 Chosen::Gone => {}
             }
         }
@@ -573,7 +576,7 @@ impl Queue {
     /// `take_for_delivery` does, but reads no record on the broker's thread: a paged one is
     /// asked for with a batch behind it (`ask_read_from`) and nothing comes back until the read
     /// is answered (`messages_read`).
-    pub fn take_for_consumer(&mut self, expect_ack: bool) -> Option<Entry> {
+    pub(crate) fn take_for_consumer(&mut self, expect_ack: bool) -> Result<Entry, NotTaken> {
         self.take_next(expect_ack, self.reads())
     }
 
@@ -585,12 +588,6 @@ impl Queue {
         } else {
             HeadReads::InPlace
         }
-    }
-
-    /// Whether the last take took nothing because what it would take is paged out and a read
-    /// of it is out (the answer runs the queue again).
-    pub fn took_nothing_for_a_read(&self) -> bool {
-        self.read_awaited
     }
 
     /// Whether the message an SQS receive would take first is paged out and a read is out: the
