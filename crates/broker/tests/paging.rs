@@ -326,7 +326,7 @@ fn paged_messages_reach_a_consumer_through_reads_the_driver_performs() {
     let (mut tb, c, disk) = paged_backlog(3000);
     consume_unanswered(&mut tb, c, "ctag");
     assert_eq!(disk.reads(), 0, "the broker read no record");
-    let mut got = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
+    let mut got = body_texts(&tb.poll_effects());
     assert_eq!(got, numbered_bodies(0..3), "the resident ones at once");
     let read_ahead = two_resident().consumer_read();
     while let Some(read) = tb.broker.poll_message_read() {
@@ -336,7 +336,7 @@ fn paged_messages_reach_a_consumer_through_reads_the_driver_performs() {
         let reads_before = disk.reads();
         let messages = read.perform(tb.broker.message_source().as_deref());
         tb.broker.handle_message_read(read, messages, tb.clock.now());
-        let delivered = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
+        let delivered = body_texts(&tb.poll_effects());
         assert_eq!((delivered.len(), disk.reads()), (batch, reads_before + batch));
         got.extend(delivered);
     }
@@ -359,16 +359,16 @@ fn a_basic_get_on_a_paged_head_waits_for_a_read_the_driver_performs() {
         get_unanswered(&mut tb, chan);
     }
     assert_eq!(disk.reads(), 0, "the broker read no record");
-    assert!(std::iter::from_fn(|| tb.broker.poll_effect()).next().is_none(), "no get answered yet");
+    assert!(tb.broker.poll_effect().is_none(), "no get answered yet");
     assert_eq!(depth_unanswered(&mut tb, second, "q"), 3, "other methods are answered meanwhile");
     unanswered(&mut tb, closing, ChannelClose::default());
-    let closed: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let closed = tb.poll_effects();
     assert_eq!(methods(&closed), [Method::ChannelCloseOk(ChannelCloseOk {})]);
     let read = tb.broker.poll_message_read().expect("the gets asked for the head");
     assert!(tb.broker.poll_message_read().is_none(), "one read for them all");
     let messages = read.perform(tb.broker.message_source().as_deref());
     tb.broker.handle_message_read(read, messages, tb.clock.now());
-    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let effects = tb.poll_effects();
     let answered: Vec<_> = effects.iter().map(|effect| effect.channel_key()).collect();
     assert_eq!(answered, [Some((c.conn, c.channel)), Some((second.conn, second.channel))], "in order");
     let bodies: Vec<_> =
@@ -408,16 +408,14 @@ fn the_http_api_s_get_reads_paged_messages_within_its_request() {
 fn a_channel_may_have_a_bounded_number_of_gets_waiting() {
     let (mut tb, _, _disk) = paged_backlog(4);
     let (greedy, other) = (tb.channel(), tb.channel());
-    for _ in 0..3 {
-        tb.call(other, BasicGet { queue: short("q"), no_ack: true });
-    }
+    get_resident(&mut tb, other);
     for _ in 0..1_000 {
         get_unanswered(&mut tb, greedy);
     }
     get_unanswered(&mut tb, other);
     assert!(tb.broker.poll_effect().is_none(), "all of them wait");
     get_unanswered(&mut tb, greedy);
-    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let effects = tb.poll_effects();
     match effects.as_slice() {
         [hourglass_broker::Effect::ChannelError { conn, channel, error }] => {
             assert_eq!((*conn, *channel), (greedy.conn, greedy.channel));
@@ -428,7 +426,7 @@ fn a_channel_may_have_a_bounded_number_of_gets_waiting() {
         other => panic!("expected the channel closed, got {other:?}"),
     }
     tb.answer_reads();
-    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let effects = tb.poll_effects();
     let answered: Vec<_> = effects.iter().map(|effect| effect.channel_key()).collect();
     assert_eq!(answered, [Some((other.conn, other.channel))], "the closed channel's gets were forgotten");
     assert_eq!(gotten(&effects).len(), 1);
@@ -439,19 +437,24 @@ fn a_channel_may_have_a_bounded_number_of_gets_waiting() {
 fn a_get_waiting_on_a_deleted_queue_is_answered_empty() {
     let (mut tb, _, _disk) = paged_backlog(4);
     let (getter, deleter) = (tb.channel(), tb.channel());
-    for _ in 0..3 {
-        tb.call(getter, BasicGet { queue: short("q"), no_ack: true });
-    }
+    get_resident(&mut tb, getter);
     get_unanswered(&mut tb, getter);
     unanswered(&mut tb, deleter, QueueDelete { queue: short("q"), ..Default::default() });
-    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let effects = tb.poll_effects();
     assert!(
         effects.iter().any(|e| e.channel_key() == Some((getter.conn, getter.channel))
             && methods(std::slice::from_ref(e)) == [Method::BasicGetEmpty(BasicGetEmpty {})]),
         "get-empty for the waiting get: {effects:?}"
     );
     tb.answer_reads();
-    assert!(gotten(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>()).is_empty());
+    assert!(gotten(&tb.poll_effects()).is_empty());
+}
+
+/// Takes with no-ack basic.gets on `c` the three messages `paged_backlog` leaves in memory.
+fn get_resident(tb: &mut TestBroker, c: Chan) {
+    for _ in 0..3 {
+        tb.call(c, BasicGet { queue: short("q"), no_ack: true });
+    }
 }
 
 /// A basic.get of `q` awaiting an ack, with the reads it asks for left unanswered.
@@ -480,7 +483,7 @@ fn consume_unanswered(tb: &mut TestBroker, c: Chan, tag: &str) {
 /// left unanswered.
 fn depth_unanswered(tb: &mut TestBroker, c: Chan, queue: &str) -> u32 {
     unanswered(tb, c, QueueDeclare { queue: short(queue), passive: true, ..Default::default() });
-    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let effects = tb.poll_effects();
     match methods(&effects).as_slice() {
         [Method::QueueDeclareOk(ok)] => ok.message_count,
         other => panic!("expected queue.declare-ok, got {other:?}"),
@@ -513,7 +516,7 @@ fn a_ttl_0_message_does_not_overtake_a_paged_head_being_read() {
         BasicProperties { expiration: Some(short("0")), ..Default::default() },
         b"ttl 0",
     );
-    let mut got = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
+    let mut got = body_texts(&tb.poll_effects());
     assert_eq!(got, numbered_bodies(0..3), "the resident ones, and not the TTL 0 one");
     got.extend(body_texts(&tb.advance(Duration::ZERO)));
     assert_eq!(got, numbered_bodies(0..6), "and never the TTL 0 one: it expired");
@@ -532,7 +535,7 @@ fn consumers_keep_their_turns_while_a_paged_head_is_read() {
     for _ in 0..2 {
         publish_unanswered(&mut tb, c, BasicProperties::default(), b"late");
     }
-    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let effects = tb.poll_effects();
     let mut tags: Vec<String> =
         deliveries(&effects).iter().map(|d| d.method.consumer_tag.as_str().to_string()).collect();
     tags.extend(
@@ -1050,7 +1053,7 @@ fn a_fair_queue_s_consumers_and_gets_ask_for_the_paged_messages_chosen() {
     let performed = disk.reads();
     get_unanswered(&mut tb, c);
     assert_eq!(disk.reads(), performed, "the get read no record");
-    assert!(std::iter::from_fn(|| tb.broker.poll_effect()).next().is_none(), "it waits for its read");
+    assert!(tb.broker.poll_effect().is_none(), "it waits for its read");
     let read = tb.broker.poll_message_read().expect("the get asked for the quiet tenant's message");
     let resident = tb.broker.queue_stats("/", "q").unwrap().messages_ready_ram;
     assert_eq!(resident, 1, "room for one more within the queue's limit (2)");
@@ -1061,15 +1064,15 @@ fn a_fair_queue_s_consumers_and_gets_ask_for_the_paged_messages_chosen() {
     );
     let messages = read.perform(tb.broker.message_source().as_deref());
     tb.broker.handle_message_read(read, messages, tb.clock.now());
-    let effects: Vec<_> = std::iter::from_fn(|| tb.broker.poll_effect()).collect();
+    let effects = tb.poll_effects();
     assert_eq!(body_texts_of_gets(&effects), ["body 40"], "the quiet tenant's first");
     let performed = disk.reads();
     consume_unanswered(&mut tb, c, "ctag");
     assert_eq!(disk.reads(), performed, "the consumer's delivery read no record");
-    let mut delivered = body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>());
+    let mut delivered = body_texts(&tb.poll_effects());
     for _ in 0..20 {
         tb.answer_reads();
-        delivered.extend(body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>()));
+        delivered.extend(body_texts(&tb.poll_effects()));
     }
     let expected: Vec<_> = ["body 41"].into_iter().map(String::from).chain(numbered_bodies(30..40)).collect();
     assert_eq!(delivered, expected, "the other quiet one, then the noisy tenant's");
@@ -1177,7 +1180,7 @@ fn a_paged_delayed_message_with_ttl_0_expires_rather_than_goes_out_empty() {
     assert!(body_texts(&consume(&mut tb, consumer, "q", "ctag", true)).is_empty());
     let mut delivered = body_texts(&tb.advance(Duration::from_millis(5000)));
     tb.answer_reads();
-    delivered.extend(body_texts(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>()));
+    delivered.extend(body_texts(&tb.poll_effects()));
     assert_eq!(delivered, numbered_bodies(0..2), "the two in memory, whole");
     let c2 = tb.channel();
     assert_eq!(
@@ -1331,7 +1334,7 @@ fn fair_under_an_interleaving(mut seed: u64) {
         tb.broker.sqs_delete("/", "q", receipt, tb.clock.now()).unwrap();
     };
     let gets_answered = |tb: &mut TestBroker, done: &mut Vec<String>| {
-        done.extend(body_texts_of_gets(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>()));
+        done.extend(body_texts_of_gets(&tb.poll_effects()));
     };
     for _ in 0..2500 {
         match roll(1000) {
@@ -1417,7 +1420,7 @@ fn drain_by_receives(tb: &mut TestBroker, disk: &mut Disk, done: &mut Vec<String
             break;
         }
         tb.answer_reads();
-        done.extend(body_texts_of_gets(&std::iter::from_fn(|| tb.broker.poll_effect()).collect::<Vec<_>>()));
+        done.extend(body_texts_of_gets(&tb.poll_effects()));
         done.extend(body_texts_of_gets(&disk.sync(tb)));
         let taken = tb.broker.sqs_receive("/", "q", 10, Some(30_000), tb.clock.now()).unwrap();
         for received in &taken {

@@ -167,6 +167,12 @@ impl TestBroker {
 
     fn drain(&mut self) -> Vec<Effect> {
         self.answer_reads();
+        self.poll_effects()
+    }
+
+    /// The effects the broker has out now, without answering the reads it asked for (a test
+    /// that answers them itself, or leaves them out).
+    pub fn poll_effects(&mut self) -> Vec<Effect> {
         std::iter::from_fn(|| self.broker.poll_effect()).collect()
     }
 
