@@ -336,6 +336,49 @@ async fn paged_messages_are_consumed_in_order_across_a_restart() {
     assert_eq!(big.message_count(), 0);
 }
 
+/// The HTTP API's get of a paged queue (issue 41) reads the paged messages off the broker's
+/// thread and still answers with every message asked for, in queue order: 200 of 300 with 20
+/// resident, requeued, then 250 acknowledged (the first 200 now redelivered).
+#[tokio::test]
+async fn the_http_api_s_get_takes_paged_messages_in_order() {
+    const MESSAGES: usize = 300;
+    let broker = RunningBroker::start_with(&["--queue-resident-messages", "20"]);
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel.queue_declare("big".into(), durable(), FieldTable::default()).await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let mut confirms = Vec::new();
+    for i in 0..MESSAGES {
+        let body = format!("m{i:03}");
+        let confirm =
+            channel.basic_publish("".into(), "big".into(), Default::default(), body.as_bytes(), persistent());
+        confirms.push(confirm.await.unwrap());
+    }
+    for confirm in confirms {
+        assert!(within("confirm", confirm).await.unwrap().is_ack());
+    }
+    let get = |count: usize, ackmode: &str| {
+        let body = serde_json::json!({"count": count, "ackmode": ackmode, "encoding": "auto"}).to_string();
+        let broker = &broker;
+        async move {
+            let (status, got) = common::http(broker, "POST", "/api/queues/%2F/big/get", &body).await;
+            assert_eq!(status, 200, "{got}");
+            let got: Vec<serde_json::Value> = serde_json::from_str(&got).unwrap();
+            got.iter()
+                .map(|m| (m["payload"].as_str().unwrap().to_owned(), m["redelivered"].as_bool().unwrap()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let expected = |range: std::ops::Range<usize>, redelivered: &dyn Fn(usize) -> bool| {
+        range.map(|i| (format!("m{i:03}"), redelivered(i))).collect::<Vec<_>>()
+    };
+    assert_eq!(get(200, "ack_requeue_true").await, expected(0..200, &|_| false));
+    assert_eq!(get(250, "ack_requeue_false").await, expected(0..250, &|i| i < 200));
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    let big = channel.queue_declare("big".into(), passive, FieldTable::default()).await.unwrap();
+    assert_eq!(big.message_count(), 50);
+}
+
 /// The number of spill files (far-future delayed messages, ADR 0013) in a data directory.
 fn spill_files(data_dir: &std::path::Path) -> usize {
     std::fs::read_dir(data_dir.join("delays")).map_or(0, |files| files.count())

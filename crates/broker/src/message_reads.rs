@@ -34,7 +34,8 @@ impl Broker {
 
     /// A read's outcome, one per location asked. For consumers the queue puts the messages still
     /// where they were asked from in memory (one that could not be read is dropped when it is to
-    /// be taken), answers the basic.gets waiting for them (`waiting_gets.rs`), runs, and wakes
+    /// be taken), answers the basic.gets waiting for them (`waiting_gets.rs`) and wakes the
+    /// HTTP API's (which get again after the clients' have been answered), runs, and wakes
     /// the SQS receives waiting on it (`Broker::sqs_wait`; AMQP consumers with credit have taken their
     /// share by then); for dead-lettering they leave (`dead_letter_reads.rs`). An answer for a
     /// queue that is gone is dropped.
@@ -51,6 +52,7 @@ impl Broker {
         let Some(queue) = self.queues.get_mut(&id) else { return };
         queue.messages_read(&read.locations, messages);
         self.answer_waiting_gets(id, now);
+        self.wake_http_gets(id);
         self.run_queue(id, now);
         self.wake_every_sqs_waiter(id);
         self.run_dead_letters(now);

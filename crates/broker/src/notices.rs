@@ -1,8 +1,8 @@
 //! What the broker tells the front ends that wait on it later, by the ticket their driver gave
-//! the request: a request's store ops are durable, or a long poll's queue has a message. The
-//! driver polls them ([`Broker::poll_notice`]) as it polls effects, and hands each to whoever
-//! holds its ticket. The broker keeps tickets, never the waiters themselves (ARCHITECTURE.md
-//! rule 3: it does not call back into its driver).
+//! the request: a request's store ops are durable, a long poll's queue has a message, or the
+//! read an HTTP API get waits for is answered. The driver polls them ([`Broker::poll_notice`])
+//! as it polls effects, and hands each to whoever holds its ticket. The broker keeps tickets,
+//! never the waiters themselves (ARCHITECTURE.md rule 3: it does not call back into its driver).
 
 use crate::broker::Broker;
 use crate::persist::DefinitionNotStored;
@@ -20,6 +20,9 @@ pub enum Notice {
     SqsReady { ticket: Ticket },
     /// The long poll was taken back before a message came: nothing more comes for it.
     SqsWithdrawn { ticket: Ticket },
+    /// The read the HTTP API's get waited for is answered, or its queue is gone
+    /// (`waiting_gets.rs`): the get can go on.
+    ReadAnswered { ticket: Ticket },
 }
 
 impl Broker {

@@ -207,8 +207,8 @@ impl Broker {
 
 /// The message as this delivery carries it: `x-delivery-count` on redeliveries (semantics §5) and
 /// `x-receipt-handle` under a visibility timeout (semantics §4). The stored message is unchanged.
-/// `entry` comes from `take_for_delivery` or `take_for_consumer`, so its message is in memory; a paged one (a bug) goes
-/// out empty rather than stopping the broker.
+/// `entry` comes from a take for a consumer (`Queue::take_for_consumer`, `take_for_sqs_receive`), so its
+/// message is in memory; a paged one (a bug) goes out empty rather than stopping the broker.
 pub(crate) fn decorate(entry: &Entry, receipt_handle: Option<String>) -> Arc<Message> {
     let Some(message) = entry.resident() else {
         debug_assert!(false, "a paged message reached delivery");

@@ -12,6 +12,11 @@
 //! that sends gets without waiting for their replies may have [`PER_CHANNEL_MAX`] waiting on a
 //! channel; the next one closes the channel (406), so that what a client makes the broker hold
 //! stays bounded.
+//!
+//! The HTTP API's get cannot wait within its request (`requests::GetMessages`): when the message
+//! it would take is being read it answers so, and the API waits here under its driver's ticket
+//! ([`Broker::wait_for_read`]) until the read is answered (`Notice::ReadAnswered`), then gets
+//! again. It waits behind the clients' gets: the answer serves theirs first.
 
 use std::collections::VecDeque;
 
@@ -19,11 +24,16 @@ use hourglass_wire::BasicGetEmpty;
 
 use crate::api::{ChannelId, ConnectionId};
 use crate::broker::{Broker, IdMap};
-use crate::queue::QueueId;
+use crate::notices::{Notice, Ticket};
+use crate::queue::{Queue, QueueId};
 use crate::time::Timestamp;
 
 /// The gets one channel may have waiting at once: a client that waits for each reply has one.
 pub(crate) const PER_CHANNEL_MAX: usize = 1_000;
+
+/// The HTTP API's gets that may wait on one queue's read at once; a later one is woken at once
+/// (it then takes what is in memory), so that what the API makes the broker hold stays bounded.
+pub(crate) const HTTP_GETS_PER_QUEUE_MAX: usize = 1_000;
 
 /// A basic.get waiting for its queue's paged head to be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +49,8 @@ pub(crate) struct WaitingGets {
     queues: IdMap<QueueId, VecDeque<WaitingGet>>,
     /// How many gets each channel has waiting (on any queue).
     per_channel: IdMap<(ConnectionId, ChannelId), usize>,
+    /// The tickets of the HTTP API's gets waiting on each queue's read.
+    http: IdMap<QueueId, Vec<Ticket>>,
 }
 
 /// A channel already has [`PER_CHANNEL_MAX`] gets waiting.
@@ -98,6 +110,22 @@ impl WaitingGets {
         });
     }
 
+    /// An HTTP API get waits for queue `id`'s read under `ticket`; `false` when the queue has
+    /// [`HTTP_GETS_PER_QUEUE_MAX`] waiting already.
+    pub fn wait_http(&mut self, id: QueueId, ticket: Ticket) -> bool {
+        let waiting = self.http.entry(id).or_default();
+        if waiting.len() >= HTTP_GETS_PER_QUEUE_MAX {
+            return false;
+        }
+        waiting.push(ticket);
+        true
+    }
+
+    /// The tickets of the HTTP API's gets waiting on queue `id`, taken out.
+    pub fn take_http(&mut self, id: QueueId) -> Vec<Ticket> {
+        self.http.remove(&id).unwrap_or_default()
+    }
+
     /// One of the channel's gets no longer waits.
     fn count_out(&mut self, conn: ConnectionId, channel: ChannelId) {
         if let Some(waiting) = self.per_channel.get_mut(&(conn, channel)) {
@@ -128,11 +156,42 @@ impl Broker {
         self.waiting_gets.put_back(id, gets);
     }
 
-    /// Queue `id` is deleted: the gets waiting on it are answered with get-empty.
+    /// Queue `id` is deleted: the gets waiting on it are answered with get-empty, and the HTTP
+    /// API's are woken (their next get finds no queue).
     pub(crate) fn answer_waiting_gets_empty(&mut self, id: QueueId) {
         for get in self.waiting_gets.take(id) {
             self.count_empty_get(get.conn, get.channel);
             self.send(get.conn, get.channel, BasicGetEmpty {});
+        }
+        self.wake_http_gets(id);
+    }
+
+    /// The HTTP API's get of queue `queue` in `vhost` found the message it would take next being
+    /// read (`GetMessages`): [`Notice::ReadAnswered`] comes for `ticket` once the queue's read
+    /// is answered, at once when none is out now (or the queue is gone, or has
+    /// [`HTTP_GETS_PER_QUEUE_MAX`] waiting).
+    pub fn wait_for_read(&mut self, vhost: &str, queue: &str, ticket: Ticket) {
+        let awaiting = self.queue_awaiting_read(vhost, queue);
+        if !awaiting.is_some_and(|id| self.waiting_gets.wait_http(id, ticket)) {
+            self.notices.push_back(Notice::ReadAnswered { ticket });
+        }
+    }
+
+    /// Whether a read of paged messages of queue `queue` in `vhost` is out.
+    pub(crate) fn reads_queue(&self, vhost: &str, queue: &str) -> bool {
+        self.queue_awaiting_read(vhost, queue).is_some()
+    }
+
+    fn queue_awaiting_read(&self, vhost: &str, queue: &str) -> Option<QueueId> {
+        let id = self.vhosts.get(vhost)?.queue_id(queue)?;
+        self.queues.get(&id).is_some_and(Queue::reading).then_some(id)
+    }
+
+    /// Wakes the HTTP API's gets waiting on queue `id`'s read: it is answered, or the queue is
+    /// gone.
+    pub(crate) fn wake_http_gets(&mut self, id: QueueId) {
+        for ticket in self.waiting_gets.take_http(id) {
+            self.notices.push_back(Notice::ReadAnswered { ticket });
         }
     }
 }

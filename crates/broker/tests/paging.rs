@@ -376,29 +376,86 @@ fn a_basic_get_on_a_paged_head_waits_for_a_read_the_driver_performs() {
     assert_eq!(bodies, numbered_bodies(3..5), "the closed channel's get took nothing");
 }
 
-/// The HTTP API's get takes its messages within its request: from a paged queue it reads them
-/// in place, every one asked for, in order, also while a client's get waits for a read there.
+/// The HTTP API's get (its requests) reads no record on the broker's thread (issue 41). While a
+/// read of the queue is out it takes nothing and says it awaits a read; the wait it then sends
+/// is woken once the read is answered, which serves the clients' gets waiting there first. The
+/// next get asks for the paged ones among the messages it would take, in one read whatever the
+/// queue's resident limits (2 here), and once that is answered takes them all in order. Before,
+/// the get read the paged ones in place.
 #[test]
-fn the_http_api_s_get_reads_paged_messages_within_its_request() {
-    use hourglass_broker::requests::{AsUser, GetMessages, GetSettlement, Request};
+fn the_http_api_s_get_waits_for_the_read_of_the_paged_messages_it_takes() {
+    use hourglass_broker::requests::{Job, ReadWait, Request};
+    use hourglass_broker::Notice;
     let (mut tb, c, disk) = paged_backlog(9);
     for _ in 0..3 {
         tb.call(c, BasicGet { queue: short("q"), no_ack: true });
     }
     get_unanswered(&mut tb, c);
     assert!(tb.broker.poll_effect().is_none(), "the client's get waits for a read");
+    let mut ticket = 0;
+    let mut wait_and_answer = |tb: &mut TestBroker| {
+        ticket += 1;
+        Job::wait_for_read(ReadWait { vhost: "/".into(), queue: "q".into() }).run(
+            &mut tb.broker,
+            tb.clock.now(),
+            ticket,
+        );
+        assert_eq!(tb.broker.poll_notice(), None, "the wait waits");
+        tb.answer_reads();
+        assert_eq!(tb.broker.poll_notice(), Some(Notice::ReadAnswered { ticket }), "woken by the answer");
+    };
+    let gotten = http_get(5).apply(&mut tb.broker, tb.clock.now()).expect("the get is allowed");
+    assert!(gotten.messages.is_empty() && gotten.awaits_read, "it took nothing and awaits the read");
+    assert_eq!(disk.reads(), 0, "no record read on the broker's thread");
+    wait_and_answer(&mut tb);
+    assert_eq!(body_texts_of_gets(&tb.poll_effects()), numbered_bodies(3..4), "the client's get first");
+    let gotten = http_get(5).apply(&mut tb.broker, tb.clock.now()).expect("the get is allowed");
+    assert!(gotten.messages.is_empty() && gotten.awaits_read, "it asked for 5 to 8");
+    let read = disk.reads();
+    wait_and_answer(&mut tb);
+    assert_eq!(disk.reads(), read + 4, "one read of the four paged ones");
+    let gotten = http_get(5).apply(&mut tb.broker, tb.clock.now()).expect("the get is allowed");
+    let bodies: Vec<_> =
+        gotten.messages.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect();
+    assert_eq!((bodies, gotten.awaits_read), (numbered_bodies(4..9), false));
+    Job::wait_for_read(ReadWait { vhost: "/".into(), queue: "q".into() }).run(
+        &mut tb.broker,
+        tb.clock.now(),
+        99,
+    );
+    assert_eq!(tb.broker.poll_notice(), Some(Notice::ReadAnswered { ticket: 99 }), "no read out: at once");
+}
+
+/// A wait of the HTTP API's get is woken when its queue is deleted, not left for a read
+/// answer that the queue will never take.
+#[test]
+fn the_http_api_s_wait_for_a_read_is_woken_by_its_queue_s_delete() {
+    use hourglass_broker::requests::{Job, ReadWait, Request};
+    use hourglass_broker::Notice;
+    let (mut tb, c, _disk) = paged_backlog(4);
+    while !http_get(1).apply(&mut tb.broker, tb.clock.now()).expect("allowed").awaits_read {}
+    Job::wait_for_read(ReadWait { vhost: "/".into(), queue: "q".into() }).run(
+        &mut tb.broker,
+        tb.clock.now(),
+        3,
+    );
+    assert_eq!(tb.broker.poll_notice(), None, "the wait waits");
+    tb.call(c, QueueDelete { queue: short("q"), ..Default::default() });
+    assert_eq!(tb.broker.poll_notice(), Some(Notice::ReadAnswered { ticket: 3 }), "woken by the delete");
+}
+
+/// The HTTP API's get of up to `count` messages of `q`, acked, as guest.
+fn http_get(count: u64) -> hourglass_broker::requests::GetMessages {
+    use hourglass_broker::requests::{AsUser, GetMessages, GetSettlement};
     let who = AsUser { user: "guest".into(), vhost: "/".into(), permissions: Permissions::full() };
-    let get = GetMessages {
+    GetMessages {
         who,
         queue: short("q"),
-        count: 5,
+        count,
         body_bytes_max: 1 << 20,
         settlement: GetSettlement::Ack,
-    };
-    let got = get.apply(&mut tb.broker, tb.clock.now()).expect("the get is allowed");
-    let bodies: Vec<_> = got.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect();
-    assert_eq!(bodies, numbered_bodies(3..8));
-    assert!(disk.reads() > 0, "the paged ones were read in place");
+        wait_for_reads: true,
+    }
 }
 
 /// A client that sends basic.gets without waiting for their replies may have 1,000 waiting on a

@@ -5,7 +5,7 @@ use std::any::Any;
 use hourglass_broker::admin::slices;
 use hourglass_broker::admin::SqsGatewayError;
 use hourglass_broker::requests::{
-    Job, Listing, ListingKeys, ListingRows, NextOpSeq, Question, Request, SqsWait,
+    Job, Listing, ListingKeys, ListingRows, NextOpSeq, Question, ReadWait, Request, SqsWait,
 };
 use hourglass_broker::{Broker, BrokerConfig, Ticket, Timestamp};
 use tokio::sync::{mpsc, oneshot};
@@ -96,6 +96,15 @@ impl BrokerHandle {
         let answer = self.send(Job::wait_for_sqs_message(wait), Some(Later::Woken(woken_tx))).await?;
         let waiting: Result<Ticket, SqsGatewayError> = answer_of(answer)?;
         Ok(waiting.map(|ticket| (ticket, woken_rx)))
+    }
+
+    /// The HTTP API's get waits for the read its queue's next message is in
+    /// ([`Gotten::awaits_read`](hourglass_broker::requests::Gotten)): what fires once it is
+    /// answered (at once when none is awaited now).
+    pub(crate) async fn wait_for_read(&self, wait: ReadWait) -> Result<oneshot::Receiver<()>, ApiError> {
+        let (woken_tx, woken_rx) = oneshot::channel();
+        self.send(Job::wait_for_read(wait), Some(Later::Woken(woken_tx))).await?;
+        Ok(woken_rx)
     }
 
     /// A listing's rows, built on the broker task in slices with other work between them

@@ -2,7 +2,8 @@
 //!
 //! A front end sends a [`JobRequest`]: a [`Job`] built from one typed request
 //! (`hourglass_broker::requests`), the channel its answer comes back on, and, when it will wait
-//! for more (a request's store ops durable, a long poll's message), the channel that waits.
+//! for more (a request's store ops durable, a long poll's message, the read a get waits for),
+//! the channel that waits.
 //! The broker task runs it with a [`JobRunner`], which gives each run a ticket, keeps who waits
 //! on the tickets the broker holds, and hands them the broker's notices. The broker itself holds
 //! tickets, never channels (ARCHITECTURE.md rule 3).
@@ -25,7 +26,8 @@ pub struct JobRequest {
 pub(crate) enum Later {
     /// Until its store ops are durable.
     Durable(oneshot::Sender<Result<(), DefinitionNotStored>>),
-    /// A long poll, until its queue has a message.
+    /// A long poll, until its queue has a message; a get, until the read it waits for is
+    /// answered.
     Woken(oneshot::Sender<()>),
 }
 
@@ -60,7 +62,7 @@ impl JobRunner {
                         let _ = waiting.send(result);
                     }
                 }
-                Notice::SqsReady { ticket } => {
+                Notice::SqsReady { ticket } | Notice::ReadAnswered { ticket } => {
                     if let Some(Later::Woken(waiting)) = self.waiting.remove(&ticket) {
                         let _ = waiting.send(());
                     }

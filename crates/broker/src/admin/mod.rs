@@ -79,6 +79,25 @@ impl AdminChannel<'_> {
         Ok(replies)
     }
 
+    /// The HTTP API's get is about to take up to `count` messages of `queue`, bodies up to
+    /// `body_bytes`: the paged ones among them are asked for in one read
+    /// (`Queue::ask_read_for_get`). Whether a read of the queue is out: the get should wait for
+    /// it before it takes anything. Refused as basic.get would be (no such queue, no read
+    /// permission), with the channel left open.
+    pub fn ask_read_for_get(
+        &mut self,
+        queue: &ShortStr,
+        count: usize,
+        body_bytes: usize,
+    ) -> Result<bool, AmqpError> {
+        let Some(vhost) = self.broker.vhost_of(ADMIN_CONNECTION) else { return Ok(false) };
+        let (_, id) = self.broker.readable_queue(ADMIN_CONNECTION, ADMIN_CHANNEL, &vhost, queue)?;
+        let Some(q) = self.broker.queues.get_mut(&id) else { return Ok(false) };
+        let reading = q.ask_read_for_get(count, body_bytes);
+        self.broker.reschedule(id);
+        Ok(reading)
+    }
+
     /// Publishes a message; returns the replies (a basic.return when unroutable and mandatory).
     pub fn publish(&mut self, publish: Publish) -> Result<Vec<Reply>, AmqpError> {
         let command = Command::Publish { conn: ADMIN_CONNECTION, channel: ADMIN_CHANNEL, publish };

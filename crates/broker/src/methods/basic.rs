@@ -50,10 +50,11 @@ pub(crate) enum HandOut {
     SqsReceive { visibility_ms: u64, taken: Option<GroupKey> },
 }
 
-/// Whether basic.gets on connection `conn` read a paged head in place: the HTTP API's admin
+/// Whether basic.gets on connection `conn` are answered within the method: the HTTP API's admin
 /// channel takes its replies within its request, so its gets cannot wait for a read
-/// (`waiting_gets.rs`); a client's do.
-fn reads_in_place(conn: ConnectionId) -> bool {
+/// (`waiting_gets.rs`); a client's do. One whose message is being read is answered get-empty,
+/// and the HTTP API waits for the read (`requests::GetMessages`).
+fn answers_at_once(conn: ConnectionId) -> bool {
     conn == ADMIN_CONNECTION
 }
 
@@ -364,7 +365,8 @@ impl Broker {
 
     /// basic.get: answered at once, or, when the queue's head is paged out, once it has been
     /// read (`waiting_gets.rs`), behind the gets already waiting there. The HTTP API's admin
-    /// channel takes its replies within its request, so its gets read in place.
+    /// channel takes its replies within its request: its get is answered get-empty meanwhile
+    /// (`answers_at_once`).
     pub(super) fn basic_get(
         &mut self,
         conn: ConnectionId,
@@ -375,9 +377,13 @@ impl Broker {
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };
         let (queue_name, id) = self.readable_queue(conn, ch, &vhost, &m.queue)?;
         let get = WaitingGet { conn, channel: ch, no_ack: m.no_ack };
-        let behind_others = !reads_in_place(conn) && self.waiting_gets.waits(id);
+        let at_once = answers_at_once(conn);
+        let behind_others = !at_once && self.waiting_gets.waits(id);
         if behind_others || !self.answer_get(get, &vhost, queue_name, id, now) {
-            debug_assert!(!reads_in_place(conn), "the admin channel's gets never wait");
+            if at_once {
+                self.send(conn, ch, BasicGetEmpty {});
+                return Ok(());
+            }
             if let Some(queue) = self.queues.get_mut(&id) {
                 queue.touch(now);
             }
@@ -435,10 +441,9 @@ impl Broker {
     /// `(conn, ch)`: counted, tracked on the channel unless `hand_out` is no-ack, and under a
     /// visibility timeout when `hand_out` or the queue asks for one. [`NotTaken::Empty`] when the
     /// queue has no ready message (counted as an empty get), or the channel or queue is gone.
-    /// Only the admin channel's gets read a paged message on the broker's thread
-    /// (`reads_in_place`); the others ask for the message they would take (the head, or the one
-    /// the queue's message groups chose) and get [`NotTaken::Reading`]. The caller sends the
-    /// answer.
+    /// A paged message is never read here: the get asks for the message it would take (the
+    /// head, or the one the queue's message groups chose) and gets [`NotTaken::Reading`]. The
+    /// caller sends the answer.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn get_one(
         &mut self,
@@ -459,7 +464,6 @@ impl Broker {
         queue.touch(now);
         let taken = match hand_out {
             HandOut::SqsReceive { taken, .. } => queue.take_for_sqs_receive(taken),
-            _ if reads_in_place(conn) => queue.take_for_delivery(!no_ack).ok_or(NotTaken::Empty),
             HandOut::NoAck | HandOut::QueueVisibility | HandOut::Visibility(_) => {
                 queue.take_for_consumer(!no_ack)
             }

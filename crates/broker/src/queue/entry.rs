@@ -144,7 +144,7 @@ impl Entry {
         }
     }
 
-    /// The message when it is in memory. Entries handed out for delivery (`take_for_delivery`, `take_for_consumer`)
+    /// The message when it is in memory. Entries handed out for delivery (`take_for_consumer`)
     /// and the ones a channel holds unacknowledged always are.
     pub fn resident(&self) -> Option<&Arc<Message>> {
         match &self.payload {

@@ -151,16 +151,6 @@ pub struct QueueCounters {
     pub messages: MessageStats,
 }
 
-/// How a paged message is read before it is taken (`Queue::take_oldest`, `Queue::take_chosen`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum HeadReads {
-    /// On the broker's thread, at once (the HTTP API's get: it answers within its request).
-    InPlace,
-    /// By the driver, asked for (`MessageRead`): for a consumer, a client's basic.get, an SQS
-    /// receive or message-move step.
-    Ask,
-}
-
 /// Why a take for a consumer, a get, an SQS receive or a message-move step took nothing
 /// (`Queue::take_for_consumer`, `Broker::get_one`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -457,36 +447,25 @@ impl Queue {
         self.pager.limits.pages_out(count, bytes)
     }
 
-    /// Takes the next ready message for a delivery, in memory, reading a paged one in place (the
-    /// HTTP API's get: it answers within its request): see `take_next`.
-    pub fn take_for_delivery(&mut self, expect_ack: bool) -> Option<Entry> {
-        self.take_next(expect_ack, HeadReads::InPlace).ok()
-    }
-
     /// Takes the next ready message for a delivery: in a fair queue a quiet tenant's before a
-    /// noisy one's (`message_groups.rs`), else the oldest. A paged one is read back first, with a
-    /// batch behind it (ADR 0007), as `reads` says: at once, or asked for (nothing is taken
-    /// until the answer). One that cannot be read is dropped and the next one taken.
-    fn take_next(&mut self, expect_ack: bool, reads: HeadReads) -> Result<Entry, NotTaken> {
+    /// noisy one's (`message_groups.rs`), else the oldest. A paged one is asked for with a batch
+    /// behind it (ADR 0007), and nothing is taken until the answer. One that cannot be read is
+    /// dropped and the next one taken.
+    fn take_next(&mut self, expect_ack: bool) -> Result<Entry, NotTaken> {
         while let Some(seq) = self.groups.as_ref().and_then(MessageGroups::fair_choice) {
-            match self.take_chosen(seq, expect_ack, reads) {
+            match self.take_chosen(seq, expect_ack) {
                 Chosen::Took(entry) => return Ok(entry),
                 Chosen::Wait => return Err(NotTaken::Reading),
                 Chosen::Gone => {}
             }
         }
-        self.take_oldest(expect_ack, reads)
+        self.take_oldest(expect_ack)
     }
 
-    /// Takes ready message `seq`, which the message groups chose, read back if paged out: in
-    /// place (`take_ready`), or asked for with a batch behind it (`ask_read_from`, unless a read
-    /// is out already) and waited for.
-    fn take_chosen(&mut self, seq: Seq, expect_ack: bool, reads: HeadReads) -> Chosen {
-        let paged = match reads {
-            HeadReads::InPlace => None,
-            HeadReads::Ask => self.ready.paged_location(seq),
-        };
-        if let Some(at) = paged {
+    /// Takes ready message `seq`, which the message groups chose; a paged one is asked for with
+    /// a batch behind it (`ask_read_from`, unless a read is out already) and waited for.
+    fn take_chosen(&mut self, seq: Seq, expect_ack: bool) -> Chosen {
+        if let Some(at) = self.ready.paged_location(seq) {
             if self.pager.is_unreadable_at(at) {
                 if let Some(entry) = self.remove_ready(seq) {
                     self.pager.drop_unread(&entry);
@@ -504,11 +483,11 @@ impl Queue {
         }
     }
 
-    /// Takes the oldest ready message (see `take_for_delivery`), its paged head read as `reads`
-    /// says (`prepare_head`).
-    fn take_oldest(&mut self, expect_ack: bool, reads: HeadReads) -> Result<Entry, NotTaken> {
+    /// Takes the oldest ready message (see `take_next`), its paged head asked for
+    /// (`prepare_head`).
+    fn take_oldest(&mut self, expect_ack: bool) -> Result<Entry, NotTaken> {
         loop {
-            match self.prepare_head(reads).ok_or(NotTaken::Empty)? {
+            match self.prepare_head().ok_or(NotTaken::Empty)? {
                 Head::Wait => return Err(NotTaken::Reading),
                 Head::Unreadable => {
                     let entry = self.pop_ready().ok_or(NotTaken::Empty)?;
@@ -526,21 +505,11 @@ impl Queue {
         }
     }
 
-    /// Readies the head to be taken (`None`: there is none). In place, a paged head is read
-    /// with a batch behind it. Asked for, it is asked for with a batch behind it
-    /// (`ask_read_from`) unless a read is out already, and waits; one its read could not read
-    /// is to be dropped.
-    fn prepare_head(&mut self, reads: HeadReads) -> Option<Head> {
+    /// Readies the head to be taken (`None`: there is none): a paged head is asked for with a
+    /// batch behind it (`ask_read_from`) unless a read is out already, and waits; one its read
+    /// could not read is to be dropped.
+    fn prepare_head(&mut self) -> Option<Head> {
         let head = self.ready.head()?;
-        if head.resident().is_some() {
-            return Some(Head::Take);
-        }
-        if reads == HeadReads::InPlace {
-            let pager = &mut self.pager;
-            let read_ahead = pager.limits.read_ahead();
-            self.ready.page_in_head(read_ahead, |payload| pager.make_resident(payload).is_ok());
-            return Some(Head::Take);
-        }
         if head.paged_at().is_none() {
             return Some(Head::Take);
         }
@@ -561,10 +530,9 @@ impl Queue {
         if self.groups.as_ref().is_none_or(|groups| groups.order() != GroupOrder::Fifo) {
             return self.take_for_consumer(true);
         }
-        let reads = self.reads();
         loop {
             let next = self.groups.as_ref().and_then(|groups| groups.next_receivable(taken));
-            match self.take_chosen(next.ok_or(NotTaken::Empty)?, true, reads) {
+            match self.take_chosen(next.ok_or(NotTaken::Empty)?, true) {
                 Chosen::Took(entry) => return Ok(entry),
                 Chosen::Wait => return Err(NotTaken::Reading),
                 Chosen::Gone => {}
@@ -572,41 +540,49 @@ impl Queue {
         }
     }
 
-    /// Takes the next ready message for a consumer, a client's basic.get or an SQS receive, as
-    /// `take_for_delivery` does, but reads no record on the broker's thread: a paged one is
+    /// Takes the next ready message for a consumer, a basic.get (a client's, or the HTTP API's)
+    /// or an SQS receive (`take_next`). It reads no record on the broker's thread: a paged one is
     /// asked for with a batch behind it (`ask_read_from`) and nothing comes back until the read
     /// is answered (`messages_read`).
     pub(crate) fn take_for_consumer(&mut self, expect_ack: bool) -> Result<Entry, NotTaken> {
-        self.take_next(expect_ack, self.reads())
-    }
-
-    /// How the takes for consumers read a paged message: asked for, unless the queue has no
-    /// store to page to (then nothing is ever paged).
-    fn reads(&self) -> HeadReads {
-        if self.pager.enabled() {
-            HeadReads::Ask
-        } else {
-            HeadReads::InPlace
-        }
+        self.take_next(expect_ack)
     }
 
     /// Whether the message an SQS receive would take first is paged out and a read is out: the
-    /// oldest of a group with nothing in flight in an SQS FIFO queue, a quiet tenant's in a fair
-    /// queue, else the head. A receive could take nothing until the answer, which wakes the
-    /// receives waiting (`Broker::sqs_wait`).
+    /// oldest of a group with nothing in flight in an SQS FIFO queue, else what a consumer's take
+    /// would wait for (`take_awaits_read`). A receive could take nothing until the answer, which
+    /// wakes the receives waiting (`Broker::sqs_wait`).
     pub fn receive_awaits_read(&self) -> bool {
+        match &self.groups {
+            Some(groups) if groups.order() == GroupOrder::Fifo => {
+                self.pager.reading() && groups.next_receivable(None).is_some_and(|seq| self.is_paged(seq))
+            }
+            _ => self.take_awaits_read(),
+        }
+    }
+
+    /// Whether a read of this queue's paged ready messages is out (`ask_read`).
+    pub(crate) fn reading(&self) -> bool {
+        self.pager.reading()
+    }
+
+    /// Whether the message a take for a consumer or a get would take first (a quiet tenant's in
+    /// a fair queue, else the head) is paged out and a read is out: the take waits for the
+    /// answer (`take_next`).
+    pub fn take_awaits_read(&self) -> bool {
         if !self.pager.reading() {
             return false;
         }
-        let paged = |seq| self.ready.paged_location(seq).is_some();
         let head_paged = || self.ready.head().is_some_and(|head| head.paged_at().is_some());
-        match &self.groups {
-            Some(groups) if groups.order() == GroupOrder::Fifo => {
-                groups.next_receivable(None).is_some_and(paged)
-            }
-            Some(groups) => groups.fair_choice().map_or_else(head_paged, paged),
+        match self.groups.as_ref().and_then(MessageGroups::fair_choice) {
+            Some(seq) => self.is_paged(seq),
             None => head_paged(),
         }
+    }
+
+    /// Whether ready message `seq` is paged out.
+    fn is_paged(&self, seq: Seq) -> bool {
+        self.ready.paged_location(seq).is_some()
     }
 
     /// Asks for the paged messages among the first `PagingLimits::consumer_read` from ready
@@ -623,8 +599,28 @@ impl Queue {
             max = max.min(limits.max_resident_messages.saturating_sub(resident)).max(1);
             byte_room = byte_room.saturating_sub(resident_bytes);
         }
+        self.ask_read(from, max, byte_room);
+    }
+
+    /// The HTTP API's get is about to take up to `count` messages from the head, bodies up to
+    /// about `body_bytes`: unless a read is out, asks for the paged ones among them in one read,
+    /// whatever the queue's resident limits (the get takes them at once; `count` and
+    /// `body_bytes` are the API's bounds), so that it waits for one read, not one per batch a
+    /// consumer's read would bring. Whether a read is out now (this one, or one asked before):
+    /// the get should wait for its answer before it takes anything.
+    pub(crate) fn ask_read_for_get(&mut self, count: usize, body_bytes: usize) -> bool {
+        if !self.pager.reading() {
+            self.ask_read(None, count.max(1), body_bytes);
+        }
+        self.pager.reading()
+    }
+
+    /// Asks for the paged messages among the `span` ready messages from `from` on (`None`: the
+    /// head), their records up to `byte_room` bytes (at least one); packed ones there are
+    /// unpacked at once.
+    fn ask_read(&mut self, from: Option<Seq>, span: usize, byte_room: usize) {
         let (pager, mut asked, mut bytes) = (&mut self.pager, Vec::new(), 0usize);
-        self.ready.page_in_from(from, max, |payload| match payload {
+        self.ready.page_in_from(from, span, |payload| match payload {
             Payload::Paged(paged) => {
                 if asked.is_empty() || bytes < byte_room {
                     bytes += paged.location().record_bytes as usize;
@@ -634,16 +630,16 @@ impl Queue {
             }
             _ => pager.make_resident(payload).is_ok(),
         });
-        self.pager.ask(asked, from);
+        self.pager.ask(asked, from, span);
     }
 
-    /// The answer to the read `ask_read_from` asked for: the messages read, in the order of
-    /// `locations`. Those still where they were asked from are put in memory; the others are
-    /// left to be asked for again.
+    /// The answer to the read `ask_read` asked for: the messages read, in the order of
+    /// `locations`. Those still among the ready messages it was asked among are put in memory;
+    /// the others are left to be asked for again.
     pub fn messages_read(&mut self, locations: &[RecordLocation], messages: Vec<Result<Message, String>>) {
-        let (mut read, from) = self.pager.answered(locations, messages);
+        let (mut read, from, span) = self.pager.answered(locations, messages);
         let pager = &mut self.pager;
-        self.ready.page_in_from(from, pager.limits.consumer_read(), |payload| {
+        self.ready.page_in_from(from, span.max(pager.limits.consumer_read()), |payload| {
             pager.resident_from(&mut read, payload)
         });
     }
@@ -852,7 +848,7 @@ mod tests {
     }
 
     fn drain(queue: &mut Queue) -> Vec<Arc<Message>> {
-        std::iter::from_fn(|| queue.take_for_delivery(false))
+        std::iter::from_fn(|| queue.take_for_consumer(false).ok())
             .map(|entry| entry.resident().expect("delivered in memory").clone())
             .collect()
     }

@@ -87,8 +87,9 @@ pub(crate) struct Pager {
     /// no other meanwhile.
     reading: bool,
     /// The ready message the read out was asked from (`None`: the head), where its answer is
-    /// put in memory.
+    /// put in memory, and how many ready messages from there it was asked among.
     reading_from: Option<Seq>,
+    reading_span: usize,
     /// Locations the last answer could not read: their messages are dropped when they are to
     /// be taken, not asked for again.
     unreadable_at: Vec<RecordLocation>,
@@ -278,13 +279,14 @@ impl Pager {
         self.reading
     }
 
-    /// Asks for the records at `locations`, ready messages from `from` on (`None`: the head),
-    /// to be read (nothing when empty).
-    pub fn ask(&mut self, locations: Vec<RecordLocation>, from: Option<Seq>) {
+    /// Asks for the records at `locations`, among the `span` ready messages from `from` on
+    /// (`None`: the head), to be read (nothing when empty).
+    pub fn ask(&mut self, locations: Vec<RecordLocation>, from: Option<Seq>, span: usize) {
         if !locations.is_empty() {
             self.asked = Some(locations);
             self.reading = true;
             self.reading_from = from;
+            self.reading_span = span;
         }
     }
 
@@ -293,18 +295,18 @@ impl Pager {
         self.asked.take()
     }
 
-    /// Takes the answer to the read asked for: the messages read, by location, and the ready
-    /// message they were asked from. Those that could not be read are kept to be dropped when
-    /// they are to be taken (`is_unreadable`).
+    /// Takes the answer to the read asked for: the messages read, by location, the ready
+    /// message they were asked from and the span they were asked among (`ask`). Those that
+    /// could not be read are kept to be dropped when they are to be taken (`is_unreadable`).
     pub fn answered(
         &mut self,
         locations: &[RecordLocation],
         messages: Vec<Result<Message, String>>,
-    ) -> (ReadBack, Option<Seq>) {
+    ) -> (ReadBack, Option<Seq>, usize) {
         self.reading = false;
         let (read, unreadable) = ReadBack::new(locations, messages);
         self.unreadable_at = unreadable;
-        (read, self.reading_from.take())
+        (read, self.reading_from.take(), std::mem::take(&mut self.reading_span))
     }
 
     /// Whether the last answer could not read `entry`'s message.

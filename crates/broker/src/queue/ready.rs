@@ -175,16 +175,11 @@ impl Ready {
         self.levels.iter().rev().find_map(|level| level.slots.iter().find_map(Slot::head))
     }
 
-    /// Makes up to `max` messages at the head of the highest non-empty level resident, in order,
-    /// with `make_resident`; a message it cannot give stays as it was (and is dropped when it is
-    /// taken).
-    pub fn page_in_head(&mut self, max: usize, make_resident: impl FnMut(&mut Payload) -> bool) {
-        self.page_in_from(None, max, make_resident);
-    }
-
-    /// [`Ready::page_in_head`] from message `from` on (`None`: the head) in its level, for a
-    /// queue whose message groups take messages from anywhere in it (`message_groups.rs`); from
-    /// the first message after it in the highest non-empty level when it is no longer ready.
+    /// Makes up to `max` messages resident, in order, with `make_resident`, from message `from`
+    /// on in its level (a queue's message groups take messages from anywhere in it:
+    /// `message_groups.rs`), or from the head of the highest non-empty level (`None`); from
+    /// the first message after it in the highest non-empty level when it is no longer ready. A
+    /// message it cannot give stays as it was (and is dropped when it is taken).
     pub fn page_in_from(
         &mut self,
         from: Option<Seq>,
@@ -1160,7 +1155,7 @@ mod tests {
                     let seq = 1 + roll(next);
                     ready.page_out(seq, seq + 7, |m| Paged::new(location(seq), m.hot(), m.body_size()));
                 }
-                98 => ready.page_in_head(1 + roll(300) as usize, read_back),
+                98 => ready.page_in_from(None, 1 + roll(300) as usize, read_back),
                 // From anywhere, as a queue with message groups reads (inside a run, perhaps).
                 _ => ready.page_in_from(Some(1 + roll(next)), 1 + roll(300) as usize, read_back),
             }
@@ -1241,7 +1236,7 @@ mod tests {
                     assert_eq!(removed, model.remove(&seq).map(|_| seq));
                 }
                 83..=87 => ready.levels[0].compact(&mut ready.deadlines),
-                88..=92 => ready.page_in_head(1 + roll(50) as usize, read_back),
+                88..=92 => ready.page_in_from(None, 1 + roll(50) as usize, read_back),
                 _ => {
                     // The clock moves on (messages are ready 1 ms apart), expiring what is due.
                     let now = 1000 + next + 3_000 + roll(2_500);

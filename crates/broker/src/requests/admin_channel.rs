@@ -19,6 +19,7 @@ use crate::permissions::Permissions;
 use crate::time::Timestamp;
 
 /// Who a request acts as: `user` in `vhost` with `permissions` (the user's there).
+#[derive(Clone)]
 pub struct AsUser {
     pub user: String,
     pub vhost: String,
@@ -169,21 +170,39 @@ pub enum GetSettlement {
 }
 
 /// basic.get up to `count` times, stopping once the bodies taken reach `body_bytes_max`, then
-/// the lot settled at once (a requeue after each would get the same message again).
+/// the lot settled at once (a requeue after each would get the same message again). No record is
+/// read on the broker's thread. With `wait_for_reads`, the paged ones among the messages it would
+/// take from the head are asked for in one read first (`AdminChannel::ask_read_for_get`); while
+/// a read of the queue is out it takes nothing ([`Gotten::awaits_read`]). Without, and where the
+/// messages it takes are not all at the head (a fair queue's choice, a lower priority), it stops
+/// at a paged message, which its take asked for.
 pub struct GetMessages {
     pub who: AsUser,
     pub queue: ShortStr,
     pub count: u64,
     pub body_bytes_max: usize,
     pub settlement: GetSettlement,
+    pub wait_for_reads: bool,
+}
+
+/// What [`GetMessages`] took, in queue order.
+pub struct Gotten {
+    pub messages: Vec<(BasicGetOk, Arc<Message>)>,
+    /// It took fewer than asked, and a read of the queue's paged messages is out (asked by this
+    /// get or before it): once [`ReadWait`] is woken, a get takes the rest.
+    pub awaits_read: bool,
 }
 
 impl Sealed for GetMessages {}
 impl Request for GetMessages {
-    type Answer = Result<Vec<(BasicGetOk, Arc<Message>)>, AmqpError>;
+    type Answer = Result<Gotten, AmqpError>;
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
-        let GetMessages { who, queue, count, body_bytes_max, settlement } = self;
-        who.on_channel(broker, now, |ch| {
+        let GetMessages { who, queue, count, body_bytes_max, settlement, wait_for_reads } = self;
+        let span = usize::try_from(count).unwrap_or(usize::MAX);
+        let (messages, body_bytes, waits) = who.on_channel(broker, now, |ch| {
+            if wait_for_reads && ch.ask_read_for_get(&queue, span, body_bytes_max)? {
+                return Ok((Vec::new(), 0, true));
+            }
             let mut got = Vec::new();
             let mut body_bytes = 0usize;
             for _ in 0..count {
@@ -211,9 +230,20 @@ impl Request for GetMessages {
                     }
                 };
             }
-            Ok(got)
-        })
+            Ok::<_, AmqpError>((got, body_bytes, false))
+        })?;
+        let short = (messages.len() as u64) < count && body_bytes < body_bytes_max;
+        let awaits_read = waits || (short && broker.reads_queue(&who.vhost, &queue.as_str()));
+        Ok(Gotten { messages, awaits_read })
     }
+}
+
+/// The HTTP API's get waits for the read [`Gotten::awaits_read`] named: sent as
+/// [`Job::wait_for_read`](super::Job::wait_for_read), it is woken by
+/// [`Notice::ReadAnswered`](crate::Notice::ReadAnswered) for its ticket.
+pub struct ReadWait {
+    pub vhost: String,
+    pub queue: String,
 }
 
 /// RabbitMQ's aliveness test: declares queue `aliveness-test`, publishes a message to it and

@@ -25,7 +25,7 @@ mod topology;
 
 pub use admin_channel::{
     AdminError, AsUser, CallMethod, CheckAlive, DeclareExchange, DeclareQueue, DeleteExchange, DeleteQueue,
-    GetMessages, GetSettlement, PublishMessage,
+    GetMessages, GetSettlement, Gotten, PublishMessage, ReadWait,
 };
 pub use delayed::{
     CancelDelayed, CancelDelayedKeys, ChangeVisibility, ConnectionEnds, DelayedWithMessageId, DueAt,
@@ -116,6 +116,13 @@ impl Job {
         Job(Box::new(wait))
     }
 
+    /// The HTTP API's get waits for the read it found its next message in
+    /// ([`Gotten::awaits_read`]): [`Notice::ReadAnswered`](crate::Notice::ReadAnswered) comes for
+    /// the run's ticket once it is answered (at once when none is awaited now). Answers `()`.
+    pub fn wait_for_read(wait: ReadWait) -> Job {
+        Job(Box::new(wait))
+    }
+
     /// Runs the job (the driver's side), under `ticket`: the driver's name for whatever notice
     /// the job asks for, unique among those still waiting.
     pub fn run(self, broker: &mut Broker, now: Timestamp, ticket: Ticket) -> Ran {
@@ -163,6 +170,13 @@ struct DurableSince(u64);
 impl Run for DurableSince {
     fn run(self: Box<Self>, broker: &mut Broker, _: Timestamp, ticket: Ticket) -> Ran {
         broker.notice_when_durable_since(self.0, ticket);
+        Ran { answer: Box::new(()), ticket_held: true }
+    }
+}
+
+impl Run for ReadWait {
+    fn run(self: Box<Self>, broker: &mut Broker, _: Timestamp, ticket: Ticket) -> Ran {
+        broker.wait_for_read(&self.vhost, &self.queue, ticket);
         Ran { answer: Box::new(()), ticket_held: true }
     }
 }

@@ -13,9 +13,10 @@ use hourglass_broker::admin::{sort_queues, QueueDetails};
 use hourglass_broker::queue::{QueueStats, QueueType};
 use hourglass_broker::requests::{
     AsUser, DeclareQueue, DeleteQueue, GetMessages, GetSettlement, QueueDetailsNamed, QueueListing,
-    QueueNameGroups,
+    QueueNameGroups, ReadWait,
 };
-use hourglass_wire::{QueueDeclare, QueueDelete, QueuePurge};
+use hourglass_broker::Message;
+use hourglass_wire::{BasicGetOk, QueueDeclare, QueueDelete, QueuePurge, ShortStr};
 use serde_json::{json, Value};
 
 use super::exchanges::short;
@@ -34,6 +35,11 @@ const GET_COUNT_MAX: u64 = 1000;
 /// always taken): `count` = 1000 over large messages would otherwise build GiBs of JSON (issue
 /// #12). What it did not take stays in the queue; `truncate` still cuts what is shown.
 const GET_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// The gets one `…/get` sends at most: each but the last may stop at a message paged out and
+/// wait for the broker to read it off its thread (issue 41), the next taking the rest.
+const GET_ROUNDS_MAX: usize = 8;
+/// How long a `…/get` waits for one such read; past it, the next get takes what is in memory.
+const GET_READ_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -343,8 +349,7 @@ async fn get_messages(
     let queue = short(&name)?;
     let permissions = super::permissions_of(&state, &user, &vhost);
     let who = AsUser { user: user.name.clone(), vhost, permissions };
-    let get = GetMessages { who, queue, count, body_bytes_max: GET_BODY_BYTES_MAX, settlement };
-    let replies = state.broker.request(get).await??;
+    let replies = take_messages(&state, who, queue, count, settlement).await?;
     let items = replies
         .iter()
         .map(|(ok, message)| {
@@ -366,6 +371,51 @@ async fn get_messages(
         })
         .collect();
     Ok(Json(Value::Array(items)))
+}
+
+/// Up to `count` messages of `queue` taken as `who` and settled as `settlement`, bodies up to
+/// [`GET_BODY_BYTES_MAX`]. The broker reads paged messages off its thread: a get that finds a
+/// read out takes nothing, or stops at a paged message
+/// ([`Gotten::awaits_read`](hourglass_broker::requests::Gotten)); this waits for the read and
+/// gets the rest, in up to [`GET_ROUNDS_MAX`] gets, the last taking what is in memory. Not after
+/// a requeue, which put what it took back in front: the next get would take the same messages
+/// again, so such a get answers with fewer.
+async fn take_messages(
+    state: &AppState,
+    who: AsUser,
+    queue: ShortStr,
+    count: u64,
+    settlement: GetSettlement,
+) -> Result<Vec<(BasicGetOk, Arc<Message>)>, ApiError> {
+    let mut got: Vec<(BasicGetOk, Arc<Message>)> = Vec::new();
+    let mut body_bytes = 0usize;
+    for round in 1..=GET_ROUNDS_MAX {
+        let get = GetMessages {
+            who: who.clone(),
+            queue: queue.clone(),
+            count: count - got.len() as u64,
+            body_bytes_max: GET_BODY_BYTES_MAX - body_bytes,
+            settlement,
+            wait_for_reads: round < GET_ROUNDS_MAX,
+        };
+        let gotten = match state.broker.request(get).await {
+            Ok(Ok(gotten)) => gotten,
+            // What earlier gets took is settled already: answered, not lost.
+            Err(_) | Ok(Err(_)) if !got.is_empty() => break,
+            Ok(Err(refused)) => return Err(refused.into()),
+            Err(error) => return Err(error),
+        };
+        let requeued = settlement == GetSettlement::Requeue && !gotten.messages.is_empty();
+        body_bytes += gotten.messages.iter().map(|(_, message)| message.body.len()).sum::<usize>();
+        got.extend(gotten.messages);
+        if !gotten.awaits_read || requeued || round == GET_ROUNDS_MAX {
+            break;
+        }
+        let wait = ReadWait { vhost: who.vhost.clone(), queue: queue.as_str().into_owned() };
+        let woken = state.broker.wait_for_read(wait).await?;
+        let _ = tokio::time::timeout(GET_READ_WAIT, woken).await;
+    }
+    Ok(got)
 }
 
 async fn bindings(
