@@ -235,8 +235,9 @@ fn expired_paged_messages_without_dlx_are_not_read() {
     assert_eq!((disk.reads(), disk.live()), (0, 0));
 }
 
-/// Delayed messages past the limit are paged; the admin peek reads them, and they fall due and
-/// are delivered in order.
+/// Delayed messages past the limit are paged; the admin peek reads none of them on the broker's
+/// thread (issue 41: before, it read them in place), its caller reads their records, and they
+/// fall due and are delivered in order.
 #[test]
 fn delayed_paged_messages_fall_due() {
     let (mut tb, c, mut disk) =
@@ -244,11 +245,12 @@ fn delayed_paged_messages_fall_due() {
     publish_n(&mut tb, c, "q", 5);
     disk.sync(&mut tb);
     assert_eq!(disk.reads(), 0);
-    let peeked = tb.broker.peek_delayed("/", "q", 10).unwrap();
+    let peek = tb.broker.peek_delayed("/", "q", 10).unwrap();
+    assert_eq!((disk.reads(), peek.stored()), (0, 3), "the peek read no record; 3 are paged");
     let peeked: Vec<_> =
-        peeked.iter().map(|m| String::from_utf8_lossy(&m.message.body).into_owned()).collect();
+        peek.read_stored().iter().map(|m| String::from_utf8_lossy(&m.message.body).into_owned()).collect();
     assert_eq!(peeked, numbered_bodies(0..5));
-    assert!(disk.reads() > 0, "the peek read paged messages back");
+    assert_eq!(disk.reads(), 3, "its caller read them");
     assert!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).is_empty());
     let effects = tb.advance(Duration::from_millis(5000));
     assert_eq!(body_texts(&effects), numbered_bodies(0..5));
@@ -694,9 +696,10 @@ fn a_deep_ttl_backlog_expires_on_time_across_a_restart() {
     assert_eq!(disk.live(), 0, "each message settled once");
 }
 
-/// Delayed messages are found by their `message_id` property slice by slice, paged ones read
-/// back within each slice's read budget, and cancelled or rescheduled by where they wait
-/// (issue 23: the delayed-message plugin's users cancel by message id).
+/// Delayed messages are found by their `message_id` property slice by slice, paged ones handed
+/// out within each slice's read budget and read by the caller, not on the broker's thread (issue
+/// 41), and cancelled or rescheduled by where they wait (issue 23: the delayed-message plugin's
+/// users cancel by message id).
 #[test]
 fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
     use hourglass_broker::admin::{DelayedKey, DelayedSlice};
@@ -710,10 +713,13 @@ fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
         let (mut found, mut cursor, mut slices) = (Vec::new(), None, 0);
         loop {
             let slice = DelayedSlice { examined: 3, reads: 2 };
+            let read = disk.reads();
             let page = tb.broker.delayed_with_message_id("/", "q", id, cursor, slice).unwrap();
-            found.extend(page.found);
+            assert_eq!(disk.reads(), read, "a slice reads no record on the broker's thread");
+            let next = page.next;
+            found.extend(page.found());
             slices += 1;
-            match page.next {
+            match next {
                 Some(next) => cursor = Some(next),
                 None => return (found, slices),
             }
@@ -820,7 +826,7 @@ fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
     // Found by message_id on disk, and cancelled there.
     let page =
         tb.broker.delayed_with_message_id("/", "q", "m7", None, DelayedSlice { examined: 100, reads: 100 });
-    let found = page.unwrap().found;
+    let found = page.unwrap().found();
     assert_eq!(found.len(), 1);
     tb.broker.cancel_delayed_at("/", "q", found[0]).unwrap();
     assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_delayed, 39);

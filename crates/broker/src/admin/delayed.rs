@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use crate::broker::Broker;
 use crate::message::Message;
+use crate::persist::{MessageSource, RecordLocation};
 use crate::queue::entry::{Entry, Payload};
-use crate::queue::{Queue, QueueId};
+use crate::queue::{MessageRead, Queue, QueueId};
 use crate::time::Timestamp;
 
 /// A waiting message as the management API shows it.
@@ -26,20 +27,81 @@ pub struct DelayedKey {
     pub id: u64,
 }
 
+/// The delayed messages a peek found, in due order. The broker's thread reads no stored record
+/// for it (ARCHITECTURE.md rule 1): the caller reads those of paged messages where a read may
+/// wait on the disk ([`DelayedPeek::read_stored`]).
+#[derive(Debug)]
+pub struct DelayedPeek {
+    found: Vec<(u64, Timestamp, Found)>,
+    source: Option<Arc<dyn MessageSource>>,
+}
+
+/// A delayed message's content as a listing found it.
+#[derive(Debug)]
+enum Found {
+    InMemory(Arc<Message>),
+    /// Paged out (ADR 0007): its record, to be read off the broker's thread.
+    Stored(RecordLocation),
+}
+
+impl DelayedPeek {
+    /// How many records [`DelayedPeek::read_stored`] reads.
+    pub fn stored(&self) -> usize {
+        self.found.iter().filter(|(_, _, found)| matches!(found, Found::Stored(_))).count()
+    }
+
+    /// The messages, in due order, the paged ones read from the store (run it where a read may
+    /// wait on the disk); one that cannot be read is left out and logged.
+    pub fn read_stored(self) -> Vec<DelayedMessage> {
+        let source = self.source;
+        self.found
+            .into_iter()
+            .filter_map(|(id, due, found)| {
+                Some(DelayedMessage { id, due, message: read_found(&source, id, found)? })
+            })
+            .collect()
+    }
+}
+
 /// How much of a queue's delayed messages one slice of a search looks at.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct DelayedSlice {
     /// Messages looked at.
     pub examined: usize,
-    /// Paged messages read back from the store.
+    /// Paged messages among them, whose records the caller reads (`DelayedMatches::found`).
     pub reads: usize,
 }
 
-/// What one slice of a search found, and where the next one starts (`None`: the search is over).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What one slice of a search found, and where the next one starts (`None`: the search is
+/// over). The paged messages it looked at are matched once their records are read, off the
+/// broker's thread ([`DelayedMatches::found`]).
+#[derive(Debug)]
 pub struct DelayedMatches {
-    pub found: Vec<DelayedKey>,
+    /// Those in memory that match.
+    matching: Vec<DelayedKey>,
+    /// Paged ones, to be read and matched.
+    stored: Vec<(DelayedKey, RecordLocation)>,
+    message_id: String,
+    source: Option<Arc<dyn MessageSource>>,
     pub next: Option<DelayedKey>,
+}
+
+impl DelayedMatches {
+    /// The messages of the slice whose `message_id` is the one searched for, in due order: the
+    /// paged ones read from the store here (run it where a read may wait on the disk; one that
+    /// cannot be read is left out and logged).
+    pub fn found(self) -> Vec<DelayedKey> {
+        let DelayedMatches { mut matching, stored, message_id, source, .. } = self;
+        for (key, at) in stored {
+            let message = read_found(&source, key.id, Found::Stored(at));
+            let id = message.and_then(|message| message.properties().message_id());
+            if id.is_some_and(|id| id.as_bytes() == message_id.as_bytes()) {
+                matching.push(key);
+            }
+        }
+        matching.sort_by_key(|key| (key.due, key.id));
+        matching
+    }
 }
 
 /// Why a delayed-message operation found nothing to act on.
@@ -50,23 +112,16 @@ pub enum DelayedError {
 }
 
 impl Broker {
-    /// The first `limit` delayed messages of a queue in due order, with their content (a paged
-    /// one is read back; one that cannot be is left out and logged).
-    pub fn peek_delayed(
-        &self,
-        vhost: &str,
-        queue: &str,
-        limit: usize,
-    ) -> Result<Vec<DelayedMessage>, DelayedError> {
+    /// The first `limit` delayed messages of a queue in due order, with their content: a paged
+    /// one's record is read by the caller ([`DelayedPeek::read_stored`]).
+    pub fn peek_delayed(&self, vhost: &str, queue: &str, limit: usize) -> Result<DelayedPeek, DelayedError> {
         let queue = self.queues.get(&self.queue_id(vhost, queue)?).ok_or(DelayedError::QueueNotFound)?;
-        Ok(queue
+        let found = queue
             .delayed
             .peek(limit)
-            .filter_map(|(due, entry)| {
-                let message = read_back(queue, &entry)?;
-                Some(DelayedMessage { id: entry.seq, due, message })
-            })
-            .collect())
+            .filter_map(|(due, entry)| Some((entry.seq, due, found_of(queue, &entry)?)))
+            .collect();
+        Ok(DelayedPeek { found, source: self.message_source() })
     }
 
     /// Drops a delayed message before it becomes ready (a message waiting out a redelivery
@@ -129,10 +184,11 @@ impl Broker {
 
     /// One slice of a search of a queue's delayed messages for those whose `message_id`
     /// property is `message_id`: from after `cursor` in due order, at most `examined` messages
-    /// and at most `reads` of them read back from the store (a paged one's properties are in
-    /// its record, ADR 0007), so that one slice holds the broker task for milliseconds. The
-    /// caller runs slices, each in its own job, until `next` is `None`; messages that fall due or
-    /// arrive meanwhile may be missed or found, as in any listing.
+    /// and at most `reads` paged ones among them (a paged one's properties are in its record,
+    /// ADR 0007, which the caller reads: [`DelayedMatches::found`]), so that one slice holds the
+    /// broker task for milliseconds. The caller runs slices, each in its own job, until `next`
+    /// is `None`; messages that fall due or arrive meanwhile may be missed or found, as in any
+    /// listing.
     pub fn delayed_with_message_id(
         &self,
         vhost: &str,
@@ -142,25 +198,39 @@ impl Broker {
         slice: DelayedSlice,
     ) -> Result<DelayedMatches, DelayedError> {
         let queue = self.queues.get(&self.queue_id(vhost, queue)?).ok_or(DelayedError::QueueNotFound)?;
-        let (mut found, mut reads, mut last) = (Vec::new(), 0, None);
+        let mut matches = DelayedMatches {
+            matching: Vec::new(),
+            stored: Vec::new(),
+            message_id: message_id.to_owned(),
+            source: self.message_source(),
+            next: None,
+        };
+        let mut last = None;
         // At most `examined` candidates are taken out of the index at all; the read budget may
         // stop the slice earlier.
         let examined_at_most = slice.examined.max(1);
         let candidates = queue.delayed.after(cursor.map(|c| (c.due, c.id)), examined_at_most);
         let complete = candidates.len() < examined_at_most;
         for (due, waiting) in candidates {
-            if reads == slice.reads.max(1) {
-                return Ok(DelayedMatches { found, next: last });
+            if matches.stored.len() == slice.reads.max(1) {
+                matches.next = last;
+                return Ok(matches);
             }
             let key = DelayedKey { due, id: waiting.entry.seq };
             last = Some(key);
-            reads += usize::from(matches!(waiting.entry.payload, Payload::Paged(_)));
-            let id = read_back(queue, &waiting.entry).and_then(|message| message.properties().message_id());
-            if id.is_some_and(|id| id.as_bytes() == message_id.as_bytes()) {
-                found.push(key);
+            match found_of(queue, &waiting.entry) {
+                Some(Found::Stored(at)) => matches.stored.push((key, at)),
+                Some(Found::InMemory(message)) => {
+                    let id = message.properties().message_id();
+                    if id.is_some_and(|id| id.as_bytes() == message_id.as_bytes()) {
+                        matches.matching.push(key);
+                    }
+                }
+                None => {}
             }
         }
-        Ok(DelayedMatches { found, next: if complete { None } else { last } })
+        matches.next = if complete { None } else { last };
+        Ok(matches)
     }
 
     /// Where the delayed message `id` of a queue waits (a scan of its due times).
@@ -175,11 +245,32 @@ impl Broker {
     }
 }
 
-/// A delayed entry's message, read back when paged; `None` (logged) when it cannot be.
-fn read_back(queue: &Queue, entry: &Entry) -> Option<Arc<Message>> {
+/// A delayed entry's message as a listing finds it: in memory (a packed one unpacked), or where
+/// it is stored when paged; `None` (logged) when a packed one does not decode.
+fn found_of(queue: &Queue, entry: &Entry) -> Option<Found> {
+    if let Payload::Paged(paged) = &entry.payload {
+        return Some(Found::Stored(paged.location()));
+    }
     queue
         .pager
         .message_of(&entry.payload)
-        .inspect_err(|reason| tracing::warn!(seq = entry.seq, %reason, "delayed message cannot be read back"))
+        .map(Found::InMemory)
+        .map_err(|reason| cannot_read(entry.seq, &reason))
         .ok()
+}
+
+/// The message `found`, its record read through `source` when stored; `None` (logged) when it
+/// cannot be.
+fn read_found(source: &Option<Arc<dyn MessageSource>>, id: u64, found: Found) -> Option<Arc<Message>> {
+    match found {
+        Found::InMemory(message) => Some(message),
+        Found::Stored(at) => MessageRead::read_one(source.as_deref(), at)
+            .map(Arc::new)
+            .map_err(|reason| cannot_read(id, &reason))
+            .ok(),
+    }
+}
+
+fn cannot_read(seq: u64, reason: &str) {
+    tracing::warn!(seq, %reason, "delayed message cannot be read back");
 }

@@ -17,7 +17,7 @@ mod sqs_gateway;
 mod sqs_send;
 mod vhosts;
 
-pub use delayed::{DelayedError, DelayedKey, DelayedMatches, DelayedMessage, DelayedSlice};
+pub use delayed::{DelayedError, DelayedKey, DelayedMatches, DelayedMessage, DelayedPeek, DelayedSlice};
 pub use in_flight::InFlightDelivery;
 pub use listing::{
     sort_bindings, sort_channels, sort_connections, sort_consumers, sort_exchanges, sort_queues,

@@ -4,9 +4,7 @@
 use std::collections::HashMap;
 
 use super::{sealed::Sealed, Question, Request};
-use crate::admin::{
-    DelayedError, DelayedKey, DelayedMatches, DelayedMessage, DelayedSlice, InFlightDelivery,
-};
+use crate::admin::{DelayedError, DelayedKey, DelayedMatches, DelayedPeek, DelayedSlice, InFlightDelivery};
 use crate::broker::Broker;
 use crate::redelivery::VisibilityError;
 use crate::time::Timestamp;
@@ -29,7 +27,8 @@ impl DueAt {
     }
 }
 
-/// The first `limit` delayed messages of a queue in due order, and the broker's time.
+/// The first `limit` delayed messages of a queue in due order (the paged ones' records for the
+/// caller to read: [`DelayedPeek::read_stored`]), and the broker's time.
 pub struct PeekDelayed {
     pub vhost: String,
     pub queue: String,
@@ -38,7 +37,7 @@ pub struct PeekDelayed {
 
 impl Sealed for PeekDelayed {}
 impl Question for PeekDelayed {
-    type Answer = (Result<Vec<DelayedMessage>, DelayedError>, Timestamp);
+    type Answer = (Result<DelayedPeek, DelayedError>, Timestamp);
     fn answer(self, broker: &Broker, now: Timestamp) -> Self::Answer {
         (broker.peek_delayed(&self.vhost, &self.queue, self.limit), now)
     }

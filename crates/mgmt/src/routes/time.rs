@@ -20,7 +20,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine;
-use hourglass_broker::admin::{DelayedError, DelayedKey, DelayedMessage, DelayedSlice};
+use hourglass_broker::admin::{DelayedError, DelayedKey, DelayedMessage, DelayedPeek, DelayedSlice};
 use hourglass_broker::requests::{
     CancelDelayed, CancelDelayedKeys, ChangeVisibility, DelayedWithMessageId, DueAt, InFlight,
     InFlightWithPeers, PeekDelayed, RescheduleDelayed, RescheduleDelayedKeys,
@@ -115,8 +115,9 @@ async fn list_delayed(
     require_vhost(&state, &vhost)?;
     let limit = params.limit.unwrap_or(DELAYED_LIST_DEFAULT).min(DELAYED_LIST_MAX);
     let shown_max = params.truncate.unwrap_or(DELAYED_PAYLOAD_SHOWN_MAX).min(DELAYED_PAYLOAD_SHOWN_MAX);
-    let (listed, now) = state.broker.ask(PeekDelayed { vhost, queue: name, limit }).await?;
-    let listed = listed.map_err(delayed_error)?;
+    let (peek, now) = state.broker.ask(PeekDelayed { vhost, queue: name, limit }).await?;
+    let listed =
+        off_the_broker_task(move || peek.map_err(delayed_error).map(DelayedPeek::read_stored)).await?;
     let mut budget = DELAYED_LIST_BYTES_MAX;
     let mut items = Vec::with_capacity(listed.len());
     for delayed in &listed {
@@ -252,13 +253,14 @@ async fn delayed_keys_with_message_id(
             slice: SEARCH_SLICE,
         };
         let slice = state.broker.ask(search).await?.map_err(delayed_error)?;
-        found.extend(slice.found);
+        let next = slice.next;
+        found.extend(off_the_broker_task(move || Ok(slice.found())).await?);
         if found.len() > BY_MESSAGE_ID_MAX {
             return Err(ApiError::bad_request(format!(
                 "more than {BY_MESSAGE_ID_MAX} delayed messages have message_id {message_id:?}"
             )));
         }
-        match slice.next {
+        match next {
             Some(next) => cursor = Some(next),
             None => break,
         }
@@ -302,6 +304,16 @@ async fn reschedule_by_message_id(
     let due = when.due();
     let rescheduled = state.broker.request(RescheduleDelayedKeys { vhost, queue: name, keys, due }).await?;
     Ok(Json(json!({"rescheduled": rescheduled})))
+}
+
+/// Runs `read` (the reads of paged messages' records a listing found) on a blocking thread: a
+/// read may wait on the disk, and the broker's task reads none (ARCHITECTURE.md rule 1).
+async fn off_the_broker_task<T: Send + 'static>(
+    read: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(read)
+        .await
+        .map_err(|_| ApiError::internal("a read of stored messages failed"))?
 }
 
 /// One listed message, its properties and (cut) payload charged to `budget`; `None` once the
