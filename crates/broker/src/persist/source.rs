@@ -19,11 +19,12 @@ pub struct RecordLocation {
 }
 
 /// Reads the record stored at a location: the bytes `encode_record` made (exchange, routing key,
-/// properties, body), checksum verified. Called from the broker's thread (the HTTP API's get,
-/// peeks, a restore's records stored without the facts a queue needs, and an SQS FIFO queue's
-/// paged messages stored without their group, by a build before metadata version 3) and from the driver's
-/// blocking threads (the reads of consumers, basic.gets, SQS receives, SQS message-move tasks
-/// and dead-lettering, `message_reads.rs`); keep it a plain positioned read.
+/// properties, body), checksum verified. Called from the broker's thread (a restore's records
+/// stored without the facts a queue needs, and an SQS FIFO queue's paged messages stored without
+/// their group, by a build before metadata version 3), from the driver's blocking threads (the
+/// reads of consumers, basic.gets (the HTTP API's too), SQS receives, SQS message-move tasks and
+/// dead-lettering, `message_reads.rs`) and from the HTTP API's (its delayed-message listings,
+/// `admin/delayed.rs`); keep it a plain positioned read.
 pub trait MessageSource: Send + Sync + fmt::Debug {
     fn read(&self, location: RecordLocation) -> Result<Bytes, String>;
 
