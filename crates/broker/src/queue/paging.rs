@@ -388,7 +388,7 @@ mod tests {
         let mut pager = Pager::default();
         let asked = [at(10), at(20), at(30), at(40)];
         let answer = vec![Ok(message("a")), Ok(message("b")), Err("gone".to_owned()), Ok(message("d"))];
-        let (mut read, _) = pager.answered(&asked, answer);
+        let (mut read, _, _) = pager.answered(&asked, answer);
         let body = |m: Option<Message>| m.map(|m| m.body);
         assert_eq!(body(read.take(at(10))), Some("a".into()));
         assert_eq!(body(read.take(at(40))), Some("d".into()), "out of order");
