@@ -23,8 +23,12 @@ With --gets-s S a basic.get poller takes from the backlog instead of a consumer,
 (`hourglass-perf get --queue`, one get at a time): its gets/s and the broker's CPU per get,
 beside the latency flow.
 
+With --http-gets-s S the HTTP API takes from the backlog instead, for S seconds: `POST
+/api/queues/%2f/drain-0/get` of 1,000 messages, acknowledged, one request at a time: its
+messages/s beside the latency flow.
+
 usage: scripts/bench_drain.py [--count 1000000] [--reps 3] [--binary PATH ...] [--no-build]
-                              [--dead-letter-after-s 20 | --gets-s 5]
+                              [--dead-letter-after-s 20 | --gets-s 5 | --http-gets-s 5]
 """
 import argparse
 import base64
@@ -72,7 +76,19 @@ def dead_letter_policy(http_port, ttl_ms):
     urllib.request.urlopen(request, timeout=30).read()
 
 
-def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s, gets_s):
+def http_gets(http_port, seconds):
+    """The messages/s of HTTP API gets of 1,000 (acknowledged) from the backlog for `seconds`."""
+    body = json.dumps({"count": 1000, "ackmode": "ack_requeue_false", "encoding": "auto"}).encode()
+    taken, started = 0, time.time()
+    while time.time() - started < seconds:
+        request = urllib.request.Request(f"http://127.0.0.1:{http_port}/api/queues/%2f/{QUEUE}-0/get", data=body,
+                                         method="POST", headers={"content-type": "application/json"})
+        request.add_header("authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        taken += len(json.loads(urllib.request.urlopen(request, timeout=60).read()))
+    return round(taken / (time.time() - started), 1)
+
+
+def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s, gets_s, http_gets_s=None):
     tmp = Path(tempfile.mkdtemp(prefix="hg-drain-"))
     log = open(tmp / "broker.log", "a")
     port, http_port = free_port(), free_port()
@@ -94,6 +110,11 @@ def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s, gets_s)
             return dead_letter_run(binary, count, port, latency_rate, latency_s, filled_at + dead_letter_after_s)
         perf(port, None, "restart", ["depth", "--queue", f"{QUEUE}-0", "--messages", str(count)],
              timeout=STEP_TIMEOUT_S)
+        if http_gets_s:
+            rate, latency = beside_latency_flow(port, latency_rate, latency_s, lambda: http_gets(http_port, http_gets_s))
+            return {"binary": str(binary), "count": count, "http_get_msg_per_s": rate,
+                    "latency_p50_us": latency.get("p50_us"), "latency_p99_us": latency.get("p99_us"),
+                    "latency_max_us": latency.get("max_us")}
         if gets_s:
             got, latency = beside_latency_flow(port, latency_rate, latency_s, lambda: perf(
                 port, proc.pid, "get", ["get", "--queue", f"{QUEUE}-0", "--duration-s", str(gets_s)],
@@ -161,6 +182,7 @@ def main():
     instead = ap.add_mutually_exclusive_group()
     instead.add_argument("--dead-letter-after-s", type=float, help="dead-letter the backlog after this TTL instead")
     instead.add_argument("--gets-s", type=float, help="take from the backlog with basic.get for this long instead")
+    instead.add_argument("--http-gets-s", type=float, help="take from the backlog with HTTP API gets for this long instead")
     ap.add_argument("--no-build", action="store_true")
     args = ap.parse_args()
     if not args.no_build:
@@ -171,7 +193,7 @@ def main():
     for _ in range(args.reps):
         for binary in binaries:
             run = one_run(binary, args.count, args.latency_rate, args.latency_s, args.dead_letter_after_s,
-                          args.gets_s)
+                          args.gets_s, args.http_gets_s)
             print(json.dumps(run), flush=True)
             runs.append(run)
     keys = ["drain_msg_per_s", "first_delivery_s", "broker_cpu_us_per_msg"]
@@ -179,6 +201,8 @@ def main():
         keys = ["all_dead_lettered_after_first_due_s"]
     if args.gets_s:
         keys = ["gets_per_s", "broker_cpu_us_per_get"]
+    if args.http_gets_s:
+        keys = ["http_get_msg_per_s"]
     keys += ["latency_p50_us", "latency_p99_us", "latency_max_us"]
     print("| binary | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")

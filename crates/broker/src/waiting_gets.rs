@@ -177,14 +177,17 @@ impl Broker {
         }
     }
 
-    /// Whether a read of paged messages of queue `queue` in `vhost` is out.
-    pub(crate) fn reads_queue(&self, vhost: &str, queue: &str) -> bool {
-        self.queue_awaiting_read(vhost, queue).is_some()
+    /// Whether the message a get of queue `queue` in `vhost` would take next is paged out and
+    /// being read (`Queue::take_awaits_read`).
+    pub(crate) fn get_awaits_read(&self, vhost: &str, queue: &str) -> bool {
+        let id = self.vhosts.get(vhost).and_then(|v| v.queue_id(queue));
+        id.and_then(|id| self.queues.get(&id)).is_some_and(Queue::take_awaits_read)
     }
 
+    /// Queue `queue` in `vhost` when a read of its paged messages is out.
     fn queue_awaiting_read(&self, vhost: &str, queue: &str) -> Option<QueueId> {
         let id = self.vhosts.get(vhost)?.queue_id(queue)?;
-        self.queues.get(&id).is_some_and(Queue::reading).then_some(id)
+        self.queues.get(&id).is_some_and(|q| q.pager.reading()).then_some(id)
     }
 
     /// Wakes the HTTP API's gets waiting on queue `id`'s read: it is answered, or the queue is

@@ -386,7 +386,7 @@ fn a_basic_get_on_a_paged_head_waits_for_a_read_the_driver_performs() {
 /// the get read the paged ones in place.
 #[test]
 fn the_http_api_s_get_waits_for_the_read_of_the_paged_messages_it_takes() {
-    use hourglass_broker::requests::{Job, ReadWait, Request};
+    use hourglass_broker::requests::{Job, ReadWait};
     use hourglass_broker::Notice;
     let (mut tb, c, disk) = paged_backlog(9);
     for _ in 0..3 {
@@ -406,17 +406,17 @@ fn the_http_api_s_get_waits_for_the_read_of_the_paged_messages_it_takes() {
         tb.answer_reads();
         assert_eq!(tb.broker.poll_notice(), Some(Notice::ReadAnswered { ticket }), "woken by the answer");
     };
-    let gotten = http_get(5).apply(&mut tb.broker, tb.clock.now()).expect("the get is allowed");
+    let gotten = http_get(&mut tb, 5);
     assert!(gotten.messages.is_empty() && gotten.awaits_read, "it took nothing and awaits the read");
     assert_eq!(disk.reads(), 0, "no record read on the broker's thread");
     wait_and_answer(&mut tb);
     assert_eq!(body_texts_of_gets(&tb.poll_effects()), numbered_bodies(3..4), "the client's get first");
-    let gotten = http_get(5).apply(&mut tb.broker, tb.clock.now()).expect("the get is allowed");
+    let gotten = http_get(&mut tb, 5);
     assert!(gotten.messages.is_empty() && gotten.awaits_read, "it asked for 5 to 8");
     let read = disk.reads();
     wait_and_answer(&mut tb);
     assert_eq!(disk.reads(), read + 4, "one read of the four paged ones");
-    let gotten = http_get(5).apply(&mut tb.broker, tb.clock.now()).expect("the get is allowed");
+    let gotten = http_get(&mut tb, 5);
     let bodies: Vec<_> =
         gotten.messages.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect();
     assert_eq!((bodies, gotten.awaits_read), (numbered_bodies(4..9), false));
@@ -428,14 +428,63 @@ fn the_http_api_s_get_waits_for_the_read_of_the_paged_messages_it_takes() {
     assert_eq!(tb.broker.poll_notice(), Some(Notice::ReadAnswered { ticket: 99 }), "no read out: at once");
 }
 
+/// A record the HTTP API's get asked for and could not be read is not asked for again: the next
+/// get drops it (counted as unreadable) and takes the messages around it. Before, every get
+/// asked for it again and took nothing, until the API's last get.
+#[test]
+fn the_http_api_s_get_drops_a_record_its_read_could_not_read() {
+    let (mut tb, _, mut disk) = paged_backlog(6);
+    let lost = disk.stored.queues.values().next().unwrap()[3].clone();
+    let StoredBody::At(location) = lost.body else { unreachable!() };
+    disk.source.records.lock().unwrap().remove(&location);
+    let gotten = http_get(&mut tb, 6);
+    assert!(gotten.messages.is_empty() && gotten.awaits_read);
+    tb.answer_reads();
+    assert_eq!(disk.reads(), 3, "the three paged ones, one of them unreadable");
+    let gotten = http_get(&mut tb, 6);
+    let bodies: Vec<_> =
+        gotten.messages.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect();
+    assert_eq!(bodies, ["body 0", "body 1", "body 2", "body 4", "body 5"]);
+    assert!(!gotten.awaits_read);
+    assert_eq!((disk.reads(), tb.broker.unreadable_messages()), (3, 1), "not asked for again; dropped");
+    disk.sync(&mut tb);
+    assert_eq!(disk.live(), 0, "the unreadable one was settled too");
+}
+
+/// In a queue with priorities the HTTP API's get reads the paged messages of the highest level
+/// holding messages; at a paged one of a lower level it stops with what it took (acknowledged
+/// here), awaiting the read its take asked for, and the next get takes from there.
+#[test]
+fn the_http_api_s_get_stops_at_a_paged_message_of_a_lower_priority() {
+    let (mut tb, c, mut disk) = setup(FieldTable::from_entries([("x-max-priority", FieldValue::I64(5))]));
+    for (i, priority) in [1u8, 1, 1, 1, 5, 5].into_iter().enumerate() {
+        let props = BasicProperties { priority: Some(priority), ..properties(i) };
+        tb.publish_with(c, "", "q", props, format!("body {i}").as_bytes(), false);
+    }
+    disk.sync(&mut tb);
+    let taken = |gotten: &hourglass_broker::requests::Gotten| -> Vec<String> {
+        gotten.messages.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect()
+    };
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let gotten = http_get(&mut tb, 6 - got.len() as u64);
+        got.extend(taken(&gotten));
+        if !gotten.awaits_read {
+            break;
+        }
+        tb.answer_reads();
+    }
+    assert_eq!(got, ["body 4", "body 5", "body 0", "body 1", "body 2", "body 3"]);
+}
+
 /// A wait of the HTTP API's get is woken when its queue is deleted, not left for a read
 /// answer that the queue will never take.
 #[test]
 fn the_http_api_s_wait_for_a_read_is_woken_by_its_queue_s_delete() {
-    use hourglass_broker::requests::{Job, ReadWait, Request};
+    use hourglass_broker::requests::{Job, ReadWait};
     use hourglass_broker::Notice;
     let (mut tb, c, _disk) = paged_backlog(4);
-    while !http_get(1).apply(&mut tb.broker, tb.clock.now()).expect("allowed").awaits_read {}
+    while !http_get(&mut tb, 1).awaits_read {}
     Job::wait_for_read(ReadWait { vhost: "/".into(), queue: "q".into() }).run(
         &mut tb.broker,
         tb.clock.now(),
@@ -446,18 +495,19 @@ fn the_http_api_s_wait_for_a_read_is_woken_by_its_queue_s_delete() {
     assert_eq!(tb.broker.poll_notice(), Some(Notice::ReadAnswered { ticket: 3 }), "woken by the delete");
 }
 
-/// The HTTP API's get of up to `count` messages of `q`, acked, as guest.
-fn http_get(count: u64) -> hourglass_broker::requests::GetMessages {
-    use hourglass_broker::requests::{AsUser, GetMessages, GetSettlement};
+/// The HTTP API's get (a request of its) of up to `count` messages of `q`, acked, as guest.
+fn http_get(tb: &mut TestBroker, count: u64) -> hourglass_broker::requests::Gotten {
+    use hourglass_broker::requests::{AsUser, GetMessages, GetSettlement, Request};
     let who = AsUser { user: "guest".into(), vhost: "/".into(), permissions: Permissions::full() };
-    GetMessages {
+    let get = GetMessages {
         who,
         queue: short("q"),
         count,
         body_bytes_max: 1 << 20,
         settlement: GetSettlement::Ack,
         wait_for_reads: true,
-    }
+    };
+    get.apply(&mut tb.broker, tb.clock.now()).expect("the get is allowed")
 }
 
 /// A client that sends basic.gets without waiting for their replies may have 1,000 waiting on a

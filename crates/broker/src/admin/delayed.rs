@@ -57,7 +57,7 @@ impl DelayedPeek {
         self.found
             .into_iter()
             .filter_map(|(id, due, found)| {
-                Some(DelayedMessage { id, due, message: read_found(&source, id, found)? })
+                Some(DelayedMessage { id, due, message: read_found(&source, id, &found)? })
             })
             .collect()
     }
@@ -72,35 +72,32 @@ pub struct DelayedSlice {
     pub reads: usize,
 }
 
-/// What one slice of a search found, and where the next one starts (`None`: the search is
-/// over). The paged messages it looked at are matched once their records are read, off the
-/// broker's thread ([`DelayedMatches::found`]).
+/// What one slice of a search looked at, and where the next one starts (`None`: the search is
+/// over). Its messages are matched by [`DelayedMatches::found`], off the broker's thread: the
+/// paged ones' properties are in their records.
 #[derive(Debug)]
 pub struct DelayedMatches {
-    /// Those in memory that match.
-    matching: Vec<DelayedKey>,
-    /// Paged ones, to be read and matched.
-    stored: Vec<(DelayedKey, RecordLocation)>,
+    /// The messages looked at, in due order.
+    candidates: Vec<(DelayedKey, Found)>,
     message_id: String,
     source: Option<Arc<dyn MessageSource>>,
     pub next: Option<DelayedKey>,
 }
 
 impl DelayedMatches {
-    /// The messages of the slice whose `message_id` is the one searched for, in due order: the
-    /// paged ones read from the store here (run it where a read may wait on the disk; one that
+    /// The messages of the slice whose `message_id` is the one searched for, in due order, the
+    /// paged ones read from the store (run it where a read may wait on the disk; one that
     /// cannot be read is left out and logged).
     pub fn found(self) -> Vec<DelayedKey> {
-        let DelayedMatches { mut matching, stored, message_id, source, .. } = self;
-        for (key, at) in stored {
-            let message = read_found(&source, key.id, Found::Stored(at));
-            let id = message.and_then(|message| message.properties().message_id());
-            if id.is_some_and(|id| id.as_bytes() == message_id.as_bytes()) {
-                matching.push(key);
-            }
-        }
-        matching.sort_by_key(|key| (key.due, key.id));
-        matching
+        let DelayedMatches { candidates, message_id, source, .. } = self;
+        let matches = |message: Arc<Message>| {
+            message.properties().message_id().is_some_and(|id| id.as_bytes() == message_id.as_bytes())
+        };
+        candidates
+            .into_iter()
+            .filter(|(key, found)| read_found(&source, key.id, found).is_some_and(matches))
+            .map(|(key, _)| key)
+            .collect()
     }
 }
 
@@ -199,34 +196,27 @@ impl Broker {
     ) -> Result<DelayedMatches, DelayedError> {
         let queue = self.queues.get(&self.queue_id(vhost, queue)?).ok_or(DelayedError::QueueNotFound)?;
         let mut matches = DelayedMatches {
-            matching: Vec::new(),
-            stored: Vec::new(),
+            candidates: Vec::new(),
             message_id: message_id.to_owned(),
             source: self.message_source(),
             next: None,
         };
-        let mut last = None;
+        let (mut stored, mut last) = (0, None);
         // At most `examined` candidates are taken out of the index at all; the read budget may
         // stop the slice earlier.
         let examined_at_most = slice.examined.max(1);
         let candidates = queue.delayed.after(cursor.map(|c| (c.due, c.id)), examined_at_most);
         let complete = candidates.len() < examined_at_most;
         for (due, waiting) in candidates {
-            if matches.stored.len() == slice.reads.max(1) {
+            if stored == slice.reads.max(1) {
                 matches.next = last;
                 return Ok(matches);
             }
             let key = DelayedKey { due, id: waiting.entry.seq };
             last = Some(key);
-            match found_of(queue, &waiting.entry) {
-                Some(Found::Stored(at)) => matches.stored.push((key, at)),
-                Some(Found::InMemory(message)) => {
-                    let id = message.properties().message_id();
-                    if id.is_some_and(|id| id.as_bytes() == message_id.as_bytes()) {
-                        matches.matching.push(key);
-                    }
-                }
-                None => {}
+            if let Some(found) = found_of(queue, &waiting.entry) {
+                stored += usize::from(matches!(found, Found::Stored(_)));
+                matches.candidates.push((key, found));
             }
         }
         matches.next = if complete { None } else { last };
@@ -261,10 +251,10 @@ fn found_of(queue: &Queue, entry: &Entry) -> Option<Found> {
 
 /// The message `found`, its record read through `source` when stored; `None` (logged) when it
 /// cannot be.
-fn read_found(source: &Option<Arc<dyn MessageSource>>, id: u64, found: Found) -> Option<Arc<Message>> {
+fn read_found(source: &Option<Arc<dyn MessageSource>>, id: u64, found: &Found) -> Option<Arc<Message>> {
     match found {
-        Found::InMemory(message) => Some(message),
-        Found::Stored(at) => MessageRead::read_one(source.as_deref(), at)
+        Found::InMemory(message) => Some(message.clone()),
+        Found::Stored(at) => MessageRead::read_one(source.as_deref(), *at)
             .map(Arc::new)
             .map_err(|reason| cannot_read(id, &reason))
             .ok(),

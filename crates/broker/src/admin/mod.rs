@@ -92,6 +92,8 @@ impl AdminChannel<'_> {
     ) -> Result<bool, AmqpError> {
         let Some(vhost) = self.broker.vhost_of(ADMIN_CONNECTION) else { return Ok(false) };
         let (_, id) = self.broker.readable_queue(ADMIN_CONNECTION, ADMIN_CHANNEL, &vhost, queue)?;
+        // Expired messages go first, unread where nothing dead-letters them (ADR 0007).
+        self.broker.expire_messages(id, self.now);
         let Some(q) = self.broker.queues.get_mut(&id) else { return Ok(false) };
         let reading = q.ask_read_for_get(count, body_bytes);
         self.broker.reschedule(id);

@@ -53,8 +53,8 @@ pub use far_delays::SpillRead;
 pub use far_files::{MemorySpillFiles, SpillFiles};
 use message_groups::{GroupKey, GroupOrder, MessageGroups};
 use packed::Packed;
-use paging::Pager;
 pub use paging::{MessageRead, PagingLimits, ReadPurpose};
+use paging::{Pager, CONSUMER_READ_MAX};
 use ready::Ready;
 pub use stats::{BindingInfo, QueueStats};
 pub use tally::Tally;
@@ -561,15 +561,10 @@ impl Queue {
         }
     }
 
-    /// Whether a read of this queue's paged ready messages is out (`ask_read`).
-    pub(crate) fn reading(&self) -> bool {
-        self.pager.reading()
-    }
-
     /// Whether the message a take for a consumer or a get would take first (a quiet tenant's in
     /// a fair queue, else the head) is paged out and a read is out: the take waits for the
     /// answer (`take_next`).
-    pub fn take_awaits_read(&self) -> bool {
+    pub(crate) fn take_awaits_read(&self) -> bool {
         if !self.pager.reading() {
             return false;
         }
@@ -603,24 +598,29 @@ impl Queue {
     }
 
     /// The HTTP API's get is about to take up to `count` messages from the head, bodies up to
-    /// about `body_bytes`: unless a read is out, asks for the paged ones among them in one read,
-    /// whatever the queue's resident limits (the get takes them at once; `count` and
-    /// `body_bytes` are the API's bounds), so that it waits for one read, not one per batch a
-    /// consumer's read would bring. Whether a read is out now (this one, or one asked before):
-    /// the get should wait for its answer before it takes anything.
+    /// about `body_bytes`: unless a read is out, asks for the paged ones among them (in the
+    /// highest level holding messages: one read per priority level) in one read, whatever the
+    /// queue's resident limits (the get takes them at once; `count` is at most
+    /// `CONSUMER_READ_MAX`, `body_bytes` the API's bound), so that it waits for one read, not
+    /// one per batch a consumer's read would bring. Not in a queue with message groups, whose
+    /// takes choose messages anywhere (they ask as a consumer's do). Whether a read is out now
+    /// (this one, or one asked before): the get should wait for its answer before it takes
+    /// anything.
     pub(crate) fn ask_read_for_get(&mut self, count: usize, body_bytes: usize) -> bool {
-        if !self.pager.reading() {
-            self.ask_read(None, count.max(1), body_bytes);
+        let span = count.min(CONSUMER_READ_MAX as usize);
+        if span > 0 && self.groups.is_none() && !self.pager.reading() {
+            self.ask_read(None, span, body_bytes);
         }
         self.pager.reading()
     }
 
     /// Asks for the paged messages among the `span` ready messages from `from` on (`None`: the
     /// head), their records up to `byte_room` bytes (at least one); packed ones there are
-    /// unpacked at once.
+    /// unpacked at once. Not those the last answer could not read: a take drops them.
     fn ask_read(&mut self, from: Option<Seq>, span: usize, byte_room: usize) {
         let (pager, mut asked, mut bytes) = (&mut self.pager, Vec::new(), 0usize);
         self.ready.page_in_from(from, span, |payload| match payload {
+            Payload::Paged(paged) if pager.is_unreadable_at(paged.location()) => false,
             Payload::Paged(paged) => {
                 if asked.is_empty() || bytes < byte_room {
                     bytes += paged.location().record_bytes as usize;

@@ -18,8 +18,8 @@ use crate::persist::{decode_record, MessageSource, RecordLocation};
 pub const MAX_RESIDENT_MESSAGES_DEFAULT: usize = 10_000;
 /// Resident body bytes a queue keeps before it pages newly stored ones out (default: 64 MiB).
 pub const MAX_RESIDENT_BYTES_DEFAULT: usize = 64 << 20;
-/// Paged messages read back at once when the head of a queue is paged: enough to amortise the
-/// reads, few enough that a consumer never waits long for the first one.
+/// Paged messages one read for dead-lettering asks for (`Broker::poll_message_read`): enough to
+/// amortise the reads, few enough that the answer is dead-lettered in one short broker turn.
 pub const READ_AHEAD: usize = 256;
 
 /// Paged messages one read for consumers asks for at most (`PagingLimits::consumer_read`): a
@@ -51,8 +51,8 @@ impl PagingLimits {
         resident > self.max_resident_messages || resident_bytes > self.max_resident_bytes
     }
 
-    /// How many paged messages to read back when the head of a queue is paged: a batch, never
-    /// more than the queue may hold in memory (at least one, or nothing could be delivered).
+    /// How many paged messages one read for dead-lettering asks for: a batch, never more than
+    /// the queue may hold in memory (at least one).
     pub fn read_ahead(&self) -> usize {
         READ_AHEAD.min(self.max_resident_messages).max(1)
     }
@@ -110,7 +110,8 @@ pub struct MessageRead {
 /// What a [`MessageRead`] is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadPurpose {
-    /// The queue's paged head, for its consumers, basic.gets and SQS receives
+    /// The queue's paged head (or the message its groups chose), for its consumers, basic.gets
+    /// (the HTTP API's too: `Queue::ask_read_for_get`) and SQS receives
     /// (`Queue::take_for_consumer`, `waiting_gets.rs`).
     Consumers,
     /// Paged messages that left the queue for its dead-letter exchange (`dead_letter_reads.rs`).

@@ -188,8 +188,9 @@ pub struct GetMessages {
 /// What [`GetMessages`] took, in queue order.
 pub struct Gotten {
     pub messages: Vec<(BasicGetOk, Arc<Message>)>,
-    /// It took fewer than asked, and a read of the queue's paged messages is out (asked by this
-    /// get or before it): once [`ReadWait`] is woken, a get takes the rest.
+    /// It took fewer than asked because a read of the queue's paged messages is out: one asked
+    /// before it (it took nothing), or the read of the paged message it stopped at. Once
+    /// [`ReadWait`] is woken, a get takes the rest.
     pub awaits_read: bool,
 }
 
@@ -233,7 +234,7 @@ impl Request for GetMessages {
             Ok::<_, AmqpError>((got, body_bytes, false))
         })?;
         let short = (messages.len() as u64) < count && body_bytes < body_bytes_max;
-        let awaits_read = waits || (short && broker.reads_queue(&who.vhost, &queue.as_str()));
+        let awaits_read = waits || (short && broker.get_awaits_read(&who.vhost, &queue.as_str()));
         Ok(Gotten { messages, awaits_read })
     }
 }

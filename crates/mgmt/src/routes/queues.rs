@@ -377,9 +377,11 @@ async fn get_messages(
 /// [`GET_BODY_BYTES_MAX`]. The broker reads paged messages off its thread: a get that finds a
 /// read out takes nothing, or stops at a paged message
 /// ([`Gotten::awaits_read`](hourglass_broker::requests::Gotten)); this waits for the read and
-/// gets the rest, in up to [`GET_ROUNDS_MAX`] gets, the last taking what is in memory. Not after
-/// a requeue, which put what it took back in front: the next get would take the same messages
-/// again, so such a get answers with fewer.
+/// gets the rest, in up to [`GET_ROUNDS_MAX`] gets, the last taking what is in memory. After a
+/// get that took messages, only when they were acknowledged: a requeue put them back in front,
+/// where the next get would take them again, and a reject may dead-letter them back into the
+/// same queue; such a get answers with fewer. What earlier gets took and acknowledged is
+/// answered whatever a later one meets.
 async fn take_messages(
     state: &AppState,
     who: AsUser,
@@ -400,20 +402,24 @@ async fn take_messages(
         };
         let gotten = match state.broker.request(get).await {
             Ok(Ok(gotten)) => gotten,
-            // What earlier gets took is settled already: answered, not lost.
             Err(_) | Ok(Err(_)) if !got.is_empty() => break,
             Ok(Err(refused)) => return Err(refused.into()),
             Err(error) => return Err(error),
         };
-        let requeued = settlement == GetSettlement::Requeue && !gotten.messages.is_empty();
+        let settled_out_of_line = settlement != GetSettlement::Ack && !gotten.messages.is_empty();
         body_bytes += gotten.messages.iter().map(|(_, message)| message.body.len()).sum::<usize>();
         got.extend(gotten.messages);
-        if !gotten.awaits_read || requeued || round == GET_ROUNDS_MAX {
+        if !gotten.awaits_read || settled_out_of_line || round == GET_ROUNDS_MAX {
             break;
         }
         let wait = ReadWait { vhost: who.vhost.clone(), queue: queue.as_str().into_owned() };
-        let woken = state.broker.wait_for_read(wait).await?;
-        let _ = tokio::time::timeout(GET_READ_WAIT, woken).await;
+        match state.broker.wait_for_read(wait).await {
+            Ok(woken) => {
+                let _ = tokio::time::timeout(GET_READ_WAIT, woken).await;
+            }
+            Err(_) if !got.is_empty() => break,
+            Err(error) => return Err(error),
+        }
     }
     Ok(got)
 }

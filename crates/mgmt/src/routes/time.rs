@@ -34,6 +34,7 @@ use crate::access::require_queue_access;
 use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::json::properties_to_json;
+use crate::listing::off_workers;
 use crate::AppState;
 
 /// The most delayed messages one listing returns.
@@ -254,7 +255,7 @@ async fn delayed_keys_with_message_id(
         };
         let slice = state.broker.ask(search).await?.map_err(delayed_error)?;
         let next = slice.next;
-        found.extend(off_the_broker_task(move || Ok(slice.found())).await?);
+        found.extend(off_workers(move || slice.found()).await?);
         if found.len() > BY_MESSAGE_ID_MAX {
             return Err(ApiError::bad_request(format!(
                 "more than {BY_MESSAGE_ID_MAX} delayed messages have message_id {message_id:?}"
