@@ -25,10 +25,12 @@ beside the latency flow.
 
 With --http-gets-s S the HTTP API takes from the backlog instead, for S seconds: `POST
 /api/queues/%2f/drain-0/get` of 1,000 messages, acknowledged, one request at a time: its
-messages/s beside the latency flow.
+messages/s beside the latency flow. With --drop-caches (root) the page cache is dropped once the
+restart has brought the backlog back, so the records the gets need come from the disk.
 
 usage: scripts/bench_drain.py [--count 1000000] [--reps 3] [--binary PATH ...] [--no-build]
                               [--dead-letter-after-s 20 | --gets-s 5 | --http-gets-s 5]
+                              [--drop-caches]
 """
 import argparse
 import base64
@@ -88,7 +90,7 @@ def http_gets(http_port, seconds):
     return round(taken / (time.time() - started), 1)
 
 
-def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s, gets_s, http_gets_s=None):
+def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s, gets_s, http_gets_s=None, drop_caches=False):
     tmp = Path(tempfile.mkdtemp(prefix="hg-drain-"))
     log = open(tmp / "broker.log", "a")
     port, http_port = free_port(), free_port()
@@ -110,6 +112,9 @@ def one_run(binary, count, latency_rate, latency_s, dead_letter_after_s, gets_s,
             return dead_letter_run(binary, count, port, latency_rate, latency_s, filled_at + dead_letter_after_s)
         perf(port, None, "restart", ["depth", "--queue", f"{QUEUE}-0", "--messages", str(count)],
              timeout=STEP_TIMEOUT_S)
+        if drop_caches:
+            os.sync()
+            Path("/proc/sys/vm/drop_caches").write_text("3\n")
         if http_gets_s:
             rate, latency = beside_latency_flow(port, latency_rate, latency_s, lambda: http_gets(http_port, http_gets_s))
             return {"binary": str(binary), "count": count, "http_get_msg_per_s": rate,
@@ -183,6 +188,7 @@ def main():
     instead.add_argument("--dead-letter-after-s", type=float, help="dead-letter the backlog after this TTL instead")
     instead.add_argument("--gets-s", type=float, help="take from the backlog with basic.get for this long instead")
     instead.add_argument("--http-gets-s", type=float, help="take from the backlog with HTTP API gets for this long instead")
+    ap.add_argument("--drop-caches", action="store_true", help="drop the page cache after the restart (root)")
     ap.add_argument("--no-build", action="store_true")
     args = ap.parse_args()
     if not args.no_build:
@@ -193,7 +199,7 @@ def main():
     for _ in range(args.reps):
         for binary in binaries:
             run = one_run(binary, args.count, args.latency_rate, args.latency_s, args.dead_letter_after_s,
-                          args.gets_s, args.http_gets_s)
+                          args.gets_s, args.http_gets_s, args.drop_caches)
             print(json.dumps(run), flush=True)
             runs.append(run)
     keys = ["drain_msg_per_s", "first_delivery_s", "broker_cpu_us_per_msg"]
