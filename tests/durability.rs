@@ -357,6 +357,10 @@ async fn the_http_api_s_get_takes_paged_messages_in_order() {
     for confirm in confirms {
         assert!(within("confirm", confirm).await.unwrap().is_ack());
     }
+    let (status, shown) = common::http(&broker, "GET", "/api/queues/%2F/big", "").await;
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap_or_default();
+    let paged = shown["messages_paged_out"].as_u64().unwrap_or_default();
+    assert!(status == 200 && paged >= 250, "the backlog is paged out: {status} {shown}");
     let get = |count: usize, ackmode: &str| {
         let body = serde_json::json!({"count": count, "ackmode": ackmode, "encoding": "auto"}).to_string();
         let broker = &broker;

@@ -99,8 +99,8 @@ pub type StoreSender = std::sync::mpsc::Sender<Vec<SequencedOp>>;
 /// Spill reads performed at once (each up to 80 KB).
 const SPILL_READS_AT_ONCE: usize = 16;
 
-/// Reads of paged messages performed at once (each a queue's read-ahead, at most its resident
-/// byte limit).
+/// Reads of paged messages performed at once (each a consumer read, at most a queue's resident
+/// byte limit; a dead-lettering batch; or an HTTP API get's, at most its 16 MiB).
 const MESSAGE_READS_AT_ONCE: usize = 8;
 
 /// A far tier's spill read, performed through `files` (`hourglass_broker`'s `spill_reads.rs`).

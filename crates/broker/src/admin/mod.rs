@@ -100,6 +100,13 @@ impl AdminChannel<'_> {
         Ok(reading)
     }
 
+    /// Whether the message a get of `queue` would take next is paged out and being read
+    /// (`Queue::take_awaits_read`): a get-empty then meant "not yet", not "empty".
+    pub fn get_awaits_read(&self, queue: &ShortStr) -> bool {
+        let vhost = self.broker.vhost_of(ADMIN_CONNECTION);
+        vhost.is_some_and(|vhost| self.broker.get_awaits_read(&vhost, &queue.as_str()))
+    }
+
     /// Publishes a message; returns the replies (a basic.return when unroutable and mandatory).
     pub fn publish(&mut self, publish: Publish) -> Result<Vec<Reply>, AmqpError> {
         let command = Command::Publish { conn: ADMIN_CONNECTION, channel: ADMIN_CHANNEL, publish };

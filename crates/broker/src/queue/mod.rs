@@ -608,7 +608,10 @@ impl Queue {
     /// anything.
     pub(crate) fn ask_read_for_get(&mut self, count: usize, body_bytes: usize) -> bool {
         let span = count.min(CONSUMER_READ_MAX as usize);
-        if span > 0 && self.groups.is_none() && !self.pager.reading() {
+        if span == 0 {
+            return false;
+        }
+        if self.groups.is_none() && !self.pager.reading() {
             self.ask_read(None, span, body_bytes);
         }
         self.pager.reading()

@@ -200,12 +200,15 @@ impl Request for GetMessages {
     fn apply(self, broker: &mut Broker, now: Timestamp) -> Self::Answer {
         let GetMessages { who, queue, count, body_bytes_max, settlement, wait_for_reads } = self;
         let span = usize::try_from(count).unwrap_or(usize::MAX);
-        let (messages, body_bytes, waits) = who.on_channel(broker, now, |ch| {
+        let (messages, awaits_read) = who.on_channel(broker, now, |ch| {
             if wait_for_reads && ch.ask_read_for_get(&queue, span, body_bytes_max)? {
-                return Ok((Vec::new(), 0, true));
+                return Ok((Vec::new(), true));
             }
             let mut got = Vec::new();
             let mut body_bytes = 0usize;
+            // Asked when a get comes back empty, before the settlement below changes what the
+            // queue's message groups would choose next.
+            let mut stopped_on_read = false;
             for _ in 0..count {
                 if body_bytes >= body_bytes_max {
                     break;
@@ -216,7 +219,10 @@ impl Request for GetMessages {
                         body_bytes = body_bytes.saturating_add(message.body.len());
                         got.push((ok, message));
                     }
-                    _ => break,
+                    _ => {
+                        stopped_on_read = ch.get_awaits_read(&queue);
+                        break;
+                    }
                 }
             }
             if let Some((last, _)) = got.last() {
@@ -231,10 +237,8 @@ impl Request for GetMessages {
                     }
                 };
             }
-            Ok::<_, AmqpError>((got, body_bytes, false))
+            Ok::<_, AmqpError>((got, stopped_on_read))
         })?;
-        let short = (messages.len() as u64) < count && body_bytes < body_bytes_max;
-        let awaits_read = waits || (short && broker.get_awaits_read(&who.vhost, &queue.as_str()));
         Ok(Gotten { messages, awaits_read })
     }
 }

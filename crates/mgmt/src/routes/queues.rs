@@ -36,9 +36,11 @@ const GET_COUNT_MAX: u64 = 1000;
 /// #12). What it did not take stays in the queue; `truncate` still cuts what is shown.
 const GET_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// The gets one `…/get` sends at most: each but the last may stop at a message paged out and
-/// wait for the broker to read it off its thread (issue 41), the next taking the rest.
+/// wait for the broker to read it off its thread (issue 41), the next taking the rest; so it
+/// waits at most 7 times.
 const GET_ROUNDS_MAX: usize = 8;
-/// How long a `…/get` waits for one such read; past it, the next get takes what is in memory.
+/// How long a `…/get` waits for one such read; past it, the next get is the last and takes what
+/// is in memory.
 const GET_READ_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub fn routes() -> Router<AppState> {
@@ -377,7 +379,8 @@ async fn get_messages(
 /// [`GET_BODY_BYTES_MAX`]. The broker reads paged messages off its thread: a get that finds a
 /// read out takes nothing, or stops at a paged message
 /// ([`Gotten::awaits_read`](hourglass_broker::requests::Gotten)); this waits for the read and
-/// gets the rest, in up to [`GET_ROUNDS_MAX`] gets, the last taking what is in memory. After a
+/// gets the rest, in up to [`GET_ROUNDS_MAX`] gets, the last (or the one after a wait that timed
+/// out) taking what is in memory. A `count` of 0 takes nothing and waits for nothing. After a
 /// get that took messages, only when they were acknowledged: a requeue put them back in front,
 /// where the next get would take them again, and a reject may dead-letter them back into the
 /// same queue; such a get answers with fewer. What earlier gets took and acknowledged is
@@ -391,14 +394,16 @@ async fn take_messages(
 ) -> Result<Vec<(BasicGetOk, Arc<Message>)>, ApiError> {
     let mut got: Vec<(BasicGetOk, Arc<Message>)> = Vec::new();
     let mut body_bytes = 0usize;
+    let mut may_wait = count > 0;
     for round in 1..=GET_ROUNDS_MAX {
+        may_wait &= round < GET_ROUNDS_MAX;
         let get = GetMessages {
             who: who.clone(),
             queue: queue.clone(),
             count: count - got.len() as u64,
             body_bytes_max: GET_BODY_BYTES_MAX - body_bytes,
             settlement,
-            wait_for_reads: round < GET_ROUNDS_MAX,
+            wait_for_reads: may_wait,
         };
         let gotten = match state.broker.request(get).await {
             Ok(Ok(gotten)) => gotten,
@@ -409,14 +414,13 @@ async fn take_messages(
         let settled_out_of_line = settlement != GetSettlement::Ack && !gotten.messages.is_empty();
         body_bytes += gotten.messages.iter().map(|(_, message)| message.body.len()).sum::<usize>();
         got.extend(gotten.messages);
-        if !gotten.awaits_read || settled_out_of_line || round == GET_ROUNDS_MAX {
+        if !gotten.awaits_read || settled_out_of_line || !may_wait {
             break;
         }
         let wait = ReadWait { vhost: who.vhost.clone(), queue: queue.as_str().into_owned() };
         match state.broker.wait_for_read(wait).await {
-            Ok(woken) => {
-                let _ = tokio::time::timeout(GET_READ_WAIT, woken).await;
-            }
+            // A read still out after the wait: the next get takes what is in memory.
+            Ok(woken) => may_wait = tokio::time::timeout(GET_READ_WAIT, woken).await.is_ok(),
             Err(_) if !got.is_empty() => break,
             Err(error) => return Err(error),
         }

@@ -117,8 +117,9 @@ async fn list_delayed(
     let limit = params.limit.unwrap_or(DELAYED_LIST_DEFAULT).min(DELAYED_LIST_MAX);
     let shown_max = params.truncate.unwrap_or(DELAYED_PAYLOAD_SHOWN_MAX).min(DELAYED_PAYLOAD_SHOWN_MAX);
     let (peek, now) = state.broker.ask(PeekDelayed { vhost, queue: name, limit }).await?;
-    let listed =
-        off_the_broker_task(move || peek.map_err(delayed_error).map(DelayedPeek::read_stored)).await?;
+    // The records of paged ones are read on a blocking thread: a read may wait on the disk, and
+    // the broker's task reads none (ARCHITECTURE.md rule 1).
+    let listed = off_workers(move || peek.map(DelayedPeek::read_stored)).await?.map_err(delayed_error)?;
     let mut budget = DELAYED_LIST_BYTES_MAX;
     let mut items = Vec::with_capacity(listed.len());
     for delayed in &listed {
@@ -305,16 +306,6 @@ async fn reschedule_by_message_id(
     let due = when.due();
     let rescheduled = state.broker.request(RescheduleDelayedKeys { vhost, queue: name, keys, due }).await?;
     Ok(Json(json!({"rescheduled": rescheduled})))
-}
-
-/// Runs `read` (the reads of paged messages' records a listing found) on a blocking thread: a
-/// read may wait on the disk, and the broker's task reads none (ARCHITECTURE.md rule 1).
-async fn off_the_broker_task<T: Send + 'static>(
-    read: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(read)
-        .await
-        .map_err(|_| ApiError::internal("a read of stored messages failed"))?
 }
 
 /// One listed message, its properties and (cut) payload charged to `budget`; `None` once the
