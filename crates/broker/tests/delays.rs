@@ -292,7 +292,7 @@ fn delayed_messages_can_be_peeked_cancelled_and_rescheduled() {
     for body in [b"a", b"b", b"c"] {
         tb.publish(c, "", "slow", body);
     }
-    let waiting = tb.broker.peek_delayed("/", "slow", 10).unwrap().read_stored();
+    let waiting = tb.broker.peek_delayed("/", "slow", 10).unwrap().read_stored(usize::MAX);
     assert_eq!(
         waiting.iter().map(|d| d.message.body.to_vec()).collect::<Vec<_>>(),
         vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]

@@ -247,13 +247,36 @@ fn delayed_paged_messages_fall_due() {
     assert_eq!(disk.reads(), 0);
     let peek = tb.broker.peek_delayed("/", "q", 10).unwrap();
     assert_eq!((disk.reads(), peek.stored()), (0, 3), "the peek read no record; 3 are paged");
-    let peeked: Vec<_> =
-        peek.read_stored().iter().map(|m| String::from_utf8_lossy(&m.message.body).into_owned()).collect();
+    let peeked: Vec<_> = peek
+        .read_stored(usize::MAX)
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.message.body).into_owned())
+        .collect();
     assert_eq!(peeked, numbered_bodies(0..5));
     assert_eq!(disk.reads(), 3, "its caller read them");
     assert!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).is_empty());
     let effects = tb.advance(Duration::from_millis(5000));
     assert_eq!(body_texts(&effects), numbered_bodies(0..5));
+}
+
+/// A delayed listing reads the records of paged messages up to a bound of bytes, the first
+/// always: a record is read whole (its whole body), however little of it a listing shows, so
+/// 1,000 large delayed messages would otherwise be read into memory for one response. Before,
+/// the listing read every record it found.
+#[test]
+fn a_delayed_listing_reads_stored_records_up_to_its_bound() {
+    let (mut tb, c, mut disk) =
+        setup(FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(5000))]));
+    for i in 0..6 {
+        tb.publish_with(c, "", "q", properties(i), &vec![b'x'; 100_000], false);
+    }
+    disk.sync(&mut tb);
+    let peek = tb.broker.peek_delayed("/", "q", 10).unwrap();
+    assert_eq!(peek.stored(), 4, "four are paged");
+    let listed = peek.read_stored(250_000);
+    assert_eq!((listed.len(), disk.reads()), (4, 2), "the resident two, then two records of 100 kB");
+    let peek = tb.broker.peek_delayed("/", "q", 10).unwrap();
+    assert_eq!(peek.read_stored(1).len(), 3, "the first record is read whatever the bound");
 }
 
 /// Priorities still order paged messages.

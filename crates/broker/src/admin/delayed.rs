@@ -51,11 +51,21 @@ impl DelayedPeek {
     }
 
     /// The messages, in due order, the paged ones read from the store (run it where a read may
-    /// wait on the disk); one that cannot be read is left out and logged.
-    pub fn read_stored(self) -> Vec<DelayedMessage> {
+    /// wait on the disk); one that cannot be read is left out and logged. The listing ends before
+    /// the first paged one whose record would take the records read past `record_bytes_max`
+    /// (the first is always read): a record is read whole, however little of its body a listing
+    /// shows.
+    pub fn read_stored(self, record_bytes_max: usize) -> Vec<DelayedMessage> {
         let source = self.source;
+        let mut read_bytes = 0usize;
         self.found
             .into_iter()
+            .take_while(|(_, _, found)| {
+                let Found::Stored(at) = found else { return true };
+                let within = read_bytes == 0 || read_bytes + at.record_bytes as usize <= record_bytes_max;
+                read_bytes += at.record_bytes as usize;
+                within
+            })
             .filter_map(|(id, due, found)| {
                 Some(DelayedMessage { id, due, message: read_found(&source, id, &found)? })
             })

@@ -47,7 +47,8 @@ impl Disk {
         for op in &ops {
             self.stored.apply(&op.op, |queue, msg_id, record| {
                 *next_offset += 1000;
-                let location = RecordLocation { segment: 1, offset: *next_offset, record_bytes: 100 };
+                let location =
+                    RecordLocation { segment: 1, offset: *next_offset, record_bytes: record.len() as u32 };
                 source.records.lock().unwrap().insert(location, record.clone());
                 stored.push(StoredLocation { queue, msg_id, location });
                 StoredBody::At(location)

@@ -12,7 +12,8 @@
 //!
 //! A listing shows at most [`DELAYED_PAYLOAD_SHOWN_MAX`] bytes of each payload (less with
 //! `truncate`), and stops once [`DELAYED_LIST_BYTES_MAX`] bytes of payloads and properties are
-//! in the response.
+//! in the response, or before the stored records it read (on a blocking thread) pass
+//! [`DELAYED_LIST_READ_BYTES_MAX`].
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -44,6 +45,10 @@ const DELAYED_LIST_DEFAULT: usize = 100;
 /// The most bytes of one payload a listing shows (`truncate` asks for fewer): 64 KiB is enough to
 /// recognise a message; a client that needs a whole large body consumes it.
 const DELAYED_PAYLOAD_SHOWN_MAX: usize = 65_536;
+/// The most bytes of stored records one listing reads (a record is read whole, however little of
+/// its payload is shown): 1,000 delayed messages of the largest size (128 MiB) would otherwise
+/// read 128 GB for one response. Messages after it are left out of that response.
+const DELAYED_LIST_READ_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The most payload and property bytes (before base64) one listing response carries: 8 MiB, so
 /// a listing of the maximum count over large messages stays a few MiB of JSON instead of GiBs
 /// (issue #12: 1,000 large messages made 1 GiB). Messages after the budget is spent are left out
@@ -119,7 +124,8 @@ async fn list_delayed(
     let (peek, now) = state.broker.ask(PeekDelayed { vhost, queue: name, limit }).await?;
     // The records of paged ones are read on a blocking thread: a read may wait on the disk, and
     // the broker's task reads none (ARCHITECTURE.md rule 1).
-    let listed = off_workers(move || peek.map(DelayedPeek::read_stored)).await?.map_err(delayed_error)?;
+    let read = move |peek: DelayedPeek| peek.read_stored(DELAYED_LIST_READ_BYTES_MAX);
+    let listed = off_workers(move || peek.map(read)).await?.map_err(delayed_error)?;
     let mut budget = DELAYED_LIST_BYTES_MAX;
     let mut items = Vec::with_capacity(listed.len());
     for delayed in &listed {
