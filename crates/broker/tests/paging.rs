@@ -279,6 +279,37 @@ fn a_delayed_listing_reads_stored_records_up_to_its_bound() {
     assert_eq!(peek.read_stored(1).len(), 3, "the first record is read whatever the bound");
 }
 
+/// A slice of a search by `message_id` hands out paged messages' records up to a bound of
+/// bytes, the first always (each is read whole to learn its `message_id`); the next slice goes
+/// on from there, and every match is found. Before, a slice's only bound was the number of
+/// records (128 in the HTTP API: up to 16 GB of the largest messages).
+#[test]
+fn a_search_by_message_id_reads_stored_records_up_to_a_bound_per_slice() {
+    use hourglass_broker::admin::DelayedSlice;
+    let (mut tb, c, mut disk) =
+        setup(FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(5000))]));
+    for i in 0..6 {
+        tb.publish_with(c, "", "q", properties(i % 2), &vec![b'x'; 100_000], false);
+    }
+    disk.sync(&mut tb);
+    let slice = DelayedSlice { examined: 100, reads: 100, read_bytes: 150_000 };
+    let (mut found, mut cursor, mut slices) = (Vec::new(), None, 0);
+    loop {
+        let page = tb.broker.delayed_with_message_id("/", "q", "m1", cursor, slice).unwrap();
+        let next = page.next;
+        let read = disk.reads();
+        found.extend(page.found());
+        assert!(disk.reads() - read <= 1, "one record of 100 kB a slice");
+        slices += 1;
+        match next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+        assert!(slices < 10, "the search ends");
+    }
+    assert_eq!((found.len(), slices), (3, 4), "m1 thrice; the resident two and one record, then one each");
+}
+
 /// Priorities still order paged messages.
 #[test]
 fn priorities_order_paged_messages() {
@@ -815,7 +846,7 @@ fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
     let search = |tb: &TestBroker, id: &str| {
         let (mut found, mut cursor, mut slices) = (Vec::new(), None, 0);
         loop {
-            let slice = DelayedSlice { examined: 3, reads: 2 };
+            let slice = DelayedSlice { examined: 3, reads: 2, read_bytes: 1 << 20 };
             let read = disk.reads();
             let page = tb.broker.delayed_with_message_id("/", "q", id, cursor, slice).unwrap();
             assert_eq!(disk.reads(), read, "a slice reads no record on the broker's thread");
@@ -927,8 +958,13 @@ fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
     assert_eq!(relisted, listed, "ids are stable across the restore");
 
     // Found by message_id on disk, and cancelled there.
-    let page =
-        tb.broker.delayed_with_message_id("/", "q", "m7", None, DelayedSlice { examined: 100, reads: 100 });
+    let page = tb.broker.delayed_with_message_id(
+        "/",
+        "q",
+        "m7",
+        None,
+        DelayedSlice { examined: 100, reads: 100, read_bytes: 1 << 20 },
+    );
     let found = page.unwrap().found();
     assert_eq!(found.len(), 1);
     tb.broker.cancel_delayed_at("/", "q", found[0]).unwrap();

@@ -80,6 +80,9 @@ pub struct DelayedSlice {
     pub examined: usize,
     /// Paged messages among them, whose records the caller reads (`DelayedMatches::found`).
     pub reads: usize,
+    /// The bytes of those records at most (the first always): a record is read whole to learn
+    /// its `message_id`.
+    pub read_bytes: usize,
 }
 
 /// What one slice of a search looked at, and where the next one starts (`None`: the search is
@@ -191,7 +194,8 @@ impl Broker {
 
     /// One slice of a search of a queue's delayed messages for those whose `message_id`
     /// property is `message_id`: from after `cursor` in due order, at most `examined` messages
-    /// and at most `reads` paged ones among them (a paged one's properties are in its record,
+    /// and at most `reads` paged ones among them, their records at most `read_bytes` (the first
+    /// always; a paged one's properties are in its record,
     /// ADR 0007, which the caller reads: [`DelayedMatches::found`]), so that one slice holds the
     /// broker task for milliseconds. The caller runs slices, each in its own job, until `next`
     /// is `None`; messages that fall due or arrive meanwhile may be missed or found, as in any
@@ -211,21 +215,26 @@ impl Broker {
             source: self.message_source(),
             next: None,
         };
-        let (mut stored, mut last) = (0, None);
+        let (mut stored, mut stored_bytes, mut last) = (0, 0usize, None);
         // At most `examined` candidates are taken out of the index at all; the read budget may
         // stop the slice earlier.
         let examined_at_most = slice.examined.max(1);
         let candidates = queue.delayed.after(cursor.map(|c| (c.due, c.id)), examined_at_most);
         let complete = candidates.len() < examined_at_most;
         for (due, waiting) in candidates {
-            if stored == slice.reads.max(1) {
-                matches.next = last;
-                return Ok(matches);
+            let found = found_of(queue, &waiting.entry);
+            if let Some(Found::Stored(at)) = &found {
+                let bytes = at.record_bytes as usize;
+                let over_bytes = stored > 0 && stored_bytes + bytes > slice.read_bytes;
+                if stored == slice.reads.max(1) || over_bytes {
+                    matches.next = last;
+                    return Ok(matches);
+                }
+                (stored, stored_bytes) = (stored + 1, stored_bytes + bytes);
             }
             let key = DelayedKey { due, id: waiting.entry.seq };
             last = Some(key);
-            if let Some(found) = found_of(queue, &waiting.entry) {
-                stored += usize::from(matches!(found, Found::Stored(_)));
+            if let Some(found) = found {
                 matches.candidates.push((key, found));
             }
         }

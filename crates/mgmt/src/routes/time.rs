@@ -232,7 +232,7 @@ async fn cancel(
 }
 
 /// One slice of a search by `message_id`: what one broker job looks at.
-const SEARCH_SLICE: DelayedSlice = DelayedSlice { examined: 2_000, reads: 128 };
+const SEARCH_SLICE: DelayedSlice = DelayedSlice { examined: 2_000, reads: 128, read_bytes: 64 << 20 };
 /// The most messages one cancel or reschedule by `message_id` acts on (a `message_id` names
 /// one message in practice; the bound keeps a bad one from holding a list of millions).
 const BY_MESSAGE_ID_MAX: usize = 10_000;
