@@ -246,14 +246,9 @@ fn delayed_paged_messages_fall_due() {
     disk.sync(&mut tb);
     assert_eq!(disk.reads(), 0);
     let peek = tb.broker.peek_delayed("/", "q", 10).unwrap();
-    assert_eq!((disk.reads(), peek.stored()), (0, 3), "the peek read no record; 3 are paged");
-    let peeked: Vec<_> = peek
-        .read_stored(usize::MAX)
-        .iter()
-        .map(|m| String::from_utf8_lossy(&m.message.body).into_owned())
-        .collect();
-    assert_eq!(peeked, numbered_bodies(0..5));
-    assert_eq!(disk.reads(), 3, "its caller read them");
+    assert_eq!(disk.reads(), 0, "the peek read no record");
+    assert_eq!(peeked_bodies(peek), numbered_bodies(0..5));
+    assert_eq!(disk.reads(), 3, "its caller read the 3 paged ones");
     assert!(body_texts(&consume(&mut tb, c, "q", "ctag", true)).is_empty());
     let effects = tb.advance(Duration::from_millis(5000));
     assert_eq!(body_texts(&effects), numbered_bodies(0..5));
@@ -272,9 +267,11 @@ fn a_delayed_listing_reads_stored_records_up_to_its_bound() {
     }
     disk.sync(&mut tb);
     let peek = tb.broker.peek_delayed("/", "q", 10).unwrap();
-    assert_eq!(peek.stored(), 4, "four are paged");
+    assert_eq!(peek.read_stored(usize::MAX).len(), 6);
+    assert_eq!(disk.reads(), 4, "four are paged");
+    let peek = tb.broker.peek_delayed("/", "q", 10).unwrap();
     let listed = peek.read_stored(250_000);
-    assert_eq!((listed.len(), disk.reads()), (4, 2), "the resident two, then two records of 100 kB");
+    assert_eq!((listed.len(), disk.reads()), (4, 6), "the resident two, then two records of 100 kB");
     let peek = tb.broker.peek_delayed("/", "q", 10).unwrap();
     assert_eq!(peek.read_stored(1).len(), 3, "the first record is read whatever the bound");
 }
@@ -296,9 +293,9 @@ fn a_search_by_message_id_reads_stored_records_up_to_a_bound_per_slice() {
     let (mut found, mut cursor, mut slices) = (Vec::new(), None, 0);
     loop {
         let page = tb.broker.delayed_with_message_id("/", "q", "m1", cursor, slice).unwrap();
-        let next = page.next;
         let read = disk.reads();
-        found.extend(page.found());
+        let (matches, next) = page.found();
+        found.extend(matches);
         assert!(disk.reads() - read <= 1, "one record of 100 kB a slice");
         slices += 1;
         match next {
@@ -579,6 +576,12 @@ fn the_http_api_s_wait_for_a_read_is_woken_by_its_queue_s_delete() {
     assert_eq!(tb.broker.poll_notice(), Some(Notice::ReadAnswered { ticket: 3 }), "woken by the delete");
 }
 
+/// The bodies of the delayed messages `peek` found, its paged ones read.
+fn peeked_bodies(peek: hourglass_broker::admin::DelayedPeek) -> Vec<String> {
+    let listed = peek.read_stored(usize::MAX);
+    listed.iter().map(|m| String::from_utf8_lossy(&m.message.body).into_owned()).collect()
+}
+
 /// The HTTP API's get (a request of its) of up to `count` messages of `q`, acked, as guest.
 fn http_get(tb: &mut TestBroker, count: u64) -> hourglass_broker::requests::Gotten {
     use hourglass_broker::requests::{AsUser, GetMessages, GetSettlement, Request};
@@ -850,8 +853,8 @@ fn delayed_messages_are_found_by_message_id_in_slices_and_steered() {
             let read = disk.reads();
             let page = tb.broker.delayed_with_message_id("/", "q", id, cursor, slice).unwrap();
             assert_eq!(disk.reads(), read, "a slice reads no record on the broker's thread");
-            let next = page.next;
-            found.extend(page.found());
+            let (matches, next) = page.found();
+            found.extend(matches);
             slices += 1;
             match next {
                 Some(next) => cursor = Some(next),
@@ -930,6 +933,31 @@ fn fire_at_their_due_time(tb: &mut TestBroker, bodies: Vec<String>) {
     assert_eq!(body_texts(&tb.advance(Duration::from_millis(1))), bodies);
 }
 
+/// The HTTP API's delayed listings read no spill file and no record on the broker's thread
+/// (issue 41): a peek and a search slice take the far tier's listing (no read), and their caller
+/// reads the spill files and the records, finding every message in due order. Before, the
+/// broker's thread read the spill runs of every listing.
+#[test]
+fn delayed_listings_read_no_spill_file_on_the_broker_s_thread() {
+    use hourglass_broker::admin::DelayedSlice;
+    let mut disk = Disk::default();
+    let spill = Arc::new(MemorySpillFiles::with_run_records(10));
+    let (tb, _) = delayed_an_hour_in(&mut disk, spill.clone(), 40);
+    assert_eq!((delayed_on_disk(&tb), spill.file_count()), (38, 3), "three runs of 10 written");
+    let (spill_reads, reads) = (spill.reads(), disk.reads());
+    let peek = tb.broker.peek_delayed("/", "q", 100).unwrap();
+    let slice = DelayedSlice { examined: 100, reads: 100, read_bytes: 1 << 20 };
+    let search = tb.broker.delayed_with_message_id("/", "q", "m7", None, slice).unwrap();
+    assert_eq!((spill.reads(), disk.reads()), (spill_reads, reads), "nothing read on the broker's thread");
+    assert_eq!(peeked_bodies(peek), numbered_bodies(0..40));
+    assert!(
+        spill.reads() > spill_reads && disk.reads() == reads + 38,
+        "the caller read the runs and records"
+    );
+    let (found, next) = search.found();
+    assert_eq!((found.len(), next), (1, None));
+}
+
 /// Far-future delayed messages (ADR 0013, issue 23): once stored and paged out they wait on
 /// disk only, come back into memory a horizon before they are due and fire on time, in order;
 /// a restore puts them back on disk with their ids, and a search by `message_id` and a cancel
@@ -965,7 +993,7 @@ fn far_future_delayed_messages_wait_on_disk_and_fire_on_time() {
         None,
         DelayedSlice { examined: 100, reads: 100, read_bytes: 1 << 20 },
     );
-    let found = page.unwrap().found();
+    let (found, _) = page.unwrap().found();
     assert_eq!(found.len(), 1);
     tb.broker.cancel_delayed_at("/", "q", found[0]).unwrap();
     assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_delayed, 39);

@@ -1,15 +1,15 @@
 //! Seeing and steering delayed messages (semantics §7): list and peek without consuming, cancel,
 //! reschedule — by id, or every message with a given `message_id` property, found slice by
 //! slice. Ids are the entries' ids (`entry_ids.rs`): a persisted message keeps its id across
-//! restarts, and no other message gets it.
+//! restarts, and no other message gets it. The listings read nothing on the broker's thread:
+//! their callers finish them (`delayed_listing.rs`).
 
 use std::sync::Arc;
 
+use super::delayed_listing::{DelayedMatches, DelayedPeek, Listed};
 use crate::broker::Broker;
 use crate::message::Message;
-use crate::persist::{MessageSource, RecordLocation};
-use crate::queue::entry::{Entry, Payload};
-use crate::queue::{MessageRead, Queue, QueueId};
+use crate::queue::QueueId;
 use crate::time::Timestamp;
 
 /// A waiting message as the management API shows it.
@@ -27,52 +27,6 @@ pub struct DelayedKey {
     pub id: u64,
 }
 
-/// The delayed messages a peek found, in due order. The broker's thread reads no stored record
-/// for it (ARCHITECTURE.md rule 1): the caller reads those of paged messages where a read may
-/// wait on the disk ([`DelayedPeek::read_stored`]).
-#[derive(Debug)]
-pub struct DelayedPeek {
-    found: Vec<(u64, Timestamp, Found)>,
-    source: Option<Arc<dyn MessageSource>>,
-}
-
-/// A delayed message's content as a listing found it.
-#[derive(Debug)]
-enum Found {
-    InMemory(Arc<Message>),
-    /// Paged out (ADR 0007): its record, to be read off the broker's thread.
-    Stored(RecordLocation),
-}
-
-impl DelayedPeek {
-    /// How many records [`DelayedPeek::read_stored`] reads.
-    pub fn stored(&self) -> usize {
-        self.found.iter().filter(|(_, _, found)| matches!(found, Found::Stored(_))).count()
-    }
-
-    /// The messages, in due order, the paged ones read from the store (run it where a read may
-    /// wait on the disk); one that cannot be read is left out and logged. The listing ends before
-    /// the first paged one whose record would take the records read past `record_bytes_max`
-    /// (the first is always read): a record is read whole, however little of its body a listing
-    /// shows.
-    pub fn read_stored(self, record_bytes_max: usize) -> Vec<DelayedMessage> {
-        let source = self.source;
-        let mut read_bytes = 0usize;
-        self.found
-            .into_iter()
-            .take_while(|(_, _, found)| {
-                let Found::Stored(at) = found else { return true };
-                let within = read_bytes == 0 || read_bytes + at.record_bytes as usize <= record_bytes_max;
-                read_bytes += at.record_bytes as usize;
-                within
-            })
-            .filter_map(|(id, due, found)| {
-                Some(DelayedMessage { id, due, message: read_found(&source, id, &found)? })
-            })
-            .collect()
-    }
-}
-
 /// How much of a queue's delayed messages one slice of a search looks at.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct DelayedSlice {
@@ -85,35 +39,6 @@ pub struct DelayedSlice {
     pub read_bytes: usize,
 }
 
-/// What one slice of a search looked at, and where the next one starts (`None`: the search is
-/// over). Its messages are matched by [`DelayedMatches::found`], off the broker's thread: the
-/// paged ones' properties are in their records.
-#[derive(Debug)]
-pub struct DelayedMatches {
-    /// The messages looked at, in due order.
-    candidates: Vec<(DelayedKey, Found)>,
-    message_id: String,
-    source: Option<Arc<dyn MessageSource>>,
-    pub next: Option<DelayedKey>,
-}
-
-impl DelayedMatches {
-    /// The messages of the slice whose `message_id` is the one searched for, in due order, the
-    /// paged ones read from the store (run it where a read may wait on the disk; one that
-    /// cannot be read is left out and logged).
-    pub fn found(self) -> Vec<DelayedKey> {
-        let DelayedMatches { candidates, message_id, source, .. } = self;
-        let matches = |message: Arc<Message>| {
-            message.properties().message_id().is_some_and(|id| id.as_bytes() == message_id.as_bytes())
-        };
-        candidates
-            .into_iter()
-            .filter(|(key, found)| read_found(&source, key.id, found).is_some_and(matches))
-            .map(|(key, _)| key)
-            .collect()
-    }
-}
-
 /// Why a delayed-message operation found nothing to act on.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum DelayedError {
@@ -122,16 +47,12 @@ pub enum DelayedError {
 }
 
 impl Broker {
-    /// The first `limit` delayed messages of a queue in due order, with their content: a paged
-    /// one's record is read by the caller ([`DelayedPeek::read_stored`]).
+    /// The first `limit` delayed messages of a queue in due order, with their content: the far
+    /// tier's spill files and the paged ones' records are read by the caller
+    /// ([`DelayedPeek::read_stored`]).
     pub fn peek_delayed(&self, vhost: &str, queue: &str, limit: usize) -> Result<DelayedPeek, DelayedError> {
         let queue = self.queues.get(&self.queue_id(vhost, queue)?).ok_or(DelayedError::QueueNotFound)?;
-        let found = queue
-            .delayed
-            .peek(limit)
-            .filter_map(|(due, entry)| Some((entry.seq, due, found_of(queue, &entry)?)))
-            .collect();
-        Ok(DelayedPeek { found, source: self.message_source() })
+        Ok(DelayedPeek { listed: Listed::take(queue, None, limit), limit, source: self.message_source() })
     }
 
     /// Drops a delayed message before it becomes ready (a message waiting out a redelivery
@@ -195,10 +116,11 @@ impl Broker {
     /// One slice of a search of a queue's delayed messages for those whose `message_id`
     /// property is `message_id`: from after `cursor` in due order, at most `examined` messages
     /// and at most `reads` paged ones among them, their records at most `read_bytes` (the first
-    /// always; a paged one's properties are in its record,
-    /// ADR 0007, which the caller reads: [`DelayedMatches::found`]), so that one slice holds the
-    /// broker task for milliseconds. The caller runs slices, each in its own job, until `next`
-    /// is `None`; messages that fall due or arrive meanwhile may be missed or found, as in any
+    /// always; a paged one's properties are in its record, ADR 0007). The broker's thread only
+    /// takes what it holds ([`Listed::take`], no read, so one slice holds the broker task for
+    /// milliseconds); the caller reads and matches ([`DelayedMatches::found`], which also says
+    /// where the next slice starts). The caller runs slices, each in its own job, until there is
+    /// no next; messages that fall due or arrive meanwhile may be missed or found, as in any
     /// listing.
     pub fn delayed_with_message_id(
         &self,
@@ -209,37 +131,13 @@ impl Broker {
         slice: DelayedSlice,
     ) -> Result<DelayedMatches, DelayedError> {
         let queue = self.queues.get(&self.queue_id(vhost, queue)?).ok_or(DelayedError::QueueNotFound)?;
-        let mut matches = DelayedMatches {
-            candidates: Vec::new(),
+        Ok(DelayedMatches {
+            listed: Listed::take(queue, cursor, slice.examined.max(1)),
+            cursor,
+            slice,
             message_id: message_id.to_owned(),
             source: self.message_source(),
-            next: None,
-        };
-        let (mut stored, mut stored_bytes, mut last) = (0, 0usize, None);
-        // At most `examined` candidates are taken out of the index at all; the read budget may
-        // stop the slice earlier.
-        let examined_at_most = slice.examined.max(1);
-        let candidates = queue.delayed.after(cursor.map(|c| (c.due, c.id)), examined_at_most);
-        let complete = candidates.len() < examined_at_most;
-        for (due, waiting) in candidates {
-            let found = found_of(queue, &waiting.entry);
-            if let Some(Found::Stored(at)) = &found {
-                let bytes = at.record_bytes as usize;
-                let over_bytes = stored > 0 && stored_bytes + bytes > slice.read_bytes;
-                if stored == slice.reads.max(1) || over_bytes {
-                    matches.next = last;
-                    return Ok(matches);
-                }
-                (stored, stored_bytes) = (stored + 1, stored_bytes + bytes);
-            }
-            let key = DelayedKey { due, id: waiting.entry.seq };
-            last = Some(key);
-            if let Some(found) = found {
-                matches.candidates.push((key, found));
-            }
-        }
-        matches.next = if complete { None } else { last };
-        Ok(matches)
+        })
     }
 
     /// Where the delayed message `id` of a queue waits (a scan of its due times).
@@ -252,34 +150,4 @@ impl Broker {
     pub(crate) fn queue_id(&self, vhost: &str, queue: &str) -> Result<QueueId, DelayedError> {
         self.vhosts.get(vhost).and_then(|v| v.queue_id(queue)).ok_or(DelayedError::QueueNotFound)
     }
-}
-
-/// A delayed entry's message as a listing finds it: in memory (a packed one unpacked), or where
-/// it is stored when paged; `None` (logged) when a packed one does not decode.
-fn found_of(queue: &Queue, entry: &Entry) -> Option<Found> {
-    if let Payload::Paged(paged) = &entry.payload {
-        return Some(Found::Stored(paged.location()));
-    }
-    queue
-        .pager
-        .message_of(&entry.payload)
-        .map(Found::InMemory)
-        .map_err(|reason| cannot_read(entry.seq, &reason))
-        .ok()
-}
-
-/// The message `found`, its record read through `source` when stored; `None` (logged) when it
-/// cannot be.
-fn read_found(source: &Option<Arc<dyn MessageSource>>, id: u64, found: &Found) -> Option<Arc<Message>> {
-    match found {
-        Found::InMemory(message) => Some(message.clone()),
-        Found::Stored(at) => MessageRead::read_one(source.as_deref(), *at)
-            .map(Arc::new)
-            .map_err(|reason| cannot_read(id, &reason))
-            .ok(),
-    }
-}
-
-fn cannot_read(seq: u64, reason: &str) {
-    tracing::warn!(seq, %reason, "delayed message cannot be read back");
 }

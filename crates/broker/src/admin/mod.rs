@@ -9,6 +9,7 @@
 //! in the broker's effect queue for the driver to flush.
 
 mod delayed;
+mod delayed_listing;
 mod in_flight;
 mod listing;
 mod policies;
@@ -17,7 +18,8 @@ mod sqs_gateway;
 mod sqs_send;
 mod vhosts;
 
-pub use delayed::{DelayedError, DelayedKey, DelayedMatches, DelayedMessage, DelayedPeek, DelayedSlice};
+pub use delayed::{DelayedError, DelayedKey, DelayedMessage, DelayedSlice};
+pub use delayed_listing::{DelayedMatches, DelayedPeek};
 pub use in_flight::InFlightDelivery;
 pub use listing::{
     sort_bindings, sort_channels, sort_connections, sort_consumers, sort_exchanges, sort_queues,

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use super::entry::{Entry, Paged, Payload, Seq};
-use super::far_delays::{FarTier, SpillRead};
+use super::far_delays::{FarListing, FarTier, SpillRead};
 use super::far_files::SpillFiles;
 use super::far_record;
 use super::state_bytes::{StateReader, StateWriter};
@@ -212,18 +212,31 @@ impl DelayIndex {
     }
 
     /// Up to `limit` waiting messages after (`due`, `seq`) in due order (from the first without
-    /// a cursor), copied out of both tiers.
+    /// a cursor), copied out of both tiers. It reads the far tier's files where it runs: a
+    /// listing for the HTTP API takes [`DelayIndex::listing`] instead.
     pub fn after(&self, cursor: Option<(Timestamp, Seq)>, limit: usize) -> Vec<(Timestamp, Waiting)> {
-        use std::ops::Bound::{Excluded, Unbounded};
-        let start = cursor.map_or(Unbounded, Excluded);
-        let mut found: Vec<(Timestamp, Waiting)> =
-            self.near.range((start, Unbounded)).take(limit).map(|((due, _), w)| (*due, w.clone())).collect();
-        if let Some(far) = &self.far {
+        let (mut found, far) = self.listing(cursor, limit);
+        if let Some(far) = far {
             found.extend(far.after(cursor, limit));
             found.sort_unstable_by_key(|(due, waiting)| (*due, waiting.entry.seq));
             found.truncate(limit);
         }
         found
+    }
+
+    /// [`DelayIndex::after`] without a file read: the near tier's up to `limit` after `cursor`,
+    /// copied, and the far tier's listing (`FarListing::after`, for the caller to run where a
+    /// read may wait on the disk and merge in due order).
+    pub(crate) fn listing(
+        &self,
+        cursor: Option<(Timestamp, Seq)>,
+        limit: usize,
+    ) -> (Vec<(Timestamp, Waiting)>, Option<FarListing>) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let start = cursor.map_or(Unbounded, Excluded);
+        let near =
+            self.near.range((start, Unbounded)).take(limit).map(|((due, _), w)| (*due, w.clone())).collect();
+        (near, self.far.as_ref().map(FarTier::listing))
     }
 
     /// Replaces the message of waiting entry (`due`, `seq`) — if it is still `persist_id`'s and
@@ -298,11 +311,6 @@ impl DelayIndex {
             self.insert(due, waiting);
         }
         Some(restored)
-    }
-
-    /// The first `limit` waiting messages in due order with their content, without taking them.
-    pub fn peek(&self, limit: usize) -> impl Iterator<Item = (Timestamp, Entry)> {
-        self.after(None, limit).into_iter().map(|(due, waiting)| (due, waiting.entry))
     }
 
     /// The first `limit` waiting messages in due order, without taking them.

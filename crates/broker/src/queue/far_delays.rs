@@ -39,6 +39,8 @@ use crate::time::Timestamp;
 mod checkpoint;
 mod listing;
 
+pub(crate) use listing::FarListing;
+
 /// Records a far tier buffers before it sorts them and writes them as a run (1.3 MB).
 pub(super) const RUN_RECORDS: usize = 16_384;
 /// Records a load or a scan reads from a run at once (80 KB).
@@ -67,7 +69,7 @@ pub struct SpillRead {
 }
 
 /// A run: sorted by (due, id), its file read up to `cursor`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Run {
     /// Records in the file.
     len: u64,
@@ -259,7 +261,7 @@ impl FarTier {
     }
 
     fn file_name(&self, run: u64) -> String {
-        format!("q{}-{run}.run", self.queue)
+        file_name(self.queue, run)
     }
 
     /// Moves the messages due before `until` held in memory into `out` in no particular order,
@@ -451,20 +453,7 @@ impl FarTier {
     /// The records run `run` still holds after `after` (and at or after its head), uncancelled,
     /// in key order, made from its roster.
     fn held(&self, run: u64, after: Option<Key>) -> Vec<Record> {
-        let Some(r) = self.runs.get(&run) else { return Vec::new() };
-        let mut held: Vec<Record> = r
-            .roster
-            .records()
-            .filter(|fields| {
-                let key = (fields.due, fields.seq);
-                key >= r.head
-                    && after.is_none_or(|after| key > after)
-                    && !self.cancelled.contains(&(run, key))
-            })
-            .map(|fields| fields.record())
-            .collect();
-        held.sort_unstable_by_key(|record| key_of(record));
-        held
+        held(&self.runs, &self.cancelled, run, after)
     }
 
     /// Stops reading run `run`'s file (it did not read back): logged and counted; the file is
@@ -546,15 +535,6 @@ impl FarTier {
         self.count = self.count.saturating_sub(1);
         self.body_bytes = self.body_bytes.saturating_sub(waiting.entry.body_size());
         out.push((due, waiting));
-    }
-
-    fn read_records(&self, run: u64, from: u64, count: u64) -> Result<Vec<u8>, String> {
-        let bytes = self.files.read_at(
-            &self.file_name(run),
-            from * RECORD_BYTES as u64,
-            count as usize * RECORD_BYTES,
-        )?;
-        Ok(bytes)
     }
 
     /// Takes out the message (`due`, `id`), if held (found through the rosters: no file read).
@@ -659,14 +639,31 @@ fn checked(record: &[u8], head: Key, ids: (Seq, Seq)) -> Option<(Key, Timestamp,
     (key >= head && (ids.0..=ids.1).contains(&key.1)).then_some((key, due, waiting))
 }
 
-impl FarTier {
-    /// Run `run`'s record read from its file, for a listing, if it checks out as [`checked`]
-    /// or is a cancelled record its head was moved past (`pass_head`): its key.
-    fn listed_key(&self, run: u64, record: &[u8]) -> Option<Key> {
-        let r = self.runs.get(&run)?;
-        let (key, ..) = checked(record, (0, 0), r.ids)?;
-        (key >= r.head || self.cancelled.contains(&(run, key))).then_some(key)
-    }
+/// The name of queue `queue`'s run `run`'s file.
+fn file_name(queue: u64, run: u64) -> String {
+    format!("q{queue}-{run}.run")
+}
+
+/// The records run `run` of `runs` still holds after `after` (and at or after its head), not in
+/// `cancelled`, in key order, made from its roster.
+fn held(
+    runs: &HashMap<u64, Run>,
+    cancelled: &HashSet<(u64, Key)>,
+    run: u64,
+    after: Option<Key>,
+) -> Vec<Record> {
+    let Some(r) = runs.get(&run) else { return Vec::new() };
+    let mut held: Vec<Record> = r
+        .roster
+        .records()
+        .filter(|fields| {
+            let key = (fields.due, fields.seq);
+            key >= r.head && after.is_none_or(|after| key > after) && !cancelled.contains(&(run, key))
+        })
+        .map(|fields| fields.record())
+        .collect();
+    held.sort_unstable_by_key(|record| key_of(record));
+    held
 }
 
 impl Drop for FarTier {

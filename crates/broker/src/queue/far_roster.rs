@@ -29,7 +29,7 @@ const BODY_SIZE: u8 = 8;
 const EXTRAS: u8 = 16;
 
 /// The records of one run, encoded in id order.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Roster {
     /// Shared, so a checkpoint takes it without a copy (`far_delays/checkpoint.rs`).
     bytes: Bytes,

@@ -145,6 +145,8 @@ impl Broker {
     }
 
     /// The first `limit` delayed messages of a queue, in due order, without taking them.
+    /// It reads the far tier's spill files where it runs (tests and tools; the HTTP API's
+    /// listings read them off the broker's thread: `admin/delayed_listing.rs`).
     pub fn list_delayed(&self, vhost: &str, name: &str, limit: usize) -> Option<Vec<DelayedInfo>> {
         let id = self.vhosts.get(vhost)?.queue_id(name)?;
         self.queues.get(&id).map(|q| q.delayed.list(limit))

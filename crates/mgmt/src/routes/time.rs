@@ -261,8 +261,9 @@ async fn delayed_keys_with_message_id(
             slice: SEARCH_SLICE,
         };
         let slice = state.broker.ask(search).await?.map_err(delayed_error)?;
-        let next = slice.next;
-        found.extend(off_workers(move || slice.found()).await?);
+        // The far tier's files and the paged records are read on a blocking thread.
+        let (matches, next) = off_workers(move || slice.found()).await?;
+        found.extend(matches);
         if found.len() > BY_MESSAGE_ID_MAX {
             return Err(ApiError::bad_request(format!(
                 "more than {BY_MESSAGE_ID_MAX} delayed messages have message_id {message_id:?}"

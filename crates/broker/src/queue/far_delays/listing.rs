@@ -2,20 +2,58 @@
 //! delayed-message listings and searches): a merge of the write buffer and every run, reading
 //! each run's file a few records at a time, each record checked as a load checks it (cancelled
 //! ones the run's head has passed over let through, and skipped), or reading the run's roster
-//! instead once its file fails. These reads are still made on the broker's thread.
+//! instead once its file fails.
+//!
+//! The broker's thread reads no file for it (ARCHITECTURE.md rule 1): it takes a [`FarListing`]
+//! (`FarTier::listing`: the buffer, the runs' bounds and rosters, the cancelled keys; O(runs +
+//! buffer + cancelled), no read), and the listing runs on it where a read may wait on the disk.
+//! A run loaded or deleted meanwhile reads back from its roster as a damaged one does.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 
-use super::{FarTier, Key, Record, Seq, LIST_CHUNK, READ_CHUNK, RECORD_BYTES};
+use super::{
+    checked, file_name, held, FarTier, Key, Record, Run, Seq, SpillFiles, LIST_CHUNK, READ_CHUNK,
+    RECORD_BYTES,
+};
 use crate::queue::delay::Waiting;
 use crate::queue::far_record::{decode, key_of};
 use crate::time::Timestamp;
 
+/// What listing a far tier needs, taken from it (`FarTier::listing`) to list elsewhere.
+#[derive(Clone, Debug)]
+pub(crate) struct FarListing {
+    files: Arc<dyn SpillFiles>,
+    queue: u64,
+    buffer: Vec<Record>,
+    runs: HashMap<u64, Run>,
+    cancelled: HashSet<(u64, Key)>,
+}
+
 impl FarTier {
+    /// What [`FarListing::after`] lists, without reading a file.
+    pub(crate) fn listing(&self) -> FarListing {
+        FarListing {
+            files: self.files.clone(),
+            queue: self.queue,
+            buffer: self.buffer.clone(),
+            runs: self.runs.clone(),
+            cancelled: self.cancelled.clone(),
+        }
+    }
+
+    /// [`FarListing::after`] of this tier, here (tests).
+    #[cfg(test)]
+    pub fn after(&self, cursor: Option<(Timestamp, Seq)>, limit: usize) -> Vec<(Timestamp, Waiting)> {
+        self.listing().after(cursor, limit)
+    }
+}
+
+impl FarListing {
     /// Up to `limit` messages after `cursor` in (due, id) order, without taking them: a merge of
     /// the buffer and every run from the cursor on, reading each run a few records at a time,
     /// so a page costs about `limit` records plus a binary search and one small read per run (a
-    /// run whose file fails is listed from its roster).
+    /// run whose file fails is listed from its roster). Run it where a read may wait on the disk.
     pub fn after(&self, cursor: Option<(Timestamp, Seq)>, limit: usize) -> Vec<(Timestamp, Waiting)> {
         let after = cursor.map(|(due, id)| (due.as_millis(), id));
         let mut buffered: Vec<&Record> =
@@ -83,6 +121,24 @@ impl FarTier {
         }
         Ok(low)
     }
+
+    fn read_records(&self, run: u64, from: u64, count: u64) -> Result<Vec<u8>, String> {
+        let name = file_name(self.queue, run);
+        self.files.read_at(&name, from * RECORD_BYTES as u64, count as usize * RECORD_BYTES)
+    }
+
+    /// Run `run`'s record read from its file, if it checks out as a load's does (`checked`) or
+    /// is a cancelled record its head was moved past (`pass_head`): its key.
+    fn listed_key(&self, run: u64, record: &[u8]) -> Option<Key> {
+        let r = self.runs.get(&run)?;
+        let (key, ..) = checked(record, (0, 0), r.ids)?;
+        (key >= r.head || self.cancelled.contains(&(run, key))).then_some(key)
+    }
+
+    /// The records run `run` still holds after `after`, from its roster.
+    fn held(&self, run: u64, after: Option<Key>) -> Vec<Record> {
+        held(&self.runs, &self.cancelled, run, after)
+    }
 }
 
 /// A run read forward for a listing: a small chunk at a time, growing as it is used; from its
@@ -104,7 +160,7 @@ struct FileReader {
 
 impl RunReader {
     /// Run `run` read from after `after`.
-    fn new(tier: &FarTier, run: u64, after: Option<Key>) -> Self {
+    fn new(tier: &FarListing, run: u64, after: Option<Key>) -> Self {
         let mut reader = RunReader { run, last: after, from_file: None, held: VecDeque::new() };
         let Some(r) = tier.runs.get(&run) else { return reader };
         let start = match after {
@@ -119,7 +175,7 @@ impl RunReader {
     }
 
     /// The key of the next record (`None`: the run ends here).
-    fn peek(&mut self, tier: &FarTier) -> Option<Key> {
+    fn peek(&mut self, tier: &FarListing) -> Option<Key> {
         let Some(file) = &mut self.from_file else { return self.held.front().map(|record| key_of(record)) };
         match file.next_checked(tier, self.run, self.last) {
             Ok(next) => next,
@@ -151,7 +207,7 @@ impl RunReader {
 impl FileReader {
     /// The key of the next record, reading a chunk when the last one is used up; `Err` when the
     /// file does not read back or the record does not check out (or come after `last`).
-    fn next_checked(&mut self, tier: &FarTier, run: u64, last: Option<Key>) -> Result<Option<Key>, ()> {
+    fn next_checked(&mut self, tier: &FarListing, run: u64, last: Option<Key>) -> Result<Option<Key>, ()> {
         if self.pos == self.chunk.len() {
             let read_so_far = self.chunk.len() / RECORD_BYTES;
             let count = (self.end - self.at).min((read_so_far * 2).clamp(LIST_CHUNK, READ_CHUNK) as u64);
