@@ -83,7 +83,7 @@ async fn publish_due_at(channel: &lapin::Channel, queue: &str, numbers: std::ops
     }
 }
 
-/// The spill run files of `data_dir` that are fully written, by queue id (`q<id>-<run>.run`).
+/// The spill run files of `data_dir` that are fully written, by queue id (`q<id>-<run>-<write>.run`).
 fn run_files(data_dir: &Path) -> Vec<(u64, PathBuf)> {
     let mut runs: Vec<(u64, PathBuf)> = std::fs::read_dir(data_dir.join("delays"))
         .into_iter()

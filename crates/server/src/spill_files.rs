@@ -33,7 +33,7 @@ pub struct SpillDir {
     /// many times in a row, and an open per read would double the system calls.
     /// Shared: a read takes its own handle, and opens and reads without the lock, so a read
     /// waiting on the disk holds up no other and no write or delete (loads read on tokio's
-    /// blocking threads, listings on the broker's).
+    /// blocking threads, the HTTP API's listings on its own).
     last_read: Mutex<LastRead>,
     /// What the writer thread shares with the callers.
     shared: Arc<Shared>,

@@ -226,7 +226,8 @@ impl DelayIndex {
 
     /// [`DelayIndex::after`] without a file read: the near tier's up to `limit` after `cursor`,
     /// copied, and the far tier's listing (`FarListing::after`, for the caller to run where a
-    /// read may wait on the disk and merge in due order).
+    /// read may wait on the disk and merge in due order); none when the near tier's fill the
+    /// limit and fall due before the far tier's first.
     pub(crate) fn listing(
         &self,
         cursor: Option<(Timestamp, Seq)>,
@@ -234,9 +235,13 @@ impl DelayIndex {
     ) -> (Vec<(Timestamp, Waiting)>, Option<FarListing>) {
         use std::ops::Bound::{Excluded, Unbounded};
         let start = cursor.map_or(Unbounded, Excluded);
-        let near =
+        let near: Vec<(Timestamp, Waiting)> =
             self.near.range((start, Unbounded)).take(limit).map(|((due, _), w)| (*due, w.clone())).collect();
-        (near, self.far.as_ref().map(FarTier::listing))
+        let far = self.far.as_ref().filter(|far| {
+            let before_far = near.last().zip(far.next_due()).is_some_and(|((last, _), first)| *last < first);
+            !(near.len() == limit && before_far)
+        });
+        (near, far.map(|far| far.listing(cursor, limit)))
     }
 
     /// Replaces the message of waiting entry (`due`, `seq`) — if it is still `persist_id`'s and

@@ -94,13 +94,17 @@ struct Run {
     /// Restored from a checkpoint (`far_delays/checkpoint.rs`), its file not written yet: its
     /// first write is no recovery from damage.
     from_checkpoint: bool,
+    /// Which write of the tier made its file: part of the file's name, so a run written again
+    /// (`write_again`) gets a file of its own, and a listing or read that holds the run as it was
+    /// reads the old file or none, never the new one at the old one's offsets.
+    file: u64,
 }
 
 /// A queue's far-future delayed messages, on disk.
 #[derive(Debug)]
 pub(crate) struct FarTier {
     files: Arc<dyn SpillFiles>,
-    /// The queue's number: it names the tier's files (`q<queue>-<run number>.run`) and its
+    /// The queue's number: it names the tier's files (`q<queue>-<run number>-<write number>.run`) and its
     /// reads' answers.
     queue: u64,
     /// Records not yet written, unsorted.
@@ -109,8 +113,11 @@ pub(crate) struct FarTier {
     runs: HashMap<u64, Run>,
     /// Each run's head by due time (and the run's number).
     heads: BTreeSet<(Timestamp, u64)>,
-    /// Records still in a run but cancelled: (run, key).
-    cancelled: HashSet<(u64, Key)>,
+    /// Records still in a run but cancelled: (run, key). Shared with the listings taken from
+    /// the tier (`FarListing`), copied only if changed while one holds it.
+    cancelled: Arc<HashSet<(u64, Key)>>,
+    /// The number of the next file written (`Run::file`).
+    next_file: u64,
     /// Runs waiting for an asked read, and the record it starts at ([`ASKED_MAX`] at most).
     /// They stay in `heads` (`next_due` is still theirs) but out of the load deadline.
     asked: HashMap<u64, u64>,
@@ -142,7 +149,8 @@ impl FarTier {
             buffer_first_due: None,
             runs: HashMap::new(),
             heads: BTreeSet::new(),
-            cancelled: HashSet::new(),
+            cancelled: Arc::default(),
+            next_file: 0,
             asked: HashMap::new(),
             asks: Vec::new(),
             next_run: 0,
@@ -224,7 +232,8 @@ impl FarTier {
         let Some((file, head)) = in_key_order(&records) else { return };
         let number = self.next_run;
         self.next_run += 1;
-        let on_file = self.write_file(number, file);
+        let file_number = self.take_file_number();
+        let on_file = self.write_file(&file_name(self.queue, number, file_number), file);
         let run = Run {
             len: records.len() as u64,
             cursor: 0,
@@ -234,14 +243,21 @@ impl FarTier {
             roster: Roster::new(&records),
             on_file,
             from_checkpoint: false,
+            file: file_number,
         };
         self.runs.insert(number, run);
         self.heads.insert((Timestamp::from_millis(head.0), number));
     }
 
-    /// Writes run `run`'s file (its records in key order); whether it was written.
-    fn write_file(&mut self, run: u64, file: Vec<u8>) -> bool {
-        match self.files.write(&self.file_name(run), file) {
+    /// A number for the next file written (`Run::file`).
+    fn take_file_number(&mut self) -> u64 {
+        self.next_file += 1;
+        self.next_file
+    }
+
+    /// Writes a run's file `name` (its records in key order); whether it was written.
+    fn write_file(&mut self, name: &str, file: Vec<u8>) -> bool {
+        match self.files.write(name, file) {
             Ok(()) => {
                 if std::mem::take(&mut self.writes_failing) {
                     tracing::info!(queue = self.queue, "spill files can be written again");
@@ -260,8 +276,9 @@ impl FarTier {
         }
     }
 
+    /// The name of run `run`'s file (as its last write named it).
     fn file_name(&self, run: u64) -> String {
-        file_name(self.queue, run)
+        file_name(self.queue, run, self.runs.get(&run).map_or(0, |r| r.file))
     }
 
     /// Moves the messages due before `until` held in memory into `out` in no particular order,
@@ -378,7 +395,8 @@ impl FarTier {
             };
             // A cancelled record is passed whatever its due time; it may lie before the head
             // (`pass_head` moves the head past cancelled records the cursor has not reached).
-            if self.cancelled.remove(&(run, key)) {
+            if self.cancelled.contains(&(run, key)) && Arc::make_mut(&mut self.cancelled).remove(&(run, key))
+            {
                 cursor += 1;
                 head = head.max(key_after(key));
                 continue;
@@ -481,11 +499,12 @@ impl FarTier {
         if held.is_empty() {
             return;
         }
-        if !self.write_file(run, held.concat()) {
+        let file_number = self.take_file_number();
+        if !self.write_file(&file_name(self.queue, run, file_number), held.concat()) {
             self.may_retry_write = false;
             return;
         }
-        self.cancelled.retain(|(of, _)| *of != run);
+        self.forget_cancelled(run);
         let Some(r) = self.runs.get_mut(&run) else { return };
         self.heads.remove(&(Timestamp::from_millis(r.head.0), run));
         let damaged = !r.from_checkpoint;
@@ -498,6 +517,7 @@ impl FarTier {
             roster: Roster::new(&held),
             on_file: true,
             from_checkpoint: false,
+            file: file_number,
         };
         self.heads.insert((Timestamp::from_millis(r.head.0), run));
         if damaged {
@@ -508,12 +528,20 @@ impl FarTier {
     /// Forgets run `run` and deletes its file (read through).
     fn delete_run(&mut self, run: u64) {
         self.asked.remove(&run);
+        let name = self.file_name(run);
         // A file read through passed its cancelled records; a run whose last records were all
         // cancelled (`pass_head`), or that was served from its roster, did not.
         if self.runs.remove(&run).is_some_and(|r| !r.on_file || r.cursor < r.len) {
-            self.cancelled.retain(|(of, _)| *of != run);
+            self.forget_cancelled(run);
         }
-        self.files.remove(&self.file_name(run));
+        self.files.remove(&name);
+    }
+
+    /// Forgets the cancelled records of run `run`.
+    fn forget_cancelled(&mut self, run: u64) {
+        if self.cancelled.iter().any(|(of, _)| *of == run) {
+            Arc::make_mut(&mut self.cancelled).retain(|(of, _)| *of != run);
+        }
     }
 
     /// Counts out one record held in memory and hands its message over.
@@ -553,7 +581,7 @@ impl FarTier {
         })?;
         let mut out = Vec::new();
         self.take_record(&record, &mut out);
-        self.cancelled.insert((run, key));
+        Arc::make_mut(&mut self.cancelled).insert((run, key));
         if self.runs.get(&run).is_some_and(|r| r.head == key) {
             self.pass_head(run, due);
         }
@@ -639,9 +667,9 @@ fn checked(record: &[u8], head: Key, ids: (Seq, Seq)) -> Option<(Key, Timestamp,
     (key >= head && (ids.0..=ids.1).contains(&key.1)).then_some((key, due, waiting))
 }
 
-/// The name of queue `queue`'s run `run`'s file.
-fn file_name(queue: u64, run: u64) -> String {
-    format!("q{queue}-{run}.run")
+/// The name of queue `queue`'s run `run`'s file, made by the tier's write number `file`.
+fn file_name(queue: u64, run: u64, file: u64) -> String {
+    format!("q{queue}-{run}-{file}.run")
 }
 
 /// The records run `run` of `runs` still holds after `after` (and at or after its head), not in
@@ -909,6 +937,26 @@ mod tests {
         files.damage_bytes(0, RECORD_BYTES * 100);
         assert_eq!(load_keys(&mut far, 200_000).len(), 99);
         assert_eq!(far.damaged_runs, 2);
+    }
+
+    /// A listing taken before a run's file is written again (damaged, then loaded from its
+    /// roster) lists the run as it was when taken: its old file is gone, so from the listing's
+    /// roster, never from the new file at the old one's offsets. (With one name for both, a
+    /// review found the listing skipping the run's first records.)
+    #[test]
+    fn a_listing_taken_before_a_run_is_written_again_lists_the_run_as_it_was() {
+        let (files, mut far) = small_runs(100);
+        assert_eq!(load_keys(&mut far, 10_500).len(), 1);
+        let listing = far.listing(None, 1000);
+        let seqs =
+            |listed: Vec<(Timestamp, Waiting)>| listed.iter().map(|(_, w)| w.entry.seq).collect::<Vec<_>>();
+        let expected = seqs(listing.after(None, 1000));
+        assert_eq!(expected, (1..100).collect::<Vec<_>>());
+        files.delete_all();
+        assert_eq!(load_keys(&mut far, 12_500).len(), 2);
+        assert_eq!((far.damaged_runs, files.file_count()), (1, 1), "written again");
+        assert_eq!(seqs(listing.after(None, 1000)), expected);
+        assert_eq!(seqs(listing.after(Some((t(50_000), 40)), 3)), [41, 42, 43], "and from a cursor");
     }
 
     /// A run that cannot be written (the directory replaced by a file) keeps its messages

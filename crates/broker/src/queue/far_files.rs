@@ -14,9 +14,9 @@ pub trait SpillFiles: Send + Sync + fmt::Debug {
     /// Creates file `name` holding `bytes` (replacing any). It may be written later, by another
     /// thread, as long as reads see it at once.
     fn write(&self, name: &str, bytes: Vec<u8>) -> Result<(), String>;
-    /// Reads `len` bytes of file `name` from `offset`: for loads by the driver, off the
-    /// broker's thread (`spill_reads.rs`); for listings of delayed messages, on it. Shared by
-    /// several threads at once.
+    /// Reads `len` bytes of file `name` from `offset`: for loads by the driver (`spill_reads.rs`)
+    /// and for the HTTP API's listings of delayed messages (`admin/delayed_listing.rs`), off the
+    /// broker's thread. Shared by several threads at once.
     fn read_at(&self, name: &str, offset: u64, len: usize) -> Result<Vec<u8>, String>;
     /// Deletes file `name` (already gone is fine).
     fn remove(&self, name: &str);

@@ -27,8 +27,9 @@ impl DueAt {
     }
 }
 
-/// The first `limit` delayed messages of a queue in due order (the paged ones' records for the
-/// caller to read: [`DelayedPeek::read_stored`]), and the broker's time.
+/// The first `limit` delayed messages of a queue in due order (the far tier's spill runs and
+/// the paged ones' records for the caller to read: [`DelayedPeek::read_stored`]), and the
+/// broker's time.
 pub struct PeekDelayed {
     pub vhost: String,
     pub queue: String,

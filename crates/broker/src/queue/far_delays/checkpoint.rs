@@ -23,7 +23,7 @@ impl FarTier {
     /// Appends the tier to a queue state; returns how many messages it holds (each a stored one).
     pub(crate) fn checkpoint(&self, out: &mut StateWriter) -> u64 {
         let mut cancelled: HashMap<u64, Vec<Key>> = HashMap::new();
-        for (run, key) in &self.cancelled {
+        for (run, key) in self.cancelled.iter() {
             cancelled.entry(*run).or_default().push(*key);
         }
         out.u64(self.next_run);
@@ -162,7 +162,8 @@ impl FarTier {
     /// Files restored run `number` with its cancelled keys (those at or after its head).
     fn keep_run(&mut self, number: u64, run: Run, cancelled: HashSet<Key>) {
         let head = run.head;
-        self.cancelled.extend(cancelled.into_iter().filter(|key| *key >= head).map(|key| (number, key)));
+        let kept = cancelled.into_iter().filter(|key| *key >= head).map(|key| (number, key));
+        Arc::make_mut(&mut self.cancelled).extend(kept);
         self.heads.insert((Timestamp::from_millis(head.0), number));
         self.runs.insert(number, run);
     }
@@ -181,6 +182,7 @@ impl Run {
             roster,
             on_file: false,
             from_checkpoint: true,
+            file: 0,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! The broker's thread reads no file for it (ARCHITECTURE.md rule 1): it takes a [`FarListing`]
 //! (`FarTier::listing`: the buffer, the runs' bounds and rosters, the cancelled keys; O(runs +
 //! buffer + cancelled), no read), and the listing runs on it where a read may wait on the disk.
-//! A run loaded or deleted meanwhile reads back from its roster as a damaged one does.
+//! A run loaded from meanwhile is read in its unchanged file; one deleted or written again (a file
+//! of its own name: `Run::file`) is listed from the listing's roster, as a damaged one is.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -27,16 +28,24 @@ pub(crate) struct FarListing {
     queue: u64,
     buffer: Vec<Record>,
     runs: HashMap<u64, Run>,
-    cancelled: HashSet<(u64, Key)>,
+    cancelled: Arc<HashSet<(u64, Key)>>,
 }
 
 impl FarTier {
-    /// What [`FarListing::after`] lists, without reading a file.
-    pub(crate) fn listing(&self) -> FarListing {
+    /// What [`FarListing::after`] lists after `cursor`, up to `limit`, without reading a file:
+    /// of the write buffer, only the `limit` first after the cursor.
+    pub(crate) fn listing(&self, cursor: Option<(Timestamp, Seq)>, limit: usize) -> FarListing {
+        let after = cursor.map(|(due, id)| (due.as_millis(), id));
+        let mut buffer: Vec<Record> =
+            self.buffer.iter().filter(|r| after.is_none_or(|a| key_of(r.as_slice()) > a)).copied().collect();
+        if buffer.len() > limit {
+            buffer.select_nth_unstable_by_key(limit, |r| key_of(r.as_slice()));
+            buffer.truncate(limit);
+        }
         FarListing {
             files: self.files.clone(),
             queue: self.queue,
-            buffer: self.buffer.clone(),
+            buffer,
             runs: self.runs.clone(),
             cancelled: self.cancelled.clone(),
         }
@@ -45,7 +54,7 @@ impl FarTier {
     /// [`FarListing::after`] of this tier, here (tests).
     #[cfg(test)]
     pub fn after(&self, cursor: Option<(Timestamp, Seq)>, limit: usize) -> Vec<(Timestamp, Waiting)> {
-        self.listing().after(cursor, limit)
+        self.listing(cursor, limit).after(cursor, limit)
     }
 }
 
@@ -123,7 +132,7 @@ impl FarListing {
     }
 
     fn read_records(&self, run: u64, from: u64, count: u64) -> Result<Vec<u8>, String> {
-        let name = file_name(self.queue, run);
+        let name = file_name(self.queue, run, self.runs.get(&run).map_or(0, |r| r.file));
         self.files.read_at(&name, from * RECORD_BYTES as u64, count as usize * RECORD_BYTES)
     }
 
