@@ -224,6 +224,23 @@ mod tests {
         assert!(gets.per_channel.is_empty(), "nothing counted for gets gone");
     }
 
+    /// A queue has at most [`HTTP_GETS_PER_QUEUE_MAX`] of the HTTP API's gets waiting; the next
+    /// is refused (woken at once by `Broker::wait_for_read`), another queue has room of its own,
+    /// and the answer takes them all, in order, freeing the room.
+    #[test]
+    fn a_queue_has_at_most_its_bound_of_http_gets_waiting() {
+        let (q, other) = (QueueId(1), QueueId(2));
+        let mut gets = WaitingGets::default();
+        for ticket in 0..HTTP_GETS_PER_QUEUE_MAX as u64 {
+            assert!(gets.wait_http(q, ticket));
+        }
+        assert!(!gets.wait_http(q, 9_999), "past the bound");
+        assert!(gets.wait_http(other, 9_999), "another queue has its own room");
+        let woken = gets.take_http(q);
+        assert_eq!(woken, (0..HTTP_GETS_PER_QUEUE_MAX as u64).collect::<Vec<_>>());
+        assert!(gets.take_http(q).is_empty() && gets.wait_http(q, 1), "room again");
+    }
+
     #[test]
     fn a_channel_has_at_most_its_bound_waiting_and_answered_ones_free_room() {
         let (q, other) = (QueueId(1), QueueId(2));

@@ -516,15 +516,21 @@ fn the_http_api_s_get_stops_at_a_paged_message_of_a_lower_priority() {
     let taken = |gotten: &hourglass_broker::requests::Gotten| -> Vec<String> {
         gotten.messages.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect()
     };
+    let mut rounds = Vec::new();
     let mut got = Vec::new();
     for _ in 0..4 {
         let gotten = http_get(&mut tb, 6 - got.len() as u64);
         got.extend(taken(&gotten));
+        rounds.push((taken(&gotten).len(), gotten.awaits_read));
         if !gotten.awaits_read {
             break;
         }
         tb.answer_reads();
     }
+    // The first asks for the paged priority-5 messages and takes nothing; the second takes them
+    // and the resident priority-1 ones, and stops at the paged priority-1 one its take asked
+    // for; the third takes it.
+    assert_eq!(rounds, [(0, true), (5, true), (1, false)]);
     assert_eq!(got, ["body 4", "body 5", "body 0", "body 1", "body 2", "body 3"]);
 }
 

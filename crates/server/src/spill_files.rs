@@ -184,7 +184,7 @@ impl SpillDir {
     }
 
     fn path(&self, name: &str) -> Result<PathBuf, String> {
-        // Names come from the broker (`q<id>-<run>.run`); anything that could leave the
+        // Names come from the broker (`q<id>-<run>-<write>.run`); anything that could leave the
         // directory is refused rather than joined.
         if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
             return Err(format!("bad spill file name {name:?}"));

@@ -52,7 +52,7 @@ impl Broker {
     /// ([`DelayedPeek::read_stored`]).
     pub fn peek_delayed(&self, vhost: &str, queue: &str, limit: usize) -> Result<DelayedPeek, DelayedError> {
         let queue = self.queues.get(&self.queue_id(vhost, queue)?).ok_or(DelayedError::QueueNotFound)?;
-        Ok(DelayedPeek { listed: Listed::take(queue, None, limit), limit, source: self.message_source() })
+        Ok(DelayedPeek { listed: Listed::snapshot(queue, None, limit), limit, source: self.message_source() })
     }
 
     /// Drops a delayed message before it becomes ready (a message waiting out a redelivery
@@ -117,7 +117,7 @@ impl Broker {
     /// property is `message_id`: from after `cursor` in due order, at most `examined` messages
     /// and at most `reads` paged ones among them, their records at most `read_bytes` (the first
     /// always; a paged one's properties are in its record, ADR 0007). The broker's thread only
-    /// takes what it holds ([`Listed::take`], no read, so one slice holds the broker task for
+    /// takes what it holds ([`Listed::snapshot`], no read, so one slice holds the broker task for
     /// milliseconds); the caller reads and matches ([`DelayedMatches::found`], which also says
     /// where the next slice starts). The caller runs slices, each in its own job, until there is
     /// no next; messages that fall due or arrive meanwhile may be missed or found, as in any
@@ -132,7 +132,7 @@ impl Broker {
     ) -> Result<DelayedMatches, DelayedError> {
         let queue = self.queues.get(&self.queue_id(vhost, queue)?).ok_or(DelayedError::QueueNotFound)?;
         Ok(DelayedMatches {
-            listed: Listed::take(queue, cursor, slice.examined.max(1)),
+            listed: Listed::snapshot(queue, cursor, slice.examined.max(1)),
             cursor,
             slice,
             message_id: message_id.to_owned(),

@@ -1,6 +1,6 @@
 //! The HTTP API's listings of a queue's delayed messages (a peek, a search by `message_id`),
 //! finished off the broker's thread (ARCHITECTURE.md rule 1, issue 41). On the broker's thread a
-//! listing takes what it can without a read ([`Listed::take`]): the near tier's messages (in
+//! listing takes what it can without a read ([`Listed::snapshot`]): the near tier's messages (in
 //! memory, or where they are stored when paged out) and the far tier's listing (`FarListing`:
 //! its buffer, runs and rosters, no file read). Its caller then merges them in due order, reading
 //! the far tier's spill files, and reads the records of the paged messages, where a read may
@@ -116,7 +116,7 @@ pub(super) struct Listed {
 
 impl Listed {
     /// Queue `queue`'s delayed messages after `cursor`, up to `limit`, without a read.
-    pub(super) fn take(queue: &Queue, cursor: Option<DelayedKey>, limit: usize) -> Listed {
+    pub(super) fn snapshot(queue: &Queue, cursor: Option<DelayedKey>, limit: usize) -> Listed {
         let (near, far) = queue.delayed.listing(cursor.map(|key| (key.due, key.id)), limit);
         let near = near
             .into_iter()

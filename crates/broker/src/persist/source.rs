@@ -24,7 +24,7 @@ pub struct RecordLocation {
 /// their group, by a build before metadata version 3), from the driver's blocking threads (the
 /// reads of consumers, basic.gets (the HTTP API's too), SQS receives, SQS message-move tasks and
 /// dead-lettering, `message_reads.rs`) and from the HTTP API's (its delayed-message listings,
-/// `admin/delayed.rs`); keep it a plain positioned read.
+/// `admin/delayed_listing.rs`); keep it a plain positioned read.
 pub trait MessageSource: Send + Sync + fmt::Debug {
     fn read(&self, location: RecordLocation) -> Result<Bytes, String>;
 

@@ -239,7 +239,7 @@ impl DelayIndex {
             self.near.range((start, Unbounded)).take(limit).map(|((due, _), w)| (*due, w.clone())).collect();
         let far = self.far.as_ref().filter(|far| {
             let before_far = near.last().zip(far.next_due()).is_some_and(|((last, _), first)| *last < first);
-            !(near.len() == limit && before_far)
+            limit > 0 && !(near.len() == limit && before_far)
         });
         (near, far.map(|far| far.listing(cursor, limit)))
     }

@@ -235,7 +235,9 @@ impl Pager {
     }
 
     /// Puts the message of `payload` in memory: a packed one is unpacked, a paged one read back
-    /// from the store (counted in `reads`). On failure the message is lost: drop its entry.
+    /// from the store (counted in `reads`). On failure the message is lost: drop its entry. The
+    /// takes hand it no paged one (they ask for its read: `Queue::ask_read`); reading one here,
+    /// on the broker's thread, is a fallback no caller relies on.
     pub fn make_resident(&mut self, payload: &mut Payload) -> Result<(), String> {
         let message = match payload {
             Payload::Resident(_) => return Ok(()),

@@ -401,7 +401,7 @@ async fn take_messages(
             who: who.clone(),
             queue: queue.clone(),
             count: count - got.len() as u64,
-            body_bytes_max: GET_BODY_BYTES_MAX - body_bytes,
+            body_bytes_max: GET_BODY_BYTES_MAX.saturating_sub(body_bytes),
             settlement,
             wait_for_reads: may_wait,
         };

@@ -122,6 +122,8 @@ async fn list_delayed(
     let limit = params.limit.unwrap_or(DELAYED_LIST_DEFAULT).min(DELAYED_LIST_MAX);
     let shown_max = params.truncate.unwrap_or(DELAYED_PAYLOAD_SHOWN_MAX).min(DELAYED_PAYLOAD_SHOWN_MAX);
     let (peek, now) = state.broker.ask(PeekDelayed { vhost, queue: name, limit }).await?;
+    // A heavy listing's place (`streamed.rs`): its reads hold up to 64 MiB of records.
+    let _slot = state.listings.take(&user.name).await?;
     // The records of paged ones are read on a blocking thread: a read may wait on the disk, and
     // the broker's task reads none (ARCHITECTURE.md rule 1).
     let read = move |peek: DelayedPeek| peek.read_stored(DELAYED_LIST_READ_BYTES_MAX);
@@ -243,15 +245,18 @@ struct ByMessageId {
 }
 
 /// The delayed messages of a queue whose `message_id` property is `message_id`, found slice by
-/// slice (one broker job each, so the broker task is held for milliseconds at a time); 404 when
-/// there is none.
+/// slice (one broker job each, so the broker task is held for milliseconds at a time), as `user`
+/// in one of the heavy listings' places (`streamed.rs`: each slice reads up to 64 MiB of
+/// records); 404 when there is none.
 async fn delayed_keys_with_message_id(
     state: &AppState,
+    user: &str,
     vhost: &str,
     name: &str,
     message_id: &str,
 ) -> Result<Vec<DelayedKey>, ApiError> {
     let (mut found, mut cursor) = (Vec::new(), None);
+    let _slot = state.listings.take(user).await?;
     loop {
         let search = DelayedWithMessageId {
             vhost: vhost.to_owned(),
@@ -291,7 +296,7 @@ async fn cancel_by_message_id(
 ) -> Result<Json<Value>, ApiError> {
     require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
     require_vhost(&state, &vhost)?;
-    let keys = delayed_keys_with_message_id(&state, &vhost, &name, &by.message_id).await?;
+    let keys = delayed_keys_with_message_id(&state, &user.name, &vhost, &name, &by.message_id).await?;
     // Those that fell due since they were found are no longer delayed: not counted.
     let cancelled = state.broker.request(CancelDelayedKeys { vhost, queue: name, keys }).await?;
     Ok(Json(json!({"cancelled": cancelled})))
@@ -309,7 +314,7 @@ async fn reschedule_by_message_id(
     require_queue_access(&state, &user, &vhost, &name, Access::Read)?;
     require_vhost(&state, &vhost)?;
     let when = reschedule_body(&body)?;
-    let keys = delayed_keys_with_message_id(&state, &vhost, &name, &by.message_id).await?;
+    let keys = delayed_keys_with_message_id(&state, &user.name, &vhost, &name, &by.message_id).await?;
     let due = when.due();
     let rescheduled = state.broker.request(RescheduleDelayedKeys { vhost, queue: name, keys, due }).await?;
     Ok(Json(json!({"rescheduled": rescheduled})))
