@@ -36,6 +36,24 @@ fn durable() -> QueueDeclareOptions {
 }
 
 /// Takes every message of `queue` with basic.get (no-ack); returns the bodies in order.
+/// Publishes `messages` (body, properties) to `queue` through the default exchange with
+/// publisher confirms, all before awaiting any, and checks each was acked.
+async fn publish_confirmed(
+    channel: &lapin::Channel,
+    queue: &str,
+    messages: impl IntoIterator<Item = (Vec<u8>, BasicProperties)>,
+) {
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let mut confirms = Vec::new();
+    for (body, properties) in messages {
+        let confirm = channel.basic_publish("".into(), queue.into(), Default::default(), &body, properties);
+        confirms.push(confirm.await.unwrap());
+    }
+    for confirm in confirms {
+        assert!(within("confirm", confirm).await.unwrap().is_ack());
+    }
+}
+
 async fn drain(channel: &lapin::Channel, queue: &str) -> Vec<Vec<u8>> {
     let mut bodies = Vec::new();
     while let Some(m) =
@@ -291,17 +309,11 @@ async fn paged_messages_are_consumed_in_order_across_a_restart() {
     let conn = connect(&broker).await;
     let channel = conn.create_channel().await.unwrap();
     channel.queue_declare("big".into(), durable(), FieldTable::default()).await.unwrap();
-    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
-    let mut confirms = Vec::new();
-    for i in 0..MESSAGES {
+    let messages = (0..MESSAGES).map(|i| {
         let properties = persistent().with_message_id(ShortString::from(format!("m{i}")));
-        let confirm =
-            channel.basic_publish("".into(), "big".into(), Default::default(), &body(i), properties).await;
-        confirms.push(confirm.unwrap());
-    }
-    for confirm in confirms {
-        assert!(within("confirm", confirm).await.unwrap().is_ack());
-    }
+        (body(i), properties)
+    });
+    publish_confirmed(&channel, "big", messages).await;
     // Past the head: these were paged out once stored and are read back now.
     for i in 0..100 {
         let got = within("get", channel.basic_get("big".into(), BasicGetOptions { no_ack: true }))
@@ -346,17 +358,8 @@ async fn the_http_api_s_get_takes_paged_messages_in_order() {
     let conn = connect(&broker).await;
     let channel = conn.create_channel().await.unwrap();
     channel.queue_declare("big".into(), durable(), FieldTable::default()).await.unwrap();
-    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
-    let mut confirms = Vec::new();
-    for i in 0..MESSAGES {
-        let body = format!("m{i:03}");
-        let confirm =
-            channel.basic_publish("".into(), "big".into(), Default::default(), body.as_bytes(), persistent());
-        confirms.push(confirm.await.unwrap());
-    }
-    for confirm in confirms {
-        assert!(within("confirm", confirm).await.unwrap().is_ack());
-    }
+    let messages = (0..MESSAGES).map(|i| (format!("m{i:03}").into_bytes(), persistent()));
+    publish_confirmed(&channel, "big", messages).await;
     let (status, shown) = common::http(&broker, "GET", "/api/queues/%2F/big", "").await;
     let shown: serde_json::Value = serde_json::from_str(&shown).unwrap_or_default();
     let paged = shown["messages_paged_out"].as_u64().unwrap_or_default();
@@ -406,20 +409,8 @@ async fn far_future_delayed_messages_wait_in_spill_files_across_a_restart() {
     let channel = conn.create_channel().await.unwrap();
     let delay = table(&[("x-delivery-delay", AMQPValue::LongLongInt(3_600_000))]);
     channel.queue_declare("later".into(), durable(), delay).await.unwrap();
-    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
-    let mut confirms = Vec::new();
-    for i in 0..MESSAGES {
-        let body = format!("m{i}");
-        confirms.push(
-            channel
-                .basic_publish("".into(), "later".into(), Default::default(), body.as_bytes(), persistent())
-                .await
-                .unwrap(),
-        );
-    }
-    for confirm in confirms {
-        assert!(within("confirm", confirm).await.unwrap().is_ack());
-    }
+    let messages = (0..MESSAGES).map(|i| (format!("m{i}").into_bytes(), persistent()));
+    publish_confirmed(&channel, "later", messages).await;
     let data_dir = broker.data_dir();
     assert_eq!(delayed_count(&broker, "later").await, MESSAGES as u64);
     assert!(spill_files(&data_dir) >= 1, "far-future messages were written to spill files");

@@ -307,15 +307,22 @@ fn a_search_by_message_id_reads_stored_records_up_to_a_bound_per_slice() {
     assert_eq!((found.len(), slices), (3, 4), "m1 thrice; the resident two and one record, then one each");
 }
 
-/// Priorities still order paged messages.
-#[test]
-fn priorities_order_paged_messages() {
+/// `setup` of a queue with priorities 0 ..= 5 holding a persistent message (`body 0`, …) of
+/// each of `priorities` in turn, stored: all but the first few paged out.
+fn paged_priorities(priorities: &[u8]) -> (TestBroker, Chan, Disk) {
     let (mut tb, c, mut disk) = setup(FieldTable::from_entries([("x-max-priority", FieldValue::I64(5))]));
-    for (i, priority) in [1u8, 5, 1, 5, 1, 5].into_iter().enumerate() {
+    for (i, &priority) in priorities.iter().enumerate() {
         let props = BasicProperties { priority: Some(priority), ..properties(i) };
         tb.publish_with(c, "", "q", props, format!("body {i}").as_bytes(), false);
     }
     disk.sync(&mut tb);
+    (tb, c, disk)
+}
+
+/// Priorities still order paged messages.
+#[test]
+fn priorities_order_paged_messages() {
+    let (mut tb, c, disk) = paged_priorities(&[1, 5, 1, 5, 1, 5]);
     let effects = consume(&mut tb, c, "q", "ctag", true);
     assert_eq!(body_texts(&effects), ["body 1", "body 3", "body 5", "body 0", "body 2", "body 4"]);
     assert!(disk.reads() > 0);
@@ -468,9 +475,7 @@ fn the_http_api_s_get_waits_for_the_read_of_the_paged_messages_it_takes() {
     wait_and_answer(&mut tb);
     assert_eq!(disk.reads(), read + 4, "one read of the four paged ones");
     let gotten = http_get(&mut tb, 5);
-    let bodies: Vec<_> =
-        gotten.messages.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect();
-    assert_eq!((bodies, gotten.awaits_read), (numbered_bodies(4..9), false));
+    assert_eq!((gotten_bodies(&gotten), gotten.awaits_read), (numbered_bodies(4..9), false));
     Job::wait_for_read(ReadWait { vhost: "/".into(), queue: "q".into() }).run(
         &mut tb.broker,
         tb.clock.now(),
@@ -493,9 +498,7 @@ fn the_http_api_s_get_drops_a_record_its_read_could_not_read() {
     tb.answer_reads();
     assert_eq!(disk.reads(), 3, "the three paged ones, one of them unreadable");
     let gotten = http_get(&mut tb, 6);
-    let bodies: Vec<_> =
-        gotten.messages.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect();
-    assert_eq!(bodies, ["body 0", "body 1", "body 2", "body 4", "body 5"]);
+    assert_eq!(gotten_bodies(&gotten), ["body 0", "body 1", "body 2", "body 4", "body 5"]);
     assert!(!gotten.awaits_read);
     assert_eq!((disk.reads(), tb.broker.unreadable_messages()), (3, 1), "not asked for again; dropped");
     disk.sync(&mut tb);
@@ -507,21 +510,13 @@ fn the_http_api_s_get_drops_a_record_its_read_could_not_read() {
 /// here), awaiting the read its take asked for, and the next get takes from there.
 #[test]
 fn the_http_api_s_get_stops_at_a_paged_message_of_a_lower_priority() {
-    let (mut tb, c, mut disk) = setup(FieldTable::from_entries([("x-max-priority", FieldValue::I64(5))]));
-    for (i, priority) in [1u8, 1, 1, 1, 5, 5].into_iter().enumerate() {
-        let props = BasicProperties { priority: Some(priority), ..properties(i) };
-        tb.publish_with(c, "", "q", props, format!("body {i}").as_bytes(), false);
-    }
-    disk.sync(&mut tb);
-    let taken = |gotten: &hourglass_broker::requests::Gotten| -> Vec<String> {
-        gotten.messages.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect()
-    };
+    let (mut tb, _, _disk) = paged_priorities(&[1, 1, 1, 1, 5, 5]);
     let mut rounds = Vec::new();
     let mut got = Vec::new();
     for _ in 0..4 {
         let gotten = http_get(&mut tb, 6 - got.len() as u64);
-        got.extend(taken(&gotten));
-        rounds.push((taken(&gotten).len(), gotten.awaits_read));
+        got.extend(gotten_bodies(&gotten));
+        rounds.push((gotten.messages.len(), gotten.awaits_read));
         if !gotten.awaits_read {
             break;
         }
@@ -549,14 +544,11 @@ fn the_http_api_s_get_of_a_fair_queue_stops_at_the_quiet_tenant_s_paged_message(
     publish_grouped(&mut tb, c, &tenants);
     disk.sync(&mut tb);
     assert_eq!(tb.broker.queue_stats("/", "q").unwrap().messages_ready_ram, 41, "the quiet one is paged");
-    let bodies = |gotten: &hourglass_broker::requests::Gotten| -> Vec<String> {
-        gotten.messages.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect()
-    };
     let gotten = http_get(&mut tb, 50);
-    assert_eq!(bodies(&gotten), numbered_bodies(0..30), "busy is noisy after 30");
+    assert_eq!(gotten_bodies(&gotten), numbered_bodies(0..30), "busy is noisy after 30");
     assert!(gotten.awaits_read, "it stopped at the quiet tenant's paged message");
     tb.answer_reads();
-    let mut rest = bodies(&http_get(&mut tb, 20));
+    let mut rest = gotten_bodies(&http_get(&mut tb, 20));
     rest.sort();
     let mut expected = numbered_bodies(30..42);
     expected.sort();
@@ -580,6 +572,11 @@ fn the_http_api_s_wait_for_a_read_is_woken_by_its_queue_s_delete() {
     assert_eq!(tb.broker.poll_notice(), None, "the wait waits");
     tb.call(c, QueueDelete { queue: short("q"), ..Default::default() });
     assert_eq!(tb.broker.poll_notice(), Some(Notice::ReadAnswered { ticket: 3 }), "woken by the delete");
+}
+
+/// The bodies of the messages an HTTP API get took, in order.
+fn gotten_bodies(gotten: &hourglass_broker::requests::Gotten) -> Vec<String> {
+    gotten.messages.iter().map(|(_, m)| String::from_utf8_lossy(&m.body).into_owned()).collect()
 }
 
 /// The bodies of the delayed messages `peek` found, its paged ones read.
