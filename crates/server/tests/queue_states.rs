@@ -2,7 +2,9 @@
 //! the broker offers checkpoints with its queues' states after every few kilobytes of ops:
 //! - delayed messages wait in the far tier and are cancelled;
 //! - a ready backlog is paged out into runs while a poller takes, acks, holds and requeues
-//!   messages at its head.
+//!   messages at its head;
+//! - the same in an SQS FIFO queue, its messages in three groups (issue 41: its state keeps
+//!   them), received back over SQS.
 //!
 //! Before every durability event the storage image is captured; each image is crashed (unsynced
 //! bytes lost, kept or torn), recovered (`Store::open` + `restore_into`, the states taken where
@@ -124,7 +126,16 @@ impl Workload {
     /// Publishes `body` (persistent, confirmed) to queue `queue`, noting a waiting message's
     /// entry id; written at once with `sync`, else with the next batch.
     fn publish(&mut self, chan: Chan, queue: &str, body: String, sync: bool) {
-        let persistent = BasicProperties { delivery_mode: Some(2), ..Default::default() };
+        self.publish_in(chan, queue, None, body, sync);
+    }
+
+    /// `publish`, in SQS message group `group` when given.
+    fn publish_in(&mut self, chan: Chan, queue: &str, group: Option<&str>, body: String, sync: bool) {
+        let headers = group.map(|group| {
+            let id = FieldValue::LongStr(group.into());
+            FieldTable::from_entries([(hourglass_broker::queue::message_groups::GROUP_HEADER, id)])
+        });
+        let persistent = BasicProperties { delivery_mode: Some(2), headers, ..Default::default() };
         let effects = self.tb.publish_with(chan, "", queue, persistent, body.as_bytes(), false);
         self.tags.insert(self.tags.len() as u64 + 1, body.clone());
         if queue == "later" {
@@ -362,5 +373,88 @@ fn every_sync_point_recovers_each_ready_message_once_in_order() {
     check_every_crash(&points, "acked", recover_ready, |ctx, bodies| {
         let disorder = bodies.windows(2).find(|pair| pair[0] >= pair[1]);
         assert!(disorder.is_none(), "{ctx}: out of order or twice: {disorder:?}");
+    });
+}
+
+/// The ready workload's in an SQS FIFO queue (`x-sqs-fifo`), each message in one of three
+/// message groups.
+fn run_fifo_workload() -> Vec<(MemImage, Expect)> {
+    let mut w = Workload::new();
+    let admin = w.tb.channel();
+    let arguments = FieldTable::from_entries([("x-sqs-fifo", FieldValue::Bool(true))]);
+    let effects = w
+        .tb
+        .call(admin, QueueDeclare { queue: short("fifo"), durable: true, arguments, ..Default::default() });
+    w.sync(effects);
+    let publisher = w.tb.channel();
+    let effects = w.tb.call(publisher, ConfirmSelect { nowait: false });
+    w.sync(effects);
+    let group = |i: usize| format!("g{}", i % 3);
+    let body = |i: usize| format!("fifo-g{}-{i:05}{}", i % 3, if i % 50 == 49 { "-x" } else { "" });
+    for batch in 0..READY_BULK_BATCHES {
+        for i in batch * BULK_BATCH..(batch + 1) * BULK_BATCH {
+            w.publish_in(publisher, "fifo", Some(&group(i)), body(i), false);
+        }
+        w.sync(Vec::new());
+    }
+    let poller = w.tb.channel();
+    for step in 0..STEPS * 2 {
+        let i = READY_BULK_BATCHES * BULK_BATCH + step;
+        w.publish_in(publisher, "fifo", Some(&group(i)), body(i), true);
+        let (tag, got) = get(&mut w.tb, poller, "fifo", false).expect("a ready message");
+        let effects = match step % 3 {
+            0 => {
+                w.expect.settle_sent.insert(got.clone());
+                let effects = w.tb.call(poller, BasicAck { delivery_tag: tag, multiple: false });
+                w.sync(effects);
+                w.expect.settled.insert(got);
+                Vec::new()
+            }
+            1 => Vec::new(),
+            _ => w.tb.call(poller, BasicNack { delivery_tag: tag, multiple: false, requeue: true }),
+        };
+        let mut effects = effects;
+        effects.extend(w.tb.advance(Duration::from_millis(3)));
+        w.sync(effects);
+    }
+    w.points
+}
+
+/// What an image recovers to, received over SQS: the ready count, how many came from a state,
+/// and every body in the order the receives give them (each deleted at once, so that its group
+/// goes on).
+fn recover_fifo(image: &MemImage, crash: Crash) -> Recovery {
+    let (mut tb, report) = restart(image, crash);
+    let Some(stats) = tb.broker.queue_stats("/", "fifo") else { return (0, 0, Vec::new()) };
+    let ready = stats.messages_ready;
+    let mut bodies = Vec::new();
+    for _ in 0..(ready + 10) * 2 {
+        let now = tb.clock.now();
+        let taken = tb.broker.sqs_receive("/", "fifo", 10, Some(30_000), now).unwrap();
+        for received in &taken {
+            tb.broker.sqs_delete("/", "fifo", &received.receipt_handle, now).unwrap();
+            bodies.push(String::from_utf8_lossy(&received.message.body).into_owned());
+        }
+        if taken.is_empty() && !tb.broker.sqs_awaits_read("/", "fifo") {
+            break;
+        }
+        tb.answer_reads();
+    }
+    (ready, report.ready_from_checkpoint, bodies)
+}
+
+/// Issue 41: at every sync point, whatever the crash keeps, the recovered SQS FIFO queue holds
+/// every confirmed message that was not acked, once, and SQS receives give each group's in
+/// order; most restarts take most messages from a state, groups and all. Before, a queue with
+/// message groups had no state, and every restart read its backlog back from the log.
+#[test]
+fn every_sync_point_recovers_each_fifo_message_once_in_its_group_s_order() {
+    let points = run_fifo_workload();
+    check_every_crash(&points, "acked", recover_fifo, |ctx, bodies| {
+        for group in ["g0", "g1", "g2"] {
+            let of_group: Vec<&String> = bodies.iter().filter(|body| body[5..7] == *group).collect();
+            let disorder = of_group.windows(2).find(|pair| pair[0] >= pair[1]);
+            assert!(disorder.is_none(), "{ctx}: group {group} out of order or twice: {disorder:?}");
+        }
     });
 }

@@ -7,23 +7,32 @@
 //! A stored message the state does not hold is listed as *read back*: a ready one held in
 //! memory, a waiting one in the near tier held in memory, and every unacknowledged one or one
 //! waiting to be dead-lettered (the caller names them: channels and `dead_letter_reads.rs` hold
-//! them, not the queue). The store keeps the state only if its
-//! index holds exactly the messages the state covers and lists. A queue that cannot have a state
-//! (one that keeps message groups, of its ready or its waiting messages, `Queue::keeps_groups`:
-//! a state keeps no groups, the log's metadata does; one with more messages outside runs than a
-//! state takes) is read back from the log at a restart, as before.
+//! them, not the queue). The store keeps the state only if its index holds exactly the messages
+//! the state covers and lists. A queue with more messages outside runs than a state takes, or
+//! more to read back, has no state and is read back from the log at a restart, as before.
+//!
+//! A queue with message groups (SQS FIFO and fair queues) keeps them in its state too, ahead of
+//! its messages (`group_state.rs`): each group's ready and waiting messages the state holds. A
+//! restart rebuilds its groups from there; the messages read back come with their groups from
+//! their metadata, as before.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 
+use super::entry::Seq;
+use super::group_state::{read_groups, write_groups, GroupSeqs};
+use super::message_groups::{GroupKey, GroupOrder, MessageGroups};
+use super::ready::Ready;
 use super::state_bytes::{StateReader, StateWriter};
 use super::Queue;
 use crate::persist::QueueState;
 
-/// The layout of a state (its first word): 3 has the ready backlog, then the waiting messages
-/// if any; 2 (written before ADR 0021) the waiting messages alone.
-const STATE_VERSION: u64 = 3;
+/// The layout of a state (its first word): 4 has the message groups, the ready backlog, then
+/// the waiting messages if any; 3 (written before issue 41's group states) the same without the
+/// groups; 2 (written before ADR 0021) the waiting messages alone.
+const STATE_VERSION: u64 = 4;
+const WITHOUT_GROUPS_VERSION: u64 = 3;
 const WAITING_ONLY_VERSION: u64 = 2;
 
 /// Unacknowledged and in-memory messages a state lists at most (8 bytes each): a queue with more
@@ -49,48 +58,80 @@ impl Queue {
     /// This queue's state for a checkpoint, if it has one (module doc); `unacked` are the store
     /// ids of its unacknowledged messages and of those waiting to be dead-lettered.
     pub(crate) fn checkpoint_state(&self, unacked: &[u64]) -> Option<QueueState> {
-        let grouped =
-            self.keeps_groups() && (self.ready.tally().persistent > 0 || self.delayed.message_count() > 0);
-        if !self.is_persisted() || grouped {
+        if !self.is_persisted() {
             return None;
         }
-        let mut out = StateWriter::default();
-        out.u64(STATE_VERSION);
+        let mut messages = StateWriter::default();
         let mut read_back = unacked.to_vec();
-        let mut covers = self.ready.checkpoint(&mut out, &mut read_back)?;
+        let mut held = Vec::new();
+        let mut covers = self.ready.checkpoint(&mut messages, &mut read_back, &mut held)?;
         if self.delayed.message_count() == 0 {
-            out.u64(0);
+            messages.u64(0);
         } else {
-            out.u64(1);
-            covers += self.delayed.checkpoint(&mut out, &mut read_back)?;
+            messages.u64(1);
+            covers += self.delayed.checkpoint(&mut messages, &mut read_back)?;
         }
         if covers == 0 || read_back.len() > READ_BACK_MAX {
             return None;
         }
+        let mut out = StateWriter::default();
+        out.u64(STATE_VERSION);
+        self.checkpoint_groups(&mut out, held);
+        out.append(messages);
         Some(QueueState { queue: self.id.0, covers, read_back, parts: out.finish() })
     }
 
+    /// Appends the groups of the messages the state holds (`group_state.rs`): the ready ones'
+    /// but those `held` in memory (seqs: they are read back), then the waiting ones'.
+    fn checkpoint_groups(&self, out: &mut StateWriter, mut held: Vec<Seq>) {
+        held.sort_unstable();
+        let is_held = |seq: &Seq| !held.is_empty() && held.binary_search(seq).is_ok();
+        let ready = self.groups.iter().flat_map(MessageGroups::ready_by_group);
+        write_groups(
+            out,
+            ready.map(|(group, seqs)| (group, seqs.iter().copied().filter(|seq| !is_held(seq)))),
+        );
+        let mut waiting: HashMap<GroupKey, Vec<Seq>> = HashMap::new();
+        for (&seq, &group) in &self.waiting_groups {
+            waiting.entry(group).or_default().push(seq);
+        }
+        write_groups(
+            out,
+            waiting.into_iter().map(|(group, mut seqs)| {
+                seqs.sort_unstable();
+                (group, seqs)
+            }),
+        );
+    }
+
     /// Takes back the messages of the state in `parts` ([`Queue::checkpoint_state`]'s, cut as it
-    /// was handed over), without those whose store id is in `changed`. Returns how many came
-    /// back; `None`, and the queue unchanged, if it holds messages already or the state does
-    /// not read back whole.
+    /// was handed over), without those whose store id is in `changed`, and their groups. Returns
+    /// how many came back; `None`, and the queue unchanged, if it holds messages already or the
+    /// state does not read back whole.
     pub(crate) fn restore_state(&mut self, parts: Vec<Bytes>, changed: &[u64]) -> Option<Restored> {
-        if self.delayed.message_count() != 0 || !self.ready.is_empty() {
+        if self.delayed.message_count() != 0 || !self.ready.is_empty() || !self.waiting_groups.is_empty() {
             return None;
         }
         let mut reader = StateReader::new(parts);
         let version = reader.u64()?;
-        let mut sorted_changed = changed.to_vec();
-        sorted_changed.sort_unstable();
-        let ready = match version {
-            STATE_VERSION => Some(self.ready.restored(&mut reader, &sorted_changed)?),
-            WAITING_ONLY_VERSION => None,
+        let (ready_groups, waiting_groups) = match version {
+            STATE_VERSION => (read_groups(&mut reader)?, read_groups(&mut reader)?),
+            WITHOUT_GROUPS_VERSION | WAITING_ONLY_VERSION => (Vec::new(), Vec::new()),
             _ => return None,
         };
+        let mut sorted_changed = changed.to_vec();
+        sorted_changed.sort_unstable();
+        let mut dropped = Vec::new();
+        let ready = match version {
+            WAITING_ONLY_VERSION => None,
+            _ => Some(self.ready.restored(&mut reader, &sorted_changed, &mut dropped)?),
+        };
+        let groups = self.restored_groups(ready.as_ref(), ready_groups, &dropped)?;
         let has_waiting = version == WAITING_ONLY_VERSION || reader.u64()? == 1;
+        dropped.clear();
         let waiting = if has_waiting {
             let changed: HashSet<u64> = changed.iter().copied().collect();
-            self.delayed.restore_checkpoint(&mut reader, &changed)?
+            self.delayed.restore_checkpoint(&mut reader, &changed, &mut dropped)?
         } else if reader.is_empty() {
             0
         } else {
@@ -103,6 +144,210 @@ impl Queue {
             // The TTL the queue has now (a policy may have changed while the broker was down).
             self.apply_ttl_to_ready();
         }
+        if let Some(groups) = groups {
+            self.groups = Some(groups);
+        }
+        let dropped: HashSet<Seq> = dropped.into_iter().collect();
+        for (group, seqs) in waiting_groups {
+            self.waiting_groups
+                .extend(seqs.into_iter().filter(|seq| !dropped.contains(seq)).map(|seq| (seq, group)));
+        }
         Some(restored)
+    }
+
+    /// The ready messages' groups a state kept (`ready`: its messages, without the changed ones,
+    /// whose seqs are `dropped`): `Some(None)` when it kept none and the queue has no use for
+    /// them; `None` when they cannot be used. An SQS FIFO queue's groups must hold exactly its
+    /// ready messages (one outside them would never be received); a fair queue serves a
+    /// message outside its tenants' index as one without a group.
+    fn restored_groups(
+        &self,
+        ready: Option<&Ready>,
+        kept: GroupSeqs,
+        dropped: &[Seq],
+    ) -> Option<Option<MessageGroups>> {
+        let order = match self.group_order {
+            None if kept.is_empty() => return Some(None),
+            None => return None,
+            Some(GroupOrder::Fair) if kept.is_empty() => return Some(None),
+            Some(order) => order,
+        };
+        let mut groups = MessageGroups::restored(order, kept)?;
+        for &seq in dropped {
+            groups.left_ready(seq);
+        }
+        let count = ready.map_or(0, Ready::message_count);
+        let whole = match order {
+            GroupOrder::Fifo => {
+                groups.ready_count() == count
+                    && ready.is_none_or(|ready| ready.seqs().all(|seq| groups.group_of_ready(seq).is_some()))
+            }
+            GroupOrder::Fair => groups.ready_count() <= count,
+        };
+        whole.then_some(Some(groups))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use hourglass_wire::{FieldTable, FieldValue, ShortStr};
+
+    use super::*;
+    use crate::message::{Hot, Message};
+    use crate::persist::RecordLocation;
+    use crate::queue::entry::{Entry, Paged, Payload};
+    use crate::queue::far_files::MemorySpillFiles;
+    use crate::queue::message_groups::{group_key, NO_GROUP};
+    use crate::queue::paging::Pager;
+    use crate::queue::{QueueArgs, QueueId, QueueSpec};
+    use crate::time::Timestamp;
+
+    const DUE: Timestamp = Timestamp::from_millis(60_000);
+
+    /// A durable queue made with `arguments`, its far tier in memory.
+    fn queue_with(arguments: FieldTable) -> Queue {
+        let spec = QueueSpec {
+            name: ShortStr::from_static("q"),
+            durable: true,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments,
+        };
+        let args = QueueArgs::parse(&spec.arguments, "q", "/", true).unwrap();
+        let mut pager = Pager::default();
+        pager.set_spill_files(Arc::new(MemorySpillFiles::default()));
+        Queue::new(QueueId(1), "/".to_owned(), spec, args, pager, Timestamp::from_millis(0))
+    }
+
+    fn fifo() -> Queue {
+        queue_with(FieldTable::from_entries([("x-sqs-fifo", FieldValue::Bool(true))]))
+    }
+
+    fn fair() -> Queue {
+        queue_with(FieldTable::from_entries([(
+            "x-sqs-receive-message-wait-time-seconds",
+            FieldValue::I32(0),
+        )]))
+    }
+
+    /// Stored message `seq` (store id `seq + 100`), paged out.
+    fn paged(seq: Seq) -> Entry {
+        let location = RecordLocation { segment: 1, offset: seq as u32 * 100, record_bytes: 100 };
+        let paged = Paged::new(location, Hot::new(None, 0, true), 16).unwrap();
+        let ready = Some(Timestamp::from_millis(1_000));
+        Entry::with_payload(seq, Payload::Paged(paged), ready, None, Some(seq + 100))
+    }
+
+    /// Stored message `seq` (store id `seq + 100`), held in memory.
+    fn resident(seq: Seq) -> Entry {
+        let message =
+            Message::new(Default::default(), Default::default(), Default::default(), vec![1u8; 16].into());
+        Entry::new(seq, Arc::new(message), Some(Timestamp::from_millis(1_000)), None, Some(seq + 100))
+    }
+
+    /// The state of `queue`, taken back into `into` without the messages of store ids `changed`.
+    fn restore(queue: &Queue, mut into: Queue, changed: &[u64]) -> Option<(Queue, Restored)> {
+        let state = queue.checkpoint_state(&[])?;
+        let parts = state.parts.iter().map(|part| part.bytes().clone()).collect();
+        let restored = into.restore_state(parts, changed)?;
+        Some((into, restored))
+    }
+
+    /// Issue 41: an SQS FIFO queue's state keeps its groups, so that a restart takes its paged
+    /// backlog from the checkpoint and still receives each group in order and groups in
+    /// parallel. Its ready messages' groups (not the one held in memory, which is read back from
+    /// the log with its own) and its waiting messages' groups come back; a changed message's
+    /// do not. Before, a queue with groups had no state, and its backlog was read back from the
+    /// log.
+    #[test]
+    fn an_sqs_fifo_queue_s_state_keeps_its_groups() {
+        let (g1, g2, g3) = (group_key(b"g1"), group_key(b"g2"), group_key(b"g3"));
+        let mut queue = fifo();
+        for (seq, group) in [(1, g1), (2, g2), (3, g1), (4, g2), (5, g1), (6, g3)] {
+            queue.restore_entry(paged(seq), None, Some(group));
+        }
+        queue.restore_entry(resident(9), None, Some(g3));
+        queue.restore_entry(paged(7), Some(DUE), Some(g2));
+        queue.restore_entry(paged(8), Some(DUE), Some(g3));
+        let state = queue.checkpoint_state(&[]).expect("a FIFO queue has a state");
+        assert_eq!((state.covers, state.read_back.clone()), (8, vec![109]), "the one in memory is read back");
+
+        // Changed since the checkpoint: 3 (ready, g1) and 8 (waiting, g3).
+        let (mut restored, counts) = restore(&queue, fifo(), &[103, 108]).expect("the state is used");
+        assert_eq!(counts, Restored { ready: 5, waiting: 1 });
+        let groups = restored.groups.as_ref().unwrap();
+        assert_eq!(groups.ready_count(), 5);
+        let of = [1, 2, 4, 5, 6].map(|seq| groups.group_of_ready(seq));
+        assert_eq!(of, [Some(g1), Some(g2), Some(g2), Some(g1), Some(g3)]);
+        assert_eq!((groups.group_of_ready(3), groups.group_of_ready(9)), (None, None));
+        assert_eq!(groups.next_receivable(None), Some(1));
+        assert_eq!(groups.next_receivable(Some(g2)), Some(2), "a receive goes on in its group");
+        assert_eq!(restored.waiting_groups, HashMap::from([(7, g2)]), "8 changed: it comes from the log");
+        // The one in memory comes back from the log, in its group, behind the rest.
+        restored.restore_entry(resident(9), None, Some(g3));
+        let groups = restored.groups.as_mut().unwrap();
+        assert_eq!(groups.group_of_ready(9), Some(g3));
+        groups.left_ready(1);
+        groups.delivered(g1);
+        groups.left_ready(2);
+        groups.delivered(g2);
+        assert_eq!(groups.next_receivable(None), Some(6), "g1 and g2 wait for their messages in flight");
+    }
+
+    /// A FIFO queue's groups must hold its ready messages exactly: a state whose groups miss one
+    /// (or name one it does not hold) is refused, and the queue is read back from the log, as
+    /// is one written before groups were kept (version 3) with ready messages.
+    #[test]
+    fn a_fifo_state_whose_groups_do_not_match_its_messages_is_refused() {
+        let mut queue = fifo();
+        for seq in 1..=3 {
+            queue.restore_entry(paged(seq), None, Some(group_key(b"g")));
+        }
+        let mut sorted_changed = Vec::new();
+        let state = queue.checkpoint_state(&[]).unwrap();
+        let parts: Vec<Bytes> = state.parts.iter().map(|part| part.bytes().clone()).collect();
+        let mut reader = StateReader::new(parts);
+        assert_eq!(reader.u64(), Some(STATE_VERSION));
+        let (ready_groups, _) = (read_groups(&mut reader).unwrap(), read_groups(&mut reader).unwrap());
+        let ready = queue.ready.restored(&mut reader, &sorted_changed, &mut Vec::new()).unwrap();
+        let with = |seqs: Vec<Seq>| vec![(group_key(b"g"), seqs)];
+        let fresh = fifo();
+        assert!(fresh.restored_groups(Some(&ready), ready_groups, &[]).is_some());
+        assert!(fresh.restored_groups(Some(&ready), with(vec![1, 2]), &[]).is_none(), "one missing");
+        assert!(fresh.restored_groups(Some(&ready), with(vec![1, 2, 4]), &[]).is_none(), "one not held");
+        assert!(fresh.restored_groups(Some(&ready), Vec::new(), &[]).is_none(), "none kept");
+        sorted_changed.push(103);
+        let mut dropped = Vec::new();
+        let mut reader = StateReader::new(state.parts.iter().map(|part| part.bytes().clone()).collect());
+        reader.u64();
+        let ready_groups = read_groups(&mut reader).unwrap();
+        read_groups(&mut reader).unwrap();
+        let without_3 = queue.ready.restored(&mut reader, &sorted_changed, &mut dropped).unwrap();
+        assert_eq!(dropped, [3]);
+        assert!(fresh.restored_groups(Some(&without_3), ready_groups, &dropped).is_some(), "3 left out");
+    }
+
+    /// A fair (SQS standard) queue's state keeps its tenants, of ready and of waiting messages,
+    /// and one with no tenant has no groups to keep. Before, a fair queue whose waiting paged
+    /// messages had tenants had no state.
+    #[test]
+    fn a_fair_queue_s_state_keeps_its_tenants() {
+        let tenant = group_key(b"tenant");
+        let mut queue = fair();
+        queue.restore_entry(paged(1), None, Some(NO_GROUP));
+        queue.restore_entry(paged(2), None, Some(tenant));
+        queue.restore_entry(paged(3), Some(DUE), Some(tenant));
+        let (restored, counts) = restore(&queue, fair(), &[]).expect("a fair queue has a state");
+        assert_eq!(counts, Restored { ready: 2, waiting: 1 });
+        let groups = restored.groups.as_ref().expect("its tenants");
+        assert_eq!((groups.group_of_ready(1), groups.group_of_ready(2)), (None, Some(tenant)));
+        assert_eq!(restored.waiting_groups, HashMap::from([(3, tenant)]));
+
+        let mut untenanted = fair();
+        untenanted.restore_entry(paged(1), None, Some(NO_GROUP));
+        let (restored, _) = restore(&untenanted, fair(), &[]).unwrap();
+        assert!(restored.groups.is_none() && restored.waiting_groups.is_empty());
     }
 }

@@ -296,15 +296,23 @@ impl DelayIndex {
     }
 
     /// Takes back the waiting messages [`DelayIndex::checkpoint`] wrote, into this index (empty,
-    /// with a far tier), without those whose store id is in `changed`. Returns how many came
-    /// back; `None`, and the index unchanged, if the state does not read back whole.
-    pub fn restore_checkpoint(&mut self, state: &mut StateReader, changed: &HashSet<u64>) -> Option<usize> {
-        let far = self.far.as_ref()?.restored_from(state, changed)?;
+    /// with a far tier), without those whose store id is in `changed` (their seqs go to
+    /// `dropped`). Returns how many came back; `None`, and the index unchanged, if the state
+    /// does not read back whole.
+    pub fn restore_checkpoint(
+        &mut self,
+        state: &mut StateReader,
+        changed: &HashSet<u64>,
+        dropped: &mut Vec<Seq>,
+    ) -> Option<usize> {
+        let far = self.far.as_ref()?.restored_from(state, changed, dropped)?;
         let mut near = Vec::new();
         for _ in 0..state.count(far_record::RECORD_BYTES)? {
             let (due, waiting) = far_record::decode(state.raw(far_record::RECORD_BYTES)?).ok()?;
             if waiting.entry.persist_id().is_some_and(|id| !changed.contains(&id)) {
                 near.push((due, waiting));
+            } else {
+                dropped.push(waiting.entry.seq);
             }
         }
         if !state.is_empty() {

@@ -25,6 +25,7 @@ use std::collections::{BTreeSet, HashMap};
 use hourglass_wire::FieldValue;
 
 use super::entry::Seq;
+use super::group_state::GroupSeqs;
 use crate::message::Message;
 
 /// The header an SQS message carries its `MessageGroupId` in.
@@ -82,7 +83,9 @@ struct Group {
 #[derive(Debug)]
 pub(crate) struct MessageGroups {
     order: GroupOrder,
-    group_of_ready: HashMap<Seq, GroupKey>,
+    /// By seq: the broker gives them, so a fast unkeyed hash is safe (a group key is not: it is
+    /// the hash of a client's id).
+    group_of_ready: HashMap<Seq, GroupKey, rustc_hash::FxBuildHasher>,
     groups: HashMap<GroupKey, Group>,
     /// The groups a receive may take from, by their first ready message: in a FIFO queue those
     /// with a ready message and none in flight, in a fair queue all with a ready message.
@@ -95,7 +98,7 @@ impl MessageGroups {
     pub fn new(order: GroupOrder) -> Self {
         MessageGroups {
             order,
-            group_of_ready: HashMap::new(),
+            group_of_ready: HashMap::default(),
             groups: HashMap::new(),
             listed: BTreeSet::new(),
             in_flight: 0,
@@ -104,6 +107,38 @@ impl MessageGroups {
 
     pub fn order(&self) -> GroupOrder {
         self.order
+    }
+
+    /// The groups of a queue's state (`group_state.rs`): each group's ready seqs, rising, taken
+    /// back with nothing in flight. `None` if a seq is in two groups.
+    pub fn restored(order: GroupOrder, ready: GroupSeqs) -> Option<Self> {
+        let mut groups = MessageGroups::new(order);
+        groups.group_of_ready.reserve(ready.iter().map(|(_, seqs)| seqs.len()).sum());
+        for (group, seqs) in ready {
+            for &seq in &seqs {
+                if groups.group_of_ready.insert(seq, group).is_some() {
+                    return None;
+                }
+            }
+            // Rising already: built in bulk.
+            let state = Group { ready: seqs.into_iter().collect(), in_flight: 0 };
+            groups.listed.extend(state.ready.first().map(|&head| (head, group)));
+            groups.groups.insert(group, state);
+        }
+        Some(groups)
+    }
+
+    /// Each group with ready messages, and their seqs (rising): what a queue's state keeps.
+    pub fn ready_by_group(&self) -> impl Iterator<Item = (GroupKey, &BTreeSet<Seq>)> {
+        self.groups
+            .iter()
+            .filter(|(_, state)| !state.ready.is_empty())
+            .map(|(group, state)| (*group, &state.ready))
+    }
+
+    /// How many ready messages the groups index.
+    pub fn ready_count(&self) -> usize {
+        self.group_of_ready.len()
     }
 
     /// The group of ready message `seq`, if it is ready.

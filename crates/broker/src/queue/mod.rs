@@ -15,6 +15,7 @@ pub(crate) mod far_delays;
 pub(crate) mod far_files;
 pub(crate) mod far_record;
 pub(crate) mod far_roster;
+mod group_state;
 pub mod message_groups;
 pub(crate) mod overflow;
 pub(crate) mod packed;
@@ -267,13 +268,6 @@ impl Queue {
             _ => return,
         }
         self.waiting_groups.insert(seq, group);
-    }
-
-    /// Whether the queue holds message groups to keep: an index of its ready messages' groups,
-    /// or groups of its waiting messages (a checkpoint's state keeps neither: such a queue is
-    /// read back from the log, whose metadata holds each message's group).
-    pub(crate) fn keeps_groups(&self) -> bool {
-        self.groups.is_some() || !self.waiting_groups.is_empty()
     }
 
     /// The group of waiting message `seq`, kept since it was paged out (`waiting_groups`), and
@@ -809,7 +803,7 @@ mod tests {
     use super::*;
     use crate::queue::paging::PagingLimits;
     use bytes::Bytes;
-    use hourglass_wire::{BasicProperties, EncodedProperties, FieldValue};
+    use hourglass_wire::{BasicProperties, EncodedProperties};
     use std::sync::Arc;
 
     fn queue(max_resident_messages: usize, durable: bool) -> Queue {
@@ -854,31 +848,6 @@ mod tests {
         std::iter::from_fn(|| queue.take_for_consumer(false).ok())
             .map(|entry| entry.resident().expect("delivered in memory").clone())
             .collect()
-    }
-
-    /// A fair (SQS standard) queue whose waiting paged messages keep their tenants has no
-    /// checkpoint state (a state keeps no groups; the log's metadata does), while one whose
-    /// waiting messages have no tenant still has one, as any other queue.
-    #[test]
-    fn waiting_messages_groups_keep_a_queue_out_of_checkpoints() {
-        use crate::persist::RecordLocation;
-        let fair = |n: u8, group| {
-            let mut spec = queue(2, true).spec.clone();
-            spec.arguments =
-                FieldTable::from_entries([("x-sqs-receive-message-wait-time-seconds", FieldValue::I32(0))]);
-            let mut pager = Pager::default();
-            pager.set_spill_files(Arc::new(MemorySpillFiles::default()));
-            let now = Timestamp::from_millis(0);
-            let mut fair = Queue::new(QueueId(1), "/".to_owned(), spec, QueueArgs::default(), pager, now);
-            let location = RecordLocation { segment: 1, offset: u32::from(n) * 100, record_bytes: 100 };
-            let paged = Paged::new(location, message(0, 16).hot(), 16).unwrap();
-            let entry =
-                Entry::with_payload(u64::from(n), Payload::Paged(paged), None, None, Some(u64::from(n)));
-            fair.restore_entry(entry, Some(Timestamp::from_millis(60_000)), Some(group));
-            fair
-        };
-        assert!(fair(1, message_groups::group_key(b"tenant")).checkpoint_state(&[]).is_none());
-        assert!(fair(2, message_groups::NO_GROUP).checkpoint_state(&[]).is_some());
     }
 
     /// Past the resident limit a queue packs small transient messages (ADR 0015): they count as

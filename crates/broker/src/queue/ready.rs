@@ -965,18 +965,24 @@ mod tests {
         let before: Vec<Shown> =
             ready.levels[0].slots.iter().flat_map(slot_entries).map(|e| shown(&e)).collect();
         let mut out = StateWriter::default();
-        let mut read_back = Vec::new();
-        assert_eq!(ready.checkpoint(&mut out, &mut read_back), Some(5_001));
-        assert_eq!(read_back, [8], "the message in memory");
+        let (mut read_back, mut held) = (Vec::new(), Vec::new());
+        assert_eq!(ready.checkpoint(&mut out, &mut read_back, &mut held), Some(5_001));
+        assert_eq!((read_back, held), (vec![8], vec![1]), "the message in memory: its store id and seq");
         let parts: Vec<bytes::Bytes> = out.finish().iter().map(|part| part.bytes().clone()).collect();
-        let restored = ready.restored(&mut StateReader::new(parts.clone()), &[]).unwrap();
+        let mut dropped = Vec::new();
+        let restored = ready.restored(&mut StateReader::new(parts.clone()), &[], &mut dropped).unwrap();
+        assert!(dropped.is_empty());
         assert_eq!((restored.message_count(), restored.body_bytes()), (5_001, 5_001 * 16 + 1));
+        let seqs: Vec<Seq> = restored.seqs().collect();
+        assert_eq!(seqs, (2..=5_001).chain([5_003]).collect::<Vec<_>>(), "each seq, runs' members too");
         assert_eq!(restored.levels[0].slots.len(), 3, "the run whole, then two of their own");
         let mut restored_all = restored;
         let got: Vec<Shown> = std::iter::from_fn(|| restored_all.pop_front()).map(|e| shown(&e)).collect();
         assert_eq!(got, before[1..]);
         // Changed: 2_500 (inside the run, store id 2_507) and 5_003 (5_010), alone.
-        let mut without = ready.restored(&mut StateReader::new(parts.clone()), &[2_507, 5_010]).unwrap();
+        let mut without =
+            ready.restored(&mut StateReader::new(parts.clone()), &[2_507, 5_010], &mut dropped).unwrap();
+        assert_eq!(dropped, [2_500, 5_003], "the changed ones' seqs");
         assert_eq!(without.message_count(), 4_999);
         assert!(without.levels[0].slots.len() <= 4, "the run cut in two, joined again");
         let seqs = drain(&mut without);
@@ -985,12 +991,13 @@ mod tests {
         let all: bytes::Bytes = parts.concat().into();
         for cut in [0, 8, 100, all.len() - 1] {
             assert!(
-                ready.restored(&mut StateReader::new(vec![all.slice(..cut)]), &[]).is_none(),
+                ready.restored(&mut StateReader::new(vec![all.slice(..cut)]), &[], &mut Vec::new()).is_none(),
                 "cut {cut}"
             );
         }
         let two_levels = Ready::with_max_priority(1, 0);
-        assert!(two_levels.restored(&mut StateReader::new(parts), &[]).is_none(), "another number of levels");
+        let refused = two_levels.restored(&mut StateReader::new(parts), &[], &mut Vec::new());
+        assert!(refused.is_none(), "another number of levels");
     }
 
     fn slot_entries(slot: &Slot) -> Vec<Entry> {

@@ -196,6 +196,11 @@ impl Run {
         Ok(Run { head, paged, base, seq_step, id_step, offset_step, rest, ttl: self.ttl })
     }
 
+    /// Every member's seq, in order.
+    pub fn seqs(&self) -> impl Iterator<Item = Seq> + '_ {
+        (0..self.len() as u64).map(move |steps| self.head.seq + steps * self.seq_step)
+    }
+
     /// The store ids of every member.
     pub fn persist_ids(&self) -> impl Iterator<Item = u64> + '_ {
         let first = self.head_id();

@@ -32,6 +32,14 @@ impl StateWriter {
         self.parts.push(StatePart::Kept(bytes));
     }
 
+    /// Appends what `other` wrote, its kept parts kept.
+    pub fn append(&mut self, other: StateWriter) {
+        if !self.current.is_empty() {
+            self.parts.push(StatePart::Inline(Bytes::from(std::mem::take(&mut self.current))));
+        }
+        self.parts.extend(other.finish());
+    }
+
     /// The state, in parts to be written one after another.
     pub fn finish(mut self) -> Vec<StatePart> {
         if !self.current.is_empty() {
@@ -141,6 +149,15 @@ mod tests {
             let read = (|| Some((reader.u64()?, reader.bytes()?, reader.raw(2)?.to_vec())))();
             assert!(read.is_none(), "cut at {cut}");
         }
+        let mut joined = StateWriter::default();
+        joined.u64(1);
+        let mut tail = StateWriter::default();
+        tail.bytes(roster.clone());
+        tail.u64(2);
+        joined.append(tail);
+        let mut reader = StateReader::new(bytes_of(&joined.finish()));
+        let read = (reader.u64(), reader.bytes().map(|b| b.as_ptr()), reader.u64());
+        assert_eq!(read, (Some(1), Some(roster.as_ptr()), Some(2)), "appended, the kept part kept");
         let across = vec![Bytes::from_static(&[7, 0, 0, 0]), Bytes::from_static(&[0, 0, 0, 0])];
         assert_eq!(StateReader::new(across).u64(), None, "a word across two parts");
         assert_eq!(StateReader::new(vec![Bytes::from(u64::MAX.to_le_bytes().to_vec())]).count(1), None);

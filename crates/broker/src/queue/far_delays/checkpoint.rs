@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::{FarTier, Key, Record, Run, RECORD_BYTES};
+use crate::queue::entry::Seq;
 use crate::queue::far_files::SpillFiles;
 use crate::queue::far_record::{decode, fields_checked};
 use crate::queue::far_roster::Roster;
@@ -54,9 +55,15 @@ impl FarTier {
     }
 
     /// The tier [`FarTier::checkpoint`] wrote, with this one's files, without the messages whose
-    /// store id is in `changed`; `None` if the state does not read back whole.
-    pub(crate) fn restored_from(&self, state: &mut StateReader, changed: &HashSet<u64>) -> Option<FarTier> {
-        Self::restored(self.files.clone(), self.queue, state, changed)
+    /// store id is in `changed` (their seqs go to `dropped`); `None` if the state does not read
+    /// back whole.
+    pub(crate) fn restored_from(
+        &self,
+        state: &mut StateReader,
+        changed: &HashSet<u64>,
+        dropped: &mut Vec<Seq>,
+    ) -> Option<FarTier> {
+        Self::restored(self.files.clone(), self.queue, state, changed, dropped)
     }
 
     /// The counts come from the state and lose the changed messages found; a run no changed
@@ -66,6 +73,7 @@ impl FarTier {
         queue: u64,
         state: &mut StateReader,
         changed: &HashSet<u64>,
+        dropped: &mut Vec<Seq>,
     ) -> Option<FarTier> {
         let mut tier = FarTier::new(files, queue);
         tier.next_run = state.u64()?;
@@ -78,12 +86,13 @@ impl FarTier {
             if number >= tier.next_run || tier.runs.contains_key(&number) {
                 return None;
             }
-            tier.restore_run(number, state, &sorted_changed, changed)?;
+            tier.restore_run(number, state, &sorted_changed, changed, dropped)?;
         }
         for _ in 0..state.count(RECORD_BYTES)? {
             let record: Record = state.raw(RECORD_BYTES)?.try_into().ok()?;
             let (due, waiting) = decode(&record).ok()?;
             if waiting.entry.persist_id().is_none_or(|id| changed.contains(&id)) {
+                dropped.push(waiting.entry.seq);
                 tier.forget(waiting.entry.body_size())?;
                 continue;
             }
@@ -111,6 +120,7 @@ impl FarTier {
         state: &mut StateReader,
         sorted_changed: &[u64],
         changed: &HashSet<u64>,
+        dropped: &mut Vec<Seq>,
     ) -> Option<()> {
         let records = usize::try_from(state.u64()?).ok()?;
         let ids = (state.u64()?, state.u64()?);
@@ -152,6 +162,7 @@ impl FarTier {
         // Forgotten only now: a roster that does not read back whole changes nothing.
         for (key, body_size) in newly_cancelled {
             self.forget(body_size as usize)?;
+            dropped.push(key.1);
             cancelled.insert(key);
         }
         let Some(head) = held_head else { return Some(()) };
@@ -206,7 +217,7 @@ mod tests {
         let files = Arc::new(MemorySpillFiles::default());
         let mut reader = StateReader::new(parts);
         let changed = changed.iter().copied().collect();
-        let tier = FarTier::restored(files.clone(), 1, &mut reader, &changed)?;
+        let tier = FarTier::restored(files.clone(), 1, &mut reader, &changed, &mut Vec::new())?;
         assert!(reader.is_empty());
         Some((files, tier))
     }
@@ -277,7 +288,8 @@ mod tests {
         let state: Vec<u8> = out.finish().iter().flat_map(|part| part.bytes().to_vec()).collect();
         let restore = |bytes: Vec<u8>| {
             let files = Arc::new(MemorySpillFiles::default());
-            FarTier::restored(files, 1, &mut StateReader::new(vec![Bytes::from(bytes)]), &HashSet::new())
+            let mut reader = StateReader::new(vec![Bytes::from(bytes)]);
+            FarTier::restored(files, 1, &mut reader, &HashSet::new(), &mut Vec::new())
         };
         for cut in 0..state.len() {
             assert!(restore(state[..cut].to_vec()).is_none_or(|t| t.message_count() <= 250), "cut at {cut}");

@@ -21,9 +21,14 @@ const RUN: u64 = 1;
 
 impl Ready {
     /// Appends the ready messages to a queue state, adding the store ids of those held in
-    /// memory to `read_back`; returns how many the state holds, or `None` if it would hold more
-    /// than [`SINGLES_MAX`] messages outside runs.
-    pub(crate) fn checkpoint(&self, out: &mut StateWriter, read_back: &mut Vec<u64>) -> Option<u64> {
+    /// memory to `read_back` and their seqs to `held`; returns how many the state holds, or
+    /// `None` if it would hold more than [`SINGLES_MAX`] messages outside runs.
+    pub(crate) fn checkpoint(
+        &self,
+        out: &mut StateWriter,
+        read_back: &mut Vec<u64>,
+        held: &mut Vec<Seq>,
+    ) -> Option<u64> {
         let singles = self.levels.iter().flat_map(|level| &level.slots);
         let singles = singles.filter(|slot| matches!(slot, Slot::Live(e) if is_paged(e))).count();
         if singles > SINGLES_MAX {
@@ -45,7 +50,10 @@ impl Ready {
                         out.raw(&encode_ready(entry)?);
                         covers += 1;
                     }
-                    Slot::Live(entry) => read_back.extend(entry.persist_id()),
+                    Slot::Live(entry) => {
+                        read_back.extend(entry.persist_id());
+                        held.push(entry.seq);
+                    }
                     Slot::Run(run) => {
                         out.u64(RUN);
                         run.checkpoint(out)?;
@@ -68,10 +76,16 @@ impl Ready {
     }
 
     /// Ready messages as [`Ready::checkpoint`] wrote them, in a new `Ready` with this one's
-    /// levels, without the messages whose store id is in `changed` (sorted): a run holding one
-    /// comes back as its other members, joined into runs again. `None` if the state does not
-    /// read back whole, has another number of levels, or is out of queue order.
-    pub(crate) fn restored(&self, state: &mut StateReader, changed: &[u64]) -> Option<Ready> {
+    /// levels, without the messages whose store id is in `changed` (sorted), whose seqs go to
+    /// `dropped`: a run holding one comes back as its other members, joined into runs again.
+    /// `None` if the state does not read back whole, has another number of levels, or is out
+    /// of queue order.
+    pub(crate) fn restored(
+        &self,
+        state: &mut StateReader,
+        changed: &[u64],
+        dropped: &mut Vec<Seq>,
+    ) -> Option<Ready> {
         let mut ready = Ready {
             levels: (0..self.levels.len()).map(|_| Level::default()).collect(),
             default_level: self.default_level,
@@ -94,11 +108,15 @@ impl Ready {
                 }
                 last = Some(slot.last_seq());
                 match slot {
-                    Slot::Live(entry) if entry.persist_id().is_some_and(is_changed) => {}
+                    Slot::Live(entry) if entry.persist_id().is_some_and(is_changed) => {
+                        dropped.push(entry.seq)
+                    }
                     Slot::Live(entry) => ready.push_at_level(at, entry),
                     Slot::Run(run) if run_holds_changed(&run, changed) => {
                         for member in (0..run.len()).map(|place| run.member(place)) {
-                            if !member.persist_id().is_some_and(is_changed) {
+                            if member.persist_id().is_some_and(is_changed) {
+                                dropped.push(member.seq);
+                            } else {
                                 ready.push_at_level(at, member);
                             }
                         }
@@ -109,6 +127,18 @@ impl Ready {
             }
         }
         Some(ready)
+    }
+
+    /// Every ready message's seq, level by level, each in queue order.
+    pub(crate) fn seqs(&self) -> impl Iterator<Item = Seq> + '_ {
+        self.levels.iter().flat_map(|level| &level.slots).flat_map(|slot| {
+            let (single, run) = match slot {
+                Slot::Live(entry) => (Some(entry.seq), None),
+                Slot::Removed(_) => (None, None),
+                Slot::Run(run) => (None, Some(run.seqs())),
+            };
+            single.into_iter().chain(run.into_iter().flatten())
+        })
     }
 
     /// The highest seq of a ready message, if any.
