@@ -176,6 +176,7 @@ impl Broker {
             self.entry_ids.recovered(message.msg_id);
             self.restore_message(QueueId(queue), message, now, &mut report);
         }
+        self.queues.values_mut().for_each(Queue::finish_restore);
         // Every queue exists now: expiries and due delays may dead-letter into any of them.
         self.overdue.restored(now);
         for &queue in queue_messages.keys() {

@@ -117,6 +117,9 @@ pub(crate) struct Queue {
     /// The groups of waiting messages (delayed, or waiting for a back-off) that are paged out,
     /// in a queue with message groups: they become ready in their group without a read.
     waiting_groups: HashMap<Seq, GroupKey>,
+    /// Ready messages restored from the log whose places are among the ready messages, until
+    /// the restore puts them there (`finish_restore`).
+    restoring: Vec<Entry>,
 }
 
 /// Whether a queue with this spec was made or changed over SQS: it carries an `x-sqs-*`
@@ -216,6 +219,7 @@ impl Queue {
             group_order,
             groups,
             waiting_groups: HashMap::new(),
+            restoring: Vec::new(),
         }
     }
 
@@ -401,7 +405,9 @@ impl Queue {
     }
 
     /// Puts a message recovered from the store back: delayed until `wait_until` when set, else
-    /// ready at its place by id, in message group `group` when its metadata kept it.
+    /// ready at its place by id, in message group `group` when its metadata kept it. One whose
+    /// place is among the ready messages (not after them all) is put there by
+    /// [`Queue::finish_restore`], which the restore calls after the last.
     pub(crate) fn restore_entry(
         &mut self,
         entry: Entry,
@@ -418,7 +424,25 @@ impl Queue {
             }
             // At its place by id (the store gives enqueue order, and ready messages are kept in
             // id order); an append when they agree, as they do for everything this broker wrote.
-            None => self.return_to_ready_in(entry, group),
+            None if self.ready.max_seq().is_none_or(|last| last < entry.seq) => {
+                self.return_to_ready_in(entry, group)
+            }
+            // Among the ready messages: those a checkpoint's state did not hold (the resident
+            // head, one unacknowledged), read back from the log after the state's in id order.
+            // Put back one by one in that order, each would shift all put back before it.
+            None => {
+                self.group_ready_in(&entry, group);
+                self.restoring.push(entry);
+            }
+        }
+    }
+
+    /// Puts the ready messages [`Queue::restore_entry`] held back at their places: the last first,
+    /// so that each lands before those already put back, which it does not shift.
+    pub(crate) fn finish_restore(&mut self) {
+        self.restoring.sort_unstable_by_key(|entry| std::cmp::Reverse(entry.seq));
+        for entry in std::mem::take(&mut self.restoring) {
+            self.ready.requeue(entry);
         }
     }
 
@@ -848,6 +872,24 @@ mod tests {
         std::iter::from_fn(|| queue.take_for_consumer(false).ok())
             .map(|entry| entry.resident().expect("delivered in memory").clone())
             .collect()
+    }
+
+    /// A restart from a state puts the messages it read back from the log (the resident head,
+    /// here 0..3, after the state's 10..13) at their places in id order, counted once
+    /// `finish_restore` has run; later ones are appended as they come.
+    #[test]
+    fn messages_restored_among_the_ready_ones_land_at_their_places() {
+        let mut queue = queue(100, true);
+        let sent: Vec<_> = (0..16).map(|i| message(i, 16)).collect();
+        let entry = |seq: usize| Entry::new(seq as u64, sent[seq].clone(), None, None, Some(seq as u64));
+        for seq in [10, 11, 12, 0, 1, 2, 13, 3] {
+            queue.restore_entry(entry(seq), None, None);
+        }
+        assert_eq!(queue.ready.message_count(), 4, "the ones after the rest, appended");
+        queue.finish_restore();
+        assert_eq!(queue.ready.message_count(), 8);
+        let expected: Vec<_> = [0, 1, 2, 3, 10, 11, 12, 13].map(|seq| sent[seq].clone()).into();
+        assert_eq!(drain(&mut queue), expected);
     }
 
     /// Past the resident limit a queue packs small transient messages (ADR 0015): they count as
