@@ -107,6 +107,8 @@ impl Broker {
         let Some((due, waiting)) = queue.delayed.pop_due(now) else { return };
         // Ready now: after every message already ready (a new place, a new id).
         let seq = self.entry_ids.next();
+        let ready_seq = if waiting.returning { waiting.entry.seq } else { seq };
+        self.located_as_ready(id, waiting.entry.persist_id(), ready_seq);
         let Some(queue) = self.queues.get_mut(&id) else { return };
         let group = queue.take_waiting_group(waiting.entry.seq);
         if waiting.returning {

@@ -34,6 +34,19 @@ impl Broker {
         }
     }
 
+    /// Message `persist_id` of queue `id` became ready as entry `seq` before the store reported
+    /// where it wrote it (a delay shorter than the write): when it does, the message is paged
+    /// out as the ready message it is now. Without this it stayed in memory, whatever the limits.
+    pub(crate) fn located_as_ready(&mut self, id: QueueId, persist_id: Option<u64>, seq: Seq) {
+        if self.persist.page_out.is_empty() {
+            return;
+        }
+        let Some(persist_id) = persist_id else { return };
+        if let Some((waiting_seq, due, _)) = self.persist.page_out.get_mut(&(id, persist_id)) {
+            (*waiting_seq, *due) = (seq, None);
+        }
+    }
+
     /// The store wrote these enqueue records and made every op through `op_seq` durable: the
     /// messages noted for paging out keep only their location from now on, and a queue whose
     /// delayed messages went far is filed to load them a horizon ahead. Call before

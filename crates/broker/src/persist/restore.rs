@@ -356,15 +356,23 @@ impl Broker {
             self.persist.settle(id, stored.msg_id);
             return;
         };
-        let wait_until = (meta.wait_until_ms != 0).then(|| Timestamp::from_millis(meta.wait_until_ms));
+        let stored_wait = (meta.wait_until_ms != 0).then(|| Timestamp::from_millis(meta.wait_until_ms));
+        let was_ready = meta.ready_at_ms.is_some() || stored_wait.is_none();
+        // Stored as waiting, but ready and held in memory when the checkpoint whose state the
+        // queue took was written: back at its place then, ready since then (`take_promoted`).
+        let promoted = if was_ready { None } else { queue.take_promoted(stored.msg_id) };
+        let (seq, wait_until, stored_ready) = match promoted {
+            Some((seq, ready)) => (seq, None, Some(ready)),
+            None => (stored.msg_id, stored_wait, meta.ready_at_ms.map(Timestamp::from_millis)),
+        };
         // A message stored as neither waiting nor ready (not written by this broker) is ready.
-        let ready_at = meta.ready_at_ms.map(Timestamp::from_millis).or(wait_until.is_none().then_some(now));
+        let ready_at = stored_ready.or(wait_until.is_none().then_some(now));
         let expires_at = ready_at.and_then(|at| queue.deadline_from(payload.hot().expiration_ms(), at));
-        // The entry keeps its id: a delayed message listed before the restart is the same one.
-        let mut entry =
-            Entry::with_payload(stored.msg_id, payload, ready_at, expires_at, Some(stored.msg_id));
+        // The entry keeps its id (a delayed message listed before the restart is the same one),
+        // or the place a state gave it.
+        let mut entry = Entry::with_payload(seq, payload, ready_at, expires_at, Some(stored.msg_id));
         // See the module doc: the delivered mark where it is written, else "was it ever ready".
-        entry.redelivered = if meta.deliveries_tracked { meta.redelivered } else { ready_at.is_some() };
+        entry.redelivered = if meta.deliveries_tracked { meta.redelivered } else { was_ready };
         entry.delivery_count = meta.delivery_count;
         // One that fell due while the broker was down is ready at the dispatch after the restore.
         match wait_until {
@@ -376,6 +384,7 @@ impl Broker {
             None => report.ready += 1,
         }
         queue.restore_entry(entry, wait_until, meta.group);
+        self.entry_ids.recovered(seq);
     }
 }
 

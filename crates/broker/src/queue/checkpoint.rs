@@ -20,13 +20,18 @@ use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 
-use super::entry::Seq;
+use super::entry::{Entry, Seq};
 use super::group_state::{read_groups, write_groups, GroupSeqs};
 use super::message_groups::{GroupKey, GroupOrder, MessageGroups};
 use super::ready::Ready;
 use super::state_bytes::{StateReader, StateWriter};
 use super::Queue;
 use crate::persist::QueueState;
+use crate::time::Timestamp;
+
+/// Ready messages held in memory after their delay, by store id: their seq and ready time
+/// (`write_promoted`).
+pub(crate) type PromotedHeld = HashMap<u64, (Seq, Timestamp), rustc_hash::FxBuildHasher>;
 
 /// The layout of a state (its first word): 4 has the message groups, the ready backlog, then
 /// the waiting messages if any; 3 (written before issue 41's group states) the same without the
@@ -58,42 +63,49 @@ impl Queue {
     /// This queue's state for a checkpoint, if it has one (module doc); `unacked` are the store
     /// ids of its unacknowledged messages and of those waiting to be dead-lettered.
     pub(crate) fn checkpoint_state(&self, unacked: &[u64]) -> Option<QueueState> {
+        debug_assert!(self.restoring.is_empty(), "a restore not finished");
         if !self.is_persisted() {
             return None;
         }
         let mut messages = StateWriter::default();
         let mut read_back = unacked.to_vec();
-        let mut held = Vec::new();
-        let mut covers = self.ready.checkpoint(&mut messages, &mut read_back, &mut held)?;
+        let (mut held_ready, mut held_waiting) = (Vec::new(), Vec::new());
+        let mut covers = self.ready.checkpoint(&mut messages, &mut read_back, &mut held_ready)?;
         if self.delayed.message_count() == 0 {
             messages.u64(0);
         } else {
             messages.u64(1);
-            covers += self.delayed.checkpoint(&mut messages, &mut read_back)?;
+            covers += self.delayed.checkpoint(&mut messages, &mut read_back, &mut held_waiting)?;
         }
         if covers == 0 || read_back.len() > READ_BACK_MAX {
             return None;
         }
         let mut out = StateWriter::default();
         out.u64(STATE_VERSION);
-        self.checkpoint_groups(&mut out, held);
+        let mut held_ready_seqs: Vec<Seq> = held_ready.iter().map(|entry| entry.seq).collect();
+        self.checkpoint_groups(&mut out, &mut held_ready_seqs, held_waiting);
+        write_promoted(&mut out, &held_ready);
         out.append(messages);
         Some(QueueState { queue: self.id.0, covers, read_back, parts: out.finish() })
     }
 
     /// Appends the groups of the messages the state holds (`group_state.rs`): the ready ones'
-    /// but those `held` in memory (seqs: they are read back), then the waiting ones'.
-    fn checkpoint_groups(&self, out: &mut StateWriter, mut held: Vec<Seq>) {
-        held.sort_unstable();
-        let is_held = |seq: &Seq| !held.is_empty() && held.binary_search(seq).is_ok();
+    /// but those held in memory (`held_ready`, seqs: they are read back), then the waiting
+    /// ones' but those held in memory (`held_waiting`).
+    fn checkpoint_groups(&self, out: &mut StateWriter, held_ready: &mut [Seq], mut held_waiting: Vec<Seq>) {
+        held_ready.sort_unstable();
+        let is_held = |seq: &Seq| !held_ready.is_empty() && held_ready.binary_search(seq).is_ok();
         let ready = self.groups.iter().flat_map(MessageGroups::ready_by_group);
         write_groups(
             out,
             ready.map(|(group, seqs)| (group, seqs.iter().copied().filter(|seq| !is_held(seq)))),
         );
+        held_waiting.sort_unstable();
         let mut waiting: HashMap<GroupKey, Vec<Seq>> = HashMap::new();
         for (&seq, &group) in &self.waiting_groups {
-            waiting.entry(group).or_default().push(seq);
+            if held_waiting.binary_search(&seq).is_err() {
+                waiting.entry(group).or_default().push(seq);
+            }
         }
         write_groups(
             out,
@@ -109,14 +121,17 @@ impl Queue {
     /// how many came back; `None`, and the queue unchanged, if it holds messages already or the
     /// state does not read back whole.
     pub(crate) fn restore_state(&mut self, parts: Vec<Bytes>, changed: &[u64]) -> Option<Restored> {
-        if self.delayed.message_count() != 0 || !self.ready.is_empty() || !self.waiting_groups.is_empty() {
+        let holds_any = self.delayed.message_count() != 0 || !self.ready.is_empty();
+        if holds_any || !self.waiting_groups.is_empty() || !self.restoring.is_empty() {
             return None;
         }
         let mut reader = StateReader::new(parts);
         let version = reader.u64()?;
-        let (ready_groups, waiting_groups) = match version {
-            STATE_VERSION => (read_groups(&mut reader)?, read_groups(&mut reader)?),
-            WITHOUT_GROUPS_VERSION | WAITING_ONLY_VERSION => (Vec::new(), Vec::new()),
+        let (ready_groups, waiting_groups, promoted) = match version {
+            STATE_VERSION => {
+                (read_groups(&mut reader)?, read_groups(&mut reader)?, read_promoted(&mut reader)?)
+            }
+            WITHOUT_GROUPS_VERSION | WAITING_ONLY_VERSION => Default::default(),
             _ => return None,
         };
         let mut sorted_changed = changed.to_vec();
@@ -147,6 +162,7 @@ impl Queue {
         if let Some(groups) = groups {
             self.groups = Some(groups);
         }
+        self.promoted_held = promoted;
         let dropped: HashSet<Seq> = dropped.into_iter().collect();
         for (group, seqs) in waiting_groups {
             self.waiting_groups
@@ -157,9 +173,11 @@ impl Queue {
 
     /// The ready messages' groups a state kept (`ready`: its messages, without the changed ones,
     /// whose seqs are `dropped`): `Some(None)` when it kept none and the queue has no use for
-    /// them; `None` when they cannot be used. An SQS FIFO queue's groups must hold exactly its
-    /// ready messages (one outside them would never be received); a fair queue serves a
-    /// message outside its tenants' index as one without a group.
+    /// them; `None` when they cannot be used. The groups may name only messages the queue holds
+    /// (a named one it does not hold would stand first in its group). An SQS FIFO queue's
+    /// groups must hold every one of its ready messages (one outside them would never be
+    /// received); a fair queue serves a message outside its tenants' index as one without a
+    /// group.
     fn restored_groups(
         &self,
         ready: Option<&Ready>,
@@ -176,15 +194,57 @@ impl Queue {
         for &seq in dropped {
             groups.left_ready(seq);
         }
-        let count = ready.map_or(0, Ready::message_count);
-        let whole = match order {
-            GroupOrder::Fifo => {
-                groups.ready_count() == count
-                    && ready.is_none_or(|ready| ready.seqs().all(|seq| groups.group_of_ready(seq).is_some()))
-            }
-            GroupOrder::Fair => groups.ready_count() <= count,
-        };
+        // Each indexed seq is once in the index: it names a message the queue holds if as many
+        // of the queue's messages are indexed as the index holds.
+        let indexed =
+            ready.map_or(0, |ready| ready.seqs().filter(|seq| groups.group_of_ready(*seq).is_some()).count());
+        let whole = indexed == groups.ready_count()
+            && (order == GroupOrder::Fair || indexed == ready.map_or(0, Ready::message_count));
         whole.then_some(Some(groups))
+    }
+}
+
+/// Words per promoted message: store id, seq, ready time.
+const PROMOTED_WORDS: usize = 3;
+
+/// Appends the ready messages held in memory that became ready after a delay (their seq is
+/// not their store id: a promotion gives a new one, and writes nothing, so the log still says
+/// "waiting"): their store id, seq and ready time, so that a restart puts each back ready at its
+/// place rather than promoting it again behind the state's messages.
+fn write_promoted(out: &mut StateWriter, held: &[&Entry]) {
+    let promoted = held.iter().filter_map(|entry| {
+        let id = entry.persist_id().filter(|id| *id != entry.seq)?;
+        Some((id, entry.seq, entry.ready_at()?.as_millis()))
+    });
+    let promoted: Vec<_> = promoted.collect();
+    out.u64(promoted.len() as u64);
+    for (id, seq, ready) in promoted {
+        out.u64(id);
+        out.u64(seq);
+        out.u64(ready);
+    }
+}
+
+/// What [`write_promoted`] wrote, by store id.
+fn read_promoted(state: &mut StateReader) -> Option<PromotedHeld> {
+    let count = state.count(PROMOTED_WORDS * 8)?;
+    let mut promoted = PromotedHeld::default();
+    promoted.reserve(count);
+    for _ in 0..count {
+        let (id, seq, ready) = (state.u64()?, state.u64()?, state.u64()?);
+        promoted.insert(id, (seq, Timestamp::from_millis(ready)));
+    }
+    Some(promoted)
+}
+
+impl Queue {
+    /// The place and ready time a checkpoint's state gave message `persist_id`, held in memory
+    /// after its delay (`write_promoted`), if it did; taken once.
+    pub(crate) fn take_promoted(&mut self, persist_id: u64) -> Option<(Seq, Timestamp)> {
+        if self.promoted_held.is_empty() {
+            return None;
+        }
+        self.promoted_held.remove(&persist_id)
     }
 }
 
@@ -259,7 +319,7 @@ mod tests {
     /// backlog from the checkpoint and still receives each group in order and groups in
     /// parallel. Its ready messages' groups (not the one held in memory, which is read back from
     /// the log with its own) and its waiting messages' groups come back; a changed message's
-    /// do not. Before, a queue with groups had no state, and its backlog was read back from the
+    /// do not, nor a waiting one's held in memory (also read back). Before, a queue with groups had no state, and its backlog was read back from the
     /// log.
     #[test]
     fn an_sqs_fifo_queue_s_state_keeps_its_groups() {
@@ -271,8 +331,13 @@ mod tests {
         queue.restore_entry(resident(9), None, Some(g3));
         queue.restore_entry(paged(7), Some(DUE), Some(g2));
         queue.restore_entry(paged(8), Some(DUE), Some(g3));
+        queue.restore_entry(resident(10), Some(DUE), Some(g1));
         let state = queue.checkpoint_state(&[]).expect("a FIFO queue has a state");
-        assert_eq!((state.covers, state.read_back.clone()), (8, vec![109]), "the one in memory is read back");
+        assert_eq!(
+            (state.covers, state.read_back.clone()),
+            (8, vec![109, 110]),
+            "the ones in memory are read back"
+        );
 
         // Changed since the checkpoint: 3 (ready, g1) and 8 (waiting, g3).
         let (mut restored, counts) = restore(&queue, fifo(), &[103, 108]).expect("the state is used");
@@ -284,7 +349,11 @@ mod tests {
         assert_eq!((groups.group_of_ready(3), groups.group_of_ready(9)), (None, None));
         assert_eq!(groups.next_receivable(None), Some(1));
         assert_eq!(groups.next_receivable(Some(g2)), Some(2), "a receive goes on in its group");
-        assert_eq!(restored.waiting_groups, HashMap::from([(7, g2)]), "8 changed: it comes from the log");
+        assert_eq!(
+            restored.waiting_groups,
+            HashMap::from([(7, g2)]),
+            "8 changed and 10 in memory: they come from the log with their groups"
+        );
         // The one in memory comes back from the log, in its group, behind the rest.
         restored.restore_entry(resident(9), None, Some(g3));
         let groups = restored.groups.as_mut().unwrap();
@@ -311,6 +380,7 @@ mod tests {
         let mut reader = StateReader::new(parts);
         assert_eq!(reader.u64(), Some(STATE_VERSION));
         let (ready_groups, _) = (read_groups(&mut reader).unwrap(), read_groups(&mut reader).unwrap());
+        assert!(read_promoted(&mut reader).unwrap().is_empty());
         let ready = queue.ready.restored(&mut reader, &sorted_changed, &mut Vec::new()).unwrap();
         let with = |seqs: Vec<Seq>| vec![(group_key(b"g"), seqs)];
         let fresh = fifo();
@@ -324,6 +394,7 @@ mod tests {
         reader.u64();
         let ready_groups = read_groups(&mut reader).unwrap();
         read_groups(&mut reader).unwrap();
+        read_promoted(&mut reader).unwrap();
         let without_3 = queue.ready.restored(&mut reader, &sorted_changed, &mut dropped).unwrap();
         assert_eq!(dropped, [3]);
         assert!(fresh.restored_groups(Some(&without_3), ready_groups, &dropped).is_some(), "3 left out");

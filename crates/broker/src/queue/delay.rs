@@ -92,9 +92,15 @@ impl DelayIndex {
         self.next_near_due().into_iter().chain(far).min()
     }
 
-    /// When the first message of the near tier is due.
+    /// When the first message of the near tier is due, unless it waits for the far tier: a far
+    /// message due no later comes near first (a load brings it, or the answer to the read a
+    /// load asked for), so that messages become ready in due order. After a restart every
+    /// stored waiting message goes far, and the write buffer's come near at once while the
+    /// runs' are read: earlier ones, all overdue.
     pub fn next_near_due(&self) -> Option<Timestamp> {
-        self.near.first_key_value().map(|((due, _), _)| *due)
+        let ((due, _), _) = self.near.first_key_value()?;
+        let far_first = self.far.as_ref().and_then(FarTier::next_due);
+        far_first.is_none_or(|far| far > *due).then_some(*due)
     }
 
     /// Holds (or lets go of) the near tier's head for the overdue limiter.
@@ -161,8 +167,8 @@ impl DelayIndex {
     /// Removes and returns one message due at `now`, earliest first (ties in publish order).
     /// Only the near tier: far messages come near a horizon before they are due.
     pub fn pop_due(&mut self, now: Timestamp) -> Option<(Timestamp, Waiting)> {
-        match self.near.first_key_value() {
-            Some(((due, _), _)) if *due <= now => {
+        match self.next_near_due() {
+            Some(due) if due <= now => {
                 let ((due, _), waiting) = self.near.pop_first()?;
                 self.near_bytes -= waiting.entry.body_size();
                 Some((due, waiting))
@@ -272,10 +278,15 @@ impl DelayIndex {
     /// Appends the waiting messages to a queue state for a checkpoint (ADR 0019): the far tier,
     /// then the near tier's stored, paged-out messages as far records. A near one that is still
     /// in memory is not in the state: its store id goes to `read_back` (a restart reads it from
-    /// the log); a transient one is nowhere, as it is lost at a restart. Returns how many
-    /// messages the state holds; `None` without a far tier, or with more near messages than a
-    /// state is worth ([`NEAR_CHECKPOINT_MAX`]).
-    pub fn checkpoint(&self, out: &mut StateWriter, read_back: &mut Vec<u64>) -> Option<u64> {
+    /// the log) and its seq to `held`; a transient one is nowhere, as it is lost at a restart.
+    /// Returns how many messages the state holds; `None` without a far tier, or with more near
+    /// messages than a state is worth ([`NEAR_CHECKPOINT_MAX`]).
+    pub fn checkpoint(
+        &self,
+        out: &mut StateWriter,
+        read_back: &mut Vec<u64>,
+        held: &mut Vec<Seq>,
+    ) -> Option<u64> {
         let far = self.far.as_ref()?;
         if self.near.len() > NEAR_CHECKPOINT_MAX {
             return None;
@@ -284,7 +295,10 @@ impl DelayIndex {
         for ((due, _), waiting) in &self.near {
             match far_record::encode(*due, waiting) {
                 Some(record) => records.push(record),
-                None => read_back.extend(waiting.entry.persist_id()),
+                None => {
+                    read_back.extend(waiting.entry.persist_id());
+                    held.push(waiting.entry.seq);
+                }
             }
         }
         let covers = far.checkpoint(out);
@@ -486,6 +500,30 @@ mod tests {
         let mut plain = DelayIndex::default();
         plain.insert(t(u64::MAX / 4), paged(2));
         assert_eq!((plain.message_count(), plain.far_message_count()), (1, 0));
+    }
+
+    /// Issue 41: a message that fell due waits while a far message due no later is being read
+    /// (here after a restart: every stored waiting message went far, the write buffer's come
+    /// near at once, the runs' through reads); nothing fires, and no deadline says "now" while
+    /// the reads are out; then all fire in due order, ties in publish order. Before, the
+    /// buffer's fired first, ahead of the older ones in the runs.
+    #[test]
+    fn a_due_message_waits_for_far_ones_due_no_later() {
+        let files = Arc::new(MemorySpillFiles::with_run_records(2));
+        let mut index = DelayIndex::with_spill_files(Some(files.clone()), 1);
+        let due = t(1_000);
+        for seq in 1..=5 {
+            index.insert(due, paged(seq));
+        }
+        assert_eq!((index.far_message_count(), files.file_count()), (5, 2), "two runs and a buffer");
+        let now = t(2_000);
+        index.load_due_soon(now);
+        assert_eq!(index.far_message_count(), 4, "the buffer's one came near, the runs are asked for");
+        assert_eq!((index.next_near_due(), index.next_deadline()), (None, None));
+        assert!(index.pop_due(now).is_none(), "5 waits for 1 to 4");
+        answer(&mut index, &files, now);
+        load_answered(&mut index, &files, now);
+        assert_eq!(fired(&mut index, now), [1, 2, 3, 4, 5]);
     }
 
     /// A message paged out after it was stored moves far when it is due past the horizon.

@@ -120,6 +120,9 @@ pub(crate) struct Queue {
     /// Ready messages restored from the log whose places are among the ready messages, until
     /// the restore puts them there (`finish_restore`).
     restoring: Vec<Entry>,
+    /// The places of ready messages a checkpoint's state listed as held in memory after their
+    /// delay, until the restore has read them back (`checkpoint.rs`, `take_promoted`).
+    promoted_held: checkpoint::PromotedHeld,
 }
 
 /// Whether a queue with this spec was made or changed over SQS: it carries an `x-sqs-*`
@@ -220,6 +223,7 @@ impl Queue {
             groups,
             waiting_groups: HashMap::new(),
             restoring: Vec::new(),
+            promoted_held: Default::default(),
         }
     }
 
@@ -444,6 +448,7 @@ impl Queue {
         for entry in std::mem::take(&mut self.restoring) {
             self.ready.requeue(entry);
         }
+        self.promoted_held = Default::default();
     }
 
     /// Appends an entry to the ready messages, packed if the queue keeps more than its paging

@@ -967,6 +967,7 @@ mod tests {
         let mut out = StateWriter::default();
         let (mut read_back, mut held) = (Vec::new(), Vec::new());
         assert_eq!(ready.checkpoint(&mut out, &mut read_back, &mut held), Some(5_001));
+        let held: Vec<Seq> = held.iter().map(|entry| entry.seq).collect();
         assert_eq!((read_back, held), (vec![8], vec![1]), "the message in memory: its store id and seq");
         let parts: Vec<bytes::Bytes> = out.finish().iter().map(|part| part.bytes().clone()).collect();
         let mut dropped = Vec::new();

@@ -21,13 +21,13 @@ const RUN: u64 = 1;
 
 impl Ready {
     /// Appends the ready messages to a queue state, adding the store ids of those held in
-    /// memory to `read_back` and their seqs to `held`; returns how many the state holds, or
+    /// memory to `read_back` and the entries to `held`; returns how many the state holds, or
     /// `None` if it would hold more than [`SINGLES_MAX`] messages outside runs.
-    pub(crate) fn checkpoint(
-        &self,
+    pub(crate) fn checkpoint<'a>(
+        &'a self,
         out: &mut StateWriter,
         read_back: &mut Vec<u64>,
-        held: &mut Vec<Seq>,
+        held: &mut Vec<&'a Entry>,
     ) -> Option<u64> {
         let singles = self.levels.iter().flat_map(|level| &level.slots);
         let singles = singles.filter(|slot| matches!(slot, Slot::Live(e) if is_paged(e))).count();
@@ -52,7 +52,7 @@ impl Ready {
                     }
                     Slot::Live(entry) => {
                         read_back.extend(entry.persist_id());
-                        held.push(entry.seq);
+                        held.push(entry);
                     }
                     Slot::Run(run) => {
                         out.u64(RUN);
