@@ -115,7 +115,8 @@ impl Broker {
             queue.return_to_ready_in(waiting.entry, group);
             return;
         }
-        // Nothing to write: stored as "waiting until `due`", recovery reads "ready since".
+        // Nothing to write: stored as "waiting until `due`", recovery reads "ready since" (or a
+        // checkpoint's state lists its new place if it is in memory then, `write_promoted`).
         let persist_id = waiting.entry.persist_id();
         let entry = queue.new_entry(seq, waiting.entry.payload, due, persist_id);
         if self.over_publish_limit(id, entry.body_size()) {

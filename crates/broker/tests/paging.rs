@@ -1668,6 +1668,33 @@ fn drain_by_receives(tb: &mut TestBroker, disk: &mut Disk, done: &mut Vec<String
     }
 }
 
+/// A delay queue's ready backlog stays within the paging limits when its messages wait in
+/// memory (fewer waiting than the limits) and the store reports them while they wait: they are
+/// paged out as they wait once the ready ones in memory fill the limits, and become ready paged.
+/// Before, only the waiting messages were counted, none was paged out, and every one stayed in
+/// memory once ready, whatever the limits.
+#[test]
+fn a_delay_queue_s_ready_backlog_stays_within_the_paging_limits() {
+    let (mut tb, c, mut disk) =
+        setup(FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(1000))]));
+    for batch in 0..5 {
+        for i in batch * 2..batch * 2 + 2 {
+            tb.publish_with(c, "", "q", properties(i), format!("body {i}").as_bytes(), false);
+        }
+        disk.sync(&mut tb);
+        tb.advance(Duration::from_millis(1000));
+    }
+    let stats = tb.broker.queue_stats("/", "q").unwrap();
+    assert_eq!((stats.messages_ready, stats.messages_ready_ram), (10, 2), "the limit (2) in memory");
+    let c2 = tb.channel();
+    let mut delivered = body_texts(&consume(&mut tb, c2, "q", "ctag", true));
+    for _ in 0..10 {
+        tb.answer_reads();
+        delivered.extend(body_texts(&tb.poll_effects()));
+    }
+    assert_eq!(delivered, numbered_bodies(0..10));
+}
+
 /// A delayed message that becomes ready before the store reports where it wrote it (a delay
 /// shorter than the write) is paged out as the ready message it is then, like any other past
 /// the limits, and still delivered whole and in order. Before, the report looked for it among

@@ -79,7 +79,8 @@ impl Broker {
         Ok(())
     }
 
-    /// Makes a delayed message due at `due` instead (at `now` or earlier: ready at once).
+    /// Makes a delayed message due at `due` instead (at `now` or earlier: ready at once, after
+    /// any far message due no later, `DelayIndex::next_near_due`).
     pub fn reschedule_delayed(
         &mut self,
         vhost: &str,

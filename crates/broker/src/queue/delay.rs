@@ -5,7 +5,11 @@
 //! Two tiers (ADR 0013, phase 1). The *near* tier holds in memory what falls due within
 //! [`NEAR_HORIZON_MS`], and every message that is not paged out. A paged-out, stored message
 //! due later is kept only on disk, in the *far* tier (`far_delays.rs`), and loaded into the near
-//! tier a horizon ahead of its due time, so a timer never waits on a read.
+//! tier a horizon ahead of its due time, so a timer does not wait on a read in steady state.
+//! Messages become ready in due order across the tiers: the near tier's head waits while the far
+//! tier holds a message due no later (`next_near_due`). That happens after a restart (every
+//! stored waiting message goes far, and the overdue ones are read back first) or when a disk is
+//! slower than the horizon; then the queue's due messages wait for the read too.
 //!
 //! Leaves to others: reading `x-delay` at publish (`exchange/delayed.rs`), moving due messages
 //! to ready (`Broker::promote_due`), TTL (it starts when the message becomes ready).

@@ -20,7 +20,9 @@
 //! A load reads no file itself (ARCHITECTURE.md, rule 1): it asks for the records it needs as a
 //! [`SpillRead`], which the driver reads off the broker's thread and hands back to
 //! [`FarTier::records_read`]. A run waits for its answer outside the load deadline, so a slow
-//! disk delays only that run's loads (a horizon ahead of their due times), never the broker.
+//! disk delays that run's loads (a horizon ahead of their due times), never the broker; only a
+//! disk slower than the horizon delays the queue's messages due after the run's
+//! (`DelayIndex::next_near_due`: due order).
 //!
 //! Leaves to others: which messages go far and when they load (`delay.rs`), firing due messages
 //! (`Broker::promote_due`), the records (`far_record.rs`), the files themselves (an injected

@@ -339,7 +339,10 @@ impl Queue {
     }
 
     /// Whether a message entering now (ready, or `delayed`) is to be paged out once stored: the
-    /// queue already holds more than its paging limits in memory (ADR 0007).
+    /// queue already holds more than its paging limits in memory (ADR 0007). A waiting one
+    /// counts the waiting messages and the ready ones held in memory: it becomes ready as it
+    /// is, and a ready message pages out only when the store reports it, so one that waited in
+    /// memory stays there (a delay queue's ready backlog grew in memory past the limits).
     pub fn pages_out(&self, delayed: bool) -> bool {
         if !self.pager.enabled() {
             return false;
@@ -347,7 +350,9 @@ impl Queue {
         if !delayed {
             return self.over_resident_limits();
         }
-        self.pager.limits.pages_out(self.delayed.message_count(), self.delayed.body_bytes())
+        let (ready, ready_bytes) = self.ready.resident();
+        let (waiting, waiting_bytes) = (self.delayed.message_count(), self.delayed.body_bytes());
+        self.pager.limits.pages_out(waiting + ready, waiting_bytes + ready_bytes)
     }
 
     /// The store made message `persist_id` (entry `seq`, waiting until `due` if delayed) durable
