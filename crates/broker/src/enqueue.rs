@@ -108,7 +108,7 @@ impl Broker {
         // Ready now: after every message already ready (a new place, a new id).
         let seq = self.entry_ids.next();
         let ready_seq = if waiting.returning { waiting.entry.seq } else { seq };
-        self.located_as_ready(id, waiting.entry.persist_id(), ready_seq);
+        self.move_pending_page_out(id, waiting.entry.persist_id(), ready_seq, None);
         let Some(queue) = self.queues.get_mut(&id) else { return };
         let group = queue.take_waiting_group(waiting.entry.seq);
         if waiting.returning {

@@ -1718,3 +1718,30 @@ fn a_message_ready_before_its_write_is_reported_is_paged_out_as_ready() {
     }
     assert_eq!(delivered, numbered_bodies(0..10));
 }
+
+/// A waiting message an operator reschedules before the store reports where it wrote it is
+/// paged out at its new due time like the others past the limits, and delivered whole in its
+/// new order. Before,
+/// the report looked for it at its old due time, found nothing, and it stayed in memory.
+#[test]
+fn a_message_rescheduled_before_its_write_is_reported_is_paged_out() {
+    let (mut tb, c, mut disk) =
+        setup(FieldTable::from_entries([("x-delivery-delay", FieldValue::I64(10_000))]));
+    publish_n(&mut tb, c, "q", 10);
+    let now = tb.clock.now();
+    let fifth = tb.broker.list_delayed("/", "q", 100).unwrap()[5].seq;
+    tb.broker.reschedule_delayed("/", "q", fifth, now.saturating_add_millis(20_000), now).unwrap();
+    disk.sync(&mut tb);
+    tb.advance(Duration::from_millis(20_000));
+    let stats = tb.broker.queue_stats("/", "q").unwrap();
+    assert_eq!((stats.messages_ready, stats.messages_ready_ram), (10, 2), "the limit (2) in memory");
+    let c2 = tb.channel();
+    let mut delivered = body_texts(&consume(&mut tb, c2, "q", "ctag", true));
+    for _ in 0..10 {
+        tb.answer_reads();
+        delivered.extend(body_texts(&tb.poll_effects()));
+    }
+    let expected: Vec<String> =
+        numbered_bodies(0..10).into_iter().filter(|b| b != "body 5").chain(["body 5".into()]).collect();
+    assert_eq!(delivered, expected);
+}

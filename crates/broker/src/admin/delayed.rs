@@ -107,6 +107,7 @@ impl Broker {
         let waiting = queue.delayed.remove_at(key.due, key.id).ok_or(DelayedError::MessageNotFound)?;
         let entry = waiting.entry.clone();
         queue.delayed.insert(due, waiting);
+        self.move_pending_page_out(queue_id, entry.persist_id(), entry.seq, Some(due));
         // The stored due time follows (a restart keeps the new schedule).
         self.persist_update(queue_id, &entry, Some(due));
         self.run_queue(queue_id, now);

@@ -34,16 +34,24 @@ impl Broker {
         }
     }
 
-    /// Message `persist_id` of queue `id` became ready as entry `seq` before the store reported
-    /// where it wrote it (a delay shorter than the write): when it does, the message is paged
-    /// out as the ready message it is now. Without this it stayed in memory, whatever the limits.
-    pub(crate) fn located_as_ready(&mut self, id: QueueId, persist_id: Option<u64>, seq: Seq) {
+    /// Message `persist_id` of queue `id` moved before the store reported where it wrote it: it
+    /// is entry `seq` now, waiting until `due` (`None`: ready). It became ready (a delay shorter
+    /// than the write), or an operator rescheduled it. When the report comes, the message is
+    /// paged out where it is then; without this it was looked for where it had been, not found,
+    /// and stayed in memory, whatever the limits.
+    pub(crate) fn move_pending_page_out(
+        &mut self,
+        id: QueueId,
+        persist_id: Option<u64>,
+        seq: Seq,
+        due: Option<Timestamp>,
+    ) {
         if self.persist.page_out.is_empty() {
             return;
         }
         let Some(persist_id) = persist_id else { return };
-        if let Some((waiting_seq, due, _)) = self.persist.page_out.get_mut(&(id, persist_id)) {
-            (*waiting_seq, *due) = (seq, None);
+        if let Some((noted_seq, noted_due, _)) = self.persist.page_out.get_mut(&(id, persist_id)) {
+            (*noted_seq, *noted_due) = (seq, due);
         }
     }
 
