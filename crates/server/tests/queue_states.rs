@@ -155,6 +155,26 @@ impl Workload {
         }
     }
 
+    /// One step of the poller at queue `queue`'s head: takes the first ready message and acks it
+    /// (step 0 of every 3; durable at once), holds it unacknowledged (1) or requeues it (2); then
+    /// 3 ms pass.
+    fn poll_head(&mut self, poller: Chan, queue: &str, step: usize) {
+        let (tag, got) = get(&mut self.tb, poller, queue, false).expect("a ready message");
+        let mut effects = match step % 3 {
+            0 => {
+                self.expect.settle_sent.insert(got.clone());
+                let effects = self.tb.call(poller, BasicAck { delivery_tag: tag, multiple: false });
+                self.sync(effects);
+                self.expect.settled.insert(got);
+                Vec::new()
+            }
+            1 => Vec::new(),
+            _ => self.tb.call(poller, BasicNack { delivery_tag: tag, multiple: false, requeue: true }),
+        };
+        effects.extend(self.tb.advance(Duration::from_millis(3)));
+        self.sync(effects);
+    }
+
     /// Cancels the waiting message `body` through the management API; its cancel is durable
     /// once the batch that carries it is.
     fn cancel(&mut self, body: &str) {
@@ -336,21 +356,7 @@ fn run_ready_workload() -> Vec<(MemImage, Expect)> {
     let poller = w.tb.channel();
     for step in 0..STEPS * 2 {
         w.publish(publisher, "backlog", body(READY_BULK_BATCHES * BULK_BATCH + step), true);
-        let (tag, got) = get(&mut w.tb, poller, "backlog", false).expect("a ready message");
-        let effects = match step % 3 {
-            0 => {
-                w.expect.settle_sent.insert(got.clone());
-                let effects = w.tb.call(poller, BasicAck { delivery_tag: tag, multiple: false });
-                w.sync(effects);
-                w.expect.settled.insert(got);
-                Vec::new()
-            }
-            1 => Vec::new(),
-            _ => w.tb.call(poller, BasicNack { delivery_tag: tag, multiple: false, requeue: true }),
-        };
-        let mut effects = effects;
-        effects.extend(w.tb.advance(Duration::from_millis(3)));
-        w.sync(effects);
+        w.poll_head(poller, "backlog", step);
     }
     w.points
 }
@@ -408,28 +414,14 @@ fn run_fifo_workload() -> Vec<(MemImage, Expect)> {
     for step in 0..STEPS * 2 {
         let i = READY_BULK_BATCHES * BULK_BATCH + step;
         w.publish_in(publisher, "fifo", Some(&group(i)), body(i), true);
-        let (tag, got) = get(&mut w.tb, poller, "fifo", false).expect("a ready message");
-        let effects = match step % 3 {
-            0 => {
-                w.expect.settle_sent.insert(got.clone());
-                let effects = w.tb.call(poller, BasicAck { delivery_tag: tag, multiple: false });
-                w.sync(effects);
-                w.expect.settled.insert(got);
-                Vec::new()
-            }
-            1 => Vec::new(),
-            _ => w.tb.call(poller, BasicNack { delivery_tag: tag, multiple: false, requeue: true }),
-        };
-        let mut effects = effects;
-        effects.extend(w.tb.advance(Duration::from_millis(3)));
-        w.sync(effects);
+        w.poll_head(poller, "fifo", step);
     }
     w.points
 }
 
-/// What an image recovers to, received over SQS: the ready and overdue count, how many came from a state,
-/// and every body in the order the receives give them (each deleted at once, so that its group
-/// goes on).
+/// What an image recovers to, received over SQS: the ready and overdue count, how many came
+/// from a state, and every body in the order the receives give them (each deleted at once, so
+/// that its group goes on).
 fn recover_fifo(image: &MemImage, crash: Crash) -> Recovery {
     let (mut tb, report) = restart(image, crash);
     let Some(stats) = tb.broker.queue_stats("/", "fifo") else { return (0, 0, Vec::new()) };

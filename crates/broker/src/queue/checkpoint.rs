@@ -94,19 +94,19 @@ impl Queue {
         }
         let mut out = StateWriter::default();
         out.u64(STATE_VERSION);
-        let held_ready_seqs: Vec<Seq> = held_ready.iter().map(|entry| entry.seq).collect();
-        self.checkpoint_groups(&mut out, &held_ready_seqs, held_waiting);
+        self.checkpoint_groups(&mut out, &held_ready, held_waiting);
         write_promoted(&mut out, &held_ready);
         out.append(messages);
         Some(QueueState { queue: self.id.0, covers, read_back, parts: out.finish() })
     }
 
     /// Appends the groups of the messages the state holds (`group_state.rs`): the ready ones'
-    /// but those held in memory (`held_ready`, seqs: they are read back), then the waiting
-    /// ones' but those held in memory (`held_waiting`).
-    fn checkpoint_groups(&self, out: &mut StateWriter, held_ready: &[Seq], mut held_waiting: Vec<Seq>) {
+    /// but those held in memory (`held_ready`: they are read back), then the waiting ones' but
+    /// those held in memory (`held_waiting`, seqs).
+    fn checkpoint_groups(&self, out: &mut StateWriter, held_ready: &[&Entry], mut held_waiting: Vec<Seq>) {
         // Looked up once per grouped message: the seqs are the broker's, so FxHash is safe.
-        let held: HashSet<Seq, rustc_hash::FxBuildHasher> = held_ready.iter().copied().collect();
+        let held: HashSet<Seq, rustc_hash::FxBuildHasher> =
+            held_ready.iter().map(|entry| entry.seq).collect();
         let is_held = |seq: &Seq| !held.is_empty() && held.contains(seq);
         let ready = self.groups.iter().flat_map(MessageGroups::ready_by_group);
         write_groups(
