@@ -384,7 +384,10 @@ impl Broker {
             None => report.ready += 1,
         }
         queue.restore_entry(entry, wait_until, meta.group);
-        self.entry_ids.recovered(seq);
+        if promoted.is_some() {
+            // Every store id is recovered by `restore_messages`; a place a state gave, here.
+            self.entry_ids.recovered(seq);
+        }
     }
 }
 
