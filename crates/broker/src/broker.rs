@@ -3,7 +3,7 @@
 //! One `Broker` owns all state (ADR 0001: one broker task); the driver feeds it commands and
 //! timeouts and forwards the effects it emits. Methods of each AMQP class live in `methods/`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::num::NonZeroU32;
 
 use hourglass_wire::reply_code::is_connection_error;
@@ -26,7 +26,6 @@ use crate::receipts::ReceiptKey;
 use crate::reply_to::ReplyConsumers;
 use crate::time::Timestamp;
 use crate::timers::TimerIndex;
-use crate::vhost::VHost;
 
 /// A map keyed by ids the broker assigns (never by names clients choose), hashed with FxHash:
 /// looked up several times per message, where SipHash cost ~10 % of the broker's CPU.
@@ -85,6 +84,8 @@ pub(crate) struct ConnectionState {
     /// without a scan of every queue at each close (issue #12, finding 7: each management job
     /// opens and closes a connection, so the scan made a 30,000-queue import quadratic).
     pub exclusive_queues: Vec<QueueId>,
+    /// The last route its publishes took (`route_cache.rs`).
+    pub route_cache: crate::route_cache::RouteCache,
 }
 
 /// Slots an emptied work queue keeps: what a burst (200,000 messages expiring at once) grew it to
@@ -99,7 +100,7 @@ pub(crate) fn release_burst_capacity<T>(queue: &mut VecDeque<T>) {
 }
 
 pub struct Broker {
-    pub(crate) vhosts: HashMap<String, VHost>,
+    pub(crate) vhosts: crate::vhost::VHosts,
     pub(crate) queues: IdMap<QueueId, Queue>,
     pub(crate) connections: IdMap<ConnectionId, ConnectionState>,
     pub(crate) channels: IdMap<(ConnectionId, ChannelId), Channel>,
@@ -160,7 +161,7 @@ pub struct Broker {
 
 impl Broker {
     pub fn new(config: BrokerConfig) -> Self {
-        let vhosts = config.vhosts.iter().map(|name| (name.clone(), VHost::new())).collect();
+        let vhosts = crate::vhost::VHosts::with_names(&config.vhosts);
         Broker {
             vhosts,
             queues: IdMap::default(),
@@ -206,7 +207,12 @@ impl Broker {
                 self.churn.connection_opened(conn);
                 self.connections.insert(
                     conn,
-                    ConnectionState { info: *info, channels: Vec::new(), exclusive_queues: Vec::new() },
+                    ConnectionState {
+                        info: *info,
+                        channels: Vec::new(),
+                        exclusive_queues: Vec::new(),
+                        route_cache: Default::default(),
+                    },
                 );
             }
             Command::ConnectionClosed { conn } => self.release_connection(conn, now),

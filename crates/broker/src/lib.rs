@@ -37,6 +37,7 @@ pub mod receipts;
 mod redelivery;
 mod reply_to;
 pub mod requests;
+mod route_cache;
 mod routing;
 mod sender_selected;
 mod spill_reads;

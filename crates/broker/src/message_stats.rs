@@ -15,7 +15,7 @@
 //! - `routed` / `return_unroutable` / `drop_unroutable`: publishes that reached a queue, came back
 //!   to a mandatory publisher, or were dropped.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use hourglass_wire::ShortStr;
 
@@ -147,12 +147,14 @@ impl MessageSizes {
 }
 
 /// An exchange's counters: messages published to it (`publish_in`) and those of them it routed to
-/// at least one queue (`publish_out`, as RabbitMQ counts it on the exchange published to). Cells,
-/// so routing counts through the shared borrow it already holds.
-#[derive(Clone, Debug, Default)]
+/// at least one queue (`publish_out`, as RabbitMQ counts it on the exchange published to). Shared
+/// (`Arc`): the exchange and the routes cached for it (`route_cache.rs`) count into the same ones,
+/// through the shared borrows they hold. Only the broker's thread writes them, so an increment
+/// is a load and a store, not an atomic add.
+#[derive(Debug, Default)]
 pub(crate) struct ExchangeCounters {
-    publish_in: Cell<u64>,
-    publish_out: Cell<u64>,
+    publish_in: AtomicU64,
+    publish_out: AtomicU64,
 }
 
 /// A snapshot of an exchange's counters.
@@ -164,13 +166,21 @@ pub struct ExchangeStats {
 
 impl ExchangeCounters {
     pub(crate) fn published(&self, routed: bool) {
-        self.publish_in.set(self.publish_in.get() + 1);
-        self.publish_out.set(self.publish_out.get() + u64::from(routed));
+        bump(&self.publish_in, 1);
+        bump(&self.publish_out, u64::from(routed));
     }
 
     pub(crate) fn snapshot(&self) -> ExchangeStats {
-        ExchangeStats { publish_in: self.publish_in.get(), publish_out: self.publish_out.get() }
+        ExchangeStats {
+            publish_in: self.publish_in.load(Ordering::Relaxed),
+            publish_out: self.publish_out.load(Ordering::Relaxed),
+        }
     }
+}
+
+/// Adds `by` to a counter only the broker's thread writes.
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.store(counter.load(Ordering::Relaxed) + by, Ordering::Relaxed);
 }
 
 impl Broker {

@@ -27,14 +27,16 @@ type ExchangeList<'v> = SmallVec<[&'v ShortStr; 4]>;
 const SCANNED_QUEUES_MAX: usize = 32;
 
 /// Appends to `queues` each queue `message` reaches from `exchange` with its routing key or one of
-/// `extra_keys`, once.
+/// `extra_keys`, once. Returns whether every exchange on the way routed by key alone (no headers
+/// or local random exchange), so that the same exchange and key reach the same queues until the
+/// vhost changes (`route_cache.rs`).
 pub(crate) fn route(
     vhost: &VHost,
     exchange: &ShortStr,
     message: &Message,
     extra_keys: &[Bytes],
     queues: &mut Vec<QueueId>,
-) {
+) -> bool {
     let mut queues = Reached::new(queues);
     if exchange.is_empty() {
         // The default exchange binds every queue by its name (AMQP 0-9-1 §3.1.3.1).
@@ -46,8 +48,9 @@ pub(crate) fn route(
                 queues.push(*id);
             }
         }
-        return;
+        return true;
     }
+    let mut by_key = true;
     let mut visited = ExchangeList::new();
     let mut next = Some(exchange);
     // Alternate exchanges: when the exchange reaches no queue, try its alternate, and so on.
@@ -58,14 +61,16 @@ pub(crate) fn route(
             break;
         }
         let Some(source) = vhost.exchanges.get(name) else { break };
-        route_through_bindings(vhost, name, message, extra_keys, &mut queues, &mut visited);
+        by_key &= route_through_bindings(vhost, name, message, extra_keys, &mut queues, &mut visited);
         if queues.queues.is_empty() {
             next = source.alternate.as_ref();
         }
     }
+    by_key
 }
 
-/// Follows the bindings from `start`, through exchange-to-exchange bindings.
+/// Follows the bindings from `start`, through exchange-to-exchange bindings; whether each exchange
+/// on the way routed by key alone.
 fn route_through_bindings<'v>(
     vhost: &'v VHost,
     start: &'v ShortStr,
@@ -73,7 +78,8 @@ fn route_through_bindings<'v>(
     extra_keys: &[Bytes],
     queues: &mut Reached<'_>,
     visited: &mut ExchangeList<'v>,
-) {
+) -> bool {
+    let mut by_key = true;
     let mut pending = ExchangeList::new();
     pending.push(start);
     let mut destinations = Destinations::new();
@@ -83,6 +89,7 @@ fn route_through_bindings<'v>(
         }
         visited.push(name);
         let Some(exchange) = vhost.exchanges.get(name) else { continue };
+        by_key &= exchange.routes_by_key();
         destinations.clear();
         exchange.route(message, extra_keys, &mut destinations);
         for destination in destinations.drain(..) {
@@ -96,6 +103,7 @@ fn route_through_bindings<'v>(
             }
         }
     }
+    by_key
 }
 
 /// The queues a route has reached, each once, in the order reached.

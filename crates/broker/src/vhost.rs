@@ -59,3 +59,56 @@ impl VHost {
         self.queues.get(&name).copied()
     }
 }
+
+/// Every vhost by name, with what routing reads: exchanges, bindings, queue names, policies.
+///
+/// Reads go through the map (`Deref`). Every change goes through a method here that hands out
+/// `&mut`, and counts it in [`VHosts::generation`]: a route cached under one generation
+/// (`route_cache.rs`) is known stale at the next, with no change site to remember.
+#[derive(Debug, Default)]
+pub(crate) struct VHosts {
+    by_name: HashMap<String, VHost>,
+    generation: u64,
+}
+
+impl VHosts {
+    /// The vhosts `names`, each new.
+    pub fn with_names(names: &[String]) -> Self {
+        VHosts { by_name: names.iter().map(|name| (name.clone(), VHost::new())).collect(), generation: 0 }
+    }
+
+    /// Changes so far: any two reads under the same generation see the same vhosts.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The vhost `name`, to change.
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut VHost> {
+        self.generation += 1;
+        self.by_name.get_mut(name)
+    }
+
+    /// The vhost `name`, made new if there is none, to change.
+    pub fn get_or_insert(&mut self, name: &str) -> &mut VHost {
+        self.generation += 1;
+        self.by_name.entry(name.to_owned()).or_insert_with(VHost::new)
+    }
+
+    pub fn insert(&mut self, name: String, vhost: VHost) {
+        self.generation += 1;
+        self.by_name.insert(name, vhost);
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<VHost> {
+        self.generation += 1;
+        self.by_name.remove(name)
+    }
+}
+
+impl std::ops::Deref for VHosts {
+    type Target = HashMap<String, VHost>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.by_name
+    }
+}

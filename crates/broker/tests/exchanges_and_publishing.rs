@@ -4,6 +4,7 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
+use hourglass_broker::policy::{PolicyKind, PolicySpec};
 use hourglass_broker::{Command, Effect, Publish};
 use hourglass_testkit::{deliveries, methods, short, Chan, TestBroker};
 use hourglass_wire::*;
@@ -448,4 +449,84 @@ fn a_local_random_exchange_routes_each_message_to_one_bound_queue() {
         refused(&tb.call(c, to_exchange)),
         Some((406, "PRECONDITION_FAILED - Destination not found".to_owned()))
     );
+}
+
+/// A connection publishing the same exchange and key again is routed from its cached route
+/// (`route_cache.rs`), and every change to what routing reads shows at the next publish: a
+/// binding added or removed, a queue deleted and declared again, an exchange declared again as
+/// another kind or as internal, a policy's alternate exchange. The exchange counts every publish,
+/// from the cache too.
+#[test]
+fn the_same_route_published_again_follows_every_topology_change() {
+    let mut tb = TestBroker::new();
+    let c = tb.channel();
+    let admin = tb.channel();
+    declare_exchange(&mut tb, admin, "x", "direct");
+    for q in ["a", "b", "ae"] {
+        declare(&mut tb, admin, q);
+    }
+    let publish = |tb: &mut TestBroker| tb.publish(c, "x", "k", b"m");
+    let counts = |tb: &TestBroker| (ready(tb, "a"), ready(tb, "b"), ready(tb, "ae"));
+    bind(&mut tb, admin, "a", "x", "k");
+    publish(&mut tb);
+    publish(&mut tb);
+    assert_eq!(counts(&tb), (2, 0, 0));
+    bind(&mut tb, admin, "b", "x", "k");
+    publish(&mut tb);
+    assert_eq!(counts(&tb), (3, 1, 0), "a binding added");
+    tb.call(
+        admin,
+        QueueUnbind {
+            queue: short("a"),
+            exchange: short("x"),
+            routing_key: short("k"),
+            ..Default::default()
+        },
+    );
+    publish(&mut tb);
+    assert_eq!(counts(&tb), (3, 2, 0), "a binding removed");
+    tb.call(admin, QueueDelete { queue: short("b"), ..Default::default() });
+    publish(&mut tb);
+    declare(&mut tb, admin, "b");
+    bind(&mut tb, admin, "b", "x", "k");
+    publish(&mut tb);
+    assert_eq!(counts(&tb), (3, 1, 0), "the queue declared again is another queue");
+    tb.call(admin, ExchangeDelete { exchange: short("x"), ..Default::default() });
+    declare_exchange(&mut tb, admin, "x", "fanout");
+    bind(&mut tb, admin, "a", "x", "other");
+    publish(&mut tb);
+    assert_eq!(counts(&tb), (4, 1, 0), "the exchange declared again as a fanout");
+    tb.call(
+        admin,
+        QueueUnbind {
+            queue: short("a"),
+            exchange: short("x"),
+            routing_key: short("other"),
+            ..Default::default()
+        },
+    );
+    declare_exchange(&mut tb, admin, "ae-x", "fanout");
+    bind(&mut tb, admin, "ae", "ae-x", "");
+    publish(&mut tb);
+    let policy = PolicySpec {
+        name: "ae".to_owned(),
+        pattern: "^x$".to_owned(),
+        apply_to: "exchanges".to_owned(),
+        priority: 0,
+        definition: FieldTable::from_entries([("alternate-exchange", FieldValue::LongStr("ae-x".into()))]),
+    };
+    let now = tb.clock.now();
+    tb.broker.set_policy(PolicyKind::User, "/", policy, now).expect("policy accepted");
+    publish(&mut tb);
+    assert_eq!(counts(&tb), (4, 1, 1), "a policy's alternate exchange");
+    let stats = tb.broker.list_exchange_details("/");
+    let x = stats.iter().find(|x| x.spec.name == "x").expect("x");
+    assert_eq!((x.message_stats.publish_in, x.message_stats.publish_out), (3, 2), "the fanout's publishes");
+    tb.call(admin, ExchangeDelete { exchange: short("x"), ..Default::default() });
+    tb.call(
+        admin,
+        ExchangeDeclare { exchange: short("x"), kind: short("fanout"), internal: true, ..Default::default() },
+    );
+    let refused = channel_error(&publish(&mut tb)).expect("refused");
+    assert_eq!(refused.reply_code, 403, "the exchange declared again as internal: {refused:?}");
 }

@@ -354,7 +354,7 @@ impl Broker {
     /// its vhost), without building them: a look at each exchange, for Prometheus' counts.
     pub fn binding_counts(&self) -> Vec<(ExchangeKey, usize)> {
         let mut out = Vec::new();
-        for (vhost, v) in &self.vhosts {
+        for (vhost, v) in self.vhosts.iter() {
             for (name, exchange) in &v.exchanges {
                 let count = if name.is_empty() { v.queues.len() } else { exchange.bindings().len() };
                 out.push((ExchangeKey { vhost: vhost.clone(), name: name.clone() }, count));

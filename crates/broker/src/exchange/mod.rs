@@ -98,7 +98,7 @@ impl ExchangeSpec {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Exchange {
     pub spec: ExchangeSpec,
     /// Where unroutable messages go: the `alternate-exchange` argument, else the policy's.
@@ -112,7 +112,7 @@ pub(crate) struct Exchange {
     /// The bindings arranged for routing by key, for the exchange types that route by key.
     index: RouteIndex,
     /// Messages published to it and routed on (`message_stats.rs`).
-    pub(crate) counters: ExchangeCounters,
+    pub(crate) counters: std::sync::Arc<ExchangeCounters>,
 }
 
 /// What routing consults instead of testing every binding.
@@ -164,7 +164,7 @@ impl Exchange {
             operator_policy: None,
             bindings: IndexSet::new(),
             index,
-            counters: ExchangeCounters::default(),
+            counters: Default::default(),
         }
     }
 
@@ -246,6 +246,12 @@ impl Exchange {
             (RouteIndex::Pick(picker), _) => local_random::route(&self.bindings, picker, out),
             (RouteIndex::Bindings, _) => fanout::route(self.bindings.iter(), out),
         }
+    }
+
+    /// Whether the queues it routes a message to depend on the message's routing keys alone (not
+    /// on its headers, nor on a random pick), given the bindings.
+    pub fn routes_by_key(&self) -> bool {
+        matches!(self.spec.kind, ExchangeKind::Direct | ExchangeKind::Fanout | ExchangeKind::Topic)
     }
 
     /// Whether redeclaring with `spec` is equivalent; otherwise RabbitMQ's 406 naming the field.

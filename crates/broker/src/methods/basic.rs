@@ -9,9 +9,10 @@ use hourglass_wire::{
     BasicNack, BasicQos, BasicQosOk, BasicRecoverOk, BasicReject, BasicReturn, FieldTable, ShortStr,
 };
 
+use super::publish_route::{exchange_for_publish, Found, PublishRoute};
 use crate::admin::ADMIN_CONNECTION;
 use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Modification, Publish};
-use crate::broker::Broker;
+use crate::broker::{Broker, ConnectionState};
 use crate::channel::{Mode, Settlement, Unacked};
 use crate::enqueue::Enqueued;
 use crate::errors;
@@ -29,7 +30,6 @@ use crate::queue::{args, ttl, DeathReason, NotTaken, QueueId, ReturnKind};
 use crate::receipts::Receipt;
 use crate::redelivery::decorate;
 use crate::reply_to;
-use crate::routing;
 use crate::sender_selected::HeaderRoutes;
 use crate::time::Timestamp;
 use crate::waiting_gets::WaitingGet;
@@ -110,26 +110,30 @@ impl Broker {
         publish: Publish,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
-        let Some(connection) = self.connections.get(&conn) else { return Ok(()) };
+        let Some(connection) = self.connections.get_mut(&conn) else { return Ok(()) };
+        let ConnectionState { info, route_cache, .. } = connection;
         // Borrowed, not cloned, on the hot path: the cold ones below take a copy of their own.
-        let vhost_name: &str = &connection.info.vhost;
-        if !connection.info.may_impersonate {
-            check_user_id(&publish, &connection.info.user)?;
+        let vhost_name: &str = &info.vhost;
+        if !info.may_impersonate {
+            check_user_id(&publish, &info.user)?;
         }
         if let Some(expiration) = publish.properties.expiration() {
             ttl::parse_expiration(expiration.as_bytes()).map_err(|why| {
                 errors::precondition_failed(format!("invalid expiration '{expiration}': {why}"))
             })?;
         }
-        let vhost = self
-            .vhosts
-            .get(vhost_name)
-            .ok_or_else(|| errors::not_allowed(format!("vhost {vhost_name} not found")))?;
-        let exchange = vhost
-            .exchanges
-            .get(&publish.exchange)
-            .ok_or_else(|| errors::no_exchange(&publish.exchange, vhost_name))?;
-        if exchange.spec.internal {
+        let generation = self.vhosts.generation();
+        let found =
+            match route_cache.get(generation, publish.exchange.as_bytes(), publish.routing_key.as_bytes()) {
+                Some(route) => Found::Cached(route),
+                None => {
+                    let (vhost, exchange) =
+                        exchange_for_publish(&self.vhosts, vhost_name, &publish.exchange)?;
+                    Found::LookedUp { vhost, exchange }
+                }
+            };
+        let (internal, delayed_exchange) = found.flags();
+        if internal {
             return Err(errors::access_refused(format!(
                 "cannot publish to internal exchange '{}' in vhost '{vhost_name}'",
                 publish.exchange
@@ -143,12 +147,11 @@ impl Broker {
         };
         let mandatory = publish.mandatory;
         let direct_reply = reply_to::is_direct_reply(&publish);
-        let requested =
-            requested_delay(exchange.spec.delayed, self.apsaramq_delay_header, headers.as_ref(), now)?;
+        let requested = requested_delay(delayed_exchange, self.apsaramq_delay_header, headers.as_ref(), now)?;
         let delay_ms = requested.map(|(delay, _)| delay);
         let properties = match requested {
             // The plugin rewrites x-delay to what it delivers; other messages keep their bytes.
-            Some((delay, "x-delay")) if exchange.spec.delayed => publish.properties.edited(|p| {
+            Some((delay, "x-delay")) if delayed_exchange => publish.properties.edited(|p| {
                 p.headers =
                     p.headers.as_ref().map(|h| h.with_entry("x-delay", delayed::delivered_header(delay)));
             }),
@@ -159,8 +162,11 @@ impl Broker {
         let mut targets = std::mem::take(&mut self.queue_scratch);
         targets.clear();
         if !direct_reply {
-            routing::route(vhost, &message.exchange, &message, header_routes.keys(), &mut targets);
-            exchange.counters.published(!targets.is_empty());
+            let route = PublishRoute { generation, message: &message, extra_keys: header_routes.keys() };
+            if let Some((vhost, exchange)) = route.take_cached(found, &self.vhosts, vhost_name, &mut targets)
+            {
+                route.route_and_keep(vhost, exchange, route_cache, &mut targets);
+            }
         }
         let reply_vhost = direct_reply.then(|| vhost_name.to_owned());
         let traced_vhost = self.firehose.traces(vhost_name).then(|| vhost_name.to_owned());

@@ -4,6 +4,7 @@ mod basic;
 pub(crate) use basic::HandOut;
 mod channel;
 mod exchange;
+mod publish_route;
 pub(crate) use exchange::Removed;
 mod query;
 mod queue;

@@ -36,7 +36,6 @@ use crate::queue::entry::{Entry, Paged, Payload};
 use crate::queue::paging::Pager;
 use crate::queue::{Queue, QueueArgs, QueueId, QueueSpec};
 use crate::time::Timestamp;
-use crate::vhost::VHost;
 
 /// One message as the store recovered it.
 #[derive(Clone, Debug)]
@@ -251,7 +250,7 @@ impl Broker {
             arguments: FieldTable::new(),
         };
         let args = QueueArgs::default();
-        self.vhosts.entry(vhost.clone()).or_insert_with(VHost::new).queues.insert(name.clone(), id);
+        self.vhosts.get_or_insert(&vhost).queues.insert(name.clone(), id);
         let queue = Queue::new(id, vhost.clone(), spec, args, self.pager.clone(), now);
         self.queues.insert(id, queue);
         self.apply_queue_policies(id, now);
@@ -273,7 +272,7 @@ impl Broker {
         report: &mut RestoreReport,
         refused: &mut BTreeMap<QueueId, (String, ShortStr)>,
     ) {
-        let vhost = self.vhosts.entry(defs.name.clone()).or_insert_with(VHost::new);
+        let vhost = self.vhosts.get_or_insert(&defs.name);
         // Policies first: queues and exchanges are matched against them as they come back.
         for (kind, spec) in &defs.policies {
             let inserted = Policy::new(*kind, spec.clone()).and_then(|p| vhost.policies.insert(*kind, p));
