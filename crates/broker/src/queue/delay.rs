@@ -129,7 +129,7 @@ impl DelayIndex {
     /// Those in run files are asked for (`take_spill_reads`) and come with the answers
     /// (`records_read`).
     pub fn load_due_soon(&mut self, now: Timestamp) {
-        self.far_from = self.far_from.max(now.saturating_add_millis(NEAR_HORIZON_MS));
+        self.advance_horizon(now);
         let Some(far) = &mut self.far else { return };
         if far.next_load_due().is_none_or(|due| due > self.far_from) {
             return;
@@ -139,10 +139,16 @@ impl DelayIndex {
         self.insert_all_near(loaded);
     }
 
+    /// Moves the horizon on to `now`'s: a message delayed from now on that is due within it
+    /// stays near.
+    pub fn advance_horizon(&mut self, now: Timestamp) {
+        self.far_from = self.far_from.max(now.saturating_add_millis(NEAR_HORIZON_MS));
+    }
+
     /// The answer to a spill read the far tier asked for, at `now`: what it brings within the
     /// horizon of `now` comes near (the horizon moves on with `now`, however long the read took).
     pub fn records_read(&mut self, read: &SpillRead, chunk: Result<Vec<u8>, String>, now: Timestamp) {
-        self.far_from = self.far_from.max(now.saturating_add_millis(NEAR_HORIZON_MS));
+        self.advance_horizon(now);
         let Some(far) = &mut self.far else { return };
         let mut loaded = Vec::new();
         far.records_read(
