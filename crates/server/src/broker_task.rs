@@ -1,7 +1,7 @@
 //! The broker task: owns the `Broker`, applies commands in arrival order, fires its timers, and
 //! forwards effects to the connection tasks (ADR 0001).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use hourglass_broker::queue::{MessageRead, SpillFiles, SpillRead};
@@ -147,8 +147,10 @@ pub async fn run(
     clock: Clock,
     store: Option<StoreSender>,
 ) {
-    let mut mailboxes: HashMap<ConnectionId, Mailbox> = HashMap::new();
-    let mut outbox: HashMap<ConnectionId, Vec<Effect>> = HashMap::new();
+    // FxHash: connection ids are the broker's own, so no client can pile them into one bucket
+    // (docs/dependencies.md, "Hashing").
+    let mut mailboxes: FxHashMap<ConnectionId, Mailbox> = FxHashMap::default();
+    let mut outbox: FxHashMap<ConnectionId, Vec<Effect>> = FxHashMap::default();
     let mut jobs = JobRunner::default();
     let mut spill = BlockingReads::new(SPILL_READS_AT_ONCE);
     let mut paged = BlockingReads::new(MESSAGE_READS_AT_ONCE);
@@ -213,7 +215,7 @@ pub async fn run(
 /// Applies one input; returns how many it counts for (its commands, else 1).
 fn apply(
     broker: &mut Broker,
-    mailboxes: &mut HashMap<ConnectionId, Mailbox>,
+    mailboxes: &mut FxHashMap<ConnectionId, Mailbox>,
     jobs: &mut JobRunner,
     input: BrokerInput,
     budget: &CommandBudget,
