@@ -591,6 +591,37 @@ fn overdue_messages_are_released_in_due_order_at_the_operator_s_rate() {
     assert_eq!(texts(&restored.advance(Duration::from_millis(1))), ["a12000"]);
 }
 
+/// A queue held for the overdue limiter still serves a head that is no longer overdue at once: an
+/// operator cancels the overdue head and reschedules the next message to now, and it is delivered
+/// then, not when the limiter would have reached the queue (the review of the timer gate in
+/// `fire_due_timers`: a held head is no deadline, yet a pass of the queue must look at it).
+#[test]
+fn a_held_queue_s_head_rescheduled_to_now_is_delivered_at_once() {
+    let (tb, _, model) = delayed_messages(&[("a", 1000), ("b", 2000), ("a", 3000), ("a", 20_000)]);
+    let config = BrokerConfig {
+        persistence: true,
+        overdue_release_rate: std::num::NonZeroU32::new(1),
+        ..BrokerConfig::default()
+    };
+    let (mut restored, report) = model.restore_configured(&tb, Duration::from_secs(10), config);
+    assert_eq!((report.overdue, report.delayed), (3, 1));
+    let rc = restored.channel();
+    let mut got = texts(&consume(&mut restored, rc, "a", "ta", true));
+    got.extend(texts(&consume(&mut restored, rc, "b", "tb", true)));
+    assert_eq!(got, ["a1000"], "a second's worth at once");
+    let waiting = restored.broker.peek_delayed("/", "a", 10).unwrap().read_stored(usize::MAX);
+    let bodies: Vec<&[u8]> = waiting.iter().map(|d| &d.message.body[..]).collect();
+    assert_eq!(bodies, [&b"a3000"[..], b"a20000"]);
+    restored.broker.cancel_delayed("/", "a", waiting[0].id).unwrap();
+    // Past the restore: what is due from now on is no longer overdue.
+    assert!(restored.advance(Duration::from_millis(100)).is_empty());
+    let now = restored.clock.now();
+    restored.broker.reschedule_delayed("/", "a", waiting[1].id, now, now).unwrap();
+    let effects: Vec<Effect> = std::iter::from_fn(|| restored.broker.poll_effect()).collect();
+    assert_eq!(texts(&effects), ["a20000"], "delivered at once, held or not");
+    assert_eq!(texts(&restored.advance(Duration::from_millis(900))), ["b2000"]);
+}
+
 /// Without a rate (the default), everything that fell due while the broker was down is ready at
 /// the restore, each queue's in due order.
 #[test]

@@ -107,6 +107,13 @@ impl DelayIndex {
         far_first.is_none_or(|far| far > *due).then_some(*due)
     }
 
+    /// Whether the near tier's head is held for the overdue limiter and due at `now`: not a
+    /// deadline (`next_deadline` leaves it out), yet the head may have changed since it was held
+    /// (cancelled, rescheduled to now), and a pass of the queue looks at it again (`promote_due`).
+    pub fn holds_due(&self, now: Timestamp) -> bool {
+        self.held && self.next_near_due().is_some_and(|due| due <= now)
+    }
+
     /// Holds (or lets go of) the near tier's head for the overdue limiter.
     pub fn hold(&mut self, held: bool) {
         self.held = held;
