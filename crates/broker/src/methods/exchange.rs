@@ -25,7 +25,7 @@ impl Broker {
             if m.exchange.is_empty() {
                 return Err(errors::default_exchange_refused());
             }
-            if !self.vhost_mut(&vhost_name)?.exchanges.contains_key(&m.exchange) {
+            if !self.vhost(&vhost_name)?.exchanges.contains_key(&m.exchange) {
                 return Err(errors::no_exchange(&m.exchange, &vhost_name));
             }
         } else {
@@ -55,7 +55,7 @@ impl Broker {
                 internal: m.internal,
                 arguments: m.arguments.clone(),
             };
-            match self.vhost_mut(&vhost_name)?.exchanges.get(&m.exchange) {
+            match self.vhost(&vhost_name)?.exchanges.get(&m.exchange) {
                 Some(existing) => existing.check_equivalent(&spec, &vhost_name)?,
                 None => {
                     check_name("exchange", &m.exchange)?;
@@ -187,6 +187,13 @@ impl Broker {
         self.check_access(conn, Access::Write, Resource::Exchange, &String::from_utf8_lossy(alternate))
     }
 
+    /// The vhost `name`, to read: a redeclare or a passive declare leaves the vhosts' generation
+    /// as it is, so no connection's cached route goes stale (`route_cache.rs`).
+    pub(crate) fn vhost(&self, name: &str) -> Result<&VHost, AmqpError> {
+        self.vhosts.get(name).ok_or_else(|| errors::not_allowed(format!("vhost {name} not found")))
+    }
+
+    /// The vhost `name`, to change.
     pub(crate) fn vhost_mut(&mut self, name: &str) -> Result<&mut VHost, AmqpError> {
         self.vhosts.get_mut(name).ok_or_else(|| errors::not_allowed(format!("vhost {name} not found")))
     }

@@ -49,7 +49,7 @@ impl Broker {
                 auto_delete: m.auto_delete,
                 arguments: m.arguments.clone(),
             };
-            let id = match self.vhost_mut(&vhost)?.queues.get(&spec.name).copied() {
+            let id = match self.vhost(&vhost)?.queues.get(&spec.name).copied() {
                 Some(id) => {
                     self.check_redeclare(id, conn, &spec)?;
                     id
@@ -344,8 +344,8 @@ impl Broker {
     /// The vhost's `max-queues`, checked for a queue that does not exist yet (a redeclare or a
     /// passive declare of an existing one passes at the limit): RabbitMQ's
     /// `rabbit_channel:check_vhost_queue_limit`, 406 with its text.
-    fn check_queue_limit(&mut self, vhost: &str, name: &ShortStr) -> Result<(), AmqpError> {
-        self.vhost_mut(vhost)?;
+    fn check_queue_limit(&self, vhost: &str, name: &ShortStr) -> Result<(), AmqpError> {
+        self.vhost(vhost)?;
         match self.queue_limit_reached(vhost) {
             Some(limit) => Err(errors::precondition_failed(format!(
                 "cannot declare queue '{name}': queue limit in vhost '{vhost}' ({limit}) is reached"
