@@ -11,11 +11,9 @@ use hourglass_wire::Method;
 
 use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Effect};
 use crate::channel::{Channel, Unacked};
-use crate::churn::ChurnStats;
 use crate::consumer_timeout::{ConsumerTimeoutConfig, DefaultTimeouts};
 use crate::dead_lettering::DeadLetterQueue;
 use crate::firehose::Firehose;
-use crate::message_stats::{MessageSizes, MessageStats};
 use crate::naming::NameGenerator;
 use crate::outbox::Outbox;
 use crate::persist::Persistence;
@@ -88,6 +86,18 @@ pub(crate) struct ConnectionState {
     pub route_cache: crate::route_cache::RouteCache,
 }
 
+/// Buffers reused on the message path, so that neither a publish nor an ack allocates: each is
+/// taken with `mem::take` (so a nested use just starts empty) and put back after.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// Deliveries being settled.
+    pub settle: Vec<Unacked>,
+    /// The queues a publish routes to or a settlement touches.
+    pub queues: Vec<QueueId>,
+    /// The order in which `apply_settlements` hands freed channel credit to queues.
+    pub fair: Vec<QueueId>,
+}
+
 /// Slots an emptied work queue keeps: what a burst (200,000 messages expiring at once) grew it to
 /// beyond this goes back to the allocator, so idle memory after a load returns to where it was.
 const IDLE_QUEUE_SLOTS: usize = 1024;
@@ -125,19 +135,10 @@ pub struct Broker {
     pub(crate) outbox: Outbox,
     /// What requests waiting on the broker are told, by ticket (`notices.rs`).
     pub(crate) notices: VecDeque<crate::notices::Notice>,
-    /// Reused buffer for deliveries being settled, so an ack allocates nothing.
-    pub(crate) settle_scratch: Vec<Unacked>,
-    /// Reused buffer for the queues a publish routes to or a settlement touches, so neither
-    /// allocates per message (taken with `mem::take`, so a nested use just starts empty).
-    pub(crate) queue_scratch: Vec<QueueId>,
-    /// Reused by `apply_settlements` to order freed channel credit (no allocation per ack).
-    pub(crate) fair_scratch: Vec<QueueId>,
-    /// The broker-wide message counters (`message_stats.rs`).
-    pub(crate) message_stats: MessageStats,
-    /// Connections, channels and queues opened and closed (`churn.rs`).
-    pub(crate) churn: ChurnStats,
-    /// Body sizes of published messages (`message_stats.rs`).
-    pub(crate) message_sizes: MessageSizes,
+    /// Buffers the message path reuses, so that a publish or an ack allocates nothing.
+    pub(crate) scratch: Scratch,
+    /// The broker-wide statistics: message counters, body sizes, churn (`message_stats.rs`).
+    pub(crate) stats: crate::message_stats::BrokerStats,
     pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
     /// Paged messages waiting for their records to be dead-lettered (`dead_letter_reads.rs`).
@@ -179,12 +180,8 @@ impl Broker {
             sqs: Default::default(),
             outbox: Outbox::default(),
             notices: VecDeque::new(),
-            settle_scratch: Vec::new(),
-            queue_scratch: Vec::new(),
-            fair_scratch: Vec::new(),
-            message_stats: MessageStats::default(),
-            churn: ChurnStats::default(),
-            message_sizes: MessageSizes::default(),
+            scratch: Scratch::default(),
+            stats: Default::default(),
             timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
             dead_letter_reads: Default::default(),
@@ -204,7 +201,7 @@ impl Broker {
         self.persist.begin_entry();
         match command {
             Command::ConnectionOpen { conn, info } => {
-                self.churn.connection_opened(conn);
+                self.stats.churn.connection_opened(conn);
                 self.connections.insert(
                     conn,
                     ConnectionState {
@@ -313,7 +310,7 @@ impl Broker {
     /// Forgets a connection: its channels (requeueing their deliveries) and its exclusive queues.
     fn release_connection(&mut self, conn: ConnectionId, now: Timestamp) {
         let Some(state) = self.connections.get(&conn) else { return };
-        self.churn.connection_closed(conn);
+        self.stats.churn.connection_closed(conn);
         let channels = state.channels.clone();
         for channel in channels {
             self.release_channel(conn, channel, now);
@@ -332,7 +329,7 @@ impl Broker {
     /// Forgets a channel: cancels its consumers and requeues its unacked deliveries, in order.
     pub(crate) fn release_channel(&mut self, conn: ConnectionId, channel_id: ChannelId, now: Timestamp) {
         let Some(mut channel) = self.channels.remove(&(conn, channel_id)) else { return };
-        self.churn.channel_closed(conn);
+        self.stats.churn.channel_closed(conn);
         self.reply_consumers.forget(conn, channel_id);
         self.waiting_gets.forget_channel(conn, channel_id);
         if let Some(state) = self.connections.get_mut(&conn) {
@@ -346,7 +343,7 @@ impl Broker {
                 touched.push(queue_id);
             }
         }
-        let mut unacked = std::mem::take(&mut self.settle_scratch);
+        let mut unacked = std::mem::take(&mut self.scratch.settle);
         channel.take_all(&mut unacked);
         if let crate::channel::Mode::Tx(tx) = &mut channel.mode {
             unacked.extend(tx.settlements.drain(..).map(|(u, _)| u));
@@ -359,7 +356,7 @@ impl Broker {
                 self.return_to_queue(delivery.queue, delivery.entry, crate::queue::ReturnKind::Failed, now);
             }
         }
-        self.settle_scratch = unacked;
+        self.scratch.settle = unacked;
         touched.sort_unstable();
         touched.dedup();
         for queue_id in touched {

@@ -47,6 +47,6 @@ impl ChurnStats {
 impl Broker {
     /// Connections, channels and queues opened and closed since start.
     pub fn churn_stats(&self) -> ChurnStats {
-        self.churn
+        self.stats.churn
     }
 }

@@ -130,7 +130,7 @@ impl Broker {
             }
             due.extend(tags.iter().map(|&tag| DeliveryRef { conn, channel, tag }));
         }
-        let mut returned_to = std::mem::take(&mut self.queue_scratch);
+        let mut returned_to = std::mem::take(&mut self.scratch.queues);
         returned_to.clear();
         for delivery in due {
             if let Some(timed_out) = self.take_back_timed_out(delivery, now) {
@@ -145,7 +145,7 @@ impl Broker {
         for &id in &returned_to {
             self.run_queue(id, now);
         }
-        self.queue_scratch = returned_to;
+        self.scratch.queues = returned_to;
         if let Some(made) = oldest_left {
             let next = made.saturating_add_millis(ms).max(now.saturating_add_millis(MIN_SWEEP_SPACING_MS));
             self.default_timeouts.next_sweep = Some(next);

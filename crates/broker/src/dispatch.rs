@@ -88,7 +88,7 @@ impl Broker {
         let sinks = Sinks {
             channels: &mut self.channels,
             outbox: &mut self.outbox,
-            stats: &mut self.message_stats,
+            stats: &mut self.stats.messages,
             persist: &mut self.persist,
             firehose: &mut self.firehose,
             receipts: &self.receipts,

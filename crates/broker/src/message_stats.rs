@@ -146,6 +146,18 @@ impl MessageSizes {
     }
 }
 
+/// The broker-wide statistics, kept in one place: every change to them is a count of something
+/// the broker did, made where it did it.
+#[derive(Debug, Default)]
+pub(crate) struct BrokerStats {
+    /// Messages published, delivered, acknowledged, … by kind (the overview's `message_stats`).
+    pub messages: MessageStats,
+    /// Body sizes of published messages.
+    pub sizes: MessageSizes,
+    /// Connections, channels and queues opened and closed (`churn.rs`).
+    pub churn: crate::churn::ChurnStats,
+}
+
 /// An exchange's counters: messages published to it (`publish_in`) and those of them it routed to
 /// at least one queue (`publish_out`, as RabbitMQ counts it on the exchange published to). Shared
 /// (`Arc`): the exchange and the routes cached for it (`route_cache.rs`) count into the same ones,
@@ -186,12 +198,12 @@ fn bump(counter: &AtomicU64, by: u64) {
 impl Broker {
     /// The broker-wide counters (the overview's `message_stats`, Prometheus' global counters).
     pub fn message_stats(&self) -> MessageStats {
-        self.message_stats
+        self.stats.messages
     }
 
     /// Sizes of the message bodies received from publishers (RabbitMQ 4's message-size histogram).
     pub fn message_sizes(&self) -> MessageSizes {
-        self.message_sizes
+        self.stats.sizes
     }
 
     /// A direct reply-to publish goes through the default exchange without routing there.

@@ -58,7 +58,7 @@ impl Broker {
 
     /// Counts a publish broker-wide: its outcome and confirm, and its body's size.
     pub(crate) fn count_published(&mut self, outcome: PublishOutcome, confirm: Confirm, body_size: usize) {
-        self.message_stats.published(outcome, confirm);
-        self.message_sizes.observe(body_size);
+        self.stats.messages.published(outcome, confirm);
+        self.stats.sizes.observe(body_size);
     }
 }

@@ -319,7 +319,7 @@ impl Broker {
         let Some(queue) = self.queues.get_mut(&id) else { return };
         let Some(removed) = queue.remove_ready(entry) else { return };
         queue.counters.messages.ack += 1;
-        self.message_stats.ack += 1;
+        self.stats.messages.ack += 1;
         let persist_id = removed.persist_id();
         self.persist_settle(id, persist_id);
         self.reschedule(id);

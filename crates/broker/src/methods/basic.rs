@@ -159,7 +159,7 @@ impl Broker {
         };
         let properties = header_routes.strip(properties);
         let message = Arc::new(Message::new(publish.exchange, publish.routing_key, properties, publish.body));
-        let mut targets = std::mem::take(&mut self.queue_scratch);
+        let mut targets = std::mem::take(&mut self.scratch.queues);
         targets.clear();
         if !direct_reply {
             let route = PublishRoute { generation, message: &message, extra_keys: header_routes.keys() };
@@ -181,7 +181,7 @@ impl Broker {
         let routed_by = (header_routes.keys(), targets.as_slice());
         let rejected =
             self.enqueue_published(traced, &message, routed_by, delay_ms, now) == Enqueued::Rejected;
-        self.queue_scratch = targets;
+        self.scratch.queues = targets;
         let outcome = match (routed, mandatory) {
             (true, _) => PublishOutcome::Routed,
             (false, true) => PublishOutcome::Returned,
@@ -437,7 +437,7 @@ impl Broker {
 
     /// Counts a get answered empty, broker-wide and on its channel (the queue counts its own).
     pub(crate) fn count_empty_get(&mut self, conn: ConnectionId, ch: ChannelId) {
-        self.message_stats.get_empty += 1;
+        self.stats.messages.get_empty += 1;
         if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
             channel.stats.get_empty += 1;
         }
@@ -489,7 +489,7 @@ impl Broker {
         let group = marks.then(|| self.stored_group(id, &entry)).flatten();
         self.persist.handed_out(id, &entry, no_ack, group);
         let kind = DeliveryKind::of_get(no_ack);
-        self.message_stats.delivered(kind, entry.redelivered);
+        self.stats.messages.delivered(kind, entry.redelivered);
         let queue = self.queues.get_mut(&id);
         let deadline = queue.and_then(|q| {
             q.counters.messages.delivered(kind, entry.redelivered);
@@ -607,12 +607,12 @@ impl Broker {
         if !requeue {
             return Err(errors::not_implemented("requeue=false"));
         }
-        let mut all = std::mem::take(&mut self.settle_scratch);
+        let mut all = std::mem::take(&mut self.scratch.settle);
         if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
             channel.take_all(&mut all);
         }
         self.apply_settlements(conn, ch, &mut all, Settlement::Requeue(ReturnKind::Returned), now);
-        self.settle_scratch = all;
+        self.scratch.settle = all;
         if reply {
             self.send(conn, ch, BasicRecoverOk {});
         }
@@ -644,7 +644,7 @@ impl Broker {
         now: Timestamp,
     ) -> Result<(), AmqpError> {
         let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
-        let mut taken = std::mem::take(&mut self.settle_scratch);
+        let mut taken = std::mem::take(&mut self.scratch.settle);
         let mut result = channel.take_settled(tag, multiple, &mut taken);
         if let Some(annotations) = annotations {
             let stays = !matches!(settlement, Settlement::Ack | Settlement::Discard);
@@ -661,7 +661,7 @@ impl Broker {
         } else {
             self.apply_settlements(conn, ch, &mut taken, settlement, now);
         }
-        self.settle_scratch = taken;
+        self.scratch.settle = taken;
         result
     }
 
@@ -675,7 +675,7 @@ impl Broker {
         settlement: Settlement,
         now: Timestamp,
     ) {
-        let mut touched = std::mem::take(&mut self.queue_scratch);
+        let mut touched = std::mem::take(&mut self.scratch.queues);
         touched.clear();
         let mut acked = 0;
         for delivery in deliveries.drain(..) {
@@ -701,7 +701,7 @@ impl Broker {
                 touched.push(id);
             }
         }
-        self.message_stats.ack += acked;
+        self.stats.messages.ack += acked;
         if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
             channel.stats.ack += acked;
             if channel.channel_prefetch != 0 {
@@ -709,20 +709,20 @@ impl Broker {
                 // further each time, not to the queue just acked first: otherwise that queue
                 // takes it back every time and the others starve (RabbitMQ's limiter notifies
                 // blocked queues in varying order; the Java client's `QosTests#fairness`).
-                let mut fair = std::mem::take(&mut self.fair_scratch);
+                let mut fair = std::mem::take(&mut self.scratch.fair);
                 channel.queues_in_turn(&mut fair);
                 for id in &touched {
                     if !fair.contains(id) {
                         fair.push(*id);
                     }
                 }
-                self.fair_scratch = std::mem::replace(&mut touched, fair);
+                self.scratch.fair = std::mem::replace(&mut touched, fair);
             }
         }
         for &id in &touched {
             self.run_queue(id, now);
         }
-        self.queue_scratch = touched;
+        self.scratch.queues = touched;
     }
 }
 

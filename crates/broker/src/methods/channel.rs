@@ -20,7 +20,7 @@ impl Broker {
         state.channels.push(ch);
         self.channel_openings += 1;
         self.channels.insert((conn, ch), Channel::new(self.channel_openings));
-        self.churn.channel_opened(conn);
+        self.stats.churn.channel_opened(conn);
         self.send(conn, ch, ChannelOpenOk {});
         Ok(())
     }

@@ -60,7 +60,7 @@ impl Broker {
                     self.create_queue(&vhost, spec, now)?
                 }
             };
-            self.churn.queues_declared += 1;
+            self.stats.churn.queues_declared += 1;
             id
         };
         // A declare (passive too) is a use of the queue for x-expires; its count never includes
@@ -207,7 +207,7 @@ impl Broker {
         self.dead_letter_reads.forget(id);
         self.answer_waiting_gets_empty(id);
         self.wake_every_sqs_waiter(id);
-        self.churn.queues_deleted += 1;
+        self.stats.churn.queues_deleted += 1;
         self.dedup_ids.release(queue.dedup.len());
         self.unschedule(id, queue.scheduled);
         self.persist_purge(id, queue.is_persisted());
@@ -336,7 +336,7 @@ impl Broker {
             self.definition_changed(Changed::Queue(vhost.to_owned(), queue.name().clone()));
         }
         self.queues.insert(id, queue);
-        self.churn.queues_created += 1;
+        self.stats.churn.queues_created += 1;
         self.apply_queue_policies(id, now);
         Ok(id)
     }

@@ -39,10 +39,10 @@ impl Broker {
         // Settle in tag order so requeued messages land where they were.
         by_outcome.sort_by_key(|(u, _)| u.tag);
         for (delivery, settlement) in by_outcome {
-            let mut one = std::mem::take(&mut self.settle_scratch);
+            let mut one = std::mem::take(&mut self.scratch.settle);
             one.push(delivery);
             self.apply_settlements(conn, ch, &mut one, settlement, now);
-            self.settle_scratch = one;
+            self.scratch.settle = one;
         }
         self.send_when_durable(conn, ch, TxCommitOk {});
         Ok(())

@@ -65,7 +65,7 @@ impl Broker {
         }
         // Queues whose delayed messages may have gone far: their timer moves to a horizon
         // before the far head (a load), which no later event on the queue need come to file.
-        let mut delaying = std::mem::take(&mut self.queue_scratch);
+        let mut delaying = std::mem::take(&mut self.scratch.queues);
         delaying.clear();
         for s in stored {
             let id = QueueId(s.queue);
@@ -81,6 +81,6 @@ impl Broker {
         for &id in &delaying {
             self.reschedule(id);
         }
-        self.queue_scratch = delaying;
+        self.scratch.queues = delaying;
     }
 }
