@@ -30,6 +30,11 @@ pub(crate) fn not_allowed(detail: impl std::fmt::Display) -> AmqpError {
     AmqpError::new(NOT_ALLOWED, detail)
 }
 
+/// 530 NOT_ALLOWED: the connection's vhost is gone (deleted while it was open).
+pub(crate) fn no_vhost(name: &str) -> AmqpError {
+    not_allowed(format!("vhost {name} not found"))
+}
+
 pub(crate) fn no_queue(name: &impl std::fmt::Display, vhost: &str) -> AmqpError {
     AmqpError::new(NOT_FOUND, format!("no queue '{name}' in vhost '{vhost}'"))
 }

@@ -9,7 +9,8 @@
 //! has to remember the cache. Only routes that depend on nothing but the exchange and the
 //! routing key are kept: none through a headers or local random exchange, none with CC/BCC keys
 //! (the caller checks), and none reaching more than [`CACHED_QUEUES_MAX`] queues, so a
-//! connection's cache stays under a kilobyte.
+//! connection's cache stays near a kilobyte at most (two names of up to 255 bytes, with the
+//! slack their buffers grow by, and 16 queue ids).
 
 use std::sync::Arc;
 
@@ -35,9 +36,8 @@ pub(crate) struct CachedRoute {
     /// The names' bytes, copied: a slice of the publish would keep its whole read buffer alive.
     exchange: Vec<u8>,
     routing_key: Vec<u8>,
-    /// The exchange published to: publishing to an internal one is refused, and a delayed
-    /// one reads its messages' delay headers.
-    pub internal: bool,
+    /// The exchange published to is a delayed one: its messages' delay headers are read. (It is
+    /// never internal: a publish to an internal exchange is refused before it is routed.)
     pub delayed: bool,
     /// The exchange's counters, shared with it.
     pub counters: Arc<ExchangeCounters>,
@@ -73,7 +73,6 @@ impl RouteCache {
             generation,
             exchange: Vec::new(),
             routing_key: Vec::new(),
-            internal: false,
             delayed: false,
             counters: source.counters.clone(),
             queues: SmallVec::new(),
@@ -83,7 +82,6 @@ impl RouteCache {
         route.exchange.extend_from_slice(exchange);
         route.routing_key.clear();
         route.routing_key.extend_from_slice(routing_key);
-        route.internal = source.spec.internal;
         route.delayed = source.spec.delayed;
         if !Arc::ptr_eq(&route.counters, &source.counters) {
             route.counters = source.counters.clone();

@@ -62,9 +62,10 @@ impl VHost {
 
 /// Every vhost by name, with what routing reads: exchanges, bindings, queue names, policies.
 ///
-/// Reads go through the map (`Deref`). Every change goes through a method here that hands out
-/// `&mut`, and counts it in [`VHosts::generation`]: a route cached under one generation
-/// (`route_cache.rs`) is known stale at the next, with no change site to remember.
+/// Reads go through the map (`Deref`). Every change goes through a method here (one that hands
+/// out `&mut VHost`, or adds or removes a vhost), and is counted in [`VHosts::generation`]: a
+/// route cached under one generation (`route_cache.rs`) is known stale at the next, with no
+/// change site to remember the cache.
 #[derive(Debug, Default)]
 pub(crate) struct VHosts {
     by_name: HashMap<String, VHost>,
@@ -77,7 +78,8 @@ impl VHosts {
         VHosts { by_name: names.iter().map(|name| (name.clone(), VHost::new())).collect(), generation: 0 }
     }
 
-    /// Changes so far: any two reads under the same generation see the same vhosts.
+    /// Changes so far (each `&mut VHost` handed out counts as one, whether or not it was used to
+    /// change anything): any two reads under the same generation see the same vhosts.
     pub fn generation(&self) -> u64 {
         self.generation
     }
@@ -94,11 +96,13 @@ impl VHosts {
         self.by_name.entry(name.to_owned()).or_insert_with(VHost::new)
     }
 
+    /// Adds (or replaces) the vhost `name`.
     pub fn insert(&mut self, name: String, vhost: VHost) {
         self.generation += 1;
         self.by_name.insert(name, vhost);
     }
 
+    /// Removes the vhost `name`, with everything in it.
     pub fn remove(&mut self, name: &str) -> Option<VHost> {
         self.generation += 1;
         self.by_name.remove(name)

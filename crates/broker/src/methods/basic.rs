@@ -9,7 +9,7 @@ use hourglass_wire::{
     BasicNack, BasicQos, BasicQosOk, BasicRecoverOk, BasicReject, BasicReturn, FieldTable, ShortStr,
 };
 
-use super::publish_route::{exchange_for_publish, Found, PublishRoute};
+use super::publish_route::{exchange_for_publish, Found, Pending, PublishRoute};
 use crate::admin::ADMIN_CONNECTION;
 use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Modification, Publish};
 use crate::broker::{Broker, ConnectionState};
@@ -163,8 +163,8 @@ impl Broker {
         targets.clear();
         if !direct_reply {
             let route = PublishRoute { generation, message: &message, extra_keys: header_routes.keys() };
-            if let Some((vhost, exchange)) = route.take_cached(found, &self.vhosts, vhost_name, &mut targets)
-            {
+            let pending = route.route_from_cache(found, &self.vhosts, vhost_name, &mut targets)?;
+            if let Pending::RouteFrom { vhost, exchange } = pending {
                 route.route_and_keep(vhost, exchange, route_cache, &mut targets);
             }
         }

@@ -190,12 +190,12 @@ impl Broker {
     /// The vhost `name`, to read: a redeclare or a passive declare leaves the vhosts' generation
     /// as it is, so no connection's cached route goes stale (`route_cache.rs`).
     pub(crate) fn vhost(&self, name: &str) -> Result<&VHost, AmqpError> {
-        self.vhosts.get(name).ok_or_else(|| errors::not_allowed(format!("vhost {name} not found")))
+        self.vhosts.get(name).ok_or_else(|| errors::no_vhost(name))
     }
 
     /// The vhost `name`, to change.
     pub(crate) fn vhost_mut(&mut self, name: &str) -> Result<&mut VHost, AmqpError> {
-        self.vhosts.get_mut(name).ok_or_else(|| errors::not_allowed(format!("vhost {name} not found")))
+        self.vhosts.get_mut(name).ok_or_else(|| errors::no_vhost(name))
     }
 
     /// Whether a binding from `source` to `destination` outlives a restart: both ends do.

@@ -24,7 +24,9 @@ impl Found<'_, '_> {
     /// Whether the exchange is internal, and whether it is a delayed one.
     pub fn flags(&self) -> (bool, bool) {
         match self {
-            Found::Cached(route) => (route.internal, route.delayed),
+            // A route is kept only past the internal check, and an exchange is made internal
+            // only by declaring it anew, which changes the generation.
+            Found::Cached(route) => (false, route.delayed),
             Found::LookedUp { exchange, .. } => (exchange.spec.internal, exchange.spec.delayed),
         }
     }
@@ -37,10 +39,17 @@ pub(super) fn exchange_for_publish<'v>(
     vhost_name: &str,
     name: &ShortStr,
 ) -> Result<(&'v VHost, &'v Exchange), AmqpError> {
-    let vhost =
-        vhosts.get(vhost_name).ok_or_else(|| errors::not_allowed(format!("vhost {vhost_name} not found")))?;
+    let vhost = vhosts.get(vhost_name).ok_or_else(|| errors::no_vhost(vhost_name))?;
     let exchange = vhost.exchanges.get(name).ok_or_else(|| errors::no_exchange(name, vhost_name))?;
     Ok((vhost, exchange))
+}
+
+/// What is left to do for a publish after its connection's cached route was tried.
+pub(super) enum Pending<'v> {
+    /// Routed from the cache.
+    Routed,
+    /// To be routed from this exchange.
+    RouteFrom { vhost: &'v VHost, exchange: &'v Exchange },
 }
 
 /// A message being routed from the exchange it was published to.
@@ -53,25 +62,27 @@ pub(super) struct PublishRoute<'m> {
 }
 
 impl PublishRoute<'_> {
-    /// Takes the queues the message reaches from the cached route, when it was found there and
-    /// has no CC/BCC keys: appends them to `targets` and counts the publish on its exchange.
-    /// Otherwise, the vhost and exchange to route it from.
-    pub fn take_cached<'v>(
+    /// Routes the message from its connection's cached route, when it was found there and
+    /// has no CC/BCC keys: appends the queues to `targets` and counts the publish on its
+    /// exchange. Otherwise, says where to route it from.
+    pub fn route_from_cache<'v>(
         &self,
         found: Found<'_, 'v>,
         vhosts: &'v VHosts,
         vhost_name: &str,
         targets: &mut Vec<QueueId>,
-    ) -> Option<(&'v VHost, &'v Exchange)> {
+    ) -> Result<Pending<'v>, AmqpError> {
         match found {
             Found::Cached(route) if self.extra_keys.is_empty() => {
                 targets.extend_from_slice(&route.queues);
                 route.counters.published(!targets.is_empty());
-                None
+                Ok(Pending::Routed)
             }
-            // Unchanged since the route was kept, so both are there.
-            Found::Cached(_) => exchange_for_publish(vhosts, vhost_name, &self.message.exchange).ok(),
-            Found::LookedUp { vhost, exchange } => Some((vhost, exchange)),
+            Found::Cached(_) => {
+                let (vhost, exchange) = exchange_for_publish(vhosts, vhost_name, &self.message.exchange)?;
+                Ok(Pending::RouteFrom { vhost, exchange })
+            }
+            Found::LookedUp { vhost, exchange } => Ok(Pending::RouteFrom { vhost, exchange }),
         }
     }
 
