@@ -213,6 +213,16 @@ pub fn rss_bytes(pid: u32) -> u64 {
     kib * 1024
 }
 
+/// Process `pid`'s CPU time so far (user and system, from /proc), in clock ticks (1/100 s on
+/// Linux); 0 if it cannot be read.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name in parentheses: state is field 3, utime 14 and stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    field(14) + field(15)
+}
+
 /// Finds `amqp=127.0.0.1:PORT` (or `http=…`) in the start-up log line.
 pub fn parse_addr(line: &str, key: &str) -> Option<SocketAddr> {
     let start = line.find(key)? + key.len();

@@ -117,6 +117,9 @@ async fn serve<R: SocketRead, W: SocketWrite>(
     let mut read_chunk = READ_CHUNK_MIN;
     let mut input = BytesMut::with_capacity(read_chunk);
     let mut reading = true;
+    // The broker drops its end once it is told the connection is closed (at the client's
+    // connection.close, before close-ok goes out): a closed mailbox is not polled again.
+    let mut mailbox_open = true;
     let mut paused = false;
     let mut gate = AlarmGate::new(cx.resources.clone(), cx.inbound.clone());
     let mut shutdown_live = true;
@@ -141,7 +144,8 @@ async fn serve<R: SocketRead, W: SocketWrite>(
                     session.handle_input(&mut input, cx.clock.now());
                 }
             },
-            effects = mailbox.recv() => {
+            effects = mailbox.recv(), if mailbox_open => {
+                mailbox_open = effects.is_some();
                 let now = cx.clock.now();
                 // What else is waiting goes in the same turn.
                 let waiting = std::iter::from_fn(|| mailbox.try_recv().ok());

@@ -578,6 +578,11 @@ impl Connection {
         match method {
             Method::ConnectionClose(close) => {
                 info!(conn = self.id.0, code = close.reply_code, text = %close.reply_text, "client closed the connection");
+                // The broker lets go of the connection's consumers, deliveries and exclusive
+                // queues before the client reads close-ok (its driver hands the commands over
+                // before it writes): as RabbitMQ, which answers once its channels are gone, so a
+                // client that reconnects at once finds its exclusive consumer and queue free.
+                self.commands.push_back(Command::ConnectionClosed { conn: self.id });
                 self.out.method(0, &ConnectionCloseOk {}.into(), now);
                 // The connection is over for the limits: the client may open its next one now.
                 self.channels.seat = None;

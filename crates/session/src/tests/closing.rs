@@ -52,6 +52,8 @@ fn client_close_is_answered_and_ends_the_connection() {
     c.open(60);
     c.send_method(0, close_of(200, "bye", 0, 0));
     assert_eq!(c.methods(), vec![(0, ConnectionCloseOk {}.into())]);
+    // Handed over before close-ok is written: the broker lets go of the connection first.
+    assert_eq!(c.commands(), vec![Command::ConnectionClosed { conn: CONN }]);
     assert!(!c.conn.is_closed() && c.conn.opened(), "waits for the client to close the socket");
     c.conn.handle_eof(c.now);
     assert!(c.conn.is_closed());
@@ -67,6 +69,7 @@ fn frames_after_the_clients_close_are_drained_then_the_socket_closes() {
     c.open_channel(1);
     c.send_method(0, close_of(200, "bye", 0, 0));
     assert_eq!(c.methods(), vec![(0, ConnectionCloseOk {}.into())]);
+    assert_eq!(c.commands(), vec![Command::ConnectionClosed { conn: CONN }]);
     c.send_method(1, BasicQos { prefetch_size: 0, prefetch_count: 1, global: false });
     assert!(c.methods().is_empty() && c.commands().is_empty(), "discarded, unanswered");
     assert!(c.inbox.is_empty(), "but read");
