@@ -6,6 +6,16 @@
 
 use std::time::Duration;
 
+/// The earlier of two times, either of which may be none: how a deadline is made of its parts
+/// (run on every pass of a queue, so no min over an iterator of options).
+pub(crate) fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
 /// A point in time: milliseconds since the Unix epoch.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(u64);

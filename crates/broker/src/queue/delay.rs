@@ -23,7 +23,7 @@ use super::far_files::SpillFiles;
 use super::far_record;
 use super::state_bytes::{StateReader, StateWriter};
 use crate::message::Message;
-use crate::time::Timestamp;
+use crate::time::{earliest, Timestamp};
 
 /// Stored delayed messages due further ahead than this wait on disk only.
 pub const NEAR_HORIZON_MS: u64 = 60_000;
@@ -93,7 +93,7 @@ impl DelayIndex {
     /// The earliest due time.
     pub fn next_due(&self) -> Option<Timestamp> {
         let far = self.far.as_ref().and_then(FarTier::next_due);
-        self.next_near_due().into_iter().chain(far).min()
+        earliest(self.next_near_due(), far)
     }
 
     /// When the first message of the near tier is due, unless it waits for the far tier: a far
@@ -127,7 +127,7 @@ impl DelayIndex {
             .as_ref()
             .and_then(FarTier::next_load_due)
             .map(|due| due.saturating_sub_millis(NEAR_HORIZON_MS));
-        near.into_iter().chain(load).min()
+        earliest(near, load)
     }
 
     /// Brings the far messages due within the horizon of `now` (and a little after) into the

@@ -36,7 +36,7 @@ use super::entry::Seq;
 use super::far_files::SpillFiles;
 use super::far_record::{decode, encode, key_after, key_of, Fields, Key, Record, RECORD_BYTES};
 use super::far_roster::Roster;
-use crate::time::Timestamp;
+use crate::time::{earliest, Timestamp};
 
 mod checkpoint;
 mod listing;
@@ -182,7 +182,7 @@ impl FarTier {
     /// The earliest due time held.
     pub fn next_due(&self) -> Option<Timestamp> {
         let run_head = self.heads.first().map(|(due, _)| *due);
-        [self.buffer_first_due, run_head].into_iter().flatten().min()
+        earliest(self.buffer_first_due, run_head)
     }
 
     /// The earliest due time a load can take now: that of a run waiting for its read is left
@@ -191,7 +191,7 @@ impl FarTier {
     /// it cannot do.
     pub fn next_load_due(&self) -> Option<Timestamp> {
         let run_head = self.first_loadable().map(|(due, _)| due);
-        [self.buffer_first_due, run_head].into_iter().flatten().min()
+        earliest(self.buffer_first_due, run_head)
     }
 
     /// The first run head by due time that a load can act on now: none while [`ASKED_MAX`]

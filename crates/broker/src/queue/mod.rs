@@ -39,7 +39,7 @@ use crate::channel::Unacked;
 use crate::message::Message;
 use crate::message_stats::MessageStats;
 use crate::persist::RecordLocation;
-use crate::time::Timestamp;
+use crate::time::{earliest, Timestamp};
 pub use args::{
     DeadLetterStrategy, DelayedRetry, DeliveryCounting, Overflow, QueueArgs, QueueSettings, QueueType,
     RetryType, ReturnKind,
@@ -827,16 +827,6 @@ impl Queue {
 
     pub fn is_exclusive_to_other(&self, conn: ConnectionId) -> bool {
         self.spec.exclusive_owner.is_some_and(|owner| owner != conn)
-    }
-}
-
-/// The earlier of two deadlines, either of which may be none (run on every pass of a queue:
-/// cheaper than a min over an iterator of options).
-fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, None) => a,
-        (None, b) => b,
     }
 }
 
