@@ -474,15 +474,7 @@ fn the_same_route_published_again_follows_every_topology_change() {
     bind(&mut tb, admin, "b", "x", "k");
     publish(&mut tb);
     assert_eq!(counts(&tb), (3, 1, 0), "a binding added");
-    tb.call(
-        admin,
-        QueueUnbind {
-            queue: short("a"),
-            exchange: short("x"),
-            routing_key: short("k"),
-            ..Default::default()
-        },
-    );
+    unbind(&mut tb, admin, "a", "x", "k");
     publish(&mut tb);
     assert_eq!(counts(&tb), (3, 2, 0), "a binding removed");
     tb.call(admin, QueueDelete { queue: short("b"), ..Default::default() });
@@ -496,15 +488,7 @@ fn the_same_route_published_again_follows_every_topology_change() {
     bind(&mut tb, admin, "a", "x", "other");
     publish(&mut tb);
     assert_eq!(counts(&tb), (4, 1, 0), "the exchange declared again as a fanout");
-    tb.call(
-        admin,
-        QueueUnbind {
-            queue: short("a"),
-            exchange: short("x"),
-            routing_key: short("other"),
-            ..Default::default()
-        },
-    );
+    unbind(&mut tb, admin, "a", "x", "other");
     declare_exchange(&mut tb, admin, "ae-x", "fanout");
     bind(&mut tb, admin, "ae", "ae-x", "");
     publish(&mut tb);

@@ -1683,9 +1683,7 @@ fn a_delay_queue_s_ready_backlog_stays_within_the_paging_limits() {
     }
     let stats = tb.broker.queue_stats("/", "q").unwrap();
     assert_eq!((stats.messages_ready, stats.messages_ready_ram), (10, 2), "the limit (2) in memory");
-    let c2 = tb.channel();
-    let first = consume(&mut tb, c2, "q", "ctag", true);
-    let delivered = deliver_answering_reads(&mut tb, first, 10);
+    let delivered = consume_answering_reads(&mut tb, 10);
     assert_eq!(delivered, numbered_bodies(0..10));
 }
 
@@ -1704,9 +1702,7 @@ fn a_message_ready_before_its_write_is_reported_is_paged_out_as_ready() {
     disk.sync(&mut tb);
     let stats = tb.broker.queue_stats("/", "q").unwrap();
     assert_eq!((stats.messages_ready, stats.messages_ready_ram), (10, 2), "paged out past the limit (2)");
-    let c2 = tb.channel();
-    let first = consume(&mut tb, c2, "q", "ctag", true);
-    let delivered = deliver_answering_reads(&mut tb, first, 10);
+    let delivered = consume_answering_reads(&mut tb, 10);
     assert_eq!(delivered, numbered_bodies(0..10));
 }
 
@@ -1726,12 +1722,18 @@ fn a_message_rescheduled_before_its_write_is_reported_is_paged_out() {
     tb.advance(Duration::from_millis(20_000));
     let stats = tb.broker.queue_stats("/", "q").unwrap();
     assert_eq!((stats.messages_ready, stats.messages_ready_ram), (10, 2), "the limit (2) in memory");
-    let c2 = tb.channel();
-    let first = consume(&mut tb, c2, "q", "ctag", true);
-    let delivered = deliver_answering_reads(&mut tb, first, 10);
+    let delivered = consume_answering_reads(&mut tb, 10);
     let expected: Vec<String> =
         numbered_bodies(0..10).into_iter().filter(|b| b != "body 5").chain(["body 5".into()]).collect();
     assert_eq!(delivered, expected);
+}
+
+/// What a no-ack consumer of `q` on a new channel is delivered, answering the reads its
+/// deliveries wait for, `rounds` times at most.
+fn consume_answering_reads(tb: &mut TestBroker, rounds: usize) -> Vec<String> {
+    let c = tb.channel();
+    let first = consume(tb, c, "q", "ctag", true);
+    deliver_answering_reads(tb, first, rounds)
 }
 
 /// The bodies delivered in `effects` and then as the reads they wait for are answered, `rounds`

@@ -40,6 +40,18 @@ pub fn bind(tb: &mut TestBroker, chan: Chan, queue: &str, exchange: &str, key: &
     )
 }
 
+pub fn unbind(tb: &mut TestBroker, chan: Chan, queue: &str, exchange: &str, key: &str) -> Vec<Effect> {
+    tb.call(
+        chan,
+        QueueUnbind {
+            queue: short(queue),
+            exchange: short(exchange),
+            routing_key: short(key),
+            ..Default::default()
+        },
+    )
+}
+
 /// Starts a consumer with a given tag; returns the effects (consume-ok and any deliveries).
 pub fn consume(tb: &mut TestBroker, chan: Chan, queue: &str, tag: &str, no_ack: bool) -> Vec<Effect> {
     tb.call(
