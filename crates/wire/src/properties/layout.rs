@@ -39,7 +39,9 @@ enum Shape {
     LongLong,
 }
 
-/// The basic class's properties in wire order: flag bit, shape, and the name errors use.
+/// The basic class's properties in wire order: flag bit, shape, and the name errors use. The
+/// property at index `i` has flag bit `15 - i`, so a walk finds a present property's entry from
+/// its bit alone (`Walk::next_property`).
 const PROPERTIES: [(u16, Shape, &str); 14] = [
     (CONTENT_TYPE, Shape::ShortStr, "content-type"),
     (CONTENT_ENCODING, Shape::ShortStr, "content-encoding"),
@@ -57,21 +59,30 @@ const PROPERTIES: [(u16, Shape, &str); 14] = [
     (CLUSTER_ID, Shape::ShortStr, "cluster-id"),
 ];
 
+// Index `i` of `PROPERTIES` holds flag bit `15 - i`, checked when this crate compiles.
+const _: () = {
+    let mut i = 0;
+    while i < PROPERTIES.len() {
+        assert!(PROPERTIES[i].0 == 0x8000 >> i);
+        i += 1;
+    }
+};
+
 /// Steps through the present properties of an encoded property list, front to back.
 pub(super) struct Walk<'a> {
     raw: &'a [u8],
-    flags: u16,
+    /// The flags of the present properties not read yet: a walk visits only those, so a list
+    /// with few properties (most messages) costs a step per property, not one per flag.
+    unread: u16,
     /// Offset of the next unread octet.
     at: usize,
-    /// Index into [`PROPERTIES`] of the next property to look at.
-    next: usize,
 }
 
 impl<'a> Walk<'a> {
     /// Reads the property-flags word(s). A set flag the basic class does not define (bit 1, or
     /// any bit of a continuation word) is an error.
     pub(super) fn new(raw: &'a [u8]) -> Res<Self> {
-        let mut walk = Walk { raw, flags: 0, at: 0, next: 0 };
+        let mut walk = Walk { raw, unread: 0, at: 0 };
         let flags = walk.flags_word()?;
         if flags & !(KNOWN | CONTINUATION) != 0 {
             return Err(Malformed(format!("unknown property flags 0x{flags:04x}")));
@@ -84,38 +95,39 @@ impl<'a> Walk<'a> {
             }
             more = extra & CONTINUATION != 0;
         }
-        walk.flags = flags & KNOWN;
+        walk.unread = flags & KNOWN;
         Ok(walk)
     }
 
     /// The next present property: its flag bit and where its value sits (without a length
     /// prefix). `None` after the last one; a property running past the end is an error.
     pub(super) fn next_property(&mut self) -> Res<Option<(u16, Range<usize>)>> {
-        while let Some(&(bit, shape, name)) = PROPERTIES.get(self.next) {
-            self.next += 1;
-            if self.flags & bit == 0 {
-                continue;
-            }
-            let len = match shape {
-                Shape::ShortStr => usize::from(self.take(1, name)?[0]),
-                Shape::Table => {
-                    let prefix = self.take(4, name)?;
-                    let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
-                    usize::try_from(len).map_err(|_| Malformed::truncated(name))?
-                }
-                Shape::Octet => 1,
-                Shape::LongLong => 8,
-            };
-            let start = self.at;
-            self.take(len, name)?;
-            return Ok(Some((bit, start..self.at)));
+        if self.unread == 0 {
+            return Ok(None);
         }
-        Ok(None)
+        // The highest unread flag is the next present property in wire order.
+        let index = self.unread.leading_zeros() as usize;
+        let bit = 0x8000 >> index;
+        self.unread &= !bit;
+        let Some(&(_, shape, name)) = PROPERTIES.get(index) else { return Ok(None) };
+        let len = match shape {
+            Shape::ShortStr => usize::from(self.take(1, name)?[0]),
+            Shape::Table => {
+                let prefix = self.take(4, name)?;
+                let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+                usize::try_from(len).map_err(|_| Malformed::truncated(name))?
+            }
+            Shape::Octet => 1,
+            Shape::LongLong => 8,
+        };
+        let start = self.at;
+        self.take(len, name)?;
+        Ok(Some((bit, start..self.at)))
     }
 
     /// The span of the value of the property with this bit, if present.
     pub(super) fn find(mut self, bit: u16) -> Res<Option<Range<usize>>> {
-        if self.flags & bit == 0 {
+        if self.unread & bit == 0 {
             return Ok(None);
         }
         while let Some((found, range)) = self.next_property()? {
