@@ -190,6 +190,10 @@ impl FarTier {
     /// answers load on). Never a time a load cannot act on, so a queue is never filed for work
     /// it cannot do.
     pub fn next_load_due(&self) -> Option<Timestamp> {
+        if self.heads.is_empty() {
+            // No run (most queues): what waits is in the buffer, if anything.
+            return self.buffer_first_due;
+        }
         let run_head = self.first_loadable().map(|(due, _)| due);
         earliest(self.buffer_first_due, run_head)
     }
@@ -207,7 +211,9 @@ impl FarTier {
 
     /// Hands over the reads asked for since the last call.
     pub fn take_asks(&mut self, into: &mut std::collections::VecDeque<SpillRead>) {
-        into.extend(self.asks.drain(..));
+        if !self.asks.is_empty() {
+            into.extend(self.asks.drain(..));
+        }
     }
 
     /// Takes a waiting message, or gives it back when it cannot go far (not paged out and

@@ -5,6 +5,11 @@
 
 use super::args::{Overflow, QueueArgs};
 
+/// Whether the queue has a length limit at all (most have none, and need no count).
+pub(crate) fn has_limit(args: &QueueArgs) -> bool {
+    args.max_length.is_some() || args.max_length_bytes.is_some()
+}
+
 /// Whether `ready_count` messages / `ready_bytes` bytes exceed the limits.
 pub(crate) fn is_over(args: &QueueArgs, ready_count: usize, ready_bytes: usize) -> bool {
     args.max_length.is_some_and(|max| ready_count as u64 > max)
