@@ -30,7 +30,7 @@ impl RawAmqp {
         socket.write_all(PROTOCOL_HEADER).await.unwrap();
         let mut raw = RawAmqp { socket, input: BytesMut::new() };
         match raw.next_method().await {
-            Some((0, Method::ConnectionStart(start))) => (raw, start),
+            Some((0, Method::ConnectionStart(start))) => (raw, *start),
             other => panic!("expected connection.start, got {other:?}"),
         }
     }

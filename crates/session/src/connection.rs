@@ -563,7 +563,7 @@ impl Connection {
                 self.out.method(0, &ConnectionCloseOk {}.into(), now);
                 self.state = State::Closed;
             }
-            (State::ExpectStartOk, Method::ConnectionStartOk(start_ok)) => self.on_start_ok(start_ok, now),
+            (State::ExpectStartOk, Method::ConnectionStartOk(start_ok)) => self.on_start_ok(*start_ok, now),
             (State::ExpectTuneOk, Method::ConnectionTuneOk(tune_ok)) => self.on_tune_ok(tune_ok, now),
             (State::ExpectOpen, Method::ConnectionOpen(open)) => self.on_open(open, now),
             (_, method) => {

@@ -23,7 +23,7 @@ pub fn deliveries(effects: &[Effect]) -> Vec<Delivery> {
     effects
         .iter()
         .filter_map(|effect| match effect.clone().into_method()? {
-            (_, Method::BasicDeliver(method), Some(message)) => Some(Delivery { method, message }),
+            (_, Method::BasicDeliver(method), Some(message)) => Some(Delivery { method: *method, message }),
             _ => None,
         })
         .collect()

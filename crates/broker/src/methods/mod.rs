@@ -45,7 +45,9 @@ impl Broker {
             Method::ChannelCloseOk(_) => Ok(()),
             Method::ChannelFlow(m) => self.channel_flow(conn, ch, m),
             Method::ExchangeDeclare(m) => match without_cr_lf(&m.exchange) {
-                Some(exchange) => self.exchange_declare(conn, ch, &ExchangeDeclare { exchange, ..m.clone() }),
+                Some(exchange) => {
+                    self.exchange_declare(conn, ch, &ExchangeDeclare { exchange, ..(**m).clone() })
+                }
                 None => self.exchange_declare(conn, ch, m),
             },
             Method::ExchangeDelete(m) => match without_cr_lf(&m.exchange) {

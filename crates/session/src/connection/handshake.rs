@@ -58,7 +58,7 @@ impl Connection {
     pub(super) fn on_start_ok(&mut self, start_ok: ConnectionStartOk, now: Timestamp) {
         self.capabilities = client_capabilities(&start_ok.client_properties);
         self.client_properties = start_ok.client_properties;
-        let on_start_ok = Method::ConnectionStartOk(ConnectionStartOk::default());
+        let on_start_ok = Method::from(ConnectionStartOk::default());
         let mechanism = match Mechanism::parse(start_ok.mechanism.as_bytes()) {
             Some(mechanism) if self.offers(mechanism) => mechanism,
             offered => {

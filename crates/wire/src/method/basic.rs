@@ -2,7 +2,6 @@
 //! (amqp0-9-1.xml §basic, plus RabbitMQ's basic.nack). publish, return,
 //! deliver and get-ok carry content (§4.2.6).
 
-use super::Method;
 use crate::codec::{Arg, ArgReader, ArgSize, ArgWriter, Res};
 use crate::field_table::FieldTable;
 use crate::types::ShortStr;

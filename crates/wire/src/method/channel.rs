@@ -1,7 +1,6 @@
 //! Class `channel` (id 20): opening, flow control and closing of channels
 //! (amqp0-9-1.xml §channel).
 
-use super::Method;
 use crate::codec::{Arg, ArgReader, ArgSize, ArgWriter, Res};
 use crate::types::{LongStr, ShortStr};
 

@@ -1,6 +1,5 @@
 //! Class `confirm` (id 85, RabbitMQ extension): publisher confirms.
 
-use super::Method;
 use crate::codec::{Arg, ArgReader, ArgSize, ArgWriter, Res};
 
 amqp_class! {

@@ -2,7 +2,6 @@
 //! (amqp0-9-1.xml §connection, plus RabbitMQ's blocked/unblocked and
 //! update-secret extensions).
 
-use super::Method;
 use crate::codec::{Arg, ArgReader, ArgSize, ArgWriter, Res};
 use crate::field_table::FieldTable;
 use crate::types::{LongStr, ShortStr};

@@ -1,7 +1,6 @@
 //! Class `exchange` (id 40): declare/delete, plus RabbitMQ's
 //! exchange-to-exchange bind (30/31) and unbind (40/51 — RabbitMQ's ids).
 
-use super::Method;
 use crate::codec::{Arg, ArgReader, ArgSize, ArgWriter, Res};
 use crate::field_table::FieldTable;
 use crate::types::ShortStr;

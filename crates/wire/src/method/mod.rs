@@ -101,12 +101,6 @@ macro_rules! amqp_class {
                 $(method_arg!(@size $vis m $field $ty, s);)*
             }
         }
-
-        impl From<$name> for Method {
-            fn from(m: $name) -> Method {
-                Method::$name(m)
-            }
-        }
     )*};
 }
 
@@ -126,52 +120,96 @@ pub use exchange::*;
 pub use queue::*;
 pub use tx::*;
 
-/// Generates the [`Method`] enum and its dispatch from the list of structs.
+/// Generates the [`Method`] enum and its dispatch from the list of structs: those `inline` are
+/// held in the enum, those `boxed` behind a pointer.
 macro_rules! method_enum {
-    ($($name:ident),* $(,)?) => {
+    (inline: [$($name:ident),* $(,)?], boxed: [$($boxed:ident),* $(,)?] $(,)?) => {
         /// Any AMQP 0-9-1 method; the variant name is the struct name.
+        ///
+        /// Methods larger than basic.publish's arguments are boxed: every publish moves a
+        /// `Frame` and a `Command` that hold a `Method`, and the rare big ones (declares, binds,
+        /// consume, the handshake, and deliveries and returns, which the broker encodes without
+        /// a `Method`) would make every move the size of the largest.
         #[derive(Clone, Debug, PartialEq)]
         pub enum Method {
             $(
                 #[allow(missing_docs)]
                 $name($name),
             )*
+            $(
+                #[allow(missing_docs)]
+                $boxed(Box<$boxed>),
+            )*
         }
+
+        $(
+            impl From<$name> for Method {
+                fn from(m: $name) -> Method {
+                    Method::$name(m)
+                }
+            }
+        )*
+        $(
+            impl From<$boxed> for Method {
+                fn from(m: $boxed) -> Method {
+                    Method::$boxed(Box::new(m))
+                }
+            }
+        )*
 
         impl Method {
             /// Class id on the wire.
             pub fn class_id(&self) -> u16 {
-                match self { $(Method::$name(_) => $name::CLASS_ID,)* }
+                match self {
+                    $(Method::$name(_) => $name::CLASS_ID,)*
+                    $(Method::$boxed(_) => $boxed::CLASS_ID,)*
+                }
             }
 
             /// Method id on the wire.
             pub fn method_id(&self) -> u16 {
-                match self { $(Method::$name(_) => $name::METHOD_ID,)* }
+                match self {
+                    $(Method::$name(_) => $name::METHOD_ID,)*
+                    $(Method::$boxed(_) => $boxed::METHOD_ID,)*
+                }
             }
 
             /// RabbitMQ's name, e.g. "basic.publish" or "queue.declare-ok".
             pub fn name(&self) -> &'static str {
-                match self { $(Method::$name(_) => $name::NAME,)* }
+                match self {
+                    $(Method::$name(_) => $name::NAME,)*
+                    $(Method::$boxed(_) => $boxed::NAME,)*
+                }
             }
 
             /// True for basic.publish, basic.return, basic.deliver and
             /// basic.get-ok: a content header and body follow (§4.2.6).
             pub fn has_content(&self) -> bool {
-                match self { $(Method::$name(_) => $name::HAS_CONTENT,)* }
+                match self {
+                    $(Method::$name(_) => $name::HAS_CONTENT,)*
+                    $(Method::$boxed(_) => $boxed::HAS_CONTENT,)*
+                }
             }
 
             fn encode_args(&self, w: &mut ArgWriter<'_>) {
-                match self { $(Method::$name(m) => m.encode_args(w),)* }
+                match self {
+                    $(Method::$name(m) => m.encode_args(w),)*
+                    $(Method::$boxed(m) => m.encode_args(w),)*
+                }
             }
 
             fn args_size(&self, s: &mut ArgSize) {
-                match self { $(Method::$name(m) => m.args_size(s),)* }
+                match self {
+                    $(Method::$name(m) => m.args_size(s),)*
+                    $(Method::$boxed(m) => m.args_size(s),)*
+                }
             }
 
             /// `None` if the ids are unknown.
             fn decode_args(class_id: u16, method_id: u16, r: &mut ArgReader) -> Option<Res<Method>> {
                 match (class_id, method_id) {
-                    $(($name::CLASS_ID, $name::METHOD_ID) => Some($name::decode_args(r).map(Method::$name)),)*
+                    $(($name::CLASS_ID, $name::METHOD_ID) => Some($name::decode_args(r).map(Method::from)),)*
+                    $(($boxed::CLASS_ID, $boxed::METHOD_ID) => Some($boxed::decode_args(r).map(Method::from)),)*
                     _ => None,
                 }
             }
@@ -181,6 +219,7 @@ macro_rules! method_enum {
         pub fn method_name(class_id: u16, method_id: u16) -> Option<&'static str> {
             match (class_id, method_id) {
                 $(($name::CLASS_ID, $name::METHOD_ID) => Some($name::NAME),)*
+                $(($boxed::CLASS_ID, $boxed::METHOD_ID) => Some($boxed::NAME),)*
                 _ => None,
             }
         }
@@ -188,20 +227,25 @@ macro_rules! method_enum {
 }
 
 method_enum! {
-    ConnectionStart, ConnectionStartOk, ConnectionSecure, ConnectionSecureOk,
-    ConnectionTune, ConnectionTuneOk, ConnectionOpen, ConnectionOpenOk,
-    ConnectionClose, ConnectionCloseOk, ConnectionBlocked, ConnectionUnblocked,
-    ConnectionUpdateSecret, ConnectionUpdateSecretOk,
-    ChannelOpen, ChannelOpenOk, ChannelFlow, ChannelFlowOk, ChannelClose, ChannelCloseOk,
-    ExchangeDeclare, ExchangeDeclareOk, ExchangeDelete, ExchangeDeleteOk,
-    ExchangeBind, ExchangeBindOk, ExchangeUnbind, ExchangeUnbindOk,
-    QueueDeclare, QueueDeclareOk, QueueBind, QueueBindOk, QueuePurge, QueuePurgeOk,
-    QueueDelete, QueueDeleteOk, QueueUnbind, QueueUnbindOk,
-    BasicQos, BasicQosOk, BasicConsume, BasicConsumeOk, BasicCancel, BasicCancelOk,
-    BasicPublish, BasicReturn, BasicDeliver, BasicGet, BasicGetOk, BasicGetEmpty,
-    BasicAck, BasicReject, BasicRecoverAsync, BasicRecover, BasicRecoverOk, BasicNack,
-    TxSelect, TxSelectOk, TxCommit, TxCommitOk, TxRollback, TxRollbackOk,
-    ConfirmSelect, ConfirmSelectOk,
+    inline: [
+        ConnectionSecure, ConnectionSecureOk,
+        ConnectionTune, ConnectionTuneOk, ConnectionOpen, ConnectionOpenOk,
+        ConnectionClose, ConnectionCloseOk, ConnectionBlocked, ConnectionUnblocked,
+        ConnectionUpdateSecret, ConnectionUpdateSecretOk,
+        ChannelOpen, ChannelOpenOk, ChannelFlow, ChannelFlowOk, ChannelClose, ChannelCloseOk,
+        ExchangeDeclareOk, ExchangeDelete, ExchangeDeleteOk, ExchangeBindOk, ExchangeUnbindOk,
+        QueueDeclare, QueueDeclareOk, QueueBindOk, QueuePurge, QueuePurgeOk,
+        QueueDelete, QueueDeleteOk, QueueUnbindOk,
+        BasicQos, BasicQosOk, BasicConsumeOk, BasicCancel, BasicCancelOk,
+        BasicPublish, BasicGet, BasicGetOk, BasicGetEmpty,
+        BasicAck, BasicReject, BasicRecoverAsync, BasicRecover, BasicRecoverOk, BasicNack,
+        TxSelect, TxSelectOk, TxCommit, TxCommitOk, TxRollback, TxRollbackOk,
+        ConfirmSelect, ConfirmSelectOk,
+    ],
+    boxed: [
+        ConnectionStart, ConnectionStartOk, ExchangeDeclare, ExchangeBind, ExchangeUnbind,
+        QueueBind, QueueUnbind, BasicConsume, BasicReturn, BasicDeliver,
+    ],
 }
 
 impl Method {

@@ -1,7 +1,6 @@
 //! Class `queue` (id 50): declare, bind, unbind, purge and delete queues
 //! (amqp0-9-1.xml §queue).
 
-use super::Method;
 use crate::codec::{Arg, ArgReader, ArgSize, ArgWriter, Res};
 use crate::field_table::FieldTable;
 use crate::types::ShortStr;

@@ -270,3 +270,19 @@ fn syntax_errors_win_over_malformed_utf8() {
     let err = Method::decode(Bytes::from(bytes)).unwrap_err();
     assert!(matches!(err, DecodeError::Syntax { class_id: 50, method_id: 40, .. }), "{err:?}");
 }
+
+/// Every publish moves a `Method` (in a `Frame`, then in the session's result): the largest
+/// inline method is basic.publish's arguments, and the boxed ones round-trip as the others do.
+#[test]
+fn methods_stay_the_size_of_basic_publish() {
+    let size = std::mem::size_of::<Method>();
+    assert!(size <= std::mem::size_of::<BasicPublish>() + 8, "Method is {size} bytes");
+    let bind = Method::from(QueueBind {
+        queue: ShortStr::from_static("q"),
+        exchange: ShortStr::from_static("x"),
+        routing_key: ShortStr::from_static("k"),
+        ..Default::default()
+    });
+    assert!(matches!(&bind, Method::QueueBind(boxed) if boxed.queue.as_bytes() == b"q"));
+    assert_eq!(Method::decode(Bytes::from(encode(&bind))), Ok(bind));
+}

@@ -1,6 +1,5 @@
 //! Class `tx` (id 90): standard transactions (amqp0-9-1.xml §tx).
 
-use super::Method;
 use crate::codec::{ArgReader, ArgSize, ArgWriter, Res};
 
 amqp_class! {
