@@ -5,7 +5,6 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::codec::put_short_str;
 use crate::error::DecodeError;
 use crate::method::Method;
 use crate::properties::EncodedProperties;
@@ -260,9 +259,12 @@ pub fn encode_header_frame(channel: u16, header: &ContentHeader, out: &mut Bytes
 
 /// Appends one body frame carrying `payload` (not split).
 pub fn encode_body_frame(channel: u16, payload: &[u8], out: &mut BytesMut) {
-    put_frame_header(out, FRAME_BODY, channel, payload.len());
-    out.put_slice(payload);
-    out.put_u8(FRAME_END);
+    let [c0, c1] = channel.to_be_bytes();
+    let [s0, s1, s2, s3] = frame_size(payload.len());
+    out.reserve(FRAME_OVERHEAD + payload.len());
+    out.extend_from_slice(&[FRAME_BODY, c0, c1, s0, s1, s2, s3]);
+    out.extend_from_slice(payload);
+    out.extend_from_slice(&[FRAME_END]);
 }
 
 /// Appends a heartbeat frame (always on channel 0, §4.2.7).
@@ -309,18 +311,52 @@ pub fn encode_delivery(
     out: &mut BytesMut,
 ) {
     use crate::BasicDeliver;
-    let short = |s: &ShortStr| 1 + s.len().min(255);
-    let size = 4 + short(deliver.consumer_tag) + 8 + 1 + short(deliver.exchange) + short(deliver.routing_key);
-    put_frame_header(out, FRAME_METHOD, channel, size);
-    out.put_u16(BasicDeliver::CLASS_ID);
-    out.put_u16(BasicDeliver::METHOD_ID);
-    put_short_str(out, deliver.consumer_tag);
-    out.put_u64(deliver.delivery_tag);
-    out.put_u8(u8::from(deliver.redelivered));
-    put_short_str(out, deliver.exchange);
-    put_short_str(out, deliver.routing_key);
-    out.put_u8(FRAME_END);
+    // Every consumer's every message comes through here: the frames are written in a few
+    // slices, fixed fields gathered into small arrays, after one reservation for them all.
+    let (tag, exchange, key) =
+        (short(deliver.consumer_tag), short(deliver.exchange), short(deliver.routing_key));
+    let size = 4 + 1 + tag.len() + 8 + 1 + 1 + exchange.len() + 1 + key.len();
+    let chunk = body_chunk(frame_max, body.len());
+    let body_frames = body.len().div_ceil(chunk);
+    let content = FRAME_OVERHEAD + CONTENT_HEADER_FIXED + properties.encoded_len();
+    out.reserve(FRAME_OVERHEAD + size + content + body.len() + FRAME_OVERHEAD * body_frames);
+    let [c0, c1] = channel.to_be_bytes();
+    let [s0, s1, s2, s3] = frame_size(size);
+    let [k0, k1] = BasicDeliver::CLASS_ID.to_be_bytes();
+    let [m0, m1] = BasicDeliver::METHOD_ID.to_be_bytes();
+    out.extend_from_slice(&[FRAME_METHOD, c0, c1, s0, s1, s2, s3, k0, k1, m0, m1, short_len(tag)]);
+    out.extend_from_slice(tag);
+    let [d0, d1, d2, d3, d4, d5, d6, d7] = deliver.delivery_tag.to_be_bytes();
+    let redelivered = u8::from(deliver.redelivered);
+    out.extend_from_slice(&[d0, d1, d2, d3, d4, d5, d6, d7, redelivered, short_len(exchange)]);
+    out.extend_from_slice(exchange);
+    out.extend_from_slice(&[short_len(key)]);
+    out.extend_from_slice(key);
+    out.extend_from_slice(&[FRAME_END]);
     encode_content_frames(channel, BasicDeliver::CLASS_ID, properties, body, frame_max, out);
+}
+
+/// The octets of a body frame's payload: at most `frame_max` less the frame's overhead (`0`
+/// is no limit), and at least one.
+fn body_chunk(frame_max: u32, body_len: usize) -> usize {
+    match usize::try_from(frame_max) {
+        Ok(0) | Err(_) => body_len.max(1),
+        Ok(max) => max.saturating_sub(FRAME_OVERHEAD).max(1),
+    }
+}
+
+fn frame_size(size: usize) -> [u8; 4] {
+    u32::try_from(size).unwrap_or(u32::MAX).to_be_bytes()
+}
+
+/// A short string's octets, 255 at most.
+fn short(s: &ShortStr) -> &[u8] {
+    &s.as_bytes()[..s.len().min(255)]
+}
+
+/// A short string's length octet (the callers cut the string to 255 octets).
+fn short_len(bytes: &[u8]) -> u8 {
+    u8::try_from(bytes.len()).unwrap_or(u8::MAX)
 }
 
 /// Appends the content header frame and the body frames of a content method of class
@@ -333,18 +369,34 @@ fn encode_content_frames(
     frame_max: u32,
     out: &mut BytesMut,
 ) {
-    let header_len = CONTENT_HEADER_FIXED + properties.encoded_len();
-    put_frame_header(out, FRAME_HEADER, channel, header_len);
-    out.put_u16(class_id);
-    out.put_u16(0);
-    out.put_u64(body.len() as u64);
-    properties.encode(out);
-    out.put_u8(FRAME_END);
-    let chunk = match usize::try_from(frame_max) {
-        Ok(0) | Err(_) => body.len().max(1),
-        Ok(max) => max.saturating_sub(FRAME_OVERHEAD).max(1),
-    };
-    for piece in body.chunks(chunk) {
+    let [c0, c1] = channel.to_be_bytes();
+    let [s0, s1, s2, s3] = frame_size(CONTENT_HEADER_FIXED + properties.encoded_len());
+    let [k0, k1] = class_id.to_be_bytes();
+    let [b0, b1, b2, b3, b4, b5, b6, b7] = (body.len() as u64).to_be_bytes();
+    out.extend_from_slice(&[
+        FRAME_HEADER,
+        c0,
+        c1,
+        s0,
+        s1,
+        s2,
+        s3,
+        k0,
+        k1,
+        0,
+        0,
+        b0,
+        b1,
+        b2,
+        b3,
+        b4,
+        b5,
+        b6,
+        b7,
+    ]);
+    out.extend_from_slice(properties.as_bytes());
+    out.extend_from_slice(&[FRAME_END]);
+    for piece in body.chunks(body_chunk(frame_max, body.len())) {
         encode_body_frame(channel, piece, out);
     }
 }

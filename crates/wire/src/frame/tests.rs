@@ -191,11 +191,15 @@ fn a_delivery_is_written_as_its_basic_deliver() {
         BasicProperties { content_type: Some(ShortStr::from_static("text/plain")), ..Default::default() }
             .into();
     let long = ShortStr::try_from("k".repeat(255).as_str()).unwrap();
-    let body = vec![5u8; 9_000];
-    for (exchange, routing_key, redelivered, frame_max) in [
+    let cases = [
         (ShortStr::from_static(""), ShortStr::from_static("q"), false, 4096u32),
         (ShortStr::from_static("amq.topic"), long.clone(), true, 0),
-    ] {
+    ];
+    // Several body frames, one, and none (an empty body).
+    let bodies = [vec![5u8; 9_000], vec![6u8; 16], Vec::new()];
+    for ((exchange, routing_key, redelivered, frame_max), body) in
+        cases.into_iter().flat_map(|case| bodies.iter().map(move |body| (case.clone(), body)))
+    {
         let consumer_tag = ShortStr::from_static("amq.ctag-1");
         let deliver = crate::BasicDeliver {
             consumer_tag: consumer_tag.clone(),
@@ -205,7 +209,7 @@ fn a_delivery_is_written_as_its_basic_deliver() {
             routing_key: routing_key.clone(),
         };
         let mut expected = BytesMut::new();
-        encode_content(7, &deliver.into(), &properties, &body, frame_max, &mut expected);
+        encode_content(7, &deliver.into(), &properties, body, frame_max, &mut expected);
         let args = DeliverArgs {
             consumer_tag: &consumer_tag,
             delivery_tag: u64::MAX - 1,
@@ -214,7 +218,7 @@ fn a_delivery_is_written_as_its_basic_deliver() {
             routing_key: &routing_key,
         };
         let mut written = BytesMut::new();
-        encode_delivery(7, args, &properties, &body, frame_max, &mut written);
+        encode_delivery(7, args, &properties, body, frame_max, &mut written);
         assert_eq!(written, expected);
     }
 }
