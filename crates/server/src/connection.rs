@@ -212,6 +212,7 @@ fn write_output<W: SocketWrite>(
     let mut output = session.take_output();
     if !output.is_empty() && gauge.queued.load(Ordering::Acquire) == 0 {
         match writer.try_write(&output) {
+            Ok(written) if written == output.len() => return session.recycle_output(output),
             Ok(written) => drop(output.split_to(written)),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(_) => {

@@ -416,6 +416,14 @@ impl Connection {
         self.out.take()
     }
 
+    /// Takes back a buffer [`Connection::take_output`] gave, now written in full, for the next
+    /// frames (`Output::recycle`).
+    pub fn recycle_output(&mut self, written: BytesMut) {
+        if self.amqp1.is_none() {
+            self.out.recycle(written);
+        }
+    }
+
     /// When `handle_timeout` next has something to do.
     pub fn next_deadline(&self) -> Option<Timestamp> {
         if let Some(amqp1) = &self.amqp1 {

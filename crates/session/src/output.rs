@@ -128,6 +128,18 @@ impl Output {
         self.buf.split()
     }
 
+    /// Takes back a buffer [`Output::take`] gave out, now written in full: the next frames go
+    /// into its allocation from the start. The spare capacity `take` kept shares that
+    /// allocation, and could not grow in place while the taken part was out, so without this a
+    /// steady flow copied each batch into a new, larger buffer. A buffer past
+    /// `KEPT_CAPACITY_MAX` is not kept (issue #25), nor one taken while frames were pending.
+    pub(crate) fn recycle(&mut self, mut written: BytesMut) {
+        if self.buf.is_empty() && written.capacity() <= KEPT_CAPACITY_MAX {
+            written.clear();
+            self.buf = written;
+        }
+    }
+
     /// When we last encoded anything (the server writes promptly, so this stands for "wrote").
     pub(crate) fn last_write(&self) -> Timestamp {
         self.last_write
@@ -205,6 +217,36 @@ mod tests {
                 acked(1, 8, true)
             ]
         );
+    }
+
+    /// A buffer taken, written and handed back takes the next frames in the same allocation;
+    /// one past `KEPT_CAPACITY_MAX` is not kept.
+    #[test]
+    fn a_written_buffer_takes_the_next_frames() {
+        let now = Timestamp::from_millis(0);
+        let mut output = Output::new(131_072, now);
+        let deliver: Method = hourglass_wire::BasicDeliver::default().into();
+        let batch = |output: &mut Output| {
+            for _ in 0..100 {
+                output.content(1, &deliver, &EncodedProperties::default(), &[7; 64], now);
+            }
+        };
+        batch(&mut output);
+        let written = output.take();
+        let allocation = written.as_ptr();
+        output.recycle(written);
+        batch(&mut output);
+        let again = output.take();
+        assert_eq!(again.as_ptr(), allocation);
+        assert_eq!(frames(again).len(), 100);
+
+        for _ in 0..2_000 {
+            output.content(1, &deliver, &EncodedProperties::default(), &[7; 2048], now);
+        }
+        let burst = output.take();
+        assert!(burst.capacity() > KEPT_CAPACITY_MAX);
+        output.recycle(burst);
+        assert!(output.buf.capacity() <= KEPT_CAPACITY_MAX, "kept {} bytes", output.buf.capacity());
     }
 
     /// A burst of deliveries taken and written leaves no large buffer behind (issue #25).
