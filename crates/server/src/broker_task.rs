@@ -33,6 +33,41 @@ const INPUT_QUEUE_CAPACITY: usize = 1024;
 /// Effects for one connection, in order.
 pub type Mailbox = mpsc::UnboundedSender<Vec<Effect>>;
 
+/// A registered connection's mailbox, and how many effects it was last handed at once.
+struct Recipient {
+    mailbox: Mailbox,
+    /// The size of the last batch (at most [`BATCH_HINT_MAX`]): the next batch's vector starts
+    /// at it, so a steady flow of deliveries allocates each batch once instead of growing it
+    /// by doubling, a copy at every step.
+    last_batch: usize,
+}
+
+/// The most effects a batch's vector is made room for ahead (256 KiB of them).
+const BATCH_HINT_MAX: usize = 4096;
+
+/// Hands every effect the broker has to its connection's mailbox, a batch per connection.
+fn hand_out_effects(
+    broker: &mut Broker,
+    recipients: &mut FxHashMap<ConnectionId, Recipient>,
+    outbox: &mut FxHashMap<ConnectionId, Vec<Effect>>,
+) {
+    while let Some(effect) = broker.poll_effect() {
+        let conn = effect.conn();
+        let batch = outbox.entry(conn).or_insert_with(|| {
+            Vec::with_capacity(recipients.get(&conn).map_or(0, |recipient| recipient.last_batch))
+        });
+        batch.push(effect);
+    }
+    for (conn, effects) in outbox.drain() {
+        if let Some(recipient) = recipients.get_mut(&conn) {
+            recipient.last_batch = effects.len().min(BATCH_HINT_MAX);
+            // A closed mailbox means the connection task has ended; its
+            // ConnectionClosed command is on its way.
+            let _ = recipient.mailbox.send(effects);
+        }
+    }
+}
+
 // Sized by `Command` (see its note): boxing would allocate per published message.
 #[allow(clippy::large_enum_variant)]
 pub enum BrokerInput {
@@ -149,7 +184,7 @@ pub async fn run(
 ) {
     // FxHash: connection ids are the broker's own, so no client can pile them into one bucket
     // (docs/dependencies.md, "Hashing").
-    let mut mailboxes: FxHashMap<ConnectionId, Mailbox> = FxHashMap::default();
+    let mut mailboxes: FxHashMap<ConnectionId, Recipient> = FxHashMap::default();
     let mut outbox: FxHashMap<ConnectionId, Vec<Effect>> = FxHashMap::default();
     let mut jobs = JobRunner::default();
     let mut spill = BlockingReads::new(SPILL_READS_AT_ONCE);
@@ -182,16 +217,7 @@ pub async fn run(
                 read.locations.iter().map(|_| Err(format!("the message read {panic}"))).collect()
             },
         );
-        while let Some(effect) = broker.poll_effect() {
-            outbox.entry(effect.conn()).or_default().push(effect);
-        }
-        for (conn, effects) in outbox.drain() {
-            if let Some(mailbox) = mailboxes.get(&conn) {
-                // A closed mailbox means the connection task has ended; its
-                // ConnectionClosed command is on its way.
-                let _ = mailbox.send(effects);
-            }
-        }
+        hand_out_effects(&mut broker, &mut mailboxes, &mut outbox);
         jobs.hand_over_notices(&mut broker);
         let deadline = broker.next_deadline().map(|d| clock.instant_of(d));
         tokio::select! {
@@ -215,7 +241,7 @@ pub async fn run(
 /// Applies one input; returns how many it counts for (its commands, else 1).
 fn apply(
     broker: &mut Broker,
-    mailboxes: &mut FxHashMap<ConnectionId, Mailbox>,
+    mailboxes: &mut FxHashMap<ConnectionId, Recipient>,
     jobs: &mut JobRunner,
     input: BrokerInput,
     budget: &CommandBudget,
@@ -223,7 +249,7 @@ fn apply(
 ) -> usize {
     match input {
         BrokerInput::Register { conn, mailbox } => {
-            mailboxes.insert(conn, mailbox);
+            mailboxes.insert(conn, Recipient { mailbox, last_batch: 0 });
         }
         BrokerInput::Commands { commands, budget: taken } => {
             let applied = commands.len();

@@ -396,7 +396,9 @@ impl Connection {
         if self.commands.is_empty() {
             return Vec::new();
         }
-        let next_capacity = self.commands.len();
+        // Room for a batch half again as large as this one: batches vary from read to read, and
+        // one that outgrows its vector is copied whole at each doubling.
+        let next_capacity = self.commands.len() + self.commands.len() / 2;
         // Only pushed to since the last take, so contiguous: the conversion moves nothing.
         Vec::from(std::mem::replace(&mut self.commands, VecDeque::with_capacity(next_capacity)))
     }
