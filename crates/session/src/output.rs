@@ -125,7 +125,15 @@ impl Output {
         if self.buf.capacity() > KEPT_CAPACITY_MAX {
             return std::mem::take(&mut self.buf);
         }
-        self.buf.split()
+        let taken = self.buf.split();
+        if self.buf.capacity() < taken.len() {
+            // The spare capacity left shares the taken allocation, so it cannot grow in place
+            // while that is out: the next batch, likely as large, would be copied into a new
+            // buffer at every doubling. A buffer of its size now costs no copy (and gives way
+            // to the taken one if that comes back written, `recycle`).
+            self.buf = BytesMut::with_capacity((taken.len() * 2).min(KEPT_CAPACITY_MAX));
+        }
+        taken
     }
 
     /// Takes back a buffer [`Output::take`] gave out, now written in full: the next frames go
