@@ -370,7 +370,7 @@ fn publish_raw(
         properties: properties.clone(),
         body: Bytes::from_static(b"x"),
     };
-    tb.command(Command::Publish { conn: c.conn, channel: c.channel, publish })
+    tb.command(Command::Publish { conn: c.conn, channel: c.channel, publish: Box::new(publish) })
 }
 
 /// A message the broker does not change goes out with the very property bytes it came with —

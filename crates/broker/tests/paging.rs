@@ -699,7 +699,10 @@ fn publish_unanswered(tb: &mut TestBroker, c: Chan, properties: BasicProperties,
         body: bytes::Bytes::from_static(body),
     };
     let now = tb.clock.now();
-    tb.broker.handle_command(Command::Publish { conn: c.conn, channel: c.channel, publish }, now);
+    tb.broker.handle_command(
+        Command::Publish { conn: c.conn, channel: c.channel, publish: Box::new(publish) },
+        now,
+    );
 }
 
 /// A message with TTL 0 published while the consumer waits for its queue's paged head to be

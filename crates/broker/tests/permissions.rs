@@ -171,7 +171,10 @@ fn changed_permissions_apply_to_open_connections() {
         properties: BasicProperties::default().into(),
         body: bytes::Bytes::from_static(b"x"),
     };
-    let effects =
-        tb.command(hourglass_broker::Command::Publish { conn: bob.conn, channel: bob.channel, publish });
+    let effects = tb.command(hourglass_broker::Command::Publish {
+        conn: bob.conn,
+        channel: bob.channel,
+        publish: Box::new(publish),
+    });
     refused(&effects, "exchange", "bob-x");
 }

@@ -68,8 +68,6 @@ fn hand_out_effects(
     }
 }
 
-// Sized by `Command` (see its note): boxing would allocate per published message.
-#[allow(clippy::large_enum_variant)]
 pub enum BrokerInput {
     /// A new connection's mailbox; sent before any of its commands.
     Register { conn: ConnectionId, mailbox: Mailbox },

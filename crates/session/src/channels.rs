@@ -51,9 +51,6 @@ enum ChannelState {
 }
 
 /// What the connection does with a client frame on a channel.
-// A short-lived return value whose `Publish` moves on into `Command::Publish` (itself unboxed);
-// boxing it would add an allocation per message for nothing.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq)]
 pub(crate) enum Inbound {
     /// Consumed or dropped; nothing to do.
@@ -61,7 +58,7 @@ pub(crate) enum Inbound {
     /// Hand the method to the broker (`Command::Method`).
     Forward(Method),
     /// Hand the assembled message to the broker (`Command::Publish`).
-    Publish(Publish),
+    Publish(Box<Publish>),
     /// Answer the client on this channel.
     Reply(Method),
     /// The frame broke a rule.
@@ -320,7 +317,7 @@ fn tracked<R>(
     result
 }
 
-fn assembled(result: Result<Option<Publish>, Fault>) -> Inbound {
+fn assembled(result: Result<Option<Box<Publish>>, Fault>) -> Inbound {
     match result {
         Ok(Some(publish)) => Inbound::Publish(publish),
         Ok(None) => Inbound::Nothing,

@@ -107,7 +107,7 @@ impl Assembly {
         header: ContentHeader,
         max_message_size: u64,
         announced_elsewhere: u64,
-    ) -> Result<Option<Publish>, Fault> {
+    ) -> Result<Option<Box<Publish>>, Fault> {
         let publish = match std::mem::take(self) {
             Assembly::ExpectHeader { publish } => publish,
             other => {
@@ -155,7 +155,7 @@ impl Assembly {
     }
 
     /// A body frame arrived. Returns the finished message once all declared bytes have.
-    pub(crate) fn on_body(&mut self, payload: Bytes) -> Result<Option<Publish>, Fault> {
+    pub(crate) fn on_body(&mut self, payload: Bytes) -> Result<Option<Box<Publish>>, Fault> {
         let Assembly::ExpectBody { body_size, body, .. } = self else {
             return Err(self.unexpected_frame());
         };
@@ -244,14 +244,15 @@ impl Body {
     }
 }
 
-fn finish(publish: BasicPublish, properties: EncodedProperties, body: Bytes) -> Publish {
-    Publish {
+fn finish(publish: BasicPublish, properties: EncodedProperties, body: Bytes) -> Box<Publish> {
+    // Boxed from here on: `Command::Publish` holds it so (see its note).
+    Box::new(Publish {
         exchange: publish.exchange,
         routing_key: publish.routing_key,
         mandatory: publish.mandatory,
         properties,
         body,
-    }
+    })
 }
 
 /// A connection error naming basic.publish, as the assembler's errors do.

@@ -145,7 +145,7 @@ impl TestBroker {
             properties: properties.into(),
             body: Bytes::copy_from_slice(body),
         };
-        self.command(Command::Publish { conn: chan.conn, channel: chan.channel, publish })
+        self.command(Command::Publish { conn: chan.conn, channel: chan.channel, publish: Box::new(publish) })
     }
 
     pub fn close_connection(&mut self, conn: ConnectionId) -> Vec<Effect> {

@@ -134,7 +134,8 @@ fn feed(tb: &mut TestBroker, chan: Chan, stream: &[u8]) {
 fn publish_one(tb: &mut TestBroker, chan: Chan, m: BasicPublish, properties: EncodedProperties, body: Bytes) {
     let publish =
         Publish { exchange: m.exchange, routing_key: m.routing_key, mandatory: false, properties, body };
-    let effects = tb.command(Command::Publish { conn: chan.conn, channel: chan.channel, publish });
+    let effects =
+        tb.command(Command::Publish { conn: chan.conn, channel: chan.channel, publish: Box::new(publish) });
     debug_assert!(effects.is_empty());
 }
 

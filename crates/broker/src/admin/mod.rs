@@ -111,7 +111,8 @@ impl AdminChannel<'_> {
 
     /// Publishes a message; returns the replies (a basic.return when unroutable and mandatory).
     pub fn publish(&mut self, publish: Publish) -> Result<Vec<Reply>, AmqpError> {
-        let command = Command::Publish { conn: ADMIN_CONNECTION, channel: ADMIN_CHANNEL, publish };
+        let command =
+            Command::Publish { conn: ADMIN_CONNECTION, channel: ADMIN_CHANNEL, publish: Box::new(publish) };
         self.broker.handle_command(command, self.now);
         self.broker.take_replies_to(ADMIN_CONNECTION)
     }

@@ -83,7 +83,7 @@ impl Broker {
         &mut self,
         conn: ConnectionId,
         ch: ChannelId,
-        publish: Publish,
+        publish: Box<Publish>,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
         // rabbit_channel checks write on the exchange before looking it up.
@@ -94,7 +94,7 @@ impl Broker {
         if let Mode::Tx(buffer) = &mut channel.mode {
             // rabbit_channel reads CC/BCC when it makes the message, before a transaction holds it.
             HeaderRoutes::read(&publish.properties)?;
-            buffer.publishes.push(publish);
+            buffer.publishes.push(*publish);
             return Ok(());
         }
         self.route_and_enqueue(conn, ch, publish, now)
@@ -107,7 +107,7 @@ impl Broker {
         &mut self,
         conn: ConnectionId,
         ch: ChannelId,
-        publish: Publish,
+        publish: Box<Publish>,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
         let Some(connection) = self.connections.get_mut(&conn) else { return Ok(()) };

@@ -33,7 +33,7 @@ impl Broker {
     ) -> Result<(), AmqpError> {
         let buffer = self.take_tx_buffer(conn, ch)?;
         for publish in buffer.publishes {
-            self.route_and_enqueue(conn, ch, publish, now)?;
+            self.route_and_enqueue(conn, ch, Box::new(publish), now)?;
         }
         let mut by_outcome = buffer.settlements;
         // Settle in tag order so requeued messages land where they were.

@@ -196,13 +196,13 @@ mod tests {
         Command::Publish {
             conn: CONN,
             channel: ChannelId(1),
-            publish: Publish {
+            publish: Box::new(Publish {
                 exchange: Default::default(),
                 routing_key: Default::default(),
                 mandatory: false,
                 properties: Default::default(),
                 body: body.into(),
-            },
+            }),
         }
     }
 

@@ -1049,7 +1049,11 @@ impl Sessions {
         };
         link.published += 1;
         link.unconfirmed.insert(link.published, (delivery_id, settled));
-        io.commands.push_back(Command::Publish { conn, channel: ChannelId(link.channel), publish });
+        io.commands.push_back(Command::Publish {
+            conn,
+            channel: ChannelId(link.channel),
+            publish: Box::new(publish),
+        });
         self.grant_credit(io, session, handle);
     }
 

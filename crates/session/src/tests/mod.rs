@@ -186,13 +186,13 @@ fn expected_publish(body: &[u8]) -> Command {
     Command::Publish {
         conn: CONN,
         channel: ChannelId(1),
-        publish: Publish {
+        publish: Box::new(Publish {
             exchange: short(""),
             routing_key: short("rk"),
             mandatory: true,
             properties: properties(),
             body: Bytes::copy_from_slice(body),
-        },
+        }),
     }
 }
 
