@@ -24,10 +24,25 @@ impl Broker {
     /// consumers with credit (`deliver_ready`), its length limits hold (`enforce_limits`,
     /// enqueue.rs). Then the SQS long polls waiting on it are woken, it is filed under its next
     /// deadline, and the firehose is told of the deliveries.
+    ///
+    /// One look at the queue first says whether the timers and the limits have work: after
+    /// most publishes and acks no timer is due and the queue has no length limit, and those
+    /// jobs are not entered at all.
     pub(crate) fn run_queue(&mut self, id: QueueId, now: Timestamp) {
-        self.fire_due_timers(id, now);
+        let Some(queue) = self.queues.get_mut(&id) else { return };
+        let timers_due = queue.timers_due(now);
+        if !timers_due {
+            // Nothing to fire; the delay index's horizon still moves on.
+            queue.delayed.advance_horizon(now);
+        }
+        let limited = queue.drops_head_over_limits();
+        if timers_due {
+            self.fire_due_timers(id, now);
+        }
         self.deliver_ready(id, now);
-        self.enforce_limits(id);
+        if limited {
+            self.enforce_limits(id);
+        }
         self.wake_sqs_waiters(id);
         self.reschedule(id);
         self.trace_deliveries(now);

@@ -157,7 +157,7 @@ impl Broker {
     /// by policy, requeued messages) keeps them, as RabbitMQ's maybe_drop_head does.
     pub(crate) fn enforce_limits(&mut self, id: QueueId) {
         let Some(queue) = self.queues.get_mut(&id) else { return };
-        if queue.args.overflow != Overflow::DropHead || !overflow::has_limit(&queue.args) {
+        if !queue.drops_head_over_limits() {
             return;
         }
         let mut dropped = Vec::new();

@@ -93,16 +93,8 @@ impl Broker {
     /// visibility timeout ran out become ready again (redelivery.rs), far-future delayed
     /// messages within the horizon come from disk (queue/delay.rs), delayed messages whose time
     /// came become ready (enqueue.rs), and messages whose TTL ran out leave for dead-lettering.
-    /// Each waits for the queue's next deadline (`Queue::next_deadline`, what its timer is set
-    /// for), or for a head held for the overdue limiter to be due (not a deadline, yet it may
-    /// have changed since it was held), so a queue with neither at `now`, as after most
-    /// publishes and acks, is not walked: only its delay index's horizon moves on.
+    /// Called when `Queue::timers_due` says so (`run_queue`).
     pub(crate) fn fire_due_timers(&mut self, id: QueueId, now: Timestamp) {
-        let Some(queue) = self.queues.get_mut(&id) else { return };
-        if queue.next_deadline().is_none_or(|at| at > now) && !queue.delayed.holds_due(now) {
-            queue.delayed.advance_horizon(now);
-            return;
-        }
         self.expire_visibility(id, now);
         if let Some(queue) = self.queues.get_mut(&id) {
             queue.delayed.load_due_soon(now);

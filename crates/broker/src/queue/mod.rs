@@ -810,6 +810,19 @@ impl Queue {
         earliest(earliest(messages, self.visibility.next()), expiry)
     }
 
+    /// Whether a pass at `now` has timer work (`Broker::fire_due_timers`): the queue's next
+    /// deadline (what its timer is set for) has come, or a head held for the overdue limiter
+    /// is due (not a deadline, yet it may have changed since it was held).
+    pub fn timers_due(&self, now: Timestamp) -> bool {
+        self.next_deadline().is_some_and(|at| at <= now) || self.delayed.holds_due(now)
+    }
+
+    /// Whether the queue drops its oldest messages past a length limit (x-overflow drop-head
+    /// with x-max-length or x-max-length-bytes): most queues have no limit at all.
+    pub(crate) fn drops_head_over_limits(&self) -> bool {
+        self.args.overflow == Overflow::DropHead && overflow::has_limit(&self.args)
+    }
+
     /// Whether the queue is due for deletion under `x-expires` at `now`.
     pub fn is_expired(&self, now: Timestamp) -> bool {
         expires::deadline(self.args.expires_ms, self.last_used, !self.consumers.is_empty())
