@@ -28,6 +28,9 @@ pub(crate) struct Output {
     last_write: Timestamp,
     /// The confirm that is the last frame in `buf`, if the last frame is one.
     last_ack: Option<LastAck>,
+    /// Room made at the first frame after a take whose buffer did not come back (`recycle`):
+    /// twice the batch taken, at most `KEPT_CAPACITY_MAX`; none after a burst past it.
+    room: usize,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -40,7 +43,7 @@ struct LastAck {
 
 impl Output {
     pub(crate) fn new(frame_max: u32, now: Timestamp) -> Self {
-        Output { buf: BytesMut::new(), frame_max, last_write: now, last_ack: None }
+        Output { buf: BytesMut::new(), frame_max, last_write: now, last_ack: None, room: 0 }
     }
 
     pub(crate) fn set_frame_max(&mut self, frame_max: u32) {
@@ -50,6 +53,7 @@ impl Output {
     /// A method frame without content.
     pub(crate) fn method(&mut self, channel: u16, method: &Method, now: Timestamp) {
         debug_assert!(!method.has_content(), "{} needs content", method.name());
+        self.make_room();
         let last_ack = self.last_ack.take();
         if let Method::BasicAck(ack) = method {
             let next_of_last =
@@ -86,6 +90,7 @@ impl Output {
         now: Timestamp,
     ) {
         self.last_ack = None;
+        self.make_room();
         hourglass_wire::encode_content(channel, method, properties, body, self.frame_max, &mut self.buf);
         self.wrote(now);
     }
@@ -100,12 +105,14 @@ impl Output {
         now: Timestamp,
     ) {
         self.last_ack = None;
+        self.make_room();
         hourglass_wire::encode_delivery(channel, deliver, properties, body, self.frame_max, &mut self.buf);
         self.wrote(now);
     }
 
     pub(crate) fn heartbeat(&mut self, now: Timestamp) {
         self.last_ack = None;
+        self.make_room();
         hourglass_wire::encode_heartbeat_frame(&mut self.buf);
         self.wrote(now);
     }
@@ -113,38 +120,43 @@ impl Output {
     /// Raw bytes (our protocol header; a held login refusal, already encoded).
     pub(crate) fn raw(&mut self, bytes: &[u8], now: Timestamp) {
         self.last_ack = None;
+        self.make_room();
         self.buf.extend_from_slice(bytes);
         self.wrote(now);
     }
 
-    /// Everything encoded so far; the buffer keeps its spare capacity for the next frames,
-    /// unless it grew past `KEPT_CAPACITY_MAX`: then the allocation leaves with what is taken.
+    /// Everything encoded so far, the whole buffer with it. If the socket takes it all at once,
+    /// the buffer comes back (`recycle`) and takes the next frames with its capacity intact;
+    /// otherwise the next frames get a buffer with room for twice this batch (`make_room`). A
+    /// buffer past `KEPT_CAPACITY_MAX` leaves for good (issue #25). Splitting the buffer instead
+    /// kept spare capacity that shares the taken allocation: it could not grow in place while
+    /// that was out, and once reclaimed it grew a few octets at a time.
     pub(crate) fn take(&mut self) -> BytesMut {
         // What is taken is on its way to the socket: no longer ours to rewrite.
         self.last_ack = None;
-        if self.buf.capacity() > KEPT_CAPACITY_MAX {
-            return std::mem::take(&mut self.buf);
+        if self.buf.is_empty() {
+            return BytesMut::new();
         }
-        let taken = self.buf.split();
-        if self.buf.capacity() < taken.len() {
-            // The spare capacity left shares the taken allocation, so it cannot grow in place
-            // while that is out: the next batch, likely as large, would be copied into a new
-            // buffer at every doubling. A buffer of its size now costs no copy (and gives way
-            // to the taken one if that comes back written, `recycle`).
-            self.buf = BytesMut::with_capacity((taken.len() * 2).min(KEPT_CAPACITY_MAX));
-        }
-        taken
+        let burst = self.buf.capacity() > KEPT_CAPACITY_MAX;
+        self.room = if burst { 0 } else { (self.buf.len() * 2).min(KEPT_CAPACITY_MAX) };
+        std::mem::take(&mut self.buf)
     }
 
     /// Takes back a buffer [`Output::take`] gave out, now written in full: the next frames go
-    /// into its allocation from the start. The spare capacity `take` kept shares that
-    /// allocation, and could not grow in place while the taken part was out, so without this a
-    /// steady flow copied each batch into a new, larger buffer. A buffer past
-    /// `KEPT_CAPACITY_MAX` is not kept (issue #25), nor one taken while frames were pending.
+    /// into it, its capacity intact. One past `KEPT_CAPACITY_MAX` is not kept (issue #25), nor
+    /// one taken while frames were encoded since.
     pub(crate) fn recycle(&mut self, mut written: BytesMut) {
         if self.buf.is_empty() && written.capacity() <= KEPT_CAPACITY_MAX {
             written.clear();
             self.buf = written;
+        }
+    }
+
+    /// After a take whose buffer did not come back, makes the room for the next batch at once,
+    /// so that it does not grow by doubling, a copy at every step.
+    fn make_room(&mut self) {
+        if self.buf.capacity() == 0 && self.room > 0 {
+            self.buf.reserve(self.room);
         }
     }
 
@@ -227,8 +239,9 @@ mod tests {
         );
     }
 
-    /// A buffer taken, written and handed back takes the next frames in the same allocation;
-    /// one past `KEPT_CAPACITY_MAX` is not kept.
+    /// A buffer taken, written and handed back takes the next frames in the same allocation,
+    /// with all its capacity; one taken and not handed back leaves room for twice its batch; one
+    /// past `KEPT_CAPACITY_MAX` is not kept.
     #[test]
     fn a_written_buffer_takes_the_next_frames() {
         let now = Timestamp::from_millis(0);
@@ -241,12 +254,17 @@ mod tests {
         };
         batch(&mut output);
         let written = output.take();
-        let allocation = written.as_ptr();
+        let (allocation, capacity, len) = (written.as_ptr(), written.capacity(), written.len());
         output.recycle(written);
+        assert_eq!(output.buf.capacity(), capacity, "the whole capacity comes back");
         batch(&mut output);
         let again = output.take();
         assert_eq!(again.as_ptr(), allocation);
         assert_eq!(frames(again).len(), 100);
+
+        // Not handed back (the socket did not take it all): room for twice the batch at once.
+        batch(&mut output);
+        assert!(output.buf.capacity() >= 2 * len, "room for {} octets", output.buf.capacity());
 
         for _ in 0..2_000 {
             output.content(1, &deliver, &EncodedProperties::default(), &[7; 2048], now);
