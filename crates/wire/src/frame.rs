@@ -82,10 +82,7 @@ impl ContentHeader {
 
     /// Appends the header frame's payload.
     pub fn encode(&self, out: &mut BytesMut) {
-        out.put_u16(self.class_id);
-        out.put_u16(0);
-        out.put_u64(self.body_size);
-        self.properties.encode(out);
+        put_content_header(out, self.class_id, self.body_size, &self.properties);
     }
 
     /// Decodes a header frame's payload. A payload too short for the fixed
@@ -225,12 +222,21 @@ impl FrameDecoder {
     }
 }
 
-/// Writes the 7-octet frame header.
+/// Writes the 7-octet frame header, room made for the whole frame.
 fn put_frame_header(out: &mut BytesMut, kind: u8, channel: u16, size: usize) {
     out.reserve(FRAME_OVERHEAD + size);
-    out.put_u8(kind);
-    out.put_u16(channel);
-    out.put_u32(u32::try_from(size).unwrap_or(u32::MAX));
+    let [c0, c1] = channel.to_be_bytes();
+    let [s0, s1, s2, s3] = u32::try_from(size).unwrap_or(u32::MAX).to_be_bytes();
+    out.extend_from_slice(&[kind, c0, c1, s0, s1, s2, s3]);
+}
+
+/// A content header frame's payload (§4.2.6): class id, weight 0, body size, then the
+/// properties as they are encoded.
+fn put_content_header(out: &mut BytesMut, class_id: u16, body_size: u64, properties: &EncodedProperties) {
+    let [k0, k1] = class_id.to_be_bytes();
+    let [b0, b1, b2, b3, b4, b5, b6, b7] = body_size.to_be_bytes();
+    out.extend_from_slice(&[k0, k1, 0, 0, b0, b1, b2, b3, b4, b5, b6, b7]);
+    out.extend_from_slice(properties.as_bytes());
 }
 
 /// The channel of the frame at the start of `buf` when it is a content header frame, read from its
@@ -259,10 +265,7 @@ pub fn encode_header_frame(channel: u16, header: &ContentHeader, out: &mut Bytes
 
 /// Appends one body frame carrying `payload` (not split).
 pub fn encode_body_frame(channel: u16, payload: &[u8], out: &mut BytesMut) {
-    let [c0, c1] = channel.to_be_bytes();
-    let [s0, s1, s2, s3] = frame_size(payload.len());
-    out.reserve(FRAME_OVERHEAD + payload.len());
-    out.extend_from_slice(&[FRAME_BODY, c0, c1, s0, s1, s2, s3]);
+    put_frame_header(out, FRAME_BODY, channel, payload.len());
     out.extend_from_slice(payload);
     out.extend_from_slice(&[FRAME_END]);
 }
@@ -312,19 +315,16 @@ pub fn encode_delivery(
 ) {
     use crate::BasicDeliver;
     // Every consumer's every message comes through here: the frames are written in a few
-    // slices, fixed fields gathered into small arrays, after one reservation for them all.
+    // slices, fixed fields gathered into small arrays, after one reservation for them all
+    // (`encode_content_frames` makes room for the same octets again, which is then a test).
     let (tag, exchange, key) =
         (short(deliver.consumer_tag), short(deliver.exchange), short(deliver.routing_key));
     let size = 4 + 1 + tag.len() + 8 + 1 + 1 + exchange.len() + 1 + key.len();
-    let chunk = body_chunk(frame_max, body.len());
-    let body_frames = body.len().div_ceil(chunk);
-    let content = FRAME_OVERHEAD + CONTENT_HEADER_FIXED + properties.encoded_len();
-    out.reserve(FRAME_OVERHEAD + size + content + body.len() + FRAME_OVERHEAD * body_frames);
-    let [c0, c1] = channel.to_be_bytes();
-    let [s0, s1, s2, s3] = frame_size(size);
+    out.reserve(FRAME_OVERHEAD + size + content_frames_len(properties, body.len(), frame_max));
+    put_frame_header(out, FRAME_METHOD, channel, size);
     let [k0, k1] = BasicDeliver::CLASS_ID.to_be_bytes();
     let [m0, m1] = BasicDeliver::METHOD_ID.to_be_bytes();
-    out.extend_from_slice(&[FRAME_METHOD, c0, c1, s0, s1, s2, s3, k0, k1, m0, m1, short_len(tag)]);
+    out.extend_from_slice(&[k0, k1, m0, m1, short_len(tag)]);
     out.extend_from_slice(tag);
     let [d0, d1, d2, d3, d4, d5, d6, d7] = deliver.delivery_tag.to_be_bytes();
     let redelivered = u8::from(deliver.redelivered);
@@ -345,8 +345,10 @@ fn body_chunk(frame_max: u32, body_len: usize) -> usize {
     }
 }
 
-fn frame_size(size: usize) -> [u8; 4] {
-    u32::try_from(size).unwrap_or(u32::MAX).to_be_bytes()
+/// The octets of the content header frame and the body frames of a content of `body_len`.
+fn content_frames_len(properties: &EncodedProperties, body_len: usize, frame_max: u32) -> usize {
+    let body_frames = body_len.div_ceil(body_chunk(frame_max, body_len));
+    FRAME_OVERHEAD + CONTENT_HEADER_FIXED + properties.encoded_len() + body_len + FRAME_OVERHEAD * body_frames
 }
 
 /// A short string's octets, 255 at most.
@@ -369,32 +371,9 @@ fn encode_content_frames(
     frame_max: u32,
     out: &mut BytesMut,
 ) {
-    let [c0, c1] = channel.to_be_bytes();
-    let [s0, s1, s2, s3] = frame_size(CONTENT_HEADER_FIXED + properties.encoded_len());
-    let [k0, k1] = class_id.to_be_bytes();
-    let [b0, b1, b2, b3, b4, b5, b6, b7] = (body.len() as u64).to_be_bytes();
-    out.extend_from_slice(&[
-        FRAME_HEADER,
-        c0,
-        c1,
-        s0,
-        s1,
-        s2,
-        s3,
-        k0,
-        k1,
-        0,
-        0,
-        b0,
-        b1,
-        b2,
-        b3,
-        b4,
-        b5,
-        b6,
-        b7,
-    ]);
-    out.extend_from_slice(properties.as_bytes());
+    out.reserve(content_frames_len(properties, body.len(), frame_max));
+    put_frame_header(out, FRAME_HEADER, channel, CONTENT_HEADER_FIXED + properties.encoded_len());
+    put_content_header(out, class_id, body.len() as u64, properties);
     out.extend_from_slice(&[FRAME_END]);
     for piece in body.chunks(body_chunk(frame_max, body.len())) {
         encode_body_frame(channel, piece, out);

@@ -126,10 +126,11 @@ macro_rules! method_enum {
     (inline: [$($name:ident),* $(,)?], boxed: [$($boxed:ident),* $(,)?] $(,)?) => {
         /// Any AMQP 0-9-1 method; the variant name is the struct name.
         ///
-        /// Methods larger than basic.publish's arguments are boxed: every publish moves a
-        /// `Frame` and a `Command` that hold a `Method`, and the rare big ones (declares, binds,
-        /// consume, the handshake, and deliveries and returns, which the broker encodes without
-        /// a `Method`) would make every move the size of the largest.
+        /// The rare large methods are boxed (exchange.declare, the binds, basic.consume, the
+        /// handshake's start and start-ok, and basic.deliver and basic.return, which the broker
+        /// encodes without a `Method`): every publish moves a `Frame` and a `Command` that hold
+        /// a `Method`, which would otherwise be the size of the largest. The largest left inline
+        /// are basic.get-ok's arguments (80 bytes) and basic.publish's (72).
         #[derive(Clone, Debug, PartialEq)]
         pub enum Method {
             $(
