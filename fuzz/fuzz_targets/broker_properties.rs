@@ -79,6 +79,7 @@ fuzz_target!(|data: &[u8]| {
             properties: properties.clone(),
             body: raw.clone(),
         };
+        let publish = Box::new(publish);
         let effects = tb.command(Command::Publish { conn: chan.conn, channel: chan.channel, publish });
         check(&effects);
     }

@@ -593,8 +593,8 @@ fn overdue_messages_are_released_in_due_order_at_the_operator_s_rate() {
 
 /// A queue held for the overdue limiter still serves a head that is no longer overdue at once: an
 /// operator cancels the overdue head and reschedules the next message to now, and it is delivered
-/// then, not when the limiter would have reached the queue (the review of the timer gate in
-/// `fire_due_timers`: a held head is no deadline, yet a pass of the queue must look at it).
+/// then, not when the limiter would have reached the queue (the review of the timer gate, now
+/// `Queue::timers_due`: a held head is no deadline, yet a pass of the queue must look at it).
 #[test]
 fn a_held_queue_s_head_rescheduled_to_now_is_delivered_at_once() {
     let (tb, _, model) = delayed_messages(&[("a", 1000), ("b", 2000), ("a", 3000), ("a", 20_000)]);

@@ -42,7 +42,7 @@ struct Recipient {
     last_batch: usize,
 }
 
-/// The most effects a batch's vector is made room for ahead (256 KiB of them).
+/// The most effects a batch's vector is made room for ahead (256 KiB of 64-byte effects).
 const BATCH_HINT_MAX: usize = 4096;
 
 /// Hands every effect the broker has to its connection's mailbox, a batch per connection.
