@@ -29,13 +29,18 @@ impl Broker {
     /// most publishes and acks no timer is due and the queue has no length limit, and those
     /// jobs are not entered at all.
     pub(crate) fn run_queue(&mut self, id: QueueId, now: Timestamp) {
-        let Some(queue) = self.queues.get_mut(&id) else { return };
-        let timers_due = queue.timers_due(now);
-        if !timers_due {
-            // Nothing to fire; the delay index's horizon still moves on.
-            queue.delayed.advance_horizon(now);
-        }
-        let limited = queue.drops_head_over_limits();
+        let (timers_due, limited) = match self.queues.get_mut(&id) {
+            Some(queue) => {
+                let timers_due = queue.timers_due(now);
+                if !timers_due {
+                    // Nothing to fire; the delay index's horizon still moves on.
+                    queue.delayed.advance_horizon(now);
+                }
+                (timers_due, queue.drops_head_over_limits())
+            }
+            // Gone: the jobs below that are not the queue's own still run, as they always did.
+            None => (false, false),
+        };
         if timers_due {
             self.fire_due_timers(id, now);
         }
