@@ -95,10 +95,19 @@ pub(crate) fn put_long_bytes(out: &mut BytesMut, bytes: &[u8]) {
 
 /// Writes a short string (§4.2.5.3); the type guarantees `len <= 255`.
 pub(crate) fn put_short_str(out: &mut BytesMut, s: &ShortStr) {
-    let bytes = s.as_bytes();
-    let len = bytes.len().min(255);
-    out.put_u8(u8::try_from(len).unwrap_or(u8::MAX));
-    out.put_slice(&bytes[..len]);
+    let bytes = short_str_octets(s);
+    out.put_u8(short_len(bytes));
+    out.put_slice(bytes);
+}
+
+/// A short string's octets as written: 255 at most.
+pub(crate) fn short_str_octets(s: &ShortStr) -> &[u8] {
+    &s.as_bytes()[..s.len().min(255)]
+}
+
+/// The length octet of a short string's octets (`short_str_octets`).
+pub(crate) fn short_len(bytes: &[u8]) -> u8 {
+    u8::try_from(bytes.len()).unwrap_or(u8::MAX)
 }
 
 /// Whether `bytes` is UTF-8 as RabbitMQ 3.10 checks a method's short strings

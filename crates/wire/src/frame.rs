@@ -5,6 +5,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use crate::codec::{short_len, short_str_octets};
 use crate::error::DecodeError;
 use crate::method::Method;
 use crate::properties::EncodedProperties;
@@ -315,12 +316,12 @@ pub fn encode_delivery(
 ) {
     use crate::BasicDeliver;
     // Every consumer's every message comes through here: the frames are written in a few
-    // slices, fixed fields gathered into small arrays, after one reservation for them all
-    // (`encode_content_frames` makes room for the same octets again, which is then a test).
+    // slices, fixed fields gathered into small arrays, after one reservation for the method
+    // frame (`put_frame_header`) and one for the content's (`encode_content_frames`).
+    let short = short_str_octets;
     let (tag, exchange, key) =
         (short(deliver.consumer_tag), short(deliver.exchange), short(deliver.routing_key));
     let size = 4 + 1 + tag.len() + 8 + 1 + 1 + exchange.len() + 1 + key.len();
-    out.reserve(FRAME_OVERHEAD + size + content_frames_len(properties, body.len(), frame_max));
     put_frame_header(out, FRAME_METHOD, channel, size);
     let [k0, k1] = BasicDeliver::CLASS_ID.to_be_bytes();
     let [m0, m1] = BasicDeliver::METHOD_ID.to_be_bytes();
@@ -349,16 +350,6 @@ fn body_chunk(frame_max: u32, body_len: usize) -> usize {
 fn content_frames_len(properties: &EncodedProperties, body_len: usize, frame_max: u32) -> usize {
     let body_frames = body_len.div_ceil(body_chunk(frame_max, body_len));
     FRAME_OVERHEAD + CONTENT_HEADER_FIXED + properties.encoded_len() + body_len + FRAME_OVERHEAD * body_frames
-}
-
-/// A short string's octets, 255 at most.
-fn short(s: &ShortStr) -> &[u8] {
-    &s.as_bytes()[..s.len().min(255)]
-}
-
-/// A short string's length octet (the callers cut the string to 255 octets).
-fn short_len(bytes: &[u8]) -> u8 {
-    u8::try_from(bytes.len()).unwrap_or(u8::MAX)
 }
 
 /// Appends the content header frame and the body frames of a content method of class
