@@ -74,8 +74,14 @@ async fn publish(
         confirmed.lock().unwrap().step(format!("connected to {target}"));
         let ended = publish_on(&conn, &tag, &mut next, limit, &confirmed, &stop).await;
         confirmed.lock().unwrap().step(format!("publishing ended: {ended:?}"));
-        let _ = conn.close(200, "bye".into()).await;
-        confirmed.lock().unwrap().step("closed".to_owned());
+        // Bounded: lapin's close of a connection whose socket already failed (the node it went
+        // through was killed) can wait for a close-ok that never comes, and the publisher
+        // must go on to reconnect.
+        let closed = tokio::time::timeout(Duration::from_secs(5), conn.close(200, "bye".into())).await;
+        confirmed
+            .lock()
+            .unwrap()
+            .step(format!("closed: {}", if closed.is_ok() { "answered" } else { "timed out" }));
     }
 }
 
