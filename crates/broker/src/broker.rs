@@ -17,13 +17,11 @@ use crate::firehose::Firehose;
 use crate::naming::NameGenerator;
 use crate::outbox::Outbox;
 use crate::persist::Persistence;
-use crate::queue::paging::Pager;
 use crate::queue::DeliveryCounting;
-use crate::queue::{Queue, QueueId};
+use crate::queue::QueueId;
 use crate::receipts::ReceiptKey;
 use crate::reply_to::ReplyConsumers;
 use crate::time::Timestamp;
-use crate::timers::TimerIndex;
 
 /// A map keyed by ids the broker assigns (never by names clients choose), hashed with FxHash:
 /// looked up several times per message, where SipHash cost ~10 % of the broker's CPU.
@@ -111,12 +109,12 @@ pub(crate) fn release_burst_capacity<T>(queue: &mut VecDeque<T>) {
 
 pub struct Broker {
     pub(crate) vhosts: crate::vhost::VHosts,
-    pub(crate) queues: IdMap<QueueId, Queue>,
+    /// Every queue, with its timers, paging set-up and reads (`queues.rs`).
+    pub(crate) queues: crate::queues::Queues,
     pub(crate) connections: IdMap<ConnectionId, ConnectionState>,
     pub(crate) channels: IdMap<(ConnectionId, ChannelId), Channel>,
     pub(crate) names: NameGenerator,
     pub(crate) apsaramq_delay_header: bool,
-    pub(crate) next_queue_id: u64,
     /// Every queue entry's id (entry_ids.rs).
     pub(crate) entry_ids: crate::entry_ids::EntryIds,
     /// Channels opened so far: the last one's `Channel::opening`.
@@ -139,7 +137,6 @@ pub struct Broker {
     pub(crate) scratch: Scratch,
     /// The broker-wide statistics: message counters, body sizes, churn (`message_stats.rs`).
     pub(crate) stats: crate::message_stats::BrokerStats,
-    pub(crate) timers: TimerIndex,
     pub(crate) dead_letters: DeadLetterQueue,
     /// Paged messages waiting for their records to be dead-lettered (`dead_letter_reads.rs`).
     pub(crate) dead_letter_reads: crate::dead_letter_reads::DeadLetterReads,
@@ -148,14 +145,6 @@ pub struct Broker {
     pub(crate) persist: Persistence,
     /// Direct reply-to consumers (`amq.rabbitmq.reply-to`), by channel and by reply address.
     pub(crate) reply_consumers: ReplyConsumers,
-    /// What each new queue gets to page messages out and read them back (ADR 0007).
-    pub(crate) pager: Pager,
-    /// The deduplication ids all queues hold together (queue/dedup.rs).
-    pub(crate) dedup_ids: crate::queue::dedup::NodeDedupIds,
-    /// Spill reads the far tiers asked for, for the driver (`spill_reads.rs`).
-    pub(crate) spill_reads: VecDeque<crate::queue::SpillRead>,
-    /// Reads of paged messages the queues asked for, for the driver (`message_reads.rs`).
-    pub(crate) message_reads: VecDeque<crate::queue::MessageRead>,
     /// basic.gets waiting for their queue's paged head to be read (`waiting_gets.rs`).
     pub(crate) waiting_gets: crate::waiting_gets::WaitingGets,
 }
@@ -165,12 +154,11 @@ impl Broker {
         let vhosts = crate::vhost::VHosts::with_names(&config.vhosts);
         Broker {
             vhosts,
-            queues: IdMap::default(),
+            queues: Default::default(),
             connections: IdMap::default(),
             channels: IdMap::default(),
             names: NameGenerator::new(config.name_seed),
             apsaramq_delay_header: config.apsaramq_delay_header,
-            next_queue_id: 1,
             entry_ids: Default::default(),
             channel_openings: 0,
             receipts: config.receipt_key.clone(),
@@ -182,16 +170,11 @@ impl Broker {
             notices: VecDeque::new(),
             scratch: Scratch::default(),
             stats: Default::default(),
-            timers: TimerIndex::default(),
             dead_letters: DeadLetterQueue::new(),
             dead_letter_reads: Default::default(),
             firehose: Firehose::default(),
             persist: Persistence::new(config.persistence),
             reply_consumers: ReplyConsumers::default(),
-            pager: Pager::default(),
-            dedup_ids: Default::default(),
-            spill_reads: VecDeque::new(),
-            message_reads: VecDeque::new(),
             waiting_gets: Default::default(),
         }
     }
@@ -263,12 +246,6 @@ impl Broker {
 
     pub(crate) fn send(&mut self, conn: ConnectionId, channel: ChannelId, method: impl Into<Method>) {
         self.outbox.push(Effect::send(conn, channel, method, None));
-    }
-
-    pub(crate) fn new_queue_id(&mut self) -> QueueId {
-        let id = QueueId(self.next_queue_id);
-        self.next_queue_id += 1;
-        id
     }
 
     /// The vhost name of a connection; `None` when the connection is unknown (already gone).

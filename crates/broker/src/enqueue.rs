@@ -42,8 +42,8 @@ impl Broker {
         if delay.is_none() && self.refuses(id, &message) {
             return Enqueued::Rejected;
         }
-        if let (Some(held), Some(queue)) = (held_id, self.queues.get_mut(&id)) {
-            queue.dedup.hold(held, now, message.properties().message_id(), &mut self.dedup_ids);
+        if let (Some(held), Some((queue, dedup_ids))) = (held_id, self.queues.get_with_dedup_ids(&id)) {
+            queue.dedup.hold(held, now, message.properties().message_id(), dedup_ids);
         }
         let seq = self.entry_ids.next();
         let persist_id = self.persist_id_for(id, &message, seq);

@@ -33,6 +33,7 @@ pub mod persist;
 pub mod policy;
 mod published;
 pub mod queue;
+mod queues;
 pub mod receipts;
 mod redelivery;
 mod reply_to;

@@ -23,13 +23,13 @@ impl Broker {
     /// dead-lettered in one broker turn (measured: the other traffic's p99 while a 1M TTL
     /// backlog dead-letters is 14 ms with 256, 30 ms with 1,024; docs/benchmarks.md).
     pub fn poll_message_read(&mut self) -> Option<MessageRead> {
-        let max = self.pager.limits.read_ahead();
-        self.message_reads.pop_front().or_else(|| self.dead_letter_reads.next_read(max))
+        let max = self.queues.pager.limits.read_ahead();
+        self.queues.next_message_read().or_else(|| self.dead_letter_reads.next_read(max))
     }
 
     /// Where the reads are performed (none without `set_message_source`).
     pub fn message_source(&self) -> Option<Arc<dyn MessageSource>> {
-        self.pager.source()
+        self.queues.pager.source()
     }
 
     /// A read's outcome, one per location asked. For consumers the queue puts the messages still

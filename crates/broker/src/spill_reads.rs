@@ -15,12 +15,12 @@ impl Broker {
     /// The next spill read for the driver to perform: `read_at(file, offset, len)` on
     /// [`Broker::spill_files`], its outcome handed to [`Broker::handle_spill_read`].
     pub fn poll_spill_read(&mut self) -> Option<SpillRead> {
-        self.spill_reads.pop_front()
+        self.queues.next_spill_read()
     }
 
     /// The files the spill reads are of (none without `set_spill_files`).
     pub fn spill_files(&self) -> Option<Arc<dyn SpillFiles>> {
-        self.pager.spill_files()
+        self.queues.pager.spill_files()
     }
 
     /// A spill read's outcome: the queue's far tier takes what is due within its horizon, and

@@ -1,30 +1,11 @@
-//! The broker's timer index: each queue filed under its earliest deadline, so finding the next
-//! wake-up is O(log queues) and `handle_timeout` visits only queues with work due.
-
-use std::collections::BTreeSet;
+//! The broker's timeouts: what `handle_timeout` fires, and when it next has work. Each queue is
+//! filed under its earliest deadline in the timer index its owner keeps (`queues.rs`), so a
+//! timeout visits only queues with work due.
 
 use crate::broker::Broker;
 use crate::queue::entry::Entry;
 use crate::queue::{DeathReason, QueueId};
 use crate::time::Timestamp;
-
-#[derive(Debug, Default)]
-pub(crate) struct TimerIndex {
-    due: BTreeSet<(Timestamp, QueueId)>,
-}
-
-impl TimerIndex {
-    pub fn next(&self) -> Option<Timestamp> {
-        self.due.first().map(|(at, _)| *at)
-    }
-
-    fn pop_due(&mut self, now: Timestamp) -> Option<QueueId> {
-        match self.due.first() {
-            Some(&(at, _)) if at <= now => self.due.pop_first().map(|(_, id)| id),
-            _ => None,
-        }
-    }
-}
 
 impl Broker {
     /// Fires every timer due at `now`: releases delayed messages overdue since a restart
@@ -33,10 +14,8 @@ impl Broker {
     /// timeout (consumer_timeout.rs).
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.release_overdue(now);
-        while let Some(id) = self.timers.pop_due(now) {
-            let Some(queue) = self.queues.get_mut(&id) else { continue };
-            queue.scheduled = None;
-            if queue.is_expired(now) {
+        while let Some(id) = self.queues.pop_due(now) {
+            if self.queues.get(&id).is_some_and(|queue| queue.is_expired(now)) {
                 self.delete_queue(id);
                 continue;
             }
@@ -49,7 +28,7 @@ impl Broker {
 
     /// The earliest time `handle_timeout` has work to do.
     pub fn next_deadline(&self) -> Option<Timestamp> {
-        [self.timers.next(), self.default_timeouts.next(), self.overdue.next_deadline()]
+        [self.queues.next_deadline(), self.default_timeouts.next(), self.overdue.next_deadline()]
             .into_iter()
             .flatten()
             .min()
@@ -60,32 +39,8 @@ impl Broker {
     /// collects the spill reads its far tier asked for (`spill_reads.rs`) and the read of paged
     /// messages it asked for (`message_reads.rs`).
     pub(crate) fn reschedule(&mut self, id: QueueId) {
-        let Some(queue) = self.queues.get_mut(&id) else { return };
-        for msg_id in queue.pager.take_lost() {
+        for msg_id in self.queues.refile(id).unwrap_or_default() {
             self.persist.settle(id, msg_id);
-        }
-        queue.delayed.take_spill_reads(&mut self.spill_reads);
-        if let Some(locations) = queue.pager.take_ask() {
-            let purpose = crate::queue::ReadPurpose::Consumers;
-            self.message_reads.push_back(crate::queue::MessageRead { queue: id.0, locations, purpose });
-        }
-        let next = queue.next_deadline();
-        if next == queue.scheduled {
-            return;
-        }
-        if let Some(old) = queue.scheduled {
-            self.timers.due.remove(&(old, id));
-        }
-        if let Some(at) = next {
-            self.timers.due.insert((at, id));
-        }
-        queue.scheduled = next;
-    }
-
-    /// Takes a queue out of the timer index (it is being deleted).
-    pub(crate) fn unschedule(&mut self, id: QueueId, scheduled: Option<Timestamp>) {
-        if let Some(at) = scheduled {
-            self.timers.due.remove(&(at, id));
         }
     }
 

@@ -14,7 +14,7 @@ use crate::exchange::{Binding, Destination, ExchangeKind};
 use crate::permissions::{Access, Resource};
 use crate::persist::{Changed, GoneQueue};
 use crate::queue::args::first_inequivalent;
-use crate::queue::{Queue, QueueArgs, QueueId, QueueSpec};
+use crate::queue::{QueueArgs, QueueId, QueueSpec};
 use crate::time::Timestamp;
 
 impl Broker {
@@ -203,13 +203,11 @@ impl Broker {
     }
 
     fn remove_queue(&mut self, id: QueueId, deleter: Option<ConnectionId>) -> usize {
-        let Some(queue) = self.queues.remove(&id) else { return 0 };
+        let Some(queue) = self.queues.remove(id) else { return 0 };
         self.dead_letter_reads.forget(id);
         self.answer_waiting_gets_empty(id);
         self.wake_every_sqs_waiter(id);
         self.stats.churn.queues_deleted += 1;
-        self.dedup_ids.release(queue.dedup.len());
-        self.unschedule(id, queue.scheduled);
         self.persist_purge(id, queue.is_persisted());
         if let Some(vhost) = self.vhosts.get_mut(&queue.vhost) {
             vhost.queues.remove(queue.name());
@@ -326,16 +324,16 @@ impl Broker {
         }
         let args = QueueArgs::parse(&spec.arguments, &spec.name.as_str(), vhost, spec.durable)?;
         args.check_new_declaration(&spec.name.as_str(), vhost)?;
-        let id = self.new_queue_id();
+        let id = self.queues.new_id();
         self.vhost_mut(vhost)?.queues.insert(spec.name.clone(), id);
         if let Some(owner) = spec.exclusive_owner.and_then(|conn| self.connections.get_mut(&conn)) {
             owner.exclusive_queues.push(id);
         }
-        let queue = Queue::new(id, vhost.to_owned(), spec, args, self.pager.clone(), now);
+        let queue = self.queues.add(id, vhost.to_owned(), spec, args, now);
         if queue.is_persisted() {
-            self.definition_changed(Changed::Queue(vhost.to_owned(), queue.name().clone()));
+            let name = queue.name().clone();
+            self.definition_changed(Changed::Queue(vhost.to_owned(), name));
         }
-        self.queues.insert(id, queue);
         self.stats.churn.queues_created += 1;
         self.apply_queue_policies(id, now);
         Ok(id)

@@ -175,7 +175,7 @@ impl Broker {
                 match id.and_then(|id| self.queues.get(id)).filter(|q| q.is_persisted()) {
                     Some(q) => vec![
                         put(key, encode_queue(q.id, q.name(), q.spec.auto_delete, &q.spec.arguments)),
-                        put(next_queue_id_key(), next_queue_id_value(self.next_queue_id)),
+                        put(next_queue_id_key(), next_queue_id_value(self.queues.next_id())),
                     ],
                     None => vec![delete(key)],
                 }

@@ -144,14 +144,13 @@ impl Broker {
         now: Timestamp,
     ) -> RestoreReport {
         let mut report = RestoreReport::default();
-        self.next_queue_id = self.next_queue_id.max(definitions.next_queue_id);
+        self.queues.ids_taken_below(definitions.next_queue_id);
         self.entry_ids.restarted(now);
         let mut refused = BTreeMap::new();
         for vhost in &definitions.vhosts {
             self.restore_vhost(vhost, now, &mut report, &mut refused);
         }
         for (&queue, &count) in queue_messages.iter().filter(|(_, count)| **count > 0) {
-            self.next_queue_id = self.next_queue_id.max(queue + 1);
             let id = QueueId(queue);
             if !self.queues.contains_key(&id) {
                 let count = usize::try_from(count).unwrap_or(usize::MAX);
@@ -251,8 +250,7 @@ impl Broker {
         };
         let args = QueueArgs::default();
         self.vhosts.get_or_insert(&vhost).queues.insert(name.clone(), id);
-        let queue = Queue::new(id, vhost.clone(), spec, args, self.pager.clone(), now);
-        self.queues.insert(id, queue);
+        self.queues.add(id, vhost.clone(), spec, args, now);
         self.apply_queue_policies(id, now);
         self.definition_changed(Changed::Queue(vhost.clone(), name.clone()));
         let name = name.as_str().into_owned();
@@ -304,12 +302,10 @@ impl Broker {
                 auto_delete: *auto_delete,
                 arguments: arguments.clone(),
             };
-            self.next_queue_id = self.next_queue_id.max(id.0 + 1);
             if let Some(vhost) = self.vhosts.get_mut(&defs.name) {
                 vhost.queues.insert(name.clone(), *id);
             }
-            let queue = Queue::new(*id, defs.name.clone(), spec, args, self.pager.clone(), now);
-            self.queues.insert(*id, queue);
+            self.queues.add(*id, defs.name.clone(), spec, args, now);
             self.apply_queue_policies(*id, now);
             report.queues += 1;
         }

@@ -38,7 +38,7 @@ impl crate::broker::Broker {
     /// Attaches the store reader: from now on recovered and stored messages of durable queues
     /// may be kept as locations only (ADR 0007). Call before `restore`.
     pub fn set_message_source(&mut self, source: std::sync::Arc<dyn MessageSource>) {
-        self.pager.set_source(source.clone());
+        self.queues.pager.set_source(source.clone());
         for queue in self.queues.values_mut() {
             queue.pager.set_source(source.clone());
         }
@@ -47,7 +47,7 @@ impl crate::broker::Broker {
     /// Attaches the spill files where queues keep far-future delayed messages (ADR 0013). Call
     /// before `restore`: a queue that already holds delayed messages keeps them in memory.
     pub fn set_spill_files(&mut self, files: std::sync::Arc<dyn crate::queue::SpillFiles>) {
-        self.pager.set_spill_files(files.clone());
+        self.queues.pager.set_spill_files(files.clone());
         for queue in self.queues.values_mut() {
             queue.attach_spill_files(files.clone());
         }
@@ -63,7 +63,7 @@ impl crate::broker::Broker {
 
     /// How much of each durable queue stays in memory (applies to every queue).
     pub fn set_paging_limits(&mut self, limits: crate::queue::PagingLimits) {
-        self.pager.limits = limits;
+        self.queues.pager.limits = limits;
         for queue in self.queues.values_mut() {
             queue.pager.limits = limits;
         }

@@ -98,6 +98,14 @@ pub(crate) struct HeldId {
     cache_size: u64,
 }
 
+#[cfg(test)]
+impl HeldId {
+    /// An id held for good, in a cache of 100.
+    pub(crate) fn for_test(key: &[u8]) -> Self {
+        HeldId { key: key.to_vec(), ttl_ms: None, cache_size: 100 }
+    }
+}
+
 /// How many ids all queues of the node hold (the sum of their caches' sizes, kept by
 /// [`DedupCache::hold`] and given back by [`NodeDedupIds::release`] when a queue goes).
 #[derive(Debug, Default)]
@@ -118,7 +126,7 @@ impl NodeDedupIds {
 
     /// Ids held in all.
     #[cfg(test)]
-    fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.held
     }
 }

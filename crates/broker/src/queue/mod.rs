@@ -96,8 +96,9 @@ pub(crate) struct Queue {
     pub had_consumer: bool,
     /// Last declare, basic.get or consumer change, for `x-expires`.
     pub last_used: Timestamp,
-    /// The deadline this queue is filed under in the broker's timer index.
-    pub scheduled: Option<Timestamp>,
+    /// The deadline this queue is filed under in the timer index; set by its owner only
+    /// (`queues.rs`).
+    pub(crate) scheduled: Option<Timestamp>,
     pub counters: QueueCounters,
     /// Messages waiting for their due time (semantics §3).
     pub delayed: DelayIndex,
