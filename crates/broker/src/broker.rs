@@ -9,8 +9,8 @@ use std::num::NonZeroU32;
 use hourglass_wire::reply_code::is_connection_error;
 use hourglass_wire::Method;
 
-use crate::api::{AmqpError, ChannelId, Command, ConnectionId, ConnectionInfo, Effect};
-use crate::channel::{Channel, Unacked};
+use crate::api::{AmqpError, ChannelId, Command, ConnectionId, Effect};
+use crate::channel::Unacked;
 use crate::consumer_timeout::{ConsumerTimeoutConfig, DefaultTimeouts};
 use crate::dead_lettering::DeadLetterQueue;
 use crate::firehose::Firehose;
@@ -71,19 +71,6 @@ impl Default for BrokerConfig {
     }
 }
 
-/// A connection as the broker knows it.
-#[derive(Debug)]
-pub(crate) struct ConnectionState {
-    pub info: ConnectionInfo,
-    pub channels: Vec<ChannelId>,
-    /// Exclusive queues this connection declared (some may be gone already): deleted with it,
-    /// without a scan of every queue at each close (issue #12, finding 7: each management job
-    /// opens and closes a connection, so the scan made a 30,000-queue import quadratic).
-    pub exclusive_queues: Vec<QueueId>,
-    /// The last route its publishes took (`route_cache.rs`).
-    pub route_cache: crate::route_cache::RouteCache,
-}
-
 /// Buffers reused on the message path, so that neither a publish nor an ack allocates: each is
 /// taken with `mem::take` (so a nested use just starts empty) and put back after.
 #[derive(Debug, Default)]
@@ -111,14 +98,12 @@ pub struct Broker {
     pub(crate) vhosts: crate::vhost::VHosts,
     /// Every queue, with its timers, paging set-up and reads (`queues.rs`).
     pub(crate) queues: crate::queues::Queues,
-    pub(crate) connections: IdMap<ConnectionId, ConnectionState>,
-    pub(crate) channels: IdMap<(ConnectionId, ChannelId), Channel>,
+    /// Open connections and their channels (`connections.rs`).
+    pub(crate) connections: crate::connections::Connections,
     pub(crate) names: NameGenerator,
     pub(crate) apsaramq_delay_header: bool,
     /// Every queue entry's id (entry_ids.rs).
     pub(crate) entry_ids: crate::entry_ids::EntryIds,
-    /// Channels opened so far: the last one's `Channel::opening`.
-    pub(crate) channel_openings: u64,
     /// The SQS endpoint's gateway connections (admin/sqs_gateway.rs).
     pub(crate) sqs: crate::admin::SqsGateways,
     /// Signs and checks receipt handles (receipts.rs).
@@ -155,12 +140,10 @@ impl Broker {
         Broker {
             vhosts,
             queues: Default::default(),
-            connections: IdMap::default(),
-            channels: IdMap::default(),
+            connections: Default::default(),
             names: NameGenerator::new(config.name_seed),
             apsaramq_delay_header: config.apsaramq_delay_header,
             entry_ids: Default::default(),
-            channel_openings: 0,
             receipts: config.receipt_key.clone(),
             default_timeouts: DefaultTimeouts::new(config.consumer_timeout),
             delivery_counting: config.delivery_counting,
@@ -185,15 +168,7 @@ impl Broker {
         match command {
             Command::ConnectionOpen { conn, info } => {
                 self.stats.churn.connection_opened(conn);
-                self.connections.insert(
-                    conn,
-                    ConnectionState {
-                        info: *info,
-                        channels: Vec::new(),
-                        exclusive_queues: Vec::new(),
-                        route_cache: Default::default(),
-                    },
-                );
+                self.connections.open(conn, *info);
             }
             Command::ConnectionClosed { conn } => self.release_connection(conn, now),
             Command::Method { conn, channel, method } => {
@@ -257,11 +232,9 @@ impl Broker {
     /// deliver what waited.
     fn pause_deliveries(&mut self, conn: ConnectionId, paused: bool, now: Timestamp) {
         let mut queues = Vec::new();
-        for ((c, _), channel) in self.channels.iter_mut() {
-            if *c == conn {
-                channel.paused = paused;
-                queues.extend(channel.consumers.iter().map(|(_, q)| *q));
-            }
+        for channel in self.connections.channels_of_mut(conn) {
+            channel.paused = paused;
+            queues.extend(channel.consumers.iter().map(|(_, q)| *q));
         }
         if !paused {
             queues.sort_unstable();
@@ -286,14 +259,15 @@ impl Broker {
 
     /// Forgets a connection: its channels (requeueing their deliveries) and its exclusive queues.
     fn release_connection(&mut self, conn: ConnectionId, now: Timestamp) {
-        let Some(state) = self.connections.get(&conn) else { return };
+        if !self.connections.contains(&conn) {
+            return;
+        }
         self.stats.churn.connection_closed(conn);
-        let channels = state.channels.clone();
+        let channels = self.connections.channels_of(conn).to_vec();
         for channel in channels {
             self.release_channel(conn, channel, now);
         }
-        let exclusive =
-            self.connections.remove(&conn).map(|state| state.exclusive_queues).unwrap_or_default();
+        let exclusive = self.connections.close(conn).unwrap_or_default();
         self.forget_held(conn);
         for id in exclusive {
             // Ids are never reused, so one still here is the queue this connection declared.
@@ -305,13 +279,10 @@ impl Broker {
 
     /// Forgets a channel: cancels its consumers and requeues its unacked deliveries, in order.
     pub(crate) fn release_channel(&mut self, conn: ConnectionId, channel_id: ChannelId, now: Timestamp) {
-        let Some(mut channel) = self.channels.remove(&(conn, channel_id)) else { return };
+        let Some(mut channel) = self.connections.close_channel(conn, channel_id) else { return };
         self.stats.churn.channel_closed(conn);
         self.reply_consumers.forget(conn, channel_id);
         self.waiting_gets.forget_channel(conn, channel_id);
-        if let Some(state) = self.connections.get_mut(&conn) {
-            state.channels.retain(|c| *c != channel_id);
-        }
         let mut touched: Vec<QueueId> = Vec::new();
         for (tag, queue_id) in channel.consumers.drain(..) {
             if let Some(queue) = self.queues.get_mut(&queue_id) {

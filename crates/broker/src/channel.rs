@@ -75,7 +75,7 @@ pub(crate) struct TxBuffer {
 
 #[derive(Debug)]
 pub(crate) struct Channel {
-    /// Which opening of a channel this is, unique in the broker's life (`Broker::channel_open`):
+    /// Which opening of a channel this is, unique in the broker's life (`Connections::open_channel`):
     /// a receipt handle names it, so it never acts on a channel reopened under the same number.
     pub opening: u64,
     next_delivery_tag: u64,

@@ -123,7 +123,7 @@ impl Broker {
         let mut due: Vec<DeliveryRef> = Vec::new();
         let mut tags = Vec::new();
         let mut oldest_left: Option<Timestamp> = None;
-        for (&(conn, channel), state) in self.channels.iter() {
+        for (&(conn, channel), state) in self.connections.channels() {
             tags.clear();
             if let Some(made) = state.made_by(cutoff, &mut tags) {
                 oldest_left = Some(oldest_left.map_or(made, |o| o.min(made)));
@@ -163,8 +163,10 @@ impl Broker {
         now: Timestamp,
     ) {
         let DeliveryRef { conn, channel: ch, tag: delivery_tag } = delivery;
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return };
-        let amqp1 = self.connections.get(&conn).is_some_and(|c| c.info.login.protocol == AMQP_1_0);
+        let Some(info) = self.connections.get(&conn).map(|c| &c.info) else { return };
+        let amqp1 = info.login.protocol == AMQP_1_0;
+        let cancel_notify = info.capabilities.consumer_cancel_notify;
+        let Some(channel) = self.connections.channel_mut(conn, ch) else { return };
         if amqp1 && consumer_tag.is_some() {
             tracing::info!(conn = conn.0, channel = ch.0, timeout_ms, "delivery released: consumer timeout");
             self.emit(Effect::TimedOut { conn, channel: ch, delivery_tag });
@@ -174,8 +176,8 @@ impl Broker {
             if channel.lost_to_timeout(&tag) {
                 return;
             }
-            let notify = self.default_timeouts.config.response == TimeoutResponse::NotifyConsumer
-                && self.connections.get(&conn).is_some_and(|c| c.info.capabilities.consumer_cancel_notify);
+            let notify =
+                self.default_timeouts.config.response == TimeoutResponse::NotifyConsumer && cancel_notify;
             let consuming = channel.consumers.iter().position(|(t, _)| t == &tag);
             if let (true, Some(at)) = (notify, consuming) {
                 let (tag, queue) = channel.consumers.remove(at);

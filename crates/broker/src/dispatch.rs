@@ -1,11 +1,10 @@
 //! Handing ready messages to consumers: round robin among those with credit (their own prefetch
 //! and their channel's), never an expired message (semantics §1).
 
-use crate::broker::IdMap;
-
-use crate::api::{ChannelId, ConnectionId, Effect};
+use crate::api::Effect;
 use crate::broker::Broker;
-use crate::channel::{Channel, Unacked};
+use crate::channel::Unacked;
+use crate::connections::Connections;
 use crate::consumer_timeout::DefaultTimeouts;
 use crate::firehose::{Firehose, TracedDelivery};
 use crate::message_stats::{DeliveryKind, MessageStats};
@@ -60,7 +59,7 @@ impl Broker {
             // a dispatch delivers at most what is in memory.
             while !queue.ready.is_empty() {
                 let rotation = queue.consumers.rotation();
-                let Some(at) = pick_consumer(queue, sinks.channels) else { break };
+                let Some(at) = pick_consumer(queue, sinks.connections) else { break };
                 let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
                 let Ok(entry) = queue.take_for_consumer(expect_ack) else {
                     // Nothing in memory yet (its read is out): the consumer's turn is not spent.
@@ -81,7 +80,7 @@ impl Broker {
         if !queue.ready.is_empty() || entry.resident().is_none() {
             return Some(entry);
         }
-        let Some(at) = pick_consumer(queue, sinks.channels) else { return Some(entry) };
+        let Some(at) = pick_consumer(queue, sinks.connections) else { return Some(entry) };
         let expect_ack = queue.consumers.get(at).is_some_and(|c| !c.no_ack);
         queue.mark_delivered(&entry, expect_ack);
         deliver(queue, at, entry, &mut sinks, now);
@@ -92,7 +91,7 @@ impl Broker {
 
 /// What a delivery from a queue writes to besides the queue itself.
 struct Sinks<'b> {
-    channels: &'b mut IdMap<(ConnectionId, ChannelId), Channel>,
+    connections: &'b mut Connections,
     outbox: &'b mut Outbox,
     stats: &'b mut MessageStats,
     persist: &'b mut Persistence,
@@ -106,7 +105,7 @@ impl Broker {
     fn queue_and_sinks(&mut self, id: QueueId) -> Option<(&mut Queue, Sinks<'_>)> {
         let queue = self.queues.get_mut(&id)?;
         let sinks = Sinks {
-            channels: &mut self.channels,
+            connections: &mut self.connections,
             outbox: &mut self.outbox,
             stats: &mut self.stats.messages,
             persist: &mut self.persist,
@@ -119,12 +118,12 @@ impl Broker {
 }
 
 /// The next consumer, round robin, whose own and whose channel's prefetch allow a delivery.
-fn pick_consumer(queue: &mut Queue, channels: &IdMap<(ConnectionId, ChannelId), Channel>) -> Option<usize> {
+fn pick_consumer(queue: &mut Queue, connections: &Connections) -> Option<usize> {
     let single_active = queue.args.single_active_consumer;
     queue.consumers.pick(single_active, |c| {
         c.has_credit()
-            && channels
-                .get(&(c.conn, c.channel))
+            && connections
+                .channel(c.conn, c.channel)
                 // A channel at its global prefetch holds no-ack consumers too (rabbit_limiter's
                 // can_send; the Java client's `QosTests#noAckObeysLimit`): their deliveries just
                 // do not count against it.
@@ -143,7 +142,7 @@ fn deliver(queue: &mut Queue, at: usize, entry: Entry, sinks: &mut Sinks<'_>, no
     let group = Persistence::marks_delivered(&entry, no_ack).then(|| queue.stored_group(&entry)).flatten();
     let consumer = queue.consumers.get_mut(at);
     let channel =
-        consumer.as_ref().and_then(|consumer| sinks.channels.get_mut(&(consumer.conn, consumer.channel)));
+        consumer.as_ref().and_then(|consumer| sinks.connections.channel_mut(consumer.conn, consumer.channel));
     let (Some(consumer), Some(channel)) = (consumer, channel) else {
         // Nobody to hand it to (a bug: pick_consumer just chose them): it leaves the queue.
         if let Some(msg_id) = entry.persist_id() {

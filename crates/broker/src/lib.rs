@@ -11,6 +11,7 @@ mod broker;
 pub mod calendar;
 mod channel;
 pub mod churn;
+mod connections;
 pub mod consumer_timeout;
 mod dead_letter_reads;
 mod dead_lettering;

@@ -130,7 +130,7 @@ impl Broker {
     /// Takes `delivery`, whose time ran out, back from its channel (its tag stays known as
     /// stale) and returns its message to the queue, as a return, not a failure.
     pub(crate) fn take_back_timed_out(&mut self, delivery: DeliveryRef, now: Timestamp) -> Option<TimedOut> {
-        let channel = self.channels.get_mut(&(delivery.conn, delivery.channel))?;
+        let channel = self.connections.channel_mut(delivery.conn, delivery.channel)?;
         let unacked = channel.take_timed_out(delivery.tag)?;
         let id = unacked.queue;
         if let (Some(tag), Some(queue)) = (&unacked.consumer_tag, self.queues.get_mut(&id)) {
@@ -171,15 +171,15 @@ impl Broker {
             _ => VisibilityError::HandleNotFound,
         };
         let current = self
-            .channels
-            .get(&(delivery.conn, delivery.channel))
+            .connections
+            .channel(delivery.conn, delivery.channel)
             .is_some_and(|channel| channel.opening == receipt.channel_opening && channel.holds(delivery.tag));
         if !current {
             return Err(over());
         }
         let channel = self
-            .channels
-            .get_mut(&(delivery.conn, delivery.channel))
+            .connections
+            .channel_mut(delivery.conn, delivery.channel)
             .ok_or(VisibilityError::HandleNotFound)?;
         let unacked = channel.unacked_mut(delivery.tag).ok_or(VisibilityError::HandleNotFound)?;
         // Only a visibility timeout is steered by its receipt handle.

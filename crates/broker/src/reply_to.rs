@@ -71,7 +71,7 @@ impl Broker {
         ch: ChannelId,
         m: &BasicConsume,
     ) -> Result<(), AmqpError> {
-        let Some(channel) = self.channels.get(&(conn, ch)) else { return Ok(()) };
+        let Some(channel) = self.connections.channel(conn, ch) else { return Ok(()) };
         if !m.consumer_tag.is_empty() && channel.consumers.iter().any(|(t, _)| t == &m.consumer_tag) {
             return Err(errors::not_allowed(format!("attempt to reuse consumer tag '{}'", m.consumer_tag)));
         }
@@ -160,7 +160,7 @@ impl Broker {
             return false;
         };
         let Some(consumer) = self.reply_consumers.by_channel.get(&(conn, ch)) else { return false };
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return false };
+        let Some(channel) = self.connections.channel_mut(conn, ch) else { return false };
         // No-ack and no prefetch, as in RabbitMQ: a reply is never tracked or held back.
         let (consumer_tag, delivery_tag) = (consumer.tag.clone(), channel.next_tag());
         self.emit(Effect::Deliver {
@@ -187,7 +187,7 @@ impl Broker {
         if !exists {
             return Err(errors::no_queue(&m.queue, vhost));
         }
-        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+        if let Some(channel) = self.connections.channel_mut(conn, ch) {
             channel.last_queue = Some(m.queue.clone());
         }
         if !m.nowait {

@@ -57,7 +57,7 @@ impl Broker {
     /// What brings an outstanding delivery of queue `queue` back: its visibility timeout, with the
     /// receipt handle its consumer got, or its consumer timeout (ms).
     fn what_brings_back(&self, queue: QueueId, delivery: DeliveryRef) -> (Option<String>, Option<u64>) {
-        let Some(channel) = self.channels.get(&(delivery.conn, delivery.channel)) else {
+        let Some(channel) = self.connections.channel(delivery.conn, delivery.channel) else {
             return (None, None);
         };
         let Some(unacked) = channel.unacked(delivery.tag) else { return (None, None) };

@@ -152,7 +152,7 @@ impl Broker {
 
     /// The keys of [`Self::connection_summaries`]: every client connection.
     pub fn connection_keys(&self) -> Vec<ConnectionId> {
-        self.connections.keys().copied().filter(|id| *id != ADMIN_CONNECTION).collect()
+        self.connections.iter().map(|(id, _)| *id).filter(|id| *id != ADMIN_CONNECTION).collect()
     }
 
     /// The connections of `keys` that are still open.
@@ -160,7 +160,7 @@ impl Broker {
         keys.iter()
             .filter_map(|id| {
                 let c = self.connections.get(id)?;
-                Some(ConnectionSummary { id: *id, info: c.info.clone(), channels: c.channels.len() })
+                Some(ConnectionSummary { id: *id, info: c.info.clone(), channels: c.channel_count() })
             })
             .collect()
     }
@@ -174,7 +174,11 @@ impl Broker {
 
     /// The keys of [`Self::channel_summaries`]: every client channel.
     pub fn channel_keys(&self) -> Vec<(ConnectionId, ChannelId)> {
-        self.channels.keys().copied().filter(|(conn, _)| *conn != ADMIN_CONNECTION).collect()
+        self.connections
+            .channels()
+            .map(|(key, _)| *key)
+            .filter(|(conn, _)| *conn != ADMIN_CONNECTION)
+            .collect()
     }
 
     /// The channels of `keys` that are still open.
@@ -183,7 +187,7 @@ impl Broker {
     }
 
     fn channel_summary(&self, (conn, number): (ConnectionId, ChannelId)) -> Option<ChannelSummary> {
-        let channel = self.channels.get(&(conn, number))?;
+        let channel = self.connections.channel(conn, number)?;
         let info = &self.connections.get(&conn)?.info;
         let (messages_uncommitted, acks_uncommitted) = match &channel.mode {
             Mode::Tx(tx) => (

@@ -278,8 +278,8 @@ impl Broker {
         }
         let delivery = receipt.delivery;
         let current = self
-            .channels
-            .get(&(delivery.conn, delivery.channel))
+            .connections
+            .channel(delivery.conn, delivery.channel)
             .is_some_and(|channel| channel.opening == receipt.channel_opening && channel.holds(delivery.tag));
         if current {
             // The tag is one the channel holds: settling it cannot fail.
@@ -302,8 +302,11 @@ impl Broker {
     ) -> Result<usize, SqsGatewayError> {
         let (_, id) = self.sqs_queue(vhost, queue)?;
         let Some(gateway) = self.sqs.by_vhost.get(vhost).copied() else { return Ok(0) };
-        let tags =
-            self.channels.get(&(gateway, GATEWAY_CHANNEL)).map(|c| c.tags_of_queue(id)).unwrap_or_default();
+        let tags = self
+            .connections
+            .channel(gateway, GATEWAY_CHANNEL)
+            .map(|c| c.tags_of_queue(id))
+            .unwrap_or_default();
         for tag in &tags {
             // Each tag is one the channel holds: settling it cannot fail.
             let _ = self.settle(gateway, GATEWAY_CHANNEL, *tag, false, Settlement::Ack, now);
@@ -465,8 +468,8 @@ impl Broker {
             };
             let moving = self.move_target_of(vhost, target, &got.message, may_write).and_then(|target_id| {
                 let payload = self
-                    .channels
-                    .get_mut(&(gateway, GATEWAY_CHANNEL))
+                    .connections
+                    .channel_mut(gateway, GATEWAY_CHANNEL)
                     .and_then(|c| c.unacked_mut(got.tag))
                     .map(|u| u.entry.payload.clone());
                 let message = payload.and_then(|p| self.queues.get(&id)?.pager.message_of(&p).ok());
@@ -571,7 +574,7 @@ impl Broker {
     /// with a deleted vhost or a forced close).
     pub(super) fn sqs_gateway(&mut self, vhost: &str, now: Timestamp) -> ConnectionId {
         if let Some(conn) = self.sqs.by_vhost.get(vhost).copied() {
-            if self.channels.contains_key(&(conn, GATEWAY_CHANNEL)) {
+            if self.connections.has_channel(conn, GATEWAY_CHANNEL) {
                 return conn;
             }
             self.handle_command(Command::ConnectionClosed { conn }, now);

@@ -90,7 +90,7 @@ impl Broker {
     /// Closes a client connection with 320 CONNECTION_FORCED and `reason`, releasing what it
     /// held now. Returns false when there is no such connection.
     pub fn close_connection(&mut self, conn: ConnectionId, reason: &str, now: Timestamp) -> bool {
-        if !self.connections.contains_key(&conn) {
+        if !self.connections.contains(&conn) {
             return false;
         }
         let error = AmqpError::new(CONNECTION_FORCED, reason);

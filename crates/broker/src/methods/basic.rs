@@ -12,8 +12,9 @@ use hourglass_wire::{
 use super::publish_route::{exchange_for_publish, Found, Pending, PublishRoute};
 use crate::admin::ADMIN_CONNECTION;
 use crate::api::{AmqpError, ChannelId, ConnectionId, Effect, Modification, Publish};
-use crate::broker::{Broker, ConnectionState};
+use crate::broker::Broker;
 use crate::channel::{Mode, Settlement, Unacked};
+use crate::connections::ConnectionState;
 use crate::enqueue::Enqueued;
 use crate::errors;
 use crate::exchange::delayed;
@@ -90,7 +91,7 @@ impl Broker {
         self.check_publish_access(conn, &publish.exchange, &publish.routing_key)?;
         let mut publish = publish;
         self.address_replies(conn, ch, &mut publish)?;
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let Some(channel) = self.connections.channel_mut(conn, ch) else { return Ok(()) };
         if let Mode::Tx(buffer) = &mut channel.mode {
             // rabbit_channel reads CC/BCC when it makes the message, before a transaction holds it.
             HeaderRoutes::read(&publish.properties)?;
@@ -212,7 +213,7 @@ impl Broker {
         rejected: bool,
         body_size: usize,
     ) {
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return };
+        let Some(channel) = self.connections.channel_mut(conn, ch) else { return };
         let seq = channel.next_publish_seq();
         let confirm = match (seq, rejected) {
             (None, _) => Confirm::NotRequested,
@@ -243,7 +244,7 @@ impl Broker {
         if m.prefetch_size != 0 {
             return Err(errors::not_implemented(format!("prefetch_size!=0 ({})", m.prefetch_size)));
         }
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let Some(channel) = self.connections.channel_mut(conn, ch) else { return Ok(()) };
         // RabbitMQ 3.3+: global=false limits each consumer created afterwards; global=true the channel.
         if m.global {
             channel.channel_prefetch = m.prefetch_count;
@@ -267,7 +268,7 @@ impl Broker {
         prefetch: u16,
         now: Timestamp,
     ) {
-        let Some(channel) = self.channels.get(&(conn, ch)) else { return };
+        let Some(channel) = self.connections.channel(conn, ch) else { return };
         let Some(&(_, queue)) = channel.consumers.iter().find(|(t, _)| t == tag) else { return };
         let Some(consumer) = self.queues.get_mut(&queue).and_then(|q| q.consumers.find_mut(conn, ch, tag))
         else {
@@ -291,7 +292,7 @@ impl Broker {
         }
         let (_, id) = self.readable_queue(conn, ch, &vhost, &name)?;
         let tag = if m.consumer_tag.is_empty() { self.names.consumer_tag() } else { m.consumer_tag.clone() };
-        let channel = &self.channels[&(conn, ch)];
+        let channel = self.connections.channel(conn, ch).expect("checked open");
         if channel.consumers.iter().any(|(t, _)| t == &tag) || self.reply_consumers.is_tag(conn, ch, &tag) {
             return Err(errors::not_allowed(format!("attempt to reuse consumer tag '{tag}'")));
         }
@@ -327,7 +328,7 @@ impl Broker {
         });
         queue.had_consumer = true;
         queue.touch(now);
-        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+        if let Some(channel) = self.connections.channel_mut(conn, ch) {
             channel.consumers.push((tag.clone(), id));
         }
         if !m.nowait {
@@ -349,7 +350,7 @@ impl Broker {
         if self.cancel_replies(conn, ch, m) {
             return Ok(());
         }
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let Some(channel) = self.connections.channel_mut(conn, ch) else { return Ok(()) };
         let found = channel.consumers.iter().position(|(t, _)| t == &m.consumer_tag);
         let queue_id = found.map(|at| channel.consumers.remove(at).1);
         if !m.nowait {
@@ -438,7 +439,7 @@ impl Broker {
     /// Counts a get answered empty, broker-wide and on its channel (the queue counts its own).
     pub(crate) fn count_empty_get(&mut self, conn: ConnectionId, ch: ChannelId) {
         self.stats.messages.get_empty += 1;
-        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+        if let Some(channel) = self.connections.channel_mut(conn, ch) {
             channel.stats.get_empty += 1;
         }
     }
@@ -462,7 +463,7 @@ impl Broker {
         now: Timestamp,
     ) -> Result<Got, NotTaken> {
         let no_ack = hand_out == HandOut::NoAck;
-        if !self.channels.contains_key(&(conn, ch)) {
+        if !self.connections.has_channel(conn, ch) {
             return Err(NotTaken::Empty);
         }
         self.expire_messages(id, now);
@@ -505,7 +506,7 @@ impl Broker {
             }
         });
         // Present: checked above, and taking a message closes no channel.
-        let channel = self.channels.get_mut(&(conn, ch)).ok_or(NotTaken::Empty)?;
+        let channel = self.connections.channel_mut(conn, ch).ok_or(NotTaken::Empty)?;
         channel.stats.delivered(kind, entry.redelivered);
         let tag = channel.next_tag();
         let delivery = DeliveryRef { conn, channel: ch, tag };
@@ -608,7 +609,7 @@ impl Broker {
             return Err(errors::not_implemented("requeue=false"));
         }
         let mut all = std::mem::take(&mut self.scratch.settle);
-        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+        if let Some(channel) = self.connections.channel_mut(conn, ch) {
             channel.take_all(&mut all);
         }
         self.apply_settlements(conn, ch, &mut all, Settlement::Requeue(ReturnKind::Returned), now);
@@ -643,7 +644,7 @@ impl Broker {
         annotations: Option<&FieldTable>,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let Some(channel) = self.connections.channel_mut(conn, ch) else { return Ok(()) };
         let mut taken = std::mem::take(&mut self.scratch.settle);
         let mut result = channel.take_settled(tag, multiple, &mut taken);
         if let Some(annotations) = annotations {
@@ -656,7 +657,7 @@ impl Broker {
             }
         }
         // The channel is still there: annotating touches only queues and the store.
-        if let Some(Mode::Tx(buffer)) = self.channels.get_mut(&(conn, ch)).map(|c| &mut c.mode) {
+        if let Some(Mode::Tx(buffer)) = self.connections.channel_mut(conn, ch).map(|c| &mut c.mode) {
             buffer.settlements.extend(taken.drain(..).map(|u| (u, settlement)));
         } else {
             self.apply_settlements(conn, ch, &mut taken, settlement, now);
@@ -702,7 +703,7 @@ impl Broker {
             }
         }
         self.stats.messages.ack += acked;
-        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+        if let Some(channel) = self.connections.channel_mut(conn, ch) {
             channel.stats.ack += acked;
             if channel.channel_prefetch != 0 {
                 // The freed channel-wide credit goes to the channel's queues in turn, starting one

@@ -4,22 +4,22 @@ use hourglass_wire::{ChannelCloseOk, ChannelFlow, ChannelFlowOk, ChannelOpenOk};
 
 use crate::api::{AmqpError, ChannelId, ConnectionId};
 use crate::broker::Broker;
-use crate::channel::Channel;
+use crate::connections::AlreadyOpen;
 use crate::errors;
 use crate::time::Timestamp;
 
 impl Broker {
     pub(super) fn channel_open(&mut self, conn: ConnectionId, ch: ChannelId) -> Result<(), AmqpError> {
-        let Some(state) = self.connections.get_mut(&conn) else { return Ok(()) };
-        if self.channels.contains_key(&(conn, ch)) {
-            return Err(AmqpError::new(
-                hourglass_wire::reply_code::CHANNEL_ERROR,
-                "second 'channel.open' seen",
-            ));
+        match self.connections.open_channel(conn, ch) {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(AlreadyOpen) => {
+                return Err(AmqpError::new(
+                    hourglass_wire::reply_code::CHANNEL_ERROR,
+                    "second 'channel.open' seen",
+                ))
+            }
         }
-        state.channels.push(ch);
-        self.channel_openings += 1;
-        self.channels.insert((conn, ch), Channel::new(self.channel_openings));
         self.stats.churn.channel_opened(conn);
         self.send(conn, ch, ChannelOpenOk {});
         Ok(())

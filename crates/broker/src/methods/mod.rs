@@ -33,7 +33,7 @@ impl Broker {
         if let Method::ChannelOpen(_) = method {
             return self.channel_open(conn, ch);
         }
-        if !self.channels.contains_key(&(conn, ch)) {
+        if !self.connections.has_channel(conn, ch) {
             return Ok(());
         }
         // Before anything is declared: a table past the limits could not be stored (issue #22).

@@ -15,7 +15,7 @@ impl Broker {
         query: &Query,
         now: Timestamp,
     ) -> Result<(), AmqpError> {
-        if !self.channels.contains_key(&(conn, ch)) {
+        if !self.connections.has_channel(conn, ch) {
             return Ok(());
         }
         let Some(vhost) = self.vhost_of(conn) else { return Ok(()) };

@@ -73,7 +73,7 @@ impl Broker {
         let queue = &self.queues[&id];
         let (name, message_count, consumer_count) =
             (queue.name().clone(), queue.message_count() as u32, queue.consumer_count() as u32);
-        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+        if let Some(channel) = self.connections.channel_mut(conn, ch) {
             channel.last_queue = Some(name.clone());
         }
         if !m.nowait {
@@ -220,7 +220,7 @@ impl Broker {
             }
         }
         for consumer in queue.consumers.iter() {
-            if let Some(channel) = self.channels.get_mut(&(consumer.conn, consumer.channel)) {
+            if let Some(channel) = self.connections.channel_mut(consumer.conn, consumer.channel) {
                 channel.consumers.retain(|(tag, _)| tag != &consumer.tag);
             }
             let notify = self
@@ -299,8 +299,8 @@ impl Broker {
         if !name.is_empty() {
             return Ok(name.clone());
         }
-        self.channels
-            .get(&(conn, ch))
+        self.connections
+            .channel(conn, ch)
             .and_then(|c| c.last_queue.clone())
             .ok_or_else(errors::not_found_no_previous_queue)
     }

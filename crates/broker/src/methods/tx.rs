@@ -13,7 +13,7 @@ use crate::time::Timestamp;
 
 impl Broker {
     pub(super) fn tx_select(&mut self, conn: ConnectionId, ch: ChannelId) -> Result<(), AmqpError> {
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let Some(channel) = self.connections.channel_mut(conn, ch) else { return Ok(()) };
         match channel.mode {
             Mode::Confirm { .. } => {
                 return Err(errors::precondition_failed("cannot switch from confirm to tx mode"))
@@ -50,7 +50,7 @@ impl Broker {
 
     pub(super) fn tx_rollback(&mut self, conn: ConnectionId, ch: ChannelId) -> Result<(), AmqpError> {
         let buffer = self.take_tx_buffer(conn, ch)?;
-        if let Some(channel) = self.channels.get_mut(&(conn, ch)) {
+        if let Some(channel) = self.connections.channel_mut(conn, ch) {
             for (delivery, _) in buffer.settlements {
                 channel.untake(delivery);
             }
@@ -65,7 +65,7 @@ impl Broker {
         ch: ChannelId,
         nowait: bool,
     ) -> Result<(), AmqpError> {
-        let Some(channel) = self.channels.get_mut(&(conn, ch)) else { return Ok(()) };
+        let Some(channel) = self.connections.channel_mut(conn, ch) else { return Ok(()) };
         match channel.mode {
             Mode::Tx(_) => return Err(errors::precondition_failed("cannot switch from tx to confirm mode")),
             Mode::Plain => channel.mode = Mode::Confirm { next_publish_seq: 1 },
@@ -80,8 +80,8 @@ impl Broker {
     /// Empties the channel's tx buffer; 406 when the channel is not transactional.
     fn take_tx_buffer(&mut self, conn: ConnectionId, ch: ChannelId) -> Result<TxBuffer, AmqpError> {
         let channel = self
-            .channels
-            .get_mut(&(conn, ch))
+            .connections
+            .channel_mut(conn, ch)
             .ok_or_else(|| errors::precondition_failed("channel is not transactional"))?;
         match &mut channel.mode {
             Mode::Tx(buffer) => Ok(std::mem::take(buffer)),

@@ -439,8 +439,12 @@ impl Broker {
         self.queues.values_mut().for_each(Queue::prepare_checkpoint);
         let mut unsettled: IdMap<QueueId, Vec<u64>> = IdMap::default();
         let waiting_to_dead_letter = self.dead_letter_reads.stored_ids();
-        for (queue, id) in
-            self.channels.values().flat_map(Channel::unsettled_stored).chain(waiting_to_dead_letter)
+        for (queue, id) in self
+            .connections
+            .channels()
+            .map(|(_, channel)| channel)
+            .flat_map(Channel::unsettled_stored)
+            .chain(waiting_to_dead_letter)
         {
             unsettled.entry(queue).or_default().push(id);
         }
