@@ -32,22 +32,28 @@ impl Broker {
         now: Timestamp,
         delay_ms: Option<u64>,
     ) -> Enqueued {
-        let Some(queue) = self.queues.get_mut(&id) else { return Enqueued::Accepted };
+        // One look at the queue for the message's whole way in: the entry ids and the store are
+        // the broker's parts beside it.
+        let Some((queue, dedup_ids)) = self.queues.get_with_dedup_ids(&id) else { return Enqueued::Accepted };
         let held_id = queue.args.deduplication.as_ref().and_then(|spec| spec.held_id_of(&message));
         if let Some(original) = held_id.as_ref().and_then(|held| queue.dedup.duplicate_of(held, now)) {
             queue.counters.deduplicated += 1;
             return Enqueued::Duplicate(original);
         }
         let delay = delay_ms.or(queue.args.delivery_delay_ms).filter(|ms| *ms > 0);
-        if delay.is_none() && self.refuses(id, &message) {
+        if delay.is_none() && queue.rejects_publish(message.body_size()) {
+            // x-overflow reject-publish(-dlx); the -dlx variant dead-letters the refused message
+            // (it was never stored, so nothing to settle).
+            if queue.args.overflow == Overflow::RejectPublishDlx {
+                self.dead_letter_later(id, message, DeathReason::Maxlen, 0, None);
+            }
             return Enqueued::Rejected;
         }
-        if let (Some(held), Some((queue, dedup_ids))) = (held_id, self.queues.get_with_dedup_ids(&id)) {
+        if let Some(held) = held_id {
             queue.dedup.hold(held, now, message.properties().message_id(), dedup_ids);
         }
         let seq = self.entry_ids.next();
-        let persist_id = self.persist_id_for(id, &message, seq);
-        let Some(queue) = self.queues.get_mut(&id) else { return Enqueued::Accepted };
+        let persist_id = self.persist.id_for(queue, &message, seq);
         if let Some(delay) = delay {
             let due = now.saturating_add_millis(delay);
             queue.delay(seq, Payload::Resident(message.clone()), due, persist_id);
@@ -59,30 +65,22 @@ impl Broker {
             return Enqueued::Accepted;
         }
         let entry = queue.new_entry(seq, Payload::Resident(message), now, persist_id);
-        // Before admitting: a TTL-0 expiry or an overflow drop settles it right away.
-        self.persist_enqueue(id, &entry, None);
-        self.admit(id, entry, None);
+        if entry.persist_id().is_none() && !entry.expires_on_arrival() {
+            // Nothing to store and no TTL 0 (most messages): ready, under the same look.
+            queue.push_ready(entry, None);
+        } else {
+            // Before admitting: a TTL-0 expiry or an overflow drop settles it right away.
+            self.persist_enqueue(id, &entry, None);
+            self.admit(id, entry, None);
+        }
         self.run_queue(id, now);
         Enqueued::Accepted
     }
 
-    /// Whether an x-overflow reject-publish(-dlx) limit refuses `message` now; the -dlx variant
-    /// dead-letters the refused message (it was never stored, so nothing to settle).
-    fn refuses(&mut self, id: QueueId, message: &Arc<Message>) -> bool {
-        if !self.over_publish_limit(id, message.body_size()) {
-            return false;
-        }
-        if self.queues.get(&id).is_some_and(|q| q.args.overflow == Overflow::RejectPublishDlx) {
-            self.dead_letter_later(id, message.clone(), DeathReason::Maxlen, 0, None);
-        }
-        true
-    }
-
-    /// Whether an x-overflow reject-publish(-dlx) limit refuses a message of `body_size` now.
+    /// Whether an x-overflow reject-publish(-dlx) limit of queue `id` refuses a message of
+    /// `body_size` now.
     fn over_publish_limit(&self, id: QueueId, body_size: usize) -> bool {
-        self.queues.get(&id).is_some_and(|queue| {
-            overflow::rejects_publish(&queue.args, queue.message_count(), queue.ready.body_bytes(), body_size)
-        })
+        self.queues.get(&id).is_some_and(|queue| queue.rejects_publish(body_size))
     }
 
     /// Moves the delayed messages due at `now` to ready, in due order (semantics §3). A message
@@ -136,9 +134,9 @@ impl Broker {
     /// delivered or expired at once with TTL 0, else appended to the ready messages. The caller
     /// checked reject-publish limits.
     fn admit(&mut self, id: QueueId, entry: Entry, group: Option<GroupKey>) {
-        let ready_at = entry.ready_at().unwrap_or_default();
-        if entry.expires_at().is_some_and(|at| at <= ready_at) {
+        if entry.expires_on_arrival() {
             // TTL 0: a consumer that can take it now gets it, else it expires at once (semantics §1).
+            let ready_at = entry.ready_at().unwrap_or_default();
             if let Some(entry) = self.deliver_now(id, entry, ready_at) {
                 if let Some(queue) = self.queues.get_mut(&id) {
                     queue.counters.expired += 1;

@@ -338,6 +338,13 @@ impl Persistence {
         }
     }
 
+    /// The store id of entry `seq`, a message entering `queue`, when it is to be persisted
+    /// there (a store is attached, the queue and the message are durable): the entry's own id
+    /// (`EntryIds`), so that it survives a restart.
+    pub(crate) fn id_for(&self, queue: &Queue, message: &Message, seq: u64) -> Option<u64> {
+        (self.enabled && queue.is_persisted() && message.is_persistent()).then_some(seq)
+    }
+
     /// An entry point begins: what it stores from now on is what its replies stand for.
     pub fn begin_entry(&mut self) {
         self.entry_first_op = self.next_op_seq;
@@ -462,14 +469,6 @@ impl Broker {
     pub fn set_checkpoint_offer_every(&mut self, bytes: u64) {
         self.persist.checkpoint_offer_bytes = bytes;
         self.persist.checkpoint_offer_fixed = true;
-    }
-
-    /// The store id of entry `seq`, a message entering queue `id`, when it is to be persisted
-    /// there: the entry's own id (`EntryIds`), so that it survives a restart.
-    pub(crate) fn persist_id_for(&self, id: QueueId, message: &Message, seq: u64) -> Option<u64> {
-        let queue = self.queues.get(&id)?;
-        let persisted = self.persist.enabled && queue.is_persisted() && message.is_persistent();
-        persisted.then_some(seq)
     }
 
     /// `Enqueue` for an entry that just entered queue `id` (waiting until `wait_until`, if set).

@@ -182,6 +182,12 @@ impl Entry {
         self.ready_at.get()
     }
 
+    /// TTL 0: it expires the moment it becomes ready (semantics §1: delivered at once to a
+    /// consumer that can take it, else expired).
+    pub fn expires_on_arrival(&self) -> bool {
+        self.expires_at().is_some_and(|at| at <= self.ready_at().unwrap_or_default())
+    }
+
     /// Gives the message another TTL deadline (a queue's changed retention applied to it).
     pub fn set_expires_at(&mut self, expires_at: Option<Timestamp>) {
         self.expires_at = OptionalTime::new(expires_at);

@@ -824,6 +824,11 @@ impl Queue {
         self.args.overflow == Overflow::DropHead && overflow::has_limit(&self.args)
     }
 
+    /// Whether an x-overflow reject-publish(-dlx) limit refuses a message of `body_size` now.
+    pub(crate) fn rejects_publish(&self, body_size: usize) -> bool {
+        overflow::rejects_publish(&self.args, self.message_count(), self.ready.body_bytes(), body_size)
+    }
+
     /// Whether the queue is due for deletion under `x-expires` at `now`.
     pub fn is_expired(&self, now: Timestamp) -> bool {
         expires::deadline(self.args.expires_ms, self.last_used, !self.consumers.is_empty())
