@@ -232,9 +232,11 @@ impl Broker {
     /// deliver what waited.
     fn pause_deliveries(&mut self, conn: ConnectionId, paused: bool, now: Timestamp) {
         let mut queues = Vec::new();
-        for channel in self.connections.channels_of_mut(conn) {
-            channel.paused = paused;
-            queues.extend(channel.consumers.iter().map(|(_, q)| *q));
+        for ch in self.connections.channels_of(conn).to_vec() {
+            if let Some(channel) = self.connections.channel_mut(conn, ch) {
+                channel.paused = paused;
+                queues.extend(channel.consumers.iter().map(|(_, q)| *q));
+            }
         }
         if !paused {
             queues.sort_unstable();

@@ -47,7 +47,9 @@ pub(crate) struct Connections {
 }
 
 impl Connections {
-    /// Connection `conn` is open, as `info`.
+    /// Connection `conn` is open, as `info`. Ids are the driver's and never reused while
+    /// open; one opened again anyway starts afresh, and its earlier channels are no longer
+    /// listed under it.
     pub fn open(&mut self, conn: ConnectionId, info: ConnectionInfo) {
         let state = ConnectionState {
             info,
@@ -129,11 +131,6 @@ impl Connections {
     /// Every open channel, with its connection and number.
     pub fn channels(&self) -> impl Iterator<Item = (&(ConnectionId, ChannelId), &Channel)> {
         self.channels.iter()
-    }
-
-    /// Every open channel of connection `conn`.
-    pub fn channels_of_mut(&mut self, conn: ConnectionId) -> impl Iterator<Item = &mut Channel> {
-        self.channels.iter_mut().filter(move |((c, _), _)| *c == conn).map(|(_, channel)| channel)
     }
 }
 

@@ -147,11 +147,12 @@ async fn serve<R: SocketRead, W: SocketWrite>(
             effects = mailbox.recv(), if mailbox_open => {
                 mailbox_open = effects.is_some();
                 let now = cx.clock.now();
-                // What else is waiting goes in the same turn, with room made for all of it at
-                // once (the output is empty at a turn's start: the last turn's was taken).
+                // What else is waiting goes in the same turn, with room made for its deliveries
+                // at once (the output is empty at a turn's start: the last turn's was taken).
                 let mut batches: Vec<Vec<Effect>> = effects.into_iter().collect();
                 batches.extend(std::iter::from_fn(|| mailbox.try_recv().ok()));
-                session.expect_effects(batches.iter().map(Vec::len).sum());
+                let deliveries = batches.iter().flatten().filter(|e| matches!(e, Effect::Deliver { .. })).count();
+                session.expect_deliveries(deliveries);
                 for effect in batches.into_iter().flatten() {
                     session.handle_effect(effect, now);
                 }

@@ -418,16 +418,16 @@ impl Connection {
         self.out.take()
     }
 
-    /// Takes back a buffer [`Connection::take_output`] gave, now written in full, for the next
-    /// frames (`Output::recycle`).
-    /// A batch of `count` effects is about to come (`handle_effect`): room is made for that
-    /// many deliveries at once, rather than as they are written.
-    pub fn expect_effects(&mut self, count: usize) {
+    /// `count` deliveries are about to come (`handle_effect`, `Effect::Deliver`): room is made
+    /// for them at once, rather than as they are written.
+    pub fn expect_deliveries(&mut self, count: usize) {
         if self.amqp1.is_none() {
             self.out.reserve_for_deliveries(count);
         }
     }
 
+    /// Takes back a buffer [`Connection::take_output`] gave, now written in full, for the next
+    /// frames (`Output::recycle`).
     pub fn recycle_output(&mut self, written: BytesMut) {
         if self.amqp1.is_none() {
             self.out.recycle(written);
