@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use hourglass_broker::{Command, ConnectionId, Effect};
+use hourglass_broker::{Command, ConnectionId};
 use hourglass_session::{ClientCertificate, Connection, PeerInfo, SessionConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::AsyncReadExt;
@@ -147,13 +147,9 @@ async fn serve<R: SocketRead, W: SocketWrite>(
             effects = mailbox.recv(), if mailbox_open => {
                 mailbox_open = effects.is_some();
                 let now = cx.clock.now();
-                // What else is waiting goes in the same turn, with room made for its deliveries
-                // at once (the output is empty at a turn's start: the last turn's was taken).
-                let mut batches: Vec<Vec<Effect>> = effects.into_iter().collect();
-                batches.extend(std::iter::from_fn(|| mailbox.try_recv().ok()));
-                let deliveries = batches.iter().flatten().filter(|e| matches!(e, Effect::Deliver { .. })).count();
-                session.expect_deliveries(deliveries);
-                for effect in batches.into_iter().flatten() {
+                // What else is waiting goes in the same turn.
+                let waiting = std::iter::from_fn(|| mailbox.try_recv().ok());
+                for effect in effects.into_iter().chain(waiting).flatten() {
                     session.handle_effect(effect, now);
                 }
             }

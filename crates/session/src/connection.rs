@@ -418,14 +418,6 @@ impl Connection {
         self.out.take()
     }
 
-    /// `count` deliveries are about to come (`handle_effect`, `Effect::Deliver`): room is made
-    /// for them at once, rather than as they are written.
-    pub fn expect_deliveries(&mut self, count: usize) {
-        if self.amqp1.is_none() {
-            self.out.reserve_for_deliveries(count);
-        }
-    }
-
     /// Takes back a buffer [`Connection::take_output`] gave, now written in full, for the next
     /// frames (`Output::recycle`).
     pub fn recycle_output(&mut self, written: BytesMut) {

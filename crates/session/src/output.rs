@@ -31,9 +31,6 @@ pub(crate) struct Output {
     /// Room made at the first frame after a take whose buffer did not come back (`recycle`):
     /// twice the batch taken, at most `KEPT_CAPACITY_MAX`; none after a burst past it.
     room: usize,
-    /// The octets the last delivery took: what each delivery of a batch is expected to take
-    /// (`reserve_for_deliveries`).
-    delivery_len: usize,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -46,7 +43,7 @@ struct LastAck {
 
 impl Output {
     pub(crate) fn new(frame_max: u32, now: Timestamp) -> Self {
-        Output { buf: BytesMut::new(), frame_max, last_write: now, last_ack: None, room: 0, delivery_len: 0 }
+        Output { buf: BytesMut::new(), frame_max, last_write: now, last_ack: None, room: 0 }
     }
 
     pub(crate) fn set_frame_max(&mut self, frame_max: u32) {
@@ -109,20 +106,8 @@ impl Output {
     ) {
         self.last_ack = None;
         self.make_room();
-        let before = self.buf.len();
         hourglass_wire::encode_delivery(channel, deliver, properties, body, self.frame_max, &mut self.buf);
-        self.delivery_len = self.buf.len() - before;
         self.wrote(now);
-    }
-
-    /// Makes room at once for `count` deliveries the size of the last one (at most
-    /// `KEPT_CAPACITY_MAX` in all), so that a batch larger than the last does not grow the
-    /// buffer by doubling, a copy of everything written so far at every step.
-    pub(crate) fn reserve_for_deliveries(&mut self, count: usize) {
-        let want = count.saturating_mul(self.delivery_len).min(KEPT_CAPACITY_MAX);
-        if self.buf.capacity() - self.buf.len() < want {
-            self.buf.reserve(want);
-        }
     }
 
     pub(crate) fn heartbeat(&mut self, now: Timestamp) {
@@ -188,7 +173,7 @@ impl Output {
 #[cfg(test)]
 mod tests {
     use bytes::BytesMut;
-    use hourglass_wire::{BasicAck, BasicNack, DeliverArgs, Frame, FrameDecoder, Method, ShortStr};
+    use hourglass_wire::{BasicAck, BasicNack, Frame, FrameDecoder, Method};
 
     use super::*;
 
@@ -252,42 +237,6 @@ mod tests {
                 acked(1, 8, true)
             ]
         );
-    }
-
-    /// A batch announced as it comes (`reserve_for_deliveries`) is written into the room made
-    /// for it at once: the buffer is not moved and copied as it fills, however much larger the
-    /// batch is than the last; the room asked for stays within `KEPT_CAPACITY_MAX`.
-    #[test]
-    fn an_announced_batch_of_deliveries_is_written_without_a_copy() {
-        let now = Timestamp::from_millis(0);
-        let mut output = Output::new(131_072, now);
-        let (tag, exchange, routing_key) =
-            (ShortStr::from_static("ctag"), ShortStr::from_static("amq.direct"), ShortStr::from_static("k"));
-        let deliver = |output: &mut Output, body: &[u8]| {
-            let args = DeliverArgs {
-                consumer_tag: &tag,
-                delivery_tag: 1,
-                redelivered: false,
-                exchange: &exchange,
-                routing_key: &routing_key,
-            };
-            output.delivery(1, args, &EncodedProperties::default(), body, now);
-        };
-        deliver(&mut output, &[7; 16]);
-        let one = output.take().len();
-
-        output.reserve_for_deliveries(1_000);
-        let allocation = output.buf.as_ptr();
-        for _ in 0..1_000 {
-            deliver(&mut output, &[7; 16]);
-        }
-        assert_eq!(output.buf.as_ptr(), allocation, "written where the room was made");
-        assert_eq!(output.take().len(), 1_000 * one);
-
-        deliver(&mut output, &[7; 60_000]);
-        output.take();
-        output.reserve_for_deliveries(1_000);
-        assert!(output.buf.capacity() <= 2 * KEPT_CAPACITY_MAX, "{} octets", output.buf.capacity());
     }
 
     /// A buffer taken, written and handed back takes the next frames in the same allocation,
