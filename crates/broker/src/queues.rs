@@ -120,11 +120,11 @@ impl Queues {
         now: Timestamp,
     ) -> &mut Queue {
         self.ids_taken_below(id.0.saturating_add(1));
-        let queue = Queue::new(id, vhost, spec, args, self.pager.clone(), now);
-        if let Some(old) = self.by_id.insert(id, queue) {
+        if let Some(old) = self.by_id.remove(&id) {
             self.forget(id, &old);
         }
-        self.by_id.get_mut(&id).expect("just added")
+        let queue = Queue::new(id, vhost, spec, args, self.pager.clone(), now);
+        self.by_id.entry(id).or_insert(queue)
     }
 
     /// Takes queue `id` out: out of the timer index, its deduplication ids given back.

@@ -292,7 +292,8 @@ impl Broker {
         }
         let (_, id) = self.readable_queue(conn, ch, &vhost, &name)?;
         let tag = if m.consumer_tag.is_empty() { self.names.consumer_tag() } else { m.consumer_tag.clone() };
-        let channel = self.connections.channel(conn, ch).expect("checked open");
+        // Open: `handle_method` checked, and nothing since closes a channel.
+        let Some(channel) = self.connections.channel(conn, ch) else { return Ok(()) };
         if channel.consumers.iter().any(|(t, _)| t == &tag) || self.reply_consumers.is_tag(conn, ch, &tag) {
             return Err(errors::not_allowed(format!("attempt to reuse consumer tag '{tag}'")));
         }
